@@ -1,0 +1,3 @@
+"""Training studio for Stable Diffusion fine-tuning."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,55 @@
+"""`studio-train`: the headless command line.
+
+Each subcommand lives in its own module of this package and exposes
+`register(subparsers)`; modules are found at start-up, so adding a command
+is adding a file. Heavy imports (torch, diffusers) happen inside the
+command's function, never at module level, so `studio-train presets` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from studio import __version__
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="studio-train",
+        description="Train Stable Diffusion LoRAs and DreamBooth models headless.",
+    )
+    parser.add_argument("--version", action="version", version=f"studio-train {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_INVALID
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Qt-free, torch-free model of the studio: config, presets, datasets, hardware, runs."""

@@ -1,0 +1,605 @@
+"""TrainConfig: the versioned training configuration, its TOML file and its errors.
+
+The key names are a contract: people's files and exported bundles depend on them.
+Add fields freely; rename none (add a migration instead).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import tomlkit
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from tomlkit.exceptions import ParseError
+from tomlkit.items import Table
+
+SCHEMA_VERSION = 1
+
+Family = Literal["sd15", "sdxl", "sd3"]
+MethodKind = Literal["lora", "dreambooth"]
+Precision = Literal["no", "fp16", "bf16"]
+WeightDtype = Literal["fp32", "fp16", "bf16"]
+
+
+class Section(BaseModel):
+    """A config table: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Section):
+    family: Family = Field(description="Model family: sd15 (SD 1.x/2.x), sdxl or sd3.")
+    base: str = Field(
+        min_length=1,
+        description="Base model: a diffusers folder, a single .safetensors file, or a hub id.",
+    )
+    vae: str | None = Field(
+        default=None, description="Separate VAE (folder, file or hub id), e.g. an fp16-safe SDXL VAE."
+    )
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
+    variant: str | None = Field(default=None, description="Hub weight variant, e.g. fp16.")
+    dtype: WeightDtype = Field(
+        default="fp16",
+        description="Precision of the frozen weights (VAE, text encoders, frozen base) on a GPU.",
+    )
+    prediction_type: Literal["auto", "epsilon", "v_prediction"] = Field(
+        default="auto", description="Noise prediction target; auto reads the scheduler config."
+    )
+    use_t5: bool = Field(
+        default=False, description="SD3: load the T5 text encoder (large; off saves ~10 GB)."
+    )
+
+
+class MethodSection(Section):
+    kind: MethodKind = Field(default="lora", description="lora (small adapter) or dreambooth (full fine-tune).")
+    rank: int = Field(default=16, ge=1, le=1024, description="LoRA rank (dimension).")
+    alpha: float | None = Field(
+        default=None, gt=0, description="LoRA alpha; empty means equal to the rank."
+    )
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: list[str] = Field(
+        default_factory=list,
+        description="Module names the LoRA wraps; empty means the family's attention projections.",
+    )
+    train_text_encoder: bool = Field(
+        default=False, description="Also train the text encoder(s)."
+    )
+    text_encoder_rank: int | None = Field(
+        default=None, ge=1, le=1024, description="LoRA rank for the text encoders; empty means the rank."
+    )
+    blocks: list[int] = Field(
+        default_factory=list,
+        description="SD3: transformer block indices the LoRA is applied to; empty means all.",
+    )
+    use_dora: bool = Field(default=False, description="LoRA: weight-decomposed LoRA (DoRA).")
+
+    @property
+    def lora_alpha(self) -> float:
+        return float(self.alpha if self.alpha is not None else self.rank)
+
+
+class ConceptSection(Section):
+    path: str = Field(min_length=1, description="Folder of training images.")
+    repeats: int = Field(default=1, ge=1, le=10000, description="Times each image is seen per epoch.")
+    caption_source: Literal["auto", "txt", "caption", "metadata", "folder", "prompt"] = Field(
+        default="auto",
+        description="Where captions come from: auto tries .txt, .caption, metadata.jsonl, folder name.",
+    )
+    instance_prompt: str | None = Field(
+        default=None, description="DreamBooth: prompt for every instance image (used when caption_source is prompt or no caption exists)."
+    )
+    class_prompt: str | None = Field(default=None, description="DreamBooth: prompt of the class images.")
+    class_path: str | None = Field(default=None, description="DreamBooth: folder of class images.")
+    num_class_images: int = Field(
+        default=0, ge=0, le=100000, description="Class images wanted; missing ones are generated."
+    )
+    prior_loss_weight: float = Field(default=1.0, ge=0.0, le=100.0, description="Weight of the prior-preservation loss.")
+
+    @model_validator(mode="after")
+    def _class_images_need_prompt(self) -> ConceptSection:
+        if self.num_class_images > 0 and not self.class_prompt:
+            raise ValueError(
+                "num_class_images is set but class_prompt is empty: "
+                "prior preservation needs a class prompt (e.g. 'a photo of a dog')"
+            )
+        return self
+
+    @property
+    def uses_prior_preservation(self) -> bool:
+        return self.class_prompt is not None and (self.num_class_images > 0 or self.class_path is not None)
+
+
+class DatasetSection(Section):
+    concepts: list[ConceptSection] = Field(default_factory=list, description="Image folders to train on.")
+    resolution: int = Field(default=512, ge=64, le=4096, multiple_of=8, description="Training resolution in pixels.")
+    buckets: bool = Field(default=True, description="Group images by aspect ratio instead of square crops.")
+    bucket_step: int = Field(default=64, ge=8, le=256, multiple_of=8, description="Bucket size step in pixels.")
+    min_bucket: int = Field(default=256, ge=64, le=4096, description="Smallest bucket side in pixels.")
+    max_bucket: int = Field(default=2048, ge=64, le=8192, description="Largest bucket side in pixels.")
+    crop: Literal["center", "random"] = Field(default="center", description="How an image is cropped to its bucket.")
+    flip: bool = Field(default=False, description="Randomly flip images horizontally.")
+    shuffle_tags: bool = Field(default=False, description="Shuffle comma-separated tags each step.")
+    keep_tokens: int = Field(default=0, ge=0, le=100, description="Tags kept in place at the start when shuffling.")
+    caption_dropout: float = Field(default=0.0, ge=0.0, le=1.0, description="Chance of an empty caption.")
+    caption_extension: str = Field(default=".txt", description="Sidecar caption extension preferred when writing.")
+
+
+class TrainingSection(Section):
+    batch_size: int = Field(default=1, ge=1, le=1024, description="Images per step per GPU.")
+    gradient_accumulation: int = Field(default=1, ge=1, le=1024, description="Steps accumulated per optimizer update.")
+    epochs: int | None = Field(default=None, ge=1, le=100000, description="Epochs to train (or max_steps).")
+    max_steps: int | None = Field(default=None, ge=1, le=10_000_000, description="Optimizer steps to train.")
+    learning_rate: float = Field(default=1e-4, gt=0.0, le=1.0, description="Learning rate.")
+    text_encoder_lr: float | None = Field(default=None, gt=0.0, le=1.0, description="Text-encoder learning rate; empty means learning_rate.")
+    lr_scheduler: Literal[
+        "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
+    ] = Field(default="constant", description="Learning-rate schedule.")
+    lr_warmup_steps: int = Field(default=0, ge=0, description="Warm-up steps.")
+    optimizer: Literal["adamw", "adamw8bit", "prodigy", "adafactor"] = Field(
+        default="adamw", description="Optimizer; adamw8bit needs CUDA and bitsandbytes."
+    )
+    weight_decay: float = Field(default=1e-2, ge=0.0, le=1.0, description="Weight decay.")
+    max_grad_norm: float = Field(default=1.0, ge=0.0, description="Gradient clipping norm; 0 turns it off.")
+    mixed_precision: Precision = Field(default="no", description="Mixed precision: no, fp16 or bf16.")
+    gradient_checkpointing: bool = Field(default=False, description="Recompute activations to save memory.")
+    cache_latents: bool = Field(default=False, description="Encode images once and keep the latents.")
+    cache_latents_to_disk: bool = Field(default=False, description="Keep cached latents on disk.")
+    cache_text_embeddings: bool = Field(default=False, description="Encode captions once and keep the embeddings.")
+    noise_offset: float = Field(default=0.0, ge=0.0, le=1.0, description="Noise offset (brighter/darker images).")
+    min_snr_gamma: float | None = Field(default=None, gt=0.0, le=100.0, description="Min-SNR loss weighting gamma (5 is common).")
+    timestep_sampling: Literal["logit_normal", "mode", "uniform"] = Field(
+        default="logit_normal", description="SD3: how flow-matching timesteps are drawn."
+    )
+    loss_weighting: Literal["none", "sigma_sqrt", "cosmap"] = Field(
+        default="none", description="SD3: flow-matching loss weighting."
+    )
+    logit_mean: float = Field(default=0.0, description="SD3: logit-normal mean.")
+    logit_std: float = Field(default=1.0, gt=0.0, description="SD3: logit-normal standard deviation.")
+    mode_scale: float = Field(default=1.29, description="SD3: scale of the mode sampling scheme.")
+    seed: int = Field(default=42, ge=0, le=2**32 - 1, description="Random seed.")
+    dataloader_workers: int = Field(default=0, ge=0, le=64, description="Data-loading worker processes.")
+
+    @property
+    def length(self) -> tuple[str, int]:
+        """("steps", N) when max_steps is set, else ("epochs", N; 10 when neither is set)."""
+        if self.max_steps is not None:
+            return "steps", self.max_steps
+        return "epochs", self.epochs or 10
+
+
+class SamplingSection(Section):
+    every_n_steps: int = Field(default=0, ge=0, description="Make sample images every N steps; 0 turns it off.")
+    prompts: list[str] = Field(default_factory=list, description="Sample prompts.")
+    negative_prompt: str = Field(default="", description="Negative prompt for samples.")
+    steps: int = Field(default=20, ge=1, le=500, description="Denoising steps per sample.")
+    guidance: float = Field(default=7.0, ge=0.0, le=50.0, description="Classifier-free guidance scale.")
+    seed: int = Field(default=1234, ge=0, le=2**32 - 1, description="Seed of the sample images.")
+    size: int | None = Field(default=None, ge=64, le=4096, multiple_of=8, description="Sample size; empty means the resolution.")
+
+
+class OutputSection(Section):
+    dir: str = Field(default="runs", description="Folder where run folders are made.")
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", description="Run name (letters, digits, . _ -).")
+    save_every_n_steps: int = Field(default=0, ge=0, description="Checkpoint every N steps; 0 saves only at the end.")
+    keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
+    formats: list[Literal["diffusers", "kohya", "single_file"]] = Field(
+        default_factory=lambda: ["diffusers", "kohya"], description="Output formats."
+    )
+    save_precision: WeightDtype = Field(default="fp16", description="Precision of the saved weights.")
+
+
+class LaunchSection(Section):
+    num_processes: int = Field(default=1, ge=1, le=1024, description="Training processes in all (one per GPU).")
+    num_machines: int = Field(default=1, ge=1, le=128, description="Machines (nodes).")
+    gpu_ids: str = Field(default="all", pattern=r"^(all|\d+(,\d+)*)$", description="GPUs to use: all or e.g. 0,1.")
+    main_process_ip: str = Field(default="127.0.0.1", description="Address of the machine with rank 0.")
+    main_process_port: int = Field(default=29500, ge=1024, le=65535, description="Port of the rank-0 process.")
+    machine_rank: int = Field(default=0, ge=0, description="This machine's rank.")
+    python: str | None = Field(default=None, description="Training interpreter; empty means the studio's own.")
+    cpu: bool = Field(default=False, description="Train on the CPU even when a GPU exists.")
+
+
+class TrainConfig(Section):
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Config format version.")
+    model: ModelSection
+    method: MethodSection = Field(default_factory=MethodSection)
+    dataset: DatasetSection = Field(default_factory=DatasetSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    sampling: SamplingSection = Field(default_factory=SamplingSection)
+    output: OutputSection = Field(default_factory=OutputSection)
+    launch: LaunchSection = Field(default_factory=LaunchSection)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        t, m, d = self.training, self.method, self.dataset
+        if t.cache_text_embeddings and m.train_text_encoder:
+            raise _Contradiction(
+                "training.cache_text_embeddings",
+                True,
+                "cached text embeddings cannot be used while method.train_text_encoder = true "
+                "(the encoder changes every step); turn one of them off",
+            )
+        if t.cache_text_embeddings and d.shuffle_tags:
+            raise _Contradiction(
+                "training.cache_text_embeddings",
+                True,
+                "cached text embeddings cannot follow dataset.shuffle_tags = true "
+                "(each step has a different caption); turn one of them off",
+            )
+        if t.cache_text_embeddings and d.caption_dropout > 0:
+            # Dropout to the empty caption is cheap to cache too; allowed.
+            pass
+        if t.cache_latents and (d.flip or d.crop == "random"):
+            raise _Contradiction(
+                "training.cache_latents",
+                True,
+                "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
+                "(each epoch sees a different image); turn the augmentation or the cache off",
+            )
+        if t.cache_latents_to_disk and not t.cache_latents:
+            raise _Contradiction(
+                "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
+            )
+        if d.min_bucket > d.max_bucket:
+            raise _Contradiction(
+                "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
+            )
+        if self.model.family != "sd3" and (self.model.use_t5 or m.blocks):
+            key = "model.use_t5" if self.model.use_t5 else "method.blocks"
+            raise _Contradiction(key, getattr(self.model, "use_t5") if key == "model.use_t5" else m.blocks,
+                                 f"only applies to family sd3, not {self.model.family}")
+        if self.launch.machine_rank >= self.launch.num_machines:
+            raise _Contradiction(
+                "launch.machine_rank",
+                self.launch.machine_rank,
+                f"must be below launch.num_machines ({self.launch.num_machines})",
+            )
+        if self.launch.num_processes < self.launch.num_machines:
+            raise _Contradiction(
+                "launch.num_processes",
+                self.launch.num_processes,
+                f"must be at least launch.num_machines ({self.launch.num_machines})",
+            )
+        return self
+
+
+class _Contradiction(ValueError):
+    """Raised inside validators to name the key at fault."""
+
+    def __init__(self, key: str, value: Any, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+        self.message = message
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ConfigIssue(BaseModel):
+    key: str
+    value: Any = None
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line else ""
+        shown = "" if self.value is None else f" = {_show(self.value)}"
+        return f"{where}{self.key}{shown}: {self.message}"
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; `issues` names each key, value and what is allowed."""
+
+    def __init__(self, source: str, issues: list[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = issues
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        head = f"{self.source}: {len(self.issues)} problem{'s' if len(self.issues) != 1 else ''}"
+        return "\n".join([head, *(f"  - {i}" for i in self.issues)])
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = TrainConfig
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        model = _section_type(field.annotation)
+    return model
+
+
+def _section_type(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _section_type(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed(err: Mapping[str, Any]) -> str:
+    ctx = err.get("ctx") or {}
+    kind = err["type"]
+    if kind == "literal_error":
+        return f"allowed: {ctx.get('expected')}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "multiple_of"):
+        words = {
+            "greater_than_equal": "at least",
+            "greater_than": "greater than",
+            "less_than_equal": "at most",
+            "less_than": "less than",
+            "multiple_of": "a multiple of",
+        }
+        bound = next(iter(ctx.values()), "")
+        return f"must be {words[kind]} {bound}"
+    msg = str(err.get("msg", "invalid value"))
+    return msg[0].lower() + msg[1:]
+
+
+def issues_from_validation(exc: ValidationError) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            known = list(parent.model_fields) if parent else []
+            guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            hint = f"; did you mean '{guess[0]}'?" if guess else ""
+            allowed = ", ".join(known)
+            issues.append(ConfigIssue(
+                key=key, value=None, message=f"unknown key{hint} (known keys here: {allowed})"
+            ))
+        elif err["type"] == "missing":
+            issues.append(ConfigIssue(key=key, message="is required but missing"))
+        elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), _Contradiction):
+            c: _Contradiction = err["ctx"]["error"]
+            issues.append(ConfigIssue(key=c.key, value=c.value, message=c.message))
+        else:
+            issues.append(ConfigIssue(key=key or "(top level)", value=err.get("input"), message=_allowed(err)))
+    return issues
+
+
+# ---------------------------------------------------------------- migrations
+
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+
+# MIGRATIONS[n] turns a version-n document into a version-(n+1) one.
+MIGRATIONS: dict[int, Migration] = {}
+
+
+def migrate(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version < 1:
+        raise ConfigError(source, [ConfigIssue(key="schema_version", value=version, message="must be a whole number from 1")])
+    if version > SCHEMA_VERSION:
+        raise ConfigError(source, [ConfigIssue(
+            key="schema_version", value=version,
+            message=f"this studio reads versions up to {SCHEMA_VERSION}; update the studio to open this file",
+        )])
+    while version < SCHEMA_VERSION:
+        data = MIGRATIONS[version](dict(data))
+        version += 1
+        data["schema_version"] = version
+    return data
+
+
+# ---------------------------------------------------------------- TOML
+
+
+def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except ParseError as exc:
+        raise ConfigError(source, [ConfigIssue(
+            key="(file)", line=exc.line,
+            message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there",
+        )]) from None
+
+
+def _line_of(text: str, key: str) -> int | None:
+    leaf = key.split(".")[-1].split("[")[0]
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith(leaf) and stripped[len(leaf):].lstrip().startswith("="):
+            return number
+    return None
+
+
+def validate_data(data: Mapping[str, Any], source: str = "config", text: str | None = None) -> TrainConfig:
+    """Migrate and validate plain data; raise ConfigError naming every bad key."""
+    migrated = migrate(dict(data), source)
+    try:
+        return TrainConfig.model_validate(migrated)
+    except ValidationError as exc:
+        issues = issues_from_validation(exc)
+        if text is not None:
+            for issue in issues:
+                issue.line = _line_of(text, issue.key)
+        raise ConfigError(source, issues) from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a config file. Relative paths inside it stay as written; see `resolve_paths`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message="file not found; check the path")]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message="is not UTF-8 text; save it as UTF-8")]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message=f"cannot be read: {exc.strerror}")]) from None
+    doc = parse_toml(text, str(path))
+    return validate_data(doc.unwrap(), str(path), text)
+
+
+def config_to_data(config: TrainConfig) -> dict[str, Any]:
+    """Plain data for TOML: defaults left out, None left out (TOML has no null)."""
+    data = config.model_dump(mode="json", exclude_defaults=True)
+    data["schema_version"] = config.schema_version
+    data.setdefault("model", {})["family"] = config.model.family
+    data["model"]["base"] = config.model.base
+    return _drop_none(data)
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def _full_data(config: TrainConfig) -> dict[str, Any]:
+    return _drop_none(config.model_dump(mode="json"))  # type: ignore[no-any-return]
+
+
+_ORDER = ["schema_version", "model", "method", "dataset", "training", "sampling", "output", "launch"]
+
+
+def _merge_into(doc: Any, current: Mapping[str, Any], full: Mapping[str, Any]) -> None:
+    """Write `current` (non-default values) into a tomlkit container, keeping comments.
+
+    Keys already in the document are updated even when the new value is a default,
+    so a person's explicit setting stays explicit; keys whose value became None go.
+    """
+    for key in list(doc.keys()):
+        if key not in full:
+            del doc[key]
+    for key, value in full.items():
+        wanted = key in doc or key in current
+        if not wanted:
+            continue
+        existing = doc.get(key) if key in doc else None
+        if isinstance(value, dict) and (existing is None or isinstance(existing, Table | dict)):
+            if existing is None:
+                doc[key] = tomlkit.table()
+                existing = doc[key]
+            _merge_into(existing, current.get(key, {}), value)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            sparse = current.get(key) or [{} for _ in value]
+            if existing is not None and len(existing) == len(value):
+                for table, cur, item in zip(existing, sparse, value, strict=True):
+                    _merge_into(table, cur, item)
+                continue
+            aot = tomlkit.aot()
+            for cur in sparse:
+                table = tomlkit.table()
+                for k, v in cur.items():
+                    table[k] = v
+                aot.append(table)
+            doc[key] = aot
+        else:
+            if existing is None or _plain(existing) != value:
+                doc[key] = value
+
+
+def _plain(item: Any) -> Any:
+    return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+def dump_config(config: TrainConfig, original: str | None = None) -> str:
+    """TOML text of a config; with `original`, its comments and order are kept."""
+    doc = tomlkit.parse(original) if original else tomlkit.document()
+    current = config_to_data(config)
+    full = _full_data(config)
+    if not original:
+        current = {k: current[k] for k in _ORDER if k in current}
+    _merge_into(doc, current, full)
+    return tomlkit.dumps(doc)
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    """Write a config, keeping the comments of the file already there."""
+    from studio.core.files import atomic_write_text
+
+    path = Path(path)
+    original = path.read_text(encoding="utf-8-sig") if path.exists() else None
+    atomic_write_text(path, dump_config(config, original))
+
+
+def dump_resolved(config: TrainConfig) -> str:
+    """Every value spelled out, as a run folder's config.toml keeps it."""
+    doc = tomlkit.document()
+    full = _full_data(config)
+    for key in _ORDER:
+        if key in full:
+            doc[key] = full[key]
+    return tomlkit.dumps(doc)
+
+
+# ---------------------------------------------------------------- paths
+
+
+def _resolve(base_dir: Path, value: str | None, hub_ok: bool) -> str | None:
+    if value is None:
+        return None
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return str(p)
+    candidate = (base_dir / p)
+    if hub_ok and not candidate.exists() and _looks_like_hub_id(value):
+        return value
+    return str(candidate.resolve())
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    parts = value.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not value.startswith((".", "~"))
+        and not value.endswith((".safetensors", ".ckpt"))
+    )
+
+
+def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
+    """A copy whose relative paths are made absolute against `base_dir` (the config's folder).
+
+    Hub ids (`org/name` that is not a local path) stay as they are.
+    """
+    base = Path(base_dir)
+    out = config.model_copy(deep=True)
+    out.model.base = _resolve(base, out.model.base, hub_ok=True) or out.model.base
+    out.model.vae = _resolve(base, out.model.vae, hub_ok=True)
+    for concept in out.dataset.concepts:
+        concept.path = _resolve(base, concept.path, hub_ok=False) or concept.path
+        concept.class_path = _resolve(base, concept.class_path, hub_ok=False)
+    out.output.dir = _resolve(base, out.output.dir, hub_ok=False) or out.output.dir
+    return out
+
+
+def load_resolved(path: str | Path) -> TrainConfig:
+    """Load a config file and resolve its paths against its folder."""
+    path = Path(path)
+    return resolve_paths(load_config(path), path.resolve().parent)
+
+
+def field_descriptions(model: type[BaseModel] = TrainConfig, prefix: str = "") -> dict[str, str]:
+    """`section.key` -> description, for tooltips and docs."""
+    out: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = _section_type(field.annotation)
+        if sub is not None and sub is not ConceptSection:
+            out.update(field_descriptions(sub, key + "."))
+        elif field.description:
+            out[key] = field.description
+    return out

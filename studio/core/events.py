@@ -1,0 +1,195 @@
+"""The event protocol between the trainer and everything that watches a run.
+
+Rank 0 appends one JSON object per line to `RUN_DIR/events.jsonl`. Every event has
+`v` (protocol version), `type` and `time` (UNIX seconds). The file is the single
+source of truth: the GUI reads a local run exactly as it reads one copied back
+from a remote machine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any, ClassVar, Literal
+
+PROTOCOL_VERSION = 1
+EVENTS_FILE = "events.jsonl"
+
+
+@dataclass
+class Event:
+    type: ClassVar[str] = "event"
+    time: float = field(default_factory=time.time, kw_only=True)
+
+    def to_json(self) -> str:
+        data = {"v": PROTOCOL_VERSION, "type": self.type, **asdict(self)}
+        return json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+
+
+@dataclass
+class RankMemory:
+    """Memory of one rank in MB: CUDA allocated/reserved/peak, or RSS on the CPU."""
+
+    rank: int
+    device: str
+    allocated_mb: float | None = None
+    reserved_mb: float | None = None
+    peak_mb: float | None = None
+    rss_mb: float | None = None
+
+
+@dataclass
+class RunStarted(Event):
+    type: ClassVar[str] = "run_started"
+    config: dict[str, Any]
+    world_size: int
+    total_steps: int
+    devices: list[str]
+    effective_batch: int = 1
+    num_images: int = 0
+    resumed_from_step: int = 0
+    run_dir: str = ""
+    studio_version: str = ""
+
+
+@dataclass
+class Phase(Event):
+    type: ClassVar[str] = "phase"
+    name: Literal["loading", "caching", "training", "sampling", "saving", "class_images"] | str
+    done: int = 0
+    total: int = 0
+    message: str = ""
+
+
+@dataclass
+class Step(Event):
+    type: ClassVar[str] = "step"
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    samples_per_s: float = 0.0
+    eta_s: float | None = None
+    memory: list[RankMemory] = field(default_factory=list)
+
+
+@dataclass
+class Sample(Event):
+    type: ClassVar[str] = "sample"
+    step: int
+    images: list[str]
+    prompts: list[str]
+
+
+@dataclass
+class Checkpoint(Event):
+    type: ClassVar[str] = "checkpoint"
+    step: int
+    path: str
+
+
+@dataclass
+class Warning_(Event):
+    type: ClassVar[str] = "warning"
+    message: str
+    path: str | None = None
+    hint: str = ""
+
+
+@dataclass
+class Error(Event):
+    type: ClassVar[str] = "error"
+    kind: Literal["oom", "config", "data", "crash", "nan", "model"] | str
+    message: str
+    hint: str = ""
+    path: str | None = None
+
+
+@dataclass
+class RunFinished(Event):
+    type: ClassVar[str] = "run_finished"
+    status: Literal["completed", "stopped", "failed"] | str
+    outputs: list[str] = field(default_factory=list)
+    step: int = 0
+    message: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls for cls in (RunStarted, Phase, Step, Sample, Checkpoint, Warning_, Error, RunFinished)
+}
+
+
+class UnknownEvent(Exception):
+    """A line whose type this version does not know (a newer trainer wrote it)."""
+
+
+def parse_event(line: str) -> Event:
+    """One JSON line -> typed event. Raises ValueError for garbage, UnknownEvent for new types."""
+    data = json.loads(line)
+    if not isinstance(data, dict) or "type" not in data:
+        raise ValueError("not an event object")
+    kind = data["type"]
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise UnknownEvent(str(kind))
+    known = {f.name for f in fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in known}
+    if cls is Step:
+        kwargs["memory"] = [
+            RankMemory(**{k: v for k, v in m.items() if k in RankMemory.__dataclass_fields__})
+            for m in kwargs.get("memory") or []
+        ]
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{kind} event is missing fields: {exc}") from None
+
+
+class EventWriter:
+    """Appends events to a run's events.jsonl; flushes at most once a second, or at once for
+    events that matter (everything except steps), so a crash loses at most a second of steps."""
+
+    def __init__(self, path: str | Path, flush_interval: float = 1.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._interval = flush_interval
+        self._last_flush = 0.0
+
+    def write(self, event: Event) -> None:
+        if self._handle is None:
+            return
+        self._handle.write(event.to_json() + "\n")
+        now = time.monotonic()
+        if event.type != "step" or now - self._last_flush >= self._interval:
+            self._handle.flush()
+            self._last_flush = now
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+            self._handle.close()
+            self._handle = None
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_events(path: str | Path) -> list[Event]:
+    """Every event of a finished file; garbage and unknown lines are skipped."""
+    out: list[Event] = []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(parse_event(line))
+            except (ValueError, UnknownEvent):
+                continue
+    return out

@@ -1,0 +1,106 @@
+"""The accelerate config and command line of a run: what the GUI, the CLI and bundles start."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from studio.core.config import TrainConfig, dump_resolved, resolve_paths
+from studio.core.files import atomic_write_text
+from studio.core.runs import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
+
+
+def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> dict[str, Any]:
+    """The accelerate config file's content for a run."""
+    launch = config.launch
+    processes = num_processes or launch.num_processes
+    multi = processes > 1
+    data: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "MULTI_GPU" if multi else "NO",
+        "num_processes": processes,
+        "num_machines": launch.num_machines,
+        "machine_rank": launch.machine_rank,
+        "mixed_precision": config.training.mixed_precision,
+        "gpu_ids": launch.gpu_ids,
+        "use_cpu": launch.cpu,
+        "main_training_function": "main",
+        "rdzv_backend": "static",
+        "same_network": True,
+        "downcast_bf16": "no",
+        "debug": False,
+    }
+    if launch.num_machines > 1 or multi:
+        data["main_process_ip"] = launch.main_process_ip
+        data["main_process_port"] = launch.main_process_port
+    return data
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    """Flat YAML (accelerate's config files are one level of scalars)."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = str(value)
+        else:
+            text = f"'{value}'" if value else "''"
+        lines.append(f"{key}: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def training_python(config: TrainConfig) -> str:
+    """The interpreter of the training environment (default: the studio's own)."""
+    return config.launch.python or sys.executable
+
+
+def build_command(run_dir: str | Path, python: str) -> list[str]:
+    """`accelerate launch --config_file RUN_DIR/accelerate.yaml -m studio.train RUN_DIR/config.toml`."""
+    run = Path(run_dir)
+    return [
+        python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(run / ACCELERATE_FILE),
+        "-m",
+        "studio.train",
+        str(run / CONFIG_FILE),
+    ]
+
+
+def format_command(command: list[str]) -> str:
+    return " ".join(shlex.quote(part) for part in command)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run_dir: Path
+    command: list[str]
+    config: TrainConfig
+
+
+def prepare_run(
+    config: TrainConfig,
+    config_dir: str | Path,
+    num_processes: int | None = None,
+    run_dir: str | Path | None = None,
+) -> RunPlan:
+    """Write a new run folder (resolved config.toml, accelerate.yaml, command.txt).
+
+    Relative paths in `config` resolve against `config_dir` (the config file's folder).
+    """
+    resolved = resolve_paths(config, config_dir)
+    if num_processes:
+        resolved.launch.num_processes = num_processes
+    folder = Path(run_dir) if run_dir else new_run_dir(resolved.output.dir, resolved.output.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / CONFIG_FILE, dump_resolved(resolved))
+    atomic_write_text(folder / ACCELERATE_FILE, dump_yaml(accelerate_config(resolved)))
+    command = build_command(folder, training_python(resolved))
+    atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
+    return RunPlan(folder, command, resolved)

@@ -1,0 +1,1 @@
+"""The trainer: runs inside `accelerate launch`; imports torch, diffusers and peft."""

@@ -1,0 +1,1 @@
+"""Model families: one adapter module per family."""
