@@ -22,6 +22,8 @@ Family = Literal["sd15", "sdxl", "sd3"]
 MethodKind = Literal["lora", "dreambooth"]
 Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
+OutputFormat = Literal["diffusers", "kohya", "single_file"]
+_DEFAULT_FORMATS: tuple[OutputFormat, ...] = ("diffusers", "kohya")
 
 
 class Section(BaseModel):
@@ -185,8 +187,8 @@ class OutputSection(Section):
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", description="Run name (letters, digits, . _ -).")
     save_every_n_steps: int = Field(default=0, ge=0, description="Checkpoint every N steps; 0 saves only at the end.")
     keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
-    formats: list[Literal["diffusers", "kohya", "single_file"]] = Field(
-        default_factory=lambda: ["diffusers", "kohya"], description="Output formats."
+    formats: list[OutputFormat] = Field(
+        default_factory=lambda: list(_DEFAULT_FORMATS), description="Output formats."
     )
     save_precision: WeightDtype = Field(default="fp16", description="Precision of the saved weights.")
 
@@ -249,7 +251,7 @@ class TrainConfig(Section):
             )
         if self.model.family != "sd3" and (self.model.use_t5 or m.blocks):
             key = "model.use_t5" if self.model.use_t5 else "method.blocks"
-            raise _Contradiction(key, getattr(self.model, "use_t5") if key == "model.use_t5" else m.blocks,
+            raise _Contradiction(key, self.model.use_t5 if key == "model.use_t5" else m.blocks,
                                  f"only applies to family sd3, not {self.model.family}")
         if self.launch.machine_rank >= self.launch.num_machines:
             raise _Contradiction(
@@ -468,7 +470,7 @@ def _drop_none(value: Any) -> Any:
 
 
 def _full_data(config: TrainConfig) -> dict[str, Any]:
-    return _drop_none(config.model_dump(mode="json"))  # type: ignore[no-any-return]
+    return dict(_drop_none(config.model_dump(mode="json")))
 
 
 _ORDER = ["schema_version", "model", "method", "dataset", "training", "sampling", "output", "launch"]

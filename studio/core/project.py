@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.config import ConceptSection, ModelSection, TrainConfig, load_config, save_config
+from studio.core.config import (
+    ConceptSection,
+    DatasetSection,
+    ModelSection,
+    TrainConfig,
+    load_config,
+    save_config,
+)
 
 PROJECT_FILE = "studio.toml"
 RUNS_DIR = "runs"
@@ -54,7 +61,7 @@ def default_config(image_folder: str = "images") -> TrainConfig:
     """The config of a new project: SD1.5 LoRA on one image folder."""
     return TrainConfig(
         model=ModelSection(family="sd15", base="runwayml/stable-diffusion-v1-5"),
-        dataset={"concepts": [ConceptSection(path=image_folder)]},  # type: ignore[arg-type]
+        dataset=DatasetSection(concepts=[ConceptSection(path=image_folder)]),
     )
 
 

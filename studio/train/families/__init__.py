@@ -1,1 +1,30 @@
-"""Model families: one adapter module per family."""
+"""Model families: one adapter module per family (`sd15.py`, `sdxl.py`, `sd3.py`).
+
+Adding a family is adding a module here that defines `ADAPTER`, a
+`FamilyAdapter` subclass; `adapter_for` finds it by the config's model.family.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from studio.core.config import TrainConfig
+from studio.train.errors import TrainError
+from studio.train.families.base import Components, FamilyAdapter
+
+__all__ = ["Components", "FamilyAdapter", "adapter_for"]
+
+
+def adapter_for(config: TrainConfig) -> FamilyAdapter:
+    family = config.model.family
+    try:
+        module = importlib.import_module(f"{__name__}.{family}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{family}":
+            raise
+        raise TrainError(
+            "config", f"model.family = \"{family}\" cannot be trained by this version of the studio",
+            "choose another model family or update the studio",
+        ) from None
+    adapter_class: type[FamilyAdapter] = module.ADAPTER
+    return adapter_class(config)

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Set up and run the studio, or its test suite, with nothing but Python 3.11+.
+
+    python3 dev.py run      # make .venv, install the studio, open it on the demo project
+    python3 dev.py test     # make .venv, install everything, run lint and the whole test suite
+    python3 dev.py setup    # only make the environments
+
+On Windows use `py dev.py run` / `py dev.py test`.
+
+Torch: with an NVIDIA driver present (nvidia-smi on PATH) the CUDA build is
+installed; without one, the pinned CPU build from constraints/ci.txt (which is
+what CI uses). Set STUDIO_TORCH to a pip requirement to choose yourself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+CORE_VENV = ROOT / ".venv-core"
+CONSTRAINTS = ROOT / "constraints" / "ci.txt"
+WINDOWS = os.name == "nt"
+# PyPI's Windows wheels of torch are CPU-only; the CUDA ones come from PyTorch's own index.
+WINDOWS_CUDA_INDEX = "https://download.pytorch.org/whl/cu128"
+
+
+def python_of(env: Path) -> Path:
+    return env / ("Scripts/python.exe" if WINDOWS else "bin/python")
+
+
+def run(command: list[str | Path], **kwargs: object) -> None:
+    printable = " ".join(str(c) for c in command)
+    print(f"+ {printable}", flush=True)
+    result = subprocess.run([str(c) for c in command], cwd=ROOT, **kwargs)  # type: ignore[call-overload]
+    if result.returncode != 0:
+        sys.exit(result.returncode)
+
+
+def stamp_of(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for name in ("pyproject.toml", "constraints/ci.txt"):
+        digest.update((ROOT / name).read_bytes())
+    for part in parts:
+        digest.update(part.encode())
+    return digest.hexdigest()
+
+
+def ensure_env(env: Path, extras: str, torch_args: list[str], label: str) -> Path:
+    """Create `env` and install the studio with `extras`; skipped when nothing changed."""
+    python = python_of(env)
+    stamp_file = env / ".studio-stamp"
+    stamp = stamp_of(extras, *torch_args)
+    if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return python
+    if not python.exists():
+        print(f"Creating the {label} environment in {env.name}/ …", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(env)
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    run([*pip, *torch_args, "-e", f".[{extras}]" if extras else "."])
+    stamp_file.write_text(stamp)
+    return python
+
+
+def torch_args() -> list[str]:
+    choice = os.environ.get("STUDIO_TORCH")
+    if choice:
+        return [choice]
+    if shutil.which("nvidia-smi"):
+        return ["torch", "--extra-index-url", WINDOWS_CUDA_INDEX] if WINDOWS else ["torch"]
+    return ["-c", str(CONSTRAINTS)]
+
+
+def setup(dev: bool) -> Path:
+    extras = "gui,train,dev" if dev else "gui,train"
+    args = ["-c", str(CONSTRAINTS)] if dev and not os.environ.get("STUDIO_TORCH") else torch_args()
+    return ensure_env(VENV, extras, args, "studio")
+
+
+def setup_core() -> Path:
+    """An environment with the core's dependencies and pytest but no Qt and no torch."""
+    python = python_of(CORE_VENV)
+    stamp_file = CORE_VENV / ".studio-stamp"
+    stamp = stamp_of("core")
+    if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return python
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(CORE_VENV)
+    run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-c", CONSTRAINTS, "-e", ".", "pytest"])
+    stamp_file.write_text(stamp)
+    return python
+
+
+def test(extra: list[str]) -> None:
+    python = setup(dev=True)
+    core_python = setup_core()
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py"], env=env)
+    run([python, "-m", "mypy", "studio/core"], env=env)
+    print("\n== core tests without PySide6 or torch ==", flush=True)
+    run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider"],
+        env=dict(env, STUDIO_CORE_ONLY="1"))
+    print("\n== the whole suite ==", flush=True)
+    run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *extra], env=env)
+
+
+def main(argv: list[str]) -> None:
+    command = argv[0] if argv else "help"
+    if command == "run":
+        python = setup(dev=False)
+        run([python, "-m", "studio", *argv[1:]])
+    elif command == "test":
+        test(argv[1:])
+    elif command == "setup":
+        setup(dev=True)
+        setup_core()
+    else:
+        print(__doc__)
+        sys.exit(0 if command in ("help", "-h", "--help") else 2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,57 @@
+"""`studio-train check-dataset DIR`: the studio's dataset validation, headless."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check-dataset",
+        help="check a dataset folder or a project's dataset for problems",
+        description="Check images and captions before training. DIR is an image folder "
+        "(kohya N_name folders inside are read) or a project folder with studio.toml. "
+        "Exit code 1 when errors exist.",
+    )
+    parser.add_argument("dir", metavar="DIR", help="image folder or project folder")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument("--resolution", type=int, default=None,
+                        help="training resolution to check sizes against (default: the project's, or 512)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from studio.core.config import ConceptSection, ConfigError
+    from studio.core.dataset_check import check_concepts
+    from studio.core.project import is_project, open_project
+
+    folder = Path(args.dir).expanduser()
+    if not folder.is_dir():
+        print(f"error: {folder} is not a folder; give the folder holding the images or a project folder",
+              file=sys.stderr)
+        return 2
+    resolution = args.resolution
+    if is_project(folder):
+        project = open_project(folder)
+        try:
+            config = project.load_config()
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        concepts, base = list(config.dataset.concepts), project.root
+        resolution = resolution or config.dataset.resolution
+    else:
+        concepts, base = [ConceptSection(path=str(folder.resolve()))], None
+    report = check_concepts(concepts, base, resolution or 512)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        for problem in report.problems:
+            print(problem)
+        print(f"{report.images} images: {len(report.errors)} errors, {len(report.warnings)} warnings")
+    return 1 if report.errors else 0

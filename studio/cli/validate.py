@@ -1,0 +1,37 @@
+"""`studio-train validate CONFIG`: check a config file; print it resolved, or its errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from studio.cli import EXIT_INVALID, EXIT_OK
+from studio.core.config import ConfigError, dump_resolved, load_config, resolve_paths
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("validate", help="validate a config file and print it resolved")
+    parser.add_argument("config", help="a TrainConfig TOML file (e.g. a project's studio.toml)")
+    parser.add_argument("--json", action="store_true", help="print JSON: {valid, config | issues}")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.config)
+    try:
+        config = resolve_paths(load_config(path), path.resolve().parent)
+    except ConfigError as exc:
+        if args.json:
+            print(json.dumps({"valid": False, "file": str(path), "issues": [i.model_dump() for i in exc.issues]}, indent=2))
+        else:
+            print(exc.describe(), file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps({"valid": True, "file": str(path), "config": config.model_dump(mode="json")}, indent=2))
+    else:
+        print(f"# {path}: valid\n")
+        print(dump_resolved(config), end="")
+    return EXIT_OK

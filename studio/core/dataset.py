@@ -1,0 +1,352 @@
+"""The dataset model: image folders scanned into entries that pair each image with its caption.
+
+Scanning reads directory listings and caption files only, never pixels; image sizes come
+from the file headers, on demand (`image_size`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from studio.core.caption_tags import join_tags, split_tags
+
+if TYPE_CHECKING:
+    from studio.core.config import ConceptSection, DatasetSection
+
+__all__ = [
+    "CAPTION_EXTENSIONS",
+    "IMAGE_EXTENSIONS",
+    "METADATA_FILE",
+    "DatasetError",
+    "ImageEntry",
+    "ScanResult",
+    "image_size",
+    "join_tags",
+    "kohya_folder",
+    "read_caption_file",
+    "scan_class_images",
+    "scan_concept",
+    "scan_concept_report",
+    "scan_dataset",
+    "split_tags",
+]
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})
+CAPTION_EXTENSIONS = (".txt", ".caption")
+METADATA_FILE = "metadata.jsonl"
+# Image files people keep next to their training images that the trainer does not read.
+OTHER_IMAGE_EXTENSIONS = frozenset({".gif", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl", ".psd"})
+
+_KOHYA = re.compile(r"^(\d+)_(.+)$")
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be read; the message names the folder and what to do."""
+
+
+@dataclass
+class ImageEntry:
+    path: Path  # absolute image path
+    caption: str | None  # caption text (BOM stripped, CRLF normalised, stripped); None when none
+    caption_path: Path | None  # sidecar or metadata.jsonl it came from; None for folder/prompt/none
+    caption_source: str  # "txt" | "caption" | "metadata" | "folder" | "prompt" | "none"
+    repeats: int  # concept repeats times the kohya "N_name" folder's N
+    concept: str  # concept folder path
+    caption_utf8: bool = True  # False when the caption file was not valid UTF-8 (read with a fallback)
+    is_class: bool = False  # DreamBooth class (regularisation) image
+
+    @property
+    def has_caption(self) -> bool:
+        return bool(self.caption)
+
+
+@dataclass
+class ScanResult:
+    """One concept folder scanned: its images and what else the scan noticed."""
+
+    folder: Path
+    entries: list[ImageEntry] = field(default_factory=list)
+    orphan_captions: list[Path] = field(default_factory=list)  # caption files with no image
+    other_images: list[Path] = field(default_factory=list)  # image formats the trainer skips
+    metadata_errors: list[tuple[Path, int, str]] = field(default_factory=list)  # file, line, message
+    empty_folders: list[Path] = field(default_factory=list)  # kohya "N_name" folders with no images
+
+
+def kohya_folder(name: str) -> tuple[int, str] | None:
+    """(N, name) for a kohya repeat folder named "N_name", else None."""
+    match = _KOHYA.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2).replace("_", " ").strip()
+
+
+def read_caption_file(path: Path) -> tuple[str, bool]:
+    """The caption in `path` and whether it was valid UTF-8.
+
+    A UTF-8 BOM is dropped, Windows line endings become "\\n" and the text is stripped.
+    Files that are not UTF-8 are read as UTF-16 (with its BOM) or cp1252, then latin-1,
+    and reported with False so the person can be warned; they are never rewritten here.
+    """
+    data = Path(path).read_bytes()
+    was_utf8 = True
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        was_utf8 = False
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            text = data.decode("utf-16", errors="replace")
+        else:
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip(), was_utf8
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) as the image is shown (EXIF rotation applied), from the header; None if unreadable."""
+    from PIL import Image  # Pillow is only needed once sizes are asked for
+
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            try:
+                orientation = image.getexif().get(0x0112, 1)
+            except Exception:  # a broken EXIF block leaves the stored orientation
+                orientation = 1
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    if orientation in (5, 6, 7, 8):
+        return height, width
+    return width, height
+
+
+# ---------------------------------------------------------------- scanning
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """(folder, visible entries) for `root` and every visible subfolder; a symlinked folder is entered once."""
+    seen: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = folder.stat()
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            with os.scandir(folder) as it:
+                items = [e for e in it if not e.name.startswith(".")]
+        except OSError:
+            continue
+        yield folder, items
+        subdirs = []
+        for item in items:
+            try:
+                if item.is_dir(follow_symlinks=True):
+                    subdirs.append(Path(item.path))
+            except OSError:
+                continue
+        stack.extend(sorted(subdirs, reverse=True))
+
+
+def _read_metadata(path: Path, result: ScanResult) -> dict[Path, str]:
+    """Captions of a metadata.jsonl, keyed by absolute image path (`file_name` is relative to its folder)."""
+    captions: dict[Path, str] = {}
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        result.metadata_errors.append((path, 0, f"cannot be read: {exc}"))
+        return captions
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            result.metadata_errors.append((path, number, f"is not valid JSON ({exc.msg})"))
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("file_name"), str):
+            result.metadata_errors.append((path, number, 'has no "file_name" string'))
+            continue
+        text = row.get("text", row.get("caption"))
+        if not isinstance(text, str):
+            result.metadata_errors.append((path, number, 'has no "text" string'))
+            continue
+        image = (path.parent / row["file_name"]).absolute()
+        captions[Path(os.path.normpath(image))] = text.replace("\r\n", "\n").strip()
+    return captions
+
+
+def _natural_key(path: Path, root: Path) -> tuple[tuple[int, str, str], ...]:
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    parts = re.split(r"(\d+)", rel)
+    return tuple((int(p) if p.isdigit() else 0, "" if p.isdigit() else p.lower(), p) for p in parts)
+
+
+def _resolve_folder(path: str, base_dir: Path | None) -> Path:
+    folder = Path(path).expanduser()
+    if not folder.is_absolute() and base_dir is not None:
+        folder = base_dir / folder
+    return Path(os.path.normpath(folder.absolute()))
+
+
+def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None) -> ScanResult:
+    """Scan one concept folder and report orphan captions, skipped formats and metadata errors too."""
+    root = _resolve_folder(concept.path, base_dir)
+    if not root.exists():
+        raise DatasetError(
+            f"Image folder {root} does not exist. Check dataset.concepts path \"{concept.path}\" "
+            "(relative paths start at the project folder) or create the folder and add images."
+        )
+    if not root.is_dir():
+        raise DatasetError(f"{root} is a file, not a folder. Point the concept path at the folder holding the images.")
+    result = ScanResult(folder=root)
+    source = concept.caption_source
+    root_kohya = kohya_folder(root.name)
+    metadata: dict[Path, str] = {}
+    metadata_file: dict[Path, Path] = {}
+    folders: list[tuple[Path, list[os.DirEntry[str]]]] = list(_walk(root))
+    if source in ("auto", "metadata"):
+        for folder, items in folders:
+            if any(i.name == METADATA_FILE for i in items):
+                found = _read_metadata(folder / METADATA_FILE, result)
+                metadata.update(found)
+                metadata_file.update(dict.fromkeys(found, folder / METADATA_FILE))
+
+    image_folders: list[Path] = []
+    for folder, items in folders:
+        # The nearest kohya folder below the root decides repeats and the folder caption.
+        repeats, folder_caption = 1, root_kohya[1] if root_kohya else None
+        rel_parts = folder.relative_to(root).parts
+        for part in reversed(rel_parts):
+            parsed = kohya_folder(part)
+            if parsed is not None:
+                repeats, folder_caption = parsed
+                break
+        by_lower = {i.name.lower(): i.name for i in items}
+        names = {i.name for i in items}
+        images_here = 0
+        image_stems: set[str] = set()
+        for item in items:
+            ext = os.path.splitext(item.name)[1].lower()
+            if ext not in IMAGE_EXTENSIONS:
+                if ext in OTHER_IMAGE_EXTENSIONS:
+                    result.other_images.append(folder / item.name)
+                continue
+            try:
+                if not item.is_file(follow_symlinks=True):
+                    continue
+            except OSError:
+                continue
+            images_here += 1
+            path = folder / item.name
+            stem = os.path.splitext(item.name)[0]
+            image_stems.add(stem.lower())
+            entry = ImageEntry(
+                path=path, caption=None, caption_path=None, caption_source="none",
+                repeats=concept.repeats * repeats, concept=str(root),
+            )
+            _pair_caption(entry, stem, names, by_lower, folder, source, metadata, metadata_file, folder_caption)
+            if entry.caption_source == "none" and concept.instance_prompt:
+                entry.caption, entry.caption_source = concept.instance_prompt, "prompt"
+            result.entries.append(entry)
+        for item in items:
+            stem, ext = os.path.splitext(item.name)
+            if ext.lower() in CAPTION_EXTENSIONS and stem.lower() not in image_stems:
+                result.orphan_captions.append(folder / item.name)
+        if images_here:
+            image_folders.append(folder)
+    for folder, _ in folders:
+        if folder != root and kohya_folder(folder.name) is not None and not any(
+            f == folder or folder in f.parents for f in image_folders
+        ):
+            result.empty_folders.append(folder)
+    result.entries.sort(key=lambda e: _natural_key(e.path, root))
+    return result
+
+
+def _pair_caption(
+    entry: ImageEntry,
+    stem: str,
+    names: set[str],
+    by_lower: dict[str, str],
+    folder: Path,
+    source: str,
+    metadata: dict[Path, str],
+    metadata_file: dict[Path, Path],
+    folder_caption: str | None,
+) -> None:
+    for ext, kind in ((".txt", "txt"), (".caption", "caption")):
+        if source not in ("auto", kind):
+            continue
+        name = stem + ext
+        actual = name if name in names else by_lower.get(name.lower())
+        if actual is None:
+            continue
+        path = folder / actual
+        try:
+            entry.caption, entry.caption_utf8 = read_caption_file(path)
+        except OSError:
+            continue  # unreadable sidecar: the check reports it, the next source may still apply
+        entry.caption_path, entry.caption_source = path, kind
+        return
+    if source in ("auto", "metadata") and entry.path in metadata:
+        entry.caption = metadata[entry.path]
+        entry.caption_path, entry.caption_source = metadata_file[entry.path], "metadata"
+        return
+    if source in ("auto", "folder") and folder_caption:
+        entry.caption, entry.caption_source = folder_caption, "folder"
+
+
+def scan_concept(concept: ConceptSection, base_dir: Path | None = None) -> list[ImageEntry]:
+    """The images of one concept with their captions, in natural file order.
+
+    `caption_source` "auto" tries a .txt sidecar, a .caption sidecar, metadata.jsonl, the
+    kohya "N_name" folder name, then the concept's instance prompt. Kohya folders inside
+    the concept multiply its repeats by N. Raises DatasetError when the folder is missing.
+    """
+    return scan_concept_report(concept, base_dir).entries
+
+
+def scan_class_images(concept: ConceptSection, base_dir: Path | None = None) -> list[ImageEntry]:
+    """DreamBooth class images of a concept (captioned with its class prompt); [] when it has none."""
+    if not concept.class_path:
+        return []
+    folder = _resolve_folder(concept.class_path, base_dir)
+    if not folder.is_dir():
+        return []  # missing class images are generated before training
+    entries = []
+    for walked, items in _walk(folder):
+        for item in items:
+            if os.path.splitext(item.name)[1].lower() in IMAGE_EXTENSIONS and item.is_file():
+                entries.append(ImageEntry(
+                    path=walked / item.name, caption=concept.class_prompt, caption_path=None,
+                    caption_source="prompt", repeats=1, concept=str(folder), is_class=True,
+                ))
+    entries.sort(key=lambda e: _natural_key(e.path, folder))
+    return entries
+
+
+def scan_dataset(dataset: DatasetSection, base_dir: Path | None = None) -> list[ImageEntry]:
+    """Every instance image of every concept of a config's dataset section."""
+    entries: list[ImageEntry] = []
+    for concept in dataset.concepts:
+        entries.extend(scan_concept(concept, base_dir))
+    return entries

@@ -1,0 +1,37 @@
+"""Aspect-ratio buckets: which training size each image is resized and cropped to."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+
+
+def bucket_sizes(resolution: int, step: int = 64, min_side: int = 256, max_side: int = 2048) -> list[tuple[int, int]]:
+    """Every (width, height) on the step grid with about resolution² pixels or fewer, sides within limits."""
+    min_side = min(min_side, resolution)
+    area = resolution * resolution
+    sizes = set()
+    width = min_side
+    while width <= max_side:
+        height = min(max_side, (area // width) // step * step)
+        if height >= min_side:
+            sizes.add((width, height))
+            sizes.add((height, width))
+        width += step
+    square = resolution // step * step or step
+    sizes.add((square, square))
+    return sorted(sizes)
+
+
+def bucket_for(size: tuple[int, int], buckets: list[tuple[int, int]]) -> tuple[int, int]:
+    """The bucket whose aspect ratio is nearest the image's (ties go to the larger bucket)."""
+    aspect = math.log(size[0] / max(1, size[1]))
+    return min(buckets, key=lambda b: (abs(math.log(b[0] / b[1]) - aspect), -b[0] * b[1]))
+
+
+def bucket_counts(
+    sizes: Iterable[tuple[int, int]], resolution: int, step: int = 64, min_side: int = 256, max_side: int = 2048
+) -> Counter[tuple[int, int]]:
+    buckets = bucket_sizes(resolution, step, min_side, max_side)
+    return Counter(bucket_for(s, buckets) for s in sizes)

@@ -1,0 +1,269 @@
+"""The main window: navigation of pages, menus, status bar, projects and recent projects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QProcess, QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QStackedWidget,
+    QWidget,
+)
+
+from studio import __version__
+from studio.core.demo_project import create_demo_project, demo_model_ready, model_command
+from studio.core.project import Project, create_project, is_project, open_project
+from studio.gui.context import StudioContext
+from studio.gui.page import Page
+from studio.gui.pages.dataset import DatasetPage
+from studio.gui.pages.export import ExportPage
+from studio.gui.pages.model import ModelPage
+from studio.gui.pages.runs import RunsPage
+from studio.gui.pages.train import TrainPage
+
+PAGE_CLASSES: tuple[type[Page], ...] = (DatasetPage, ModelPage, TrainPage, RunsPage, ExportPage)
+MAX_RECENT = 8
+DOCS_URL = "docs/index.md"
+
+
+class MainWindow(QMainWindow):
+    sig_first_paint = Signal()
+
+    def __init__(self, context: StudioContext) -> None:
+        super().__init__()
+        self.context = context
+        self.setObjectName("main_window")
+        self.setMinimumSize(QSize(960, 640))
+        self._painted = False
+        self._model_process: QProcess | None = None
+
+        self.nav = QListWidget()
+        self.nav.setObjectName("navigation")
+        self.nav.setFixedWidth(180)
+        self.stack = QStackedWidget()
+        self.pages: list[Page] = []
+        for cls in PAGE_CLASSES:
+            page = cls(context)
+            self.pages.append(page)
+            self.stack.addWidget(page)
+            item = QListWidgetItem(page.title)
+            item.setData(Qt.ItemDataRole.UserRole, page.page_id)
+            item.setSizeHint(QSize(160, 40))
+            self.nav.addItem(item)
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.nav.setCurrentRow(0)
+
+        central = QWidget()
+        layout = QHBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.nav)
+        layout.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        self.project_label = QLabel()
+        self.statusBar().addPermanentWidget(self.project_label)
+        context.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        context.sig_project_changed.connect(self._on_project_changed)
+        self._build_menus()
+        self._restore_geometry()
+
+    # ------------------------------------------------------------ menus
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        new_action = QAction("&New Project…", self, shortcut=QKeySequence.StandardKey.New)
+        new_action.triggered.connect(self.new_project_dialog)
+        open_action = QAction("&Open Project…", self, shortcut=QKeySequence.StandardKey.Open)
+        open_action.triggered.connect(self.open_project_dialog)
+        demo_action = QAction("Open &Demo Project", self)
+        demo_action.triggered.connect(self.open_demo_project)
+        self.recent_menu = QMenu("Open &Recent", self)
+        self.recent_menu.setObjectName("recent_menu")
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addActions([new_action, open_action, demo_action])
+        file_menu.addMenu(self.recent_menu)
+        file_menu.addSeparator()
+        file_menu.addAction(quit_action)
+
+        go_menu = self.menuBar().addMenu("&Go")
+        for index, page in enumerate(self.pages):
+            action = QAction(page.title, self, shortcut=QKeySequence(f"Ctrl+{index + 1}"))
+            action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
+            go_menu.addAction(action)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        docs_action = QAction("&Documentation", self, shortcut=QKeySequence.StandardKey.HelpContents)
+        docs_action.triggered.connect(self.open_documentation)
+        about_action = QAction("&About", self)
+        about_action.triggered.connect(self.show_about)
+        help_menu.addActions([docs_action, about_action])
+        self._refresh_recent_menu()
+
+    def _refresh_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        recent = self.recent_projects()
+        for path in recent:
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _checked=False, p=path: self.open_project_path(p))
+        if not recent:
+            none = self.recent_menu.addAction("No recent projects")
+            none.setEnabled(False)
+
+    # ------------------------------------------------------------ projects
+
+    def recent_projects(self) -> list[str]:
+        value = self.context.settings.value("recent_projects", [])
+        items = [value] if isinstance(value, str) else list(value or [])
+        return [p for p in items if isinstance(p, str) and p]
+
+    def _remember(self, project: Project) -> None:
+        path = str(project.root)
+        recent = [path] + [p for p in self.recent_projects() if p != path]
+        self.context.settings.setValue("recent_projects", recent[:MAX_RECENT])
+        self._refresh_recent_menu()
+
+    def set_project(self, project: Project) -> None:
+        self.context.set_project(project)
+        self._remember(project)
+
+    def open_project_path(self, path: str | Path) -> bool:
+        folder = Path(path)
+        if not folder.is_dir():
+            QMessageBox.warning(self, "Open project", f"The folder {folder} does not exist any more.")
+            return False
+        if not is_project(folder):
+            answer = QMessageBox.question(
+                self,
+                "Create a project here?",
+                f"{folder} is not a studio project yet (it has no studio.toml).\n\n"
+                "Create a project in this folder? Your images and captions there are not changed.",
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return False
+            self.set_project(create_project(folder))
+            return True
+        self.set_project(open_project(folder))
+        return True
+
+    def open_project_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open project folder")
+        if folder:
+            self.open_project_path(folder)
+
+    def new_project_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a folder for the new project")
+        if folder:
+            self.set_project(create_project(folder))
+
+    def open_demo_project(self) -> None:
+        project = create_demo_project()
+        self.set_project(project)
+        self.build_demo_model(project)
+
+    def build_demo_model(self, project: Project) -> None:
+        """Build the demo's tiny model in a subprocess; the window stays responsive."""
+        if demo_model_ready(project) or self._model_process is not None:
+            return
+        command = model_command(project)
+        process = QProcess(self)
+        process.setProgram(command[0])
+        process.setArguments(command[1:])
+        process.finished.connect(lambda code, _status: self._model_built(project, code))
+        self._model_process = process
+        self.context.status("Building the demo's tiny model…")
+        process.start()
+
+    def _model_built(self, project: Project, code: int) -> None:
+        process, self._model_process = self._model_process, None
+        if code == 0:
+            self.context.status("The demo model is ready: press Train on the Train page.")
+        else:
+            output = bytes(process.readAll().data()).decode(errors="replace") if process else ""
+            self.context.status(f"Building the demo model failed (exit {code}). {output[-200:]}")
+
+    def _on_project_changed(self, project: Project | None) -> None:
+        name = project.name if project else "no project"
+        self.setWindowTitle(f"{name} — Training Studio")
+        self.project_label.setText(str(project.root) if project else "")
+        if self.context.config_error is not None:
+            QMessageBox.warning(
+                self,
+                "The project's config has problems",
+                f"{self.context.config_error.describe()}\n\nFix studio.toml, or choose a preset on the "
+                "Model & Preset page to start from a valid config.",
+            )
+
+    # ------------------------------------------------------------ help
+
+    def open_documentation(self) -> None:
+        docs = Path(__file__).resolve().parents[2] / DOCS_URL
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs)))
+
+    def show_about(self) -> None:
+        QMessageBox.about(
+            self,
+            "About Training Studio",
+            f"<h3>Training Studio {__version__}</h3>"
+            "<p>Fine-tune Stable Diffusion (SD1.5, SDXL, SD3) with LoRA and DreamBooth on your own "
+            "GPU, or export the run for rented GPUs.</p>",
+        )
+
+    # ------------------------------------------------------------ window state
+
+    def page(self, page_id: str) -> Page:
+        for page in self.pages:
+            if page.page_id == page_id:
+                return page
+        raise KeyError(page_id)
+
+    def show_page(self, page_id: str) -> Page:
+        page = self.page(page_id)
+        self.nav.setCurrentRow(self.pages.index(page))
+        return page
+
+    def _restore_geometry(self) -> None:
+        geometry = self.context.settings.value("window/geometry")
+        size = self.context.settings.value("window/size")
+        if geometry is not None and not isinstance(geometry, str):
+            self.restoreGeometry(geometry)
+        # The size is kept apart: restoring geometry clamps to the current screen, which
+        # would shrink the window for good after one session on a small display.
+        self.resize(size if isinstance(size, QSize) else QSize(1280, 820))
+        row = self.context.settings.value("window/page", 0)
+        try:
+            self.nav.setCurrentRow(max(0, min(int(row), len(self.pages) - 1)))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.nav.setCurrentRow(0)
+
+    def paintEvent(self, event: object) -> None:
+        super().paintEvent(event)  # type: ignore[arg-type]
+        if not self._painted:
+            self._painted = True
+            self.sig_first_paint.emit()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        for page in self.pages:
+            if not page.can_close():
+                event.ignore()
+                return
+        for page in self.pages:
+            page.shutdown()
+        if self._model_process is not None:
+            self._model_process.kill()
+            self._model_process.waitForFinished(2000)
+        self.context.settings.setValue("window/geometry", self.saveGeometry())
+        self.context.settings.setValue("window/size", self.size())
+        self.context.settings.setValue("window/page", self.nav.currentRow())
+        self.context.settings.sync()
+        event.accept()

@@ -1,0 +1,122 @@
+"""`python -m studio --self-test`: open the real window, visit every page, report facts.
+
+Used by CI, by the docs' screenshot script and by anyone checking the app as a
+person would. Prints one JSON line; any exception or Qt warning makes it exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psutil
+from PySide6.QtCore import QEventLoop, QMessageLogContext, QTimer, QtMsgType, qInstallMessageHandler
+
+from studio.gui.selftest_options import SelfTestOptions
+
+# Messages the offscreen platform prints for any window; they say nothing about the studio.
+BENIGN_QT_MESSAGES = (
+    "This plugin does not support propagateSizeHints()",
+    "This plugin does not support raise()",
+    "This plugin does not support grabbing the keyboard",
+    "QFont::setPointSize: Point size <= 0",
+)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.qt_warnings: list[str] = []
+        self.exceptions: list[str] = []
+
+    def qt_message(self, kind: QtMsgType, _context: QMessageLogContext, message: str) -> None:
+        if kind in (QtMsgType.QtDebugMsg, QtMsgType.QtInfoMsg):
+            return
+        if any(message.startswith(b) for b in BENIGN_QT_MESSAGES):
+            return
+        self.qt_warnings.append(message)
+        print(f"Qt warning: {message}", file=sys.stderr)
+
+    def excepthook(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        text = "".join(traceback.format_exception(kind, value, tb))
+        self.exceptions.append(text)
+        print(text, file=sys.stderr)
+
+
+def _wait(condition: Any, timeout_s: float) -> bool:
+    loop = QEventLoop()
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+    return bool(condition())
+
+
+def run_self_test(args: argparse.Namespace) -> int:
+    started = psutil.Process().create_time()
+    problems = _Problems()
+    sys.excepthook = problems.excepthook
+    qInstallMessageHandler(problems.qt_message)
+    scratch = Path(tempfile.mkdtemp(prefix="studio-selftest-"))
+
+    from studio.gui.app import make_application, make_settings
+
+    app = make_application()
+    from studio.core.demo_project import create_demo_project
+    from studio.core.project import create_project, is_project, open_project
+    from studio.gui.context import StudioContext
+    from studio.gui.main_window import MainWindow
+
+    options = SelfTestOptions(
+        project=Path(args.project or args.project_opt) if (args.project or args.project_opt) else None,
+        screenshots=Path(args.screenshots) if args.screenshots else None,
+        hardware=Path(args.hardware) if args.hardware else None,
+        replay=Path(args.replay) if args.replay else None,
+        train_demo=bool(args.train_demo),
+    )
+    facts: dict[str, Any] = {}
+    context = StudioContext(make_settings(scratch / "settings" / "studio.ini"), hardware_file=args.hardware)
+    window = MainWindow(context)
+    painted: list[float] = []
+    window.sig_first_paint.connect(lambda: painted.append(time.time()))
+    window.show()
+    _wait(lambda: bool(painted), 10.0)
+    facts["first_paint_ms"] = round((painted[0] - started) * 1000, 1) if painted else None
+
+    if options.project is not None:
+        project = open_project(options.project) if is_project(options.project) else create_project(options.project)
+    else:
+        project = create_demo_project(scratch / "demo-project", build_model=options.train_demo)
+    window.set_project(project)
+    facts["project"] = str(project.root)
+
+    pages: list[str] = []
+    if options.screenshots:
+        options.screenshots.mkdir(parents=True, exist_ok=True)
+    for index, page in enumerate(window.pages):
+        window.show_page(page.page_id)
+        app.processEvents()
+        try:
+            facts.update(page.self_test(options))
+        except Exception:
+            problems.excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        app.processEvents()
+        if options.screenshots:
+            window.grab().save(str(options.screenshots / f"{index + 1:02d}-{page.page_id}.png"))
+        pages.append(page.page_id)
+    facts["pages"] = pages
+
+    window.close()
+    QTimer.singleShot(0, app.quit)
+    app.exec()
+    facts["torch_imported"] = "torch" in sys.modules
+    facts["qt_warnings"] = len(problems.qt_warnings)
+    facts["exceptions"] = len(problems.exceptions)
+    facts["ok"] = not problems.qt_warnings and not problems.exceptions
+    print(json.dumps(facts), flush=True)
+    return 0 if facts["ok"] else 1

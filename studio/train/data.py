@@ -1,0 +1,193 @@
+"""Training items from the config's concepts: images checked, captions prepared, buckets chosen.
+
+Images are decoded with Pillow and numpy; EXIF orientation is honoured. Augmentations
+(flip, random crop, tag shuffle, caption dropout) draw from a generator the caller seeds
+per use, so a resumed run sees exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from studio.core.config import ConceptSection, DatasetSection, TrainConfig
+from studio.core.dataset import DatasetError, ImageEntry, join_tags, scan_class_images, scan_concept, split_tags
+from studio.train.errors import TrainError
+
+Warn = Callable[[str, "str | None", str], None]
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    """One image the trainer sees, `repeats` times per epoch."""
+
+    index: int
+    path: Path
+    caption: str
+    repeats: int
+    bucket: tuple[int, int]  # (width, height) in pixels
+    size: tuple[int, int]  # (width, height) as shown, EXIF applied
+    is_class: bool = False
+    loss_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoadedImage:
+    pixels: np.ndarray  # float32, (3, H, W), in [-1, 1]
+    original_size: tuple[int, int]  # (height, width), as SDXL's conditioning expects
+    crop_top_left: tuple[int, int]  # (top, left)
+
+
+# ---------------------------------------------------------------- buckets
+
+
+def bucket_sizes(dataset: DatasetSection) -> list[tuple[int, int]]:
+    """Every (width, height) bucket whose area fits the resolution's square."""
+    res, step = dataset.resolution, dataset.bucket_step
+    lo = min(dataset.min_bucket, res)
+    hi = max(dataset.max_bucket, res)
+    area = res * res
+    sizes = {(res, res)}
+    width = lo
+    while width <= hi:
+        height = min(hi, (area // width) // step * step)
+        if height >= lo:
+            sizes.add((width, height))
+            sizes.add((height, width))
+        width += step
+    return sorted(sizes)
+
+
+def choose_bucket(size: tuple[int, int], dataset: DatasetSection, sizes: list[tuple[int, int]] | None) -> tuple[int, int]:
+    """The bucket whose aspect ratio is nearest the image's; square crops when buckets are off."""
+    if not dataset.buckets or sizes is None:
+        return dataset.resolution, dataset.resolution
+    ratio = math.log(size[0] / size[1])
+    return min(sizes, key=lambda b: (abs(math.log(b[0] / b[1]) - ratio), -b[0] * b[1]))
+
+
+# ---------------------------------------------------------------- items
+
+
+def _check_image(path: Path) -> tuple[int, int] | str:
+    """(width, height) as shown, or why the file cannot be used."""
+    try:
+        with Image.open(path) as image:
+            image.verify()
+        with Image.open(path) as image:
+            width, height = image.size
+            orientation = image.getexif().get(0x0112, 1)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        return f"cannot be read as an image ({exc.__class__.__name__}: {exc})"
+    if width < 8 or height < 8:
+        return f"is only {width}x{height} pixels"
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def _scan(concept: ConceptSection) -> list[ImageEntry]:
+    try:
+        return scan_concept(concept)
+    except DatasetError as exc:
+        raise TrainError("data", str(exc), "fix dataset.concepts in the config", path=concept.path) from None
+
+
+def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
+    """Every usable image of every concept; bad files are skipped with a warning.
+
+    Raises TrainError(kind "data") when no concept is configured or no usable image is left.
+    """
+    dataset = config.dataset
+    if not dataset.concepts:
+        raise TrainError("data", "the config has no image folders", "add a [[dataset.concepts]] table with a path")
+    sizes = bucket_sizes(dataset) if dataset.buckets else None
+    items: list[TrainItem] = []
+    for concept in dataset.concepts:
+        entries = _scan(concept)
+        if not entries:
+            raise TrainError(
+                "data", f"the image folder {concept.path} holds no images",
+                "add .png/.jpg/.webp images to it or remove the concept", path=concept.path,
+            )
+        class_entries = scan_class_images(concept) if concept.uses_prior_preservation else []
+        instance_count = sum(e.repeats for e in entries)
+        for entry in [*entries, *class_entries]:
+            checked = _check_image(entry.path)
+            if isinstance(checked, str):
+                warn(f"skipped {entry.path.name}: it {checked}", str(entry.path), "replace or delete the file")
+                continue
+            if not entry.caption_utf8 and entry.caption_path is not None:
+                warn(
+                    f"caption {entry.caption_path.name} is not UTF-8; it was read with a fallback encoding",
+                    str(entry.caption_path), "save the caption file as UTF-8",
+                )
+            caption = entry.caption or ""
+            if not caption and not entry.is_class:
+                warn(f"{entry.path.name} has no caption; it trains with an empty prompt", str(entry.path),
+                     "add a .txt caption next to it or set the concept's instance_prompt")
+            repeats = entry.repeats
+            if entry.is_class:
+                # Class images balance the instance images of their concept, as many as those.
+                repeats = max(1, round(instance_count / max(1, len(class_entries))))
+            items.append(TrainItem(
+                index=len(items), path=entry.path, caption=caption, repeats=repeats,
+                bucket=choose_bucket(checked, dataset, sizes), size=checked, is_class=entry.is_class,
+                loss_weight=concept.prior_loss_weight if entry.is_class else 1.0,
+            ))
+    if not any(not item.is_class for item in items):
+        folders = ", ".join(c.path for c in dataset.concepts)
+        raise TrainError("data", f"no usable training image is left in {folders}",
+                         "see the warnings above for the files that were skipped", path=dataset.concepts[0].path)
+    return items
+
+
+# ---------------------------------------------------------------- images
+
+
+def load_image(
+    item: TrainItem, crop: str, flip: bool, rng: np.random.Generator | None
+) -> LoadedImage:
+    """Decode, orient, resize to cover the bucket, crop and maybe flip one image."""
+    width, height = item.bucket
+    try:
+        with Image.open(item.path) as raw:
+            image = ImageOps.exif_transpose(raw).convert("RGB")
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise TrainError("data", f"{item.path} cannot be read: {exc}", "replace or delete the file",
+                         path=str(item.path)) from None
+    scale = max(width / image.width, height / image.height)
+    new_w, new_h = max(width, round(image.width * scale)), max(height, round(image.height * scale))
+    if (new_w, new_h) != image.size:
+        image = image.resize((new_w, new_h), Image.Resampling.LANCZOS)
+    if crop == "random" and rng is not None:
+        left = int(rng.integers(0, new_w - width + 1))
+        top = int(rng.integers(0, new_h - height + 1))
+    else:
+        left, top = (new_w - width) // 2, (new_h - height) // 2
+    image = image.crop((left, top, left + width, top + height))
+    array = np.asarray(image, dtype=np.float32)
+    if flip and rng is not None and rng.random() < 0.5:
+        array = array[:, ::-1]
+    pixels = np.ascontiguousarray(array.transpose(2, 0, 1)) / 127.5 - 1.0
+    return LoadedImage(pixels.astype(np.float32), (new_h, new_w), (top, left))
+
+
+# ---------------------------------------------------------------- captions
+
+
+def prepare_caption(caption: str, dataset: DatasetSection, rng: np.random.Generator | None) -> str:
+    """Tag shuffle (keeping the first `keep_tokens` tags in place) and caption dropout."""
+    if rng is None:
+        return caption
+    if dataset.caption_dropout > 0 and rng.random() < dataset.caption_dropout:
+        return ""
+    if dataset.shuffle_tags:
+        tags = split_tags(caption)
+        kept, rest = tags[: dataset.keep_tokens], tags[dataset.keep_tokens:]
+        order = rng.permutation(len(rest))
+        return join_tags([*kept, *(rest[i] for i in order)])
+    return caption

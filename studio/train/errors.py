@@ -1,0 +1,27 @@
+"""Errors the trainer reports as an `error` event (kind, message, hint) before it exits non-zero."""
+
+from __future__ import annotations
+
+
+class TrainError(Exception):
+    """A failure a person can act on: `kind` is oom, config, data, nan, model or crash."""
+
+    def __init__(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+        self.path = path
+
+
+def oom_hint(batch_size: int, resolution: int, gradient_checkpointing: bool, estimate: str = "") -> str:
+    """What to lower after CUDA ran out of memory, most effective first."""
+    steps = []
+    if batch_size > 1:
+        steps.append(f"training.batch_size ({batch_size}; raise gradient_accumulation to keep the effective batch)")
+    if not gradient_checkpointing:
+        steps.append("turn on training.gradient_checkpointing")
+    steps.append(f"dataset.resolution ({resolution})")
+    steps.append("training.mixed_precision = \"bf16\" or \"fp16\", and training.cache_latents")
+    text = "lower or change: " + "; ".join(steps)
+    return f"{text}. {estimate}".strip() if estimate else text

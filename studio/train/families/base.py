@@ -1,0 +1,142 @@
+"""The seam between the training loop and a model family.
+
+A family is one module in this package defining a `FamilyAdapter` subclass and
+exposing it as `ADAPTER`; the loop never asks which family it trains. The adapter
+loads the components, names the modules LoRA wraps, encodes prompts and images,
+chooses the noise scheme, predicts, builds the sample pipeline and writes outputs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from studio.core.config import TrainConfig
+from studio.train.families.schemes import NoiseScheme
+
+Conditioning = dict[str, torch.Tensor]
+
+
+@dataclass
+class Components:
+    """What a family loads: the network trained (UNet or transformer) and what feeds it."""
+
+    denoiser: torch.nn.Module
+    vae: torch.nn.Module
+    text_encoders: list[torch.nn.Module]
+    tokenizers: list[Any]
+    scheduler: Any  # the training noise scheduler
+    sample_scheduler: Any = None  # the scheduler the pipeline samples with
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class FamilyAdapter(ABC):
+    """Everything family-specific the loop needs."""
+
+    family: ClassVar[str]
+    # Names under which the pipeline's LoRA loader expects each text encoder's layers.
+    text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
+    denoiser_name: ClassVar[str] = "unet"
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+
+    # ------------------------------------------------------------ loading
+
+    @abstractmethod
+    def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
+        """Load the base model; raise TrainError("model", ...) naming the path when it cannot."""
+
+    @abstractmethod
+    def default_lora_targets(self) -> list[str]:
+        """Module names of the denoiser that LoRA wraps when the config names none."""
+
+    def text_encoder_lora_targets(self) -> list[str]:
+        return ["q_proj", "k_proj", "v_proj", "out_proj"]
+
+    def lora_targets(self) -> list[str]:
+        return list(self.config.method.target_modules) or self.default_lora_targets()
+
+    def add_lora(self, components: Components) -> None:
+        """Wrap the target modules (and, when asked, the text encoders') with LoRA layers."""
+        from peft import LoraConfig
+
+        method = self.config.method
+        components.denoiser.add_adapter(LoraConfig(  # type: ignore[operator]
+            r=method.rank, lora_alpha=method.lora_alpha, lora_dropout=method.dropout,
+            init_lora_weights="gaussian", target_modules=self.lora_targets(), use_dora=method.use_dora,
+        ))
+        if method.train_text_encoder:
+            rank = method.text_encoder_rank or method.rank
+            alpha = method.lora_alpha * rank / method.rank
+            for encoder in components.text_encoders:
+                encoder.add_adapter(LoraConfig(  # type: ignore[operator]
+                    r=rank, lora_alpha=alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
+                    target_modules=self.text_encoder_lora_targets(), use_dora=method.use_dora,
+                ))
+
+    # ------------------------------------------------------------ encoding
+
+    @abstractmethod
+    def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
+        """Text conditioning for a batch of captions (each tensor batch-first)."""
+
+    def extra_conditioning(self, batch: dict[str, Any], cond: Conditioning, device: torch.device) -> Conditioning:
+        """Conditioning that depends on the images (SDXL's size and crop ids); none by default."""
+        return cond
+
+    @abstractmethod
+    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1], (B, 3, H, W) -> scaled latents."""
+
+    @abstractmethod
+    def noise_scheme(self, components: Components) -> NoiseScheme:
+        """The noising recipe and loss (epsilon/v-prediction or flow matching)."""
+
+    @abstractmethod
+    def predict(
+        self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
+    ) -> torch.Tensor:
+        """The denoiser's output for a noised batch."""
+
+    # ------------------------------------------------------------ outputs
+
+    @abstractmethod
+    def make_pipeline(self, components: Components) -> Any:
+        """A diffusers pipeline around the (unwrapped) components, for samples and saving."""
+
+    def generate(
+        self, pipeline: Any, prompt: str, generator: torch.Generator, size: int
+    ) -> Any:
+        """One sample image (PIL) for a prompt at the configured steps and guidance."""
+        sampling = self.config.sampling
+        result = pipeline(
+            prompt=prompt, negative_prompt=sampling.negative_prompt or None,
+            num_inference_steps=sampling.steps, guidance_scale=sampling.guidance,
+            height=size, width=size, generator=generator,
+        )
+        return result.images[0]
+
+    @abstractmethod
+    def save_lora(
+        self,
+        folder: Path,
+        layers: dict[str, dict[str, torch.Tensor]],
+        metadata: dict[str, str],
+        adapter_configs: dict[str, dict[str, Any]],
+    ) -> list[Path]:
+        """Write the LoRA in diffusers and kohya formats (as the config's output.formats ask).
+
+        `layers` maps "unet"/"transformer"/"text_encoder"... to peft-format state dicts.
+        """
+
+    def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:
+        """DreamBooth: the whole pipeline as a diffusers folder."""
+        pipeline = self.make_pipeline(components)
+        pipeline.to(dtype=dtype)
+        pipeline.save_pretrained(folder, safe_serialization=True)
+        return [folder]

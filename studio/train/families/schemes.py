@@ -1,0 +1,86 @@
+"""How a family noises latents and what its network learns to predict.
+
+`DiffusionScheme` is the DDPM recipe of SD1.x/2.x and SDXL (epsilon or v-prediction,
+optional min-SNR weighting and noise offset). A flow-matching family (SD3) adds its
+own scheme class with the same two methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from studio.core.config import TrainingSection
+
+
+@dataclass
+class Noised:
+    """A noised batch: the network's input, its timesteps, the target and per-sample loss weights."""
+
+    noisy: torch.Tensor
+    timesteps: torch.Tensor
+    target: torch.Tensor
+    weights: torch.Tensor  # (batch,), multiplied into each sample's loss
+
+
+class NoiseScheme(Protocol):
+    def noise(self, latents: torch.Tensor, generator: torch.Generator) -> Noised: ...
+
+    def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor: ...
+
+
+def randn_like_on_cpu(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    """Noise drawn on the CPU from `generator`, so a run is reproducible on any device."""
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(like.device, like.dtype)
+
+
+def weighted_mse(prediction: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean squared error per sample, times its weight, averaged over the batch."""
+    per_sample = F.mse_loss(prediction.float(), target.float(), reduction="none")
+    per_sample = per_sample.mean(dim=list(range(1, per_sample.ndim)))
+    return (per_sample * weights.to(per_sample.device)).mean()
+
+
+class DiffusionScheme:
+    """DDPM training: random timesteps, noise added by the scheduler, epsilon or velocity target."""
+
+    def __init__(self, scheduler: Any, training: TrainingSection) -> None:
+        self.scheduler = scheduler
+        self.prediction_type: str = scheduler.config.prediction_type
+        if self.prediction_type not in ("epsilon", "v_prediction"):
+            raise ValueError(
+                f"prediction type {self.prediction_type!r} is not trainable here; use epsilon or v_prediction"
+            )
+        self.noise_offset = training.noise_offset
+        self.min_snr_gamma = training.min_snr_gamma
+        self.timesteps = int(scheduler.config.num_train_timesteps)
+
+    def noise(self, latents: torch.Tensor, generator: torch.Generator) -> Noised:
+        batch = latents.shape[0]
+        noise = randn_like_on_cpu(tuple(latents.shape), generator, latents)
+        if self.noise_offset:
+            offset = randn_like_on_cpu((batch, latents.shape[1], 1, 1), generator, latents)
+            noise = noise + self.noise_offset * offset
+        timesteps = torch.randint(0, self.timesteps, (batch,), generator=generator).to(latents.device)
+        noisy = self.scheduler.add_noise(latents, noise, timesteps)
+        if self.prediction_type == "epsilon":
+            target = noise
+        else:
+            target = self.scheduler.get_velocity(latents, noise, timesteps)
+        return Noised(noisy, timesteps, target, self._snr_weights(timesteps))
+
+    def _snr_weights(self, timesteps: torch.Tensor) -> torch.Tensor:
+        if self.min_snr_gamma is None:
+            return torch.ones(timesteps.shape[0], device=timesteps.device)
+        from diffusers.training_utils import compute_snr
+
+        snr = compute_snr(self.scheduler, timesteps)
+        clipped = torch.clamp(snr, max=self.min_snr_gamma)
+        # Min-SNR-gamma (Hang et al. 2023): for v-prediction the target's scale adds one to the SNR.
+        return clipped / (snr + 1 if self.prediction_type == "v_prediction" else snr)
+
+    def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor:
+        return weighted_mse(prediction, noised.target, noised.weights * sample_weights.to(noised.weights.device))

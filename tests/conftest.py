@@ -1,0 +1,54 @@
+"""Shared test set-up: offscreen Qt, no network, and never the person's real settings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("PYTEST_QT_API", "pyside6")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    import pytestqt  # noqa: F401
+
+    HAVE_QT = True
+except ImportError:
+    HAVE_QT = False
+
+# Qt's offscreen platform prints these for any window; they say nothing about the studio.
+BENIGN_QT_MESSAGES = (
+    "This plugin does not support propagateSizeHints()",
+    "This plugin does not support raise()",
+    "This plugin does not support grabbing the keyboard",
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Settings, caches, user presets and the demo project go to a temporary folder."""
+    base = tmp_path_factory.mktemp("user")
+    for name in ("STUDIO_CONFIG_DIR", "STUDIO_CACHE_DIR", "STUDIO_DATA_DIR"):
+        folder = base / name.lower()
+        folder.mkdir()
+        monkeypatch.setenv(name, str(folder))
+    monkeypatch.delenv("STUDIO_HARDWARE", raising=False)
+    yield base
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/gui/" in item.nodeid.replace(os.sep, "/") or "tests/e2e/" in item.nodeid:
+            item.add_marker(pytest.mark.gui)
+    if not HAVE_QT:
+        return
+    for item in items:
+        item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
+        item.add_marker(pytest.mark.qt_log_ignore(*(m.replace("(", r"\(").replace(")", r"\)") for m in BENIGN_QT_MESSAGES)))

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from studio.core.dataset_buckets import bucket_counts, bucket_for, bucket_sizes
+
+
+def test_buckets_stay_within_area_and_grid() -> None:
+    sizes = bucket_sizes(512, 64, 256, 1024)
+    assert (512, 512) in sizes and (768, 320) in sizes and (320, 768) in sizes
+    assert all(w * h <= 512 * 512 and w % 64 == 0 and h % 64 == 0 for w, h in sizes)
+
+
+def test_images_land_in_nearest_aspect_bucket() -> None:
+    buckets = bucket_sizes(512)
+    assert bucket_for((1000, 1000), buckets) == (512, 512)
+    w, h = bucket_for((1920, 1080), buckets)
+    assert w > h and abs(w / h - 16 / 9) < 0.25
+    counts = bucket_counts([(800, 800), (640, 640), (1080, 1920)], 512)
+    assert counts[(512, 512)] == 2 and sum(counts.values()) == 3

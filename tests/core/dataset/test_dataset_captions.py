@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import MakeDataset
+
+from studio.core.captions import CaptionEdit, CaptionStore
+from studio.core.config import ConceptSection
+from studio.core.dataset import scan_concept
+
+
+def store_for(root: Path, **kw: object) -> CaptionStore:
+    return CaptionStore(scan_concept(ConceptSection(path=str(root), **kw)))  # type: ignore[arg-type]
+
+
+def test_edit_is_saved_to_its_sidecar(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": "old", "b.png": "keep"})
+    store = store_for(root)
+    store.set_caption(root / "a.png", "new caption")
+    assert store.pending == [root / "a.png"]
+    assert (root / "a.txt").read_text() == "old"  # nothing written before a flush
+    report = store.flush()
+    assert report.saved == [root / "a.png"] and not report.conflicts and not report.errors
+    assert (root / "a.txt").read_text(encoding="utf-8") == "new caption"
+    assert (root / "b.txt").read_text() == "keep"
+    assert store.pending == []
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_caption_file_extension_is_kept(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None})
+    (root / "a.caption").write_text("x")
+    store = store_for(root)
+    store.set_caption(root / "a.png", "y")
+    store.flush()
+    assert (root / "a.caption").read_text() == "y" and not (root / "a.txt").exists()
+
+
+def test_new_sidecar_for_uncaptioned_and_undo_removes_it(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"10_dog/a.png": None})
+    image = root / "10_dog" / "a.png"
+    store = store_for(root)
+    assert store.caption(image) == "dog"
+    edit = CaptionEdit(image, "dog", "sks dog")
+    store.apply([edit])
+    store.flush()
+    assert (root / "10_dog" / "a.txt").read_text() == "sks dog"
+    store.revert([edit])
+    store.flush()
+    assert not (root / "10_dog" / "a.txt").exists()
+    assert store.entries[image].caption_source == "folder"
+
+
+def test_no_empty_file_for_image_that_had_no_caption(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None})
+    store = store_for(root)
+    edit = CaptionEdit(root / "a.png", None, "x")
+    store.apply([edit])
+    store.revert([edit])
+    assert store.flush().saved == []
+    assert not (root / "a.txt").exists()
+
+
+def test_conflict_when_changed_on_disk(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+    (root / "a.txt").write_text("changed elsewhere")
+    store.set_caption(root / "a.png", "mine")
+    report = store.flush()
+    assert report.saved == []
+    (conflict,) = report.conflicts
+    assert (conflict.disk_text, conflict.our_text) == ("changed elsewhere", "mine")
+    assert "changed by another program" in conflict.describe()
+    assert (root / "a.txt").read_text() == "changed elsewhere"
+    assert store.keep_ours(conflict).saved == [root / "a.png"]
+    assert (root / "a.txt").read_text() == "mine"
+
+
+def test_conflict_take_disk_text(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+    (root / "a.txt").write_text("theirs")
+    store.set_caption(root / "a.png", "mine")
+    (conflict,) = store.flush().conflicts
+    store.take_disk_text(conflict)
+    assert store.caption(root / "a.png") == "theirs" and store.pending == []
+
+
+def test_same_content_rewritten_elsewhere_is_no_conflict(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+    (root / "a.txt").write_text("old\r\n")  # touched, same text
+    store.set_caption(root / "a.png", "mine")
+    assert store.flush().saved == [root / "a.png"]
+
+
+def test_metadata_row_updated_other_keys_and_rows_kept(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None, "b.png": None})
+    rows = [{"file_name": "a.png", "text": "ä one", "score": 5}, {"file_name": "b.png", "text": "two"}]
+    (root / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{bad line\n")
+    store = store_for(root)
+    store.set_caption(root / "a.png", "ä new")
+    assert store.flush().saved == [root / "a.png"]
+    lines = (root / "metadata.jsonl").read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0]) == {"file_name": "a.png", "text": "ä new", "score": 5}
+    assert json.loads(lines[1]) == rows[1]
+    assert lines[2] == "{bad line"
+    assert not (root / "a.txt").exists()
+
+
+def test_metadata_conflict_only_for_the_changed_row(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None, "b.png": None})
+    meta = root / "metadata.jsonl"
+    meta.write_text('{"file_name": "a.png", "text": "a"}\n{"file_name": "b.png", "text": "b"}\n')
+    store = store_for(root)
+    meta.write_text('{"file_name": "a.png", "text": "a"}\n{"file_name": "b.png", "text": "B edited"}\n')
+    store.set_caption(root / "a.png", "A mine")
+    store.set_caption(root / "b.png", "B mine")
+    report = store.flush()
+    assert report.saved == [root / "a.png"]
+    assert [c.image for c in report.conflicts] == [root / "b.png"]
+    assert '"A mine"' in meta.read_text() and '"B edited"' in meta.read_text()
+
+
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0, reason="needs POSIX permissions, not root")
+def test_read_only_folder_is_refused_and_text_kept(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+    root.chmod(0o555)
+    (root / "a.txt").chmod(0o444)
+    try:
+        assert "read-only" in (store.write_refusal(root / "a.png") or "")
+        store.set_caption(root / "a.png", "typed")
+        report = store.flush()
+        (error,) = report.errors
+        assert "a.png" in str(error) and "read-only" in str(error) and "Your text is kept" in str(error)
+        assert store.pending == [root / "a.png"] and store.caption(root / "a.png") == "typed"
+    finally:
+        root.chmod(0o755)
+    assert (root / "a.txt").read_text() == "old"
+
+
+def test_non_utf8_file_is_only_rewritten_when_edited(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None, "b.png": None})
+    (root / "a.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (root / "b.txt").write_bytes("cr\xe8me".encode("latin-1"))
+    store = store_for(root)
+    store.set_caption(root / "a.png", "café au lait")
+    store.flush()
+    assert (root / "a.txt").read_bytes() == "café au lait".encode()
+    assert (root / "b.txt").read_bytes() == "cr\xe8me".encode("latin-1")
+
+
+def test_many_saves_in_one_batch(make_dataset: MakeDataset) -> None:
+    root = make_dataset({f"i{n}.png": f"c{n}" for n in range(20)})
+    store = store_for(root)
+    for image in list(store.entries):
+        store.set_caption(image, "t, " + (store.caption(image) or ""))
+    assert len(store.flush().saved) == 20
+    assert (root / "i7.txt").read_text() == "t, c7"
+
+
+def test_write_failure_keeps_text_pending(make_dataset: MakeDataset, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read-only case as seen by a root user: the write itself is refused."""
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+
+    def refuse(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("studio.core.captions.tempfile.mkstemp", refuse)
+    store.set_caption(root / "a.png", "typed")
+    (error,) = store.flush().errors
+    assert "read-only" in str(error) and str(root / "a.txt") in str(error)
+    assert store.pending == [root / "a.png"]
+    monkeypatch.undo()
+    assert store.flush().saved == [root / "a.png"]
+    assert (root / "a.txt").read_text() == "typed"

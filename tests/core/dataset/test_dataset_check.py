@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import MakeDataset, make_image, png_header_only
+from PIL import Image
+
+from studio.cli import main as cli_main
+from studio.core.config import ConceptSection
+from studio.core.dataset_check import CheckReport, check_concepts
+
+
+def check(root: Path, resolution: int = 32) -> CheckReport:
+    return check_concepts([ConceptSection(path=str(root))], None, resolution)
+
+
+def codes(report: CheckReport, name: str) -> dict[str, str]:
+    """{code: severity} of the problems of one file (by file name)."""
+    return {p.code: p.severity for p in report.problems if Path(p.path).name == name}
+
+
+def test_clean_dataset_has_no_problems(make_dataset: MakeDataset) -> None:
+    report = check(make_dataset({"a.png": "a red square", "b.jpg": "a blue square"}))
+    assert report.images == 2 and report.problems == []
+
+
+def test_unreadable_zero_bytes_and_truncated(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"ok.png": "x"})
+    (root / "zero.png").write_bytes(b"")
+    (root / "zero.txt").write_text("x")
+    (root / "junk.jpg").write_bytes(b"this is not an image")
+    (root / "junk.txt").write_text("x")
+    good = root / "cut.jpg"
+    Image.effect_noise((128, 128), 60).convert("RGB").save(good)
+    (root / "cut.txt").write_text("x")
+    data = good.read_bytes()
+    good.write_bytes(data[: len(data) // 2])
+    report = check(root)
+    assert codes(report, "zero.png") == {"unreadable_image": "error"}
+    assert "0 bytes" in report.by_path()[str(root / "zero.png")][0].message
+    assert codes(report, "junk.jpg") == {"unreadable_image": "error"}
+    assert codes(report, "cut.jpg") == {"truncated_image": "error"}
+    assert codes(report, "ok.png") == {}
+
+
+def test_size_aspect_huge_and_modes(make_dataset: MakeDataset) -> None:
+    root = make_dataset({})
+    for name, size in (("small.png", (16, 16)), ("wide.png", (400, 100)), ("fine.png", (64, 64))):
+        make_image(root / name, size=size)
+    png_header_only(root / "huge.png", 20000, 20000)
+    Image.new("CMYK", (64, 64)).save(root / "cmyk.jpg")
+    Image.new("I;16", (64, 64)).save(root / "deep.png")
+    for img in root.glob("*.*"):
+        img.with_suffix(".txt").write_text("caption")
+    report = check(root, resolution=32)
+    assert codes(report, "small.png") == {"too_small": "warning"}
+    assert codes(report, "wide.png") == {"extreme_aspect": "warning"}
+    assert "20000x20000" in str(report.by_path()[str(root / "huge.png")])
+    assert "huge_image" in codes(report, "huge.png")
+    assert codes(report, "cmyk.jpg") == {"unusual_mode": "warning"}
+    assert "unusual_mode" in codes(report, "deep.png")
+    assert codes(report, "fine.png") == {}
+
+
+def test_exif_rotation_counts_for_aspect(make_dataset: MakeDataset) -> None:
+    root = make_dataset({})
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (400, 100)).save(root / "r.jpg", exif=exif)
+    (root / "r.txt").write_text("x")
+    (problem,) = check(root).problems
+    assert problem.code == "extreme_aspect" and "100x400" in problem.message
+
+
+def test_caption_rules(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"none.png": None, "empty.png": "  \r\n", "long.png": ", ".join(["word"] * 60),
+                         "latin.png": None})
+    (root / "latin.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (root / "lonely.txt").write_text("no image")
+    report = check(root)
+    assert codes(report, "none.png") == {"missing_caption": "warning"}
+    assert codes(report, "empty.png") == {"empty_caption": "warning"}
+    assert codes(report, "long.png") == {"long_caption": "warning"}
+    assert codes(report, "latin.txt") == {"non_utf8_caption": "warning"}
+    assert codes(report, "lonely.txt") == {"orphan_caption": "warning"}
+
+
+def test_duplicates_and_unsupported(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": "x"})
+    (root / "copy of a.png").write_bytes((root / "a.png").read_bytes())
+    (root / "copy of a.txt").write_text("x")
+    (root / "anim.gif").write_bytes(b"GIF89a")
+    report = check(root)
+    (dup,) = [p for p in report.problems if p.code == "duplicate_image"]
+    assert dup.path == str(root / "copy of a.png") and str(root / "a.png") in dup.message
+    assert codes(report, "anim.gif") == {"unsupported_format": "warning"}
+
+
+def test_empty_and_missing_folders_are_errors(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "kohya" / "3_cat").mkdir(parents=True)
+    make_image(tmp_path / "kohya" / "5_dog" / "a.png")
+    concepts = [ConceptSection(path="empty"), ConceptSection(path="missing"), ConceptSection(path="kohya")]
+    report = check_concepts(concepts, tmp_path, 32)
+    found = {(p.code, Path(p.path).name) for p in report.errors}
+    assert found == {("no_images", "empty"), ("folder_missing", "missing"), ("no_images", "3_cat")}
+
+
+def test_cli_json_and_exit_codes(make_dataset: MakeDataset, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_dataset({"a.png": "a caption"})
+    assert cli_main(["check-dataset", str(root), "--json", "--resolution", "32"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"images": 1, "errors": 0, "warnings": 0, "problems": []}
+    (root / "bad.png").write_bytes(b"")
+    assert cli_main(["check-dataset", str(root), "--resolution", "32"]) == 1
+    text = capsys.readouterr().out
+    assert "bad.png" in text and "1 errors" in text
+    assert cli_main(["check-dataset", str(root / "nope")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_cli_reads_project_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.core.project import create_project, default_config
+
+    config = default_config("pics")
+    project = create_project(tmp_path / "proj", config)
+    make_image(project.root / "pics" / "a.png", size=(64, 64))
+    assert cli_main(["check-dataset", str(project.root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["images"] == 1
+    assert [p["code"] for p in out["problems"]] == ["too_small", "missing_caption"]

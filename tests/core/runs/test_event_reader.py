@@ -1,0 +1,157 @@
+"""EventTail reads what a trainer appends; RunModel shows it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from studio.core.event_reader import EventTail, RunModel, replay, replay_run
+from studio.core.events import Error, Phase, RunFinished, Sample, Step
+from tests.core.runs.conftest import step_event, write_events
+
+
+def test_poll_reads_only_new_complete_lines(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    tail = EventTail(path)
+    assert tail.poll() == []  # no file yet: nothing, no error
+    write_events(path, [step_event(1), step_event(2)])
+    assert [e.step for e in tail.poll()] == [1, 2]  # type: ignore[attr-defined]
+    assert tail.poll() == []
+    write_events(path, [step_event(3)])
+    assert [e.step for e in tail.poll()] == [3]  # type: ignore[attr-defined]
+
+
+def test_partial_last_line_waits_for_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    line = step_event(7).to_json()
+    write_events(path, [step_event(6)], tail=line[:20])
+    tail = EventTail(path)
+    assert [e.step for e in tail.poll()] == [6]  # type: ignore[attr-defined]
+    assert tail.pending_bytes == 20
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line[20:] + "\n")
+    events = tail.poll()
+    assert len(events) == 1 and isinstance(events[0], Step) and events[0].step == 7
+    assert tail.garbage_lines == 0
+
+
+def test_garbage_lines_are_counted_and_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "events.jsonl"
+    write_events(path, [step_event(1)], tail='not json\n{"no_type": 1}\n[1,2]\n\xff\xfe garbage\n')
+    write_events(path, [step_event(2)])
+    tail = EventTail(path)
+    with caplog.at_level(logging.WARNING):
+        events = tail.poll()
+    assert [e.step for e in events] == [1, 2]  # type: ignore[attr-defined]
+    assert tail.garbage_lines == 4
+    assert "line 2 is not an event" in caplog.text
+
+
+def test_unknown_types_warn_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "events.jsonl"
+    newer = '{"v":2,"type":"hologram","time":1}\n'
+    write_events(path, [step_event(1)], tail=newer * 3)
+    with caplog.at_level(logging.WARNING):
+        events = EventTail(path).poll()
+    assert len(events) == 1
+    assert caplog.text.count("unknown event type 'hologram'") == 1
+
+
+def test_truncation_restarts_and_flags(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    write_events(path, [step_event(i) for i in range(1, 6)])
+    tail = EventTail(path)
+    assert len(tail.poll()) == 5
+    path.write_text(step_event(1).to_json() + "\n")  # a new run wrote over the file
+    events = tail.poll()
+    assert tail.restarted and tail.restarts == 1
+    assert [e.step for e in events] == [1]  # type: ignore[attr-defined]
+    assert not (tail.poll() or tail.restarted)
+
+
+def test_replaced_file_is_detected_by_inode(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    write_events(path, [step_event(1)])
+    tail = EventTail(path)
+    tail.poll()
+    other = tmp_path / "other.jsonl"
+    write_events(other, [step_event(i) for i in range(10, 14)])  # longer than the old file
+    os.replace(other, path)
+    events = tail.poll()
+    assert tail.restarted
+    assert [e.step for e in events] == [10, 11, 12, 13]  # type: ignore[attr-defined]
+
+
+def test_max_bytes_bounds_one_poll(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    write_events(path, [step_event(i) for i in range(1, 101)])
+    tail = EventTail(path, max_bytes=2000)
+    first = tail.poll()
+    assert 0 < len(first) < 100 and tail.has_more()
+    rest = tail.finish()
+    assert len(first) + len(rest) == 100
+
+
+def test_run_model_follows_status_and_numbers() -> None:
+    model = RunModel()
+    assert model.status == "preparing"
+    model.apply(Phase(name="caching", done=1, total=4, time=1.0))
+    assert model.status == "caching"
+    model.apply(step_event(1, loss=0.9))
+    model.apply(step_event(2, loss=0.7))
+    assert (model.status, model.step, model.last_loss) == ("training", 2, 0.7)
+    assert model.loss.view().tolist() == [0.9, 0.7]
+    assert model.memory[0].allocated.view().tolist() == [101.0, 102.0]
+    model.apply(Phase(name="sampling", time=1004.0))
+    assert model.status == "sampling"
+    model.apply(Sample(step=2, images=["samples/a.png"], prompts=["a cat"], time=1005.0))
+    assert model.samples[0].prompt == "a cat"
+    model.apply(Error(kind="oom", message="CUDA out of memory", hint="lower the batch", time=1006.0))
+    model.apply(RunFinished(status="failed", step=2, time=1007.0))
+    assert model.status == "failed" and model.errors[0].hint == "lower the batch"
+    model.mark_ended("stopped", "killed")  # the finish event already said what happened
+    assert model.status == "failed"
+
+
+def test_cpu_memory_uses_rss() -> None:
+    from studio.core.events import RankMemory
+
+    model = RunModel()
+    model.apply(Step(step=1, epoch=1, loss=0.1, lr=0.1, memory=[RankMemory(rank=1, device="cpu", rss_mb=321.0)]))
+    assert model.memory[1].allocated.view().tolist() == [321.0]
+
+
+def test_crash_without_finish_is_marked() -> None:
+    model = RunModel()
+    model.apply(step_event(1))
+    model.mark_ended("failed", "the trainer exited with code -9")
+    assert model.status == "failed" and "code -9" in model.message
+
+
+def test_replay_of_finished_run(finished_run: Path) -> None:
+    model = replay(finished_run)
+    assert model.status == "finished"
+    assert model.step == 3 and model.total_steps == 3
+    assert model.elapsed_s() == pytest.approx(10.0)
+    assert model.resolve(model.outputs[0]) == finished_run / "output" / "pytorch_lora_weights.safetensors"
+
+
+def test_replay_keeps_a_complete_last_line_without_newline(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    write_events(path, [step_event(1)], tail=step_event(2).to_json())
+    rep = replay_run(tmp_path)
+    assert rep.events == 2 and rep.garbage_lines == 0
+
+
+def test_replay_counts_a_torn_last_line_as_garbage(tmp_path: Path) -> None:
+    write_events(tmp_path / "events.jsonl", [step_event(1)], tail=step_event(2).to_json()[:15])
+    rep = replay_run(tmp_path)
+    assert rep.events == 1 and rep.garbage_lines == 1 and rep.model.step == 1
+
+
+def test_replay_of_missing_folder_is_empty(tmp_path: Path) -> None:
+    model = replay(tmp_path / "gone")
+    assert model.event_count == 0 and model.status == "preparing"

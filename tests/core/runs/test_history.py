@@ -1,0 +1,115 @@
+"""The Runs table's rows come from the run folders."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from studio.core.history import (
+    REMOTE_FILE,
+    delete_run,
+    import_run,
+    list_runs,
+    summarize_run,
+    write_process_file,
+)
+from tests.core.runs.conftest import step_event, write_events
+
+
+def never_alive(_: Path) -> bool:
+    return False
+
+
+def test_summary_of_a_finished_run(finished_run: Path) -> None:
+    s = summarize_run(finished_run, never_alive)
+    assert (s.name, s.family, s.method, s.preset) == ("20240102-030405-cat", "sdxl", "lora", "sdxl-lora-12gb")
+    assert (s.status, s.steps, s.total_steps) == ("completed", 3, 3)
+    assert s.final_loss == pytest.approx(1 / 3)
+    assert s.duration_s == pytest.approx(10.0)
+    assert s.outputs == [str(finished_run / "output" / "pytorch_lora_weights.safetensors")]
+    assert not s.remote and not s.resumable
+
+
+def test_events_without_finish_and_no_process_is_interrupted(tmp_path: Path) -> None:
+    run = tmp_path / "20240101-000000-dog"
+    write_events(run / "events.jsonl", [step_event(1), step_event(2)])
+    s = summarize_run(run, never_alive)
+    assert s.status == "interrupted" and s.resumable and s.steps == 2
+    assert summarize_run(run, lambda _: True).status == "running"
+
+
+def test_process_file_of_a_dead_process_means_interrupted(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = tmp_path / "20240101-000000-dog"
+    write_events(run / "events.jsonl", [step_event(1)])
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    write_process_file(run, proc.pid)
+    proc.wait()
+    assert summarize_run(run).status == "interrupted"
+
+
+def test_list_runs_newest_first_and_reads_config_when_no_events(tmp_path: Path, finished_run: Path) -> None:
+    runs = finished_run.parent
+    fresh = runs / "20250101-000000-new"
+    fresh.mkdir()
+    (fresh / "config.toml").write_text('[model]\nfamily = "sd3"\n[method]\nkind = "dreambooth"\n')
+    rows = list_runs(runs, never_alive)
+    assert [r.name for r in rows] == ["20250101-000000-new", "20240102-030405-cat"]
+    assert (rows[0].family, rows[0].method, rows[0].status) == ("sd3", "dreambooth", "not started")
+
+
+def test_delete_run_removes_the_folder(finished_run: Path) -> None:
+    how = delete_run(finished_run)
+    assert how in ("trash", "deleted")
+    assert not finished_run.exists()
+
+
+def test_delete_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    (tmp_path / "photos").mkdir()
+    with pytest.raises(ValueError, match="not a run folder"):
+        delete_run(tmp_path / "photos")
+    assert (tmp_path / "photos").exists()
+
+
+def test_delete_falls_back_without_send2trash(finished_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_send2trash(name: str, *args: object, **kwargs: object) -> object:
+        if name == "send2trash":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_send2trash)
+    assert delete_run(finished_run) == "deleted"
+    assert not finished_run.exists()
+
+
+def test_import_zip_from_remote_machine(tmp_path: Path, finished_run: Path) -> None:
+    archive = tmp_path / "copied.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in finished_run.rglob("*"):
+            z.write(f, "pod-run/" + f.relative_to(finished_run).as_posix())
+    dest = import_run(archive, tmp_path / "project" / "runs")
+    assert dest.name == "pod-run" and (dest / REMOTE_FILE).exists()
+    s = summarize_run(dest, never_alive)
+    assert s.remote and s.status == "completed" and not s.resumable
+
+
+def test_import_rejects_a_zip_without_events(tmp_path: Path) -> None:
+    archive = tmp_path / "x.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("readme.txt", "hi")
+    with pytest.raises(ValueError, match="holds no events.jsonl"):
+        import_run(archive, tmp_path / "runs")
+
+
+def test_import_folder_copies_and_marks_remote(tmp_path: Path, finished_run: Path) -> None:
+    dest = import_run(finished_run, tmp_path / "other" / "runs")
+    assert (dest / "events.jsonl").exists() and (dest / REMOTE_FILE).exists()
+    assert not (finished_run / REMOTE_FILE).exists()

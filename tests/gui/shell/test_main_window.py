@@ -1,0 +1,101 @@
+"""The app shell: pages, projects, recent list, geometry, and the self-test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QMessageBox
+
+from studio.core.project import PROJECT_FILE
+from studio.gui.app import make_settings
+from studio.gui.context import StudioContext
+from studio.gui.main_window import MainWindow
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    win = MainWindow(context)
+    qtbot.addWidget(win)
+    return win
+
+
+def test_navigation_shows_every_page(window: MainWindow) -> None:
+    titles = [window.nav.item(i).text() for i in range(window.nav.count())]
+    assert titles == ["Dataset", "Model & Preset", "Train", "Runs", "Export"]
+    window.nav.setCurrentRow(3)
+    assert window.stack.currentWidget().objectName() == "page_runs"
+
+
+def test_opening_a_plain_folder_offers_to_create_a_project(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "my-images"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("my caption")
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.No)
+    assert not window.open_project_path(folder)
+    assert not (folder / PROJECT_FILE).exists()
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    assert window.open_project_path(folder)
+    assert (folder / PROJECT_FILE).exists()
+    assert (folder / "keep.txt").read_text() == "my caption"
+    assert window.context.project is not None and window.context.project.root == folder.resolve()
+    assert window.recent_projects()[0] == str(folder.resolve())
+    assert "my-images" in window.windowTitle()
+
+
+def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / PROJECT_FILE).write_text('[model]\nfamily = "sd4"\nbase = "x"\n')
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: shown.append(text))
+    assert window.open_project_path(folder)
+    assert window.context.config is None
+    assert shown and 'model.family = "sd4"' in shown[0]
+
+
+def test_geometry_and_page_are_remembered(qtbot, tmp_path: Path) -> None:
+    settings_file = tmp_path / "settings.ini"
+    first = MainWindow(StudioContext(make_settings(settings_file)))
+    qtbot.addWidget(first)
+    first.resize(1111, 777)
+    first.nav.setCurrentRow(2)
+    first.close()
+    second = MainWindow(StudioContext(make_settings(settings_file)))
+    qtbot.addWidget(second)
+    assert second.size().width() == 1111
+    assert second.nav.currentRow() == 2
+
+
+def test_gui_modules_do_not_load_torch() -> None:
+    script = (
+        "import sys, studio.gui.app, studio.gui.main_window, studio.gui.selftest\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch','diffusers','transformers','peft','accelerate','studio.train')))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> None:
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    shots = tmp_path / "shots"
+    out = subprocess.run(
+        [sys.executable, "-m", "studio", "--self-test", "--screenshots", str(shots)],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["torch_imported"] is False
+    assert facts["pages"] == ["page_dataset", "page_model", "page_train", "page_runs", "page_export"]
+    assert facts["first_paint_ms"] > 0
+    pngs = sorted(p.name for p in shots.glob("*.png"))
+    assert len(pngs) == 5 and pngs[0] == "01-page_dataset.png"
+    assert all((shots / p).stat().st_size > 1000 for p in pngs)
