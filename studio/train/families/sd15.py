@@ -61,7 +61,7 @@ class SD15Adapter(FamilyAdapter):
         ids = tokenizer(
             captions, padding="max_length", max_length=tokenizer.model_max_length,
             truncation=True, return_tensors="pt",
-        ).input_ids.to(encoder.device)
+        ).input_ids.to(next(encoder.parameters()).device)
         return {"encoder_hidden_states": encoder(ids, return_dict=False)[0]}
 
     def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,147 @@
+"""Side panels of the Dataset page: concepts with repeats, tag counts, problems, buckets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.caption_tags import tag_counts
+from studio.core.dataset_check import Problem
+
+
+def _table(headers: list[str], name: str) -> QTableWidget:
+    table = QTableWidget(0, len(headers))
+    table.setObjectName(name)
+    table.setHorizontalHeaderLabels(headers)
+    table.verticalHeader().setVisible(False)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+def _number(value: int) -> QTableWidgetItem:
+    item = QTableWidgetItem()
+    item.setData(Qt.ItemDataRole.DisplayRole, value)
+    return item
+
+
+class TagsPanel(QWidget):
+    """Every tag with the number of captions holding it; a click filters the grid by it."""
+
+    sig_tag_clicked = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.table = _table(["Tag", "Images"], "dataset_tags")
+        self.table.setSortingEnabled(True)
+        self.table.cellClicked.connect(lambda row, _col: self.sig_tag_clicked.emit(self.table.item(row, 0).text()))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table)
+
+    def set_captions(self, captions: Iterable[str | None]) -> None:
+        counts = tag_counts(captions).most_common(2000)  # the long tail is reachable through the text filter
+        self.table.setSortingEnabled(False)
+        self.table.setRowCount(len(counts))
+        for row, (tag, count) in enumerate(counts):
+            self.table.setItem(row, 0, QTableWidgetItem(tag))
+            self.table.setItem(row, 1, _number(count))
+        self.table.setSortingEnabled(True)
+
+
+class ProblemsPanel(QWidget):
+    """Validation results; a click selects the image (or shows the file) at fault."""
+
+    sig_path_clicked = Signal(object)  # Path
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.summary = QLabel("Not checked yet")
+        self.list = QListWidget()
+        self.list.setObjectName("dataset_problems")
+        self.list.setUniformItemSizes(True)
+        self.list.itemClicked.connect(
+            lambda item: self.sig_path_clicked.emit(Path(item.data(Qt.ItemDataRole.UserRole))))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.list)
+
+    def set_problems(self, problems: list[Problem], images: int) -> None:
+        self.list.clear()
+        errors = sum(p.severity == "error" for p in problems)
+        self.summary.setText(f"{images} images: {errors} errors, {len(problems) - errors} warnings")
+        for problem in sorted(problems, key=lambda p: (p.severity != "error", p.code, p.path)):
+            mark = "⛔" if problem.severity == "error" else "⚠"
+            item = QListWidgetItem(f"{mark} {Path(problem.path).name}: {problem.message}")
+            item.setToolTip(f"{problem.path}\n{problem.message}\nWhat to do: {problem.hint}")
+            item.setData(Qt.ItemDataRole.UserRole, problem.path)
+            self.list.addItem(item)
+
+    def set_checking(self, done: int, total: int) -> None:
+        self.summary.setText(f"Checking images… {done}/{total}")
+
+
+class ConceptsPanel(QWidget):
+    """Concept folders with image counts; repeats are edited here (kohya folders are renamed)."""
+
+    sig_repeats_changed = Signal(int, object, int)  # concept index, kohya folder Path or None, new N
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.table = _table(["Folder", "Images", "Repeats"], "dataset_concepts")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table)
+        layout.addWidget(QLabel("Kohya folders (N_name) are renamed when their repeats change."))
+
+    def set_rows(self, rows: list[tuple[int, Path | None, str, int, int]]) -> None:
+        """rows: (concept index, kohya folder or None, label, images, repeats)."""
+        self.table.setRowCount(len(rows))
+        for row, (index, kohya, label, images, repeats) in enumerate(rows):
+            self.table.setItem(row, 0, QTableWidgetItem(label))
+            self.table.setItem(row, 1, _number(images))
+            spin = QSpinBox()
+            spin.setRange(1, 10000)
+            spin.setValue(repeats)
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(
+                lambda value, i=index, k=kohya: self.sig_repeats_changed.emit(i, k, value))
+            self.table.setCellWidget(row, 2, spin)
+
+
+class BucketsPanel(QWidget):
+    """How many images fall in each aspect-ratio bucket at the training resolution."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = QLabel("Buckets appear once image sizes are read.")
+        self.table = _table(["Bucket (w x h)", "Images"], "dataset_buckets")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.label)
+        layout.addWidget(self.table)
+
+    def set_counts(self, counts: dict[tuple[int, int], int], resolution: int, enabled: bool) -> None:
+        state = "" if enabled else " (buckets are off: every image is cropped square)"
+        self.label.setText(f"At resolution {resolution}{state}:")
+        ordered = sorted(counts.items(), key=lambda kv: -kv[1])
+        self.table.setRowCount(len(ordered))
+        for row, ((w, h), n) in enumerate(ordered):
+            self.table.setItem(row, 0, QTableWidgetItem(f"{w} x {h}"))
+            self.table.setItem(row, 1, _number(n))
