@@ -141,6 +141,9 @@ def count_component(family: str, name: str) -> dict[str, Any]:
         "params": sum(p.numel() for p in model.parameters()),
     }
     if role == "denoiser":
+        blocks = getattr(model, "transformer_blocks", None)
+        if blocks is not None:
+            entry["blocks"] = len(blocks)
         entry["lora_targets"] = lora_targets(model, SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS)
     elif role.startswith("text_encoder") and class_name.startswith("CLIP"):
         entry["lora_targets"] = lora_targets(model, TEXT_LORA_TARGETS)
@@ -216,8 +219,54 @@ def _inputs(family: str, resolution: int, dtype: torch.dtype) -> tuple[tuple[Any
     return (), {"hidden_states": sample, "encoder_hidden_states": text, "pooled_projections": pooled, "timestep": t}
 
 
-def activation_bytes(family: str, method: str, checkpointing: bool, resolution: int | None = None,
-                     dtype: torch.dtype = torch.float16) -> int:
+class _MixedPrecision:
+    """Autocast's dtype flow on meta tensors (autocast itself ignores them).
+
+    Matmuls and convolutions compute in fp16 from fp32 or fp16 inputs; group and
+    layer norms compute in fp32 and return fp32, so the tensors saved around them
+    are as wide as on a GPU under `torch.autocast`.
+    """
+
+    def __init__(self) -> None:
+        import torch.nn.functional as F
+
+        self.F = F
+        self.saved = {n: getattr(F, n) for n in ("linear", "conv2d", "group_norm", "layer_norm")}
+
+    def __enter__(self) -> None:
+        F, orig, half = self.F, self.saved, torch.float16
+
+        def cast(t: Any, dtype: torch.dtype) -> Any:
+            return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+        def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+            return orig["linear"](cast(x, half), cast(w, half), cast(b, half))  # type: ignore[no-any-return]
+
+        def conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *a: Any) -> torch.Tensor:
+            return orig["conv2d"](cast(x, half), cast(w, half), cast(b, half), *a)  # type: ignore[no-any-return]
+
+        def group_norm(x: torch.Tensor, groups: int, w: Any = None, b: Any = None, eps: float = 1e-5) -> torch.Tensor:
+            f32 = torch.float32
+            return orig["group_norm"](cast(x, f32), groups, cast(w, f32), cast(b, f32), eps)  # type: ignore[no-any-return]
+
+        def layer_norm(x: torch.Tensor, shape: Any, w: Any = None, b: Any = None, eps: float = 1e-5) -> torch.Tensor:
+            f32 = torch.float32
+            return orig["layer_norm"](cast(x, f32), shape, cast(w, f32), cast(b, f32), eps)  # type: ignore[no-any-return]
+
+        F.linear, F.conv2d, F.group_norm, F.layer_norm = linear, conv2d, group_norm, layer_norm  # type: ignore[assignment]
+
+    def __exit__(self, *exc: object) -> None:
+        for name, fn in self.saved.items():
+            setattr(self.F, name, fn)
+
+
+# Precision modes: fp32 (no mixed precision, as on a CPU), fp16 (half weights, no autocast),
+# mixed (fp32 or fp16 weights under fp16/bf16 autocast, the usual GPU setting).
+PRECISIONS = ("fp32", "mixed", "fp16")
+
+
+def activation_bytes(family: str, method: str, checkpointing: bool, precision: str = "mixed",
+                     resolution: int | None = None) -> int:
     """Bytes held for backward after one forward pass at batch 1.
 
     With checkpointing it is what survives the forward (the checkpointed blocks'
@@ -225,7 +274,10 @@ def activation_bytes(family: str, method: str, checkpointing: bool, resolution: 
     """
     name = next(n for n, spec in SPECS[family].items() if spec[2] == "denoiser")
     class_name, config, _ = SPECS[family][name]
-    model = build(class_name, config).to(dtype)
+    dtype = torch.float32 if precision == "fp32" else torch.float16
+    # Full fine-tunes keep fp32 master weights; LoRA keeps the frozen base in half precision.
+    weight_dtype = torch.float32 if precision == "fp32" or (precision == "mixed" and method == "full") else dtype
+    model = build(class_name, config).to(weight_dtype)
     model.requires_grad_(method == "full")
     if method == "lora":
         from peft import LoraConfig
@@ -252,11 +304,16 @@ def activation_bytes(family: str, method: str, checkpointing: bool, resolution: 
     args, kwargs = _inputs(family, resolution or NATIVE_RESOLUTION[family], dtype)
     original = torch.nn.functional.scaled_dot_product_attention
     torch.nn.functional.scaled_dot_product_attention = _flash_like  # type: ignore[assignment]
+    mixed = _MixedPrecision() if precision == "mixed" else None
     try:
+        if mixed:
+            mixed.__enter__()
         with _counting(counter):
             model(*args, **kwargs)
     finally:
         torch.nn.functional.scaled_dot_product_attention = original
+        if mixed:
+            mixed.__exit__()
     extra = sum(t.numel() * t.element_size() for i, t in inputs.items() if i not in counter.seen)
     return counter.total + extra + (max(blocks) if blocks else 0)
 
@@ -277,14 +334,16 @@ def count_family(family: str, activations: bool = True) -> dict[str, Any]:
     }
     if activations:
         mb = 1024 * 1024
-        data["activations_fp16_mb"] = {
+        data["activations_mb"] = {
             "resolution": NATIVE_RESOLUTION[family],
             "batch": 1,
-            "note": "bytes saved for backward in one forward pass, fp16, flash attention",
+            "note": "bytes saved for backward in one forward pass at batch 1, flash attention",
             **{
-                f"{method}{'_checkpointing' if gc else ''}": round(activation_bytes(family, method, gc) / mb, 1)
+                f"{method}{'_checkpointing' if gc else ''}_{precision}":
+                    round(activation_bytes(family, method, gc, precision) / mb, 1)
                 for method in ("lora", "full")
                 for gc in (False, True)
+                for precision in PRECISIONS
             },
         }
     return data

@@ -40,6 +40,13 @@ def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
         folder.mkdir()
         monkeypatch.setenv(name, str(folder))
     monkeypatch.delenv("STUDIO_HARDWARE", raising=False)
+    if HAVE_QT:
+        from PySide6.QtCore import QSettings
+
+        # A page that makes a bare QSettings() still lands in the temporary folder.
+        QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+        for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
+            QSettings.setPath(QSettings.Format.IniFormat, scope, str(base / "qsettings"))
     yield base
 
 

@@ -10,27 +10,66 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from studio.core.events import (
+    EVENT_TYPES,
     EVENTS_FILE,
     Checkpoint,
     Error,
     Event,
     Phase,
+    RankMemory,
     RunFinished,
     RunStarted,
     Sample,
     Step,
     UnknownEvent,
     Warning_,
-    parse_event,
 )
 
+_loads: Callable[[bytes | str], Any]
+try:  # several times faster on long replays; the standard library does the same job
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    from json import loads as _loads
+
 log = logging.getLogger(__name__)
+
+_FIELDS: dict[type[Event], frozenset[str]] = {
+    cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()
+}
+_MEMORY_FIELDS = frozenset(f.name for f in fields(RankMemory))
+
+
+def decode_event(line: bytes | str) -> Event:
+    """`events.parse_event` with its field lists computed once (replays parse 100,000s of lines).
+
+    Raises ValueError for garbage and UnknownEvent for types this version does not know.
+    """
+    data = _loads(line)
+    if not isinstance(data, dict) or "type" not in data:
+        raise ValueError("not an event object")
+    kind = data["type"]
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise UnknownEvent(str(kind))
+    known = _FIELDS[cls]
+    kwargs = {k: v for k, v in data.items() if k in known}
+    try:
+        if cls is Step:
+            kwargs["memory"] = [
+                RankMemory(**{k: v for k, v in m.items() if k in _MEMORY_FIELDS})
+                for m in kwargs.get("memory") or []
+            ]
+        return cls(**kwargs)
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"{kind} event is missing or has bad fields: {exc}") from None
 
 # Statuses a run shows in its header.
 STATUSES = ("preparing", "caching", "training", "sampling", "saving", "finished", "failed", "stopped")
@@ -124,11 +163,11 @@ class EventTail:
         events: list[Event] = []
         for raw in lines:
             self._line_no += 1
-            text = raw.decode("utf-8", errors="replace").strip()
+            text = raw.strip()
             if not text:
                 continue
             try:
-                events.append(parse_event(text))
+                events.append(decode_event(text))
             except UnknownEvent as exc:
                 kind = str(exc)
                 if kind not in self.unknown_types:
@@ -141,7 +180,8 @@ class EventTail:
             except ValueError:
                 self.garbage_lines += 1
                 if self.garbage_lines <= 3:
-                    log.warning("%s line %d is not an event; skipped: %.80s", self.path, self._line_no, text)
+                    shown = text.decode("utf-8", errors="replace")
+                    log.warning("%s line %d is not an event; skipped: %.80s", self.path, self._line_no, shown)
         return events
 
 

@@ -114,6 +114,8 @@ class RunFinished(Event):
     outputs: list[str] = field(default_factory=list)
     step: int = 0
     message: str = ""
+    # Sum of the trained weights on each rank: equal numbers mean the ranks stayed in step.
+    weight_checksums: list[float] = field(default_factory=list)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

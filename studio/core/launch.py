@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -26,7 +28,10 @@ def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> 
         "machine_rank": launch.machine_rank,
         "mixed_precision": config.training.mixed_precision,
         "gpu_ids": launch.gpu_ids,
-        "use_cpu": launch.cpu,
+        # Several processes are always launched as MULTI_GPU: on a machine without GPUs (or with
+        # launch.cpu) the trainer's Accelerator falls back to the CPU and the ranks join over gloo.
+        # accelerate's own use_cpu would start a single process instead.
+        "use_cpu": launch.cpu and not multi,
         "main_training_function": "main",
         "rdzv_backend": "static",
         "same_network": True,
@@ -58,9 +63,13 @@ def training_python(config: TrainConfig) -> str:
     return config.launch.python or sys.executable
 
 
-def build_command(run_dir: str | Path, python: str) -> list[str]:
-    """`accelerate launch --config_file RUN_DIR/accelerate.yaml -m studio.train RUN_DIR/config.toml`."""
+def build_command(run_dir: str | Path, python: str, resume: bool = False) -> list[str]:
+    """`accelerate launch --config_file RUN_DIR/accelerate.yaml -m studio.train RUN_DIR/config.toml`.
+
+    With `resume`, the trainer gets `--resume RUN_DIR` and continues from the newest checkpoint.
+    """
     run = Path(run_dir)
+    target = ["--resume", str(run)] if resume else [str(run / CONFIG_FILE)]
     return [
         python,
         "-m",
@@ -69,8 +78,22 @@ def build_command(run_dir: str | Path, python: str) -> list[str]:
         str(run / ACCELERATE_FILE),
         "-m",
         "studio.train",
-        str(run / CONFIG_FILE),
+        *target,
     ]
+
+
+def training_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a training process: unbuffered output so every line shows at once."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def planned_run_dir(config: TrainConfig, config_dir: str | Path, now: _dt.datetime | None = None) -> Path:
+    """The folder `prepare_run` would create now (nothing is written)."""
+    resolved = resolve_paths(config, config_dir)
+    stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return Path(resolved.output.dir) / f"{stamp}-{resolved.output.name}"
 
 
 def format_command(command: list[str]) -> str:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
+    QListView,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -49,10 +49,15 @@ class TagsPanel(QWidget):
         super().__init__(parent)
         self.table = _table(["Tag", "Images"], "dataset_tags")
         self.table.setSortingEnabled(True)
-        self.table.cellClicked.connect(lambda row, _col: self.sig_tag_clicked.emit(self.table.item(row, 0).text()))
+        self.table.cellClicked.connect(self._clicked)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.table)
+
+    def _clicked(self, row: int, _column: int) -> None:
+        item = self.table.item(row, 0)
+        if item is not None:
+            self.sig_tag_clicked.emit(item.text())
 
     def set_captions(self, captions: Iterable[str | None]) -> None:
         counts = tag_counts(captions).most_common(2000)  # the long tail is reachable through the text filter
@@ -64,6 +69,33 @@ class TagsPanel(QWidget):
         self.table.setSortingEnabled(True)
 
 
+class ProblemsModel(QAbstractListModel):
+    """Problems as rows; a model (not one item object per row) keeps tens of thousands cheap."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.problems: list[Problem] = []
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.problems)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        problem = self.problems[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            mark = "⛔" if problem.severity == "error" else "⚠"
+            return f"{mark} {Path(problem.path).name}: {problem.message}"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{problem.path}\n{problem.message}\nWhat to do: {problem.hint}"
+        return None
+
+    def set_problems(self, problems: list[Problem]) -> None:
+        self.beginResetModel()
+        self.problems = sorted(problems, key=lambda p: (p.severity != "error", p.code, p.path))
+        self.endResetModel()
+
+
 class ProblemsPanel(QWidget):
     """Validation results; a click selects the image (or shows the file) at fault."""
 
@@ -72,26 +104,24 @@ class ProblemsPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.summary = QLabel("Not checked yet")
-        self.list = QListWidget()
+        self.model = ProblemsModel(self)
+        self.list = QListView()
         self.list.setObjectName("dataset_problems")
         self.list.setUniformItemSizes(True)
-        self.list.itemClicked.connect(
-            lambda item: self.sig_path_clicked.emit(Path(item.data(Qt.ItemDataRole.UserRole))))
+        self.list.setModel(self.model)
+        self.list.clicked.connect(lambda index: self.sig_path_clicked.emit(Path(self.model.problems[index.row()].path)))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.summary)
         layout.addWidget(self.list)
 
     def set_problems(self, problems: list[Problem], images: int) -> None:
-        self.list.clear()
         errors = sum(p.severity == "error" for p in problems)
         self.summary.setText(f"{images} images: {errors} errors, {len(problems) - errors} warnings")
-        for problem in sorted(problems, key=lambda p: (p.severity != "error", p.code, p.path)):
-            mark = "⛔" if problem.severity == "error" else "⚠"
-            item = QListWidgetItem(f"{mark} {Path(problem.path).name}: {problem.message}")
-            item.setToolTip(f"{problem.path}\n{problem.message}\nWhat to do: {problem.hint}")
-            item.setData(Qt.ItemDataRole.UserRole, problem.path)
-            self.list.addItem(item)
+        self.model.set_problems(problems)
+
+    def count(self) -> int:
+        return self.model.rowCount()
 
     def set_checking(self, done: int, total: int) -> None:
         self.summary.setText(f"Checking images… {done}/{total}")

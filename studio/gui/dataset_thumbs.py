@@ -54,9 +54,9 @@ def make_thumbnail(path: Path, folder: Path) -> QImage:
             if im.format != "JPEG" and im.width * im.height > MAX_DECODE_PIXELS:
                 return QImage()
             im.draft("RGB", (THUMB_SIZE * 2, THUMB_SIZE * 2))
-            im = ImageOps.exif_transpose(im)
-            im.thumbnail((THUMB_SIZE, THUMB_SIZE))
-            rgb = im.convert("RGB")
+            upright = ImageOps.exif_transpose(im)
+            upright.thumbnail((THUMB_SIZE, THUMB_SIZE))
+            rgb = upright.convert("RGB")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return QImage()
     cached.parent.mkdir(exist_ok=True)

@@ -33,7 +33,7 @@ def _sd15(folder: Path, seed: int, prediction_type: str = "epsilon") -> Path:
     tokenizer = CLIPTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
-        sample_size=16,
+        sample_size=8,
         in_channels=4,
         out_channels=4,
         block_out_channels=(32, 64),
@@ -47,9 +47,10 @@ def _sd15(folder: Path, seed: int, prediction_type: str = "epsilon") -> Path:
     vae = AutoencoderKL(
         in_channels=3,
         out_channels=3,
-        block_out_channels=(16, 32, 32),
-        down_block_types=("DownEncoderBlock2D",) * 3,
-        up_block_types=("UpDecoderBlock2D",) * 3,
+        # Four blocks: eight times smaller latents, as in the real SD1.5 VAE.
+        block_out_channels=(8, 16, 32, 32),
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
         latent_channels=4,
         norm_num_groups=8,
         sample_size=64,

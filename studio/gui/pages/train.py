@@ -1,11 +1,36 @@
-"""The Train page (placeholder until its issue fills it)."""
+"""The Train page: start a run, watch loss, memory and samples live, stop or kill it."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+import importlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.config import TrainConfig
+from studio.core.project import Project
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
+from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.train_console import ConsolePane
+from studio.gui.train_controller import RunController, controller_for
+from studio.gui.train_header import ErrorBanner, RunHeader
+from studio.gui.train_plots import TrainPlots
+from studio.gui.train_samples import SamplesGallery
+
+DEMO_TIMEOUT_S = 900.0
 
 
 class TrainPage(Page):
@@ -14,6 +39,256 @@ class TrainPage(Page):
 
     def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
+        self.controller: RunController = controller_for(context)
+        self.detach_on_close = False
+        # Asked before a run that may not fit; tests replace it.
+        self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+
+        self.train_button = QPushButton("Train")
+        self.train_button.setObjectName("train_start")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("train_stop")
+        self.stop_button.setToolTip("Stop at the next step, saving a checkpoint (the run can be resumed)")
+        self.kill_button = QPushButton("Kill")
+        self.kill_button.setObjectName("train_kill")
+        self.kill_button.setToolTip("End the trainer and all its processes now (nothing more is saved)")
+        self.message = QLabel()
+        self.message.setObjectName("train_message")
+        self.message.setWordWrap(True)
+        self.estimate = QLabel()
+        self.estimate.setObjectName("train_estimate")
+        self.header = RunHeader()
+        self.banner = ErrorBanner()
+        self.plots = TrainPlots()
+        self.samples = SamplesGallery()
+        self.console = ConsolePane()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.plots, "Plots")
+        self.tabs.addTab(self.samples, "Samples")
+        self.tabs.addTab(self.console, "Console")
+
+        buttons = QHBoxLayout()
+        for button in (self.train_button, self.stop_button, self.kill_button):
+            buttons.addWidget(button)
+        buttons.addWidget(self.estimate, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
-        layout.addStretch(1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.message)
+        layout.addWidget(self.header)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.tabs, 1)
+
+        self.train_button.clicked.connect(self.start_training)
+        self.stop_button.clicked.connect(self.stop_training)
+        self.kill_button.clicked.connect(self.kill_training)
+        self.banner.sig_show_console.connect(self._jump_to_console)
+        ctl = self.controller
+        ctl.sig_tick.connect(self._refresh)
+        ctl.sig_run_started.connect(self._on_run_started)
+        ctl.sig_run_ended.connect(self._on_run_ended)
+        ctl.sig_message.connect(self.show_message)
+        ctl.sig_console.connect(self.console.append)
+        ctl.sig_progress.connect(self.console.set_progress)
+        context.sig_project_changed.connect(self._on_project)
+        self._stopping = False
+        self._update_buttons()
+        if context.project is not None:
+            self._on_project(context.project)
+
+    # ------------------------------------------------------------ state
+    def _on_project(self, project: Project | None) -> None:
+        if not self.controller.running:
+            self.controller.set_project_root(project.root if project else None)
+
+    def _update_buttons(self) -> None:
+        running = self.controller.running
+        self.train_button.setEnabled(not running)
+        self.stop_button.setEnabled(running and not self._stopping)
+        self.kill_button.setEnabled(running)
+
+    def show_message(self, text: str) -> None:
+        self.message.setText(text)
+        self.context.status(text)
+
+    def _refresh(self) -> None:
+        model = self.controller.model
+        self.plots.refresh(model)
+        self.header.refresh(model, self._stopping)
+        self.banner.refresh(model)
+        self.samples.refresh(model)
+
+    def _on_run_started(self, run_dir: Path) -> None:
+        self._stopping = False
+        self.banner.hide()
+        self.console.clear()
+        self.show_message(f"Training in {run_dir}")
+        if self.plots.sampler is not None:
+            self.plots.sampler.start()
+        self._update_buttons()
+        self._refresh()
+
+    def _on_run_ended(self, status: str) -> None:
+        self._stopping = False
+        if self.plots.sampler is not None:
+            self.plots.sampler.stop()
+        model = self.controller.model
+        self._refresh()
+        self._update_buttons()
+        where = model.run_dir.name if model.run_dir else ""
+        self.show_message(f"Run {where} {status}." + (f" {model.message}" if model.message else ""))
+
+    def _jump_to_console(self, needle: str) -> None:
+        self.tabs.setCurrentWidget(self.console)
+        self.console.jump_to(needle)
+
+    # ------------------------------------------------------------ actions
+    def check_config(self) -> tuple[TrainConfig | None, str]:
+        """The config to train, or why there is none (said the way the person can fix it)."""
+        ctx = self.context
+        if ctx.project is None:
+            return None, "Open or create a project first (File menu)."
+        if ctx.config is None:
+            detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
+            return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
+        try:
+            from studio.core.dataset import scan_dataset
+
+            images = scan_dataset(ctx.config.dataset, ctx.project.root)
+        except Exception as exc:  # DatasetError and unreadable folders: the message says where
+            return None, f"The dataset cannot be used: {exc}"
+        if not images:
+            paths = ", ".join(c.path for c in ctx.config.dataset.concepts)
+            return None, f"No images found in {paths}; add images on the Dataset page."
+        return ctx.config, ""
+
+    def vram_estimate(self, config: TrainConfig) -> tuple[float, float] | None:
+        """(estimate MB, card MB) when the memory estimator and a GPU are there."""
+        try:
+            memory = importlib.import_module("studio.core.memory")
+            from studio.core.hardware import load_hardware
+
+            gpus = load_hardware(self.context.hardware_file).gpus
+            if not gpus:
+                return None
+            estimate = memory.estimate_vram(config, gpus[0])
+            return float(estimate.total_mb), float(gpus[0].total_mb)
+        except Exception:  # the estimator is optional; a missing one must not block training
+            return None
+
+    def start_training(self) -> bool:
+        config, problem = self.check_config()
+        if config is None:
+            self.show_message(problem)
+            self.banner.show_error("Cannot start the training", problem)
+            return False
+        fit = self.vram_estimate(config)
+        if fit is not None:
+            need, have = fit
+            self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {have / 1024:.1f} GB")
+            if need > have and not self.confirm(
+                "This run may not fit",
+                f"The estimate is {need / 1024:.1f} GB but the GPU has {have / 1024:.1f} GB. "
+                "Past that the driver spills into system RAM and training becomes 10-100x slower. "
+                "Start anyway?",
+            ):
+                return False
+        assert self.context.project is not None
+        run_dir = self.controller.start_config(config, self.context.project.root)
+        self._update_buttons()
+        return run_dir is not None
+
+    def stop_training(self) -> None:
+        if self.controller.stop():
+            self._stopping = True
+            self.show_message("Stopping at the next step (a checkpoint is saved)…")
+            self._update_buttons()
+            self.header.refresh(self.controller.model, True)
+
+    def kill_training(self) -> None:
+        self.controller.kill()
+        self.show_message("Ending the trainer's processes…")
+
+    def _confirm_dialog(self, title: str, text: str) -> bool:
+        answer = QMessageBox.question(self, title, text)
+        return answer == QMessageBox.StandardButton.Yes
+
+    # ------------------------------------------------------------ page interface
+    def can_close(self) -> bool:
+        if not self.controller.running:
+            return True
+        box = QMessageBox(self)
+        box.setWindowTitle("A training is running")
+        box.setText("A training is running. Stop it, or keep it running without the studio?")
+        stop = box.addButton("Stop training", QMessageBox.ButtonRole.DestructiveRole)
+        keep = box.addButton("Keep running", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        clicked = box.clickedButton()
+        if clicked is keep:
+            self.detach_on_close = True
+            return True
+        if clicked is stop:
+            self.controller.stop()
+            self._wait(lambda: not self.controller.running, 30.0)
+            return True
+        return False
+
+    def shutdown(self) -> None:
+        if self.plots.sampler is not None:
+            self.plots.sampler.stop()
+        self.controller.shutdown(detach=self.detach_on_close)
+
+    def _wait(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        loop = QEventLoop()
+        deadline = time.monotonic() + timeout_s
+        while not condition() and time.monotonic() < deadline:
+            loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        return condition()
+
+    def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        if options.replay is not None:
+            rep = self.controller.open_replay(Path(options.replay))
+            if rep is None:
+                raise RuntimeError(f"could not replay {options.replay}")
+            self._refresh()
+            result.update(replay_events=rep.events, plot_points=self.plots.plot_points())
+        if options.train_demo:
+            result.update(self._train_demo())
+        return result
+
+    def _train_demo(self) -> dict[str, Any]:
+        """Train the project's config through the real QProcess path; measure GUI stalls."""
+        clock = QElapsedTimer()
+        clock.start()
+        stalls = {"max": 0, "last": 0}
+
+        def beat() -> None:
+            now = clock.elapsed()
+            stalls["max"] = max(stalls["max"], now - stalls["last"])
+            stalls["last"] = now
+
+        heartbeat = QTimer(self)
+        heartbeat.setInterval(10)
+        heartbeat.timeout.connect(beat)
+        if not self.start_training():
+            raise RuntimeError(f"the demo training did not start: {self.message.text()}")
+        stalls["last"] = clock.elapsed()
+        heartbeat.start()
+        finished = self._wait(lambda: not self.controller.running, DEMO_TIMEOUT_S)
+        heartbeat.stop()
+        heartbeat.deleteLater()
+        if not finished:
+            self.controller.process.kill_now()
+            raise RuntimeError(f"the demo training did not finish within {DEMO_TIMEOUT_S:.0f} s")
+        model = self.controller.model
+        return {
+            "events": model.event_count,
+            "loss_points": len(model.loss),
+            "memory_points": model.memory_points(),
+            "samples": len(model.samples),
+            "status": model.status,
+            "outputs": [str(model.resolve(o)) for o in model.outputs],
+            # The heartbeat ticks every 10 ms: a longer gap is time the GUI did not run.
+            "max_gui_stall_ms": max(0, stalls["max"] - 10),
+        }

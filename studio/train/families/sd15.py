@@ -48,9 +48,12 @@ class SD15Adapter(FamilyAdapter):
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)
         for module in (unet, vae, text_encoder):
             module.requires_grad_(False)
-        vae.to(device, dtype=torch.float32 if weight_dtype == torch.float16 else weight_dtype)
-        text_encoder.to(device, dtype=weight_dtype)
-        unet.to(device, dtype=weight_dtype)
+        # SD's VAE overflows in fp16; it stays in fp32 then.
+        vae_dtype = torch.float32 if weight_dtype == torch.float16 else weight_dtype
+        for module, dtype in ((vae, vae_dtype), (text_encoder, weight_dtype), (unet, weight_dtype)):
+            module.to(device)
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
         return Components(unet, vae, [text_encoder], [tokenizer], scheduler, sample_scheduler)
 
     def default_lora_targets(self) -> list[str]:
@@ -131,7 +134,7 @@ class SD15Adapter(FamilyAdapter):
         from diffusers.utils import convert_state_dict_to_kohya
         from safetensors.torch import save_file
 
-        prefixed = {f"{name}.{key}": value for name, sd in layers.items() for key, value in sd.items()}
+        prefixed = {f"{name}.{_clip_key(name, key)}": value for name, sd in layers.items() for key, value in sd.items()}
         kohya = convert_state_dict_to_kohya(prefixed)
         out: dict[str, torch.Tensor] = {}
         for key, value in kohya.items():
@@ -157,6 +160,14 @@ class SD15Adapter(FamilyAdapter):
         }
         save_file(out, str(path), metadata={k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()})
         return path
+
+
+def _clip_key(component: str, key: str) -> str:
+    """Kohya names follow the original CLIP layout (text_model.encoder...), which newer
+    transformers versions flatten away; put the prefix back for text encoders."""
+    if component.startswith("text_encoder") and not key.startswith("text_model."):
+        return f"text_model.{key}"
+    return key
 
 
 ADAPTER = SD15Adapter

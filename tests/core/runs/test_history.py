@@ -105,7 +105,7 @@ def test_import_rejects_a_zip_without_events(tmp_path: Path) -> None:
     archive = tmp_path / "x.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("readme.txt", "hi")
-    with pytest.raises(ValueError, match="holds no events.jsonl"):
+    with pytest.raises(ValueError, match=r"holds no events\.jsonl"):
         import_run(archive, tmp_path / "runs")
 
 

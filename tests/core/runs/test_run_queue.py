@@ -21,7 +21,7 @@ def configs(tmp_path: Path) -> list[Path]:
 
 def test_add_reorder_remove_persist(tmp_path: Path, configs: list[Path]) -> None:
     q = RunQueue(tmp_path)
-    a, b, c = (q.add(p) for p in configs)
+    _a, b, c = (q.add(p) for p in configs)
     q.move(c.id, 0)
     q.remove(b.id)
     again = RunQueue(tmp_path)

@@ -1,0 +1,70 @@
+"""`studio-train export CONFIG --out DIR`: a bundle that trains the config on a rented multi-GPU machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from studio.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "export", help="write a bundle (folder or zip) that trains CONFIG on a remote GPU machine",
+        description="Write a bundle with config, accelerate configs, launch.sh/check.sh, pinned "
+                    "requirements, Dockerfile, dataset (or its manifest) and a README for the remote side.",
+    )
+    parser.add_argument("config", help="a TrainConfig TOML file (e.g. a project's studio.toml)")
+    parser.add_argument("--out", required=True, help="the bundle folder to create (new or empty)")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs per node (default 1)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    parser.add_argument("--gpu-type", help="GPU type from the catalogue, e.g. h100 or 'RTX 4090' (for the estimate)")
+    data = parser.add_mutually_exclusive_group()
+    data.add_argument("--include-dataset", dest="include_dataset", action="store_true", default=True,
+                      help="copy the images and captions into the bundle (default)")
+    data.add_argument("--manifest-only", dest="include_dataset", action="store_false",
+                      help="write only the dataset's manifest; copy the images separately")
+    parser.add_argument("--remote-dataset", metavar="PATH",
+                        help="with --manifest-only: the dataset's folder on the remote machine")
+    parser.add_argument("--remote-base", metavar="ID_OR_PATH",
+                        help="the base model on the remote side: a hub id or a path there")
+    parser.add_argument("--include-model", action="store_true",
+                        help="copy a local base model (and VAE) into the bundle")
+    parser.add_argument("--main-address", default="127.0.0.1",
+                        help="address of the rank-0 node written into multi_node.yaml (launch.sh can override)")
+    parser.add_argument("--port", type=int, default=29500, help="main process port (default 29500)")
+    parser.add_argument("--keep-steps", action="store_true",
+                        help="keep max_steps as written instead of scaling it to the process count")
+    parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from studio.core.config import ConfigError
+    from studio.core.export import ExportError, export_bundle
+    from studio.core.gpu_catalogue import CatalogueError
+
+    if args.remote_dataset and args.include_dataset and "--include-dataset" in sys.argv:
+        print("error: --remote-dataset goes with --manifest-only", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        report = export_bundle(
+            args.config, Path(args.out), gpus=args.gpus, nodes=args.nodes, gpu_type=args.gpu_type,
+            include_dataset=args.include_dataset and not args.remote_dataset,
+            remote_base=args.remote_base, include_model=args.include_model,
+            remote_dataset=args.remote_dataset, zip=args.zip, main_address=args.main_address,
+            port=args.port, keep_steps=args.keep_steps,
+        )
+    except ConfigError as exc:
+        print(exc.describe(), file=sys.stderr)
+        return EXIT_INVALID
+    except (ExportError, CatalogueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as exc:
+        print(f"error: could not write the bundle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(report.summary())
+    return EXIT_OK

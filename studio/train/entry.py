@@ -1,0 +1,122 @@
+"""`python -m studio.train CONFIG.toml | --resume RUN_DIR`: one rank's whole life, errors included.
+
+Every failure a person can act on ends as an `error` event (kind, message, hint)
+followed by `run_finished: failed`, and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from studio.core.config import ConfigError, TrainConfig, load_config, load_resolved
+from studio.core.events import Error, EventWriter, RunFinished
+from studio.core.runs import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE
+
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m studio.train", description="Train one run (one rank).")
+    parser.add_argument("config", nargs="?", help="a run folder's config.toml, or any config file")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its newest checkpoint")
+    args = parser.parse_args(argv)
+    if bool(args.config) == bool(args.resume):
+        parser.error("give either CONFIG or --resume RUN_DIR")
+    return args
+
+
+def is_prepared_run(config_path: Path) -> bool:
+    return config_path.name == CONFIG_FILE and (config_path.parent / ACCELERATE_FILE).is_file()
+
+
+def resolve_run(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
+    """(config with absolute paths, run folder, resume?); a plain config gets a new run folder."""
+    if args.resume:
+        run_dir = Path(args.resume).resolve()
+        return load_config(run_dir / CONFIG_FILE), run_dir, True
+    path = Path(args.config).resolve()
+    if is_prepared_run(path):
+        return load_config(path), path.parent, False
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(str(path), [])  # handled below with a clearer message
+    from studio.core.launch import prepare_run
+
+    plan = prepare_run(load_config(path), path.parent)
+    return load_resolved(plan.run_dir / CONFIG_FILE), plan.run_dir, False
+
+
+def _config_failure(exc: ConfigError, args: argparse.Namespace) -> int:
+    if not exc.issues:
+        message = f"{exc.source} is not a prepared run folder's config; several processes cannot share it"
+        hint = "start the run with `studio-train run CONFIG --processes N`, which prepares the folder"
+    else:
+        message, hint = exc.describe(), "fix the keys named above"
+    print(f"error (config): {message}\n  hint: {hint}", file=sys.stderr)
+    folder = Path(args.resume) if args.resume else Path(args.config).parent
+    if int(os.environ.get("RANK", "0")) == 0 and (folder / ACCELERATE_FILE).is_file():
+        with EventWriter(folder / EVENTS_FILE) as writer:
+            writer.write(Error(kind="config", message=message, hint=hint, path=exc.source))
+            writer.write(RunFinished(status="failed", message=message))
+    return EXIT_CONFIG
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config, run_dir, resume = resolve_run(args)
+    except ConfigError as exc:
+        return _config_failure(exc, args)
+    return train(config, run_dir, resume)
+
+
+def _quiet_libraries() -> None:
+    """Progress bars of model loading would drown the trainer's own lines in console.log."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    diffusers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+
+
+def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
+    """Run (or resume) the training of `config` in `run_dir` on this rank; the exit code."""
+    import torch
+
+    from studio.train.errors import TrainError, oom_hint
+    from studio.train.reporting import Reporter
+    from studio.train.runtime import make_accelerator
+
+    _quiet_libraries()
+    accelerator = make_accelerator(config)
+    reporter = Reporter(run_dir, accelerator.is_main_process)
+    code = 0
+    trainer = None
+    try:
+        from studio.train.loop import Trainer
+
+        trainer = Trainer(config, run_dir, accelerator, reporter, resume=resume)
+        finished = trainer.run()
+    except TrainError as exc:
+        reporter.error(exc.kind, exc.message, exc.hint, exc.path)
+        finished, code = RunFinished(status="failed", message=exc.message), EXIT_FAILED
+    except torch.OutOfMemoryError as exc:
+        t = config.training
+        reporter.error("oom", f"the GPU ran out of memory: {str(exc).splitlines()[0]}",
+                       oom_hint(t.batch_size, config.dataset.resolution, t.gradient_checkpointing))
+        finished, code = RunFinished(status="failed", message="out of memory"), EXIT_FAILED
+    except Exception as exc:
+        reporter.crash(exc)
+        finished, code = RunFinished(status="failed", message=f"{exc.__class__.__name__}: {exc}"), EXIT_FAILED
+    if trainer is not None:
+        finished.step = trainer.step
+    reporter.emit(finished)
+    reporter.close()
+    if code == 0:
+        accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return code

@@ -1,0 +1,278 @@
+"""The training loop: setup, steps, events, samples, checkpoints, stop and resume.
+
+Every rank runs this code; collective calls (reduce, gather, save_state) happen on
+every rank at the same step, and only rank 0's reporter writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from studio import __version__
+from studio.core.config import TrainConfig, config_to_data
+from studio.core.events import Checkpoint, RunFinished, RunStarted, Step
+from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
+from studio.train.cache import LatentCache, TextCache, cache_captions
+from studio.train.checkpoints import latest_checkpoint, read_state, register_hooks, save_checkpoint
+from studio.train.data import TrainItem, collect_items
+from studio.train.errors import TrainError
+from studio.train.families import Components, FamilyAdapter, adapter_for
+from studio.train.memory import gather_memory
+from studio.train.optim import build_optimizer, build_scheduler, param_groups
+from studio.train.outputs import save_outputs
+from studio.train.reporting import Reporter
+from studio.train.runtime import StopSignal, effective_mixed_precision, weight_dtype
+from studio.train.samples import ensure_class_images, make_samples
+
+
+class Trainer:
+    """One run of one config in one run folder, on this rank."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, accelerator: Any, reporter: Reporter,
+                 resume: bool = False) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.accelerator = accelerator
+        self.reporter = reporter
+        self.resume = resume
+        self.stop = StopSignal(run_dir)
+        self.step = 0
+        self.epoch = 0
+        self.adapter: FamilyAdapter = adapter_for(config)
+        self.items: list[TrainItem] = []
+        self.latent_cache: LatentCache | None = None
+        self.text_cache: TextCache | None = None
+
+    # ------------------------------------------------------------ setup
+
+    def setup(self) -> None:
+        acc, config = self.accelerator, self.config
+        if acc.is_main_process and self.resume:
+            self.stop.path.unlink(missing_ok=True)
+        self.stop.install()
+        from accelerate.utils import set_seed
+
+        set_seed(config.training.seed)
+        if config.training.mixed_precision != effective_mixed_precision(config):
+            self.reporter.warn("fp16 mixed precision needs a GPU; this CPU run trains in full precision")
+        self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
+        self.dtype = weight_dtype(config, acc)
+        self.components: Components = self.adapter.load(acc.device, self.dtype)
+        self.reporter.phase("loading", 1, 1, "model loaded")
+        self.config = ensure_class_images(self.adapter, self.components, config, self.run_dir,
+                                          acc.is_main_process, self.reporter)
+        self.adapter.config = self.config
+        acc.wait_for_everyone()
+        self.items = collect_items(self.config, self.reporter.warn)
+        self._prepare_models()
+        self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
+        self.total = total_steps(self.plan, config.training.gradient_accumulation, config.training.length)
+        groups = param_groups(self.trainable[0], self.trainable[1], config.training)
+        optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda")
+        self.scheduler = build_scheduler(optimizer, config.training, self.total)
+        prepared = acc.prepare(*self.train_modules, optimizer)
+        self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
+        acc.register_for_checkpointing(self.scheduler)
+        register_hooks(acc)
+        self._fill_caches()
+        if self.resume:
+            self._load_checkpoint()
+
+    def _prepare_models(self) -> None:
+        from diffusers.training_utils import cast_training_params
+
+        c, method, training = self.components, self.config.method, self.config.training
+        train_encoders = method.train_text_encoder
+        if method.kind == "lora":
+            self.adapter.add_lora(c)
+        else:
+            c.denoiser.to(dtype=torch.float32).requires_grad_(True)
+            if train_encoders:
+                for encoder in c.text_encoders:
+                    encoder.to(dtype=torch.float32).requires_grad_(True)
+        modules = [c.denoiser, *(c.text_encoders if train_encoders else [])]
+        cast_training_params(modules, dtype=torch.float32)
+        if training.gradient_checkpointing:
+            c.denoiser.enable_gradient_checkpointing()  # type: ignore[operator]
+            if train_encoders:
+                for encoder in c.text_encoders:
+                    encoder.gradient_checkpointing_enable()  # type: ignore[operator]
+        for module in modules:
+            module.train()
+        self.train_modules = modules
+        denoiser_params = [p for p in c.denoiser.parameters() if p.requires_grad]
+        encoder_params = [p for e in modules[1:] for p in e.parameters() if p.requires_grad]
+        self.trainable = (denoiser_params, encoder_params)
+
+    def _fill_caches(self) -> None:
+        acc, training = self.accelerator, self.config.training
+        if training.cache_latents:
+            disk = self.run_dir / "cache" / "latents" if training.cache_latents_to_disk else None
+            self.latent_cache = LatentCache()
+            if disk is not None and not acc.is_local_main_process:
+                acc.wait_for_everyone()  # the local main process writes the files first
+            self.latent_cache.fill(self.adapter, self.components, self.items, self.config.dataset,
+                                   training.batch_size, disk, acc.is_local_main_process, self.reporter.phase)
+            if disk is not None and acc.is_local_main_process:
+                acc.wait_for_everyone()
+        if training.cache_text_embeddings:
+            self.text_cache = TextCache()
+            self.text_cache.fill(self.adapter, self.components, cache_captions(self.items, self.config.dataset),
+                                 training.batch_size, self.reporter.phase)
+
+    def _load_checkpoint(self) -> None:
+        found = latest_checkpoint(self.run_dir)
+        if found is None:
+            self.reporter.warn("no complete checkpoint in this run; training starts from step 0")
+            return
+        step, folder = found
+        self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
+        self.accelerator.load_state(str(folder))
+        state = read_state(folder)
+        self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> RunFinished:
+        self.setup()
+        acc, training = self.accelerator, self.config.training
+        accum = training.gradient_accumulation
+        self._announce()
+        scheme = self.adapter.noise_scheme(self.components)
+        start = self.step * accum
+        data = MicroBatches(self.plan, self.config.dataset, acc.process_index, start,
+                            max(0, self.total * accum - start), with_pixels=self.latent_cache is None)
+        batches = iter(micro_batch_loader(data, training.dataloader_workers))
+        train_components = replace(self.components, denoiser=self.wrapped[0],
+                                   text_encoders=self.wrapped[1:] or self.components.text_encoders)
+        started, first_step = time.monotonic(), self.step
+        while self.step < self.total:
+            if self.stop.agreed(acc):
+                return self._finish("stopped", self.stop.reason())
+            losses = []
+            for micro in range(accum):
+                batch = next(batches)
+                self.epoch = int(batch["epoch"])
+                sync = micro == accum - 1
+                with contextlib.ExitStack() as stack:
+                    if not sync:
+                        for module in self.wrapped:
+                            stack.enter_context(acc.no_sync(module))
+                    loss = self._loss(batch, scheme, train_components)
+                    acc.backward(loss / accum)
+                losses.append(loss.detach().float())
+            if training.max_grad_norm > 0:
+                acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            mean = acc.reduce(torch.stack(losses).mean(), reduction="mean").item()
+            if not math.isfinite(mean):
+                raise TrainError("nan", f"the loss became {mean} at step {self.step}",
+                                 "lower training.learning_rate, use bf16 instead of fp16, or set "
+                                 "training.max_grad_norm to 1.0")
+            self._report_step(mean, self.epoch, started, first_step)
+            self._after_step(self.epoch)
+        return self._finish("completed")
+
+    def _loss(self, batch: dict[str, Any], scheme: Any, components: Components) -> torch.Tensor:
+        acc, adapter = self.accelerator, self.adapter
+        device = acc.device
+        if self.latent_cache is not None:
+            latents = self.latent_cache.batch(batch["items"], device, torch.float32)
+        else:
+            with torch.no_grad():
+                latents = adapter.encode_images(components, batch["pixels"].to(device)).float()
+        if self.text_cache is not None:
+            cond = {k: v.to(device) for k, v in self.text_cache.batch(batch["captions"]).items()}
+        else:
+            with torch.set_grad_enabled(self.config.method.train_text_encoder):
+                cond = adapter.encode_prompts(components, batch["captions"])
+        cond = adapter.extra_conditioning(batch, cond, device)
+        seed = int(stream_rng(self.config.training.seed, 3, int(batch["index"]), acc.process_index).integers(2**62))
+        noised = scheme.noise(latents, torch.Generator("cpu").manual_seed(seed))
+        with acc.autocast():
+            prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
+        return scheme.loss(prediction, noised, batch["loss_weights"])  # type: ignore[no-any-return]
+
+    def _report_step(self, loss: float, epoch: int, started: float, first_step: int) -> None:
+        memory = gather_memory(self.accelerator)
+        elapsed = max(1e-9, time.monotonic() - started)
+        done = self.step - first_step
+        per_step = elapsed / max(1, done)
+        images = done * self.plan.global_batch * self.config.training.gradient_accumulation
+        self.reporter.emit(Step(
+            step=self.step, epoch=epoch, loss=loss, lr=float(self.scheduler.get_last_lr()[0]),
+            samples_per_s=round(images / elapsed, 3), eta_s=round(per_step * (self.total - self.step), 1),
+            memory=memory,
+        ))
+
+    def _after_step(self, epoch: int) -> None:
+        sampling, output = self.config.sampling, self.config.output
+        if sampling.every_n_steps and self.step % sampling.every_n_steps == 0:
+            self._samples()
+        if output.save_every_n_steps and self.step % output.save_every_n_steps == 0 and self.step < self.total:
+            self._checkpoint(epoch)
+
+    def _samples(self) -> None:
+        if self.accelerator.is_main_process:
+            make_samples(self.adapter, self.components, self.run_dir, self.step, self.reporter)
+        self.accelerator.wait_for_everyone()
+
+    def _checkpoint(self, epoch: int) -> None:
+        self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
+        state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
+                 "micro_batch": self.step * self.config.training.gradient_accumulation, "time": time.time()}
+        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last)
+        self.reporter.emit(Checkpoint(step=self.step, path=str(folder)))
+
+    def _finish(self, status: str, message: str = "") -> RunFinished:
+        acc = self.accelerator
+        outputs: list[str] = []
+        if status == "stopped":
+            self._checkpoint(self.epoch)
+        else:
+            every = self.config.sampling.every_n_steps
+            if every and self.step % every:
+                self._samples()
+            self.reporter.phase("saving", 0, 1, "writing the outputs")
+            if acc.is_main_process:
+                outputs = [str(p) for p in save_outputs(self.adapter, self.components, self.run_dir,
+                                                        self.items, self.step)]
+            acc.wait_for_everyone()
+        self.stop.uninstall()
+        return RunFinished(status=status, outputs=outputs, step=self.step, message=message,
+                           weight_checksums=self._checksums())
+
+    def _checksums(self) -> list[float]:
+        """The sum of this rank's trained weights, gathered from every rank (a collective call)."""
+        total = sum(float(p.detach().double().sum()) for group in self.trainable for p in group)
+        mine = torch.tensor([[total]], dtype=torch.float64, device=self.accelerator.device)
+        return [float(v) for v in self.accelerator.gather(mine).cpu().flatten().tolist()]
+
+    def _announce(self) -> None:
+        acc, training = self.accelerator, self.config.training
+        devices = [str(d) for d in _all_devices(acc)]
+        self.reporter.emit(RunStarted(
+            config=config_to_data(self.config), world_size=acc.num_processes, total_steps=self.total,
+            devices=devices, effective_batch=self.plan.global_batch * training.gradient_accumulation,
+            num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
+            run_dir=str(self.run_dir), studio_version=__version__,
+        ))
+        self.reporter.phase("training", self.step, self.total)
+
+
+def _all_devices(accelerator: Any) -> list[str]:
+    """The device of every rank, gathered (a collective call)."""
+    device = accelerator.device
+    index = -1 if device.type == "cpu" else (device.index or 0)
+    gathered = accelerator.gather(torch.tensor([[index]], device=device)).cpu().flatten().tolist()
+    return ["cpu" if i < 0 else f"cuda:{i}" for i in gathered]

@@ -1,0 +1,86 @@
+"""Rank 0's voice: events to RUN_DIR/events.jsonl and a short line per event on stdout.
+
+Other ranks hold a silent reporter, so the loop never asks which rank it is on.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from studio.core.events import (
+    Checkpoint,
+    Error,
+    Event,
+    EventWriter,
+    Phase,
+    RunFinished,
+    Sample,
+    Step,
+    Warning_,
+)
+from studio.core.runs import EVENTS_FILE
+
+
+class Reporter:
+    def __init__(self, run_dir: Path, active: bool, print_every: int = 10) -> None:
+        self.active = active
+        self.writer = EventWriter(run_dir / EVENTS_FILE) if active else None
+        self.print_every = max(1, print_every)
+        self.warnings = 0
+
+    def emit(self, event: Event) -> None:
+        if self.writer is None:
+            return
+        self.writer.write(event)
+        line = self._line(event)
+        if line:
+            print(line, flush=event.type != "step")
+
+    def _line(self, event: Event) -> str:
+        if isinstance(event, Step):
+            if event.step % self.print_every and event.step != 1:
+                return ""
+            eta = f", eta {event.eta_s:.0f}s" if event.eta_s is not None else ""
+            return (f"step {event.step}: loss {event.loss:.4f}, lr {event.lr:.2e}, "
+                    f"{event.samples_per_s:.1f} img/s{eta}")
+        if isinstance(event, Phase):
+            if event.total and event.done not in (0, event.total):
+                return ""
+            count = f" {event.done}/{event.total}" if event.total else ""
+            return f"[{event.name}]{count} {event.message}".rstrip()
+        if isinstance(event, Warning_):
+            return f"warning: {event.message}" + (f" ({event.hint})" if event.hint else "")
+        if isinstance(event, Error):
+            where = f" [{event.path}]" if event.path else ""
+            return f"error ({event.kind}): {event.message}{where}" + (f"\n  hint: {event.hint}" if event.hint else "")
+        if isinstance(event, Sample):
+            return f"samples at step {event.step}: " + ", ".join(event.images)
+        if isinstance(event, Checkpoint):
+            return f"checkpoint at step {event.step}: {event.path}"
+        if isinstance(event, RunFinished):
+            return f"run {event.status} at step {event.step}" + (f": {event.message}" if event.message else "")
+        return ""
+
+    def warn(self, message: str, path: str | None = None, hint: str = "") -> None:
+        self.warnings += 1
+        self.emit(Warning_(message=message, path=path, hint=hint))
+
+    def phase(self, name: str, done: int = 0, total: int = 0, message: str = "") -> None:
+        self.emit(Phase(name=name, done=done, total=total, message=message))
+
+    def error(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
+        self.emit(Error(kind=kind, message=message, hint=hint, path=path))
+
+    def crash(self, exc: BaseException) -> None:
+        """An unexpected exception: the event carries its last frames, stderr the whole traceback."""
+        trace = traceback.format_exception(exc)
+        print("".join(trace), file=sys.stderr, flush=True)
+        tail = "".join(traceback.format_exception(exc, limit=-3)).strip()
+        self.error("crash", f"{exc.__class__.__name__}: {exc}",
+                   "this is a bug or an environment problem; console.log holds the full traceback:\n" + tail)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

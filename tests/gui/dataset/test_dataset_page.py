@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from studio.core.captions import CaptionConflict
+from studio.gui.pages.dataset import DatasetPage
+from studio.gui.selftest_options import SelfTestOptions
+
+
+def images(page: DatasetPage) -> Path:
+    assert page.context.project is not None
+    return page.context.project.root / "images"
+
+
+def type_caption(qtbot, page: DatasetPage, text: str) -> None:  # type: ignore[no-untyped-def]
+    page.editor.text.selectAll()
+    qtbot.keyClicks(page.editor.text, text)
+
+
+def test_grid_shows_dataset_and_self_test(page: DatasetPage) -> None:
+    assert page.model.rowCount() == 4
+    assert page.model.data(page.model.index(0)) == "a.png"
+    facts = page.self_test(SelfTestOptions())
+    assert facts["dataset_images"] == 4
+    assert 0 < facts["dataset_first_paint_ms"] < 5000
+    # 96x64 is under 512x512 (4 warnings) and c.png has no caption.
+    assert facts["dataset_problems"] == 5
+    assert "5 warnings" in page.status_label.text()
+    assert page.problems_panel.count() == 5
+
+
+def test_typing_saves_to_sidecar_and_undo_restores(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    folder = images(page)
+    assert page.editor.entry is not None and page.editor.entry.path.name == "a.png"
+    type_caption(qtbot, page, "sks, red square")
+    qtbot.waitUntil(lambda: (folder / "a.txt").read_text(encoding="utf-8") == "sks, red square", timeout=5000)
+    page.undo_stack.undo()
+    assert page.editor.text.toPlainText() == "red, square"
+    page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "red, square"
+    page.undo_stack.redo()
+    page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "sks, red square"
+
+
+def test_shutdown_flushes_text_typed_just_now(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    type_caption(qtbot, page, "typed right before closing")
+    page.shutdown()
+    assert (images(page) / "a.txt").read_text(encoding="utf-8") == "typed right before closing"
+
+
+def test_caption_for_uncaptioned_image_creates_sidecar(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    page.select_path(images(page) / "c.png")
+    type_caption(qtbot, page, "yellow, triangle")
+    page.save_now()
+    assert (images(page) / "c.txt").read_text(encoding="utf-8") == "yellow, triangle"
+
+
+def test_conflict_prompt_shows_both_texts(qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    asked: list[CaptionConflict] = []
+
+    def ask(conflict: CaptionConflict) -> str:
+        asked.append(conflict)
+        return "disk"
+
+    monkeypatch.setattr(page, "ask_conflict", ask)
+    (images(page) / "a.txt").write_text("edited in another program", encoding="utf-8")
+    type_caption(qtbot, page, "my text")
+    page.save_now()
+    assert [(c.our_text, c.disk_text) for c in asked] == [("my text", "edited in another program")]
+    assert (images(page) / "a.txt").read_text(encoding="utf-8") == "edited in another program"
+    assert page.editor.text.toPlainText() == "edited in another program"
+
+
+def test_conflict_keep_mine_overwrites(qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(page, "ask_conflict", lambda conflict: "mine")
+    (images(page) / "a.txt").write_text("theirs", encoding="utf-8")
+    type_caption(qtbot, page, "mine")
+    assert page.save_now()
+    assert (images(page) / "a.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_bulk_trigger_is_one_undo_step(page: DatasetPage) -> None:
+    folder = images(page)
+    assert page.apply_bulk("trigger", "sks") == 4
+    page.save_now()
+    assert (folder / "b.txt").read_text(encoding="utf-8") == "sks, blue, circle"
+    assert (folder / "c.txt").read_text(encoding="utf-8") == "sks"
+    assert page.editor.text.toPlainText() == "sks, red, square"
+    assert page.undo_stack.count() == 1
+    page.undo_stack.undo()
+    page.save_now()
+    assert (folder / "b.txt").read_text(encoding="utf-8") == "blue, circle"
+    assert not (folder / "c.txt").exists()
+
+
+def test_bulk_dialog_previews_count(page: DatasetPage) -> None:
+    from studio.gui.dataset_bulk import BulkDialog
+
+    dialog = BulkDialog(page.scopes(), page)
+    dialog.select("replace", "square", "cube", scope="All images")
+    assert dialog.preview.text() == "2 of 4 captions will change (2 matches)."
+    dialog.select("replace", "(", "x", scope="All images")
+    dialog.regex.setChecked(True)
+    assert dialog.preview.text().startswith("Cannot apply")
+    dialog.deleteLater()
+
+
+def test_filters(page: DatasetPage) -> None:
+    page.filter_text.setText("square")
+    assert [page.model.entry(r).path.name for r in range(page.model.rowCount())] == ["a.png", "d.png"]
+    page.filter_text.setText("")
+    page.no_caption.setChecked(True)
+    assert page.model.rowCount() == 1 and page.model.entry(0).path.name == "c.png"
+    page.no_caption.setChecked(False)
+    page.tags_panel._clicked(next(r for r in range(page.tags_panel.table.rowCount())
+                                  if page.tags_panel.table.item(r, 0).text() == "circle"), 0)  # type: ignore[union-attr]
+    assert page.filter_tag.text() == "circle" and page.model.rowCount() == 1
+    page.filter_tag.setText("")
+    page.with_problems.setChecked(True)
+    assert page.model.rowCount() == 4
+
+
+def test_keyboard_next_previous(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    page.editor.text.setFocus()
+    qtbot.keyClick(page.editor.text, Qt.Key.Key_Right, Qt.KeyboardModifier.AltModifier)
+    assert page.editor.entry is not None and page.editor.entry.path.name == "b.png"
+    qtbot.keyClick(page.editor.text, Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier)
+    assert page.editor.entry.path.name == "c.png"
+    qtbot.keyClick(page.editor.text, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    assert page.editor.entry.path.name == "b.png"
+
+
+def test_read_only_caption_is_refused(page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert page.store is not None
+    monkeypatch.setattr(page.store, "write_refusal", lambda image: f"the folder {image.parent} is read-only")
+    page.select_path(images(page) / "b.png")
+    assert page.editor.text.isReadOnly()
+    assert "Editing refused" in page.editor.notice.text()
+
+
+def test_thumbnails_arrive_and_are_cached(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    first = images(page) / "a.png"
+    qtbot.waitUntil(lambda: page.loader.pixmap(first) is not None, timeout=10000)
+    assert list(page.loader.folder.rglob("*.jpg"))
+
+
+def test_concept_repeats_edit_writes_config(page: DatasetPage) -> None:
+    page.concepts_panel.table.cellWidget(0, 2).setValue(7)  # type: ignore[union-attr]
+    assert page.context.project is not None
+    assert page.context.project.load_config().dataset.concepts[0].repeats == 7
+
+
+def test_kohya_repeats_rename_the_folder(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    kohya = images(page) / "5_sks_dog"
+    kohya.mkdir()
+    Image.new("RGB", (32, 32)).save(kohya / "k.png")
+    page.reload()
+    assert page.wait_loaded(30)
+    table = page.concepts_panel.table
+    assert table.rowCount() == 2 and table.item(1, 1).text() == "1"  # type: ignore[union-attr]
+    table.cellWidget(1, 2).setValue(12)  # type: ignore[union-attr]
+    assert (images(page) / "12_sks_dog" / "k.png").exists() and not kohya.exists()
+    assert page.wait_loaded(30)
+    assert page.model.rowCount() == 5
+
+
+def test_missing_folder_is_reported_not_crashing(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    shutil.rmtree(images(page))
+    page.reload()
+    assert page.wait_loaded(30)
+    assert page.model.rowCount() == 0
+    assert page.problems_panel.count() == 1
+    model = page.problems_panel.model
+    assert "does not exist" in model.data(model.index(0), Qt.ItemDataRole.ToolTipRole)

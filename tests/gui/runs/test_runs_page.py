@@ -1,0 +1,135 @@
+"""The Runs page: the table from run folders, replay, overlay, resume, delete, import, queue."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from studio.core.config import TrainConfig, save_config
+from studio.gui.context import StudioContext
+from studio.gui.pages.runs import RunsPage
+from studio.gui.train_controller import controller_for
+from tests.gui.train.conftest import fake_command, make_project
+
+
+def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: str) -> Path:
+    ctl = controller_for(context, fake_command(*extra))
+    assert context.project is not None
+    run_dir = ctl.start_config(cfg, context.project.root)
+    assert run_dir is not None
+    qtbot.waitUntil(lambda: not ctl.running, timeout=15000)
+    return run_dir
+
+
+def make_page(qtbot: QtBot, context: StudioContext) -> RunsPage:
+    page = RunsPage(context)
+    page.confirm = lambda _title, _text: True
+    qtbot.addWidget(page)
+    return page
+
+
+def test_table_open_overlay_delete(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                   tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    first = train_once(qtbot, context, config, "--steps", "15", "--rate", "1000")
+    second = train_once(qtbot, context, config, "--steps", "10000", "--rate", "1000", "--crash-at", "8")
+    page.refresh()
+    rows = {s.name: s for s in page.table.summaries}
+    assert rows[first.name].status == "completed" and rows[first.name].steps == 15
+    assert rows[second.name].status == "failed" and rows[second.name].resumable
+    status_col = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
+    assert sorted(status_col) == ["completed", "failed"]
+
+    page.table.select_paths([first.name])
+    page.buttons["open"].click()
+    assert len(page.plots.loss.smooth.getData()[1]) == 15
+    assert "Opened" in page.message.text()
+
+    page.table.select_paths([first.name, second.name])
+    page.buttons["overlay"].click()
+    assert len(page.overlay.curves) == 2
+
+    page.table.select_paths([first.name])
+    page.buttons["delete"].click()
+    assert not first.exists()
+    assert [s.name for s in page.table.summaries] == [second.name]
+
+
+def test_resume_runs_through_the_controller(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                            tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    commands: list[list[str]] = []
+
+    def factory(plan: object) -> list[str]:
+        commands.append(list(plan.command))  # type: ignore[attr-defined]
+        return fake_command("--steps", "3", "--rate", "1000")(plan)  # type: ignore[arg-type]
+
+    controller_for(context).command_factory = factory
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.buttons["resume"].isEnabled()
+    assert page.resume_selected()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert commands[0][-2:] == ["--resume", str(run)]
+    assert "accelerate.commands.launch" in commands[0]
+    assert page.table.summaries[0].status == "completed"
+
+
+def test_open_deleted_run_says_so(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                  tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    assert page.open_run(tmp_path / "runs" / "gone") == 0
+    assert "no longer exists" in page.message.text()
+
+
+def test_import_zip_is_marked_remote(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                     tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path / "p", config))  # type: ignore[arg-type]
+    run = train_once(qtbot, context, config, "--steps", "12", "--rate", "1000")
+    archive = tmp_path / "pod.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in run.rglob("*"):
+            z.write(f, "pod-run/" + f.relative_to(run).as_posix())
+    page = make_page(qtbot, context)
+    dest = page.import_path(archive)
+    assert dest is not None and dest.name == "pod-run"
+    row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == "pod-run")
+    assert page.table.item(row, 3).text() == "completed (remote)"
+    assert len(page.plots.loss.smooth.getData()[1]) == 12
+
+
+def test_queue_runs_configs_in_order_and_holds(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                               tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    controller_for(context, fake_command("--steps", "5", "--rate", "1000"))
+    page = make_page(qtbot, context)
+    paths = []
+    for name in ("one", "two", "three"):
+        cfg = config.model_copy(deep=True)
+        cfg.output.name = name
+        path = tmp_path / f"{name}.toml"
+        save_config(cfg, path)
+        paths.append(path)
+        page.queue.add_config(path)
+    page.queue.list.setCurrentRow(2)
+    page.queue.move_selected(-1)  # three before two
+    assert [i.name for i in page.controller.queue.items] == ["one.toml", "three.toml", "two.toml"]  # type: ignore[union-attr]
+    page.queue.stop_after.setChecked(True)
+    page.controller.queue.stop_after_current = False  # type: ignore[union-attr]
+    page.queue.start_button.click()
+    page.controller.queue.set_stop_after_current(True)  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    qtbot.wait(200)
+    states = [i.state for i in page.controller.queue.items]  # type: ignore[union-attr]
+    assert states == ["completed", "pending", "pending"]  # held after the current run
+    page.queue.start_button.click()
+    qtbot.waitUntil(lambda: [i.state for i in page.controller.queue.items] == ["completed"] * 3,  # type: ignore[union-attr]
+                    timeout=30000)
+    run_names = sorted(p.name.split("-", 2)[-1] for p in (tmp_path / "runs").iterdir())
+    assert run_names == ["one", "three", "two"]

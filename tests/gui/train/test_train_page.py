@@ -1,0 +1,117 @@
+"""The Train page as a person uses it, with the fake trainer behind the real QProcess path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from studio.core.config import TrainConfig
+from studio.core.project import Project
+from studio.gui.context import StudioContext
+from studio.gui.pages.train import TrainPage
+from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.train_controller import controller_for
+from tests.gui.train.conftest import fake_command, make_project
+
+
+def make_page(qtbot: QtBot, context: StudioContext, *extra: str) -> TrainPage:
+    controller_for(context, fake_command(*extra))
+    page = TrainPage(context)
+    qtbot.addWidget(page)
+    return page
+
+
+def test_live_plots_fill_and_header_follows(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                            tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "60", "--rate", "300", "--samples-every", "30")
+    assert page.start_training()
+    assert not page.train_button.isEnabled() and page.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
+    _x, y = page.plots.loss.smooth.getData()
+    assert len(y) == 60 and y[-1] < y[0]  # the smoothed loss falls
+    assert len(page.plots.lr_curve.getData()[0]) == 60
+    assert page.plots._rank_curves[0][0].getData()[1][-1] == 560.0  # rank 0 memory (RSS) at the last step
+    assert "finished" in page.header.status.text()
+    assert page.header.step.text() == "60 / 60"
+    assert page.samples.grid.count() == 4 and page.samples.prompt.count() == 2
+    assert page.samples.current() is not None and page.samples.current().step == 60  # type: ignore[union-attr]
+    page.samples.slider.setValue(0)
+    assert page.samples.current().step == 30  # type: ignore[union-attr]
+    page.samples.enlarge(page.samples.current())  # type: ignore[arg-type]
+    assert page.samples.last_dialog is not None and "Step 30" in page.samples.last_dialog.windowTitle()
+    page.samples.last_dialog.close()
+    assert page.train_button.isEnabled() and not page.kill_button.isEnabled()
+
+
+def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
+    page.stop_button.click()
+    assert "stopping" in page.header.status.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "stopped" in page.header.status.text()
+    assert "stopped" in page.message.text()
+
+
+def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                  tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "50", "--rate", "500", "--crash-at", "10")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert not page.banner.isHidden()
+    assert "boom at step 10" in page.banner.title.text()
+    assert "on purpose" in page.banner.hint.text()
+    page.banner.jump.click()
+    assert page.tabs.currentWidget() is page.console
+    assert "boom at step 10" in page.console.selected_line()
+    # Still usable: the next run starts and finishes.
+    controller_for(context, fake_command("--steps", "5"))
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.controller.model.status == "finished"
+    assert page.banner.isHidden()
+
+
+def test_crash_at_start_explains(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--crash-at-start")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "exited with code 1" in page.banner.title.text()
+    assert "No module named 'diffusers'" in page.console.text.toPlainText()
+
+
+def test_no_images_blocks_start_with_a_message(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                               tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config, images=0))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert "No images found in data/shapes" in page.message.text()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_no_project_says_what_to_do(qtbot: QtBot, context: StudioContext) -> None:
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert "Open or create a project" in page.message.text()
+
+
+def test_replay_self_test(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    project = make_project(tmp_path, config)
+    assert isinstance(project, Project)
+    context.set_project(project)
+    page = make_page(qtbot, context, "--steps", "25", "--rate", "1000")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    run_dir = page.controller.model.run_dir
+    assert run_dir is not None
+    other = TrainPage(context)
+    qtbot.addWidget(other)
+    result = other.self_test(SelfTestOptions(replay=run_dir))
+    assert result["replay_events"] == 1 + 2 + 25 + 1  # run_started, two caching phases, steps, run_finished
+    assert result["plot_points"] >= 25 * 4

@@ -1,0 +1,99 @@
+"""A LoRA run of the demo data: events, samples, checkpoints and output files that load in diffusers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from studio.core.config import MethodSection, OutputSection, SamplingSection, TrainingSection
+from studio.core.events import Checkpoint, RunFinished, RunStarted, Sample, Step
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_sd15: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from studio.core.config import ConceptSection, DatasetSection, ModelSection, TrainConfig, load_config
+    from studio.core.launch import prepare_run
+    from studio.train.entry import train
+
+    root = tmp_path_factory.mktemp("lora")
+    config = TrainConfig(
+        model=ModelSection(family="sd15", base=str(tiny_sd15)),
+        method=MethodSection(kind="lora", rank=4, alpha=8, train_text_encoder=True),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
+        training=TrainingSection(batch_size=2, max_steps=8, learning_rate=5e-3, seed=3),
+        sampling=SamplingSection(every_n_steps=4, prompts=["a red circle on a blue background"], steps=3),
+        output=OutputSection(dir=str(root / "runs"), name="shapes", save_every_n_steps=3, keep_last=2),
+    )
+    plan = prepare_run(config, root)
+    assert train(load_config(plan.run_dir / "config.toml"), plan.run_dir) == 0
+    return plan.run_dir
+
+
+def test_events_are_valid_and_tell_the_whole_run(lora_run: Path, events_of) -> None:
+    events = events_of(lora_run)
+    started = [e for e in events if isinstance(e, RunStarted)]
+    assert len(started) == 1
+    assert started[0].world_size == 1 and started[0].total_steps == 8 and started[0].devices == ["cpu"]
+    assert started[0].effective_batch == 2 and started[0].num_images == 8
+    steps = [e for e in events if isinstance(e, Step)]
+    assert [s.step for s in steps] == list(range(1, 9))
+    assert all(np.isfinite(s.loss) and s.memory and s.memory[0].rss_mb > 0 for s in steps)
+    samples = [e for e in events if isinstance(e, Sample)]
+    assert [s.step for s in samples] == [4, 8]
+    assert all(Path(p).is_file() for s in samples for p in s.images)
+    checkpoints = [e for e in events if isinstance(e, Checkpoint)]
+    assert [c.step for c in checkpoints] == [3, 6]
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "completed" and finished.step == 8
+
+
+def test_only_the_last_checkpoints_are_kept(lora_run: Path) -> None:
+    kept = sorted(p.name for p in (lora_run / "checkpoints").iterdir())
+    assert kept == ["step-3", "step-6"]
+    # A LoRA checkpoint holds the adapter, not the whole UNet.
+    assert (lora_run / "checkpoints" / "step-6" / "training_state.json").is_file()
+    size = sum(f.stat().st_size for f in (lora_run / "checkpoints" / "step-6").rglob("*") if f.is_file())
+    unet = (Path(lora_run).parents[2] / "models").exists()
+    assert size < 2_000_000, (size, unet)
+
+
+def test_kohya_file_has_the_names_comfyui_reads(lora_run: Path) -> None:
+    path = lora_run / "output" / "shapes.safetensors"
+    with safe_open(str(path), "pt") as handle:
+        keys = list(handle.keys())
+        meta = handle.metadata()
+        alpha = handle.get_tensor(next(k for k in keys if k.endswith(".alpha")))
+    assert any(k.startswith("lora_unet_") and k.endswith(".lora_down.weight") for k in keys)
+    assert any(k.startswith("lora_te_text_model_encoder_layers_") for k in keys)
+    assert not any(k.startswith("lora_te1_") for k in keys)
+    assert float(alpha) == 8.0
+    assert meta["ss_network_dim"] == "4" and meta["ss_steps"] == "8"
+    assert "circle" in meta["ss_tag_frequency"] or "red" in meta["ss_tag_frequency"]
+
+
+def _image(pipe, seed: int = 5) -> np.ndarray:
+    generator = torch.Generator("cpu").manual_seed(seed)
+    out = pipe("a red circle on a blue background", num_inference_steps=3, height=64, width=64,
+               generator=generator, output_type="np")
+    return np.asarray(out.images[0])
+
+
+def test_lora_loads_changes_the_image_and_unloads(lora_run: Path, tiny_sd15: Path) -> None:
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline.from_pretrained(str(tiny_sd15), safety_checker=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    base = _image(pipe)
+    pipe.load_lora_weights(str(lora_run / "output"), weight_name="pytorch_lora_weights.safetensors")
+    with_lora = _image(pipe)
+    assert np.abs(with_lora - base).max() > 1e-3
+    pipe.unload_lora_weights()
+    assert np.allclose(_image(pipe), base, atol=1e-6)
+    # The kohya file is the same LoRA in other names: diffusers reads it to the same picture.
+    pipe.load_lora_weights(str(lora_run / "output"), weight_name="shapes.safetensors")
+    assert np.allclose(_image(pipe), with_lora, atol=2e-3)
