@@ -1,0 +1,67 @@
+"""A demo project with a stand-in model folder (no torch needed) and a fixed GPU catalogue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.core.demo_project import DEMO_MODEL, create_demo_project
+from studio.core.project import Project
+
+FIXED_CATALOGUE = """
+schema_version = 1
+prices_noted = "2026-01-01"
+currency = "USD"
+
+[speed]
+reference_gpu = "ref"
+seconds_per_image = { sd15 = 0.1, sdxl = 0.4, sd3 = 0.5 }
+native_resolution = { sd15 = 512, sdxl = 1024, sd3 = 1024 }
+dreambooth_factor = 2.0
+gradient_checkpointing_factor = 1.5
+full_precision_factor = 3.0
+startup_minutes = 0.0
+
+[scaling]
+gpu_counts = [1, 2, 4]
+efficiency = [1.0, 0.9, 0.8]
+cross_node_infiniband = 0.9
+cross_node_ethernet = 0.5
+
+[[gpu]]
+id = "fast"
+name = "Fast 80GB"
+vram_gb = 80
+bf16 = true
+throughput = 2.0
+price_min = 2.0
+price_max = 4.0
+
+[[gpu]]
+id = "slow"
+name = "Slow 24GB"
+vram_gb = 24
+bf16 = true
+throughput = 1.0
+price_min = 0.5
+price_max = 0.5
+max_per_node = 2
+"""
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Project:
+    """The demo project; its model folder holds only model_index.json (enough to export)."""
+    project = create_demo_project(tmp_path / "demo project")
+    model = project.root / DEMO_MODEL
+    model.mkdir(parents=True)
+    (model / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}\n', encoding="utf-8")
+    return project
+
+
+@pytest.fixture
+def catalogue_file(tmp_path: Path) -> Path:
+    path = tmp_path / "catalogue.toml"
+    path.write_text(FIXED_CATALOGUE, encoding="utf-8")
+    return path

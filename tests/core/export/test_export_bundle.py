@@ -1,0 +1,165 @@
+"""The bundle on disk: relative paths, no secrets, dataset or manifest, scripts, zip."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from studio.core.config import load_config, load_resolved, save_config
+from studio.core.export import ExportError, export_bundle
+from studio.core.export_files import installed_version
+from studio.core.project import Project
+
+TEXT_FILES = ("config.toml", "README.md", "launch.sh", "check.sh", "bundle.json", "Dockerfile",
+              "requirements.txt", "accelerate/single_node.yaml", "accelerate/multi_node.yaml")
+
+
+def test_exported_config_has_no_local_path_and_resolves_inside_the_bundle(demo: Project, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    report = export_bundle(demo.config_path, out, gpus=2, include_model=True)
+
+    for name in TEXT_FILES:
+        text = (out / name).read_text(encoding="utf-8")
+        assert str(demo.root) not in text, name
+        assert str(tmp_path) not in text, name
+        assert str(Path.home()) + "/" not in text, name
+    config = load_resolved(out / "config.toml")
+    assert Path(config.model.base) == out / "model" / "tiny-sd15"
+    assert Path(config.dataset.concepts[0].path) == out / "dataset" / "shapes"
+    assert Path(config.output.dir) == out / "runs"
+    assert config.launch.python is None
+    assert (out / "model" / "tiny-sd15" / "model_index.json").is_file()
+    assert report.command == "./launch.sh --check"
+
+
+def test_dataset_is_copied_with_a_manifest_of_sizes_and_hashes(demo: Project, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    export_bundle(demo.config_path, out, include_model=True)
+    manifest = json.loads((out / "dataset" / "manifest.json").read_text())
+    source = sorted((demo.root / "data" / "shapes").iterdir())
+    assert [e["path"] for e in manifest["files"]] == [f"shapes/{p.name}" for p in source]
+    first = manifest["files"][0]
+    copied = out / "dataset" / first["path"]
+    assert copied.read_bytes() == source[0].read_bytes()
+    assert first["size"] == source[0].stat().st_size
+    import hashlib
+    assert first["sha256"] == hashlib.sha256(source[0].read_bytes()).hexdigest()
+
+
+def test_manifest_only_leaves_the_images_out_and_says_so(demo: Project, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    report = export_bundle(demo.config_path, out, include_dataset=False, include_model=True)
+    assert [p.name for p in (out / "dataset").iterdir()] == ["manifest.json"]
+    assert report.dataset_files == 48 and not report.dataset_included
+    assert "The dataset is not inside" in (out / "README.md").read_text()
+
+
+def test_remote_dataset_path_is_written_as_given(demo: Project, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    export_bundle(demo.config_path, out, include_dataset=False, remote_dataset="/workspace/data",
+                  remote_base="/workspace/models/tiny")
+    config = load_config(out / "config.toml")
+    assert config.dataset.concepts[0].path == "/workspace/data/shapes"
+    assert config.model.base == "/workspace/models/tiny"
+    assert json.loads((out / "bundle.json").read_text())["base_model"] == {
+        "kind": "remote", "value": "/workspace/models/tiny"}
+
+
+def test_a_local_model_needs_a_remote_path_or_a_copy(demo: Project, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match=r"--include-model.*--remote-base") as err:
+        export_bundle(demo.config_path, tmp_path / "bundle")
+    assert "tiny-sd15" in str(err.value)
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_hub_ids_stay_and_remote_base_replaces_the_model(demo: Project, tmp_path: Path) -> None:
+    export_bundle(demo.config_path, tmp_path / "a", remote_base="org/some-model")
+    assert load_config(tmp_path / "a" / "config.toml").model.base == "org/some-model"
+    config = demo.load_config()
+    config.model.base = "stabilityai/stable-diffusion-xl-base-1.0"
+    config.model.family = "sdxl"
+    save_config(config, demo.config_path)
+    report = export_bundle(demo.config_path, tmp_path / "b")
+    assert report.base_kind == "hub"
+    assert "HF_TOKEN" in (tmp_path / "b" / "README.md").read_text()
+
+
+def test_a_token_in_the_config_stops_the_export(demo: Project, tmp_path: Path) -> None:
+    config = demo.load_config()
+    config.sampling.prompts = ["a cat", "hf_abcdefghijklmnopqrstuvwxyz123456"]
+    save_config(config, demo.config_path)
+    with pytest.raises(ExportError, match=r"sampling\.prompts\[1\].*HF_TOKEN") as err:
+        export_bundle(demo.config_path, tmp_path / "bundle", include_model=True)
+    assert "hf_abcdefghij" not in str(err.value)
+
+
+def test_steps_scale_so_the_run_sees_the_same_images(demo: Project, tmp_path: Path) -> None:
+    report = export_bundle(demo.config_path, tmp_path / "b", gpus=2, nodes=2, include_model=True)
+    config = load_config(tmp_path / "b" / "config.toml")
+    assert (report.original_steps, report.steps) == (60, 15)
+    assert config.training.max_steps == 15
+    assert config.sampling.every_n_steps == 5 and config.output.save_every_n_steps == 5
+    assert report.effective_batch == 16
+    assert "= **16** images per optimizer step" in (tmp_path / "b" / "README.md").read_text()
+    kept = export_bundle(demo.config_path, tmp_path / "k", gpus=2, include_model=True, keep_steps=True)
+    assert kept.steps == 60
+
+
+def test_accelerate_configs_for_one_and_several_nodes(demo: Project, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    export_bundle(demo.config_path, out, gpus=4, nodes=3, include_model=True, main_address="10.0.0.5", port=29555)
+    single = (out / "accelerate" / "single_node.yaml").read_text()
+    multi = (out / "accelerate" / "multi_node.yaml").read_text()
+    assert "num_processes: 4\n" in single and "num_machines: 1\n" in single
+    assert "num_processes: 12\n" in multi and "num_machines: 3\n" in multi
+    assert "main_process_ip: '10.0.0.5'" in multi and "main_process_port: 29555" in multi
+    assert "distributed_type: 'MULTI_GPU'" in multi
+    launch = (out / "launch.sh").read_text()
+    assert 'GPUS_PER_NODE="${GPUS_PER_NODE:-4}"' in launch and 'NUM_MACHINES="${NUM_MACHINES:-3}"' in launch
+    assert "torchrun --standalone --nproc_per_node" in launch and "NCCL_DEBUG=INFO" in launch
+
+
+def test_requirements_are_pinned_to_this_environment(demo: Project, tmp_path: Path) -> None:
+    export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    lines = (tmp_path / "b" / "requirements.txt").read_text().splitlines()
+    assert f"accelerate=={installed_version('accelerate')}" in lines
+    torch = next(line for line in lines if line.startswith("torch=="))
+    assert "+" not in torch
+    dockerfile = (tmp_path / "b" / "Dockerfile").read_text()
+    assert f"pytorch/pytorch:{torch.split('==')[1]}-cuda" in dockerfile
+
+
+def test_the_trainer_source_travels_without_the_gui(demo: Project, tmp_path: Path) -> None:
+    export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    src = tmp_path / "b" / "src"
+    assert (src / "studio" / "train" / "__main__.py").is_file()
+    assert (src / "studio" / "core" / "export_run.py").is_file()
+    assert (src / "resources" / "architectures").is_dir()
+    assert not (src / "studio" / "gui").exists()
+    assert not list(src.rglob("__pycache__"))
+
+
+def test_scripts_are_executable_and_the_zip_keeps_their_mode(demo: Project, tmp_path: Path) -> None:
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True, zip=True)
+    for script in ("launch.sh", "check.sh", "studio_check.py"):
+        assert os.access(tmp_path / "b" / script, os.X_OK)
+    assert report.zip_path == tmp_path / "b.zip"
+    with zipfile.ZipFile(report.zip_path) as archive:
+        info = archive.getinfo("b/launch.sh")
+        assert stat.S_IMODE(info.external_attr >> 16) & 0o100
+        assert "b/runs/" in archive.namelist()
+        assert "b/dataset/manifest.json" in archive.namelist()
+
+
+def test_a_non_empty_folder_is_refused(demo: Project, tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not empty"):
+        export_bundle(demo.config_path, out, include_model=True)
+    assert (out / "keep.txt").read_text() == "mine"
