@@ -35,10 +35,9 @@ def _rss_mb() -> float:
 def child(resolution: int, checkpointing: bool, rank: int, steps: int) -> dict[str, Any]:
     """One measured run; returns the stages' RSS and the peak, in MB."""
     import torch
+    from count_parameters import SD15_UNET, UNET_LORA_TARGETS  # type: ignore[import-not-found]
     from diffusers import UNet2DConditionModel
     from peft import LoraConfig
-
-    from count_parameters import SD15_UNET, UNET_LORA_TARGETS  # type: ignore[import-not-found]
 
     torch.manual_seed(0)
     stages = {"runtime": _rss_mb()}

@@ -24,7 +24,13 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from studio.core.config import ConfigError, load_config
-    from studio.core.export_cost import assumptions, cost_table, format_table, vram_estimator, workload_from_config
+    from studio.core.export_cost import (
+        assumptions,
+        cost_table,
+        format_table,
+        vram_estimator,
+        workload_from_config,
+    )
     from studio.core.gpu_catalogue import CatalogueError, load_catalogue
 
     path = Path(args.config)

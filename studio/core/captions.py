@@ -7,16 +7,23 @@ name, a prompt or nowhere gets a new sidecar with the dataset's caption extensio
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import sys
-import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.dataset import METADATA_FILE, ImageEntry, read_caption_file
+from studio.core.caption_files import FileJob, SaveBatch, write_texts_atomically
+from studio.core.dataset import METADATA_FILE, ImageEntry
+
+__all__ = [
+    "CaptionConflict",
+    "CaptionEdit",
+    "CaptionSaveError",
+    "CaptionStore",
+    "SaveBatch",
+    "SaveReport",
+    "write_texts_atomically",
+]
 
 
 @dataclass(frozen=True)
@@ -63,56 +70,6 @@ class SaveReport:
     errors: list[CaptionSaveError] = field(default_factory=list)
 
 
-def write_texts_atomically(texts: Mapping[Path, str]) -> dict[Path, OSError]:
-    """Write every file through a temporary file in its folder, made durable before the rename.
-
-    Many files are synced at once (one sync for the batch on Linux) so saving thousands of
-    captions stays fast; a crash leaves each file either old or new, never half written.
-    """
-    failed: dict[Path, OSError] = {}
-    temps: list[tuple[str, Path]] = []
-    batch_sync = sys.platform.startswith("linux") and len(texts) > 8
-    for path, text in texts.items():
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        except OSError as exc:
-            failed[path] = exc
-            continue
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(text.encode("utf-8"))
-                if not batch_sync:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            if path.exists():
-                os.chmod(tmp, path.stat().st_mode & 0o7777)
-            temps.append((tmp, path))
-        except OSError as exc:
-            failed[path] = exc
-            _unlink(tmp)
-    if batch_sync and temps:
-        os.sync()  # Linux's sync() waits until every written page is on disk
-    for tmp, path in temps:
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            failed[path] = exc
-            _unlink(tmp)
-    return failed
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _read_text_or_none(path: Path) -> str | None:
-    try:
-        return read_caption_file(path)[0]
-    except FileNotFoundError:
-        return None
-
-
 class CaptionStore:
     """Captions of a scanned dataset, with unsaved edits and what is known to be on disk."""
 
@@ -127,6 +84,7 @@ class CaptionStore:
         # Sidecars the studio made; undoing back to the scanned caption removes them again.
         self._created: set[Path] = set()
         self._original = {p: (e.caption, e.caption_source) for p, e in self.entries.items()}
+        self._in_flight: set[Path] = set()  # files a running SaveBatch writes
 
     # ------------------------------------------------------------ reading and editing
 
@@ -174,114 +132,80 @@ class CaptionStore:
 
     # ------------------------------------------------------------ saving
 
+    @property
+    def saving(self) -> bool:
+        """A batch from `begin_save` is being written and not finished yet."""
+        return bool(self._in_flight)
+
     def flush(self, images: Iterable[Path] | None = None, force: Iterable[Path] = ()) -> SaveReport:
-        """Write pending edits; a file changed elsewhere is reported as a conflict unless forced."""
-        report = SaveReport()
+        """Write pending edits now; a file changed elsewhere is reported as a conflict unless forced."""
+        batch = self.begin_save(images, force)
+        batch.run()
+        return self.finish_save(batch)
+
+    def begin_save(self, images: Iterable[Path] | None = None, force: Iterable[Path] = ()) -> SaveBatch:
+        """What to write for the pending edits, as plain data whose `run` may go to a worker thread.
+
+        Edits made while the batch runs stay pending and go with the next one; files of a
+        batch still running are left out, so two writes of one file never overlap.
+        """
+        batch = SaveBatch()
         todo = sorted(self._dirty if images is None else set(images) & self._dirty)
         forced = set(force)
-        sidecars: dict[Path, str] = {}
-        sidecar_owner: dict[Path, Path] = {}
-        by_metadata: dict[Path, list[Path]] = {}
+        targets: set[Path] = set()
         for image in todo:
             entry = self.entries[image]
             target = self.target_file(image)
-            if entry.caption_source == "metadata" and target.name == METADATA_FILE:
-                by_metadata.setdefault(target, []).append(image)
+            if target in self._in_flight:
                 continue
-            ours = entry.caption or ""
             if image in self._created and entry.caption == self._original[image][0]:
-                self._remove_created(image, target, report)
-                continue
-            if entry.caption is None and self._disk[image] is None:
+                batch.sidecars.append(FileJob(image, target, "", self._disk[image], remove=True))
+            elif entry.caption_source == "metadata" and target.name == METADATA_FILE:
+                batch.metadata.setdefault(target, []).append(
+                    FileJob(image, target, entry.caption or "", self._disk[image], check=image not in forced))
+            elif entry.caption is None and self._disk[image] is None:
                 self._dirty.discard(image)  # no caption before, none now: nothing to write
                 continue
-            if image not in forced:
-                try:
-                    disk = _read_text_or_none(target)
-                except OSError as exc:
-                    report.errors.append(CaptionSaveError(image, target, _reason(exc)))
-                    continue
-                if disk != self._disk[image] and disk != ours:
-                    report.conflicts.append(CaptionConflict(image, target, disk, ours))
-                    continue
-            sidecars[target] = ours
-            sidecar_owner[target] = image
-        failed = write_texts_atomically(sidecars)
-        for target, image in sidecar_owner.items():
-            if target in failed:
-                report.errors.append(CaptionSaveError(image, target, _reason(failed[target])))
             else:
-                self._saved(image, target, sidecars[target], report)
-        for jsonl, owned in by_metadata.items():
-            self._flush_metadata(jsonl, owned, forced, report)
-        return report
+                batch.sidecars.append(
+                    FileJob(image, target, entry.caption or "", self._disk[image], check=image not in forced))
+            targets.add(target)
+        self._in_flight |= targets
+        return batch
 
-    def _remove_created(self, image: Path, target: Path, report: SaveReport) -> None:
-        entry = self.entries[image]
-        try:
-            disk = _read_text_or_none(target)
-            if disk is not None and disk != self._disk[image]:
-                report.conflicts.append(CaptionConflict(image, target, disk, entry.caption or ""))
-                return
-            target.unlink(missing_ok=True)
-        except OSError as exc:
-            report.errors.append(CaptionSaveError(image, target, _reason(exc)))
-            return
-        self._created.discard(image)
-        self._disk[image] = None
-        self._dirty.discard(image)
-        entry.caption_path, entry.caption_source = None, self._original[image][1]
-        report.saved.append(image)
+    def finish_save(self, batch: SaveBatch) -> SaveReport:
+        """Take back a batch that has run: record what is on disk now and report conflicts and errors."""
+        report = SaveReport()
+        for job in batch.jobs:
+            self._in_flight.discard(job.target)
+            entry = self.entries[job.image]
+            if job.outcome == "conflict":
+                report.conflicts.append(CaptionConflict(job.image, job.target, job.disk, entry.caption or ""))
+            elif job.outcome == "error":
+                assert job.error is not None
+                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error)))
+            elif job.outcome == "saved" and job.remove:
+                self._created.discard(job.image)
+                self._disk[job.image] = None
+                entry.caption_path, entry.caption_source = None, self._original[job.image][1]
+                if entry.caption == self._original[job.image][0]:
+                    self._dirty.discard(job.image)
+                report.saved.append(job.image)
+            elif job.outcome == "saved":
+                self._saved(job.image, job.target, job.text, report)
+        return report
 
     def _saved(self, image: Path, target: Path, text: str, report: SaveReport) -> None:
         entry = self.entries[image]
         self._disk[image] = text
-        self._dirty.discard(image)
+        if (entry.caption or "") == text:
+            self._dirty.discard(image)  # else it was edited again while saving and stays pending
         if entry.caption_path is None:
             self._created.add(image)
             entry.caption_path = target
             entry.caption_source = "caption" if target.suffix == ".caption" else "txt"
         entry.caption_utf8 = True
         report.saved.append(image)
-
-    def _flush_metadata(self, jsonl: Path, images: list[Path], forced: set[Path], report: SaveReport) -> None:
-        try:
-            lines = jsonl.read_text(encoding="utf-8-sig").splitlines()
-        except OSError as exc:
-            report.errors.extend(CaptionSaveError(i, jsonl, _reason(exc)) for i in images)
-            return
-        rows: dict[Path, int] = {}
-        for number, line in enumerate(lines):
-            try:
-                row = json.loads(line)
-                rows[Path(os.path.normpath(jsonl.parent / row["file_name"]))] = number
-            except (json.JSONDecodeError, TypeError, KeyError):
-                continue  # a broken line is kept as it is
-        written: list[Path] = []
-        for image in images:
-            ours = self.entries[image].caption or ""
-            found = rows.get(image)
-            if found is None:
-                row = {"file_name": image.relative_to(jsonl.parent).as_posix(), "text": ours}
-                lines.append(json.dumps(row, ensure_ascii=False))
-                written.append(image)
-                continue
-            row = json.loads(lines[found])
-            disk = str(row.get("text", row.get("caption", ""))).replace("\r\n", "\n").strip()
-            if image not in forced and disk != self._disk[image] and disk != ours:
-                report.conflicts.append(CaptionConflict(image, jsonl, disk, ours))
-                continue
-            row["caption" if "text" not in row and "caption" in row else "text"] = ours
-            lines[found] = json.dumps(row, ensure_ascii=False)
-            written.append(image)
-        if not written:
-            return
-        failed = write_texts_atomically({jsonl: "\n".join(lines) + "\n"})
-        for image in written:
-            if jsonl in failed:
-                report.errors.append(CaptionSaveError(image, jsonl, _reason(failed[jsonl])))
-            else:
-                self._saved(image, jsonl, self.entries[image].caption or "", report)
 
     def take_disk_text(self, conflict: CaptionConflict) -> None:
         """Resolve a conflict by adopting the text on disk (the person's edit is dropped)."""

@@ -23,13 +23,16 @@ __all__ = [
     "CAPTION_EXTENSIONS",
     "IMAGE_EXTENSIONS",
     "METADATA_FILE",
+    "ConceptListing",
     "DatasetError",
     "ImageEntry",
     "ScanResult",
     "image_size",
     "join_tags",
     "kohya_folder",
+    "list_concept",
     "read_caption_file",
+    "read_captions",
     "scan_class_images",
     "scan_concept",
     "scan_concept_report",
@@ -44,6 +47,7 @@ METADATA_FILE = "metadata.jsonl"
 OTHER_IMAGE_EXTENSIONS = frozenset({".gif", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl", ".psd"})
 
 _KOHYA = re.compile(r"^(\d+)_(.+)$")
+_DIGITS = re.compile(r"(\d+)")
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -191,13 +195,12 @@ def _read_metadata(path: Path, result: ScanResult) -> dict[Path, str]:
     return captions
 
 
-def _natural_key(path: Path, root: Path) -> tuple[tuple[int, str, str], ...]:
-    try:
-        rel = path.relative_to(root).as_posix()
-    except ValueError:
-        rel = path.as_posix()
-    parts = re.split(r"(\d+)", rel)
-    return tuple((int(p) if p.isdigit() else 0, "" if p.isdigit() else p.lower(), p) for p in parts)
+def _natural_key(rel: str) -> tuple[tuple[str | int, ...], str]:
+    """Sort key of a path relative to its concept folder: "img2" before "img10", case ignored."""
+    parts: list[str | int] = list(_DIGITS.split(rel.lower()))
+    # re.split with a group alternates text and digits, so every position compares like with like.
+    parts[1::2] = [int(p) for p in parts[1::2]]
+    return tuple(parts), rel
 
 
 def _resolve_folder(path: str, base_dir: Path | None) -> Path:
@@ -207,8 +210,40 @@ def _resolve_folder(path: str, base_dir: Path | None) -> Path:
     return Path(os.path.normpath(folder.absolute()))
 
 
-def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None) -> ScanResult:
-    """Scan one concept folder and report orphan captions, skipped formats and metadata errors too."""
+@dataclass
+class _Folder:
+    """What pairing an image of one folder with its caption needs to know about the folder."""
+
+    path: Path
+    names: set[str]
+    by_lower: dict[str, str]
+    folder_caption: str | None
+
+
+@dataclass
+class ConceptListing:
+    """A concept folder listed (images found and ordered) but no caption read yet.
+
+    `paths` is all a grid needs to show names and thumbnails; `read_captions` turns the
+    listing into the full ScanResult. The two steps let the studio paint before reading
+    thousands of caption files.
+    """
+
+    concept: ConceptSection
+    result: ScanResult
+    metadata_files: list[Path] = field(default_factory=list)
+    _pending: list[tuple[ImageEntry, str, _Folder]] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [entry.path for entry in self.result.entries]
+
+
+def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> ConceptListing:
+    """Find and order the images of one concept folder; reads directory listings only.
+
+    Raises DatasetError when the folder is missing or is a file.
+    """
     root = _resolve_folder(concept.path, base_dir)
     if not root.exists():
         raise DatasetError(
@@ -217,20 +252,13 @@ def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None) -
         )
     if not root.is_dir():
         raise DatasetError(f"{root} is a file, not a folder. Point the concept path at the folder holding the images.")
-    result = ScanResult(folder=root)
-    source = concept.caption_source
+    listing = ConceptListing(concept, ScanResult(folder=root))
+    result = listing.result
     root_kohya = kohya_folder(root.name)
-    metadata: dict[Path, str] = {}
-    metadata_file: dict[Path, Path] = {}
-    folders: list[tuple[Path, list[os.DirEntry[str]]]] = list(_walk(root))
-    if source in ("auto", "metadata"):
-        for folder, items in folders:
-            if any(i.name == METADATA_FILE for i in items):
-                found = _read_metadata(folder / METADATA_FILE, result)
-                metadata.update(found)
-                metadata_file.update(dict.fromkeys(found, folder / METADATA_FILE))
-
+    root_text = str(root)
+    keyed: list[tuple[tuple[tuple[str | int, ...], str], ImageEntry, str, _Folder]] = []
     image_folders: list[Path] = []
+    folders = list(_walk(root))
     for folder, items in folders:
         # The nearest kohya folder below the root decides repeats and the folder caption.
         repeats, folder_caption = 1, root_kohya[1] if root_kohya else None
@@ -240,67 +268,87 @@ def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None) -
             if parsed is not None:
                 repeats, folder_caption = parsed
                 break
-        by_lower = {i.name.lower(): i.name for i in items}
+        rel_prefix = "".join(part + "/" for part in rel_parts)
         names = {i.name for i in items}
-        images_here = 0
+        info = _Folder(folder, names, {name.lower(): name for name in names}, folder_caption)
+        if METADATA_FILE in names and concept.caption_source in ("auto", "metadata"):
+            listing.metadata_files.append(folder / METADATA_FILE)
         image_stems: set[str] = set()
+        caption_files: list[tuple[str, str]] = []  # (lowercase stem, name)
         for item in items:
-            ext = os.path.splitext(item.name)[1].lower()
+            name = item.name
+            dot = name.rfind(".")
+            stem, ext = (name[:dot], name[dot:].lower()) if dot > 0 else (name, "")
             if ext not in IMAGE_EXTENSIONS:
-                if ext in OTHER_IMAGE_EXTENSIONS:
-                    result.other_images.append(folder / item.name)
+                if ext in CAPTION_EXTENSIONS:
+                    caption_files.append((stem.lower(), name))
+                elif ext in OTHER_IMAGE_EXTENSIONS:
+                    result.other_images.append(folder / name)
                 continue
             try:
                 if not item.is_file(follow_symlinks=True):
                     continue
             except OSError:
                 continue
-            images_here += 1
-            path = folder / item.name
-            stem = os.path.splitext(item.name)[0]
             image_stems.add(stem.lower())
             entry = ImageEntry(
-                path=path, caption=None, caption_path=None, caption_source="none",
-                repeats=concept.repeats * repeats, concept=str(root),
+                path=folder / name, caption=None, caption_path=None, caption_source="none",
+                repeats=concept.repeats * repeats, concept=root_text,
             )
-            _pair_caption(entry, stem, names, by_lower, folder, source, metadata, metadata_file, folder_caption)
-            if entry.caption_source == "none" and concept.instance_prompt:
-                entry.caption, entry.caption_source = concept.instance_prompt, "prompt"
-            result.entries.append(entry)
-        for item in items:
-            stem, ext = os.path.splitext(item.name)
-            if ext.lower() in CAPTION_EXTENSIONS and stem.lower() not in image_stems:
-                result.orphan_captions.append(folder / item.name)
-        if images_here:
+            keyed.append((_natural_key(rel_prefix + name), entry, stem, info))
+        result.orphan_captions.extend(folder / name for stem, name in caption_files if stem not in image_stems)
+        if image_stems:
             image_folders.append(folder)
     for folder, _ in folders:
         if folder != root and kohya_folder(folder.name) is not None and not any(
             f == folder or folder in f.parents for f in image_folders
         ):
             result.empty_folders.append(folder)
-    result.entries.sort(key=lambda e: _natural_key(e.path, root))
+    result.orphan_captions.sort()
+    keyed.sort(key=lambda row: row[0])
+    result.entries = [row[1] for row in keyed]
+    listing._pending = [(entry, stem, info) for _, entry, stem, info in keyed]
+    return listing
+
+
+def read_captions(listing: ConceptListing) -> ScanResult:
+    """Pair every listed image with its caption (sidecar, metadata.jsonl, folder name or prompt)."""
+    result, concept = listing.result, listing.concept
+    metadata: dict[Path, str] = {}
+    metadata_file: dict[Path, Path] = {}
+    for path in listing.metadata_files:
+        found = _read_metadata(path, result)
+        metadata.update(found)
+        metadata_file.update(dict.fromkeys(found, path))
+    for entry, stem, info in listing._pending:
+        _pair_caption(entry, stem, info, concept.caption_source, metadata, metadata_file)
+        if entry.caption_source == "none" and concept.instance_prompt:
+            entry.caption, entry.caption_source = concept.instance_prompt, "prompt"
+    listing._pending = []
     return result
+
+
+def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None) -> ScanResult:
+    """Scan one concept folder and report orphan captions, skipped formats and metadata errors too."""
+    return read_captions(list_concept(concept, base_dir))
 
 
 def _pair_caption(
     entry: ImageEntry,
     stem: str,
-    names: set[str],
-    by_lower: dict[str, str],
-    folder: Path,
+    folder: _Folder,
     source: str,
     metadata: dict[Path, str],
     metadata_file: dict[Path, Path],
-    folder_caption: str | None,
 ) -> None:
     for ext, kind in ((".txt", "txt"), (".caption", "caption")):
         if source not in ("auto", kind):
             continue
         name = stem + ext
-        actual = name if name in names else by_lower.get(name.lower())
+        actual = name if name in folder.names else folder.by_lower.get(name.lower())
         if actual is None:
             continue
-        path = folder / actual
+        path = folder.path / actual
         try:
             entry.caption, entry.caption_utf8 = read_caption_file(path)
         except OSError:
@@ -311,8 +359,8 @@ def _pair_caption(
         entry.caption = metadata[entry.path]
         entry.caption_path, entry.caption_source = metadata_file[entry.path], "metadata"
         return
-    if source in ("auto", "folder") and folder_caption:
-        entry.caption, entry.caption_source = folder_caption, "folder"
+    if source in ("auto", "folder") and folder.folder_caption:
+        entry.caption, entry.caption_source = folder.folder_caption, "folder"
 
 
 def scan_concept(concept: ConceptSection, base_dir: Path | None = None) -> list[ImageEntry]:
@@ -340,7 +388,7 @@ def scan_class_images(concept: ConceptSection, base_dir: Path | None = None) -> 
                     path=walked / item.name, caption=concept.class_prompt, caption_path=None,
                     caption_source="prompt", repeats=1, concept=str(folder), is_class=True,
                 ))
-    entries.sort(key=lambda e: _natural_key(e.path, folder))
+    entries.sort(key=lambda e: _natural_key(e.path.relative_to(folder).as_posix()))
     return entries
 
 

@@ -213,7 +213,7 @@ def export_bundle(
     folders: dict[str, Path] = {}
     taken: set[str] = set()
     data_root = remote_dataset.rstrip("/") if remote_dataset else DATASET_DIR
-    for concept, local in zip_concepts(bundle, resolved):
+    for concept, local in _concept_pairs(bundle, resolved):
         for attr, path in (("path", local.path), ("class_path", local.class_path)):
             if path is None:
                 continue
@@ -239,7 +239,7 @@ def export_bundle(
     _refuse_secrets_and_paths(bundle, remote_base, remote_dataset, config_path)
 
     estimator = vram_estimator(bundle)
-    vram = estimator(gpu or _GENERIC_GPU) if estimator else None
+    vram = estimator(gpu or _GENERIC_GPU)
     if gpu is not None and vram is not None and vram > gpu.vram_mb:
         warnings.append(f"the estimate ({vram / 1024:.1f} GB per GPU) exceeds the {gpu.name}'s {gpu.vram_gb:.0f} GB")
 
@@ -257,7 +257,8 @@ def export_bundle(
     copy_studio_source(out / SOURCE_DIR)
 
     t = bundle.training
-    info = {
+    effective_batch = t.batch_size * t.gradient_accumulation * processes
+    info: dict[str, Any] = {
         "studio_version": __version__,
         "exported": _dt.datetime.now().isoformat(timespec="seconds"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
@@ -269,7 +270,7 @@ def export_bundle(
         "dataset": {"included": include_dataset, "root": data_root, "manifest": MANIFEST,
                     "files": len(manifest["files"]), "bytes": manifest["total_bytes"]},
         "steps": {"original": original_steps, "bundle": t.max_steps, "epochs": t.epochs},
-        "effective_batch": t.batch_size * t.gradient_accumulation * processes,
+        "effective_batch": effective_batch,
         "learning_rate": t.learning_rate,
     }
     _write_files(out, bundle, info, config_path)
@@ -278,7 +279,7 @@ def export_bundle(
         dataset_bytes=manifest["total_bytes"], dataset_included=include_dataset,
         base_model=str(bundle.model.base), base_kind=base_kind, gpus_per_node=gpus, nodes=nodes,
         gpu_type=gpu.name if gpu else None, steps=t.max_steps, original_steps=original_steps,
-        effective_batch=info["effective_batch"], vram_estimate_mb=vram, warnings=warnings,
+        effective_batch=effective_batch, vram_estimate_mb=vram, warnings=warnings,
     )
     all_files = [p for p in out.rglob("*") if p.is_file()]
     report.files, report.bytes = len(all_files), sum(p.stat().st_size for p in all_files)
@@ -291,7 +292,7 @@ def export_bundle(
     return report
 
 
-def zip_concepts(bundle: TrainConfig, resolved: TrainConfig) -> list[tuple[Any, Any]]:
+def _concept_pairs(bundle: TrainConfig, resolved: TrainConfig) -> list[tuple[Any, Any]]:
     return list(zip(bundle.dataset.concepts, resolved.dataset.concepts, strict=True))
 
 
@@ -311,9 +312,11 @@ def _refuse_secrets_and_paths(bundle: TrainConfig, remote_base: str | None, remo
     if secrets:
         raise ExportError(f"{source}: {', '.join(secrets)} look like a token or password; remove them "
                           "(a hub token is read from HF_TOKEN on the remote machine)")
-    allowed = {v for v in (remote_base, bundle.model.base) if v and v == remote_base}
+    # Paths the person named on the remote side are meant to be absolute.
+    allowed = {remote_base} if remote_base else set()
     if remote_dataset:
-        allowed |= {c.path for c in bundle.dataset.concepts} | {c.class_path or "" for c in bundle.dataset.concepts}
+        for concept in bundle.dataset.concepts:
+            allowed |= {concept.path, concept.class_path or concept.path}
     local = absolute_paths(data, allowed=frozenset(allowed))
     if local:
         raise ExportError(f"{source}: {', '.join(local)} still hold a path of this machine; "
@@ -322,13 +325,14 @@ def _refuse_secrets_and_paths(bundle: TrainConfig, remote_base: str | None, remo
 
 def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: Path) -> None:
     stamp = info["exported"]
+    per_node, multi = info["gpus_per_node"], max(info["nodes"], 2)
     header = (f"# Exported by SD Training Studio {__version__} on {stamp} from {source.name}.\n"
               "# Paths are relative to this folder; no token is stored (set HF_TOKEN on the remote side).\n")
     texts: dict[str, str] = {
         "config.toml": header + dump_resolved(bundle),
-        "accelerate/single_node.yaml": dump_yaml(accelerate_config(_with_nodes(bundle, 1), info["gpus_per_node"])),
-        "accelerate/multi_node.yaml": dump_yaml(accelerate_config(
-            _with_nodes(bundle, max(info["nodes"], 2)), info["gpus_per_node"] * max(info["nodes"], 2))),
+        "accelerate/single_node.yaml": dump_yaml(accelerate_config(_with_nodes(bundle, 1, per_node))),
+        # Made for the exported node count, or as a template for 2 when exported for one node.
+        "accelerate/multi_node.yaml": dump_yaml(accelerate_config(_with_nodes(bundle, multi, per_node))),
         "requirements.txt": pinned_requirements(bundle.training.optimizer),
         BUNDLE_FILE: json.dumps(info, indent=1) + "\n",
         "README.md": readme_text(bundle, info, out.name),
@@ -354,9 +358,10 @@ def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: P
         os.chmod(out / script, 0o755)
 
 
-def _with_nodes(config: TrainConfig, nodes: int) -> TrainConfig:
+def _with_nodes(config: TrainConfig, nodes: int, per_node: int) -> TrainConfig:
     copy = config.model_copy(deep=True)
-    copy.launch = copy.launch.model_copy(update={"num_machines": nodes, "machine_rank": 0})
+    copy.launch = copy.launch.model_copy(
+        update={"num_machines": nodes, "num_processes": nodes * per_node, "machine_rank": 0})
     return copy
 
 

@@ -72,10 +72,7 @@ def seconds_per_image(gpu: GpuType, work: Workload, catalogue: Catalogue) -> tup
     """Seconds one GPU spends per image, and whether a measured figure was used."""
     speed = catalogue.speed
     measured = work.family in gpu.measured
-    if measured:
-        base = gpu.measured[work.family]
-    else:
-        base = speed.seconds_per_image[work.family] / gpu.throughput
+    base = gpu.measured[work.family] if measured else speed.seconds_per_image[work.family] / gpu.throughput
     native = speed.native_resolution[work.family]
     seconds = base * (work.resolution / native) ** 2
     if work.method == "dreambooth":
@@ -175,19 +172,16 @@ def mark_best(rows: list[CostRow]) -> list[CostRow]:
     return [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
 
 
-def vram_estimator(config: TrainConfig) -> VramNeeded | None:
-    """Per-GPU VRAM needed from the studio's estimator; None when it is not available."""
-    try:
-        from studio.core.hardware import GPUInfo
-        from studio.core.memory import estimate_vram  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
+def vram_estimator(config: TrainConfig) -> VramNeeded:
+    """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type."""
+    from studio.core.hardware import GPUInfo
+    from studio.core.memory import ArchitectureDataError, estimate_vram
 
     def needed(gpu: GpuType) -> int | None:
         info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)
         try:
             return int(estimate_vram(config, info).total_mb)
-        except (ValueError, KeyError, AttributeError):
+        except ArchitectureDataError:  # shipped data missing: the table shows "?"
             return None
 
     return needed
@@ -219,6 +213,11 @@ def assumptions(catalogue: Catalogue, work: Workload) -> list[str]:
     ]
 
 
+def format_cost(row: CostRow) -> str:
+    low, high = f"{row.cost_min:.2f}", f"{row.cost_max:.2f}"
+    return low if low == high else f"{low}-{high}"
+
+
 def format_table(rows: list[CostRow], currency: str = "USD") -> str:
     """The table as text for the command line."""
     header = ("GPUs", "fits", "VRAM need/have", "steps", "time", f"cost {currency}", "")
@@ -226,7 +225,7 @@ def format_table(rows: list[CostRow], currency: str = "USD") -> str:
     for r in rows:
         need = "?" if r.vram_needed_mb is None else f"{r.vram_needed_mb / 1024:.1f}"
         fits = {True: "yes", False: "NO", None: "?"}[r.fits]
-        cost = f"{r.cost_min:.2f}" if r.cost_min == r.cost_max else f"{r.cost_min:.2f}-{r.cost_max:.2f}"
+        cost = format_cost(r)
         marks = " ".join(m for m, on in (("cheapest", r.cheapest), ("fastest", r.fastest)) if on)
         lines.append((r.label, fits, f"{need}/{r.gpu.vram_gb:.0f} GB", str(r.steps),
                       format_duration(r.hours), cost, marks))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import shutil
@@ -94,10 +95,8 @@ def probe_nvml(report: HardwareReport) -> ProbeResult:
     except pynvml.NVMLError as exc:
         return [], "nvml", f"NVML failed while reading the GPUs: {exc}"
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def _nvml_optional(call: Any, *args: Any) -> Any:

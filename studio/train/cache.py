@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+
 import torch
 
 from studio.core.config import DatasetSection
@@ -61,10 +62,10 @@ class LatentCache:
                 with torch.no_grad():
                     latents = adapter.encode_images(components, pixels).float().cpu()
                 for item, latent in zip(chunk, latents, strict=True):
-                    self.latents[item.index] = latent.clone()
+                    self.latents[item.index] = latent.clone(memory_format=torch.contiguous_format)
                     if disk is not None and writer:
                         disk.mkdir(parents=True, exist_ok=True)
-                        save_file({"latents": latent.clone()}, str(_latent_file(disk, item, adapter.config.model.base)))
+                        save_file({"latents": latent.clone(memory_format=torch.contiguous_format)}, str(_latent_file(disk, item, adapter.config.model.base)))
                 done += len(chunk)
                 progress("caching", done, len(items))
 

@@ -16,7 +16,14 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from studio.core.config import ConceptSection, DatasetSection, TrainConfig
-from studio.core.dataset import DatasetError, ImageEntry, join_tags, scan_class_images, scan_concept, split_tags
+from studio.core.dataset import (
+    DatasetError,
+    ImageEntry,
+    join_tags,
+    scan_class_images,
+    scan_concept,
+    split_tags,
+)
 from studio.train.errors import TrainError
 
 Warn = Callable[[str, "str | None", str], None]

@@ -132,7 +132,7 @@ class Trainer:
         if found is None:
             self.reporter.warn("no complete checkpoint in this run; training starts from step 0")
             return
-        step, folder = found
+        _step, folder = found
         self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
         self.accelerator.load_state(str(folder))
         state = read_state(folder)

@@ -16,6 +16,7 @@ from studio.core.events import (
     EventWriter,
     Phase,
     RunFinished,
+    RunStarted,
     Sample,
     Step,
     Warning_,
@@ -29,10 +30,13 @@ class Reporter:
         self.writer = EventWriter(run_dir / EVENTS_FILE) if active else None
         self.print_every = max(1, print_every)
         self.warnings = 0
+        self.total = 0
 
     def emit(self, event: Event) -> None:
         if self.writer is None:
             return
+        if isinstance(event, RunStarted):
+            self.total = event.total_steps
         self.writer.write(event)
         line = self._line(event)
         if line:
@@ -40,7 +44,7 @@ class Reporter:
 
     def _line(self, event: Event) -> str:
         if isinstance(event, Step):
-            if event.step % self.print_every and event.step != 1:
+            if event.step % self.print_every and event.step not in (1, self.total):
                 return ""
             eta = f", eta {event.eta_s:.0f}s" if event.eta_s is not None else ""
             return (f"step {event.step}: loss {event.loss:.4f}, lr {event.lr:.2e}, "

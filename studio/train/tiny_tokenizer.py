@@ -8,6 +8,7 @@ collapses to one piece.
 
 from __future__ import annotations
 
+import itertools
 import json
 import string
 from collections.abc import Iterable
@@ -23,7 +24,7 @@ def _bpe(word: str, ranks: dict[tuple[str, str], int]) -> list[str]:
     """CLIP's byte-pair encoding of one lower-case word."""
     pieces = [*word[:-1], word[-1] + END]
     while len(pieces) > 1:
-        pairs = [(ranks.get((a, b)), i) for i, (a, b) in enumerate(zip(pieces, pieces[1:], strict=False))]
+        pairs = [(ranks.get((a, b)), i) for i, (a, b) in enumerate(itertools.pairwise(pieces))]
         ranked = [(r, i) for r, i in pairs if r is not None]
         if not ranked:
             break

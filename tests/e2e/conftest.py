@@ -62,19 +62,19 @@ def make_config(tiny_sd15: Path, demo_data: Path, tmp_path: Path) -> Callable[..
     return make
 
 
-def run_training(config: TrainConfig, config_dir: Path) -> tuple[int, Path]:
-    """Prepare a run folder and train in this process; (exit code, run folder)."""
+def _run_training(config: TrainConfig, config_dir: Path, resume_dir: Path | None = None) -> tuple[int, Path]:
     from studio.core.config import load_config
     from studio.core.launch import prepare_run
     from studio.train.entry import train
 
+    if resume_dir is not None:
+        return train(load_config(resume_dir / "config.toml"), resume_dir, resume=True), resume_dir
     plan = prepare_run(config, config_dir)
     code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
     return code, plan.run_dir
 
 
-def events_of(run_dir: Path) -> list[Event]:
-    """Every line of events.jsonl parsed strictly: a bad line fails the test."""
+def _events_of(run_dir: Path) -> list[Event]:
     lines = (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()
     out = []
     for line in lines:
@@ -83,5 +83,15 @@ def events_of(run_dir: Path) -> list[Event]:
     return out
 
 
-def of_type(events: list[Event], kind: str) -> list[Event]:
-    return [e for e in events if e.type == kind]
+@pytest.fixture
+def run_training() -> Callable[..., tuple[int, Path]]:
+    """Prepare a run folder and train in this process (or resume one); (exit code, run folder)."""
+    return _run_training
+
+
+@pytest.fixture
+def events_of() -> Callable[[Path], list[Event]]:
+    """Every line of a run's events.jsonl parsed strictly: a bad line fails the test."""
+    return _events_of
+
+

@@ -75,7 +75,7 @@ def load_or_fail(what: str, base: str, loader: Callable[[], T]) -> T:
         return loader()
     except TrainError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError, EnvironmentError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise TrainError(
             "model", f"cannot load the {what} of {base}: {text}",

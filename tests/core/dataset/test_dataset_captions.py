@@ -172,7 +172,7 @@ def test_write_failure_keeps_text_pending(make_dataset: MakeDataset, monkeypatch
     def refuse(*args: object, **kwargs: object) -> tuple[int, str]:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("studio.core.captions.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("studio.core.caption_files._create_temp", refuse)
     store.set_caption(root / "a.png", "typed")
     (error,) = store.flush().errors
     assert "read-only" in str(error) and str(root / "a.txt") in str(error)

@@ -1,0 +1,160 @@
+"""Measure peak VRAM of SD1.5 / SDXL / SD3-medium LoRA training steps and compare with the estimate.
+
+Run on a CUDA machine: `python benchmarks/gpu_memory.py [--steps 3] [--json OUT]`.
+
+Each case runs in a fresh subprocess (so one case's cache or OOM cannot skew the
+next): the full-size denoiser with random weights in fp16, a rank-16 LoRA,
+fp16 autocast, AdamW, the native resolution, batch 1, with and without gradient
+checkpointing, latents and text embeddings given (as when both are cached).
+Peak = torch.cuda.max_memory_reserved() plus the CUDA context (what nvidia-smi
+shows for the process minus the reserved pool at the end). Prints a markdown
+table of estimate vs measured for docs/benchmarks/memory.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+CASES = [(family, gc) for family in ("sd15", "sdxl", "sd3") for gc in (False, True)]
+MB = 2**20
+
+
+def child(family: str, checkpointing: bool, steps: int) -> dict[str, Any]:
+    import torch
+    from count_parameters import (  # type: ignore[import-not-found]
+        NATIVE_RESOLUTION,
+        SD3_LORA_TARGETS,
+        SPECS,
+        UNET_LORA_TARGETS,
+        _inputs,
+        build,
+    )
+    from peft import LoraConfig
+
+    device = torch.device("cuda")
+    torch.cuda.init()
+    torch.zeros(1, device=device)
+    name = next(n for n, spec in SPECS[family].items() if spec[2] == "denoiser")
+    class_name, config, _ = SPECS[family][name]
+    model = build(class_name, config).to_empty(device=device)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+        for b in model.buffers():
+            b.zero_()
+    model.to(torch.float16).requires_grad_(False)
+    targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+    model.add_adapter(LoraConfig(r=16, lora_alpha=16, init_lora_weights="gaussian", target_modules=list(targets)))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # LoRA weights train in fp32, as the studio's trainer keeps them
+    if checkpointing:
+        model.enable_gradient_checkpointing()
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        args, kwargs = _inputs(family, NATIVE_RESOLUTION[family], torch.float16)
+        args = tuple(torch.randn(a.shape, device=device, dtype=a.dtype) if a.dtype.is_floating_point
+                     else torch.full(a.shape, 500, device=device) for a in args)
+        kwargs = {k: (torch.randn(v.shape, device=device, dtype=v.dtype) if isinstance(v, torch.Tensor)
+                      else {kk: torch.randn(vv.shape, device=device, dtype=vv.dtype) for kk, vv in v.items()})
+                  for k, v in kwargs.items()}
+        if "timestep" in kwargs:
+            kwargs["timestep"] = torch.full((1,), 500.0, device=device)
+        start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(*args, **kwargs)
+            pred = out.sample if hasattr(out, "sample") else out[0]
+        loss = pred.float().pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    free, total = torch.cuda.mem_get_info()
+    reserved_now = torch.cuda.memory_reserved()
+    # Whatever the device has in use beyond torch's pool belongs to the context (this process is alone).
+    context = max(0, (total - free) - reserved_now)
+    return {"family": family, "checkpointing": checkpointing,
+            "max_allocated_mb": torch.cuda.max_memory_allocated() / MB,
+            "max_reserved_mb": torch.cuda.max_memory_reserved() / MB,
+            "context_mb": context / MB, "peak_mb": (torch.cuda.max_memory_reserved() + context) / MB,
+            "step_s": sorted(times)[len(times) // 2], "gpu": torch.cuda.get_device_name(0),
+            "torch": torch.__version__}
+
+
+def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
+    from studio.core.config import TrainConfig
+    from studio.core.hardware import GPUInfo
+    from studio.core.memory import estimate_vram
+
+    resolution = {"sd15": 512, "sdxl": 1024, "sd3": 1024}[family]
+    config = TrainConfig.model_validate({
+        "model": {"family": family, "base": "random", "dtype": "fp16",
+                  "vae": "fp16-fix" if family == "sdxl" else None},
+        "method": {"kind": "lora", "rank": 16}, "dataset": {"resolution": resolution},
+        "training": {"batch_size": 1, "mixed_precision": "fp16", "gradient_checkpointing": checkpointing,
+                     "cache_latents": True, "cache_text_embeddings": True, "optimizer": "adamw"},
+    })
+    gpu = GPUInfo(index=0, name="bench", total_mb=gpu_total_mb, free_mb=gpu_total_mb)
+    return estimate_vram(config, gpu).total_mb
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", nargs=2, metavar=("FAMILY", "GC"), help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per case")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.child:
+        try:
+            result = child(args.child[0], args.child[1] == "1", args.steps)
+        except Exception as exc:  # an OOM or a CUDA error is a result too
+            result = {"family": args.child[0], "checkpointing": args.child[1] == "1",
+                      "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0
+    rows: list[dict[str, Any]] = []
+    for family, gc in CASES:
+        cmd = [sys.executable, __file__, "--child", family, "1" if gc else "0", "--steps", str(args.steps)]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+            line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+            row = json.loads(line[7:]) if line else {"family": family, "checkpointing": gc,
+                                                     "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+        except subprocess.TimeoutExpired:
+            row = {"family": family, "checkpointing": gc, "error": f"timed out after {args.timeout:.0f} s"}
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    import torch
+
+    total_mb = int(torch.cuda.get_device_properties(0).total_memory / MB) if torch.cuda.is_available() else 81920
+    print("| model | checkpointing | estimate GB | measured GB (reserved + context) | max allocated GB | error | step s |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        est = estimate(row["family"], row["checkpointing"], total_mb) / 1024
+        if "error" in row:
+            print(f"| {row['family']} | {row['checkpointing']} | {est:.2f} | {row['error']} | | | |")
+            continue
+        measured = row["peak_mb"] / 1024
+        print(f"| {row['family']} | {row['checkpointing']} | {est:.2f} | {measured:.2f} | "
+              f"{row['max_allocated_mb'] / 1024:.2f} | {est / measured - 1:+.0%} | {row['step_s']:.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Speed of a fixed tiny-model LoRA job, started exactly as the studio starts it (accelerate launch).
+
+Reports, per variant (with and without latent/text caching): steps per second,
+seconds from process start to the first training step, and the trainer's peak RSS.
+Medians of --repeats runs. Usage: python benchmarks/train_speed.py [--repeats 3] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from studio.core.config import (
+    ConceptSection,
+    DatasetSection,
+    MethodSection,
+    ModelSection,
+    OutputSection,
+    TrainConfig,
+    TrainingSection,
+)
+from studio.core.demo import write_demo_dataset
+from studio.core.launch import prepare_run
+
+VARIANTS = {
+    "no cache": {},
+    "latent + text cache": {"cache_latents": True, "cache_text_embeddings": True},
+}
+
+
+def job(root: Path, steps: int, cache: dict[str, bool]) -> TrainConfig:
+    return TrainConfig(
+        model=ModelSection(family="sd15", base=str(root / "tiny-sd15")),
+        method=MethodSection(kind="lora", rank=8),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(root / "shapes"))], resolution=64, buckets=False),
+        training=TrainingSection(batch_size=4, max_steps=steps, learning_rate=1e-3, seed=1, **cache),
+        output=OutputSection(dir=str(root / "runs"), formats=["diffusers"]),
+    )
+
+
+def measure(root: Path, steps: int, cache: dict[str, bool]) -> dict[str, float]:
+    plan = prepare_run(job(root, steps, cache), root)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.time()
+    result = subprocess.run(plan.command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"the benchmark run failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    events = [json.loads(line) for line in (plan.run_dir / "events.jsonl").read_text().splitlines()]
+    step_events = [e for e in events if e["type"] == "step"]
+    first, last = step_events[0], step_events[-1]
+    return {
+        "first_step_s": first["time"] - start,
+        "steps_per_s": (last["step"] - first["step"]) / max(1e-9, last["time"] - first["time"]),
+        "peak_rss_mb": max(m["rss_mb"] for e in step_events for m in e["memory"]),
+        "total_s": time.time() - start,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_demo_dataset(root / "shapes", count=16, size=64, seed=0)
+        subprocess.run([sys.executable, "-m", "studio.cli", "tiny", "sd15", str(root / "tiny-sd15")],
+                       check=True, capture_output=True)
+        rows = []
+        for name, cache in VARIANTS.items():
+            runs = [measure(root, args.steps, cache) for _ in range(args.repeats)]
+            rows.append((name, {k: statistics.median(r[k] for r in runs) for k in runs[0]}))
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+          f"{args.steps} steps, batch 4, 64 px, LoRA rank 8; median of {args.repeats}\n")
+    print("| variant | steps/s | process start to first step (s) | peak RSS (MB) | whole run (s) |")
+    print("|---|---|---|---|---|")
+    for name, m in rows:
+        print(f"| {name} | {m['steps_per_s']:.1f} | {m['first_step_s']:.1f} | {m['peak_rss_mb']:.0f} "
+              f"| {m['total_s']:.1f} |")
+    slow = [name for name, m in rows if m["first_step_s"] >= 10]
+    if slow:
+        print(f"\nFAIL: first step took 10 s or more in: {', '.join(slow)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""`studio-train export`: the bundle, and errors that say what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main as cli_main
+from studio.core.project import Project
+
+
+def test_export_command_writes_a_bundle_and_prints_the_remote_command(
+    demo: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bundle"
+    code = cli_main(["export", str(demo.config_path), "--out", str(out), "--gpus", "2", "--gpu-type", "h100",
+                     "--include-model", "--manifest-only", "--zip"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "./launch.sh --check" in text and "1 node(s) x 2 H100 80GB" in text
+    assert (out / "launch.sh").is_file() and (tmp_path / "bundle.zip").is_file()
+    assert [p.name for p in (out / "dataset").iterdir()] == ["manifest.json"]
+
+
+def test_export_command_explains_a_local_model(demo: Project, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["export", str(demo.config_path), "--out", str(tmp_path / "b")])
+    assert code == 2
+    assert "--include-model" in capsys.readouterr().err
+
+
+def test_export_command_rejects_an_unknown_gpu_type(demo: Project, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["export", str(demo.config_path), "--out", str(tmp_path / "b"), "--gpu-type", "tpu9",
+                     "--include-model"])
+    assert code == 2
+    assert "no GPU type 'tpu9'" in capsys.readouterr().err

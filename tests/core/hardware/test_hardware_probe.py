@@ -1,0 +1,148 @@
+"""The hardware probe: fake profiles, a machine without NVML, and nvidia-smi output."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from studio.core import hardware_probes
+from studio.core.hardware import (
+    HardwareProfileError,
+    list_profiles,
+    load_hardware,
+    probe_hardware,
+)
+
+EXPECTED = {
+    "rtx3060-12gb": (1, 12288),
+    "rtx4090-24gb": (1, 24564),
+    "2x-rtx3090": (2, 24576),
+    "a100-80gb": (1, 81920),
+    "8x-h100-80gb": (8, 81559),
+    "no-gpu": (0, 0),
+}
+
+# Captured from `nvidia-smi --query-gpu=index,name,memory.total,memory.free,memory.used,driver_version,uuid,compute_cap
+# --format=csv,noheader,nounits` on a two-GPU workstation.
+SMI_SAMPLE = (
+    "0, NVIDIA GeForce RTX 3090, 24576, 23912, 402, 550.54.14, GPU-0a1b2c3d-0000-1111-2222-333344445555, 8.6\n"
+    "1, NVIDIA GeForce RTX 3090, 24576, 24253, 18, 550.54.14, GPU-0a1b2c3d-0000-1111-2222-333344446666, 8.6\n"
+)
+SMI_BANNER = "| NVIDIA-SMI 550.54.14    Driver Version: 550.54.14    CUDA Version: 12.4     |"
+
+
+def test_every_shipped_profile_is_listed() -> None:
+    assert set(EXPECTED) <= set(list_profiles())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_profile_by_name(name: str) -> None:
+    report = load_hardware(name)
+    count, total = EXPECTED[name]
+    assert len(report.gpus) == count
+    assert report.source == f"profile:{name}"
+    if count:
+        assert report.gpus[0].total_mb == total
+        assert report.gpus[0].bf16 is True
+        assert 0 < report.gpus[0].free_mb <= total
+    assert report.ram_mb > 0 and report.cores > 0
+
+
+def test_profile_from_env_and_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("STUDIO_HARDWARE", "2x-rtx3090")
+    report = load_hardware()
+    assert [g.nvlink for g in report.gpus] == [[1], [0]]
+    custom = tmp_path / "mine.json"
+    custom.write_text(json.dumps({"gpus": [{"index": 0, "name": "Test GPU", "total_mb": 16384}]}))
+    report = load_hardware(str(custom))
+    assert report.gpus[0].free_mb == 16384 and report.profile == "mine"
+
+
+def test_eight_h100_see_each_other() -> None:
+    gpus = load_hardware("8x-h100-80gb").gpus
+    assert all(len(g.p2p) == 7 and len(g.nvlink) == 7 for g in gpus)
+
+
+def test_bad_profiles_say_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(HardwareProfileError, match="rtx4090-24gb"):
+        load_hardware("rtx9999")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(HardwareProfileError, match="not valid JSON at line 1"):
+        load_hardware(bad)
+    bad.write_text(json.dumps({"gpus": [{"index": 0, "name": "x", "total_mb": 1, "vram": 2}]}))
+    with pytest.raises(HardwareProfileError, match="unknown GPU keys \\['vram'\\]"):
+        load_hardware(bad)
+
+
+def test_no_nvml_gives_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    def init() -> None:
+        raise NVMLError("NVML Shared Library Not Found")
+
+    fake.NVMLError = NVMLError  # type: ignore[attr-defined]
+    fake.nvmlInit = init  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(hardware_probes.shutil, "which", lambda name: None)
+    report = probe_hardware(tmp_path / "not-yet-made")
+    assert report.gpus == [] and report.source == "none"
+    assert report.notes[0].startswith("No GPU found")
+    assert any("no NVIDIA GPU found through NVML: NVML Shared Library Not Found" in n for n in report.notes)
+    assert any("nvidia-smi not found" in n for n in report.notes)
+    assert report.disk_free_mb is not None and report.disk_path == str(tmp_path)
+
+
+def test_nvml_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    gpus, _, note = hardware_probes.probe_nvml(load_hardware("no-gpu"))
+    assert gpus == [] and note is not None and "nvidia-ml-py" in note
+
+
+def test_nvidia_smi_output_is_parsed() -> None:
+    gpus = hardware_probes.parse_nvidia_smi_csv(SMI_SAMPLE)
+    assert [(g.index, g.name, g.total_mb, g.free_mb, g.used_mb) for g in gpus] == [
+        (0, "NVIDIA GeForce RTX 3090", 24576, 23912, 402),
+        (1, "NVIDIA GeForce RTX 3090", 24576, 24253, 18),
+    ]
+    assert gpus[0].compute_capability == "8.6" and gpus[0].bf16 is True and gpus[0].driver == "550.54.14"
+    assert hardware_probes.parse_cuda_version(SMI_BANNER) == "12.4"
+    old = hardware_probes.parse_nvidia_smi_csv("0, Tesla T4, 15360, 15000, 360, 470.1, GPU-x, [N/A]\n")
+    assert old[0].compute_capability is None and old[0].bf16 is None
+
+
+def test_nvidia_smi_probe_runs_the_tool(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str], **kwargs: object) -> types.SimpleNamespace:
+        calls.append(cmd)
+        out = SMI_SAMPLE if len(cmd) > 1 else SMI_BANNER
+        return types.SimpleNamespace(returncode=0, stdout=out, stderr="")
+
+    monkeypatch.setattr(hardware_probes.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(hardware_probes.subprocess, "run", run)
+    gpus, source, note = hardware_probes.probe_nvidia_smi(load_hardware("no-gpu"))
+    assert source == "nvidia-smi" and note is None
+    assert len(gpus) == 2 and gpus[1].cuda == "12.4"
+    assert "--format=csv,noheader,nounits" in calls[0]
+
+
+def test_rocm_smi_json_is_parsed() -> None:
+    sample = json.dumps({"card0": {"Card series": "Radeon RX 7900 XTX", "VRAM Total Memory (B)": "25753026560",
+                                   "VRAM Total Used Memory (B)": "1073741824"}})
+    gpus = hardware_probes.parse_rocm_smi_json(sample)
+    assert gpus[0].vendor == "amd" and gpus[0].name == "Radeon RX 7900 XTX"
+    assert gpus[0].total_mb == 24560 and gpus[0].used_mb == 1024
+
+
+def test_report_round_trips_through_json() -> None:
+    report = load_hardware("2x-rtx3090")
+    again = type(report).from_dict(json.loads(report.to_json()))
+    assert again.gpus == report.gpus and again.summary() == "2x NVIDIA GeForce RTX 3090 24 GB"

@@ -1,0 +1,97 @@
+"""The Export page: the cost table a person compares, and a bundle written off the GUI thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from studio.core.demo_project import DEMO_MODEL, create_demo_project
+from studio.core.gpu_catalogue import load_catalogue
+from studio.core.project import Project
+from studio.gui.app import make_settings
+from studio.gui.context import StudioContext
+from studio.gui.export_cost_table import CHEAPEST
+from studio.gui.pages.export import ExportPage
+from studio.gui.selftest_options import SelfTestOptions
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Project:
+    project = create_demo_project(tmp_path / "demo")
+    model = project.root / DEMO_MODEL
+    model.mkdir(parents=True)
+    (model / "model_index.json").write_text("{}\n", encoding="utf-8")
+    return project
+
+
+@pytest.fixture
+def page(qtbot, tmp_path: Path, demo: Project) -> ExportPage:
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    widget = ExportPage(context)
+    qtbot.addWidget(widget)
+    context.set_project(demo)
+    yield widget
+    widget.shutdown()
+
+
+def test_the_cost_table_lists_every_gpu_type_and_count(page: ExportPage) -> None:
+    gpus = len(load_catalogue().gpus)
+    assert page.table.rowCount() == gpus * 4
+    first = page.table.row_text(0)
+    assert first[0] == "1x H200 141GB" and first[1] == "yes"
+    assert first[5].endswith("USD")
+    cheapest = [n for n in range(page.table.rowCount()) if "cheapest" in page.table.row_text(n)[6]]
+    assert len(cheapest) == 1
+    assert page.table.item(cheapest[0], 0).background().color() == CHEAPEST
+    assert any("fastest" in page.table.row_text(n)[6] for n in range(page.table.rowCount()))
+    assert "InfiniBand" in page.assumptions.text() and "noted" in page.assumptions.text()
+
+
+def test_nodes_and_a_chosen_row_change_the_options(page: ExportPage) -> None:
+    page.nodes_spin.setValue(2)
+    assert page.table.row_text(1)[0] == "2 nodes x 2 H200 141GB"
+    row = next(n for n in range(page.table.rowCount()) if page.table.row_text(n)[0] == "2 nodes x 4 H100 80GB")
+    page.table.cellDoubleClicked.emit(row, 0)
+    assert page.gpu_combo.currentData() == "h100" and page.gpus_spin.value() == 4
+    assert "2x4h100" in page.out_edit.text()
+
+
+def test_a_local_model_is_explained_and_the_export_says_what_to_do(qtbot, page: ExportPage) -> None:
+    assert "local folder" in page.base_label.text()
+    assert page.include_model.isEnabled() and not page.include_model.isChecked()
+    page.export_button.click()
+    qtbot.waitUntil(lambda: page.export_button.isEnabled(), timeout=20_000)
+    text = page.result.toPlainText()
+    assert text.startswith("The bundle was not written") and "--include-model" in text
+
+
+def test_export_writes_the_bundle_and_shows_the_remote_command(qtbot, page: ExportPage, tmp_path: Path) -> None:
+    out = tmp_path / "my bundle"
+    page.out_edit.setText(str(out))
+    page.out_edit.setModified(True)
+    page.gpus_spin.setValue(2)
+    page.include_model.setChecked(True)
+    page.dataset_combo.setCurrentIndex(1)
+    page.zip_check.setChecked(True)
+    qtbot.mouseClick(page.export_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.report is not None, timeout=30_000)
+    text = page.result.toPlainText()
+    assert f"Bundle written to {tmp_path / 'my bundle.zip'}" in text
+    assert "./launch.sh --check" in text and "max_steps 60 -> 30" in text
+    assert (out / "launch.sh").is_file() and (out / "model" / "tiny-sd15").is_dir()
+    assert [p.name for p in (out / "dataset").iterdir()] == ["manifest.json"]
+    assert page.open_button.isEnabled() and not page.progress.isVisible()
+
+
+def test_self_test_reports_the_rows(page: ExportPage) -> None:
+    assert page.self_test(SelfTestOptions()) == {"export_rows": page.table.rowCount()}
+
+
+def test_without_a_project_the_page_waits(qtbot, tmp_path: Path) -> None:
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    widget = ExportPage(context)
+    qtbot.addWidget(widget)
+    assert widget.table.rowCount() == 0 and not widget.export_button.isEnabled()
+    assert widget.self_test(SelfTestOptions()) == {"export_rows": 0}

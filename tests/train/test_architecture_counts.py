@@ -1,0 +1,51 @@
+"""The architecture sizes the GUI's VRAM estimate reads match the real diffusers/transformers classes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _counter() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("count_parameters", ROOT / "benchmarks" / "count_parameters.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["count_parameters"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def counter() -> ModuleType:
+    return _counter()
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl", "sd3"])
+def test_stored_counts_match_the_real_classes(counter: ModuleType, family: str) -> None:
+    stored = json.loads((ROOT / "resources" / "architectures" / f"{family}.json").read_text())
+    fresh = counter.count_family(family, activations=False)
+    assert fresh["components"] == stored["components"], (
+        f"resources/architectures/{family}.json is stale: run `python benchmarks/count_parameters.py {family}`")
+
+
+def test_known_sizes(counter: ModuleType) -> None:
+    # Published sizes: SD1.5 UNet 859.5 M, SDXL UNet 2.567 B, SD3-medium MMDiT 2.028 B, T5-XXL encoder 4.76 B.
+    sizes = {f: json.loads((ROOT / "resources" / "architectures" / f"{f}.json").read_text())["components"]
+             for f in ("sd15", "sdxl", "sd3")}
+    assert sizes["sd15"]["unet"]["params"] == 859_520_964
+    assert sizes["sdxl"]["unet"]["params"] == 2_567_463_684
+    assert round(sizes["sd3"]["transformer"]["params"] / 1e9, 3) == 2.028
+    assert round(sizes["sd3"]["text_encoder_3"]["params"] / 1e9, 2) == 4.76
+
+
+def test_activation_count_is_reproducible(counter: ModuleType) -> None:
+    stored = json.loads((ROOT / "resources" / "architectures" / "sd15.json").read_text())["activations_mb"]
+    fresh = counter.activation_bytes("sd15", "lora", True, "fp32") / 2**20
+    assert fresh == pytest.approx(stored["lora_checkpointing_fp32"], rel=0.01)

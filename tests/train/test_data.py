@@ -1,0 +1,109 @@
+"""Images, captions, buckets and the order of batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from studio.core.config import ConceptSection, DatasetSection, ModelSection, TrainConfig
+from studio.core.demo import CAPTION_WORDS, write_demo_dataset
+
+pytest.importorskip("torch")
+
+from studio.train.batches import EpochPlan, MicroBatches
+from studio.train.data import (
+    TrainItem,
+    bucket_sizes,
+    choose_bucket,
+    collect_items,
+    load_image,
+    prepare_caption,
+)
+
+
+def _item(path: Path, bucket: tuple[int, int] = (64, 64), repeats: int = 1, index: int = 0) -> TrainItem:
+    return TrainItem(index=index, path=path, caption="", repeats=repeats, bucket=bucket, size=bucket)
+
+
+def test_demo_dataset_is_deterministic_and_described(tmp_path: Path) -> None:
+    first = write_demo_dataset(tmp_path / "a", count=6, size=32, seed=4)
+    second = write_demo_dataset(tmp_path / "b", count=6, size=32, seed=4)
+    assert [d.caption for d in first] == [d.caption for d in second]
+    assert all(a.path.read_bytes() == b.path.read_bytes() for a, b in zip(first, second, strict=True))
+    image = np.asarray(Image.open(first[0].path))
+    assert first[0].caption == f"a {first[0].colour} {first[0].shape} on a {first[0].background} background"
+    assert first[0].path.with_suffix(".txt").read_text(encoding="utf-8").strip() == first[0].caption
+    # The corner shows the background, the centre the shape.
+    assert tuple(image[0, 0]) != tuple(image[16, 16])
+
+
+def test_tiny_tokenizer_keeps_every_caption_word_whole(tiny_sd15: Path) -> None:
+    from transformers import CLIPTokenizer
+
+    tokenizer = CLIPTokenizer.from_pretrained(str(tiny_sd15 / "tokenizer"))
+    for word in CAPTION_WORDS:
+        assert tokenizer.tokenize(word) == [f"{word}</w>"]
+    # Unknown words still encode, letter by letter, never as the unknown token.
+    assert tokenizer.unk_token_id not in tokenizer("zebra!").input_ids[1:-1]
+
+
+def test_exif_orientation_is_honoured(tmp_path: Path) -> None:
+    pixels = np.zeros((32, 64, 3), dtype=np.uint8)
+    pixels[:, :32] = 255  # left half white in the stored image
+    image = Image.fromarray(pixels)
+    exif = image.getexif()
+    exif[0x0112] = 6  # shown rotated 90 degrees clockwise: the white half is on top
+    path = tmp_path / "rotated.jpg"
+    image.save(path, exif=exif, quality=95)
+    loaded = load_image(_item(path, (32, 64)), "center", False, None)
+    assert loaded.pixels.shape == (3, 64, 32)
+    assert loaded.pixels[:, :16].mean() > 0.9 and loaded.pixels[:, -16:].mean() < -0.9
+
+
+def test_buckets_follow_the_aspect_ratio() -> None:
+    dataset = DatasetSection(resolution=512, buckets=True, bucket_step=64, min_bucket=256, max_bucket=1024)
+    sizes = bucket_sizes(dataset)
+    assert all(w * h <= 512 * 512 and w % 64 == 0 and h % 64 == 0 for w, h in sizes)
+    assert choose_bucket((1000, 1000), dataset, sizes) == (512, 512)
+    wide = choose_bucket((1920, 1080), dataset, sizes)
+    assert wide[0] > wide[1] and abs(wide[0] / wide[1] - 16 / 9) < 0.3
+    assert choose_bucket((1920, 1080), DatasetSection(resolution=512, buckets=False), None) == (512, 512)
+
+
+def test_tag_shuffle_keeps_the_first_tags_and_dropout_empties() -> None:
+    dataset = DatasetSection(shuffle_tags=True, keep_tokens=1)
+    caption = "sks, red, circle, blue, background"
+    seen = {prepare_caption(caption, dataset, np.random.default_rng(s)) for s in range(20)}
+    assert len(seen) > 1 and all(c.startswith("sks, ") for c in seen)
+    assert all(sorted(c.split(", ")) == sorted(caption.split(", ")) for c in seen)
+    dropped = DatasetSection(caption_dropout=1.0)
+    assert prepare_caption(caption, dropped, np.random.default_rng(0)) == ""
+    assert prepare_caption(caption, dropped, None) == caption
+
+
+def test_epoch_order_is_fixed_by_seed_and_split_between_ranks(tmp_path: Path) -> None:
+    items = [_item(tmp_path / f"{i}.png", index=i, repeats=2 if i == 0 else 1) for i in range(7)]
+    plan = EpochPlan(items, batch_size=2, world_size=2, seed=3)
+    again = EpochPlan(items, batch_size=2, world_size=2, seed=3)
+    assert plan.batches_per_epoch == 2  # 8 images seen per epoch, 4 per global batch
+    assert plan.epoch(0) == again.epoch(0) and plan.epoch(0) != plan.epoch(1)
+    seen = [i for batch in plan.epoch(0) for i in batch]
+    assert sorted(seen) == [0, 0, 1, 2, 3, 4, 5, 6]
+    batch = plan.epoch(0)[0]
+    assert plan.rank_slice(batch, 0) + plan.rank_slice(batch, 1) == batch
+
+
+def test_micro_batches_load_pixels_and_captions(demo_data: Path, tiny_sd15: Path) -> None:
+    config = TrainConfig(
+        model=ModelSection(family="sd15", base=str(tiny_sd15)),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
+    )
+    items = collect_items(config, lambda *a: None)
+    plan = EpochPlan(items, batch_size=3, world_size=1, seed=0)
+    batch = MicroBatches(plan, config.dataset, rank=0, start=0, count=2, with_pixels=True)[1]
+    assert batch["pixels"].shape == (3, 3, 64, 64)
+    assert float(batch["pixels"].min()) >= -1.0 and float(batch["pixels"].max()) <= 1.0
+    assert all(c.startswith("a ") and c.endswith(" background") for c in batch["captions"])
