@@ -6,6 +6,7 @@ nothing decodes whole pictures, so a folder of thousands checks in seconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections import defaultdict
@@ -52,6 +53,7 @@ class ImageFacts:
 class CheckReport:
     images: int = 0
     problems: list[Problem] = field(default_factory=list)
+    sizes: dict[Path, tuple[int, int]] = field(default_factory=dict)  # readable images, as shown
 
     @property
     def errors(self) -> list[Problem]:
@@ -258,7 +260,9 @@ def check_concepts(
             continue
         report.problems.extend(scan_problems(scan))
         entries.extend(scan.entries)
-    report.problems.extend(check_entries(entries, resolution, progress))
+    problems, facts = _check_entries(entries, resolution, progress)
+    report.problems.extend(problems)
+    report.sizes = {path: found.size for path, found in facts.items() if found.size is not None}
     report.images = len(entries)
     return report
 
@@ -266,10 +270,55 @@ def check_concepts(
 def check_entries(
     entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None = None
 ) -> list[Problem]:
+    return _check_entries(entries, resolution, progress)[0]
+
+
+def _check_entries(
+    entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None
+) -> tuple[list[Problem], dict[Path, ImageFacts]]:
     facts = inspect_images([e.path for e in entries], progress)
     out: list[Problem] = []
     for entry in entries:
         out.extend(image_problems(entry, facts[entry.path], resolution))
         out.extend(caption_problems(entry))
     out.extend(duplicate_problems(e.path for e in entries))
-    return out
+    return out, facts
+
+
+def panel_order(problem: Problem) -> tuple[bool, str, str]:
+    """Errors first, then by rule and file: the order the studio lists problems in."""
+    return problem.severity != "error", problem.code, problem.path
+
+
+CHECK_CHUNK = 1000  # problems per message, so the window takes them in small bites
+
+
+def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None, dataset: dict[str, int]) -> None:
+    """Helper-process entry: check the concepts and send the results over `conn` in small messages.
+
+    Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
+    order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
+    `dataset` holds resolution, bucket_step, min_bucket and max_bucket.
+    """
+    if hasattr(os, "nice"):
+        os.nice(10)  # the window's painting comes first
+    from studio.core.config import ConceptSection
+    from studio.core.dataset_buckets import bucket_counts
+
+    try:
+        report = check_concepts(
+            [ConceptSection.model_validate(c) for c in concepts], Path(base_dir) if base_dir else None,
+            dataset["resolution"], lambda done, total: conn.send(("progress", done, total)))
+        problems = sorted(report.problems, key=panel_order)
+        for start in range(0, len(problems), CHECK_CHUNK):
+            conn.send(("problems", [(p.severity, p.code, p.path, p.message, p.hint)
+                                   for p in problems[start:start + CHECK_CHUNK]]))
+        counts = bucket_counts(report.sizes.values(), dataset["resolution"], dataset["bucket_step"],
+                               dataset["min_bucket"], dataset["max_bucket"])
+        conn.send(("buckets", list(counts.items())))
+        conn.send(("done", report.images))
+    except (BrokenPipeError, EOFError):
+        return  # the studio stopped listening (a new scan started or the window closed)
+    except Exception as exc:  # reported in the Problems panel rather than lost in a helper process
+        with contextlib.suppress(OSError):
+            conn.send(("failed", f"{type(exc).__name__}: {exc}"))

@@ -1,19 +1,23 @@
-"""Thumbnails made off the GUI thread and kept in a disk cache keyed by path, size and mtime."""
+"""Thumbnails for the grid: made by a helper process, newest requests first, kept as pixmaps in memory."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QImage, QPixmap
 
-THUMB_SIZE = 128
-# Non-JPEG images past this many pixels are not decoded for a thumbnail (JPEG decodes at 1/8 scale).
-MAX_DECODE_PIXELS = 60_000_000
-MEMORY_THUMBS = 800  # pixmaps kept in memory (~50 MB); the disk cache holds the rest
+from studio.core.dataset_thumbnails import MAX_DECODE_PIXELS, THUMB_SIZE, Thumbnail, thumbnail_worker
+from studio.gui.dataset_process import WorkerProcess
+
+__all__ = ["MAX_DECODE_PIXELS", "THUMB_SIZE", "ThumbnailLoader", "cache_dir"]
+
+MEMORY_THUMBS = 800  # pixmaps kept in memory (~40 MB); the disk cache holds the rest
+BATCH = 8  # thumbnails per request: small enough that rows scrolled into view get theirs quickly
+IN_FLIGHT = 2  # requests the helper holds at once, so it never waits on the window
 
 
 def cache_dir() -> Path:
@@ -28,94 +32,45 @@ def cache_dir() -> Path:
     return folder
 
 
-def cache_key(path: Path) -> str | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    raw = f"{path}|{st.st_size}|{st.st_mtime_ns}|{THUMB_SIZE}".encode("utf-8", "surrogateescape")
-    return hashlib.sha1(raw).hexdigest()
-
-
-def make_thumbnail(path: Path, folder: Path) -> QImage:
-    """The thumbnail of `path`, from the cache or freshly made (and cached); a null QImage when unreadable."""
-    key = cache_key(path)
-    if key is None:
-        return QImage()
-    cached = folder / key[:2] / f"{key}.jpg"
-    if cached.exists():
-        image = QImage(str(cached))
-        if not image.isNull():
-            return image
-    from PIL import Image, ImageOps
-
-    try:
-        with Image.open(path) as im:
-            if im.format != "JPEG" and im.width * im.height > MAX_DECODE_PIXELS:
-                return QImage()
-            im.draft("RGB", (THUMB_SIZE * 2, THUMB_SIZE * 2))
-            upright = ImageOps.exif_transpose(im)
-            upright.thumbnail((THUMB_SIZE, THUMB_SIZE))
-            rgb = upright.convert("RGB")
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return QImage()
-    cached.parent.mkdir(exist_ok=True)
-    tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
-    try:
-        rgb.save(tmp, "JPEG", quality=85)
-        os.replace(tmp, cached)
-    except OSError:
-        pass  # a full or read-only cache only costs the next visit a rebuild
-    data = rgb.tobytes()
-    return QImage(data, rgb.width, rgb.height, rgb.width * 3, QImage.Format.Format_RGB888).copy()
-
-
-class _Signals(QObject):
-    done = Signal(str, QImage)
-
-
-class _ThumbJob(QRunnable):
-    def __init__(self, path: Path, folder: Path, signals: _Signals) -> None:
-        super().__init__()
-        self.path, self.folder, self.signals = path, folder, signals
-
-    def run(self) -> None:
-        try:
-            image = make_thumbnail(self.path, self.folder)
-        except Exception:  # one bad file must not end the worker; it shows as unreadable
-            image = QImage()
-        self.signals.done.emit(str(self.path), image)
+def to_pixmap(thumbnail: Thumbnail) -> QPixmap:
+    width, height, data = thumbnail
+    image = QImage(data, width, height, width * 3, QImage.Format.Format_RGB888)
+    return QPixmap.fromImage(image)  # fromImage copies the pixels, so `data` may go
 
 
 class ThumbnailLoader(QObject):
-    """Hands out pixmaps it has and makes the others in a thread pool, newest requests first."""
+    """Hands out pixmaps it has and asks the helper process for the others, latest requests first.
 
-    sig_ready = Signal(str)  # path whose thumbnail arrived
+    The helper starts on the first request. If it dies (a file that crashes the image
+    decoder), the files it held are tried again one at a time; one that kills it alone
+    is shown as unreadable, and the grid goes on.
+    """
+
+    sig_ready = Signal(str)  # path whose thumbnail arrived (or failed)
 
     def __init__(self, parent: QObject | None = None, folder: Path | None = None) -> None:
         super().__init__(parent)
         self.folder = folder or cache_dir()
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(max(1, min(4, (os.cpu_count() or 2) - 1)))
-        self._signals = _Signals(self)
-        self._signals.done.connect(self._arrived)
+        self._worker: WorkerProcess | None = None
         self._pixmaps: OrderedDict[str, QPixmap] = OrderedDict()
         self._failed: set[str] = set()
-        self._pending: set[str] = set()
-        self._priority = 0
+        self._queued: dict[str, Path] = {}  # insertion order: the newest request is last
+        self._in_flight: list[list[str]] = []
+        self._suspects: set[str] = set()  # held by a helper that died; sent alone
+        self._closed = False
 
     def pixmap(self, path: Path) -> QPixmap | None:
-        """The thumbnail if ready; otherwise None and it is queued."""
+        """The thumbnail if ready; otherwise None and it is queued (moved to the front if already queued)."""
         key = str(path)
         found = self._pixmaps.get(key)
         if found is not None:
             self._pixmaps.move_to_end(key)
             return found
-        if key not in self._pending and key not in self._failed:
-            self._pending.add(key)
-            self._priority += 1
-            # Later requests (rows just scrolled into view) run first.
-            self.pool.start(_ThumbJob(path, self.folder, self._signals), min(self._priority, 2**30))
+        if key in self._failed or any(key in batch for batch in self._in_flight):
+            return None
+        self._queued.pop(key, None)
+        self._queued[key] = path
+        self._pump()
         return None
 
     def failed(self, path: Path) -> bool:
@@ -125,20 +80,63 @@ class ThumbnailLoader(QObject):
         self._pixmaps.pop(str(path), None)
         self._failed.discard(str(path))
 
-    def _arrived(self, key: str, image: QImage) -> None:
-        self._pending.discard(key)
-        if image.isNull():
-            self._failed.add(key)
-        else:
-            self._pixmaps[key] = QPixmap.fromImage(image)
-            while len(self._pixmaps) > MEMORY_THUMBS:
-                self._pixmaps.popitem(last=False)
-        self.sig_ready.emit(key)
-
     @property
     def busy(self) -> bool:
-        return bool(self._pending)
+        return bool(self._queued or self._in_flight)
+
+    def _pump(self) -> None:
+        while not self._closed and self._queued and len(self._in_flight) < IN_FLIGHT:
+            if self._worker is None:
+                self._worker = WorkerProcess(thumbnail_worker, (str(self.folder), THUMB_SIZE), self)
+                self._worker.sig_message.connect(self._arrived)
+                self._worker.sig_exited.connect(self._helper_died)
+            batch: list[str] = []
+            for key in reversed(self._queued):
+                if key in self._suspects:
+                    batch = batch or [key]
+                    break
+                batch.append(key)
+                if len(batch) == BATCH:
+                    break
+            request = [(key, str(self._queued.pop(key))) for key in batch]
+            self._in_flight.append(batch)
+            if not self._worker.send(request):
+                return  # _helper_died puts the batch back
+
+    def _arrived(self, answer: Any) -> None:
+        keys = {key for key, _ in answer}
+        self._in_flight = [batch for batch in self._in_flight if not keys.issuperset(batch)]
+        for key, thumbnail in answer:
+            self._suspects.discard(key)
+            if thumbnail is None:
+                self._failed.add(key)
+            else:
+                self._pixmaps[key] = to_pixmap(thumbnail)
+                while len(self._pixmaps) > MEMORY_THUMBS:
+                    self._pixmaps.popitem(last=False)
+            self.sig_ready.emit(key)
+        self._pump()
+
+    def _helper_died(self) -> None:
+        held = [key for batch in self._in_flight for key in batch]
+        self._in_flight = []
+        if self._worker is not None:
+            self._worker.stop(0)
+            self._worker.deleteLater()
+            self._worker = None
+        for key in held:
+            if key in self._suspects or len(held) == 1:
+                self._suspects.discard(key)
+                self._failed.add(key)
+                self.sig_ready.emit(key)
+            else:
+                self._suspects.add(key)
+                self._queued[key] = Path(key)
+        self._pump()
 
     def shutdown(self) -> None:
-        self.pool.clear()
-        self.pool.waitForDone(5000)
+        self._closed = True
+        self._queued.clear()
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None

@@ -126,7 +126,7 @@ def micro_batch_loader(data: MicroBatches, workers: int) -> torch.utils.data.Dat
     """Batches are built by the dataset itself; the loader only adds worker processes."""
     return torch.utils.data.DataLoader(
         data, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=False,
-        collate_fn=_identity,
+        collate_fn=_identity,  # type: ignore[arg-type]
     )
 
 

@@ -44,7 +44,7 @@ def latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
 
 
 def read_state(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    return json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -201,7 +201,7 @@ class Trainer:
         noised = scheme.noise(latents, torch.Generator("cpu").manual_seed(seed))
         with acc.autocast():
             prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
-        return scheme.loss(prediction, noised, batch["loss_weights"])  # type: ignore[no-any-return]
+        return scheme.loss(prediction, noised, batch["loss_weights"])
 
     def _report_step(self, loss: float, epoch: int, started: float, first_step: int) -> None:
         memory = gather_memory(self.accelerator)

@@ -36,7 +36,7 @@ def build_optimizer(groups: ParamGroups, training: TrainingSection, cuda: bool) 
             raise TrainError("config", "training.optimizer = \"adamw8bit\" needs the bitsandbytes package",
                              "install it in the training environment (pip install bitsandbytes) "
                              "or choose optimizer \"adamw\"") from None
-        return bnb.optim.AdamW8bit(groups, lr=lr, weight_decay=decay)  # type: ignore[no-any-return]
+        return bnb.optim.AdamW8bit(groups, lr=lr, weight_decay=decay)
     if name == "prodigy":
         try:
             from prodigyopt import Prodigy  # type: ignore[import-untyped]
@@ -44,7 +44,7 @@ def build_optimizer(groups: ParamGroups, training: TrainingSection, cuda: bool) 
             raise TrainError("config", "training.optimizer = \"prodigy\" needs the prodigyopt package",
                              "install it in the training environment (pip install prodigyopt)") from None
         # Prodigy finds its own step size; learning_rate scales it (1.0 is the usual value).
-        return Prodigy(groups, lr=lr, weight_decay=decay, safeguard_warmup=training.lr_warmup_steps > 0)  # type: ignore[no-any-return]
+        return Prodigy(groups, lr=lr, weight_decay=decay, safeguard_warmup=training.lr_warmup_steps > 0)
     if name == "adafactor":
         from transformers.optimization import Adafactor
 

@@ -78,7 +78,7 @@ def _sd15(folder: Path, seed: int, prediction_type: str = "epsilon") -> Path:
     }
     # The sampler SD1.5 ships with; training reads the same config as a DDPM scheduler.
     scheduler = PNDMScheduler(skip_prk_steps=True, set_alpha_to_one=False, **schedule)
-    assert DDPMScheduler.from_config(scheduler.config).config.prediction_type == prediction_type
+    assert DDPMScheduler.from_config(scheduler.config).config.prediction_type == prediction_type  # type: ignore[attr-defined]
     pipeline = StableDiffusionPipeline(
         vae=vae,
         text_encoder=text_encoder,
@@ -89,7 +89,7 @@ def _sd15(folder: Path, seed: int, prediction_type: str = "epsilon") -> Path:
         feature_extractor=None,
         requires_safety_checker=False,
     )
-    pipeline.save_pretrained(folder, safe_serialization=True)
+    pipeline.save_pretrained(folder, safe_serialization=True)  # type: ignore[attr-defined]
     return folder
 
 

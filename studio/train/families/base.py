@@ -66,16 +66,17 @@ class FamilyAdapter(ABC):
         from peft import LoraConfig
 
         method = self.config.method
+        alpha: Any = method.lora_alpha  # peft takes a float alpha, though typed int
         components.denoiser.add_adapter(LoraConfig(  # type: ignore[operator]
-            r=method.rank, lora_alpha=method.lora_alpha, lora_dropout=method.dropout,
+            r=method.rank, lora_alpha=alpha, lora_dropout=method.dropout,
             init_lora_weights="gaussian", target_modules=self.lora_targets(), use_dora=method.use_dora,
         ))
         if method.train_text_encoder:
             rank = method.text_encoder_rank or method.rank
-            alpha = method.lora_alpha * rank / method.rank
+            encoder_alpha: Any = method.lora_alpha * rank / method.rank
             for encoder in components.text_encoders:
                 encoder.add_adapter(LoraConfig(  # type: ignore[operator]
-                    r=rank, lora_alpha=alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
+                    r=rank, lora_alpha=encoder_alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
                     target_modules=self.text_encoder_lora_targets(), use_dora=method.use_dora,
                 ))
 
