@@ -1,22 +1,38 @@
-"""Background work of the Dataset page: scanning folders and checking images off the GUI thread."""
+"""Background work of the Dataset page: listing and reading folders, checking images, saving captions.
+
+Listing (names only) comes first so the grid paints before thousands of caption files are
+read; the check runs in a helper process; caption saves run in a worker thread, since they
+are file-system calls that leave the interpreter lock free for the window.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, Signal
 
-from studio.core.config import ConceptSection
-from studio.core.dataset import DatasetError, ScanResult, scan_concept_report
-from studio.core.dataset_check import (
-    Problem,
-    caption_problems,
-    duplicate_problems,
-    image_problems,
-    inspect_images,
-    scan_problems,
-)
+from studio.core.caption_files import SaveBatch
+from studio.core.config import ConceptSection, DatasetSection
+from studio.core.dataset import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
+from studio.core.dataset_check import Problem, check_worker
+from studio.gui.dataset_process import WorkerProcess
+
+
+def folder_problem(concept: ConceptSection, exc: Exception) -> Problem:
+    return Problem("error", "folder_missing", concept.path, str(exc), "fix the concept path in the dataset settings")
+
+
+@dataclass
+class ListOutcome:
+    generation: int
+    listings: list[tuple[int, ConceptListing]] = field(default_factory=list)  # (concept index, listing)
+    errors: list[Problem] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [path for _, listing in self.listings for path in listing.paths]
 
 
 @dataclass
@@ -30,51 +46,101 @@ class ScanOutcome:
 class CheckOutcome:
     generation: int
     problems: list[Problem]
-    sizes: dict[Path, tuple[int, int]]
+    buckets: dict[tuple[int, int], int]
+    failure: str | None = None
 
 
 class TaskSignals(QObject):
+    sig_listed = Signal(object)  # ListOutcome
     sig_scanned = Signal(object)  # ScanOutcome
-    sig_checked = Signal(object)  # CheckOutcome
-    sig_progress = Signal(int, int)
+    sig_saved = Signal(object)  # SaveBatch that has run
 
 
-class ScanTask(QRunnable):
+class ListTask(QRunnable):
     def __init__(self, generation: int, concepts: list[ConceptSection], base: Path | None,
                  signals: TaskSignals) -> None:
         super().__init__()
         self.generation, self.concepts, self.base, self.signals = generation, concepts, base, signals
 
     def run(self) -> None:
-        outcome = ScanOutcome(self.generation)
+        outcome = ListOutcome(self.generation)
         for index, concept in enumerate(self.concepts):
             try:
-                outcome.scans.append((index, scan_concept_report(concept, self.base)))
+                outcome.listings.append((index, list_concept(concept, self.base)))
             except (DatasetError, OSError) as exc:
-                outcome.errors.append(Problem("error", "folder_missing", concept.path, str(exc),
-                                              "fix the concept path in the dataset settings"))
+                outcome.errors.append(folder_problem(concept, exc))
+        self.signals.sig_listed.emit(outcome)
+
+
+class ReadTask(QRunnable):
+    """Reads the captions of listed folders (the listing objects are not touched by the GUI meanwhile)."""
+
+    def __init__(self, listed: ListOutcome, signals: TaskSignals) -> None:
+        super().__init__()
+        self.listed, self.signals = listed, signals
+
+    def run(self) -> None:
+        outcome = ScanOutcome(self.listed.generation, errors=list(self.listed.errors))
+        for index, listing in self.listed.listings:
+            try:
+                outcome.scans.append((index, read_captions(listing)))
+            except OSError as exc:
+                outcome.errors.append(folder_problem(listing.concept, exc))
         self.signals.sig_scanned.emit(outcome)
 
 
-class CheckTask(QRunnable):
-    """Reads every image header once: the problems and the sizes for the bucket preview."""
-
-    def __init__(self, generation: int, scans: list[ScanResult], resolution: int, signals: TaskSignals) -> None:
+class SaveTask(QRunnable):
+    def __init__(self, batch: SaveBatch, signals: TaskSignals) -> None:
         super().__init__()
-        self.generation, self.scans, self.resolution, self.signals = generation, scans, resolution, signals
+        self.batch, self.signals = batch, signals
 
     def run(self) -> None:
-        entries = [e for scan in self.scans for e in scan.entries]
-        facts = inspect_images([e.path for e in entries], lambda done, total: self.signals.sig_progress.emit(done, total))
-        problems: list[Problem] = []
-        for scan in self.scans:
-            problems.extend(scan_problems(scan))
-        sizes: dict[Path, tuple[int, int]] = {}
-        for entry in entries:
-            found = facts[entry.path]
-            problems.extend(image_problems(entry, found, self.resolution))
-            problems.extend(caption_problems(entry))
-            if found.size is not None:
-                sizes[entry.path] = found.size
-        problems.extend(duplicate_problems(e.path for e in entries))
-        self.signals.sig_checked.emit(CheckOutcome(self.generation, problems, sizes))
+        try:
+            self.batch.run()
+        finally:  # the store must get its batch back even if something unforeseen broke
+            self.signals.sig_saved.emit(self.batch)
+
+
+class CheckJob(QObject):
+    """The full dataset check in a helper process; problems arrive in chunks, then sig_done."""
+
+    sig_progress = Signal(int, int)
+    sig_done = Signal(object)  # CheckOutcome
+
+    def __init__(self, generation: int, dataset: DatasetSection, base: Path | None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.generation = generation
+        self.problems: list[Problem] = []
+        self.buckets: dict[tuple[int, int], int] = {}
+        self.finished = False
+        settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
+                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
+        concepts = [c.model_dump(mode="json") for c in dataset.concepts]
+        self._worker = WorkerProcess(check_worker, (concepts, str(base) if base else None, settings), self)
+        self._worker.sig_message.connect(self._message)
+        self._worker.sig_exited.connect(lambda: self._finish("the checking process ended unexpectedly"))
+
+    def _message(self, message: Any) -> None:
+        kind = message[0]
+        if kind == "progress":
+            self.sig_progress.emit(message[1], message[2])
+        elif kind == "problems":
+            self.problems.extend(Problem(*row) for row in message[1])
+        elif kind == "buckets":
+            self.buckets = {tuple(size): n for size, n in message[1]}
+        elif kind == "done":
+            self._finish(None)
+        elif kind == "failed":
+            self._finish(message[1])
+
+    def _finish(self, failure: str | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._worker.stop(0.5)
+        self.sig_done.emit(CheckOutcome(self.generation, self.problems, self.buckets, failure))
+
+    def cancel(self) -> None:
+        self.finished = True
+        self._worker.stop(0)

@@ -34,8 +34,8 @@ def cache_dir() -> Path:
 
 def to_pixmap(thumbnail: Thumbnail) -> QPixmap:
     width, height, data = thumbnail
-    image = QImage(data, width, height, width * 3, QImage.Format.Format_RGB888)
-    return QPixmap.fromImage(image)  # fromImage copies the pixels, so `data` may go
+    # The QImage only borrows `data`; copy() gives the pixmap pixels of its own.
+    return QPixmap.fromImage(QImage(data, width, height, width * 3, QImage.Format.Format_RGB888).copy())
 
 
 class ThumbnailLoader(QObject):

@@ -87,7 +87,7 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
     """Run (or resume) the training of `config` in `run_dir` on this rank; the exit code."""
     import torch
 
-    from studio.train.errors import TrainError, oom_hint
+    from studio.train.errors import TrainError, oom_hint, vram_estimate_text
     from studio.train.reporting import Reporter
     from studio.train.runtime import make_accelerator
 
@@ -107,7 +107,8 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
     except torch.OutOfMemoryError as exc:
         t = config.training
         reporter.error("oom", f"the GPU ran out of memory: {str(exc).splitlines()[0]}",
-                       oom_hint(t.batch_size, config.dataset.resolution, t.gradient_checkpointing))
+                       oom_hint(t.batch_size, config.dataset.resolution, t.gradient_checkpointing,
+                                vram_estimate_text(config)))
         finished, code = RunFinished(status="failed", message="out of memory"), EXIT_FAILED
     except Exception as exc:
         reporter.crash(exc)

@@ -25,3 +25,23 @@ def oom_hint(batch_size: int, resolution: int, gradient_checkpointing: bool, est
     steps.append("training.mixed_precision = \"bf16\" or \"fp16\", and training.cache_latents")
     text = "lower or change: " + "; ".join(steps)
     return f"{text}. {estimate}".strip() if estimate else text
+
+
+def vram_estimate_text(config: object, device_index: int = 0) -> str:
+    """The studio's VRAM estimate for this config on this GPU, as one sentence ("" if unknown)."""
+    try:
+        import torch
+
+        from studio.core.config import TrainConfig
+        from studio.core.hardware import GPUInfo
+        from studio.core.memory import estimate_vram
+
+        if not isinstance(config, TrainConfig) or not torch.cuda.is_available():
+            return ""
+        props = torch.cuda.get_device_properties(device_index)
+        total = props.total_memory // 2**20
+        gpu = GPUInfo(index=device_index, name=props.name, total_mb=total, free_mb=total)
+        needed = estimate_vram(config, gpu).total_mb
+    except Exception:  # an estimate is a courtesy; the hint stands without it
+        return ""
+    return f"The studio estimates {needed / 1024:.1f} GB for this config; the GPU has {total / 1024:.1f} GB."

@@ -77,3 +77,33 @@ def test_model_of_another_family_is_named(make_config, run_training, events_of, 
     code, run_dir = run_training(make_config(model=ModelSection(family="sd15", base=str(fake))), tmp_path)
     error = next(e for e in events_of(run_dir) if isinstance(e, Error))
     assert code == 1 and error.kind == "model" and "sdxl" in error.message and "model.family" in error.hint
+
+
+def test_out_of_memory_becomes_an_oom_event_with_a_hint(make_config, run_training, events_of, tmp_path,
+                                                        monkeypatch) -> None:
+    import torch
+
+    from studio.train.families.sd15 import SD15Adapter
+
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(SD15Adapter, "predict", no_memory)
+    code, run_dir = run_training(make_config(), tmp_path)
+    events = events_of(run_dir)
+    error = next(e for e in events if isinstance(e, Error))
+    assert code == 1 and error.kind == "oom"
+    assert "batch_size" in error.hint and "gradient_checkpointing" in error.hint
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "failed"
+
+
+def test_nan_loss_stops_the_run_with_a_nan_event(make_config, run_training, events_of, tmp_path,
+                                                 monkeypatch) -> None:
+    import torch
+
+    from studio.train.families.schemes import DiffusionScheme
+
+    monkeypatch.setattr(DiffusionScheme, "loss", lambda self, p, n, w: (p * torch.tensor(float("nan"))).mean())
+    code, run_dir = run_training(make_config(), tmp_path)
+    error = next(e for e in events_of(run_dir) if isinstance(e, Error))
+    assert code == 1 and error.kind == "nan" and "step 1" in error.message and "learning_rate" in error.hint
