@@ -33,6 +33,7 @@ __all__ = [
     "list_concept",
     "read_caption_file",
     "read_captions",
+    "rename_repeat_folder",
     "scan_class_images",
     "scan_concept",
     "scan_concept_report",
@@ -89,6 +90,27 @@ def kohya_folder(name: str) -> tuple[int, str] | None:
     if match is None:
         return None
     return int(match.group(1)), match.group(2).replace("_", " ").strip()
+
+
+def rename_repeat_folder(folder: Path, repeats: int) -> Path:
+    """Rename a kohya "N_name" folder to "repeats_name"; returns the new path.
+
+    Raises DatasetError naming both folders when the target exists or the rename fails.
+    """
+    if kohya_folder(folder.name) is None:
+        raise DatasetError(f"{folder} is not a kohya repeat folder (named like 10_name); its repeats are not in its name.")
+    target = folder.with_name(f"{repeats}_{folder.name.split('_', 1)[1]}")
+    if target == folder:
+        return folder
+    if target.exists():
+        raise DatasetError(f"Cannot rename {folder.name} to {target.name}: that folder already exists. "
+                           "Merge or rename one of them first.")
+    try:
+        folder.rename(target)
+    except OSError as exc:
+        raise DatasetError(f"Cannot rename {folder} to {target.name}: {exc.strerror}. "
+                           "Check that the folder is writable and no other program has it open.") from exc
+    return target
 
 
 def read_caption_file(path: Path) -> tuple[str, bool]:

@@ -1,4 +1,9 @@
-"""The list model behind the thumbnail grid: the dataset's images, filtered, with lazy thumbnails."""
+"""The list model behind the thumbnail grid: the dataset's images, filtered, with lazy thumbnails.
+
+The grid is filled in two steps: `set_paths` as soon as the folders are listed (names
+and thumbnails can show), then `set_entries` once captions are read. Every `data` call
+is a call from C++ into Python, so it does as little as possible.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPixmap
+from PySide6.QtWidgets import QListView
 
 from studio.core.caption_tags import split_tags
 from studio.core.dataset import ImageEntry
@@ -16,6 +22,8 @@ from studio.gui.dataset_thumbs import THUMB_SIZE, ThumbnailLoader
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 PROBLEMS_ROLE = Qt.ItemDataRole.UserRole + 2
+CELL = QSize(THUMB_SIZE + 16, THUMB_SIZE + 28)
+_PROBLEM_COLOR = QColor("#e0a030")
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -48,9 +56,10 @@ class DatasetListModel(QAbstractListModel):
     def __init__(self, loader: ThumbnailLoader, parent: Any = None) -> None:
         super().__init__(parent)
         self.loader = loader
-        self.entries: list[ImageEntry] = []
-        self.rows: list[int] = []  # indices into entries that pass the filter
-        self.problems: dict[Path, list[str]] = {}
+        self.paths: list[Path] = []  # every image, in scan order
+        self.entries: list[ImageEntry] = []  # same order as paths once captions are read, else []
+        self.rows: list[int] = []  # indices into paths that pass the filter
+        self.problems: dict[str, list[str]] = {}  # image path -> messages
         self.filter = GridFilter()
         self._row_of: dict[str, int] = {}
         self._loading = _placeholder("#2b2b2b")
@@ -63,46 +72,63 @@ class DatasetListModel(QAbstractListModel):
         return 0 if parent.isValid() else len(self.rows)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or index.row() >= len(self.rows):
+        row = index.row()
+        if row < 0 or row >= len(self.rows):
             return None
-        entry = self.entries[self.rows[index.row()]]
         if role == Qt.ItemDataRole.DisplayRole:
-            return entry.path.name
+            return self.paths[self.rows[row]].name
         if role == Qt.ItemDataRole.DecorationRole:
-            pixmap = self.loader.pixmap(entry.path)
+            path = self.paths[self.rows[row]]
+            pixmap = self.loader.pixmap(path)
             if pixmap is not None:
                 return pixmap
-            return self._broken if self.loader.failed(entry.path) else self._loading
-        if role == Qt.ItemDataRole.ToolTipRole:
-            caption = entry.caption if entry.caption is not None else "(no caption)"
-            issues = "\n".join(self.problems.get(entry.path, []))
-            return f"{entry.path}\n\n{caption}" + (f"\n\n{issues}" if issues else "")
+            return self._broken if self.loader.failed(path) else self._loading
         if role == Qt.ItemDataRole.ForegroundRole:
-            if entry.path in self.problems:
-                return QColor("#e0a030")
-            return None
+            return _PROBLEM_COLOR if self.problems and str(self.paths[self.rows[row]]) in self.problems else None
         if role == Qt.ItemDataRole.SizeHintRole:
-            return QSize(THUMB_SIZE + 16, THUMB_SIZE + 28)
+            return CELL
+        if role == Qt.ItemDataRole.ToolTipRole:
+            path = self.paths[self.rows[row]]
+            if not self.entries:
+                return f"{path}\n\n(reading the caption…)"
+            caption = self.entries[self.rows[row]].caption
+            issues = "\n".join(self.problems.get(str(path), []))
+            return f"{path}\n\n{caption if caption is not None else '(no caption)'}" + (
+                f"\n\n{issues}" if issues else "")
         if role == ENTRY_ROLE:
-            return entry
+            return self.entries[self.rows[row]] if self.entries else None
         if role == PROBLEMS_ROLE:
-            return self.problems.get(entry.path, [])
+            return self.problems.get(str(self.paths[self.rows[row]]), [])
         return None
 
     # ------------------------------------------------------------ content
 
-    def set_entries(self, entries: Sequence[ImageEntry]) -> None:
+    def set_paths(self, paths: Sequence[Path]) -> None:
+        """Show the images of a fresh listing; captions are not known yet."""
         self.beginResetModel()
-        self.entries = list(entries)
+        self.paths, self.entries, self.problems = list(paths), [], {}
         self._apply_filter()
         self.endResetModel()
 
-    def set_problems(self, problems: dict[Path, list[str]]) -> None:
+    def set_entries(self, entries: Sequence[ImageEntry]) -> None:
+        """Captions arrived. When the images are those already shown, rows, scrolling and selection stay."""
+        entries = list(entries)
+        if len(entries) == len(self.paths) and all(e.path is p or e.path == p for e, p in zip(entries, self.paths, strict=True)):
+            self.entries = entries
+            if self.filter.active:
+                self.set_filter(self.filter)
+            return
+        self.beginResetModel()
+        self.paths, self.entries = [e.path for e in entries], entries
+        self._apply_filter()
+        self.endResetModel()
+
+    def set_problems(self, problems: dict[str, list[str]]) -> None:
         self.problems = problems
         if self.filter.has_problems:
             self.set_filter(self.filter)
         elif self.rows:
-            self.dataChanged.emit(self.index(0), self.index(len(self.rows) - 1))
+            self.dataChanged.emit(self.index(0), self.index(len(self.rows) - 1), [Qt.ItemDataRole.ForegroundRole])
 
     def set_filter(self, grid_filter: GridFilter) -> None:
         self.beginResetModel()
@@ -112,36 +138,67 @@ class DatasetListModel(QAbstractListModel):
 
     def _apply_filter(self) -> None:
         f = self.filter
-        text, tag = f.text.lower(), f.tag.strip().lower()
-        rows = []
-        for i, entry in enumerate(self.entries):
-            if f.no_caption and (entry.caption or "").strip():
-                continue
-            if f.has_problems and entry.path not in self.problems:
-                continue
-            if text and text not in entry.path.name.lower() and text not in (entry.caption or "").lower():
-                continue
-            if tag and tag not in (t.lower() for t in split_tags(entry.caption)):
-                continue
-            rows.append(i)
-        self.rows = rows
-        self._row_of = {str(self.entries[i].path): r for r, i in enumerate(rows)}
+        if not f.active or not self.entries:
+            # Until captions are read a filter cannot be judged; every image shows.
+            self.rows = list(range(len(self.paths)))
+        else:
+            text, tag = f.text.lower(), f.tag.strip().lower()
+            rows = []
+            for i, entry in enumerate(self.entries):
+                if f.no_caption and (entry.caption or "").strip():
+                    continue
+                if f.has_problems and str(entry.path) not in self.problems:
+                    continue
+                if text and text not in entry.path.name.lower() and text not in (entry.caption or "").lower():
+                    continue
+                if tag and tag not in (t.lower() for t in split_tags(entry.caption)):
+                    continue
+                rows.append(i)
+            self.rows = rows
+        self._row_of = {}  # built on first use: most loads never look a path up
 
     def entry(self, row: int) -> ImageEntry:
         return self.entries[self.rows[row]]
 
     def row_of(self, path: Path) -> int | None:
-        return self._row_of.get(str(path))
+        return self._row_for(str(path))
+
+    def _row_for(self, key: str) -> int | None:
+        if not self._row_of and self.rows:
+            self._row_of = {str(self.paths[i]): r for r, i in enumerate(self.rows)}
+        return self._row_of.get(key)
 
     def caption_changed(self, paths: Sequence[Path]) -> None:
+        if len(paths) > 50 and self.rows:
+            # One signal for a bulk edit instead of thousands.
+            self.dataChanged.emit(self.index(0), self.index(len(self.rows) - 1), [Qt.ItemDataRole.ToolTipRole])
+            return
         for path in paths:
-            row = self._row_of.get(str(path))
+            row = self.row_of(path)
             if row is not None:
                 index = self.index(row)
                 self.dataChanged.emit(index, index, [Qt.ItemDataRole.ToolTipRole])
 
     def _thumb_ready(self, key: str) -> None:
-        row = self._row_of.get(key)
+        row = self._row_for(key)
         if row is not None:
             index = self.index(row)
             self.dataChanged.emit(index, index, [Qt.ItemDataRole.DecorationRole])
+
+
+def make_grid_view(model: DatasetListModel) -> QListView:
+    """The thumbnail grid: icon mode with fixed cells, so Qt lays out 10,000 items without asking each."""
+    view = QListView()
+    view.setObjectName("dataset_grid")
+    view.setViewMode(QListView.ViewMode.IconMode)
+    view.setResizeMode(QListView.ResizeMode.Adjust)
+    view.setMovement(QListView.Movement.Static)
+    view.setUniformItemSizes(True)
+    # Lay out the cells in steps so the first rows paint before the last are placed.
+    view.setLayoutMode(QListView.LayoutMode.Batched)
+    view.setBatchSize(1000)
+    view.setIconSize(QSize(THUMB_SIZE, THUMB_SIZE))
+    view.setGridSize(CELL)
+    view.setSelectionMode(QListView.SelectionMode.ExtendedSelection)
+    view.setModel(model)
+    return view

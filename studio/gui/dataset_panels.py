@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,11 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.caption_tags import tag_counts
-from studio.core.dataset_check import Problem
+from studio.core.config import ConceptSection
+from studio.core.dataset import ScanResult, kohya_folder
+from studio.core.dataset_check import Problem, panel_order
+
+ConceptRow = tuple[int, Path | None, str, int, int]  # concept index, kohya folder or None, label, images, repeats
 
 
 def _table(headers: list[str], name: str) -> QTableWidget:
@@ -92,7 +97,7 @@ class ProblemsModel(QAbstractListModel):
 
     def set_problems(self, problems: list[Problem]) -> None:
         self.beginResetModel()
-        self.problems = sorted(problems, key=lambda p: (p.severity != "error", p.code, p.path))
+        self.problems = sorted(problems, key=panel_order)
         self.endResetModel()
 
 
@@ -127,6 +132,32 @@ class ProblemsPanel(QWidget):
         self.summary.setText(f"Checking images… {done}/{total}")
 
 
+def concept_rows(scans: list[tuple[int, ScanResult]], concepts: list[ConceptSection]) -> list[ConceptRow]:
+    """A row per concept, then one per kohya "N_name" folder inside it with its own image count."""
+    rows: list[ConceptRow] = []
+    for index, scan in scans:
+        concept = concepts[index]
+        rows.append((index, None, concept.path, len(scan.entries), concept.repeats))
+        per_folder: dict[str, int] = {}
+        for entry in scan.entries:
+            folder = os.path.dirname(entry.path)
+            per_folder[folder] = per_folder.get(folder, 0) + 1
+        groups: dict[Path, int] = {}
+        for folder, n in per_folder.items():
+            # The nearest kohya folder between the image and the concept folder.
+            for parent in (Path(folder), *Path(folder).parents):
+                if parent == scan.folder or scan.folder not in parent.parents:
+                    break
+                if kohya_folder(parent.name):
+                    groups[parent] = groups.get(parent, 0) + n
+                    break
+        for kohya, n in sorted(groups.items()):
+            parsed = kohya_folder(kohya.name)
+            assert parsed is not None
+            rows.append((index, kohya, f"    {kohya.relative_to(scan.folder)}", n, parsed[0]))
+    return rows
+
+
 class ConceptsPanel(QWidget):
     """Concept folders with image counts; repeats are edited here (kohya folders are renamed)."""
 
@@ -140,8 +171,7 @@ class ConceptsPanel(QWidget):
         layout.addWidget(self.table)
         layout.addWidget(QLabel("Kohya folders (N_name) are renamed when their repeats change."))
 
-    def set_rows(self, rows: list[tuple[int, Path | None, str, int, int]]) -> None:
-        """rows: (concept index, kohya folder or None, label, images, repeats)."""
+    def set_rows(self, rows: list[ConceptRow]) -> None:
         self.table.setRowCount(len(rows))
         for row, (index, kohya, label, images, repeats) in enumerate(rows):
             self.table.setItem(row, 0, QTableWidgetItem(label))
