@@ -25,95 +25,34 @@ from typing import Any
 import torch
 from torch import nn
 
+from studio.train.arch_configs import (
+    FAMILIES,
+    LATENT_CHANNELS,
+    NATIVE_RESOLUTION,
+    SD3_LORA_TARGETS,
+    SD15_UNET,
+    SPECS,
+    TEXT_DIM,
+    TEXT_LORA_TARGETS,
+    TEXT_TOKENS,
+    UNET_LORA_TARGETS,
+    build_component,
+    denoiser_spec,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from meta_memory import flash_attention, live_bytes, peak_bytes
+
+# memory_calibration.py and gpu_memory.py import these names from here.
+__all__ = ["NATIVE_RESOLUTION", "SD3_LORA_TARGETS", "SD15_UNET", "SPECS", "UNET_LORA_TARGETS", "build"]
+
 REPO = Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / "resources" / "architectures"
-FAMILIES = ("sd15", "sdxl", "sd3")
-
-# Modules the LoRA wraps, as the diffusers training scripts choose them.
-UNET_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
-SD3_LORA_TARGETS = (*UNET_LORA_TARGETS, "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
-TEXT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
-
-# ---------------------------------------------------------------- published configs
-
-SD15_UNET: dict[str, Any] = {
-    "sample_size": 64, "in_channels": 4, "out_channels": 4, "layers_per_block": 2,
-    "block_out_channels": [320, 640, 1280, 1280], "cross_attention_dim": 768, "attention_head_dim": 8,
-    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
-    "norm_num_groups": 32, "act_fn": "silu", "flip_sin_to_cos": True, "freq_shift": 0,
-}
-SDXL_UNET: dict[str, Any] = {
-    "sample_size": 128, "in_channels": 4, "out_channels": 4, "layers_per_block": 2,
-    "block_out_channels": [320, 640, 1280], "cross_attention_dim": 2048, "attention_head_dim": [5, 10, 20],
-    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
-    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
-    "transformer_layers_per_block": [1, 2, 10], "use_linear_projection": True,
-    "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
-    "projection_class_embeddings_input_dim": 2816, "norm_num_groups": 32,
-}
-SD3_TRANSFORMER: dict[str, Any] = {
-    "sample_size": 128, "patch_size": 2, "in_channels": 16, "out_channels": 16, "num_layers": 24,
-    "attention_head_dim": 64, "num_attention_heads": 24, "joint_attention_dim": 4096,
-    "caption_projection_dim": 1536, "pooled_projection_dim": 2048, "pos_embed_max_size": 192,
-}
-VAE_4CH: dict[str, Any] = {
-    "in_channels": 3, "out_channels": 3, "latent_channels": 4, "layers_per_block": 2,
-    "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
-}
-VAE_SD3: dict[str, Any] = {**VAE_4CH, "latent_channels": 16, "use_quant_conv": False, "use_post_quant_conv": False}
-CLIP_L: dict[str, Any] = {
-    "vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
-    "num_attention_heads": 12, "max_position_embeddings": 77, "hidden_act": "quick_gelu", "projection_dim": 768,
-}
-CLIP_BIGG: dict[str, Any] = {
-    "vocab_size": 49408, "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
-    "num_attention_heads": 20, "max_position_embeddings": 77, "hidden_act": "gelu", "projection_dim": 1280,
-}
-T5_XXL: dict[str, Any] = {
-    "vocab_size": 32128, "d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24, "num_heads": 64,
-    "relative_attention_num_buckets": 32, "feed_forward_proj": "gated-gelu",
-}
-
-# family -> component -> (class name, config, role)
-SPECS: dict[str, dict[str, tuple[str, dict[str, Any], str]]] = {
-    "sd15": {
-        "unet": ("UNet2DConditionModel", SD15_UNET, "denoiser"),
-        "vae": ("AutoencoderKL", {**VAE_4CH, "sample_size": 512}, "vae"),
-        "text_encoder": ("CLIPTextModel", CLIP_L, "text_encoder"),
-    },
-    "sdxl": {
-        "unet": ("UNet2DConditionModel", SDXL_UNET, "denoiser"),
-        "vae": ("AutoencoderKL", {**VAE_4CH, "sample_size": 1024}, "vae"),
-        "text_encoder": ("CLIPTextModel", CLIP_L, "text_encoder"),
-        "text_encoder_2": ("CLIPTextModelWithProjection", CLIP_BIGG, "text_encoder"),
-    },
-    "sd3": {
-        "transformer": ("SD3Transformer2DModel", SD3_TRANSFORMER, "denoiser"),
-        "vae": ("AutoencoderKL", {**VAE_SD3, "sample_size": 1024}, "vae"),
-        "text_encoder": ("CLIPTextModelWithProjection", CLIP_L, "text_encoder"),
-        "text_encoder_2": ("CLIPTextModelWithProjection", CLIP_BIGG, "text_encoder"),
-        "text_encoder_3": ("T5EncoderModel", T5_XXL, "text_encoder_t5"),
-    },
-}
-NATIVE_RESOLUTION = {"sd15": 512, "sdxl": 1024, "sd3": 1024}
-LATENT_CHANNELS = {"sd15": 4, "sdxl": 4, "sd3": 16}
-TEXT_TOKENS = {"sd15": 77, "sdxl": 77, "sd3": 154}
-TEXT_DIM = {"sd15": 768, "sdxl": 2048, "sd3": 4096}
 
 
 def build(class_name: str, config: dict[str, Any]) -> nn.Module:
     """Instantiate one component on the meta device (no memory, no weights)."""
-    import diffusers
-    import transformers
-
-    with torch.device("meta"):
-        if hasattr(diffusers, class_name) and class_name != "CLIPTextModel":
-            return getattr(diffusers, class_name)(**config)  # type: ignore[no-any-return]
-        cls = getattr(transformers, class_name)
-        conf_cls = transformers.T5Config if class_name.startswith("T5") else transformers.CLIPTextConfig
-        return cls(conf_cls(**config))  # type: ignore[no-any-return]
+    return build_component(class_name, config, "meta")
 
 
 def lora_targets(model: nn.Module, targets: tuple[str, ...]) -> dict[str, Any]:
@@ -140,6 +79,11 @@ def count_component(family: str, name: str) -> dict[str, Any]:
         "role": role,
         "params": sum(p.numel() for p in model.parameters()),
     }
+    # Floating buffers live on the GPU with the weights and follow their dtype (SD3's 36,864 x 1,536
+    # position-embedding table); integer ones (CLIP's position ids) are negligible.
+    floating = sum(b.numel() for b in model.buffers() if b.is_floating_point())
+    if floating:
+        entry["float_buffers"] = floating
     if role == "denoiser":
         blocks = getattr(model, "transformer_blocks", None)
         if blocks is not None:
@@ -153,26 +97,6 @@ def count_component(family: str, name: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- activations
-
-
-class _FlashLikeAttention(torch.autograd.Function):
-    """Stands in for SDPA on meta tensors: saves what a flash kernel saves, not the score matrix."""
-
-    @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = q.new_empty((*q.shape[:-1], v.shape[-1]))
-        lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
-        ctx.save_for_backward(q, k, v, out, lse)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:  # pragma: no cover - never run
-        q, k, v, _, _ = ctx.saved_tensors
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _flash_like(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return _FlashLikeAttention.apply(q, k, v)  # type: ignore[no-any-return]
 
 
 class SavedBytes:
@@ -302,20 +226,96 @@ def activation_bytes(family: str, method: str, checkpointing: bool, precision: s
     if checkpointing:
         model.enable_gradient_checkpointing(gradient_checkpointing_func=fake_checkpoint)  # type: ignore[operator]
     args, kwargs = _inputs(family, resolution or NATIVE_RESOLUTION[family], dtype)
-    original = torch.nn.functional.scaled_dot_product_attention
-    torch.nn.functional.scaled_dot_product_attention = _flash_like  # type: ignore[assignment]
     mixed = _MixedPrecision() if precision == "mixed" else None
     try:
         if mixed:
             mixed.__enter__()
-        with _counting(counter):
+        with flash_attention(), _counting(counter):
             model(*args, **kwargs)
     finally:
-        torch.nn.functional.scaled_dot_product_attention = original
         if mixed:
             mixed.__exit__()
     extra = sum(t.numel() * t.element_size() for i, t in inputs.items() if i not in counter.seen)
     return counter.total + extra + (max(blocks) if blocks else 0)
+
+
+# ---------------------------------------------------------------- transient peaks (live bytes)
+
+T5_TOKENS = 256  # the SD3 pipeline's default max_sequence_length for T5
+
+
+def _denoiser_inputs(family: str, resolution: int, batch: int, dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    args, kwargs = _inputs(family, resolution, dtype)
+
+    def grow(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t.expand(batch, *t.shape[1:]).contiguous() if t.dim() else t
+        return {k: grow(v) for k, v in t.items()} if isinstance(t, dict) else t
+
+    return tuple(grow(a) for a in args), {k: grow(v) for k, v in kwargs.items()}
+
+
+def training_step_bytes(family: str, checkpointing: bool, resolution: int | None = None) -> int:
+    """Peak live bytes over the weights of one LoRA step (forward, loss, backward) under fp16 autocast.
+
+    The allocator-level peak a GPU would reach with the same ops (before rounding
+    and fragmentation); the estimator's activation term is compared with it.
+    """
+    from peft import LoraConfig
+
+    _, class_name, config = denoiser_spec(family)
+    model = build(class_name, config).to(torch.float16).requires_grad_(False)
+    targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+    model.add_adapter(LoraConfig(r=16, lora_alpha=16, target_modules=list(targets)))  # type: ignore[operator]
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()  # cast_training_params: LoRA weights train in fp32
+    if checkpointing:
+        model.enable_gradient_checkpointing()  # type: ignore[operator]
+    model.train()
+    args, kwargs = _inputs(family, resolution or NATIVE_RESOLUTION[family], torch.float16)
+    mixed = _MixedPrecision()
+    mixed.__enter__()  # on through backward: checkpointing recomputes under autocast too
+    try:
+        with flash_attention(), live_bytes() as mode:
+            out = model(*args, **kwargs)
+            loss = (out.sample if hasattr(out, "sample") else out[0]).float().pow(2).mean()
+            del out
+            loss.backward()
+            del loss
+    finally:
+        mixed.__exit__()
+    return mode.peak
+
+
+def transient_bytes(family: str) -> dict[str, int]:
+    """Peaks of the no-grad passes at the native size, batch 1, as live bytes over the weights.
+
+    VAE in fp32 (scale by 1/2 for a 16-bit VAE); text encoders and the sampling
+    forward of the denoiser (batch 2: classifier-free guidance) in fp16.
+    """
+    side = NATIVE_RESOLUTION[family]
+    vae_class, vae_config, _ = SPECS[family]["vae"]
+    vae = build(vae_class, vae_config).to(torch.float32)
+    pixels = torch.empty(1, 3, side, side, device="meta")
+    latents = torch.empty(1, LATENT_CHANNELS[family], side // 8, side // 8, device="meta")
+    _, class_name, config = denoiser_spec(family)
+    denoiser = build(class_name, config).to(torch.float16)
+    args, kwargs = _denoiser_inputs(family, side, 2, torch.float16)
+    out: dict[str, int] = {}
+    with torch.no_grad(), flash_attention():
+        out["vae_encode_fp32"] = peak_bytes(lambda: vae.encode(pixels).latent_dist.mode())  # type: ignore[operator]
+        out["vae_decode_fp32"] = peak_bytes(lambda: vae.decode(latents).sample)  # type: ignore[operator]
+        out["denoiser_sampling_fp16"] = peak_bytes(lambda: denoiser(*args, **kwargs))
+        text = 0
+        for class_name, config, role in SPECS[family].values():
+            if role.startswith("text_encoder"):
+                encoder = build(class_name, config).to(torch.float16)
+                tokens = T5_TOKENS if role == "text_encoder_t5" else 77
+                ids = torch.zeros(1, tokens, dtype=torch.long, device="meta")
+                text = max(text, peak_bytes(lambda: encoder(ids, output_hidden_states=True)))  # noqa: B023
+        out["text_encoder_fp16"] = text
+    return out
 
 
 def count_family(family: str, activations: bool = True) -> dict[str, Any]:
@@ -345,6 +345,14 @@ def count_family(family: str, activations: bool = True) -> dict[str, Any]:
                 for gc in (False, True)
                 for precision in PRECISIONS
             },
+        }
+        data["transients_mb"] = {
+            "resolution": NATIVE_RESOLUTION[family],
+            "batch": 1,
+            "note": "peak live bytes over the weights, counted on the meta device (benchmarks/meta_memory.py)",
+            **{k: round(v / mb, 1) for k, v in transient_bytes(family).items()},
+            **{f"lora_step{'_checkpointing' if gc else ''}_mixed": round(training_step_bytes(family, gc) / mb, 1)
+               for gc in (False, True)},
         }
     return data
 

@@ -61,12 +61,22 @@ class Heartbeat:
 
 
 def run_until(condition: Any, timeout_s: float) -> bool:
-    from PySide6.QtCore import QEventLoop
+    """Run the real event loop (as the app does, idle in Qt with the interpreter lock free) until `condition`."""
+    from PySide6.QtCore import QEventLoop, QTimer
 
     loop = QEventLoop()
     deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 5)
+
+    def check() -> None:
+        if condition() or time.monotonic() > deadline:
+            loop.quit()
+
+    timer = QTimer(interval=10)
+    timer.timeout.connect(check)
+    timer.start()
+    if not condition():
+        loop.exec()
+    timer.stop()
     return bool(condition())
 
 

@@ -9,6 +9,11 @@ checkpointing, latents and text embeddings given (as when both are cached).
 Peak = torch.cuda.max_memory_reserved() plus the CUDA context (what nvidia-smi
 shows for the process minus the reserved pool at the end). Prints a markdown
 table of estimate vs measured for docs/benchmarks/memory.md.
+
+The figures set the GPU terms of resources/architectures/calibration.json:
+`context_mb` -> cuda_context_mb, `max_reserved_mb / max_allocated_mb - 1` of
+the dynamic part -> allocator_fraction. The `vae` cases check the meta-device
+count of the fp32 VAE encoder's peak (`transients_mb.vae_encode_fp32`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 CASES = [(family, gc) for family in ("sd15", "sdxl", "sd3") for gc in (False, True)]
+VAE_CASES = ("sd15", "sd3")
 MB = 2**20
 
 
@@ -94,6 +100,31 @@ def child(family: str, checkpointing: bool, steps: int) -> dict[str, Any]:
             "torch": torch.__version__}
 
 
+def vae_child(family: str) -> dict[str, Any]:
+    """Peak allocated over the weights of an fp32 VAE encode at the native size, batch 1, no grad."""
+    import torch
+    from count_parameters import NATIVE_RESOLUTION, SPECS, build  # type: ignore[import-not-found]
+
+    device = torch.device("cuda")
+    class_name, config, _ = SPECS[family]["vae"]
+    vae = build(class_name, config).to_empty(device=device).float()
+    with torch.no_grad():
+        for p in vae.parameters():
+            p.normal_(0.0, 0.02)
+    side = NATIVE_RESOLUTION[family]
+    pixels = torch.randn(1, 3, side, side, device=device)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        vae.encode(pixels).latent_dist.mode()
+    torch.cuda.synchronize()
+    stored = json.loads((REPO / "resources" / "architectures" / f"{family}.json").read_text())
+    return {"family": family, "case": "vae_encode_fp32", "resolution": side,
+            "measured_mb": (torch.cuda.max_memory_allocated() - base) / MB,
+            "counted_mb": stored["transients_mb"]["vae_encode_fp32"], "gpu": torch.cuda.get_device_name(0)}
+
+
 def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
     from studio.core.config import TrainConfig
     from studio.core.hardware import GPUInfo
@@ -114,10 +145,14 @@ def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("FAMILY", "GC"), help=argparse.SUPPRESS)
+    parser.add_argument("--vae-child", metavar="FAMILY", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=240, help="seconds per case")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.vae_child:
+        print("RESULT " + json.dumps(vae_child(args.vae_child)), flush=True)
+        return 0
     if args.child:
         try:
             result = child(args.child[0], args.child[1] == "1", args.steps)
@@ -138,12 +173,22 @@ def main(argv: list[str] | None = None) -> int:
             row = {"family": family, "checkpointing": gc, "error": f"timed out after {args.timeout:.0f} s"}
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+    for family in VAE_CASES:
+        cmd = [sys.executable, __file__, "--vae-child", family]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+        vae_row = json.loads(line[7:]) if line else {"family": family, "case": "vae_encode_fp32",
+                                                     "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+        rows.append(vae_row)
+        print(json.dumps(vae_row), file=sys.stderr, flush=True)
     import torch
 
     total_mb = int(torch.cuda.get_device_properties(0).total_memory / MB) if torch.cuda.is_available() else 81920
     print("| model | checkpointing | estimate GB | measured GB (reserved + context) | max allocated GB | error | step s |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
+        if row.get("case") == "vae_encode_fp32":
+            continue
         est = estimate(row["family"], row["checkpointing"], total_mb) / 1024
         if "error" in row:
             print(f"| {row['family']} | {row['checkpointing']} | {est:.2f} | {row['error']} | | | |")
@@ -151,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         measured = row["peak_mb"] / 1024
         print(f"| {row['family']} | {row['checkpointing']} | {est:.2f} | {measured:.2f} | "
               f"{row['max_allocated_mb'] / 1024:.2f} | {est / measured - 1:+.0%} | {row['step_s']:.2f} |")
+        print(f"|   context {row['context_mb']:.0f} MB, reserved/allocated at the peak "
+              f"{row['max_reserved_mb'] / row['max_allocated_mb']:.3f} | | | | | | |")
+    for row in rows:
+        if row.get("case") == "vae_encode_fp32":
+            print(f"VAE encode fp32 {row['family']}: " + (row["error"] if "error" in row else
+                  f"measured {row['measured_mb']:.0f} MB, counted on meta {row['counted_mb']:.0f} MB"))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -40,7 +40,7 @@ def main() -> None:
     plots, header = TrainPlots(live=False), RunHeader()
     plots.resize(1200, 800)
     plots.show()
-    controller.sig_tick.connect(lambda: (plots.refresh(controller.model), header.refresh(controller.model)))
+    controller.sig_tick.connect(lambda: (plots.refresh(controller.model, stagger=True), header.refresh(controller.model)))
     clock = QElapsedTimer()
     gaps: list[int] = []
     last = [0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shlex
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,13 @@ def planned_run_dir(config: TrainConfig, config_dir: str | Path, now: _dt.dateti
     return Path(resolved.output.dir) / f"{stamp}-{resolved.output.name}"
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def format_command(command: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in command)
 
@@ -120,6 +128,11 @@ def prepare_run(
     resolved = resolve_paths(config, config_dir)
     if num_processes:
         resolved.launch.num_processes = num_processes
+    launch = resolved.launch
+    if launch.num_processes > 1 and launch.num_machines == 1 and "main_process_port" not in launch.model_fields_set:
+        # Two local runs (or a run and anything else) on the default port would hang at the
+        # rendezvous; on one machine any free port does.
+        launch.main_process_port = free_port()
     folder = Path(run_dir) if run_dir else new_run_dir(resolved.output.dir, resolved.output.name)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / CONFIG_FILE, dump_resolved(resolved))

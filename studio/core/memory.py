@@ -81,6 +81,7 @@ class VramEstimate:
     overhead_mb: float = 0.0  # CUDA context, library workspaces, allocator slack
     training_peak_mb: float = 0.0
     caching_peak_mb: float = 0.0  # encoding latents / captions before training
+    sampling_peak_mb: float = 0.0  # sample images during training (VAE decode at the sample size)
     total_mb: float = 0.0
     parts: list[MemoryPart] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -117,6 +118,26 @@ def _uses_gpu(config: TrainConfig, gpu: GPUInfo | None) -> bool:
     return gpu is not None and not config.launch.cpu
 
 
+def _vae_bytes(config: TrainConfig, frozen: str) -> int:
+    """Bytes per VAE weight and activation as the trainers keep it.
+
+    The SD1.5, SDXL and SD3 VAEs overflow in fp16, so with fp16 weights the VAE
+    stays in fp32: the studio's SD1.5 trainer does so, diffusers' SDXL and SD3
+    training scripts do so unless a separate fp16-safe VAE is given (SDXL:
+    madebyollin/sdxl-vae-fp16-fix). bf16 does not overflow.
+    """
+    if frozen != "fp16":
+        return BYTES[frozen]
+    if config.model.family == "sdxl" and config.model.vae is not None:
+        return 2
+    return 4
+
+
+def _scaled(mb_at_native: float, side: int, native: int, batch: int, bytes_: int = 4) -> float:
+    """A transient counted at the native size in fp32, for another size, batch and width (linear in pixels)."""
+    return mb_at_native * (side / native) ** 2 * batch * bytes_ / 4
+
+
 def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
     """Peak memory per GPU for `config`; with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32)."""
     arch = load_architecture(config.model.family)
@@ -138,13 +159,15 @@ def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
     # --- the denoiser and what is trained
     den = _denoiser(arch)
     trained = 0
+    # Floating buffers (SD3's position-embedding table) sit on the GPU in the weights' dtype.
+    buffers = int(den.get("float_buffers", 0))
     if full:
         trained = int(den["params"])
-        est.weights_mb = trained * 4 / MB
+        est.weights_mb = (trained + buffers) * 4 / MB
         parts.append(MemoryPart("weights", f"{den['class']} weights", est.weights_mb,
                                 f"{trained / 1e6:,.0f} M parameters, fp32 (trained)"))
     else:
-        est.weights_mb = int(den["params"]) * fb / MB
+        est.weights_mb = (int(den["params"]) + buffers) * fb / MB
         parts.append(MemoryPart("weights", f"{den['class']} weights", est.weights_mb,
                                 f"{int(den['params']) / 1e6:,.0f} M parameters, {frozen} (frozen)"))
         lora = lora_params(den["lora_targets"], m.rank, m.use_dora)
@@ -176,11 +199,13 @@ def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
     est.text_encoders_mb = te_resident_mb
 
     vae = arch["components"]["vae"]
-    # The SDXL VAE overflows in fp16, so the trainer keeps it in fp32 unless a fixed VAE is given.
-    vae_bytes = 4 if (config.model.family == "sdxl" and config.model.vae is None) else fb
+    vae_bytes = _vae_bytes(config, frozen)
     vae_mb = int(vae["params"]) * vae_bytes / MB
-    side = config.dataset.resolution
-    encode_mb = float(cal["vae_encode_tensors"]) * 128 * side * side * vae_bytes * batch / MB
+    side, native = config.dataset.resolution, int(arch["native_resolution"])
+    # Peak of the VAE encoder's no-grad forward, counted on the meta device (five
+    # 128-channel full-size planes live at once in the first down block).
+    transients = arch["transients_mb"]
+    encode_mb = _scaled(float(transients["vae_encode_fp32"]), side, native, batch, vae_bytes)
     if not t.cache_latents:
         est.vae_mb, est.vae_encode_mb = vae_mb, encode_mb
         parts.append(MemoryPart("vae", "VAE", vae_mb, f"{vae_bytes * 8}-bit, encodes each batch"))
@@ -231,19 +256,42 @@ def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
     static = (est.weights_mb + est.text_encoders_mb + est.vae_mb + est.trainable_mb + est.gradients_mb
               + est.optimizer_mb + est.overhead_mb)
     est.training_peak_mb = static + dynamic
-    fixed = est.overhead_mb - (dynamic * float(cal["gpu"]["allocator_fraction"]) if device == "gpu" else 0.0)
+    slack = float(cal["gpu"]["allocator_fraction"]) if device == "gpu" else 0.0
+    fixed = est.overhead_mb - dynamic * slack
     caching = 0.0
     if t.cache_text_embeddings and not m.train_text_encoder:
-        caching = te_all_mb
+        caching = te_all_mb + _scaled(float(transients["text_encoder_fp16"]), side, side, batch, fb) * (1 + slack)
     if t.cache_latents:
-        caching = max(caching, vae_mb + encode_mb)
+        caching = max(caching, vae_mb + encode_mb * (1 + slack))
     est.caching_peak_mb = fixed + caching if caching else 0.0
-    est.total_mb = max(est.training_peak_mb, est.caching_peak_mb)
+    est.sampling_peak_mb = _sampling_peak(config, est, transients, native, te_all_mb, vae_mb, vae_bytes, fb, slack)
+    if est.sampling_peak_mb:
+        est.sampling_peak_mb += fixed
+    est.total_mb = max(est.training_peak_mb, est.caching_peak_mb, est.sampling_peak_mb)
     if est.caching_peak_mb > est.training_peak_mb:
         notes.append(f"the caching phase is the peak ({est.caching_peak_mb / 1024:.1f} GB): "
                      "the text encoders or VAE alone need more than training")
+    if est.sampling_peak_mb > max(est.training_peak_mb, est.caching_peak_mb):
+        notes.append(f"sample images are the peak ({est.sampling_peak_mb / 1024:.1f} GB): the VAE decodes "
+                     f"{config.sampling.size or side} px images with the text encoders loaded; "
+                     "a smaller sampling size or no samples lowers it")
     est.notes = notes
     return est
+
+
+def _sampling_peak(config: TrainConfig, est: VramEstimate, transients: dict[str, Any], native: int,
+                   te_all_mb: float, vae_mb: float, vae_bytes: int, fb: int, slack: float) -> float:
+    """Sample images between steps: the model, optimizer state, every text encoder and the VAE are
+    resident (gradients are freed by zero_grad), plus the larger of the denoiser's no-grad forward
+    (batch 2 for guidance) and the VAE decoder at the sample size, both counted on the meta device."""
+    s = config.sampling
+    if not (s.every_n_steps and s.prompts):
+        return 0.0
+    side = s.size or config.dataset.resolution
+    decode = _scaled(float(transients["vae_decode_fp32"]), side, native, 1, vae_bytes)
+    denoise = _scaled(float(transients["denoiser_sampling_fp16"]), side, native, 1, fb * 2)
+    resident = est.weights_mb + te_all_mb + vae_mb + est.trainable_mb + est.optimizer_mb
+    return resident + max(decode, denoise) * (1 + slack)
 
 
 def available_mb(gpu: GPUInfo) -> float:

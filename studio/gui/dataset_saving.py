@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEventLoop, QObject, QThreadPool, Signal
+from PySide6.QtCore import QObject, QThreadPool, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from studio.core.caption_files import SaveBatch
 from studio.core.captions import CaptionConflict, CaptionStore, SaveReport
+from studio.gui.dataset_process import wait_for
 from studio.gui.dataset_tasks import SaveTask, TaskSignals
 from studio.gui.dataset_thumbs import cache_dir
 
@@ -52,11 +53,7 @@ class CaptionSaver(QObject):
 
     def wait(self, timeout_s: float = 120.0) -> None:
         """Let the running batch finish and be taken back (its report is emitted as usual)."""
-        deadline = time.monotonic() + timeout_s
-        loop = QEventLoop()
-        while self._running is not None and time.monotonic() < deadline:
-            loop.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents, 20)
-            time.sleep(0.002)
+        wait_for(lambda: self._running is None, timeout_s, user_input=False)
 
     def _batch_done(self, batch: SaveBatch) -> None:
         if self._running is None or self._running[1] is not batch:

@@ -117,7 +117,7 @@ class RunController(QObject):
         self.model = RunModel(plan.run_dir)
         self.tail = EventTail(plan.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
         if keep_model:  # a resumed run continues its curves
-            self.model.apply_all(self.tail.finish())
+            self.model.apply_all(self.tail.finish_items())
             self.model.status, self.model.finished = "preparing", None
         self._stall_kill_armed = False
         if not self.process.start(command, plan.run_dir):
@@ -135,7 +135,7 @@ class RunController(QObject):
         if self.tail is None:
             return
         before = self.model.version
-        events = self.tail.poll()
+        events = self.tail.poll_items()
         if self.tail.restarted:
             self.model.reset()
         self.model.apply_all(events)
@@ -154,7 +154,7 @@ class RunController(QObject):
     def _on_finished(self, exit_code: int, how: str) -> None:
         self._timer.stop()
         if self.tail is not None:
-            self.model.apply_all(self.tail.finish())
+            self.model.apply_all(self.tail.finish_items())
         if how == "detached":
             self.sig_run_ended.emit("detached")
             return

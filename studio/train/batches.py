@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from studio.core.config import DatasetSection
-from studio.train.data import TrainItem, load_image, prepare_caption
+from studio.train.data import TrainItem, center_crop_conditioning, load_image, prepare_caption
 
 
 def stream_rng(seed: int, *keys: int) -> np.random.Generator:
@@ -105,8 +105,10 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
                 original_sizes.append(loaded.original_size)
                 crops.append(loaded.crop_top_left)
             else:
-                original_sizes.append((item.size[1], item.size[0]))
-                crops.append((0, 0))
+                # Cached latents come from the center crop; their conditioning says so.
+                original, crop_top_left = center_crop_conditioning(item)
+                original_sizes.append(original)
+                crops.append(crop_top_left)
         out: dict[str, Any] = {
             "index": index,
             "epoch": epoch,

@@ -46,7 +46,7 @@ class TrainItem:
 @dataclass(frozen=True)
 class LoadedImage:
     pixels: np.ndarray  # float32, (3, H, W), in [-1, 1]
-    original_size: tuple[int, int]  # (height, width), as SDXL's conditioning expects
+    original_size: tuple[int, int]  # (height, width) before resizing, as SDXL's conditioning expects
     crop_top_left: tuple[int, int]  # (top, left)
 
 
@@ -155,10 +155,31 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
 # ---------------------------------------------------------------- images
 
 
+def cover_size(size: tuple[int, int], bucket: tuple[int, int]) -> tuple[int, int]:
+    """(width, height) an image of `size` is resized to so that it covers `bucket`."""
+    width, height = bucket
+    scale = max(width / size[0], height / size[1])
+    return max(width, round(size[0] * scale)), max(height, round(size[1] * scale))
+
+
+def center_crop_conditioning(item: TrainItem) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(original size as (h, w), crop top-left) of the deterministic center crop, without decoding.
+
+    What load_image(item, "center", False, None) reports; a cached latent was made that way.
+    """
+    new_w, new_h = cover_size(item.size, item.bucket)
+    top, left = (new_h - item.bucket[1]) // 2, (new_w - item.bucket[0]) // 2
+    return (item.size[1], item.size[0]), (top, left)
+
+
 def load_image(
     item: TrainItem, crop: str, flip: bool, rng: np.random.Generator | None
 ) -> LoadedImage:
-    """Decode, orient, resize to cover the bucket, crop and maybe flip one image."""
+    """Decode, orient, resize to cover the bucket, crop and maybe flip one image.
+
+    The returned original size is the image's own (before resizing) and the crop's
+    top-left is in the resized image, as SDXL's size and crop conditioning expects.
+    """
     width, height = item.bucket
     try:
         with Image.open(item.path) as raw:
@@ -166,8 +187,8 @@ def load_image(
     except (OSError, ValueError, SyntaxError) as exc:
         raise TrainError("data", f"{item.path} cannot be read: {exc}", "replace or delete the file",
                          path=str(item.path)) from None
-    scale = max(width / image.width, height / image.height)
-    new_w, new_h = max(width, round(image.width * scale)), max(height, round(image.height * scale))
+    original = (image.height, image.width)
+    new_w, new_h = cover_size(image.size, item.bucket)
     if (new_w, new_h) != image.size:
         image = image.resize((new_w, new_h), Image.Resampling.LANCZOS)
     if crop == "random" and rng is not None:
@@ -179,8 +200,10 @@ def load_image(
     array = np.asarray(image, dtype=np.float32)
     if flip and rng is not None and rng.random() < 0.5:
         array = array[:, ::-1]
+        # The flipped crop starts where the unflipped one ended, seen from the other side.
+        left = new_w - left - width
     pixels = np.ascontiguousarray(array.transpose(2, 0, 1)) / 127.5 - 1.0
-    return LoadedImage(pixels.astype(np.float32), (new_h, new_w), (top, left))
+    return LoadedImage(pixels.astype(np.float32), original, (top, left))
 
 
 # ---------------------------------------------------------------- captions

@@ -89,26 +89,24 @@ class Trainer:
         from diffusers.training_utils import cast_training_params
 
         c, method, training = self.components, self.config.method, self.config.training
-        train_encoders = method.train_text_encoder
+        encoders = self.adapter.trainable_encoders(c) if method.train_text_encoder else []
         if method.kind == "lora":
             self.adapter.add_lora(c)
         else:
             c.denoiser.to(dtype=torch.float32).requires_grad_(True)
-            if train_encoders:
-                for encoder in c.text_encoders:
-                    encoder.to(dtype=torch.float32).requires_grad_(True)
-        modules = [c.denoiser, *(c.text_encoders if train_encoders else [])]
+            for encoder in encoders:
+                encoder.to(dtype=torch.float32).requires_grad_(True)
+        modules = [c.denoiser, *encoders]
         cast_training_params(modules, dtype=torch.float32)
         if training.gradient_checkpointing:
             c.denoiser.enable_gradient_checkpointing()  # type: ignore[operator]
-            if train_encoders:
-                for encoder in c.text_encoders:
-                    encoder.gradient_checkpointing_enable()  # type: ignore[operator]
+            for encoder in encoders:
+                encoder.gradient_checkpointing_enable()  # type: ignore[operator]
         for module in modules:
             module.train()
         self.train_modules = modules
         denoiser_params = [p for p in c.denoiser.parameters() if p.requires_grad]
-        encoder_params = [p for e in modules[1:] for p in e.parameters() if p.requires_grad]
+        encoder_params = [p for e in encoders for p in e.parameters() if p.requires_grad]
         self.trainable = (denoiser_params, encoder_params)
 
     def _fill_caches(self) -> None:
@@ -150,8 +148,10 @@ class Trainer:
         data = MicroBatches(self.plan, self.config.dataset, acc.process_index, start,
                             max(0, self.total * accum - start), with_pixels=self.latent_cache is None)
         batches = iter(micro_batch_loader(data, training.dataloader_workers))
+        # The prepared (possibly DDP-wrapped) modules stand in for the ones they wrap; frozen ones stay.
+        swap = {id(module): wrapped for module, wrapped in zip(self.train_modules, self.wrapped, strict=True)}
         train_components = replace(self.components, denoiser=self.wrapped[0],
-                                   text_encoders=self.wrapped[1:] or self.components.text_encoders)
+                                   text_encoders=[swap.get(id(e), e) for e in self.components.text_encoders])
         started, first_step = time.monotonic(), self.step
         while self.step < self.total:
             if self.stop.agreed(acc):

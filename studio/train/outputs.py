@@ -24,7 +24,7 @@ def lora_layers(adapter: FamilyAdapter, components: Components) -> dict[str, dic
 
     layers = {adapter.denoiser_name: get_peft_model_state_dict(components.denoiser)}
     if adapter.config.method.train_text_encoder:
-        for name, encoder in zip(adapter.text_encoder_names, components.text_encoders, strict=False):
+        for name, encoder in zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False):
             layers[name] = get_peft_model_state_dict(encoder)
     return layers
 
@@ -64,7 +64,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
     if config.method.kind == "lora":
         layers = lora_layers(adapter, components)
         configs = {adapter.denoiser_name: _adapter_config(components.denoiser)}
-        for name, encoder in zip(adapter.text_encoder_names, components.text_encoders, strict=False):
+        for name, encoder in zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False):
             if name in layers:
                 configs[name] = _adapter_config(encoder)
         written = adapter.save_lora(folder, layers, metadata, configs)

@@ -1,4 +1,4 @@
-"""Fixtures of the trainer tests: one tiny SD1.5 pipeline and one demo dataset per session."""
+"""Fixtures of the trainer tests: one tiny pipeline per family and one demo dataset per session."""
 
 from __future__ import annotations
 
@@ -39,6 +39,25 @@ def tiny_sd15(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_sdxl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from studio.train.tiny import build_tiny_pipeline
+
+    return build_tiny_pipeline("sdxl", tmp_path_factory.mktemp("models") / "tiny-sdxl")
+
+
+@pytest.fixture(scope="session")
+def tiny_sd3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from studio.train.tiny import build_tiny_pipeline
+
+    return build_tiny_pipeline("sd3", tmp_path_factory.mktemp("models") / "tiny-sd3")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_sd15: Path, tiny_sdxl: Path, tiny_sd3: Path) -> dict[str, Path]:
+    return {"sd15": tiny_sd15, "sdxl": tiny_sdxl, "sd3": tiny_sd3}
+
+
+@pytest.fixture(scope="session")
 def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("data") / "shapes"
     write_demo_dataset(folder, count=8, size=64, seed=0)
@@ -46,12 +65,16 @@ def demo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def make_config(tiny_sd15: Path, demo_data: Path, tmp_path: Path) -> Callable[..., TrainConfig]:
-    """A small LoRA config of the demo data; keyword sections override its parts."""
+def make_config(tiny_sd15: Path, demo_data: Path, tmp_path: Path,
+                request: pytest.FixtureRequest) -> Callable[..., TrainConfig]:
+    """A small LoRA config of the demo data for `family` (default sd15); keyword sections override its parts."""
 
-    def make(**sections: object) -> TrainConfig:
+    def make(family: str = "sd15", **sections: object) -> TrainConfig:
+        bases = {"sd15": tiny_sd15}
+        if family != "sd15":
+            bases[family] = request.getfixturevalue(f"tiny_{family}")
         data: dict[str, object] = {
-            "model": ModelSection(family="sd15", base=str(tiny_sd15)),
+            "model": ModelSection(family=family, base=str(bases[family])),  # type: ignore[arg-type]
             "dataset": DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
             "training": TrainingSection(batch_size=2, max_steps=6, learning_rate=1e-3, seed=1),
             "output": OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers", "kohya"]),

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEventLoop, QItemSelectionModel, Qt, QThreadPool, QTimer
+from PySide6.QtCore import QItemSelectionModel, Qt, QThreadPool, QTimer
 from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import (
     QLabel,
@@ -26,6 +26,7 @@ from studio.gui.dataset_bulk import BULK_OPS, BulkDialog
 from studio.gui.dataset_editor import CaptionEditor
 from studio.gui.dataset_model import DatasetListModel, make_grid_view
 from studio.gui.dataset_panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
+from studio.gui.dataset_process import wait_for
 from studio.gui.dataset_saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
 from studio.gui.dataset_tasks import (
     CheckJob,
@@ -359,12 +360,7 @@ class DatasetPage(Page):
     # ------------------------------------------------------------ page interface
 
     def wait_loaded(self, timeout_s: float = 60.0, checked: bool = True) -> bool:
-        deadline = time.monotonic() + timeout_s
-        loop = QEventLoop()
-        while (self._scanning or (checked and self._checking)) and time.monotonic() < deadline:
-            loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-            time.sleep(0.005)
-        return not (self._scanning or (checked and self._checking))
+        return wait_for(lambda: not (self._scanning or (checked and self._checking)), timeout_s)
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.wait_loaded()

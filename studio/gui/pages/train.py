@@ -112,7 +112,7 @@ class TrainPage(Page):
 
     def _refresh(self) -> None:
         model = self.controller.model
-        self.plots.refresh(model)
+        self.plots.refresh(model, stagger=self.controller.running)
         self.header.refresh(model, self._stopping)
         self.banner.refresh(model)
         self.samples.refresh(model)

@@ -58,8 +58,16 @@ class FamilyAdapter(ABC):
     def text_encoder_lora_targets(self) -> list[str]:
         return ["q_proj", "k_proj", "v_proj", "out_proj"]
 
+    def encoder_lora_targets(self, index: int, encoder: torch.nn.Module) -> list[str]:
+        """Modules of text encoder `index` that LoRA wraps (a family may leave unused layers out)."""
+        return self.text_encoder_lora_targets()
+
     def lora_targets(self) -> list[str]:
         return list(self.config.method.target_modules) or self.default_lora_targets()
+
+    def trainable_encoders(self, components: Components) -> list[torch.nn.Module]:
+        """The text encoders trained when method.train_text_encoder is on (SD3 keeps T5 frozen)."""
+        return list(components.text_encoders)
 
     def add_lora(self, components: Components) -> None:
         """Wrap the target modules (and, when asked, the text encoders') with LoRA layers."""
@@ -74,10 +82,10 @@ class FamilyAdapter(ABC):
         if method.train_text_encoder:
             rank = method.text_encoder_rank or method.rank
             encoder_alpha: Any = method.lora_alpha * rank / method.rank
-            for encoder in components.text_encoders:
+            for index, encoder in enumerate(self.trainable_encoders(components)):
                 encoder.add_adapter(LoraConfig(  # type: ignore[operator]
                     r=rank, lora_alpha=encoder_alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
-                    target_modules=self.text_encoder_lora_targets(), use_dora=method.use_dora,
+                    target_modules=self.encoder_lora_targets(index, encoder), use_dora=method.use_dora,
                 ))
 
     # ------------------------------------------------------------ encoding

@@ -1,8 +1,8 @@
 """How a family noises latents and what its network learns to predict.
 
 `DiffusionScheme` is the DDPM recipe of SD1.x/2.x and SDXL (epsilon or v-prediction,
-optional min-SNR weighting and noise offset). A flow-matching family (SD3) adds its
-own scheme class with the same two methods.
+optional min-SNR weighting and noise offset); `FlowMatchingScheme` is SD3's rectified
+flow (timesteps drawn by a density, optional loss weighting by sigma).
 """
 
 from __future__ import annotations
@@ -81,6 +81,50 @@ class DiffusionScheme:
         clipped = torch.clamp(snr, max=self.min_snr_gamma)
         # Min-SNR-gamma (Hang et al. 2023): for v-prediction the target's scale adds one to the SNR.
         return clipped / (snr + 1 if self.prediction_type == "v_prediction" else snr)
+
+    def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor:
+        return weighted_mse(prediction, noised.target, noised.weights * sample_weights.to(noised.weights.device))
+
+
+class FlowMatchingScheme:
+    """Rectified flow (SD3): x_t = (1 - sigma) x_0 + sigma * noise; the network predicts noise - x_0.
+
+    Timesteps are drawn by `training.timestep_sampling` (logit-normal, mode or uniform) and
+    mapped onto the scheduler's shifted sigma schedule, as the diffusers SD3 scripts do;
+    `training.loss_weighting` (none, sigma_sqrt, cosmap) weights each sample's loss.
+    """
+
+    def __init__(self, scheduler: Any, training: TrainingSection) -> None:
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        # A fresh copy: the sampling pipeline's scheduler changes its timesteps when it samples.
+        fresh: Any = FlowMatchEulerDiscreteScheduler.from_config(scheduler.config)
+        self.timesteps = fresh.timesteps.float()
+        self.sigmas = fresh.sigmas.float()
+        self.num_train_timesteps = int(fresh.config.num_train_timesteps)
+        self.sampling = training.timestep_sampling
+        self.weighting = training.loss_weighting
+        self.logit_mean, self.logit_std, self.mode_scale = training.logit_mean, training.logit_std, training.mode_scale
+
+    def noise(self, latents: torch.Tensor, generator: torch.Generator) -> Noised:
+        from diffusers.training_utils import (
+            compute_density_for_timestep_sampling,
+            compute_loss_weighting_for_sd3,
+        )
+
+        batch = latents.shape[0]
+        noise = randn_like_on_cpu(tuple(latents.shape), generator, latents)
+        u = compute_density_for_timestep_sampling(
+            weighting_scheme=self.sampling, batch_size=batch, logit_mean=self.logit_mean,
+            logit_std=self.logit_std, mode_scale=self.mode_scale, device="cpu", generator=generator,
+        )
+        indices = (u * self.num_train_timesteps).long().clamp(0, self.num_train_timesteps - 1)
+        sigmas = self.sigmas[indices]
+        timesteps = self.timesteps[indices].to(latents.device)
+        shaped = sigmas.view(batch, *([1] * (latents.ndim - 1))).to(latents.device, latents.dtype)
+        noisy = (1.0 - shaped) * latents + shaped * noise
+        weights = compute_loss_weighting_for_sd3(self.weighting, sigmas).float()
+        return Noised(noisy, timesteps, noise - latents, weights.to(latents.device))
 
     def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor:
         return weighted_mse(prediction, noised.target, noised.weights * sample_weights.to(noised.weights.device))

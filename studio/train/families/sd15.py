@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, model_source
+from studio.train.families.kohya import (
+    DIFFUSERS_LORA_FILE,
+    cast_layers,
+    kohya_metadata,
+    kohya_state_dict,
+    save_kohya_file,
+)
+from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
-
-DIFFUSERS_LORA_FILE = "pytorch_lora_weights.safetensors"
-_SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class SD15Adapter(FamilyAdapter):
@@ -21,11 +24,11 @@ class SD15Adapter(FamilyAdapter):
     kohya_architecture: ClassVar[str] = "stable-diffusion-v1"
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
-        from diffusers import AutoencoderKL, DDPMScheduler, StableDiffusionPipeline
+        from diffusers import DDPMScheduler, StableDiffusionPipeline
 
         model = self.config.model
         base = model.base
-        source = model_source(base, self.family)
+        source = model_source(base, self.family, {"text_encoder": "the CLIP text encoder", "tokenizer": "the CLIP tokenizer"})
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
         if source == "file":
             pipe = load_or_fail("checkpoint", base, lambda: StableDiffusionPipeline.from_single_file(
@@ -41,16 +44,13 @@ class SD15Adapter(FamilyAdapter):
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
                 base, subfolder="scheduler", revision=model.revision))
         if model.vae:
-            vae_path = model.vae
-            vae = load_or_fail("VAE", vae_path, lambda: AutoencoderKL.from_pretrained(vae_path))
+            vae = load_vae(model.vae)
         if model.prediction_type != "auto":
             scheduler.register_to_config(prediction_type=model.prediction_type)
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)
         for module in (unet, vae, text_encoder):
             module.requires_grad_(False)
-        # SD's VAE overflows in fp16; it stays in fp32 then.
-        vae_dtype = torch.float32 if weight_dtype == torch.float16 else weight_dtype
-        for module, dtype in ((vae, vae_dtype), (text_encoder, weight_dtype), (unet, weight_dtype)):
+        for module, dtype in ((vae, vae_dtype(vae, weight_dtype)), (text_encoder, weight_dtype), (unet, weight_dtype)):
             module.to(device)
             if module.dtype != dtype:
                 module.to(dtype=dtype)
@@ -104,8 +104,7 @@ class SD15Adapter(FamilyAdapter):
         from diffusers import StableDiffusionPipeline
         from diffusers.utils import convert_state_dict_to_diffusers
 
-        dtype = _SAVE_DTYPES[self.config.output.save_precision]
-        cast = {name: {k: v.detach().to("cpu", dtype) for k, v in sd.items()} for name, sd in layers.items()}
+        cast = cast_layers(layers, self.config.output.save_precision)
         written: list[Path] = []
         formats = self.config.output.formats
         if "diffusers" in formats or not formats:
@@ -120,54 +119,11 @@ class SD15Adapter(FamilyAdapter):
             )
             written.append(folder / DIFFUSERS_LORA_FILE)
         if "kohya" in formats:
-            written.append(self.save_kohya(folder, cast, metadata, adapter_configs))
-        return written
-
-    def save_kohya(
-        self,
-        folder: Path,
-        layers: dict[str, dict[str, torch.Tensor]],
-        metadata: dict[str, str],
-        adapter_configs: dict[str, dict[str, Any]],
-    ) -> Path:
-        """The `lora_unet_*` / `lora_te_*` file ComfyUI and A1111/Forge read."""
-        from diffusers.utils import convert_state_dict_to_kohya
-        from safetensors.torch import save_file
-
-        prefixed = {f"{name}.{_clip_key(name, key)}": value for name, sd in layers.items() for key, value in sd.items()}
-        kohya = convert_state_dict_to_kohya(prefixed)
-        out: dict[str, torch.Tensor] = {}
-        for key, value in kohya.items():
             # SD1.x has a single text encoder, which kohya names lora_te_ (lora_te1_ is SDXL's).
-            key = key.replace("lora_te1_", "lora_te_")
-            if key.endswith(".alpha"):
-                owner = "unet" if key.startswith("lora_unet_") else "text_encoder"
-                alpha = float(adapter_configs.get(owner, {}).get("lora_alpha", value.item()))
-                value = torch.tensor(alpha)
-            out[key] = value.contiguous()
-        name = self.config.output.name
-        path = folder / f"{name}.safetensors"
-        if path.name == DIFFUSERS_LORA_FILE:
-            path = folder / f"{name}-kohya.safetensors"
-        meta = {
-            "ss_network_module": "networks.lora",
-            "ss_network_dim": str(self.config.method.rank),
-            "ss_network_alpha": str(self.config.method.lora_alpha),
-            "ss_base_model_version": "sd_v1",
-            "modelspec.architecture": f"{self.kohya_architecture}/lora",
-            "modelspec.sai_model_spec": "1.0.0",
-            **metadata,
-        }
-        save_file(out, str(path), metadata={k: v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()})
-        return path
-
-
-def _clip_key(component: str, key: str) -> str:
-    """Kohya names follow the original CLIP layout (text_model.encoder...), which newer
-    transformers versions flatten away; put the prefix back for text encoders."""
-    if component.startswith("text_encoder") and not key.startswith("text_model."):
-        return f"text_model.{key}"
-    return key
+            state = kohya_state_dict(cast, adapter_configs, renames={"lora_te1_": "lora_te_"})
+            meta = kohya_metadata(self.config, "sd_v1", self.kohya_architecture, metadata)
+            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
+        return written
 
 
 ADAPTER = SD15Adapter

@@ -6,6 +6,7 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from studio.core.event_reader import EventTail, RunModel, replay, replay_run
@@ -155,3 +156,46 @@ def test_replay_counts_a_torn_last_line_as_garbage(tmp_path: Path) -> None:
 def test_replay_of_missing_folder_is_empty(tmp_path: Path) -> None:
     model = replay(tmp_path / "gone")
     assert model.event_count == 0 and model.status == "preparing"
+
+
+def test_bulk_step_path_builds_the_same_model_as_one_event_at_a_time(tmp_path: Path) -> None:
+    from studio.core.events import RankMemory
+
+    steps = [
+        Step(step=i, epoch=1, loss=None if i == 3 else 1.0 / i, lr=1e-4, samples_per_s=2.0, eta_s=float(9 - i),  # type: ignore[arg-type]
+             memory=[RankMemory(rank=0, device="cuda:0", allocated_mb=100.0 + i, peak_mb=150.0),
+                     RankMemory(rank=1, device="cpu", rss_mb=300.0 + i)],
+             time=1000.0 + i)
+        for i in range(1, 9)
+    ]
+    write_events(tmp_path / "events.jsonl", [*steps[:4], Phase(name="sampling", time=1004.5), *steps[4:]])
+    bulk = replay(tmp_path)
+    single = RunModel()
+    single.apply_all(EventTail(tmp_path / "events.jsonl").finish())  # typed events, one by one
+    for model in (bulk, single):
+        assert model.event_count == 9 and model.step == 8 and model.eta_s == 1.0
+        assert model.status == "training" and model.last_loss == 0.125
+        assert model.memory[1].device == "cpu"
+    for name in ("steps", "step_times", "lr", "samples_per_s"):
+        assert getattr(bulk, name).view().tolist() == getattr(single, name).view().tolist()
+    assert np.isnan(bulk.loss.view()[2]) and np.isnan(single.loss.view()[2])
+    for rank in (0, 1):
+        for name in ("time", "allocated", "peak"):
+            a, b = getattr(bulk.memory[rank], name).view(), getattr(single.memory[rank], name).view()
+            assert np.array_equal(a, b, equal_nan=True)
+    assert bulk.memory[1].allocated.view().tolist() == [301.0 + i for i in range(8)]  # RSS on the CPU
+
+
+def test_a_bad_step_among_good_ones_is_skipped_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "events.jsonl"
+    bad = '{"v":1,"type":"step","time":1,"step":2,"epoch":1,"loss":"not a number","lr":0.1}\n'
+    no_device = '{"v":1,"type":"step","time":1,"step":3,"epoch":1,"loss":0.1,"lr":0.1,"memory":[{"rank":0}]}\n'
+    write_events(path, [step_event(1)], tail=bad + no_device)
+    write_events(path, [step_event(4)])
+    tail = EventTail(path)
+    with caplog.at_level(logging.WARNING):
+        model = RunModel()
+        model.apply_all(tail.poll_items())
+    assert model.steps.view().tolist() == [1.0, 4.0]
+    assert tail.garbage_lines == 2
+    assert "line 2 is not an event" in caplog.text and "line 3 is not an event" in caplog.text

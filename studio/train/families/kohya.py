@@ -1,0 +1,87 @@
+"""LoRA files in the kohya naming (`lora_unet_*`, `lora_te*_*`) that ComfyUI, A1111 and Forge read.
+
+peft-format layers go through diffusers' `convert_state_dict_to_kohya`; each family
+says how its components are named (SD1.x's single encoder is `lora_te_`, SDXL's are
+`lora_te1_`/`lora_te2_`, SD3's transformer `lora_transformer_` as ComfyUI reads it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DIFFUSERS_LORA_FILE = "pytorch_lora_weights.safetensors"
+SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+# kohya key prefix -> the component it belongs to (for each module's alpha).
+_OWNERS = {"lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_": "text_encoder",
+           "lora_te2_": "text_encoder_2", "lora_te_": "text_encoder"}
+
+
+def clip_key(component: str, key: str) -> str:
+    """Kohya names follow the original CLIP layout (text_model.encoder...), which newer
+    transformers versions flatten away; put the prefix back for text encoders."""
+    if component.startswith("text_encoder") and not key.startswith("text_model."):
+        return f"text_model.{key}"
+    return key
+
+
+def kohya_state_dict(
+    layers: dict[str, dict[str, torch.Tensor]],
+    adapter_configs: dict[str, dict[str, Any]],
+    renames: dict[str, str] | None = None,
+) -> dict[str, torch.Tensor]:
+    """peft layers keyed by component -> one kohya state dict; `renames` maps prefixes (old -> new)."""
+    from diffusers.utils import convert_state_dict_to_kohya
+
+    prefixed = {f"{name}.{clip_key(name, key)}": value for name, sd in layers.items() for key, value in sd.items()}
+    out: dict[str, torch.Tensor] = {}
+    for key, value in convert_state_dict_to_kohya(prefixed).items():
+        if key.startswith("transformer_"):
+            key = "lora_" + key
+        for old, new in (renames or {}).items():
+            if key.startswith(old):
+                key = new + key[len(old):]
+        if key.endswith(".alpha"):
+            owner = next((c for p, c in _OWNERS.items() if key.startswith(p)), "")
+            value = torch.tensor(float(adapter_configs.get(owner, {}).get("lora_alpha", value.item())))
+        out[key] = value.contiguous()
+    return out
+
+
+def save_kohya_file(
+    folder: Path,
+    name: str,
+    state: dict[str, torch.Tensor],
+    metadata: dict[str, Any],
+) -> Path:
+    """Write `name`.safetensors (never over the diffusers file) with string metadata."""
+    from safetensors.torch import save_file
+
+    path = folder / f"{name}.safetensors"
+    if path.name == DIFFUSERS_LORA_FILE:
+        path = folder / f"{name}-kohya.safetensors"
+    text = {k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
+    save_file(state, str(path), metadata=text)
+    return path
+
+
+def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dict[str, str]) -> dict[str, str]:
+    """The ss_* and modelspec keys LoRA browsers show."""
+    return {
+        "ss_network_module": "networks.lora",
+        "ss_network_dim": str(config.method.rank),
+        "ss_network_alpha": str(config.method.lora_alpha),
+        "ss_base_model_version": base_version,
+        "modelspec.architecture": f"{architecture}/lora",
+        "modelspec.sai_model_spec": "1.0.0",
+        **extra,
+    }
+
+
+def cast_layers(layers: dict[str, dict[str, torch.Tensor]], precision: str) -> dict[str, dict[str, torch.Tensor]]:
+    dtype = SAVE_DTYPES[precision]
+    return {name: {k: v.detach().to("cpu", dtype) for k, v in sd.items()} for name, sd in layers.items()}

@@ -1,0 +1,213 @@
+"""SD3 (medium / 3.5 architecture): the MMDiT transformer trained by flow matching.
+
+Text conditioning as the SD3 pipeline builds it: both CLIP encoders' penultimate
+hidden states side by side, zero-padded to the joint width, followed by the T5
+tokens (or, with T5 dropped, as many zero tokens as the pipeline samples with), and
+both CLIP pooled embeddings as the pooled projection.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from studio.train.errors import TrainError
+from studio.train.families.base import Components, Conditioning, FamilyAdapter
+from studio.train.families.kohya import (
+    DIFFUSERS_LORA_FILE,
+    cast_layers,
+    kohya_metadata,
+    kohya_state_dict,
+    save_kohya_file,
+)
+from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
+from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
+
+# The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
+T5_TOKENS = 256
+ATTENTION_TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0",
+                     "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj", "attn.to_add_out"]
+NEEDS = {
+    "text_encoder": "the CLIP ViT-L text encoder",
+    "text_encoder_2": "the OpenCLIP bigG text encoder",
+    "tokenizer": "the first CLIP tokenizer",
+    "tokenizer_2": "the second CLIP tokenizer",
+}
+T5_NEEDS = {"text_encoder_3": "the T5-XXL text encoder", "tokenizer_3": "the T5 tokenizer"}
+
+
+class SD3Adapter(FamilyAdapter):
+    family: ClassVar[str] = "sd3"
+    text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
+    denoiser_name: ClassVar[str] = "transformer"
+
+    joint_attention_dim = 4096
+
+    def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
+        from diffusers import StableDiffusion3Pipeline
+
+        model = self.config.model
+        base = model.base
+        use_t5 = model.use_t5
+        source = model_source(base, self.family, {**NEEDS, **(T5_NEEDS if use_t5 else {})})
+        # Without T5 the pipeline is loaded without it: its 4.7 B parameters never reach memory.
+        drop: dict[str, Any] = {} if use_t5 else {"text_encoder_3": None, "tokenizer_3": None}
+        if source == "file":
+            pipe = load_or_fail("checkpoint", base, lambda: StableDiffusion3Pipeline.from_single_file(
+                base, local_files_only=True, **drop))
+        else:
+            options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
+            pipe = load_or_fail("pipeline", base, lambda: StableDiffusion3Pipeline.from_pretrained(
+                base, **drop, **options))
+        if use_t5 and pipe.text_encoder_3 is None:
+            raise TrainError("model", f"{base} has no T5 text encoder (text_encoder_3), but model.use_t5 is true",
+                             "set model.use_t5 = false to train with the two CLIP encoders only", path=base)
+        vae: Any = load_vae(model.vae) if model.vae else pipe.vae
+        transformer = pipe.transformer
+        self.joint_attention_dim = int(transformer.config.joint_attention_dim)
+        encoders = [pipe.text_encoder, pipe.text_encoder_2, *([pipe.text_encoder_3] if use_t5 else [])]
+        tokenizers = [pipe.tokenizer, pipe.tokenizer_2, *([pipe.tokenizer_3] if use_t5 else [])]
+        for module in (transformer, vae, *encoders):
+            module.requires_grad_(False)
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, weight_dtype),
+                  *((e, weight_dtype) for e in encoders)]
+        for module, dtype in placed:
+            module.to(device)
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return Components(transformer, vae, encoders, tokenizers, pipe.scheduler, pipe.scheduler)
+
+    def default_lora_targets(self) -> list[str]:
+        return list(ATTENTION_TARGETS)
+
+    def lora_targets(self) -> list[str]:
+        targets = super().lora_targets()
+        blocks = self.config.method.blocks
+        if not blocks:
+            return targets
+        return [f"transformer_blocks.{block}.{target}" for block in sorted(set(blocks)) for target in targets]
+
+    def add_lora(self, components: Components) -> None:
+        count = len(getattr(components.denoiser, "transformer_blocks", []))
+        wrong = [b for b in self.config.method.blocks if not 0 <= b < count]
+        if wrong:
+            raise TrainError("config", f"method.blocks = {self.config.method.blocks} names blocks the transformer "
+                             f"does not have ({wrong}); it has {count} blocks",
+                             f"use block indices from 0 to {count - 1}, or leave method.blocks empty for all")
+        super().add_lora(components)
+
+    def trainable_encoders(self, components: Components) -> list[torch.nn.Module]:
+        return list(components.text_encoders[:2])  # T5 stays frozen: it is too large to train here
+
+    def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
+        hidden, pooled = [], []
+        for tokenizer, encoder in zip(components.tokenizers[:2], components.text_encoders[:2], strict=True):
+            ids = tokenizer(
+                captions, padding="max_length", max_length=tokenizer.model_max_length,
+                truncation=True, return_tensors="pt",
+            ).input_ids.to(next(encoder.parameters()).device)
+            out = encoder(ids, output_hidden_states=True)
+            pooled.append(out[0])
+            hidden.append(out.hidden_states[-2])
+        cond = {"clip_embeds": torch.cat(hidden, dim=-1), "pooled_projections": torch.cat(pooled, dim=-1)}
+        if len(components.text_encoders) > 2:
+            tokenizer, encoder = components.tokenizers[2], components.text_encoders[2]
+            ids = tokenizer(captions, padding="max_length", max_length=T5_TOKENS, truncation=True,
+                            add_special_tokens=True, return_tensors="pt").input_ids
+            cond["t5_embeds"] = encoder(ids.to(next(encoder.parameters()).device))[0]
+        return cond
+
+    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
+        vae: Any = components.vae
+        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
+        return (latents - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor
+
+    def noise_scheme(self, components: Components) -> NoiseScheme:
+        return FlowMatchingScheme(components.scheduler, self.config.training)
+
+    def joint_states(self, cond: Conditioning) -> torch.Tensor:
+        """The transformer's text tokens: padded CLIP states, then T5 tokens (zeros without T5)."""
+        clip = cond["clip_embeds"]
+        clip = F.pad(clip, (0, self.joint_attention_dim - clip.shape[-1]))
+        t5 = cond.get("t5_embeds")
+        if t5 is None:
+            t5 = clip.new_zeros((clip.shape[0], T5_TOKENS, self.joint_attention_dim))
+        return torch.cat([clip, t5.to(clip.dtype)], dim=-2)
+
+    def predict(
+        self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
+    ) -> torch.Tensor:
+        dtype = next(denoiser.parameters()).dtype
+        out = denoiser(hidden_states=noisy.to(dtype), timestep=timesteps,
+                       encoder_hidden_states=self.joint_states(cond).to(dtype),
+                       pooled_projections=cond["pooled_projections"].to(dtype), return_dict=False)
+        return out[0]
+
+    def make_pipeline(self, components: Components) -> Any:
+        from diffusers import StableDiffusion3Pipeline
+
+        encoders, tokenizers = components.text_encoders, components.tokenizers
+        return StableDiffusion3Pipeline(
+            transformer=components.denoiser, scheduler=components.sample_scheduler, vae=components.vae,
+            text_encoder=encoders[0], tokenizer=tokenizers[0], text_encoder_2=encoders[1], tokenizer_2=tokenizers[1],
+            text_encoder_3=encoders[2] if len(encoders) > 2 else None,
+            tokenizer_3=tokenizers[2] if len(tokenizers) > 2 else None,
+        )
+
+    def save_lora(
+        self,
+        folder: Path,
+        layers: dict[str, dict[str, torch.Tensor]],
+        metadata: dict[str, str],
+        adapter_configs: dict[str, dict[str, Any]],
+    ) -> list[Path]:
+        from diffusers import StableDiffusion3Pipeline
+
+        cast = cast_layers(layers, self.config.output.save_precision)
+        written: list[Path] = []
+        formats = self.config.output.formats
+        if "diffusers" in formats or not formats:
+            # The SD3 loader reads peft-format keys as they are (the old UNet-era renaming breaks it).
+            te1, te2 = cast.get("text_encoder"), cast.get("text_encoder_2")
+            StableDiffusion3Pipeline.save_lora_weights(
+                folder,
+                transformer_lora_layers=cast["transformer"],
+                text_encoder_lora_layers=te1 or None,
+                text_encoder_2_lora_layers=te2 or None,
+                weight_name=DIFFUSERS_LORA_FILE,
+                transformer_lora_adapter_metadata=adapter_configs.get("transformer"),
+                text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
+                text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
+            )
+            written.append(folder / DIFFUSERS_LORA_FILE)
+        if "kohya" in formats:
+            # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
+            state = kohya_state_dict(cast, adapter_configs)
+            meta = kohya_metadata(self.config, "sd3", "stable-diffusion-v3-medium", metadata)
+            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
+        return written
+
+    def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:
+        """The fine-tuned pipeline; a T5 left out of training is copied from the base folder."""
+        written = super().save_full(folder, components, dtype)
+        base = Path(self.config.model.base)
+        if self.config.model.use_t5 or not (base / "text_encoder_3").is_dir():
+            return written
+        for name in ("text_encoder_3", "tokenizer_3"):
+            if (base / name).is_dir():
+                shutil.copytree(base / name, folder / name, dirs_exist_ok=True)
+        base_index = json.loads((base / "model_index.json").read_text(encoding="utf-8"))
+        index_path = folder / "model_index.json"
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        for name in ("text_encoder_3", "tokenizer_3"):
+            index[name] = base_index.get(name, index.get(name))
+        index_path.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        return written
+
+
+ADAPTER = SD3Adapter

@@ -1,0 +1,168 @@
+"""SDXL (base 1.0 architecture): two CLIP text encoders, a UNet with size and crop conditioning.
+
+The text conditioning is both encoders' penultimate hidden states side by side plus
+the second encoder's pooled embedding; the micro-conditioning ("time ids") is each
+image's original size, its crop's top-left corner and the target size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from studio.train.families.base import Components, Conditioning, FamilyAdapter
+from studio.train.families.kohya import (
+    DIFFUSERS_LORA_FILE,
+    cast_layers,
+    kohya_metadata,
+    kohya_state_dict,
+    save_kohya_file,
+)
+from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
+from studio.train.families.schemes import DiffusionScheme, NoiseScheme
+
+NEEDS = {
+    "text_encoder": "the CLIP ViT-L text encoder",
+    "text_encoder_2": "the OpenCLIP bigG text encoder",
+    "tokenizer": "the first text encoder's tokenizer",
+    "tokenizer_2": "the second text encoder's tokenizer",
+}
+
+
+def time_ids(batch: dict[str, Any], device: torch.device) -> torch.Tensor:
+    """(batch, 6): original (h, w), crop top-left (top, left), target (h, w) of every image."""
+    target = list(batch["target_size"])
+    rows = [[*original, *crop, *target]
+            for original, crop in zip(batch["original_sizes"], batch["crops_top_left"], strict=True)]
+    return torch.tensor(rows, dtype=torch.float32, device=device)
+
+
+class SDXLAdapter(FamilyAdapter):
+    family: ClassVar[str] = "sdxl"
+    text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
+
+    def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
+        from diffusers import DDPMScheduler, StableDiffusionXLPipeline
+
+        model = self.config.model
+        base = model.base
+        source = model_source(base, self.family, NEEDS)
+        if source == "file":
+            pipe = load_or_fail("checkpoint", base, lambda: StableDiffusionXLPipeline.from_single_file(
+                base, local_files_only=True, add_watermarker=False))
+            scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+        else:
+            options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
+            pipe = load_or_fail("pipeline", base, lambda: StableDiffusionXLPipeline.from_pretrained(
+                base, add_watermarker=False, **options))
+            scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
+                base, subfolder="scheduler", revision=model.revision))
+        vae: Any = load_vae(model.vae) if model.vae else pipe.vae
+        sample_scheduler = pipe.scheduler
+        if model.prediction_type != "auto":
+            scheduler.register_to_config(prediction_type=model.prediction_type)
+            sample_scheduler.register_to_config(prediction_type=model.prediction_type)
+        encoders = [pipe.text_encoder, pipe.text_encoder_2]
+        for module in (pipe.unet, vae, *encoders):
+            module.requires_grad_(False)
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (pipe.unet, weight_dtype), *((e, weight_dtype) for e in encoders)]
+        for module, dtype in placed:
+            module.to(device)
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return Components(pipe.unet, vae, encoders, [pipe.tokenizer, pipe.tokenizer_2], scheduler, sample_scheduler)
+
+    def default_lora_targets(self) -> list[str]:
+        return ["to_q", "to_k", "to_v", "to_out.0"]
+
+    def encoder_lora_targets(self, index: int, encoder: torch.nn.Module) -> list[str]:
+        """The first encoder's last layer feeds nothing SDXL reads (it takes the penultimate
+        hidden states and no pooled output), so it gets no LoRA: a LoRA there would never
+        learn, and data-parallel training refuses parameters without gradients."""
+        targets = self.text_encoder_lora_targets()
+        if index != 0:
+            return targets
+        layers: Any = getattr(encoder, "text_model", encoder).encoder.layers
+        last = f"layers.{len(layers) - 1}."
+        return [name for name, _ in encoder.named_modules()
+                if name.rsplit(".", 1)[-1] in targets and last not in name]
+
+    def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
+        hidden, pooled = [], None
+        for tokenizer, encoder in zip(components.tokenizers, components.text_encoders, strict=True):
+            ids = tokenizer(
+                captions, padding="max_length", max_length=tokenizer.model_max_length,
+                truncation=True, return_tensors="pt",
+            ).input_ids.to(next(encoder.parameters()).device)
+            out = encoder(ids, output_hidden_states=True)
+            pooled = out[0]  # the last encoder's projected pooled embedding is the one SDXL uses
+            hidden.append(out.hidden_states[-2])
+        assert pooled is not None
+        return {"prompt_embeds": torch.cat(hidden, dim=-1), "pooled_prompt_embeds": pooled}
+
+    def extra_conditioning(self, batch: dict[str, Any], cond: Conditioning, device: torch.device) -> Conditioning:
+        return {**cond, "time_ids": time_ids(batch, device)}
+
+    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
+        vae: Any = components.vae
+        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
+        return latents * vae.config.scaling_factor
+
+    def noise_scheme(self, components: Components) -> NoiseScheme:
+        return DiffusionScheme(components.scheduler, self.config.training)
+
+    def predict(
+        self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
+    ) -> torch.Tensor:
+        dtype = next(denoiser.parameters()).dtype
+        added = {"text_embeds": cond["pooled_prompt_embeds"].to(dtype), "time_ids": cond["time_ids"].to(dtype)}
+        out = denoiser(noisy.to(dtype), timesteps, encoder_hidden_states=cond["prompt_embeds"].to(dtype),
+                       added_cond_kwargs=added, return_dict=False)
+        return out[0]
+
+    def make_pipeline(self, components: Components) -> Any:
+        from diffusers import StableDiffusionXLPipeline
+
+        first, second = components.text_encoders
+        return StableDiffusionXLPipeline(
+            vae=components.vae, text_encoder=first, text_encoder_2=second,
+            tokenizer=components.tokenizers[0], tokenizer_2=components.tokenizers[1],
+            unet=components.denoiser, scheduler=components.sample_scheduler, add_watermarker=False,
+        )
+
+    def save_lora(
+        self,
+        folder: Path,
+        layers: dict[str, dict[str, torch.Tensor]],
+        metadata: dict[str, str],
+        adapter_configs: dict[str, dict[str, Any]],
+    ) -> list[Path]:
+        from diffusers import StableDiffusionXLPipeline
+        from diffusers.utils import convert_state_dict_to_diffusers
+
+        cast = cast_layers(layers, self.config.output.save_precision)
+        written: list[Path] = []
+        formats = self.config.output.formats
+        if "diffusers" in formats or not formats:
+            te1, te2 = cast.get("text_encoder"), cast.get("text_encoder_2")
+            StableDiffusionXLPipeline.save_lora_weights(
+                folder,
+                unet_lora_layers=convert_state_dict_to_diffusers(cast["unet"]),
+                text_encoder_lora_layers=convert_state_dict_to_diffusers(te1) if te1 else None,
+                text_encoder_2_lora_layers=convert_state_dict_to_diffusers(te2) if te2 else None,
+                weight_name=DIFFUSERS_LORA_FILE,
+                unet_lora_adapter_metadata=adapter_configs.get("unet"),
+                text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
+                text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
+            )
+            written.append(folder / DIFFUSERS_LORA_FILE)
+        if "kohya" in formats:
+            state = kohya_state_dict(cast, adapter_configs)
+            meta = kohya_metadata(self.config, "sdxl_base_v1-0", "stable-diffusion-xl-v1-base", metadata)
+            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
+        return written
+
+
+ADAPTER = SDXLAdapter
