@@ -1,8 +1,9 @@
 """Speed of a fixed tiny-model LoRA job, started exactly as the studio starts it (accelerate launch).
 
-Reports, per variant (with and without latent/text caching): steps per second,
-seconds from process start to the first training step, and the trainer's peak RSS.
-Medians of --repeats runs. Usage: python benchmarks/train_speed.py [--repeats 3] [--steps 30]
+Reports, per family (tiny SD1.5, SDXL and SD3 pipelines) and variant (with and
+without latent/text caching): steps per second, seconds from process start to the
+first training step, and the trainer's peak RSS. Medians of --repeats runs.
+Usage: python benchmarks/train_speed.py [--repeats 3] [--steps 30] [--families sd15 sdxl sd3]
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ VARIANTS = {
 }
 
 
-def job(root: Path, steps: int, cache: dict[str, bool]) -> TrainConfig:
+FAMILIES = ("sd15", "sdxl", "sd3")
+
+
+def job(root: Path, family: str, steps: int, cache: dict[str, bool]) -> TrainConfig:
     return TrainConfig(
-        model=ModelSection(family="sd15", base=str(root / "tiny-sd15")),
+        model=ModelSection(family=family, base=str(root / f"tiny-{family}")),  # type: ignore[arg-type]
         method=MethodSection(kind="lora", rank=8),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(root / "shapes"))], resolution=64, buckets=False),
         training=TrainingSection(batch_size=4, max_steps=steps, learning_rate=1e-3, seed=1, **cache),
@@ -46,8 +50,8 @@ def job(root: Path, steps: int, cache: dict[str, bool]) -> TrainConfig:
     )
 
 
-def measure(root: Path, steps: int, cache: dict[str, bool]) -> dict[str, float]:
-    plan = prepare_run(job(root, steps, cache), root)
+def measure(root: Path, family: str, steps: int, cache: dict[str, bool]) -> dict[str, float]:
+    plan = prepare_run(job(root, family, steps, cache), root)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     start = time.time()
     result = subprocess.run(plan.command, env=env, capture_output=True, text=True)
@@ -68,19 +72,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--families", nargs="*", choices=FAMILIES, default=list(FAMILIES))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_demo_dataset(root / "shapes", count=16, size=64, seed=0)
-        subprocess.run([sys.executable, "-m", "studio.cli", "tiny", "sd15", str(root / "tiny-sd15")],
-                       check=True, capture_output=True)
         rows = []
-        for name, cache in VARIANTS.items():
-            runs = [measure(root, args.steps, cache) for _ in range(args.repeats)]
-            rows.append((name, {k: statistics.median(r[k] for r in runs) for k in runs[0]}))
+        for family in args.families:
+            subprocess.run([sys.executable, "-m", "studio.cli", "tiny", family, str(root / f"tiny-{family}")],
+                           check=True, capture_output=True)
+            for name, cache in VARIANTS.items():
+                runs = [measure(root, family, args.steps, cache) for _ in range(args.repeats)]
+                rows.append((f"{family}, {name}", {k: statistics.median(r[k] for r in runs) for k in runs[0]}))
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"{args.steps} steps, batch 4, 64 px, LoRA rank 8; median of {args.repeats}\n")
-    print("| variant | steps/s | process start to first step (s) | peak RSS (MB) | whole run (s) |")
+    print("| family, variant | steps/s | process start to first step (s) | peak RSS (MB) | whole run (s) |")
     print("|---|---|---|---|---|")
     for name, m in rows:
         print(f"| {name} | {m['steps_per_s']:.1f} | {m['first_step_s']:.1f} | {m['peak_rss_mb']:.0f} "

@@ -82,6 +82,7 @@ class ScanResult:
     other_images: list[Path] = field(default_factory=list)  # image formats the trainer skips
     metadata_errors: list[tuple[Path, int, str]] = field(default_factory=list)  # file, line, message
     empty_folders: list[Path] = field(default_factory=list)  # kohya "N_name" folders with no images
+    repeat_folders: dict[Path, int] = field(default_factory=dict)  # kohya folder below the root -> its images
 
 
 def kohya_folder(name: str) -> tuple[int, str] | None:
@@ -285,10 +286,12 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
         # The nearest kohya folder below the root decides repeats and the folder caption.
         repeats, folder_caption = 1, root_kohya[1] if root_kohya else None
         rel_parts = folder.relative_to(root).parts
-        for part in reversed(rel_parts):
-            parsed = kohya_folder(part)
+        repeat_folder: Path | None = None
+        for depth in range(len(rel_parts), 0, -1):
+            parsed = kohya_folder(rel_parts[depth - 1])
             if parsed is not None:
                 repeats, folder_caption = parsed
+                repeat_folder = root.joinpath(*rel_parts[:depth])
                 break
         rel_prefix = "".join(part + "/" for part in rel_parts)
         names = {i.name for i in items}
@@ -296,6 +299,7 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
         if METADATA_FILE in names and concept.caption_source in ("auto", "metadata"):
             listing.metadata_files.append(folder / METADATA_FILE)
         image_stems: set[str] = set()
+        before = len(keyed)
         caption_files: list[tuple[str, str]] = []  # (lowercase stem, name)
         for item in items:
             name = item.name
@@ -321,6 +325,9 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
         result.orphan_captions.extend(folder / name for stem, name in caption_files if stem not in image_stems)
         if image_stems:
             image_folders.append(folder)
+            if repeat_folder is not None:
+                images_here = len(keyed) - before
+                result.repeat_folders[repeat_folder] = result.repeat_folders.get(repeat_folder, 0) + images_here
     for folder, _ in folders:
         if folder != root and kohya_folder(folder.name) is not None and not any(
             f == folder or folder in f.parents for f in image_folders

@@ -293,15 +293,17 @@ def panel_order(problem: Problem) -> tuple[bool, str, str]:
 CHECK_CHUNK = 1000  # problems per message, so the window takes them in small bites
 
 
-def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None, dataset: dict[str, int]) -> None:
+def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None, dataset: dict[str, int],
+                 nice: int = 10) -> None:
     """Helper-process entry: check the concepts and send the results over `conn` in small messages.
 
     Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
     order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
-    `dataset` holds resolution, bucket_step, min_bucket and max_bucket.
+    `dataset` holds resolution, bucket_step, min_bucket and max_bucket. The helper runs
+    `nice` steps below the window's priority, so the window's painting comes first.
     """
-    if hasattr(os, "nice"):
-        os.nice(10)  # the window's painting comes first
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)
     from studio.core.config import ConceptSection
     from studio.core.dataset_buckets import bucket_counts
 

@@ -62,13 +62,13 @@ def make_thumbnail(path: Path, folder: Path, size: int = THUMB_SIZE) -> Thumbnai
     return rgb.width, rgb.height, rgb.tobytes()
 
 
-def thumbnail_worker(conn: Any, folder: str, size: int = THUMB_SIZE) -> None:
+def thumbnail_worker(conn: Any, folder: str, size: int = THUMB_SIZE, nice: int = 10) -> None:
     """Helper-process loop: receives lists of (key, image path), answers with [(key, thumbnail or None)].
 
-    Runs at a lower priority than the window; ends when the studio sends None or goes away.
+    Runs `nice` steps below the window's priority; ends when the studio sends None or goes away.
     """
-    if hasattr(os, "nice"):
-        os.nice(10)
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)
     cache = Path(folder)
     while True:
         try:

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,11 @@ def event_from_dict(data: Any) -> Event:
         raise ValueError(f"{kind} event is missing or has bad fields: {exc}") from None
 
 
+def _column(rows: list[dict[str, Any]], key: str) -> np.ndarray:
+    """A required number of every row (KeyError if one lacks it, ValueError if not a number)."""
+    return np.fromiter(map(itemgetter(key), rows), dtype=np.float64, count=len(rows))
+
+
 def _floats(values: list[Any]) -> np.ndarray:
     """Numbers (None -> NaN) as float64; ValueError/TypeError for anything else."""
     array = np.array(values, dtype=np.float64)
@@ -105,30 +111,30 @@ class StepBatch:
     numpy arrays made once per batch; `events()` gives the typed Step events on demand.
     """
 
-    __slots__ = ("rows", "step", "time", "loss", "lr", "samples_per_s", "memory", "last")
+    __slots__ = ("last", "loss", "lr", "memory", "rows", "samples_per_s", "step", "time")
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         """Raises KeyError, TypeError or ValueError when a row is not a valid step event."""
         now = time.time()
         self.rows = rows
-        self.step = _floats([r["step"] for r in rows])
+        self.step = _column(rows, "step")
         self.time = _floats([r.get("time", now) for r in rows])
-        self.loss = _floats([r["loss"] for r in rows])
+        self.loss = _floats([r["loss"] for r in rows])  # may be None (NaN): a diverged step
         self.lr = _floats([r["lr"] for r in rows])
         self.samples_per_s = _floats([r.get("samples_per_s", 0.0) for r in rows])
-        _floats([r["epoch"] for r in rows])  # required by the protocol even though nothing plots it
+        _column(rows, "epoch")  # required by the protocol even though nothing plots it
         # Every rank's memory of every row, flattened: one comprehension per column runs at C speed.
         per_row = [r.get("memory") or () for r in rows]
         mems = [m for row_mems in per_row for m in row_mems]
         self.memory: dict[int, RankColumns] = {}
         if mems:
             times = np.repeat(self.time, [len(row_mems) for row_mems in per_row])
-            ranks = np.array([m["rank"] for m in mems], dtype=np.int64)
-            devices = [m["device"] for m in mems]  # required, as in RankMemory
+            ranks = np.fromiter(map(itemgetter("rank"), mems), dtype=np.int64, count=len(mems))
+            devices = list(map(itemgetter("device"), mems))  # required, as in RankMemory
             allocated = _floats([m.get("allocated_mb") for m in mems])
-            # On the CPU the trainer reports RSS; it plays the part of "allocated".
-            rss = _floats([m.get("rss_mb") for m in mems])
-            allocated = np.where(np.isnan(allocated), rss, allocated)
+            missing = np.isnan(allocated)
+            if missing.any():  # on the CPU the trainer reports RSS; it plays the part of "allocated"
+                allocated[missing] = _floats([m.get("rss_mb") for m in mems])[missing]
             peak = _floats([m.get("peak_mb") for m in mems])
             reserved = _floats([m.get("reserved_mb") for m in mems])
             for rank in np.unique(ranks).tolist():
@@ -504,8 +510,8 @@ class RunModel:
             self.started = event
             self.total_steps = event.total_steps
             self.step = max(self.step, event.resumed_from_step)
-            if not self.ended:
-                self.status = "preparing"
+            # A run_started after a run_finished is a resumed run's next leg: it is live again.
+            self.finished, self.status, self.message = None, "preparing", ""
         elif isinstance(event, Phase):
             self.phase, self.phase_done, self.phase_total = event.name, event.done, event.total
             self.message = event.message

@@ -62,6 +62,7 @@ class DatasetListModel(QAbstractListModel):
         self.problems: dict[str, list[str]] = {}  # image path -> messages
         self.filter = GridFilter()
         self._row_of: dict[str, int] = {}
+        self._keys: list[str] = []  # str(path) for each of paths
         self._loading = _placeholder("#2b2b2b")
         self._broken = _placeholder("#5a1e1e")
         loader.sig_ready.connect(self._thumb_ready)
@@ -103,10 +104,11 @@ class DatasetListModel(QAbstractListModel):
 
     # ------------------------------------------------------------ content
 
-    def set_paths(self, paths: Sequence[Path]) -> None:
-        """Show the images of a fresh listing; captions are not known yet."""
+    def set_paths(self, paths: Sequence[Path], keys: Sequence[str] | None = None) -> None:
+        """Show the images of a fresh listing; captions are not known yet. `keys`: str of each path."""
         self.beginResetModel()
         self.paths, self.entries, self.problems = list(paths), [], {}
+        self._keys = list(keys) if keys is not None else [str(p) for p in self.paths]
         self._apply_filter()
         self.endResetModel()
 
@@ -120,6 +122,7 @@ class DatasetListModel(QAbstractListModel):
             return
         self.beginResetModel()
         self.paths, self.entries = [e.path for e in entries], entries
+        self._keys = [str(p) for p in self.paths]
         self._apply_filter()
         self.endResetModel()
 
@@ -165,7 +168,10 @@ class DatasetListModel(QAbstractListModel):
 
     def _row_for(self, key: str) -> int | None:
         if not self._row_of and self.rows:
-            self._row_of = {str(self.paths[i]): r for r, i in enumerate(self.rows)}
+            if len(self.rows) == len(self._keys):
+                self._row_of = dict(zip(self._keys, range(len(self._keys)), strict=True))
+            else:
+                self._row_of = {self._keys[i]: r for r, i in enumerate(self.rows)}
         return self._row_of.get(key)
 
     def caption_changed(self, paths: Sequence[Path]) -> None:

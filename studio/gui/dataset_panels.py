@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 from studio.core.caption_tags import tag_counts
 from studio.core.config import ConceptSection
 from studio.core.dataset import ScanResult, kohya_folder
-from studio.core.dataset_check import Problem, panel_order
+from studio.core.dataset_check import Problem
 
 ConceptRow = tuple[int, Path | None, str, int, int]  # concept index, kohya folder or None, label, images, repeats
 
@@ -46,15 +46,26 @@ def _number(value: int) -> QTableWidgetItem:
 
 
 class TagsPanel(QWidget):
-    """Every tag with the number of captions holding it; a click filters the grid by it."""
+    """Every tag with the number of captions holding it; a click filters the grid by it.
+
+    Counting 10,000 captions is done a slice per timer tick, and the table is only filled
+    while it is visible, so neither holds up the grid.
+    """
 
     sig_tag_clicked = Signal(str)
+    SLICE = 1000  # captions counted per tick
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.table = _table(["Tag", "Images"], "dataset_tags")
         self.table.setSortingEnabled(True)
         self.table.cellClicked.connect(self._clicked)
+        self.counts: Counter[str] = Counter()
+        self._stale = False
+        self._todo: list[str | None] = []
+        self._partial: Counter[str] = Counter()
+        self._timer = QTimer(self, interval=0)
+        self._timer.timeout.connect(self._count_some)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.table)
@@ -64,8 +75,31 @@ class TagsPanel(QWidget):
         if item is not None:
             self.sig_tag_clicked.emit(item.text())
 
-    def set_captions(self, captions: Iterable[str | None]) -> None:
-        counts = tag_counts(captions).most_common(2000)  # the long tail is reachable through the text filter
+    def set_counts(self, counts: Counter[str]) -> None:
+        self._timer.stop()
+        self.counts, self._stale = counts, True
+        if self.isVisible():
+            self._fill()
+
+    def recount(self, captions: list[str | None]) -> None:
+        """Count the tags of `captions` again, in slices on the GUI thread."""
+        self._todo, self._partial = captions, Counter()
+        self._timer.start()
+
+    def _count_some(self) -> None:
+        chunk, self._todo = self._todo[:self.SLICE], self._todo[self.SLICE:]
+        self._partial.update(tag_counts(chunk))
+        if not self._todo:
+            self.set_counts(self._partial)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self._fill()
+
+    def _fill(self) -> None:
+        self._stale = False
+        counts = self.counts.most_common(2000)  # the long tail is reachable through the text filter
         self.table.setSortingEnabled(False)
         self.table.setRowCount(len(counts))
         for row, (tag, count) in enumerate(counts):
@@ -96,8 +130,9 @@ class ProblemsModel(QAbstractListModel):
         return None
 
     def set_problems(self, problems: list[Problem]) -> None:
+        """`problems` in panel order (errors first; see dataset_check.panel_order)."""
         self.beginResetModel()
-        self.problems = sorted(problems, key=panel_order)
+        self.problems = problems
         self.endResetModel()
 
 
@@ -120,8 +155,8 @@ class ProblemsPanel(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.list)
 
-    def set_problems(self, problems: list[Problem], images: int) -> None:
-        errors = sum(p.severity == "error" for p in problems)
+    def set_problems(self, problems: list[Problem], images: int, errors: int) -> None:
+        """`problems` in panel order, `errors` of them errors."""
         self.summary.setText(f"{images} images: {errors} errors, {len(problems) - errors} warnings")
         self.model.set_problems(problems)
 
@@ -138,20 +173,7 @@ def concept_rows(scans: list[tuple[int, ScanResult]], concepts: list[ConceptSect
     for index, scan in scans:
         concept = concepts[index]
         rows.append((index, None, concept.path, len(scan.entries), concept.repeats))
-        per_folder: dict[str, int] = {}
-        for entry in scan.entries:
-            folder = os.path.dirname(entry.path)
-            per_folder[folder] = per_folder.get(folder, 0) + 1
-        groups: dict[Path, int] = {}
-        for folder, n in per_folder.items():
-            # The nearest kohya folder between the image and the concept folder.
-            for parent in (Path(folder), *Path(folder).parents):
-                if parent == scan.folder or scan.folder not in parent.parents:
-                    break
-                if kohya_folder(parent.name):
-                    groups[parent] = groups.get(parent, 0) + n
-                    break
-        for kohya, n in sorted(groups.items()):
+        for kohya, n in sorted(scan.repeat_folders.items()):
             parsed = kohya_folder(kohya.name)
             assert parsed is not None
             rows.append((index, kohya, f"    {kohya.relative_to(scan.folder)}", n, parsed[0]))

@@ -79,16 +79,50 @@ class WorkerProcess(QObject):
         with contextlib.suppress(OSError):
             self._conn.close()
 
-    def stop(self, timeout_s: float = 2.0) -> None:
-        """Ask the helper to end, then make sure it has (it holds nothing that needs saving)."""
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Ask the helper to end; it is killed if still there after `grace_s` (it holds nothing to save).
+
+        The window does not wait for it: a finished helper is reaped in the background.
+        """
         if self._running:
             with contextlib.suppress(OSError):
                 self._conn.send(None)
             self._close()
+        _reap(self._process, time.monotonic() + grace_s)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait until the helper has exited (tests and shutdown); kill it after `timeout_s`."""
         self._process.join(timeout_s)
         if self._process.is_alive():
             self._process.kill()
             self._process.join(timeout_s)
+
+
+_exiting: list[tuple[Any, float]] = []  # (process, kill after) of helpers told to end
+_reaper: QTimer | None = None
+
+
+def _reap(process: Any, kill_after: float) -> None:
+    global _reaper
+    if process.exitcode is not None:
+        return
+    _exiting.append((process, kill_after))
+    if _reaper is None:
+        _reaper = QTimer(interval=100)
+        _reaper.timeout.connect(_reap_some)
+    _reaper.start()
+
+
+def _reap_some() -> None:
+    now = time.monotonic()
+    for entry in list(_exiting):
+        process, kill_after = entry
+        if process.exitcode is None and now > kill_after:
+            process.kill()
+        if process.exitcode is not None:  # exitcode polls without blocking
+            _exiting.remove(entry)
+    if not _exiting and _reaper is not None:
+        _reaper.stop()
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, user_input: bool = True) -> bool:

@@ -7,6 +7,7 @@ are file-system calls that leave the interpreter lock free for the window.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, Signal
 
 from studio.core.caption_files import SaveBatch
+from studio.core.caption_tags import tag_counts
+from studio.core.captions import CaptionStore
 from studio.core.config import ConceptSection, DatasetSection
 from studio.core.dataset import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
 from studio.core.dataset_check import Problem, check_worker
@@ -29,10 +32,8 @@ class ListOutcome:
     generation: int
     listings: list[tuple[int, ConceptListing]] = field(default_factory=list)  # (concept index, listing)
     errors: list[Problem] = field(default_factory=list)
-
-    @property
-    def paths(self) -> list[Path]:
-        return [path for _, listing in self.listings for path in listing.paths]
+    paths: list[Path] = field(default_factory=list)  # every image, in grid order
+    keys: list[str] = field(default_factory=list)  # str of each path, made here rather than on the GUI thread
 
 
 @dataclass
@@ -40,14 +41,21 @@ class ScanOutcome:
     generation: int
     scans: list[tuple[int, ScanResult]] = field(default_factory=list)  # (concept index, result)
     errors: list[Problem] = field(default_factory=list)
+    store: CaptionStore | None = None  # made here, handed to the GUI thread once complete
+    tags: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
 class CheckOutcome:
     generation: int
-    problems: list[Problem]
+    problems: list[Problem]  # in panel order: errors first
+    by_path: dict[str, list[str]]  # file -> messages, for the grid
     buckets: dict[tuple[int, int], int]
     failure: str | None = None
+
+    @property
+    def errors(self) -> int:
+        return next((i for i, p in enumerate(self.problems) if p.severity != "error"), len(self.problems))
 
 
 class TaskSignals(QObject):
@@ -69,15 +77,17 @@ class ListTask(QRunnable):
                 outcome.listings.append((index, list_concept(concept, self.base)))
             except (DatasetError, OSError) as exc:
                 outcome.errors.append(folder_problem(concept, exc))
+        outcome.paths = [path for _, listing in outcome.listings for path in listing.paths]
+        outcome.keys = [str(path) for path in outcome.paths]
         self.signals.sig_listed.emit(outcome)
 
 
 class ReadTask(QRunnable):
     """Reads the captions of listed folders (the listing objects are not touched by the GUI meanwhile)."""
 
-    def __init__(self, listed: ListOutcome, signals: TaskSignals) -> None:
+    def __init__(self, listed: ListOutcome, caption_extension: str, signals: TaskSignals) -> None:
         super().__init__()
-        self.listed, self.signals = listed, signals
+        self.listed, self.caption_extension, self.signals = listed, caption_extension, signals
 
     def run(self) -> None:
         outcome = ScanOutcome(self.listed.generation, errors=list(self.listed.errors))
@@ -86,6 +96,9 @@ class ReadTask(QRunnable):
                 outcome.scans.append((index, read_captions(listing)))
             except OSError as exc:
                 outcome.errors.append(folder_problem(listing.concept, exc))
+        entries = [e for _, scan in outcome.scans for e in scan.entries]
+        outcome.store = CaptionStore(entries, self.caption_extension)
+        outcome.tags = tag_counts(e.caption for e in entries)
         self.signals.sig_scanned.emit(outcome)
 
 
@@ -112,6 +125,7 @@ class CheckJob(QObject):
         super().__init__(parent)
         self.generation = generation
         self.problems: list[Problem] = []
+        self.by_path: dict[str, list[str]] = {}
         self.buckets: dict[tuple[int, int], int] = {}
         self.finished = False
         settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
@@ -125,8 +139,11 @@ class CheckJob(QObject):
         kind = message[0]
         if kind == "progress":
             self.sig_progress.emit(message[1], message[2])
-        elif kind == "problems":
-            self.problems.extend(Problem(*row) for row in message[1])
+        elif kind == "problems":  # a chunk of about a thousand: a few milliseconds here
+            for row in message[1]:
+                problem = Problem(*row)
+                self.problems.append(problem)
+                self.by_path.setdefault(problem.path, []).append(problem.message)
         elif kind == "buckets":
             self.buckets = {tuple(size): n for size, n in message[1]}
         elif kind == "done":
@@ -138,9 +155,11 @@ class CheckJob(QObject):
         if self.finished:
             return
         self.finished = True
-        self._worker.stop(0.5)
-        self.sig_done.emit(CheckOutcome(self.generation, self.problems, self.buckets, failure))
+        self._worker.stop()
+        self.sig_done.emit(CheckOutcome(self.generation, self.problems, self.by_path, self.buckets, failure))
 
-    def cancel(self) -> None:
+    def cancel(self, wait: bool = False) -> None:
         self.finished = True
         self._worker.stop(0)
+        if wait:
+            self._worker.join(5)

@@ -18,6 +18,9 @@ __all__ = ["MAX_DECODE_PIXELS", "THUMB_SIZE", "ThumbnailLoader", "cache_dir"]
 MEMORY_THUMBS = 800  # pixmaps kept in memory (~40 MB); the disk cache holds the rest
 BATCH = 8  # thumbnails per request: small enough that rows scrolled into view get theirs quickly
 IN_FLIGHT = 2  # requests the helper holds at once, so it never waits on the window
+# Requests kept waiting: about two screens. Rows scrolled past long ago are dropped (they ask
+# again when shown), so a fast scroll through 10,000 images leaves no backlog of work behind.
+MAX_QUEUED = 256
 
 
 def cache_dir() -> Path:
@@ -70,6 +73,8 @@ class ThumbnailLoader(QObject):
             return None
         self._queued.pop(key, None)
         self._queued[key] = path
+        while len(self._queued) > MAX_QUEUED:
+            del self._queued[next(iter(self._queued))]
         self._pump()
         return None
 
@@ -139,4 +144,5 @@ class ThumbnailLoader(QObject):
         self._queued.clear()
         if self._worker is not None:
             self._worker.stop()
+            self._worker.join(5)
             self._worker = None

@@ -31,14 +31,6 @@ def default_command(plan: RunPlan) -> list[str]:
     return plan.command
 
 
-def resume_command(run_dir: Path, python: str) -> list[str]:
-    """`accelerate launch ... -m studio.train --resume RUN_DIR` (launch.py's builder when it has one)."""
-    builder = getattr(launch, "build_resume_command", None)
-    if builder is not None:
-        return list(builder(run_dir, python))
-    return [*launch.build_command(run_dir, python)[:-1], "--resume", str(run_dir)]
-
-
 class RunController(QObject):
     sig_run_started = Signal(object)  # Path of the run folder
     sig_tick = Signal()  # the model changed; views redraw (at most redraw_hz a second)
@@ -108,8 +100,7 @@ class RunController(QObject):
         except (ConfigError, OSError) as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
             return False
-        python = launch.training_python(config)
-        plan = RunPlan(run_dir, resume_command(run_dir, python), config)
+        plan = RunPlan(run_dir, launch.build_command(run_dir, launch.training_python(config), resume=True), config)
         return self._launch(plan, keep_model=True)
 
     def _launch(self, plan: RunPlan, keep_model: bool = False) -> bool:
@@ -120,7 +111,8 @@ class RunController(QObject):
             self.model.apply_all(self.tail.finish_items())
             self.model.status, self.model.finished = "preparing", None
         self._stall_kill_armed = False
-        if not self.process.start(command, plan.run_dir):
+        # Unbuffered output: the console pane shows each line as the trainer prints it.
+        if not self.process.start(command, plan.run_dir, env=launch.training_env({})):
             return False
         self._timer.start()
         self.sig_run_started.emit(plan.run_dir)

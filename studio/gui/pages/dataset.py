@@ -154,11 +154,12 @@ class DatasetPage(Page):
         """Folders listed: paint the grid now, read the captions next."""
         if outcome.generation != self._generation:
             return
-        self.model.set_paths(outcome.paths)
+        self.model.set_paths(outcome.paths, outcome.keys)
         self.view.viewport().repaint()
         self.first_paint_ms = (time.perf_counter() - self._started) * 1000
         self.status_label.setText(f"{len(self.model.paths)} images. Reading captions…")
-        self.pool.start(ReadTask(outcome, self.signals))
+        extension = self.context.config.dataset.caption_extension if self.context.config else ".txt"
+        self.pool.start(ReadTask(outcome, extension, self.signals))
 
     def _scanned(self, outcome: ScanOutcome) -> None:
         if outcome.generation != self._generation or self.context.config is None:
@@ -166,11 +167,11 @@ class DatasetPage(Page):
         self._scanning = False
         self.scans = outcome.scans
         entries = [e for _, scan in outcome.scans for e in scan.entries]
-        self.store = CaptionStore(entries, self.context.config.dataset.caption_extension)
+        self.store = outcome.store
         self.model.set_entries(entries)
         self.problems = list(outcome.errors)
         self.concepts_panel.set_rows(concept_rows(self.scans, list(self.context.config.dataset.concepts)))
-        self._update_tags()
+        self.tags_panel.set_counts(outcome.tags)
         self.status_label.setText(f"{len(entries)} images. Checking them in the background…")
         if entries:
             self.view.setCurrentIndex(self.model.index(0))
@@ -190,30 +191,27 @@ class DatasetPage(Page):
             self.status_label.setText(f"The dataset check stopped: {outcome.failure}. Reload the dataset to try again.")
             return
         self.problems = outcome.problems  # the check covers the folders too
-        by_path: dict[str, list[str]] = {}
-        for problem in self.problems:
-            by_path.setdefault(problem.path, []).append(problem.message)
-        self.model.set_problems(by_path)
-        self.problems_panel.set_problems(self.problems, len(self.model.paths))
+        errors = outcome.errors
+        self.model.set_problems(outcome.by_path)
+        self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
-        errors = sum(p.severity == "error" for p in self.problems)
         self.status_label.setText(
             f"{len(self.model.paths)} images, {errors} errors, {len(self.problems) - errors} warnings.")
 
     def _project_root(self) -> Path | None:
         return self.context.project.root if self.context.project is not None else None
 
-    def _stop_check(self) -> None:
+    def _stop_check(self, wait: bool = False) -> None:
         if self.check is not None:
-            self.check.cancel()
+            self.check.cancel(wait)
             self.check.deleteLater()
             self.check = None
         self._checking = False
 
     def _update_tags(self) -> None:
         if self.store is not None:
-            self.tags_panel.set_captions(self.store.captions().values())
+            self.tags_panel.recount(list(self.store.captions().values()))
 
     # ------------------------------------------------------------ browsing
 
@@ -301,7 +299,7 @@ class DatasetPage(Page):
         """Write pending captions in the background; the window stays responsive."""
         self._save_timer.stop()
         self.editor.commit()
-        if self.store is not None and self.store.pending:
+        if self.store is not None and self.store.has_pending:
             self.saver.save(self.store)
 
     def save_now(self) -> bool:
@@ -309,10 +307,10 @@ class DatasetPage(Page):
         self._save_timer.stop()
         self.editor.commit()
         self.saver.wait()
-        if self.store is None or not self.store.pending:
+        if self.store is None or not self.store.has_pending:
             return True
         self._saved(self.store.flush())
-        return not self.store.pending
+        return not self.store.has_pending
 
     def _saved(self, report: SaveReport) -> None:
         if self.store is None:
@@ -380,7 +378,7 @@ class DatasetPage(Page):
         if not self.save_now() and self.store is not None:
             path, count = write_recovery(self.store)
             self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
-        self._stop_check()
+        self._stop_check(wait=True)
         self.saver.shutdown()
         self.pool.clear()
         self.pool.waitForDone(10000)

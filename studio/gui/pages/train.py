@@ -239,10 +239,18 @@ class TrainPage(Page):
         self.controller.shutdown(detach=self.detach_on_close)
 
     def _wait(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Run the event loop until `condition` holds; it sleeps between events (the trainer
+        needs the CPU), checking the condition 20 times a second."""
+        if condition():
+            return True
         loop = QEventLoop()
         deadline = time.monotonic() + timeout_s
-        while not condition() and time.monotonic() < deadline:
-            loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        check = QTimer()
+        check.setInterval(50)
+        check.timeout.connect(lambda: loop.quit() if condition() or time.monotonic() > deadline else None)
+        check.start()
+        loop.exec()
+        check.stop()
         return condition()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def _refuse_mismatch(path: Path, found: str | None, evidence: str, family: str) 
         return
     raise TrainError(
         "model",
-        f"{path} is a {FAMILY_NAMES[found]} model ({found}: {evidence}), but model.family is "
+        f"{path} is an {FAMILY_NAMES[found]} model ({found}: {evidence}), but model.family is "
         f"{family} ({FAMILY_NAMES.get(family, family)})",
         f"set model.family = \"{found}\" (or pick a {found} preset), or choose a {family} model",
         path=str(path),

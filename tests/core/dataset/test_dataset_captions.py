@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MakeDataset
+from dataset_files import MakeDataset
 
 from studio.core.captions import CaptionEdit, CaptionStore
 from studio.core.config import ConceptSection

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import MakeDataset, make_image, png_header_only
+from dataset_files import MakeDataset, make_image, png_header_only
 from PIL import Image
 
 from studio.cli import main as cli_main

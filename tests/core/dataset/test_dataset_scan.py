@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import MakeDataset, make_image
+from dataset_files import MakeDataset, make_image
 
 from studio.core.config import ConceptSection
 from studio.core.dataset import (

@@ -116,6 +116,7 @@ def test_filters(page: DatasetPage) -> None:
     page.no_caption.setChecked(True)
     assert page.model.rowCount() == 1 and page.model.entry(0).path.name == "c.png"
     page.no_caption.setChecked(False)
+    page.tabs.setCurrentWidget(page.tags_panel)  # the tag table is filled when it is shown
     page.tags_panel._clicked(next(r for r in range(page.tags_panel.table.rowCount())
                                   if page.tags_panel.table.item(r, 0).text() == "circle"), 0)  # type: ignore[union-attr]
     assert page.filter_tag.text() == "circle" and page.model.rowCount() == 1

@@ -1,0 +1,43 @@
+"""`accelerate launch` with two CPU processes for SDXL and SD3: both ranks end with the same adapter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from studio.core.config import OutputSection, TrainingSection
+from studio.core.events import RunFinished, RunStarted, Step
+from studio.core.launch import prepare_run
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["sdxl", "sd3"])
+def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tmp_path: Path,
+                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    from studio.core.config import ModelSection
+    from studio.train.tiny import build_tiny_pipeline
+
+    base = build_tiny_pipeline(family, tmp_path_factory.mktemp("models") / f"tiny-{family}")
+    config = make_config(
+        model=ModelSection(family=family, base=str(base)),  # type: ignore[arg-type]
+        training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1),
+        output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]),
+    )
+    plan = prepare_run(config, tmp_path, num_processes=2)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    events = events_of(plan.run_dir)
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.world_size == 2 and started.effective_batch == 4
+    assert [s.step for s in events if isinstance(s, Step)] == [1, 2]
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "completed"
+    checksums = finished.weight_checksums
+    assert len(checksums) == 2 and checksums[0] == checksums[1]  # identical adapters on both ranks
+    assert (plan.run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
