@@ -185,10 +185,10 @@ def main() -> int:
             note("first_paint_ms", page.first_paint_ms or 0.0)
             assert page.wait_loaded(120, checked=False)
             note("captions_read_ms", (time.perf_counter() - page._started) * 1000)
+            note("check_running_at_scroll_start", float(page._checking))
             gap, step = scroll_to_bottom(page, beat)
             note("scroll_gap_ms", gap)
             note("scroll_step_ms", step)
-            note("check_running_during_scroll", float(page._checking))
             assert page.wait_loaded(300)
             note("check_done_ms", (time.perf_counter() - page._started) * 1000)
 

@@ -186,10 +186,14 @@ class CaptionStore:
         self._in_flight |= targets
         return batch
 
-    def finish_save(self, batch: SaveBatch) -> SaveReport:
-        """Take back a batch that has run: record what is on disk now and report conflicts and errors."""
-        report = SaveReport()
-        for job in batch.jobs:
+    def finish_save(self, batch: SaveBatch, jobs: Iterable[FileJob] | None = None,
+                    report: SaveReport | None = None) -> SaveReport:
+        """Take back a batch that has run: record what is on disk now and report conflicts and errors.
+
+        `jobs` may be a slice of `batch.jobs` (the GUI takes a big batch back in slices), added to `report`.
+        """
+        report = report if report is not None else SaveReport()
+        for job in batch.jobs if jobs is None else jobs:
             self._in_flight.discard(job.target)
             entry = self.entries[job.image]
             if job.outcome == "conflict":

@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThreadPool, Signal
+from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from studio.core.caption_files import SaveBatch
+from studio.core.caption_files import FileJob, SaveBatch
 from studio.core.captions import CaptionConflict, CaptionStore, SaveReport
 from studio.gui.dataset_process import wait_for
 from studio.gui.dataset_tasks import SaveTask, TaskSignals
 from studio.gui.dataset_thumbs import cache_dir
+
+FINISH_SLICE = 1500  # saved captions taken back per event-loop turn (about 10 ms)
 
 
 class CaptionSaver(QObject):
@@ -58,9 +60,17 @@ class CaptionSaver(QObject):
     def _batch_done(self, batch: SaveBatch) -> None:
         if self._running is None or self._running[1] is not batch:
             return
-        store = self._running[0]
+        self._finish_some(batch.jobs, SaveReport())
+
+    def _finish_some(self, jobs: list[FileJob], report: SaveReport) -> None:
+        """Take the batch back a slice per event-loop turn: 10,000 captions at once would freeze the grid."""
+        assert self._running is not None
+        store, batch = self._running
+        store.finish_save(batch, jobs[:FINISH_SLICE], report)
+        if len(jobs) > FINISH_SLICE:
+            QTimer.singleShot(0, lambda: self._finish_some(jobs[FINISH_SLICE:], report))
+            return
         self._running = None
-        report = store.finish_save(batch)
         self.sig_report.emit(report)
         if self._again:
             self._again = False

@@ -130,7 +130,7 @@ class ThumbnailLoader(QObject):
             self._worker.deleteLater()
             self._worker = None
         for key in held:
-            if key in self._suspects or len(held) == 1:
+            if key in self._suspects:  # it was alone with the helper when it died
                 self._suspects.discard(key)
                 self._failed.add(key)
                 self.sig_ready.emit(key)

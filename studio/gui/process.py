@@ -253,12 +253,24 @@ class TrainerProcess(QObject):
         if self._process is not None:
             self._process.waitForFinished(int(timeout_s * 1000))
 
+    def _hand_over_process_file(self) -> None:
+        """Point the run's process file at the trainer itself: the launcher is about to go, and
+        the Runs page decides from that file whether the run is still going."""
+        if self.run_dir is None:
+            return
+        try:
+            trainer = psutil.Process(self.pid()).children()[0]
+            write_process_file(self.run_dir, trainer.pid)
+        except (psutil.Error, IndexError, ValueError, OSError) as exc:
+            log.warning("cannot record the trainer of %s for after the studio closes: %s", self.run_dir, exc)
+
     def detach(self) -> None:
         """Let the training go on without the studio: end only the launcher, keep the trainer."""
         proc = self._process
         if proc is None:
             return
         if self._use_launcher:
+            self._hand_over_process_file()
             proc.finished.disconnect(self._on_finished)
             proc.errorOccurred.disconnect(self._on_error)
             proc.kill()  # the launcher only; the trainer lives in its own session

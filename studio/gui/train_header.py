@@ -100,6 +100,7 @@ class ErrorBanner(QFrame):
         self.jump = QPushButton("Show in console")
         self.jump.setObjectName("error_jump")
         self.close_button = QPushButton("Dismiss")
+        self._needle = ""
         self.jump.clicked.connect(lambda: self.sig_show_console.emit(self._needle))
         self.close_button.clicked.connect(self.hide)
         text = QVBoxLayout()
@@ -109,7 +110,6 @@ class ErrorBanner(QFrame):
         row.addLayout(text, 1)
         row.addWidget(self.jump)
         row.addWidget(self.close_button)
-        self._needle = ""
         self._shown_key: tuple[str, str] | None = None
         self.hide()
 

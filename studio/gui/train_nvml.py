@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.event_reader import Series
 
@@ -29,6 +29,8 @@ class GpuTrace:
 
 
 class GpuMemorySampler(QObject):
+    sig_sampled = Signal()  # new points for every GPU
+
     def __init__(self, parent: QObject | None = None, interval_ms: int = 1000) -> None:
         super().__init__(parent)
         self.gpus: list[GpuTrace] = []
@@ -82,3 +84,4 @@ class GpuMemorySampler(QObject):
                 continue
             gpu.times.append(now)
             gpu.used.append(info.used / 2**20)
+        self.sig_sampled.emit()

@@ -57,7 +57,7 @@ def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     item.setTitle(title)
     item.setLabel("left", left)
     item.setLabel("bottom", bottom)
-    TickGrid(item)  # not showGrid: pyqtgraph's axis grid is most of the cost of a paint
+    widget.tick_grid = TickGrid(item)  # not showGrid: its axis grid is most of the cost of a paint
     item.setClipToView(True)
     item.setDownsampling(auto=True, mode="peak")
     widget.setMinimumHeight(120)
@@ -167,6 +167,9 @@ class TrainPlots(QWidget):
         self._stagger.setInterval(STAGGER_MS)
         self._stagger.timeout.connect(self._draw_next)
         self.sampler = GpuMemorySampler(self) if live else None
+        if self.sampler is not None:
+            # NVML keeps sampling while the model is quiet (caching, loading): draw those points too.
+            self.sampler.sig_sampled.connect(self._on_gpu_sample)
         self._follow = {
             name: FollowRange(widget.getPlotItem())
             for name, widget in (("loss", self.loss.plot), ("memory", self.memory), ("lr", self.lr),
@@ -258,6 +261,10 @@ class TrainPlots(QWidget):
             self._refresh_gpus(model)
         total = float(model.total_steps) if model.total_steps and name != "memory" else None
         follow.apply(x_end=total, tight=model.ended)
+
+    def _on_gpu_sample(self) -> None:
+        if self._model is not None and not self._model.ended:
+            self.refresh(self._model, stagger=True)
 
     def _gpu_points(self) -> int:
         sampler = self.sampler

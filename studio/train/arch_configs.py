@@ -93,10 +93,10 @@ def build_component(class_name: str, config: dict[str, Any], device: str | torch
 
     with torch.device(device):
         if hasattr(diffusers, class_name) and class_name != "CLIPTextModel":
-            return getattr(diffusers, class_name)(**config)  # type: ignore[no-any-return]
+            return getattr(diffusers, class_name)(**config)
         cls = getattr(transformers, class_name)
         conf_cls = transformers.T5Config if class_name.startswith("T5") else transformers.CLIPTextConfig
-        return cls(conf_cls(**config))  # type: ignore[no-any-return]
+        return cls(conf_cls(**config))
 
 
 def denoiser_spec(family: str) -> tuple[str, str, dict[str, Any]]:

@@ -166,7 +166,7 @@ def _t5(folder: Path, words: list[str]) -> tuple[Any, Any]:
     tokenizer = _t5_tokenizer(folder, words)
     encoder = T5EncoderModel(T5Config(vocab_size=len(tokenizer), d_model=96, d_kv=24, d_ff=128, num_layers=2,
                                       num_heads=4, relative_attention_num_buckets=8, pad_token_id=0,
-                                      eos_token_id=1, decoder_start_token_id=0))
+                                      eos_token_id=1))
     return encoder, tokenizer
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import OutputSection, TrainingSection
+from studio.core.config import ModelSection, OutputSection, TrainingSection
 from studio.core.events import RunFinished, RunStarted, Step
 from studio.core.launch import prepare_run
 
@@ -19,7 +19,6 @@ pytest.importorskip("torch")
 @pytest.mark.parametrize("family", ["sdxl", "sd3"])
 def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tmp_path: Path,
                                          tmp_path_factory: pytest.TempPathFactory) -> None:
-    from studio.core.config import ModelSection
     from studio.train.tiny import build_tiny_pipeline
 
     base = build_tiny_pipeline(family, tmp_path_factory.mktemp("models") / f"tiny-{family}")
@@ -30,7 +29,13 @@ def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tm
     )
     plan = prepare_run(config, tmp_path, num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=240)
+    try:
+        result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired as exc:
+        events = plan.run_dir / "events.jsonl"
+        tail = events.read_text(encoding="utf-8")[-2000:] if events.is_file() else "(no events)"
+        pytest.fail(f"the 2-rank {family} run did not finish in 180 s; events: {tail}\n"
+                    f"output: {str(exc.stdout or '')[-2000:]}\n{str(exc.stderr or '')[-2000:]}")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     events = events_of(plan.run_dir)
     started = next(e for e in events if isinstance(e, RunStarted))

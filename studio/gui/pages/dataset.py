@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Mapping
@@ -143,6 +144,7 @@ class DatasetPage(Page):
             self.status_label.setText("Open a project to see its dataset.")
             return
         self._config_key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
+        gc.unfreeze()  # the previous dataset's objects may be collected again
         self._started = time.perf_counter()
         self._scanning = True
         self.first_paint_ms = None
@@ -178,6 +180,9 @@ class DatasetPage(Page):
         else:
             self._show_row(-1)
         self._checking = True
+        # A dataset is ~100,000 long-lived Python objects; a full garbage collection scanning them
+        # all would pause the window for 100-300 ms at random. Frozen, they are skipped (until reload).
+        gc.freeze()
         self.check = CheckJob(self._generation, self.context.config.dataset, self._project_root(), self)
         self.check.sig_progress.connect(self.problems_panel.set_checking)
         self.check.sig_done.connect(self._checked)
@@ -191,6 +196,7 @@ class DatasetPage(Page):
             self.status_label.setText(f"The dataset check stopped: {outcome.failure}. Reload the dataset to try again.")
             return
         self.problems = outcome.problems  # the check covers the folders too
+        gc.freeze()  # the problems too (see _scanned)
         errors = outcome.errors
         self.model.set_problems(outcome.by_path)
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)

@@ -126,6 +126,11 @@ class RunsPage(Page):
         self.buttons["overlay"].setEnabled(len(chosen) >= 1)
         self.buttons["output"].setEnabled(one)
         self.buttons["resume"].setEnabled(one and chosen[0].resumable and not self.controller.running)
+        remote = one and chosen[0].remote
+        self.buttons["resume"].setToolTip(
+            "This run was copied back from another machine: resume it there (with its bundle)."
+            if remote else "Continue the selected stopped or failed run from its newest checkpoint"
+        )
         self.buttons["delete"].setEnabled(bool(chosen) and all(s.status != "running" for s in chosen))
         self.buttons["import"].setEnabled(self.context.project is not None)
 

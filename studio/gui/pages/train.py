@@ -31,6 +31,7 @@ from studio.gui.train_plots import TrainPlots
 from studio.gui.train_samples import SamplesGallery
 
 DEMO_TIMEOUT_S = 900.0
+STOP_WAIT_S = 60.0  # a stop saves a checkpoint first; big models take a while
 
 
 class TrainPage(Page):
@@ -43,6 +44,8 @@ class TrainPage(Page):
         self.detach_on_close = False
         # Asked before a run that may not fit; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+        # Asked when the window closes during a run: "stop", "keep" (detached) or "cancel".
+        self.ask_close: Callable[[], str] = self._close_dialog
 
         self.train_button = QPushButton("Train")
         self.train_button.setObjectName("train_start")
@@ -216,22 +219,32 @@ class TrainPage(Page):
     def can_close(self) -> bool:
         if not self.controller.running:
             return True
+        answer = self.ask_close()
+        if answer == "keep":
+            self.detach_on_close = True
+            return True
+        if answer == "stop":
+            self.controller.stop()
+            if not self._wait(lambda: not self.controller.running, STOP_WAIT_S):
+                self.controller.process.kill_now()  # shutdown() would do it; say why in the log
+                self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
+            return True
+        return False
+
+    def _close_dialog(self) -> str:
         box = QMessageBox(self)
         box.setWindowTitle("A training is running")
-        box.setText("A training is running. Stop it, or keep it running without the studio?")
+        box.setText(
+            "A training is running. Stop it (a checkpoint is saved, the run can be resumed), "
+            "or keep it running without the studio? Its progress stays in the run folder and "
+            "shows on the Runs page when the studio starts again."
+        )
         stop = box.addButton("Stop training", QMessageBox.ButtonRole.DestructiveRole)
         keep = box.addButton("Keep running", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.exec()
         clicked = box.clickedButton()
-        if clicked is keep:
-            self.detach_on_close = True
-            return True
-        if clicked is stop:
-            self.controller.stop()
-            self._wait(lambda: not self.controller.running, 30.0)
-            return True
-        return False
+        return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
 
     def shutdown(self) -> None:
         if self.plots.sampler is not None:

@@ -84,7 +84,8 @@ class SDXLAdapter(FamilyAdapter):
         targets = self.text_encoder_lora_targets()
         if index != 0:
             return targets
-        layers: Any = getattr(encoder, "text_model", encoder).encoder.layers
+        text_model: Any = getattr(encoder, "text_model", encoder)
+        layers = text_model.encoder.layers
         last = f"layers.{len(layers) - 1}."
         return [name for name, _ in encoder.named_modules()
                 if name.rsplit(".", 1)[-1] in targets and last not in name]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from studio.core.event_reader import EventTail, RunModel, replay, replay_run
-from studio.core.events import Error, Phase, RunFinished, Sample, Step
+from studio.core.events import Error, Phase, RunFinished, RunStarted, Sample, Step
 from tests.core.runs.conftest import step_event, write_events
 
 
@@ -199,3 +199,15 @@ def test_a_bad_step_among_good_ones_is_skipped_alone(tmp_path: Path, caplog: pyt
     assert model.steps.view().tolist() == [1.0, 4.0]
     assert tail.garbage_lines == 2
     assert "line 2 is not an event" in caplog.text and "line 3 is not an event" in caplog.text
+
+
+def test_a_resumed_leg_makes_a_stopped_run_live_again(tmp_path: Path) -> None:
+    events = [RunStarted(config={}, world_size=1, total_steps=4, devices=["cpu"], time=1000.0),
+              step_event(1), step_event(2), RunFinished(status="stopped", step=2, time=1003.0),
+              RunStarted(config={}, world_size=1, total_steps=4, devices=["cpu"], resumed_from_step=2, time=1100.0),
+              step_event(3, t=1100.0)]
+    write_events(tmp_path / "events.jsonl", events)
+    model = replay(tmp_path)
+    assert model.status == "training" and model.finished is None and model.step == 3
+    write_events(tmp_path / "events.jsonl", [RunFinished(status="completed", step=4, time=1110.0)])
+    assert replay(tmp_path).status == "finished"

@@ -181,3 +181,43 @@ def test_missing_folder_is_reported_not_crashing(qtbot, page: DatasetPage) -> No
     assert page.problems_panel.count() == 1
     model = page.problems_panel.model
     assert "does not exist" in model.data(model.index(0), Qt.ItemDataRole.ToolTipRole)
+
+
+def test_captions_arriving_keep_selection_and_rows(page: DatasetPage) -> None:
+    """The grid is shown from the listing first; reading captions must not reset it under the person."""
+    page.select_path(images(page) / "c.png")
+    entries = list(page.model.entries)
+    page.model.set_entries(entries)  # what the caption read does once the listing is shown
+    assert page.view.currentIndex().row() == 2 and page.model.rowCount() == 4
+
+
+def test_bulk_edit_saves_in_background_and_typing_meanwhile_is_kept(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    folder = images(page)
+    page.apply_bulk("trigger", "sks")
+    assert page.saver.busy  # the click returns before the files are written
+    type_caption(qtbot, page, "typed while saving")
+    page.editor.commit()
+    qtbot.waitUntil(lambda: not page.saver.busy and page.store is not None and not page.store.has_pending,
+                    timeout=10000)
+    page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "typed while saving"
+    assert (folder / "b.txt").read_text(encoding="utf-8") == "sks, blue, circle"
+
+
+def test_thumbnail_helper_that_dies_is_replaced(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    loader = page.loader
+    first, second = images(page) / "a.png", images(page) / "b.png"
+    qtbot.waitUntil(lambda: loader.pixmap(first) is not None, timeout=20000)
+    assert loader._worker is not None
+    loader._worker._process.kill()  # as if a broken file crashed the image decoder
+    loader.forget(second)
+    qtbot.waitUntil(lambda: loader.pixmap(second) is not None or loader.failed(second), timeout=20000)
+    qtbot.waitUntil(lambda: loader.pixmap(second) is not None, timeout=20000)
+
+
+def test_shutdown_leaves_no_helper_process(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    import multiprocessing
+
+    qtbot.waitUntil(lambda: page.loader.pixmap(images(page) / "a.png") is not None, timeout=20000)
+    page.shutdown()
+    qtbot.waitUntil(lambda: not multiprocessing.active_children(), timeout=5000)

@@ -133,3 +133,23 @@ def test_queue_runs_configs_in_order_and_holds(qtbot: QtBot, context: StudioCont
                     timeout=30000)
     run_names = sorted(p.name.split("-", 2)[-1] for p in (tmp_path / "runs").iterdir())
     assert run_names == ["one", "three", "two"]
+
+
+def test_imported_run_folder_is_marked_remote_and_not_resumable(qtbot: QtBot, context: StudioContext,
+                                                                 config: TrainConfig, tmp_path: Path) -> None:
+    import shutil
+
+    context.set_project(make_project(tmp_path / "p", config))  # type: ignore[arg-type]
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "6")
+    pod_copy = tmp_path / "from-pod" / "pod-run"
+    shutil.copytree(run, pod_copy)  # what the person copied back from the rented machine
+    page = make_page(qtbot, context)
+    dest = page.import_path(pod_copy)
+    assert dest is not None and (dest / "remote.json").is_file()
+    rows = {page.table.item(r, 0).text(): page.table.item(r, 3).text() for r in range(page.table.rowCount())}
+    assert rows == {run.name: "failed", "pod-run": "failed (remote)"}
+    page.table.select_paths(["pod-run"])
+    assert not page.buttons["resume"].isEnabled()
+    assert "another machine" in page.buttons["resume"].toolTip()
+    page.table.select_paths([run.name])  # the local one can be resumed
+    assert page.buttons["resume"].isEnabled()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pytestqt.qtbot import QtBot
 
 from studio.core.config import TrainConfig
@@ -115,3 +116,63 @@ def test_replay_self_test(qtbot: QtBot, context: StudioContext, config: TrainCon
     result = other.self_test(SelfTestOptions(replay=run_dir))
     assert result["replay_events"] == 1 + 2 + 25 + 1  # run_started, two caching phases, steps, run_finished
     assert result["plot_points"] >= 25 * 4
+
+
+def _wait_for_finish(run_dir: Path, timeout_s: float = 20.0) -> list[object]:
+    import time
+
+    from studio.core.events import RunFinished, read_events
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events = read_events(run_dir / "events.jsonl")
+        if any(isinstance(e, RunFinished) for e in events):
+            return events
+        time.sleep(0.1)
+    raise AssertionError(f"{run_dir} has no run_finished after {timeout_s} s")
+
+
+def test_close_and_keep_running_detaches_the_trainer(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                     tmp_path: Path) -> None:
+    from studio.core.events import RunFinished, Step
+    from studio.core.history import summarize_run
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "20")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
+    run_dir = page.controller.model.run_dir
+    assert run_dir is not None
+    asked: list[bool] = []
+    page.ask_close = lambda: asked.append(True) or "keep"  # type: ignore[func-returns-value]
+    assert page.can_close() and asked
+    page.shutdown()  # what the main window does once every page agreed to close
+    assert not page.controller.running
+    steps_when_closed = page.controller.model.step
+    # The studio let go; the trainer goes on: the Runs page of a later studio sees it running.
+    assert summarize_run(run_dir).status == "running"
+    events = _wait_for_finish(run_dir)
+    finished = [e for e in events if isinstance(e, RunFinished)]
+    assert finished[-1].status == "completed"
+    assert max(e.step for e in events if isinstance(e, Step)) == 20 > steps_when_closed
+    assert "the training goes on without it" in (run_dir / "console.log").read_text()
+    assert summarize_run(run_dir).status == "completed"
+
+
+def test_close_and_stop_ends_the_run_first(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                           tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
+    page.ask_close = lambda: "cancel"
+    assert not page.can_close() and page.controller.running  # cancel: nothing changes
+    page.ask_close = lambda: "stop"
+    assert page.can_close()
+    assert not page.controller.running and page.controller.model.status == "stopped"
+
+
+def test_closing_without_a_run_asks_nothing(qtbot: QtBot, context: StudioContext) -> None:
+    page = make_page(qtbot, context)
+    page.ask_close = lambda: pytest.fail("asked although nothing runs")  # type: ignore[assignment,return-value]
+    assert page.can_close()
