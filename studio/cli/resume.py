@@ -1,4 +1,7 @@
-"""`studio-train resume RUN_DIR`: continue a stopped or killed run from its newest checkpoint."""
+"""`studio-train resume RUN_DIR`: continue a stopped or killed run from its newest checkpoint.
+
+A run that already completed is refused: resuming it would train it again from step 0.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from studio.cli.run import stream_training
 from studio.core.config import ConfigError, load_config
 from studio.core.launch import build_command, format_command, training_python
 from studio.core.runs import ACCELERATE_FILE, CONFIG_FILE
+from studio.train.entry import EXIT_FAILED, already_completed_message, completed_run
 
 
 def register(sub: Any) -> None:
@@ -25,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / ACCELERATE_FILE).is_file():
         print(f"{run_dir} is not a run folder (it needs {CONFIG_FILE} and {ACCELERATE_FILE})", file=sys.stderr)
         return EXIT_INVALID
+    finished = completed_run(run_dir)
+    if finished is not None:
+        print(already_completed_message(run_dir, finished), file=sys.stderr)
+        return EXIT_FAILED
     try:
         config = load_config(run_dir / CONFIG_FILE)
     except ConfigError as exc:

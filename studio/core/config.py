@@ -22,6 +22,7 @@ Family = Literal["sd15", "sdxl", "sd3"]
 MethodKind = Literal["lora", "dreambooth"]
 Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
+FrozenDtype = Literal["auto", "fp32", "fp16", "bf16"]
 OutputFormat = Literal["diffusers", "kohya", "single_file"]
 _DEFAULT_FORMATS: tuple[OutputFormat, ...] = ("diffusers", "kohya")
 
@@ -43,9 +44,10 @@ class ModelSection(Section):
     )
     revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
     variant: str | None = Field(default=None, description="Hub weight variant, e.g. fp16.")
-    dtype: WeightDtype = Field(
-        default="fp16",
-        description="Precision of the frozen weights (VAE, text encoders, frozen base) on a GPU.",
+    dtype: FrozenDtype = Field(
+        default="auto",
+        description="Precision of the frozen weights (VAE, text encoders, frozen base) on a GPU; "
+        "auto follows training.mixed_precision (fp16, bf16, or fp32 under no).",
     )
     prediction_type: Literal["auto", "epsilon", "v_prediction"] = Field(
         default="auto", description="Noise prediction target; auto reads the scheduler config."
@@ -266,6 +268,19 @@ class TrainConfig(Section):
                 f"must be at least launch.num_machines ({self.launch.num_machines})",
             )
         return self
+
+
+def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:
+    """The frozen weights' precision on a GPU: model.dtype, with "auto" following mixed precision.
+
+    Frozen weights in the autocast dtype are used as they are; any other dtype makes
+    autocast keep a cast copy of every weight for the backward pass.
+    """
+    dtype = config.model.dtype
+    if dtype != "auto":
+        return dtype
+    by_precision: dict[Precision, WeightDtype] = {"fp16": "fp16", "bf16": "bf16", "no": "fp32"}
+    return by_precision[config.training.mixed_precision]
 
 
 class _Contradiction(ValueError):

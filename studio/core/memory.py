@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from studio.core.config import TrainConfig
+from studio.core.config import TrainConfig, resolved_weight_dtype
 from studio.core.hardware import GPUInfo
 from studio.core.resources import resource_path
 
@@ -111,7 +111,7 @@ def _precision_key(config: TrainConfig, device: str) -> str:
         return "fp32"
     if config.training.mixed_precision != "no":
         return "mixed"
-    return "fp32" if config.model.dtype == "fp32" else "fp16"
+    return "fp32" if resolved_weight_dtype(config) == "fp32" else "fp16"
 
 
 def _uses_gpu(config: TrainConfig, gpu: GPUInfo | None) -> bool:
@@ -146,7 +146,7 @@ def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
     t, m = config.training, config.method
     full = m.kind == "dreambooth"
     notes: list[str] = []
-    frozen = "fp32" if device == "cpu" else config.model.dtype
+    frozen = "fp32" if device == "cpu" else resolved_weight_dtype(config)
     fb = BYTES[frozen]
     prior = any(c.uses_prior_preservation for c in config.dataset.concepts)
     batch = t.batch_size * (2 if prior else 1)

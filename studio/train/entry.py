@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from studio.core.config import ConfigError, TrainConfig, load_config, load_resolved
-from studio.core.events import Error, EventWriter, RunFinished
-from studio.core.runs import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE
+from studio.core.events import Error, EventWriter, RunFinished, read_events
+from studio.core.runs import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -50,6 +50,23 @@ def resolve_run(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
     return load_resolved(plan.run_dir / CONFIG_FILE), plan.run_dir, False
 
 
+def completed_run(run_dir: Path) -> RunFinished | None:
+    """The run's final `run_finished` event when the run completed (its last one says so), else None."""
+    events = run_dir / EVENTS_FILE
+    if not events.is_file():
+        return None
+    finished = [e for e in read_events(events) if isinstance(e, RunFinished)]
+    return finished[-1] if finished and finished[-1].status == "completed" else None
+
+
+def already_completed_message(run_dir: Path, finished: RunFinished) -> str:
+    """Why a completed run is not resumed, where its outputs are, and how to train longer."""
+    return (f"the run at {run_dir} already completed {finished.step} steps; outputs are in "
+            f"{run_dir / OUTPUT_DIR}; to train longer, copy {run_dir / CONFIG_FILE}, raise "
+            "training.max_steps (or training.epochs) in the copy and start a new run with "
+            "`studio-train run COPY.toml` (it trains from the base model again)")
+
+
 def _config_failure(exc: ConfigError, args: argparse.Namespace) -> int:
     if not exc.issues:
         message = f"{exc.source} is not a prepared run folder's config; several processes cannot share it"
@@ -67,6 +84,12 @@ def _config_failure(exc: ConfigError, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.resume:
+        finished = completed_run(Path(args.resume).resolve())
+        if finished is not None:
+            # A finished run's events stay as they are: nothing is appended to them.
+            print(f"error: {already_completed_message(Path(args.resume).resolve(), finished)}", file=sys.stderr)
+            return EXIT_FAILED
     try:
         config, run_dir, resume = resolve_run(args)
     except ConfigError as exc:
@@ -115,6 +138,7 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
         finished, code = RunFinished(status="failed", message=f"{exc.__class__.__name__}: {exc}"), EXIT_FAILED
     if trainer is not None:
         finished.step = trainer.step
+        trainer.stop.uninstall()  # a failed run leaves the signal handlers as it found them too
     reporter.emit(finished)
     reporter.close()
     if code == 0:

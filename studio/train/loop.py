@@ -27,6 +27,7 @@ from studio.train.families import Components, FamilyAdapter, adapter_for
 from studio.train.memory import gather_memory
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_outputs
+from studio.train.placement import FrozenOffload
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, effective_mixed_precision, weight_dtype
 from studio.train.samples import ensure_class_images, make_samples
@@ -49,6 +50,12 @@ class Trainer:
         self.items: list[TrainItem] = []
         self.latent_cache: LatentCache | None = None
         self.text_cache: TextCache | None = None
+        self.offload = FrozenOffload(accelerator.device)
+
+    @property
+    def offload_device(self) -> torch.device:
+        """Where frozen modules wait between uses (the VAE with cached latents, encoders with cached text)."""
+        return self.offload.offload_device
 
     # ------------------------------------------------------------ setup
 
@@ -66,8 +73,9 @@ class Trainer:
         self.dtype = weight_dtype(config, acc)
         self.components: Components = self.adapter.load(acc.device, self.dtype)
         self.reporter.phase("loading", 1, 1, "model loaded")
-        self.config = ensure_class_images(self.adapter, self.components, config, self.run_dir,
-                                          acc.is_main_process, self.reporter)
+        with self.offload.resident():
+            self.config = ensure_class_images(self.adapter, self.components, config, self.run_dir,
+                                              acc.is_main_process, self.reporter)
         self.adapter.config = self.config
         acc.wait_for_everyone()
         self.items = collect_items(self.config, self.reporter.warn)
@@ -82,6 +90,7 @@ class Trainer:
         acc.register_for_checkpointing(self.scheduler)
         register_hooks(acc)
         self._fill_caches()
+        self._offload_frozen()
         if self.resume:
             self._load_checkpoint()
 
@@ -124,6 +133,17 @@ class Trainer:
             self.text_cache = TextCache()
             self.text_cache.fill(self.adapter, self.components, cache_captions(self.items, self.config.dataset),
                                  training.batch_size, self.reporter.phase)
+
+    def _offload_frozen(self) -> None:
+        """After caching, what the steps no longer use leaves the GPU until samples need it."""
+        trained = {id(module) for module in self.train_modules}
+        if self.latent_cache is not None:
+            self.offload.add("vae", self.components.vae)
+        if self.text_cache is not None:
+            for index, encoder in enumerate(self.components.text_encoders):
+                if id(encoder) not in trained:
+                    self.offload.add(f"text_encoder_{index + 1}", encoder)
+        self.offload.offload()
 
     def _load_checkpoint(self) -> None:
         found = latest_checkpoint(self.run_dir)
@@ -224,7 +244,8 @@ class Trainer:
 
     def _samples(self) -> None:
         if self.accelerator.is_main_process:
-            make_samples(self.adapter, self.components, self.run_dir, self.step, self.reporter)
+            with self.offload.resident():
+                make_samples(self.adapter, self.components, self.run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from studio.core.config import TrainConfig
+from studio.core.config import TrainConfig, resolved_weight_dtype
 from studio.core.runs import STOP_FILE
 
 
@@ -37,33 +37,45 @@ def make_accelerator(config: TrainConfig) -> Any:
 
 
 def weight_dtype(config: TrainConfig, accelerator: Any) -> torch.dtype:
-    """Precision of the frozen weights: the config's dtype on a GPU, fp32 on the CPU."""
+    """Precision of the frozen weights: the config's dtype on a GPU ("auto": the mixed precision's), fp32 on the CPU."""
     if accelerator.device.type == "cpu":
         return torch.float32
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[config.model.dtype]
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[resolved_weight_dtype(config)]
 
 
 class StopSignal:
-    """STOP file or SIGTERM on any rank makes every rank stop at the same step."""
+    """STOP file, SIGTERM or SIGINT on any rank makes every rank stop at the same step.
+
+    `studio-train run` forwards both signals to the trainer's process group, so a job
+    scheduler's SIGTERM or a Ctrl+C in the terminal ends with a checkpoint. A second
+    SIGINT interrupts at once.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / STOP_FILE
         self.terminated = False
-        self._previous: Any = None
+        self.received: str = ""
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._on_term)
-        except ValueError:  # not the main thread (tests driving the loop from a thread)
-            self._previous = None
+        for signum in self.SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+            except ValueError:  # not the main thread (tests driving the loop from a thread)
+                return
 
     def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
 
-    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and self.terminated:
+            raise KeyboardInterrupt
         self.terminated = True
+        self.received = signal.Signals(signum).name
 
     def local(self) -> bool:
         return self.terminated or self.path.exists()
@@ -76,4 +88,4 @@ class StopSignal:
         return bool(flag.item() > 0)
 
     def reason(self) -> str:
-        return "SIGTERM received" if self.terminated else f"{STOP_FILE} file found"
+        return f"{self.received} received" if self.terminated else f"{STOP_FILE} file found"

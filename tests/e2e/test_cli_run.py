@@ -68,3 +68,68 @@ def test_studio_train_run_with_a_bad_config_names_the_key(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert "method.rank" in result.stderr and "at least 1" in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+SIGTERM_CONFIG = """\
+schema_version = 1
+[model]
+family = "sd15"
+base = "{model}"
+[method]
+kind = "lora"
+rank = 4
+[dataset]
+resolution = 64
+buckets = false
+[[dataset.concepts]]
+path = "{data}"
+[training]
+batch_size = 2
+max_steps = 2000
+seed = 1
+[output]
+dir = "runs"
+name = "term"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="process groups and SIGTERM are POSIX")
+def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
+    tiny_sd15: Path, demo_data: Path, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    config = SIGTERM_CONFIG.format(model=tiny_sd15, data=demo_data)
+    (tmp_path / "studio.toml").write_text(config, encoding="utf-8")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "run", "studio.toml"], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        events = None
+        while time.monotonic() < deadline and process.poll() is None:
+            found = list((tmp_path / "runs").glob("*/events.jsonl"))
+            if found and '"type": "step"' in found[0].read_text(encoding="utf-8"):
+                events = found[0]
+                break
+            time.sleep(0.2)
+        assert events is not None, "the trainer never reached its first step"
+        trainer_group = [p for p in psutil.Process(process.pid).children(recursive=True)]
+        assert trainer_group, "studio-train run started no trainer"
+        process.send_signal(signal.SIGTERM)  # what a job scheduler sends to the command it started
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, out[-3000:] + err[-3000:]
+    finished = [e for e in read_events(events) if isinstance(e, RunFinished)]
+    assert len(finished) == 1 and finished[0].status == "stopped"
+    assert finished[0].message == "SIGTERM received" and 0 < finished[0].step < 2000
+    run_dir = events.parent
+    assert (run_dir / "checkpoints" / f"step-{finished[0].step}" / "training_state.json").is_file()
+    assert f"stopped at step {finished[0].step}; continue with: studio-train resume {run_dir}" in out
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in trainer_group)

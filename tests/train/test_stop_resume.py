@@ -75,9 +75,13 @@ def test_stop_then_resume_matches_an_uninterrupted_run(
 
 
 def test_resume_without_a_checkpoint_starts_over(make_config, run_training, events_of, tmp_path) -> None:
-    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=2)), tmp_path)
-    assert code == 0
+    from studio.core.launch import prepare_run
+
+    # A run killed before its first checkpoint: the folder is prepared, nothing was saved.
+    run_dir = prepare_run(make_config(training=TrainingSection(batch_size=2, max_steps=2)), tmp_path).run_dir
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0
     assert any(e.type == "warning" and "no complete checkpoint" in e.message for e in events)  # type: ignore[attr-defined]
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "completed" and finished.step == 2

@@ -176,3 +176,16 @@ def test_closing_without_a_run_asks_nothing(qtbot: QtBot, context: StudioContext
     page = make_page(qtbot, context)
     page.ask_close = lambda: pytest.fail("asked although nothing runs")  # type: ignore[assignment,return-value]
     assert page.can_close()
+
+
+def test_train_demo_self_test_reports_what_the_run_showed(qtbot: QtBot, context: StudioContext,
+                                                          config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "30", "--rate", "300", "--samples-every", "15", "--ranks", "2")
+    page.show()
+    result = page.self_test(SelfTestOptions(train_demo=True))
+    assert {k: result[k] for k in ("events", "loss_points", "memory_points", "samples", "status")} == {
+        "events": 1 + 2 + 30 + 2 * 2 + 1,  # run_started, caching x2, steps, (sampling + sample) x2, run_finished
+        "loss_points": 30, "memory_points": 60, "samples": 4, "status": "finished"}
+    assert 0 <= result["max_gui_stall_ms"] < 1000
+    assert Path(result["outputs"][0]).is_file()

@@ -1,0 +1,62 @@
+"""The frozen weights' precision: "auto" follows the mixed precision, in the trainer and the estimator alike."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from studio.core.config import TrainConfig, resolved_weight_dtype
+from studio.core.hardware import load_hardware
+from studio.core.memory import estimate_vram
+
+torch = pytest.importorskip("torch")
+
+
+def _config(precision: str, dtype: str | None = None) -> TrainConfig:
+    model = {"family": "sdxl", "base": "models/base", **({"dtype": dtype} if dtype else {})}
+    return TrainConfig.model_validate({"model": model, "training": {"mixed_precision": precision}})
+
+
+def _on(device: str) -> SimpleNamespace:
+    return SimpleNamespace(device=torch.device(device))
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("fp16", "fp16"), ("bf16", "bf16"), ("no", "fp32")])
+def test_auto_is_the_default_and_follows_mixed_precision(precision: str, expected: str) -> None:
+    from studio.train.runtime import weight_dtype
+
+    config = _config(precision)
+    assert config.model.dtype == "auto"
+    assert resolved_weight_dtype(config) == expected
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[expected]
+    assert weight_dtype(config, _on("cuda")) == torch_dtype
+    assert weight_dtype(config, _on("cpu")) == torch.float32  # the CPU always trains in fp32
+
+
+def test_an_explicit_dtype_is_kept() -> None:
+    from studio.train.runtime import weight_dtype
+
+    config = _config("bf16", "fp16")
+    assert resolved_weight_dtype(config) == "fp16"
+    assert weight_dtype(config, _on("cuda")) == torch.float16
+
+
+def test_the_estimator_reads_the_resolved_dtype() -> None:
+    gpu = load_hardware("rtx4090-24gb").gpus[0]
+    for precision, dtype in (("bf16", "bf16"), ("fp16", "fp16"), ("no", "fp32")):
+        auto, explicit = estimate_vram(_config(precision), gpu), estimate_vram(_config(precision, dtype), gpu)
+        assert auto.weights_mb == explicit.weights_mb
+        assert auto.total_mb == explicit.total_mb
+    # fp32 frozen weights under "no" are twice the size of the fp16 ones under fp16.
+    assert estimate_vram(_config("no"), gpu).weights_mb == pytest.approx(
+        2 * estimate_vram(_config("fp16"), gpu).weights_mb)
+
+
+def test_a_bad_dtype_names_the_allowed_values() -> None:
+    from studio.core.config import ConfigError, validate_data
+
+    with pytest.raises(ConfigError) as caught:
+        validate_data({"model": {"family": "sd15", "base": "m", "dtype": "fp8"}})
+    text = caught.value.describe()
+    assert "model.dtype" in text and "auto" in text
