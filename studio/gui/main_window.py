@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, QSize, Qt, QUrl, Signal
+from PySide6.QtCore import QProcess, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -24,13 +26,29 @@ from studio.core.demo_project import create_demo_project, demo_model_ready, mode
 from studio.core.project import Project, create_project, is_project, open_project
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
-from studio.gui.pages.dataset import DatasetPage
-from studio.gui.pages.export import ExportPage
-from studio.gui.pages.model import ModelPage
-from studio.gui.pages.runs import RunsPage
-from studio.gui.pages.train import TrainPage
 
-PAGE_CLASSES: tuple[type[Page], ...] = (DatasetPage, ModelPage, TrainPage, RunsPage, ExportPage)
+
+@dataclass(frozen=True)
+class PageSpec:
+    title: str
+    page_id: str
+    module: str
+    cls: str
+
+    def load(self) -> type[Page]:
+        page_class: type[Page] = getattr(importlib.import_module(self.module), self.cls)
+        return page_class
+
+
+# Pages are imported and built when first needed, the shown one before the first paint and the
+# others right after it, so the window appears before pyqtgraph and the pages' models load.
+PAGES: tuple[PageSpec, ...] = (
+    PageSpec("Dataset", "page_dataset", "studio.gui.pages.dataset", "DatasetPage"),
+    PageSpec("Model & Preset", "page_model", "studio.gui.pages.model", "ModelPage"),
+    PageSpec("Train", "page_train", "studio.gui.pages.train", "TrainPage"),
+    PageSpec("Runs", "page_runs", "studio.gui.pages.runs", "RunsPage"),
+    PageSpec("Export", "page_export", "studio.gui.pages.export", "ExportPage"),
+)
 MAX_RECENT = 8
 DOCS_URL = "docs/index.md"
 
@@ -50,17 +68,14 @@ class MainWindow(QMainWindow):
         self.nav.setObjectName("navigation")
         self.nav.setFixedWidth(180)
         self.stack = QStackedWidget()
-        self.pages: list[Page] = []
-        for cls in PAGE_CLASSES:
-            page = cls(context)
-            self.pages.append(page)
-            self.stack.addWidget(page)
-            item = QListWidgetItem(page.title)
-            item.setData(Qt.ItemDataRole.UserRole, page.page_id)
+        self._built: dict[int, Page] = {}
+        for spec in PAGES:
+            self.stack.addWidget(QWidget())  # stands in until the page is built
+            item = QListWidgetItem(spec.title)
+            item.setData(Qt.ItemDataRole.UserRole, spec.page_id)
             item.setSizeHint(QSize(160, 40))
             self.nav.addItem(item)
-        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
-        self.nav.setCurrentRow(0)
+        self.nav.currentRowChanged.connect(self._show_row)
 
         central = QWidget()
         layout = QHBoxLayout(central)
@@ -97,8 +112,8 @@ class MainWindow(QMainWindow):
         file_menu.addAction(quit_action)
 
         go_menu = self.menuBar().addMenu("&Go")
-        for index, page in enumerate(self.pages):
-            action = QAction(page.title, self, shortcut=QKeySequence(f"Ctrl+{index + 1}"))
+        for index, spec in enumerate(PAGES):
+            action = QAction(spec.title, self, shortcut=QKeySequence(f"Ctrl+{index + 1}"))
             action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
             go_menu.addAction(action)
 
@@ -221,15 +236,43 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------ window state
 
+    def _build_page(self, index: int) -> Page:
+        page = self._built.get(index)
+        if page is None:
+            page = PAGES[index].load()(self.context)
+            stand_in = self.stack.widget(index)
+            self.stack.insertWidget(index, page)
+            self.stack.removeWidget(stand_in)
+            stand_in.deleteLater()
+            self._built[index] = page
+        return page
+
+    def _show_row(self, row: int) -> None:
+        if 0 <= row < len(PAGES):
+            self._build_page(row)
+            self.stack.setCurrentIndex(row)
+
+    def _build_remaining(self) -> None:
+        """Build one more page per turn of the event loop, so input is never held up long."""
+        missing = [i for i in range(len(PAGES)) if i not in self._built]
+        if missing:
+            self._build_page(missing[0])
+            QTimer.singleShot(0, self._build_remaining)
+
+    @property
+    def pages(self) -> list[Page]:
+        """Every page, built now if it was not yet."""
+        return [self._build_page(i) for i in range(len(PAGES))]
+
     def page(self, page_id: str) -> Page:
-        for page in self.pages:
-            if page.page_id == page_id:
-                return page
+        for index, spec in enumerate(PAGES):
+            if spec.page_id == page_id:
+                return self._build_page(index)
         raise KeyError(page_id)
 
     def show_page(self, page_id: str) -> Page:
         page = self.page(page_id)
-        self.nav.setCurrentRow(self.pages.index(page))
+        self.nav.setCurrentRow(self.stack.indexOf(page))
         return page
 
     def _restore_geometry(self) -> None:
@@ -242,8 +285,10 @@ class MainWindow(QMainWindow):
         self.resize(size if isinstance(size, QSize) else QSize(1280, 820))
         row = self.context.settings.value("window/page", 0)
         try:
-            self.nav.setCurrentRow(max(0, min(int(row), len(self.pages) - 1)))  # type: ignore[arg-type]
+            self.nav.setCurrentRow(max(0, min(int(row), len(PAGES) - 1)))  # type: ignore[arg-type]
         except (TypeError, ValueError):
+            self.nav.setCurrentRow(0)
+        if self.nav.currentRow() < 0:
             self.nav.setCurrentRow(0)
 
     def paintEvent(self, event: object) -> None:
@@ -251,13 +296,15 @@ class MainWindow(QMainWindow):
         if not self._painted:
             self._painted = True
             self.sig_first_paint.emit()
+            QTimer.singleShot(0, self._build_remaining)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        for page in self.pages:
+        built = list(self._built.values())
+        for page in built:
             if not page.can_close():
                 event.ignore()
                 return
-        for page in self.pages:
+        for page in built:
             page.shutdown()
         if self._model_process is not None:
             self._model_process.kill()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.events import RunFinished, read_events
+from studio.core.events import RunFinished, Step, read_events
 
 CONFIG = """\
 schema_version = 1
@@ -99,33 +99,29 @@ def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
     tiny_sd15: Path, demo_data: Path, tmp_path: Path
 ) -> None:
     import signal
-    import time
 
     import psutil
 
     config = SIGTERM_CONFIG.format(model=tiny_sd15, data=demo_data)
     (tmp_path / "studio.toml").write_text(config, encoding="utf-8")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "run", "studio.toml"], cwd=tmp_path, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        events = None
-        while time.monotonic() < deadline and process.poll() is None:
-            found = list((tmp_path / "runs").glob("*/events.jsonl"))
-            if found and '"type": "step"' in found[0].read_text(encoding="utf-8"):
-                events = found[0]
-                break
-            time.sleep(0.2)
-        assert events is not None, "the trainer never reached its first step"
-        trainer_group = [p for p in psutil.Process(process.pid).children(recursive=True)]
-        assert trainer_group, "studio-train run started no trainer"
-        process.send_signal(signal.SIGTERM)  # what a job scheduler sends to the command it started
-        out, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    with open(tmp_path / "out.txt", "wb") as out_file, open(tmp_path / "err.txt", "wb") as err_file:
+        process = subprocess.Popen([sys.executable, "-m", "studio.cli", "run", "studio.toml"], cwd=tmp_path,
+                                   env=env, stdout=out_file, stderr=err_file)
+        try:
+            events = _wait_for_first_step(tmp_path / "runs", process)
+            trainer_group = psutil.Process(process.pid).children(recursive=True)
+            assert trainer_group, "studio-train run started no trainer"
+            process.send_signal(signal.SIGTERM)  # what a job scheduler sends to the command it started
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    out = (tmp_path / "out.txt").read_text(encoding="utf-8")
+    err = (tmp_path / "err.txt").read_text(encoding="utf-8")
     assert process.returncode == 0, out[-3000:] + err[-3000:]
+    assert "SIGTERM: stopping at the next step" in err
     finished = [e for e in read_events(events) if isinstance(e, RunFinished)]
     assert len(finished) == 1 and finished[0].status == "stopped"
     assert finished[0].message == "SIGTERM received" and 0 < finished[0].step < 2000
@@ -133,3 +129,16 @@ def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
     assert (run_dir / "checkpoints" / f"step-{finished[0].step}" / "training_state.json").is_file()
     assert f"stopped at step {finished[0].step}; continue with: studio-train resume {run_dir}" in out
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in trainer_group)
+
+
+def _wait_for_first_step(runs: Path, process: subprocess.Popen[bytes]) -> Path:
+    """The run's events.jsonl once it holds a step event (the trainer is past loading)."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        for events in runs.glob("*/events.jsonl"):
+            if any(isinstance(e, Step) for e in read_events(events)):
+                return events
+        time.sleep(0.2)
+    raise AssertionError(f"the trainer never reached its first step (exit code {process.poll()})")

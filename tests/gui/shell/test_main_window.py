@@ -99,3 +99,14 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     pngs = sorted(p.name for p in shots.glob("*.png"))
     assert len(pngs) == 5 and pngs[0] == "01-page_dataset.png"
     assert all((shots / p).stat().st_size > 1000 for p in pngs)
+
+
+def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow, qtbot) -> None:
+    assert [w.objectName() for w in window._built.values()] == ["page_dataset"]
+    with qtbot.waitSignal(window.sig_first_paint, timeout=5000):
+        window.show()
+    qtbot.waitUntil(lambda: len(window._built) == 5, timeout=10000)
+    assert [window.stack.widget(i).objectName() for i in range(5)] == [
+        "page_dataset", "page_model", "page_train", "page_runs", "page_export"
+    ]
+    assert window.stack.currentWidget().objectName() == "page_dataset"
