@@ -144,4 +144,12 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
     if code == 0:
         accelerator.wait_for_everyone()
     accelerator.end_training()
+    if accelerator.num_processes > 1:
+        # Freeing DDP's reducer tears down the gloo group while its worker thread may still be
+        # dropping a finished work item; the worker waits for the GIL the destructor holds and
+        # the rank hangs forever. Every rank has passed the last barrier and rank 0 has closed
+        # its files, so the process leaves without that teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code

@@ -29,7 +29,7 @@ from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_outputs
 from studio.train.placement import FrozenOffload
 from studio.train.reporting import Reporter
-from studio.train.runtime import StopSignal, effective_mixed_precision, weight_dtype
+from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import ensure_class_images, make_samples
 
 
@@ -69,6 +69,9 @@ class Trainer:
         set_seed(config.training.seed)
         if config.training.mixed_precision != effective_mixed_precision(config):
             self.reporter.warn("fp16 mixed precision needs a GPU; this CPU run trains in full precision")
+        mismatch = None if acc.device.type == "cpu" else dtype_mismatch(config)
+        if mismatch:
+            self.reporter.warn(mismatch, None, "")
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
         self.components: Components = self.adapter.load(acc.device, self.dtype)
@@ -267,7 +270,7 @@ class Trainer:
             self.reporter.phase("saving", 0, 1, "writing the outputs")
             if acc.is_main_process:
                 outputs = [str(p) for p in save_outputs(self.adapter, self.components, self.run_dir,
-                                                        self.items, self.step)]
+                                                        self.items, self.step, self.reporter.warn)]
             acc.wait_for_everyone()
         self.stop.uninstall()
         return RunFinished(status=status, outputs=outputs, step=self.step, message=message,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from studio.train.data import TrainItem
 from studio.train.families.base import Components, FamilyAdapter
 
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+SINGLE_FILE_ARCHITECTURES = {"sd15": "stable-diffusion-v1", "sdxl": "stable-diffusion-xl-v1-base"}
+Warn = Callable[[str, "str | None", str], None]
 
 
 def lora_layers(adapter: FamilyAdapter, components: Components) -> dict[str, dict[str, torch.Tensor]]:
@@ -55,8 +58,11 @@ def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int)
 
 
 def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
-                 items: list[TrainItem], step: int) -> list[Path]:
-    """Write the run's outputs (rank 0 only) and a training_info.json beside them."""
+                 items: list[TrainItem], step: int, warn: Warn) -> list[Path]:
+    """Write the run's outputs (rank 0 only) and a training_info.json beside them.
+
+    `warn` tells the person about an asked-for format this run cannot write.
+    """
     config = adapter.config
     folder = run_dir / OUTPUT_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -68,9 +74,34 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
             if name in layers:
                 configs[name] = _adapter_config(encoder)
         written = adapter.save_lora(folder, layers, metadata, configs)
+        if "single_file" in config.output.formats:
+            warn("output.formats \"single_file\" applies to DreamBooth (a whole checkpoint); a LoRA is "
+                 f"already single files: {', '.join(p.name for p in written)}", str(folder),
+                 "remove \"single_file\" from output.formats for LoRA runs")
     else:
-        written = adapter.save_full(folder, components, SAVE_DTYPES[config.output.save_precision])
+        dtype = SAVE_DTYPES[config.output.save_precision]
+        written = adapter.save_full(folder, components, dtype)
+        if "single_file" in config.output.formats:
+            written += _single_file(adapter, components, folder, dtype, metadata, warn)
     info = {"family": config.model.family, "method": config.method.kind, "step": step,
             "outputs": [str(p) for p in written], **metadata}
     atomic_write_text(folder / "training_info.json", json.dumps(info, indent=2))
     return written
+
+
+def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,
+                 metadata: dict[str, str], warn: Warn) -> list[Path]:
+    """DreamBooth's one-file checkpoint in the original layout A1111/Forge/ComfyUI load, where one exists."""
+    from studio.train.single_file import save_single_file
+
+    config = adapter.config
+    family = config.model.family
+    if family not in SINGLE_FILE_ARCHITECTURES:
+        warn(f"output.formats \"single_file\" is not available for {family} yet; the diffusers pipeline "
+             f"folder {folder} was written instead", str(folder),
+             "load the folder with diffusers, or convert it with your UI's own tools")
+        return []
+    meta = {**metadata, "modelspec.architecture": SINGLE_FILE_ARCHITECTURES[family],
+            "modelspec.sai_model_spec": "1.0.0"}
+    path = folder / f"{config.output.name}.safetensors"
+    return [save_single_file(path, family, components, dtype, meta)]

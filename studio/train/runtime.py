@@ -43,6 +43,18 @@ def weight_dtype(config: TrainConfig, accelerator: Any) -> torch.dtype:
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[resolved_weight_dtype(config)]
 
 
+def dtype_mismatch(config: TrainConfig) -> str | None:
+    """A warning when the frozen weights' dtype differs from what mixed precision computes in (GPU runs)."""
+    frozen, precision = resolved_weight_dtype(config), config.training.mixed_precision
+    if frozen == "fp32" or frozen == precision:
+        return None
+    if precision == "no":
+        return (f"model.dtype = {frozen} with training.mixed_precision = \"no\": {frozen} frozen weights meet "
+                "fp32 activations; set model.dtype = \"auto\" (fp32 here) or turn mixed precision on")
+    return (f"model.dtype = {frozen} under {precision} mixed precision: autocast keeps a {precision} copy of "
+            f"every frozen weight; set model.dtype = \"auto\" ({precision}) to save that memory")
+
+
 class StopSignal:
     """STOP file, SIGTERM or SIGINT on any rank makes every rank stop at the same step.
 

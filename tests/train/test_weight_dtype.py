@@ -60,3 +60,14 @@ def test_a_bad_dtype_names_the_allowed_values() -> None:
         validate_data({"model": {"family": "sd15", "base": "m", "dtype": "fp8"}})
     text = caught.value.describe()
     assert "model.dtype" in text and "auto" in text
+
+
+def test_a_dtype_that_fights_mixed_precision_is_named() -> None:
+    from studio.train.runtime import dtype_mismatch
+
+    assert dtype_mismatch(_config("bf16")) is None and dtype_mismatch(_config("no")) is None
+    assert dtype_mismatch(_config("no", "fp32")) is None and dtype_mismatch(_config("fp16", "fp32")) is None
+    warning = dtype_mismatch(_config("bf16", "fp16"))
+    assert warning is not None and "model.dtype = fp16 under bf16" in warning and '"auto"' in warning
+    warning = dtype_mismatch(_config("no", "fp16"))
+    assert warning is not None and "fp32 activations" in warning
