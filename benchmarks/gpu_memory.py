@@ -8,7 +8,7 @@ fp16 autocast, AdamW, the native resolution, batch 1, with and without gradient
 checkpointing, latents and text embeddings given (as when both are cached).
 Peak = torch.cuda.max_memory_reserved() plus the CUDA context (what nvidia-smi
 shows for the process minus the reserved pool at the end). Prints a markdown
-table of estimate vs measured for docs/benchmarks/memory.md.
+table of estimate vs measured for docs/benchmarks.md.
 
 The figures set the GPU terms of resources/architectures/calibration.json:
 `context_mb` -> cuda_context_mb, `max_reserved_mb / max_allocated_mb - 1` of

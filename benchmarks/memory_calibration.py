@@ -7,7 +7,7 @@ random weights, fp32) gets a LoRA, and a few training steps (forward, backward,
 AdamW step) run at 256 px, batch 1. The child's peak RSS is compared with the
 estimator's CPU-mode estimate for the same config (everything fp32, latents and
 text embeddings given, as the UNet alone is run). The estimate must land within
-20% of the measured peak. Figures go to docs/benchmarks/memory.md.
+20% of the measured peak. Figures go to docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ creates it until the last tensor, view or autograd saved-tensor that holds it
 is gone. Parameters and tensors made before it started are not counted. The
 peak is what `torch.cuda.max_memory_allocated()` would add over the weights
 for the same ops on a GPU (the caching allocator's rounding and fragmentation
-come on top; see docs/benchmarks/memory.md).
+come on top; see docs/benchmarks.md).
 
 Used by `count_parameters.py` for the transient peaks the estimator needs:
 the VAE encoder at the training size (latents not cached), the VAE decoder at
