@@ -62,6 +62,22 @@ def test_studio_train_run_prints_where_the_lora_is(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_readme_demo_commands_train_and_say_where_the_lora_is(tmp_path: Path) -> None:
+    made = _cli("demo-project", "demo", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert "studio-train run" in made.stdout
+    result = _cli("run", "demo/studio.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = next((tmp_path / "demo" / "runs").iterdir())
+    lora = run_dir / "output" / "pytorch_lora_weights.safetensors"
+    assert f"written: {lora}" in result.stdout
+    assert lora.is_file()
+    steps = [e.step for e in read_events(run_dir / "events.jsonl") if isinstance(e, Step)]
+    assert steps == list(range(1, 61))
+    assert len(list((run_dir / "samples").rglob("*.png"))) >= 2
+
+
+@pytest.mark.slow
 def test_studio_train_run_with_a_bad_config_names_the_key(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text(CONFIG.replace("rank = 4", "rank = 0"), encoding="utf-8")
     result = _cli("run", "bad.toml", cwd=tmp_path)
