@@ -123,7 +123,7 @@ class ProblemsModel(QAbstractListModel):
             return None
         problem = self.problems[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            mark = "⛔" if problem.severity == "error" else "⚠"
+            mark = "✗" if problem.severity == "error" else "⚠"
             return f"{mark} {Path(problem.path).name}: {problem.message}"
         if role == Qt.ItemDataRole.ToolTipRole:
             return f"{problem.path}\n{problem.message}\nWhat to do: {problem.hint}"

@@ -10,7 +10,7 @@ from studio.core.hardware import GPUInfo
 from studio.core.memory import VramEstimate, estimate_vram, fit, other_processes_warning
 from studio.core.memory_suggest import Suggestion, suggest_fixes
 
-VERDICTS = {"fits": "✅ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "❌ Does not fit"}
+VERDICTS = {"fits": "✓ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "✗ Does not fit"}
 
 
 class EstimatePanel(QFrame):

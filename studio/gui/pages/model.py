@@ -153,13 +153,13 @@ class ModelPage(Page):
         path = self.context.project_path(base)
         if path.is_dir():
             found = (path / "model_index.json").is_file()
-            return f"✅ Folder found: {path}" + ("" if found else " (no model_index.json: is it a diffusers folder?)")
+            return f"✓ Folder found: {path}" + ("" if found else " (no model_index.json: is it a diffusers folder?)")
         if path.is_file():
-            return f"✅ File found: {path}"
+            return f"✓ File found: {path}"
         parts = base.split("/")
         if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
             return f"Hub id {base}: fetched when training starts (needs the internet once)."
-        return f"❌ Not found: {path}. Choose a folder or file that exists."
+        return f"✗ Not found: {path}. Choose a folder or file that exists."
 
     # ------------------------------------------------------------ config flow
 
