@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from studio import __version__
+from studio.core.config import ConfigError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -46,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     try:
         code = args.func(args)
+    except ConfigError as exc:
+        # Every command reports a bad config the same way: each key, its value, what is allowed.
+        print(exc.describe(), file=sys.stderr)
+        return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
     return int(code or 0)

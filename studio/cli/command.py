@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from studio.cli import EXIT_INVALID, EXIT_OK
-from studio.core.config import ConfigError, load_config
+from studio.cli import EXIT_OK
+from studio.core.config import load_config
 from studio.core.launch import build_command, format_command, planned_run_dir, prepare_run, training_python
 
 
@@ -23,11 +22,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return EXIT_INVALID
+    config = load_config(path)
     if args.prepare:
         plan = prepare_run(config, path.resolve().parent, num_processes=args.processes)
         print(format_command(plan.command))

@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config import ConfigError, load_config
+    from studio.core.config import load_config
     from studio.core.export_cost import (
         assumptions,
         cost_table,
@@ -43,9 +43,6 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(path)
         catalogue = load_catalogue(args.catalogue)
         gpu_ids = [catalogue.get(g).id for g in args.gpu] if args.gpu else None
-    except ConfigError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return EXIT_INVALID
     except (CatalogueError, KeyError) as exc:
         print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return EXIT_INVALID

@@ -22,16 +22,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config import ConfigError, load_config
+    from studio.core.config import load_config
     from studio.core.hardware import HardwareProfileError, load_hardware
     from studio.core.memory import estimate_vram, fit, other_processes_warning
     from studio.core.memory_suggest import suggest_fixes
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return EXIT_INVALID
+    config = load_config(args.config)
     try:
         report = load_hardware(args.hardware)
     except HardwareProfileError as exc:

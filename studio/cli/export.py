@@ -42,7 +42,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config import ConfigError
     from studio.core.export import ExportError, export_bundle
     from studio.core.gpu_catalogue import CatalogueError
 
@@ -57,9 +56,6 @@ def run(args: argparse.Namespace) -> int:
             remote_dataset=args.remote_dataset, zip=args.zip, main_address=args.main_address,
             port=args.port, keep_steps=args.keep_steps,
         )
-    except ConfigError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return EXIT_INVALID
     except (ExportError, CatalogueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID

@@ -12,7 +12,7 @@ from typing import Any
 
 from studio.cli import EXIT_INVALID
 from studio.cli.run import stream_training
-from studio.core.config import ConfigError, load_config
+from studio.core.config import load_config
 from studio.core.launch import build_command, format_command, training_python
 from studio.core.runs import ACCELERATE_FILE, CONFIG_FILE
 from studio.train.entry import EXIT_FAILED, already_completed_message, completed_run
@@ -33,11 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if finished is not None:
         print(already_completed_message(run_dir, finished), file=sys.stderr)
         return EXIT_FAILED
-    try:
-        config = load_config(run_dir / CONFIG_FILE)
-    except ConfigError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return EXIT_INVALID
+    config = load_config(run_dir / CONFIG_FILE)
     command = build_command(run_dir, training_python(config), resume=True)
     print(f"command: {format_command(command)}", flush=True)
     return stream_training(command, run_dir)

@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from studio.cli import EXIT_INVALID
-from studio.core.config import ConfigError, load_config
+from studio.core.config import load_config
 from studio.core.events import RunFinished, read_events
 from studio.core.launch import format_command, prepare_run, training_env
 from studio.core.runs import CONSOLE_FILE, EVENTS_FILE, request_stop
@@ -33,11 +33,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        print(exc.describe(), file=sys.stderr)
-        return EXIT_INVALID
+    config = load_config(path)
     if args.processes is not None and args.processes < 1:
         print(f"--processes must be at least 1, not {args.processes}", file=sys.stderr)
         return EXIT_INVALID
