@@ -279,8 +279,10 @@ class TrainPlots(QWidget):
             curves = self._rank_curves.get(rank)
             if curves is None:
                 colour = _RANK_COLOURS[rank % len(_RANK_COLOURS)]
+                # A CPU rank reports its process memory (RSS), not CUDA allocations.
+                kind = "RSS" if series.device == "cpu" else "allocated"
                 curves = (
-                    _curve(self.memory, colour, f"rank {rank} allocated"),
+                    _curve(self.memory, colour, f"rank {rank} {kind}"),
                     _curve(self.memory, colour, f"rank {rank} peak", Qt.PenStyle.DotLine),
                 )
                 self._rank_curves[rank] = curves

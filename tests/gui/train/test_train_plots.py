@@ -140,3 +140,16 @@ def test_nvml_memory_is_drawn_against_the_card_and_warns_past_95_percent(
         assert "98% full" in plots.warning.text()
     finally:
         plots.sampler.stop()
+
+
+def test_memory_legend_names_what_each_device_reports(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), RunModel()
+    model.apply(RunStarted(config={}, world_size=2, total_steps=10, devices=["cpu", "cuda:0"], time=1000.0))
+    model.apply(Step(step=1, epoch=1, loss=1.0, lr=1e-4, time=1001.0, memory=[
+        RankMemory(rank=0, device="cpu", rss_mb=812.0),
+        RankMemory(rank=1, device="cuda:0", allocated_mb=4000.0, peak_mb=5000.0),
+    ]))
+    plots.refresh(model)
+    assert plots._rank_curves[0][0].name() == "rank 0 RSS"
+    assert plots._rank_curves[1][0].name() == "rank 1 allocated"
+    assert plots._rank_curves[0][0].getData()[1].tolist() == [812.0]
