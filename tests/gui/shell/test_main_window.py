@@ -110,3 +110,21 @@ def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow,
         "page_dataset", "page_model", "page_train", "page_runs", "page_export"
     ]
     assert window.stack.currentWidget().objectName() == "page_dataset"
+
+
+def test_demo_caption_edited_then_window_closed_is_in_the_sidecar(qtbot, tmp_path: Path) -> None:
+    from studio.core.demo_project import create_demo_project
+
+    project = create_demo_project(tmp_path / "demo")
+    win = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(win)
+    win.set_project(project)
+    win.show()
+    page = win.show_page("page_dataset")
+    qtbot.waitUntil(lambda: page.model.rowCount() == 24 and page.editor.entry is not None, timeout=10000)
+    sidecar = page.editor.entry.path.with_suffix(".txt")
+    assert sidecar.read_text(encoding="utf-8").startswith("a ")
+    page.editor.text.selectAll()
+    qtbot.keyClicks(page.editor.text, "sks, a shape I captioned myself")
+    win.close()  # straight away: the debounce has not fired yet
+    assert sidecar.read_text(encoding="utf-8") == "sks, a shape I captioned myself"
