@@ -13,14 +13,14 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from studio.core.events import EVENT_TYPES, Event, RankMemory, Step, UnknownEvent
+from studio.core.events import Event, UnknownEvent, event_from_dict
 
 _loads: Callable[[bytes | str], Any]
 try:  # several times faster on long replays; the standard library does the same job
@@ -30,39 +30,12 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 log = logging.getLogger(__name__)
 
-_FIELDS: dict[type[Event], frozenset[str]] = {
-    cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()
-}
-_MEMORY_FIELDS = frozenset(f.name for f in fields(RankMemory))
-
-
 def decode_event(line: bytes | str) -> Event:
-    """`events.parse_event` with its field lists computed once (replays parse 100,000s of lines).
+    """`events.parse_event` with orjson where it is installed (replays parse 100,000s of lines).
 
     Raises ValueError for garbage and UnknownEvent for types this version does not know.
     """
     return event_from_dict(_loads(line))
-
-
-def event_from_dict(data: Any) -> Event:
-    """A decoded JSON object -> typed event (ValueError for garbage, UnknownEvent for new types)."""
-    if not isinstance(data, dict) or "type" not in data:
-        raise ValueError("not an event object")
-    kind = data["type"]
-    cls = EVENT_TYPES.get(kind)
-    if cls is None:
-        raise UnknownEvent(str(kind))
-    known = _FIELDS[cls]
-    kwargs = {k: v for k, v in data.items() if k in known}
-    try:
-        if cls is Step:
-            kwargs["memory"] = [
-                RankMemory(**{k: v for k, v in m.items() if k in _MEMORY_FIELDS})
-                for m in kwargs.get("memory") or []
-            ]
-        return cls(**kwargs)
-    except (TypeError, AttributeError) as exc:
-        raise ValueError(f"{kind} event is missing or has bad fields: {exc}") from None
 
 
 def _column(rows: list[dict[str, Any]], key: str) -> np.ndarray:

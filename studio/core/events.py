@@ -127,26 +127,39 @@ class UnknownEvent(Exception):
     """A line whose type this version does not know (a newer trainer wrote it)."""
 
 
-def parse_event(line: str) -> Event:
-    """One JSON line -> typed event. Raises ValueError for garbage, UnknownEvent for new types."""
-    data = json.loads(line)
+_FIELDS: dict[type[Event], frozenset[str]] = {
+    cls: frozenset(f.name for f in fields(cls)) for cls in EVENT_TYPES.values()
+}
+_MEMORY_FIELDS = frozenset(f.name for f in fields(RankMemory))
+
+
+def event_from_dict(data: Any) -> Event:
+    """A decoded JSON object -> typed event (ValueError for garbage, UnknownEvent for new types).
+
+    Keys this version does not know are ignored, so a newer trainer's extra fields do no harm.
+    """
     if not isinstance(data, dict) or "type" not in data:
         raise ValueError("not an event object")
     kind = data["type"]
     cls = EVENT_TYPES.get(kind)
     if cls is None:
         raise UnknownEvent(str(kind))
-    known = {f.name for f in fields(cls)}
+    known = _FIELDS[cls]
     kwargs = {k: v for k, v in data.items() if k in known}
-    if cls is Step:
-        kwargs["memory"] = [
-            RankMemory(**{k: v for k, v in m.items() if k in RankMemory.__dataclass_fields__})
-            for m in kwargs.get("memory") or []
-        ]
     try:
+        if cls is Step:
+            kwargs["memory"] = [
+                RankMemory(**{k: v for k, v in m.items() if k in _MEMORY_FIELDS})
+                for m in kwargs.get("memory") or []
+            ]
         return cls(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"{kind} event is missing fields: {exc}") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"{kind} event is missing or has bad fields: {exc}") from None
+
+
+def parse_event(line: str) -> Event:
+    """One JSON line -> typed event. Raises ValueError for garbage, UnknownEvent for new types."""
+    return event_from_dict(json.loads(line))
 
 
 class EventWriter:
