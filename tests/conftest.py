@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +63,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
         item.add_marker(pytest.mark.qt_log_ignore(*(m.replace("(", r"\(").replace(")", r"\)") for m in BENIGN_QT_MESSAGES)))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test that leaves a trainer, a rank or a helper process running fails the run.
+
+    (A hung distributed rank once lived on for hours after its test had timed out.)
+    multiprocessing's resource tracker is expected: it ends with the interpreter.
+    """
+    import psutil
+
+    left = [
+        child for child in psutil.Process().children(recursive=True)
+        if "multiprocessing.resource_tracker" not in " ".join(_cmdline(child))
+    ]
+    if not left:
+        return
+    described = "\n".join(f"  pid {p.pid}: {' '.join(_cmdline(p))[:200]}" for p in left)
+    for child in left:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    print(f"\nERROR: the tests left {len(left)} process(es) running (now killed):\n{described}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _cmdline(process: object) -> list[str]:
+    import psutil
+
+    try:
+        return process.cmdline()  # type: ignore[attr-defined, no-any-return]
+    except psutil.Error:
+        return []
