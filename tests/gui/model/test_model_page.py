@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -84,12 +83,19 @@ def test_no_gpu_says_so_and_a_profile_can_be_chosen(make_page, qtbot) -> None:
     assert page.findChild(QLabel, "hardware_status").text().startswith("2x NVIDIA GeForce RTX 3090 24 GB")
 
 
-def test_estimate_is_quick(make_page) -> None:
+def test_changing_a_field_updates_the_estimate(make_page, qtbot) -> None:
+    # Changes are coalesced by a short timer, then the estimate runs on the GUI thread
+    # (its time is measured by benchmarks/estimate_speed.py, not here).
     page = make_page()
-    start = time.perf_counter()
-    page.apply_config_changes({"training.batch_size": 2})
-    page.update_estimates()
-    assert time.perf_counter() - start < 0.1  # the 100 ms budget, presets included
+    total = page.findChild(QLabel, "estimate_total")
+    before = total.text()
+    page.apply_config_changes({"training.batch_size": 8})
+    qtbot.waitUntil(lambda: total.text() != before, timeout=2000)
+    assert _peak_gb(total.text()) > _peak_gb(before)
+
+
+def _peak_gb(text: str) -> float:
+    return float(text.split("Estimated peak: ")[1].split(" GB")[0])
 
 
 def test_toml_view_and_user_preset(make_page) -> None:
