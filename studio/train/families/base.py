@@ -41,6 +41,11 @@ class FamilyAdapter(ABC):
     # Names under which the pipeline's LoRA loader expects each text encoder's layers.
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
     denoiser_name: ClassVar[str] = "unet"
+    # How the kohya-format file names its base model (ss_base_model_version, modelspec.architecture)
+    # and which key prefixes it renames.
+    kohya_base_version: ClassVar[str]
+    kohya_architecture: ClassVar[str]
+    kohya_renames: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
@@ -130,7 +135,6 @@ class FamilyAdapter(ABC):
         )
         return result.images[0]
 
-    @abstractmethod
     def save_lora(
         self,
         folder: Path,
@@ -142,6 +146,35 @@ class FamilyAdapter(ABC):
 
         `layers` maps "unet"/"transformer"/"text_encoder"... to peft-format state dicts.
         """
+        from studio.train.families.kohya import (
+            DIFFUSERS_LORA_FILE,
+            cast_layers,
+            kohya_metadata,
+            kohya_state_dict,
+            save_kohya_file,
+        )
+
+        cast = cast_layers(layers, self.config.output.save_precision)
+        written: list[Path] = []
+        formats = self.config.output.formats
+        if "diffusers" in formats or not formats:
+            self.save_diffusers_lora(folder, DIFFUSERS_LORA_FILE, cast, adapter_configs)
+            written.append(folder / DIFFUSERS_LORA_FILE)
+        if "kohya" in formats:
+            state = kohya_state_dict(cast, adapter_configs, renames=self.kohya_renames)
+            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
+            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
+        return written
+
+    @abstractmethod
+    def save_diffusers_lora(
+        self,
+        folder: Path,
+        weight_name: str,
+        layers: dict[str, dict[str, torch.Tensor]],
+        adapter_configs: dict[str, dict[str, Any]],
+    ) -> None:
+        """Write `folder/weight_name` with the family pipeline's `save_lora_weights`."""
 
     def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:
         """DreamBooth: the whole pipeline as a diffusers folder."""

@@ -8,20 +8,16 @@ from typing import Any, ClassVar
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.kohya import (
-    DIFFUSERS_LORA_FILE,
-    cast_layers,
-    kohya_metadata,
-    kohya_state_dict,
-    save_kohya_file,
-)
 from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 
 
 class SD15Adapter(FamilyAdapter):
     family: ClassVar[str] = "sd15"
+    kohya_base_version: ClassVar[str] = "sd_v1"
     kohya_architecture: ClassVar[str] = "stable-diffusion-v1"
+    # SD1.x has a single text encoder, which kohya names lora_te_ (lora_te1_ is SDXL's).
+    kohya_renames: ClassVar[dict[str, str]] = {"lora_te1_": "lora_te_"}
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionPipeline
@@ -94,36 +90,25 @@ class SD15Adapter(FamilyAdapter):
             safety_checker=None, feature_extractor=None, requires_safety_checker=False,
         )
 
-    def save_lora(
+    def save_diffusers_lora(
         self,
         folder: Path,
+        weight_name: str,
         layers: dict[str, dict[str, torch.Tensor]],
-        metadata: dict[str, str],
         adapter_configs: dict[str, dict[str, Any]],
-    ) -> list[Path]:
+    ) -> None:
         from diffusers import StableDiffusionPipeline
         from diffusers.utils import convert_state_dict_to_diffusers
 
-        cast = cast_layers(layers, self.config.output.save_precision)
-        written: list[Path] = []
-        formats = self.config.output.formats
-        if "diffusers" in formats or not formats:
-            te = cast.get("text_encoder")
-            StableDiffusionPipeline.save_lora_weights(
-                folder,
-                unet_lora_layers=convert_state_dict_to_diffusers(cast["unet"]),
-                text_encoder_lora_layers=convert_state_dict_to_diffusers(te) if te else None,
-                weight_name=DIFFUSERS_LORA_FILE,
-                unet_lora_adapter_metadata=adapter_configs.get("unet"),
-                text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te else None,
-            )
-            written.append(folder / DIFFUSERS_LORA_FILE)
-        if "kohya" in formats:
-            # SD1.x has a single text encoder, which kohya names lora_te_ (lora_te1_ is SDXL's).
-            state = kohya_state_dict(cast, adapter_configs, renames={"lora_te1_": "lora_te_"})
-            meta = kohya_metadata(self.config, "sd_v1", self.kohya_architecture, metadata)
-            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
-        return written
+        te = layers.get("text_encoder")
+        StableDiffusionPipeline.save_lora_weights(
+            folder,
+            unet_lora_layers=convert_state_dict_to_diffusers(layers["unet"]),
+            text_encoder_lora_layers=convert_state_dict_to_diffusers(te) if te else None,
+            weight_name=weight_name,
+            unet_lora_adapter_metadata=adapter_configs.get("unet"),
+            text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te else None,
+        )
 
 
 ADAPTER = SD15Adapter

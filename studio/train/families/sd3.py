@@ -18,13 +18,6 @@ import torch.nn.functional as F
 
 from studio.train.errors import TrainError
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.kohya import (
-    DIFFUSERS_LORA_FILE,
-    cast_layers,
-    kohya_metadata,
-    kohya_state_dict,
-    save_kohya_file,
-)
 from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 
@@ -45,6 +38,9 @@ class SD3Adapter(FamilyAdapter):
     family: ClassVar[str] = "sd3"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
     denoiser_name: ClassVar[str] = "transformer"
+    # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
+    kohya_base_version: ClassVar[str] = "sd3"
+    kohya_architecture: ClassVar[str] = "stable-diffusion-v3-medium"
 
     joint_attention_dim = 4096
 
@@ -159,38 +155,27 @@ class SD3Adapter(FamilyAdapter):
             tokenizer_3=tokenizers[2] if len(tokenizers) > 2 else None,
         )
 
-    def save_lora(
+    def save_diffusers_lora(
         self,
         folder: Path,
+        weight_name: str,
         layers: dict[str, dict[str, torch.Tensor]],
-        metadata: dict[str, str],
         adapter_configs: dict[str, dict[str, Any]],
-    ) -> list[Path]:
+    ) -> None:
         from diffusers import StableDiffusion3Pipeline
 
-        cast = cast_layers(layers, self.config.output.save_precision)
-        written: list[Path] = []
-        formats = self.config.output.formats
-        if "diffusers" in formats or not formats:
-            # The SD3 loader reads peft-format keys as they are (the old UNet-era renaming breaks it).
-            te1, te2 = cast.get("text_encoder"), cast.get("text_encoder_2")
-            StableDiffusion3Pipeline.save_lora_weights(
-                folder,
-                transformer_lora_layers=cast["transformer"],
-                text_encoder_lora_layers=te1 or None,
-                text_encoder_2_lora_layers=te2 or None,
-                weight_name=DIFFUSERS_LORA_FILE,
-                transformer_lora_adapter_metadata=adapter_configs.get("transformer"),
-                text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
-                text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
-            )
-            written.append(folder / DIFFUSERS_LORA_FILE)
-        if "kohya" in formats:
-            # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
-            state = kohya_state_dict(cast, adapter_configs)
-            meta = kohya_metadata(self.config, "sd3", "stable-diffusion-v3-medium", metadata)
-            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
-        return written
+        # The SD3 loader reads peft-format keys as they are (the old UNet-era renaming breaks it).
+        te1, te2 = layers.get("text_encoder"), layers.get("text_encoder_2")
+        StableDiffusion3Pipeline.save_lora_weights(
+            folder,
+            transformer_lora_layers=layers["transformer"],
+            text_encoder_lora_layers=te1 or None,
+            text_encoder_2_lora_layers=te2 or None,
+            weight_name=weight_name,
+            transformer_lora_adapter_metadata=adapter_configs.get("transformer"),
+            text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
+            text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
+        )
 
     def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:
         """The fine-tuned pipeline; a T5 left out of training is copied from the base folder."""

@@ -13,13 +13,6 @@ from typing import Any, ClassVar
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.kohya import (
-    DIFFUSERS_LORA_FILE,
-    cast_layers,
-    kohya_metadata,
-    kohya_state_dict,
-    save_kohya_file,
-)
 from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 
@@ -42,6 +35,8 @@ def time_ids(batch: dict[str, Any], device: torch.device) -> torch.Tensor:
 class SDXLAdapter(FamilyAdapter):
     family: ClassVar[str] = "sdxl"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
+    kohya_base_version: ClassVar[str] = "sdxl_base_v1-0"
+    kohya_architecture: ClassVar[str] = "stable-diffusion-xl-v1-base"
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionXLPipeline
@@ -133,37 +128,27 @@ class SDXLAdapter(FamilyAdapter):
             unet=components.denoiser, scheduler=components.sample_scheduler, add_watermarker=False,
         )
 
-    def save_lora(
+    def save_diffusers_lora(
         self,
         folder: Path,
+        weight_name: str,
         layers: dict[str, dict[str, torch.Tensor]],
-        metadata: dict[str, str],
         adapter_configs: dict[str, dict[str, Any]],
-    ) -> list[Path]:
+    ) -> None:
         from diffusers import StableDiffusionXLPipeline
         from diffusers.utils import convert_state_dict_to_diffusers
 
-        cast = cast_layers(layers, self.config.output.save_precision)
-        written: list[Path] = []
-        formats = self.config.output.formats
-        if "diffusers" in formats or not formats:
-            te1, te2 = cast.get("text_encoder"), cast.get("text_encoder_2")
-            StableDiffusionXLPipeline.save_lora_weights(
-                folder,
-                unet_lora_layers=convert_state_dict_to_diffusers(cast["unet"]),
-                text_encoder_lora_layers=convert_state_dict_to_diffusers(te1) if te1 else None,
-                text_encoder_2_lora_layers=convert_state_dict_to_diffusers(te2) if te2 else None,
-                weight_name=DIFFUSERS_LORA_FILE,
-                unet_lora_adapter_metadata=adapter_configs.get("unet"),
-                text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
-                text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
-            )
-            written.append(folder / DIFFUSERS_LORA_FILE)
-        if "kohya" in formats:
-            state = kohya_state_dict(cast, adapter_configs)
-            meta = kohya_metadata(self.config, "sdxl_base_v1-0", "stable-diffusion-xl-v1-base", metadata)
-            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
-        return written
+        te1, te2 = layers.get("text_encoder"), layers.get("text_encoder_2")
+        StableDiffusionXLPipeline.save_lora_weights(
+            folder,
+            unet_lora_layers=convert_state_dict_to_diffusers(layers["unet"]),
+            text_encoder_lora_layers=convert_state_dict_to_diffusers(te1) if te1 else None,
+            text_encoder_2_lora_layers=convert_state_dict_to_diffusers(te2) if te2 else None,
+            weight_name=weight_name,
+            unet_lora_adapter_metadata=adapter_configs.get("unet"),
+            text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
+            text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
+        )
 
 
 ADAPTER = SDXLAdapter
