@@ -101,32 +101,7 @@ def test_dreambooth_output_loads_and_differs(make_config, run_training, events_o
     assert np.abs(_image(tuned) - _image(base)).max() > 1e-3
 
 
-def held_out_loss(config: TrainConfig, folder: Path, lora_dir: Path | None) -> float:
-    """The flow-matching loss of the pictures in `folder` at fixed noise and timesteps."""
-    from studio.train.data import collect_items, load_image
-    from studio.train.families import adapter_for
-
-    adapter = adapter_for(config)
-    components = adapter.load(torch.device("cpu"), torch.float32)
-    if lora_dir is not None:
-        adapter.make_pipeline(components).load_lora_weights(str(lora_dir))
-    held_out = config.model_copy(deep=True)
-    held_out.dataset.concepts = [ConceptSection(path=str(folder))]
-    items = collect_items(held_out, lambda *a: None)
-    pixels = torch.stack([torch.from_numpy(load_image(i, "center", False, None).pixels) for i in items])
-    scheme = adapter.noise_scheme(components)
-    with torch.no_grad():
-        latents = adapter.encode_images(components, pixels)
-        cond = adapter.encode_prompts(components, [i.caption for i in items])
-        losses = []
-        for repeat in range(4):
-            noised = scheme.noise(latents, torch.Generator().manual_seed(100 + repeat))
-            prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
-            losses.append(float(scheme.loss(prediction, noised, torch.ones(len(items)))))
-    return sum(losses) / len(losses)
-
-
-def test_flow_matching_loss_falls_on_the_shapes(make_config, run_training, tmp_path) -> None:
+def test_flow_matching_loss_falls_on_the_shapes(make_config, run_training, held_out_loss, tmp_path) -> None:
     held_out = tmp_path / "held-out"
     write_demo_dataset(held_out, count=8, size=64, seed=99)
     config = make_config(
