@@ -62,22 +62,9 @@ class Heartbeat:
 
 def run_until(condition: Any, timeout_s: float) -> bool:
     """Run the real event loop (as the app does, idle in Qt with the interpreter lock free) until `condition`."""
-    from PySide6.QtCore import QEventLoop, QTimer
+    from studio.gui.event_loop import wait_for
 
-    loop = QEventLoop()
-    deadline = time.monotonic() + timeout_s
-
-    def check() -> None:
-        if condition() or time.monotonic() > deadline:
-            loop.quit()
-
-    timer = QTimer(interval=10)
-    timer.timeout.connect(check)
-    timer.start()
-    if not condition():
-        loop.exec()
-    timer.stop()
-    return bool(condition())
+    return wait_for(condition, timeout_s)
 
 
 def scroll_to_bottom(page: Any, beat: Heartbeat) -> tuple[float, float]:

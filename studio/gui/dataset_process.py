@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QEventLoop, QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 POLL_MS = 15
 SLICE_S = 0.006  # longest stretch spent reading messages per timer tick
@@ -125,26 +125,3 @@ def _reap_some() -> None:
         _reaper.stop()
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, user_input: bool = True) -> bool:
-    """Run a local event loop until `condition` holds or the time is up; True if it holds.
-
-    The loop idles inside Qt, so worker threads get the interpreter lock while we wait.
-    """
-    if condition():
-        return True
-    loop = QEventLoop()
-    deadline = time.monotonic() + timeout_s
-
-    def check() -> None:
-        if condition() or time.monotonic() > deadline:
-            loop.quit()
-
-    timer = QTimer(interval=10)
-    timer.timeout.connect(check)
-    timer.start()
-    flags = QEventLoop.ProcessEventsFlag.AllEvents
-    if not user_input:
-        flags = QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents
-    loop.exec(flags)
-    timer.stop()
-    return condition()

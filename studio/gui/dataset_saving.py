@@ -17,9 +17,9 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from studio.core.caption_files import FileJob, SaveBatch
 from studio.core.captions import CaptionConflict, CaptionStore, SaveReport
-from studio.gui.dataset_process import wait_for
 from studio.gui.dataset_tasks import SaveTask, TaskSignals
 from studio.gui.dataset_thumbs import cache_dir
+from studio.gui.event_loop import wait_for
 
 FINISH_SLICE = 1500  # saved captions taken back per event-loop turn (about 10 ms)
 

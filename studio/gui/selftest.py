@@ -17,8 +17,9 @@ from types import TracebackType
 from typing import Any
 
 import psutil
-from PySide6.QtCore import QEventLoop, QMessageLogContext, QTimer, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QMessageLogContext, QTimer, QtMsgType, qInstallMessageHandler
 
+from studio.gui.event_loop import wait_for
 from studio.gui.selftest_options import SelfTestOptions
 
 # Messages the offscreen platform prints for any window; they say nothing about the studio.
@@ -49,14 +50,6 @@ class _Problems:
         print(text, file=sys.stderr)
 
 
-def _wait(condition: Any, timeout_s: float) -> bool:
-    loop = QEventLoop()
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-    return bool(condition())
-
-
 def run_self_test(args: argparse.Namespace) -> int:
     started = psutil.Process().create_time()
     problems = _Problems()
@@ -85,7 +78,7 @@ def run_self_test(args: argparse.Namespace) -> int:
     painted: list[float] = []
     window.sig_first_paint.connect(lambda: painted.append(time.time()))
     window.show()
-    _wait(lambda: bool(painted), 10.0)
+    wait_for(lambda: bool(painted), 10.0)
     facts["first_paint_ms"] = round((painted[0] - started) * 1000, 1) if painted else None
 
     if options.project is not None:

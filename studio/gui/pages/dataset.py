@@ -27,7 +27,6 @@ from studio.gui.dataset_bulk import BULK_OPS, BulkDialog
 from studio.gui.dataset_editor import CaptionEditor
 from studio.gui.dataset_model import DatasetListModel, make_grid_view
 from studio.gui.dataset_panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
-from studio.gui.dataset_process import wait_for
 from studio.gui.dataset_saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
 from studio.gui.dataset_tasks import (
     CheckJob,
@@ -41,6 +40,7 @@ from studio.gui.dataset_tasks import (
 from studio.gui.dataset_thumbs import ThumbnailLoader
 from studio.gui.dataset_toolbar import DatasetToolbar, add_undo_shortcuts
 from studio.gui.dataset_undo import CaptionCommand
+from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
 from studio.gui.selftest_options import SelfTestOptions
 

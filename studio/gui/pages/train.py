@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
+from PySide6.QtCore import QElapsedTimer, QTimer
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -22,6 +21,7 @@ from PySide6.QtWidgets import (
 from studio.core.config import TrainConfig
 from studio.core.project import Project
 from studio.gui.context import StudioContext
+from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.train_console import ConsolePane
@@ -226,7 +226,7 @@ class TrainPage(Page):
             return True
         if answer == "stop":
             self.controller.stop()
-            if not self._wait(lambda: not self.controller.running, STOP_WAIT_S):
+            if not wait_for(lambda: not self.controller.running, STOP_WAIT_S, interval_ms=50):
                 self.controller.process.kill_now()  # shutdown() would do it; say why in the log
                 self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
             return True
@@ -251,21 +251,6 @@ class TrainPage(Page):
         if self.plots.sampler is not None:
             self.plots.sampler.stop()
         self.controller.shutdown(detach=self.detach_on_close)
-
-    def _wait(self, condition: Callable[[], bool], timeout_s: float) -> bool:
-        """Run the event loop until `condition` holds; it sleeps between events (the trainer
-        needs the CPU), checking the condition 20 times a second."""
-        if condition():
-            return True
-        loop = QEventLoop()
-        deadline = time.monotonic() + timeout_s
-        check = QTimer()
-        check.setInterval(50)
-        check.timeout.connect(lambda: loop.quit() if condition() or time.monotonic() > deadline else None)
-        check.start()
-        loop.exec()
-        check.stop()
-        return condition()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -295,13 +280,13 @@ class TrainPage(Page):
         heartbeat.timeout.connect(beat)
         # The page was only just shown: its first paint (four empty plots, 50-150 ms here) is
         # not part of training. A person presses Train on a page that is already on screen.
-        self._wait(lambda: False, SETTLE_S)
+        wait_for(lambda: False, SETTLE_S, interval_ms=50)
         stalls["last"] = clock.elapsed()
         heartbeat.start()  # from the press of Train: the checks and the launch count too
         if not self.start_training():
             heartbeat.stop()
             raise RuntimeError(f"the demo training did not start: {self.message.text()}")
-        finished = self._wait(lambda: not self.controller.running, DEMO_TIMEOUT_S)
+        finished = wait_for(lambda: not self.controller.running, DEMO_TIMEOUT_S, interval_ms=50)
         heartbeat.stop()
         heartbeat.deleteLater()
         if not finished:
