@@ -8,19 +8,18 @@ from collections.abc import Iterable
 
 
 def bucket_sizes(resolution: int, step: int = 64, min_side: int = 256, max_side: int = 2048) -> list[tuple[int, int]]:
-    """Every (width, height) on the step grid with about resolution² pixels or fewer, sides within limits."""
-    min_side = min(min_side, resolution)
+    """Every (width, height) on the step grid with at most resolution² pixels, sides within limits,
+    and the square resolution itself. The trainer and the Dataset page's preview both use this."""
+    lo, hi = min(min_side, resolution), max(max_side, resolution)
     area = resolution * resolution
-    sizes = set()
-    width = min_side
-    while width <= max_side:
-        height = min(max_side, (area // width) // step * step)
-        if height >= min_side:
+    sizes = {(resolution, resolution)}
+    width = lo
+    while width <= hi:
+        height = min(hi, (area // width) // step * step)
+        if height >= lo:
             sizes.add((width, height))
             sizes.add((height, width))
         width += step
-    square = resolution // step * step or step
-    sizes.add((square, square))
     return sorted(sizes)
 
 

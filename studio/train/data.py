@@ -7,7 +7,6 @@ per use, so a resumed run sees exactly what an uninterrupted one would.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,8 @@ from studio.core.dataset import (
     scan_concept,
     split_tags,
 )
+from studio.core.dataset_buckets import bucket_for
+from studio.core.dataset_buckets import bucket_sizes as core_bucket_sizes
 from studio.train.errors import TrainError
 
 Warn = Callable[[str, "str | None", str], None]
@@ -54,28 +55,15 @@ class LoadedImage:
 
 
 def bucket_sizes(dataset: DatasetSection) -> list[tuple[int, int]]:
-    """Every (width, height) bucket whose area fits the resolution's square."""
-    res, step = dataset.resolution, dataset.bucket_step
-    lo = min(dataset.min_bucket, res)
-    hi = max(dataset.max_bucket, res)
-    area = res * res
-    sizes = {(res, res)}
-    width = lo
-    while width <= hi:
-        height = min(hi, (area // width) // step * step)
-        if height >= lo:
-            sizes.add((width, height))
-            sizes.add((height, width))
-        width += step
-    return sorted(sizes)
+    """The config's buckets, exactly as the Dataset page previews them."""
+    return core_bucket_sizes(dataset.resolution, dataset.bucket_step, dataset.min_bucket, dataset.max_bucket)
 
 
 def choose_bucket(size: tuple[int, int], dataset: DatasetSection, sizes: list[tuple[int, int]] | None) -> tuple[int, int]:
     """The bucket whose aspect ratio is nearest the image's; square crops when buckets are off."""
     if not dataset.buckets or sizes is None:
         return dataset.resolution, dataset.resolution
-    ratio = math.log(size[0] / size[1])
-    return min(sizes, key=lambda b: (abs(math.log(b[0] / b[1]) - ratio), -b[0] * b[1]))
+    return bucket_for(size, sizes)
 
 
 # ---------------------------------------------------------------- items
