@@ -103,9 +103,15 @@ class FamilyAdapter(ABC):
         """Conditioning that depends on the images (SDXL's size and crop ids); none by default."""
         return cond
 
-    @abstractmethod
     def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
-        """Pixels in [-1, 1], (B, 3, H, W) -> scaled latents."""
+        """Pixels in [-1, 1], (B, 3, H, W) -> latents shifted and scaled by the VAE's factors.
+
+        The distribution's mean, not a sample: deterministic, so cached and uncached latents agree.
+        SD1.5 and SDXL VAEs have no shift factor; SD3's has one.
+        """
+        vae: Any = components.vae
+        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
+        return (latents - (getattr(vae.config, "shift_factor", None) or 0.0)) * vae.config.scaling_factor
 
     @abstractmethod
     def noise_scheme(self, components: Components) -> NoiseScheme:

@@ -63,12 +63,6 @@ class SD15Adapter(FamilyAdapter):
         ).input_ids.to(next(encoder.parameters()).device)
         return {"encoder_hidden_states": encoder(ids, return_dict=False)[0]}
 
-    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
-        vae: Any = components.vae
-        # The distribution's mean: deterministic, so cached and uncached latents agree.
-        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
-        return latents * vae.config.scaling_factor
-
     def noise_scheme(self, components: Components) -> NoiseScheme:
         return DiffusionScheme(components.scheduler, self.config.training)
 

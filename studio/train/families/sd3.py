@@ -118,11 +118,6 @@ class SD3Adapter(FamilyAdapter):
             cond["t5_embeds"] = encoder(ids.to(next(encoder.parameters()).device))[0]
         return cond
 
-    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
-        vae: Any = components.vae
-        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
-        return (latents - (vae.config.shift_factor or 0.0)) * vae.config.scaling_factor
-
     def noise_scheme(self, components: Components) -> NoiseScheme:
         return FlowMatchingScheme(components.scheduler, self.config.training)
 

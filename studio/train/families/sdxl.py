@@ -101,11 +101,6 @@ class SDXLAdapter(FamilyAdapter):
     def extra_conditioning(self, batch: dict[str, Any], cond: Conditioning, device: torch.device) -> Conditioning:
         return {**cond, "time_ids": time_ids(batch, device)}
 
-    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
-        vae: Any = components.vae
-        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
-        return latents * vae.config.scaling_factor
-
     def noise_scheme(self, components: Components) -> NoiseScheme:
         return DiffusionScheme(components.scheduler, self.config.training)
 
