@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QImage, QPixmap
 
 from studio.core.dataset_thumbnails import MAX_DECODE_PIXELS, THUMB_SIZE, Thumbnail, thumbnail_worker
+from studio.core.resources import cache_root
 from studio.gui.dataset_process import WorkerProcess
 
 __all__ = ["MAX_DECODE_PIXELS", "THUMB_SIZE", "ThumbnailLoader", "cache_dir"]
@@ -24,13 +24,8 @@ MAX_QUEUED = 256
 
 
 def cache_dir() -> Path:
-    """The thumbnail cache folder: $STUDIO_CACHE_DIR/thumbnails when set, else the user cache dir."""
-    root = os.environ.get("STUDIO_CACHE_DIR")
-    if not root:
-        import platformdirs
-
-        root = platformdirs.user_cache_dir("sd-training-studio", appauthor=False)
-    folder = Path(root) / "thumbnails"
+    """The thumbnail cache folder: thumbnails/ in the studio's cache folder."""
+    folder = cache_root() / "thumbnails"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

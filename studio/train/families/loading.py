@@ -5,30 +5,24 @@ Each failure names the path and what was expected, so a person can fix the confi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
+from studio.core.model_files import (
+    FAMILY_NAMES,
+    KIND_NAMES,
+    OFFLINE_KINDS,
+    SINGLE_FILE_SUFFIXES,
+    ModelFileError,
+    ModelInfo,
+    detect_model,
+    read_json,
+)
 from studio.train.errors import TrainError
 
 Source = Literal["folder", "file", "hub"]
 T = TypeVar("T")
-
-# Pipeline classes named in model_index.json, by the family that trains them.
-PIPELINE_FAMILIES: dict[str, str] = {
-    "StableDiffusionPipeline": "sd15",
-    "StableDiffusionImg2ImgPipeline": "sd15",
-    "StableDiffusionInpaintPipeline": "sd15",
-    "StableDiffusionXLPipeline": "sdxl",
-    "StableDiffusionXLImg2ImgPipeline": "sdxl",
-    "StableDiffusion3Pipeline": "sd3",
-}
-SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
-
-
-FAMILY_NAMES = {"sd15": "SD 1.x/2.x", "sdxl": "SDXL", "sd3": "SD3"}
-
 
 def model_source(base: str, family: str, needs: dict[str, str] | None = None) -> Source:
     """Check that `base` exists and is a model of `family`; say which kind of source it is.
@@ -66,47 +60,15 @@ def model_source(base: str, family: str, needs: dict[str, str] | None = None) ->
 
 def detect_family(path: Path) -> tuple[str | None, str]:
     """(family, what showed it) of a diffusers folder or a single checkpoint file; None if unknown."""
-    if path.is_dir():
-        return _folder_family(path)
-    if path.suffix.lower() == ".safetensors":
-        return _file_family(path)
-    return None, "a .ckpt file's contents are not read before loading"
+    info = _model_info(path)
+    return info.family, info.evidence
 
 
-def _folder_family(folder: Path) -> tuple[str | None, str]:
-    index = _read_json(folder / "model_index.json")
-    class_name = str(index.get("_class_name", ""))
-    if class_name in PIPELINE_FAMILIES:
-        return PIPELINE_FAMILIES[class_name], class_name
-    transformer = folder / "transformer" / "config.json"
-    if transformer.is_file() and _read_json(transformer).get("_class_name") == "SD3Transformer2DModel":
-        return "sd3", "transformer/config.json names SD3Transformer2DModel"
-    unet = folder / "unet" / "config.json"
-    if unet.is_file():
-        if _read_json(unet).get("addition_embed_type") == "text_time":
-            return "sdxl", "unet/config.json has SDXL's text_time conditioning"
-        return "sd15", "unet/config.json has no SDXL conditioning"
-    return None, f"model_index.json names {class_name or 'no pipeline class'}"
-
-
-def _file_family(path: Path) -> tuple[str | None, str]:
-    """Read only the file's header (tensor names), not its weights."""
-    from safetensors import safe_open
-
+def _model_info(path: Path) -> ModelInfo:
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            keys = list(handle.keys())
-    except Exception as exc:  # safetensors raises its own error types for a damaged header
-        raise TrainError("model", f"{path} cannot be read as a .safetensors file: {exc}",
-                         "re-download the file or choose another model", path=str(path)) from None
-    if any("joint_blocks" in k for k in keys):
-        return "sd3", "it has MMDiT joint_blocks"
-    if any(k.startswith("conditioner.embedders.1") or "label_emb" in k for k in keys):
-        return "sdxl", "it has SDXL's second text encoder (conditioner.embedders.1) / label_emb"
-    if any(k.startswith("model.diffusion_model.input_blocks") for k in keys) and any(
-            k.startswith("cond_stage_model") for k in keys):
-        return "sd15", "it has an SD 1.x/2.x UNet and cond_stage_model"
-    return None, "its tensor names match no known family"
+        return detect_model(path)
+    except ModelFileError as exc:
+        raise TrainError("model", str(exc), "re-download the model or choose another one", path=str(path)) from None
 
 
 def _refuse_mismatch(path: Path, found: str | None, evidence: str, family: str) -> None:
@@ -135,14 +97,12 @@ def _check_components(folder: Path, family: str, needs: dict[str, str]) -> None:
 
 def _read_json(path: Path) -> dict[str, object]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise TrainError("model", f"{path} cannot be read: {exc}", "rebuild or re-download the model folder",
-                         path=str(path)) from None
-    return data if isinstance(data, dict) else {}
+        return read_json(path)
+    except ModelFileError as exc:
+        raise TrainError("model", str(exc), "rebuild or re-download the model folder", path=str(path)) from None
 
 
-def load_or_fail(what: str, base: str, loader: Callable[[], T]) -> T:
+def load_or_fail(what: str, base: str, loader: Callable[[], T], hint: str | None = None) -> T:
     """Run a diffusers/transformers loader; turn its failure into a model error naming `base`."""
     try:
         return loader()
@@ -152,10 +112,29 @@ def load_or_fail(what: str, base: str, loader: Callable[[], T]) -> T:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise TrainError(
             "model", f"cannot load the {what} of {base}: {text}",
-            "check model.base; a hub id needs the internet once, and a single file needs a "
-            "diffusers config cached locally (or convert it to a diffusers folder)",
+            hint or "check model.base; a hub id needs the internet once (then it is cached)",
             path=base,
         ) from None
+
+
+def load_single_file(pipeline_class: Any, base: str, family: str, use_t5: bool = False, **kwargs: Any) -> Any:
+    """A pipeline from one checkpoint file, with the studio's own configs where it has them (no network)."""
+    from studio.train.pipeline_configs import single_file_config
+
+    path = Path(base).expanduser()
+    info = _model_info(path)
+    config = single_file_config(path, info, family, use_t5)
+    if config is not None:
+        return load_or_fail("checkpoint", base, lambda: pipeline_class.from_single_file(
+            str(path), config=str(config), local_files_only=True, **kwargs),
+            "the file may be damaged or not a complete checkpoint: re-download it, or choose another model")
+    known = ", ".join(KIND_NAMES[k] for k in OFFLINE_KINDS)
+    what = f"a {info.label}" if info.kind else "a checkpoint of a kind not recognised here"
+    reason = " with T5" if family == "sd3" and use_t5 else ""
+    hint = (f"this is {what}{reason}: its pipeline configs come from the Hugging Face hub (the studio has them "
+            f"offline for {known}), so connect to the internet once, or convert it to a diffusers folder")
+    return load_or_fail("checkpoint", base, lambda: pipeline_class.from_single_file(
+        str(path), local_files_only=True, **kwargs), hint)
 
 
 def vae_dtype(vae: object, weight_dtype: object) -> object:
@@ -171,13 +150,20 @@ def vae_dtype(vae: object, weight_dtype: object) -> object:
     return torch.float32 if weight_dtype == torch.float16 and force_upcast else weight_dtype
 
 
-def load_vae(path: str) -> object:
+def load_vae(path: str, family: str) -> object:
     """A separate VAE from model.vae: a diffusers folder, a single file or a hub id."""
     from diffusers import AutoencoderKL
 
     if Path(path).suffix.lower() in SINGLE_FILE_SUFFIXES:
+        from studio.train.pipeline_configs import config_folder
+
         if not Path(path).expanduser().is_file():
             raise TrainError("model", f"the VAE file {path} does not exist", "check model.vae in the config",
                              path=path)
-        return load_or_fail("VAE", path, lambda: AutoencoderKL.from_single_file(path, local_files_only=True))
+        # A VAE file holds weights only; its config is the family's published one.
+        folder = str(config_folder(family))
+        return load_or_fail("VAE", path, lambda: AutoencoderKL.from_single_file(
+            str(Path(path).expanduser()), config=folder, subfolder="vae", local_files_only=True),
+            f"model.vae must be a {FAMILY_NAMES.get(family, family)} VAE (.safetensors, a diffusers folder "
+            "or a hub id); re-download it or choose another")
     return load_or_fail("VAE", path, lambda: AutoencoderKL.from_pretrained(path))

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
+from studio.train.families.loading import load_or_fail, load_single_file, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 
 
@@ -27,8 +27,8 @@ class SD15Adapter(FamilyAdapter):
         source = model_source(base, self.family, {"text_encoder": "the CLIP text encoder", "tokenizer": "the CLIP tokenizer"})
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
         if source == "file":
-            pipe = load_or_fail("checkpoint", base, lambda: StableDiffusionPipeline.from_single_file(
-                base, local_files_only=True, safety_checker=None, requires_safety_checker=False))
+            pipe = load_single_file(StableDiffusionPipeline, base, self.family, safety_checker=None,
+                                    requires_safety_checker=False)
             unet, vae, text_encoder = pipe.unet, pipe.vae, pipe.text_encoder
             tokenizer, sample_scheduler = pipe.tokenizer, pipe.scheduler
             scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
@@ -40,7 +40,7 @@ class SD15Adapter(FamilyAdapter):
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
                 base, subfolder="scheduler", revision=model.revision))
         if model.vae:
-            vae = load_vae(model.vae)
+            vae = load_vae(model.vae, self.family)
         if model.prediction_type != "auto":
             scheduler.register_to_config(prediction_type=model.prediction_type)
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)

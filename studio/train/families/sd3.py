@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from studio.train.errors import TrainError
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
+from studio.train.families.loading import load_or_fail, load_single_file, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 
 # The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
@@ -54,8 +54,7 @@ class SD3Adapter(FamilyAdapter):
         # Without T5 the pipeline is loaded without it: its 4.7 B parameters never reach memory.
         drop: dict[str, Any] = {} if use_t5 else {"text_encoder_3": None, "tokenizer_3": None}
         if source == "file":
-            pipe = load_or_fail("checkpoint", base, lambda: StableDiffusion3Pipeline.from_single_file(
-                base, local_files_only=True, **drop))
+            pipe = load_single_file(StableDiffusion3Pipeline, base, self.family, use_t5, **drop)
         else:
             options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusion3Pipeline.from_pretrained(
@@ -63,7 +62,7 @@ class SD3Adapter(FamilyAdapter):
         if use_t5 and pipe.text_encoder_3 is None:
             raise TrainError("model", f"{base} has no T5 text encoder (text_encoder_3), but model.use_t5 is true",
                              "set model.use_t5 = false to train with the two CLIP encoders only", path=base)
-        vae: Any = load_vae(model.vae) if model.vae else pipe.vae
+        vae: Any = load_vae(model.vae, self.family) if model.vae else pipe.vae
         transformer = pipe.transformer
         self.joint_attention_dim = int(transformer.config.joint_attention_dim)
         encoders = [pipe.text_encoder, pipe.text_encoder_2, *([pipe.text_encoder_3] if use_t5 else [])]

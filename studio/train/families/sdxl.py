@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, load_vae, model_source, vae_dtype
+from studio.train.families.loading import load_or_fail, load_single_file, load_vae, model_source, vae_dtype
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 
 NEEDS = {
@@ -45,8 +45,7 @@ class SDXLAdapter(FamilyAdapter):
         base = model.base
         source = model_source(base, self.family, NEEDS)
         if source == "file":
-            pipe = load_or_fail("checkpoint", base, lambda: StableDiffusionXLPipeline.from_single_file(
-                base, local_files_only=True, add_watermarker=False))
+            pipe = load_single_file(StableDiffusionXLPipeline, base, self.family, add_watermarker=False)
             scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
         else:
             options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
@@ -54,7 +53,7 @@ class SDXLAdapter(FamilyAdapter):
                 base, add_watermarker=False, **options))
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
                 base, subfolder="scheduler", revision=model.revision))
-        vae: Any = load_vae(model.vae) if model.vae else pipe.vae
+        vae: Any = load_vae(model.vae, self.family) if model.vae else pipe.vae
         sample_scheduler = pipe.scheduler
         if model.prediction_type != "auto":
             scheduler.register_to_config(prediction_type=model.prediction_type)

@@ -1,0 +1,202 @@
+"""Training from one checkpoint file (.safetensors from a model site) with no network.
+
+The studio writes the pipeline configs and CLIP tokenizers such a file needs
+(studio/train/pipeline_configs.py); these tests check the tokenizer against CLIP's
+own token ids, the configs against the published architectures, the header-only kind
+detection, and a real training run from a full-size SD1.5 checkpoint file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from studio.core.config import OutputSection, TrainingSection
+from studio.core.events import Error, RunFinished
+from studio.core.memory import load_architecture
+
+torch = pytest.importorskip("torch")
+
+from studio.core.model_files import checkpoint_kind, detect_model  # noqa: E402
+from studio.train.errors import TrainError  # noqa: E402
+from studio.train.pipeline_configs import single_file_config, write_clip_tokenizer, write_config_folder  # noqa: E402
+
+# Token ids from CLIP's own tokenizer (open_clip's SimpleTokenizer on the same BPE file).
+CLIP_IDS = {
+    "a photo of a cat": [49406, 320, 1125, 539, 320, 2368, 49407],
+    "a diagram": [49406, 320, 22697, 49407],
+    "ohwx man wearing a red jacket, (bokeh:1.2), 85mm":
+        [49406, 47993, 786, 3309, 320, 736, 6164, 267, 263, 647, 36983, 281],
+}
+
+
+def test_the_clip_tokenizer_gives_clips_own_token_ids(tmp_path: Path) -> None:
+    from transformers import CLIPTokenizer
+
+    tokenizer = CLIPTokenizer.from_pretrained(write_clip_tokenizer(tmp_path / "tokenizer"))
+    assert len(tokenizer) == 49_408
+    for text, ids in CLIP_IDS.items():
+        assert tokenizer(text).input_ids[:len(ids)] == ids
+    padded = CLIPTokenizer.from_pretrained(write_clip_tokenizer(tmp_path / "tokenizer_2", pad_token="!"))
+    row = padded("a cat", padding="max_length", max_length=77).input_ids
+    assert len(row) == 77 and row[:4] == [49406, 320, 2368, 49407] and set(row[4:]) == {0}  # "!" is id 0
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl", "sd3"])
+def test_the_config_folders_describe_the_published_architectures(family: str, tmp_path: Path) -> None:
+    import diffusers
+    import transformers
+
+    folder = write_config_folder(family, tmp_path / family)
+    index = json.loads((folder / "model_index.json").read_text())
+    counted = load_architecture(family)["components"]
+    for name, entry in counted.items():
+        if name == "text_encoder_3":
+            assert index[name] == [None, None]  # T5 comes from the hub
+            continue
+        library, class_name = index[name]
+        with torch.device("meta"):
+            if library == "diffusers":
+                cls = getattr(diffusers, class_name)
+                module = cls.from_config(cls.load_config(folder / name))
+            else:
+                config = transformers.AutoConfig.from_pretrained(folder / name)
+                module = getattr(transformers, class_name)(config)
+        assert sum(p.numel() for p in module.parameters()) == entry["params"], name
+    pipeline = getattr(diffusers, index["_class_name"])
+    assert set(pipeline.load_config(folder)) >= {"scheduler", "tokenizer", "vae"}
+
+
+def _header_file(path: Path, shapes: dict[str, tuple[int, ...]]) -> Path:
+    from safetensors.torch import save_file
+
+    save_file({key: torch.zeros(shape, dtype=torch.float16) for key, shape in shapes.items()}, str(path))
+    return path
+
+
+UNET = "model.diffusion_model."
+CONV_IN = UNET + "input_blocks.0.0.weight"
+TO_K = UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight"
+
+
+@pytest.mark.parametrize(("shapes", "kind"), [
+    ({CONV_IN: (320, 4, 3, 3), TO_K: (320, 768)}, "v1"),
+    ({CONV_IN: (320, 9, 3, 3), TO_K: (320, 768)}, "inpainting"),
+    ({CONV_IN: (320, 4, 3, 3), TO_K: (320, 1024)}, "v2"),
+    ({CONV_IN: (320, 4, 3, 3), "conditioner.embedders.1.model.ln_final.weight": (1280,)}, "xl_base"),
+    ({CONV_IN: (384, 4, 3, 3), UNET + "label_emb.0.0.weight": (1536, 2560)}, "xl_refiner"),
+    ({f"{UNET}joint_blocks.{i}.x_block.attn.qkv.weight": (1, 1) for i in range(24)}, "sd3"),
+    ({f"{UNET}joint_blocks.{i}.x_block.attn.qkv.weight": (1, 1) for i in range(38)}, "sd35_large"),
+    ({"first_stage_model.encoder.conv_in.weight": (128, 3, 3, 3)}, None),
+])
+def test_the_kind_of_a_checkpoint_is_read_from_its_header(shapes: dict[str, tuple[int, ...]], kind: str | None,
+                                                          tmp_path: Path) -> None:
+    assert detect_model(_header_file(tmp_path / "model.safetensors", shapes)).kind == kind
+
+
+def test_a_full_size_sdxl_checkpoint_converts_onto_the_offline_config(tmp_path: Path) -> None:
+    """Every tensor of an SDXL checkpoint in the original layout lands on a same-shaped tensor of the
+    UNet, VAE and both text encoders built from the studio's configs (counted on the meta device)."""
+    import diffusers
+    import transformers
+    from diffusers.loaders import single_file_utils as convert
+
+    from studio.train.families.base import Components
+    from studio.train.full_size import components
+    from studio.train.single_file import original_state_dict
+
+    parts = components("sdxl", "meta")
+    checkpoint = original_state_dict("sdxl", Components(
+        parts["unet"], parts["vae"], [parts["text_encoder"], parts["text_encoder_2"]], [], None))
+    assert checkpoint_kind(set(checkpoint), lambda k: list(checkpoint[k].shape) if k in checkpoint else None) == "xl_base"
+    folder = write_config_folder("sdxl", tmp_path / "sdxl")
+    with torch.device("meta"):
+        unet_config = diffusers.UNet2DConditionModel.load_config(folder / "unet")
+        vae_config = diffusers.AutoencoderKL.load_config(folder / "vae")
+        built = {
+            "unet": (diffusers.UNet2DConditionModel.from_config(unet_config),
+                     convert.convert_ldm_unet_checkpoint(dict(checkpoint), unet_config)),
+            "vae": (diffusers.AutoencoderKL.from_config(vae_config),
+                    convert.convert_ldm_vae_checkpoint(dict(checkpoint), vae_config)),
+        }
+        clip = transformers.CLIPTextModel(transformers.AutoConfig.from_pretrained(folder / "text_encoder"))
+        built["text_encoder"] = (clip, convert.convert_ldm_clip_checkpoint(
+            dict(checkpoint), remove_prefix="conditioner.embedders.0.transformer."))
+        big_g = transformers.CLIPTextModelWithProjection(transformers.AutoConfig.from_pretrained(folder / "text_encoder_2"))
+        built["text_encoder_2"] = (big_g, convert.convert_open_clip_checkpoint(
+            big_g, dict(checkpoint), prefix="conditioner.embedders.1.model."))
+    def shapes(state: dict[str, torch.Tensor]) -> dict[str, torch.Size]:
+        # transformers names a CLIP text model's tensors with or without "text_model." and loads either.
+        return {k.removeprefix("text_model."): v.shape for k, v in state.items() if not k.endswith("position_ids")}
+
+    for name, (module, converted) in built.items():
+        assert shapes(converted) == shapes(module.state_dict()), name
+
+
+def test_kinds_the_studio_cannot_train_are_refused_with_the_reason(tmp_path: Path) -> None:
+    inpaint = _header_file(tmp_path / "inpaint.safetensors", {CONV_IN: (320, 9, 3, 3), TO_K: (320, 768)})
+    with pytest.raises(TrainError) as raised:
+        single_file_config(inpaint, detect_model(inpaint), "sd15")
+    assert "Stable Diffusion 1.x inpainting checkpoint" in raised.value.message
+    assert "non-inpainting" in raised.value.hint
+
+
+def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
+        make_config, run_training, events_of, tmp_path: Path) -> None:
+    from studio.core.config import ModelSection
+
+    v2 = _header_file(tmp_path / "sd21.safetensors", {CONV_IN: (320, 4, 3, 3), TO_K: (320, 1024),
+                                                      "cond_stage_model.model.ln_final.weight": (1024,)})
+    config = make_config(model=ModelSection(family="sd15", base=str(v2)))
+    code, run_dir = run_training(config, tmp_path)
+    assert code != 0
+    error = next(e for e in events_of(run_dir) if isinstance(e, Error))
+    assert error.kind == "model"
+    assert str(v2) in error.message
+    assert "Stable Diffusion 2.x checkpoint" in error.hint and "internet once" in error.hint
+
+
+@pytest.fixture(scope="module")
+def sd15_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A full-size SD1.5 checkpoint with random weights, in the original single-file layout (2 GB in fp16)."""
+    from studio.train.families.base import Components
+    from studio.train.full_size import components
+    from studio.train.single_file import save_single_file
+
+    parts = components("sd15", "meta")
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in parts.values():
+            module.to_empty(device="cpu")
+            for p in module.parameters():
+                p.normal_(0.0, 0.02, generator=generator)
+            for name, buffer in module.named_buffers():
+                if name.endswith("position_ids"):
+                    buffer.copy_(torch.arange(buffer.shape[-1]).expand_as(buffer))
+                elif buffer.is_floating_point():
+                    buffer.zero_()
+    path = tmp_path_factory.mktemp("checkpoint") / "my-sd15-model.safetensors"
+    save_single_file(path, "sd15", Components(parts["unet"], parts["vae"], [parts["text_encoder"]], [], None),
+                     torch.float16, {})
+    return path
+
+
+@pytest.mark.slow
+def test_a_lora_trains_from_a_full_size_sd15_checkpoint_file_offline(
+        sd15_checkpoint: Path, make_config, run_training, events_of, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.config import ModelSection
+
+    # Nothing cached from the hub and no network: the configs must come from the studio.
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    config = make_config(model=ModelSection(family="sd15", base=str(sd15_checkpoint)),
+                         training=TrainingSection(batch_size=1, max_steps=1, learning_rate=1e-4, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)
+    assert code == 0, [e for e in events if e.type == "error"]
+    finished = next(e for e in events if isinstance(e, RunFinished))
+    lora = Path(finished.outputs[0])
+    assert lora.is_file() and lora.stat().st_size > 1_000_000  # rank 16 on the full-size UNet: ~6 MB
