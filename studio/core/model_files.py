@@ -9,6 +9,7 @@ every tensor with its shape, so a 7 GB checkpoint is identified by reading a few
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
 from collections.abc import Callable
@@ -72,6 +73,11 @@ class ModelInfo:
         return f"{FAMILY_NAMES[self.family]} model" if self.family else "model of an unknown family"
 
     @property
+    def a_label(self) -> str:
+        """The label with its article: "an SDXL base checkpoint", "a Stable Diffusion 1.x checkpoint"."""
+        return ("an " if self.label.startswith(("SD", "A", "E", "I", "O", "U")) else "a ") + self.label
+
+    @property
     def offline(self) -> bool:
         """Whether a checkpoint file loads without the internet (folders always do)."""
         return self.kind is None or self.kind in OFFLINE_KINDS
@@ -88,9 +94,15 @@ def read_safetensors_header(path: Path) -> dict[str, list[int]]:
             prefix = handle.read(8)
             if len(prefix) < 8:
                 raise ModelFileError(f"{path} is too short to be a .safetensors file ({len(prefix)} bytes)")
+            if prefix.startswith(b"PK\x03\x04"):
+                raise ModelFileError(f"{path} is a .ckpt checkpoint (a zip archive) named .safetensors: rename it "
+                                     "to .ckpt, or download the .safetensors version")
             (length,) = struct.unpack("<Q", prefix)
             if not 2 <= length <= _MAX_HEADER:
                 raise ModelFileError(f"{path} is not a .safetensors file (its header length {length} is impossible)")
+            if length > os.fstat(handle.fileno()).st_size - 8:
+                raise ModelFileError(f"{path} is cut short: its header alone should be {length} bytes; "
+                                     "re-download the file")
             header = json.loads(handle.read(length))
     except OSError as exc:
         raise ModelFileError(f"{path} cannot be read: {exc.strerror or exc}") from None

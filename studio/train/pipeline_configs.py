@@ -69,7 +69,7 @@ def single_file_config(path: Path, info: ModelInfo, family: str, use_t5: bool = 
     Refuses a checkpoint of a kind the studio cannot train (say, an inpainting model), naming the kind.
     """
     if info.refused:
-        raise TrainError("model", f"{path} is an {info.label}, which the studio cannot train",
+        raise TrainError("model", f"{path} is {info.a_label}, which the studio cannot train",
                          info.refused, path=str(path))
     if info.kind not in OFFLINE_KINDS or KIND_FAMILIES[info.kind] != family or (family == "sd3" and use_t5):
         return None

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from studio.core.config import ConfigError, TrainConfig, dump_config, issues_from_validation
 from studio.core.hardware import GPUInfo, HardwareReport
 from studio.core.memory_suggest import apply_changes
+from studio.core.model_files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
 from studio.core.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.project import default_config
 from studio.gui.context import StudioContext
@@ -55,6 +56,7 @@ class ModelPage(Page):
         self.config: TrainConfig = context.config or default_config()
         self.gpu: GPUInfo | None = None
         self.current_preset: Preset | None = None
+        self._model_infos: dict[tuple[str, int, int], ModelInfo | ModelFileError] = {}
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
         self._estimate_timer.timeout.connect(self.update_estimates)
 
@@ -147,19 +149,55 @@ class ModelPage(Page):
         else:
             path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", "", "Models (*.safetensors *.ckpt)")
         if path:
-            self.apply_config_changes({"model.base": path})
+            self.choose_base(path)
+
+    def choose_base(self, base: str) -> None:
+        """Take a picked model; when it shows another family than the config's, follow the model."""
+        changes: dict[str, Any] = {"model.base": base}
+        info = self._model_info(self.context.project_path(base))
+        if isinstance(info, ModelInfo) and info.family and info.family != self.config.model.family:
+            changes["model.family"] = info.family
+        if self.apply_config_changes(changes) and "model.family" in changes:
+            self.context.status(f"Family set to {FAMILY_NAMES[changes['model.family']]} to match the chosen model")
+
+    def _model_info(self, path: Path) -> ModelInfo | ModelFileError | None:
+        """What the model at `path` is, read once per version of the file (the header of a big checkpoint)."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self._model_infos:
+            try:
+                self._model_infos[key] = detect_model(path)
+            except ModelFileError as exc:
+                self._model_infos[key] = exc
+        return self._model_infos[key]
 
     def _base_status(self, base: str) -> str:
         path = self.context.project_path(base)
-        if path.is_dir():
-            found = (path / "model_index.json").is_file()
-            return f"✓ Folder found: {path}" + ("" if found else " (no model_index.json: is it a diffusers folder?)")
-        if path.is_file():
-            return f"✓ File found: {path}"
-        parts = base.split("/")
-        if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
-            return f"Hub id {base}: fetched when training starts (needs the internet once)."
-        return f"✗ Not found: {path}. Choose a folder or file that exists."
+        if path.is_dir() and not (path / "model_index.json").is_file():
+            return f"✗ {path} has no model_index.json: choose a diffusers model folder (with unet/, vae/, …)."
+        info = self._model_info(path)
+        if isinstance(info, ModelFileError):
+            return f"✗ {info}"
+        if info is None:
+            parts = base.split("/")
+            if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
+                return f"Hub id {base}: fetched when training starts (needs the internet once)."
+            return f"✗ Not found: {path}. Choose a folder or file that exists."
+        if info.refused:
+            return f"✗ {path.name} is {info.a_label}: {info.refused}."
+        if info.family is None:
+            return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
+        family = self.config.model.family
+        if info.family != family:
+            return (f"✗ {path.name} is {info.a_label} ({FAMILY_NAMES[info.family]}), but the family is "
+                    f"{FAMILY_NAMES.get(family, family)}: set the family to {info.family}, or choose another model.")
+        text = f"✓ {info.label}: {path}"
+        if not info.offline:
+            text += " (its pipeline configs come from the Hugging Face hub: it needs the internet once)"
+        return text
 
     # ------------------------------------------------------------ config flow
 

@@ -129,7 +129,7 @@ def load_single_file(pipeline_class: Any, base: str, family: str, use_t5: bool =
             str(path), config=str(config), local_files_only=True, **kwargs),
             "the file may be damaged or not a complete checkpoint: re-download it, or choose another model")
     known = ", ".join(KIND_NAMES[k] for k in OFFLINE_KINDS)
-    what = f"a {info.label}" if info.kind else "a checkpoint of a kind not recognised here"
+    what = info.a_label if info.kind else "a checkpoint of a kind not recognised here"
     reason = " with T5" if family == "sd3" and use_t5 else ""
     hint = (f"this is {what}{reason}: its pipeline configs come from the Hugging Face hub (the studio has them "
             f"offline for {known}), so connect to the internet once, or convert it to a diffusers folder")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.checkpoints import SD15, SDXL, write_checkpoint
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox
 
@@ -117,3 +118,34 @@ def test_self_test_counts_presets(make_page) -> None:
     counts = result["presets_fit"]
     assert set(counts) == {"fits", "tight", "does_not_fit"}
     assert sum(counts.values()) == len(page.presets.cards) and counts["fits"] >= 10
+
+
+def test_a_picked_checkpoint_shows_its_kind_and_the_family_follows_it(make_page, tmp_path: Path) -> None:
+    page = make_page()
+    status = page.findChild(QLabel, "model_base_status")
+    assert page.config.model.family == "sd15"
+    xl = write_checkpoint(tmp_path / "my-xl-model.safetensors", SDXL)
+    page.choose_base(str(xl))
+    assert (page.config.model.family, page.config.model.base) == ("sdxl", str(xl))
+    assert page.family.currentData() == "sdxl"
+    assert status.text() == f"✓ SDXL base checkpoint: {xl}"
+    saved = load_config(page.context.project.config_path)
+    assert (saved.model.family, saved.model.base) == ("sdxl", str(xl))
+
+    # Typed by hand, a model of another family is named inline and the family stays.
+    sd15 = write_checkpoint(tmp_path / "v1-model.safetensors", SD15)
+    page.base.setText(str(sd15))
+    page.base.editingFinished.emit()
+    assert page.config.model.family == "sdxl"
+    assert status.text() == ("✗ v1-model.safetensors is a Stable Diffusion 1.x checkpoint (SD 1.x/2.x), but the "
+                             "family is SDXL: set the family to sd15, or choose another model.")
+
+    # A damaged download and an inpainting model say what is wrong; nothing is lost from the config.
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(xl.read_bytes()[:100])
+    page.choose_base(str(cut))
+    assert status.text().startswith(f"✗ {cut} is cut short") and page.config.model.family == "sdxl"
+    inpaint = write_checkpoint(tmp_path / "inpaint.safetensors",
+                               {**SD15, "model.diffusion_model.input_blocks.0.0.weight": [320, 9, 3, 3]})
+    page.choose_base(str(inpaint))
+    assert "is a Stable Diffusion 1.x inpainting checkpoint: the studio trains text-to-image models only" in status.text()

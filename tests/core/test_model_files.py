@@ -1,0 +1,77 @@
+"""Reading what a base model is from its folder's JSON or its checkpoint's header (no torch)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from fixtures.checkpoints import SD15, write_checkpoint
+
+from studio.core.model_files import ModelFileError, detect_model, read_safetensors_header
+
+UNET = "model.diffusion_model."
+
+
+def test_the_header_gives_names_and_shapes_without_the_weights(tmp_path: Path) -> None:
+    path = write_checkpoint(tmp_path / "m.safetensors", SD15)
+    shapes = read_safetensors_header(path)
+    assert shapes == SD15  # __metadata__ is not a tensor
+
+
+def test_an_sd15_checkpoint_is_recognised_and_loads_offline(tmp_path: Path) -> None:
+    info = detect_model(write_checkpoint(tmp_path / "realistic-v5.safetensors", SD15))
+    assert (info.family, info.kind, info.offline, info.refused) == ("sd15", "v1", True, None)
+    assert info.label == "Stable Diffusion 1.x checkpoint"
+
+
+def test_an_sd2_checkpoint_needs_the_hub_and_an_inpainting_one_is_refused(tmp_path: Path) -> None:
+    v2 = {**SD15, UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight": [320, 1024]}
+    info = detect_model(write_checkpoint(tmp_path / "v2.safetensors", v2))
+    assert (info.family, info.kind, info.offline) == ("sd15", "v2", False)
+    inpaint = {**SD15, UNET + "input_blocks.0.0.weight": [320, 9, 3, 3]}
+    info = detect_model(write_checkpoint(tmp_path / "inpaint.safetensors", inpaint))
+    assert info.kind == "inpainting" and "text-to-image" in (info.refused or "")
+
+
+def test_a_file_of_no_known_kind_still_names_its_family_from_tensor_names(tmp_path: Path) -> None:
+    odd = {UNET + "input_blocks.0.0.weight": [320, 4, 3, 3], "cond_stage_model.x": [1]}
+    info = detect_model(write_checkpoint(tmp_path / "odd.safetensors", odd))
+    assert (info.family, info.kind) == ("sd15", None)
+    lora = detect_model(write_checkpoint(tmp_path / "lora.safetensors", {"lora_unet_x.lora_down.weight": [4, 320]}))
+    assert lora.family is None and "match no known family" in lora.evidence
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"", "too short to be a .safetensors file"),
+    (struct.pack("<Q", 2**40) + b"{}", "header length"),
+    (struct.pack("<Q", 50) + b'{"a": {"dtype": "F16", "sha', "is cut short"),
+    (struct.pack("<Q", 8) + b'{"a": [1', "damaged header"),
+    (b"PK\x03\x04" + bytes(40), "rename it to .ckpt"),  # a .ckpt (zip) renamed to .safetensors
+])
+def test_a_damaged_file_is_named_with_what_is_wrong(content: bytes, says: str, tmp_path: Path) -> None:
+    path = tmp_path / "broken.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(ModelFileError) as raised:
+        detect_model(path)
+    assert str(path) in str(raised.value) and says in str(raised.value)
+
+
+def test_folders_are_recognised_from_their_json(tmp_path: Path) -> None:
+    xl = tmp_path / "xl"
+    (xl / "unet").mkdir(parents=True)
+    (xl / "model_index.json").write_text(json.dumps({"_class_name": "MyMergedPipeline"}))
+    (xl / "unet" / "config.json").write_text(json.dumps({"addition_embed_type": "text_time"}))
+    info = detect_model(xl)
+    assert (info.family, info.kind, info.offline) == ("sdxl", None, True)
+    assert info.label == "SDXL model"
+    sd3 = tmp_path / "sd3"
+    sd3.mkdir()
+    (sd3 / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusion3Pipeline"}))
+    assert detect_model(sd3).family == "sd3"
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model_index.json").write_text("{ not json")
+    with pytest.raises(ModelFileError, match=r"model_index\.json is not valid JSON"):
+        detect_model(broken)
