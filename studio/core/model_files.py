@@ -46,10 +46,11 @@ KIND_FAMILIES = {"v1": "sd15", "v2": "sd15", "inpainting": "sd15", "v2_inpaintin
 # The kinds the studio has pipeline configs for, so they load with no network.
 OFFLINE_KINDS = ("v1", "xl_base", "sd3")
 # Kinds the studio cannot train, and why.
+_INPAINTING = "the studio trains text-to-image models only; choose the base (non-inpainting) model"
 REFUSED_KINDS = {
-    "inpainting": "the studio trains text-to-image models only; choose the base (non-inpainting) model",
-    "v2_inpainting": "the studio trains text-to-image models only; choose the base (non-inpainting) model",
-    "xl_inpaint": "the studio trains text-to-image models only; choose the base (non-inpainting) model",
+    "inpainting": _INPAINTING,
+    "v2_inpainting": _INPAINTING,
+    "xl_inpaint": _INPAINTING,
     "xl_refiner": "the SDXL refiner has no CLIP-L text encoder and is not trained on its own; choose an SDXL base model",
 }
 _MAX_HEADER = 100 * 1024 * 1024
