@@ -90,6 +90,21 @@ class ModelInfo:
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
     """Every tensor's name and shape from a `.safetensors` file's header."""
+    shapes: dict[str, list[int]] = {}
+    for name, entry in _header_entries(path).items():
+        shape = entry.get("shape")
+        shapes[name] = [int(d) for d in shape] if isinstance(shape, list) else []
+    return shapes
+
+
+def float_dtypes(path: Path) -> set[str]:
+    """The floating-point types a `.safetensors` file stores its weights in ("F16", "BF16", "F32", ...)."""
+    return {str(entry.get("dtype")) for entry in _header_entries(path).values()
+            if str(entry.get("dtype", "")).startswith(("F", "BF"))}
+
+
+def _header_entries(path: Path) -> dict[str, dict[str, object]]:
+    """The header's entry of every tensor (dtype, shape, data offsets)."""
     try:
         with open(path, "rb") as handle:
             prefix = handle.read(8)
@@ -112,8 +127,7 @@ def read_safetensors_header(path: Path) -> dict[str, list[int]]:
                              "while downloading") from None
     if not isinstance(header, dict):
         raise ModelFileError(f"{path} has a damaged header (not a table of tensors)")
-    return {name: list(entry.get("shape", [])) for name, entry in header.items()
-            if name != "__metadata__" and isinstance(entry, dict)}
+    return {name: entry for name, entry in header.items() if name != "__metadata__" and isinstance(entry, dict)}
 
 
 def detect_model(path: Path) -> ModelInfo:

@@ -66,3 +66,30 @@ def write_full_size_pipeline(family: str, folder: str | Path, dtype: str = "fp16
     pipeline = getattr(diffusers, _PIPELINES[family])(**parts)
     pipeline.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def write_random_checkpoint(path: str | Path, family: str, dtype: str = "fp16", seed: int = 0) -> Path:
+    """A full-size single-file checkpoint in the original layout with random weights (SD1.5: 2.0 GB in fp16).
+
+    Weights are drawn straight into empty tensors (no layer initialisers), so SD1.5 takes
+    about half a minute on two CPU cores.
+    """
+    from studio.train.families.base import Components
+    from studio.train.single_file import save_single_file
+
+    parts = components(family, "meta", t5=False)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in parts.values():
+            module.to_empty(device="cpu")
+            for p in module.parameters():
+                p.normal_(0.0, 0.02, generator=generator)
+            for name, buffer in module.named_buffers():
+                if name.endswith("position_ids"):
+                    buffer.copy_(torch.arange(buffer.shape[-1]).expand_as(buffer))
+                elif buffer.is_floating_point():
+                    buffer.zero_()
+    denoiser = parts.pop("unet")
+    vae = parts.pop("vae")
+    return save_single_file(Path(path), family, Components(denoiser, vae, list(parts.values()), [], None),
+                            _DTYPES[dtype], {})

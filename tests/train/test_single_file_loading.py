@@ -161,26 +161,9 @@ def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
 @pytest.fixture(scope="module")
 def sd15_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A full-size SD1.5 checkpoint with random weights, in the original single-file layout (2 GB in fp16)."""
-    from studio.train.families.base import Components
-    from studio.train.full_size import components
-    from studio.train.single_file import save_single_file
+    from studio.train.full_size import write_random_checkpoint
 
-    parts = components("sd15", "meta")
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for module in parts.values():
-            module.to_empty(device="cpu")
-            for p in module.parameters():
-                p.normal_(0.0, 0.02, generator=generator)
-            for name, buffer in module.named_buffers():
-                if name.endswith("position_ids"):
-                    buffer.copy_(torch.arange(buffer.shape[-1]).expand_as(buffer))
-                elif buffer.is_floating_point():
-                    buffer.zero_()
-    path = tmp_path_factory.mktemp("checkpoint") / "my-sd15-model.safetensors"
-    save_single_file(path, "sd15", Components(parts["unet"], parts["vae"], [parts["text_encoder"]], [], None),
-                     torch.float16, {})
-    return path
+    return write_random_checkpoint(tmp_path_factory.mktemp("checkpoint") / "my-sd15-model.safetensors", "sd15")
 
 
 @pytest.mark.slow
@@ -200,3 +183,20 @@ def test_a_lora_trains_from_a_full_size_sd15_checkpoint_file_offline(
     finished = next(e for e in events if isinstance(e, RunFinished))
     lora = Path(finished.outputs[0])
     assert lora.is_file() and lora.stat().st_size > 1_000_000  # rank 16 on the full-size UNet: ~6 MB
+
+
+@pytest.mark.slow
+def test_a_16_bit_checkpoint_loads_straight_into_16_bit_weights_unchanged(sd15_checkpoint: Path, make_config) -> None:
+    from safetensors import safe_open
+
+    from studio.core.config import ModelSection
+    from studio.train.families import adapter_for
+
+    config = make_config(model=ModelSection(family="sd15", base=str(sd15_checkpoint)))
+    components = adapter_for(config).load(torch.device("cpu"), torch.float16)
+    assert components.denoiser.dtype == torch.float16 and components.text_encoders[0].dtype == torch.float16
+    assert components.vae.dtype == torch.float32  # the SD VAE overflows in fp16
+    with safe_open(str(sd15_checkpoint), framework="pt") as stored:
+        assert torch.equal(components.denoiser.conv_out.weight, stored.get_tensor("model.diffusion_model.out.2.weight"))
+        assert torch.equal(components.vae.encoder.conv_in.weight,
+                           stored.get_tensor("first_stage_model.encoder.conv_in.weight").float())

@@ -71,3 +71,13 @@ def test_a_dtype_that_fights_mixed_precision_is_named() -> None:
     assert warning is not None and "model.dtype = fp16 under bf16" in warning and '"auto"' in warning
     warning = dtype_mismatch(_config("no", "fp16"))
     assert warning is not None and "fp32 activations" in warning
+
+
+@pytest.mark.parametrize(("weights", "vae"), [("float16", "float32"), ("bfloat16", "bfloat16")])
+def test_a_model_folder_loads_in_the_training_precision(weights: str, vae: str, make_config) -> None:
+    from studio.train.families import adapter_for
+
+    components = adapter_for(make_config()).load(torch.device("cpu"), getattr(torch, weights))
+    assert components.denoiser.dtype == getattr(torch, weights)
+    assert components.text_encoders[0].dtype == getattr(torch, weights)
+    assert components.vae.dtype == getattr(torch, vae)  # the SD VAE overflows in fp16, not in bf16

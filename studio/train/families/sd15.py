@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, load_single_file, load_vae, model_source, vae_dtype
+from studio.train.families.loading import (
+    folder_dtypes,
+    load_or_fail,
+    load_single_file,
+    load_vae,
+    model_source,
+    vae_dtype,
+)
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 
 
@@ -25,9 +32,10 @@ class SD15Adapter(FamilyAdapter):
         model = self.config.model
         base = model.base
         source = model_source(base, self.family, {"text_encoder": "the CLIP text encoder", "tokenizer": "the CLIP tokenizer"})
-        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
+        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
+                                   **folder_dtypes(weight_dtype)}
         if source == "file":
-            pipe = load_single_file(StableDiffusionPipeline, base, self.family, safety_checker=None,
+            pipe = load_single_file(StableDiffusionPipeline, base, self.family, weight_dtype, safety_checker=None,
                                     requires_safety_checker=False)
             unet, vae, text_encoder = pipe.unet, pipe.vae, pipe.text_encoder
             tokenizer, sample_scheduler = pipe.tokenizer, pipe.scheduler

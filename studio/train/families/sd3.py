@@ -18,7 +18,14 @@ import torch.nn.functional as F
 
 from studio.train.errors import TrainError
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, load_single_file, load_vae, model_source, vae_dtype
+from studio.train.families.loading import (
+    folder_dtypes,
+    load_or_fail,
+    load_single_file,
+    load_vae,
+    model_source,
+    vae_dtype,
+)
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 
 # The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
@@ -54,9 +61,10 @@ class SD3Adapter(FamilyAdapter):
         # Without T5 the pipeline is loaded without it: its 4.7 B parameters never reach memory.
         drop: dict[str, Any] = {} if use_t5 else {"text_encoder_3": None, "tokenizer_3": None}
         if source == "file":
-            pipe = load_single_file(StableDiffusion3Pipeline, base, self.family, use_t5, **drop)
+            pipe = load_single_file(StableDiffusion3Pipeline, base, self.family, weight_dtype, use_t5, **drop)
         else:
-            options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
+            options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
+                                       **folder_dtypes(weight_dtype)}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusion3Pipeline.from_pretrained(
                 base, **drop, **options))
         if use_t5 and pipe.text_encoder_3 is None:

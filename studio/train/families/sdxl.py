@@ -13,7 +13,14 @@ from typing import Any, ClassVar
 import torch
 
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
-from studio.train.families.loading import load_or_fail, load_single_file, load_vae, model_source, vae_dtype
+from studio.train.families.loading import (
+    folder_dtypes,
+    load_or_fail,
+    load_single_file,
+    load_vae,
+    model_source,
+    vae_dtype,
+)
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 
 NEEDS = {
@@ -45,10 +52,11 @@ class SDXLAdapter(FamilyAdapter):
         base = model.base
         source = model_source(base, self.family, NEEDS)
         if source == "file":
-            pipe = load_single_file(StableDiffusionXLPipeline, base, self.family, add_watermarker=False)
+            pipe = load_single_file(StableDiffusionXLPipeline, base, self.family, weight_dtype, add_watermarker=False)
             scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
         else:
-            options: dict[str, Any] = {"revision": model.revision, "variant": model.variant}
+            options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
+                                       **folder_dtypes(weight_dtype)}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusionXLPipeline.from_pretrained(
                 base, add_watermarker=False, **options))
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
