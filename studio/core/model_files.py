@@ -66,6 +66,7 @@ class ModelInfo:
     family: str | None  # sd15 | sdxl | sd3, or None when unknown
     kind: str | None  # a KIND_NAMES key for a checkpoint file, None for folders and unknown files
     evidence: str  # what showed it, for messages
+    missing: str | None = None  # what a checkpoint file lacks to be trained from, with what to do
 
     @property
     def label(self) -> str:
@@ -85,7 +86,8 @@ class ModelInfo:
 
     @property
     def refused(self) -> str | None:
-        return REFUSED_KINDS.get(self.kind or "")
+        """Why the studio cannot train from this model, or None."""
+        return REFUSED_KINDS.get(self.kind or "") or self.missing
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
@@ -166,7 +168,7 @@ def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) ->
 def _file_model(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
     kind = checkpoint_kind(keys, shape)
     if kind is not None:
-        return ModelInfo(KIND_FAMILIES[kind], kind, "its tensor names and shapes")
+        return ModelInfo(KIND_FAMILIES[kind], kind, "its tensor names and shapes", _missing(kind, keys))
     # Files of no known kind: the family alone, from names only.
     if any("joint_blocks" in k for k in keys):
         return ModelInfo("sd3", None, "it has MMDiT joint_blocks")
@@ -175,6 +177,25 @@ def _file_model(keys: set[str], shape: Callable[[str], list[int] | None]) -> Mod
     if any(k.startswith(_UNET + "input_blocks") for k in keys) and any(k.startswith("cond_stage_model") for k in keys):
         return ModelInfo("sd15", None, "it has an SD 1.x/2.x UNet and cond_stage_model")
     return ModelInfo(None, None, "its tensor names match no known family")
+
+
+# Where each kind keeps its text encoders in a single file (every kind keeps its VAE in first_stage_model).
+_TEXT_ENCODER_PREFIXES = {"sd15": ("cond_stage_model.",), "sdxl": ("conditioner.embedders.0.",),
+                          "sd3": ("text_encoders.clip_l.", "text_encoders.clip_g.")}
+
+
+def _missing(kind: str, keys: set[str]) -> str | None:
+    """What a checkpoint lacks that a pipeline needs: files of the denoiser alone are common downloads."""
+    lacks = [prefix for prefix in _TEXT_ENCODER_PREFIXES[KIND_FAMILIES[kind]]
+             if not any(k.startswith(prefix) for k in keys)]
+    if lacks:
+        example = " (sd3_medium.safetensors is such a file; sd3_medium_incl_clips.safetensors is not)" \
+            if KIND_FAMILIES[kind] == "sd3" else ""
+        return (f"the file holds no text encoder ({', '.join(p.rstrip('.') for p in lacks)}){example}; choose "
+                "a checkpoint that includes them, or a diffusers folder")
+    if not any(k.startswith("first_stage_model.") for k in keys):
+        return "the file holds no VAE (first_stage_model); choose a complete checkpoint, or a diffusers folder"
+    return None
 
 
 def _folder_model(folder: Path) -> ModelInfo:

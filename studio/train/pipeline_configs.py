@@ -5,7 +5,7 @@ configs and tokenizers, which it normally downloads from the Hugging Face hub th
 time. The studio writes them itself for the kinds of checkpoint people train on most:
 the published architectures (`studio/train/arch_configs.py`), the published schedulers,
 and CLIP's byte-pair vocabulary (`resources/pipelines/`, the file OpenAI released with
-CLIP, MIT licensed). An SD1.5, SDXL or SD3-medium checkpoint therefore loads with no
+CLIP, MIT licensed). An SD1.5, SDXL or SD3-medium checkpoint (with its CLIPs) loads with no
 network. Other kinds (SD2, inpainting, the SDXL refiner, SD3.5, or SD3 with T5) still
 take their configs from the hub, and the error says so when it cannot be reached.
 

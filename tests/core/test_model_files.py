@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from fixtures.checkpoints import SD15, write_checkpoint
+from fixtures.checkpoints import SD3_WITHOUT_CLIPS, SD15, write_checkpoint
 
 from studio.core.model_files import ModelFileError, detect_model, read_safetensors_header
 
@@ -33,6 +33,17 @@ def test_an_sd2_checkpoint_needs_the_hub_and_an_inpainting_one_is_refused(tmp_pa
     inpaint = {**SD15, UNET + "input_blocks.0.0.weight": [320, 9, 3, 3]}
     info = detect_model(write_checkpoint(tmp_path / "inpaint.safetensors", inpaint))
     assert info.kind == "inpainting" and "text-to-image" in (info.refused or "")
+
+
+def test_a_checkpoint_without_its_text_encoders_or_vae_says_so(tmp_path: Path) -> None:
+    sd3 = detect_model(write_checkpoint(tmp_path / "sd3_medium.safetensors", SD3_WITHOUT_CLIPS))
+    assert (sd3.family, sd3.kind) == ("sd3", "sd3")
+    assert sd3.refused is not None
+    assert "no text encoder (text_encoders.clip_l, text_encoders.clip_g)" in sd3.refused
+    assert "sd3_medium_incl_clips.safetensors" in sd3.refused
+    unet_only = {k: v for k, v in SD15.items() if not k.startswith("first_stage_model.")}
+    info = detect_model(write_checkpoint(tmp_path / "no-vae.safetensors", unet_only))
+    assert info.kind == "v1" and "holds no VAE" in (info.refused or "")
 
 
 def test_a_file_of_no_known_kind_still_names_its_family_from_tensor_names(tmp_path: Path) -> None:

@@ -148,7 +148,8 @@ def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
     from studio.core.config import ModelSection
 
     v2 = _header_file(tmp_path / "sd21.safetensors", {CONV_IN: (320, 4, 3, 3), TO_K: (320, 1024),
-                                                      "cond_stage_model.model.ln_final.weight": (1024,)})
+                                                      "cond_stage_model.model.ln_final.weight": (1024,),
+                                                      "first_stage_model.encoder.conv_in.weight": (128, 3, 3, 3)})
     config = make_config(model=ModelSection(family="sd15", base=str(v2)))
     code, run_dir = run_training(config, tmp_path)
     assert code != 0
