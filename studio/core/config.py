@@ -55,6 +55,12 @@ class ModelSection(Section):
     use_t5: bool = Field(
         default=False, description="SD3: load the T5 text encoder (large; off saves ~10 GB)."
     )
+    clip_skip: int = Field(
+        default=1, ge=1, le=12,
+        description="SD1.5: take the text encoder's output this many layers from the end, as kohya and A1111 "
+        "count (2 for anime models made that way; 1 is the last layer). SDXL and SD3 always use their "
+        "penultimate layer.",
+    )
 
 
 class MethodSection(Section):
@@ -251,6 +257,10 @@ class TrainConfig(Section):
             raise _Contradiction(
                 "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
             )
+        if self.model.family != "sd15" and self.model.clip_skip != 1:
+            raise _Contradiction("model.clip_skip", self.model.clip_skip,
+                                 f"only applies to family sd15; {self.model.family} always uses the text "
+                                 "encoders' penultimate layer, so leave it at 1")
         if self.model.family != "sd3" and (self.model.use_t5 or m.blocks):
             key = "model.use_t5" if self.model.use_t5 else "method.blocks"
             raise _Contradiction(key, self.model.use_t5 if key == "model.use_t5" else m.blocks,

@@ -135,11 +135,16 @@ class FamilyAdapter(ABC):
         """One sample image (PIL) for a prompt at the configured steps and guidance."""
         sampling = self.config.sampling
         result = pipeline(
-            prompt=prompt, negative_prompt=sampling.negative_prompt or None,
             num_inference_steps=sampling.steps, guidance_scale=sampling.guidance,
             height=size, width=size, generator=generator,
+            **self.prompt_arguments(pipeline, prompt, sampling.negative_prompt),
         )
         return result.images[0]
+
+    def prompt_arguments(self, pipeline: Any, prompt: str, negative: str) -> dict[str, Any]:
+        """How the family's pipeline call gets its prompts; a family that encodes them its own way
+        (SD1.5 with clip_skip) hands the pipeline the embeddings training uses."""
+        return {"prompt": prompt, "negative_prompt": negative or None}
 
     def save_lora(
         self,

@@ -76,6 +76,7 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         "ss_network_dim": str(config.method.rank),
         "ss_network_alpha": str(config.method.lora_alpha),
         "ss_base_model_version": base_version,
+        "ss_clip_skip": str(config.model.clip_skip) if config.model.family == "sd15" else "None",
         "modelspec.architecture": f"{architecture}/lora",
         "modelspec.sai_model_spec": "1.0.0",
         **extra,

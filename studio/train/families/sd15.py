@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.train.errors import TrainError
 from studio.train.families.base import Components, Conditioning, FamilyAdapter
 from studio.train.families.loading import (
     folder_dtypes,
@@ -64,12 +65,30 @@ class SD15Adapter(FamilyAdapter):
         return ["to_q", "to_k", "to_v", "to_out.0"]
 
     def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
-        tokenizer, encoder = components.tokenizers[0], components.text_encoders[0]
+        return {"encoder_hidden_states": self._encode(components.tokenizers[0], components.text_encoders[0], captions)}
+
+    def _encode(self, tokenizer: Any, encoder: Any, captions: list[str]) -> torch.Tensor:
         ids = tokenizer(
             captions, padding="max_length", max_length=tokenizer.model_max_length,
             truncation=True, return_tensors="pt",
         ).input_ids.to(next(encoder.parameters()).device)
-        return {"encoder_hidden_states": encoder(ids, return_dict=False)[0]}
+        skip = self.config.model.clip_skip
+        if skip == 1:
+            return encoder(ids, return_dict=False)[0]
+        layers = encoder.config.num_hidden_layers
+        if skip > layers:
+            raise TrainError("config", f"model.clip_skip = {skip}, but the text encoder has {layers} layers",
+                             f"set model.clip_skip between 1 and {layers} (2 is the usual choice)")
+        # As kohya and A1111 do: the hidden state `skip` layers from the end, through the final layer norm.
+        hidden = encoder(ids, output_hidden_states=True, return_dict=True).hidden_states[-skip]
+        return getattr(encoder, "text_model", encoder).final_layer_norm(hidden)
+
+    def prompt_arguments(self, pipeline: Any, prompt: str, negative: str) -> dict[str, Any]:
+        if self.config.model.clip_skip == 1:
+            return super().prompt_arguments(pipeline, prompt, negative)
+        encode = self._encode
+        return {"prompt_embeds": encode(pipeline.tokenizer, pipeline.text_encoder, [prompt]),
+                "negative_prompt_embeds": encode(pipeline.tokenizer, pipeline.text_encoder, [negative])}
 
     def noise_scheme(self, components: Components) -> NoiseScheme:
         return DiffusionScheme(components.scheduler, self.config.training)
