@@ -96,15 +96,15 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
-        new_action = QAction("&New Project…", self, shortcut=QKeySequence.StandardKey.New)
+        new_action = _action("&New Project…", self, QKeySequence.StandardKey.New)
         new_action.triggered.connect(self.new_project_dialog)
-        open_action = QAction("&Open Project…", self, shortcut=QKeySequence.StandardKey.Open)
+        open_action = _action("&Open Project…", self, QKeySequence.StandardKey.Open)
         open_action.triggered.connect(self.open_project_dialog)
         demo_action = QAction("Open &Demo Project", self)
         demo_action.triggered.connect(self.open_demo_project)
         self.recent_menu = QMenu("Open &Recent", self)
         self.recent_menu.setObjectName("recent_menu")
-        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action = _action("&Quit", self, QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
         file_menu.addActions([new_action, open_action, demo_action])
         file_menu.addMenu(self.recent_menu)
@@ -113,12 +113,12 @@ class MainWindow(QMainWindow):
 
         go_menu = self.menuBar().addMenu("&Go")
         for index, spec in enumerate(PAGES):
-            action = QAction(spec.title, self, shortcut=QKeySequence(f"Ctrl+{index + 1}"))
+            action = _action(spec.title, self, QKeySequence(f"Ctrl+{index + 1}"))
             action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
             go_menu.addAction(action)
 
         help_menu = self.menuBar().addMenu("&Help")
-        docs_action = QAction("&Documentation", self, shortcut=QKeySequence.StandardKey.HelpContents)
+        docs_action = _action("&Documentation", self, QKeySequence.StandardKey.HelpContents)
         docs_action.triggered.connect(self.open_documentation)
         about_action = QAction("&About", self)
         about_action.triggered.connect(self.show_about)
@@ -139,7 +139,7 @@ class MainWindow(QMainWindow):
 
     def recent_projects(self) -> list[str]:
         value = self.context.settings.value("recent_projects", [])
-        items = [value] if isinstance(value, str) else list(value or [])
+        items = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
         return [p for p in items if isinstance(p, str) and p]
 
     def _remember(self, project: Project) -> None:
@@ -242,8 +242,9 @@ class MainWindow(QMainWindow):
             page = PAGES[index].load()(self.context)
             stand_in = self.stack.widget(index)
             self.stack.insertWidget(index, page)
-            self.stack.removeWidget(stand_in)
-            stand_in.deleteLater()
+            if stand_in is not None:
+                self.stack.removeWidget(stand_in)
+                stand_in.deleteLater()
             self._built[index] = page
         return page
 
@@ -285,7 +286,7 @@ class MainWindow(QMainWindow):
         self.resize(size if isinstance(size, QSize) else QSize(1280, 820))
         row = self.context.settings.value("window/page", 0)
         try:
-            self.nav.setCurrentRow(max(0, min(int(row), len(PAGES) - 1)))  # type: ignore[arg-type]
+            self.nav.setCurrentRow(max(0, min(int(str(row)), len(PAGES) - 1)))
         except (TypeError, ValueError):
             self.nav.setCurrentRow(0)
         if self.nav.currentRow() < 0:
@@ -314,3 +315,9 @@ class MainWindow(QMainWindow):
         self.context.settings.setValue("window/page", self.nav.currentRow())
         self.context.settings.sync()
         event.accept()
+
+
+def _action(text: str, parent: QWidget, shortcut: QKeySequence | QKeySequence.StandardKey) -> QAction:
+    action = QAction(text, parent)
+    action.setShortcut(shortcut)
+    return action

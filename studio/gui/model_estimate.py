@@ -9,6 +9,7 @@ from studio.core.config import TrainConfig
 from studio.core.hardware import GPUInfo
 from studio.core.memory import VramEstimate, estimate_vram, fit, other_processes_warning
 from studio.core.memory_suggest import Suggestion, suggest_fixes
+from studio.gui.page import named
 
 VERDICTS = {"fits": "✓ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "✗ Does not fit"}
 
@@ -25,10 +26,10 @@ class EstimatePanel(QFrame):
         self.estimate: VramEstimate | None = None
         self.suggestions: list[Suggestion] = []
         layout = QVBoxLayout(self)
-        self.verdict = QLabel(objectName="estimate_verdict")
-        self.total = QLabel(objectName="estimate_total")
-        self.breakdown = QLabel(objectName="estimate_breakdown")
-        self.warning = QLabel(objectName="estimate_warning")
+        self.verdict = named(QLabel(), "estimate_verdict")
+        self.total = named(QLabel(), "estimate_total")
+        self.breakdown = named(QLabel(), "estimate_breakdown")
+        self.warning = named(QLabel(), "estimate_warning")
         for label in (self.verdict, self.total, self.breakdown, self.warning):
             label.setWordWrap(True)
             layout.addWidget(label)
@@ -66,14 +67,14 @@ class EstimatePanel(QFrame):
         head = QLabel("<b>To make it fit</b> (cheapest first; each step adds to the ones above):")
         self.suggestion_box.addWidget(head)
         for i, s in enumerate(suggestions):
-            row = QWidget(objectName=f"suggestion_{i}")
+            row = named(QWidget(), f"suggestion_{i}")
             line = QHBoxLayout(row)
             line.setContentsMargins(0, 0, 0, 0)
             text = QLabel(f"{i + 1}. <b>{s.title}</b> → {s.estimate.total_gb:.1f} GB "
                           f"({VERDICTS[s.fit]})<br><small>{s.description}</small>")
             text.setWordWrap(True)
             line.addWidget(text, 1)
-            apply = QPushButton("Apply", objectName=f"apply_suggestion_{i}")
+            apply = named(QPushButton("Apply"), f"apply_suggestion_{i}")
             apply.setToolTip("Set " + ", ".join(f"{k} = {v}" for k, v in s.changes.items()))
             apply.clicked.connect(lambda _c=False, index=i: self.apply(index))
             line.addWidget(apply)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config import TrainConfig
+from studio.gui.page import named
 
 SECTIONS = ("model", "method", "dataset", "training", "sampling", "output")
 # The key settings of a preset; everything else scalar is "advanced".
@@ -97,14 +98,14 @@ class ConfigForm(QWidget):
         self.editors: dict[str, QWidget] = {}
         self._advanced: list[QWidget] = []
         layout = QVBoxLayout(self)
-        self.show_advanced = QCheckBox("Show advanced settings", objectName="show_advanced")
+        self.show_advanced = named(QCheckBox("Show advanced settings"), "show_advanced")
         self.show_advanced.toggled.connect(self._toggle_advanced)
         layout.addWidget(self.show_advanced)
         for section in SECTIONS:
-            box = QGroupBox(section.capitalize(), objectName=f"form_{section}")
+            box = named(QGroupBox(section.capitalize()), f"form_{section}")
             box_layout = QVBoxLayout(box)
             key_form = QFormLayout()
-            advanced = QWidget(objectName=f"advanced_{section}")
+            advanced = named(QWidget(), f"advanced_{section}")
             adv_form = QFormLayout(advanced)
             for name, field, kind, optional in fields_of(section):
                 editor = self._editor(f"{section}.{name}", field, kind, optional)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.hardware import HardwareProfileError, HardwareReport, list_profiles, load_hardware
 from studio.core.memory import other_processes_warning
+from studio.gui.page import named
 
 THIS_MACHINE = "This machine"
 
@@ -55,14 +56,14 @@ class GpuCard(QFrame):
                  "bf16" if gpu.bf16 else "", f"NVLink x{len(gpu.nvlink)}" if gpu.nvlink else ""]
         layout.addWidget(QLabel(f"<b>GPU {gpu.index}: {gpu.name}</b>"
                                 + "".join(f" · {f}" for f in facts if f)))
-        bar = QProgressBar(objectName=f"vram_bar_{index}")
+        bar = named(QProgressBar(), f"vram_bar_{index}")
         bar.setRange(0, max(1, gpu.total_mb))
         bar.setValue(gpu.total_mb - gpu.free_mb)
         bar.setFormat(f"{(gpu.total_mb - gpu.free_mb) / 1024:.1f} of {gpu.total_mb / 1024:.1f} GB in use")
         layout.addWidget(bar)
         warning = other_processes_warning(gpu)
         if warning:
-            label = QLabel(f"⚠ {warning}", objectName=f"vram_warning_{index}")
+            label = named(QLabel(f"⚠ {warning}"), f"vram_warning_{index}")
             label.setWordWrap(True)
             layout.addWidget(label)
 
@@ -84,7 +85,7 @@ class HardwarePanel(QFrame):
         top.addWidget(QLabel("<b>Hardware</b>"))
         top.addStretch(1)
         top.addWidget(QLabel("Plan for:"))
-        self.picker = QComboBox(objectName="hardware_profile")
+        self.picker = named(QComboBox(), "hardware_profile")
         self.picker.setToolTip("Choose a hardware profile to prepare a run for another machine (e.g. a rented GPU)")
         self.picker.addItem(THIS_MACHINE, None)
         for name in list_profiles():
@@ -96,12 +97,12 @@ class HardwarePanel(QFrame):
             self.picker.setCurrentIndex(self.picker.findData(shown if self.picker.findData(shown) >= 0 else profile))
         top.addWidget(self.picker)
         layout.addLayout(top)
-        self.status = QLabel("Reading the hardware…", objectName="hardware_status")
+        self.status = named(QLabel("Reading the hardware…"), "hardware_status")
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
         self.cards = QVBoxLayout()
         layout.addLayout(self.cards)
-        self.host = QLabel(objectName="hardware_host")
+        self.host = named(QLabel(), "hardware_host")
         self.host.setWordWrap(True)
         layout.addWidget(self.host)
         self.picker.currentIndexChanged.connect(lambda _i: self.refresh())

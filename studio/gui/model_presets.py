@@ -17,6 +17,7 @@ from studio.core.config import ConfigError, TrainConfig
 from studio.core.hardware import GPUInfo
 from studio.core.memory import Fit, estimate_vram, fit
 from studio.core.presets import Preset, apply_preset
+from studio.gui.page import named
 
 BADGES: dict[str, tuple[str, str]] = {
     "fits": ("Fits", "#2e7d32"),
@@ -48,7 +49,7 @@ class PresetCard(QFrame):
         mine = " (yours)" if preset.user else ""
         top.addWidget(QLabel(f"<b>{preset.title}</b>{mine}"))
         top.addStretch(1)
-        self.badge = QLabel(objectName="fit_badge")
+        self.badge = named(QLabel(), "fit_badge")
         top.addWidget(self.badge)
         layout.addLayout(top)
         text = QLabel(preset.description + (f"<br><i>Trade-offs: {preset.tradeoffs}</i>" if preset.tradeoffs else ""))
@@ -56,10 +57,10 @@ class PresetCard(QFrame):
         text.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(text)
         bottom = QHBoxLayout()
-        self.estimate = QLabel(objectName="preset_estimate")
+        self.estimate = named(QLabel(), "preset_estimate")
         bottom.addWidget(self.estimate)
         bottom.addStretch(1)
-        use = QPushButton("Use this preset", objectName=f"use_{preset.id}")
+        use = named(QPushButton("Use this preset"), f"use_{preset.id}")
         use.clicked.connect(lambda: self.sig_chosen.emit(self.preset))
         bottom.addWidget(use)
         layout.addLayout(bottom)
@@ -89,8 +90,8 @@ class PresetList(QWidget):
         self.setObjectName("preset_list")
         layout = QVBoxLayout(self)
         filters = QHBoxLayout()
-        self.family = QComboBox(objectName="preset_family")
-        self.method = QComboBox(objectName="preset_method")
+        self.family = named(QComboBox(), "preset_family")
+        self.method = named(QComboBox(), "preset_method")
         for combo, values in ((self.family, ("sd15", "sdxl", "sd3")), (self.method, ("lora", "dreambooth"))):
             combo.addItem("all", None)
             for v in values:

@@ -97,7 +97,7 @@ def run_self_test(args: argparse.Namespace) -> int:
         try:
             facts.update(page.self_test(options))
         except Exception:
-            problems.excepthook(*sys.exc_info())  # type: ignore[arg-type]
+            problems.excepthook(*sys.exc_info())
         app.processEvents()
         if options.screenshots:
             window.grab().save(str(options.screenshots / f"{index + 1:02d}-{page.page_id}.png"))

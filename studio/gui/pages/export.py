@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from PySide6.QtCore import QThreadPool, QUrl
 from PySide6.QtGui import QDesktopServices
@@ -33,20 +33,11 @@ from studio.core.project import Project
 from studio.gui.context import StudioContext
 from studio.gui.export_cost_table import CostTable
 from studio.gui.export_worker import ExportRequest, ExportSignals, ExportTask
-from studio.gui.page import Page
+from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
 
 COUNTS = (1, 2, 4, 8)
 EXPORTS_DIR = "exports"
-
-W = TypeVar("W", bound=QWidget)
-
-
-def named(widget: W, name: str) -> W:
-    """Give a widget the objectName tests and screenshots find it by."""
-    widget.setObjectName(name)
-    return widget
-
 
 class ExportPage(Page):
     title = "Export"

@@ -34,7 +34,7 @@ from studio.gui.model_estimate import EstimatePanel
 from studio.gui.model_form import ConfigForm
 from studio.gui.model_hardware import HardwarePanel
 from studio.gui.model_presets import PresetList
-from studio.gui.page import Page
+from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
 
 ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate
@@ -78,15 +78,15 @@ class ModelPage(Page):
         self.estimate.sig_apply.connect(self.apply_config_changes)
         right_layout.addWidget(self.estimate)
         buttons = QHBoxLayout()
-        show_toml = QPushButton("Show the TOML", objectName="show_toml")
+        show_toml = named(QPushButton("Show the TOML"), "show_toml")
         show_toml.clicked.connect(self.show_toml)
-        save = QPushButton("Save as my preset…", objectName="save_preset")
+        save = named(QPushButton("Save as my preset…"), "save_preset")
         save.clicked.connect(self.ask_save_preset)
         buttons.addWidget(show_toml)
         buttons.addWidget(save)
         buttons.addStretch(1)
         right_layout.addLayout(buttons)
-        self.error = QLabel(objectName="config_error")
+        self.error = named(QLabel(), "config_error")
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #c62828;")
         right_layout.addWidget(self.error)
@@ -118,16 +118,16 @@ class ModelPage(Page):
             return []
 
     def _model_picker(self) -> QWidget:
-        box = QWidget(objectName="model_picker")
+        box = named(QWidget(), "model_picker")
         layout = QVBoxLayout(box)
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Base model</b>"))
-        self.family = QComboBox(objectName="model_family")
+        self.family = named(QComboBox(), "model_family")
         for family in ("sd15", "sdxl", "sd3"):
             self.family.addItem(family, family)
         self.family.activated.connect(lambda _i: self.apply_config_changes({"model.family": self.family.currentData()}))
         row.addWidget(self.family)
-        self.base = QLineEdit(objectName="model_base")
+        self.base = named(QLineEdit(), "model_base")
         self.base.setPlaceholderText("diffusers folder, .safetensors file, or hub id (org/name)")
         self.base.editingFinished.connect(lambda: self.apply_config_changes({"model.base": self.base.text().strip()}))
         row.addWidget(self.base, 1)
@@ -138,7 +138,7 @@ class ModelPage(Page):
         row.addWidget(folder)
         row.addWidget(single)
         layout.addLayout(row)
-        self.base_status = QLabel(objectName="model_base_status")
+        self.base_status = named(QLabel(), "model_base_status")
         self.base_status.setWordWrap(True)
         layout.addWidget(self.base_status)
         return box
@@ -258,10 +258,10 @@ class ModelPage(Page):
     # ------------------------------------------------------------ TOML and user presets
 
     def show_toml(self) -> QDialog:
-        dialog = QDialog(self, objectName="toml_dialog")
+        dialog = named(QDialog(self), "toml_dialog")
         dialog.setWindowTitle("The config as TOML")
         layout = QVBoxLayout(dialog)
-        view = QPlainTextEdit(dump_config(self.config), objectName="toml_view")
+        view = named(QPlainTextEdit(dump_config(self.config)), "toml_view")
         view.setReadOnly(True)
         layout.addWidget(view)
         close = QPushButton("Close")
