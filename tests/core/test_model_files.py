@@ -86,3 +86,23 @@ def test_folders_are_recognised_from_their_json(tmp_path: Path) -> None:
     (broken / "model_index.json").write_text("{ not json")
     with pytest.raises(ModelFileError, match=r"model_index\.json is not valid JSON"):
         detect_model(broken)
+
+
+def test_studio_train_model_says_what_a_file_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.cli import main
+
+    good = write_checkpoint(tmp_path / "realistic-v5.safetensors", SD15)
+    assert main(["model", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{good}: Stable Diffusion 1.x checkpoint"
+    assert "family:  sd15" in out and "loads offline" in out
+
+    sd3 = write_checkpoint(tmp_path / "sd3_medium.safetensors", SD3_WITHOUT_CLIPS)
+    assert main(["model", str(sd3), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "sd3" and report["trainable"] is False and "no text encoder" in report["refused"]
+
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(good.read_bytes()[:40])
+    assert main(["model", str(cut)]) == 2
+    assert "is cut short" in capsys.readouterr().err
