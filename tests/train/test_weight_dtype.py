@@ -81,3 +81,19 @@ def test_a_model_folder_loads_in_the_training_precision(weights: str, vae: str, 
     assert components.denoiser.dtype == getattr(torch, weights)
     assert components.text_encoders[0].dtype == getattr(torch, weights)
     assert components.vae.dtype == getattr(torch, vae)  # the SD VAE overflows in fp16, not in bf16
+
+
+def test_a_full_fine_tune_starts_from_the_exact_fp32_weights(make_config, tiny_sd15) -> None:
+    from diffusers import UNet2DConditionModel
+
+    from studio.core.config import MethodSection
+    from studio.train.families import adapter_for
+
+    stored = UNet2DConditionModel.from_pretrained(tiny_sd15, subfolder="unet").conv_in.weight
+    config = make_config(method=MethodSection(kind="dreambooth", train_text_encoder=True))
+    components = adapter_for(config).load(torch.device("cpu"), torch.float16)
+    assert components.denoiser.dtype == torch.float32 and components.text_encoders[0].dtype == torch.float32
+    assert torch.equal(components.denoiser.conv_in.weight, stored)  # not rounded through fp16 on the way
+    assert not torch.equal(stored.half().float(), stored)  # (which would have changed them)
+    frozen = adapter_for(make_config()).load(torch.device("cpu"), torch.float16)
+    assert frozen.denoiser.dtype == torch.float16  # a LoRA's frozen base stays in the training precision

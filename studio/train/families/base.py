@@ -56,6 +56,21 @@ class FamilyAdapter(ABC):
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         """Load the base model; raise TrainError("model", ...) naming the path when it cannot."""
 
+    def load_dtypes(self, weight_dtype: torch.dtype) -> dict[str, torch.dtype]:
+        """The precision of each pipeline component once loaded, by name ("default" for the rest).
+
+        The weights a full fine-tune trains are fp32 from the start, so an fp32 checkpoint's
+        values reach the optimizer exactly (not rounded through fp16 first); the VAE arrives in
+        fp32 and `vae_dtype` settles it; everything else frozen is in `weight_dtype`.
+        """
+        dtypes = {"default": weight_dtype, "vae": torch.float32}
+        method = self.config.method
+        if method.kind == "dreambooth":
+            dtypes[self.denoiser_name] = torch.float32
+            if method.train_text_encoder:
+                dtypes.update(dict.fromkeys(self.text_encoder_names, torch.float32))
+        return dtypes
+
     @abstractmethod
     def default_lora_targets(self) -> list[str]:
         """Module names of the denoiser that LoRA wraps when the config names none."""

@@ -104,14 +104,12 @@ def _read_json(path: Path) -> dict[str, object]:
         raise TrainError("model", str(exc), "rebuild or re-download the model folder", path=str(path)) from None
 
 
-def folder_dtypes(weight_dtype: Any) -> dict[str, Any]:
-    """`dtype=` for a pipeline's from_pretrained: components arrive in the training precision
-    (no fp32 copy in RAM first), the VAE in fp32 until `vae_dtype` decides."""
+def folder_dtypes(dtypes: dict[str, Any]) -> dict[str, Any]:
+    """`dtype=` for a pipeline's from_pretrained (see FamilyAdapter.load_dtypes): components arrive
+    in their training precision, with no full fp32 copy in RAM first when that is 16-bit."""
     import torch
 
-    if weight_dtype in (torch.float16, torch.bfloat16):
-        return {"dtype": {"default": weight_dtype, "vae": torch.float32}}
-    return {}
+    return {"dtype": dtypes} if dtypes["default"] in (torch.float16, torch.bfloat16) else {}
 
 
 def load_or_fail(what: str, base: str, loader: Callable[[], T], hint: str | None = None) -> T:

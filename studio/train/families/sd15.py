@@ -32,9 +32,10 @@ class SD15Adapter(FamilyAdapter):
 
         model = self.config.model
         base = model.base
+        dtypes = self.load_dtypes(weight_dtype)
         source = model_source(base, self.family, {"text_encoder": "the CLIP text encoder", "tokenizer": "the CLIP tokenizer"})
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
-                                   **folder_dtypes(weight_dtype)}
+                                   **folder_dtypes(dtypes)}
         if source == "file":
             pipe = load_single_file(StableDiffusionPipeline, base, self.family, weight_dtype, safety_checker=None,
                                     requires_safety_checker=False)
@@ -55,7 +56,9 @@ class SD15Adapter(FamilyAdapter):
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)
         for module in (unet, vae, text_encoder):
             module.requires_grad_(False)
-        for module, dtype in ((vae, vae_dtype(vae, weight_dtype)), (text_encoder, weight_dtype), (unet, weight_dtype)):
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (text_encoder, dtypes.get("text_encoder", weight_dtype)),
+                  (unet, dtypes.get("unet", weight_dtype))]
+        for module, dtype in placed:
             module.to(device)
             if module.dtype != dtype:
                 module.to(dtype=dtype)

@@ -57,6 +57,7 @@ class SD3Adapter(FamilyAdapter):
         model = self.config.model
         base = model.base
         use_t5 = model.use_t5
+        dtypes = self.load_dtypes(weight_dtype)
         source = model_source(base, self.family, {**NEEDS, **(T5_NEEDS if use_t5 else {})})
         # Without T5 the pipeline is loaded without it: its 4.7 B parameters never reach memory.
         drop: dict[str, Any] = {} if use_t5 else {"text_encoder_3": None, "tokenizer_3": None}
@@ -64,7 +65,7 @@ class SD3Adapter(FamilyAdapter):
             pipe = load_single_file(StableDiffusion3Pipeline, base, self.family, weight_dtype, use_t5, **drop)
         else:
             options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
-                                       **folder_dtypes(weight_dtype)}
+                                       **folder_dtypes(dtypes)}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusion3Pipeline.from_pretrained(
                 base, **drop, **options))
         if use_t5 and pipe.text_encoder_3 is None:
@@ -77,8 +78,9 @@ class SD3Adapter(FamilyAdapter):
         tokenizers = [pipe.tokenizer, pipe.tokenizer_2, *([pipe.tokenizer_3] if use_t5 else [])]
         for module in (transformer, vae, *encoders):
             module.requires_grad_(False)
-        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, weight_dtype),
-                  *((e, weight_dtype) for e in encoders)]
+        names = ("text_encoder", "text_encoder_2", "text_encoder_3")[:len(encoders)]
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
+                  *((e, dtypes.get(n, weight_dtype)) for e, n in zip(encoders, names, strict=True))]
         for module, dtype in placed:
             module.to(device)
             if module.dtype != dtype:

@@ -50,13 +50,14 @@ class SDXLAdapter(FamilyAdapter):
 
         model = self.config.model
         base = model.base
+        dtypes = self.load_dtypes(weight_dtype)
         source = model_source(base, self.family, NEEDS)
         if source == "file":
             pipe = load_single_file(StableDiffusionXLPipeline, base, self.family, weight_dtype, add_watermarker=False)
             scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
         else:
             options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
-                                       **folder_dtypes(weight_dtype)}
+                                       **folder_dtypes(dtypes)}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusionXLPipeline.from_pretrained(
                 base, add_watermarker=False, **options))
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
@@ -69,7 +70,9 @@ class SDXLAdapter(FamilyAdapter):
         encoders = [pipe.text_encoder, pipe.text_encoder_2]
         for module in (pipe.unet, vae, *encoders):
             module.requires_grad_(False)
-        placed = [(vae, vae_dtype(vae, weight_dtype)), (pipe.unet, weight_dtype), *((e, weight_dtype) for e in encoders)]
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (pipe.unet, dtypes.get("unet", weight_dtype)),
+                  *((e, dtypes.get(n, weight_dtype)) for e, n in zip(encoders, ("text_encoder", "text_encoder_2"),
+                                                                      strict=True))]
         for module, dtype in placed:
             module.to(device)
             if module.dtype != dtype:
