@@ -9,6 +9,7 @@ from PySide6.QtGui import (
     QColor,
     QImageReader,
     QKeySequence,
+    QPalette,
     QPixmap,
     QShortcut,
     QSyntaxHighlighter,
@@ -33,19 +34,31 @@ TYPING_PAUSE_MS = 500  # a pause this long ends one undoable typing step
 
 
 class TagHighlighter(QSyntaxHighlighter):
-    """Tags in alternating colours so each comma-separated tag reads as one chip."""
+    """Tags in alternating colours so each comma-separated tag reads as one chip.
 
-    def highlightBlock(self, text: str) -> None:
-        formats = []
-        for color in ("#7fb3ff", "#9be39b"):
+    The colours follow the editor's background: dark blue and green on a light one, light
+    ones on a dark one, so the caption never reads like grey placeholder text.
+    """
+
+    LIGHT_BACKGROUND = ("#1d4ed8", "#15803d")
+    DARK_BACKGROUND = ("#7fb3ff", "#9be39b")
+
+    def __init__(self, editor: QPlainTextEdit) -> None:
+        super().__init__(editor.document())
+        dark = editor.palette().color(QPalette.ColorRole.Base).lightness() < 128
+        self.colors = self.DARK_BACKGROUND if dark else self.LIGHT_BACKGROUND
+        self.formats = []
+        for color in self.colors:
             fmt = QTextCharFormat()
             fmt.setForeground(QColor(color))
-            formats.append(fmt)
+            self.formats.append(fmt)
+
+    def highlightBlock(self, text: str) -> None:
         start, n = 0, 0
         for i, ch in enumerate(text + ","):
             if ch == ",":
                 if text[start:i].strip():
-                    self.setFormat(start, i - start, formats[n % 2])
+                    self.setFormat(start, i - start, self.formats[n % 2])
                     n += 1
                 start = i + 1
 
@@ -89,7 +102,7 @@ class CaptionEditor(QWidget):
         self.text.setObjectName("dataset_caption")
         self.text.setPlaceholderText("Caption: comma-separated tags or a sentence")
         self.text.setMaximumHeight(120)
-        TagHighlighter(self.text.document())
+        self.highlighter = TagHighlighter(self.text)
         self.tokens = QLabel()
         self.notice = QLabel()
         self.notice.setObjectName("dataset_editor_notice")

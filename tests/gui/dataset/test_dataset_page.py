@@ -221,3 +221,31 @@ def test_shutdown_leaves_no_helper_process(qtbot, page: DatasetPage) -> None:  #
     qtbot.waitUntil(lambda: page.loader.pixmap(images(page) / "a.png") is not None, timeout=20000)
     page.shutdown()
     qtbot.waitUntil(lambda: not multiprocessing.active_children(), timeout=5000)
+
+
+def _contrast(a, b) -> float:  # type: ignore[no-untyped-def]
+    """WCAG contrast ratio of two QColors."""
+    def luminance(c) -> float:  # type: ignore[no-untyped-def]
+        def channel(v: float) -> float:
+            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+        return 0.2126 * channel(c.redF()) + 0.7152 * channel(c.greenF()) + 0.0722 * channel(c.blueF())
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+@pytest.mark.parametrize("base", ["#ffffff", "#1e1e1e"])
+def test_caption_tags_are_readable_on_light_and_dark_backgrounds(qtbot, base: str) -> None:
+    from PySide6.QtGui import QColor, QPalette
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    from studio.gui.dataset_editor import TagHighlighter
+
+    editor = QPlainTextEdit()
+    qtbot.addWidget(editor)
+    palette = editor.palette()
+    palette.setColor(QPalette.ColorRole.Base, QColor(base))
+    editor.setPalette(palette)
+    highlighter = TagHighlighter(editor)
+    editor.setPlainText("ohwx man, red jacket, bokeh")
+    for fmt in highlighter.formats:
+        assert _contrast(fmt.foreground().color(), QColor(base)) >= 4.5  # WCAG AA for body text
