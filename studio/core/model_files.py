@@ -165,6 +165,11 @@ def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) ->
     return None
 
 
+def model_from_tensors(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
+    """What a checkpoint is from its tensor names and shapes (however they were read)."""
+    return _file_model(keys, shape)
+
+
 def _file_model(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
     kind = checkpoint_kind(keys, shape)
     if kind is not None:

@@ -201,3 +201,37 @@ def test_a_16_bit_checkpoint_loads_straight_into_16_bit_weights_unchanged(sd15_c
         assert torch.equal(components.denoiser.conv_out.weight, stored.get_tensor("model.diffusion_model.out.2.weight"))
         assert torch.equal(components.vae.encoder.conv_in.weight,
                            stored.get_tensor("first_stage_model.encoder.conv_in.weight").float())
+
+
+def test_a_ckpt_file_is_identified_from_its_tensors_without_running_its_pickle(tmp_path: Path) -> None:
+    from fixtures.checkpoints import SD15
+
+    from studio.train.families.loading import _model_info, detect_family
+
+    path = tmp_path / "old-model.ckpt"
+    torch.save({"state_dict": {k: torch.zeros(shape, dtype=torch.float16) for k, shape in SD15.items()},
+                "global_step": 470000}, path)
+    info = _model_info(path)
+    assert (info.family, info.kind, info.offline) == ("sd15", "v1", True)
+    assert detect_family(path)[0] == "sd15"
+    rogue = tmp_path / "rogue.ckpt"
+    torch.save({"state_dict": {}, "payload": Path("x")}, rogue)  # an object weights-only loading refuses
+    with pytest.raises(TrainError) as raised:
+        _model_info(rogue)
+    assert f"{rogue} cannot be read as a checkpoint" in raised.value.message
+
+
+@pytest.mark.slow
+def test_a_full_size_ckpt_loads_offline_with_the_studios_configs(sd15_checkpoint: Path, make_config,
+                                                               tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from studio.core.config import ModelSection
+    from studio.train.families import adapter_for
+
+    ckpt = tmp_path / "my-sd15-model.ckpt"
+    state = load_file(str(sd15_checkpoint))
+    torch.save({"state_dict": state}, ckpt)
+    config = make_config(model=ModelSection(family="sd15", base=str(ckpt)))
+    components = adapter_for(config).load(torch.device("cpu"), torch.float32)
+    assert torch.equal(components.denoiser.conv_out.weight, state["model.diffusion_model.out.2.weight"].float())

@@ -19,6 +19,7 @@ from studio.core.model_files import (
     ModelInfo,
     detect_model,
     float_dtypes,
+    model_from_tensors,
     read_json,
 )
 from studio.train.errors import TrainError
@@ -68,9 +69,26 @@ def detect_family(path: Path) -> tuple[str | None, str]:
 
 def _model_info(path: Path) -> ModelInfo:
     try:
+        if path.suffix.lower() == ".ckpt" and path.is_file():
+            return _ckpt_info(path)
         return detect_model(path)
     except ModelFileError as exc:
         raise TrainError("model", str(exc), "re-download the model or choose another one", path=str(path)) from None
+
+
+def _ckpt_info(path: Path) -> ModelInfo:
+    """A .ckpt's kind from its tensor names and shapes: memory-mapped, weights-only (no code runs)."""
+    import torch
+
+    try:
+        state = torch.load(str(path), map_location="cpu", mmap=True, weights_only=True)
+    except Exception as exc:  # a damaged or pickled-object file: say so, with the loader's words
+        raise ModelFileError(f"{path} cannot be read as a checkpoint ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+    while isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)} if isinstance(state, dict) else {}
+    return model_from_tensors(set(tensors), lambda key: list(tensors[key].shape) if key in tensors else None)
 
 
 def _refuse_mismatch(path: Path, found: str | None, evidence: str, family: str) -> None:
