@@ -76,7 +76,6 @@ def single_file_config(path: Path, info: ModelInfo, family: str, use_t5: bool = 
     return config_folder(family)
 
 
-@lru_cache(maxsize=4)
 def config_folder(family: str) -> Path:
     """The folder of `family`'s pipeline configs and tokenizers, written on first use."""
     folder = cache_root() / "pipeline-configs" / f"{family}-v{FORMAT}"
