@@ -195,6 +195,11 @@ class OutputSection(Section):
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", description="Run name (letters, digits, . _ -).")
     save_every_n_steps: int = Field(default=0, ge=0, description="Checkpoint every N steps; 0 saves only at the end.")
     keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
+    save_every_n_epochs: int = Field(
+        default=0, ge=0,
+        description="LoRA: also write the LoRA at the end of every N-th epoch (output/epoch-NNNN/), to try "
+        "each in your UI and keep the best; 0 writes only the final one.",
+    )
     formats: list[OutputFormat] = Field(
         default_factory=lambda: list(_DEFAULT_FORMATS), description="Output formats."
     )
@@ -257,6 +262,10 @@ class TrainConfig(Section):
             raise _Contradiction(
                 "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
             )
+        if self.output.save_every_n_epochs and m.kind != "lora":
+            raise _Contradiction("output.save_every_n_epochs", self.output.save_every_n_epochs,
+                                 "applies to LoRA runs; a DreamBooth run would write a whole model each time "
+                                 "(use output.save_every_n_steps checkpoints and resume instead)")
         if self.model.family != "sd15" and self.model.clip_skip != 1:
             raise _Contradiction("model.clip_skip", self.model.clip_skip,
                                  f"only applies to family sd15; {self.model.family} always uses the text "

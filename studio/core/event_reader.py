@@ -18,6 +18,7 @@ from studio.core.event_tail import EventTail, Item, RankColumns, StepBatch, deco
 from studio.core.events import (
     EVENTS_FILE,
     Checkpoint,
+    EpochSaved,
     Error,
     Event,
     Phase,
@@ -134,6 +135,7 @@ class RunModel:
         self.memory: dict[int, RankSeries] = {}
         self.samples: list[SampleImage] = []
         self.checkpoints: list[Checkpoint] = []
+        self.epoch_outputs: list[str] = []  # LoRAs written at the end of epochs, oldest first
         self.errors: list[Error] = []
         self.warnings: list[Warning_] = []
         self.outputs: list[str] = []
@@ -221,6 +223,8 @@ class RunModel:
                 self.samples.append(SampleImage(event.step, prompt, index, self.resolve(image)))
         elif isinstance(event, Checkpoint):
             self.checkpoints.append(event)
+        elif isinstance(event, EpochSaved):
+            self.epoch_outputs.extend(event.outputs)
         elif isinstance(event, Error):
             self.errors.append(event)
         elif isinstance(event, Warning_):

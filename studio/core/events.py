@@ -118,8 +118,19 @@ class RunFinished(Event):
     weight_checksums: list[float] = field(default_factory=list)
 
 
+@dataclass
+class EpochSaved(Event):
+    """The trained weights as they were at the end of an epoch (output.save_every_n_epochs)."""
+
+    type: ClassVar[str] = "epoch_saved"
+    step: int
+    epoch: int
+    outputs: list[str] = field(default_factory=list)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.type: cls for cls in (RunStarted, Phase, Step, Sample, Checkpoint, Warning_, Error, RunFinished)
+    cls.type: cls
+    for cls in (RunStarted, Phase, Step, Sample, Checkpoint, EpochSaved, Warning_, Error, RunFinished)
 }
 
 

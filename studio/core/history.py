@@ -114,7 +114,7 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = process_a
     summary.steps = model.step
     summary.total_steps = model.total_steps
     summary.final_loss = model.last_loss
-    summary.outputs = [str(model.resolve(o)) for o in model.outputs]
+    summary.outputs = [str(model.resolve(o)) for o in [*model.outputs, *model.epoch_outputs]]
     if model.finished is not None:
         summary.status = model.finished.status
         summary.message = model.finished.message

@@ -17,7 +17,7 @@ import torch
 
 from studio import __version__
 from studio.core.config import TrainConfig, config_to_data
-from studio.core.events import Checkpoint, RunFinished, RunStarted, Step
+from studio.core.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
 from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
 from studio.train.cache import LatentCache, TextCache, cache_captions
 from studio.train.checkpoints import latest_checkpoint, read_state, register_hooks, save_checkpoint
@@ -26,7 +26,7 @@ from studio.train.errors import TrainError
 from studio.train.families import Components, FamilyAdapter, adapter_for
 from studio.train.memory import gather_memory
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
-from studio.train.outputs import save_outputs
+from studio.train.outputs import save_epoch_lora, save_outputs
 from studio.train.placement import FrozenOffload
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
@@ -244,6 +244,22 @@ class Trainer:
             self._samples()
         if output.save_every_n_steps and self.step % output.save_every_n_steps == 0 and self.step < self.total:
             self._checkpoint(epoch)
+        finished = self._epochs_done(self.step)
+        every = output.save_every_n_epochs
+        if every and self.step < self.total and finished > self._epochs_done(self.step - 1) and finished % every == 0:
+            self._save_epoch(finished)
+
+    def _epochs_done(self, step: int) -> int:
+        """Epochs completed once `step` optimizer steps are done (their micro-batches counted)."""
+        return step * self.config.training.gradient_accumulation // self.plan.batches_per_epoch
+
+    def _save_epoch(self, epoch: int) -> None:
+        acc = self.accelerator
+        self.reporter.phase("saving", 0, 1, f"the LoRA of epoch {epoch}")
+        if acc.is_main_process:
+            paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch)
+            self.reporter.emit(EpochSaved(step=self.step, epoch=epoch, outputs=[str(p) for p in paths]))
+        acc.wait_for_everyone()
 
     def _samples(self) -> None:
         if self.accelerator.is_main_process:

@@ -68,12 +68,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
     folder.mkdir(parents=True, exist_ok=True)
     metadata = training_metadata(adapter, items, step)
     if config.method.kind == "lora":
-        layers = lora_layers(adapter, components)
-        configs = {adapter.denoiser_name: _adapter_config(components.denoiser)}
-        for name, encoder in zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False):
-            if name in layers:
-                configs[name] = _adapter_config(encoder)
-        written = adapter.save_lora(folder, layers, metadata, configs)
+        written = adapter.save_lora(folder, *_lora_parts(adapter, components), metadata=metadata)
         if "single_file" in config.output.formats:
             warn("output.formats \"single_file\" applies to DreamBooth (a whole checkpoint); a LoRA is "
                  f"already single files: {', '.join(p.name for p in written)}", str(folder),
@@ -87,6 +82,28 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
             "outputs": [str(p) for p in written], **metadata}
     atomic_write_text(folder / "training_info.json", json.dumps(info, indent=2))
     return written
+
+
+def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Path,
+                    items: list[TrainItem], step: int, epoch: int) -> list[Path]:
+    """The LoRA as it is at the end of `epoch` (rank 0 only): output/epoch-NNNN/, with the kohya
+    file named `<output.name>-eNNNN` so files of several epochs can sit side by side in a UI."""
+    config = adapter.config
+    folder = run_dir / OUTPUT_DIR / f"epoch-{epoch:04d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    metadata = {**training_metadata(adapter, items, step), "ss_epoch": str(epoch)}
+    layers, configs = _lora_parts(adapter, components)
+    return adapter.save_lora(folder, layers, configs, metadata=metadata, name=f"{config.output.name}-e{epoch:04d}")
+
+
+def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trained LoRA layers by component, and each component's adapter config."""
+    layers = lora_layers(adapter, components)
+    configs = {adapter.denoiser_name: _adapter_config(components.denoiser)}
+    for name, encoder in zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False):
+        if name in layers:
+            configs[name] = _adapter_config(encoder)
+    return layers, configs
 
 
 def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,

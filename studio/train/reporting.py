@@ -11,6 +11,7 @@ from pathlib import Path
 
 from studio.core.events import (
     Checkpoint,
+    EpochSaved,
     Error,
     Event,
     EventWriter,
@@ -63,6 +64,8 @@ class Reporter:
             return f"samples at step {event.step}: " + ", ".join(event.images)
         if isinstance(event, Checkpoint):
             return f"checkpoint at step {event.step}: {event.path}"
+        if isinstance(event, EpochSaved):
+            return f"LoRA of epoch {event.epoch} (step {event.step}): " + ", ".join(event.outputs)
         if isinstance(event, RunFinished):
             return f"run {event.status} at step {event.step}" + (f": {event.message}" if event.message else "")
         return ""

@@ -165,12 +165,14 @@ class FamilyAdapter(ABC):
         self,
         folder: Path,
         layers: dict[str, dict[str, torch.Tensor]],
-        metadata: dict[str, str],
         adapter_configs: dict[str, dict[str, Any]],
+        metadata: dict[str, str],
+        name: str | None = None,
     ) -> list[Path]:
         """Write the LoRA in diffusers and kohya formats (as the config's output.formats ask).
 
-        `layers` maps "unet"/"transformer"/"text_encoder"... to peft-format state dicts.
+        `layers` maps "unet"/"transformer"/"text_encoder"... to peft-format state dicts; the
+        kohya file is `name` (default output.name).safetensors.
         """
         from studio.train.families.kohya import (
             DIFFUSERS_LORA_FILE,
@@ -189,7 +191,7 @@ class FamilyAdapter(ABC):
         if "kohya" in formats:
             state = kohya_state_dict(cast, adapter_configs, renames=self.kohya_renames)
             meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
-            written.append(save_kohya_file(folder, self.config.output.name, state, meta))
+            written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
 
     @abstractmethod

@@ -88,6 +88,7 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
         ({"training": {"cache_text_embeddings": True}, "dataset": {"shuffle_tags": True}}, "training.cache_text_embeddings"),
         ({"model": {"use_t5": True}}, "model.use_t5"),
         ({"model": {"family": "sdxl", "clip_skip": 2}}, "model.clip_skip"),
+        ({"method": {"kind": "dreambooth"}, "output": {"save_every_n_epochs": 1}}, "output.save_every_n_epochs"),
         ({"launch": {"machine_rank": 2, "num_machines": 2, "num_processes": 2}}, "launch.machine_rank"),
         ({"dataset": {"concepts": [{"path": "x", "num_class_images": 10}]}}, "dataset.concepts[0]"),
     ],
