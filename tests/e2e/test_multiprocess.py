@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from studio.core.config import OutputSection, SamplingSection, TrainingSection
-from studio.core.events import Checkpoint, RunFinished, RunStarted, Sample, Step
+from studio.core.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Sample, Step
 from studio.core.launch import prepare_run
 
 pytest.importorskip("torch")
@@ -20,7 +20,7 @@ def test_two_cpu_ranks_train_one_model(make_config, events_of, tmp_path: Path) -
     config = make_config(
         training=TrainingSection(batch_size=2, max_steps=4, learning_rate=1e-3, seed=1),
         sampling=SamplingSection(every_n_steps=4, prompts=["a red circle on a blue background"], steps=2),
-        output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2),
+        output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2, save_every_n_epochs=1),
     )
     plan = prepare_run(config, tmp_path, num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -38,6 +38,9 @@ def test_two_cpu_ranks_train_one_model(make_config, events_of, tmp_path: Path) -
     # 8 images, 2 per rank and step: an epoch takes 2 steps (4 with one process).
     assert [s.epoch for s in steps] == [0, 0, 1, 1]
     assert [c.step for c in events if isinstance(c, Checkpoint)] == [2]
+    # Epoch 1 ends at step 2: rank 0 writes its LoRA once while rank 1 waits.
+    assert [(e.epoch, e.step) for e in events if isinstance(e, EpochSaved)] == [(1, 2)]
+    assert (plan.run_dir / "output" / "epoch-0001" / "pytorch_lora_weights.safetensors").is_file()
     assert len([e for e in events if isinstance(e, Sample)]) == 1
     assert sorted(p.name for p in (plan.run_dir / "samples").iterdir()) == ["step-000004-0.png"]
 
