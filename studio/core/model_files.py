@@ -67,11 +67,17 @@ class ModelInfo:
     kind: str | None  # a KIND_NAMES key for a checkpoint file, None for folders and unknown files
     evidence: str  # what showed it, for messages
     missing: str | None = None  # what a checkpoint file lacks to be trained from, with what to do
+    # Marker tensors some checkpoints carry (as ComfyUI reads them): "v_pred" for a v-prediction
+    # model, "ztsnr" for one trained with zero terminal SNR.
+    v_prediction: bool = False
+    zero_terminal_snr: bool = False
 
     @property
     def label(self) -> str:
         if self.kind:
-            return f"{KIND_NAMES[self.kind]} checkpoint"
+            marks = " (v-prediction, zero terminal SNR)" if self.zero_terminal_snr else \
+                " (v-prediction)" if self.v_prediction else ""
+            return f"{KIND_NAMES[self.kind]} checkpoint{marks}"
         return f"{FAMILY_NAMES[self.family]} model" if self.family else "model of an unknown family"
 
     @property
@@ -173,7 +179,8 @@ def model_from_tensors(keys: set[str], shape: Callable[[str], list[int] | None])
 def _file_model(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
     kind = checkpoint_kind(keys, shape)
     if kind is not None:
-        return ModelInfo(KIND_FAMILIES[kind], kind, "its tensor names and shapes", _missing(kind, keys))
+        return ModelInfo(KIND_FAMILIES[kind], kind, "its tensor names and shapes", _missing(kind, keys),
+                         v_prediction="v_pred" in keys, zero_terminal_snr="v_pred" in keys and "ztsnr" in keys)
     # Files of no known kind: the family alone, from names only.
     if any("joint_blocks" in k for k in keys):
         return ModelInfo("sd3", None, "it has MMDiT joint_blocks")

@@ -106,3 +106,11 @@ def test_studio_train_model_says_what_a_file_is(tmp_path: Path, capsys: pytest.C
     cut.write_bytes(good.read_bytes()[:40])
     assert main(["model", str(cut)]) == 2
     assert "is cut short" in capsys.readouterr().err
+
+
+def test_v_prediction_and_zero_terminal_snr_markers_are_read(tmp_path: Path) -> None:
+    plain = detect_model(write_checkpoint(tmp_path / "eps.safetensors", SD15))
+    assert (plain.v_prediction, plain.zero_terminal_snr) == (False, False)
+    marked = detect_model(write_checkpoint(tmp_path / "vpred.safetensors", {**SD15, "v_pred": [], "ztsnr": []}))
+    assert (marked.v_prediction, marked.zero_terminal_snr) == (True, True)
+    assert marked.label == "Stable Diffusion 1.x checkpoint (v-prediction, zero terminal SNR)"

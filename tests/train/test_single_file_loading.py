@@ -235,3 +235,24 @@ def test_a_full_size_ckpt_loads_offline_with_the_studios_configs(sd15_checkpoint
     config = make_config(model=ModelSection(family="sd15", base=str(ckpt)))
     components = adapter_for(config).load(torch.device("cpu"), torch.float32)
     assert torch.equal(components.denoiser.conv_out.weight, state["model.diffusion_model.out.2.weight"].float())
+
+
+@pytest.mark.slow
+def test_a_checkpoint_marked_v_prediction_gets_a_v_prediction_schedule(sd15_checkpoint: Path, make_config,
+                                                                      tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from studio.core.config import ModelSection
+    from studio.train.families import adapter_for
+
+    marked = tmp_path / "vpred-ztsnr.safetensors"
+    save_file({**load_file(str(sd15_checkpoint)), "v_pred": torch.tensor([]), "ztsnr": torch.tensor([])}, str(marked))
+    adapter = adapter_for(make_config(model=ModelSection(family="sd15", base=str(marked))))
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    assert adapter.noise_scheme(components).prediction_type == "v_prediction"
+    assert float(components.scheduler.alphas_cumprod[-1]) < 1e-6  # the schedule reaches zero SNR
+    assert components.sample_scheduler.config.prediction_type == "v_prediction"
+    assert components.sample_scheduler.config.timestep_spacing == "trailing"
+    # An explicit model.prediction_type still wins over the file's marker.
+    explicit = adapter_for(make_config(model=ModelSection(family="sd15", base=str(marked), prediction_type="epsilon")))
+    assert explicit.noise_scheme(explicit.load(torch.device("cpu"), torch.float32)).prediction_type == "epsilon"

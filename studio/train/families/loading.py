@@ -163,6 +163,12 @@ def load_single_file(pipeline_class: Any, base: str, family: str, weight_dtype: 
             if float_dtypes(path) <= {"F16", "BF16"}:
                 kwargs.setdefault("dtype", weight_dtype)
     config = single_file_config(path, info, family, use_t5)
+    return _follow_markers(_load_checkpoint_file(pipeline_class, path, base, info, config, family, use_t5, kwargs),
+                           info)
+
+
+def _load_checkpoint_file(pipeline_class: Any, path: Path, base: str, info: ModelInfo, config: Path | None,
+                          family: str, use_t5: bool, kwargs: dict[str, Any]) -> Any:
     if config is not None:
         return load_or_fail("checkpoint", base, lambda: pipeline_class.from_single_file(
             str(path), config=str(config), local_files_only=True, **kwargs),
@@ -187,6 +193,23 @@ def vae_dtype(vae: object, weight_dtype: object) -> object:
     config = getattr(vae, "config", None)
     force_upcast = bool(getattr(config, "force_upcast", True))
     return torch.float32 if weight_dtype == torch.float16 and force_upcast else weight_dtype
+
+
+def _follow_markers(pipe: Any, info: ModelInfo) -> Any:
+    """A checkpoint that marks itself v-prediction (and zero terminal SNR) samples and trains that way;
+    the family builds its training scheduler from this one, and model.prediction_type still wins."""
+    if not info.v_prediction:
+        return pipe
+    scheduler_class: Any = type(pipe.scheduler)
+    options: dict[str, Any] = {"prediction_type": "v_prediction"}
+    if info.zero_terminal_snr:
+        from diffusers import EulerDiscreteScheduler
+
+        # Zero terminal SNR needs the schedule rescaled and the last timestep sampled (Euler does both).
+        scheduler_class = EulerDiscreteScheduler
+        options.update(rescale_betas_zero_snr=True, timestep_spacing="trailing")
+    pipe.scheduler = scheduler_class.from_config(pipe.scheduler.config, **options)
+    return pipe
 
 
 def load_vae(path: str, family: str) -> object:
