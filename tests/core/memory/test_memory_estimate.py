@@ -68,7 +68,7 @@ def test_sd15_lora_reference_upper_bound() -> None:
 @pytest.mark.xfail(strict=True, reason=(
     "The issue quotes 6-10 GB for SD1.5 LoRA 512 px with fp16 weights; every term found on evidence "
     "gives ~4.3 GB (kohya users report ~4 GB for this setting), see docs/benchmarks.md. "
-    "Pending benchmarks/gpu_memory.py on a GPU; remove this mark if a measurement says otherwise."))
+    "Pending benchmarks/gpu_reference_points.py --only sd15 on a GPU; remove this mark if it measures 6 GB or more."))
 def test_sd15_lora_reaches_the_issue_lower_bound() -> None:
     assert total_gb(SD15_LORA) >= 6
 
