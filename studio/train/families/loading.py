@@ -6,6 +6,7 @@ Each failure names the path and what was expected, so a person can fix the confi
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -68,12 +69,23 @@ def detect_family(path: Path) -> tuple[str | None, str]:
 
 
 def _model_info(path: Path) -> ModelInfo:
+    """What the model at `path` is; read once per version of the file (checking and loading both ask)."""
     try:
-        if path.suffix.lower() == ".ckpt" and path.is_file():
-            return _ckpt_info(path)
-        return detect_model(path)
+        stat = path.stat()
+    except OSError:
+        stat = None
+    try:
+        return _read_model_info(str(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
     except ModelFileError as exc:
         raise TrainError("model", str(exc), "re-download the model or choose another one", path=str(path)) from None
+
+
+@functools.lru_cache(maxsize=8)
+def _read_model_info(path: str, _mtime_ns: int, _size: int) -> ModelInfo:
+    file = Path(path)
+    if file.suffix.lower() == ".ckpt" and file.is_file():
+        return _ckpt_info(file)
+    return detect_model(file)
 
 
 def _ckpt_info(path: Path) -> ModelInfo:
