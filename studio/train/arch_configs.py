@@ -75,6 +75,9 @@ SPECS: dict[str, dict[str, tuple[str, dict[str, Any], str]]] = {
     },
 }
 FAMILIES = tuple(SPECS)
+# The diffusers pipeline class of each family.
+PIPELINES = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline",
+             "sd3": "StableDiffusion3Pipeline"}
 NATIVE_RESOLUTION = {"sd15": 512, "sdxl": 1024, "sd3": 1024}
 LATENT_CHANNELS = {"sd15": 4, "sdxl": 4, "sd3": 16}
 TEXT_TOKENS = {"sd15": 77, "sdxl": 77, "sd3": 154}

@@ -12,13 +12,11 @@ from typing import Any
 import torch
 
 from studio.core.demo import CAPTION_WORDS
-from studio.train.arch_configs import SPECS, build_component
+from studio.train.arch_configs import PIPELINES, SPECS, build_component
 from studio.train.tiny import EXTRA_WORDS
 from studio.train.tiny_tokenizer import write_tokenizer
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_PIPELINES = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline",
-              "sd3": "StableDiffusion3Pipeline"}
 
 
 def components(family: str, device: str | torch.device = "meta", t5: bool = True) -> dict[str, torch.nn.Module]:
@@ -63,7 +61,7 @@ def write_full_size_pipeline(family: str, folder: str | Path, dtype: str = "fp16
         parts.update(tokenizer_2=tokenizer, scheduler=diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0),
                      tokenizer_3=_t5_tokenizer(out, [*CAPTION_WORDS, *EXTRA_WORDS]) if t5 else None)
         parts.setdefault("text_encoder_3", None)
-    pipeline = getattr(diffusers, _PIPELINES[family])(**parts)
+    pipeline = getattr(diffusers, PIPELINES[family])(**parts)
     pipeline.save_pretrained(out, safe_serialization=True)
     return out
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from studio.core.model_files import KIND_FAMILIES, OFFLINE_KINDS, ModelInfo
 from studio.core.resources import cache_root, resource_path
-from studio.train.arch_configs import SPECS, build_component
+from studio.train.arch_configs import PIPELINES, SPECS, build_component
 from studio.train.errors import TrainError
 
 BPE_FILE = ("pipelines", "clip_bpe_simple_vocab_16e6.txt.gz")
@@ -37,11 +37,6 @@ BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 # Bumped whenever what `write_config_folder` writes changes, so old cached folders are not reused.
 FORMAT = 1
 
-_PIPELINES = {
-    "sd15": "StableDiffusionPipeline",
-    "sdxl": "StableDiffusionXLPipeline",
-    "sd3": "StableDiffusion3Pipeline",
-}
 # The schedulers the published pipelines ship with (what sampling uses; training builds its own).
 _SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
     "sd15": ("PNDMScheduler", {
@@ -103,7 +98,7 @@ def write_config_folder(family: str, folder: Path) -> Path:
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {"_class_name": _PIPELINES[family], "_diffusers_version": diffusers.__version__}
+    index: dict[str, Any] = {"_class_name": PIPELINES[family], "_diffusers_version": diffusers.__version__}
     for name, (class_name, config, _) in SPECS[family].items():
         if class_name.startswith("T5"):
             index[name] = [None, None]  # T5 and its tokenizer come from the hub (see single_file_config)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from studio.core.config import TrainConfig
+from studio.train.arch_configs import PIPELINES
 from studio.train.families.schemes import NoiseScheme
 
 Conditioning = dict[str, torch.Tensor]
@@ -41,6 +42,8 @@ class FamilyAdapter(ABC):
     # Names under which the pipeline's LoRA loader expects each text encoder's layers.
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
     denoiser_name: ClassVar[str] = "unet"
+    # Whether the pipeline's LoRA loader wants diffusers-renamed keys (the UNet pipelines) or peft's as they are.
+    rename_lora_keys: ClassVar[bool] = True
     # How the kohya-format file names its base model (ss_base_model_version, modelspec.architecture)
     # and which key prefixes it renames.
     kohya_base_version: ClassVar[str]
@@ -194,7 +197,6 @@ class FamilyAdapter(ABC):
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
 
-    @abstractmethod
     def save_diffusers_lora(
         self,
         folder: Path,
@@ -202,7 +204,24 @@ class FamilyAdapter(ABC):
         layers: dict[str, dict[str, torch.Tensor]],
         adapter_configs: dict[str, dict[str, Any]],
     ) -> None:
-        """Write `folder/weight_name` with the family pipeline's `save_lora_weights`."""
+        """Write `folder/weight_name` with the family pipeline's `save_lora_weights`.
+
+        Each trained component goes in as `<name>_lora_layers` with its `<name>_lora_adapter_metadata`,
+        as every diffusers pipeline names them; UNet-era loaders want diffusers-renamed keys.
+        """
+        import diffusers
+        from diffusers.utils import convert_state_dict_to_diffusers
+
+        arguments: dict[str, Any] = {}
+        for name in (self.denoiser_name, *self.text_encoder_names):
+            state = layers.get(name)
+            if not state:
+                continue
+            arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if self.rename_lora_keys \
+                else state
+            arguments[f"{name}_lora_adapter_metadata"] = adapter_configs.get(name)
+        pipeline = getattr(diffusers, PIPELINES[self.family])
+        pipeline.save_lora_weights(folder, weight_name=weight_name, **arguments)
 
     def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:
         """DreamBooth: the whole pipeline as a diffusers folder."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -112,26 +111,6 @@ class SD15Adapter(FamilyAdapter):
             vae=components.vae, text_encoder=components.text_encoders[0], tokenizer=components.tokenizers[0],
             unet=components.denoiser, scheduler=components.sample_scheduler,
             safety_checker=None, feature_extractor=None, requires_safety_checker=False,
-        )
-
-    def save_diffusers_lora(
-        self,
-        folder: Path,
-        weight_name: str,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-    ) -> None:
-        from diffusers import StableDiffusionPipeline
-        from diffusers.utils import convert_state_dict_to_diffusers
-
-        te = layers.get("text_encoder")
-        StableDiffusionPipeline.save_lora_weights(
-            folder,
-            unet_lora_layers=convert_state_dict_to_diffusers(layers["unet"]),
-            text_encoder_lora_layers=convert_state_dict_to_diffusers(te) if te else None,
-            weight_name=weight_name,
-            unet_lora_adapter_metadata=adapter_configs.get("unet"),
-            text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te else None,
         )
 
 

@@ -45,6 +45,8 @@ class SD3Adapter(FamilyAdapter):
     family: ClassVar[str] = "sd3"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
     denoiser_name: ClassVar[str] = "transformer"
+    # The SD3 loader reads peft-format keys as they are (the old UNet-era renaming breaks it).
+    rename_lora_keys: ClassVar[bool] = False
     # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
     kohya_base_version: ClassVar[str] = "sd3"
     kohya_architecture: ClassVar[str] = "stable-diffusion-v3-medium"
@@ -157,28 +159,6 @@ class SD3Adapter(FamilyAdapter):
             text_encoder=encoders[0], tokenizer=tokenizers[0], text_encoder_2=encoders[1], tokenizer_2=tokenizers[1],
             text_encoder_3=encoders[2] if len(encoders) > 2 else None,
             tokenizer_3=tokenizers[2] if len(tokenizers) > 2 else None,
-        )
-
-    def save_diffusers_lora(
-        self,
-        folder: Path,
-        weight_name: str,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-    ) -> None:
-        from diffusers import StableDiffusion3Pipeline
-
-        # The SD3 loader reads peft-format keys as they are (the old UNet-era renaming breaks it).
-        te1, te2 = layers.get("text_encoder"), layers.get("text_encoder_2")
-        StableDiffusion3Pipeline.save_lora_weights(
-            folder,
-            transformer_lora_layers=layers["transformer"],
-            text_encoder_lora_layers=te1 or None,
-            text_encoder_2_lora_layers=te2 or None,
-            weight_name=weight_name,
-            transformer_lora_adapter_metadata=adapter_configs.get("transformer"),
-            text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
-            text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
         )
 
     def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:

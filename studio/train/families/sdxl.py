@@ -7,7 +7,6 @@ image's original size, its crop's top-left corner and the target size.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -131,28 +130,6 @@ class SDXLAdapter(FamilyAdapter):
             vae=components.vae, text_encoder=first, text_encoder_2=second,
             tokenizer=components.tokenizers[0], tokenizer_2=components.tokenizers[1],
             unet=components.denoiser, scheduler=components.sample_scheduler, add_watermarker=False,
-        )
-
-    def save_diffusers_lora(
-        self,
-        folder: Path,
-        weight_name: str,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-    ) -> None:
-        from diffusers import StableDiffusionXLPipeline
-        from diffusers.utils import convert_state_dict_to_diffusers
-
-        te1, te2 = layers.get("text_encoder"), layers.get("text_encoder_2")
-        StableDiffusionXLPipeline.save_lora_weights(
-            folder,
-            unet_lora_layers=convert_state_dict_to_diffusers(layers["unet"]),
-            text_encoder_lora_layers=convert_state_dict_to_diffusers(te1) if te1 else None,
-            text_encoder_2_lora_layers=convert_state_dict_to_diffusers(te2) if te2 else None,
-            weight_name=weight_name,
-            unet_lora_adapter_metadata=adapter_configs.get("unet"),
-            text_encoder_lora_adapter_metadata=adapter_configs.get("text_encoder") if te1 else None,
-            text_encoder_2_lora_adapter_metadata=adapter_configs.get("text_encoder_2") if te2 else None,
         )
 
 
