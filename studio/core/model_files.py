@@ -13,7 +13,7 @@ import os
 import re
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 FAMILY_NAMES = {"sd15": "SD 1.x/2.x", "sdxl": "SDXL", "sd3": "SD3"}
@@ -54,6 +54,7 @@ REFUSED_KINDS = {
     "xl_refiner": "the SDXL refiner has no CLIP-L text encoder and is not trained on its own; choose an SDXL base model",
 }
 _MAX_HEADER = 100 * 1024 * 1024
+_HALF = {"F16", "BF16"}
 _UNET = "model.diffusion_model."
 
 
@@ -71,6 +72,8 @@ class ModelInfo:
     # model, "ztsnr" for one trained with zero terminal SNR.
     v_prediction: bool = False
     zero_terminal_snr: bool = False
+    # Every floating-point tensor of the file is 16-bit, so loading straight into fp16/bf16 loses nothing.
+    weights_16bit: bool = False
 
     @property
     def label(self) -> str:
@@ -98,17 +101,12 @@ class ModelInfo:
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
     """Every tensor's name and shape from a `.safetensors` file's header."""
-    shapes: dict[str, list[int]] = {}
-    for name, entry in _header_entries(path).items():
-        shape = entry.get("shape")
-        shapes[name] = [int(d) for d in shape] if isinstance(shape, list) else []
-    return shapes
+    return {name: _shape(entry) for name, entry in _header_entries(path).items()}
 
 
-def float_dtypes(path: Path) -> set[str]:
-    """The floating-point types a `.safetensors` file stores its weights in ("F16", "BF16", "F32", ...)."""
-    return {str(entry.get("dtype")) for entry in _header_entries(path).values()
-            if str(entry.get("dtype", "")).startswith(("F", "BF"))}
+def _shape(entry: dict[str, object]) -> list[int]:
+    shape = entry.get("shape")
+    return [int(d) for d in shape] if isinstance(shape, list) else []
 
 
 def _header_entries(path: Path) -> dict[str, dict[str, object]]:
@@ -143,8 +141,11 @@ def detect_model(path: Path) -> ModelInfo:
     if path.is_dir():
         return _folder_model(path)
     if path.suffix.lower() == ".safetensors":
-        shapes = read_safetensors_header(path)
-        return _file_model(set(shapes), lambda key: shapes.get(key))
+        entries = _header_entries(path)
+        shapes = {name: _shape(entry) for name, entry in entries.items()}
+        floats = {d for entry in entries.values() if (d := str(entry.get("dtype", ""))).startswith(("F", "BF"))}
+        info = model_from_tensors(set(shapes), shapes.get)
+        return replace(info, weights_16bit=bool(floats) and floats <= _HALF)
     return ModelInfo(None, None, "a .ckpt file's contents are not read before loading")
 
 
@@ -173,10 +174,6 @@ def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) ->
 
 def model_from_tensors(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
     """What a checkpoint is from its tensor names and shapes (however they were read)."""
-    return _file_model(keys, shape)
-
-
-def _file_model(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
     kind = checkpoint_kind(keys, shape)
     if kind is not None:
         return ModelInfo(KIND_FAMILIES[kind], kind, "its tensor names and shapes", _missing(kind, keys),

@@ -7,11 +7,9 @@ import struct
 from pathlib import Path
 
 import pytest
-from fixtures.checkpoints import SD3_WITHOUT_CLIPS, SD15, write_checkpoint
+from fixtures.checkpoints import CONV_IN, SD3_WITHOUT_CLIPS, SD15, TO_K, UNET, write_checkpoint
 
 from studio.core.model_files import ModelFileError, detect_model, read_safetensors_header
-
-UNET = "model.diffusion_model."
 
 
 def test_the_header_gives_names_and_shapes_without_the_weights(tmp_path: Path) -> None:
@@ -27,10 +25,10 @@ def test_an_sd15_checkpoint_is_recognised_and_loads_offline(tmp_path: Path) -> N
 
 
 def test_an_sd2_checkpoint_needs_the_hub_and_an_inpainting_one_is_refused(tmp_path: Path) -> None:
-    v2 = {**SD15, UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight": [320, 1024]}
+    v2 = {**SD15, TO_K: [320, 1024]}
     info = detect_model(write_checkpoint(tmp_path / "v2.safetensors", v2))
     assert (info.family, info.kind, info.offline) == ("sd15", "v2", False)
-    inpaint = {**SD15, UNET + "input_blocks.0.0.weight": [320, 9, 3, 3]}
+    inpaint = {**SD15, CONV_IN: [320, 9, 3, 3]}
     info = detect_model(write_checkpoint(tmp_path / "inpaint.safetensors", inpaint))
     assert info.kind == "inpainting" and "text-to-image" in (info.refused or "")
 
@@ -47,7 +45,7 @@ def test_a_checkpoint_without_its_text_encoders_or_vae_says_so(tmp_path: Path) -
 
 
 def test_a_file_of_no_known_kind_still_names_its_family_from_tensor_names(tmp_path: Path) -> None:
-    odd = {UNET + "input_blocks.0.0.weight": [320, 4, 3, 3], "cond_stage_model.x": [1]}
+    odd = {CONV_IN: [320, 4, 3, 3], "cond_stage_model.x": [1]}
     info = detect_model(write_checkpoint(tmp_path / "odd.safetensors", odd))
     assert (info.family, info.kind) == ("sd15", None)
     lora = detect_model(write_checkpoint(tmp_path / "lora.safetensors", {"lora_unet_x.lora_down.weight": [4, 320]}))
@@ -114,3 +112,18 @@ def test_v_prediction_and_zero_terminal_snr_markers_are_read(tmp_path: Path) -> 
     marked = detect_model(write_checkpoint(tmp_path / "vpred.safetensors", {**SD15, "v_pred": [], "ztsnr": []}))
     assert (marked.v_prediction, marked.zero_terminal_snr) == (True, True)
     assert marked.label == "Stable Diffusion 1.x checkpoint (v-prediction, zero terminal SNR)"
+
+
+@pytest.mark.parametrize(("shapes", "kind"), [
+    ({CONV_IN: [320, 4, 3, 3], TO_K: [320, 768]}, "v1"),
+    ({CONV_IN: [320, 9, 3, 3], TO_K: [320, 768]}, "inpainting"),
+    ({CONV_IN: [320, 4, 3, 3], TO_K: [320, 1024]}, "v2"),
+    ({CONV_IN: [320, 4, 3, 3], "conditioner.embedders.1.model.ln_final.weight": [1280]}, "xl_base"),
+    ({CONV_IN: [384, 4, 3, 3], UNET + "label_emb.0.0.weight": [1536, 2560]}, "xl_refiner"),
+    ({f"{UNET}joint_blocks.{i}.x_block.attn.qkv.weight": [1, 1] for i in range(24)}, "sd3"),
+    ({f"{UNET}joint_blocks.{i}.x_block.attn.qkv.weight": [1, 1] for i in range(38)}, "sd35_large"),
+    ({"first_stage_model.encoder.conv_in.weight": [128, 3, 3, 3]}, None),
+])
+def test_the_kind_of_a_checkpoint_is_read_from_its_header(shapes: dict[str, list[int]], kind: str | None,
+                                                          tmp_path: Path) -> None:
+    assert detect_model(write_checkpoint(tmp_path / "model.safetensors", shapes)).kind == kind

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from fixtures.checkpoints import CONV_IN, TO_K, VAE, write_checkpoint
 
 from studio.core.config import OutputSection, TrainingSection
 from studio.core.events import Error, RunFinished
@@ -69,33 +70,6 @@ def test_the_config_folders_describe_the_published_architectures(family: str, tm
     assert set(pipeline.load_config(folder)) >= {"scheduler", "tokenizer", "vae"}
 
 
-def _header_file(path: Path, shapes: dict[str, tuple[int, ...]]) -> Path:
-    from safetensors.torch import save_file
-
-    save_file({key: torch.zeros(shape, dtype=torch.float16) for key, shape in shapes.items()}, str(path))
-    return path
-
-
-UNET = "model.diffusion_model."
-CONV_IN = UNET + "input_blocks.0.0.weight"
-TO_K = UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight"
-
-
-@pytest.mark.parametrize(("shapes", "kind"), [
-    ({CONV_IN: (320, 4, 3, 3), TO_K: (320, 768)}, "v1"),
-    ({CONV_IN: (320, 9, 3, 3), TO_K: (320, 768)}, "inpainting"),
-    ({CONV_IN: (320, 4, 3, 3), TO_K: (320, 1024)}, "v2"),
-    ({CONV_IN: (320, 4, 3, 3), "conditioner.embedders.1.model.ln_final.weight": (1280,)}, "xl_base"),
-    ({CONV_IN: (384, 4, 3, 3), UNET + "label_emb.0.0.weight": (1536, 2560)}, "xl_refiner"),
-    ({f"{UNET}joint_blocks.{i}.x_block.attn.qkv.weight": (1, 1) for i in range(24)}, "sd3"),
-    ({f"{UNET}joint_blocks.{i}.x_block.attn.qkv.weight": (1, 1) for i in range(38)}, "sd35_large"),
-    ({"first_stage_model.encoder.conv_in.weight": (128, 3, 3, 3)}, None),
-])
-def test_the_kind_of_a_checkpoint_is_read_from_its_header(shapes: dict[str, tuple[int, ...]], kind: str | None,
-                                                          tmp_path: Path) -> None:
-    assert detect_model(_header_file(tmp_path / "model.safetensors", shapes)).kind == kind
-
-
 def test_a_full_size_sdxl_checkpoint_converts_onto_the_offline_config(tmp_path: Path) -> None:
     """Every tensor of an SDXL checkpoint in the original layout lands on a same-shaped tensor of the
     UNet, VAE and both text encoders built from the studio's configs (counted on the meta device)."""
@@ -136,7 +110,7 @@ def test_a_full_size_sdxl_checkpoint_converts_onto_the_offline_config(tmp_path: 
 
 
 def test_kinds_the_studio_cannot_train_are_refused_with_the_reason(tmp_path: Path) -> None:
-    inpaint = _header_file(tmp_path / "inpaint.safetensors", {CONV_IN: (320, 9, 3, 3), TO_K: (320, 768)})
+    inpaint = write_checkpoint(tmp_path / "inpaint.safetensors", {CONV_IN: [320, 9, 3, 3], TO_K: [320, 768]})
     with pytest.raises(TrainError) as raised:
         single_file_config(inpaint, detect_model(inpaint), "sd15")
     assert "Stable Diffusion 1.x inpainting checkpoint" in raised.value.message
@@ -147,9 +121,8 @@ def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
         make_config, run_training, events_of, tmp_path: Path) -> None:
     from studio.core.config import ModelSection
 
-    v2 = _header_file(tmp_path / "sd21.safetensors", {CONV_IN: (320, 4, 3, 3), TO_K: (320, 1024),
-                                                      "cond_stage_model.model.ln_final.weight": (1024,),
-                                                      "first_stage_model.encoder.conv_in.weight": (128, 3, 3, 3)})
+    v2 = write_checkpoint(tmp_path / "sd21.safetensors", {CONV_IN: [320, 4, 3, 3], TO_K: [320, 1024],
+                                                          "cond_stage_model.model.ln_final.weight": [1024], **VAE})
     config = make_config(model=ModelSection(family="sd15", base=str(v2)))
     code, run_dir = run_training(config, tmp_path)
     assert code != 0

@@ -5,7 +5,6 @@ Each failure names the path and what was expected, so a person can fix the confi
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,6 @@ from studio.core.model_files import (
     ModelFileError,
     ModelInfo,
     detect_model,
-    float_dtypes,
     model_from_tensors,
     read_json,
 )
@@ -170,10 +168,8 @@ def load_single_file(pipeline_class: Any, base: str, family: str, weight_dtype: 
 
     path = Path(base).expanduser()
     info = _model_info(path)
-    if str(weight_dtype) in ("torch.float16", "torch.bfloat16") and path.suffix.lower() == ".safetensors":
-        with contextlib.suppress(ModelFileError):
-            if float_dtypes(path) <= {"F16", "BF16"}:
-                kwargs.setdefault("dtype", weight_dtype)
+    if str(weight_dtype) in ("torch.float16", "torch.bfloat16") and info.weights_16bit:
+        kwargs.setdefault("dtype", weight_dtype)
     config = single_file_config(path, info, family, use_t5)
     return _follow_markers(_load_checkpoint_file(pipeline_class, path, base, info, config, family, use_t5, kwargs),
                            info)

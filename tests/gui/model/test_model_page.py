@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures.checkpoints import SD15, SDXL, write_checkpoint
+from fixtures.checkpoints import CONV_IN, SD15, SDXL, write_checkpoint
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox
 
@@ -146,6 +146,6 @@ def test_a_picked_checkpoint_shows_its_kind_and_the_family_follows_it(make_page,
     page.choose_base(str(cut))
     assert status.text().startswith(f"✗ {cut} is cut short") and page.config.model.family == "sdxl"
     inpaint = write_checkpoint(tmp_path / "inpaint.safetensors",
-                               {**SD15, "model.diffusion_model.input_blocks.0.0.weight": [320, 9, 3, 3]})
+                               {**SD15, CONV_IN: [320, 9, 3, 3]})
     page.choose_base(str(inpaint))
     assert "is a Stable Diffusion 1.x inpainting checkpoint: the studio trains text-to-image models only" in status.text()
