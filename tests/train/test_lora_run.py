@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.training import train_in_process
 from safetensors import safe_open
 
 from studio.core.config import MethodSection, OutputSection, SamplingSection, TrainingSection
@@ -16,9 +17,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_sd15: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.core.config import ConceptSection, DatasetSection, ModelSection, TrainConfig, load_config
-    from studio.core.launch import prepare_run
-    from studio.train.entry import train
+    from studio.core.config import ConceptSection, DatasetSection, ModelSection, TrainConfig
 
     root = tmp_path_factory.mktemp("lora")
     config = TrainConfig(
@@ -29,9 +28,9 @@ def lora_run(tiny_sd15: Path, demo_data: Path, tmp_path_factory: pytest.TempPath
         sampling=SamplingSection(every_n_steps=4, prompts=["a red circle on a blue background"], steps=3),
         output=OutputSection(dir=str(root / "runs"), name="shapes", save_every_n_steps=3, keep_last=2),
     )
-    plan = prepare_run(config, root)
-    assert train(load_config(plan.run_dir / "config.toml"), plan.run_dir) == 0
-    return plan.run_dir
+    code, run_dir = train_in_process(config, root)
+    assert code == 0
+    return run_dir
 
 
 def test_events_are_valid_and_tell_the_whole_run(lora_run: Path, events_of) -> None:

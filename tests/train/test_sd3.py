@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.training import train_in_process
 from safetensors import safe_open
 
 from studio.core.config import (
@@ -37,9 +38,6 @@ def _keys(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_sd3: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.core.config import load_config
-    from studio.core.launch import prepare_run
-    from studio.train.entry import train
 
     root = tmp_path_factory.mktemp("sd3-lora")
     config = TrainConfig(
@@ -50,10 +48,9 @@ def lora_run(tiny_sd3: Path, demo_data: Path, tmp_path_factory: pytest.TempPathF
         sampling=SamplingSection(every_n_steps=4, prompts=[PROMPT], steps=2),
         output=OutputSection(dir=str(root / "runs"), name="shapes-3"),
     )
-    plan = prepare_run(config, root)
-    code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
-    assert code == 0, (plan.run_dir / "events.jsonl").read_text()[-2000:]
-    return plan.run_dir
+    code, run_dir = train_in_process(config, root)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    return run_dir
 
 
 def test_lora_run_trains_only_the_chosen_blocks(lora_run: Path, events_of) -> None:

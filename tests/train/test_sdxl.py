@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.training import train_in_process
 from safetensors import safe_open
 
 from studio.core.config import (
@@ -38,9 +39,7 @@ def _pairs(keys: list[str]) -> int:
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_sdxl: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.core.config import TrainConfig, load_config
-    from studio.core.launch import prepare_run
-    from studio.train.entry import train
+    from studio.core.config import TrainConfig
 
     root = tmp_path_factory.mktemp("sdxl-lora")
     config = TrainConfig(
@@ -51,10 +50,9 @@ def lora_run(tiny_sdxl: Path, demo_data: Path, tmp_path_factory: pytest.TempPath
         sampling=SamplingSection(every_n_steps=4, prompts=[PROMPT], steps=2),
         output=OutputSection(dir=str(root / "runs"), name="shapes-xl"),
     )
-    plan = prepare_run(config, root)
-    code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
-    assert code == 0, (plan.run_dir / "events.jsonl").read_text()[-2000:]
-    return plan.run_dir
+    code, run_dir = train_in_process(config, root)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    return run_dir
 
 
 def test_lora_run_completes_with_samples(lora_run: Path, events_of) -> None:
