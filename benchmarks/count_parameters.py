@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from studio.train.arch_configs import (
+from studio.train.pipelines.arch_configs import (
     FAMILIES,
     LATENT_CHANNELS,
     NATIVE_RESOLUTION,

@@ -127,10 +127,10 @@ def main() -> int:
         make_dataset(root, args.images)
         print(f"generated {args.images} images in {time.perf_counter() - t:.1f} s", file=sys.stderr)
 
-        from studio.core.caption_ops import add_trigger
-        from studio.core.captions import CaptionStore
-        from studio.core.config import ConceptSection
-        from studio.core.dataset import list_concept, read_captions
+        from studio.core.config.schema import ConceptSection
+        from studio.core.dataset.caption_ops import add_trigger
+        from studio.core.dataset.caption_store import CaptionStore
+        from studio.core.dataset.scan import list_concept, read_captions
 
         for n in range(args.repeat):
             t = time.perf_counter()
@@ -151,9 +151,9 @@ def main() -> int:
         from PySide6.QtCore import QSettings
         from PySide6.QtWidgets import QApplication
 
-        from studio.core.project import create_project, default_config
+        from studio.core.project.folder import create_project, default_config
         from studio.gui.context import StudioContext
-        from studio.gui.pages.dataset import DatasetPage
+        from studio.gui.dataset.page import DatasetPage
 
         app = QApplication.instance() or QApplication([])
         project = create_project(root, default_config("images"))

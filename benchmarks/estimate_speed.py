@@ -16,9 +16,9 @@ from pathlib import Path
 
 
 def main() -> None:
-    from studio.core.config import validate_data
-    from studio.core.hardware import load_hardware
-    from studio.core.memory import estimate_vram
+    from studio.core.config.schema import validate_data
+    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.hardware.probe import load_hardware
 
     config = validate_data({"model": {"family": "sd3", "base": "m/n"}, "training": {"gradient_checkpointing": True}})
     gpu = load_hardware("rtx4090-24gb").gpus[0]
@@ -32,9 +32,9 @@ def main() -> None:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from studio.core.project import create_project
+    from studio.core.project.folder import create_project
     from studio.gui.context import StudioContext
-    from studio.gui.pages.model import ModelPage
+    from studio.gui.model.page import ModelPage
 
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 def write_events(path: Path, count: int) -> None:
-    from studio.core.events import RankMemory, RunFinished, RunStarted, Step
+    from studio.core.runs.events import RankMemory, RunFinished, RunStarted, Step
 
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(RunStarted(config={}, world_size=2, total_steps=count, devices=["cuda:0", "cuda:1"],
@@ -40,8 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     from PySide6.QtWidgets import QApplication
 
-    from studio.core.event_reader import replay_run
-    from studio.gui.train_plots import TrainPlots
+    from studio.core.runs.run_model import replay_run
+    from studio.gui.widgets.run_plots import TrainPlots
 
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:

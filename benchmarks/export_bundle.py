@@ -13,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from studio.core.demo_project import DEMO_MODEL, create_demo_project
-from studio.core.export import export_bundle
-from studio.core.export_check import run_checks
-from studio.core.export_cost import cost_table, vram_estimator, workload_from_config
-from studio.core.gpu_catalogue import load_catalogue
+from studio.core.export.bundle import export_bundle
+from studio.core.export.check import run_checks
+from studio.core.export.cost import cost_table, vram_estimator, workload_from_config
+from studio.core.export.gpu_catalogue import load_catalogue
+from studio.core.project.demo import DEMO_MODEL, create_demo_project
 
 
 def main() -> int:

@@ -126,9 +126,9 @@ def vae_child(family: str) -> dict[str, Any]:
 
 
 def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
-    from studio.core.config import TrainConfig
-    from studio.core.hardware import GPUInfo
-    from studio.core.memory import estimate_vram
+    from studio.core.config.schema import TrainConfig
+    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.hardware.report import GPUInfo
 
     resolution = {"sd15": 512, "sdxl": 1024, "sd3": 1024}[family]
     config = TrainConfig.model_validate({

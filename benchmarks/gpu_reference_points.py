@@ -74,24 +74,25 @@ class ProcessPeak(threading.Thread):
 
 def make_model(family: str, folder: Path, dry_run: bool) -> Path:
     if dry_run:
-        from studio.train.tiny import build_tiny_pipeline
+        from studio.train.pipelines.tiny import build_tiny_pipeline
 
         return build_tiny_pipeline("sd15", folder / "tiny-sd15")
     if family == "sd3":
-        from studio.train.full_size import write_full_size_pipeline
+        from studio.train.pipelines.full_size import write_full_size_pipeline
 
         return write_full_size_pipeline("sd3", folder / "sd3", dtype="fp16", t5=False)
-    from studio.train.full_size import write_random_checkpoint
+    from studio.train.pipelines.full_size import write_random_checkpoint
 
     return write_random_checkpoint(folder / f"{family}.safetensors", family)
 
 
 def run_case(family: str, root: Path, steps: int, dry_run: bool) -> dict[str, Any]:
-    from studio.core.config import TrainConfig, save_config
-    from studio.core.demo import write_demo_dataset
-    from studio.core.events import RunFinished, Step, parse_event
-    from studio.core.hardware import GPUInfo, probe_hardware
-    from studio.core.memory import estimate_vram
+    from studio.core.config.schema import TrainConfig, save_config
+    from studio.core.dataset.demo_shapes import write_demo_dataset
+    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.hardware.probe import probe_hardware
+    from studio.core.hardware.report import GPUInfo
+    from studio.core.runs.events import RunFinished, Step, parse_event
 
     sections, expected = REFERENCES[family]
     start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Training speed and peak VRAM of full-size denoisers (random weights) on one GPU.
 
 The architectures are the published SD1.5, SDXL and SD3-medium configurations
-(studio/train/arch_configs.py); no weights are downloaded. Latents and text
+(studio/train/pipelines/arch_configs.py); no weights are downloaded. Latents and text
 conditioning are random tensors of the real shapes, so this measures the
 denoiser's training step alone (forward, backward, AdamW step), in bf16 autocast
 with the frozen weights in bf16 for LoRA (rank 16 on the attention projections).
@@ -24,7 +24,12 @@ from typing import Any
 
 import torch
 
-from studio.train.arch_configs import SD3_LORA_TARGETS, UNET_LORA_TARGETS, build_component, denoiser_spec
+from studio.train.pipelines.arch_configs import (
+    SD3_LORA_TARGETS,
+    UNET_LORA_TARGETS,
+    build_component,
+    denoiser_spec,
+)
 
 SD3_TEXT_TOKENS = 77 + 256  # CLIP tokens, then T5 tokens (zeros when T5 is dropped), as the pipeline does
 

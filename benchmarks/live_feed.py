@@ -29,10 +29,10 @@ HEARTBEAT_MS = 5
 def feed_once(rate: int, seconds: float) -> dict[str, Any]:
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
 
-    from studio.core.config import TrainConfig
-    from studio.gui.train_controller import RunController
-    from studio.gui.train_header import RunHeader
-    from studio.gui.train_plots import TrainPlots
+    from studio.core.config.schema import TrainConfig
+    from studio.gui.run_controller import RunController
+    from studio.gui.widgets.run_header import RunHeader
+    from studio.gui.widgets.run_plots import TrainPlots
 
     steps = int(rate * seconds)
     controller = RunController(command_factory=lambda plan: [

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from studio.core.config import (
+from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
     MethodSection,
@@ -28,8 +28,8 @@ from studio.core.config import (
     TrainConfig,
     TrainingSection,
 )
-from studio.core.demo import write_demo_dataset
-from studio.core.launch import prepare_run
+from studio.core.dataset.demo_shapes import write_demo_dataset
+from studio.core.runs.launch import prepare_run
 
 VARIANTS = {
     "no cache": {},

@@ -22,7 +22,7 @@ IMAGES = ROOT / "docs" / "images"
 
 
 def main() -> None:
-    from studio.core.demo_project import create_demo_project
+    from studio.core.project.demo import create_demo_project
 
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1")
     with tempfile.TemporaryDirectory() as tmp:

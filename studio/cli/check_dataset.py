@@ -26,9 +26,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from studio.core.config import ConceptSection, ConfigError
-    from studio.core.dataset_check import check_concepts
-    from studio.core.project import is_project, open_project
+    from studio.core.config.schema import ConceptSection, ConfigError
+    from studio.core.dataset.checks import check_concepts
+    from studio.core.project.folder import is_project, open_project
 
     folder = Path(args.dir).expanduser()
     if not folder.is_dir():

@@ -7,8 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli import EXIT_OK
-from studio.core.config import load_config
-from studio.core.launch import build_command, format_command, planned_run_dir, prepare_run, training_python
+from studio.core.config.schema import load_config
+from studio.core.runs.launch import (
+    build_command,
+    format_command,
+    planned_run_dir,
+    prepare_run,
+    training_python,
+)
 
 
 def register(sub: Any) -> None:

@@ -23,15 +23,15 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config import load_config
-    from studio.core.export_cost import (
+    from studio.core.config.schema import load_config
+    from studio.core.export.cost import (
         assumptions,
         cost_table,
         format_table,
         vram_estimator,
         workload_from_config,
     )
-    from studio.core.gpu_catalogue import CatalogueError, load_catalogue
+    from studio.core.export.gpu_catalogue import CatalogueError, load_catalogue
 
     path = Path(args.config)
     try:

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.demo import write_demo_dataset
+    from studio.core.dataset.demo_shapes import write_demo_dataset
 
     try:
         written = write_demo_dataset(args.dir, count=args.count, size=args.size, seed=args.seed)

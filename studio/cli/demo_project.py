@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.demo_project import create_demo_project
+    from studio.core.project.demo import create_demo_project
 
     try:
         project = create_demo_project(args.dir, build_model=True)

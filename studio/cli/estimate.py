@@ -22,10 +22,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config import load_config
-    from studio.core.hardware import HardwareProfileError, load_hardware
-    from studio.core.memory import estimate_vram, fit, other_processes_warning
-    from studio.core.memory_suggest import suggest_fixes
+    from studio.core.config.schema import load_config
+    from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
+    from studio.core.hardware.fixes import suggest_fixes
+    from studio.core.hardware.probe import load_hardware
+    from studio.core.hardware.report import HardwareProfileError
 
     config = load_config(args.config)
     try:

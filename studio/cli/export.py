@@ -42,8 +42,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.export import ExportError, export_bundle
-    from studio.core.gpu_catalogue import CatalogueError
+    from studio.core.export.bundle import ExportError, export_bundle
+    from studio.core.export.gpu_catalogue import CatalogueError
 
     if args.remote_dataset and args.include_dataset and "--include-dataset" in sys.argv:
         print("error: --remote-dataset goes with --manifest-only", file=sys.stderr)

@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
 
 
 def describe(report: Any) -> str:
-    from studio.core.memory import other_processes_warning
+    from studio.core.hardware.estimate import other_processes_warning
 
     lines = [f"Source: {report.source}"]
     if not report.gpus:
@@ -49,7 +49,8 @@ def describe(report: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.hardware import HardwareProfileError, load_hardware
+    from studio.core.hardware.probe import load_hardware
+    from studio.core.hardware.report import HardwareProfileError
 
     try:
         report = load_hardware(args.hardware, disk_path=args.path, use_torch=args.torch)

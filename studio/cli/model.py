@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from studio.core.model_files import FAMILY_NAMES, ModelFileError, detect_model
+    from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, detect_model
 
     path = Path(args.path).expanduser()
     if not path.exists():

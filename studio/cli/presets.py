@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from studio.cli import EXIT_FAILED, EXIT_OK
-from studio.core.config import ConfigError
+from studio.core.config.schema import ConfigError
 
 
 def register(sub: Any) -> None:
@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.presets import list_presets
+    from studio.core.config.presets import list_presets
 
     try:
         presets = list_presets()

@@ -17,10 +17,10 @@ from types import FrameType
 from typing import Any
 
 from studio.cli import EXIT_INVALID
-from studio.core.config import load_config
-from studio.core.events import RunFinished, read_events
-from studio.core.launch import format_command, prepare_run, training_env
-from studio.core.runs import CONSOLE_FILE, EVENTS_FILE, request_stop
+from studio.core.config.schema import load_config
+from studio.core.runs.events import RunFinished, read_events
+from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
+from studio.core.runs.launch import format_command, prepare_run, training_env
 
 
 def register(sub: Any) -> None:

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.dir:
         print("give the folder to write the tiny pipeline into: studio-train tiny FAMILY DIR", file=sys.stderr)
         return EXIT_INVALID
-    from studio.train.tiny import build_tiny_pipeline
+    from studio.train.pipelines.tiny import build_tiny_pipeline
 
     options = {"t5": True} if args.t5 else {}
     folder = build_tiny_pipeline(args.family, args.dir, seed=args.seed, **options)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _full_size(args: argparse.Namespace) -> int:
-    from studio.train.full_size import parameter_counts, write_full_size_pipeline
+    from studio.train.pipelines.full_size import parameter_counts, write_full_size_pipeline
 
     with_t5 = args.family == "sd3" and (args.t5 or not args.write)
     counts = parameter_counts(args.family, t5=with_t5)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli import EXIT_INVALID, EXIT_OK
-from studio.core.config import ConfigError, dump_resolved, load_config, resolve_paths
+from studio.core.config.schema import ConfigError, dump_resolved, load_config, resolve_paths
 
 
 def register(sub: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 # The package is installed editable (or frozen with resources/ beside it), so the
@@ -18,16 +17,3 @@ def resources_dir() -> Path:
 def resource_path(*parts: str) -> Path:
     """A path inside `resources/`; it may not exist (callers say what is missing)."""
     return resources_dir().joinpath(*parts)
-
-
-def cache_root() -> Path:
-    """The studio's cache folder (thumbnails, model configs): $STUDIO_CACHE_DIR, else the user cache dir.
-
-    Everything in it can be made again; deleting it loses nothing a person wrote.
-    """
-    root = os.environ.get("STUDIO_CACHE_DIR")
-    if not root:
-        import platformdirs
-
-        root = platformdirs.user_cache_dir("sd-training-studio", appauthor=False)
-    return Path(root)

@@ -3,47 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from platformdirs import user_config_dir
-from PySide6.QtCore import QSettings
-from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QApplication
-
-APP_NAME = "sd-training-studio"
-RESOURCES = Path(__file__).resolve().parents[2] / "resources"
-
-
-def settings_path() -> Path:
-    """The app's settings file; STUDIO_CONFIG_DIR moves it (tests never touch the real one)."""
-    base = os.environ.get("STUDIO_CONFIG_DIR") or user_config_dir(APP_NAME, appauthor=False)
-    return Path(base) / "studio.ini"
-
-
-def make_settings(path: Path | None = None) -> QSettings:
-    target = path or settings_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return QSettings(str(target), QSettings.Format.IniFormat)
-
-
-def make_application(argv: Sequence[str] | None = None) -> QApplication:
-    existing = QApplication.instance()
-    if isinstance(existing, QApplication):
-        return existing
-    app = QApplication(list(argv or sys.argv[:1]))
-    app.setApplicationName("Training Studio")
-    app.setOrganizationName(APP_NAME)
-    app.setApplicationDisplayName("Training Studio")
-    icon = RESOURCES / "icons" / "studio.svg"
-    if icon.exists():
-        app.setWindowIcon(QIcon(str(icon)))
-    style = RESOURCES / "style.qss"
-    if style.exists():
-        app.setStyleSheet(style.read_text(encoding="utf-8"))
-    return app
+from studio.gui.application import make_application, make_settings
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

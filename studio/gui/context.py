@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from studio.core.config import ConfigError, TrainConfig
-from studio.core.project import Project
+from studio.core.config.schema import ConfigError, TrainConfig
+from studio.core.project.folder import Project
 
 
 class StudioContext(QObject):

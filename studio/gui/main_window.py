@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio import __version__
-from studio.core.demo_project import create_demo_project, demo_model_ready, model_command
-from studio.core.project import Project, create_project, is_project, open_project
+from studio.core.project.demo import create_demo_project, demo_model_ready, model_command
+from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 
@@ -43,11 +43,11 @@ class PageSpec:
 # Pages are imported and built when first needed, the shown one before the first paint and the
 # others right after it, so the window appears before pyqtgraph and the pages' models load.
 PAGES: tuple[PageSpec, ...] = (
-    PageSpec("Dataset", "page_dataset", "studio.gui.pages.dataset", "DatasetPage"),
-    PageSpec("Model & Preset", "page_model", "studio.gui.pages.model", "ModelPage"),
-    PageSpec("Train", "page_train", "studio.gui.pages.train", "TrainPage"),
-    PageSpec("Runs", "page_runs", "studio.gui.pages.runs", "RunsPage"),
-    PageSpec("Export", "page_export", "studio.gui.pages.export", "ExportPage"),
+    PageSpec("Dataset", "page_dataset", "studio.gui.dataset.page", "DatasetPage"),
+    PageSpec("Model & Preset", "page_model", "studio.gui.model.page", "ModelPage"),
+    PageSpec("Train", "page_train", "studio.gui.training.page", "TrainPage"),
+    PageSpec("Runs", "page_runs", "studio.gui.runs.page", "RunsPage"),
+    PageSpec("Export", "page_export", "studio.gui.export.page", "ExportPage"),
 )
 MAX_RECENT = 8
 DOCS_URL = "docs/index.md"

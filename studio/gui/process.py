@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
 
-from studio.core.history import write_process_file
-from studio.core.launch import format_command
-from studio.core.runs import CONSOLE_FILE, request_stop
+from studio.core.runs.folders import CONSOLE_FILE, request_stop
+from studio.core.runs.history import write_process_file
+from studio.core.runs.launch import format_command
 
 log = logging.getLogger(__name__)
 

@@ -57,11 +57,11 @@ def run_self_test(args: argparse.Namespace) -> int:
     qInstallMessageHandler(problems.qt_message)
     scratch = Path(tempfile.mkdtemp(prefix="studio-selftest-"))
 
-    from studio.gui.app import make_application, make_settings
+    from studio.gui.application import make_application, make_settings
 
     app = make_application()
-    from studio.core.demo_project import create_demo_project
-    from studio.core.project import create_project, is_project, open_project
+    from studio.core.project.demo import create_demo_project
+    from studio.core.project.folder import create_project, is_project, open_project
     from studio.gui.context import StudioContext
     from studio.gui.main_window import MainWindow
 

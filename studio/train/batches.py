@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from studio.core.config import DatasetSection
+from studio.core.config.schema import DatasetSection
 from studio.train.data import TrainItem, center_crop_conditioning, load_image, prepare_caption
 
 

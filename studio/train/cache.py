@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from studio.core.config import DatasetSection
+from studio.core.config.schema import DatasetSection
+from studio.train.components import Components
 from studio.train.data import TrainItem, load_image
-from studio.train.families.base import Components, Conditioning, FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter
 
 Progress = Callable[[str, int, int], None]
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from studio.core.files import atomic_write_text
-from studio.core.runs import CHECKPOINTS_DIR
+from studio.core.runs.folders import CHECKPOINTS_DIR
 
 STATE_FILE = "training_state.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from studio.core.config import ConceptSection, DatasetSection, TrainConfig
-from studio.core.dataset import (
+from studio.core.config.schema import ConceptSection, DatasetSection, TrainConfig
+from studio.core.dataset.buckets import bucket_for
+from studio.core.dataset.buckets import bucket_sizes as core_bucket_sizes
+from studio.core.dataset.scan import (
     DatasetError,
     ImageEntry,
     join_tags,
@@ -23,8 +25,6 @@ from studio.core.dataset import (
     scan_concept,
     split_tags,
 )
-from studio.core.dataset_buckets import bucket_for
-from studio.core.dataset_buckets import bucket_sizes as core_bucket_sizes
 from studio.train.errors import TrainError
 
 Warn = Callable[[str, "str | None", str], None]

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from studio.core.config import ConfigError, TrainConfig, load_config, load_resolved
-from studio.core.events import Error, EventWriter, RunFinished, read_events
-from studio.core.runs import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
+from studio.core.config.schema import ConfigError, TrainConfig, load_config, load_resolved
+from studio.core.runs.events import Error, EventWriter, RunFinished, read_events
+from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -44,7 +44,7 @@ def resolve_run(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
         return load_config(path), path.parent, False
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError(str(path), [])  # handled below with a clearer message
-    from studio.core.launch import prepare_run
+    from studio.core.runs.launch import prepare_run
 
     plan = prepare_run(load_config(path), path.parent)
     return load_resolved(plan.run_dir / CONFIG_FILE), plan.run_dir, False

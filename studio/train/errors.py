@@ -32,9 +32,9 @@ def vram_estimate_text(config: object, device_index: int = 0) -> str:
     try:
         import torch
 
-        from studio.core.config import TrainConfig
-        from studio.core.hardware import GPUInfo
-        from studio.core.memory import estimate_vram
+        from studio.core.config.schema import TrainConfig
+        from studio.core.hardware.estimate import estimate_vram
+        from studio.core.hardware.report import GPUInfo
 
         if not isinstance(config, TrainConfig) or not torch.cuda.is_available():
             return ""

@@ -16,18 +16,19 @@ from typing import Any
 import torch
 
 from studio import __version__
-from studio.core.config import TrainConfig, config_to_data
-from studio.core.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
+from studio.core.config.schema import TrainConfig, config_to_data
+from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
 from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
 from studio.train.cache import LatentCache, TextCache, cache_captions
 from studio.train.checkpoints import latest_checkpoint, read_state, register_hooks, save_checkpoint
+from studio.train.components import Components
 from studio.train.data import TrainItem, collect_items
 from studio.train.errors import TrainError
-from studio.train.families import Components, FamilyAdapter, adapter_for
-from studio.train.memory import gather_memory
+from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_epoch_lora, save_outputs
 from studio.train.placement import FrozenOffload
+from studio.train.rank_memory import gather_memory
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import ensure_class_images, make_samples

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from studio.core.config import TrainingSection
+from studio.core.config.schema import TrainingSection
 from studio.train.errors import TrainError
 
 ParamGroups = list[dict[str, Any]]

@@ -10,11 +10,12 @@ from typing import Any
 import torch
 
 from studio import __version__
-from studio.core.caption_tags import tag_counts
+from studio.core.dataset.caption_tags import tag_counts
 from studio.core.files import atomic_write_text
-from studio.core.runs import OUTPUT_DIR
+from studio.core.runs.folders import OUTPUT_DIR
+from studio.train.components import Components
 from studio.train.data import TrainItem
-from studio.train.families.base import Components, FamilyAdapter
+from studio.train.families.base import FamilyAdapter
 
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 SINGLE_FILE_ARCHITECTURES = {"sd15": "stable-diffusion-v1", "sdxl": "stable-diffusion-xl-v1-base"}
@@ -109,7 +110,7 @@ def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[st
 def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,
                  metadata: dict[str, str], warn: Warn) -> list[Path]:
     """DreamBooth's one-file checkpoint in the original layout A1111/Forge/ComfyUI load, where one exists."""
-    from studio.train.single_file import save_single_file
+    from studio.train.pipelines.single_file import save_single_file
 
     config = adapter.config
     family = config.model.family

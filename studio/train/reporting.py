@@ -9,7 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from studio.core.events import (
+from studio.core.runs.events import (
     Checkpoint,
     EpochSaved,
     Error,
@@ -22,7 +22,7 @@ from studio.core.events import (
     Step,
     Warning_,
 )
-from studio.core.runs import EVENTS_FILE
+from studio.core.runs.folders import EVENTS_FILE
 
 
 class Reporter:

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from studio.core.config import TrainConfig, resolved_weight_dtype
-from studio.core.runs import STOP_FILE
+from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.runs.folders import STOP_FILE
 
 
 def use_cpu(config: TrainConfig) -> bool:

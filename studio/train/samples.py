@@ -7,11 +7,12 @@ from typing import Any
 
 import torch
 
-from studio.core.config import TrainConfig
-from studio.core.dataset import IMAGE_EXTENSIONS
-from studio.core.events import Sample
-from studio.core.runs import SAMPLES_DIR
-from studio.train.families.base import Components, FamilyAdapter
+from studio.core.config.schema import TrainConfig
+from studio.core.dataset.scan import IMAGE_EXTENSIONS
+from studio.core.runs.events import Sample
+from studio.core.runs.folders import SAMPLES_DIR
+from studio.train.components import Components
+from studio.train.families.base import FamilyAdapter
 from studio.train.reporting import Reporter
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import save_config
-from studio.core.demo_project import create_demo_project
-from studio.core.event_reader import replay
-from studio.core.events import RunFinished, RunStarted, Step, read_events
-from studio.core.export import export_bundle
-from studio.core.history import import_run
-from studio.core.project import Project
+from studio.core.config.schema import save_config
+from studio.core.export.bundle import export_bundle
+from studio.core.project.demo import create_demo_project
+from studio.core.project.folder import Project
+from studio.core.runs.events import RunFinished, RunStarted, Step, read_events
+from studio.core.runs.history import import_run
+from studio.core.runs.run_model import replay
 
 pytest.importorskip("torch")
 STEPS = 12  # in the project; 6 in a bundle for 2 processes

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.events import RunFinished, Step, read_events
+from studio.core.runs.events import RunFinished, Step, read_events
 
 CONFIG = """\
 schema_version = 1

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from studio.core.config import (
+from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
     ModelSection,
@@ -22,11 +22,11 @@ from studio.core.config import (
     TrainConfig,
     TrainingSection,
 )
-from studio.core.events import RunFinished, RunStarted, read_events
-from studio.core.project import create_project
+from studio.core.project.folder import create_project
+from studio.core.runs.events import RunFinished, RunStarted, read_events
 from studio.gui.context import StudioContext
-from studio.gui.pages.runs import RunsPage
-from studio.gui.pages.train import TrainPage
+from studio.gui.runs.page import RunsPage
+from studio.gui.training.page import TrainPage
 
 RUN_TIMEOUT_MS = 80_000  # one launch takes 5-15 s here (interpreter, torch, accelerate), steps ~50 ms
 
@@ -35,7 +35,7 @@ RUN_TIMEOUT_MS = 80_000  # one launch takes 5-15 s here (interpreter, torch, acc
 def gui_context(qtbot: QtBot, tmp_path: Path) -> Iterator[StudioContext]:
     from PySide6.QtCore import QSettings
 
-    from studio.gui.train_controller import controller_for
+    from studio.gui.run_controller import controller_for
 
     context = StudioContext(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     yield context

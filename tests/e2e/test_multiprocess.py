@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import OutputSection, SamplingSection, TrainingSection
-from studio.core.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Sample, Step
-from studio.core.launch import prepare_run
+from studio.core.config.schema import OutputSection, SamplingSection, TrainingSection
+from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Sample, Step
+from studio.core.runs.launch import prepare_run
 
 pytest.importorskip("torch")
 

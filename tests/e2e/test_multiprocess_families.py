@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import ModelSection, OutputSection, TrainingSection
-from studio.core.events import RunFinished, RunStarted, Step
-from studio.core.launch import prepare_run
+from studio.core.config.schema import ModelSection, OutputSection, TrainingSection
+from studio.core.runs.events import RunFinished, RunStarted, Step
+from studio.core.runs.launch import prepare_run
 
 pytest.importorskip("torch")
 
@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 @pytest.mark.parametrize("family", ["sdxl", "sd3"])
 def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tmp_path: Path,
                                          tmp_path_factory: pytest.TempPathFactory) -> None:
-    from studio.train.tiny import build_tiny_pipeline
+    from studio.train.pipelines.tiny import build_tiny_pipeline
 
     base = build_tiny_pipeline(family, tmp_path_factory.mktemp("models") / f"tiny-{family}")
     config = make_config(

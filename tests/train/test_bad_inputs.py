@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import ConceptSection, DatasetSection, ModelSection
-from studio.core.events import Error, RunFinished, Step, Warning_
+from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection
+from studio.core.runs.events import Error, RunFinished, Step, Warning_
 
 pytest.importorskip("torch")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from studio.core.config import TrainingSection
-from studio.core.events import Phase, Step
+from studio.core.config.schema import TrainingSection
+from studio.core.runs.events import Phase, Step
 
 pytest.importorskip("torch")
 

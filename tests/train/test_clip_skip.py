@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
-from studio.core.config import ModelSection, OutputSection, SamplingSection, TrainConfig, TrainingSection
-from studio.core.events import Error, Sample
+from studio.core.config.schema import (
+    ModelSection,
+    OutputSection,
+    SamplingSection,
+    TrainConfig,
+    TrainingSection,
+)
+from studio.core.runs.events import Error, Sample
 
 torch = pytest.importorskip("torch")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from studio.core.config import ConceptSection, DatasetSection, ModelSection, TrainConfig
-from studio.core.demo import CAPTION_WORDS, write_demo_dataset
+from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+from studio.core.dataset.demo_shapes import CAPTION_WORDS, write_demo_dataset
 
 pytest.importorskip("torch")
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from studio.core.config import ConceptSection, DatasetSection, MethodSection, OutputSection, TrainingSection
-from studio.core.events import Phase, RunFinished, RunStarted
+from studio.core.config.schema import (
+    ConceptSection,
+    DatasetSection,
+    MethodSection,
+    OutputSection,
+    TrainingSection,
+)
+from studio.core.runs.events import Phase, RunFinished, RunStarted
 
 torch = pytest.importorskip("torch")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import ModelSection
-from studio.core.events import Error
+from studio.core.config.schema import ModelSection
+from studio.core.runs.events import Error
 
 torch = pytest.importorskip("torch")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from studio.core.events import RunFinished
-from studio.core.presets import apply_preset, list_presets
+from studio.core.config.presets import apply_preset, list_presets
+from studio.core.runs.events import RunFinished
 
 pytest.importorskip("torch")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from studio.core.config import MethodSection, TrainingSection
-from studio.core.demo import write_demo_dataset
+from studio.core.config.schema import MethodSection, TrainingSection
+from studio.core.dataset.demo_shapes import write_demo_dataset
 
 torch = pytest.importorskip("torch")
 

@@ -9,15 +9,15 @@ import pytest
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
-from studio.core.config import MethodSection, OutputSection, SamplingSection, TrainingSection
-from studio.core.events import Checkpoint, RunFinished, RunStarted, Sample, Step
+from studio.core.config.schema import MethodSection, OutputSection, SamplingSection, TrainingSection
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Sample, Step
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_sd15: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.core.config import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 
     root = tmp_path_factory.mktemp("lora")
     config = TrainConfig(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from studio.core.config import SamplingSection, TrainingSection
+from studio.core.config.schema import SamplingSection, TrainingSection
 
 torch = pytest.importorskip("torch")
 

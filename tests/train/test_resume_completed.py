@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import TrainingSection
+from studio.core.config.schema import TrainingSection
 
 pytest.importorskip("torch")
 

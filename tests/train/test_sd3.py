@@ -11,7 +11,7 @@ import pytest
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
-from studio.core.config import (
+from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
     MethodSection,
@@ -21,8 +21,8 @@ from studio.core.config import (
     TrainConfig,
     TrainingSection,
 )
-from studio.core.demo import write_demo_dataset
-from studio.core.events import Error, RunFinished
+from studio.core.dataset.demo_shapes import write_demo_dataset
+from studio.core.runs.events import Error, RunFinished
 
 torch = pytest.importorskip("torch")
 
@@ -177,7 +177,7 @@ def test_missing_clip_encoder_is_refused(make_config, run_training, events_of, t
 
 
 def test_with_a_tiny_t5_the_run_uses_it(make_config, run_training, events_of, tmp_path) -> None:
-    from studio.train.tiny import build_tiny_pipeline
+    from studio.train.pipelines.tiny import build_tiny_pipeline
 
     with_t5 = build_tiny_pipeline("sd3", tmp_path / "tiny-sd3-t5", t5=True)
     config = make_config("sd3", model=ModelSection(family="sd3", base=str(with_t5), use_t5=True),

@@ -12,7 +12,7 @@ import pytest
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
-from studio.core.config import (
+from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
     MethodSection,
@@ -21,7 +21,7 @@ from studio.core.config import (
     SamplingSection,
     TrainingSection,
 )
-from studio.core.events import Error, RunFinished
+from studio.core.runs.events import Error, RunFinished
 
 torch = pytest.importorskip("torch")
 
@@ -39,7 +39,7 @@ def _pairs(keys: list[str]) -> int:
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_sdxl: Path, demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.core.config import TrainConfig
+    from studio.core.config.schema import TrainConfig
 
     root = tmp_path_factory.mktemp("sdxl-lora")
     config = TrainConfig(

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from studio.core.config import MethodSection, OutputSection, TrainingSection
-from studio.core.events import RunFinished, Warning_
+from studio.core.config.schema import MethodSection, OutputSection, TrainingSection
+from studio.core.runs.events import RunFinished, Warning_
 
 torch = pytest.importorskip("torch")
 
@@ -62,8 +62,8 @@ def test_sdxl_single_file_holds_both_encoders_in_the_original_layout(tiny_sdxl: 
     from diffusers.loaders.single_file_utils import convert_open_clip_checkpoint
     from safetensors.torch import load_file
 
-    from studio.train.families.base import Components
-    from studio.train.single_file import save_single_file
+    from studio.train.components import Components
+    from studio.train.pipelines.single_file import save_single_file
 
     pipe = StableDiffusionXLPipeline.from_pretrained(tiny_sdxl, add_watermarker=False)
     components = Components(pipe.unet, pipe.vae, [pipe.text_encoder, pipe.text_encoder_2], [], None)

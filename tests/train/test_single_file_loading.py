@@ -1,7 +1,7 @@
 """Training from one checkpoint file (.safetensors from a model site) with no network.
 
 The studio writes the pipeline configs and CLIP tokenizers such a file needs
-(studio/train/pipeline_configs.py); these tests check the tokenizer against CLIP's
+(studio/train/pipelines/pipeline_configs.py); these tests check the tokenizer against CLIP's
 own token ids, the configs against the published architectures, the header-only kind
 detection, and a real training run from a full-size SD1.5 checkpoint file.
 """
@@ -14,15 +14,19 @@ from pathlib import Path
 import pytest
 from fixtures.checkpoints import CONV_IN, TO_K, VAE, write_checkpoint
 
-from studio.core.config import OutputSection, TrainingSection
-from studio.core.events import Error, RunFinished
-from studio.core.memory import load_architecture
+from studio.core.config.schema import OutputSection, TrainingSection
+from studio.core.hardware.estimate import load_architecture
+from studio.core.runs.events import Error, RunFinished
 
 torch = pytest.importorskip("torch")
 
-from studio.core.model_files import checkpoint_kind, detect_model  # noqa: E402
+from studio.core.hardware.model_files import checkpoint_kind, detect_model  # noqa: E402
 from studio.train.errors import TrainError  # noqa: E402
-from studio.train.pipeline_configs import single_file_config, write_clip_tokenizer, write_config_folder  # noqa: E402
+from studio.train.pipelines.pipeline_configs import (  # noqa: E402
+    single_file_config,
+    write_clip_tokenizer,
+    write_config_folder,
+)
 
 # Token ids from CLIP's own tokenizer (open_clip's SimpleTokenizer on the same BPE file).
 CLIP_IDS = {
@@ -77,9 +81,9 @@ def test_a_full_size_sdxl_checkpoint_converts_onto_the_offline_config(tmp_path: 
     import transformers
     from diffusers.loaders import single_file_utils as convert
 
-    from studio.train.families.base import Components
-    from studio.train.full_size import components
-    from studio.train.single_file import original_state_dict
+    from studio.train.components import Components
+    from studio.train.pipelines.full_size import components
+    from studio.train.pipelines.single_file import original_state_dict
 
     parts = components("sdxl", "meta")
     checkpoint = original_state_dict("sdxl", Components(
@@ -119,7 +123,7 @@ def test_kinds_the_studio_cannot_train_are_refused_with_the_reason(tmp_path: Pat
 
 def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
         make_config, run_training, events_of, tmp_path: Path) -> None:
-    from studio.core.config import ModelSection
+    from studio.core.config.schema import ModelSection
 
     v2 = write_checkpoint(tmp_path / "sd21.safetensors", {CONV_IN: [320, 4, 3, 3], TO_K: [320, 1024],
                                                           "cond_stage_model.model.ln_final.weight": [1024], **VAE})
@@ -135,7 +139,7 @@ def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
 @pytest.fixture(scope="module")
 def sd15_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A full-size SD1.5 checkpoint with random weights, in the original single-file layout (2 GB in fp16)."""
-    from studio.train.full_size import write_random_checkpoint
+    from studio.train.pipelines.full_size import write_random_checkpoint
 
     return write_random_checkpoint(tmp_path_factory.mktemp("checkpoint") / "my-sd15-model.safetensors", "sd15")
 
@@ -144,7 +148,7 @@ def sd15_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_lora_trains_from_a_full_size_sd15_checkpoint_file_offline(
         sd15_checkpoint: Path, make_config, run_training, events_of, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from studio.core.config import ModelSection
+    from studio.core.config.schema import ModelSection
 
     # Nothing cached from the hub and no network: the configs must come from the studio.
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
@@ -163,7 +167,7 @@ def test_a_lora_trains_from_a_full_size_sd15_checkpoint_file_offline(
 def test_a_16_bit_checkpoint_loads_straight_into_16_bit_weights_unchanged(sd15_checkpoint: Path, make_config) -> None:
     from safetensors import safe_open
 
-    from studio.core.config import ModelSection
+    from studio.core.config.schema import ModelSection
     from studio.train.families import adapter_for
 
     config = make_config(model=ModelSection(family="sd15", base=str(sd15_checkpoint)))
@@ -199,7 +203,7 @@ def test_a_full_size_ckpt_loads_offline_with_the_studios_configs(sd15_checkpoint
                                                                tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from studio.core.config import ModelSection
+    from studio.core.config.schema import ModelSection
     from studio.train.families import adapter_for
 
     ckpt = tmp_path / "my-sd15-model.ckpt"
@@ -215,7 +219,7 @@ def test_a_checkpoint_marked_v_prediction_gets_a_v_prediction_schedule(sd15_chec
                                                                       tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    from studio.core.config import ModelSection
+    from studio.core.config.schema import ModelSection
     from studio.train.families import adapter_for
 
     marked = tmp_path / "vpred-ztsnr.safetensors"

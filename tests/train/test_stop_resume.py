@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from studio.core.config import ConceptSection, DatasetSection, TrainingSection
-from studio.core.events import Checkpoint, RunFinished, RunStarted, Step
+from studio.core.config.schema import ConceptSection, DatasetSection, TrainingSection
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
 
 torch = pytest.importorskip("torch")
 
@@ -75,7 +75,7 @@ def test_stop_then_resume_matches_an_uninterrupted_run(
 
 
 def test_resume_without_a_checkpoint_starts_over(make_config, run_training, events_of, tmp_path) -> None:
-    from studio.core.launch import prepare_run
+    from studio.core.runs.launch import prepare_run
 
     # A run killed before its first checkpoint: the folder is prepared, nothing was saved.
     run_dir = prepare_run(make_config(training=TrainingSection(batch_size=2, max_steps=2)), tmp_path).run_dir

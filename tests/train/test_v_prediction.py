@@ -6,21 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import ModelSection, TrainingSection
-from studio.core.events import Error, RunFinished
+from studio.core.config.schema import ModelSection, TrainingSection
+from studio.core.runs.events import Error, RunFinished
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def tiny_vpred(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.train.tiny import build_tiny_pipeline
+    from studio.train.pipelines.tiny import build_tiny_pipeline
 
     return build_tiny_pipeline("sd15", tmp_path_factory.mktemp("models") / "tiny-vpred", prediction_type="v_prediction")
 
 
 def _scheme(base: Path, prediction_type: str = "auto", min_snr_gamma: float | None = None):  # type: ignore[no-untyped-def]
-    from studio.core.config import TrainConfig
+    from studio.core.config.schema import TrainConfig
     from studio.train.families import adapter_for
 
     config = TrainConfig(model=ModelSection(family="sd15", base=str(base), prediction_type=prediction_type),
@@ -53,7 +53,7 @@ def test_model_prediction_type_overrides_the_schedulers(tiny_sd15: Path) -> None
 
 def test_a_v_prediction_model_trains_and_samples(tiny_vpred: Path, make_config, run_training, events_of,
                                                  tmp_path: Path) -> None:
-    from studio.core.config import SamplingSection
+    from studio.core.config.schema import SamplingSection
 
     config = make_config(model=ModelSection(family="sd15", base=str(tiny_vpred)),
                          training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1,

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from studio.core.config import TrainConfig, resolved_weight_dtype
-from studio.core.hardware import load_hardware
-from studio.core.memory import estimate_vram
+from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.hardware.estimate import estimate_vram
+from studio.core.hardware.probe import load_hardware
 
 torch = pytest.importorskip("torch")
 
@@ -54,7 +54,7 @@ def test_the_estimator_reads_the_resolved_dtype() -> None:
 
 
 def test_a_bad_dtype_names_the_allowed_values() -> None:
-    from studio.core.config import ConfigError, validate_data
+    from studio.core.config.schema import ConfigError, validate_data
 
     with pytest.raises(ConfigError) as caught:
         validate_data({"model": {"family": "sd15", "base": "m", "dtype": "fp8"}})
@@ -86,7 +86,7 @@ def test_a_model_folder_loads_in_the_training_precision(weights: str, vae: str, 
 def test_a_full_fine_tune_starts_from_the_exact_fp32_weights(make_config, tiny_sd15) -> None:
     from diffusers import UNet2DConditionModel
 
-    from studio.core.config import MethodSection
+    from studio.core.config.schema import MethodSection
     from studio.train.families import adapter_for
 
     stored = UNet2DConditionModel.from_pretrained(tiny_sd15, subfolder="unet").conv_in.weight

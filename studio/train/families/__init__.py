@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 
-from studio.core.config import TrainConfig
+from studio.core.config.schema import TrainConfig
 from studio.train.errors import TrainError
-from studio.train.families.base import Components, FamilyAdapter
+from studio.train.families.base import FamilyAdapter
 
-__all__ = ["Components", "FamilyAdapter", "adapter_for"]
+__all__ = ["FamilyAdapter", "adapter_for"]
 
 
 def adapter_for(config: TrainConfig) -> FamilyAdapter:

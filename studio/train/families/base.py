@@ -9,30 +9,17 @@ chooses the noise scheme, predicts, builds the sample pipeline and writes output
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from studio.core.config import TrainConfig
-from studio.train.arch_configs import PIPELINES
+from studio.core.config.schema import TrainConfig
+from studio.train.components import Components
 from studio.train.families.schemes import NoiseScheme
+from studio.train.pipelines.arch_configs import PIPELINES
 
 Conditioning = dict[str, torch.Tensor]
-
-
-@dataclass
-class Components:
-    """What a family loads: the network trained (UNet or transformer) and what feeds it."""
-
-    denoiser: torch.nn.Module
-    vae: torch.nn.Module
-    text_encoders: list[torch.nn.Module]
-    tokenizers: list[Any]
-    scheduler: Any  # the training noise scheduler
-    sample_scheduler: Any = None  # the scheduler the pipeline samples with
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 class FamilyAdapter(ABC):

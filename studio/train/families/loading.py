@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from studio.core.model_files import (
+from studio.core.hardware.model_files import (
     FAMILY_NAMES,
     KIND_NAMES,
     OFFLINE_KINDS,
@@ -164,7 +164,7 @@ def load_single_file(pipeline_class: Any, base: str, family: str, weight_dtype: 
     of being copied to fp32 first (SD1.5: 0.45 GB peak RAM instead of 6.5 GB,
     benchmarks/single_file_load.py).
     """
-    from studio.train.pipeline_configs import single_file_config
+    from studio.train.pipelines.pipeline_configs import single_file_config
 
     path = Path(base).expanduser()
     info = _model_info(path)
@@ -225,7 +225,7 @@ def load_vae(path: str, family: str) -> object:
     from diffusers import AutoencoderKL
 
     if Path(path).suffix.lower() in SINGLE_FILE_SUFFIXES:
-        from studio.train.pipeline_configs import config_folder
+        from studio.train.pipelines.pipeline_configs import config_folder
 
         if not Path(path).expanduser().is_file():
             raise TrainError("model", f"the VAE file {path} does not exist", "check model.vae in the config",

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from studio.core.config import TrainingSection
+from studio.core.config.schema import TrainingSection
 
 
 @dataclass

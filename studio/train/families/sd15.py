@@ -6,8 +6,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Components, Conditioning, FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import (
     folder_dtypes,
     load_or_fail,

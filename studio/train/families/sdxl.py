@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from studio.train.families.base import Components, Conditioning, FamilyAdapter
+from studio.train.components import Components
+from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import (
     folder_dtypes,
     load_or_fail,

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from dataset_files import MakeDataset, make_image
 
-from studio.core.captions import CaptionStore
-from studio.core.config import ConceptSection
-from studio.core.dataset import (
+from studio.core.config.schema import ConceptSection
+from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.checks import check_worker
+from studio.core.dataset.scan import (
     DatasetError,
     list_concept,
     read_captions,
     rename_repeat_folder,
     scan_concept,
 )
-from studio.core.dataset_check import check_worker
-from studio.core.dataset_thumbnails import make_thumbnail, thumbnail_worker
+from studio.core.dataset.thumbnails import make_thumbnail, thumbnail_worker
 
 
 def test_listing_comes_before_captions_in_the_same_order(make_dataset: MakeDataset) -> None:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from studio.core.dataset_buckets import bucket_counts, bucket_for, bucket_sizes
+from studio.core.dataset.buckets import bucket_counts, bucket_for, bucket_sizes
 
 
 def test_buckets_stay_within_area_and_grid() -> None:

@@ -8,8 +8,8 @@ from dataset_files import MakeDataset, make_image, png_header_only
 from PIL import Image
 
 from studio.cli import main as cli_main
-from studio.core.config import ConceptSection
-from studio.core.dataset_check import CheckReport, check_concepts
+from studio.core.config.schema import ConceptSection
+from studio.core.dataset.checks import CheckReport, check_concepts
 
 
 def check(root: Path, resolution: int = 32) -> CheckReport:
@@ -122,7 +122,7 @@ def test_cli_json_and_exit_codes(make_dataset: MakeDataset, capsys: pytest.Captu
 
 
 def test_cli_reads_project_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from studio.core.project import create_project, default_config
+    from studio.core.project.folder import create_project, default_config
 
     config = default_config("pics")
     project = create_project(tmp_path / "proj", config)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from dataset_files import MakeDataset, make_image
 
-from studio.core.config import ConceptSection
-from studio.core.dataset import (
+from studio.core.config.schema import ConceptSection
+from studio.core.dataset.scan import (
     DatasetError,
     image_size,
     read_caption_file,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.demo_project import DEMO_MODEL, create_demo_project
-from studio.core.project import Project
+from studio.core.project.demo import DEMO_MODEL, create_demo_project
+from studio.core.project.folder import Project
 
 FIXED_CATALOGUE = """
 schema_version = 1

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from studio.core.export import export_bundle
-from studio.core.export_check import FAIL, PASS, SKIP, WARN, Result, format_results, run_checks
-from studio.core.project import Project
+from studio.core.export.bundle import export_bundle
+from studio.core.export.check import FAIL, PASS, SKIP, WARN, Result, format_results, run_checks
+from studio.core.project.folder import Project
 
 # These check the bundle against the packages of the environment running the tests; the
 # core-only environment (no torch) has none of them to pin or find.

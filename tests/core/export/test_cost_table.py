@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main as cli_main
-from studio.core.config import save_config
-from studio.core.export_cost import (
+from studio.core.config.schema import save_config
+from studio.core.export.cost import (
     Workload,
     assumptions,
     cost_table,
@@ -17,13 +17,13 @@ from studio.core.export_cost import (
     seconds_per_image,
     workload_from_config,
 )
-from studio.core.gpu_catalogue import (
+from studio.core.export.gpu_catalogue import (
     CatalogueError,
     ensure_user_catalogue,
     load_catalogue,
     shipped_catalogue_path,
 )
-from studio.core.project import Project
+from studio.core.project.folder import Project
 
 WORK = Workload(family="sd15", method="lora", resolution=512, images=3600, batch_size=1,
                 gradient_accumulation=1, gradient_checkpointing=False, mixed_precision="bf16")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import load_config, load_resolved, save_config
-from studio.core.export import ExportError, export_bundle
-from studio.core.export_files import installed_version
-from studio.core.project import Project
+from studio.core.config.schema import load_config, load_resolved, save_config
+from studio.core.export.bundle import ExportError, export_bundle
+from studio.core.export.bundle_files import installed_version
+from studio.core.project.folder import Project
 
 # These check the bundle against the packages of the environment running the tests; the
 # core-only environment (no torch) has none of them to pin or find.
@@ -147,7 +147,7 @@ def test_the_trainer_source_travels_without_the_gui(demo: Project, tmp_path: Pat
     export_bundle(demo.config_path, tmp_path / "b", include_model=True)
     src = tmp_path / "b" / "src"
     assert (src / "studio" / "train" / "__main__.py").is_file()
-    assert (src / "studio" / "core" / "export_run.py").is_file()
+    assert (src / "studio" / "core" / "export" / "start_run.py").is_file()
     assert (src / "resources" / "architectures").is_dir()
     assert not (src / "studio" / "gui").exists()
     assert not list(src.rglob("__pycache__"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main as cli_main
-from studio.core.project import Project
+from studio.core.project.folder import Project
 
 
 def test_export_command_writes_a_bundle_and_prints_the_remote_command(

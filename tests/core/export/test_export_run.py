@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import load_config
-from studio.core.export import export_bundle
-from studio.core.export_run import main, prepare_bundle_run
-from studio.core.project import Project
+from studio.core.config.schema import load_config
+from studio.core.export.bundle import export_bundle
+from studio.core.export.start_run import main, prepare_bundle_run
+from studio.core.project.folder import Project
 
 
 @pytest.fixture

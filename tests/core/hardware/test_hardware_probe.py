@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from studio.core import hardware_probes
-from studio.core.hardware import (
-    HardwareProfileError,
-    list_profiles,
-    load_hardware,
-    probe_hardware,
-)
+from studio.core.hardware import probes as hardware_probes
+from studio.core.hardware.probe import list_profiles, load_hardware, probe_hardware
+from studio.core.hardware.report import HardwareProfileError
 
 EXPECTED = {
     "rtx3060-12gb": (1, 12288),

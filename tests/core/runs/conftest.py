@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.events import Event, RankMemory, RunFinished, RunStarted, Step
+from studio.core.runs.events import Event, RankMemory, RunFinished, RunStarted, Step
 
 
 def step_event(step: int, loss: float = 0.5, t: float = 1000.0) -> Step:

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from studio.core.event_reader import EventTail, RunModel, replay, replay_run
-from studio.core.events import Error, Phase, RunFinished, RunStarted, Sample, Step
+from studio.core.runs.events import Error, Phase, RunFinished, RunStarted, Sample, Step
+from studio.core.runs.run_model import EventTail, RunModel, replay, replay_run
 from tests.core.runs.conftest import step_event, write_events
 
 
@@ -118,7 +118,7 @@ def test_run_model_follows_status_and_numbers() -> None:
 
 
 def test_cpu_memory_uses_rss() -> None:
-    from studio.core.events import RankMemory
+    from studio.core.runs.events import RankMemory
 
     model = RunModel()
     model.apply(Step(step=1, epoch=1, loss=0.1, lr=0.1, memory=[RankMemory(rank=1, device="cpu", rss_mb=321.0)]))
@@ -159,7 +159,7 @@ def test_replay_of_missing_folder_is_empty(tmp_path: Path) -> None:
 
 
 def test_bulk_step_path_builds_the_same_model_as_one_event_at_a_time(tmp_path: Path) -> None:
-    from studio.core.events import RankMemory
+    from studio.core.runs.events import RankMemory
 
     steps = [
         Step(step=i, epoch=1, loss=None if i == 3 else 1.0 / i, lr=1e-4, samples_per_s=2.0, eta_s=float(9 - i),  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.history import (
+from studio.core.runs.history import (
     REMOTE_FILE,
     delete_run,
     import_run,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.run_queue import QUEUE_FILE, QueueError, RunQueue
+from studio.core.runs.queue import QUEUE_FILE, QueueError, RunQueue
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QSettings
 
-from studio.core.project import Project, create_project, default_config
+from studio.core.project.folder import Project, create_project, default_config
 from studio.gui.context import StudioContext
-from studio.gui.pages.dataset import DatasetPage
+from studio.gui.dataset.page import DatasetPage
 
 CAPTIONS = {"a.png": "red, square", "b.png": "blue, circle", "c.png": None, "d.png": "green, square"}
 

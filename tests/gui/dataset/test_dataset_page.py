@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from studio.core.captions import CaptionConflict
-from studio.gui.pages.dataset import DatasetPage
+from studio.core.dataset.caption_store import CaptionConflict
+from studio.gui.dataset.page import DatasetPage
 from studio.gui.selftest_options import SelfTestOptions
 
 
@@ -98,7 +98,7 @@ def test_bulk_trigger_is_one_undo_step(page: DatasetPage) -> None:
 
 
 def test_bulk_dialog_previews_count(page: DatasetPage) -> None:
-    from studio.gui.dataset_bulk import BulkDialog
+    from studio.gui.dataset.bulk import BulkDialog
 
     dialog = BulkDialog(page.scopes(), page)
     dialog.select("replace", "square", "cube", scope="All images")
@@ -238,7 +238,7 @@ def test_caption_tags_are_readable_on_light_and_dark_backgrounds(qtbot, base: st
     from PySide6.QtGui import QColor, QPalette
     from PySide6.QtWidgets import QPlainTextEdit
 
-    from studio.gui.dataset_editor import TagHighlighter
+    from studio.gui.dataset.editor import TagHighlighter
 
     editor = QPlainTextEdit()
     qtbot.addWidget(editor)

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from studio.core.demo_project import DEMO_MODEL, create_demo_project
-from studio.core.gpu_catalogue import load_catalogue
-from studio.core.project import Project
-from studio.gui.app import make_settings
+from studio.core.export.gpu_catalogue import load_catalogue
+from studio.core.project.demo import DEMO_MODEL, create_demo_project
+from studio.core.project.folder import Project
+from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
-from studio.gui.export_cost_table import CHEAPEST
-from studio.gui.pages.export import ExportPage
+from studio.gui.export.cost_table import CHEAPEST
+from studio.gui.export.page import ExportPage
 from studio.gui.selftest_options import SelfTestOptions
 
 

@@ -9,12 +9,12 @@ from fixtures.checkpoints import CONV_IN, SD15, SDXL, write_checkpoint
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox
 
-from studio.core.config import load_config
-from studio.core.presets import get_preset
-from studio.core.project import create_project
-from studio.gui.app import make_settings
+from studio.core.config.presets import get_preset
+from studio.core.config.schema import load_config
+from studio.core.project.folder import create_project
+from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
-from studio.gui.pages.model import ModelPage
+from studio.gui.model.page import ModelPage
 from studio.gui.selftest_options import SelfTestOptions
 
 

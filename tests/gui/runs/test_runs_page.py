@@ -7,11 +7,11 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
-from studio.core.config import TrainConfig, save_config
+from studio.core.config.schema import TrainConfig, save_config
 from studio.gui.context import StudioContext
-from studio.gui.pages.runs import RunsPage
-from studio.gui.train_controller import controller_for
-from tests.gui.train.conftest import fake_command, make_project
+from studio.gui.run_controller import controller_for
+from studio.gui.runs.page import RunsPage
+from tests.gui.training.conftest import fake_command, make_project
 
 
 def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: str) -> Path:

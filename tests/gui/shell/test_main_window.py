@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QMessageBox
 
-from studio.core.project import PROJECT_FILE
-from studio.gui.app import make_settings
+from studio.core.project.folder import PROJECT_FILE
+from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
 from studio.gui.main_window import MainWindow
 
@@ -113,7 +113,7 @@ def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow,
 
 
 def test_demo_caption_edited_then_window_closed_is_in_the_sidecar(qtbot, tmp_path: Path) -> None:
-    from studio.core.demo_project import create_demo_project
+    from studio.core.project.demo import create_demo_project
 
     project = create_demo_project(tmp_path / "demo")
     win = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))

@@ -1,0 +1,265 @@
+"""Presets: sparse TOML deltas over the config defaults, with a `[preset]` table.
+
+Shipped presets live in the top-level `presets/` folder; a person's own presets in
+the user config folder (platformdirs, or STUDIO_CONFIG_DIR). Applying a preset
+keeps what belongs to the project (base model, image folders, sample prompts,
+output and launch settings) and takes everything else from the defaults and the delta.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from studio.core.config.schema import (
+    ConfigError,
+    ConfigIssue,
+    Family,
+    MethodKind,
+    TrainConfig,
+    config_to_data,
+    issues_from_validation,
+    parse_toml,
+    validate_data,
+)
+from studio.core.files import atomic_write_text
+from studio.core.user_dirs import config_dir
+
+# What a preset never changes: it belongs to the project, not to the recipe.
+PROJECT_KEYS: dict[str, tuple[str, ...]] = {
+    "model": ("base", "vae", "revision", "variant"),
+    "dataset": ("concepts",),
+    "sampling": ("prompts", "negative_prompt"),
+    "output": ("dir", "name"),
+    "launch": (
+        "num_processes", "num_machines", "gpu_ids", "main_process_ip",
+        "main_process_port", "machine_rank", "python", "cpu",
+    ),
+}
+
+
+class PresetInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1)
+    description: str = ""
+    family: Family
+    method: MethodKind
+    min_vram_gb: float = Field(gt=0, le=2048)
+    tradeoffs: str = ""
+
+
+@dataclass
+class Preset:
+    id: str
+    info: PresetInfo
+    delta: dict[str, Any]
+    path: Path
+    user: bool = False
+    issues: list[ConfigIssue] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return self.info.title
+
+    @property
+    def description(self) -> str:
+        return self.info.description
+
+    @property
+    def family(self) -> str:
+        return self.info.family
+
+    @property
+    def method(self) -> str:
+        return self.info.method
+
+    @property
+    def min_vram_gb(self) -> float:
+        return self.info.min_vram_gb
+
+    @property
+    def tradeoffs(self) -> str:
+        return self.info.tradeoffs
+
+    @property
+    def valid(self) -> bool:
+        return not self.issues
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            **self.info.model_dump(),
+            "user": self.user,
+            "path": str(self.path),
+            "valid": self.valid,
+            "issues": [str(i) for i in self.issues],
+            "settings": self.delta,
+        }
+
+
+def shipped_presets_dir() -> Path:
+    override = os.environ.get("STUDIO_PRESETS_DIR")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[3] / "presets"
+
+
+def user_presets_dir() -> Path:
+    return config_dir() / "presets"
+
+
+def _placeholder(family: str) -> dict[str, Any]:
+    return {"model": {"family": family, "base": "base-model"}, "dataset": {"concepts": [{"path": "images"}]}}
+
+
+def deep_merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in delta.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_preset(path: str | Path, user: bool = False) -> Preset:
+    """Read one preset file; a preset whose settings do not validate carries its issues."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, [ConfigIssue(key="(file)", message=f"cannot be read: {exc}")]) from None
+    data = parse_toml(text, source).unwrap()
+    table = data.pop("preset", None)
+    if not isinstance(table, dict):
+        raise ConfigError(source, [ConfigIssue(
+            key="preset", message="a preset file needs a [preset] table with title, family, method and min_vram_gb",
+        )])
+    try:
+        info = PresetInfo.model_validate(table)
+    except ValidationError as exc:
+        issues = issues_from_validation(exc)
+        for issue in issues:
+            issue.key = "preset." + issue.key.split(".", 1)[-1] if not issue.key.startswith("preset") else issue.key
+        raise ConfigError(source, issues) from None
+    preset = Preset(id=path.stem, info=info, delta=data, path=path, user=user)
+    preset.issues = check_preset(preset)
+    return preset
+
+
+def check_preset(preset: Preset) -> list[ConfigIssue]:
+    """Problems of a preset: invalid settings, project keys it must not set, a family mismatch."""
+    issues: list[ConfigIssue] = []
+    for section, keys in PROJECT_KEYS.items():
+        for key in keys:
+            if key in preset.delta.get(section, {}) and not (section == "model" and key == "family"):
+                issues.append(ConfigIssue(
+                    key=f"{section}.{key}", message="belongs to the project, not to a preset; remove it",
+                ))
+    fam = preset.delta.get("model", {}).get("family", preset.family)
+    if fam != preset.family:
+        issues.append(ConfigIssue(key="model.family", value=fam, message=f"differs from preset.family ({preset.family})"))
+    kind = preset.delta.get("method", {}).get("kind", preset.method)
+    if kind != preset.method:
+        issues.append(ConfigIssue(key="method.kind", value=kind, message=f"differs from preset.method ({preset.method})"))
+    try:
+        validate_data(deep_merge(_placeholder(preset.family), preset.delta), str(preset.path))
+    except ConfigError as exc:
+        issues.extend(exc.issues)
+    return issues
+
+
+def list_presets(include_user: bool = True) -> list[Preset]:
+    """Shipped presets, then the person's own, each sorted by family, method and VRAM."""
+    found: list[Preset] = []
+    folders = [(shipped_presets_dir(), False)]
+    if include_user:
+        folders.append((user_presets_dir(), True))
+    for folder, user in folders:
+        if not folder.is_dir():
+            continue
+        group = []
+        for path in folder.glob("*.toml"):
+            try:
+                group.append(load_preset(path, user=user))
+            except ConfigError:
+                if not user:
+                    raise
+                continue  # A broken user preset must not hide the others; `studio-train validate` shows why.
+        order = {"sd15": 0, "sdxl": 1, "sd3": 2}
+        group.sort(key=lambda p: (order.get(p.family, 9), p.method, -p.min_vram_gb, p.id))
+        found.extend(group)
+    return found
+
+
+def get_preset(preset_id: str) -> Preset:
+    for preset in list_presets():
+        if preset.id == preset_id:
+            return preset
+    known = ", ".join(p.id for p in list_presets())
+    raise KeyError(f"no preset named '{preset_id}'; known presets: {known}")
+
+
+def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
+    """The config with the preset's recipe and the project's own settings kept."""
+    current = config.model_dump(mode="json")
+    kept: dict[str, Any] = {}
+    for section, keys in PROJECT_KEYS.items():
+        for key in keys:
+            value = current.get(section, {}).get(key)
+            if value is not None:
+                kept.setdefault(section, {})[key] = value
+    data = deep_merge(deep_merge({"model": {"family": preset.family}}, preset.delta), kept)
+    data["model"]["family"] = preset.family
+    return validate_data(data, f"preset {preset.id}")
+
+
+def preset_delta(config: TrainConfig) -> dict[str, Any]:
+    """The recipe part of a config: its non-default values without the project's keys."""
+    data = config_to_data(config)
+    data.pop("schema_version", None)
+    for section, keys in PROJECT_KEYS.items():
+        for key in keys:
+            data.get(section, {}).pop(key, None)
+    return {k: v for k, v in data.items() if v}
+
+
+def _slug(title: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    return slug or "preset"
+
+
+def save_user_preset(
+    title: str,
+    config: TrainConfig,
+    base_preset: Preset | None = None,
+    description: str = "",
+    min_vram_gb: float | None = None,
+    tradeoffs: str = "",
+) -> Preset:
+    """Save the recipe of `config` as the person's own preset and return it."""
+    folder = user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = tomlkit.document()
+    table = tomlkit.table()
+    table["title"] = title
+    table["description"] = description or (f"Based on {base_preset.title}." if base_preset else "")
+    table["family"] = config.model.family
+    table["method"] = config.method.kind
+    table["min_vram_gb"] = float(min_vram_gb or (base_preset.min_vram_gb if base_preset else 8))
+    table["tradeoffs"] = tradeoffs or (base_preset.tradeoffs if base_preset else "")
+    doc["preset"] = table
+    for key, value in preset_delta(config).items():
+        doc[key] = value
+    path = folder / f"{_slug(title)}.toml"
+    atomic_write_text(path, tomlkit.dumps(doc))
+    return load_preset(path, user=True)

@@ -1,0 +1,326 @@
+"""Dataset validation: every problem a person should fix before training, with where and what to do.
+
+Images are inspected from their headers (plus the last bytes, to catch truncated files);
+nothing decodes whole pictures, so a folder of thousands checks in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, scan_concept_report
+
+if TYPE_CHECKING:
+    from studio.core.config.schema import ConceptSection
+
+Severity = Literal["error", "warning"]
+
+MAX_ASPECT = 3.0  # beyond this, buckets clamp and crops lose most of the picture
+HUGE_PIXELS = 50_000_000  # ~7000 x 7000: slow to load and resized away anyway
+SORTABLE_MODES = {"RGB", "RGBA", "L", "LA", "P", "PA"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: Severity
+    code: str  # stable name of the rule, e.g. "missing_caption"
+    path: str  # the file or folder at fault
+    message: str  # what is wrong
+    hint: str  # what to do
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.path}: {self.message} ({self.hint})"
+
+
+@dataclass
+class ImageFacts:
+    size: tuple[int, int] | None = None  # as shown, EXIF rotation applied
+    format: str | None = None
+    mode: str | None = None
+    error: str | None = None  # why it cannot be read
+    truncated: bool = False
+
+
+@dataclass
+class CheckReport:
+    images: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    sizes: dict[Path, tuple[int, int]] = field(default_factory=dict)  # readable images, as shown
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "warning"]
+
+    def by_path(self) -> dict[str, list[Problem]]:
+        found: dict[str, list[Problem]] = defaultdict(list)
+        for problem in self.problems:
+            found[problem.path].append(problem)
+        return dict(found)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "images": self.images,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "problems": [asdict(p) for p in self.problems],
+        }
+
+
+def _tail_is_complete(path: Path, image_format: str | None) -> bool:
+    """JPEG files end with an EOI marker and PNG files with an IEND chunk; a cut-off download does not."""
+    if image_format not in ("JPEG", "PNG"):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 32))
+            tail = handle.read()
+    except OSError:
+        return False
+    if image_format == "JPEG":
+        return b"\xff\xd9" in tail
+    return b"IEND" in tail
+
+
+def inspect_image(path: Path) -> ImageFacts:
+    """Header facts of one image; never decodes the pixels."""
+    from PIL import Image
+
+    facts = ImageFacts()
+    try:
+        if path.stat().st_size == 0:
+            facts.error = "the file is empty (0 bytes)"
+            return facts
+        with Image.open(path) as image:
+            width, height = image.size
+            facts.format, facts.mode = image.format, image.mode
+            try:
+                orientation = image.getexif().get(0x0112, 1)
+            except Exception:  # a broken EXIF block only loses the rotation
+                orientation = 1
+        facts.size = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    except Image.DecompressionBombError:
+        return _inspect_huge(path)
+    except (OSError, ValueError, SyntaxError) as exc:
+        facts.error = f"not a readable image ({exc})"
+        return facts
+    facts.truncated = not _tail_is_complete(path, facts.format)
+    return facts
+
+
+def _inspect_huge(path: Path) -> ImageFacts:
+    """Header of an image past Pillow's decompression-bomb limit: only the header is read, so allow it."""
+    from PIL import Image
+
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        with Image.open(path) as image:
+            return ImageFacts(size=image.size, format=image.format, mode=image.mode)
+    except (OSError, ValueError, SyntaxError) as exc:
+        return ImageFacts(error=f"not a readable image ({exc})")
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
+
+
+def inspect_images(
+    paths: Sequence[Path], progress: Callable[[int, int], None] | None = None
+) -> dict[Path, ImageFacts]:
+    facts: dict[Path, ImageFacts] = {}
+    for n, path in enumerate(paths, start=1):
+        facts[path] = inspect_image(path)
+        if progress is not None and (n % 200 == 0 or n == len(paths)):
+            progress(n, len(paths))
+    return facts
+
+
+def image_problems(entry: ImageEntry, facts: ImageFacts, resolution: int) -> list[Problem]:
+    where = str(entry.path)
+    out: list[Problem] = []
+    if facts.error is not None:
+        out.append(Problem("error", "unreadable_image", where, f"cannot be read: {facts.error}",
+                           "replace the file with a working copy or remove it"))
+        return out
+    if facts.truncated:
+        out.append(Problem("error", "truncated_image", where, "the file is cut off (truncated)",
+                           "download or export it again, or remove it"))
+    if facts.mode is not None and facts.mode not in SORTABLE_MODES:
+        out.append(Problem("warning", "unusual_mode", where, f"colour mode {facts.mode} is converted to RGB for training",
+                           "check that colours look right; save it as 8-bit RGB to be sure"))
+    if facts.size is not None:
+        width, height = facts.size
+        if width * height < resolution * resolution:
+            out.append(Problem("warning", "too_small", where,
+                               f"{width}x{height} is smaller than the training resolution {resolution}x{resolution}",
+                               "it will be upscaled and look soft; use a larger image or a lower resolution"))
+        aspect = max(width, height) / max(1, min(width, height))
+        if aspect > MAX_ASPECT:
+            out.append(Problem("warning", "extreme_aspect", where,
+                               f"aspect ratio {aspect:.1f}:1 is extreme ({width}x{height})",
+                               "crop it closer to the subject; most of it would be cut away"))
+        if width * height > HUGE_PIXELS:
+            out.append(Problem("warning", "huge_image", where, f"{width}x{height} is very large",
+                               "it loads slowly and is resized anyway; downscale it to speed up caching"))
+    return out
+
+
+def caption_problems(entry: ImageEntry) -> list[Problem]:
+    where = str(entry.path)
+    if entry.caption_source == "none":
+        return [Problem("warning", "missing_caption", where, "has no caption",
+                        f"write one in the studio or add {entry.path.with_suffix('.txt').name}")]
+    out: list[Problem] = []
+    if not (entry.caption or "").strip():
+        out.append(Problem("warning", "empty_caption", where, f"caption in {entry.caption_path} is empty",
+                           "write a caption describing the image"))
+    if not entry.caption_utf8:
+        out.append(Problem("warning", "non_utf8_caption", str(entry.caption_path),
+                           "is not UTF-8; it was read with a Western (cp1252) fallback",
+                           "check the text; saving it from the studio rewrites it as UTF-8"))
+    tokens = estimate_tokens(entry.caption)
+    if tokens > CLIP_TOKEN_LIMIT:
+        out.append(Problem("warning", "long_caption", where,
+                           f"caption is about {tokens} tokens; CLIP reads only the first {CLIP_TOKEN_LIMIT}",
+                           "shorten it or put the important words first"))
+    return out
+
+
+def duplicate_problems(paths: Iterable[Path]) -> list[Problem]:
+    """Exact duplicates by content (files of equal size are hashed)."""
+    by_size: dict[int, list[Path]] = defaultdict(list)
+    for path in paths:
+        try:
+            by_size[path.stat().st_size].append(path)
+        except OSError:
+            continue
+    out: list[Problem] = []
+    for same_size in by_size.values():
+        if len(same_size) < 2:
+            continue
+        by_hash: dict[str, list[Path]] = defaultdict(list)
+        for path in same_size:
+            try:
+                by_hash[hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()].append(path)
+            except OSError:
+                continue
+        for group in by_hash.values():
+            for copy in group[1:]:
+                out.append(Problem("warning", "duplicate_image", str(copy), f"is identical to {group[0]}",
+                                   "remove one copy; duplicates train that image twice as often"))
+    return out
+
+
+def scan_problems(scan: ScanResult) -> list[Problem]:
+    out: list[Problem] = []
+    if not scan.entries:
+        out.append(Problem("error", "no_images", str(scan.folder), "the concept folder holds no images",
+                           "add .jpg, .png, .webp or .bmp images, or remove the concept"))
+    for folder in scan.empty_folders:
+        out.append(Problem("error", "no_images", str(folder), "this repeat folder holds no images",
+                           "add images or delete the folder"))
+    for path in scan.other_images:
+        out.append(Problem("warning", "unsupported_format", str(path), f"{path.suffix} images are not used for training",
+                           "convert it to PNG, JPEG or WebP"))
+    for path in scan.orphan_captions:
+        out.append(Problem("warning", "orphan_caption", str(path), "caption file without an image",
+                           "add the image with the same name or delete the caption file"))
+    for file, line, message in scan.metadata_errors:
+        out.append(Problem("warning", "metadata_error", str(file), f"line {line} {message}",
+                           'fix the line: {"file_name": "image.png", "text": "caption"}'))
+    return out
+
+
+def check_concepts(
+    concepts: Sequence[ConceptSection],
+    base_dir: Path | None,
+    resolution: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> CheckReport:
+    """Scan and check every concept: the headless `check-dataset` and the studio's panel share this."""
+    report = CheckReport()
+    entries: list[ImageEntry] = []
+    for concept in concepts:
+        try:
+            scan = scan_concept_report(concept, base_dir)
+        except DatasetError as exc:
+            report.problems.append(Problem("error", "folder_missing", concept.path, str(exc),
+                                           "fix the concept path in the dataset settings"))
+            continue
+        report.problems.extend(scan_problems(scan))
+        entries.extend(scan.entries)
+    problems, facts = _check_entries(entries, resolution, progress)
+    report.problems.extend(problems)
+    report.sizes = {path: found.size for path, found in facts.items() if found.size is not None}
+    report.images = len(entries)
+    return report
+
+
+def check_entries(
+    entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None = None
+) -> list[Problem]:
+    return _check_entries(entries, resolution, progress)[0]
+
+
+def _check_entries(
+    entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None
+) -> tuple[list[Problem], dict[Path, ImageFacts]]:
+    facts = inspect_images([e.path for e in entries], progress)
+    out: list[Problem] = []
+    for entry in entries:
+        out.extend(image_problems(entry, facts[entry.path], resolution))
+        out.extend(caption_problems(entry))
+    out.extend(duplicate_problems(e.path for e in entries))
+    return out, facts
+
+
+def panel_order(problem: Problem) -> tuple[bool, str, str]:
+    """Errors first, then by rule and file: the order the studio lists problems in."""
+    return problem.severity != "error", problem.code, problem.path
+
+
+CHECK_CHUNK = 1000  # problems per message, so the window takes them in small bites
+
+
+def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None, dataset: dict[str, int],
+                 nice: int = 10) -> None:
+    """Helper-process entry: check the concepts and send the results over `conn` in small messages.
+
+    Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
+    order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
+    `dataset` holds resolution, bucket_step, min_bucket and max_bucket. The helper runs
+    `nice` steps below the window's priority, so the window's painting comes first.
+    """
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)
+    from studio.core.config.schema import ConceptSection
+    from studio.core.dataset.buckets import bucket_counts
+
+    try:
+        report = check_concepts(
+            [ConceptSection.model_validate(c) for c in concepts], Path(base_dir) if base_dir else None,
+            dataset["resolution"], lambda done, total: conn.send(("progress", done, total)))
+        problems = sorted(report.problems, key=panel_order)
+        for start in range(0, len(problems), CHECK_CHUNK):
+            conn.send(("problems", [(p.severity, p.code, p.path, p.message, p.hint)
+                                   for p in problems[start:start + CHECK_CHUNK]]))
+        counts = bucket_counts(report.sizes.values(), dataset["resolution"], dataset["bucket_step"],
+                               dataset["min_bucket"], dataset["max_bucket"])
+        conn.send(("buckets", list(counts.items())))
+        conn.send(("done", report.images))
+    except (BrokenPipeError, EOFError):
+        return  # the studio stopped listening (a new scan started or the window closed)
+    except Exception as exc:  # reported in the Problems panel rather than lost in a helper process
+        with contextlib.suppress(OSError):
+            conn.send(("failed", f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,163 @@
+"""What goes into a bundle besides its scripts: manifest, source copy, pinned requirements, secret scan."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as metadata
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from studio.core.resources import resources_dir
+
+MANIFEST_VERSION = 1
+_CHUNK = 1 << 20
+
+Progress = Callable[[str, int, int], None]  # (message, done, total)
+
+# Packages the trainer imports, pinned to the exporting environment's versions.
+RUNTIME_PACKAGES = (
+    "torch", "diffusers", "transformers", "accelerate", "peft", "safetensors", "huggingface-hub",
+    "pydantic", "tomlkit", "platformdirs", "psutil", "pillow", "numpy", "nvidia-ml-py",
+)
+OPTIMIZER_PACKAGES = {"prodigy": "prodigyopt", "adamw8bit": "bitsandbytes"}
+
+# Hugging Face, OpenAI-style, GitHub and AWS access keys; a long hex/base64 blob under a secret-ish key.
+SECRET_VALUE = re.compile(
+    r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})"
+)
+SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|credential)", re.IGNORECASE)
+
+
+def find_secrets(data: Any, prefix: str = "") -> list[str]:
+    """Keys (dotted) whose name or value looks like a credential."""
+    found: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if SECRET_KEY.search(str(key)) and value not in (None, "", False):
+                found.append(path)
+            else:
+                found.extend(find_secrets(value, path))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found.extend(find_secrets(value, f"{prefix}[{i}]"))
+    elif isinstance(data, str) and SECRET_VALUE.search(data):
+        found.append(prefix)
+    return found
+
+
+def secrets_in_text(text: str) -> list[str]:
+    """Credential-looking strings in a file's text (shown shortened, never whole)."""
+    return [m.group(0)[:6] + "..." for m in SECRET_VALUE.finditer(text)]
+
+
+def absolute_paths(data: Any, prefix: str = "", allowed: frozenset[str] = frozenset()) -> list[str]:
+    """Keys whose value is an absolute path (POSIX, home or Windows drive), except `allowed` values."""
+    found: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found.extend(absolute_paths(value, f"{prefix}.{key}" if prefix else str(key), allowed))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found.extend(absolute_paths(value, f"{prefix}[{i}]", allowed))
+    elif isinstance(data, str) and data not in allowed and re.match(r"^(/|~|[A-Za-z]:[\\/]|\\\\)", data):
+        found.append(prefix)
+    return found
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def dataset_files(folder: Path) -> Iterator[Path]:
+    """Every file of a dataset folder (hidden files and folders left out), in a stable order."""
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield Path(root) / name
+
+
+def build_manifest(
+    folders: dict[str, Path], copy_to: Path | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """File list with sizes and SHA-256 of each `name -> folder`; copies the files when `copy_to` is set."""
+    listing = [(name, folder, path) for name, folder in folders.items() for path in dataset_files(folder)]
+    entries = []
+    total = 0
+    for done, (name, folder, path) in enumerate(listing, start=1):
+        rel = f"{name}/{path.relative_to(folder).as_posix()}"
+        size = path.stat().st_size
+        entries.append({"path": rel, "size": size, "sha256": sha256_file(path)})
+        total += size
+        if copy_to is not None:
+            target = copy_to / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        if progress:
+            progress(f"dataset {rel}", done, len(listing))
+    return {"version": MANIFEST_VERSION, "files": entries, "total_bytes": total}
+
+
+def folder_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    if src.is_file():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest)
+    else:
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+
+
+def copy_studio_source(dest: Path) -> int:
+    """Copy the `studio` package (no GUI) and `resources/` under `dest`; returns bytes copied.
+
+    The remote machine runs the trainer from this copy (launch.sh puts it on PYTHONPATH),
+    so it needs no studio install and trains with exactly the code that exported it.
+    """
+    package = Path(__file__).resolve().parents[2]
+    shutil.copytree(
+        package, dest / "studio",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "gui"),
+    )
+    # resources.py finds resources/ beside the package.
+    shutil.copytree(resources_dir(), dest / "resources", ignore=shutil.ignore_patterns("icons", "*.qss", ".*"))
+    return folder_size(dest)
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def pinned_requirements(optimizer: str) -> str:
+    """requirements.txt pinned to this environment; a local build tag (+cpu, +cu124) is dropped."""
+    lines = [
+        "# Pinned to the environment the bundle was exported from.",
+        "# torch: keep the version; take the CUDA build of your machine or image",
+        "# (e.g. pip install torch==VERSION --index-url https://download.pytorch.org/whl/cu124).",
+    ]
+    wanted = list(RUNTIME_PACKAGES)
+    if optimizer in OPTIMIZER_PACKAGES:
+        wanted.append(OPTIMIZER_PACKAGES[optimizer])
+    for package in wanted:
+        version = installed_version(package)
+        if version is None:
+            lines.append(f"{package}  # not installed where the bundle was exported; any recent version")
+        else:
+            lines.append(f"{package}=={version.split('+')[0]}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,197 @@
+"""The GPU catalogue: rented GPU types, their prices and speeds, and the scaling model.
+
+The shipped catalogue is `resources/gpu_catalogue.toml`; a copy in the user config
+folder (STUDIO_CONFIG_DIR or the platform's) wins, so a person can keep prices current.
+"""
+
+from __future__ import annotations
+
+import bisect
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from tomlkit.exceptions import ParseError
+
+from studio.core.resources import resource_path
+from studio.core.user_dirs import config_dir
+
+CATALOGUE_FILE = "gpu_catalogue.toml"
+FAMILIES = ("sd15", "sdxl", "sd3")
+
+
+class CatalogueError(ValueError):
+    """A catalogue file that cannot be used; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class GpuType:
+    id: str
+    name: str
+    vram_gb: float
+    bf16: bool
+    throughput: float  # relative to the reference GPU for SD training
+    price_min: float  # per GPU-hour
+    price_max: float
+    provider: str = ""
+    infiniband: bool = False  # nodes of this offer are linked by InfiniBand
+    max_per_node: int = 8
+    # Measured seconds per image at the family's native resolution (LoRA), when known.
+    measured: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def vram_mb(self) -> int:
+        return int(self.vram_gb * 1024)
+
+    @property
+    def price_mid(self) -> float:
+        return (self.price_min + self.price_max) / 2
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Data-parallel efficiency by GPU count on a node, and the cost of crossing nodes."""
+
+    gpu_counts: tuple[int, ...] = (1, 2, 4, 8)
+    efficiency: tuple[float, ...] = (1.0, 0.925, 0.85, 0.78)
+    cross_node_infiniband: float = 0.92
+    cross_node_ethernet: float = 0.70
+
+    def node_efficiency(self, per_node: int) -> float:
+        """Efficiency of `per_node` GPUs on one node, interpolated between the listed counts."""
+        counts, eff = self.gpu_counts, self.efficiency
+        if per_node <= counts[0]:
+            return eff[0]
+        if per_node >= counts[-1]:
+            return eff[-1]
+        i = bisect.bisect_left(counts, per_node)
+        if counts[i] == per_node:
+            return eff[i]
+        lo, hi = counts[i - 1], counts[i]
+        return eff[i - 1] + (eff[i] - eff[i - 1]) * (per_node - lo) / (hi - lo)
+
+    def speedup(self, per_node: int, nodes: int = 1, infiniband: bool = False) -> float:
+        """How many times faster than one GPU `nodes` x `per_node` GPUs train."""
+        factor = self.node_efficiency(per_node)
+        if nodes > 1:
+            factor *= self.cross_node_infiniband if infiniband else self.cross_node_ethernet
+        return per_node * nodes * factor
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    reference_gpu: str
+    seconds_per_image: dict[str, float]
+    native_resolution: dict[str, int]
+    dreambooth_factor: float = 1.6
+    gradient_checkpointing_factor: float = 1.3
+    full_precision_factor: float = 2.0
+    startup_minutes: float = 5.0
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    gpus: tuple[GpuType, ...]
+    scaling: Scaling
+    speed: SpeedModel
+    prices_noted: str
+    currency: str
+    source: Path
+
+    def get(self, name: str) -> GpuType:
+        """A GPU type by id or name (case and spaces ignored); KeyError lists the known ones."""
+        wanted = _norm(name)
+        for gpu in self.gpus:
+            if _norm(gpu.id) == wanted or _norm(gpu.name) == wanted:
+                return gpu
+        for gpu in self.gpus:  # "4090" or "H100" alone
+            if wanted and wanted in _norm(gpu.name) and gpu.provider != "hyperscaler":
+                return gpu
+        known = ", ".join(g.id for g in self.gpus)
+        raise KeyError(f"no GPU type '{name}' in {self.source}; known: {known}")
+
+
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def shipped_catalogue_path() -> Path:
+    return resource_path(CATALOGUE_FILE)
+
+
+def user_catalogue_path() -> Path:
+    return config_dir() / CATALOGUE_FILE
+
+
+def ensure_user_catalogue() -> Path:
+    """The person's editable copy, made from the shipped one the first time."""
+    path = user_catalogue_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shipped_catalogue_path(), path)
+    return path
+
+
+def load_catalogue(path: str | Path | None = None) -> Catalogue:
+    """Read a catalogue: `path`, else the user's copy when it exists, else the shipped one."""
+    if path is None:
+        user = user_catalogue_path()
+        path = user if user.is_file() else shipped_catalogue_path()
+    path = Path(path)
+    try:
+        data = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
+    except FileNotFoundError:
+        raise CatalogueError(f"{path}: GPU catalogue not found") from None
+    except ParseError as exc:
+        raise CatalogueError(f"{path}: not valid TOML at line {exc.line}: fix the syntax there") from None
+    return parse_catalogue(data, path)
+
+
+def parse_catalogue(data: dict[str, Any], source: Path) -> Catalogue:
+    try:
+        speed_data = dict(data.get("speed", {}))
+        speed = SpeedModel(
+            reference_gpu=str(speed_data.pop("reference_gpu", "rtx4090")),
+            seconds_per_image={k: float(v) for k, v in speed_data.pop("seconds_per_image").items()},
+            native_resolution={k: int(v) for k, v in speed_data.pop("native_resolution").items()},
+            **{k: float(v) for k, v in speed_data.items()},
+        )
+        scaling_data = dict(data.get("scaling", {}))
+        scaling = Scaling(
+            gpu_counts=tuple(int(c) for c in scaling_data.pop("gpu_counts", Scaling.gpu_counts)),
+            efficiency=tuple(float(e) for e in scaling_data.pop("efficiency", Scaling.efficiency)),
+            **{k: float(v) for k, v in scaling_data.items()},
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CatalogueError(f"{source}: [speed] or [scaling] is incomplete or has an unknown key: {exc}") from None
+    if len(scaling.gpu_counts) != len(scaling.efficiency) or list(scaling.gpu_counts) != sorted(scaling.gpu_counts):
+        raise CatalogueError(f"{source}: [scaling] gpu_counts must be ascending and as long as efficiency")
+    missing = [f for f in FAMILIES if f not in speed.seconds_per_image or f not in speed.native_resolution]
+    if missing:
+        raise CatalogueError(f"{source}: [speed] lacks figures for {', '.join(missing)}")
+    gpus = []
+    for number, entry in enumerate(data.get("gpu", []), start=1):
+        try:
+            values = dict(entry)
+            values["measured"] = {k: float(v) for k, v in dict(values.get("measured", {})).items()}
+            gpu = GpuType(**values)
+        except TypeError as exc:
+            raise CatalogueError(f"{source}: [[gpu]] entry {number} ({entry.get('id', '?')}): {exc}") from None
+        if gpu.throughput <= 0 or gpu.vram_gb <= 0 or gpu.price_min > gpu.price_max:
+            raise CatalogueError(
+                f"{source}: [[gpu]] {gpu.id}: throughput and vram_gb must be positive and "
+                "price_min at most price_max"
+            )
+        gpus.append(gpu)
+    if not gpus:
+        raise CatalogueError(f"{source}: no [[gpu]] entries")
+    return Catalogue(
+        gpus=tuple(gpus),
+        scaling=scaling,
+        speed=speed,
+        prices_noted=str(data.get("prices_noted", "unknown date")),
+        currency=str(data.get("currency", "USD")),
+        source=source,
+    )

@@ -1,0 +1,199 @@
+"""Changes that make a config fit a GPU, cheapest in quality first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from studio.core.config.schema import TrainConfig
+from studio.core.hardware.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.hardware.report import GPUInfo
+
+RESOLUTIONS = (1536, 1280, 1024, 896, 768, 640, 512, 448, 384, 320, 256)
+MIN_RANK = 4
+
+
+@dataclass
+class Suggestion:
+    """One step; `changes` are dotted config keys -> values, applied on top of the previous steps."""
+
+    key: str
+    title: str
+    description: str
+    changes: dict[str, Any]
+    estimate: VramEstimate
+    fit: Fit
+    saved_mb: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def apply_changes(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
+    """A validated copy of `config` with dotted keys set (raises pydantic's ValidationError)."""
+    data = config.model_dump()
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        if leaf not in node:
+            raise KeyError(f"unknown config key {dotted}")
+        node[leaf] = value
+    return TrainConfig.model_validate(data)
+
+
+def _halvings(value: int, floor: int) -> Iterator[int]:
+    while value // 2 >= floor:
+        value //= 2
+        yield value
+
+
+Step = Callable[[TrainConfig], Iterator[tuple[dict[str, Any], str]]]
+
+
+def _cache_text(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if not c.training.cache_text_embeddings and not c.method.train_text_encoder and not c.dataset.shuffle_tags:
+        yield ({"training.cache_text_embeddings": True},
+               "Encode the captions once before training and free the text encoders. No quality cost.")
+
+
+def _cache_latents(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if not c.training.cache_latents and not c.dataset.flip and c.dataset.crop != "random":
+        yield ({"training.cache_latents": True},
+               "Encode the images once before training and free the VAE. No quality cost.")
+
+
+def _drop_t5(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if c.model.family == "sd3" and c.model.use_t5:
+        yield ({"model.use_t5": False},
+               "Train without the 4.7 B-parameter T5 encoder (CLIP only); long prompts follow less closely.")
+
+
+def _checkpointing(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if not c.training.gradient_checkpointing:
+        yield ({"training.gradient_checkpointing": True},
+               "Recompute activations during the backward pass: much less memory, about 20-30% slower steps.")
+
+
+def _adam8bit(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if c.training.optimizer in ("adamw", "prodigy") and not c.launch.cpu:
+        yield ({"training.optimizer": "adamw8bit"},
+               "Keep the optimizer state in 8 bits (bitsandbytes): a quarter of AdamW's memory, "
+               "results very close.")
+
+
+def _batch(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    t = c.training
+    effective = t.batch_size * t.gradient_accumulation
+    for batch in _halvings(t.batch_size, 1):
+        accumulation = max(1, effective // batch)
+        yield ({"training.batch_size": batch, "training.gradient_accumulation": accumulation},
+               f"Batch {batch} with {accumulation} accumulation steps keeps {batch * accumulation} images "
+               "per update; steps take longer.")
+
+
+def _rank(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if c.method.kind != "lora":
+        return
+    for rank in _halvings(c.method.rank, MIN_RANK):
+        yield ({"method.rank": rank}, f"A rank-{rank} LoRA: fewer trained parameters, less detail learned.")
+
+
+def _resolution(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    for res in RESOLUTIONS:
+        if res < c.dataset.resolution and res >= 256:
+            yield ({"dataset.resolution": res}, f"Train at {res} px: less detail than the model's native size.")
+
+
+def _to_lora(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    if c.method.kind == "dreambooth":
+        yield ({"method.kind": "lora"},
+               "Train a LoRA instead of the whole model: a small adapter, a fraction of the memory.")
+
+
+# In order of quality cost: free first, then slower, then lower quality.
+STEPS: list[tuple[str, str, Step]] = [
+    ("cache_text_embeddings", "Cache text embeddings", _cache_text),
+    ("cache_latents", "Cache latents", _cache_latents),
+    ("gradient_checkpointing", "Gradient checkpointing", _checkpointing),
+    ("adamw8bit", "8-bit Adam", _adam8bit),
+    ("batch", "Smaller batch, more accumulation", _batch),
+    ("use_t5", "Drop the T5 text encoder", _drop_t5),
+    ("rank", "Lower LoRA rank", _rank),
+    ("resolution", "Lower resolution", _resolution),
+    ("method", "LoRA instead of a full fine-tune", _to_lora),
+]
+
+
+# Steps that cost quality; dropped again when a later step made them unnecessary.
+COSTLY = frozenset({"adamw8bit", "batch", "use_t5", "rank", "resolution"})
+
+
+def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None) -> list[Suggestion]:
+    """Cumulative steps toward a fit, stopping at the first that fits; [] when it already fits.
+
+    Graded steps (batch, rank, resolution) take the mildest value that fits, or
+    the strongest one when none does. When the list ends without a fit, no
+    combination of these changes fits this GPU.
+    """
+    original = config
+    current = estimate_vram(config, gpu)
+    if gpu is None or fit(current, gpu) != "does_not_fit":
+        return []
+    out: list[Suggestion] = []
+    for key, title, step in STEPS:
+        best: tuple[dict[str, Any], str, TrainConfig, VramEstimate] | None = None
+        for changes, description in step(config):
+            try:
+                candidate = apply_changes(config, changes)
+            except (ValidationError, KeyError):
+                continue
+            estimate = estimate_vram(candidate, gpu)
+            if estimate.total_mb >= current.total_mb:
+                continue
+            best = (changes, description, candidate, estimate)
+            if fit(estimate, gpu) != "does_not_fit":
+                break
+        if best is None:
+            continue
+        changes, description, config, estimate = best
+        out.append(Suggestion(key=key, title=title, description=description, changes=changes,
+                              estimate=estimate, fit=fit(estimate, gpu),
+                              saved_mb=current.total_mb - estimate.total_mb))
+        current = estimate
+        if out[-1].fit != "does_not_fit":
+            break
+    return _prune(original, out, gpu)
+
+
+def _prune(original: TrainConfig, steps: list[Suggestion], gpu: GPUInfo) -> list[Suggestion]:
+    """Drop earlier steps a later, stronger one made unnecessary (costliest first), then re-estimate."""
+    if not steps or steps[-1].fit == "does_not_fit":
+        return steps
+    kept = list(steps)
+    for candidate in reversed(steps[:-1]):
+        if candidate.key not in COSTLY:
+            continue  # free steps stay: they cost nothing and leave more room
+        trial = [s for s in kept if s is not candidate]
+        try:
+            config = apply_suggestions(original, trial)
+        except (ValidationError, KeyError):
+            continue
+        if fit(estimate_vram(config, gpu), gpu) != "does_not_fit":
+            kept = trial
+    config, previous = original, estimate_vram(original, gpu)
+    for s in kept:
+        config = apply_changes(config, s.changes)
+        s.estimate = estimate_vram(config, gpu)
+        s.fit, s.saved_mb = fit(s.estimate, gpu), previous.total_mb - s.estimate.total_mb
+        previous = s.estimate
+    return kept
+
+
+def apply_suggestions(config: TrainConfig, suggestions: list[Suggestion], upto: int | None = None) -> TrainConfig:
+    """The config with suggestions[0..upto] applied (all by default)."""
+    for suggestion in suggestions[: None if upto is None else upto + 1]:
+        config = apply_changes(config, suggestion.changes)
+    return config

@@ -1,0 +1,72 @@
+"""The demo project a person sees on first start: shapes with captions and a tiny SD1.5 model.
+
+The dataset is written by Pillow here; the tiny model needs torch, so it is built by
+`studio-train tiny sd15` in a subprocess (the GUI never imports torch).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from studio.core.config.schema import (
+    ConceptSection,
+    DatasetSection,
+    ModelSection,
+    OutputSection,
+    SamplingSection,
+    TrainConfig,
+    TrainingSection,
+)
+from studio.core.project.folder import Project, create_project
+from studio.core.user_dirs import data_dir
+
+DEMO_DATA = "data/shapes"
+DEMO_MODEL = "models/tiny-sd15"
+
+
+def default_demo_dir() -> Path:
+    return data_dir() / "demo-project"
+
+
+def demo_config() -> TrainConfig:
+    """A LoRA run of the tiny model that finishes in well under a minute on a CPU."""
+    return TrainConfig(
+        model=ModelSection(family="sd15", base=DEMO_MODEL, dtype="fp32"),
+        dataset=DatasetSection(concepts=[ConceptSection(path=DEMO_DATA)], resolution=64, buckets=False),
+        training=TrainingSection(
+            batch_size=4, max_steps=60, learning_rate=1e-3, seed=1, mixed_precision="no", lr_warmup_steps=0
+        ),
+        sampling=SamplingSection(
+            every_n_steps=20,
+            prompts=["a red circle on a blue background", "a yellow triangle on a black background"],
+            steps=8,
+            guidance=4.0,
+            seed=7,
+        ),
+        output=OutputSection(name="demo", save_every_n_steps=20, keep_last=2),
+    )
+
+
+def model_command(project: Project, python: str | None = None) -> list[str]:
+    """The command that builds the tiny model of a demo project."""
+    return [python or sys.executable, "-m", "studio.cli", "tiny", "sd15", str(project.root / DEMO_MODEL)]
+
+
+def demo_model_ready(project: Project) -> bool:
+    return (project.root / DEMO_MODEL / "model_index.json").is_file()
+
+
+def create_demo_project(path: str | Path | None = None, build_model: bool = False) -> Project:
+    """Create (or complete) the demo project; an existing one keeps its captions and runs."""
+    from studio.core.dataset.demo_shapes import write_demo_dataset
+
+    root = Path(path) if path else default_demo_dir()
+    project = create_project(root, demo_config())
+    data = root / DEMO_DATA
+    if not data.is_dir() or not any(data.iterdir()):
+        write_demo_dataset(data)
+    if build_model and not demo_model_ready(project):
+        subprocess.run(model_command(project), check=True, capture_output=True, text=True)
+    return project

@@ -1,0 +1,142 @@
+"""The accelerate config and command line of a run: what the GUI, the CLI and bundles start."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shlex
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from studio.core.config.schema import TrainConfig, dump_resolved, resolve_paths
+from studio.core.files import atomic_write_text
+from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
+
+
+def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> dict[str, Any]:
+    """The accelerate config file's content for a run."""
+    launch = config.launch
+    processes = num_processes or launch.num_processes
+    multi = processes > 1
+    data: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "MULTI_GPU" if multi else "NO",
+        "num_processes": processes,
+        "num_machines": launch.num_machines,
+        "machine_rank": launch.machine_rank,
+        "mixed_precision": config.training.mixed_precision,
+        "gpu_ids": launch.gpu_ids,
+        # Several processes are always launched as MULTI_GPU: on a machine without GPUs (or with
+        # launch.cpu) the trainer's Accelerator falls back to the CPU and the ranks join over gloo.
+        # accelerate's own use_cpu would start a single process instead.
+        "use_cpu": launch.cpu and not multi,
+        "main_training_function": "main",
+        "rdzv_backend": "static",
+        "same_network": True,
+        "downcast_bf16": "no",
+        "debug": False,
+    }
+    if launch.num_machines > 1 or multi:
+        data["main_process_ip"] = launch.main_process_ip
+        data["main_process_port"] = launch.main_process_port
+    return data
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    """Flat YAML (accelerate's config files are one level of scalars)."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = str(value)
+        else:
+            text = f"'{value}'" if value else "''"
+        lines.append(f"{key}: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def training_python(config: TrainConfig) -> str:
+    """The interpreter of the training environment (default: the studio's own)."""
+    return config.launch.python or sys.executable
+
+
+def build_command(run_dir: str | Path, python: str, resume: bool = False) -> list[str]:
+    """`accelerate launch --config_file RUN_DIR/accelerate.yaml -m studio.train RUN_DIR/config.toml`.
+
+    With `resume`, the trainer gets `--resume RUN_DIR` and continues from the newest checkpoint.
+    """
+    run = Path(run_dir)
+    target = ["--resume", str(run)] if resume else [str(run / CONFIG_FILE)]
+    return [
+        python,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(run / ACCELERATE_FILE),
+        "-m",
+        "studio.train",
+        *target,
+    ]
+
+
+def training_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a training process: unbuffered output so every line shows at once."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def planned_run_dir(config: TrainConfig, config_dir: str | Path, now: _dt.datetime | None = None) -> Path:
+    """The folder `prepare_run` would create now (nothing is written)."""
+    resolved = resolve_paths(config, config_dir)
+    stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return Path(resolved.output.dir) / f"{stamp}-{resolved.output.name}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def format_command(command: list[str]) -> str:
+    return " ".join(shlex.quote(part) for part in command)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run_dir: Path
+    command: list[str]
+    config: TrainConfig
+
+
+def prepare_run(
+    config: TrainConfig,
+    config_dir: str | Path,
+    num_processes: int | None = None,
+    run_dir: str | Path | None = None,
+) -> RunPlan:
+    """Write a new run folder (resolved config.toml, accelerate.yaml, command.txt).
+
+    Relative paths in `config` resolve against `config_dir` (the config file's folder).
+    """
+    resolved = resolve_paths(config, config_dir)
+    if num_processes:
+        resolved.launch.num_processes = num_processes
+    launch = resolved.launch
+    if launch.num_processes > 1 and launch.num_machines == 1 and "main_process_port" not in launch.model_fields_set:
+        # Two local runs (or a run and anything else) on the default port would hang at the
+        # rendezvous; on one machine any free port does.
+        launch.main_process_port = free_port()
+    folder = Path(run_dir) if run_dir else new_run_dir(resolved.output.dir, resolved.output.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / CONFIG_FILE, dump_resolved(resolved))
+    atomic_write_text(folder / ACCELERATE_FILE, dump_yaml(accelerate_config(resolved)))
+    command = build_command(folder, training_python(resolved))
+    atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
+    return RunPlan(folder, command, resolved)

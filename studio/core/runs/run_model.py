@@ -1,0 +1,297 @@
+"""Folding a run's events into what the Train and Runs pages show.
+
+`RunModel` turns events (and `StepBatch` columns) into the state of a run; `replay_run`
+reads a whole run folder through `EventTail`. The same two serve a live local run and a
+finished run copied back from elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from studio.core.runs.events import (
+    EVENTS_FILE,
+    Checkpoint,
+    EpochSaved,
+    Error,
+    Event,
+    Phase,
+    RunFinished,
+    RunStarted,
+    Sample,
+    Step,
+    Warning_,
+)
+from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
+
+__all__ = [
+    "ENDED", "STATUSES", "EventTail", "Item", "RankColumns", "RankSeries", "Replay", "RunModel", "SampleImage",
+    "Series", "StepBatch", "decode_event", "event_from_dict", "replay", "replay_run",
+]
+
+# Statuses a run shows in its header.
+STATUSES = ("preparing", "caching", "training", "sampling", "saving", "finished", "failed", "stopped")
+ENDED = ("finished", "failed", "stopped")
+_PHASE_STATUS = {
+    "loading": "preparing",
+    "caching": "caching",
+    "class_images": "caching",
+    "training": "training",
+    "sampling": "sampling",
+    "saving": "saving",
+}
+_FINISH_STATUS = {"completed": "finished", "stopped": "stopped", "failed": "failed"}
+
+
+class Series:
+    """A growing float64 array: amortised O(1) appends, `view()` without copying."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._data = np.empty(capacity, dtype=np.float64)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def append(self, value: float) -> None:
+        if self._size == len(self._data):
+            grown = np.empty(len(self._data) * 2, dtype=np.float64)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size] = value
+        self._size += 1
+
+    def extend(self, values: np.ndarray) -> None:
+        end = self._size + len(values)
+        if end > len(self._data):
+            grown = np.empty(max(end, 2 * len(self._data)), dtype=np.float64)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : end] = values
+        self._size = end
+
+    def view(self) -> np.ndarray:
+        return self._data[: self._size]
+
+    def last(self) -> float | None:
+        return float(self._data[self._size - 1]) if self._size else None
+
+
+@dataclass
+class RankSeries:
+    """Memory of one rank over time (x: UNIX time of the step event)."""
+
+    device: str = ""
+    time: Series = field(default_factory=Series)
+    allocated: Series = field(default_factory=Series)
+    peak: Series = field(default_factory=Series)
+    reserved: Series = field(default_factory=Series)
+
+
+@dataclass(frozen=True)
+class SampleImage:
+    step: int
+    prompt: str
+    prompt_index: int
+    path: Path
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+class RunModel:
+    """The state of a run built from its events; no Qt, cheap to feed 100,000 events."""
+
+    def __init__(self, run_dir: str | Path | None = None) -> None:
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.reset()
+
+    def reset(self) -> None:
+        self.status = "preparing"
+        self.phase = ""
+        self.phase_done = 0
+        self.phase_total = 0
+        self.message = ""
+        self.started: RunStarted | None = None
+        self.finished: RunFinished | None = None
+        self.step = 0
+        self.total_steps = 0
+        self.epoch = 0
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self.eta_s: float | None = None
+        self.last_loss: float | None = None
+        self.steps = Series()
+        self.step_times = Series()
+        self.loss = Series()
+        self.lr = Series()
+        self.samples_per_s = Series()
+        self.memory: dict[int, RankSeries] = {}
+        self.samples: list[SampleImage] = []
+        self.checkpoints: list[Checkpoint] = []
+        self.epoch_outputs: list[str] = []  # LoRAs written at the end of epochs, oldest first
+        self.errors: list[Error] = []
+        self.warnings: list[Warning_] = []
+        self.outputs: list[str] = []
+        self.event_count = 0
+        self.version = 0  # bumps on every change: views redraw only when it moved
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ENDED
+
+    def elapsed_s(self, now: float | None = None) -> float:
+        """Seconds since the first event; up to `now` while running, to the last event after."""
+        if self.first_time is None:
+            return 0.0
+        end = self.last_time or self.first_time
+        if now is not None and not self.ended:
+            end = max(end, now)
+        return max(0.0, end - self.first_time)
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path)
+        if not p.is_absolute() and self.run_dir is not None:
+            p = self.run_dir / p
+        return p
+
+    def apply_all(self, items: Iterable[Item]) -> None:
+        """Apply events and StepBatches in order (what EventTail's poll_items returns)."""
+        for item in items:
+            if isinstance(item, StepBatch):
+                self.apply_steps(item)
+            else:
+                self.apply(item)
+
+    def apply_steps(self, batch: StepBatch) -> None:
+        """Many step events at once: the same result as applying each, a fraction of the work."""
+        n = len(batch)
+        if not n:
+            return
+        self.event_count += n
+        self.version += 1
+        if self.first_time is None:
+            self.first_time = float(batch.time[0])
+        self.last_time = float(batch.time[-1])
+        if self.status not in ENDED:
+            self.status = "training"
+        last = batch.last
+        self.step, self.epoch = int(last["step"]), int(last["epoch"])
+        self.last_loss = last["loss"]
+        self.eta_s = last.get("eta_s")
+        self.steps.extend(batch.step)
+        self.step_times.extend(batch.time)
+        self.loss.extend(batch.loss)
+        self.lr.extend(batch.lr)
+        self.samples_per_s.extend(batch.samples_per_s)
+        for rank, cols in batch.memory.items():
+            series = self.memory.get(rank)
+            if series is None:
+                series = self.memory[rank] = RankSeries(device=cols.device)
+            series.time.extend(cols.time)
+            series.allocated.extend(cols.allocated)
+            series.peak.extend(cols.peak)
+            series.reserved.extend(cols.reserved)
+
+    def apply(self, event: Event) -> None:
+        self.event_count += 1
+        self.version += 1
+        if self.first_time is None:
+            self.first_time = event.time
+        self.last_time = event.time
+        if isinstance(event, Step):
+            self._apply_step(event)
+        elif isinstance(event, RunStarted):
+            self.started = event
+            self.total_steps = event.total_steps
+            self.step = max(self.step, event.resumed_from_step)
+            # A run_started after a run_finished is a resumed run's next leg: it is live again.
+            self.finished, self.status, self.message = None, "preparing", ""
+        elif isinstance(event, Phase):
+            self.phase, self.phase_done, self.phase_total = event.name, event.done, event.total
+            self.message = event.message
+            if not self.ended:
+                self.status = _PHASE_STATUS.get(event.name, self.status)
+        elif isinstance(event, Sample):
+            for index, (image, prompt) in enumerate(zip(event.images, event.prompts, strict=False)):
+                self.samples.append(SampleImage(event.step, prompt, index, self.resolve(image)))
+        elif isinstance(event, Checkpoint):
+            self.checkpoints.append(event)
+        elif isinstance(event, EpochSaved):
+            self.epoch_outputs.extend(event.outputs)
+        elif isinstance(event, Error):
+            self.errors.append(event)
+        elif isinstance(event, Warning_):
+            self.warnings.append(event)
+        elif isinstance(event, RunFinished):
+            self.finished = event
+            self.status = _FINISH_STATUS.get(event.status, "failed")
+            self.outputs = list(event.outputs)
+            self.message = event.message
+            self.eta_s = 0.0 if self.status == "finished" else None
+            if event.step:
+                self.step = event.step
+
+    def _apply_step(self, event: Step) -> None:
+        if self.status not in ENDED:
+            self.status = "training"
+        self.step, self.epoch = event.step, event.epoch
+        self.last_loss = event.loss
+        self.eta_s = event.eta_s
+        self.steps.append(event.step)
+        self.step_times.append(event.time)
+        self.loss.append(_nan(event.loss))
+        self.lr.append(_nan(event.lr))
+        self.samples_per_s.append(_nan(event.samples_per_s))
+        for mem in event.memory:
+            series = self.memory.get(mem.rank)
+            if series is None:
+                series = self.memory[mem.rank] = RankSeries(device=mem.device)
+            series.time.append(event.time)
+            # On the CPU the trainer reports RSS; it plays the part of "allocated".
+            allocated = mem.allocated_mb if mem.allocated_mb is not None else mem.rss_mb
+            series.allocated.append(_nan(allocated))
+            series.peak.append(_nan(mem.peak_mb))
+            series.reserved.append(_nan(mem.reserved_mb))
+
+    def mark_ended(self, status: str, message: str) -> None:
+        """The process ended without a run_finished event (crash, kill): say so."""
+        if self.ended:
+            return
+        self.status = status
+        self.message = message
+        self.eta_s = None
+        self.last_time = time.time() if self.last_time is None else self.last_time
+        self.version += 1
+
+    def memory_points(self) -> int:
+        return sum(len(s.time) for s in self.memory.values())
+
+
+@dataclass
+class Replay:
+    model: RunModel
+    events: int
+    garbage_lines: int
+    unknown_types: set[str]
+
+
+def replay_run(run_dir: str | Path) -> Replay:
+    """Read a whole run folder's events into a new RunModel (with the reader's counts)."""
+    folder = Path(run_dir)
+    model = RunModel(folder)
+    tail = EventTail(folder / EVENTS_FILE)
+    items = tail.finish_items()
+    model.apply_all(items)
+    return Replay(model, model.event_count, tail.garbage_lines, set(tail.unknown_types))
+
+
+def replay(run_dir: str | Path) -> RunModel:
+    """The RunModel of a run folder, from its events.jsonl (missing file: an empty model)."""
+    return replay_run(run_dir).model

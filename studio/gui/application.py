@@ -1,0 +1,42 @@
+"""The QApplication and the settings file: made once, the same way, by the app and its self-test."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from studio.core import user_dirs
+from studio.core.resources import resource_path
+
+
+def settings_path() -> Path:
+    """The app's settings file; STUDIO_CONFIG_DIR moves it (tests never touch the real one)."""
+    return user_dirs.config_dir() / "studio.ini"
+
+
+def make_settings(path: Path | None = None) -> QSettings:
+    target = path or settings_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return QSettings(str(target), QSettings.Format.IniFormat)
+
+
+def make_application(argv: Sequence[str] | None = None) -> QApplication:
+    existing = QApplication.instance()
+    if isinstance(existing, QApplication):
+        return existing
+    app = QApplication(list(argv or sys.argv[:1]))
+    app.setApplicationName(user_dirs.DISPLAY_NAME)
+    app.setOrganizationName(user_dirs.APP_NAME)
+    app.setApplicationDisplayName(user_dirs.DISPLAY_NAME)
+    icon = resource_path("icons", "studio.svg")
+    if icon.exists():
+        app.setWindowIcon(QIcon(str(icon)))
+    style = resource_path("style.qss")
+    if style.exists():
+        app.setStyleSheet(style.read_text(encoding="utf-8"))
+    return app

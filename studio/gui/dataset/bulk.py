@@ -1,0 +1,117 @@
+"""The bulk caption dialog: pick an operation and a scope, see how many captions change, apply as one step."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QWidget,
+)
+
+from studio.core.dataset import caption_ops as ops
+from studio.core.dataset.caption_store import CaptionEdit
+
+
+@dataclass(frozen=True)
+class BulkOp:
+    title: str
+    first: str  # label of the first field ("" when unused)
+    second: str  # label of the second field ("" when unused)
+    run: Callable[[ops.Captions, str, str, bool, bool], list[CaptionEdit]]
+
+
+BULK_OPS: dict[str, BulkOp] = {
+    "trigger": BulkOp("Add trigger word", "Trigger word", "", lambda c, a, b, r, s: ops.add_trigger(c, a)),
+    "prefix": BulkOp("Add prefix", "Text before", "", lambda c, a, b, r, s: ops.add_text(c, a, "start")),
+    "suffix": BulkOp("Add suffix", "Text after", "", lambda c, a, b, r, s: ops.add_text(c, a, "end")),
+    "replace": BulkOp("Find and replace", "Find", "Replace with",
+                      lambda c, a, b, r, s: ops.find_replace(c, a, b, regex=r, case_sensitive=s)),
+    "add_tag": BulkOp("Add tag", "Tag", "", lambda c, a, b, r, s: ops.add_tag(c, a)),
+    "remove_tag": BulkOp("Remove tag", "Tag", "", lambda c, a, b, r, s: ops.remove_tag(c, a)),
+    "rename_tag": BulkOp("Rename tag", "Tag", "New name", lambda c, a, b, r, s: ops.rename_tag(c, a, b)),
+    "sort_tags": BulkOp("Sort tags (keep the first)", "", "", lambda c, a, b, r, s: ops.sort_tags(c, keep_first=1)),
+    "clean_tags": BulkOp("Remove duplicate tags and extra spaces", "", "", lambda c, a, b, r, s: ops.clean_tags(c)),
+    "template": BulkOp("Caption from template", "Template ({name} {folder} {caption} {index})", "",
+                       lambda c, a, b, r, s: ops.from_template(c, a)),
+}
+
+
+class BulkDialog(QDialog):
+    """Edits are computed from the captions in scope; `edits` holds them once accepted."""
+
+    def __init__(self, scopes: dict[str, ops.Captions], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Edit captions in bulk")
+        self.setObjectName("dataset_bulk_dialog")
+        self.scopes = scopes
+        self.edits: list[CaptionEdit] = []
+        self.operation = QComboBox()
+        for key, op in BULK_OPS.items():
+            self.operation.addItem(op.title, key)
+        self.scope = QComboBox()
+        for name, captions in scopes.items():
+            self.scope.addItem(f"{name} ({len(captions)})", name)
+        self.first, self.second = QLineEdit(), QLineEdit()
+        self.first_label, self.second_label = QLabel(), QLabel()
+        self.regex = QCheckBox("Regular expression")
+        self.case = QCheckBox("Match case")
+        self.case.setChecked(True)
+        self.preview = QLabel()
+        self.preview.setObjectName("dataset_bulk_preview")
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        form = QFormLayout(self)
+        form.addRow("Operation", self.operation)
+        form.addRow("Apply to", self.scope)
+        form.addRow(self.first_label, self.first)
+        form.addRow(self.second_label, self.second)
+        form.addRow(self.regex, self.case)
+        form.addRow(self.preview)
+        form.addRow(self.buttons)
+        for signal in (self.operation.currentIndexChanged, self.scope.currentIndexChanged,
+                       self.first.textChanged, self.second.textChanged, self.regex.toggled, self.case.toggled):
+            signal.connect(self._update)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        self._update()
+
+    def select(self, key: str, first: str = "", second: str = "", scope: str | None = None) -> None:
+        self.operation.setCurrentIndex(self.operation.findData(key))
+        if scope is not None:
+            self.scope.setCurrentIndex(self.scope.findData(scope))
+        self.first.setText(first)
+        self.second.setText(second)
+
+    def _update(self) -> None:
+        op = BULK_OPS[self.operation.currentData()]
+        for label, field, text in ((self.first_label, self.first, op.first), (self.second_label, self.second, op.second)):
+            label.setText(text)
+            label.setVisible(bool(text))
+            field.setVisible(bool(text))
+        is_replace = self.operation.currentData() == "replace"
+        self.regex.setVisible(is_replace)
+        self.case.setVisible(is_replace)
+        captions = self.scopes[self.scope.currentData()]
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        try:
+            self.edits = op.run(captions, self.first.text(), self.second.text(), self.regex.isChecked(),
+                                self.case.isChecked())
+        except (re.error, ops.TemplateError) as exc:
+            self.edits = []
+            self.preview.setText(f"Cannot apply: {exc}")
+            ok.setEnabled(False)
+            return
+        extra = ""
+        if is_replace and self.first.text():
+            matches, _ = ops.count_matches(captions, self.first.text(), self.regex.isChecked(), self.case.isChecked())
+            extra = f" ({matches} matches)"
+        self.preview.setText(f"{len(self.edits)} of {len(captions)} captions will change{extra}.")
+        ok.setEnabled(bool(self.edits))

@@ -1,0 +1,202 @@
+"""The caption editor beside the grid: a large preview, the caption with its tags highlighted, next/previous."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QColor,
+    QImageReader,
+    QKeySequence,
+    QPalette,
+    QPixmap,
+    QShortcut,
+    QSyntaxHighlighter,
+    QTextCharFormat,
+)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.scan import ImageEntry
+from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
+
+PREVIEW_SIZE = 512
+TYPING_PAUSE_MS = 500  # a pause this long ends one undoable typing step
+
+
+class TagHighlighter(QSyntaxHighlighter):
+    """Tags in alternating colours so each comma-separated tag reads as one chip.
+
+    The colours follow the editor's background: dark blue and green on a light one, light
+    ones on a dark one, so the caption never reads like grey placeholder text.
+    """
+
+    LIGHT_BACKGROUND = ("#1d4ed8", "#15803d")
+    DARK_BACKGROUND = ("#7fb3ff", "#9be39b")
+
+    def __init__(self, editor: QPlainTextEdit) -> None:
+        super().__init__(editor.document())
+        dark = editor.palette().color(QPalette.ColorRole.Base).lightness() < 128
+        self.colors = self.DARK_BACKGROUND if dark else self.LIGHT_BACKGROUND
+        self.formats = []
+        for color in self.colors:
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor(color))
+            self.formats.append(fmt)
+
+    def highlightBlock(self, text: str) -> None:
+        start, n = 0, 0
+        for i, ch in enumerate(text + ","):
+            if ch == ",":
+                if text[start:i].strip():
+                    self.setFormat(start, i - start, self.formats[n % 2])
+                    n += 1
+                start = i + 1
+
+
+def load_preview(path: Path, size: int = PREVIEW_SIZE) -> QPixmap | None:
+    """A scaled preview; huge non-JPEG images are not decoded (None)."""
+    reader = QImageReader(str(path))
+    reader.setAutoTransform(True)
+    full = reader.size()
+    if not full.isValid():
+        return None
+    if full.width() * full.height() > MAX_DECODE_PIXELS and reader.format().data() not in (b"jpeg", b"jpg"):
+        return None
+    scaled = full.scaled(QSize(size, size), Qt.AspectRatioMode.KeepAspectRatio)
+    if scaled.width() < full.width():
+        reader.setScaledSize(scaled)
+    image = reader.read()
+    return None if image.isNull() else QPixmap.fromImage(image)
+
+
+class CaptionEditor(QWidget):
+    """Shows one image and its caption; reports typing after a pause and asks for next/previous."""
+
+    sig_caption_typed = Signal(object, str)  # image Path, new text
+    sig_next = Signal()
+    sig_previous = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("dataset_editor")
+        self.entry: ImageEntry | None = None
+        self._loading = False
+        self.preview = QLabel("No image selected")
+        self.preview.setObjectName("dataset_preview")
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setMinimumSize(256, 256)
+        self.preview.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.name = QLabel()
+        self.name.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.text = QPlainTextEdit()
+        self.text.setObjectName("dataset_caption")
+        self.text.setPlaceholderText("Caption: comma-separated tags or a sentence")
+        self.text.setMaximumHeight(120)
+        self.highlighter = TagHighlighter(self.text)
+        self.tokens = QLabel()
+        self.notice = QLabel()
+        self.notice.setObjectName("dataset_editor_notice")
+        self.notice.setWordWrap(True)
+        self.notice.setStyleSheet("color: #e0a030")
+        self.prev_button = QPushButton("◀ Previous")
+        self.next_button = QPushButton("Next ▶")
+        self.prev_button.setToolTip("Previous image (Alt+Left, Ctrl+Up)")
+        self.next_button.setToolTip("Next image (Alt+Right, Ctrl+Down)")
+        nav = QHBoxLayout()
+        nav.addWidget(self.prev_button)
+        nav.addWidget(self.tokens, 1, Qt.AlignmentFlag.AlignCenter)
+        nav.addWidget(self.next_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.preview, 1)
+        layout.addWidget(self.name)
+        layout.addWidget(self.text)
+        layout.addWidget(self.notice)
+        layout.addLayout(nav)
+
+        self._pause = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
+        self._pause.timeout.connect(self.commit)
+        self.text.textChanged.connect(self._typed)
+        self.prev_button.clicked.connect(self._previous)
+        self.next_button.clicked.connect(self._next)
+        context = Qt.ShortcutContext.WidgetWithChildrenShortcut
+        for keys, slot in (("Alt+Right", self._next), ("Ctrl+Down", self._next),
+                           ("Alt+Left", self._previous), ("Ctrl+Up", self._previous)):
+            shortcut = QShortcut(QKeySequence(keys), self)
+            shortcut.setContext(context)
+            shortcut.activated.connect(slot)
+        self.set_entry(None)
+
+    def set_entry(self, entry: ImageEntry | None, refusal: str | None = None) -> None:
+        """Show an image; `refusal` says why its caption cannot be edited (read-only folder)."""
+        self.commit()
+        self.entry = entry
+        self._loading = True
+        self.text.setPlainText("" if entry is None else entry.caption or "")
+        self._loading = False
+        self.text.setReadOnly(entry is None or refusal is not None)
+        self.notice.setText(f"Editing refused: {refusal}" if refusal else "")
+        self._update_tokens()
+        if entry is None:
+            self.preview.setText("No image selected")
+            self.name.setText("")
+            return
+        self.name.setText(f"{entry.path.name}  ·  caption from {entry.caption_source}")
+        pixmap = load_preview(entry.path)
+        if pixmap is None:
+            self.preview.setPixmap(QPixmap())
+            self.preview.setText("This image cannot be previewed (unreadable or too large)")
+        else:
+            self.preview.setPixmap(pixmap)
+
+    def show_caption(self, text: str | None) -> None:
+        """Replace the text after an undo or a bulk edit without reporting it as typing."""
+        if self.text.toPlainText().strip() == (text or "").strip():
+            return  # keeps a trailing space being typed
+        self._pause.stop()
+        self._loading = True
+        cursor = self.text.textCursor().position()
+        self.text.setPlainText(text or "")
+        c = self.text.textCursor()
+        c.setPosition(min(cursor, len(text or "")))
+        self.text.setTextCursor(c)
+        self._loading = False
+        self._update_tokens()
+
+    def commit(self) -> None:
+        """Report pending typing now (before navigation, saving or closing)."""
+        self._pause.stop()
+        if self.entry is None or self.text.isReadOnly():
+            return
+        text = self.text.toPlainText().strip()
+        if text != (self.entry.caption or "").strip():
+            self.sig_caption_typed.emit(self.entry.path, text)
+
+    def _typed(self) -> None:
+        if not self._loading:
+            self._pause.start()
+            self._update_tokens()
+
+    def _update_tokens(self) -> None:
+        tokens = estimate_tokens(self.text.toPlainText())
+        over = tokens > CLIP_TOKEN_LIMIT
+        self.tokens.setText(f"≈ {tokens} tokens" + (f" (over {CLIP_TOKEN_LIMIT}: the rest is ignored)" if over else ""))
+        self.tokens.setStyleSheet("color: #e05050" if over else "")
+
+    def _next(self) -> None:
+        self.commit()
+        self.sig_next.emit()
+
+    def _previous(self) -> None:
+        self.commit()
+        self.sig_previous.emit()

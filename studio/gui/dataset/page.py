@@ -1,0 +1,391 @@
+"""The Dataset page: every image with its caption, fast caption editing, bulk edits and validation."""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QItemSelectionModel, Qt, QThreadPool, QTimer
+from PySide6.QtGui import QUndoStack
+from PySide6.QtWidgets import (
+    QLabel,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.config.schema import TrainConfig
+from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
+from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, rename_repeat_folder
+from studio.gui.context import StudioContext
+from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
+from studio.gui.dataset.editor import CaptionEditor
+from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
+from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
+from studio.gui.dataset.saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
+from studio.gui.dataset.tasks import (
+    CheckJob,
+    CheckOutcome,
+    ListOutcome,
+    ListTask,
+    ReadTask,
+    ScanOutcome,
+    TaskSignals,
+)
+from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
+from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
+from studio.gui.dataset.undo import CaptionCommand
+from studio.gui.event_loop import wait_for
+from studio.gui.page import Page
+from studio.gui.selftest_options import SelfTestOptions
+
+SAVE_DELAY_MS = 700
+
+
+class DatasetPage(Page):
+    title = "Dataset"
+    page_id = "page_dataset"
+
+    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.store: CaptionStore | None = None
+        self.scans: list[tuple[int, ScanResult]] = []
+        self.undo_stack = QUndoStack(self)
+        self.loader = ThumbnailLoader(self)
+        self.model = DatasetListModel(self.loader, self)
+        self.pool = QThreadPool(self)
+        self.pool.setMaxThreadCount(1)
+        self.signals = TaskSignals(self)
+        self.saver = CaptionSaver(self)
+        self.saver.sig_report.connect(self._saved)
+        self.check: CheckJob | None = None
+        self._generation = 0
+        self._scanning = self._checking = False
+        self._started = 0.0
+        self.first_paint_ms: float | None = None
+        self.problems: list[Any] = []
+        self._save_timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
+        self._save_timer.timeout.connect(self.save_soon)
+        self._tags_timer = QTimer(self, singleShot=True, interval=1000)
+        self._tags_timer.timeout.connect(self._update_tags)
+        self._build()
+        self.signals.sig_listed.connect(self._listed)
+        self.signals.sig_scanned.connect(self._scanned)
+        context.sig_project_changed.connect(lambda _p: self.reload())
+        context.sig_config_changed.connect(self._config_changed)
+        self._config_key: str | None = None
+        if context.config is not None:
+            self.reload()
+
+    # ------------------------------------------------------------ layout
+
+    def _build(self) -> None:
+        self.toolbar = DatasetToolbar(self.undo_stack)
+        self.filter_text, self.filter_tag = self.toolbar.filter_text, self.toolbar.filter_tag
+        self.no_caption, self.with_problems = self.toolbar.no_caption, self.toolbar.with_problems
+        add_undo_shortcuts(self, self.undo_stack)
+        self.view = make_grid_view(self.model)
+        self.view.selectionModel().currentChanged.connect(lambda cur, _prev: self._show_row(cur.row()))
+        self.editor = CaptionEditor()
+        self.editor.sig_caption_typed.connect(self._typed)
+        self.editor.sig_next.connect(lambda: self.step(1))
+        self.editor.sig_previous.connect(lambda: self.step(-1))
+        self.concepts_panel, self.tags_panel = ConceptsPanel(), TagsPanel()
+        self.problems_panel, self.buckets_panel = ProblemsPanel(), BucketsPanel()
+        self.tabs = QTabWidget()
+        for panel, name in ((self.concepts_panel, "Concepts"), (self.tags_panel, "Tags"),
+                            (self.problems_panel, "Problems"), (self.buckets_panel, "Buckets")):
+            self.tabs.addTab(panel, name)
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.editor)
+        right.addWidget(self.tabs)
+        split = QSplitter()
+        split.addWidget(self.view)
+        split.addWidget(right)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        self.status_label = QLabel()
+        self.status_label.setObjectName("dataset_status")
+        self.status_label.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.toolbar)
+        layout.addWidget(split, 1)
+        layout.addWidget(self.status_label)
+        self.toolbar.sig_filter_changed.connect(self._refilter)
+        self.toolbar.bulk_button.clicked.connect(self.open_bulk_dialog)
+        self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
+        self.problems_panel.sig_path_clicked.connect(self.select_path)
+        self.concepts_panel.sig_repeats_changed.connect(self._repeats_changed)
+
+    # ------------------------------------------------------------ loading
+
+    def _config_changed(self, config: TrainConfig) -> None:
+        key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
+        if key != self._config_key:
+            self.reload()
+
+    def reload(self) -> None:
+        """Scan the project's dataset again (pending captions are saved first)."""
+        self.save_now()
+        config = self.context.config
+        self._generation += 1
+        self._stop_check()
+        self.undo_stack.clear()
+        self.store, self.scans, self.problems = None, [], []
+        self.model.set_paths([])
+        self.editor.set_entry(None)
+        if config is None or self.context.project is None:
+            self._config_key = None
+            self.status_label.setText("Open a project to see its dataset.")
+            return
+        self._config_key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
+        gc.unfreeze()  # the previous dataset's objects may be collected again
+        self._started = time.perf_counter()
+        self._scanning = True
+        self.first_paint_ms = None
+        self.status_label.setText("Reading the dataset…")
+        concepts = list(config.dataset.concepts)
+        self.pool.start(ListTask(self._generation, concepts, self.context.project.root, self.signals))
+
+    def _listed(self, outcome: ListOutcome) -> None:
+        """Folders listed: paint the grid now, read the captions next."""
+        if outcome.generation != self._generation:
+            return
+        self.model.set_paths(outcome.paths, outcome.keys)
+        self.view.viewport().repaint()
+        self.first_paint_ms = (time.perf_counter() - self._started) * 1000
+        self.status_label.setText(f"{len(self.model.paths)} images. Reading captions…")
+        extension = self.context.config.dataset.caption_extension if self.context.config else ".txt"
+        self.pool.start(ReadTask(outcome, extension, self.signals))
+
+    def _scanned(self, outcome: ScanOutcome) -> None:
+        if outcome.generation != self._generation or self.context.config is None:
+            return
+        self._scanning = False
+        self.scans = outcome.scans
+        entries = [e for _, scan in outcome.scans for e in scan.entries]
+        self.store = outcome.store
+        self.model.set_entries(entries)
+        self.problems = list(outcome.errors)
+        self.concepts_panel.set_rows(concept_rows(self.scans, list(self.context.config.dataset.concepts)))
+        self.tags_panel.set_counts(outcome.tags)
+        self.status_label.setText(f"{len(entries)} images. Checking them in the background…")
+        if entries:
+            self.view.setCurrentIndex(self.model.index(0))
+        else:
+            self._show_row(-1)
+        self._checking = True
+        # A dataset is ~100,000 long-lived Python objects; a full garbage collection scanning them
+        # all would pause the window for 100-300 ms at random. Frozen, they are skipped (until reload).
+        gc.freeze()
+        self.check = CheckJob(self._generation, self.context.config.dataset, self._project_root(), self)
+        self.check.sig_progress.connect(self.problems_panel.set_checking)
+        self.check.sig_done.connect(self._checked)
+
+    def _checked(self, outcome: CheckOutcome) -> None:
+        if outcome.generation != self._generation or self.context.config is None:
+            return
+        self._checking = False
+        self.check = None
+        if outcome.failure is not None:
+            self.status_label.setText(f"The dataset check stopped: {outcome.failure}. Reload the dataset to try again.")
+            return
+        self.problems = outcome.problems  # the check covers the folders too
+        gc.freeze()  # the problems too (see _scanned)
+        errors = outcome.errors
+        self.model.set_problems(outcome.by_path)
+        self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
+        d = self.context.config.dataset
+        self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
+        self.status_label.setText(
+            f"{len(self.model.paths)} images, {errors} errors, {len(self.problems) - errors} warnings.")
+
+    def _project_root(self) -> Path | None:
+        return self.context.project.root if self.context.project is not None else None
+
+    def _stop_check(self, wait: bool = False) -> None:
+        if self.check is not None:
+            self.check.cancel(wait)
+            self.check.deleteLater()
+            self.check = None
+        self._checking = False
+
+    def _update_tags(self) -> None:
+        if self.store is not None:
+            self.tags_panel.recount(list(self.store.captions().values()))
+
+    # ------------------------------------------------------------ browsing
+
+    def _refilter(self) -> None:
+        current = self.editor.entry
+        self.model.set_filter(self.toolbar.grid_filter())
+        if current is not None:
+            self.select_path(current.path)
+
+    def _show_row(self, row: int) -> None:
+        if row < 0 or self.store is None:
+            self.editor.set_entry(None)
+            return
+        entry = self.model.entry(row)
+        self.editor.set_entry(entry, self.store.write_refusal(entry.path))
+
+    def step(self, delta: int) -> None:
+        """Move to the next (1) or previous (-1) image shown in the grid."""
+        count = self.model.rowCount()
+        if count == 0:
+            return
+        row = min(max(self.view.currentIndex().row() + delta, 0), count - 1)
+        self.view.setCurrentIndex(self.model.index(row))
+        self.editor.text.setFocus()
+
+    def select_path(self, path: Path) -> None:
+        row = self.model.row_of(path)
+        if row is not None:
+            index = self.model.index(row)
+            self.view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            self.view.scrollTo(index)
+
+    def selected_entries(self) -> list[ImageEntry]:
+        return [self.model.entry(i.row()) for i in sorted(self.view.selectionModel().selectedIndexes())]
+
+    # ------------------------------------------------------------ editing
+
+    def _typed(self, image: Path, text: str) -> None:
+        if self.store is None:
+            return
+        edit = CaptionEdit(image, self.store.caption(image), text)
+        self.undo_stack.push(CaptionCommand(self.store, [edit], f"Edit caption of {image.name}", self._changed,
+                                            typing=True))
+
+    def push_edits(self, edits: list[CaptionEdit], title: str) -> None:
+        """Apply edits as one undoable step (nothing happens for an empty list); saving starts at once."""
+        if self.store is not None and edits:
+            self.undo_stack.push(CaptionCommand(self.store, edits, title, self._changed))
+            self.save_soon()
+
+    def _changed(self, images: list[Path]) -> None:
+        self._changed_no_save(images)
+        self._save_timer.start()
+        self._tags_timer.start()
+
+    def scopes(self) -> dict[str, Mapping[Path, str | None]]:
+        if self.store is None:
+            return {}
+        shown = [self.model.entry(r).path for r in range(self.model.rowCount())]
+        return {
+            "Selected images": self.store.captions(e.path for e in self.selected_entries()),
+            "Images shown": self.store.captions(shown),
+            "All images": self.store.captions(),
+        }
+
+    def apply_bulk(self, key: str, first: str = "", second: str = "", scope: str = "All images",
+                   regex: bool = False, case_sensitive: bool = True) -> int:
+        """Run a bulk operation without the dialog; returns how many captions changed."""
+        self.editor.commit()
+        edits = BULK_OPS[key].run(self.scopes()[scope], first, second, regex, case_sensitive)
+        self.push_edits(edits, BULK_OPS[key].title)
+        return len(edits)
+
+    def open_bulk_dialog(self) -> None:
+        self.editor.commit()
+        if self.store is None:
+            return
+        dialog = BulkDialog(self.scopes(), self)
+        if dialog.exec() and dialog.edits:
+            self.push_edits(dialog.edits, dialog.operation.currentText())
+
+    # ------------------------------------------------------------ saving
+
+    def save_soon(self) -> None:
+        """Write pending captions in the background; the window stays responsive."""
+        self._save_timer.stop()
+        self.editor.commit()
+        if self.store is not None and self.store.has_pending:
+            self.saver.save(self.store)
+
+    def save_now(self) -> bool:
+        """Write pending captions and wait; returns False when some are still unsaved (conflict or error)."""
+        self._save_timer.stop()
+        self.editor.commit()
+        self.saver.wait()
+        if self.store is None or not self.store.has_pending:
+            return True
+        self._saved(self.store.flush())
+        return not self.store.has_pending
+
+    def _saved(self, report: SaveReport) -> None:
+        if self.store is None:
+            return
+        resolve_conflicts(self.store, report, self.ask_conflict, self._changed_no_save)
+        if report.errors:
+            self.status_label.setText(str(report.errors[0]))
+            self.context.status(str(report.errors[0]))
+        elif report.saved:
+            self.context.status(f"Saved {len(report.saved)} caption{'s' if len(report.saved) != 1 else ''}.")
+
+    def _changed_no_save(self, images: list[Path]) -> None:
+        self.model.caption_changed(images)
+        current = self.editor.entry
+        if current is not None and self.store is not None and current.path in set(images):
+            self.editor.show_caption(self.store.caption(current.path))
+
+    def ask_conflict(self, conflict: CaptionConflict) -> str:
+        """Ask which text to keep; "mine" or "disk"."""
+        return ask_conflict(self, conflict)
+
+    def _repeats_changed(self, index: int, kohya: Path | None, repeats: int) -> None:
+        config = self.context.config
+        if config is None:
+            return
+        if kohya is None:
+            concepts = list(config.dataset.concepts)
+            concepts[index] = concepts[index].model_copy(update={"repeats": repeats})
+            dataset = config.dataset.model_copy(update={"concepts": concepts})
+            self.context.set_config(config.model_copy(update={"dataset": dataset}))
+            return
+        if not self.save_now():
+            self.status_label.setText("Save or resolve the pending captions before renaming folders.")
+            return
+        try:
+            target = rename_repeat_folder(kohya, repeats)
+        except DatasetError as exc:
+            self.status_label.setText(str(exc))
+            return
+        if target == kohya:
+            return
+        self.context.status(f"Renamed {kohya.name} to {target.name}.")
+        self.reload()
+
+    # ------------------------------------------------------------ page interface
+
+    def wait_loaded(self, timeout_s: float = 60.0, checked: bool = True) -> bool:
+        return wait_for(lambda: not (self._scanning or (checked and self._checking)), timeout_s)
+
+    def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
+        self.wait_loaded()
+        return {
+            "dataset_images": len(self.model.paths),
+            "dataset_first_paint_ms": round(self.first_paint_ms or 0.0, 1),
+            "dataset_problems": len(self.problems),
+        }
+
+    def can_close(self) -> bool:
+        self.save_now()
+        return True
+
+    def shutdown(self) -> None:
+        self._generation += 1
+        self._tags_timer.stop()
+        if not self.save_now() and self.store is not None:
+            path, count = write_recovery(self.store)
+            self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
+        self._stop_check(wait=True)
+        self.saver.shutdown()
+        self.pool.clear()
+        self.pool.waitForDone(10000)
+        self.loader.shutdown()

@@ -1,0 +1,165 @@
+"""Background work of the Dataset page: listing and reading folders, checking images, saving captions.
+
+Listing (names only) comes first so the grid paints before thousands of caption files are
+read; the check runs in a helper process; caption saves run in a worker thread, since they
+are file-system calls that leave the interpreter lock free for the window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QRunnable, Signal
+
+from studio.core.config.schema import ConceptSection, DatasetSection
+from studio.core.dataset.caption_files import SaveBatch
+from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.caption_tags import tag_counts
+from studio.core.dataset.checks import Problem, check_worker
+from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
+from studio.gui.dataset.worker_process import WorkerProcess
+
+
+def folder_problem(concept: ConceptSection, exc: Exception) -> Problem:
+    return Problem("error", "folder_missing", concept.path, str(exc), "fix the concept path in the dataset settings")
+
+
+@dataclass
+class ListOutcome:
+    generation: int
+    listings: list[tuple[int, ConceptListing]] = field(default_factory=list)  # (concept index, listing)
+    errors: list[Problem] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)  # every image, in grid order
+    keys: list[str] = field(default_factory=list)  # str of each path, made here rather than on the GUI thread
+
+
+@dataclass
+class ScanOutcome:
+    generation: int
+    scans: list[tuple[int, ScanResult]] = field(default_factory=list)  # (concept index, result)
+    errors: list[Problem] = field(default_factory=list)
+    store: CaptionStore | None = None  # made here, handed to the GUI thread once complete
+    tags: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class CheckOutcome:
+    generation: int
+    problems: list[Problem]  # in panel order: errors first
+    by_path: dict[str, list[str]]  # file -> messages, for the grid
+    buckets: dict[tuple[int, int], int]
+    failure: str | None = None
+
+    @property
+    def errors(self) -> int:
+        return next((i for i, p in enumerate(self.problems) if p.severity != "error"), len(self.problems))
+
+
+class TaskSignals(QObject):
+    sig_listed = Signal(object)  # ListOutcome
+    sig_scanned = Signal(object)  # ScanOutcome
+    sig_saved = Signal(object)  # SaveBatch that has run
+
+
+class ListTask(QRunnable):
+    def __init__(self, generation: int, concepts: list[ConceptSection], base: Path | None,
+                 signals: TaskSignals) -> None:
+        super().__init__()
+        self.generation, self.concepts, self.base, self.signals = generation, concepts, base, signals
+
+    def run(self) -> None:
+        outcome = ListOutcome(self.generation)
+        for index, concept in enumerate(self.concepts):
+            try:
+                outcome.listings.append((index, list_concept(concept, self.base)))
+            except (DatasetError, OSError) as exc:
+                outcome.errors.append(folder_problem(concept, exc))
+        outcome.paths = [path for _, listing in outcome.listings for path in listing.paths]
+        outcome.keys = [str(path) for path in outcome.paths]
+        self.signals.sig_listed.emit(outcome)
+
+
+class ReadTask(QRunnable):
+    """Reads the captions of listed folders (the listing objects are not touched by the GUI meanwhile)."""
+
+    def __init__(self, listed: ListOutcome, caption_extension: str, signals: TaskSignals) -> None:
+        super().__init__()
+        self.listed, self.caption_extension, self.signals = listed, caption_extension, signals
+
+    def run(self) -> None:
+        outcome = ScanOutcome(self.listed.generation, errors=list(self.listed.errors))
+        for index, listing in self.listed.listings:
+            try:
+                outcome.scans.append((index, read_captions(listing)))
+            except OSError as exc:
+                outcome.errors.append(folder_problem(listing.concept, exc))
+        entries = [e for _, scan in outcome.scans for e in scan.entries]
+        outcome.store = CaptionStore(entries, self.caption_extension)
+        outcome.tags = tag_counts(e.caption for e in entries)
+        self.signals.sig_scanned.emit(outcome)
+
+
+class SaveTask(QRunnable):
+    def __init__(self, batch: SaveBatch, signals: TaskSignals) -> None:
+        super().__init__()
+        self.batch, self.signals = batch, signals
+
+    def run(self) -> None:
+        try:
+            self.batch.run()
+        finally:  # the store must get its batch back even if something unforeseen broke
+            self.signals.sig_saved.emit(self.batch)
+
+
+class CheckJob(QObject):
+    """The full dataset check in a helper process; problems arrive in chunks, then sig_done."""
+
+    sig_progress = Signal(int, int)
+    sig_done = Signal(object)  # CheckOutcome
+
+    def __init__(self, generation: int, dataset: DatasetSection, base: Path | None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.generation = generation
+        self.problems: list[Problem] = []
+        self.by_path: dict[str, list[str]] = {}
+        self.buckets: dict[tuple[int, int], int] = {}
+        self.finished = False
+        settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
+                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
+        concepts = [c.model_dump(mode="json") for c in dataset.concepts]
+        self._worker = WorkerProcess(check_worker, (concepts, str(base) if base else None, settings), self)
+        self._worker.sig_message.connect(self._message)
+        self._worker.sig_exited.connect(lambda: self._finish("the checking process ended unexpectedly"))
+
+    def _message(self, message: Any) -> None:
+        kind = message[0]
+        if kind == "progress":
+            self.sig_progress.emit(message[1], message[2])
+        elif kind == "problems":  # a chunk of about a thousand: a few milliseconds here
+            for row in message[1]:
+                problem = Problem(*row)
+                self.problems.append(problem)
+                self.by_path.setdefault(problem.path, []).append(problem.message)
+        elif kind == "buckets":
+            self.buckets = {tuple(size): n for size, n in message[1]}
+        elif kind == "done":
+            self._finish(None)
+        elif kind == "failed":
+            self._finish(message[1])
+
+    def _finish(self, failure: str | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self._worker.stop()
+        self.sig_done.emit(CheckOutcome(self.generation, self.problems, self.by_path, self.buckets, failure))
+
+    def cancel(self, wait: bool = False) -> None:
+        self.finished = True
+        self._worker.stop(0)
+        if wait:
+            self._worker.join(5)

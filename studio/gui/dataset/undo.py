@@ -1,0 +1,44 @@
+"""Undo steps of the Dataset page: each wraps the core's caption edits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from PySide6.QtGui import QUndoCommand
+
+from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
+
+TYPING_ID = 1001
+
+
+class CaptionCommand(QUndoCommand):
+    """A list of caption edits as one undoable step; `changed` is told which images changed."""
+
+    def __init__(self, store: CaptionStore, edits: Sequence[CaptionEdit], text: str,
+                 changed: Callable[[list[Path]], None], typing: bool = False) -> None:
+        super().__init__(text)
+        self.store = store
+        self.edits = list(edits)
+        self.changed = changed
+        self.typing = typing
+
+    def redo(self) -> None:
+        self.store.apply(self.edits)
+        self.changed([e.image for e in self.edits])
+
+    def undo(self) -> None:
+        self.store.revert(self.edits)
+        self.changed([e.image for e in self.edits])
+
+    def id(self) -> int:
+        return TYPING_ID if self.typing else -1
+
+    def mergeWith(self, other: QUndoCommand) -> bool:
+        """Typing pauses on the same image make one step, so undo takes back the whole sentence."""
+        if not isinstance(other, CaptionCommand) or not (self.typing and other.typing):
+            return False
+        if len(self.edits) != 1 or len(other.edits) != 1 or self.edits[0].image != other.edits[0].image:
+            return False
+        self.edits = [CaptionEdit(self.edits[0].image, self.edits[0].before, other.edits[0].after)]
+        return True

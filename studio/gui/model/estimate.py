@@ -1,0 +1,90 @@
+"""The estimate panel: the breakdown, the verdict, and suggestions with an Apply button."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from studio.core.config.schema import TrainConfig
+from studio.core.hardware.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
+from studio.core.hardware.fixes import Suggestion, suggest_fixes
+from studio.core.hardware.report import GPUInfo
+from studio.gui.page import named
+
+VERDICTS = {"fits": "✓ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "✗ Does not fit"}
+
+
+class EstimatePanel(QFrame):
+    """`sig_apply(changes)` asks the page to apply a suggestion's config changes."""
+
+    sig_apply = Signal(dict)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("estimate_panel")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.estimate: VramEstimate | None = None
+        self.suggestions: list[Suggestion] = []
+        layout = QVBoxLayout(self)
+        self.verdict = named(QLabel(), "estimate_verdict")
+        self.total = named(QLabel(), "estimate_total")
+        self.breakdown = named(QLabel(), "estimate_breakdown")
+        self.warning = named(QLabel(), "estimate_warning")
+        for label in (self.verdict, self.total, self.breakdown, self.warning):
+            label.setWordWrap(True)
+            layout.addWidget(label)
+        self.suggestion_box = QVBoxLayout()
+        layout.addLayout(self.suggestion_box)
+
+    def update_for(self, config: TrainConfig, gpu: GPUInfo | None) -> None:
+        est = estimate_vram(config, gpu)
+        self.estimate = est
+        where = f"on {gpu.name} ({gpu.free_mb / 1024:.1f} GB free)" if gpu else "in RAM (no GPU: a CPU run, fp32)"
+        self.total.setText(f"<b>Estimated peak: {est.total_gb:.1f} GB</b> {where}")
+        rows = "".join(f"<tr><td>{p.label}</td><td align=right>{p.mb / 1024:.2f} GB</td><td>{p.detail}</td></tr>"
+                       for p in est.parts if p.mb > 0)
+        notes = "".join(f"<br><small>{n}</small>" for n in est.notes)
+        self.breakdown.setText(f"<table>{rows}</table>{notes}")
+        warning = other_processes_warning(gpu) if gpu else None
+        self.warning.setText(f"⚠ {warning}" if warning else "")
+        self.warning.setVisible(bool(warning))
+        if gpu is None:
+            self.verdict.setText("No GPU selected: choose a hardware profile to check the fit.")
+            self._show_suggestions([])
+            return
+        self.verdict.setText(VERDICTS[fit(est, gpu)])
+        self._show_suggestions(suggest_fixes(config, gpu))
+
+    def _show_suggestions(self, suggestions: list[Suggestion]) -> None:
+        self.suggestions = suggestions
+        while self.suggestion_box.count():
+            item = self.suggestion_box.takeAt(0)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
+        if not suggestions:
+            return
+        head = QLabel("<b>To make it fit</b> (cheapest first; each step adds to the ones above):")
+        self.suggestion_box.addWidget(head)
+        for i, s in enumerate(suggestions):
+            row = named(QWidget(), f"suggestion_{i}")
+            line = QHBoxLayout(row)
+            line.setContentsMargins(0, 0, 0, 0)
+            text = QLabel(f"{i + 1}. <b>{s.title}</b> → {s.estimate.total_gb:.1f} GB "
+                          f"({VERDICTS[s.fit]})<br><small>{s.description}</small>")
+            text.setWordWrap(True)
+            line.addWidget(text, 1)
+            apply = named(QPushButton("Apply"), f"apply_suggestion_{i}")
+            apply.setToolTip("Set " + ", ".join(f"{k} = {v}" for k, v in s.changes.items()))
+            apply.clicked.connect(lambda _c=False, index=i: self.apply(index))
+            line.addWidget(apply)
+            self.suggestion_box.addWidget(row)
+        if suggestions[-1].fit == "does_not_fit":
+            self.suggestion_box.addWidget(QLabel("Even with every change it does not fit: choose a larger GPU."))
+
+    def apply(self, index: int) -> None:
+        """Apply suggestion `index` together with the ones before it."""
+        changes: dict[str, object] = {}
+        for s in self.suggestions[: index + 1]:
+            changes.update(s.changes)
+        self.sig_apply.emit(changes)

@@ -1,0 +1,298 @@
+"""The Model & Preset page: hardware, base model, presets that fit, settings, VRAM estimate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
+from studio.core.config.schema import ConfigError, TrainConfig, dump_config, issues_from_validation
+from studio.core.hardware.fixes import apply_changes
+from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
+from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.project.folder import default_config
+from studio.gui.context import StudioContext
+from studio.gui.model.estimate import EstimatePanel
+from studio.gui.model.form import ConfigForm
+from studio.gui.model.hardware import HardwarePanel
+from studio.gui.model.presets import PresetList
+from studio.gui.page import Page, named
+from studio.gui.selftest_options import SelfTestOptions
+
+ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate
+
+
+def _scrolled(widget: QWidget) -> QScrollArea:
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setWidget(widget)
+    return area
+
+
+class ModelPage(Page):
+    title = "Model & Preset"
+    page_id = "page_model"
+
+    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.config: TrainConfig = context.config or default_config()
+        self.gpu: GPUInfo | None = None
+        self.current_preset: Preset | None = None
+        self._model_infos: dict[tuple[str, int, int], ModelInfo | ModelFileError] = {}
+        self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
+        self._estimate_timer.timeout.connect(self.update_estimates)
+
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        self.hardware = HardwarePanel(context.hardware_file, self._disk_path())
+        self.hardware.sig_report.connect(self._on_hardware)
+        left_layout.addWidget(self.hardware)
+        left_layout.addWidget(self._model_picker())
+        self.presets = PresetList(self._load_presets())
+        self.presets.sig_chosen.connect(self.choose_preset)
+        left_layout.addWidget(QLabel("<b>Presets</b>"))
+        left_layout.addWidget(self.presets)
+        left_layout.addStretch(1)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        self.estimate = EstimatePanel()
+        self.estimate.sig_apply.connect(self.apply_config_changes)
+        right_layout.addWidget(self.estimate)
+        buttons = QHBoxLayout()
+        show_toml = named(QPushButton("Show the TOML"), "show_toml")
+        show_toml.clicked.connect(self.show_toml)
+        save = named(QPushButton("Save as my preset…"), "save_preset")
+        save.clicked.connect(self.ask_save_preset)
+        buttons.addWidget(show_toml)
+        buttons.addWidget(save)
+        buttons.addStretch(1)
+        right_layout.addLayout(buttons)
+        self.error = named(QLabel(), "config_error")
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #c62828;")
+        right_layout.addWidget(self.error)
+        self.form = ConfigForm()
+        self.form.sig_changed.connect(self.on_field_changed)
+        right_layout.addWidget(self.form)
+
+        splitter = QSplitter()
+        splitter.addWidget(_scrolled(left))
+        splitter.addWidget(_scrolled(right))
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
+        layout.addWidget(splitter, 1)
+
+        context.sig_config_changed.connect(self._on_context_config)
+        self._show_config()
+        self.hardware.refresh()
+
+    # ------------------------------------------------------------ pieces
+
+    def _disk_path(self) -> str | None:
+        return str(self.context.project.root) if self.context.project else None
+
+    def _load_presets(self) -> list[Preset]:
+        try:
+            return list_presets()
+        except ConfigError as exc:
+            self.context.status(f"Presets could not be read: {exc.describe()}")
+            return []
+
+    def _model_picker(self) -> QWidget:
+        box = named(QWidget(), "model_picker")
+        layout = QVBoxLayout(box)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("<b>Base model</b>"))
+        self.family = named(QComboBox(), "model_family")
+        for family in ("sd15", "sdxl", "sd3"):
+            self.family.addItem(family, family)
+        self.family.activated.connect(lambda _i: self.apply_config_changes({"model.family": self.family.currentData()}))
+        row.addWidget(self.family)
+        self.base = named(QLineEdit(), "model_base")
+        self.base.setPlaceholderText("diffusers folder, .safetensors file, or hub id (org/name)")
+        self.base.editingFinished.connect(lambda: self.apply_config_changes({"model.base": self.base.text().strip()}))
+        row.addWidget(self.base, 1)
+        folder = QPushButton("Folder…")
+        folder.clicked.connect(lambda: self._browse(True))
+        single = QPushButton("File…")
+        single.clicked.connect(lambda: self._browse(False))
+        row.addWidget(folder)
+        row.addWidget(single)
+        layout.addLayout(row)
+        self.base_status = named(QLabel(), "model_base_status")
+        self.base_status.setWordWrap(True)
+        layout.addWidget(self.base_status)
+        return box
+
+    def _browse(self, folder: bool) -> None:
+        if folder:
+            path = QFileDialog.getExistingDirectory(self, "Choose a diffusers model folder")
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", "", "Models (*.safetensors *.ckpt)")
+        if path:
+            self.choose_base(path)
+
+    def choose_base(self, base: str) -> None:
+        """Take a picked model; when it shows another family than the config's, follow the model."""
+        changes: dict[str, Any] = {"model.base": base}
+        info = self._model_info(self.context.project_path(base))
+        if isinstance(info, ModelInfo) and info.family and info.family != self.config.model.family:
+            changes["model.family"] = info.family
+        if self.apply_config_changes(changes) and "model.family" in changes:
+            self.context.status(f"Family set to {FAMILY_NAMES[changes['model.family']]} to match the chosen model")
+
+    def _model_info(self, path: Path) -> ModelInfo | ModelFileError | None:
+        """What the model at `path` is, read once per version of the file (the header of a big checkpoint)."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self._model_infos:
+            try:
+                self._model_infos[key] = detect_model(path)
+            except ModelFileError as exc:
+                self._model_infos[key] = exc
+        return self._model_infos[key]
+
+    def _base_status(self, base: str) -> str:
+        path = self.context.project_path(base)
+        if path.is_dir() and not (path / "model_index.json").is_file():
+            return f"✗ {path} has no model_index.json: choose a diffusers model folder (with unet/, vae/, …)."
+        info = self._model_info(path)
+        if isinstance(info, ModelFileError):
+            return f"✗ {info}"
+        if info is None:
+            parts = base.split("/")
+            if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
+                return f"Hub id {base}: fetched when training starts (needs the internet once)."
+            return f"✗ Not found: {path}. Choose a folder or file that exists."
+        if info.refused:
+            return f"✗ {path.name} is {info.a_label}: {info.refused}."
+        if info.family is None:
+            return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
+        family = self.config.model.family
+        if info.family != family:
+            return (f"✗ {path.name} is {info.a_label} ({FAMILY_NAMES[info.family]}), but the family is "
+                    f"{FAMILY_NAMES.get(family, family)}: set the family to {info.family}, or choose another model.")
+        text = f"✓ {info.label}: {path}"
+        if not info.offline:
+            text += " (its pipeline configs come from the Hugging Face hub: it needs the internet once)"
+        return text
+
+    # ------------------------------------------------------------ config flow
+
+    def _show_config(self) -> None:
+        self.form.set_config(self.config)
+        self.base.setText(self.config.model.base)
+        self.family.setCurrentIndex(self.family.findData(self.config.model.family))
+        self.base_status.setText(self._base_status(self.config.model.base))
+        self.presets.set_family(self.config.model.family)
+        self._estimate_timer.start()
+
+    def _on_context_config(self, config: TrainConfig) -> None:
+        if config is not self.config:
+            self.config = config
+            self._show_config()
+
+    def adopt(self, config: TrainConfig) -> None:
+        """Take a validated config: show it, hand it to the context (which saves the project)."""
+        self.config = config
+        self.error.setText("")
+        self.context.set_config(config)
+        self._show_config()
+
+    def apply_config_changes(self, changes: dict[str, Any]) -> bool:
+        try:
+            config = apply_changes(self.config, changes)
+        except ValidationError as exc:
+            issues = issues_from_validation(exc)
+            self.error.setText("⚠ " + "; ".join(str(i) for i in issues))
+            self.form.set_config(self.config)  # show the value still in force
+            return False
+        self.adopt(config)
+        return True
+
+    def on_field_changed(self, key: str, value: Any) -> None:
+        self.apply_config_changes({key: value})
+
+    def choose_preset(self, preset: Preset) -> None:
+        try:
+            config = apply_preset(self.config, preset)
+        except ConfigError as exc:
+            self.error.setText(f"⚠ {exc.describe()}")
+            return
+        self.current_preset = preset
+        self.adopt(config)
+        self.context.status(f"Preset: {preset.title}")
+
+    # ------------------------------------------------------------ hardware and estimate
+
+    def _on_hardware(self, report: HardwareReport) -> None:
+        self.gpu = report.gpus[0] if report.gpus else None
+        self.update_estimates()
+
+    def update_estimates(self) -> dict[str, int]:
+        self.estimate.update_for(self.config, self.gpu)
+        return {str(k): v for k, v in self.presets.update_fits(self.config, self.gpu).items()}
+
+    # ------------------------------------------------------------ TOML and user presets
+
+    def show_toml(self) -> QDialog:
+        dialog = named(QDialog(self), "toml_dialog")
+        dialog.setWindowTitle("The config as TOML")
+        layout = QVBoxLayout(dialog)
+        view = named(QPlainTextEdit(dump_config(self.config)), "toml_view")
+        view.setReadOnly(True)
+        layout.addWidget(view)
+        close = QPushButton("Close")
+        close.clicked.connect(dialog.accept)
+        layout.addWidget(close)
+        dialog.resize(600, 500)
+        dialog.show()
+        return dialog
+
+    def ask_save_preset(self) -> None:
+        title, ok = QInputDialog.getText(self, "Save as my preset", "Preset title:")
+        if ok and title.strip():
+            self.save_preset(title.strip())
+
+    def save_preset(self, title: str) -> Preset:
+        preset = save_user_preset(title, self.config, base_preset=self.current_preset)
+        self.presets.set_presets(self._load_presets())
+        self._estimate_timer.start()
+        self.context.status(f"Saved your preset '{preset.title}' to {Path(preset.path).parent}")
+        return preset
+
+    # ------------------------------------------------------------ page interface
+
+    def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
+        profile = str(options.hardware) if options.hardware else self.context.hardware_file
+        self.hardware.wait()
+        self.hardware.load_now(profile)
+        report = self.hardware.report
+        counts = self.update_estimates()
+        return {"gpus": len(report.gpus) if report else 0, "presets_fit": counts}
+
+    def shutdown(self) -> None:
+        self._estimate_timer.stop()
+        self.hardware.wait()

@@ -1,0 +1,136 @@
+"""Preset cards with their fit badge and estimate, filtered by family and method."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.config.presets import Preset, apply_preset
+from studio.core.config.schema import ConfigError, TrainConfig
+from studio.core.hardware.estimate import Fit, estimate_vram, fit
+from studio.core.hardware.report import GPUInfo
+from studio.gui.page import named
+
+BADGES: dict[str, tuple[str, str]] = {
+    "fits": ("Fits", "#2e7d32"),
+    "tight": ("Tight", "#ef6c00"),
+    "does_not_fit": ("Does not fit", "#c62828"),
+    "cpu": ("CPU only", "#616161"),
+}
+
+
+def preset_fit(config: TrainConfig, preset: Preset, gpu: GPUInfo | None) -> tuple[str, float]:
+    """(badge key, estimate in MB) of `preset` applied to `config` on `gpu`."""
+    candidate = apply_preset(config, preset)
+    estimate = estimate_vram(candidate, gpu)
+    verdict: str = fit(estimate, gpu) if gpu is not None else "cpu"
+    return verdict, estimate.total_mb
+
+
+class PresetCard(QFrame):
+    sig_chosen = Signal(object)  # Preset
+
+    def __init__(self, preset: Preset, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.preset = preset
+        self.verdict: str = "cpu"
+        self.setObjectName(f"preset_card_{preset.id}")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        mine = " (yours)" if preset.user else ""
+        top.addWidget(QLabel(f"<b>{preset.title}</b>{mine}"))
+        top.addStretch(1)
+        self.badge = named(QLabel(), "fit_badge")
+        top.addWidget(self.badge)
+        layout.addLayout(top)
+        text = QLabel(preset.description + (f"<br><i>Trade-offs: {preset.tradeoffs}</i>" if preset.tradeoffs else ""))
+        text.setWordWrap(True)
+        text.setTextFormat(Qt.TextFormat.RichText)
+        layout.addWidget(text)
+        bottom = QHBoxLayout()
+        self.estimate = named(QLabel(), "preset_estimate")
+        bottom.addWidget(self.estimate)
+        bottom.addStretch(1)
+        use = named(QPushButton("Use this preset"), f"use_{preset.id}")
+        use.clicked.connect(lambda: self.sig_chosen.emit(self.preset))
+        bottom.addWidget(use)
+        layout.addLayout(bottom)
+
+    def update_fit(self, config: TrainConfig | None, gpu: GPUInfo | None) -> None:
+        if config is None:
+            return
+        try:
+            self.verdict, mb = preset_fit(config, self.preset, gpu)
+        except ConfigError as exc:
+            self.verdict = "does_not_fit"
+            self.badge.setText("Invalid")
+            self.estimate.setText(exc.issues[0].message if exc.issues else str(exc))
+            return
+        word, colour = BADGES[self.verdict]
+        self.badge.setText(word)
+        self.badge.setStyleSheet(f"color: white; background: {colour}; padding: 2px 6px; border-radius: 4px;")
+        where = "GPU" if gpu is not None else "RAM"
+        self.estimate.setText(f"Needs about {mb / 1024:.1f} GB {where} (tier: {self.preset.min_vram_gb:g} GB)")
+
+
+class PresetList(QWidget):
+    sig_chosen = Signal(object)  # Preset
+
+    def __init__(self, presets: list[Preset], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("preset_list")
+        layout = QVBoxLayout(self)
+        filters = QHBoxLayout()
+        self.family = named(QComboBox(), "preset_family")
+        self.method = named(QComboBox(), "preset_method")
+        for combo, values in ((self.family, ("sd15", "sdxl", "sd3")), (self.method, ("lora", "dreambooth"))):
+            combo.addItem("all", None)
+            for v in values:
+                combo.addItem(v, v)
+            combo.currentIndexChanged.connect(lambda _i: self._filter())
+            filters.addWidget(combo)
+        filters.addStretch(1)
+        layout.addLayout(filters)
+        self.cards: list[PresetCard] = []
+        self._box = QVBoxLayout()
+        layout.addLayout(self._box)
+        self.set_presets(presets)
+
+    def set_presets(self, presets: list[Preset]) -> None:
+        for card in self.cards:
+            card.deleteLater()
+        self.cards = []
+        for preset in presets:
+            card = PresetCard(preset)
+            card.sig_chosen.connect(self.sig_chosen)
+            self._box.addWidget(card)
+            self.cards.append(card)
+        self._filter()
+
+    def set_family(self, family: str | None) -> None:
+        self.family.setCurrentIndex(max(0, self.family.findData(family)))
+
+    def _filter(self) -> None:
+        family, method = self.family.currentData(), self.method.currentData()
+        for card in self.cards:
+            card.setVisible((family is None or card.preset.family == family)
+                            and (method is None or card.preset.method == method))
+
+    def update_fits(self, config: TrainConfig | None, gpu: GPUInfo | None) -> dict[Fit, int]:
+        counts: dict[Fit, int] = {"fits": 0, "tight": 0, "does_not_fit": 0}
+        for card in self.cards:
+            card.update_fit(config, gpu)
+            if card.verdict in counts:
+                counts[card.verdict] += 1
+            else:
+                counts["does_not_fit"] += 1  # no GPU: nothing fits one
+        return counts

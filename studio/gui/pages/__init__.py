@@ -1,1 +1,0 @@
-"""The pages of the main window, one module each."""

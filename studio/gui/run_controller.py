@@ -1,0 +1,254 @@
+"""One run at a time: start, follow its events, stop, kill, resume, and the queue.
+
+The Train and Runs pages share one RunController per StudioContext (`controller_for`),
+so a second launch from either page is refused with the same message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from studio.core.config.schema import ConfigError, TrainConfig, load_config
+from studio.core.runs import launch
+from studio.core.runs.events import EVENTS_FILE
+from studio.core.runs.folders import CONFIG_FILE
+from studio.core.runs.launch import RunPlan, prepare_run
+from studio.core.runs.queue import QueueError, RunQueue
+from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
+from studio.gui.process import TrainerProcess
+
+CommandFactory = Callable[[RunPlan], list[str]]
+# One poll reads at most this much of events.jsonl; a backlog is read over several ticks.
+POLL_BYTES = 512 * 1024
+
+
+def default_command(plan: RunPlan) -> list[str]:
+    return plan.command
+
+
+class RunController(QObject):
+    sig_run_started = Signal(object)  # Path of the run folder
+    sig_tick = Signal()  # the model changed; views redraw (at most redraw_hz a second)
+    sig_run_ended = Signal(str)  # the run's final status
+    sig_message = Signal(str)  # a refusal or an error for the person
+    sig_console = Signal(str)
+    sig_progress = Signal(str)
+    sig_queue_changed = Signal()
+
+    def __init__(
+        self,
+        parent: QObject | None = None,
+        command_factory: CommandFactory = default_command,
+        redraw_hz: float = 20.0,
+        finish_grace_ms: int = 30_000,
+    ) -> None:
+        super().__init__(parent)
+        self.command_factory = command_factory
+        self.finish_grace_ms = finish_grace_ms
+        self.model = RunModel()
+        self.tail: EventTail | None = None
+        self.queue: RunQueue | None = None
+        self._queue_item: str | None = None
+        self._stall_kill_armed = False
+        self.process = TrainerProcess(self)
+        self.process.sig_started.connect(self._on_started)
+        self.process.sig_finished.connect(self._on_finished)
+        self.process.sig_error.connect(self.sig_message)
+        self.process.sig_output.connect(self.sig_console)
+        self.process.sig_progress.connect(self.sig_progress)
+        self._timer = QTimer(self)
+        self._timer.setInterval(max(50, int(1000 / redraw_hz)))
+        self._timer.timeout.connect(self.tick)
+
+    # ------------------------------------------------------------ state
+    @property
+    def running(self) -> bool:
+        return self.process.is_running()
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.process.run_dir
+
+    def set_project_root(self, root: Path | None) -> None:
+        self.queue = RunQueue(root) if root is not None else None
+        self.sig_queue_changed.emit()
+
+    # ------------------------------------------------------------ start
+    def start_config(self, config: TrainConfig, config_dir: Path) -> Path | None:
+        """Write a run folder for `config` and start it; None (and sig_message) if refused."""
+        if self.running:
+            self.process.start([], "")  # emits the "already running" message
+            return None
+        try:
+            plan = prepare_run(config, config_dir)
+        except OSError as exc:
+            self.sig_message.emit(f"Could not create the run folder under {config.output.dir}: {exc}")
+            return None
+        return plan.run_dir if self._launch(plan) else None
+
+    def resume(self, run_dir: Path) -> bool:
+        if self.running:
+            self.process.start([], "")
+            return False
+        try:
+            config = load_config(run_dir / CONFIG_FILE)
+        except (ConfigError, OSError) as exc:
+            self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
+            return False
+        plan = RunPlan(run_dir, launch.build_command(run_dir, launch.training_python(config), resume=True), config)
+        return self._launch(plan, keep_model=True)
+
+    def _launch(self, plan: RunPlan, keep_model: bool = False) -> bool:
+        command = self.command_factory(plan)
+        self.model = RunModel(plan.run_dir)
+        self.tail = EventTail(plan.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
+        if keep_model:  # a resumed run continues its curves
+            self.model.apply_all(self.tail.finish_items())
+            self.model.status, self.model.finished = "preparing", None
+        self._stall_kill_armed = False
+        # Unbuffered output: the console pane shows each line as the trainer prints it.
+        if not self.process.start(command, plan.run_dir, env=launch.training_env({})):
+            return False
+        self._timer.start()
+        self.sig_run_started.emit(plan.run_dir)
+        self.sig_tick.emit()
+        return True
+
+    def _on_started(self) -> None:
+        self.sig_console.emit(f"[studio] trainer started (pid {self.process.pid()})")
+
+    # ------------------------------------------------------------ follow
+    def tick(self) -> None:
+        if self.tail is None:
+            return
+        before = self.model.version
+        events = self.tail.poll_items()
+        if self.tail.restarted:
+            self.model.reset()
+        self.model.apply_all(events)
+        if self.model.finished is not None and self.running and not self._stall_kill_armed:
+            # The trainer said it is done; if it does not exit (a hung teardown), end it.
+            self._stall_kill_armed = True
+            QTimer.singleShot(self.finish_grace_ms, self._kill_if_still_running)
+        if self.model.version != before:
+            self.sig_tick.emit()
+
+    def _kill_if_still_running(self) -> None:
+        if self.running and self.model.finished is not None:
+            self.sig_console.emit("[studio] the trainer finished but did not exit; ending it")
+            self.process.kill()
+
+    def _on_finished(self, exit_code: int, how: str) -> None:
+        self._timer.stop()
+        if self.tail is not None:
+            self.model.apply_all(self.tail.finish_items())
+        if how == "detached":
+            self.sig_run_ended.emit("detached")
+            return
+        if not self.model.ended:
+            if self.process.killed:
+                self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
+            elif how == "failed to start":
+                self.model.mark_ended("failed", "The trainer could not be started; see the console.")
+            else:
+                self.model.mark_ended(
+                    "failed",
+                    f"The trainer exited with code {exit_code} ({how}) before it finished; "
+                    "the console shows its last words.",
+                )
+        self.sig_tick.emit()
+        self._finish_queue_item()
+        self.sig_run_ended.emit(self.model.status)
+        self._start_next_queued()
+
+    # ------------------------------------------------------------ stop / kill
+    def stop(self) -> bool:
+        return self.process.stop()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    # ------------------------------------------------------------ replay
+    def open_replay(self, run_dir: Path) -> Replay | None:
+        """Show a finished (or copied-back) run; refused while a run is live in the views."""
+        if self.running:
+            self.sig_message.emit("A training is running; its plots stay on the Train page. Open the run when it ends.")
+            return None
+        rep = replay_run(run_dir)
+        self.model, self.tail = rep.model, None
+        self.sig_tick.emit()
+        return rep
+
+    # ------------------------------------------------------------ queue
+    def start_queue(self) -> None:
+        if self.queue is None:
+            self.sig_message.emit("Open a project first: the queue lives in the project folder.")
+            return
+        self.queue.set_stop_after_current(False)
+        self.sig_queue_changed.emit()
+        if not self.running:
+            self._start_next_queued()
+
+    def _start_next_queued(self) -> None:
+        queue = self.queue
+        if queue is None or self.running:
+            return
+        item = queue.next_pending()
+        if item is None:
+            return
+        path = Path(item.config)
+        try:
+            config = load_config(path)
+        except (ConfigError, OSError) as exc:
+            queue.mark_ended(item.id, "failed", f"config unreadable: {exc}")
+            self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
+            self.sig_queue_changed.emit()
+            QTimer.singleShot(0, self._start_next_queued)
+            return
+        run_dir = self.start_config(config, path.parent)
+        if run_dir is None:
+            queue.mark_ended(item.id, "failed", "could not start")
+        else:
+            self._queue_item = item.id
+            queue.mark_running(item.id, run_dir)
+        self.sig_queue_changed.emit()
+
+    def _finish_queue_item(self) -> None:
+        if self.queue is None or self._queue_item is None:
+            return
+        state = {"finished": "completed"}.get(self.model.status, self.model.status)
+        # The item may have been removed from the queue file meanwhile.
+        with contextlib.suppress(QueueError):
+            self.queue.mark_ended(self._queue_item, state, self.model.message)
+        self._queue_item = None
+        self.sig_queue_changed.emit()
+
+    # ------------------------------------------------------------ shutdown
+    def shutdown(self, detach: bool = False) -> None:
+        self._timer.stop()
+        if not self.running:
+            return
+        if detach:
+            self.process.detach()
+        else:
+            self.process.kill_now()
+
+
+_CONTROLLERS: weakref.WeakKeyDictionary[QObject, RunController] = weakref.WeakKeyDictionary()
+
+
+def controller_for(context: QObject, command_factory: CommandFactory | None = None) -> RunController:
+    """The one RunController of a context (made on first use)."""
+    controller = _CONTROLLERS.get(context)
+    if controller is None:
+        controller = RunController(context, command_factory or default_command)
+        _CONTROLLERS[context] = controller
+    elif command_factory is not None:
+        controller.command_factory = command_factory
+    return controller
+

@@ -1,0 +1,236 @@
+"""The Runs page: every run of the project, replay, loss overlay, resume, delete, queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.project.folder import Project
+from studio.core.runs.folders import OUTPUT_DIR
+from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
+from studio.core.runs.run_model import RunModel, replay_run
+from studio.gui.context import StudioContext
+from studio.gui.page import Page
+from studio.gui.run_controller import RunController, controller_for
+from studio.gui.runs.queue import QueuePanel
+from studio.gui.runs.table import RunsTable
+from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.widgets.run_header import RunHeader
+from studio.gui.widgets.run_plots import LossOverlay, TrainPlots
+
+
+class RunsPage(Page):
+    title = "Runs"
+    page_id = "page_runs"
+
+    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.controller: RunController = controller_for(context)
+        # Asked before deleting; tests replace it.
+        self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+        self.table = RunsTable()
+        self.message = QLabel()
+        self.message.setObjectName("runs_message")
+        self.message.setWordWrap(True)
+        self.header = RunHeader()
+        self.plots = TrainPlots(live=False)
+        self.overlay = LossOverlay()
+        self.queue = QueuePanel(self.controller)
+        self.views = QTabWidget()
+        self.views.addTab(self.plots, "Run")
+        self.views.addTab(self.overlay, "Loss overlay")
+        self.views.addTab(self.queue, "Queue")
+
+        self.buttons: dict[str, QPushButton] = {}
+        row = QHBoxLayout()
+        for key, text, slot in (
+            ("refresh", "Refresh", self.refresh),
+            ("open", "Open", self.open_selected),
+            ("overlay", "Overlay loss", self.overlay_selected),
+            ("output", "Output folder", self.open_output),
+            ("resume", "Resume", self.resume_selected),
+            ("delete", "Delete…", self.delete_selected),
+            ("import", "Import run…", self._pick_import),
+        ):
+            button = QPushButton(text)
+            button.setObjectName(f"runs_{key}")
+            button.clicked.connect(slot)
+            self.buttons[key] = button
+            row.addWidget(button)
+        row.addStretch(1)
+
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addLayout(row)
+        top_layout.addWidget(self.table, 1)
+        bottom = QWidget()
+        bottom_layout = QVBoxLayout(bottom)
+        bottom_layout.setContentsMargins(0, 0, 0, 0)
+        bottom_layout.addWidget(self.header)
+        bottom_layout.addWidget(self.views, 1)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(top)
+        splitter.addWidget(bottom)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.message)
+        layout.addWidget(splitter, 1)
+
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.doubleClicked.connect(lambda _index: self.open_selected())
+        self.controller.sig_run_ended.connect(lambda _status: self.refresh())
+        self.controller.sig_run_started.connect(lambda _path: self.refresh())
+        self.controller.sig_message.connect(self.message.setText)
+        context.sig_project_changed.connect(self._on_project)
+        self.opened: RunModel | None = None
+        if context.project is not None:
+            self._on_project(context.project)
+        self._update_buttons()
+
+    # ------------------------------------------------------------ state
+    def _on_project(self, project: Project | None) -> None:
+        if project is not None and self.controller.queue is None and not self.controller.running:
+            self.controller.set_project_root(project.root)
+        self.refresh()
+
+    def runs_dir(self) -> Path | None:
+        ctx = self.context
+        if ctx.project is None:
+            return None
+        return ctx.project.resolve(ctx.config.output.dir) if ctx.config else ctx.project.runs_dir
+
+    def refresh(self) -> None:
+        folder = self.runs_dir()
+        self.table.set_runs(list_runs(folder) if folder else [])
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        chosen = self.table.selected()
+        one = len(chosen) == 1
+        self.buttons["open"].setEnabled(one)
+        self.buttons["overlay"].setEnabled(len(chosen) >= 1)
+        self.buttons["output"].setEnabled(one)
+        self.buttons["resume"].setEnabled(one and chosen[0].resumable and not self.controller.running)
+        remote = one and chosen[0].remote
+        self.buttons["resume"].setToolTip(
+            "This run was copied back from another machine: resume it there (with its bundle)."
+            if remote else "Continue the selected stopped or failed run from its newest checkpoint"
+        )
+        self.buttons["delete"].setEnabled(bool(chosen) and all(s.status != "running" for s in chosen))
+        self.buttons["import"].setEnabled(self.context.project is not None)
+
+    def say(self, text: str) -> None:
+        self.message.setText(text)
+        self.context.status(text)
+
+    def _one(self) -> RunSummary | None:
+        chosen = self.table.selected()
+        return chosen[0] if len(chosen) == 1 else None
+
+    # ------------------------------------------------------------ actions
+    def open_run(self, run_dir: Path) -> int:
+        """Replay a run into this page's plots; returns the number of events read."""
+        if not run_dir.is_dir():
+            self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
+            self.refresh()
+            return 0
+        rep = replay_run(run_dir)
+        self.opened = rep.model
+        self.plots.refresh(rep.model)
+        self.header.refresh(rep.model)
+        self.views.setCurrentWidget(self.plots)
+        extra = f", {rep.garbage_lines} unreadable lines skipped" if rep.garbage_lines else ""
+        self.say(f"Opened {run_dir.name}: {rep.events} events{extra}.")
+        return rep.events
+
+    def open_selected(self) -> None:
+        chosen = self._one()
+        if chosen is not None:
+            self.open_run(chosen.path)
+
+    def overlay_selected(self) -> None:
+        chosen = self.table.selected()
+        runs = [(s.name, replay_run(s.path).model) for s in chosen if s.path.is_dir()]
+        self.overlay.show_runs(runs, self.plots.loss.smoothing)
+        self.views.setCurrentWidget(self.overlay)
+
+    def open_output(self) -> None:
+        chosen = self._one()
+        if chosen is None:
+            return
+        target = Path(chosen.outputs[0]).parent if chosen.outputs else chosen.path / OUTPUT_DIR
+        if not target.exists():
+            target = chosen.path
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(target)))
+
+    def resume_selected(self) -> bool:
+        chosen = self._one()
+        if chosen is None or not chosen.resumable:
+            return False
+        ok = self.controller.resume(chosen.path)
+        if ok:
+            self.say(f"Resuming {chosen.name}; follow it on the Train page.")
+        return ok
+
+    def delete_selected(self) -> None:
+        chosen = [s for s in self.table.selected() if s.status != "running"]
+        if not chosen:
+            return
+        names = "\n".join(s.name for s in chosen)
+        if not self.confirm("Delete runs", f"Delete these runs (samples, checkpoints and outputs)?\n\n{names}"):
+            return
+        done: list[str] = []
+        for s in chosen:
+            try:
+                how = delete_run(s.path)
+                done.append(f"{s.name} ({'moved to the trash' if how == 'trash' else 'deleted'})")
+            except (OSError, ValueError, RuntimeError) as exc:
+                self.say(f"Could not delete {s.name}: {exc}")
+                break
+        else:
+            self.say("Deleted: " + ", ".join(done))
+        self.refresh()
+
+    def import_path(self, source: Path) -> Path | None:
+        folder = self.runs_dir()
+        if folder is None:
+            self.say("Open a project first: imported runs go into its runs folder.")
+            return None
+        try:
+            dest = import_run(source, folder)
+        except (OSError, ValueError) as exc:
+            self.say(f"Could not import {source}: {exc}")
+            return None
+        self.refresh()
+        self.open_run(dest)
+        return dest
+
+    def _pick_import(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import a run (.zip) copied back from another machine",
+                                              "", "Run archive (*.zip)")
+        if not path:
+            path = QFileDialog.getExistingDirectory(self, "Or import a run folder")
+        if path:
+            self.import_path(Path(path))
+
+    def _confirm_dialog(self, title: str, text: str) -> bool:
+        return QMessageBox.question(self, title, text) == QMessageBox.StandardButton.Yes
+
+    def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
+        self.refresh()
+        return {"runs": len(self.table.summaries)}

@@ -1,0 +1,305 @@
+"""The Train page: start a run, watch loss, memory and samples live, stop or kill it."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.config.schema import TrainConfig
+from studio.core.project.folder import Project
+from studio.gui.context import StudioContext
+from studio.gui.event_loop import wait_for
+from studio.gui.page import Page
+from studio.gui.run_controller import RunController, controller_for
+from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.training.console import ConsolePane
+from studio.gui.training.samples import SamplesGallery
+from studio.gui.widgets.run_header import ErrorBanner, RunHeader
+from studio.gui.widgets.run_plots import TrainPlots
+
+DEMO_TIMEOUT_S = 900.0
+STOP_WAIT_S = 60.0
+SETTLE_S = 0.5  # a stop saves a checkpoint first; big models take a while
+
+
+class TrainPage(Page):
+    title = "Train"
+    page_id = "page_train"
+
+    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self.controller: RunController = controller_for(context)
+        self.detach_on_close = False
+        # Asked before a run that may not fit; tests replace it.
+        self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+        # Asked when the window closes during a run: "stop", "keep" (detached) or "cancel".
+        self.ask_close: Callable[[], str] = self._close_dialog
+
+        self.train_button = QPushButton("Train")
+        self.train_button.setObjectName("train_start")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("train_stop")
+        self.stop_button.setToolTip("Stop at the next step, saving a checkpoint (the run can be resumed)")
+        self.kill_button = QPushButton("Kill")
+        self.kill_button.setObjectName("train_kill")
+        self.kill_button.setToolTip("End the trainer and all its processes now (nothing more is saved)")
+        self.message = QLabel()
+        self.message.setObjectName("train_message")
+        self.message.setWordWrap(True)
+        self.estimate = QLabel()
+        self.estimate.setObjectName("train_estimate")
+        self.header = RunHeader()
+        self.banner = ErrorBanner()
+        self.plots = TrainPlots()
+        self.samples = SamplesGallery()
+        self.console = ConsolePane()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.plots, "Plots")
+        self.tabs.addTab(self.samples, "Samples")
+        self.tabs.addTab(self.console, "Console")
+
+        buttons = QHBoxLayout()
+        for button in (self.train_button, self.stop_button, self.kill_button):
+            buttons.addWidget(button)
+        buttons.addWidget(self.estimate, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(buttons)
+        layout.addWidget(self.message)
+        layout.addWidget(self.header)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.tabs, 1)
+
+        self.train_button.clicked.connect(self.start_training)
+        self.stop_button.clicked.connect(self.stop_training)
+        self.kill_button.clicked.connect(self.kill_training)
+        self.banner.sig_show_console.connect(self._jump_to_console)
+        ctl = self.controller
+        ctl.sig_tick.connect(self._refresh)
+        ctl.sig_run_started.connect(self._on_run_started)
+        ctl.sig_run_ended.connect(self._on_run_ended)
+        ctl.sig_message.connect(self.show_message)
+        ctl.sig_console.connect(self.console.append)
+        ctl.sig_progress.connect(self.console.set_progress)
+        context.sig_project_changed.connect(self._on_project)
+        self._stopping = False
+        self._update_buttons()
+        if context.project is not None:
+            self._on_project(context.project)
+
+    # ------------------------------------------------------------ state
+    def _on_project(self, project: Project | None) -> None:
+        if not self.controller.running:
+            self.controller.set_project_root(project.root if project else None)
+
+    def _update_buttons(self) -> None:
+        running = self.controller.running
+        self.train_button.setEnabled(not running)
+        self.stop_button.setEnabled(running and not self._stopping)
+        self.kill_button.setEnabled(running)
+
+    def show_message(self, text: str) -> None:
+        self.message.setText(text)
+        self.context.status(text)
+
+    def _refresh(self) -> None:
+        model = self.controller.model
+        self.plots.refresh(model, stagger=self.controller.running)
+        self.header.refresh(model, self._stopping)
+        self.banner.refresh(model)
+        self.samples.refresh(model)
+
+    def _on_run_started(self, run_dir: Path) -> None:
+        self._stopping = False
+        self.banner.hide()
+        self.console.clear()
+        self.show_message(f"Training in {run_dir}")
+        if self.plots.sampler is not None:
+            self.plots.sampler.start()
+        self._update_buttons()
+        self._refresh()
+
+    def _on_run_ended(self, status: str) -> None:
+        self._stopping = False
+        if self.plots.sampler is not None:
+            self.plots.sampler.stop()
+        model = self.controller.model
+        self._refresh()
+        self._update_buttons()
+        where = model.run_dir.name if model.run_dir else ""
+        self.show_message(f"Run {where} {status}." + (f" {model.message}" if model.message else ""))
+
+    def _jump_to_console(self, needle: str) -> None:
+        self.tabs.setCurrentWidget(self.console)
+        self.console.jump_to(needle)
+
+    # ------------------------------------------------------------ actions
+    def check_config(self) -> tuple[TrainConfig | None, str]:
+        """The config to train, or why there is none (said the way the person can fix it)."""
+        ctx = self.context
+        if ctx.project is None:
+            return None, "Open or create a project first (File menu)."
+        if ctx.config is None:
+            detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
+            return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
+        try:
+            from studio.core.dataset.scan import scan_dataset
+
+            images = scan_dataset(ctx.config.dataset, ctx.project.root)
+        except Exception as exc:  # DatasetError and unreadable folders: the message says where
+            return None, f"The dataset cannot be used: {exc}"
+        if not images:
+            paths = ", ".join(c.path for c in ctx.config.dataset.concepts)
+            return None, f"No images found in {paths}; add images on the Dataset page."
+        return ctx.config, ""
+
+    def vram_estimate(self, config: TrainConfig) -> tuple[float, float] | None:
+        """(estimate MB, card MB) when the memory estimator and a GPU are there."""
+        try:
+            memory = importlib.import_module("studio.core.hardware.estimate")
+            from studio.core.hardware.probe import load_hardware
+
+            gpus = load_hardware(self.context.hardware_file).gpus
+            if not gpus:
+                return None
+            estimate = memory.estimate_vram(config, gpus[0])
+            return float(estimate.total_mb), float(gpus[0].total_mb)
+        except Exception:  # the estimator is optional; a missing one must not block training
+            return None
+
+    def start_training(self) -> bool:
+        config, problem = self.check_config()
+        if config is None:
+            self.show_message(problem)
+            self.banner.show_error("Cannot start the training", problem)
+            return False
+        fit = self.vram_estimate(config)
+        if fit is not None:
+            need, have = fit
+            self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {have / 1024:.1f} GB")
+            if need > have and not self.confirm(
+                "This run may not fit",
+                f"The estimate is {need / 1024:.1f} GB but the GPU has {have / 1024:.1f} GB. "
+                "Past that the driver spills into system RAM and training becomes 10-100x slower. "
+                "Start anyway?",
+            ):
+                return False
+        assert self.context.project is not None
+        run_dir = self.controller.start_config(config, self.context.project.root)
+        self._update_buttons()
+        return run_dir is not None
+
+    def stop_training(self) -> None:
+        if self.controller.stop():
+            self._stopping = True
+            self.show_message("Stopping at the next step (a checkpoint is saved)…")
+            self._update_buttons()
+            self.header.refresh(self.controller.model, True)
+
+    def kill_training(self) -> None:
+        self.controller.kill()
+        self.show_message("Ending the trainer's processes…")
+
+    def _confirm_dialog(self, title: str, text: str) -> bool:
+        answer = QMessageBox.question(self, title, text)
+        return answer == QMessageBox.StandardButton.Yes
+
+    # ------------------------------------------------------------ page interface
+    def can_close(self) -> bool:
+        if not self.controller.running:
+            return True
+        answer = self.ask_close()
+        if answer == "keep":
+            self.detach_on_close = True
+            return True
+        if answer == "stop":
+            self.controller.stop()
+            if not wait_for(lambda: not self.controller.running, STOP_WAIT_S, interval_ms=50):
+                self.controller.process.kill_now()  # shutdown() would do it; say why in the log
+                self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
+            return True
+        return False
+
+    def _close_dialog(self) -> str:
+        box = QMessageBox(self)
+        box.setWindowTitle("A training is running")
+        box.setText(
+            "A training is running. Stop it (a checkpoint is saved, the run can be resumed), "
+            "or keep it running without the studio? Its progress stays in the run folder and "
+            "shows on the Runs page when the studio starts again."
+        )
+        stop = box.addButton("Stop training", QMessageBox.ButtonRole.DestructiveRole)
+        keep = box.addButton("Keep running", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        clicked = box.clickedButton()
+        return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
+
+    def shutdown(self) -> None:
+        if self.plots.sampler is not None:
+            self.plots.sampler.stop()
+        self.controller.shutdown(detach=self.detach_on_close)
+
+    def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        if options.replay is not None:
+            rep = self.controller.open_replay(Path(options.replay))
+            if rep is None:
+                raise RuntimeError(f"could not replay {options.replay}")
+            self._refresh()
+            result.update(replay_events=rep.events, plot_points=self.plots.plot_points())
+        if options.train_demo:
+            result.update(self._train_demo())
+        return result
+
+    def _train_demo(self) -> dict[str, Any]:
+        """Train the project's config through the real QProcess path; measure GUI stalls."""
+        clock = QElapsedTimer()
+        clock.start()
+        stalls = {"max": 0, "last": 0}
+
+        def beat() -> None:
+            now = clock.elapsed()
+            stalls["max"] = max(stalls["max"], now - stalls["last"])
+            stalls["last"] = now
+
+        heartbeat = QTimer(self)
+        heartbeat.setInterval(10)
+        heartbeat.timeout.connect(beat)
+        # The page was only just shown: its first paint (four empty plots, 50-150 ms here) is
+        # not part of training. A person presses Train on a page that is already on screen.
+        wait_for(lambda: False, SETTLE_S, interval_ms=50)
+        stalls["last"] = clock.elapsed()
+        heartbeat.start()  # from the press of Train: the checks and the launch count too
+        if not self.start_training():
+            heartbeat.stop()
+            raise RuntimeError(f"the demo training did not start: {self.message.text()}")
+        finished = wait_for(lambda: not self.controller.running, DEMO_TIMEOUT_S, interval_ms=50)
+        heartbeat.stop()
+        heartbeat.deleteLater()
+        if not finished:
+            self.controller.process.kill_now()
+            raise RuntimeError(f"the demo training did not finish within {DEMO_TIMEOUT_S:.0f} s")
+        model = self.controller.model
+        return {
+            "events": model.event_count,
+            "loss_points": len(model.loss),
+            "memory_points": model.memory_points(),
+            "samples": len(model.samples),
+            "status": model.status,
+            "outputs": [str(model.resolve(o)) for o in model.outputs],
+            # The heartbeat ticks every 10 ms: a longer gap is time the GUI did not run.
+            "max_gui_stall_ms": max(0, stalls["max"] - 10),
+        }

@@ -1,0 +1,146 @@
+"""Sample images of a run: a gallery grouped by step and prompt, a step slider, click to enlarge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QIcon, QPixmap
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QScrollArea,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.runs.run_model import RunModel, SampleImage
+
+THUMB = 128
+
+
+class ImageDialog(QDialog):
+    """One sample at full size."""
+
+    def __init__(self, sample: SampleImage, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("sample_dialog")
+        self.setWindowTitle(f"Step {sample.step}: {sample.prompt}")
+        label = QLabel()
+        pixmap = QPixmap(str(sample.path))
+        label.setPixmap(pixmap) if not pixmap.isNull() else label.setText(f"Cannot read {sample.path}")
+        scroll = QScrollArea()
+        scroll.setWidget(label)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel(f"<b>step {sample.step}</b> · {sample.prompt}<br><small>{sample.path}</small>"))
+        layout.addWidget(scroll)
+        self.resize(min(pixmap.width() + 40, 1200) or 400, min(pixmap.height() + 80, 1000) or 300)
+
+
+class SamplesGallery(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("samples_gallery")
+        self.prompt = QComboBox()
+        self.prompt.setObjectName("samples_prompt")
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setObjectName("samples_step_slider")
+        self.step_label = QLabel("–")
+        self.preview = QLabel("No samples yet: set sampling.every_n_steps and prompts in the config.")
+        self.preview.setObjectName("samples_preview")
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setMinimumSize(256, 256)
+        self.preview.mousePressEvent = lambda _event: self._enlarge_current()  # type: ignore[method-assign]
+        self.grid = QListWidget()
+        self.grid.setObjectName("samples_grid")
+        self.grid.setViewMode(QListWidget.ViewMode.IconMode)
+        self.grid.setIconSize(QSize(THUMB, THUMB))
+        self.grid.setResizeMode(QListWidget.ResizeMode.Adjust)
+        self.grid.setUniformItemSizes(True)
+        self.grid.itemActivated.connect(self._enlarge_item)
+        self.grid.itemClicked.connect(self._enlarge_item)
+        self.prompt.currentIndexChanged.connect(self._update_slider)
+        self.slider.valueChanged.connect(self._show_step)
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Prompt"))
+        controls.addWidget(self.prompt, 2)
+        controls.addWidget(QLabel("Step"))
+        controls.addWidget(self.slider, 3)
+        controls.addWidget(self.step_label)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(self.preview, 2)
+        layout.addWidget(self.grid, 3)
+        self._samples: list[SampleImage] = []
+        self._model: RunModel | None = None
+        self.last_dialog: ImageDialog | None = None
+
+    def refresh(self, model: RunModel) -> None:
+        """Add what is new (samples only ever grow within one run)."""
+        if model is not self._model or len(model.samples) < len(self._samples):
+            self._model = model
+            self._samples = []
+            self.grid.clear()
+            self.prompt.clear()
+        new = model.samples[len(self._samples):]
+        if not new:
+            return
+        for sample in new:
+            self._samples.append(sample)
+            item = QListWidgetItem(QIcon(QPixmap(str(sample.path)).scaled(
+                THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)),
+                f"step {sample.step}\n{sample.prompt[:40]}")
+            item.setData(Qt.ItemDataRole.UserRole, len(self._samples) - 1)
+            item.setToolTip(f"step {sample.step}: {sample.prompt}\n{sample.path}")
+            self.grid.addItem(item)
+            if self.prompt.findText(sample.prompt) < 0:
+                self.prompt.addItem(sample.prompt)
+        at_end = self.slider.value() == self.slider.maximum()
+        self._update_slider(keep_end=at_end)
+
+    def steps_for(self, prompt: str) -> list[SampleImage]:
+        return sorted((s for s in self._samples if s.prompt == prompt), key=lambda s: s.step)
+
+    def _update_slider(self, *_args: object, keep_end: bool = True) -> None:
+        series = self.steps_for(self.prompt.currentText())
+        self.slider.setRange(0, max(len(series) - 1, 0))
+        if keep_end:
+            self.slider.setValue(self.slider.maximum())
+        self._show_step(self.slider.value())
+
+    def current(self) -> SampleImage | None:
+        series = self.steps_for(self.prompt.currentText())
+        index = self.slider.value()
+        return series[index] if 0 <= index < len(series) else None
+
+    def _show_step(self, _value: int) -> None:
+        sample = self.current()
+        if sample is None:
+            return
+        self.step_label.setText(f"step {sample.step}")
+        pixmap = QPixmap(str(sample.path))
+        if pixmap.isNull():
+            self.preview.setText(f"Cannot read {Path(sample.path).name}")
+            return
+        self.preview.setPixmap(pixmap.scaled(
+            self.preview.size(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation))
+
+    def _enlarge_item(self, item: QListWidgetItem) -> None:
+        index = item.data(Qt.ItemDataRole.UserRole)
+        if isinstance(index, int) and 0 <= index < len(self._samples):
+            self.enlarge(self._samples[index])
+
+    def _enlarge_current(self) -> None:
+        sample = self.current()
+        if sample is not None:
+            self.enlarge(sample)
+
+    def enlarge(self, sample: SampleImage) -> None:
+        self.last_dialog = ImageDialog(sample, self)
+        self.last_dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.last_dialog.show()

@@ -1,0 +1,132 @@
+"""The run header (state, step, epoch, times, loss) and the error banner."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.runs.run_model import RunModel
+
+_STATUS_COLOURS = {
+    "finished": "#2e7d32", "failed": "#c62828", "stopped": "#ef6c00",
+    "training": "#1565c0", "sampling": "#6a1b9a", "saving": "#6a1b9a",
+}
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "–"
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class RunHeader(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("run_header")
+        self.status = QLabel("no run")
+        self.status.setObjectName("run_status")
+        self.run_name = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setObjectName("run_progress")
+        self.progress.setTextVisible(True)
+        self.step = QLabel("–")
+        self.step.setObjectName("run_step")
+        self.epoch = QLabel("–")
+        self.elapsed = QLabel("–")
+        self.eta = QLabel("–")
+        self.loss = QLabel("–")
+        self.loss.setObjectName("run_loss")
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.addWidget(self.status, 0, 0)
+        grid.addWidget(self.run_name, 0, 1, 1, 3)
+        grid.addWidget(self.progress, 0, 4, 1, 6)
+        for col, (title, label) in enumerate(
+            (("Step", self.step), ("Epoch", self.epoch), ("Elapsed", self.elapsed), ("ETA", self.eta),
+             ("Loss", self.loss))
+        ):
+            grid.addWidget(QLabel(f"<small>{title}</small>"), 1, col * 2)
+            grid.addWidget(label, 1, col * 2 + 1)
+
+    def refresh(self, model: RunModel, stopping: bool = False) -> None:
+        status = model.status if model.event_count or model.ended else "preparing"
+        text = "stopping…" if stopping and not model.ended else status
+        colour = _STATUS_COLOURS.get(status, "#455a64")
+        self.status.setText(f"<b style='color:{colour}'>{text}</b>")
+        self.run_name.setText(model.run_dir.name if model.run_dir else "")
+        total = model.total_steps
+        self.step.setText(f"{model.step} / {total}" if total else str(model.step))
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(min(model.step, max(total, 1)))
+        if model.status in ("caching", "sampling") and model.phase_total:
+            self.progress.setFormat(f"{model.phase} {model.phase_done}/{model.phase_total}")
+        else:
+            self.progress.setFormat("%p%")
+        self.epoch.setText(str(model.epoch) if model.epoch else "–")
+        self.elapsed.setText(format_duration(model.elapsed_s(time.time())))
+        self.eta.setText(format_duration(model.eta_s) if not model.ended else "–")
+        self.loss.setText(f"{model.last_loss:.4f}" if model.last_loss is not None else "–")
+
+
+class ErrorBanner(QFrame):
+    """What went wrong, the hint, and a jump to the console line."""
+
+    sig_show_console = Signal(str)  # text to find in the console
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("error_banner")
+        self.setStyleSheet("#error_banner{background:#fdecea;border:1px solid #f5c2c0;border-radius:4px}")
+        self.title = QLabel()
+        self.title.setObjectName("error_text")
+        self.title.setWordWrap(True)
+        self.hint = QLabel()
+        self.hint.setObjectName("error_hint")
+        self.hint.setWordWrap(True)
+        self.jump = QPushButton("Show in console")
+        self.jump.setObjectName("error_jump")
+        self.close_button = QPushButton("Dismiss")
+        self._needle = ""
+        self.jump.clicked.connect(lambda: self.sig_show_console.emit(self._needle))
+        self.close_button.clicked.connect(self.hide)
+        text = QVBoxLayout()
+        text.addWidget(self.title)
+        text.addWidget(self.hint)
+        row = QHBoxLayout(self)
+        row.addLayout(text, 1)
+        row.addWidget(self.jump)
+        row.addWidget(self.close_button)
+        self._shown_key: tuple[str, str] | None = None
+        self.hide()
+
+    def show_error(self, message: str, hint: str = "", needle: str = "") -> None:
+        self._shown_key = (message, hint)
+        self.title.setText(f"<b>{message}</b>")
+        self.hint.setText(hint)
+        self.hint.setVisible(bool(hint))
+        self._needle = needle or message.splitlines()[0] if message else needle
+        self.show()
+
+    def refresh(self, model: RunModel) -> None:
+        """Show the newest error event, or the reason a run ended without one."""
+        if model.errors:
+            err = model.errors[-1]
+            key = (f"{err.kind}: {err.message}", err.hint)
+            if key != self._shown_key:
+                self.show_error(key[0], err.hint, err.message.splitlines()[0] if err.message else "")
+        elif model.status == "failed" and model.message and self._shown_key != (model.message, ""):
+            self.show_error(model.message, "", "Traceback")

@@ -1,0 +1,361 @@
+"""Live plots of a run: loss (raw and smoothed), learning rate, memory per rank, throughput.
+
+Views never redraw per event: the controller's timer calls `refresh(model)` at most 20
+times a second, and each curve gets one `setData` on the model's numpy buffers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+
+from studio.core.runs.run_model import RunModel
+from studio.gui.widgets.gpu_memory import GpuMemorySampler
+from studio.gui.widgets.plot_items import FollowRange, TickGrid
+
+VRAM_WARN_FRACTION = 0.95
+# Gap between the redraws of two plots of a live run (see TrainPlots.refresh): each of the
+# four plots is redrawn about 6 times a second, and the window gets time in between.
+STAGGER_MS = 40
+# Downsampling bins per pixel: "peak" mode keeps each bin's min and max, so one bin per
+# pixel already draws every spike (pyqtgraph's default of 5 draws 5x the points for nothing).
+PEAKS_PER_PIXEL = 1.0
+_RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def ema(values: np.ndarray, smoothing: float, start: int = 0, state: tuple[float, int] = (0.0, 0),
+        out: np.ndarray | None = None) -> tuple[np.ndarray, tuple[float, int]]:
+    """Debiased exponential moving average (TensorBoard's smoothing), incremental from `start`.
+
+    NaN points (a diverged step) are skipped so one bad step does not blank the line.
+    """
+    result = np.empty_like(values) if out is None else out
+    acc, count = state
+    smoothed: list[float] = []
+    for v in values[start:].tolist():  # plain floats: several times faster than numpy scalars
+        if v == v:  # not NaN
+            acc = smoothing * acc + (1 - smoothing) * v
+            count += 1
+        if count == 0:
+            smoothed.append(math.nan)
+        elif smoothing < 1:
+            smoothed.append(acc / (1 - smoothing**count))
+        else:
+            smoothed.append(v)
+    result[start : len(values)] = smoothed
+    return result, (acc, count)
+
+
+def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
+    widget = pg.PlotWidget()
+    item = widget.getPlotItem()
+    item.setTitle(title)
+    item.setLabel("left", left)
+    item.setLabel("bottom", bottom)
+    widget.tick_grid = TickGrid(item)  # not showGrid: its axis grid is most of the cost of a paint
+    item.setClipToView(True)
+    item.setDownsampling(auto=True, mode="peak")
+    widget.setMinimumHeight(120)
+    return widget
+
+
+def _curve(plot: pg.PlotWidget, colour: str, name: str | None = None,
+           style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> pg.PlotDataItem:
+    # One-pixel pens only: a wider pen goes through Qt's stroker and paints about 10x slower
+    # (12 ms against 1 ms for a 20,000-point curve), which a live plot cannot afford.
+    return plot.plot([], [], pen=pg.mkPen(colour, width=1, style=style), name=name,
+                     autoDownsampleFactor=PEAKS_PER_PIXEL)
+
+
+class LossPlot(QWidget):
+    """Loss per step: faint raw points and the smoothed line, smoothing set by a slider."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plot = _plot("Loss", "loss", "step")
+        self.plot.setObjectName("plot_loss")
+        self.raw = self.plot.plot([], [], pen=pg.mkPen((120, 150, 200, 90), width=1),
+                                  autoDownsampleFactor=PEAKS_PER_PIXEL)
+        self.smooth = _curve(self.plot, "#4fa3ff")
+        self.smoothing = 0.9
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setObjectName("loss_smoothing")
+        self.slider.setRange(0, 99)
+        self.slider.setValue(int(self.smoothing * 100))
+        self.slider.setToolTip("Smoothing of the loss line (0: none, 0.99: strong)")
+        self.slider.valueChanged.connect(self._set_smoothing)
+        self.smoothing_label = QLabel(f"smoothing {self.smoothing:.2f}")
+        row = QHBoxLayout()
+        row.addWidget(self.smoothing_label)
+        row.addWidget(self.slider, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot, 1)
+        layout.addLayout(row)
+        self._ema = np.empty(0)
+        self._ema_state: tuple[float, int] = (0.0, 0)
+        self._ema_len = 0
+        self._model: RunModel | None = None
+
+    def _set_smoothing(self, value: int) -> None:
+        self.smoothing = value / 100
+        self.smoothing_label.setText(f"smoothing {self.smoothing:.2f}")
+        self._ema_len, self._ema_state = 0, (0.0, 0)
+        if self._model is not None:
+            self.refresh(self._model)
+
+    def reset(self) -> None:
+        self._ema_len, self._ema_state = 0, (0.0, 0)
+
+    def refresh(self, model: RunModel) -> None:
+        if model is not self._model:
+            self._model = model
+            self.reset()
+        steps, loss = model.steps.view(), model.loss.view()
+        n = len(loss)
+        if n < self._ema_len:
+            self.reset()
+        if len(self._ema) < n:
+            grown = np.empty(max(n, 2 * len(self._ema), 1024))
+            grown[: self._ema_len] = self._ema[: self._ema_len]
+            self._ema = grown
+        _, self._ema_state = ema(loss, self.smoothing, self._ema_len, self._ema_state, self._ema)
+        self._ema_len = n
+        self.raw.setData(steps, loss, connect="finite")
+        self.smooth.setData(steps, self._ema[:n], connect="finite")
+
+    def points(self) -> int:
+        return self._ema_len
+
+
+class TrainPlots(QWidget):
+    """The four plots of a run, fed from a RunModel; NVML memory is added while live."""
+
+    def __init__(self, parent: QWidget | None = None, live: bool = True) -> None:
+        super().__init__(parent)
+        self.setObjectName("train_plots")
+        self.loss = LossPlot()
+        self.lr = _plot("Learning rate", "lr", "step")
+        self.lr_curve = _curve(self.lr, "#2ca02c")
+        self.memory = _plot("Memory", "MB", "seconds")
+        self.memory.setObjectName("plot_memory")
+        self.memory.addLegend(offset=(5, 5))
+        self.throughput = _plot("Throughput", "samples/s", "step")
+        self.throughput_curve = _curve(self.throughput, "#9467bd")
+        self.vram_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#d62728", width=1, style=Qt.PenStyle.DashLine),
+                                         label="VRAM {value:.0f} MB", labelOpts={"position": 0.05})
+        self.vram_line.setVisible(False)
+        self.memory.addItem(self.vram_line)
+        self.warning = QLabel()
+        self.warning.setObjectName("vram_warning")
+        self.warning.setWordWrap(True)
+        self.warning.setStyleSheet("background:#fdecea;color:#611a15;padding:4px;border-radius:3px")
+        self.warning.setVisible(False)
+        self._rank_curves: dict[int, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
+        self._gpu_curves: dict[int, pg.PlotDataItem] = {}
+        self._model: RunModel | None = None
+        # The model version each plot last drew (see refresh's stagger).
+        self._drawn: dict[str, int] = {"loss": -1, "memory": -1, "lr": -1, "throughput": -1}
+        self._gpu_drawn = 0
+        self._stagger = QTimer(self)
+        self._stagger.setSingleShot(True)
+        self._stagger.setInterval(STAGGER_MS)
+        self._stagger.timeout.connect(self._draw_next)
+        self.sampler = GpuMemorySampler(self) if live else None
+        if self.sampler is not None:
+            # NVML keeps sampling while the model is quiet (caching, loading): draw those points too.
+            self.sampler.sig_sampled.connect(self._on_gpu_sample)
+        self._follow = {
+            name: FollowRange(widget.getPlotItem())
+            for name, widget in (("loss", self.loss.plot), ("memory", self.memory), ("lr", self.lr),
+                                 ("throughput", self.throughput))
+        }
+
+        top = QHBoxLayout()
+        top.addWidget(self.loss, 3)
+        top.addWidget(self.memory, 2)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.lr, 1)
+        bottom.addWidget(self.throughput, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.warning)
+        layout.addLayout(top, 3)
+        layout.addLayout(bottom, 2)
+
+    def clear(self) -> None:
+        for allocated, peak in self._rank_curves.values():
+            self.memory.removeItem(allocated)
+            self.memory.removeItem(peak)
+        for curve in self._gpu_curves.values():
+            self.memory.removeItem(curve)
+        self._rank_curves.clear()
+        self._gpu_curves.clear()
+        self._drawn = dict.fromkeys(self._drawn, -1)
+        self._stagger.stop()
+        self.loss.reset()
+        for follow in self._follow.values():
+            follow.reset()
+
+    def refresh(self, model: RunModel, force: bool = False, stagger: bool = False) -> None:
+        """Redraw the plots whose data changed; cheap when nothing did.
+
+        With `stagger` (a live run) one plot is redrawn now and the others one by one
+        from a timer: painting a plot of many points takes tens of milliseconds on a slow
+        machine, and painting all four at once would freeze the window that long.
+        """
+        if model is not self._model:
+            self.clear()
+            self._model = model
+        if force:
+            self._drawn = dict.fromkeys(self._drawn, -1)
+        if not stagger:
+            self._stagger.stop()
+            for name in self._stale():
+                self._draw(name)
+            return
+        if not self._stagger.isActive():
+            self._draw_next()
+
+    def _stale(self) -> list[str]:
+        """Plots that lag behind the model, the one drawn longest ago first."""
+        model = self._model
+        if model is None:
+            return []
+        version = model.version
+        stale = [name for name, drawn in self._drawn.items() if drawn != version]
+        if "memory" not in stale and self._gpu_points() != self._gpu_drawn:
+            stale.append("memory")  # NVML samples arrive on their own clock
+        return sorted(stale, key=lambda name: self._drawn[name])
+
+    def _draw_next(self) -> None:
+        stale = self._stale()
+        if stale:
+            self._draw(stale[0])
+        if len(stale) > 1:
+            self._stagger.start()
+
+    def _draw(self, name: str) -> None:
+        model = self._model
+        if model is None:
+            return
+        self._drawn[name] = model.version
+        steps = model.steps.view()
+        follow = self._follow[name]
+        if name == "loss":
+            self.loss.refresh(model)
+            follow.feed("loss", steps, model.loss.view())
+        elif name == "lr":
+            self.lr_curve.setData(steps, model.lr.view(), connect="finite")
+            follow.feed("lr", steps, model.lr.view())
+        elif name == "throughput":
+            self.throughput_curve.setData(steps, model.samples_per_s.view(), connect="finite")
+            follow.feed("throughput", steps, model.samples_per_s.view())
+        else:
+            self._refresh_ranks(model)
+            self._refresh_gpus(model)
+        total = float(model.total_steps) if model.total_steps and name != "memory" else None
+        follow.apply(x_end=total, tight=model.ended)
+
+    def _on_gpu_sample(self) -> None:
+        if self._model is not None and not self._model.ended:
+            self.refresh(self._model, stagger=True)
+
+    def _gpu_points(self) -> int:
+        sampler = self.sampler
+        return sum(len(g.times) for g in sampler.gpus) if sampler is not None else 0
+
+    def _t0(self, model: RunModel) -> float:
+        return model.first_time if model.first_time is not None else time.time()
+
+    def _refresh_ranks(self, model: RunModel) -> None:
+        t0 = self._t0(model)
+        for rank, series in model.memory.items():
+            curves = self._rank_curves.get(rank)
+            if curves is None:
+                colour = _RANK_COLOURS[rank % len(_RANK_COLOURS)]
+                # A CPU rank reports its process memory (RSS), not CUDA allocations.
+                kind = "RSS" if series.device == "cpu" else "allocated"
+                curves = (
+                    _curve(self.memory, colour, f"rank {rank} {kind}"),
+                    _curve(self.memory, colour, f"rank {rank} peak", Qt.PenStyle.DotLine),
+                )
+                self._rank_curves[rank] = curves
+            x = series.time.view() - t0
+            curves[0].setData(x, series.allocated.view(), connect="finite")
+            curves[1].setData(x, series.peak.view(), connect="finite")
+            self._follow["memory"].feed(("allocated", rank), x, series.allocated.view())
+            self._follow["memory"].feed(("peak", rank), x, series.peak.view())
+
+    def _refresh_gpus(self, model: RunModel) -> None:
+        sampler = self.sampler
+        self._gpu_drawn = self._gpu_points()
+        if sampler is None or not sampler.available or model.ended:
+            return
+        t0 = self._t0(model)
+        worst = 0.0
+        total_line = 0.0
+        for gpu in sampler.gpus:
+            curve = self._gpu_curves.get(gpu.index)
+            if curve is None:
+                curve = _curve(self.memory, "#d62728", f"GPU {gpu.index} used (NVML)", Qt.PenStyle.DashLine)
+                self._gpu_curves[gpu.index] = curve
+            times, used = gpu.times.view(), gpu.used.view()
+            keep = times >= t0  # only this run's time span
+            curve.setData(times[keep] - t0, used[keep])
+            self._follow["memory"].feed(("nvml", gpu.index), times[keep] - t0, used[keep])
+            if gpu.total_mb and len(used):
+                worst = max(worst, float(used[-1]) / gpu.total_mb)
+                total_line = max(total_line, gpu.total_mb)
+        if total_line:
+            self.vram_line.setValue(total_line)
+            self.vram_line.setVisible(True)
+            # The card's total stays in view: the headroom is what the person watches.
+            self._follow["memory"].include(np.array([0.0]), np.array([total_line]))
+        self.set_vram_fraction(worst)
+
+    def set_vram_fraction(self, fraction: float) -> None:
+        over = fraction > VRAM_WARN_FRACTION
+        if over:
+            self.warning.setText(
+                f"GPU memory is {fraction:.0%} full. Past the card's memory the driver spills into "
+                "system RAM and training becomes 10-100x slower: lower the batch size or resolution, "
+                "or turn on gradient checkpointing."
+            )
+        self.warning.setVisible(over)
+
+    def plot_points(self) -> int:
+        """Points handed to the plots (all curves)."""
+        model = self._model
+        if model is None:
+            return 0
+        return 3 * len(model.steps) + len(model.loss) + 2 * model.memory_points()
+
+
+class LossOverlay(QWidget):
+    """The smoothed loss of several runs on one plot (Runs page)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plot = _plot("Loss (overlay)", "loss", "step")
+        self.plot.setObjectName("plot_overlay")
+        self.plot.addLegend(offset=(5, 5))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+        self.curves: list[pg.PlotDataItem] = []
+
+    def show_runs(self, runs: list[tuple[str, RunModel]], smoothing: float = 0.9) -> None:
+        for curve in self.curves:
+            self.plot.removeItem(curve)
+        self.curves = []
+        for i, (name, model) in enumerate(runs):
+            smooth, _ = ema(model.loss.view(), smoothing)
+            curve = _curve(self.plot, _RANK_COLOURS[i % len(_RANK_COLOURS)], name)
+            curve.setData(model.steps.view(), smooth, connect="finite")
+            self.curves.append(curve)

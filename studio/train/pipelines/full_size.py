@@ -1,0 +1,93 @@
+"""Full-size SD1.5, SDXL and SD3-medium pipelines with random weights, from the published configs.
+
+Counting happens on the meta device (no memory, no time); real tensors are made only
+when a folder is asked for, since memory and speed depend on shapes, not weight values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from studio.core.dataset.demo_shapes import CAPTION_WORDS
+from studio.train.pipelines.arch_configs import PIPELINES, SPECS, build_component
+from studio.train.pipelines.tiny import EXTRA_WORDS
+from studio.train.pipelines.tiny_tokenizer import write_tokenizer
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def components(family: str, device: str | torch.device = "meta", t5: bool = True) -> dict[str, torch.nn.Module]:
+    """Every network of `family` at full size (T5 only for SD3 and when `t5`)."""
+    out = {}
+    for name, (class_name, config, _role) in SPECS[family].items():
+        if name == "text_encoder_3" and not t5:
+            continue
+        out[name] = build_component(class_name, config, device)
+    return out
+
+
+def parameter_counts(family: str, t5: bool = True) -> dict[str, int]:
+    return {name: sum(p.numel() for p in module.parameters())
+            for name, module in components(family, "meta", t5).items()}
+
+
+def write_full_size_pipeline(family: str, folder: str | Path, dtype: str = "fp16", t5: bool = False,
+                             seed: int = 0) -> Path:
+    """Write a loadable diffusers folder with random weights (several GB: SDXL about 7 GB in fp16)."""
+    import diffusers
+    from transformers import CLIPTokenizer
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    parts: dict[str, Any] = {name: module.to(_DTYPES[dtype])
+                             for name, module in components(family, "cpu", t5).items()}
+    tokenizer = CLIPTokenizer.from_pretrained(write_tokenizer(out / "tokenizer", [*CAPTION_WORDS, *EXTRA_WORDS], 77))
+    parts["tokenizer"] = tokenizer
+    schedule: dict[str, Any] = {"beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
+                                "num_train_timesteps": 1000, "steps_offset": 1}
+    if family == "sd15":
+        parts.update(scheduler=diffusers.PNDMScheduler(skip_prk_steps=True, **schedule), safety_checker=None,
+                     feature_extractor=None, requires_safety_checker=False)
+    elif family == "sdxl":
+        parts.update(tokenizer_2=tokenizer, add_watermarker=False,
+                     scheduler=diffusers.EulerDiscreteScheduler(timestep_spacing="leading", **schedule))
+    else:
+        from studio.train.pipelines.tiny import _t5_tokenizer
+
+        parts.update(tokenizer_2=tokenizer, scheduler=diffusers.FlowMatchEulerDiscreteScheduler(shift=3.0),
+                     tokenizer_3=_t5_tokenizer(out, [*CAPTION_WORDS, *EXTRA_WORDS]) if t5 else None)
+        parts.setdefault("text_encoder_3", None)
+    pipeline = getattr(diffusers, PIPELINES[family])(**parts)
+    pipeline.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def write_random_checkpoint(path: str | Path, family: str, dtype: str = "fp16", seed: int = 0) -> Path:
+    """A full-size single-file checkpoint in the original layout with random weights (SD1.5: 2.0 GB in fp16).
+
+    Weights are drawn straight into empty tensors (no layer initialisers), so SD1.5 takes
+    about half a minute on two CPU cores.
+    """
+    from studio.train.components import Components
+    from studio.train.pipelines.single_file import save_single_file
+
+    parts = components(family, "meta", t5=False)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in parts.values():
+            module.to_empty(device="cpu")
+            for p in module.parameters():
+                p.normal_(0.0, 0.02, generator=generator)
+            for name, buffer in module.named_buffers():
+                if name.endswith("position_ids"):
+                    buffer.copy_(torch.arange(buffer.shape[-1]).expand_as(buffer))
+                elif buffer.is_floating_point():
+                    buffer.zero_()
+    denoiser = parts.pop("unet")
+    vae = parts.pop("vae")
+    return save_single_file(Path(path), family, Components(denoiser, vae, list(parts.values()), [], None),
+                            _DTYPES[dtype], {})

@@ -1,0 +1,47 @@
+"""Memory of every rank, gathered to rank 0 for the step events."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import psutil
+import torch
+
+from studio.core.runs.events import RankMemory
+
+_MB = 1024 * 1024
+
+
+def local_memory(device: torch.device) -> list[float]:
+    """[allocated, reserved, peak, rss] in MB for this process (NaN where it does not apply)."""
+    rss = psutil.Process(os.getpid()).memory_info().rss / _MB
+    if device.type == "cuda":
+        return [
+            torch.cuda.memory_allocated(device) / _MB,
+            torch.cuda.memory_reserved(device) / _MB,
+            torch.cuda.max_memory_allocated(device) / _MB,
+            rss,
+        ]
+    return [math.nan, math.nan, math.nan, rss]
+
+
+def gather_memory(accelerator: Any) -> list[RankMemory]:
+    """Every rank's memory (a collective call: all ranks must call it); meaningful on rank 0."""
+    device = accelerator.device
+    values = [*local_memory(device), float(device.index or 0)]
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    rows = accelerator.gather(mine.unsqueeze(0)).cpu().tolist()
+    out = []
+    for rank, (allocated, reserved, peak, rss, index) in enumerate(rows):
+        cuda = not math.isnan(allocated)
+        out.append(RankMemory(
+            rank=rank,
+            device=f"cuda:{int(index)}" if cuda else "cpu",
+            allocated_mb=round(allocated, 1) if cuda else None,
+            reserved_mb=round(reserved, 1) if cuda else None,
+            peak_mb=round(peak, 1) if cuda else None,
+            rss_mb=round(rss, 1),
+        ))
+    return out

@@ -1,0 +1,178 @@
+"""TrainConfig: loading, errors a person can act on, comments kept on save, migrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.core.config import schema as cfg
+from studio.core.config.schema import ConfigError, TrainConfig, load_config, save_config, validate_data
+
+MINIMAL = """\
+schema_version = 1
+# The base model of my character LoRA
+[model]
+family = "sd15"            # sd15 | sdxl | sd3
+base = "models/tiny-sd15"  # diffusers folder, .safetensors file, or hub id
+[method]
+kind = "lora"              # lora | dreambooth
+rank = 4
+[dataset]
+resolution = 512
+[[dataset.concepts]]
+path = "data/shapes"
+[training]
+batch_size = 2
+max_steps = 30             # or epochs
+seed = 1
+mixed_precision = "no"     # no | fp16 | bf16
+[output]
+dir = "runs"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "studio.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def errors_of(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    return [str(issue) for issue in info.value.issues]
+
+
+def test_minimal_config_from_design_loads(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, MINIMAL))
+    assert config.model.family == "sd15"
+    assert config.method.rank == 4
+    assert config.training.length == ("steps", 30)
+    assert config.dataset.concepts[0].path == "data/shapes"
+
+
+def test_typo_names_the_key_the_line_and_a_suggestion(tmp_path: Path) -> None:
+    errors = errors_of(tmp_path, MINIMAL.replace("batch_size = 2", "batchsize = 2"))
+    assert len(errors) == 1
+    assert "training.batchsize" in errors[0]
+    assert "did you mean 'batch_size'" in errors[0]
+    assert errors[0].startswith("line 14:")
+
+
+def test_wrong_type_and_range_name_value_and_what_is_allowed(tmp_path: Path) -> None:
+    errors = errors_of(
+        tmp_path,
+        MINIMAL.replace("rank = 4", "rank = 0").replace('"no"     #', '"fp8"  #').replace("batch_size = 2", 'batch_size = "two"'),
+    )
+    text = "\n".join(errors)
+    assert 'method.rank = 0: must be at least 1' in text
+    assert "training.mixed_precision = \"fp8\": allowed: 'no', 'fp16' or 'bf16'" in text
+    assert 'training.batch_size = "two"' in text
+
+
+def test_contradiction_names_both_options(tmp_path: Path) -> None:
+    text = MINIMAL.replace("rank = 4", "rank = 4\ntrain_text_encoder = true").replace(
+        "seed = 1", "seed = 1\ncache_text_embeddings = true"
+    )
+    errors = errors_of(tmp_path, text)
+    assert len(errors) == 1
+    assert "training.cache_text_embeddings" in errors[0]
+    assert "method.train_text_encoder" in errors[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"training": {"cache_latents": True}, "dataset": {"flip": True}}, "training.cache_latents"),
+        ({"training": {"cache_text_embeddings": True}, "dataset": {"shuffle_tags": True}}, "training.cache_text_embeddings"),
+        ({"model": {"use_t5": True}}, "model.use_t5"),
+        ({"model": {"family": "sdxl", "clip_skip": 2}}, "model.clip_skip"),
+        ({"method": {"kind": "dreambooth"}, "output": {"save_every_n_epochs": 1}}, "output.save_every_n_epochs"),
+        ({"launch": {"machine_rank": 2, "num_machines": 2, "num_processes": 2}}, "launch.machine_rank"),
+        ({"dataset": {"concepts": [{"path": "x", "num_class_images": 10}]}}, "dataset.concepts[0]"),
+    ],
+)
+def test_each_contradiction_is_refused(change: dict, key: str) -> None:
+    data: dict = {"model": {"family": "sd15", "base": "m"}}
+    for section, values in change.items():
+        data.setdefault(section, {}).update(values)
+    with pytest.raises(ConfigError) as info:
+        validate_data(data)
+    assert any(issue.key.startswith(key) for issue in info.value.issues), info.value.describe()
+
+
+def test_bad_toml_syntax_says_line(tmp_path: Path) -> None:
+    errors = errors_of(tmp_path, MINIMAL.replace("rank = 4", "rank = = 4"))
+    assert errors[0].startswith("line 8:")
+    assert "not valid TOML" in errors[0]
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_comments_survive_load_edit_save(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    config = load_config(path)
+    config.method.rank = 8
+    config.training.learning_rate = 3e-4
+    save_config(config, path)
+    text = path.read_text(encoding="utf-8")
+    assert "# The base model of my character LoRA" in text
+    assert 'family = "sd15"            # sd15 | sdxl | sd3' in text
+    assert "rank = 8" in text
+    assert "learning_rate = 0.0003" in text
+    again = load_config(path)
+    assert again.method.rank == 8 and again.training.learning_rate == pytest.approx(3e-4)
+    assert again == config
+
+
+def test_new_file_holds_only_what_differs_from_defaults(tmp_path: Path) -> None:
+    config = validate_data({"model": {"family": "sdxl", "base": "m"}, "training": {"batch_size": 3}})
+    path = tmp_path / "new.toml"
+    save_config(config, path)
+    text = path.read_text(encoding="utf-8")
+    assert "batch_size = 3" in text
+    assert "learning_rate" not in text
+    assert load_config(path) == config
+
+
+def test_newer_schema_version_is_refused_with_advice() -> None:
+    with pytest.raises(ConfigError, match="update the studio"):
+        validate_data({"schema_version": 99, "model": {"family": "sd15", "base": "m"}})
+
+
+def test_migration_chain_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    def v1_to_v2(data: dict) -> dict:
+        data["model"]["base"] = data["model"].pop("checkpoint")
+        return data
+
+    monkeypatch.setattr(cfg, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(cfg.MIGRATIONS, 1, v1_to_v2)
+    migrated = cfg.migrate({"schema_version": 1, "model": {"family": "sd15", "checkpoint": "old"}})
+    assert migrated == {"schema_version": 2, "model": {"family": "sd15", "base": "old"}}
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    (tmp_path / "models" / "tiny-sd15").mkdir(parents=True)
+    config = cfg.load_resolved(write(tmp_path, MINIMAL))
+    assert config.model.base == str(tmp_path / "models" / "tiny-sd15")
+    assert config.dataset.concepts[0].path == str(tmp_path / "data" / "shapes")
+    assert config.output.dir == str(tmp_path / "runs")
+    hub = validate_data({"model": {"family": "sdxl", "base": "stabilityai/stable-diffusion-xl-base-1.0"}})
+    assert cfg.resolve_paths(hub, tmp_path).model.base == "stabilityai/stable-diffusion-xl-base-1.0"
+
+
+def test_every_field_has_a_description_for_tooltips() -> None:
+    described = cfg.field_descriptions()
+    assert "training.learning_rate" in described
+    missing = [
+        f"{section}.{name}"
+        for section, field in TrainConfig.model_fields.items()
+        if (sub := cfg._section_type(field.annotation)) is not None
+        for name, f in sub.model_fields.items()
+        if not f.description
+    ]
+    assert missing == []

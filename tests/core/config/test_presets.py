@@ -1,0 +1,107 @@
+"""Presets: every shipped preset validates, applies, and a person's own are listed beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main as cli
+from studio.core.config.presets import apply_preset, list_presets, load_preset, save_user_preset
+from studio.core.config.schema import ConfigError, validate_data
+
+REQUIRED = {
+    ("sd15", "lora"), ("sd15", "dreambooth"), ("sdxl", "lora"),
+    ("sdxl", "dreambooth"), ("sd3", "lora"), ("sd3", "dreambooth"),
+}
+
+
+def project_config():
+    return validate_data({
+        "model": {"family": "sd15", "base": "/models/mine"},
+        "dataset": {"concepts": [{"path": "/data/me", "repeats": 5}]},
+        "sampling": {"prompts": ["a photo of sks person"]},
+        "output": {"name": "mine"},
+    })
+
+
+def test_every_shipped_preset_is_valid() -> None:
+    presets = [p for p in list_presets() if not p.user]
+    assert presets, "no shipped presets found"
+    for preset in presets:
+        assert preset.valid, f"{preset.path}: " + "; ".join(map(str, preset.issues))
+    assert {(p.family, p.method) for p in presets} >= REQUIRED
+    assert any(p.id == "sdxl-lora-8gb" for p in presets)
+
+
+@pytest.mark.parametrize("preset", [p for p in list_presets() if not p.user], ids=lambda p: p.id)
+def test_applying_a_preset_keeps_the_project_and_takes_the_recipe(preset) -> None:
+    config = apply_preset(project_config(), preset)
+    assert config.model.family == preset.family
+    assert config.method.kind == preset.method
+    assert config.model.base == "/models/mine"
+    assert config.dataset.concepts[0].repeats == 5
+    assert config.sampling.prompts == ["a photo of sks person"]
+    for key, value in preset.delta.get("training", {}).items():
+        assert getattr(config.training, key) == value
+
+
+def test_low_vram_sdxl_preset_uses_the_memory_savers() -> None:
+    preset = next(p for p in list_presets() if p.id == "sdxl-lora-8gb")
+    config = apply_preset(project_config(), preset)
+    assert config.training.gradient_checkpointing
+    assert config.training.optimizer == "adamw8bit"
+    assert config.training.cache_text_embeddings
+    assert preset.min_vram_gb == 8
+
+
+def test_broken_preset_names_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[preset]\ntitle="x"\nfamily="sd15"\nmethod="lora"\nmin_vram_gb=6\n[training]\nlearnig_rate=1\n')
+    preset = load_preset(path)
+    assert not preset.valid
+    assert "training.learnig_rate" in str(preset.issues[0])
+    path.write_text("[training]\nbatch_size=1\n")
+    with pytest.raises(ConfigError, match=r"\[preset\] table"):
+        load_preset(path)
+
+
+def test_user_preset_is_saved_in_the_config_folder_and_listed(isolated_user_dirs: Path) -> None:
+    config = project_config()
+    config.method.rank = 64
+    preset = save_user_preset("My style LoRA", config)
+    assert preset.user and preset.valid
+    assert preset.path.parent == isolated_user_dirs / "studio_config_dir" / "presets"
+    assert "base" not in preset.path.read_text()
+    listed = {p.id: p for p in list_presets()}
+    assert listed["my-style-lora"].delta["method"]["rank"] == 64
+    reapplied = apply_preset(project_config(), listed["my-style-lora"])
+    assert reapplied.method.rank == 64
+
+
+def test_cli_presets_json_lists_valid_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["presets", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) >= 6
+    assert all(p["valid"] for p in listed)
+    assert {"id", "title", "family", "method", "min_vram_gb", "tradeoffs"} <= set(listed[0])
+
+
+def test_cli_validate_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[model]\nfamily = "sd15"\nbase = "m/n"\n[training]\nbatch_size = 2\n')
+    assert cli(["validate", str(good)]) == 0
+    assert "batch_size = 2" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nfamily = "sd15"\nbase = "m/n"\n[training]\nbatch_sise = 2\n')
+    assert cli(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "training.batch_sise" in err and "did you mean 'batch_size'" in err
+
+
+def test_cli_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli(["--version"])
+    assert info.value.code == 0
+    assert "studio-train 0.1.0" in capsys.readouterr().out

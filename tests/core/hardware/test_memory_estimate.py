@@ -1,0 +1,215 @@
+"""The VRAM estimator: reference points, monotonicity, fit, and the data it reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from studio.core.config.schema import TrainConfig
+from studio.core.hardware.estimate import (
+    estimate_vram,
+    fit,
+    load_architecture,
+    lora_params,
+    other_processes_warning,
+)
+from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.report import GPUInfo
+
+GB = 1024
+
+
+def gpu(profile: str = "rtx4090-24gb") -> GPUInfo:
+    return load_hardware(profile).gpus[0]
+
+
+def config(family: str = "sd15", **sections: dict[str, Any]) -> TrainConfig:
+    data: dict[str, Any] = {"model": {"family": family, "base": "models/base"}}
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return TrainConfig.model_validate(data)
+
+
+def total_gb(cfg: TrainConfig, g: GPUInfo | None = None) -> float:
+    return estimate_vram(cfg, g or gpu()).total_mb / GB
+
+
+# ---------------------------------------------------------------- reference points of the issue
+
+SD15_LORA = config("sd15", dataset={"resolution": 512},
+                   training={"batch_size": 1, "mixed_precision": "fp16", "gradient_checkpointing": True})
+SDXL_LORA = config("sdxl", dataset={"resolution": 1024},
+                   training={"batch_size": 1, "mixed_precision": "fp16", "gradient_checkpointing": True,
+                             "cache_text_embeddings": True, "optimizer": "adamw8bit"})
+SDXL_FULL = config("sdxl", method={"kind": "dreambooth"}, dataset={"resolution": 1024},
+                   training={"batch_size": 1, "mixed_precision": "bf16"})
+SD3_LORA = config("sd3", model={"use_t5": False}, dataset={"resolution": 1024},
+                  training={"batch_size": 1, "mixed_precision": "fp16", "gradient_checkpointing": True})
+
+
+def test_sdxl_lora_reference() -> None:
+    assert 8 <= total_gb(SDXL_LORA) <= 12
+
+
+def test_sdxl_full_fine_tune_needs_more_than_24_gb() -> None:
+    assert total_gb(SDXL_FULL) > 24
+    assert fit(estimate_vram(SDXL_FULL, gpu()), gpu()) == "does_not_fit"
+
+
+def test_sd3_lora_reference() -> None:
+    # The fp32 VAE encoding a 1024 px image (2.5 GB, counted on the meta device) is SD3's peak here.
+    assert 10 <= total_gb(SD3_LORA) <= 16
+
+
+def test_sd15_lora_reference_upper_bound() -> None:
+    assert 4 <= total_gb(SD15_LORA) <= 10
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "The issue quotes 6-10 GB for SD1.5 LoRA 512 px with fp16 weights; every term found on evidence "
+    "gives ~4.3 GB (kohya users report ~4 GB for this setting), see docs/benchmarks.md. "
+    "Pending benchmarks/gpu_reference_points.py --only sd15 on a GPU; remove this mark if it measures 6 GB or more."))
+def test_sd15_lora_reaches_the_issue_lower_bound() -> None:
+    assert total_gb(SD15_LORA) >= 6
+
+
+# ---------------------------------------------------------------- terms found for the GPU
+
+
+def test_vae_stays_fp32_with_fp16_weights() -> None:
+    # The studio's SD1.5 trainer and diffusers' SDXL/SD3 scripts keep the VAE in fp32 (fp16 overflows).
+    vae_params = load_architecture("sd15")["components"]["vae"]["params"]
+    assert estimate_vram(SD15_LORA, gpu()).vae_mb == pytest.approx(vae_params * 4 / 2**20)
+    fixed = with_(SDXL_LORA, "model", vae="madebyollin/sdxl-vae-fp16-fix")
+    assert estimate_vram(fixed, gpu()).vae_mb == pytest.approx(estimate_vram(SDXL_LORA, gpu()).vae_mb / 2)
+    bf16 = with_(SD15_LORA, "model", dtype="bf16")
+    assert estimate_vram(bf16, gpu()).vae_mb == pytest.approx(vae_params * 2 / 2**20)
+
+
+def test_vae_encoding_is_the_sd3_peak_until_latents_are_cached() -> None:
+    est = estimate_vram(SD3_LORA, gpu())
+    assert est.vae_encode_mb == pytest.approx(2560)  # five 128-channel 1024 px fp32 planes
+    assert any(p.key == "vae_encode" for p in est.parts)
+    cached = estimate_vram(with_(SD3_LORA, "training", cache_latents=True), gpu())
+    assert cached.total_mb < est.total_mb - 1024
+
+
+def test_sd3_position_table_is_resident() -> None:
+    den = load_architecture("sd3")["components"]["transformer"]
+    assert den["float_buffers"] == 36_864 * 1_536
+    assert estimate_vram(SD3_LORA, gpu()).weights_mb == pytest.approx((den["params"] + den["float_buffers"]) * 2 / 2**20)
+
+
+def test_sample_images_can_be_the_peak() -> None:
+    lean = with_(SDXL_LORA, "training", cache_latents=True)
+    sampling = with_(lean, "sampling", every_n_steps=100, prompts=["a photo of a cat"])
+    est = estimate_vram(sampling, gpu())
+    assert est.sampling_peak_mb > est.training_peak_mb
+    assert est.total_mb == est.sampling_peak_mb
+    assert any("sample images are the peak" in n for n in est.notes)
+    smaller = estimate_vram(with_(sampling, "sampling", size=512), gpu())
+    assert smaller.sampling_peak_mb < est.sampling_peak_mb
+    assert estimate_vram(lean, gpu()).sampling_peak_mb == 0
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl", "sd3"])
+@pytest.mark.parametrize("gc", [False, True])
+def test_activations_cover_the_counted_training_step(family: str, gc: bool) -> None:
+    # The meta device counts the live bytes of a whole LoRA step under fp16 autocast; the
+    # CPU-calibrated activation term must not be below it (an estimate that is low OOMs).
+    arch = load_architecture(family)
+    cfg = config(family, dataset={"resolution": arch["native_resolution"]},
+                 training={"mixed_precision": "fp16", "gradient_checkpointing": gc, "cache_latents": True})
+    counted = arch["transients_mb"][f"lora_step{'_checkpointing' if gc else ''}_mixed"]
+    assert estimate_vram(cfg, gpu()).activations_mb >= counted
+
+
+# ---------------------------------------------------------------- monotonicity
+
+BASE = config("sdxl", dataset={"resolution": 768}, method={"rank": 16},
+              training={"batch_size": 2, "mixed_precision": "bf16"})
+
+
+def with_(cfg: TrainConfig, section: str, **values: Any) -> TrainConfig:
+    data = cfg.model_dump()
+    data[section].update(values)
+    return TrainConfig.model_validate(data)
+
+
+@pytest.mark.parametrize(("section", "key", "low", "high"), [
+    ("training", "batch_size", 1, 4),
+    ("dataset", "resolution", 512, 1024),
+    ("method", "rank", 8, 128),
+])
+def test_grows_with(section: str, key: str, low: int, high: int) -> None:
+    assert total_gb(with_(BASE, section, **{key: low})) < total_gb(with_(BASE, section, **{key: high}))
+
+
+@pytest.mark.parametrize(("section", "values"), [
+    ("training", {"gradient_checkpointing": True}),
+    ("training", {"cache_text_embeddings": True}),
+    ("training", {"cache_latents": True}),
+    ("training", {"optimizer": "adamw8bit"}),
+    ("model", {"dtype": "fp16"}),
+])
+def test_each_memory_option_lowers_the_estimate(section: str, values: dict[str, Any]) -> None:
+    base = with_(BASE, "model", dtype="fp32")
+    assert total_gb(with_(base, section, **values)) < total_gb(base)
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl", "sd3"])
+def test_full_fine_tune_costs_more_than_lora(family: str) -> None:
+    lora = config(family, training={"mixed_precision": "bf16"})
+    full = config(family, method={"kind": "dreambooth"}, training={"mixed_precision": "bf16"})
+    assert total_gb(full) > total_gb(lora) + 5
+
+
+def test_breakdown_adds_up() -> None:
+    est = estimate_vram(SDXL_LORA, gpu())
+    assert est.total_mb == pytest.approx(sum(p.mb for p in est.parts), rel=1e-6)
+    assert {p.key for p in est.parts} >= {"weights", "activations", "overhead", "optimizer", "gradients"}
+    assert not any(p.key == "text_encoders" for p in est.parts)  # cached, so not resident
+
+
+def test_t5_caching_peak_shows() -> None:
+    cfg = config("sd3", model={"use_t5": True}, dataset={"resolution": 512},
+                 training={"mixed_precision": "fp16", "gradient_checkpointing": True, "cache_text_embeddings": True})
+    est = estimate_vram(cfg, gpu())
+    assert est.caching_peak_mb > 9 * GB  # T5-XXL alone is ~9 GB in fp16
+    assert est.total_mb == max(est.caching_peak_mb, est.training_peak_mb)
+
+
+def test_cpu_mode_is_fp32() -> None:
+    cpu = estimate_vram(SD15_LORA, None)
+    assert cpu.device == "cpu"
+    assert cpu.weights_mb == pytest.approx(859_520_964 * 4 / 2**20)
+    assert estimate_vram(SD15_LORA, gpu()).weights_mb == pytest.approx(cpu.weights_mb / 2)
+
+
+# ---------------------------------------------------------------- fit and warnings
+
+
+def test_fit_thresholds() -> None:
+    est = estimate_vram(SD15_LORA, gpu())
+    g = GPUInfo(index=0, name="x", total_mb=int(est.total_mb / 0.95), free_mb=int(est.total_mb / 0.95))
+    assert fit(est, g) == "tight"
+    g.free_mb = g.total_mb = int(est.total_mb * 2)
+    assert fit(est, g) == "fits"
+    g.free_mb = int(est.total_mb * 0.9)
+    assert fit(est, g) == "does_not_fit"  # other programs took the room
+
+
+def test_warns_when_other_programs_hold_vram() -> None:
+    g = gpu("rtx3060-12gb")
+    assert other_processes_warning(g) is None  # a desktop's 400 MB is normal
+    g.free_mb, g.other_processes_mb = 6000, 6288
+    warning = other_processes_warning(g)
+    assert warning is not None and "6.1 GB on GPU 0" in warning
+
+
+def test_lora_size_follows_rank() -> None:
+    targets = load_architecture("sd15")["components"]["unet"]["lora_targets"]
+    # A rank-4 SD1.5 LoRA has 797,184 parameters (3.2 MB in fp32), as the community's files show.
+    assert lora_params(targets, 4) == 797_184
+    assert lora_params(targets, 8) == 2 * lora_params(targets, 4)

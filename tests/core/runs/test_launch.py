@@ -1,0 +1,36 @@
+"""The run folder and the command the GUI, the CLI and bundles start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from studio.core.config.schema import validate_data
+from studio.core.runs.launch import prepare_run
+
+
+def yaml_of(run_dir: Path) -> dict[str, str]:
+    lines = (run_dir / "accelerate.yaml").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines)
+
+
+def test_run_folder_holds_resolved_config_yaml_and_command(tmp_path: Path) -> None:
+    config = validate_data({"model": {"family": "sd15", "base": "models/m"}, "dataset": {"concepts": [{"path": "img"}]}})
+    plan = prepare_run(config, tmp_path)
+    assert plan.run_dir.parent == tmp_path / "runs"
+    assert plan.run_dir.name.endswith("-run")
+    text = (plan.run_dir / "config.toml").read_text()
+    assert f'path = "{tmp_path / "img"}"' in text
+    assert (plan.run_dir / "command.txt").read_text().strip().endswith(f"-m studio.train {plan.run_dir / 'config.toml'}")
+    assert plan.command[1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
+    assert yaml_of(plan.run_dir)["distributed_type"] == "'NO'"
+
+
+def test_local_multi_process_runs_get_a_free_port_unless_one_is_set(tmp_path: Path) -> None:
+    base = {"model": {"family": "sd15", "base": "m/n"}}
+    first = prepare_run(validate_data({**base, "launch": {"num_processes": 2}}), tmp_path)
+    second = prepare_run(validate_data({**base, "launch": {"num_processes": 2}}), tmp_path)
+    ports = {yaml_of(first.run_dir)["main_process_port"], yaml_of(second.run_dir)["main_process_port"]}
+    assert "29500" not in ports
+    assert yaml_of(first.run_dir)["distributed_type"] == "'MULTI_GPU'"
+    fixed = prepare_run(validate_data({**base, "launch": {"num_processes": 2, "main_process_port": 29555}}), tmp_path)
+    assert yaml_of(fixed.run_dir)["main_process_port"] == "29555"

@@ -1,0 +1,74 @@
+"""A RunController / TrainPage wired to the fake trainer through the real QProcess path."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from studio.core.config.schema import TrainConfig
+from studio.core.runs.launch import RunPlan
+
+FAKE_TRAINER = Path(__file__).resolve().parents[2] / "fixtures" / "fake_trainer.py"
+
+
+def fake_command(*extra: str) -> Callable[[RunPlan], list[str]]:
+    def factory(plan: RunPlan) -> list[str]:
+        return [sys.executable, str(FAKE_TRAINER), str(plan.run_dir), *extra]
+
+    return factory
+
+
+@pytest.fixture
+def project_dir(tmp_path: Path) -> Path:
+    (tmp_path / "data" / "shapes").mkdir(parents=True)
+    return tmp_path
+
+
+@pytest.fixture
+def config() -> TrainConfig:
+    return TrainConfig.model_validate({
+        "model": {"family": "sd15", "base": "models/tiny-sd15"},
+        "dataset": {"concepts": [{"path": "data/shapes"}]},
+        "training": {"max_steps": 30},
+        "output": {"dir": "runs", "name": "fake"},
+    })
+
+
+@pytest.fixture
+def controller(qtbot: object) -> Iterator[object]:
+    from studio.gui.run_controller import RunController
+
+    ctl = RunController(command_factory=fake_command(), finish_grace_ms=3000)
+    yield ctl
+    ctl.shutdown()
+    ctl.deleteLater()
+
+
+def make_project(root: Path, config: TrainConfig, images: int = 3) -> object:
+    from PIL import Image
+
+    from studio.core.project.folder import create_project
+
+    folder = root / "data" / "shapes"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(images):
+        Image.new("RGB", (64, 64), (40 * i, 90, 90)).save(folder / f"img{i}.png")
+        (folder / f"img{i}.txt").write_text("a shape")
+    return create_project(root, config)
+
+
+@pytest.fixture
+def context(qtbot: object, tmp_path: Path) -> Iterator[object]:
+    from PySide6.QtCore import QSettings
+
+    from studio.gui.context import StudioContext
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    ctx = StudioContext(settings)
+    yield ctx
+    from studio.gui.run_controller import controller_for
+
+    controller_for(ctx).shutdown()

@@ -1,0 +1,191 @@
+"""The Train page as a person uses it, with the fake trainer behind the real QProcess path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from studio.core.config.schema import TrainConfig
+from studio.core.project.folder import Project
+from studio.gui.context import StudioContext
+from studio.gui.run_controller import controller_for
+from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.training.page import TrainPage
+from tests.gui.training.conftest import fake_command, make_project
+
+
+def make_page(qtbot: QtBot, context: StudioContext, *extra: str) -> TrainPage:
+    controller_for(context, fake_command(*extra))
+    page = TrainPage(context)
+    qtbot.addWidget(page)
+    return page
+
+
+def test_live_plots_fill_and_header_follows(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                            tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "60", "--rate", "300", "--samples-every", "30")
+    assert page.start_training()
+    assert not page.train_button.isEnabled() and page.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
+    _x, y = page.plots.loss.smooth.getData()
+    assert len(y) == 60 and y[-1] < y[0]  # the smoothed loss falls
+    assert len(page.plots.lr_curve.getData()[0]) == 60
+    assert page.plots._rank_curves[0][0].getData()[1][-1] == 560.0  # rank 0 memory (RSS) at the last step
+    assert "finished" in page.header.status.text()
+    assert page.header.step.text() == "60 / 60"
+    assert page.samples.grid.count() == 4 and page.samples.prompt.count() == 2
+    assert page.samples.current() is not None and page.samples.current().step == 60  # type: ignore[union-attr]
+    page.samples.slider.setValue(0)
+    assert page.samples.current().step == 30  # type: ignore[union-attr]
+    page.samples.enlarge(page.samples.current())  # type: ignore[arg-type]
+    assert page.samples.last_dialog is not None and "Step 30" in page.samples.last_dialog.windowTitle()
+    page.samples.last_dialog.close()
+    assert page.train_button.isEnabled() and not page.kill_button.isEnabled()
+
+
+def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
+    page.stop_button.click()
+    assert "stopping" in page.header.status.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "stopped" in page.header.status.text()
+    assert "stopped" in page.message.text()
+
+
+def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                  tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "50", "--rate", "500", "--crash-at", "10")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert not page.banner.isHidden()
+    assert "boom at step 10" in page.banner.title.text()
+    assert "on purpose" in page.banner.hint.text()
+    page.banner.jump.click()
+    assert page.tabs.currentWidget() is page.console
+    assert "boom at step 10" in page.console.selected_line()
+    # Still usable: the next run starts and finishes.
+    controller_for(context, fake_command("--steps", "5"))
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.controller.model.status == "finished"
+    assert page.banner.isHidden()
+
+
+def test_crash_at_start_explains(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--crash-at-start")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "exited with code 1" in page.banner.title.text()
+    assert "No module named 'diffusers'" in page.console.text.toPlainText()
+
+
+def test_no_images_blocks_start_with_a_message(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                               tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config, images=0))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert "No images found in data/shapes" in page.message.text()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_no_project_says_what_to_do(qtbot: QtBot, context: StudioContext) -> None:
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert "Open or create a project" in page.message.text()
+
+
+def test_replay_self_test(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    project = make_project(tmp_path, config)
+    assert isinstance(project, Project)
+    context.set_project(project)
+    page = make_page(qtbot, context, "--steps", "25", "--rate", "1000")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    run_dir = page.controller.model.run_dir
+    assert run_dir is not None
+    other = TrainPage(context)
+    qtbot.addWidget(other)
+    result = other.self_test(SelfTestOptions(replay=run_dir))
+    assert result["replay_events"] == 1 + 2 + 25 + 1  # run_started, two caching phases, steps, run_finished
+    assert result["plot_points"] >= 25 * 4
+
+
+def _wait_for_finish(run_dir: Path, timeout_s: float = 20.0) -> list[object]:
+    import time
+
+    from studio.core.runs.events import RunFinished, read_events
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events = read_events(run_dir / "events.jsonl")
+        if any(isinstance(e, RunFinished) for e in events):
+            return events
+        time.sleep(0.1)
+    raise AssertionError(f"{run_dir} has no run_finished after {timeout_s} s")
+
+
+def test_close_and_keep_running_detaches_the_trainer(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                     tmp_path: Path) -> None:
+    from studio.core.runs.events import RunFinished, Step
+    from studio.core.runs.history import summarize_run
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "20")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
+    run_dir = page.controller.model.run_dir
+    assert run_dir is not None
+    asked: list[bool] = []
+    page.ask_close = lambda: asked.append(True) or "keep"  # type: ignore[func-returns-value]
+    assert page.can_close() and asked
+    page.shutdown()  # what the main window does once every page agreed to close
+    assert not page.controller.running
+    steps_when_closed = page.controller.model.step
+    # The studio let go; the trainer goes on: the Runs page of a later studio sees it running.
+    assert summarize_run(run_dir).status == "running"
+    events = _wait_for_finish(run_dir)
+    finished = [e for e in events if isinstance(e, RunFinished)]
+    assert finished[-1].status == "completed"
+    assert max(e.step for e in events if isinstance(e, Step)) == 20 > steps_when_closed
+    assert "the training goes on without it" in (run_dir / "console.log").read_text()
+    assert summarize_run(run_dir).status == "completed"
+
+
+def test_close_and_stop_ends_the_run_first(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                           tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
+    page.ask_close = lambda: "cancel"
+    assert not page.can_close() and page.controller.running  # cancel: nothing changes
+    page.ask_close = lambda: "stop"
+    assert page.can_close()
+    assert not page.controller.running and page.controller.model.status == "stopped"
+
+
+def test_closing_without_a_run_asks_nothing(qtbot: QtBot, context: StudioContext) -> None:
+    page = make_page(qtbot, context)
+    page.ask_close = lambda: pytest.fail("asked although nothing runs")  # type: ignore[assignment,return-value]
+    assert page.can_close()
+
+
+def test_train_demo_self_test_reports_what_the_run_showed(qtbot: QtBot, context: StudioContext,
+                                                          config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "30", "--rate", "300", "--samples-every", "15", "--ranks", "2")
+    page.show()
+    result = page.self_test(SelfTestOptions(train_demo=True))
+    assert {k: result[k] for k in ("events", "loss_points", "memory_points", "samples", "status")} == {
+        "events": 1 + 2 + 30 + 2 * 2 + 1,  # run_started, caching x2, steps, (sampling + sample) x2, run_finished
+        "loss_points": 30, "memory_points": 60, "samples": 4, "status": "finished"}
+    assert 0 <= result["max_gui_stall_ms"] < 1000
+    assert Path(result["outputs"][0]).is_file()

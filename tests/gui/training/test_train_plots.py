@@ -1,0 +1,155 @@
+"""The live plots: staggered redraws, a view that follows the data, the grid, the VRAM warning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pytestqt.qtbot import QtBot
+
+from studio.core.runs.events import RankMemory, RunFinished, RunStarted, Step
+from studio.core.runs.run_model import RunModel
+from studio.gui.widgets.run_plots import TrainPlots
+
+
+def _model(steps: int, total: int = 100) -> RunModel:
+    model = RunModel()
+    model.apply(RunStarted(config={}, world_size=1, total_steps=total, devices=["cuda:0"], time=1000.0))
+    for i in range(1, steps + 1):
+        model.apply(Step(step=i, epoch=1, loss=1.0 / i, lr=1e-4 * i, samples_per_s=3.0 + i % 2, time=1000.0 + i,
+                         memory=[RankMemory(rank=0, device="cuda:0", allocated_mb=4000.0 + i, peak_mb=5000.0)]))
+    return model
+
+
+def _plots(qtbot: QtBot) -> TrainPlots:
+    plots = TrainPlots(live=False)
+    qtbot.addWidget(plots)
+    plots.resize(1000, 700)
+    plots.show()
+    return plots
+
+
+def _lengths(plots: TrainPlots) -> list[int]:
+    memory = plots._rank_curves.get(0)
+    return [len(plots.loss.raw.getData()[1] if plots.loss.raw.getData()[1] is not None else []),
+            len(plots.lr_curve.getData()[1] if plots.lr_curve.getData()[1] is not None else []),
+            len(plots.throughput_curve.getData()[1] if plots.throughput_curve.getData()[1] is not None else []),
+            len(memory[0].getData()[1]) if memory else 0]
+
+
+def test_live_refresh_draws_one_plot_now_and_the_rest_soon(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _model(30)
+    plots.refresh(model, stagger=True)
+    assert sorted(_lengths(plots)) == [0, 0, 0, 30]  # one plot per pass: the window never waits on all four
+    qtbot.waitUntil(lambda: _lengths(plots) == [30, 30, 30, 30], timeout=2000)
+    model.apply(Step(step=31, epoch=1, loss=0.01, lr=1e-4, time=1031.0))
+    plots.refresh(model)  # not live (a replay, the end of a run): everything at once
+    assert _lengths(plots)[:3] == [31, 31, 31]
+
+
+def test_view_follows_the_data_until_the_person_moves_it(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _model(10, total=100)
+    plots.refresh(model)
+    view = plots.loss.plot.getPlotItem().getViewBox()
+    (x0, x1), (y0, y1) = view.viewRange()
+    assert x0 == 0 and x1 == 100  # the axis already spans the whole run: it does not jump every step
+    assert y0 < 0.1 and y1 > 1.0  # every loss point is in view
+    model.apply(Step(step=11, epoch=1, loss=3.0, lr=1e-4, time=1011.0))  # a spike above the view
+    plots.refresh(model)
+    assert view.viewRange()[1][1] > 3.0
+    view.setRange(xRange=(2, 5), padding=0)
+    view.sigRangeChangedManually.emit([True, True])  # what a pan or a wheel zoom emits
+    model.apply(Step(step=12, epoch=1, loss=9.0, lr=1e-4, time=1012.0))
+    plots.refresh(model)
+    assert view.viewRange()[0] == [2, 5]  # the person's view stays
+    plots.refresh(_model(3))  # another run: following again
+    assert view.viewRange()[0] == [0, 100]
+
+
+def test_finished_run_is_fitted_tightly(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _model(40, total=100)
+    model.apply(RunFinished(status="stopped", step=40, time=1041.0))
+    plots.refresh(model)
+    x0, x1 = plots.lr.getPlotItem().getViewBox().viewRange()[0]
+    assert x0 == 0 and x1 == 40  # stopped at 40 of 100: no empty space to the right
+
+
+def test_grid_lines_sit_on_the_axis_ticks(qtbot: QtBot) -> None:
+    plots = _plots(qtbot)
+    plots.refresh(_model(10, total=100))
+    qtbot.wait(50)
+    grid = plots.lr.tick_grid
+    x, _y = grid.getData()
+    axis = plots.lr.getPlotItem().getAxis("bottom")
+    ticks = axis.tickValues(0, 100, plots.lr.getPlotItem().getViewBox().width())[0][1]
+    assert set(ticks) <= set(np.round(x, 9).tolist())
+
+
+def test_memory_over_95_percent_warns(qtbot: QtBot) -> None:
+    plots = _plots(qtbot)
+    plots.set_vram_fraction(0.5)
+    assert plots.warning.isHidden()
+    plots.set_vram_fraction(0.97)
+    assert not plots.warning.isHidden() and "97% full" in plots.warning.text()
+
+
+class _FakeNvml:
+    """pynvml's calls the sampler uses, for one 24 GB card whose use the test sets."""
+
+    def __init__(self) -> None:
+        self.used = 10 * 2**30
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, _handle: int) -> str:
+        return "Fake RTX 4090"
+
+    def nvmlDeviceGetMemoryInfo(self, _handle: int) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(total=24 * 2**30, used=self.used)
+
+
+def test_nvml_memory_is_drawn_against_the_card_and_warns_past_95_percent(
+    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    nvml = _FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    plots = TrainPlots(live=True)
+    qtbot.addWidget(plots)
+    plots.show()
+    model = _model(5)
+    plots.refresh(model)
+    assert plots.sampler is not None and plots.sampler.start()
+    try:
+        qtbot.waitUntil(lambda: 0 in plots._gpu_curves, timeout=2000)  # drawn without a new event
+        assert plots._gpu_curves[0].getData()[1][-1] == 10 * 1024
+        assert plots.vram_line.isVisible() and plots.vram_line.value() == 24 * 1024
+        assert plots.memory.getPlotItem().getViewBox().viewRange()[1][1] >= 24 * 1024  # the card's total in view
+        assert plots.warning.isHidden()
+        nvml.used = int(23.5 * 2**30)
+        plots.sampler.sample()
+        qtbot.waitUntil(lambda: not plots.warning.isHidden(), timeout=2000)
+        assert "98% full" in plots.warning.text()
+    finally:
+        plots.sampler.stop()
+
+
+def test_memory_legend_names_what_each_device_reports(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), RunModel()
+    model.apply(RunStarted(config={}, world_size=2, total_steps=10, devices=["cpu", "cuda:0"], time=1000.0))
+    model.apply(Step(step=1, epoch=1, loss=1.0, lr=1e-4, time=1001.0, memory=[
+        RankMemory(rank=0, device="cpu", rss_mb=812.0),
+        RankMemory(rank=1, device="cuda:0", allocated_mb=4000.0, peak_mb=5000.0),
+    ]))
+    plots.refresh(model)
+    assert plots._rank_curves[0][0].name() == "rank 0 RSS"
+    assert plots._rank_curves[1][0].name() == "rank 1 allocated"
+    assert plots._rank_curves[0][0].getData()[1].tolist() == [812.0]
