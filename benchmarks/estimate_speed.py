@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from studio.core.config.schema import validate_data
+    from studio.core.config.toml_file import validate_data
     from studio.core.hardware.estimate import estimate_vram
     from studio.core.hardware.probe import load_hardware
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from studio import __version__
-from studio.core.config.schema import ConfigError
+from studio.core.config.errors import ConfigError
 
 EXIT_OK = 0
 EXIT_FAILED = 1

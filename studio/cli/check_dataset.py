@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from studio.core.config.schema import ConceptSection, ConfigError
+    from studio.core.config.errors import ConfigError
+    from studio.core.config.schema import ConceptSection
     from studio.core.dataset.checks import check_concepts
     from studio.core.project.folder import is_project, open_project
 

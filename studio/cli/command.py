@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli import EXIT_OK
-from studio.core.config.schema import load_config
+from studio.core.config.toml_file import load_config
 from studio.core.runs.launch import (
     build_command,
     format_command,

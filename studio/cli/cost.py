@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.schema import load_config
+    from studio.core.config.toml_file import load_config
     from studio.core.export.cost import (
         assumptions,
         cost_table,

@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.schema import load_config
+    from studio.core.config.toml_file import load_config
     from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
     from studio.core.hardware.fixes import suggest_fixes
     from studio.core.hardware.probe import load_hardware

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from studio.cli import EXIT_FAILED, EXIT_OK
-from studio.core.config.schema import ConfigError
+from studio.core.config.errors import ConfigError
 
 
 def register(sub: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from studio.cli import EXIT_INVALID
 from studio.cli.run import stream_training
-from studio.core.config.schema import load_config
+from studio.core.config.toml_file import load_config
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE
 from studio.core.runs.launch import build_command, format_command, training_python
 from studio.train.entry import EXIT_FAILED, already_completed_message, completed_run

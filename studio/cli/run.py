@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from studio.cli import EXIT_INVALID
-from studio.core.config.schema import load_config
+from studio.core.config.toml_file import load_config
 from studio.core.runs.events import RunFinished, read_events
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import format_command, prepare_run, training_env

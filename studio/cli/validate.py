@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli import EXIT_INVALID, EXIT_OK
-from studio.core.config.schema import ConfigError, dump_resolved, load_config, resolve_paths
+from studio.core.config.errors import ConfigError
+from studio.core.config.paths import resolve_paths
+from studio.core.config.toml_file import dump_resolved, load_config
 
 
 def register(sub: Any) -> None:

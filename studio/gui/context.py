@@ -7,7 +7,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from studio.core.config.schema import ConfigError, TrainConfig
+from studio.core.config.errors import ConfigError
+from studio.core.config.schema import TrainConfig
 from studio.core.project.folder import Project
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from studio.core.config.schema import ConfigError, TrainConfig, load_config
+from studio.core.config.errors import ConfigError
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import load_config
 from studio.core.runs import launch
 from studio.core.runs.events import EVENTS_FILE
 from studio.core.runs.folders import CONFIG_FILE

@@ -12,7 +12,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from studio.core.config.schema import ConfigError, TrainConfig, load_config, load_resolved
+from studio.core.config.errors import ConfigError
+from studio.core.config.paths import load_resolved
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import load_config
 from studio.core.runs.events import Error, EventWriter, RunFinished, read_events
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 

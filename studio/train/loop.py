@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from studio import __version__
-from studio.core.config.schema import TrainConfig, config_to_data
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import config_to_data
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
 from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
 from studio.train.cache import LatentCache, TextCache, cache_captions

@@ -18,9 +18,9 @@ from studio.core.runs.events import (
     Phase,
     RunFinished,
     RunStarted,
+    RunWarning,
     Sample,
     Step,
-    Warning_,
 )
 from studio.core.runs.folders import EVENTS_FILE
 
@@ -55,7 +55,7 @@ class Reporter:
                 return ""
             count = f" {event.done}/{event.total}" if event.total else ""
             return f"[{event.name}]{count} {event.message}".rstrip()
-        if isinstance(event, Warning_):
+        if isinstance(event, RunWarning):
             return f"warning: {event.message}" + (f" ({event.hint})" if event.hint else "")
         if isinstance(event, Error):
             where = f" [{event.path}]" if event.path else ""
@@ -72,7 +72,7 @@ class Reporter:
 
     def warn(self, message: str, path: str | None = None, hint: str = "") -> None:
         self.warnings += 1
-        self.emit(Warning_(message=message, path=path, hint=hint))
+        self.emit(RunWarning(message=message, path=path, hint=hint))
 
     def phase(self, name: str, done: int = 0, total: int = 0, message: str = "") -> None:
         self.emit(Phase(name=name, done=done, total=total, message=message))

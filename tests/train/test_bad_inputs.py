@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection
-from studio.core.runs.events import Error, RunFinished, Step, Warning_
+from studio.core.runs.events import Error, RunFinished, RunWarning, Step
 
 pytest.importorskip("torch")
 
@@ -32,7 +32,7 @@ def test_corrupt_image_is_skipped_with_a_warning(make_config, run_training, even
     code, run_dir = run_training(make_config(dataset=_dataset(folder)), tmp_path)
     events = events_of(run_dir)
     assert code == 0
-    warnings = [e for e in events if isinstance(e, Warning_)]
+    warnings = [e for e in events if isinstance(e, RunWarning)]
     assert any(w.path and w.path.endswith("broken.png") and "skipped" in w.message for w in warnings)
     assert events[-1].status == "completed"  # type: ignore[attr-defined]
 
@@ -42,7 +42,7 @@ def test_non_utf8_caption_warns_and_trains(make_config, run_training, events_of,
     caption = sorted(folder.glob("*.txt"))[0]
     caption.write_bytes("a red circle on a blue background, caf\xe9".encode("cp1252"))
     code, run_dir = run_training(make_config(dataset=_dataset(folder)), tmp_path)
-    warnings = [e for e in events_of(run_dir) if isinstance(e, Warning_)]
+    warnings = [e for e in events_of(run_dir) if isinstance(e, RunWarning)]
     assert code == 0
     assert any(w.path == str(caption) and "not UTF-8" in w.message for w in warnings)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from studio.core.config.schema import MethodSection, OutputSection, TrainingSection
-from studio.core.runs.events import RunFinished, Warning_
+from studio.core.runs.events import RunFinished, RunWarning
 
 torch = pytest.importorskip("torch")
 
@@ -40,7 +40,7 @@ def test_sd15_dreambooth_single_file_loads_as_the_same_model(make_config, run_tr
                                               formats=["diffusers", "single_file"], save_precision="fp32"))
     code, run_dir = run_training(config, tmp_path)
     events = events_of(run_dir)
-    assert code == 0 and not any(isinstance(e, Warning_) for e in events)
+    assert code == 0 and not any(isinstance(e, RunWarning) for e in events)
     folder, single = run_dir / "output", run_dir / "output" / "shapes.safetensors"
     finished = events[-1]
     assert isinstance(finished, RunFinished) and str(single) in finished.outputs
@@ -87,7 +87,7 @@ def test_sd3_dreambooth_warns_that_single_file_is_not_available(make_config, run
     code, run_dir = run_training(config, tmp_path)
     events = events_of(run_dir)
     assert code == 0
-    warnings = [e for e in events if isinstance(e, Warning_)]
+    warnings = [e for e in events if isinstance(e, RunWarning)]
     assert len(warnings) == 1 and "not available for sd3" in warnings[0].message
     assert str(run_dir / "output") in warnings[0].message
     assert (run_dir / "output" / "model_index.json").is_file()
@@ -99,7 +99,7 @@ def test_lora_with_single_file_warns_once(make_config, run_training, events_of, 
                                                               formats=["diffusers", "kohya", "single_file"]))
     code, run_dir = run_training(config, tmp_path)
     events = events_of(run_dir)
-    warnings = [e for e in events if isinstance(e, Warning_)]
+    warnings = [e for e in events if isinstance(e, RunWarning)]
     assert code == 0 and len(warnings) == 1
     assert "applies to DreamBooth" in warnings[0].message and "pytorch_lora_weights.safetensors" in warnings[0].message
     finished = events[-1]

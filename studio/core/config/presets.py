@@ -18,17 +18,9 @@ from typing import Any
 import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from studio.core.config.schema import (
-    ConfigError,
-    ConfigIssue,
-    Family,
-    MethodKind,
-    TrainConfig,
-    config_to_data,
-    issues_from_validation,
-    parse_toml,
-    validate_data,
-)
+from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
+from studio.core.config.schema import Family, MethodKind, TrainConfig
+from studio.core.config.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.files import atomic_write_text
 from studio.core.user_dirs import config_dir
 
@@ -147,7 +139,7 @@ def load_preset(path: str | Path, user: bool = False) -> Preset:
     try:
         info = PresetInfo.model_validate(table)
     except ValidationError as exc:
-        issues = issues_from_validation(exc)
+        issues = issues_from_validation(exc, TrainConfig)
         for issue in issues:
             issue.key = "preset." + issue.key.split(".", 1)[-1] if not issue.key.startswith("preset") else issue.key
         raise ConfigError(source, issues) from None

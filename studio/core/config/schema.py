@@ -1,4 +1,4 @@
-"""TrainConfig: the versioned training configuration, its TOML file and its errors.
+"""TrainConfig: the sections of the versioned training configuration and their rules.
 
 The key names are a contract: people's files and exported bundles depend on them.
 Add fields freely; rename none (add a migration instead).
@@ -6,15 +6,11 @@ Add fields freely; rename none (add a migration instead).
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import tomlkit
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from tomlkit.exceptions import ParseError
-from tomlkit.items import Table
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from studio.core.config.errors import Contradiction, section_type
 
 SCHEMA_VERSION = 1
 
@@ -54,6 +50,12 @@ class ModelSection(Section):
     )
     use_t5: bool = Field(
         default=False, description="SD3: load the T5 text encoder (large; off saves ~10 GB)."
+    )
+    fp8_base: bool = Field(
+        default=False,
+        description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
+        "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
+        "Needs a GPU; a CPU run keeps them as they are.",
     )
     clip_skip: int = Field(
         default=1, ge=1, le=12,
@@ -155,6 +157,11 @@ class TrainingSection(Section):
     max_grad_norm: float = Field(default=1.0, ge=0.0, description="Gradient clipping norm; 0 turns it off.")
     mixed_precision: Precision = Field(default="no", description="Mixed precision: no, fp16 or bf16.")
     gradient_checkpointing: bool = Field(default=False, description="Recompute activations to save memory.")
+    checkpointing_interval: int = Field(
+        default=1, ge=1, le=64,
+        description="With gradient_checkpointing on: recompute only every N-th block of the denoiser "
+        "(2 = every second block). Between no checkpointing and full: faster than 1, less memory than off.",
+    )
     cache_latents: bool = Field(default=False, description="Encode images once and keep the latents.")
     cache_latents_to_disk: bool = Field(default=False, description="Keep cached latents on disk.")
     cache_text_embeddings: bool = Field(default=False, description="Encode captions once and keep the embeddings.")
@@ -188,6 +195,11 @@ class SamplingSection(Section):
     guidance: float = Field(default=7.0, ge=0.0, le=50.0, description="Classifier-free guidance scale.")
     seed: int = Field(default=1234, ge=0, le=2**32 - 1, description="Seed of the sample images.")
     size: int | None = Field(default=None, ge=64, le=4096, multiple_of=8, description="Sample size; empty means the resolution.")
+    vae_tiling: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="Decode sample images tile by tile to cap the VAE's memory: auto does so when decoding whole "
+        "images would need more memory than the training steps; on and off force it.",
+    )
 
 
 class OutputSection(Section):
@@ -231,14 +243,14 @@ class TrainConfig(Section):
     def _consistent(self) -> TrainConfig:
         t, m, d = self.training, self.method, self.dataset
         if t.cache_text_embeddings and m.train_text_encoder:
-            raise _Contradiction(
+            raise Contradiction(
                 "training.cache_text_embeddings",
                 True,
                 "cached text embeddings cannot be used while method.train_text_encoder = true "
                 "(the encoder changes every step); turn one of them off",
             )
         if t.cache_text_embeddings and d.shuffle_tags:
-            raise _Contradiction(
+            raise Contradiction(
                 "training.cache_text_embeddings",
                 True,
                 "cached text embeddings cannot follow dataset.shuffle_tags = true "
@@ -248,40 +260,44 @@ class TrainConfig(Section):
             # Dropout to the empty caption is cheap to cache too; allowed.
             pass
         if t.cache_latents and (d.flip or d.crop == "random"):
-            raise _Contradiction(
+            raise Contradiction(
                 "training.cache_latents",
                 True,
                 "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
                 "(each epoch sees a different image); turn the augmentation or the cache off",
             )
         if t.cache_latents_to_disk and not t.cache_latents:
-            raise _Contradiction(
+            raise Contradiction(
                 "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
             )
         if d.min_bucket > d.max_bucket:
-            raise _Contradiction(
+            raise Contradiction(
                 "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
             )
         if self.output.save_every_n_epochs and m.kind != "lora":
-            raise _Contradiction("output.save_every_n_epochs", self.output.save_every_n_epochs,
+            raise Contradiction("output.save_every_n_epochs", self.output.save_every_n_epochs,
                                  "applies to LoRA runs; a DreamBooth run would write a whole model each time "
                                  "(use output.save_every_n_steps checkpoints and resume instead)")
         if self.model.family != "sd15" and self.model.clip_skip != 1:
-            raise _Contradiction("model.clip_skip", self.model.clip_skip,
+            raise Contradiction("model.clip_skip", self.model.clip_skip,
                                  f"only applies to family sd15; {self.model.family} always uses the text "
                                  "encoders' penultimate layer, so leave it at 1")
         if self.model.family != "sd3" and (self.model.use_t5 or m.blocks):
             key = "model.use_t5" if self.model.use_t5 else "method.blocks"
-            raise _Contradiction(key, self.model.use_t5 if key == "model.use_t5" else m.blocks,
+            raise Contradiction(key, self.model.use_t5 if key == "model.use_t5" else m.blocks,
                                  f"only applies to family sd3, not {self.model.family}")
+        if self.model.fp8_base and m.kind != "lora":
+            raise Contradiction("model.fp8_base", True,
+                                "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
+                                "would store, so turn one of them off")
         if self.launch.machine_rank >= self.launch.num_machines:
-            raise _Contradiction(
+            raise Contradiction(
                 "launch.machine_rank",
                 self.launch.machine_rank,
                 f"must be below launch.num_machines ({self.launch.num_machines})",
             )
         if self.launch.num_processes < self.launch.num_machines:
-            raise _Contradiction(
+            raise Contradiction(
                 "launch.num_processes",
                 self.launch.num_processes,
                 f"must be at least launch.num_machines ({self.launch.num_machines})",
@@ -302,338 +318,12 @@ def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:
     return by_precision[config.training.mixed_precision]
 
 
-class _Contradiction(ValueError):
-    """Raised inside validators to name the key at fault."""
-
-    def __init__(self, key: str, value: Any, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-        self.value = value
-        self.message = message
-
-
-# ---------------------------------------------------------------- errors
-
-
-class ConfigIssue(BaseModel):
-    key: str
-    value: Any = None
-    message: str
-    line: int | None = None
-
-    def __str__(self) -> str:
-        where = f"line {self.line}: " if self.line else ""
-        shown = "" if self.value is None else f" = {_show(self.value)}"
-        return f"{where}{self.key}{shown}: {self.message}"
-
-
-class ConfigError(Exception):
-    """A config that cannot be used; `issues` names each key, value and what is allowed."""
-
-    def __init__(self, source: str, issues: list[ConfigIssue]) -> None:
-        self.source = source
-        self.issues = issues
-        super().__init__(self.describe())
-
-    def describe(self) -> str:
-        head = f"{self.source}: {len(self.issues)} problem{'s' if len(self.issues) != 1 else ''}"
-        return "\n".join([head, *(f"  - {i}" for i in self.issues)])
-
-
-def _show(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else f'"{value}"'
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    model: type[BaseModel] | None = TrainConfig
-    for part in loc:
-        if model is None:
-            return None
-        if isinstance(part, int):
-            continue
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return None
-        model = _section_type(field.annotation)
-    return model
-
-
-def _section_type(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _section_type(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _allowed(err: Mapping[str, Any]) -> str:
-    ctx = err.get("ctx") or {}
-    kind = err["type"]
-    if kind == "literal_error":
-        return f"allowed: {ctx.get('expected')}"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "multiple_of"):
-        words = {
-            "greater_than_equal": "at least",
-            "greater_than": "greater than",
-            "less_than_equal": "at most",
-            "less_than": "less than",
-            "multiple_of": "a multiple of",
-        }
-        bound = next(iter(ctx.values()), "")
-        return f"must be {words[kind]} {bound}"
-    msg = str(err.get("msg", "invalid value"))
-    return msg[0].lower() + msg[1:]
-
-
-def issues_from_validation(exc: ValidationError) -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
-    for err in exc.errors():
-        loc = tuple(err["loc"])
-        key = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(loc[:-1])
-            known = list(parent.model_fields) if parent else []
-            guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            hint = f"; did you mean '{guess[0]}'?" if guess else ""
-            allowed = ", ".join(known)
-            issues.append(ConfigIssue(
-                key=key, value=None, message=f"unknown key{hint} (known keys here: {allowed})"
-            ))
-        elif err["type"] == "missing":
-            issues.append(ConfigIssue(key=key, message="is required but missing"))
-        elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), _Contradiction):
-            c: _Contradiction = err["ctx"]["error"]
-            issues.append(ConfigIssue(key=c.key, value=c.value, message=c.message))
-        else:
-            issues.append(ConfigIssue(key=key or "(top level)", value=err.get("input"), message=_allowed(err)))
-    return issues
-
-
-# ---------------------------------------------------------------- migrations
-
-Migration = Callable[[dict[str, Any]], dict[str, Any]]
-
-# MIGRATIONS[n] turns a version-n document into a version-(n+1) one.
-MIGRATIONS: dict[int, Migration] = {}
-
-
-def migrate(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
-    version = data.get("schema_version", SCHEMA_VERSION)
-    if not isinstance(version, int) or version < 1:
-        raise ConfigError(source, [ConfigIssue(key="schema_version", value=version, message="must be a whole number from 1")])
-    if version > SCHEMA_VERSION:
-        raise ConfigError(source, [ConfigIssue(
-            key="schema_version", value=version,
-            message=f"this studio reads versions up to {SCHEMA_VERSION}; update the studio to open this file",
-        )])
-    while version < SCHEMA_VERSION:
-        data = MIGRATIONS[version](dict(data))
-        version += 1
-        data["schema_version"] = version
-    return data
-
-
-# ---------------------------------------------------------------- TOML
-
-
-def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
-    try:
-        return tomlkit.parse(text)
-    except ParseError as exc:
-        raise ConfigError(source, [ConfigIssue(
-            key="(file)", line=exc.line,
-            message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there",
-        )]) from None
-
-
-def _line_of(text: str, key: str) -> int | None:
-    leaf = key.split(".")[-1].split("[")[0]
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped.startswith(leaf) and stripped[len(leaf):].lstrip().startswith("="):
-            return number
-    return None
-
-
-def validate_data(data: Mapping[str, Any], source: str = "config", text: str | None = None) -> TrainConfig:
-    """Migrate and validate plain data; raise ConfigError naming every bad key."""
-    migrated = migrate(dict(data), source)
-    try:
-        return TrainConfig.model_validate(migrated)
-    except ValidationError as exc:
-        issues = issues_from_validation(exc)
-        if text is not None:
-            for issue in issues:
-                issue.line = _line_of(text, issue.key)
-        raise ConfigError(source, issues) from None
-
-
-def load_config(path: str | Path) -> TrainConfig:
-    """Read a config file. Relative paths inside it stay as written; see `resolve_paths`."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(str(path), [ConfigIssue(key="(file)", message="file not found; check the path")]) from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), [ConfigIssue(key="(file)", message="is not UTF-8 text; save it as UTF-8")]) from None
-    except OSError as exc:
-        raise ConfigError(str(path), [ConfigIssue(key="(file)", message=f"cannot be read: {exc.strerror}")]) from None
-    doc = parse_toml(text, str(path))
-    return validate_data(doc.unwrap(), str(path), text)
-
-
-def config_to_data(config: TrainConfig) -> dict[str, Any]:
-    """Plain data for TOML: defaults left out, None left out (TOML has no null)."""
-    data = config.model_dump(mode="json", exclude_defaults=True)
-    data["schema_version"] = config.schema_version
-    data.setdefault("model", {})["family"] = config.model.family
-    data["model"]["base"] = config.model.base
-    return _drop_none(data)
-
-
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
-
-
-def _full_data(config: TrainConfig) -> dict[str, Any]:
-    return dict(_drop_none(config.model_dump(mode="json")))
-
-
-_ORDER = ["schema_version", "model", "method", "dataset", "training", "sampling", "output", "launch"]
-
-
-def _merge_into(doc: Any, current: Mapping[str, Any], full: Mapping[str, Any]) -> None:
-    """Write `current` (non-default values) into a tomlkit container, keeping comments.
-
-    Keys already in the document are updated even when the new value is a default,
-    so a person's explicit setting stays explicit; keys whose value became None go.
-    """
-    for key in list(doc.keys()):
-        if key not in full:
-            del doc[key]
-    for key, value in full.items():
-        wanted = key in doc or key in current
-        if not wanted:
-            continue
-        existing = doc.get(key) if key in doc else None
-        if isinstance(value, dict) and (existing is None or isinstance(existing, Table | dict)):
-            if existing is None:
-                doc[key] = tomlkit.table()
-                existing = doc[key]
-            _merge_into(existing, current.get(key, {}), value)
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            sparse = current.get(key) or [{} for _ in value]
-            if existing is not None and len(existing) == len(value):
-                for table, cur, item in zip(existing, sparse, value, strict=True):
-                    _merge_into(table, cur, item)
-                continue
-            aot = tomlkit.aot()
-            for cur in sparse:
-                table = tomlkit.table()
-                for k, v in cur.items():
-                    table[k] = v
-                aot.append(table)
-            doc[key] = aot
-        else:
-            if existing is None or _plain(existing) != value:
-                doc[key] = value
-
-
-def _plain(item: Any) -> Any:
-    return item.unwrap() if hasattr(item, "unwrap") else item
-
-
-def dump_config(config: TrainConfig, original: str | None = None) -> str:
-    """TOML text of a config; with `original`, its comments and order are kept."""
-    doc = tomlkit.parse(original) if original else tomlkit.document()
-    current = config_to_data(config)
-    full = _full_data(config)
-    if not original:
-        current = {k: current[k] for k in _ORDER if k in current}
-    _merge_into(doc, current, full)
-    return tomlkit.dumps(doc)
-
-
-def save_config(config: TrainConfig, path: str | Path) -> None:
-    """Write a config, keeping the comments of the file already there."""
-    from studio.core.files import atomic_write_text
-
-    path = Path(path)
-    original = path.read_text(encoding="utf-8-sig") if path.exists() else None
-    atomic_write_text(path, dump_config(config, original))
-
-
-def dump_resolved(config: TrainConfig) -> str:
-    """Every value spelled out, as a run folder's config.toml keeps it."""
-    doc = tomlkit.document()
-    full = _full_data(config)
-    for key in _ORDER:
-        if key in full:
-            doc[key] = full[key]
-    return tomlkit.dumps(doc)
-
-
-# ---------------------------------------------------------------- paths
-
-
-def _resolve(base_dir: Path, value: str | None, hub_ok: bool) -> str | None:
-    if value is None:
-        return None
-    p = Path(value).expanduser()
-    if p.is_absolute():
-        return str(p)
-    candidate = (base_dir / p)
-    if hub_ok and not candidate.exists() and _looks_like_hub_id(value):
-        return value
-    return str(candidate.resolve())
-
-
-def _looks_like_hub_id(value: str) -> bool:
-    parts = value.split("/")
-    return (
-        len(parts) == 2
-        and all(parts)
-        and not value.startswith((".", "~"))
-        and not value.endswith((".safetensors", ".ckpt"))
-    )
-
-
-def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
-    """A copy whose relative paths are made absolute against `base_dir` (the config's folder).
-
-    Hub ids (`org/name` that is not a local path) stay as they are.
-    """
-    base = Path(base_dir)
-    out = config.model_copy(deep=True)
-    out.model.base = _resolve(base, out.model.base, hub_ok=True) or out.model.base
-    out.model.vae = _resolve(base, out.model.vae, hub_ok=True)
-    for concept in out.dataset.concepts:
-        concept.path = _resolve(base, concept.path, hub_ok=False) or concept.path
-        concept.class_path = _resolve(base, concept.class_path, hub_ok=False)
-    out.output.dir = _resolve(base, out.output.dir, hub_ok=False) or out.output.dir
-    return out
-
-
-def load_resolved(path: str | Path) -> TrainConfig:
-    """Load a config file and resolve its paths against its folder."""
-    path = Path(path)
-    return resolve_paths(load_config(path), path.resolve().parent)
-
-
 def field_descriptions(model: type[BaseModel] = TrainConfig, prefix: str = "") -> dict[str, str]:
     """`section.key` -> description, for tooltips and docs."""
     out: dict[str, str] = {}
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
-        sub = _section_type(field.annotation)
+        sub = section_type(field.annotation)
         if sub is not None and sub is not ConceptSection:
             out.update(field_descriptions(sub, key + "."))
         elif field.description:

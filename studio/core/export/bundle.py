@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from studio import __version__
-from studio.core.config.schema import TrainConfig, config_to_data, dump_resolved, load_config, resolve_paths
+from studio.core.config.paths import resolve_paths
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import config_to_data, dump_resolved, load_config
 from studio.core.export.bundle_files import (
     Progress,
     absolute_paths,

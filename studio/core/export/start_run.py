@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from studio.core.config.schema import ConfigError, load_config, validate_data
+from studio.core.config.errors import ConfigError
+from studio.core.config.toml_file import load_config, validate_data
 from studio.core.runs.launch import prepare_run
 
 NODE_RUNS_DIR = "node-runs"

@@ -5,14 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.config.schema import (
-    ConceptSection,
-    DatasetSection,
-    ModelSection,
-    TrainConfig,
-    load_config,
-    save_config,
-)
+from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+from studio.core.config.toml_file import load_config, save_config
 
 PROJECT_FILE = "studio.toml"
 RUNS_DIR = "runs"

@@ -91,7 +91,7 @@ class Checkpoint(Event):
 
 
 @dataclass
-class Warning_(Event):
+class RunWarning(Event):
     type: ClassVar[str] = "warning"
     message: str
     path: str | None = None
@@ -130,7 +130,7 @@ class EpochSaved(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (RunStarted, Phase, Step, Sample, Checkpoint, EpochSaved, Warning_, Error, RunFinished)
+    for cls in (RunStarted, Phase, Step, Sample, Checkpoint, EpochSaved, RunWarning, Error, RunFinished)
 }
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.schema import TrainConfig, dump_resolved, resolve_paths
+from studio.core.config.paths import resolve_paths
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
 

@@ -23,9 +23,9 @@ from studio.core.runs.events import (
     Phase,
     RunFinished,
     RunStarted,
+    RunWarning,
     Sample,
     Step,
-    Warning_,
 )
 from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
 
@@ -137,7 +137,7 @@ class RunModel:
         self.checkpoints: list[Checkpoint] = []
         self.epoch_outputs: list[str] = []  # LoRAs written at the end of epochs, oldest first
         self.errors: list[Error] = []
-        self.warnings: list[Warning_] = []
+        self.warnings: list[RunWarning] = []
         self.outputs: list[str] = []
         self.event_count = 0
         self.version = 0  # bumps on every change: views redraw only when it moved
@@ -227,7 +227,7 @@ class RunModel:
             self.epoch_outputs.extend(event.outputs)
         elif isinstance(event, Error):
             self.errors.append(event)
-        elif isinstance(event, Warning_):
+        elif isinstance(event, RunWarning):
             self.warnings.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event

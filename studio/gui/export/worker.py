@@ -8,7 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, Signal
 
-from studio.core.config.schema import ConfigError
+from studio.core.config.errors import ConfigError
 from studio.core.export.bundle import ExportError, export_bundle
 from studio.core.export.gpu_catalogue import CatalogueError
 

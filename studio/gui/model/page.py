@@ -23,8 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.errors import ConfigError, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
-from studio.core.config.schema import ConfigError, TrainConfig, dump_config, issues_from_validation
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import dump_config
 from studio.core.hardware.fixes import apply_changes
 from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
 from studio.core.hardware.report import GPUInfo, HardwareReport
@@ -225,7 +227,7 @@ class ModelPage(Page):
         try:
             config = apply_changes(self.config, changes)
         except ValidationError as exc:
-            issues = issues_from_validation(exc)
+            issues = issues_from_validation(exc, TrainConfig)
             self.error.setText("⚠ " + "; ".join(str(i) for i in issues))
             self.form.set_config(self.config)  # show the value still in force
             return False

@@ -13,8 +13,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, apply_preset
-from studio.core.config.schema import ConfigError, TrainConfig
+from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 from studio.gui.page import named

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from studio.core.config import errors, paths, toml_file
 from studio.core.config import schema as cfg
-from studio.core.config.schema import ConfigError, TrainConfig, load_config, save_config, validate_data
+from studio.core.config.errors import ConfigError
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import load_config, save_config, validate_data
 
 MINIMAL = """\
 schema_version = 1
@@ -149,20 +152,20 @@ def test_migration_chain_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         data["model"]["base"] = data["model"].pop("checkpoint")
         return data
 
-    monkeypatch.setattr(cfg, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(cfg.MIGRATIONS, 1, v1_to_v2)
-    migrated = cfg.migrate({"schema_version": 1, "model": {"family": "sd15", "checkpoint": "old"}})
+    monkeypatch.setattr(toml_file, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(toml_file.MIGRATIONS, 1, v1_to_v2)
+    migrated = toml_file.migrate({"schema_version": 1, "model": {"family": "sd15", "checkpoint": "old"}})
     assert migrated == {"schema_version": 2, "model": {"family": "sd15", "base": "old"}}
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
     (tmp_path / "models" / "tiny-sd15").mkdir(parents=True)
-    config = cfg.load_resolved(write(tmp_path, MINIMAL))
+    config = paths.load_resolved(write(tmp_path, MINIMAL))
     assert config.model.base == str(tmp_path / "models" / "tiny-sd15")
     assert config.dataset.concepts[0].path == str(tmp_path / "data" / "shapes")
     assert config.output.dir == str(tmp_path / "runs")
     hub = validate_data({"model": {"family": "sdxl", "base": "stabilityai/stable-diffusion-xl-base-1.0"}})
-    assert cfg.resolve_paths(hub, tmp_path).model.base == "stabilityai/stable-diffusion-xl-base-1.0"
+    assert paths.resolve_paths(hub, tmp_path).model.base == "stabilityai/stable-diffusion-xl-base-1.0"
 
 
 def test_every_field_has_a_description_for_tooltips() -> None:
@@ -171,7 +174,7 @@ def test_every_field_has_a_description_for_tooltips() -> None:
     missing = [
         f"{section}.{name}"
         for section, field in TrainConfig.model_fields.items()
-        if (sub := cfg._section_type(field.annotation)) is not None
+        if (sub := errors.section_type(field.annotation)) is not None
         for name, f in sub.model_fields.items()
         if not f.description
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studio.core.config.schema import validate_data
+from studio.core.config.toml_file import validate_data
 from studio.core.runs.launch import prepare_run
 
 

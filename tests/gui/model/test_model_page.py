@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox
 
 from studio.core.config.presets import get_preset
-from studio.core.config.schema import load_config
+from studio.core.config.toml_file import load_config
 from studio.core.project.folder import create_project
 from studio.gui.application import make_settings
 from studio.gui.context import StudioContext

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
-from studio.core.config.schema import TrainConfig, save_config
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
 from studio.gui.run_controller import controller_for
 from studio.gui.runs.page import RunsPage

@@ -1,0 +1,119 @@
+"""What is wrong with a config, said the way a person can fix it: the key, the value, what is allowed, the line."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+
+class Contradiction(ValueError):
+    """Raised inside validators to name the key at fault."""
+
+    def __init__(self, key: str, value: Any, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+        self.message = message
+
+
+class ConfigIssue(BaseModel):
+    key: str
+    value: Any = None
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line else ""
+        shown = "" if self.value is None else f" = {_show(self.value)}"
+        return f"{where}{self.key}{shown}: {self.message}"
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; `issues` names each key, value and what is allowed."""
+
+    def __init__(self, source: str, issues: list[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = issues
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        head = f"{self.source}: {len(self.issues)} problem{'s' if len(self.issues) != 1 else ''}"
+        return "\n".join([head, *(f"  - {i}" for i in self.issues)])
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = root
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        model = section_type(field.annotation)
+    return model
+
+
+def section_type(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = section_type(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed(err: Mapping[str, Any]) -> str:
+    ctx = err.get("ctx") or {}
+    kind = err["type"]
+    if kind == "literal_error":
+        return f"allowed: {ctx.get('expected')}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "multiple_of"):
+        words = {
+            "greater_than_equal": "at least",
+            "greater_than": "greater than",
+            "less_than_equal": "at most",
+            "less_than": "less than",
+            "multiple_of": "a multiple of",
+        }
+        bound = next(iter(ctx.values()), "")
+        return f"must be {words[kind]} {bound}"
+    msg = str(err.get("msg", "invalid value"))
+    return msg[0].lower() + msg[1:]
+
+
+def issues_from_validation(exc: ValidationError, root: type[BaseModel]) -> list[ConfigIssue]:
+    """Each pydantic error as a ConfigIssue; `root` is the model that was validated (TrainConfig)."""
+    issues: list[ConfigIssue] = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(root, loc[:-1])
+            known = list(parent.model_fields) if parent else []
+            guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            hint = f"; did you mean '{guess[0]}'?" if guess else ""
+            allowed = ", ".join(known)
+            issues.append(ConfigIssue(
+                key=key, value=None, message=f"unknown key{hint} (known keys here: {allowed})"
+            ))
+        elif err["type"] == "missing":
+            issues.append(ConfigIssue(key=key, message="is required but missing"))
+        elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), Contradiction):
+            c: Contradiction = err["ctx"]["error"]
+            issues.append(ConfigIssue(key=c.key, value=c.value, message=c.message))
+        else:
+            issues.append(ConfigIssue(key=key or "(top level)", value=err.get("input"), message=_allowed(err)))
+    return issues
+
+

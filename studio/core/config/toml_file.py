@@ -1,0 +1,181 @@
+"""The config's TOML file: migrations between schema versions, reading with line numbers, and
+writing that keeps a person's comments and order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from pydantic import ValidationError
+from tomlkit.exceptions import ParseError
+from tomlkit.items import Table
+
+from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
+from studio.core.config.schema import SCHEMA_VERSION, TrainConfig
+from studio.core.files import atomic_write_text
+
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+
+# MIGRATIONS[n] turns a version-n document into a version-(n+1) one.
+MIGRATIONS: dict[int, Migration] = {}
+
+
+def migrate(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version < 1:
+        raise ConfigError(source, [ConfigIssue(key="schema_version", value=version, message="must be a whole number from 1")])
+    if version > SCHEMA_VERSION:
+        raise ConfigError(source, [ConfigIssue(
+            key="schema_version", value=version,
+            message=f"this studio reads versions up to {SCHEMA_VERSION}; update the studio to open this file",
+        )])
+    while version < SCHEMA_VERSION:
+        data = MIGRATIONS[version](dict(data))
+        version += 1
+        data["schema_version"] = version
+    return data
+
+
+
+def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except ParseError as exc:
+        raise ConfigError(source, [ConfigIssue(
+            key="(file)", line=exc.line,
+            message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there",
+        )]) from None
+
+
+def _line_of(text: str, key: str) -> int | None:
+    leaf = key.split(".")[-1].split("[")[0]
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith(leaf) and stripped[len(leaf):].lstrip().startswith("="):
+            return number
+    return None
+
+
+def validate_data(data: Mapping[str, Any], source: str = "config", text: str | None = None) -> TrainConfig:
+    """Migrate and validate plain data; raise ConfigError naming every bad key."""
+    migrated = migrate(dict(data), source)
+    try:
+        return TrainConfig.model_validate(migrated)
+    except ValidationError as exc:
+        issues = issues_from_validation(exc, TrainConfig)
+        if text is not None:
+            for issue in issues:
+                issue.line = _line_of(text, issue.key)
+        raise ConfigError(source, issues) from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a config file. Relative paths inside it stay as written; see `resolve_paths`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message="file not found; check the path")]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message="is not UTF-8 text; save it as UTF-8")]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message=f"cannot be read: {exc.strerror}")]) from None
+    doc = parse_toml(text, str(path))
+    return validate_data(doc.unwrap(), str(path), text)
+
+
+def config_to_data(config: TrainConfig) -> dict[str, Any]:
+    """Plain data for TOML: defaults left out, None left out (TOML has no null)."""
+    data = config.model_dump(mode="json", exclude_defaults=True)
+    data["schema_version"] = config.schema_version
+    data.setdefault("model", {})["family"] = config.model.family
+    data["model"]["base"] = config.model.base
+    return _drop_none(data)
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def _full_data(config: TrainConfig) -> dict[str, Any]:
+    return dict(_drop_none(config.model_dump(mode="json")))
+
+
+_ORDER = ["schema_version", "model", "method", "dataset", "training", "sampling", "output", "launch"]
+
+
+def _merge_into(doc: Any, current: Mapping[str, Any], full: Mapping[str, Any]) -> None:
+    """Write `current` (non-default values) into a tomlkit container, keeping comments.
+
+    Keys already in the document are updated even when the new value is a default,
+    so a person's explicit setting stays explicit; keys whose value became None go.
+    """
+    for key in list(doc.keys()):
+        if key not in full:
+            del doc[key]
+    for key, value in full.items():
+        wanted = key in doc or key in current
+        if not wanted:
+            continue
+        existing = doc.get(key) if key in doc else None
+        if isinstance(value, dict) and (existing is None or isinstance(existing, Table | dict)):
+            if existing is None:
+                doc[key] = tomlkit.table()
+                existing = doc[key]
+            _merge_into(existing, current.get(key, {}), value)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            sparse = current.get(key) or [{} for _ in value]
+            if existing is not None and len(existing) == len(value):
+                for table, cur, item in zip(existing, sparse, value, strict=True):
+                    _merge_into(table, cur, item)
+                continue
+            aot = tomlkit.aot()
+            for cur in sparse:
+                table = tomlkit.table()
+                for k, v in cur.items():
+                    table[k] = v
+                aot.append(table)
+            doc[key] = aot
+        else:
+            if existing is None or _plain(existing) != value:
+                doc[key] = value
+
+
+def _plain(item: Any) -> Any:
+    return item.unwrap() if hasattr(item, "unwrap") else item
+
+
+def dump_config(config: TrainConfig, original: str | None = None) -> str:
+    """TOML text of a config; with `original`, its comments and order are kept."""
+    doc = tomlkit.parse(original) if original else tomlkit.document()
+    current = config_to_data(config)
+    full = _full_data(config)
+    if not original:
+        current = {k: current[k] for k in _ORDER if k in current}
+    _merge_into(doc, current, full)
+    return tomlkit.dumps(doc)
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    """Write a config, keeping the comments of the file already there."""
+    path = Path(path)
+    original = path.read_text(encoding="utf-8-sig") if path.exists() else None
+    atomic_write_text(path, dump_config(config, original))
+
+
+def dump_resolved(config: TrainConfig) -> str:
+    """Every value spelled out, as a run folder's config.toml keeps it."""
+    doc = tomlkit.document()
+    full = _full_data(config)
+    for key in _ORDER:
+        if key in full:
+            doc[key] = full[key]
+    return tomlkit.dumps(doc)
+
+
