@@ -84,7 +84,7 @@ class RunController(QObject):
     def start_config(self, config: TrainConfig, config_dir: Path) -> Path | None:
         """Write a run folder for `config` and start it; None (and sig_message) if refused."""
         if self.running:
-            self.process.start([], "")  # emits the "already running" message
+            self.sig_message.emit(self.process.busy_message())
             return None
         try:
             plan = prepare_run(config, config_dir)
@@ -95,7 +95,7 @@ class RunController(QObject):
 
     def resume(self, run_dir: Path) -> bool:
         if self.running:
-            self.process.start([], "")
+            self.sig_message.emit(self.process.busy_message())
             return False
         try:
             config = load_config(run_dir / CONFIG_FILE)
@@ -114,7 +114,7 @@ class RunController(QObject):
             self.model.status, self.model.finished = "preparing", None
         self._stall_kill_armed = False
         # Unbuffered output: the console pane shows each line as the trainer prints it.
-        if not self.process.start(command, plan.run_dir, env=launch.training_env({})):
+        if not self.process.start_run(command, plan.run_dir, env=launch.training_env({})):
             return False
         self._timer.start()
         self.sig_run_started.emit(plan.run_dir)
