@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,10 +36,13 @@ class PageSpec:
     page_id: str
     module: str
     cls: str
+    takes_run_controller: bool = False  # handed the context's RunController (Train, Runs)
 
-    def load(self) -> type[Page]:
-        page_class: type[Page] = getattr(importlib.import_module(self.module), self.cls)
-        return page_class
+    def build(self, context: StudioContext) -> Page:
+        page_class: Callable[..., Page] = getattr(importlib.import_module(self.module), self.cls)
+        if self.takes_run_controller:
+            return page_class(context, context.run_controller)
+        return page_class(context)
 
 
 # Pages are imported and built when first needed, the shown one before the first paint and the
@@ -46,8 +50,8 @@ class PageSpec:
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("Dataset", "page_dataset", "studio.gui.dataset.page", "DatasetPage"),
     PageSpec("Model & Preset", "page_model", "studio.gui.model.page", "ModelPage"),
-    PageSpec("Train", "page_train", "studio.gui.training.page", "TrainPage"),
-    PageSpec("Runs", "page_runs", "studio.gui.runs.page", "RunsPage"),
+    PageSpec("Train", "page_train", "studio.gui.training.page", "TrainPage", takes_run_controller=True),
+    PageSpec("Runs", "page_runs", "studio.gui.runs.page", "RunsPage", takes_run_controller=True),
     PageSpec("Export", "page_export", "studio.gui.export.page", "ExportPage"),
 )
 MAX_RECENT = 8
@@ -240,7 +244,7 @@ class MainWindow(QMainWindow):
     def _build_page(self, index: int) -> Page:
         page = self._built.get(index)
         if page is None:
-            page = PAGES[index].load()(self.context)
+            page = PAGES[index].build(self.context)
             stand_in = self.stack.widget(index)
             self.stack.insertWidget(index, page)
             if stand_in is not None:

@@ -1,13 +1,12 @@
 """One run at a time: start, follow its events, stop, kill, resume, and the queue.
 
-The Train and Runs pages share one RunController per StudioContext (`controller_for`),
-so a second launch from either page is refused with the same message.
+The StudioContext owns one RunController and hands it to the Train and Runs pages, so a
+second launch from either page is refused with the same message.
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -239,18 +238,4 @@ class RunController(QObject):
             self.process.detach()
         else:
             self.process.kill_now()
-
-
-_CONTROLLERS: weakref.WeakKeyDictionary[QObject, RunController] = weakref.WeakKeyDictionary()
-
-
-def controller_for(context: QObject, command_factory: CommandFactory | None = None) -> RunController:
-    """The one RunController of a context (made on first use)."""
-    controller = _CONTROLLERS.get(context)
-    if controller is None:
-        controller = RunController(context, command_factory or default_command)
-        _CONTROLLERS[context] = controller
-    elif command_factory is not None:
-        controller.command_factory = command_factory
-    return controller
 

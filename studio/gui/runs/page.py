@@ -26,7 +26,7 @@ from studio.core.runs.history import RunSummary, delete_run, import_run, list_ru
 from studio.core.runs.run_model import RunModel, replay_run
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
-from studio.gui.run_controller import RunController, controller_for
+from studio.gui.run_controller import RunController
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions
@@ -38,9 +38,9 @@ class RunsPage(Page):
     title = "Runs"
     page_id = "page_runs"
 
-    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+    def __init__(self, context: StudioContext, controller: RunController, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self.controller: RunController = controller_for(context)
+        self.controller = controller
         # Asked before deleting; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
         self.table = RunsTable()

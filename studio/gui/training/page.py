@@ -23,7 +23,7 @@ from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
-from studio.gui.run_controller import RunController, controller_for
+from studio.gui.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
@@ -39,9 +39,9 @@ class TrainPage(Page):
     title = "Train"
     page_id = "page_train"
 
-    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+    def __init__(self, context: StudioContext, controller: RunController, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self.controller: RunController = controller_for(context)
+        self.controller = controller
         self.detach_on_close = False
         # Asked before a run that may not fit; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog

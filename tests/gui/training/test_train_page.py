@@ -10,15 +10,14 @@ from pytestqt.qtbot import QtBot
 from studio.core.config.schema import TrainConfig
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
-from studio.gui.run_controller import controller_for
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import fake_command, make_project
 
 
 def make_page(qtbot: QtBot, context: StudioContext, *extra: str) -> TrainPage:
-    controller_for(context, fake_command(*extra))
-    page = TrainPage(context)
+    context.run_controller.command_factory = fake_command(*extra)
+    page = TrainPage(context, context.run_controller)
     qtbot.addWidget(page)
     return page
 
@@ -71,7 +70,7 @@ def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioC
     assert page.tabs.currentWidget() is page.console
     assert "boom at step 10" in page.console.selected_line()
     # Still usable: the next run starts and finishes.
-    controller_for(context, fake_command("--steps", "5"))
+    context.run_controller.command_factory = fake_command("--steps", "5")
     assert page.start_training()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert page.controller.model.status == "finished"
@@ -111,7 +110,7 @@ def test_replay_self_test(qtbot: QtBot, context: StudioContext, config: TrainCon
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     run_dir = page.controller.model.run_dir
     assert run_dir is not None
-    other = TrainPage(context)
+    other = TrainPage(context, context.run_controller)
     qtbot.addWidget(other)
     result = other.self_test(SelfTestOptions(replay=run_dir))
     assert result["replay_events"] == 1 + 2 + 25 + 1  # run_started, two caching phases, steps, run_finished
