@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,10 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.scan import DatasetError, scan_concept
+from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
+from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.report import HardwareProfileError
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
@@ -154,30 +157,33 @@ class TrainPage(Page):
         if ctx.config is None:
             detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
             return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
-        try:
-            from studio.core.dataset.scan import scan_dataset
-
-            images = scan_dataset(ctx.config.dataset, ctx.project.root)
-        except Exception as exc:  # DatasetError and unreadable folders: the message says where
-            return None, f"The dataset cannot be used: {exc}"
+        images = 0
+        for concept in ctx.config.dataset.concepts:
+            try:
+                images += len(scan_concept(concept, ctx.project.root))
+            except DatasetError as exc:  # a missing folder, or a file: the message names it
+                return None, f"The dataset cannot be used: {exc}"
+            except OSError as exc:  # a folder that cannot be read (permissions, a drive gone)
+                return None, f"The dataset cannot be used: the folder {concept.path} cannot be read ({exc})."
         if not images:
             paths = ", ".join(c.path for c in ctx.config.dataset.concepts)
             return None, f"No images found in {paths}; add images on the Dataset page."
         return ctx.config, ""
 
     def vram_estimate(self, config: TrainConfig) -> tuple[float, float] | None:
-        """(estimate MB, card MB) when the memory estimator and a GPU are there."""
-        try:
-            memory = importlib.import_module("studio.core.hardware.estimate")
-            from studio.core.hardware.probe import load_hardware
+        """(estimate MB, card MB) when there is a GPU to plan for.
 
+        Without an estimate the run still starts; the estimate label says why there is none.
+        """
+        try:
             gpus = load_hardware(self.context.hardware_file).gpus
             if not gpus:
                 return None
-            estimate = memory.estimate_vram(config, gpus[0])
-            return float(estimate.total_mb), float(gpus[0].total_mb)
-        except Exception:  # the estimator is optional; a missing one must not block training
+            estimate = estimate_vram(config, gpus[0])
+        except (HardwareProfileError, ArchitectureDataError) as exc:
+            self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return None
+        return float(estimate.total_mb), float(gpus[0].total_mb)
 
     def start_training(self) -> bool:
         config, problem = self.check_config()

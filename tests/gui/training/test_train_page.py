@@ -95,6 +95,34 @@ def test_no_images_blocks_start_with_a_message(qtbot: QtBot, context: StudioCont
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_missing_dataset_folder_is_named(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                        tmp_path: Path) -> None:
+    import shutil
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    shutil.rmtree(tmp_path / "data" / "shapes")
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert "The dataset cannot be used" in page.message.text()
+    assert str(tmp_path / "data" / "shapes") in page.message.text() and "does not exist" in page.message.text()
+
+
+def test_an_unreadable_hardware_profile_is_said_and_does_not_block_training(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "3", "--rate", "1000")
+    context.hardware_file = "rtx4090-24gb"
+    need, have = page.vram_estimate(config) or (0.0, 0.0)
+    assert 0 < need < have == 24564
+    broken = tmp_path / "my-gpu.json"
+    broken.write_text("{ not json", encoding="utf-8")
+    context.hardware_file = str(broken)
+    assert page.start_training()  # the estimate only informs; the run starts without it
+    assert "No VRAM estimate" in page.estimate.text() and "my-gpu.json: not valid JSON" in page.estimate.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.controller.model.status == "finished"
+
+
 def test_no_project_says_what_to_do(qtbot: QtBot, context: StudioContext) -> None:
     page = make_page(qtbot, context)
     assert not page.start_training()
