@@ -19,7 +19,7 @@ from studio.core.dataset.caption_store import CaptionStore
 from studio.core.dataset.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
-from studio.gui.dataset.worker_process import WorkerProcess
+from studio.gui.dataset.helper_process import HelperProcess
 
 
 def folder_problem(concept: ConceptSection, exc: Exception) -> Problem:
@@ -101,9 +101,9 @@ class CheckJob(QObject):
         settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
                     "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
         concepts = [c.model_dump(mode="json") for c in dataset.concepts]
-        self._worker = WorkerProcess(check_worker, (concepts, str(base) if base else None, settings), self)
-        self._worker.sig_message.connect(self._message)
-        self._worker.sig_exited.connect(lambda: self._finish("the checking process ended unexpectedly"))
+        self._helper = HelperProcess(check_worker, (concepts, str(base) if base else None, settings), self)
+        self._helper.sig_message.connect(self._message)
+        self._helper.sig_exited.connect(lambda: self._finish("the checking process ended unexpectedly"))
 
     def _message(self, message: Any) -> None:
         kind = message[0]
@@ -125,11 +125,11 @@ class CheckJob(QObject):
         if self.finished:
             return
         self.finished = True
-        self._worker.stop()
+        self._helper.stop()
         self.sig_done.emit(CheckOutcome(self.generation, self.problems, self.by_path, self.buckets, failure))
 
     def cancel(self, wait: bool = False) -> None:
         self.finished = True
-        self._worker.stop(0)
+        self._helper.stop(0)
         if wait:
-            self._worker.join(5)
+            self._helper.join(5)

@@ -31,7 +31,7 @@ from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.run_header import RunHeader
-from studio.gui.widgets.run_plots import LossOverlay, TrainPlots
+from studio.gui.widgets.run_plots import LossOverlay, RunPlots
 
 
 class RunsPage(Page):
@@ -48,7 +48,7 @@ class RunsPage(Page):
         self.message.setObjectName("runs_message")
         self.message.setWordWrap(True)
         self.header = RunHeader()
-        self.plots = TrainPlots(live=False)
+        self.plots = RunPlots(live=False)
         self.overlay = LossOverlay()
         self.queue = QueuePanel(self.controller)
         self.views = QTabWidget()

@@ -31,7 +31,7 @@ from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
-from studio.gui.widgets.run_plots import TrainPlots
+from studio.gui.widgets.run_plots import RunPlots
 
 DEMO_TIMEOUT_S = 900.0
 STOP_WAIT_S = 60.0
@@ -66,7 +66,7 @@ class TrainPage(Page):
         self.estimate.setObjectName("train_estimate")
         self.header = RunHeader()
         self.banner = ErrorBanner()
-        self.plots = TrainPlots()
+        self.plots = RunPlots()
         self.samples = SamplesGallery()
         self.console = ConsolePane()
         self.tabs = QTabWidget()

@@ -241,8 +241,8 @@ def test_thumbnail_helper_that_dies_is_replaced(qtbot, page: DatasetPage) -> Non
     loader = page.loader
     first, second = images(page) / "a.png", images(page) / "b.png"
     qtbot.waitUntil(lambda: loader.pixmap(first) is not None, timeout=20000)
-    assert loader._worker is not None
-    loader._worker._process.kill()  # as if a broken file crashed the image decoder
+    assert loader._helper is not None
+    loader._helper._process.kill()  # as if a broken file crashed the image decoder
     loader.forget(second)
     qtbot.waitUntil(lambda: loader.pixmap(second) is not None or loader.failed(second), timeout=20000)
     qtbot.waitUntil(lambda: loader.pixmap(second) is not None, timeout=20000)
