@@ -41,7 +41,7 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     from studio.core.runs.run_model import replay_run
-    from studio.gui.widgets.run_plots import TrainPlots
+    from studio.gui.widgets.run_plots import RunPlots
 
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,7 +50,7 @@ def main() -> None:
         size_mb = (run / "events.jsonl").stat().st_size / 2**20
         rows: list[dict[str, float]] = []
         for _ in range(args.repeat):
-            plots = TrainPlots(live=False)
+            plots = RunPlots(live=False)
             plots.resize(1200, 800)
             plots.show()
             app.processEvents()  # an empty window on screen, as on the Runs page

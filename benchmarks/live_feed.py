@@ -1,7 +1,7 @@
 """Feed 2,000 step events a second for 10 s to the live Train view; report the longest GUI stall.
 
 A real process (tests/fixtures/fake_trainer.py, 2 ranks) writes events.jsonl; the
-RunController tails it at 20 Hz into TrainPlots and the header, exactly as during a
+RunController tails it at 20 Hz into RunPlots and the header, exactly as during a
 training. A 5 ms heartbeat timer measures how long the GUI thread went without running
 its event loop. The machine's load average is printed too: on a shared machine the
 scheduler's own pauses show up as stalls.
@@ -32,12 +32,12 @@ def feed_once(rate: int, seconds: float) -> dict[str, Any]:
     from studio.core.config.schema import TrainConfig
     from studio.gui.run_controller import RunController
     from studio.gui.widgets.run_header import RunHeader
-    from studio.gui.widgets.run_plots import TrainPlots
+    from studio.gui.widgets.run_plots import RunPlots
 
     steps = int(rate * seconds)
     controller = RunController(command_factory=lambda plan: [
         sys.executable, str(FAKE), str(plan.run_dir), "--steps", str(steps), "--rate", str(rate), "--ranks", "2"])
-    plots, header = TrainPlots(live=False), RunHeader()
+    plots, header = RunPlots(live=False), RunHeader()
     plots.resize(1200, 800)
     plots.show()
     controller.sig_tick.connect(lambda: (plots.refresh(controller.model, stagger=controller.running),

@@ -1,4 +1,4 @@
-"""The state every page shares: the open project, its config, settings, hardware profile."""
+"""The state every page shares: the open project, its config, settings, hardware profile, the run controller."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from PySide6.QtCore import QObject, QSettings, Signal
 from studio.core.config.errors import ConfigError
 from studio.core.config.schema import TrainConfig
 from studio.core.project.folder import Project
+from studio.gui.run_controller import RunController
 
 
 class StudioContext(QObject):
@@ -26,6 +27,8 @@ class StudioContext(QObject):
         self.config: TrainConfig | None = None
         self.config_error: ConfigError | None = None
         self.hardware_file: str | None = hardware_file or os.environ.get("STUDIO_HARDWARE") or None
+        # One run at a time for the whole window: the Train and Runs pages are handed this one.
+        self.run_controller = RunController(self)
 
     def set_project(self, project: Project | None) -> None:
         self.project = project

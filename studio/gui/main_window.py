@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -22,10 +23,11 @@ from PySide6.QtWidgets import (
 )
 
 from studio import __version__
-from studio.core.project.demo import create_demo_project, demo_model_ready, model_command
+from studio.core.project.demo import DEMO_MODEL, create_demo_project, demo_model_ready, model_command
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
+from studio.gui.process import CommandProcess
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,13 @@ class PageSpec:
     page_id: str
     module: str
     cls: str
+    takes_run_controller: bool = False  # handed the context's RunController (Train, Runs)
 
-    def load(self) -> type[Page]:
-        page_class: type[Page] = getattr(importlib.import_module(self.module), self.cls)
-        return page_class
+    def build(self, context: StudioContext) -> Page:
+        page_class: Callable[..., Page] = getattr(importlib.import_module(self.module), self.cls)
+        if self.takes_run_controller:
+            return page_class(context, context.run_controller)
+        return page_class(context)
 
 
 # Pages are imported and built when first needed, the shown one before the first paint and the
@@ -45,8 +50,8 @@ class PageSpec:
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("Dataset", "page_dataset", "studio.gui.dataset.page", "DatasetPage"),
     PageSpec("Model & Preset", "page_model", "studio.gui.model.page", "ModelPage"),
-    PageSpec("Train", "page_train", "studio.gui.training.page", "TrainPage"),
-    PageSpec("Runs", "page_runs", "studio.gui.runs.page", "RunsPage"),
+    PageSpec("Train", "page_train", "studio.gui.training.page", "TrainPage", takes_run_controller=True),
+    PageSpec("Runs", "page_runs", "studio.gui.runs.page", "RunsPage", takes_run_controller=True),
     PageSpec("Export", "page_export", "studio.gui.export.page", "ExportPage"),
 )
 MAX_RECENT = 8
@@ -62,7 +67,8 @@ class MainWindow(QMainWindow):
         self.setObjectName("main_window")
         self.setMinimumSize(QSize(960, 640))
         self._painted = False
-        self._model_process: QProcess | None = None
+        self.model_builder = CommandProcess(self)  # builds the demo's tiny model
+        self.model_builder.sig_finished.connect(self._model_built)
 
         self.nav = QListWidget()
         self.nav.setObjectName("navigation")
@@ -187,25 +193,24 @@ class MainWindow(QMainWindow):
         self.build_demo_model(project)
 
     def build_demo_model(self, project: Project) -> None:
-        """Build the demo's tiny model in a subprocess; the window stays responsive."""
-        if demo_model_ready(project) or self._model_process is not None:
-            return
-        command = model_command(project)
-        process = QProcess(self)
-        process.setProgram(command[0])
-        process.setArguments(command[1:])
-        process.finished.connect(lambda code, _status: self._model_built(project, code))
-        self._model_process = process
-        self.context.status("Building the demo's tiny model…")
-        process.start()
+        """Build the demo's tiny model in a subprocess; the window stays responsive.
 
-    def _model_built(self, project: Project, code: int) -> None:
-        process, self._model_process = self._model_process, None
-        if code == 0:
+        Its output goes to models/tiny-sd15.log in the demo project.
+        """
+        if demo_model_ready(project) or self.model_builder.is_running():
+            return
+        log = (project.root / DEMO_MODEL).with_suffix(".log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.context.status("Building the demo's tiny model…")
+        self.model_builder.start(model_command(project), log)
+
+    def _model_built(self, code: int, how: str) -> None:
+        if code == 0 and how == "normal":
             self.context.status("The demo model is ready: press Train on the Train page.")
         else:
-            output = bytes(process.readAll().data()).decode(errors="replace") if process else ""
-            self.context.status(f"Building the demo model failed (exit {code}). {output[-200:]}")
+            output = self.model_builder.console_tail(200)
+            self.context.status(f"Building the demo model failed (exit {code}). {output} "
+                                f"(all of it in {self.model_builder.console_path})")
 
     def _on_project_changed(self, project: Project | None) -> None:
         name = project.name if project else "no project"
@@ -239,7 +244,7 @@ class MainWindow(QMainWindow):
     def _build_page(self, index: int) -> Page:
         page = self._built.get(index)
         if page is None:
-            page = PAGES[index].load()(self.context)
+            page = PAGES[index].build(self.context)
             stand_in = self.stack.widget(index)
             self.stack.insertWidget(index, page)
             if stand_in is not None:
@@ -307,9 +312,7 @@ class MainWindow(QMainWindow):
                 return
         for page in built:
             page.shutdown()
-        if self._model_process is not None:
-            self._model_process.kill()
-            self._model_process.waitForFinished(2000)
+        self.model_builder.kill_now(2.0)
         self.context.settings.setValue("window/geometry", self.saveGeometry())
         self.context.settings.setValue("window/size", self.size())
         self.context.settings.setValue("window/page", self.nav.currentRow())

@@ -1,9 +1,11 @@
-"""The trainer process: one QProcess, its console output, stop and kill.
+"""Commands the studio runs: one QProcess wrapper, its console output, stop and kill.
 
-The trainer's stdout and stderr go straight into `RUN_DIR/console.log` (a file, not a
-pipe), so nothing it prints is lost if the studio goes away, and the console pane tails
-that file. The command runs under a tiny launcher that starts it in its own session:
-closing the studio with "keep running" ends only the launcher and the training goes on.
+A command's stdout and stderr go straight into a console file (not a pipe), so nothing it
+prints is lost if the studio goes away, and its lines are read back from that file. The
+trainer writes `RUN_DIR/console.log` and runs under a tiny launcher that starts it in its
+own session: closing the studio with "keep running" ends only the launcher and the training
+goes on. Shorter commands (building the demo's tiny model) use the same wrapper and end
+with the window.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 from pathlib import Path
 
 import psutil
-from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
+from PySide6.QtCore import QIODevice, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from studio.core.runs.folders import CONSOLE_FILE, request_stop
 from studio.core.runs.history import write_process_file
@@ -49,8 +51,8 @@ def console_text(raw: str) -> tuple[list[str], str]:
     return lines, rest
 
 
-class TrainerProcess(QObject):
-    """Starts one trainer at a time and reports what it does (qutebrowser's GUIProcess style)."""
+class CommandProcess(QObject):
+    """Runs one command at a time and reports what it does (qutebrowser's GUIProcess style)."""
 
     sig_started = Signal()
     sig_finished = Signal(int, str)  # exit code, "normal" | "crashed" | "failed to start" | "detached"
@@ -58,13 +60,11 @@ class TrainerProcess(QObject):
     sig_output = Signal(str)  # finished console lines
     sig_progress = Signal(str)  # the line a progress bar is redrawing
 
-    def __init__(self, parent: QObject | None = None, poll_ms: int = 200, use_launcher: bool = True) -> None:
+    def __init__(self, parent: QObject | None = None, poll_ms: int = 200) -> None:
         super().__init__(parent)
-        self.run_dir: Path | None = None
         self.command: list[str] = []
-        self.stop_requested = False
+        self.console_path: Path | None = None
         self.killed = False
-        self._use_launcher = use_launcher
         self._process: QProcess | None = None
         self._console_offset = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -81,29 +81,20 @@ class TrainerProcess(QObject):
     def pid(self) -> int:
         return int(self._process.processId()) if self._process is not None else 0
 
-    @property
-    def console_path(self) -> Path | None:
-        return self.run_dir / CONSOLE_FILE if self.run_dir else None
-
     # ------------------------------------------------------------ start
-    def start(self, command: list[str], run_dir: str | Path, env: dict[str, str] | None = None) -> bool:
-        """Start `command` for `run_dir`; refused (False, sig_error) while another run is going."""
-        if self._process is not None:
-            self.sig_error.emit(
-                f"A training is already running ({self.run_dir.name if self.run_dir else '?'}). "
-                "Stop it first, or add this config to the queue."
-            )
+    def start(self, command: list[str], console: Path, cwd: Path | None = None,
+              env: dict[str, str] | None = None) -> bool:
+        """Start `command` with its output appended to `console`; refused (False, sig_error) while one runs."""
+        refusal = self.refusal(command)
+        if refusal:
+            self.sig_error.emit(refusal)
             return False
-        if not command:
-            self.sig_error.emit("There is no command to start (empty command line).")
-            return False
-        self.run_dir = Path(run_dir)
         self.command = list(command)
-        self.stop_requested = self.killed = False
+        self.console_path = console
+        self.killed = False
         self._console_offset, self._rest = 0, ""
         self._decoder.reset()
         self._tree = []
-        console = self.run_dir / CONSOLE_FILE
         with open(console, "a", encoding="utf-8") as handle:
             handle.write(f"$ {format_command(self.command)}\n")
         self._console_offset = console.stat().st_size
@@ -111,17 +102,14 @@ class TrainerProcess(QObject):
         proc = QProcess(self)
         proc.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
         proc.setStandardOutputFile(str(console), QIODevice.OpenModeFlag.Append)
-        proc.setWorkingDirectory(str(self.run_dir))
+        if cwd is not None:
+            proc.setWorkingDirectory(str(cwd))
         if env:
-            from PySide6.QtCore import QProcessEnvironment
-
             qenv = QProcessEnvironment.systemEnvironment()
             for key, value in env.items():
                 qenv.insert(key, value)
             proc.setProcessEnvironment(qenv)
-        program, args = self.command[0], self.command[1:]
-        if self._use_launcher:
-            args = ["-c", _LAUNCHER, *self.command]
+        program, args = self.program_and_arguments(self.command)
         proc.setProgram(program)
         proc.setArguments(args)
         proc.started.connect(self._on_started)
@@ -131,12 +119,25 @@ class TrainerProcess(QObject):
         proc.start()
         return True
 
+    def refusal(self, command: list[str]) -> str:
+        """Why `command` cannot start now ("" when it can)."""
+        if self._process is not None:
+            return self.busy_message()
+        if not command:
+            return "There is no command to start (empty command line)."
+        return ""
+
+    def program_and_arguments(self, command: list[str]) -> tuple[str, list[str]]:
+        """What QProcess starts for `command` (the trainer puts its launcher in between)."""
+        return command[0], command[1:]
+
+    def busy_message(self) -> str:
+        return f"'{format_command(self.command)}' is still running."
+
+    def start_failure_message(self, reason: str) -> str:
+        return f"Could not start '{self.command[0]}': {reason}."
+
     def _on_started(self) -> None:
-        if self.run_dir is not None and self._process is not None:
-            try:
-                write_process_file(self.run_dir, int(self._process.processId()))
-            except OSError as exc:
-                log.warning("cannot write the process file of %s: %s", self.run_dir, exc)
         self._poll.start()
         self.sig_started.emit()
 
@@ -144,10 +145,7 @@ class TrainerProcess(QObject):
         proc = self._process
         if proc is None or error != QProcess.ProcessError.FailedToStart:
             return  # crashes also end in finished(), which reports them
-        message = (
-            f"Could not start the trainer '{self.command[0]}': {proc.errorString()}. "
-            "Check launch.python in the config (the training environment's Python)."
-        )
+        message = self.start_failure_message(proc.errorString())
         self._append_console(f"[studio] {message}\n")
         self._cleanup()
         self.sig_error.emit(message)
@@ -198,18 +196,20 @@ class TrainerProcess(QObject):
         if self._rest:
             self.sig_progress.emit(self._rest.rsplit("\r", 1)[-1])
 
-    # ------------------------------------------------------------ stop / kill
-    def stop(self) -> bool:
-        """Ask the trainer to stop at its next step (it saves a checkpoint and says run_finished)."""
-        if self._process is None or self.run_dir is None:
-            return False
-        request_stop(self.run_dir)
-        self.stop_requested = True
-        self._remember_tree()
-        return True
+    def console_tail(self, chars: int) -> str:
+        """The last `chars` characters of the console file (for a one-line report of a failure)."""
+        if self.console_path is None:
+            return ""
+        try:
+            with open(self.console_path, "rb") as handle:
+                handle.seek(max(0, self.console_path.stat().st_size - 4 * chars))
+                return handle.read().decode("utf-8", errors="replace")[-chars:]
+        except OSError:
+            return ""
 
+    # ------------------------------------------------------------ kill
     def _remember_tree(self) -> None:
-        """The launcher's descendants: once it is gone they cannot be found from its pid."""
+        """The process's descendants: once it is gone they cannot be found from its pid."""
         try:
             root = psutil.Process(self.pid())
             known = {p.pid for p in self._tree}
@@ -224,7 +224,7 @@ class TrainerProcess(QObject):
         self.killed = True
         self._remember_tree()
         procs = list(self._tree)
-        # Children first: with the launcher gone they would be harder to find.
+        # Children first: with their parent gone they would be harder to find.
         for proc in reversed(procs):
             with contextlib.suppress(psutil.Error):
                 proc.terminate()
@@ -241,7 +241,7 @@ class TrainerProcess(QObject):
         QTimer.singleShot(grace_ms, finish)
 
     def kill_now(self, timeout_s: float = 5.0) -> None:
-        """Blocking kill for shutdown: nothing of the run is left behind."""
+        """Blocking kill for shutdown: nothing of the command is left behind."""
         if self._process is None:
             return
         self.killed = True
@@ -252,6 +252,56 @@ class TrainerProcess(QObject):
         psutil.wait_procs(self._tree, timeout=timeout_s)
         if self._process is not None:
             self._process.waitForFinished(int(timeout_s * 1000))
+
+
+class TrainerProcess(CommandProcess):
+    """The trainer of one run folder: its process file, the STOP request and "keep running"."""
+
+    def __init__(self, parent: QObject | None = None, poll_ms: int = 200, use_launcher: bool = True) -> None:
+        super().__init__(parent, poll_ms)
+        self.run_dir: Path | None = None
+        self.stop_requested = False
+        self._use_launcher = use_launcher
+
+    def start_run(self, command: list[str], run_dir: str | Path, env: dict[str, str] | None = None) -> bool:
+        """Start `command` for `run_dir`; refused (False, sig_error) while another run is going."""
+        refusal = self.refusal(command)
+        if refusal:  # said before anything of the new run is touched
+            self.sig_error.emit(refusal)
+            return False
+        self.run_dir = Path(run_dir)
+        self.stop_requested = False
+        return self.start(command, self.run_dir / CONSOLE_FILE, cwd=self.run_dir, env=env)
+
+    def program_and_arguments(self, command: list[str]) -> tuple[str, list[str]]:
+        if self._use_launcher:
+            return command[0], ["-c", _LAUNCHER, *command]
+        return command[0], command[1:]
+
+    def busy_message(self) -> str:
+        return (f"A training is already running ({self.run_dir.name if self.run_dir else '?'}). "
+                "Stop it first, or add this config to the queue.")
+
+    def start_failure_message(self, reason: str) -> str:
+        return (f"Could not start the trainer '{self.command[0]}': {reason}. "
+                "Check launch.python in the config (the training environment's Python).")
+
+    def _on_started(self) -> None:
+        if self.run_dir is not None and self._process is not None:
+            try:
+                write_process_file(self.run_dir, int(self._process.processId()))
+            except OSError as exc:
+                log.warning("cannot write the process file of %s: %s", self.run_dir, exc)
+        super()._on_started()
+
+    def stop(self) -> bool:
+        """Ask the trainer to stop at its next step (it saves a checkpoint and says run_finished)."""
+        if self._process is None or self.run_dir is None:
+            return False
+        request_stop(self.run_dir)
+        self.stop_requested = True
+        self._remember_tree()
+        return True
 
     def _hand_over_process_file(self) -> None:
         """Point the run's process file at the trainer itself: the launcher is about to go, and

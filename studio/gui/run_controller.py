@@ -1,13 +1,12 @@
 """One run at a time: start, follow its events, stop, kill, resume, and the queue.
 
-The Train and Runs pages share one RunController per StudioContext (`controller_for`),
-so a second launch from either page is refused with the same message.
+The StudioContext owns one RunController and hands it to the Train and Runs pages, so a
+second launch from either page is refused with the same message.
 """
 
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,7 +83,7 @@ class RunController(QObject):
     def start_config(self, config: TrainConfig, config_dir: Path) -> Path | None:
         """Write a run folder for `config` and start it; None (and sig_message) if refused."""
         if self.running:
-            self.process.start([], "")  # emits the "already running" message
+            self.sig_message.emit(self.process.busy_message())
             return None
         try:
             plan = prepare_run(config, config_dir)
@@ -95,7 +94,7 @@ class RunController(QObject):
 
     def resume(self, run_dir: Path) -> bool:
         if self.running:
-            self.process.start([], "")
+            self.sig_message.emit(self.process.busy_message())
             return False
         try:
             config = load_config(run_dir / CONFIG_FILE)
@@ -114,7 +113,7 @@ class RunController(QObject):
             self.model.status, self.model.finished = "preparing", None
         self._stall_kill_armed = False
         # Unbuffered output: the console pane shows each line as the trainer prints it.
-        if not self.process.start(command, plan.run_dir, env=launch.training_env({})):
+        if not self.process.start_run(command, plan.run_dir, env=launch.training_env({})):
             return False
         self._timer.start()
         self.sig_run_started.emit(plan.run_dir)
@@ -239,18 +238,4 @@ class RunController(QObject):
             self.process.detach()
         else:
             self.process.kill_now()
-
-
-_CONTROLLERS: weakref.WeakKeyDictionary[QObject, RunController] = weakref.WeakKeyDictionary()
-
-
-def controller_for(context: QObject, command_factory: CommandFactory | None = None) -> RunController:
-    """The one RunController of a context (made on first use)."""
-    controller = _CONTROLLERS.get(context)
-    if controller is None:
-        controller = RunController(context, command_factory or default_command)
-        _CONTROLLERS[context] = controller
-    elif command_factory is not None:
-        controller.command_factory = command_factory
-    return controller
 

@@ -35,16 +35,14 @@ RUN_TIMEOUT_MS = 80_000  # one launch takes 5-15 s here (interpreter, torch, acc
 def gui_context(qtbot: QtBot, tmp_path: Path) -> Iterator[StudioContext]:
     from PySide6.QtCore import QSettings
 
-    from studio.gui.run_controller import controller_for
-
     context = StudioContext(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
     yield context
-    controller_for(context).shutdown()  # a failed test leaves no trainer behind
+    context.run_controller.shutdown()  # a failed test leaves no trainer behind
 
 
 def _pages(qtbot: QtBot, context: StudioContext, config: TrainConfig, root: Path) -> tuple[TrainPage, RunsPage]:
     context.set_project(create_project(root, config))
-    train, runs = TrainPage(context), RunsPage(context)
+    train, runs = TrainPage(context, context.run_controller), RunsPage(context, context.run_controller)
     qtbot.addWidget(train)
     qtbot.addWidget(runs)
     return train, runs

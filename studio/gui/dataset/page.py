@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QThreadPool, QTimer
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
 from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import (
     QLabel,
@@ -32,10 +32,9 @@ from studio.gui.dataset.tasks import (
     CheckJob,
     CheckOutcome,
     ListOutcome,
-    ListTask,
-    ReadTask,
     ScanOutcome,
-    TaskSignals,
+    list_folders,
+    read_folders,
 )
 from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
 from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
@@ -43,6 +42,7 @@ from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
 from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.worker import Worker
 
 SAVE_DELAY_MS = 700
 
@@ -58,9 +58,7 @@ class DatasetPage(Page):
         self.undo_stack = QUndoStack(self)
         self.loader = ThumbnailLoader(self)
         self.model = DatasetListModel(self.loader, self)
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(1)
-        self.signals = TaskSignals(self)
+        self.worker = Worker(self)
         self.saver = CaptionSaver(self)
         self.saver.sig_report.connect(self._saved)
         self.check: CheckJob | None = None
@@ -74,8 +72,6 @@ class DatasetPage(Page):
         self._tags_timer = QTimer(self, singleShot=True, interval=1000)
         self._tags_timer.timeout.connect(self._update_tags)
         self._build()
-        self.signals.sig_listed.connect(self._listed)
-        self.signals.sig_scanned.connect(self._scanned)
         context.sig_project_changed.connect(lambda _p: self.reload())
         context.sig_config_changed.connect(self._config_changed)
         self._config_key: str | None = None
@@ -150,7 +146,7 @@ class DatasetPage(Page):
         self.first_paint_ms = None
         self.status_label.setText("Reading the dataset…")
         concepts = list(config.dataset.concepts)
-        self.pool.start(ListTask(self._generation, concepts, self.context.project.root, self.signals))
+        self.worker.run(list_folders, self._generation, concepts, self.context.project.root, on_done=self._listed)
 
     def _listed(self, outcome: ListOutcome) -> None:
         """Folders listed: paint the grid now, read the captions next."""
@@ -161,7 +157,7 @@ class DatasetPage(Page):
         self.first_paint_ms = (time.perf_counter() - self._started) * 1000
         self.status_label.setText(f"{len(self.model.paths)} images. Reading captions…")
         extension = self.context.config.dataset.caption_extension if self.context.config else ".txt"
-        self.pool.start(ReadTask(outcome, extension, self.signals))
+        self.worker.run(read_folders, outcome, extension, on_done=self._scanned)
 
     def _scanned(self, outcome: ScanOutcome) -> None:
         if outcome.generation != self._generation or self.context.config is None:
@@ -386,6 +382,5 @@ class DatasetPage(Page):
             self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
         self._stop_check(wait=True)
         self.saver.shutdown()
-        self.pool.clear()
-        self.pool.waitForDone(10000)
+        self.worker.shutdown(10.0)
         self.loader.shutdown()

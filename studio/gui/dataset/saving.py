@@ -12,15 +12,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from studio.core import user_dirs
 from studio.core.dataset.caption_files import FileJob, SaveBatch
 from studio.core.dataset.caption_store import CaptionConflict, CaptionStore, SaveReport
 from studio.core.files import atomic_write_text
-from studio.gui.dataset.tasks import SaveTask, TaskSignals
 from studio.gui.event_loop import wait_for
+from studio.gui.worker import Worker
 
 FINISH_SLICE = 1500  # saved captions taken back per event-loop turn (about 10 ms)
 
@@ -32,10 +32,7 @@ class CaptionSaver(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(1)
-        self.signals = TaskSignals(self)
-        self.signals.sig_saved.connect(self._batch_done)
+        self.worker = Worker(self)
         self._running: tuple[CaptionStore, SaveBatch] | None = None
         self._again = False
 
@@ -52,7 +49,9 @@ class CaptionSaver(QObject):
         if not len(batch):
             return
         self._running = (store, batch)
-        self.pool.start(SaveTask(batch, self.signals))
+        # The store must get its batch back even if writing broke unforeseen (that error is raised after).
+        self.worker.run(batch.run, on_done=lambda _none: self._batch_done(batch),
+                        on_failed=lambda _error: self._batch_done(batch))
 
     def wait(self, timeout_s: float = 120.0) -> None:
         """Let the running batch finish and be taken back (its report is emitted as usual)."""
@@ -79,7 +78,7 @@ class CaptionSaver(QObject):
 
     def shutdown(self) -> None:
         self.wait()
-        self.pool.waitForDone(10000)
+        self.worker.shutdown(10.0)
 
 
 def ask_conflict(parent: QWidget, conflict: CaptionConflict) -> str:

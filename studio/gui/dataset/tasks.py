@@ -1,8 +1,8 @@
 """Background work of the Dataset page: listing and reading folders, checking images, saving captions.
 
 Listing (names only) comes first so the grid paints before thousands of caption files are
-read; the check runs in a helper process; caption saves run in a worker thread, since they
-are file-system calls that leave the interpreter lock free for the window.
+read. Listing and reading run on the page's worker thread (file-system calls that leave the
+interpreter lock free for the window), the check in a helper process.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, Signal
+from PySide6.QtCore import QObject, Signal
 
 from studio.core.config.schema import ConceptSection, DatasetSection
-from studio.core.dataset.caption_files import SaveBatch
 from studio.core.dataset.caption_store import CaptionStore
 from studio.core.dataset.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
-from studio.gui.dataset.worker_process import WorkerProcess
+from studio.gui.dataset.helper_process import HelperProcess
 
 
 def folder_problem(concept: ConceptSection, exc: Exception) -> Problem:
@@ -58,60 +57,31 @@ class CheckOutcome:
         return next((i for i, p in enumerate(self.problems) if p.severity != "error"), len(self.problems))
 
 
-class TaskSignals(QObject):
-    sig_listed = Signal(object)  # ListOutcome
-    sig_scanned = Signal(object)  # ScanOutcome
-    sig_saved = Signal(object)  # SaveBatch that has run
-
-
-class ListTask(QRunnable):
-    def __init__(self, generation: int, concepts: list[ConceptSection], base: Path | None,
-                 signals: TaskSignals) -> None:
-        super().__init__()
-        self.generation, self.concepts, self.base, self.signals = generation, concepts, base, signals
-
-    def run(self) -> None:
-        outcome = ListOutcome(self.generation)
-        for index, concept in enumerate(self.concepts):
-            try:
-                outcome.listings.append((index, list_concept(concept, self.base)))
-            except (DatasetError, OSError) as exc:
-                outcome.errors.append(folder_problem(concept, exc))
-        outcome.paths = [path for _, listing in outcome.listings for path in listing.paths]
-        outcome.keys = [str(path) for path in outcome.paths]
-        self.signals.sig_listed.emit(outcome)
-
-
-class ReadTask(QRunnable):
-    """Reads the captions of listed folders (the listing objects are not touched by the GUI meanwhile)."""
-
-    def __init__(self, listed: ListOutcome, caption_extension: str, signals: TaskSignals) -> None:
-        super().__init__()
-        self.listed, self.caption_extension, self.signals = listed, caption_extension, signals
-
-    def run(self) -> None:
-        outcome = ScanOutcome(self.listed.generation, errors=list(self.listed.errors))
-        for index, listing in self.listed.listings:
-            try:
-                outcome.scans.append((index, read_captions(listing)))
-            except OSError as exc:
-                outcome.errors.append(folder_problem(listing.concept, exc))
-        entries = [e for _, scan in outcome.scans for e in scan.entries]
-        outcome.store = CaptionStore(entries, self.caption_extension)
-        outcome.tags = tag_counts(e.caption for e in entries)
-        self.signals.sig_scanned.emit(outcome)
-
-
-class SaveTask(QRunnable):
-    def __init__(self, batch: SaveBatch, signals: TaskSignals) -> None:
-        super().__init__()
-        self.batch, self.signals = batch, signals
-
-    def run(self) -> None:
+def list_folders(generation: int, concepts: list[ConceptSection], base: Path | None) -> ListOutcome:
+    """The image names of every concept folder (no captions yet)."""
+    outcome = ListOutcome(generation)
+    for index, concept in enumerate(concepts):
         try:
-            self.batch.run()
-        finally:  # the store must get its batch back even if something unforeseen broke
-            self.signals.sig_saved.emit(self.batch)
+            outcome.listings.append((index, list_concept(concept, base)))
+        except (DatasetError, OSError) as exc:
+            outcome.errors.append(folder_problem(concept, exc))
+    outcome.paths = [path for _, listing in outcome.listings for path in listing.paths]
+    outcome.keys = [str(path) for path in outcome.paths]
+    return outcome
+
+
+def read_folders(listed: ListOutcome, caption_extension: str) -> ScanOutcome:
+    """The captions of listed folders (the listing objects are not touched by the GUI meanwhile)."""
+    outcome = ScanOutcome(listed.generation, errors=list(listed.errors))
+    for index, listing in listed.listings:
+        try:
+            outcome.scans.append((index, read_captions(listing)))
+        except OSError as exc:
+            outcome.errors.append(folder_problem(listing.concept, exc))
+    entries = [e for _, scan in outcome.scans for e in scan.entries]
+    outcome.store = CaptionStore(entries, caption_extension)
+    outcome.tags = tag_counts(e.caption for e in entries)
+    return outcome
 
 
 class CheckJob(QObject):
@@ -131,9 +101,9 @@ class CheckJob(QObject):
         settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
                     "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
         concepts = [c.model_dump(mode="json") for c in dataset.concepts]
-        self._worker = WorkerProcess(check_worker, (concepts, str(base) if base else None, settings), self)
-        self._worker.sig_message.connect(self._message)
-        self._worker.sig_exited.connect(lambda: self._finish("the checking process ended unexpectedly"))
+        self._helper = HelperProcess(check_worker, (concepts, str(base) if base else None, settings), self)
+        self._helper.sig_message.connect(self._message)
+        self._helper.sig_exited.connect(lambda: self._finish("the checking process ended unexpectedly"))
 
     def _message(self, message: Any) -> None:
         kind = message[0]
@@ -155,11 +125,11 @@ class CheckJob(QObject):
         if self.finished:
             return
         self.finished = True
-        self._worker.stop()
+        self._helper.stop()
         self.sig_done.emit(CheckOutcome(self.generation, self.problems, self.by_path, self.buckets, failure))
 
     def cancel(self, wait: bool = False) -> None:
         self.finished = True
-        self._worker.stop(0)
+        self._helper.stop(0)
         if wait:
-            self._worker.join(5)
+            self._helper.join(5)

@@ -11,7 +11,7 @@ from PySide6.QtGui import QImage, QPixmap
 
 from studio.core import user_dirs
 from studio.core.dataset.thumbnails import MAX_DECODE_PIXELS, THUMB_SIZE, Thumbnail, thumbnail_worker
-from studio.gui.dataset.worker_process import WorkerProcess
+from studio.gui.dataset.helper_process import HelperProcess
 
 __all__ = ["MAX_DECODE_PIXELS", "THUMB_SIZE", "ThumbnailLoader", "thumbnail_cache_dir"]
 
@@ -49,7 +49,7 @@ class ThumbnailLoader(QObject):
     def __init__(self, parent: QObject | None = None, folder: Path | None = None) -> None:
         super().__init__(parent)
         self.folder = folder or thumbnail_cache_dir()
-        self._worker: WorkerProcess | None = None
+        self._helper: HelperProcess | None = None
         self._pixmaps: OrderedDict[str, QPixmap] = OrderedDict()
         self._failed: set[str] = set()
         self._queued: dict[str, Path] = {}  # insertion order: the newest request is last
@@ -86,10 +86,10 @@ class ThumbnailLoader(QObject):
 
     def _pump(self) -> None:
         while not self._closed and self._queued and len(self._in_flight) < IN_FLIGHT:
-            if self._worker is None:
-                self._worker = WorkerProcess(thumbnail_worker, (str(self.folder), THUMB_SIZE), self)
-                self._worker.sig_message.connect(self._arrived)
-                self._worker.sig_exited.connect(self._helper_died)
+            if self._helper is None:
+                self._helper = HelperProcess(thumbnail_worker, (str(self.folder), THUMB_SIZE), self)
+                self._helper.sig_message.connect(self._arrived)
+                self._helper.sig_exited.connect(self._helper_died)
             batch: list[str] = []
             for key in reversed(self._queued):
                 if key in self._suspects:
@@ -100,7 +100,7 @@ class ThumbnailLoader(QObject):
                     break
             request = [(key, str(self._queued.pop(key))) for key in batch]
             self._in_flight.append(batch)
-            if not self._worker.send(request):
+            if not self._helper.send(request):
                 return  # _helper_died puts the batch back
 
     def _arrived(self, answer: Any) -> None:
@@ -120,10 +120,10 @@ class ThumbnailLoader(QObject):
     def _helper_died(self) -> None:
         held = [key for batch in self._in_flight for key in batch]
         self._in_flight = []
-        if self._worker is not None:
-            self._worker.stop(0)
-            self._worker.deleteLater()
-            self._worker = None
+        if self._helper is not None:
+            self._helper.stop(0)
+            self._helper.deleteLater()
+            self._helper = None
         for key in held:
             if key in self._suspects:  # it was alone with the helper when it died
                 self._suspects.discard(key)
@@ -137,7 +137,7 @@ class ThumbnailLoader(QObject):
     def shutdown(self) -> None:
         self._closed = True
         self._queued.clear()
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker.join(5)
-            self._worker = None
+        if self._helper is not None:
+            self._helper.stop()
+            self._helper.join(5)
+            self._helper = None

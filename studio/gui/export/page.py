@@ -6,7 +6,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QThreadPool, QUrl
+from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -25,16 +25,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.errors import ConfigError
 from studio.core.config.schema import TrainConfig
-from studio.core.export.bundle import BundleReport, is_hub_id
+from studio.core.export.bundle import BundleReport, ExportError, export_bundle, is_hub_id
 from studio.core.export.cost import CostRow, assumptions, cost_table, vram_estimator, workload_from_config
 from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_user_catalogue, load_catalogue
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.export.cost_table import CostTable
-from studio.gui.export.worker import ExportRequest, ExportSignals, ExportTask
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.worker import Worker
 
 COUNTS = (1, 2, 4, 8)
 EXPORTS_DIR = "exports"
@@ -48,12 +49,7 @@ class ExportPage(Page):
         self.catalogue: Catalogue | None = None
         self.report: BundleReport | None = None
         self._base_is_local = False
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(1)
-        self.signals = ExportSignals(self)
-        self.signals.sig_progress.connect(self._on_progress)
-        self.signals.sig_done.connect(self._on_done)
-        self.signals.sig_failed.connect(self._on_failed)
+        self.worker = Worker(self)
         self._build()
         self._load_catalogue()
         context.sig_project_changed.connect(lambda _p: self.refresh())
@@ -245,13 +241,14 @@ class ExportPage(Page):
         if self.project is None or self.context.config is None:
             return
         out = Path(self.out_edit.text().strip()).expanduser()
-        request = ExportRequest(self.project.config_path, out, self.export_options())
         self.export_button.setEnabled(False)
         self.open_button.setEnabled(False)
         self.progress.setVisible(True)
         self.progress.setRange(0, 0)
         self.result.setPlainText(f"Writing the bundle to {out}…")
-        self.pool.start(ExportTask(request, self.signals))
+        self.worker.run(export_bundle, self.project.config_path, out, **self.export_options(),
+                        on_done=self._on_done, on_failed=lambda error: self._on_failed(error, out),
+                        on_progress=self._on_progress, expected=(ConfigError, ExportError, CatalogueError, OSError))
 
     def _on_progress(self, message: str, done: int, total: int) -> None:
         self.progress.setRange(0, max(total, 1))
@@ -268,7 +265,13 @@ class ExportPage(Page):
         self.out_edit.setModified(False)
         self._default_out_dir()
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, error: BaseException, out: Path) -> None:
+        if isinstance(error, ConfigError):
+            message = error.describe()
+        elif isinstance(error, OSError):
+            message = f"could not write the bundle to {out}: {error}"
+        else:
+            message = str(error)
         self.progress.setVisible(False)
         self.export_button.setEnabled(True)
         self.result.setPlainText(f"The bundle was not written:\n{message}")
@@ -306,4 +309,4 @@ class ExportPage(Page):
         return True
 
     def shutdown(self) -> None:
-        self.pool.waitForDone(30_000)
+        self.worker.wait(30.0)

@@ -1,14 +1,14 @@
 """The hardware panel: GPU cards with VRAM bars, CPU/RAM/disk, and a profile picker.
 
-Probing may run nvidia-smi, so it happens on a pool thread; the result comes
-back through a queued signal and the window never waits.
+Probing may run nvidia-smi, so it happens on the panel's worker thread; the result
+comes back to the GUI thread and the window never waits.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -23,27 +23,9 @@ from studio.core.hardware.estimate import other_processes_warning
 from studio.core.hardware.probe import list_profiles, load_hardware
 from studio.core.hardware.report import HardwareProfileError, HardwareReport
 from studio.gui.page import named
+from studio.gui.worker import Job, Worker
 
 THIS_MACHINE = "This machine"
-
-
-class _ProbeSignals(QObject):
-    sig_done = Signal(object, object, str)  # task, HardwareReport | None, error text
-
-
-class _ProbeTask(QRunnable):
-    def __init__(self, profile: str | None, disk_path: str | None) -> None:
-        super().__init__()
-        self.profile, self.disk_path = profile, disk_path
-        self.signals = _ProbeSignals()
-
-    def run(self) -> None:
-        try:
-            report = load_hardware(self.profile, disk_path=self.disk_path)
-        except HardwareProfileError as exc:
-            self.signals.sig_done.emit(self, None, str(exc))
-            return
-        self.signals.sig_done.emit(self, report, "")
 
 
 class GpuCard(QFrame):
@@ -80,7 +62,8 @@ class HardwarePanel(QFrame):
         self.setObjectName("hardware_panel")
         self.report: HardwareReport | None = None
         self.disk_path = disk_path
-        self._tasks: set[_ProbeTask] = set()
+        self.worker = Worker(self)
+        self._probe: Job | None = None
         layout = QVBoxLayout(self)
         top = QHBoxLayout()
         top.addWidget(QLabel("<b>Hardware</b>"))
@@ -109,31 +92,29 @@ class HardwarePanel(QFrame):
         self.picker.currentIndexChanged.connect(lambda _i: self.refresh())
 
     def refresh(self) -> None:
-        """Probe (or load the chosen profile) on a pool thread."""
+        """Probe (or load the chosen profile) on the worker thread; a newer choice replaces an older one."""
         self.status.setText("Reading the hardware…")
-        task = _ProbeTask(self.picker.currentData(), self.disk_path)
-        task.setAutoDelete(False)
-        self._tasks.add(task)
-        # A bound method of this widget, so the result is queued to the GUI thread.
-        task.signals.sig_done.connect(self._done)
-        QThreadPool.globalInstance().start(task)
+        if self._probe is not None:
+            self._probe.cancel()
+        self._probe = self.worker.run(load_hardware, self.picker.currentData(), disk_path=self.disk_path,
+                                      on_done=self.show_report, on_failed=self._failed,
+                                      expected=(HardwareProfileError,))
 
     def load_now(self, profile: str | None) -> None:
-        """Load synchronously (self-test, tests with a profile file)."""
+        """Load synchronously (self-test, tests with a profile file); a probe still running is dropped."""
+        if self._probe is not None:
+            self._probe.cancel()
         try:
             self.show_report(load_hardware(profile, disk_path=self.disk_path))
         except HardwareProfileError as exc:
             self.status.setText(f"⚠ {exc}")
 
-    def _done(self, task: _ProbeTask, report: HardwareReport | None, error: str) -> None:
-        self._tasks.discard(task)
-        if report is None:
-            self.status.setText(f"⚠ {error}")
-            return
-        self.show_report(report)
+    def _failed(self, error: BaseException) -> None:
+        self.status.setText(f"⚠ {error}")
 
-    def wait(self, msecs: int = 30000) -> None:
-        QThreadPool.globalInstance().waitForDone(msecs)
+    def wait(self, timeout_s: float = 30.0) -> None:
+        """Let a running probe finish and show its result (self-test, tests, shutdown)."""
+        self.worker.wait(timeout_s)
 
     def show_report(self, report: HardwareReport) -> None:
         self.report = report

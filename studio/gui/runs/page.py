@@ -26,21 +26,21 @@ from studio.core.runs.history import RunSummary, delete_run, import_run, list_ru
 from studio.core.runs.run_model import RunModel, replay_run
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
-from studio.gui.run_controller import RunController, controller_for
+from studio.gui.run_controller import RunController
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.run_header import RunHeader
-from studio.gui.widgets.run_plots import LossOverlay, TrainPlots
+from studio.gui.widgets.run_plots import LossOverlay, RunPlots
 
 
 class RunsPage(Page):
     title = "Runs"
     page_id = "page_runs"
 
-    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+    def __init__(self, context: StudioContext, controller: RunController, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self.controller: RunController = controller_for(context)
+        self.controller = controller
         # Asked before deleting; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
         self.table = RunsTable()
@@ -48,7 +48,7 @@ class RunsPage(Page):
         self.message.setObjectName("runs_message")
         self.message.setWordWrap(True)
         self.header = RunHeader()
-        self.plots = TrainPlots(live=False)
+        self.plots = RunPlots(live=False)
         self.overlay = LossOverlay()
         self.queue = QueuePanel(self.controller)
         self.views = QTabWidget()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,20 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.scan import DatasetError, scan_concept
+from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
+from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.report import HardwareProfileError
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
-from studio.gui.run_controller import RunController, controller_for
+from studio.gui.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
-from studio.gui.widgets.run_plots import TrainPlots
+from studio.gui.widgets.run_plots import RunPlots
 
 DEMO_TIMEOUT_S = 900.0
 STOP_WAIT_S = 60.0
@@ -39,9 +42,9 @@ class TrainPage(Page):
     title = "Train"
     page_id = "page_train"
 
-    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+    def __init__(self, context: StudioContext, controller: RunController, parent: QWidget | None = None) -> None:
         super().__init__(context, parent)
-        self.controller: RunController = controller_for(context)
+        self.controller = controller
         self.detach_on_close = False
         # Asked before a run that may not fit; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
@@ -63,7 +66,7 @@ class TrainPage(Page):
         self.estimate.setObjectName("train_estimate")
         self.header = RunHeader()
         self.banner = ErrorBanner()
-        self.plots = TrainPlots()
+        self.plots = RunPlots()
         self.samples = SamplesGallery()
         self.console = ConsolePane()
         self.tabs = QTabWidget()
@@ -154,30 +157,33 @@ class TrainPage(Page):
         if ctx.config is None:
             detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
             return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
-        try:
-            from studio.core.dataset.scan import scan_dataset
-
-            images = scan_dataset(ctx.config.dataset, ctx.project.root)
-        except Exception as exc:  # DatasetError and unreadable folders: the message says where
-            return None, f"The dataset cannot be used: {exc}"
+        images = 0
+        for concept in ctx.config.dataset.concepts:
+            try:
+                images += len(scan_concept(concept, ctx.project.root))
+            except DatasetError as exc:  # a missing folder, or a file: the message names it
+                return None, f"The dataset cannot be used: {exc}"
+            except OSError as exc:  # a folder that cannot be read (permissions, a drive gone)
+                return None, f"The dataset cannot be used: the folder {concept.path} cannot be read ({exc})."
         if not images:
             paths = ", ".join(c.path for c in ctx.config.dataset.concepts)
             return None, f"No images found in {paths}; add images on the Dataset page."
         return ctx.config, ""
 
     def vram_estimate(self, config: TrainConfig) -> tuple[float, float] | None:
-        """(estimate MB, card MB) when the memory estimator and a GPU are there."""
-        try:
-            memory = importlib.import_module("studio.core.hardware.estimate")
-            from studio.core.hardware.probe import load_hardware
+        """(estimate MB, card MB) when there is a GPU to plan for.
 
+        Without an estimate the run still starts; the estimate label says why there is none.
+        """
+        try:
             gpus = load_hardware(self.context.hardware_file).gpus
             if not gpus:
                 return None
-            estimate = memory.estimate_vram(config, gpus[0])
-            return float(estimate.total_mb), float(gpus[0].total_mb)
-        except Exception:  # the estimator is optional; a missing one must not block training
+            estimate = estimate_vram(config, gpus[0])
+        except (HardwareProfileError, ArchitectureDataError) as exc:
+            self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return None
+        return float(estimate.total_mb), float(gpus[0].total_mb)
 
     def start_training(self) -> bool:
         config, problem = self.check_config()

@@ -57,7 +57,10 @@ class GpuMemorySampler(QObject):
     def _init(self) -> bool:
         try:
             import pynvml
-
+        except ImportError as exc:
+            log.info("NVML unavailable (%s); GPU memory comes from the trainer's events only", exc)
+            return False
+        try:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
             for i in range(count):
@@ -67,7 +70,7 @@ class GpuMemorySampler(QObject):
                 self._handles.append(handle)
                 self.gpus.append(GpuTrace(i, str(name), info.total / 2**20))
             self._nvml = pynvml
-        except Exception as exc:  # no driver, no library, no GPU: nothing to show
+        except pynvml.NVMLError as exc:  # no driver, no GPU: nothing to show
             log.info("NVML unavailable (%s); GPU memory comes from the trainer's events only", exc)
             self._handles, self.gpus = [], []
             return False
@@ -80,7 +83,7 @@ class GpuMemorySampler(QObject):
         for gpu, handle in zip(self.gpus, self._handles, strict=True):
             try:
                 info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-            except Exception:
+            except self._nvml.NVMLError:  # the GPU fell off the bus or the driver was reloaded
                 continue
             gpu.times.append(now)
             gpu.used.append(info.used / 2**20)

@@ -19,7 +19,7 @@ from studio.gui.widgets.gpu_memory import GpuMemorySampler
 from studio.gui.widgets.plot_items import FollowRange, TickGrid
 
 VRAM_WARN_FRACTION = 0.95
-# Gap between the redraws of two plots of a live run (see TrainPlots.refresh): each of the
+# Gap between the redraws of two plots of a live run (see RunPlots.refresh): each of the
 # four plots is redrawn about 6 times a second, and the window gets time in between.
 STAGGER_MS = 40
 # Downsampling bins per pixel: "peak" mode keeps each bin's min and max, so one bin per
@@ -133,12 +133,12 @@ class LossPlot(QWidget):
         return self._ema_len
 
 
-class TrainPlots(QWidget):
+class RunPlots(QWidget):
     """The four plots of a run, fed from a RunModel; NVML memory is added while live."""
 
     def __init__(self, parent: QWidget | None = None, live: bool = True) -> None:
         super().__init__(parent)
-        self.setObjectName("train_plots")
+        self.setObjectName("run_plots")
         self.loss = LossPlot()
         self.lr = _plot("Learning rate", "lr", "step")
         self.lr_curve = _curve(self.lr, "#2ca02c")

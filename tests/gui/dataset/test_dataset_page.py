@@ -52,6 +52,39 @@ def test_shutdown_flushes_text_typed_just_now(qtbot, page: DatasetPage) -> None:
     assert (images(page) / "a.txt").read_text(encoding="utf-8") == "typed right before closing"
 
 
+def test_captions_that_cannot_be_saved_go_to_a_recovery_file_in_the_data_folder(  # type: ignore[no-untyped-def]
+        qtbot, page: DatasetPage) -> None:
+    import json
+    import os
+
+    folder = images(page)
+    (folder / "c.txt").mkdir()  # a folder where the caption file would go: the write fails
+    (folder / "d.txt").unlink()
+    (folder / "d.txt").mkdir()
+    page.select_path(folder / "c.png")
+    type_caption(qtbot, page, "yellow, triangle")
+    page.select_path(folder / "d.png")
+    type_caption(qtbot, page, "green square, kept")
+    page.select_path(folder / "a.png")
+    type_caption(qtbot, page, "saved normally")
+    said: list[str] = []
+    page.context.sig_status.connect(said.append)
+    cache = Path(os.environ["STUDIO_CACHE_DIR"])
+    cache_before = sorted(p.relative_to(cache) for p in cache.rglob("*") if "thumbnails" not in p.parts)
+    page.shutdown()
+    recovery = Path(os.environ["STUDIO_DATA_DIR"]) / "recovery"
+    files = list(recovery.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("unsaved-captions-")  # no half-written temporary left
+    assert json.loads(files[0].read_text(encoding="utf-8")) == {
+        str(folder / "c.png"): "yellow, triangle", str(folder / "d.png"): "green square, kept"}
+    assert said[-1] == f"2 captions could not be saved; they are kept in {files[0]}."
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "saved normally"
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*") if "thumbnails" not in p.parts) == cache_before
+    (folder / "c.txt").rmdir()  # the fixture's own shutdown then saves normally
+    (folder / "d.txt").rmdir()
+    (folder / "d.txt").write_text("green, square", encoding="utf-8")
+
+
 def test_caption_for_uncaptioned_image_creates_sidecar(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
     page.select_path(images(page) / "c.png")
     type_caption(qtbot, page, "yellow, triangle")
@@ -208,8 +241,8 @@ def test_thumbnail_helper_that_dies_is_replaced(qtbot, page: DatasetPage) -> Non
     loader = page.loader
     first, second = images(page) / "a.png", images(page) / "b.png"
     qtbot.waitUntil(lambda: loader.pixmap(first) is not None, timeout=20000)
-    assert loader._worker is not None
-    loader._worker._process.kill()  # as if a broken file crashed the image decoder
+    assert loader._helper is not None
+    loader._helper._process.kill()  # as if a broken file crashed the image decoder
     loader.forget(second)
     qtbot.waitUntil(lambda: loader.pixmap(second) is not None or loader.failed(second), timeout=20000)
     qtbot.waitUntil(lambda: loader.pixmap(second) is not None, timeout=20000)

@@ -10,13 +10,13 @@ from pytestqt.qtbot import QtBot
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
-from studio.gui.run_controller import controller_for
 from studio.gui.runs.page import RunsPage
 from tests.gui.training.conftest import fake_command, make_project
 
 
 def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: str) -> Path:
-    ctl = controller_for(context, fake_command(*extra))
+    ctl = context.run_controller
+    ctl.command_factory = fake_command(*extra)
     assert context.project is not None
     run_dir = ctl.start_config(cfg, context.project.root)
     assert run_dir is not None
@@ -25,7 +25,7 @@ def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: s
 
 
 def make_page(qtbot: QtBot, context: StudioContext) -> RunsPage:
-    page = RunsPage(context)
+    page = RunsPage(context, context.run_controller)
     page.confirm = lambda _title, _text: True
     qtbot.addWidget(page)
     return page
@@ -70,7 +70,7 @@ def test_resume_runs_through_the_controller(qtbot: QtBot, context: StudioContext
         commands.append(list(plan.command))  # type: ignore[attr-defined]
         return fake_command("--steps", "3", "--rate", "1000")(plan)  # type: ignore[arg-type]
 
-    controller_for(context).command_factory = factory
+    context.run_controller.command_factory = factory
     page.refresh()
     page.table.select_paths([run.name])
     assert page.buttons["resume"].isEnabled()
@@ -108,7 +108,7 @@ def test_import_zip_is_marked_remote(qtbot: QtBot, context: StudioContext, confi
 def test_queue_runs_configs_in_order_and_holds(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    controller_for(context, fake_command("--steps", "5", "--rate", "1000"))
+    context.run_controller.command_factory = fake_command("--steps", "5", "--rate", "1000")
     page = make_page(qtbot, context)
     paths = []
     for name in ("one", "two", "three"):

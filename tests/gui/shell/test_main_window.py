@@ -128,3 +128,38 @@ def test_demo_caption_edited_then_window_closed_is_in_the_sidecar(qtbot, tmp_pat
     qtbot.keyClicks(page.editor.text, "sks, a shape I captioned myself")
     win.close()  # straight away: the debounce has not fired yet
     assert sidecar.read_text(encoding="utf-8") == "sks, a shape I captioned myself"
+
+
+def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow, tmp_path: Path, qtbot,
+                                                             monkeypatch) -> None:
+    import studio.gui.main_window as main_window
+    from studio.core.project.demo import create_demo_project
+
+    script = "import sys; print('building the tiny model'); print('out of disk space', file=sys.stderr); sys.exit(3)"
+    monkeypatch.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", script])
+    project = create_demo_project(tmp_path / "demo")
+    shown: list[str] = []
+    window.context.sig_status.connect(shown.append)
+    window.build_demo_model(project)
+    assert shown == ["Building the demo's tiny model…"] and window.model_builder.is_running()
+    window.build_demo_model(project)  # asked again while building: nothing new starts
+    qtbot.waitUntil(lambda: not window.model_builder.is_running(), timeout=10000)
+    assert shown[-1].startswith("Building the demo model failed (exit 3).")
+    assert "out of disk space" in shown[-1]
+    log = tmp_path / "demo" / "models" / "tiny-sd15.log"
+    assert "building the tiny model" in log.read_text(encoding="utf-8") and str(log) in shown[-1]
+
+
+def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path: Path, qtbot, monkeypatch) -> None:
+    import psutil
+
+    import studio.gui.main_window as main_window
+    from studio.core.project.demo import create_demo_project
+
+    monkeypatch.setattr(main_window, "model_command",
+                        lambda _project: [sys.executable, "-c", "import time; time.sleep(60)"])
+    window.build_demo_model(create_demo_project(tmp_path / "demo"))
+    qtbot.waitUntil(lambda: window.model_builder.pid() > 0, timeout=10000)
+    builder = psutil.Process(window.model_builder.pid())
+    window.close()
+    assert not builder.is_running() or builder.status() == psutil.STATUS_ZOMBIE

@@ -69,6 +69,4 @@ def context(qtbot: object, tmp_path: Path) -> Iterator[object]:
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     ctx = StudioContext(settings)
     yield ctx
-    from studio.gui.run_controller import controller_for
-
-    controller_for(ctx).shutdown()
+    ctx.run_controller.shutdown()

@@ -10,15 +10,14 @@ from pytestqt.qtbot import QtBot
 from studio.core.config.schema import TrainConfig
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
-from studio.gui.run_controller import controller_for
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import fake_command, make_project
 
 
 def make_page(qtbot: QtBot, context: StudioContext, *extra: str) -> TrainPage:
-    controller_for(context, fake_command(*extra))
-    page = TrainPage(context)
+    context.run_controller.command_factory = fake_command(*extra)
+    page = TrainPage(context, context.run_controller)
     qtbot.addWidget(page)
     return page
 
@@ -71,7 +70,7 @@ def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioC
     assert page.tabs.currentWidget() is page.console
     assert "boom at step 10" in page.console.selected_line()
     # Still usable: the next run starts and finishes.
-    controller_for(context, fake_command("--steps", "5"))
+    context.run_controller.command_factory = fake_command("--steps", "5")
     assert page.start_training()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert page.controller.model.status == "finished"
@@ -96,6 +95,34 @@ def test_no_images_blocks_start_with_a_message(qtbot: QtBot, context: StudioCont
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_missing_dataset_folder_is_named(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                        tmp_path: Path) -> None:
+    import shutil
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    shutil.rmtree(tmp_path / "data" / "shapes")
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert "The dataset cannot be used" in page.message.text()
+    assert str(tmp_path / "data" / "shapes") in page.message.text() and "does not exist" in page.message.text()
+
+
+def test_an_unreadable_hardware_profile_is_said_and_does_not_block_training(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "3", "--rate", "1000")
+    context.hardware_file = "rtx4090-24gb"
+    need, have = page.vram_estimate(config) or (0.0, 0.0)
+    assert 0 < need < have == 24564
+    broken = tmp_path / "my-gpu.json"
+    broken.write_text("{ not json", encoding="utf-8")
+    context.hardware_file = str(broken)
+    assert page.start_training()  # the estimate only informs; the run starts without it
+    assert "No VRAM estimate" in page.estimate.text() and "my-gpu.json: not valid JSON" in page.estimate.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.controller.model.status == "finished"
+
+
 def test_no_project_says_what_to_do(qtbot: QtBot, context: StudioContext) -> None:
     page = make_page(qtbot, context)
     assert not page.start_training()
@@ -111,7 +138,7 @@ def test_replay_self_test(qtbot: QtBot, context: StudioContext, config: TrainCon
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     run_dir = page.controller.model.run_dir
     assert run_dir is not None
-    other = TrainPage(context)
+    other = TrainPage(context, context.run_controller)
     qtbot.addWidget(other)
     result = other.self_test(SelfTestOptions(replay=run_dir))
     assert result["replay_events"] == 1 + 2 + 25 + 1  # run_started, two caching phases, steps, run_finished

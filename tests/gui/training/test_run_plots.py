@@ -8,7 +8,7 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RankMemory, RunFinished, RunStarted, Step
 from studio.core.runs.run_model import RunModel
-from studio.gui.widgets.run_plots import TrainPlots
+from studio.gui.widgets.run_plots import RunPlots
 
 
 def _model(steps: int, total: int = 100) -> RunModel:
@@ -20,15 +20,15 @@ def _model(steps: int, total: int = 100) -> RunModel:
     return model
 
 
-def _plots(qtbot: QtBot) -> TrainPlots:
-    plots = TrainPlots(live=False)
+def _plots(qtbot: QtBot) -> RunPlots:
+    plots = RunPlots(live=False)
     qtbot.addWidget(plots)
     plots.resize(1000, 700)
     plots.show()
     return plots
 
 
-def _lengths(plots: TrainPlots) -> list[int]:
+def _lengths(plots: RunPlots) -> list[int]:
     memory = plots._rank_curves.get(0)
     return [len(plots.loss.raw.getData()[1] if plots.loss.raw.getData()[1] is not None else []),
             len(plots.lr_curve.getData()[1] if plots.lr_curve.getData()[1] is not None else []),
@@ -122,7 +122,7 @@ def test_nvml_memory_is_drawn_against_the_card_and_warns_past_95_percent(
 
     nvml = _FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    plots = TrainPlots(live=True)
+    plots = RunPlots(live=True)
     qtbot.addWidget(plots)
     plots.show()
     model = _model(5)

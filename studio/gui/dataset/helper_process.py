@@ -4,6 +4,10 @@ Checking and thumbnailing thousands of images is Python work; in a thread of the
 process it would hold the interpreter lock and every paint would wait for it. In a helper
 process it only costs CPU, at a lower priority. Messages are read on the GUI thread by a
 timer, a few milliseconds at a time, so a burst of results never freezes the window.
+
+This is not the studio's command wrapper (`gui/process.py`): a command writes text to a
+console file and may outlive the window; a helper runs a Python function, trades Python
+objects with the window (pixels, problems in chunks) and ends with it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ POLL_MS = 15
 SLICE_S = 0.006  # longest stretch spent reading messages per timer tick
 
 
-class WorkerProcess(QObject):
+class HelperProcess(QObject):
     """Runs `target(conn, *args)` in a fresh interpreter (spawn: no copy of Qt's threads or state)."""
 
     sig_message = Signal(object)
