@@ -25,6 +25,7 @@ from studio.core.hardware.memory_data import (
 from studio.core.hardware.memory_parts import MemoryPart, run_facts
 from studio.core.hardware.report import GPUInfo
 from studio.core.hardware.sampling_plan import (
+    VAE_TILE_PX,
     SamplingStages,
     needs_tiling,
     sample_size,
@@ -118,13 +119,13 @@ def _copy_step_terms(est: VramEstimate, step: TrainingStep) -> None:
 
 def _note_sampling(est: VramEstimate, stages: SamplingStages, side: int) -> None:
     if stages.tiled:
-        est.notes.append(f"sample images decode in tiles ({side} px images): sampling.vae_tiling")
-    if stages.peak_mb <= est.training_peak_mb:
+        est.notes.append(f"sample images are decoded in {VAE_TILE_PX} px tiles (sampling.vae_tiling)")
+    if stages.peak_mb <= max(est.training_peak_mb, est.caching_peak_mb):
         return
     fixes = "sampling.vae_tiling = \"on\", a smaller sampling.size or no samples lower it" if not stages.tiled \
         else "a smaller sampling.size or no samples lower it"
-    est.notes.append(f"sample images are the peak ({stages.peak_mb / 1024:.1f} GB, {stages.largest} "
-                     f"{side} px images on top of what the training steps hold); {fixes}")
+    est.notes.append(f"sample images are the peak ({stages.peak_mb / 1024:.1f} GB while {stages.largest} for "
+                     f"{side} px images, on top of what the training steps hold); {fixes}")
 
 
 def _add_phase_part(est: VramEstimate) -> None:
