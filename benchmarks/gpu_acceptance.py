@@ -327,7 +327,8 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
     within the time budget; collect each as it ends and write the results after every one."""
     rows = {p.id: Row(p.id, p.family, p.min_vram_gb) for p in presets}
     models = start_models(sorted({p.family for p in presets}), work, dict(args.model), args.dry_run)
-    pending, running, jobs = list(presets), [], args.jobs
+    pending, jobs = list(presets), args.jobs
+    running: list[Job] = []
     began = time.monotonic()
     while pending or running:
         for job in [j for j in running if j.process.poll() is not None
@@ -347,7 +348,7 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
                 rows[preset.id].status = ready if isinstance(ready, str) else "skipped: out of time"
                 continue
             room = gpu.total_mb * 0.85 - sum((j.row.estimate_gb or 0) * GB for j in running)
-            if len(running) >= jobs or (running and _estimate_mb(preset) > room):
+            if len(running) >= jobs or (bool(running) and _estimate_mb(preset) > room):
                 break
             pending.remove(preset)
             running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run))

@@ -8,6 +8,7 @@ NVML peaks (`resources/architectures/gpu_peaks.json`); on the CPU it is peak RSS
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
@@ -48,17 +49,17 @@ class RunFacts:
     def full(self) -> bool:
         return self.config.method.kind == "dreambooth"
 
-    @property
+    @cached_property
     def frozen(self) -> str:
         """The frozen weights' dtype: the config's on a GPU, fp32 on the CPU."""
         return resolved_weight_dtype(self.config) if self.gpu else "fp32"
 
-    @property
+    @cached_property
     def fp8(self) -> bool:
         """LoRA over a frozen denoiser kept in fp8 (a CPU run keeps its weights as they are)."""
         return self.config.model.fp8_base and self.gpu and not self.full
 
-    @property
+    @cached_property
     def batch(self) -> int:
         prior = any(c.uses_prior_preservation for c in self.config.dataset.concepts)
         return self.config.training.batch_size * (2 if prior else 1)
@@ -71,11 +72,11 @@ class RunFacts:
     def native(self) -> int:
         return int(self.arch["native_resolution"])
 
-    @property
+    @cached_property
     def device_calibration(self) -> dict[str, Any]:
-        return dict(self.calibration[self.device])
+        return self.calibration[self.device]
 
-    @property
+    @cached_property
     def slack(self) -> float:
         """The caching allocator's share over what a transient holds (none on the CPU)."""
         return float(self.calibration["gpu"]["allocator_fraction"]) if self.gpu else 0.0
