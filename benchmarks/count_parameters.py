@@ -89,6 +89,9 @@ def count_component(family: str, name: str) -> dict[str, Any]:
         if blocks is not None:
             entry["blocks"] = len(blocks)
         entry["lora_targets"] = lora_targets(model, SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS)
+        # With fp8 base weights each layer is widened to the training precision while it runs.
+        entry["largest_layer_params"] = max(m.weight.numel() for m in model.modules()
+                                            if isinstance(m, (nn.Linear, nn.Conv2d)))
     elif role.startswith("text_encoder") and class_name.startswith("CLIP"):
         entry["lora_targets"] = lora_targets(model, TEXT_LORA_TARGETS)
     if class_name == "AutoencoderKL":

@@ -1,10 +1,17 @@
-"""`studio-train estimate CONFIG [--hardware FILE] [--json]`: peak VRAM of a config, and what makes it fit."""
+"""`studio-train estimate [CONFIG] [--preset NAME] [--hardware PROFILE] [--json]`: peak VRAM of a config or
+a preset, and what makes it fit.
+
+A preset (a shipped id, one of the person's own, or a preset file) is estimated as a
+person runs it: applied to CONFIG when one is given (else to a placeholder project), with
+its sample images on; its promise (min_vram_gb) is printed against the estimate.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from studio.cli import EXIT_INVALID, EXIT_OK
@@ -13,22 +20,26 @@ FIT_WORDS = {"fits": "fits", "tight": "fits, but tight (within 10%)", "does_not_
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("estimate", help="estimate the peak VRAM of a config on this GPU or a profile")
-    parser.add_argument("config", help="a TrainConfig TOML file")
-    parser.add_argument("--hardware", metavar="FILE",
+    parser = sub.add_parser("estimate", help="estimate the peak VRAM of a config or a preset on this GPU or a profile")
+    parser.add_argument("config", nargs="?", help="a TrainConfig TOML file (or a preset file)")
+    parser.add_argument("--preset", metavar="NAME",
+                        help="a preset id (`studio-train presets` lists them) or a preset file, "
+                             "estimated with its sample images on")
+    parser.add_argument("--hardware", metavar="PROFILE",
                         help="a hardware profile (JSON file or shipped name, e.g. rtx3060-12gb) instead of probing")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.toml_file import load_config
-    from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
-    from studio.core.hardware.fixes import suggest_fixes
     from studio.core.hardware.probe import load_hardware
     from studio.core.hardware.report import HardwareProfileError
 
-    config = load_config(args.config)
+    try:
+        preset, project = _inputs(args)
+    except LookupError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_INVALID
     try:
         report = load_hardware(args.hardware)
     except HardwareProfileError as exc:
@@ -36,19 +47,69 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     # Every process of a data-parallel run holds a full copy, so one GPU is representative.
     gpu = report.gpus[0] if report.gpus else None
-    estimate = estimate_vram(config, gpu)
+    if preset is None:
+        return _report(project, gpu, report.summary(), None, args.json)
+    from studio.core.hardware.preset_estimate import estimate_preset, preset_config
+
+    result = estimate_preset(preset, gpu, project)
+    if gpu is None and not args.json:
+        print("No GPU found here: the preset is estimated on a card of its promised size "
+              "(--hardware PROFILE picks another).")
+    return _report(preset_config(preset, project), result.gpu, report.summary(), result, args.json)
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(preset or None, the project's config or None); LookupError names what is missing."""
+    from studio.core.config.presets import get_preset, load_preset
+    from studio.core.config.toml_file import load_config
+
+    preset = None
+    config_path = Path(args.config) if args.config else None
+    if config_path is not None and _is_preset_file(config_path):
+        preset, config_path = load_preset(config_path), None
+    if args.preset:
+        named = Path(args.preset)
+        if named.suffix == ".toml" and named.is_file():
+            preset = load_preset(named)
+        else:
+            try:
+                preset = get_preset(args.preset)
+            except KeyError as exc:
+                raise LookupError(f"{exc.args[0]} (or give a preset file's path)") from None
+    if preset is None and config_path is None:
+        raise LookupError("give a config file, or --preset NAME (`studio-train presets` lists the names)")
+    return preset, load_config(config_path) if config_path is not None else None
+
+
+def _is_preset_file(path: Path) -> bool:
+    from studio.core.config.toml_file import parse_toml
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError:
+        return False  # load_config says what is wrong with it
+    return "preset" in parse_toml(text, str(path))
+
+
+def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool) -> int:
+    from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
+    from studio.core.hardware.fixes import suggest_fixes
+
+    estimate = preset_result.estimate if preset_result else estimate_vram(config, gpu)
     verdict = fit(estimate, gpu) if gpu else None
     suggestions = suggest_fixes(config, gpu) if gpu else []
     warning = other_processes_warning(gpu) if gpu else None
-    if args.json:
+    if as_json:
         print(json.dumps({
-            "hardware": report.summary(), "gpu": gpu.name if gpu else None,
+            "hardware": hardware, "gpu": gpu.name if gpu else None,
             "available_mb": gpu.free_mb if gpu else None, "fit": verdict, "estimate": estimate.to_dict(),
-            "warning": warning,
+            "warning": warning, "preset": _preset_json(preset_result),
             "suggestions": [{"title": s.title, "description": s.description, "changes": s.changes,
                              "total_mb": round(s.estimate.total_mb), "fit": s.fit} for s in suggestions],
         }, indent=2))
         return EXIT_OK
+    if preset_result is not None:
+        _print_promise(preset_result)
     where = f"{gpu.name} ({gpu.free_mb / 1024:.1f} of {gpu.total_mb / 1024:.1f} GB free)" if gpu else \
         "no GPU: the CPU (fp32; peak RAM)"
     print(f"{config.model.family} {config.method.kind}, {config.dataset.resolution} px, "
@@ -58,16 +119,39 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'Peak':<34} {estimate.total_gb:7.2f} GB")
     if estimate.caching_peak_mb:
         print(f"  {'(caching phase peak)':<34} {estimate.caching_peak_mb / 1024:7.2f} GB")
+    if estimate.sampling_peak_mb:
+        print(f"  {'(sample images peak)':<34} {estimate.sampling_peak_mb / 1024:7.2f} GB")
     for note in estimate.notes:
         print(f"  note: {note}")
     if warning:
         print(f"Warning: {warning}")
     if verdict:
         print(f"Verdict: {FIT_WORDS[verdict]}")
+    _print_suggestions(suggestions, verdict)
+    return EXIT_OK
+
+
+def _preset_json(result: Any) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    return {"id": result.preset.id, "title": result.preset.title, "promise_gb": result.promise_gb,
+            "estimate_gb": round(result.estimate.total_gb, 2), "with_samples": True,
+            "keeps_promise": result.keeps_promise, "card": result.gpu.name}
+
+
+def _print_promise(result: Any) -> None:
+    preset = result.preset
+    print(f"Preset {preset.id} ({preset.title}): {result.summary()} on {result.gpu.name}")
+    if result.keeps_promise:
+        print("  The estimate keeps the promise.")
+    else:
+        print(f"  The estimate is over the promise by {result.estimate.total_gb - result.promise_gb:.1f} GB.")
+
+
+def _print_suggestions(suggestions: list[Any], verdict: str | None) -> None:
     for i, s in enumerate(suggestions, 1):
         changes = ", ".join(f"{k} = {json.dumps(v)}" for k, v in s.changes.items())
         print(f"  {i}. {s.title}: {changes} -> {s.estimate.total_gb:.1f} GB ({FIT_WORDS[s.fit]})")
         print(f"     {s.description}")
     if verdict == "does_not_fit" and (not suggestions or suggestions[-1].fit == "does_not_fit"):
         print("  No combination of these changes fits this GPU; choose a larger GPU or a smaller model.")
-    return EXIT_OK

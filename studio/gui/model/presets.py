@@ -14,9 +14,10 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.presets import Preset, apply_preset
+from studio.core.config.presets import Preset
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import Fit, estimate_vram, fit
+from studio.core.hardware.estimate import Fit, fit
+from studio.core.hardware.preset_estimate import SAMPLE_EVERY_N_STEPS, PresetEstimate, estimate_preset
 from studio.core.hardware.report import GPUInfo
 from studio.gui.page import named
 
@@ -28,12 +29,12 @@ BADGES: dict[str, tuple[str, str]] = {
 }
 
 
-def preset_fit(config: TrainConfig, preset: Preset, gpu: GPUInfo | None) -> tuple[str, float]:
-    """(badge key, estimate in MB) of `preset` applied to `config` on `gpu`."""
-    candidate = apply_preset(config, preset)
-    estimate = estimate_vram(candidate, gpu)
-    verdict: str = fit(estimate, gpu) if gpu is not None else "cpu"
-    return verdict, estimate.total_mb
+def preset_fit(config: TrainConfig, preset: Preset, gpu: GPUInfo | None) -> tuple[str, PresetEstimate]:
+    """(badge key, the estimate with samples) of `preset` applied to `config` on `gpu`
+    (on a card of the promised size when no GPU is chosen)."""
+    result = estimate_preset(preset, gpu, config)
+    verdict: str = fit(result.estimate, gpu) if gpu is not None else "cpu"
+    return verdict, result
 
 
 class PresetCard(QFrame):
@@ -70,7 +71,7 @@ class PresetCard(QFrame):
         if config is None:
             return
         try:
-            self.verdict, mb = preset_fit(config, self.preset, gpu)
+            self.verdict, result = preset_fit(config, self.preset, gpu)
         except ConfigError as exc:
             self.verdict = "does_not_fit"
             self.badge.setText("Invalid")
@@ -79,8 +80,12 @@ class PresetCard(QFrame):
         word, colour = BADGES[self.verdict]
         self.badge.setText(word)
         self.badge.setStyleSheet(f"color: white; background: {colour}; padding: 2px 6px; border-radius: 4px;")
-        where = "GPU" if gpu is not None else "RAM"
-        self.estimate.setText(f"Needs about {mb / 1024:.1f} GB {where} (tier: {self.preset.min_vram_gb:g} GB)")
+        over = "" if result.keeps_promise else " — over its promise"
+        self.estimate.setText(result.summary() + over)
+        where = gpu.name if gpu is not None else f"{result.gpu.name} (no GPU chosen)"
+        parts = "<br>".join(f"{p.label}: {p.mb / 1024:.2f} GB" for p in result.estimate.parts if p.mb > 0)
+        self.estimate.setToolTip(f"Estimated on {where}, with sample images every "
+                                 f"{config.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS} steps:<br>{parts}")
 
 
 class PresetList(QWidget):

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from fixtures.checkpoints import CONV_IN, SD15, SDXL, write_checkpoint
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox, QWidget
 
-from studio.core.config.presets import get_preset
+from studio.core.config.presets import apply_preset, get_preset, list_presets, save_user_preset
 from studio.core.config.toml_file import load_config
+from studio.core.hardware.preset_estimate import estimate_preset
 from studio.core.project.folder import create_project
 from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
@@ -149,3 +150,21 @@ def test_a_picked_checkpoint_shows_its_kind_and_the_family_follows_it(make_page,
                                {**SD15, CONV_IN: [320, 9, 3, 3]})
     page.choose_base(str(inpaint))
     assert "is a Stable Diffusion 1.x inpainting checkpoint: the studio trains text-to-image models only" in status.text()
+
+
+def test_preset_cards_show_the_promise_against_the_estimate_with_samples(make_page, qtbot) -> None:
+    page = make_page("rtx3060-12gb")
+    card = page.findChild(QWidget, "preset_card_sdxl-lora-8gb")
+    label = card.findChild(QLabel, "preset_estimate")
+    expected = estimate_preset(get_preset("sdxl-lora-8gb"), page.gpu, page.config)
+    assert label.text() == f"promises 8 GB · estimated {expected.estimate.total_gb:.1f} GB with samples"
+    assert expected.keeps_promise and card.findChild(QLabel, "fit_badge").text() == "Fits"
+    assert label.toolTip().startswith("Estimated on NVIDIA GeForce RTX 3060, with sample images every 100 steps")
+
+    # A preset whose promise the estimate breaks says so on its card.
+    sdxl = apply_preset(page.config, get_preset("sdxl-lora"))
+    save_user_preset("Optimistic SDXL", sdxl, min_vram_gb=4)
+    page.presets.set_presets(list_presets())
+    page.update_estimates()
+    mine = page.findChild(QWidget, "preset_card_optimistic-sdxl").findChild(QLabel, "preset_estimate")
+    assert mine.text().startswith("promises 4 GB · estimated ") and mine.text().endswith(" — over its promise")

@@ -1,0 +1,413 @@
+"""Every shipped preset on a real GPU: its promise, the studio's estimate and the measured peak.
+
+    python benchmarks/gpu_acceptance.py [--only ID ...] [--steps 16] [--jobs 3] [--out DIR]   # a CUDA machine
+    python benchmarks/gpu_acceptance.py --dry-run --only sd15-lora-6gb --out DIR            # anywhere: the script
+
+For each model family it writes one full-size model with random weights (SD1.5 and SDXL
+as single-file checkpoints, SD3-medium as a diffusers folder without T5), once, in a
+helper process; then it runs every preset through `studio-train run` (`python -m
+studio.cli run CONFIG`, as a person would) on 8 demo images for `--steps` steps with
+sample images every half of them. While a run lasts, NVML is read 20 times a second for
+the run's whole process tree: that peak is what nvidia-smi shows and what the estimate
+predicts. Runs are independent processes, so one that crashes or hangs (a per-run
+timeout) costs only its own row; up to `--jobs` run side by side when their estimates
+fit the card together (NVML counts each process apart; steps are then a little slower).
+Results are written after every run: `gpu_acceptance.json` and `gpu_acceptance.md`
+(preset, promise, estimate, measured peak, error, s/step in steady state, images/s, status).
+
+`--dry-run` runs the same path with tiny models on the CPU (64 px, RSS instead of NVML):
+it checks the script, not the GPU, so it reports no error against the estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPT = "a red square on a white background"
+GB = 1024.0
+
+
+class TreePeak(threading.Thread):
+    """The largest memory of a process and its children, sampled at 20 Hz: NVML on a GPU, RSS on the CPU."""
+
+    def __init__(self, pid: int, gpu: bool) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.gpu = pid, gpu
+        self.peak_mb = 0.0
+        # The whole card over what it held when the run began: for when NVML names no process of ours
+        # (a container with its own process ids) and this run is the only one.
+        self.device_peak_mb = 0.0
+        self.device_base_mb: float | None = None
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        handles = []
+        if self.gpu:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        while not self.halt.wait(0.05):
+            try:
+                tree = [psutil.Process(self.pid), *psutil.Process(self.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            self.peak_mb = max(self.peak_mb, self._gpu_mb(handles, tree) if self.gpu else self._rss_mb(tree))
+
+    def _gpu_mb(self, handles: list[Any], tree: list[Any]) -> float:
+        import pynvml
+
+        pids, used, device = {p.pid for p in tree}, 0, 0
+        for handle in handles:
+            device += pynvml.nvmlDeviceGetMemoryInfo(handle).used
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid in pids and proc.usedGpuMemory:
+                    used += proc.usedGpuMemory
+        if self.device_base_mb is None:
+            self.device_base_mb = device / 2**20
+        self.device_peak_mb = max(self.device_peak_mb, device / 2**20 - self.device_base_mb)
+        return used / 2**20
+
+    @staticmethod
+    def _rss_mb(tree: list[Any]) -> float:
+        import psutil
+
+        sizes = []
+        for proc in tree:
+            try:
+                sizes.append(proc.memory_info().rss)
+            except psutil.NoSuchProcess:
+                continue
+        return max(sizes, default=0) / 2**20  # the trainer's own; the launchers are small
+
+
+def write_model(family: str, folder: Path, tiny: bool) -> Path:
+    """A model of `family` with random weights: tiny, or full size (the single-file checkpoints load fastest)."""
+    if tiny:
+        from studio.train.pipelines.tiny import build_tiny_pipeline
+
+        return build_tiny_pipeline(family, folder / f"tiny-{family}")
+    if family == "sd3":
+        from studio.train.pipelines.full_size import write_full_size_pipeline
+
+        return write_full_size_pipeline("sd3", folder / "sd3", dtype="fp16", t5=False)
+    from studio.train.pipelines.full_size import write_random_checkpoint
+
+    return write_random_checkpoint(folder / f"{family}.safetensors", family)
+
+
+@dataclass
+class Row:
+    preset: str
+    family: str
+    promise_gb: float
+    estimate_gb: float | None = None
+    measured_gb: float | None = None
+    error_pct: float | None = None
+    s_per_step: float | None = None
+    images_per_s: float | None = None
+    status: str = "not run"
+    steps: int = 0
+    torch_reserved_gb: float | None = None
+    seconds: float = 0.0
+    message: str = ""
+    log_tail: str = ""
+    estimate_parts: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    row: Row
+    root: Path
+    config_path: Path
+    every: int
+    process: subprocess.Popen[bytes]
+    sampler: TreePeak
+    started: float
+    log: Any
+
+
+def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) -> tuple[Any, Any]:
+    """(the config as run, the full-size config the estimate reads): the preset over a project of 8 demo images."""
+    from studio.core.config.presets import apply_preset
+    from studio.core.config.schema import TrainConfig
+    from studio.core.dataset.demo_shapes import write_demo_dataset
+    from studio.core.hardware.fixes import apply_changes
+
+    project = TrainConfig.model_validate({
+        "model": {"family": preset.family, "base": str(model)},
+        "dataset": {"concepts": [{"path": str(root / "data")}]},
+        "sampling": {"prompts": [PROMPT]},
+        "output": {"dir": str(root / "runs"), "name": preset.id, "formats": ["diffusers"]},
+    })
+    every = max(1, steps // 2)
+    full = apply_changes(apply_preset(project, preset), {
+        "training.max_steps": steps, "training.epochs": None, "sampling.every_n_steps": every})
+    run = full
+    if dry_run:  # tiny models on the CPU: small images, an optimizer the CPU has
+        run = apply_changes(full, {"dataset.resolution": 64, "dataset.min_bucket": 64, "dataset.max_bucket": 128,
+                                   "sampling.size": 64, "sampling.steps": 2, "training.optimizer": "adamw"})
+    write_demo_dataset(root / "data", count=8, size=run.dataset.resolution, seed=0)
+    return run, full
+
+
+def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool) -> Job:
+    from studio.core.config.toml_file import save_config
+    from studio.core.hardware.estimate import estimate_vram
+
+    root = work / preset.id
+    root.mkdir(parents=True, exist_ok=True)
+    config, full = run_config(preset, model, root, steps, dry_run)
+    estimate = estimate_vram(full, gpu)
+    row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",
+              estimate_parts={p.key: round(p.mb / GB, 3) for p in estimate.parts})
+    config_path = root / "config.toml"
+    save_config(config, config_path)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=str(work / "cache"))
+    log = open(root / "cli.log", "wb")  # noqa: SIM115 - closed when the job is collected
+    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "run", str(config_path)], cwd=REPO, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    sampler = TreePeak(process.pid, gpu=not dry_run)
+    sampler.start()
+    return Job(row, root, config_path, config.sampling.every_n_steps, process, sampler, time.monotonic(), log)
+
+
+def read_run(job: Job, timed_out: bool) -> Row:
+    """The row of a finished (or killed) run: status, steady s/step, images/s, memory."""
+    from studio.core.runs.events import Error, RunFinished, RunStarted, Step, read_events
+
+    row = job.row
+    row.seconds = round(time.monotonic() - job.started, 1)
+    events_files = sorted((job.root / "runs").glob("*/events.jsonl"))
+    events = read_events(events_files[-1]) if events_files else []
+    steps = [e for e in events if isinstance(e, Step)]
+    started = next((e for e in events if isinstance(e, RunStarted)), None)
+    finished = next((e for e in events if isinstance(e, RunFinished)), None)
+    errors = [e for e in events if isinstance(e, Error)]
+    row.steps = len(steps)
+    row.status = "timeout" if timed_out else finished.status if finished else f"exit {job.process.returncode}"
+    row.message = "; ".join(f"{e.kind}: {e.message}" for e in errors)[:500] or (finished.message if finished else "")
+    # Steady state: from the third step on, leaving out the steps right after sample images.
+    gaps = [b.time - a.time for a, b in itertools.pairwise(steps) if a.step >= 2 and a.step % job.every]
+    if gaps:
+        row.s_per_step = round(statistics.median(gaps), 3)
+        row.images_per_s = round((started.effective_batch if started else 1) / row.s_per_step, 2)
+    reserved = [m.reserved_mb for e in steps for m in e.memory if m.reserved_mb]
+    row.torch_reserved_gb = round(max(reserved) / GB, 2) if reserved else None
+    if row.status != "completed":
+        row.log_tail = (job.root / "cli.log").read_bytes()[-2000:].decode("utf-8", "replace")
+    return row
+
+
+def finish_job(job: Job, timed_out: bool, dry_run: bool, alone: bool) -> Row:
+    if timed_out:
+        kill_tree(job.process.pid)
+    job.process.wait()
+    job.sampler.halt.set()
+    job.sampler.join()
+    job.log.close()
+    row = read_run(job, timed_out)
+    peak = job.sampler.peak_mb
+    if not dry_run and not peak and alone:
+        peak = job.sampler.device_peak_mb  # NVML names no process of ours (a container): the card's figure
+    row.measured_gb = round(peak / GB, 2) if peak else None
+    if row.measured_gb and row.estimate_gb and not dry_run:
+        row.error_pct = round((row.estimate_gb / row.measured_gb - 1) * 100, 1)
+    for heavy in job.root.glob("runs/*/output"):
+        shutil.rmtree(heavy, ignore_errors=True)  # DreamBooth writes whole models: keep the disk free
+    return row
+
+
+def kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        family = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
+    def num(value: float | None, fmt: str) -> str:
+        return "—" if value is None else format(value, fmt)
+
+    lines = [f"GPU acceptance, {meta['date']}: {meta['gpu']}; {meta['steps']} steps, samples every "
+             f"{meta['every']} steps, up to {meta['jobs']} runs side by side" + (" (dry run: tiny models on the CPU, "
+             "peak RSS, not comparable with the estimate)" if meta["dry_run"] else ""), "",
+             "| preset | promise | estimate | measured peak | error | s/step | images/s | status |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.preset} | {r.promise_gb:g} GB | {num(r.estimate_gb, '.2f')} GB | "
+                     f"{num(r.measured_gb, '.2f')} GB | {num(r.error_pct, '+.1f')}% | {num(r.s_per_step, '.2f')} | "
+                     f"{num(r.images_per_s, '.2f')} | {r.status} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, rows: list[Row], meta: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_acceptance.json").write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    (out / "gpu_acceptance.md").write_text(markdown(rows, meta))
+
+
+def the_gpu(dry_run: bool) -> Any:
+    from studio.core.hardware.probe import probe_hardware
+    from studio.core.hardware.report import GPUInfo
+
+    report = None if dry_run else probe_hardware()
+    if report is not None and report.gpus:
+        return report.gpus[0]
+    if not dry_run:
+        raise SystemExit("no GPU found: run on a CUDA machine, or pass --dry-run to check the script on the CPU")
+    return GPUInfo(index=0, name="none (dry run)", total_mb=143_771, free_mb=143_771)
+
+
+def start_models(families: list[str], work: Path, given: dict[str, Path], dry_run: bool) -> dict[str, Any]:
+    """One helper process per family writes its model (all at once); given models are used as they are."""
+    started: dict[str, Any] = {}
+    for family in families:
+        if family in given:
+            started[family] = given[family]
+            continue
+        marker = work / "models" / f"{family}.path"
+        command = [sys.executable, str(Path(__file__).resolve()), "--write-model", family, str(work / "models")]
+        log = open(work / f"model-{family}.log", "wb")  # noqa: SIM115 - the helper owns it until it exits
+        started[family] = (subprocess.Popen([*command, *(["--dry-run"] if dry_run else [])], cwd=REPO, stdout=log,
+                                            stderr=subprocess.STDOUT), marker, log)
+    return started
+
+
+def model_ready(entry: Any) -> Path | str | None:
+    """The model's path once written; an error text when its writer failed; None while it works."""
+    if isinstance(entry, Path):
+        return entry
+    process, marker, log = entry
+    if process.poll() is None:
+        return None
+    log.close()
+    if process.returncode == 0 and marker.is_file():
+        return Path(marker.read_text().strip())
+    return f"writing the model failed (exit {process.returncode}); see {log.name}"
+
+
+def pick_presets(only: list[str] | None) -> list[Any]:
+    from studio.core.config.presets import list_presets
+
+    presets = list_presets(include_user=False)
+    known = {p.id for p in presets}
+    unknown = sorted(set(only or []) - known)
+    if unknown:
+        raise SystemExit(f"unknown presets {unknown}; shipped: {sorted(known)}")
+    return [p for p in presets if not only or p.id in only]
+
+
+def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any, meta: dict[str, Any]) -> list[Row]:
+    """Start runs as their models are ready, up to --jobs at once while their estimates fit the card together,
+    within the time budget; collect each as it ends and write the results after every one."""
+    rows = {p.id: Row(p.id, p.family, p.min_vram_gb) for p in presets}
+    models = start_models(sorted({p.family for p in presets}), work, dict(args.model), args.dry_run)
+    pending, jobs = list(presets), args.jobs
+    running: list[Job] = []
+    began = time.monotonic()
+    while pending or running:
+        for job in [j for j in running if j.process.poll() is not None
+                    or time.monotonic() - j.started > args.run_timeout]:
+            running.remove(job)
+            rows[job.row.preset] = finish_job(job, job.process.poll() is None, args.dry_run, alone=jobs == 1)
+            if not args.dry_run and not job.sampler.peak_mb and job.sampler.device_peak_mb and jobs > 1:
+                jobs = 1  # NVML does not name our processes here: measure one run at a time from now on
+                rows[job.row.preset].status += " (measure again with --jobs 1)"
+            write_results(args.out, list(rows.values()), meta)
+        for preset in list(pending):
+            ready = model_ready(models[preset.family])
+            if ready is None:
+                continue
+            if isinstance(ready, str) or time.monotonic() - began > args.budget_s:
+                pending.remove(preset)
+                rows[preset.id].status = ready if isinstance(ready, str) else "skipped: out of time"
+                continue
+            room = gpu.total_mb * 0.85 - sum((j.row.estimate_gb or 0) * GB for j in running)
+            if len(running) >= jobs or (bool(running) and _estimate_mb(preset) > room):
+                break
+            pending.remove(preset)
+            running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run))
+            print(f"started {preset.id}", file=sys.stderr, flush=True)
+        time.sleep(0.2)
+    write_results(args.out, list(rows.values()), meta)
+    return list(rows.values())
+
+
+def _estimate_mb(preset: Any) -> float:
+    from studio.core.hardware.preset_estimate import estimate_preset
+
+    return estimate_preset(preset).estimate.total_mb
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="ID", help="preset ids (default: every shipped preset)")
+    parser.add_argument("--steps", type=int, default=16, help="optimizer steps per run (samples every half)")
+    parser.add_argument("--jobs", type=int, default=3, help="runs side by side when they fit the card together")
+    parser.add_argument("--run-timeout", type=float, default=150, help="seconds before a run is killed")
+    parser.add_argument("--budget-s", type=float, default=330,
+                        help="no run starts after this many seconds (with the timeout: done within 8 minutes)")
+    parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: checks the script only")
+    parser.add_argument("--model", action="append", default=[], type=_family_path, metavar="FAMILY=PATH",
+                        help="use this model for a family instead of writing one")
+    parser.add_argument("--out", type=Path, default=Path("gpu-acceptance"), help="folder for the JSON and markdown")
+    parser.add_argument("--write-model", nargs=2, metavar=("FAMILY", "DIR"), help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _family_path(text: str) -> tuple[str, Path]:
+    family, _, path = text.partition("=")
+    if family not in ("sd15", "sdxl", "sd3") or not path:
+        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH with FAMILY sd15, sdxl or sd3, not {text!r}")
+    return family, Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.write_model:  # the helper process that writes one family's model
+        family, folder = args.write_model[0], Path(args.write_model[1])
+        path = write_model(family, folder, tiny=args.dry_run)
+        (folder / f"{family}.path").write_text(str(path))
+        return 0
+    presets = pick_presets(args.only)
+    gpu = the_gpu(args.dry_run)
+    meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu.name, "driver": gpu.driver, "cuda": gpu.cuda,
+            "steps": args.steps, "every": max(1, args.steps // 2), "jobs": 1 if args.dry_run else args.jobs,
+            "dry_run": args.dry_run, "python": sys.version.split()[0]}
+    if args.dry_run:
+        args.jobs = 1  # the CPU runs one tiny training at a time
+    with tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as tmp:
+        work = Path(tmp)
+        (work / "models").mkdir()
+        rows = schedule(args, presets, work, gpu, meta)
+    print(markdown(rows, meta))
+    return 0 if all(r.status == "completed" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

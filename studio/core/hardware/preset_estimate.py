@@ -1,0 +1,68 @@
+"""A preset's promise (its min_vram_gb) against the estimate of the preset as a person runs it.
+
+A preset promises a card size with its sample images on: the estimate applies the preset
+to the project's config (or to a placeholder project) and turns samples on when it has
+none, at the preset's sample size and steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from studio.core.config.presets import Preset, apply_preset
+from studio.core.config.schema import TrainConfig
+from studio.core.hardware.estimate import VramEstimate, estimate_vram
+from studio.core.hardware.report import GPUInfo
+
+SAMPLE_EVERY_N_STEPS = 100  # when neither the preset nor the project says how often
+SAMPLE_PROMPT = "a photo"  # when the project has no prompt: the words do not change the memory
+
+
+def placeholder_project(family: str) -> TrainConfig:
+    return TrainConfig.model_validate({"model": {"family": family, "base": "base-model"},
+                                       "dataset": {"concepts": [{"path": "images"}]}})
+
+
+def preset_config(preset: Preset, project: TrainConfig | None = None) -> TrainConfig:
+    """`preset` applied to `project` (or a placeholder), with sample images on (raises ConfigError)."""
+    base = project if project is not None else placeholder_project(preset.family)
+    config = apply_preset(base, preset)
+    sampling = config.sampling
+    every = sampling.every_n_steps or base.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS
+    prompts = sampling.prompts or [SAMPLE_PROMPT]
+    if (every, prompts) == (sampling.every_n_steps, sampling.prompts):
+        return config
+    data = config.model_dump()
+    data["sampling"].update(every_n_steps=every, prompts=prompts)
+    return TrainConfig.model_validate(data)
+
+
+def promised_gpu(preset: Preset) -> GPUInfo:
+    """A card of exactly the size the preset promises, all of it free."""
+    mb = int(preset.min_vram_gb * 1024)
+    return GPUInfo(index=0, name=f"a {preset.min_vram_gb:g} GB GPU", total_mb=mb, free_mb=mb)
+
+
+@dataclass
+class PresetEstimate:
+    preset: Preset
+    estimate: VramEstimate
+    gpu: GPUInfo
+
+    @property
+    def promise_gb(self) -> float:
+        return self.preset.min_vram_gb
+
+    @property
+    def keeps_promise(self) -> bool:
+        return self.estimate.total_gb <= self.promise_gb
+
+    def summary(self) -> str:
+        """"promises 8 GB · estimated 7.6 GB with samples" (the estimate on `gpu`)."""
+        return f"promises {self.promise_gb:g} GB · estimated {self.estimate.total_gb:.1f} GB with samples"
+
+
+def estimate_preset(preset: Preset, gpu: GPUInfo | None = None, project: TrainConfig | None = None) -> PresetEstimate:
+    """The preset's estimate with samples on `gpu` (a card of the promised size when none is given)."""
+    card = gpu if gpu is not None else promised_gpu(preset)
+    return PresetEstimate(preset, estimate_vram(preset_config(preset, project), card), card)

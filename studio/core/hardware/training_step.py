@@ -1,0 +1,94 @@
+"""The memory of a training step and of the caching phase before it, put together from the parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from studio.core.hardware.memory_data import BYTES, scaled
+from studio.core.hardware.memory_parts import (
+    MemoryPart,
+    RunFacts,
+    TextEncoders,
+    Vae,
+    activations,
+    allocator_slack,
+    autocast_copies,
+    denoiser_lora_params,
+    denoiser_weights,
+    fp8_upcast_copies,
+    gradients,
+    optimizer_state,
+    runtime_overhead,
+    text_encoders,
+    vae,
+)
+
+
+@dataclass
+class TrainingStep:
+    """The parts of one step (they add up to `peak_mb`) and what caching and sampling reuse."""
+
+    parts: list[MemoryPart]
+    encoders: TextEncoders
+    vae: Vae
+    trained_params: int
+    dynamic_mb: float  # the larger of the activations and the VAE encoder's transient
+    peak_mb: float = 0.0
+    by_key: dict[str, float] = field(default_factory=dict)
+
+    def mb(self, key: str) -> float:
+        return self.by_key.get(key, 0.0)
+
+
+def training_step(f: RunFacts) -> TrainingStep:
+    """Weights, trained parameters with their gradients and optimizer state, activations (or the VAE
+    encoding a batch, whichever is larger: the activations reuse the encoder's freed blocks), fixed costs."""
+    weights = denoiser_weights(f)
+    encoders, autoencoder = text_encoders(f), vae(f)
+    parts = [weights, *encoders.resident]
+    if f.full:
+        trained = _full_trained_params(f) + encoders.trained_params
+    else:
+        trained = denoiser_lora_params(f) + encoders.trained_params
+        parts.append(MemoryPart("trainable", "LoRA weights", trained * 4 / 2**20,
+                                f"{trained / 1e6:,.1f} M parameters, fp32"))
+    if autoencoder.resident:
+        parts.append(MemoryPart("vae", "VAE", autoencoder.weights_mb,
+                                f"{autoencoder.bytes * 8}-bit, encodes each batch"))
+    parts += [gradients(f, trained), optimizer_state(f, trained)]
+    parts += [p for p in (fp8_upcast_copies(f), autocast_copies(f, trained)) if p is not None]
+    acts = activations(f)
+    parts.append(acts)
+    encode = autoencoder.encode_mb if autoencoder.resident else 0.0
+    if encode > acts.mb:
+        parts.append(MemoryPart("vae_encode", "VAE encoding (transient)", encode - acts.mb,
+                                "larger than the activations at this size"))
+    dynamic = max(acts.mb, encode)
+    parts += [runtime_overhead(f)]
+    if f.gpu:
+        parts.append(allocator_slack(f, dynamic))
+    step = TrainingStep(parts, encoders, autoencoder, trained, dynamic)
+    for part in parts:
+        step.by_key[part.key] = step.by_key.get(part.key, 0.0) + part.mb
+    step.peak_mb = sum(p.mb for p in parts)
+    return step
+
+
+def _full_trained_params(f: RunFacts) -> int:
+    return int(next(c for c in f.arch["components"].values() if c["role"] == "denoiser")["params"])
+
+
+def caching_peak(f: RunFacts, step: TrainingStep) -> float:
+    """Encoding latents and captions before training, with the whole model loaded (as the trainer
+    loads it): the weights, the LoRA, every encoder in use and the VAE, plus the larger encoder transient."""
+    training, method = f.config.training, f.config.method
+    transient = 0.0
+    if training.cache_text_embeddings and not method.train_text_encoder:
+        counted = float(f.arch["transients_mb"]["text_encoder_fp16"])
+        transient = scaled(counted, f.side, f.side, f.batch, BYTES[f.frozen] * 2)  # counted in fp16
+    if training.cache_latents:
+        transient = max(transient, step.vae.encode_mb)
+    if not (training.cache_text_embeddings or training.cache_latents):
+        return 0.0
+    loaded = step.mb("weights") + step.mb("trainable") + step.encoders.all_mb + step.vae.weights_mb
+    return step.mb("overhead") + loaded + transient * (1 + f.slack)

@@ -1,0 +1,68 @@
+"""`studio-train estimate`: a config, a preset by name or file, its promise against the estimate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main as cli
+from studio.core.config.presets import get_preset
+from studio.core.hardware.preset_estimate import estimate_preset
+from studio.core.hardware.probe import load_hardware
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_shipped_preset_is_estimated_with_its_samples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["estimate", "--preset", "sdxl-lora-8gb", "--hardware", "rtx3060-12gb"]) == 0
+    out = capsys.readouterr().out
+    expected = estimate_preset(get_preset("sdxl-lora-8gb"), load_hardware("rtx3060-12gb").gpus[0])
+    assert out.splitlines()[0] == ("Preset sdxl-lora-8gb (SDXL LoRA (8 GB)): promises 8 GB · estimated "
+                                   f"{expected.estimate.total_gb:.1f} GB with samples on NVIDIA GeForce RTX 3060")
+    assert "The estimate keeps the promise." in out
+    assert "fp8 e4m3 (frozen)" in out and "(sample images peak)" in out
+    peak = next(line for line in out.splitlines() if line.strip().startswith("Peak"))
+    assert peak.split()[1:] == [f"{expected.estimate.total_gb:.2f}", "GB"]
+    assert "Verdict: fits" in out
+
+
+def test_a_preset_file_given_as_the_config_is_read_as_a_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    # Before, a preset file was refused: "preset: unknown key", "model.base is required".
+    assert cli(["estimate", str(ROOT / "presets" / "sd15-dreambooth.toml"), "--hardware", "rtx4090-24gb"]) == 0
+    captured = capsys.readouterr()
+    assert "unknown key" not in captured.err and "is required" not in captured.err
+    assert "Preset sd15-dreambooth (SD1.5 DreamBooth): promises 20 GB · estimated" in captured.out
+
+
+def test_json_names_the_promise_and_whether_it_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["estimate", "--preset", "sd15-lora-6gb", "--hardware", "rtx4090-24gb", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["preset"]["id"] == "sd15-lora-6gb" and data["preset"]["promise_gb"] == 6
+    assert data["preset"]["keeps_promise"] is True and data["preset"]["with_samples"] is True
+    assert data["preset"]["estimate_gb"] == round(data["estimate"]["total_mb"] / 1024, 2)
+    assert data["estimate"]["sampling_peak_mb"] > 0 and data["gpu"] == "NVIDIA GeForce RTX 4090"
+
+
+def test_without_a_gpu_the_preset_is_estimated_on_its_promised_card(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["estimate", "--preset", "sd3-lora-12gb", "--hardware", "no-gpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("No GPU found here: the preset is estimated on a card of its promised size")
+    assert "promises 12 GB · estimated" in out and "on a 12 GB GPU" in out
+
+
+def test_a_preset_over_a_project_keeps_the_projects_samples(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tmp_path / "studio.toml"
+    project.write_text('[model]\nfamily = "sd15"\nbase = "m"\n[sampling]\nevery_n_steps = 7\nprompts = ["my dog"]\n')
+    assert cli(["estimate", str(project), "--preset", "sd15-lora", "--hardware", "rtx3060-12gb", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["preset"]["id"] == "sd15-lora" and data["estimate"]["sampling_peak_mb"] > 0
+
+
+def test_an_unknown_preset_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["estimate", "--preset", "sdxl-lora-4gb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no preset named 'sdxl-lora-4gb'; known presets: ") and "sdxl-lora-8gb" in err
+    assert cli(["estimate"]) == 2
+    assert "give a config file, or --preset NAME" in capsys.readouterr().err

@@ -1,0 +1,50 @@
+"""benchmarks/gpu_acceptance.py on the CPU (--dry-run): a preset runs through `studio-train run` and lands
+in the JSON and the markdown table the GPU run will write."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from studio.core.config.presets import get_preset
+from studio.core.hardware.preset_estimate import estimate_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "benchmarks" / "gpu_acceptance.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_acceptance"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_dry_run_of_one_preset_writes_the_table(tiny_sd15: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "results"
+    code = _script().main(["--dry-run", "--only", "sd15-lora-6gb", "--steps", "4", "--model", f"sd15={tiny_sd15}",
+                           "--out", str(out)])
+    data = json.loads((out / "gpu_acceptance.json").read_text())
+    assert code == 0, data["rows"][0]["log_tail"]
+    assert data["dry_run"] is True and data["steps"] == 4 and data["every"] == 2
+    (row,) = data["rows"]
+    expected = estimate_preset(get_preset("sd15-lora-6gb")).estimate.total_gb
+    assert row["preset"] == "sd15-lora-6gb" and row["promise_gb"] == 6
+    assert row["status"] == "completed" and row["steps"] == 4
+    assert row["estimate_gb"] == round(expected, 2)  # the full-size preset's estimate, with its samples
+    assert 0.05 < row["measured_gb"] < 4  # the tiny trainer's RSS
+    assert row["error_pct"] is None  # a tiny model's RSS says nothing about the estimate
+    assert row["s_per_step"] > 0 and row["images_per_s"] == pytest.approx(2 / row["s_per_step"], rel=0.01)
+    table = (out / "gpu_acceptance.md").read_text().splitlines()
+    assert table[2] == "| preset | promise | estimate | measured peak | error | s/step | images/s | status |"
+    assert table[4].startswith(f"| sd15-lora-6gb | 6 GB | {expected:.2f} GB | {row['measured_gb']:.2f} GB | —% | ")
+    assert table[4].endswith(" | completed |")
