@@ -27,6 +27,7 @@ from studio.core.runs.events import RunFinished, RunStarted, read_events
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
 from studio.gui.training.page import TrainPage
+from tests.gui.training.conftest import close_plots
 
 RUN_TIMEOUT_MS = 80_000  # one launch takes 5-15 s here (interpreter, torch, accelerate), steps ~50 ms
 
@@ -43,8 +44,8 @@ def gui_context(qtbot: QtBot, tmp_path: Path) -> Iterator[StudioContext]:
 def _pages(qtbot: QtBot, context: StudioContext, config: TrainConfig, root: Path) -> tuple[TrainPage, RunsPage]:
     context.set_project(create_project(root, config))
     train, runs = TrainPage(context, context.run_controller), RunsPage(context, context.run_controller)
-    qtbot.addWidget(train)
-    qtbot.addWidget(runs)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    qtbot.addWidget(runs, before_close_func=close_plots)
     return train, runs
 
 

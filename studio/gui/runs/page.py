@@ -231,6 +231,9 @@ class RunsPage(Page):
     def _confirm_dialog(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.StandardButton.Yes
 
+    def shutdown(self) -> None:
+        self.plots.close_plots()
+
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.refresh()
         return {"runs": len(self.table.summaries)}

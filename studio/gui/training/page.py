@@ -254,8 +254,7 @@ class TrainPage(Page):
         return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
 
     def shutdown(self) -> None:
-        if self.plots.sampler is not None:
-            self.plots.sampler.stop()
+        self.plots.close_plots()
         self.controller.shutdown(detach=self.detach_on_close)
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:

@@ -162,6 +162,7 @@ class RunPlots(QWidget):
         # The model version each plot last drew (see refresh's stagger).
         self._drawn: dict[str, int] = {"loss": -1, "memory": -1, "lr": -1, "throughput": -1}
         self._gpu_drawn = 0
+        self._plots_closed = False
         self._stagger = QTimer(self)
         self._stagger.setSingleShot(True)
         self._stagger.setInterval(STAGGER_MS)
@@ -188,7 +189,25 @@ class RunPlots(QWidget):
         layout.addLayout(top, 3)
         layout.addLayout(bottom, 2)
 
+    def close_plots(self) -> None:
+        """Empty the plots' scenes before the widgets are deleted; the plots draw nothing after.
+
+        A pyqtgraph item deleted while its scene still has a queued update pending makes
+        Qt call into a half-destroyed item ("pure virtual method called"); closing each
+        plot first (pyqtgraph clears its scene there) leaves nothing for such an update.
+        """
+        self._stagger.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self._plots_closed:
+            return
+        self._plots_closed = True
+        for widget in (self.loss.plot, self.memory, self.lr, self.throughput):
+            widget.close()
+
     def clear(self) -> None:
+        if self._plots_closed:  # the window is closing: nothing is drawn any more
+            return
         for allocated, peak in self._rank_curves.values():
             self.memory.removeItem(allocated)
             self.memory.removeItem(peak)
@@ -209,6 +228,8 @@ class RunPlots(QWidget):
         from a timer: painting a plot of many points takes tens of milliseconds on a slow
         machine, and painting all four at once would freeze the window that long.
         """
+        if self._plots_closed:  # the window is closing: nothing is drawn any more
+            return
         if model is not self._model:
             self.clear()
             self._model = model
@@ -234,6 +255,8 @@ class RunPlots(QWidget):
         return sorted(stale, key=lambda name: self._drawn[name])
 
     def _draw_next(self) -> None:
+        if self._plots_closed:  # the window is closing: nothing is drawn any more
+            return
         stale = self._stale()
         if stale:
             self._draw(stale[0])
@@ -263,6 +286,8 @@ class RunPlots(QWidget):
         follow.apply(x_end=total, tight=model.ended)
 
     def _on_gpu_sample(self) -> None:
+        if self._plots_closed:  # the window is closing: nothing is drawn any more
+            return
         if self._model is not None and not self._model.ended:
             self.refresh(self._model, stagger=True)
 
@@ -320,6 +345,8 @@ class RunPlots(QWidget):
         self.set_vram_fraction(worst)
 
     def set_vram_fraction(self, fraction: float) -> None:
+        if self._plots_closed:  # the window is closing: nothing is drawn any more
+            return
         over = fraction > VRAM_WARN_FRACTION
         if over:
             self.warning.setText(
@@ -351,6 +378,8 @@ class LossOverlay(QWidget):
         self.curves: list[pg.PlotDataItem] = []
 
     def show_runs(self, runs: list[tuple[str, RunModel]], smoothing: float = 0.9) -> None:
+        if self._plots_closed:  # the window is closing: nothing is drawn any more
+            return
         for curve in self.curves:
             self.plot.removeItem(curve)
         self.curves = []

@@ -11,7 +11,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
-from tests.gui.training.conftest import fake_command, make_project
+from tests.gui.training.conftest import close_plots, fake_command, make_project
 
 
 def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: str) -> Path:
@@ -27,7 +27,7 @@ def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: s
 def make_page(qtbot: QtBot, context: StudioContext) -> RunsPage:
     page = RunsPage(context, context.run_controller)
     page.confirm = lambda _title, _text: True
-    qtbot.addWidget(page)
+    qtbot.addWidget(page, before_close_func=close_plots)
     return page
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +71,8 @@ def context(qtbot: object, tmp_path: Path) -> Iterator[object]:
     ctx = StudioContext(settings)
     yield ctx
     ctx.run_controller.shutdown()
+
+
+def close_plots(page: Any) -> None:
+    """pytest-qt's before-close hook for pages with run plots: empty their scenes before deletion."""
+    page.plots.close_plots()

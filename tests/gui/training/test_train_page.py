@@ -12,13 +12,13 @@ from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import fake_command, make_project
+from tests.gui.training.conftest import close_plots, fake_command, make_project
 
 
 def make_page(qtbot: QtBot, context: StudioContext, *extra: str) -> TrainPage:
     context.run_controller.command_factory = fake_command(*extra)
     page = TrainPage(context, context.run_controller)
-    qtbot.addWidget(page)
+    qtbot.addWidget(page, before_close_func=close_plots)
     return page
 
 
@@ -139,7 +139,7 @@ def test_replay_self_test(qtbot: QtBot, context: StudioContext, config: TrainCon
     run_dir = page.controller.model.run_dir
     assert run_dir is not None
     other = TrainPage(context, context.run_controller)
-    qtbot.addWidget(other)
+    qtbot.addWidget(other, before_close_func=close_plots)
     result = other.self_test(SelfTestOptions(replay=run_dir))
     assert result["replay_events"] == 1 + 2 + 25 + 1  # run_started, two caching phases, steps, run_finished
     assert result["plot_points"] >= 25 * 4
