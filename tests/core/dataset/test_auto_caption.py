@@ -77,7 +77,7 @@ def test_an_empty_machine_caption_never_replaces_text() -> None:
 def test_rules_reject_bad_values_with_what_is_allowed() -> None:
     with pytest.raises(ValueError, match="fill-missing"):
         CaptionRules("overwrite")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="general threshold 1.5 is not between 0 and 1"):
+    with pytest.raises(ValueError, match=r"general threshold 1.5 is not between 0 and 1"):
         CaptionRules(general_threshold=1.5)
 
 
@@ -113,7 +113,7 @@ def test_a_known_name_is_looked_up_where_downloads_go(tmp_path: Path, monkeypatc
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(CaptionerNotFound, match=r"blip-base is not downloaded .*Salesforce/blip-image-captioning-base"):
         find_captioner("blip-base")
-    with pytest.raises(CaptionerNotFound, match="not a folder and not a known model name.*wd14-vit-v3"):
+    with pytest.raises(CaptionerNotFound, match=r"not a folder and not a known model name.*wd14-vit-v3"):
         find_captioner("no-such-model")
     folder = captioners_dir() / "wd14-vit-v3"
     folder.mkdir(parents=True)

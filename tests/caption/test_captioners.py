@@ -1,0 +1,84 @@
+"""The captioners on their own: the tiny tagger and the tiny BLIP, their inputs, devices and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from studio.caption.base import CaptionerError, RunSettings, load_image
+from studio.caption.registry import load_captioner
+from studio.core.dataset.auto_caption import CaptionRules, compose
+from studio.core.dataset.captioner_models import CaptionerSource, find_captioner
+
+RED, BLUE = (220, 40, 40), (40, 70, 220)
+
+
+def _scores(caption: object) -> dict[str, float]:
+    return {t.name: t.score for t in caption.tags}  # type: ignore[attr-defined]
+
+
+def test_the_tagger_sees_colours_in_the_order_it_was_trained_on(tiny_tagger: Path) -> None:
+    tagger = load_captioner(find_captioner(str(tiny_tagger)), RunSettings(device="cpu"))
+    assert (tagger.device, tagger.size, tagger.batch_size) == ("cpu", 16, 4)  # type: ignore[attr-defined]
+    red, blue = tagger.caption([(Path("r.png"), Image.new("RGB", (40, 40), RED)),
+                                (Path("b.png"), Image.new("RGB", (40, 40), BLUE))])
+    assert _scores(red)["red"] > 0.9 and "blue" not in _scores(red)  # BGR input: swapped channels would say blue
+    assert _scores(blue)["blue"] > 0.9 and "red" not in _scores(blue)
+    # Underscores become spaces, emoticons keep theirs; every tag down to the floor is reported.
+    assert {"hatsune miku", "simple background", "^_^", "general"} <= set(_scores(red))
+    assert compose(None, red, CaptionRules("replace")) == "hatsune miku, red, simple background"
+
+
+def test_the_tagger_pads_a_wide_image_with_white_instead_of_stretching_it(tiny_tagger: Path) -> None:
+    tagger = load_captioner(find_captioner(str(tiny_tagger)), RunSettings(device="cpu"))
+    strip = Image.new("RGB", (160, 16), RED)  # 1/10 of the square is red, the rest white padding
+    [seen] = tagger.caption([(Path("strip.png"), strip)])
+    assert "red" not in _scores(seen) and _scores(seen)["bright colours"] > 0.9
+
+
+def test_a_tag_list_of_another_model_is_refused_with_both_counts(tiny_tagger: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "tagger"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes((tiny_tagger / "model.onnx").read_bytes())
+    (folder / "selected_tags.csv").write_text("tag_id,name,category,count\n0,one,0,5\n", encoding="utf-8")
+    tagger = load_captioner(find_captioner(str(folder)), RunSettings(device="cpu"))
+    with pytest.raises(CaptionerError, match=r"scores 8 tags but its selected_tags.csv lists 1"):
+        tagger.caption([(Path("a.png"), Image.new("RGB", (8, 8)))])
+    (folder / "model.onnx").write_bytes(b"not a model")
+    with pytest.raises(CaptionerError, match=r"Cannot load the tagger .*model.onnx.*Download the tagger again"):
+        load_captioner(find_captioner(str(folder)), RunSettings(device="cpu"))
+
+
+def test_an_image_is_read_upright_and_transparency_becomes_white(tmp_path: Path) -> None:
+    path = tmp_path / "a.png"
+    Image.new("RGBA", (4, 2), (255, 0, 0, 0)).save(path)
+    image = load_image(path)
+    assert image.mode == "RGB" and image.getpixel((0, 0)) == (255, 255, 255)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_blip_captions_a_batch_with_words_of_its_vocabulary(tiny_blip: Path, precision: str) -> None:
+    """bf16 on the CPU is what a GPU runs: the processor's fp32 pixels must meet bf16 weights."""
+    import torch
+
+    settings = RunSettings(device="cpu", precision=precision, max_new_tokens=6)  # type: ignore[arg-type]
+    blip = load_captioner(find_captioner(str(tiny_blip)), settings)
+    assert blip.model.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)  # type: ignore[attr-defined]
+    seen = blip.caption([(Path(f"{i}.png"), Image.new("RGB", (48, 32), colour)) for i, colour in enumerate((RED, BLUE))])
+    vocabulary = set((tiny_blip / "vocab.txt").read_text(encoding="utf-8").split())
+    for caption in seen:
+        words = caption.text.split()
+        assert 1 <= len(words) <= 6 and set(words) <= vocabulary and not caption.tags
+    assert blip.describe() == f"tiny-blip (blip) on cpu in {precision}"
+
+
+def test_a_gpu_asked_for_on_a_machine_without_one_is_a_clear_error(tiny_blip: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    source = CaptionerSource(tiny_blip, "blip")
+    with pytest.raises(CaptionerError, match=r"torch sees no CUDA GPU.*--device auto or cpu"):
+        load_captioner(source, RunSettings(device="cuda"))
