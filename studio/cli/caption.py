@@ -146,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
             images = _read_image_list(args.images_from, dataset.folder, set(images))
         source = find_captioner(args.model)
     except (ValueError, DatasetError, CaptionerNotFound, OSError) as exc:
+        if args.json:
+            from studio.caption.job import JobResult, finished_event
+
+            reporter(finished_event(JobResult(status="failed"), str(exc)))
         reporter.say(f"error: {exc}")
         return EXIT_INVALID
     return _caption(args, dataset, images, source, rules, reporter)

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, join_tags, split_tags
 
-Mode = Literal["append", "replace", "fill-missing"]
+Mode = Literal["fill-missing", "append", "replace"]  # the safe one first
 MODES: tuple[Mode, ...] = get_args(Mode)
 MODE_HELP = {
     "fill-missing": "caption only images without a caption",
