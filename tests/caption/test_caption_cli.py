@@ -30,7 +30,7 @@ def _caption(folder: Path, model: Path, *args: str) -> int:
     return main(["caption", str(folder), "--model", str(model), "--max-tokens", "6", *args])
 
 
-@pytest.fixture(params=["tagger", "blip"])
+@pytest.fixture(params=["tagger", "blip", "florence2"])
 def model(request: pytest.FixtureRequest) -> Path:
     return request.getfixturevalue(f"tiny_{request.param}")  # type: ignore[no-any-return]
 

@@ -58,20 +58,26 @@ def test_an_image_is_read_upright_and_transparency_becomes_white(tmp_path: Path)
     assert image.mode == "RGB" and image.getpixel((0, 0)) == (255, 255, 255)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_blip_captions_a_batch_with_words_of_its_vocabulary(tiny_blip: Path, precision: str) -> None:
+@pytest.mark.parametrize(("kind", "precision"), [("blip", "fp32"), ("blip", "bf16"), ("florence2", "bf16")])
+def test_sentence_captioners_caption_a_batch_with_words_they_know(
+        kind: str, precision: str, request: pytest.FixtureRequest) -> None:
     """bf16 on the CPU is what a GPU runs: the processor's fp32 pixels must meet bf16 weights."""
     import torch
 
+    folder: Path = request.getfixturevalue(f"tiny_{kind}")
     settings = RunSettings(device="cpu", precision=precision, max_new_tokens=6)  # type: ignore[arg-type]
-    blip = load_captioner(find_captioner(str(tiny_blip)), settings)
-    assert blip.model.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)  # type: ignore[attr-defined]
-    seen = blip.caption([(Path(f"{i}.png"), Image.new("RGB", (48, 32), colour)) for i, colour in enumerate((RED, BLUE))])
-    vocabulary = set((tiny_blip / "vocab.txt").read_text(encoding="utf-8").split())
+    captioner = load_captioner(find_captioner(str(folder)), settings)
+    assert captioner.source.kind == kind
+    assert captioner.model.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)  # type: ignore[attr-defined]
+    images = [(Path(f"{i}.png"), Image.new("RGB", (48, 32), colour)) for i, colour in enumerate((RED, BLUE))]
+    seen = captioner.caption(images)
+    assert [caption.image for caption in seen] == [path for path, _ in images]
     for caption in seen:
-        words = caption.text.split()
-        assert 1 <= len(words) <= 6 and set(words) <= vocabulary and not caption.tags
-    assert blip.describe() == f"tiny-blip (blip) on cpu in {precision}"
+        assert caption.text and not caption.tags and "<" not in caption.text  # no special tokens left
+        if kind == "blip":  # one WordPiece token per word
+            vocabulary = set((folder / "vocab.txt").read_text(encoding="utf-8").split())
+            assert 1 <= len(caption.text.split()) <= 6 and set(caption.text.split()) <= vocabulary
+    assert captioner.describe() == f"tiny-{kind} ({kind}) on cpu in {precision}"
 
 
 def test_a_gpu_asked_for_on_a_machine_without_one_is_a_clear_error(tiny_blip: Path) -> None:
