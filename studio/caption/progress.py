@@ -20,6 +20,10 @@ PROGRESS_FILE = ".studio-caption-progress.json"
 _KEPT = None  # recorded for an image whose caption the job left as it was
 
 
+class ProgressWriteError(Exception):
+    """The progress file cannot be written (a read-only folder, a full disk); nothing was captioned after it."""
+
+
 class CaptionProgress:
     """The progress file of one dataset folder, for one set of job settings."""
 
@@ -62,7 +66,10 @@ class CaptionProgress:
         text = json.dumps({"v": 1, "settings": self.settings, "done": self.done}, ensure_ascii=False)
         failed = write_texts_atomically({self.path: text})
         if failed:
-            raise failed[self.path]
+            error = failed[self.path]
+            raise ProgressWriteError(
+                f"Cannot write {self.path}: {error.strerror or error}. Make the folder writable (or free disk "
+                "space) and run the same command again; the captions written so far are kept.") from error
 
     def finish(self) -> None:
         """The job completed: nothing is left to resume."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from studio.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from studio.core.dataset.auto_caption import (
@@ -28,6 +29,11 @@ from studio.core.dataset.auto_caption import (
     CaptionRules,
     parse_blacklist,
 )
+
+if TYPE_CHECKING:
+    from studio.caption.dataset import CaptionDataset
+    from studio.caption.job import JobPlan, JobResult
+    from studio.core.dataset.captioner_models import CaptionerSource
 
 EXIT_STOPPED = 130
 
@@ -114,13 +120,18 @@ class Reporter:
         print(("\n" if self.bar else "") + message, file=sys.stderr, flush=True)
 
 
-def _read_image_list(path: str, folder: Path, known: set[Path]) -> list[Path]:
-    listed = []
+def _read_image_list(path: str, folder: Path, images: list[Path]) -> list[Path]:
+    """The dataset's images named in `path` (absolute, or relative to the dataset folder), in its order."""
+    by_real = {os.path.realpath(image): image for image in images}
+    listed, unknown = [], []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip():
-            image = Path(line.strip()).expanduser()
-            listed.append((image if image.is_absolute() else folder / image).absolute())
-    unknown = [str(p) for p in listed if p not in known]
+            named = Path(line.strip()).expanduser()
+            found = by_real.get(os.path.realpath(named if named.is_absolute() else folder / named))
+            if found is None:
+                unknown.append(line.strip())
+            else:
+                listed.append(found)
     if unknown:
         raise ValueError(f"{len(unknown)} image(s) listed in {path} are not in the dataset of {folder}: "
                          f"{', '.join(unknown[:3])}. List images of that folder only.")
@@ -143,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         dataset = open_dataset(Path(args.dir).expanduser())
         images = dataset.images
         if args.images_from:
-            images = _read_image_list(args.images_from, dataset.folder, set(images))
+            images = _read_image_list(args.images_from, dataset.folder, images)
         source = find_captioner(args.model)
     except (ValueError, DatasetError, CaptionerNotFound, OSError) as exc:
         if args.json:
@@ -155,11 +166,11 @@ def run(args: argparse.Namespace) -> int:
     return _caption(args, dataset, images, source, rules, reporter)
 
 
-def _caption(args: argparse.Namespace, dataset: Any, images: list[Path], source: Any, rules: CaptionRules,
-             reporter: Reporter) -> int:
+def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Path], source: CaptionerSource,
+             rules: CaptionRules, reporter: Reporter) -> int:
     from studio.caption.base import CaptionerError, RunSettings
     from studio.caption.job import CaptionJob, JobResult, finished_event, plan_job
-    from studio.caption.progress import CaptionProgress
+    from studio.caption.progress import CaptionProgress, ProgressWriteError
     from studio.caption.registry import load_captioner
 
     progress = None
@@ -184,7 +195,7 @@ def _caption(args: argparse.Namespace, dataset: Any, images: list[Path], source:
         try:
             captioner = load_captioner(source, settings)
             result = job.run(captioner, plan)
-        except CaptionerError as exc:
+        except (CaptionerError, ProgressWriteError) as exc:
             reporter(finished_event(JobResult(status="failed"), str(exc)))
             reporter.say(f"error: {exc}")
             return EXIT_FAILED
@@ -201,7 +212,7 @@ def _caption(args: argparse.Namespace, dataset: Any, images: list[Path], source:
     return EXIT_STOPPED if result.status == "stopped" else EXIT_OK
 
 
-def _nothing_reason(plan: Any, rules: CaptionRules) -> str:
+def _nothing_reason(plan: JobPlan, rules: CaptionRules) -> str:
     if plan.kept and rules.mode == "fill-missing":
         return (f"all {plan.kept} images have a caption (use --mode append to add to them, "
                 "or --mode replace to replace them).")
@@ -210,7 +221,7 @@ def _nothing_reason(plan: Any, rules: CaptionRules) -> str:
     return "the dataset has no images."
 
 
-def _summary(result: Any, model: str, dry_run: bool, total: int) -> None:
+def _summary(result: JobResult, model: str, dry_run: bool, total: int) -> None:
     from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT
 
     verb = "would change" if dry_run else "wrote"

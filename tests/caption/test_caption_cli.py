@@ -174,3 +174,18 @@ def test_a_captioner_crashing_mid_folder_leaves_every_caption_file_whole(
     monkeypatch.undo()
     assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--batch-size", "3") == 0
     assert all(text.startswith("hatsune miku, ") for text in _captions(demo_folder).values())  # type: ignore[union-attr]
+
+
+def test_a_folder_that_cannot_be_written_is_told_plainly_and_nothing_changes(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.caption import progress
+
+    monkeypatch.setattr(progress, "write_texts_atomically",
+                        lambda texts: {path: PermissionError(13, "Permission denied") for path in texts})
+    files = _snapshot(demo_folder)
+    assert _caption(demo_folder, tiny_tagger) == 1
+    err = capsys.readouterr().err
+    assert f"Cannot write {demo_folder / PROGRESS_FILE}: Permission denied. Make the folder writable" in err
+    assert "Traceback" not in err
+    assert _snapshot(demo_folder) == files
