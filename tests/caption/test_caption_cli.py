@@ -12,7 +12,7 @@ import pytest
 
 from studio.caption import registry
 from studio.caption.base import Captioner
-from studio.caption.progress import PROGRESS_FILE
+from studio.caption.progress import PROGRESS_FILE, CaptionProgress
 from studio.cli import main
 from studio.core.dataset.auto_caption import MachineCaption
 
@@ -189,3 +189,13 @@ def test_a_folder_that_cannot_be_written_is_told_plainly_and_nothing_changes(
     assert f"Cannot write {demo_folder / PROGRESS_FILE}: Permission denied. Make the folder writable" in err
     assert "Traceback" not in err
     assert _snapshot(demo_folder) == files
+
+
+def test_the_progress_of_a_job_with_other_settings_is_started_over(tmp_path: Path) -> None:
+    done, kept = tmp_path / "a.png", tmp_path / "sub" / "b.png"
+    CaptionProgress.open(tmp_path, {"model": "m", "mode": "append"}).record({done: "a, tags", kept: None})
+    again = CaptionProgress.open(tmp_path, {"model": "m", "mode": "append"})
+    assert again.is_done(done, "a, tags") and again.is_done(kept, "whatever it has")
+    assert not again.is_done(done, "a")  # its caption was never written: captioned again
+    other = CaptionProgress.open(tmp_path, {"model": "m", "mode": "replace"})
+    assert other.discarded_other_settings and not other.is_done(done, "a, tags")

@@ -44,10 +44,6 @@ class MachineCaption:
     text: str = ""
     tags: tuple[ScoredTag, ...] = ()
 
-    @property
-    def is_tags(self) -> bool:
-        return bool(self.tags) or not self.text
-
     def to_json(self) -> dict[str, Any]:
         return {"image": str(self.image), "text": self.text,
                 "tags": [[t.name, round(t.score, 4), t.category] for t in self.tags]}

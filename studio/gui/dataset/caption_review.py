@@ -103,6 +103,8 @@ class CaptionReviewDialog(QDialog):
         self.scope = named(QComboBox(), "caption_scope")
         for name, images in self.scopes.items():
             self.scope.addItem(f"{name} ({len(images)})", name)
+        if not self.scopes["Selected images"]:
+            self.scope.setCurrentIndex(self.scope.findData("All images"))
         self.mode = named(QComboBox(), "caption_mode")
         for mode in MODES:
             self.mode.addItem(f"{mode}: {MODE_HELP[mode]}", mode)
