@@ -92,14 +92,14 @@ class OnnxTagger(Captioner):
             raise CaptionerError(f"Cannot load the tagger {source.folder / MODEL_FILE}: {exc}. "
                                  "Download the tagger again.") from exc
         self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
-        self.precision = "the model's own"
         model_input = self.session.get_inputs()[0]
+        self.precision = {"tensor(float16)": "fp16", "tensor(float)": "fp32"}.get(model_input.type, model_input.type)
         self.input_name = model_input.name
-        height = model_input.shape[1]
-        if not isinstance(height, int) or model_input.shape[3] != 3:
+        shape = list(model_input.shape)
+        if len(shape) != 4 or not isinstance(shape[1], int) or shape[1] != shape[2] or shape[3] != 3:
             raise CaptionerError(f"{source.folder / MODEL_FILE} takes input of shape {model_input.shape}; a WD14 "
                                  "tagger takes a batch of square RGB images (batch, size, size, 3).")
-        self.size = height
+        self.size = shape[1]
 
     def caption(self, images: Sequence[tuple[Path, Image.Image]]) -> list[MachineCaption]:
         import numpy as np
@@ -107,6 +107,8 @@ class OnnxTagger(Captioner):
         if not images:
             return []
         batch = np.stack([square_pixels(image, self.size) for _, image in images])
+        if self.precision == "fp16":
+            batch = batch.astype(np.float16)  # a tagger exported in half precision takes half-precision pixels
         scores = self.session.run(None, {self.input_name: batch})[0]
         if scores.shape[-1] != len(self.tags):
             raise CaptionerError(f"The tagger in {self.source.folder} scores {scores.shape[-1]} tags but its "

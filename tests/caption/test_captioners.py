@@ -31,6 +31,19 @@ def test_the_tagger_sees_colours_in_the_order_it_was_trained_on(tiny_tagger: Pat
     assert compose(None, red, CaptionRules("replace")) == "hatsune miku, red, simple background"
 
 
+def test_a_half_precision_tagger_gets_half_precision_pixels_and_agrees(tiny_tagger: Path, tmp_path: Path) -> None:
+    from fixtures.captioners import write_tiny_tagger
+
+    images = [(Path("r.png"), Image.new("RGB", (40, 40), RED)), (Path("b.png"), Image.new("RGB", (40, 40), BLUE))]
+    full = load_captioner(find_captioner(str(tiny_tagger)), RunSettings(device="cpu"))
+    half = load_captioner(find_captioner(str(write_tiny_tagger(tmp_path / "half", half=True))),
+                          RunSettings(device="cpu"))
+    assert (full.precision, half.precision) == ("fp32", "fp16")
+    for ours, theirs in zip(full.caption(images), half.caption(images), strict=True):
+        assert _scores(ours).keys() == _scores(theirs).keys()
+        assert all(abs(_scores(ours)[k] - _scores(theirs)[k]) < 0.01 for k in _scores(ours))
+
+
 def test_the_tagger_pads_a_wide_image_with_white_instead_of_stretching_it(tiny_tagger: Path) -> None:
     tagger = load_captioner(find_captioner(str(tiny_tagger)), RunSettings(device="cpu"))
     strip = Image.new("RGB", (160, 16), RED)  # 1/10 of the square is red, the rest white padding

@@ -53,7 +53,7 @@ from studio.gui.dataset.caption_job import CaptionJob
 from studio.gui.page import named
 
 PushEdits = Callable[[list[CaptionEdit], str], None]
-COLUMNS = ("Image", "Caption now", "Machine's caption", "Tokens")
+COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
 PREVIEW_SIZE = 256
 _KEPT = "(left as it is)"
 
@@ -97,7 +97,9 @@ class CaptionReviewDialog(QDialog):
         self.model = named(QComboBox(), "caption_model")
         self.model.setEditable(True)
         self.model.addItems(available_captioners())
-        self.model.setPlaceholderText("a model folder, or a downloaded model's name")
+        line = self.model.lineEdit()
+        if line is not None:
+            line.setPlaceholderText("a model folder, or a downloaded model's name")
         browse = QPushButton("Folder…")
         browse.clicked.connect(self._browse)
         self.scope = named(QComboBox(), "caption_scope")
