@@ -20,7 +20,6 @@ from studio.core.dataset.auto_caption import (
     EVENT_STARTED,
     EVENT_WARNING,
     CaptionRules,
-    MachineCaption,
     caption_event,
     compose,
     over_token_limit,
@@ -43,8 +42,8 @@ class JobResult:
     captioned: int = 0  # images the model saw
     written: int = 0  # captions changed on disk
     unchanged: int = 0  # the model saw them but the caption stays (fill-missing, nothing new, empty output)
-    failed: list[str] = field(default_factory=list)  # what went wrong per image (unreadable, conflict, not saved)
-    long_captions: list[Path] = field(default_factory=list)  # over CLIP's window after the job
+    problems: list[str] = field(default_factory=list)  # what went wrong per image (unreadable, conflict, not saved)
+    long_captions: list[Path] = field(default_factory=list)  # captions proposed or written past CLIP's window
 
 
 def plan_job(store: CaptionStore, images: Sequence[Path], rules: CaptionRules,
@@ -85,7 +84,6 @@ class CaptionJob:
                 break
         if result.status == "completed" and self.progress is not None and self.write:
             self.progress.finish()
-        result.long_captions = [p for p in plan.todo if over_token_limit(self.store.caption(p))]
         return result
 
     def _load(self, images: Sequence[Path], result: JobResult) -> list[tuple[Path, Any]]:
@@ -107,9 +105,11 @@ class CaptionJob:
         saved = self._save(planned, result) if self.write else set()
         for machine in seen:
             after = planned[machine.image]
-            self._emit_caption(machine, before[machine.image], after, machine.image in saved)
+            self.emit(caption_event(machine, before[machine.image], after, machine.image in saved))
             result.written += machine.image in saved
             result.unchanged += after is None
+            if after is not None and over_token_limit(after):
+                result.long_captions.append(machine.image)
 
     def _save(self, planned: dict[Path, str | None], result: JobResult) -> set[Path]:
         changes = {image: text for image, text in planned.items() if text is not None}
@@ -126,15 +126,12 @@ class CaptionJob:
             self._warn(result, str(error))  # the file is as it was; the job goes on with the next images
         return set(report.saved)
 
-    def _emit_caption(self, machine: MachineCaption, before: str | None, after: str | None, written: bool) -> None:
-        self.emit(caption_event(machine, before, after, written))
-
     def _warn(self, result: JobResult, message: str) -> None:
-        result.failed.append(message)
+        result.problems.append(message)
         self.emit({"type": EVENT_WARNING, "message": message})
 
 
 def finished_event(result: JobResult, message: str = "") -> dict[str, Any]:
     return {"type": EVENT_FINISHED, "status": result.status, "captioned": result.captioned,
-            "written": result.written, "unchanged": result.unchanged, "problems": len(result.failed),
+            "written": result.written, "unchanged": result.unchanged, "problems": len(result.problems),
             "long_captions": [str(p) for p in result.long_captions], "message": message}

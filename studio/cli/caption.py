@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -77,6 +78,8 @@ class StopRequest:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals reach the main thread only; a caller in another thread stops the job itself
         for number in (signal.SIGINT, signal.SIGTERM):
             self._previous[number] = signal.signal(number, self._handle)
         return self
@@ -234,5 +237,6 @@ def _summary(result: JobResult, model: str, dry_run: bool, total: int) -> None:
               f"(the rest is cut off in training): {names}")
     if result.status == "stopped":
         print("Stopped. Run the same command again to caption the rest.")
-    if result.failed:
-        print(f"{len(result.failed)} problems; see the messages above.")
+    if result.problems:
+        count = len(result.problems)
+        print(f"{count} problem{'s' if count != 1 else ''}; see the messages above.")

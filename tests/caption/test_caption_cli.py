@@ -199,3 +199,16 @@ def test_the_progress_of_a_job_with_other_settings_is_started_over(tmp_path: Pat
     assert not again.is_done(done, "a")  # its caption was never written: captioned again
     other = CaptionProgress.open(tmp_path, {"model": "m", "mode": "replace"})
     assert other.discarded_other_settings and not other.is_done(done, "a, tags")
+
+
+def test_an_unreadable_image_is_skipped_and_long_captions_are_named(
+        demo_folder: Path, tiny_tagger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = sorted(demo_folder.glob("*.png"))[0]
+    broken.write_bytes(b"not a picture")
+    long_prefix = ", ".join(f"word{i}" for i in range(40))  # 40 words, 39 commas and the digits: past 75 tokens
+    assert _caption(demo_folder, tiny_tagger, "--prefix", long_prefix) == 0
+    out, err = capsys.readouterr()
+    assert f"Cannot read {broken}" in err and "The image was skipped" in err
+    assert "Captioned 2 of 3 images" in out and "1 problem; see the messages above" in out
+    assert "2 captions are longer than CLIP's 75 tokens" in out
+    assert not broken.with_suffix(".txt").exists()
