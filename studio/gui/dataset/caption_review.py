@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImageReader, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -55,6 +55,7 @@ from studio.gui.page import named
 PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
 PREVIEW_SIZE = 256
+TABLE_DELAY_MS = 150
 _KEPT = "(left as it is)"
 
 
@@ -81,6 +82,9 @@ class CaptionReviewDialog(QDialog):
         self.proposals: dict[Path, MachineCaption] = {}
         self.rows: list[Path] = []  # the table's rows, in order
         self.job = CaptionJob(self)
+        # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
+        self._table_timer = QTimer(self, singleShot=True, interval=TABLE_DELAY_MS)
+        self._table_timer.timeout.connect(self._refill_table)
         self.job.sig_started.connect(self._started)
         self.job.sig_caption.connect(self.add_proposal)
         self.job.sig_progress.connect(self._progress)
@@ -266,12 +270,16 @@ class CaptionReviewDialog(QDialog):
         """A caption the model proposed for one image of the dataset (others are ignored)."""
         if caption.image not in self.store.entries:
             return
-        if caption.image not in self.proposals:
+        if caption.image in self.proposals:
+            row = self.rows.index(caption.image)  # the same image again (rare): its row is updated
+        else:
+            row = len(self.rows)
             self.rows.append(caption.image)
-            self.table.insertRow(self.table.rowCount())
+            self.table.insertRow(row)
         self.proposals[caption.image] = caption
-        self._fill_row(self.rows.index(caption.image), self.rules())
-        self._update_sliders()
+        self._fill_row(row, self.rules())
+        if caption.tags and not self.general.isEnabled():
+            self._update_sliders()
         if self.table.currentRow() < 0:
             self.table.setCurrentCell(0, 0)
 
@@ -296,13 +304,17 @@ class CaptionReviewDialog(QDialog):
             self.table.setItem(row, column, item)
 
     def refresh(self) -> None:
-        """Rules changed: every proposal and the preview are decided again."""
+        """Rules changed: the preview is decided again at once, every row once the typing or sliding pauses."""
         rules = self.rules()
         self.general_label.setText(f"General tags ≥ {rules.general_threshold:.2f}")
         self.character_label.setText(f"Character tags ≥ {rules.character_threshold:.2f}")
+        self._show_preview()
+        self._table_timer.start()
+
+    def _refill_table(self) -> None:
+        rules = self.rules()
         for row in range(len(self.rows)):
             self._fill_row(row, rules)
-        self._show_preview()
 
     def _update_sliders(self) -> None:
         tags = any(p.tags for p in self.proposals.values())
@@ -359,9 +371,11 @@ class CaptionReviewDialog(QDialog):
     # ------------------------------------------------------------ closing
 
     def done(self, result: int) -> None:
+        self._table_timer.stop()
         self.job.kill_now()
         super().done(result)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self._table_timer.stop()
         self.job.kill_now()
         super().closeEvent(event)

@@ -52,7 +52,8 @@ def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(p
     dialog.mode.setCurrentIndex(dialog.mode.findData("append"))
     dialog.prefix.setText("sks")
     dialog.blacklist.setText("outdoors")
-    assert dialog.table.item(_row(dialog, "a"), 2).text() == "sks, red, square, miku, simple background"
+    qtbot.waitUntil(lambda: dialog.table.item(_row(dialog, "a"), 2).text() == "sks, red, square, miku, "
+                    "simple background", timeout=2000)
     assert dialog.table.item(_row(dialog, "a"), 3).text() == "11"  # tokens
     dialog.table.setCurrentCell(_row(dialog, "a"), 0)
     dialog.general.setValue(60)  # the live preview drops the tag scored 0.5
