@@ -17,8 +17,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The tiny pipelines and the demo dataset, built once per session for every folder.
-pytest_plugins = ["fixtures.training"]
+# The tiny pipelines, tiny captioners and the demo dataset, built once per session for every folder.
+pytest_plugins = ["fixtures.training", "fixtures.captioners"]
 
 try:
     import pytestqt  # noqa: F401

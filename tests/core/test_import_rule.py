@@ -1,5 +1,5 @@
-"""The import rule of DESIGN.md: core loads no Qt and no torch; gui never imports train;
-no import loops; feature folders depend only on what sits below them."""
+"""The import rule of DESIGN.md: core loads no Qt and no torch; gui never imports train or the
+captioners; no import loops; feature folders depend only on what sits below them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from tests.core import import_graph
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "diffusers", "transformers", "peft", "accelerate")
+HEAVY = ("torch", "diffusers", "transformers", "peft", "accelerate", "onnxruntime")
 QT = ("PySide6", "pyqtgraph")
 
 
@@ -60,14 +60,27 @@ def test_core_imports_torch_only_inside_functions() -> None:
     assert bad == []
 
 
-def test_gui_never_imports_train_or_torch() -> None:
+def test_gui_never_imports_train_captioners_or_torch() -> None:
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for path in _files("gui")
         for module, line, _top in _imports(path)
-        if _root(module) in HEAVY or module.startswith("studio.train")
+        if _root(module) in HEAVY or module.startswith(("studio.train", "studio.caption"))
     ]
     assert bad == []
+
+
+def test_captioners_import_only_core() -> None:
+    """The captioning wing runs in `studio-train caption`, beside the trainer: core below it, nothing else."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in _files("caption")
+        for module, line, _top in _imports(path)
+        if _root(module) in QT or (module.startswith("studio.") and not module.startswith(("studio.core",
+                                                                                          "studio.caption")))
+    ]
+    assert bad == []
+    assert (ROOT / "studio" / "caption" / "__init__.py").is_file()
 
 
 def test_cli_never_imports_qt() -> None:

@@ -24,6 +24,7 @@ from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, Capt
 from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, rename_repeat_folder
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
+from studio.gui.dataset.caption_review import CaptionReviewDialog
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
 from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
@@ -62,6 +63,7 @@ class DatasetPage(Page):
         self.saver = CaptionSaver(self)
         self.saver.sig_report.connect(self._saved)
         self.check: CheckJob | None = None
+        self.caption_dialog: CaptionReviewDialog | None = None
         self._generation = 0
         self._scanning = self._checking = False
         self._started = 0.0
@@ -114,6 +116,7 @@ class DatasetPage(Page):
         layout.addWidget(self.status_label)
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.open_bulk_dialog)
+        self.toolbar.caption_button.clicked.connect(self.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
         self.problems_panel.sig_path_clicked.connect(self.select_path)
         self.concepts_panel.sig_repeats_changed.connect(self._repeats_changed)
@@ -131,6 +134,7 @@ class DatasetPage(Page):
         config = self.context.config
         self._generation += 1
         self._stop_check()
+        self._close_caption_dialog()  # its proposals belong to the store being replaced
         self.undo_stack.clear()
         self.store, self.scans, self.problems = None, [], []
         self.model.set_paths([])
@@ -295,6 +299,22 @@ class DatasetPage(Page):
         if dialog.exec() and dialog.edits:
             self.push_edits(dialog.edits, dialog.operation.currentText())
 
+    def open_caption_dialog(self) -> CaptionReviewDialog | None:
+        """Caption with…: a model in another process proposes captions; what is accepted is one undo step."""
+        self.editor.commit()
+        self._close_caption_dialog()
+        if self.store is not None and self.context.project is not None:
+            selected = [e.path for e in self.selected_entries()]
+            self.caption_dialog = CaptionReviewDialog(self.store, selected, self.push_edits, self.context, self)
+            self.caption_dialog.show()
+        return self.caption_dialog
+
+    def _close_caption_dialog(self) -> None:
+        if self.caption_dialog is not None:
+            self.caption_dialog.close()
+            self.caption_dialog.deleteLater()
+            self.caption_dialog = None
+
     # ------------------------------------------------------------ saving
 
     def save_soon(self) -> None:
@@ -380,6 +400,7 @@ class DatasetPage(Page):
         if not self.save_now() and self.store is not None:
             path, count = write_recovery(self.store)
             self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
+        self._close_caption_dialog()
         self._stop_check(wait=True)
         self.saver.shutdown()
         self.worker.shutdown(10.0)

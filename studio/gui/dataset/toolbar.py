@@ -1,4 +1,4 @@
-"""The bar above the Dataset page's grid: filters, bulk edit, undo and redo."""
+"""The bar above the Dataset page's grid: filters, bulk edit, captioning with a model, undo and redo."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ class DatasetToolbar(QWidget):
         self.with_problems = QCheckBox("Has problems")
         self.bulk_button = QPushButton("Bulk edit…")
         self.bulk_button.setObjectName("dataset_bulk")
+        self.caption_button = QPushButton("Caption with…")
+        self.caption_button.setObjectName("dataset_caption")
+        self.caption_button.setToolTip("Caption the selected or all images with a local model; review before writing")
         undo_button, redo_button = QPushButton("Undo"), QPushButton("Redo")
         undo_button.clicked.connect(undo_stack.undo)
         redo_button.clicked.connect(undo_stack.redo)
@@ -37,7 +40,7 @@ class DatasetToolbar(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.filter_text, self.filter_tag, self.no_caption, self.with_problems, self.bulk_button,
-                       undo_button, redo_button):
+                       self.caption_button, undo_button, redo_button):
             layout.addWidget(widget)
         for signal in (self.filter_text.textChanged, self.filter_tag.textChanged):
             signal.connect(self.sig_filter_changed)

@@ -1,0 +1,1 @@
+"""Auto-captioning: captioning and tagging models that run in `studio-train caption`, never in the window."""

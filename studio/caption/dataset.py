@@ -1,0 +1,41 @@
+"""The images a captioning job works on: an image folder, or every concept of a project."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.core.config.errors import ConfigError
+from studio.core.config.schema import ConceptSection
+from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.scan import DatasetError, scan_concept
+from studio.core.project.folder import is_project, open_project
+
+
+@dataclass
+class CaptionDataset:
+    folder: Path  # the folder given (an image folder or a project); the progress file lives here
+    store: CaptionStore
+    images: list[Path]  # every image, in dataset order
+
+
+def open_dataset(folder: Path) -> CaptionDataset:
+    """Scan an image folder (kohya N_name folders inside are read) or a project's concepts.
+
+    Raises DatasetError for a folder that is missing or a project whose config is broken.
+    """
+    if not folder.is_dir():
+        raise DatasetError(f"{folder} is not a folder; give the folder holding the images or a project folder.")
+    folder = folder.resolve()
+    extension = ".txt"
+    if is_project(folder):
+        project = open_project(folder)
+        try:
+            config = project.load_config()
+        except ConfigError as exc:
+            raise DatasetError(f"The project {folder} has a broken studio.toml: {exc}") from exc
+        concepts, base, extension = list(config.dataset.concepts), project.root, config.dataset.caption_extension
+    else:
+        concepts, base = [ConceptSection(path=str(folder))], None
+    entries = [entry for concept in concepts for entry in scan_concept(concept, base)]
+    return CaptionDataset(folder, CaptionStore(entries, extension), [e.path for e in entries])

@@ -1,0 +1,214 @@
+"""`studio-train caption` on the demo folder, in-process: every mode, resume, stop, a crash mid-folder."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studio.caption import registry
+from studio.caption.base import Captioner
+from studio.caption.progress import PROGRESS_FILE, CaptionProgress
+from studio.cli import main
+from studio.core.dataset.auto_caption import MachineCaption
+
+
+def _captions(folder: Path) -> dict[str, str | None]:
+    return {p.name: (p.with_suffix(".txt").read_text(encoding="utf-8").strip()
+                     if p.with_suffix(".txt").exists() else None) for p in sorted(folder.glob("*.png"))}
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.iterdir())}
+
+
+def _caption(folder: Path, model: Path, *args: str) -> int:
+    return main(["caption", str(folder), "--model", str(model), "--max-tokens", "6", *args])
+
+
+@pytest.fixture(params=["tagger", "blip", "florence2"])
+def model(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue(f"tiny_{request.param}")  # type: ignore[no-any-return]
+
+
+def test_fill_missing_captions_only_the_images_without_one_and_a_second_run_touches_nothing(
+        demo_folder: Path, model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _captions(demo_folder)
+    assert _caption(demo_folder, model, "--prefix", "sks") == 0
+    after = _captions(demo_folder)
+    missing = [name for name, text in before.items() if text is None]
+    assert len(missing) == 3
+    for name, text in after.items():
+        if name in missing:
+            assert text is not None and text.startswith("sks, ") and len(text) > len("sks, ")
+        else:
+            assert text == before[name]
+    assert "Captioned 3 of 3 images" in capsys.readouterr().out
+    assert not (demo_folder / PROGRESS_FILE).exists()
+    files = _snapshot(demo_folder)
+    assert _caption(demo_folder, model, "--prefix", "sks") == 0
+    assert _snapshot(demo_folder) == files  # not a byte, not an mtime
+    assert "Nothing to caption: all 8 images have a caption" in capsys.readouterr().out
+
+
+def test_append_keeps_the_persons_caption_first_and_replace_overwrites_it(
+        demo_folder: Path, model: Path) -> None:
+    before = _captions(demo_folder)
+    assert _caption(demo_folder, model, "--mode", "append") == 0
+    appended = _captions(demo_folder)
+    for name, text in before.items():
+        assert appended[name] is not None
+        if text is not None:
+            assert appended[name].startswith(text + ", ") and len(appended[name]) > len(text) + 2  # type: ignore[union-attr]
+    assert _caption(demo_folder, model, "--mode", "replace", "--prefix", "sks") == 0
+    replaced = _captions(demo_folder)
+    assert all(text is not None and text.startswith("sks, ") for text in replaced.values())
+    assert not any(before[name] and before[name] in text for name, text in replaced.items())  # type: ignore[operator]
+
+
+def test_the_tagger_threshold_and_blacklist_decide_the_tags(demo_folder: Path, tiny_tagger: Path) -> None:
+    assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--threshold", "0.45",
+                    "--blacklist", "hatsune_miku, red") == 0
+    for text in _captions(demo_folder).values():
+        tags = text.split(", ")  # type: ignore[union-attr]
+        assert "simple background" in tags  # scored 0.5
+        assert not {"^_^", "hatsune miku", "red", "general"} & set(tags)  # 0.27, blacklisted, a rating
+    assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--threshold", "0.6") == 0
+    assert not any("simple background" in text for text in _captions(demo_folder).values())  # type: ignore[operator]
+
+
+def test_a_dry_run_prints_json_lines_and_writes_nothing(demo_folder: Path, tiny_tagger: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    listed = demo_folder / "only.lst"
+    listed.write_text("\n".join(str(p) for p in sorted(demo_folder.glob("*.png"))[:2]) + "\n", encoding="utf-8")
+    files = _snapshot(demo_folder)
+    assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--dry-run", "--json",
+                    "--images-from", str(listed)) == 0
+    assert _snapshot(demo_folder) == files
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["type"] for e in events] == ["started", "caption", "caption", "progress", "finished"]
+    assert events[0]["total"] == 2 and events[-1]["status"] == "completed"
+    caption = events[1]
+    assert caption["written"] is False and caption["before"] is None and caption["after"].startswith("hatsune miku")
+    assert {"red", "green", "blue", "bright colours"} & {tag for tag, _score, _cat in caption["tags"]}
+
+
+def test_mistakes_are_told_without_a_traceback(demo_folder: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["caption", str(demo_folder), "--model", "no-such-model"]) == 2
+    assert "not a folder and not a known model name" in capsys.readouterr().err
+    assert main(["caption", str(tmp_path / "nowhere"), "--model", "blip-base"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    listed = tmp_path / "list.txt"
+    listed.write_text(str(tmp_path / "elsewhere.png"), encoding="utf-8")
+    assert main(["caption", str(demo_folder), "--model", "blip-base", "--images-from", str(listed)]) == 2
+    assert "are not in the dataset" in capsys.readouterr().err
+    assert main(["caption", str(demo_folder), "--model", "x", "--threshold", "2"]) == 2
+    assert "between 0 and 1" in capsys.readouterr().err
+
+
+class _Scripted(Captioner):
+    """Wraps a real captioner: records what it sees, and stops (SIGINT) or crashes at a given batch."""
+
+    def __init__(self, inner: Captioner, seen: list[str], stop_at: int = 0, crash_at: int = 0) -> None:
+        super().__init__(inner.source, inner.settings)
+        self.kind, self.device, self.precision = inner.kind, inner.device, inner.precision
+        self.inner, self.seen, self.stop_at, self.crash_at, self.batches = inner, seen, stop_at, crash_at, 0
+
+    def caption(self, images: Sequence[tuple[Path, Any]]) -> list[MachineCaption]:
+        self.batches += 1
+        if self.batches == self.crash_at:
+            raise RuntimeError("the model fell over")
+        self.seen += [path.name for path, _ in images]
+        if self.batches == self.stop_at:
+            signal.raise_signal(signal.SIGINT)  # as Ctrl+C in the terminal
+        return self.inner.caption(images)
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, **options: int) -> list[str]:
+    seen: list[str] = []
+    real = registry.load_captioner
+    monkeypatch.setattr(registry, "load_captioner", lambda *a: _Scripted(real(*a), seen, **options))
+    return seen
+
+
+def test_a_stopped_job_resumes_where_it_stopped_and_appends_once(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = _captions(demo_folder)
+    seen = _scripted(monkeypatch, stop_at=1)
+    assert _caption(demo_folder, tiny_tagger, "--mode", "append", "--batch-size", "3") == 130
+    assert len(seen) == 3 and (demo_folder / PROGRESS_FILE).exists()
+    assert "Stopped. Run the same command again" in capsys.readouterr().out
+    stopped = _captions(demo_folder)
+    assert sum(stopped[n] != before[n] for n in before) == 3
+    monkeypatch.undo()
+    seen = _scripted(monkeypatch)
+    assert _caption(demo_folder, tiny_tagger, "--mode", "append", "--batch-size", "3") == 0
+    assert sorted(seen) == sorted(set(before) - set(sorted(before)[:3]))  # only the rest
+    assert "Resuming: 3 images" in capsys.readouterr().err
+    final = _captions(demo_folder)
+    assert all(final[n] == stopped[n] for n in sorted(before)[:3])  # nothing appended twice
+    assert all(final[n] != before[n] for n in before) and not (demo_folder / PROGRESS_FILE).exists()
+
+
+def test_a_captioner_crashing_mid_folder_leaves_every_caption_file_whole(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = _captions(demo_folder)
+    _scripted(monkeypatch, crash_at=2)
+    assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--batch-size", "3", "--json") == 1
+    out = capsys.readouterr()
+    finished = json.loads(out.out.splitlines()[-1])
+    assert finished["status"] == "failed" and "the model fell over" in finished["message"]
+    assert "RuntimeError" in out.err
+    first = sorted(before)[:3]
+    crashed = _captions(demo_folder)
+    for name, text in crashed.items():  # each file is the whole new caption or exactly the old one
+        assert (text is not None and text.startswith("hatsune miku, ")) if name in first else text == before[name]
+    assert not list(demo_folder.glob(".*.tmp"))
+    monkeypatch.undo()
+    assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--batch-size", "3") == 0
+    assert all(text.startswith("hatsune miku, ") for text in _captions(demo_folder).values())  # type: ignore[union-attr]
+
+
+def test_a_folder_that_cannot_be_written_is_told_plainly_and_nothing_changes(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.caption import progress
+
+    monkeypatch.setattr(progress, "write_texts_atomically",
+                        lambda texts: {path: PermissionError(13, "Permission denied") for path in texts})
+    files = _snapshot(demo_folder)
+    assert _caption(demo_folder, tiny_tagger) == 1
+    err = capsys.readouterr().err
+    assert f"Cannot write {demo_folder / PROGRESS_FILE}: Permission denied. Make the folder writable" in err
+    assert "Traceback" not in err
+    assert _snapshot(demo_folder) == files
+
+
+def test_the_progress_of_a_job_with_other_settings_is_started_over(tmp_path: Path) -> None:
+    done, kept = tmp_path / "a.png", tmp_path / "sub" / "b.png"
+    CaptionProgress.open(tmp_path, {"model": "m", "mode": "append"}).record({done: "a, tags", kept: None})
+    again = CaptionProgress.open(tmp_path, {"model": "m", "mode": "append"})
+    assert again.is_done(done, "a, tags") and again.is_done(kept, "whatever it has")
+    assert not again.is_done(done, "a")  # its caption was never written: captioned again
+    other = CaptionProgress.open(tmp_path, {"model": "m", "mode": "replace"})
+    assert other.discarded_other_settings and not other.is_done(done, "a, tags")
+
+
+def test_an_unreadable_image_is_skipped_and_long_captions_are_named(
+        demo_folder: Path, tiny_tagger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = sorted(demo_folder.glob("*.png"))[0]
+    broken.write_bytes(b"not a picture")
+    long_prefix = ", ".join(f"word{i}" for i in range(40))  # 40 words, 39 commas and the digits: past 75 tokens
+    assert _caption(demo_folder, tiny_tagger, "--prefix", long_prefix) == 0
+    out, err = capsys.readouterr()
+    assert f"Cannot read {broken}" in err and "The image was skipped" in err
+    assert "Captioned 2 of 3 images" in out and "1 problem; see the messages above" in out
+    assert "2 captions are longer than CLIP's 75 tokens" in out
+    assert not broken.with_suffix(".txt").exists()

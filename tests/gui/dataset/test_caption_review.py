@@ -1,0 +1,114 @@
+"""Caption with…: proposals reviewed beside the person's captions, accepted or rejected, undone in one step."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from studio.core.dataset.auto_caption import MachineCaption, ScoredTag
+from studio.core.user_dirs import cache_dir
+from studio.gui.dataset.caption_job import CaptionJob
+from studio.gui.dataset.caption_review import CaptionReviewDialog
+from studio.gui.dataset.page import DatasetPage
+
+LEFT = Qt.MouseButton.LeftButton
+
+
+def _on_disk(page: DatasetPage) -> dict[str, str | None]:
+    assert page.save_now()
+    folder = page.context.project.root / "images"  # type: ignore[union-attr]
+    return {name: ((folder / name).with_suffix(".txt").read_text(encoding="utf-8")
+                   if (folder / name).with_suffix(".txt").exists() else None) for name in "abcd"}
+
+
+def _tags(image: Path) -> MachineCaption:
+    return MachineCaption(image, tags=(ScoredTag("outdoors", 0.9), ScoredTag("square", 0.8),
+                                       ScoredTag("simple background", 0.5), ScoredTag("miku", 0.9, "character")))
+
+
+def _select(dialog: CaptionReviewDialog, *names: str) -> None:
+    dialog.table.clearSelection()
+    for row, image in enumerate(dialog.rows):
+        if image.stem in names:
+            dialog.table.selectRow(row)
+
+
+def _row(dialog: CaptionReviewDialog, name: str) -> int:
+    return [image.stem for image in dialog.rows].index(name)
+
+
+def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    before = _on_disk(page)
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    for image in sorted(page.store.entries):  # type: ignore[union-attr]
+        dialog.add_proposal(_tags(image))
+    # fill-missing: only c (no caption) gets one; the others are left as they are.
+    assert [dialog.table.item(r, 2).text() for r in range(4)] == [
+        "(left as it is)", "(left as it is)", "miku, outdoors, square, simple background", "(left as it is)"]
+    dialog.mode.setCurrentIndex(dialog.mode.findData("append"))
+    dialog.prefix.setText("sks")
+    dialog.blacklist.setText("outdoors")
+    qtbot.waitUntil(lambda: dialog.table.item(_row(dialog, "a"), 2).text() == "sks, red, square, miku, "
+                    "simple background", timeout=2000)
+    assert dialog.table.item(_row(dialog, "a"), 3).text() == "11"  # tokens
+    dialog.table.setCurrentCell(_row(dialog, "a"), 0)
+    dialog.general.setValue(60)  # the live preview drops the tag scored 0.5
+    assert dialog.preview.text() == "sks, red, square, miku"
+    assert dialog.preview_tokens.text() == "7 / 75 tokens" and not dialog.preview_image.pixmap().isNull()
+    assert _on_disk(page) == before  # nothing written by reviewing
+
+    _select(dialog, "b")
+    qtbot.mouseClick(dialog.reject_button, LEFT)
+    _select(dialog, "a")
+    qtbot.mouseClick(dialog.accept_button, LEFT)
+    assert [image.stem for image in dialog.rows] == ["c", "d"]
+    qtbot.mouseClick(dialog.accept_all_button, LEFT)
+    assert dialog.rows == [] and page.undo_stack.count() == 2
+    assert [page.undo_stack.text(i) for i in range(2)] == ["Caption 1 image", "Caption 2 images"]
+    written = _on_disk(page)
+    assert written == {"a": "sks, red, square, miku", "b": before["b"], "c": "sks, miku, square",
+                       "d": "sks, green, square, miku"}
+
+    page.undo_stack.undo()  # the accept-all step: c and d as they were (c's new sidecar removed)
+    assert _on_disk(page) == {**written, "c": None, "d": before["d"]}
+    page.undo_stack.undo()
+    assert _on_disk(page) == before
+    dialog.close()
+
+
+def test_a_job_that_cannot_start_says_which_program(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    job = CaptionJob()
+    with qtbot.waitSignal(job.sig_finished, timeout=10000) as finished:
+        job.start(str(tmp_path / "no-python"), tmp_path, "blip-base", "fill-missing", [tmp_path / "a.png"])
+    assert finished.args[0] == "failed" and "Could not start" in finished.args[1] and "launch.python" in finished.args[1]
+    assert not job.running and not list((cache_dir() / "caption-jobs").glob("images-*.txt"))
+
+
+@pytest.mark.slow
+def test_the_dataset_page_captions_all_images_with_a_tagger_in_another_process(  # type: ignore[no-untyped-def]
+        page: DatasetPage, qtbot, tiny_tagger: Path) -> None:
+    before = _on_disk(page)
+    dialog = page.open_caption_dialog()
+    assert dialog is not None and dialog.python == sys.executable
+    dialog.model.setCurrentText(str(tiny_tagger))
+    dialog.scope.setCurrentIndex(dialog.scope.findData("All images"))
+    dialog.mode.setCurrentIndex(dialog.mode.findData("replace"))
+    dialog.prefix.setText("sks")
+    qtbot.mouseClick(dialog.start_button, LEFT)
+    assert dialog.job.running and not dialog.start_button.isEnabled()
+    qtbot.waitUntil(lambda: not dialog.job.running, timeout=60000)
+    assert dialog.status.text() == "Done: 4 captions to review.", dialog.status.text()
+    assert dialog.progress.value() == dialog.progress.maximum() == 4 and len(dialog.rows) == 4
+    assert _on_disk(page) == before  # the job wrote nothing
+    dialog.table.setCurrentCell(0, 0)
+    assert dialog.preview.text().startswith("sks, hatsune miku, ")
+    assert dialog.general.isEnabled()
+    qtbot.mouseClick(dialog.accept_all_button, LEFT)
+    written = _on_disk(page)
+    assert all(text is not None and text.startswith("sks, hatsune miku, ") for text in written.values())
+    page.undo_stack.undo()
+    assert _on_disk(page) == before
