@@ -378,8 +378,6 @@ class LossOverlay(QWidget):
         self.curves: list[pg.PlotDataItem] = []
 
     def show_runs(self, runs: list[tuple[str, RunModel]], smoothing: float = 0.9) -> None:
-        if self._plots_closed:  # the window is closing: nothing is drawn any more
-            return
         for curve in self.curves:
             self.plot.removeItem(curve)
         self.curves = []
