@@ -231,9 +231,9 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
     return wanted_files(listed, find_known(repo_id), with_t5)
 
 
-def _network_errors(errors: Any) -> tuple[type[BaseException], ...]:
+def _network_errors(errors: Any) -> tuple[type[Exception], ...]:
     """What a hub call raises when the network or the server fails (its HTTP client's errors included)."""
-    found: list[type[BaseException]] = [errors.HfHubHTTPError, errors.LocalEntryNotFoundError, OSError]
+    found: list[type[Exception]] = [errors.HfHubHTTPError, errors.LocalEntryNotFoundError, OSError]
     for client in ("httpx2", "httpx", "requests"):
         try:
             module = __import__(client)
@@ -241,7 +241,7 @@ def _network_errors(errors: Any) -> tuple[type[BaseException], ...]:
             continue
         for name in ("TransportError", "HTTPError", "RequestException"):
             error = getattr(module, name, None)
-            if isinstance(error, type) and issubclass(error, BaseException):
+            if isinstance(error, type) and issubclass(error, Exception):
                 found.append(error)
     return tuple(found)
 
@@ -253,7 +253,7 @@ def _gated(repo_id: str, token: str | None) -> DownloadError:
                          "`studio-train download --set-token`).", gated=True)
 
 
-def _network(repo_id: str, missing: list[RemoteFile], exc: Exception) -> DownloadError:
+def _network(repo_id: str, missing: list[RemoteFile], exc: BaseException) -> DownloadError:
     names = ", ".join(f.name for f in missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
     lacking = f"; still missing: {names}" if names else ""
     return DownloadError(f"Cannot reach the Hugging Face hub for {repo_id} ({type(exc).__name__}: "
