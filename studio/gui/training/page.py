@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,10 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import TrainConfig
+from studio.core.hardware.estimate import estimate_vram
+from studio.core.hardware.probe import load_hardware
 from studio.core.project.folder import Project
+from studio.core.project.preflight import PreflightProblem, preflight
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
@@ -27,6 +29,7 @@ from studio.gui.run_controller import RunController, controller_for
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
+from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import TrainPlots
 
@@ -45,6 +48,7 @@ class TrainPage(Page):
         self.detach_on_close = False
         # Asked before a run that may not fit; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+        self.download_dialog: DownloadDialog | None = None
         # Asked when the window closes during a run: "stop", "keep" (detached) or "cancel".
         self.ask_close: Callable[[], str] = self._close_dialog
 
@@ -154,30 +158,19 @@ class TrainPage(Page):
         if ctx.config is None:
             detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
             return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
-        try:
-            from studio.core.dataset.scan import scan_dataset
-
-            images = scan_dataset(ctx.config.dataset, ctx.project.root)
-        except Exception as exc:  # DatasetError and unreadable folders: the message says where
-            return None, f"The dataset cannot be used: {exc}"
-        if not images:
-            paths = ", ".join(c.path for c in ctx.config.dataset.concepts)
-            return None, f"No images found in {paths}; add images on the Dataset page."
         return ctx.config, ""
 
-    def vram_estimate(self, config: TrainConfig) -> tuple[float, float] | None:
-        """(estimate MB, card MB) when the memory estimator and a GPU are there."""
-        try:
-            memory = importlib.import_module("studio.core.hardware.estimate")
-            from studio.core.hardware.probe import load_hardware
-
-            gpus = load_hardware(self.context.hardware_file).gpus
-            if not gpus:
-                return None
-            estimate = memory.estimate_vram(config, gpus[0])
-            return float(estimate.total_mb), float(gpus[0].total_mb)
-        except Exception:  # the estimator is optional; a missing one must not block training
-            return None
+    def preflight(self, config: TrainConfig) -> list[PreflightProblem]:
+        """What stands in the way of this run, checked before anything starts (core/project/preflight.py)."""
+        assert self.context.project is not None
+        report = load_hardware(self.context.hardware_file, disk_path=self.context.project.root)
+        gpu = report.gpus[0] if report.gpus else None
+        if gpu is not None:
+            need = estimate_vram(config, gpu).total_mb
+            self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {gpu.total_mb / 1024:.1f} GB")
+        # A profile plans for another machine: this machine's torch is only asked about its own GPU.
+        local = not report.source.startswith("profile:")
+        return preflight(config, self.context.project.root, gpu, check_torch=local)
 
     def start_training(self) -> bool:
         config, problem = self.check_config()
@@ -185,21 +178,34 @@ class TrainPage(Page):
             self.show_message(problem)
             self.banner.show_error("Cannot start the training", problem)
             return False
-        fit = self.vram_estimate(config)
-        if fit is not None:
-            need, have = fit
-            self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {have / 1024:.1f} GB")
-            if need > have and not self.confirm(
-                "This run may not fit",
-                f"The estimate is {need / 1024:.1f} GB but the GPU has {have / 1024:.1f} GB. "
-                "Past that the driver spills into system RAM and training becomes 10-100x slower. "
-                "Start anyway?",
-            ):
+        problems = self.preflight(config)
+        blocking = [p for p in problems if not p.can_confirm]
+        if blocking:
+            text = "\n".join(f"• {p}" for p in blocking)
+            self.show_message(text)
+            self.banner.show_error("Cannot start the training", text)
+            return False
+        for found in problems:
+            if found.download is not None:
+                if self.confirm("Download the base model?", f"{found}\n\nDownload it now? Training starts "
+                                                            "when the download is done."):
+                    self.download_then_train(found.download)
+                return False
+            if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
                 return False
         assert self.context.project is not None
         run_dir = self.controller.start_config(config, self.context.project.root)
         self._update_buttons()
         return run_dir is not None
+
+    def download_then_train(self, repo_id: str) -> DownloadDialog:
+        dialog = DownloadDialog(repo_id, with_t5=bool(self.context.config and self.context.config.model.use_t5),
+                                parent=self)
+        dialog.sig_done.connect(lambda _id, _path: self.start_training())
+        self.download_dialog = dialog
+        dialog.show()
+        dialog.start()
+        return dialog
 
     def stop_training(self) -> None:
         if self.controller.stop():

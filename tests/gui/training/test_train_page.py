@@ -92,7 +92,9 @@ def test_no_images_blocks_start_with_a_message(qtbot: QtBot, context: StudioCont
     context.set_project(make_project(tmp_path, config, images=0))  # type: ignore[arg-type]
     page = make_page(qtbot, context)
     assert not page.start_training()
-    assert "No images found in data/shapes" in page.message.text()
+    assert page.message.text() == (f"• The dataset has no images ({tmp_path / 'data' / 'shapes'}): add .png, .jpg, "
+                                   ".webp or .bmp files, or point dataset.concepts at your image folder on the "
+                                   "Dataset page.")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
