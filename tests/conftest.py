@@ -44,6 +44,9 @@ def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
         folder.mkdir()
         monkeypatch.setenv(name, str(folder))
     monkeypatch.delenv("STUDIO_HARDWARE", raising=False)
+    # The model library and the preflight read the Hugging Face cache: an empty one of the test's own.
+    monkeypatch.setenv("HF_HUB_CACHE", str(base / "hf-hub"))
+    monkeypatch.delenv("STUDIO_MODEL_FOLDERS", raising=False)
     if HAVE_QT:
         from PySide6.QtCore import QSettings
 

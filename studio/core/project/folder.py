@@ -88,7 +88,8 @@ def config_for_images(project_root: Path, image_folders: Sequence[Path], family:
 
     A folder with no images yet becomes one concept, so the Dataset page shows where to add them.
     """
-    concepts = concepts_from_layouts([detect_layout(folder) for folder in image_folders], project_root)
+    concepts = concepts_from_layouts([detect_layout(folder) for folder in image_folders if folder.exists()],
+                                     project_root)
     if not concepts:
         concepts = [ConceptSection(path=concept_path(folder, project_root)) for folder in image_folders]
     return TrainConfig(model=ModelSection(family=family, base=base or default_base(family)),
