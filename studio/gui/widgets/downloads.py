@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from PySide6.QtCore import QObject, QProcess, Signal
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
 
 from studio.core.hardware.downloads import DownloadProgress, progress_text
 from studio.core.hardware.hub_token import TokenStoreError, store_token
-from studio.core.runs.launch import training_env
 
 
 class DownloadProcess(QObject):
@@ -50,9 +49,8 @@ class DownloadProcess(QObject):
     def start(self, repo_id: str, with_t5: bool = False) -> None:
         self.cancel()
         process = QProcess(self)
-        env = process.processEnvironment()
-        for key, value in training_env({}).items():
-            env.insert(key, value)
+        env = QProcessEnvironment.systemEnvironment()
+        env.insert("PYTHONUNBUFFERED", "1")  # each progress line arrives as it is printed
         process.setProcessEnvironment(env)
         process.setProgram(self.python)
         process.setArguments(["-m", "studio.cli", "download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])])

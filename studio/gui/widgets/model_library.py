@@ -106,10 +106,11 @@ class ModelLibraryPanel(QWidget):
         self._fill()
 
     def rows(self) -> list[tuple[str, LibraryModel | KnownModel]]:
-        """("local" | "download", model) in the order shown: this machine's trainable models, then downloads."""
-        local = [m for m in self.models if m.trainable and (self.family is None or m.family == self.family)]
+        """("local" | "download", model) in the order shown: this machine's trainable models, then downloads,
+        each with the models of the current family first."""
+        local = sorted((m for m in self.models if m.trainable), key=lambda m: m.family != self.family)
         have = {m.hub_id for m in local if m.hub_id}
-        known = [k for k in known_models() if k.id not in have and (self.family is None or k.family == self.family)]
+        known = sorted((k for k in known_models() if k.id not in have), key=lambda k: k.family != self.family)
         return [("local", m) for m in local] + [("download", k) for k in known]
 
     def _fill(self) -> None:
