@@ -91,6 +91,7 @@ def test_a_connection_dropped_mid_file_resumes_from_the_bytes_received(fake_hub:
     assert _snapshot_files(_env(fake_hub, tmp_path), SD15)[UNET] == repo[UNET]
 
 
+@pytest.mark.slow
 def test_a_download_ended_part_way_resumes_when_run_again(fake_hub: FakeHub, tmp_path: Path) -> None:
     repo = fake_hub.repos[SD15] = tiny_sd15_repo()
     repo[UNET] = os.urandom(BIG)
@@ -131,6 +132,7 @@ def test_without_network_the_error_says_so_and_names_the_missing_files(tmp_path:
                          "resumes.")
 
 
+@pytest.mark.slow
 def test_a_gated_model_asks_for_a_token_that_is_never_written_to_a_file(
     fake_hub: FakeHub, tmp_path: Path
 ) -> None:

@@ -77,6 +77,7 @@ def test_a_known_model_downloads_in_its_own_process_with_progress(
     assert page.base_status.text() == f"✓ Hub id {SD15}: downloaded, it trains with no network."
 
 
+@pytest.mark.slow
 def test_a_gated_model_asks_for_a_token_and_goes_on(
     page: ModelPage, fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
