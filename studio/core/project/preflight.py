@@ -103,6 +103,8 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
     known = find_known(repo_id)
     size = f" (about {known.size_gb:g} GB)" if known else ""
     what = f"lacks {', '.join(missing)}" if snapshot is not None else "is not on this machine"
+    if known is None and snapshot is None:
+        what = "is no folder or file here and no downloaded hub model"
     return PreflightProblem(
         "model", f"Base model {repo_id} {what}: download it first with `studio-train download {repo_id}`{size} "
                  "or the Download button on the Model & Preset page, or choose a model folder or file.",

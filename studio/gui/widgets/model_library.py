@@ -56,7 +56,9 @@ class ModelLibraryPanel(QWidget):
         self.models: list[LibraryModel] = []
         self.scanning = False
         self.dialog: DownloadDialog | None = None
-        self._signals = _ScanSignals(self)
+        # No parent: a scan still running when the panel goes keeps its signals alive, and the
+        # connection to the panel ends with the panel.
+        self._signals = _ScanSignals()
         self._signals.sig_done.connect(self._scanned)
         self.status = QLabel("Looking for models…")
         self.status.setObjectName("model_library_status")
