@@ -17,8 +17,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The tiny pipelines, tiny captioners and the demo dataset, built once per session for every folder.
-pytest_plugins = ["fixtures.training", "fixtures.captioners"]
+# The tiny pipelines, tiny captioners, the fake hub and the demo dataset, built once per session for every folder.
+pytest_plugins = ["fixtures.training", "fixtures.captioners", "fixtures.fake_hub"]
 
 try:
     import pytestqt  # noqa: F401
@@ -44,6 +44,9 @@ def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
         folder.mkdir()
         monkeypatch.setenv(name, str(folder))
     monkeypatch.delenv("STUDIO_HARDWARE", raising=False)
+    # The model library and the preflight read the Hugging Face cache: an empty one of the test's own.
+    monkeypatch.setenv("HF_HUB_CACHE", str(base / "hf-hub"))
+    monkeypatch.delenv("STUDIO_MODEL_FOLDERS", raising=False)
     if HAVE_QT:
         from PySide6.QtCore import QSettings
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from studio.cli import EXIT_INVALID
 from studio.core.config.toml_file import load_config
+from studio.core.project.preflight import preflight_headless
 from studio.core.runs.events import RunFinished, read_events
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import format_command, prepare_run, training_env
@@ -36,6 +37,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(path)
     if args.processes is not None and args.processes < 1:
         print(f"--processes must be at least 1, not {args.processes}", file=sys.stderr)
+        return EXIT_INVALID
+    errors, warnings = preflight_headless(config, path.resolve().parent)
+    for problem in warnings:
+        print(f"warning: {problem}", file=sys.stderr)
+    if errors:
+        print("\n".join(f"error: {problem}" for problem in errors), file=sys.stderr)
         return EXIT_INVALID
     plan = prepare_run(config, path.resolve().parent, num_processes=args.processes)
     print(f"run folder: {plan.run_dir}", flush=True)

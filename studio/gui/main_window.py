@@ -20,9 +20,11 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QStackedWidget,
     QWidget,
+    QWizard,
 )
 
 from studio import __version__
+from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.project.demo import DEMO_MODEL, create_demo_project, demo_model_ready, model_command
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.gui.context import StudioContext
@@ -164,11 +166,17 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Open project", f"The folder {folder} does not exist any more.")
             return False
         if not is_project(folder):
+            try:
+                found = detect_layout(folder).describe()
+            except DatasetError as exc:
+                QMessageBox.warning(self, "Open project", str(exc))
+                return False
             answer = QMessageBox.question(
                 self,
                 "Create a project here?",
-                f"{folder} is not a studio project yet (it has no studio.toml).\n\n"
-                "Create a project in this folder? Your images and captions there are not changed.",
+                f"{folder} is not a studio project yet (it has no studio.toml).\n\nFound: {found}.\n\n"
+                "Create a project in this folder? Your images and captions stay as they are; the studio adds "
+                "studio.toml and a runs folder.",
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False
@@ -182,10 +190,20 @@ class MainWindow(QMainWindow):
         if folder:
             self.open_project_path(folder)
 
+    def new_project_wizard(self) -> QWizard:
+        """File → New Project: images, base model, preset (studio/gui/project/wizard.py)."""
+        # Loaded by name, like the pages: the window's root modules do not import feature folders.
+        wizard: QWizard = importlib.import_module("studio.gui.project.wizard").NewProjectWizard(self.context, self)
+        wizard.accepted.connect(lambda: self._wizard_done(wizard))
+        return wizard
+
     def new_project_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a folder for the new project")
-        if folder:
-            self.set_project(create_project(folder))
+        self.new_project_wizard().open()
+
+    def _wizard_done(self, wizard: QWizard) -> None:
+        project = getattr(wizard, "project", None)
+        if isinstance(project, Project):
+            self.set_project(project)
 
     def open_demo_project(self) -> None:
         project = create_demo_project()

@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from studio.core.config.errors import ConfigError
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
+from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
 from studio.core.runs.events import EVENTS_FILE
 from studio.core.runs.folders import CONFIG_FILE
@@ -208,6 +209,14 @@ class RunController(QObject):
         except (ConfigError, OSError) as exc:
             queue.mark_ended(item.id, "failed", f"config unreadable: {exc}")
             self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
+            self.sig_queue_changed.emit()
+            QTimer.singleShot(0, self._start_next_queued)
+            return
+        errors, _warnings = preflight_headless(config, path.parent)  # nobody is there to confirm a warning
+        if errors:
+            why = " ".join(str(e) for e in errors)
+            queue.mark_ended(item.id, "failed", why)
+            self.sig_message.emit(f"Queued config {path} was not started: {why}")
             self.sig_queue_changed.emit()
             QTimer.singleShot(0, self._start_next_queued)
             return

@@ -17,14 +17,8 @@ from PIL import Image, ImageOps
 from studio.core.config.schema import ConceptSection, DatasetSection, TrainConfig
 from studio.core.dataset.buckets import bucket_for
 from studio.core.dataset.buckets import bucket_sizes as core_bucket_sizes
-from studio.core.dataset.scan import (
-    DatasetError,
-    ImageEntry,
-    join_tags,
-    scan_class_images,
-    scan_concept,
-    split_tags,
-)
+from studio.core.dataset.caption_tags import join_tags, split_tags
+from studio.core.dataset.scan import DatasetError, ImageEntry, scan_class_images, scan_concept
 from studio.train.errors import TrainError
 
 Warn = Callable[[str, "str | None", str], None]

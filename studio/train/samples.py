@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.scan import IMAGE_EXTENSIONS
+from studio.core.dataset.image_headers import IMAGE_EXTENSIONS
 from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.dataset.scan import read_caption_file
+from studio.core.dataset.caption_sources import read_caption_file
 
 # Past this many files one sync() of the whole system is cheaper than one fsync() per file.
 _BATCH_SYNC_FILES = 8

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.dataset.caption_files import FileJob, SaveBatch, write_texts_atomically
-from studio.core.dataset.scan import METADATA_FILE, ImageEntry
+from studio.core.dataset.caption_sources import METADATA_FILE
+from studio.core.dataset.scan import ImageEntry
 
 __all__ = [
     "CaptionConflict",

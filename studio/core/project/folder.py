@@ -1,12 +1,21 @@
-"""A project: a folder holding `studio.toml` (the TrainConfig) and `runs/`."""
+"""A project: a folder holding `studio.toml` (the TrainConfig) and `runs/`.
+
+A project can live in its image folder or apart from it. Either way the images stay
+where they are: a new project's concepts point at the folders `detect_layout` finds,
+with paths relative to the project.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.config.toml_file import load_config, save_config
+from studio.core.dataset.layouts import DatasetLayout, detect_layout
+from studio.core.hardware.known_models import default_base
 
 PROJECT_FILE = "studio.toml"
 RUNS_DIR = "runs"
@@ -54,17 +63,58 @@ def open_project(path: str | Path) -> Project:
 def default_config(image_folder: str = "images") -> TrainConfig:
     """The config of a new project: SD1.5 LoRA on one image folder."""
     return TrainConfig(
-        model=ModelSection(family="sd15", base="runwayml/stable-diffusion-v1-5"),
+        model=ModelSection(family="sd15", base=default_base("sd15")),
         dataset=DatasetSection(concepts=[ConceptSection(path=image_folder)]),
     )
 
 
-def create_project(path: str | Path, config: TrainConfig | None = None) -> Project:
-    """Make `path` a project (creating the folder); an existing studio.toml is kept."""
+def concept_path(folder: Path, project_root: Path) -> str:
+    """How a concept names `folder`: relative to the project (with /) where it can be, else absolute."""
+    try:
+        rel = os.path.relpath(folder, project_root)
+    except ValueError:  # another drive on Windows
+        return str(folder)
+    return Path(rel).as_posix()
+
+
+def concepts_from_layouts(layouts: Sequence[DatasetLayout], project_root: Path) -> list[ConceptSection]:
+    return [ConceptSection(path=concept_path(found.folder, project_root), repeats=found.repeats)
+            for layout in layouts for found in layout.concepts]
+
+
+def config_for_images(project_root: Path, image_folders: Sequence[Path], family: str = "sd15",
+                      base: str | None = None) -> TrainConfig:
+    """A new project's config: a LoRA of `family` on the concepts found in `image_folders`.
+
+    A folder with no images yet becomes one concept, so the Dataset page shows where to add them.
+    """
+    concepts = concepts_from_layouts([detect_layout(folder) for folder in image_folders if folder.exists()],
+                                     project_root)
+    if not concepts:
+        concepts = [ConceptSection(path=concept_path(folder, project_root)) for folder in image_folders]
+    return TrainConfig(model=ModelSection(family=family, base=base or default_base(family)),
+                       dataset=DatasetSection(concepts=concepts))
+
+
+def create_project(path: str | Path, config: TrainConfig | None = None,
+                   images: Sequence[str | Path] | None = None) -> Project:
+    """Make `path` a project (creating the folder); an existing studio.toml is kept.
+
+    Without a config, the concepts come from the layout of the `images` folders (default:
+    the project folder itself); nothing in them is moved or changed. A project folder
+    with no images gets an empty `images/` folder to put them in.
+    """
     root = Path(path).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     project = Project(root)
-    project.runs_dir.mkdir(exist_ok=True)
     if not project.config_path.exists():
-        project.save_config(config or default_config())
+        if config is None:
+            folders = [Path(f).expanduser().resolve() for f in images] if images else [root]
+            if not images and not detect_layout(root).concepts:
+                (root / "images").mkdir(exist_ok=True)
+                folders = [root / "images"]
+            config = config_for_images(root, folders)
+        project.runs_dir.mkdir(exist_ok=True)
+        project.save_config(config)
+    project.runs_dir.mkdir(exist_ok=True)
     return project

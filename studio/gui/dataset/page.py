@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
-from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, rename_repeat_folder
+from studio.core.dataset.layouts import rename_repeat_folder
+from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
 from studio.gui.dataset.caption_review import CaptionReviewDialog

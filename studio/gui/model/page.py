@@ -28,6 +28,7 @@ from studio.core.config.presets import Preset, apply_preset, list_presets, save_
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import dump_config
 from studio.core.hardware.fixes import apply_changes
+from studio.core.hardware.hub_cache import cached_snapshot, missing_components
 from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.project.folder import default_config
@@ -38,6 +39,7 @@ from studio.gui.model.hardware import HardwarePanel
 from studio.gui.model.presets import PresetList
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.widgets.model_library import ModelLibraryPanel
 
 ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate
 
@@ -68,6 +70,10 @@ class ModelPage(Page):
         self.hardware.sig_report.connect(self._on_hardware)
         left_layout.addWidget(self.hardware)
         left_layout.addWidget(self._model_picker())
+        self.library = ModelLibraryPanel(self.config.model.family)
+        self.library.sig_chosen.connect(self.choose_library_model)
+        left_layout.addWidget(QLabel("<b>Models on this machine</b> (and to download)"))
+        left_layout.addWidget(self.library)
         self.presets = PresetList(self._load_presets())
         self.presets.sig_chosen.connect(self.choose_preset)
         left_layout.addWidget(QLabel("<b>Presets</b>"))
@@ -106,6 +112,7 @@ class ModelPage(Page):
         context.sig_config_changed.connect(self._on_context_config)
         self._show_config()
         self.hardware.refresh()
+        self.library.refresh()
 
     # ------------------------------------------------------------ pieces
 
@@ -162,6 +169,14 @@ class ModelPage(Page):
         if self.apply_config_changes(changes) and "model.family" in changes:
             self.context.status(f"Family set to {FAMILY_NAMES[changes['model.family']]} to match the chosen model")
 
+    def choose_library_model(self, base: str, family: str) -> None:
+        """Take a model from the library (or one just downloaded), with the family it was found to be."""
+        changes: dict[str, Any] = {"model.base": base}
+        if family and family != self.config.model.family:
+            changes["model.family"] = family
+        if self.apply_config_changes(changes):
+            self.context.status(f"Base model: {base}")
+
     def _model_info(self, path: Path) -> ModelInfo | ModelFileError | None:
         """What the model at `path` is, read once per version of the file (the header of a big checkpoint)."""
         try:
@@ -186,7 +201,11 @@ class ModelPage(Page):
         if info is None:
             parts = base.split("/")
             if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
-                return f"Hub id {base}: fetched when training starts (needs the internet once)."
+                snapshot = cached_snapshot(base, self.config.model.revision)
+                if snapshot is not None and not missing_components(snapshot):
+                    return f"✓ Hub id {base}: downloaded, it trains with no network."
+                return (f"Hub id {base}: not on this machine yet. Download it from the list below (or with "
+                        f"`studio-train download {base}`) before training.")
             return f"✗ Not found: {path}. Choose a folder or file that exists."
         if info.refused:
             return f"✗ {path.name} is {info.a_label}: {info.refused}."
@@ -209,6 +228,7 @@ class ModelPage(Page):
         self.family.setCurrentIndex(self.family.findData(self.config.model.family))
         self.base_status.setText(self._base_status(self.config.model.base))
         self.presets.set_family(self.config.model.family)
+        self.library.set_family(self.config.model.family)
         self._estimate_timer.start()
 
     def _on_context_config(self, config: TrainConfig) -> None:
@@ -293,8 +313,13 @@ class ModelPage(Page):
         self.hardware.load_now(profile)
         report = self.hardware.report
         counts = self.update_estimates()
-        return {"gpus": len(report.gpus) if report else 0, "presets_fit": counts}
+        self.library.wait()
+        return {"gpus": len(report.gpus) if report else 0, "presets_fit": counts,
+                "library_models": len(self.library.models)}
 
     def shutdown(self) -> None:
         self._estimate_timer.stop()
         self.hardware.wait()
+        self.library.wait()
+        if self.library.dialog is not None:
+            self.library.dialog.process.cancel()

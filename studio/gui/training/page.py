@@ -18,11 +18,11 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.scan import DatasetError, scan_concept
 from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.probe import load_hardware
-from studio.core.hardware.report import HardwareProfileError
+from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.folder import Project
+from studio.core.project.preflight import PreflightProblem, preflight
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
@@ -30,6 +30,7 @@ from studio.gui.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
+from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
 
@@ -48,6 +49,7 @@ class TrainPage(Page):
         self.detach_on_close = False
         # Asked before a run that may not fit; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+        self.download_dialog: DownloadDialog | None = None
         # Asked when the window closes during a run: "stop", "keep" (detached) or "cancel".
         self.ask_close: Callable[[], str] = self._close_dialog
 
@@ -157,33 +159,33 @@ class TrainPage(Page):
         if ctx.config is None:
             detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
             return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
-        images = 0
-        for concept in ctx.config.dataset.concepts:
-            try:
-                images += len(scan_concept(concept, ctx.project.root))
-            except DatasetError as exc:  # a missing folder, or a file: the message names it
-                return None, f"The dataset cannot be used: {exc}"
-            except OSError as exc:  # a folder that cannot be read (permissions, a drive gone)
-                return None, f"The dataset cannot be used: the folder {concept.path} cannot be read ({exc})."
-        if not images:
-            paths = ", ".join(c.path for c in ctx.config.dataset.concepts)
-            return None, f"No images found in {paths}; add images on the Dataset page."
         return ctx.config, ""
 
-    def vram_estimate(self, config: TrainConfig) -> tuple[float, float] | None:
-        """(estimate MB, card MB) when there is a GPU to plan for.
-
-        Without an estimate the run still starts; the estimate label says why there is none.
-        """
+    def preflight(self, config: TrainConfig) -> list[PreflightProblem]:
+        """What stands in the way of this run, checked before anything starts (core/project/preflight.py)."""
+        assert self.context.project is not None
+        root = self.context.project.root
         try:
-            gpus = load_hardware(self.context.hardware_file).gpus
-            if not gpus:
-                return None
-            estimate = estimate_vram(config, gpus[0])
-        except (HardwareProfileError, ArchitectureDataError) as exc:
+            report = load_hardware(self.context.hardware_file, disk_path=root)
+        except HardwareProfileError as exc:  # the estimate only informs: the run may start without one
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
-            return None
-        return float(estimate.total_mb), float(gpus[0].total_mb)
+            return preflight(config, root, None)
+        gpu = report.gpus[0] if report.gpus else None
+        if gpu is not None and not self._show_estimate(config, gpu):
+            gpu = None
+        # A profile plans for another machine: this machine's torch is only asked about its own GPU.
+        local = not report.source.startswith("profile:")
+        return preflight(config, root, gpu, check_torch=local)
+
+    def _show_estimate(self, config: TrainConfig, gpu: GPUInfo) -> bool:
+        """Show the VRAM estimate for `gpu`; False (and why) when the estimator's data cannot be read."""
+        try:
+            need = estimate_vram(config, gpu).total_mb
+        except ArchitectureDataError as exc:
+            self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
+            return False
+        self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {gpu.total_mb / 1024:.1f} GB")
+        return True
 
     def start_training(self) -> bool:
         config, problem = self.check_config()
@@ -191,21 +193,34 @@ class TrainPage(Page):
             self.show_message(problem)
             self.banner.show_error("Cannot start the training", problem)
             return False
-        fit = self.vram_estimate(config)
-        if fit is not None:
-            need, have = fit
-            self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {have / 1024:.1f} GB")
-            if need > have and not self.confirm(
-                "This run may not fit",
-                f"The estimate is {need / 1024:.1f} GB but the GPU has {have / 1024:.1f} GB. "
-                "Past that the driver spills into system RAM and training becomes 10-100x slower. "
-                "Start anyway?",
-            ):
+        problems = self.preflight(config)
+        blocking = [p for p in problems if not p.can_confirm]
+        if blocking:
+            text = "\n".join(f"• {p}" for p in blocking)
+            self.show_message(text)
+            self.banner.show_error("Cannot start the training", text)
+            return False
+        for found in problems:
+            if found.download is not None:
+                if self.confirm("Download the base model?", f"{found}\n\nDownload it now? Training starts "
+                                                            "when the download is done."):
+                    self.download_then_train(found.download)
+                return False
+            if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
                 return False
         assert self.context.project is not None
         run_dir = self.controller.start_config(config, self.context.project.root)
         self._update_buttons()
         return run_dir is not None
+
+    def download_then_train(self, repo_id: str) -> DownloadDialog:
+        dialog = DownloadDialog(repo_id, with_t5=bool(self.context.config and self.context.config.model.use_t5),
+                                parent=self)
+        dialog.sig_done.connect(lambda _id, _path: self.start_training())
+        self.download_dialog = dialog
+        dialog.show()
+        dialog.start()
+        return dialog
 
     def stop_training(self) -> None:
         if self.controller.stop():

@@ -10,17 +10,13 @@ from pathlib import Path
 
 import pytest
 from dataset_files import MakeDataset, make_image
+from PIL import Image
 
 from studio.core.config.schema import ConceptSection
 from studio.core.dataset.caption_store import CaptionStore
 from studio.core.dataset.checks import check_worker
-from studio.core.dataset.scan import (
-    DatasetError,
-    list_concept,
-    read_captions,
-    rename_repeat_folder,
-    scan_concept,
-)
+from studio.core.dataset.layouts import rename_repeat_folder
+from studio.core.dataset.scan import DatasetError, list_concept, read_captions, scan_concept
 from studio.core.dataset.thumbnails import make_thumbnail, thumbnail_worker
 
 
@@ -115,8 +111,15 @@ def test_thumbnails_are_made_cached_and_broken_files_are_none(tmp_path: Path) ->
     cache = tmp_path / "cache"
     width, height, data = make_thumbnail(image, cache) or (0, 0, b"")
     assert (width, height) == (128, 64) and len(data) == 128 * 64 * 3
-    assert len(list(cache.rglob("*.jpg"))) == 1
-    assert make_thumbnail(image, cache) is not None  # from the cache this time
+    (cached,) = cache.rglob("*.jpg")
+    # Paint the cached thumbnail green: a second call must hand back the cache, not decode the image again.
+    Image.new("RGB", (128, 64), (0, 255, 0)).save(cached, "JPEG", quality=95)
+    written = cached.stat().st_mtime_ns
+    again = make_thumbnail(image, cache)
+    assert again is not None and again[:2] == (128, 64)
+    red, green, blue = again[2][:3]  # the image itself is red (200, 30, 30)
+    assert green > 200 and red < 40 and blue < 40
+    assert cached.stat().st_mtime_ns == written and len(list(cache.rglob("*.jpg"))) == 1  # not rewritten
     assert make_thumbnail(broken, cache) is None
 
 
@@ -128,4 +131,6 @@ def test_thumbnail_worker_answers_requests_until_told_to_stop(tmp_path: Path) ->
     thumbnail_worker(child, str(tmp_path / "cache"), nice=0)
     answer = parent.recv()
     assert [key for key, _ in answer] == ["a", "missing"]
-    assert answer[0][1] is not None and answer[0][1][:2] == (64, 48)  # small images are not upscaled and answer[1][1] is None
+    assert answer[0][1] is not None and answer[0][1][:2] == (64, 48)  # small images are not upscaled
+    assert answer[1][1] is None  # the missing file is answered as unreadable, and the helper goes on
+

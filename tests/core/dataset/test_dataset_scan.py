@@ -8,14 +8,9 @@ import pytest
 from dataset_files import MakeDataset, make_image
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.scan import (
-    DatasetError,
-    image_size,
-    read_caption_file,
-    scan_class_images,
-    scan_concept,
-    scan_concept_report,
-)
+from studio.core.dataset.caption_sources import read_caption_file
+from studio.core.dataset.image_headers import image_size
+from studio.core.dataset.scan import DatasetError, scan_class_images, scan_concept, scan_concept_report
 
 
 def test_pairs_sidecars_in_natural_order(make_dataset: MakeDataset) -> None:
@@ -37,9 +32,13 @@ def test_relative_path_resolves_against_base_dir(make_dataset: MakeDataset) -> N
 
 
 def test_missing_folder_names_it(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match=r"nothere.*does not exist") as info:
+    with pytest.raises(DatasetError) as info:
         scan_concept(ConceptSection(path="nothere"), base_dir=tmp_path)
-    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    # Where: the folder as the person would look for it, and the config key that names it; what to do.
+    assert message.startswith(f"Image folder {tmp_path / 'nothere'} does not exist.")
+    assert 'dataset.concepts path "nothere"' in message
+    assert "create the folder and add images" in message
 
 
 def test_hidden_files_and_other_files_skipped(make_dataset: MakeDataset) -> None:

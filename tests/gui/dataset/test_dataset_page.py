@@ -242,10 +242,15 @@ def test_thumbnail_helper_that_dies_is_replaced(qtbot, page: DatasetPage) -> Non
     first, second = images(page) / "a.png", images(page) / "b.png"
     qtbot.waitUntil(lambda: loader.pixmap(first) is not None, timeout=20000)
     assert loader._helper is not None
-    loader._helper._process.kill()  # as if a broken file crashed the image decoder
+    killed = loader._helper._process
+    killed.kill()  # as if a broken file crashed the image decoder
+    killed.join(5)
     loader.forget(second)
-    qtbot.waitUntil(lambda: loader.pixmap(second) is not None or loader.failed(second), timeout=20000)
     qtbot.waitUntil(lambda: loader.pixmap(second) is not None, timeout=20000)
+    # The thumbnail came from a new helper process, not from the one that died.
+    assert loader._helper is not None and loader._helper.running
+    assert loader._helper._process.pid != killed.pid and loader._helper._process.is_alive()
+    assert not loader.failed(second)
 
 
 def test_shutdown_leaves_no_helper_process(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]

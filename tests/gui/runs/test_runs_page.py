@@ -154,3 +154,24 @@ def test_imported_run_folder_is_marked_remote_and_not_resumable(qtbot: QtBot, co
     assert "another machine" in page.buttons["resume"].toolTip()
     page.table.select_paths([run.name])  # the local one can be resumed
     assert page.buttons["resume"].isEnabled()
+
+
+def test_a_queued_config_that_fails_its_preflight_is_skipped_with_the_reason(
+    qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    controller_for(context, fake_command("--steps", "5", "--rate", "1000"))
+    page = make_page(qtbot, context)
+    broken = config.model_copy(deep=True)
+    broken.dataset.concepts[0].path = "gone"
+    broken.output.name = "broken"
+    save_config(broken, tmp_path / "broken.toml")
+    save_config(config, tmp_path / "good.toml")
+    page.queue.add_config(tmp_path / "broken.toml")
+    page.queue.add_config(tmp_path / "good.toml")
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["failed", "completed"], timeout=30000)
+    assert queue.items[0].message.startswith(f"Image folder {tmp_path / 'gone'} does not exist.")
+    assert [p.name.split("-", 2)[-1] for p in (tmp_path / "runs").iterdir()] == ["fake"]  # the broken one never started

@@ -55,6 +55,10 @@ def make_project(root: Path, config: TrainConfig, images: int = 3) -> object:
 
     folder = root / "data" / "shapes"
     folder.mkdir(parents=True, exist_ok=True)
+    # The fake trainer reads no model, but the preflight wants a diffusers folder where model.base points.
+    model = root / "models" / "tiny-sd15"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
     for i in range(images):
         Image.new("RGB", (64, 64), (40 * i, 90, 90)).save(folder / f"img{i}.png")
         (folder / f"img{i}.txt").write_text("a shape")

@@ -1,0 +1,217 @@
+"""The checks before every run (the Train button, `studio-train run`, the queue).
+
+Each finds a mistake a person can fix before minutes of start-up are spent on it: a base
+model that is not on this machine, a dataset with no images, an output folder that cannot
+be written or whose disk is too full, a run that will not fit the GPU, a training
+environment without CUDA. Each problem is one line: what, where, and what to do.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from studio.core.config.paths import resolve_paths
+from studio.core.config.schema import TrainConfig
+from studio.core.dataset.layouts import DatasetError
+from studio.core.dataset.scan import list_concept
+from studio.core.hardware.estimate import estimate_vram, fit
+from studio.core.hardware.hub_cache import cached_snapshot, missing_components
+from studio.core.hardware.known_models import find_known
+from studio.core.hardware.model_files import (
+    FAMILY_NAMES,
+    SINGLE_FILE_SUFFIXES,
+    ModelFileError,
+    detect_model,
+)
+from studio.core.hardware.report import GPUInfo
+
+GB = 1024**3
+TORCH_PROBE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class PreflightProblem:
+    check: str  # "model" | "dataset" | "output" | "disk" | "vram" | "torch"
+    message: str  # one line: what is wrong, where, and what to do
+    # The person may go ahead anyway: a base model to download first, a VRAM estimate over the GPU.
+    can_confirm: bool = False
+    download: str | None = None  # the hub id to download first, when that is the fix
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def preflight(config: TrainConfig, base_dir: Path, gpu: GPUInfo | None = None,
+              check_torch: bool = True) -> list[PreflightProblem]:
+    """Every problem found before starting a run of `config` (relative paths start at `base_dir`)."""
+    resolved = resolve_paths(config, base_dir)
+    on_gpu = gpu is not None and not config.launch.cpu
+    problems = [p for p in (check_model(resolved), check_dataset(resolved)) if p is not None]
+    problems += check_output(resolved)
+    if on_gpu and gpu is not None:
+        problems += [p for p in (check_vram(config, gpu),
+                                 check_torch_cuda(config.launch.python) if check_torch else None) if p]
+    return problems
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    parts = value.split("/")
+    return len(parts) == 2 and all(parts) and not value.startswith((".", "~", "/")) \
+        and not value.endswith(SINGLE_FILE_SUFFIXES)
+
+
+def check_model(config: TrainConfig) -> PreflightProblem | None:
+    """The base model is on this machine, readable, of the config's family and trainable."""
+    base, family = config.model.base, config.model.family
+    path = Path(base).expanduser()
+    if path.exists():
+        return _check_local_model(path, family)
+    if _looks_like_hub_id(base):
+        return _check_cached_model(base, config.model.revision)
+    return PreflightProblem("model", f"Base model {path} does not exist: check model.base (a diffusers folder, a "
+                                     ".safetensors file or a hub id like org/name) or choose one on the Model & "
+                                     "Preset page.")
+
+
+def _check_local_model(path: Path, family: str) -> PreflightProblem | None:
+    if path.is_dir() and not (path / "model_index.json").is_file():
+        return PreflightProblem("model", f"Base model folder {path} has no model_index.json: choose a diffusers "
+                                         "model folder (with unet/, vae/, …) or a .safetensors file.")
+    try:
+        info = detect_model(path)
+    except ModelFileError as exc:
+        return PreflightProblem("model", f"Base model: {exc}.")
+    if info.refused:
+        return PreflightProblem("model", f"Base model {path.name} is {info.a_label}: {info.refused}.")
+    if info.family is not None and info.family != family:
+        return PreflightProblem("model", f"Base model {path.name} is {info.a_label} ({FAMILY_NAMES[info.family]}) "
+                                         f"but model.family is {family}: set model.family = \"{info.family}\" or "
+                                         "choose another model.")
+    return None
+
+
+def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem | None:
+    snapshot = cached_snapshot(repo_id, revision)
+    missing = missing_components(snapshot) if snapshot is not None else []
+    if snapshot is not None and not missing:
+        return None
+    known = find_known(repo_id)
+    size = f" (about {known.size_gb:g} GB)" if known else ""
+    what = f"lacks {', '.join(missing)}" if snapshot is not None else "is not on this machine"
+    if known is None and snapshot is None:
+        what = "is no folder or file here and no downloaded hub model"
+    return PreflightProblem(
+        "model", f"Base model {repo_id} {what}: download it first with `studio-train download {repo_id}`{size} "
+                 "or the Download button on the Model & Preset page, or choose a model folder or file.",
+        can_confirm=True, download=repo_id)
+
+
+def check_dataset(config: TrainConfig) -> PreflightProblem | None:
+    """Every concept folder exists and, together, they hold at least one image."""
+    images = 0
+    folders = []
+    for concept in config.dataset.concepts:
+        try:
+            listing = list_concept(concept)
+        except DatasetError as exc:
+            return PreflightProblem("dataset", str(exc))
+        except OSError as exc:  # a folder that cannot be read: permissions, a drive gone
+            return PreflightProblem("dataset", f"The image folder {concept.path} cannot be read ({exc.strerror or exc}): "
+                                               "check that it is there and readable.")
+        images += len(listing.paths)
+        folders.append(str(listing.result.folder))
+    if images:
+        return None
+    where = ", ".join(folders) if folders else "no concept folder (dataset.concepts is empty)"
+    return PreflightProblem("dataset", f"The dataset has no images ({where}): add .png, .jpg, .webp or .bmp files, "
+                                       "or point dataset.concepts at your image folder on the Dataset page.")
+
+
+def estimate_disk_bytes(config: TrainConfig) -> int:
+    """Disk a run will fill: kept checkpoints (weights and optimizer state), outputs, samples."""
+    params = estimate_vram(config, None).trainable_params
+    saves = config.output.keep_last if config.output.save_every_n_steps else 1
+    checkpoint = params * 4 * 3  # fp32 weights and Adam's two moments
+    if config.method.kind == "lora":
+        outputs = params * 2 * max(1, len(config.output.formats))
+    else:
+        outputs = params * 2 * (2 if "single_file" in config.output.formats else 1)
+    return int((saves * checkpoint + outputs) * 1.1) + GB // 4  # a margin, samples and logs
+
+
+def _nearest_existing(folder: Path) -> Path:
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def check_output(config: TrainConfig) -> list[PreflightProblem]:
+    """The output folder can be written and its disk has room for the run."""
+    folder = Path(config.output.dir)
+    existing = _nearest_existing(folder)
+    if not existing.is_dir():
+        return [PreflightProblem("output", f"Output folder {folder} is inside a file ({existing}): set output.dir "
+                                           "to a folder.")]
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".studio-write-test-"):
+            pass
+    except OSError as exc:
+        return [PreflightProblem("output", f"Output folder {folder} cannot be written ({exc.strerror or exc} in "
+                                           f"{existing}): set output.dir to a folder you may write to.")]
+    needed, free = estimate_disk_bytes(config), shutil.disk_usage(existing).free
+    if free < needed:
+        return [PreflightProblem("disk", f"Not enough free disk for {folder}: the run needs about "
+                                         f"{needed / GB:.1f} GB (checkpoints and outputs), {free / GB:.1f} GB are "
+                                         "free: free some space, keep fewer checkpoints (output.keep_last) or set "
+                                         "output.dir to another disk.")]
+    return []
+
+
+def check_vram(config: TrainConfig, gpu: GPUInfo) -> PreflightProblem | None:
+    estimate = estimate_vram(config, gpu)
+    if fit(estimate, gpu) != "does_not_fit":
+        return None
+    return PreflightProblem(
+        "vram", f"The run needs about {estimate.total_gb:.1f} GB of GPU memory, GPU {gpu.index} ({gpu.name}) has "
+                f"{gpu.free_mb / 1024:.1f} GB free: choose a preset that fits or apply the fixes on the Model & "
+                "Preset page (it may still run out of memory if you go ahead).", can_confirm=True)
+
+
+def check_torch_cuda(python: str | None) -> PreflightProblem | None:
+    """The training interpreter's torch can use CUDA (asked in a subprocess: the caller never imports torch)."""
+    interpreter = python or sys.executable
+    script = "import torch; print(torch.__version__, torch.cuda.is_available())"
+    try:
+        out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True,
+                             timeout=TORCH_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return PreflightProblem("torch", f"The training interpreter {interpreter} cannot be started ({exc}): set "
+                                         "launch.python to a Python with the studio's training packages.")
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) < 2:
+        return PreflightProblem("torch", f"The training interpreter {interpreter} has no torch: install the "
+                                         "studio's training packages there (pip install 'sd-training-studio[train]').")
+    if words[-1] != "True":
+        return PreflightProblem("torch", f"torch {words[-2]} in {interpreter} cannot use the GPU (a build without "
+                                         "CUDA): install a CUDA build of torch (see pytorch.org), or set "
+                                         "launch.cpu = true to train on the CPU.")
+    return None
+
+
+def preflight_headless(config: TrainConfig, base_dir: Path) -> tuple[list[PreflightProblem], list[PreflightProblem]]:
+    """(errors, warnings) for a run started with no one to ask (`studio-train run`, a remote machine).
+
+    The GPU is this machine's (or $STUDIO_HARDWARE's profile). Nobody can confirm there, so
+    a VRAM estimate over the GPU is a warning (the estimate may be cautious) and a model
+    that is not downloaded is an error.
+    """
+    from studio.core.hardware.probe import load_hardware
+
+    report = load_hardware(disk_path=_nearest_existing(Path(resolve_paths(config, base_dir).output.dir)))
+    problems = preflight(config, base_dir, report.gpus[0] if report.gpus else None)
+    return [p for p in problems if p.check != "vram"], [p for p in problems if p.check == "vram"]

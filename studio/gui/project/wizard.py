@@ -1,0 +1,267 @@
+"""File → New Project: where the project goes and its images, its base model, a preset that fits.
+
+Every step but the first can be skipped: the project written at the end trains as it
+stands (the default base model of its family, the images found in the folders chosen).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+    QWizard,
+    QWizardPage,
+)
+
+from studio.core.config.errors import ConfigError
+from studio.core.config.presets import Preset, apply_preset, list_presets
+from studio.core.config.schema import TrainConfig
+from studio.core.dataset.layouts import DatasetError, detect_layout
+from studio.core.hardware.estimate import Fit, estimate_vram, fit
+from studio.core.hardware.known_models import default_base
+from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, detect_model
+from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.report import GPUInfo
+from studio.core.project.folder import Project, config_for_images, create_project
+from studio.gui.context import StudioContext
+from studio.gui.page import named
+from studio.gui.widgets.model_library import ModelLibraryPanel
+
+FIT_ORDER: dict[Fit, int] = {"fits": 0, "tight": 1, "does_not_fit": 2}
+FIT_WORDS: dict[Fit, str] = {"fits": "fits this machine", "tight": "tight on this machine",
+                             "does_not_fit": "does not fit this machine"}
+
+
+def presets_for(config: TrainConfig, presets: list[Preset], gpu: GPUInfo | None) -> list[tuple[Preset, Fit, float]]:
+    """The presets of the config's family with their fit, those that fit this machine first."""
+    ranked = []
+    for preset in presets:
+        if preset.info.family != config.model.family:
+            continue
+        try:
+            estimate = estimate_vram(apply_preset(config, preset), gpu)
+        except ConfigError:
+            continue
+        ranked.append((preset, fit(estimate, gpu), estimate.total_mb))
+    return sorted(ranked, key=lambda row: (FIT_ORDER[row[1]], -row[0].info.min_vram_gb))
+
+
+class ImagesPage(QWizardPage):
+    """Step 1: the project's folder and the image folders (the project folder itself by default)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTitle("Images")
+        self.setSubTitle("Choose where the project goes and the folders of images to train on. "
+                         "Images stay where they are; nothing in them is moved or changed.")
+        self.folder = named(QLineEdit(), "wizard_project_folder")
+        self.folder.textChanged.connect(self._update)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse_project)
+        self.images = named(QListWidget(), "wizard_image_folders")
+        add = named(QPushButton("Add image folder…"), "wizard_add_images")
+        add.clicked.connect(self._browse_images)
+        remove = QPushButton("Remove")
+        remove.clicked.connect(self._remove)
+        self.layout_label = named(QLabel(), "wizard_layout")
+        self.layout_label.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Project folder"))
+        top.addWidget(self.folder, 1)
+        top.addWidget(browse)
+        buttons = QHBoxLayout()
+        buttons.addWidget(add)
+        buttons.addWidget(remove)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(QLabel("Image folders (none: the images in the project folder)"))
+        layout.addWidget(self.images, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.layout_label)
+
+    def project_root(self) -> Path | None:
+        text = self.folder.text().strip()
+        return Path(text).expanduser() if text else None
+
+    def image_folders(self) -> list[Path]:
+        return [Path(self.images.item(i).data(Qt.ItemDataRole.UserRole)) for i in range(self.images.count())]
+
+    def add_image_folder(self, folder: Path) -> None:
+        item = QListWidgetItem(str(folder))
+        item.setData(Qt.ItemDataRole.UserRole, str(folder))
+        self.images.addItem(item)
+        self._update()
+
+    def _browse_project(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Where the project goes")
+        if folder:
+            self.folder.setText(folder)
+
+    def _browse_images(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "A folder of images")
+        if folder:
+            self.add_image_folder(Path(folder))
+
+    def _remove(self) -> None:
+        for item in self.images.selectedItems():
+            self.images.takeItem(self.images.row(item))
+        self._update()
+
+    def _update(self) -> None:
+        lines = []
+        root = self.project_root()
+        for folder in self.image_folders() or ([root] if root and root.is_dir() else []):
+            try:
+                lines.append(f"{folder.name or folder}: {detect_layout(folder).describe()}")
+            except DatasetError as exc:
+                lines.append(str(exc))
+        self.layout_label.setText("\n".join(lines) or "Choose the project folder.")
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:
+        return self.project_root() is not None
+
+
+class ModelPage(QWizardPage):
+    """Step 2: the base model, from the library, a file or a hub id (default: the family's known base)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTitle("Base model")
+        self.setSubTitle("Pick a model on this machine or one to download, or give a file, a folder or a hub id. "
+                         "Skip this step to start from Stable Diffusion 1.5.")
+        self.family = "sd15"
+        self.base = named(QLineEdit(default_base("sd15")), "wizard_base")
+        self.base.editingFinished.connect(lambda: self.choose(self.base.text().strip(), ""))
+        pick = QPushButton("File…")
+        pick.clicked.connect(self._browse)
+        self.family_label = named(QLabel(), "wizard_family")
+        self.library = ModelLibraryPanel()
+        self.library.sig_chosen.connect(self.choose)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Base model"))
+        row.addWidget(self.base, 1)
+        row.addWidget(pick)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addWidget(self.family_label)
+        layout.addWidget(self.library, 1)
+        self._show_family()
+
+    def initializePage(self) -> None:
+        if not self.library.models and not self.library.scanning:
+            self.library.refresh()
+
+    def choose(self, base: str, family: str) -> None:
+        """Take a model; its family comes from the library, or from its header or JSON when it is a path."""
+        path = Path(base).expanduser()
+        if not family and path.exists():
+            try:
+                family = detect_model(path).family or ""
+            except ModelFileError as exc:
+                self.family_label.setText(f"✗ {exc}")
+                return
+        self.base.setText(base)
+        if family:
+            self.family = family
+        self._show_family()
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "A model file", "", "Models (*.safetensors *.ckpt)")
+        if path:
+            self.choose(path, "")
+
+    def _show_family(self) -> None:
+        self.family_label.setText(f"Family: {FAMILY_NAMES[self.family]}")
+
+
+class PresetPage(QWizardPage):
+    """Step 3: a preset of the model's family, those that fit this machine first (skip: the defaults)."""
+
+    def __init__(self, wizard: NewProjectWizard) -> None:
+        super().__init__(wizard)
+        self.new_project = wizard
+        self.setTitle("Preset")
+        self.setSubTitle("The presets that fit this machine's GPU come first. Skip to keep the defaults.")
+        self.list = named(QListWidget(), "wizard_presets")
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.list)
+
+    def initializePage(self) -> None:
+        self.list.clear()
+        config = self.new_project.base_config()
+        for preset, verdict, mb in presets_for(config, self.new_project.presets, self.new_project.gpu):
+            item = QListWidgetItem(f"{preset.info.title} — {FIT_WORDS[verdict]} (about {mb / 1024:.1f} GB)")
+            item.setData(Qt.ItemDataRole.UserRole, preset)
+            self.list.addItem(item)
+
+    def chosen(self) -> Preset | None:
+        item = self.list.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+
+
+class NewProjectWizard(QWizard):
+    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("new_project_wizard")
+        self.setWindowTitle("New Project")
+        self.setOption(QWizard.WizardOption.HaveFinishButtonOnEarlyPages, True)
+        self.project: Project | None = None
+        report = load_hardware(context.hardware_file)
+        self.gpu = report.gpus[0] if report.gpus else None
+        try:
+            self.presets = list_presets()
+        except ConfigError:
+            self.presets = []
+        self.images_page = ImagesPage(self)
+        self.model_page = ModelPage(self)
+        self.preset_page = PresetPage(self)
+        for page in (self.images_page, self.model_page, self.preset_page):
+            page.setFinalPage(True)  # every step after the folder can be skipped
+            self.addPage(page)
+        self.resize(760, 560)
+
+    def image_folders(self) -> list[Path]:
+        """The folders chosen; else the project folder when it holds images; else its (new) images/ folder."""
+        root = self.images_page.project_root()
+        assert root is not None
+        chosen = [f.absolute() for f in self.images_page.image_folders()]
+        if chosen:
+            return chosen
+        if root.is_dir() and detect_layout(root).concepts:
+            return [root.absolute()]
+        return [root.absolute() / "images"]
+
+    def base_config(self) -> TrainConfig:
+        root = self.images_page.project_root()
+        assert root is not None
+        return config_for_images(root.absolute(), self.image_folders(), self.model_page.family,
+                                 self.model_page.base.text().strip() or None)
+
+    def accept(self) -> None:
+        root = self.images_page.project_root()
+        if root is None:
+            return
+        try:
+            config = self.base_config()
+        except DatasetError as exc:
+            self.images_page.layout_label.setText(str(exc))
+            return
+        preset = self.preset_page.chosen() if self.currentPage() is self.preset_page else None
+        if preset is not None:
+            config = apply_preset(config, preset)
+        for folder in self.image_folders():
+            folder.mkdir(parents=True, exist_ok=True)  # a new project's images/ folder, ready to fill
+        self.project = create_project(root, config)
+        super().accept()

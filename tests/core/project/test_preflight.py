@@ -1,0 +1,208 @@
+"""The checks before a run: each problem is one line that says what, where and what to do."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures.checkpoints import SD15, SDXL, write_checkpoint
+from PIL import Image
+
+from studio.cli import EXIT_INVALID, main
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import save_config
+from studio.core.hardware.probe import load_profile
+from studio.core.project.folder import create_project
+from studio.core.project.preflight import preflight
+
+HUB_ID = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def _cache_model(cache: Path, repo_id: str, components: tuple[str, ...]) -> Path:
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    index = {"_class_name": "StableDiffusionPipeline", "safety_checker": [None, None],
+             **{name: ["diffusers", "X"] for name in ("unet", "vae", "text_encoder", "tokenizer", "scheduler")}}
+    (snapshot / "model_index.json").write_text(json.dumps(index))
+    for name in components:
+        (snapshot / name).mkdir()
+    return snapshot
+
+
+def _project(tmp_path: Path, images: int = 2, base: str = HUB_ID, family: str = "sd15") -> tuple[TrainConfig, Path]:
+    root = tmp_path / "project"
+    (root / "10_shapes").mkdir(parents=True)
+    for i in range(images):
+        Image.new("RGB", (16, 16)).save(root / "10_shapes" / f"{i}.png")
+    project = create_project(root)
+    config = project.load_config()
+    config.model.base, config.model.family = base, family  # type: ignore[assignment]
+    project.save_config(config)
+    return config, root
+
+
+def _lines(config: TrainConfig, root: Path, **kwargs: Any) -> list[str]:
+    return [str(p) for p in preflight(config, root, **kwargs)]
+
+
+def test_a_ready_project_passes(tmp_path: Path, hub_cache: Path) -> None:
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+    assert _lines(config, root) == []
+
+
+def test_a_model_not_downloaded_says_how_to_get_it(tmp_path: Path, hub_cache: Path) -> None:
+    config, root = _project(tmp_path)
+    (problem,) = preflight(config, root)
+    assert problem.message == (
+        f"Base model {HUB_ID} is not on this machine: download it first with `studio-train download {HUB_ID}` "
+        "(about 4.3 GB) or the Download button on the Model & Preset page, or choose a model folder or file.")
+    assert problem.can_confirm and problem.download == HUB_ID
+    config.model.base = "models/tiny-sd15"  # a folder that is not there reads like a hub id
+    assert _lines(config, root) == [
+        "Base model models/tiny-sd15 is no folder or file here and no downloaded hub model: download it first with "
+        "`studio-train download models/tiny-sd15` or the Download button on the Model & Preset page, or choose a "
+        "model folder or file."]
+
+
+def test_a_partly_downloaded_model_names_what_it_lacks(tmp_path: Path, hub_cache: Path) -> None:
+    _cache_model(hub_cache, HUB_ID, ("unet", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+    assert _lines(config, root)[0].startswith(f"Base model {HUB_ID} lacks vae/, text_encoder/: download it first")
+
+
+def test_local_models_missing_damaged_or_of_another_family(tmp_path: Path, hub_cache: Path) -> None:
+    config, root = _project(tmp_path, base="models/gone.safetensors")
+    assert _lines(config, root) == [f"Base model {root / 'models/gone.safetensors'} does not exist: check "
+                                    "model.base (a diffusers folder, a .safetensors file or a hub id like org/name) "
+                                    "or choose one on the Model & Preset page."]
+    write_checkpoint(root / "xl.safetensors", SDXL)
+    config.model.base = "xl.safetensors"
+    assert _lines(config, root) == ['Base model xl.safetensors is an SDXL base checkpoint (SDXL) but model.family '
+                                    'is sd15: set model.family = "sdxl" or choose another model.']
+    (root / "cut.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    config.model.base = "cut.safetensors"
+    assert "is cut short" in _lines(config, root)[0]
+    write_checkpoint(root / "ok.safetensors", SD15)
+    config.model.base = "ok.safetensors"
+    assert _lines(config, root) == []
+
+
+def test_an_empty_dataset_and_a_missing_folder(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, images=0, base=str(tmp_path / "m.safetensors"))
+    assert _lines(config, root) == [
+        f"The dataset has no images ({root / 'images'}): add .png, .jpg, .webp or .bmp files, or point "
+        "dataset.concepts at your image folder on the Dataset page."]
+    config.dataset.concepts[0].path = "nothere"
+    assert _lines(config, root)[0].startswith(f"Image folder {root / 'nothere'} does not exist.")
+
+
+@pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0, reason="needs POSIX permissions, not root")
+def test_an_output_folder_that_cannot_be_written(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    config.output.dir = str(locked / "runs")
+    try:
+        assert _lines(config, root)[0].startswith(f"Output folder {locked / 'runs'} cannot be written")
+    finally:
+        locked.chmod(stat.S_IRWXU)
+
+
+def test_an_output_folder_inside_a_file(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    config.output.dir = "m.txt/runs"
+    (root / "m.txt").write_text("")
+    assert _lines(config, root) == [f"Output folder {root / 'm.txt/runs'} is inside a file ({root / 'm.txt'}): "
+                                    "set output.dir to a folder."]
+
+
+def test_a_full_disk_names_the_room_needed(tmp_path: Path, hub_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(100 * 2**30, 100 * 2**30, 2**20))  # type: ignore[attr-defined]
+    (line,) = _lines(config, root)
+    assert line == (f"Not enough free disk for {root / 'runs'}: the run needs about 0.3 GB (checkpoints and "
+                    "outputs), 0.0 GB are free: free some space, keep fewer checkpoints (output.keep_last) or set "
+                    "output.dir to another disk.")
+
+
+def test_a_run_too_big_for_the_gpu_can_be_confirmed(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "xl.safetensors", SDXL)
+    config, root = _project(tmp_path, base=str(tmp_path / "xl.safetensors"), family="sdxl")
+    config.method.kind = "dreambooth"
+    config.dataset.resolution = 1024
+    gpu = load_profile("rtx3060-12gb").gpus[0]
+    (problem,) = preflight(config, root, gpu, check_torch=False)
+    assert problem.check == "vram" and problem.can_confirm
+    assert problem.message.startswith("The run needs about ") and "GPU 0 (NVIDIA GeForce RTX 3060)" in problem.message
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a shell script stands in for the training interpreter")
+def test_a_training_python_without_cuda_on_a_gpu_machine(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho '2.5.1+cpu False'\n")
+    fake.chmod(0o755)
+    config.launch.python = str(fake)
+    gpu = load_profile("rtx4090-24gb").gpus[0]
+    assert _lines(config, root, gpu=gpu) == [
+        f"torch 2.5.1+cpu in {fake} cannot use the GPU (a build without CUDA): install a CUDA build of torch "
+        "(see pytorch.org), or set launch.cpu = true to train on the CPU."]
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    assert "has no torch" in _lines(config, root, gpu=gpu)[0]
+    config.launch.cpu = True
+    assert _lines(config, root, gpu=gpu) == []
+
+
+def _run_cli(config: TrainConfig, root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    save_config(config, root / "studio.toml")
+    code = main(["run", str(root / "studio.toml")])
+    return code, capsys.readouterr().err
+
+
+def test_studio_train_run_exits_2_before_starting_anything(
+    tmp_path: Path, hub_cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    started: list[Any] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    config, root = _project(tmp_path)
+    code, err = _run_cli(config, root, capsys)
+    assert code == EXIT_INVALID and err == f"error: Base model {HUB_ID} is not on this machine: download it " \
+        f"first with `studio-train download {HUB_ID}` (about 4.3 GB) or the Download button on the Model & " \
+        "Preset page, or choose a model folder or file.\n"
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config.model.base = str(tmp_path / "m.safetensors")
+    for image in (root / "10_shapes").iterdir():
+        image.unlink()
+    code, err = _run_cli(config, root, capsys)
+    assert code == EXIT_INVALID and err.count("\n") == 1 and err.startswith("error: The dataset has no images")
+    Image.new("RGB", (16, 16)).save(root / "10_shapes" / "a.png")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(2**40, 2**40, 0))  # type: ignore[attr-defined]
+    code, err = _run_cli(config, root, capsys)
+    assert code == EXIT_INVALID and err.count("\n") == 1 and err.startswith("error: Not enough free disk for")
+    assert started == [] and list((root / "runs").iterdir()) == []  # no run folder was made
+    assert "Traceback" not in err

@@ -1,0 +1,132 @@
+"""A new person's first steps: their own image folder opened as a project, and File → New Project."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.checkpoints import SDXL, write_checkpoint
+from PIL import Image
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox, QSpinBox, QWizard
+
+from studio.core.config.presets import list_presets
+from studio.gui.application import make_settings
+from studio.gui.context import StudioContext
+from studio.gui.main_window import MainWindow
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _pngs(folder: Path, count: int) -> None:
+    """`count` images fast: one PNG, hard-linked."""
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (48, 48), (30, 120, 200)).save(folder / "shape 0.png")
+    for i in range(1, count):
+        os.link(folder / "shape 0.png", folder / f"shape {i}.png")
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> MainWindow:  # type: ignore[no-untyped-def]
+    win = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(win)
+    yield win
+    win.close()
+
+
+def test_opening_a_kohya_folder_shows_its_images_and_one_concept_with_its_repeats(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    mydata = tmp_path / "mydata"
+    _pngs(mydata / "10_shapes", 30)
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda _parent, _title, text: asked.append(text) or QMessageBox.StandardButton.Yes)
+    assert window.open_project_path(mydata)
+    assert "Found: kohya N_name folders: 1 concept, 30 images (10_shapes: 30 ×10)." in asked[0]
+    page = window.show_page("page_dataset")
+    assert page.wait_loaded(30)  # type: ignore[attr-defined]
+    assert page.model.rowCount() == 30  # type: ignore[attr-defined]
+    table = page.concepts_panel.table  # type: ignore[attr-defined]
+    assert table.rowCount() == 1
+    assert (table.item(0, 0).text(), table.item(0, 1).text()) == ("10_shapes", "30")
+    spin = table.cellWidget(0, 2)
+    assert isinstance(spin, QSpinBox) and spin.value() == 10
+    assert page.status_label.text().startswith("30 images, 0 errors")  # type: ignore[attr-defined]
+
+
+def test_new_project_wizard_images_model_and_a_preset_that_fits(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setenv("STUDIO_HARDWARE", "rtx3060-12gb")
+    photos = tmp_path / "Photos" / "chats été"
+    _pngs(photos / "5_mimi", 4)
+    _pngs(photos / "2_tom", 2)
+    models = tmp_path / "my models"
+    models.mkdir()
+    checkpoint = write_checkpoint(models / "juggernaut xl.safetensors", SDXL)
+    monkeypatch.setenv("STUDIO_MODEL_FOLDERS", str(models))
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    pages = wizard  # type: ignore[assignment]
+    pages.images_page.folder.setText(str(tmp_path / "projects" / "cat lora"))  # type: ignore[attr-defined]
+    pages.images_page.add_image_folder(photos)  # type: ignore[attr-defined]
+    assert pages.images_page.layout_label.text() == (  # type: ignore[attr-defined]
+        "chats été: kohya N_name folders: 2 concepts, 6 images (2_tom: 2 ×2, 5_mimi: 4 ×5)")
+    wizard.next()
+    library = pages.model_page.library  # type: ignore[attr-defined]
+    qtbot.waitUntil(lambda: bool(library.models), timeout=10000)
+    row = next(i for i, (_kind, m) in enumerate(library.rows()) if getattr(m, "path", None) == checkpoint)
+    library.table.selectRow(row)
+    library.use_selected()
+    assert pages.model_page.base.text() == str(checkpoint)  # type: ignore[attr-defined]
+    assert pages.model_page.family_label.text() == "Family: SDXL"  # type: ignore[attr-defined]
+    wizard.next()
+    presets = pages.preset_page.list  # type: ignore[attr-defined]
+    shown = [presets.item(i).text() for i in range(presets.count())]
+    sdxl = [p for p in list_presets() if p.info.family == "sdxl"]
+    assert len(shown) == len(sdxl) and all(" — " in text for text in shown)
+    fits = [text for text in shown if "— fits this machine" in text]
+    assert fits and shown[: len(fits)] == fits  # what fits a 12 GB card comes first
+    presets.setCurrentRow(0)
+    chosen = presets.item(0).data(Qt.ItemDataRole.UserRole)
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    project = window.context.project
+    assert project is not None and project.root == (tmp_path / "projects" / "cat lora").resolve()
+    config = project.load_config()
+    assert (config.model.family, config.model.base) == ("sdxl", str(checkpoint))
+    assert [(c.path, c.repeats) for c in config.dataset.concepts] == [
+        ("../../Photos/chats été/2_tom", 2), ("../../Photos/chats été/5_mimi", 5)]
+    assert config.method.kind == chosen.info.method and config.method.rank == chosen.delta["method"]["rank"]
+
+
+def test_the_wizard_skipped_makes_a_project_that_trains_as_it_stands(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "fresh"))  # type: ignore[attr-defined]
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    config = window.context.project.load_config()  # type: ignore[union-attr]
+    assert (config.model.family, config.model.base) == ("sd15", "stable-diffusion-v1-5/stable-diffusion-v1-5")
+    assert [c.path for c in config.dataset.concepts] == ["images"] and (tmp_path / "fresh" / "images").is_dir()
+
+
+@pytest.mark.slow
+def test_self_test_counts_ten_thousand_images_in_a_kohya_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "big"
+    _pngs(folder / "10_shapes", 10_000)
+    out = subprocess.run([sys.executable, "-m", "studio", "--self-test", "--project", str(folder)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts["dataset_images"] == 10_000
