@@ -160,7 +160,7 @@ def test_a_queued_config_that_fails_its_preflight_is_skipped_with_the_reason(
     qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path
 ) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    controller_for(context, fake_command("--steps", "5", "--rate", "1000"))
+    context.run_controller.command_factory = fake_command("--steps", "5", "--rate", "1000")
     page = make_page(qtbot, context)
     broken = config.model_copy(deep=True)
     broken.dataset.concepts[0].path = "gone"
