@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+import errno
+import shutil
+from pathlib import Path
+
+# The disk (or the person's quota on it) is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 
 class TrainError(Exception):
-    """A failure a person can act on: `kind` is oom, config, data, nan, model or crash."""
+    """A failure a person can act on: `kind` is oom, config, data, nan, model, checkpoint, disk_full or crash."""
 
-    def __init__(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
+    def __init__(self, kind: str, message: str, hint: str = "", path: str | None = None,
+                 needed_bytes: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.hint = hint
         self.path = path
+        self.needed_bytes = needed_bytes
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def megabytes(count: int) -> str:
+    return f"{count / 2**20:,.0f} MB" if count >= 2**20 else f"{count / 1024:,.0f} KB"
+
+
+def disk_full_error(folder: Path, needed_bytes: int | None, what: str) -> TrainError:
+    """The disk holding `folder` is full: say where, how much is free and about how much `what` needs."""
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        free = f"{megabytes(shutil.disk_usage(probe).free)} free"
+    except OSError:
+        free = "free space unknown"
+    need = f", about {megabytes(needed_bytes)} needed" if needed_bytes else ""
+    return TrainError(
+        "disk_full", f"the disk holding {folder} is full while writing {what} ({free}{need})",
+        "free space on that disk or set output.dir to a folder on a larger one, then continue with "
+        "`studio-train resume RUN_DIR` (the Resume button): the checkpoints written before are intact",
+        path=str(folder), needed_bytes=needed_bytes,
+    )
 
 
 def oom_hint(batch_size: int, resolution: int, gradient_checkpointing: bool, estimate: str = "") -> str:
