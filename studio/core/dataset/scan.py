@@ -66,6 +66,7 @@ class ImageEntry:
     concept: str  # concept folder path
     caption_utf8: bool = True  # False when the caption file was not valid UTF-8 (read with a fallback)
     is_class: bool = False  # DreamBooth class (regularisation) image
+    caption_error: str | None = None  # why the caption file (caption_path) cannot be read
 
     @property
     def has_caption(self) -> bool:
@@ -83,6 +84,7 @@ class ScanResult:
     metadata_errors: list[tuple[Path, int, str]] = field(default_factory=list)  # file, line, message
     empty_folders: list[Path] = field(default_factory=list)  # kohya "N_name" folders with no images
     repeat_folders: dict[Path, int] = field(default_factory=dict)  # kohya folder below the root -> its images
+    unreadable_folders: list[tuple[Path, str]] = field(default_factory=list)  # folder, why it cannot be listed
 
 
 def kohya_folder(name: str) -> tuple[int, str] | None:
@@ -160,15 +162,21 @@ def image_size(path: Path) -> tuple[int, int] | None:
 # ---------------------------------------------------------------- scanning
 
 
-def _walk(root: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
-    """(folder, visible entries) for `root` and every visible subfolder; a symlinked folder is entered once."""
+def _walk(root: Path, unreadable: list[tuple[Path, str]] | None = None
+          ) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """(folder, visible entries) for `root` and every visible subfolder; a symlinked folder is entered once.
+
+    Folders that cannot be listed are skipped and added to `unreadable` with the reason.
+    """
     seen: set[tuple[int, int]] = set()
     stack = [root]
     while stack:
         folder = stack.pop()
         try:
             st = folder.stat()
-        except OSError:
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((folder, exc.strerror or str(exc)))
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
@@ -177,7 +185,9 @@ def _walk(root: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
         try:
             with os.scandir(folder) as it:
                 items = [e for e in it if not e.name.startswith(".")]
-        except OSError:
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((folder, exc.strerror or str(exc)))
             continue
         yield folder, items
         subdirs = []
@@ -281,7 +291,10 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
     root_text = str(root)
     keyed: list[tuple[tuple[tuple[str | int, ...], str], ImageEntry, str, _Folder]] = []
     image_folders: list[Path] = []
-    folders = list(_walk(root))
+    folders = list(_walk(root, result.unreadable_folders))
+    if result.unreadable_folders and result.unreadable_folders[0][0] == root:
+        raise DatasetError(f"Image folder {root} cannot be read ({result.unreadable_folders[0][1]}). Give your "
+                           "user read access to it, or copy the images to a folder of yours.")
     for folder, items in folders:
         # The nearest kohya folder below the root decides repeats and the folder caption.
         repeats, folder_caption = 1, root_kohya[1] if root_kohya else None
@@ -378,11 +391,12 @@ def _pair_caption(
         if actual is None:
             continue
         path = folder.path / actual
+        entry.caption_path, entry.caption_source = path, kind
         try:
             entry.caption, entry.caption_utf8 = read_caption_file(path)
-        except OSError:
-            continue  # unreadable sidecar: the check reports it, the next source may still apply
-        entry.caption_path, entry.caption_source = path, kind
+        except OSError as exc:
+            # Unreadable, not missing: the check and the trainer say so rather than train it uncaptioned.
+            entry.caption_error = exc.strerror or str(exc)
         return
     if source in ("auto", "metadata") and entry.path in metadata:
         entry.caption = metadata[entry.path]
