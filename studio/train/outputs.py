@@ -34,8 +34,12 @@ def lora_layers(adapter: FamilyAdapter, components: Components) -> dict[str, dic
 
 
 def _adapter_config(module: torch.nn.Module) -> dict[str, Any]:
+    """The LoRA's peft config as the shared file stores it: the base model by name, not by path."""
     config = getattr(module, "peft_config", {}).get("default")
-    return config.to_dict() if config is not None else {}
+    data: dict[str, Any] = config.to_dict() if config is not None else {}
+    if isinstance(data.get("base_model_name_or_path"), str):
+        data["base_model_name_or_path"] = shared_model_name(data["base_model_name_or_path"])
+    return data
 
 
 def shared_model_name(base: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from studio.core.dataset.scan import DatasetError, ImageEntry, scan_class_images, scan_concept
+from studio.core.dataset.scan import METADATA_FILE, DatasetError, ImageEntry, scan_class_images, scan_concept
 from studio.core.export.bundle_files import sha256_file
 
 if TYPE_CHECKING:
@@ -42,34 +42,47 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
+def _rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
 def select_files(name: str, root: Path, entries: list[ImageEntry]) -> DatasetSelection:
     """The images of `entries` and the caption files they were paired with, all inside `root`."""
     selection = DatasetSelection(name, root)
     real_root = root.resolve()
-    wanted: dict[Path, None] = {}
+    chosen: dict[Path, None] = {}
+    seen: set[Path] = set()
     for entry in entries:
-        for path in (entry.path, entry.caption_path):
-            if path is not None:
-                wanted.setdefault(path, None)
-    for path in wanted:
-        rel = path.relative_to(root).as_posix()
-        if not _inside(path, real_root):
-            selection.skipped.append((rel, f"a link out of the dataset folder (to {path.resolve()}); not followed"))
+        image, caption = entry.path, entry.caption_path
+        seen.update(p for p in (image, caption) if p is not None)
+        if not _inside(image, real_root):
+            selection.skipped.append((_rel(image, root), f"a link out of the dataset folder (to {image.resolve()}); "
+                                      "not followed"))
+            if caption is not None and caption.name != METADATA_FILE:
+                selection.skipped.append((_rel(caption, root), "the caption of an image left out"))
+            continue
+        chosen.setdefault(image, None)
+        if caption is None:
+            continue
+        if _inside(caption, real_root):
+            chosen.setdefault(caption, None)
         else:
-            selection.files.append(path)
-    selection.files.sort(key=lambda p: p.relative_to(root).as_posix())
-    kept = set(selection.files) | set(wanted)
+            selection.skipped.append((_rel(caption, root), "a link out of the dataset folder; not followed"))
+    selection.files = list(chosen)
+    selection.files.sort(key=lambda p: _rel(p, root))
+    kept = set(selection.files) | seen
     for folder, dirs, names in os.walk(root):
         here = Path(folder)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for d in dirs:
             if (here / d).is_symlink() and not _inside(here / d, real_root):
-                selection.skipped.append(((here / d).relative_to(root).as_posix(),
+                selection.skipped.append((_rel(here / d, root),
                                           "a link to a folder out of the dataset folder; not followed"))
         for file in sorted(n for n in names if not n.startswith(".")):
             if here / file not in kept:
-                selection.skipped.append(((here / file).relative_to(root).as_posix(),
+                selection.skipped.append((_rel(here / file, root),
                                           "not an image, caption or metadata file the trainer reads"))
+    selection.skipped = list(dict.fromkeys(selection.skipped))  # a shared metadata.jsonl is told once
     return selection
 
 
