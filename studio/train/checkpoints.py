@@ -24,7 +24,7 @@ import torch
 
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import CHECKPOINTS_DIR
-from studio.train.errors import TrainError, disk_full_error, is_disk_full
+from studio.train.errors import TrainError, disk_full_error, out_of_space
 
 STATE_FILE = "training_state.json"
 SCHEDULER_FILE = "scheduler.json"
@@ -94,13 +94,14 @@ def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep
             atomic_write_text(folder / STATE_FILE, json.dumps(state, indent=2))
             for _, old in complete_checkpoints(run_dir)[:-keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
-        if not is_disk_full(exc):
-            raise
+    except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError
+        needed = checkpoint_bytes(run_dir, accelerator)
+        full = out_of_space(exc, folder.parent, needed)
         if accelerator.is_main_process:
-            shutil.rmtree(folder, ignore_errors=True)  # frees the space it took, for the error event
-        raise disk_full_error(folder.parent, checkpoint_bytes(run_dir, accelerator),
-                              f"the checkpoint of step {state['step']}") from None
+            shutil.rmtree(folder, ignore_errors=True)  # no half checkpoint; its space is free for the error event
+        if not full:
+            raise
+        raise disk_full_error(folder.parent, needed, f"the checkpoint of step {state['step']}") from None
     accelerator.wait_for_everyone()
     return folder
 

@@ -140,7 +140,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
     """(exit code, process count) of this rank's training; every failure ends as an error event."""
     import torch
 
-    from studio.train.errors import TrainError, disk_full_error, is_disk_full, oom_hint, vram_estimate_text
+    from studio.train.errors import TrainError, disk_full_error, oom_hint, out_of_space, vram_estimate_text
     from studio.train.reporting import Reporter
     from studio.train.runtime import make_accelerator
 
@@ -162,15 +162,14 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
         finished, code = RunFinished(status="failed", message="out of memory"), EXIT_FAILED
     except TrainError as exc:
         finished, code = _failed(reporter, exc), EXIT_FAILED
-    except OSError as exc:
-        if is_disk_full(exc):
-            where = Path(exc.filename).parent if isinstance(exc.filename, str) else run_dir
-            finished = _failed(reporter, disk_full_error(where, None, exc.filename or "a file"))
+    except Exception as exc:  # the process boundary: a full disk, or a crash reported with its traceback
+        filename = getattr(exc, "filename", None)
+        where = Path(filename).parent if isinstance(filename, str) else run_dir
+        if out_of_space(exc, where):
+            finished = _failed(reporter, disk_full_error(where, None, filename or "a file"))
         else:
             finished = _crashed(reporter, exc)
         code = EXIT_FAILED
-    except Exception as exc:  # the process boundary: reported as a crash event, then the traceback
-        finished, code = _crashed(reporter, exc), EXIT_FAILED
     if trainer is not None:
         finished.step = trainer.step
         trainer.stop.uninstall()  # a failed run leaves the signal handlers as it found them too

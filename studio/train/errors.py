@@ -24,7 +24,33 @@ class TrainError(Exception):
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+    """An error that says the disk is full (ENOSPC or EDQUOT), itself or in what caused it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Free space on the disk holding `folder` (or its nearest existing parent); None if unknown."""
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return None
+
+
+def out_of_space(exc: BaseException, folder: Path, needed_bytes: int = 2**20) -> bool:
+    """Did a failed write fail for want of space? torch's writer reports a full disk as a RuntimeError
+    ("unexpected pos", "iostream error"), so a disk with less free space than the write needed counts too."""
+    if is_disk_full(exc):
+        return True
+    free = free_bytes(folder)
+    return free is not None and free < needed_bytes
 
 
 def megabytes(count: int) -> str:
@@ -33,13 +59,8 @@ def megabytes(count: int) -> str:
 
 def disk_full_error(folder: Path, needed_bytes: int | None, what: str) -> TrainError:
     """The disk holding `folder` is full: say where, how much is free and about how much `what` needs."""
-    probe = folder
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    try:
-        free = f"{megabytes(shutil.disk_usage(probe).free)} free"
-    except OSError:
-        free = "free space unknown"
+    available = free_bytes(folder)
+    free = f"{megabytes(available)} free" if available is not None else "free space unknown"
     need = f", about {megabytes(needed_bytes)} needed" if needed_bytes else ""
     return TrainError(
         "disk_full", f"the disk holding {folder} is full while writing {what} ({free}{need})",
