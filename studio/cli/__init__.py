@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from studio import __version__
 from studio.core.config.errors import ConfigError
-from studio.core.exit_codes import EXIT_INTERRUPTED, EXIT_INVALID
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `studio-train ... | head` stopped reading: the rest was not wanted
+        from studio.cli._follow import Terminal
+
+        Terminal().hang_up()
+        return EXIT_FAILED
     return int(code or 0)
 
 

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 import psutil
 
-from studio.core.exit_codes import EXIT_FAILED, EXIT_OK, signal_exit_code
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_exit_code
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
 from studio.core.runs.outcome import last_finish, outcome_line
@@ -221,10 +221,15 @@ def follow_training(command: list[str], run_dir: Path) -> int:
     console = run_dir / CONSOLE_FILE
     offset = console.stat().st_size if console.exists() else 0
     options: dict[str, Any] = {"process_group": 0} if os.name == "posix" else {}
-    with open(console, "ab") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=training_env(), cwd=run_dir, **options)
     terminal = Terminal()
+    try:
+        with open(console, "ab") as log:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=training_env(), cwd=run_dir, **options)
+    except OSError as exc:
+        terminal.line(f"error: cannot start {command[0]} ({exc.strerror or exc}); check launch.python in "
+                      f"{run_dir / 'config.toml'}", error=True)
+        return EXIT_INVALID
     echo = ConsoleEcho(console, offset, terminal)
     watch = TrainerWatch(process.pid)
     forwarder = SignalForwarder(process, run_dir, watch, terminal)

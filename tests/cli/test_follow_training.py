@@ -80,8 +80,10 @@ sys.exit(follow_training([sys.executable, sys.argv[2], str(run_dir), "--steps", 
 
 
 @posix_only
-def test_a_closed_output_pipe_ends_the_echo_not_the_training(tmp_path: Path) -> None:
-    """`studio-train run cfg | head`: head leaves after a few lines, the training goes on."""
+@pytest.mark.parametrize("how", ["head", "hang-up"])
+def test_a_closed_terminal_or_pipe_ends_the_echo_not_the_training(tmp_path: Path, how: str) -> None:
+    """`studio-train run cfg | head` (head leaves after a line) or the terminal window closed (SIGHUP,
+    then nothing reads): the training goes on to its end."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -89,7 +91,9 @@ def test_a_closed_output_pipe_ends_the_echo_not_the_training(tmp_path: Path) -> 
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert cli.stdout is not None and cli.stderr is not None
     cli.stdout.readline()
-    cli.stdout.close()  # what `| head -1` does
+    if how == "hang-up":
+        cli.send_signal(signal.SIGHUP)
+    cli.stdout.close()  # what `| head -1` does, and a closed terminal
     try:
         err = cli.stderr.read().decode()
         cli.wait(timeout=60)
