@@ -17,9 +17,10 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
-from studio.core.runs.events import EVENTS_FILE
-from studio.core.runs.folders import CONFIG_FILE
+from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
+from studio.core.runs.lock import RunLockedError, lock_holder
+from studio.core.runs.outcome import outcome_line
 from studio.core.runs.queue import QueueError, RunQueue
 from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
 from studio.gui.process import TrainerProcess
@@ -88,14 +89,18 @@ class RunController(QObject):
             return None
         try:
             plan = prepare_run(config, config_dir)
-        except OSError as exc:
-            self.sig_message.emit(f"Could not create the run folder under {config.output.dir}: {exc}")
+        except OSError as exc:  # RunFolderError: it says where and what to do
+            self.sig_message.emit(f"Could not start the run: {exc}")
             return None
         return plan.run_dir if self._launch(plan) else None
 
     def resume(self, run_dir: Path) -> bool:
         if self.running:
             self.sig_message.emit(self.process.busy_message())
+            return False
+        holder = lock_holder(run_dir)
+        if holder is not None:
+            self.sig_message.emit(f"Cannot resume: {RunLockedError(run_dir, holder)}")
             return False
         try:
             config = load_config(run_dir / CONFIG_FILE)
@@ -152,6 +157,7 @@ class RunController(QObject):
         if how == "detached":
             self.sig_run_ended.emit("detached")
             return
+        self._say_outcome(exit_code)
         if not self.model.ended:
             if self.process.killed:
                 self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
@@ -167,6 +173,19 @@ class RunController(QObject):
         self._finish_queue_item()
         self.sig_run_ended.emit(self.model.status)
         self._start_next_queued()
+
+    def _say_outcome(self, exit_code: int) -> None:
+        """End the console (the pane and console.log) with the studio's one line about the run."""
+        run_dir = self.process.run_dir
+        if run_dir is None:
+            return
+        line = outcome_line(run_dir, exit_code)
+        try:
+            with open(run_dir / CONSOLE_FILE, "a", encoding="utf-8", errors="backslashreplace") as console:
+                console.write(line + "\n")
+        except OSError as exc:
+            self.sig_console.emit(f"[studio] cannot add to {run_dir / CONSOLE_FILE}: {exc}")
+        self.sig_console.emit(line)
 
     # ------------------------------------------------------------ stop / kill
     def stop(self) -> bool:

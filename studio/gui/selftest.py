@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -51,11 +52,19 @@ class _Problems:
 
 
 def run_self_test(args: argparse.Namespace) -> int:
+    """Run the self-test in a scratch folder (settings, demo project) that is removed afterwards."""
+    scratch = Path(tempfile.mkdtemp(prefix="studio-selftest-"))
+    try:
+        return _self_test(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     started = psutil.Process().create_time()
     problems = _Problems()
     sys.excepthook = problems.excepthook
     qInstallMessageHandler(problems.qt_message)
-    scratch = Path(tempfile.mkdtemp(prefix="studio-selftest-"))
 
     from studio.gui.application import make_application, make_settings
 

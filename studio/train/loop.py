@@ -21,7 +21,7 @@ from studio.core.config.toml_file import config_to_data
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
 from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
 from studio.train.cache import LatentCache, TextCache, cache_captions
-from studio.train.checkpoints import latest_checkpoint, read_state, register_hooks, save_checkpoint
+from studio.train.checkpoints import latest_checkpoint, load_checkpoint, register_hooks, save_checkpoint
 from studio.train.components import Components
 from studio.train.data import TrainItem, collect_items
 from studio.train.errors import TrainError
@@ -92,7 +92,6 @@ class Trainer:
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
         prepared = acc.prepare(*self.train_modules, optimizer)
         self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
-        acc.register_for_checkpointing(self.scheduler)
         register_hooks(acc)
         self._fill_caches()
         self._offload_frozen()
@@ -157,8 +156,7 @@ class Trainer:
             return
         _step, folder = found
         self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
-        self.accelerator.load_state(str(folder))
-        state = read_state(folder)
+        state = load_checkpoint(self.accelerator, folder, self.scheduler)
         self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
 
     # ------------------------------------------------------------ the loop
@@ -273,7 +271,7 @@ class Trainer:
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
                  "micro_batch": self.step * self.config.training.gradient_accumulation, "time": time.time()}
-        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last)
+        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last, self.scheduler)
         self.reporter.emit(Checkpoint(step=self.step, path=str(folder)))
 
     def _finish(self, status: str, message: str = "") -> RunFinished:

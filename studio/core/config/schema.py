@@ -204,7 +204,9 @@ class SamplingSection(Section):
 
 class OutputSection(Section):
     dir: str = Field(default="runs", description="Folder where run folders are made.")
-    name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", description="Run name (letters, digits, . _ -).")
+    # A run folder is named <YYYYmmdd-HHMMSS>-<name>; most file systems allow 255 bytes per name.
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", max_length=100,
+                      description="Run name (letters, digits, . _ -; at most 100).")
     save_every_n_steps: int = Field(default=0, ge=0, description="Checkpoint every N steps; 0 saves only at the end.")
     keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
     save_every_n_epochs: int = Field(
