@@ -55,7 +55,7 @@ class ModelSection(Section):
         default=False,
         description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
-        "Needs a GPU; a CPU run keeps them as they are.",
+        "Not with DoRA (method.use_dora).",
     )
     clip_skip: int = Field(
         default=1, ge=1, le=12,
@@ -290,6 +290,10 @@ class TrainConfig(Section):
             raise Contradiction("model.fp8_base", True,
                                 "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
                                 "would store, so turn one of them off")
+        if self.model.fp8_base and m.use_dora:
+            raise Contradiction("model.fp8_base", True,
+                                "cannot be combined with method.use_dora = true: DoRA computes with the base "
+                                "weights themselves, which fp8 stores in 8 bits; turn one of them off")
         if self.launch.machine_rank >= self.launch.num_machines:
             raise Contradiction(
                 "launch.machine_rank",

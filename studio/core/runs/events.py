@@ -101,7 +101,8 @@ class RunWarning(Event):
 @dataclass
 class Error(Event):
     type: ClassVar[str] = "error"
-    kind: Literal["oom", "config", "data", "crash", "nan", "model"] | str
+    # "sample": one sample image failed; the run goes on (the only kind that does not end it).
+    kind: Literal["oom", "config", "data", "crash", "nan", "model", "sample"] | str
     message: str
     hint: str = ""
     path: str | None = None
