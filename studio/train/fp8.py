@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 import torch.nn.grad
 
+from studio.train.precision import COMPUTE_DTYPE_ATTRIBUTE
+
 STORAGE = torch.float8_e4m3fn
 # Where precision matters most and the weights are few: as diffusers' layerwise casting skips them,
 # plus the UNet's first and last convolutions.
 SKIPPED = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$", "^conv_in$", "^conv_out$", "lora_")
-# Set on the denoiser: the dtype its widened layers compute in.
-COMPUTE_DTYPE_ATTRIBUTE = "fp8_compute_dtype"
 
 
 def _target_dtype(x: torch.Tensor) -> torch.dtype:
@@ -128,18 +128,3 @@ def store_in_float8(denoiser: torch.nn.Module, compute_dtype: torch.dtype) -> li
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
         denoiser, previous + ignored)
     return converted
-
-
-def compute_dtype(module: torch.nn.Module) -> torch.dtype:
-    """The dtype a denoiser computes in: what its 8-bit layers widen to, else its first floating weight's.
-
-    A data-parallel wrapper is looked through.
-    """
-    inner = getattr(module, "module", module)
-    widened = getattr(inner, COMPUTE_DTYPE_ATTRIBUTE, None)
-    if isinstance(widened, torch.dtype):
-        return widened
-    for parameter in inner.parameters():
-        if parameter.is_floating_point():
-            return parameter.dtype
-    return torch.float32

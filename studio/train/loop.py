@@ -35,7 +35,7 @@ from studio.train.placement import FrozenOffload
 from studio.train.rank_memory import gather_memory
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
-from studio.train.samples import ensure_class_images, make_samples
+from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 
 
 class Trainer:
@@ -79,11 +79,12 @@ class Trainer:
             self.reporter.warn(mismatch, None, "")
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
-        self.tiled = sampling_needs_tiling(config, _gpu_total_mb(acc.device))
+        self.sampling = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
+                                     acc.autocast)
         self.components: Components = self.adapter.load(acc.device, self.dtype)
         self.reporter.phase("loading", 1, 1, "model loaded")
-        self.config = ensure_class_images(self.adapter, self.components, self.offload, config, self.run_dir,
-                                          acc.is_main_process, self.reporter, self.tiled)
+        self.config = ensure_class_images(self.adapter, self.components, self.sampling, config, self.run_dir,
+                                          acc.is_main_process, self.reporter)
         self.adapter.config = self.config
         acc.wait_for_everyone()
         self.items = collect_items(self.config, self.reporter.warn)
@@ -270,8 +271,7 @@ class Trainer:
 
     def _samples(self) -> None:
         if self.accelerator.is_main_process:
-            make_samples(self.adapter, self.components, self.offload, self.run_dir, self.step, self.reporter,
-                         self.tiled)
+            make_samples(self.adapter, self.components, self.sampling, self.run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:

@@ -30,8 +30,8 @@ from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
 from studio.train.families.base import Conditioning, FamilyAdapter
-from studio.train.fp8 import compute_dtype
 from studio.train.placement import FrozenOffload
+from studio.train.precision import forward_in_precision
 from studio.train.reporting import Reporter
 
 # What a stage reports before each piece of work: (stage, index of the image or prompt, the prompt).
@@ -45,31 +45,14 @@ class ImageJob:
     seed: int
 
 
-def _cast_inputs(value: Any, dtype: torch.dtype) -> Any:
-    """Floating tensors of two or more dimensions in `dtype`; timesteps (0-D and 1-D) keep their precision."""
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() and value.ndim >= 2 else value
-    if isinstance(value, dict):
-        return {key: _cast_inputs(item, dtype) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cast_inputs(item, dtype) for item in value)
-    return value
+@dataclass
+class SamplingPlan:
+    """How a run's images are made: where the parked modules wait, whether the VAE decodes in tiles,
+    and the autocast the denoiser runs in (the run's mixed precision)."""
 
-
-@contextlib.contextmanager
-def inputs_in_compute_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
-    """The denoiser receives latents and conditioning in the dtype it computes in, whatever the pipeline
-    made them in (the pipelines follow the text encoders' dtype, which a full fine-tune does not share)."""
-    dtype = compute_dtype(denoiser)
-
-    def cast(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-        return _cast_inputs(args, dtype), _cast_inputs(kwargs, dtype)
-
-    handle = denoiser.register_forward_pre_hook(cast, with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()
+    offload: FrozenOffload
+    tiled: bool = False
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
 
 @contextlib.contextmanager
@@ -105,14 +88,15 @@ def evaluating(components: Components) -> Iterator[None]:
 
 
 def render_images(
-    adapter: FamilyAdapter, components: Components, offload: FrozenOffload, jobs: list[ImageJob], size: int,
-    tiled: bool, on_image: OnImage, progress: Progress,
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, jobs: list[ImageJob], size: int,
+    on_image: OnImage, progress: Progress,
 ) -> None:
     """Make one image per job (prompt and seed) and hand each to `on_image` as it is decoded."""
     pipeline = adapter.make_pipeline(components)
     pipeline.set_progress_bar_config(disable=True)
     negative = adapter.config.sampling.negative_prompt
     prompts = list(dict.fromkeys(job.prompt for job in jobs))
+    offload = plan.offload
     with torch.no_grad(), evaluating(components):
         embedded: dict[str, Conditioning] = {}
         with offload.resident(offload.text_encoder_names()):
@@ -120,13 +104,13 @@ def render_images(
                 progress("encoding", index, prompt)
                 embedded[prompt] = adapter.sample_conditioning(pipeline, prompt, negative)
         latents = []
-        with inputs_in_compute_dtype(components.denoiser):
+        with forward_in_precision(components.denoiser, plan.autocast):
             for index, job in enumerate(jobs):
                 progress("denoising", index, job.prompt)
                 generator = torch.Generator("cpu").manual_seed(job.seed)
                 latents.append(adapter.denoise(pipeline, embedded[job.prompt], generator, size))
         embedded.clear()
-        with offload.resident(["vae"]), decode_tiled(components.vae, tiled):
+        with offload.resident(["vae"]), decode_tiled(components.vae, plan.tiled):
             for index, (job, latent) in enumerate(zip(jobs, latents, strict=True)):
                 progress("decoding", index, job.prompt)
                 pixels = adapter.decode(components.vae, latent)
@@ -134,8 +118,8 @@ def render_images(
 
 
 def make_samples(
-    adapter: FamilyAdapter, components: Components, offload: FrozenOffload, run_dir: Path, step: int,
-    reporter: Reporter, tiled: bool = False,
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, run_dir: Path, step: int,
+    reporter: Reporter,
 ) -> list[Path]:
     """One PNG per prompt at the fixed sample seed (rank 0 only), announced by a `sample` event.
 
@@ -163,13 +147,13 @@ def make_samples(
 
     jobs = [ImageJob(prompt, sampling.seed) for prompt in prompts]
     try:
-        render_images(adapter, components, offload, jobs, size, tiled, save, progress)
+        render_images(adapter, components, plan, jobs, size, save, progress)
     except Exception as exc:  # a sample never ends the run: reported here, with its traceback
         stage, prompt = where
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         message = f"sample at step {step} failed while {stage} the prompt \"{prompt}\": {exc.__class__.__name__}"
         reporter.failure("sample", exc, f"{message}: {first_line}" if first_line else message,
-                         sample_hint(exc, adapter.config, size, tiled))
+                         sample_hint(exc, adapter.config, size, plan.tiled))
         give_back_memory(components)
     if paths:
         reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=prompts[: len(paths)]))
@@ -206,8 +190,8 @@ CLASS_IMAGE_CHUNK = 8  # class images rendered (and written) per round
 
 
 def ensure_class_images(
-    adapter: FamilyAdapter, components: Components, offload: FrozenOffload, config: TrainConfig,
-    run_dir: Path, writer: bool, reporter: Reporter, tiled: bool = False,
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, config: TrainConfig,
+    run_dir: Path, writer: bool, reporter: Reporter,
 ) -> TrainConfig:
     """Generate the DreamBooth class images that are missing (with the base model, before training).
 
@@ -224,14 +208,14 @@ def ensure_class_images(
         if missing <= 0 or not writer:
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        _write_class_images(adapter, components, offload, folder, concept.class_prompt or "", missing,
-                            out.training.seed, out.dataset.resolution, tiled, reporter)
+        _write_class_images(adapter, components, plan, folder, concept.class_prompt or "", missing,
+                            out.training.seed, out.dataset.resolution, reporter)
     return out
 
 
 def _write_class_images(
-    adapter: FamilyAdapter, components: Components, offload: FrozenOffload, folder: Path, prompt: str,
-    missing: int, seed: int, size: int, tiled: bool, reporter: Reporter,
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, folder: Path, prompt: str,
+    missing: int, seed: int, size: int, reporter: Reporter,
 ) -> None:
     """`missing` more class images of `prompt` in `folder`, numbered after those already there."""
     existing = count_images(folder)
@@ -247,6 +231,6 @@ def _write_class_images(
     while done < missing:
         count = min(CLASS_IMAGE_CHUNK, missing - done)
         jobs = [ImageJob(prompt, seed + existing + done + n) for n in range(count)]
-        render_images(adapter, components, offload, jobs, size, tiled, save, progress)
+        render_images(adapter, components, plan, jobs, size, save, progress)
         done += count
     reporter.phase("class_images", missing, missing, f"{missing} class images written to {folder}")

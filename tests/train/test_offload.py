@@ -98,7 +98,7 @@ def test_samples_bring_back_the_encoders_then_the_vae_never_both(make_config, tm
     from studio.train.families import adapter_for
     from studio.train.placement import FrozenOffload
     from studio.train.reporting import Reporter
-    from studio.train.samples import make_samples
+    from studio.train.samples import SamplingPlan, make_samples
 
     config = make_config("sdxl", training=CACHED, sampling=SAMPLING.model_copy(update={"prompts": ["a", "b"]}))
     adapter = adapter_for(config)
@@ -123,7 +123,7 @@ def test_samples_bring_back_the_encoders_then_the_vae_never_both(make_config, tm
 
         monkeypatch.setattr(adapter, stage, spy)
     reporter = Reporter(tmp_path, active=True)
-    paths = make_samples(adapter, components, offload, tmp_path, 2, reporter)
+    paths = make_samples(adapter, components, SamplingPlan(offload), tmp_path, 2, reporter)
     reporter.close()
     assert len(paths) == 2 and all(p.is_file() for p in paths)
     encoders_only = {"vae": "cpu", "text_encoder_1": "cuda", "text_encoder_2": "cuda"}

@@ -143,8 +143,9 @@ class FamilyAdapter(ABC):
 
     def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
         """The pipeline's embeddings of one prompt and the negative one (the text encoders' stage)."""
+        device = next(pipeline.text_encoder.parameters()).device
         embeds = pipeline.encode_prompt(
-            **self.encode_prompt_arguments(prompt), device=pipeline._execution_device, num_images_per_prompt=1,
+            **self.encode_prompt_arguments(prompt), device=device, num_images_per_prompt=1,
             do_classifier_free_guidance=True, negative_prompt=negative or None,
         )
         return dict(zip(self.prompt_embedding_names, embeds, strict=True))

@@ -18,7 +18,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
-from studio.train.fp8 import compute_dtype
+from studio.train.precision import input_dtype
 
 
 class SD15Adapter(FamilyAdapter):
@@ -102,7 +102,7 @@ class SD15Adapter(FamilyAdapter):
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
         hidden = cond["encoder_hidden_states"]
-        dtype = compute_dtype(denoiser)
+        dtype = input_dtype(denoiser, noisy.device)
         out = denoiser(noisy.to(dtype), timesteps, encoder_hidden_states=hidden.to(dtype), return_dict=False)
         return out[0]
 

@@ -28,7 +28,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
-from studio.train.fp8 import compute_dtype
+from studio.train.precision import input_dtype
 
 # The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
 T5_TOKENS = 256
@@ -152,10 +152,11 @@ class SD3Adapter(FamilyAdapter):
     def predict(
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
-        dtype = compute_dtype(denoiser)
-        out = denoiser(hidden_states=noisy.to(dtype), timestep=timesteps,
-                       encoder_hidden_states=self.joint_states(cond).to(dtype),
-                       pooled_projections=cond["pooled_projections"].to(dtype), return_dict=False)
+        dtype = input_dtype(denoiser, noisy.device)
+        # Cast before joining: fp16 embeddings in a bf16 autocast cannot be concatenated.
+        cond = {key: value.to(dtype) for key, value in cond.items()}
+        out = denoiser(hidden_states=noisy.to(dtype), timestep=timesteps, encoder_hidden_states=self.joint_states(cond),
+                       pooled_projections=cond["pooled_projections"], return_dict=False)
         return out[0]
 
     def make_pipeline(self, components: Components) -> Any:

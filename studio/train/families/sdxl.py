@@ -22,7 +22,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
-from studio.train.fp8 import compute_dtype
+from studio.train.precision import input_dtype
 
 NEEDS = {
     "text_encoder": "the CLIP ViT-L text encoder",
@@ -120,7 +120,7 @@ class SDXLAdapter(FamilyAdapter):
     def predict(
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
-        dtype = compute_dtype(denoiser)
+        dtype = input_dtype(denoiser, noisy.device)
         added = {"text_embeds": cond["pooled_prompt_embeds"].to(dtype), "time_ids": cond["time_ids"].to(dtype)}
         out = denoiser(noisy.to(dtype), timesteps, encoder_hidden_states=cond["prompt_embeds"].to(dtype),
                        added_cond_kwargs=added, return_dict=False)
