@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.schema import MethodSection, ModelSection, SamplingSection, TrainConfig, TrainingSection
+from studio.core.config.schema import (
+    MethodSection,
+    ModelSection,
+    SamplingSection,
+    TrainConfig,
+    TrainingSection,
+)
 
 torch = pytest.importorskip("torch")
 

@@ -37,7 +37,7 @@ def _blocks(denoiser: Any) -> int:
     if hasattr(denoiser, "transformer_blocks"):
         return len(denoiser.transformer_blocks)
     parts = [*denoiser.down_blocks, denoiser.mid_block, *denoiser.up_blocks]
-    resnets = sum(len(part.resnets) for part in parts)
+    resnets = sum(len(part.resnets) for part in parts) - 1  # the mid block runs its first resnet plainly
     return resnets + sum(isinstance(m, BasicTransformerBlock) for m in denoiser.modules())
 
 
