@@ -266,6 +266,12 @@ class TrainConfig(Section):
                 "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
                 "(each epoch sees a different image); turn the augmentation or the cache off",
             )
+        if t.checkpointing_interval > 1 and not t.gradient_checkpointing:
+            raise Contradiction(
+                "training.checkpointing_interval", t.checkpointing_interval,
+                "only applies with training.gradient_checkpointing = true (it says which blocks recompute); "
+                "turn gradient checkpointing on, or set the interval back to 1",
+            )
         if t.cache_latents_to_disk and not t.cache_latents:
             raise Contradiction(
                 "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
