@@ -79,11 +79,11 @@ class Trainer:
             self.reporter.warn(mismatch, None, "")
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
-        self.sampling = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
-                                     acc.autocast)
+        self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
+                                          acc.autocast)
         self.components: Components = self.adapter.load(acc.device, self.dtype)
         self.reporter.phase("loading", 1, 1, "model loaded")
-        self.config = ensure_class_images(self.adapter, self.components, self.sampling, config, self.run_dir,
+        self.config = ensure_class_images(self.adapter, self.components, self.sampling_plan, config, self.run_dir,
                                           acc.is_main_process, self.reporter)
         self.adapter.config = self.config
         acc.wait_for_everyone()
@@ -271,7 +271,7 @@ class Trainer:
 
     def _samples(self) -> None:
         if self.accelerator.is_main_process:
-            make_samples(self.adapter, self.components, self.sampling, self.run_dir, self.step, self.reporter)
+            make_samples(self.adapter, self.components, self.sampling_plan, self.run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:
