@@ -146,6 +146,7 @@ def make_samples(
         paths.append(path)
 
     jobs = [ImageJob(prompt, sampling.seed) for prompt in prompts]
+    failed = False
     try:
         render_images(adapter, components, plan, jobs, size, save, progress)
     except Exception as exc:  # a sample never ends the run: reported here, with its traceback
@@ -154,6 +155,8 @@ def make_samples(
         message = f"sample at step {step} failed while {stage} the prompt \"{prompt}\": {exc.__class__.__name__}"
         reporter.failure("sample", exc, f"{message}: {first_line}" if first_line else message,
                          sample_hint(exc, adapter.config, size, plan.tiled))
+        failed = True
+    if failed:  # out of the except block: the exception and the tensors its frames hold are gone now
         give_back_memory(components)
     if paths:
         reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=prompts[: len(paths)]))

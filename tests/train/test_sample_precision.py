@@ -226,11 +226,27 @@ def test_a_sample_that_raises_is_reported_and_the_memory_given_back(
     offload.add("vae", components.vae)
     offload.offload()
 
-    def out_of_memory(*args: Any) -> Any:
+    import weakref
+
+    import studio.train.samples as samples
+
+    held: list[Any] = []
+
+    def out_of_memory(vae: Any, latents: Any) -> Any:
+        held.append(weakref.ref(latents))
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB")
 
+    freed: list[bool] = []
+    give_back = samples.give_back_memory
+
+    def giving_back(components: Any) -> None:
+        give_back(components)
+        freed.append(held[0]() is None)  # what the allocator's cache would be handed back on a GPU
+
     monkeypatch.setattr(adapter, "decode", out_of_memory)
+    monkeypatch.setattr(samples, "give_back_memory", giving_back)
     assert make_samples(adapter, components, SamplingPlan(offload), tmp_path, 8, reporter) == []
+    assert freed == [True]  # the sample's latents were unreachable when the memory was given back
     error = _errors(tmp_path)[-1]
     assert error.kind == "sample"
     assert error.message == ('sample at step 8 failed while decoding the prompt "a red circle": '
