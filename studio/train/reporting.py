@@ -90,6 +90,11 @@ class Reporter:
     def error(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
         self.emit(Error(kind=kind, message=message, hint=hint, path=path))
 
+    def failure(self, kind: str, exc: BaseException, message: str, hint: str) -> None:
+        """A failure the run survives (a sample): the event says what and what to do, stderr has the traceback."""
+        print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
+        self.error(kind, message, hint)
+
     def crash(self, exc: BaseException) -> None:
         """An unexpected exception: the event carries its last frames, stderr the whole traceback.
 

@@ -143,7 +143,8 @@ class RunWarning(Event):
 @dataclass
 class Error(Event):
     type: ClassVar[str] = "error"
-    kind: Literal["oom", "config", "data", "crash", "nan", "model", "checkpoint", "disk_full"] | str
+    # "sample": one sample image failed; the run goes on (the only kind that does not end it).
+    kind: Literal["oom", "config", "data", "crash", "nan", "model", "checkpoint", "disk_full", "sample"] | str
     message: str
     hint: str = ""
     path: str | None = None
