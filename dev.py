@@ -101,7 +101,7 @@ def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py"], env=env)
+    run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     run([python, "-m", "mypy", "studio"], env=env)
     print("\n== core tests without PySide6 or torch ==", flush=True)
     run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider"],

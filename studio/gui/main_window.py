@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from studio import __version__
 from studio.core.project.demo import create_demo_project, demo_model_ready, model_command
 from studio.core.project.folder import Project, create_project, is_project, open_project
+from studio.core.resources import app_root
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 
@@ -222,7 +223,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------ help
 
     def open_documentation(self) -> None:
-        docs = Path(__file__).resolve().parents[2] / DOCS_URL
+        docs = app_root() / DOCS_URL
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs)))
 
     def show_about(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from studio.core.resources import resources_dir
+from studio.core.resources import app_root, resources_dir
 
 MANIFEST_VERSION = 1
 _CHUNK = 1 << 20
@@ -127,7 +127,7 @@ def copy_studio_source(dest: Path) -> int:
     The remote machine runs the trainer from this copy (launch.sh puts it on PYTHONPATH),
     so it needs no studio install and trains with exactly the code that exported it.
     """
-    package = Path(__file__).resolve().parents[2]
+    package = app_root() / "studio"
     shutil.copytree(
         package, dest / "studio",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "gui"),
