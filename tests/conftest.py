@@ -18,7 +18,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 
 # The tiny pipelines and the demo dataset, built once per session for every folder.
-pytest_plugins = ["fixtures.training"]
+pytest_plugins = ["fixtures.training", "fixtures.trainenv"]
 
 try:
     import pytestqt  # noqa: F401

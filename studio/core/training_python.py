@@ -53,3 +53,8 @@ def default_training_python() -> str:
             "that has them"
         )
     return sys.executable
+
+
+def needs_training_env(launch_python: str | None) -> bool:
+    """True when training cannot start until the studio's environment is set up (frozen app, none named)."""
+    return not launch_python and is_frozen() and ready_env_python() is None

@@ -27,6 +27,7 @@ from studio.core.project.folder import Project, create_project, is_project, open
 from studio.core.resources import app_root
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
+from studio.gui.training_env import open_training_env_dialog
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,12 @@ class MainWindow(QMainWindow):
             action = _action(spec.title, self, QKeySequence(f"Ctrl+{index + 1}"))
             action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
             go_menu.addAction(action)
+
+        tools_menu = self.menuBar().addMenu("&Tools")
+        env_action = QAction("&Training Environment…", self)
+        env_action.setObjectName("action_training_env")
+        env_action.triggered.connect(lambda: open_training_env_dialog(self))
+        tools_menu.addAction(env_action)
 
         help_menu = self.menuBar().addMenu("&Help")
         docs_action = _action("&Documentation", self, QKeySequence.StandardKey.HelpContents)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from fixtures.wheelhouse import standin_wheelhouse
+from fixtures.trainenv import Installed
 
 from studio.cli import main
 from studio.core.config.toml_file import validate_data
@@ -19,51 +19,16 @@ from studio.core.hardware.probe import load_profile
 from studio.core.runs.launch import training_python
 from studio.core.trainenv import doctor
 from studio.core.trainenv.installer import install, steps_to_run
-from studio.core.trainenv.packages import CONSTRAINTS
-from studio.core.trainenv.plan import InstallPlan, make_plan
-from studio.core.trainenv.progress import InstallProgress
 from studio.core.trainenv.state import PTH_FILE, STATE_FILE, check_env, read_state
-from studio.core.trainenv.steps import Cancelled
 from studio.core.training_python import READY_FILE, env_python
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # runs pip in a new virtual environment (about 10 s)
 
 
-@dataclass
-class Installed:
-    plan: InstallPlan
-    wheels: Path
-    cancelled_at: str = ""
-    steps_after_cancel: list[str] = field(default_factory=list)
-    findings_after_cancel: list[str] = field(default_factory=list)
-    resumed_steps: list[str] = field(default_factory=list)
-    progress: list[InstallProgress] = field(default_factory=list)
-
-
-def _plan(folder: Path, wheels: Path, profile: str = "no-gpu") -> InstallPlan:
-    return make_plan(folder, "venv", None, wheels, load_profile(profile))
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """One environment, installed the way a person may live it: cancelled halfway, then resumed."""
-    base = tmp_path_factory.mktemp("trainenv")
-    wheels = standin_wheelhouse(base / "wheels", ROOT / CONSTRAINTS)
-    facts = Installed(_plan(base / "env", wheels), wheels)
-
-    def cancel_at_packages() -> bool:
-        return any(p.step == "packages" for p in facts.progress)
-
-    with pytest.raises(Cancelled) as cancelled:
-        install(facts.plan, progress=facts.progress.append, cancel=cancel_at_packages)
-    facts.cancelled_at = cancelled.value.step
-    facts.steps_after_cancel = read_state(facts.plan.folder).steps_done
-    findings = doctor.diagnose(load_profile("no-gpu"), facts.plan.folder, wheelhouse=wheels, tool_kind="venv")
-    facts.findings_after_cancel = [f.code for f in findings]
-    facts.progress.clear()
-    facts.resumed_steps = install(facts.plan, progress=facts.progress.append).steps_run
-    yield facts
+@pytest.fixture
+def installed(trainenv_installed: Installed) -> Installed:
+    return trainenv_installed
 
 
 def test_a_cancelled_install_keeps_what_finished_and_continues_there(installed: Installed) -> None:

@@ -13,16 +13,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
 from studio.core.trainenv.installer import is_up_to_date
 from studio.core.trainenv.packages import PackageListError, package_lists
-from studio.core.trainenv.plan import InstallPlan
+from studio.core.trainenv.plan import InstallPlan, chosen_wheelhouse, make_plan
 from studio.core.trainenv.state import LOG_FILE, STATE_FILE, EnvCheck, check_env, read_ready
 from studio.core.trainenv.tools import NoEnvTool, choose_tool
 from studio.core.trainenv.torch_build import TorchBuild, choose_torch_build
 from studio.core.trainenv.verify import mismatched_versions
-from studio.core.training_python import env_python
+from studio.core.training_python import env_dir, env_python
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 REPAIR = "run `studio-train env repair` (or Repair in Tools → Training Environment)"
@@ -80,13 +81,14 @@ def env_findings(plan: InstallPlan, check: EnvCheck) -> list[Finding]:
                         f"the environment's Python does not run: {check.error} (the Python it was made from "
                         "was probably removed or upgraded)", REPAIR + "; it makes the environment again")]
     ready = read_ready(folder)
-    found = []
     if ready is None:
         if (folder / STATE_FILE).is_file():
-            found.append(Finding("install_unfinished", WARNING,
-                                 f"the install in {folder} stopped before it finished (cancelled or failed; "
-                                 f"see {folder / LOG_FILE})", INSTALL + "; it continues where it stopped"))
-    elif ready.get("stamp") != plan.stamp() and not plan.build.problem:
+            return [Finding("install_unfinished", WARNING,
+                            f"the install in {folder} stopped before it finished (cancelled or failed; "
+                            f"see {folder / LOG_FILE})", INSTALL + "; it continues where it stopped")]
+        return [Finding("not_installed", INFO, f"{folder} holds no finished training environment", INSTALL)]
+    found = []
+    if ready.get("stamp") != plan.stamp() and not plan.build.problem:
         found.append(Finding("outdated", WARNING,
                              f"the environment was made for another package list or torch build than this "
                              f"studio's ({ready.get('torch_build')} then, {plan.build.tag} now)", INSTALL))
@@ -122,7 +124,7 @@ def diagnose(report: HardwareReport, folder: Path, torch_tag: str | None = None,
     except PackageListError as exc:
         found.append(Finding("package_lists", ERROR, str(exc), "reinstall the studio"))
         return found
-    plan = InstallPlan(folder, tool, build, packages, wheelhouse, app_root())
+    plan = InstallPlan(folder, tool, build, packages, chosen_wheelhouse(wheelhouse), app_root())
     check = check_env(folder, plan.distribution_names()) if env_python(folder).parent.exists() else EnvCheck(
         error=f"{env_python(folder)} does not exist")
     return found + env_findings(plan, check)
@@ -145,3 +147,38 @@ def status_facts(plan: InstallPlan) -> dict[str, object]:
         "source": str(plan.wheelhouse) if plan.wheelhouse else (plan.build.index_url or "PyPI"),
         "error": check.error if plan.folder.exists() else None,
     }
+
+
+@dataclass(frozen=True)
+class EnvOverview:
+    """Everything the Training Environment window shows, read off the GUI thread."""
+
+    plan: InstallPlan | None  # None when no install is possible (no Python, no package lists)
+    findings: list[Finding]
+    facts: dict[str, object]
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.facts.get("ready")) and not self.needs_repair
+
+    @property
+    def needs_repair(self) -> bool:
+        return any(f.code in ("broken_venv", "packages") for f in self.findings)
+
+    @property
+    def blocked(self) -> bool:
+        """An install cannot start (no Python, the driver too old, no disk space)."""
+        return self.plan is None or any(
+            f.code in ("no_python", "driver_too_old", "disk_space", "package_lists") for f in self.findings)
+
+
+def env_overview(folder: Path | None = None) -> EnvOverview:
+    """The plan, the findings and the status for this machine (the hardware probe included)."""
+    folder = folder or env_dir()
+    report = load_hardware()
+    findings = diagnose(report, folder)
+    try:
+        plan = make_plan(folder, hardware=report)
+    except (NoEnvTool, PackageListError, ValueError) as exc:
+        return EnvOverview(None, findings, {"folder": str(folder), "error": str(exc)})
+    return EnvOverview(plan, findings, status_facts(plan))

@@ -78,7 +78,8 @@ def steps_to_run(plan: InstallPlan, force: bool = False) -> list[str]:
         done -= {"link", "verify"}
     if read_ready(plan.folder) is not None and mismatched_versions(plan, check):
         # It was complete, and something changed it since: install the packages again.
-        done -= {"torch", "packages", "verify"}
+        done -= {"torch", "packages"}
+    done.discard("verify")  # not up to date: verify again, which marks the environment ready
     return [step for step in STEPS if step not in done]
 
 
@@ -97,6 +98,8 @@ def install(plan: InstallPlan, progress: ProgressCallback | None = None, cancel:
     state.stamp, state.torch_build, state.tool = plan.stamp(), plan.build.tag, plan.tool.kind
     state.steps_done = [s for s in STEPS if s not in todo]
     clear_ready(plan.folder)
+    if "create" not in todo:
+        write_state(plan.folder, state)
     facts: dict[str, object] = {}
     for step in todo:
         if cancel and cancel():

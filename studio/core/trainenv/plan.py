@@ -57,6 +57,11 @@ class InstallPlan:
         return [requirement_name(r) for r in self.packages.requirements]
 
 
+def chosen_wheelhouse(wheelhouse: Path | None = None) -> Path | None:
+    """The folder of wheels to install from: the argument, else $STUDIO_WHEELHOUSE, else none (the internet)."""
+    return wheelhouse or (Path(os.environ[WHEELHOUSE_VAR]) if os.environ.get(WHEELHOUSE_VAR) else None)
+
+
 def make_plan(
     folder: Path | None = None,
     tool_kind: str | None = None,
@@ -68,7 +73,7 @@ def make_plan(
     """The plan for this machine; raises NoEnvTool, PackageListError or ValueError with what to do."""
     report = hardware if hardware is not None else load_hardware()
     build = choose_torch_build(report, tag=torch_tag)
-    house = wheelhouse or (Path(os.environ[WHEELHOUSE_VAR]) if os.environ.get(WHEELHOUSE_VAR) else None)
+    house = chosen_wheelhouse(wheelhouse)
     if house is not None and not house.is_dir():
         raise ValueError(f"the wheel folder {house} does not exist: give a folder of .whl files")
     return InstallPlan(
