@@ -3,6 +3,7 @@
 
     python3 dev.py run      # make .venv, install the studio, open it on the demo project
     python3 dev.py test     # make .venv, install everything, run lint and the whole test suite
+    python3 dev.py package  # build the desktop app for this system (dist/: the app and its download)
     python3 dev.py setup    # only make the environments
 
 On Windows use `py dev.py run` / `py dev.py test`.
@@ -117,6 +118,9 @@ def main(argv: list[str]) -> None:
         run([python, "-m", "studio", *argv[1:]])
     elif command == "test":
         test(argv[1:])
+    elif command == "package":
+        python = setup(dev=True)
+        run([python, ROOT / "packaging" / "build_app.py", *argv[1:]])
     elif command == "setup":
         setup(dev=True)
         setup_core()

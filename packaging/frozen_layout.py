@@ -17,6 +17,9 @@ EXCLUDED_MODULES = [
     # Pulled in by optional imports of the libraries above, never by the window.
     "rich", "pygments", "markdown_it", "yaml", "charset_normalizer", "requests", "urllib3",
     "IPython", "pyqtgraph.examples", "pyqtgraph.opengl", "pyqtgraph.jupyter",
+    # PyInstaller adds this itself when it is missing, changing the list in place; the next build
+    # then sees "excludes changed" and analyses everything again instead of reusing its work folder.
+    "__main__",
 ]
 
 # The studio's own code that the training environment runs (it reads it from the app's
@@ -58,3 +61,8 @@ def bundle_datas(root: Path) -> list[tuple[str, str]]:
         *_tree(root / "docs" / "images", "docs/images"),
         *_tree(root / "studio", "studio", skip=TRAINER_SOURCE_SKIP),
     ]
+
+
+def keep_data(destination: str) -> bool:
+    """Qt's translations of its own dialogs: the studio speaks English only (7 MB less)."""
+    return not destination.replace("\\", "/").startswith("PySide6/Qt/translations/")
