@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 CORE_VENV = ROOT / ".venv-core"
+PACKAGE_VENV = ROOT / ".venv-package"
 CONSTRAINTS = ROOT / "constraints" / "ci.txt"
 WINDOWS = os.name == "nt"
 # PyPI's Windows wheels of torch are CPU-only; the CUDA ones come from PyTorch's own index.
@@ -119,7 +120,8 @@ def main(argv: list[str]) -> None:
     elif command == "test":
         test(argv[1:])
     elif command == "package":
-        python = setup(dev=True)
+        # The window's dependencies and PyInstaller only: nothing of the trainer can slip into the app.
+        python = ensure_env(PACKAGE_VENV, "gui,package", ["-c", str(CONSTRAINTS)], "packaging")
         run([python, ROOT / "packaging" / "build_app.py", *argv[1:]])
     elif command == "setup":
         setup(dev=True)

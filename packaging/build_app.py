@@ -103,6 +103,10 @@ def appimage(app: Path, out: Path) -> Path | None:
 
 def zip_folder(app: Path, out: Path, system: str) -> Path:
     archive = out / f"{APP_NAME}-{version()}-{system}-{platform.machine()}.zip"
+    if system == "macos":
+        # ditto keeps the .app bundle's symbolic links (zipfile would copy their targets twice).
+        subprocess.run(["ditto", "-c", "-k", "--keepParent", str(app), str(archive)], check=True)
+        return archive
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as zipped:
         for path in sorted(app.rglob("*")):
             if path.is_file():

@@ -40,14 +40,16 @@ def frozen_app() -> Path:
     return executable(dist)
 
 
-def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: Path) -> None:
+def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: Path, tmp_path: Path) -> None:
     from studio.gui.main_window import PAGES
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    report = tmp_path / "self-test.json"  # how CI reads it from the windowed Windows app, which has no stdout
     out = subprocess.run([str(frozen_app), "--self-test"], capture_output=True, text=True, timeout=180,
-                         env=dict(env, QT_QPA_PLATFORM="offscreen"))
+                         env=dict(env, QT_QPA_PLATFORM="offscreen", STUDIO_SELF_TEST_REPORT=str(report)))
     assert out.returncode == 0, out.stderr[-3000:]
-    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    facts = json.loads(report.read_text())
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == facts
     assert facts["ok"] and facts["qt_warnings"] == 0 and facts["exceptions"] == 0
     assert facts["pages"] == [spec.page_id for spec in PAGES]
     assert facts["first_paint_ms"] is not None and facts["torch_imported"] is False
