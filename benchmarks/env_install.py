@@ -47,6 +47,7 @@ def main() -> None:
     fresh, again, again_cli = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         wheels = standin_wheelhouse(Path(tmp) / "wheels", ROOT / CONSTRAINTS)
+        packages = len(list(wheels.glob("*.whl")))
         for run in range(args.runs):
             folder = Path(tmp) / f"env{run}"
             plan = make_plan(folder, args.tool, None, wheels, load_profile("no-gpu"))
@@ -56,7 +57,7 @@ def main() -> None:
             again_cli.append(cli_seconds(folder, wheels, args.tool))
             shutil.rmtree(folder)
     print(json.dumps({
-        "tool": args.tool, "runs": args.runs, "packages": len(list(wheels.glob("*.whl"))) if False else None,
+        "tool": args.tool, "runs": args.runs, "packages": packages,
         "fresh_install_s_median": round(statistics.median(fresh), 2), "fresh_install_s_all": [round(s, 2) for s in fresh],
         "no_change_install_s_median": round(statistics.median(again), 3),
         "no_change_cli_s_median": round(statistics.median(again_cli), 2),

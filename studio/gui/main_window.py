@@ -25,6 +25,7 @@ from studio import __version__
 from studio.core.project.demo import create_demo_project, demo_model_ready, model_command
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.core.resources import app_root
+from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.training_env import open_training_env_dialog
@@ -197,6 +198,9 @@ class MainWindow(QMainWindow):
     def build_demo_model(self, project: Project) -> None:
         """Build the demo's tiny model in a subprocess; the window stays responsive."""
         if demo_model_ready(project) or self._model_process is not None:
+            return
+        if needs_training_env(None):
+            self.context.status("The demo's model is built with PyTorch: set up Tools → Training Environment first.")
             return
         command = model_command(project)
         process = QProcess(self)

@@ -146,6 +146,7 @@ class TrainingEnvDialog(QDialog):
         self._task = InstallTask(self.overview.plan, self.signals, force)
         self.progress.setValue(0)
         self.progress_label.setText("Starting…")
+        self.findings.hide()  # they describe the state before the install; a new check follows it
         self._set_busy(True, installing=True)
         self.pool.start(self._task)
 
