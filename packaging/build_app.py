@@ -71,6 +71,19 @@ def run_pyinstaller(dist: Path, work: Path) -> Path:
     return dist / ("Training Studio.app" if sys.platform == "darwin" else "studio")
 
 
+def add_uv(app: Path) -> Path | None:
+    """Put uv beside the app's executable (the training environment is made with it, and it
+    fetches a Python on a machine that has none); None when this environment has no uv."""
+    name = "uv.exe" if sys.platform == "win32" else "uv"
+    found = Path(sys.executable).parent / name
+    uv = found if found.is_file() else (Path(shutil.which("uv")) if shutil.which("uv") else None)
+    if uv is None:
+        return None
+    target = (app / "Contents" / "MacOS" if sys.platform == "darwin" else app) / name
+    shutil.copy2(uv, target)
+    return target
+
+
 def linux_archive(app: Path, out: Path) -> Path:
     """A tar.gz: the app, install.sh, the menu entry and the icon, in one top folder."""
     top = f"{APP_NAME}-{version()}-linux-{platform.machine()}"
@@ -122,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     app = run_pyinstaller(args.dist.resolve(), args.work.resolve())
+    uv = add_uv(app)
+    if uv is None:
+        print("uv not found: the app will make its training environment with a Python it finds on the machine",
+              file=sys.stderr)
     built = time.monotonic() - started
     archives: list[Path] = []
     if not args.no_archive:
@@ -135,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             archives.append(zip_folder(app, args.dist, "windows" if sys.platform == "win32" else "macos"))
     print(json.dumps({
-        "app": str(app), "app_mb": round(folder_mb(app), 1), "build_s": round(built, 1),
+        "app": str(app), "app_mb": round(folder_mb(app), 1), "build_s": round(built, 1), "uv": str(uv) if uv else None,
         "archives": {str(a): round(a.stat().st_size / 1e6, 1) for a in archives},
         "total_s": round(time.monotonic() - started, 1),
     }))

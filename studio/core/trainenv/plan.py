@@ -18,11 +18,12 @@ from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
 from studio.core.trainenv.packages import PackageLists, package_lists, requirement_name
-from studio.core.trainenv.tools import EnvTool, choose_tool
+from studio.core.trainenv.tools import UV, EnvTool, choose_tool
 from studio.core.trainenv.torch_build import TorchBuild, choose_torch_build
 from studio.core.training_python import env_dir
 
 WHEELHOUSE_VAR = "STUDIO_WHEELHOUSE"
+PYPI = "https://pypi.org/simple"
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,11 @@ class InstallPlan:
         if self.wheelhouse is not None:
             return ["--no-index", "--find-links", str(self.wheelhouse)]
         if torch_step and self.build.index_url:
-            return ["--index-url", self.build.index_url]
+            # PyPI too: PyTorch's index mirrors only some versions of torch's own dependencies,
+            # and the pins may name others. Its build (+cu128, +cpu) still wins: a local
+            # version sorts above the plain one on PyPI.
+            several = ["--index-strategy", "unsafe-best-match"] if self.tool.kind == UV else []
+            return ["--index-url", self.build.index_url, "--extra-index-url", PYPI, *several]
         return []
 
     def distribution_names(self) -> list[str]:

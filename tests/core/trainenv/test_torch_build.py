@@ -3,10 +3,14 @@ PyPI's on macOS, and a driver too old for every build is named with the version 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from studio.core.hardware.probe import load_profile
 from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.trainenv.plan import make_plan
+from studio.core.trainenv.tools import EnvTool
 from studio.core.trainenv.torch_build import choose_torch_build
 
 
@@ -47,3 +51,14 @@ def test_a_build_chosen_by_hand_wins_and_an_unknown_one_is_refused() -> None:
     assert choose_torch_build(load_profile("rtx4090-24gb"), tag="cpu").problem is None
     with pytest.raises(ValueError, match="unknown torch build 'cu999': choose one of cu130, cu128, cu126, cpu"):
         choose_torch_build(machine("12.8"), tag="cu999")
+
+
+def test_the_torch_step_reads_pytorchs_index_and_pypi_and_an_offline_install_only_its_folder(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path / "env", "venv", None, None, machine("12.8"))
+    assert plan.source_args(torch_step=True) == ["--index-url", "https://download.pytorch.org/whl/cu128",
+                                                 "--extra-index-url", "https://pypi.org/simple"]
+    assert plan.source_args(torch_step=False) == []
+    uv = type(plan)(plan.folder, EnvTool("uv", "/bin/uv", "3.11"), plan.build, plan.packages, None, plan.studio_source)
+    assert uv.source_args(torch_step=True)[-2:] == ["--index-strategy", "unsafe-best-match"]
+    offline = make_plan(tmp_path / "env", "venv", None, tmp_path, machine("12.8"))
+    assert offline.source_args(torch_step=True) == ["--no-index", "--find-links", str(tmp_path)]
