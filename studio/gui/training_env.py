@@ -147,6 +147,8 @@ class TrainingEnvDialog(QDialog):
         self.progress.setValue(0)
         self.progress_label.setText("Starting…")
         self.findings.hide()  # they describe the state before the install; a new check follows it
+        reason = self.overview.plan.build.reason
+        self.status.setText(f"<b>{'Repairing' if force else 'Installing'}.</b> {reason}.")
         self._set_busy(True, installing=True)
         self.pool.start(self._task)
 
