@@ -23,6 +23,7 @@ from studio.core.runs.lock import RunLockedError, lock_holder
 from studio.core.runs.outcome import outcome_line
 from studio.core.runs.queue import QueueError, RunQueue
 from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
+from studio.core.training_python import NoTrainingPython
 from studio.gui.process import TrainerProcess
 
 CommandFactory = Callable[[RunPlan], list[str]]
@@ -92,6 +93,9 @@ class RunController(QObject):
         except OSError as exc:  # RunFolderError: it says where and what to do
             self.sig_message.emit(f"Could not start the run: {exc}")
             return None
+        except NoTrainingPython as exc:
+            self.sig_message.emit(f"Cannot train yet: {exc}.")
+            return None
         return plan.run_dir if self._launch(plan) else None
 
     def resume(self, run_dir: Path) -> bool:
@@ -107,7 +111,12 @@ class RunController(QObject):
         except (ConfigError, OSError) as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
             return False
-        plan = RunPlan(run_dir, launch.build_command(run_dir, launch.training_python(config), resume=True), config)
+        try:
+            python = launch.training_python(config)
+        except NoTrainingPython as exc:
+            self.sig_message.emit(f"Cannot resume {run_dir.name} yet: {exc}.")
+            return False
+        plan = RunPlan(run_dir, launch.build_command(run_dir, python, resume=True), config)
         return self._launch(plan, keep_model=True)
 
     def _launch(self, plan: RunPlan, keep_model: bool = False) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio.core.resources import resources_dir
+from studio.core.resources import app_root, resources_dir
 
 _CHUNK = 1 << 20
 
@@ -95,7 +95,7 @@ def copy_studio_source(dest: Path) -> int:
     The remote machine runs the trainer from this copy (launch.sh puts it on PYTHONPATH),
     so it needs no studio install and trains with exactly the code that exported it.
     """
-    package = Path(__file__).resolve().parents[2]
+    package = app_root() / "studio"
     shutil.copytree(
         package, dest / "studio",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "gui"),

@@ -8,7 +8,6 @@ import os
 import shlex
 import shutil
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
+from studio.core.training_python import default_training_python
 
 
 def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> dict[str, Any]:
@@ -64,8 +64,12 @@ def dump_yaml(data: dict[str, Any]) -> str:
 
 
 def training_python(config: TrainConfig) -> str:
-    """The interpreter of the training environment (default: the studio's own)."""
-    return config.launch.python or sys.executable
+    """The interpreter of the training environment: launch.python, else the studio's default.
+
+    The default is the training environment the studio set up, once it is complete (see
+    `studio.core.training_python`); raises NoTrainingPython in the frozen app before that.
+    """
+    return config.launch.python or default_training_python()
 
 
 def python_problem(config: TrainConfig) -> str | None:
