@@ -39,7 +39,7 @@ def test_first_train_in_the_desktop_app_opens_the_window_and_starts_nothing(
     env_vars.setattr(sys, "frozen", True, raising=False)
     env_vars.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "no-env-yet"))
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = TrainPage(context)
+    page = TrainPage(context, context.run_controller)
     qtbot.addWidget(page)
     assert not page.start_training()
     dialog = page.findChild(TrainingEnvDialog, "training_env_dialog") or page.window().findChild(TrainingEnvDialog)
