@@ -124,11 +124,13 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         return out
 
 
-def micro_batch_loader(data: MicroBatches, workers: int) -> torch.utils.data.DataLoader[dict[str, Any]]:
-    """Batches are built by the dataset itself; the loader only adds worker processes."""
+def micro_batch_loader(data: MicroBatches, workers: int, pin_memory: bool = False,
+                       ) -> torch.utils.data.DataLoader[dict[str, Any]]:
+    """Batches are built by the dataset itself; the loader adds worker processes (each a couple of
+    batches ahead) and, for a GPU, pinned memory, so the copy to the GPU does not stall the step."""
     return torch.utils.data.DataLoader(
         data, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=False,
-        collate_fn=_identity,  # type: ignore[arg-type]
+        collate_fn=_identity, pin_memory=pin_memory,  # type: ignore[arg-type]
     )
 
 
