@@ -5,7 +5,7 @@ kernel has run, so it cannot prepare the next step meanwhile. Each step's loss s
 the device; at a reporting step (about twice a second, and always at the first step,
 before samples, checkpoints and the end) one call brings back the losses of the steps
 since the last report from every rank, whether any rank wants to stop, and every rank's
-memory. Every step still gets its own step event, with its own loss.
+memory after each of those steps. Every step still gets its own step event.
 
 Throughput is measured over the last ~20 steps (the first step of a run, which compiles
 and warms up, leaves the window as soon as others fill it), without the time spent on
@@ -70,6 +70,7 @@ class _Pending:
     loss: torch.Tensor  # 0-d, on the device
     wall_time: float
     rates: tuple[float, float | None, float | None, float]  # see StepMeter._rates
+    memory: list[float]  # this rank's memory_row after the step (host-side counters: no waiting)
 
 
 @dataclass
@@ -121,7 +122,8 @@ class StepMeter:
             self.window.clear()  # the warm-up step leaves once a steady one arrives
             self._warm_up_pending = False
         self.window.append((seconds, all_images, tflop))
-        self.pending.append(_Pending(step, epoch, lr, loss, time.time(), self._rates(step)))
+        memory = memory_row(self.accelerator.device)
+        self.pending.append(_Pending(step, epoch, lr, loss, time.time(), self._rates(step), memory))
 
     def _rates(self, step: int) -> tuple[float, float | None, float | None, float]:
         """(images/s, TFLOP/s per GPU, MFU, ETA seconds) over the window as it stands at `step`."""
@@ -151,14 +153,14 @@ class StepMeter:
             return Report()
         device = self.accelerator.device
         losses = torch.stack([p.loss.detach().to(torch.float64) for p in self.pending])
-        extra = torch.tensor([1.0 if stop_wanted else 0.0, self._interval_wish(), *memory_row(device)],
-                             dtype=torch.float64)
+        extra = torch.tensor([1.0 if stop_wanted else 0.0, self._interval_wish(),
+                              *(value for p in self.pending for value in p.memory)], dtype=torch.float64)
         row = torch.cat([losses, extra.to(device)]).unsqueeze(0)
         rows = self.accelerator.gather(row) if self.world > 1 else row
         values = rows.cpu().tolist()  # the one wait for the GPU
         n = len(self.pending)
         report = Report(stop=any(r[n] > 0 for r in values))
-        memory = memory_of_ranks([r[n + 2:] for r in values])
+        width = len(self.pending[0].memory)
         for index, pending in enumerate(self.pending):
             loss = sum(r[index] for r in values) / len(values)
             if not math.isfinite(loss):
@@ -168,7 +170,7 @@ class StepMeter:
             report.steps.append(Step(
                 step=pending.step, epoch=pending.epoch, loss=loss, lr=pending.lr,
                 samples_per_s=round(per_second, 3), eta_s=round(eta, 1),
-                memory=memory if index == n - 1 else [],
+                memory=memory_of_ranks([r[n + 2 + index * width: n + 2 + (index + 1) * width] for r in values]),
                 tflops=None if tflops is None else round(tflops, 2),
                 mfu=None if mfu_value is None else round(mfu_value, 4),
                 time=pending.wall_time,

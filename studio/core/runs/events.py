@@ -75,7 +75,6 @@ class Step(Event):
     # Images per second of the whole run (every rank), over the last ~20 steps.
     samples_per_s: float = 0.0
     eta_s: float | None = None
-    # Memory of every rank; only on the steps where the trainer read it back (older files: every step).
     memory: list[RankMemory] = field(default_factory=list)
     # Model TFLOP/s per GPU over the same window, and that as a fraction of the GPU's bf16/fp16 dense
     # peak (MFU); None where the model's FLOPs or the GPU's peak are not known (the CPU, tiny models).
