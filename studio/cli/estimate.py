@@ -23,6 +23,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from studio.core.config.toml_file import load_config
+    from studio.core.hardware.batch_plan import plan_batch
     from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
     from studio.core.hardware.fixes import suggest_fixes
     from studio.core.hardware.probe import load_hardware
@@ -40,11 +41,16 @@ def run(args: argparse.Namespace) -> int:
     verdict = fit(estimate, gpu) if gpu else None
     suggestions = suggest_fixes(config, gpu) if gpu else []
     warning = other_processes_warning(gpu) if gpu else None
+    plan = plan_batch(config, gpu)
     if args.json:
         print(json.dumps({
             "hardware": report.summary(), "gpu": gpu.name if gpu else None,
             "available_mb": gpu.free_mb if gpu else None, "fit": verdict, "estimate": estimate.to_dict(),
             "warning": warning,
+            "batch_plan": None if plan is None else {
+                "largest_batch": plan.largest, "capped": plan.capped, "largest_mb": round(plan.largest_mb),
+                "keep_batch": plan.keep_batch, "keep_accumulation": plan.keep_accumulation,
+                "fill_learning_rate": plan.fill_learning_rate, "scaling": plan.scaling, "text": plan.describe()},
             "suggestions": [{"title": s.title, "description": s.description, "changes": s.changes,
                              "total_mb": round(s.estimate.total_mb), "fit": s.fit} for s in suggestions],
         }, indent=2))
@@ -64,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"Warning: {warning}")
     if verdict:
         print(f"Verdict: {FIT_WORDS[verdict]}")
+    if plan is not None:
+        print(f"Batch: {plan.badge}")
+        for line in plan.describe().split("; "):
+            print(f"  {line}")
     for i, s in enumerate(suggestions, 1):
         changes = ", ".join(f"{k} = {json.dumps(v)}" for k, v in s.changes.items())
         print(f"  {i}. {s.title}: {changes} -> {s.estimate.total_gb:.1f} GB ({FIT_WORDS[s.fit]})")

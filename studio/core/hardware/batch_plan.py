@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram, fit
+from studio.core.hardware.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 MAX_BATCH = 64  # past this the step is compute-bound on every card; the search stops here
@@ -24,7 +24,7 @@ MAX_BATCH = 64  # past this the step is compute-bound on every card; the search 
 
 @dataclass(frozen=True)
 class BatchPlan:
-    largest: int  # the largest batch per GPU that fits; 0 when batch 1 does not
+    largest: int  # the largest batch per GPU that fits; 0 when batch 1 does not (or only tightly)
     capped: bool  # the search stopped at MAX_BATCH (more may fit)
     largest_mb: float  # the estimated peak at `largest` (at batch 1 when nothing fits)
     batch: int  # the config's batch and accumulation
@@ -34,6 +34,7 @@ class BatchPlan:
     learning_rate: float
     fill_learning_rate: float  # for `largest` at accumulation 1
     scaling: str  # how fill_learning_rate follows from learning_rate
+    one_is_tight: bool = False  # nothing fits comfortably, but batch 1 fits within the 10% margin
 
     @property
     def effective(self) -> int:
@@ -43,12 +44,15 @@ class BatchPlan:
     def badge(self) -> str:
         """The short form the Model page shows beside the fit badge."""
         if not self.largest:
-            return "batch 1 does not fit"
+            return "batch 1 is tight" if self.one_is_tight else "batch 1 does not fit"
         return f"batch {self.largest}{'+' if self.capped else ''} fits"
 
     def describe(self) -> str:
         """The plan in a sentence or two: what fits, how to keep the effective batch, how to fill the card."""
         if not self.largest:
+            if self.one_is_tight:
+                return (f"only batch 1 fits, and tightly ({self.largest_mb / 1024:.1f} GB): "
+                        "use gradient accumulation for a larger effective batch")
             return f"even batch 1 does not fit ({self.largest_mb / 1024:.1f} GB)"
         lines = [f"largest batch that fits: {self.largest}{' (or more; the search stops there)' if self.capped else ''}"
                  f" ({self.largest_mb / 1024:.1f} GB)"]
@@ -62,11 +66,16 @@ class BatchPlan:
         return "; ".join(lines)
 
 
-def _fits(config: TrainConfig, gpu: GPUInfo, batch: int) -> tuple[bool, float]:
+def _verdict(config: TrainConfig, gpu: GPUInfo, batch: int) -> tuple[Fit, float]:
     candidate = config.model_copy(deep=True)
     candidate.training.batch_size = batch
     estimate = estimate_vram(candidate, gpu)
-    return fit(estimate, gpu) == "fits", estimate.total_mb
+    return fit(estimate, gpu), estimate.total_mb
+
+
+def _fits(config: TrainConfig, gpu: GPUInfo, batch: int) -> tuple[bool, float]:
+    verdict, mb = _verdict(config, gpu, batch)
+    return verdict == "fits", mb
 
 
 def largest_batch(config: TrainConfig, gpu: GPUInfo) -> tuple[int, float]:
@@ -117,4 +126,5 @@ def plan_batch(config: TrainConfig, gpu: GPUInfo | None) -> BatchPlan | None:
         largest=largest, capped=largest == MAX_BATCH, largest_mb=largest_mb, batch=training.batch_size,
         accumulation=training.gradient_accumulation, keep_batch=keep[0], keep_accumulation=keep[1],
         learning_rate=training.learning_rate, fill_learning_rate=fill_lr, scaling=scaling,
+        one_is_tight=not largest and _verdict(config, gpu, 1)[0] == "tight",
     )

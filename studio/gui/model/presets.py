@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.hardware.batch_plan import plan_batch
 from studio.core.hardware.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 from studio.gui.page import named
@@ -50,6 +51,8 @@ class PresetCard(QFrame):
         mine = " (yours)" if preset.user else ""
         top.addWidget(QLabel(f"<b>{preset.title}</b>{mine}"))
         top.addStretch(1)
+        self.batch_badge = named(QLabel(), "batch_badge")
+        top.addWidget(self.batch_badge)
         self.badge = named(QLabel(), "fit_badge")
         top.addWidget(self.badge)
         layout.addLayout(top)
@@ -81,6 +84,9 @@ class PresetCard(QFrame):
         self.badge.setStyleSheet(f"color: white; background: {colour}; padding: 2px 6px; border-radius: 4px;")
         where = "GPU" if gpu is not None else "RAM"
         self.estimate.setText(f"Needs about {mb / 1024:.1f} GB {where} (tier: {self.preset.min_vram_gb:g} GB)")
+        plan = plan_batch(apply_preset(config, self.preset), gpu)
+        self.batch_badge.setText(plan.badge if plan else "")
+        self.batch_badge.setToolTip(plan.describe().replace("; ", "\n") if plan else "")
 
 
 class PresetList(QWidget):
