@@ -145,7 +145,7 @@ class StepMeter:
         """Steps until the next report, so that reports come about every REPORT_INTERVAL_S."""
         recent = list(self.window)[-len(self.pending):] or list(self.window)
         per_step = sum(w[0] for w in recent) / max(1, len(recent))
-        return float(min(MAX_STEPS_PER_REPORT, max(1, int(REPORT_INTERVAL_S / max(per_step, 1e-6)))))
+        return float(min(MAX_STEPS_PER_REPORT, max(1, round(REPORT_INTERVAL_S / max(per_step, 1e-6)))))
 
     def flush(self, stop_wanted: bool) -> Report:
         """Read back the pending steps (a collective call on every rank at the same step)."""

@@ -31,7 +31,7 @@ def _verdict(cfg: TrainConfig, profile: str, batch: int) -> str:
 def test_the_largest_batch_fits_and_one_more_does_not(profile: str) -> None:
     cfg = config(batch_size=1, gradient_checkpointing=True)
     largest, mb = largest_batch(cfg, load_hardware(profile).gpus[0])
-    assert largest >= 1
+    assert largest >= 1 and mb > 0
     assert _verdict(cfg, profile, largest) == "fits"
     if largest < MAX_BATCH:
         assert _verdict(cfg, profile, largest + 1) != "fits"
