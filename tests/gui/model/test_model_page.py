@@ -149,3 +149,21 @@ def test_a_picked_checkpoint_shows_its_kind_and_the_family_follows_it(make_page,
                                {**SD15, CONV_IN: [320, 9, 3, 3]})
     page.choose_base(str(inpaint))
     assert "is a Stable Diffusion 1.x inpainting checkpoint: the studio trains text-to-image models only" in status.text()
+
+
+def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) -> None:
+    from studio.core.config.presets import apply_preset
+    from studio.core.hardware.batch_plan import plan_batch
+
+    page = make_page("a100-80gb")
+    preset = get_preset("sd15-lora")
+    card = next(c for c in page.presets.cards if c.preset.id == "sd15-lora")
+    expected = plan_batch(apply_preset(page.config, preset), page.gpu)
+    assert expected is not None and expected.largest > 4  # an 80 GB card takes far more than the preset's batch
+    badge = card.findChild(QLabel, "batch_badge")
+    assert badge.text() == f"batch {expected.largest} fits"
+    assert "learning rate" in badge.toolTip()
+    page.choose_preset(preset)
+    plan_label = page.findChild(QLabel, "estimate_batch_plan")
+    qtbot.waitUntil(lambda: f"batch {expected.largest} fits" in plan_label.text(), timeout=2000)
+    assert "largest batch that fits" in plan_label.text()
