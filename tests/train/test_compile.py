@@ -18,6 +18,8 @@ from studio.core.user_dirs import cache_dir
 torch = pytest.importorskip("torch")
 
 CACHED = {"cache_latents": True, "cache_text_embeddings": True}
+# The studio cache folder the sd15 test compiled into: the two-rank test starts from its kernels.
+_COMPILED_CACHE: list[Path] = []
 
 
 def _train_both(family: str, make_config, run_training, events_of, tmp_path: Path, **sections):
@@ -60,6 +62,7 @@ def test_compiled_blocks_train_sd15_like_eager(make_config, run_training, events
     # The kernels went to the studio's cache folder, where the next run finds them.
     kept = [p for p in (cache_dir() / "torch-compile").rglob("*") if p.is_file()]
     assert len(kept) > 5
+    _COMPILED_CACHE.append(cache_dir())
 
 
 @pytest.mark.slow
@@ -81,3 +84,26 @@ def test_compiled_blocks_full_finetune_with_checkpointing(make_config, run_train
                                  **CACHED),
     )
     _assert_compiled_like_eager(eager, compiled)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_under_two_ranks(make_config, events_of, tmp_path) -> None:
+    import os
+    import subprocess
+
+    from studio.core.runs.launch import prepare_run
+
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-3, seed=1,
+                                                  compile="blocks", **CACHED))
+    plan = prepare_run(config, tmp_path, num_processes=2)
+    cache = str(_COMPILED_CACHE[-1]) if _COMPILED_CACHE else str(tmp_path / "cache")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=cache)
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    done = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    events = events_of(plan.run_dir)
+    assert [p.done for p in events if isinstance(p, Phase) and p.name == "compiling"] == [0, 1]
+    assert [e.step for e in events if isinstance(e, Step)] == [1, 2, 3]
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "completed"
+    assert len(finished.weight_checksums) == 2 and finished.weight_checksums[0] == finished.weight_checksums[1]

@@ -114,3 +114,30 @@ def test_tflops_and_mfu_follow_images_per_second(monkeypatch) -> None:
     meter, clock = _meter(monkeypatch, cost=None)
     _steps(meter, clock, 1, 2, seconds=1.0)
     assert meter.flush(False).steps[-1].tflops is None
+
+
+def test_ranks_agree_on_losses_stop_and_the_next_report(monkeypatch) -> None:
+    """Two ranks: one gather brings every rank's losses, memory, stop wish and report interval."""
+    clock = Clock()
+    monkeypatch.setattr(step_meter.time, "monotonic", clock)
+
+    class TwoRanks:
+        num_processes = 2
+        device = torch.device("cpu")
+
+        def gather(self, row: torch.Tensor) -> torch.Tensor:
+            other = row.clone()
+            n = 3  # rank 1: other losses, wants to stop, wants a longer interval
+            other[0, :n] += 1.0
+            other[0, n], other[0, n + 1] = 1.0, 40.0
+            return torch.cat([row, other])
+
+    meter = StepMeter(TwoRanks(), 100, None)
+    meter.start()
+    _steps(meter, clock, 1, 3, seconds=0.1)
+    report = meter.flush(stop_wanted=False)
+    assert report.stop  # rank 1's STOP reaches rank 0 at the same step
+    assert [e.loss for e in report.steps] == pytest.approx([1 / s + 0.5 for s in (1, 2, 3)])  # the mean of ranks
+    assert [m.rank for m in report.steps[0].memory] == [0, 1]
+    assert meter.next_report == 3 + 40  # the larger wish: every rank reads back at the same step
+    assert report.steps[-1].samples_per_s == pytest.approx(2 * 4 / 0.1)  # both ranks' images
