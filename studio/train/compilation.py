@@ -39,9 +39,15 @@ def compile_cache_dir() -> Path:
 
 def use_compile_cache() -> Path:
     """Point torch's compile cache (inductor's, Triton's under it) at the studio's cache folder,
-    unless the person chose one with TORCHINDUCTOR_CACHE_DIR."""
+    unless the person chose one with TORCHINDUCTOR_CACHE_DIR.
+
+    Importing diffusers already sets that variable to torch's default (a folder in /tmp that does
+    not outlive a reboot), so that value counts as nobody's choice.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     chosen = os.environ.get(CACHE_ENV)
-    if chosen:
+    if chosen and os.path.abspath(chosen) != os.path.abspath(default_cache_dir()):
         return Path(chosen)
     folder = compile_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)

@@ -48,8 +48,10 @@ def _assert_compiled_like_eager(eager, compiled) -> None:
 
 
 def test_compiled_blocks_train_sd15_like_eager(make_config, run_training, events_of, tmp_path, monkeypatch) -> None:
-    # Empty: the trainer chooses the studio's cache folder (the variable is restored after the test).
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # What a trainer process finds once diffusers is imported: torch's default folder in /tmp.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
     eager, compiled = _train_both(
         "sd15", make_config, run_training, events_of, tmp_path,
         training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-3, seed=1, **CACHED),
