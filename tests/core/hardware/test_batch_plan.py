@@ -79,3 +79,21 @@ def test_no_plan_for_a_cpu_run() -> None:
     assert plan_batch(config(), None) is None
     on_cpu = config().model_copy(update={"launch": config().launch.model_copy(update={"cpu": True})})
     assert plan_batch(on_cpu, load_hardware("a100-80gb").gpus[0]) is None
+
+
+def test_the_estimate_command_prints_the_plan(tmp_path, capsys) -> None:
+    import json
+
+    from studio.cli import main as cli_main
+    from studio.core.config.toml_file import save_config
+
+    cfg = config(batch_size=1, gradient_accumulation=2, gradient_checkpointing=True)
+    save_config(cfg, tmp_path / "studio.toml")
+    expected = plan_batch(cfg, load_hardware("a100-80gb").gpus[0])
+    assert expected is not None
+    assert cli_main(["estimate", str(tmp_path / "studio.toml"), "--hardware", "a100-80gb"]) == 0
+    out = capsys.readouterr().out
+    assert f"Batch: batch {expected.largest} fits" in out and "square-root scaling" in out
+    assert cli_main(["estimate", str(tmp_path / "studio.toml"), "--hardware", "a100-80gb", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["batch_plan"]
+    assert data["largest_batch"] == expected.largest and data["keep_batch"] * data["keep_accumulation"] == 2
