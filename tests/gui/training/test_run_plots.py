@@ -153,3 +153,20 @@ def test_memory_legend_names_what_each_device_reports(qtbot: QtBot) -> None:
     assert plots._rank_curves[0][0].name() == "rank 0 RSS"
     assert plots._rank_curves[1][0].name() == "rank 1 allocated"
     assert plots._rank_curves[0][0].getData()[1].tolist() == [812.0]
+
+
+def test_throughput_shows_images_per_second_and_mfu_on_its_own_axis(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _model(10)
+    plots.refresh(model)
+    axis = plots.throughput.getPlotItem().getAxis("right")
+    assert not axis.isVisible()  # no step carries MFU (a CPU run, an unknown GPU)
+    assert plots.throughput_curve.getData()[1].tolist() == model.samples_per_s.view().tolist()
+    for i in range(11, 21):
+        model.apply(Step(step=i, epoch=1, loss=0.1, lr=1e-4, samples_per_s=9.5, tflops=128.0, mfu=0.162,
+                         time=1000.0 + i))
+    plots.refresh(model)
+    percent = plots.mfu_curve.getData()[1]
+    assert np.isnan(percent[:10]).all() and percent[10:].tolist() == pytest.approx([16.2] * 10)
+    assert axis.isVisible() and axis.labelText == "MFU %"
+    low, high = plots.mfu_view.viewRange()[1]
+    assert low == 0.0 and high >= 16.2
