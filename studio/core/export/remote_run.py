@@ -1,0 +1,267 @@
+"""Send a config to a remote machine and start it there, detached from the SSH session.
+
+`start_remote_run` checks the machine, writes the bundle into a temporary folder, sends
+what changed (the bundle into WORKSPACE/<project>/, a local base model into
+WORKSPACE/models/, the images straight from their folders, as the manifest lists them),
+runs the bundle's check.sh there, then its launch.sh under tmux, screen or
+setsid+nohup with a pid file, so a dropped connection does not stop the training. The
+run gets a folder in the project's runs/ at once: `remote.json` says where it runs, and
+its events arrive there while it trains (see remote_control.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import shlex
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from studio.core.config.paths import resolve_paths
+from studio.core.config.toml_file import load_config
+from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
+from studio.core.export.bundle_files import dataset_files
+from studio.core.export.remote_control import STATE_DIR, RemoteRunRecord, write_record
+from studio.core.export.remote_machines import RemoteMachine
+from studio.core.export.remote_probe import MachineReport, probe_machine, require_ready
+from studio.core.export.remote_ssh import RemoteError, SshClient, remote_path
+from studio.core.export.remote_transfer import LocalFile, TransferReport, has_local_rsync, send_files
+
+Progress = Callable[[str, int, int], None]
+MODELS_DIR = "models"
+# Folders of the bundle that the studio owns there: a file it no longer sends is removed.
+OWNED = ("dataset/", "src/", "accelerate/", "model/")
+LAUNCH_WAIT_S = 120
+
+
+@dataclass
+class SentBundle:
+    bundle_dir: str
+    bundle: TransferReport
+    model: TransferReport | None
+    dataset_files: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def images_copied(self) -> int:
+        return sum(1 for rel in self.bundle.copied if rel.startswith("dataset/") and rel != MANIFEST)
+
+
+@dataclass
+class RemoteStart:
+    record: RemoteRunRecord
+    local_dir: Path
+    machine: MachineReport
+    sent: SentBundle
+    check_output: str
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        r, sent = self.record, self.sent
+        copied = f"{len(sent.bundle.copied)} file(s) copied, {sent.bundle.unchanged} unchanged"
+        images = f"{sent.images_copied} of {sent.dataset_files} dataset file(s) copied"
+        lines = [
+            f"Started on {r.machine} ({r.target}), detached with {r.detach}:",
+            f"  run folder there: {r.remote_run_dir}",
+            f"  bundle there: {r.bundle_dir} ({copied}; {images})",
+            f"  here: {self.local_dir} (events arrive while the studio follows it)",
+            "Watch it:",
+            f"  in the studio: Runs page, the run marked 'on {r.machine}' (Open follows it live)",
+            f"  here:          studio-train remote watch {self.local_dir}",
+            f"  there:         ssh {r.target} tail -f {shlex.quote(r.remote_run_dir + '/console.log')}",
+            f"Stop it: studio-train remote stop {self.local_dir}   (add --kill to end it at once)",
+            f"Bring it back: studio-train remote pull {self.local_dir}",
+        ]
+        lines += [f"Note: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def project_folder_name(config_path: Path) -> str:
+    """The project's folder there: readable, and distinct for two projects of the same name."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", config_path.parent.name).strip("-.") or "project"
+    digest = hashlib.sha1(str(config_path.resolve()).encode()).hexdigest()[:6]
+    return f"{slug}-{digest}"
+
+
+def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int = 1, cpu: bool = False,
+                     gpu_type: str | None = None, run_check: bool = True,
+                     progress: Progress | None = None) -> RemoteStart:
+    """Send `config_path`'s run to `machine` and start it; see the module docstring."""
+    config_path = Path(config_path).resolve()
+    client = SshClient(machine)
+    report = probe_machine(client)
+    require_ready(report)
+    config = load_config(config_path)
+    local_runs = Path(resolve_paths(config, config_path.parent).output.dir)
+    bundle_dir = f"{report.workspace}/{project_folder_name(config_path)}"
+    refuse_if_running(client, bundle_dir)
+    if not cpu and not report.gpus:
+        raise RemoteError(f"{machine.name}: {report.gpu_text()}; rent a machine with GPUs, or train on its CPU "
+                          "to test the set-up (--cpu)")
+    if report.gpus and gpus > len(report.gpus):
+        raise RemoteError(f"{machine.name} has {len(report.gpus)} GPU(s), {gpus} asked for; ask for fewer")
+    sent = send_bundle(client, report, config_path, bundle_dir, gpus, gpu_type, progress)
+    check = run_remote_check(client, bundle_dir, gpus, cpu, progress) if run_check else ""
+    record = launch_detached(client, report, bundle_dir, gpus, cpu)
+    local_dir = local_runs / record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
+    local_dir.mkdir(parents=True, exist_ok=True)
+    write_record(local_dir, record)
+    return RemoteStart(record, local_dir, report, sent, check, sent.warnings)
+
+
+def send_bundle(client: SshClient, report: MachineReport, config_path: Path, bundle_dir: str, gpus: int,
+                gpu_type: str | None, progress: Progress | None = None) -> SentBundle:
+    """Write the bundle in a temporary folder and make `bundle_dir` there equal to it (changed files only)."""
+    config = load_config(config_path)
+    resolved = resolve_paths(config, config_path.parent)
+    use_rsync = report.rsync and has_local_rsync()
+    model_files, remote_base = _model_files(resolved.model.base, report.workspace)
+    model_report = None
+    if model_files:
+        model_report = send_files(client, model_files, f"{report.workspace}/{MODELS_DIR}", use_rsync,
+                                  progress=progress)
+    with tempfile.TemporaryDirectory(prefix="studio-bundle-") as tmp:
+        staging = Path(tmp) / "bundle"
+        exported = export_bundle(config_path, staging, gpus=gpus, gpu_type=gpu_type, include_dataset=False,
+                                 remote_base=remote_base, include_model=True, progress=progress)
+        files = [LocalFile(p, p.relative_to(staging).as_posix()) for p in sorted(staging.rglob("*")) if p.is_file()]
+        data = _dataset_files(staging, config_path)
+        bundle_report = send_files(client, files + data, bundle_dir, use_rsync, prune=OWNED, progress=progress)
+    return SentBundle(bundle_dir, bundle_report, model_report, len(data), exported.warnings)
+
+
+def _model_files(base: str, workspace: str) -> tuple[list[LocalFile], str | None]:
+    """A local base model's files and its path there (WORKSPACE/models/<hash>/<name>); none for a hub id."""
+    local = Path(base)
+    if not local.is_absolute() or not local.exists():
+        if is_hub_id(base):
+            return [], None
+        raise RemoteError(f"the base model {base} is neither on this computer nor a hub id; fix model.base")
+    digest = hashlib.sha1(str(local).encode()).hexdigest()[:8]
+    rel_root = f"{digest}/{local.name}"
+    if local.is_file():
+        return [LocalFile(local, rel_root)], f"{workspace}/{MODELS_DIR}/{rel_root}"
+    files = [LocalFile(p, f"{rel_root}/{p.relative_to(local).as_posix()}") for p in dataset_files(local)]
+    return files, f"{workspace}/{MODELS_DIR}/{rel_root}"
+
+
+def _dataset_files(staging: Path, config_path: Path) -> list[LocalFile]:
+    """The manifest's files, read from their own folders here (no copy), with the manifest's checksums."""
+    bundle = load_config(staging / "config.toml")
+    local = resolve_paths(load_config(config_path), config_path.parent)
+    folders: dict[str, Path] = {}
+    for sent, here in zip(bundle.dataset.concepts, local.dataset.concepts, strict=True):
+        for there, mine in ((sent.path, here.path), (sent.class_path, here.class_path)):
+            if there and mine and there.startswith("dataset/"):
+                folders[there.split("/", 1)[1]] = Path(mine)
+    manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))
+    files = []
+    for entry in manifest["files"]:
+        name, _, rest = entry["path"].partition("/")
+        files.append(LocalFile(folders[name] / rest, f"dataset/{entry['path']}", entry["size"], entry["sha256"]))
+    return files
+
+
+_ACTIVE = r"""
+cd @@BUNDLE@@ 2>/dev/null || exit 0
+for f in @@STATE@@/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "active=$f"; fi
+done
+"""
+
+
+def refuse_if_running(client: SshClient, bundle_dir: str) -> None:
+    """One run per project and machine: a second send would change the files under the first."""
+    script = _ACTIVE.replace("@@BUNDLE@@", remote_path(bundle_dir)).replace("@@STATE@@", STATE_DIR)
+    out = client.run(script, "looking for a running run").stdout
+    if "active=" in out:
+        raise RemoteError(f"a run of this project is still going on {client.machine.name} (in {bundle_dir}): "
+                          "stop it first (Stop on the Train page, or studio-train remote stop RUN_FOLDER)")
+
+
+def run_remote_check(client: SshClient, bundle_dir: str, gpus: int, cpu: bool,
+                     progress: Progress | None = None) -> str:
+    """The bundle's check.sh there; raises RemoteError with its FAIL rows when a check fails."""
+    if progress:
+        progress(f"checking {client.machine.name} (check.sh)", 0, 1)
+    args = f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else "")
+    script = (f"cd {remote_path(bundle_dir)} && PYTHON={shlex.quote(client.machine.python)} ./check.sh {args}\n")
+    done = client.run(script, "running check.sh", timeout_s=900, check=False)
+    if done.code == 255:
+        raise RemoteError(client.explain(done.stderr, "running check.sh"))
+    if done.code != 0:
+        failed = [line for line in done.stdout.splitlines() if " FAIL " in line] or done.stderr.strip().splitlines()
+        raise RemoteError(f"check.sh failed on {client.machine.name}; nothing was started:\n" + "\n".join(failed))
+    return done.stdout
+
+
+_LAUNCH = r"""
+set -e
+cd @@BUNDLE@@
+mkdir -p @@STATE@@
+rm -f @@PID@@ @@LOG@@ @@STATUS@@
+case @@MODE@@ in
+    tmux) tmux -L studio new-session -d -s @@SESSION@@ @@TMUX_COMMAND@@ ;;
+    screen) screen -dmS @@SESSION@@ sh -c @@INNER@@ ;;
+    *) if command -v setsid >/dev/null 2>&1; then
+           setsid nohup sh -c @@INNER@@ </dev/null >/dev/null 2>&1 &
+       else
+           nohup sh -c @@INNER@@ </dev/null >/dev/null 2>&1 &
+       fi ;;
+esac
+i=0
+while [ "$i" -lt @@TRIES@@ ]; do
+    if [ -f @@LOG@@ ] && grep -q '^launch.sh: run folder ' @@LOG@@; then
+        echo "run_dir=$(grep -m1 '^launch.sh: run folder ' @@LOG@@ | sed 's/^launch.sh: run folder //')"
+        echo "pid=$(cat @@PID@@)"
+        exit 0
+    fi
+    if [ -f @@STATUS@@ ]; then echo "exit=$(cat @@STATUS@@)"; tail -n 40 @@LOG@@ >&2; exit 3; fi
+    sleep 0.2
+    i=$((i + 1))
+done
+tail -n 40 @@LOG@@ >&2
+exit 4
+"""
+
+
+def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, gpus: int, cpu: bool) -> RemoteRunRecord:
+    """Start launch.sh there so that it outlives the SSH session; returns the run's record."""
+    m = client.machine
+    token = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    state = f"{STATE_DIR}/launch-{token}"
+    pid, log, status = f"{state}.pid", f"{state}.log", f"{state}.status"
+    env = {"PYTHON": m.python, "GPUS_PER_NODE": str(gpus), **({"STUDIO_BUNDLE_CPU": "1"} if cpu else {}), **m.env}
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    inner = (f"echo $$ > {shlex.quote(pid)}; {{ env {assignments} ./launch.sh 2>&1; echo $? > {shlex.quote(status)}; }}"
+             f" | tee {shlex.quote(log)}")
+    mode = report.detach_mode if m.detach == "auto" else m.detach
+    values = {
+        "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
+        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": mode, "SESSION": f"studio-{token}",
+        "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
+        "TRIES": str(LAUNCH_WAIT_S * 5),
+    }
+    script = _LAUNCH
+    for key, value in values.items():
+        script = script.replace(f"@@{key}@@", value)
+    done = client.run(script, "starting launch.sh", timeout_s=LAUNCH_WAIT_S + 30, check=False)
+    answers = dict(line.partition("=")[::2] for line in done.stdout.splitlines() if "=" in line)
+    if done.code == 255:
+        raise RemoteError(client.explain(done.stderr, "starting launch.sh"))
+    if done.code != 0 or "run_dir" not in answers:
+        why = f"launch.sh exited with status {answers['exit']}" if "exit" in answers else "no run folder appeared"
+        raise RemoteError(f"the run did not start on {m.name}: {why}; its last words:\n{done.stderr.strip()}")
+    return RemoteRunRecord(
+        machine=m.name, target=m.describe(), bundle_dir=bundle_dir, remote_run_dir=answers["run_dir"].strip(),
+        pid_file=f"{bundle_dir}/{pid}", status_file=f"{bundle_dir}/{status}", launch_log=f"{bundle_dir}/{log}",
+        detach=mode, copy_tool="rsync" if report.rsync and has_local_rsync() else "sftp",
+        pid=int(answers.get("pid", "0").strip() or 0), started=time.time(),
+    )
