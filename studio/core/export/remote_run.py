@@ -41,15 +41,33 @@ LAUNCH_WAIT_S = 120
 
 @dataclass
 class SentBundle:
+    """One send: the bundle into WORKSPACE/<project>/ and a local base model into WORKSPACE/models/."""
+
     bundle_dir: str
-    bundle: TransferReport
-    model: TransferReport | None
+    project: str
+    report: TransferReport  # paths relative to the workspace
     dataset_files: int
     warnings: list[str] = field(default_factory=list)
 
+    def _inside(self, rels: list[str]) -> list[str]:
+        prefix = f"{self.project}/"
+        return [rel[len(prefix):] for rel in rels if rel.startswith(prefix)]
+
+    @property
+    def bundle_copied(self) -> list[str]:
+        return self._inside(self.report.copied)
+
+    @property
+    def removed(self) -> list[str]:
+        return self._inside(self.report.removed)
+
+    @property
+    def model_copied(self) -> list[str]:
+        return [rel for rel in self.report.copied if rel.startswith(f"{MODELS_DIR}/")]
+
     @property
     def images_copied(self) -> int:
-        return sum(1 for rel in self.bundle.copied if rel.startswith("dataset/") and rel != MANIFEST)
+        return sum(1 for rel in self.bundle_copied if rel.startswith("dataset/") and rel != MANIFEST)
 
 
 @dataclass
@@ -63,7 +81,7 @@ class RemoteStart:
 
     def summary(self) -> str:
         r, sent = self.record, self.sent
-        copied = f"{len(sent.bundle.copied)} file(s) copied, {sent.bundle.unchanged} unchanged"
+        copied = f"{len(sent.report.copied)} file(s) copied, {sent.report.unchanged} unchanged"
         images = f"{sent.images_copied} of {sent.dataset_files} dataset file(s) copied"
         lines = [
             f"Started on {r.machine} ({r.target}), detached with {r.detach}:",
@@ -98,14 +116,15 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
     require_ready(report)
     config = load_config(config_path)
     local_runs = Path(resolve_paths(config, config_path.parent).output.dir)
-    bundle_dir = f"{report.workspace}/{project_folder_name(config_path)}"
+    project = project_folder_name(config_path)
+    bundle_dir = f"{report.workspace}/{project}"
     refuse_if_running(client, bundle_dir)
     if not cpu and not report.gpus:
         raise RemoteError(f"{machine.name}: {report.gpu_text()}; rent a machine with GPUs, or train on its CPU "
                           "to test the set-up (--cpu)")
     if report.gpus and gpus > len(report.gpus):
         raise RemoteError(f"{machine.name} has {len(report.gpus)} GPU(s), {gpus} asked for; ask for fewer")
-    sent = send_bundle(client, report, config_path, bundle_dir, gpus, gpu_type, progress)
+    sent = send_bundle(client, report, config_path, project, gpus, gpu_type, progress)
     check = run_remote_check(client, bundle_dir, gpus, cpu, progress) if run_check else ""
     record = launch_detached(client, report, bundle_dir, gpus, cpu)
     local_dir = local_runs / record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
@@ -114,25 +133,23 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
     return RemoteStart(record, local_dir, report, sent, check, sent.warnings)
 
 
-def send_bundle(client: SshClient, report: MachineReport, config_path: Path, bundle_dir: str, gpus: int,
+def send_bundle(client: SshClient, report: MachineReport, config_path: Path, project: str, gpus: int,
                 gpu_type: str | None, progress: Progress | None = None) -> SentBundle:
-    """Write the bundle in a temporary folder and make `bundle_dir` there equal to it (changed files only)."""
+    """Write the bundle in a temporary folder and make WORKSPACE/<project> there equal to it; a local
+    base model goes to WORKSPACE/models/. One comparison and one copy for all (changed files only)."""
     config = load_config(config_path)
     resolved = resolve_paths(config, config_path.parent)
-    use_rsync = report.rsync and has_local_rsync()
     model_files, remote_base = _model_files(resolved.model.base, report.workspace)
-    model_report = None
-    if model_files:
-        model_report = send_files(client, model_files, f"{report.workspace}/{MODELS_DIR}", use_rsync,
-                                  progress=progress)
     with tempfile.TemporaryDirectory(prefix="studio-bundle-") as tmp:
         staging = Path(tmp) / "bundle"
         exported = export_bundle(config_path, staging, gpus=gpus, gpu_type=gpu_type, include_dataset=False,
                                  remote_base=remote_base, include_model=True, progress=progress)
-        files = [LocalFile(p, p.relative_to(staging).as_posix()) for p in sorted(staging.rglob("*")) if p.is_file()]
-        data = _dataset_files(staging, config_path)
-        bundle_report = send_files(client, files + data, bundle_dir, use_rsync, prune=OWNED, progress=progress)
-    return SentBundle(bundle_dir, bundle_report, model_report, len(data), exported.warnings)
+        files = [LocalFile(p, f"{project}/{p.relative_to(staging).as_posix()}")
+                 for p in sorted(staging.rglob("*")) if p.is_file()]
+        data = _dataset_files(staging, config_path, project)
+        sent = send_files(client, model_files + files + data, report.workspace, report.rsync and has_local_rsync(),
+                          prune=[f"{project}/{folder}" for folder in OWNED], progress=progress)
+    return SentBundle(f"{report.workspace}/{project}", project, sent, len(data), exported.warnings)
 
 
 def _model_files(base: str, workspace: str) -> tuple[list[LocalFile], str | None]:
@@ -143,14 +160,14 @@ def _model_files(base: str, workspace: str) -> tuple[list[LocalFile], str | None
             return [], None
         raise RemoteError(f"the base model {base} is neither on this computer nor a hub id; fix model.base")
     digest = hashlib.sha1(str(local).encode()).hexdigest()[:8]
-    rel_root = f"{digest}/{local.name}"
+    rel_root = f"{MODELS_DIR}/{digest}/{local.name}"
     if local.is_file():
-        return [LocalFile(local, rel_root)], f"{workspace}/{MODELS_DIR}/{rel_root}"
+        return [LocalFile(local, rel_root)], f"{workspace}/{rel_root}"
     files = [LocalFile(p, f"{rel_root}/{p.relative_to(local).as_posix()}") for p in dataset_files(local)]
-    return files, f"{workspace}/{MODELS_DIR}/{rel_root}"
+    return files, f"{workspace}/{rel_root}"
 
 
-def _dataset_files(staging: Path, config_path: Path) -> list[LocalFile]:
+def _dataset_files(staging: Path, config_path: Path, project: str) -> list[LocalFile]:
     """The manifest's files, read from their own folders here (no copy), with the manifest's checksums."""
     bundle = load_config(staging / "config.toml")
     local = resolve_paths(load_config(config_path), config_path.parent)
@@ -163,7 +180,8 @@ def _dataset_files(staging: Path, config_path: Path) -> list[LocalFile]:
     files = []
     for entry in manifest["files"]:
         name, _, rest = entry["path"].partition("/")
-        files.append(LocalFile(folders[name] / rest, f"dataset/{entry['path']}", entry["size"], entry["sha256"]))
+        files.append(LocalFile(folders[name] / rest, f"{project}/dataset/{entry['path']}", entry["size"],
+                               entry["sha256"]))
     return files
 
 
