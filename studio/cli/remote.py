@@ -262,14 +262,18 @@ def run_watch(args: argparse.Namespace) -> int:
         for mirror in mirrors.values():
             mirror.close()
     try:
-        _running, status = remote_state(client, record)
+        state = remote_state(client, record)
+        status = state[1]
         mark_ended(args.run_dir, record, status)
         if args.pull:
-            report = pull_run(client, record, args.run_dir, mirrored=(EVENTS_FILE, CONSOLE_FILE))
+            report = pull_run(client, record, args.run_dir, mirrored=(EVENTS_FILE, CONSOLE_FILE), state=state)
             print(f"{len(report.copied)} file(s) brought back into {args.run_dir}")
     except RemoteError as exc:
         return _fail(exc)
-    return EXIT_OK if status in (0, None) else EXIT_FAILED
+    if status != 0:
+        how = f"exit status {status}" if status is not None else "no exit status (it was killed)"
+        print(f"the run ended on {record.machine} with {how}; see {args.run_dir / CONSOLE_FILE}", file=sys.stderr)
+    return EXIT_OK if status == 0 else EXIT_FAILED
 
 
 def _print_new(path: Path, offset: int) -> int:

@@ -163,9 +163,10 @@ class RemoteRun(QObject):
             self.sig_progress.emit(self._console_rest)
 
     def _bring_back(self) -> tuple[int | None, TransferReport]:
-        _running, status = remote_state(self.client, self.record)
-        mark_ended(self.run_dir, self.record, status)
-        report = pull_run(self.client, self.record, self.run_dir, mirrored=(EVENTS_FILE, CONSOLE_FILE))
+        state = remote_state(self.client, self.record)
+        mark_ended(self.run_dir, self.record, state[1])
+        report = pull_run(self.client, self.record, self.run_dir, mirrored=(EVENTS_FILE, CONSOLE_FILE), state=state)
+        status = state[1]
         return status, report
 
     def _brought_back(self, result: tuple[int | None, TransferReport]) -> None:

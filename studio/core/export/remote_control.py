@@ -30,7 +30,6 @@ from studio.core.runs.remote_tail import RemoteFileMirror, StreamFrom
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = ".studio-remote"  # in the bundle's folder there: pid files and launch logs
 SAMPLE_TRIES = 3
 Progress = Callable[[str, int, int], None]
 
@@ -133,7 +132,16 @@ def tree(root):
         found += kids
         todo += kids
     return found
-procs = tree(job["pid"]) if os.path.isdir("/proc") else [job["pid"]]
+def launcher_alive(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return b"launch.sh" in handle.read()
+    except OSError:
+        return False
+if not launcher_alive(job["pid"]):  # ended already (the pid may belong to another program by now)
+    print(json.dumps({"ended": 0, "forced": 0}))
+    raise SystemExit(0)
+procs = tree(job["pid"])
 for pid in reversed(procs):
     try:
         os.kill(pid, signal.SIGTERM)
@@ -173,23 +181,22 @@ def kill_remote_run(client: SshClient, record: RemoteRunRecord, grace_s: float =
     """End the run's process tree there; returns how many processes were ended."""
     if not record.pid:
         raise RemoteError(f"the record of {record.remote_run_dir} names no process; end it on {record.machine}")
-    running, _status = remote_state(client, record)
-    if not running:
-        return 0
     out = client.python(_job(_KILL, {"pid": record.pid, "grace": grace_s}), "ending the run",
                         timeout_s=grace_s + 60)
     return int(json.loads(out.stdout.strip().splitlines()[-1])["ended"])
 
 
 def pull_run(client: SshClient, record: RemoteRunRecord, local_dir: Path, checkpoints: bool = False,
-             mirrored: Sequence[str] = (), progress: Progress | None = None) -> TransferReport:
+             mirrored: Sequence[str] = (), progress: Progress | None = None,
+             state: tuple[bool, int | None] | None = None) -> TransferReport:
     """Bring the run folder back into `local_dir` (checkpoints only when asked: they are large).
 
-    Files in `mirrored` (a live mirror's events.jsonl and console.log) are left alone.
+    Files in `mirrored` (a live mirror's events.jsonl and console.log) are left alone. `state`
+    is `remote_state`'s answer when the caller asked already.
     """
     skip = [*mirrored, *([] if checkpoints else [f"{CHECKPOINTS_DIR}/"]), STOP_FILE]
     report = pull_folder(client, record.remote_run_dir, local_dir, record.copy_tool == "rsync", skip, progress)
-    running, status = remote_state(client, record)
+    running, status = state or remote_state(client, record)
     if not running:
         record.state, record.exit_status = "pulled", status
         write_record(local_dir, record)
@@ -214,34 +221,37 @@ def _tail_command(client: SshClient, record: RemoteRunRecord, name: str) -> Stre
     return start
 
 
-def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path) -> Callable[[bytes], None]:
+def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path) -> Callable[[list[bytes]], None]:
     prefix = record.remote_run_dir.rstrip("/") + "/"
 
-    def before_line(line: bytes) -> None:
-        if b'"sample"' not in line:
-            return
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if event.get("type") != "sample":
-            return
+    def before_lines(lines: list[bytes]) -> None:
         rels = []
-        for image in map(str, event.get("images", [])):
-            if image.startswith(prefix):
-                rels.append(image[len(prefix):])
-            elif not image.startswith("/"):
-                rels.append(image)
+        for line in lines:
+            if b'"sample"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("type") != "sample":
+                continue
+            for image in map(str, event.get("images", [])):
+                if image.startswith(prefix):
+                    rels.append(image[len(prefix):])
+                elif not image.startswith("/"):
+                    rels.append(image)
+        if not rels:
+            return
         for attempt in range(1, SAMPLE_TRIES + 1):
             try:
                 fetch_files(client, record.remote_run_dir, rels, local_dir, record.copy_tool == "rsync")
                 return
             except RemoteError as exc:
                 if attempt == SAMPLE_TRIES:
-                    log.warning("the samples of step %s did not come: %s", event.get("step"), exc)
+                    log.warning("%d sample image(s) did not come: %s", len(rels), exc)
                 time.sleep(attempt)
 
-    return before_line
+    return before_lines
 
 
 def follow_files(client: SshClient, record: RemoteRunRecord, local_dir: Path) -> dict[str, RemoteFileMirror]:
@@ -249,7 +259,7 @@ def follow_files(client: SshClient, record: RemoteRunRecord, local_dir: Path) ->
     return {
         EVENTS_FILE: RemoteFileMirror(f"{record.machine} events", local_dir / EVENTS_FILE,
                                       _tail_command(client, record, EVENTS_FILE),
-                                      before_line=_sample_fetcher(client, record, local_dir)),
+                                      before_lines=_sample_fetcher(client, record, local_dir)),
         CONSOLE_FILE: RemoteFileMirror(f"{record.machine} console", local_dir / CONSOLE_FILE,
                                        _tail_command(client, record, CONSOLE_FILE)),
     }

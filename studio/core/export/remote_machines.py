@@ -28,6 +28,7 @@ MACHINES_FILE = "remote_machines.toml"
 SSH_CONFIG_ENV = "STUDIO_SSH_CONFIG"
 DETACH_MODES = ("auto", "tmux", "screen", "nohup")
 DEFAULT_WORKSPACE = "~/studio-remote"
+STATE_DIR = ".studio-remote"  # in a project's folder there: the pid files, exit statuses and logs of its runs
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

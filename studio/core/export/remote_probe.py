@@ -6,8 +6,10 @@ reads them and says what is missing in words a person can act on.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
+from studio.core.export.remote_machines import STATE_DIR
 from studio.core.export.remote_ssh import RemoteError, SshClient, remote_path
 
 MIN_PYTHON = (3, 11)
@@ -37,6 +39,7 @@ class MachineReport:
     gpu_error: str = ""
     free_gb: float | None = None
     system: str = ""
+    active_runs: list[str] = field(default_factory=list)  # pid files of the project's live runs there
 
     @property
     def detach_mode(self) -> str:
@@ -82,6 +85,7 @@ class MachineReport:
 _SCRIPT = r"""
 echo "system=$(uname -sm 2>/dev/null)"
 WS=@@WORKSPACE@@
+PROJECT=@@PROJECT@@
 if mkdir -p "$WS" 2>/dev/null && cd "$WS"; then
     echo "workspace=$(pwd -P)"
     if touch .studio-write-test 2>/dev/null; then rm -f .studio-write-test; echo writable=1; fi
@@ -93,23 +97,29 @@ echo "python=$(@@PYTHON@@ -c 'import sys; print("%d.%d.%d" % sys.version_info[:3
 for tool in rsync tmux screen setsid nvidia-smi; do
     command -v "$tool" >/dev/null 2>&1 && echo "has_$tool=1"
 done
+if [ -n "$PROJECT" ] && [ -d "$WS/$PROJECT/@@STATE@@" ]; then
+    for f in "$WS/$PROJECT"/@@STATE@@/*.pid; do
+        pid=$(cat "$f" 2>/dev/null)
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "active=$f"; fi
+    done
+fi
 if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits 2>&1 | sed 's/^/gpu=/'
 fi
 """
 
 
-def probe_machine(client: SshClient) -> MachineReport:
-    """Ask the machine what it has (one SSH call); raises RemoteError when it cannot be reached."""
+def probe_machine(client: SshClient, project: str = "") -> MachineReport:
+    """Ask the machine what it has (one SSH call), and which runs of `project` (a folder in its
+    workspace) are still going there; raises RemoteError when it cannot be reached."""
     m = client.machine
-    script = _SCRIPT.replace("@@WORKSPACE@@", remote_path(m.workspace)).replace("@@PYTHON@@", _word(m.python))
+    script = (_SCRIPT.replace("@@WORKSPACE@@", remote_path(m.workspace)).replace("@@PYTHON@@", _word(m.python))
+              .replace("@@PROJECT@@", shlex.quote(project)).replace("@@STATE@@", STATE_DIR))
     out = client.run(script, "checking the machine", timeout_s=60).stdout
     return parse_report(m.name, m.describe(), out)
 
 
 def _word(command: str) -> str:
-    import shlex
-
     return " ".join(shlex.quote(part) for part in shlex.split(command))
 
 
@@ -133,6 +143,8 @@ def parse_report(name: str, target: str, out: str) -> MachineReport:
             setattr(report, key[4:].replace("-", "_"), True)
         elif key == "gpu":
             _add_gpu(report, value)
+        elif key == "active":
+            report.active_runs.append(value)
     return report
 
 

@@ -26,10 +26,10 @@ from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import load_config
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
 from studio.core.export.bundle_files import dataset_files
-from studio.core.export.remote_control import STATE_DIR, RemoteRunRecord, write_record
-from studio.core.export.remote_machines import RemoteMachine
+from studio.core.export.remote_control import RemoteRunRecord, write_record
+from studio.core.export.remote_machines import STATE_DIR, RemoteMachine
 from studio.core.export.remote_probe import MachineReport, probe_machine, require_ready
-from studio.core.export.remote_ssh import RemoteError, SshClient, remote_path
+from studio.core.export.remote_ssh import SSH_LOST, RemoteError, SshClient, remote_path
 from studio.core.export.remote_transfer import LocalFile, TransferReport, has_local_rsync, send_files
 
 Progress = Callable[[str, int, int], None]
@@ -112,21 +112,23 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
     """Send `config_path`'s run to `machine` and start it; see the module docstring."""
     config_path = Path(config_path).resolve()
     client = SshClient(machine)
-    report = probe_machine(client)
-    require_ready(report)
-    config = load_config(config_path)
-    local_runs = Path(resolve_paths(config, config_path.parent).output.dir)
-    project = project_folder_name(config_path)
-    bundle_dir = f"{report.workspace}/{project}"
-    refuse_if_running(client, bundle_dir)
-    if not cpu and not report.gpus:
-        raise RemoteError(f"{machine.name}: {report.gpu_text()}; rent a machine with GPUs, or train on its CPU "
-                          "to test the set-up (--cpu)")
-    if report.gpus and gpus > len(report.gpus):
-        raise RemoteError(f"{machine.name} has {len(report.gpus)} GPU(s), {gpus} asked for; ask for fewer")
-    sent = send_bundle(client, report, config_path, project, gpus, gpu_type, progress)
-    check = run_remote_check(client, bundle_dir, gpus, cpu, progress) if run_check else ""
-    record = launch_detached(client, report, bundle_dir, gpus, cpu)
+    try:
+        project = project_folder_name(config_path)
+        report = probe_machine(client, project)
+        require_ready(report)
+        refuse_if_running(report)
+        if not cpu and not report.gpus:
+            raise RemoteError(f"{machine.name}: {report.gpu_text()}; rent a machine with GPUs, or train on its CPU "
+                              "to test the set-up (--cpu)")
+        if report.gpus and gpus > len(report.gpus):
+            raise RemoteError(f"{machine.name} has {len(report.gpus)} GPU(s), {gpus} asked for; ask for fewer")
+        local_runs = Path(resolve_paths(load_config(config_path), config_path.parent).output.dir)
+        sent = send_bundle(client, report, config_path, project, gpus, gpu_type, progress)
+        if progress:
+            progress(f"checking {machine.name} (check.sh) and starting" if run_check else "starting", 0, 1)
+        record, check = launch_detached(client, report, sent.bundle_dir, gpus, cpu, run_check)
+    finally:
+        client.close()
     local_dir = local_runs / record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
     local_dir.mkdir(parents=True, exist_ok=True)
     write_record(local_dir, record)
@@ -185,39 +187,11 @@ def _dataset_files(staging: Path, config_path: Path, project: str) -> list[Local
     return files
 
 
-_ACTIVE = r"""
-cd @@BUNDLE@@ 2>/dev/null || exit 0
-for f in @@STATE@@/*.pid; do
-    [ -f "$f" ] || continue
-    pid=$(cat "$f")
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "active=$f"; fi
-done
-"""
-
-
-def refuse_if_running(client: SshClient, bundle_dir: str) -> None:
+def refuse_if_running(report: MachineReport) -> None:
     """One run per project and machine: a second send would change the files under the first."""
-    script = _ACTIVE.replace("@@BUNDLE@@", remote_path(bundle_dir)).replace("@@STATE@@", STATE_DIR)
-    out = client.run(script, "looking for a running run").stdout
-    if "active=" in out:
-        raise RemoteError(f"a run of this project is still going on {client.machine.name} (in {bundle_dir}): "
-                          "stop it first (Stop on the Train page, or studio-train remote stop RUN_FOLDER)")
-
-
-def run_remote_check(client: SshClient, bundle_dir: str, gpus: int, cpu: bool,
-                     progress: Progress | None = None) -> str:
-    """The bundle's check.sh there; raises RemoteError with its FAIL rows when a check fails."""
-    if progress:
-        progress(f"checking {client.machine.name} (check.sh)", 0, 1)
-    args = f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else "")
-    script = (f"cd {remote_path(bundle_dir)} && PYTHON={shlex.quote(client.machine.python)} ./check.sh {args}\n")
-    done = client.run(script, "running check.sh", timeout_s=900, check=False)
-    if done.code == 255:
-        raise RemoteError(client.explain(done.stderr, "running check.sh"))
-    if done.code != 0:
-        failed = [line for line in done.stdout.splitlines() if " FAIL " in line] or done.stderr.strip().splitlines()
-        raise RemoteError(f"check.sh failed on {client.machine.name}; nothing was started:\n" + "\n".join(failed))
-    return done.stdout
+    if report.active_runs:
+        raise RemoteError(f"a run of this project is still going on {report.machine}: stop it first (Stop on the "
+                          "Train page, or studio-train remote stop RUN_FOLDER)")
 
 
 _LAUNCH = r"""
@@ -225,6 +199,11 @@ set -e
 cd @@BUNDLE@@
 mkdir -p @@STATE@@
 rm -f @@PID@@ @@LOG@@ @@STATUS@@
+if [ @@CHECK@@ = 1 ]; then
+    if PYTHON=@@PYTHON@@ ./check.sh @@CHECK_ARGS@@ > @@LOG@@.check 2>&1; then ok=1; else ok=0; fi
+    sed 's/^/check| /' @@LOG@@.check
+    [ "$ok" = 1 ] || exit 5
+fi
 case @@MODE@@ in
     tmux) tmux -L studio new-session -d -s @@SESSION@@ @@TMUX_COMMAND@@ ;;
     screen) screen -dmS @@SESSION@@ sh -c @@INNER@@ ;;
@@ -250,8 +229,12 @@ exit 4
 """
 
 
-def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, gpus: int, cpu: bool) -> RemoteRunRecord:
-    """Start launch.sh there so that it outlives the SSH session; returns the run's record."""
+def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, gpus: int, cpu: bool,
+                    check: bool = False) -> tuple[RemoteRunRecord, str]:
+    """Run check.sh there (when asked), then start launch.sh so that it outlives the SSH session.
+
+    One SSH call; returns the run's record and check.sh's table. A failed check starts nothing.
+    """
     m = client.machine
     token = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     state = f"{STATE_DIR}/launch-{token}"
@@ -265,21 +248,28 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
         "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": mode, "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
-        "TRIES": str(LAUNCH_WAIT_S * 5),
+        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": shlex.quote(m.python),
+        "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),
     }
     script = _LAUNCH
     for key, value in values.items():
         script = script.replace(f"@@{key}@@", value)
-    done = client.run(script, "starting launch.sh", timeout_s=LAUNCH_WAIT_S + 30, check=False)
-    answers = dict(line.partition("=")[::2] for line in done.stdout.splitlines() if "=" in line)
-    if done.code == 255:
-        raise RemoteError(client.explain(done.stderr, "starting launch.sh"))
+    done = client.run(script, "starting the run", timeout_s=LAUNCH_WAIT_S + 900, check=False)
+    check_lines = [line[7:] for line in done.stdout.splitlines() if line.startswith("check| ")]
+    answers = dict(line.partition("=")[::2] for line in done.stdout.splitlines()
+                   if "=" in line and not line.startswith("check| "))
+    if done.code == SSH_LOST:
+        raise RemoteError(client.explain(done.stderr, "starting the run"))
+    if done.code == 5:
+        failed = [line for line in check_lines if " FAIL " in line] or check_lines[-5:]
+        raise RemoteError(f"check.sh failed on {m.name}; nothing was started:\n" + "\n".join(failed))
     if done.code != 0 or "run_dir" not in answers:
         why = f"launch.sh exited with status {answers['exit']}" if "exit" in answers else "no run folder appeared"
         raise RemoteError(f"the run did not start on {m.name}: {why}; its last words:\n{done.stderr.strip()}")
-    return RemoteRunRecord(
+    record = RemoteRunRecord(
         machine=m.name, target=m.describe(), bundle_dir=bundle_dir, remote_run_dir=answers["run_dir"].strip(),
         pid_file=f"{bundle_dir}/{pid}", status_file=f"{bundle_dir}/{status}", launch_log=f"{bundle_dir}/{log}",
         detach=mode, copy_tool="rsync" if report.rsync and has_local_rsync() else "sftp",
         pid=int(answers.get("pid", "0").strip() or 0), started=time.time(),
     )
+    return record, "\n".join(check_lines)

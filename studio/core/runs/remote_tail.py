@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 
 # (first byte to send, counted from 0; the file for the command's stderr) -> the started command
 StreamFrom = Callable[[int, IO[bytes]], "subprocess.Popen[bytes]"]
-# Called with each whole line before it is appended (e.g. to fetch the images a sample event names).
-BeforeLine = Callable[[bytes], None]
+# Called with the whole lines that arrived together, before they are appended (e.g. to fetch the
+# images their sample events name: the file never names an image that is not here yet).
+BeforeLines = Callable[[list[bytes]], None]
 
 
 class RemoteFileMirror:
@@ -35,11 +36,11 @@ class RemoteFileMirror:
     --pid`: the run's process is gone and everything was sent).
     """
 
-    def __init__(self, name: str, local: Path, stream_from: StreamFrom, before_line: BeforeLine | None = None) -> None:
+    def __init__(self, name: str, local: Path, stream_from: StreamFrom, before_lines: BeforeLines | None = None) -> None:
         self.local = local
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self._stream_from = stream_from
-        self._before_line = before_line
+        self._before_lines = before_lines
         self._partial = b""
         self._handle = open(local, "ab")  # noqa: SIM115 - held for the mirror's life, closed by close()
         self.received = self._handle.tell()
@@ -84,12 +85,9 @@ class RemoteFileMirror:
         if not end:
             return
         whole = data[:end]
-        if self._before_line is not None:
-            for line in whole.splitlines(keepends=True):
-                self._before_line(line)
-                self._handle.write(line)
-        else:
-            self._handle.write(whole)
+        if self._before_lines is not None:
+            self._before_lines(whole.splitlines(keepends=True))
+        self._handle.write(whole)
         self._handle.flush()
 
     def _flush_partial(self) -> None:

@@ -35,7 +35,7 @@ def test_machines_are_kept_in_the_user_config_folder_and_read_back(key: Path) ->
     assert load_machines() == {"pod-1": machine}
     assert get_machine("pod-1").describe() == "root@203.0.113.7:22022"
     assert remove_machine("pod-1") and not remove_machine("pod-1")
-    with pytest.raises(MachineError, match="no remote machine named 'pod-1' .*studio-train remote add pod-1"):
+    with pytest.raises(MachineError, match=r"no remote machine named 'pod-1' .*studio-train remote add pod-1"):
         get_machine("pod-1")
 
 
@@ -60,14 +60,14 @@ def test_a_public_key_or_a_missing_key_file_is_refused(key: Path, tmp_path: Path
     public.write_text("ssh-ed25519 AAAA test\n")
     with pytest.raises(MachineError, match=r"is a public key; name the private key beside it \(.*id_test\)"):
         save_machine(RemoteMachine("box", "example.org", key_file=str(public)))
-    with pytest.raises(MachineError, match="the key file .*nothing does not exist"):
+    with pytest.raises(MachineError, match=r"the key file .*nothing does not exist"):
         save_machine(RemoteMachine("box", "example.org", key_file=str(tmp_path / "nothing")))
 
 
 def test_a_broken_machines_file_is_named(key: Path) -> None:
     machines_path().parent.mkdir(parents=True, exist_ok=True)
     machines_path().write_text("[machines.box]\nhost = 'x'\npassword = 'hunter2'\n")
-    with pytest.raises(MachineError, match="machine 'box'.*allowed keys: host, user"):
+    with pytest.raises(MachineError, match=r"machine 'box'.*allowed keys: host, user"):
         load_machines()
 
 

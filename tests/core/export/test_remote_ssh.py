@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures.sshd import SshServer
+
 from studio.core.export.remote_machines import RemoteMachine, save_machine
 from studio.core.export.remote_probe import probe_machine
 from studio.core.export.remote_secrets import forget_passphrase, store_passphrase

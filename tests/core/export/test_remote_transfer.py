@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from fixtures.sshd import SshServer
+
 from studio.core.export.remote_machines import RemoteMachine
 from studio.core.export.remote_probe import probe_machine
 from studio.core.export.remote_run import project_folder_name, send_bundle

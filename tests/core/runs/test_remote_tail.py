@@ -57,7 +57,7 @@ def test_a_dropped_connection_resumes_at_the_next_byte_without_losing_or_repeati
     local = tmp_path / "here" / "events.jsonl"
     starts: list[int] = []
     seen: list[bytes] = []
-    mirror = RemoteFileMirror("test", local, _server(remote, 333, starts), before_line=seen.append)  # type: ignore[arg-type]
+    mirror = RemoteFileMirror("test", local, _server(remote, 333, starts), before_lines=seen.extend)  # type: ignore[arg-type]
     mirror.start()
     assert mirror.wait(30)
     mirror.close()
