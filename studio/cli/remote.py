@@ -110,9 +110,11 @@ def run_add(args: argparse.Namespace) -> int:
         return _fail(exc, EXIT_INVALID)
     view = ssh_config_view(args.host)
     print(f"{args.name}: {machine.describe()} kept in {path}")
-    if view:
-        print(f"  ssh resolves it to {view.get('user', '?')}@{view.get('hostname', '?')}:{view.get('port', '?')}"
-              + (f", key {view['identityfile']}" if not args.key_file and "identityfile" in view else ""))
+    from_config = [f"{label} {view[key]}" for label, key, given in (
+        ("address", "hostname", view.get("hostname") == args.host), ("user", "user", args.user),
+        ("port", "port", args.port), ("key", "identityfile", args.key_file)) if not given and key in view]
+    if from_config:
+        print("  from your ssh configuration: " + ", ".join(from_config))
     print(f"Check it with: studio-train remote check {args.name}")
     return EXIT_OK
 
@@ -148,11 +150,15 @@ def run_check(args: argparse.Namespace) -> int:
     from studio.core.export.remote_ssh import RemoteError, SshClient
 
     try:
-        report = probe_machine(SshClient(get_machine(args.name)))
+        client = SshClient(get_machine(args.name))
     except MachineError as exc:
         return _fail(exc, EXIT_INVALID)
+    try:
+        report = probe_machine(client)
     except RemoteError as exc:
         return _fail(exc)
+    finally:
+        client.close()
     print(json.dumps(asdict(report), indent=1) if args.json else report.summary())
     return EXIT_FAILED if report.problems() else EXIT_OK
 
@@ -201,6 +207,9 @@ def run_stop(args: argparse.Namespace) -> int:
     try:
         record = _record(args.run_dir)
         client = client_for(record)
+    except (RemoteError, MachineError) as exc:
+        return _fail(exc)
+    try:
         if args.kill:
             ended = kill_remote_run(client, record)
             print(f"ended {ended} process(es) of {record.remote_run_dir} on {record.machine}" if ended
@@ -208,20 +217,21 @@ def run_stop(args: argparse.Namespace) -> int:
         else:
             request_remote_stop(client, record)
             print(f"asked {record.remote_run_dir} on {record.machine} to stop at its next step")
-    except (RemoteError, MachineError) as exc:
+    except RemoteError as exc:
         return _fail(exc)
+    finally:
+        client.close()
     return EXIT_OK
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    from studio.core.export.remote_control import client_for, pull_run
+    from studio.core.export.remote_control import pull_and_close
     from studio.core.export.remote_machines import MachineError
     from studio.core.export.remote_ssh import RemoteError
 
     try:
         record = _record(args.run_dir)
-        report = pull_run(client_for(record), record, args.run_dir, checkpoints=args.checkpoints,
-                          progress=_progress)
+        report = pull_and_close(record, args.run_dir, checkpoints=args.checkpoints, progress=_progress)
     except (RemoteError, MachineError) as exc:
         return _fail(exc)
     print(f"{len(report.copied)} file(s) brought back ({report.bytes_copied / 2**20:.1f} MB), "
@@ -257,6 +267,7 @@ def run_watch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\nStopped watching; the run goes on on {record.machine}. "
               f"Again: studio-train remote watch {args.run_dir}", file=sys.stderr)
+        client.close()
         return EXIT_OK
     finally:
         for mirror in mirrors.values():
@@ -270,6 +281,8 @@ def run_watch(args: argparse.Namespace) -> int:
             print(f"{len(report.copied)} file(s) brought back into {args.run_dir}")
     except RemoteError as exc:
         return _fail(exc)
+    finally:
+        client.close()
     if status != 0:
         how = f"exit status {status}" if status is not None else "no exit status (it was killed)"
         print(f"the run ended on {record.machine} with {how}; see {args.run_dir / CONSOLE_FILE}", file=sys.stderr)

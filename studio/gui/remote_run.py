@@ -63,6 +63,7 @@ class RemoteRun(QObject):
         self._running = False
         self._ending = False
         self._told_no_gpu = False
+        self._announced = False
         console = local_dir / CONSOLE_FILE
         self._console_offset = console.stat().st_size if console.exists() else 0
         self._console_rest = ""
@@ -87,8 +88,6 @@ class RemoteRun(QObject):
         self.gpu.start()
         self._running = True
         self._timer.start()
-        self.sig_output.emit(f"[studio] following {self.record.remote_run_dir} on {self.record.machine} "
-                             f"({self.record.target}); it goes on if the studio closes")
         self.sig_started.emit()
         return True
 
@@ -128,6 +127,10 @@ class RemoteRun(QObject):
 
     # ------------------------------------------------------------ following
     def _poll(self) -> None:
+        if not self._announced:  # on the first tick: the Train page clears its console when the run starts
+            self._announced = True
+            self.sig_output.emit(f"[studio] following {self.record.remote_run_dir} on {self.record.machine} "
+                                 f"({self.record.target}); it goes on if the studio closes")
         for mirror in self.mirrors.values():
             while mirror.stream.notices:
                 self.sig_output.emit(f"[studio] {mirror.stream.notices.popleft()}")

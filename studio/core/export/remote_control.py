@@ -203,6 +203,16 @@ def pull_run(client: SshClient, record: RemoteRunRecord, local_dir: Path, checkp
     return report
 
 
+def pull_and_close(record: RemoteRunRecord, local_dir: Path, checkpoints: bool = False,
+                   progress: Progress | None = None) -> TransferReport:
+    """`pull_run` over a connection of its own, closed after."""
+    client = client_for(record)
+    try:
+        return pull_run(client, record, local_dir, checkpoints=checkpoints, progress=progress)
+    finally:
+        client.close()
+
+
 def mark_ended(local_dir: Path, record: RemoteRunRecord, exit_status: int | None) -> None:
     record.state, record.exit_status = "ended", exit_status
     write_record(local_dir, record)

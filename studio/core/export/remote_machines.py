@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -56,6 +57,12 @@ class RemoteMachine:
 
     def describe(self) -> str:
         return self.target + (f":{self.port}" if self.port else "")
+
+    def ssh_command(self) -> str:
+        """The command a person types to reach the machine the same way."""
+        parts = ["ssh", *(["-p", str(self.port)] if self.port else []),
+                 *(["-i", self.key_file] if self.key_file else []), self.target]
+        return " ".join(shlex.quote(p) for p in parts)
 
     def to_data(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "name" and v not in (None, {}, "")}

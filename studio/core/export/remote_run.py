@@ -77,6 +77,7 @@ class RemoteStart:
     machine: MachineReport
     sent: SentBundle
     check_output: str
+    ssh: str  # how the person reaches the machine themselves
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -91,7 +92,7 @@ class RemoteStart:
             "Watch it:",
             f"  in the studio: Runs page, the run marked 'on {r.machine}' (Open follows it live)",
             f"  here:          studio-train remote watch {self.local_dir}",
-            f"  there:         ssh {r.target} tail -f {shlex.quote(r.remote_run_dir + '/console.log')}",
+            f"  there:         {self.ssh} tail -f {shlex.quote(r.remote_run_dir + '/console.log')}",
             f"Stop it: studio-train remote stop {self.local_dir}   (add --kill to end it at once)",
             f"Bring it back: studio-train remote pull {self.local_dir}",
         ]
@@ -132,7 +133,7 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
     local_dir = local_runs / record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
     local_dir.mkdir(parents=True, exist_ok=True)
     write_record(local_dir, record)
-    return RemoteStart(record, local_dir, report, sent, check, sent.warnings)
+    return RemoteStart(record, local_dir, report, sent, check, machine.ssh_command(), sent.warnings)
 
 
 def send_bundle(client: SshClient, report: MachineReport, config_path: Path, project: str, gpus: int,
