@@ -24,8 +24,7 @@ from studio.core.export.remote_machines import get_machine
 from studio.core.export.remote_ssh import RemoteError, SshClient, remote_path
 from studio.core.export.remote_transfer import TransferReport, fetch_files, pull_folder
 from studio.core.files import atomic_write_text
-from studio.core.runs.folders import CHECKPOINTS_DIR, CONSOLE_FILE, EVENTS_FILE, STOP_FILE
-from studio.core.runs.history import REMOTE_FILE
+from studio.core.runs.folders import CHECKPOINTS_DIR, CONSOLE_FILE, EVENTS_FILE, REMOTE_FILE, STOP_FILE
 from studio.core.runs.remote_tail import RemoteFileMirror, StreamFrom
 
 log = logging.getLogger(__name__)

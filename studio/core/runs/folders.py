@@ -14,6 +14,7 @@ STOP_FILE = "STOP"
 SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
 OUTPUT_DIR = "output"
+REMOTE_FILE = "remote.json"  # the record of a run that runs (or ran) on another machine
 
 
 def new_run_dir(output_dir: str | Path, name: str, now: _dt.datetime | None = None) -> Path:
@@ -41,7 +42,7 @@ def request_stop(run_dir: str | Path) -> Path:
 
 def is_run_dir(path: str | Path) -> bool:
     p = Path(path)
-    return (p / CONFIG_FILE).is_file() or (p / EVENTS_FILE).is_file()
+    return (p / CONFIG_FILE).is_file() or (p / EVENTS_FILE).is_file() or (p / REMOTE_FILE).is_file()
 
 
 def list_run_dirs(runs_dir: str | Path) -> list[Path]:

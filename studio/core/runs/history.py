@@ -16,15 +16,13 @@ from typing import Any
 import tomlkit
 
 from studio.core.files import atomic_write_text
-from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, is_run_dir, list_run_dirs
+from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
 from studio.core.runs.run_model import replay_run
 
 log = logging.getLogger(__name__)
 
 # Written by the studio when it starts a trainer: {"pid": N, "create_time": T}.
 PROCESS_FILE = "process.json"
-# Present in a run folder that was copied back from another machine.
-REMOTE_FILE = "remote.json"
 # Without a process file, a run whose events changed this recently counts as running.
 RECENT_S = 120.0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.sshd import SshServer
+from fixtures.sshd import SshServer, fake_bundle
 
 from studio.core.export.remote_control import (
     RemoteRunRecord,
@@ -33,26 +33,6 @@ from studio.core.export.remote_ssh import SshClient
 from studio.core.runs.events import RunFinished, Sample, Step, read_events
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE
 
-ROOT = Path(__file__).resolve().parents[3]
-
-_LAUNCH = """#!/usr/bin/env bash
-RUN="$PWD/runs/$(date +%Y%m%d-%H%M%S)-fake"
-mkdir -p "$RUN"
-echo "launch.sh: run folder $RUN"
-echo "GPUS_PER_NODE=$GPUS_PER_NODE STUDIO_BUNDLE_CPU=${STUDIO_BUNDLE_CPU:-0}" > "$RUN/launch-env.txt"
-PYTHONPATH="@ROOT@:@ROOT@/tests" "$PYTHON" "@ROOT@/tests/fixtures/fake_trainer.py" "$RUN" --steps 400 --rate 20 \\
-    --samples-every 15 2>&1 | tee -a "$RUN/console.log"
-exit "${PIPESTATUS[0]}"
-"""
-
-
-def _fake_bundle(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    launch = folder / "launch.sh"
-    launch.write_text(_LAUNCH.replace("@ROOT@", str(ROOT)), encoding="utf-8")
-    launch.chmod(0o755)
-    return folder
-
 
 def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
@@ -70,7 +50,7 @@ def _start(remote_machine: RemoteMachine, sshd: SshServer, mode: str, tmp_path: 
         SshClient, RemoteRunRecord, Path]:
     client = SshClient(dataclasses.replace(remote_machine, detach=mode))
     report = probe_machine(client)
-    bundle = _fake_bundle(sshd.workspace / f"fake-{mode}-{tmp_path.name}")
+    bundle = fake_bundle(sshd.workspace / f"fake-{mode}-{tmp_path.name}")
     record, _check = launch_detached(client, report, str(bundle), gpus=1, cpu=True)
     local = tmp_path / "runs" / Path(record.remote_run_dir).name
     local.mkdir(parents=True)
