@@ -11,6 +11,7 @@ the controller hears of it.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -37,6 +38,7 @@ from studio.gui.worker import Worker
 
 log = logging.getLogger(__name__)
 EXPECTED = (RemoteError, MachineError, OSError)
+CONSOLE_GRACE_S = 10.0
 
 
 class RemoteRun(QObject):
@@ -64,6 +66,7 @@ class RemoteRun(QObject):
         self._ending = False
         self._told_no_gpu = False
         self._announced = False
+        self._ended_at = 0.0
         console = local_dir / CONSOLE_FILE
         self._console_offset = console.stat().st_size if console.exists() else 0
         self._console_rest = ""
@@ -141,8 +144,11 @@ class RemoteRun(QObject):
             self.gpu_sampler.unavailable = self.gpu.unavailable
             self.sig_output.emit(f"[studio] {self.gpu.unavailable}; memory comes from the trainer's events")
         if self.mirrors[EVENTS_FILE].ended and not self._ending:
+            # The console's tail ends at the same moment; it gets a few seconds, the window never waits.
+            self._ended_at = self._ended_at or time.monotonic()
+            if not self.mirrors[CONSOLE_FILE].ended and time.monotonic() - self._ended_at < CONSOLE_GRACE_S:
+                return
             self._ending = True
-            self.mirrors[CONSOLE_FILE].wait(10.0)
             self._read_console()
             self.sig_output.emit(f"[studio] the run ended on {self.record.machine}; bringing it back")
             self.worker.run(self._bring_back, on_done=self._brought_back, on_failed=self._not_brought_back,

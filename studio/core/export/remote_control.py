@@ -224,7 +224,8 @@ def _tail_command(client: SshClient, record: RemoteRunRecord, name: str) -> Stre
 
     def start(offset: int, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
         # --pid: tail ends once the launcher is gone and the file is sent to its end.
-        command = f"exec tail -c +{offset + 1} --pid=\"$(cat {pid} 2>/dev/null || echo 1)\" -F {path} 2>/dev/null"
+        # A missing pid file makes --pid empty: tail refuses and the mirror ends (the record is broken).
+        command = f"exec tail -c +{offset + 1} --pid=\"$(cat {pid} 2>/dev/null)\" -F {path} 2>/dev/null"
         return client.popen(f"sh -c {shlex.quote(command)}", stderr=stderr)
 
     return start

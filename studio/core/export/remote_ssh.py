@@ -68,7 +68,9 @@ class SshClient:
         self.multiplex = os.name != "nt"  # Windows' OpenSSH has no ControlMaster
         self._master_lock = threading.Lock()
         key = machine.key_file
-        self._askpass = askpass_env(key) if key and read_passphrase(key) is not None else None
+        # The keyring is asked only for a key that needs a passphrase (a desktop keyring may ask to unlock).
+        kept = key is not None and key_is_encrypted(key) and read_passphrase(key) is not None
+        self._askpass = askpass_env(key) if key and kept else None
 
     # ------------------------------------------------------------ command lines
     def control_path(self) -> Path:
