@@ -10,7 +10,6 @@ the controller hears of it.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
@@ -36,7 +35,6 @@ from studio.gui.process import console_text
 from studio.gui.widgets.remote_gpu import RemoteGpuSampler
 from studio.gui.worker import Worker
 
-log = logging.getLogger(__name__)
 EXPECTED = (RemoteError, MachineError, OSError)
 CONSOLE_GRACE_S = 10.0
 
@@ -60,7 +58,8 @@ class RemoteRun(QObject):
         self.pulled: TransferReport | None = None
         self.mirrors = follow_files(self.client, self.record, local_dir)
         self.gpu = RemoteGpuMonitor(self.client)
-        self.gpu_sampler = RemoteGpuSampler(self.record.machine, self)
+        # No parent: the Train page's plots keep drawing from it after this run object is gone.
+        self.gpu_sampler = RemoteGpuSampler(self.record.machine)
         self.worker = Worker(self)
         self._running = False
         self._ending = False
