@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -161,9 +161,16 @@ class RunModel:
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
-        if not p.is_absolute() and self.run_dir is not None:
-            p = self.run_dir / p
-        return p
+        if self.run_dir is None:
+            return p
+        if not p.is_absolute() and not path.startswith("/"):
+            return self.run_dir / p
+        if p.exists():
+            return p
+        # A path of the machine the run trained on (a remote run, a folder copied back): the same file here.
+        parts = PurePosixPath(path.replace("\\", "/")).parts
+        inside = [i for i, part in enumerate(parts[:-1]) if part == self.run_dir.name]
+        return self.run_dir.joinpath(*parts[inside[-1] + 1:]) if inside else p
 
     def apply_all(self, items: Iterable[Item]) -> None:
         """Apply events and StepBatches in order (what EventTail's poll_items returns)."""

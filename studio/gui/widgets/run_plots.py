@@ -189,6 +189,7 @@ class RunPlots(QWidget):
         self._stagger.setInterval(STAGGER_MS)
         self._stagger.timeout.connect(self._draw_next)
         self.sampler = GpuMemorySampler(self) if live else None
+        self._own_sampler = self.sampler
         if self.sampler is not None:
             # NVML keeps sampling while the model is quiet (caching, loading): draw those points too.
             self.sampler.sig_sampled.connect(self._on_gpu_sample)
@@ -209,6 +210,19 @@ class RunPlots(QWidget):
         layout.addWidget(self.warning)
         layout.addLayout(top, 3)
         layout.addLayout(bottom, 2)
+
+    def use_sampler(self, sampler: GpuMemorySampler | None) -> None:
+        """Draw the GPUs of `sampler` (a remote machine's), or this machine's again with None."""
+        wanted = sampler or self._own_sampler
+        if self.sampler is None or wanted is None or wanted is self.sampler:
+            return
+        self.sampler.stop()
+        self.sampler.sig_sampled.disconnect(self._on_gpu_sample)
+        for curve in self._gpu_curves.values():
+            self.memory.removeItem(curve)
+        self._gpu_curves.clear()
+        self.sampler = wanted
+        wanted.sig_sampled.connect(self._on_gpu_sample)
 
     def close_plots(self) -> None:
         """Empty the plots' scenes before the widgets are deleted; the plots draw nothing after.
