@@ -64,10 +64,62 @@ def ensure_env(env: Path, extras: str, torch_args: list[str], label: str) -> Pat
     if not python.exists():
         print(f"Creating the {label} environment in {env.name}/ …", flush=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(env)
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    run([*pip, *torch_args, "-e", f".[{extras}]" if extras else "."])
+    install(python, [*torch_args, "-e", f".[{extras}]" if extras else "."])
     stamp_file.write_text(stamp)
     return python
+
+
+def install(python: Path, requirements: list[str | Path]) -> None:
+    """pip install into `python`'s environment, through uv when it can be had (several times faster:
+    parallel downloads, a shared cache, bytecode compiled in parallel), else through pip itself."""
+    pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    uv = uv_command(python)
+    if uv is not None:
+        command = [*map(str, uv), "pip", "install", "-q", "--python", str(python), "--compile-bytecode",
+                   # pip's rule: the best version from any of the sources.
+                   "--index-strategy", "unsafe-best-match", *pip_sources(), *map(str, requirements)]
+        result = subprocess.run(command, cwd=ROOT, env=uv_env())
+        if result.returncode == 0:
+            return
+        print("uv could not install the environment; pip tries instead.", flush=True)
+    run([*pip, *requirements])
+
+
+def uv_command(python: Path) -> list[str | Path] | None:
+    """uv, installed into the environment by pip at the version of the constraints; None without it."""
+    pin = next((line.strip() for line in CONSTRAINTS.read_text().splitlines() if line.startswith("uv==")), "uv")
+    installed = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", pin],
+                               cwd=ROOT, capture_output=True, text=True)
+    return [python, "-m", "uv"] if installed.returncode == 0 else None
+
+
+def pip_sources() -> list[str]:
+    """The package sources pip is configured with (its config files and PIP_* variables), for uv,
+    which reads neither: a company index or a folder of wheels works for both."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    settings: dict[str, str] = {}
+    for line in listed.stdout.splitlines():
+        key, _, value = line.partition("=")
+        settings[key.split(".", 1)[-1]] = value.strip().strip("'\"")
+    for key in ("index-url", "extra-index-url", "find-links"):
+        variable = "PIP_" + key.upper().replace("-", "_")
+        if os.environ.get(variable):
+            settings[key] = os.environ[variable]
+    args: list[str] = []
+    for key in ("index-url", "extra-index-url", "find-links"):
+        for source in settings.get(key, "").split():
+            local = source.removeprefix("file://")
+            if source.startswith(("http://", "https://")) or Path(local).exists():
+                args += [f"--{key}", source]
+    return args
+
+
+def uv_env() -> dict[str, str]:
+    env = dict(os.environ)
+    cert = os.environ.get("PIP_CERT")
+    if cert and "SSL_CERT_FILE" not in env:
+        env["SSL_CERT_FILE"] = cert
+    return env
 
 
 def torch_args() -> list[str]:
@@ -94,7 +146,7 @@ def setup_core() -> Path:
         return python
     if not python.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(CORE_VENV)
-    run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-c", CONSTRAINTS, "-e", ".", "pytest"])
+    install(python, ["-c", CONSTRAINTS, "-e", ".", "pytest"])
     stamp_file.write_text(stamp)
     return python
 
