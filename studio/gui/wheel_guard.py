@@ -47,9 +47,12 @@ def pass_to_parents(widget: QWidget, event: QWheelEvent) -> None:
     """
     position = event.position()
     event.accept()  # the field is done with it either way
-    while not widget.isWindow() and widget.parentWidget() is not None:
+    while not widget.isWindow():
+        parent = widget.parentWidget()
+        if parent is None:
+            return
         position = widget.mapToParent(position)
-        widget = widget.parentWidget()
+        widget = parent
         copy = QWheelEvent(position, event.globalPosition(), event.pixelDelta(), event.angleDelta(),
                            event.buttons(), event.modifiers(), event.phase(), event.inverted(), event.source())
         copy.ignore()
