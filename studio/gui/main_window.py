@@ -97,6 +97,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.project_label)
         context.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         context.sig_project_changed.connect(self._on_project_changed)
+        context.confirm_reload = self.confirm_reload
         self._build_menus()
         self._restore_geometry()
 
@@ -241,6 +242,17 @@ class MainWindow(QMainWindow):
                 f"{self.context.config_error.describe()}\n\nFix studio.toml, or choose a preset on the "
                 "Model & Preset page to start from a valid config.",
             )
+
+    def confirm_reload(self, pending: str) -> bool:
+        """studio.toml changed on disk while edits here are not in it: read it again (True) or keep them."""
+        box = QMessageBox(QMessageBox.Icon.Question, "studio.toml changed on disk",
+                          f"The project's studio.toml was changed by another program, but there are edits here "
+                          f"that are not in it ({pending}).\n\nRead the file again (your edits here are lost), "
+                          "or keep your edits (they are saved over the file at your next change)?", parent=self)
+        reload = box.addButton("Read the file again", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton("Keep my edits", QMessageBox.ButtonRole.RejectRole)
+        box.exec()
+        return box.clickedButton() is reload
 
     # ------------------------------------------------------------ help
 

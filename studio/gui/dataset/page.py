@@ -21,13 +21,14 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
-from studio.core.dataset.layouts import rename_repeat_folder
-from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult
+from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
 from studio.gui.dataset.caption_review import CaptionReviewDialog
+from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
+from studio.gui.dataset.helper_process import join_exiting
 from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
 from studio.gui.dataset.saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
 from studio.gui.dataset.tasks import (
@@ -47,6 +48,15 @@ from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.worker import Worker
 
 SAVE_DELAY_MS = 700
+
+
+def scan_key(config: TrainConfig) -> str:
+    """What the scan of the images depends on; a change of anything else does not read them again."""
+    data = config.dataset.model_dump()
+    for concept in data["concepts"]:
+        for key in NOT_SCANNED:
+            concept.pop(key, None)
+    return json.dumps(data, sort_keys=True, default=str)
 
 
 class DatasetPage(Page):
@@ -120,14 +130,27 @@ class DatasetPage(Page):
         self.toolbar.caption_button.clicked.connect(self.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
         self.problems_panel.sig_path_clicked.connect(self.select_path)
-        self.concepts_panel.sig_repeats_changed.connect(self._repeats_changed)
+        self.concept_actions = ConceptActions(self)
 
     # ------------------------------------------------------------ loading
 
     def _config_changed(self, config: TrainConfig) -> None:
-        key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
-        if key != self._config_key:
+        if scan_key(config) != self._config_key:
             self.reload()
+        else:  # a DreamBooth prompt or class images: nothing to read again
+            self.concepts_panel.concepts = list(config.dataset.concepts)
+            self.reload_rows()
+
+    def reload_rows(self) -> None:
+        """The Concepts tab again from the last scan (a refused rename puts the spin box back)."""
+        if self.context.config is None:
+            return
+        concepts = list(self.context.config.dataset.concepts)
+        if self._scanning:  # the rows come with the scan; the chosen concept's fields show now
+            self.concepts_panel.concepts = concepts
+            self.concepts_panel.refresh_details()
+        elif len(self.scans) == len(concepts):
+            self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
 
     def reload(self) -> None:
         """Scan the project's dataset again (pending captions are saved first)."""
@@ -144,7 +167,7 @@ class DatasetPage(Page):
             self._config_key = None
             self.status_label.setText("Open a project to see its dataset.")
             return
-        self._config_key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
+        self._config_key = scan_key(config)
         gc.unfreeze()  # the previous dataset's objects may be collected again
         self._started = time.perf_counter()
         self._scanning = True
@@ -173,7 +196,8 @@ class DatasetPage(Page):
         self.store = outcome.store
         self.model.set_entries(entries)
         self.problems = list(outcome.errors)
-        self.concepts_panel.set_rows(concept_rows(self.scans, list(self.context.config.dataset.concepts)))
+        concepts = list(self.context.config.dataset.concepts)
+        self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
         self.tags_panel.set_counts(outcome.tags)
         self.status_label.setText(f"{len(entries)} images. Checking them in the background…")
         if entries:
@@ -355,29 +379,6 @@ class DatasetPage(Page):
         """Ask which text to keep; "mine" or "disk"."""
         return ask_conflict(self, conflict)
 
-    def _repeats_changed(self, index: int, kohya: Path | None, repeats: int) -> None:
-        config = self.context.config
-        if config is None:
-            return
-        if kohya is None:
-            concepts = list(config.dataset.concepts)
-            concepts[index] = concepts[index].model_copy(update={"repeats": repeats})
-            dataset = config.dataset.model_copy(update={"concepts": concepts})
-            self.context.set_config(config.model_copy(update={"dataset": dataset}))
-            return
-        if not self.save_now():
-            self.status_label.setText("Save or resolve the pending captions before renaming folders.")
-            return
-        try:
-            target = rename_repeat_folder(kohya, repeats)
-        except DatasetError as exc:
-            self.status_label.setText(str(exc))
-            return
-        if target == kohya:
-            return
-        self.context.status(f"Renamed {kohya.name} to {target.name}.")
-        self.reload()
-
     # ------------------------------------------------------------ page interface
 
     def wait_loaded(self, timeout_s: float = 60.0, checked: bool = True) -> bool:
@@ -403,6 +404,7 @@ class DatasetPage(Page):
             self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
         self._close_caption_dialog()
         self._stop_check(wait=True)
+        join_exiting(2.0)
         self.saver.shutdown()
         self.worker.shutdown(10.0)
         self.loader.shutdown()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -26,7 +25,6 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import dump_config
 from studio.core.hardware.fixes import apply_changes
 from studio.core.hardware.hub_cache import cached_snapshot, missing_components
 from studio.core.hardware.known_models import default_base, find_known
@@ -38,6 +36,7 @@ from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.hardware import HardwarePanel
 from studio.gui.model.presets import PresetList
+from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.model_library import ModelLibraryPanel
@@ -123,6 +122,8 @@ class ModelPage(Page):
         layout.addWidget(splitter, 1)
 
         context.sig_config_changed.connect(self._on_context_config)
+        context.unsaved_edits.append(
+            lambda: "values refused in the settings form" if self.form.has_invalid() else "")
         self._show_config()
         self.hardware.refresh()
         self.library.refresh()
@@ -337,16 +338,9 @@ class ModelPage(Page):
     # ------------------------------------------------------------ TOML and user presets
 
     def show_toml(self) -> QDialog:
-        dialog = named(QDialog(self), "toml_dialog")
-        dialog.setWindowTitle("The config as TOML")
-        layout = QVBoxLayout(dialog)
-        view = named(QPlainTextEdit(dump_config(self.config)), "toml_view")
-        view.setReadOnly(True)
-        layout.addWidget(view)
-        close = QPushButton("Close")
-        close.clicked.connect(dialog.accept)
-        layout.addWidget(close)
-        dialog.resize(600, 500)
+        """studio.toml as text, editable; Apply checks it and saves it only when valid."""
+        dialog = TomlDialog(self.context, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog
 

@@ -30,6 +30,7 @@ from studio.gui.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
+from studio.gui.training.sampling_editor import SamplingEditor
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
@@ -75,6 +76,8 @@ class TrainPage(Page):
         self.tabs.addTab(self.plots, "Plots")
         self.tabs.addTab(self.samples, "Samples")
         self.tabs.addTab(self.console, "Console")
+        self.sampling = SamplingEditor(context)
+        self.tabs.addTab(self.sampling, "Sample settings")
 
         buttons = QHBoxLayout()
         for button in (self.train_button, self.stop_button, self.kill_button):

@@ -51,7 +51,7 @@ class SamplesGallery(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")
-        self.preview = QLabel("No samples yet: set sampling.every_n_steps and prompts in the config.")
+        self.preview = QLabel("No samples yet: add prompts in the Sample settings tab.")
         self.preview.setObjectName("samples_preview")
         self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.preview.setMinimumSize(256, 256)
