@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
 from studio.core.dataset.scan import ImageEntry, ScanResult
+from studio.core.text import plural
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
 from studio.gui.dataset.caption_review import CaptionReviewDialog
@@ -78,6 +79,7 @@ class DatasetPage(Page):
         self._generation = 0
         self._scanning = self._checking = False
         self._started = 0.0
+        self._summary = ""
         self.first_paint_ms: float | None = None
         self.problems: list[Any] = []
         self._save_timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
@@ -104,6 +106,8 @@ class DatasetPage(Page):
         self.editor.sig_caption_typed.connect(self._typed)
         self.editor.sig_next.connect(lambda: self.step(1))
         self.editor.sig_previous.connect(lambda: self.step(-1))
+        self.editor.sig_undo.connect(self.undo_stack.undo)
+        self.editor.sig_redo.connect(self.undo_stack.redo)
         self.concepts_panel, self.tags_panel = ConceptsPanel(), TagsPanel()
         self.problems_panel, self.buckets_panel = ProblemsPanel(), BucketsPanel()
         self.tabs = QTabWidget()
@@ -125,10 +129,13 @@ class DatasetPage(Page):
         layout.addWidget(self.toolbar)
         layout.addWidget(split, 1)
         layout.addWidget(self.status_label)
+        QWidget.setTabOrder(self.view, self.editor.text)  # Tab from the grid goes to the caption
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
+        self.tags_panel.sig_counts_changed.connect(
+            lambda counts: self.editor.set_tags([tag for tag, _ in counts.most_common()]))
         self.problems_panel.sig_path_clicked.connect(self.select_path)
         self.concept_actions = ConceptActions(self)
 
@@ -227,8 +234,9 @@ class DatasetPage(Page):
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
-        self.status_label.setText(
-            f"{len(self.model.paths)} images, {errors} errors, {len(self.problems) - errors} warnings.")
+        self._summary = (f"{len(self.model.paths)} images, {plural(errors, 'error')}, "
+                         f"{plural(len(self.problems) - errors, 'warning')}.")
+        self.status_label.setText(self._summary)
 
     def _project_root(self) -> Path | None:
         return self.context.project.root if self.context.project is not None else None
@@ -249,8 +257,24 @@ class DatasetPage(Page):
     def _refilter(self) -> None:
         current = self.editor.entry
         self.model.set_filter(self.toolbar.grid_filter())
-        if current is not None:
+        if current is not None and self.model.row_of(current.path) is not None:
             self.select_path(current.path)
+        elif self.model.rowCount():
+            self.view.setCurrentIndex(self.model.index(0))
+        else:
+            self.editor.set_entry(None, empty_text="No image matches the filter.")
+        self._show_counts()
+
+    def _show_counts(self) -> None:
+        """The footer: how many images are shown of how many, while a filter is on."""
+        shown, total = self.model.rowCount(), len(self.model.paths)
+        if self.model.filter.active and self.model.entries:
+            text = f"{shown} of {total} images shown (filtered)."
+            if not shown:
+                text = f"No image of {total} matches the filter; clear it to see them all."
+            self.status_label.setText(text)
+        elif not (self._scanning or self._checking):
+            self.status_label.setText(self._summary)
 
     def _show_row(self, row: int) -> None:
         if row < 0 or self.store is None:

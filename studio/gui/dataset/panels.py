@@ -29,6 +29,7 @@ from studio.core.dataset.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem
 from studio.core.dataset.layouts import kohya_folder
 from studio.core.dataset.scan import ScanResult
+from studio.core.text import plural
 from studio.gui.dataset.concept_editor import ConceptDetails
 
 ConceptRow = tuple[int, Path | None, str, int, int]  # concept index, kohya folder or None, label, images, repeats
@@ -59,6 +60,7 @@ class TagsPanel(QWidget):
     """
 
     sig_tag_clicked = Signal(str)
+    sig_counts_changed = Signal(object)  # Counter of tag -> captions holding it
     SLICE = 1000  # captions counted per tick
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -84,6 +86,7 @@ class TagsPanel(QWidget):
     def set_counts(self, counts: Counter[str]) -> None:
         self._timer.stop()
         self.counts, self._stale = counts, True
+        self.sig_counts_changed.emit(counts)
         if self.isVisible():
             self._fill()
 
@@ -163,7 +166,8 @@ class ProblemsPanel(QWidget):
 
     def set_problems(self, problems: list[Problem], images: int, errors: int) -> None:
         """`problems` in panel order, `errors` of them errors."""
-        self.summary.setText(f"{images} images: {errors} errors, {len(problems) - errors} warnings")
+        self.summary.setText(f"{plural(images, 'image')}: {plural(errors, 'error')}, "
+                             f"{plural(len(problems) - errors, 'warning')}")
         self.model.set_problems(problems)
 
     def count(self) -> int:

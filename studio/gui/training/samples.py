@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.runs.run_model import RunModel, SampleImage
+from studio.gui.widgets.image_view import ImageView
 
 THUMB = 128
 
@@ -51,11 +52,10 @@ class SamplesGallery(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")
-        self.preview = QLabel("No samples yet: add prompts in the Sample settings tab.")
+        self.preview = ImageView("No samples yet: add prompts in the Sample settings tab.")
         self.preview.setObjectName("samples_preview")
-        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.preview.setMinimumSize(256, 256)
-        self.preview.mousePressEvent = lambda _event: self._enlarge_current()  # type: ignore[method-assign]
+        self.preview.setMinimumSize(160, 160)
+        self.preview.sig_clicked.connect(self._enlarge_current)
         self.grid = QListWidget()
         self.grid.setObjectName("samples_grid")
         self.grid.setViewMode(QListWidget.ViewMode.IconMode)
@@ -125,10 +125,9 @@ class SamplesGallery(QWidget):
         self.step_label.setText(f"step {sample.step}")
         pixmap = QPixmap(str(sample.path))
         if pixmap.isNull():
-            self.preview.setText(f"Cannot read {Path(sample.path).name}")
+            self.preview.set_text(f"Cannot read {Path(sample.path).name}")
             return
-        self.preview.setPixmap(pixmap.scaled(
-            self.preview.size(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation))
+        self.preview.set_pixmap(pixmap)  # drawn whole at any size of the page, never stretched
 
     def _enlarge_item(self, item: QListWidgetItem) -> None:
         index = item.data(Qt.ItemDataRole.UserRole)
