@@ -56,6 +56,14 @@ class StudioContext(QObject):
         self.sig_project_changed.emit(project)
         if self.config is not None:
             self.sig_config_changed.emit(self.config)
+        if project is not None:
+            # A training left running when the studio last closed: the Train page follows it again.
+            self.run_controller.attach_live(self.runs_dir())
+
+    def runs_dir(self) -> Path:
+        """Where the project's runs go (output.dir of its config)."""
+        assert self.project is not None
+        return self.project.resolve(self.config.output.dir) if self.config else self.project.runs_dir
 
     def set_config(self, config: TrainConfig, save: bool = True) -> None:
         """Adopt a new config (already validated) and write it to the project's studio.toml."""

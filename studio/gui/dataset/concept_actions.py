@@ -5,26 +5,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
 from studio.core.config.errors import ConfigIssue
 from studio.core.dataset.layouts import DatasetError, detect_layout, kohya_folder, rename_repeat_folder
 from studio.core.project.folder import concept_path, concepts_from_layouts
-
-if TYPE_CHECKING:
-    from studio.gui.dataset.page import DatasetPage
+from studio.gui.context import StudioContext
+from studio.gui.dataset.panels import ConceptsPanel
 
 PATH_KEYS = ("path", "class_path")
 # Concept settings the scan of the images does not read: changing them does not read the folders again.
 NOT_SCANNED = ("class_prompt", "class_path", "num_class_images", "prior_loss_weight")
 
 
+class DatasetView(Protocol):
+    """What of the Dataset page the concept actions use."""
+
+    context: StudioContext
+    concepts_panel: ConceptsPanel
+    status_label: QLabel
+
+    def save_now(self) -> bool: ...
+    def reload(self) -> None: ...
+    def reload_rows(self) -> None: ...
+
+
 class ConceptActions(QObject):
-    def __init__(self, page: DatasetPage) -> None:
-        super().__init__(page)
+    def __init__(self, page: DatasetView) -> None:
+        super().__init__(page if isinstance(page, QWidget) else None)
         self.page = page
         self.context = page.context
         # Asked before a kohya folder is renamed; tests replace it.
@@ -138,4 +149,5 @@ class ConceptActions(QObject):
         return self.rename(current, parsed[0], offer_undo=False) if parsed else None
 
     def _confirm_dialog(self, title: str, text: str) -> bool:
-        return QMessageBox.question(self.page, title, text) == QMessageBox.StandardButton.Yes
+        parent = self.page if isinstance(self.page, QWidget) else None
+        return QMessageBox.question(parent, title, text) == QMessageBox.StandardButton.Yes

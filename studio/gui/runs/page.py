@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from studio.core.project.folder import Project
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
+from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.run_model import RunModel, replay_run
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
@@ -64,6 +65,7 @@ class RunsPage(Page):
             ("overlay", "Overlay loss", self.overlay_selected),
             ("output", "Output folder", self.open_output),
             ("resume", "Resume", self.resume_selected),
+            ("stop", "Stop", self.stop_selected),
             ("delete", "Delete…", self.delete_selected),
             ("import", "Import run…", self._pick_import),
         ):
@@ -132,6 +134,8 @@ class RunsPage(Page):
             if remote else "Continue the selected stopped or failed run from its newest checkpoint"
         )
         self.buttons["delete"].setEnabled(bool(chosen) and all(s.status != "running" for s in chosen))
+        self.buttons["stop"].setEnabled(one and chosen[0].status == "running")
+        self.buttons["stop"].setToolTip("Stop the selected run at its next step (a checkpoint is saved)")
         self.buttons["import"].setEnabled(self.context.project is not None)
 
     def say(self, text: str) -> None:
@@ -186,6 +190,23 @@ class RunsPage(Page):
         if ok:
             self.say(f"Resuming {chosen.name}; follow it on the Train page.")
         return ok
+
+    def stop_selected(self) -> bool:
+        """Stop a live run: the one the Train page follows, or one started elsewhere (a STOP file either way)."""
+        chosen = self._one()
+        if chosen is None or chosen.status != "running":
+            return False
+        if self.controller.running and self.controller.run_dir == chosen.path:
+            stopped = self.controller.stop()
+        else:
+            live = live_trainer(chosen.path)
+            if live is not None:
+                stop_live_run(live)
+            stopped = live is not None
+        self.say(f"Stopping {chosen.name} at its next step (a checkpoint is saved)…" if stopped
+                 else f"{chosen.name} is no longer running.")
+        self.buttons["stop"].setEnabled(False)
+        return stopped
 
     def delete_selected(self) -> None:
         chosen = [s for s in self.table.selected() if s.status != "running"]

@@ -23,6 +23,7 @@ from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
+from studio.core.runs.live import busy_message, find_live_runs
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
@@ -106,6 +107,8 @@ class TrainPage(Page):
         self._update_buttons()
         if context.project is not None:
             self._on_project(context.project)
+        if controller.running and controller.run_dir is not None:  # built after a run was found again
+            self._on_run_started(controller.run_dir)
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
@@ -212,6 +215,9 @@ class TrainPage(Page):
             if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
                 return False
         assert self.context.project is not None
+        others = find_live_runs(self.context.runs_dir())
+        if others and not self.confirm("The GPU is busy", busy_message(others)):
+            return False
         run_dir = self.controller.start_config(config, self.context.project.root)
         self._update_buttons()
         return run_dir is not None
@@ -251,7 +257,7 @@ class TrainPage(Page):
         if answer == "stop":
             self.controller.stop()
             if not wait_for(lambda: not self.controller.running, STOP_WAIT_S, interval_ms=50):
-                self.controller.process.kill_now()  # shutdown() would do it; say why in the log
+                self.controller.kill_now()  # shutdown() would do it; say why in the log
                 self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
             return True
         return False
