@@ -44,6 +44,7 @@ from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
 from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
 from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.event_loop import wait_for
+from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.worker import Worker
@@ -122,6 +123,8 @@ class DatasetPage(Page):
         split.addWidget(right)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
+        remember_splitter(split, self.context.settings, "dataset_split")
+        remember_splitter(right, self.context.settings, "dataset_editor_split")
         self.status_label = QLabel()
         self.status_label.setObjectName("dataset_status")
         self.status_label.setWordWrap(True)

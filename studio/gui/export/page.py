@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -105,13 +106,21 @@ class ExportPage(Page):
         self.table.sig_row_chosen.connect(self._choose_row)
         self.assumptions = named(QLabel(), "export_assumptions")
         self.assumptions.setWordWrap(True)
+        self.assumptions.setVisible(False)
+        show_assumptions = named(QPushButton("How these are worked out"), "export_show_assumptions")
+        show_assumptions.setCheckable(True)
+        show_assumptions.toggled.connect(self.assumptions.setVisible)
         edit = named(QPushButton("Edit prices and speeds…"), "export_edit_catalogue")
         edit.clicked.connect(self._edit_catalogue)
+        cost_buttons = QHBoxLayout()
+        cost_buttons.addWidget(show_assumptions)
+        cost_buttons.addWidget(edit)
+        cost_buttons.addStretch(1)
         costs = QGroupBox("Time and cost (double-click a row to choose it)")
         costs_layout = QVBoxLayout(costs)
         costs_layout.addWidget(self.table, 1)
         costs_layout.addWidget(self.assumptions)
-        costs_layout.addWidget(edit)
+        costs_layout.addLayout(cost_buttons)
 
         self.result = named(QPlainTextEdit(), "export_result")
         self.result.setReadOnly(True)
@@ -120,16 +129,30 @@ class ExportPage(Page):
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
 
+        # The options beside what the export wrote; the cost table below them at the page's full width,
+        # so its Time and Cost columns show whole on a small screen too.
+        outcome = QVBoxLayout()
+        outcome.addWidget(self.result, 1)
+        outcome.addWidget(self.open_button)
         top = QHBoxLayout()
-        top.addWidget(options, 2)
-        top.addWidget(costs, 3)
-        layout = QVBoxLayout(self)
+        top.addWidget(options, 3)
+        top.addLayout(outcome, 2)
+        intro = QLabel("Write a folder that trains this project on a rented multi-GPU machine with one "
+                       "command, checking the machine first. Bring its runs/ back to the Runs page.")
+        intro.setWordWrap(True)
+        body = QWidget()
+        layout = QVBoxLayout(body)
         layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
-        layout.addWidget(QLabel("Write a folder that trains this project on a rented multi-GPU machine with one "
-                                "command, checking the machine first. Bring its runs/ back to the Runs page."))
-        layout.addLayout(top, 3)
-        layout.addWidget(self.result, 1)
-        layout.addWidget(self.open_button)
+        layout.addWidget(intro)
+        layout.addLayout(top)
+        layout.addWidget(costs, 1)
+        scroll = QScrollArea()  # a window shorter than the page scrolls it rather than overlapping its parts
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(body)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
 
         for signal in (self.gpu_combo.currentIndexChanged, self.gpus_spin.valueChanged, self.nodes_spin.valueChanged):
             signal.connect(self._options_changed)

@@ -32,6 +32,7 @@ from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, Model
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.project.folder import default_config
 from studio.gui.context import StudioContext
+from studio.gui.layout_state import remember_splitter
 from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.hardware import HardwarePanel
@@ -117,6 +118,7 @@ class ModelPage(Page):
         splitter = QSplitter()
         splitter.addWidget(_scrolled(left))
         splitter.addWidget(_scrolled(right))
+        remember_splitter(splitter, context.settings, "model_split")
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
         layout.addWidget(splitter, 1)

@@ -26,6 +26,7 @@ from studio.core.runs.history import RunSummary, delete_run, import_run, list_ru
 from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.run_model import RunModel, replay_run
 from studio.gui.context import StudioContext
+from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.run_controller import RunController
 from studio.gui.runs.queue import QueuePanel
@@ -87,8 +88,13 @@ class RunsPage(Page):
         bottom_layout.addWidget(self.header)
         bottom_layout.addWidget(self.views, 1)
         splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("runs_splitter")
         splitter.addWidget(top)
         splitter.addWidget(bottom)
+        splitter.setCollapsible(0, False)
+        self.splitter = splitter
+        remember_splitter(splitter, context.settings, "runs_splitter", [260, 420])
+        self.table.remember_layout(context.settings)
         layout = QVBoxLayout(self)
         layout.addWidget(self.message)
         layout.addWidget(splitter, 1)
@@ -257,4 +263,4 @@ class RunsPage(Page):
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.refresh()
-        return {"runs": len(self.table.summaries)}
+        return {"runs": len(self.table.summaries), "runs_rows_visible": self.table.visible_rows()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def test_changing_a_field_updates_the_estimate(make_page, qtbot) -> None:
 
 
 def _peak_gb(text: str) -> float:
-    return float(text.split("Estimated peak: ")[1].split(" GB")[0])
+    return float(re.search(r"Estimated peak: ([\d.]+)", text).group(1))  # type: ignore[union-attr]
 
 
 def test_toml_view_and_user_preset(make_page) -> None:
@@ -241,3 +242,22 @@ def test_switching_family_moves_a_default_base_and_names_a_base_of_another_famil
     assert status.startswith("✗") and "SD 1.x/2.x" in status and "the family is SDXL" in status
     assert page.choose_family("sd3") and page.config.model.base == "stable-diffusion-v1-5/stable-diffusion-v1-5"
     assert "the family is SD3" in page.findChild(QLabel, "model_base_status").text()
+
+
+def test_estimate_sizes_never_wrap_in_a_narrow_panel(make_page) -> None:
+    # "3.20 GB" stays on one line however narrow the panel gets; the descriptions wrap instead.
+    from PySide6.QtGui import QTextDocument
+
+    page = make_page()
+    document = QTextDocument()
+    document.setHtml(page.estimate.breakdown.text())
+    document.setTextWidth(120)
+    document.documentLayout().documentSize()  # lays the text out
+    sizes = []
+    block = document.begin()
+    while block.isValid():
+        if re.fullmatch(r"[\d.]+\s*GB", block.text().replace("\xa0", " ")):
+            sizes.append(block.text())
+            assert block.layout().lineCount() == 1, block.text()
+        block = block.next()
+    assert len(sizes) >= 4

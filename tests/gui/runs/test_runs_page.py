@@ -11,6 +11,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
+from studio.gui.runs.table import STATUS_COLUMN
 from tests.gui.training.conftest import close_plots, fake_command, make_project
 
 
@@ -41,7 +42,7 @@ def test_table_open_overlay_delete(qtbot: QtBot, context: StudioContext, config:
     rows = {s.name: s for s in page.table.summaries}
     assert rows[first.name].status == "completed" and rows[first.name].steps == 15
     assert rows[second.name].status == "failed" and rows[second.name].resumable
-    status_col = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
+    status_col = [page.table.item(r, STATUS_COLUMN).text() for r in range(page.table.rowCount())]
     assert sorted(status_col) == ["completed", "failed"]
 
     page.table.select_paths([first.name])
@@ -101,7 +102,7 @@ def test_import_zip_is_marked_remote(qtbot: QtBot, context: StudioContext, confi
     dest = page.import_path(archive)
     assert dest is not None and dest.name == "pod-run"
     row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == "pod-run")
-    assert page.table.item(row, 3).text() == "completed (remote)"
+    assert page.table.item(row, STATUS_COLUMN).text() == "completed (remote)"
     assert len(page.plots.loss.smooth.getData()[1]) == 12
 
 
@@ -147,7 +148,7 @@ def test_imported_run_folder_is_marked_remote_and_not_resumable(qtbot: QtBot, co
     page = make_page(qtbot, context)
     dest = page.import_path(pod_copy)
     assert dest is not None and (dest / "remote.json").is_file()
-    rows = {page.table.item(r, 0).text(): page.table.item(r, 3).text() for r in range(page.table.rowCount())}
+    rows = {page.table.item(r, 0).text(): page.table.item(r, STATUS_COLUMN).text() for r in range(page.table.rowCount())}
     assert rows == {run.name: "failed", "pod-run": "failed (remote)"}
     page.table.select_paths(["pod-run"])
     assert not page.buttons["resume"].isEnabled()

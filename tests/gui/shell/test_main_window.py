@@ -89,7 +89,7 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     shots = tmp_path / "shots"
     out = subprocess.run(
-        [sys.executable, "-m", "studio", "--self-test", "--screenshots", str(shots)],
+        [sys.executable, "-m", "studio", "--self-test", "--size", "1280x720", "--screenshots", str(shots)],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
     )
     assert out.returncode == 0, out.stderr
@@ -97,9 +97,14 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     assert facts["torch_imported"] is False
     assert facts["pages"] == ["page_dataset", "page_model", "page_train", "page_runs", "page_export"]
     assert facts["first_paint_ms"] > 0
+    assert facts["window_size"] == [1280, 720]
+    assert facts["runs_rows_visible"] >= 5
     pngs = sorted(p.name for p in shots.glob("*.png"))
     assert len(pngs) == 5 and pngs[0] == "01-page_dataset.png"
     assert all((shots / p).stat().st_size > 1000 for p in pngs)
+    from PySide6.QtGui import QImage
+
+    assert QImage(str(shots / pngs[3])).size().toTuple() == (1280, 720)
 
 
 def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow, qtbot) -> None:
