@@ -256,16 +256,15 @@ class RunController(QObject):
         if self.queue is None:
             self.sig_message.emit("Open a project first: the queue lives in the project folder.")
             return
-        self.queue.set_stop_after_current(False)
-        self.sig_queue_changed.emit()
         if not self.running:
-            self._start_next_queued()
+            self._start_next_queued(by_hand=True)
 
-    def _start_next_queued(self) -> None:
+    def _start_next_queued(self, by_hand: bool = False) -> None:
+        """Start the next pending item (by hand: even when the queue holds after each run)."""
         queue = self.queue
         if queue is None or self.running:
             return
-        item = queue.next_pending()
+        item = queue.next_pending(by_hand)
         if item is None:
             return
         path = Path(item.config)

@@ -100,4 +100,6 @@ class StopSignal:
         return bool(flag.item() > 0)
 
     def reason(self) -> str:
-        return f"{self.received} received" if self.terminated else f"{STOP_FILE} file found"
+        if self.terminated:
+            return f"{self.received} received"
+        return f"stopped on request (the Stop button, or a {STOP_FILE} file in the run folder)"

@@ -25,6 +25,7 @@ from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
 from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.run_model import RunModel, replay_run
+from studio.core.text import plural
 from studio.gui.context import StudioContext
 from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
@@ -99,7 +100,7 @@ class RunsPage(Page):
         layout.addWidget(self.message)
         layout.addWidget(splitter, 1)
 
-        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.itemSelectionChanged.connect(self._selection_changed)
         self.table.doubleClicked.connect(lambda _index: self.open_selected())
         self.controller.sig_run_ended.connect(lambda _status: self.refresh())
         self.controller.sig_run_started.connect(lambda _path: self.refresh())
@@ -126,6 +127,14 @@ class RunsPage(Page):
         folder = self.runs_dir()
         self.table.set_runs(list_runs(folder) if folder else [])
         self._update_buttons()
+
+    def _selection_changed(self) -> None:
+        """A click on a run shows it; the same run chosen again (a refresh) is not read again."""
+        self._update_buttons()
+        chosen = self._one()
+        shown = self.opened.run_dir if self.opened is not None else None
+        if chosen is not None and chosen.path != shown:
+            self.open_run(chosen.path)
 
     def _update_buttons(self) -> None:
         chosen = self.table.selected()
@@ -165,7 +174,7 @@ class RunsPage(Page):
         self.header.refresh(rep.model)
         self.views.setCurrentWidget(self.plots)
         extra = f", {rep.garbage_lines} unreadable lines skipped" if rep.garbage_lines else ""
-        self.say(f"Opened {run_dir.name}: {rep.events} events{extra}.")
+        self.say(f"Showing {run_dir.name}: {_steps_text(rep.model)}{extra}.")
         return rep.events
 
     def open_selected(self) -> None:
@@ -264,3 +273,12 @@ class RunsPage(Page):
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.refresh()
         return {"runs": len(self.table.summaries), "runs_rows_visible": self.table.visible_rows()}
+
+
+def _steps_text(model: RunModel) -> str:
+    """What a person wants to know of a run just shown: how far it got and what it left."""
+    steps = f"step {model.step} of {model.total_steps}" if model.total_steps else plural(model.step, "step")
+    parts = [steps, model.status]
+    if model.samples:
+        parts.append(plural(len(model.samples), "sample image"))
+    return ", ".join(parts)

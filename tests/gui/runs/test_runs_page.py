@@ -5,6 +5,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
@@ -45,10 +46,12 @@ def test_table_open_overlay_delete(qtbot: QtBot, context: StudioContext, config:
     status_col = [page.table.item(r, STATUS_COLUMN).text() for r in range(page.table.rowCount())]
     assert sorted(status_col) == ["completed", "failed"]
 
-    page.table.select_paths([first.name])
-    page.buttons["open"].click()
+    # One click on a run shows it (its plots and how far it got).
+    row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == first.name)
+    cell = page.table.visualRect(page.table.model().index(row, 0)).center()
+    qtbot.mouseClick(page.table.viewport(), Qt.MouseButton.LeftButton, pos=cell)
     assert len(page.plots.loss.smooth.getData()[1]) == 15
-    assert "Opened" in page.message.text()
+    assert page.message.text() == f"Showing {first.name}: step 15 of 15, finished."
 
     page.table.select_paths([first.name, second.name])
     page.buttons["overlay"].click()
@@ -122,14 +125,18 @@ def test_queue_runs_configs_in_order_and_holds(qtbot: QtBot, context: StudioCont
     page.queue.list.setCurrentRow(2)
     page.queue.move_selected(-1)  # three before two
     assert [i.name for i in page.controller.queue.items] == ["one.toml", "three.toml", "two.toml"]  # type: ignore[union-attr]
-    page.queue.stop_after.setChecked(True)
-    page.controller.queue.stop_after_current = False  # type: ignore[union-attr]
+    # Rows name each config by its folder and file; the whole path is in the tooltip.
+    assert page.queue.list.item(0).text() == f"{tmp_path.name}/one.toml — pending"
+    # Ticked before the start, "stop after the current run" runs one item and holds the rest.
+    page.queue.stop_after.click()
     page.queue.start_button.click()
-    page.controller.queue.set_stop_after_current(True)  # type: ignore[union-attr]
+    assert page.queue.stop_after.isChecked()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     qtbot.wait(200)
     states = [i.state for i in page.controller.queue.items]  # type: ignore[union-attr]
     assert states == ["completed", "pending", "pending"]  # held after the current run
+    page.queue.stop_after.click()
+    assert not page.controller.queue.stop_after_current  # type: ignore[union-attr]
     page.queue.start_button.click()
     qtbot.waitUntil(lambda: [i.state for i in page.controller.queue.items] == ["completed"] * 3,  # type: ignore[union-attr]
                     timeout=30000)
