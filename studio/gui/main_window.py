@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -28,6 +28,7 @@ from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.project.demo import DEMO_MODEL, create_demo_project, demo_model_ready, model_command
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.gui.context import StudioContext
+from studio.gui.desktop import open_with_desktop
 from studio.gui.page import Page
 from studio.gui.process import CommandProcess
 
@@ -122,7 +123,8 @@ class MainWindow(QMainWindow):
 
         go_menu = self.menuBar().addMenu("&Go")
         for index, spec in enumerate(PAGES):
-            action = _action(spec.title, self, QKeySequence(f"Ctrl+{index + 1}"))
+            # "&&": a menu reads one "&" as the mark of a shortcut letter ("Model _Preset").
+            action = _action(spec.title.replace("&", "&&"), self, QKeySequence(f"Ctrl+{index + 1}"))
             action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
             go_menu.addAction(action)
 
@@ -258,7 +260,7 @@ class MainWindow(QMainWindow):
 
     def open_documentation(self) -> None:
         docs = Path(__file__).resolve().parents[2] / DOCS_URL
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs)))
+        open_with_desktop(self, docs, "the documentation")
 
     def show_about(self) -> None:
         QMessageBox.about(

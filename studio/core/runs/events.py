@@ -67,7 +67,7 @@ class Phase(Event):
 class Step(Event):
     type: ClassVar[str] = "step"
     step: int
-    epoch: int
+    epoch: int  # counted from 0 (the data order's index); shown to people from 1
     loss: float
     lr: float
     samples_per_s: float = 0.0

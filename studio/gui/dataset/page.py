@@ -237,7 +237,7 @@ class DatasetPage(Page):
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
-        self._summary = (f"{len(self.model.paths)} images, {plural(errors, 'error')}, "
+        self._summary = (f"{plural(len(self.model.paths), 'image')}, {plural(errors, 'error')}, "
                          f"{plural(len(self.problems) - errors, 'warning')}.")
         self.status_label.setText(self._summary)
 

@@ -6,8 +6,6 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -33,6 +31,7 @@ from studio.core.export.cost import CostRow, assumptions, cost_table, vram_estim
 from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_user_catalogue, load_catalogue
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
+from studio.gui.desktop import open_with_desktop
 from studio.gui.export.cost_table import CostTable
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
@@ -307,12 +306,12 @@ class ExportPage(Page):
 
     def _open_folder(self) -> None:
         if self.report is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.report.out_dir)))
+            open_with_desktop(self, self.report.out_dir, "the bundle's folder")
 
     def _edit_catalogue(self) -> None:
         path = ensure_user_catalogue()
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
-        self.context.status(f"Edit {path}; the table reads it again when you come back to this page")
+        if open_with_desktop(self, path, "the prices and speeds file"):
+            self.context.status(f"Edit {path}; the table reads it again when you come back to this page")
 
     def showEvent(self, event: Any) -> None:
         # The person may have edited the catalogue file meanwhile.

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -27,6 +26,7 @@ from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.run_model import RunModel, replay_run
 from studio.core.text import plural
 from studio.gui.context import StudioContext
+from studio.gui.desktop import open_with_desktop
 from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.run_controller import RunController
@@ -195,7 +195,7 @@ class RunsPage(Page):
         target = Path(chosen.outputs[0]).parent if chosen.outputs else chosen.path / OUTPUT_DIR
         if not target.exists():
             target = chosen.path
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(target)))
+        open_with_desktop(self, target, "the run's output folder")
 
     def resume_selected(self) -> bool:
         chosen = self._one()

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from studio.core.project.folder import PROJECT_FILE
 from studio.gui.application import make_settings
@@ -169,3 +169,28 @@ def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path
     builder = psutil.Process(window.model_builder.pid())
     window.close()
     assert not builder.is_running() or builder.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_go_menu_reads_as_the_pages_are_named(window: MainWindow) -> None:
+    go = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Go")
+    # iconText() is the text as drawn, without shortcut marks: "Model & Preset", not "Model _Preset".
+    assert [a.iconText() for a in go.actions()] == ["Dataset", "Model & Preset", "Train", "Runs", "Export"]
+
+
+def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence
+
+    monkeypatch.setenv("STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda _url: False)  # no handler, as on a bare Linux
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "information", lambda _parent, _title, text: shown.append(text))
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    docs = next(a for a in help_menu.actions() if a.shortcut() == QKeySequence("F1"))
+    docs.trigger()
+    assert len(shown) == 1 and "No program on this desktop opens the documentation" in shown[0]
+    assert QGuiApplication.clipboard().text() in shown[0] and QGuiApplication.clipboard().text().endswith(".md")
+    page = window.show_page("page_export")
+    page.findChild(QPushButton, "export_edit_catalogue").click()
+    assert len(shown) == 2 and "prices and speeds" in shown[1]
+    assert Path(QGuiApplication.clipboard().text()).is_file()
