@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.project.demo import is_demo_model
 from studio.core.runs.run_model import RunModel, SampleImage
 from studio.gui.widgets.image_view import ImageView
 
@@ -72,7 +73,14 @@ class SamplesGallery(QWidget):
         controls.addWidget(QLabel("Step"))
         controls.addWidget(self.slider, 3)
         controls.addWidget(self.step_label)
+        self.random_model_note = QLabel(
+            "These samples come from the demo's tiny model, whose weights are random: they are noise by "
+            "design. The demo shows the studio at work; a real base model makes real pictures.")
+        self.random_model_note.setObjectName("samples_random_model_note")
+        self.random_model_note.setWordWrap(True)
+        self.random_model_note.setVisible(False)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.random_model_note)
         layout.addLayout(controls)
         layout.addWidget(self.preview, 2)
         layout.addWidget(self.grid, 3)
@@ -87,6 +95,8 @@ class SamplesGallery(QWidget):
             self._samples = []
             self.grid.clear()
             self.prompt.clear()
+        base = model.started.config.get("model", {}).get("base", "") if model.started else ""
+        self.random_model_note.setVisible(isinstance(base, str) and is_demo_model(base))
         new = model.samples[len(self._samples):]
         if not new:
             return

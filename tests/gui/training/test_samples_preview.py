@@ -29,3 +29,16 @@ def test_a_portrait_sample_is_neither_cropped_nor_stretched(qtbot: QtBot, tmp_pa
         shown = preview.image_rect()
         assert abs(shown.width() / shown.height() - 0.75) < 0.01
         assert preview.rect().contains(shown)
+
+
+def test_samples_of_the_demos_random_model_are_called_noise(qtbot: QtBot, tmp_path: Path) -> None:
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    for base, noted in (("models/tiny-sd15", True), ("/home/me/demo-project/models/tiny-sd15", True),
+                        ("runwayml/stable-diffusion-v1-5", False)):
+        model = RunModel(tmp_path)
+        model.apply(RunStarted(config={"model": {"family": "sd15", "base": base}}, world_size=1, total_steps=10,
+                               devices=["cpu"]))
+        gallery.refresh(model)
+        assert gallery.random_model_note.isVisibleTo(gallery) is noted, base
+    assert "noise" in gallery.random_model_note.text()
