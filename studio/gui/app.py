@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from studio.gui.application import make_application, make_settings
+from studio.gui.qt_libraries import missing_qt_libraries_message
 
 
 def window_size(text: str) -> tuple[int, int]:
@@ -36,6 +38,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(list(argv) if argv is not None else sys.argv[1:])
+    # Qt would abort with a misleading message; name the missing system libraries instead.
+    missing = missing_qt_libraries_message(os.environ)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 1
     if args.self_test:
         from studio.gui.selftest import run_self_test
 
