@@ -15,8 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from studio.core.runs.folders import list_run_dirs, request_stop
-from studio.core.runs.history import PROCESS_FILE
+from studio.core.runs.folders import PROCESS_FILE, list_run_dirs, request_stop
 
 START_TIME_SLACK_S = 1.0  # a recycled pid belongs to a process started at another time
 

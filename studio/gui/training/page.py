@@ -24,6 +24,7 @@ from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
 from studio.core.runs.live import busy_message, find_live_runs
+from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
@@ -32,6 +33,7 @@ from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
 from studio.gui.training.sampling_editor import SamplingEditor
+from studio.gui.training_env import open_training_env_dialog
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
@@ -214,6 +216,12 @@ class TrainPage(Page):
                 return False
             if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
                 return False
+        if needs_training_env(config.launch.python):
+            # The first Train of the desktop app: it has no PyTorch of its own until the person sets it up.
+            open_training_env_dialog(self.window())
+            self.show_message("Set up the training environment first (Tools → Training Environment), "
+                              "then press Train again.")
+            return False
         assert self.context.project is not None
         others = find_live_runs(self.context.runs_dir())
         if others and not self.confirm("The GPU is busy", busy_message(others)):

@@ -94,6 +94,8 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
         ({"method": {"kind": "dreambooth"}, "output": {"save_every_n_epochs": 1}}, "output.save_every_n_epochs"),
         ({"launch": {"machine_rank": 2, "num_machines": 2, "num_processes": 2}}, "launch.machine_rank"),
         ({"dataset": {"concepts": [{"path": "x", "num_class_images": 10}]}}, "dataset.concepts[0]"),
+        ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
+        ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
     ],
 )
 def test_each_contradiction_is_refused(change: dict, key: str) -> None:

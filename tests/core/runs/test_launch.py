@@ -34,3 +34,16 @@ def test_local_multi_process_runs_get_a_free_port_unless_one_is_set(tmp_path: Pa
     assert yaml_of(first.run_dir)["distributed_type"] == "'MULTI_GPU'"
     fixed = prepare_run(validate_data({**base, "launch": {"num_processes": 2, "main_process_port": 29555}}), tmp_path)
     assert yaml_of(fixed.run_dir)["main_process_port"] == "29555"
+
+
+def test_a_run_folder_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path: Path) -> None:
+    import pytest
+
+    from studio.core.runs.launch import RunFolderError
+
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    config = validate_data({"model": {"family": "sd15", "base": "m/n"}, "output": {"dir": "disk/runs"}})
+    with pytest.raises(RunFolderError) as caught:
+        prepare_run(config, tmp_path)
+    assert f"cannot write the run folder under {tmp_path / 'disk' / 'runs'}" in str(caught.value)
+    assert "fix output.dir" in str(caught.value)

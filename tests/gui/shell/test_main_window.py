@@ -86,7 +86,9 @@ def test_gui_modules_do_not_load_torch() -> None:
 
 
 def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> None:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TMPDIR=str(temp))
     shots = tmp_path / "shots"
     out = subprocess.run(
         [sys.executable, "-m", "studio", "--self-test", "--size", "1280x720", "--screenshots", str(shots)],
@@ -105,6 +107,7 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     from PySide6.QtGui import QImage
 
     assert QImage(str(shots / pngs[3])).size().toTuple() == (1280, 720)
+    assert list(temp.iterdir()) == []  # its scratch folder (settings, demo project) is gone
 
 
 def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow, qtbot) -> None:
