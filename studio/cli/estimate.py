@@ -92,6 +92,7 @@ def _is_preset_file(path: Path) -> bool:
 
 
 def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool) -> int:
+    from studio.core.hardware.batch_plan import plan_batch
     from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
     from studio.core.hardware.fixes import suggest_fixes
 
@@ -99,11 +100,12 @@ def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: b
     verdict = fit(estimate, gpu) if gpu else None
     suggestions = suggest_fixes(config, gpu) if gpu else []
     warning = other_processes_warning(gpu) if gpu else None
+    plan = plan_batch(config, gpu)
     if as_json:
         print(json.dumps({
             "hardware": hardware, "gpu": gpu.name if gpu else None,
             "available_mb": gpu.free_mb if gpu else None, "fit": verdict, "estimate": estimate.to_dict(),
-            "warning": warning, "preset": _preset_json(preset_result),
+            "warning": warning, "preset": _preset_json(preset_result), "batch_plan": _plan_json(plan),
             "suggestions": [{"title": s.title, "description": s.description, "changes": s.changes,
                              "total_mb": round(s.estimate.total_mb), "fit": s.fit} for s in suggestions],
         }, indent=2))
@@ -127,8 +129,20 @@ def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: b
         print(f"Warning: {warning}")
     if verdict:
         print(f"Verdict: {FIT_WORDS[verdict]}")
+    if plan is not None:
+        print(f"Batch: {plan.badge}")
+        for line in plan.describe().split("; "):
+            print(f"  {line}")
     _print_suggestions(suggestions, verdict)
     return EXIT_OK
+
+
+def _plan_json(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    return {"largest_batch": plan.largest, "capped": plan.capped, "largest_mb": round(plan.largest_mb),
+            "keep_batch": plan.keep_batch, "keep_accumulation": plan.keep_accumulation,
+            "fill_learning_rate": plan.fill_learning_rate, "scaling": plan.scaling, "text": plan.describe()}
 
 
 def _preset_json(result: Any) -> dict[str, Any] | None:

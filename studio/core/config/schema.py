@@ -178,6 +178,13 @@ class TrainingSection(Section):
     mode_scale: float = Field(default=1.29, description="SD3: scale of the mode sampling scheme.")
     seed: int = Field(default=42, ge=0, le=2**32 - 1, description="Random seed.")
     dataloader_workers: int = Field(default=0, ge=0, le=64, description="Data-loading worker processes.")
+    compile: Literal["off", "blocks", "full"] = Field(
+        default="off",
+        description="Compile the denoiser with torch.compile for faster steps. blocks compiles each repeated "
+        "transformer block once (the first step takes seconds to a minute longer, later steps are faster); "
+        "full compiles the whole denoiser (longer first step). Needs a C++ compiler on the CPU and Triton on "
+        "the GPU; compiled kernels are cached in the studio's cache folder, so the next run starts faster.",
+    )
 
     @property
     def length(self) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.desktop import open_with_desktop
 from studio.gui.export.cost_table import CostTable
+from studio.gui.export.remote_panel import RemotePanel
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.worker import Worker
@@ -128,13 +129,17 @@ class ExportPage(Page):
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
 
-        # The options beside what the export wrote; the cost table below them at the page's full width,
-        # so its Time and Cost columns show whole on a small screen too.
+        # The bundle's options and the remote machine beside what the export wrote; the cost table below
+        # them at the page's full width, so its Time and Cost columns show whole on a small screen too.
+        self.remote = RemotePanel(self.context, self.gpus_spin.value, self.gpu_combo.currentData)
+        left = QVBoxLayout()
+        left.addWidget(options)
+        left.addWidget(self.remote)
         outcome = QVBoxLayout()
         outcome.addWidget(self.result, 1)
         outcome.addWidget(self.open_button)
         top = QHBoxLayout()
-        top.addWidget(options, 3)
+        top.addLayout(left, 3)
         top.addLayout(outcome, 2)
         intro = QLabel("Write a folder that trains this project on a rented multi-GPU machine with one "
                        "command, checking the machine first. Bring its runs/ back to the Runs page.")
@@ -188,6 +193,7 @@ class ExportPage(Page):
         self._update_enabled()
         self._default_out_dir()
         self.update_table()
+        self.remote.update_enabled()
 
     def _update_base(self, config: TrainConfig | None) -> None:
         self._base_is_local = False
@@ -317,6 +323,7 @@ class ExportPage(Page):
         # The person may have edited the catalogue file meanwhile.
         self._load_catalogue()
         self.update_table()
+        self.remote.refresh_machines()
         super().showEvent(event)
 
     # ------------------------------------------------------------ page interface
@@ -332,3 +339,4 @@ class ExportPage(Page):
 
     def shutdown(self) -> None:
         self.worker.wait(30.0)
+        self.remote.shutdown()

@@ -181,3 +181,11 @@ def test_every_field_has_a_description_for_tooltips() -> None:
         if not f.description
     ]
     assert missing == []
+
+
+def test_compile_is_off_unless_asked_and_names_what_is_allowed(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, MINIMAL)).training.compile == "off"
+    blocks = MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "blocks"')
+    assert load_config(write(tmp_path, blocks)).training.compile == "blocks"
+    errors = errors_of(tmp_path, MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "yes"'))
+    assert "training.compile = \"yes\": allowed: 'off', 'blocks' or 'full'" in "\n".join(errors)
