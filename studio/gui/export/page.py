@@ -129,18 +129,16 @@ class ExportPage(Page):
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
 
-        # The bundle's options and the remote machine beside what the export wrote; the cost table below
+        # The bundle's options beside what the export wrote and the remote machine; the cost table below
         # them at the page's full width, so its Time and Cost columns show whole on a small screen too.
         self.remote = RemotePanel(self.context, self.gpus_spin.value, self.gpu_combo.currentData)
-        left = QVBoxLayout()
-        left.addWidget(options)
-        left.addWidget(self.remote)
         outcome = QVBoxLayout()
         outcome.addWidget(self.result, 1)
         outcome.addWidget(self.open_button)
+        outcome.addWidget(self.remote)
         top = QHBoxLayout()
-        top.addLayout(left, 3)
-        top.addLayout(outcome, 2)
+        top.addWidget(options, 1)
+        top.addLayout(outcome, 1)
         intro = QLabel("Write a folder that trains this project on a rented multi-GPU machine with one "
                        "command, checking the machine first. Bring its runs/ back to the Runs page.")
         intro.setWordWrap(True)
