@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from studio.gui.application import make_application, make_settings
+from studio.gui.qt_libraries import missing_qt_libraries_message
+
+
+def window_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720)."""
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: write it as WIDTHxHEIGHT, e.g. 1280x720") from None
+    if width < 320 or height < 240:
+        raise argparse.ArgumentTypeError(f"{text} is too small for the window; at least 320x240")
+    return width, height
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -19,11 +32,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--screenshots", help="self-test: save a PNG of each page into this folder")
     parser.add_argument("--replay", help="self-test: replay this run folder into the Train page")
     parser.add_argument("--train-demo", action="store_true", help="self-test: train the demo through the GUI")
+    parser.add_argument("--size", type=window_size, help="self-test: the window's size, e.g. 1280x720")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(list(argv) if argv is not None else sys.argv[1:])
+    # Qt would abort with a misleading message; name the missing system libraries instead.
+    missing = missing_qt_libraries_message(os.environ)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 1
     if args.self_test:
         from studio.gui.selftest import run_self_test
 

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from studio.core import user_dirs
 from studio.core.resources import resource_path
+from studio.gui.wheel_guard import install_wheel_guard
 
 
 def settings_path() -> Path:
@@ -33,6 +34,7 @@ def make_application(argv: Sequence[str] | None = None) -> QApplication:
     app.setApplicationName(user_dirs.DISPLAY_NAME)
     app.setOrganizationName(user_dirs.APP_NAME)
     app.setApplicationDisplayName(user_dirs.DISPLAY_NAME)
+    install_wheel_guard(app)
     icon = resource_path("icons", "studio.svg")
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))

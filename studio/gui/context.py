@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from pydantic import ValidationError
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from studio.core.config.errors import ConfigError
+from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import parse_toml, validate_data
+from studio.core.files import atomic_write_text
+from studio.core.hardware.fixes import apply_changes
 from studio.core.project.folder import Project
+from studio.gui.config_watch import ConfigFileWatcher
 from studio.gui.run_controller import RunController
 
 
@@ -29,9 +36,17 @@ class StudioContext(QObject):
         self.hardware_file: str | None = hardware_file or os.environ.get("STUDIO_HARDWARE") or None
         # One run at a time for the whole window: the Train and Runs pages are handed this one.
         self.run_controller = RunController(self)
+        # Edits a page holds that are not in studio.toml (a refused value, TOML being edited): each
+        # provider returns what they are, or "". Asked before studio.toml is read again from disk.
+        self.unsaved_edits: list[Callable[[], str]] = []
+        # Asked when studio.toml changed on disk while there are unsaved edits: True reads it again.
+        self.confirm_reload: Callable[[str], bool] = lambda _what: False
+        self.watcher = ConfigFileWatcher(self)
+        self.watcher.sig_changed.connect(self._file_changed)
 
     def set_project(self, project: Project | None) -> None:
         self.project = project
+        self.watcher.watch(project.config_path if project is not None else None)
         self.config, self.config_error = None, None
         if project is not None:
             try:
@@ -41,6 +56,14 @@ class StudioContext(QObject):
         self.sig_project_changed.emit(project)
         if self.config is not None:
             self.sig_config_changed.emit(self.config)
+        if project is not None:
+            # A training left running when the studio last closed: the Train page follows it again.
+            self.run_controller.attach_live(self.runs_dir())
+
+    def runs_dir(self) -> Path:
+        """Where the project's runs go (output.dir of its config)."""
+        assert self.project is not None
+        return self.project.resolve(self.config.output.dir) if self.config else self.project.runs_dir
 
     def set_config(self, config: TrainConfig, save: bool = True) -> None:
         """Adopt a new config (already validated) and write it to the project's studio.toml."""
@@ -48,7 +71,56 @@ class StudioContext(QObject):
         self.config_error = None
         if save and self.project is not None:
             self.project.save_config(config)
+            self.watcher.known()
         self.sig_config_changed.emit(config)
+
+    def change_config(self, changes: dict[str, Any]) -> list[ConfigIssue]:
+        """Set dotted keys (`sampling.prompts`, `dataset.concepts`) and save; the issues when refused
+        (nothing is changed then)."""
+        if self.config is None:
+            return [ConfigIssue(key="(file)", message="the project's config has errors; fix studio.toml first")]
+        try:
+            config = apply_changes(self.config, changes)
+        except ValidationError as exc:
+            return issues_from_validation(exc, TrainConfig)
+        self.set_config(config)
+        return []
+
+    def apply_toml(self, text: str) -> TrainConfig:
+        """Take a person's TOML for the project: validated first (ConfigError, nothing written), then
+        written as typed, comments and all."""
+        assert self.project is not None
+        source = str(self.project.config_path)
+        config = validate_data(parse_toml(text, source).unwrap(), source, text)
+        atomic_write_text(self.project.config_path, text)
+        self.watcher.known(text)
+        self.set_config(config, save=False)
+        return config
+
+    def pending_edits(self) -> list[str]:
+        return [what for what in (provider() for provider in self.unsaved_edits) if what]
+
+    def _file_changed(self, _text: str) -> None:
+        """studio.toml changed on disk: read it again, asking first when edits here would be lost."""
+        pending = self.pending_edits()
+        if pending and not self.confirm_reload("; ".join(pending)):
+            self.status("studio.toml changed on disk; your edits here are kept (they are saved over it)")
+            return
+        self.reload_config()
+
+    def reload_config(self) -> bool:
+        """Read studio.toml again; a file with errors is named and the config in use stays."""
+        if self.project is None:
+            return False
+        try:
+            config = self.project.load_config()
+        except ConfigError as exc:
+            self.config_error = exc
+            self.status(f"studio.toml changed on disk but cannot be used: {exc.describe()}")
+            return False
+        self.status("studio.toml changed on disk; the settings were read again")
+        self.set_config(config, save=False)
+        return True
 
     def project_path(self, value: str) -> Path:
         if self.project is None:

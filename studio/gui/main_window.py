@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeySequence
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -19,17 +19,26 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QStackedWidget,
+    QVBoxLayout,
     QWidget,
     QWizard,
 )
 
 from studio import __version__
 from studio.core.dataset.layouts import DatasetError, detect_layout
-from studio.core.project.demo import DEMO_MODEL, create_demo_project, demo_model_ready, model_command
+from studio.core.project.demo import (
+    DEMO_MODEL,
+    create_demo_project,
+    demo_model_ready,
+    is_demo_model,
+    model_command,
+)
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.core.resources import app_root
 from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
+from studio.gui.demo_banner import BUILDING, READY, DemoBanner
+from studio.gui.desktop import open_with_desktop
 from studio.gui.page import Page
 from studio.gui.process import CommandProcess
 from studio.gui.training_env import open_training_env_dialog
@@ -92,14 +101,22 @@ class MainWindow(QMainWindow):
         layout = QHBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
+        self.demo_banner = DemoBanner(context.settings)
+        self.demo_banner.sig_go_train.connect(lambda: self.show_page("page_train"))
+        pages = QVBoxLayout()
+        pages.setContentsMargins(0, 0, 0, 0)
+        pages.addWidget(self.demo_banner)
+        pages.addWidget(self.stack, 1)
         layout.addWidget(self.nav)
-        layout.addWidget(self.stack, 1)
+        layout.addLayout(pages, 1)
         self.setCentralWidget(central)
 
         self.project_label = QLabel()
         self.statusBar().addPermanentWidget(self.project_label)
         context.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         context.sig_project_changed.connect(self._on_project_changed)
+        context.sig_config_changed.connect(lambda config: self.demo_banner.show_for(is_demo_model(config.model.base)))
+        context.confirm_reload = self.confirm_reload
         self._build_menus()
         self._restore_geometry()
 
@@ -124,7 +141,8 @@ class MainWindow(QMainWindow):
 
         go_menu = self.menuBar().addMenu("&Go")
         for index, spec in enumerate(PAGES):
-            action = _action(spec.title, self, QKeySequence(f"Ctrl+{index + 1}"))
+            # "&&": a menu reads one "&" as the mark of a shortcut letter ("Model _Preset").
+            action = _action(spec.title.replace("&", "&&"), self, QKeySequence(f"Ctrl+{index + 1}"))
             action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
             go_menu.addAction(action)
 
@@ -232,20 +250,26 @@ class MainWindow(QMainWindow):
         log = (project.root / DEMO_MODEL).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
         self.context.status("Building the demo's tiny model…")
+        self.demo_banner.set_model_state(BUILDING)
         self.model_builder.start(model_command(project), log)
 
     def _model_built(self, code: int, how: str) -> None:
         if code == 0 and how == "normal":
             self.context.status("The demo model is ready: press Train on the Train page.")
+            self.demo_banner.set_model_state(READY)
         else:
             output = self.model_builder.console_tail(200)
             self.context.status(f"Building the demo model failed (exit {code}). {output} "
                                 f"(all of it in {self.model_builder.console_path})")
+            self.demo_banner.set_model_state(f"Building the tiny model failed (exit {code}); "
+                                             f"what it printed is in {self.model_builder.console_path}.")
 
     def _on_project_changed(self, project: Project | None) -> None:
         name = project.name if project else "no project"
         self.setWindowTitle(f"{name} — Training Studio")
         self.project_label.setText(str(project.root) if project else "")
+        config = self.context.config
+        self.demo_banner.show_for(config is not None and is_demo_model(config.model.base))
         if self.context.config_error is not None:
             QMessageBox.warning(
                 self,
@@ -254,11 +278,22 @@ class MainWindow(QMainWindow):
                 "Model & Preset page to start from a valid config.",
             )
 
+    def confirm_reload(self, pending: str) -> bool:
+        """studio.toml changed on disk while edits here are not in it: read it again (True) or keep them."""
+        box = QMessageBox(QMessageBox.Icon.Question, "studio.toml changed on disk",
+                          f"The project's studio.toml was changed by another program, but there are edits here "
+                          f"that are not in it ({pending}).\n\nRead the file again (your edits here are lost), "
+                          "or keep your edits (they are saved over the file at your next change)?", parent=self)
+        reload = box.addButton("Read the file again", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton("Keep my edits", QMessageBox.ButtonRole.RejectRole)
+        box.exec()
+        return box.clickedButton() is reload
+
     # ------------------------------------------------------------ help
 
     def open_documentation(self) -> None:
         docs = app_root() / DOCS_URL
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs)))
+        open_with_desktop(self, docs, "the documentation")
 
     def show_about(self) -> None:
         QMessageBox.about(

@@ -19,11 +19,13 @@ from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
 from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
+from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.lock import RunLockedError, lock_holder
 from studio.core.runs.outcome import outcome_line
 from studio.core.runs.queue import QueueError, RunQueue
 from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
 from studio.core.training_python import NoTrainingPython
+from studio.gui.attached_run import AttachedRun
 from studio.gui.process import TrainerProcess
 from studio.gui.remote_run import RemoteRun
 from studio.gui.widgets.gpu_memory import GpuMemorySampler
@@ -61,6 +63,7 @@ class RunController(QObject):
         self.queue: RunQueue | None = None
         self._queue_item: str | None = None
         self._stall_kill_armed = False
+        self.attached: AttachedRun | None = None  # a run an earlier session left running
         self._trainer = TrainerProcess(self)
         self.process: TrainerProcess | RemoteRun = self._trainer
         self._connect(self._trainer)
@@ -83,11 +86,17 @@ class RunController(QObject):
 
     @property
     def running(self) -> bool:
-        return self.process.is_running()
+        return self.process.is_running() or self.attached is not None
 
     @property
     def run_dir(self) -> Path | None:
-        return self.process.run_dir
+        return self.attached.run.run_dir if self.attached is not None else self.process.run_dir
+
+    def busy_message(self) -> str:
+        if self.attached is not None:
+            return (f"A training is already running ({self.attached.run.run_dir.name}, started before the studio "
+                    "was last closed). Stop it first, or add this config to the queue.")
+        return self.process.busy_message()
 
     def set_project_root(self, root: Path | None) -> None:
         self.queue = RunQueue(root) if root is not None else None
@@ -97,7 +106,7 @@ class RunController(QObject):
     def start_config(self, config: TrainConfig, config_dir: Path) -> Path | None:
         """Write a run folder for `config` and start it; None (and sig_message) if refused."""
         if self.running:
-            self.sig_message.emit(self.process.busy_message())
+            self.sig_message.emit(self.busy_message())
             return None
         try:
             plan = prepare_run(config, config_dir)
@@ -111,7 +120,7 @@ class RunController(QObject):
 
     def resume(self, run_dir: Path) -> bool:
         if self.running:
-            self.sig_message.emit(self.process.busy_message())
+            self.sig_message.emit(self.busy_message())
             return False
         holder = lock_holder(run_dir)
         if holder is not None:
@@ -216,6 +225,50 @@ class RunController(QObject):
         self.sig_run_ended.emit(self.model.status)
         self._start_next_queued()
 
+    # ------------------------------------------------------------ a run left running
+    def attach_live(self, runs_dir: Path) -> LiveRun | None:
+        """Follow the newest run under `runs_dir` whose trainer is still working (the studio was closed
+        with "keep running"); None when there is none, or while this controller has a run."""
+        if self.running:
+            return None
+        live = find_live_runs(runs_dir)
+        if not live:
+            return None
+        self.attach(live[0])
+        return live[0]
+
+    def attach(self, run: LiveRun) -> None:
+        self.model = RunModel(run.run_dir)
+        self.tail = EventTail(run.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
+        self.model.apply_all(self.tail.finish_items())
+        self._stall_kill_armed = False
+        attached = AttachedRun(run, self)
+        attached.sig_output.connect(self.sig_console)
+        attached.sig_progress.connect(self.sig_progress)
+        attached.sig_ended.connect(self._attached_ended)
+        self.attached = attached
+        self._timer.start()
+        self.sig_run_started.emit(run.run_dir)
+        self.sig_console.emit(f"[studio] following the training left running in {run.run_dir} "
+                              f"(process {run.pid}); Stop and Kill work as for any run")
+        self.sig_tick.emit()
+
+    def _attached_ended(self) -> None:
+        attached, self.attached = self.attached, None
+        self._timer.stop()
+        if self.tail is not None:
+            self.model.apply_all(self.tail.finish_items())
+        if not self.model.ended:
+            if attached is not None and attached.killed:
+                self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
+            else:
+                self.model.mark_ended("failed", "The trainer ended without saying it finished; its console.log "
+                                                "in the run folder shows its last words.")
+        if attached is not None:
+            attached.deleteLater()
+        self.sig_tick.emit()
+        self.sig_run_ended.emit(self.model.status)
+
     def _say_outcome(self, exit_code: int) -> None:
         """End the console (the pane and console.log) with the studio's one line about the run."""
         run_dir = self.process.run_dir
@@ -231,10 +284,22 @@ class RunController(QObject):
 
     # ------------------------------------------------------------ stop / kill
     def stop(self) -> bool:
+        if self.attached is not None:
+            return self.attached.stop()
         return self.process.stop()
 
     def kill(self) -> None:
-        self.process.kill()
+        if self.attached is not None:
+            self.attached.kill()
+        else:
+            self.process.kill()
+
+    def kill_now(self, timeout_s: float = 5.0) -> None:
+        """Blocking kill of the run (the window closing after a stop that did not come in time)."""
+        if self.attached is not None:
+            self.attached.kill_now(timeout_s)
+        else:
+            self.process.kill_now(timeout_s)
 
     # ------------------------------------------------------------ replay
     def open_replay(self, run_dir: Path) -> Replay | None:
@@ -252,16 +317,15 @@ class RunController(QObject):
         if self.queue is None:
             self.sig_message.emit("Open a project first: the queue lives in the project folder.")
             return
-        self.queue.set_stop_after_current(False)
-        self.sig_queue_changed.emit()
         if not self.running:
-            self._start_next_queued()
+            self._start_next_queued(by_hand=True)
 
-    def _start_next_queued(self) -> None:
+    def _start_next_queued(self, by_hand: bool = False) -> None:
+        """Start the next pending item (by hand: even when the queue holds after each run)."""
         queue = self.queue
         if queue is None or self.running:
             return
-        item = queue.next_pending()
+        item = queue.next_pending(by_hand)
         if item is None:
             return
         path = Path(item.config)
@@ -302,6 +366,11 @@ class RunController(QObject):
     # ------------------------------------------------------------ shutdown
     def shutdown(self, detach: bool = False) -> None:
         self._timer.stop()
+        if self.attached is not None:
+            if not detach:
+                self.attached.kill_now()
+            self.attached.release()
+            return
         if not self.running:
             return
         if detach:

@@ -82,14 +82,19 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
         hardware=Path(args.hardware) if args.hardware else None,
         replay=Path(args.replay) if args.replay else None,
         train_demo=bool(args.train_demo),
+        size=getattr(args, "size", None),
     )
     facts: dict[str, Any] = {}
     context = StudioContext(make_settings(scratch / "settings" / "studio.ini"), hardware_file=args.hardware)
     window = MainWindow(context)
     painted: list[float] = []
     window.sig_first_paint.connect(lambda: painted.append(time.time()))
+    if options.size is not None:
+        window.setMinimumSize(min(window.minimumWidth(), options.size[0]), min(window.minimumHeight(), options.size[1]))
+        window.resize(*options.size)
     window.show()
     wait_for(lambda: bool(painted), 10.0)
+    facts["window_size"] = [window.width(), window.height()]
     facts["first_paint_ms"] = round((painted[0] - started) * 1000, 1) if painted else None
 
     if options.project is not None:

@@ -13,3 +13,4 @@ class SelfTestOptions:
     hardware: Path | None = None
     replay: Path | None = None
     train_demo: bool = False
+    size: tuple[int, int] | None = None  # the window's size for the screenshots

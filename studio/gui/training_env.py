@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QThreadPool, QUrl, Signal
-from PySide6.QtGui import QCloseEvent, QDesktopServices
+from PySide6.QtCore import QThreadPool, Signal
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -30,6 +30,7 @@ from studio.core.trainenv.installer import STEPS, InstallResult
 from studio.core.trainenv.progress import InstallProgress
 from studio.core.trainenv.state import LOG_FILE
 from studio.core.training_python import env_dir
+from studio.gui.desktop import open_with_desktop
 from studio.gui.page import named
 from studio.gui.training_env_tasks import EnvSignals, InstallTask, OverviewTask
 
@@ -187,7 +188,7 @@ class TrainingEnvDialog(QDialog):
         self.refresh()
 
     def show_log(self) -> None:
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.folder / LOG_FILE)))
+        open_with_desktop(self, self.folder / LOG_FILE, "the install log")
 
     def closeEvent(self, event: QCloseEvent) -> None:
         # The install continues from this point next time; pip is stopped rather than left running.

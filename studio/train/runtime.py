@@ -94,4 +94,6 @@ class StopSignal:
         return self.terminated or self.path.exists()
 
     def reason(self) -> str:
-        return f"{self.received} received" if self.terminated else f"{STOP_FILE} file found"
+        if self.terminated:
+            return f"{self.received} received"
+        return f"stopped on request (the Stop button, or a {STOP_FILE} file in the run folder)"

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
-from studio.core.dataset.demo_shapes import CAPTION_WORDS, write_demo_dataset
+from studio.core.dataset.demo_shapes import CAPTION_WORDS, caption_for, write_demo_dataset
 
 pytest.importorskip("torch")
 
@@ -34,7 +34,8 @@ def test_demo_dataset_is_deterministic_and_described(tmp_path: Path) -> None:
     assert [d.caption for d in first] == [d.caption for d in second]
     assert all(a.path.read_bytes() == b.path.read_bytes() for a, b in zip(first, second, strict=True))
     image = np.asarray(Image.open(first[0].path))
-    assert first[0].caption == f"a {first[0].colour} {first[0].shape} on a {first[0].background} background"
+    assert first[0].caption == caption_for(first[0].shape, first[0].colour, first[0].background)
+    assert caption_for("circle", "orange", "white") == "an orange circle on a white background"
     assert first[0].path.with_suffix(".txt").read_text(encoding="utf-8").strip() == first[0].caption
     # The corner shows the background, the centre the shape.
     assert tuple(image[0, 0]) != tuple(image[16, 16])
@@ -106,7 +107,7 @@ def test_micro_batches_load_pixels_and_captions(demo_data: Path, tiny_sd15: Path
     batch = MicroBatches(plan, config.dataset, rank=0, start=0, count=2, with_pixels=True)[1]
     assert batch["pixels"].shape == (3, 3, 64, 64)
     assert float(batch["pixels"].min()) >= -1.0 and float(batch["pixels"].max()) <= 1.0
-    assert all(c.startswith("a ") and c.endswith(" background") for c in batch["captions"])
+    assert all(c.startswith(("a ", "an ")) and c.endswith(" background") for c in batch["captions"])
 
 
 def _collect(folder: Path) -> tuple[list[TrainItem], list[tuple[str, str | None]]]:

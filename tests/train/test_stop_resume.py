@@ -56,6 +56,8 @@ def test_stop_then_resume_matches_an_uninterrupted_run(
     events = events_of(run_dir)
     assert code == 0
     assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped" and events[-1].step == 3
+    assert events[-1].message == {"stop_file": "stopped on request (the Stop button, or a STOP file in the run folder)",
+                                  "sigterm": "SIGTERM received"}[how]
     assert any(isinstance(e, Checkpoint) and e.step == 3 for e in events)
     assert not (run_dir / "output" / "pytorch_lora_weights.safetensors").exists()
 

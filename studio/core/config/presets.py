@@ -256,3 +256,30 @@ def save_user_preset(
     path = folder / f"{_slug(title)}.toml"
     atomic_write_text(path, tomlkit.dumps(doc))
     return load_preset(path, user=True)
+
+
+def _leaves(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    out: dict[tuple[str, ...], Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, (*prefix, key)))
+        else:
+            out[(*prefix, key)] = value
+    return out
+
+
+def matching_preset(config: TrainConfig, presets: list[Preset]) -> str:
+    """The name a run's config goes by: the title of the preset whose every setting it has, the
+    nearest preset's title with "(changed)" when at least half agree, else "custom"."""
+    values = _leaves(config.model_dump(mode="json"))
+    best, best_share, best_size = "", 0.0, 0
+    for preset in presets:
+        if preset.family != config.model.family or preset.method != config.method.kind:
+            continue
+        wanted = _leaves(preset.delta)
+        share = sum(values.get(key) == value for key, value in wanted.items()) / max(len(wanted), 1)
+        if (share, len(wanted)) > (best_share, best_size):
+            best, best_share, best_size = preset.title, share, len(wanted)
+    if best_share == 1.0:
+        return best
+    return f"{best} (changed)" if best_share >= 0.5 else "custom"

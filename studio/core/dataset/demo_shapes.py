@@ -13,6 +13,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from studio.core.text import with_article
+
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
     "green": (40, 170, 60),
@@ -25,7 +27,7 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 SHAPES = ("circle", "square", "triangle", "diamond")
 # Words of every demo caption; the tiny tokenizer's vocabulary covers them.
-CAPTION_WORDS = ("a", "on", "background", *SHAPES, *COLOURS)
+CAPTION_WORDS = ("a", "an", "on", "background", *SHAPES, *COLOURS)
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class DemoImage:
 
 
 def caption_for(shape: str, colour: str, background: str) -> str:
-    return f"a {colour} {shape} on a {background} background"
+    return f"{with_article(f'{colour} {shape}')} on {with_article(background)} background"
 
 
 def draw_shape(shape: str, colour: str, background: str, size: int, jitter: random.Random) -> Image.Image:

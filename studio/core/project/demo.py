@@ -70,3 +70,8 @@ def create_demo_project(path: str | Path | None = None, build_model: bool = Fals
     if build_model and not demo_model_ready(project):
         subprocess.run(model_command(project), check=True, capture_output=True, text=True)
     return project
+
+
+def is_demo_model(base: str) -> bool:
+    """Whether a config's base model is the demo's tiny model with random weights."""
+    return Path(base).as_posix().rstrip("/").endswith(DEMO_MODEL)

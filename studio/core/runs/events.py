@@ -111,7 +111,7 @@ class Phase(Event):
 class Step(Event):
     type: ClassVar[str] = "step"
     step: int
-    epoch: int
+    epoch: int  # counted from 0 (the data order's index); shown to people from 1
     loss: float
     lr: float
     # Images per second of the whole run (every rank), over the last ~20 steps.

@@ -17,6 +17,9 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from studio.core.config.errors import ConfigError
+from studio.core.config.presets import Preset, list_presets, matching_preset
+from studio.core.config.toml_file import validate_data
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
 from studio.core.runs.lock import lock_holder, trainer_alive
@@ -80,8 +83,9 @@ def _started_from_name(name: str) -> _dt.datetime | None:
         return None
 
 
-def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive) -> RunSummary:
-    """One row of the Runs table for a run folder."""
+def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive,
+                  presets: list[Preset] | None = None) -> RunSummary:
+    """One row of the Runs table for a run folder; with `presets`, the preset its config matches."""
     folder = Path(run_dir)
     rep = replay_run(folder)
     model = rep.model
@@ -89,10 +93,7 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     summary = RunSummary(path=folder, name=folder.name, remote=(folder / REMOTE_FILE).exists())
     remote_state = _remote_state(folder) if summary.remote else {}
     summary.machine = str(remote_state.get("machine") or "")
-    preset = config.get("preset")
-    summary.preset = str(preset.get("name", "")) if isinstance(preset, dict) else str(preset or "")
-    summary.family = str(_section(config, "model").get("family", ""))
-    summary.method = str(_section(config, "method").get("kind", ""))
+    _describe_config(summary, config, presets)
     summary.started = (
         _dt.datetime.fromtimestamp(model.first_time) if model.first_time else _started_from_name(folder.name)
     )
@@ -127,12 +128,39 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     return summary
 
 
+def _describe_config(summary: RunSummary, data: dict[str, Any], presets: list[Preset] | None) -> None:
+    """Family, method and preset of a run. A run's events keep only the settings that differ from the
+    defaults, so the defaults fill in what is missing (a LoRA run has no method.kind written); the
+    preset is the one named in the config, else the one whose settings the config has."""
+    named = data.get("preset")
+    summary.preset = str(named.get("name", "")) if isinstance(named, dict) else str(named or "")
+    summary.family = str(_section(data, "model").get("family", ""))
+    summary.method = str(_section(data, "method").get("kind", ""))
+    try:
+        config = validate_data({k: v for k, v in data.items() if k != "preset"}, "the run's config")
+    except ConfigError:  # a config of another studio version: show what it says
+        return
+    summary.family, summary.method = config.model.family, config.method.kind
+    if presets is not None and not summary.preset:
+        summary.preset = matching_preset(config, presets)
+
+
+def _presets() -> list[Preset]:
+    try:
+        return list_presets()
+    except ConfigError as exc:  # a damaged install: the table goes without its Preset column
+        log.warning("presets cannot be read: %s", exc)
+        return []
+
+
 def list_runs(runs_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive) -> list[RunSummary]:
     """Every run under `runs_dir`, newest first. A folder that cannot be read is skipped with a log line."""
     out: list[RunSummary] = []
-    for folder in list_run_dirs(runs_dir):
+    folders = list_run_dirs(runs_dir)
+    presets = _presets() if folders else []
+    for folder in folders:
         try:
-            out.append(summarize_run(folder, alive))
+            out.append(summarize_run(folder, alive, presets))
         except OSError as exc:
             log.warning("skipping run folder %s: %s", folder, exc)
     out.sort(key=lambda s: (s.started or _dt.datetime.min, s.name), reverse=True)

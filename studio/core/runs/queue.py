@@ -40,6 +40,12 @@ class QueueItem:
         return Path(self.config).name
 
     @property
+    def label(self) -> str:
+        """The file with its folder: the studio.toml files of two projects tell apart."""
+        path = Path(self.config)
+        return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+    @property
     def resumable(self) -> bool:
         return self.state in ("interrupted", "stopped", "failed") and bool(self.run_dir)
 
@@ -135,10 +141,10 @@ class RunQueue:
     def running(self) -> QueueItem | None:
         return next((i for i in self.items if i.state == "running"), None)
 
-    def next_pending(self) -> QueueItem | None:
-        """The item to start now; None while one runs or once "stop after current" is set
-        (it stays set, holding the queue, until the person starts the queue again)."""
-        if self.stop_after_current or self.running is not None:
+    def next_pending(self, by_hand: bool = False) -> QueueItem | None:
+        """The item to start now; None while one runs, or after a run while "stop after current" is
+        set. It stays set: each start by hand (`by_hand`) then runs one more item."""
+        if (self.stop_after_current and not by_hand) or self.running is not None:
             return None
         return next((i for i in self.items if i.state == "pending"), None)
 

@@ -126,6 +126,7 @@ class RunModel:
         self.epoch = 0
         self.first_time: float | None = None
         self.last_time: float | None = None
+        self.paused_s = 0.0  # between a stopped leg's last event and its resume: not training time
         self.eta_s: float | None = None
         self.last_loss: float | None = None
         self.steps = Series()
@@ -151,13 +152,14 @@ class RunModel:
         return self.status in ENDED
 
     def elapsed_s(self, now: float | None = None) -> float:
-        """Seconds since the first event; up to `now` while running, to the last event after."""
+        """Seconds of training since the first event (the time a run was stopped before a resume left
+        out); up to `now` while running, to the last event after."""
         if self.first_time is None:
             return 0.0
         end = self.last_time or self.first_time
         if now is not None and not self.ended:
             end = max(end, now)
-        return max(0.0, end - self.first_time)
+        return max(0.0, end - self.first_time - self.paused_s)
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
@@ -217,10 +219,12 @@ class RunModel:
         self.version += 1
         if self.first_time is None:
             self.first_time = event.time
-        self.last_time = event.time
+        previous, self.last_time = self.last_time, event.time
         if isinstance(event, Step):
             self._apply_step(event)
         elif isinstance(event, RunStarted):
+            if self.started is not None and previous is not None:
+                self._resumed_after(event.time - previous)
             self.started = event
             self.total_steps = event.total_steps
             self.step = max(self.step, event.resumed_from_step)
@@ -276,6 +280,15 @@ class RunModel:
             series.allocated.append(_nan(allocated))
             series.peak.append(_nan(mem.peak_mb))
             series.reserved.append(_nan(mem.reserved_mb))
+
+    def _resumed_after(self, pause_s: float) -> None:
+        """A resumed run's next leg: the pause is not training time, and the memory plot has a gap
+        there (a missing point, not a line across it)."""
+        self.paused_s += max(0.0, pause_s)
+        for series in self.memory.values():
+            series.time.append(float(self.last_time or 0.0))
+            for values in (series.allocated, series.peak, series.reserved):
+                values.append(float("nan"))
 
     def mark_ended(self, status: str, message: str) -> None:
         """The process ended without a run_finished event (crash, kill): say so."""

@@ -20,16 +20,17 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
 from studio.core.dataset.scan import ImageEntry
+from studio.gui.dataset.caption_text import CaptionTextEdit
 from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
+from studio.gui.widgets.image_view import ImageView
 
-PREVIEW_SIZE = 512
+PREVIEW_SIZE = 768
 TYPING_PAUSE_MS = 500  # a pause this long ends one undoable typing step
 
 
@@ -85,20 +86,20 @@ class CaptionEditor(QWidget):
     sig_caption_typed = Signal(object, str)  # image Path, new text
     sig_next = Signal()
     sig_previous = Signal()
+    sig_undo = Signal()  # the undo keys in the caption box: the page's undo stack, after pending typing
+    sig_redo = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("dataset_editor")
         self.entry: ImageEntry | None = None
         self._loading = False
-        self.preview = QLabel("No image selected")
+        self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
-        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.preview.setMinimumSize(256, 256)
-        self.preview.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.preview.setMinimumSize(192, 160)
         self.name = QLabel()
         self.name.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.text = QPlainTextEdit()
+        self.text = CaptionTextEdit()
         self.text.setObjectName("dataset_caption")
         self.text.setPlaceholderText("Caption: comma-separated tags or a sentence")
         self.text.setMaximumHeight(120)
@@ -127,6 +128,8 @@ class CaptionEditor(QWidget):
         self._pause = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
         self._pause.timeout.connect(self.commit)
         self.text.textChanged.connect(self._typed)
+        self.text.sig_undo.connect(self._undo)
+        self.text.sig_redo.connect(self._redo)
         self.prev_button.clicked.connect(self._previous)
         self.next_button.clicked.connect(self._next)
         context = Qt.ShortcutContext.WidgetWithChildrenShortcut
@@ -137,27 +140,33 @@ class CaptionEditor(QWidget):
             shortcut.activated.connect(slot)
         self.set_entry(None)
 
-    def set_entry(self, entry: ImageEntry | None, refusal: str | None = None) -> None:
-        """Show an image; `refusal` says why its caption cannot be edited (read-only folder)."""
+    def set_entry(self, entry: ImageEntry | None, refusal: str | None = None,
+                  empty_text: str = "No image selected") -> None:
+        """Show an image; `refusal` says why its caption cannot be edited (read-only folder);
+        `empty_text` is shown when there is no image."""
         self.commit()
         self.entry = entry
         self._loading = True
         self.text.setPlainText("" if entry is None else entry.caption or "")
+        self.text.move_caret_to_end()  # a person adds to a caption far more often than they prepend
         self._loading = False
         self.text.setReadOnly(entry is None or refusal is not None)
         self.notice.setText(f"Editing refused: {refusal}" if refusal else "")
         self._update_tokens()
         if entry is None:
-            self.preview.setText("No image selected")
+            self.preview.set_text(empty_text)
             self.name.setText("")
             return
         self.name.setText(f"{entry.path.name}  ·  caption from {entry.caption_source}")
         pixmap = load_preview(entry.path)
         if pixmap is None:
-            self.preview.setPixmap(QPixmap())
-            self.preview.setText("This image cannot be previewed (unreadable or too large)")
+            self.preview.set_text("This image cannot be previewed (unreadable or too large)")
         else:
-            self.preview.setPixmap(pixmap)
+            self.preview.set_pixmap(pixmap)
+
+    def set_tags(self, tags: list[str]) -> None:
+        """The dataset's tags, most frequent first, offered as the caption is typed."""
+        self.text.set_tags(tags)
 
     def show_caption(self, text: str | None) -> None:
         """Replace the text after an undo or a bulk edit without reporting it as typing."""
@@ -192,6 +201,14 @@ class CaptionEditor(QWidget):
         over = tokens > CLIP_TOKEN_LIMIT
         self.tokens.setText(f"≈ {tokens} tokens" + (f" (over {CLIP_TOKEN_LIMIT}: the rest is ignored)" if over else ""))
         self.tokens.setStyleSheet("color: #e05050" if over else "")
+
+    def _undo(self) -> None:
+        self.commit()  # typing not yet reported becomes the step that is undone
+        self.sig_undo.emit()
+
+    def _redo(self) -> None:
+        self.commit()
+        self.sig_redo.emit()
 
     def _next(self) -> None:
         self.commit()

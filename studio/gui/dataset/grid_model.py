@@ -40,6 +40,15 @@ class GridFilter:
         return bool(self.text or self.tag or self.no_caption or self.has_problems)
 
 
+# Captions a person did not write for the image: made from its folder's name or the concept's prompt.
+DERIVED_SOURCES = ("folder", "prompt", "none")
+
+
+def has_own_caption(entry: ImageEntry) -> bool:
+    """The image has a caption of its own (a sidecar file, metadata.jsonl), not one made up for it."""
+    return bool((entry.caption or "").strip()) and entry.caption_source not in DERIVED_SOURCES
+
+
 def _placeholder(color: str) -> QPixmap:
     pixmap = QPixmap(THUMB_SIZE, THUMB_SIZE)
     pixmap.fill(QColor(color))
@@ -148,7 +157,7 @@ class DatasetListModel(QAbstractListModel):
             text, tag = f.text.lower(), f.tag.strip().lower()
             rows = []
             for i, entry in enumerate(self.entries):
-                if f.no_caption and (entry.caption or "").strip():
+                if f.no_caption and has_own_caption(entry):
                     continue
                 if f.has_problems and str(entry.path) not in self.problems:
                     continue

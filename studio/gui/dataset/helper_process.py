@@ -129,3 +129,13 @@ def _reap_some() -> None:
         _reaper.stop()
 
 
+
+
+def join_exiting(timeout_s: float) -> None:
+    """Wait for the helpers told to end (at shutdown): none outlives the window."""
+    for process, _kill_after in list(_exiting):
+        process.join(timeout_s)
+        if process.exitcode is None:
+            process.kill()
+            process.join(timeout_s)
+    _exiting.clear()

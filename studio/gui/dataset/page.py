@@ -21,13 +21,15 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
-from studio.core.dataset.layouts import rename_repeat_folder
-from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult
+from studio.core.dataset.scan import ImageEntry, ScanResult
+from studio.core.text import plural
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
 from studio.gui.dataset.caption_review import CaptionReviewDialog
+from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
+from studio.gui.dataset.helper_process import join_exiting
 from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
 from studio.gui.dataset.saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
 from studio.gui.dataset.tasks import (
@@ -42,11 +44,21 @@ from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
 from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
 from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.event_loop import wait_for
+from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.worker import Worker
 
 SAVE_DELAY_MS = 700
+
+
+def scan_key(config: TrainConfig) -> str:
+    """What the scan of the images depends on; a change of anything else does not read them again."""
+    data = config.dataset.model_dump()
+    for concept in data["concepts"]:
+        for key in NOT_SCANNED:
+            concept.pop(key, None)
+    return json.dumps(data, sort_keys=True, default=str)
 
 
 class DatasetPage(Page):
@@ -68,6 +80,7 @@ class DatasetPage(Page):
         self._generation = 0
         self._scanning = self._checking = False
         self._started = 0.0
+        self._summary = ""
         self.first_paint_ms: float | None = None
         self.problems: list[Any] = []
         self._save_timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
@@ -94,6 +107,8 @@ class DatasetPage(Page):
         self.editor.sig_caption_typed.connect(self._typed)
         self.editor.sig_next.connect(lambda: self.step(1))
         self.editor.sig_previous.connect(lambda: self.step(-1))
+        self.editor.sig_undo.connect(self.undo_stack.undo)
+        self.editor.sig_redo.connect(self.undo_stack.redo)
         self.concepts_panel, self.tags_panel = ConceptsPanel(), TagsPanel()
         self.problems_panel, self.buckets_panel = ProblemsPanel(), BucketsPanel()
         self.tabs = QTabWidget()
@@ -108,6 +123,8 @@ class DatasetPage(Page):
         split.addWidget(right)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
+        remember_splitter(split, self.context.settings, "dataset_split")
+        remember_splitter(right, self.context.settings, "dataset_editor_split")
         self.status_label = QLabel()
         self.status_label.setObjectName("dataset_status")
         self.status_label.setWordWrap(True)
@@ -115,19 +132,35 @@ class DatasetPage(Page):
         layout.addWidget(self.toolbar)
         layout.addWidget(split, 1)
         layout.addWidget(self.status_label)
+        QWidget.setTabOrder(self.view, self.editor.text)  # Tab from the grid goes to the caption
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
+        self.tags_panel.sig_counts_changed.connect(
+            lambda counts: self.editor.set_tags([tag for tag, _ in counts.most_common()]))
         self.problems_panel.sig_path_clicked.connect(self.select_path)
-        self.concepts_panel.sig_repeats_changed.connect(self._repeats_changed)
+        self.concept_actions = ConceptActions(self)
 
     # ------------------------------------------------------------ loading
 
     def _config_changed(self, config: TrainConfig) -> None:
-        key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
-        if key != self._config_key:
+        if scan_key(config) != self._config_key:
             self.reload()
+        else:  # a DreamBooth prompt or class images: nothing to read again
+            self.concepts_panel.concepts = list(config.dataset.concepts)
+            self.reload_rows()
+
+    def reload_rows(self) -> None:
+        """The Concepts tab again from the last scan (a refused rename puts the spin box back)."""
+        if self.context.config is None:
+            return
+        concepts = list(self.context.config.dataset.concepts)
+        if self._scanning:  # the rows come with the scan; the chosen concept's fields show now
+            self.concepts_panel.concepts = concepts
+            self.concepts_panel.refresh_details()
+        elif len(self.scans) == len(concepts):
+            self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
 
     def reload(self) -> None:
         """Scan the project's dataset again (pending captions are saved first)."""
@@ -144,7 +177,7 @@ class DatasetPage(Page):
             self._config_key = None
             self.status_label.setText("Open a project to see its dataset.")
             return
-        self._config_key = json.dumps(config.dataset.model_dump(), sort_keys=True, default=str)
+        self._config_key = scan_key(config)
         gc.unfreeze()  # the previous dataset's objects may be collected again
         self._started = time.perf_counter()
         self._scanning = True
@@ -173,7 +206,8 @@ class DatasetPage(Page):
         self.store = outcome.store
         self.model.set_entries(entries)
         self.problems = list(outcome.errors)
-        self.concepts_panel.set_rows(concept_rows(self.scans, list(self.context.config.dataset.concepts)))
+        concepts = list(self.context.config.dataset.concepts)
+        self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
         self.tags_panel.set_counts(outcome.tags)
         self.status_label.setText(f"{len(entries)} images. Checking them in the background…")
         if entries:
@@ -203,8 +237,9 @@ class DatasetPage(Page):
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
-        self.status_label.setText(
-            f"{len(self.model.paths)} images, {errors} errors, {len(self.problems) - errors} warnings.")
+        self._summary = (f"{plural(len(self.model.paths), 'image')}, {plural(errors, 'error')}, "
+                         f"{plural(len(self.problems) - errors, 'warning')}.")
+        self.status_label.setText(self._summary)
 
     def _project_root(self) -> Path | None:
         return self.context.project.root if self.context.project is not None else None
@@ -225,8 +260,24 @@ class DatasetPage(Page):
     def _refilter(self) -> None:
         current = self.editor.entry
         self.model.set_filter(self.toolbar.grid_filter())
-        if current is not None:
+        if current is not None and self.model.row_of(current.path) is not None:
             self.select_path(current.path)
+        elif self.model.rowCount():
+            self.view.setCurrentIndex(self.model.index(0))
+        else:
+            self.editor.set_entry(None, empty_text="No image matches the filter.")
+        self._show_counts()
+
+    def _show_counts(self) -> None:
+        """The footer: how many images are shown of how many, while a filter is on."""
+        shown, total = self.model.rowCount(), len(self.model.paths)
+        if self.model.filter.active and self.model.entries:
+            text = f"{shown} of {total} images shown (filtered)."
+            if not shown:
+                text = f"No image of {total} matches the filter; clear it to see them all."
+            self.status_label.setText(text)
+        elif not (self._scanning or self._checking):
+            self.status_label.setText(self._summary)
 
     def _show_row(self, row: int) -> None:
         if row < 0 or self.store is None:
@@ -355,29 +406,6 @@ class DatasetPage(Page):
         """Ask which text to keep; "mine" or "disk"."""
         return ask_conflict(self, conflict)
 
-    def _repeats_changed(self, index: int, kohya: Path | None, repeats: int) -> None:
-        config = self.context.config
-        if config is None:
-            return
-        if kohya is None:
-            concepts = list(config.dataset.concepts)
-            concepts[index] = concepts[index].model_copy(update={"repeats": repeats})
-            dataset = config.dataset.model_copy(update={"concepts": concepts})
-            self.context.set_config(config.model_copy(update={"dataset": dataset}))
-            return
-        if not self.save_now():
-            self.status_label.setText("Save or resolve the pending captions before renaming folders.")
-            return
-        try:
-            target = rename_repeat_folder(kohya, repeats)
-        except DatasetError as exc:
-            self.status_label.setText(str(exc))
-            return
-        if target == kohya:
-            return
-        self.context.status(f"Renamed {kohya.name} to {target.name}.")
-        self.reload()
-
     # ------------------------------------------------------------ page interface
 
     def wait_loaded(self, timeout_s: float = 60.0, checked: bool = True) -> bool:
@@ -403,6 +431,7 @@ class DatasetPage(Page):
             self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
         self._close_caption_dialog()
         self._stop_check(wait=True)
+        join_exiting(2.0)
         self.saver.shutdown()
         self.worker.shutdown(10.0)
         self.loader.shutdown()

@@ -10,9 +10,13 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QListView,
+    QPushButton,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -25,6 +29,8 @@ from studio.core.dataset.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem
 from studio.core.dataset.layouts import kohya_folder
 from studio.core.dataset.scan import ScanResult
+from studio.core.text import plural
+from studio.gui.dataset.concept_editor import ConceptDetails
 
 ConceptRow = tuple[int, Path | None, str, int, int]  # concept index, kohya folder or None, label, images, repeats
 
@@ -54,6 +60,7 @@ class TagsPanel(QWidget):
     """
 
     sig_tag_clicked = Signal(str)
+    sig_counts_changed = Signal(object)  # Counter of tag -> captions holding it
     SLICE = 1000  # captions counted per tick
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -79,6 +86,7 @@ class TagsPanel(QWidget):
     def set_counts(self, counts: Counter[str]) -> None:
         self._timer.stop()
         self.counts, self._stale = counts, True
+        self.sig_counts_changed.emit(counts)
         if self.isVisible():
             self._fill()
 
@@ -158,7 +166,8 @@ class ProblemsPanel(QWidget):
 
     def set_problems(self, problems: list[Problem], images: int, errors: int) -> None:
         """`problems` in panel order, `errors` of them errors."""
-        self.summary.setText(f"{images} images: {errors} errors, {len(problems) - errors} warnings")
+        self.summary.setText(f"{plural(images, 'image')}: {plural(errors, 'error')}, "
+                             f"{plural(len(problems) - errors, 'warning')}")
         self.model.set_problems(problems)
 
     def count(self) -> int:
@@ -182,19 +191,50 @@ def concept_rows(scans: list[tuple[int, ScanResult]], concepts: list[ConceptSect
 
 
 class ConceptsPanel(QWidget):
-    """Concept folders with image counts; repeats are edited here (kohya folders are renamed)."""
+    """Concept folders with image counts; repeats are edited here (kohya folders are renamed), folders
+    added and removed, and the chosen concept's captions source, prompts and class images set."""
 
     sig_repeats_changed = Signal(int, object, int)  # concept index, kohya folder Path or None, new N
+    sig_add_folder = Signal(object)  # Path
+    sig_remove = Signal(int)  # concept index
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.table = _table(["Folder", "Images", "Repeats"], "dataset_concepts")
+        self.rows: list[ConceptRow] = []
+        self.concepts: list[ConceptSection] = []
+        self.details = ConceptDetails()
+        self.add_button = QPushButton("Add folder…")
+        self.add_button.setObjectName("concepts_add")
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setObjectName("concepts_remove")
+        self.remove_button.setToolTip("Stop training on this folder (its images stay where they are)")
+        self.undo_rename = QPushButton()
+        self.undo_rename.setObjectName("concepts_undo_rename")
+        self.undo_rename.setVisible(False)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.add_button)
+        buttons.addWidget(self.remove_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.undo_rename)
+        details = QScrollArea()
+        details.setWidgetResizable(True)
+        details.setWidget(self.details)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.table)
+        layout.addWidget(self.table, 2)
+        layout.addLayout(buttons)
         layout.addWidget(QLabel("Kohya folders (N_name) are renamed when their repeats change."))
+        layout.addWidget(details, 3)
+        self.table.currentCellChanged.connect(lambda row, *_: self._show_details(row))
+        self.add_button.clicked.connect(self._pick_folder)
+        self.remove_button.clicked.connect(self._remove_current)
 
-    def set_rows(self, rows: list[ConceptRow]) -> None:
+    def set_rows(self, rows: list[ConceptRow], concepts: list[ConceptSection] | None = None) -> None:
+        chosen = self.current_index()
+        self.rows = rows
+        if concepts is not None:
+            self.concepts = concepts
         self.table.setRowCount(len(rows))
         for row, (index, kohya, label, images, repeats) in enumerate(rows):
             self.table.setItem(row, 0, QTableWidgetItem(label))
@@ -206,6 +246,34 @@ class ConceptsPanel(QWidget):
             spin.valueChanged.connect(
                 lambda value, i=index, k=kohya: self.sig_repeats_changed.emit(i, k, value))
             self.table.setCellWidget(row, 2, spin)
+        again = next((r for r, found in enumerate(rows) if found[0] == max(chosen, 0) and found[1] is None), -1)
+        if again >= 0:
+            self.table.setCurrentCell(again, 0)
+        self._show_details(again)
+
+    def current_index(self) -> int:
+        """The concept of the chosen row (a kohya folder's row belongs to its concept), or -1."""
+        row = self.table.currentRow()
+        return self.rows[row][0] if 0 <= row < len(self.rows) else -1
+
+    def refresh_details(self) -> None:
+        self._show_details(self.table.currentRow())
+
+    def _show_details(self, row: int) -> None:
+        index = self.rows[row][0] if 0 <= row < len(self.rows) else -1
+        concept = self.concepts[index] if 0 <= index < len(self.concepts) else None
+        self.details.set_concept(index if concept is not None else -1, concept)
+        self.remove_button.setEnabled(concept is not None)
+
+    def _pick_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of training images")
+        if folder:
+            self.sig_add_folder.emit(Path(folder))
+
+    def _remove_current(self) -> None:
+        index = self.current_index()
+        if index >= 0:
+            self.sig_remove.emit(index)
 
 
 class BucketsPanel(QWidget):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence, QUndoStack
+from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
+from studio.gui.dataset.caption_text import redo_keys, undo_keys
 from studio.gui.dataset.grid_model import GridFilter
 
 
@@ -53,9 +54,9 @@ class DatasetToolbar(QWidget):
 
 
 def add_undo_shortcuts(widget: QWidget, undo_stack: QUndoStack) -> None:
-    """Ctrl+Z / Ctrl+Shift+Z (the platform's keys) anywhere inside `widget`."""
-    for action, keys in ((undo_stack.createUndoAction(widget), QKeySequence.StandardKey.Undo),
-                         (undo_stack.createRedoAction(widget), QKeySequence.StandardKey.Redo)):
-        action.setShortcut(keys)
+    """Ctrl+Z, and Ctrl+Y or Ctrl+Shift+Z (with the platform's own keys), anywhere inside `widget`."""
+    for action, keys in ((undo_stack.createUndoAction(widget), undo_keys()),
+                         (undo_stack.createRedoAction(widget), redo_keys())):
+        action.setShortcuts(keys)
         action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         widget.addAction(action)

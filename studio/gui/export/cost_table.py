@@ -7,8 +7,11 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
 from studio.core.export.cost import CostRow, format_cost, format_duration
+from studio.gui.layout_state import keep_rows_visible
 
-COLUMNS = ("GPUs", "Fits", "VRAM need / have", "Steps", "Time", "Cost", "Best")
+# What decides a choice first (time and cost); the details after.
+COLUMNS = ("GPUs", "Time", "Cost", "Steps", "Fits", "VRAM need / have", "Best")
+NUMBERS = ("Time", "Cost", "Steps")
 CHEAPEST = QColor(206, 238, 206)
 FASTEST = QColor(206, 222, 245)
 NO_FIT = QColor(150, 150, 150)
@@ -27,9 +30,11 @@ class CostTable(QTableWidget):
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.verticalHeader().setVisible(False)
+        self.setWordWrap(False)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
+        keep_rows_visible(self, 5)
         self.rows: list[CostRow] = []
         self.cellDoubleClicked.connect(self._chosen)
 
@@ -39,11 +44,12 @@ class CostTable(QTableWidget):
         for number, row in enumerate(rows):
             need = "?" if row.vram_needed_mb is None else f"{row.vram_needed_mb / 1024:.1f}"
             best = " + ".join(word for word, on in (("cheapest", row.cheapest), ("fastest", row.fastest)) if on)
-            cells = (row.label, {True: "yes", False: "no", None: "?"}[row.fits], f"{need} / {row.gpu.vram_gb:.0f} GB",
-                     str(row.steps), format_duration(row.hours), f"{format_cost(row)} {currency}", best)
-            for column, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if column in (3, 4, 5):
+            cells = {"GPUs": row.label, "Fits": {True: "yes", False: "no", None: "?"}[row.fits],
+                     "VRAM need / have": f"{need} / {row.gpu.vram_gb:.0f} GB", "Steps": str(row.steps),
+                     "Time": format_duration(row.hours), "Cost": f"{format_cost(row)} {currency}", "Best": best}
+            for column, name in enumerate(COLUMNS):
+                item = QTableWidgetItem(cells[name])
+                if name in NUMBERS:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if row.cheapest:
                     item.setBackground(QBrush(CHEAPEST))
@@ -56,10 +62,10 @@ class CostTable(QTableWidget):
                     item.setToolTip("speed from a measured figure for this GPU")
                 self.setItem(number, column, item)
 
-    def row_text(self, number: int) -> list[str]:
-        """The cells of one row as shown (for tests and screenshots)."""
-        items = (self.item(number, c) for c in range(self.columnCount()))
-        return [item.text() if item is not None else "" for item in items]
+    def row_text(self, number: int) -> dict[str, str]:
+        """The cells of one row as shown, by column title (for tests and screenshots)."""
+        items = {name: self.item(number, c) for c, name in enumerate(COLUMNS)}
+        return {name: item.text() if item is not None else "" for name, item in items.items()}
 
     def _chosen(self, number: int, _column: int) -> None:
         row = self.rows[number]

@@ -6,8 +6,6 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QUrl
-from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -20,6 +18,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -32,6 +31,7 @@ from studio.core.export.cost import CostRow, assumptions, cost_table, vram_estim
 from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_user_catalogue, load_catalogue
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
+from studio.gui.desktop import open_with_desktop
 from studio.gui.export.cost_table import CostTable
 from studio.gui.export.remote_panel import RemotePanel
 from studio.gui.page import Page, named
@@ -106,13 +106,21 @@ class ExportPage(Page):
         self.table.sig_row_chosen.connect(self._choose_row)
         self.assumptions = named(QLabel(), "export_assumptions")
         self.assumptions.setWordWrap(True)
+        self.assumptions.setVisible(False)
+        show_assumptions = named(QPushButton("How these are worked out"), "export_show_assumptions")
+        show_assumptions.setCheckable(True)
+        show_assumptions.toggled.connect(self.assumptions.setVisible)
         edit = named(QPushButton("Edit prices and speeds…"), "export_edit_catalogue")
         edit.clicked.connect(self._edit_catalogue)
+        cost_buttons = QHBoxLayout()
+        cost_buttons.addWidget(show_assumptions)
+        cost_buttons.addWidget(edit)
+        cost_buttons.addStretch(1)
         costs = QGroupBox("Time and cost (double-click a row to choose it)")
         costs_layout = QVBoxLayout(costs)
         costs_layout.addWidget(self.table, 1)
         costs_layout.addWidget(self.assumptions)
-        costs_layout.addWidget(edit)
+        costs_layout.addLayout(cost_buttons)
 
         self.result = named(QPlainTextEdit(), "export_result")
         self.result.setReadOnly(True)
@@ -121,20 +129,32 @@ class ExportPage(Page):
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
 
+        # The bundle's options beside what the export wrote and the remote machine; the cost table below
+        # them at the page's full width, so its Time and Cost columns show whole on a small screen too.
         self.remote = RemotePanel(self.context, self.gpus_spin.value, self.gpu_combo.currentData)
-        left = QVBoxLayout()
-        left.addWidget(options)
-        left.addWidget(self.remote)
+        outcome = QVBoxLayout()
+        outcome.addWidget(self.result, 1)
+        outcome.addWidget(self.open_button)
+        outcome.addWidget(self.remote)
         top = QHBoxLayout()
-        top.addLayout(left, 2)
-        top.addWidget(costs, 3)
-        layout = QVBoxLayout(self)
+        top.addWidget(options, 1)
+        top.addLayout(outcome, 1)
+        intro = QLabel("Write a folder that trains this project on a rented multi-GPU machine with one "
+                       "command, checking the machine first. Bring its runs/ back to the Runs page.")
+        intro.setWordWrap(True)
+        body = QWidget()
+        layout = QVBoxLayout(body)
         layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
-        layout.addWidget(QLabel("Write a folder that trains this project on a rented multi-GPU machine with one "
-                                "command, checking the machine first. Bring its runs/ back to the Runs page."))
-        layout.addLayout(top, 3)
-        layout.addWidget(self.result, 1)
-        layout.addWidget(self.open_button)
+        layout.addWidget(intro)
+        layout.addLayout(top)
+        layout.addWidget(costs, 1)
+        scroll = QScrollArea()  # a window shorter than the page scrolls it rather than overlapping its parts
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setWidget(body)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
 
         for signal in (self.gpu_combo.currentIndexChanged, self.gpus_spin.valueChanged, self.nodes_spin.valueChanged):
             signal.connect(self._options_changed)
@@ -290,12 +310,12 @@ class ExportPage(Page):
 
     def _open_folder(self) -> None:
         if self.report is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.report.out_dir)))
+            open_with_desktop(self, self.report.out_dir, "the bundle's folder")
 
     def _edit_catalogue(self) -> None:
         path = ensure_user_catalogue()
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
-        self.context.status(f"Edit {path}; the table reads it again when you come back to this page")
+        if open_with_desktop(self, path, "the prices and speeds file"):
+            self.context.status(f"Edit {path}; the table reads it again when you come back to this page")
 
     def showEvent(self, event: Any) -> None:
         # The person may have edited the catalogue file meanwhile.

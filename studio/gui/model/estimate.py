@@ -42,8 +42,10 @@ class EstimatePanel(QFrame):
         est = estimate_vram(config, gpu)
         self.estimate = est
         where = f"on {gpu.name} ({gpu.free_mb / 1024:.1f} GB free)" if gpu else "in RAM (no GPU: a CPU run, fp32)"
-        self.total.setText(f"<b>Estimated peak: {est.total_gb:.1f} GB</b> {where}")
-        rows = "".join(f"<tr><td>{p.label}</td><td align=right>{p.mb / 1024:.2f} GB</td><td>{p.detail}</td></tr>"
+        self.total.setText(f"<b>Estimated peak: {est.total_gb:.1f}&nbsp;GB</b> {where}")
+        # A size is one unbreakable word: "3.20 GB" never wraps into "3.20" and "GB".
+        rows = "".join(f"<tr><td>{p.label}</td><td align=right style='white-space:nowrap'>"
+                       f"{p.mb / 1024:.2f}&nbsp;GB</td><td>{p.detail}</td></tr>"
                        for p in est.parts if p.mb > 0)
         notes = "".join(f"<br><small>{n}</small>" for n in est.notes)
         self.breakdown.setText(f"<table>{rows}</table>{notes}")

@@ -14,12 +14,14 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
     QGroupBox,
+    QLabel,
     QLineEdit,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.gui.page import named
 
@@ -35,6 +37,21 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "output": ("name", "save_every_n_steps"),
 }
 SKIPPED = {("model", "base"), ("model", "family")}  # chosen by the model picker and the presets
+# Settings that mean something for some families only; the form hides them for the others.
+_DIFFUSION = ("sd15", "sdxl")  # DDPM noise schedules; SD3 trains by flow matching
+FAMILY_ONLY: dict[str, tuple[str, ...]] = {
+    "model.use_t5": ("sd3",),
+    "model.clip_skip": ("sd15",),
+    "model.prediction_type": _DIFFUSION,
+    "training.min_snr_gamma": _DIFFUSION,
+    "training.noise_offset": _DIFFUSION,
+    "training.timestep_sampling": ("sd3",),
+    "training.loss_weighting": ("sd3",),
+    "training.logit_mean": ("sd3",),
+    "training.logit_std": ("sd3",),
+    "training.mode_scale": ("sd3",),
+}
+INVALID_STYLE = "border: 1px solid #c62828;"
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -70,6 +87,48 @@ def _tooltip(field: FieldInfo, kind: Any, optional: bool) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def allowed_text(field: FieldInfo, kind: Any) -> str:
+    """What a field accepts, from the schema: "at least 64 and at most 4096, a multiple of 8"."""
+    b = _bounds(field)
+    words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
+    parts = [f"{words[name]} {b[name]:g}" for name in ("ge", "gt", "le", "lt") if name in b]
+    text = " and ".join(parts)
+    if "multiple_of" in b:
+        text += f"{', ' if text else ''}a multiple of {b['multiple_of']:g}"
+    if typing.get_origin(kind) is Literal:
+        text = "one of " + ", ".join(map(str, typing.get_args(kind)))
+    elif not text and kind in (int, float):
+        text = "a whole number" if kind is int else "a number"
+    return text
+
+
+def parse_text(text: str, kind: Any) -> Any:
+    """A typed value for the config: empty is None, numbers parsed; anything else goes as typed,
+    for the config to refuse with a message naming the key."""
+    text = text.strip()
+    if text == "":
+        return None
+    if kind in (int, float):
+        try:
+            return kind(float(text)) if kind is int else float(text)
+        except ValueError:
+            return text
+    return text
+
+
+class SchemaSpinBox(QSpinBox):
+    """A whole-number field: any number can be typed (the config says what is wrong with it),
+    the arrows and the wheel stay within the schema's range."""
+
+    def __init__(self, low: int, high: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.low, self.high = low, high
+        self.setRange(-(2**31) + 1, 2**31 - 1)
+
+    def stepBy(self, steps: int) -> None:
+        self.setValue(min(max(self.value() + steps * self.singleStep(), self.low), self.high))
+
+
 def fields_of(section: str) -> list[tuple[str, FieldInfo, Any, bool]]:
     """(name, field, type, optional) of the scalar fields a form can edit."""
     model: type[BaseModel] = typing.cast(type[BaseModel], _section_model(section))
@@ -96,6 +155,11 @@ class ConfigForm(QWidget):
         super().__init__(parent)
         self.setObjectName("config_form")
         self.editors: dict[str, QWidget] = {}
+        self.kinds: dict[str, tuple[FieldInfo, Any]] = {}
+        self.rows: dict[str, tuple[QFormLayout, QWidget]] = {}  # key -> (its form, the row's field widget)
+        self.error_labels: dict[str, QLabel] = {}
+        self.invalid: dict[str, str] = {}  # key -> why the value typed there was refused
+        self.family: str | None = None
         self._advanced: list[QWidget] = []
         layout = QVBoxLayout(self)
         self.show_advanced = named(QCheckBox("Show advanced settings"), "show_advanced")
@@ -108,15 +172,92 @@ class ConfigForm(QWidget):
             advanced = named(QWidget(), f"advanced_{section}")
             adv_form = QFormLayout(advanced)
             for name, field, kind, optional in fields_of(section):
-                editor = self._editor(f"{section}.{name}", field, kind, optional)
+                key = f"{section}.{name}"
+                cell = self._field_cell(key, self._editor(key, field, kind, optional))
+                self.kinds[key] = (field, kind)
                 target = key_form if name in KEY_FIELDS.get(section, ()) else adv_form
-                target.addRow(name.replace("_", " "), editor)
+                target.addRow(name.replace("_", " "), cell)
+                self.rows[key] = (target, cell)
             box_layout.addLayout(key_form)
             box_layout.addWidget(advanced)
             advanced.setVisible(False)
             self._advanced.append(advanced)
             layout.addWidget(box)
         layout.addStretch(1)
+
+    def _field_cell(self, key: str, editor: QWidget) -> QWidget:
+        """The editor with the line under it that says why a typed value was refused."""
+        cell = QWidget()
+        column = QVBoxLayout(cell)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        column.addWidget(editor)
+        error = named(QLabel(), "error_" + key.replace(".", "_"))
+        error.setWordWrap(True)
+        error.setStyleSheet("color: #c62828;")
+        error.setVisible(False)
+        column.addWidget(error)
+        self.error_labels[key] = error
+        return cell
+
+    # ------------------------------------------------------------ refused values
+
+    def show_issues(self, issues: list[ConfigIssue]) -> list[ConfigIssue]:
+        """Mark each field at fault red with the reason; returns the issues no field here shows."""
+        elsewhere = []
+        for issue in issues:
+            if issue.key not in self.editors:
+                elsewhere.append(issue)
+                continue
+            field, kind = self.kinds[issue.key]
+            allowed = allowed_text(field, kind)
+            if not allowed or "allowed" in issue.message:
+                reason = issue.message
+            elif issue.message.startswith("must be"):  # a bound: say the whole range
+                reason = f"must be {allowed}"
+            else:
+                reason = f"{issue.message} (allowed: {allowed})"
+            label = self.error_labels[issue.key]
+            if self.is_typed(issue.key):  # kept as typed, red, until fixed
+                self.invalid[issue.key] = reason
+                self.editors[issue.key].setProperty("invalid", True)
+                self.editors[issue.key].setStyleSheet(INVALID_STYLE)
+                label.setText("⚠ " + reason)
+            else:  # a choice goes back to the value in force; the line says why
+                label.setText("⚠ Not changed: " + reason)
+            label.setVisible(True)
+        return elsewhere
+
+    def clear_issue(self, key: str) -> None:
+        if self.invalid.pop(key, None) is None:
+            return
+        self.editors[key].setProperty("invalid", False)
+        self.editors[key].setStyleSheet("")
+        self.error_labels[key].setVisible(False)
+        self.error_labels[key].setText("")
+
+    def clear_notes(self) -> None:
+        """Hide the notes of choices that were not changed (refused typed values keep theirs)."""
+        for key, label in self.error_labels.items():
+            if key not in self.invalid:
+                label.setVisible(False)
+
+    def has_invalid(self) -> bool:
+        """Values typed but refused: edits not in the config (nor in studio.toml)."""
+        return bool(self.invalid)
+
+    # ------------------------------------------------------------ family
+
+    def set_family(self, family: str) -> None:
+        """Show only the settings that apply to `family` (SD3's flow matching, SD1.5's clip skip…)."""
+        self.family = family
+        for key, families in FAMILY_ONLY.items():
+            if key in self.rows:
+                form, cell = self.rows[key]
+                form.setRowVisible(cell, family in families)
+
+    def visible_for_family(self, key: str) -> bool:
+        return self.family is None or self.family in FAMILY_ONLY.get(key, (self.family,))
 
     def _toggle_advanced(self, on: bool) -> None:
         for widget in self._advanced:
@@ -135,9 +276,9 @@ class ConfigForm(QWidget):
             combo.activated.connect(lambda _i, k=key, c=combo: self.sig_changed.emit(k, c.currentData()))
             editor = combo
         elif kind is int and not optional:
-            spin = QSpinBox()
             b = _bounds(field)
-            spin.setRange(int(b.get("ge", b.get("gt", 0))), int(min(b.get("le", b.get("lt", 2**31 - 1)), 2**31 - 1)))
+            spin = SchemaSpinBox(int(b.get("ge", b.get("gt", 0))),
+                                 int(min(b.get("le", b.get("lt", 2**31 - 1)), 2**31 - 1)))
             if "multiple_of" in b:
                 spin.setSingleStep(int(b["multiple_of"]))
             spin.editingFinished.connect(lambda k=key, s=spin: self.sig_changed.emit(k, s.value()))
@@ -155,20 +296,30 @@ class ConfigForm(QWidget):
         return editor
 
     def _text_edited(self, key: str, text: str, kind: Any) -> None:
-        text = text.strip()
-        value: Any = text
-        if text == "":
-            value = None
-        elif kind in (int, float):
-            try:
-                value = kind(float(text)) if kind is int else float(text)
-            except ValueError:
-                value = text  # the config rejects it with a message naming the key
-        self.sig_changed.emit(key, value)
+        self.sig_changed.emit(key, parse_text(text, kind))
 
-    def set_config(self, config: TrainConfig) -> None:
-        """Show `config` without emitting changes."""
+    def is_typed(self, key: str) -> bool:
+        """A field a value is typed into (kept as typed when refused), not a choice."""
+        return isinstance(self.editors.get(key), QLineEdit | QSpinBox)
+
+    def typed_value(self, key: str) -> Any:
+        editor = self.editors[key]
+        if isinstance(editor, QLineEdit):
+            return parse_text(editor.text(), self.kinds[key][1])
+        return self.value_shown(key)
+
+    def set_config(self, config: TrainConfig, keep_refused: bool = True) -> None:
+        """Show `config` without emitting changes.
+
+        A field holding a refused value keeps it (and its reason) while `keep_refused`:
+        it is the person's edit, still to be fixed; a config read from disk replaces all."""
+        if self.family != config.model.family:
+            self.set_family(config.model.family)
         for key, editor in self.editors.items():
+            if key in self.invalid:
+                if keep_refused:
+                    continue
+                self.clear_issue(key)
             section, name = key.split(".")
             value = getattr(getattr(config, section), name)
             editor.blockSignals(True)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -23,20 +22,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.config.errors import ConfigError, issues_from_validation
+from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import dump_config
 from studio.core.hardware.fixes import apply_changes
 from studio.core.hardware.hub_cache import cached_snapshot, missing_components
+from studio.core.hardware.known_models import default_base, find_known
 from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.project.folder import default_config
 from studio.gui.context import StudioContext
+from studio.gui.layout_state import remember_splitter
 from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.hardware import HardwarePanel
 from studio.gui.model.presets import PresetList
+from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.model_library import ModelLibraryPanel
@@ -49,6 +50,18 @@ def _scrolled(widget: QWidget) -> QScrollArea:
     area.setWidgetResizable(True)
     area.setWidget(widget)
     return area
+
+
+def issues_at_changed_fields(issues: list[ConfigIssue], changes: dict[str, Any]) -> list[ConfigIssue]:
+    """The issues, each also shown at the field the person changed when it names another key
+    (a contradiction: flip on while latents are cached)."""
+    placed = list(issues)
+    named_keys = {i.key for i in issues}
+    for key in changes:
+        if key not in named_keys and issues:
+            other = issues[0]
+            placed.append(ConfigIssue(key=key, value=changes[key], message=f"{other.key}: {other.message}"))
+    return placed
 
 
 class ModelPage(Page):
@@ -105,11 +118,14 @@ class ModelPage(Page):
         splitter = QSplitter()
         splitter.addWidget(_scrolled(left))
         splitter.addWidget(_scrolled(right))
+        remember_splitter(splitter, context.settings, "model_split")
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
         layout.addWidget(splitter, 1)
 
         context.sig_config_changed.connect(self._on_context_config)
+        context.unsaved_edits.append(
+            lambda: "values refused in the settings form" if self.form.has_invalid() else "")
         self._show_config()
         self.hardware.refresh()
         self.library.refresh()
@@ -134,7 +150,7 @@ class ModelPage(Page):
         self.family = named(QComboBox(), "model_family")
         for family in ("sd15", "sdxl", "sd3"):
             self.family.addItem(family, family)
-        self.family.activated.connect(lambda _i: self.apply_config_changes({"model.family": self.family.currentData()}))
+        self.family.activated.connect(lambda _i: self.choose_family(str(self.family.currentData())))
         row.addWidget(self.family)
         self.base = named(QLineEdit(), "model_base")
         self.base.setPlaceholderText("diffusers folder, .safetensors file, or hub id (org/name)")
@@ -159,6 +175,27 @@ class ModelPage(Page):
             path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", "", "Models (*.safetensors *.ckpt)")
         if path:
             self.choose_base(path)
+
+    def choose_family(self, family: str) -> bool:
+        """Switch the family. A base model left at the old family's default follows to the new one's;
+        options of the old family only go back to their defaults; a base of another family is named."""
+        old = self.config.model
+        if family == old.family:
+            return True
+        changes: dict[str, Any] = {"model.family": family}
+        if old.base == default_base(old.family):
+            changes["model.base"] = default_base(family)
+        if family != "sd3":
+            changes.update({"model.use_t5": False, "method.blocks": []})
+        if family != "sd15":
+            changes["model.clip_skip"] = 1
+        if not self.apply_config_changes(changes):
+            return False
+        if "model.base" in changes:
+            self.context.status(f"Base model: {changes['model.base']}, the default for {FAMILY_NAMES[family]}")
+        elif self.base_status.text().startswith("✗"):
+            self.context.status(self.base_status.text())
+        return True
 
     def choose_base(self, base: str) -> None:
         """Take a picked model; when it shows another family than the config's, follow the model."""
@@ -199,6 +236,12 @@ class ModelPage(Page):
         if isinstance(info, ModelFileError):
             return f"✗ {info}"
         if info is None:
+            known = find_known(base)
+            family = self.config.model.family
+            if known is not None and known.family != family:
+                return (f"✗ {base} is an {FAMILY_NAMES[known.family]} model, but the family is "
+                        f"{FAMILY_NAMES.get(family, family)}: choose an {FAMILY_NAMES.get(family, family)} model "
+                        f"(the list below), or set the family back to {known.family}.")
             parts = base.split("/")
             if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
                 snapshot = cached_snapshot(base, self.config.model.revision)
@@ -222,8 +265,8 @@ class ModelPage(Page):
 
     # ------------------------------------------------------------ config flow
 
-    def _show_config(self) -> None:
-        self.form.set_config(self.config)
+    def _show_config(self, keep_refused: bool = True) -> None:
+        self.form.set_config(self.config, keep_refused)
         self.base.setText(self.config.model.base)
         self.family.setCurrentIndex(self.family.findData(self.config.model.family))
         self.base_status.setText(self._base_status(self.config.model.base))
@@ -232,9 +275,10 @@ class ModelPage(Page):
         self._estimate_timer.start()
 
     def _on_context_config(self, config: TrainConfig) -> None:
-        if config is not self.config:
+        if config is not self.config:  # another project, or studio.toml changed on disk
             self.config = config
-            self._show_config()
+            self.error.setText("")
+            self._show_config(keep_refused=False)
 
     def adopt(self, config: TrainConfig) -> None:
         """Take a validated config: show it, hand it to the context (which saves the project)."""
@@ -244,15 +288,31 @@ class ModelPage(Page):
         self._show_config()
 
     def apply_config_changes(self, changes: dict[str, Any]) -> bool:
+        self.form.clear_notes()
         try:
             config = apply_changes(self.config, changes)
         except ValidationError as exc:
             issues = issues_from_validation(exc, TrainConfig)
             self.error.setText("⚠ " + "; ".join(str(i) for i in issues))
-            self.form.set_config(self.config)  # show the value still in force
+            self.form.show_issues(issues_at_changed_fields(issues, changes))
+            self._show_config()  # choices show the value still in force; typed values stay as typed
             return False
+        for key in changes:
+            self.form.clear_issue(key)
         self.adopt(config)
+        self._retry_refused()
         return True
+
+    def _retry_refused(self) -> None:
+        """A value refused for a contradiction (min bucket over max bucket) is taken once another
+        change resolves it: it is what the person typed."""
+        for key in list(self.form.invalid):
+            try:
+                apply_changes(self.config, {key: self.form.typed_value(key)})
+            except ValidationError:
+                continue
+            self.apply_config_changes({key: self.form.typed_value(key)})
+            return  # that call retries the rest
 
     def on_field_changed(self, key: str, value: Any) -> None:
         self.apply_config_changes({key: value})
@@ -280,16 +340,9 @@ class ModelPage(Page):
     # ------------------------------------------------------------ TOML and user presets
 
     def show_toml(self) -> QDialog:
-        dialog = named(QDialog(self), "toml_dialog")
-        dialog.setWindowTitle("The config as TOML")
-        layout = QVBoxLayout(dialog)
-        view = named(QPlainTextEdit(dump_config(self.config)), "toml_view")
-        view.setReadOnly(True)
-        layout.addWidget(view)
-        close = QPushButton("Close")
-        close.clicked.connect(dialog.accept)
-        layout.addWidget(close)
-        dialog.resize(600, 500)
+        """studio.toml as text, editable; Apply checks it and saves it only when valid."""
+        dialog = TomlDialog(self.context, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog
 

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -27,8 +26,12 @@ from studio.core.export.remote_transfer import TransferReport
 from studio.core.project.folder import Project
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
+from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.run_model import RunModel, replay_run
+from studio.core.text import plural
 from studio.gui.context import StudioContext
+from studio.gui.desktop import open_with_desktop
+from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.remote_run import RemoteRun
 from studio.gui.run_controller import RunController
@@ -70,6 +73,7 @@ class RunsPage(Page):
             ("overlay", "Overlay loss", self.overlay_selected),
             ("output", "Output folder", self.open_output),
             ("resume", "Resume", self.resume_selected),
+            ("stop", "Stop", self.stop_selected),
             ("pull", "Bring back", self.pull_selected),
             ("delete", "Delete…", self.delete_selected),
             ("import", "Import run…", self._pick_import),
@@ -92,13 +96,18 @@ class RunsPage(Page):
         bottom_layout.addWidget(self.header)
         bottom_layout.addWidget(self.views, 1)
         splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("runs_splitter")
         splitter.addWidget(top)
         splitter.addWidget(bottom)
+        splitter.setCollapsible(0, False)
+        self.splitter = splitter
+        remember_splitter(splitter, context.settings, "runs_splitter", [260, 420])
+        self.table.remember_layout(context.settings)
         layout = QVBoxLayout(self)
         layout.addWidget(self.message)
         layout.addWidget(splitter, 1)
 
-        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.itemSelectionChanged.connect(self._selection_changed)
         self.table.doubleClicked.connect(lambda _index: self.open_selected())
         self.controller.sig_run_ended.connect(lambda _status: self.refresh())
         self.controller.sig_run_started.connect(lambda _path: self.refresh())
@@ -127,6 +136,14 @@ class RunsPage(Page):
         self.table.set_runs(list_runs(folder) if folder else [])
         self._update_buttons()
 
+    def _selection_changed(self) -> None:
+        """A click on a run shows it; the same run chosen again (a refresh) is not read again."""
+        self._update_buttons()
+        chosen = self._one()
+        shown = self.opened.run_dir if self.opened is not None else None
+        if chosen is not None and chosen.path != shown:
+            self.open_run(chosen.path)
+
     def _update_buttons(self) -> None:
         chosen = self.table.selected()
         one = len(chosen) == 1
@@ -143,6 +160,8 @@ class RunsPage(Page):
                                         and chosen[0].path != self.controller.run_dir)
         self.buttons["pull"].setToolTip("Bring this run's folder back from its machine (checkpoints stay there)")
         self.buttons["delete"].setEnabled(bool(chosen) and all(s.status != "running" for s in chosen))
+        self.buttons["stop"].setEnabled(one and chosen[0].status == "running")
+        self.buttons["stop"].setToolTip("Stop the selected run at its next step (a checkpoint is saved)")
         self.buttons["import"].setEnabled(self.context.project is not None)
 
     def say(self, text: str) -> None:
@@ -166,7 +185,7 @@ class RunsPage(Page):
         self.header.refresh(rep.model)
         self.views.setCurrentWidget(self.plots)
         extra = f", {rep.garbage_lines} unreadable lines skipped" if rep.garbage_lines else ""
-        self.say(f"Opened {run_dir.name}: {rep.events} events{extra}.")
+        self.say(f"Showing {run_dir.name}: {_steps_text(rep.model)}{extra}.")
         return rep.events
 
     def open_selected(self) -> None:
@@ -227,7 +246,7 @@ class RunsPage(Page):
         target = Path(chosen.outputs[0]).parent if chosen.outputs else chosen.path / OUTPUT_DIR
         if not target.exists():
             target = chosen.path
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(target)))
+        open_with_desktop(self, target, "the run's output folder")
 
     def resume_selected(self) -> bool:
         chosen = self._one()
@@ -237,6 +256,23 @@ class RunsPage(Page):
         if ok:
             self.say(f"Resuming {chosen.name}; follow it on the Train page.")
         return ok
+
+    def stop_selected(self) -> bool:
+        """Stop a live run: the one the Train page follows, or one started elsewhere (a STOP file either way)."""
+        chosen = self._one()
+        if chosen is None or chosen.status != "running":
+            return False
+        if self.controller.running and self.controller.run_dir == chosen.path:
+            stopped = self.controller.stop()
+        else:
+            live = live_trainer(chosen.path)
+            if live is not None:
+                stop_live_run(live)
+            stopped = live is not None
+        self.say(f"Stopping {chosen.name} at its next step (a checkpoint is saved)…" if stopped
+                 else f"{chosen.name} is no longer running.")
+        self.buttons["stop"].setEnabled(False)
+        return stopped
 
     def delete_selected(self) -> None:
         chosen = [s for s in self.table.selected() if s.status != "running"]
@@ -288,4 +324,13 @@ class RunsPage(Page):
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.refresh()
-        return {"runs": len(self.table.summaries)}
+        return {"runs": len(self.table.summaries), "runs_rows_visible": self.table.visible_rows()}
+
+
+def _steps_text(model: RunModel) -> str:
+    """What a person wants to know of a run just shown: how far it got and what it left."""
+    steps = f"step {model.step} of {model.total_steps}" if model.total_steps else plural(model.step, "step")
+    parts = [steps, model.status]
+    if model.samples:
+        parts.append(plural(len(model.samples), "sample image"))
+    return ", ".join(parts)

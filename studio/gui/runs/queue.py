@@ -72,7 +72,7 @@ class QueuePanel(QWidget):
 
     @staticmethod
     def _describe(item: QueueItem) -> str:
-        text = f"{item.name} — {item.state}"
+        text = f"{item.label} — {item.state}"
         if item.run_dir:
             text += f" ({Path(item.run_dir).name})"
         return text

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
 from studio.core.runs.history import RunSummary
+from studio.gui.layout_state import keep_rows_visible, remember_columns
 from studio.gui.widgets.run_header import format_duration
 
-COLUMNS = ("Name", "Preset", "Family / method", "Status", "Started", "Duration", "Steps", "Final loss", "Output")
+# What a person looks for first comes first; the long Output column last.
+COLUMNS = ("Name", "Status", "Steps", "Final loss", "Started", "Duration", "Family / method", "Preset", "Output")
+STATUS_COLUMN = COLUMNS.index("Status")
+MIN_ROWS = 5
 
 
 class RunsTable(QTableWidget):
@@ -19,9 +23,19 @@ class RunsTable(QTableWidget):
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.verticalHeader().setVisible(False)
-        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.horizontalHeader().setStretchLastSection(True)
+        self.setWordWrap(False)
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setSectionsMovable(True)
+        header.setStretchLastSection(True)
+        keep_rows_visible(self, MIN_ROWS)
+        self.resizeColumnsToContents()  # the titles, until there are runs to fit
+        self.sized = False  # columns fit their contents once; then a person's widths are kept
         self.summaries: list[RunSummary] = []
+
+    def remember_layout(self, settings: QSettings) -> None:
+        self.sized = remember_columns(self.horizontalHeader(), settings, "runs_table")
 
     def set_runs(self, summaries: list[RunSummary]) -> None:
         selected = {s.path for s in self.selected()}
@@ -29,25 +43,34 @@ class RunsTable(QTableWidget):
         self.setRowCount(len(summaries))
         for row, s in enumerate(summaries):
             status = s.status + (f" (on {s.machine})" if s.machine else " (remote)" if s.remote else "")
-            cells = (
-                s.name,
-                s.preset,
-                f"{s.family} / {s.method}" if s.family or s.method else "",
-                status,
-                s.started.strftime("%Y-%m-%d %H:%M") if s.started else "",
-                format_duration(s.duration_s) if s.duration_s else "",
-                f"{s.steps} / {s.total_steps}" if s.total_steps else str(s.steps),
-                f"{s.final_loss:.4f}" if s.final_loss is not None else "",
-                "; ".join(o.rsplit("/", 1)[-1] for o in s.outputs),
-            )
-            for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
+            cells = {
+                "Name": s.name,
+                "Status": status,
+                "Steps": f"{s.steps} / {s.total_steps}" if s.total_steps else str(s.steps),
+                "Final loss": f"{s.final_loss:.4f}" if s.final_loss is not None else "",
+                "Started": s.started.strftime("%Y-%m-%d %H:%M") if s.started else "",
+                "Duration": format_duration(s.duration_s) if s.duration_s else "",
+                "Family / method": f"{s.family} / {s.method}" if s.family or s.method else "",
+                "Preset": s.preset,
+                "Output": "; ".join(o.rsplit("/", 1)[-1] for o in s.outputs),
+            }
+            for col, name in enumerate(COLUMNS):
+                item = QTableWidgetItem(cells[name])
                 item.setData(Qt.ItemDataRole.UserRole, row)
-                if col == 3 and s.message:
+                if col == STATUS_COLUMN and s.message:
                     item.setToolTip(s.message)
+                elif name == "Output" and s.outputs:
+                    item.setToolTip("\n".join(s.outputs))
                 self.setItem(row, col, item)
             if s.path in selected:
                 self.selectRow(row)
+        if summaries and not self.sized:
+            self.resizeColumnsToContents()
+            self.sized = True
+
+    def visible_rows(self) -> int:
+        """How many rows the table shows whole at its present size."""
+        return max(0, self.viewport().height() // self.verticalHeader().defaultSectionSize())
 
     def selected(self) -> list[RunSummary]:
         rows = sorted({index.row() for index in self.selectionModel().selectedRows()})

@@ -23,6 +23,7 @@ from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
+from studio.core.runs.live import busy_message, find_live_runs
 from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
@@ -31,6 +32,7 @@ from studio.gui.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
+from studio.gui.training.sampling_editor import SamplingEditor
 from studio.gui.training_env import open_training_env_dialog
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
@@ -77,6 +79,8 @@ class TrainPage(Page):
         self.tabs.addTab(self.plots, "Plots")
         self.tabs.addTab(self.samples, "Samples")
         self.tabs.addTab(self.console, "Console")
+        self.sampling = SamplingEditor(context)
+        self.tabs.addTab(self.sampling, "Sample settings")
 
         buttons = QHBoxLayout()
         for button in (self.train_button, self.stop_button, self.kill_button):
@@ -105,6 +109,8 @@ class TrainPage(Page):
         self._update_buttons()
         if context.project is not None:
             self._on_project(context.project)
+        if controller.running and controller.run_dir is not None:  # built after a run was found again
+            self._on_run_started(controller.run_dir)
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
@@ -218,6 +224,9 @@ class TrainPage(Page):
                               "then press Train again.")
             return False
         assert self.context.project is not None
+        others = find_live_runs(self.context.runs_dir())
+        if others and not self.confirm("The GPU is busy", busy_message(others)):
+            return False
         run_dir = self.controller.start_config(config, self.context.project.root)
         self._update_buttons()
         return run_dir is not None
@@ -257,7 +266,7 @@ class TrainPage(Page):
         if answer == "stop":
             self.controller.stop()
             if not wait_for(lambda: not self.controller.running, STOP_WAIT_S, interval_ms=50):
-                self.controller.process.kill_now()  # shutdown() would do it; say why in the log
+                self.controller.kill_now()  # shutdown() would do it; say why in the log
                 self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
             return True
         return False

@@ -19,7 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.project.demo import is_demo_model
 from studio.core.runs.run_model import RunModel, SampleImage
+from studio.gui.widgets.image_view import ImageView
 
 THUMB = 128
 
@@ -51,11 +53,10 @@ class SamplesGallery(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")
-        self.preview = QLabel("No samples yet: set sampling.every_n_steps and prompts in the config.")
+        self.preview = ImageView("No samples yet: add prompts in the Sample settings tab.")
         self.preview.setObjectName("samples_preview")
-        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.preview.setMinimumSize(256, 256)
-        self.preview.mousePressEvent = lambda _event: self._enlarge_current()  # type: ignore[method-assign]
+        self.preview.setMinimumSize(160, 160)
+        self.preview.sig_clicked.connect(self._enlarge_current)
         self.grid = QListWidget()
         self.grid.setObjectName("samples_grid")
         self.grid.setViewMode(QListWidget.ViewMode.IconMode)
@@ -72,7 +73,14 @@ class SamplesGallery(QWidget):
         controls.addWidget(QLabel("Step"))
         controls.addWidget(self.slider, 3)
         controls.addWidget(self.step_label)
+        self.random_model_note = QLabel(
+            "These samples come from the demo's tiny model, whose weights are random: they are noise by "
+            "design. The demo shows the studio at work; a real base model makes real pictures.")
+        self.random_model_note.setObjectName("samples_random_model_note")
+        self.random_model_note.setWordWrap(True)
+        self.random_model_note.setVisible(False)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.random_model_note)
         layout.addLayout(controls)
         layout.addWidget(self.preview, 2)
         layout.addWidget(self.grid, 3)
@@ -87,6 +95,8 @@ class SamplesGallery(QWidget):
             self._samples = []
             self.grid.clear()
             self.prompt.clear()
+        base = model.started.config.get("model", {}).get("base", "") if model.started else ""
+        self.random_model_note.setVisible(isinstance(base, str) and is_demo_model(base))
         new = model.samples[len(self._samples):]
         if not new:
             return
@@ -125,10 +135,9 @@ class SamplesGallery(QWidget):
         self.step_label.setText(f"step {sample.step}")
         pixmap = QPixmap(str(sample.path))
         if pixmap.isNull():
-            self.preview.setText(f"Cannot read {Path(sample.path).name}")
+            self.preview.set_text(f"Cannot read {Path(sample.path).name}")
             return
-        self.preview.setPixmap(pixmap.scaled(
-            self.preview.size(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation))
+        self.preview.set_pixmap(pixmap)  # drawn whole at any size of the page, never stretched
 
     def _enlarge_item(self, item: QListWidgetItem) -> None:
         index = item.data(Qt.ItemDataRole.UserRole)

@@ -68,7 +68,12 @@ class ModelLibraryPanel(QWidget):
         self.table.setHorizontalHeaderLabels(["Model", "Family", "Size", "Where"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        for column in (0, 1, 2):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(False)  # long places are elided in the middle; the tooltip has all of them
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().setVisible(False)
         self.table.doubleClicked.connect(lambda _index: self.use_selected())
         use = QPushButton("Use this model")
@@ -125,7 +130,7 @@ class ModelLibraryPanel(QWidget):
                 tip = f"{model.label}\n{model.base}"
             else:
                 cells = [model.title + (" (gated)" if model.gated else ""), FAMILY_NAMES[model.family],
-                         f"{model.size_gb:g} GB", "download from the Hugging Face hub"]
+                         f"{model.size_gb:g} GB", "Hugging Face (download)"]
                 tip = f"{model.id}\nlicence: {model.license}"
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)

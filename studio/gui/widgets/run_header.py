@@ -82,7 +82,8 @@ class RunHeader(QWidget):
             self.progress.setFormat("compiling the denoiser…")
         else:
             self.progress.setFormat("%p%")
-        self.epoch.setText(str(model.epoch) if model.epoch else "–")
+        # Step events count epochs from 0, as the data order does; a person counts from 1.
+        self.epoch.setText(str(model.epoch + 1) if len(model.steps) else "–")
         self.elapsed.setText(format_duration(model.elapsed_s(time.time())))
         self.eta.setText(format_duration(model.eta_s) if not model.ended else "–")
         self.loss.setText(f"{model.last_loss:.4f}" if model.last_loss is not None else "–")

@@ -211,3 +211,25 @@ def test_a_resumed_leg_makes_a_stopped_run_live_again(tmp_path: Path) -> None:
     assert model.status == "training" and model.finished is None and model.step == 3
     write_events(tmp_path / "events.jsonl", [RunFinished(status="completed", step=4, time=1110.0)])
     assert replay(tmp_path).status == "finished"
+
+
+def test_the_time_a_run_stood_stopped_is_not_training_time(tmp_path: Path) -> None:
+    # 3 s of training, stopped for 97 s, resumed for 10 s: Elapsed is 13 s and memory has a gap.
+    events = [RunStarted(config={}, world_size=1, total_steps=4, devices=["cuda:0"], time=1000.0),
+              step_event(1), step_event(2), RunFinished(status="stopped", step=2, time=1003.0),
+              RunStarted(config={}, world_size=1, total_steps=4, devices=["cuda:0"], resumed_from_step=2,
+                         time=1100.0),
+              step_event(3, t=1100.0), RunFinished(status="completed", step=4, time=1110.0)]
+    write_events(tmp_path / "events.jsonl", events)
+    for model in (replay(tmp_path), _one_at_a_time(events)):
+        assert model.elapsed_s() == pytest.approx(13.0)
+        allocated = model.memory[0].allocated.view()
+        assert len(allocated) == 4 and np.isnan(allocated[2])  # steps 1, 2, the gap, step 3
+        assert not np.isnan(allocated[[0, 1, 3]]).any()
+
+
+def _one_at_a_time(events: list) -> RunModel:  # type: ignore[type-arg]
+    model = RunModel()
+    for event in events:
+        model.apply(event)
+    return model

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from studio.core.runs.events import RunStarted
 from studio.core.runs.folders import REMOTE_FILE
 from studio.core.runs.history import delete_run, import_run, list_runs, summarize_run
 from studio.core.runs.lock import write_process_file
@@ -108,6 +109,31 @@ def test_import_folder_copies_and_marks_remote(tmp_path: Path, finished_run: Pat
     dest = import_run(finished_run, tmp_path / "other" / "runs")
     assert (dest / "events.jsonl").exists() and (dest / REMOTE_FILE).exists()
     assert not (finished_run / REMOTE_FILE).exists()
+
+
+def test_a_run_shows_its_default_method_and_the_preset_its_settings_match(tmp_path: Path) -> None:
+    from studio.core.config.presets import apply_preset, get_preset, list_presets
+    from studio.core.config.toml_file import config_to_data
+    from studio.core.project.folder import default_config
+
+    runs = tmp_path / "runs"
+    settings = {
+        "20240101-000000-plain": config_to_data(default_config()),  # sparse: no method.kind written
+        "20240102-000000-preset": config_to_data(apply_preset(default_config(), get_preset("sd15-lora-6gb"))),
+    }
+    tuned = apply_preset(default_config(), get_preset("sd15-lora-6gb"))
+    tuned.training.learning_rate = 3e-4
+    settings["20240103-000000-tuned"] = config_to_data(tuned)
+    for name, config in settings.items():
+        write_events(runs / name / "events.jsonl", [
+            RunStarted(config=config, world_size=1, total_steps=1, devices=["cpu"], time=1000.0), step_event(1)])
+    rows = {s.name: s for s in list_runs(runs, never_alive)}
+    assert "kind" not in settings["20240101-000000-plain"].get("method", {})
+    assert rows["20240101-000000-plain"].method == "lora"
+    assert rows["20240102-000000-preset"].preset == "SD1.5 LoRA (6 GB)"
+    assert rows["20240103-000000-tuned"].preset == "SD1.5 LoRA (6 GB) (changed)"
+    assert rows["20240101-000000-plain"].preset == "custom"
+    assert {s.title for s in list_presets()} >= {"SD1.5 LoRA (6 GB)"}
 
 
 def test_a_refused_zip_leaves_no_run_behind(tmp_path: Path, finished_run: Path) -> None:

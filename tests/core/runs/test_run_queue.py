@@ -45,6 +45,8 @@ def test_runs_in_order_and_stop_after_current(tmp_path: Path, configs: list[Path
     q.set_stop_after_current(True)
     q.mark_ended(first.id, "completed")
     assert q.next_pending() is None  # held until the person starts the queue again
+    by_hand = q.next_pending(by_hand=True)  # a start by hand runs one more, the tick kept
+    assert by_hand is not None and by_hand.name == "b.toml" and q.stop_after_current
     q.set_stop_after_current(False)
     nxt = q.next_pending()
     assert nxt is not None and nxt.name == "b.toml"

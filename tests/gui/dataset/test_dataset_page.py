@@ -198,10 +198,21 @@ def test_kohya_repeats_rename_the_folder(qtbot, page: DatasetPage) -> None:  # t
     assert page.wait_loaded(30)
     table = page.concepts_panel.table
     assert table.rowCount() == 2 and table.item(1, 1).text() == "1"  # type: ignore[union-attr]
+    asked: list[str] = []
+    page.concept_actions.confirm = lambda _title, text: asked.append(text) or False
+    table.cellWidget(1, 2).setValue(12)  # type: ignore[union-attr]
+    assert "12_sks_dog" in asked[0] and kohya.exists()  # asked first; "No" renames nothing
+    assert table.cellWidget(1, 2).value() == 5  # type: ignore[union-attr]
+    page.concept_actions.confirm = lambda _title, _text: True
     table.cellWidget(1, 2).setValue(12)  # type: ignore[union-attr]
     assert (images(page) / "12_sks_dog" / "k.png").exists() and not kohya.exists()
     assert page.wait_loaded(30)
     assert page.model.rowCount() == 5
+    undo = page.concepts_panel.undo_rename
+    assert undo.isVisibleTo(page) and "back to 5_sks_dog" in undo.text()
+    undo.click()
+    assert (kohya / "k.png").exists() and not (images(page) / "12_sks_dog").exists()
+    assert page.wait_loaded(30) and not undo.isVisibleTo(page)
 
 
 def test_missing_folder_is_reported_not_crashing(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]

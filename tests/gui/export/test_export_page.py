@@ -40,19 +40,19 @@ def test_the_cost_table_lists_every_gpu_type_and_count(page: ExportPage) -> None
     gpus = len(load_catalogue().gpus)
     assert page.table.rowCount() == gpus * 4
     first = page.table.row_text(0)
-    assert first[0] == "1x H200 141GB" and first[1] == "yes"
-    assert first[5].endswith("USD")
-    cheapest = [n for n in range(page.table.rowCount()) if "cheapest" in page.table.row_text(n)[6]]
+    assert first["GPUs"] == "1x H200 141GB" and first["Fits"] == "yes"
+    assert first["Cost"].endswith("USD")
+    cheapest = [n for n in range(page.table.rowCount()) if "cheapest" in page.table.row_text(n)["Best"]]
     assert len(cheapest) == 1
     assert page.table.item(cheapest[0], 0).background().color() == CHEAPEST
-    assert any("fastest" in page.table.row_text(n)[6] for n in range(page.table.rowCount()))
+    assert any("fastest" in page.table.row_text(n)["Best"] for n in range(page.table.rowCount()))
     assert "InfiniBand" in page.assumptions.text() and "noted" in page.assumptions.text()
 
 
 def test_nodes_and_a_chosen_row_change_the_options(page: ExportPage) -> None:
     page.nodes_spin.setValue(2)
-    assert page.table.row_text(1)[0] == "2 nodes x 2 H200 141GB"
-    row = next(n for n in range(page.table.rowCount()) if page.table.row_text(n)[0] == "2 nodes x 4 H100 80GB")
+    assert page.table.row_text(1)["GPUs"] == "2 nodes x 2 H200 141GB"
+    row = next(n for n in range(page.table.rowCount()) if page.table.row_text(n)["GPUs"] == "2 nodes x 4 H100 80GB")
     page.table.cellDoubleClicked.emit(row, 0)
     assert page.gpu_combo.currentData() == "h100" and page.gpus_spin.value() == 4
     assert "2x4h100" in page.out_edit.text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def test_changing_a_field_updates_the_estimate(make_page, qtbot) -> None:
 
 
 def _peak_gb(text: str) -> float:
-    return float(text.split("Estimated peak: ")[1].split(" GB")[0])
+    return float(re.search(r"Estimated peak: ([\d.]+)", text).group(1))  # type: ignore[union-attr]
 
 
 def test_toml_view_and_user_preset(make_page) -> None:
@@ -168,6 +169,98 @@ def test_preset_cards_show_the_promise_against_the_estimate_with_samples(make_pa
     page.update_estimates()
     mine = page.findChild(QWidget, "preset_card_optimistic-sdxl").findChild(QLabel, "preset_estimate")
     assert mine.text().startswith("promises 4 GB · estimated ") and mine.text().endswith(" — over its promise")
+
+
+def _type(qtbot, editor: QWidget, text: str) -> None:
+    """Select what is there, type `text` and press Enter, as a person does."""
+    editor.setFocus()
+    target = editor.lineEdit() if isinstance(editor, QSpinBox) else editor
+    target.selectAll()
+    qtbot.keyClicks(target, text)
+    qtbot.keyClick(target, Qt.Key.Key_Return)
+
+
+@pytest.mark.parametrize(("key", "typed", "reason"), [
+    ("training.min_snr_gamma", "-3", "must be more than 0 and at most 100"),
+    ("dataset.resolution", "37", "must be at least 64 and at most 4096, a multiple of 8"),
+    ("training.weight_decay", "lots", "(allowed: at least 0 and at most 1)"),
+])
+def test_a_refused_value_stays_red_with_the_reason_until_fixed(make_page, qtbot, key: str, typed: str,
+                                                                reason: str) -> None:
+    page = make_page()
+    page.form.show_advanced.setChecked(True)
+    saved = page.context.project.config_path.read_text()
+    editor = page.form.editors[key]
+    _type(qtbot, editor, typed)
+    shown = editor.lineEdit().text() if isinstance(editor, QSpinBox) else editor.text()
+    assert shown == typed  # not snapped back
+    assert editor.property("invalid") is True
+    label = page.form.findChild(QLabel, "error_" + key.replace(".", "_"))
+    assert label.isVisibleTo(page) and reason in label.text()
+    assert page.context.project.config_path.read_text() == saved  # nothing refused reaches the file
+    _type(qtbot, editor, {"training.min_snr_gamma": "5", "dataset.resolution": "768",
+                          "training.weight_decay": "0.1"}[key])
+    assert not editor.property("invalid") and not label.isVisibleTo(page)
+    assert not page.form.has_invalid()
+    section, name = key.split(".")
+    assert getattr(getattr(load_config(page.context.project.config_path), section), name) == float(
+        {"training.min_snr_gamma": 5, "dataset.resolution": 768, "training.weight_decay": 0.1}[key])
+
+
+def test_a_contradiction_is_named_at_the_field_that_was_changed(make_page) -> None:
+    page = make_page()
+    assert page.apply_config_changes({"training.cache_latents": True})
+    flip = page.form.editors["dataset.flip"]
+    assert isinstance(flip, QCheckBox)
+    flip.click()  # flip cannot follow cached latents
+    assert not flip.isChecked()  # a choice goes back to the value in force…
+    label = page.form.findChild(QLabel, "error_dataset_flip")
+    assert "Not changed" in label.text() and "cache_latents" in label.text()  # …and says why, at the field
+
+
+def test_options_of_other_families_are_hidden(make_page) -> None:
+    page = make_page()
+    page.form.show_advanced.setChecked(True)
+
+    def shown(key: str) -> bool:
+        return page.form.rows[key][1].isVisibleTo(page)
+
+    assert not shown("model.use_t5") and not shown("training.timestep_sampling") and not shown("training.mode_scale")
+    assert shown("model.clip_skip") and shown("training.min_snr_gamma")
+    assert page.choose_family("sd3")
+    assert shown("model.use_t5") and shown("training.logit_mean") and shown("training.timestep_sampling")
+    assert not shown("model.clip_skip") and not shown("training.min_snr_gamma") and not shown("model.prediction_type")
+
+
+def test_switching_family_moves_a_default_base_and_names_a_base_of_another_family(make_page) -> None:
+    page = make_page()
+    assert page.config.model.base == "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    assert page.choose_family("sdxl")
+    assert page.config.model.base == "stabilityai/stable-diffusion-xl-base-1.0"  # the default followed
+    assert page.apply_config_changes({"model.base": "stable-diffusion-v1-5/stable-diffusion-v1-5"})
+    status = page.findChild(QLabel, "model_base_status").text()
+    assert status.startswith("✗") and "SD 1.x/2.x" in status and "the family is SDXL" in status
+    assert page.choose_family("sd3") and page.config.model.base == "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    assert "the family is SD3" in page.findChild(QLabel, "model_base_status").text()
+
+
+def test_estimate_sizes_never_wrap_in_a_narrow_panel(make_page) -> None:
+    # "3.20 GB" stays on one line however narrow the panel gets; the descriptions wrap instead.
+    from PySide6.QtGui import QTextDocument
+
+    page = make_page()
+    document = QTextDocument()
+    document.setHtml(page.estimate.breakdown.text())
+    document.setTextWidth(120)
+    document.documentLayout().documentSize()  # lays the text out
+    sizes = []
+    block = document.begin()
+    while block.isValid():
+        if re.fullmatch(r"[\d.]+\s*GB", block.text().replace("\xa0", " ")):
+            sizes.append(block.text())
+            assert block.layout().lineCount() == 1, block.text()
+        block = block.next()
+    assert len(sizes) >= 4
 
 
 def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) -> None:

@@ -23,6 +23,7 @@ from studio.core.runs.folders import EVENTS_FILE
 from studio.gui.context import StudioContext
 from studio.gui.remote_run import RemoteRun
 from studio.gui.runs.page import RunsPage
+from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import close_plots, make_project
 
@@ -70,7 +71,7 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
     runs.refresh()
     (summary,) = runs.table.summaries
     assert summary.status == "running" and summary.machine == "box" and not summary.resumable
-    assert runs.table.item(0, 3).text() == "running (on box)"
+    assert runs.table.item(0, STATUS_COLUMN).text() == "running (on box)"
     runs.table.select_paths([local.name])
     runs.buttons["open"].click()  # a live remote run: Open follows it
     controller = first.run_controller
@@ -85,7 +86,7 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
 
     second, train, runs = _session(qtbot, contexts, project, tmp_path)
     runs.refresh()
-    assert runs.table.item(0, 3).text() == "running (on box)"
+    assert runs.table.item(0, STATUS_COLUMN).text() == "running (on box)"
     assert runs.follow_remote(local)
     controller = second.run_controller
     qtbot.waitUntil(lambda: controller.model.step >= left_at + 5, timeout=60_000)
@@ -97,5 +98,5 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
     assert [e.status for e in read_events(local / EVENTS_FILE) if isinstance(e, RunFinished)] == ["stopped"]
     assert (local / "launch-env.txt").is_file()  # brought back at the end
     runs.refresh()
-    assert runs.table.item(0, 3).text() == "stopped (on box)"
+    assert runs.table.item(0, STATUS_COLUMN).text() == "stopped (on box)"
     assert read_record(local).state == "pulled"

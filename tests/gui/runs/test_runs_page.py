@@ -5,12 +5,14 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
+from studio.gui.runs.table import STATUS_COLUMN
 from tests.gui.training.conftest import close_plots, fake_command, make_project
 
 
@@ -41,13 +43,15 @@ def test_table_open_overlay_delete(qtbot: QtBot, context: StudioContext, config:
     rows = {s.name: s for s in page.table.summaries}
     assert rows[first.name].status == "completed" and rows[first.name].steps == 15
     assert rows[second.name].status == "failed" and rows[second.name].resumable
-    status_col = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
+    status_col = [page.table.item(r, STATUS_COLUMN).text() for r in range(page.table.rowCount())]
     assert sorted(status_col) == ["completed", "failed"]
 
-    page.table.select_paths([first.name])
-    page.buttons["open"].click()
+    # One click on a run shows it (its plots and how far it got).
+    row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == first.name)
+    cell = page.table.visualRect(page.table.model().index(row, 0)).center()
+    qtbot.mouseClick(page.table.viewport(), Qt.MouseButton.LeftButton, pos=cell)
     assert len(page.plots.loss.smooth.getData()[1]) == 15
-    assert "Opened" in page.message.text()
+    assert page.message.text() == f"Showing {first.name}: step 15 of 15, finished."
 
     page.table.select_paths([first.name, second.name])
     page.buttons["overlay"].click()
@@ -101,7 +105,7 @@ def test_import_zip_is_marked_remote(qtbot: QtBot, context: StudioContext, confi
     dest = page.import_path(archive)
     assert dest is not None and dest.name == "pod-run"
     row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == "pod-run")
-    assert page.table.item(row, 3).text() == "completed (remote)"
+    assert page.table.item(row, STATUS_COLUMN).text() == "completed (remote)"
     assert len(page.plots.loss.smooth.getData()[1]) == 12
 
 
@@ -121,14 +125,18 @@ def test_queue_runs_configs_in_order_and_holds(qtbot: QtBot, context: StudioCont
     page.queue.list.setCurrentRow(2)
     page.queue.move_selected(-1)  # three before two
     assert [i.name for i in page.controller.queue.items] == ["one.toml", "three.toml", "two.toml"]  # type: ignore[union-attr]
-    page.queue.stop_after.setChecked(True)
-    page.controller.queue.stop_after_current = False  # type: ignore[union-attr]
+    # Rows name each config by its folder and file; the whole path is in the tooltip.
+    assert page.queue.list.item(0).text() == f"{tmp_path.name}/one.toml — pending"
+    # Ticked before the start, "stop after the current run" runs one item and holds the rest.
+    page.queue.stop_after.click()
     page.queue.start_button.click()
-    page.controller.queue.set_stop_after_current(True)  # type: ignore[union-attr]
+    assert page.queue.stop_after.isChecked()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     qtbot.wait(200)
     states = [i.state for i in page.controller.queue.items]  # type: ignore[union-attr]
     assert states == ["completed", "pending", "pending"]  # held after the current run
+    page.queue.stop_after.click()
+    assert not page.controller.queue.stop_after_current  # type: ignore[union-attr]
     page.queue.start_button.click()
     qtbot.waitUntil(lambda: [i.state for i in page.controller.queue.items] == ["completed"] * 3,  # type: ignore[union-attr]
                     timeout=30000)
@@ -147,7 +155,7 @@ def test_imported_run_folder_is_marked_remote_and_not_resumable(qtbot: QtBot, co
     page = make_page(qtbot, context)
     dest = page.import_path(pod_copy)
     assert dest is not None and (dest / "remote.json").is_file()
-    rows = {page.table.item(r, 0).text(): page.table.item(r, 3).text() for r in range(page.table.rowCount())}
+    rows = {page.table.item(r, 0).text(): page.table.item(r, STATUS_COLUMN).text() for r in range(page.table.rowCount())}
     assert rows == {run.name: "failed", "pod-run": "failed (remote)"}
     page.table.select_paths(["pod-run"])
     assert not page.buttons["resume"].isEnabled()

@@ -130,3 +130,26 @@ def test_self_test_counts_ten_thousand_images_in_a_kohya_folder(tmp_path: Path) 
     assert out.returncode == 0, out.stderr[-2000:]
     facts = json.loads(out.stdout.strip().splitlines()[-1])
     assert facts["dataset_images"] == 10_000
+
+
+def test_the_demo_says_what_it_is_and_that_train_is_next(window: MainWindow, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QPushButton
+
+    from studio.core.project.demo import create_demo_project
+    from studio.core.project.folder import create_project
+
+    banner = window.demo_banner
+    window.set_project(create_demo_project(tmp_path / "demo"))  # the tiny model is not built here
+    assert banner.isVisibleTo(window)
+    text = banner.text.text()
+    assert "demo project" in text and "Next: open Train and press Train" in text and "noise" in text
+    banner.findChild(QPushButton, "demo_banner_train").click()
+    assert window.stack.currentWidget().objectName() == "page_train"
+
+    window.set_project(create_project(tmp_path / "mine"))  # a project of one's own: no banner
+    assert not banner.isVisibleTo(window)
+    window.set_project(create_demo_project(tmp_path / "demo"))
+    banner.findChild(QPushButton, "demo_banner_hide").click()
+    window.set_project(create_project(tmp_path / "mine"))
+    window.set_project(create_demo_project(tmp_path / "demo"))
+    assert not banner.isVisibleTo(window)  # hidden for good

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from studio.core.project.folder import PROJECT_FILE
 from studio.gui.application import make_settings
@@ -91,7 +91,7 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TMPDIR=str(temp))
     shots = tmp_path / "shots"
     out = subprocess.run(
-        [sys.executable, "-m", "studio", "--self-test", "--screenshots", str(shots)],
+        [sys.executable, "-m", "studio", "--self-test", "--size", "1280x720", "--screenshots", str(shots)],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
     )
     assert out.returncode == 0, out.stderr
@@ -99,9 +99,14 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     assert facts["torch_imported"] is False
     assert facts["pages"] == ["page_dataset", "page_model", "page_train", "page_runs", "page_export"]
     assert facts["first_paint_ms"] > 0
+    assert facts["window_size"] == [1280, 720]
+    assert facts["runs_rows_visible"] >= 5
     pngs = sorted(p.name for p in shots.glob("*.png"))
     assert len(pngs) == 5 and pngs[0] == "01-page_dataset.png"
     assert all((shots / p).stat().st_size > 1000 for p in pngs)
+    from PySide6.QtGui import QImage
+
+    assert QImage(str(shots / pngs[3])).size().toTuple() == (1280, 720)
     assert list(temp.iterdir()) == []  # its scratch folder (settings, demo project) is gone
 
 
@@ -167,3 +172,28 @@ def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path
     builder = psutil.Process(window.model_builder.pid())
     window.close()
     assert not builder.is_running() or builder.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_go_menu_reads_as_the_pages_are_named(window: MainWindow) -> None:
+    go = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Go")
+    # iconText() is the text as drawn, without shortcut marks: "Model & Preset", not "Model _Preset".
+    assert [a.iconText() for a in go.actions()] == ["Dataset", "Model & Preset", "Train", "Runs", "Export"]
+
+
+def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence
+
+    monkeypatch.setenv("STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda _url: False)  # no handler, as on a bare Linux
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "information", lambda _parent, _title, text: shown.append(text))
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    docs = next(a for a in help_menu.actions() if a.shortcut() == QKeySequence("F1"))
+    docs.trigger()
+    assert len(shown) == 1 and "No program on this desktop opens the documentation" in shown[0]
+    assert QGuiApplication.clipboard().text() in shown[0] and QGuiApplication.clipboard().text().endswith(".md")
+    page = window.show_page("page_export")
+    page.findChild(QPushButton, "export_edit_catalogue").click()
+    assert len(shown) == 2 and "prices and speeds" in shown[1]
+    assert Path(QGuiApplication.clipboard().text()).is_file()

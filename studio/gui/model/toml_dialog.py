@@ -1,0 +1,126 @@
+"""The project's studio.toml as text: edited here, checked, and written only once it is valid."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextFormat
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.config.errors import ConfigError
+from studio.core.config.toml_file import dump_config
+from studio.gui.config_watch import read_text
+from studio.gui.context import StudioContext
+from studio.gui.page import named
+
+
+class TomlDialog(QDialog):
+    """Apply validates the text (every problem shown with its line) and only then saves it."""
+
+    def __init__(self, context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.context = context
+        self.setObjectName("toml_dialog")
+        self.setWindowTitle("studio.toml")
+        self.view = named(QPlainTextEdit(), "toml_view")
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.problems = named(QLabel(), "toml_problems")
+        self.problems.setWordWrap(True)
+        self.problems.setStyleSheet("color: #c62828;")
+        self.apply_button = named(QPushButton("Apply"), "toml_apply")
+        self.apply_button.setToolTip("Check the text and save it as the project's studio.toml")
+        self.revert_button = named(QPushButton("Revert"), "toml_revert")
+        close = QPushButton("Close")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.apply_button)
+        buttons.addWidget(self.revert_button)
+        buttons.addStretch(1)
+        buttons.addWidget(close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.problems)
+        layout.addLayout(buttons)
+        self.apply_button.clicked.connect(self.apply)
+        self.revert_button.clicked.connect(self.load)
+        close.clicked.connect(self.close)
+        self.view.textChanged.connect(self._edited)
+        context.sig_config_changed.connect(self._config_changed)
+        context.unsaved_edits.append(self.unsaved)
+        self.finished.connect(self._forget)
+        self._shown = ""
+        self.load()
+        self.resize(640, 560)
+
+    def current_text(self) -> str:
+        """What studio.toml holds now (with the person's comments), or the config as TOML."""
+        project = self.context.project
+        text = read_text(project.config_path) if project is not None else None
+        if text is None and self.context.config is not None:
+            text = dump_config(self.context.config)
+        return text or ""
+
+    def load(self) -> None:
+        self._shown = self.current_text()
+        self.view.setPlainText(self._shown)
+        self._show_problems(None)
+
+    def modified(self) -> bool:
+        return self.view.toPlainText() != self._shown
+
+    def unsaved(self) -> str:
+        return "the TOML being edited" if self.isVisible() and self.modified() else ""
+
+    def apply(self) -> bool:
+        """Validate and save; False (and each problem with its line) when the text cannot be used."""
+        if self.context.project is None:
+            self._show_problems("Open a project first: the TOML is its studio.toml.")
+            return False
+        text = self.view.toPlainText()
+        try:
+            self.context.apply_toml(text)
+        except ConfigError as exc:
+            self._show_problems(exc.describe(), [i.line for i in exc.issues if i.line])
+            return False
+        except OSError as exc:
+            self._show_problems(f"studio.toml could not be written: {exc}")
+            return False
+        self._shown = text
+        self._show_problems(None)
+        self.context.status("Saved studio.toml")
+        return True
+
+    def _show_problems(self, text: str | None, lines: list[int] | None = None) -> None:
+        self.problems.setText(f"⚠ Not saved: {text}" if text else "")
+        self.problems.setVisible(bool(text))
+        marks = []
+        for line in lines or []:
+            block = self.view.document().findBlockByNumber(line - 1)
+            if not block.isValid():
+                continue
+            mark = QTextEdit.ExtraSelection()
+            fmt = QTextCharFormat()
+            fmt.setBackground(self.palette().color(self.palette().ColorRole.Highlight).lighter(170))
+            fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
+            mark.format = fmt
+            mark.cursor = QTextCursor(block)
+            marks.append(mark)
+        self.view.setExtraSelections(marks)
+
+    def _edited(self) -> None:
+        self.apply_button.setEnabled(self.modified())
+
+    def _config_changed(self, _config: object) -> None:
+        if not self.modified():  # a change from the form or from disk shows here too
+            self.load()
+
+    def _forget(self) -> None:
+        if self.unsaved in self.context.unsaved_edits:
+            self.context.unsaved_edits.remove(self.unsaved)
+        self.context.sig_config_changed.disconnect(self._config_changed)

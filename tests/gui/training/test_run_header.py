@@ -1,0 +1,29 @@
+"""The run header counts as a person does: the first epoch is 1, a stopped stretch is not elapsed time."""
+
+from __future__ import annotations
+
+from pytestqt.qtbot import QtBot
+
+from studio.core.runs.events import RunFinished, RunStarted, Step
+from studio.core.runs.run_model import RunModel
+from studio.gui.widgets.run_header import RunHeader
+
+
+def test_first_epoch_is_one_and_the_stopped_time_is_left_out(qtbot: QtBot) -> None:
+    header = RunHeader()
+    qtbot.addWidget(header)
+    model = RunModel()
+    header.refresh(model)
+    assert header.epoch.text() == "–"
+    model.apply(RunStarted(config={}, world_size=1, total_steps=20, devices=["cpu"], time=1000.0))
+    model.apply(Step(step=1, epoch=0, loss=0.5, lr=1e-4, time=1060.0))
+    header.refresh(model)
+    assert header.epoch.text() == "1"
+    model.apply(RunFinished(status="stopped", step=1, time=1120.0))
+    model.apply(RunStarted(config={}, world_size=1, total_steps=20, devices=["cpu"], resumed_from_step=1,
+                           time=4720.0))  # an hour later
+    model.apply(Step(step=2, epoch=1, loss=0.4, lr=1e-4, time=4780.0))
+    model.apply(RunFinished(status="completed", step=2, time=4780.0))
+    header.refresh(model)
+    assert header.epoch.text() == "2"
+    assert header.elapsed.text() == "3:00"  # 2 minutes, then 1 after the resume

@@ -1,0 +1,78 @@
+"""The Sample settings tab writes sampling.* to studio.toml, and the next run samples with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import load_config
+from studio.gui.context import StudioContext
+from studio.gui.training.sampling_editor import SamplingEditor
+from tests.gui.training.conftest import make_project
+
+
+def test_prompts_and_settings_reach_the_file_and_the_run(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                         tmp_path: Path) -> None:
+    project = make_project(tmp_path, config)
+    context.set_project(project)  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    editor.show()
+    assert editor.prompt_list() == []
+
+    for prompt in ("a red circle", "a blue square on grass"):
+        editor.add_prompt()
+        row = editor.prompts.rowCount() - 1
+        editor.prompts.item(row, 0).setText(prompt)  # what typing into the cell does
+    editor.negative.setText("blurry")
+    editor.negative.editingFinished.emit()
+    for spin, value in ((editor.steps, 12), (editor.seed, 7)):
+        spin.setValue(value)
+        spin.editingFinished.emit()
+    editor.guidance.setValue(5.5)
+    editor.guidance.editingFinished.emit()
+    editor.vae_tiling.setCurrentIndex(editor.vae_tiling.findData("on"))
+    editor.vae_tiling.activated.emit(editor.vae_tiling.currentIndex())
+
+    saved = load_config(context.project.config_path).sampling  # type: ignore[union-attr]
+    assert saved.prompts == ["a red circle", "a blue square on grass"]
+    assert saved.every_n_steps == 100  # a first prompt turns samples on
+    assert (saved.negative_prompt, saved.steps, saved.seed, saved.guidance, saved.vae_tiling) == (
+        "blurry", 12, 7, 5.5, "on")
+
+    # A size that is not a multiple of 8 is refused with the reason; the file keeps the last good value.
+    editor.sample_size.setValue(100)
+    editor.sample_size.editingFinished.emit()
+    assert "multiple of 8" in editor.problem.text()
+    assert load_config(context.project.config_path).sampling.size is None  # type: ignore[union-attr]
+
+    # Removing a prompt by keyboard-selected row.
+    editor.prompts.setCurrentCell(0, 0)
+    editor.remove_selected()
+    assert load_config(context.project.config_path).sampling.prompts == ["a blue square on grass"]  # type: ignore[union-attr]
+
+    ctl = context.run_controller
+    from tests.gui.training.conftest import fake_command
+
+    ctl.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    assert context.config is not None
+    run_dir = ctl.start_config(context.config, project.root)  # type: ignore[attr-defined]
+    assert run_dir is not None
+    qtbot.waitUntil(lambda: not ctl.running, timeout=15000)
+    resolved = load_config(run_dir / "config.toml").sampling
+    assert resolved.prompts == ["a blue square on grass"] and resolved.steps == 12 and resolved.negative_prompt == "blurry"
+
+
+def test_a_change_on_disk_shows_in_the_editor(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                              tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    path = context.project.config_path  # type: ignore[union-attr]
+    path.write_text(path.read_text() + '\n[sampling]\nprompts = ["from my editor"]\nevery_n_steps = 5\n')
+    qtbot.waitUntil(lambda: editor.prompt_list() == ["from my editor"], timeout=5000)
+    assert editor.every.value() == 5
+    assert Qt.ItemFlag.ItemIsEditable & editor.prompts.item(0, 0).flags()
