@@ -6,6 +6,7 @@ Add fields freely; rename none (add a migration instead).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -250,78 +251,104 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        t, m, d = self.training, self.method, self.dataset
-        if t.cache_text_embeddings and m.train_text_encoder:
-            raise Contradiction(
-                "training.cache_text_embeddings",
-                True,
-                "cached text embeddings cannot be used while method.train_text_encoder = true "
-                "(the encoder changes every step); turn one of them off",
-            )
-        if t.cache_text_embeddings and d.shuffle_tags:
-            raise Contradiction(
-                "training.cache_text_embeddings",
-                True,
-                "cached text embeddings cannot follow dataset.shuffle_tags = true "
-                "(each step has a different caption); turn one of them off",
-            )
-        if t.cache_text_embeddings and d.caption_dropout > 0:
-            # Dropout to the empty caption is cheap to cache too; allowed.
-            pass
-        if t.cache_latents and (d.flip or d.crop == "random"):
-            raise Contradiction(
-                "training.cache_latents",
-                True,
-                "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
-                "(each epoch sees a different image); turn the augmentation or the cache off",
-            )
-        if t.checkpointing_interval > 1 and not t.gradient_checkpointing:
-            raise Contradiction(
-                "training.checkpointing_interval", t.checkpointing_interval,
-                "only applies with training.gradient_checkpointing = true (it says which blocks recompute); "
-                "turn gradient checkpointing on, or set the interval back to 1",
-            )
-        if t.cache_latents_to_disk and not t.cache_latents:
-            raise Contradiction(
-                "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
-            )
-        if d.min_bucket > d.max_bucket:
-            raise Contradiction(
-                "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
-            )
-        if self.output.save_every_n_epochs and m.kind != "lora":
-            raise Contradiction("output.save_every_n_epochs", self.output.save_every_n_epochs,
-                                 "applies to LoRA runs; a DreamBooth run would write a whole model each time "
-                                 "(use output.save_every_n_steps checkpoints and resume instead)")
-        if self.model.family != "sd15" and self.model.clip_skip != 1:
-            raise Contradiction("model.clip_skip", self.model.clip_skip,
-                                 f"only applies to family sd15; {self.model.family} always uses the text "
-                                 "encoders' penultimate layer, so leave it at 1")
-        if self.model.family != "sd3" and (self.model.use_t5 or m.blocks):
-            key = "model.use_t5" if self.model.use_t5 else "method.blocks"
-            raise Contradiction(key, self.model.use_t5 if key == "model.use_t5" else m.blocks,
-                                 f"only applies to family sd3, not {self.model.family}")
-        if self.model.fp8_base and m.kind != "lora":
-            raise Contradiction("model.fp8_base", True,
-                                "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
-                                "would store, so turn one of them off")
-        if self.model.fp8_base and m.use_dora:
-            raise Contradiction("model.fp8_base", True,
-                                "cannot be combined with method.use_dora = true: DoRA computes with the base "
-                                "weights themselves, which fp8 stores in 8 bits; turn one of them off")
-        if self.launch.machine_rank >= self.launch.num_machines:
-            raise Contradiction(
-                "launch.machine_rank",
-                self.launch.machine_rank,
-                f"must be below launch.num_machines ({self.launch.num_machines})",
-            )
-        if self.launch.num_processes < self.launch.num_machines:
-            raise Contradiction(
-                "launch.num_processes",
-                self.launch.num_processes,
-                f"must be at least launch.num_machines ({self.launch.num_machines})",
-            )
+        for rule in CONSISTENCY_RULES:
+            rule(self)
         return self
+
+
+def _check_caches(config: TrainConfig) -> None:
+    """A cache holds what every step would otherwise compute; nothing may change it between steps."""
+    t, d = config.training, config.dataset
+    if t.cache_text_embeddings and config.method.train_text_encoder:
+        raise Contradiction(
+            "training.cache_text_embeddings",
+            True,
+            "cached text embeddings cannot be used while method.train_text_encoder = true "
+            "(the encoder changes every step); turn one of them off",
+        )
+    if t.cache_text_embeddings and d.shuffle_tags:
+        raise Contradiction(
+            "training.cache_text_embeddings",
+            True,
+            "cached text embeddings cannot follow dataset.shuffle_tags = true "
+            "(each step has a different caption); turn one of them off",
+        )
+    # Dropout to the empty caption is cheap to cache too: caption_dropout is allowed with the cache.
+    if t.cache_latents and (d.flip or d.crop == "random"):
+        raise Contradiction(
+            "training.cache_latents",
+            True,
+            "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
+            "(each epoch sees a different image); turn the augmentation or the cache off",
+        )
+    if t.cache_latents_to_disk and not t.cache_latents:
+        raise Contradiction(
+            "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
+        )
+
+
+def _check_training(config: TrainConfig) -> None:
+    t, d = config.training, config.dataset
+    if t.checkpointing_interval > 1 and not t.gradient_checkpointing:
+        raise Contradiction(
+            "training.checkpointing_interval", t.checkpointing_interval,
+            "only applies with training.gradient_checkpointing = true (it says which blocks recompute); "
+            "turn gradient checkpointing on, or set the interval back to 1",
+        )
+    if d.min_bucket > d.max_bucket:
+        raise Contradiction(
+            "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
+        )
+    if config.output.save_every_n_epochs and config.method.kind != "lora":
+        raise Contradiction("output.save_every_n_epochs", config.output.save_every_n_epochs,
+                             "applies to LoRA runs; a DreamBooth run would write a whole model each time "
+                             "(use output.save_every_n_steps checkpoints and resume instead)")
+
+
+def _check_family_options(config: TrainConfig) -> None:
+    """Options that exist for one family only."""
+    model, method = config.model, config.method
+    if model.family != "sd15" and model.clip_skip != 1:
+        raise Contradiction("model.clip_skip", model.clip_skip,
+                             f"only applies to family sd15; {model.family} always uses the text "
+                             "encoders' penultimate layer, so leave it at 1")
+    if model.family != "sd3" and (model.use_t5 or method.blocks):
+        key = "model.use_t5" if model.use_t5 else "method.blocks"
+        raise Contradiction(key, model.use_t5 if key == "model.use_t5" else method.blocks,
+                             f"only applies to family sd3, not {model.family}")
+
+
+def _check_fp8(config: TrainConfig) -> None:
+    if config.model.fp8_base and config.method.kind != "lora":
+        raise Contradiction("model.fp8_base", True,
+                            "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
+                            "would store, so turn one of them off")
+    if config.model.fp8_base and config.method.use_dora:
+        raise Contradiction("model.fp8_base", True,
+                            "cannot be combined with method.use_dora = true: DoRA computes with the base "
+                            "weights themselves, which fp8 stores in 8 bits; turn one of them off")
+
+
+def _check_launch(config: TrainConfig) -> None:
+    launch = config.launch
+    if launch.machine_rank >= launch.num_machines:
+        raise Contradiction(
+            "launch.machine_rank",
+            launch.machine_rank,
+            f"must be below launch.num_machines ({launch.num_machines})",
+        )
+    if launch.num_processes < launch.num_machines:
+        raise Contradiction(
+            "launch.num_processes",
+            launch.num_processes,
+            f"must be at least launch.num_machines ({launch.num_machines})",
+        )
+
+
+# Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
+CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
+    _check_caches, _check_training, _check_family_options, _check_fp8, _check_launch,
+)
 
 
 def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:
