@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.hardware.local_architecture import local_architecture
 from studio.core.hardware.memory_data import (
     BYTES,
     MB,
@@ -87,7 +88,12 @@ class RunFacts:
 
 
 def run_facts(config: TrainConfig, device: str) -> RunFacts:
-    facts = RunFacts(config, device, load_architecture(config.model.family), load_calibration())
+    arch = local_architecture(load_architecture(config.model.family), config.model.base)
+    facts = RunFacts(config, device, arch, load_calibration())
+    if "local_model" in arch:
+        local = arch["local_model"]
+        facts.notes.append(f"sized for {local['name']}: {local['denoiser_params'] / 1e6:,.1f} M denoiser parameters "
+                           f"(the full-size {config.model.family} has {local['published_params'] / 1e6:,.0f} M)")
     if facts.batch > config.training.batch_size:
         facts.notes.append("prior preservation doubles the batch (instance + class images)")
     return facts

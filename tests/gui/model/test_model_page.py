@@ -279,3 +279,22 @@ def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) ->
     plan_label = page.findChild(QLabel, "estimate_batch_plan")
     qtbot.waitUntil(lambda: f"batch {expected.largest} fits" in plan_label.text(), timeout=2000)
     assert "largest batch that fits" in plan_label.text()
+
+
+def test_a_project_with_the_demos_tiny_model_is_estimated_at_its_size(qtbot, tmp_path: Path, tiny_sd15: Path) -> None:
+    import shutil
+
+    project = create_project(tmp_path / "project")
+    shutil.copytree(tiny_sd15, project.root / "models" / "tiny-sd15")
+    config = load_config(project.config_path)
+    config.model.base = "models/tiny-sd15"  # relative to the project, as the demo writes it
+    project.save_config(config)
+    context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx3060-12gb")
+    context.set_project(project)
+    page = ModelPage(context)
+    qtbot.addWidget(page)
+    qtbot.waitUntil(lambda: page.estimate.estimate is not None and page.gpu is not None, timeout=10000)
+    page.update_estimates()
+    total = page.findChild(QLabel, "estimate_total").text()
+    assert re.search(r"Estimated peak: 0\.\d&nbsp;GB", total), total
+    assert "sized for tiny-sd15" in page.findChild(QLabel, "estimate_breakdown").text()
