@@ -20,6 +20,7 @@ Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
 FrozenDtype = Literal["auto", "fp32", "fp16", "bf16"]
 OutputFormat = Literal["diffusers", "kohya", "single_file"]
+Strategy = Literal["ddp", "fsdp"]
 _DEFAULT_FORMATS: tuple[OutputFormat, ...] = ("diffusers", "kohya")
 
 
@@ -227,6 +228,13 @@ class LaunchSection(Section):
     machine_rank: int = Field(default=0, ge=0, description="This machine's rank.")
     python: str | None = Field(default=None, description="Training interpreter; empty means the studio's own.")
     cpu: bool = Field(default=False, description="Train on the CPU even when a GPU exists.")
+    strategy: Strategy = Field(
+        default="ddp",
+        description="How several processes share a run: ddp keeps the trained weights, their gradients and the "
+        "optimizer state whole on every GPU; fsdp (fully sharded data parallel) splits them across the GPUs, "
+        "so a full fine-tune too large for one card trains on several. fsdp is for DreamBooth, in bf16 or "
+        "full precision.",
+    )
 
 
 class TrainConfig(Section):
@@ -290,6 +298,7 @@ class TrainConfig(Section):
             raise Contradiction("model.fp8_base", True,
                                 "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
                                 "would store, so turn one of them off")
+        _check_strategy(self)
         if self.launch.machine_rank >= self.launch.num_machines:
             raise Contradiction(
                 "launch.machine_rank",
@@ -303,6 +312,22 @@ class TrainConfig(Section):
                 f"must be at least launch.num_machines ({self.launch.num_machines})",
             )
         return self
+
+
+def _check_strategy(config: TrainConfig) -> None:
+    """What sharding cannot do, named with the reason (one process is allowed: the trainer warns)."""
+    if config.launch.strategy != "fsdp":
+        return
+    if config.method.kind == "lora":
+        raise Contradiction("launch.strategy", "fsdp",
+                            "shards the weights a full fine-tune trains; a LoRA's trained weights are a few "
+                            "megabytes, and the frozen base is not sharded. Use strategy \"ddp\" for LoRA "
+                            "(or method.kind = \"dreambooth\")")
+    if config.training.mixed_precision == "fp16":
+        raise Contradiction("launch.strategy", "fsdp",
+                            "is not available with training.mixed_precision = \"fp16\" (sharded gradients "
+                            "would need a sharded loss scaler); use \"bf16\" (every GPU since the RTX 30 and "
+                            "A100 series has it) or \"no\"")
 
 
 def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:

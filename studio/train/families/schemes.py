@@ -32,6 +32,15 @@ class NoiseScheme(Protocol):
     def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor: ...
 
 
+def noise_each(scheme: NoiseScheme, latents: torch.Tensor, seeds: list[int]) -> Noised:
+    """Noise and timesteps for every sample from its own seed: a sample's noise does not depend on how
+    many ranks share the global batch, so 2 GPUs with batch 2 train what 1 GPU with batch 4 trains."""
+    parts = [scheme.noise(latents[i : i + 1], torch.Generator("cpu").manual_seed(seed))
+             for i, seed in enumerate(seeds)]
+    return Noised(*(torch.cat([getattr(part, name) for part in parts])
+                    for name in ("noisy", "timesteps", "target", "weights")))
+
+
 def randn_like_on_cpu(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """Noise drawn on the CPU from `generator`, so a run is reproducible on any device."""
     return torch.randn(shape, generator=generator, dtype=torch.float32).to(like.device, like.dtype)
