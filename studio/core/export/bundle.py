@@ -240,8 +240,9 @@ def export_bundle(
         "main_process_ip": main_address, "main_process_port": port, "python": None, "cpu": False})
     _refuse_secrets_and_paths(bundle, remote_base, remote_dataset, config_path)
 
+    _choose_strategy(bundle, gpu or _GENERIC_GPU, warnings)
     estimator = vram_estimator(bundle)
-    vram = estimator(gpu or _GENERIC_GPU)
+    vram = estimator(gpu or _GENERIC_GPU, processes)
     if gpu is not None and vram is not None and vram > gpu.vram_mb:
         warnings.append(f"the estimate ({vram / 1024:.1f} GB per GPU) exceeds the {gpu.name}'s {gpu.vram_gb:.0f} GB")
 
@@ -292,6 +293,23 @@ def export_bundle(
     if progress:
         progress("done", 1, 1)
     return report
+
+
+def _choose_strategy(bundle: TrainConfig, gpu: GpuType, warnings: list[str]) -> None:
+    """Shard a DreamBooth whose data-parallel copies would not fit the remote GPUs (and say so)."""
+    from studio.core.hardware.report import GPUInfo
+    from studio.core.hardware.sharded_estimate import plan_gpus
+
+    processes = bundle.launch.num_processes
+    if processes < 2 or bundle.launch.strategy != "ddp":
+        return
+    info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)
+    plan = plan_gpus(bundle, info, processes)
+    if plan.proposes_fsdp and plan.fsdp is not None:
+        bundle.launch.strategy = "fsdp"
+        warnings.append(f"launch.strategy ddp -> fsdp: data parallel needs {plan.ddp.total_gb:.1f} GB per GPU, more "
+                        f"than the {gpu.name}'s {gpu.vram_gb:.0f} GB; sharded across {processes} GPUs it needs "
+                        f"{plan.fsdp.total_gb:.1f} GB")
 
 
 def _concept_pairs(bundle: TrainConfig, resolved: TrainConfig) -> list[tuple[Any, Any]]:

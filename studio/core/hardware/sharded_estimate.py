@@ -47,6 +47,14 @@ def with_strategy(config: TrainConfig, gpus: int, strategy: Strategy) -> TrainCo
     return TrainConfig.model_validate(data)
 
 
+def run_config(config: TrainConfig, gpu: GPUInfo | None, gpus: int) -> TrainConfig:
+    """`config` as it would run on `gpus` GPUs like `gpu`: a data-parallel run that does not fit them
+    becomes sharded where that fits (the bundle's and the cost table's choice)."""
+    if gpus > 1 and config.launch.strategy == "ddp" and plan_gpus(config, gpu, gpus).proposes_fsdp:
+        return with_strategy(config, gpus, "fsdp")
+    return with_strategy(config, gpus, config.launch.strategy)
+
+
 def plan_gpus(config: TrainConfig, gpu: GPUInfo | None, gpus: int) -> GpuPlan:
     """The per-GPU estimate of `config` on `gpus` GPUs like `gpu`, data parallel and fully sharded."""
     ddp = estimate_vram(with_strategy(config, gpus, "ddp"), gpu)
