@@ -3,6 +3,7 @@
 
     python3 dev.py run      # make .venv, install the studio, open it on the demo project
     python3 dev.py test     # make .venv, install everything, run lint and the whole test suite
+    python3 dev.py package  # build the desktop app for this system (dist/: the app and its download)
     python3 dev.py setup    # only make the environments
 
 On Windows use `py dev.py run` / `py dev.py test`.
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 CORE_VENV = ROOT / ".venv-core"
+PACKAGE_VENV = ROOT / ".venv-package"
 CONSTRAINTS = ROOT / "constraints" / "ci.txt"
 WINDOWS = os.name == "nt"
 # PyPI's Windows wheels of torch are CPU-only; the CUDA ones come from PyTorch's own index.
@@ -101,7 +103,7 @@ def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py"], env=env)
+    run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     run([python, "-m", "mypy", "studio"], env=env)
     print("\n== core tests without PySide6 or torch ==", flush=True)
     run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider"],
@@ -117,6 +119,10 @@ def main(argv: list[str]) -> None:
         run([python, "-m", "studio", *argv[1:]])
     elif command == "test":
         test(argv[1:])
+    elif command == "package":
+        # The window's dependencies and PyInstaller only: nothing of the trainer can slip into the app.
+        python = ensure_env(PACKAGE_VENV, "gui,package", ["-c", str(CONSTRAINTS)], "packaging")
+        run([python, ROOT / "packaging" / "build_app.py", *argv[1:]])
     elif command == "setup":
         setup(dev=True)
         setup_core()

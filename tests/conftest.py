@@ -17,8 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The tiny pipelines, tiny captioners, the fake hub and the demo dataset, built once per session for every folder.
-pytest_plugins = ["fixtures.training", "fixtures.captioners", "fixtures.fake_hub"]
+# The tiny pipelines, tiny captioners, the fake hub, a stand-in wheelhouse and the demo dataset,
+# built once per session for every folder.
+pytest_plugins = ["fixtures.training", "fixtures.captioners", "fixtures.fake_hub", "fixtures.trainenv"]
 
 try:
     import pytestqt  # noqa: F401

@@ -16,10 +16,7 @@ from collections.abc import Sequence
 
 from studio import __version__
 from studio.core.config.errors import ConfigError
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.describe(), file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `studio-train ... | head` stopped reading: the rest was not wanted
+        from studio.cli._follow import Terminal
+
+        Terminal().hang_up()
+        return EXIT_FAILED
     return int(code or 0)
 
 

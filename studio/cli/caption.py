@@ -18,7 +18,6 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from studio.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from studio.core.dataset.auto_caption import (
     DEFAULT_CHARACTER_THRESHOLD,
     DEFAULT_GENERAL_THRESHOLD,
@@ -30,13 +29,12 @@ from studio.core.dataset.auto_caption import (
     CaptionRules,
     parse_blacklist,
 )
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 if TYPE_CHECKING:
     from studio.caption.dataset import CaptionDataset
     from studio.caption.job import JobPlan, JobResult
     from studio.core.dataset.captioner_models import CaptionerSource
-
-EXIT_STOPPED = 130
 
 
 def register(sub: Any) -> None:
@@ -212,7 +210,7 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
     reporter(finished_event(result))
     if not args.json:
         _summary(result, source.name, args.dry_run, len(plan.todo))
-    return EXIT_STOPPED if result.status == "stopped" else EXIT_OK
+    return EXIT_INTERRUPTED if result.status == "stopped" else EXIT_OK
 
 
 def _nothing_reason(plan: JobPlan, rules: CaptionRules) -> str:

@@ -29,13 +29,14 @@ def run(args: argparse.Namespace) -> int:
     from studio.core.config.errors import ConfigError
     from studio.core.config.schema import ConceptSection
     from studio.core.dataset.checks import check_concepts
+    from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
     from studio.core.project.folder import is_project, open_project
 
     folder = Path(args.dir).expanduser()
     if not folder.is_dir():
         print(f"error: {folder} is not a folder; give the folder holding the images or a project folder",
               file=sys.stderr)
-        return 2
+        return EXIT_INVALID
     resolution = args.resolution
     if is_project(folder):
         project = open_project(folder)
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             config = project.load_config()
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return EXIT_INVALID
         concepts, base = list(config.dataset.concepts), project.root
         resolution = resolution or config.dataset.resolution
     else:
@@ -55,4 +56,4 @@ def run(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(problem)
         print(f"{report.images} images: {len(report.errors)} errors, {len(report.warnings)} warnings")
-    return 1 if report.errors else 0
+    return EXIT_FAILED if report.errors else EXIT_OK

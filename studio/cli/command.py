@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from studio.cli import EXIT_OK
 from studio.core.config.toml_file import load_config
+from studio.core.exit_codes import EXIT_OK
 from studio.core.runs.launch import (
     build_command,
     format_command,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from studio.cli import EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 
 def register(sub: Any) -> None:

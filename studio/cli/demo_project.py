@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import Any
 
-from studio.cli import EXIT_FAILED, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_OK
 
 
 def register(sub: Any) -> None:

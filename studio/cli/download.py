@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from studio.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
 
 def register(subparsers: Any) -> None:

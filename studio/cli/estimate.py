@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studio.cli import EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 FIT_WORDS = {"fits": "fits", "tight": "fits, but tight (within 10%)", "does_not_fit": "does NOT fit"}
 SHORT_FIT_WORDS = {"fits": "fits", "tight": "tight", "does_not_fit": "does NOT fit"}

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studio.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
 
 def register(sub: Any) -> None:

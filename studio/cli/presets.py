@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-from studio.cli import EXIT_FAILED, EXIT_OK
 from studio.core.config.errors import ConfigError
+from studio.core.exit_codes import EXIT_FAILED, EXIT_OK
 
 
 def register(sub: Any) -> None:

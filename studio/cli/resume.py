@@ -1,6 +1,8 @@
 """`studio-train resume RUN_DIR`: continue a stopped or killed run from its newest checkpoint.
 
-A run that already completed is refused: resuming it would train it again from step 0.
+Refused, with what to do instead: a run that already completed (resuming it would train it
+again from step 0), a run another trainer is training now (its lock), and a run imported from
+another machine (its paths are that machine's).
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studio.cli import EXIT_INVALID
-from studio.cli.run import stream_training
+from studio.cli._follow import follow_training
 from studio.core.config.toml_file import load_config
-from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE
-from studio.core.runs.launch import build_command, format_command, training_python
-from studio.train.entry import EXIT_FAILED, already_completed_message, completed_run
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
+from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
+from studio.core.runs.launch import build_command, format_command, python_problem, training_python
+from studio.core.runs.lock import RunLockedError, lock_holder
+from studio.core.runs.outcome import already_completed_message, completed_run
 
 
 def register(sub: Any) -> None:
@@ -29,11 +32,30 @@ def run(args: argparse.Namespace) -> int:
     if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / ACCELERATE_FILE).is_file():
         print(f"{run_dir} is not a run folder (it needs {CONFIG_FILE} and {ACCELERATE_FILE})", file=sys.stderr)
         return EXIT_INVALID
-    finished = completed_run(run_dir)
-    if finished is not None:
-        print(already_completed_message(run_dir, finished), file=sys.stderr)
+    refusal = _refusal(run_dir)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
         return EXIT_FAILED
     config = load_config(run_dir / CONFIG_FILE)
+    problem = python_problem(config)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INVALID
     command = build_command(run_dir, training_python(config), resume=True)
     print(f"command: {format_command(command)}", flush=True)
-    return stream_training(command, run_dir)
+    return follow_training(command, run_dir)
+
+
+def _refusal(run_dir: Path) -> str | None:
+    """Why this run folder must not be resumed from here, or None."""
+    finished = completed_run(run_dir)
+    if finished is not None:
+        return already_completed_message(run_dir, finished)
+    holder = lock_holder(run_dir)
+    if holder is not None:
+        return str(RunLockedError(run_dir, holder))
+    if (run_dir / REMOTE_FILE).exists():
+        return (f"{run_dir.name} was imported from another machine ({REMOTE_FILE}): its config names that "
+                "machine's paths; resume it there with its bundle, or, if you copied it here to continue "
+                f"it on this machine, delete {run_dir / REMOTE_FILE} first")
+    return None

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from studio.cli import EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 FAMILIES = ("sd15", "sdxl", "sd3")
 

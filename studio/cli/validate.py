@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from studio.cli import EXIT_INVALID, EXIT_OK
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import dump_resolved, load_config
+from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 
 def register(sub: Any) -> None:

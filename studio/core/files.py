@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
+import time
+from collections.abc import Iterable
 from pathlib import Path
+
+# The temporary files of the writes below and of the caption store: ".NAME.XXXXXXXX.tmp".
+TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+# A save renames its temporary file within milliseconds; one this old was left by a killed save.
+STALE_TEMP_S = 300.0
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -29,3 +37,32 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     atomic_write_bytes(path, text.encode(encoding))
+
+
+def leftover_temp_files(folder: str | Path, min_age_s: float = STALE_TEMP_S) -> list[Path]:
+    """Temporary files of interrupted saves in `folder` (not its subfolders), at least `min_age_s` old."""
+    cutoff = time.time() - min_age_s
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if TEMP_NAME.match(entry.name) and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        if entry.stat(follow_symlinks=False).st_mtime <= cutoff:
+                            found.append(Path(entry.path))
+    except OSError:
+        return []
+    return sorted(found)
+
+
+def remove_leftover_temp_files(folders: Iterable[str | Path], min_age_s: float = STALE_TEMP_S) -> list[Path]:
+    """Delete what interrupted saves left in `folders`; returns the files removed."""
+    removed = []
+    for folder in dict.fromkeys(Path(f) for f in folders):
+        for path in leftover_temp_files(folder, min_age_s):
+            try:
+                path.unlink()
+            except OSError:
+                continue  # gone already, or not ours to delete: the check lists it
+            removed.append(path)
+    return removed

@@ -27,9 +27,12 @@ from studio import __version__
 from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.project.demo import DEMO_MODEL, create_demo_project, demo_model_ready, model_command
 from studio.core.project.folder import Project, create_project, is_project, open_project
+from studio.core.resources import app_root
+from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.process import CommandProcess
+from studio.gui.training_env import open_training_env_dialog
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,12 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _checked=False, i=index: self.nav.setCurrentRow(i))
             go_menu.addAction(action)
 
+        tools_menu = self.menuBar().addMenu("&Tools")
+        env_action = QAction("&Training Environment…", self)
+        env_action.setObjectName("action_training_env")
+        env_action.triggered.connect(lambda: open_training_env_dialog(self))
+        tools_menu.addAction(env_action)
+
         help_menu = self.menuBar().addMenu("&Help")
         docs_action = _action("&Documentation", self, QKeySequence.StandardKey.HelpContents)
         docs_action.triggered.connect(self.open_documentation)
@@ -217,6 +226,9 @@ class MainWindow(QMainWindow):
         """
         if demo_model_ready(project) or self.model_builder.is_running():
             return
+        if needs_training_env(None):
+            self.context.status("The demo's model is built with PyTorch: set up Tools → Training Environment first.")
+            return
         log = (project.root / DEMO_MODEL).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
         self.context.status("Building the demo's tiny model…")
@@ -245,7 +257,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------ help
 
     def open_documentation(self) -> None:
-        docs = Path(__file__).resolve().parents[2] / DOCS_URL
+        docs = app_root() / DOCS_URL
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(docs)))
 
     def show_about(self) -> None:

@@ -19,8 +19,8 @@ import psutil
 from PySide6.QtCore import QIODevice, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from studio.core.runs.folders import CONSOLE_FILE, request_stop
-from studio.core.runs.history import write_process_file
 from studio.core.runs.launch import format_command
+from studio.core.runs.lock import write_process_file
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,13 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
-from studio.core.runs.events import EVENTS_FILE
-from studio.core.runs.folders import CONFIG_FILE
+from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
+from studio.core.runs.lock import RunLockedError, lock_holder
+from studio.core.runs.outcome import outcome_line
 from studio.core.runs.queue import QueueError, RunQueue
 from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
+from studio.core.training_python import NoTrainingPython
 from studio.gui.process import TrainerProcess
 
 CommandFactory = Callable[[RunPlan], list[str]]
@@ -88,8 +90,11 @@ class RunController(QObject):
             return None
         try:
             plan = prepare_run(config, config_dir)
-        except OSError as exc:
-            self.sig_message.emit(f"Could not create the run folder under {config.output.dir}: {exc}")
+        except OSError as exc:  # RunFolderError: it says where and what to do
+            self.sig_message.emit(f"Could not start the run: {exc}")
+            return None
+        except NoTrainingPython as exc:
+            self.sig_message.emit(f"Cannot train yet: {exc}.")
             return None
         return plan.run_dir if self._launch(plan) else None
 
@@ -97,12 +102,21 @@ class RunController(QObject):
         if self.running:
             self.sig_message.emit(self.process.busy_message())
             return False
+        holder = lock_holder(run_dir)
+        if holder is not None:
+            self.sig_message.emit(f"Cannot resume: {RunLockedError(run_dir, holder)}")
+            return False
         try:
             config = load_config(run_dir / CONFIG_FILE)
         except (ConfigError, OSError) as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
             return False
-        plan = RunPlan(run_dir, launch.build_command(run_dir, launch.training_python(config), resume=True), config)
+        try:
+            python = launch.training_python(config)
+        except NoTrainingPython as exc:
+            self.sig_message.emit(f"Cannot resume {run_dir.name} yet: {exc}.")
+            return False
+        plan = RunPlan(run_dir, launch.build_command(run_dir, python, resume=True), config)
         return self._launch(plan, keep_model=True)
 
     def _launch(self, plan: RunPlan, keep_model: bool = False) -> bool:
@@ -152,6 +166,7 @@ class RunController(QObject):
         if how == "detached":
             self.sig_run_ended.emit("detached")
             return
+        self._say_outcome(exit_code)
         if not self.model.ended:
             if self.process.killed:
                 self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
@@ -167,6 +182,19 @@ class RunController(QObject):
         self._finish_queue_item()
         self.sig_run_ended.emit(self.model.status)
         self._start_next_queued()
+
+    def _say_outcome(self, exit_code: int) -> None:
+        """End the console (the pane and console.log) with the studio's one line about the run."""
+        run_dir = self.process.run_dir
+        if run_dir is None:
+            return
+        line = outcome_line(run_dir, exit_code)
+        try:
+            with open(run_dir / CONSOLE_FILE, "a", encoding="utf-8", errors="backslashreplace") as console:
+                console.write(line + "\n")
+        except OSError as exc:
+            self.sig_console.emit(f"[studio] cannot add to {run_dir / CONSOLE_FILE}: {exc}")
+        self.sig_console.emit(line)
 
     # ------------------------------------------------------------ stop / kill
     def stop(self) -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -22,6 +24,7 @@ from PySide6.QtCore import QMessageLogContext, QTimer, QtMsgType, qInstallMessag
 from studio.gui.event_loop import wait_for
 from studio.gui.selftest_options import SelfTestOptions
 
+REPORT_VAR = "STUDIO_SELF_TEST_REPORT"  # also write the JSON line to this file
 # Messages the offscreen platform prints for any window; they say nothing about the studio.
 BENIGN_QT_MESSAGES = (
     "This plugin does not support propagateSizeHints()",
@@ -51,11 +54,19 @@ class _Problems:
 
 
 def run_self_test(args: argparse.Namespace) -> int:
+    """Run the self-test in a scratch folder (settings, demo project) that is removed afterwards."""
+    scratch = Path(tempfile.mkdtemp(prefix="studio-selftest-"))
+    try:
+        return _self_test(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     started = psutil.Process().create_time()
     problems = _Problems()
     sys.excepthook = problems.excepthook
     qInstallMessageHandler(problems.qt_message)
-    scratch = Path(tempfile.mkdtemp(prefix="studio-selftest-"))
 
     from studio.gui.application import make_application, make_settings
 
@@ -111,5 +122,11 @@ def run_self_test(args: argparse.Namespace) -> int:
     facts["qt_warnings"] = len(problems.qt_warnings)
     facts["exceptions"] = len(problems.exceptions)
     facts["ok"] = not problems.qt_warnings and not problems.exceptions
-    print(json.dumps(facts), flush=True)
+    line = json.dumps(facts)
+    # A windowed app on Windows has no stdout; CI reads the facts from this file instead.
+    report = os.environ.get(REPORT_VAR)
+    if report:
+        Path(report).write_text(line + "\n", encoding="utf-8")
+    if sys.stdout is not None:
+        print(line, flush=True)
     return 0 if facts["ok"] else 1

@@ -125,10 +125,16 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
 
 
 def micro_batch_loader(data: MicroBatches, workers: int) -> torch.utils.data.DataLoader[dict[str, Any]]:
-    """Batches are built by the dataset itself; the loader only adds worker processes."""
+    """Batches are built by the dataset itself; the loader only adds worker processes.
+
+    The loader draws its workers' base seed from a generator of its own: from torch's global
+    one, that draw would shift every later random number (LoRA dropout) by one on a resumed
+    run, which restores the global generator before it builds the loader.
+    """
     return torch.utils.data.DataLoader(
         data, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=False,
         collate_fn=_identity,  # type: ignore[arg-type]
+        generator=torch.Generator().manual_seed(data.plan.seed),
     )
 
 

@@ -18,10 +18,21 @@ from studio.core.config.schema import ConceptSection, DatasetSection, TrainConfi
 from studio.core.dataset.buckets import bucket_for
 from studio.core.dataset.buckets import bucket_sizes as core_bucket_sizes
 from studio.core.dataset.caption_tags import join_tags, split_tags
-from studio.core.dataset.scan import DatasetError, ImageEntry, scan_class_images, scan_concept
+from studio.core.dataset.image_rules import size_problem
+from studio.core.dataset.scan import (
+    DatasetError,
+    ImageEntry,
+    ScanResult,
+    scan_class_images,
+    scan_concept_report,
+)
 from studio.train.errors import TrainError
 
 Warn = Callable[[str, "str | None", str], None]
+# Longer captions are cut to this many characters before anything else: no text encoder reads more
+# (CLIP 77 tokens, T5 at most 512, each a few characters), and tokenizing megabytes of text made
+# each step that drew such an image take seconds.
+MAX_CAPTION_CHARS = 8192
 
 
 @dataclass(frozen=True)
@@ -73,16 +84,44 @@ def _check_image(path: Path) -> tuple[int, int] | str:
             orientation = image.getexif().get(0x0112, 1)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         return f"cannot be read as an image ({exc.__class__.__name__}: {exc})"
-    if width < 8 or height < 8:
-        return f"is only {width}x{height} pixels"
+    problem = size_problem(width, height)
+    if problem is not None:
+        return problem
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
 
 
-def _scan(concept: ConceptSection) -> list[ImageEntry]:
+def _scan(concept: ConceptSection, warn: Warn) -> list[ImageEntry]:
     try:
-        return scan_concept(concept)
+        scan: ScanResult = scan_concept_report(concept)
     except DatasetError as exc:
         raise TrainError("data", str(exc), "fix dataset.concepts in the config", path=concept.path) from None
+    for folder, why in scan.unreadable_folders:
+        warn(f"the folder {folder} cannot be read ({why}); its images are left out", str(folder),
+             "give your user read access to it")
+    return scan.entries
+
+
+def _caption(entry: ImageEntry, warn: Warn) -> str | None:
+    """The caption an entry trains with (cut to MAX_CAPTION_CHARS), or None when its caption file is unreadable."""
+    if entry.caption_error is not None:
+        warn(f"skipped {entry.path.name}: its caption {entry.caption_path} cannot be read ({entry.caption_error})",
+             str(entry.caption_path), "give your user read access to the caption file, or write it again")
+        return None
+    if not entry.caption_utf8 and entry.caption_path is not None:
+        warn(
+            f"caption {entry.caption_path.name} is not UTF-8; it was read with a fallback encoding",
+            str(entry.caption_path), "save the caption file as UTF-8",
+        )
+    caption = entry.caption or ""
+    if len(caption) > MAX_CAPTION_CHARS:
+        warn(f"the caption of {entry.path.name} is {len(caption):,} characters; only its first "
+             f"{MAX_CAPTION_CHARS:,} are used (no text encoder reads more)",
+             str(entry.caption_path or entry.path), "shorten the caption; put what matters first")
+        caption = caption[:MAX_CAPTION_CHARS]
+    if not caption and not entry.is_class:
+        warn(f"{entry.path.name} has no caption; it trains with an empty prompt", str(entry.path),
+             "add a .txt caption next to it or set the concept's instance_prompt")
+    return caption
 
 
 def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
@@ -96,7 +135,7 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     sizes = bucket_sizes(dataset) if dataset.buckets else None
     items: list[TrainItem] = []
     for concept in dataset.concepts:
-        entries = _scan(concept)
+        entries = _scan(concept, warn)
         if not entries:
             raise TrainError(
                 "data", f"the image folder {concept.path} holds no images",
@@ -109,15 +148,9 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
             if isinstance(checked, str):
                 warn(f"skipped {entry.path.name}: it {checked}", str(entry.path), "replace or delete the file")
                 continue
-            if not entry.caption_utf8 and entry.caption_path is not None:
-                warn(
-                    f"caption {entry.caption_path.name} is not UTF-8; it was read with a fallback encoding",
-                    str(entry.caption_path), "save the caption file as UTF-8",
-                )
-            caption = entry.caption or ""
-            if not caption and not entry.is_class:
-                warn(f"{entry.path.name} has no caption; it trains with an empty prompt", str(entry.path),
-                     "add a .txt caption next to it or set the concept's instance_prompt")
+            caption = _caption(entry, warn)
+            if caption is None:
+                continue
             repeats = entry.repeats
             if entry.is_class:
                 # Class images balance the instance images of their concept, as many as those.

@@ -11,16 +11,21 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import load_resolved
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
-from studio.core.runs.events import Error, EventWriter, RunFinished, read_events
-from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
+from studio.core.runs.events import Error, EventWriter, RunFinished
+from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE
+from studio.core.runs.lock import RunLock, RunLockedError
+from studio.core.runs.outcome import already_completed_message, completed_run
 
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
+if TYPE_CHECKING:
+    from studio.train.errors import TrainError
+    from studio.train.reporting import Reporter
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -53,36 +58,27 @@ def resolve_run(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
     return load_resolved(plan.run_dir / CONFIG_FILE), plan.run_dir, False
 
 
-def completed_run(run_dir: Path) -> RunFinished | None:
-    """The run's final `run_finished` event when the run completed (its last one says so), else None."""
-    events = run_dir / EVENTS_FILE
-    if not events.is_file():
-        return None
-    finished = [e for e in read_events(events) if isinstance(e, RunFinished)]
-    return finished[-1] if finished and finished[-1].status == "completed" else None
-
-
-def already_completed_message(run_dir: Path, finished: RunFinished) -> str:
-    """Why a completed run is not resumed, where its outputs are, and how to train longer."""
-    return (f"the run at {run_dir} already completed {finished.step} steps; outputs are in "
-            f"{run_dir / OUTPUT_DIR}; to train longer, copy {run_dir / CONFIG_FILE}, raise "
-            "training.max_steps (or training.epochs) in the copy and start a new run with "
-            "`studio-train run COPY.toml` (it trains from the base model again)")
-
-
 def _config_failure(exc: ConfigError, args: argparse.Namespace) -> int:
     if not exc.issues:
         message = f"{exc.source} is not a prepared run folder's config; several processes cannot share it"
         hint = "start the run with `studio-train run CONFIG --processes N`, which prepares the folder"
     else:
         message, hint = exc.describe(), "fix the keys named above"
-    print(f"error (config): {message}\n  hint: {hint}", file=sys.stderr)
     folder = Path(args.resume) if args.resume else Path(args.config).parent
-    if int(os.environ.get("RANK", "0")) == 0 and (folder / ACCELERATE_FILE).is_file():
-        with EventWriter(folder / EVENTS_FILE) as writer:
-            writer.write(Error(kind="config", message=message, hint=hint, path=exc.source))
-            writer.write(RunFinished(status="failed", message=message))
-    return EXIT_CONFIG
+    if _rank_zero() and (folder / ACCELERATE_FILE).is_file():
+        # The record first: the print below may meet a terminal that is already gone.
+        try:
+            with EventWriter(folder / EVENTS_FILE) as writer:
+                writer.write(Error(kind="config", message=message, hint=hint, path=exc.source))
+                writer.write(RunFinished(status="failed", message=message))
+        except OSError as write_error:
+            message += f" (and {folder / EVENTS_FILE} cannot be written: {write_error})"
+    print(f"error (config): {message}\n  hint: {hint}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def _rank_zero() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, run_dir, resume = resolve_run(args)
     except ConfigError as exc:
         return _config_failure(exc, args)
+    from studio.train.console import own_console
+
+    own_console(run_dir)
     return train(config, run_dir, resume)
 
 
@@ -110,10 +109,38 @@ def _quiet_libraries() -> None:
 
 
 def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
-    """Run (or resume) the training of `config` in `run_dir` on this rank; the exit code."""
+    """Run (or resume) the training of `config` in `run_dir` on this rank; the exit code.
+
+    Rank 0 holds the run folder's lock throughout: a second trainer of the same folder is
+    refused before it writes anything there.
+    """
+    lock = RunLock(run_dir)
+    if _rank_zero():
+        try:
+            lock.acquire()
+        except (RunLockedError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
+    try:
+        code, processes = _train(config, run_dir, resume)
+    finally:
+        lock.release()
+    if processes > 1:
+        # Freeing DDP's reducer tears down the gloo group while its worker thread may still be
+        # dropping a finished work item; the worker waits for the GIL the destructor holds and
+        # the rank hangs forever. Every rank has passed the last barrier and rank 0 has closed
+        # its files, so the process leaves without that teardown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
+    """(exit code, process count) of this rank's training; every failure ends as an error event."""
     import torch
 
-    from studio.train.errors import TrainError, oom_hint, vram_estimate_text
+    from studio.train.errors import TrainError, disk_full_error, oom_hint, out_of_space, vram_estimate_text
     from studio.train.reporting import Reporter
     from studio.train.runtime import make_accelerator
 
@@ -127,18 +154,22 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
 
         trainer = Trainer(config, run_dir, accelerator, reporter, resume=resume)
         finished = trainer.run()
-    except TrainError as exc:
-        reporter.error(exc.kind, exc.message, exc.hint, exc.path)
-        finished, code = RunFinished(status="failed", message=exc.message), EXIT_FAILED
     except torch.OutOfMemoryError as exc:
         t = config.training
         reporter.error("oom", f"the GPU ran out of memory: {str(exc).splitlines()[0]}",
                        oom_hint(t.batch_size, config.dataset.resolution, t.gradient_checkpointing,
                                 vram_estimate_text(config)))
         finished, code = RunFinished(status="failed", message="out of memory"), EXIT_FAILED
-    except Exception as exc:
-        reporter.crash(exc)
-        finished, code = RunFinished(status="failed", message=f"{exc.__class__.__name__}: {exc}"), EXIT_FAILED
+    except TrainError as exc:
+        finished, code = _failed(reporter, exc), EXIT_FAILED
+    except Exception as exc:  # the process boundary: a full disk, or a crash reported with its traceback
+        filename = getattr(exc, "filename", None)
+        where = Path(filename).parent if isinstance(filename, str) else run_dir
+        if out_of_space(exc, where):
+            finished = _failed(reporter, disk_full_error(where, None, filename or "a file"))
+        else:
+            finished = _crashed(reporter, exc)
+        code = EXIT_FAILED
     if trainer is not None:
         finished.step = trainer.step
         trainer.stop.uninstall()  # a failed run leaves the signal handlers as it found them too
@@ -147,12 +178,15 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
     if code == 0:
         accelerator.wait_for_everyone()
     accelerator.end_training()
-    if accelerator.num_processes > 1:
-        # Freeing DDP's reducer tears down the gloo group while its worker thread may still be
-        # dropping a finished work item; the worker waits for the GIL the destructor holds and
-        # the rank hangs forever. Every rank has passed the last barrier and rank 0 has closed
-        # its files, so the process leaves without that teardown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
+    return code, accelerator.num_processes
+
+
+def _failed(reporter: Reporter, exc: TrainError) -> RunFinished:
+    reporter.emit(Error(kind=exc.kind, message=exc.message, hint=exc.hint, path=exc.path,
+                        needed_bytes=exc.needed_bytes))
+    return RunFinished(status="failed", message=exc.message)
+
+
+def _crashed(reporter: Reporter, exc: BaseException) -> RunFinished:
+    reporter.crash(exc)
+    return RunFinished(status="failed", message=f"{exc.__class__.__name__}: {exc}")

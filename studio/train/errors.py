@@ -2,16 +2,72 @@
 
 from __future__ import annotations
 
+import errno
+import shutil
+from pathlib import Path
+
+# The disk (or the person's quota on it) is full.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
 
 class TrainError(Exception):
-    """A failure a person can act on: `kind` is oom, config, data, nan, model or crash."""
+    """A failure a person can act on: `kind` is oom, config, data, nan, model, checkpoint, disk_full or crash."""
 
-    def __init__(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
+    def __init__(self, kind: str, message: str, hint: str = "", path: str | None = None,
+                 needed_bytes: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.hint = hint
         self.path = path
+        self.needed_bytes = needed_bytes
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An error that says the disk is full (ENOSPC or EDQUOT), itself or in what caused it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Free space on the disk holding `folder` (or its nearest existing parent); None if unknown."""
+    probe = folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return None
+
+
+def out_of_space(exc: BaseException, folder: Path, needed_bytes: int = 2**20) -> bool:
+    """Did a failed write fail for want of space? torch's writer reports a full disk as a RuntimeError
+    ("unexpected pos", "iostream error"), so a disk with less free space than the write needed counts too."""
+    if is_disk_full(exc):
+        return True
+    free = free_bytes(folder)
+    return free is not None and free < needed_bytes
+
+
+def megabytes(count: int) -> str:
+    return f"{count / 2**20:,.0f} MB" if count >= 2**20 else f"{count / 1024:,.0f} KB"
+
+
+def disk_full_error(folder: Path, needed_bytes: int | None, what: str) -> TrainError:
+    """The disk holding `folder` is full: say where, how much is free and about how much `what` needs."""
+    available = free_bytes(folder)
+    free = f"{megabytes(available)} free" if available is not None else "free space unknown"
+    need = f", about {megabytes(needed_bytes)} needed" if needed_bytes else ""
+    return TrainError(
+        "disk_full", f"the disk holding {folder} is full while writing {what} ({free}{need})",
+        "free space on that disk or set output.dir to a folder on a larger one, then continue with "
+        "`studio-train resume RUN_DIR` (the Resume button): the checkpoints written before are intact",
+        path=str(folder), needed_bytes=needed_bytes,
+    )
 
 
 def oom_hint(batch_size: int, resolution: int, gradient_checkpointing: bool, estimate: str = "") -> str:

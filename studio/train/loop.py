@@ -18,22 +18,25 @@ import torch
 from studio import __version__
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
+from studio.core.hardware.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
 from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
 from studio.train.cache import LatentCache, TextCache, cache_captions
-from studio.train.checkpoints import latest_checkpoint, read_state, register_hooks, save_checkpoint
+from studio.train.checkpoints import latest_checkpoint, load_checkpoint, register_hooks, save_checkpoint
 from studio.train.components import Components
 from studio.train.data import TrainItem, collect_items
 from studio.train.errors import TrainError
 from studio.train.families import FamilyAdapter, adapter_for
-from studio.train.families.schemes import noise_each
+from studio.train.families.schemes import noise_for_rank
+from studio.train.fp8 import store_in_float8
+from studio.train.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_epoch_lora, save_outputs
 from studio.train.placement import FrozenOffload
 from studio.train.rank_memory import gather_memory
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
-from studio.train.samples import ensure_class_images, make_samples
+from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.sharding import Sharding
 
 
@@ -81,11 +84,12 @@ class Trainer:
             self.reporter.warn(self.sharding.warning() or "", None, "set launch.num_processes to the GPU count")
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
+        self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
+                                          acc.autocast)
         self.components: Components = self.adapter.load(acc.device, self.dtype)
         self.reporter.phase("loading", 1, 1, "model loaded")
-        with self.offload.resident():
-            self.config = ensure_class_images(self.adapter, self.components, config, self.run_dir,
-                                              acc.is_main_process, self.reporter)
+        self.config = ensure_class_images(self.adapter, self.components, self.sampling_plan, config, self.run_dir,
+                                          acc.is_main_process, self.reporter)
         self.adapter.config = self.config
         acc.wait_for_everyone()
         self.items = collect_items(self.config, self.reporter.warn)
@@ -93,7 +97,7 @@ class Trainer:
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
         self.total = total_steps(self.plan, config.training.gradient_accumulation, config.training.length)
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
-        optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda")
+        optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer
@@ -101,7 +105,6 @@ class Trainer:
         else:
             prepared = acc.prepare(*self.train_modules, optimizer)
             self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
-        acc.register_for_checkpointing(self.scheduler)
         register_hooks(acc)
         self._fill_caches()
         self._offload_frozen()
@@ -121,8 +124,10 @@ class Trainer:
                 encoder.to(dtype=torch.float32).requires_grad_(True)
         modules = [c.denoiser, *encoders]
         cast_training_params(modules, dtype=torch.float32)
+        if self.config.model.fp8_base:
+            store_in_float8(c.denoiser, self.dtype)  # after the LoRA: its layers stay trainable
         if training.gradient_checkpointing and not self.sharding.enabled:  # FSDP wraps the blocks itself
-            c.denoiser.enable_gradient_checkpointing()  # type: ignore[operator]
+            enable_gradient_checkpointing(c.denoiser, training.checkpointing_interval)
             for encoder in encoders:
                 encoder.gradient_checkpointing_enable()  # type: ignore[operator]
         for module in modules:
@@ -169,8 +174,8 @@ class Trainer:
         _step, folder = found
         self.sharding.check_checkpoint(folder)
         self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
-        self.accelerator.load_state(str(folder))
-        state = read_state(folder)
+        state = load_checkpoint(self.accelerator, folder, self.scheduler)
+        self.sharding.load(folder)
         self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
 
     # ------------------------------------------------------------ the loop
@@ -234,10 +239,10 @@ class Trainer:
             with torch.set_grad_enabled(self.config.method.train_text_encoder):
                 cond = adapter.encode_prompts(components, batch["captions"])
         cond = adapter.extra_conditioning(batch, cond, device)
-        first = acc.process_index * self.config.training.batch_size  # this rank's place in the global batch
-        seeds = [int(stream_rng(self.config.training.seed, 3, int(batch["index"]), first + i).integers(2**62))
-                 for i in range(latents.shape[0])]
-        noised = noise_each(scheme, latents, seeds)
+        # One generator for the global batch, the same on every rank (0 where the rank once was).
+        seed = int(stream_rng(self.config.training.seed, 3, int(batch["index"]), 0).integers(2**62))
+        generator = torch.Generator("cpu").manual_seed(seed)
+        noised = noise_for_rank(scheme, latents, generator, acc.process_index, acc.num_processes)
         with acc.autocast():
             prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
         return scheme.loss(prediction, noised, batch["loss_weights"])
@@ -280,15 +285,14 @@ class Trainer:
     def _samples(self) -> None:
         run_dir = self.sharding.sample_dir(self.run_dir)  # every rank of a sharded run runs the forward passes
         if run_dir is not None:
-            with self.offload.resident():
-                make_samples(self.adapter, self.components, run_dir, self.step, self.reporter)
+            make_samples(self.adapter, self.components, self.sampling_plan, run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
                  "micro_batch": self.step * self.config.training.gradient_accumulation, "time": time.time()}
-        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last)
+        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last, self.scheduler)
         self.reporter.emit(Checkpoint(step=self.step, path=str(folder)))
 
     def _finish(self, status: str, message: str = "") -> RunFinished:
@@ -339,6 +343,13 @@ class Trainer:
             run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),
         ))
         self.reporter.phase("training", self.step, self.total)
+
+
+def _gpu_total_mb(device: torch.device) -> int:
+    """The training GPU's memory in MiB; 0 on the CPU."""
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).total_memory / 2**20)
 
 
 def _all_devices(accelerator: Any) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,15 +22,19 @@ def param_groups(
     return groups
 
 
-def build_optimizer(groups: ParamGroups, training: TrainingSection, cuda: bool) -> torch.optim.Optimizer:
+def build_optimizer(
+    groups: ParamGroups, training: TrainingSection, cuda: bool, warn: Callable[[str], None] = print
+) -> torch.optim.Optimizer:
     name = training.optimizer
     lr, decay = training.learning_rate, training.weight_decay
+    if name == "adamw8bit" and not cuda:
+        # bitsandbytes' 8-bit state lives on CUDA only; the same recipe trains with full AdamW state.
+        warn("training.optimizer = \"adamw8bit\" needs a CUDA GPU; this run uses AdamW (more memory, "
+             "the same steps)")
+        name = "adamw"
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, weight_decay=decay)
     if name == "adamw8bit":
-        if not cuda:
-            raise TrainError("config", "training.optimizer = \"adamw8bit\" needs a CUDA GPU, and this run has none",
-                             "choose optimizer \"adamw\" (or \"adafactor\" to save memory)")
         try:
             import bitsandbytes as bnb  # type: ignore[import-not-found]
         except ImportError:

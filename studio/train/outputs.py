@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import torch
@@ -34,12 +34,30 @@ def lora_layers(adapter: FamilyAdapter, components: Components) -> dict[str, dic
 
 
 def _adapter_config(module: torch.nn.Module) -> dict[str, Any]:
+    """The LoRA's peft config as the shared file stores it: the base model by name, not by path."""
     config = getattr(module, "peft_config", {}).get("default")
-    return config.to_dict() if config is not None else {}
+    data: dict[str, Any] = config.to_dict() if config is not None else {}
+    if isinstance(data.get("base_model_name_or_path"), str):
+        data["base_model_name_or_path"] = shared_model_name(data["base_model_name_or_path"])
+    return data
+
+
+def shared_model_name(base: str) -> str:
+    """How a shared file names its base model: a hub id as it is, a local folder or file by its name
+    only (its path would tell everyone the person's user name and folders)."""
+    if "\\" in base:  # a Windows path
+        return PureWindowsPath(base).name or base
+    path = Path(base).expanduser()
+    if path.is_absolute() or path.exists() or base.startswith((".", "~")):
+        return path.name or base
+    return base
 
 
 def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int) -> dict[str, str]:
-    """What a LoRA file says about its making (kohya's ss_* keys, which LoRA browsers show)."""
+    """What a LoRA file says about its making (kohya's ss_* keys, which LoRA browsers show).
+
+    The file is meant to be shared: it names the base model by file name or hub id, never by path.
+    """
     config = adapter.config
     by_concept: dict[str, dict[str, int]] = {}
     for concept in config.dataset.concepts:
@@ -47,7 +65,7 @@ def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int)
         by_concept[Path(concept.path).name] = dict(tag_counts(captions).most_common(500))
     return {
         "ss_sd_model_name": Path(config.model.base).name,
-        "ss_base_model": config.model.base,
+        "ss_base_model": shared_model_name(config.model.base),
         "ss_steps": str(step),
         "ss_resolution": str(config.dataset.resolution),
         "ss_learning_rate": str(config.training.learning_rate),

@@ -3,13 +3,15 @@
 With cached latents the VAE is used only to decode samples; with cached text
 embeddings the frozen text encoders only encode sample prompts. Keeping them in
 system memory between those moments is what the studio's VRAM estimate assumes
-(SDXL: ~1.5 GB, SD3 with T5: ~9 GB).
+(SDXL: ~1.5 GB, SD3 with T5: ~9 GB). Samples bring them back one kind at a time
+(the encoders for the prompts, then the VAE for the decode), so the sampling peak
+is the largest of them, not their sum.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -21,31 +23,42 @@ class FrozenOffload:
         self.device = device
         self.offload_device = offload_device or torch.device("cpu")
         self.modules: dict[str, torch.nn.Module] = {}
-        self.away = False
+        self.parked: set[str] = set()
+
+    @property
+    def away(self) -> bool:
+        """Whether any module is off the training device."""
+        return bool(self.parked)
 
     def add(self, name: str, module: torch.nn.Module) -> None:
         self.modules[name] = module
 
     def offload(self) -> None:
         """Move every module off the training device and give its memory back to the driver."""
-        if not self.modules:
-            return
-        for module in self.modules.values():
-            module.to(self.offload_device)
-        self.away = True
-        if self.device.type == "cuda":
+        self._park([name for name in self.modules if name not in self.parked])
+
+    def _park(self, names: list[str]) -> None:
+        for name in names:
+            self.modules[name].to(self.offload_device)
+            self.parked.add(name)
+        if names and self.device.type == "cuda":
             torch.cuda.empty_cache()
 
     @contextlib.contextmanager
-    def resident(self) -> Iterator[None]:
-        """The modules on the training device for the duration of the block, then off again."""
-        if not self.away:
-            yield
-            return
-        for module in self.modules.values():
-            module.to(self.device)
-        self.away = False
+    def resident(self, names: Iterable[str] | None = None) -> Iterator[None]:
+        """The named modules (default: all) on the training device for the block, then off again.
+
+        Names that were never added are ignored: a module that is not parked is where it works.
+        """
+        wanted = self.parked if names is None else self.parked & set(names)
+        brought = sorted(wanted)
+        for name in brought:
+            self.modules[name].to(self.device)
+            self.parked.discard(name)
         try:
             yield
         finally:
-            self.offload()
+            self._park(brought)
+
+    def text_encoder_names(self) -> list[str]:
+        return [name for name in self.modules if name.startswith("text_encoder")]

@@ -1,13 +1,17 @@
 """Rank 0's voice: events to RUN_DIR/events.jsonl and a short line per event on stdout.
 
-Other ranks hold a silent reporter, so the loop never asks which rank it is on.
+Other ranks hold a silent reporter, so the loop never asks which rank it is on. Every event
+is written before its line is printed, and neither a failed write (a full disk) nor a failed
+print ends the training: the run's record matters more than its echo.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import traceback
 from pathlib import Path
+from typing import TextIO
 
 from studio.core.runs.events import (
     Checkpoint,
@@ -32,16 +36,22 @@ class Reporter:
         self.print_every = max(1, print_every)
         self.warnings = 0
         self.total = 0
+        self.write_error: OSError | None = None
 
     def emit(self, event: Event) -> None:
         if self.writer is None:
             return
         if isinstance(event, RunStarted):
             self.total = event.total_steps
-        self.writer.write(event)
+        try:
+            self.writer.write(event)
+        except OSError as exc:
+            if self.write_error is None:
+                _say(f"warning: cannot write {self.writer.path} ({exc}); events are missing from it", sys.stderr)
+            self.write_error = exc
         line = self._line(event)
         if line:
-            print(line, flush=event.type != "step")
+            _say(line, sys.stdout, flush=event.type != "step")
 
     def _line(self, event: Event) -> str:
         if isinstance(event, Step):
@@ -80,14 +90,30 @@ class Reporter:
     def error(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
         self.emit(Error(kind=kind, message=message, hint=hint, path=path))
 
+    def failure(self, kind: str, exc: BaseException, message: str, hint: str) -> None:
+        """A failure the run survives (a sample): the event says what and what to do, stderr has the traceback."""
+        print("".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
+        self.error(kind, message, hint)
+
     def crash(self, exc: BaseException) -> None:
-        """An unexpected exception: the event carries its last frames, stderr the whole traceback."""
-        trace = traceback.format_exception(exc)
-        print("".join(trace), file=sys.stderr, flush=True)
+        """An unexpected exception: the event carries its last frames, stderr the whole traceback.
+
+        The event comes first: if stderr is a dead pipe, the record of the crash still stands.
+        """
         tail = "".join(traceback.format_exception(exc, limit=-3)).strip()
         self.error("crash", f"{exc.__class__.__name__}: {exc}",
                    "this is a bug or an environment problem; console.log holds the full traceback:\n" + tail)
+        _say("".join(traceback.format_exception(exc)), sys.stderr)
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            try:
+                self.writer.close()
+            except OSError as exc:
+                _say(f"warning: cannot finish writing {self.writer.path} ({exc})", sys.stderr)
+
+
+def _say(text: str, stream: TextIO, flush: bool = True) -> None:
+    """Print, losing the line rather than the run when the output is gone (a closed pipe, a full disk)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, file=stream, flush=flush)

@@ -1,7 +1,23 @@
-"""Sample images during training and DreamBooth class images, made by the family's pipeline."""
+"""Sample images during training and DreamBooth class images, made with the family's pipeline in three stages.
+
+The text encoders embed every prompt and leave, the denoiser makes the latents, the VAE
+decodes them (tiled when asked). With the frozen modules parked off the GPU
+(placement.py), each stage brings back only what it uses, so sampling peaks at its
+largest stage, not at their sum. Each stage works in its own precision whatever
+model.dtype, the mixed precision and the method make of the modules: the denoiser gets
+its inputs in the dtype it computes in (a trained fp32 UNet, frozen bf16 encoders), the
+VAE gets the latents in its own.
+
+A sample that fails never ends the run: it becomes an `error` event of kind "sample",
+its traceback goes to the console, what it took is given back, and training goes on.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -9,49 +25,162 @@ import torch
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.image_headers import IMAGE_EXTENSIONS
+from studio.core.hardware.sampling_plan import VAE_TILE_PX
 from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
-from studio.train.families.base import FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.placement import FrozenOffload
+from studio.train.precision import forward_in_precision
 from studio.train.reporting import Reporter
 
+# What a stage reports before each piece of work: (stage, index of the image or prompt, the prompt).
+Progress = Callable[[str, int, str], None]
+OnImage = Callable[[int, Any], None]
 
-def _pipeline(adapter: FamilyAdapter, components: Components) -> Any:
+
+@dataclass(frozen=True)
+class ImageJob:
+    prompt: str
+    seed: int
+
+
+@dataclass
+class SamplingPlan:
+    """How a run's images are made: where the parked modules wait, whether the VAE decodes in tiles,
+    and the autocast the denoiser runs in (the run's mixed precision)."""
+
+    offload: FrozenOffload
+    tiled: bool = False
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+
+
+@contextlib.contextmanager
+def decode_tiled(vae: Any, tiled: bool) -> Iterator[None]:
+    """The VAE decodes in VAE_TILE_PX tiles (and one image at a time) inside the block when `tiled`."""
+    if not tiled:
+        yield
+        return
+    saved = (vae.use_tiling, vae.use_slicing, vae.tile_sample_min_size, vae.tile_latent_min_size)
+    side = vae.tile_sample_min_size
+    if isinstance(side, int) and side > VAE_TILE_PX:
+        vae.tile_latent_min_size = vae.tile_latent_min_size * VAE_TILE_PX // side
+        vae.tile_sample_min_size = VAE_TILE_PX
+    vae.enable_tiling()
+    vae.enable_slicing()
+    try:
+        yield
+    finally:
+        vae.use_tiling, vae.use_slicing, vae.tile_sample_min_size, vae.tile_latent_min_size = saved
+
+
+@contextlib.contextmanager
+def evaluating(components: Components) -> Iterator[None]:
+    """Trained modules in eval mode for the block (no dropout), back in train mode after it, come what may."""
+    trained = [m for m in (components.denoiser, *components.text_encoders) if m.training]
+    for module in trained:
+        module.eval()
+    try:
+        yield
+    finally:
+        for module in trained:
+            module.train()
+
+
+def render_images(
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, jobs: list[ImageJob], size: int,
+    on_image: OnImage, progress: Progress,
+) -> None:
+    """Make one image per job (prompt and seed) and hand each to `on_image` as it is decoded."""
     pipeline = adapter.make_pipeline(components)
     pipeline.set_progress_bar_config(disable=True)
-    return pipeline
+    negative = adapter.config.sampling.negative_prompt
+    prompts = list(dict.fromkeys(job.prompt for job in jobs))
+    offload = plan.offload
+    with torch.no_grad(), evaluating(components):
+        embedded: dict[str, Conditioning] = {}
+        with offload.resident(offload.text_encoder_names()):
+            for index, prompt in enumerate(prompts):
+                progress("encoding", index, prompt)
+                embedded[prompt] = adapter.sample_conditioning(pipeline, prompt, negative)
+        latents = []
+        with forward_in_precision(components.denoiser, plan.autocast):
+            for index, job in enumerate(jobs):
+                progress("denoising", index, job.prompt)
+                generator = torch.Generator("cpu").manual_seed(job.seed)
+                latents.append(adapter.denoise(pipeline, embedded[job.prompt], generator, size))
+        embedded.clear()
+        with offload.resident(["vae"]), decode_tiled(components.vae, plan.tiled):
+            for index, (job, latent) in enumerate(zip(jobs, latents, strict=True)):
+                progress("decoding", index, job.prompt)
+                pixels = adapter.decode(components.vae, latent)
+                on_image(index, pipeline.image_processor.postprocess(pixels.float(), output_type="pil")[0])
 
 
 def make_samples(
-    adapter: FamilyAdapter, components: Components, run_dir: Path, step: int, reporter: Reporter
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, run_dir: Path, step: int,
+    reporter: Reporter,
 ) -> list[Path]:
-    """One PNG per prompt at the fixed sample seed (rank 0 only), announced by a `sample` event."""
-    config = adapter.config
-    prompts = config.sampling.prompts
+    """One PNG per prompt at the fixed sample seed (rank 0 only), announced by a `sample` event.
+
+    A failure is reported (the prompt, the step, what to do) and ends only this round of samples.
+    """
+    sampling = adapter.config.sampling
+    prompts = list(sampling.prompts)
     if not prompts:
         return []
     folder = run_dir / SAMPLES_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    size = config.sampling.size or config.dataset.resolution
-    trained = [m for m in (components.denoiser, *components.text_encoders) if m.training]
-    for module in trained:
-        module.eval()
-    pipeline = _pipeline(adapter, components)
+    size = sampling.size or adapter.config.dataset.resolution
     paths: list[Path] = []
-    try:
-        for index, prompt in enumerate(prompts):
+    where = ["preparing", prompts[0]]
+
+    def progress(stage: str, index: int, prompt: str) -> None:
+        where[:] = [stage, prompt]
+        if stage == "denoising":
             reporter.phase("sampling", index, len(prompts), f"step {step}")
-            generator = torch.Generator("cpu").manual_seed(config.sampling.seed)
-            with torch.no_grad():
-                image = adapter.generate(pipeline, prompt, generator, size)
-            path = folder / f"step-{step:06d}-{index}.png"
-            image.save(path)
-            paths.append(path)
-    finally:
-        for module in trained:
-            module.train()
-    reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=list(prompts)))
+
+    def save(index: int, image: Any) -> None:
+        path = folder / f"step-{step:06d}-{index}.png"
+        image.save(path)
+        paths.append(path)
+
+    jobs = [ImageJob(prompt, sampling.seed) for prompt in prompts]
+    failed = False
+    try:
+        render_images(adapter, components, plan, jobs, size, save, progress)
+    except Exception as exc:  # a sample never ends the run: reported here, with its traceback
+        stage, prompt = where
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        message = f"sample at step {step} failed while {stage} the prompt \"{prompt}\": {exc.__class__.__name__}"
+        reporter.failure("sample", exc, f"{message}: {first_line}" if first_line else message,
+                         sample_hint(exc, adapter.config, size, plan.tiled))
+        failed = True
+    if failed:  # out of the except block: the exception and the tensors its frames hold are gone now
+        give_back_memory(components)
+    if paths:
+        reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=prompts[: len(paths)]))
     return paths
+
+
+def sample_hint(exc: BaseException, config: TrainConfig, size: int, tiled: bool) -> str:
+    """What to do about a failed sample; training goes on either way."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        steps = [f"lower sampling.size ({size} px)"]
+        if not tiled:
+            steps.append("set sampling.vae_tiling = \"on\"")
+        steps.append(f"sample less often (sampling.every_n_steps = {config.sampling.every_n_steps})")
+        return "the GPU ran out of memory for the sample: " + ", ".join(steps) + "; training goes on"
+    return ("training goes on without this sample; console.log holds the traceback. If every sample "
+            "fails, set sampling.every_n_steps = 0 and report the traceback")
+
+
+def give_back_memory(components: Components) -> None:
+    """After a failed sample: the failure's tensors are unreachable now; hand their memory back."""
+    gc.collect()
+    device = next(components.denoiser.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def count_images(folder: Path) -> int:
@@ -60,9 +189,12 @@ def count_images(folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
 
 
+CLASS_IMAGE_CHUNK = 8  # class images rendered (and written) per round
+
+
 def ensure_class_images(
-    adapter: FamilyAdapter, components: Components, config: TrainConfig, run_dir: Path,
-    writer: bool, reporter: Reporter,
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, config: TrainConfig,
+    run_dir: Path, writer: bool, reporter: Reporter,
 ) -> TrainConfig:
     """Generate the DreamBooth class images that are missing (with the base model, before training).
 
@@ -79,13 +211,29 @@ def ensure_class_images(
         if missing <= 0 or not writer:
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        pipeline = _pipeline(adapter, components)
-        existing = count_images(folder)
-        for index in range(missing):
-            reporter.phase("class_images", index, missing, concept.class_prompt or "")
-            generator = torch.Generator("cpu").manual_seed(out.training.seed + existing + index)
-            with torch.no_grad():
-                image = adapter.generate(pipeline, concept.class_prompt or "", generator, out.dataset.resolution)
-            image.save(folder / f"class-{existing + index:05d}.png")
-        reporter.phase("class_images", missing, missing, f"{missing} class images written to {folder}")
+        _write_class_images(adapter, components, plan, folder, concept.class_prompt or "", missing,
+                            out.training.seed, out.dataset.resolution, reporter)
     return out
+
+
+def _write_class_images(
+    adapter: FamilyAdapter, components: Components, plan: SamplingPlan, folder: Path, prompt: str,
+    missing: int, seed: int, size: int, reporter: Reporter,
+) -> None:
+    """`missing` more class images of `prompt` in `folder`, numbered after those already there."""
+    existing = count_images(folder)
+    done = 0
+
+    def save(index: int, image: Any) -> None:
+        image.save(folder / f"class-{existing + done + index:05d}.png")
+
+    def progress(stage: str, index: int, _prompt: str) -> None:
+        if stage == "denoising":
+            reporter.phase("class_images", done + index, missing, prompt)
+
+    while done < missing:
+        count = min(CLASS_IMAGE_CHUNK, missing - done)
+        jobs = [ImageJob(prompt, seed + existing + done + n) for n in range(count)]
+        render_images(adapter, components, plan, jobs, size, save, progress)
+        done += count
+    reporter.phase("class_images", missing, missing, f"{missing} class images written to {folder}")

@@ -129,7 +129,7 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 # Core's feature folders in layers: a folder imports the core's root modules, its own
 # folder and the folders of lower layers. The config is the contract everything reads;
 # projects and exports put the others together.
-CORE_LAYERS = {"config": 0, "dataset": 1, "hardware": 1, "runs": 1, "project": 2, "export": 2}
+CORE_LAYERS = {"config": 0, "dataset": 1, "hardware": 1, "runs": 1, "project": 2, "export": 2, "trainenv": 2}
 # The GUI's shared widgets (plots, run header) sit beside the wing's root modules.
 GUI_SHARED = {"widgets"}
 # The trainer's pipeline builders are used by the families, never the reverse.

@@ -41,12 +41,18 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_studio_train_run_prints_where_the_lora_is(tmp_path: Path) -> None:
+def test_studio_train_run_of_a_preset_prints_where_the_lora_is(tmp_path: Path) -> None:
+    from studio.core.config.presets import apply_preset, get_preset
+    from studio.core.config.toml_file import parse_toml, save_config, validate_data
+    from tests.fixtures.training import scaled_to_tiny
+
     made = _cli("demo-data", "data/shapes", "--count", "4", "--size", "64", cwd=tmp_path)
     assert made.returncode == 0 and "4 images" in made.stdout
     built = _cli("tiny", "sd15", "models/tiny-sd15", cwd=tmp_path)
     assert built.returncode == 0, built.stderr[-2000:]
-    (tmp_path / "studio.toml").write_text(CONFIG, encoding="utf-8")
+    # The low-VRAM preset as shipped (caches, checkpointing, fp16, 8-bit Adam), scaled to the tiny model.
+    project = validate_data(parse_toml(CONFIG, "studio.toml").unwrap())
+    save_config(scaled_to_tiny(apply_preset(project, get_preset("sd15-lora-6gb"))), tmp_path / "studio.toml")
 
     result = _cli("run", "studio.toml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -54,8 +60,10 @@ def test_studio_train_run_prints_where_the_lora_is(tmp_path: Path) -> None:
     lora = run_dir / "output" / "pytorch_lora_weights.safetensors"
     assert f"written: {lora}" in result.stdout
     assert lora.is_file() and (run_dir / "output" / "demo.safetensors").is_file()
+    assert sorted(p.name for p in (run_dir / "samples").glob("*.png")) == ["step-000002-0.png", "step-000004-0.png"]
     console = (run_dir / "console.log").read_text(encoding="utf-8")
     assert "step 4: loss" in console and "run completed at step 4" in console
+    assert "this run uses AdamW" in console  # the CPU's stand-in for 8-bit Adam, said aloud
     assert (run_dir / "command.txt").read_text().strip().endswith(f"{run_dir / 'config.toml'}")
     finished = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, RunFinished)]
     assert finished and finished[-1].status == "completed"

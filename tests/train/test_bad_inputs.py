@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -107,3 +108,27 @@ def test_nan_loss_stops_the_run_with_a_nan_event(make_config, run_training, even
     code, run_dir = run_training(make_config(), tmp_path)
     error = next(e for e in events_of(run_dir) if isinstance(e, Error))
     assert code == 1 and error.kind == "nan" and "step 1" in error.message and "learning_rate" in error.hint
+
+
+def test_a_base_that_is_neither_here_nor_on_the_hub_says_both(make_config, run_training, events_of, tmp_path) -> None:
+    config = make_config(model=ModelSection(family="sd15", base="tiny/sd15-missing"))
+    code, run_dir = run_training(config, tmp_path)
+    error = next(e for e in events_of(run_dir) if isinstance(e, Error))
+    assert code == 1 and error.kind == "model"
+    assert '"tiny/sd15-missing": it is no folder or file on this machine, and as a hub model id' in error.message
+    assert "relative path starts at the config file's folder" in error.hint
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_warning_about_a_file_whose_name_is_not_utf8_reaches_the_gui(make_config, run_training, demo_data,
+                                                                     tmp_path) -> None:
+    from studio.core.runs.run_model import EventTail
+
+    folder = _copy_demo(demo_data, tmp_path / "data")
+    odd = Path(os.fsdecode(os.path.join(os.fsencode(folder), b"caf\xe9.png")))
+    odd.write_bytes(b"not an image")
+    code, run_dir = run_training(make_config(dataset=_dataset(folder)), tmp_path)
+    assert code == 0
+    # What the Train and Runs pages read (the GUI's tail), not only what the command line reads.
+    warnings = [e for e in EventTail(run_dir / "events.jsonl").poll() if isinstance(e, RunWarning)]
+    assert any("skipped caf\\xe9.png" in w.message for w in warnings)

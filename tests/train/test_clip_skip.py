@@ -42,7 +42,7 @@ def test_clip_skip_2_is_the_penultimate_layer_through_the_final_norm(tiny_sd15: 
     assert torch.allclose(skipped, penultimate)
     assert not torch.allclose(skipped, last)  # it really is another layer
     # Samples are drawn with the same embeddings: the pipeline is handed them, not the prompt.
-    arguments = adapter.prompt_arguments(adapter.make_pipeline(components), CAPTIONS[0], "blurry")
+    arguments = adapter.sample_conditioning(adapter.make_pipeline(components), CAPTIONS[0], "blurry")
     assert set(arguments) == {"prompt_embeds", "negative_prompt_embeds"}
     assert torch.allclose(arguments["prompt_embeds"], penultimate[:1])
 

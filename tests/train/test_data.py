@@ -107,3 +107,58 @@ def test_micro_batches_load_pixels_and_captions(demo_data: Path, tiny_sd15: Path
     assert batch["pixels"].shape == (3, 3, 64, 64)
     assert float(batch["pixels"].min()) >= -1.0 and float(batch["pixels"].max()) <= 1.0
     assert all(c.startswith("a ") and c.endswith(" background") for c in batch["captions"])
+
+
+def _collect(folder: Path) -> tuple[list[TrainItem], list[tuple[str, str | None]]]:
+    warnings: list[tuple[str, str | None]] = []
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(folder))], resolution=64))
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    return items, warnings
+
+
+def test_an_image_with_an_unreadable_caption_is_skipped_and_the_caption_named(tmp_path: Path) -> None:
+    write_demo_dataset(tmp_path / "data", count=3, size=32, seed=1)
+    caption = sorted((tmp_path / "data").glob("*.txt"))[1]
+    caption.unlink()
+    caption.mkdir()  # cannot be opened, as another user's caption file
+    items, warnings = _collect(tmp_path / "data")
+    assert len(items) == 2 and caption.with_suffix(".png") not in [i.path for i in items]
+    assert any(path == str(caption) and "cannot be read" in message for message, path in warnings)
+    assert not any("empty prompt" in message for message, _ in warnings)
+
+
+def test_a_megabyte_caption_is_cut_before_it_reaches_the_tokenizer(tmp_path: Path) -> None:
+    from studio.train.data import MAX_CAPTION_CHARS
+
+    write_demo_dataset(tmp_path / "data", count=2, size=32, seed=1)
+    caption = sorted((tmp_path / "data").glob("*.txt"))[0]
+    caption.write_text("red," * 3_000_000, encoding="utf-8")  # 12 MB: ~25 s a step to tokenize whole
+    items, warnings = _collect(tmp_path / "data")
+    assert len(items[0].caption) == MAX_CAPTION_CHARS and items[0].caption.startswith("red,red")
+    assert len(items[1].caption) < 100
+    assert any(path == str(caption) and "12,000,000 characters" in message for message, path in warnings)
+
+
+def test_the_trainer_skips_exactly_the_images_the_check_fails(tmp_path: Path) -> None:
+    from studio.core.dataset.checks import check_concepts
+
+    folder = tmp_path / "data"
+    write_demo_dataset(folder, count=2, size=32, seed=1)
+    for name, size in (("dot.png", (1, 1)), ("line.png", (5000, 1))):
+        Image.new("RGB", size).save(folder / name)
+    # Only the header of a 20000 x 20000 PNG: Pillow refuses to open it as a decompression bomb.
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    (folder / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk)
+    for name in ("dot", "line", "bomb"):
+        (folder / f"{name}.txt").write_text("x", encoding="utf-8")
+    items, warnings = _collect(folder)
+    skipped = {Path(path).name for message, path in warnings if message.startswith("skipped")}
+    report = check_concepts([ConceptSection(path=str(folder))], None, 32)
+    failed = {Path(p.path).name for p in report.errors}
+    assert skipped == failed == {"dot.png", "line.png", "bomb.png"}
+    assert len(items) == 2

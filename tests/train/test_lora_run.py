@@ -74,6 +74,49 @@ def test_kohya_file_has_the_names_comfyui_reads(lora_run: Path) -> None:
     assert "circle" in meta["ss_tag_frequency"] or "red" in meta["ss_tag_frequency"]
 
 
+def test_shared_lora_files_name_the_base_model_without_a_local_path(lora_run: Path, tiny_sd15: Path) -> None:
+    for name in ("shapes.safetensors", "pytorch_lora_weights.safetensors"):
+        with safe_open(str(lora_run / "output" / name), "pt") as handle:
+            meta = handle.metadata() or {}
+        assert not [k for k, v in meta.items() if str(tiny_sd15.parent) in v or str(Path.home()) + "/" in v], name
+    with safe_open(str(lora_run / "output" / "shapes.safetensors"), "pt") as handle:
+        assert handle.metadata()["ss_base_model"] == "tiny-sd15"
+
+
+class _Payload:
+    """A pickled object that creates a file when it is unpickled: code that runs on load."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("name", ["custom_checkpoint_0.pkl", "optimizer.bin"])
+def test_resume_refuses_a_tampered_checkpoint_and_runs_none_of_it(lora_run: Path, tmp_path: Path, name: str,
+                                                                  events_of) -> None:
+    import shutil
+
+    from studio.core.config.toml_file import load_config
+    from studio.core.runs.events import Error
+    from studio.train.entry import train
+
+    run = tmp_path / lora_run.name
+    shutil.copytree(lora_run, run)
+    folder = run / "checkpoints" / "step-6"
+    # A checkpoint as older studios wrote it keeps the scheduler in accelerate's pickle.
+    (folder / "scheduler.json").unlink(missing_ok=True)
+    marker = tmp_path / "the-payload-ran"
+    torch.save({"state": _Payload(marker)}, folder / name)
+
+    code = train(load_config(run / "config.toml"), run, resume=True)
+    assert not marker.exists()
+    assert code == 1
+    error = [e for e in events_of(run) if isinstance(e, Error)][-1]
+    assert error.kind == "checkpoint" and name in error.message and "not loaded" in error.message
+
+
 def _image(pipe, seed: int = 5) -> np.ndarray:
     generator = torch.Generator("cpu").manual_seed(seed)
     out = pipe("a red circle on a blue background", num_inference_steps=3, height=64, width=64,

@@ -59,9 +59,8 @@ def test_cached_runs_park_the_frozen_modules_and_sample_the_same(
     assert after["offloaded"] == {"vae", "text_encoder_1"} and after["away"]
     assert after["vae"] == after["text_encoder"] == trainer.offload_device
     assert after["denoiser"] == trainer.accelerator.device  # the trained network stays
-    # Brought back for the samples, parked again after them.
-    device = trainer.accelerator.device
-    assert seen["sampling"] == [(False, device, device)]
+    # Samples start with everything parked (each stage brings back its own), and leave it parked.
+    assert seen["sampling"] == [(True, trainer.offload_device, trainer.offload_device)]
     assert trainer.offload.away and _device(trainer.components.vae) == trainer.offload_device
 
     monkeypatch.setattr(FrozenOffload, "offload", lambda self: None)  # everything stays where it was loaded
@@ -81,6 +80,59 @@ def test_without_caches_nothing_is_parked(make_config, run_training, tmp_path: P
     assert seen["after_setup"]["offloaded"] == set() and not seen["after_setup"]["away"]
 
 
+def _place_on_record(module: torch.nn.Module, name: str, where: dict[str, str],
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`module.to(device)` records where the module went instead of moving it (there is one real device)."""
+    where[name] = "cuda"
+
+    def to(*args: Any, **kwargs: Any) -> torch.nn.Module:
+        target = args[0] if args else kwargs.get("device")
+        where[name] = torch.device(target).type
+        return module
+
+    monkeypatch.setattr(module, "to", to)
+
+
+def test_samples_bring_back_the_encoders_then_the_vae_never_both(make_config, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.train.families import adapter_for
+    from studio.train.placement import FrozenOffload
+    from studio.train.reporting import Reporter
+    from studio.train.samples import SamplingPlan, make_samples
+
+    config = make_config("sdxl", training=CACHED, sampling=SAMPLING.model_copy(update={"prompts": ["a", "b"]}))
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    # The GPU is named, not used: every move is recorded by the spy and none is made.
+    offload = FrozenOffload(torch.device("cuda"), offload_device=torch.device("cpu"))
+    where: dict[str, str] = {}
+    named = {"vae": components.vae, "text_encoder_1": components.text_encoders[0],
+             "text_encoder_2": components.text_encoders[1]}
+    for name, module in named.items():
+        offload.add(name, module)
+        _place_on_record(module, name, where, monkeypatch)
+    offload.offload()
+    assert where == dict.fromkeys(named, "cpu")
+    stages: list[tuple[str, dict[str, str]]] = []
+    for stage in ("sample_conditioning", "denoise", "decode"):
+        original = getattr(adapter, stage)
+
+        def spy(*args: Any, _stage: str = stage, _original: Any = original) -> Any:
+            stages.append((_stage, dict(where)))
+            return _original(*args)
+
+        monkeypatch.setattr(adapter, stage, spy)
+    reporter = Reporter(tmp_path, active=True)
+    paths = make_samples(adapter, components, SamplingPlan(offload), tmp_path, 2, reporter)
+    reporter.close()
+    assert len(paths) == 2 and all(p.is_file() for p in paths)
+    encoders_only = {"vae": "cpu", "text_encoder_1": "cuda", "text_encoder_2": "cuda"}
+    vae_only = {"vae": "cuda", "text_encoder_1": "cpu", "text_encoder_2": "cpu"}
+    assert stages == [("sample_conditioning", encoders_only)] * 2 + [("denoise", dict.fromkeys(named, "cpu"))] * 2 \
+        + [("decode", vae_only)] * 2
+    assert where == dict.fromkeys(named, "cpu")  # all parked again for the next steps
+
+
 def test_offload_moves_the_modules_and_resident_brings_them_back() -> None:
     from studio.train.placement import FrozenOffload
 
@@ -97,3 +149,8 @@ def test_offload_moves_the_modules_and_resident_brings_them_back() -> None:
     with home.resident():
         assert not home.away and encoder.weight.device == home.device
     assert home.away
+    home.add("vae", torch.nn.Linear(2, 2))
+    home.offload()
+    with home.resident(["vae", "never_added"]):
+        assert home.parked == {"text_encoder_1"}  # only what was asked for comes back
+    assert home.parked == {"text_encoder_1", "vae"}

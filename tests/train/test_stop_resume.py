@@ -1,4 +1,5 @@
-"""STOP (or SIGTERM) mid-run, then resume: the same final weights as an uninterrupted run."""
+"""STOP (or SIGTERM) mid-run, then resume: the same final weights as an uninterrupted run, with every
+random draw in place (flip, caption dropout, LoRA dropout)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from studio.core.config.schema import ConceptSection, DatasetSection, TrainingSection
+from studio.core.config.schema import ConceptSection, DatasetSection, MethodSection, TrainingSection
 from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
 
 torch = pytest.importorskip("torch")
@@ -16,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 def _config(make_config, demo_data: Path):
     return make_config(
+        method=MethodSection(kind="lora", rank=4, dropout=0.1),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False,
                                flip=True, caption_dropout=0.2),
         training=TrainingSection(batch_size=2, max_steps=7, learning_rate=2e-3, seed=5,

@@ -4,20 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from studio.core.config.errors import ConfigError, ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 
 
-def _resolve(base_dir: Path, value: str | None, hub_ok: bool) -> str | None:
+def _resolve(base_dir: Path, value: str | None, hub_ok: bool, key: str) -> str | None:
     if value is None:
         return None
     p = Path(value).expanduser()
     if p.is_absolute():
-        return str(p)
+        return _utf8(str(p), key, value)
     candidate = (base_dir / p)
-    if hub_ok and not candidate.exists() and _looks_like_hub_id(value):
+    # "models/x" is a hub id unless it is meant as a path: it exists, or its first folder does
+    # (then a missing model is reported as a missing folder, not as a model the hub lacks).
+    if hub_ok and not candidate.exists() and _looks_like_hub_id(value) and not (base_dir / p.parts[0]).is_dir():
         return value
-    return str(candidate.resolve())
+    return _utf8(str(candidate.resolve()), key, value)
+
+
+def _utf8(path: str, key: str, value: str) -> str:
+    """`path`, or a ConfigError when a folder on it has a name that is not valid UTF-8 (the config
+    file, the events and the GUI all hold text; such a name cannot be written into them)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ConfigError("config", [ConfigIssue(
+            key=key, value=value,
+            message=f"resolves to {shown}, whose folder names are not valid UTF-8 text; rename the folder "
+                    "(the \\x.. part) so its name is plain text, or move the project to such a folder",
+        )]) from None
+    return path
 
 
 def _looks_like_hub_id(value: str) -> bool:
@@ -37,12 +55,13 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
     """
     base = Path(base_dir)
     out = config.model_copy(deep=True)
-    out.model.base = _resolve(base, out.model.base, hub_ok=True) or out.model.base
-    out.model.vae = _resolve(base, out.model.vae, hub_ok=True)
-    for concept in out.dataset.concepts:
-        concept.path = _resolve(base, concept.path, hub_ok=False) or concept.path
-        concept.class_path = _resolve(base, concept.class_path, hub_ok=False)
-    out.output.dir = _resolve(base, out.output.dir, hub_ok=False) or out.output.dir
+    out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
+    out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
+    for index, concept in enumerate(out.dataset.concepts):
+        key = f"dataset.concepts[{index}]"
+        concept.path = _resolve(base, concept.path, False, f"{key}.path") or concept.path
+        concept.class_path = _resolve(base, concept.class_path, False, f"{key}.class_path")
+    out.output.dir = _resolve(base, out.output.dir, False, "output.dir") or out.output.dir
     return out
 
 

@@ -22,6 +22,7 @@ from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_vali
 from studio.core.config.schema import Family, MethodKind, TrainConfig
 from studio.core.config.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.files import atomic_write_text
+from studio.core.resources import app_root
 from studio.core.user_dirs import config_dir
 
 # What a preset never changes: it belongs to the project, not to the recipe.
@@ -106,7 +107,7 @@ def shipped_presets_dir() -> Path:
     override = os.environ.get("STUDIO_PRESETS_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "presets"
+    return app_root() / "presets"
 
 
 def user_presets_dir() -> Path:

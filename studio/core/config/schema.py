@@ -56,7 +56,7 @@ class ModelSection(Section):
         default=False,
         description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
-        "Needs a GPU; a CPU run keeps them as they are.",
+        "Not with DoRA (method.use_dora).",
     )
     clip_skip: int = Field(
         default=1, ge=1, le=12,
@@ -205,7 +205,9 @@ class SamplingSection(Section):
 
 class OutputSection(Section):
     dir: str = Field(default="runs", description="Folder where run folders are made.")
-    name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", description="Run name (letters, digits, . _ -).")
+    # A run folder is named <YYYYmmdd-HHMMSS>-<name>; most file systems allow 255 bytes per name.
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9._-]+$", max_length=100,
+                      description="Run name (letters, digits, . _ -; at most 100).")
     save_every_n_steps: int = Field(default=0, ge=0, description="Checkpoint every N steps; 0 saves only at the end.")
     keep_last: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
     save_every_n_epochs: int = Field(
@@ -274,6 +276,12 @@ class TrainConfig(Section):
                 "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
                 "(each epoch sees a different image); turn the augmentation or the cache off",
             )
+        if t.checkpointing_interval > 1 and not t.gradient_checkpointing:
+            raise Contradiction(
+                "training.checkpointing_interval", t.checkpointing_interval,
+                "only applies with training.gradient_checkpointing = true (it says which blocks recompute); "
+                "turn gradient checkpointing on, or set the interval back to 1",
+            )
         if t.cache_latents_to_disk and not t.cache_latents:
             raise Contradiction(
                 "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
@@ -298,6 +306,10 @@ class TrainConfig(Section):
             raise Contradiction("model.fp8_base", True,
                                 "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
                                 "would store, so turn one of them off")
+        if self.model.fp8_base and m.use_dora:
+            raise Contradiction("model.fp8_base", True,
+                                "cannot be combined with method.use_dora = true: DoRA computes with the base "
+                                "weights themselves, which fp8 stores in 8 bits; turn one of them off")
         _check_strategy(self)
         if self.launch.machine_rank >= self.launch.num_machines:
             raise Contradiction(

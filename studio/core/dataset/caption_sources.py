@@ -89,6 +89,7 @@ class FoundCaption:
     source: str  # "txt" | "caption" | "metadata" | "folder"
     path: Path | None = None  # the sidecar or metadata.jsonl it came from
     utf8: bool = True
+    error: str | None = None  # why the sidecar `path` cannot be read (then `text` is empty)
 
 
 def find_caption(
@@ -105,8 +106,9 @@ def find_caption(
         path = folder.path / actual
         try:
             text, utf8 = read_caption_file(path)
-        except OSError:
-            continue  # unreadable sidecar: the check reports it, the next source may still apply
+        except OSError as exc:
+            # Unreadable, not missing: the check and the trainer say so rather than train it uncaptioned.
+            return FoundCaption("", kind, path, error=exc.strerror or str(exc))
         return FoundCaption(text, kind, path, utf8)
     if source in ("auto", "metadata") and image in metadata:
         text, path = metadata[image]

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, scan_concept_report
+from studio.core.files import leftover_temp_files
 
 if TYPE_CHECKING:
     from studio.core.config.schema import ConceptSection
@@ -161,6 +163,11 @@ def image_problems(entry: ImageEntry, facts: ImageFacts, resolution: int) -> lis
                            "check that colours look right; save it as 8-bit RGB to be sure"))
     if facts.size is not None:
         width, height = facts.size
+        unusable = size_problem(width, height)
+        if unusable is not None:
+            out.append(Problem("error", "untrainable_size", where, f"{unusable}; the trainer skips it",
+                               "replace it with a picture of a usual size (downscale a huge one), or remove it"))
+            return out
         if width * height < resolution * resolution:
             out.append(Problem("warning", "too_small", where,
                                f"{width}x{height} is smaller than the training resolution {resolution}x{resolution}",
@@ -178,6 +185,10 @@ def image_problems(entry: ImageEntry, facts: ImageFacts, resolution: int) -> lis
 
 def caption_problems(entry: ImageEntry) -> list[Problem]:
     where = str(entry.path)
+    if entry.caption_error is not None:
+        return [Problem("error", "unreadable_caption", str(entry.caption_path),
+                        f"cannot be read ({entry.caption_error}); the trainer skips {entry.path.name}",
+                        "give your user read access to the file, or write the caption again")]
     if entry.caption_source == "none":
         return [Problem("warning", "missing_caption", where, "has no caption",
                         f"write one in the studio or add {entry.path.with_suffix('.txt').name}")]
@@ -227,6 +238,9 @@ def scan_problems(scan: ScanResult) -> list[Problem]:
     if not scan.entries:
         out.append(Problem("error", "no_images", str(scan.folder), "the concept folder holds no images",
                            "add .jpg, .png, .webp or .bmp images, or remove the concept"))
+    for folder, why in scan.unreadable_folders:
+        out.append(Problem("error", "unreadable_folder", str(folder), f"cannot be read ({why}); its images are left out",
+                           "give your user read access to the folder"))
     for folder in scan.empty_folders:
         out.append(Problem("error", "no_images", str(folder), "this repeat folder holds no images",
                            "add images or delete the folder"))
@@ -240,6 +254,14 @@ def scan_problems(scan: ScanResult) -> list[Problem]:
         out.append(Problem("warning", "metadata_error", str(file), f"line {line} {message}",
                            'fix the line: {"file_name": "image.png", "text": "caption"}'))
     return out
+
+
+def leftover_problems(scan: ScanResult) -> list[Problem]:
+    """Hidden temporary files that interrupted caption saves left next to the images."""
+    folders = {p.parent for e in scan.entries for p in (e.path, e.caption_path) if p is not None}
+    return [Problem("warning", "leftover_temp_file", str(path), "a temporary file left by an interrupted save",
+                    "delete it; the studio deletes these when it opens the dataset")
+            for folder in sorted(folders) for path in leftover_temp_files(folder)]
 
 
 def check_concepts(
@@ -259,6 +281,7 @@ def check_concepts(
                                            "fix the concept path in the dataset settings"))
             continue
         report.problems.extend(scan_problems(scan))
+        report.problems.extend(leftover_problems(scan))
         entries.extend(scan.entries)
     problems, facts = _check_entries(entries, resolution, progress)
     report.problems.extend(problems)

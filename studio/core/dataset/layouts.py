@@ -59,10 +59,12 @@ def rename_repeat_folder(folder: Path, repeats: int) -> Path:
     return target
 
 
-def walk_folders(root: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+def walk_folders(root: Path, unreadable: list[tuple[Path, str]] | None = None
+                 ) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
     """(folder, visible entries) for `root` and every visible subfolder, parents first.
 
     A symlinked folder is entered once; a studio run folder below the root is skipped.
+    Folders that cannot be listed are skipped and added to `unreadable` with the reason.
     """
     seen: set[tuple[int, int]] = set()
     stack = [root]
@@ -70,7 +72,9 @@ def walk_folders(root: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
         folder = stack.pop()
         try:
             st = folder.stat()
-        except OSError:
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((folder, exc.strerror or str(exc)))
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
@@ -79,7 +83,9 @@ def walk_folders(root: Path) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
         try:
             with os.scandir(folder) as it:
                 items = [e for e in it if not e.name.startswith(".")]
-        except OSError:
+        except OSError as exc:
+            if unreadable is not None:
+                unreadable.append((folder, exc.strerror or str(exc)))
             continue
         if folder != root and any(item.name == RUN_MARKER for item in items):
             continue

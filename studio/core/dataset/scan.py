@@ -49,6 +49,7 @@ class ImageEntry:
     concept: str  # concept folder path
     caption_utf8: bool = True  # False when the caption file was not valid UTF-8 (read with a fallback)
     is_class: bool = False  # DreamBooth class (regularisation) image
+    caption_error: str | None = None  # why the caption file (caption_path) cannot be read
 
     @property
     def has_caption(self) -> bool:
@@ -66,6 +67,7 @@ class ScanResult:
     metadata_errors: list[MetadataProblem] = field(default_factory=list)
     empty_folders: list[Path] = field(default_factory=list)  # kohya "N_name" folders with no images
     repeat_folders: dict[Path, int] = field(default_factory=dict)  # kohya folder below the root -> its images
+    unreadable_folders: list[tuple[Path, str]] = field(default_factory=list)  # folder, why it cannot be listed
 
 
 _Keyed = tuple[tuple[tuple[str | int, ...], str], ImageEntry, str, FolderCaptions]  # sort key, entry, stem, folder
@@ -167,7 +169,10 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
     result = listing.result
     keyed: list[_Keyed] = []
     image_folders: list[Path] = []
-    folders = list(walk_folders(root))
+    folders = list(walk_folders(root, result.unreadable_folders))
+    if result.unreadable_folders and result.unreadable_folders[0][0] == root:
+        raise DatasetError(f"Image folder {root} cannot be read ({result.unreadable_folders[0][1]}). Give your "
+                           "user read access to it, or copy the images to a folder of yours.")
     for folder, items in folders:
         if _list_folder(listing, root, folder, items, keyed):
             image_folders.append(folder)
@@ -193,7 +198,9 @@ def read_captions(listing: ConceptListing) -> ScanResult:
         metadata.update((image, (text, path)) for image, text in captions.items())
     for entry, stem, info in listing._pending:
         found = find_caption(entry.path, stem, info, concept.caption_source, metadata)
-        if found is not None:
+        if found is not None and found.error is not None:
+            entry.caption_source, entry.caption_path, entry.caption_error = found.source, found.path, found.error
+        elif found is not None:
             entry.caption, entry.caption_source, entry.caption_path = found.text, found.source, found.path
             entry.caption_utf8 = found.utf8
         elif concept.instance_prompt:

@@ -1,19 +1,17 @@
-"""What goes into a bundle besides its scripts: manifest, source copy, pinned requirements, secret scan."""
+"""What goes into a bundle besides its scripts and dataset: source copy, pinned requirements, secret scan."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata as metadata
-import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio.core.resources import resources_dir
+from studio.core.resources import app_root, resources_dir
 
-MANIFEST_VERSION = 1
 _CHUNK = 1 << 20
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
@@ -77,36 +75,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def dataset_files(folder: Path) -> Iterator[Path]:
-    """Every file of a dataset folder (hidden files and folders left out), in a stable order."""
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield Path(root) / name
-
-
-def build_manifest(
-    folders: dict[str, Path], copy_to: Path | None = None, progress: Progress | None = None
-) -> dict[str, Any]:
-    """File list with sizes and SHA-256 of each `name -> folder`; copies the files when `copy_to` is set."""
-    listing = [(name, folder, path) for name, folder in folders.items() for path in dataset_files(folder)]
-    entries = []
-    total = 0
-    for done, (name, folder, path) in enumerate(listing, start=1):
-        rel = f"{name}/{path.relative_to(folder).as_posix()}"
-        size = path.stat().st_size
-        entries.append({"path": rel, "size": size, "sha256": sha256_file(path)})
-        total += size
-        if copy_to is not None:
-            target = copy_to / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        if progress:
-            progress(f"dataset {rel}", done, len(listing))
-    return {"version": MANIFEST_VERSION, "files": entries, "total_bytes": total}
-
-
 def folder_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -127,7 +95,7 @@ def copy_studio_source(dest: Path) -> int:
     The remote machine runs the trainer from this copy (launch.sh puts it on PYTHONPATH),
     so it needs no studio install and trains with exactly the code that exported it.
     """
-    package = Path(__file__).resolve().parents[2]
+    package = app_root() / "studio"
     shutil.copytree(
         package, dest / "studio",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "gui"),

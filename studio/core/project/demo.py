@@ -7,7 +7,6 @@ The dataset is written by Pillow here; the tiny model needs torch, so it is buil
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from studio.core.config.schema import (
@@ -20,6 +19,7 @@ from studio.core.config.schema import (
     TrainingSection,
 )
 from studio.core.project.folder import Project, create_project
+from studio.core.training_python import default_training_python
 from studio.core.user_dirs import data_dir
 
 DEMO_DATA = "data/shapes"
@@ -50,8 +50,8 @@ def demo_config() -> TrainConfig:
 
 
 def model_command(project: Project, python: str | None = None) -> list[str]:
-    """The command that builds the tiny model of a demo project."""
-    return [python or sys.executable, "-m", "studio.cli", "tiny", "sd15", str(project.root / DEMO_MODEL)]
+    """The command that builds the tiny model of a demo project (torch: the training environment's Python)."""
+    return [python or default_training_python(), "-m", "studio.cli", "tiny", "sd15", str(project.root / DEMO_MODEL)]
 
 
 def demo_model_ready(project: Project) -> bool:

@@ -14,6 +14,12 @@ STOP_FILE = "STOP"
 SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
 OUTPUT_DIR = "output"
+# Held by the trainer while it trains the run: pid, host and start (see studio.core.runs.lock).
+LOCK_FILE = "trainer.lock"
+# Written by the studio when it starts a trainer: {"pid": N, "create_time": T}.
+PROCESS_FILE = "process.json"
+# Present in a run folder that was copied back from another machine.
+REMOTE_FILE = "remote.json"
 
 
 def new_run_dir(output_dir: str | Path, name: str, now: _dt.datetime | None = None) -> Path:
@@ -45,8 +51,8 @@ def is_run_dir(path: str | Path) -> bool:
 
 
 def list_run_dirs(runs_dir: str | Path) -> list[Path]:
-    """Run folders under `runs_dir`, oldest first."""
+    """Run folders under `runs_dir`, oldest first (hidden ones, such as an import in progress, left out)."""
     base = Path(runs_dir)
     if not base.is_dir():
         return []
-    return sorted(p for p in base.iterdir() if p.is_dir() and is_run_dir(p))
+    return sorted(p for p in base.iterdir() if not p.name.startswith(".") and p.is_dir() and is_run_dir(p))

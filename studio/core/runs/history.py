@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import logging
 import shutil
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -14,19 +15,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import tomlkit
+from tomlkit.exceptions import TOMLKitError
 
 from studio.core.files import atomic_write_text
-from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, is_run_dir, list_run_dirs
+from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
+from studio.core.runs.lock import lock_holder, trainer_alive
 from studio.core.runs.run_model import replay_run
 
 log = logging.getLogger(__name__)
-
-# Written by the studio when it starts a trainer: {"pid": N, "create_time": T}.
-PROCESS_FILE = "process.json"
-# Present in a run folder that was copied back from another machine.
-REMOTE_FILE = "remote.json"
-# Without a process file, a run whose events changed this recently counts as running.
-RECENT_S = 120.0
 
 
 @dataclass
@@ -36,7 +32,7 @@ class RunSummary:
     preset: str = ""
     family: str = ""
     method: str = ""
-    status: str = "unknown"  # completed | stopped | failed | running | interrupted | not started
+    status: str = "unknown"  # completed | stopped | failed | running | interrupted | not started | unreadable
     started: _dt.datetime | None = None
     duration_s: float = 0.0
     steps: int = 0
@@ -51,42 +47,21 @@ class RunSummary:
         return self.status in ("stopped", "failed", "interrupted") and not self.remote
 
 
-def process_alive(run_dir: Path) -> bool:
-    """Is the trainer the studio started for this run still alive?"""
-    info_path = run_dir / PROCESS_FILE
-    if not info_path.is_file():
-        events = run_dir / EVENTS_FILE
-        try:
-            return time.time() - events.stat().st_mtime < RECENT_S
-        except OSError:
-            return False
-    try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-        import psutil
-
-        proc = psutil.Process(int(info["pid"]))
-        # A recycled pid belongs to another program: its start time differs.
-        return abs(proc.create_time() - float(info.get("create_time", 0))) < 1.0 and proc.is_running()
-    except Exception:
-        return False
-
-
-def write_process_file(run_dir: str | Path, pid: int) -> None:
-    create_time = 0.0
-    try:
-        import psutil
-
-        create_time = psutil.Process(pid).create_time()
-    except Exception:
-        pass
-    atomic_write_text(Path(run_dir) / PROCESS_FILE, json.dumps({"pid": pid, "create_time": create_time}))
-
-
 def _read_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config.toml as plain data; {} (and a log line) when it is missing or unreadable."""
+    path = run_dir / CONFIG_FILE
     try:
-        return tomlkit.parse((run_dir / CONFIG_FILE).read_text(encoding="utf-8")).unwrap()
-    except Exception:
+        return tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
+    except FileNotFoundError:
         return {}
+    except (OSError, UnicodeDecodeError, TOMLKitError) as exc:
+        log.warning("the config of run %s cannot be read (%s); its family and method are not shown", run_dir, exc)
+        return {}
+
+
+def _section(config: dict[str, Any], name: str) -> dict[str, Any]:
+    value = config.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _started_from_name(name: str) -> _dt.datetime | None:
@@ -96,7 +71,7 @@ def _started_from_name(name: str) -> _dt.datetime | None:
         return None
 
 
-def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = process_alive) -> RunSummary:
+def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive) -> RunSummary:
     """One row of the Runs table for a run folder."""
     folder = Path(run_dir)
     rep = replay_run(folder)
@@ -105,8 +80,8 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = process_a
     summary = RunSummary(path=folder, name=folder.name, remote=(folder / REMOTE_FILE).exists())
     preset = config.get("preset")
     summary.preset = str(preset.get("name", "")) if isinstance(preset, dict) else str(preset or "")
-    summary.family = str(config.get("model", {}).get("family", ""))
-    summary.method = str(config.get("method", {}).get("kind", ""))
+    summary.family = str(_section(config, "model").get("family", ""))
+    summary.method = str(_section(config, "method").get("kind", ""))
     summary.started = (
         _dt.datetime.fromtimestamp(model.first_time) if model.first_time else _started_from_name(folder.name)
     )
@@ -115,7 +90,11 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = process_a
     summary.total_steps = model.total_steps
     summary.final_loss = model.last_loss
     summary.outputs = [str(model.resolve(o)) for o in [*model.outputs, *model.epoch_outputs]]
-    if model.finished is not None:
+    if rep.read_error is not None:
+        summary.status = "unreadable"
+        summary.message = (f"{EVENTS_FILE} cannot be read ({rep.read_error.strerror or rep.read_error}); "
+                           "give your user read access to the run folder")
+    elif model.finished is not None:
         summary.status = model.finished.status
         summary.message = model.finished.message
     elif model.event_count == 0 and not (folder / EVENTS_FILE).exists():
@@ -125,12 +104,15 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = process_a
     else:
         summary.status = "interrupted"
         summary.message = "the events end without run_finished: the trainer was killed or the machine stopped"
+    if summary.status == "running":
+        holder = lock_holder(folder)
+        summary.message = f"trained by {holder.describe()}" if holder is not None else summary.message
     if model.errors and not summary.message:
         summary.message = model.errors[-1].message
     return summary
 
 
-def list_runs(runs_dir: str | Path, alive: Callable[[Path], bool] = process_alive) -> list[RunSummary]:
+def list_runs(runs_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive) -> list[RunSummary]:
     """Every run under `runs_dir`, newest first. A folder that cannot be read is skipped with a log line."""
     out: list[RunSummary] = []
     for folder in list_run_dirs(runs_dir):
@@ -147,7 +129,10 @@ def delete_run(run_dir: str | Path) -> str:
     folder = Path(run_dir)
     if not is_run_dir(folder):
         raise ValueError(f"{folder} is not a run folder (no {CONFIG_FILE} nor {EVENTS_FILE}); nothing deleted")
-    if (folder / PROCESS_FILE).exists() and process_alive(folder):
+    holder = lock_holder(folder)
+    if holder is not None:
+        raise RuntimeError(f"{folder.name} is being trained by {holder.describe()}; stop it before deleting it")
+    if trainer_alive(folder):
         raise RuntimeError(f"{folder.name} is still training; stop it before deleting it")
     try:
         from send2trash import send2trash
@@ -156,7 +141,7 @@ def delete_run(run_dir: str | Path) -> str:
         return "trash"
     except ImportError:
         pass
-    except Exception as exc:  # no trash on this volume (network share, container)
+    except OSError as exc:  # no trash on this volume (network share, container): TrashPermissionError too
         log.info("no trash for %s (%s); deleting it", folder, exc)
     shutil.rmtree(folder)
     return "deleted"
@@ -165,24 +150,34 @@ def delete_run(run_dir: str | Path) -> str:
 def import_run(source: str | Path, runs_dir: str | Path) -> Path:
     """Bring a run copied back from another machine (a folder or a .zip) into `runs_dir`.
 
-    The copy is marked remote; it is never resumed from here. Returns the new folder.
+    The copy is marked remote; it is never resumed from here. Returns the new folder. The
+    copy is made in a hidden folder and renamed into place once complete and marked, so a
+    refused or failed import leaves nothing in the list of runs.
     """
     src = Path(source)
     target_root = Path(runs_dir)
     target_root.mkdir(parents=True, exist_ok=True)
+    members: list[tuple[str, PurePosixPath]] | None = None  # of a zip
     if src.is_dir():
         if not is_run_dir(src):
             raise ValueError(f"{src} is not a run folder: it has neither {CONFIG_FILE} nor {EVENTS_FILE}")
-        dest = _free_name(target_root, src.name)
-        if src.resolve() != dest.resolve():
-            shutil.copytree(src, dest)
+        name = src.name
     elif zipfile.is_zipfile(src):
-        dest = _extract_zip(src, target_root)
+        name, members = _zip_members(src)
     else:
         raise ValueError(f"{src} is neither a run folder nor a .zip of one")
-    atomic_write_text(
-        dest / REMOTE_FILE, json.dumps({"source": str(src), "imported": time.time()}, indent=1)
-    )
+    staging = Path(tempfile.mkdtemp(prefix=".import-", dir=target_root))
+    try:
+        if members is None:
+            shutil.copytree(src, staging, dirs_exist_ok=True)
+        else:
+            _extract(src, members, staging)
+        atomic_write_text(staging / REMOTE_FILE, json.dumps({"source": str(src), "imported": time.time()}, indent=1))
+        dest = _free_name(target_root, name)
+        staging.rename(dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return dest
 
 
@@ -194,23 +189,30 @@ def _free_name(root: Path, name: str) -> Path:
     return candidate
 
 
-def _extract_zip(src: Path, root: Path) -> Path:
+def _zip_members(src: Path) -> tuple[str, list[tuple[str, PurePosixPath]]]:
+    """(run name, [(member, path inside the run)]) of a zipped run; ValueError before anything is written."""
     with zipfile.ZipFile(src) as archive:
         names = [n for n in archive.namelist() if not n.endswith("/")]
-        marker = next((n for n in names if PurePosixPath(n).name == EVENTS_FILE), None)
-        if marker is None:
-            raise ValueError(f"{src} holds no {EVENTS_FILE}: it is not a zipped run folder")
-        prefix = str(PurePosixPath(marker).parent)
-        prefix = "" if prefix == "." else prefix + "/"
-        dest = _free_name(root, PurePosixPath(prefix).name or src.stem)
-        for name in names:
-            if not name.startswith(prefix):
-                continue
-            rel = PurePosixPath(name[len(prefix):])
-            if rel.is_absolute() or ".." in rel.parts:
-                raise ValueError(f"{src} contains an unsafe path {name!r}; not imported")
+    marker = next((n for n in names if PurePosixPath(n).name == EVENTS_FILE), None)
+    if marker is None:
+        raise ValueError(f"{src} holds no {EVENTS_FILE}: it is not a zipped run folder")
+    prefix = str(PurePosixPath(marker).parent)
+    prefix = "" if prefix == "." else prefix + "/"
+    members = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        rel = PurePosixPath(name[len(prefix):])
+        if rel.is_absolute() or ".." in rel.parts or "\\" in name or ":" in rel.parts[0]:
+            raise ValueError(f"{src} contains an unsafe path {name!r}; nothing was imported")
+        members.append((name, rel))
+    return PurePosixPath(prefix).name or src.stem, members
+
+
+def _extract(src: Path, members: list[tuple[str, PurePosixPath]], dest: Path) -> None:
+    with zipfile.ZipFile(src) as archive:
+        for name, rel in members:
             out = dest.joinpath(*rel.parts)
             out.parent.mkdir(parents=True, exist_ok=True)
             with archive.open(name) as fin, open(out, "wb") as fout:
                 shutil.copyfileobj(fin, fout)
-    return dest

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
 import shlex
+import shutil
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from studio.core.config.sharding import accelerate_fsdp_config
 from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
+from studio.core.training_python import default_training_python
 
 
 def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> dict[str, Any]:
@@ -75,8 +77,31 @@ def _yaml_scalar(value: Any) -> str:
 
 
 def training_python(config: TrainConfig) -> str:
-    """The interpreter of the training environment (default: the studio's own)."""
-    return config.launch.python or sys.executable
+    """The interpreter of the training environment: launch.python, else the studio's default.
+
+    The default is the training environment the studio set up, once it is complete (see
+    `studio.core.training_python`); raises NoTrainingPython in the frozen app before that.
+    """
+    return config.launch.python or default_training_python()
+
+
+def python_problem(config: TrainConfig) -> str | None:
+    """Why launch.python cannot start a trainer (missing, not a program), or None when it can."""
+    python = config.launch.python
+    if not python:
+        return None
+    found = shutil.which(python) if os.sep not in python and "/" not in python else python
+    reason = None
+    if found is None or not Path(found).exists():
+        reason = "no such file"
+    elif Path(found).is_dir():
+        reason = "it is a folder"
+    elif not os.access(found, os.X_OK):
+        reason = "it is not executable"
+    if reason is None:
+        return None
+    return (f'launch.python = "{python}" cannot be started ({reason}); set it to the python of the training '
+            "environment (e.g. /path/to/venv/bin/python), or remove it to train with the studio's own")
 
 
 def build_command(run_dir: str | Path, python: str, resume: bool = False) -> list[str]:
@@ -123,6 +148,26 @@ def format_command(command: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in command)
 
 
+class RunFolderError(OSError):
+    """A run folder cannot be made or written; the message says where, why and what to do."""
+
+
+def _folder_error(exc: OSError, output_dir: str) -> RunFolderError:
+    advice = {
+        errno.ENOSPC: "the disk is full: free space on it or set output.dir to a folder on another disk",
+        errno.EDQUOT: "your disk quota is used up: free space or set output.dir to another disk",
+        errno.EROFS: "the disk is read-only: set output.dir to a folder you can write to",
+        errno.EACCES: "make the folder writable for your user or set output.dir to a folder you can write to",
+        errno.EPERM: "make the folder writable for your user or set output.dir to a folder you can write to",
+        errno.ENAMETOOLONG: "shorten output.name or output.dir",
+        errno.ENOTDIR: "a part of output.dir is a file, not a folder: fix output.dir",
+    }.get(exc.errno or 0, "check output.dir in the config")
+    where = f" ({exc.filename})" if exc.filename else ""
+    error = RunFolderError(f"cannot write the run folder under {output_dir}: {exc.strerror or exc}{where}; {advice}")
+    error.errno = exc.errno  # str() stays the sentence above
+    return error
+
+
 @dataclass(frozen=True)
 class RunPlan:
     run_dir: Path
@@ -139,6 +184,7 @@ def prepare_run(
     """Write a new run folder (resolved config.toml, accelerate.yaml, command.txt).
 
     Relative paths in `config` resolve against `config_dir` (the config file's folder).
+    Raises RunFolderError (an OSError) naming the folder and what to do when it cannot be written.
     """
     resolved = resolve_paths(config, config_dir)
     if num_processes:
@@ -148,10 +194,16 @@ def prepare_run(
         # Two local runs (or a run and anything else) on the default port would hang at the
         # rendezvous; on one machine any free port does.
         launch.main_process_port = free_port()
-    folder = Path(run_dir) if run_dir else new_run_dir(resolved.output.dir, resolved.output.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / CONFIG_FILE, dump_resolved(resolved))
-    atomic_write_text(folder / ACCELERATE_FILE, dump_yaml(accelerate_config(resolved)))
-    command = build_command(folder, training_python(resolved))
-    atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
+    folder: Path | None = None
+    try:
+        folder = Path(run_dir) if run_dir else new_run_dir(resolved.output.dir, resolved.output.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(folder / CONFIG_FILE, dump_resolved(resolved))
+        atomic_write_text(folder / ACCELERATE_FILE, dump_yaml(accelerate_config(resolved)))
+        command = build_command(folder, training_python(resolved))
+        atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
+    except OSError as exc:
+        if folder is not None and not run_dir:
+            shutil.rmtree(folder, ignore_errors=True)  # no half-written run folder in the list of runs
+        raise _folder_error(exc, resolved.output.dir) from None
     return RunPlan(folder, command, resolved)

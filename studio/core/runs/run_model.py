@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.runs.events import (
-    EVENTS_FILE,
     Checkpoint,
     EpochSaved,
     Error,
@@ -27,6 +26,7 @@ from studio.core.runs.events import (
     Sample,
     Step,
 )
+from studio.core.runs.folders import EVENTS_FILE
 from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
 
 __all__ = [
@@ -280,6 +280,7 @@ class Replay:
     events: int
     garbage_lines: int
     unknown_types: set[str]
+    read_error: OSError | None = None  # the events file exists but cannot be read
 
 
 def replay_run(run_dir: str | Path) -> Replay:
@@ -289,7 +290,7 @@ def replay_run(run_dir: str | Path) -> Replay:
     tail = EventTail(folder / EVENTS_FILE)
     items = tail.finish_items()
     model.apply_all(items)
-    return Replay(model, model.event_count, tail.garbage_lines, set(tail.unknown_types))
+    return Replay(model, model.event_count, tail.garbage_lines, set(tail.unknown_types), tail.read_error)
 
 
 def replay(run_dir: str | Path) -> RunModel:

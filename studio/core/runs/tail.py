@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from studio.core.runs.events import Event, UnknownEvent, event_from_dict
+from studio.core.runs.events import Event, UnknownEvent, event_from_dict, loads_line
 
 _loads: Callable[[bytes | str], Any]
 try:  # several times faster on long replays; the standard library does the same job
@@ -30,12 +30,13 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 log = logging.getLogger(__name__)
 
+
 def decode_event(line: bytes | str) -> Event:
     """`events.parse_event` with orjson where it is installed (replays parse 100,000s of lines).
 
     Raises ValueError for garbage and UnknownEvent for types this version does not know.
     """
-    return event_from_dict(_loads(line))
+    return event_from_dict(loads_line(line))
 
 
 def _column(rows: list[dict[str, Any]], key: str) -> np.ndarray:
@@ -132,6 +133,7 @@ class EventTail:
         self._inode: int | None = None
         self._partial = b""
         self._line_no = 0
+        self.read_error: OSError | None = None  # why the last poll could not read the file
 
     @property
     def pending_bytes(self) -> int:
@@ -167,8 +169,13 @@ class EventTail:
                 handle.seek(self.offset)
                 data = handle.read(self.max_bytes if self.max_bytes else -1)
         except OSError as exc:
-            log.warning("cannot read %s: %s", self.path, exc)
+            # A folder of another user, a directory in the file's place, a network drive gone:
+            # said once, and `has_more` stays false until a read succeeds again.
+            if self.read_error is None or str(exc) != str(self.read_error):
+                log.warning("cannot read %s: %s", self.path, exc)
+            self.read_error = exc
             return []
+        self.read_error = None
         self.offset += len(data)
         data = self._partial + data
         lines = data.split(b"\n")
@@ -176,7 +183,12 @@ class EventTail:
         return self._parse(lines)
 
     def has_more(self) -> bool:
-        """True when the file holds bytes the last poll did not read (max_bytes reached)."""
+        """True when the file holds bytes the last poll did not read (max_bytes reached).
+
+        False after a poll that could not read the file: there is nothing more to get now.
+        """
+        if self.read_error is not None:
+            return False
         try:
             return os.stat(self.path).st_size > self.offset
         except OSError:
@@ -205,12 +217,12 @@ class EventTail:
         try:
             # One comprehension while every line is JSON (nearly always): no per-line Python work.
             decoded: list[Any] = [_loads(raw) if raw else None for raw in lines]
-        except ValueError:
+        except (ValueError, RecursionError):
             decoded = []
             for index, raw in enumerate(lines):
                 text = raw.strip()
                 try:
-                    decoded.append(_loads(text) if text else None)
+                    decoded.append(loads_line(text) if text else None)
                 except ValueError:
                     decoded.append(None)
                     self._garbage(text, base + index + 1)

@@ -23,6 +23,7 @@ from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
+from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
@@ -30,6 +31,7 @@ from studio.gui.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
+from studio.gui.training_env import open_training_env_dialog
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
@@ -208,6 +210,12 @@ class TrainPage(Page):
                 return False
             if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
                 return False
+        if needs_training_env(config.launch.python):
+            # The first Train of the desktop app: it has no PyTorch of its own until the person sets it up.
+            open_training_env_dialog(self.window())
+            self.show_message("Set up the training environment first (Tools → Training Environment), "
+                              "then press Train again.")
+            return False
         assert self.context.project is not None
         run_dir = self.controller.start_config(config, self.context.project.root)
         self._update_buttons()

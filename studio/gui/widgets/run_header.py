@@ -125,7 +125,9 @@ class ErrorBanner(QFrame):
         """Show the newest error event, or the reason a run ended without one."""
         if model.errors:
             err = model.errors[-1]
-            key = (f"{err.kind}: {err.message}", err.hint)
+            # A failed sample says so itself, and the run went on: no "sample:" label to alarm.
+            title = err.message if err.kind == "sample" else f"{err.kind}: {err.message}"
+            key = (title, err.hint)
             if key != self._shown_key:
                 self.show_error(key[0], err.hint, err.message.splitlines()[0] if err.message else "")
         elif model.status == "failed" and model.message and self._shown_key != (model.message, ""):

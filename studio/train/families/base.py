@@ -134,22 +134,53 @@ class FamilyAdapter(ABC):
     def make_pipeline(self, components: Components) -> Any:
         """A diffusers pipeline around the (unwrapped) components, for samples and saving."""
 
-    def generate(
-        self, pipeline: Any, prompt: str, generator: torch.Generator, size: int
-    ) -> Any:
-        """One sample image (PIL) for a prompt at the configured steps and guidance."""
+    # ------------------------------------------------------------ sampling
+    # Samples are made in three stages (samples.py): the prompts' embeddings, the denoising to
+    # latents, the decode. Each stage runs with only its own modules on the GPU.
+
+    # The names under which the pipeline's call takes what `encode_prompt` returns, in its order.
+    prompt_embedding_names: ClassVar[tuple[str, ...]] = ("prompt_embeds", "negative_prompt_embeds")
+
+    def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
+        """The pipeline's embeddings of one prompt and the negative one (the text encoders' stage)."""
+        device = next(pipeline.text_encoder.parameters()).device
+        embeds = pipeline.encode_prompt(
+            **self.encode_prompt_arguments(prompt), device=device, num_images_per_prompt=1,
+            do_classifier_free_guidance=True, negative_prompt=negative or None,
+        )
+        return dict(zip(self.prompt_embedding_names, embeds, strict=True))
+
+    def encode_prompt_arguments(self, prompt: str) -> dict[str, Any]:
+        """The prompt arguments of the family pipeline's `encode_prompt`."""
+        return {"prompt": prompt}
+
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int) -> Any:
+        """The denoised latents of one sample at the configured steps and guidance (the denoiser's stage)."""
         sampling = self.config.sampling
         result = pipeline(
-            num_inference_steps=sampling.steps, guidance_scale=sampling.guidance,
-            height=size, width=size, generator=generator,
-            **self.prompt_arguments(pipeline, prompt, sampling.negative_prompt),
+            num_inference_steps=sampling.steps, guidance_scale=sampling.guidance, height=size, width=size,
+            generator=generator, output_type="latent", **conditioning,
         )
-        return result.images[0]
+        return result.images
 
-    def prompt_arguments(self, pipeline: Any, prompt: str, negative: str) -> dict[str, Any]:
-        """How the family's pipeline call gets its prompts; a family that encodes them its own way
-        (SD1.5 with clip_skip) hands the pipeline the embeddings training uses."""
-        return {"prompt": prompt, "negative_prompt": negative or None}
+    def decode(self, vae: Any, latents: torch.Tensor) -> torch.Tensor:
+        """Latents as the pipeline leaves them -> pixels in [-1, 1], in the VAE's own dtype and place.
+
+        The inverse of `encode_images` (SDXL-style VAEs that declare latents_mean/std use those);
+        the latents may come in any precision: a trained fp32 denoiser next to a bf16 VAE is common.
+        """
+        config = vae.config
+        latents = latents.to(vae.device, vae.dtype)
+        mean, std = getattr(config, "latents_mean", None), getattr(config, "latents_std", None)
+        if mean is not None and std is not None:
+            shape = (1, -1, 1, 1)
+            mean_t = torch.tensor(mean).view(shape).to(latents)
+            std_t = torch.tensor(std).view(shape).to(latents)
+            latents = latents * std_t / config.scaling_factor + mean_t
+        else:
+            latents = latents / config.scaling_factor + (getattr(config, "shift_factor", None) or 0.0)
+        image: torch.Tensor = vae.decode(latents, return_dict=False)[0]
+        return image
 
     def save_lora(
         self,

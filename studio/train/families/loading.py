@@ -148,6 +148,14 @@ def load_or_fail(what: str, base: str, loader: Callable[[], T], hint: str | None
         raise
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        if not Path(base).expanduser().exists():  # taken as a hub id: it may be a mistyped folder too
+            raise TrainError(
+                "model", f'cannot load the {what} of "{base}": it is no folder or file on this machine, and '
+                f"as a hub model id: {text}",
+                "if it is a folder, check the path in model.base (a relative path starts at the config file's "
+                "folder); if it is a hub id, check its spelling and connect to the internet once (then it is cached)",
+                path=base,
+            ) from None
         raise TrainError(
             "model", f"cannot load the {what} of {base}: {text}",
             hint or "check model.base; a hub id needs the internet once (then it is cached)",

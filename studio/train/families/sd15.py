@@ -18,6 +18,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
+from studio.train.precision import input_dtype
 
 
 class SD15Adapter(FamilyAdapter):
@@ -86,9 +87,10 @@ class SD15Adapter(FamilyAdapter):
         hidden = encoder(ids, output_hidden_states=True, return_dict=True).hidden_states[-skip]
         return getattr(encoder, "text_model", encoder).final_layer_norm(hidden)
 
-    def prompt_arguments(self, pipeline: Any, prompt: str, negative: str) -> dict[str, Any]:
+    def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
+        """With clip_skip the samples get the embeddings training uses, not the pipeline's own."""
         if self.config.model.clip_skip == 1:
-            return super().prompt_arguments(pipeline, prompt, negative)
+            return super().sample_conditioning(pipeline, prompt, negative)
         encode = self._encode
         return {"prompt_embeds": encode(pipeline.tokenizer, pipeline.text_encoder, [prompt]),
                 "negative_prompt_embeds": encode(pipeline.tokenizer, pipeline.text_encoder, [negative])}
@@ -100,9 +102,8 @@ class SD15Adapter(FamilyAdapter):
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
         hidden = cond["encoder_hidden_states"]
-        param = next(denoiser.parameters())
-        out = denoiser(noisy.to(param.dtype), timesteps, encoder_hidden_states=hidden.to(param.dtype),
-                       return_dict=False)
+        dtype = input_dtype(denoiser, noisy.device)
+        out = denoiser(noisy.to(dtype), timesteps, encoder_hidden_states=hidden.to(dtype), return_dict=False)
         return out[0]
 
     def make_pipeline(self, components: Components) -> Any:

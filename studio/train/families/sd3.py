@@ -28,6 +28,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
+from studio.train.precision import input_dtype
 
 # The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
 T5_TOKENS = 256
@@ -51,6 +52,9 @@ class SD3Adapter(FamilyAdapter):
     # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
     kohya_base_version: ClassVar[str] = "sd3"
     kohya_architecture: ClassVar[str] = "stable-diffusion-v3-medium"
+
+    prompt_embedding_names: ClassVar[tuple[str, ...]] = (
+        "prompt_embeds", "negative_prompt_embeds", "pooled_prompt_embeds", "negative_pooled_prompt_embeds")
 
     joint_attention_dim = 4096
 
@@ -109,6 +113,9 @@ class SD3Adapter(FamilyAdapter):
                              f"use block indices from 0 to {count - 1}, or leave method.blocks empty for all")
         super().add_lora(components)
 
+    def encode_prompt_arguments(self, prompt: str) -> dict[str, Any]:
+        return {"prompt": prompt, "prompt_2": None, "prompt_3": None}
+
     def trainable_encoders(self, components: Components) -> list[torch.nn.Module]:
         return list(components.text_encoders[:2])  # T5 stays frozen: it is too large to train here
 
@@ -145,10 +152,11 @@ class SD3Adapter(FamilyAdapter):
     def predict(
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
-        dtype = next(denoiser.parameters()).dtype
-        out = denoiser(hidden_states=noisy.to(dtype), timestep=timesteps,
-                       encoder_hidden_states=self.joint_states(cond).to(dtype),
-                       pooled_projections=cond["pooled_projections"].to(dtype), return_dict=False)
+        dtype = input_dtype(denoiser, noisy.device)
+        # Cast before joining: fp16 embeddings in a bf16 autocast cannot be concatenated.
+        cond = {key: value.to(dtype) for key, value in cond.items()}
+        out = denoiser(hidden_states=noisy.to(dtype), timestep=timesteps, encoder_hidden_states=self.joint_states(cond),
+                       pooled_projections=cond["pooled_projections"], return_dict=False)
         return out[0]
 
     def make_pipeline(self, components: Components) -> Any:

@@ -22,6 +22,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
+from studio.train.precision import input_dtype
 
 NEEDS = {
     "text_encoder": "the CLIP ViT-L text encoder",
@@ -44,6 +45,8 @@ class SDXLAdapter(FamilyAdapter):
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
     kohya_base_version: ClassVar[str] = "sdxl_base_v1-0"
     kohya_architecture: ClassVar[str] = "stable-diffusion-xl-v1-base"
+    prompt_embedding_names: ClassVar[tuple[str, ...]] = (
+        "prompt_embeds", "negative_prompt_embeds", "pooled_prompt_embeds", "negative_pooled_prompt_embeds")
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionXLPipeline
@@ -117,7 +120,7 @@ class SDXLAdapter(FamilyAdapter):
     def predict(
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
-        dtype = next(denoiser.parameters()).dtype
+        dtype = input_dtype(denoiser, noisy.device)
         added = {"text_embeds": cond["pooled_prompt_embeds"].to(dtype), "time_ids": cond["time_ids"].to(dtype)}
         out = denoiser(noisy.to(dtype), timesteps, encoder_hidden_states=cond["prompt_embeds"].to(dtype),
                        added_cond_kwargs=added, return_dict=False)

@@ -97,6 +97,8 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
         ({"launch": {"strategy": "fsdp", "num_processes": 2}}, "launch.strategy"),
         ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"}, "training": {"mixed_precision": "fp16"}},
          "launch.strategy"),
+        ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
+        ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
     ],
 )
 def test_each_contradiction_is_refused(change: dict, key: str) -> None:

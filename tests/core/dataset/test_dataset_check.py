@@ -49,7 +49,8 @@ def test_size_aspect_huge_and_modes(make_dataset: MakeDataset) -> None:
     root = make_dataset({})
     for name, size in (("small.png", (16, 16)), ("wide.png", (400, 100)), ("fine.png", (64, 64))):
         make_image(root / name, size=size)
-    png_header_only(root / "huge.png", 20000, 20000)
+    png_header_only(root / "huge.png", 9000, 9000)
+    png_header_only(root / "bomb.png", 20000, 20000)
     Image.new("CMYK", (64, 64)).save(root / "cmyk.jpg")
     Image.new("I;16", (64, 64)).save(root / "deep.png")
     for img in root.glob("*.*"):
@@ -57,8 +58,11 @@ def test_size_aspect_huge_and_modes(make_dataset: MakeDataset) -> None:
     report = check(root, resolution=32)
     assert codes(report, "small.png") == {"too_small": "warning"}
     assert codes(report, "wide.png") == {"extreme_aspect": "warning"}
-    assert "20000x20000" in str(report.by_path()[str(root / "huge.png")])
+    assert "9000x9000" in str(report.by_path()[str(root / "huge.png")])
     assert "huge_image" in codes(report, "huge.png")
+    # Pillow refuses to open it (a decompression bomb), so the trainer skips it: an error, not a warning.
+    assert codes(report, "bomb.png") == {"untrainable_size": "error"}
+    assert "20000x20000" in str(report.by_path()[str(root / "bomb.png")])
     assert codes(report, "cmyk.jpg") == {"unusual_mode": "warning"}
     assert "unusual_mode" in codes(report, "deep.png")
     assert codes(report, "fine.png") == {}

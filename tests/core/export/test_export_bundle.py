@@ -46,6 +46,38 @@ def test_exported_config_has_no_local_path_and_resolves_inside_the_bundle(demo: 
     assert report.command == "./launch.sh --check"
 
 
+def test_only_images_captions_and_metadata_go_in_and_links_out_are_not_followed(demo: Project, tmp_path: Path) -> None:
+    shapes = demo.root / "data" / "shapes"
+    pictures = sorted(p.name for p in shapes.iterdir())
+    (shapes / "notes.txt").write_text("hf_" + "a" * 30 + " my token", encoding="utf-8")  # no image of that name
+    (shapes / "private").mkdir()
+    (shapes / "private" / "creds.txt").write_text("password=hunter2", encoding="utf-8")
+    secret = tmp_path / "home" / ".bashrc"
+    secret.parent.mkdir()
+    secret.write_text("export API_KEY=abc", encoding="utf-8")
+    (shapes / "extra.png").symlink_to(secret)  # looks like an image, leads to the shell rc file
+    (shapes / "extra.txt").write_text("a caption", encoding="utf-8")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "img.png").write_bytes((shapes / pictures[0]).read_bytes())
+    (shapes / "linked").symlink_to(outside, target_is_directory=True)
+
+    out = tmp_path / "bundle"
+    report = export_bundle(demo.config_path, out, include_model=True)
+    copied = sorted(p.relative_to(out / "dataset" / "shapes").as_posix()
+                    for p in (out / "dataset" / "shapes").rglob("*") if p.is_file())
+    assert copied == pictures  # the demo's images and captions, nothing else
+    for text in ("hunter2", "my token", "API_KEY"):
+        assert not any(text in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()
+                       and p.suffix in (".txt", ".png", ".json", "")), text
+    skipped = {entry["path"]: entry["reason"] for entry in json.loads((out / "dataset" / "manifest.json").read_text())["skipped"]}
+    assert set(skipped) >= {"shapes/notes.txt", "shapes/private/creds.txt", "shapes/extra.png", "shapes/linked"}
+    assert "link out of the dataset folder" in skipped["shapes/extra.png"]
+    assert any("left out" in w and "shapes/notes.txt" in w for w in report.warnings)
+    assert "shapes/notes.txt" in report.summary() and "manifest.json lists each" in report.summary()
+    assert any(line.startswith("shapes/private/creds.txt: not an image") for line in report.skipped)
+
+
 def test_dataset_is_copied_with_a_manifest_of_sizes_and_hashes(demo: Project, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     export_bundle(demo.config_path, out, include_model=True)

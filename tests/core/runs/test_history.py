@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.runs.history import (
-    REMOTE_FILE,
-    delete_run,
-    import_run,
-    list_runs,
-    summarize_run,
-    write_process_file,
-)
+from studio.core.runs.folders import REMOTE_FILE
+from studio.core.runs.history import delete_run, import_run, list_runs, summarize_run
+from studio.core.runs.lock import write_process_file
 from tests.core.runs.conftest import step_event, write_events
 
 
@@ -113,3 +108,16 @@ def test_import_folder_copies_and_marks_remote(tmp_path: Path, finished_run: Pat
     dest = import_run(finished_run, tmp_path / "other" / "runs")
     assert (dest / "events.jsonl").exists() and (dest / REMOTE_FILE).exists()
     assert not (finished_run / REMOTE_FILE).exists()
+
+
+def test_a_refused_zip_leaves_no_run_behind(tmp_path: Path, finished_run: Path) -> None:
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in sorted(finished_run.rglob("*")):
+            z.write(f, "pod-run/" + f.relative_to(finished_run).as_posix())
+        z.writestr("pod-run/../../escaped.txt", "outside the runs folder")
+    runs = tmp_path / "project" / "runs"
+    with pytest.raises(ValueError, match="unsafe path"):
+        import_run(archive, runs)
+    assert list_runs(runs, never_alive) == []
+    assert list(runs.iterdir()) == [] and not (tmp_path / "escaped.txt").exists()

@@ -65,3 +65,16 @@ def test_accelerate_reads_the_fsdp_fields(tmp_path: Path) -> None:
     assert loaded.distributed_type.value == "FSDP" and loaded.num_processes == 4
     assert loaded.fsdp_config["fsdp_version"] == 2
     assert loaded.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "JointTransformerBlock"
+
+
+def test_a_run_folder_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path: Path) -> None:
+    import pytest
+
+    from studio.core.runs.launch import RunFolderError
+
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    config = validate_data({"model": {"family": "sd15", "base": "m/n"}, "output": {"dir": "disk/runs"}})
+    with pytest.raises(RunFolderError) as caught:
+        prepare_run(config, tmp_path)
+    assert f"cannot write the run folder under {tmp_path / 'disk' / 'runs'}" in str(caught.value)
+    assert "fix output.dir" in str(caught.value)

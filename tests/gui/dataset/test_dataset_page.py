@@ -287,3 +287,19 @@ def test_caption_tags_are_readable_on_light_and_dark_backgrounds(qtbot, base: st
     editor.setPlainText("ohwx man, red jacket, bokeh")
     for fmt in highlighter.formats:
         assert _contrast(fmt.foreground().color(), QColor(base)) >= 4.5  # WCAG AA for body text
+
+
+def test_opening_the_dataset_removes_what_killed_saves_left(page: DatasetPage) -> None:
+    import os
+    import time
+
+    folder = images(page)
+    old = time.time() - 3600
+    leftovers = [folder / f".a.txt.{i:08x}.tmp" for i in range(3)]
+    for path in leftovers:
+        path.write_text("half a caption", encoding="utf-8")
+        os.utime(path, (old, old))
+    page.reload()
+    assert page.wait_loaded(30)
+    assert not any(p.exists() for p in leftovers)
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "red, square"

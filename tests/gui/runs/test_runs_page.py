@@ -175,3 +175,35 @@ def test_a_queued_config_that_fails_its_preflight_is_skipped_with_the_reason(
     qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["failed", "completed"], timeout=30000)
     assert queue.items[0].message.startswith(f"Image folder {tmp_path / 'gone'} does not exist.")
     assert [p.name.split("-", 2)[-1] for p in (tmp_path / "runs").iterdir()] == ["fake"]  # the broken one never started
+
+
+def test_a_run_its_trainer_holds_is_running_however_long_it_is_silent(
+    qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path
+) -> None:
+    import os
+    import time
+
+    from studio.core.runs.lock import RunLock
+    from tests.core.runs.conftest import step_event, write_events
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    runs = page.runs_dir()
+    assert runs is not None
+    run = runs / "20240101-000000-silent"
+    write_events(run / "events.jsonl", [step_event(1), step_event(2)])
+    (run / "config.toml").write_text('[model]\nfamily = "sd15"\n', encoding="utf-8")
+    events = run / "events.jsonl"
+    old = time.time() - 3600  # a trainer caching for an hour: no event meanwhile
+    os.utime(events, (old, old))
+    with RunLock(run):  # held by its trainer (started from a terminal, so no process file)
+        page.refresh()
+        page.table.select_paths([run.name])
+        (row,) = page.table.summaries
+        assert row.status == "running"
+        assert not page.buttons["resume"].isEnabled() and not page.buttons["delete"].isEnabled()
+        assert not page.controller.resume(run)
+        assert "is being trained by" in page.message.text()
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.table.summaries[0].status == "interrupted" and page.buttons["resume"].isEnabled()

@@ -86,7 +86,9 @@ def test_gui_modules_do_not_load_torch() -> None:
 
 
 def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> None:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", TMPDIR=str(temp))
     shots = tmp_path / "shots"
     out = subprocess.run(
         [sys.executable, "-m", "studio", "--self-test", "--screenshots", str(shots)],
@@ -100,6 +102,7 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     pngs = sorted(p.name for p in shots.glob("*.png"))
     assert len(pngs) == 5 and pngs[0] == "01-page_dataset.png"
     assert all((shots / p).stat().st_size > 1000 for p in pngs)
+    assert list(temp.iterdir()) == []  # its scratch folder (settings, demo project) is gone
 
 
 def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow, qtbot) -> None:

@@ -77,6 +77,20 @@ def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioC
     assert page.banner.isHidden()
 
 
+def test_a_failed_sample_is_shown_and_the_run_still_finishes(qtbot: QtBot, context: StudioContext,
+                                                             config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "10", "--rate", "500", "--samples-every", "5",
+                     "--sample-fails-at", "5")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "finished" in page.header.status.text()
+    assert not page.banner.isHidden()
+    assert page.banner.title.text().startswith("<b>sample at step 5 failed while decoding")
+    assert "training goes on" in page.banner.hint.text()
+    assert page.samples.grid.count() == 2  # the step-10 samples came after it
+
+
 def test_crash_at_start_explains(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context, "--crash-at-start")

@@ -1,0 +1,270 @@
+"""Following a training from the terminal: `studio-train run` and `resume` start the launcher and
+show the run's console.log as it grows.
+
+The launcher's output goes into RUN_DIR/console.log, a file: no pipe connects the trainer to
+this process, so a closed terminal (SIGHUP), `| head` or a killed CLI cannot end the training.
+This process follows the training, not the launcher: if the launcher dies first, it waits for
+the trainer it started. Its exit code is the run's outcome, and its last words (also the last
+line of console.log) are the studio's one-line account of it, not accelerate's traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, BinaryIO
+
+import psutil
+
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_exit_code
+from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
+from studio.core.runs.launch import training_env
+from studio.core.runs.outcome import last_finish, outcome_line
+
+POLL_S = 0.1
+# Frames of accelerate's launcher (and torchrun's): a traceback through them is its epilogue.
+LAUNCHER_FRAMES = ("accelerate/commands/", "accelerate\\commands\\", "torch/distributed/run.py",
+                   "torch\\distributed\\run.py")
+
+
+class Terminal:
+    """Where the CLI writes; once the reader is gone (closed terminal, `| head`) it writes nothing more."""
+
+    def __init__(self, out: BinaryIO | None = None, err: BinaryIO | None = None) -> None:
+        self.out = out or sys.stdout.buffer
+        self.err = err or sys.stderr.buffer
+        self.gone = False
+
+    def write(self, data: bytes, error: bool = False) -> None:
+        if self.gone or not data:
+            return
+        stream = self.err if error else self.out
+        try:
+            stream.write(data)
+            stream.flush()
+        except (OSError, ValueError):
+            self.hang_up()
+
+    def line(self, text: str, error: bool = False) -> None:
+        self.write((text + "\n").encode("utf-8", "backslashreplace"), error)
+
+    def hang_up(self) -> None:
+        """Stop writing; buffered text and later prints go to /dev/null instead of failing at exit."""
+        self.gone = True
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                fd = stream.fileno()
+            except (OSError, ValueError, AttributeError):
+                continue
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
+
+
+class LauncherEpilogue:
+    """Holds each traceback back until it is whole; one raised by the launcher is dropped, with all after it.
+
+    accelerate's launcher ends a failed run with a traceback of its own (CalledProcessError,
+    ChildFailedError) after the trainer has already told why it failed; it says nothing a
+    person can act on. The trainer's own tracebacks (a crash) pass unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.block: list[str] = []
+        self.silenced = False
+
+    def feed(self, line: str) -> list[str]:
+        if self.silenced:
+            return []
+        if not self.block:
+            if line.startswith("Traceback (most recent call last):"):
+                self.block = [line]
+                return []
+            return [line]
+        self.block.append(line)
+        if line[:1] in (" ", "\t") or not line.strip():
+            return []  # a frame, its source line, or a blank line inside the traceback
+        block, self.block = self.block, []
+        if any(frame in text for text in block for frame in LAUNCHER_FRAMES):
+            self.silenced = True
+            return []
+        return block
+
+    def flush(self) -> list[str]:
+        block, self.block = self.block, []
+        return [] if self.silenced else block
+
+
+class ConsoleEcho:
+    """Copies what is appended to console.log onto the terminal, complete lines only."""
+
+    def __init__(self, path: Path, offset: int, terminal: Terminal) -> None:
+        self.path, self.offset, self.terminal = path, offset, terminal
+        self.filter = LauncherEpilogue()
+        self._partial = b""
+
+    def pump(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read(1 << 20)
+        except OSError:
+            return
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        self._show(lines)
+
+    def finish(self) -> None:
+        self.pump()
+        if self._partial:
+            self._show([self._partial])
+            self._partial = b""
+        self._show_decoded(self.filter.flush())
+
+    def _show(self, lines: list[bytes]) -> None:
+        shown: list[str] = []
+        for raw in lines:
+            shown.extend(self.filter.feed(raw.decode("utf-8", "replace").rstrip("\r")))
+        self._show_decoded(shown)
+
+    def _show_decoded(self, lines: list[str]) -> None:
+        if lines:
+            self.terminal.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
+
+
+class TrainerWatch:
+    """The launcher's descendants (the ranks), remembered while it lives: it may die before them."""
+
+    def __init__(self, launcher_pid: int) -> None:
+        self.launcher_pid = launcher_pid
+        self.known: dict[int, psutil.Process] = {}
+
+    def remember(self) -> None:
+        try:
+            children = psutil.Process(self.launcher_pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            self.known.setdefault(child.pid, child)
+
+    def alive(self) -> list[psutil.Process]:
+        living = []
+        for proc in self.known.values():
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    living.append(proc)
+            except psutil.Error:
+                continue
+        return living
+
+
+class SignalForwarder:
+    """SIGTERM/SIGINT: ask the trainer to stop at its next step (a second one ends it at once).
+    SIGHUP (the terminal closed): stop writing to it and keep following the run."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, process: subprocess.Popen[bytes], run_dir: Path, watch: TrainerWatch,
+                 terminal: Terminal) -> None:
+        self.process, self.run_dir, self.watch, self.terminal = process, run_dir, watch, terminal
+        self.count = 0
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._forward)
+        if hasattr(signal, "SIGHUP"):
+            self._previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hang_up)
+
+    def uninstall(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _hang_up(self, signum: int, frame: FrameType | None) -> None:
+        self.terminal.hang_up()
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count > 1:
+            self._send(signal.SIGKILL if os.name == "posix" else signal.SIGTERM)
+            self.terminal.line("\nended at once", error=True)
+            return
+        request_stop(self.run_dir)  # every rank reads it, wherever the signal does not reach
+        self._send(signum)
+        self.terminal.line(f"\n{signal.Signals(signum).name}: stopping at the next step (saving a checkpoint); "
+                           "send it again (Ctrl+C) to end the run at once", error=True)
+
+    def _send(self, signum: int) -> None:
+        """To the launcher's process group and to every rank it started (they may sit in sessions of their own)."""
+        if os.name == "posix":
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # the group already ended
+                os.killpg(self.process.pid, signum)
+        elif self.process.poll() is None:
+            self.process.send_signal(signum)
+        for proc in self.watch.alive():
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signum)
+
+
+def follow_training(command: list[str], run_dir: Path) -> int:
+    """Start `command` (the launcher) for `run_dir`, show its console and wait for the whole run; its exit code."""
+    console = run_dir / CONSOLE_FILE
+    offset = console.stat().st_size if console.exists() else 0
+    options: dict[str, Any] = {"process_group": 0} if os.name == "posix" else {}
+    terminal = Terminal()
+    try:
+        with open(console, "ab") as log:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=training_env(), cwd=run_dir, **options)
+    except OSError as exc:
+        terminal.line(f"error: cannot start {command[0]} ({exc.strerror or exc}); check launch.python in "
+                      f"{run_dir / 'config.toml'}", error=True)
+        return EXIT_INVALID
+    echo = ConsoleEcho(console, offset, terminal)
+    watch = TrainerWatch(process.pid)
+    forwarder = SignalForwarder(process, run_dir, watch, terminal)
+    forwarder.install()
+    try:
+        while process.poll() is None:
+            watch.remember()
+            echo.pump()
+            time.sleep(POLL_S)
+        while watch.alive():  # the launcher is gone but the trainer it started is not: follow the trainer
+            echo.pump()
+            time.sleep(POLL_S)
+    finally:
+        forwarder.uninstall()
+    echo.finish()
+    return report_outcome(run_dir, signal_exit_code(process.returncode), terminal)
+
+
+def report_outcome(run_dir: Path, launcher_code: int, terminal: Terminal | None = None) -> int:
+    """Say what the run left (outputs, how to continue, or why it failed) and end its console with
+    the studio's one line; the run's exit code."""
+    terminal = terminal or Terminal()
+    finished, _error = last_finish(run_dir)
+    line = outcome_line(run_dir, launcher_code)
+    try:
+        with open(run_dir / CONSOLE_FILE, "a", encoding="utf-8", errors="backslashreplace") as console:
+            console.write(line + "\n")
+    except OSError as exc:  # a full disk: the terminal still hears it
+        terminal.line(f"(cannot add to {run_dir / CONSOLE_FILE}: {exc})", error=True)
+    if finished is not None and finished.status == "completed":
+        for output in finished.outputs:
+            terminal.line(f"written: {output}")
+        return EXIT_OK
+    if finished is not None and finished.status == "stopped":
+        terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {run_dir}")
+        return EXIT_OK
+    terminal.line(line.split("] ", 1)[-1] + f" (events: {run_dir / EVENTS_FILE})", error=True)
+    return launcher_code or EXIT_FAILED

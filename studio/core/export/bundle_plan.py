@@ -1,0 +1,235 @@
+"""The first step of an export: read the config and decide what the bundle holds, writing nothing.
+
+Every refusal (a local path or a token the remote side cannot use, a missing dataset, a GPU
+type not in the catalogue) happens here, before a byte is written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from studio.core.config.paths import resolve_paths
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import config_to_data, load_config
+from studio.core.export.bundle_files import absolute_paths, find_secrets, folder_size
+from studio.core.export.cost import vram_estimator
+from studio.core.export.dataset_selection import DatasetSelection, select_concept
+from studio.core.export.gpu_catalogue import GpuType, load_catalogue
+
+DATASET_DIR = "dataset"
+MODEL_DIR = "model"
+RUNS_DIR = "runs"
+MANIFEST = f"{DATASET_DIR}/manifest.json"
+
+_GENERIC_GPU = GpuType(id="generic", name="generic 80GB GPU", vram_gb=80, bf16=True, throughput=1.0,
+                       price_min=0.0, price_max=0.0)
+
+
+class ExportError(ValueError):
+    """The bundle cannot be made; the message says what, where and what to do."""
+
+
+def is_hub_id(value: str) -> bool:
+    parts = value.split("/")
+    return (len(parts) == 2 and all(parts) and not value.startswith((".", "~", "/"))
+            and not value.endswith((".safetensors", ".ckpt")) and ":" not in value)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, counter = name, 2
+    while candidate in taken:
+        candidate, counter = f"{name}-{counter}", counter + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _scaled(value: int, factor: float) -> int:
+    return 0 if value == 0 else max(1, round(value * factor))
+
+
+def scale_steps(config: TrainConfig, processes: int) -> float:
+    """Keep the images seen when the process count changes: max_steps (and the step-based
+    intervals) shrink by the same factor the effective batch grows. Returns the factor."""
+    t = config.training
+    if t.max_steps is None or processes == config.launch.num_processes:
+        return 1.0
+    factor = config.launch.num_processes / processes
+    t.max_steps = max(1, math.ceil(t.max_steps * factor))
+    t.lr_warmup_steps = round(t.lr_warmup_steps * factor)
+    config.sampling.every_n_steps = _scaled(config.sampling.every_n_steps, factor)
+    config.output.save_every_n_steps = _scaled(config.output.save_every_n_steps, factor)
+    return factor
+
+
+def _model_value(raw: str | None, resolved: str | None, what: str, remote: str | None,
+                 include: bool, out: Path, copies: list[tuple[Path, Path]]) -> tuple[str | None, str]:
+    """The bundle's value for the base model or VAE, and its kind (hub | bundle | remote)."""
+    if raw is None or resolved is None:
+        return None, "none"
+    if remote:
+        return remote, "hub" if is_hub_id(remote) else "remote"
+    local = Path(resolved)
+    if not local.is_absolute():  # resolve_paths keeps hub ids as they are
+        return raw, "hub"
+    if not local.exists():
+        raise ExportError(f"{what} {local} does not exist; fix model.{'base' if what == 'base model' else 'vae'} "
+                          "in the config or give a hub id")
+    if not include:
+        size = folder_size(local) / 2**30
+        flag = "--remote-base ID_OR_PATH" if what == "base model" else "a hub id in model.vae"
+        raise ExportError(
+            f"the {what} is a local {'folder' if local.is_dir() else 'file'} ({local}, {size:.1f} GB): either copy "
+            f"it into the bundle with --include-model, or name where it is on the remote machine ({flag})"
+        )
+    rel = f"{MODEL_DIR}/{local.name}"
+    copies.append((local, out / rel))
+    return rel, "bundle"
+
+
+@dataclass
+class BundlePlan:
+    """Everything `export_bundle` decided before writing a byte (the validate step)."""
+
+    config_path: Path
+    out: Path
+    bundle: TrainConfig  # the config as the remote side reads it
+    gpus: int
+    nodes: int
+    gpu: GpuType | None
+    base_kind: str
+    data_root: str
+    include_dataset: bool
+    datasets: list[DatasetSelection]
+    copies: list[tuple[Path, Path]]  # model files: (local, in the bundle)
+    original_steps: int | None
+    vram: int | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def processes(self) -> int:
+        return self.gpus * self.nodes
+
+
+def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nodes: int, gpu_type: str | None,
+                    include_dataset: bool, remote_base: str | None, include_model: bool,
+                    remote_dataset: str | None, main_address: str, port: int, keep_steps: bool) -> BundlePlan:
+    """Read the config and decide the bundle's content; ExportError names any problem. Writes nothing."""
+    config_path = Path(config_path).resolve()
+    out = Path(out_dir).resolve()
+    if gpus < 1 or nodes < 1:
+        raise ExportError(f"gpus ({gpus}) and nodes ({nodes}) must be at least 1")
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty; choose a new folder for the bundle")
+    config = load_config(config_path)
+    resolved = resolve_paths(config, config_path.parent)
+    bundle = config.model_copy(deep=True)
+    copies: list[tuple[Path, Path]] = []
+    base, base_kind = _model_value(config.model.base, resolved.model.base, "base model",
+                                   remote_base, include_model, out, copies)
+    bundle.model.base = base or config.model.base
+    bundle.model.vae, _ = _model_value(config.model.vae, resolved.model.vae, "VAE", None, include_model, out, copies)
+    data_root = remote_dataset.rstrip("/") if remote_dataset else DATASET_DIR
+    datasets = _select_datasets(bundle, resolved, data_root, config_path)
+    plan = BundlePlan(config_path, out, bundle, gpus, nodes, _gpu_type(gpu_type), base_kind, data_root,
+                      include_dataset, datasets, copies, bundle.training.max_steps, None)
+    if not keep_steps:
+        factor = scale_steps(bundle, plan.processes)
+        if factor != 1.0:
+            plan.warnings.append(f"max_steps {plan.original_steps} -> {bundle.training.max_steps} so that "
+                                 f"{plan.processes} processes see the same number of images; learning rate kept")
+    bundle.output.dir = RUNS_DIR
+    bundle.launch = bundle.launch.model_copy(update={
+        "num_processes": plan.processes, "num_machines": nodes, "machine_rank": 0, "gpu_ids": "all",
+        "main_process_ip": main_address, "main_process_port": port, "python": None, "cpu": False})
+    _refuse_secrets_and_paths(bundle, remote_base, remote_dataset, config_path)
+    _choose_strategy(bundle, plan.gpu or _GENERIC_GPU, plan.warnings)
+    plan.vram = vram_estimator(bundle)(plan.gpu or _GENERIC_GPU, plan.processes)
+    gpu = plan.gpu
+    if gpu is not None and plan.vram is not None and plan.vram > gpu.vram_mb:
+        plan.warnings.append(f"the estimate ({plan.vram / 1024:.1f} GB per GPU) exceeds the {gpu.name}'s "
+                             f"{gpu.vram_gb:.0f} GB")
+    plan.warnings.extend(_skipped_warning(datasets))
+    return plan
+
+
+def _choose_strategy(bundle: TrainConfig, gpu: GpuType, warnings: list[str]) -> None:
+    """Shard a DreamBooth whose data-parallel copies would not fit the remote GPUs (and say so)."""
+    from studio.core.hardware.report import GPUInfo
+    from studio.core.hardware.sharded_estimate import plan_gpus
+
+    processes = bundle.launch.num_processes
+    if processes < 2 or bundle.launch.strategy != "ddp":
+        return
+    info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)
+    plan = plan_gpus(bundle, info, processes)
+    if plan.proposes_fsdp and plan.fsdp is not None:
+        bundle.launch.strategy = "fsdp"
+        warnings.append(f"launch.strategy ddp -> fsdp: data parallel needs {plan.ddp.total_gb:.1f} GB per GPU, more "
+                        f"than the {gpu.name}'s {gpu.vram_gb:.0f} GB; sharded across {processes} GPUs it needs "
+                        f"{plan.fsdp.total_gb:.1f} GB")
+
+
+def _select_datasets(bundle: TrainConfig, resolved: TrainConfig, data_root: str,
+                     config_path: Path) -> list[DatasetSelection]:
+    """Point every concept of `bundle` at its copy under `data_root`; what each folder contributes."""
+    selections: list[DatasetSelection] = []
+    taken: set[str] = set()
+    for concept, local in _concept_pairs(bundle, resolved):
+        for attr, path in (("path", local.path), ("class_path", local.class_path)):
+            if path is None:
+                continue
+            folder = Path(path)
+            name = _unique(folder.name, taken)
+            if attr == "path" and not folder.is_dir():
+                raise ExportError(f"dataset folder {folder} does not exist; fix dataset.concepts in {config_path}")
+            if folder.is_dir():
+                try:
+                    selections.append(select_concept(local, name, classes=attr == "class_path"))
+                except ValueError as exc:
+                    raise ExportError(str(exc)) from None
+            setattr(concept, attr, f"{data_root}/{name}")
+    return selections
+
+
+def _skipped_warning(selections: list[DatasetSelection]) -> list[str]:
+    skipped = [f"{s.name}/{rel}" for s in selections for rel, _why in s.skipped]
+    if not skipped:
+        return []
+    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+    return [f"{len(skipped)} file(s) of the dataset folders were left out (only images, their captions and "
+            f"metadata.jsonl go into a bundle; links out of a dataset folder are not followed): {shown}; "
+            f"{MANIFEST} lists each with the reason"]
+
+
+def _concept_pairs(bundle: TrainConfig, resolved: TrainConfig) -> list[tuple[Any, Any]]:
+    return list(zip(bundle.dataset.concepts, resolved.dataset.concepts, strict=True))
+
+
+def _gpu_type(name: str | None) -> GpuType | None:
+    if not name:
+        return None
+    try:
+        return load_catalogue().get(name)
+    except KeyError as exc:
+        raise ExportError(str(exc.args[0])) from None
+
+
+def _refuse_secrets_and_paths(bundle: TrainConfig, remote_base: str | None, remote_dataset: str | None,
+                              source: Path) -> None:
+    data = config_to_data(bundle)
+    secrets = find_secrets(data)
+    if secrets:
+        raise ExportError(f"{source}: {', '.join(secrets)} look like a token or password; remove them "
+                          "(a hub token is read from HF_TOKEN on the remote machine)")
+    # Paths the person named on the remote side are meant to be absolute.
+    allowed = {remote_base} if remote_base else set()
+    if remote_dataset:
+        for concept in bundle.dataset.concepts:
+            allowed |= {concept.path, concept.class_path or concept.path}
+    local = absolute_paths(data, allowed=frozenset(allowed))
+    if local:
+        raise ExportError(f"{source}: {', '.join(local)} still hold a path of this machine; "
+                          "the bundle needs paths on the remote side")

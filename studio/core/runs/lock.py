@@ -1,0 +1,219 @@
+"""Who is training a run folder: the trainer's exclusive lock, and the studio's process file.
+
+A trainer takes `RUN_DIR/trainer.lock` before it writes anything into the folder and holds it
+until it exits. The file says who holds it (pid, host, since when); an OS lock on the open file
+(flock on POSIX, a locked byte on Windows) says whether that process still lives: the kernel
+drops it when the process dies, even by kill -9, so a lock file that nobody holds is stale and
+the next trainer takes it over. Resume, delete and the Runs page ask `lock_holder` first.
+
+The process file is the studio's own note of the process it started (the launcher, until the
+trainer has taken the lock), checked by pid and start time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+
+from studio.core.files import atomic_write_text
+from studio.core.runs.folders import LOCK_FILE, PROCESS_FILE
+
+log = logging.getLogger(__name__)
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+try:
+    import msvcrt
+except ImportError:
+    msvcrt = None  # type: ignore[assignment]
+
+# Windows locks a byte range; one byte far past the JSON keeps the text readable by others.
+_WINDOWS_LOCK_OFFSET = 1 << 20
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """The process that holds (or last held) a run's lock."""
+
+    pid: int
+    host: str
+    started: float  # UNIX time the lock was taken
+
+    def describe(self) -> str:
+        since = _dt.datetime.fromtimestamp(self.started).strftime("%Y-%m-%d %H:%M") if self.started else "?"
+        return f"process {self.pid} on {self.host} (since {since})"
+
+
+class RunLockedError(RuntimeError):
+    """Another trainer holds the run folder; the message names it and what to do."""
+
+    def __init__(self, run_dir: Path, holder: LockHolder) -> None:
+        self.run_dir, self.holder = run_dir, holder
+        here = holder.host == socket.gethostname()
+        advice = ("stop that run first (or wait for it to end)" if here else
+                  f"stop it there first; if no trainer runs on {holder.host} any more, delete {run_dir / LOCK_FILE}")
+        super().__init__(f"{run_dir.name} is being trained by {holder.describe()}; {advice}")
+
+
+def _try_lock(fd: int, exclusive: bool) -> bool:
+    """Take the OS lock of `fd` without waiting; False when another open file holds it."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    if msvcrt is not None:  # pragma: no cover - Windows
+        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    return True  # pragma: no cover - a platform with no file locks at all
+
+
+def _unlock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    elif msvcrt is not None:  # pragma: no cover - Windows
+        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+def _read_holder(path: Path) -> LockHolder | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return LockHolder(int(data["pid"]), str(data["host"]), float(data.get("started", 0.0)))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("the lock file %s cannot be read (%s); its holder is unknown", path, exc)
+        return LockHolder(0, "an unknown machine", 0.0)
+
+
+class RunLock:
+    """The exclusive lock of one run folder, held by its trainer: `with RunLock(run_dir):`."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self.stale: LockHolder | None = None  # the dead holder whose lock was taken over
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> RunLock:
+        """Take the lock or raise RunLockedError naming the live holder."""
+        for _attempt in range(10):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if not _try_lock(fd, exclusive=True):
+                os.close(fd)
+                holder = _read_holder(self.path)
+                raise RunLockedError(self.run_dir, holder or LockHolder(0, "an unknown machine", 0.0))
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the holder removed the file between our open and our lock: try again
+                os.close(fd)
+                continue
+            self.stale = _read_holder(self.path) if os.fstat(fd).st_size else None
+            if self.stale is not None:
+                log.info("took over the stale lock of %s left by %s", self.run_dir, self.stale.describe())
+            text = json.dumps(asdict(LockHolder(os.getpid(), socket.gethostname(), time.time())))
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text.encode("utf-8"), 0)
+            os.fsync(fd)
+            self._fd = fd
+            return self
+        raise RuntimeError(f"cannot take the lock {self.path}: it is replaced again and again")
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        if msvcrt is not None:  # pragma: no cover - Windows removes no open file
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # while still locked, so nobody locks a file that is going away
+        os.close(fd)
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+def lock_holder(run_dir: str | Path) -> LockHolder | None:
+    """The live process that holds the run's lock, or None (no lock file, or a stale one)."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("cannot open the lock file %s (%s); the run is taken as locked", path, exc)
+        return _read_holder(path) or LockHolder(0, "an unknown machine", 0.0)
+    try:
+        if _try_lock(fd, exclusive=False):
+            _unlock(fd)
+            return None
+    finally:
+        os.close(fd)
+    return _read_holder(path) or LockHolder(0, "an unknown machine", 0.0)
+
+
+def write_process_file(run_dir: str | Path, pid: int) -> None:
+    """Note the process the studio started for a run (pid and start time, so a recycled pid is told apart)."""
+    import psutil
+
+    try:
+        create_time = psutil.Process(pid).create_time()
+    except psutil.Error as exc:
+        log.info("process %d of %s already ended (%s)", pid, run_dir, exc)
+        create_time = 0.0
+    atomic_write_text(Path(run_dir) / PROCESS_FILE, json.dumps({"pid": pid, "create_time": create_time}))
+
+
+def process_file_alive(run_dir: str | Path) -> bool:
+    """Is the process named in the run's process file still the one the studio started?"""
+    import psutil
+
+    path = Path(run_dir) / PROCESS_FILE
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        pid, create_time = int(info["pid"]), float(info.get("create_time", 0))
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("the process file %s cannot be read (%s); taken as not running", path, exc)
+        return False
+    try:
+        proc = psutil.Process(pid)
+        # A recycled pid belongs to another program: its start time differs.
+        return abs(proc.create_time() - create_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def trainer_alive(run_dir: str | Path) -> bool:
+    """Is a trainer (or the launcher the studio started for it) working on this run folder now?"""
+    return lock_holder(run_dir) is not None or process_file_alive(run_dir)

@@ -1,0 +1,61 @@
+"""How a run ended, read from its events: what `studio-train` and the studio say when a trainer exits.
+
+No torch here: `studio-train resume` asks whether a run completed before it starts anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from studio.core.runs.events import Error, RunFinished, RunStarted, read_events
+from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
+
+# The prefix of the lines the studio itself adds to a run's console.log.
+STUDIO_PREFIX = "[studio]"
+
+
+def last_finish(run_dir: Path) -> tuple[RunFinished | None, Error | None]:
+    """The run's last `run_finished` event and the last `error` of the same leg (None where there is none)."""
+    events = run_dir / EVENTS_FILE
+    if not events.is_file():
+        return None, None
+    finished: RunFinished | None = None
+    error: Error | None = None
+    for event in read_events(events):
+        if isinstance(event, RunStarted):  # a resumed run's next leg
+            error = None
+        elif isinstance(event, RunFinished):
+            finished = event
+        elif isinstance(event, Error):
+            error = event
+    return finished, error
+
+
+def completed_run(run_dir: Path) -> RunFinished | None:
+    """The run's final `run_finished` event when the run completed (its last one says so), else None."""
+    finished, _ = last_finish(run_dir)
+    return finished if finished is not None and finished.status == "completed" else None
+
+
+def already_completed_message(run_dir: Path, finished: RunFinished) -> str:
+    """Why a completed run is not resumed, where its outputs are, and how to train longer."""
+    return (f"the run at {run_dir} already completed {finished.step} steps; outputs are in "
+            f"{run_dir / OUTPUT_DIR}; to train longer, copy {run_dir / CONFIG_FILE}, raise "
+            "training.max_steps (or training.epochs) in the copy and start a new run with "
+            "`studio-train run COPY.toml` (it trains from the base model again)")
+
+
+def outcome_line(run_dir: Path, exit_code: int | None) -> str:
+    """The studio's one-line account of a run whose processes have all ended: the last line of its console."""
+    finished, error = last_finish(run_dir)
+    if finished is None:
+        code = f" (exit code {exit_code})" if exit_code is not None else ""
+        return (f"{STUDIO_PREFIX} the trainer ended{code} without finishing the run; the lines above say why; "
+                f"continue it with: studio-train resume {run_dir}")
+    if finished.status == "completed":
+        return f"{STUDIO_PREFIX} run completed at step {finished.step}; outputs in {run_dir / OUTPUT_DIR}"
+    if finished.status == "stopped":
+        return f"{STUDIO_PREFIX} run stopped at step {finished.step}; continue it with: studio-train resume {run_dir}"
+    reason = f"{error.kind}: {error.message}" if error is not None else (finished.message or "no reason given")
+    hint = f" ({error.hint.splitlines()[0]})" if error is not None and error.hint else ""
+    return f"{STUDIO_PREFIX} run failed at step {finished.step}: {' '.join(reason.split())}{hint}"

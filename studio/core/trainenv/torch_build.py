@@ -1,0 +1,86 @@
+"""Which build of torch this machine needs, from its NVIDIA driver (read through NVML).
+
+The newest CUDA build the driver can run (NVML reports the newest CUDA version the driver
+supports); the CPU build when there is no NVIDIA GPU; PyPI's own build on macOS (it
+uses the GPU through MPS). A driver older than every CUDA build is named, with the
+driver version that would do.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from studio.core.hardware.report import HardwareReport
+from studio.core.trainenv.packages import torch_builds_table
+
+CPU = "cpu"
+DEFAULT = "default"  # PyPI's build: MPS on macOS
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    tag: str  # cu128, cpu, default
+    index_url: str | None  # None: PyPI
+    reason: str  # why this build, in words
+    problem: str | None = None  # set when the driver cannot run any CUDA build
+    disk_gb: float = 4.0
+
+    @property
+    def cuda(self) -> bool:
+        return self.tag.startswith("cu")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def nvidia_driver(report: HardwareReport) -> tuple[str | None, str | None, list[str]]:
+    """(driver version, newest CUDA version it supports, NVIDIA GPU names) from a hardware report."""
+    nvidia = [gpu for gpu in report.gpus if gpu.vendor == "nvidia"]
+    driver = next((gpu.driver for gpu in nvidia if gpu.driver), None)
+    cuda = next((gpu.cuda for gpu in nvidia if gpu.cuda), None)
+    return driver, cuda, [gpu.name for gpu in nvidia]
+
+
+def available_tags() -> list[str]:
+    table = torch_builds_table()
+    return [entry["tag"] for entry in table.get("cuda", [])] + [CPU, DEFAULT]
+
+
+def choose_torch_build(report: HardwareReport, platform: str = sys.platform, tag: str | None = None) -> TorchBuild:
+    """The build for this machine, or the one named by `tag` (cu128, cpu, default)."""
+    table = torch_builds_table()
+    index, disk = table["index"], table.get("disk_gb", {})
+    builds = table.get("cuda", [])
+    if tag:
+        if tag not in available_tags():
+            raise ValueError(f"unknown torch build '{tag}': choose one of {', '.join(available_tags())}")
+        url = None if tag == DEFAULT else f"{index}/{tag}"
+        kind = "cuda" if tag.startswith("cu") else tag
+        return TorchBuild(tag, url, f"chosen by hand ({tag})", disk_gb=float(disk.get(kind, 4)))
+    if platform == "darwin":
+        return TorchBuild(DEFAULT, None, "macOS: PyPI's build, which trains on Apple GPUs through MPS",
+                          disk_gb=float(disk.get("default", 4)))
+    driver, cuda, names = nvidia_driver(report)
+    if not names:
+        return TorchBuild(CPU, f"{index}/{CPU}", "no NVIDIA GPU found: the CPU build (training is very slow)",
+                          disk_gb=float(disk.get("cpu", 4)))
+    gpus = ", ".join(sorted(set(names)))
+    if cuda is None:
+        problem = (f"the NVIDIA driver of {gpus} did not say which CUDA version it supports; "
+                   "update the driver, or choose a build by hand (--torch)")
+        return TorchBuild(CPU, f"{index}/{CPU}", "the driver's CUDA version is unknown", problem,
+                          disk_gb=float(disk.get("cpu", 4)))
+    for build in builds:
+        if _version(cuda) >= _version(build["cuda"]):
+            return TorchBuild(build["tag"], f"{index}/{build['tag']}",
+                              f"{gpus}, driver {driver or '?'} supports CUDA {cuda}: the CUDA {build['cuda']} build",
+                              disk_gb=float(disk.get("cuda", 12)))
+    oldest = builds[-1]
+    key = "driver_windows" if platform.startswith("win") else "driver_linux"
+    problem = (f"the NVIDIA driver {driver or '?'} supports CUDA {cuda}, older than every build of the "
+               f"studio's PyTorch (the oldest needs CUDA {oldest['cuda']}): update the NVIDIA driver to "
+               f"{oldest[key]} or newer, then run the install again")
+    return TorchBuild(oldest["tag"], f"{index}/{oldest['tag']}", f"driver {driver} is too old", problem,
+                      disk_gb=float(disk.get("cuda", 12)))

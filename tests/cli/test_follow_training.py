@@ -1,0 +1,157 @@
+"""`studio-train run` follows the training through its console.log: a dead terminal, a closed pipe or a
+killed launcher never ends the run, and the last word is the studio's, not the launcher's traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from studio.cli._follow import LauncherEpilogue, follow_training
+from studio.core.runs.events import RunFinished, Step, read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_TRAINER = ROOT / "tests" / "fixtures" / "fake_trainer.py"
+posix_only = pytest.mark.skipif(os.name != "posix", reason="process groups and signals are POSIX")
+
+# A stand-in for `accelerate launch`: starts the trainer and waits for it.
+LAUNCHER = """\
+import subprocess, sys
+sys.exit(subprocess.call([sys.executable, *sys.argv[1:]]))
+"""
+
+
+def _wait_for_step(run_dir: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = run_dir / "events.jsonl"
+        if events.is_file() and any(isinstance(e, Step) for e in read_events(events)):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the fake trainer never wrote a step")
+
+
+def _last_line(path: Path) -> str:
+    return path.read_text(encoding="utf-8").rstrip("\n").rsplit("\n", 1)[-1]
+
+
+@posix_only
+def test_a_killed_launcher_leaves_the_cli_following_the_trainer_to_its_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(LAUNCHER, encoding="utf-8")
+
+    def kill_the_launcher() -> None:
+        _wait_for_step(run_dir)
+        for proc in psutil.Process().children():
+            if str(launcher) in " ".join(proc.cmdline()):
+                proc.send_signal(signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_launcher)
+    killer.start()
+    code = follow_training([sys.executable, str(launcher), str(FAKE_TRAINER), str(run_dir), "--steps", "30",
+                            "--rate", "20"], run_dir)
+    killer.join()
+    out = capsys.readouterr().out
+    assert code == 0  # the run's outcome, not the launcher's death
+    assert "written: output/pytorch_lora_weights.safetensors" in out
+    finished = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, RunFinished)]
+    assert [f.status for f in finished] == ["completed"]
+    assert _last_line(run_dir / "console.log").startswith("[studio] run completed at step 30")
+
+
+FOLLOW = """\
+import sys
+from pathlib import Path
+from studio.cli._follow import follow_training
+run_dir = Path(sys.argv[1])
+sys.exit(follow_training([sys.executable, sys.argv[2], str(run_dir), "--steps", "40", "--rate", "40"], run_dir))
+"""
+
+
+@posix_only
+@pytest.mark.parametrize("how", ["head", "hang-up"])
+def test_a_closed_terminal_or_pipe_ends_the_echo_not_the_training(tmp_path: Path, how: str) -> None:
+    """`studio-train run cfg | head` (head leaves after a line) or the terminal window closed (SIGHUP,
+    then nothing reads): the training goes on to its end."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cli = subprocess.Popen([sys.executable, "-c", FOLLOW, str(run_dir), str(FAKE_TRAINER)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert cli.stdout is not None and cli.stderr is not None
+    cli.stdout.readline()
+    if how == "hang-up":
+        cli.send_signal(signal.SIGHUP)
+    cli.stdout.close()  # what `| head -1` does, and a closed terminal
+    try:
+        err = cli.stderr.read().decode()
+        cli.wait(timeout=60)
+    finally:
+        cli.stderr.close()
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    assert cli.returncode == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+    finished = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, RunFinished)]
+    assert [(f.status, f.step) for f in finished] == [("completed", 40)]
+    assert _last_line(run_dir / "console.log").startswith("[studio] run completed at step 40")
+
+
+TRAINER_CRASH = """\
+Traceback (most recent call last):
+  File "/x/studio/train/loop.py", line 3, in run
+    step()
+RuntimeError: boom
+"""
+LAUNCHER_TRACEBACK = """\
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/accelerate/commands/launch.py", line 1000, in simple_launcher
+    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)
+subprocess.CalledProcessError: Command '['python', '-m', 'studio.train']' returned non-zero exit status 1.
+"""
+
+
+def test_the_launchers_traceback_is_held_back_and_the_trainers_is_shown() -> None:
+    epilogue = LauncherEpilogue()
+    shown = []
+    for line in ("step 1: loss 0.5", *TRAINER_CRASH.splitlines(), "run failed at step 1: boom",
+                 *LAUNCHER_TRACEBACK.splitlines(), "more from the launcher"):
+        shown += epilogue.feed(line)
+    shown += epilogue.flush()
+    assert shown == ["step 1: loss 0.5", *TRAINER_CRASH.splitlines(), "run failed at step 1: boom"]
+
+
+@pytest.mark.slow
+@posix_only
+def test_a_failed_run_ends_with_the_studios_reason_not_accelerates_traceback(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.runs.launch import prepare_run
+
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path="data")]))
+    run_dir = prepare_run(config, tmp_path).run_dir
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(run_dir / "accelerate.yaml"),
+               str(FAKE_TRAINER), str(run_dir), "--crash-at", "3"]
+    code = follow_training(command, run_dir)
+    captured = capfd.readouterr()
+    assert code == 1
+    shown = captured.out + captured.err
+    assert "boom at step 3" in shown and "CalledProcessError" not in shown
+    last = _last_line(run_dir / "console.log")
+    assert last == ("[studio] run failed at step 3: crash: RuntimeError: boom at step 3 "
+                    "(This is the fake trainer failing on purpose.)")
+    assert "CalledProcessError" in (run_dir / "console.log").read_text()  # kept above it, for a bug report

@@ -1,0 +1,107 @@
+"""`studio-train` meets mistakes a person can fix with one line that says what, where and what to do,
+an exit code (2 for input to fix, 1 for a refusal) and no traceback; nothing is started or half-written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main as cli_main
+from studio.core.runs.events import RunFinished, RunStarted
+from tests.core.runs.conftest import write_events
+
+CONFIG = """\
+schema_version = 1
+[model]
+family = "sd15"
+base = "org/model"
+[[dataset.concepts]]
+path = "data"
+[output]
+dir = "{out}"
+name = "{name}"
+{launch}
+"""
+
+
+def _config(folder: Path, out: str = "runs", name: str = "demo", launch: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "studio.toml"
+    path.write_text(CONFIG.format(out=out, name=name, launch=launch), encoding="utf-8")
+    return path
+
+
+def test_a_run_name_too_long_for_a_folder_names_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path, name="n" * 300)
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "output.name" in err and "100" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_project_folder_whose_name_is_not_utf8_is_a_config_error(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    folder = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"caf\xe9")))
+    path = _config(folder)
+    for command in ("validate", "command", "run"):
+        assert cli_main([command, str(path)]) == 2, command
+        err = capsys.readouterr().err
+        assert "dataset.concepts[0].path" in err and "not valid UTF-8" in err and "caf\\xe9" in err, command
+    assert not (folder / "runs").exists()
+
+
+def test_a_missing_training_python_is_named_before_anything_starts(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "venv" / "bin" / "python"
+    path = _config(tmp_path, launch=f'[launch]\npython = "{missing}"')
+    assert cli_main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f'launch.python = "{missing}" cannot be started (no such file)' in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_output_folder_that_cannot_be_written_says_where_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    path = _config(tmp_path, out="disk/runs")
+    # The preflight finds it before anything starts: a config to fix (exit 2), not a failed run.
+    assert cli_main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"Output folder {tmp_path / 'disk' / 'runs'} is inside a file" in err
+    assert "output.dir" in err and "Traceback" not in err
+
+
+def _run_folder(tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / "20240101-000000-demo"
+    run.mkdir(parents=True)
+    (run / "config.toml").write_text(CONFIG.format(out=tmp_path / "runs", name="demo", launch=""), encoding="utf-8")
+    (run / "accelerate.yaml").write_text("distributed_type: 'NO'\n", encoding="utf-8")
+    write_events(run / "events.jsonl", [RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"]),
+                                        RunFinished(status="stopped", step=3)])
+    return run
+
+
+def test_resume_refuses_a_run_imported_from_another_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run_folder(tmp_path)
+    (run / "remote.json").write_text('{"source": "pod.zip"}', encoding="utf-8")
+    before = (run / "events.jsonl").read_bytes()
+    assert cli_main(["resume", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "imported from another machine" in err and "remote.json" in err
+    assert (run / "events.jsonl").read_bytes() == before and not (run / "console.log").exists()
+
+
+def test_resume_refuses_a_run_another_trainer_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.core.runs.lock import RunLock
+
+    run = _run_folder(tmp_path)
+    with RunLock(run):
+        assert cli_main(["resume", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert f"is being trained by process {os.getpid()}" in err
+    assert not (run / "console.log").exists()

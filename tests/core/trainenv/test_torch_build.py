@@ -1,0 +1,64 @@
+"""The torch build follows the NVIDIA driver: newest CUDA build it runs, CPU without a GPU,
+PyPI's on macOS, and a driver too old for every build is named with the version that would do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.core.hardware.probe import load_profile
+from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.trainenv.plan import make_plan
+from studio.core.trainenv.tools import EnvTool
+from studio.core.trainenv.torch_build import choose_torch_build
+
+
+def machine(cuda: str | None, driver: str = "999.1") -> HardwareReport:
+    return HardwareReport(gpus=[GPUInfo(0, "NVIDIA GeForce RTX 4090", 24564, 24000, driver=driver, cuda=cuda)])
+
+
+@pytest.mark.parametrize(("cuda", "tag"), [("13.0", "cu130"), ("13.1", "cu130"), ("12.9", "cu128"),
+                                           ("12.8", "cu128"), ("12.6", "cu126")])
+def test_the_newest_cuda_build_the_driver_supports(cuda: str, tag: str) -> None:
+    build = choose_torch_build(machine(cuda), platform="linux")
+    assert (build.tag, build.index_url) == (tag, f"https://download.pytorch.org/whl/{tag}")
+    assert build.problem is None
+    assert f"supports CUDA {cuda}" in build.reason
+
+
+def test_no_nvidia_gpu_gets_the_cpu_build_and_macos_pypis() -> None:
+    no_gpu = load_profile("no-gpu")
+    cpu = choose_torch_build(no_gpu, platform="linux")
+    assert (cpu.tag, cpu.index_url) == ("cpu", "https://download.pytorch.org/whl/cpu")
+    assert "very slow" in cpu.reason
+    mac = choose_torch_build(no_gpu, platform="darwin")
+    assert (mac.tag, mac.index_url) == ("default", None)
+    assert "MPS" in mac.reason
+
+
+def test_a_driver_too_old_for_every_build_names_the_driver_that_would_do() -> None:
+    # The RTX 4090 profile has driver 550.54.14, which supports CUDA 12.4.
+    report = load_profile("rtx4090-24gb")
+    linux = choose_torch_build(report, platform="linux")
+    assert linux.problem is not None
+    assert "550.54.14 supports CUDA 12.4" in linux.problem
+    assert "update the NVIDIA driver to 560.28 or newer" in linux.problem
+    assert "560.76 or newer" in str(choose_torch_build(report, platform="win32").problem)
+
+
+def test_a_build_chosen_by_hand_wins_and_an_unknown_one_is_refused() -> None:
+    assert choose_torch_build(load_profile("rtx4090-24gb"), tag="cpu").problem is None
+    with pytest.raises(ValueError, match="unknown torch build 'cu999': choose one of cu130, cu128, cu126, cpu"):
+        choose_torch_build(machine("12.8"), tag="cu999")
+
+
+def test_the_torch_step_reads_pytorchs_index_and_pypi_and_an_offline_install_only_its_folder(tmp_path: Path) -> None:
+    plan = make_plan(tmp_path / "env", "venv", None, None, machine("12.8"))
+    assert plan.source_args(torch_step=True) == ["--index-url", "https://download.pytorch.org/whl/cu128",
+                                                 "--extra-index-url", "https://pypi.org/simple"]
+    assert plan.source_args(torch_step=False) == []
+    uv = type(plan)(plan.folder, EnvTool("uv", "/bin/uv", "3.11"), plan.build, plan.packages, None, plan.studio_source)
+    assert uv.source_args(torch_step=True)[-2:] == ["--index-strategy", "unsafe-best-match"]
+    offline = make_plan(tmp_path / "env", "venv", None, tmp_path, machine("12.8"))
+    assert offline.source_args(torch_step=True) == ["--no-index", "--find-links", str(tmp_path)]

@@ -1,0 +1,108 @@
+"""The Training Environment window: opened by the desktop app's first Train and from the Tools
+menu; it shows what is there and what is wrong, repairs with progress, cancels, continues."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.trainenv import Installed
+from pytestqt.qtbot import QtBot
+
+from studio.core.config.schema import TrainConfig
+from studio.core.trainenv.plan import InstallPlan
+from studio.core.trainenv.state import check_env
+from studio.gui.context import StudioContext
+from studio.gui.training.page import TrainPage
+from studio.gui.training_env import TrainingEnvDialog
+from tests.gui.training.conftest import make_project
+
+
+@pytest.fixture
+def env_vars(monkeypatch: pytest.MonkeyPatch, trainenv_installed: Installed) -> pytest.MonkeyPatch:
+    monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
+    monkeypatch.setenv("STUDIO_WHEELHOUSE", str(trainenv_installed.wheels))
+    return monkeypatch
+
+
+def open_dialog(qtbot: QtBot, folder: Path) -> TrainingEnvDialog:
+    dialog = TrainingEnvDialog(folder=folder)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(lambda: dialog.overview is not None and dialog.install_button.isEnabled(), timeout=20000)
+    return dialog
+
+
+def test_first_train_in_the_desktop_app_opens_the_window_and_starts_nothing(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path, env_vars: pytest.MonkeyPatch) -> None:
+    env_vars.setattr(sys, "frozen", True, raising=False)
+    env_vars.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "no-env-yet"))
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = TrainPage(context, context.run_controller)
+    qtbot.addWidget(page)
+    assert not page.start_training()
+    dialog = page.findChild(TrainingEnvDialog, "training_env_dialog") or page.window().findChild(TrainingEnvDialog)
+    assert dialog is not None and dialog.isVisible()
+    qtbot.addWidget(dialog)
+    assert "Set up the training environment first" in page.message.text()
+    assert not any((tmp_path / "runs").glob("*"))  # no run folder was written
+    qtbot.waitUntil(lambda: dialog.overview is not None, timeout=20000)
+    assert "Not set up yet" in dialog.status.text() and "no NVIDIA GPU found" in dialog.status.text()
+    assert dialog.install_button.text() == "Install" and dialog.install_button.isEnabled()
+    dialog.close()
+
+
+def test_repair_with_progress_cancelled_then_continued(qtbot: QtBot, trainenv_copy: InstallPlan,
+                                                       env_vars: pytest.MonkeyPatch) -> None:
+    folder = trainenv_copy.folder
+    dialog = open_dialog(qtbot, folder)
+    assert dialog.status.text().startswith("<b>Ready.</b> PyTorch 2.13.0+cpu")
+    assert dialog.install_button.text() == "Repair"
+    assert "no NVIDIA GPU answered" in dialog.findings.item(0).text()
+
+    purelib = Path(check_env(folder, []).purelib or "")
+    next(purelib.glob("peft-*.dist-info")).rename(purelib / "peft-hidden")
+    dialog.refresh()
+    qtbot.waitUntil(lambda: dialog.install_button.isEnabled(), timeout=20000)
+    qtbot.waitUntil(lambda: "Needs repair" in dialog.status.text(), timeout=20000)
+    assert any("peft is not installed" in dialog.findings.item(i).text() for i in range(dialog.findings.count()))
+
+    dialog.install_button.click()
+    assert dialog.cancel_button.isEnabled() and not dialog.buttons.isEnabled()
+    qtbot.waitUntil(lambda: "step 2 of 5" in dialog.progress_label.text(), timeout=20000)
+    dialog.cancel_button.click()
+    qtbot.waitUntil(lambda: dialog.progress_label.text().startswith("Cancelled"), timeout=20000)
+    qtbot.waitUntil(lambda: "stopped halfway" in dialog.status.text(), timeout=20000)
+    assert dialog.install_button.text() == "Continue Install"
+
+    ready: list[str] = []
+    dialog.sig_ready.connect(ready.append)
+    dialog.install_button.click()
+    qtbot.waitUntil(lambda: bool(ready), timeout=60000)
+    qtbot.waitUntil(lambda: dialog.install_button.isEnabled(), timeout=20000)
+    qtbot.waitUntil(lambda: "Ready." in dialog.status.text(), timeout=20000)
+    assert dialog.progress.value() == dialog.progress.maximum()
+    assert check_env(folder, ["peft"]).versions == {"peft": "0.21.2"}
+    assert ready == [str(trainenv_copy.folder / "bin" / "python")] or sys.platform == "win32"
+    dialog.close()
+
+
+def test_tools_menu_opens_the_window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtGui import QAction
+
+    from studio.gui.application import make_settings
+    from studio.gui.main_window import MainWindow
+
+    monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
+    monkeypatch.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "env"))
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(window)
+    action = window.findChild(QAction, "action_training_env")
+    assert action is not None and action.text() == "&Training Environment…"
+    action.trigger()
+    dialog = window.findChild(TrainingEnvDialog, "training_env_dialog")
+    assert dialog is not None and dialog.isVisible()
+    qtbot.waitUntil(lambda: dialog.overview is not None, timeout=20000)
+    assert str(tmp_path / "env") in dialog.findings.item(dialog.findings.count() - 1).text()
+    dialog.close()

@@ -1,0 +1,65 @@
+"""The desktop app as people get it: built with PyInstaller the way `dev.py package` builds it,
+started with --self-test offscreen; it reports the same facts as the source run.
+
+The build (about a minute on 2 cores) lands in build/frozen with PyInstaller's work folder
+in build/pyinstaller, so a second run with no source changed takes seconds.
+STUDIO_FROZEN_SMOKE=0 skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("STUDIO_FROZEN_SMOKE") == "0", reason="STUDIO_FROZEN_SMOKE=0"),
+]
+BUILD_TIMEOUT_S = 900
+
+
+def executable(dist: Path) -> Path:
+    if sys.platform == "darwin":
+        return dist / "Training Studio.app" / "Contents" / "MacOS" / "studio"
+    return dist / "studio" / ("studio.exe" if sys.platform == "win32" else "studio")
+
+
+@pytest.fixture(scope="module")
+def frozen_app() -> Path:
+    pytest.importorskip("PyInstaller")
+    dist = ROOT / "build" / "frozen"
+    subprocess.run([sys.executable, str(ROOT / "packaging" / "build_app.py"), "--no-archive", "--dist", str(dist),
+                    "--work", str(ROOT / "build" / "pyinstaller")], check=True, timeout=BUILD_TIMEOUT_S,
+                   stdout=subprocess.DEVNULL)
+    return executable(dist)
+
+
+def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: Path, tmp_path: Path) -> None:
+    from studio.gui.main_window import PAGES
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    report = tmp_path / "self-test.json"  # how CI reads it from the windowed Windows app, which has no stdout
+    out = subprocess.run([str(frozen_app), "--self-test"], capture_output=True, text=True, timeout=180,
+                         env=dict(env, QT_QPA_PLATFORM="offscreen", STUDIO_SELF_TEST_REPORT=str(report)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    facts = json.loads(report.read_text())
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == facts
+    assert facts["ok"] and facts["qt_warnings"] == 0 and facts["exceptions"] == 0
+    assert facts["pages"] == [spec.page_id for spec in PAGES]
+    assert facts["first_paint_ms"] is not None and facts["torch_imported"] is False
+    assert facts["dataset_images"] == 24  # the demo project, written by the frozen app
+    assert sum(facts["presets_fit"].values()) == len(list((ROOT / "presets").glob("*.toml")))  # presets found
+
+
+def test_the_frozen_app_carries_no_torch_and_the_trainers_source(frozen_app: Path) -> None:
+    bundle = frozen_app.parent / "_internal" if sys.platform != "darwin" else frozen_app.parents[1] / "Resources"
+    assert not any((bundle / name).exists() for name in ("torch", "diffusers", "transformers", "onnxruntime"))
+    assert (bundle / "studio" / "train" / "loop.py").is_file()  # the training environment runs this
+    assert (bundle / "constraints" / "ci.txt").is_file() and (bundle / "pyproject.toml").is_file()
+    assert (bundle / "resources" / "trainenv" / "torch_builds.toml").is_file()

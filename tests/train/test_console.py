@@ -1,0 +1,77 @@
+"""The trainer owns its console log: a dead terminal or pipe, a hang-up or a full disk never end the
+training, and the record of a failure is written before anything is printed."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studio.core.runs.events import Error, read_events
+from studio.train.reporting import Reporter
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A rank whose output is a pipe nobody reads any more (the CLI was killed, `| head` left), hung up on.
+RANK = """\
+import os, signal, sys
+from pathlib import Path
+run_dir = Path(sys.argv[1])
+from studio.train.console import own_console
+own_console(run_dir)
+print("step 1: loss 0.5", flush=True)
+os.kill(os.getpid(), signal.SIGHUP)  # the terminal closed
+for step in range(2, 200):
+    print(f"step {step}: loss 0.5", flush=True)
+print("saving checkpoint at step 199", file=sys.stderr, flush=True)
+(run_dir / "done").write_text("the rank lived on")
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGHUP and broken pipes are POSIX")
+def test_a_rank_outlives_its_closed_pipe_and_a_hang_up_and_logs_every_line(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody reads: every write to the pipe fails with EPIPE
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", RANK, str(tmp_path)], stdout=write_end, stderr=write_end,
+                          env=env, timeout=60, check=False)
+    os.close(write_end)
+    assert done.returncode == 0
+    assert (tmp_path / "done").read_text() == "the rank lived on"
+    lines = (tmp_path / "console.log").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "step 1: loss 0.5" and lines[-1] == "saving checkpoint at step 199"
+    assert len(lines) == 200
+
+
+def test_a_rank_started_into_the_log_file_writes_each_line_once(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open(tmp_path / "console.log", "ab") as log:  # how studio-train run and the studio start it
+        subprocess.run([sys.executable, "-c", RANK.replace("os.kill(os.getpid(), signal.SIGHUP)", "pass"),
+                        str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env, timeout=60, check=True)
+    lines = (tmp_path / "console.log").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 200 and lines.count("step 7: loss 0.5") == 1
+
+
+class _Gone(io.StringIO):
+    """A stream whose reader is gone: every write fails as on a closed pipe."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def test_a_crash_is_recorded_even_when_stderr_is_a_dead_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stderr", _Gone())
+    monkeypatch.setattr(sys, "stdout", _Gone())
+    reporter = Reporter(tmp_path, active=True)
+    try:
+        raise RuntimeError("boom while saving checkpoint at step 25")
+    except RuntimeError as exc:
+        reporter.crash(exc)
+    reporter.close()
+    (error,) = [e for e in read_events(tmp_path / "events.jsonl") if isinstance(e, Error)]
+    assert error.kind == "crash" and "boom while saving checkpoint at step 25" in error.message
