@@ -15,8 +15,9 @@ two or three. Here the same code runs on GPUs and on CPU ranks:
 - Gradient accumulation: gradients are reduce-scattered after every micro-batch (accelerate's
   `no_sync` leaves these modules alone), so no rank ever holds a whole model's gradients.
 - Checkpoints: torch.distributed.checkpoint in `sharded/` of a checkpoint folder (each rank
-  writes its shards of the weights and the optimizer state), through accelerate's save and load
-  hooks. DCP reshards when it loads, so a checkpoint resumes on any number of ranks.
+  writes its shards of the weights and the optimizer state) from accelerate's save hook, read
+  back by `Sharding.load` (its index as data only, `studio.train.sharded_reader`). DCP reshards
+  when it loads, so a checkpoint resumes on any number of ranks.
 - Outputs: the full weights gathered to rank 0's memory and loaded into unsharded copies.
 
 With one process a `fsdp` run shards nothing but keeps this checkpoint format, so it can be
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import tempfile
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,14 @@ def _keep_output_capture(module: nn.Module) -> None:
 
     if isinstance(module, PreTrainedModel):
         output_capturing._CAN_RECORD_REGISTRY[module] = module._can_record_outputs
+
+
+@contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """DCP warns that it "assumes" a single process even when told so (an fsdp run of one process)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
@@ -179,12 +189,11 @@ class Sharding:
     # ------------------------------------------------------------ checkpoints
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
-        """Save and load the weights and optimizer state with DCP in accelerate's checkpoint hooks."""
+        """Save the weights and optimizer state with DCP in accelerate's save hook (`load` reads them back)."""
         if not self.enabled:
             return
         self.optimizer = optimizer
         self.accelerator.register_save_state_pre_hook(self._save_hook)
-        self.accelerator.register_load_state_pre_hook(self._load_hook)
 
     def _container(self) -> nn.Module:
         # One module holding every trained one, so the optimizer's state maps to names like "unet.conv_in.weight".
@@ -196,20 +205,40 @@ class Sharding:
 
         assert self.optimizer is not None
         model_state, optimizer_state = get_state_dict(self._container(), self.optimizer)
-        dcp.save({"model": model_state, "optimizer": optimizer_state},
-                 checkpoint_id=str(Path(output_dir) / SHARDED_DIR))
+        with _single_process_quiet():
+            dcp.save({"model": model_state, "optimizer": optimizer_state},
+                     checkpoint_id=str(Path(output_dir) / SHARDED_DIR), no_dist=not self.sharded)
 
-    def _load_hook(self, models: list[nn.Module], input_dir: str) -> None:
+    def load(self, checkpoint: Path) -> None:
+        """The weights and optimizer state of a sharded checkpoint, resharded for this run's ranks (collective)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
+        from studio.train.sharded_reader import DataOnlyReader
+
+        if not self.enabled:
+            return
         assert self.optimizer is not None
         container = self._container()
+        reader = DataOnlyReader(checkpoint / SHARDED_DIR)
         model_state, optimizer_state = get_state_dict(container, self.optimizer)
+        # Weights that never had a gradient (a text encoder's last layer, which SDXL does not read) have no
+        # optimizer state in the checkpoint; they get none back, as in the run that saved it.
+        saved = set(reader.read_metadata().state_dict_metadata)
+        state: Any = optimizer_state["state"]
+        optimizer_state["state"] = {name: values for name, values in state.items()
+                                    if all(f"optimizer.state.{name}.{key}" in saved for key in values)}
         # DCP loads in place into the tensors of these dicts, resharded for this run's ranks.
-        dcp.load({"model": model_state, "optimizer": optimizer_state},
-                 checkpoint_id=str(Path(input_dir) / SHARDED_DIR))
-        set_state_dict(container, self.optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
+        with _single_process_quiet():
+            dcp.load({"model": model_state, "optimizer": optimizer_state}, storage_reader=reader,
+                     no_dist=not self.sharded)
+        set_model_state_dict(container, model_state)
+        set_optimizer_state_dict(container, self.optimizer, optimizer_state, options=StateDictOptions(strict=False))
 
     def check_checkpoint(self, folder: Path) -> None:
         """A checkpoint of the other strategy cannot be resumed: say so before anything loads."""
