@@ -1,30 +1,50 @@
-"""Training speed and peak VRAM of full-size denoisers (random weights) on one GPU.
+"""Training speed on one GPU: the bare denoiser step against the studio's trainer, eager and compiled.
 
-The architectures are the published SD1.5, SDXL and SD3-medium configurations
-(studio/train/pipelines/arch_configs.py); no weights are downloaded. Latents and text
-conditioning are random tensors of the real shapes, so this measures the
-denoiser's training step alone (forward, backward, AdamW step), in bf16 autocast
-with the frozen weights in bf16 for LoRA (rank 16 on the attention projections).
+For each family at its native size (SD1.5 512 px, SDXL and SD3-medium 1024 px; full-size
+architectures with random weights, nothing downloaded) and batch 1 and 4 (and 16 for SD1.5):
 
-Cases: SD1.5 at 512 px (LoRA and full, batch 1 and 4, with/without gradient
-checkpointing), SDXL LoRA at 1024 px batch 1 with and without gradient
-checkpointing, SD3-medium LoRA at 1024 px batch 1. Each case runs on its own, and
-a failure (out of memory or otherwise) becomes a table row, not the end of the run.
-Usage (on a CUDA machine): python benchmarks/gpu_train_speed.py [--steps 20] [--only sdxl sd3]
+- bare: the denoiser's training step alone (bf16 autocast, frozen bf16 weights, LoRA rank 16,
+  AdamW), on random latents and text conditioning of the real shapes;
+- studio: the studio's trainer (`studio.train.entry.train`, in this process) on a full-size
+  random-weight pipeline written to disk, LoRA rank 16, bf16, latents and text embeddings
+  cached, no gradient checkpointing, samples off;
+- studio compiled: the same with training.compile = "blocks".
+
+Reported: s/step and images/s in steady state (after warm-up steps, between two points where
+the trainer has waited for the GPU), MFU (images/s x forward TFLOP per image x 2 / the GPU's
+bf16 peak, resources/gpu_peaks.toml), peak VRAM of the training steps, and compile time (the
+`compiling` phase). The cases run in order of importance (batch 4, then SD1.5 at 16, then
+batch 1, then a compiled run in a new process on the warm compile cache) and stop starting new
+ones when --budget seconds have passed, so one device call of under 9 minutes always ends
+with a table.
+
+On a CUDA machine:  python benchmarks/gpu_train_speed.py --out DIR [--budget 420] [--only sdxl sd3]
+On the CPU:         python benchmarks/gpu_train_speed.py --dry-run [--only sd15] [--paths bare studio]
+(the dry run uses the tiny pipelines at 64 px, batch 1 and 2, fp32, a few steps: the same
+code paths, none of the figures; its compiled cases build C++ kernels, minutes on two cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from studio.core.hardware.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.train.pipelines.arch_configs import (
+    LATENT_CHANNELS,
+    NATIVE_RESOLUTION,
     SD3_LORA_TARGETS,
     UNET_LORA_TARGETS,
     build_component,
@@ -32,125 +52,408 @@ from studio.train.pipelines.arch_configs import (
 )
 
 SD3_TEXT_TOKENS = 77 + 256  # CLIP tokens, then T5 tokens (zeros when T5 is dropped), as the pipeline does
+FAMILIES = ("sd15", "sdxl", "sd3")
+PATHS = ("bare", "studio", "studio compiled")
 
 
 @dataclass(frozen=True)
 class Case:
     family: str
-    method: str
-    resolution: int
     batch: int
-    checkpointing: bool
+    path: str  # bare | studio | studio compiled | studio compiled, 2nd process
 
 
-CASES = [
-    *(Case("sd15", m, 512, b, gc) for m in ("lora", "full") for b in (1, 4) for gc in (False, True)),
-    Case("sdxl", "lora", 1024, 1, False),
-    Case("sdxl", "lora", 1024, 1, True),
-    Case("sd3", "lora", 1024, 1, True),
-    Case("sd3", "lora", 1024, 1, False),
-]
+@dataclass
+class Result:
+    case: Case
+    resolution: int
+    s_per_step: float | None = None
+    images_per_s: float | None = None
+    mfu: float | None = None
+    peak_gib: float | None = None
+    compile_s: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def build(case: Case) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+@dataclass(frozen=True)
+class Settings:
+    dry_run: bool
+    warmup: int
+    steps: int
+    work: Path
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.dry_run else "cuda"
+
+    def resolution(self, family: str) -> int:
+        return 64 if self.dry_run else NATIVE_RESOLUTION[family]
+
+
+SECOND = "studio compiled, 2nd process"
+
+
+def cases(families: list[str], dry_run: bool, paths: list[str]) -> list[Case]:
+    """Every case, most important first."""
+    big, small, huge = (2, 1, 2) if dry_run else (4, 1, 16)
+    chosen = [p for p in PATHS if p in paths]
+    ordered = [Case(f, big, p) for f in families for p in chosen]
+    if "sd15" in families and not dry_run:
+        ordered += [Case("sd15", huge, p) for p in chosen]
+    ordered += [Case(f, small, p) for f in families for p in chosen]
+    if SECOND in paths:
+        ordered.append(Case("sdxl" if "sdxl" in families else families[0], big, SECOND))
+    return ordered
+
+
+# ------------------------------------------------------------------ the bare step
+
+
+def _bare_model(family: str, device: str, dry_run: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     from peft import LoraConfig
 
-    _name, class_name, config = denoiser_spec(case.family)
     torch.manual_seed(0)
-    model = build_component(class_name, config, "cuda")  # initialised on the GPU: seconds, not minutes
-    if case.method == "lora":
-        model.requires_grad_(False)
-        model.to(dtype=torch.bfloat16)
-        targets = SD3_LORA_TARGETS if case.family == "sd3" else UNET_LORA_TARGETS
-        model.add_adapter(LoraConfig(r=16, lora_alpha=16, init_lora_weights="gaussian",  # type: ignore[operator]
-                                     target_modules=list(targets)))
-        for p in model.parameters():
-            if p.requires_grad:
-                p.data = p.data.float()
-    if case.checkpointing:
-        model.enable_gradient_checkpointing()  # type: ignore[operator]
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    return model, torch.optim.AdamW(params, lr=1e-5)
+    if dry_run:
+        from diffusers import SD3Transformer2DModel, UNet2DConditionModel
 
-
-def inputs(case: Case) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(latents, keyword arguments of the denoiser) of the real shapes."""
-    b, side, cuda = case.batch, case.resolution // 8, {"device": "cuda"}
-    if case.family == "sd3":
-        latents = torch.randn(b, 16, side, side, **cuda)
-        return latents, {"encoder_hidden_states": torch.randn(b, SD3_TEXT_TOKENS, 4096, **cuda),
-                         "pooled_projections": torch.randn(b, 2048, **cuda),
-                         "timestep": torch.rand(b, **cuda) * 1000}
-    latents = torch.randn(b, 4, side, side, **cuda)
-    kwargs: dict[str, Any] = {"timestep": torch.randint(0, 1000, (b,), **cuda)}
-    if case.family == "sdxl":
-        kwargs["encoder_hidden_states"] = torch.randn(b, 77, 2048, **cuda)
-        time_ids = torch.tensor([[1024, 1024, 0, 0, 1024, 1024]] * b, dtype=torch.float32, **cuda)
-        kwargs["added_cond_kwargs"] = {"text_embeds": torch.randn(b, 1280, **cuda), "time_ids": time_ids}
+        folder = _tiny_model(family) / ("transformer" if family == "sd3" else "unet")
+        model: Any = (SD3Transformer2DModel if family == "sd3" else UNet2DConditionModel).from_pretrained(folder)
     else:
-        kwargs["encoder_hidden_states"] = torch.randn(b, 77, 768, **cuda)
+        _name, class_name, config = denoiser_spec(family)
+        model = build_component(class_name, config, device)  # initialised on the GPU: seconds, not minutes
+    model.requires_grad_(False)
+    model.to(device=device, dtype=torch.float32 if dry_run else torch.bfloat16)
+    targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+    model.add_adapter(LoraConfig(r=16, lora_alpha=16, init_lora_weights="gaussian", target_modules=list(targets)))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
+    model.train()
+    return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+
+
+def _bare_inputs(model: Any, family: str, batch: int, side: int, device: str) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(latents, keyword arguments of the denoiser) of the real shapes (the tiny model's in a dry run)."""
+    b, latent = batch, side // 8
+    cfg = model.config
+    on = {"device": device}
+    latents = torch.randn(b, LATENT_CHANNELS[family], latent, latent, **on)
+    if family == "sd3":
+        return latents, {"encoder_hidden_states": torch.randn(b, SD3_TEXT_TOKENS, cfg.joint_attention_dim, **on),
+                         "pooled_projections": torch.randn(b, cfg.pooled_projection_dim, **on),
+                         "timestep": torch.rand(b, **on) * 1000}
+    kwargs: dict[str, Any] = {"timestep": torch.randint(0, 1000, (b,), **on),
+                              "encoder_hidden_states": torch.randn(b, 77, cfg.cross_attention_dim, **on)}
+    if family == "sdxl":
+        pooled = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
+        time_ids = torch.tensor([[side, side, 0, 0, side, side]] * b, dtype=torch.float32, **on)
+        kwargs["added_cond_kwargs"] = {"text_embeds": torch.randn(b, pooled, **on), "time_ids": time_ids}
     return latents, kwargs
 
 
-def measure(case: Case, steps: int) -> tuple[float, float] | str:
-    model: Any = None
-    optimizer: Any = None
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    try:
-        model, optimizer = build(case)
-        latents, kwargs = inputs(case)
-        start = time.perf_counter()
-        for step in range(steps + 3):
-            if step == 3:  # the first steps warm up kernels and the allocator
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                if case.family == "sd3":
-                    out = model(hidden_states=latents, return_dict=False, **kwargs)[0]
-                else:
-                    out = model(latents, return_dict=False, **kwargs)[0]
-            loss = torch.nn.functional.mse_loss(out.float(), latents)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+def _sync(device: str) -> None:
+    if device == "cuda":
         torch.cuda.synchronize()
-        return (time.perf_counter() - start) / steps, torch.cuda.max_memory_allocated() / 2**30
-    except torch.OutOfMemoryError:
-        return "out of memory"
-    except Exception as exc:  # one broken case must not hide the others' figures
-        return f"failed: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120]}"
+
+
+def measure_bare(case: Case, settings: Settings) -> Result:
+    device, side = settings.device, settings.resolution(case.family)
+    result = Result(case, side)
+    model, optimizer = _bare_model(case.family, device, settings.dry_run)
+    latents, kwargs = _bare_inputs(model, case.family, case.batch, side, device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+    start = time.perf_counter()
+    for step in range(settings.warmup + settings.steps):
+        if step == settings.warmup:
+            _sync(device)
+            _reset_peak(device)
+            start = time.perf_counter()
+        with autocast:
+            if case.family == "sd3":
+                out = model(hidden_states=latents, return_dict=False, **kwargs)[0]
+            else:
+                out = model(latents, return_dict=False, **kwargs)[0]
+        loss = torch.nn.functional.mse_loss(out.float(), latents)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    result.s_per_step = (time.perf_counter() - start) / settings.steps
+    result.peak_gib = _peak_gib(device)
+    del model, optimizer
+    return result
+
+
+# ------------------------------------------------------------------ the studio's trainer
+
+_MODELS: dict[str, Path] = {}
+
+
+def _tiny_model(family: str) -> Path:
+    if family not in _MODELS:
+        from studio.train.pipelines.tiny import build_tiny_pipeline
+
+        _MODELS[family] = build_tiny_pipeline(family, Path(tempfile.mkdtemp(prefix="bench-")) / f"tiny-{family}")
+    return _MODELS[family]
+
+
+def _model(family: str, settings: Settings) -> Path:
+    if settings.dry_run:
+        return _tiny_model(family)
+    folder = settings.work / "models" / f"{family}-bf16"
+    if not (folder / "model_index.json").is_file():
+        from studio.train.pipelines.full_size import write_full_size_pipeline
+
+        began = time.perf_counter()
+        write_full_size_pipeline(family, folder, dtype="bf16", t5=False, device="cuda")
+        print(f"[model] {family}: full-size random-weight pipeline written in {time.perf_counter() - began:.0f} s",
+              flush=True)
+    return folder
+
+
+def _dataset(settings: Settings, side: int, count: int) -> Path:
+    from studio.core.dataset.demo_shapes import write_demo_dataset
+
+    folder = settings.work / "data" / f"shapes-{side}-{count}"
+    if not folder.is_dir():
+        write_demo_dataset(folder, count=count, size=side, seed=0)
+    return folder
+
+
+def studio_config(case: Case, settings: Settings, base: Path, compiled: bool) -> Any:
+    from studio.core.config.schema import (
+        ConceptSection,
+        DatasetSection,
+        MethodSection,
+        ModelSection,
+        OutputSection,
+        TrainConfig,
+        TrainingSection,
+    )
+
+    side = settings.resolution(case.family)
+    return TrainConfig(
+        model=ModelSection(family=case.family, base=str(base)),  # type: ignore[arg-type]
+        method=MethodSection(kind="lora", rank=16, alpha=16),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(_dataset(settings, side, max(8, case.batch))))],
+                               resolution=side, buckets=False),
+        training=TrainingSection(
+            batch_size=case.batch, max_steps=settings.warmup + settings.steps, learning_rate=1e-4, seed=1,
+            mixed_precision="no" if settings.dry_run else "bf16", cache_latents=True, cache_text_embeddings=True,
+            compile="blocks" if compiled else "off",
+        ),
+        output=OutputSection(dir=str(settings.work / "runs"), name=f"{case.family}-b{case.batch}",
+                             formats=["diffusers"]),
+    )
+
+
+# Synced points of the trainer's step meter: (step, seconds) right after each read-back from the GPU.
+_POINTS: list[tuple[int, float]] = []
+
+
+def _timed_meter(warmup: int) -> type:
+    """The trainer's StepMeter, also reading back at the last warm-up step, noting when each read-back
+    returned (the GPU had finished every step up to it), and measuring the training steps' peak memory."""
+    from studio.train.step_meter import Report, StepMeter
+
+    class TimedMeter(StepMeter):
+        def start(self) -> None:
+            _reset_peak(str(self.accelerator.device.type))  # the steps' peak, not the caching's
+            _POINTS.clear()
+            super().start()
+
+        def due(self, step: int, forced: bool) -> bool:
+            return super().due(step, forced or step == warmup)
+
+        def flush(self, stop_wanted: bool) -> Report:
+            last = self.pending[-1].step if self.pending else None
+            report = super().flush(stop_wanted)
+            if last is not None:
+                _POINTS.append((last, time.perf_counter()))
+            return report
+
+    return TimedMeter
+
+
+def measure_studio(case: Case, settings: Settings) -> Result:
+    from studio.core.config.toml_file import load_config
+    from studio.core.runs.events import Phase, read_events
+    from studio.core.runs.launch import prepare_run
+    from studio.train import loop
+    from studio.train.entry import train
+
+    side = settings.resolution(case.family)
+    result = Result(case, side)
+    config = studio_config(case, settings, _model(case.family, settings), "compiled" in case.path)
+    plan = prepare_run(config, settings.work)
+    original = loop.StepMeter
+    loop.StepMeter = _timed_meter(settings.warmup)  # type: ignore[misc]
+    try:
+        with open(plan.run_dir / "console.log", "w", encoding="utf-8") as console, \
+                contextlib.redirect_stdout(console):
+            code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
     finally:
-        del model, optimizer
-        gc.collect()
+        loop.StepMeter = original  # type: ignore[misc]
+    if code != 0:
+        tail = (plan.run_dir / "console.log").read_text(encoding="utf-8")[-400:]
+        result.note = f"failed (exit {code}): {tail.strip().splitlines()[-1] if tail.strip() else ''}"
+        return result
+    steady = [(s, t) for s, t in _POINTS if s >= settings.warmup]
+    if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
+        (s0, t0), (s1, t1) = steady[0], steady[-1]
+        result.s_per_step = (t1 - t0) / (s1 - s0)
+    compiling = [e for e in read_events(plan.run_dir / "events.jsonl")
+                 if isinstance(e, Phase) and e.name == "compiling" and e.elapsed_s is not None]
+    result.compile_s = sum(e.elapsed_s or 0.0 for e in compiling) if compiling else None
+    result.peak_gib = _peak_gib(settings.device)
+    return result
+
+
+def measure_second_process(case: Case, settings: Settings) -> Result:
+    """The compiled case again in a new process: the compile cache on disk is warm, memory is not."""
+    command = [sys.executable, __file__, "--single", f"{case.family}:{case.batch}", "--work", str(settings.work),
+               "--steps", str(settings.steps), "--warmup", str(settings.warmup)]
+    if settings.dry_run:
+        command.append("--dry-run")
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        result = Result(case, settings.resolution(case.family))
+        result.note = f"failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-200:]}"
+        return result
+    data = json.loads(lines[-1])
+    data.pop("case")
+    return Result(case, **data)
+
+
+# ------------------------------------------------------------------ the table
+
+
+def _reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak_gib(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+
+
+def _finish(result: Result, settings: Settings) -> Result:
+    if result.s_per_step:
+        result.images_per_s = result.case.batch / result.s_per_step
+        tflop = forward_tflop(result.case.family, result.resolution, result.resolution) * step_multiplier(False, False)
+        peak = gpu_peak(torch.cuda.get_device_name()) if settings.device == "cuda" else None
+        result.mfu = mfu(result.images_per_s * tflop, peak, "bf16")
+    return result
+
+
+def run_case(case: Case, settings: Settings) -> Result:
+    gc.collect()
+    if settings.device == "cuda":
         torch.cuda.empty_cache()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--only", nargs="*", choices=("sd15", "sdxl", "sd3"), help="families to measure")
-    args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("this benchmark needs a CUDA GPU", file=sys.stderr)
-        return 1
-    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, bf16 autocast, "
-          f"{args.steps} timed steps after 3 warm-up steps\n")
-    print("| model | method | resolution | batch | gradient checkpointing | s/it | it/s | peak VRAM (GiB) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for case in CASES:
-        if args.only and case.family not in args.only:
-            continue
-        result = measure(case, args.steps)
-        head = (f"| {case.family} | {case.method} | {case.resolution} | {case.batch} | "
-                f"{'on' if case.checkpointing else 'off'} |")
-        if isinstance(result, str):
-            print(f"{head} {result} | - | - |", flush=True)
+    try:
+        if case.path == "bare":
+            result = measure_bare(case, settings)
+        elif case.path.endswith("2nd process"):
+            result = measure_second_process(case, settings)
         else:
-            print(f"{head} {result[0]:.3f} | {1 / result[0]:.2f} | {result[1]:.1f} |", flush=True)
-    return 0
+            result = measure_studio(case, settings)
+    except torch.OutOfMemoryError:
+        result = Result(case, settings.resolution(case.family), note="out of memory")
+    except Exception as exc:  # one broken case must not hide the others' figures
+        result = Result(case, settings.resolution(case.family),
+                        note=f"failed: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+    finally:
+        gc.collect()
+        if settings.device == "cuda":
+            torch.cuda.empty_cache()
+    return _finish(result, settings)
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(results: list[Result]) -> str:
+    bare = {(r.case.family, r.case.batch): r.s_per_step for r in results if r.case.path == "bare"}
+    rows = ["| family | px | batch | path | s/step | images/s | MFU | vs bare | peak VRAM (GiB) | compile (s) | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        reference = bare.get((r.case.family, r.case.batch))
+        ratio = f"{r.s_per_step / reference:.2f}x" if r.s_per_step and reference and r.case.path != "bare" else "-"
+        rows.append(f"| {r.case.family} | {r.resolution} | {r.case.batch} | {r.case.path} | "
+                    f"{_number(r.s_per_step, 3)} | {_number(r.images_per_s, 1)} | "
+                    f"{'-' if r.mfu is None else f'{r.mfu:.0%}'} | {ratio} | {_number(r.peak_gib, 1)} | "
+                    f"{_number(r.compile_s, 1)} | {r.note} |")
+    return "\n".join(rows)
+
+
+def _header(settings: Settings) -> str:
+    import diffusers
+
+    where = (f"{torch.cuda.get_device_name()}, bf16 autocast" if settings.device == "cuda"
+             else "CPU dry run (tiny models, fp32, 64 px): code paths only, no meaningful figures")
+    return (f"{where}; torch {torch.__version__}, diffusers {diffusers.__version__}; LoRA rank 16, latents and "
+            f"text cached, no checkpointing; {settings.steps} timed steps after {settings.warmup} warm-up steps")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: the code paths, no figures")
+    parser.add_argument("--only", nargs="*", default=None, help="families to measure (sd15 sdxl sd3)")
+    parser.add_argument("--paths", nargs="*", default=None,
+                        help=f"what to measure, of: {', '.join(repr(p) for p in (*PATHS, SECOND))} (default: all)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default 12; dry run 3)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; dry run 2)")
+    parser.add_argument("--budget", type=float, default=420.0, help="start no case after this many seconds")
+    parser.add_argument("--out", type=Path, default=None, help="folder for table.md and results.json")
+    parser.add_argument("--work", type=Path, default=None, help="folder for models, data and runs (default: temp)")
+    parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # FAMILY:BATCH, compiled, JSON out
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.only or []) - set(FAMILIES))
+    if unknown:
+        parser.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
+    strange = sorted(set(args.paths or []) - {*PATHS, SECOND})
+    if strange:
+        parser.error(f"unknown paths {strange}; choose from {', '.join(repr(p) for p in (*PATHS, SECOND))}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("this benchmark needs a CUDA GPU (or --dry-run on the CPU)", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        torch.set_num_threads(1)
+    settings = Settings(args.dry_run, args.warmup or (2 if args.dry_run else 3), args.steps or (3 if args.dry_run else 12),
+                        args.work or Path(tempfile.mkdtemp(prefix="gpu-train-speed-")))
+    os.environ.setdefault("STUDIO_CACHE_DIR", str(settings.work / "cache"))  # a cold compile cache to start with
+    if args.single:
+        family, batch = args.single.split(":")
+        result = run_case(Case(family, int(batch), "studio compiled"), settings)
+        print(json.dumps({**asdict(result), "case": None}))
+        return 0
+    began, results = time.monotonic(), []
+    print(_header(settings), flush=True)
+    for case in cases(list(args.only or FAMILIES), args.dry_run, list(args.paths or (*PATHS, SECOND))):
+        if time.monotonic() - began > args.budget:
+            results.append(Result(case, settings.resolution(case.family), note="not run: time budget"))
+            continue
+        started = time.monotonic()
+        results.append(run_case(case, settings))
+        r = results[-1]
+        print(f"[{time.monotonic() - began:5.0f} s] {case.family} b{case.batch} {case.path}: "
+              f"{_number(r.s_per_step, 3)} s/step, compile {_number(r.compile_s, 1)} s, {r.note or 'ok'} "
+              f"({time.monotonic() - started:.0f} s)", flush=True)
+    text = f"{_header(settings)}\n\n{table(results)}\n"
+    print("\n" + text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "table.md").write_text(text, encoding="utf-8")
+        (args.out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1), encoding="utf-8")
+    return 0 if all(not r.note.startswith("failed") for r in results) else 1
 
 
 if __name__ == "__main__":

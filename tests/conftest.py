@@ -17,9 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The tiny pipelines, tiny captioners, the fake hub, a stand-in wheelhouse and the demo dataset,
-# built once per session for every folder.
-pytest_plugins = ["fixtures.training", "fixtures.captioners", "fixtures.fake_hub", "fixtures.trainenv"]
+# The tiny pipelines, tiny captioners, the fake hub, a stand-in wheelhouse, the demo dataset and a
+# local sshd (the "remote machine"), built once per session for every folder that uses them.
+pytest_plugins = ["fixtures.training", "fixtures.captioners", "fixtures.fake_hub", "fixtures.trainenv", "fixtures.sshd"]
 
 try:
     import pytestqt  # noqa: F401

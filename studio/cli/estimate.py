@@ -101,6 +101,7 @@ def _is_preset_file(path: Path) -> bool:
 
 
 def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool, gpus: int | None) -> int:
+    from studio.core.hardware.batch_plan import plan_batch
     from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
     from studio.core.hardware.fixes import suggest_fixes
     from studio.core.hardware.sharded_estimate import plan_gpus
@@ -110,12 +111,14 @@ def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: b
     count = gpus or config.launch.num_processes
     suggestions = suggest_fixes(config, gpu, count) if gpu else []
     warning = other_processes_warning(gpu) if gpu else None
-    plan = plan_gpus(config, gpu, count) if count > 1 else None
+    gpu_plan = plan_gpus(config, gpu, count) if count > 1 else None
+    plan = plan_batch(config, gpu)
     if as_json:
         print(json.dumps({
             "hardware": hardware, "gpu": gpu.name if gpu else None,
             "available_mb": gpu.free_mb if gpu else None, "fit": verdict, "estimate": estimate.to_dict(),
-            "per_gpu": _plan_json(plan), "warning": warning, "preset": _preset_json(preset_result),
+            "per_gpu": _gpu_plan_json(gpu_plan), "warning": warning, "preset": _preset_json(preset_result),
+            "batch_plan": _plan_json(plan),
             "suggestions": [{"title": s.title, "description": s.description, "changes": s.changes,
                              "total_mb": round(s.estimate.total_mb), "fit": s.fit} for s in suggestions],
         }, indent=2))
@@ -140,7 +143,11 @@ def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: b
     if verdict:
         print(f"Verdict: {FIT_WORDS[verdict]}")
     if plan is not None:
-        _print_plan(plan, gpu)
+        print(f"Batch: {plan.badge}")
+        for line in plan.describe().split("; "):
+            print(f"  {line}")
+    if gpu_plan is not None:
+        _print_gpu_plan(gpu_plan, gpu)
     _print_suggestions(suggestions, verdict)
     return EXIT_OK
 
@@ -148,12 +155,20 @@ def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: b
 def _plan_json(plan: Any) -> dict[str, Any] | None:
     if plan is None:
         return None
+    return {"largest_batch": plan.largest, "capped": plan.capped, "largest_mb": round(plan.largest_mb),
+            "keep_batch": plan.keep_batch, "keep_accumulation": plan.keep_accumulation,
+            "fill_learning_rate": plan.fill_learning_rate, "scaling": plan.scaling, "text": plan.describe()}
+
+
+def _gpu_plan_json(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
     return {"gpus": plan.gpus, "ddp": plan.ddp.to_dict(), "ddp_fit": plan.ddp_fit,
             "fsdp": plan.fsdp.to_dict() if plan.fsdp else None, "fsdp_fit": plan.fsdp_fit,
             "fsdp_refused": plan.fsdp_refused, "proposes_fsdp": plan.proposes_fsdp}
 
 
-def _print_plan(plan: Any, gpu: Any) -> None:
+def _print_gpu_plan(plan: Any, gpu: Any) -> None:
     """The per-GPU parts of DDP and FSDP in two columns (the union of both estimates' parts)."""
     card = f"{gpu.name}, {gpu.free_mb / 1024:.1f} GB free each" if gpu else "the CPU"
     print(f"Per GPU on {plan.gpus} GPUs ({card}):")

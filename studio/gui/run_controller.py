@@ -25,6 +25,8 @@ from studio.core.runs.queue import QueueError, RunQueue
 from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
 from studio.core.training_python import NoTrainingPython
 from studio.gui.process import TrainerProcess
+from studio.gui.remote_run import RemoteRun
+from studio.gui.widgets.gpu_memory import GpuMemorySampler
 
 CommandFactory = Callable[[RunPlan], list[str]]
 # One poll reads at most this much of events.jsonl; a backlog is read over several ticks.
@@ -59,17 +61,26 @@ class RunController(QObject):
         self.queue: RunQueue | None = None
         self._queue_item: str | None = None
         self._stall_kill_armed = False
-        self.process = TrainerProcess(self)
-        self.process.sig_started.connect(self._on_started)
-        self.process.sig_finished.connect(self._on_finished)
-        self.process.sig_error.connect(self.sig_message)
-        self.process.sig_output.connect(self.sig_console)
-        self.process.sig_progress.connect(self.sig_progress)
+        self._trainer = TrainerProcess(self)
+        self.process: TrainerProcess | RemoteRun = self._trainer
+        self._connect(self._trainer)
         self._timer = QTimer(self)
         self._timer.setInterval(max(50, int(1000 / redraw_hz)))
         self._timer.timeout.connect(self.tick)
 
+    def _connect(self, process: TrainerProcess | RemoteRun) -> None:
+        process.sig_started.connect(self._on_started)
+        process.sig_finished.connect(self._on_finished)
+        process.sig_error.connect(self.sig_message)
+        process.sig_output.connect(self.sig_console)
+        process.sig_progress.connect(self.sig_progress)
+
     # ------------------------------------------------------------ state
+    @property
+    def gpu_sampler(self) -> GpuMemorySampler | None:
+        """The GPUs the plots show for the current run: a remote machine's, or None for this one's."""
+        return self.process.gpu_sampler if isinstance(self.process, RemoteRun) else None
+
     @property
     def running(self) -> bool:
         return self.process.is_running()
@@ -128,15 +139,32 @@ class RunController(QObject):
             self.model.status, self.model.finished = "preparing", None
         self._stall_kill_armed = False
         # Unbuffered output: the console pane shows each line as the trainer prints it.
-        if not self.process.start_run(command, plan.run_dir, env=launch.training_env({})):
+        if not self._trainer.start_run(command, plan.run_dir, env=launch.training_env({})):
             return False
         self._timer.start()
         self.sig_run_started.emit(plan.run_dir)
         self.sig_tick.emit()
         return True
 
+    def follow_remote(self, remote: RemoteRun) -> bool:
+        """Follow a run on a remote machine with the same tail, plots, Stop and Kill as a local one."""
+        if self.running:
+            self.sig_message.emit(self.process.busy_message())
+            return False
+        self.process = remote
+        self._connect(remote)
+        self.model = RunModel(remote.run_dir)
+        self.tail = EventTail(remote.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
+        self._stall_kill_armed = False
+        remote.start()
+        self._timer.start()
+        self.sig_run_started.emit(remote.run_dir)
+        self.sig_tick.emit()
+        return True
+
     def _on_started(self) -> None:
-        self.sig_console.emit(f"[studio] trainer started (pid {self.process.pid()})")
+        if self.process is self._trainer:  # a remote run says where it runs itself
+            self.sig_console.emit(f"[studio] trainer started (pid {self.process.pid()})")
 
     # ------------------------------------------------------------ follow
     def tick(self) -> None:
@@ -163,12 +191,17 @@ class RunController(QObject):
         self._timer.stop()
         if self.tail is not None:
             self.model.apply_all(self.tail.finish_items())
+        source = self.process
+        if isinstance(source, RemoteRun):  # the next local run starts the local trainer again
+            self.process = self._trainer
+            source.shutdown()
+            source.deleteLater()
         if how == "detached":
             self.sig_run_ended.emit("detached")
             return
         self._say_outcome(exit_code)
         if not self.model.ended:
-            if self.process.killed:
+            if source.killed:
                 self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
             elif how == "failed to start":
                 self.model.mark_ended("failed", "The trainer could not be started; see the console.")

@@ -124,8 +124,10 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         return out
 
 
-def micro_batch_loader(data: MicroBatches, workers: int) -> torch.utils.data.DataLoader[dict[str, Any]]:
-    """Batches are built by the dataset itself; the loader only adds worker processes.
+def micro_batch_loader(data: MicroBatches, workers: int, pin_memory: bool = False,
+                       ) -> torch.utils.data.DataLoader[dict[str, Any]]:
+    """Batches are built by the dataset itself; the loader adds worker processes (each a couple of
+    batches ahead) and, for a GPU, pinned memory, so the copy to the GPU does not stall the step.
 
     The loader draws its workers' base seed from a generator of its own: from torch's global
     one, that draw would shift every later random number (LoRA dropout) by one on a resumed
@@ -133,7 +135,7 @@ def micro_batch_loader(data: MicroBatches, workers: int) -> torch.utils.data.Dat
     """
     return torch.utils.data.DataLoader(
         data, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=False,
-        collate_fn=_identity,  # type: ignore[arg-type]
+        collate_fn=_identity, pin_memory=pin_memory,  # type: ignore[arg-type]
         generator=torch.Generator().manual_seed(data.plan.seed),
     )
 

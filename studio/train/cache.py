@@ -17,8 +17,19 @@ from studio.core.config.schema import DatasetSection
 from studio.train.components import Components
 from studio.train.data import TrainItem, load_image
 from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.transfer import to_device
 
 Progress = Callable[[str, int, int], None]
+# Cached latents stay on the GPU when they take at most this share of its memory (the VRAM estimate
+# leaves more slack than that).
+GPU_CACHE_FRACTION = 0.03
+
+
+def gpu_cache_budget(device: torch.device) -> int:
+    """Bytes of cached latents kept on `device` (none on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).total_memory * GPU_CACHE_FRACTION)
 
 
 def _latent_file(folder: Path, item: TrainItem, base: str) -> Path:
@@ -70,8 +81,17 @@ class LatentCache:
                 done += len(chunk)
                 progress("caching", done, len(items))
 
+    def keep_on(self, device: torch.device, budget_bytes: int) -> bool:
+        """Move every latent to `device` when they take at most `budget_bytes`: each step then
+        stacks its latents on the GPU instead of copying them from the host."""
+        size = sum(t.numel() * t.element_size() for t in self.latents.values())
+        if device.type == "cpu" or size > budget_bytes:
+            return False
+        self.latents = {index: latent.to(device) for index, latent in self.latents.items()}
+        return True
+
     def batch(self, item_indices: list[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        return torch.stack([self.latents[i] for i in item_indices]).to(device, dtype)
+        return to_device(torch.stack([self.latents[i] for i in item_indices]), device, dtype)
 
 
 class TextCache:

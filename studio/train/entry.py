@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import load_resolved
@@ -140,6 +140,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
     """(exit code, process count) of this rank's training; every failure ends as an error event."""
     import torch
 
+    from studio.train.compilation import shutdown_compile_workers
     from studio.train.errors import TrainError, disk_full_error, oom_hint, out_of_space, vram_estimate_text
     from studio.train.reporting import Reporter
     from studio.train.runtime import make_accelerator
@@ -178,6 +179,8 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
     if code == 0:
         accelerator.wait_for_everyone()
     accelerator.end_training()
+    if trainer is not None:
+        shutdown_compile_workers(trainer.compiled)
     return code, accelerator.num_processes
 
 
@@ -190,3 +193,17 @@ def _failed(reporter: Reporter, exc: TrainError) -> RunFinished:
 def _crashed(reporter: Reporter, exc: BaseException) -> RunFinished:
     reporter.crash(exc)
     return RunFinished(status="failed", message=f"{exc.__class__.__name__}: {exc}")
+
+
+def leave(code: int) -> NoReturn:
+    """End the trainer's process with `code` as soon as the run is over.
+
+    The events and outputs are written and closed, every rank has passed the last
+    barrier, and the compiler's workers are gone. What normal interpreter exit would add
+    is the teardown of torch, diffusers and transformers: one to three seconds of
+    freeing objects one by one, which the operating system does at once, while the
+    person (or the GUI) waits for the process to end.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

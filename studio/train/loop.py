@@ -7,7 +7,6 @@ every rank at the same step, and only rank 0's reporter writes files.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,10 +18,11 @@ from studio import __version__
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.hardware.sampling_plan import sampling_needs_tiling
-from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step
+from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
 from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
-from studio.train.cache import LatentCache, TextCache, cache_captions
+from studio.train.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.checkpoints import latest_checkpoint, load_checkpoint, register_hooks, save_checkpoint
+from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
 from studio.train.data import TrainItem, collect_items
 from studio.train.errors import TrainError
@@ -33,11 +33,13 @@ from studio.train.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_epoch_lora, save_outputs
 from studio.train.placement import FrozenOffload
-from studio.train.rank_memory import gather_memory
+from studio.train.prefetch import Prefetcher
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.sharding import Sharding
+from studio.train.step_meter import Report, StepMeter, step_cost
+from studio.train.transfer import to_device
 
 
 class Trainer:
@@ -59,6 +61,8 @@ class Trainer:
         self.text_cache: TextCache | None = None
         self.offload = FrozenOffload(accelerator.device)
         self.sharding = Sharding(config, accelerator)
+        self.compiled: CompiledDenoiser | None = None
+        self.stop_agreed = False  # what the last read-back said (several processes)
 
     @property
     def offload_device(self) -> torch.device:
@@ -87,6 +91,7 @@ class Trainer:
         self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
                                           acc.autocast)
         self.components: Components = self.adapter.load(acc.device, self.dtype)
+        self.denoiser_params = sum(p.numel() for p in self.components.denoiser.parameters())
         self.reporter.phase("loading", 1, 1, "model loaded")
         self.config = ensure_class_images(self.adapter, self.components, self.sampling_plan, config, self.run_dir,
                                           acc.is_main_process, self.reporter)
@@ -94,8 +99,10 @@ class Trainer:
         acc.wait_for_everyone()
         self.items = collect_items(self.config, self.reporter.warn)
         self._prepare_models()
+        self.compiled = compile_denoiser(self.components.denoiser, config.training.compile)
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
         self.total = total_steps(self.plan, config.training.gradient_accumulation, config.training.length)
+        self.meter = StepMeter(acc, self.total, step_cost(config, self.denoiser_params, acc.device))
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
@@ -150,6 +157,7 @@ class Trainer:
                                    training.batch_size, disk, acc.is_local_main_process, self.reporter.phase)
             if disk is not None and acc.is_local_main_process:
                 acc.wait_for_everyone()
+            self.latent_cache.keep_on(acc.device, gpu_cache_budget(acc.device))
         if training.cache_text_embeddings:
             self.text_cache = TextCache()
             self.text_cache.fill(self.adapter, self.components, cache_captions(self.items, self.config.dataset),
@@ -182,48 +190,95 @@ class Trainer:
 
     def run(self) -> RunFinished:
         self.setup()
-        acc, training = self.accelerator, self.config.training
-        accum = training.gradient_accumulation
         self._announce()
+        training = self.config.training
+        start = self.step * training.gradient_accumulation
+        data = MicroBatches(self.plan, self.config.dataset, self.accelerator.process_index, start,
+                            max(0, self.total * training.gradient_accumulation - start),
+                            with_pixels=self.latent_cache is None)
+        loader = micro_batch_loader(data, training.dataloader_workers, self.accelerator.device.type == "cuda")
+        # Without worker processes a thread reads the next batches while the step runs.
+        batches = Prefetcher(loader) if training.dataloader_workers == 0 else iter(loader)
+        try:
+            return self._train(batches)
+        finally:
+            if isinstance(batches, Prefetcher):
+                batches.close()
+
+    def _train(self, batches: Any) -> RunFinished:
         scheme = self.adapter.noise_scheme(self.components)
-        start = self.step * accum
-        data = MicroBatches(self.plan, self.config.dataset, acc.process_index, start,
-                            max(0, self.total * accum - start), with_pixels=self.latent_cache is None)
-        batches = iter(micro_batch_loader(data, training.dataloader_workers))
         # The prepared (possibly DDP-wrapped) modules stand in for the ones they wrap; frozen ones stay.
         swap = {id(module): wrapped for module, wrapped in zip(self.train_modules, self.wrapped, strict=True)}
         train_components = replace(self.components, denoiser=self.wrapped[0],
                                    text_encoders=[swap.get(id(e), e) for e in self.components.text_encoders])
-        started, first_step = time.monotonic(), self.step
+        self.meter.start()
         while self.step < self.total:
-            if self.stop.agreed(acc):
+            if self._stop_requested():
                 return self._finish("stopped", self.stop.reason())
-            losses = []
-            for micro in range(accum):
-                batch = next(batches)
-                self.epoch = int(batch["epoch"])
-                sync = micro == accum - 1
-                with contextlib.ExitStack() as stack:
-                    if not sync:
-                        for module in self.wrapped:
-                            stack.enter_context(acc.no_sync(module))
-                    loss = self._loss(batch, scheme, train_components)
-                    acc.backward(loss / accum)
-                losses.append(loss.detach().float())
-            if training.max_grad_norm > 0:
-                acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.step += 1
-            mean = acc.reduce(torch.stack(losses).mean(), reduction="mean").item()
-            if not math.isfinite(mean):
-                raise TrainError("nan", f"the loss became {mean} at step {self.step}",
-                                 "lower training.learning_rate, use bf16 instead of fp16, or set "
-                                 "training.max_grad_norm to 1.0")
-            self._report_step(mean, self.epoch, started, first_step)
-            self._after_step(self.epoch)
+            compiling = self._train_step(batches, scheme, train_components)
+            forced = self.step in (1, self.total) or compiling is not None or self._actions_due()
+            if self.meter.due(self.step, forced):
+                self._report(self.meter.flush(self.stop.local()), compiling)
+            with self.meter.paused():
+                self._after_step(self.epoch)
         return self._finish("completed")
+
+    def _stop_requested(self) -> bool:
+        """One process looks at the STOP file and signals every step (no GPU involved); several
+        processes agree at each read-back, so they all stop at the same step."""
+        return self.stop.local() if self.accelerator.num_processes == 1 else self.stop_agreed
+
+    def _train_step(self, batches: Any, scheme: Any, components: Components) -> float | None:
+        """One optimizer step over its micro-batches, queued on the device without waiting for it.
+
+        Returns the time the compiling of a new image size started, when this step brought one.
+        """
+        acc, training = self.accelerator, self.config.training
+        accum = training.gradient_accumulation
+        losses, images, image_pixels = [], 0, 0
+        compiling: float | None = None
+        for micro in range(accum):
+            batch = next(batches)
+            self.epoch = int(batch["epoch"])
+            height, width = batch["target_size"]
+            if self.compiled is not None and self.compiled.is_new_shape((height, width)) and compiling is None:
+                compiling = time.monotonic()
+                self.reporter.phase("compiling", 0, 1, f"compiling {self.compiled.what} for {width}x{height} "
+                                    "images; this step takes longer")
+            with contextlib.ExitStack() as stack:
+                if micro != accum - 1:
+                    for module in self.wrapped:
+                        stack.enter_context(acc.no_sync(module))
+                loss = self._loss(batch, scheme, components)
+                acc.backward(loss / accum)
+            losses.append(loss.detach().float())
+            images += len(batch["items"])
+            image_pixels += len(batch["items"]) * height * width
+        if training.max_grad_norm > 0:
+            acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        loss_mean = torch.stack(losses).mean()
+        self.meter.record(self.step, self.epoch, float(self.scheduler.get_last_lr()[0]), loss_mean, images,
+                          image_pixels)
+        return compiling
+
+    def _report(self, report: Report, compiling: float | None) -> None:
+        """Write what a read-back brought: the compile time, the step events, a diverged loss."""
+        if compiling is not None and self.compiled is not None:
+            seconds = time.monotonic() - compiling
+            self.reporter.phase("compiling", 1, 1, f"compiled {self.compiled.what} in {seconds:.1f} s",
+                                elapsed_s=round(seconds, 2))
+        for event in report.steps:
+            self.reporter.emit(event)
+        if report.not_finite is not None:
+            step, value = report.not_finite
+            raise TrainError("nan", f"the loss became {value} at step {step}",
+                             "lower training.learning_rate, use bf16 instead of fp16, or set "
+                             "training.max_grad_norm to 1.0")
+        self.stop_agreed = report.stop
 
     def _loss(self, batch: dict[str, Any], scheme: Any, components: Components) -> torch.Tensor:
         acc, adapter = self.accelerator, self.adapter
@@ -232,9 +287,10 @@ class Trainer:
             latents = self.latent_cache.batch(batch["items"], device, torch.float32)
         else:
             with torch.no_grad():
-                latents = adapter.encode_images(components, batch["pixels"].to(device)).float()
+                pixels = to_device(batch["pixels"], device)
+                latents = adapter.encode_images(components, pixels).float()
         if self.text_cache is not None:
-            cond = {k: v.to(device) for k, v in self.text_cache.batch(batch["captions"]).items()}
+            cond = {k: to_device(v, device) for k, v in self.text_cache.batch(batch["captions"]).items()}
         else:
             with torch.set_grad_enabled(self.config.method.train_text_encoder):
                 cond = adapter.encode_prompts(components, batch["captions"])
@@ -247,17 +303,12 @@ class Trainer:
             prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
         return scheme.loss(prediction, noised, batch["loss_weights"])
 
-    def _report_step(self, loss: float, epoch: int, started: float, first_step: int) -> None:
-        memory = gather_memory(self.accelerator)
-        elapsed = max(1e-9, time.monotonic() - started)
-        done = self.step - first_step
-        per_step = elapsed / max(1, done)
-        images = done * self.plan.global_batch * self.config.training.gradient_accumulation
-        self.reporter.emit(Step(
-            step=self.step, epoch=epoch, loss=loss, lr=float(self.scheduler.get_last_lr()[0]),
-            samples_per_s=round(images / elapsed, 3), eta_s=round(per_step * (self.total - self.step), 1),
-            memory=memory,
-        ))
+    def _actions_due(self) -> bool:
+        """Whether `_after_step` does something at this step (the losses are read back first)."""
+        sampling, output = self.config.sampling, self.config.output
+        return bool((sampling.every_n_steps and self.step % sampling.every_n_steps == 0)
+                    or (output.save_every_n_steps and self.step % output.save_every_n_steps == 0)
+                    or (output.save_every_n_epochs and self._epochs_done(self.step) > self._epochs_done(self.step - 1)))
 
     def _after_step(self, epoch: int) -> None:
         sampling, output = self.config.sampling, self.config.output
@@ -285,7 +336,8 @@ class Trainer:
     def _samples(self) -> None:
         run_dir = self.sharding.sample_dir(self.run_dir)  # every rank of a sharded run runs the forward passes
         if run_dir is not None:
-            make_samples(self.adapter, self.components, self.sampling_plan, run_dir, self.step, self.reporter)
+            with eager(self.compiled):
+                make_samples(self.adapter, self.components, self.sampling_plan, run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:
@@ -297,6 +349,8 @@ class Trainer:
 
     def _finish(self, status: str, message: str = "") -> RunFinished:
         acc = self.accelerator
+        # Steps not read back yet (a stop between read-backs of a single process) are reported first.
+        self._report(self.meter.flush(False), None)
         outputs: list[str] = []
         if status == "stopped":
             self._checkpoint(self.epoch)

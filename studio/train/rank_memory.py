@@ -30,9 +30,17 @@ def local_memory(device: torch.device) -> list[float]:
 def gather_memory(accelerator: Any) -> list[RankMemory]:
     """Every rank's memory (a collective call: all ranks must call it); meaningful on rank 0."""
     device = accelerator.device
-    values = [*local_memory(device), float(device.index or 0)]
-    mine = torch.tensor(values, dtype=torch.float64, device=device)
-    rows = accelerator.gather(mine.unsqueeze(0)).cpu().tolist()
+    mine = torch.tensor(memory_row(device), dtype=torch.float64, device=device)
+    return memory_of_ranks(accelerator.gather(mine.unsqueeze(0)).cpu().tolist())
+
+
+def memory_row(device: torch.device) -> list[float]:
+    """This rank's memory as numbers to gather: [allocated, reserved, peak, rss, device index]."""
+    return [*local_memory(device), float(device.index or 0)]
+
+
+def memory_of_ranks(rows: list[list[float]]) -> list[RankMemory]:
+    """Gathered `memory_row`s, one per rank in rank order, as the step event's memory."""
     out = []
     for rank, (allocated, reserved, peak, rss, index) in enumerate(rows):
         cuda = not math.isnan(allocated)

@@ -58,8 +58,10 @@ class Reporter:
             if event.step % self.print_every and event.step not in (1, self.total):
                 return ""
             eta = f", eta {event.eta_s:.0f}s" if event.eta_s is not None else ""
+            flops = f", {event.tflops:.1f} TFLOP/s" if event.tflops is not None else ""
+            mfu = f" ({event.mfu:.0%} MFU)" if event.mfu is not None else ""
             return (f"step {event.step}: loss {event.loss:.4f}, lr {event.lr:.2e}, "
-                    f"{event.samples_per_s:.1f} img/s{eta}")
+                    f"{event.samples_per_s:.1f} img/s{flops}{mfu}{eta}")
         if isinstance(event, Phase):
             if event.total and event.done not in (0, event.total):
                 return ""
@@ -84,8 +86,9 @@ class Reporter:
         self.warnings += 1
         self.emit(RunWarning(message=message, path=path, hint=hint))
 
-    def phase(self, name: str, done: int = 0, total: int = 0, message: str = "") -> None:
-        self.emit(Phase(name=name, done=done, total=total, message=message))
+    def phase(self, name: str, done: int = 0, total: int = 0, message: str = "",
+              elapsed_s: float | None = None) -> None:
+        self.emit(Phase(name=name, done=done, total=total, message=message, elapsed_s=elapsed_s))
 
     def error(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
         self.emit(Error(kind=kind, message=message, hint=hint, path=path))

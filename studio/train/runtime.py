@@ -61,7 +61,8 @@ def dtype_mismatch(config: TrainConfig) -> str | None:
 
 
 class StopSignal:
-    """STOP file, SIGTERM or SIGINT on any rank makes every rank stop at the same step.
+    """STOP file, SIGTERM or SIGINT on any rank makes every rank stop at the same step (the ranks
+    agree on it when they read back their losses together, see step_meter).
 
     `studio-train run` forwards both signals to the trainer's process group, so a job
     scheduler's SIGTERM or a Ctrl+C in the terminal ends with a checkpoint. A second
@@ -96,13 +97,6 @@ class StopSignal:
 
     def local(self) -> bool:
         return self.terminated or self.path.exists()
-
-    def agreed(self, accelerator: Any) -> bool:
-        """True on every rank when any rank wants to stop (a collective call)."""
-        flag = torch.tensor([1.0 if self.local() else 0.0], device=accelerator.device)
-        if accelerator.num_processes > 1:
-            flag = accelerator.reduce(flag, reduction="sum")
-        return bool(flag.item() > 0)
 
     def reason(self) -> str:
         return f"{self.received} received" if self.terminated else f"{STOP_FILE} file found"

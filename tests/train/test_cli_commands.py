@@ -25,7 +25,7 @@ def test_command_prints_the_launch_without_writing(tmp_path: Path, capsys: pytes
     (tmp_path / "studio.toml").write_text(CONFIG, encoding="utf-8")
     assert main(["command", str(tmp_path / "studio.toml")]) == 0
     out = capsys.readouterr().out
-    assert "accelerate.commands.launch --config_file" in out and "-m studio.train" in out
+    assert "studio.train.launcher --config_file" in out and "-m studio.train" in out
     assert str(tmp_path / "runs") in out and "-shapes/config.toml" in out
     assert not (tmp_path / "runs").exists()
 

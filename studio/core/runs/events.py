@@ -101,10 +101,12 @@ class RunStarted(Event):
 @dataclass
 class Phase(Event):
     type: ClassVar[str] = "phase"
-    name: Literal["loading", "caching", "training", "sampling", "saving", "class_images"] | str
+    name: Literal["loading", "caching", "compiling", "training", "sampling", "saving", "class_images"] | str
     done: int = 0
     total: int = 0
     message: str = ""
+    # Seconds the phase took, on the event that ends it (done == total); None before or when not timed.
+    elapsed_s: float | None = None
 
 
 @dataclass
@@ -114,9 +116,14 @@ class Step(Event):
     epoch: int
     loss: float
     lr: float
+    # Images per second of the whole run (every rank), over the last ~20 steps.
     samples_per_s: float = 0.0
     eta_s: float | None = None
     memory: list[RankMemory] = field(default_factory=list)
+    # Model TFLOP/s per GPU over the same window, and that as a fraction of the GPU's bf16/fp16 dense
+    # peak (MFU); None where the model's FLOPs or the GPU's peak are not known (the CPU, tiny models).
+    tflops: float | None = None
+    mfu: float | None = None
 
 
 @dataclass

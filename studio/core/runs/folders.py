@@ -18,7 +18,7 @@ OUTPUT_DIR = "output"
 LOCK_FILE = "trainer.lock"
 # Written by the studio when it starts a trainer: {"pid": N, "create_time": T}.
 PROCESS_FILE = "process.json"
-# Present in a run folder that was copied back from another machine.
+# The record of a run that runs (or ran) on another machine, or was copied back from one.
 REMOTE_FILE = "remote.json"
 
 
@@ -47,7 +47,7 @@ def request_stop(run_dir: str | Path) -> Path:
 
 def is_run_dir(path: str | Path) -> bool:
     p = Path(path)
-    return (p / CONFIG_FILE).is_file() or (p / EVENTS_FILE).is_file()
+    return (p / CONFIG_FILE).is_file() or (p / EVENTS_FILE).is_file() or (p / REMOTE_FILE).is_file()
 
 
 def list_run_dirs(runs_dir: str | Path) -> list[Path]:

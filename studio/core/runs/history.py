@@ -40,11 +40,20 @@ class RunSummary:
     final_loss: float | None = None
     outputs: list[str] = field(default_factory=list)
     remote: bool = False
+    machine: str = ""  # the machine a run started there runs on (remote.json)
     message: str = ""
 
     @property
     def resumable(self) -> bool:
         return self.status in ("stopped", "failed", "interrupted") and not self.remote
+
+
+def _remote_state(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / REMOTE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
@@ -78,6 +87,8 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     model = rep.model
     config = model.started.config if model.started and model.started.config else _read_config(folder)
     summary = RunSummary(path=folder, name=folder.name, remote=(folder / REMOTE_FILE).exists())
+    remote_state = _remote_state(folder) if summary.remote else {}
+    summary.machine = str(remote_state.get("machine") or "")
     preset = config.get("preset")
     summary.preset = str(preset.get("name", "")) if isinstance(preset, dict) else str(preset or "")
     summary.family = str(_section(config, "model").get("family", ""))
@@ -98,9 +109,13 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
         summary.status = model.finished.status
         summary.message = model.finished.message
     elif model.event_count == 0 and not (folder / EVENTS_FILE).exists():
-        summary.status = "running" if not summary.remote and alive(folder) else "not started"
+        live = alive(folder) if not summary.remote else remote_state.get("state") == "running"
+        summary.status = "running" if live else "not started"
     elif not summary.remote and alive(folder):
         summary.status = "running"
+    elif remote_state.get("state") == "running":  # started there by the studio; its events arrive while followed
+        summary.status = "running"
+        summary.message = f"on {summary.machine}; open it to follow it live"
     else:
         summary.status = "interrupted"
         summary.message = "the events end without run_finished: the trainer was killed or the machine stopped"

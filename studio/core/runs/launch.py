@@ -76,6 +76,10 @@ def _yaml_scalar(value: Any) -> str:
     return f"'{value}'" if value else "''"
 
 
+# `accelerate launch` with the same arguments, leaving without the 1-3 s teardown of torch.
+LAUNCHER = "studio.train.launcher"
+
+
 def training_python(config: TrainConfig) -> str:
     """The interpreter of the training environment: launch.python, else the studio's default.
 
@@ -105,7 +109,8 @@ def python_problem(config: TrainConfig) -> str | None:
 
 
 def build_command(run_dir: str | Path, python: str, resume: bool = False) -> list[str]:
-    """`accelerate launch --config_file RUN_DIR/accelerate.yaml -m studio.train RUN_DIR/config.toml`.
+    """`accelerate launch --config_file RUN_DIR/accelerate.yaml -m studio.train RUN_DIR/config.toml`,
+    through `studio.train.launcher`: accelerate's launcher that exits as soon as the trainer does.
 
     With `resume`, the trainer gets `--resume RUN_DIR` and continues from the newest checkpoint.
     """
@@ -114,7 +119,7 @@ def build_command(run_dir: str | Path, python: str, resume: bool = False) -> lis
     return [
         python,
         "-m",
-        "accelerate.commands.launch",
+        LAUNCHER,
         "--config_file",
         str(run / ACCELERATE_FILE),
         "-m",

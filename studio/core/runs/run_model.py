@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -35,12 +35,13 @@ __all__ = [
 ]
 
 # Statuses a run shows in its header.
-STATUSES = ("preparing", "caching", "training", "sampling", "saving", "finished", "failed", "stopped")
+STATUSES = ("preparing", "caching", "compiling", "training", "sampling", "saving", "finished", "failed", "stopped")
 ENDED = ("finished", "failed", "stopped")
 _PHASE_STATUS = {
     "loading": "preparing",
     "caching": "caching",
     "class_images": "caching",
+    "compiling": "compiling",
     "training": "training",
     "sampling": "sampling",
     "saving": "saving",
@@ -131,7 +132,10 @@ class RunModel:
         self.step_times = Series()
         self.loss = Series()
         self.lr = Series()
-        self.samples_per_s = Series()
+        self.samples_per_s = Series()  # images/s over the trainer's window of recent steps
+        self.tflops = Series()  # model TFLOP/s per GPU (NaN where unknown)
+        self.mfu = Series()  # fraction of the GPU's peak (NaN where unknown)
+        self.compile_s: float | None = None  # seconds the compiling phases took, in all
         self.memory: dict[int, RankSeries] = {}
         self.samples: list[SampleImage] = []
         self.checkpoints: list[Checkpoint] = []
@@ -157,9 +161,16 @@ class RunModel:
 
     def resolve(self, path: str) -> Path:
         p = Path(path)
-        if not p.is_absolute() and self.run_dir is not None:
-            p = self.run_dir / p
-        return p
+        if self.run_dir is None:
+            return p
+        if not p.is_absolute() and not path.startswith("/"):
+            return self.run_dir / p
+        if p.exists():
+            return p
+        # A path of the machine the run trained on (a remote run, a folder copied back): the same file here.
+        parts = PurePosixPath(path.replace("\\", "/")).parts
+        inside = [i for i, part in enumerate(parts[:-1]) if part == self.run_dir.name]
+        return self.run_dir.joinpath(*parts[inside[-1] + 1:]) if inside else p
 
     def apply_all(self, items: Iterable[Item]) -> None:
         """Apply events and StepBatches in order (what EventTail's poll_items returns)."""
@@ -190,6 +201,8 @@ class RunModel:
         self.loss.extend(batch.loss)
         self.lr.extend(batch.lr)
         self.samples_per_s.extend(batch.samples_per_s)
+        self.tflops.extend(batch.tflops)
+        self.mfu.extend(batch.mfu)
         for rank, cols in batch.memory.items():
             series = self.memory.get(rank)
             if series is None:
@@ -216,6 +229,8 @@ class RunModel:
         elif isinstance(event, Phase):
             self.phase, self.phase_done, self.phase_total = event.name, event.done, event.total
             self.message = event.message
+            if event.name == "compiling" and event.elapsed_s is not None:
+                self.compile_s = (self.compile_s or 0.0) + event.elapsed_s
             if not self.ended:
                 self.status = _PHASE_STATUS.get(event.name, self.status)
         elif isinstance(event, Sample):
@@ -249,6 +264,8 @@ class RunModel:
         self.loss.append(_nan(event.loss))
         self.lr.append(_nan(event.lr))
         self.samples_per_s.append(_nan(event.samples_per_s))
+        self.tflops.append(_nan(event.tflops))
+        self.mfu.append(_nan(event.mfu))
         for mem in event.memory:
             series = self.memory.get(mem.rank)
             if series is None:
@@ -269,6 +286,14 @@ class RunModel:
         self.eta_s = None
         self.last_time = time.time() if self.last_time is None else self.last_time
         self.version += 1
+
+    def speed(self) -> tuple[float | None, float | None, float | None]:
+        """(images/s, TFLOP/s per GPU, MFU) of the newest step; None where not known."""
+        def known(series: Series) -> float | None:
+            value = series.last()
+            return None if value is None or value != value else value
+
+        return known(self.samples_per_s), known(self.tflops), known(self.mfu)
 
     def memory_points(self) -> int:
         return sum(len(s.time) for s in self.memory.values())

@@ -71,7 +71,7 @@ class StepBatch:
     numpy arrays made once per batch; `events()` gives the typed Step events on demand.
     """
 
-    __slots__ = ("last", "loss", "lr", "memory", "rows", "samples_per_s", "step", "time")
+    __slots__ = ("last", "loss", "lr", "memory", "mfu", "rows", "samples_per_s", "step", "tflops", "time")
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         """Raises KeyError, TypeError or ValueError when a row is not a valid step event."""
@@ -82,6 +82,9 @@ class StepBatch:
         self.loss = _floats([r["loss"] for r in rows])  # may be None (NaN): a diverged step
         self.lr = _floats([r["lr"] for r in rows])
         self.samples_per_s = _floats([r.get("samples_per_s", 0.0) for r in rows])
+        # Optional (newer trainers, known models): NaN where a step does not carry them.
+        self.tflops = _floats([r.get("tflops") for r in rows])
+        self.mfu = _floats([r.get("mfu") for r in rows])
         _column(rows, "epoch")  # required by the protocol even though nothing plots it
         # Every rank's memory of every row, flattened: one comprehension per column runs at C speed.
         per_row = [r.get("memory") or () for r in rows]

@@ -33,6 +33,7 @@ from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_u
 from studio.core.project.folder import Project
 from studio.gui.context import StudioContext
 from studio.gui.export.cost_table import CostTable
+from studio.gui.export.remote_panel import RemotePanel
 from studio.gui.page import Page, named
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.worker import Worker
@@ -120,8 +121,12 @@ class ExportPage(Page):
         self.open_button.setEnabled(False)
         self.open_button.clicked.connect(self._open_folder)
 
+        self.remote = RemotePanel(self.context, self.gpus_spin.value, self.gpu_combo.currentData)
+        left = QVBoxLayout()
+        left.addWidget(options)
+        left.addWidget(self.remote)
         top = QHBoxLayout()
-        top.addWidget(options, 2)
+        top.addLayout(left, 2)
         top.addWidget(costs, 3)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(f"<h2>{self.title}</h2>"))
@@ -166,6 +171,7 @@ class ExportPage(Page):
         self._update_enabled()
         self._default_out_dir()
         self.update_table()
+        self.remote.update_enabled()
 
     def _update_base(self, config: TrainConfig | None) -> None:
         self._base_is_local = False
@@ -295,6 +301,7 @@ class ExportPage(Page):
         # The person may have edited the catalogue file meanwhile.
         self._load_catalogue()
         self.update_table()
+        self.remote.refresh_machines()
         super().showEvent(event)
 
     # ------------------------------------------------------------ page interface
@@ -310,3 +317,4 @@ class ExportPage(Page):
 
     def shutdown(self) -> None:
         self.worker.wait(30.0)
+        self.remote.shutdown()

@@ -6,6 +6,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from studio.core.config.schema import TrainConfig
+from studio.core.hardware.batch_plan import plan_batch
 from studio.core.hardware.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
 from studio.core.hardware.fixes import Suggestion, suggest_fixes
 from studio.core.hardware.report import GPUInfo
@@ -27,10 +28,11 @@ class EstimatePanel(QFrame):
         self.suggestions: list[Suggestion] = []
         layout = QVBoxLayout(self)
         self.verdict = named(QLabel(), "estimate_verdict")
+        self.batch_plan = named(QLabel(), "estimate_batch_plan")
         self.total = named(QLabel(), "estimate_total")
         self.breakdown = named(QLabel(), "estimate_breakdown")
         self.warning = named(QLabel(), "estimate_warning")
-        for label in (self.verdict, self.total, self.breakdown, self.warning):
+        for label in (self.verdict, self.batch_plan, self.total, self.breakdown, self.warning):
             label.setWordWrap(True)
             layout.addWidget(label)
         self.suggestion_box = QVBoxLayout()
@@ -51,9 +53,12 @@ class EstimatePanel(QFrame):
         self.warning.setVisible(bool(warning))
         if gpu is None:
             self.verdict.setText("No GPU selected: choose a hardware profile to check the fit.")
+            self.batch_plan.setText("")
             self._show_suggestions([])
             return
         self.verdict.setText(VERDICTS[fit(est, gpu)])
+        plan = plan_batch(config, gpu)
+        self.batch_plan.setText(f"<b>{plan.badge}</b>: {plan.describe()}" if plan else "")
         self._show_suggestions(suggest_fixes(config, gpu, gpus))
 
     def _show_suggestions(self, suggestions: list[Suggestion]) -> None:

@@ -14,10 +14,15 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.presets import Preset
+from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.hardware.batch_plan import plan_batch
 from studio.core.hardware.estimate import Fit, fit
-from studio.core.hardware.preset_estimate import SAMPLE_EVERY_N_STEPS, PresetEstimate, estimate_preset
+from studio.core.hardware.preset_estimate import (
+    SAMPLE_EVERY_N_STEPS,
+    PresetEstimate,
+    estimate_preset,
+)
 from studio.core.hardware.report import GPUInfo
 from studio.gui.page import named
 
@@ -54,6 +59,8 @@ class PresetCard(QFrame):
         mine = " (yours)" if preset.user else ""
         top.addWidget(QLabel(f"<b>{preset.title}</b>{mine}"))
         top.addStretch(1)
+        self.batch_badge = named(QLabel(), "batch_badge")
+        top.addWidget(self.batch_badge)
         self.badge = named(QLabel(), "fit_badge")
         top.addWidget(self.badge)
         layout.addLayout(top)
@@ -91,6 +98,9 @@ class PresetCard(QFrame):
         parts = "<br>".join(f"{p.label}: {p.mb / 1024:.2f} GB" for p in result.estimate.parts if p.mb > 0)
         self.estimate.setToolTip(f"Estimated on {where}, with sample images every "
                                  f"{config.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS} steps:<br>{parts}")
+        plan = plan_batch(apply_preset(config, self.preset), gpu)
+        self.batch_badge.setText(plan.badge if plan else "")
+        self.batch_badge.setToolTip(plan.describe().replace("; ", "\n") if plan else "")
 
 
 class PresetList(QWidget):

@@ -20,18 +20,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.export.remote_control import pull_and_close, read_record
+from studio.core.export.remote_machines import MachineError
+from studio.core.export.remote_ssh import RemoteError
+from studio.core.export.remote_transfer import TransferReport
 from studio.core.project.folder import Project
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
 from studio.core.runs.run_model import RunModel, replay_run
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
+from studio.gui.remote_run import RemoteRun
 from studio.gui.run_controller import RunController
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.run_header import RunHeader
 from studio.gui.widgets.run_plots import LossOverlay, RunPlots
+from studio.gui.worker import Worker
 
 
 class RunsPage(Page):
@@ -64,6 +70,7 @@ class RunsPage(Page):
             ("overlay", "Overlay loss", self.overlay_selected),
             ("output", "Output folder", self.open_output),
             ("resume", "Resume", self.resume_selected),
+            ("pull", "Bring back", self.pull_selected),
             ("delete", "Delete…", self.delete_selected),
             ("import", "Import run…", self._pick_import),
         ):
@@ -98,6 +105,7 @@ class RunsPage(Page):
         self.controller.sig_message.connect(self.message.setText)
         context.sig_project_changed.connect(self._on_project)
         self.opened: RunModel | None = None
+        self.worker = Worker(self)  # bringing remote runs back
         if context.project is not None:
             self._on_project(context.project)
         self._update_buttons()
@@ -131,6 +139,9 @@ class RunsPage(Page):
             "This run was copied back from another machine: resume it there (with its bundle)."
             if remote else "Continue the selected stopped or failed run from its newest checkpoint"
         )
+        self.buttons["pull"].setEnabled(one and bool(chosen[0].machine) and not self.worker.busy
+                                        and chosen[0].path != self.controller.run_dir)
+        self.buttons["pull"].setToolTip("Bring this run's folder back from its machine (checkpoints stay there)")
         self.buttons["delete"].setEnabled(bool(chosen) and all(s.status != "running" for s in chosen))
         self.buttons["import"].setEnabled(self.context.project is not None)
 
@@ -160,8 +171,48 @@ class RunsPage(Page):
 
     def open_selected(self) -> None:
         chosen = self._one()
-        if chosen is not None:
+        if chosen is None:
+            return
+        if chosen.machine and chosen.status == "running":
+            self.follow_remote(chosen.path)
+        else:
             self.open_run(chosen.path)
+
+    def follow_remote(self, run_dir: Path) -> bool:
+        """Follow a run that goes on on its machine (started earlier, perhaps before the studio restarted)."""
+        if self.controller.running:
+            self.say(self.controller.process.busy_message())
+            return False
+        try:
+            remote = RemoteRun(run_dir)
+        except (RemoteError, MachineError) as exc:
+            self.say(f"Cannot follow {run_dir.name}: {exc}")
+            return False
+        if not self.controller.follow_remote(remote):
+            remote.deleteLater()
+            return False
+        self.say(f"Following {run_dir.name} on {remote.record.machine}; its plots are on the Train page.")
+        return True
+
+    def pull_selected(self) -> None:
+        chosen = self._one()
+        if chosen is None or not chosen.machine:
+            return
+        try:
+            record = read_record(chosen.path)
+        except RemoteError as exc:
+            self.say(f"Cannot bring {chosen.name} back: {exc}")
+            return
+        self.say(f"Bringing {chosen.name} back from {record.machine}…")
+        self.worker.run(pull_and_close, record, chosen.path, on_done=lambda report: self._pulled(chosen, report),
+                        on_failed=lambda error: self.say(f"{chosen.name} did not come back: {error}"),
+                        expected=(RemoteError, MachineError, OSError))
+        self._update_buttons()
+
+    def _pulled(self, summary: RunSummary, report: TransferReport) -> None:
+        self.say(f"{summary.name}: {len(report.copied)} file(s) brought back from {summary.machine}, "
+                 f"{report.unchanged} already here.")
+        self.refresh()
 
     def overlay_selected(self) -> None:
         chosen = self.table.selected()
@@ -232,6 +283,7 @@ class RunsPage(Page):
         return QMessageBox.question(self, title, text) == QMessageBox.StandardButton.Yes
 
     def shutdown(self) -> None:
+        self.worker.wait(60.0)
         self.plots.close_plots()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:

@@ -28,7 +28,7 @@ class RunsTable(QTableWidget):
         self.summaries = summaries
         self.setRowCount(len(summaries))
         for row, s in enumerate(summaries):
-            status = s.status + (" (remote)" if s.remote else "")
+            status = s.status + (f" (on {s.machine})" if s.machine else " (remote)" if s.remote else "")
             cells = (
                 s.name,
                 s.preset,

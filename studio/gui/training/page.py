@@ -133,6 +133,7 @@ class TrainPage(Page):
         self.banner.hide()
         self.console.clear()
         self.show_message(f"Training in {run_dir}")
+        self.plots.use_sampler(self.controller.gpu_sampler)  # a remote run's GPUs, or this machine's
         if self.plots.sampler is not None:
             self.plots.sampler.start()
         self._update_buttons()

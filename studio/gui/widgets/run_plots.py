@@ -1,4 +1,5 @@
-"""Live plots of a run: loss (raw and smoothed), learning rate, memory per rank, throughput.
+"""Live plots of a run: loss (raw and smoothed), learning rate, memory per rank, throughput
+(images/s, and MFU on its own axis when the trainer knows the model's FLOPs and the GPU's peak).
 
 Views never redraw per event: the controller's timer calls `refresh(model)` at most 20
 times a second, and each curve gets one `setData` on the model's numpy buffers.
@@ -70,6 +71,25 @@ def _curve(plot: pg.PlotWidget, colour: str, name: str | None = None,
     # (12 ms against 1 ms for a 20,000-point curve), which a live plot cannot afford.
     return plot.plot([], [], pen=pg.mkPen(colour, width=1, style=style), name=name,
                      autoDownsampleFactor=PEAKS_PER_PIXEL)
+
+
+def _right_axis(plot: pg.PlotWidget, label: str, colour: str) -> tuple[pg.ViewBox, pg.PlotDataItem]:
+    """A second curve with its own y axis on the right, sharing the plot's x axis."""
+    item = plot.getPlotItem()
+    view = pg.ViewBox()
+    item.showAxis("right")
+    item.scene().addItem(view)
+    axis = item.getAxis("right")
+    axis.linkToView(view)
+    axis.setLabel(label)
+    axis.setVisible(False)
+    view.setXLink(item.getViewBox())
+    view.setMouseEnabled(x=False, y=False)
+    item.getViewBox().sigResized.connect(lambda *_: view.setGeometry(item.getViewBox().sceneBoundingRect()))
+    curve = pg.PlotDataItem([], [], pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine),
+                            autoDownsampleFactor=PEAKS_PER_PIXEL)
+    view.addItem(curve)
+    return view, curve
 
 
 class LossPlot(QWidget):
@@ -145,8 +165,9 @@ class RunPlots(QWidget):
         self.memory = _plot("Memory", "MB", "seconds")
         self.memory.setObjectName("plot_memory")
         self.memory.addLegend(offset=(5, 5))
-        self.throughput = _plot("Throughput", "samples/s", "step")
-        self.throughput_curve = _curve(self.throughput, "#9467bd")
+        self.throughput = _plot("Throughput", "images/s", "step")
+        self.throughput_curve = _curve(self.throughput, "#9467bd", "images/s")
+        self.mfu_view, self.mfu_curve = _right_axis(self.throughput, "MFU %", "#e377c2")
         self.vram_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#d62728", width=1, style=Qt.PenStyle.DashLine),
                                          label="VRAM {value:.0f} MB", labelOpts={"position": 0.05})
         self.vram_line.setVisible(False)
@@ -168,6 +189,7 @@ class RunPlots(QWidget):
         self._stagger.setInterval(STAGGER_MS)
         self._stagger.timeout.connect(self._draw_next)
         self.sampler = GpuMemorySampler(self) if live else None
+        self._own_sampler = self.sampler
         if self.sampler is not None:
             # NVML keeps sampling while the model is quiet (caching, loading): draw those points too.
             self.sampler.sig_sampled.connect(self._on_gpu_sample)
@@ -188,6 +210,19 @@ class RunPlots(QWidget):
         layout.addWidget(self.warning)
         layout.addLayout(top, 3)
         layout.addLayout(bottom, 2)
+
+    def use_sampler(self, sampler: GpuMemorySampler | None) -> None:
+        """Draw the GPUs of `sampler` (a remote machine's), or this machine's again with None."""
+        wanted = sampler or self._own_sampler
+        if self.sampler is None or wanted is None or wanted is self.sampler:
+            return
+        self.sampler.stop()
+        self.sampler.sig_sampled.disconnect(self._on_gpu_sample)
+        for curve in self._gpu_curves.values():
+            self.memory.removeItem(curve)
+        self._gpu_curves.clear()
+        self.sampler = wanted
+        wanted.sig_sampled.connect(self._on_gpu_sample)
 
     def close_plots(self) -> None:
         """Empty the plots' scenes before the widgets are deleted; the plots draw nothing after.
@@ -279,11 +314,22 @@ class RunPlots(QWidget):
         elif name == "throughput":
             self.throughput_curve.setData(steps, model.samples_per_s.view(), connect="finite")
             follow.feed("throughput", steps, model.samples_per_s.view())
+            self._draw_mfu(model)
         else:
             self._refresh_ranks(model)
             self._refresh_gpus(model)
         total = float(model.total_steps) if model.total_steps and name != "memory" else None
         follow.apply(x_end=total, tight=model.ended)
+
+    def _draw_mfu(self, model: RunModel) -> None:
+        """MFU in percent on the right axis; hidden while no step carries it (CPU, unknown GPU)."""
+        percent = model.mfu.view() * 100.0
+        known = percent[np.isfinite(percent)]
+        axis = self.throughput.getPlotItem().getAxis("right")
+        axis.setVisible(bool(len(known)))
+        self.mfu_curve.setData(model.steps.view(), percent, connect="finite")
+        if len(known):
+            self.mfu_view.setYRange(0.0, max(10.0, min(100.0, float(known.max()) * 1.25)), padding=0)
 
     def _on_gpu_sample(self) -> None:
         if self._plots_closed:  # the window is closing: nothing is drawn any more
@@ -361,7 +407,7 @@ class RunPlots(QWidget):
         model = self._model
         if model is None:
             return 0
-        return 3 * len(model.steps) + len(model.loss) + 2 * model.memory_points()
+        return 4 * len(model.steps) + len(model.loss) + 2 * model.memory_points()
 
 
 class LossOverlay(QWidget):

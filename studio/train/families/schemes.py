@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from studio.core.config.schema import TrainingSection
+from studio.train.transfer import to_device
 
 
 @dataclass
@@ -48,15 +49,16 @@ def noise_for_rank(scheme: NoiseScheme, latents: torch.Tensor, generator: torch.
 
 
 def randn_like_on_cpu(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
-    """Noise drawn on the CPU from `generator`, so a run is reproducible on any device."""
-    return torch.randn(shape, generator=generator, dtype=torch.float32).to(like.device, like.dtype)
+    """Noise drawn on the CPU from `generator`, so a run is reproducible on any device (copied
+    to the GPU without stalling the step)."""
+    return to_device(torch.randn(shape, generator=generator, dtype=torch.float32), like.device, like.dtype)
 
 
 def weighted_mse(prediction: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Mean squared error per sample, times its weight, averaged over the batch."""
     per_sample = F.mse_loss(prediction.float(), target.float(), reduction="none")
     per_sample = per_sample.mean(dim=list(range(1, per_sample.ndim)))
-    return (per_sample * weights.to(per_sample.device)).mean()
+    return (per_sample * to_device(weights, per_sample.device)).mean()
 
 
 class DiffusionScheme:
@@ -79,7 +81,7 @@ class DiffusionScheme:
         if self.noise_offset:
             offset = randn_like_on_cpu((batch, latents.shape[1], 1, 1), generator, latents)
             noise = noise + self.noise_offset * offset
-        timesteps = torch.randint(0, self.timesteps, (batch,), generator=generator).to(latents.device)
+        timesteps = to_device(torch.randint(0, self.timesteps, (batch,), generator=generator), latents.device)
         noisy = self.scheduler.add_noise(latents, noise, timesteps)
         if self.prediction_type == "epsilon":
             target = noise
@@ -98,7 +100,7 @@ class DiffusionScheme:
         return clipped / (snr + 1 if self.prediction_type == "v_prediction" else snr)
 
     def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor:
-        return weighted_mse(prediction, noised.target, noised.weights * sample_weights.to(noised.weights.device))
+        return weighted_mse(prediction, noised.target, noised.weights * to_device(sample_weights, noised.weights.device))
 
 
 class FlowMatchingScheme:
@@ -135,11 +137,11 @@ class FlowMatchingScheme:
         )
         indices = (u * self.num_train_timesteps).long().clamp(0, self.num_train_timesteps - 1)
         sigmas = self.sigmas[indices]
-        timesteps = self.timesteps[indices].to(latents.device)
-        shaped = sigmas.view(batch, *([1] * (latents.ndim - 1))).to(latents.device, latents.dtype)
+        timesteps = to_device(self.timesteps[indices], latents.device)
+        shaped = to_device(sigmas.view(batch, *([1] * (latents.ndim - 1))), latents.device, latents.dtype)
         noisy = (1.0 - shaped) * latents + shaped * noise
         weights = compute_loss_weighting_for_sd3(self.weighting, sigmas).float()
-        return Noised(noisy, timesteps, noise - latents, weights.to(latents.device))
+        return Noised(noisy, timesteps, noise - latents, to_device(weights, latents.device))
 
     def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor:
-        return weighted_mse(prediction, noised.target, noised.weights * sample_weights.to(noised.weights.device))
+        return weighted_mse(prediction, noised.target, noised.weights * to_device(sample_weights, noised.weights.device))

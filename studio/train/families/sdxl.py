@@ -23,6 +23,7 @@ from studio.train.families.loading import (
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 from studio.train.precision import input_dtype
+from studio.train.transfer import to_device
 
 NEEDS = {
     "text_encoder": "the CLIP ViT-L text encoder",
@@ -37,7 +38,7 @@ def time_ids(batch: dict[str, Any], device: torch.device) -> torch.Tensor:
     target = list(batch["target_size"])
     rows = [[*original, *crop, *target]
             for original, crop in zip(batch["original_sizes"], batch["crops_top_left"], strict=True)]
-    return torch.tensor(rows, dtype=torch.float32, device=device)
+    return to_device(torch.tensor(rows, dtype=torch.float32), device)
 
 
 class SDXLAdapter(FamilyAdapter):

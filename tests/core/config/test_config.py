@@ -97,6 +97,8 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
         ({"launch": {"strategy": "fsdp", "num_processes": 2}}, "launch.strategy"),
         ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"}, "training": {"mixed_precision": "fp16"}},
          "launch.strategy"),
+        ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"}, "training": {"compile": "blocks"}},
+         "training.compile"),
         ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
         ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
     ],
@@ -201,3 +203,11 @@ def test_sharding_says_why_it_is_refused_and_allows_a_dreambooth() -> None:
     # One process shards nothing; the trainer warns, the config is valid (it may be launched with more).
     single = validate_data({**base, "method": {"kind": "dreambooth"}, "launch": {"strategy": "fsdp"}})
     assert single.launch.num_processes == 1
+
+
+def test_compile_is_off_unless_asked_and_names_what_is_allowed(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, MINIMAL)).training.compile == "off"
+    blocks = MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "blocks"')
+    assert load_config(write(tmp_path, blocks)).training.compile == "blocks"
+    errors = errors_of(tmp_path, MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "yes"'))
+    assert "training.compile = \"yes\": allowed: 'off', 'blocks' or 'full'" in "\n".join(errors)

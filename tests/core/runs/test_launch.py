@@ -23,7 +23,7 @@ def test_run_folder_holds_resolved_config_yaml_and_command(tmp_path: Path) -> No
     text = (plan.run_dir / "config.toml").read_text()
     assert f'path = "{tmp_path / "img"}"' in text
     assert (plan.run_dir / "command.txt").read_text().strip().endswith(f"-m studio.train {plan.run_dir / 'config.toml'}")
-    assert plan.command[1:4] == ["-m", "accelerate.commands.launch", "--config_file"]
+    assert plan.command[1:4] == ["-m", "studio.train.launcher", "--config_file"]
     assert yaml_of(plan.run_dir)["distributed_type"] == "'NO'"
 
 

@@ -202,3 +202,21 @@ def test_a_two_gpu_preset_needs_two_gpus(make_page) -> None:
     assert card.findChild(QLabel, "preset_estimate").text().startswith("promises 2 × 24 GB · estimated")
     pair.choose_preset(get_preset("sdxl-dreambooth-2x24gb"))
     assert (pair.config.launch.strategy, pair.config.launch.num_processes) == ("fsdp", 2)
+
+
+def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) -> None:
+    from studio.core.config.presets import apply_preset
+    from studio.core.hardware.batch_plan import plan_batch
+
+    page = make_page("a100-80gb")
+    preset = get_preset("sd15-lora")
+    card = next(c for c in page.presets.cards if c.preset.id == "sd15-lora")
+    expected = plan_batch(apply_preset(page.config, preset), page.gpu)
+    assert expected is not None and expected.largest > 4  # an 80 GB card takes far more than the preset's batch
+    badge = card.findChild(QLabel, "batch_badge")
+    assert badge.text() == f"batch {expected.largest} fits"
+    assert "learning rate" in badge.toolTip()
+    page.choose_preset(preset)
+    plan_label = page.findChild(QLabel, "estimate_batch_plan")
+    qtbot.waitUntil(lambda: f"batch {expected.largest} fits" in plan_label.text(), timeout=2000)
+    assert "largest batch that fits" in plan_label.text()

@@ -77,7 +77,7 @@ def test_resume_runs_through_the_controller(qtbot: QtBot, context: StudioContext
     assert page.resume_selected()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert commands[0][-2:] == ["--resume", str(run)]
-    assert "accelerate.commands.launch" in commands[0]
+    assert "studio.train.launcher" in commands[0]
     assert page.table.summaries[0].status == "completed"
 
 

@@ -153,3 +153,46 @@ def test_memory_legend_names_what_each_device_reports(qtbot: QtBot) -> None:
     assert plots._rank_curves[0][0].name() == "rank 0 RSS"
     assert plots._rank_curves[1][0].name() == "rank 1 allocated"
     assert plots._rank_curves[0][0].getData()[1].tolist() == [812.0]
+
+
+def test_throughput_shows_images_per_second_and_mfu_on_its_own_axis(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _model(10)
+    plots.refresh(model)
+    axis = plots.throughput.getPlotItem().getAxis("right")
+    assert not axis.isVisible()  # no step carries MFU (a CPU run, an unknown GPU)
+    assert plots.throughput_curve.getData()[1].tolist() == model.samples_per_s.view().tolist()
+    for i in range(11, 21):
+        model.apply(Step(step=i, epoch=1, loss=0.1, lr=1e-4, samples_per_s=9.5, tflops=128.0, mfu=0.162,
+                         time=1000.0 + i))
+    plots.refresh(model)
+    percent = plots.mfu_curve.getData()[1]
+    assert np.isnan(percent[:10]).all() and percent[10:].tolist() == pytest.approx([16.2] * 10)
+    assert axis.isVisible() and axis.labelText == "MFU %"
+    low, high = plots.mfu_view.viewRange()[1]
+    assert low == 0.0 and high >= 16.2
+
+
+def test_a_remote_machines_gpus_are_drawn_in_place_of_this_ones_and_back(qtbot: QtBot) -> None:
+    from studio.core.export.remote_gpu import GpuSample
+    from studio.gui.widgets.remote_gpu import RemoteGpuSampler
+
+    plots = RunPlots(live=True)
+    qtbot.addWidget(plots)
+    plots.show()
+    model = _model(5)
+    plots.refresh(model)
+    own = plots.sampler
+    remote = RemoteGpuSampler("pod", plots)
+    plots.use_sampler(remote)
+    assert plots.sampler is remote and remote.start()
+    t = model.first_time or 0.0
+    remote.feed([GpuSample(i, "NVIDIA H100 80GB HBM3", 40_000.0 + i, 81_559.0, t + 1) for i in range(2)])
+    qtbot.waitUntil(lambda: len(plots._gpu_curves) == 2, timeout=2000)
+    assert plots._gpu_curves[1].getData()[1].tolist() == [40_001.0]
+    assert plots.vram_line.isVisible() and plots.vram_line.value() == 81_559.0
+    assert remote.gpus[0].name == "pod: NVIDIA H100 80GB HBM3"
+    remote.stop()
+    remote.feed([GpuSample(0, "NVIDIA H100 80GB HBM3", 1.0, 81_559.0, t + 2)])  # not following: dropped
+    assert len(remote.gpus[0].used) == 1
+    plots.use_sampler(None)  # the next local run: this machine's NVML again
+    assert plots.sampler is own and plots._gpu_curves == {}

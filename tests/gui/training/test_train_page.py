@@ -45,6 +45,19 @@ def test_live_plots_fill_and_header_follows(qtbot: QtBot, context: StudioContext
     assert page.train_button.isEnabled() and not page.kill_button.isEnabled()
 
 
+def test_compiling_phase_and_speed_show_in_the_header(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                      tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "30", "--rate", "300", "--compile", "1.5", "--mfu")
+    assert page.start_training()
+    qtbot.waitUntil(lambda: "compiling" in page.header.status.text(), timeout=15000)
+    assert page.header.progress.format() == "compiling the denoiser…"
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
+    assert page.header.speed.text() == "8.0 img/s · 108 TFLOP/s · 14% MFU · compiled in 2 s"
+    assert len(page.plots.mfu_curve.getData()[1]) == 30
+    assert page.plots.throughput.getPlotItem().getAxis("right").isVisible()
+
+
 def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")

@@ -1,0 +1,125 @@
+"""training.compile: torch.compile of the denoiser, by repeated block (regional) or whole.
+
+Regional compilation compiles the code of one transformer block and reuses it for
+every block of the same shapes, so the first step costs seconds to a minute, not the
+many minutes a whole UNet takes. Shapes are static (dynamic=False): each image size
+(bucket) compiles the blocks once more, and the first step of a new size is reported
+as a `compiling` phase. Compiled kernels are kept in the studio's cache folder, so
+the next run of the same shapes loads them instead of compiling again. Samples run
+the same modules eagerly: their shapes (guidance doubles the batch) would compile
+again for a handful of images.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from studio.core.user_dirs import cache_dir
+from studio.train.errors import TrainError
+
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# The block classes of denoisers whose diffusers class does not name them (`_repeated_blocks`).
+REPEATED_BLOCKS: dict[str, tuple[str, ...]] = {"SD3Transformer2DModel": ("JointTransformerBlock",)}
+# Compiled variants kept per block: image sizes x block shapes (SDXL has three widths); past the
+# limit torch runs the block eagerly, so the limit is generous.
+RECOMPILE_LIMIT = 64
+
+
+def compile_cache_dir() -> Path:
+    """Where compiled kernels are kept between runs: the studio's cache folder."""
+    return cache_dir() / "torch-compile"
+
+
+def use_compile_cache() -> Path:
+    """Point torch's compile cache (inductor's, Triton's under it) at the studio's cache folder,
+    unless the person chose one with TORCHINDUCTOR_CACHE_DIR.
+
+    Importing diffusers already sets that variable to torch's default (a folder in /tmp that does
+    not outlive a reboot), so that value counts as nobody's choice.
+    """
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen and os.path.abspath(chosen) != os.path.abspath(default_cache_dir()):
+        return Path(chosen)
+    folder = compile_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ[CACHE_ENV] = str(folder)
+    return folder
+
+
+@dataclass
+class CompiledDenoiser:
+    """What was compiled, and the image sizes compiled for so far."""
+
+    mode: str
+    what: str  # e.g. "24 JointTransformerBlock blocks"
+    seen: set[Any] = field(default_factory=set)
+
+    def is_new_shape(self, key: Any) -> bool:
+        """True the first time a step brings images of this size (the blocks compile for it)."""
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def block_classes(denoiser: torch.nn.Module) -> tuple[str, ...]:
+    named = getattr(denoiser, "_repeated_blocks", None)
+    return tuple(named) if named else REPEATED_BLOCKS.get(type(denoiser).__name__, ())
+
+
+def compile_denoiser(denoiser: torch.nn.Module, mode: str) -> CompiledDenoiser | None:
+    """Compile `denoiser` in place as training.compile asks; None when it is "off".
+
+    Call it after LoRA layers and gradient checkpointing are in place and before the
+    module is wrapped for data parallelism: the compiled blocks are the very modules
+    DDP and the optimizer see.
+    """
+    if mode == "off":
+        return None
+    import torch._dynamo
+
+    use_compile_cache()
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    name = type(denoiser).__name__
+    if mode == "full":
+        denoiser.compile(dynamic=False)
+        return CompiledDenoiser(mode, f"the whole {name}")
+    classes = block_classes(denoiser)
+    blocks = [m for m in denoiser.modules() if type(m).__name__ in classes]
+    if not blocks:
+        raise TrainError("config", f"training.compile = \"blocks\": the {name} has no repeated blocks the studio "
+                         "knows how to compile", "set training.compile = \"full\" or \"off\"")
+    if getattr(denoiser, "_repeated_blocks", None) and hasattr(denoiser, "compile_repeated_blocks"):
+        denoiser.compile_repeated_blocks(dynamic=False)  # type: ignore[operator]
+    else:
+        for block in blocks:
+            block.compile(dynamic=False)
+    return CompiledDenoiser(mode, f"{len(blocks)} {' / '.join(classes)} blocks")
+
+
+@contextlib.contextmanager
+def eager(compiled: CompiledDenoiser | None) -> Iterator[None]:
+    """Run compiled modules eagerly inside (samples: other shapes, a few images)."""
+    if compiled is None:
+        yield
+        return
+    with torch.compiler.set_stance("force_eager"):
+        yield
+
+
+def shutdown_compile_workers(compiled: CompiledDenoiser | None) -> None:
+    """End the compiler's worker processes (they would outlive a run that ends with os._exit)."""
+    if compiled is None:
+        return
+    from torch._inductor.async_compile import shutdown_compile_workers as shutdown
+
+    shutdown()

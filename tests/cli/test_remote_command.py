@@ -1,0 +1,94 @@
+"""`studio-train remote`: add a machine, check it, send a run there, end it, watch it end, bring it back.
+
+The machine is a real sshd on 127.0.0.1 (tests/fixtures/sshd.py); the project is the demo's with a
+stand-in model folder, so the run there fails at loading (here it is ended first): this is about
+the commands, the copies and what they print. The end-to-end training is tests/e2e/test_remote_run.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.sshd import SshServer
+
+from studio.cli import main as cli
+from studio.core.export.remote_machines import SSH_CONFIG_ENV
+from studio.core.project.demo import DEMO_MODEL, create_demo_project
+from studio.core.project.folder import Project
+
+FAKE_TOKEN = "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42"
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Project:
+    project = create_demo_project(tmp_path / "demo project")
+    model = project.root / DEMO_MODEL
+    model.mkdir(parents=True)
+    (model / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}\n', encoding="utf-8")
+    return project
+
+
+def _out(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    return captured.out + captured.err
+
+
+def test_remote_commands_from_add_to_pull(demo: Project, sshd: SshServer, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SSH_CONFIG_ENV, str(sshd.ssh_config))
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)  # a person's token in the environment goes nowhere
+    add = ["remote", "add", "box", "127.0.0.1", "--user", sshd.user, "--port", str(sshd.port), "--key", str(sshd.key),
+           "--workspace", str(sshd.workspace / "cli"), "--python", sys.executable, "--env", "OMP_NUM_THREADS=1"]
+    assert cli(add) == 0
+    assert "box: " in _out(capsys)
+    assert cli(["remote", "add", "bad", "127.0.0.1", "--env", f"HF_TOKEN={FAKE_TOKEN}"]) == 2
+    assert "env.HF_TOKEN look like a password or token" in _out(capsys)
+    assert cli(["remote", "list"]) == 0
+    assert re.search(rf"^box +{sshd.user}@127.0.0.1:{sshd.port} ", _out(capsys), re.M)
+    assert cli(["remote", "check", "box"]) == 0
+    assert "GPUs: no GPU on the remote (nvidia-smi is not installed there)" in _out(capsys)
+
+    config = str(demo.config_path)
+    assert cli(["remote", "run", config, "--on", "box"]) == 1
+    out = _out(capsys)
+    assert "error: box: no GPU on the remote" in out and "(--cpu)" in out
+    assert cli(["remote", "run", config, "--on", "box", "--nodes", "2"]) == 2
+    assert "studio-train export --nodes N" in _out(capsys)
+
+    assert cli(["remote", "run", config, "--on", "box", "--cpu", "--no-check"]) == 0
+    out = _out(capsys)
+    local = Path(re.search(r"^  here: (.+) \(events arrive", out, re.M).group(1))  # type: ignore[union-attr]
+    there = re.search(r"^  run folder there: (.+)$", out, re.M).group(1)  # type: ignore[union-attr]
+    images = re.search(r"(\d+) of (\d+) dataset file\(s\) copied", out)
+    assert images and images.group(1) == images.group(2) != "0"
+    assert f"studio-train remote watch {local}" in out and f"studio-train remote stop {local}" in out
+    assert local.parent == demo.root / "runs" and (local / "remote.json").is_file()
+    assert Path(there).is_dir() and Path(there).name == local.name
+
+    assert cli(["remote", "run", config, "--on", "box", "--cpu", "--no-check"]) == 1  # one run per project there
+    assert "a run of this project is still going on box" in _out(capsys)
+    assert cli(["remote", "stop", str(local), "--kill"]) == 0
+    assert re.search(r"ended \d+ process\(es\)|was not running", _out(capsys))
+    assert cli(["remote", "watch", str(local)]) == 1  # ended without an exit status of its own
+    assert (local / "config.toml").is_file() and (local / "command.txt").is_file()  # brought back
+    assert cli(["remote", "pull", str(local)]) == 0
+    assert re.search(r"^0 file\(s\) brought back .*, \d+ already here", _out(capsys), re.M)
+
+    # A second send of the unchanged dataset copies no image.
+    assert cli(["remote", "run", config, "--on", "box", "--cpu", "--no-check"]) == 0
+    out = _out(capsys)
+    assert re.search(r" 0 of [1-9]\d* dataset file\(s\) copied", out), out
+    second = Path(re.search(r"^  here: (.+) \(events arrive", out, re.M).group(1))  # type: ignore[union-attr]
+    assert cli(["remote", "stop", str(second), "--kill"]) == 0
+
+    # No key, passphrase or token in any file written on either side.
+    key_body = "".join(sshd.key.read_text().splitlines()[1:-1])
+    secrets = [key_body[:40].encode(), key_body[-40:].encode(), FAKE_TOKEN.encode(), sshd.LOCKED_PASSPHRASE.encode()]
+    written = [p for root in (demo.root, sshd.workspace / "cli", *(Path(os.environ[name]) for name in (
+        "STUDIO_CONFIG_DIR", "STUDIO_CACHE_DIR", "STUDIO_DATA_DIR"))) for p in root.rglob("*") if p.is_file()]
+    assert len(written) > 100
+    assert [str(p) for p in written if any(s in p.read_bytes() for s in secrets)] == []

@@ -1,0 +1,101 @@
+"""A remote run outlives the studio: closing with "keep running" stops only the following, and after a
+restart the Runs page lists it as running on its machine and Open follows it again, resuming the events
+where the studio left them. The machine is a real sshd on 127.0.0.1; the run there is the fake trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fixtures.sshd import SshServer, fake_bundle
+from pytestqt.qtbot import QtBot
+
+from studio.core.config.schema import TrainConfig
+from studio.core.export.remote_control import read_record, write_record
+from studio.core.export.remote_machines import RemoteMachine
+from studio.core.export.remote_probe import probe_machine
+from studio.core.export.remote_run import launch_detached
+from studio.core.export.remote_ssh import SshClient
+from studio.core.runs.events import RunFinished, Step, read_events
+from studio.core.runs.folders import EVENTS_FILE
+from studio.gui.context import StudioContext
+from studio.gui.remote_run import RemoteRun
+from studio.gui.runs.page import RunsPage
+from studio.gui.training.page import TrainPage
+from tests.gui.training.conftest import close_plots, make_project
+
+
+@pytest.fixture
+def contexts(qtbot: QtBot, tmp_path: Path) -> Iterator[list[StudioContext]]:
+    """Studio sessions made by the test, each shut down at the end (a failed test leaves no run there)."""
+    made: list[StudioContext] = []
+    yield made
+    for context in made:
+        context.run_controller.shutdown()
+
+
+def _session(qtbot: QtBot, contexts: list[StudioContext], project: object, tmp_path: Path) -> tuple[
+        StudioContext, TrainPage, RunsPage]:
+    from PySide6.QtCore import QSettings
+
+    context = StudioContext(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+    contexts.append(context)
+    context.set_project(project)  # type: ignore[arg-type]
+    train, runs = TrainPage(context, context.run_controller), RunsPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    qtbot.addWidget(runs, before_close_func=close_plots)
+    return context, train, runs
+
+
+def _steps(run: Path) -> list[int]:
+    return [e.step for e in read_events(run / EVENTS_FILE) if isinstance(e, Step)]
+
+
+def test_a_remote_run_is_followed_again_after_the_studio_restarts(
+    qtbot: QtBot, contexts: list[StudioContext], config: TrainConfig, tmp_path: Path,
+    remote_machine: RemoteMachine, sshd: SshServer,
+) -> None:
+    project = make_project(tmp_path / "project", config)
+    client = SshClient(remote_machine)
+    record, _check = launch_detached(client, probe_machine(client), str(fake_bundle(sshd.workspace / tmp_path.name,
+                                                                                   rate=10)), 1, cpu=True)
+    client.close()
+    local = tmp_path / "project" / "runs" / Path(record.remote_run_dir).name
+    local.mkdir(parents=True)
+    write_record(local, record)
+
+    first, train, runs = _session(qtbot, contexts, project, tmp_path)
+    runs.refresh()
+    (summary,) = runs.table.summaries
+    assert summary.status == "running" and summary.machine == "box" and not summary.resumable
+    assert runs.table.item(0, 3).text() == "running (on box)"
+    runs.table.select_paths([local.name])
+    runs.buttons["open"].click()  # a live remote run: Open follows it
+    controller = first.run_controller
+    assert controller.running and isinstance(controller.process, RemoteRun)
+    assert not runs.buttons["pull"].isEnabled()  # its files arrive while it is followed
+    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=60_000)
+
+    controller.shutdown(detach=True)  # the window closes with "keep running"
+    assert not controller.running and read_record(local).state == "running"
+    left_at = len(_steps(local))
+    assert left_at >= 3
+
+    second, train, runs = _session(qtbot, contexts, project, tmp_path)
+    runs.refresh()
+    assert runs.table.item(0, 3).text() == "running (on box)"
+    assert runs.follow_remote(local)
+    controller = second.run_controller
+    qtbot.waitUntil(lambda: controller.model.step >= left_at + 5, timeout=60_000)
+    train.stop_button.click()
+    qtbot.waitUntil(lambda: not controller.running, timeout=60_000)
+    assert controller.model.status == "stopped"
+    steps = _steps(local)
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) > left_at  # resumed, nothing twice
+    assert [e.status for e in read_events(local / EVENTS_FILE) if isinstance(e, RunFinished)] == ["stopped"]
+    assert (local / "launch-env.txt").is_file()  # brought back at the end
+    runs.refresh()
+    assert runs.table.item(0, 3).text() == "stopped (on box)"
+    assert read_record(local).state == "pulled"

@@ -1,0 +1,111 @@
+"""training.compile = "blocks": the tiny families train as they do eagerly, with a `compiling` phase.
+
+On the CPU torch's inductor writes C++ kernels and builds them with the system compiler;
+that is the cost of these tests (about a minute per family on two busy cores), so the
+default run compiles one family and the slow run the others and the other set-ups.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.core.config.schema import MethodSection, SamplingSection, TrainingSection
+from studio.core.runs.events import Phase, RunFinished, Sample, Step
+from studio.core.user_dirs import cache_dir
+
+torch = pytest.importorskip("torch")
+
+CACHED = {"cache_latents": True, "cache_text_embeddings": True}
+# The studio cache folder the sd15 test compiled into: the two-rank test starts from its kernels.
+_COMPILED_CACHE: list[Path] = []
+
+
+def _train_both(family: str, make_config, run_training, events_of, tmp_path: Path, **sections):
+    """(eager events, compiled events) of the same tiny run."""
+    training: TrainingSection = sections.pop("training")
+    _, eager_run = run_training(make_config(family, training=training, **sections), tmp_path / "eager")
+    compiled = training.model_copy(update={"compile": "blocks"})
+    code, compiled_run = run_training(make_config(family, training=compiled, **sections), tmp_path / "compiled")
+    assert code == 0, [e for e in events_of(compiled_run) if e.type == "error"]
+    return events_of(eager_run), events_of(compiled_run)
+
+
+def _losses(events) -> list[float]:
+    return [e.loss for e in events if isinstance(e, Step)]
+
+
+def _assert_compiled_like_eager(eager, compiled) -> None:
+    assert len(_losses(compiled)) == len(_losses(eager)) > 0
+    # Fused C++ kernels round differently from eager ones; the curve stays the same.
+    assert _losses(compiled) == pytest.approx(_losses(eager), rel=2e-3, abs=2e-4)
+    phases = [e for e in compiled if isinstance(e, Phase) and e.name == "compiling"]
+    assert [p.done for p in phases] == [0, 1]
+    assert "blocks" in phases[0].message and phases[1].elapsed_s is not None and phases[1].elapsed_s > 0
+    assert not any(isinstance(e, Phase) and e.name == "compiling" for e in eager)
+    assert isinstance(compiled[-1], RunFinished) and compiled[-1].status == "completed"
+
+
+def test_compiled_blocks_train_sd15_like_eager(make_config, run_training, events_of, tmp_path, monkeypatch) -> None:
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # What a trainer process finds once diffusers is imported: torch's default folder in /tmp.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    eager, compiled = _train_both(
+        "sd15", make_config, run_training, events_of, tmp_path,
+        training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-3, seed=1, **CACHED),
+        sampling=SamplingSection(every_n_steps=3, prompts=["a red circle"], steps=2),
+    )
+    _assert_compiled_like_eager(eager, compiled)
+    # Samples run the compiled modules eagerly, and the images are the eager run's.
+    samples = [e for e in compiled if isinstance(e, Sample)]
+    assert len(samples) == 1 and Path(samples[0].images[0]).is_file()
+    # The kernels went to the studio's cache folder, where the next run finds them.
+    kept = [p for p in (cache_dir() / "torch-compile").rglob("*") if p.is_file()]
+    assert len(kept) > 5
+    _COMPILED_CACHE.append(cache_dir())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["sdxl", "sd3"])
+def test_compiled_blocks_train_like_eager(family, make_config, run_training, events_of, tmp_path) -> None:
+    eager, compiled = _train_both(
+        family, make_config, run_training, events_of, tmp_path,
+        training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-3, seed=1, **CACHED),
+    )
+    _assert_compiled_like_eager(eager, compiled)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_full_finetune_with_checkpointing(make_config, run_training, events_of, tmp_path) -> None:
+    eager, compiled = _train_both(
+        "sd15", make_config, run_training, events_of, tmp_path,
+        method=MethodSection(kind="dreambooth"),
+        training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-5, seed=1, gradient_checkpointing=True,
+                                 **CACHED),
+    )
+    _assert_compiled_like_eager(eager, compiled)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_under_two_ranks(make_config, events_of, tmp_path) -> None:
+    import os
+    import subprocess
+
+    from studio.core.runs.launch import prepare_run
+
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-3, seed=1,
+                                                  compile="blocks", **CACHED))
+    plan = prepare_run(config, tmp_path, num_processes=2)
+    cache = str(_COMPILED_CACHE[-1]) if _COMPILED_CACHE else str(tmp_path / "cache")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=cache)
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    done = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    events = events_of(plan.run_dir)
+    assert [p.done for p in events if isinstance(p, Phase) and p.name == "compiling"] == [0, 1]
+    assert [e.step for e in events if isinstance(e, Step)] == [1, 2, 3]
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "completed"
+    assert len(finished.weight_checksums) == 2 and finished.weight_checksums[0] == finished.weight_checksums[1]

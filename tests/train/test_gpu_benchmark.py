@@ -1,0 +1,31 @@
+"""benchmarks/gpu_train_speed.py --dry-run: the GPU benchmark's code paths on the tiny models, on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_path: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
+               "--paths", "bare", "studio", "--warmup", "2", "--steps", "2",
+               "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(r["case"]["batch"], r["case"]["path"]) for r in results] == [
+        (2, "bare"), (2, "studio"), (1, "bare"), (1, "studio")]
+    for r in results:
+        assert r["s_per_step"] > 0 and r["images_per_s"] == pytest.approx(r["case"]["batch"] / r["s_per_step"])
+        assert r["mfu"] is None and not r["note"]  # no GPU peak on the CPU
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| sd15 | 64 | 2 | studio |" in table and "x |" in table  # the ratio to the bare step

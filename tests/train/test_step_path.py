@@ -1,0 +1,118 @@
+"""What keeps the GPU busy: the optimizer, data read ahead, latents on the device, the launcher's
+single process, and the speed figures in the step events."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from studio.core.config.schema import TrainingSection
+from studio.core.runs.events import Step
+
+torch = pytest.importorskip("torch")
+
+
+def _adamw_run(cuda: bool) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
+    from studio.train.optim import build_optimizer
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(8, 8)), torch.nn.Parameter(torch.randn(8))]
+    optimizer = build_optimizer([{"params": params, "lr": 1e-2}], TrainingSection(learning_rate=1e-2), cuda)
+    for step in range(5):
+        for p in params:
+            p.grad = torch.sin(p.detach() * (step + 1))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return optimizer, [p.detach().clone() for p in params]
+
+
+def test_adamw_is_fused_on_cuda_and_multi_tensor_elsewhere_with_the_same_result() -> None:
+    fused, fused_params = _adamw_run(cuda=True)  # the CUDA choice; torch runs fused AdamW on the CPU too
+    foreach, foreach_params = _adamw_run(cuda=False)
+    assert fused.defaults["fused"] and foreach.defaults["foreach"]
+    torch.manual_seed(0)
+    plain_params = [torch.nn.Parameter(torch.randn(8, 8)), torch.nn.Parameter(torch.randn(8))]
+    plain = torch.optim.AdamW(plain_params, lr=1e-2, weight_decay=1e-2, foreach=False)
+    for step in range(5):
+        for p in plain_params:
+            p.grad = torch.sin(p.detach() * (step + 1))
+        plain.step()
+    for a, b, c in zip(fused_params, foreach_params, plain_params, strict=True):
+        torch.testing.assert_close(a, c.detach())
+        torch.testing.assert_close(b, c.detach())
+
+
+def test_prefetcher_keeps_the_order_and_raises_where_the_consumer_reads() -> None:
+    from studio.train.prefetch import Prefetcher
+
+    assert list(Prefetcher(iter(range(10)), depth=2)) == list(range(10))
+
+    def broken():
+        yield 1
+        raise ValueError("image 2 is damaged")
+
+    feed = Prefetcher(broken())
+    assert next(feed) == 1
+    with pytest.raises(ValueError, match="image 2 is damaged"):
+        next(feed)
+
+
+def test_closing_the_prefetcher_ends_its_thread_even_when_it_waits() -> None:
+    from studio.train.prefetch import Prefetcher
+
+    feed = Prefetcher(iter(range(1000)), depth=1)
+    assert next(feed) == 0
+    time.sleep(0.05)  # the producer now waits on the full queue
+    feed.close()
+    assert not any(t.name == "studio-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def test_cached_latents_move_to_the_device_when_they_fit_the_budget() -> None:
+    from studio.train.cache import LatentCache, gpu_cache_budget
+
+    cache = LatentCache()
+    cache.latents = {i: torch.full((4, 8, 8), float(i)) for i in range(3)}
+    size = 3 * 4 * 8 * 8 * 4
+    assert gpu_cache_budget(torch.device("cpu")) == 0
+    assert not cache.keep_on(torch.device("cpu"), 10**9)
+    meta = torch.device("meta")  # a stand-in device: the CPU CI has no GPU
+    assert not cache.keep_on(meta, size - 1) and cache.latents[0].device.type == "cpu"
+    assert cache.keep_on(meta, size) and all(t.device == meta for t in cache.latents.values())
+    assert cache.batch([2, 0], meta, torch.float32).shape == (2, 4, 8, 8)
+
+
+def _launch_args(*extra: str):
+    from accelerate.commands.launch import launch_command_parser
+
+    return launch_command_parser().parse_args([*extra, "-m", "studio.train", "run/config.toml"])
+
+
+def test_a_single_process_run_trains_in_the_launchers_process() -> None:
+    from studio.train.launcher import runs_here
+
+    assert runs_here(_launch_args("--num_processes", "1", "--num_machines", "1"))
+    assert not runs_here(_launch_args("--num_processes", "2", "--num_machines", "1"))
+    assert not runs_here(_launch_args("--num_processes", "1", "--num_machines", "1", "--gpu_ids", "1"))
+    other = _launch_args("--num_processes", "1", "--num_machines", "1")
+    other.training_script = "train.py"
+    assert not runs_here(other)
+
+
+def test_step_events_carry_tflops_for_a_counted_model(make_config, run_training, events_of, tmp_path,
+                                                      monkeypatch, capsys) -> None:
+    from studio.core.hardware.throughput import forward_tflop
+    from studio.train import step_meter
+
+    # The tiny model stands in for the real SD1.5 architecture (whose FLOPs are counted).
+    monkeypatch.setattr(step_meter, "is_counted_architecture", lambda family, params: True)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=4, learning_rate=1e-3, seed=1))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    steps = [e for e in events_of(run_dir) if isinstance(e, Step)]
+    per_image = forward_tflop("sd15", 64, 64) * 2  # LoRA: forward + activation gradients
+    for event in steps:
+        assert event.tflops == pytest.approx(event.samples_per_s * per_image, rel=0.02, abs=0.01)
+        assert event.mfu is None  # no GPU peak on the CPU
+    assert "TFLOP/s" in next(line for line in capsys.readouterr().out.splitlines() if line.startswith("step 4:"))
