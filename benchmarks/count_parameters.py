@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from studio.core.config.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
 from studio.train.pipelines.arch_configs import (
     FAMILIES,
     LATENT_CHANNELS,
@@ -39,6 +40,7 @@ from studio.train.pipelines.arch_configs import (
     build_component,
     denoiser_spec,
 )
+from studio.train.sharding import unit_sizes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta_memory import flash_attention, live_bytes, peak_bytes
@@ -92,11 +94,20 @@ def count_component(family: str, name: str) -> dict[str, Any]:
         # With fp8 base weights each layer is widened to the training precision while it runs.
         entry["largest_layer_params"] = max(m.weight.numel() for m in model.modules()
                                             if isinstance(m, (nn.Linear, nn.Conv2d)))
+        entry["fsdp"] = fsdp_units(model, DENOISER_UNITS[family])
     elif role.startswith("text_encoder") and class_name.startswith("CLIP"):
         entry["lora_targets"] = lora_targets(model, TEXT_LORA_TARGETS)
+        entry["fsdp"] = fsdp_units(model, TEXT_ENCODER_UNITS)
     if class_name == "AutoencoderKL":
         entry["encoder_params"] = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("encoder.", "quant_conv.")))
     return entry
+
+
+def fsdp_units(model: nn.Module, units: tuple[str, ...]) -> dict[str, int]:
+    """How launch.strategy = "fsdp" groups the model: unit count, the largest unit and the root's parameters."""
+    sizes = unit_sizes(model, units)
+    return {"units": sizes["units"], "largest_unit_params": sizes["largest_unit_params"],
+            "root_params": sizes["root_params"]}
 
 
 # ---------------------------------------------------------------- activations

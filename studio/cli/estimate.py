@@ -1,5 +1,8 @@
-"""`studio-train estimate [CONFIG] [--preset NAME] [--hardware PROFILE] [--json]`: peak VRAM of a config or
-a preset, and what makes it fit.
+"""`studio-train estimate [CONFIG] [--preset NAME] [--hardware PROFILE] [--gpus N] [--json]`: peak VRAM of a
+config or a preset, and what makes it fit.
+
+With several GPUs (`--gpus N`, or the config's launch.num_processes) it also prints the peak per
+GPU as data parallel (DDP) and fully sharded (FSDP) side by side.
 
 A preset (a shipped id, one of the person's own, or a preset file) is estimated as a
 person runs it: applied to CONFIG when one is given (else to a placeholder project), with
@@ -17,6 +20,7 @@ from typing import Any
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 FIT_WORDS = {"fits": "fits", "tight": "fits, but tight (within 10%)", "does_not_fit": "does NOT fit"}
+SHORT_FIT_WORDS = {"fits": "fits", "tight": "tight", "does_not_fit": "does NOT fit"}
 
 
 def register(sub: Any) -> None:
@@ -27,6 +31,8 @@ def register(sub: Any) -> None:
                              "estimated with its sample images on")
     parser.add_argument("--hardware", metavar="PROFILE",
                         help="a hardware profile (JSON file or shipped name, e.g. rtx3060-12gb) instead of probing")
+    parser.add_argument("--gpus", type=int, metavar="N",
+                        help="also show the peak per GPU on N GPUs, DDP beside FSDP (default: launch.num_processes)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
 
@@ -47,15 +53,18 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     # Every process of a data-parallel run holds a full copy, so one GPU is representative.
     gpu = report.gpus[0] if report.gpus else None
+    if args.gpus is not None and args.gpus < 1:
+        print(f"error: --gpus {args.gpus}: give a number of GPUs of 1 or more", file=sys.stderr)
+        return EXIT_INVALID
     if preset is None:
-        return _report(project, gpu, report.summary(), None, args.json)
+        return _report(project, gpu, report.summary(), None, args.json, args.gpus)
     from studio.core.hardware.preset_estimate import estimate_preset, preset_config
 
     result = estimate_preset(preset, gpu, project)
     if gpu is None and not args.json:
         print("No GPU found here: the preset is estimated on a card of its promised size "
               "(--hardware PROFILE picks another).")
-    return _report(preset_config(preset, project), result.gpu, report.summary(), result, args.json)
+    return _report(preset_config(preset, project), result.gpu, report.summary(), result, args.json, args.gpus)
 
 
 def _inputs(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -91,21 +100,25 @@ def _is_preset_file(path: Path) -> bool:
     return "preset" in parse_toml(text, str(path))
 
 
-def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool) -> int:
+def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool, gpus: int | None) -> int:
     from studio.core.hardware.batch_plan import plan_batch
     from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
     from studio.core.hardware.fixes import suggest_fixes
+    from studio.core.hardware.sharded_estimate import plan_gpus
 
     estimate = preset_result.estimate if preset_result else estimate_vram(config, gpu)
     verdict = fit(estimate, gpu) if gpu else None
-    suggestions = suggest_fixes(config, gpu) if gpu else []
+    count = gpus or config.launch.num_processes
+    suggestions = suggest_fixes(config, gpu, count) if gpu else []
     warning = other_processes_warning(gpu) if gpu else None
+    gpu_plan = plan_gpus(config, gpu, count) if count > 1 else None
     plan = plan_batch(config, gpu)
     if as_json:
         print(json.dumps({
             "hardware": hardware, "gpu": gpu.name if gpu else None,
             "available_mb": gpu.free_mb if gpu else None, "fit": verdict, "estimate": estimate.to_dict(),
-            "warning": warning, "preset": _preset_json(preset_result), "batch_plan": _plan_json(plan),
+            "per_gpu": _gpu_plan_json(gpu_plan), "warning": warning, "preset": _preset_json(preset_result),
+            "batch_plan": _plan_json(plan),
             "suggestions": [{"title": s.title, "description": s.description, "changes": s.changes,
                              "total_mb": round(s.estimate.total_mb), "fit": s.fit} for s in suggestions],
         }, indent=2))
@@ -133,6 +146,8 @@ def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: b
         print(f"Batch: {plan.badge}")
         for line in plan.describe().split("; "):
             print(f"  {line}")
+    if gpu_plan is not None:
+        _print_gpu_plan(gpu_plan, gpu)
     _print_suggestions(suggestions, verdict)
     return EXIT_OK
 
@@ -143,6 +158,35 @@ def _plan_json(plan: Any) -> dict[str, Any] | None:
     return {"largest_batch": plan.largest, "capped": plan.capped, "largest_mb": round(plan.largest_mb),
             "keep_batch": plan.keep_batch, "keep_accumulation": plan.keep_accumulation,
             "fill_learning_rate": plan.fill_learning_rate, "scaling": plan.scaling, "text": plan.describe()}
+
+
+def _gpu_plan_json(plan: Any) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    return {"gpus": plan.gpus, "ddp": plan.ddp.to_dict(), "ddp_fit": plan.ddp_fit,
+            "fsdp": plan.fsdp.to_dict() if plan.fsdp else None, "fsdp_fit": plan.fsdp_fit,
+            "fsdp_refused": plan.fsdp_refused, "proposes_fsdp": plan.proposes_fsdp}
+
+
+def _print_gpu_plan(plan: Any, gpu: Any) -> None:
+    """The per-GPU parts of DDP and FSDP in two columns (the union of both estimates' parts)."""
+    card = f"{gpu.name}, {gpu.free_mb / 1024:.1f} GB free each" if gpu else "the CPU"
+    print(f"Per GPU on {plan.gpus} GPUs ({card}):")
+    print(f"  {'':<34} {'DDP':>12}  {'FSDP':>12}")
+    estimates = [plan.ddp] + ([plan.fsdp] if plan.fsdp else [])
+    labels = list(dict.fromkeys(p.label for e in estimates for p in e.parts))
+    for label in labels:
+        cells = [sum(p.mb for p in e.parts if p.label == label) / 1024 for e in estimates]
+        print(f"  {label:<34} " + "  ".join(f"{c:9.2f} GB" for c in cells))
+    print(f"  {'Peak':<34} " + "  ".join(f"{e.total_gb:9.2f} GB" for e in estimates))
+    if plan.ddp_fit:
+        words = [SHORT_FIT_WORDS[plan.ddp_fit]] + ([SHORT_FIT_WORDS[plan.fsdp_fit]] if plan.fsdp_fit else [])
+        print(f"  {'Verdict':<34} " + "  ".join(f"{w:>12}" for w in words))
+    if plan.fsdp is None:
+        print(f"  FSDP does not apply: {plan.fsdp_refused}")
+    elif plan.proposes_fsdp:
+        changes = ", ".join(f"{k} = {json.dumps(v)}" for k, v in plan.changes.items())
+        print(f"  FSDP fits where DDP does not: set {changes}")
 
 
 def _preset_json(result: Any) -> dict[str, Any] | None:

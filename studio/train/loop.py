@@ -27,6 +27,7 @@ from studio.train.components import Components
 from studio.train.data import TrainItem, collect_items
 from studio.train.errors import TrainError
 from studio.train.families import FamilyAdapter, adapter_for
+from studio.train.families.schemes import noise_for_rank
 from studio.train.fp8 import store_in_float8
 from studio.train.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
@@ -36,6 +37,7 @@ from studio.train.prefetch import Prefetcher
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
+from studio.train.sharding import Sharding
 from studio.train.step_meter import Report, StepMeter, step_cost
 from studio.train.transfer import to_device
 
@@ -58,6 +60,7 @@ class Trainer:
         self.latent_cache: LatentCache | None = None
         self.text_cache: TextCache | None = None
         self.offload = FrozenOffload(accelerator.device)
+        self.sharding = Sharding(config, accelerator)
         self.compiled: CompiledDenoiser | None = None
         self.stop_agreed = False  # what the last read-back said (several processes)
 
@@ -81,6 +84,8 @@ class Trainer:
         mismatch = None if acc.device.type == "cpu" else dtype_mismatch(config)
         if mismatch:
             self.reporter.warn(mismatch, None, "")
+        if self.sharding.warning():
+            self.reporter.warn(self.sharding.warning() or "", None, "set launch.num_processes to the GPU count")
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
         self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
@@ -101,8 +106,12 @@ class Trainer:
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
-        prepared = acc.prepare(*self.train_modules, optimizer)
-        self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
+        if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
+            self.wrapped, self.optimizer = list(self.train_modules), optimizer
+            self.sharding.attach(optimizer)
+        else:
+            prepared = acc.prepare(*self.train_modules, optimizer)
+            self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
         register_hooks(acc)
         self._fill_caches()
         self._offload_frozen()
@@ -124,12 +133,14 @@ class Trainer:
         cast_training_params(modules, dtype=torch.float32)
         if self.config.model.fp8_base:
             store_in_float8(c.denoiser, self.dtype)  # after the LoRA: its layers stay trainable
-        if training.gradient_checkpointing:
+        if training.gradient_checkpointing and not self.sharding.enabled:  # FSDP wraps the blocks itself
             enable_gradient_checkpointing(c.denoiser, training.checkpointing_interval)
             for encoder in encoders:
                 encoder.gradient_checkpointing_enable()  # type: ignore[operator]
         for module in modules:
             module.train()
+        names = [self.adapter.denoiser_name, *self.adapter.text_encoder_names[:len(encoders)]]
+        self.sharding.wrap(dict(zip(names, modules, strict=True)))
         self.train_modules = modules
         denoiser_params = [p for p in c.denoiser.parameters() if p.requires_grad]
         encoder_params = [p for e in encoders for p in e.parameters() if p.requires_grad]
@@ -169,8 +180,10 @@ class Trainer:
             self.reporter.warn("no complete checkpoint in this run; training starts from step 0")
             return
         _step, folder = found
+        self.sharding.check_checkpoint(folder)
         self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
         state = load_checkpoint(self.accelerator, folder, self.scheduler)
+        self.sharding.load(folder)
         self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
 
     # ------------------------------------------------------------ the loop
@@ -282,8 +295,10 @@ class Trainer:
             with torch.set_grad_enabled(self.config.method.train_text_encoder):
                 cond = adapter.encode_prompts(components, batch["captions"])
         cond = adapter.extra_conditioning(batch, cond, device)
-        seed = int(stream_rng(self.config.training.seed, 3, int(batch["index"]), acc.process_index).integers(2**62))
-        noised = scheme.noise(latents, torch.Generator("cpu").manual_seed(seed))
+        # One generator for the global batch, the same on every rank (0 where the rank once was).
+        seed = int(stream_rng(self.config.training.seed, 3, int(batch["index"]), 0).integers(2**62))
+        generator = torch.Generator("cpu").manual_seed(seed)
+        noised = noise_for_rank(scheme, latents, generator, acc.process_index, acc.num_processes)
         with acc.autocast():
             prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
         return scheme.loss(prediction, noised, batch["loss_weights"])
@@ -319,10 +334,10 @@ class Trainer:
         acc.wait_for_everyone()
 
     def _samples(self) -> None:
-        if self.accelerator.is_main_process:
+        run_dir = self.sharding.sample_dir(self.run_dir)  # every rank of a sharded run runs the forward passes
+        if run_dir is not None:
             with eager(self.compiled):
-                make_samples(self.adapter, self.components, self.sampling_plan, self.run_dir, self.step,
-                             self.reporter)
+                make_samples(self.adapter, self.components, self.sampling_plan, run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:
@@ -344,17 +359,31 @@ class Trainer:
             if every and self.step % every:
                 self._samples()
             self.reporter.phase("saving", 0, 1, "writing the outputs")
+            components = self._gathered_components()
             if acc.is_main_process:
-                outputs = [str(p) for p in save_outputs(self.adapter, self.components, self.run_dir,
+                outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir,
                                                         self.items, self.step, self.reporter.warn)]
+            del components
             acc.wait_for_everyone()
         self.stop.uninstall()
+        self.sharding.close()
         return RunFinished(status=status, outputs=outputs, step=self.step, message=message,
                            weight_checksums=self._checksums())
 
+    def _gathered_components(self) -> Components:
+        """The components with whole trained modules: a sharded run gathers them to rank 0 (a collective call)."""
+        full = self.sharding.gather_full()
+        if not full:
+            return self.components
+        names = self.adapter.text_encoder_names
+        encoders = [full.get(names[i], e) if i < len(names) else e
+                    for i, e in enumerate(self.components.text_encoders)]
+        return replace(self.components, denoiser=full[self.adapter.denoiser_name], text_encoders=encoders)
+
     def _checksums(self) -> list[float]:
-        """The sum of this rank's trained weights, gathered from every rank (a collective call)."""
-        total = sum(float(p.detach().double().sum()) for group in self.trainable for p in group)
+        """The sum of the trained weights as each rank holds them (a sharded run: all shards), gathered from
+        every rank (a collective call)."""
+        total = self.sharding.weight_sum(p for group in self.trainable for p in group)
         mine = torch.tensor([[total]], dtype=torch.float64, device=self.accelerator.device)
         return [float(v) for v in self.accelerator.gather(mine).cpu().flatten().tolist()]
 
@@ -365,7 +394,7 @@ class Trainer:
             config=config_to_data(self.config), world_size=acc.num_processes, total_steps=self.total,
             devices=devices, effective_batch=self.plan.global_batch * training.gradient_accumulation,
             num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
-            run_dir=str(self.run_dir), studio_version=__version__,
+            run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),
         ))
         self.reporter.phase("training", self.step, self.total)
 

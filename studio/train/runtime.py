@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from types import FrameType
@@ -27,6 +28,10 @@ def make_accelerator(config: TrainConfig) -> Any:
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
+    if config.launch.strategy == "fsdp":
+        # The trainer shards the modules itself (studio/train/sharding.py says why); accelerate's own
+        # FSDP mode, switched on by the accelerate.yaml's fsdp fields, would expect to do it in prepare().
+        os.environ.pop("ACCELERATE_USE_FSDP", None)
     # Without cpu=True on a machine with no GPU, `accelerate launch --multi_gpu` would start
     # unconnected processes that each train on all the data; with it they join a gloo group.
     return Accelerator(

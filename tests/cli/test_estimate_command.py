@@ -66,3 +66,41 @@ def test_an_unknown_preset_names_the_known_ones(capsys: pytest.CaptureFixture[st
     assert err.startswith("error: no preset named 'sdxl-lora-4gb'; known presets: ") and "sdxl-lora-8gb" in err
     assert cli(["estimate"]) == 2
     assert "give a config file, or --preset NAME" in capsys.readouterr().err
+
+
+def test_gpus_shows_ddp_beside_fsdp_per_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "db.toml"
+    config.write_text('[model]\nfamily = "sdxl"\nbase = "m"\ndtype = "bf16"\n[method]\nkind = "dreambooth"\n'
+                      '[dataset]\nresolution = 1024\n[training]\nmixed_precision = "bf16"\n'
+                      'gradient_checkpointing = true\ncache_latents = true\ncache_text_embeddings = true\n')
+    assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--gpus", "2"]) == 0
+    out = capsys.readouterr().out
+    from studio.core.config.toml_file import load_config
+    from studio.core.hardware.sharded_estimate import plan_gpus
+
+    plan = plan_gpus(load_config(config), load_hardware("2x-rtx3090").gpus[0], 2)
+    assert plan.fsdp is not None
+    lines = out.splitlines()
+    table = lines[lines.index("Per GPU on 2 GPUs (NVIDIA GeForce RTX 3090, 24.0 GB free each):"):]
+    assert table[1].split() == ["DDP", "FSDP"]
+    peak = next(line for line in table if line.strip().startswith("Peak"))
+    assert peak.split()[1:] == [f"{plan.ddp.total_gb:.2f}", "GB", f"{plan.fsdp.total_gb:.2f}", "GB"]
+    verdict = next(line for line in table if line.strip().startswith("Verdict"))
+    assert "does NOT fit" in verdict and verdict.split()[-1] in ("fits", "tight")
+    assert 'FSDP fits where DDP does not: set launch.strategy = "fsdp", launch.num_processes = 2' in out
+    assert "1. Shard across 2 GPUs" in out or "Shard across 2 GPUs:" in out
+    # The config's own process count does the same without --gpus; JSON carries both estimates.
+    config.write_text(config.read_text() + '[launch]\nnum_processes = 2\n')
+    assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["per_gpu"]
+    assert data["gpus"] == 2 and data["proposes_fsdp"] is True and data["ddp_fit"] == "does_not_fit"
+    assert round(data["fsdp"]["total_mb"]) == round(plan.fsdp.total_mb)
+
+
+def test_a_lora_on_several_gpus_says_fsdp_does_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "lora.toml"
+    config.write_text('[model]\nfamily = "sd15"\nbase = "m"\n')
+    assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--gpus", "2"]) == 0
+    assert 'FSDP does not apply: launch.strategy = "fsdp": shards the weights' in capsys.readouterr().out
+    assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--gpus", "0"]) == 2
+    assert "--gpus 0: give a number of GPUs of 1 or more" in capsys.readouterr().err

@@ -45,7 +45,8 @@ class PresetInfo(BaseModel):
     description: str = ""
     family: Family
     method: MethodKind
-    min_vram_gb: float = Field(gt=0, le=2048)
+    min_vram_gb: float = Field(gt=0, le=2048)  # per GPU
+    gpus: int = Field(default=1, ge=1, le=1024)  # the processes (GPUs) the recipe is made for
     tradeoffs: str = ""
 
 
@@ -77,6 +78,10 @@ class Preset:
     @property
     def min_vram_gb(self) -> float:
         return self.info.min_vram_gb
+
+    @property
+    def gpus(self) -> int:
+        return self.info.gpus
 
     @property
     def tradeoffs(self) -> str:
@@ -203,7 +208,8 @@ def get_preset(preset_id: str) -> Preset:
 
 
 def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
-    """The config with the preset's recipe and the project's own settings kept."""
+    """The config with the preset's recipe and the project's own settings kept; a preset made for
+    several GPUs brings its process count (its min_vram_gb is per GPU with that many)."""
     current = config.model_dump(mode="json")
     kept: dict[str, Any] = {}
     for section, keys in PROJECT_KEYS.items():
@@ -213,6 +219,8 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
                 kept.setdefault(section, {})[key] = value
     data = deep_merge(deep_merge({"model": {"family": preset.family}}, preset.delta), kept)
     data["model"]["family"] = preset.family
+    if preset.gpus > 1:
+        data.setdefault("launch", {})["num_processes"] = preset.gpus
     return validate_data(data, f"preset {preset.id}")
 
 

@@ -21,6 +21,7 @@ Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
 FrozenDtype = Literal["auto", "fp32", "fp16", "bf16"]
 OutputFormat = Literal["diffusers", "kohya", "single_file"]
+Strategy = Literal["ddp", "fsdp"]
 _DEFAULT_FORMATS: tuple[OutputFormat, ...] = ("diffusers", "kohya")
 
 
@@ -237,6 +238,13 @@ class LaunchSection(Section):
     machine_rank: int = Field(default=0, ge=0, description="This machine's rank.")
     python: str | None = Field(default=None, description="Training interpreter; empty means the studio's own.")
     cpu: bool = Field(default=False, description="Train on the CPU even when a GPU exists.")
+    strategy: Strategy = Field(
+        default="ddp",
+        description="How several processes share a run: ddp keeps the trained weights, their gradients and the "
+        "optimizer state whole on every GPU; fsdp (fully sharded data parallel) splits them across the GPUs, "
+        "so a full fine-tune too large for one card trains on several. fsdp is for DreamBooth, in bf16 or "
+        "full precision.",
+    )
 
 
 class TrainConfig(Section):
@@ -329,6 +337,26 @@ def _check_fp8(config: TrainConfig) -> None:
                             "weights themselves, which fp8 stores in 8 bits; turn one of them off")
 
 
+def _check_strategy(config: TrainConfig) -> None:
+    """What sharding cannot do, named with the reason (one process is allowed: the trainer warns)."""
+    if config.launch.strategy != "fsdp":
+        return
+    if config.method.kind == "lora":
+        raise Contradiction("launch.strategy", "fsdp",
+                            "shards the weights a full fine-tune trains; a LoRA's trained weights are a few "
+                            "megabytes, and the frozen base is not sharded. Use strategy \"ddp\" for LoRA "
+                            "(or method.kind = \"dreambooth\")")
+    if config.training.mixed_precision == "fp16":
+        raise Contradiction("launch.strategy", "fsdp",
+                            "is not available with training.mixed_precision = \"fp16\" (sharded gradients "
+                            "would need a sharded loss scaler); use \"bf16\" (every GPU since the RTX 30 and "
+                            "A100 series has it) or \"no\"")
+    if config.training.compile != "off":
+        raise Contradiction("training.compile", config.training.compile,
+                            "is not available with launch.strategy = \"fsdp\" (sharding wraps the very blocks the "
+                            "compiler would compile, and the pair is untested); set training.compile = \"off\"")
+
+
 def _check_launch(config: TrainConfig) -> None:
     launch = config.launch
     if launch.machine_rank >= launch.num_machines:
@@ -347,7 +375,7 @@ def _check_launch(config: TrainConfig) -> None:
 
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
-    _check_caches, _check_training, _check_family_options, _check_fp8, _check_launch,
+    _check_caches, _check_training, _check_family_options, _check_fp8, _check_strategy, _check_launch,
 )
 
 

@@ -145,13 +145,31 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
         "num_processes": plan.processes, "num_machines": nodes, "machine_rank": 0, "gpu_ids": "all",
         "main_process_ip": main_address, "main_process_port": port, "python": None, "cpu": False})
     _refuse_secrets_and_paths(bundle, remote_base, remote_dataset, config_path)
-    plan.vram = vram_estimator(bundle)(plan.gpu or _GENERIC_GPU)
+    _choose_strategy(bundle, plan.gpu or _GENERIC_GPU, plan.warnings)
+    plan.vram = vram_estimator(bundle)(plan.gpu or _GENERIC_GPU, plan.processes)
     gpu = plan.gpu
     if gpu is not None and plan.vram is not None and plan.vram > gpu.vram_mb:
         plan.warnings.append(f"the estimate ({plan.vram / 1024:.1f} GB per GPU) exceeds the {gpu.name}'s "
                              f"{gpu.vram_gb:.0f} GB")
     plan.warnings.extend(_skipped_warning(datasets))
     return plan
+
+
+def _choose_strategy(bundle: TrainConfig, gpu: GpuType, warnings: list[str]) -> None:
+    """Shard a DreamBooth whose data-parallel copies would not fit the remote GPUs (and say so)."""
+    from studio.core.hardware.report import GPUInfo
+    from studio.core.hardware.sharded_estimate import plan_gpus
+
+    processes = bundle.launch.num_processes
+    if processes < 2 or bundle.launch.strategy != "ddp":
+        return
+    info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)
+    plan = plan_gpus(bundle, info, processes)
+    if plan.proposes_fsdp and plan.fsdp is not None:
+        bundle.launch.strategy = "fsdp"
+        warnings.append(f"launch.strategy ddp -> fsdp: data parallel needs {plan.ddp.total_gb:.1f} GB per GPU, more "
+                        f"than the {gpu.name}'s {gpu.vram_gb:.0f} GB; sharded across {processes} GPUs it needs "
+                        f"{plan.fsdp.total_gb:.1f} GB")
 
 
 def _select_datasets(bundle: TrainConfig, resolved: TrainConfig, data_root: str,

@@ -15,7 +15,7 @@ from pathlib import Path
 from studio.core.config.schema import TrainConfig
 from studio.core.export.gpu_catalogue import Catalogue, GpuType
 
-VramNeeded = Callable[[GpuType], int | None]  # MB per GPU, or None when unknown
+VramNeeded = Callable[[GpuType, int], int | None]  # MB per GPU with that many GPUs in all, or None when unknown
 
 
 @dataclass(frozen=True)
@@ -155,9 +155,9 @@ def cost_table(
     for gpu in catalogue.gpus:
         if wanted is not None and gpu.id not in wanted:
             continue
-        needed = vram_needed(gpu) if vram_needed else None
         for count in counts:
             if count <= gpu.max_per_node:
+                needed = vram_needed(gpu, count * nodes) if vram_needed else None
                 rows.append(cost_row(gpu, count, nodes, work, catalogue, needed))
     return mark_best(rows)
 
@@ -173,14 +173,16 @@ def mark_best(rows: list[CostRow]) -> list[CostRow]:
 
 
 def vram_estimator(config: TrainConfig) -> VramNeeded:
-    """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type."""
+    """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type and count (a DreamBooth
+    that does not fit as data parallel is counted sharded, as the bundle would run it)."""
     from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
     from studio.core.hardware.report import GPUInfo
+    from studio.core.hardware.sharded_estimate import run_config
 
-    def needed(gpu: GpuType) -> int | None:
+    def needed(gpu: GpuType, gpus: int = 1) -> int | None:
         info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)
         try:
-            return int(estimate_vram(config, info).total_mb)
+            return int(estimate_vram(run_config(config, info, gpus), info).total_mb)
         except ArchitectureDataError:  # shipped data missing: the table shows "?"
             return None
 

@@ -32,6 +32,7 @@ from studio.core.hardware.sampling_plan import (
     samples_on,
     sampling_stages,
 )
+from studio.core.hardware.sharded_parts import loading_peak
 from studio.core.hardware.training_step import TrainingStep, caching_peak, training_step
 
 __all__ = [
@@ -68,6 +69,7 @@ class VramEstimate:
     allocator_mb: float = 0.0  # the caching allocator's slack over the largest transient
     training_peak_mb: float = 0.0
     caching_peak_mb: float = 0.0  # encoding latents / captions before training
+    loading_peak_mb: float = 0.0  # a sharded run: the whole model on every GPU before it is sharded
     sampling_peak_mb: float = 0.0  # sample images during training (largest of their stages)
     sampling_stage: str = ""  # the stage of a sample that peaks
     vae_tiling: bool = False  # sample images decode tile by tile
@@ -91,12 +93,13 @@ def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
                        resolution=config.dataset.resolution, batch=facts.batch, parts=list(step.parts))
     _copy_step_terms(est, step)
     est.caching_peak_mb = caching_peak(facts, step)
+    est.loading_peak_mb = loading_peak(facts, step.mb("overhead"), step.encoders.all_mb + step.vae.weights_mb)
     if samples_on(config):
         est.vae_tiling = needs_tiling(facts, step)
         stages = sampling_stages(facts, step, est.vae_tiling)
         est.sampling_peak_mb, est.sampling_stage = stages.peak_mb, stages.largest
         _note_sampling(est, stages, sample_size(config))
-    est.total_mb = max(est.training_peak_mb, est.caching_peak_mb, est.sampling_peak_mb)
+    est.total_mb = max(est.training_peak_mb, est.caching_peak_mb, est.sampling_peak_mb, est.loading_peak_mb)
     _add_phase_part(est)
     est.notes = facts.notes + est.notes
     return est
@@ -136,6 +139,11 @@ def _add_phase_part(est: VramEstimate) -> None:
     if est.total_mb == est.sampling_peak_mb:
         est.parts.append(MemoryPart("sampling", "Sample images (over the step)", over,
                                     f"peak while {est.sampling_stage}"))
+    elif est.total_mb == est.loading_peak_mb:
+        est.parts.append(MemoryPart("loading", "Loading before sharding (over the step)", over,
+                                    "every GPU loads the whole model, then keeps its shards"))
+        est.notes.append(f"loading is the peak ({est.loading_peak_mb / 1024:.1f} GB): each GPU holds the whole "
+                         "model in fp32 until it is sharded")
     else:
         est.parts.append(MemoryPart("caching", "Caching phase (over the step)", over,
                                     "the whole model loaded while the encoders fill the caches"))

@@ -77,6 +77,20 @@ def _checkpointing(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
                "Recompute activations during the backward pass: much less memory, about 20-30% slower steps.")
 
 
+def _shard(gpus: int) -> Step:
+    """Split a full fine-tune's trained state across the machine's GPUs (launch.strategy = "fsdp")."""
+
+    def step(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+        processes = max(gpus, c.launch.num_processes)
+        if c.method.kind == "dreambooth" and c.launch.strategy != "fsdp" and processes > 1:
+            yield ({"launch.strategy": "fsdp", "launch.num_processes": processes},
+                   f"Split the trained weights, their gradients and the optimizer state across the {processes} "
+                   f"GPUs (FSDP): each holds 1/{processes} of them. No quality cost; the GPUs trade weights "
+                   "every step.")
+
+    return step
+
+
 def _adam8bit(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
     if c.training.optimizer in ("adamw", "prodigy") and not c.launch.cpu:
         yield ({"training.optimizer": "adamw8bit"},
@@ -147,8 +161,17 @@ STEPS: list[tuple[str, str, Step]] = [
 COSTLY = frozenset({"adamw8bit", "fp8_base", "batch", "use_t5", "rank", "resolution"})
 
 
-def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None) -> list[Suggestion]:
-    """Cumulative steps toward a fit, stopping at the first that fits; [] when it already fits.
+def steps_for(gpus: int) -> list[tuple[str, str, Step]]:
+    """STEPS, with sharding across the GPUs (free in quality, unlike what follows it) on a machine with several."""
+    if gpus < 2:
+        return STEPS
+    at = next(i for i, (key, _title, _step) in enumerate(STEPS) if key == "gradient_checkpointing")
+    return [*STEPS[:at], ("shard", f"Shard across {gpus} GPUs", _shard(gpus)), *STEPS[at:]]
+
+
+def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None, gpus: int = 1) -> list[Suggestion]:
+    """Cumulative steps toward a fit on one of `gpus` GPUs like `gpu`, stopping at the first that fits;
+    [] when it already fits.
 
     Graded steps (batch, rank, resolution) take the mildest value that fits, or
     the strongest one when none does. When the list ends without a fit, no
@@ -159,7 +182,7 @@ def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None) -> list[Suggestion]:
     if gpu is None or fit(current, gpu) != "does_not_fit":
         return []
     out: list[Suggestion] = []
-    for key, title, step in STEPS:
+    for key, title, step in steps_for(max(gpus, config.launch.num_processes)):
         best: tuple[dict[str, Any], str, TrainConfig, VramEstimate] | None = None
         for changes, description in step(config):
             try:

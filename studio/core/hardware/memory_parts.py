@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.config.sharding import sharded
 from studio.core.hardware.local_architecture import local_architecture
 from studio.core.hardware.memory_data import (
     BYTES,
@@ -65,6 +66,11 @@ class RunFacts:
         prior = any(c.uses_prior_preservation for c in self.config.dataset.concepts)
         return self.config.training.batch_size * (2 if prior else 1)
 
+    @cached_property
+    def shards(self) -> int:
+        """How many ways the trained weights, gradients and optimizer state are split (launch.strategy fsdp)."""
+        return self.config.launch.num_processes if sharded(self.config) else 1
+
     @property
     def side(self) -> int:
         return self.config.dataset.resolution
@@ -105,8 +111,9 @@ def denoiser_weights(f: RunFacts) -> MemoryPart:
     params, buffers = int(den["params"]), int(den.get("float_buffers", 0))
     label = f"{den['class']} weights"
     if f.full:
-        return MemoryPart("weights", label, (params + buffers) * 4 / MB,
-                          f"{params / 1e6:,.0f} M parameters, fp32 (trained)")
+        shard = f", 1/{f.shards} on each GPU (sharded)" if f.shards > 1 else ""
+        return MemoryPart("weights", label, (params / f.shards + buffers) * 4 / MB,
+                          f"{params / 1e6:,.0f} M parameters, fp32 (trained){shard}")
     if f.fp8:  # buffers (SD3's position table) keep the weights' dtype
         return MemoryPart("weights", label, (params + buffers * BYTES[f.frozen]) / MB,
                           f"{params / 1e6:,.0f} M parameters, fp8 e4m3 (frozen)")
@@ -164,7 +171,7 @@ def text_encoders(f: RunFacts) -> TextEncoders:
         if method.train_text_encoder and "lora_targets" in comp:
             if f.full:
                 out.trained_params += params
-                size = params * 4 / MB
+                size = params * 4 / MB / f.shards
             else:
                 out.trained_params += lora_params(comp["lora_targets"], method.text_encoder_rank or method.rank,
                                                   method.use_dora)
@@ -205,6 +212,8 @@ def vae(f: RunFacts) -> Vae:
 
 def gradients(f: RunFacts, trained: int) -> MemoryPart:
     mb = trained * 4 / MB
+    if f.shards > 1:
+        return MemoryPart("gradients", "Gradients", mb / f.shards, f"fp32, 1/{f.shards} on each GPU (sharded)")
     if f.config.launch.num_processes > 1:
         mb *= 2  # DDP keeps a bucket copy of every gradient
         f.notes.append("multi-GPU: gradients are counted twice (DDP communication buckets)")
@@ -217,14 +226,16 @@ def optimizer_state(f: RunFacts, trained: int) -> MemoryPart:
         optimizer = "adamw"
         f.notes.append("8-bit Adam needs a CUDA GPU; a CPU run uses AdamW")
     per_param = float(f.calibration["optimizer_bytes_per_param"][optimizer])
-    return MemoryPart("optimizer", f"Optimizer state ({optimizer})", trained * per_param / MB, "")
+    detail = f"1/{f.shards} on each GPU (sharded)" if f.shards > 1 else ""
+    return MemoryPart("optimizer", f"Optimizer state ({optimizer})", trained * per_param / MB / f.shards, detail)
 
 
 def autocast_copies(f: RunFacts, trained: int) -> MemoryPart | None:
     """A full fine-tune under mixed precision: the 16-bit copies autocast makes of the fp32 weights in the
     forward are still held by the allocator when the backward makes the gradients (measured on a GPU)."""
     held = f.factor("autocast_copies_held") if f.gpu else 0.0
-    if not (f.full and f.config.training.mixed_precision != "no" and held):
+    # Sharded weights are gathered in bf16 one unit at a time and freed (sharded_estimate.py counts them).
+    if not (f.full and f.config.training.mixed_precision != "no" and held) or f.shards > 1:
         return None
     return MemoryPart("autocast_copies", "16-bit weight copies (autocast)", trained * 2 * held / MB,
                       "made in the forward, kept by the allocator through the backward")

@@ -1,8 +1,9 @@
-"""A preset's promise (its min_vram_gb) against the estimate of the preset as a person runs it.
+"""A preset's promise (its min_vram_gb, per GPU) against the estimate of the preset as a person runs it.
 
 A preset promises a card size with its sample images on: the estimate applies the preset
 to the project's config (or to a placeholder project) and turns samples on when it has
-none, at the preset's sample size and steps.
+none, at the preset's sample size and steps. A preset made for several GPUs (`gpus`) is estimated
+per GPU with that many processes.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ class PresetEstimate:
         return self.estimate.total_gb <= self.promise_gb
 
     def summary(self) -> str:
-        """"promises 8 GB · estimated 7.6 GB with samples" (the estimate on `gpu`)."""
+        """"promises 8 GB · estimated 7.6 GB with samples" (the estimate on `gpu`); for several GPUs
+        "promises 2 × 24 GB · estimated 23.0 GB per GPU with samples"."""
+        if self.preset.gpus > 1:
+            return (f"promises {self.preset.gpus} × {self.promise_gb:g} GB · estimated "
+                    f"{self.estimate.total_gb:.1f} GB per GPU with samples")
         return f"promises {self.promise_gb:g} GB · estimated {self.estimate.total_gb:.1f} GB with samples"
 
 

@@ -22,6 +22,7 @@ from studio.core.hardware.memory_parts import (
     text_encoders,
     vae,
 )
+from studio.core.hardware.sharded_parts import fsdp_parts
 
 
 @dataclass
@@ -57,6 +58,7 @@ def training_step(f: RunFacts) -> TrainingStep:
                                 f"{autoencoder.bytes * 8}-bit, encodes each batch"))
     parts += [gradients(f, trained), optimizer_state(f, trained)]
     parts += [p for p in (fp8_upcast_copies(f), autocast_copies(f, trained)) if p is not None]
+    parts += fsdp_parts(f)
     acts = activations(f)
     parts.append(acts)
     encode = autoencoder.encode_mb if autoencoder.resident else 0.0

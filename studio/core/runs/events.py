@@ -94,6 +94,8 @@ class RunStarted(Event):
     resumed_from_step: int = 0
     run_dir: str = ""
     studio_version: str = ""
+    # launch.strategy = "fsdp": processes, the trained parameters each rank holds, units per module.
+    sharding: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 
 from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
+from studio.core.config.sharding import accelerate_fsdp_config
 from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
@@ -25,9 +26,10 @@ def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> 
     launch = config.launch
     processes = num_processes or launch.num_processes
     multi = processes > 1
+    fsdp = multi and launch.strategy == "fsdp"
     data: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": "MULTI_GPU" if multi else "NO",
+        "distributed_type": "FSDP" if fsdp else "MULTI_GPU" if multi else "NO",
         "num_processes": processes,
         "num_machines": launch.num_machines,
         "machine_rank": launch.machine_rank,
@@ -46,21 +48,32 @@ def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> 
     if launch.num_machines > 1 or multi:
         data["main_process_ip"] = launch.main_process_ip
         data["main_process_port"] = launch.main_process_port
+    if fsdp:
+        # The trainer applies FSDP2 to the modules itself, on GPUs and on CPU ranks alike
+        # (studio/train/sharding.py); these fields say what it does, and `accelerate launch`
+        # starts the processes as for any multi-GPU run.
+        data["fsdp_config"] = accelerate_fsdp_config(config)
     return data
 
 
 def dump_yaml(data: dict[str, Any]) -> str:
-    """Flat YAML (accelerate's config files are one level of scalars)."""
+    """accelerate's YAML: scalars, and tables of scalars (fsdp_config) one level deep."""
     lines = []
     for key, value in data.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int | float):
-            text = str(value)
+        if isinstance(value, dict):
+            lines.append(f"{key}:")
+            lines.extend(f"  {k}: {_yaml_scalar(v)}" for k, v in value.items())
         else:
-            text = f"'{value}'" if value else "''"
-        lines.append(f"{key}: {text}")
+            lines.append(f"{key}: {_yaml_scalar(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return f"'{value}'" if value else "''"
 
 
 # `accelerate launch` with the same arguments, leaving without the 1-3 s teardown of torch.

@@ -38,7 +38,8 @@ class EstimatePanel(QFrame):
         self.suggestion_box = QVBoxLayout()
         layout.addLayout(self.suggestion_box)
 
-    def update_for(self, config: TrainConfig, gpu: GPUInfo | None) -> None:
+    def update_for(self, config: TrainConfig, gpu: GPUInfo | None, gpus: int = 1) -> None:
+        """The estimate on one GPU like `gpu`; suggestions may shard across the machine's `gpus`."""
         est = estimate_vram(config, gpu)
         self.estimate = est
         where = f"on {gpu.name} ({gpu.free_mb / 1024:.1f} GB free)" if gpu else "in RAM (no GPU: a CPU run, fp32)"
@@ -60,7 +61,7 @@ class EstimatePanel(QFrame):
         self.verdict.setText(VERDICTS[fit(est, gpu)])
         plan = plan_batch(config, gpu)
         self.batch_plan.setText(f"<b>{plan.badge}</b>: {plan.describe()}" if plan else "")
-        self._show_suggestions(suggest_fixes(config, gpu))
+        self._show_suggestions(suggest_fixes(config, gpu, gpus))
 
     def _show_suggestions(self, suggestions: list[Suggestion]) -> None:
         self.suggestions = suggestions

@@ -36,6 +36,7 @@ from studio.gui.context import StudioContext
 from studio.gui.layout_state import remember_splitter
 from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
+from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
 from studio.gui.model.presets import PresetList
 from studio.gui.model.toml_dialog import TomlDialog
@@ -73,6 +74,7 @@ class ModelPage(Page):
         super().__init__(context, parent)
         self.config: TrainConfig = context.config or default_config()
         self.gpu: GPUInfo | None = None
+        self.gpu_count = 0
         self.current_preset: Preset | None = None
         self._model_infos: dict[tuple[str, int, int], ModelInfo | ModelFileError] = {}
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
@@ -99,6 +101,9 @@ class ModelPage(Page):
         self.estimate = EstimatePanel()
         self.estimate.sig_apply.connect(self.apply_config_changes)
         right_layout.addWidget(self.estimate)
+        self.gpu_plan = GpuPlanPanel()
+        self.gpu_plan.sig_apply.connect(self.apply_config_changes)
+        right_layout.addWidget(self.gpu_plan)
         buttons = QHBoxLayout()
         show_toml = named(QPushButton("Show the TOML"), "show_toml")
         show_toml.clicked.connect(self.show_toml)
@@ -332,12 +337,14 @@ class ModelPage(Page):
 
     def _on_hardware(self, report: HardwareReport) -> None:
         self.gpu = report.gpus[0] if report.gpus else None
+        self.gpu_count = len(report.gpus)
         self.update_estimates()
 
     def update_estimates(self) -> dict[str, int]:
         config = self._estimated_config()
-        self.estimate.update_for(config, self.gpu)
-        return {str(k): v for k, v in self.presets.update_fits(config, self.gpu).items()}
+        self.estimate.update_for(config, self.gpu, self.gpu_count)
+        self.gpu_plan.update_for(config, self.gpu, self.gpu_count)
+        return {str(k): v for k, v in self.presets.update_fits(config, self.gpu, self.gpu_count).items()}
 
     def _estimated_config(self) -> TrainConfig:
         """The config with the project's paths made absolute: a model folder of the project (the

@@ -31,15 +31,18 @@ BADGES: dict[str, tuple[str, str]] = {
     "tight": ("Tight", "#ef6c00"),
     "does_not_fit": ("Does not fit", "#c62828"),
     "cpu": ("CPU only", "#616161"),
+    "too_few_gpus": ("Needs more GPUs", "#c62828"),
 }
 
 
-def preset_fit(config: TrainConfig, preset: Preset, gpu: GPUInfo | None) -> tuple[str, PresetEstimate]:
-    """(badge key, the estimate with samples) of `preset` applied to `config` on `gpu`
+def preset_fit(config: TrainConfig, preset: Preset, gpu: GPUInfo | None,
+               gpus: int = 1) -> tuple[str, PresetEstimate]:
+    """(badge key, the estimate with samples) of `preset` applied to `config` on `gpus` GPUs like `gpu`
     (on a card of the promised size when no GPU is chosen)."""
     result = estimate_preset(preset, gpu, config)
-    verdict: str = fit(result.estimate, gpu) if gpu is not None else "cpu"
-    return verdict, result
+    if gpu is None:
+        return "cpu", result
+    return ("too_few_gpus" if preset.gpus > gpus else fit(result.estimate, gpu)), result
 
 
 class PresetCard(QFrame):
@@ -74,17 +77,19 @@ class PresetCard(QFrame):
         bottom.addWidget(use)
         layout.addLayout(bottom)
 
-    def update_fit(self, config: TrainConfig | None, gpu: GPUInfo | None) -> None:
+    def update_fit(self, config: TrainConfig | None, gpu: GPUInfo | None, gpus: int = 1) -> None:
         if config is None:
             return
         try:
-            self.verdict, result = preset_fit(config, self.preset, gpu)
+            self.verdict, result = preset_fit(config, self.preset, gpu, gpus)
         except ConfigError as exc:
             self.verdict = "does_not_fit"
             self.badge.setText("Invalid")
             self.estimate.setText(exc.issues[0].message if exc.issues else str(exc))
             return
         word, colour = BADGES[self.verdict]
+        if self.verdict == "too_few_gpus":
+            word = f"Needs {self.preset.gpus} GPUs"
         self.badge.setText(word)
         self.badge.setStyleSheet(f"color: white; background: {colour}; padding: 2px 6px; border-radius: 4px;")
         over = "" if result.keeps_promise else " — over its promise"
@@ -141,10 +146,10 @@ class PresetList(QWidget):
             card.setVisible((family is None or card.preset.family == family)
                             and (method is None or card.preset.method == method))
 
-    def update_fits(self, config: TrainConfig | None, gpu: GPUInfo | None) -> dict[Fit, int]:
+    def update_fits(self, config: TrainConfig | None, gpu: GPUInfo | None, gpus: int = 1) -> dict[Fit, int]:
         counts: dict[Fit, int] = {"fits": 0, "tight": 0, "does_not_fit": 0}
         for card in self.cards:
-            card.update_fit(config, gpu)
+            card.update_fit(config, gpu, gpus)
             if card.verdict in counts:
                 counts[card.verdict] += 1
             else:

@@ -33,6 +33,21 @@ class NoiseScheme(Protocol):
     def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor: ...
 
 
+def noise_for_rank(scheme: NoiseScheme, latents: torch.Tensor, generator: torch.Generator, rank: int,
+                   world: int) -> Noised:
+    """This rank's part of the noise drawn for the whole global batch from `generator` (seeded alike on every
+    rank): an image's noise and timestep do not depend on how many ranks split the batch, so 2 GPUs with
+    batch 2 train what 1 GPU with batch 4 trains. With one rank it is `scheme.noise` itself."""
+    if world == 1:
+        return scheme.noise(latents, generator)
+    batch = latents.shape[0]
+    mine = slice(rank * batch, (rank + 1) * batch)
+    whole = latents.new_zeros((batch * world, *latents.shape[1:]))
+    whole[mine] = latents
+    noised = scheme.noise(whole, generator)
+    return Noised(noised.noisy[mine], noised.timesteps[mine], noised.target[mine], noised.weights[mine])
+
+
 def randn_like_on_cpu(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
     """Noise drawn on the CPU from `generator`, so a run is reproducible on any device (copied
     to the GPU without stalling the step)."""

@@ -94,6 +94,11 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
         ({"method": {"kind": "dreambooth"}, "output": {"save_every_n_epochs": 1}}, "output.save_every_n_epochs"),
         ({"launch": {"machine_rank": 2, "num_machines": 2, "num_processes": 2}}, "launch.machine_rank"),
         ({"dataset": {"concepts": [{"path": "x", "num_class_images": 10}]}}, "dataset.concepts[0]"),
+        ({"launch": {"strategy": "fsdp", "num_processes": 2}}, "launch.strategy"),
+        ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"}, "training": {"mixed_precision": "fp16"}},
+         "launch.strategy"),
+        ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"}, "training": {"compile": "blocks"}},
+         "training.compile"),
         ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
         ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
     ],
@@ -181,6 +186,23 @@ def test_every_field_has_a_description_for_tooltips() -> None:
         if not f.description
     ]
     assert missing == []
+
+
+def test_sharding_says_why_it_is_refused_and_allows_a_dreambooth() -> None:
+    base = {"model": {"family": "sdxl", "base": "m"}, "launch": {"strategy": "fsdp", "num_processes": 2}}
+    with pytest.raises(ConfigError) as lora:
+        validate_data(base)
+    assert "a LoRA's trained weights are a few megabytes" in lora.value.describe()
+    assert 'Use strategy "ddp" for LoRA' in lora.value.describe()
+    with pytest.raises(ConfigError) as fp16:
+        validate_data({**base, "method": {"kind": "dreambooth"}, "training": {"mixed_precision": "fp16"}})
+    assert 'use "bf16"' in fp16.value.describe()
+    for precision in ("bf16", "no"):
+        config = validate_data({**base, "method": {"kind": "dreambooth"}, "training": {"mixed_precision": precision}})
+        assert config.launch.strategy == "fsdp"
+    # One process shards nothing; the trainer warns, the config is valid (it may be launched with more).
+    single = validate_data({**base, "method": {"kind": "dreambooth"}, "launch": {"strategy": "fsdp"}})
+    assert single.launch.num_processes == 1
 
 
 def test_compile_is_off_unless_asked_and_names_what_is_allowed(tmp_path: Path) -> None:

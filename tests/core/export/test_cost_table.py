@@ -53,7 +53,7 @@ def test_cheapest_and_fastest_are_marked_among_rows_that_fit(catalogue_file: Pat
     rows = cost_table(WORK, catalogue, counts=(1, 2, 4))
     assert [r.label for r in rows if r.cheapest] == ["1x Slow 24GB"]
     assert [r.label for r in rows if r.fastest] == ["4x Fast 80GB"]
-    needs_30gb = cost_table(WORK, catalogue, vram_needed=lambda gpu: 30 * 1024, counts=(1, 2, 4))
+    needs_30gb = cost_table(WORK, catalogue, vram_needed=lambda gpu, gpus: 30 * 1024, counts=(1, 2, 4))
     assert all(r.fits is False for r in needs_30gb if r.gpu.id == "slow")
     assert [r.label for r in needs_30gb if r.cheapest] == ["1x Fast 80GB"]
     table = format_table(needs_30gb)

@@ -205,3 +205,28 @@ def test_a_non_empty_folder_is_refused(demo: Project, tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="not empty"):
         export_bundle(demo.config_path, out, include_model=True)
     assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_a_dreambooth_too_large_for_data_parallel_is_sharded_in_the_bundle(demo: Project, tmp_path: Path) -> None:
+    config = load_config(demo.config_path)
+    data = config.model_dump()
+    data["model"].update(family="sdxl", base="stabilityai/stable-diffusion-xl-base-1.0", dtype="bf16")
+    data["method"].update(kind="dreambooth")
+    data["dataset"].update(resolution=1024)
+    data["training"].update(mixed_precision="bf16", gradient_checkpointing=True, cache_latents=True,
+                            cache_text_embeddings=True, optimizer="adamw", batch_size=1)
+    save_config(type(config).model_validate(data), demo.config_path)
+    out = tmp_path / "bundle"
+    report = export_bundle(demo.config_path, out, gpus=2, gpu_type="rtx4090")
+    # A whole SDXL UNet with AdamW state is ~40 GB per GPU as DDP; 2 x 24 GB hold it sharded.
+    assert load_config(out / "config.toml").launch.strategy == "fsdp"
+    single = (out / "accelerate" / "single_node.yaml").read_text()
+    assert "distributed_type: 'FSDP'" in single and "  fsdp_version: 2\n" in single
+    assert "  fsdp_state_dict_type: 'SHARDED_STATE_DICT'\n" in single
+    assert any(w.startswith("launch.strategy ddp -> fsdp") for w in report.warnings)
+    assert report.vram_estimate_mb is not None and report.vram_estimate_mb < 24 * 1024
+    assert not any("exceeds" in w for w in report.warnings)
+    # One GPU of the same kind cannot hold it either way: the bundle says so and stays data parallel.
+    alone = export_bundle(demo.config_path, tmp_path / "alone", gpus=1, gpu_type="rtx4090")
+    assert load_config(tmp_path / "alone" / "config.toml").launch.strategy == "ddp"
+    assert any("exceeds" in w for w in alone.warnings)

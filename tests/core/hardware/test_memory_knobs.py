@@ -14,6 +14,7 @@ from studio.core.hardware.memory_parts import run_facts
 from studio.core.hardware.preset_estimate import estimate_preset, preset_config, promised_gpu
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.sampling_plan import VAE_TILE_PX, sampling_needs_tiling, sampling_stages
+from studio.core.hardware.sharded_estimate import plan_gpus
 from studio.core.hardware.training_step import training_step
 
 GPU = load_hardware("rtx4090-24gb").gpus[0]
@@ -121,11 +122,28 @@ PRESETS = list_presets(include_user=False)
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.id for p in PRESETS])
 def test_every_shipped_preset_keeps_its_promise_with_samples(preset: Any) -> None:
+    # A preset made for several GPUs promises min_vram_gb on each of them, with its process count.
     result = estimate_preset(preset)
     assert result.gpu.total_mb == promised_gpu(preset).total_mb == int(preset.min_vram_gb * 1024)
+    assert preset_config(preset).launch.num_processes == preset.gpus
     assert result.estimate.sampling_peak_mb > 0  # the samples are in the estimate
-    assert result.keeps_promise, (f"{preset.id}: promises {preset.min_vram_gb:g} GB, "
-                                  f"estimated {result.estimate.total_gb:.2f} GB with samples")
+    assert result.keeps_promise, (f"{preset.id}: promises {preset.gpus} x {preset.min_vram_gb:g} GB, "
+                                  f"estimated {result.estimate.total_gb:.2f} GB per GPU with samples")
+
+
+MULTI_GPU = [p for p in PRESETS if p.gpus > 1]
+
+
+@pytest.mark.parametrize("preset", MULTI_GPU, ids=[p.id for p in MULTI_GPU])
+def test_a_multi_gpu_preset_needs_its_sharding(preset: Any) -> None:
+    # Each shards its weights across its GPUs, and that is what keeps the promise: data parallel on the
+    # same GPUs (a whole copy of the trained state on each) would not.
+    config = preset_config(preset)
+    assert config.launch.strategy == "fsdp" and config.method.kind == "dreambooth"
+    assert config.training.optimizer == "adamw" and config.dataset.resolution == 1024
+    plan = plan_gpus(config, promised_gpu(preset), preset.gpus)
+    assert plan.fsdp is not None and plan.fsdp.total_gb <= preset.min_vram_gb < plan.ddp.total_gb
+    assert plan.proposes_fsdp
 
 
 def test_sdxl_in_8_gb_with_its_samples() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from studio.core.config.toml_file import validate_data
 from studio.core.runs.launch import prepare_run
 
@@ -34,6 +36,35 @@ def test_local_multi_process_runs_get_a_free_port_unless_one_is_set(tmp_path: Pa
     assert yaml_of(first.run_dir)["distributed_type"] == "'MULTI_GPU'"
     fixed = prepare_run(validate_data({**base, "launch": {"num_processes": 2, "main_process_port": 29555}}), tmp_path)
     assert yaml_of(fixed.run_dir)["main_process_port"] == "29555"
+
+
+def test_a_sharded_run_writes_accelerates_fsdp_fields(tmp_path: Path) -> None:
+    base = {"model": {"family": "sdxl", "base": "m/n"}, "method": {"kind": "dreambooth"},
+            "training": {"gradient_checkpointing": True, "mixed_precision": "bf16"}}
+    plan = prepare_run(validate_data({**base, "launch": {"strategy": "fsdp", "num_processes": 2}}), tmp_path)
+    text = (plan.run_dir / "accelerate.yaml").read_text()
+    assert "distributed_type: 'FSDP'\n" in text
+    fsdp = dict(line.strip().split(": ", 1) for line in text.split("fsdp_config:\n", 1)[1].splitlines())
+    assert fsdp["fsdp_version"] == "2" and fsdp["fsdp_state_dict_type"] == "'SHARDED_STATE_DICT'"
+    assert fsdp["fsdp_activation_checkpointing"] == "true" and fsdp["fsdp_reshard_after_forward"] == "true"
+    assert fsdp["fsdp_transformer_layer_cls_to_wrap"].strip("'").split(",")[:2] == ["ResnetBlock2D",
+                                                                                   "BasicTransformerBlock"]
+    # One process has nothing to shard: a plain single-process config, as for ddp.
+    alone = prepare_run(validate_data({**base, "launch": {"strategy": "fsdp"}}), tmp_path)
+    assert "fsdp_config" not in (alone.run_dir / "accelerate.yaml").read_text()
+
+
+def test_accelerate_reads_the_fsdp_fields(tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = validate_data({"model": {"family": "sd3", "base": "m/n"}, "method": {"kind": "dreambooth"},
+                            "launch": {"strategy": "fsdp", "num_processes": 4}})
+    plan = prepare_run(config, tmp_path)
+    loaded = load_config_from_file(str(plan.run_dir / "accelerate.yaml"))
+    assert loaded.distributed_type.value == "FSDP" and loaded.num_processes == 4
+    assert loaded.fsdp_config["fsdp_version"] == 2
+    assert loaded.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "JointTransformerBlock"
 
 
 def test_a_run_folder_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path: Path) -> None:

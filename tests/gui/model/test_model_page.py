@@ -263,6 +263,40 @@ def test_estimate_sizes_never_wrap_in_a_narrow_panel(make_page) -> None:
     assert len(sizes) >= 4
 
 
+def test_on_two_gpus_the_plan_shows_ddp_beside_fsdp_and_applies_fsdp(make_page, qtbot) -> None:
+    page = make_page("2x-rtx3090")
+    page.choose_preset(get_preset("sdxl-dreambooth"))  # AdamW, a whole copy per GPU: ~40 GB
+    panel = page.gpu_plan
+    qtbot.waitUntil(lambda: panel.plan is not None and panel.plan.fsdp is not None, timeout=3000)
+    assert panel.isVisibleTo(page)
+    plan = panel.plan
+    assert page.findChild(QLabel, "gpu_plan_title").text().startswith("<b>Plan for 2 NVIDIA GeForce RTX 3090 GPUs")
+    table = page.findChild(QLabel, "gpu_plan_table").text()
+    assert f"{plan.ddp.total_gb:.1f} GB</td><td>✗ does not fit" in table
+    assert f"{plan.fsdp.total_gb:.1f} GB</td><td>{'✓ fits' if plan.fsdp_fit == 'fits' else '⚠ tight'}" in table
+    apply = page.findChild(QPushButton, "gpu_plan_apply")
+    assert apply.isVisibleTo(page) and apply.text() == "Use FSDP on 2 GPUs"
+    qtbot.mouseClick(apply, Qt.MouseButton.LeftButton)
+    assert (page.config.launch.strategy, page.config.launch.num_processes) == ("fsdp", 2)
+    assert load_config(page.context.project.config_path).launch.strategy == "fsdp"
+    qtbot.waitUntil(lambda: not apply.isVisibleTo(page), timeout=3000)
+    assert "This run uses FSDP" in page.findChild(QLabel, "gpu_plan_advice").text()
+    assert page.findChild(QLabel, "estimate_verdict").text() != "✗ Does not fit"
+
+
+def test_a_two_gpu_preset_needs_two_gpus(make_page) -> None:
+    single = make_page("rtx4090-24gb")
+    card = single.presets.findChild(QWidget, "preset_card_sdxl-dreambooth-2x24gb")
+    assert card.findChild(QLabel, "fit_badge").text() == "Needs 2 GPUs"
+    assert not single.gpu_plan.isVisibleTo(single)  # one GPU, one process: no plan to show
+    pair = make_page("2x-rtx3090")
+    card = pair.presets.findChild(QWidget, "preset_card_sdxl-dreambooth-2x24gb")
+    assert card.findChild(QLabel, "fit_badge").text() in ("Fits", "Tight")
+    assert card.findChild(QLabel, "preset_estimate").text().startswith("promises 2 × 24 GB · estimated")
+    pair.choose_preset(get_preset("sdxl-dreambooth-2x24gb"))
+    assert (pair.config.launch.strategy, pair.config.launch.num_processes) == ("fsdp", 2)
+
+
 def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) -> None:
     from studio.core.config.presets import apply_preset
     from studio.core.hardware.batch_plan import plan_batch

@@ -1,0 +1,52 @@
+"""What `launch.strategy = "fsdp"` shards: for each family, the blocks that become FSDP units.
+
+A unit's weights are gathered whole for its forward and again for its backward, then
+freed; what lies outside every unit (embeddings, the first and last layers) is the root
+unit, gathered for the whole step. The trainer wraps these classes
+(`studio/train/sharding.py`), the estimate reads the size of the largest unit
+(`resources/architectures/<family>.json`, "fsdp"), and the run's accelerate.yaml names them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from studio.core.config.schema import TrainConfig
+
+# Resnet and transformer blocks, the attention models holding the latter (their projections), and
+# the down/up samplers: SDXL's 1280-channel upsampler alone is 15 M parameters.
+UNET_UNITS = ("ResnetBlock2D", "BasicTransformerBlock", "Transformer2DModel", "Downsample2D", "Upsample2D")
+DENOISER_UNITS: dict[str, tuple[str, ...]] = {
+    "sd15": UNET_UNITS,
+    "sdxl": UNET_UNITS,
+    "sd3": ("JointTransformerBlock",),
+}
+TEXT_ENCODER_UNITS = ("CLIPEncoderLayer",)
+# The blocks recomputed in the backward when training.gradient_checkpointing is on (FSDP's
+# checkpoint wrapper around each; checkpointing_interval N keeps every N-th).
+CHECKPOINTED_BLOCKS = ("ResnetBlock2D", "BasicTransformerBlock", "JointTransformerBlock", "CLIPEncoderLayer")
+
+
+def sharded(config: TrainConfig) -> bool:
+    """Whether the run's trained weights are split across its processes."""
+    return config.launch.strategy == "fsdp" and config.launch.num_processes > 1
+
+
+def unit_classes(config: TrainConfig) -> tuple[str, ...]:
+    """The module classes wrapped as units in this run (the text encoders' layers when they train)."""
+    units = DENOISER_UNITS[config.model.family]
+    return units + TEXT_ENCODER_UNITS if config.method.train_text_encoder else units
+
+
+def accelerate_fsdp_config(config: TrainConfig) -> dict[str, Any]:
+    """accelerate's `fsdp_config` table for the run: FSDP2, full shard, one unit per block, sharded checkpoints."""
+    return {
+        "fsdp_version": 2,
+        "fsdp_reshard_after_forward": True,
+        "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "fsdp_transformer_layer_cls_to_wrap": ",".join(unit_classes(config)),
+        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+        "fsdp_activation_checkpointing": config.training.gradient_checkpointing,
+        "fsdp_offload_params": False,
+        "fsdp_cpu_ram_efficient_loading": False,
+    }
