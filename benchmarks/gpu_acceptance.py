@@ -170,10 +170,14 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
 def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool) -> Job:
     from studio.core.config.toml_file import save_config
     from studio.core.hardware.estimate import estimate_vram
+    from studio.core.hardware.fixes import apply_changes
+    from studio.core.hardware.known_models import default_base
 
     root = work / preset.id
     root.mkdir(parents=True, exist_ok=True)
     config, full = run_config(preset, model, root, steps, dry_run)
+    if dry_run:  # the full-size preset's estimate: a tiny model would be estimated at its own size
+        full = apply_changes(full, {"model.base": default_base(preset.family)})
     estimate = estimate_vram(full, gpu)
     row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",
               estimate_parts={p.key: round(p.mb / GB, 3) for p in estimate.parts})

@@ -122,22 +122,25 @@ def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return EXIT_FAILED
     try:
-        code, processes = _train(config, run_dir, resume)
+        # `_held` keeps the trainer and its accelerator alive until the process leaves (below).
+        code, processes, _held = _train(config, run_dir, resume)
     finally:
         lock.release()
     if processes > 1:
         # Freeing DDP's reducer tears down the gloo group while its worker thread may still be
         # dropping a finished work item; the worker waits for the GIL the destructor holds and
         # the rank hangs forever. Every rank has passed the last barrier and rank 0 has closed
-        # its files, so the process leaves without that teardown.
+        # its files, so the process leaves without that teardown: nothing of the run is freed
+        # before (`_held` is still referenced here).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
 
 
-def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
-    """(exit code, process count) of this rank's training; every failure ends as an error event."""
+def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, tuple[object, object]]:
+    """(exit code, process count, (trainer, accelerator)) of this rank's training; every failure
+    ends as an error event."""
     import torch
 
     from studio.train.compilation import shutdown_compile_workers
@@ -181,7 +184,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int]:
     accelerator.end_training()
     if trainer is not None:
         shutdown_compile_workers(trainer.compiled)
-    return code, accelerator.num_processes
+    return code, accelerator.num_processes, (trainer, accelerator)
 
 
 def _failed(reporter: Reporter, exc: TrainError) -> RunFinished:

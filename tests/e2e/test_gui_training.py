@@ -26,6 +26,7 @@ from studio.core.project.folder import create_project
 from studio.core.runs.events import RunFinished, RunStarted, read_events
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
+from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import close_plots
 
@@ -84,7 +85,7 @@ def test_train_button_trains_the_tiny_model_to_a_lora(qtbot: QtBot, gui_context:
     assert train.samples.grid.count() == 1 and train.samples.current() is not None
     assert len(model.memory[0].allocated) == 8  # memory plotted from every step
     assert [s.name for s in runs.table.summaries] == [model.run_dir.name]
-    assert runs.table.item(0, 3).text() == "completed"
+    assert runs.table.item(0, STATUS_COLUMN).text() == "completed"
     assert "pytorch_lora_weights.safetensors" in runs.table.item(0, 8).text()
 
 
@@ -107,7 +108,7 @@ def test_stop_ends_a_real_run_cleanly_and_resume_completes_it(qtbot: QtBot, gui_
     finished = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, RunFinished)]
     assert [f.status for f in finished] == ["stopped"]
     assert model.checkpoints and model.resolve(model.checkpoints[-1].path).is_dir()
-    assert runs.table.item(0, 3).text() == "stopped"
+    assert runs.table.item(0, STATUS_COLUMN).text() == "stopped"
 
     runs.table.select_paths([run_dir.name])
     assert runs.buttons["resume"].isEnabled()
@@ -124,4 +125,4 @@ def test_stop_ends_a_real_run_cleanly_and_resume_completes_it(qtbot: QtBot, gui_
     assert [e.status for e in events if isinstance(e, RunFinished)] == ["stopped", "completed"]
     assert sum(isinstance(e, RunStarted) for e in events) == 2
     assert (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
-    assert runs.table.item(0, 3).text() == "completed"
+    assert runs.table.item(0, STATUS_COLUMN).text() == "completed"

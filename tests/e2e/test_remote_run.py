@@ -35,6 +35,7 @@ from studio.gui.context import StudioContext
 from studio.gui.export.page import ExportPage
 from studio.gui.remote_run import RemoteRun
 from studio.gui.runs.page import RunsPage
+from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import close_plots
 
@@ -124,7 +125,7 @@ def test_a_remote_run_is_watched_live_through_a_cut_connection_stopped_and_broug
 
     runs.refresh()
     (row,) = [r for r, s in enumerate(runs.table.summaries) if s.path == local]
-    assert runs.table.item(row, 3).text() == "stopped (on box)"
+    assert runs.table.item(row, STATUS_COLUMN).text() == "stopped (on box)"
     runs.table.select_paths([local.name])
     assert runs.buttons["pull"].isEnabled() and not runs.buttons["resume"].isEnabled()
     assert runs.open_run(local) == len(events)
