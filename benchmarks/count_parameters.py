@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from studio.core.config.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
+from studio.train.memory.sharding import unit_sizes
 from studio.train.pipelines.arch_configs import (
     FAMILIES,
     LATENT_CHANNELS,
@@ -40,7 +41,6 @@ from studio.train.pipelines.arch_configs import (
     build_component,
     denoiser_spec,
 )
-from studio.train.sharding import unit_sizes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta_memory import flash_attention, live_bytes, peak_bytes

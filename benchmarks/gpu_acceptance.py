@@ -171,7 +171,7 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     from studio.core.config.toml_file import save_config
     from studio.core.hardware.estimate import estimate_vram
     from studio.core.hardware.fixes import apply_changes
-    from studio.core.hardware.known_models import default_base
+    from studio.core.models.known import default_base
 
     root = work / preset.id
     root.mkdir(parents=True, exist_ok=True)

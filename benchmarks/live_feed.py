@@ -30,7 +30,7 @@ def feed_once(rate: int, seconds: float) -> dict[str, Any]:
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
 
     from studio.core.config.schema import TrainConfig
-    from studio.gui.run_controller import RunController
+    from studio.gui.runner.run_controller import RunController
     from studio.gui.widgets.run_header import RunHeader
     from studio.gui.widgets.run_plots import RunPlots
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from studio.core.hardware.model_library import ModelPlace, scan_library
+from studio.core.models.library import ModelPlace, scan_library
 
 UNET = "model.diffusion_model."
 

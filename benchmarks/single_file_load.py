@@ -45,7 +45,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from studio.core.hardware.model_files import detect_model
+    from studio.core.models.files import detect_model
     from studio.train.pipelines.full_size import write_random_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -105,7 +105,7 @@ def shot_install(session: Session) -> object:
     from fixtures.wheelhouse import standin_wheelhouse
 
     from studio.core.trainenv.packages import CONSTRAINTS
-    from studio.gui.training_env import TrainingEnvDialog
+    from studio.gui.trainenv.window import TrainingEnvDialog
 
     os.environ["STUDIO_WHEELHOUSE"] = str(standin_wheelhouse(session.scratch / "wheels", ROOT / CONSTRAINTS))
     # Its own folder: the demo below trains with this interpreter, not with the stand-in wheels.

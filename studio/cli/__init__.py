@@ -1,8 +1,9 @@
 """`studio-train`: the headless command line.
 
-Each subcommand lives in its own module of this package and exposes
-`register(subparsers)`; modules are found at start-up, so adding a command
-is adding a file. Heavy imports (torch, diffusers) happen inside the
+Each subcommand lives in its own module of this package or of one of its
+groups (runs/, models/, dataset/) and exposes `register(subparsers)`; modules
+are found at start-up, so adding a command is adding a file. Modules whose
+name starts with "_" are helpers, not commands. Heavy imports (torch, diffusers) happen inside the
 command's function, never at module level, so `studio-train presets` stays fast.
 """
 
@@ -26,10 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"studio-train {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+    found = [m for m in pkgutil.walk_packages(__path__, prefix=f"{__name__}.") if not m.ispkg]
+    for info in sorted(found, key=lambda m: m.name.rsplit(".", 1)[-1]):
+        if info.name.rsplit(".", 1)[-1].startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        module = importlib.import_module(info.name)
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)

@@ -40,8 +40,8 @@ from studio.gui.context import StudioContext
 from studio.gui.demo_banner import BUILDING, READY, DemoBanner
 from studio.gui.desktop import open_with_desktop
 from studio.gui.page import Page
-from studio.gui.process import CommandProcess
-from studio.gui.training_env import open_training_env_dialog
+from studio.gui.runner.process import CommandProcess
+from studio.gui.trainenv.window import open_training_env_dialog
 
 
 @dataclass(frozen=True)

@@ -19,27 +19,27 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.hardware.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
-from studio.train.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
-from studio.train.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.checkpoints import latest_checkpoint, load_checkpoint, register_hooks, save_checkpoint
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
-from studio.train.data import TrainItem, collect_items
+from studio.train.data.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
+from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
+from studio.train.data.items import TrainItem, collect_items
+from studio.train.data.prefetch import Prefetcher
 from studio.train.errors import TrainError
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank
-from studio.train.fp8 import store_in_float8
-from studio.train.grad_checkpointing import enable_gradient_checkpointing
+from studio.train.memory.fp8 import store_in_float8
+from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
+from studio.train.memory.placement import FrozenOffload
+from studio.train.memory.sharding import Sharding
+from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_epoch_lora, save_outputs
-from studio.train.placement import FrozenOffload
-from studio.train.prefetch import Prefetcher
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
-from studio.train.sharding import Sharding
 from studio.train.step_meter import Report, StepMeter, step_cost
-from studio.train.transfer import to_device
 
 
 class Trainer:

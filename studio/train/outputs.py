@@ -14,7 +14,7 @@ from studio.core.dataset.caption_tags import tag_counts
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.train.components import Components
-from studio.train.data import TrainItem
+from studio.train.data.items import TrainItem
 from studio.train.families.base import FamilyAdapter
 
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

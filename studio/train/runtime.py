@@ -29,7 +29,7 @@ def make_accelerator(config: TrainConfig) -> Any:
     from accelerate.utils import DistributedDataParallelKwargs
 
     if config.launch.strategy == "fsdp":
-        # The trainer shards the modules itself (studio/train/sharding.py says why); accelerate's own
+        # The trainer shards the modules itself (studio/train/memory/sharding.py says why); accelerate's own
         # FSDP mode, switched on by the accelerate.yaml's fsdp fields, would expect to do it in prepare().
         os.environ.pop("ACCELERATE_USE_FSDP", None)
     # Without cpu=True on a machine with no GPU, `accelerate launch --multi_gpu` would start

@@ -30,8 +30,8 @@ from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
 from studio.train.families.base import Conditioning, FamilyAdapter
-from studio.train.placement import FrozenOffload
-from studio.train.precision import forward_in_precision
+from studio.train.memory.placement import FrozenOffload
+from studio.train.memory.precision import forward_in_precision
 from studio.train.reporting import Reporter
 
 # What a stage reports before each piece of work: (stage, index of the image or prompt, the prompt).

@@ -34,7 +34,7 @@ from studio.core.hardware.throughput import (
     step_multiplier,
 )
 from studio.core.runs.events import Step
-from studio.train.rank_memory import memory_of_ranks, memory_row
+from studio.train.memory.rank_memory import memory_of_ranks, memory_row
 from studio.train.runtime import effective_mixed_precision
 
 WINDOW = 20  # steps of the moving throughput window

@@ -16,9 +16,9 @@ import pytest
 from fixtures.sshd import SshServer
 
 from studio.cli import main as cli
-from studio.core.export.remote_machines import SSH_CONFIG_ENV
 from studio.core.project.demo import DEMO_MODEL, create_demo_project
 from studio.core.project.folder import Project
+from studio.core.remote.machines import SSH_CONFIG_ENV
 
 FAKE_TOKEN = "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42"
 

@@ -150,7 +150,7 @@ def feature_violations(root: Path) -> list[str]:
         if src_wing == "core":
             allowed = source is None or CORE_LAYERS.get(target, 99) < CORE_LAYERS.get(source, -1)
         elif src_wing == "gui":
-            allowed = target in GUI_SHARED and source not in GUI_SHARED
+            allowed = target in GUI_SHARED and (source not in GUI_SHARED or GUI_SHARED[target] < GUI_SHARED[source])
         elif src_wing == "train":
             allowed = source is None or TRAIN_LAYERS.get(target, 99) < TRAIN_LAYERS.get(source, -1)
         else:

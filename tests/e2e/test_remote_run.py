@@ -27,13 +27,13 @@ from studio.core.config.schema import (
     TrainConfig,
     TrainingSection,
 )
-from studio.core.export.remote_machines import RemoteMachine
 from studio.core.project.folder import create_project
+from studio.core.remote.machines import RemoteMachine
 from studio.core.runs.events import RunFinished, Sample, read_events
 from studio.core.runs.folders import EVENTS_FILE
 from studio.gui.context import StudioContext
 from studio.gui.export.page import ExportPage
-from studio.gui.remote_run import RemoteRun
+from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage

@@ -13,8 +13,8 @@ from studio.core.dataset.demo_shapes import CAPTION_WORDS, caption_for, write_de
 
 pytest.importorskip("torch")
 
-from studio.train.batches import EpochPlan, MicroBatches
-from studio.train.data import (
+from studio.train.data.batches import EpochPlan, MicroBatches
+from studio.train.data.items import (
     TrainItem,
     bucket_sizes,
     choose_bucket,
@@ -130,7 +130,7 @@ def test_an_image_with_an_unreadable_caption_is_skipped_and_the_caption_named(tm
 
 
 def test_a_megabyte_caption_is_cut_before_it_reaches_the_tokenizer(tmp_path: Path) -> None:
-    from studio.train.data import MAX_CAPTION_CHARS
+    from studio.train.data.items import MAX_CAPTION_CHARS
 
     write_demo_dataset(tmp_path / "data", count=2, size=32, seed=1)
     caption = sorted((tmp_path / "data").glob("*.txt"))[0]

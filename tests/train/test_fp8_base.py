@@ -57,8 +57,8 @@ def _step(adapter: Any, denoiser: Any, family: str) -> tuple[torch.Tensor, dict[
 
 @pytest.mark.parametrize("family", ["sd15", "sd3"])
 def test_the_base_is_stored_in_fp8_and_the_lora_learns_through_it(family: str, tiny_models: dict[str, Path]) -> None:
-    from studio.train.fp8 import Float8Conv2d, Float8Linear, store_in_float8
-    from studio.train.grad_checkpointing import enable_gradient_checkpointing
+    from studio.train.memory.fp8 import Float8Conv2d, Float8Linear, store_in_float8
+    from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 
     adapter, components = _lora_denoiser(family, tiny_models[family])
     if family == "sd3":

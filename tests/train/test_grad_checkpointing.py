@@ -49,7 +49,7 @@ def test_every_second_block_is_recomputed_and_the_gradients_are_the_same(
 
     from studio.core.config.schema import ModelSection, TrainConfig
     from studio.train.families import adapter_for
-    from studio.train.grad_checkpointing import enable_gradient_checkpointing
+    from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 
     config = TrainConfig(model=ModelSection(family=family, base=str(tiny_models[family])))  # type: ignore[arg-type]
     denoiser = adapter_for(config).load(torch.device("cpu"), torch.float32).denoiser.requires_grad_(True).train()

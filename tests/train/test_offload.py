@@ -49,7 +49,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def test_cached_runs_park_the_frozen_modules_and_sample_the_same(
     make_config, run_training, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from studio.train.placement import FrozenOffload
+    from studio.train.memory.placement import FrozenOffload
 
     config = make_config(training=CACHED, sampling=SAMPLING)
     seen = _watch(monkeypatch)
@@ -96,7 +96,7 @@ def _place_on_record(module: torch.nn.Module, name: str, where: dict[str, str],
 def test_samples_bring_back_the_encoders_then_the_vae_never_both(make_config, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from studio.train.families import adapter_for
-    from studio.train.placement import FrozenOffload
+    from studio.train.memory.placement import FrozenOffload
     from studio.train.reporting import Reporter
     from studio.train.samples import SamplingPlan, make_samples
 
@@ -134,7 +134,7 @@ def test_samples_bring_back_the_encoders_then_the_vae_never_both(make_config, tm
 
 
 def test_offload_moves_the_modules_and_resident_brings_them_back() -> None:
-    from studio.train.placement import FrozenOffload
+    from studio.train.memory.placement import FrozenOffload
 
     parked = FrozenOffload(torch.device("cpu"), offload_device=torch.device("meta"))
     vae = torch.nn.Linear(2, 2)

@@ -189,7 +189,7 @@ def test_samples_class_images_and_latents_in_gpu_precision(
     family: str, method: str, loaded: dict[str, Any], tiny_models: dict[str, Path], demo_data: Path,
 ) -> None:
     """Every model.dtype x mixed_precision x cache combination of one family and method."""
-    from studio.train.placement import FrozenOffload
+    from studio.train.memory.placement import FrozenOffload
     from studio.train.samples import SamplingPlan
 
     base = str(tiny_models[family])
@@ -228,7 +228,7 @@ def test_a_sample_that_raises_is_reported_and_the_memory_given_back(
     loaded: dict[str, Any], tiny_models: dict[str, Path], demo_data: Path, tmp_path: Path, reporter: Any,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from studio.train.placement import FrozenOffload
+    from studio.train.memory.placement import FrozenOffload
     from studio.train.samples import SamplingPlan, make_samples
 
     adapter, fp32_components = loaded["sd15"]

@@ -120,8 +120,8 @@ def test_dreambooth_with_prior_preservation(make_config, run_training, events_of
 def test_time_ids_follow_each_images_crop(make_config, tmp_path) -> None:
     from PIL import Image
 
-    from studio.train.batches import EpochPlan, MicroBatches
-    from studio.train.data import collect_items
+    from studio.train.data.batches import EpochPlan, MicroBatches
+    from studio.train.data.items import collect_items
     from studio.train.families import adapter_for
 
     folder = tmp_path / "wide"

@@ -24,7 +24,7 @@ def _save_sharded(folder: Path) -> dict[str, torch.Tensor]:
 def test_a_real_index_loads_the_tensors(tmp_path: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
-    from studio.train.sharded_reader import DataOnlyReader
+    from studio.train.memory.sharded_reader import DataOnlyReader
 
     saved = _save_sharded(tmp_path / "sharded")
     index = DataOnlyReader(tmp_path / "sharded").read_metadata()
@@ -46,7 +46,7 @@ _MARKER = ""
 
 def test_an_index_that_would_run_code_is_refused_unrun(tmp_path: Path) -> None:
     from studio.train.errors import TrainError
-    from studio.train.sharded_reader import DataOnlyReader
+    from studio.train.memory.sharded_reader import DataOnlyReader
 
     global _MARKER
     _MARKER = str(tmp_path / "ran")

@@ -20,7 +20,7 @@ from studio.core.runs.events import Error, RunFinished
 
 torch = pytest.importorskip("torch")
 
-from studio.core.hardware.model_files import checkpoint_kind, detect_model  # noqa: E402
+from studio.core.models.files import checkpoint_kind, detect_model  # noqa: E402
 from studio.train.errors import TrainError  # noqa: E402
 from studio.train.pipelines.pipeline_configs import (  # noqa: E402
     single_file_config,

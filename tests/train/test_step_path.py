@@ -45,7 +45,7 @@ def test_adamw_is_fused_on_cuda_and_multi_tensor_elsewhere_with_the_same_result(
 
 
 def test_prefetcher_keeps_the_order_and_raises_where_the_consumer_reads() -> None:
-    from studio.train.prefetch import Prefetcher
+    from studio.train.data.prefetch import Prefetcher
 
     assert list(Prefetcher(iter(range(10)), depth=2)) == list(range(10))
 
@@ -60,7 +60,7 @@ def test_prefetcher_keeps_the_order_and_raises_where_the_consumer_reads() -> Non
 
 
 def test_closing_the_prefetcher_ends_its_thread_even_when_it_waits() -> None:
-    from studio.train.prefetch import Prefetcher
+    from studio.train.data.prefetch import Prefetcher
 
     feed = Prefetcher(iter(range(1000)), depth=1)
     assert next(feed) == 0
@@ -70,7 +70,7 @@ def test_closing_the_prefetcher_ends_its_thread_even_when_it_waits() -> None:
 
 
 def test_cached_latents_move_to_the_device_when_they_fit_the_budget() -> None:
-    from studio.train.cache import LatentCache, gpu_cache_budget
+    from studio.train.data.cache import LatentCache, gpu_cache_budget
 
     cache = LatentCache()
     cache.latents = {i: torch.full((4, 8, 8), float(i)) for i in range(3)}

@@ -3,7 +3,7 @@
 A unit's weights are gathered whole for its forward and again for its backward, then
 freed; what lies outside every unit (embeddings, the first and last layers) is the root
 unit, gathered for the whole step. The trainer wraps these classes
-(`studio/train/sharding.py`), the estimate reads the size of the largest unit
+(`studio/train/memory/sharding.py`), the estimate reads the size of the largest unit
 (`resources/architectures/<family>.json`, "fsdp"), and the run's accelerate.yaml names them.
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.config.toml_file import load_config, save_config
 from studio.core.dataset.layouts import DatasetLayout, detect_layout
-from studio.core.hardware.known_models import default_base
+from studio.core.models.known import default_base
 
 PROJECT_FILE = "studio.toml"
 RUNS_DIR = "runs"

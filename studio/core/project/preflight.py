@@ -20,15 +20,15 @@ from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.scan import list_concept
 from studio.core.hardware.estimate import estimate_vram, fit
-from studio.core.hardware.hub_cache import cached_snapshot, missing_components
-from studio.core.hardware.known_models import find_known
-from studio.core.hardware.model_files import (
+from studio.core.hardware.report import GPUInfo
+from studio.core.models.files import (
     FAMILY_NAMES,
     SINGLE_FILE_SUFFIXES,
     ModelFileError,
     detect_model,
 )
-from studio.core.hardware.report import GPUInfo
+from studio.core.models.hub_cache import cached_snapshot, missing_components
+from studio.core.models.known import find_known
 
 GB = 1024**3
 TORCH_PROBE_TIMEOUT_S = 120

@@ -50,7 +50,7 @@ def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> 
         data["main_process_port"] = launch.main_process_port
     if fsdp:
         # The trainer applies FSDP2 to the modules itself, on GPUs and on CPU ranks alike
-        # (studio/train/sharding.py); these fields say what it does, and `accelerate launch`
+        # (studio/train/memory/sharding.py); these fields say what it does, and `accelerate launch`
         # starts the processes as for any multi-GPU run.
         data["fsdp_config"] = accelerate_fsdp_config(config)
     return data

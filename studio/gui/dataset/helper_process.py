@@ -5,7 +5,7 @@ process it would hold the interpreter lock and every paint would wait for it. In
 process it only costs CPU, at a lower priority. Messages are read on the GUI thread by a
 timer, a few milliseconds at a time, so a burst of results never freezes the window.
 
-This is not the studio's command wrapper (`gui/process.py`): a command writes text to a
+This is not the studio's command wrapper (`gui/runner/process.py`): a command writes text to a
 console file and may outlive the window; a helper runs a Python function, trades Python
 objects with the window (pixels, problems in chunks) and ends with it.
 """

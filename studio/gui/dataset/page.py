@@ -25,7 +25,7 @@ from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.core.text import plural
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
-from studio.gui.dataset.caption_review import CaptionReviewDialog
+from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError
 from studio.core.export.bundle import ExportError
-from studio.core.export.remote_machines import (
+from studio.core.remote.machines import (
     DEFAULT_WORKSPACE,
     MachineError,
     RemoteMachine,
@@ -36,13 +36,13 @@ from studio.core.export.remote_machines import (
     remove_machine,
     save_machine,
 )
-from studio.core.export.remote_probe import MachineReport, probe_machine
-from studio.core.export.remote_run import RemoteStart, start_remote_run
-from studio.core.export.remote_secrets import PassphraseError, store_passphrase
-from studio.core.export.remote_ssh import RemoteError, SshClient
+from studio.core.remote.passphrases import PassphraseError, store_passphrase
+from studio.core.remote.probe import MachineReport, probe_machine
+from studio.core.remote.ssh import RemoteError, SshClient
+from studio.core.remote.start import RemoteStart, start_remote_run
 from studio.gui.context import StudioContext
 from studio.gui.page import named
-from studio.gui.remote_run import RemoteRun
+from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.worker import Worker
 
 EXPECTED = (RemoteError, MachineError, ExportError, ConfigError, PassphraseError, OSError)

@@ -27,10 +27,10 @@ from studio.core.config.paths import resolve_paths
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.fixes import apply_changes
-from studio.core.hardware.hub_cache import cached_snapshot, missing_components
-from studio.core.hardware.known_models import default_base, find_known
-from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
 from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.models.files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
+from studio.core.models.hub_cache import cached_snapshot, missing_components
+from studio.core.models.known import default_base, find_known
 from studio.core.project.folder import default_config
 from studio.gui.context import StudioContext
 from studio.gui.layout_state import remember_splitter

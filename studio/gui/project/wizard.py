@@ -28,10 +28,10 @@ from studio.core.config.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.hardware.estimate import Fit, estimate_vram, fit
-from studio.core.hardware.known_models import default_base
-from studio.core.hardware.model_files import FAMILY_NAMES, ModelFileError, detect_model
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
+from studio.core.models.files import FAMILY_NAMES, ModelFileError, detect_model
+from studio.core.models.known import default_base
 from studio.core.project.folder import Project, config_for_images, create_project
 from studio.gui.context import StudioContext
 from studio.gui.page import named

@@ -19,11 +19,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.export.remote_control import pull_and_close, read_record
-from studio.core.export.remote_machines import MachineError
-from studio.core.export.remote_ssh import RemoteError
-from studio.core.export.remote_transfer import TransferReport
 from studio.core.project.folder import Project
+from studio.core.remote.control import pull_and_close, read_record
+from studio.core.remote.machines import MachineError
+from studio.core.remote.ssh import RemoteError
+from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
 from studio.core.runs.live import live_trainer, stop_live_run
@@ -33,8 +33,8 @@ from studio.gui.context import StudioContext
 from studio.gui.desktop import open_with_desktop
 from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
-from studio.gui.remote_run import RemoteRun
-from studio.gui.run_controller import RunController
+from studio.gui.runner.remote_run import RemoteRun
+from studio.gui.runner.run_controller import RunController
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.runs.queue import QueueError, QueueItem
-from studio.gui.run_controller import RunController
+from studio.gui.runner.run_controller import RunController
 
 
 class QueuePanel(QWidget):

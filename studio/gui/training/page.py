@@ -28,12 +28,12 @@ from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
-from studio.gui.run_controller import RunController
+from studio.gui.runner.run_controller import RunController
 from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.trainenv.window import open_training_env_dialog
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
 from studio.gui.training.sampling_editor import SamplingEditor
-from studio.gui.training_env import open_training_env_dialog
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots

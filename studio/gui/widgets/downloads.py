@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.hardware.downloads import DownloadProgress, progress_text
-from studio.core.hardware.hub_token import TokenStoreError, store_token
+from studio.core.models.downloads import DownloadProgress, progress_text
+from studio.core.models.hub_token import TokenStoreError, store_token
 
 
 class DownloadProcess(QObject):

@@ -22,11 +22,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.hardware import model_library
-from studio.core.hardware.hub_cache import cached_snapshot, missing_components
-from studio.core.hardware.known_models import KnownModel, known_models
-from studio.core.hardware.model_files import FAMILY_NAMES
-from studio.core.hardware.model_library import LibraryModel
+from studio.core.models import library as model_library
+from studio.core.models.files import FAMILY_NAMES
+from studio.core.models.hub_cache import cached_snapshot, missing_components
+from studio.core.models.known import KnownModel, known_models
+from studio.core.models.library import LibraryModel
 from studio.gui.widgets.downloads import DownloadDialog
 
 

@@ -1,6 +1,6 @@
 """A remote machine's GPU memory in the plots, as `GpuMemorySampler` shows this machine's.
 
-The samples come from `nvidia-smi` over SSH (core/export/remote_gpu.py); whoever follows
+The samples come from `nvidia-smi` over SSH (core/remote/gpu.py); whoever follows
 the run hands them over with `feed`. A machine without a GPU has no traces and says why
 in `unavailable`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject
 
-from studio.core.export.remote_gpu import GpuSample
+from studio.core.remote.gpu import GpuSample
 from studio.gui.widgets.gpu_memory import GpuMemorySampler, GpuTrace
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from studio.core.hardware.model_files import (
+from studio.core.models.files import (
     FAMILY_NAMES,
     KIND_NAMES,
     OFFLINE_KINDS,

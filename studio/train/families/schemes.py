@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from studio.core.config.schema import TrainingSection
-from studio.train.transfer import to_device
+from studio.train.memory.transfer import to_device
 
 
 @dataclass

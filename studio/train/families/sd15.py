@@ -18,7 +18,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
-from studio.train.precision import input_dtype
+from studio.train.memory.precision import input_dtype
 
 
 class SD15Adapter(FamilyAdapter):

@@ -28,7 +28,7 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
-from studio.train.precision import input_dtype
+from studio.train.memory.precision import input_dtype
 
 # The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
 T5_TOKENS = 256

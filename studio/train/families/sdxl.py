@@ -22,8 +22,8 @@ from studio.train.families.loading import (
     vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
-from studio.train.precision import input_dtype
-from studio.train.transfer import to_device
+from studio.train.memory.precision import input_dtype
+from studio.train.memory.transfer import to_device
 
 NEEDS = {
     "text_encoder": "the CLIP ViT-L text encoder",

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from studio.core.hardware.model_files import KIND_FAMILIES, OFFLINE_KINDS, ModelInfo
+from studio.core.models.files import KIND_FAMILIES, OFFLINE_KINDS, ModelInfo
 from studio.core.resources import resource_path
 from studio.core.user_dirs import cache_dir
 from studio.train.errors import TrainError

@@ -8,7 +8,7 @@ from pathlib import Path
 from PIL import Image
 
 from studio.core.dataset.scan import scan_dataset
-from studio.core.hardware.known_models import default_base, known_models
+from studio.core.models.known import default_base, known_models
 from studio.core.project.folder import PROJECT_FILE, create_project
 
 

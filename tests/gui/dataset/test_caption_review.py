@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 
 from studio.core.dataset.auto_caption import MachineCaption, ScoredTag
 from studio.core.user_dirs import cache_dir
-from studio.gui.dataset.caption_job import CaptionJob
-from studio.gui.dataset.caption_review import CaptionReviewDialog
+from studio.gui.dataset.captions.job import CaptionJob
+from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.page import DatasetPage
 
 LEFT = Qt.MouseButton.LeftButton

@@ -9,8 +9,8 @@ from fixtures.checkpoints import SDXL, write_checkpoint
 from fixtures.fake_hub import FakeHub, tiny_sd15_repo
 from PySide6.QtWidgets import QInputDialog
 
-from studio.core.hardware.downloads import DownloadProgress
-from studio.core.hardware.known_models import find_known
+from studio.core.models.downloads import DownloadProgress
+from studio.core.models.known import find_known
 from studio.core.project.folder import create_project
 from studio.gui.application import make_settings
 from studio.gui.context import StudioContext

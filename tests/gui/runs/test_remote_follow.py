@@ -13,15 +13,15 @@ from fixtures.sshd import SshServer, fake_bundle
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
-from studio.core.export.remote_control import read_record, write_record
-from studio.core.export.remote_machines import RemoteMachine
-from studio.core.export.remote_probe import probe_machine
-from studio.core.export.remote_run import launch_detached
-from studio.core.export.remote_ssh import SshClient
+from studio.core.remote.control import read_record, write_record
+from studio.core.remote.machines import RemoteMachine
+from studio.core.remote.probe import probe_machine
+from studio.core.remote.ssh import SshClient
+from studio.core.remote.start import launch_detached
 from studio.core.runs.events import RunFinished, Step, read_events
 from studio.core.runs.folders import EVENTS_FILE
 from studio.gui.context import StudioContext
-from studio.gui.remote_run import RemoteRun
+from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage

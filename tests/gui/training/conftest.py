@@ -40,7 +40,7 @@ def config() -> TrainConfig:
 
 @pytest.fixture
 def controller(qtbot: object) -> Iterator[object]:
-    from studio.gui.run_controller import RunController
+    from studio.gui.runner.run_controller import RunController
 
     ctl = RunController(command_factory=fake_command(), finish_grace_ms=3000)
     yield ctl

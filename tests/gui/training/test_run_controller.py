@@ -11,8 +11,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
-from studio.gui.process import console_text
-from studio.gui.run_controller import RunController
+from studio.gui.runner.process import console_text
+from studio.gui.runner.run_controller import RunController
 from tests.gui.training.conftest import fake_command
 
 

@@ -14,8 +14,8 @@ from studio.core.config.schema import TrainConfig
 from studio.core.trainenv.plan import InstallPlan
 from studio.core.trainenv.state import check_env
 from studio.gui.context import StudioContext
+from studio.gui.trainenv.window import TrainingEnvDialog
 from studio.gui.training.page import TrainPage
-from studio.gui.training_env import TrainingEnvDialog
 from tests.gui.training.conftest import make_project
 
 

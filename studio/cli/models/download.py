@@ -1,0 +1,79 @@
+"""`studio-train download ID`: fetch a base model's training files from the Hugging Face hub.
+
+Shows bytes, rate and time left; `--json` prints the same as JSON lines (the GUI runs this
+command and reads them). A download cut short resumes when run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from typing import Any
+
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "download", help="download a base model's training files from the Hugging Face hub",
+        description="Fetch only the files training needs (configs, tokenizers, full-precision weights) into the "
+        "Hugging Face cache, where training finds them with no network. Run it again to resume. A gated "
+        "model needs a token: store one with --set-token (it is kept in the system keyring).",
+    )
+    parser.add_argument("model", nargs="?", metavar="ID", help="hub id, e.g. stable-diffusion-v1-5/stable-diffusion-v1-5")
+    parser.add_argument("--with-t5", action="store_true", help="SD3: also fetch the T5 text encoder (model.use_t5)")
+    parser.add_argument("--revision", help="a branch, tag or commit (default: main)")
+    parser.add_argument("--json", action="store_true", help="print progress as JSON lines")
+    parser.add_argument("--set-token", action="store_true", help="read a Hugging Face token from stdin and keep it")
+    parser.add_argument("--forget-token", action="store_true", help="remove the kept token")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from studio.core.models.hub_token import TokenStoreError, forget_token, read_token, store_token
+
+    try:
+        if args.set_token:
+            prompt = "Hugging Face token (input hidden): "
+            token = getpass.getpass(prompt) if sys.stdin.isatty() else sys.stdin.readline()
+            store_token(token)
+            print("token kept in the system keyring")
+        if args.forget_token:
+            print("token removed" if forget_token() else "no token was kept")
+    except TokenStoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not args.model:
+        if args.set_token or args.forget_token:
+            return EXIT_OK
+        print("error: name the model to download, e.g. studio-train download "
+              "stable-diffusion-v1-5/stable-diffusion-v1-5 (see studio-train models --known)", file=sys.stderr)
+        return EXIT_INVALID
+    return _download(args, read_token())
+
+
+def _download(args: argparse.Namespace, token: str | None) -> int:
+    from studio.core.models.downloads import DownloadError, DownloadProgress, download_model, progress_text
+
+    def report(progress: DownloadProgress) -> None:
+        if args.json:
+            print(json.dumps({"type": "progress", **progress.as_dict()}), flush=True)
+        else:
+            sys.stdout.write("\r" + progress_text(progress) + "\x1b[K")
+            sys.stdout.flush()
+
+    try:
+        snapshot = download_model(args.model, report, token=token, with_t5=args.with_t5, revision=args.revision)
+    except DownloadError as exc:
+        if args.json:
+            print(json.dumps({"type": "error", "message": str(exc), "gated": exc.gated}), flush=True)
+        else:
+            print(f"\nerror: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps({"type": "done", "path": str(snapshot), "model": args.model}), flush=True)
+    else:
+        print(f"\n{args.model} is ready: {snapshot}")
+    return EXIT_OK

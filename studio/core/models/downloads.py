@@ -1,0 +1,282 @@
+"""Downloading a base model from the Hugging Face hub: only the files training needs, resumable, verified.
+
+huggingface_hub comes with the training packages; it is imported inside `download_model`,
+which runs in its own process (`studio-train download`, started by the GUI too), so the
+core and the window never load it. Files land in the hub's cache, where the trainer finds
+them with no network. An interrupted download resumes from the bytes already on disk.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from studio.core.models.hub_cache import hub_cache_dir
+from studio.core.models.known import KnownModel, find_known
+
+# What a training download of a repository the studio does not know fetches: configs,
+# tokenizers and full-precision .safetensors weights; never the other formats or variants.
+GENERIC_KEEP = ("*.json", "*.txt", "*.model", "*.safetensors")
+GENERIC_SKIP = ("*.fp16.*", "*.ema.*", "*non_ema*", "safety_checker/*", "*.onnx*", "*openvino*", "*.bin",
+                "*.ckpt", "*.msgpack", "*.h5", "*.pb", "*.md")
+HASH_CHUNK = 8 * 1024 * 1024
+
+
+class DownloadError(RuntimeError):
+    """A download that cannot go on; the message says what, which files, and what to do."""
+
+    def __init__(self, message: str, gated: bool = False) -> None:
+        super().__init__(message)
+        self.gated = gated  # a token of an account that accepted the licence would let it through
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str  # repository-relative, with /
+    size: int
+    sha256: str | None  # the hub gives it for files kept in LFS (the weights)
+
+
+@dataclass
+class DownloadProgress:
+    """Where a download stands; handed to the progress callback several times a second."""
+
+    repo_id: str
+    file: str = ""
+    files_done: int = 0
+    files_total: int = 0
+    done_bytes: int = 0
+    total_bytes: int = 0
+    rate_bps: float = 0.0  # bytes per second received lately
+    phase: str = "downloading"  # listing | downloading | verifying | done
+    _window: list[tuple[float, int]] = field(default_factory=list, repr=False)
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.rate_bps <= 0:
+            return None
+        return max(0.0, (self.total_bytes - self.done_bytes) / self.rate_bps)
+
+    def received(self, count: int, now: float) -> None:
+        self.done_bytes += count
+        self._window.append((now, count))
+        while len(self._window) > 2 and now - self._window[0][0] > 5.0:
+            self._window.pop(0)
+        span = now - self._window[0][0]
+        if span > 0.05:
+            self.rate_bps = sum(n for _t, n in self._window[1:]) / span
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"repo_id": self.repo_id, "file": self.file, "files_done": self.files_done,
+                "files_total": self.files_total, "done_bytes": self.done_bytes, "total_bytes": self.total_bytes,
+                "rate_bps": round(self.rate_bps, 1), "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
+                "phase": self.phase}
+
+
+def wanted_files(repo_files: list[RemoteFile], known: KnownModel | None, with_t5: bool) -> list[RemoteFile]:
+    """The files of the repository training needs: the known model's list, else configs and .safetensors."""
+    if known is not None:
+        return [f for f in repo_files if known.selects(f.name, with_t5)]
+    return [f for f in repo_files
+            if any(fnmatch.fnmatch(f.name, p) for p in GENERIC_KEEP)
+            and not any(fnmatch.fnmatch(f.name, p) for p in GENERIC_SKIP)]
+
+
+def _bar_class(progress: DownloadProgress, report: Callable[[DownloadProgress], None]) -> type:
+    """A progress-bar class huggingface_hub fills in as bytes arrive (it makes one per file)."""
+
+    class Bar:
+        def __init__(self, *_args: Any, initial: int = 0, **_kwargs: Any) -> None:
+            self._last = 0.0
+            progress.done_bytes += initial  # the part an earlier download left: resumed, not fetched again
+
+        def update(self, count: float = 1) -> None:
+            now = time.monotonic()
+            progress.received(int(count), now)
+            if now - self._last >= 0.2:
+                self._last = now
+                report(progress)
+
+        def __enter__(self) -> Bar:
+            return self
+
+        def __exit__(self, *_exc: object) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+    return Bar
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path, expected: RemoteFile) -> str | None:
+    """Why the downloaded file is not the one the hub lists, or None when size and sha256 match."""
+    size = path.stat().st_size
+    if size != expected.size:
+        return f"{expected.name} has {size} bytes, the hub lists {expected.size}"
+    if expected.sha256 and _sha256(path) != expected.sha256:
+        return f"{expected.name} does not match the hub's sha256"
+    return None
+
+
+def download_model(
+    repo_id: str,
+    report: Callable[[DownloadProgress], None] = lambda _p: None,
+    token: str | None = None,
+    with_t5: bool = False,
+    revision: str | None = None,
+    cache_dir: Path | None = None,
+) -> Path:
+    """Fetch the files training needs into the hub cache; returns the snapshot folder.
+
+    Files already complete are not fetched again; a file cut short resumes where it ended.
+    Every new file is checked against the size and sha256 the hub lists. Raises DownloadError.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "0"  # asked for explicitly: this process goes online
+    from huggingface_hub import constants, errors
+    from huggingface_hub.hf_api import HfApi
+
+    constants.HF_HUB_OFFLINE = False
+    cache = cache_dir or hub_cache_dir()
+    progress = DownloadProgress(repo_id, phase="listing")
+    report(progress)
+    files = _list_files(HfApi(), repo_id, revision, token, with_t5, errors)
+    if not files:
+        raise DownloadError(f"{repo_id} has none of the files training needs (a diffusers model_index.json, "
+                            "configs and .safetensors weights): choose a diffusers model repository.")
+    progress.files_total, progress.total_bytes = len(files), sum(f.size for f in files)
+    progress.done_bytes, progress.phase = 0, "downloading"
+    bar = _bar_class(progress, report)
+    snapshot = cache
+    for index, remote in enumerate(files):
+        progress.file = remote.name
+        report(progress)
+        before = progress.done_bytes
+        try:
+            local = _fetch(repo_id, remote, revision, token, cache, bar, progress, report)
+        except errors.GatedRepoError:
+            raise _gated(repo_id, token) from None
+        except _network_errors(errors) as exc:
+            raise _network(repo_id, files[index:], exc) from None
+        progress.done_bytes = before + remote.size  # a file found complete in the cache counts too
+        progress.files_done += 1
+        progress.phase = "downloading"
+        snapshot = local.parents[len(Path(remote.name).parts) - 1]
+    progress.phase = "done"
+    report(progress)
+    return snapshot
+
+
+def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | None, cache: Path, bar: type,
+           progress: DownloadProgress, report: Callable[[DownloadProgress], None]) -> Path:
+    """One file into the cache: its blob fetched into a part file that survives an interruption, checked,
+    then handed to huggingface_hub, which links it into the snapshot (the trainer's offline load reads that)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    meta = get_hf_file_metadata(hf_hub_url(repo_id, remote.name, revision=revision), token=token)
+    blob = cache / ("models--" + repo_id.replace("/", "--")) / "blobs" / str(meta.etag)
+    if not blob.exists():
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        part = blob.with_name(blob.name + ".part")
+        have = part.stat().st_size if part.exists() else 0
+        if have > remote.size:
+            part.unlink()
+            have = 0
+        with open(part, "ab") as handle:
+            http_get(str(meta.location), handle, resume_size=have, headers=build_hf_headers(token=token),
+                     expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
+        progress.phase = "verifying"
+        report(progress)
+        problem = verify(part, remote)
+        if problem is not None:
+            part.unlink(missing_ok=True)
+            raise DownloadError(f"{repo_id}: {problem}; the part downloaded was removed: run the download again.")
+        os.replace(part, blob)
+    # The blob is there: this links it into the snapshot and records the revision, fetching nothing.
+    return Path(hf_hub_download(repo_id, remote.name, revision=revision, cache_dir=cache, token=token,
+                                tqdm_class=bar))
+
+
+def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None, with_t5: bool,
+                errors: Any) -> list[RemoteFile]:
+    try:
+        info = api.model_info(repo_id, revision=revision, files_metadata=True, token=token)
+    except errors.GatedRepoError:
+        raise _gated(repo_id, token) from None
+    except errors.RepositoryNotFoundError:
+        raise DownloadError(f"{repo_id} is not on the hub (or it is private): check the id, or store a token "
+                            "of an account that may read it.") from None
+    except _network_errors(errors) as exc:
+        known = find_known(repo_id)
+        raise _network(repo_id, [RemoteFile(p, 0, None) for p in known.wanted(with_t5)] if known else [], exc) \
+            from None
+    listed = [RemoteFile(s.rfilename, int(s.size or 0), (s.lfs or {}).get("sha256") if s.lfs else None)
+              for s in info.siblings or []]
+    return wanted_files(listed, find_known(repo_id), with_t5)
+
+
+def _network_errors(errors: Any) -> tuple[type[Exception], ...]:
+    """What a hub call raises when the network or the server fails (its HTTP client's errors included)."""
+    found: list[type[Exception]] = [errors.HfHubHTTPError, errors.LocalEntryNotFoundError, OSError]
+    for client in ("httpx2", "httpx", "requests"):
+        try:
+            module = __import__(client)
+        except ImportError:
+            continue
+        for name in ("TransportError", "HTTPError", "RequestException"):
+            error = getattr(module, name, None)
+            if isinstance(error, type) and issubclass(error, Exception):
+                found.append(error)
+    return tuple(found)
+
+
+def _gated(repo_id: str, token: str | None) -> DownloadError:
+    why = "the stored token may not read it" if token else "it needs a Hugging Face token"
+    return DownloadError(f"{repo_id} is gated ({why}): accept its licence at https://huggingface.co/{repo_id} "
+                         "while signed in, then store a token of that account (Download → Token, or "
+                         "`studio-train download --set-token`).", gated=True)
+
+
+def _network(repo_id: str, missing: list[RemoteFile], exc: BaseException) -> DownloadError:
+    names = ", ".join(f.name for f in missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+    lacking = f"; still missing: {names}" if names else ""
+    return DownloadError(f"Cannot reach the Hugging Face hub for {repo_id} ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}){lacking}. Check the network "
+                         "and run the download again: finished files are kept and a cut file resumes.")
+
+
+def human_bytes(count: float) -> str:
+    """`512 B`, `3.4 MB`, `4.3 GB` (powers of 1000, as the hub and disks count)."""
+    for unit in ("B", "KB", "MB"):
+        if abs(count) < 1000:
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    return f"{count:.1f} GB"
+
+
+def progress_text(progress: DownloadProgress) -> str:
+    """`unet/… 1.2 GB / 4.3 GB  45.0 MB/s  ETA 1:08  (file 3 of 10)`."""
+    if progress.phase == "listing":
+        return f"{progress.repo_id}: listing files…"
+    eta = progress.eta_s
+    left = "ETA --:--" if eta is None else f"ETA {int(eta // 60)}:{int(eta % 60):02d}"
+    verb = "verifying " if progress.phase == "verifying" else ""
+    current = min(progress.files_done + 1, progress.files_total)
+    return (f"{verb}{progress.file}  {human_bytes(progress.done_bytes)} / {human_bytes(progress.total_bytes)}  "
+            f"{human_bytes(progress.rate_bps)}/s  {left}  (file {current} of {progress.files_total})")

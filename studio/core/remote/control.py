@@ -1,0 +1,275 @@
+"""A run started on a remote machine: its record here, and what can be done to it from here.
+
+The run's local folder (in the project's runs/) holds `remote.json`, the record of where
+it runs; its events.jsonl and console.log are mirrors of the files there, kept by
+`follow_files`; samples are fetched before their event is appended, so the Train page
+never shows a sample that is not on disk. Stop writes the STOP file there (the trainer
+saves a checkpoint and ends), Kill ends the process tree, Pull brings the run folder
+back (resumably).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import IO
+
+from studio.core.files import atomic_write_text
+from studio.core.remote.machines import get_machine
+from studio.core.remote.ssh import RemoteError, SshClient, remote_path
+from studio.core.remote.tail import RemoteFileMirror, StreamFrom
+from studio.core.remote.transfer import TransferReport, fetch_files, pull_folder
+from studio.core.runs.folders import CHECKPOINTS_DIR, CONSOLE_FILE, EVENTS_FILE, REMOTE_FILE, STOP_FILE
+
+log = logging.getLogger(__name__)
+
+SAMPLE_TRIES = 3
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class RemoteRunRecord:
+    """remote.json: where a run runs. Host and paths only; never a key, a password or a token."""
+
+    machine: str
+    target: str
+    bundle_dir: str
+    remote_run_dir: str
+    pid_file: str
+    status_file: str
+    launch_log: str
+    detach: str
+    copy_tool: str  # rsync | sftp
+    pid: int
+    started: float
+    state: str = "running"  # running | ended | pulled
+    exit_status: int | None = None
+
+    @property
+    def source(self) -> str:
+        return f"{self.machine}:{self.remote_run_dir}"
+
+
+def write_record(local_dir: Path, record: RemoteRunRecord) -> None:
+    data = {**asdict(record), "source": record.source}
+    atomic_write_text(local_dir / REMOTE_FILE, json.dumps(data, indent=1) + "\n")
+
+
+def read_record(local_dir: str | Path) -> RemoteRunRecord:
+    path = Path(local_dir) / REMOTE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RemoteError(f"{Path(local_dir)} is not a run started on a remote machine (no {REMOTE_FILE})") from None
+    except (OSError, ValueError) as exc:
+        raise RemoteError(f"cannot read {path}: {exc}") from None
+    known = {f.name for f in fields(RemoteRunRecord)}
+    try:
+        return RemoteRunRecord(**{k: v for k, v in data.items() if k in known})
+    except TypeError:
+        raise RemoteError(f"{path} was not written by a remote start of the studio (it names no machine)") from None
+
+
+def client_for(record: RemoteRunRecord) -> SshClient:
+    return SshClient(get_machine(record.machine))
+
+
+def request_remote_stop(client: SshClient, record: RemoteRunRecord) -> None:
+    """Ask the trainer there to stop at its next step (it saves a checkpoint and says run_finished)."""
+    stop = remote_path(f"{record.remote_run_dir}/{STOP_FILE}")
+    client.run(f"printf 'stop requested\\n' > {stop}\n", "asking the run to stop", timeout_s=60)
+
+
+# Runs there: is the launcher alive, and its exit status once it is not.
+_STATE = r"""
+import json, os, sys
+job = json.loads(JOB)
+def alive(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return b"launch.sh" in handle.read()
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+        return not os.path.isdir("/proc")  # without /proc (macOS) the pid alone decides
+    except OSError:
+        return False
+status = None
+try:
+    status = int(open(job["status"]).read().strip())
+except (OSError, ValueError):
+    pass
+print(json.dumps({"running": alive(job["pid"]), "exit_status": status}))
+"""
+
+# Runs there: end the launcher and everything under it, politely first.
+_KILL = r"""
+import json, os, signal, time
+job = json.loads(JOB)
+def parents():
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name) as handle:
+                    table[int(name)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    return table
+def tree(root):
+    table, found, todo = parents(), [root], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [child for child, parent in table.items() if parent == pid]
+        found += kids
+        todo += kids
+    return found
+def launcher_alive(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return b"launch.sh" in handle.read()
+    except OSError:
+        return False
+if not launcher_alive(job["pid"]):  # ended already (the pid may belong to another program by now)
+    print(json.dumps({"ended": 0, "forced": 0}))
+    raise SystemExit(0)
+procs = tree(job["pid"])
+for pid in reversed(procs):
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        pass
+deadline = time.time() + job["grace"]
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+while time.time() < deadline and any(alive(p) for p in procs):
+    time.sleep(0.2)
+left = [p for p in procs if alive(p)]
+for pid in left:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+print(json.dumps({"ended": len(procs), "forced": len(left)}))
+"""
+
+
+def _job(code: str, job: Mapping[str, object]) -> str:
+    return f"JOB = {json.dumps(json.dumps(job))}\n{code}"
+
+
+def remote_state(client: SshClient, record: RemoteRunRecord) -> tuple[bool, int | None]:
+    """(is it running, launch.sh's exit status once known)."""
+    out = client.python(_job(_STATE, {"pid": record.pid, "status": record.status_file}), "asking about the run")
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    return bool(answer["running"]), answer["exit_status"]
+
+
+def kill_remote_run(client: SshClient, record: RemoteRunRecord, grace_s: float = 10.0) -> int:
+    """End the run's process tree there; returns how many processes were ended."""
+    if not record.pid:
+        raise RemoteError(f"the record of {record.remote_run_dir} names no process; end it on {record.machine}")
+    out = client.python(_job(_KILL, {"pid": record.pid, "grace": grace_s}), "ending the run",
+                        timeout_s=grace_s + 60)
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["ended"])
+
+
+def pull_run(client: SshClient, record: RemoteRunRecord, local_dir: Path, checkpoints: bool = False,
+             mirrored: Sequence[str] = (), progress: Progress | None = None,
+             state: tuple[bool, int | None] | None = None) -> TransferReport:
+    """Bring the run folder back into `local_dir` (checkpoints only when asked: they are large).
+
+    Files in `mirrored` (a live mirror's events.jsonl and console.log) are left alone. `state`
+    is `remote_state`'s answer when the caller asked already.
+    """
+    skip = [*mirrored, *([] if checkpoints else [f"{CHECKPOINTS_DIR}/"]), STOP_FILE]
+    report = pull_folder(client, record.remote_run_dir, local_dir, record.copy_tool == "rsync", skip, progress)
+    running, status = state or remote_state(client, record)
+    if not running:
+        record.state, record.exit_status = "pulled", status
+        write_record(local_dir, record)
+    return report
+
+
+def pull_and_close(record: RemoteRunRecord, local_dir: Path, checkpoints: bool = False,
+                   progress: Progress | None = None) -> TransferReport:
+    """`pull_run` over a connection of its own, closed after."""
+    client = client_for(record)
+    try:
+        return pull_run(client, record, local_dir, checkpoints=checkpoints, progress=progress)
+    finally:
+        client.close()
+
+
+def mark_ended(local_dir: Path, record: RemoteRunRecord, exit_status: int | None) -> None:
+    record.state, record.exit_status = "ended", exit_status
+    write_record(local_dir, record)
+
+
+# ------------------------------------------------------------ following the files live
+def _tail_command(client: SshClient, record: RemoteRunRecord, name: str) -> StreamFrom:
+    path = remote_path(f"{record.remote_run_dir}/{name}")
+    pid = remote_path(record.pid_file)
+
+    def start(offset: int, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+        # --pid: tail ends once the launcher is gone and the file is sent to its end.
+        # A missing pid file makes --pid empty: tail refuses and the mirror ends (the record is broken).
+        command = f"exec tail -c +{offset + 1} --pid=\"$(cat {pid} 2>/dev/null)\" -F {path} 2>/dev/null"
+        return client.popen(f"sh -c {shlex.quote(command)}", stderr=stderr)
+
+    return start
+
+
+def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path) -> Callable[[list[bytes]], None]:
+    prefix = record.remote_run_dir.rstrip("/") + "/"
+
+    def before_lines(lines: list[bytes]) -> None:
+        rels = []
+        for line in lines:
+            if b'"sample"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("type") != "sample":
+                continue
+            for image in map(str, event.get("images", [])):
+                if image.startswith(prefix):
+                    rels.append(image[len(prefix):])
+                elif not image.startswith("/"):
+                    rels.append(image)
+        if not rels:
+            return
+        for attempt in range(1, SAMPLE_TRIES + 1):
+            try:
+                fetch_files(client, record.remote_run_dir, rels, local_dir, record.copy_tool == "rsync")
+                return
+            except RemoteError as exc:
+                if attempt == SAMPLE_TRIES:
+                    log.warning("%d sample image(s) did not come: %s", len(rels), exc)
+                time.sleep(attempt)
+
+    return before_lines
+
+
+def follow_files(client: SshClient, record: RemoteRunRecord, local_dir: Path) -> dict[str, RemoteFileMirror]:
+    """Mirrors of the run's events.jsonl (samples fetched on the way) and console.log; not started yet."""
+    return {
+        EVENTS_FILE: RemoteFileMirror(f"{record.machine} events", local_dir / EVENTS_FILE,
+                                      _tail_command(client, record, EVENTS_FILE),
+                                      before_lines=_sample_fetcher(client, record, local_dir)),
+        CONSOLE_FILE: RemoteFileMirror(f"{record.machine} console", local_dir / CONSOLE_FILE,
+                                       _tail_command(client, record, CONSOLE_FILE)),
+    }

@@ -1,0 +1,258 @@
+"""Copying files to and from a remote machine: only what changed, resumable, rsync or sftp.
+
+Sending compares SHA-256 checksums: the machine hashes its copies of the files that
+have the right size (one SSH call, which also makes the folders and removes stale files
+from folders the studio owns), and only files whose checksum differs travel. The
+dataset's checksums come from the bundle's manifest, so a second send of an unchanged
+dataset copies no image. The copying itself is rsync over the same SSH connection when
+both sides have it (partial files kept for a resume), else sftp, which every OpenSSH has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from studio.core.export.bundle_files import sha256_file
+from studio.core.remote.ssh import RemoteError, SshClient
+
+Progress = Callable[[str, int, int], None]  # (message, done, total)
+COPY_TIMEOUT_S = 6 * 3600
+
+# Runs there: make the folders, remove files the studio no longer sends, hash same-size files.
+_PREPARE = r"""
+import hashlib, json, os, sys
+job = json.loads(JOB)
+root = job["root"]
+os.makedirs(root, exist_ok=True)
+wanted = job["files"]
+for rel in wanted:
+    os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+removed = []
+for prefix in job["prune"]:
+    top = os.path.join(root, prefix)
+    for folder, _dirs, names in os.walk(top):
+        for name in names:
+            rel = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+            if rel not in wanted:
+                os.remove(os.path.join(root, rel))
+                removed.append(rel)
+have = {}
+for rel, size in wanted.items():
+    path = os.path.join(root, rel)
+    try:
+        if os.path.getsize(path) != size:
+            continue
+    except OSError:
+        continue
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    have[rel] = digest.hexdigest()
+print(json.dumps({"have": have, "removed": removed}))
+"""
+
+# Runs there: every file under a folder with its size (for a pull).
+_LIST = r"""
+import json, os
+job = json.loads(JOB)
+root, skip = job["root"], tuple(job["skip"])
+found = {}
+for folder, dirs, names in os.walk(root):
+    dirs.sort()
+    for name in names:
+        rel = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+        if not rel.startswith(skip) and rel not in skip:
+            try:
+                found[rel] = os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                pass
+print(json.dumps({"exists": os.path.isdir(root), "files": found}))
+"""
+
+
+@dataclass
+class LocalFile:
+    """A file here and the path it has under the remote folder (POSIX, relative)."""
+
+    source: Path
+    rel: str
+    size: int = -1
+    sha256: str | None = None  # computed when not known (the manifest knows the dataset's)
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = self.source.stat().st_size
+
+
+@dataclass
+class TransferReport:
+    tool: str
+    copied: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    bytes_copied: int = 0
+    removed: list[str] = field(default_factory=list)
+
+
+def has_local_rsync() -> bool:
+    return shutil.which("rsync") is not None
+
+
+def _job(code: str, job: Mapping[str, object]) -> str:
+    return f"JOB = {json.dumps(json.dumps(job))}\n{code}"
+
+
+def _last_json(out: str, doing: str) -> dict[str, object]:
+    try:
+        return dict(json.loads(out.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        raise RemoteError(f"{doing}: the machine's Python printed no result ({out[-200:]!r})") from None
+
+
+# ------------------------------------------------------------ send
+def send_files(client: SshClient, files: Sequence[LocalFile], remote_root: str, use_rsync: bool,
+               prune: Sequence[str] = (), progress: Progress | None = None) -> TransferReport:
+    """Make `remote_root` hold `files` (only the changed ones travel); files under the `prune`
+    prefixes that are not in `files` are removed there. `remote_root` is an absolute path."""
+    for number, item in enumerate(files, start=1):
+        if item.sha256 is None:
+            if progress:
+                progress(f"checksum {item.rel}", number, len(files))
+            item.sha256 = sha256_file(item.source)
+    if progress:
+        progress("comparing with the copies there", 0, 1)
+    job = {"root": remote_root, "files": {f.rel: f.size for f in files}, "prune": list(prune)}
+    answer = _last_json(client.python(_job(_PREPARE, job), "comparing files").stdout, "comparing files")
+    have = dict(answer["have"])  # type: ignore[call-overload]
+    changed = [f for f in files if have.get(f.rel) != f.sha256]
+    report = TransferReport("rsync" if use_rsync else "sftp", [f.rel for f in changed], len(files) - len(changed),
+                            sum(f.size for f in changed), list(answer["removed"]))  # type: ignore[call-overload]
+    if changed:
+        if progress:
+            progress(f"copying {len(changed)} file(s) with {report.tool}", 0, len(changed))
+        if use_rsync:
+            _rsync_up(client, changed, remote_root)
+        else:
+            _sftp_up(client, changed, remote_root)
+    if progress:
+        progress(f"copied {len(changed)} file(s)", len(changed), max(len(changed), 1))
+    return report
+
+
+def rsync_e(client: SshClient) -> str:
+    """rsync's -e: the ssh command with this client's options (rsync splits it like a shell)."""
+    ssh = shutil.which("ssh") or "ssh"
+    return " ".join(shlex.quote(part) for part in [ssh, *client.options()])
+
+
+def _rsync_up(client: SshClient, files: Sequence[LocalFile], remote_root: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="studio-send-") as tmp:
+        # One rsync for files from many folders: a tree of links in the remote layout (-L follows them).
+        tree = Path(tmp) / "tree"
+        for item in files:
+            link = tree / item.rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(item.source.resolve(), link)
+        listing = Path(tmp) / "files.txt"
+        listing.write_text("".join(f"{f.rel}\n" for f in files), encoding="utf-8")
+        argv = ["rsync", "-rLpt", "--partial", "--ignore-times", "--protect-args", f"--files-from={listing}",
+                "-e", rsync_e(client), f"{tree}/", f"{client.machine.host}:{remote_root}/"]
+        client.call(argv, "copying with rsync", COPY_TIMEOUT_S)
+
+
+def _sftp_word(text: str) -> str:
+    """A path for an sftp batch line: every special character escaped (no quotes: inside them
+    sftp keeps the backslash before a glob character and the path is not found)."""
+    return "".join("\\" + c if c in ' \t"\'\\*?[]{}#' else c for c in text)
+
+
+def _sftp(client: SshClient, batch: list[str], doing: str) -> None:
+    sftp = shutil.which("sftp")
+    if sftp is None:
+        raise RemoteError("the sftp command is not installed here (it comes with OpenSSH): install the OpenSSH "
+                          "client, or rsync on both sides")
+    client.call([sftp, "-q", "-b", "-", *client.options(), client.machine.host], doing, COPY_TIMEOUT_S,
+                stdin_text="\n".join(batch) + "\n")
+
+
+def _sftp_up(client: SshClient, files: Sequence[LocalFile], remote_root: str) -> None:
+    batch = [f"put -p {_sftp_word(str(f.source))} {_sftp_word(f'{remote_root}/{f.rel}')}" for f in files]
+    _sftp(client, batch, "copying with sftp")
+
+
+# ------------------------------------------------------------ pull
+def remote_files(client: SshClient, remote_root: str, skip: Sequence[str] = ()) -> dict[str, int]:
+    """Every file under a remote folder with its size (relative POSIX paths), leaving out `skip` prefixes."""
+    job = {"root": remote_root, "skip": list(skip)}
+    answer = _last_json(client.python(_job(_LIST, job), "listing files").stdout, "listing files")
+    if not answer["exists"]:
+        raise RemoteError(f"{remote_root} does not exist on {client.machine.name} (deleted, or another machine?)")
+    return dict(answer["files"])  # type: ignore[call-overload]
+
+
+def pull_folder(client: SshClient, remote_root: str, local_root: Path, use_rsync: bool,
+                skip: Sequence[str] = (), progress: Progress | None = None) -> TransferReport:
+    """Bring a remote folder here: files missing here or of another size travel; a file cut short by a
+    dropped connection continues where it stopped."""
+    if progress:
+        progress(f"listing {remote_root}", 0, 1)
+    there = remote_files(client, remote_root, skip)
+    local_root.mkdir(parents=True, exist_ok=True)
+    changed = [rel for rel, size in sorted(there.items()) if _local_size(local_root / rel) != size]
+    report = TransferReport("rsync" if use_rsync else "sftp", changed, len(there) - len(changed),
+                            sum(there[rel] for rel in changed))
+    if changed:
+        if progress:
+            progress(f"bringing back {len(changed)} file(s) with {report.tool}", 0, len(changed))
+        if use_rsync:
+            _rsync_down(client, changed, remote_root, local_root)
+        else:
+            _sftp_down(client, {rel: there[rel] for rel in changed}, remote_root, local_root)
+    if progress:
+        progress(f"brought back {len(changed)} file(s)", len(changed), max(len(changed), 1))
+    return report
+
+
+def fetch_files(client: SshClient, remote_root: str, rels: Sequence[str], local_root: Path, use_rsync: bool) -> None:
+    """Bring these files of a remote folder here (e.g. a sample's images as its event arrives)."""
+    if not rels:
+        return
+    if use_rsync:
+        for rel in rels:
+            (local_root / rel).parent.mkdir(parents=True, exist_ok=True)
+        _rsync_down(client, rels, remote_root, local_root)
+    else:
+        _sftp_down(client, {rel: -1 for rel in rels}, remote_root, local_root)
+
+
+def _local_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _rsync_down(client: SshClient, rels: Sequence[str], remote_root: str, local_root: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="studio-pull-") as tmp:
+        listing = Path(tmp) / "files.txt"
+        listing.write_text("".join(f"{rel}\n" for rel in rels), encoding="utf-8")
+        argv = ["rsync", "-rpt", "--partial", "--protect-args", f"--files-from={listing}", "-e", rsync_e(client),
+                f"{client.machine.host}:{remote_root}/", f"{local_root}/"]
+        client.call(argv, "bringing files back with rsync", COPY_TIMEOUT_S)
+
+
+def _sftp_down(client: SshClient, sizes: dict[str, int], remote_root: str, local_root: Path) -> None:
+    batch = []
+    for rel, size in sizes.items():
+        target = local_root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        resume = "-a " if 0 < _local_size(target) < size else ""  # continue a file cut short (size -1: unknown)
+        batch.append(f"get {resume}-p {_sftp_word(f'{remote_root}/{rel}')} {_sftp_word(str(target))}")
+    _sftp(client, batch, "bringing files back with sftp")

@@ -1,0 +1,381 @@
+"""Caption with…: run a captioning model on the selection or every image, review its captions beside the
+person's, accept all, some or none; every accept is one undo step of the Dataset page.
+
+The model only proposes (it runs in another process and writes nothing); what would be
+written is decided here from the rules (mode, trigger word, blacklist, tag thresholds), so
+moving a threshold updates every proposal and the preview at once, without the model.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImageReader, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.dataset.auto_caption import (
+    DEFAULT_CHARACTER_THRESHOLD,
+    DEFAULT_GENERAL_THRESHOLD,
+    MODE_HELP,
+    MODES,
+    TAG_SCORE_FLOOR,
+    CaptionRules,
+    MachineCaption,
+    compose,
+    parse_blacklist,
+)
+from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
+from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.captioner_models import available_captioners
+from studio.core.runs.launch import training_python
+from studio.gui.context import StudioContext
+from studio.gui.dataset.captions.job import CaptionJob
+from studio.gui.page import named
+
+PushEdits = Callable[[list[CaptionEdit], str], None]
+COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
+PREVIEW_SIZE = 256
+TABLE_DELAY_MS = 150
+_KEPT = "(left as it is)"
+
+
+def _slider(name: str, value: float) -> QSlider:
+    slider = named(QSlider(Qt.Orientation.Horizontal), name)
+    slider.setRange(round(TAG_SCORE_FLOOR * 100), 100)
+    slider.setValue(round(value * 100))
+    return slider
+
+
+class CaptionReviewDialog(QDialog):
+    """Runs one captioning job at a time and holds its proposals until they are accepted or rejected."""
+
+    def __init__(self, store: CaptionStore, selected: Sequence[Path], push_edits: PushEdits,
+                 context: StudioContext, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Caption with a model")
+        self.setObjectName("dataset_caption_dialog")
+        self.store, self.push_edits, self.settings = store, push_edits, context.settings
+        self.scopes: dict[str, list[Path]] = {"Selected images": list(selected), "All images": list(store.entries)}
+        # The job reads the project's dataset as the trainer does, in the training environment.
+        self.python = training_python(context.config) if context.config is not None else sys.executable
+        self.dataset = context.project.root if context.project is not None else Path.cwd()
+        self.proposals: dict[Path, MachineCaption] = {}
+        self.rows: list[Path] = []  # the table's rows, in order
+        self.job = CaptionJob(self)
+        # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
+        self._table_timer = QTimer(self, singleShot=True, interval=TABLE_DELAY_MS)
+        self._table_timer.timeout.connect(self._refill_table)
+        self.job.sig_started.connect(self._started)
+        self.job.sig_caption.connect(self.add_proposal)
+        self.job.sig_progress.connect(self._progress)
+        self.job.sig_warning.connect(lambda message: self.status.setText(message))
+        self.job.sig_finished.connect(self._finished)
+        self._build()
+        self._restore()
+        self._running_changed()
+        self.refresh()
+
+    # ------------------------------------------------------------ layout
+
+    def _build(self) -> None:
+        self.model = named(QComboBox(), "caption_model")
+        self.model.setEditable(True)
+        self.model.addItems(available_captioners())
+        line = self.model.lineEdit()
+        if line is not None:
+            line.setPlaceholderText("a model folder, or a downloaded model's name")
+        browse = QPushButton("Folder…")
+        browse.clicked.connect(self._browse)
+        self.scope = named(QComboBox(), "caption_scope")
+        for name, images in self.scopes.items():
+            self.scope.addItem(f"{name} ({len(images)})", name)
+        if not self.scopes["Selected images"]:
+            self.scope.setCurrentIndex(self.scope.findData("All images"))
+        self.mode = named(QComboBox(), "caption_mode")
+        for mode in MODES:
+            self.mode.addItem(f"{mode}: {MODE_HELP[mode]}", mode)
+        self.prefix = named(QLineEdit(), "caption_prefix")
+        self.prefix.setPlaceholderText("trigger word, always first")
+        self.blacklist = named(QLineEdit(), "caption_blacklist")
+        self.blacklist.setPlaceholderText("tags never written, comma-separated")
+        self.start_button = named(QPushButton("Start"), "caption_start")
+        self.stop_button = named(QPushButton("Stop"), "caption_stop")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button.clicked.connect(self.job.stop)
+        self.progress = named(QProgressBar(), "caption_progress")
+        self.status = named(QLabel("Choose a model and press Start; nothing is written until you accept."),
+                            "caption_status")
+        self.status.setWordWrap(True)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model, 1)
+        model_row.addWidget(browse)
+        run_row = QHBoxLayout()
+        for widget in (self.start_button, self.stop_button, self.progress):
+            run_row.addWidget(widget)
+        form = QFormLayout()
+        form.addRow("Model", model_row)
+        form.addRow("Images", self.scope)
+        form.addRow("Mode", self.mode)
+        form.addRow("Trigger word", self.prefix)
+        form.addRow("Never write", self.blacklist)
+        form.addRow(run_row)
+        form.addRow(self.status)
+        split = QSplitter()
+        split.addWidget(self._build_table())
+        split.addWidget(self._build_preview())
+        split.setStretchFactor(0, 3)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(split, 1)
+        layout.addLayout(self._build_buttons())
+        for signal in (self.mode.currentIndexChanged, self.prefix.textChanged, self.blacklist.textChanged,
+                       self.general.valueChanged, self.character.valueChanged):
+            signal.connect(self.refresh)
+        self.resize(1100, 700)
+
+    def _build_table(self) -> QTableWidget:
+        self.table = named(QTableWidget(0, len(COLUMNS)), "caption_table")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(True)
+        self.table.horizontalHeader().setStretchLastSection(False)
+        for column, width in enumerate((140, 260, 320, 60)):
+            self.table.setColumnWidth(column, width)
+        self.table.currentCellChanged.connect(lambda *_: self._show_preview())
+        return self.table
+
+    def _build_preview(self) -> QWidget:
+        panel = QWidget()
+        self.preview_image = QLabel()
+        self.preview_image.setFixedSize(QSize(PREVIEW_SIZE, PREVIEW_SIZE))
+        self.preview_image.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview = named(QLabel(), "caption_preview")
+        self.preview.setWordWrap(True)
+        self.preview.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.preview_tokens = named(QLabel(), "caption_preview_tokens")
+        self.general = _slider("caption_general_threshold", DEFAULT_GENERAL_THRESHOLD)
+        self.character = _slider("caption_character_threshold", DEFAULT_CHARACTER_THRESHOLD)
+        self.general_label, self.character_label = QLabel(), QLabel()
+        form = QFormLayout(panel)
+        form.addRow(self.preview_image)
+        form.addRow(self.preview)
+        form.addRow(self.preview_tokens)
+        form.addRow(self.general_label, self.general)
+        form.addRow(self.character_label, self.character)
+        return panel
+
+    def _build_buttons(self) -> QHBoxLayout:
+        self.accept_button = named(QPushButton("Accept selected"), "caption_accept")
+        self.reject_button = named(QPushButton("Reject selected"), "caption_reject")
+        self.accept_all_button = named(QPushButton("Accept all"), "caption_accept_all")
+        close = QPushButton("Close")
+        self.accept_button.clicked.connect(lambda: self.accept_rows(self.selected_rows()))
+        self.reject_button.clicked.connect(lambda: self.reject_rows(self.selected_rows()))
+        self.accept_all_button.clicked.connect(lambda: self.accept_rows(list(range(len(self.rows)))))
+        close.clicked.connect(self.close)
+        row = QHBoxLayout()
+        for button in (self.accept_button, self.reject_button, self.accept_all_button):
+            row.addWidget(button)
+        row.addStretch(1)
+        row.addWidget(close)
+        return row
+
+    def _restore(self) -> None:
+        model = str(self.settings.value("caption/model", "") or "")
+        if model:
+            self.model.setCurrentText(model)
+        self.prefix.setText(str(self.settings.value("caption/prefix", "") or ""))
+        self.blacklist.setText(str(self.settings.value("caption/blacklist", "") or ""))
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Folder of a captioning model")
+        if folder:
+            self.model.setCurrentText(folder)
+
+    # ------------------------------------------------------------ the job
+
+    def rules(self) -> CaptionRules:
+        return CaptionRules(self.mode.currentData(), self.prefix.text(), parse_blacklist(self.blacklist.text()),
+                            self.general.value() / 100, self.character.value() / 100)
+
+    def start(self) -> None:
+        model = self.model.currentText().strip()
+        images = list(self.scopes.get(self.scope.currentData(), ()))
+        if not model:
+            self.status.setText("Choose a model first: a downloaded model's name or a model folder.")
+            return
+        if not images:
+            self.status.setText("There are no images to caption: select some in the grid, or choose All images.")
+            return
+        for key, value in (("model", model), ("prefix", self.prefix.text()), ("blacklist", self.blacklist.text())):
+            self.settings.setValue(f"caption/{key}", value)
+        self.reject_rows(list(range(len(self.rows))))
+        self.progress.setRange(0, 0)  # busy until the model is loaded
+        self.status.setText(f"Loading {model}…")
+        self.job.start(self.python, self.dataset, model, self.mode.currentData(), images)
+        self._running_changed()
+
+    def _started(self, event: dict[str, object]) -> None:
+        total = int(str(event.get("total", 0)))
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(0)
+        skipped = int(str(event.get("kept", 0)))
+        note = f"; {skipped} already have a caption" if skipped else ""
+        self.status.setText(f"Captioning {total} images with {event.get('model')} on {event.get('device')} "
+                            f"in {event.get('precision')}{note}.")
+
+    def _progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+
+    def _finished(self, status: str, message: str) -> None:
+        if self.progress.maximum() == 0:
+            self.progress.setRange(0, 1)
+        texts = {
+            "completed": f"Done: {len(self.rows)} captions to review.",
+            "stopped": f"Stopped: {len(self.rows)} captions to review; start again for the rest.",
+        }
+        self.status.setText(message if status == "failed" or message else texts.get(status, status))
+        self._running_changed()
+
+    def _running_changed(self) -> None:
+        running = self.job.running
+        self.start_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+
+    # ------------------------------------------------------------ proposals
+
+    def add_proposal(self, caption: MachineCaption) -> None:
+        """A caption the model proposed for one image of the dataset (others are ignored)."""
+        if caption.image not in self.store.entries:
+            return
+        if caption.image in self.proposals:
+            row = self.rows.index(caption.image)  # the same image again (rare): its row is updated
+        else:
+            row = len(self.rows)
+            self.rows.append(caption.image)
+            self.table.insertRow(row)
+        self.proposals[caption.image] = caption
+        self._fill_row(row, self.rules())
+        if caption.tags and not self.general.isEnabled():
+            self._update_sliders()
+        if self.table.currentRow() < 0:
+            self.table.setCurrentCell(0, 0)
+
+    def proposed(self, image: Path, rules: CaptionRules | None = None) -> str | None:
+        """What accepting would write for `image` now; None when its caption stays as it is."""
+        return compose(self.store.caption(image), self.proposals[image], rules or self.rules())
+
+    def _fill_row(self, row: int, rules: CaptionRules) -> None:
+        image = self.rows[row]
+        after = self.proposed(image, rules)
+        tokens = estimate_tokens(after)
+        cells = (image.name, self.store.caption(image) or "", after if after is not None else _KEPT,
+                 str(tokens) if after is not None else "")
+        for column, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            item.setToolTip(text)
+            if column == 2 and after is None:
+                item.setForeground(QBrush(QColor("gray")))
+            if column == 3 and tokens > CLIP_TOKEN_LIMIT:
+                item.setForeground(QBrush(QColor("#c0392b")))
+                item.setToolTip(f"{tokens} tokens: CLIP reads {CLIP_TOKEN_LIMIT}; the rest is cut off in training")
+            self.table.setItem(row, column, item)
+
+    def refresh(self) -> None:
+        """Rules changed: the preview is decided again at once, every row once the typing or sliding pauses."""
+        rules = self.rules()
+        self.general_label.setText(f"General tags ≥ {rules.general_threshold:.2f}")
+        self.character_label.setText(f"Character tags ≥ {rules.character_threshold:.2f}")
+        self._show_preview()
+        self._table_timer.start()
+
+    def _refill_table(self) -> None:
+        rules = self.rules()
+        for row in range(len(self.rows)):
+            self._fill_row(row, rules)
+
+    def _update_sliders(self) -> None:
+        tags = any(p.tags for p in self.proposals.values())
+        self.general.setEnabled(tags)
+        self.character.setEnabled(tags)
+
+    def _show_preview(self) -> None:
+        row = self.table.currentRow()
+        if not 0 <= row < len(self.rows):
+            self.preview.setText("")
+            self.preview_tokens.setText("")
+            self.preview_image.clear()
+            return
+        image = self.rows[row]
+        after = self.proposed(image)
+        self.preview.setText(after if after is not None else f"{_KEPT}: {self.store.caption(image) or ''}")
+        tokens = estimate_tokens(after if after is not None else self.store.caption(image))
+        over = " — longer than CLIP reads; the rest is cut off" if tokens > CLIP_TOKEN_LIMIT else ""
+        self.preview_tokens.setText(f"{tokens} / {CLIP_TOKEN_LIMIT} tokens{over}")
+        reader = QImageReader(str(image))
+        reader.setAutoTransform(True)
+        size = reader.size()
+        if size.isValid():
+            reader.setScaledSize(size.scaled(PREVIEW_SIZE, PREVIEW_SIZE, Qt.AspectRatioMode.KeepAspectRatio))
+        self.preview_image.setPixmap(QPixmap.fromImage(reader.read()))
+
+    def selected_rows(self) -> list[int]:
+        return sorted({index.row() for index in self.table.selectionModel().selectedRows()})
+
+    def accept_rows(self, rows: Sequence[int]) -> int:
+        """Write the proposals of `rows` as one undo step; returns how many captions change."""
+        rules = self.rules()
+        edits = []
+        for row in rows:
+            image = self.rows[row]
+            after = self.proposed(image, rules)
+            if after is not None:
+                edits.append(CaptionEdit(image, self.store.caption(image), after))
+        if edits:
+            model = Path(self.model.currentText().strip()).name
+            title = f"Caption {len(edits)} image{'s' if len(edits) != 1 else ''}"
+            self.push_edits(edits, f"{title} with {model}" if model else title)
+        self.reject_rows(rows)
+        return len(edits)
+
+    def reject_rows(self, rows: Sequence[int]) -> None:
+        """Drop the proposals of `rows`; their captions stay as they are."""
+        for row in sorted(set(rows), reverse=True):
+            self.proposals.pop(self.rows.pop(row), None)
+            self.table.removeRow(row)
+        self._update_sliders()
+        self._show_preview()
+
+    # ------------------------------------------------------------ closing
+
+    def done(self, result: int) -> None:
+        self._table_timer.stop()
+        self.job.kill_now()
+        super().done(result)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self._table_timer.stop()
+        self.job.kill_now()
+        super().closeEvent(event)

@@ -1,0 +1,210 @@
+"""The Training Environment window: shown on the first Train of the desktop app, and from
+Tools → Training Environment. It says what the studio will install and why (the torch
+build for this GPU's driver), what is wrong and how to fix it, and installs with a
+progress bar that can be cancelled; a later install continues where it stopped.
+
+The window never imports torch: the install runs pip or uv in subprocesses, from a pool
+thread that only reports progress.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QThreadPool, Signal
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.core.trainenv.doctor import ERROR, WARNING, EnvOverview
+from studio.core.trainenv.installer import STEPS, InstallResult
+from studio.core.trainenv.progress import InstallProgress
+from studio.core.trainenv.state import LOG_FILE
+from studio.core.training_python import env_dir
+from studio.gui.desktop import open_with_desktop
+from studio.gui.page import named
+from studio.gui.trainenv.tasks import EnvSignals, InstallTask, OverviewTask
+
+STEP_WORDS = {"create": "Making the environment", "torch": "Installing PyTorch", "packages": "Installing the "
+              "training libraries", "link": "Linking the studio's code", "verify": "Checking the environment"}
+CANCEL_WAIT_MS = 15_000
+
+
+class TrainingEnvDialog(QDialog):
+    sig_ready = Signal(str)  # the environment's Python, once an install finished
+
+    def __init__(self, parent: QWidget | None = None, folder: Path | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("training_env_dialog")
+        self.setWindowTitle("Training Environment")
+        self.setMinimumWidth(640)
+        self.folder = folder or env_dir()
+        self.overview: EnvOverview | None = None
+        self._task: InstallTask | None = None
+        self.pool = QThreadPool(self)
+        self.pool.setMaxThreadCount(1)
+        self.signals = EnvSignals(self)
+        self.signals.sig_overview.connect(self._on_overview)
+        self.signals.sig_progress.connect(self._on_progress)
+        self.signals.sig_installed.connect(self._on_installed)
+        self.signals.sig_cancelled.connect(self._on_cancelled)
+        self.signals.sig_failed.connect(self._on_failed)
+        self._build()
+        self.refresh()
+
+    def _build(self) -> None:
+        layout = QVBoxLayout(self)
+        intro = QLabel(
+            "Training runs in a Python environment of its own, with PyTorch and the training libraries. "
+            f"The studio makes it once, in <code>{self.folder}</code>; the window and your projects stay as "
+            "they are. PyTorch for an NVIDIA GPU is a download of a few GB.")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        self.status = named(QLabel("Reading this machine…"), "env_status")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.status)
+        self.findings = named(QListWidget(), "env_findings")
+        self.findings.setWordWrap(True)
+        self.findings.setMaximumHeight(140)
+        layout.addWidget(self.findings)
+        self.progress = named(QProgressBar(), "env_progress")
+        self.progress.setRange(0, len(STEPS))
+        self.progress.setValue(0)
+        self.progress_label = named(QLabel(""), "env_progress_label")
+        layout.addWidget(self.progress)
+        layout.addWidget(self.progress_label)
+        row = QHBoxLayout()
+        self.install_button = named(QPushButton("Install"), "env_install")
+        self.install_button.clicked.connect(self.start_install)
+        self.cancel_button = named(QPushButton("Cancel install"), "env_cancel")
+        self.cancel_button.clicked.connect(self.cancel_install)
+        self.log_button = named(QPushButton("Show Log"), "env_log")
+        self.log_button.clicked.connect(self.show_log)
+        for button in (self.install_button, self.cancel_button, self.log_button):
+            row.addWidget(button)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.buttons.rejected.connect(self.close)
+        layout.addWidget(self.buttons)
+        self._set_busy(True, installing=False)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def installing(self) -> bool:
+        return self._task is not None
+
+    def refresh(self) -> None:
+        """Read the machine and the environment again (in the background)."""
+        self._set_busy(True, installing=False)
+        self.pool.start(OverviewTask(self.folder, self.signals))
+
+    def _set_busy(self, busy: bool, installing: bool) -> None:
+        self.install_button.setEnabled(not busy and self.overview is not None and not self.overview.blocked)
+        self.cancel_button.setEnabled(installing)
+        self.log_button.setEnabled((self.folder / LOG_FILE).is_file())
+        self.buttons.setEnabled(not installing)
+
+    def _on_overview(self, overview: EnvOverview) -> None:
+        self.overview = overview
+        facts = overview.facts
+        reason = overview.plan.build.reason if overview.plan else ""
+        if overview.needs_repair:
+            self.status.setText(f"<b>Needs repair.</b> {reason}.")
+            self.install_button.setText("Repair")
+        elif any(f.code == "install_unfinished" for f in overview.findings):
+            self.status.setText(f"<b>The install stopped halfway.</b> Continue it where it stopped. {reason}.")
+            self.install_button.setText("Continue Install")
+        elif overview.ready:
+            self.status.setText(f"<b>Ready.</b> PyTorch {facts.get('torch')} in {facts.get('folder')}. {reason}.")
+            self.install_button.setText("Repair")
+        else:
+            self.status.setText(f"<b>Not set up yet.</b> {reason}.")
+            self.install_button.setText("Install")
+        self.findings.clear()
+        for finding in overview.findings:
+            mark = {ERROR: "✖", WARNING: "⚠"}.get(finding.severity, "ℹ")
+            self.findings.addItem(f"{mark} {finding.message}\n    → {finding.fix}")
+        self.findings.setVisible(bool(overview.findings))
+        self._set_busy(False, installing=False)
+
+    # ------------------------------------------------------------ install
+
+    def start_install(self) -> None:
+        if self.installing or self.overview is None or self.overview.plan is None:
+            return
+        force = self.install_button.text() == "Repair"
+        self._task = InstallTask(self.overview.plan, self.signals, force)
+        self.progress.setValue(0)
+        self.progress_label.setText("Starting…")
+        self.findings.hide()  # they describe the state before the install; a new check follows it
+        reason = self.overview.plan.build.reason
+        self.status.setText(f"<b>{'Repairing' if force else 'Installing'}.</b> {reason}.")
+        self._set_busy(True, installing=True)
+        self.pool.start(self._task)
+
+    def cancel_install(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self.progress_label.setText("Cancelling…")
+            self.cancel_button.setEnabled(False)
+
+    def _on_progress(self, progress: InstallProgress) -> None:
+        self.progress.setValue(progress.index - 1)
+        text = f"{STEP_WORDS.get(progress.step, progress.step)} (step {progress.index} of {progress.count})"
+        if progress.package:
+            text += f": {progress.package}"
+        if progress.bytes_total:
+            text += f", {progress.bytes_done / 1e6:.0f} of {progress.bytes_total / 1e6:.0f} MB"
+        self.progress_label.setText(text)
+
+    def _on_installed(self, result: InstallResult) -> None:
+        self._task = None
+        self.progress.setValue(len(STEPS))
+        self.progress_label.setText("Up to date: nothing needed doing." if result.up_to_date
+                                    else f"Ready in {result.seconds:.0f} s.")
+        self.sig_ready.emit(str(result.python))
+        self.refresh()
+
+    def _on_cancelled(self, message: str) -> None:
+        self._task = None
+        self.progress_label.setText(f"Cancelled: {message}.")
+        self.refresh()
+
+    def _on_failed(self, message: str) -> None:
+        self._task = None
+        self.progress_label.setText(f"<b>Failed:</b> {message}")
+        self.progress_label.setWordWrap(True)
+        self.refresh()
+
+    def show_log(self) -> None:
+        open_with_desktop(self, self.folder / LOG_FILE, "the install log")
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        # The install continues from this point next time; pip is stopped rather than left running.
+        if self._task is not None:
+            self._task.cancel()
+        self.pool.waitForDone(CANCEL_WAIT_MS)
+        super().closeEvent(event)
+
+
+def open_training_env_dialog(parent: QWidget) -> TrainingEnvDialog:
+    """Show the window (one per parent), raised if it is already open."""
+    dialog = parent.findChild(TrainingEnvDialog, "training_env_dialog")
+    if dialog is None:
+        dialog = TrainingEnvDialog(parent)
+    elif not dialog.installing:
+        dialog.refresh()
+    dialog.show()
+    dialog.raise_()
+    return dialog

@@ -1,0 +1,125 @@
+"""Latent and text-embedding caches: each image and caption is encoded once per run.
+
+The config already rejects caches that would contradict augmentations or
+text-encoder training. Latents cached to disk live in RUN_DIR/cache/latents and
+are reused by a resumed run; each node's local main process writes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from studio.core.config.schema import DatasetSection
+from studio.train.components import Components
+from studio.train.data.items import TrainItem, load_image
+from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.memory.transfer import to_device
+
+Progress = Callable[[str, int, int], None]
+# Cached latents stay on the GPU when they take at most this share of its memory (the VRAM estimate
+# leaves more slack than that).
+GPU_CACHE_FRACTION = 0.03
+
+
+def gpu_cache_budget(device: torch.device) -> int:
+    """Bytes of cached latents kept on `device` (none on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).total_memory * GPU_CACHE_FRACTION)
+
+
+def _latent_file(folder: Path, item: TrainItem, base: str) -> Path:
+    stat = item.path.stat()
+    key = f"{item.path}|{stat.st_mtime_ns}|{stat.st_size}|{item.bucket}|{base}"
+    return folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
+
+
+class LatentCache:
+    def __init__(self) -> None:
+        self.latents: dict[int, torch.Tensor] = {}
+
+    def fill(
+        self,
+        adapter: FamilyAdapter,
+        components: Components,
+        items: list[TrainItem],
+        dataset: DatasetSection,
+        batch_size: int,
+        disk: Path | None,
+        writer: bool,
+        progress: Progress,
+    ) -> None:
+        """Encode every item (or read it from `disk`); only a `writer` writes missing files."""
+        from safetensors.torch import load_file, save_file
+
+        todo: list[TrainItem] = []
+        for item in items:
+            path = _latent_file(disk, item, adapter.config.model.base) if disk else None
+            if path is not None and path.is_file():
+                self.latents[item.index] = load_file(str(path))["latents"]
+            else:
+                todo.append(item)
+        by_bucket: dict[tuple[int, int], list[TrainItem]] = {}
+        for item in todo:
+            by_bucket.setdefault(item.bucket, []).append(item)
+        done = len(items) - len(todo)
+        for group in by_bucket.values():
+            for start in range(0, len(group), batch_size):
+                chunk = group[start : start + batch_size]
+                pixels = torch.stack([torch.from_numpy(load_image(i, "center", False, None).pixels) for i in chunk])
+                with torch.no_grad():
+                    latents = adapter.encode_images(components, pixels).float().cpu()
+                for item, latent in zip(chunk, latents, strict=True):
+                    self.latents[item.index] = latent.clone(memory_format=torch.contiguous_format)
+                    if disk is not None and writer:
+                        disk.mkdir(parents=True, exist_ok=True)
+                        save_file({"latents": latent.clone(memory_format=torch.contiguous_format)}, str(_latent_file(disk, item, adapter.config.model.base)))
+                done += len(chunk)
+                progress("caching", done, len(items))
+
+    def keep_on(self, device: torch.device, budget_bytes: int) -> bool:
+        """Move every latent to `device` when they take at most `budget_bytes`: each step then
+        stacks its latents on the GPU instead of copying them from the host."""
+        size = sum(t.numel() * t.element_size() for t in self.latents.values())
+        if device.type == "cpu" or size > budget_bytes:
+            return False
+        self.latents = {index: latent.to(device) for index, latent in self.latents.items()}
+        return True
+
+    def batch(self, item_indices: list[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        return to_device(torch.stack([self.latents[i] for i in item_indices]), device, dtype)
+
+
+class TextCache:
+    def __init__(self) -> None:
+        self.embeddings: dict[str, Conditioning] = {}
+
+    def fill(
+        self, adapter: FamilyAdapter, components: Components, captions: list[str], batch_size: int,
+        progress: Progress,
+    ) -> None:
+        unique = list(dict.fromkeys(captions))
+        for start in range(0, len(unique), max(1, batch_size)):
+            chunk = unique[start : start + batch_size]
+            with torch.no_grad():
+                cond = adapter.encode_prompts(components, chunk)
+            for i, caption in enumerate(chunk):
+                self.embeddings[caption] = {k: v[i].detach().clone() for k, v in cond.items()}
+            progress("caching", min(start + batch_size, len(unique)), len(unique))
+
+    def batch(self, captions: list[str]) -> Conditioning:
+        first = self.embeddings[captions[0]]
+        return {key: torch.stack([self.embeddings[c][key] for c in captions]) for key in first}
+
+
+def cache_captions(items: list[TrainItem], dataset: DatasetSection) -> list[str]:
+    """Every caption a step can ask for: each item's, plus the empty one when captions drop out."""
+    captions = [item.caption for item in items]
+    if dataset.caption_dropout > 0:
+        captions.append("")
+    return captions
+

@@ -1,0 +1,160 @@
+"""`studio-train download` against a fake hub on 127.0.0.1: only training files, progress, resume, tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fixtures.fake_hub import FakeHub, tiny_sd15_repo
+
+from studio.core.config.schema import ModelSection, TrainConfig
+from studio.core.models.downloads import DownloadProgress, progress_text
+from studio.core.project.preflight import check_model
+
+pytest.importorskip("huggingface_hub", reason="downloads need the training packages")
+
+ROOT = Path(__file__).resolve().parents[3]
+SD15 = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+UNET = "unet/diffusion_pytorch_model.safetensors"
+BIG = 12 * 1024 * 1024  # past huggingface_hub's 10 MiB write chunk, so a cut leaves a part to resume from
+TRAINING_FILES = {"model_index.json", "scheduler/scheduler_config.json", "feature_extractor/preprocessor_config.json",
+                  "text_encoder/config.json", "text_encoder/model.safetensors", "tokenizer/vocab.json",
+                  "tokenizer/merges.txt", "unet/config.json", UNET, "vae/config.json",
+                  "vae/diffusion_pytorch_model.safetensors"}
+
+
+def _env(hub: FakeHub, tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
+           "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+           # keyrings.alt's file backend stands in for the system keyring, in this test's folder.
+           "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring", "XDG_DATA_HOME": str(tmp_path / "data")}
+    env.pop("HF_TOKEN", None)
+    return env
+
+
+def _download(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "studio.cli", "download", *args], env=env, capture_output=True,
+                          text=True, input=stdin, timeout=120)
+
+
+def _snapshot_files(env: dict[str, str], repo: str) -> dict[str, bytes]:
+    snapshots = Path(env["HF_HUB_CACHE"]) / ("models--" + repo.replace("/", "--")) / "snapshots"
+    (snapshot,) = snapshots.iterdir()
+    return {p.relative_to(snapshot).as_posix(): p.read_bytes() for p in snapshot.rglob("*") if p.is_file()}
+
+
+def test_download_fetches_the_training_files_with_progress(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    env = _env(fake_hub, tmp_path)
+    out = _download(env, SD15, "--json")
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert lines[-1] == {"type": "done", "model": SD15, "path": lines[-1]["path"]}
+    progress = [row for row in lines if row["type"] == "progress" and row["phase"] != "listing"]
+    total = sum(len(repo[name]) for name in TRAINING_FILES)
+    assert {row["total_bytes"] for row in progress} == {total} and progress[-1]["done_bytes"] == total
+    assert [row["done_bytes"] for row in progress] == sorted(row["done_bytes"] for row in progress)
+    assert progress[-1]["files_done"] == progress[-1]["files_total"] == len(TRAINING_FILES)
+    files = _snapshot_files(env, SD15)
+    assert files == {name: repo[name] for name in TRAINING_FILES}  # no fp16 variant, safety checker or README
+    # The trainer finds it now with no network: the preflight passes.
+    monkeypatch.setenv("HF_HUB_CACHE", env["HF_HUB_CACHE"])
+    assert check_model(TrainConfig(model=ModelSection(family="sd15", base=SD15))) is None
+    # A second run fetches nothing again.
+    before = len([r for r in fake_hub.requests if r.method == "GET" and "/resolve/" in r.path])
+    assert _download(env, SD15).returncode == 0
+    assert len([r for r in fake_hub.requests if r.method == "GET" and "/resolve/" in r.path]) == before
+
+
+def test_the_terminal_shows_bytes_rate_and_time_left() -> None:
+    progress = DownloadProgress(SD15, file=UNET, files_done=2, files_total=10, total_bytes=4_300_000_000)
+    progress.received(1_000_000, 100.0)
+    progress.received(45_000_000, 101.0)
+    assert progress_text(progress) == f"{UNET}  46.0 MB / 4.3 GB  45.0 MB/s  ETA 1:34  (file 3 of 10)"
+
+
+def test_a_connection_dropped_mid_file_resumes_from_the_bytes_received(fake_hub: FakeHub, tmp_path: Path) -> None:
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    repo[UNET] = os.urandom(BIG)
+    fake_hub.cut_after[UNET] = 11 * 1024 * 1024
+    out = _download(_env(fake_hub, tmp_path), SD15)
+    assert out.returncode == 0, out.stderr
+    first, second = fake_hub.gets(UNET)
+    assert first.range is None and second.range == f"bytes={10 * 1024 * 1024}-"
+    assert _snapshot_files(_env(fake_hub, tmp_path), SD15)[UNET] == repo[UNET]
+
+
+@pytest.mark.slow
+def test_a_download_ended_part_way_resumes_when_run_again(fake_hub: FakeHub, tmp_path: Path) -> None:
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    repo[UNET] = os.urandom(BIG)
+    fake_hub.stall_after[UNET] = 11 * 1024 * 1024
+    env = _env(fake_hub, tmp_path)
+    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "download", SD15], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    blobs = Path(env["HF_HUB_CACHE"]) / ("models--" + SD15.replace("/", "--")) / "blobs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.stat().st_size >= 10 * 1024 * 1024
+                                                  for p in blobs.glob("*.part")):
+        time.sleep(0.05)
+    process.kill()  # the window closed, the machine slept, Ctrl+C...
+    process.wait(10)
+    out = _download(env, SD15)
+    assert out.returncode == 0, out.stderr
+    assert [r.range for r in fake_hub.gets(UNET)] == [None, f"bytes={10 * 1024 * 1024}-"]
+    assert _snapshot_files(env, SD15)[UNET] == repo[UNET]
+
+
+def test_a_damaged_file_is_removed_and_named(fake_hub: FakeHub, tmp_path: Path) -> None:
+    from studio.core.models.downloads import RemoteFile, verify
+
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(b"x" * 2000)
+    assert verify(path, RemoteFile("w.safetensors", 2000, "0" * 64)) == "w.safetensors does not match the hub's sha256"
+    assert verify(path, RemoteFile("w.safetensors", 10, None)) == "w.safetensors has 2000 bytes, the hub lists 10"
+
+
+def test_without_network_the_error_says_so_and_names_the_missing_files(tmp_path: Path) -> None:
+    hub = FakeHub(repos={}, url="http://127.0.0.1:9")  # nothing listens on the discard port
+    out = _download(_env(hub, tmp_path), SD15)
+    assert out.returncode == 1
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: Cannot reach the Hugging Face hub for {SD15} (ConnectError")
+    assert "still missing: model_index.json, scheduler/scheduler_config.json" in line
+    assert line.endswith("Check the network and run the download again: finished files are kept and a cut file "
+                         "resumes.")
+
+
+@pytest.mark.slow
+def test_a_gated_model_asks_for_a_token_that_is_never_written_to_a_file(
+    fake_hub: FakeHub, tmp_path: Path
+) -> None:
+    pytest.importorskip("keyrings.alt", reason="the tests keep tokens with keyrings.alt's file backend")
+    secret = "hf_SeCrEt0123456789"
+    gated = "stabilityai/stable-diffusion-3-medium-diffusers"
+    fake_hub.repos[gated] = {"model_index.json": b"{}", "transformer/config.json": b"{}"}
+    fake_hub.gated[gated] = secret
+    env = _env(fake_hub, tmp_path)
+    refused = _download(env, gated)
+    assert refused.returncode == 1 and f"error: {gated} is gated (it needs a Hugging Face token)" in refused.stderr
+    stored = _download(env, "--set-token", stdin=secret + "\n")
+    assert stored.returncode == 0 and stored.stdout == "token kept in the system keyring\n"
+    out = _download(env, gated)
+    assert out.returncode == 0, out.stderr
+    assert {r.authorization for r in fake_hub.requests if "/resolve/" in r.path} == {f"Bearer {secret}"}
+    # Every file the studio and the download wrote: caches, settings, the cache of models.
+    keyring_folder = tmp_path / "data" / "python_keyring"  # the system keyring's stand-in
+    assert (keyring_folder / "keyring_pass.cfg").is_file()
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and keyring_folder not in p.parents]
+    written += [p for name in ("STUDIO_CONFIG_DIR", "STUDIO_CACHE_DIR", "STUDIO_DATA_DIR")
+                for p in Path(os.environ[name]).rglob("*") if p.is_file()]
+    assert written and not [p for p in written if secret.encode() in p.read_bytes()]
+    assert secret not in refused.stdout + refused.stderr + out.stdout + out.stderr + stored.stdout
+    assert _download(env, "--forget-token").stdout == "token removed\n"

@@ -1,0 +1,123 @@
+"""A run started detached on the "machine" (a local sshd): it outlives dropped connections, its events
+arrive here without a lost or repeated step, Stop and Kill reach it, and it comes back.
+
+The bundle here is a stand-in: its launch.sh starts tests/fixtures/fake_trainer.py (events at 20
+steps a second, samples every 15 steps), so no torch is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+from fixtures.sshd import SshServer, fake_bundle
+
+from studio.core.remote.control import (
+    RemoteRunRecord,
+    follow_files,
+    kill_remote_run,
+    pull_run,
+    read_record,
+    remote_state,
+    request_remote_stop,
+    write_record,
+)
+from studio.core.remote.machines import RemoteMachine
+from studio.core.remote.probe import probe_machine
+from studio.core.remote.ssh import SshClient
+from studio.core.remote.start import launch_detached
+from studio.core.runs.events import RunFinished, Sample, Step, read_events
+from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def _steps(path: Path) -> list[int]:
+    return [e.step for e in read_events(path) if isinstance(e, Step)] if path.exists() else []
+
+
+def _start(remote_machine: RemoteMachine, sshd: SshServer, mode: str, tmp_path: Path) -> tuple[
+        SshClient, RemoteRunRecord, Path]:
+    client = SshClient(dataclasses.replace(remote_machine, detach=mode))
+    report = probe_machine(client)
+    bundle = fake_bundle(sshd.workspace / f"fake-{mode}-{tmp_path.name}")
+    record, _check = launch_detached(client, report, str(bundle), gpus=1, cpu=True)
+    local = tmp_path / "runs" / Path(record.remote_run_dir).name
+    local.mkdir(parents=True)
+    write_record(local, record)
+    return client, record, local
+
+
+def test_a_detached_run_outlives_a_dropped_connection_and_stops_when_asked(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path
+) -> None:
+    client, record, local = _start(remote_machine, sshd, "auto", tmp_path)  # tmux where installed, else nohup
+    assert record.detach in ("tmux", "nohup") and record.pid > 0
+    assert read_record(local) == record
+    there = Path(record.remote_run_dir)
+    assert (there / "launch-env.txt").read_text().strip() == "GPUS_PER_NODE=1 STUDIO_BUNDLE_CPU=1"
+    mirrors = follow_files(client, record, local)
+    for mirror in mirrors.values():
+        mirror.start()
+    try:
+        _wait(lambda: len(_steps(local / EVENTS_FILE)) >= 5, "five steps arriving here")
+        assert sshd.kill_sessions() >= 1  # every connection to the machine drops
+        assert remote_state(client, record) == (True, None)  # ... and the run goes on there
+        _wait(lambda: mirrors[EVENTS_FILE].reconnects >= 1 and len(_steps(local / EVENTS_FILE)) >= 25,
+              "the tail reconnecting and steps arriving again")
+        request_remote_stop(client, record)
+        assert mirrors[EVENTS_FILE].wait(60), "the events tail did not end with the run"
+        assert mirrors[CONSOLE_FILE].wait(30)
+    finally:
+        for mirror in mirrors.values():
+            mirror.close()
+    assert (local / EVENTS_FILE).read_bytes() == (there / EVENTS_FILE).read_bytes()
+    events = read_events(local / EVENTS_FILE)
+    steps = _steps(local / EVENTS_FILE)
+    assert steps == list(range(1, len(steps) + 1)) and 25 <= len(steps) < 400
+    assert [e.status for e in events if isinstance(e, RunFinished)] == ["stopped"]
+    # Each sample event was appended only once its images were here.
+    images = [image for e in events if isinstance(e, Sample) for image in e.images]
+    assert len(images) >= 4 and all((local / image).is_file() for image in images)
+    assert "stopped on request" in (local / CONSOLE_FILE).read_text()
+    _wait(lambda: not remote_state(client, record)[0], "launch.sh exiting", 30)
+    assert remote_state(client, record) == (False, 0)
+    report = pull_run(client, record, local, mirrored=(EVENTS_FILE, CONSOLE_FILE))
+    assert "launch-env.txt" in report.copied and "STOP" not in report.copied
+    assert read_record(local).state == "pulled" and read_record(local).exit_status == 0
+    client.close()
+
+
+def test_kill_ends_the_whole_process_tree_there(remote_machine: RemoteMachine, sshd: SshServer,
+                                                tmp_path: Path) -> None:
+    client, record, _local = _start(remote_machine, sshd, "nohup", tmp_path)
+    there = Path(record.remote_run_dir)
+    _wait(lambda: len(_steps(there / EVENTS_FILE)) >= 3, "the fake trainer stepping")
+    bundle = Path(record.bundle_dir)
+
+    def workers() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if Path(proc.cwd()).is_relative_to(bundle):
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                pass
+        return found
+
+    assert len(workers()) >= 2  # launch.sh's shell, the trainer, tee
+    assert kill_remote_run(client, record, grace_s=5) >= 2
+    assert workers() == []
+    assert remote_state(client, record)[0] is False
+    assert kill_remote_run(client, record) == 0  # nothing left to end
+    client.close()

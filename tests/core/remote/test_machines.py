@@ -1,0 +1,86 @@
+"""Remote machines: kept in the user config folder, checked field by field, never with a secret."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from studio.core.remote.machines import (
+    MachineError,
+    RemoteMachine,
+    get_machine,
+    load_machines,
+    machines_path,
+    remove_machine,
+    save_machine,
+)
+from studio.core.remote.passphrases import key_is_encrypted
+from studio.core.remote.ssh import remote_path
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "id_test"
+    path.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n")
+    return path
+
+
+def test_machines_are_kept_in_the_user_config_folder_and_read_back(key: Path) -> None:
+    machine = RemoteMachine("pod-1", "203.0.113.7", user="root", port=22022, key_file=str(key),
+                            workspace="/workspace", python="/opt/venv/bin/python", env={"HF_HOME": "/workspace/hf"})
+    path = save_machine(machine)
+    assert path == machines_path() and path.is_file()
+    assert load_machines() == {"pod-1": machine}
+    assert get_machine("pod-1").describe() == "root@203.0.113.7:22022"
+    assert remove_machine("pod-1") and not remove_machine("pod-1")
+    with pytest.raises(MachineError, match=r"no remote machine named 'pod-1' .*studio-train remote add pod-1"):
+        get_machine("pod-1")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"name": "my box"}, "machine name 'my box'"),
+    ({"host": "-oProxyCommand=evil"}, "is not a host name"),
+    ({"port": 70000}, "port 70000 must be between 1 and 65535"),
+    ({"user": "-l"}, "user '-l' is not a login name"),
+    ({"detach": "systemd"}, "detach 'systemd' must be one of auto, tmux, screen, nohup"),
+    ({"env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwx"}}, "env.HF_TOKEN look like a password or token"),
+    ({"env": {"NOTE": "sk-abcdefghijklmnopqrstuvwxyz"}}, "env.NOTE look like a password or token"),
+])
+def test_a_wrong_field_is_refused_with_its_name_and_what_to_do(change: dict[str, object], message: str) -> None:
+    fields = {"name": "box", "host": "example.org", **change}
+    with pytest.raises(MachineError, match=message):
+        save_machine(RemoteMachine(**fields))  # type: ignore[arg-type]
+    assert not machines_path().exists()  # nothing written
+
+
+def test_a_public_key_or_a_missing_key_file_is_refused(key: Path, tmp_path: Path) -> None:
+    public = tmp_path / "id_test.pub"
+    public.write_text("ssh-ed25519 AAAA test\n")
+    with pytest.raises(MachineError, match=r"is a public key; name the private key beside it \(.*id_test\)"):
+        save_machine(RemoteMachine("box", "example.org", key_file=str(public)))
+    with pytest.raises(MachineError, match=r"the key file .*nothing does not exist"):
+        save_machine(RemoteMachine("box", "example.org", key_file=str(tmp_path / "nothing")))
+
+
+def test_a_broken_machines_file_is_named(key: Path) -> None:
+    machines_path().parent.mkdir(parents=True, exist_ok=True)
+    machines_path().write_text("[machines.box]\nhost = 'x'\npassword = 'hunter2'\n")
+    with pytest.raises(MachineError, match=r"machine 'box'.*allowed keys: host, user"):
+        load_machines()
+
+
+def test_an_encrypted_key_is_recognised(tmp_path: Path) -> None:
+    if subprocess.run(["which", "ssh-keygen"], capture_output=True).returncode:
+        pytest.skip("ssh-keygen is not installed")
+    for name, passphrase in (("plain", ""), ("locked", "secret phrase")):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(tmp_path / name)], check=True)
+    assert not key_is_encrypted(tmp_path / "plain")
+    assert key_is_encrypted(tmp_path / "locked")
+
+
+def test_remote_paths_keep_the_remote_home_and_quote_the_rest() -> None:
+    assert remote_path("~/studio remote") == "\"$HOME\"/'studio remote'"
+    assert remote_path("/workspace/a b") == "'/workspace/a b'"
+    assert remote_path("~") == '"$HOME"'

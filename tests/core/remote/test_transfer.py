@@ -1,0 +1,94 @@
+"""Sending a bundle and bringing a folder back: only what changed travels, with rsync or with sftp.
+
+The machine is a real sshd on 127.0.0.1 (tests/fixtures/sshd.py); the project is the demo's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fixtures.sshd import SshServer
+
+from studio.core.project.folder import Project
+from studio.core.remote.machines import RemoteMachine
+from studio.core.remote.probe import probe_machine
+from studio.core.remote.ssh import SshClient
+from studio.core.remote.start import project_folder_name, send_bundle
+from studio.core.remote.transfer import LocalFile, pull_folder, send_files
+
+
+@pytest.fixture(params=["rsync", "sftp"])
+def tool(request: pytest.FixtureRequest) -> str:
+    if request.param == "rsync" and shutil.which("rsync") is None:  # the machine is this computer
+        pytest.skip("rsync is not installed (apt-get install rsync)")
+    return str(request.param)
+
+
+def test_a_second_send_of_an_unchanged_dataset_copies_no_image(demo: Project, remote_machine: RemoteMachine,
+                                                               sshd: SshServer, tool: str) -> None:
+    client = SshClient(remote_machine)
+    report = dataclasses.replace(probe_machine(client), rsync=tool == "rsync")
+    project = f"{project_folder_name(demo.config_path)}-{tool}"
+    first = send_bundle(client, report, demo.config_path, project, 1, None)
+    images = sorted(p for p in (demo.root / "data" / "shapes").iterdir() if p.suffix == ".png")
+    assert first.report.tool == tool and first.images_copied == first.dataset_files > len(images) > 0
+    bundle = Path(first.bundle_dir)
+    assert bundle == sshd.workspace.resolve() / project
+    assert (bundle / "launch.sh").stat().st_mode & 0o111  # still a script there
+    assert (bundle / "dataset" / "shapes" / images[0].name).read_bytes() == images[0].read_bytes()
+    config = (bundle / "config.toml").read_text()
+    assert f'base = "{report.workspace}/models/' in config  # the local base model went to the machine's models/
+    assert first.model_copied and (Path(report.workspace) / first.model_copied[0]).is_file()
+
+    again = send_bundle(client, report, demo.config_path, project, 1, None)
+    assert again.images_copied == 0 and again.model_copied == []
+    # Only what an export writes anew travels: the bundle's date and the README and config headers.
+    assert set(again.bundle_copied) <= {"bundle.json", "README.md", "config.toml"}
+    if tool == "sftp":
+        return  # which files differ is decided the same way for both
+
+    caption = demo.root / "data" / "shapes" / images[0].with_suffix(".txt").name
+    caption.write_text("a changed caption\n")
+    images[1].unlink()
+    third = send_bundle(client, report, demo.config_path, project, 1, None)
+    assert [r for r in third.bundle_copied if r.startswith("dataset/shapes/")] == [f"dataset/shapes/{caption.name}"]
+    # The image and its caption (which the trainer no longer reads) leave the machine; the local
+    # caption file stays where it is.
+    orphan = images[1].with_suffix(".txt")
+    assert sorted(third.removed) == sorted([f"dataset/shapes/{images[1].name}", f"dataset/shapes/{orphan.name}"])
+    assert not (bundle / "dataset" / "shapes" / images[1].name).exists() and orphan.is_file()
+    manifest = json.loads((bundle / "dataset" / "manifest.json").read_text())
+    assert len(manifest["files"]) == third.dataset_files == first.dataset_files - 2
+
+
+def test_awkward_names_go_there_and_come_back_and_a_cut_off_pull_continues(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path, tool: str
+) -> None:
+    client = SshClient(remote_machine)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    files = {"events.jsonl": b'{"type": "step"}\n' * 500, "samples/step 1 [a].png": b"png" * 100,
+             "checkpoints/step-2/state.bin": b"\0" * 1000, "it's \"odd\" #1 {x} *?.txt": b"odd"}
+    for number, data in enumerate(files.values()):
+        (mine / f"file {number}").write_bytes(data)
+    sent = [LocalFile(mine / f"file {number}", rel) for number, rel in enumerate(files)]
+    there = f"{sshd.workspace}/pull {tool}"
+    assert sorted(send_files(client, sent, there, tool == "rsync").copied) == sorted(files)
+    assert send_files(client, sent, there, tool == "rsync").copied == []
+
+    here = tmp_path / "run"
+    report = pull_folder(client, there, here, tool == "rsync", skip=["checkpoints/"])
+    assert sorted(report.copied) == sorted(r for r in files if not r.startswith("checkpoints/"))
+    assert not (here / "checkpoints").exists()
+    cut = here / "events.jsonl"
+    cut.write_bytes(files["events.jsonl"][:1000])  # a pull that was cut off
+    Path(there, "events.jsonl").write_bytes(files["events.jsonl"] * 2)  # ... while the run went on
+    again = pull_folder(client, there, here, tool == "rsync", skip=["checkpoints/"])
+    assert again.copied == ["events.jsonl"] and again.unchanged == 2
+    for rel, data in files.items():
+        if not rel.startswith("checkpoints/"):
+            assert (here / rel).read_bytes() == (data * 2 if rel == "events.jsonl" else data), rel
