@@ -161,7 +161,10 @@ def test(extra: list[str]) -> None:
     run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider"],
         env=dict(env, STUDIO_CORE_ONLY="1"))
     print("\n== the whole suite ==", flush=True)
-    run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *extra], env=env)
+    # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
+    workers = os.environ.get("STUDIO_TEST_WORKERS") or str(min(2, os.cpu_count() or 1))
+    parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
+    run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *parallel, *extra], env=env)
 
 
 def main(argv: list[str]) -> None:

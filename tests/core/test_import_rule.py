@@ -129,11 +129,14 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 # Core's feature folders in layers: a folder imports the core's root modules, its own
 # folder and the folders of lower layers. The config is the contract everything reads;
 # projects and exports put the others together.
-CORE_LAYERS = {"config": 0, "dataset": 1, "hardware": 1, "runs": 1, "project": 2, "export": 2, "trainenv": 2}
-# The GUI's shared widgets (plots, run header) sit beside the wing's root modules.
-GUI_SHARED = {"widgets"}
-# The trainer's pipeline builders are used by the families, never the reverse.
-TRAIN_LAYERS = {"pipelines": 0, "families": 1}
+CORE_LAYERS = {"config": 0, "dataset": 1, "hardware": 1, "models": 1, "runs": 1, "project": 2, "export": 2,
+               "trainenv": 2, "remote": 3}
+# Folders every gui page folder may use, each above the ones it imports: the shared widgets (plots,
+# run header), the process and run controller, the Training Environment window.
+GUI_SHARED = {"widgets": 0, "runner": 1, "trainenv": 1}
+# The trainer's pipeline builders and memory placement are used by the families, the families by
+# the data (caches encode with them); never the reverse.
+TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "families": 1, "data": 2}
 
 
 def feature_violations(root: Path) -> list[str]:

@@ -15,7 +15,8 @@ from studio.core.hardware.probe import load_hardware
 
 
 def write_safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
-    """A safetensors file whose header declares `shapes` (the data is never read by the estimate)."""
+    """A safetensors file's header declaring `shapes`, without the data (the estimate reads only
+    the header; a full-size model's data would be gigabytes)."""
     header, offset = {}, 0
     for name, shape in shapes.items():
         size = 4
@@ -26,7 +27,7 @@ def write_safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
     header["__metadata__"] = {"format": "pt"}
     raw = json.dumps(header).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
 
 
 def model_folder(root: Path, unet_params: int) -> Path:
