@@ -88,7 +88,7 @@ def test_a_detached_run_outlives_a_dropped_connection_and_stops_when_asked(
     assert [e.status for e in events if isinstance(e, RunFinished)] == ["stopped"]
     # Each sample event was appended only once its images were here.
     images = [image for e in events if isinstance(e, Sample) for image in e.images]
-    assert len(images) >= 4 and all((local / image).is_file() for image in images)
+    assert len(images) >= 2 and all((local / image).is_file() for image in images)  # one sample event or more
     assert "stopped on request" in (local / CONSOLE_FILE).read_text()
     _wait(lambda: not remote_state(client, record)[0], "launch.sh exiting", 30)
     assert remote_state(client, record) == (False, 0)
