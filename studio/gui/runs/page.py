@@ -38,8 +38,9 @@ from studio.gui.runner.run_controller import RunController
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.widgets.loss_plot import LossOverlay
 from studio.gui.widgets.run_header import RunHeader
-from studio.gui.widgets.run_plots import LossOverlay, RunPlots
+from studio.gui.widgets.run_plots import RunPlots
 from studio.gui.worker import Worker
 
 

@@ -1,4 +1,4 @@
-"""Live plots of a run: loss (raw and smoothed), learning rate, memory per rank, throughput
+"""Live plots of a run: loss (raw and smoothed, `loss_plot.py`), learning rate, memory per rank, throughput
 (images/s, and MFU on its own axis when the trainer knows the model's FLOPs and the GPU's peak).
 
 Views never redraw per event: the controller's timer calls `refresh(model)` at most 20
@@ -7,150 +7,22 @@ times a second, and each curve gets one `setData` on the model's numpy buffers.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from studio.core.runs.run_model import RunModel
 from studio.gui.widgets.gpu_memory import GpuMemorySampler
-from studio.gui.widgets.plot_items import FollowRange, TickGrid
+from studio.gui.widgets.loss_plot import RANK_COLOURS, LossPlot, make_curve, make_plot, right_axis
+from studio.gui.widgets.plot_items import FollowRange
 
 VRAM_WARN_FRACTION = 0.95
 # Gap between the redraws of two plots of a live run (see RunPlots.refresh): each of the
 # four plots is redrawn about 6 times a second, and the window gets time in between.
 STAGGER_MS = 40
-# Downsampling bins per pixel: "peak" mode keeps each bin's min and max, so one bin per
-# pixel already draws every spike (pyqtgraph's default of 5 draws 5x the points for nothing).
-PEAKS_PER_PIXEL = 1.0
-_RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-
-
-def ema(values: np.ndarray, smoothing: float, start: int = 0, state: tuple[float, int] = (0.0, 0),
-        out: np.ndarray | None = None) -> tuple[np.ndarray, tuple[float, int]]:
-    """Debiased exponential moving average (TensorBoard's smoothing), incremental from `start`.
-
-    NaN points (a diverged step) are skipped so one bad step does not blank the line.
-    """
-    result = np.empty_like(values) if out is None else out
-    acc, count = state
-    smoothed: list[float] = []
-    for v in values[start:].tolist():  # plain floats: several times faster than numpy scalars
-        if v == v:  # not NaN
-            acc = smoothing * acc + (1 - smoothing) * v
-            count += 1
-        if count == 0:
-            smoothed.append(math.nan)
-        elif smoothing < 1:
-            smoothed.append(acc / (1 - smoothing**count))
-        else:
-            smoothed.append(v)
-    result[start : len(values)] = smoothed
-    return result, (acc, count)
-
-
-def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
-    widget = pg.PlotWidget()
-    item = widget.getPlotItem()
-    item.setTitle(title)
-    item.setLabel("left", left)
-    item.setLabel("bottom", bottom)
-    widget.tick_grid = TickGrid(item)  # not showGrid: its axis grid is most of the cost of a paint
-    item.setClipToView(True)
-    item.setDownsampling(auto=True, mode="peak")
-    widget.setMinimumHeight(120)
-    return widget
-
-
-def _curve(plot: pg.PlotWidget, colour: str, name: str | None = None,
-           style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> pg.PlotDataItem:
-    # One-pixel pens only: a wider pen goes through Qt's stroker and paints about 10x slower
-    # (12 ms against 1 ms for a 20,000-point curve), which a live plot cannot afford.
-    return plot.plot([], [], pen=pg.mkPen(colour, width=1, style=style), name=name,
-                     autoDownsampleFactor=PEAKS_PER_PIXEL)
-
-
-def _right_axis(plot: pg.PlotWidget, label: str, colour: str) -> tuple[pg.ViewBox, pg.PlotDataItem]:
-    """A second curve with its own y axis on the right, sharing the plot's x axis."""
-    item = plot.getPlotItem()
-    view = pg.ViewBox()
-    item.showAxis("right")
-    item.scene().addItem(view)
-    axis = item.getAxis("right")
-    axis.linkToView(view)
-    axis.setLabel(label)
-    axis.setVisible(False)
-    view.setXLink(item.getViewBox())
-    view.setMouseEnabled(x=False, y=False)
-    item.getViewBox().sigResized.connect(lambda *_: view.setGeometry(item.getViewBox().sceneBoundingRect()))
-    curve = pg.PlotDataItem([], [], pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine),
-                            autoDownsampleFactor=PEAKS_PER_PIXEL)
-    view.addItem(curve)
-    return view, curve
-
-
-class LossPlot(QWidget):
-    """Loss per step: faint raw points and the smoothed line, smoothing set by a slider."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.plot = _plot("Loss", "loss", "step")
-        self.plot.setObjectName("plot_loss")
-        self.raw = self.plot.plot([], [], pen=pg.mkPen((120, 150, 200, 90), width=1),
-                                  autoDownsampleFactor=PEAKS_PER_PIXEL)
-        self.smooth = _curve(self.plot, "#4fa3ff")
-        self.smoothing = 0.9
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setObjectName("loss_smoothing")
-        self.slider.setRange(0, 99)
-        self.slider.setValue(int(self.smoothing * 100))
-        self.slider.setToolTip("Smoothing of the loss line (0: none, 0.99: strong)")
-        self.slider.valueChanged.connect(self._set_smoothing)
-        self.smoothing_label = QLabel(f"smoothing {self.smoothing:.2f}")
-        row = QHBoxLayout()
-        row.addWidget(self.smoothing_label)
-        row.addWidget(self.slider, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot, 1)
-        layout.addLayout(row)
-        self._ema = np.empty(0)
-        self._ema_state: tuple[float, int] = (0.0, 0)
-        self._ema_len = 0
-        self._model: RunModel | None = None
-
-    def _set_smoothing(self, value: int) -> None:
-        self.smoothing = value / 100
-        self.smoothing_label.setText(f"smoothing {self.smoothing:.2f}")
-        self._ema_len, self._ema_state = 0, (0.0, 0)
-        if self._model is not None:
-            self.refresh(self._model)
-
-    def reset(self) -> None:
-        self._ema_len, self._ema_state = 0, (0.0, 0)
-
-    def refresh(self, model: RunModel) -> None:
-        if model is not self._model:
-            self._model = model
-            self.reset()
-        steps, loss = model.steps.view(), model.loss.view()
-        n = len(loss)
-        if n < self._ema_len:
-            self.reset()
-        if len(self._ema) < n:
-            grown = np.empty(max(n, 2 * len(self._ema), 1024))
-            grown[: self._ema_len] = self._ema[: self._ema_len]
-            self._ema = grown
-        _, self._ema_state = ema(loss, self.smoothing, self._ema_len, self._ema_state, self._ema)
-        self._ema_len = n
-        self.raw.setData(steps, loss, connect="finite")
-        self.smooth.setData(steps, self._ema[:n], connect="finite")
-
-    def points(self) -> int:
-        return self._ema_len
 
 
 class RunPlots(QWidget):
@@ -160,14 +32,14 @@ class RunPlots(QWidget):
         super().__init__(parent)
         self.setObjectName("run_plots")
         self.loss = LossPlot()
-        self.lr = _plot("Learning rate", "lr", "step")
-        self.lr_curve = _curve(self.lr, "#2ca02c")
-        self.memory = _plot("Memory", "MB", "seconds")
+        self.lr = make_plot("Learning rate", "lr", "step")
+        self.lr_curve = make_curve(self.lr, "#2ca02c")
+        self.memory = make_plot("Memory", "MB", "seconds")
         self.memory.setObjectName("plot_memory")
         self.memory.addLegend(offset=(5, 5))
-        self.throughput = _plot("Throughput", "images/s", "step")
-        self.throughput_curve = _curve(self.throughput, "#9467bd", "images/s")
-        self.mfu_view, self.mfu_curve = _right_axis(self.throughput, "MFU %", "#e377c2")
+        self.throughput = make_plot("Throughput", "images/s", "step")
+        self.throughput_curve = make_curve(self.throughput, "#9467bd", "images/s")
+        self.mfu_view, self.mfu_curve = right_axis(self.throughput, "MFU %", "#e377c2")
         self.vram_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#d62728", width=1, style=Qt.PenStyle.DashLine),
                                          label="VRAM {value:.0f} MB", labelOpts={"position": 0.05})
         self.vram_line.setVisible(False)
@@ -349,12 +221,12 @@ class RunPlots(QWidget):
         for rank, series in model.memory.items():
             curves = self._rank_curves.get(rank)
             if curves is None:
-                colour = _RANK_COLOURS[rank % len(_RANK_COLOURS)]
+                colour = RANK_COLOURS[rank % len(RANK_COLOURS)]
                 # A CPU rank reports its process memory (RSS), not CUDA allocations.
                 kind = "RSS" if series.device == "cpu" else "allocated"
                 curves = (
-                    _curve(self.memory, colour, f"rank {rank} {kind}"),
-                    _curve(self.memory, colour, f"rank {rank} peak", Qt.PenStyle.DotLine),
+                    make_curve(self.memory, colour, f"rank {rank} {kind}"),
+                    make_curve(self.memory, colour, f"rank {rank} peak", Qt.PenStyle.DotLine),
                 )
                 self._rank_curves[rank] = curves
             x = series.time.view() - t0
@@ -374,7 +246,7 @@ class RunPlots(QWidget):
         for gpu in sampler.gpus:
             curve = self._gpu_curves.get(gpu.index)
             if curve is None:
-                curve = _curve(self.memory, "#d62728", f"GPU {gpu.index} used (NVML)", Qt.PenStyle.DashLine)
+                curve = make_curve(self.memory, "#d62728", f"GPU {gpu.index} used (NVML)", Qt.PenStyle.DashLine)
                 self._gpu_curves[gpu.index] = curve
             times, used = gpu.times.view(), gpu.used.view()
             keep = times >= t0  # only this run's time span
@@ -408,27 +280,3 @@ class RunPlots(QWidget):
         if model is None:
             return 0
         return 4 * len(model.steps) + len(model.loss) + 2 * model.memory_points()
-
-
-class LossOverlay(QWidget):
-    """The smoothed loss of several runs on one plot (Runs page)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.plot = _plot("Loss (overlay)", "loss", "step")
-        self.plot.setObjectName("plot_overlay")
-        self.plot.addLegend(offset=(5, 5))
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot)
-        self.curves: list[pg.PlotDataItem] = []
-
-    def show_runs(self, runs: list[tuple[str, RunModel]], smoothing: float = 0.9) -> None:
-        for curve in self.curves:
-            self.plot.removeItem(curve)
-        self.curves = []
-        for i, (name, model) in enumerate(runs):
-            smooth, _ = ema(model.loss.view(), smoothing)
-            curve = _curve(self.plot, _RANK_COLOURS[i % len(_RANK_COLOURS)], name)
-            curve.setData(model.steps.view(), smooth, connect="finite")
-            self.curves.append(curve)
