@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, Capt
 from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.core.text import plural
 from studio.gui.context import StudioContext
-from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
+from studio.gui.dataset.caption_tools import CaptionTools
 from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
@@ -76,7 +75,7 @@ class DatasetPage(Page):
         self.saver = CaptionSaver(self)
         self.saver.sig_report.connect(self._saved)
         self.check: CheckJob | None = None
-        self.caption_dialog: CaptionReviewDialog | None = None
+        self.tools = CaptionTools(self, self)
         self._generation = 0
         self._scanning = self._checking = False
         self._started = 0.0
@@ -134,8 +133,8 @@ class DatasetPage(Page):
         layout.addWidget(self.status_label)
         QWidget.setTabOrder(self.view, self.editor.text)  # Tab from the grid goes to the caption
         self.toolbar.sig_filter_changed.connect(self._refilter)
-        self.toolbar.bulk_button.clicked.connect(self.open_bulk_dialog)
-        self.toolbar.caption_button.clicked.connect(self.open_caption_dialog)
+        self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
+        self.toolbar.caption_button.clicked.connect(self.tools.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
         self.tags_panel.sig_counts_changed.connect(
             lambda counts: self.editor.set_tags([tag for tag, _ in counts.most_common()]))
@@ -168,7 +167,7 @@ class DatasetPage(Page):
         config = self.context.config
         self._generation += 1
         self._stop_check()
-        self._close_caption_dialog()  # its proposals belong to the store being replaced
+        self.tools.close_caption_dialog()  # its proposals belong to the store being replaced
         self.undo_stack.clear()
         self.store, self.scans, self.problems = None, [], []
         self.model.set_paths([])
@@ -325,47 +324,13 @@ class DatasetPage(Page):
         self._save_timer.start()
         self._tags_timer.start()
 
-    def scopes(self) -> dict[str, Mapping[Path, str | None]]:
-        if self.store is None:
-            return {}
-        shown = [self.model.entry(r).path for r in range(self.model.rowCount())]
-        return {
-            "Selected images": self.store.captions(e.path for e in self.selected_entries()),
-            "Images shown": self.store.captions(shown),
-            "All images": self.store.captions(),
-        }
-
+    # Bulk edits and captioning by a model: see caption_tools.py.
     def apply_bulk(self, key: str, first: str = "", second: str = "", scope: str = "All images",
                    regex: bool = False, case_sensitive: bool = True) -> int:
-        """Run a bulk operation without the dialog; returns how many captions changed."""
-        self.editor.commit()
-        edits = BULK_OPS[key].run(self.scopes()[scope], first, second, regex, case_sensitive)
-        self.push_edits(edits, BULK_OPS[key].title)
-        return len(edits)
-
-    def open_bulk_dialog(self) -> None:
-        self.editor.commit()
-        if self.store is None:
-            return
-        dialog = BulkDialog(self.scopes(), self)
-        if dialog.exec() and dialog.edits:
-            self.push_edits(dialog.edits, dialog.operation.currentText())
+        return self.tools.apply_bulk(key, first, second, scope, regex, case_sensitive)
 
     def open_caption_dialog(self) -> CaptionReviewDialog | None:
-        """Caption with…: a model in another process proposes captions; what is accepted is one undo step."""
-        self.editor.commit()
-        self._close_caption_dialog()
-        if self.store is not None and self.context.project is not None:
-            selected = [e.path for e in self.selected_entries()]
-            self.caption_dialog = CaptionReviewDialog(self.store, selected, self.push_edits, self.context, self)
-            self.caption_dialog.show()
-        return self.caption_dialog
-
-    def _close_caption_dialog(self) -> None:
-        if self.caption_dialog is not None:
-            self.caption_dialog.close()
-            self.caption_dialog.deleteLater()
-            self.caption_dialog = None
+        return self.tools.open_caption_dialog()
 
     # ------------------------------------------------------------ saving
 
@@ -429,7 +394,7 @@ class DatasetPage(Page):
         if not self.save_now() and self.store is not None:
             path, count = write_recovery(self.store)
             self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
-        self._close_caption_dialog()
+        self.tools.close_caption_dialog()
         self._stop_check(wait=True)
         join_exiting(2.0)
         self.saver.shutdown()

@@ -133,7 +133,7 @@ def test_bulk_trigger_is_one_undo_step(page: DatasetPage) -> None:
 def test_bulk_dialog_previews_count(page: DatasetPage) -> None:
     from studio.gui.dataset.bulk import BulkDialog
 
-    dialog = BulkDialog(page.scopes(), page)
+    dialog = BulkDialog(page.tools.scopes(), page)
     dialog.select("replace", "square", "cube", scope="All images")
     assert dialog.preview.text() == "2 of 4 captions will change (2 matches)."
     dialog.select("replace", "(", "x", scope="All images")

@@ -1,0 +1,81 @@
+"""Edits of many captions at once on the Dataset page: the bulk operations (with their dialog or
+without it) and captioning by a model with its review. What they change lands as one undo step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from PySide6.QtWidgets import QWidget
+
+from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
+from studio.core.dataset.scan import ImageEntry
+from studio.gui.context import StudioContext
+from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
+from studio.gui.dataset.captions.review import CaptionReviewDialog
+from studio.gui.dataset.editor import CaptionEditor
+from studio.gui.dataset.grid_model import DatasetListModel
+
+
+class CaptionPage(Protocol):
+    """What of the Dataset page the caption tools use."""
+
+    context: StudioContext
+    store: CaptionStore | None
+    model: DatasetListModel
+    editor: CaptionEditor
+
+    def selected_entries(self) -> list[ImageEntry]: ...
+    def push_edits(self, edits: list[CaptionEdit], title: str) -> None: ...
+
+
+class CaptionTools:
+    def __init__(self, page: CaptionPage, parent: QWidget) -> None:
+        self.page, self.parent = page, parent
+        self.dialog: CaptionReviewDialog | None = None
+
+    def scopes(self) -> dict[str, Mapping[Path, str | None]]:
+        page = self.page
+        if page.store is None:
+            return {}
+        shown = [page.model.entry(r).path for r in range(page.model.rowCount())]
+        return {
+            "Selected images": page.store.captions(e.path for e in page.selected_entries()),
+            "Images shown": page.store.captions(shown),
+            "All images": page.store.captions(),
+        }
+
+    def apply_bulk(self, key: str, first: str = "", second: str = "", scope: str = "All images",
+                   regex: bool = False, case_sensitive: bool = True) -> int:
+        """Run a bulk operation without the dialog; returns how many captions changed."""
+        self.page.editor.commit()
+        edits = BULK_OPS[key].run(self.scopes()[scope], first, second, regex, case_sensitive)
+        self.page.push_edits(edits, BULK_OPS[key].title)
+        return len(edits)
+
+    def open_bulk_dialog(self) -> None:
+        self.page.editor.commit()
+        if self.page.store is None:
+            return
+        dialog = BulkDialog(self.scopes(), self.parent)
+        if dialog.exec() and dialog.edits:
+            self.page.push_edits(dialog.edits, dialog.operation.currentText())
+
+    def open_caption_dialog(self) -> CaptionReviewDialog | None:
+        """Caption with…: a model in another process proposes captions; what is accepted is one undo step."""
+        page = self.page
+        page.editor.commit()
+        self.close_caption_dialog()
+        if page.store is not None and page.context.project is not None:
+            selected = [e.path for e in page.selected_entries()]
+            push: Callable[[list[CaptionEdit], str], None] = page.push_edits
+            self.dialog = CaptionReviewDialog(page.store, selected, push, page.context, self.parent)
+            self.dialog.show()
+        return self.dialog
+
+    def close_caption_dialog(self) -> None:
+        if self.dialog is not None:
+            self.dialog.close()
+            self.dialog.deleteLater()
+            self.dialog = None
