@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import tempfile
@@ -66,3 +67,12 @@ def remove_leftover_temp_files(folders: Iterable[str | Path], min_age_s: float =
                 continue  # gone already, or not ours to delete: the check lists it
             removed.append(path)
     return removed
+
+
+def sha256_file(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata as metadata
 import re
 import shutil
@@ -11,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.resources import app_root, resources_dir
-
-_CHUNK = 1 << 20
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
 
@@ -65,14 +62,6 @@ def absolute_paths(data: Any, prefix: str = "", allowed: frozenset[str] = frozen
     elif isinstance(data, str) and data not in allowed and re.match(r"^(/|~|[A-Za-z]:[\\/]|\\\\)", data):
         found.append(prefix)
     return found
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def folder_size(path: Path) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.core.dataset.scan import METADATA_FILE, DatasetError, ImageEntry, scan_class_images, scan_concept
-from studio.core.export.bundle_files import sha256_file
+from studio.core.files import sha256_file
 
 if TYPE_CHECKING:
     from studio.core.config.schema import ConceptSection

@@ -9,7 +9,6 @@ them with no network. An interrupted download resumes from the bytes already on 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studio.core.files import sha256_file
 from studio.core.models.hub_cache import hub_cache_dir
 from studio.core.models.known import KnownModel, find_known
 
@@ -25,7 +25,6 @@ from studio.core.models.known import KnownModel, find_known
 GENERIC_KEEP = ("*.json", "*.txt", "*.model", "*.safetensors")
 GENERIC_SKIP = ("*.fp16.*", "*.ema.*", "*non_ema*", "safety_checker/*", "*.onnx*", "*openvino*", "*.bin",
                 "*.ckpt", "*.msgpack", "*.h5", "*.pb", "*.md")
-HASH_CHUNK = 8 * 1024 * 1024
 
 
 class DownloadError(RuntimeError):
@@ -115,20 +114,12 @@ def _bar_class(progress: DownloadProgress, report: Callable[[DownloadProgress], 
     return Bar
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify(path: Path, expected: RemoteFile) -> str | None:
     """Why the downloaded file is not the one the hub lists, or None when size and sha256 match."""
     size = path.stat().st_size
     if size != expected.size:
         return f"{expected.name} has {size} bytes, the hub lists {expected.size}"
-    if expected.sha256 and _sha256(path) != expected.sha256:
+    if expected.sha256 and sha256_file(path) != expected.sha256:
         return f"{expected.name} does not match the hub's sha256"
     return None
 

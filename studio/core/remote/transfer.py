@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.export.bundle_files import sha256_file
+from studio.core.files import sha256_file
 from studio.core.remote.ssh import RemoteError, SshClient
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
