@@ -16,20 +16,10 @@ import pytest
 from fixtures.sshd import SshServer
 
 from studio.cli import main as cli
-from studio.core.project.demo import DEMO_MODEL, create_demo_project
 from studio.core.project.folder import Project
 from studio.core.remote.machines import SSH_CONFIG_ENV
 
 FAKE_TOKEN = "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42"
-
-
-@pytest.fixture
-def demo(tmp_path: Path) -> Project:
-    project = create_demo_project(tmp_path / "demo project")
-    model = project.root / DEMO_MODEL
-    model.mkdir(parents=True)
-    (model / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}\n', encoding="utf-8")
-    return project
 
 
 def _out(capsys: pytest.CaptureFixture[str]) -> str:

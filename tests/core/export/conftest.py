@@ -1,13 +1,10 @@
-"""A demo project with a stand-in model folder (no torch needed) and a fixed GPU catalogue."""
+"""A fixed GPU catalogue for the export tests (the demo project is in fixtures/projects.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from studio.core.project.demo import DEMO_MODEL, create_demo_project
-from studio.core.project.folder import Project
 
 FIXED_CATALOGUE = """
 schema_version = 1
@@ -48,16 +45,6 @@ price_min = 0.5
 price_max = 0.5
 max_per_node = 2
 """
-
-
-@pytest.fixture
-def demo(tmp_path: Path) -> Project:
-    """The demo project; its model folder holds only model_index.json (enough to export)."""
-    project = create_demo_project(tmp_path / "demo project")
-    model = project.root / DEMO_MODEL
-    model.mkdir(parents=True)
-    (model / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}\n', encoding="utf-8")
-    return project
 
 
 @pytest.fixture

@@ -8,22 +8,12 @@ import pytest
 from PySide6.QtCore import Qt
 
 from studio.core.export.gpu_catalogue import load_catalogue
-from studio.core.project.demo import DEMO_MODEL, create_demo_project
 from studio.core.project.folder import Project
 from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
 from studio.gui.export.cost_table import CHEAPEST
 from studio.gui.export.page import ExportPage
 from studio.gui.selftest_options import SelfTestOptions
-
-
-@pytest.fixture
-def demo(tmp_path: Path) -> Project:
-    project = create_demo_project(tmp_path / "demo")
-    model = project.root / DEMO_MODEL
-    model.mkdir(parents=True)
-    (model / "model_index.json").write_text("{}\n", encoding="utf-8")
-    return project
 
 
 @pytest.fixture
