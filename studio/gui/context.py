@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from PySide6.QtCore import QObject, QSettings, Signal
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import parse_toml, validate_data
 from studio.core.files import atomic_write_text
@@ -121,6 +122,17 @@ class StudioContext(QObject):
         self.status("studio.toml changed on disk; the settings were read again")
         self.set_config(config, save=False)
         return True
+
+    def resolved_config(self, config: TrainConfig) -> TrainConfig:
+        """`config` with the project's relative paths made absolute (as a run folder holds it): what
+        the estimate reads, so a model folder of the project is sized as it is. Unchanged without a
+        project, or when a path cannot be resolved (the form names that problem)."""
+        if self.project is None:
+            return config
+        try:
+            return resolve_paths(config, self.project.root)
+        except ConfigError:
+            return config
 
     def project_path(self, value: str) -> Path:
         if self.project is None:

@@ -54,7 +54,7 @@ def preflight(config: TrainConfig, base_dir: Path, gpu: GPUInfo | None = None,
     problems = [p for p in (check_model(resolved), check_dataset(resolved)) if p is not None]
     problems += check_output(resolved)
     if on_gpu and gpu is not None:
-        problems += [p for p in (check_vram(config, gpu),
+        problems += [p for p in (check_vram(resolved, gpu),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
     return problems
 

@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
-from studio.core.config.paths import resolve_paths
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.fixes import apply_changes
@@ -341,21 +340,10 @@ class ModelPage(Page):
         self.update_estimates()
 
     def update_estimates(self) -> dict[str, int]:
-        config = self._estimated_config()
+        config = self.context.resolved_config(self.config)
         self.estimate.update_for(config, self.gpu, self.gpu_count)
         self.gpu_plan.update_for(config, self.gpu, self.gpu_count)
         return {str(k): v for k, v in self.presets.update_fits(config, self.gpu, self.gpu_count).items()}
-
-    def _estimated_config(self) -> TrainConfig:
-        """The config with the project's paths made absolute: a model folder of the project (the
-        demo's tiny model) is then estimated at its own size."""
-        project = self.context.project
-        if project is None:
-            return self.config
-        try:
-            return resolve_paths(self.config, project.root)
-        except ConfigError:
-            return self.config
 
     # ------------------------------------------------------------ TOML and user presets
 

@@ -189,7 +189,7 @@ class TrainPage(Page):
     def _show_estimate(self, config: TrainConfig, gpu: GPUInfo) -> bool:
         """Show the VRAM estimate for `gpu`; False (and why) when the estimator's data cannot be read."""
         try:
-            need = estimate_vram(config, gpu).total_mb
+            need = estimate_vram(self.context.resolved_config(config), gpu).total_mb
         except ArchitectureDataError as exc:
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return False

@@ -206,3 +206,19 @@ def test_studio_train_run_exits_2_before_starting_anything(
     assert code == EXIT_INVALID and err.count("\n") == 1 and err.startswith("error: Not enough free disk for")
     assert started == [] and list((root / "runs").iterdir()) == []  # no run folder was made
     assert "Traceback" not in err
+
+
+def test_a_small_model_of_the_project_is_checked_against_the_gpu_at_its_own_size(tmp_path: Path,
+                                                                                   hub_cache: Path) -> None:
+    import dataclasses
+
+    from tests.core.hardware.test_local_architecture import model_folder
+
+    config, root = _project(tmp_path)
+    model_folder(root / "models", 800_000)  # root/models/my-model: a tiny SD1.5 by its headers
+    config.model.base = "models/my-model"  # relative to the project, as the demo writes its model
+    gpu = dataclasses.replace(load_profile("rtx3060-12gb").gpus[0], total_mb=3072, free_mb=3072)
+    assert [p.check for p in preflight(config, root, gpu, check_torch=False)] == []
+    config.model.base = HUB_ID  # the full-size model does not fit 3 GB
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    assert [p.check for p in preflight(config, root, gpu, check_torch=False)] == ["vram"]
