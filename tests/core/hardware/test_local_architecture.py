@@ -3,9 +3,9 @@ estimated at its own size, read from its safetensors headers; a full-size folder
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
+
+from fixtures.checkpoints import diffusers_folder, write_checkpoint
 
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.hardware.estimate import estimate_vram
@@ -14,40 +14,13 @@ from studio.core.hardware.memory_data import load_architecture
 from studio.core.hardware.probe import load_hardware
 
 
-def write_safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
-    """A safetensors file's header declaring `shapes`, without the data (the estimate reads only
-    the header; a full-size model's data would be gigabytes)."""
-    header, offset = {}, 0
-    for name, shape in shapes.items():
-        size = 4
-        for side in shape:
-            size *= side
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    header["__metadata__"] = {"format": "pt"}
-    raw = json.dumps(header).encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
-
-
-def model_folder(root: Path, unet_params: int) -> Path:
-    folder = root / "my-model"
-    (folder / "model_index.json").parent.mkdir(parents=True, exist_ok=True)
-    (folder / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
-    write_safetensors(folder / "unet" / "diffusion_pytorch_model.safetensors",
-                      {"conv_in.weight": [unet_params // 2], "conv_out.weight": [unet_params - unet_params // 2]})
-    write_safetensors(folder / "text_encoder" / "model.safetensors", {"embeddings": [1000, 32]})
-    write_safetensors(folder / "vae" / "diffusion_pytorch_model.safetensors", {"decoder": [50_000]})
-    return folder
-
-
 def config_for(base: Path) -> TrainConfig:
     return TrainConfig(model=ModelSection(family="sd15", base=str(base)),
                        dataset=DatasetSection(concepts=[ConceptSection(path="data")]))
 
 
 def test_the_header_gives_the_parameter_count(tmp_path: Path) -> None:
-    write_safetensors(tmp_path / "a.safetensors", {"w": [3, 4, 5], "b": [7]})
+    write_checkpoint(tmp_path / "a.safetensors", {"w": [3, 4, 5], "b": [7]})
     assert safetensors_params(tmp_path / "a.safetensors") == 67
     assert folder_params(tmp_path) == 67
     (tmp_path / "broken").mkdir()
@@ -58,7 +31,7 @@ def test_the_header_gives_the_parameter_count(tmp_path: Path) -> None:
 def test_a_tiny_model_folder_is_estimated_at_its_own_size(tmp_path: Path) -> None:
     gpu = load_hardware("rtx3060-12gb").gpus[0]
     published = estimate_vram(config_for(tmp_path / "nowhere"), gpu)
-    tiny = estimate_vram(config_for(model_folder(tmp_path, 800_000)), gpu)
+    tiny = estimate_vram(config_for(diffusers_folder(tmp_path / "my-model", 800_000)), gpu)
     assert published.total_gb > 4.0
     assert tiny.total_gb < 1.0 and tiny.total_gb < published.total_gb / 4
     weights = next(p for p in tiny.parts if p.key == "weights")
@@ -69,7 +42,7 @@ def test_a_tiny_model_folder_is_estimated_at_its_own_size(tmp_path: Path) -> Non
 
 def test_a_full_size_folder_keeps_the_published_architecture(tmp_path: Path) -> None:
     arch = load_architecture("sd15")
-    folder = model_folder(tmp_path, int(arch["components"]["unet"]["params"] * 1.02))
+    folder = diffusers_folder(tmp_path / "my-model", int(arch["components"]["unet"]["params"] * 1.02))
     assert local_architecture(arch, str(folder)) is arch
     assert local_architecture(arch, "runwayml/stable-diffusion-v1-5") is arch  # a hub id
     assert local_architecture(arch, "models/relative") is arch  # not resolved: nothing to read

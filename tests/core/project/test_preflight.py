@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.checkpoints import SD15, SDXL, write_checkpoint
+from fixtures.checkpoints import SD15, SDXL, diffusers_folder, write_checkpoint
 from PIL import Image
 
 from studio.cli import EXIT_INVALID, main
@@ -212,10 +212,8 @@ def test_a_small_model_of_the_project_is_checked_against_the_gpu_at_its_own_size
                                                                                    hub_cache: Path) -> None:
     import dataclasses
 
-    from tests.core.hardware.test_local_architecture import model_folder
-
     config, root = _project(tmp_path)
-    model_folder(root / "models", 800_000)  # root/models/my-model: a tiny SD1.5 by its headers
+    diffusers_folder(root / "models" / "my-model", 800_000)  # a tiny SD1.5 by its headers
     config.model.base = "models/my-model"  # relative to the project, as the demo writes its model
     gpu = dataclasses.replace(load_profile("rtx3060-12gb").gpus[0], total_mb=3072, free_mb=3072)
     assert [p.check for p in preflight(config, root, gpu, check_torch=False)] == []
