@@ -3,6 +3,7 @@
 
     python3 dev.py run      # make .venv, install the studio, open it on the demo project
     python3 dev.py test     # make .venv, install everything, run lint and the whole test suite
+    python3 dev.py test --repeat 3   # the suite three times, listing every test that failed once or more
     python3 dev.py package  # build the desktop app for this system (dist/: the app and its download)
     python3 dev.py setup    # only make the environments
 
@@ -164,7 +165,57 @@ def test(extra: list[str]) -> None:
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
     workers = os.environ.get("STUDIO_TEST_WORKERS") or str(min(2, os.cpu_count() or 1))
     parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
-    run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *parallel, *extra], env=env)
+    repeat, extra = repeat_count(extra)
+    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *parallel, *extra]
+    if repeat == 1:
+        run(command, env=env)
+        return
+    sys.exit(repeat_suite(command, repeat, env))
+
+
+def repeat_count(args: list[str]) -> tuple[int, list[str]]:
+    """`--repeat N` (to find flaky tests) out of the test command's arguments."""
+    if "--repeat" not in args:
+        return 1, args
+    at = args.index("--repeat")
+    try:
+        count = int(args[at + 1])
+    except (IndexError, ValueError):
+        sys.exit("dev.py test --repeat N: N is how many times to run the suite, e.g. --repeat 3")
+    return max(1, count), args[:at] + args[at + 2:]
+
+
+def repeat_suite(command: list[str | Path], times: int, env: dict[str, str]) -> int:
+    """Run the suite `times` times and list every test that failed at least once; 1 when one did."""
+    import time
+    import xml.etree.ElementTree as ET
+
+    reports = ROOT / "build" / "repeat"
+    reports.mkdir(parents=True, exist_ok=True)
+    failures: dict[str, int] = {}
+    lines = []
+    for number in range(1, times + 1):
+        report = reports / f"run-{number}.xml"
+        print(f"\n== run {number} of {times} ==", flush=True)
+        started = time.monotonic()
+        subprocess.run([str(c) for c in [*command, f"--junitxml={report}"]], cwd=ROOT, env=env)
+        minutes = (time.monotonic() - started) / 60
+        tests = failed = 0
+        if report.exists():
+            for case in ET.parse(report).getroot().iter("testcase"):
+                tests += 1
+                if case.find("failure") is not None or case.find("error") is not None:
+                    failed += 1
+                    name = f"{case.get('classname', '')}::{case.get('name', '')}"
+                    failures[name] = failures.get(name, 0) + 1
+        lines.append(f"run {number}: {tests} tests, {failed} failed, {minutes:.1f} min")
+    print("\n== flakiness ==")
+    print("\n".join(lines))
+    for name, count in sorted(failures.items(), key=lambda item: -item[1]):
+        print(f"failed {count} of {times}: {name}")
+    if not failures:
+        print(f"no test failed in {times} runs")
+    return 1 if failures else 0
 
 
 def main(argv: list[str]) -> None:

@@ -59,6 +59,48 @@ def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     yield base
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--repeat-test", action="append", default=[], metavar="NAME*N",
+                     help="run every test whose id contains NAME N times, beside the rest (to find flaky tests)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    for spec in metafunc.config.getoption("repeat_test"):
+        name, _, times = spec.rpartition("*")
+        if name and name in metafunc.definition.nodeid and int(times) > 1:
+            metafunc.fixturenames.append("repeat_index")
+            metafunc.parametrize("repeat_index", range(int(times)), ids=lambda i: f"repeat{i}")
+            return
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from fixtures.waits import measured_slowness
+
+    return (f"machine slowness {measured_slowness():.1f} (test deadlines are scaled by it and by the load average; "
+            "STUDIO_TEST_SLOWNESS sets it)")
+
+
+@pytest.fixture(autouse=True)
+def _deadlines_scaled_to_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """qtbot's waits get the timeout a test names for a quiet machine, times this machine's slowness."""
+    if not HAVE_QT:
+        return
+    from fixtures.waits import scaled_ms
+    from pytestqt.qtbot import QtBot
+
+    for name, default in (("waitUntil", 5000), ("waitSignal", 5000), ("waitSignals", 5000)):
+        original = getattr(QtBot, name)
+
+        def scaled(self: QtBot, *args: object, _original: object = original, _default: int = default,
+                   **kwargs: object) -> object:
+            timeout = kwargs.get("timeout", _default)
+            if isinstance(timeout, int) and timeout > 0:
+                kwargs["timeout"] = scaled_ms(timeout)
+            return _original(self, *args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(QtBot, name, scaled)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/gui/" in item.nodeid.replace(os.sep, "/") or "tests/e2e/" in item.nodeid:

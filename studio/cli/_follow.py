@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 import psutil
 
+from studio.cli._trainer_watch import TrainerWatch, adopting_orphans
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_exit_code
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
@@ -141,32 +142,6 @@ class ConsoleEcho:
             self.terminal.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
 
 
-class TrainerWatch:
-    """The launcher's descendants (the ranks), remembered while it lives: it may die before them."""
-
-    def __init__(self, launcher_pid: int) -> None:
-        self.launcher_pid = launcher_pid
-        self.known: dict[int, psutil.Process] = {}
-
-    def remember(self) -> None:
-        try:
-            children = psutil.Process(self.launcher_pid).children(recursive=True)
-        except psutil.Error:
-            return
-        for child in children:
-            self.known.setdefault(child.pid, child)
-
-    def alive(self) -> list[psutil.Process]:
-        living = []
-        for proc in self.known.values():
-            try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    living.append(proc)
-            except psutil.Error:
-                continue
-        return living
-
-
 class SignalForwarder:
     """SIGTERM/SIGINT: ask the trainer to stop at its next step (a second one ends it at once).
     SIGHUP (the terminal closed): stop writing to it and keep following the run."""
@@ -218,6 +193,11 @@ class SignalForwarder:
 
 def follow_training(command: list[str], run_dir: Path) -> int:
     """Start `command` (the launcher) for `run_dir`, show its console and wait for the whole run; its exit code."""
+    with adopting_orphans() as earlier:
+        return _follow(command, run_dir, earlier)
+
+
+def _follow(command: list[str], run_dir: Path, earlier: set[int]) -> int:
     console = run_dir / CONSOLE_FILE
     offset = console.stat().st_size if console.exists() else 0
     options: dict[str, Any] = {"process_group": 0} if os.name == "posix" else {}
@@ -231,7 +211,7 @@ def follow_training(command: list[str], run_dir: Path) -> int:
                       f"{run_dir / 'config.toml'}", error=True)
         return EXIT_INVALID
     echo = ConsoleEcho(console, offset, terminal)
-    watch = TrainerWatch(process.pid)
+    watch = TrainerWatch(process.pid, run_dir, earlier)
     forwarder = SignalForwarder(process, run_dir, watch, terminal)
     forwarder.install()
     try:

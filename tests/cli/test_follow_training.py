@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.cli._follow import LauncherEpilogue, follow_training
 from studio.core.runs.events import RunFinished, Step, read_events
@@ -70,6 +71,41 @@ def test_a_killed_launcher_leaves_the_cli_following_the_trainer_to_its_end(
     assert _last_line(run_dir / "console.log").startswith("[studio] run completed at step 30")
 
 
+# A launcher that dies the moment it has started the trainer (killed by the OOM killer, say): no
+# poll of its children can see the trainer before it is orphaned.
+DYING_LAUNCHER = """\
+import os, signal, subprocess, sys
+subprocess.Popen([sys.executable, *sys.argv[1:]])
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@posix_only
+def test_a_launcher_that_dies_as_it_starts_the_trainer_leaves_the_cli_following_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(DYING_LAUNCHER, encoding="utf-8")
+    code = follow_training([sys.executable, str(launcher), str(FAKE_TRAINER), str(run_dir), "--steps", "20",
+                            "--rate", "40"], run_dir)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "written: output/pytorch_lora_weights.safetensors" in out
+    finished = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, RunFinished)]
+    assert [f.status for f in finished] == ["completed"]
+    # The orphaned trainer was waited for: nothing of the run is left, not even a zombie.
+    assert not [p for p in psutil.Process().children() if str(FAKE_TRAINER) in " ".join(_cmdline(p))]
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
 FOLLOW = """\
 import sys
 from pathlib import Path
@@ -96,7 +132,7 @@ def test_a_closed_terminal_or_pipe_ends_the_echo_not_the_training(tmp_path: Path
     cli.stdout.close()  # what `| head -1` does, and a closed terminal
     try:
         err = cli.stderr.read().decode()
-        cli.wait(timeout=60)
+        cli.wait(timeout=scaled_s(60))
     finally:
         cli.stderr.close()
         if cli.poll() is None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fixtures.waits import scaled_s
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def test_the_tutorial_has_a_screenshot_for_each_step() -> None:
 def test_the_script_still_takes_its_shots(tmp_path: Path) -> None:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
     subprocess.run([sys.executable, str(DOCS / "make_screenshots.py"), "first-start", "open-folder",
-                    "--out", str(tmp_path), "--scratch", str(tmp_path / "session")], check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
+                    "--out", str(tmp_path), "--scratch", str(tmp_path / "session")], check=True, env=env, cwd=ROOT, capture_output=True, timeout=scaled_s(300))
     written = sorted(p.name for p in tmp_path.glob("*.png"))
     assert written == ["02-first-start.png", "03-open-folder.png"]
     for name in written:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.config.toml_file import save_config
 from studio.core.export.bundle import export_bundle
@@ -21,7 +22,7 @@ from studio.core.runs.run_model import replay
 pytest.importorskip("torch")
 STEPS = 12  # in the project; 6 in a bundle for 2 processes
 # About 20 s on an idle 2-core machine; generous because the machine may be shared.
-TIMEOUT_S = 300
+TIMEOUT_S = scaled_s(300)
 
 
 def free_port() -> int:

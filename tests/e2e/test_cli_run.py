@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.runs.events import RunFinished, Step, read_events
 
@@ -37,7 +38,7 @@ name = "demo"
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "studio.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=scaled_s(300))
 
 
 @pytest.mark.slow
@@ -137,7 +138,7 @@ def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
             trainer_group = psutil.Process(process.pid).children(recursive=True)
             assert trainer_group, "studio-train run started no trainer"
             process.send_signal(signal.SIGTERM)  # what a job scheduler sends to the command it started
-            process.wait(timeout=120)
+            process.wait(timeout=scaled_s(120))
         finally:
             if process.poll() is None:
                 process.kill()

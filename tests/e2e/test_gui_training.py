@@ -6,11 +6,12 @@ clean `run_finished: stopped`; Resume from the Runs page -> the same run complet
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.waits import files_progress, wait_while_progressing
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import (
@@ -30,7 +31,9 @@ from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import close_plots
 
-RUN_TIMEOUT_MS = 80_000  # one launch takes 5-15 s here (interpreter, torch, accelerate), steps ~50 ms
+# One launch takes 5-15 s on a quiet machine (interpreter, torch, accelerate), steps ~50 ms: a run
+# that writes nothing to its events or console for this long (scaled to the machine) is stuck.
+IDLE_S = 90
 
 
 @pytest.fixture
@@ -61,6 +64,15 @@ def _config(tiny_sd15: Path, demo_data: Path, steps: int, sample_every: int = 0)
     )
 
 
+def _wait(qtbot: QtBot, train: TrainPage, condition: Callable[[], bool], what: str) -> None:
+    """Wait for `condition` while the run writes; only a run that stops writing fails the test."""
+    def run_file(name: str) -> Callable[[], Path | None]:
+        return lambda: train.controller.model.run_dir / name if train.controller.model.run_dir else None
+
+    wait_while_progressing(qtbot, condition, files_progress(run_file("events.jsonl"), run_file("console.log")),
+                           idle_s=IDLE_S, what=what)
+
+
 def _console(train: TrainPage) -> str:
     run_dir = train.controller.model.run_dir
     return (run_dir / "console.log").read_text(encoding="utf-8")[-3000:] if run_dir else ""
@@ -71,7 +83,7 @@ def test_train_button_trains_the_tiny_model_to_a_lora(qtbot: QtBot, gui_context:
                                                       demo_data: Path, tmp_path: Path) -> None:
     train, runs = _pages(qtbot, gui_context, _config(tiny_sd15, demo_data, steps=8, sample_every=8), tmp_path / "p")
     assert train.start_training(), train.message.text()
-    qtbot.waitUntil(lambda: not train.controller.running, timeout=RUN_TIMEOUT_MS)
+    _wait(qtbot, train, lambda: not train.controller.running, "the run to end")
     model = train.controller.model
     assert model.status == "finished", _console(train)
     assert model.run_dir is not None
@@ -96,9 +108,9 @@ def test_stop_ends_a_real_run_cleanly_and_resume_completes_it(qtbot: QtBot, gui_
     total = 40
     train, runs = _pages(qtbot, gui_context, _config(tiny_sd15, demo_data, steps=total), tmp_path / "p")
     assert train.start_training(), train.message.text()
-    qtbot.waitUntil(lambda: train.controller.model.step >= 2, timeout=RUN_TIMEOUT_MS)
+    _wait(qtbot, train, lambda: train.controller.model.step >= 2, "step 2")
     train.stop_button.click()
-    qtbot.waitUntil(lambda: not train.controller.running, timeout=RUN_TIMEOUT_MS)
+    _wait(qtbot, train, lambda: not train.controller.running, "the stopped run to end")
     model = train.controller.model
     run_dir = model.run_dir
     assert run_dir is not None
@@ -114,7 +126,7 @@ def test_stop_ends_a_real_run_cleanly_and_resume_completes_it(qtbot: QtBot, gui_
     assert runs.buttons["resume"].isEnabled()
     runs.buttons["resume"].click()
     assert train.controller.running and not train.train_button.isEnabled()
-    qtbot.waitUntil(lambda: not train.controller.running, timeout=RUN_TIMEOUT_MS)
+    _wait(qtbot, train, lambda: not train.controller.running, "the resumed run to end")
     model = train.controller.model
     assert model.status == "finished", _console(train)
     assert model.started is not None and model.started.resumed_from_step == stopped_at

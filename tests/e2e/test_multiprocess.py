@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.config.schema import OutputSection, SamplingSection, TrainingSection
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Sample, Step
@@ -24,7 +25,7 @@ def test_two_cpu_ranks_train_one_model(make_config, events_of, tmp_path: Path) -
     )
     plan = prepare_run(config, tmp_path, num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(240))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     events = events_of(plan.run_dir)
 

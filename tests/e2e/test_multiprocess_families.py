@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.config.schema import ModelSection, OutputSection, TrainingSection
 from studio.core.runs.events import RunFinished, RunStarted, Step
@@ -30,7 +31,7 @@ def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tm
     plan = prepare_run(config, tmp_path, num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     try:
-        result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=180)
+        result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(180))
     except subprocess.TimeoutExpired as exc:
         events = plan.run_dir / "events.jsonl"
         tail = events.read_text(encoding="utf-8")[-2000:] if events.is_file() else "(no events)"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.config.schema import (
     ConceptSection,
@@ -73,7 +74,7 @@ def sharded_runs(tiny_models: dict[str, Path], demo_data: Path,
                str(HARNESS), "--stop-at", str(STOP_AT), *map(str, runs.values())]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(420))
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the sharded runs did not finish in 420 s:\n{str(exc.stdout or '')[-3000:]}\n"
                     f"{str(exc.stderr or '')[-3000:]}")

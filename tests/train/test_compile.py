@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.config.schema import MethodSection, SamplingSection, TrainingSection
 from studio.core.runs.events import Phase, RunFinished, Sample, Step
@@ -103,7 +104,7 @@ def test_compiled_blocks_under_two_ranks(make_config, events_of, tmp_path) -> No
     cache = str(_COMPILED_CACHE[-1]) if _COMPILED_CACHE else str(tmp_path / "cache")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=cache)
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    done = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(900))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     events = events_of(plan.run_dir)
     assert [p.done for p in events if isinstance(p, Phase) and p.name == "compiling"] == [0, 1]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,7 @@ def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
                "--paths", "bare", "studio", "--warmup", "2", "--steps", "2",
                "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(600))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [(r["case"]["batch"], r["case"]["path"]) for r in results] == [

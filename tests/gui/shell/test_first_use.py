@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.checkpoints import SDXL, write_checkpoint
+from fixtures.waits import scaled_s
 from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QSpinBox, QWizard
@@ -125,7 +126,7 @@ def test_self_test_counts_ten_thousand_images_in_a_kohya_folder(tmp_path: Path) 
     folder = tmp_path / "big"
     _pngs(folder / "10_shapes", 10_000)
     out = subprocess.run([sys.executable, "-m", "studio", "--self-test", "--project", str(folder)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         capture_output=True, text=True, cwd=ROOT, timeout=scaled_s(120),
                          env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
     assert out.returncode == 0, out.stderr[-2000:]
     facts = json.loads(out.stdout.strip().splitlines()[-1])

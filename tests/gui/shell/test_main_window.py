@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from studio.core.project.folder import PROJECT_FILE
@@ -92,7 +93,7 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     shots = tmp_path / "shots"
     out = subprocess.run(
         [sys.executable, "-m", "studio", "--self-test", "--size", "1280x720", "--screenshots", str(shots)],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=scaled_s(120),
     )
     assert out.returncode == 0, out.stderr
     facts = json.loads(out.stdout.strip().splitlines()[-1])

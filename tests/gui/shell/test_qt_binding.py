@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+from fixtures.waits import scaled_s
+
 SCRIPT = """
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtWidgets import QApplication
@@ -30,6 +32,6 @@ print("survived")
 
 def test_item_model_returning_none_thirty_thousand_times_survives() -> None:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=scaled_s(120))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "survived"
