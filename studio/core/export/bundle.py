@@ -41,6 +41,16 @@ from studio.core.export.bundle_plan import (
 )
 from studio.core.export.check import human_size
 from studio.core.export.dataset_selection import build_manifest
+from studio.core.export.gpu_catalogue import load_catalogue
+from studio.core.export.sky_task import (
+    SKY_FILE,
+    CloudOptions,
+    accelerators,
+    cluster_name,
+    dump_sky_yaml,
+    hourly_cost,
+    sky_task,
+)
 from studio.core.export.templates import readme_text, render
 from studio.core.files import atomic_write_text
 from studio.core.resources import resource_path
@@ -132,14 +142,23 @@ def export_bundle(
     port: int = 29500,
     keep_steps: bool = False,
     progress: Progress | None = None,
+    cloud: CloudOptions | None = None,
 ) -> BundleReport:
     """Write a bundle for `gpus` per node x `nodes`; see the module docstring.
 
     Four steps: validate (every refusal before anything is written), stage (dataset, model
     and source copied in), write (config, scripts, bundle.json, README), zip.
     """
+    problems = cloud.problems() if cloud is not None else []
+    if problems:
+        raise ExportError("; ".join(problems))
     plan = validate_bundle(config_path, out_dir, gpus, nodes, gpu_type, include_dataset, remote_base,
                            include_model, remote_dataset, main_address, port, keep_steps)
+    if cloud is not None:
+        plan.cloud = cloud
+        if cloud.spot and not cloud.bucket:
+            plan.warnings.append("spot machines without a bucket: a preempted machine takes its checkpoints "
+                                 "with it, so the run starts again from step 0; name a bucket to resume instead")
     manifest = stage_bundle(plan, progress)
     report = write_bundle(plan, manifest)
     if zip:
@@ -189,6 +208,7 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         "effective_batch": effective_batch,
         "learning_rate": t.learning_rate,
     }
+    info["cloud"] = _cloud_info(plan, manifest["total_bytes"])
     _write_files(plan.out, bundle, info, plan.config_path)
     all_files = [p for p in plan.out.rglob("*") if p.is_file()]
     return BundleReport(
@@ -214,6 +234,9 @@ def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: P
         "requirements.txt": pinned_requirements(bundle.training.optimizer),
         BUNDLE_FILE: json.dumps(info, indent=1) + "\n",
         "README.md": readme_text(bundle, info, out.name),
+        SKY_FILE: dump_sky_yaml(info["cloud"]["task"], header=(
+            f"SkyPilot task for {bundle.output.name}: sky launch -c {info['cloud']['cluster']} {SKY_FILE}\n"
+            "Exported by SD Training Studio; see README.md (Run on a cloud).")),
     }
     values = {"TITLE": f"{bundle.output.name} ({bundle.model.family} {bundle.method.kind})",
               "GPUS_PER_NODE": str(info["gpus_per_node"]), "NODES": str(info["nodes"]),
@@ -234,6 +257,24 @@ def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: P
     shutil.copyfile(Path(__file__).with_name("check.py"), out / "studio_check.py")
     for script in ("launch.sh", "check.sh", "studio_check.py"):
         os.chmod(out / script, 0o755)
+
+
+def _cloud_info(plan: BundlePlan, dataset_bytes: int) -> dict[str, Any]:
+    """The SkyPilot task and what it costs per hour, for sky.yaml and the README."""
+    catalogue = load_catalogue()
+    wanted = accelerators(plan.gpu, plan.gpus, catalogue, plan.vram)
+    info = {"gpus_per_node": plan.gpus, "nodes": plan.nodes,
+            "disk_needed_mb": _disk_needed_mb(plan.bundle, plan.base_kind),
+            "dataset": {"bytes": dataset_bytes}}
+    cost = hourly_cost(plan.gpu, plan.gpus, plan.nodes, catalogue, wanted)
+    return {
+        "task": sky_task(plan.bundle.output.name, info, wanted, plan.cloud),
+        "cluster": cluster_name(plan.bundle.output.name),
+        "accelerators": wanted,
+        "per_hour": None if cost is None else {"min": round(cost[0], 2), "max": round(cost[1], 2),
+                                               "gpu": cost[2], "currency": catalogue.currency},
+        "spot": plan.cloud.spot, "bucket": plan.cloud.bucket,
+    }
 
 
 def _with_nodes(config: TrainConfig, nodes: int, per_node: int) -> TrainConfig:

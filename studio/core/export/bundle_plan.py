@@ -18,6 +18,7 @@ from studio.core.export.bundle_files import absolute_paths, find_secrets, folder
 from studio.core.export.cost import vram_estimator
 from studio.core.export.dataset_selection import DatasetSelection, select_concept
 from studio.core.export.gpu_catalogue import GpuType, load_catalogue
+from studio.core.export.sky_task import CloudOptions
 
 DATASET_DIR = "dataset"
 MODEL_DIR = "model"
@@ -107,6 +108,7 @@ class BundlePlan:
     original_steps: int | None
     vram: int | None
     warnings: list[str] = field(default_factory=list)
+    cloud: CloudOptions = field(default_factory=CloudOptions)
 
     @property
     def processes(self) -> int:

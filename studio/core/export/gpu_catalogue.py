@@ -38,6 +38,7 @@ class GpuType:
     provider: str = ""
     infiniband: bool = False  # nodes of this offer are linked by InfiniBand
     max_per_node: int = 8
+    sky: str = ""  # SkyPilot's name for this accelerator (`accelerators: H100:8`)
     # Measured seconds per image at the family's native resolution (LoRA), when known.
     measured: dict[str, float] = field(default_factory=dict)
 

@@ -46,6 +46,21 @@ def prepare_bundle_run(
     return plan.run_dir
 
 
+def resumable_run(config_path: Path) -> Path | None:
+    """The newest run folder of this bundle that stopped before its end with a checkpoint (a preempted
+    spot machine's run, when runs/ lives on a bucket), or None."""
+    from studio.core.runs.outcome import completed_run
+
+    runs = (config_path.resolve().parent / load_config(config_path).output.dir)
+    if not runs.is_dir():
+        return None
+    for run_dir in sorted((p for p in runs.iterdir() if p.is_dir()), reverse=True):
+        checkpoints = run_dir / "checkpoints"
+        if checkpoints.is_dir() and any(checkpoints.glob("step-*")) and completed_run(run_dir) is None:
+            return run_dir
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studio.core.export.start_run", description=__doc__)
     parser.add_argument("config", type=Path)
@@ -55,7 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--main-ip", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=29500)
     parser.add_argument("--cpu", action="store_true", help="test mode: train on the CPU")
+    parser.add_argument("--resume-newest", action="store_true",
+                        help="print resume:RUN_DIR for the newest unfinished run with a checkpoint, if any")
     args = parser.parse_args(argv)
+    if args.resume_newest and args.machine_rank == 0:
+        previous = resumable_run(args.config)
+        if previous is not None:
+            print(f"resume:{previous}")
+            return 0
     try:
         run_dir = prepare_bundle_run(
             args.config, args.processes, args.machines, args.machine_rank, args.main_ip, args.port, args.cpu

@@ -89,6 +89,45 @@ def _run_text(config: TrainConfig, info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cloud_text(info: dict[str, Any]) -> str:
+    cloud = info["cloud"]
+    wanted = cloud["accelerators"]
+    gpus = wanted if isinstance(wanted, str) else " or ".join(f"{name}:{count}" for name, count in wanted.items())
+    nodes = f"{info['nodes']} nodes of " if info["nodes"] > 1 else ""
+    lines = [
+        "With [SkyPilot](https://docs.skypilot.co) installed (`pip install skypilot[runpod]`, or the clouds you use) "
+        "and a cloud enabled (`sky check`), from this folder:",
+        "",
+        f"    sky launch -c {cloud['cluster']} sky.yaml",
+        "",
+        f"SkyPilot finds the cheapest offer of {nodes}`{gpus}` among your clouds, copies this folder there, installs "
+        "`requirements.txt`, and runs `./launch.sh --check` on every node with the node's rank and the main "
+        "node's address.",
+    ]
+    per_hour = cloud["per_hour"]
+    if per_hour:
+        lines += ["", f"By the studio's GPU catalogue, {per_hour['gpu']} x {info['gpus_per_node'] * info['nodes']} "
+                  f"costs about {per_hour['min']:.2f}-{per_hour['max']:.2f} {per_hour['currency']} per hour "
+                  "(`sky launch` shows the live price before it starts)."]
+    lines += [
+        "",
+        f"- Follow it: `sky logs {cloud['cluster']}`; stop early: `ssh {cloud['cluster']} 'touch sky_workdir/runs/*/STOP'` "
+        "(the trainer saves a checkpoint), then `sky down`.",
+        f"- The cluster stops itself {cloud['task']['resources']['autostop']['idle_minutes']} minutes after the run "
+        f"(autostop, then down); `sky down {cloud['cluster']}` ends it at once.",
+    ]
+    if cloud["bucket"]:
+        lines.append(f"- The run folders are written to `{cloud['bucket']}/runs/` (mounted at /studio-outputs).")
+    else:
+        lines.append(f"- Bring the results back: `rsync -a {cloud['cluster']}:sky_workdir/runs/ ./runs-remote/` "
+                     "before the cluster goes down.")
+    if cloud["spot"]:
+        lines.append("- Spot machines: launch as a managed job, `sky jobs launch sky.yaml`, so a preempted run is "
+                     "started again; it resumes from its newest checkpoint"
+                     + (" on the bucket." if cloud["bucket"] else " only with a bucket (otherwise from step 0)."))
+    return "\n".join(lines)
+
+
 def readme_text(config: TrainConfig, info: dict[str, Any], folder: str) -> str:
     dataset_text, dataset_row = _dataset_text(info, folder)
     gpu_check = f"{info['gpus_per_node']} GPU(s) on this node"
@@ -104,5 +143,6 @@ def readme_text(config: TrainConfig, info: dict[str, Any], folder: str) -> str:
         "PYTHON": info["python"], "GPU_CHECK": gpu_check,
         "NODES_TEXT": _nodes_text({**info, "port": config.launch.main_process_port}),
         "RUN_TEXT": _run_text(config, info),
+        "CLOUD_TEXT": _cloud_text(info),
     }
     return render(resource_path("bundle", "README.md.in").read_text(encoding="utf-8"), values)

@@ -1,0 +1,125 @@
+"""Every bundle carries a SkyPilot task that SkyPilot's own loader accepts, for one GPU, one node of
+eight and two nodes of eight; the README says the one command and what it costs per hour."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studio.core.export.bundle import ExportError, export_bundle
+from studio.core.export.sky_task import SKY_FILE, CloudOptions, dump_sky_yaml
+from studio.core.project.folder import Project
+
+ROOT = Path(__file__).resolve().parents[3]
+# dev.py makes an environment with SkyPilot (and nothing of the studio's) for these checks.
+SKY_PYTHON = Path(os.environ.get("STUDIO_SKY_PYTHON") or ROOT / ".venv-cloud" / ("Scripts/python.exe" if os.name == "nt"
+                                                                                   else "bin/python"))
+
+# Read each task with SkyPilot's loader and validator; print what it understood.
+SKY_READ = """\
+import json, sys
+import sky
+out = []
+for path in sys.argv[1:]:
+    task = sky.Task.from_yaml(path)
+    resources = sorted(task.resources, key=lambda r: str(r.accelerators))
+    out.append({"name": task.name, "num_nodes": task.num_nodes,
+                "accelerators": [r.accelerators for r in resources],
+                "use_spot": [r.use_spot for r in resources], "disk_size": [r.disk_size for r in resources],
+                "autostop": [None if r.autostop_config is None else r.autostop_config.idle_minutes for r in resources],
+                "envs": task.envs, "run": task.run, "setup": task.setup,
+                "file_mounts": {k: str(v) for k, v in (task.storage_mounts or {}).items()}})
+print(json.dumps(out))
+"""
+
+
+def _sky_read(*paths: Path) -> list[dict[str, object]]:
+    if not SKY_PYTHON.is_file():
+        pytest.skip(f"SkyPilot's environment is not at {SKY_PYTHON} (python3 dev.py test makes it)")
+    done = subprocess.run([str(SKY_PYTHON), "-c", SKY_READ, *map(str, paths)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, SKYPILOT_DISABLE_USAGE_COLLECTION="1",
+                                                SKYPILOT_DEBUG="0", HOME=str(paths[0].parent.parent / "home")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_skypilot_reads_the_tasks_of_one_gpu_eight_gpus_two_nodes_and_any_gpu(demo: Project, tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    one = export_bundle(demo.config_path, tmp_path / "one", gpus=1, gpu_type="rtx4090", include_model=True)
+    eight = export_bundle(demo.config_path, tmp_path / "eight", gpus=8, gpu_type="h100", include_model=True)
+    nodes = export_bundle(demo.config_path, tmp_path / "nodes", gpus=8, nodes=2, gpu_type="h100",
+                          include_model=True, cloud=CloudOptions(spot=True, bucket="s3://studio-runs/demo"))
+    any_gpu = export_bundle(demo.config_path, tmp_path / "any", gpus=2, include_model=True)
+    read = _sky_read(*(report.out_dir / SKY_FILE for report in (one, eight, nodes, any_gpu)))
+
+    assert read[0]["num_nodes"] == 1 and read[0]["accelerators"] == [{"RTX4090": 1}]
+    assert read[1]["num_nodes"] == 1 and read[1]["accelerators"] == [{"H100": 8}]
+    assert read[2]["num_nodes"] == 2 and read[2]["accelerators"] == [{"H100": 8}]
+    assert read[0]["use_spot"] == [False] and read[2]["use_spot"] == [True]
+    assert all(minutes == 10 for task in read for minutes in task["autostop"])  # the cluster ends itself after the run
+    assert read[2]["envs"]["STUDIO_RESUME_NEWEST"] == "1"  # a preempted spot run continues
+    assert "/studio-outputs" in read[2]["file_mounts"]
+    # Without a GPU type SkyPilot may take any GPU that fits, two of it.
+    offered = {name for candidate in read[3]["accelerators"] for name in candidate}  # type: ignore[union-attr]
+    assert {"RTX4090", "H100", "A100-80GB"} <= offered
+    assert all(count == 2 for candidate in read[3]["accelerators"] for count in candidate.values())  # type: ignore[union-attr]
+    for task in read:
+        assert "./launch.sh --check" in str(task["run"]) and 'MACHINE_RANK="$SKYPILOT_NODE_RANK"' in str(task["run"])
+        assert "pip install -r requirements.txt" in str(task["setup"])
+
+
+def test_the_readme_gives_the_one_command_and_the_price_per_hour(demo: Project, tmp_path: Path) -> None:
+    report = export_bundle(demo.config_path, tmp_path / "b", gpus=8, gpu_type="h100", include_model=True)
+    readme = (report.out_dir / "README.md").read_text(encoding="utf-8")
+    info = json.loads((report.out_dir / "bundle.json").read_text(encoding="utf-8"))
+    cluster = info["cloud"]["cluster"]
+    assert f"sky launch -c {cluster} sky.yaml" in readme
+    per_hour = info["cloud"]["per_hour"]
+    assert per_hour["gpu"] == "H100 80GB" and per_hour["min"] > 0
+    assert f"{per_hour['min']:.2f}-{per_hour['max']:.2f} USD per hour" in readme
+    assert f"sky down {cluster}" in readme
+
+
+def test_a_bucket_that_is_not_an_address_is_refused_before_anything_is_written(demo: Project,
+                                                                               tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="not a bucket address"):
+        export_bundle(demo.config_path, tmp_path / "b", cloud=CloudOptions(bucket="my bucket; rm -rf ~"))
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_yaml_is_the_task_it_was_made_from() -> None:
+    yaml = pytest.importorskip("yaml")
+    task = {"name": "studio-x", "resources": {"accelerators": {"H100": 8, "A100-80GB": 8}, "use_spot": False,
+                                              "autostop": {"idle_minutes": 10, "down": True}},
+            "num_nodes": 2, "workdir": ".", "envs": {"A": "1", "B": "yes", "C": "a: b"},
+            "setup": "set -e\npip install x\n", "run": "echo \"$SKYPILOT_NODE_RANK\"\n\nexit 0\n"}
+    assert yaml.safe_load(dump_sky_yaml(task, header="two\nlines")) == task
+
+
+@pytest.mark.skipif(os.name != "posix", reason="launch.sh is a POSIX shell script")
+def test_a_spot_task_resumes_the_newest_unfinished_run(demo: Project, tmp_path: Path) -> None:
+    from studio.core.export.start_run import main as start_run
+
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True, cloud=CloudOptions(spot=True))
+    config = report.out_dir / "config.toml"
+    runs = report.out_dir / "runs"
+    done = runs / "20260101-000000-done"
+    (done / "checkpoints" / "step-4").mkdir(parents=True)
+    (done / "events.jsonl").write_text('{"v":1,"type":"run_finished","time":1,"status":"completed","step":8}\n')
+    cut = runs / "20260102-000000-cut"
+    (cut / "checkpoints" / "step-4").mkdir(parents=True)
+    (cut / "events.jsonl").write_text("")
+    newer_empty = runs / "20260103-000000-empty"
+    newer_empty.mkdir()
+    out = subprocess.run([sys.executable, "-c", "import sys; from studio.core.export.start_run import main; "
+                          "sys.exit(main(sys.argv[1:]))", str(config), "--processes", "1", "--resume-newest"],
+                         capture_output=True, text=True, cwd=report.out_dir,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == f"resume:{cut}"
+    assert start_run([str(config), "--processes", "1"]) == 0  # without the flag: a new run folder
