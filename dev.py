@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 CORE_VENV = ROOT / ".venv-core"
 PACKAGE_VENV = ROOT / ".venv-package"
+CLOUD_VENV = ROOT / ".venv-cloud"
+CLOUD_CONSTRAINTS = ROOT / "constraints" / "cloud.txt"
 CONSTRAINTS = ROOT / "constraints" / "ci.txt"
 WINDOWS = os.name == "nt"
 # PyPI's Windows wheels of torch are CPU-only; the CUDA ones come from PyTorch's own index.
@@ -152,9 +154,24 @@ def setup_core() -> Path:
     return python
 
 
+def setup_cloud() -> Path:
+    """SkyPilot alone (pinned by constraints/cloud.txt): the tests read the bundles' sky.yaml with its loader."""
+    python = python_of(CLOUD_VENV)
+    stamp_file = CLOUD_VENV / ".studio-stamp"
+    stamp = hashlib.sha256(CLOUD_CONSTRAINTS.read_bytes()).hexdigest()
+    if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return python
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(CLOUD_VENV)
+    install(python, ["-c", CLOUD_CONSTRAINTS, "skypilot"])
+    stamp_file.write_text(stamp)
+    return python
+
+
 def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
+    setup_cloud()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     run([python, "-m", "mypy", "studio"], env=env)
@@ -232,6 +249,7 @@ def main(argv: list[str]) -> None:
     elif command == "setup":
         setup(dev=True)
         setup_core()
+        setup_cloud()
     else:
         print(__doc__)
         sys.exit(0 if command in ("help", "-h", "--help") else 2)

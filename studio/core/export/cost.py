@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core.config.schema import TrainConfig
-from studio.core.export.gpu_catalogue import Catalogue, GpuType
+from studio.core.export.gpu_catalogue import Catalogue, GpuType, Scaling
 
 VramNeeded = Callable[[GpuType, int], int | None]  # MB per GPU with that many GPUs in all, or None when unknown
 
@@ -93,12 +93,15 @@ class CostRow:
     vram_needed_mb: int | None
     steps: int
     speedup: float
-    hours: float
-    cost_min: float
-    cost_max: float
+    hours: float  # with the typical efficiency
+    cost_min: float  # lowest price, highest efficiency of the band
+    cost_max: float  # highest price, lowest efficiency
     measured: bool = False
     cheapest: bool = False
     fastest: bool = False
+    hours_min: float = 0.0  # the band's highest efficiency
+    hours_max: float = 0.0  # its lowest
+    little_gain: bool = False  # more cost for little time saved against half as many GPUs
 
     @property
     def total_gpus(self) -> int:
@@ -121,6 +124,8 @@ class CostRow:
             "hours": round(self.hours, 4), "cost_min": round(self.cost_min, 2),
             "cost_max": round(self.cost_max, 2), "measured": self.measured,
             "cheapest": self.cheapest, "fastest": self.fastest,
+            "hours_min": round(self.hours_min, 4), "hours_max": round(self.hours_max, 4),
+            "little_gain": self.little_gain,
         }
 
 
@@ -129,15 +134,21 @@ def cost_row(
     vram_needed: int | None,
 ) -> CostRow:
     seconds, measured = seconds_per_image(gpu, work, catalogue)
-    speedup = catalogue.scaling.speedup(per_node, nodes, gpu.infiniband)
-    train_s = work.images * seconds / speedup
-    hours = (train_s + catalogue.speed.startup_minutes * 60) / 3600
+    scaling, startup_s = catalogue.scaling, catalogue.speed.startup_minutes * 60
+    speedup = scaling.speedup(per_node, nodes, gpu.infiniband)
+    slowest, fastest = scaling.speedup_range(per_node, nodes, gpu.infiniband)
+
+    def hours_at(speed: float) -> float:
+        return (work.images * seconds / speed + startup_s) / 3600
+
     gpus = per_node * nodes
+    hours_min, hours_max = hours_at(fastest), hours_at(slowest)
     return CostRow(
         gpu=gpu, per_node=per_node, nodes=nodes,
         fits=None if vram_needed is None else vram_needed <= gpu.vram_mb,
-        vram_needed_mb=vram_needed, steps=work.steps(gpus), speedup=speedup, hours=hours,
-        cost_min=hours * gpus * gpu.price_min, cost_max=hours * gpus * gpu.price_max, measured=measured,
+        vram_needed_mb=vram_needed, steps=work.steps(gpus), speedup=speedup, hours=hours_at(speedup),
+        cost_min=hours_min * gpus * gpu.price_min, cost_max=hours_max * gpus * gpu.price_max, measured=measured,
+        hours_min=hours_min, hours_max=hours_max,
     )
 
 
@@ -159,17 +170,33 @@ def cost_table(
             if count <= gpu.max_per_node:
                 needed = vram_needed(gpu, count * nodes) if vram_needed else None
                 rows.append(cost_row(gpu, count, nodes, work, catalogue, needed))
-    return mark_best(rows)
+    return mark_best(rows, catalogue.scaling)
 
 
-def mark_best(rows: list[CostRow]) -> list[CostRow]:
-    """Mark the cheapest (by mid price) and the fastest row among those that may fit."""
+def mark_best(rows: list[CostRow], scaling: Scaling | None = None) -> list[CostRow]:
+    """Mark rows whose extra GPUs buy little time, then the cheapest (by mid price) and the fastest row
+    among those that may fit and are worth their GPUs."""
+    scaling = scaling or Scaling()
+    rows = [replace(r, little_gain=_little_gain(r, rows, scaling)) for r in rows]
     usable = [r for r in rows if r.fits is not False]
     if not usable:
         return rows
     cheapest = min(usable, key=lambda r: (round(r.cost_mid, 6), r.total_gpus, r.hours))
-    fastest = min(usable, key=lambda r: (round(r.hours, 6), r.cost_mid))
+    worth = [r for r in usable if not r.little_gain] or usable
+    fastest = min(worth, key=lambda r: (round(r.hours, 6), r.cost_mid))
     return [replace(r, cheapest=r is cheapest, fastest=r is fastest) for r in rows]
+
+
+def _little_gain(row: CostRow, rows: list[CostRow], scaling: Scaling) -> bool:
+    """Against the same GPU with fewer GPUs per node (the largest count below), does this row cost
+    much more for little time saved?"""
+    fewer = [r for r in rows if r.gpu.id == row.gpu.id and r.nodes == row.nodes and r.per_node < row.per_node]
+    if not fewer:
+        return False
+    smaller = max(fewer, key=lambda r: r.per_node)
+    cost_rise = row.cost_mid / smaller.cost_mid - 1 if smaller.cost_mid else 0.0
+    time_gain = 1 - row.hours / smaller.hours if smaller.hours else 0.0
+    return cost_rise >= scaling.diminishing_cost_rise and time_gain < scaling.diminishing_time_gain
 
 
 def vram_estimator(config: TrainConfig) -> VramNeeded:
@@ -189,7 +216,12 @@ def vram_estimator(config: TrainConfig) -> VramNeeded:
     return needed
 
 
-def format_duration(hours: float) -> str:
+def format_duration(hours: float, longest: float | None = None) -> str:
+    """`40 min`, `2.5 h`, or a range `40-52 min` when `longest` differs."""
+    if longest is not None and abs(longest - hours) * 60 >= 1:
+        if longest * 60 < 90:
+            return f"{hours * 60:.0f}-{longest * 60:.0f} min"
+        return f"{hours:.1f}-{longest:.1f} h"
     minutes = hours * 60
     if minutes < 90:
         return f"{minutes:.0f} min"
@@ -199,7 +231,9 @@ def format_duration(hours: float) -> str:
 def assumptions(catalogue: Catalogue, work: Workload) -> list[str]:
     """What the estimate takes for granted, in words shown beside the table."""
     s, sc = catalogue.speed, catalogue.scaling
-    eff = ", ".join(f"{c} GPU{'s' if c > 1 else ''}: {e * 100:.0f}%" for c, e in zip(sc.gpu_counts, sc.efficiency, strict=True))
+    eff = ", ".join(f"{c} GPU{'s' if c > 1 else ''}: {e * 100:.0f}% ({lo * 100:.0f}-{hi * 100:.0f}%)"
+                    for c, e, lo, hi in zip(sc.gpu_counts, sc.efficiency, sc.efficiency_low, sc.efficiency_high,
+                                            strict=True) if c > 1)
     return [
         f"Work: {work.images} images at {work.resolution}px ({work.family}, {work.method}); more GPUs take "
         "proportionally fewer steps for the same work.",
@@ -208,8 +242,11 @@ def assumptions(catalogue: Catalogue, work: Workload) -> list[str]:
         "throughput unless a measured figure exists; scales with pixels.",
         f"Factors: DreamBooth x{s.dreambooth_factor}, gradient checkpointing x{s.gradient_checkpointing_factor}, "
         f"no mixed precision x{s.full_precision_factor}; plus {s.startup_minutes:.0f} min start-up.",
-        f"Data-parallel efficiency on one node: {eff}; across nodes x{sc.cross_node_infiniband} with "
-        f"InfiniBand, x{sc.cross_node_ethernet} without.",
+        f"Data-parallel efficiency on one node, typical (range): {eff}; across nodes "
+        f"x{sc.cross_node_infiniband} with InfiniBand, x{sc.cross_node_ethernet} without. Times and costs "
+        "show the range; a row marked 'little gain' costs "
+        f"{sc.diminishing_cost_rise * 100:.0f}% more or above for under {sc.diminishing_time_gain * 100:.0f}% "
+        "less time than half as many GPUs, and is never called fastest.",
         f"Prices: on-demand {catalogue.currency} per GPU-hour noted {catalogue.prices_noted} "
         f"({catalogue.source.name}); cost = hours x GPUs x price.",
     ]
@@ -228,9 +265,10 @@ def format_table(rows: list[CostRow], currency: str = "USD") -> str:
         need = "?" if r.vram_needed_mb is None else f"{r.vram_needed_mb / 1024:.1f}"
         fits = {True: "yes", False: "NO", None: "?"}[r.fits]
         cost = format_cost(r)
-        marks = " ".join(m for m, on in (("cheapest", r.cheapest), ("fastest", r.fastest)) if on)
+        marks = " ".join(m for m, on in (("cheapest", r.cheapest), ("fastest", r.fastest),
+                                          ("little gain", r.little_gain)) if on)
         lines.append((r.label, fits, f"{need}/{r.gpu.vram_gb:.0f} GB", str(r.steps),
-                      format_duration(r.hours), cost, marks))
+                      format_duration(r.hours_min, r.hours_max), cost, marks))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines

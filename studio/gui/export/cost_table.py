@@ -43,10 +43,11 @@ class CostTable(QTableWidget):
         self.setRowCount(len(rows))
         for number, row in enumerate(rows):
             need = "?" if row.vram_needed_mb is None else f"{row.vram_needed_mb / 1024:.1f}"
-            best = " + ".join(word for word, on in (("cheapest", row.cheapest), ("fastest", row.fastest)) if on)
+            best = " + ".join(word for word, on in (("cheapest", row.cheapest), ("fastest", row.fastest),
+                                                    ("little gain for the cost", row.little_gain)) if on)
             cells = {"GPUs": row.label, "Fits": {True: "yes", False: "no", None: "?"}[row.fits],
                      "VRAM need / have": f"{need} / {row.gpu.vram_gb:.0f} GB", "Steps": str(row.steps),
-                     "Time": format_duration(row.hours), "Cost": f"{format_cost(row)} {currency}", "Best": best}
+                     "Time": format_duration(row.hours_min, row.hours_max), "Cost": f"{format_cost(row)} {currency}", "Best": best}
             for column, name in enumerate(COLUMNS):
                 item = QTableWidgetItem(cells[name])
                 if name in NUMBERS:
@@ -58,6 +59,9 @@ class CostTable(QTableWidget):
                 if row.fits is False:
                     item.setForeground(QBrush(NO_FIT))
                     item.setToolTip(f"about {need} GB needed per GPU; the {row.gpu.name} has {row.gpu.vram_gb:.0f} GB")
+                elif row.little_gain:
+                    item.setToolTip("more GPUs than this is worth: the cost rises much more than the time falls "
+                                    "(against half as many of the same GPU)")
                 elif row.measured:
                     item.setToolTip("speed from a measured figure for this GPU")
                 self.setItem(number, column, item)

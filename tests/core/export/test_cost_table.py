@@ -147,3 +147,30 @@ def test_cost_command_prints_the_table_and_json(demo: Project, catalogue_file: P
     assert fast1["steps"] == 9000
     assert cli_main(["cost", str(demo.config_path), "--gpu", "tpu", "--catalogue", str(catalogue_file)]) == 2
     assert "no GPU type 'tpu'" in capsys.readouterr().err
+
+
+def test_times_show_the_scaling_band_and_more_gpus_for_little_gain_are_never_fastest() -> None:
+    catalogue = load_catalogue(shipped_catalogue_path())
+    # A short run: the start-up dominates, so 8 H200s cost about 8 times one for a few minutes less.
+    short = Workload(family="sd15", method="lora", resolution=512, images=200, batch_size=1,
+                     gradient_accumulation=1, gradient_checkpointing=False, mixed_precision="bf16")
+    rows = by_label(cost_table(short, catalogue, counts=(1, 2, 4, 8)))
+    eight = rows["h200", 8, 1]
+    assert eight.little_gain and not eight.fastest
+    assert eight.cost_mid > 4 * rows["h200", 1, 1].cost_mid
+    fastest = [r for r in rows.values() if r.fastest]
+    assert len(fastest) == 1 and not fastest[0].little_gain
+    # A long run: two GPUs nearly halve the time and are worth it; the band gives a time range.
+    long = Workload(family="sdxl", method="lora", resolution=1024, images=200_000, batch_size=4,
+                    gradient_accumulation=1, gradient_checkpointing=False, mixed_precision="bf16")
+    rows = by_label(cost_table(long, catalogue, counts=(1, 2, 4, 8)))
+    two = rows["h100", 2, 1]
+    assert not two.little_gain
+    assert two.hours_min < two.hours < two.hours_max
+    one = rows["h100", 1, 1]
+    assert one.hours_min == pytest.approx(one.hours_max)  # one GPU scales with nothing
+    text = format_table(list(rows.values()))
+    two_line = next(line for line in text.splitlines() if line.startswith("2x H100 80GB "))
+    assert f"{two.hours_min:.1f}-{two.hours_max:.1f} h" in two_line
+    notes = " ".join(assumptions(catalogue, long))
+    assert "2 GPUs: 92% (88-97%)" in notes and "little gain" in notes
