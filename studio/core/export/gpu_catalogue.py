@@ -177,19 +177,19 @@ def parse_catalogue(data: dict[str, Any], source: Path) -> Catalogue:
         counts = tuple(int(c) for c in scaling_data.pop("gpu_counts", Scaling.gpu_counts))
         typical = tuple(float(e) for e in scaling_data.pop("efficiency", Scaling.efficiency))
         # A catalogue without a band (a copy made before bands existed) gets the typical figure as its band.
-        bands = {"efficiency": typical, **{
-            name: tuple(float(e) for e in scaling_data.pop(name, typical if "efficiency" in data.get("scaling", {})
-                                                           else getattr(Scaling, name)))
-            for name in ("efficiency_low", "efficiency_high")}}
-        scaling = Scaling(gpu_counts=counts, **bands, **{k: float(v) for k, v in scaling_data.items()})
+        no_band = typical if "efficiency" in data.get("scaling", {}) else None
+        low = tuple(float(e) for e in scaling_data.pop("efficiency_low", no_band or Scaling.efficiency_low))
+        high = tuple(float(e) for e in scaling_data.pop("efficiency_high", no_band or Scaling.efficiency_high))
+        scaling = Scaling(gpu_counts=counts, efficiency=typical, efficiency_low=low, efficiency_high=high,
+                          **{k: float(v) for k, v in scaling_data.items()})
     except (KeyError, TypeError, ValueError) as exc:
         raise CatalogueError(f"{source}: [speed] or [scaling] is incomplete or has an unknown key: {exc}") from None
-    bands = (scaling.efficiency, scaling.efficiency_low, scaling.efficiency_high)
-    if any(len(scaling.gpu_counts) != len(band) for band in bands) or \
+    band = (scaling.efficiency, scaling.efficiency_low, scaling.efficiency_high)
+    if any(len(scaling.gpu_counts) != len(figures) for figures in band) or \
             list(scaling.gpu_counts) != sorted(scaling.gpu_counts):
         raise CatalogueError(f"{source}: [scaling] gpu_counts must be ascending and as long as efficiency, "
                              "efficiency_low and efficiency_high")
-    if any(not lo <= mid <= hi for mid, lo, hi in zip(*bands, strict=True)):
+    if any(not lo <= mid <= hi for mid, lo, hi in zip(*band, strict=True)):
         raise CatalogueError(f"{source}: [scaling] each efficiency must lie between efficiency_low and "
                              "efficiency_high")
     missing = [f for f in FAMILIES if f not in speed.seconds_per_image or f not in speed.native_resolution]
