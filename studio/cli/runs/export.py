@@ -38,12 +38,24 @@ def register(sub: Any) -> None:
     parser.add_argument("--keep-steps", action="store_true",
                         help="keep max_steps as written instead of scaling it to the process count")
     parser.add_argument("--zip", action="store_true", help="also write DIR.zip")
+    add_cloud_options(parser)
     parser.set_defaults(func=run)
+
+
+def add_cloud_options(parser: Any) -> None:
+    """The choices the bundle's SkyPilot task (sky.yaml) reads."""
+    parser.add_argument("--spot", action="store_true",
+                        help="sky.yaml asks for spot machines (cheaper; a preempted run resumes, with --bucket)")
+    parser.add_argument("--bucket", metavar="URL", help="sky.yaml keeps the run folders on this bucket, "
+                        "e.g. s3://my-bucket/studio (checkpoints outlive the machine)")
+    parser.add_argument("--autostop", type=int, default=10, metavar="MINUTES",
+                        help="the cluster ends itself this many idle minutes after the run (default 10)")
 
 
 def run(args: argparse.Namespace) -> int:
     from studio.core.export.bundle import ExportError, export_bundle
     from studio.core.export.gpu_catalogue import CatalogueError
+    from studio.core.export.sky_task import CloudOptions
 
     if args.remote_dataset and args.include_dataset and "--include-dataset" in sys.argv:
         print("error: --remote-dataset goes with --manifest-only", file=sys.stderr)
@@ -55,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             remote_base=args.remote_base, include_model=args.include_model,
             remote_dataset=args.remote_dataset, zip=args.zip, main_address=args.main_address,
             port=args.port, keep_steps=args.keep_steps,
+            cloud=CloudOptions(spot=args.spot, bucket=args.bucket, autostop_minutes=args.autostop),
         )
     except (ExportError, CatalogueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,178 @@
+"""`studio-train cloud launch|status|logs|down|pull`: a run on rented GPUs through SkyPilot, in one step.
+
+`launch CONFIG` exports the bundle into the studio's data folder (cloud/), shows SkyPilot's price and
+availability answer next to the studio's own cost, and starts the bundle's sky.yaml on a new
+cluster (detached); the cluster ends itself after the run (autostop). `logs` follows it, `pull`
+brings the run folders back into the project's runs/, `down` ends the cluster at once. The
+person's cloud credentials stay in SkyPilot's configuration; the studio stores the cluster's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from studio.cli.runs.export import add_cloud_options
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.files import atomic_write_text
+from studio.core.user_dirs import data_dir
+
+CLOUD_DIR = "cloud"
+RECORD = "cluster.json"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("cloud", help="launch, follow, bring back and end a run on a cloud (SkyPilot)",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="cloud_command", metavar="ACTION", required=True)
+    launch = commands.add_parser("launch", help="export CONFIG's bundle and start it on the cheapest cloud offer")
+    launch.add_argument("config", help="a TrainConfig TOML file (e.g. a project's studio.toml)")
+    launch.add_argument("--gpus", type=int, default=1, help="GPUs per node (default 1)")
+    launch.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    launch.add_argument("--gpu-type", help="GPU type from the catalogue (default: any that fits, the cheapest)")
+    launch.add_argument("--name", help="the cluster's name (default: from the run's name)")
+    launch.add_argument("--yes", action="store_true", help="start without asking (after showing the price)")
+    add_cloud_options(launch)
+    launch.set_defaults(func=run_launch)
+    for name, func, text in (("status", run_status, "the cluster's and the run's state"),
+                             ("logs", run_logs, "follow the run's output"),
+                             ("down", run_down, "end the cluster now (billing stops; bring results back first)"),
+                             ("pull", run_pull, "bring the run folders back into the project's runs/")):
+        action = commands.add_parser(name, help=text)
+        action.add_argument("cluster", help="the cluster's name, or CONFIG of a project launched before")
+        action.set_defaults(func=func)
+
+
+def _fail(message: str, code: int = EXIT_FAILED) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    from studio.core.cloud.api import CloudError
+    from studio.core.cloud.launcher import cloud_api
+    from studio.core.config.toml_file import load_config
+    from studio.core.export.bundle import ExportError, export_bundle
+    from studio.core.export.gpu_catalogue import CatalogueError
+    from studio.core.export.sky_task import SKY_FILE, CloudOptions, cluster_name
+
+    config_path = Path(args.config).resolve()
+    try:
+        api = cloud_api()
+        cluster = cluster_name(args.name or load_config(config_path).output.name)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        bundle = data_dir() / CLOUD_DIR / f"{stamp}-{cluster}"
+        report = export_bundle(config_path, bundle, gpus=args.gpus, nodes=args.nodes, gpu_type=args.gpu_type,
+                               include_model=True,
+                               cloud=CloudOptions(spot=args.spot, bucket=args.bucket, autostop_minutes=args.autostop))
+        info = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
+        print(report.summary())
+        per_hour = info["cloud"]["per_hour"]
+        if per_hour:
+            print(f"The studio's catalogue: {per_hour['gpu']} x {args.gpus * args.nodes} about "
+                  f"{per_hour['min']:.2f}-{per_hour['max']:.2f} {per_hour['currency']} per hour")
+        offers = api.offers(bundle / SKY_FILE)
+        for offer in offers[:3]:
+            print(f"SkyPilot's offer: {offer.describe()}")
+        if not offers:
+            return _fail("no cloud enabled in SkyPilot offers these GPUs now; run `sky check`, or choose another "
+                         "--gpu-type")
+        if not args.yes and not _confirm(f"Start {cluster} now? The cluster ends itself "
+                                         f"{args.autostop} idle minutes after the run. [y/N] "):
+            print(f"Not started. The bundle is in {bundle}; start it later with: sky launch -c {cluster} {SKY_FILE}")
+            return EXIT_OK
+        job = api.launch(bundle / SKY_FILE, cluster)
+    except (CloudError, ExportError, CatalogueError) as exc:
+        return _fail(str(exc), EXIT_INVALID if not isinstance(exc, CloudError) else EXIT_FAILED)
+    record = {"cluster": cluster, "job": job, "bundle": str(bundle), "config": str(config_path),
+              "launched": _dt.datetime.now().isoformat(timespec="seconds")}
+    atomic_write_text(bundle / RECORD, json.dumps(record, indent=1) + "\n")
+    print(f"Started {cluster} (job {job}).")
+    print(f"  Follow it:        studio-train cloud logs {cluster}")
+    print(f"  Bring it back:    studio-train cloud pull {cluster}")
+    print(f"  End it now:       studio-train cloud down {cluster}")
+    return EXIT_OK
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin or not sys.stdin.isatty():
+        print("(not a terminal: pass --yes to start)", file=sys.stderr)
+        return False
+    return input(question).strip().lower() in ("y", "yes")
+
+
+def _record(name: str) -> dict[str, Any] | None:
+    """The newest launch record of a cluster name, or of CONFIG's project."""
+    path = Path(name)
+    config = str(path.resolve()) if path.is_file() else None
+    for record in sorted((data_dir() / CLOUD_DIR).glob(f"*/{RECORD}"), reverse=True):
+        try:
+            data = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if data.get("cluster") == name or (config is not None and data.get("config") == config):
+            return data
+    return None
+
+
+def _cluster(name: str) -> str:
+    record = _record(name)
+    return str(record["cluster"]) if record else name
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from studio.core.cloud.api import CloudError
+    from studio.core.cloud.launcher import cloud_api
+
+    try:
+        state = cloud_api().state(_cluster(args.cluster))
+    except CloudError as exc:
+        return _fail(str(exc))
+    print(f"{state.name}: cluster {state.status}" + (f", run {state.job}" if state.job else ""))
+    return EXIT_OK
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from studio.core.cloud.api import CloudError
+    from studio.core.cloud.launcher import cloud_api
+
+    try:
+        for line in cloud_api().logs(_cluster(args.cluster)):
+            print(line, end="" if line.endswith("\n") else "\n", flush=True)
+    except CloudError as exc:
+        return _fail(str(exc))
+    return EXIT_OK
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from studio.core.cloud.api import CloudError
+    from studio.core.cloud.launcher import cloud_api
+
+    cluster = _cluster(args.cluster)
+    try:
+        cloud_api().down(cluster)
+    except CloudError as exc:
+        return _fail(str(exc))
+    print(f"{cluster} is down; its billing has stopped.")
+    return EXIT_OK
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    from studio.core.cloud.api import CloudError
+    from studio.core.cloud.launcher import cloud_api
+
+    record = _record(args.cluster)
+    if record is None:
+        return _fail(f"no launch of '{args.cluster}' is recorded on this machine (name the cluster as "
+                     "`studio-train cloud launch` printed it, or the project's CONFIG)", EXIT_INVALID)
+    runs = Path(record["config"]).parent / "runs"
+    try:
+        cloud_api().pull(str(record["cluster"]), "runs", runs)
+    except CloudError as exc:
+        return _fail(str(exc))
+    print(f"Brought back into {runs}; open the project's Runs page to see them.")
+    return EXIT_OK

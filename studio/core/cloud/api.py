@@ -1,0 +1,68 @@
+"""The boundary between the studio and a cloud launcher: what the studio asks of it, and which one is used.
+
+`CloudApi` is all the studio needs from SkyPilot: an answer on price and availability, launch a
+bundle's sky.yaml detached, its status, its log stream, tear it down, and the cluster's address
+for bringing results back. `skypilot.py` is the one module that imports SkyPilot; `launcher.py` picks it
+(or a test's fake of this protocol). The person's cloud credentials stay in SkyPilot's own configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+ENABLE_HINT = ("SkyPilot is not installed in the studio's environment: install it with "
+               "`pip install \"skypilot[runpod]\"` (or the clouds you use, e.g. skypilot[aws,gcp,lambda]) and "
+               "enable a cloud with `sky check`; the bundle's sky.yaml also runs with `sky launch` by hand")
+
+
+class CloudError(RuntimeError):
+    """A cloud request that failed; the message says what and what to do."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One answer of the launcher's optimizer: where the task would run and what it costs per hour."""
+
+    cloud: str
+    region: str
+    accelerators: str
+    per_hour: float
+    spot: bool = False
+
+    def describe(self) -> str:
+        kind = "spot" if self.spot else "on demand"
+        return f"{self.accelerators} on {self.cloud} ({self.region}), {self.per_hour:.2f} USD/h {kind}"
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    name: str
+    status: str  # UP | INIT | STOPPED | gone
+    job: str | None = None  # the run's job status: PENDING | RUNNING | SUCCEEDED | FAILED | CANCELLED ...
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("UP", "INIT") and self.job in (None, "INIT", "PENDING", "SETTING_UP", "RUNNING")
+
+
+class CloudApi(Protocol):
+    def offers(self, task_file: Path) -> list[Offer]:
+        """The cheapest matching offers for the task, best first (nothing is started)."""
+        ...
+
+    def launch(self, task_file: Path, cluster: str) -> int:
+        """Start the task on a new cluster, detached; the job id."""
+        ...
+
+    def state(self, cluster: str) -> ClusterState: ...
+
+    def logs(self, cluster: str, follow: bool = True) -> Iterator[str]: ...
+
+    def down(self, cluster: str) -> None: ...
+
+    def pull(self, cluster: str, remote_path: str, local_dir: Path) -> None:
+        """Copy `remote_path` (relative to the task's workdir there) into `local_dir`."""
+        ...
