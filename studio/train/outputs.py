@@ -11,6 +11,7 @@ import torch
 
 from studio import __version__
 from studio.core.dataset.caption_tags import tag_counts
+from studio.core.families import FAMILIES
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.train.components import Components
@@ -18,7 +19,8 @@ from studio.train.data.items import TrainItem
 from studio.train.families.base import FamilyAdapter
 
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-SINGLE_FILE_ARCHITECTURES = {"sd15": "stable-diffusion-v1", "sdxl": "stable-diffusion-xl-v1-base"}
+# The model-spec architecture of each family that has a single-file layout.
+SINGLE_FILE_ARCHITECTURES = {spec.name: spec.modelspec_architecture for spec in FAMILIES if spec.modelspec_architecture}
 Warn = Callable[[str, "str | None", str], None]
 
 

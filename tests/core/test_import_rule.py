@@ -127,10 +127,11 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 
 
 # Core's feature folders in layers: a folder imports the core's root modules, its own
-# folder and the folders of lower layers. The config is the contract everything reads;
+# folder and the folders of lower layers. The family declarations are data the config reads; the config is
+# the contract everything reads;
 # projects and exports put the others together.
-CORE_LAYERS = {"config": 0, "dataset": 1, "hardware": 1, "models": 1, "runs": 1, "project": 2, "export": 2,
-               "trainenv": 2, "remote": 3, "cloud": 3}
+CORE_LAYERS = {"families": 0, "config": 1, "dataset": 2, "hardware": 2, "models": 2, "runs": 2, "project": 3,
+               "export": 3, "trainenv": 3, "remote": 4, "cloud": 4}
 # Folders every gui page folder may use, each above the ones it imports: the shared widgets (plots,
 # run header), the process and run controller, the Training Environment window.
 GUI_SHARED = {"widgets": 0, "runner": 1, "trainenv": 1}

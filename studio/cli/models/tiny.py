@@ -12,16 +12,18 @@ import sys
 from typing import Any
 
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
+from studio.core.families import FAMILY_NAMES, family
 
-FAMILIES = ("sd15", "sdxl", "sd3")
+# The families with an optional T5 text encoder (a setting of their own).
+_T5_KEY = "model.use_t5"
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("tiny", help="build a tiny (or full-size) random-weight model folder (no download)")
-    parser.add_argument("family", help="model family: sd15, sdxl or sd3")
+    parser.add_argument("family", help="model family: " + ", ".join(FAMILY_NAMES))
     parser.add_argument("dir", nargs="?", help="folder to write the diffusers pipeline into")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument("--t5", action="store_true", help="sd3: include a T5 text encoder (tiny, built locally)")
+    parser.add_argument("--t5", action="store_true", help="families with a T5 text encoder: include one (tiny, built locally)")
     parser.add_argument("--full-size", action="store_true",
                         help="the real architecture: print its parameter counts (meta device, no memory)")
     parser.add_argument("--write", action="store_true",
@@ -32,11 +34,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.family not in FAMILIES:
-        print(f"unknown family {args.family!r}; choose from {', '.join(FAMILIES)}", file=sys.stderr)
+    if args.family not in FAMILY_NAMES:
+        print(f"unknown family {args.family!r}; choose from {', '.join(FAMILY_NAMES)}", file=sys.stderr)
         return EXIT_INVALID
-    if args.t5 and args.family != "sd3":
-        print("--t5 applies to the sd3 family only", file=sys.stderr)
+    if args.t5 and not _has_t5(args.family):
+        with_t5 = ", ".join(name for name in FAMILY_NAMES if _has_t5(name))
+        print(f"--t5 applies to the families with a T5 text encoder only ({with_t5})", file=sys.stderr)
         return EXIT_INVALID
     if args.full_size:
         return _full_size(args)
@@ -51,10 +54,14 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _has_t5(name: str) -> bool:
+    return family(name).setting(_T5_KEY) is not None
+
+
 def _full_size(args: argparse.Namespace) -> int:
     from studio.train.pipelines.full_size import parameter_counts, write_full_size_pipeline
 
-    with_t5 = args.family == "sd3" and (args.t5 or not args.write)
+    with_t5 = _has_t5(args.family) and (args.t5 or not args.write)
     counts = parameter_counts(args.family, t5=with_t5)
     bytes_per = 4 if args.dtype == "fp32" else 2
     for name, count in counts.items():

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.schema import Family, MethodKind, TrainConfig
 from studio.core.config.toml_file import config_to_data, parse_toml, validate_data
+from studio.core.families import FAMILY_NAMES
 from studio.core.files import atomic_write_text
 from studio.core.resources import app_root
 from studio.core.user_dirs import config_dir
@@ -193,7 +194,7 @@ def list_presets(include_user: bool = True) -> list[Preset]:
                 if not user:
                     raise
                 continue  # A broken user preset must not hide the others; `studio-train validate` shows why.
-        order = {"sd15": 0, "sdxl": 1, "sd3": 2}
+        order = {name: place for place, name in enumerate(FAMILY_NAMES)}
         group.sort(key=lambda p: (order.get(p.family, 9), p.method, -p.min_vram_gb, p.id))
         found.extend(group)
     return found

@@ -7,15 +7,28 @@ Add fields freely; rename none (add a migration instead).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from studio.core.config.errors import Contradiction, section_type
+from studio.core.families import (
+    FAMILIES,
+    FAMILY_NAMES,
+    FamilySpec,
+    Setting,
+    conditional_keys,
+    declaration_of,
+    family,
+)
 
 SCHEMA_VERSION = 1
 
-Family = Literal["sd15", "sdxl", "sd3"]
+# The registered families (studio/core/families/registry.py) are the allowed values.
+if TYPE_CHECKING:
+    Family = str
+else:
+    Family = Literal[FAMILY_NAMES]
 MethodKind = Literal["lora", "dreambooth"]
 Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
@@ -32,7 +45,7 @@ class Section(BaseModel):
 
 
 class ModelSection(Section):
-    family: Family = Field(description="Model family: sd15 (SD 1.x/2.x), sdxl or sd3.")
+    family: Family = Field(description="Model family: " + ", ".join(f"{f.name} ({f.title})" for f in FAMILIES) + ".")
     base: str = Field(
         min_length=1,
         description="Base model: a diffusers folder, a single .safetensors file, or a hub id.",
@@ -313,17 +326,48 @@ def _check_training(config: TrainConfig) -> None:
                              "(use output.save_every_n_steps checkpoints and resume instead)")
 
 
+# The settings of one family that are refused for the others (the family declarations' tables say
+# which families each acts for).
+_REFUSED_FOR_OTHER_FAMILIES = ("model.clip_skip", "model.use_t5", "method.blocks")
+
+
+def setting_value(config: TrainConfig, key: str) -> Any:
+    section, name = key.split(".", 1)
+    return getattr(getattr(config, section), name)
+
+
+def default_value(key: str) -> Any:
+    section, name = key.split(".", 1)
+    field = _SECTIONS[section].model_fields[name]
+    return field.get_default(call_default_factory=True)
+
+
+def _acts_for(spec: FamilySpec, setting: Setting, others: tuple[FamilySpec, ...]) -> str:
+    names = ", ".join(f.name for f in others) or "no family"
+    return f"{setting.does}, which only acts for family {names}; {spec.name} ({spec.title}) does not use it"
+
+
+def family_resets(config: TrainConfig, name: str) -> dict[str, Any]:
+    """The settings that go back to their defaults when `config` switches to family `name`: those
+    the new family would refuse."""
+    spec = family(name)
+    return {key: default_value(key) for key in conditional_keys()
+            if key in _REFUSED_FOR_OTHER_FAMILIES and spec.setting(key) is None
+            and setting_value(config, key) != default_value(key)}
+
+
 def _check_family_options(config: TrainConfig) -> None:
-    """Options that exist for one family only."""
-    model, method = config.model, config.method
-    if model.family != "sd15" and model.clip_skip != 1:
-        raise Contradiction("model.clip_skip", model.clip_skip,
-                             f"only applies to family sd15; {model.family} always uses the text "
-                             "encoders' penultimate layer, so leave it at 1")
-    if model.family != "sd3" and (model.use_t5 or method.blocks):
-        key = "model.use_t5" if model.use_t5 else "method.blocks"
-        raise Contradiction(key, model.use_t5 if key == "model.use_t5" else method.blocks,
-                             f"only applies to family sd3, not {model.family}")
+    """Settings declared by some families act for those only: another family's value is refused."""
+    spec = family(config.model.family)
+    for key in conditional_keys():
+        if key not in _REFUSED_FOR_OTHER_FAMILIES or spec.setting(key) is not None:
+            continue
+        value = setting_value(config, key)
+        if value == default_value(key):
+            continue
+        owners = declaration_of(key)
+        setting = next(s for owner in owners if (s := owner.setting(key)) is not None)
+        raise Contradiction(key, value, f"{_acts_for(spec, setting, owners)}: {setting.instead}")
 
 
 def _check_fp8(config: TrainConfig) -> None:
@@ -377,6 +421,12 @@ def _check_launch(config: TrainConfig) -> None:
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     _check_caches, _check_training, _check_family_options, _check_fp8, _check_strategy, _check_launch,
 )
+
+
+_SECTIONS: dict[str, type[Section]] = {
+    "model": ModelSection, "method": MethodSection, "dataset": DatasetSection, "training": TrainingSection,
+    "sampling": SamplingSection, "output": OutputSection, "launch": LaunchSection,
+}
 
 
 def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:

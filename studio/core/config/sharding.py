@@ -12,19 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from studio.core.config.schema import TrainConfig
+from studio.core.families import FAMILIES, family
 
-# Resnet and transformer blocks, the attention models holding the latter (their projections), and
-# the down/up samplers: SDXL's 1280-channel upsampler alone is 15 M parameters.
-UNET_UNITS = ("ResnetBlock2D", "BasicTransformerBlock", "Transformer2DModel", "Downsample2D", "Upsample2D")
-DENOISER_UNITS: dict[str, tuple[str, ...]] = {
-    "sd15": UNET_UNITS,
-    "sdxl": UNET_UNITS,
-    "sd3": ("JointTransformerBlock",),
-}
+# Each family declares its units (FamilySpec.fsdp_units): for a UNet the resnet and transformer blocks,
+# the attention models holding the latter (their projections), and the down/up samplers: SDXL's
+# 1280-channel upsampler alone is 15 M parameters.
+DENOISER_UNITS: dict[str, tuple[str, ...]] = {spec.name: spec.fsdp_units for spec in FAMILIES}
 TEXT_ENCODER_UNITS = ("CLIPEncoderLayer",)
 # The blocks recomputed in the backward when training.gradient_checkpointing is on (FSDP's
 # checkpoint wrapper around each; checkpointing_interval N keeps every N-th).
-CHECKPOINTED_BLOCKS = ("ResnetBlock2D", "BasicTransformerBlock", "JointTransformerBlock", "CLIPEncoderLayer")
+CHECKPOINTED_BLOCKS = tuple(dict.fromkeys(
+    [block for spec in FAMILIES for block in spec.checkpointed_blocks] + ["CLIPEncoderLayer"]))
 
 
 def sharded(config: TrainConfig) -> bool:
@@ -34,7 +32,7 @@ def sharded(config: TrainConfig) -> bool:
 
 def unit_classes(config: TrainConfig) -> tuple[str, ...]:
     """The module classes wrapped as units in this run (the text encoders' layers when they train)."""
-    units = DENOISER_UNITS[config.model.family]
+    units = family(config.model.family).fsdp_units
     return units + TEXT_ENCODER_UNITS if config.method.train_text_encoder else units
 
 

@@ -52,7 +52,9 @@ from studio.core.export.sky_task import (
     sky_task,
 )
 from studio.core.export.templates import readme_text, render
+from studio.core.families import family
 from studio.core.files import atomic_write_text
+from studio.core.hardware.memory_data import denoiser_entry, load_architecture
 from studio.core.resources import resource_path
 from studio.core.runs.launch import accelerate_config, dump_yaml
 
@@ -62,9 +64,6 @@ BUNDLE_FILE = "bundle.json"
 SOURCE_DIR = "src"
 REMOTE_COMMAND = "./launch.sh --check"
 
-# Rough sizes for the free-disk check: denoiser parameters (billions), hub download (GB).
-_DENOISER_B = {"sd15": 0.86, "sdxl": 2.6, "sd3": 2.0}
-_DOWNLOAD_GB = {"sd15": 4.5, "sdxl": 7.0, "sd3": 16.0}
 
 
 @dataclass
@@ -117,13 +116,15 @@ class BundleReport:
 
 
 def _disk_needed_mb(config: TrainConfig, base_kind: str) -> int:
-    family, keep = config.model.family, config.output.keep_last + 1
-    params = _DENOISER_B[family] * 1e9
+    """Rough: the denoiser's parameters from the family's architecture sizes, a hub base's download from its
+    declaration."""
+    spec, keep = family(config.model.family), config.output.keep_last + 1
+    params = float(denoiser_entry(load_architecture(spec.name))["params"])
     if config.method.kind == "dreambooth":
         checkpoint, output = params * 4 * 3, params * 2 + 1.5e9
     else:
         checkpoint, output = 3e8, 2e8
-    download = _DOWNLOAD_GB[family] * 1e9 if base_kind == "hub" else 0
+    download = spec.download_gb * 1e9 if base_kind == "hub" else 0
     return int((keep * checkpoint + output + download + 2e9) / 2**20)
 
 

@@ -15,11 +15,12 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
+from studio.core.families import FAMILY_NAMES
 from studio.core.resources import resource_path
 from studio.core.user_dirs import config_dir
 
 CATALOGUE_FILE = "gpu_catalogue.toml"
-FAMILIES = ("sd15", "sdxl", "sd3")
+FAMILIES = FAMILY_NAMES  # every registered family needs speed figures
 
 
 class CatalogueError(ValueError):

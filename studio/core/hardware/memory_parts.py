@@ -13,6 +13,7 @@ from typing import Any
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.config.sharding import sharded
+from studio.core.families import family
 from studio.core.hardware.local_architecture import local_architecture
 from studio.core.hardware.memory_data import (
     BYTES,
@@ -198,7 +199,7 @@ def vae_bytes(config: TrainConfig, frozen: str) -> int:
     """
     if frozen != "fp16":
         return BYTES[frozen]
-    return 2 if config.model.family == "sdxl" and config.model.vae is not None else 4
+    return 2 if family(config.model.family).separate_vae_fp16_safe and config.model.vae is not None else 4
 
 
 def vae(f: RunFacts) -> Vae:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -18,46 +17,21 @@ from pathlib import Path
 
 import orjson
 
-FAMILY_NAMES = {"sd15": "SD 1.x/2.x", "sdxl": "SDXL", "sd3": "SD3"}
+from studio.core.families import FAMILIES, checkpoint_kinds, family
+
+FAMILY_NAMES = {spec.name: spec.title for spec in FAMILIES}
 # Pipeline classes named in model_index.json, by the family that trains them.
-PIPELINE_FAMILIES: dict[str, str] = {
-    "StableDiffusionPipeline": "sd15",
-    "StableDiffusionImg2ImgPipeline": "sd15",
-    "StableDiffusionInpaintPipeline": "sd15",
-    "StableDiffusionXLPipeline": "sdxl",
-    "StableDiffusionXLImg2ImgPipeline": "sdxl",
-    "StableDiffusion3Pipeline": "sd3",
-}
+PIPELINE_FAMILIES: dict[str, str] = {cls: spec.name for spec in FAMILIES for cls in spec.pipeline_classes}
 SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
-# Checkpoint kinds (diffusers' names where it has one) -> what a person reads.
-KIND_NAMES = {
-    "v1": "Stable Diffusion 1.x",
-    "v2": "Stable Diffusion 2.x",
-    "inpainting": "Stable Diffusion 1.x inpainting",
-    "v2_inpainting": "Stable Diffusion 2.x inpainting",
-    "xl_base": "SDXL base",
-    "xl_inpaint": "SDXL inpainting",
-    "xl_refiner": "SDXL refiner",
-    "sd3": "SD3 medium",
-    "sd35_medium": "SD3.5 medium",
-    "sd35_large": "SD3.5 large",
-}
-KIND_FAMILIES = {"v1": "sd15", "v2": "sd15", "inpainting": "sd15", "v2_inpainting": "sd15", "xl_base": "sdxl",
-                 "xl_inpaint": "sdxl", "xl_refiner": "sdxl", "sd3": "sd3", "sd35_medium": "sd3",
-                 "sd35_large": "sd3"}
+# Checkpoint kinds (diffusers' names where it has one) -> what a person reads, the family, ...
+KIND_NAMES = {name: kind.title for name, (_spec, kind) in checkpoint_kinds().items()}
+KIND_FAMILIES = {name: spec.name for name, (spec, _kind) in checkpoint_kinds().items()}
 # The kinds the studio has pipeline configs for, so they load with no network.
-OFFLINE_KINDS = ("v1", "xl_base", "sd3")
+OFFLINE_KINDS = tuple(name for name, (_spec, kind) in checkpoint_kinds().items() if kind.offline)
 # Kinds the studio cannot train, and why.
-_INPAINTING = "the studio trains text-to-image models only; choose the base (non-inpainting) model"
-REFUSED_KINDS = {
-    "inpainting": _INPAINTING,
-    "v2_inpainting": _INPAINTING,
-    "xl_inpaint": _INPAINTING,
-    "xl_refiner": "the SDXL refiner has no CLIP-L text encoder and is not trained on its own; choose an SDXL base model",
-}
+REFUSED_KINDS = {name: kind.refused for name, (_spec, kind) in checkpoint_kinds().items() if kind.refused}
 _MAX_HEADER = 100 * 1024 * 1024
 _HALF = {"F16", "BF16"}
-_UNET = "model.diffusion_model."
 
 
 class ModelFileError(ValueError):
@@ -66,7 +40,7 @@ class ModelFileError(ValueError):
 
 @dataclass(frozen=True)
 class ModelInfo:
-    family: str | None  # sd15 | sdxl | sd3, or None when unknown
+    family: str | None  # a registered family name, or None when unknown
     kind: str | None  # a KIND_NAMES key for a checkpoint file, None for folders and unknown files
     evidence: str  # what showed it, for messages
     missing: str | None = None  # what a checkpoint file lacks to be trained from, with what to do
@@ -157,26 +131,7 @@ def detect_model(path: Path) -> ModelInfo:
 
 def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) -> str | None:
     """The kind of an original-layout checkpoint from its tensor names and shapes; None if unknown."""
-    joint = [k for k in keys if "joint_blocks." in k]  # a substring test first: regexes on thousands of keys are slow
-    blocks = {int(m.group(1)) for k in joint if (m := re.match(r"model\.diffusion_model\.joint_blocks\.(\d+)\.", k))}
-    if blocks:
-        if any(".x_block.attn2." in k for k in joint):
-            return "sd35_medium"
-        return {24: "sd3", 38: "sd35_large"}.get(max(blocks) + 1)
-    conv_in = shape(_UNET + "input_blocks.0.0.weight")
-    in_channels = conv_in[1] if conv_in and len(conv_in) > 1 else 0
-    if any(k.startswith("conditioner.embedders.1.") for k in keys):
-        return {4: "xl_base", 9: "xl_inpaint"}.get(in_channels)
-    if _UNET + "label_emb.0.0.weight" in keys:
-        return "xl_refiner"
-    context = shape(_UNET + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight")
-    if not context:
-        return None
-    if context[-1] == 768:
-        return {4: "v1", 9: "inpainting"}.get(in_channels)
-    if context[-1] == 1024:
-        return {4: "v2", 9: "v2_inpainting"}.get(in_channels)
-    return None
+    return next((kind for spec in FAMILIES if (kind := spec.checkpoint_kind(keys, shape)) is not None), None)
 
 
 def model_from_tensors(keys: set[str], shape: Callable[[str], list[int] | None]) -> ModelInfo:
@@ -186,29 +141,20 @@ def model_from_tensors(keys: set[str], shape: Callable[[str], list[int] | None])
         return ModelInfo(KIND_FAMILIES[kind], kind, "its tensor names and shapes", _missing(kind, keys),
                          v_prediction="v_pred" in keys, zero_terminal_snr="v_pred" in keys and "ztsnr" in keys)
     # Files of no known kind: the family alone, from names only.
-    if any("joint_blocks" in k for k in keys):
-        return ModelInfo("sd3", None, "it has MMDiT joint_blocks")
-    if any(k.startswith("conditioner.embedders.1") or "label_emb" in k for k in keys):
-        return ModelInfo("sdxl", None, "it has SDXL's second text encoder (conditioner.embedders.1) / label_emb")
-    if any(k.startswith(_UNET + "input_blocks") for k in keys) and any(k.startswith("cond_stage_model") for k in keys):
-        return ModelInfo("sd15", None, "it has an SD 1.x/2.x UNet and cond_stage_model")
+    for spec in FAMILIES:
+        evidence = spec.tensor_rule(keys)
+        if evidence is not None:
+            return ModelInfo(spec.name, None, evidence)
     return ModelInfo(None, None, "its tensor names match no known family")
-
-
-# Where each kind keeps its text encoders in a single file (every kind keeps its VAE in first_stage_model).
-_TEXT_ENCODER_PREFIXES = {"sd15": ("cond_stage_model.",), "sdxl": ("conditioner.embedders.0.",),
-                          "sd3": ("text_encoders.clip_l.", "text_encoders.clip_g.")}
 
 
 def _missing(kind: str, keys: set[str]) -> str | None:
     """What a checkpoint lacks that a pipeline needs: files of the denoiser alone are common downloads."""
-    lacks = [prefix for prefix in _TEXT_ENCODER_PREFIXES[KIND_FAMILIES[kind]]
-             if not any(k.startswith(prefix) for k in keys)]
+    spec = family(KIND_FAMILIES[kind])
+    lacks = [prefix for prefix in spec.single_file_text_encoders if not any(k.startswith(prefix) for k in keys)]
     if lacks:
-        example = " (sd3_medium.safetensors is such a file; sd3_medium_incl_clips.safetensors is not)" \
-            if KIND_FAMILIES[kind] == "sd3" else ""
-        return (f"the file holds no text encoder ({', '.join(p.rstrip('.') for p in lacks)}){example}; choose "
-                "a checkpoint that includes them, or a diffusers folder")
+        return (f"the file holds no text encoder ({', '.join(p.rstrip('.') for p in lacks)})"
+                f"{spec.missing_text_encoder_example}; choose a checkpoint that includes them, or a diffusers folder")
     if not any(k.startswith("first_stage_model.") for k in keys):
         return "the file holds no VAE (first_stage_model); choose a complete checkpoint, or a diffusers folder"
     return None
@@ -219,14 +165,10 @@ def _folder_model(folder: Path) -> ModelInfo:
     class_name = str(index.get("_class_name", ""))
     if class_name in PIPELINE_FAMILIES:
         return ModelInfo(PIPELINE_FAMILIES[class_name], None, class_name)
-    transformer = folder / "transformer" / "config.json"
-    if transformer.is_file() and read_json(transformer).get("_class_name") == "SD3Transformer2DModel":
-        return ModelInfo("sd3", None, "transformer/config.json names SD3Transformer2DModel")
-    unet = folder / "unet" / "config.json"
-    if unet.is_file():
-        if read_json(unet).get("addition_embed_type") == "text_time":
-            return ModelInfo("sdxl", None, "unet/config.json has SDXL's text_time conditioning")
-        return ModelInfo("sd15", None, "unet/config.json has no SDXL conditioning")
+    for spec in FAMILIES:
+        evidence = spec.folder_rule(folder, read_json)
+        if evidence is not None:
+            return ModelInfo(spec.name, None, evidence)
     return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
 
 

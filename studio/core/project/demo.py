@@ -18,12 +18,15 @@ from studio.core.config.schema import (
     TrainConfig,
     TrainingSection,
 )
+from studio.core.families import DEFAULT_FAMILY
 from studio.core.project.folder import Project, create_project
 from studio.core.training_python import default_training_python
 from studio.core.user_dirs import data_dir
 
 DEMO_DATA = "data/shapes"
-DEMO_MODEL = "models/tiny-sd15"
+# The demo trains a tiny model of the default family.
+DEMO_FAMILY = DEFAULT_FAMILY
+DEMO_MODEL = f"models/tiny-{DEMO_FAMILY}"
 
 
 def default_demo_dir() -> Path:
@@ -33,7 +36,7 @@ def default_demo_dir() -> Path:
 def demo_config() -> TrainConfig:
     """A LoRA run of the tiny model that finishes in well under a minute on a CPU."""
     return TrainConfig(
-        model=ModelSection(family="sd15", base=DEMO_MODEL, dtype="fp32"),
+        model=ModelSection(family=DEMO_FAMILY, base=DEMO_MODEL, dtype="fp32"),
         dataset=DatasetSection(concepts=[ConceptSection(path=DEMO_DATA)], resolution=64, buckets=False),
         training=TrainingSection(
             batch_size=4, max_steps=60, learning_rate=1e-3, seed=1, mixed_precision="no", lr_warmup_steps=0
@@ -51,7 +54,7 @@ def demo_config() -> TrainConfig:
 
 def model_command(project: Project, python: str | None = None) -> list[str]:
     """The command that builds the tiny model of a demo project (torch: the training environment's Python)."""
-    return [python or default_training_python(), "-m", "studio.cli", "tiny", "sd15", str(project.root / DEMO_MODEL)]
+    return [python or default_training_python(), "-m", "studio.cli", "tiny", DEMO_FAMILY, str(project.root / DEMO_MODEL)]
 
 
 def demo_model_ready(project: Project) -> bool:

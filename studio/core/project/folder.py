@@ -15,6 +15,7 @@ from pathlib import Path
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.config.toml_file import load_config, save_config
 from studio.core.dataset.layouts import DatasetLayout, detect_layout
+from studio.core.families import DEFAULT_FAMILY
 from studio.core.models.known import default_base
 
 PROJECT_FILE = "studio.toml"
@@ -61,9 +62,9 @@ def open_project(path: str | Path) -> Project:
 
 
 def default_config(image_folder: str = "images") -> TrainConfig:
-    """The config of a new project: SD1.5 LoRA on one image folder."""
+    """The config of a new project: a LoRA of the default family (SD1.5) on one image folder."""
     return TrainConfig(
-        model=ModelSection(family="sd15", base=default_base("sd15")),
+        model=ModelSection(family=DEFAULT_FAMILY, base=default_base(DEFAULT_FAMILY)),
         dataset=DatasetSection(concepts=[ConceptSection(path=image_folder)]),
     )
 
@@ -82,7 +83,7 @@ def concepts_from_layouts(layouts: Sequence[DatasetLayout], project_root: Path) 
             for layout in layouts for found in layout.concepts]
 
 
-def config_for_images(project_root: Path, image_folders: Sequence[Path], family: str = "sd15",
+def config_for_images(project_root: Path, image_folders: Sequence[Path], family: str = DEFAULT_FAMILY,
                       base: str | None = None) -> TrainConfig:
     """A new project's config: a LoRA of `family` on the concepts found in `image_folders`.
 

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import TrainConfig
+from studio.core.families import conditional_keys, declaration_of
 from studio.gui.page import named
 
 SECTIONS = ("model", "method", "dataset", "training", "sampling", "output")
@@ -37,19 +38,10 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "output": ("name", "save_every_n_steps"),
 }
 SKIPPED = {("model", "base"), ("model", "family")}  # chosen by the model picker and the presets
-# Settings that mean something for some families only; the form hides them for the others.
-_DIFFUSION = ("sd15", "sdxl")  # DDPM noise schedules; SD3 trains by flow matching
+# Settings that mean something for some families only (the families' declarations say which);
+# the form hides them for the others.
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {
-    "model.use_t5": ("sd3",),
-    "model.clip_skip": ("sd15",),
-    "model.prediction_type": _DIFFUSION,
-    "training.min_snr_gamma": _DIFFUSION,
-    "training.noise_offset": _DIFFUSION,
-    "training.timestep_sampling": ("sd3",),
-    "training.loss_weighting": ("sd3",),
-    "training.logit_mean": ("sd3",),
-    "training.logit_std": ("sd3",),
-    "training.mode_scale": ("sd3",),
+    key: tuple(spec.name for spec in declaration_of(key)) for key in conditional_keys()
 }
 INVALID_STYLE = "border: 1px solid #c62828;"
 

@@ -24,10 +24,12 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
-from studio.core.config.schema import TrainConfig
+from studio.core.config.schema import TrainConfig, family_resets
+from studio.core.families import FAMILY_NAMES
+from studio.core.families import title as family_title
 from studio.core.hardware.fixes import apply_changes
 from studio.core.hardware.report import GPUInfo, HardwareReport
-from studio.core.models.files import FAMILY_NAMES, ModelFileError, ModelInfo, detect_model
+from studio.core.models.files import ModelFileError, ModelInfo, detect_model
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import default_base, find_known
 from studio.core.project.folder import default_config
@@ -153,7 +155,7 @@ class ModelPage(Page):
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Base model</b>"))
         self.family = named(QComboBox(), "model_family")
-        for family in ("sd15", "sdxl", "sd3"):
+        for family in FAMILY_NAMES:
             self.family.addItem(family, family)
         self.family.activated.connect(lambda _i: self.choose_family(str(self.family.currentData())))
         row.addWidget(self.family)
@@ -190,14 +192,11 @@ class ModelPage(Page):
         changes: dict[str, Any] = {"model.family": family}
         if old.base == default_base(old.family):
             changes["model.base"] = default_base(family)
-        if family != "sd3":
-            changes.update({"model.use_t5": False, "method.blocks": []})
-        if family != "sd15":
-            changes["model.clip_skip"] = 1
+        changes.update(family_resets(self.config, family))
         if not self.apply_config_changes(changes):
             return False
         if "model.base" in changes:
-            self.context.status(f"Base model: {changes['model.base']}, the default for {FAMILY_NAMES[family]}")
+            self.context.status(f"Base model: {changes['model.base']}, the default for {family_title(family)}")
         elif self.base_status.text().startswith("✗"):
             self.context.status(self.base_status.text())
         return True
@@ -209,7 +208,7 @@ class ModelPage(Page):
         if isinstance(info, ModelInfo) and info.family and info.family != self.config.model.family:
             changes["model.family"] = info.family
         if self.apply_config_changes(changes) and "model.family" in changes:
-            self.context.status(f"Family set to {FAMILY_NAMES[changes['model.family']]} to match the chosen model")
+            self.context.status(f"Family set to {family_title(changes['model.family'])} to match the chosen model")
 
     def choose_library_model(self, base: str, family: str) -> None:
         """Take a model from the library (or one just downloaded), with the family it was found to be."""
@@ -244,8 +243,8 @@ class ModelPage(Page):
             known = find_known(base)
             family = self.config.model.family
             if known is not None and known.family != family:
-                return (f"✗ {base} is an {FAMILY_NAMES[known.family]} model, but the family is "
-                        f"{FAMILY_NAMES.get(family, family)}: choose an {FAMILY_NAMES.get(family, family)} model "
+                return (f"✗ {base} is an {family_title(known.family)} model, but the family is "
+                        f"{family_title(family)}: choose an {family_title(family)} model "
                         f"(the list below), or set the family back to {known.family}.")
             parts = base.split("/")
             if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
@@ -261,8 +260,8 @@ class ModelPage(Page):
             return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
         family = self.config.model.family
         if info.family != family:
-            return (f"✗ {path.name} is {info.a_label} ({FAMILY_NAMES[info.family]}), but the family is "
-                    f"{FAMILY_NAMES.get(family, family)}: set the family to {info.family}, or choose another model.")
+            return (f"✗ {path.name} is {info.a_label} ({family_title(info.family)}), but the family is "
+                    f"{family_title(family)}: set the family to {info.family}, or choose another model.")
         text = f"✓ {info.label}: {path}"
         if not info.offline:
             text += " (its pipeline configs come from the Hugging Face hub: it needs the internet once)"

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.families import FAMILY_NAMES
 from studio.core.hardware.batch_plan import plan_batch
 from studio.core.hardware.estimate import Fit, fit
 from studio.core.hardware.preset_estimate import (
@@ -113,7 +114,7 @@ class PresetList(QWidget):
         filters = QHBoxLayout()
         self.family = named(QComboBox(), "preset_family")
         self.method = named(QComboBox(), "preset_method")
-        for combo, values in ((self.family, ("sd15", "sdxl", "sd3")), (self.method, ("lora", "dreambooth"))):
+        for combo, values in ((self.family, FAMILY_NAMES), (self.method, ("lora", "dreambooth"))):
             combo.addItem("all", None)
             for v in values:
                 combo.addItem(v, v)

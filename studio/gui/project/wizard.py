@@ -27,10 +27,12 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
+from studio.core.families import DEFAULT_FAMILY
+from studio.core.families import title as family_title
 from studio.core.hardware.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
-from studio.core.models.files import FAMILY_NAMES, ModelFileError, detect_model
+from studio.core.models.files import ModelFileError, detect_model
 from studio.core.models.known import default_base
 from studio.core.project.folder import Project, config_for_images, create_project
 from studio.gui.context import StudioContext
@@ -141,8 +143,8 @@ class ModelPage(QWizardPage):
         self.setTitle("Base model")
         self.setSubTitle("Pick a model on this machine or one to download, or give a file, a folder or a hub id. "
                          "Skip this step to start from Stable Diffusion 1.5.")
-        self.family = "sd15"
-        self.base = named(QLineEdit(default_base("sd15")), "wizard_base")
+        self.family = DEFAULT_FAMILY
+        self.base = named(QLineEdit(default_base(DEFAULT_FAMILY)), "wizard_base")
         self.base.editingFinished.connect(lambda: self.choose(self.base.text().strip(), ""))
         pick = QPushButton("File…")
         pick.clicked.connect(self._browse)
@@ -183,7 +185,7 @@ class ModelPage(QWizardPage):
             self.choose(path, "")
 
     def _show_family(self) -> None:
-        self.family_label.setText(f"Family: {FAMILY_NAMES[self.family]}")
+        self.family_label.setText(f"Family: {family_title(self.family)}")
 
 
 class PresetPage(QWizardPage):

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from studio.core.families import family
+
 SD15_UNET: dict[str, Any] = {
     "sample_size": 64, "in_channels": 4, "out_channels": 4, "layers_per_block": 2,
     "block_out_channels": [320, 640, 1280, 1280], "cross_attention_dim": 768, "attention_head_dim": 8,
@@ -76,9 +78,8 @@ SPECS: dict[str, dict[str, tuple[str, dict[str, Any], str]]] = {
 }
 FAMILIES = tuple(SPECS)
 # The diffusers pipeline class of each family.
-PIPELINES = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline",
-             "sd3": "StableDiffusion3Pipeline"}
-NATIVE_RESOLUTION = {"sd15": 512, "sdxl": 1024, "sd3": 1024}
+PIPELINES = {name: family(name).pipeline_class for name in FAMILIES}
+NATIVE_RESOLUTION = {name: family(name).native_resolution for name in FAMILIES}
 LATENT_CHANNELS = {"sd15": 4, "sdxl": 4, "sd3": 16}
 TEXT_TOKENS = {"sd15": 77, "sdxl": 77, "sd3": 154}
 TEXT_DIM = {"sd15": 768, "sdxl": 2048, "sd3": 4096}

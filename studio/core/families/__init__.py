@@ -1,0 +1,23 @@
+"""Model families as data: one declaration per family, read by the whole studio (see registry.py)."""
+
+from __future__ import annotations
+
+from studio.core.families.registry import (
+    DEFAULT_FAMILY,
+    FAMILIES,
+    FAMILY_NAMES,
+    UnknownFamily,
+    checkpoint_kinds,
+    conditional_keys,
+    declaration_of,
+    family,
+    is_family,
+    title,
+)
+from studio.core.families.spec import CheckpointKind, Condition, FamilySpec, Objective, Setting
+
+__all__ = [
+    "DEFAULT_FAMILY", "FAMILIES", "FAMILY_NAMES", "CheckpointKind", "Condition", "FamilySpec", "Objective",
+    "Setting", "UnknownFamily", "checkpoint_kinds", "conditional_keys", "declaration_of", "family", "is_family",
+    "title",
+]

@@ -1,0 +1,66 @@
+"""The families the studio trains, in the order it shows them. Registering a family is one line here.
+
+Add the family's declaration module (a `FamilySpec` named `FAMILY`, beside this file) to
+`_DECLARATIONS`; everything else (the schema's allowed values, the GUI's lists, the model
+detection, the estimate and the bundle) follows from it.
+"""
+
+from __future__ import annotations
+
+from studio.core.families import sd3, sd15, sdxl
+from studio.core.families.spec import CheckpointKind, FamilySpec
+
+_DECLARATIONS = (sd15, sdxl, sd3)
+
+FAMILIES: tuple[FamilySpec, ...] = tuple(module.FAMILY for module in _DECLARATIONS)
+FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
+# New projects, the demo and the new-project wizard start from this family.
+DEFAULT_FAMILY: str = FAMILIES[0].name
+_BY_NAME = {f.name: f for f in FAMILIES}
+
+
+class UnknownFamily(KeyError):
+    """A family name the studio does not know; the message lists the ones it does."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"unknown model family {self.name!r}; choose from {', '.join(FAMILY_NAMES)}"
+
+
+def family(name: str) -> FamilySpec:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UnknownFamily(name) from None
+
+
+def is_family(name: object) -> bool:
+    return isinstance(name, str) and name in _BY_NAME
+
+
+def title(name: str | None) -> str:
+    """What a person reads for a family name; an unknown name is shown as it is."""
+    spec = _BY_NAME.get(name or "")
+    return spec.title if spec else (name or "?")
+
+
+def checkpoint_kinds() -> dict[str, tuple[FamilySpec, CheckpointKind]]:
+    """Every single-file kind of every family, by its name."""
+    return {kind.name: (spec, kind) for spec in FAMILIES for kind in spec.kinds}
+
+
+def conditional_keys() -> tuple[str, ...]:
+    """The settings that act only for some families, in the order the families declare them."""
+    seen: dict[str, None] = {}
+    for spec in FAMILIES:
+        for setting in spec.settings:
+            seen.setdefault(setting.key, None)
+    return tuple(seen)
+
+
+def declaration_of(key: str) -> tuple[FamilySpec, ...]:
+    """The families a conditional setting acts for."""
+    return tuple(spec for spec in FAMILIES if spec.setting(key) is not None)

@@ -1,0 +1,60 @@
+"""SD3 / SD3.5: an MMDiT transformer with two CLIP encoders and an optional T5, trained by flow matching."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from studio.core.families.settings import BLOCKS, FLOW_MATCHING, T5
+from studio.core.families.spec import CheckpointKind, FamilySpec, Shape
+
+NAME = "sd3"
+
+
+def _kind(keys: set[str], shape: Shape) -> str | None:
+    joint = [k for k in keys if "joint_blocks." in k]  # a substring test first: regexes on thousands of keys are slow
+    blocks = {int(m.group(1)) for k in joint if (m := re.match(r"model\.diffusion_model\.joint_blocks\.(\d+)\.", k))}
+    if not blocks:
+        return None
+    if any(".x_block.attn2." in k for k in joint):
+        return "sd35_medium"
+    return {24: "sd3", 38: "sd35_large"}.get(max(blocks) + 1)
+
+
+def _tensors(keys: set[str]) -> str | None:
+    return "it has MMDiT joint_blocks" if any("joint_blocks" in k for k in keys) else None
+
+
+def _folder(folder: Path, read: Callable[[Path], dict[str, object]]) -> str | None:
+    transformer = folder / "transformer" / "config.json"
+    if transformer.is_file() and read(transformer).get("_class_name") == "SD3Transformer2DModel":
+        return "transformer/config.json names SD3Transformer2DModel"
+    return None
+
+
+FAMILY = FamilySpec(
+    name=NAME,
+    title="SD3",
+    objective="flow_matching",
+    pipeline_class="StableDiffusion3Pipeline",
+    pipeline_classes=("StableDiffusion3Pipeline",),
+    denoiser="transformer",
+    components=("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3",
+                "tokenizer", "tokenizer_2", "tokenizer_3", "scheduler"),
+    native_resolution=1024,
+    settings=(*FLOW_MATCHING, T5, BLOCKS),
+    fsdp_units=("JointTransformerBlock",),
+    checkpointed_blocks=("JointTransformerBlock",),
+    download_gb=16.0,
+    kinds=(
+        CheckpointKind("sd3", "SD3 medium", offline=True),
+        CheckpointKind("sd35_medium", "SD3.5 medium"),
+        CheckpointKind("sd35_large", "SD3.5 large"),
+    ),
+    single_file_text_encoders=("text_encoders.clip_l.", "text_encoders.clip_g."),
+    missing_text_encoder_example=" (sd3_medium.safetensors is such a file; sd3_medium_incl_clips.safetensors is not)",
+    checkpoint_kind=_kind,
+    tensor_rule=_tensors,
+    folder_rule=_folder,
+)

@@ -1,0 +1,90 @@
+"""What a model family is, as data: the one declaration every part of the studio reads.
+
+A family's file (`sd15.py`, `sdxl.py`, `sd3.py` beside this one) fills in a `FamilySpec`;
+`studio/core/families/registry.py` lists them. The schema, the GUI form, the estimate, the
+bundle, the model-file detection, the CLI and the trainer's pipeline builders read the spec,
+so none of them names a family. Torch-free: the GUI and the core import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+# How a family turns an image into a training target: DDPM noise schedules (epsilon or
+# v-prediction), or flow matching (the velocity from image to noise).
+Objective = Literal["ddpm", "flow_matching"]
+# A checkpoint's tensor names, and the shape of one of them (None when it is absent).
+Shape = Callable[[str], "list[int] | None"]
+KindRule = Callable[[set[str], Shape], "str | None"]
+# What showed the family (for messages), or None when the rule does not match.
+TensorRule = Callable[[set[str]], "str | None"]
+FolderRule = Callable[[Path, Callable[[Path], dict[str, object]]], "str | None"]
+
+
+@dataclass(frozen=True)
+class CheckpointKind:
+    """A kind of single checkpoint file a family reads (diffusers' name for it where it has one)."""
+
+    name: str
+    title: str  # what a person reads: "SDXL base"
+    offline: bool = False  # the studio ships its pipeline configs: it loads with no network
+    refused: str | None = None  # why the studio cannot train it
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Another setting's values a setting needs to act (logit_mean needs logit_normal sampling)."""
+
+    key: str
+    values: tuple[object, ...]
+
+    def describe(self) -> str:
+        shown = " or ".join(f'"{v}"' if isinstance(v, str) else str(v).lower() for v in self.values)
+        return f"{self.key} = {shown}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting that acts only for some families (and methods, and with some other settings).
+
+    Settings that are in no family's table act for every family.
+    """
+
+    key: str  # section.name in TrainConfig
+    does: str  # what it does, for the message when it is refused
+    instead: str = ""  # what to use instead where it does not act
+    methods: tuple[str, ...] = ()  # empty: every method
+    needs: tuple[Condition, ...] = ()  # every condition must hold for it to act
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str  # model.family in configs, presets and bundles
+    title: str  # what a person reads: "SDXL"
+    objective: Objective
+    pipeline_class: str  # the diffusers pipeline that samples and saves it
+    pipeline_classes: tuple[str, ...]  # model_index.json classes that mean this family
+    denoiser: str  # the pipeline's trained component: "unet" or "transformer"
+    components: tuple[str, ...]  # the pipeline's model components
+    native_resolution: int  # the resolution the published base was trained at
+    settings: tuple[Setting, ...]  # the settings that act only for some families and act for this one
+    fsdp_units: tuple[str, ...]  # the denoiser's block classes that become FSDP units
+    checkpointed_blocks: tuple[str, ...]  # the denoiser's blocks recomputed under gradient checkpointing
+    download_gb: float  # a hub base's training files, roughly (the bundle's free-disk check)
+    kinds: tuple[CheckpointKind, ...]  # single checkpoint files of this family
+    single_file_text_encoders: tuple[str, ...]  # where a single file keeps the text encoders
+    missing_text_encoder_example: str = ""  # a common file that lacks them, for the message
+    modelspec_architecture: str | None = None  # model-spec name of a single-file output; None: none written
+    separate_vae_fp16_safe: bool = False  # a separate VAE given for it is the fp16-safe one (SDXL's fix)
+    checkpoint_kind: KindRule = field(default=lambda keys, shape: None, repr=False)
+    tensor_rule: TensorRule = field(default=lambda keys: None, repr=False)
+    folder_rule: FolderRule = field(default=lambda folder, read: None, repr=False)
+
+    def setting(self, key: str) -> Setting | None:
+        return next((s for s in self.settings if s.key == key), None)
+
+    def kind(self, name: str) -> CheckpointKind | None:
+        return next((k for k in self.kinds if k.name == name), None)

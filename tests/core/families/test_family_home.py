@@ -1,0 +1,70 @@
+"""The family home: every fact about a family lives in its declaration, and the studio reads it from there."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+
+from studio.core.config.schema import ModelSection, TrainConfig
+from studio.core.families import FAMILIES, FAMILY_NAMES, conditional_keys, declaration_of, family
+from studio.core.families.registry import UnknownFamily
+
+ROOT = Path(__file__).resolve().parents[3]
+# Where a family may be named: its declaration and the registry, the trainer's adapters and pipeline builders.
+FAMILY_FOLDERS = ("studio/core/families", "studio/train/families", "studio/train/pipelines")
+
+
+def family_literals(root: Path) -> list[str]:
+    """Every string constant that is a family's name, outside the family folders, as `file:line`."""
+    found = []
+    for path in sorted((root / "studio").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(FAMILY_FOLDERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
+            if isinstance(node, ast.Constant) and node.value in FAMILY_NAMES:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_family_is_named_outside_its_own_files() -> None:
+    assert family_literals(ROOT) == []
+
+
+def test_the_count_finds_a_family_named_elsewhere(tmp_path: Path) -> None:
+    (tmp_path / "studio" / "core" / "export").mkdir(parents=True)
+    (tmp_path / "studio" / "core" / "families").mkdir(parents=True)
+    name = FAMILY_NAMES[-1]
+    (tmp_path / "studio" / "core" / "export" / "plan.py").write_text(f"SIZE = {{'{name}': 2.0}}\n")
+    (tmp_path / "studio" / "core" / "families" / "own.py").write_text(f"NAME = '{name}'\n")
+    assert family_literals(tmp_path) == [f"studio/core/export/plan.py:1: {name!r}"]
+
+
+def test_the_schema_allows_the_registered_families_and_names_them_when_refusing() -> None:
+    assert typing.get_args(ModelSection.model_fields["family"].annotation) == FAMILY_NAMES
+    with pytest.raises(ValueError, match="|".join(FAMILY_NAMES)):
+        ModelSection(family="sd9", base="x")
+    with pytest.raises(UnknownFamily, match="choose from " + ", ".join(FAMILY_NAMES)):
+        family("sd9")
+
+
+def test_every_declaration_is_complete() -> None:
+    assert len(set(FAMILY_NAMES)) == len(FAMILIES)
+    for spec in FAMILIES:
+        assert spec.pipeline_class in spec.pipeline_classes
+        assert spec.denoiser in spec.components
+        assert spec.native_resolution % 64 == 0
+        assert spec.fsdp_units and spec.checkpointed_blocks and spec.kinds
+        assert sum(kind.offline for kind in spec.kinds) == 1  # the kind whose pipeline configs ship
+        assert len({s.key for s in spec.settings}) == len(spec.settings)
+
+
+def test_a_conditional_setting_is_a_real_config_key_and_acts_for_someone() -> None:
+    defaults = TrainConfig(model=ModelSection(family=FAMILY_NAMES[0], base="x"))
+    for key in conditional_keys():
+        section, name = key.split(".")
+        assert hasattr(getattr(defaults, section), name), key
+        assert declaration_of(key), key
