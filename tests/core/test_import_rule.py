@@ -128,9 +128,10 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 
 # Core's feature folders in layers: a folder imports the core's root modules, its own
 # folder and the folders of lower layers. The config is the contract everything reads;
-# projects and exports put the others together.
-CORE_LAYERS = {"config": 0, "dataset": 1, "hardware": 1, "models": 1, "runs": 1, "project": 2, "export": 2,
-               "trainenv": 2, "remote": 3}
+# projects and exports put the others together. The protocol (typed lines, the file tail, streamed
+# commands) is below everything.
+CORE_LAYERS = {"protocol": -1, "config": 0, "dataset": 1, "hardware": 1, "models": 1, "runs": 1, "project": 2,
+               "export": 2, "trainenv": 2, "remote": 3}
 # Folders every gui page folder may use, each above the ones it imports: the shared widgets (plots,
 # run header), the process and run controller, the Training Environment window.
 GUI_SHARED = {"widgets": 0, "runner": 1, "trainenv": 1}
