@@ -132,9 +132,10 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 # commands) is below everything.
 CORE_LAYERS = {"protocol": -1, "config": 0, "dataset": 1, "hardware": 1, "models": 1, "runs": 1, "project": 2,
                "export": 2, "trainenv": 2, "remote": 3}
-# Folders every gui page folder may use, each above the ones it imports: the shared widgets (plots,
-# run header), the process and run controller, the Training Environment window.
-GUI_SHARED = {"widgets": 0, "runner": 1, "trainenv": 1}
+# Folders every gui page folder may use, each above the ones it imports: the runner (the one place
+# the window waits on anything: the Worker, the process wrapper, the run sources and controller, the
+# GPU samplers), the shared widgets (plots, run header, downloads), the Training Environment window.
+GUI_SHARED = {"runner": 0, "widgets": 1, "trainenv": 1}
 # The trainer's pipeline builders and memory placement are used by the families, the families by
 # the data (caches encode with them); never the reverse.
 TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "families": 1, "data": 2}

@@ -81,3 +81,11 @@ def test_a_console_line_over_the_cap_is_said_to_be_left_out(tmp_path: Path) -> N
     for _ in range(5):
         lines += tail.pump().lines
     assert lines == ["before", "[studio] a console line of 3.0 MB was left out", "after"]
+
+
+def test_a_console_keeps_the_text_after_the_last_carriage_return(tmp_path: Path) -> None:
+    path = tmp_path / "console.log"
+    path.write_bytes(b"a\r 50%\r100%\nplain\r\n\rsteps: 1\rsteps: 2")
+    out = ConsoleTail(path).pump()
+    assert out.lines == ["100%", "plain"]
+    assert out.progress == "steps: 2"
