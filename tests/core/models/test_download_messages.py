@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from studio.core.models.download_messages import DOWNLOAD_MESSAGES, DownloadDone, DownloadFailed, DownloadProgressed
+from studio.core.models.download_messages import (
+    DOWNLOAD_MESSAGES,
+    DownloadDone,
+    DownloadFailed,
+    DownloadProgressed,
+)
 from studio.core.models.downloads import DownloadProgress
 
 
