@@ -14,15 +14,12 @@ from typing import Any
 
 from studio.caption.base import Captioner, load_image
 from studio.caption.progress import CaptionProgress
-from studio.core.dataset.auto_caption import (
-    EVENT_FINISHED,
-    EVENT_PROGRESS,
-    EVENT_STARTED,
-    EVENT_WARNING,
-    CaptionRules,
-    caption_event,
-    compose,
-    over_token_limit,
+from studio.core.dataset.auto_caption import CaptionRules, caption_event, compose, over_token_limit
+from studio.core.dataset.caption_messages import (
+    CaptionJobFinished,
+    CaptionJobProgress,
+    CaptionJobStarted,
+    CaptionWarning,
 )
 from studio.core.dataset.caption_store import CaptionStore
 
@@ -72,13 +69,14 @@ class CaptionJob:
     def run(self, captioner: Captioner, plan: JobPlan) -> JobResult:
         result = JobResult()
         total = len(plan.todo)
-        self.emit({"type": EVENT_STARTED, "model": captioner.source.name, "kind": captioner.source.kind,
-                   "device": captioner.device, "precision": captioner.precision, "batch_size": captioner.batch_size,
-                   "total": total, "kept": plan.kept, "resumed": plan.resumed})
+        self.emit(CaptionJobStarted(
+            model=captioner.source.name, kind=captioner.source.kind, device=captioner.device,
+            precision=captioner.precision, batch_size=captioner.batch_size, total=total, kept=plan.kept,
+            resumed=plan.resumed).to_dict())
         size = captioner.batch_size
         for start in range(0, total, size):
             self._batch(captioner, plan.todo[start:start + size], result)
-            self.emit({"type": EVENT_PROGRESS, "done": min(start + size, total), "total": total})
+            self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
             if self.should_stop() and start + size < total:
                 result.status = "stopped"
                 break
@@ -128,10 +126,11 @@ class CaptionJob:
 
     def _warn(self, result: JobResult, message: str) -> None:
         result.problems.append(message)
-        self.emit({"type": EVENT_WARNING, "message": message})
+        self.emit(CaptionWarning(message).to_dict())
 
 
 def finished_event(result: JobResult, message: str = "") -> dict[str, Any]:
-    return {"type": EVENT_FINISHED, "status": result.status, "captioned": result.captioned,
-            "written": result.written, "unchanged": result.unchanged, "problems": len(result.problems),
-            "long_captions": [str(p) for p in result.long_captions], "message": message}
+    return CaptionJobFinished(
+        status=result.status, captioned=result.captioned, written=result.written, unchanged=result.unchanged,
+        problems=len(result.problems), long_captions=[str(p) for p in result.long_captions],
+        message=message).to_dict()

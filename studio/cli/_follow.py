@@ -24,6 +24,7 @@ import psutil
 
 from studio.cli._trainer_watch import TrainerWatch, adopting_orphans
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_exit_code
+from studio.core.protocol.tail import ConsoleTail
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
 from studio.core.runs.outcome import last_finish, outcome_line
@@ -105,36 +106,25 @@ class LauncherEpilogue:
 
 
 class ConsoleEcho:
-    """Copies what is appended to console.log onto the terminal, complete lines only."""
+    """Copies what is appended to console.log onto the terminal, complete lines only (the protocol's
+    ConsoleTail: a bounded read per call, a progress bar shown as its last drawing)."""
 
     def __init__(self, path: Path, offset: int, terminal: Terminal) -> None:
-        self.path, self.offset, self.terminal = path, offset, terminal
+        self.tail = ConsoleTail(path, offset=offset)
+        self.terminal = terminal
         self.filter = LauncherEpilogue()
-        self._partial = b""
 
-    def pump(self) -> None:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read(1 << 20)
-        except OSError:
-            return
-        self.offset += len(data)
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        self._show(lines)
+    def show_new(self) -> None:
+        self._show(self.tail.pump().lines)
 
     def finish(self) -> None:
-        self.pump()
-        if self._partial:
-            self._show([self._partial])
-            self._partial = b""
+        self._show(self.tail.finish().lines)
         self._show_decoded(self.filter.flush())
 
-    def _show(self, lines: list[bytes]) -> None:
+    def _show(self, lines: list[str]) -> None:
         shown: list[str] = []
-        for raw in lines:
-            shown.extend(self.filter.feed(raw.decode("utf-8", "replace").rstrip("\r")))
+        for line in lines:
+            shown.extend(self.filter.feed(line))
         self._show_decoded(shown)
 
     def _show_decoded(self, lines: list[str]) -> None:
@@ -217,10 +207,10 @@ def _follow(command: list[str], run_dir: Path, earlier: set[int]) -> int:
     try:
         while process.poll() is None:
             watch.remember()
-            echo.pump()
+            echo.show_new()
             time.sleep(POLL_S)
         while watch.alive():  # the launcher is gone but the trainer it started is not: follow the trainer
-            echo.pump()
+            echo.show_new()
             time.sleep(POLL_S)
     finally:
         forwarder.uninstall()

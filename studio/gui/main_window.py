@@ -40,7 +40,7 @@ from studio.gui.context import StudioContext
 from studio.gui.demo_banner import BUILDING, READY, DemoBanner
 from studio.gui.desktop import open_with_desktop
 from studio.gui.page import Page
-from studio.gui.runner.process import CommandProcess
+from studio.gui.runner.process import CommandProcess, Outcome
 from studio.gui.trainenv.window import open_training_env_dialog
 
 
@@ -253,8 +253,9 @@ class MainWindow(QMainWindow):
         self.demo_banner.set_model_state(BUILDING)
         self.model_builder.start(model_command(project), log)
 
-    def _model_built(self, code: int, how: str) -> None:
-        if code == 0 and how == "normal":
+    def _model_built(self, outcome: Outcome) -> None:
+        code = outcome.code
+        if outcome.ok:
             self.context.status("The demo model is ready: press Train on the Train page.")
             self.demo_banner.set_model_state(READY)
         else:

@@ -127,14 +127,15 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 
 
 # Core's feature folders in layers: a folder imports the core's root modules, its own
-# folder and the folders of lower layers. The family declarations are data the config reads; the config is
-# the contract everything reads;
-# projects and exports put the others together.
-CORE_LAYERS = {"families": 0, "config": 1, "dataset": 2, "hardware": 2, "models": 2, "runs": 2, "project": 3,
-               "export": 3, "trainenv": 3, "remote": 4, "cloud": 4}
-# Folders every gui page folder may use, each above the ones it imports: the shared widgets (plots,
-# run header), the process and run controller, the Training Environment window.
-GUI_SHARED = {"widgets": 0, "runner": 1, "trainenv": 1}
+# folder and the folders of lower layers. The protocol (typed lines, the file tail, streamed commands)
+# is below everything; the family declarations are data the config reads; the config is the contract
+# everything reads; projects and exports put the others together.
+CORE_LAYERS = {"protocol": -1, "families": 0, "config": 1, "dataset": 2, "hardware": 2, "models": 2, "runs": 2,
+               "project": 3, "export": 3, "trainenv": 3, "remote": 4, "cloud": 4}
+# Folders every gui page folder may use, each above the ones it imports: the runner (the one place
+# the window waits on anything: the Worker, the process wrapper, the run sources and controller, the
+# GPU samplers), the shared widgets (plots, run header, downloads), the Training Environment window.
+GUI_SHARED = {"runner": 0, "widgets": 1, "trainenv": 1}
 # The trainer's pipeline builders and memory placement are used by the families, the families by
 # the data (caches encode with them); never the reverse.
 TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "families": 1, "data": 2}

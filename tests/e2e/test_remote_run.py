@@ -89,7 +89,7 @@ def test_a_remote_run_is_watched_live_through_a_cut_connection_stopped_and_broug
     panel.start_button.click()
     qtbot.waitUntil(lambda: controller.running or not panel.worker.busy, timeout=START_TIMEOUT_MS)
     assert controller.running, panel.status.text()
-    remote = controller.process
+    remote = controller.source
     assert isinstance(remote, RemoteRun) and panel.started is not None
     assert "Dataset" in panel.started.check_output and "All checks passed" in panel.started.check_output
     local, there = remote.run_dir, Path(remote.record.remote_run_dir)

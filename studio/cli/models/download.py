@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 from typing import Any
 
@@ -55,11 +54,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace, token: str | None) -> int:
+    from studio.core.models.download_messages import DownloadDone, DownloadFailed, DownloadProgressed
     from studio.core.models.downloads import DownloadError, DownloadProgress, download_model, progress_text
+    from studio.core.protocol.jsonlines import write_message
 
     def report(progress: DownloadProgress) -> None:
         if args.json:
-            print(json.dumps({"type": "progress", **progress.as_dict()}), flush=True)
+            write_message(DownloadProgressed.of(progress))
         else:
             sys.stdout.write("\r" + progress_text(progress) + "\x1b[K")
             sys.stdout.flush()
@@ -68,12 +69,12 @@ def _download(args: argparse.Namespace, token: str | None) -> int:
         snapshot = download_model(args.model, report, token=token, with_t5=args.with_t5, revision=args.revision)
     except DownloadError as exc:
         if args.json:
-            print(json.dumps({"type": "error", "message": str(exc), "gated": exc.gated}), flush=True)
+            write_message(DownloadFailed(str(exc), exc.gated))
         else:
             print(f"\nerror: {exc}", file=sys.stderr)
         return EXIT_FAILED
     if args.json:
-        print(json.dumps({"type": "done", "path": str(snapshot), "model": args.model}), flush=True)
+        write_message(DownloadDone(str(snapshot), args.model))
     else:
         print(f"\n{args.model} is ready: {snapshot}")
     return EXIT_OK

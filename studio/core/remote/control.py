@@ -270,6 +270,7 @@ def follow_files(client: SshClient, record: RemoteRunRecord, local_dir: Path) ->
         EVENTS_FILE: RemoteFileMirror(f"{record.machine} events", local_dir / EVENTS_FILE,
                                       _tail_command(client, record, EVENTS_FILE),
                                       before_lines=_sample_fetcher(client, record, local_dir)),
+        # A progress bar's \r ends a segment: its redraws are never held as one over-long line.
         CONSOLE_FILE: RemoteFileMirror(f"{record.machine} console", local_dir / CONSOLE_FILE,
-                                       _tail_command(client, record, CONSOLE_FILE)),
+                                       _tail_command(client, record, CONSOLE_FILE), breaks=b"\r\n"),
     }

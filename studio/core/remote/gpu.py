@@ -16,8 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import IO
 
+from studio.core.protocol.streaming import ReconnectingStream
 from studio.core.remote.ssh import SshClient
-from studio.core.streaming import ReconnectingStream
 
 NO_NVIDIA_SMI = "#no-nvidia-smi"
 _QUERY = ("command -v nvidia-smi >/dev/null 2>&1 || { echo '#no-nvidia-smi'; exit 0; }; "

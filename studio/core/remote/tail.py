@@ -11,12 +11,14 @@ size is where a mirror started after a restart of the studio resumes.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from studio.core.streaming import ReconnectingStream
+from studio.core.protocol.lines import MAX_LINE, LineBuffer
+from studio.core.protocol.streaming import ReconnectingStream
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +38,14 @@ class RemoteFileMirror:
     --pid`: the run's process is gone and everything was sent).
     """
 
-    def __init__(self, name: str, local: Path, stream_from: StreamFrom, before_lines: BeforeLines | None = None) -> None:
+    def __init__(self, name: str, local: Path, stream_from: StreamFrom, before_lines: BeforeLines | None = None,
+                 max_line: int = MAX_LINE, breaks: bytes = b"\n") -> None:
         self.local = local
         self.local.parent.mkdir(parents=True, exist_ok=True)
         self._stream_from = stream_from
         self._before_lines = before_lines
-        self._partial = b""
+        # Searches only the bytes that arrive; a line over max_line is never held (see _write).
+        self._lines = LineBuffer(max_line, breaks)
         self._handle = open(local, "ab")  # noqa: SIM115 - held for the mirror's life, closed by close()
         self.received = self._handle.tell()
         self.stream = ReconnectingStream(name, self._start, self._on_data, on_reconnect=self._resumed)
@@ -77,22 +81,45 @@ class RemoteFileMirror:
     def _resumed(self) -> str:
         return f"reconnected; resuming at byte {self.received} of {self.local.name}"
 
+    @property
+    def skipped_lines(self) -> int:
+        """Lines over the cap, kept here as zero bytes of the same length (see `_write`)."""
+        return self._lines.skipped_lines
+
     def _on_data(self, chunk: bytes) -> None:
         self.received += len(chunk)
-        data = self._partial + chunk
-        end = data.rfind(b"\n") + 1
-        self._partial = data[end:]
-        if not end:
-            return
-        whole = data[:end]
-        if self._before_lines is not None:
-            self._before_lines(whole.splitlines(keepends=True))
-        self._handle.write(whole)
+        self._write(self._lines.feed(chunk))
+
+    def _write(self, pieces: list[bytes | int]) -> None:
+        """Whole lines appended as they are; a skipped line as a hole of its length ending in a newline.
+
+        The hole (sparse: no disk used) keeps the local size equal to the bytes received, which is
+        where a mirror started after a restart of the studio resumes; readers skip it as garbage.
+        """
+        for piece in pieces:
+            if isinstance(piece, int):
+                log.warning("%s: a line of %d bytes is over the %d-byte limit; left out",
+                            self.local, piece, self._lines.max_line)
+                self._hole(piece - 1)
+                self._handle.write(b"\n")
+                continue
+            if self._before_lines is not None:
+                self._before_lines(piece.splitlines(keepends=True))
+            self._handle.write(piece)
+        if pieces:
+            self._handle.flush()
+
+    def _hole(self, size: int) -> None:
         self._handle.flush()
+        self._handle.truncate(os.fstat(self._handle.fileno()).st_size + size)
 
     def _flush_partial(self) -> None:
         """A last line without a newline (its writer died mid-line) is kept too: the copies stay equal."""
-        if self._partial and not self._handle.closed:
-            self._handle.write(self._partial)
+        if not self._handle.closed:
+            pieces = self._lines.flush()
+            for piece in pieces:
+                if isinstance(piece, int):
+                    self._hole(piece)
+                else:
+                    self._handle.write(piece)
             self._handle.flush()
-            self._partial = b""

@@ -8,66 +8,25 @@ from a remote machine.
 
 from __future__ import annotations
 
-import json
 import time
-import types
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal, Union, get_args, get_origin, get_type_hints
+from typing import IO, Any, ClassVar, Literal
+
+from studio.core.protocol.jsonlines import Message, Protocol, UnknownMessage, loads_line
 
 PROTOCOL_VERSION = 1
 
-_fast_loads: Callable[[bytes | str], Any] | None
-try:  # several times faster on long replays; the standard library does the same job
-    from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _fast_loads = None
-
-
-def loads_line(line: bytes | str) -> Any:
-    """One JSON line decoded; ValueError for anything that is not JSON a reader can hold.
-
-    orjson refuses the lone surrogates that undecodable file names became in older files;
-    the standard library reads them. Absurdly deep nesting is garbage, not a crash.
-    """
-    if _fast_loads is not None:
-        try:
-            return _fast_loads(line)
-        except ValueError:
-            pass
-    try:
-        return json.loads(line)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-
-
-def _printable(value: Any) -> Any:
-    """Strings with undecodable bytes (a file name that is not UTF-8) with those bytes written as
-    \\xNN, so that every reader can decode the line; other values unchanged."""
-    if isinstance(value, str):
-        try:
-            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:  # a surrogate that no file name decoding makes
-            return value.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_printable(v) for v in value]
-    return value
+__all__ = ["PROTOCOL_VERSION", "loads_line"]
 
 
 @dataclass
-class Event:
+class Event(Message):
     type: ClassVar[str] = "event"
     time: float = field(default_factory=time.time, kw_only=True)
 
-    def to_json(self) -> str:
-        data = {"v": PROTOCOL_VERSION, "type": self.type, **asdict(self)}
-        text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
-        if "\\ud" in text:  # a surrogate escape: maybe an undecodable file name (rare; checked cheaply)
-            text = json.dumps(_printable(data), separators=(",", ":"), allow_nan=False, default=str)
-        return text
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": PROTOCOL_VERSION, "type": self.type, **asdict(self)}
 
 
 @dataclass
@@ -187,63 +146,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
-class UnknownEvent(Exception):
-    """A line whose type this version does not know (a newer trainer wrote it)."""
+# A line whose type this version does not know (a newer trainer wrote it).
+UnknownEvent = UnknownMessage
 
-
-Check = Callable[[Any], bool]
-
-
-def _check_for(annotation: Any) -> Check:
-    """Whether a decoded JSON value fits a field's type (ints count as floats; bools as neither)."""
-    origin = get_origin(annotation)
-    if annotation is Any:
-        return lambda v: True
-    if annotation is float:
-        return lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-    if annotation is int:
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
-    if annotation is str:
-        return lambda v: isinstance(v, str)
-    if annotation is bool:
-        return lambda v: isinstance(v, bool)
-    if annotation is type(None):
-        return lambda v: v is None
-    if annotation is RankMemory:
-        return lambda v: isinstance(v, dict)
-    if origin is Literal:
-        allowed = get_args(annotation)
-        return lambda v: v in allowed
-    if origin in (Union, types.UnionType):
-        options = [_check_for(a) for a in get_args(annotation)]
-        return lambda v: any(check(v) for check in options)
-    if origin is list:
-        (item,) = get_args(annotation)
-        check_item = _check_for(item)
-        return lambda v: isinstance(v, list) and all(check_item(x) for x in v)
-    if origin is dict:
-        return lambda v: isinstance(v, dict)
-    raise TypeError(f"no check for {annotation!r}")  # a new field type: teach _check_for
-
-
-def _field_checks(cls: type) -> dict[str, Check]:
-    hints = get_type_hints(cls)
-    return {f.name: _check_for(hints[f.name]) for f in fields(cls)}
-
-
-_CHECKS: dict[type, dict[str, Check]] = {cls: _field_checks(cls) for cls in (*EVENT_TYPES.values(), RankMemory)}
 # A diverged step may carry no number (older trainers wrote null); the plots show a gap.
-_NULLABLE = {(Step, "loss"), (Step, "lr")}
-
-
-def _checked(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The fields of `cls` in `data`, each checked against its type (ValueError names the first bad one)."""
-    checks = _CHECKS[cls]
-    kwargs = {k: v for k, v in data.items() if k in checks}
-    for key, value in kwargs.items():
-        if not checks[key](value) and not (value is None and (cls, key) in _NULLABLE):
-            raise ValueError(f"{getattr(cls, 'type', cls.__name__)} event: {key} = {str(value)[:40]!r} has the wrong type")
-    return kwargs
+EVENTS = Protocol("event", EVENT_TYPES.values(), nullable=[(Step, "loss"), (Step, "lr")])
 
 
 def event_from_dict(data: Any) -> Event:
@@ -253,19 +160,9 @@ def event_from_dict(data: Any) -> Event:
     breaks a reader later. Keys this version does not know are ignored, so a newer trainer's
     extra fields do no harm.
     """
-    if not isinstance(data, dict) or "type" not in data:
-        raise ValueError("not an event object")
-    kind = data["type"]
-    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise UnknownEvent(str(kind))
-    kwargs = _checked(cls, data)
-    try:
-        if cls is Step:
-            kwargs["memory"] = [RankMemory(**_checked(RankMemory, m)) for m in kwargs.get("memory") or []]
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"{kind} event is missing or has bad fields: {exc}") from None
+    event = EVENTS.from_dict(data)
+    assert isinstance(event, Event)
+    return event
 
 
 def parse_event(line: str | bytes) -> Event:

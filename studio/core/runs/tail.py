@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from studio.core.runs.events import Event, UnknownEvent, event_from_dict, loads_line
+from studio.core.protocol.jsonlines import loads_line
+from studio.core.protocol.tail import FileTail
+from studio.core.runs.events import Event, UnknownEvent, event_from_dict
 
 _loads: Callable[[bytes | str], Any]
 try:  # several times faster on long replays; the standard library does the same job
@@ -118,37 +119,43 @@ Item = Event | StepBatch
 
 
 class EventTail:
-    """Incremental reader of one events file.
+    """Incremental reader of one events file (the protocol's `FileTail`, lines decoded as events).
 
     `poll()` returns the events of the complete lines appended since the last call. A file
     that shrank or was replaced (another inode) is read again from the start, and
-    `restarted` is true after that poll so the caller can reset what it built.
+    `restarted` is true after that poll so the caller can reset what it built. A line over
+    1 MB is garbage, skipped and counted without being held.
     """
 
     def __init__(self, path: str | Path, max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes  # bound the work of one poll so the GUI never stalls
-        self.offset = 0
         self.garbage_lines = 0
         self.unknown_types: set[str] = set()
-        self.restarts = 0
-        self.restarted = False
-        self._inode: int | None = None
-        self._partial = b""
+        self._file = FileTail(self.path, read_cap=max_bytes)
         self._line_no = 0
-        self.read_error: OSError | None = None  # why the last poll could not read the file
+
+    @property
+    def offset(self) -> int:
+        return self._file.offset
+
+    @property
+    def restarts(self) -> int:
+        return self._file.restarts
+
+    @property
+    def restarted(self) -> bool:
+        return self._file.restarted
+
+    @property
+    def read_error(self) -> OSError | None:
+        """Why the last poll could not read the file."""
+        return self._file.read_error
 
     @property
     def pending_bytes(self) -> int:
         """Bytes of a line that has no newline yet (a writer mid-line, or one that died)."""
-        return len(self._partial)
-
-    def _restart(self) -> None:
-        self.offset = 0
-        self._partial = b""
-        self._line_no = 0
-        self.restarts += 1
-        self.restarted = True
+        return self._file.pending_bytes
 
     def poll(self) -> list[Event]:
         """The typed events of the complete lines appended since the last poll."""
@@ -156,46 +163,17 @@ class EventTail:
 
     def poll_items(self) -> list[Item]:
         """Like `poll`, with runs of step events kept together as StepBatch (fast to apply)."""
-        self.restarted = False
-        try:
-            stat = os.stat(self.path)
-        except OSError:
-            return []
-        if self._inode is not None and (stat.st_ino != self._inode or stat.st_size < self.offset):
-            log.info("%s was truncated or replaced; reading it again from the start", self.path)
-            self._restart()
-        self._inode = stat.st_ino
-        if stat.st_size <= self.offset:
-            return []
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read(self.max_bytes if self.max_bytes else -1)
-        except OSError as exc:
-            # A folder of another user, a directory in the file's place, a network drive gone:
-            # said once, and `has_more` stays false until a read succeeds again.
-            if self.read_error is None or str(exc) != str(self.read_error):
-                log.warning("cannot read %s: %s", self.path, exc)
-            self.read_error = exc
-            return []
-        self.read_error = None
-        self.offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        return self._parse(lines)
+        pieces = self._file.read()
+        if self._file.restarted:
+            self._line_no = 0
+        return self._items(pieces)
 
     def has_more(self) -> bool:
         """True when the file holds bytes the last poll did not read (max_bytes reached).
 
         False after a poll that could not read the file: there is nothing more to get now.
         """
-        if self.read_error is not None:
-            return False
-        try:
-            return os.stat(self.path).st_size > self.offset
-        except OSError:
-            return False
+        return self._file.has_more()
 
     def finish(self) -> list[Event]:
         """Read the rest, including a last line without newline if it parses (the writer is gone)."""
@@ -205,9 +183,21 @@ class EventTail:
         items = self.poll_items()
         while self.has_more() and not self.restarted:
             items.extend(self.poll_items())
-        if self._partial.strip():
-            tail, self._partial = self._partial, b""
-            items.extend(self._parse([tail]))
+        tail = self._file.lines.flush()
+        if tail and (isinstance(tail[0], int) or tail[0].strip()):
+            items.extend(self._items([tail[0] + b"\n"] if isinstance(tail[0], bytes) else tail))
+        return items
+
+    def _items(self, pieces: list[bytes | int]) -> list[Item]:
+        items: list[Item] = []
+        for piece in pieces:
+            if isinstance(piece, int):  # a line over the cap: garbage, never held
+                self._line_no += 1
+                self._garbage(f"<a line of {piece} bytes>".encode(), self._line_no)
+                continue
+            lines = piece.split(b"\n")
+            lines.pop()  # the piece ends with its last line's newline
+            items.extend(self._parse(lines))
         return items
 
     def _parse(self, lines: list[bytes]) -> list[Item]:

@@ -45,8 +45,8 @@ from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.event_loop import wait_for
 from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
+from studio.gui.runner.worker import Worker
 from studio.gui.selftest_options import SelfTestOptions
-from studio.gui.worker import Worker
 
 SAVE_DELAY_MS = 700
 

@@ -35,8 +35,8 @@ from studio.gui.desktop import open_with_desktop
 from studio.gui.export.cost_table import CostTable
 from studio.gui.export.remote_panel import RemotePanel
 from studio.gui.page import Page, named
+from studio.gui.runner.worker import Worker
 from studio.gui.selftest_options import SelfTestOptions
-from studio.gui.worker import Worker
 
 COUNTS = (1, 2, 4, 8)
 EXPORTS_DIR = "exports"

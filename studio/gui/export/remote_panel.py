@@ -43,7 +43,7 @@ from studio.core.remote.start import RemoteStart, start_remote_run
 from studio.gui.context import StudioContext
 from studio.gui.page import named
 from studio.gui.runner.remote_run import RemoteRun
-from studio.gui.worker import Worker
+from studio.gui.runner.worker import Worker
 
 EXPECTED = (RemoteError, MachineError, ExportError, ConfigError, PassphraseError, OSError)
 
@@ -211,7 +211,7 @@ class RemotePanel(QGroupBox):
         if machine is None or project is None or self.context.config is None:
             return
         if self.context.run_controller.running:
-            self.say(self.context.run_controller.process.busy_message())
+            self.say(self.context.run_controller.busy_message())
             return
         self._busy(f"Sending {project.root.name} to {machine.name}…", "Nothing was started: ")
         self.worker.run(start_remote_run, project.config_path, machine, gpus=self._gpus(), cpu=self.cpu.isChecked(),

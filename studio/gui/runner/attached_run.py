@@ -1,76 +1,80 @@
 """A training left running by an earlier session of the studio, followed again after a restart.
 
 The studio did not start this process, so it has no QProcess for it: its console is read from
-the run folder's console.log, its end is noticed by polling the process, and Stop and Kill go
-through the STOP file and the process tree, as they would for a run the studio started.
+the run folder's console.log (the protocol's ConsoleTail), its end is noticed by polling the
+process, and Stop and Kill go through the STOP file and the process tree, as they would for a
+run the studio started.
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 
 import psutil
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer
 
+from studio.core.protocol.tail import ConsoleTail, ConsoleText
 from studio.core.runs.folders import CONSOLE_FILE
 from studio.core.runs.live import LiveRun, end_processes, is_alive, stop_live_run, trainer_tree
-from studio.gui.runner.process import console_text
+from studio.core.runs.run_model import EventTail, RunModel
+from studio.gui.runner.process import Outcome
+from studio.gui.runner.source import KILLED, RunSource
 
 CONSOLE_TAIL_BYTES = 64 * 1024  # what the console pane shows of the time before the studio came back
 KILL_GRACE_MS = 2000
 
 
-class AttachedRun(QObject):
-    sig_output = Signal(str)  # finished console lines
-    sig_progress = Signal(str)  # the line a progress bar is redrawing
-    sig_ended = Signal()  # the trainer is gone (it finished, failed, or was stopped or killed)
+class AttachedRun(RunSource):
+    owned = False  # no exit code reaches this studio
+    says_outcome = False
 
     def __init__(self, run: LiveRun, parent: QObject | None = None, poll_ms: int = 300) -> None:
-        super().__init__(parent)
+        super().__init__(run.run_dir, parent)
         self.run = run
-        self.killed = False
         self.console_path = run.run_dir / CONSOLE_FILE
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._rest = ""
         try:
-            self._offset = max(0, self.console_path.stat().st_size - CONSOLE_TAIL_BYTES)
+            offset = max(0, self.console_path.stat().st_size - CONSOLE_TAIL_BYTES)
         except OSError:
-            self._offset = 0
+            offset = 0
+        self._console = ConsoleTail(self.console_path, offset=offset)
         self._timer = QTimer(self)
         self._timer.setInterval(poll_ms)
         self._timer.timeout.connect(self.poll)
-        self._timer.start()
 
-    @property
-    def active(self) -> bool:
+    def catch_up(self, model: RunModel, tail: EventTail) -> None:
+        model.apply_all(tail.finish_items())
+
+    def start(self) -> bool:
+        self._timer.start()
+        self.sig_output.emit(f"[studio] following the training left running in {self.run_dir} "
+                             f"(process {self.run.pid}); Stop and Kill work as for any run")
+        self.sig_started.emit()
+        return True
+
+    def is_running(self) -> bool:
         return self._timer.isActive()
 
+    def busy_message(self) -> str:
+        return (f"A training is already running ({self.run_dir.name}, started before the studio "
+                "was last closed). Stop it first, or add this config to the queue.")
+
     def poll(self) -> None:
-        self._read_console()
+        self._show(self._console.pump())
         if not is_alive(self.run):
             self._timer.stop()
-            self._read_console()
-            if self._rest:
-                self.sig_output.emit(self._rest.rsplit("\r", 1)[-1])
-                self._rest = ""
-            self.sig_ended.emit()
+            self._show(self._console.finish())
+            self.sig_ended.emit(Outcome(-1, "normal"))
 
-    def _read_console(self) -> None:
-        try:
-            with open(self.console_path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read(1 << 20)
-        except OSError:
-            return
-        if not data:
-            return
-        self._offset += len(data)
-        lines, self._rest = console_text(self._rest + self._decoder.decode(data))
-        if lines:
-            self.sig_output.emit("\n".join(lines))
-        if self._rest:
-            self.sig_progress.emit(self._rest.rsplit("\r", 1)[-1])
+    def _show(self, text: ConsoleText) -> None:
+        if text.lines:
+            self.sig_output.emit("\n".join(text.lines))
+        if text.progress:
+            self.sig_progress.emit(text.progress)
+
+    def unfinished(self, outcome: Outcome) -> str:
+        if self.killed:
+            return KILLED
+        return "The trainer ended without saying it finished; its console.log in the run folder shows its last words."
 
     def stop(self) -> bool:
         """Ask the trainer to stop at its next step (a checkpoint is saved; it can be resumed)."""
@@ -97,7 +101,10 @@ class AttachedRun(QObject):
         """Blocking kill (the studio closing with "stop" and a trainer that did not stop in time)."""
         self.killed = True
         end_processes(trainer_tree(self.run), timeout_s)
+        self.poll()
 
-    def release(self) -> None:
+    def detach(self) -> None:
         """Stop following; the trainer goes on (the studio closes again with the run still going)."""
-        self._timer.stop()
+        if self._timer.isActive():
+            self._timer.stop()
+            self.sig_ended.emit(Outcome(0, "detached"))

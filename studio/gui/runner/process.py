@@ -1,78 +1,84 @@
-"""Commands the studio runs: one QProcess wrapper, its console output, stop and kill.
+"""Commands the studio runs: one QProcess wrapper, one outcome type, stop and kill of the whole tree.
 
-A command's stdout and stderr go straight into a console file (not a pipe), so nothing it
-prints is lost if the studio goes away, and its lines are read back from that file. The
-trainer writes `RUN_DIR/console.log` and runs under a tiny launcher that starts it in its
-own session: closing the studio with "keep running" ends only the launcher and the training
-goes on. Shorter commands (building the demo's tiny model) use the same wrapper and end
-with the window.
+Two modes, one wrapper (as qutebrowser has one GUIProcess):
+- a console file (`start`): stdout and stderr go straight into a file, not a pipe, so
+  nothing a command prints is lost if the studio goes away; its lines are read back
+  with the protocol's `ConsoleTail`. The trainer (`TrainerProcess`) and the demo's
+  tiny-model builder run this way.
+- JSON lines on stdout (`start_messages`): each line is read with a `Protocol` and
+  arrives as one typed message (`sig_message`); a malformed line is skipped and counted;
+  stderr's last words explain a failure. The captioner and downloads run this way.
+
+Every command ends with exactly one `sig_finished(Outcome)`, whether it exited, crashed,
+could not start, was killed or was left running.
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 from PySide6.QtCore import QIODevice, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from studio.core.runs.folders import CONSOLE_FILE, request_stop
+from studio.core.protocol.jsonlines import Protocol, UnknownMessage
+from studio.core.protocol.lines import LineBuffer
+from studio.core.protocol.tail import ConsoleTail, ConsoleText
 from studio.core.runs.launch import format_command
-from studio.core.runs.lock import write_process_file
 
 log = logging.getLogger(__name__)
 
-# Runs the real command in a new session / process group and passes its exit code on.
-_LAUNCHER = """\
-import os, subprocess, sys
-kw = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
-child = subprocess.Popen(sys.argv[1:], **kw)
-while True:
-    try:
-        code = child.wait()
-        break
-    except KeyboardInterrupt:
-        pass
-sys.exit(128 - code if code < 0 else code)
-"""
+STDERR_KEPT = 4000  # characters of a JSON-lines command's stderr kept to explain a failure
 
 
-def console_text(raw: str) -> tuple[list[str], str]:
-    """Split console output into finished lines and the unfinished rest.
+@dataclass(frozen=True)
+class Outcome:
+    """How a command ended."""
 
-    A progress bar rewrites its line with '\\r'; only the text after the last '\\r' of
-    each line is kept, so the pane shows "50/50" and not fifty copies of the bar.
-    """
-    parts = raw.split("\n")
-    rest = parts.pop()
-    lines = [part.rstrip("\r").rsplit("\r", 1)[-1] for part in parts]
-    return lines, rest
+    code: int  # its exit code (-1 when it never started)
+    how: str  # "normal" | "crashed" | "failed to start" | "detached"
+    message: str = ""  # why it could not start
+    stderr: str = ""  # JSON-lines mode: the last words of its stderr
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and self.how == "normal"
+
+    def last_words(self) -> str:
+        """The last line the command wrote on stderr ("" when none)."""
+        lines = self.stderr.strip().splitlines()
+        return lines[-1] if lines else ""
 
 
 class CommandProcess(QObject):
     """Runs one command at a time and reports what it does (qutebrowser's GUIProcess style)."""
 
     sig_started = Signal()
-    sig_finished = Signal(int, str)  # exit code, "normal" | "crashed" | "failed to start" | "detached"
+    sig_finished = Signal(object)  # Outcome
     sig_error = Signal(str)
-    sig_output = Signal(str)  # finished console lines
-    sig_progress = Signal(str)  # the line a progress bar is redrawing
+    sig_output = Signal(str)  # console mode: finished console lines
+    sig_progress = Signal(str)  # console mode: the line a progress bar is redrawing
+    sig_message = Signal(object)  # JSON-lines mode: one typed message of the protocol
 
     def __init__(self, parent: QObject | None = None, poll_ms: int = 200) -> None:
         super().__init__(parent)
         self.command: list[str] = []
         self.console_path: Path | None = None
         self.killed = False
+        self.malformed_lines = 0  # JSON-lines mode: lines that were JSON but not a valid message
         self._process: QProcess | None = None
-        self._console_offset = 0
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._rest = ""
+        self._console: ConsoleTail | None = None
+        self._protocol: Protocol | None = None
+        self._lines = LineBuffer()
+        self._stderr = ""
         self._tree: list[psutil.Process] = []
         self._poll = QTimer(self)
         self._poll.setInterval(poll_ms)
-        self._poll.timeout.connect(self._read_console)
+        self._poll.timeout.connect(self._pump_console)
+        self._kill_timer = QTimer(self, singleShot=True)
+        self._kill_timer.timeout.connect(self._kill_after_grace)
 
     # ------------------------------------------------------------ state
     def is_running(self) -> bool:
@@ -85,23 +91,47 @@ class CommandProcess(QObject):
     def start(self, command: list[str], console: Path, cwd: Path | None = None,
               env: dict[str, str] | None = None) -> bool:
         """Start `command` with its output appended to `console`; refused (False, sig_error) while one runs."""
+        if not self._begin(command):
+            return False
+        self.console_path = console
+        with open(console, "a", encoding="utf-8") as handle:
+            handle.write(f"$ {format_command(self.command)}\n")
+        self._console = ConsoleTail(console, offset=console.stat().st_size)
+        proc = self._make(cwd, env)
+        proc.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
+        proc.setStandardOutputFile(str(console), QIODevice.OpenModeFlag.Append)
+        self._launch(proc)
+        return True
+
+    def start_messages(self, command: list[str], protocol: Protocol, cwd: Path | None = None,
+                       env: dict[str, str] | None = None) -> bool:
+        """Start `command`, reading its stdout as JSON lines of `protocol` (each one a `sig_message`)."""
+        if not self._begin(command):
+            return False
+        self.console_path = None
+        self._protocol = protocol
+        proc = self._make(cwd, {"PYTHONUNBUFFERED": "1", **(env or {})})  # each line arrives as it is printed
+        proc.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
+        proc.readyReadStandardOutput.connect(self._read_stdout)
+        proc.readyReadStandardError.connect(self._read_stderr)
+        self._launch(proc)
+        return True
+
+    def _begin(self, command: list[str]) -> bool:
         refusal = self.refusal(command)
         if refusal:
             self.sig_error.emit(refusal)
             return False
         self.command = list(command)
-        self.console_path = console
         self.killed = False
-        self._console_offset, self._rest = 0, ""
-        self._decoder.reset()
+        self.malformed_lines = 0
+        self._console, self._protocol = None, None
+        self._lines, self._stderr = LineBuffer(), ""
         self._tree = []
-        with open(console, "a", encoding="utf-8") as handle:
-            handle.write(f"$ {format_command(self.command)}\n")
-        self._console_offset = console.stat().st_size
+        return True
 
+    def _make(self, cwd: Path | None, env: dict[str, str] | None) -> QProcess:
         proc = QProcess(self)
-        proc.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
-        proc.setStandardOutputFile(str(console), QIODevice.OpenModeFlag.Append)
         if cwd is not None:
             proc.setWorkingDirectory(str(cwd))
         if env:
@@ -112,12 +142,14 @@ class CommandProcess(QObject):
         program, args = self.program_and_arguments(self.command)
         proc.setProgram(program)
         proc.setArguments(args)
+        return proc
+
+    def _launch(self, proc: QProcess) -> None:
         proc.started.connect(self._on_started)
         proc.finished.connect(self._on_finished)
         proc.errorOccurred.connect(self._on_error)
         self._process = proc
         proc.start()
-        return True
 
     def refusal(self, command: list[str]) -> str:
         """Why `command` cannot start now ("" when it can)."""
@@ -138,7 +170,8 @@ class CommandProcess(QObject):
         return f"Could not start '{self.command[0]}': {reason}."
 
     def _on_started(self) -> None:
-        self._poll.start()
+        if self._console is not None:
+            self._poll.start()
         self.sig_started.emit()
 
     def _on_error(self, error: QProcess.ProcessError) -> None:
@@ -149,26 +182,29 @@ class CommandProcess(QObject):
         self._append_console(f"[studio] {message}\n")
         self._cleanup()
         self.sig_error.emit(message)
-        self.sig_finished.emit(-1, "failed to start")
+        self.sig_finished.emit(Outcome(-1, "failed to start", message=message))
 
     def _on_finished(self, exit_code: int, status: QProcess.ExitStatus) -> None:
         if self._process is None:
             return
-        self._read_console()
-        if self._rest:
-            self.sig_output.emit(self._rest.rsplit("\r", 1)[-1])
-            self._rest = ""
+        if self._console is not None:
+            self._emit_console(self._console.finish())
+        else:
+            self._read_stdout()
+            self._read_stderr()
+            self._messages(self._lines.flush())
         crashed = status == QProcess.ExitStatus.CrashExit
         self._cleanup()
-        self.sig_finished.emit(int(exit_code), "crashed" if crashed else "normal")
+        self.sig_finished.emit(Outcome(int(exit_code), "crashed" if crashed else "normal", stderr=self._stderr))
 
     def _cleanup(self) -> None:
         self._poll.stop()
+        self._kill_timer.stop()
         proc, self._process = self._process, None
         if proc is not None:
             proc.deleteLater()
 
-    # ------------------------------------------------------------ console
+    # ------------------------------------------------------------ console mode
     def _append_console(self, text: str) -> None:
         if self.console_path is not None:
             try:
@@ -177,24 +213,15 @@ class CommandProcess(QObject):
             except OSError:
                 pass
 
-    def _read_console(self) -> None:
-        path = self.console_path
-        if path is None:
-            return
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(self._console_offset)
-                data = handle.read(1 << 20)  # one poll reads at most 1 MB: the GUI stays fluid
-        except OSError:
-            return
-        if not data:
-            return
-        self._console_offset += len(data)
-        lines, self._rest = console_text(self._rest + self._decoder.decode(data))
-        if lines:
-            self.sig_output.emit("\n".join(lines))
-        if self._rest:
-            self.sig_progress.emit(self._rest.rsplit("\r", 1)[-1])
+    def _pump_console(self) -> None:
+        if self._console is not None:
+            self._emit_console(self._console.pump())
+
+    def _emit_console(self, text: ConsoleText) -> None:
+        if text.lines:
+            self.sig_output.emit("\n".join(text.lines))
+        if text.progress:
+            self.sig_progress.emit(text.progress)
 
     def console_tail(self, chars: int) -> str:
         """The last `chars` characters of the console file (for a one-line report of a failure)."""
@@ -207,7 +234,55 @@ class CommandProcess(QObject):
         except OSError:
             return ""
 
-    # ------------------------------------------------------------ kill
+    # ------------------------------------------------------------ JSON-lines mode
+    def _read_stdout(self) -> None:
+        if self._process is not None and self._protocol is not None:
+            self._messages(self._lines.feed(bytes(self._process.readAllStandardOutput().data())))
+
+    def _read_stderr(self) -> None:
+        if self._process is not None and self._protocol is not None:
+            text = bytes(self._process.readAllStandardError().data()).decode("utf-8", errors="replace")
+            self._stderr = (self._stderr + text)[-STDERR_KEPT:]
+
+    def _messages(self, pieces: list[bytes | int]) -> None:
+        protocol = self._protocol
+        if protocol is None:
+            return
+        for piece in pieces:
+            if isinstance(piece, int):
+                self._malformed(f"a line of {piece} bytes")
+                continue
+            for line in piece.splitlines():
+                if not line.strip().startswith(b"{"):
+                    continue  # a library printing on stdout; the command's own lines are JSON objects
+                try:
+                    message = protocol.parse(line)
+                except UnknownMessage:
+                    continue  # a newer program's message: nothing here knows it
+                except ValueError as exc:
+                    self._malformed(str(exc))
+                    continue
+                self.sig_message.emit(message)
+
+    def _malformed(self, why: str) -> None:
+        self.malformed_lines += 1
+        if self.malformed_lines <= 3:
+            log.warning("%s: a line of its output is not a %s; skipped (%s)",
+                        self.command[0] if self.command else "?", self._protocol.name if self._protocol else "message",
+                        why)
+
+    # ------------------------------------------------------------ stop and kill
+    def terminate(self, grace_ms: int) -> None:
+        """Ask the command to end (SIGTERM: it may finish what it is doing); killed after `grace_ms`."""
+        if self._process is None:
+            return
+        self._process.terminate()
+        self._kill_timer.start(grace_ms)
+
+    def _kill_after_grace(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+
     def _remember_tree(self) -> None:
         """The process's descendants: once it is gone they cannot be found from its pid."""
         try:
@@ -252,79 +327,3 @@ class CommandProcess(QObject):
         psutil.wait_procs(self._tree, timeout=timeout_s)
         if self._process is not None:
             self._process.waitForFinished(int(timeout_s * 1000))
-
-
-class TrainerProcess(CommandProcess):
-    """The trainer of one run folder: its process file, the STOP request and "keep running"."""
-
-    def __init__(self, parent: QObject | None = None, poll_ms: int = 200, use_launcher: bool = True) -> None:
-        super().__init__(parent, poll_ms)
-        self.run_dir: Path | None = None
-        self.stop_requested = False
-        self._use_launcher = use_launcher
-
-    def start_run(self, command: list[str], run_dir: str | Path, env: dict[str, str] | None = None) -> bool:
-        """Start `command` for `run_dir`; refused (False, sig_error) while another run is going."""
-        refusal = self.refusal(command)
-        if refusal:  # said before anything of the new run is touched
-            self.sig_error.emit(refusal)
-            return False
-        self.run_dir = Path(run_dir)
-        self.stop_requested = False
-        return self.start(command, self.run_dir / CONSOLE_FILE, cwd=self.run_dir, env=env)
-
-    def program_and_arguments(self, command: list[str]) -> tuple[str, list[str]]:
-        if self._use_launcher:
-            return command[0], ["-c", _LAUNCHER, *command]
-        return command[0], command[1:]
-
-    def busy_message(self) -> str:
-        return (f"A training is already running ({self.run_dir.name if self.run_dir else '?'}). "
-                "Stop it first, or add this config to the queue.")
-
-    def start_failure_message(self, reason: str) -> str:
-        return (f"Could not start the trainer '{self.command[0]}': {reason}. "
-                "Check launch.python in the config (the training environment's Python).")
-
-    def _on_started(self) -> None:
-        if self.run_dir is not None and self._process is not None:
-            try:
-                write_process_file(self.run_dir, int(self._process.processId()))
-            except OSError as exc:
-                log.warning("cannot write the process file of %s: %s", self.run_dir, exc)
-        super()._on_started()
-
-    def stop(self) -> bool:
-        """Ask the trainer to stop at its next step (it saves a checkpoint and says run_finished)."""
-        if self._process is None or self.run_dir is None:
-            return False
-        request_stop(self.run_dir)
-        self.stop_requested = True
-        self._remember_tree()
-        return True
-
-    def _hand_over_process_file(self) -> None:
-        """Point the run's process file at the trainer itself: the launcher is about to go, and
-        the Runs page decides from that file whether the run is still going."""
-        if self.run_dir is None:
-            return
-        try:
-            trainer = psutil.Process(self.pid()).children()[0]
-            write_process_file(self.run_dir, trainer.pid)
-        except (psutil.Error, IndexError, ValueError, OSError) as exc:
-            log.warning("cannot record the trainer of %s for after the studio closes: %s", self.run_dir, exc)
-
-    def detach(self) -> None:
-        """Let the training go on without the studio: end only the launcher, keep the trainer."""
-        proc = self._process
-        if proc is None:
-            return
-        if self._use_launcher:
-            self._hand_over_process_file()
-            proc.finished.disconnect(self._on_finished)
-            proc.errorOccurred.disconnect(self._on_error)
-            proc.kill()  # the launcher only; the trainer lives in its own session
-            proc.waitForFinished(3000)
-        self._append_console("[studio] the studio closed; the training goes on without it\n")
-        self._cleanup()
-        self.sig_finished.emit(0, "detached")

@@ -1,6 +1,6 @@
 """A run on a remote machine, followed the way the RunController follows a local trainer.
 
-`RemoteRun` offers what `TrainerProcess` offers (signals, stop, kill, detach), so the
+`RemoteRun` is a RunSource like a local run (signals, stop, kill, detach), so the
 Train and Runs pages show a remote run with the same plots and buttons. Its events and
 console arrive through SSH tails into the run's local folder (core/remote/control),
 the remote GPUs' memory through nvidia-smi; blocking SSH calls (stop, kill, bringing the
@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer
 
+from studio.core.protocol.tail import ConsoleTail
 from studio.core.remote.control import (
     RemoteRunRecord,
     client_for,
@@ -31,35 +32,33 @@ from studio.core.remote.machines import MachineError
 from studio.core.remote.ssh import RemoteError, SshClient
 from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE
-from studio.gui.runner.process import console_text
-from studio.gui.widgets.remote_gpu import RemoteGpuSampler
-from studio.gui.worker import Worker
+from studio.gui.runner.gpu_memory import GpuMemorySampler
+from studio.gui.runner.process import Outcome
+from studio.gui.runner.remote_gpu import RemoteGpuSampler
+from studio.gui.runner.source import RunSource
+from studio.gui.runner.worker import Worker
 
 EXPECTED = (RemoteError, MachineError, OSError)
 CONSOLE_GRACE_S = 10.0
 
 
-class RemoteRun(QObject):
-    sig_started = Signal()
-    sig_finished = Signal(int, str)  # launch.sh's exit status, "normal" | "crashed" | "detached"
-    sig_error = Signal(str)
-    sig_output = Signal(str)
-    sig_progress = Signal(str)
+class RemoteRun(RunSource):
+    """Ends with launch.sh's exit status: Outcome(status, "normal" | "crashed" | "detached")."""
+
+    says_outcome = False
 
     def __init__(self, local_dir: Path, record: RemoteRunRecord | None = None, client: SshClient | None = None,
                  parent: QObject | None = None, poll_ms: int = 200) -> None:
         """Raises RemoteError or MachineError when the run's record or machine cannot be read."""
-        super().__init__(parent)
-        self.run_dir = local_dir
+        super().__init__(local_dir, parent)
         self.record = record or read_record(local_dir)
         self.client = client or client_for(self.record)
-        self.killed = False
         self.stop_requested = False
         self.pulled: TransferReport | None = None
         self.mirrors = follow_files(self.client, self.record, local_dir)
         self.gpu = RemoteGpuMonitor(self.client)
         # No parent: the Train page's plots keep drawing from it after this run object is gone.
-        self.gpu_sampler = RemoteGpuSampler(self.record.machine)
+        self._gpu_sampler = RemoteGpuSampler(self.record.machine)
         self.worker = Worker(self)
         self._running = False
         self._ending = False
@@ -67,8 +66,7 @@ class RemoteRun(QObject):
         self._announced = False
         self._ended_at = 0.0
         console = local_dir / CONSOLE_FILE
-        self._console_offset = console.stat().st_size if console.exists() else 0
-        self._console_rest = ""
+        self._console = ConsoleTail(console, offset=console.stat().st_size if console.exists() else 0)
         self._timer = QTimer(self)
         self._timer.setInterval(poll_ms)
         self._timer.timeout.connect(self._poll)
@@ -79,6 +77,9 @@ class RemoteRun(QObject):
 
     def pid(self) -> int:
         return self.record.pid
+
+    def gpu_sampler(self) -> GpuMemorySampler | None:
+        return self._gpu_sampler
 
     def busy_message(self) -> str:
         return (f"A training is running on {self.record.machine} ({self.run_dir.name}). "
@@ -136,11 +137,11 @@ class RemoteRun(QObject):
         for mirror in self.mirrors.values():
             while mirror.stream.notices:
                 self.sig_output.emit(f"[studio] {mirror.stream.notices.popleft()}")
-        self._read_console()
-        self.gpu_sampler.feed(self.gpu.drain())
+        self._show_console()
+        self._gpu_sampler.feed(self.gpu.drain())
         if self.gpu.unavailable and not self._told_no_gpu:
             self._told_no_gpu = True
-            self.gpu_sampler.unavailable = self.gpu.unavailable
+            self._gpu_sampler.unavailable = self.gpu.unavailable
             self.sig_output.emit(f"[studio] {self.gpu.unavailable}; memory comes from the trainer's events")
         if self.mirrors[EVENTS_FILE].ended and not self._ending:
             # The console's tail ends at the same moment; it gets a few seconds, the window never waits.
@@ -148,27 +149,17 @@ class RemoteRun(QObject):
             if not self.mirrors[CONSOLE_FILE].ended and time.monotonic() - self._ended_at < CONSOLE_GRACE_S:
                 return
             self._ending = True
-            self._read_console()
+            self._show_console()
             self.sig_output.emit(f"[studio] the run ended on {self.record.machine}; bringing it back")
             self.worker.run(self._bring_back, on_done=self._brought_back, on_failed=self._not_brought_back,
                             expected=EXPECTED)
 
-    def _read_console(self) -> None:
-        path = self.run_dir / CONSOLE_FILE
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(self._console_offset)
-                data = handle.read()
-        except OSError:
-            return
-        if not data:
-            return
-        self._console_offset += len(data)
-        lines, self._console_rest = console_text(self._console_rest + data.decode("utf-8", "replace"))
-        for line in lines:
+    def _show_console(self) -> None:
+        text = self._console.pump()
+        for line in text.lines:
             self.sig_output.emit(line)
-        if self._console_rest:
-            self.sig_progress.emit(self._console_rest)
+        if text.progress:
+            self.sig_progress.emit(text.progress)
 
     def _bring_back(self) -> tuple[int | None, TransferReport]:
         state = remote_state(self.client, self.record)
@@ -195,16 +186,17 @@ class RemoteRun(QObject):
         self._close_streams()
         self.client.close()
         self._running = False
-        self.sig_finished.emit(code, how)
+        self.sig_ended.emit(Outcome(code, how))
 
     def _close_streams(self) -> None:
         for mirror in self.mirrors.values():
             mirror.close()
         self.gpu.close()
 
-    def shutdown(self) -> None:
+    def release(self) -> None:
         """Leave nothing running here (the run there is not touched)."""
         self._timer.stop()
         self._close_streams()
         self.worker.wait(60.0)
         self.client.close()
+        super().release()

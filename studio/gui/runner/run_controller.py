@@ -23,12 +23,16 @@ from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.lock import RunLockedError, lock_holder
 from studio.core.runs.outcome import outcome_line
 from studio.core.runs.queue import QueueError, RunQueue
-from studio.core.runs.run_model import EventTail, Replay, RunModel, replay_run
+from studio.core.runs.run_model import EventTail, RunModel
 from studio.core.training_python import NoTrainingPython
 from studio.gui.runner.attached_run import AttachedRun
-from studio.gui.runner.process import TrainerProcess
+from studio.gui.runner.gpu_memory import GpuMemorySampler
+from studio.gui.runner.local_run import LocalRun
+from studio.gui.runner.process import Outcome
 from studio.gui.runner.remote_run import RemoteRun
-from studio.gui.widgets.gpu_memory import GpuMemorySampler
+from studio.gui.runner.replay_run import ReplayRun
+from studio.gui.runner.source import RunSource
+from studio.gui.runner.worker import Worker
 
 CommandFactory = Callable[[RunPlan], list[str]]
 # One poll reads at most this much of events.jsonl; a backlog is read over several ticks.
@@ -58,45 +62,36 @@ class RunController(QObject):
         super().__init__(parent)
         self.command_factory = command_factory
         self.finish_grace_ms = finish_grace_ms
+        self.use_launcher = True  # the trainer in a session of its own, so it can outlive the window
         self.model = RunModel()
         self.tail: EventTail | None = None
         self.queue: RunQueue | None = None
+        self.source: RunSource | None = None  # the run the views show: local, remote, re-attached or replayed
+        self.worker = Worker(self)  # replays are read here
+        self._run_dir: Path | None = None
         self._queue_item: str | None = None
         self._stall_kill_armed = False
-        self.attached: AttachedRun | None = None  # a run an earlier session left running
-        self._trainer = TrainerProcess(self)
-        self.process: TrainerProcess | RemoteRun = self._trainer
-        self._connect(self._trainer)
         self._timer = QTimer(self)
         self._timer.setInterval(max(50, int(1000 / redraw_hz)))
         self._timer.timeout.connect(self.tick)
-
-    def _connect(self, process: TrainerProcess | RemoteRun) -> None:
-        process.sig_started.connect(self._on_started)
-        process.sig_finished.connect(self._on_finished)
-        process.sig_error.connect(self.sig_message)
-        process.sig_output.connect(self.sig_console)
-        process.sig_progress.connect(self.sig_progress)
 
     # ------------------------------------------------------------ state
     @property
     def gpu_sampler(self) -> GpuMemorySampler | None:
         """The GPUs the plots show for the current run: a remote machine's, or None for this one's."""
-        return self.process.gpu_sampler if isinstance(self.process, RemoteRun) else None
+        return self.source.gpu_sampler() if self.source is not None else None
 
     @property
     def running(self) -> bool:
-        return self.process.is_running() or self.attached is not None
+        return self.source is not None and self.source.is_running()
 
     @property
     def run_dir(self) -> Path | None:
-        return self.attached.run.run_dir if self.attached is not None else self.process.run_dir
+        """The folder of the run shown last (it stays after the run ends)."""
+        return self._run_dir
 
     def busy_message(self) -> str:
-        if self.attached is not None:
-            return (f"A training is already running ({self.attached.run.run_dir.name}, started before the studio "
-                    "was last closed). Stop it first, or add this config to the queue.")
-        return self.process.busy_message()
+        return self.source.busy_message() if self.source is not None else ""
 
     def set_project_root(self, root: Path | None) -> None:
         self.queue = RunQueue(root) if root is not None else None
@@ -137,43 +132,55 @@ class RunController(QObject):
             self.sig_message.emit(f"Cannot resume {run_dir.name} yet: {exc}.")
             return False
         plan = RunPlan(run_dir, launch.build_command(run_dir, python, resume=True), config)
-        return self._launch(plan, keep_model=True)
+        return self._launch(plan, resumed=True)
 
-    def _launch(self, plan: RunPlan, keep_model: bool = False) -> bool:
+    def _launch(self, plan: RunPlan, resumed: bool = False) -> bool:
         command = self.command_factory(plan)
-        self.model = RunModel(plan.run_dir)
-        self.tail = EventTail(plan.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
-        if keep_model:  # a resumed run continues its curves
-            self.model.apply_all(self.tail.finish_items())
-            self.model.status, self.model.finished = "preparing", None
-        self._stall_kill_armed = False
         # Unbuffered output: the console pane shows each line as the trainer prints it.
-        if not self._trainer.start_run(command, plan.run_dir, env=launch.training_env({})):
-            return False
-        self._timer.start()
-        self.sig_run_started.emit(plan.run_dir)
-        self.sig_tick.emit()
-        return True
+        run = LocalRun(plan.run_dir, command, env=launch.training_env({}), resumed=resumed,
+                       use_launcher=self.use_launcher, parent=self)
+        return self.follow(run)
 
     def follow_remote(self, remote: RemoteRun) -> bool:
         """Follow a run on a remote machine with the same tail, plots, Stop and Kill as a local one."""
+        return self.follow(remote)
+
+    def follow(self, source: RunSource) -> bool:
+        """Show `source` in the views: its events tailed, its console passed on; refused while a run goes on."""
         if self.running:
-            self.sig_message.emit(self.process.busy_message())
+            self.sig_message.emit(self.busy_message())
             return False
-        self.process = remote
-        self._connect(remote)
-        self.model = RunModel(remote.run_dir)
-        self.tail = EventTail(remote.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
+        self._let_go()
+        self.source, self._run_dir = source, source.run_dir
+        source.sig_output.connect(self.sig_console)
+        source.sig_progress.connect(self.sig_progress)
+        source.sig_error.connect(self.sig_message)
+        source.sig_ended.connect(lambda outcome, s=source: self._ended(s, outcome))
+        source.sig_model.connect(lambda model, s=source: self._take_model(s, model))
+        self.model = RunModel(source.run_dir)
+        self.tail = EventTail(source.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES) if source.live else None
+        if self.tail is not None:
+            source.catch_up(self.model, self.tail)
         self._stall_kill_armed = False
-        remote.start()
-        self._timer.start()
-        self.sig_run_started.emit(remote.run_dir)
+        if not source.start():
+            self._let_go()
+            return False
+        if source.live:
+            self._timer.start()
+            self.sig_run_started.emit(source.run_dir)
         self.sig_tick.emit()
         return True
 
-    def _on_started(self) -> None:
-        if self.process is self._trainer:  # a remote run says where it runs itself
-            self.sig_console.emit(f"[studio] trainer started (pid {self.process.pid()})")
+    def _let_go(self) -> None:
+        """Forget the source shown before (a run that ended, a replay)."""
+        source, self.source = self.source, None
+        if source is not None:
+            source.release()
+
+    def _take_model(self, source: RunSource, model: RunModel) -> None:
+        if source is self.source:
+            self.model = model
+            self.sig_tick.emit()
 
     # ------------------------------------------------------------ follow
     def tick(self) -> None:
@@ -192,38 +199,30 @@ class RunController(QObject):
             self.sig_tick.emit()
 
     def _kill_if_still_running(self) -> None:
-        if self.running and self.model.finished is not None:
+        if self.running and self.model.finished is not None and self.source is not None:
             self.sig_console.emit("[studio] the trainer finished but did not exit; ending it")
-            self.process.kill()
+            self.source.kill()
 
-    def _on_finished(self, exit_code: int, how: str) -> None:
+    def _ended(self, source: RunSource, outcome: Outcome) -> None:
+        if source is not self.source:
+            return
         self._timer.stop()
         if self.tail is not None:
             self.model.apply_all(self.tail.finish_items())
-        source = self.process
-        if isinstance(source, RemoteRun):  # the next local run starts the local trainer again
-            self.process = self._trainer
-            source.shutdown()
-            source.deleteLater()
-        if how == "detached":
+        self._let_go()
+        if outcome.how == "detached":
             self.sig_run_ended.emit("detached")
             return
-        self._say_outcome(exit_code)
+        if source.says_outcome:
+            self._say_outcome(source.run_dir, outcome.code)
         if not self.model.ended:
-            if source.killed:
-                self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
-            elif how == "failed to start":
-                self.model.mark_ended("failed", "The trainer could not be started; see the console.")
-            else:
-                self.model.mark_ended(
-                    "failed",
-                    f"The trainer exited with code {exit_code} ({how}) before it finished; "
-                    "the console shows its last words.",
-                )
+            self.model.mark_ended("stopped" if source.killed else "failed", source.unfinished(outcome))
         self.sig_tick.emit()
-        self._finish_queue_item()
+        if source.owned:
+            self._finish_queue_item()
         self.sig_run_ended.emit(self.model.status)
-        self._start_next_queued()
+        if source.owned:
+            self._start_next_queued()
 
     # ------------------------------------------------------------ a run left running
     def attach_live(self, runs_dir: Path) -> LiveRun | None:
@@ -238,42 +237,10 @@ class RunController(QObject):
         return live[0]
 
     def attach(self, run: LiveRun) -> None:
-        self.model = RunModel(run.run_dir)
-        self.tail = EventTail(run.run_dir / EVENTS_FILE, max_bytes=POLL_BYTES)
-        self.model.apply_all(self.tail.finish_items())
-        self._stall_kill_armed = False
-        attached = AttachedRun(run, self)
-        attached.sig_output.connect(self.sig_console)
-        attached.sig_progress.connect(self.sig_progress)
-        attached.sig_ended.connect(self._attached_ended)
-        self.attached = attached
-        self._timer.start()
-        self.sig_run_started.emit(run.run_dir)
-        self.sig_console.emit(f"[studio] following the training left running in {run.run_dir} "
-                              f"(process {run.pid}); Stop and Kill work as for any run")
-        self.sig_tick.emit()
+        self.follow(AttachedRun(run, self))
 
-    def _attached_ended(self) -> None:
-        attached, self.attached = self.attached, None
-        self._timer.stop()
-        if self.tail is not None:
-            self.model.apply_all(self.tail.finish_items())
-        if not self.model.ended:
-            if attached is not None and attached.killed:
-                self.model.mark_ended("stopped", "Killed on request; the run can be resumed from its last checkpoint.")
-            else:
-                self.model.mark_ended("failed", "The trainer ended without saying it finished; its console.log "
-                                                "in the run folder shows its last words.")
-        if attached is not None:
-            attached.deleteLater()
-        self.sig_tick.emit()
-        self.sig_run_ended.emit(self.model.status)
-
-    def _say_outcome(self, exit_code: int) -> None:
+    def _say_outcome(self, run_dir: Path, exit_code: int) -> None:
         """End the console (the pane and console.log) with the studio's one line about the run."""
-        run_dir = self.process.run_dir
-        if run_dir is None:
-            return
         line = outcome_line(run_dir, exit_code)
         try:
             with open(run_dir / CONSOLE_FILE, "a", encoding="utf-8", errors="backslashreplace") as console:
@@ -284,33 +251,27 @@ class RunController(QObject):
 
     # ------------------------------------------------------------ stop / kill
     def stop(self) -> bool:
-        if self.attached is not None:
-            return self.attached.stop()
-        return self.process.stop()
+        return self.source.stop() if self.running and self.source is not None else False
 
     def kill(self) -> None:
-        if self.attached is not None:
-            self.attached.kill()
-        else:
-            self.process.kill()
+        if self.running and self.source is not None:
+            self.source.kill()
 
     def kill_now(self, timeout_s: float = 5.0) -> None:
         """Blocking kill of the run (the window closing after a stop that did not come in time)."""
-        if self.attached is not None:
-            self.attached.kill_now(timeout_s)
-        else:
-            self.process.kill_now(timeout_s)
+        if self.running and self.source is not None:
+            self.source.kill_now(timeout_s)
 
     # ------------------------------------------------------------ replay
-    def open_replay(self, run_dir: Path) -> Replay | None:
-        """Show a finished (or copied-back) run; refused while a run is live in the views."""
+    def open_replay(self, run_dir: Path) -> ReplayRun | None:
+        """Show a finished (or copied-back) run, read on the worker; refused while a run is live in the views.
+
+        The views show it when the source's model arrives (`ReplayRun.replay` is then set)."""
         if self.running:
             self.sig_message.emit("A training is running; its plots stay on the Train page. Open the run when it ends.")
             return None
-        rep = replay_run(run_dir)
-        self.model, self.tail = rep.model, None
-        self.sig_tick.emit()
-        return rep
+        replay = ReplayRun(run_dir, self.worker, self)
+        return replay if self.follow(replay) else None
 
     # ------------------------------------------------------------ queue
     def start_queue(self) -> None:
@@ -366,15 +327,11 @@ class RunController(QObject):
     # ------------------------------------------------------------ shutdown
     def shutdown(self, detach: bool = False) -> None:
         self._timer.stop()
-        if self.attached is not None:
-            if not detach:
-                self.attached.kill_now()
-            self.attached.release()
-            return
-        if not self.running:
+        source = self.source
+        if source is None or not source.is_running():
             return
         if detach:
-            self.process.detach()
+            source.detach()
         else:
-            self.process.kill_now()
+            source.kill_now()
 

@@ -27,7 +27,7 @@ from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
 from studio.core.runs.live import live_trainer, stop_live_run
-from studio.core.runs.run_model import RunModel, replay_run
+from studio.core.runs.run_model import Replay, RunModel, replay_run
 from studio.core.text import plural
 from studio.gui.context import StudioContext
 from studio.gui.desktop import open_with_desktop
@@ -35,13 +35,13 @@ from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runner.run_controller import RunController
+from studio.gui.runner.worker import Job, Worker
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
 from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.loss_plot import LossOverlay
 from studio.gui.widgets.run_header import RunHeader
 from studio.gui.widgets.run_plots import RunPlots
-from studio.gui.worker import Worker
 
 
 class RunsPage(Page):
@@ -116,6 +116,8 @@ class RunsPage(Page):
         context.sig_project_changed.connect(self._on_project)
         self.opened: RunModel | None = None
         self.worker = Worker(self)  # bringing remote runs back
+        self.reader = Worker(self)  # replays and overlays: run folders read off the GUI thread
+        self._reading: Job | None = None
         if context.project is not None:
             self._on_project(context.project)
         self._update_buttons()
@@ -174,20 +176,30 @@ class RunsPage(Page):
         return chosen[0] if len(chosen) == 1 else None
 
     # ------------------------------------------------------------ actions
-    def open_run(self, run_dir: Path) -> int:
-        """Replay a run into this page's plots; returns the number of events read."""
+    def open_run(self, run_dir: Path) -> bool:
+        """Replay a run into this page's plots (read on the reader; shown when it arrives); False if it is gone."""
         if not run_dir.is_dir():
             self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
             self.refresh()
-            return 0
-        rep = replay_run(run_dir)
+            return False
+        self._read(replay_run, run_dir, on_done=lambda rep: self._show_replay(run_dir, rep))
+        return True
+
+    def _read(self, function: Callable[..., Any], *args: Any, on_done: Callable[[Any], None]) -> None:
+        """One read at a time: a newer choice drops the result of the one before."""
+        if self._reading is not None:
+            self._reading.cancel()
+        self.say("Reading…")
+        self._reading = self.reader.run(function, *args, on_done=on_done, expected=(OSError,),
+                                        on_failed=lambda error: self.say(f"Cannot read the run: {error}"))
+
+    def _show_replay(self, run_dir: Path, rep: Replay) -> None:
         self.opened = rep.model
         self.plots.refresh(rep.model)
         self.header.refresh(rep.model)
         self.views.setCurrentWidget(self.plots)
         extra = f", {rep.garbage_lines} unreadable lines skipped" if rep.garbage_lines else ""
         self.say(f"Showing {run_dir.name}: {_steps_text(rep.model)}{extra}.")
-        return rep.events
 
     def open_selected(self) -> None:
         chosen = self._one()
@@ -201,7 +213,7 @@ class RunsPage(Page):
     def follow_remote(self, run_dir: Path) -> bool:
         """Follow a run that goes on on its machine (started earlier, perhaps before the studio restarted)."""
         if self.controller.running:
-            self.say(self.controller.process.busy_message())
+            self.say(self.controller.busy_message())
             return False
         try:
             remote = RemoteRun(run_dir)
@@ -236,9 +248,12 @@ class RunsPage(Page):
 
     def overlay_selected(self) -> None:
         chosen = self.table.selected()
-        runs = [(s.name, replay_run(s.path).model) for s in chosen if s.path.is_dir()]
+        self._read(_read_models, [(s.name, s.path) for s in chosen], on_done=self._show_overlay)
+
+    def _show_overlay(self, runs: list[tuple[str, RunModel]]) -> None:
         self.overlay.show_runs(runs, self.plots.loss.smoothing)
         self.views.setCurrentWidget(self.overlay)
+        self.say(f"Comparing {plural(len(runs), 'run')}.")
 
     def open_output(self) -> None:
         chosen = self._one()
@@ -321,6 +336,7 @@ class RunsPage(Page):
 
     def shutdown(self) -> None:
         self.worker.wait(60.0)
+        self.reader.shutdown(60.0)
         self.plots.close_plots()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
@@ -335,3 +351,8 @@ def _steps_text(model: RunModel) -> str:
     if model.samples:
         parts.append(plural(len(model.samples), "sample image"))
     return ", ".join(parts)
+
+
+def _read_models(runs: list[tuple[str, Path]]) -> list[tuple[str, RunModel]]:
+    """The model of each run folder still there (on the reader's thread)."""
+    return [(name, replay_run(path).model) for name, path in runs if path.is_dir()]

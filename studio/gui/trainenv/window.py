@@ -3,15 +3,15 @@ Tools → Training Environment. It says what the studio will install and why (th
 build for this GPU's driver), what is wrong and how to fix it, and installs with a
 progress bar that can be cancelled; a later install continues where it stopped.
 
-The window never imports torch: the install runs pip or uv in subprocesses, from a pool
-thread that only reports progress.
+The window never imports torch: the install runs pip or uv in subprocesses, from the
+window's Worker, which only reports progress.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QThreadPool, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QDialog,
@@ -25,18 +25,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.trainenv.doctor import ERROR, WARNING, EnvOverview
-from studio.core.trainenv.installer import STEPS, InstallResult
+from studio.core.trainenv.doctor import ERROR, WARNING, EnvOverview, env_overview
+from studio.core.trainenv.installer import STEPS, InstallResult, install
 from studio.core.trainenv.progress import InstallProgress
 from studio.core.trainenv.state import LOG_FILE
+from studio.core.trainenv.steps import Cancelled, StepFailed
 from studio.core.training_python import env_dir
 from studio.gui.desktop import open_with_desktop
 from studio.gui.page import named
-from studio.gui.trainenv.tasks import EnvSignals, InstallTask, OverviewTask
+from studio.gui.runner.worker import Job, Worker
 
 STEP_WORDS = {"create": "Making the environment", "torch": "Installing PyTorch", "packages": "Installing the "
               "training libraries", "link": "Linking the studio's code", "verify": "Checking the environment"}
 CANCEL_WAIT_MS = 15_000
+
+
+class _InstallProgress(QObject):
+    """Carries the install's progress from the Worker's thread to the window (a queued signal)."""
+
+    sig_progress = Signal(object)  # InstallProgress
 
 
 class TrainingEnvDialog(QDialog):
@@ -49,15 +56,11 @@ class TrainingEnvDialog(QDialog):
         self.setMinimumWidth(640)
         self.folder = folder or env_dir()
         self.overview: EnvOverview | None = None
-        self._task: InstallTask | None = None
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(1)
-        self.signals = EnvSignals(self)
-        self.signals.sig_overview.connect(self._on_overview)
-        self.signals.sig_progress.connect(self._on_progress)
-        self.signals.sig_installed.connect(self._on_installed)
-        self.signals.sig_cancelled.connect(self._on_cancelled)
-        self.signals.sig_failed.connect(self._on_failed)
+        self._task: Job | None = None
+        self._cancel_requested = False  # read by the install's watcher on the Worker's thread
+        self.worker = Worker(self)
+        self._progress = _InstallProgress(self)
+        self._progress.sig_progress.connect(self._on_progress)
         self._build()
         self.refresh()
 
@@ -107,7 +110,12 @@ class TrainingEnvDialog(QDialog):
     def refresh(self) -> None:
         """Read the machine and the environment again (in the background)."""
         self._set_busy(True, installing=False)
-        self.pool.start(OverviewTask(self.folder, self.signals))
+        self.worker.run(env_overview, self.folder, on_done=self._on_overview, on_failed=self._overview_failed,
+                        expected=(OSError,))
+
+    def _overview_failed(self, error: BaseException) -> None:
+        self.status.setText(f"<b>Could not read the training environment:</b> {error}")
+        self._set_busy(False, installing=False)
 
     def _set_busy(self, busy: bool, installing: bool) -> None:
         self.install_button.setEnabled(not busy and self.overview is not None and not self.overview.blocked)
@@ -144,18 +152,22 @@ class TrainingEnvDialog(QDialog):
         if self.installing or self.overview is None or self.overview.plan is None:
             return
         force = self.install_button.text() == "Repair"
-        self._task = InstallTask(self.overview.plan, self.signals, force)
+        plan = self.overview.plan
+        self._cancel_requested = False
         self.progress.setValue(0)
         self.progress_label.setText("Starting…")
         self.findings.hide()  # they describe the state before the install; a new check follows it
         reason = self.overview.plan.build.reason
         self.status.setText(f"<b>{'Repairing' if force else 'Installing'}.</b> {reason}.")
         self._set_busy(True, installing=True)
-        self.pool.start(self._task)
+        self._task = self.worker.run(install, plan, progress=self._progress.sig_progress.emit,
+                                     cancel=lambda: self._cancel_requested, force=force,
+                                     on_done=self._on_installed, on_failed=self._install_failed,
+                                     expected=(Cancelled, StepFailed, OSError))
 
     def cancel_install(self) -> None:
         if self._task is not None:
-            self._task.cancel()
+            self._cancel_requested = True
             self.progress_label.setText("Cancelling…")
             self.cancel_button.setEnabled(False)
 
@@ -181,6 +193,16 @@ class TrainingEnvDialog(QDialog):
         self.progress_label.setText(f"Cancelled: {message}.")
         self.refresh()
 
+    def _install_failed(self, error: BaseException) -> None:
+        if isinstance(error, Cancelled):
+            self._on_cancelled(str(error))
+        elif isinstance(error, StepFailed):
+            self._on_failed(str(error))
+        elif isinstance(error, OSError) and self.overview is not None and self.overview.plan is not None:
+            self._on_failed(f"could not write the environment in {self.overview.plan.folder}: {error}")
+        else:  # a bug: shown here, then reported by the Worker on the GUI thread
+            self._on_failed(f"the install stopped on an unexpected error: {error!r}")
+
     def _on_failed(self, message: str) -> None:
         self._task = None
         self.progress_label.setText(f"<b>Failed:</b> {message}")
@@ -193,8 +215,8 @@ class TrainingEnvDialog(QDialog):
     def closeEvent(self, event: QCloseEvent) -> None:
         # The install continues from this point next time; pip is stopped rather than left running.
         if self._task is not None:
-            self._task.cancel()
-        self.pool.waitForDone(CANCEL_WAIT_MS)
+            self._cancel_requested = True
+        self.worker.wait(CANCEL_WAIT_MS / 1000)
         super().closeEvent(event)
 
 

@@ -39,6 +39,7 @@ from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
 
 DEMO_TIMEOUT_S = 900.0
+REPLAY_TIMEOUT_S = 120.0  # the self-test's replay, read on the controller's worker
 STOP_WAIT_S = 60.0
 SETTLE_S = 0.5  # a stop saves a checkpoint first; big models take a while
 
@@ -293,11 +294,11 @@ class TrainPage(Page):
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         result: dict[str, Any] = {}
         if options.replay is not None:
-            rep = self.controller.open_replay(Path(options.replay))
-            if rep is None:
+            source = self.controller.open_replay(Path(options.replay))
+            if source is None or not wait_for(lambda: source.loaded, REPLAY_TIMEOUT_S) or source.replay is None:
                 raise RuntimeError(f"could not replay {options.replay}")
             self._refresh()
-            result.update(replay_events=rep.events, plot_points=self.plots.plot_points())
+            result.update(replay_events=source.replay.events, plot_points=self.plots.plot_points())
         if options.train_demo:
             result.update(self._train_demo())
         return result
@@ -328,7 +329,7 @@ class TrainPage(Page):
         heartbeat.stop()
         heartbeat.deleteLater()
         if not finished:
-            self.controller.process.kill_now()
+            self.controller.kill_now()
             raise RuntimeError(f"the demo training did not finish within {DEMO_TIMEOUT_S:.0f} s")
         model = self.controller.model
         return {

@@ -1,17 +1,16 @@
-"""Downloading a base model from the GUI: `studio-train download ID --json` in a QProcess, shown as a progress bar.
+"""Downloading a base model from the GUI: `studio-train download ID --json` in the runner's process
+wrapper, shown as a progress bar.
 
 The download runs in its own process (huggingface_hub and the network never touch the
-window's process); its JSON lines carry bytes, rate and time left. A gated model asks
-for a token, which goes straight to the system keyring.
+window's process); its messages (core/models/download_messages) carry bytes, rate and time
+left. A gated model asks for a token, which goes straight to the system keyring.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -24,12 +23,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.models.download_messages import (
+    DOWNLOAD_MESSAGES,
+    DownloadDone,
+    DownloadFailed,
+    DownloadProgressed,
+)
 from studio.core.models.downloads import DownloadProgress, progress_text
 from studio.core.models.hub_token import TokenStoreError, store_token
+from studio.core.protocol.jsonlines import Message
+from studio.gui.runner.process import CommandProcess, Outcome
 
 
 class DownloadProcess(QObject):
-    """One `studio-train download` at a time; its JSON lines become signals."""
+    """One `studio-train download` at a time (the runner's CommandProcess); its messages become signals."""
 
     sig_progress = Signal(object)  # DownloadProgress
     sig_done = Signal(str)  # the snapshot folder
@@ -38,73 +45,46 @@ class DownloadProcess(QObject):
     def __init__(self, python: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.python = python or sys.executable
-        self.process: QProcess | None = None
-        self._buffer = b""
+        self.process = CommandProcess(self)
+        self.process.sig_message.connect(self._handle)
+        self.process.sig_finished.connect(self._finished)
         self._ended = False
 
     @property
     def running(self) -> bool:
-        return self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning
+        return self.process.is_running()
 
     def start(self, repo_id: str, with_t5: bool = False) -> None:
         self.cancel()
-        process = QProcess(self)
-        env = QProcessEnvironment.systemEnvironment()
-        env.insert("PYTHONUNBUFFERED", "1")  # each progress line arrives as it is printed
-        process.setProcessEnvironment(env)
-        process.setProgram(self.python)
-        process.setArguments(["-m", "studio.cli", "download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])])
-        process.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
-        process.readyReadStandardOutput.connect(self._read)
-        process.finished.connect(self._finished)
-        process.errorOccurred.connect(self._error)
-        self.process, self._buffer, self._ended = process, b"", False
-        process.start()
+        command = [self.python, "-m", "studio.cli", "download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])]
+        self._ended = False
+        self.process.start_messages(command, DOWNLOAD_MESSAGES)
 
     def cancel(self) -> None:
         """End a running download; what it fetched stays and the next one resumes from there."""
-        if self.process is not None and self.running:
+        if self.running:
             self._ended = True
-            self.process.kill()
-            self.process.waitForFinished(3000)
+            self.process.kill_now(3.0)
 
-    def _read(self) -> None:
-        assert self.process is not None
-        self._buffer += bytes(self.process.readAllStandardOutput().data())
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            try:
-                message: dict[str, Any] = json.loads(line)
-            except ValueError:
-                continue  # not one of the command's lines (a library printed something)
-            self._handle(message)
+    def _handle(self, message: Message) -> None:
+        if isinstance(message, DownloadProgressed):
+            self.sig_progress.emit(message.progress())
+        elif isinstance(message, DownloadDone):
+            self._ended = True
+            self.sig_done.emit(message.path)
+        elif isinstance(message, DownloadFailed):
+            self._ended = True
+            self.sig_failed.emit(message.message, message.gated)
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        kind = message.pop("type", "")
-        if kind == "progress":
-            progress = DownloadProgress(message["repo_id"])
-            for key in ("file", "files_done", "files_total", "done_bytes", "total_bytes", "rate_bps", "phase"):
-                setattr(progress, key, message[key])
-            self.sig_progress.emit(progress)
-        elif kind == "done":
-            self._ended = True
-            self.sig_done.emit(str(message["path"]))
-        elif kind == "error":
-            self._ended = True
-            self.sig_failed.emit(str(message["message"]), bool(message.get("gated")))
-
-    def _finished(self, code: int, _status: QProcess.ExitStatus) -> None:
-        self._read()
-        if not self._ended:
-            self._ended = True
-            error = bytes(self.process.readAllStandardError().data()).decode(errors="replace") if self.process else ""
-            tail = error.strip().splitlines()[-1] if error.strip() else "no message"
-            self.sig_failed.emit(f"The download ended (exit code {code}): {tail}", False)
-
-    def _error(self, error: QProcess.ProcessError) -> None:
-        if error == QProcess.ProcessError.FailedToStart and not self._ended:
-            self._ended = True
+    def _finished(self, outcome: Outcome) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if outcome.how == "failed to start":
             self.sig_failed.emit(f"The download could not start: {self.python} was not found.", False)
+        else:
+            self.sig_failed.emit(f"The download ended (exit code {outcome.code}): {outcome.last_words() or 'no message'}",
+                                 False)
 
 
 class DownloadDialog(QDialog):

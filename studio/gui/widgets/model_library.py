@@ -1,14 +1,15 @@
 """The model library as a panel: the base models on this machine and those the studio can download.
 
-The scan (headers only, remembered between scans) runs in the thread pool so the window
-never waits for a slow disk; a download runs in its own process (`DownloadDialog`).
+The scan (headers only, remembered between scans) runs on the panel's Worker so the window
+never waits for a slow disk; a scan that fails says why and offers to try again. A download
+runs in its own process (`DownloadDialog`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -27,20 +28,8 @@ from studio.core.models.files import FAMILY_NAMES
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import KnownModel, known_models
 from studio.core.models.library import LibraryModel
+from studio.gui.runner.worker import Worker
 from studio.gui.widgets.downloads import DownloadDialog
-
-
-class _ScanSignals(QObject):
-    sig_done = Signal(object)  # list[LibraryModel]
-
-
-class _ScanTask(QRunnable):
-    def __init__(self, signals: _ScanSignals) -> None:
-        super().__init__()
-        self.signals = signals
-
-    def run(self) -> None:
-        self.signals.sig_done.emit(model_library.scan_library())
 
 
 class ModelLibraryPanel(QWidget):
@@ -56,10 +45,8 @@ class ModelLibraryPanel(QWidget):
         self.models: list[LibraryModel] = []
         self.scanning = False
         self.dialog: DownloadDialog | None = None
-        # No parent: a scan still running when the panel goes keeps its signals alive, and the
-        # connection to the panel ends with the panel.
-        self._signals = _ScanSignals()
-        self._signals.sig_done.connect(self._scanned)
+        self.scan_error: str | None = None
+        self.worker = Worker(self)
         self.status = QLabel("Looking for models…")
         self.status.setObjectName("model_library_status")
         self.status.setWordWrap(True)
@@ -82,7 +69,9 @@ class ModelLibraryPanel(QWidget):
         add = QPushButton("Add a folder…")
         add.clicked.connect(self.add_folder)
         rescan = QPushButton("Look again")
+        rescan.setObjectName("model_library_rescan")
         rescan.clicked.connect(self.refresh)
+        self.rescan_button = rescan
         buttons = QHBoxLayout()
         for button in (use, add, rescan):
             buttons.addWidget(button)
@@ -99,8 +88,19 @@ class ModelLibraryPanel(QWidget):
         if self.scanning:
             return
         self.scanning = True
+        self.scan_error = None
         self.status.setText("Looking for models…")
-        QThreadPool.globalInstance().start(_ScanTask(self._signals))
+        self.rescan_button.setText("Look again")
+        # Any error ends the scan here: shown with a Retry, never "Looking for models…" for good.
+        self.worker.run(model_library.scan_library, on_done=self._scanned, on_failed=self._scan_failed,
+                        expected=(Exception,))
+
+    def _scan_failed(self, error: BaseException) -> None:
+        self.scanning = False
+        self.scan_error = f"{type(error).__name__}: {error}" if not isinstance(error, OSError) else str(error)
+        self.status.setText(f"Could not look for models: {self.scan_error}. Press Retry to look again.")
+        self.rescan_button.setText("Retry")
+        self._fill(status=False)
 
     def _scanned(self, models: list[LibraryModel]) -> None:
         self.scanning = False
@@ -110,7 +110,7 @@ class ModelLibraryPanel(QWidget):
 
     def set_family(self, family: str | None) -> None:
         self.family = family
-        self._fill()
+        self._fill(status=self.scan_error is None)
 
     def rows(self) -> list[tuple[str, LibraryModel | KnownModel]]:
         """("local" | "download", model) in the order shown: this machine's trainable models, then downloads,
@@ -120,7 +120,7 @@ class ModelLibraryPanel(QWidget):
         known = sorted((k for k in known_models() if k.id not in have), key=lambda k: k.family != self.family)
         return [("local", m) for m in local] + [("download", k) for k in known]
 
-    def _fill(self) -> None:
+    def _fill(self, status: bool = True) -> None:
         rows = self.rows()
         self.table.setRowCount(len(rows))
         for row, (_kind, model) in enumerate(rows):
@@ -137,6 +137,8 @@ class ModelLibraryPanel(QWidget):
                 item.setToolTip(tip)
                 item.setData(Qt.ItemDataRole.UserRole, row)
                 self.table.setItem(row, column, item)
+        if not status:
+            return
         found = sum(1 for kind, _ in rows if kind == "local")
         places = len(model_library.model_places())
         self.status.setText(f"{found} model{'s' if found != 1 else ''} on this machine (searched {places} "
@@ -179,6 +181,5 @@ class ModelLibraryPanel(QWidget):
             self.refresh()
 
     def wait(self, timeout_ms: int = 30000) -> None:
-        """Let a running scan finish (tests, the self-test and closing)."""
-        QThreadPool.globalInstance().waitForDone(timeout_ms)
-        QCoreApplication.processEvents()
+        """Let a running scan finish and its result arrive (tests, the self-test and closing)."""
+        self.worker.wait(timeout_ms / 1000)

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from studio.core.protocol.streaming import ReconnectingStream
 from studio.core.remote.tail import RemoteFileMirror
 from studio.core.runs.events import Step, read_events
-from studio.core.streaming import ReconnectingStream
 
 # Prints the file from byte OFFSET, at most LIMIT bytes (cutting a line in two), then "drops" (255)
 # unless everything was sent.
@@ -49,7 +49,7 @@ def _server(remote: Path, limit: int, starts: list[int]) -> object:
 def test_a_dropped_connection_resumes_at_the_next_byte_without_losing_or_repeating_a_step(
     tmp_path: Path, monkeypatch: object
 ) -> None:
-    import studio.core.streaming as streaming
+    import studio.core.protocol.streaming as streaming
 
     monkeypatch.setattr(streaming, "BACKOFF_S", (0.0,))  # type: ignore[attr-defined]
     remote = tmp_path / "there.jsonl"
@@ -118,3 +118,57 @@ def test_close_ends_a_command_that_never_finishes(tmp_path: Path) -> None:
         stream.wait(0.05)
     stream.close()
     assert not stream.running and b"".join(chunks) == b"x\n" and not stream.ended
+
+
+def test_a_50_mb_line_without_newline_passes_through_the_mirror_in_under_a_second_in_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    """A broken or hostile remote: one endless line. Each chunk is searched once and nothing is held."""
+    import time
+    import tracemalloc
+
+    local = tmp_path / "events.jsonl"
+    mirror = RemoteFileMirror("test", local, _server(tmp_path / "unused", 1, []))  # type: ignore[arg-type]
+    good = b'{"v":1,"type":"step","time":1.0,"step":1,"epoch":0,"loss":0.5,"lr":0.0001}\n'
+    chunk = b"x" * (64 * 1024)  # what ReconnectingStream hands over per read
+    tracemalloc.start()
+    began = time.process_time()
+    mirror._on_data(good)
+    for _ in range(50 * 16):  # 50 MB
+        mirror._on_data(chunk)
+    mirror._on_data(b"\n" + good)
+    seconds = time.process_time() - began
+    _size, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    mirror.close()
+    assert seconds < 1.0
+    assert peak < 8 * 2**20  # never the line: at most the 1 MB cap and a chunk or two
+    assert mirror.skipped_lines == 1
+    # The local file stays as long as what was received (the next start resumes there); the long line is a
+    # hole that readers skip as one garbage line, and the events on either side of it arrive.
+    assert local.stat().st_size == mirror.received == 2 * len(good) + 50 * 2**20 + 1
+    from studio.core.runs.tail import EventTail
+
+    tail = EventTail(local, max_bytes=4 * 2**20)
+    assert [e.step for e in tail.finish() if isinstance(e, Step)] == [1, 1] and tail.garbage_lines == 1
+
+
+def test_a_long_line_cut_by_dropped_connections_is_left_out_and_the_mirror_resumes_after_it(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    import studio.core.protocol.streaming as streaming
+
+    monkeypatch.setattr(streaming, "BACKOFF_S", (0.0,))  # type: ignore[attr-defined]
+    remote = tmp_path / "there.jsonl"
+    data = _events_file(remote, 3)
+    data += b"y" * 3_000_000 + b"\n" + data
+    remote.write_bytes(data)
+    local = tmp_path / "here" / "events.jsonl"
+    starts: list[int] = []
+    mirror = RemoteFileMirror("test", local, _server(remote, 700_000, starts))  # type: ignore[arg-type]
+    mirror.start()
+    assert mirror.wait(60)
+    mirror.close()
+    assert mirror.ended and mirror.skipped_lines == 1
+    assert local.stat().st_size == len(data) and starts == list(range(0, len(data), 700_000))
+    assert [e.step for e in read_events(local) if isinstance(e, Step)] == [1, 2, 3, 1, 2, 3]

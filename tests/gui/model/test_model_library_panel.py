@@ -103,3 +103,31 @@ def test_a_gated_model_asks_for_a_token_and_goes_on(
         assert {r.authorization for r in fake_hub.requests if "/resolve/" in r.path} == {"Bearer hf_token_for_the_test"}
     finally:
         keyring.set_keyring(previous)
+
+
+def test_a_scan_that_raises_shows_the_error_and_retry_looks_again(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+) -> None:
+    from studio.core.models import library as model_library
+    from studio.gui.widgets.model_library import ModelLibraryPanel
+
+    real_scan = model_library.scan_library
+
+    def broken_scan() -> list[object]:
+        raise PermissionError(13, "Permission denied", "/mnt/models")
+
+    monkeypatch.setattr(model_library, "scan_library", broken_scan)
+    panel = ModelLibraryPanel("sd15")
+    qtbot.addWidget(panel)
+    panel.refresh()
+    panel.wait()
+    assert not panel.scanning  # the waiting state ended with the error
+    assert panel.status.text().startswith("Could not look for models: [Errno 13] Permission denied: '/mnt/models'")
+    assert panel.rescan_button.text() == "Retry"
+    assert panel.rows() and panel.rows()[0][0] == "download"  # the downloadable models stay listed
+
+    monkeypatch.setattr(model_library, "scan_library", real_scan)
+    panel.rescan_button.click()
+    panel.wait()
+    assert not panel.scanning and panel.scan_error is None and panel.rescan_button.text() == "Look again"
+    assert "on this machine (searched" in panel.status.text()

@@ -13,6 +13,7 @@ from pytestqt.qtbot import QtBot
 from studio.core.config.schema import TrainConfig
 from studio.core.runs.live import find_live_runs, live_trainer
 from studio.gui.context import StudioContext
+from studio.gui.runner.attached_run import AttachedRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import close_plots, fake_command, make_project
@@ -86,10 +87,9 @@ def test_a_second_run_on_a_busy_gpu_asks_first(qtbot: QtBot, config: TrainConfig
         # Another window that does not follow it (as a second studio would): Train asks first.
         other = StudioContext(QSettings(str(tmp_path / "other.ini"), QSettings.Format.IniFormat))
         other.set_project(project)  # type: ignore[arg-type]
-        found = other.run_controller.attached
-        assert found is not None
-        found.release()  # let go of the run it found, as a window that did not find it
-        other.run_controller.attached = None
+        found = other.run_controller.source
+        assert isinstance(found, AttachedRun)
+        other.run_controller.shutdown(detach=True)  # let go of the run it found, as a window that did not find it
         other.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
         page = TrainPage(other, other.run_controller)
         qtbot.addWidget(page, before_close_func=close_plots)

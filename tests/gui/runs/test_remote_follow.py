@@ -75,7 +75,7 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
     runs.table.select_paths([local.name])
     runs.buttons["open"].click()  # a live remote run: Open follows it
     controller = first.run_controller
-    assert controller.running and isinstance(controller.process, RemoteRun)
+    assert controller.running and isinstance(controller.source, RemoteRun)
     assert not runs.buttons["pull"].isEnabled()  # its files arrive while it is followed
     qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=60_000)
 

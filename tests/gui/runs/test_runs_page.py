@@ -50,11 +50,13 @@ def test_table_open_overlay_delete(qtbot: QtBot, context: StudioContext, config:
     row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == first.name)
     cell = page.table.visualRect(page.table.model().index(row, 0)).center()
     qtbot.mouseClick(page.table.viewport(), Qt.MouseButton.LeftButton, pos=cell)
+    qtbot.waitUntil(lambda: page.message.text().startswith("Showing"), timeout=10000)  # read on the page's reader
     assert len(page.plots.loss.smooth.getData()[1]) == 15
     assert page.message.text() == f"Showing {first.name}: step 15 of 15, finished."
 
     page.table.select_paths([first.name, second.name])
     page.buttons["overlay"].click()
+    qtbot.waitUntil(lambda: page.message.text().startswith("Comparing"), timeout=10000)
     assert len(page.overlay.curves) == 2
 
     page.table.select_paths([first.name])
@@ -89,7 +91,7 @@ def test_open_deleted_run_says_so(qtbot: QtBot, context: StudioContext, config: 
                                   tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context)
-    assert page.open_run(tmp_path / "runs" / "gone") == 0
+    assert not page.open_run(tmp_path / "runs" / "gone")
     assert "no longer exists" in page.message.text()
 
 
@@ -106,6 +108,7 @@ def test_import_zip_is_marked_remote(qtbot: QtBot, context: StudioContext, confi
     assert dest is not None and dest.name == "pod-run"
     row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == "pod-run")
     assert page.table.item(row, STATUS_COLUMN).text() == "completed (remote)"
+    qtbot.waitUntil(lambda: page.message.text().startswith("Showing"), timeout=10000)
     assert len(page.plots.loss.smooth.getData()[1]) == 12
 
 

@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QTimer
 from pytestqt.qtbot import QtBot
 
-from studio.gui.worker import Worker
+from studio.gui.runner.worker import Worker
 
 
 @pytest.fixture

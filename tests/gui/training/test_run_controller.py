@@ -11,15 +11,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
-from studio.gui.runner.process import console_text
 from studio.gui.runner.run_controller import RunController
 from tests.gui.training.conftest import fake_command
-
-
-def test_console_keeps_text_after_last_carriage_return() -> None:
-    lines, rest = console_text("a\r 50%\r100%\nplain\r\n\rsteps: 1\rsteps: 2")
-    assert lines == ["100%", "plain"]
-    assert rest == "\rsteps: 1\rsteps: 2"
 
 
 def test_run_to_completion_fills_model_and_console(
@@ -81,7 +74,7 @@ def test_crash_at_start_is_reported(qtbot: QtBot, controller: RunController, con
 def test_missing_interpreter_fails_to_start(qtbot: QtBot, controller: RunController, config: TrainConfig,
                                             project_dir: Path) -> None:
     controller.command_factory = lambda plan: [str(project_dir / "no-python"), "-m", "studio.train"]
-    controller.process._use_launcher = False
+    controller.use_launcher = False
     messages: list[str] = []
     controller.sig_message.connect(messages.append)
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
@@ -98,7 +91,7 @@ def test_trainer_killed_from_outside_mid_run(qtbot: QtBot, controller: RunContro
     controller.command_factory = fake_command("--steps", "100000", "--rate", "100")
     controller.start_config(config, project_dir)
     qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
-    trainer = psutil.Process(controller.process.pid()).children()[0]
+    trainer = psutil.Process(controller.source.pid()).children()[0]
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
         os.kill(trainer.pid, signal.SIGKILL)
     assert ended.args == ["failed"] and "code 137" in controller.model.message
@@ -113,7 +106,7 @@ def test_kill_ends_a_trainer_that_ignores_stop(qtbot: QtBot, controller: RunCont
     controller.command_factory = fake_command("--steps", "100000", "--rate", "100", "--ignore-stop")
     controller.start_config(config, project_dir)
     qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
-    tree = psutil.Process(controller.process.pid()).children(recursive=True)
+    tree = psutil.Process(controller.source.pid()).children(recursive=True)
     controller.stop()
     qtbot.wait(300)
     assert controller.running  # it ignores STOP

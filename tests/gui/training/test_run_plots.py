@@ -174,7 +174,7 @@ def test_throughput_shows_images_per_second_and_mfu_on_its_own_axis(qtbot: QtBot
 
 def test_a_remote_machines_gpus_are_drawn_in_place_of_this_ones_and_back(qtbot: QtBot) -> None:
     from studio.core.remote.gpu import GpuSample
-    from studio.gui.widgets.remote_gpu import RemoteGpuSampler
+    from studio.gui.runner.remote_gpu import RemoteGpuSampler
 
     plots = RunPlots(live=True)
     qtbot.addWidget(plots)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 
 from studio.core.remote.gpu import GpuSample
-from studio.gui.widgets.gpu_memory import GpuMemorySampler, GpuTrace
+from studio.gui.runner.gpu_memory import GpuMemorySampler, GpuTrace
 
 
 class RemoteGpuSampler(GpuMemorySampler):

@@ -1,0 +1,63 @@
+"""A finished (or copied-back) run shown again: its events file read on a Worker, never on the GUI thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject
+
+from studio.core.runs.run_model import Replay, replay_run
+from studio.gui.runner.source import RunSource
+from studio.gui.runner.worker import Job, Worker
+
+
+class ReplayRun(RunSource):
+    """Reads the run on `worker`; `sig_model` hands the model over, `replay` keeps the reader's counts."""
+
+    live = False  # nothing runs: its file is read once, whole
+    owned = False
+    says_outcome = False
+
+    def __init__(self, run_dir: Path, worker: Worker, parent: QObject | None = None) -> None:
+        super().__init__(run_dir, parent)
+        self.worker = worker
+        self.replay: Replay | None = None
+        self.error: BaseException | None = None
+        self._job: Job | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.replay is not None or self.error is not None
+
+    def start(self) -> bool:
+        self._job = self.worker.run(replay_run, self.run_dir, on_done=self._loaded, on_failed=self._failed,
+                                    expected=(OSError,))
+        return True
+
+    def _loaded(self, replay: Replay) -> None:
+        self.replay = replay
+        self.sig_model.emit(replay.model)
+
+    def _failed(self, error: BaseException) -> None:
+        self.error = error
+        self.sig_error.emit(f"Cannot read {self.run_dir.name}: {error}")
+
+    def is_running(self) -> bool:
+        return False
+
+    def stop(self) -> bool:
+        return False
+
+    def kill(self) -> None:
+        pass
+
+    def kill_now(self, timeout_s: float = 5.0) -> None:
+        pass
+
+    def detach(self) -> None:
+        pass
+
+    def release(self) -> None:
+        if self._job is not None:
+            self._job.cancel()  # a replay no longer shown: its result is dropped
+        super().release()

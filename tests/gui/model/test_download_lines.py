@@ -1,0 +1,40 @@
+"""A download's stdout read as protocol messages through the runner's process wrapper."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.fake_child import fake_python
+
+from studio.core.models.downloads import DownloadProgress
+from studio.gui.widgets.downloads import DownloadProcess
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stand-in child is a shell script")
+
+
+def test_a_malformed_download_line_is_skipped_and_counted_and_the_download_goes_on(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lines = [
+        json.dumps({"type": "progress", "repo_id": "a/b", "done_bytes": "lots"}),  # used to be setattr'd as it was
+        json.dumps({"type": "progress"}),  # used to raise KeyError in a slot
+        json.dumps({"type": "progress", "repo_id": "a/b", "done_bytes": 5, "total_bytes": 10, "rate_bps": 2.5}),
+        json.dumps({"type": "done", "path": str(tmp_path / "snapshot"), "model": "a/b"}),
+    ]
+    download = DownloadProcess(str(fake_python(tmp_path / "bin", lines)))
+    seen: list[DownloadProgress] = []
+    download.sig_progress.connect(seen.append)
+    with qtbot.waitSignal(download.sig_done, timeout=20000) as done:
+        download.start("a/b")
+    assert done.args == [str(tmp_path / "snapshot")]
+    assert [(p.done_bytes, p.total_bytes) for p in seen] == [(5, 10)]
+    qtbot.waitUntil(lambda: not download.running, timeout=10000)
+    assert download.process.malformed_lines == 2
+
+
+def test_a_download_that_ends_without_a_word_says_its_exit_code_and_last_words(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    download = DownloadProcess(str(fake_python(tmp_path / "bin", [], exit_code=2, stderr="ConnectionError: gone\n")))
+    with qtbot.waitSignal(download.sig_failed, timeout=20000) as failed:
+        download.start("a/b")
+    assert failed.args == ["The download ended (exit code 2): ConnectionError: gone", False]
