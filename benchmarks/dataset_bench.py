@@ -62,7 +62,7 @@ class Heartbeat:
 
 def run_until(condition: Any, timeout_s: float) -> bool:
     """Run the real event loop (as the app does, idle in Qt with the interpreter lock free) until `condition`."""
-    from studio.gui.event_loop import wait_for
+    from studio.gui.base.event_loop import wait_for
 
     return wait_for(condition, timeout_s)
 

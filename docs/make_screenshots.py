@@ -47,9 +47,9 @@ class Session:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["STUDIO_HARDWARE"] = str(self._workstation_profile())
-        from studio.gui.application import make_application, make_settings
+        from studio.gui.shell.application import make_application, make_settings
         from studio.gui.context import StudioContext
-        from studio.gui.main_window import MainWindow
+        from studio.gui.shell.main_window import MainWindow
 
         self.app = make_application()
         self.context = StudioContext(make_settings(scratch / "settings.ini"), hardware_file=os.environ["STUDIO_HARDWARE"])
@@ -69,7 +69,7 @@ class Session:
         return path
 
     def wait(self, condition: Callable[[], bool], seconds: float) -> bool:
-        from studio.gui.event_loop import wait_for
+        from studio.gui.base.event_loop import wait_for
 
         return wait_for(condition, seconds)
 

@@ -3,7 +3,7 @@
 import multiprocessing
 import sys
 
-from studio.gui.app import main
+from studio.gui.shell.app import main
 
 if __name__ == "__main__":
     # The Dataset page's helper processes are spawned; a frozen build needs this first.

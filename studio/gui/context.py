@@ -17,7 +17,7 @@ from studio.core.config.toml_file import parse_toml, validate_data
 from studio.core.files import atomic_write_text
 from studio.core.hardware.fixes import apply_changes
 from studio.core.project.folder import Project
-from studio.gui.config_watch import ConfigFileWatcher
+from studio.gui.base.config_watch import ConfigFileWatcher
 from studio.gui.runner.run_controller import RunController
 
 

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from PySide6.QtWidgets import QWidget
 
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.selftest_options import SelfTestOptions
-
-W = TypeVar("W", bound=QWidget)
-
-
-def named(widget: W, name: str) -> W:
-    """Give a widget the objectName tests and screenshots find it by."""
-    widget.setObjectName(name)
-    return widget
 
 
 class Page(QWidget):

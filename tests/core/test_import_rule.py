@@ -132,10 +132,14 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 # everything reads; projects and exports put the others together.
 CORE_LAYERS = {"protocol": -1, "families": 0, "config": 1, "dataset": 2, "hardware": 2, "models": 2, "runs": 2,
                "project": 3, "export": 3, "trainenv": 3, "remote": 4, "cloud": 4}
-# Folders every gui page folder may use, each above the ones it imports: the runner (the one place
-# the window waits on anything: the Worker, the process wrapper, the run sources and controller, the
-# GPU samplers), the shared widgets (plots, run header, downloads), the Training Environment window.
-GUI_SHARED = {"runner": 0, "widgets": 1, "trainenv": 1}
+# The gui as one ordered list of floors: the ground (base: the event loop, layout state, the wheel guard,
+# desktop links, the config watch, the self-test's options), the runner (the one place the window waits on
+# anything: the Worker, the process wrapper, the run sources and controller, the GPU samplers), the shared
+# widgets and the Training Environment window, the root (the context and the page base class), the page
+# folders (never one another), and the shell on top (app, main window, self-test, banner, Qt check).
+GUI_ROOT = "(root)"
+GUI_LAYERS = {"base": 0, "runner": 1, "widgets": 2, "trainenv": 2, GUI_ROOT: 3, "shell": 5}
+GUI_PAGE_LAYER = 4  # dataset, model, training, runs, export, project
 # The trainer's pipeline builders and memory placement are used by the families, the families by
 # the data (caches encode with them); never the reverse.
 TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "families": 1, "data": 2}
@@ -150,12 +154,17 @@ def feature_violations(root: Path) -> list[str]:
             continue
         source = import_graph.feature_of(edge.source, src_wing)
         target = import_graph.feature_of(edge.target, src_wing)
+        if src_wing == "gui":
+            source, target = source or GUI_ROOT, target or GUI_ROOT
+            if source == target:
+                continue
+            if GUI_LAYERS.get(target, GUI_PAGE_LAYER) >= GUI_LAYERS.get(source, GUI_PAGE_LAYER):
+                bad.append(f"{edge.path.relative_to(root)}:{edge.line}: {edge.source} -> {edge.target}")
+            continue
         if target is None or source == target:
             continue
         if src_wing == "core":
             allowed = source is None or CORE_LAYERS.get(target, 99) < CORE_LAYERS.get(source, -1)
-        elif src_wing == "gui":
-            allowed = target in GUI_SHARED and (source not in GUI_SHARED or GUI_SHARED[target] < GUI_SHARED[source])
         elif src_wing == "train":
             allowed = source is None or TRAIN_LAYERS.get(target, 99) < TRAIN_LAYERS.get(source, -1)
         else:
@@ -173,6 +182,8 @@ def test_feature_folders_import_only_core_their_wing_root_and_lower_layers() -> 
     assert feature_violations(ROOT) == []
     assert set(CORE_LAYERS) == {p.name for p in (ROOT / "studio" / "core").iterdir()
                                 if (p / "__init__.py").is_file()}
+    gui_root_modules = {p.stem for p in (ROOT / "studio" / "gui").glob("*.py")} - {"__init__"}
+    assert gui_root_modules == {"context", "page"}  # every other gui module lives on its floor
 
 
 def _plant(tmp_path: Path, files: dict[str, str]) -> Path:

@@ -41,7 +41,7 @@ def frozen_app() -> Path:
 
 
 def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: Path, tmp_path: Path) -> None:
-    from studio.gui.main_window import PAGES
+    from studio.gui.shell.main_window import PAGES
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     report = tmp_path / "self-test.json"  # how CI reads it from the windowed Windows app, which has no stdout

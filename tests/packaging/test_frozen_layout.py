@@ -13,7 +13,7 @@ from frozen_layout import EXCLUDED_MODULES, bundle_datas, hidden_imports, keep_d
 
 
 def test_every_page_module_is_a_hidden_import() -> None:
-    from studio.gui.main_window import PAGES
+    from studio.gui.shell.main_window import PAGES
 
     hidden = set(hidden_imports(ROOT))
     assert {spec.module for spec in PAGES} <= hidden

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import ConceptSection
-from studio.gui.page import named
+from studio.gui.base.names import named
 
 CAPTION_SOURCES: tuple[str, ...] = typing.get_args(ConceptSection.model_fields["caption_source"].annotation)
 INVALID_STYLE = "border: 1px solid #c62828;"

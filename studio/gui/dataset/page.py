@@ -22,6 +22,9 @@ from studio.core.config.schema import TrainConfig
 from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
 from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.core.text import plural
+from studio.gui.base.event_loop import wait_for
+from studio.gui.base.layout_state import remember_splitter
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.dataset.caption_tools import CaptionTools
 from studio.gui.dataset.captions.review import CaptionReviewDialog
@@ -42,11 +45,8 @@ from studio.gui.dataset.tasks import (
 from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
 from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
 from studio.gui.dataset.undo import CaptionCommand
-from studio.gui.event_loop import wait_for
-from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.runner.worker import Worker
-from studio.gui.selftest_options import SelfTestOptions
 
 SAVE_DELAY_MS = 700
 

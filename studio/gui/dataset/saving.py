@@ -19,7 +19,7 @@ from studio.core import user_dirs
 from studio.core.dataset.caption_files import FileJob, SaveBatch
 from studio.core.dataset.caption_store import CaptionConflict, CaptionStore, SaveReport
 from studio.core.files import atomic_write_text
-from studio.gui.event_loop import wait_for
+from studio.gui.base.event_loop import wait_for
 from studio.gui.runner.worker import Worker
 
 FINISH_SLICE = 1500  # saved captions taken back per event-loop turn (about 10 ms)

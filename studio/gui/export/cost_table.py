@@ -7,7 +7,7 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
 from studio.core.export.cost import CostRow, format_cost, format_duration
-from studio.gui.layout_state import keep_rows_visible
+from studio.gui.base.layout_state import keep_rows_visible
 
 # What decides a choice first (time and cost); the details after.
 COLUMNS = ("GPUs", "Time", "Cost", "Steps", "Fits", "VRAM need / have", "Best")

@@ -30,13 +30,14 @@ from studio.core.export.bundle import BundleReport, ExportError, export_bundle, 
 from studio.core.export.cost import CostRow, assumptions, cost_table, vram_estimator, workload_from_config
 from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_user_catalogue, load_catalogue
 from studio.core.project.folder import Project
+from studio.gui.base.desktop import open_with_desktop
+from studio.gui.base.names import named
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.desktop import open_with_desktop
 from studio.gui.export.cost_table import CostTable
 from studio.gui.export.remote_panel import RemotePanel
-from studio.gui.page import Page, named
+from studio.gui.page import Page
 from studio.gui.runner.worker import Worker
-from studio.gui.selftest_options import SelfTestOptions
 
 COUNTS = (1, 2, 4, 8)
 EXPORTS_DIR = "exports"

@@ -40,8 +40,8 @@ from studio.core.remote.passphrases import PassphraseError, store_passphrase
 from studio.core.remote.probe import MachineReport, probe_machine
 from studio.core.remote.ssh import RemoteError, SshClient
 from studio.core.remote.start import RemoteStart, start_remote_run
+from studio.gui.base.names import named
 from studio.gui.context import StudioContext
-from studio.gui.page import named
 from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runner.worker import Worker
 

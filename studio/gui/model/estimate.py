@@ -10,7 +10,7 @@ from studio.core.hardware.batch_plan import plan_batch
 from studio.core.hardware.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
 from studio.core.hardware.fixes import Suggestion, suggest_fixes
 from studio.core.hardware.report import GPUInfo
-from studio.gui.page import named
+from studio.gui.base.names import named
 
 VERDICTS = {"fits": "✓ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "✗ Does not fit"}
 

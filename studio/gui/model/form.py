@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.core.families import conditional_keys, declaration_of
-from studio.gui.page import named
+from studio.gui.base.names import named
 
 SECTIONS = ("model", "method", "dataset", "training", "sampling", "output")
 # The key settings of a preset; everything else scalar is "advanced".

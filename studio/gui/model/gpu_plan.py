@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLay
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.report import GPUInfo
 from studio.core.hardware.sharded_estimate import GpuPlan, plan_gpus
-from studio.gui.page import named
+from studio.gui.base.names import named
 
 FIT_MARKS = {"fits": "✓ fits", "tight": "⚠ tight", "does_not_fit": "✗ does not fit", None: ""}
 

@@ -33,16 +33,17 @@ from studio.core.models.files import ModelFileError, ModelInfo, detect_model
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import default_base, find_known
 from studio.core.project.folder import default_config
+from studio.gui.base.layout_state import remember_splitter
+from studio.gui.base.names import named
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.layout_state import remember_splitter
 from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
 from studio.gui.model.presets import PresetList
 from studio.gui.model.toml_dialog import TomlDialog
-from studio.gui.page import Page, named
-from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.page import Page
 from studio.gui.widgets.model_library import ModelLibraryPanel
 
 ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate

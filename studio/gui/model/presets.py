@@ -25,7 +25,7 @@ from studio.core.hardware.preset_estimate import (
     estimate_preset,
 )
 from studio.core.hardware.report import GPUInfo
-from studio.gui.page import named
+from studio.gui.base.names import named
 
 BADGES: dict[str, tuple[str, str]] = {
     "fits": ("Fits", "#2e7d32"),

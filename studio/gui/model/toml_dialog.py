@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.toml_file import dump_config
-from studio.gui.config_watch import read_text
+from studio.gui.base.config_watch import read_text
+from studio.gui.base.names import named
 from studio.gui.context import StudioContext
-from studio.gui.page import named
 
 
 class TomlDialog(QDialog):

@@ -35,8 +35,8 @@ from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model
 from studio.core.models.known import default_base
 from studio.core.project.folder import Project, config_for_images, create_project
+from studio.gui.base.names import named
 from studio.gui.context import StudioContext
-from studio.gui.page import named
 from studio.gui.widgets.model_library import ModelLibraryPanel
 
 FIT_ORDER: dict[Fit, int] = {"fits": 0, "tight": 1, "does_not_fit": 2}

@@ -29,16 +29,16 @@ from studio.core.runs.history import RunSummary, delete_run, import_run, list_ru
 from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.run_model import Replay, RunModel, replay_run
 from studio.core.text import plural
+from studio.gui.base.desktop import open_with_desktop
+from studio.gui.base.layout_state import remember_splitter
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.desktop import open_with_desktop
-from studio.gui.layout_state import remember_splitter
 from studio.gui.page import Page
 from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runner.run_controller import RunController
 from studio.gui.runner.worker import Job, Worker
 from studio.gui.runs.queue import QueuePanel
 from studio.gui.runs.table import RunsTable
-from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.widgets.loss_plot import LossOverlay
 from studio.gui.widgets.run_header import RunHeader
 from studio.gui.widgets.run_plots import RunPlots

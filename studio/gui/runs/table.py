@@ -6,7 +6,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
 from studio.core.runs.history import RunSummary
-from studio.gui.layout_state import keep_rows_visible, remember_columns
+from studio.gui.base.layout_state import keep_rows_visible, remember_columns
 from studio.gui.widgets.run_header import format_duration
 
 # What a person looks for first comes first; the long Output column last.

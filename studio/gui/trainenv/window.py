@@ -31,8 +31,8 @@ from studio.core.trainenv.progress import InstallProgress
 from studio.core.trainenv.state import LOG_FILE
 from studio.core.trainenv.steps import Cancelled, StepFailed
 from studio.core.training_python import env_dir
-from studio.gui.desktop import open_with_desktop
-from studio.gui.page import named
+from studio.gui.base.desktop import open_with_desktop
+from studio.gui.base.names import named
 from studio.gui.runner.worker import Job, Worker
 
 STEP_WORDS = {"create": "Making the environment", "torch": "Installing PyTorch", "packages": "Installing the "

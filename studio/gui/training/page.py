@@ -25,11 +25,11 @@ from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
 from studio.core.runs.live import busy_message, find_live_runs
 from studio.core.training_python import needs_training_env
+from studio.gui.base.event_loop import wait_for
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.event_loop import wait_for
 from studio.gui.page import Page
 from studio.gui.runner.run_controller import RunController
-from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.trainenv.window import open_training_env_dialog
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery

@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import TrainConfig
+from studio.gui.base.names import named
 from studio.gui.context import StudioContext
-from studio.gui.page import named
 
 
 class SamplingEditor(QWidget):

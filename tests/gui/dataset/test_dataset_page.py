@@ -6,8 +6,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from studio.core.dataset.caption_store import CaptionConflict
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.dataset.page import DatasetPage
-from studio.gui.selftest_options import SelfTestOptions
 
 
 def images(page: DatasetPage) -> Path:

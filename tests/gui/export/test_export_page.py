@@ -9,11 +9,11 @@ from PySide6.QtCore import Qt
 
 from studio.core.export.gpu_catalogue import load_catalogue
 from studio.core.project.folder import Project
-from studio.gui.application import make_settings
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.export.cost_table import CHEAPEST
 from studio.gui.export.page import ExportPage
-from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.shell.application import make_settings
 
 
 @pytest.fixture

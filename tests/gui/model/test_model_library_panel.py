@@ -12,9 +12,9 @@ from PySide6.QtWidgets import QInputDialog
 from studio.core.models.downloads import DownloadProgress
 from studio.core.models.known import find_known
 from studio.core.project.folder import create_project
-from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage
+from studio.gui.shell.application import make_settings
 
 SD15 = "stable-diffusion-v1-5/stable-diffusion-v1-5"
 SD3 = "stabilityai/stable-diffusion-3-medium-diffusers"

@@ -14,10 +14,10 @@ from studio.core.config.presets import apply_preset, get_preset, list_presets, s
 from studio.core.config.toml_file import load_config
 from studio.core.hardware.preset_estimate import estimate_preset
 from studio.core.project.folder import create_project
-from studio.gui.application import make_settings
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage
-from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.shell.application import make_settings
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSpinBox, QW
 
 from studio.core.config.toml_file import load_config
 from studio.core.project.folder import create_project
-from studio.gui.application import make_settings
+from studio.gui.base.wheel_guard import install_wheel_guard
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage
-from studio.gui.wheel_guard import install_wheel_guard
+from studio.gui.shell.application import make_settings
 
 
 def _wheel(widget: QWidget, notches: int = -3) -> None:

@@ -10,9 +10,9 @@ from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
 from studio.core.config.toml_file import load_config
 from studio.core.project.folder import create_project
-from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage
+from studio.gui.shell.application import make_settings
 
 
 @pytest.fixture

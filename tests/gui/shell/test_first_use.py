@@ -16,9 +16,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QSpinBox, QWizard
 
 from studio.core.config.presets import list_presets
-from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
-from studio.gui.main_window import MainWindow
+from studio.gui.shell.application import make_settings
+from studio.gui.shell.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parents[3]
 

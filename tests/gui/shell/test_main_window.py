@@ -13,9 +13,9 @@ from fixtures.waits import scaled_s
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from studio.core.project.folder import PROJECT_FILE
-from studio.gui.application import make_settings
 from studio.gui.context import StudioContext
-from studio.gui.main_window import MainWindow
+from studio.gui.shell.application import make_settings
+from studio.gui.shell.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -77,7 +77,7 @@ def test_geometry_and_page_are_remembered(qtbot, tmp_path: Path) -> None:
 
 def test_gui_modules_do_not_load_torch() -> None:
     script = (
-        "import sys, studio.gui.app, studio.gui.main_window, studio.gui.selftest\n"
+        "import sys, studio.gui.shell.app, studio.gui.shell.main_window, studio.gui.shell.selftest\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch','diffusers','transformers','peft','accelerate','onnxruntime') "
         "or m.startswith(('studio.train', 'studio.caption'))))"
@@ -142,7 +142,7 @@ def test_demo_caption_edited_then_window_closed_is_in_the_sidecar(qtbot, tmp_pat
 
 def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow, tmp_path: Path, qtbot,
                                                              monkeypatch) -> None:
-    import studio.gui.main_window as main_window
+    import studio.gui.shell.main_window as main_window
     from studio.core.project.demo import create_demo_project
 
     script = "import sys; print('building the tiny model'); print('out of disk space', file=sys.stderr); sys.exit(3)"
@@ -163,7 +163,7 @@ def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow
 def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path: Path, qtbot, monkeypatch) -> None:
     import psutil
 
-    import studio.gui.main_window as main_window
+    import studio.gui.shell.main_window as main_window
     from studio.core.project.demo import create_demo_project
 
     monkeypatch.setattr(main_window, "model_command",

@@ -9,8 +9,8 @@ from pathlib import Path
 import PySide6
 import pytest
 
-from studio.gui import app, qt_libraries
-from studio.gui.qt_libraries import missing_qt_libraries_message, needed_libraries, package_of, uses_xcb
+from studio.gui.shell import app, qt_libraries
+from studio.gui.shell.qt_libraries import missing_qt_libraries_message, needed_libraries, package_of, uses_xcb
 
 QT_DIR = Path(PySide6.__file__).parent / "Qt"
 XCB_PLUGIN = QT_DIR / "plugins" / "platforms" / "libqxcb.so"

@@ -13,10 +13,10 @@ from PySide6.QtCore import QSettings
 from studio.core.config.toml_file import dump_resolved
 from studio.core.project.folder import Project, create_project, default_config
 from studio.core.runs.events import EventWriter, RunFinished, RunStarted, Step
-from studio.gui.app import window_size
 from studio.gui.context import StudioContext
-from studio.gui.main_window import MainWindow
 from studio.gui.runs.page import RunsPage
+from studio.gui.shell.app import window_size
+from studio.gui.shell.main_window import MainWindow
 
 
 def _runs(project: Project, count: int) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fixtures.waits import scaled_s
 from PySide6.QtCore import QTimer
 from pytestqt.qtbot import QtBot
 
@@ -24,18 +24,26 @@ def worker(qtbot: QtBot) -> Iterator[Worker]:
 
 def test_result_and_progress_arrive_on_the_gui_thread_while_the_window_runs(qtbot: QtBot, worker: Worker) -> None:
     seen: dict[str, Any] = {"ticks": 0, "progress": []}
+    turned = threading.Event()
 
     def slow(x: int, progress: Any) -> int:
         seen["ran_on"] = threading.current_thread()
         progress("half way", 1, 2)
-        time.sleep(0.3)
+        # The work lasts until the GUI thread's timer has ticked five times (on a loaded machine that
+        # takes longer than on a quiet one): the window runs while the work does.
+        seen["turned_while_busy"] = turned.wait(scaled_s(10))
         return x * 2
+
+    def tick() -> None:
+        seen["ticks"] += 1
+        if seen["ticks"] >= 5:
+            turned.set()
 
     def done(result: int) -> None:
         seen.update(result=result, done_on=threading.current_thread())
 
     ticker = QTimer(interval=20)
-    ticker.timeout.connect(lambda: seen.update(ticks=seen["ticks"] + 1))
+    ticker.timeout.connect(tick)
     ticker.start()
     worker.run(slow, 21, on_done=done, on_progress=lambda *p: seen["progress"].append(p))
     assert worker.busy
@@ -45,7 +53,7 @@ def test_result_and_progress_arrive_on_the_gui_thread_while_the_window_runs(qtbo
     assert seen["progress"] == [("half way", 1, 2)]
     assert seen["ran_on"] is not threading.main_thread()
     assert seen["done_on"] is threading.main_thread()
-    assert seen["ticks"] >= 5  # the event loop kept turning during the 0.3 s of work
+    assert seen["turned_while_busy"]  # the event loop kept turning while the work ran
 
 
 def test_an_expected_error_goes_to_on_failed_only(qtbot: QtBot, worker: Worker) -> None:

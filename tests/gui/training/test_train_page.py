@@ -9,8 +9,8 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.core.project.folder import Project
+from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.selftest_options import SelfTestOptions
 from studio.gui.training.page import TrainPage
 from tests.gui.training.conftest import close_plots, fake_command, make_project
 

@@ -91,8 +91,8 @@ def test_repair_with_progress_cancelled_then_continued(qtbot: QtBot, trainenv_co
 def test_tools_menu_opens_the_window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from PySide6.QtGui import QAction
 
-    from studio.gui.application import make_settings
-    from studio.gui.main_window import MainWindow
+    from studio.gui.shell.application import make_settings
+    from studio.gui.shell.main_window import MainWindow
 
     monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
     monkeypatch.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "env"))

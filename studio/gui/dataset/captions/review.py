@@ -48,9 +48,9 @@ from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
 from studio.core.dataset.captioner_models import available_captioners
 from studio.core.runs.launch import training_python
+from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.dataset.captions.job import CaptionJob
-from studio.gui.page import named
 
 PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")

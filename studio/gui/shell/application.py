@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from studio.core import user_dirs
 from studio.core.resources import resource_path
-from studio.gui.wheel_guard import install_wheel_guard
+from studio.gui.base.wheel_guard import install_wheel_guard
 
 
 def settings_path() -> Path:

@@ -36,11 +36,11 @@ from studio.core.project.demo import (
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.core.resources import app_root
 from studio.core.training_python import needs_training_env
+from studio.gui.base.desktop import open_with_desktop
 from studio.gui.context import StudioContext
-from studio.gui.demo_banner import BUILDING, READY, DemoBanner
-from studio.gui.desktop import open_with_desktop
 from studio.gui.page import Page
 from studio.gui.runner.process import CommandProcess, Outcome
+from studio.gui.shell.demo_banner import BUILDING, READY, DemoBanner
 from studio.gui.trainenv.window import open_training_env_dialog
 
 

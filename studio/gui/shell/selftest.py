@@ -21,8 +21,8 @@ from typing import Any
 import psutil
 from PySide6.QtCore import QMessageLogContext, QTimer, QtMsgType, qInstallMessageHandler
 
-from studio.gui.event_loop import wait_for
-from studio.gui.selftest_options import SelfTestOptions
+from studio.gui.base.event_loop import wait_for
+from studio.gui.base.selftest_options import SelfTestOptions
 
 REPORT_VAR = "STUDIO_SELF_TEST_REPORT"  # also write the JSON line to this file
 # Messages the offscreen platform prints for any window; they say nothing about the studio.
@@ -68,13 +68,13 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     sys.excepthook = problems.excepthook
     qInstallMessageHandler(problems.qt_message)
 
-    from studio.gui.application import make_application, make_settings
+    from studio.gui.shell.application import make_application, make_settings
 
     app = make_application()
     from studio.core.project.demo import create_demo_project
     from studio.core.project.folder import create_project, is_project, open_project
     from studio.gui.context import StudioContext
-    from studio.gui.main_window import MainWindow
+    from studio.gui.shell.main_window import MainWindow
 
     options = SelfTestOptions(
         project=Path(args.project or args.project_opt) if (args.project or args.project_opt) else None,

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from studio.gui.application import make_application, make_settings
-from studio.gui.qt_libraries import missing_qt_libraries_message
+from studio.gui.shell.application import make_application, make_settings
+from studio.gui.shell.qt_libraries import missing_qt_libraries_message
 
 
 def window_size(text: str) -> tuple[int, int]:
@@ -44,12 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 1
     if args.self_test:
-        from studio.gui.selftest import run_self_test
+        from studio.gui.shell.selftest import run_self_test
 
         return run_self_test(args)
     app = make_application()
     from studio.gui.context import StudioContext
-    from studio.gui.main_window import MainWindow
+    from studio.gui.shell.main_window import MainWindow
 
     context = StudioContext(make_settings(), hardware_file=args.hardware)
     window = MainWindow(context)
