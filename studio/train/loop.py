@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from studio import __version__
+from studio.core.config.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.hardware.sampling_plan import sampling_needs_tiling
@@ -93,6 +94,8 @@ class Trainer:
             self.reporter.warn(mismatch, None, "")
         if self.sharding.warning():
             self.reporter.warn(self.sharding.warning() or "", None, "set launch.num_processes to the GPU count")
+        for pickled in (p for p in (config.model.base, config.model.vae) if p and is_pickle_file(p)):
+            self.reporter.warn(pickle_warning(pickled), pickled, "")  # allowed by model.allow_pickle (validation)
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
         self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import orjson
 
+from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
+
 FAMILY_NAMES = {"sd15": "SD 1.x/2.x", "sdxl": "SDXL", "sd3": "SD3"}
 # Pipeline classes named in model_index.json, by the family that trains them.
 PIPELINE_FAMILIES: dict[str, str] = {
@@ -28,7 +30,7 @@ PIPELINE_FAMILIES: dict[str, str] = {
     "StableDiffusionXLImg2ImgPipeline": "sdxl",
     "StableDiffusion3Pipeline": "sd3",
 }
-SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+SINGLE_FILE_SUFFIXES = (".safetensors", *PICKLE_SUFFIXES)
 # Checkpoint kinds (diffusers' names where it has one) -> what a person reads.
 KIND_NAMES = {
     "v1": "Stable Diffusion 1.x",
@@ -76,6 +78,7 @@ class ModelInfo:
     zero_terminal_snr: bool = False
     # Every floating-point tensor of the file is 16-bit, so loading straight into fp16/bf16 loses nothing.
     weights_16bit: bool = False
+    pickled: str | None = None  # the path of a pickle file (.ckpt, .pt, .bin): refused unless model.allow_pickle
 
     @property
     def label(self) -> str:
@@ -98,7 +101,8 @@ class ModelInfo:
     @property
     def refused(self) -> str | None:
         """Why the studio cannot train from this model, or None."""
-        return REFUSED_KINDS.get(self.kind or "") or self.missing
+        return REFUSED_KINDS.get(self.kind or "") or self.missing or (pickle_refusal(self.pickled) if self.pickled
+                                                                      else None)
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
@@ -152,7 +156,10 @@ def detect_model(path: Path) -> ModelInfo:
         # Only a few shapes decide the kind: read those, not all of a checkpoint's thousands.
         info = model_from_tensors(set(entries), lambda name: _shape(entries[name]) if name in entries else None)
         return replace(info, weights_16bit=bool(floats) and floats <= _HALF)
-    return ModelInfo(None, None, "a .ckpt file's contents are not read before loading")
+    if is_pickle_file(str(path)):
+        return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
+                         pickled=str(path))
+    return ModelInfo(None, None, f"a {path.suffix} file is not a model format the studio reads")
 
 
 def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) -> str | None:

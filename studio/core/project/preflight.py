@@ -70,7 +70,7 @@ def check_model(config: TrainConfig) -> PreflightProblem | None:
     base, family = config.model.base, config.model.family
     path = Path(base).expanduser()
     if path.exists():
-        return _check_local_model(path, family)
+        return _check_local_model(path, family, config.model.allow_pickle)
     if _looks_like_hub_id(base):
         return _check_cached_model(base, config.model.revision)
     return PreflightProblem("model", f"Base model {path} does not exist: check model.base (a diffusers folder, a "
@@ -78,7 +78,7 @@ def check_model(config: TrainConfig) -> PreflightProblem | None:
                                      "Preset page.")
 
 
-def _check_local_model(path: Path, family: str) -> PreflightProblem | None:
+def _check_local_model(path: Path, family: str, allow_pickle: bool = False) -> PreflightProblem | None:
     if path.is_dir() and not (path / "model_index.json").is_file():
         return PreflightProblem("model", f"Base model folder {path} has no model_index.json: choose a diffusers "
                                          "model folder (with unet/, vae/, …) or a .safetensors file.")
@@ -86,6 +86,8 @@ def _check_local_model(path: Path, family: str) -> PreflightProblem | None:
         info = detect_model(path)
     except ModelFileError as exc:
         return PreflightProblem("model", f"Base model: {exc}.")
+    if allow_pickle and info.pickled:  # loaded as data only, with the run's warning
+        return None
     if info.refused:
         return PreflightProblem("model", f"Base model {path.name} is {info.a_label}: {info.refused}.")
     if info.family is not None and info.family != family:

@@ -36,7 +36,8 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "sampling": ("every_n_steps",),
     "output": ("name", "save_every_n_steps"),
 }
-SKIPPED = {("model", "base"), ("model", "family")}  # chosen by the model picker and the presets
+# base and family: chosen by the model picker and the presets; allow_pickle: only by hand, in the TOML
+SKIPPED = {("model", "base"), ("model", "family"), ("model", "allow_pickle")}
 # Settings that mean something for some families only; the form hides them for the others.
 _DIFFUSION = ("sd15", "sdxl")  # DDPM noise schedules; SD3 trains by flow matching
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {
