@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -264,7 +265,7 @@ def report_outcome(run_dir: Path, launcher_code: int, terminal: Terminal | None 
             terminal.line(f"written: {output}")
         return EXIT_OK
     if finished is not None and finished.status == "stopped":
-        terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {run_dir}")
+        terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {shlex.quote(str(run_dir))}")
         return EXIT_OK
     terminal.line(line.split("] ", 1)[-1] + f" (events: {run_dir / EVENTS_FILE})", error=True)
     return launcher_code or EXIT_FAILED

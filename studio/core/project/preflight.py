@@ -8,6 +8,7 @@ environment without CUDA. Each problem is one line: what, where, and what to do.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
     if known is None and snapshot is None:
         what = "is no folder or file here and no downloaded hub model"
     return PreflightProblem(
-        "model", f"Base model {repo_id} {what}: download it first with `studio-train download {repo_id}`{size} "
+        "model", f"Base model {repo_id} {what}: download it first with `studio-train download {shlex.quote(repo_id)}`{size} "
                  "or the Download button on the Model & Preset page, or choose a model folder or file.",
         can_confirm=True, download=repo_id)
 
