@@ -26,6 +26,7 @@ import psutil
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_exit_code
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
+from studio.core.runs.lock import RunLockedError, lock_holder, write_process_file
 from studio.core.runs.outcome import last_finish, outcome_line
 
 POLL_S = 0.1
@@ -231,6 +232,7 @@ def follow_training(command: list[str], run_dir: Path) -> int:
         terminal.line(f"error: cannot start {command[0]} ({exc.strerror or exc}); check launch.python in "
                       f"{run_dir / 'config.toml'}", error=True)
         return EXIT_INVALID
+    write_process_file(run_dir, process.pid)  # a second resume is refused while this one starts
     echo = ConsoleEcho(console, offset, terminal)
     watch = TrainerWatch(process.pid)
     forwarder = SignalForwarder(process, run_dir, watch, terminal)
@@ -246,6 +248,11 @@ def follow_training(command: list[str], run_dir: Path) -> int:
     finally:
         forwarder.uninstall()
     echo.finish()
+    holder = lock_holder(run_dir)
+    if process.returncode == EXIT_FAILED and holder is not None and holder.pid != process.pid:
+        # Refused: another trainer holds the run. Its console.log is its own: nothing is added to it.
+        terminal.line(f"error: {RunLockedError(run_dir, holder)}", error=True)
+        return EXIT_FAILED
     return report_outcome(run_dir, signal_exit_code(process.returncode), terminal)
 
 

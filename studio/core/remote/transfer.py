@@ -25,6 +25,7 @@ from studio.core.remote.ssh import RemoteError, SshClient
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
 COPY_TIMEOUT_S = 6 * 3600
+SPARE_BYTES = 64 * 2**20  # left free after a send: the run's first events, logs and samples need room
 
 # Runs there: make the folders, remove files the studio no longer sends, hash same-size files.
 _PREPARE = r"""
@@ -57,7 +58,12 @@ for rel, size in wanted.items():
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     have[rel] = digest.hexdigest()
-print(json.dumps({"have": have, "removed": removed}))
+try:
+    fs = os.statvfs(root)
+    free = fs.f_bavail * fs.f_frsize
+except (AttributeError, OSError):
+    free = None
+print(json.dumps({"have": have, "removed": removed, "free": free}))
 """
 
 # Runs there: every file under a folder with its size (for a pull).
@@ -135,6 +141,11 @@ def send_files(client: SshClient, files: Sequence[LocalFile], remote_root: str, 
     changed = [f for f in files if have.get(f.rel) != f.sha256]
     report = TransferReport("rsync" if use_rsync else "sftp", [f.rel for f in changed], len(files) - len(changed),
                             sum(f.size for f in changed), list(answer["removed"]))  # type: ignore[call-overload]
+    free = answer.get("free")
+    if changed and isinstance(free, int) and report.bytes_copied + SPARE_BYTES > free:
+        raise RemoteError(f"{remote_root} on {client.machine.name} has {free / 1e9:.2f} GB free, and this send "
+                          f"needs {report.bytes_copied / 1e9:.2f} GB ({len(changed)} file(s)) plus room for the run: "
+                          "free space there (old runs, the hub cache) or rent a larger disk; nothing was copied")
     if changed:
         if progress:
             progress(f"copying {len(changed)} file(s) with {report.tool}", 0, len(changed))

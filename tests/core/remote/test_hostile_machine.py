@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,19 @@ def test_a_link_here_that_leads_out_is_never_written_through(remote_machine: Rem
         fetch_files(SshClient(remote_machine), str(there), ["samples/ok.png"], here, tool == "rsync")
     assert list(outside.iterdir()) == []
 
+
+
+def test_a_send_larger_than_the_free_space_there_is_refused_before_copying(
+        remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path, tool: str) -> None:
+    from studio.core.remote.transfer import LocalFile, send_files
+
+    there = sshd.workspace / f"small-disk-{tmp_path.name}-{tool}"
+    small = there.parent / f"python-small-disk-{tmp_path.name}"  # the real Python, on a disk of 1 MB free
+    small.write_text(f"#!/bin/sh\n\"{sys.executable}\" \"$@\" | sed -e 's/\"free\": [0-9]*/\"free\": 1000000/'\n")
+    small.chmod(0o755)
+    client = SshClient(dataclasses.replace(remote_machine, python=str(small)))
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"w" * 2_000_000)
+    with pytest.raises(RemoteError, match=r"has 0\.00 GB free, and this send needs 0\.00 GB \(1 file\(s\)\)"):
+        send_files(client, [LocalFile(data, "models/weights.bin")], str(there), tool == "rsync")
+    assert not (there / "models" / "weights.bin").exists()
