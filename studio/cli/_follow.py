@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_ex
 from studio.core.protocol.tail import ConsoleTail
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
+from studio.core.runs.lock import RunLockedError, lock_holder, write_process_file
 from studio.core.runs.outcome import last_finish, outcome_line
 
 POLL_S = 0.1
@@ -200,6 +202,7 @@ def _follow(command: list[str], run_dir: Path, earlier: set[int]) -> int:
         terminal.line(f"error: cannot start {command[0]} ({exc.strerror or exc}); check launch.python in "
                       f"{run_dir / 'config.toml'}", error=True)
         return EXIT_INVALID
+    write_process_file(run_dir, process.pid)  # a second resume is refused while this one starts
     echo = ConsoleEcho(console, offset, terminal)
     watch = TrainerWatch(process.pid, run_dir, earlier)
     forwarder = SignalForwarder(process, run_dir, watch, terminal)
@@ -215,6 +218,11 @@ def _follow(command: list[str], run_dir: Path, earlier: set[int]) -> int:
     finally:
         forwarder.uninstall()
     echo.finish()
+    holder = lock_holder(run_dir)
+    if process.returncode == EXIT_FAILED and holder is not None and holder.pid != process.pid:
+        # Refused: another trainer holds the run. Its console.log is its own: nothing is added to it.
+        terminal.line(f"error: {RunLockedError(run_dir, holder)}", error=True)
+        return EXIT_FAILED
     return report_outcome(run_dir, signal_exit_code(process.returncode), terminal)
 
 
@@ -234,7 +242,7 @@ def report_outcome(run_dir: Path, launcher_code: int, terminal: Terminal | None 
             terminal.line(f"written: {output}")
         return EXIT_OK
     if finished is not None and finished.status == "stopped":
-        terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {run_dir}")
+        terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {shlex.quote(str(run_dir))}")
         return EXIT_OK
     terminal.line(line.split("] ", 1)[-1] + f" (events: {run_dir / EVENTS_FILE})", error=True)
     return launcher_code or EXIT_FAILED

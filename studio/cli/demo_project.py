@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from typing import Any
@@ -27,5 +28,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"building the tiny model failed:\n{exc.stderr}", file=sys.stderr)
         return EXIT_FAILED
     print(f"demo project ready in {project.root}")
-    print(f"train it with: studio-train run {project.config_path}")
+    print(f"train it with: studio-train run {shlex.quote(str(project.config_path))}")
     return EXIT_OK

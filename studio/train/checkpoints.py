@@ -127,7 +127,12 @@ def load_checkpoint(accelerator: Any, folder: Path, scheduler: Any) -> dict[str,
 
     for i, model in enumerate(accelerator._models):
         inner = accelerator.unwrap_model(model)
-        state = load_file(str(folder / f"trainable_{i}.safetensors"))
+        try:
+            state = load_file(str(folder / f"trainable_{i}.safetensors"))
+        except Exception as exc:  # safetensors raises its own SafetensorError (no common base) for a damaged file
+            raise TrainError("checkpoint", f"trainable_{i}.safetensors in the checkpoint {folder} cannot be read "
+                             f"({exc})", "delete that checkpoint folder to resume from an earlier one",
+                             path=str(folder)) from None
         missing = set(trainable_state(inner)) - set(state)
         if missing:
             raise TrainError("checkpoint", f"checkpoint {folder} does not match this run's model ({len(missing)} "

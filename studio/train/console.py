@@ -92,7 +92,7 @@ def silence_descriptor(fd: int) -> None:
         os.close(null)
 
 
-def _is_file(fd: int, path: Path) -> bool:
+def is_console(fd: int, path: Path) -> bool:
     try:
         mine, theirs = os.fstat(fd), os.stat(path)
     except OSError:
@@ -106,7 +106,7 @@ def own_console(run_dir: Path) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     path = run_dir / CONSOLE_FILE
     log: IO[str] | None = None
-    already = _is_file(1, path)  # started by the studio or studio-train: the output is the log
+    already = is_console(1, path)  # started by the studio or studio-train: the output is the log
     if not already:
         try:
             log = open(path, "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115

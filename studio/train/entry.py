@@ -19,8 +19,8 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.runs.events import Error, EventWriter, RunFinished
-from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, EVENTS_FILE
-from studio.core.runs.lock import RunLock, RunLockedError
+from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
+from studio.core.runs.lock import RunLock, RunLockedError, lock_holder
 from studio.core.runs.outcome import already_completed_message, completed_run
 
 if TYPE_CHECKING:
@@ -93,8 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, run_dir, resume = resolve_run(args)
     except ConfigError as exc:
         return _config_failure(exc, args)
-    from studio.train.console import own_console
+    from studio.train.console import is_console, own_console
 
+    holder = lock_holder(run_dir) if _rank_zero() else None
+    if holder is not None:
+        # Refused before this process touches the folder: the console.log there is the live run's.
+        if not is_console(2, run_dir / CONSOLE_FILE):
+            print(f"error: {RunLockedError(run_dir, holder)}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
     own_console(run_dir)
     return train(config, run_dir, resume)
 

@@ -15,11 +15,19 @@ from typing import Any
 import torch
 
 from studio import __version__
+from studio.core.config.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.hardware.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
-from studio.train.checkpoints import latest_checkpoint, load_checkpoint, register_hooks, save_checkpoint
+from studio.train.checkpoint_check import checkpoint_problem, resume_from
+from studio.train.checkpoints import (
+    complete_checkpoints,
+    load_checkpoint,
+    register_hooks,
+    save_checkpoint,
+    trainable_state,
+)
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
 from studio.train.data.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
@@ -86,6 +94,8 @@ class Trainer:
             self.reporter.warn(mismatch, None, "")
         if self.sharding.warning():
             self.reporter.warn(self.sharding.warning() or "", None, "set launch.num_processes to the GPU count")
+        for pickled in (p for p in (config.model.base, config.model.vae) if p and is_pickle_file(p)):
+            self.reporter.warn(pickle_warning(pickled), pickled, "")  # allowed by model.allow_pickle (validation)
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.dtype = weight_dtype(config, acc)
         self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
@@ -175,15 +185,23 @@ class Trainer:
         self.offload.offload()
 
     def _load_checkpoint(self) -> None:
-        found = latest_checkpoint(self.run_dir)
-        if found is None:
+        found = complete_checkpoints(self.run_dir)
+        if not found:
             self.reporter.warn("no complete checkpoint in this run; training starts from step 0")
             return
-        _step, folder = found
-        self.sharding.check_checkpoint(folder)
-        self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
-        state = load_checkpoint(self.accelerator, folder, self.scheduler)
-        self.sharding.load(folder)
+        acc = self.accelerator
+        shapes = [{name: tuple(t.shape) for name, t in trainable_state(acc.unwrap_model(m)).items()}
+                  for m in acc._models]
+
+        def load(folder: Path) -> dict[str, Any]:
+            self.sharding.check_checkpoint(folder)
+            self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
+            state = load_checkpoint(acc, folder, self.scheduler)
+            self.sharding.load(folder)
+            return state
+
+        state = resume_from(found, lambda folder: checkpoint_problem(folder, shapes, len(acc._optimizers)), load,
+                            self.reporter.warn)
         self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
 
     # ------------------------------------------------------------ the loop

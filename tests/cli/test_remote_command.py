@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def test_remote_commands_from_add_to_pull(demo: Project, sshd: SshServer, tmp_pa
     there = re.search(r"^  run folder there: (.+)$", out, re.M).group(1)  # type: ignore[union-attr]
     images = re.search(r"(\d+) of (\d+) dataset file\(s\) copied", out)
     assert images and images.group(1) == images.group(2) != "0"
-    assert f"studio-train remote watch {local}" in out and f"studio-train remote stop {local}" in out
+    pasted = shlex.quote(str(local))  # "demo project": quoted, so the line pastes into a shell as it reads
+    assert f"studio-train remote watch {pasted}" in out and f"studio-train remote stop {pasted}" in out
     assert local.parent == demo.root / "runs" and (local / "remote.json").is_file()
     assert Path(there).is_dir() and Path(there).name == local.name
 

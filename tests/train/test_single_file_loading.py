@@ -209,7 +209,7 @@ def test_a_full_size_ckpt_loads_offline_with_the_studios_configs(sd15_checkpoint
     ckpt = tmp_path / "my-sd15-model.ckpt"
     state = load_file(str(sd15_checkpoint))
     torch.save({"state_dict": state}, ckpt)
-    config = make_config(model=ModelSection(family="sd15", base=str(ckpt)))
+    config = make_config(model=ModelSection(family="sd15", base=str(ckpt), allow_pickle=True))
     components = adapter_for(config).load(torch.device("cpu"), torch.float32)
     assert torch.equal(components.denoiser.conv_out.weight, state["model.diffusion_model.out.2.weight"].float())
 

@@ -31,14 +31,20 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.models.hub_token import TokenStoreError, forget_token, read_token, store_token
+    from studio.core.models.hub_token import (
+        TokenStoreError,
+        forget_token,
+        read_token,
+        store_token,
+        where_kept,
+    )
 
     try:
         if args.set_token:
             prompt = "Hugging Face token (input hidden): "
             token = getpass.getpass(prompt) if sys.stdin.isatty() else sys.stdin.readline()
             store_token(token)
-            print("token kept in the system keyring")
+            print(f"token kept in {where_kept()}")
         if args.forget_token:
             print("token removed" if forget_token() else "no token was kept")
     except TokenStoreError as exc:

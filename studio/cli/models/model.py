@@ -21,6 +21,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", metavar="PATH", help="a diffusers model folder or a .safetensors / .ckpt file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--to-safetensors", action="store_true",
+                        help="convert a pickle checkpoint (.ckpt/.pt/.bin) into a .safetensors file beside it, "
+                        "reading it as data only (torch's weights-only loader: no code in it runs)")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"error: {path} does not exist; give a diffusers model folder or a checkpoint file", file=sys.stderr)
         return EXIT_INVALID
+    if args.to_safetensors:
+        return _convert(path)
     try:
         info = detect_model(path)
     except ModelFileError as exc:
@@ -55,3 +60,38 @@ def run(args: argparse.Namespace) -> int:
         print("  loads offline" if info.offline else
               "  its pipeline configs come from the Hugging Face hub: the first run needs the internet")
     return EXIT_OK if trainable else EXIT_FAILED
+
+
+def _convert(path: Any) -> int:
+    """A pickle checkpoint's tensors into `NAME.safetensors` beside it; anything but tensors is refused."""
+    from studio.core.config.pickled import is_pickle_file
+
+    if not is_pickle_file(str(path)) or not path.is_file():
+        print(f"error: {path} is not a .ckpt, .pt, .pth or .bin file; nothing to convert", file=sys.stderr)
+        return EXIT_INVALID
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    target = path.with_suffix(".safetensors")
+    if target.exists():
+        print(f"error: {target} exists already; move it away to convert again", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        print(f"error: {path} holds more than tensors, or is damaged ({first}); it was not converted, and no code "
+              "in it ran", file=sys.stderr)
+        return EXIT_INVALID
+    while isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    tensors = {k: v.detach().clone().contiguous() for k, v in state.items() if isinstance(v, torch.Tensor)} \
+        if isinstance(state, dict) else {}
+    if not tensors:
+        print(f"error: {path} holds no tensors; nothing was written", file=sys.stderr)
+        return EXIT_INVALID
+    save_file(tensors, str(target))
+    print(f"wrote {target} ({len(tensors)} tensors); set model.base to it")
+    return EXIT_OK

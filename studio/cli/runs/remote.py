@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import shlex
 import sys
 import time
 from dataclasses import asdict
@@ -115,7 +116,7 @@ def run_add(args: argparse.Namespace) -> int:
         ("port", "port", args.port), ("key", "identityfile", args.key_file)) if not given and key in view]
     if from_config:
         print("  from your ssh configuration: " + ", ".join(from_config))
-    print(f"Check it with: studio-train remote check {args.name}")
+    print(f"Check it with: studio-train remote check {shlex.quote(args.name)}")
     return EXIT_OK
 
 
@@ -266,7 +267,7 @@ def run_watch(args: argparse.Namespace) -> int:
         _print_new(console, shown)
     except KeyboardInterrupt:
         print(f"\nStopped watching; the run goes on on {record.machine}. "
-              f"Again: studio-train remote watch {args.run_dir}", file=sys.stderr)
+              f"Again: studio-train remote watch {shlex.quote(str(args.run_dir))}", file=sys.stderr)
         client.close()
         return EXIT_OK
     finally:

@@ -17,7 +17,7 @@ from studio.core.config.toml_file import load_config
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
-from studio.core.runs.lock import RunLockedError, lock_holder
+from studio.core.runs.lock import RunLockedError, lock_holder, process_file_alive
 from studio.core.runs.outcome import already_completed_message, completed_run
 
 
@@ -54,6 +54,8 @@ def _refusal(run_dir: Path) -> str | None:
     holder = lock_holder(run_dir)
     if holder is not None:
         return str(RunLockedError(run_dir, holder))
+    if process_file_alive(run_dir):  # started a moment ago; its trainer has not taken the lock yet
+        return f"{run_dir.name} is being started by another studio-train or the studio; wait for it or stop it"
     if (run_dir / REMOTE_FILE).exists():
         return (f"{run_dir.name} was imported from another machine ({REMOTE_FILE}): its config names that "
                 "machine's paths; resume it there with its bundle, or, if you copied it here to continue "

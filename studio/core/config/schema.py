@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from studio.core.config.errors import Contradiction, section_type
+from studio.core.config.pickled import is_pickle_file, pickle_refusal
 from studio.core.families import (
     FAMILIES,
     FAMILY_NAMES,
@@ -71,6 +72,11 @@ class ModelSection(Section):
         description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
         "Not with DoRA (method.use_dora).",
+    )
+    allow_pickle: bool = Field(
+        default=False,
+        description="Load a .ckpt/.pt/.bin base model or VAE (a pickle: loading one can run code hidden in it) "
+        "as data only, with a warning; convert it to .safetensors instead where you can.",
     )
     clip_skip: int = Field(
         default=1, ge=1, le=12,
@@ -418,8 +424,17 @@ def _check_launch(config: TrainConfig) -> None:
 
 
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
+def _check_pickle(config: TrainConfig) -> None:
+    """A pickle model file can run code when loaded: refused unless the config allows it explicitly."""
+    model = config.model
+    for key, value in (("model.base", model.base), ("model.vae", model.vae)):
+        if value and is_pickle_file(value) and not model.allow_pickle:
+            raise Contradiction(key, value, pickle_refusal(value))
+
+
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     _check_caches, _check_training, _check_family_options, _check_fp8, _check_strategy, _check_launch,
+    _check_pickle,
 )
 
 

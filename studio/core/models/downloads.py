@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studio.core.containment import OutsideFolderError, contained_path, name_parts
 from studio.core.files import sha256_file
 from studio.core.models.hub_cache import hub_cache_dir
+from studio.core.models.hub_token import token_may_go_to
 from studio.core.models.known import KnownModel, find_known
 
 # What a training download of a repository the studio does not know fetches: configs,
@@ -176,12 +178,17 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
            progress: DownloadProgress, report: Callable[[DownloadProgress], None]) -> Path:
     """One file into the cache: its blob fetched into a part file that survives an interruption, checked,
     then handed to huggingface_hub, which links it into the snapshot (the trainer's offline load reads that)."""
-    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_download, hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
     meta = get_hf_file_metadata(hf_hub_url(repo_id, remote.name, revision=revision), token=token)
-    blob = cache / ("models--" + repo_id.replace("/", "--")) / "blobs" / str(meta.etag)
+    blob = _blob_path(cache / ("models--" + repo_id.replace("/", "--")) / "blobs", str(meta.etag or ""), repo_id,
+                      remote.name)
+    # The token goes to the hub, never to a host its answer redirects to (a mirror's redirect, a stand-in hub).
+    location = str(meta.location)
+    known_token = token if token is not None else get_token()  # HF_TOKEN and huggingface_hub's own login count
+    sent_token: str | bool = known_token if known_token and token_may_go_to(location, constants.ENDPOINT) else False
     if not blob.exists():
         blob.parent.mkdir(parents=True, exist_ok=True)
         part = blob.with_name(blob.name + ".part")
@@ -190,7 +197,7 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
             part.unlink()
             have = 0
         with open(part, "ab") as handle:
-            http_get(str(meta.location), handle, resume_size=have, headers=build_hf_headers(token=token),
+            http_get(location, handle, resume_size=have, headers=build_hf_headers(token=sent_token),
                      expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
         progress.phase = "verifying"
         report(progress)
@@ -202,6 +209,18 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
     # The blob is there: this links it into the snapshot and records the revision, fetching nothing.
     return Path(hf_hub_download(repo_id, remote.name, revision=revision, cache_dir=cache, token=token,
                                 tqdm_class=bar))
+
+
+def _blob_path(blobs: Path, etag: str, repo_id: str, name: str) -> Path:
+    """The cache file of a blob named by the server's ETag: one plain name inside `blobs`, or a DownloadError."""
+    source = f"the hub's ETag for {repo_id}/{name}"
+    try:
+        if len(name_parts(etag, blobs, source)) != 1:
+            raise OutsideFolderError(etag, blobs, "an ETag names one file, not a folder", source)
+        return contained_path(blobs, etag, source)
+    except OutsideFolderError as exc:
+        raise DownloadError(f"{exc}. The server is not answering as the Hugging Face hub does (check HF_ENDPOINT "
+                            "and the network's proxy).") from None
 
 
 def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None, with_t5: bool,
@@ -219,6 +238,13 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
             from None
     listed = [RemoteFile(s.rfilename, int(s.size or 0), (s.lfs or {}).get("sha256") if s.lfs else None)
               for s in info.siblings or []]
+    snapshot = Path("snapshot")
+    for remote in listed:
+        try:
+            contained_path(snapshot, remote.name, f"the hub's file list of {repo_id}")
+        except OutsideFolderError as exc:
+            raise DownloadError(f"{exc}. The server is not answering as the Hugging Face hub does (check "
+                                "HF_ENDPOINT and the network's proxy).") from None
     return wanted_files(listed, find_known(repo_id), with_t5)
 
 

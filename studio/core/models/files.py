@@ -17,12 +17,13 @@ from pathlib import Path
 
 import orjson
 
+from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, checkpoint_kinds, family
 
 FAMILY_NAMES = {spec.name: spec.title for spec in FAMILIES}
 # Pipeline classes named in model_index.json, by the family that trains them.
 PIPELINE_FAMILIES: dict[str, str] = {cls: spec.name for spec in FAMILIES for cls in spec.pipeline_classes}
-SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+SINGLE_FILE_SUFFIXES = (".safetensors", *PICKLE_SUFFIXES)
 # Checkpoint kinds (diffusers' names where it has one) -> what a person reads, the family, ...
 KIND_NAMES = {name: kind.title for name, (_spec, kind) in checkpoint_kinds().items()}
 KIND_FAMILIES = {name: spec.name for name, (spec, _kind) in checkpoint_kinds().items()}
@@ -50,6 +51,7 @@ class ModelInfo:
     zero_terminal_snr: bool = False
     # Every floating-point tensor of the file is 16-bit, so loading straight into fp16/bf16 loses nothing.
     weights_16bit: bool = False
+    pickled: str | None = None  # the path of a pickle file (.ckpt, .pt, .bin): refused unless model.allow_pickle
 
     @property
     def label(self) -> str:
@@ -72,7 +74,8 @@ class ModelInfo:
     @property
     def refused(self) -> str | None:
         """Why the studio cannot train from this model, or None."""
-        return REFUSED_KINDS.get(self.kind or "") or self.missing
+        return REFUSED_KINDS.get(self.kind or "") or self.missing or (pickle_refusal(self.pickled) if self.pickled
+                                                                      else None)
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
@@ -126,7 +129,10 @@ def detect_model(path: Path) -> ModelInfo:
         # Only a few shapes decide the kind: read those, not all of a checkpoint's thousands.
         info = model_from_tensors(set(entries), lambda name: _shape(entries[name]) if name in entries else None)
         return replace(info, weights_16bit=bool(floats) and floats <= _HALF)
-    return ModelInfo(None, None, "a .ckpt file's contents are not read before loading")
+    if is_pickle_file(str(path)):
+        return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
+                         pickled=str(path))
+    return ModelInfo(None, None, f"a {path.suffix} file is not a model format the studio reads")
 
 
 def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) -> str | None:

@@ -1,41 +1,68 @@
-"""The person's Hugging Face token, kept in the operating system's keyring (the `keyring` package).
+"""The person's Hugging Face token: kept in the operating system's keyring, sent only to the hub.
 
 It is read only by the process that downloads, and never written to a config, a log, a
-run folder or a bundle. Without a keyring, huggingface_hub's own HF_TOKEN still works.
+run folder or a bundle (`core/keyrings.py` refuses a file backend). It goes only to the
+configured endpoint's host, and to the hub's own CDN hosts when the endpoint is the hub
+(`token_may_go_to`); a redirect elsewhere gets no token. Without a keyring,
+huggingface_hub's own HF_TOKEN still works.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
+from studio.core.keyrings import KeyringUnavailable, keyring_in_use, system_keyring
 from studio.core.user_dirs import APP_NAME
 
 KEYRING_USER = "huggingface-token"
+HUB_HOST = "huggingface.co"
+HUB_CDN_DOMAINS = ("huggingface.co", "hf.co")  # cdn-lfs*.huggingface.co, cas-bridge.xethub.hf.co, ...
+_INSTEAD = "set HF_TOKEN in the environment for this session"
 
 
 class TokenStoreError(RuntimeError):
     """The token cannot be kept or read; the message says why and what to do."""
 
 
-def _keyring() -> Any:
+def token_may_go_to(url: str, endpoint: str) -> bool:
+    """Whether the hub token may be sent with a request to `url`: only to the endpoint's own host (same
+    scheme and port), or to the hub's CDN over https when the endpoint is the hub itself."""
+    target, home = urlsplit(url), urlsplit(endpoint)
+    if not target.hostname or not home.hostname:
+        return False
+    host, home_host = target.hostname.lower(), home.hostname.lower()
+    if host == home_host and target.scheme == home.scheme and target.port == home.port:
+        return True
+    if home_host == HUB_HOST and target.scheme == "https":
+        return any(host == d or host.endswith("." + d) for d in HUB_CDN_DOMAINS)
+    return False
+
+
+def _keyring() -> tuple[Any, Any]:
     try:
-        import keyring
-        import keyring.errors
-    except ImportError:
-        raise TokenStoreError("The keyring package is not installed, so the token cannot be kept safely: install it "
-                              "(pip install keyring), or set HF_TOKEN in the environment for this session.") from None
-    return keyring
+        return system_keyring("the token", _INSTEAD)
+    except KeyringUnavailable as exc:
+        raise TokenStoreError(str(exc)) from None
+
+
+def where_kept() -> str:
+    """Where a stored token is kept, in words (the backend's real name)."""
+    try:
+        return keyring_in_use("the token", _INSTEAD)
+    except KeyringUnavailable as exc:
+        raise TokenStoreError(str(exc)) from None
 
 
 def read_token() -> str | None:
     """The stored token, or None when there is none (or no keyring to keep one)."""
     try:
-        keyring = _keyring()
+        backend, errors = _keyring()
     except TokenStoreError:
         return None
     try:
-        return keyring.get_password(APP_NAME, KEYRING_USER) or None
-    except keyring.errors.KeyringError:  # no backend, or a locked wallet: no token then
+        return backend.get_password(APP_NAME, KEYRING_USER) or None
+    except errors.KeyringError:  # no backend, or a locked wallet: no token then
         return None
 
 
@@ -43,19 +70,19 @@ def store_token(token: str) -> None:
     token = token.strip()
     if not token:
         raise TokenStoreError("The token is empty: paste the token from https://huggingface.co/settings/tokens.")
-    keyring = _keyring()
+    backend, errors = _keyring()
     try:
-        keyring.set_password(APP_NAME, KEYRING_USER, token)
-    except keyring.errors.KeyringError as exc:
+        backend.set_password(APP_NAME, KEYRING_USER, token)
+    except errors.KeyringError as exc:
         raise TokenStoreError(f"The system keyring refused the token ({exc}): unlock it or set HF_TOKEN in the "
                               "environment instead.") from None
 
 
 def forget_token() -> bool:
     """Remove the stored token; False when there was none."""
-    keyring = _keyring()
+    backend, errors = _keyring()
     try:
-        keyring.delete_password(APP_NAME, KEYRING_USER)
-    except keyring.errors.PasswordDeleteError:
+        backend.delete_password(APP_NAME, KEYRING_USER)
+    except errors.PasswordDeleteError:
         return False
     return True

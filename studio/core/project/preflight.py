@@ -8,6 +8,7 @@ environment without CUDA. Each problem is one line: what, where, and what to do.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def check_model(config: TrainConfig) -> PreflightProblem | None:
     base, family = config.model.base, config.model.family
     path = Path(base).expanduser()
     if path.exists():
-        return _check_local_model(path, family)
+        return _check_local_model(path, family, config.model.allow_pickle)
     if _looks_like_hub_id(base):
         return _check_cached_model(base, config.model.revision)
     return PreflightProblem("model", f"Base model {path} does not exist: check model.base (a diffusers folder, a "
@@ -78,7 +79,7 @@ def check_model(config: TrainConfig) -> PreflightProblem | None:
                                      "Preset page.")
 
 
-def _check_local_model(path: Path, family: str) -> PreflightProblem | None:
+def _check_local_model(path: Path, family: str, allow_pickle: bool = False) -> PreflightProblem | None:
     if path.is_dir() and not (path / "model_index.json").is_file():
         return PreflightProblem("model", f"Base model folder {path} has no model_index.json: choose a diffusers "
                                          "model folder (with unet/, vae/, …) or a .safetensors file.")
@@ -86,6 +87,8 @@ def _check_local_model(path: Path, family: str) -> PreflightProblem | None:
         info = detect_model(path)
     except ModelFileError as exc:
         return PreflightProblem("model", f"Base model: {exc}.")
+    if allow_pickle and info.pickled:  # loaded as data only, with the run's warning
+        return None
     if info.refused:
         return PreflightProblem("model", f"Base model {path.name} is {info.a_label}: {info.refused}.")
     if info.family is not None and info.family != family:
@@ -106,7 +109,7 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
     if known is None and snapshot is None:
         what = "is no folder or file here and no downloaded hub model"
     return PreflightProblem(
-        "model", f"Base model {repo_id} {what}: download it first with `studio-train download {repo_id}`{size} "
+        "model", f"Base model {repo_id} {what}: download it first with `studio-train download {shlex.quote(repo_id)}`{size} "
                  "or the Download button on the Model & Preset page, or choose a model folder or file.",
         can_confirm=True, download=repo_id)
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO
 
+from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.files import atomic_write_text
 from studio.core.remote.machines import get_machine
 from studio.core.remote.ssh import RemoteError, SshClient, remote_path
@@ -245,11 +246,15 @@ def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path)
                 continue
             if event.get("type") != "sample":
                 continue
-            for image in map(str, event.get("images", [])):
-                if image.startswith(prefix):
-                    rels.append(image[len(prefix):])
-                elif not image.startswith("/"):
-                    rels.append(image)
+            images = event.get("images")
+            for image in images if isinstance(images, list) else []:
+                rel = str(image)[len(prefix):] if str(image).startswith(prefix) else str(image)
+                try:
+                    contained_path(local_dir, rel, f"{record.machine} sample event")
+                except OutsideFolderError as exc:
+                    log.warning("%s", exc)  # the event still arrives; its image is not fetched
+                    continue
+                rels.append(rel)
         if not rels:
             return
         for attempt in range(1, SAMPLE_TRIES + 1):

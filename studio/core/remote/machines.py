@@ -68,9 +68,24 @@ class RemoteMachine:
         return {k: v for k, v in asdict(self).items() if k != "name" and v not in (None, {}, "")}
 
 
-def validate_machine(machine: RemoteMachine) -> RemoteMachine:
-    """Check every field; raises MachineError naming the field, the value and what is allowed."""
+_TYPES: dict[str, tuple[type, ...]] = {"name": (str,), "host": (str,), "user": (str, type(None)),
+                                      "port": (int, type(None)), "key_file": (str, type(None)), "workspace": (str,),
+                                      "python": (str,), "detach": (str,), "env": (dict,)}
+
+
+def validate_machine(machine: RemoteMachine, check_key_file: bool = True) -> RemoteMachine:
+    """Check every field; raises MachineError naming the field, the value and what is allowed.
+
+    `check_key_file` False leaves out whether the key file exists (a list read from disk stays
+    readable while one key is moved; connecting checks it).
+    """
     where = f"remote machine '{machine.name}'"
+    for key, types in _TYPES.items():
+        value = getattr(machine, key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise MachineError(f"{where}: {key} = {value!r} must be {' or '.join(t.__name__ for t in types)}")
+    if any(not isinstance(k, str) or not isinstance(v, str) for k, v in machine.env.items()):
+        raise MachineError(f"{where}: env holds names and values that are text only")
     if not _NAME.match(machine.name):
         raise MachineError(f"machine name {machine.name!r}: use letters, digits, '.', '_' or '-' (up to 64)")
     if not machine.host or not _HOST.match(machine.host) or machine.host.startswith("-"):
@@ -80,7 +95,8 @@ def validate_machine(machine: RemoteMachine) -> RemoteMachine:
         raise MachineError(f"{where}: user {machine.user!r} is not a login name")
     if machine.port is not None and not 1 <= machine.port <= 65535:
         raise MachineError(f"{where}: port {machine.port} must be between 1 and 65535")
-    if machine.key_file is not None:
+    if machine.key_file is not None and (check_key_file or "\n" in machine.key_file or
+                                         machine.key_file.startswith("-")):
         _check_key_file(where, Path(machine.key_file).expanduser())
     if machine.detach not in DETACH_MODES:
         raise MachineError(f"{where}: detach {machine.detach!r} must be one of {', '.join(DETACH_MODES)}")
@@ -132,6 +148,10 @@ def load_machines() -> dict[str, RemoteMachine]:
         except TypeError as exc:
             raise MachineError(f"{path}: machine '{name}': {exc}; allowed keys: host, user, port, key_file, "
                                "workspace, python, detach, env") from None
+        try:  # the file may have been edited by hand: read back under the rules it was saved with
+            validate_machine(machines[name], check_key_file=False)
+        except MachineError as exc:
+            raise MachineError(f"{path}: {exc}; fix it there or remove the machine") from None
     return machines
 
 
@@ -141,7 +161,7 @@ def get_machine(name: str) -> RemoteMachine:
         known = ", ".join(sorted(machines)) or "none yet"
         raise MachineError(f"no remote machine named '{name}' (known: {known}); add it with "
                            f"`studio-train remote add {name} HOST` or on the Export page")
-    return machines[name]
+    return validate_machine(machines[name])
 
 
 def save_machine(machine: RemoteMachine) -> Path:

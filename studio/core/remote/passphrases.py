@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from studio.core.keyrings import KeyringUnavailable, system_keyring
 from studio.core.user_dirs import APP_NAME, cache_dir
 
 KEY_ENV = "STUDIO_ASKPASS_KEY"  # which key's passphrase the askpass script prints
@@ -27,14 +28,11 @@ class PassphraseError(RuntimeError):
     """The passphrase cannot be kept or read; the message says why and what to do."""
 
 
-def _keyring() -> Any:
+def _keyring() -> tuple[Any, Any]:
     try:
-        import keyring
-        import keyring.errors
-    except ImportError:
-        raise PassphraseError("the keyring package is not installed, so a passphrase cannot be kept safely: "
-                              "install it (pip install keyring), or add the key to your ssh-agent (ssh-add)") from None
-    return keyring
+        return system_keyring("the passphrase", "add the key to your ssh-agent (ssh-add)")
+    except KeyringUnavailable as exc:
+        raise PassphraseError(str(exc)) from None
 
 
 def _account(key_file: str | Path) -> str:
@@ -66,30 +64,30 @@ def key_is_encrypted(key_file: str | Path) -> bool:
 def store_passphrase(key_file: str | Path, passphrase: str) -> None:
     if not passphrase:
         raise PassphraseError("the passphrase is empty; nothing was kept")
-    keyring = _keyring()
+    backend, errors = _keyring()
     try:
-        keyring.set_password(APP_NAME, _account(key_file), passphrase)
-    except keyring.errors.KeyringError as exc:
+        backend.set_password(APP_NAME, _account(key_file), passphrase)
+    except errors.KeyringError as exc:
         raise PassphraseError(f"the system keyring refused the passphrase ({exc}): unlock it, or add the key to "
                               "your ssh-agent instead (ssh-add)") from None
 
 
 def read_passphrase(key_file: str | Path) -> str | None:
     try:
-        keyring = _keyring()
+        backend, errors = _keyring()
     except PassphraseError:
         return None
     try:
-        return keyring.get_password(APP_NAME, _account(key_file)) or None
-    except keyring.errors.KeyringError:
+        return backend.get_password(APP_NAME, _account(key_file)) or None
+    except errors.KeyringError:
         return None
 
 
 def forget_passphrase(key_file: str | Path) -> bool:
-    keyring = _keyring()
+    backend, errors = _keyring()
     try:
-        keyring.delete_password(APP_NAME, _account(key_file))
-    except keyring.errors.PasswordDeleteError:
+        backend.delete_password(APP_NAME, _account(key_file))
+    except errors.PasswordDeleteError:
         return False
     return True
 

@@ -82,6 +82,7 @@ class RemoteStart:
 
     def summary(self) -> str:
         r, sent = self.record, self.sent
+        here = shlex.quote(str(self.local_dir))  # pasted into a shell: a folder named $(...) stays a name
         copied = f"{len(sent.report.copied)} file(s) copied, {sent.report.unchanged} unchanged"
         images = f"{sent.images_copied} of {sent.dataset_files} dataset file(s) copied"
         lines = [
@@ -91,10 +92,10 @@ class RemoteStart:
             f"  here: {self.local_dir} (events arrive while the studio follows it)",
             "Watch it:",
             f"  in the studio: Runs page, the run marked 'on {r.machine}' (Open follows it live)",
-            f"  here:          studio-train remote watch {self.local_dir}",
+            f"  here:          studio-train remote watch {here}",
             f"  there:         {self.ssh} tail -f {shlex.quote(r.remote_run_dir + '/console.log')}",
-            f"Stop it: studio-train remote stop {self.local_dir}   (add --kill to end it at once)",
-            f"Bring it back: studio-train remote pull {self.local_dir}",
+            f"Stop it: studio-train remote stop {here}   (add --kill to end it at once)",
+            f"Bring it back: studio-train remote pull {here}",
         ]
         lines += [f"Note: {w}" for w in self.warnings]
         return "\n".join(lines)

@@ -19,11 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.files import sha256_file
 from studio.core.remote.ssh import RemoteError, SshClient
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
 COPY_TIMEOUT_S = 6 * 3600
+SPARE_BYTES = 64 * 2**20  # left free after a send: the run's first events, logs and samples need room
 
 # Runs there: make the folders, remove files the studio no longer sends, hash same-size files.
 _PREPARE = r"""
@@ -56,7 +58,12 @@ for rel, size in wanted.items():
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     have[rel] = digest.hexdigest()
-print(json.dumps({"have": have, "removed": removed}))
+try:
+    fs = os.statvfs(root)
+    free = fs.f_bavail * fs.f_frsize
+except (AttributeError, OSError):
+    free = None
+print(json.dumps({"have": have, "removed": removed, "free": free}))
 """
 
 # Runs there: every file under a folder with its size (for a pull).
@@ -134,6 +141,11 @@ def send_files(client: SshClient, files: Sequence[LocalFile], remote_root: str, 
     changed = [f for f in files if have.get(f.rel) != f.sha256]
     report = TransferReport("rsync" if use_rsync else "sftp", [f.rel for f in changed], len(files) - len(changed),
                             sum(f.size for f in changed), list(answer["removed"]))  # type: ignore[call-overload]
+    free = answer.get("free")
+    if changed and isinstance(free, int) and report.bytes_copied + SPARE_BYTES > free:
+        raise RemoteError(f"{remote_root} on {client.machine.name} has {free / 1e9:.2f} GB free, and this send "
+                          f"needs {report.bytes_copied / 1e9:.2f} GB ({len(changed)} file(s)) plus room for the run: "
+                          "free space there (old runs, the hub cache) or rent a larger disk; nothing was copied")
     if changed:
         if progress:
             progress(f"copying {len(changed)} file(s) with {report.tool}", 0, len(changed))
@@ -205,7 +217,8 @@ def pull_folder(client: SshClient, remote_root: str, local_root: Path, use_rsync
         progress(f"listing {remote_root}", 0, 1)
     there = remote_files(client, remote_root, skip)
     local_root.mkdir(parents=True, exist_ok=True)
-    changed = [rel for rel, size in sorted(there.items()) if _local_size(local_root / rel) != size]
+    targets = arrival_paths(client, remote_root, list(there), local_root)
+    changed = [rel for rel, size in sorted(there.items()) if _local_size(targets[rel]) != size]
     report = TransferReport("rsync" if use_rsync else "sftp", changed, len(there) - len(changed),
                             sum(there[rel] for rel in changed))
     if changed:
@@ -224,12 +237,23 @@ def fetch_files(client: SshClient, remote_root: str, rels: Sequence[str], local_
     """Bring these files of a remote folder here (e.g. a sample's images as its event arrives)."""
     if not rels:
         return
+    targets = arrival_paths(client, remote_root, rels, local_root)
     if use_rsync:
         for rel in rels:
-            (local_root / rel).parent.mkdir(parents=True, exist_ok=True)
+            targets[rel].parent.mkdir(parents=True, exist_ok=True)
         _rsync_down(client, rels, remote_root, local_root)
     else:
         _sftp_down(client, {rel: -1 for rel in rels}, remote_root, local_root)
+
+
+def arrival_paths(client: SshClient, remote_root: str, rels: Sequence[str], local_root: Path) -> dict[str, Path]:
+    """Where each file named by the machine lands here; a name that would leave `local_root` (`..`, absolute,
+    through a link) is a RemoteError naming it, before anything is copied."""
+    try:
+        return {rel: contained_path(local_root, rel, f"{client.machine.name}:{remote_root}") for rel in rels}
+    except OutsideFolderError as exc:
+        raise RemoteError(f"{exc}; nothing was brought back (a file name the studio never writes: "
+                          "is someone else using that machine?)") from None
 
 
 def _local_size(path: Path) -> int:
@@ -250,8 +274,9 @@ def _rsync_down(client: SshClient, rels: Sequence[str], remote_root: str, local_
 
 def _sftp_down(client: SshClient, sizes: dict[str, int], remote_root: str, local_root: Path) -> None:
     batch = []
+    targets = arrival_paths(client, remote_root, list(sizes), local_root)
     for rel, size in sizes.items():
-        target = local_root / rel
+        target = targets[rel]
         target.parent.mkdir(parents=True, exist_ok=True)
         resume = "-a " if 0 < _local_size(target) < size else ""  # continue a file cut short (size -1: unknown)
         batch.append(f"get {resume}-p {_sftp_word(f'{remote_root}/{rel}')} {_sftp_word(str(target))}")

@@ -6,12 +6,9 @@ import datetime as _dt
 import json
 import logging
 import shutil
-import tempfile
-import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import tomlkit
@@ -20,12 +17,14 @@ from tomlkit.exceptions import TOMLKitError
 from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, list_presets, matching_preset
 from studio.core.config.toml_file import validate_data
-from studio.core.files import atomic_write_text
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
 from studio.core.runs.lock import lock_holder, trainer_alive
+from studio.core.runs.run_import import import_run
 from studio.core.runs.run_model import replay_run
 
 log = logging.getLogger(__name__)
+
+__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "summarize_run"]
 
 
 @dataclass
@@ -188,74 +187,3 @@ def delete_run(run_dir: str | Path) -> str:
         log.info("no trash for %s (%s); deleting it", folder, exc)
     shutil.rmtree(folder)
     return "deleted"
-
-
-def import_run(source: str | Path, runs_dir: str | Path) -> Path:
-    """Bring a run copied back from another machine (a folder or a .zip) into `runs_dir`.
-
-    The copy is marked remote; it is never resumed from here. Returns the new folder. The
-    copy is made in a hidden folder and renamed into place once complete and marked, so a
-    refused or failed import leaves nothing in the list of runs.
-    """
-    src = Path(source)
-    target_root = Path(runs_dir)
-    target_root.mkdir(parents=True, exist_ok=True)
-    members: list[tuple[str, PurePosixPath]] | None = None  # of a zip
-    if src.is_dir():
-        if not is_run_dir(src):
-            raise ValueError(f"{src} is not a run folder: it has neither {CONFIG_FILE} nor {EVENTS_FILE}")
-        name = src.name
-    elif zipfile.is_zipfile(src):
-        name, members = _zip_members(src)
-    else:
-        raise ValueError(f"{src} is neither a run folder nor a .zip of one")
-    staging = Path(tempfile.mkdtemp(prefix=".import-", dir=target_root))
-    try:
-        if members is None:
-            shutil.copytree(src, staging, dirs_exist_ok=True)
-        else:
-            _extract(src, members, staging)
-        atomic_write_text(staging / REMOTE_FILE, json.dumps({"source": str(src), "imported": time.time()}, indent=1))
-        dest = _free_name(target_root, name)
-        staging.rename(dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return dest
-
-
-def _free_name(root: Path, name: str) -> Path:
-    candidate, counter = root / name, 2
-    while candidate.exists():
-        candidate = root / f"{name}-{counter}"
-        counter += 1
-    return candidate
-
-
-def _zip_members(src: Path) -> tuple[str, list[tuple[str, PurePosixPath]]]:
-    """(run name, [(member, path inside the run)]) of a zipped run; ValueError before anything is written."""
-    with zipfile.ZipFile(src) as archive:
-        names = [n for n in archive.namelist() if not n.endswith("/")]
-    marker = next((n for n in names if PurePosixPath(n).name == EVENTS_FILE), None)
-    if marker is None:
-        raise ValueError(f"{src} holds no {EVENTS_FILE}: it is not a zipped run folder")
-    prefix = str(PurePosixPath(marker).parent)
-    prefix = "" if prefix == "." else prefix + "/"
-    members = []
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        rel = PurePosixPath(name[len(prefix):])
-        if rel.is_absolute() or ".." in rel.parts or "\\" in name or ":" in rel.parts[0]:
-            raise ValueError(f"{src} contains an unsafe path {name!r}; nothing was imported")
-        members.append((name, rel))
-    return PurePosixPath(prefix).name or src.stem, members
-
-
-def _extract(src: Path, members: list[tuple[str, PurePosixPath]], dest: Path) -> None:
-    with zipfile.ZipFile(src) as archive:
-        for name, rel in members:
-            out = dest.joinpath(*rel.parts)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(name) as fin, open(out, "wb") as fout:
-                shutil.copyfileobj(fin, fout)

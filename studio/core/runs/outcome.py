@@ -5,6 +5,7 @@ No torch here: `studio-train resume` asks whether a run completed before it star
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from studio.core.runs.events import Error, RunFinished, RunStarted, read_events
@@ -51,11 +52,12 @@ def outcome_line(run_dir: Path, exit_code: int | None) -> str:
     if finished is None:
         code = f" (exit code {exit_code})" if exit_code is not None else ""
         return (f"{STUDIO_PREFIX} the trainer ended{code} without finishing the run; the lines above say why; "
-                f"continue it with: studio-train resume {run_dir}")
+                f"continue it with: studio-train resume {shlex.quote(str(run_dir))}")
     if finished.status == "completed":
         return f"{STUDIO_PREFIX} run completed at step {finished.step}; outputs in {run_dir / OUTPUT_DIR}"
     if finished.status == "stopped":
-        return f"{STUDIO_PREFIX} run stopped at step {finished.step}; continue it with: studio-train resume {run_dir}"
+        return (f"{STUDIO_PREFIX} run stopped at step {finished.step}; continue it with: studio-train resume "
+                f"{shlex.quote(str(run_dir))}")
     reason = f"{error.kind}: {error.message}" if error is not None else (finished.message or "no reason given")
     hint = f" ({error.hint.splitlines()[0]})" if error is not None and error.hint else ""
     return f"{STUDIO_PREFIX} run failed at step {finished.step}: {' '.join(reason.split())}{hint}"

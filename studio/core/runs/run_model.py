@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
+from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.runs.events import (
     Checkpoint,
     EpochSaved,
@@ -166,7 +167,10 @@ class RunModel:
         if self.run_dir is None:
             return p
         if not p.is_absolute() and not path.startswith("/"):
-            return self.run_dir / p
+            try:  # a name from the events file (a remote machine's, perhaps): never beside the run folder
+                return contained_path(self.run_dir, path, "the run's events")
+            except OutsideFolderError:
+                return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
         if p.exists():
             return p
         # A path of the machine the run trained on (a remote run, a folder copied back): the same file here.

@@ -37,7 +37,8 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "sampling": ("every_n_steps",),
     "output": ("name", "save_every_n_steps"),
 }
-SKIPPED = {("model", "base"), ("model", "family")}  # chosen by the model picker and the presets
+# base and family: chosen by the model picker and the presets; allow_pickle: only by hand, in the TOML
+SKIPPED = {("model", "base"), ("model", "family"), ("model", "allow_pickle")}
 # Settings that mean something for some families only (the families' declarations say which);
 # the form hides them for the others.
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {

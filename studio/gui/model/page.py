@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ class ModelPage(Page):
                 if snapshot is not None and not missing_components(snapshot):
                     return f"✓ Hub id {base}: downloaded, it trains with no network."
                 return (f"Hub id {base}: not on this machine yet. Download it from the list below (or with "
-                        f"`studio-train download {base}`) before training.")
+                        f"`studio-train download {shlex.quote(base)}`) before training.")
             return f"✗ Not found: {path}. Choose a folder or file that exists."
         if info.refused:
             return f"✗ {path.name} is {info.a_label}: {info.refused}."

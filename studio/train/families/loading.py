@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from studio.core.config.pickled import is_pickle_file
 from studio.core.models.files import (
     FAMILY_NAMES,
     KIND_NAMES,
@@ -81,7 +82,7 @@ def _model_info(path: Path) -> ModelInfo:
 @functools.lru_cache(maxsize=8)
 def _read_model_info(path: str, _mtime_ns: int, _size: int) -> ModelInfo:
     file = Path(path)
-    if file.suffix.lower() == ".ckpt" and file.is_file():
+    if is_pickle_file(path) and file.is_file():
         return _ckpt_info(file)
     return detect_model(file)
 

@@ -84,3 +84,29 @@ def test_remote_paths_keep_the_remote_home_and_quote_the_rest() -> None:
     assert remote_path("~/studio remote") == "\"$HOME\"/'studio remote'"
     assert remote_path("/workspace/a b") == "'/workspace/a b'"
     assert remote_path("~") == '"$HOME"'
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ("host = '-oProxyCommand=touch PWNED'", "host '-oProxyCommand=touch PWNED' is not a host name"),
+    ("host = 'box'\nuser = '-oProxyCommand=sh'", "user '-oProxyCommand=sh' is not a login name"),
+    ("host = 'box'\nport = '22; touch PWNED'", "port = '22; touch PWNED' must be int"),
+    ("host = 'box'\ndetach = 'sh -c x'", "detach 'sh -c x' must be one of"),
+    ("host = 'box'\nenv = { 'A;B' = 'x' }", "'A;B' is not an environment variable name"),
+    ("host = 'box'\npython = \"python3\\ntouch PWNED\"", "python must name the interpreter"),
+    ("host = 'box'\nkey_file = '-oProxyCommand=sh'", "does not exist"),
+])
+def test_a_machines_file_edited_by_hand_is_checked_when_read(entry: str, says: str) -> None:
+    machines_path().parent.mkdir(parents=True, exist_ok=True)
+    machines_path().write_text(f"[machines.box]\n{entry}\n")
+    for read in (load_machines, lambda: get_machine("box")):
+        with pytest.raises(MachineError) as raised:
+            read()
+        assert str(machines_path()) in str(raised.value) and says in str(raised.value)
+
+
+def test_a_moved_key_file_leaves_the_list_readable_and_is_named_when_connecting(key: Path) -> None:
+    save_machine(RemoteMachine("box", "example.org", key_file=str(key)))
+    key.unlink()
+    assert list(load_machines()) == ["box"]
+    with pytest.raises(MachineError, match=r"the key file .* does not exist"):
+        get_machine("box")

@@ -80,6 +80,7 @@ def test_a_key_with_a_passphrase_works_from_the_keyring_only_when_asked(
     pytest.importorskip("keyrings.alt", reason="the tests keep passphrases with keyrings.alt's file backend")
     # keyrings.alt's file backend stands in for the system keyring, in this test's folder.
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
+    monkeypatch.setenv("STUDIO_ALLOW_FILE_KEYRING", "1")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     locked = dataclasses.replace(remote_machine, key_file=str(sshd.locked_key))
     save_machine(locked)

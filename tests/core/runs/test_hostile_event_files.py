@@ -127,3 +127,16 @@ def test_a_deeply_nested_line_is_garbage_not_a_crash(tmp_path: Path) -> None:
     assert completed_run(run) is not None  # what `studio-train resume` asks first
     assert len(read_events(run / "events.jsonl")) == 4
     assert replay_run(run).model.status == "finished"
+
+
+def test_a_relative_name_in_the_events_never_points_beside_the_run(tmp_path: Path) -> None:
+    from studio.core.runs.run_model import RunModel
+
+    run = tmp_path / "runs" / "r"
+    (run / "samples").mkdir(parents=True)
+    (tmp_path / "secret.txt").write_text("not the run's")
+    model = RunModel(run)
+    assert model.resolve("samples/a.png") == run / "samples" / "a.png"
+    for hostile in ("../../secret.txt", "samples/../../../secret.txt", "..\\..\\secret.txt"):
+        resolved = model.resolve(hostile)
+        assert run in resolved.parents and not resolved.exists(), hostile

@@ -86,6 +86,7 @@ def test_a_gated_model_asks_for_a_token_and_goes_on(
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
+    monkeypatch.setenv("STUDIO_ALLOW_FILE_KEYRING", "1")
     previous = keyring.get_keyring()
     keyring.set_keyring(alt.PlaintextKeyring())
     try:

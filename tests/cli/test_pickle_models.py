@@ -1,0 +1,95 @@
+"""A pickle base model (.ckpt/.pt/.bin) gets one answer everywhere: `model`, `validate`, `run` and the
+pre-flight check refuse it with why and how to convert; `model.allow_pickle = true` loads it as data only."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main as cli_main
+from studio.core.config.pickled import pickle_refusal
+from studio.core.config.schema import ModelSection
+from studio.core.project.preflight import check_model
+
+CONFIG = """\
+schema_version = 1
+[model]
+family = "sd15"
+base = "{base}"
+{allow}
+[[dataset.concepts]]
+path = "data"
+[output]
+dir = "runs"
+"""
+
+
+class Payload:
+    """What a hostile pickle carries: an object whose loading calls a function of the attacker's choice."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("CODE RAN",))
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    path = tmp_path / "models" / "old model.ckpt"
+    path.parent.mkdir()
+    path.write_bytes(pickle.dumps({"state_dict": {}, "x": Payload()}))
+    return path
+
+
+def _config(tmp_path: Path, base: Path, allow: bool = False) -> Path:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    path = tmp_path / "studio.toml"
+    path.write_text(CONFIG.format(base=base.as_posix(), allow="allow_pickle = true" if allow else ""))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".ckpt", ".pt", ".bin"])
+def test_every_command_refuses_a_pickle_base_the_same_way(tmp_path: Path, suffix: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / f"model{suffix}"
+    model.write_bytes(pickle.dumps({"x": Payload()}))
+    config = _config(tmp_path, model)
+    why = pickle_refusal(str(model))
+    assert "can run code" in why and "--to-safetensors" in why and "model.allow_pickle = true" in why
+    assert cli_main(["model", str(model)]) == 1
+    out = capsys.readouterr().out
+    assert f"cannot train from it: {why}" in out and "CODE RAN" not in out
+    for command in ("validate", "run"):
+        assert cli_main([command, str(config)]) == 2
+        captured = capsys.readouterr()
+        assert why in captured.err and "model.base" in captured.err and "Traceback" not in captured.err
+        assert "CODE RAN" not in captured.out + captured.err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_allowed_explicitly_it_passes_the_checks(tmp_path: Path, ckpt: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    config = _config(tmp_path, ckpt, allow=True)
+    assert cli_main(["validate", str(config)]) == 0
+    from studio.core.config.schema import TrainConfig
+
+    allowed = TrainConfig(model=ModelSection(family="sd15", base=str(ckpt), allow_pickle=True))
+    assert check_model(allowed) is None
+    assert "CODE RAN" not in capsys.readouterr().out
+
+
+def test_conversion_reads_tensors_as_data_and_refuses_code(tmp_path: Path, ckpt: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    assert cli_main(["model", str(ckpt), "--to-safetensors"]) == 2
+    captured = capsys.readouterr()
+    assert "holds more than tensors" in captured.err and "CODE RAN" not in captured.out + captured.err
+    assert not ckpt.with_suffix(".safetensors").exists()
+
+    good = tmp_path / "models" / "weights.ckpt"
+    torch.save({"state_dict": {"a.weight": torch.ones(2, 3)}, "global_step": 5}, good)
+    assert cli_main(["model", str(good), "--to-safetensors"]) == 0
+    assert f"wrote {good.with_suffix('.safetensors')} (1 tensors)" in capsys.readouterr().out
+    from safetensors.torch import load_file
+
+    assert torch.equal(load_file(str(good.with_suffix(".safetensors")))["a.weight"], torch.ones(2, 3))
