@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 from pathlib import Path
@@ -123,3 +124,27 @@ def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half
     assert f"while writing the outputs ({output / config.output.name}.safetensors)" in error.message
     assert error.needed_bytes and error.needed_bytes > 2**20 and "needed" in error.message
     assert list(output.iterdir()) == []  # nothing half written
+
+
+def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
+        make_config, run_training, tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    from studio.core.config.paths import resolve_paths
+    from studio.core.config.schema import SamplingSection
+    from studio.core.project.disk_estimate import MB, estimate_disk_bytes
+
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=6, seed=1),
+                         sampling=SamplingSection(every_n_steps=3, prompts=["a red circle"], steps=2),
+                         output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2, keep_last=1))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    (trained,) = (run_dir / "checkpoints").glob("step-*/trainable_0.safetensors")
+    with safe_open(str(trained), "pt") as handle:
+        params = sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())  # noqa: SIM118 - not a dict
+    written = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+    checkpoint = sum(p.stat().st_size for p in (run_dir / "checkpoints").rglob("*") if p.is_file())
+    peak = written + checkpoint  # the newest checkpoint is written before the oldest goes
+    estimate = estimate_disk_bytes(resolve_paths(config, tmp_path), params)
+    print(f"{params} weights trained: estimate {estimate / MB:.2f} MB, written at the peak {peak / MB:.2f} MB")
+    assert peak <= estimate <= peak * 1.25 + MB
