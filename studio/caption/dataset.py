@@ -38,4 +38,6 @@ def open_dataset(folder: Path) -> CaptionDataset:
     else:
         concepts, base = [ConceptSection(path=str(folder))], None
     entries = [entry for concept in concepts for entry in scan_concept(concept, base)]
-    return CaptionDataset(folder, CaptionStore(entries, extension), [e.path for e in entries])
+    store = CaptionStore(entries, extension)
+    store.remove_leftovers(folder)  # saves killed halfway (a job or the studio stopped hard)
+    return CaptionDataset(folder, store, [e.path for e in entries])

@@ -74,12 +74,16 @@ class CaptionJob:
             precision=captioner.precision, batch_size=captioner.batch_size, total=total, kept=plan.kept,
             resumed=plan.resumed).to_dict())
         size = captioner.batch_size
-        for start in range(0, total, size):
-            self._batch(captioner, plan.todo[start:start + size], result)
-            self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
-            if self.should_stop() and start + size < total:
-                result.status = "stopped"
-                break
+        try:
+            for start in range(0, total, size):
+                self._batch(captioner, plan.todo[start:start + size], result)
+                self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
+                if self.should_stop() and start + size < total:
+                    result.status = "stopped"
+                    break
+        finally:
+            if self.write:
+                self.store.remove_leftovers()  # a save cut short by a crash leaves nothing behind
         if result.status == "completed" and self.progress is not None and self.write:
             self.progress.finish()
         return result

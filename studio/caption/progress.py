@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.dataset.caption_files import write_texts_atomically
+from studio.core.dataset.caption_guard import PROGRESS_FILE
 
-PROGRESS_FILE = ".studio-caption-progress.json"
 _KEPT = None  # recorded for an image whose caption the job left as it was
 
 

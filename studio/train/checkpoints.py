@@ -94,7 +94,7 @@ def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep
             atomic_write_text(folder / STATE_FILE, json.dumps(state, indent=2))
             for _, old in complete_checkpoints(run_dir)[:-keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
-    except (OSError, RuntimeError) as exc:  # torch reports a full disk as a RuntimeError
+    except Exception as exc:  # torch says RuntimeError for a full disk, safetensors SafetensorError
         needed = checkpoint_bytes(run_dir, accelerator)
         full = out_of_space(exc, folder.parent, needed)
         if accelerator.is_main_process:

@@ -23,11 +23,17 @@ class TrainError(Exception):
         self.needed_bytes = needed_bytes
 
 
+# How libraries that are not Python (safetensors' Rust writer) word ENOSPC and EDQUOT in their messages.
+_DISK_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "StorageFull", "os error 28", "os error 122")
+
+
 def is_disk_full(exc: BaseException) -> bool:
     """An error that says the disk is full (ENOSPC or EDQUOT), itself or in what caused it."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in DISK_FULL_ERRNOS:
+            return True
+        if not isinstance(seen, OSError) and any(word in str(seen) for word in _DISK_FULL_WORDS):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

@@ -231,6 +231,8 @@ class Trainer:
                                    text_encoders=[swap.get(id(e), e) for e in self.components.text_encoders])
         self.meter.start()
         while self.step < self.total:
+            if self.reporter.lost is not None:
+                raise self.reporter.lost  # an event was not written (a sample's, say): no training unrecorded
             if self._stop_requested():
                 return self._finish("stopped", self.stop.reason())
             compiling = self._train_step(batches, scheme, train_components)

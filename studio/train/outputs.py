@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
 from typing import Any
@@ -16,6 +19,7 @@ from studio.core.files import atomic_write_text
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.train.components import Components
 from studio.train.data.items import TrainItem
+from studio.train.errors import disk_full_error, out_of_space
 from studio.train.families.base import FamilyAdapter
 
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -82,27 +86,83 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
                  items: list[TrainItem], step: int, warn: Warn) -> list[Path]:
     """Write the run's outputs (rank 0 only) and a training_info.json beside them.
 
+    Everything is written into a hidden folder inside output/ first and moved into place
+    once complete (a rename on the same disk needs no space): a full disk leaves no half
+    output, and its error names the file and about how much the outputs need.
     `warn` tells the person about an asked-for format this run cannot write.
     """
-    config = adapter.config
     folder = run_dir / OUTPUT_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    for left in folder.glob(".writing-*"):  # a save killed halfway
+        shutil.rmtree(left, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder))
+    try:
+        written = _write_outputs(adapter, components, staging, items, step, warn)
+        placed = [folder / p.relative_to(staging) for p in written]
+        for entry in sorted(staging.iterdir()):
+            target = folder / entry.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+    except Exception as exc:  # a full disk is an OSError, a RuntimeError (torch) or a SafetensorError
+        what = _file_being_written(exc, staging, folder)
+        shutil.rmtree(staging, ignore_errors=True)  # no half output; its room is free for the error event
+        needed = output_bytes(adapter, components)
+        if out_of_space(exc, folder, needed):
+            raise disk_full_error(folder, needed, f"the outputs ({what})") from None
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return placed
+
+
+def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
+                   items: list[TrainItem], step: int, warn: Warn) -> list[Path]:
+    config = adapter.config
     metadata = training_metadata(adapter, items, step)
     if config.method.kind == "lora":
         written = adapter.save_lora(folder, *_lora_parts(adapter, components), metadata=metadata)
         if "single_file" in config.output.formats:
             warn("output.formats \"single_file\" applies to DreamBooth (a whole checkpoint); a LoRA is "
-                 f"already single files: {', '.join(p.name for p in written)}", str(folder),
+                 f"already single files: {', '.join(p.name for p in written)}", str(folder.parent),
                  "remove \"single_file\" from output.formats for LoRA runs")
     else:
         dtype = SAVE_DTYPES[config.output.save_precision]
         written = adapter.save_full(folder, components, dtype)
         if "single_file" in config.output.formats:
-            written += _single_file(adapter, components, folder, dtype, metadata, warn)
+            written += _single_file(adapter, components, folder, dtype, metadata, warn, final=folder.parent)
     info = {"family": config.model.family, "method": config.method.kind, "step": step,
-            "outputs": [str(p) for p in written], **metadata}
+            "outputs": [str(folder.parent / p.relative_to(folder)) for p in written], **metadata}
     atomic_write_text(folder / "training_info.json", json.dumps(info, indent=2))
     return written
+
+
+def _file_being_written(exc: BaseException, staging: Path, folder: Path) -> str:
+    """The output file a failed save was writing: the error's own, else the newest one begun."""
+    filename = getattr(exc, "filename", None)
+    if isinstance(filename, str) and filename:
+        path = Path(filename)
+        return str(folder / path.relative_to(staging)) if path.is_relative_to(staging) else filename
+    begun = [p for p in staging.rglob("*") if p.is_file()]
+    if not begun:
+        return str(folder)
+    newest = max(begun, key=lambda p: p.stat().st_mtime_ns)
+    return str(folder / newest.relative_to(staging))
+
+
+def output_bytes(adapter: FamilyAdapter, components: Components) -> int:
+    """About what the outputs take on disk: the trained weights (LoRA) or the whole pipeline
+    (DreamBooth) at the save precision, once per file format written."""
+    config = adapter.config
+    size = torch.finfo(SAVE_DTYPES[config.output.save_precision]).bits // 8
+    formats = config.output.formats
+    if config.method.kind == "lora":
+        params = sum(t.numel() for layer in lora_layers(adapter, components).values() for t in layer.values())
+        copies = sum(f in formats for f in ("diffusers", "kohya")) or 1
+    else:
+        modules = [components.denoiser, *components.text_encoders, components.vae]
+        params = sum(p.numel() for m in modules for p in m.parameters())
+        copies = 2 if "single_file" in formats else 1
+    return params * size * copies + 2**20
 
 
 def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Path,
@@ -128,7 +188,7 @@ def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[st
 
 
 def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,
-                 metadata: dict[str, str], warn: Warn) -> list[Path]:
+                 metadata: dict[str, str], warn: Warn, final: Path) -> list[Path]:
     """DreamBooth's one-file checkpoint in the original layout A1111/Forge/ComfyUI load, where one exists."""
     from studio.train.pipelines.single_file import save_single_file
 
@@ -136,7 +196,7 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
     family = config.model.family
     if family not in SINGLE_FILE_ARCHITECTURES:
         warn(f"output.formats \"single_file\" is not available for {family} yet; the diffusers pipeline "
-             f"folder {folder} was written instead", str(folder),
+             f"folder {final} was written instead", str(final),
              "load the folder with diffusers, or convert it with your UI's own tools")
         return []
     meta = {**metadata, "modelspec.architecture": SINGLE_FILE_ARCHITECTURES[family],

@@ -1,8 +1,12 @@
 """Rank 0's voice: events to RUN_DIR/events.jsonl and a short line per event on stdout.
 
 Other ranks hold a silent reporter, so the loop never asks which rank it is on. Every event
-is written before its line is printed, and neither a failed write (a full disk) nor a failed
-print ends the training: the run's record matters more than its echo.
+is written before its line is printed; a failed print never ends the training.
+
+A failed event write does: a run whose record is gone cannot be followed, resumed or judged.
+The writer's reserve is released (its room holds the rest of the cut line, the `error` and the
+`run_finished`), the event that failed raises `EventsNotWritten` (a `disk_full` error when the
+disk is full), and from then on only the run's end is written.
 """
 
 from __future__ import annotations
@@ -27,31 +31,61 @@ from studio.core.runs.events import (
     Step,
 )
 from studio.core.runs.folders import EVENTS_FILE
+from studio.train.errors import TrainError, disk_full_error, is_disk_full
+
+
+class EventsNotWritten(TrainError):
+    """An event could not be written to events.jsonl: the run stops rather than train unrecorded."""
 
 
 class Reporter:
     def __init__(self, run_dir: Path, active: bool, print_every: int = 10) -> None:
         self.active = active
+        self.run_dir = run_dir
         self.writer = EventWriter(run_dir / EVENTS_FILE) if active else None
         self.print_every = max(1, print_every)
         self.warnings = 0
         self.total = 0
         self.write_error: OSError | None = None
+        self.lost: EventsNotWritten | None = None  # set by the first failed write; the loop stops on it
+        self.last_error = ""  # the message of the last error printed
 
     def emit(self, event: Event) -> None:
         if self.writer is None:
             return
         if isinstance(event, RunStarted):
             self.total = event.total_steps
+        last = isinstance(event, RunFinished) or (isinstance(event, Error) and event.kind != "sample")
+        if self.lost is not None and not last:
+            raise self.lost  # only the run's end still goes into the reserve's room
         try:
             self.writer.write(event)
         except OSError as exc:
-            if self.write_error is None:
-                _say(f"warning: cannot write {self.writer.path} ({exc}); events are missing from it", sys.stderr)
-            self.write_error = exc
+            self._write_failed(exc)
+            if not last:
+                assert self.lost is not None
+                raise self.lost from None
+            return  # the end of the run could not be written either; its lines are still printed below
         line = self._line(event)
         if line:
             _say(line, sys.stdout, flush=event.type != "step")
+
+    def _write_failed(self, exc: OSError) -> None:
+        """Free the reserve and write what is pending into its room; the first failure is remembered."""
+        assert self.writer is not None
+        if self.write_error is None:
+            self.write_error = exc
+            path = self.writer.path
+            if is_disk_full(exc):
+                error = disk_full_error(path.parent, None, path.name)
+                self.lost = EventsNotWritten(error.kind, error.message, error.hint, error.path)
+            else:
+                self.lost = EventsNotWritten("crash", f"cannot write {path}: {exc.strerror or exc}",
+                                             "check the disk and the folder's permissions, then resume the run",
+                                             str(path))
+        if self.writer.release_reserve():
+            with contextlib.suppress(OSError):
+                self.writer.flush()
 
     def _line(self, event: Event) -> str:
         if isinstance(event, Step):
@@ -70,6 +104,7 @@ class Reporter:
         if isinstance(event, RunWarning):
             return f"warning: {event.message}" + (f" ({event.hint})" if event.hint else "")
         if isinstance(event, Error):
+            self.last_error = event.message
             where = f" [{event.path}]" if event.path else ""
             return f"error ({event.kind}): {event.message}{where}" + (f"\n  hint: {event.hint}" if event.hint else "")
         if isinstance(event, Sample):
@@ -79,7 +114,8 @@ class Reporter:
         if isinstance(event, EpochSaved):
             return f"LoRA of epoch {event.epoch} (step {event.step}): " + ", ".join(event.outputs)
         if isinstance(event, RunFinished):
-            return f"run {event.status} at step {event.step}" + (f": {event.message}" if event.message else "")
+            repeat = not event.message or event.message == self.last_error  # said by the error line just above
+            return f"run {event.status} at step {event.step}" + ("" if repeat else f": {event.message}")
         return ""
 
     def warn(self, message: str, path: str | None = None, hint: str = "") -> None:

@@ -96,6 +96,20 @@ def test_resume_refuses_a_run_imported_from_another_machine(tmp_path: Path, caps
     assert (run / "events.jsonl").read_bytes() == before and not (run / "console.log").exists()
 
 
+def test_resume_refuses_a_disk_without_room_for_what_the_run_still_writes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    run = _run_folder(tmp_path)
+    before = (run / "events.jsonl").read_bytes()
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(2**40, 2**40, 3 * 2**20))  # type: ignore[attr-defined]
+    assert cli_main(["resume", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: Not enough free disk to resume {run.name}: it still writes about ")
+    assert "MB (checkpoints and outputs), 3 MB free" in err and "Traceback" not in err
+    assert (run / "events.jsonl").read_bytes() == before and not (run / "console.log").exists()
+
+
 def test_resume_refuses_a_run_another_trainer_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from studio.core.runs.lock import RunLock
 

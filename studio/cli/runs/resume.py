@@ -1,8 +1,9 @@
 """`studio-train resume RUN_DIR`: continue a stopped or killed run from its newest checkpoint.
 
 Refused, with what to do instead: a run that already completed (resuming it would train it
-again from step 0), a run another trainer is training now (its lock), and a run imported from
-another machine (its paths are that machine's).
+again from step 0), a run another trainer is training now (its lock), a run imported from
+another machine (its paths are that machine's), and a disk with too little room for what the
+run still writes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from studio.cli._follow import follow_training
 from studio.core.config.toml_file import load_config
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
+from studio.core.project.preflight import check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
 from studio.core.runs.lock import RunLockedError, lock_holder, process_file_alive
@@ -41,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
+    no_room = check_resume_disk(config, run_dir)
+    if no_room:
+        print(f"error: {no_room}", file=sys.stderr)
+        return EXIT_FAILED
     command = build_command(run_dir, training_python(config), resume=True)
     print(f"command: {format_command(command)}", flush=True)
     return follow_training(command, run_dir)

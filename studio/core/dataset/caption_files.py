@@ -8,18 +8,28 @@ keeps editing; the store takes the outcome back afterwards.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 import sys
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.dataset.caption_sources import read_caption_file
+from studio.core.dataset.caption_guard import (
+    FileChanged,
+    Snapshot,
+    folder_locks,
+    read_snapshot,
+    replace_unchanged,
+)
+from studio.core.dataset.caption_sources import decode_caption
 
-# Past this many files one sync() of the whole system is cheaper than one fsync() per file.
-_BATCH_SYNC_FILES = 8
+# Past this many files the fsyncs run side by side: the filesystem commits them together.
+_PARALLEL_SYNC_FILES = 8
+_SYNC_THREADS = 8
 
 
 def _create_temp(path: Path, mode: int) -> tuple[int, str]:
@@ -33,61 +43,95 @@ def _create_temp(path: Path, mode: int) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name next to {path}")
 
 
-def write_texts_atomically(texts: Mapping[Path, str]) -> dict[Path, OSError]:
+def write_texts_atomically(texts: Mapping[Path, str],
+                           unchanged: Mapping[Path, Snapshot | None] | None = None) -> dict[Path, OSError]:
     """Write every file as UTF-8 so that a crash at any moment leaves each either old or new, never half written.
 
     Why the guarantee holds: each text goes to a new temporary file in the file's own
-    folder; the data of every temporary file is on disk (one fsync each, or for a large
-    batch on Linux one sync(), which returns only once all dirty data is written) before
-    any rename; then each temporary file is renamed over its target, and a rename within
-    one folder is atomic. Finally the folders are synced so the new names themselves
-    survive a power cut. Nothing is ever written into the target file in place.
+    folder; the data of every temporary file is on disk (one fsync each) before any
+    rename; then each temporary file is renamed over its target, and a rename within one
+    folder is atomic. Finally the folders are synced so the new names themselves survive
+    a power cut. Nothing is ever written into the target file in place.
+
+    The folders' caption locks are held throughout (see `caption_guard`). A file named in
+    `unchanged` is replaced only if it is still as its snapshot saw it (None: still absent);
+    otherwise its error is a `FileChanged` and the file stays as the other program left it.
     Returns the files that could not be written, with the error; those are left untouched.
     """
+    with folder_locks(path.parent for path in texts):
+        return _write_locked(texts, unchanged or {})
+
+
+def _write_locked(texts: Mapping[Path, str], unchanged: Mapping[Path, Snapshot | None]) -> dict[Path, OSError]:
     failed: dict[Path, OSError] = {}
-    temps: list[tuple[str, Path]] = []
-    batch_sync = sys.platform.startswith("linux") and len(texts) > _BATCH_SYNC_FILES
-    for path, text in texts.items():
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = None
-        except OSError as exc:
-            failed[path] = exc
-            continue
-        try:
-            fd, tmp = _create_temp(path, 0o666 if mode is None else mode)
-        except OSError as exc:
-            failed[path] = exc
-            continue
-        try:
+    temps: dict[Path, str] = {}
+    items = list(texts.items())
+    try:
+        if len(items) > _PARALLEL_SYNC_FILES:
+            # The fsyncs run side by side: the filesystem commits them together, not one journal commit each.
+            with ThreadPoolExecutor(_SYNC_THREADS) as pool:
+                written = list(pool.map(_write_temp, items))
+        else:
+            written = [_write_temp(item) for item in items]
+        for (path, _text), (tmp, error) in zip(items, written, strict=True):
+            if tmp is not None:
+                temps[path] = tmp
+            if error is not None:
+                failed[path] = error
+        folders: set[str] = set()
+        for path, tmp in temps.items():
+            if path in failed:
+                continue
             try:
-                os.write(fd, text.encode("utf-8"))
-                if mode is not None and hasattr(os, "fchmod"):
-                    os.fchmod(fd, mode)  # the umask may have dropped bits the old file had
-                if not batch_sync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            if mode is not None and not hasattr(os, "fchmod"):
-                os.chmod(tmp, mode)
-            temps.append((tmp, path))
-        except OSError as exc:
-            failed[path] = exc
-            _unlink(tmp)
-    if batch_sync and temps:
-        os.sync()  # Linux's sync() waits until every written page is on disk
-    folders: set[str] = set()
-    for tmp, path in temps:
-        try:
-            os.replace(tmp, path)
-            folders.add(os.path.dirname(tmp))
-        except OSError as exc:
-            failed[path] = exc
-            _unlink(tmp)
-    for folder in folders:
-        _sync_folder(folder)
+                if path in unchanged:
+                    replace_unchanged(tmp, path, unchanged[path])
+                else:
+                    os.replace(tmp, path)
+                folders.add(os.path.dirname(tmp))
+            except OSError as exc:
+                failed[path] = exc
+        for folder in folders:
+            _sync_folder(folder)
+    finally:
+        # Whatever happened (an error, Ctrl+C, a stop signal), no temporary file stays behind.
+        for tmp in temps.values():
+            if os.path.lexists(tmp):
+                _unlink(tmp)
     return failed
+
+
+def _write_temp(item: tuple[Path, str]) -> tuple[str | None, OSError | None]:
+    """(temporary file, error) of one text written and synced next to its target (its own data only)."""
+    path, text = item
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        return None, exc
+    try:
+        fd, tmp = _create_temp(path, 0o666 if mode is None else mode)
+    except OSError as exc:
+        return None, exc
+    try:
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
+            if mode is not None and hasattr(os, "fchmod"):
+                os.fchmod(fd, mode)  # the umask may have dropped bits the old file had
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if mode is not None and not hasattr(os, "fchmod"):  # pragma: no cover - Windows
+            os.chmod(tmp, mode)
+    except OSError as exc:
+        _unlink(tmp)
+        return None, exc
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp, None
 
 
 def _sync_folder(folder: str) -> None:
@@ -108,10 +152,8 @@ def _unlink(path: str) -> None:
 
 
 def read_text_or_none(path: Path) -> str | None:
-    try:
-        return read_caption_file(path)[0]
-    except FileNotFoundError:
-        return None
+    snapshot = read_snapshot(path)
+    return None if snapshot is None else decode_caption(snapshot.data)[0]
 
 
 def metadata_text(row: dict[str, object]) -> str:
@@ -149,19 +191,35 @@ class SaveBatch:
         return len(self.sidecars) + sum(len(rows) for rows in self.metadata.values())
 
     def run(self) -> None:
+        """Check and write every job while the folders' caption locks are held, so no other studio
+        writer saves in between; a file another program changes meanwhile is a conflict."""
+        folders = {job.target.parent for job in self.jobs}
+        try:
+            with folder_locks(folders):
+                self._run_locked()
+        except OSError as exc:  # the lock could not be had: every job is as it was
+            for job in self.jobs:
+                if not job.outcome:
+                    job.outcome, job.error = "error", exc
+        self.done = True
+
+    def _run_locked(self) -> None:
         writes: dict[Path, str] = {}
         owners: dict[Path, FileJob] = {}
+        snapshots: dict[Path, Snapshot | None] = {}
         for job in self.sidecars:
             if job.check:
                 try:
-                    disk = read_text_or_none(job.target)
+                    snapshot = read_snapshot(job.target)
                 except OSError as exc:
                     job.outcome, job.error = "error", exc
                     continue
+                disk = None if snapshot is None else decode_caption(snapshot.data)[0]
                 stale = disk != job.expected and (job.remove or disk != job.text)
                 if stale and not (job.remove and disk is None):
                     job.outcome, job.disk = "conflict", disk
                     continue
+                snapshots[job.target] = snapshot
             if job.remove:
                 try:
                     job.target.unlink(missing_ok=True)
@@ -172,25 +230,47 @@ class SaveBatch:
                 continue
             writes[job.target] = job.text
             owners[job.target] = job
-        failed = write_texts_atomically(writes)
+        failed = _write_locked(writes, snapshots)
         for target, job in owners.items():
-            if target in failed:
-                job.outcome, job.error = "error", failed[target]
+            error = failed.get(target)
+            if isinstance(error, FileChanged):
+                job.outcome, job.disk = "conflict", read_text_or_none(target)
+            elif error is not None:
+                job.outcome, job.error = "error", error
             else:
                 job.outcome = "saved"
         for jsonl, rows in self.metadata.items():
             _save_metadata(jsonl, rows)
-        self.done = True
 
 
 def _save_metadata(jsonl: Path, jobs: list[FileJob]) -> None:
-    """Rewrite the rows of `jobs` in a metadata.jsonl; other keys, rows and broken lines stay as they are."""
+    """Rewrite the rows of `jobs` in a metadata.jsonl; other keys, rows and broken lines stay as they are.
+
+    The file is written only if nobody changed it since it was read here; if somebody did,
+    it is read and compared again (their change may be to other rows).
+    """
+    for _attempt in range(3):
+        if _try_save_metadata(jsonl, jobs):
+            return
+    for job in jobs:
+        if not job.outcome:
+            job.outcome, job.disk = "conflict", None
+
+
+def _try_save_metadata(jsonl: Path, jobs: list[FileJob]) -> bool:
+    """False when the file changed between the read and the write (nothing was written)."""
     try:
-        lines = jsonl.read_text(encoding="utf-8-sig").splitlines()
+        snapshot = read_snapshot(jsonl)
+        if snapshot is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(jsonl))
+        try:
+            lines = snapshot.data.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError:
+            raise OSError(errno.EILSEQ, "it is not UTF-8 text, so it is not rewritten", str(jsonl)) from None
     except OSError as exc:
         for job in jobs:
             job.outcome, job.error = "error", exc
-        return
+        return True
     rows: dict[Path, int] = {}
     for number, line in enumerate(lines):
         try:
@@ -200,6 +280,7 @@ def _save_metadata(jsonl: Path, jobs: list[FileJob]) -> None:
             continue
     written: list[FileJob] = []
     for job in jobs:
+        job.outcome, job.disk = "", None
         found = rows.get(job.image)
         if found is None:
             row = {"file_name": job.image.relative_to(jsonl.parent).as_posix(), "text": job.text}
@@ -215,10 +296,14 @@ def _save_metadata(jsonl: Path, jobs: list[FileJob]) -> None:
         lines[found] = json.dumps(row, ensure_ascii=False)
         written.append(job)
     if not written:
-        return
-    failed = write_texts_atomically({jsonl: "\n".join(lines) + "\n"})
+        return True
+    failed = _write_locked({jsonl: "\n".join(lines) + "\n"}, {jsonl: snapshot})
+    error = failed.get(jsonl)
+    if isinstance(error, FileChanged):
+        return False
     for job in written:
-        if jsonl in failed:
-            job.outcome, job.error = "error", failed[jsonl]
+        if error is not None:
+            job.outcome, job.error = "error", error
         else:
             job.outcome = "saved"
+    return True

@@ -26,7 +26,11 @@ def read_caption_file(path: Path) -> tuple[str, bool]:
     Files that are not UTF-8 are read as UTF-16 (with its BOM) or cp1252, then latin-1,
     and reported with False so the person can be warned; they are never rewritten here.
     """
-    data = Path(path).read_bytes()
+    return decode_caption(Path(path).read_bytes())
+
+
+def decode_caption(data: bytes) -> tuple[str, bool]:
+    """A caption file's bytes as its text (see `read_caption_file`) and whether they were UTF-8."""
     was_utf8 = True
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM):]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.dataset.caption_files import FileJob, SaveBatch, write_texts_atomically
+from studio.core.dataset.caption_guard import remove_caption_leftovers
 from studio.core.dataset.caption_sources import METADATA_FILE
 from studio.core.dataset.scan import ImageEntry
 
@@ -137,6 +138,14 @@ class CaptionStore:
         if entry.caption_path is not None and entry.caption_source in _OWN_FILES:
             return entry.caption_path
         return image.with_suffix(self.caption_extension)
+
+    def folders(self) -> set[Path]:
+        """Every folder holding an image or a caption file of this dataset."""
+        return {p.parent for e in self.entries.values() for p in (e.path, e.caption_path) if p is not None}
+
+    def remove_leftovers(self, *more: Path) -> list[Path]:
+        """Delete what saves killed halfway left in the dataset's folders (and `more`); see `caption_guard`."""
+        return remove_caption_leftovers([*sorted(self.folders(), key=str), *more], self.caption_extension)
 
     # ------------------------------------------------------------ saving
 

@@ -30,6 +30,7 @@ from studio.core.models.files import (
 )
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
+from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
 
 GB = 1024**3
 TORCH_PROBE_TIMEOUT_S = 120
@@ -135,18 +136,6 @@ def check_dataset(config: TrainConfig) -> PreflightProblem | None:
                                        "or point dataset.concepts at your image folder on the Dataset page.")
 
 
-def estimate_disk_bytes(config: TrainConfig) -> int:
-    """Disk a run will fill: kept checkpoints (weights and optimizer state), outputs, samples."""
-    params = estimate_vram(config, None).trainable_params
-    saves = config.output.keep_last if config.output.save_every_n_steps else 1
-    checkpoint = params * 4 * 3  # fp32 weights and Adam's two moments
-    if config.method.kind == "lora":
-        outputs = params * 2 * max(1, len(config.output.formats))
-    else:
-        outputs = params * 2 * (2 if "single_file" in config.output.formats else 1)
-    return int((saves * checkpoint + outputs) * 1.1) + GB // 4  # a margin, samples and logs
-
-
 def _nearest_existing(folder: Path) -> Path:
     while not folder.exists() and folder.parent != folder:
         folder = folder.parent
@@ -169,10 +158,24 @@ def check_output(config: TrainConfig) -> list[PreflightProblem]:
     needed, free = estimate_disk_bytes(config), shutil.disk_usage(existing).free
     if free < needed:
         return [PreflightProblem("disk", f"Not enough free disk for {folder}: the run needs about "
-                                         f"{needed / GB:.1f} GB (checkpoints and outputs), {free / GB:.1f} GB are "
+                                         f"{format_size(needed)} (checkpoints and outputs), {format_size(free)} "
                                          "free: free some space, keep fewer checkpoints (output.keep_last) or set "
                                          "output.dir to another disk.")]
     return []
+
+
+def check_resume_disk(config: TrainConfig, run_dir: Path) -> str | None:
+    """Why the disk of `run_dir` has too little room to resume it, or None."""
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        return None
+    needed = resume_disk_bytes(config, run_dir)
+    if free >= needed:
+        return None
+    return (f"Not enough free disk to resume {run_dir.name}: it still writes about {format_size(needed)} "
+            f"(checkpoints and outputs), {format_size(free)} free on the disk of {run_dir}: free some space, "
+            "then resume it again.")
 
 
 def check_vram(config: TrainConfig, gpu: GPUInfo) -> PreflightProblem | None:

@@ -149,10 +149,16 @@ def send_files(client: SshClient, files: Sequence[LocalFile], remote_root: str, 
     if changed:
         if progress:
             progress(f"copying {len(changed)} file(s) with {report.tool}", 0, len(changed))
-        if use_rsync:
-            _rsync_up(client, changed, remote_root)
-        else:
-            _sftp_up(client, changed, remote_root)
+        try:
+            if use_rsync:
+                _rsync_up(client, changed, remote_root)
+            else:
+                _sftp_up(client, changed, remote_root)
+        except RemoteError as exc:
+            # What arrived stays there (rsync keeps a partial file); the next send compares again.
+            said = str(exc).rstrip(". ")
+            raise RemoteError(f"{said}. The copy to {client.machine.name} was cut off: run it again, only what is "
+                              "missing is sent.") from exc
     if progress:
         progress(f"copied {len(changed)} file(s)", len(changed), max(len(changed), 1))
     return report

@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from studio.core.protocol.jsonlines import Message, Protocol, UnknownMessage, loads_line
+from studio.core.runs.event_writer import EventWriter as EventWriter  # the writer lives beside the protocol
 
 PROTOCOL_VERSION = 1
 
@@ -168,38 +169,6 @@ def event_from_dict(data: Any) -> Event:
 def parse_event(line: str | bytes) -> Event:
     """One JSON line -> typed event. Raises ValueError for garbage, UnknownEvent for new types."""
     return event_from_dict(loads_line(line))
-
-
-class EventWriter:
-    """Appends events to a run's events.jsonl; flushes at most once a second, or at once for
-    events that matter (everything except steps), so a crash loses at most a second of steps."""
-
-    def __init__(self, path: str | Path, flush_interval: float = 1.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        self._interval = flush_interval
-        self._last_flush = 0.0
-
-    def write(self, event: Event) -> None:
-        if self._handle is None:
-            return
-        self._handle.write(event.to_json() + "\n")
-        now = time.monotonic()
-        if event.type != "step" or now - self._last_flush >= self._interval:
-            self._handle.flush()
-            self._last_flush = now
-
-    def close(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.close()  # flushes; closes the file even when that write fails (a full disk)
-
-    def __enter__(self) -> EventWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def read_events(path: str | Path) -> list[Event]:

@@ -19,7 +19,6 @@ from studio.core.dataset.caption_store import CaptionStore
 from studio.core.dataset.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
-from studio.core.files import remove_leftover_temp_files
 from studio.gui.dataset.helper_process import HelperProcess
 
 
@@ -81,8 +80,8 @@ def read_folders(listed: ListOutcome, caption_extension: str) -> ScanOutcome:
             outcome.errors.append(folder_problem(listing.concept, exc))
     entries = [e for _, scan in outcome.scans for e in scan.entries]
     # Saves killed halfway (the studio closed, the power cut) leave hidden temporary files.
-    remove_leftover_temp_files(p.parent for e in entries for p in (e.path, e.caption_path) if p is not None)
     outcome.store = CaptionStore(entries, caption_extension)
+    outcome.store.remove_leftovers()
     outcome.tags = tag_counts(e.caption for e in entries)
     return outcome
 

@@ -142,9 +142,16 @@ def test_a_full_disk_names_the_room_needed(tmp_path: Path, hub_cache: Path, monk
     config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
     monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(100 * 2**30, 100 * 2**30, 2**20))  # type: ignore[attr-defined]
     (line,) = _lines(config, root)
-    assert line == (f"Not enough free disk for {root / 'runs'}: the run needs about 0.3 GB (checkpoints and "
-                    "outputs), 0.0 GB are free: free some space, keep fewer checkpoints (output.keep_last) or set "
+    assert line == (f"Not enough free disk for {root / 'runs'}: the run needs about 55 MB (checkpoints and "
+                    "outputs), 1 MB free: free some space, keep fewer checkpoints (output.keep_last) or set "
                     "output.dir to another disk.")
+
+
+def test_sizes_below_a_gigabyte_are_shown_in_megabytes() -> None:
+    from studio.core.project.disk_estimate import format_size
+
+    assert [format_size(n) for n in (24 * 2**20, 2**19, 1023 * 2**20, 3 * 2**30 // 2)] == [
+        "24 MB", "0.5 MB", "1,023 MB", "1.5 GB"]
 
 
 def test_a_run_too_big_for_the_gpu_can_be_confirmed(tmp_path: Path, hub_cache: Path) -> None:

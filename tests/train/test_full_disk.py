@@ -1,0 +1,150 @@
+"""A disk with no byte left: the run's end is always recorded, nothing half written stays, resume continues."""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from studio.core.config.schema import OutputSection, TrainingSection
+from studio.core.runs.event_writer import RESERVE_BYTES, EventWriter
+from studio.core.runs.events import Checkpoint, Error, RunFinished, Step
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+
+
+class FullDisk:
+    """events.jsonl's disk fills up once the checkpoint of step `at` is being recorded: that line
+    is cut after a few bytes; deleting the reserve file frees its room again, as on a real disk."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, at: int) -> None:
+        self.room: int | None = None  # None: not full yet
+        self.at = at
+        real_write, real_release = os.write, EventWriter.release_reserve
+
+        def write(fd: int, data: bytes) -> int:
+            try:
+                name = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                name = ""
+            if not name.endswith("events.jsonl"):
+                return real_write(fd, data)
+            if self.room is None and b'"type":"checkpoint"' in bytes(data) and f'"step":{self.at},'.encode() in bytes(data):
+                self.room = 12
+            if self.room is None:
+                return real_write(fd, data)
+            if self.room <= 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            written = real_write(fd, bytes(data)[: self.room])
+            self.room -= written
+            return written
+
+        def release(writer: EventWriter) -> bool:
+            freed = real_release(writer)
+            if freed and self.room is not None:
+                self.room += RESERVE_BYTES
+            return freed
+
+        monkeypatch.setattr(os, "write", write)
+        monkeypatch.setattr(EventWriter, "release_reserve", release)
+
+
+def test_a_disk_full_after_a_checkpoint_stops_the_run_and_records_its_end(
+        make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    FullDisk(monkeypatch, at=2)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=8, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)  # every line parses: the cut line was completed from the reserve
+    assert code == 1
+    assert [e.step for e in events if isinstance(e, Checkpoint)] == [2]
+    assert max(e.step for e in events if isinstance(e, Step)) == 2  # no training past the failed write
+    error, finished = events[-2:]
+    assert isinstance(error, Error) and error.kind == "disk_full"
+    assert f"the disk holding {run_dir} is full while writing events.jsonl" in error.message
+    assert isinstance(finished, RunFinished) and finished.status == "failed" and finished.step == 2
+    assert not (run_dir / "events.jsonl.reserve").exists()
+    out = capsys.readouterr()
+    assert (out.out + out.err).count("is full while writing") == 1
+
+
+def test_a_safetensors_error_while_checkpointing_leaves_no_checkpoint_folder(
+        make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    real_save = safetensors.torch.save_file
+    calls: list[str] = []
+
+    def save_file(tensors: dict[str, torch.Tensor], filename: str, *args: object, **kwargs: object) -> None:
+        calls.append(filename)
+        if "step-2" not in filename:
+            return real_save(tensors, filename, *args, **kwargs)
+        Path(filename).write_bytes(b"\0" * 100)
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=1))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)
+    assert code == 1
+    (error,) = [e for e in events if isinstance(e, Error)]
+    assert error.kind == "disk_full" and "the checkpoint of step 2" in error.message
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-1"]
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "failed"
+
+
+def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half_output(
+        make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors import SafetensorError
+
+    from studio.train.families import kohya
+
+    def full(folder: Path, name: str, *args: object, **kwargs: object) -> Path:
+        (folder / f"{name}.safetensors").write_bytes(b"\0" * 1000)  # begun when the disk filled up
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(kohya, "save_kohya_file", full)  # the diffusers file is written, then the disk is full
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=2, seed=1))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)
+    assert code == 1
+    (error,) = [e for e in events if isinstance(e, Error)]
+    output = run_dir / "output"
+    assert error.kind == "disk_full" and error.path == str(output)
+    assert f"while writing the outputs ({output / config.output.name}.safetensors)" in error.message
+    assert error.needed_bytes and error.needed_bytes > 2**20 and "needed" in error.message
+    assert list(output.iterdir()) == []  # nothing half written
+
+
+def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
+        make_config, run_training, tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    from studio.core.config.paths import resolve_paths
+    from studio.core.config.schema import SamplingSection
+    from studio.core.project.disk_estimate import MB, estimate_disk_bytes
+
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=6, seed=1),
+                         sampling=SamplingSection(every_n_steps=3, prompts=["a red circle"], steps=2),
+                         output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2, keep_last=1))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    (trained,) = (run_dir / "checkpoints").glob("step-*/trainable_0.safetensors")
+    with safe_open(str(trained), "pt") as handle:
+        params = sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())  # noqa: SIM118 - not a dict
+    written = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+    checkpoint = sum(p.stat().st_size for p in (run_dir / "checkpoints").rglob("*") if p.is_file())
+    peak = written + checkpoint  # the newest checkpoint is written before the oldest goes
+    estimate = estimate_disk_bytes(resolve_paths(config, tmp_path), params)
+    print(f"{params} weights trained: estimate {estimate / MB:.2f} MB, written at the peak {peak / MB:.2f} MB")
+    assert peak <= estimate <= peak * 1.25 + MB
