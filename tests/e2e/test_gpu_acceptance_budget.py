@@ -6,6 +6,7 @@ preset is tests/e2e/test_gpu_acceptance_dry_run.py)."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -95,7 +96,7 @@ def test_the_budget_stops_new_runs_and_the_table_follows_every_run(tmp_path: Pat
     assert status["sdxl-dreambooth-2x24gb"] == "skipped: needs 2 GPUs, this machine has 1"
     assert code == 1  # not every preset was measured
     # After each run ended, the table said so before the next run started.
-    for done, following in zip(order[:3], order[1:3], strict=False):
+    for done, following in itertools.pairwise(order[:3]):
         ended = next(i for i, w in enumerate(writes) if (done, "exit 0") in w)
         began = next(i for i, w in enumerate(writes) if (following, "running") in w)
         assert ended < began
