@@ -28,14 +28,11 @@ it checks the script, not the GPU, so it reports no error against the estimate.
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import itertools
 import json
 import os
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from process_tree import die_with_parent, end_children_on_exit, kill_tree  # noqa: E402
+
 PROMPT = "a red square on a white background"
 GB = 1024.0
 
@@ -181,35 +181,6 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
 TRAINER = [sys.executable, "-m", "studio.cli", "run"]  # `studio-train run CONFIG`, as a person runs it
 
 
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): a SIGKILL of this script ends the child too."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def end_children() -> None:
-    """End every process this script started, and theirs (exit, SIGTERM, SIGINT)."""
-    import psutil
-
-    try:
-        family = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
-    for proc in family:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(family, timeout=10)
-
-
-def _on_signal(signum: int, _frame: Any) -> None:
-    end_children()
-    raise SystemExit(128 + signum)
-
-
 def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool,
               trainer: list[str] = TRAINER) -> Job:
     from studio.core.config.toml_file import save_config
@@ -231,7 +202,7 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     log = open(root / "cli.log", "wb")  # noqa: SIM115 - closed when the job is collected
     # No new session: the run stays in this script's process group, so whatever ends the script ends it.
     process = subprocess.Popen([*trainer, str(config_path)], cwd=REPO, env=env,
-                               stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                               stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     sampler = TreePeak(process.pid, gpu=not dry_run)
     sampler.start()
     return Job(row, root, config_path, config.sampling.every_n_steps, process, sampler, time.monotonic(), log)
@@ -283,21 +254,6 @@ def finish_job(job: Job, timed_out: bool, dry_run: bool, alone: bool) -> Row:
     return row
 
 
-def kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        parent = psutil.Process(pid)
-        family = [*parent.children(recursive=True), parent]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            continue
-
-
 def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     def num(value: float | None, fmt: str) -> str:
         return "—" if value is None else format(value, fmt)
@@ -343,7 +299,7 @@ def start_models(families: list[str], work: Path, given: dict[str, Path], dry_ru
         command = [sys.executable, str(Path(__file__).resolve()), "--write-model", family, str(work / "models")]
         log = open(work / f"model-{family}.log", "wb")  # noqa: SIM115 - the helper owns it until it exits
         started[family] = (subprocess.Popen([*command, *(["--dry-run"] if dry_run else [])], cwd=REPO, stdout=log,
-                                            stderr=subprocess.STDOUT, preexec_fn=_die_with_parent), marker, log)
+                                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent), marker, log)
     return started
 
 
@@ -463,9 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     presets = pick_presets(args.only)
     gpus = the_gpus(args.dry_run)
     gpu, gpu_count = gpus[0], args.gpus or len(gpus)
-    atexit.register(end_children)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    end_children_on_exit()
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu.name, "driver": gpu.driver, "cuda": gpu.cuda,
             "steps": args.steps, "every": max(1, args.steps // 2), "jobs": 1 if args.dry_run else args.jobs,
             "dry_run": args.dry_run, "python": sys.version.split()[0], "gpus": gpu_count, "budget_s": args.budget_s}

@@ -1,0 +1,33 @@
+"""benchmarks/gpu_all.sh as one device call runs it, on the CPU (DRY_RUN=1): acceptance then speed,
+ended by its deadline, at most 8 files in the output folder (what one call brings back)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script with GNU timeout, as on the GPU machine")
+def test_the_whole_call_ends_by_its_deadline_with_at_most_8_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    began = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_all.sh"), str(out), "150"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - began
+    assert took < 150 + 25, done.stdout[-2000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(p.is_file() for p in out.iterdir())
+    assert {"env.txt", "log.txt", "gpu_acceptance.json", "gpu_acceptance.md", "table.md", "results.json"} <= set(files)
+    log = (out / "log.txt").read_text()
+    assert "acceptance exit" in log and "speed" in log
+    assert "| preset | promise | estimate |" in done.stdout  # the tables end the output
+    assert (tmp_path / "out").resolve().parent == tmp_path.resolve()
