@@ -104,6 +104,10 @@ def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | No
                            f"(the full-size {config.model.family} has {local['published_params'] / 1e6:,.0f} M)")
     if facts.batch > config.training.batch_size:
         facts.notes.append("prior preservation doubles the batch (instance + class images)")
+    provisional = [k for k in facts.calibration.get("fit", {}).get("provisional", {}) if k.startswith(f"{device}.")]
+    if provisional:  # a number that rests on one measured run
+        facts.notes.append(f"provisional: the {device.upper()} figures ({', '.join(k.split('.', 1)[1] for k in provisional)}) "
+                           "rest on one measured run each")
     return facts
 
 

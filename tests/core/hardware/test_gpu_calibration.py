@@ -62,6 +62,13 @@ def test_every_fitted_number_names_the_points_it_rests_on_two_at_least() -> None
     assert all(key.startswith("cpu.") for key in calibration["fit"]["provisional"])
 
 
+def test_an_estimate_resting_on_a_single_run_says_so() -> None:
+    config = POINTS[0].config
+    cpu = estimate_vram(config, None)
+    assert any(n.startswith("provisional: the CPU figures (activation_peak_factor.no_checkpointing") for n in cpu.notes)
+    assert not any(n.startswith("provisional") for n in estimate_vram(config, cf.MEASURING_GPU).notes)
+
+
 def test_the_shipped_numbers_are_the_fit() -> None:
     shipped = load_calibration()["gpu"]
     for name, value in cf.fit(POINTS).items():
