@@ -341,6 +341,23 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
     pending, jobs = list(presets), args.jobs
     running: list[Job] = []
     began = time.monotonic()
+    try:
+        _run_all(args, pending, running, rows, models, work, gpu, meta, began, jobs)
+    except SystemExit:  # ended from outside (SIGTERM, SIGINT): the table says what was cut short
+        for job in running:
+            kill_tree(job.process.pid)
+            rows[job.row.preset] = finish_job(job, True, args.dry_run, alone=len(running) == 1)
+            rows[job.row.preset].status = "stopped: the script was ended"
+        for preset in pending:
+            rows[preset.id].status = "not started: the script was ended"
+        write_results(args.out, list(rows.values()), meta)
+        raise
+    write_results(args.out, list(rows.values()), meta)
+    return list(rows.values())
+
+
+def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], rows: dict[str, Row],
+             models: dict[str, Any], work: Path, gpu: Any, meta: dict[str, Any], began: float, jobs: int) -> None:
     while pending or running:
         for job in [j for j in running if j.process.poll() is not None
                     or time.monotonic() - j.started > args.run_timeout]:
@@ -368,8 +385,6 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
             write_results(args.out, _with(rows, running), meta)  # the table says what runs now
             print(f"started {preset.id}", file=sys.stderr, flush=True)
         time.sleep(0.2)
-    write_results(args.out, list(rows.values()), meta)
-    return list(rows.values())
 
 
 def _with(rows: dict[str, Row], running: list[Job]) -> list[Row]:
@@ -395,11 +410,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: checks the script only")
     parser.add_argument("--model", action="append", default=[], type=_family_path, metavar="FAMILY=PATH",
                         help="use this model for a family instead of writing one")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON and markdown (nothing else)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the JSON and markdown (nothing else)")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs on this machine (default: as probed; dry run 1)")
     parser.add_argument("--trainer", type=shlex.split, default=None, help=argparse.SUPPRESS)  # tests: a stand-in
     parser.add_argument("--write-model", nargs=2, metavar=("FAMILY", "DIR"), help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None and not args.write_model:
+        parser.error("--out DIR is required: the folder for gpu_acceptance.json and gpu_acceptance.md")
+    return args
 
 
 def _family_path(text: str) -> tuple[str, Path]:

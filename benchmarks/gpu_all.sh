@@ -8,7 +8,8 @@
 # OUT_DIR ends with at most 8 files: env.txt (GPU, driver, versions), log.txt (both scripts'
 # output), gpu_acceptance.json/.md and results.json/table.md. Each script rewrites its table
 # after every run, so a cut-short call still returns what finished. ACCEPT_SHARE (default 65)
-# is the percentage of the time the acceptance gets; PYTHON the interpreter (default python3).
+# is the percentage of the time the acceptance gets; PYTHON the interpreter (default python3);
+# ACCEPT_ARGS and SPEED_ARGS add arguments to each script (e.g. ACCEPT_ARGS="--only sd15-lora-6gb").
 set -u
 out=${1:?usage: benchmarks/gpu_all.sh OUT_DIR [DEADLINE_S]}
 deadline=${2:-520}
@@ -40,18 +41,22 @@ accept=$(( deadline * share / 100 ))
 budget=$(( accept - run_timeout - 10 ))
 [ "$budget" -lt 10 ] && budget=10
 echo "[$(elapsed) s] acceptance: ${accept} s, no run started after ${budget} s" >> "$out/log.txt"
-timeout -k 10 "$accept" "$py" "$here/gpu_acceptance.py" "${dry[@]}" --out "$out" --budget-s "$budget" \
+# shellcheck disable=SC2086  # the extra arguments are words
+timeout -k 10 "$accept" "$py" "$here/gpu_acceptance.py" "${dry[@]}" ${ACCEPT_ARGS:-} --out "$out" --budget-s "$budget" \
     --run-timeout "$run_timeout" >> "$out/log.txt" 2>&1
-echo "[$(elapsed) s] acceptance exit $?" >> "$out/log.txt"
+code=$?
+echo "[$(elapsed) s] acceptance exit $code" >> "$out/log.txt"
 
 left=$(( deadline - $(elapsed) - 15 ))
 if [ "$left" -gt 30 ]; then
     budget=$(( left - case_timeout - 10 ))
     [ "$budget" -lt 5 ] && budget=5
     echo "[$(elapsed) s] speed: ${left} s, no case started after ${budget} s" >> "$out/log.txt"
-    timeout -k 10 "$left" "$py" "$here/gpu_train_speed.py" "${dry[@]}" --out "$out" --budget-s "$budget" \
+    # shellcheck disable=SC2086
+    timeout -k 10 "$left" "$py" "$here/gpu_train_speed.py" "${dry[@]}" ${SPEED_ARGS:-} --out "$out" --budget-s "$budget" \
         --case-timeout-s "$case_timeout" >> "$out/log.txt" 2>&1
-    echo "[$(elapsed) s] speed exit $?" >> "$out/log.txt"
+    code=$?
+    echo "[$(elapsed) s] speed exit $code" >> "$out/log.txt"
 else
     echo "[$(elapsed) s] speed: not run, ${left} s left" >> "$out/log.txt"
 fi
