@@ -45,7 +45,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from process_tree import die_with_parent, end_children_on_exit, kill_tree  # noqa: E402
+from process_tree import die_with_parent, ending_children, kill_tree  # noqa: E402
 
 PROMPT = "a red square on a white background"
 GB = 1024.0
@@ -437,13 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     presets = pick_presets(args.only)
     gpus = the_gpus(args.dry_run)
     gpu, gpu_count = gpus[0], args.gpus or len(gpus)
-    end_children_on_exit()
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu.name, "driver": gpu.driver, "cuda": gpu.cuda,
             "steps": args.steps, "every": max(1, args.steps // 2), "jobs": 1 if args.dry_run else args.jobs,
             "dry_run": args.dry_run, "python": sys.version.split()[0], "gpus": gpu_count, "budget_s": args.budget_s}
     if args.dry_run:
         args.jobs = 1  # the CPU runs one tiny training at a time
-    with tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as tmp:
+    with ending_children(), tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as tmp:
         work = Path(tmp)
         (work / "models").mkdir()
         rows = schedule(args, presets, work, gpu, meta, gpu_count)

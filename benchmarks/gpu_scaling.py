@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_acceptance import write_model
-from process_tree import die_with_parent, end_children_on_exit, kill_tree
+from process_tree import die_with_parent, ending_children, kill_tree
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024.0
@@ -202,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     from studio.core.config.presets import get_preset
 
     args = parse_args(argv)
-    end_children_on_exit()
     gpu, available = gpu_description(args.dry_run)
     presets = [get_preset(p) for p in args.preset or DEFAULT_PRESETS]
     counts = [n for n in args.gpus if n <= available]
@@ -211,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "steps": args.steps, "warmup": args.warmup,
             "dry_run": args.dry_run}
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="gpu-scaling-") as scratch:
+    with ending_children(), tempfile.TemporaryDirectory(prefix="gpu-scaling-") as scratch:
         work = Path(scratch)
         models = {f: Path(p) for f, p in args.model.items()}
         for preset in presets:

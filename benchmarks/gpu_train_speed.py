@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from process_tree import die_with_parent, end_children_on_exit, kill_tree
+from process_tree import die_with_parent, ending_children, kill_tree
 
 from studio.core.hardware.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.train.pipelines.arch_configs import (
@@ -472,9 +472,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run_case(Case(family, int(batch), "studio compiled"), settings)
         print(json.dumps({**asdict(result), "case": None}))
         return 0
-    end_children_on_exit()
     try:
-        return measure_all(args, settings)
+        with ending_children():
+            return measure_all(args, settings)
     finally:
         if scratch:
             shutil.rmtree(work, ignore_errors=True)

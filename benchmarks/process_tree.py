@@ -1,15 +1,17 @@
 """The GPU scripts' children end with the script: on exit, on SIGTERM/SIGINT and at a timeout.
 
 Children stay in the script's process group (no new session), so an outer `timeout` or the
-device machine's clean-up reaches them; the script itself ends every descendant when it
-leaves, and on Linux a SIGKILL of the script ends its direct children too (PR_SET_PDEATHSIG).
+device machine's clean-up reaches them; the script ends every descendant when it leaves
+(`ending_children`), and on Linux a SIGKILL of the script ends its direct children too
+(PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -57,8 +59,14 @@ def _on_signal(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def end_children_on_exit() -> None:
-    """From now on, leaving the script (normally, SIGTERM or SIGINT) ends its children first."""
-    atexit.register(end_children)
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+@contextmanager
+def ending_children() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGINT end the script's children and then the script; leaving the
+    block, however, ends them too, and puts the signal handlers back as they were."""
+    previous = {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        end_children()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
