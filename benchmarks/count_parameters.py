@@ -204,8 +204,8 @@ PRECISIONS = ("fp32", "mixed", "fp16")
 
 
 def activation_bytes(family: str, method: str, checkpointing: bool, precision: str = "mixed",
-                     resolution: int | None = None) -> int:
-    """Bytes held for backward after one forward pass at batch 1.
+                     resolution: int | None = None, batch: int = 1) -> int:
+    """Bytes held for backward after one forward pass at `batch`.
 
     With checkpointing it is what survives the forward (the checkpointed blocks'
     inputs and the unchecked layers) plus the largest block recomputed in backward.
@@ -239,7 +239,7 @@ def activation_bytes(family: str, method: str, checkpointing: bool, precision: s
 
     if checkpointing:
         model.enable_gradient_checkpointing(gradient_checkpointing_func=fake_checkpoint)  # type: ignore[operator]
-    args, kwargs = _inputs(family, resolution or NATIVE_RESOLUTION[family], dtype)
+    args, kwargs = _denoiser_inputs(family, resolution or NATIVE_RESOLUTION[family], batch, dtype)
     mixed = _MixedPrecision() if precision == "mixed" else None
     try:
         if mixed:
@@ -251,6 +251,20 @@ def activation_bytes(family: str, method: str, checkpointing: bool, precision: s
             mixed.__exit__()
     extra = sum(t.numel() * t.element_size() for i, t in inputs.items() if i not in counter.seen)
     return counter.total + extra + (max(blocks) if blocks else 0)
+
+
+def split_activation_bytes(family: str, method: str, checkpointing: bool, precision: str = "mixed") -> tuple[int, int]:
+    """(bytes per image, bytes per model) of what autograd holds for backward at the native size.
+
+    Counted at batch 1 and 2: what grows with the batch is per image (activations), the rest is
+    held once whatever the batch (the 16-bit copies autocast makes of fp32 weights and autograd
+    saves for the backward of each matmul and convolution, and the LoRA's casts). The estimate
+    scales only the first by batch and pixels.
+    """
+    one = activation_bytes(family, method, checkpointing, precision, batch=1)
+    two = activation_bytes(family, method, checkpointing, precision, batch=2)
+    per_image = two - one
+    return per_image, max(0, one - per_image)
 
 
 # ---------------------------------------------------------------- transient peaks (live bytes)
@@ -348,17 +362,19 @@ def count_family(family: str, activations: bool = True) -> dict[str, Any]:
     }
     if activations:
         mb = 1024 * 1024
+        split = {f"{method}{'_checkpointing' if gc else ''}_{precision}":
+                 split_activation_bytes(family, method, gc, precision)
+                 for method in ("lora", "full") for gc in (False, True) for precision in PRECISIONS}
         data["activations_mb"] = {
             "resolution": NATIVE_RESOLUTION[family],
             "batch": 1,
-            "note": "bytes saved for backward in one forward pass at batch 1, flash attention",
-            **{
-                f"{method}{'_checkpointing' if gc else ''}_{precision}":
-                    round(activation_bytes(family, method, gc, precision) / mb, 1)
-                for method in ("lora", "full")
-                for gc in (False, True)
-                for precision in PRECISIONS
-            },
+            "note": "bytes saved for backward per image in one forward pass (batch 2 minus batch 1), flash attention",
+            **{key: round(per_image / mb, 1) for key, (per_image, _) in split.items()},
+        }
+        data["model_copies_mb"] = {
+            "note": "bytes saved for backward once per model whatever the batch (batch 1 minus the per-image "
+                    "bytes): autocast's 16-bit copies of fp32 weights, the LoRA's casts",
+            **{key: round(per_model / mb, 1) for key, (_, per_model) in split.items()},
         }
         data["transients_mb"] = {
             "resolution": NATIVE_RESOLUTION[family],

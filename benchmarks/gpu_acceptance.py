@@ -12,8 +12,14 @@ the run's whole process tree: that peak is what nvidia-smi shows and what the es
 predicts. Runs are independent processes, so one that crashes or hangs (a per-run
 timeout) costs only its own row; up to `--jobs` run side by side when their estimates
 fit the card together (NVML counts each process apart; steps are then a little slower).
-Results are written after every run: `gpu_acceptance.json` and `gpu_acceptance.md`
-(preset, promise, estimate, measured peak, error, s/step in steady state, images/s, status).
+Runs go lowest promise first (the low-VRAM promises people rely on are measured before the
+large ones), none starts after `--budget-s` seconds, and a preset that needs more GPUs than
+the machine has is skipped with the reason. Results are written after every run, so a
+timeout still leaves what finished: `gpu_acceptance.json` and `gpu_acceptance.md` (preset,
+promise, estimate, measured peak, error, s/step in steady state, images/s, status), both
+under `--out`, with the scratch work (models, runs) in a temporary folder that is removed.
+Every child stays in this script's process group (an outer `timeout` ends them with it), and
+the script ends them all on exit, on SIGTERM/SIGINT and at a run's timeout.
 
 `--dry-run` runs the same path with tiny models on the CPU (64 px, RSS instead of NVML):
 it checks the script, not the GPU, so it reports no error against the estimate.
@@ -25,6 +31,7 @@ import argparse
 import itertools
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -37,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from process_tree import die_with_parent, ending_children, kill_tree  # noqa: E402
+
 PROMPT = "a red square on a white background"
 GB = 1024.0
 
@@ -126,6 +136,7 @@ class Row:
     steps: int = 0
     torch_reserved_gb: float | None = None
     seconds: float = 0.0
+    started_s: float | None = None  # when the run started, in seconds after the script began
     message: str = ""
     log_tail: str = ""
     estimate_parts: dict[str, float] = field(default_factory=dict)
@@ -167,7 +178,11 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
     return run, full
 
 
-def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool) -> Job:
+TRAINER = [sys.executable, "-m", "studio.cli", "run"]  # `studio-train run CONFIG`, as a person runs it
+
+
+def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool,
+              trainer: list[str] = TRAINER) -> Job:
     from studio.core.config.toml_file import save_config
     from studio.core.hardware.estimate import estimate_vram
     from studio.core.hardware.fixes import apply_changes
@@ -185,8 +200,9 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     save_config(config, config_path)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=str(work / "cache"))
     log = open(root / "cli.log", "wb")  # noqa: SIM115 - closed when the job is collected
-    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "run", str(config_path)], cwd=REPO, env=env,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # No new session: the run stays in this script's process group, so whatever ends the script ends it.
+    process = subprocess.Popen([*trainer, str(config_path)], cwd=REPO, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     sampler = TreePeak(process.pid, gpu=not dry_run)
     sampler.start()
     return Job(row, root, config_path, config.sampling.every_n_steps, process, sampler, time.monotonic(), log)
@@ -238,21 +254,6 @@ def finish_job(job: Job, timed_out: bool, dry_run: bool, alone: bool) -> Row:
     return row
 
 
-def kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        parent = psutil.Process(pid)
-        family = [*parent.children(recursive=True), parent]
-    except psutil.NoSuchProcess:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            continue
-
-
 def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     def num(value: float | None, fmt: str) -> str:
         return "—" if value is None else format(value, fmt)
@@ -275,16 +276,16 @@ def write_results(out: Path, rows: list[Row], meta: dict[str, Any]) -> None:
     (out / "gpu_acceptance.md").write_text(markdown(rows, meta))
 
 
-def the_gpu(dry_run: bool) -> Any:
+def the_gpus(dry_run: bool) -> list[Any]:
     from studio.core.hardware.probe import probe_hardware
     from studio.core.hardware.report import GPUInfo
 
     report = None if dry_run else probe_hardware()
     if report is not None and report.gpus:
-        return report.gpus[0]
+        return list(report.gpus)
     if not dry_run:
         raise SystemExit("no GPU found: run on a CUDA machine, or pass --dry-run to check the script on the CPU")
-    return GPUInfo(index=0, name="none (dry run)", total_mb=143_771, free_mb=143_771)
+    return [GPUInfo(index=0, name="none (dry run)", total_mb=143_771, free_mb=143_771)]
 
 
 def start_models(families: list[str], work: Path, given: dict[str, Path], dry_run: bool) -> dict[str, Any]:
@@ -298,7 +299,7 @@ def start_models(families: list[str], work: Path, given: dict[str, Path], dry_ru
         command = [sys.executable, str(Path(__file__).resolve()), "--write-model", family, str(work / "models")]
         log = open(work / f"model-{family}.log", "wb")  # noqa: SIM115 - the helper owns it until it exits
         started[family] = (subprocess.Popen([*command, *(["--dry-run"] if dry_run else [])], cwd=REPO, stdout=log,
-                                            stderr=subprocess.STDOUT), marker, log)
+                                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent), marker, log)
     return started
 
 
@@ -323,17 +324,40 @@ def pick_presets(only: list[str] | None) -> list[Any]:
     unknown = sorted(set(only or []) - known)
     if unknown:
         raise SystemExit(f"unknown presets {unknown}; shipped: {sorted(known)}")
-    return [p for p in presets if not only or p.id in only]
+    chosen = [p for p in presets if not only or p.id in only]
+    return sorted(chosen, key=lambda p: (p.min_vram_gb * p.gpus, p.gpus, p.id))  # lowest promise first
 
 
-def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any, meta: dict[str, Any]) -> list[Row]:
+def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any, meta: dict[str, Any],
+             gpu_count: int = 1) -> list[Row]:
     """Start runs as their models are ready, up to --jobs at once while their estimates fit the card together,
     within the time budget; collect each as it ends and write the results after every one."""
     rows = {p.id: Row(p.id, p.family, p.min_vram_gb) for p in presets}
+    for preset in [p for p in presets if p.gpus > gpu_count]:
+        rows[preset.id].status = f"skipped: needs {preset.gpus} GPUs, this machine has {gpu_count}"
+    presets = [p for p in presets if p.gpus <= gpu_count]
+    write_results(args.out, list(rows.values()), meta)
     models = start_models(sorted({p.family for p in presets}), work, dict(args.model), args.dry_run)
     pending, jobs = list(presets), args.jobs
     running: list[Job] = []
     began = time.monotonic()
+    try:
+        _run_all(args, pending, running, rows, models, work, gpu, meta, began, jobs)
+    except SystemExit:  # ended from outside (SIGTERM, SIGINT): the table says what was cut short
+        for job in running:
+            kill_tree(job.process.pid)
+            rows[job.row.preset] = finish_job(job, True, args.dry_run, alone=len(running) == 1)
+            rows[job.row.preset].status = "stopped: the script was ended"
+        for preset in pending:
+            rows[preset.id].status = "not started: the script was ended"
+        write_results(args.out, list(rows.values()), meta)
+        raise
+    write_results(args.out, list(rows.values()), meta)
+    return list(rows.values())
+
+
+def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], rows: dict[str, Row],
+             models: dict[str, Any], work: Path, gpu: Any, meta: dict[str, Any], began: float, jobs: int) -> None:
     while pending or running:
         for job in [j for j in running if j.process.poll() is not None
                     or time.monotonic() - j.started > args.run_timeout]:
@@ -355,11 +379,18 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
             if len(running) >= jobs or (bool(running) and _estimate_mb(preset) > room):
                 break
             pending.remove(preset)
-            running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run))
+            at = round(time.monotonic() - began, 1)
+            running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run, args.trainer or TRAINER))
+            running[-1].row.started_s = at
+            write_results(args.out, _with(rows, running), meta)  # the table says what runs now
             print(f"started {preset.id}", file=sys.stderr, flush=True)
         time.sleep(0.2)
-    write_results(args.out, list(rows.values()), meta)
-    return list(rows.values())
+
+
+def _with(rows: dict[str, Row], running: list[Job]) -> list[Row]:
+    """Every row, the running ones as they stand."""
+    now = {job.row.preset: job.row for job in running}
+    return [now.get(name, row) for name, row in rows.items()]
 
 
 def _estimate_mb(preset: Any) -> float:
@@ -379,9 +410,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: checks the script only")
     parser.add_argument("--model", action="append", default=[], type=_family_path, metavar="FAMILY=PATH",
                         help="use this model for a family instead of writing one")
-    parser.add_argument("--out", type=Path, default=Path("gpu-acceptance"), help="folder for the JSON and markdown")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the JSON and markdown (nothing else)")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs on this machine (default: as probed; dry run 1)")
+    parser.add_argument("--trainer", type=shlex.split, default=None, help=argparse.SUPPRESS)  # tests: a stand-in
     parser.add_argument("--write-model", nargs=2, metavar=("FAMILY", "DIR"), help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None and not args.write_model:
+        parser.error("--out DIR is required: the folder for gpu_acceptance.json and gpu_acceptance.md")
+    return args
 
 
 def _family_path(text: str) -> tuple[str, Path]:
@@ -399,18 +435,19 @@ def main(argv: list[str] | None = None) -> int:
         (folder / f"{family}.path").write_text(str(path))
         return 0
     presets = pick_presets(args.only)
-    gpu = the_gpu(args.dry_run)
+    gpus = the_gpus(args.dry_run)
+    gpu, gpu_count = gpus[0], args.gpus or len(gpus)
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu.name, "driver": gpu.driver, "cuda": gpu.cuda,
             "steps": args.steps, "every": max(1, args.steps // 2), "jobs": 1 if args.dry_run else args.jobs,
-            "dry_run": args.dry_run, "python": sys.version.split()[0]}
+            "dry_run": args.dry_run, "python": sys.version.split()[0], "gpus": gpu_count, "budget_s": args.budget_s}
     if args.dry_run:
         args.jobs = 1  # the CPU runs one tiny training at a time
-    with tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as tmp:
+    with ending_children(), tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as tmp:
         work = Path(tmp)
         (work / "models").mkdir()
-        rows = schedule(args, presets, work, gpu, meta)
+        rows = schedule(args, presets, work, gpu, meta, gpu_count)
     print(markdown(rows, meta))
-    return 0 if all(r.status == "completed" for r in rows) else 1
+    return 0 if all(r.status == "completed" or r.status.startswith("skipped: needs") for r in rows) else 1
 
 
 if __name__ == "__main__":

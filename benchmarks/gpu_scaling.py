@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_acceptance import write_model
+from process_tree import die_with_parent, ending_children, kill_tree
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 1024.0
@@ -96,10 +97,13 @@ def run_one(preset: Any, model: Path, work: Path, gpus: int, args: argparse.Name
         env["OMP_NUM_THREADS"] = "1"
     started = time.monotonic()
     with open(plan.run_dir / "console.log", "ab") as log:
+        # In this script's process group (no new session): whatever ends the script ends the ranks.
+        process = subprocess.Popen(plan.command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=die_with_parent)
         try:
-            code = subprocess.run(plan.command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=args.timeout).returncode
+            code: int | None = process.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
             code = None
     row.seconds = round(time.monotonic() - started, 1)
     read_run(row, plan.run_dir, args.warmup, code)
@@ -174,7 +178,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of the timing")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--model", action="append", default=[], metavar="FAMILY=PATH", help="use this model")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, required=True, help="folder for gpu_scaling.json and .md (nothing else)")
     parser.add_argument("--dry-run", action="store_true", help="tiny models on CPU ranks: checks the script")
     args = parser.parse_args(argv)
     try:
@@ -185,6 +189,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.dry_run:
         args.steps, args.warmup = min(args.steps, 2), min(args.warmup, 1)
     return args
+
+
+def write_results(out: Path, rows: list[Row], meta: dict[str, Any]) -> None:
+    add_efficiency(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_scaling.json").write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    (out / "gpu_scaling.md").write_text(markdown(rows, meta))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "steps": args.steps, "warmup": args.warmup,
             "dry_run": args.dry_run}
     rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="gpu-scaling-") as scratch:
+    with ending_children(), tempfile.TemporaryDirectory(prefix="gpu-scaling-") as scratch:
         work = Path(scratch)
         models = {f: Path(p) for f, p in args.model.items()}
         for preset in presets:
@@ -208,10 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             for gpus in counts:
                 rows.append(run_one(preset, models[preset.family], work, gpus, args))
                 print(f"{preset.id} on {gpus}: {rows[-1].status}, {rows[-1].images_per_s} images/s", flush=True)
-    add_efficiency(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_scaling.json").write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
-    (args.out / "gpu_scaling.md").write_text(markdown(rows, meta))
+                write_results(args.out, rows, meta)  # a call cut short keeps what finished
+    write_results(args.out, rows, meta)
     print(markdown(rows, meta))
     return 0 if all(r.status == "completed" for r in rows) else 1
 

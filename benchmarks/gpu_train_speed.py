@@ -15,11 +15,15 @@ the trainer has waited for the GPU), MFU (images/s x forward TFLOP per image x 2
 bf16 peak, resources/gpu_peaks.toml), peak VRAM of the training steps, and compile time (the
 `compiling` phase). The cases run in order of importance (batch 4, then SD1.5 at 16, then
 batch 1, then a compiled run in a new process on the warm compile cache) and stop starting new
-ones when --budget seconds have passed, so one device call of under 9 minutes always ends
-with a table.
+ones when --budget-s seconds have passed; a case that runs past --case-timeout-s is stopped
+and noted. The table (table.md) and the figures (results.json) are rewritten in --out after
+every case, so a device call cut short still returns what finished; models, data and runs go
+to a scratch folder that is removed at the end (unless --work names one). Children (the
+compiler's workers, the second-process case) stay in this script's process group and are
+ended when it leaves (normally, SIGTERM or SIGINT).
 
-On a CUDA machine:  python benchmarks/gpu_train_speed.py --out DIR [--budget 420] [--only sdxl sd3]
-On the CPU:         python benchmarks/gpu_train_speed.py --dry-run [--only sd15] [--paths bare studio]
+On a CUDA machine:  python benchmarks/gpu_train_speed.py --out DIR [--budget-s 420] [--only sdxl sd3]
+On the CPU:         python benchmarks/gpu_train_speed.py --dry-run --out DIR [--only sd15] [--paths bare studio]
 (the dry run uses the tiny pipelines at 64 px, batch 1 and 2, fp32, a few steps: the same
 code paths, none of the figures; its compiled cases build C++ kernels, minutes on two cores).
 """
@@ -31,6 +35,8 @@ import contextlib
 import gc
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +46,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from process_tree import die_with_parent, ending_children, kill_tree
 
 from studio.core.hardware.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.train.pipelines.arch_configs import (
@@ -82,6 +91,7 @@ class Settings:
     warmup: int
     steps: int
     work: Path
+    case_timeout_s: float = 240.0
 
     @property
     def device(self) -> str:
@@ -316,11 +326,18 @@ def measure_second_process(case: Case, settings: Settings) -> Result:
                "--steps", str(settings.steps), "--warmup", str(settings.warmup)]
     if settings.dry_run:
         command.append("--dry-run")
-    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                             preexec_fn=die_with_parent)
+    try:
+        stdout, stderr = child.communicate(timeout=settings.case_timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(child.pid)
+        child.communicate()
+        return Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:.0f} s")
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    if child.returncode != 0 or not lines:
         result = Result(case, settings.resolution(case.family))
-        result.note = f"failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-200:]}"
+        result.note = f"failed (exit {child.returncode}): {(stderr or stdout).strip()[-200:]}"
         return result
     data = json.loads(lines[-1])
     data.pop("case")
@@ -348,10 +365,22 @@ def _finish(result: Result, settings: Settings) -> Result:
     return result
 
 
+class CaseTimeout(BaseException):
+    """A case ran past --case-timeout-s (a BaseException: the trainer's own handlers must not keep it)."""
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise CaseTimeout
+
+
 def run_case(case: Case, settings: Settings) -> Result:
     gc.collect()
     if settings.device == "cuda":
         torch.cuda.empty_cache()
+    in_process = not case.path.endswith("2nd process")  # the other has its own timeout
+    if in_process:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, settings.case_timeout_s)
     try:
         if case.path == "bare":
             result = measure_bare(case, settings)
@@ -359,12 +388,16 @@ def run_case(case: Case, settings: Settings) -> Result:
             result = measure_second_process(case, settings)
         else:
             result = measure_studio(case, settings)
+    except CaseTimeout:
+        result = Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:.0f} s")
     except torch.OutOfMemoryError:
         result = Result(case, settings.resolution(case.family), note="out of memory")
     except Exception as exc:  # one broken case must not hide the others' figures
         result = Result(case, settings.resolution(case.family),
                         note=f"failed: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
     finally:
+        if in_process:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         gc.collect()
         if settings.device == "cuda":
             torch.cuda.empty_cache()
@@ -406,8 +439,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"what to measure, of: {', '.join(repr(p) for p in (*PATHS, SECOND))} (default: all)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 12; dry run 3)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; dry run 2)")
-    parser.add_argument("--budget", type=float, default=420.0, help="start no case after this many seconds")
-    parser.add_argument("--out", type=Path, default=None, help="folder for table.md and results.json")
+    parser.add_argument("--budget-s", "--budget", dest="budget", type=float, default=420.0,
+                        help="start no case after this many seconds")
+    parser.add_argument("--case-timeout-s", type=float, default=240.0, help="stop a case after this many seconds")
+    parser.add_argument("--out", type=Path, required=True, help="folder for table.md and results.json (nothing else)")
     parser.add_argument("--work", type=Path, default=None, help="folder for models, data and runs (default: temp)")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # FAMILY:BATCH, compiled, JSON out
     args = parser.parse_args(argv)
@@ -427,16 +462,39 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.dry_run:
         torch.set_num_threads(1)
+    scratch = args.work is None
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu-train-speed-"))
     settings = Settings(args.dry_run, args.warmup or (2 if args.dry_run else 3), args.steps or (3 if args.dry_run else 12),
-                        args.work or Path(tempfile.mkdtemp(prefix="gpu-train-speed-")))
+                        work, args.case_timeout_s)
     os.environ.setdefault("STUDIO_CACHE_DIR", str(settings.work / "cache"))  # a cold compile cache to start with
     if args.single:
         family, batch = args.single.split(":")
         result = run_case(Case(family, int(batch), "studio compiled"), settings)
         print(json.dumps({**asdict(result), "case": None}))
         return 0
-    began, results = time.monotonic(), []
-    print(_header(settings), flush=True)
+    try:
+        with ending_children():
+            return measure_all(args, settings)
+    finally:
+        if scratch:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def write_results(out: Path, header: str, results: list[Result]) -> str:
+    """table.md and results.json in `out`, rewritten after every case."""
+    text = f"{header}\n\n{table(results)}\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(text, encoding="utf-8")
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1), encoding="utf-8")
+    return text
+
+
+def measure_all(args: argparse.Namespace, settings: Settings) -> int:
+    results: list[Result] = []
+    header = _header(settings)
+    print(header, flush=True)
+    write_results(args.out, header, results)  # the table is there from the start, empty
+    began = time.monotonic()  # the budget is for the cases: imports and the header come before
     for case in cases(list(args.only or FAMILIES), args.dry_run, list(args.paths or (*PATHS, SECOND))):
         if time.monotonic() - began > args.budget:
             results.append(Result(case, settings.resolution(case.family), note="not run: time budget"))
@@ -447,13 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.monotonic() - began:5.0f} s] {case.family} b{case.batch} {case.path}: "
               f"{_number(r.s_per_step, 3)} s/step, compile {_number(r.compile_s, 1)} s, {r.note or 'ok'} "
               f"({time.monotonic() - started:.0f} s)", flush=True)
-    text = f"{_header(settings)}\n\n{table(results)}\n"
+        write_results(args.out, header, results)
+    text = write_results(args.out, header, results)
     print("\n" + text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "table.md").write_text(text, encoding="utf-8")
-        (args.out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1), encoding="utf-8")
-    return 0 if all(not r.note.startswith("failed") for r in results) else 1
+    return 0 if all(not r.note.startswith(("failed", "timeout")) for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ def test_dry_run_of_one_preset_writes_the_table(tiny_sd15: Path, tmp_path: Path,
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "results"
     code = _script().main(["--dry-run", "--only", "sd15-lora-6gb", "--steps", "4", "--model", f"sd15={tiny_sd15}",
+                           "--run-timeout", "600",  # a busy CI machine: the run, not its speed, is checked
                            "--out", str(out)])
     data = json.loads((out / "gpu_acceptance.json").read_text())
     assert code == 0, data["rows"][0]["log_tail"]

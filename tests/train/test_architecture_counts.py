@@ -49,3 +49,11 @@ def test_activation_count_is_reproducible(counter: ModuleType) -> None:
     stored = json.loads((ROOT / "resources" / "architectures" / "sd15.json").read_text())["activations_mb"]
     fresh = counter.activation_bytes("sd15", "lora", True, "fp32") / 2**20
     assert fresh == pytest.approx(stored["lora_checkpointing_fp32"], rel=0.01)
+
+
+def test_per_image_and_per_model_bytes_are_reproducible(counter: ModuleType) -> None:
+    # Batch 2 minus batch 1 is per image; the rest, held once, is the 16-bit copies of the fp32 weights.
+    arch = json.loads((ROOT / "resources" / "architectures" / "sd15.json").read_text())
+    per_image, per_model = counter.split_activation_bytes("sd15", "full", True, "mixed")
+    assert per_image / 2**20 == pytest.approx(arch["activations_mb"]["full_checkpointing_mixed"], rel=0.01)
+    assert per_model / 2**20 == pytest.approx(arch["model_copies_mb"]["full_checkpointing_mixed"], rel=0.01)

@@ -30,3 +30,16 @@ def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_
         assert r["mfu"] is None and not r["note"]  # no GPU peak on the CPU
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| sd15 | 64 | 2 | studio |" in table and "x |" in table  # the ratio to the bare step
+
+
+@pytest.mark.slow
+def test_a_case_past_its_timeout_is_stopped_noted_and_the_next_one_runs(tmp_path: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
+               "--paths", "studio", "--case-timeout-s", "1", "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(r["case"]["batch"], r["note"]) for r in results] == [(2, "timeout after 1 s"), (1, "timeout after 1 s")]
+    assert "| sd15 | 64 | 1 | studio | - |" in (tmp_path / "out" / "table.md").read_text()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.json", "table.md"]

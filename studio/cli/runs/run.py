@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
+    if args.processes is not None:  # checked as it will run (one process per GPU)
+        config = config.model_copy(update={"launch": config.launch.model_copy(
+            update={"num_processes": args.processes})})
     errors, warnings = preflight_headless(config, path.resolve().parent)
     for found in warnings:
         print(f"warning: {found}", file=sys.stderr)

@@ -85,9 +85,10 @@ class VramEstimate:
         return asdict(self)
 
 
-def estimate_vram(config: TrainConfig, gpu: GPUInfo | None) -> VramEstimate:
-    """Peak memory per GPU for `config`; with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32)."""
-    facts = run_facts(config, "gpu" if gpu is not None and not config.launch.cpu else "cpu")
+def estimate_vram(config: TrainConfig, gpu: GPUInfo | None, calibration: dict[str, Any] | None = None) -> VramEstimate:
+    """Peak memory per GPU for `config`; with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32).
+    `calibration` replaces the shipped `calibration.json` (fitting it to measured peaks)."""
+    facts = run_facts(config, "gpu" if gpu is not None and not config.launch.cpu else "cpu", calibration)
     step = training_step(facts)
     est = VramEstimate(family=config.model.family, method=config.method.kind, device=facts.device,
                        resolution=config.dataset.resolution, batch=facts.batch, parts=list(step.parts))

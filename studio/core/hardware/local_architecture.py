@@ -22,7 +22,7 @@ from studio.core.hardware.memory_data import denoiser_entry
 # Weights within this share of the published count are the published architecture.
 SAME_SIZE = 0.10
 HEADER_LIMIT = 100 * 1024 * 1024  # a safetensors header larger than this is not one
-SCALED_KEYS = ("activations_mb", "transients_mb")
+SCALED_KEYS = ("activations_mb", "model_copies_mb", "transients_mb")
 
 
 def safetensors_params(path: Path) -> int:

@@ -7,6 +7,7 @@ NVML peaks (`resources/architectures/gpu_peaks.json`); on the CPU it is peak RSS
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -94,15 +95,20 @@ class RunFacts:
         return float(self.device_calibration.get(name, 1.0))
 
 
-def run_facts(config: TrainConfig, device: str) -> RunFacts:
+def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | None = None) -> RunFacts:
+    """The facts of `config` on `device`; `calibration` replaces the shipped one (fitting it)."""
     arch = local_architecture(load_architecture(config.model.family), config.model.base)
-    facts = RunFacts(config, device, arch, load_calibration())
+    facts = RunFacts(config, device, arch, calibration or load_calibration())
     if "local_model" in arch:
         local = arch["local_model"]
         facts.notes.append(f"sized for {local['name']}: {local['denoiser_params'] / 1e6:,.1f} M denoiser parameters "
                            f"(the full-size {config.model.family} has {local['published_params'] / 1e6:,.0f} M)")
     if facts.batch > config.training.batch_size:
         facts.notes.append("prior preservation doubles the batch (instance + class images)")
+    provisional = [k for k in facts.calibration.get("fit", {}).get("provisional", {}) if k.startswith(f"{device}.")]
+    if provisional:  # a number that rests on one measured run
+        facts.notes.append(f"provisional: the {device.upper()} figures ({', '.join(k.split('.', 1)[1] for k in provisional)}) "
+                           "rest on one measured run each")
     return facts
 
 
@@ -231,15 +237,16 @@ def optimizer_state(f: RunFacts, trained: int) -> MemoryPart:
     return MemoryPart("optimizer", f"Optimizer state ({optimizer})", trained * per_param / MB / f.shards, detail)
 
 
-def autocast_copies(f: RunFacts, trained: int) -> MemoryPart | None:
-    """A full fine-tune under mixed precision: the 16-bit copies autocast makes of the fp32 weights in the
-    forward are still held by the allocator when the backward makes the gradients (measured on a GPU)."""
-    held = f.factor("autocast_copies_held") if f.gpu else 0.0
-    # Sharded weights are gathered in bf16 one unit at a time and freed (sharded_estimate.py counts them).
-    if not (f.full and f.config.training.mixed_precision != "no" and held) or f.shards > 1:
+def weight_copies(f: RunFacts) -> MemoryPart | None:
+    """What autograd saves for the backward once per model, whatever the batch: under mixed precision
+    the 16-bit copies autocast makes of fp32 weights (a full fine-tune), counted on the meta device."""
+    if not f.gpu or f.shards > 1:  # sharded weights are gathered a unit at a time (sharded_parts.py counts them)
         return None
-    return MemoryPart("autocast_copies", "16-bit weight copies (autocast)", trained * 2 * held / MB,
-                      "made in the forward, kept by the allocator through the backward")
+    mb = _checkpointing_blend(f, lambda checkpointing: _counted(f, "model_copies_mb", checkpointing))
+    if mb < 1.0:
+        return None
+    return MemoryPart("weight_copies", "16-bit weight copies (autocast)", mb,
+                      "saved for the backward once per model, whatever the batch")
 
 
 def _precision_key(f: RunFacts) -> str:
@@ -255,24 +262,37 @@ def _checkpointed_share(f: RunFacts) -> float:
     return 1.0 / f.config.training.checkpointing_interval
 
 
+def _counted(f: RunFacts, section: str, checkpointing: bool) -> float:
+    """One meta-device count of `section` (per image or per model) for this run's method and precision."""
+    stem = "full" if f.full else "lora"
+    key = f"{stem}{'_checkpointing' if checkpointing else ''}_{_precision_key(f)}"
+    return float(f.arch.get(section, {}).get(key, 0.0))
+
+
+def _checkpointing_blend(f: RunFacts, term: Callable[[bool], float]) -> float:
+    """A term with every N-th block checkpointed, between none and all (1/N of the blocks recomputed)."""
+    if not f.config.training.gradient_checkpointing:
+        return term(False)
+    share = _checkpointed_share(f)
+    return term(True) + (term(False) - term(True)) * (1 - share)
+
+
 def activations(f: RunFacts) -> MemoryPart:
-    """Saved activations (counted on the meta device at the native size) scaled by pixels and batch,
-    times the device's measured peak factor; every N-th block checkpointed lies between none and all."""
+    """Saved activations per image (counted on the meta device at the native size) scaled by pixels and
+    batch, times the device's peak factor; every N-th block checkpointed lies between none and all."""
     training = f.config.training
     counted, factors = f.arch["activations_mb"], f.device_calibration["activation_peak_factor"]
     scale = f.batch * (f.side / int(counted["resolution"])) ** 2
-    stem = f"{'full' if f.full else 'lora'}"
 
     def peak(checkpointing: bool) -> float:
-        key = f"{stem}{'_checkpointing' if checkpointing else ''}_{_precision_key(f)}"
-        return float(counted[key]) * scale * float(factors["checkpointing" if checkpointing else "no_checkpointing"])
+        factor = float(factors["checkpointing" if checkpointing else "no_checkpointing"])
+        return _counted(f, "activations_mb", checkpointing) * scale * factor
 
     detail = f"{f.side} px, batch {f.batch}, "
+    mb = _checkpointing_blend(f, peak)
     if not training.gradient_checkpointing:
-        return MemoryPart("activations", "Activations", peak(False), detail + "without gradient checkpointing")
-    share = _checkpointed_share(f)
-    mb = peak(True) + (peak(False) - peak(True)) * (1 - share)
-    every = "every block" if share == 1 else f"one block in {training.checkpointing_interval}"
+        return MemoryPart("activations", "Activations", mb, detail + "without gradient checkpointing")
+    every = "every block" if _checkpointed_share(f) == 1 else f"one block in {training.checkpointing_interval}"
     return MemoryPart("activations", "Activations", mb, detail + f"gradient checkpointing of {every}")
 
 

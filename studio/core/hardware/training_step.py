@@ -12,7 +12,6 @@ from studio.core.hardware.memory_parts import (
     Vae,
     activations,
     allocator_slack,
-    autocast_copies,
     denoiser_lora_params,
     denoiser_weights,
     fp8_upcast_copies,
@@ -21,6 +20,7 @@ from studio.core.hardware.memory_parts import (
     runtime_overhead,
     text_encoders,
     vae,
+    weight_copies,
 )
 from studio.core.hardware.sharded_parts import fsdp_parts
 
@@ -57,7 +57,7 @@ def training_step(f: RunFacts) -> TrainingStep:
         parts.append(MemoryPart("vae", "VAE", autoencoder.weights_mb,
                                 f"{autoencoder.bytes * 8}-bit, encodes each batch"))
     parts += [gradients(f, trained), optimizer_state(f, trained)]
-    parts += [p for p in (fp8_upcast_copies(f), autocast_copies(f, trained)) if p is not None]
+    parts += [p for p in (fp8_upcast_copies(f), weight_copies(f)) if p is not None]
     parts += fsdp_parts(f)
     acts = activations(f)
     parts.append(acts)

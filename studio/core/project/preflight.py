@@ -38,7 +38,7 @@ TORCH_PROBE_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class PreflightProblem:
-    check: str  # "model" | "dataset" | "output" | "disk" | "vram" | "torch"
+    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "vram" | "torch"
     message: str  # one line: what is wrong, where, and what to do
     # The person may go ahead anyway: a base model to download first, a VRAM estimate over the GPU.
     can_confirm: bool = False
@@ -49,12 +49,15 @@ class PreflightProblem:
 
 
 def preflight(config: TrainConfig, base_dir: Path, gpu: GPUInfo | None = None,
-              check_torch: bool = True) -> list[PreflightProblem]:
-    """Every problem found before starting a run of `config` (relative paths start at `base_dir`)."""
+              check_torch: bool = True, gpu_count: int | None = None) -> list[PreflightProblem]:
+    """Every problem found before starting a run of `config` (relative paths start at `base_dir`);
+    `gpu` is the first GPU of the machine and `gpu_count` how many it has (None: not known)."""
     resolved = resolve_paths(config, base_dir)
     on_gpu = gpu is not None and not config.launch.cpu
     problems = [p for p in (check_model(resolved), check_dataset(resolved)) if p is not None]
     problems += check_output(resolved)
+    if gpu_count and not config.launch.cpu:  # with no GPU at all the ranks train on the CPU
+        problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
     if on_gpu and gpu is not None:
         problems += [p for p in (check_vram(resolved, gpu),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
@@ -178,6 +181,26 @@ def check_resume_disk(config: TrainConfig, run_dir: Path) -> str | None:
             "then resume it again.")
 
 
+def check_gpu_count(config: TrainConfig, gpu_count: int) -> PreflightProblem | None:
+    """A GPU run starts one process per GPU: more processes on this machine than its GPUs would put
+    several ranks on one card (each with the whole model), so it is refused before launch."""
+    launch = config.launch
+    here = -(-launch.num_processes // launch.num_machines)  # the processes each machine starts
+    usable = gpu_count if launch.gpu_ids == "all" else min(gpu_count, len(launch.gpu_ids.split(",")))
+    if here <= usable:
+        return None
+    on = f"each of {launch.num_machines} machines" if launch.num_machines > 1 else "this machine"
+    gpus = f"{usable} GPU{'s' if usable != 1 else ''}"
+    if launch.gpu_ids != "all":
+        gpus += f" (launch.gpu_ids = \"{launch.gpu_ids}\")"
+    fewer = usable * launch.num_machines
+    return PreflightProblem(
+        "gpus", f"launch.num_processes = {launch.num_processes} starts {here} processes on {on}, which has "
+                f"{gpus}: set launch.num_processes to {fewer} (or `studio-train run --processes {fewer}`), or "
+                f"export the run (`studio-train export CONFIG --out DIR --gpus {here}`, or the Export page) for a "
+                f"machine with {here} GPUs.")
+
+
 def check_vram(config: TrainConfig, gpu: GPUInfo) -> PreflightProblem | None:
     estimate = estimate_vram(config, gpu)
     if fit(estimate, gpu) != "does_not_fit":
@@ -219,5 +242,5 @@ def preflight_headless(config: TrainConfig, base_dir: Path) -> tuple[list[Prefli
     from studio.core.hardware.probe import load_hardware
 
     report = load_hardware(disk_path=_nearest_existing(Path(resolve_paths(config, base_dir).output.dir)))
-    problems = preflight(config, base_dir, report.gpus[0] if report.gpus else None)
+    problems = preflight(config, base_dir, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus))
     return [p for p in problems if p.check != "vram"], [p for p in problems if p.check == "vram"]

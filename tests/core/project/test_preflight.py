@@ -17,6 +17,7 @@ from studio.cli import EXIT_INVALID, main
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.core.hardware.probe import load_profile
+from studio.core.project import preflight as preflight_module
 from studio.core.project.folder import create_project
 from studio.core.project.preflight import preflight
 
@@ -227,3 +228,44 @@ def test_a_small_model_of_the_project_is_checked_against_the_gpu_at_its_own_size
     config.model.base = HUB_ID  # the full-size model does not fit 3 GB
     _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
     assert [p.check for p in preflight(config, root, gpu, check_torch=False)] == ["vram"]
+
+
+def test_more_processes_than_gpus_is_refused_with_the_fix(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    one = load_profile("rtx4090-24gb")
+    config.launch.num_processes = 8
+    (problem,) = [p for p in preflight(config, root, one.gpus[0], check_torch=False, gpu_count=len(one.gpus))
+                  if p.check == "gpus"]
+    assert not problem.can_confirm
+    assert problem.message == (
+        "launch.num_processes = 8 starts 8 processes on this machine, which has 1 GPU: set launch.num_processes to "
+        "1 (or `studio-train run --processes 1`), or export the run (`studio-train export CONFIG --out DIR --gpus "
+        "8`, or the Export page) for a machine with 8 GPUs.")
+    eight = load_profile("8x-h100-80gb")
+    assert [p.check for p in preflight(config, root, eight.gpus[0], check_torch=False,
+                                       gpu_count=len(eight.gpus))] == []
+    config.launch.gpu_ids = "0,1"  # two of the eight cards chosen
+    assert "which has 2 GPUs (launch.gpu_ids = \"0,1\"): set launch.num_processes to 2" in \
+        _lines(config, root, gpu=eight.gpus[0], check_torch=False, gpu_count=8)[0]
+    config.launch.cpu = True  # CPU ranks (gloo) are not GPUs
+    assert _lines(config, root, gpu=one.gpus[0], check_torch=False, gpu_count=1) == []
+
+
+def test_studio_train_run_refuses_more_ranks_than_the_hardware_report_has_gpus(
+    tmp_path: Path, hub_cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    started: list[Any] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setenv("STUDIO_HARDWARE", "2x-rtx3090")
+    monkeypatch.setattr(preflight_module, "check_torch_cuda", lambda _python: None)  # this machine has no CUDA
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    save_config(config, root / "studio.toml")
+    code = main(["run", str(root / "studio.toml"), "--processes", "4"])
+    err = capsys.readouterr().err
+    assert code == EXIT_INVALID and "error: launch.num_processes = 4 starts 4 processes on this machine, which has " \
+        "2 GPUs: set launch.num_processes to 2 (or `studio-train run --processes 2`)" in err
+    assert started == [] and list((root / "runs").glob("*")) == []  # nothing launched, no run folder

@@ -135,6 +135,19 @@ def test_missing_dataset_folder_is_named(qtbot: QtBot, context: StudioContext, c
     assert str(tmp_path / "data" / "shapes") in page.message.text() and "does not exist" in page.message.text()
 
 
+def test_more_processes_than_the_machine_has_gpus_is_refused(qtbot: QtBot, context: StudioContext,
+                                                             config: TrainConfig, tmp_path: Path) -> None:
+    config.launch.num_processes = 4
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    context.hardware_file = "2x-rtx3090"  # a hardware report with two GPUs
+    assert not page.start_training()
+    assert page.message.text().startswith(
+        "• launch.num_processes = 4 starts 4 processes on this machine, which has 2 GPUs: set launch.num_processes "
+        "to 2 (or `studio-train run --processes 2`), or export the run")
+    assert not page.controller.running and not any((tmp_path / "runs").glob("*"))
+
+
 def test_an_unreadable_hardware_profile_is_said_and_does_not_block_training(
         qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]

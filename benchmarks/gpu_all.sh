@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU benchmarks in one device call: the presets' acceptance (their VRAM promises, lowest
+# first), then the training speed, each stopped in time so the whole ends within DEADLINE_S.
+#
+#   benchmarks/gpu_all.sh OUT_DIR [DEADLINE_S]        # on the GPU machine (default deadline 520 s)
+#   DRY_RUN=1 benchmarks/gpu_all.sh OUT_DIR 150       # anywhere: tiny models on the CPU, the script only
+#
+# OUT_DIR ends with at most 8 files: env.txt (GPU, driver, versions), log.txt (both scripts'
+# output), gpu_acceptance.json/.md and results.json/table.md. Each script rewrites its table
+# after every run, so a cut-short call still returns what finished. ACCEPT_SHARE (default 65)
+# is the percentage of the time the acceptance gets; PYTHON the interpreter (default python3);
+# ACCEPT_ARGS and SPEED_ARGS add arguments to each script (e.g. ACCEPT_ARGS="--only sd15-lora-6gb").
+set -u
+out=${1:?usage: benchmarks/gpu_all.sh OUT_DIR [DEADLINE_S]}
+deadline=${2:-520}
+py=${PYTHON:-python3}
+share=${ACCEPT_SHARE:-65}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+dry=()
+run_timeout=120
+case_timeout=120
+if [ -n "${DRY_RUN:-}" ]; then
+    dry=(--dry-run)
+    run_timeout=60
+    case_timeout=60
+fi
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
+    "$py" -c "import importlib.metadata as m, platform; print('python', platform.python_version()); \
+print(*(f'{p} {m.version(p)}' for p in ('torch', 'diffusers', 'transformers', 'peft', 'accelerate')), sep='\n')" \
+        2>&1
+} > "$out/env.txt"
+
+# Acceptance: no run starts after its budget; a run lasts at most run_timeout; then the rest is speed's.
+accept=$(( deadline * share / 100 ))
+budget=$(( accept - run_timeout - 10 ))
+[ "$budget" -lt 10 ] && budget=10
+echo "[$(elapsed) s] acceptance: ${accept} s, no run started after ${budget} s" >> "$out/log.txt"
+# shellcheck disable=SC2086  # the extra arguments are words
+timeout -k 10 "$accept" "$py" "$here/gpu_acceptance.py" "${dry[@]}" ${ACCEPT_ARGS:-} --out "$out" --budget-s "$budget" \
+    --run-timeout "$run_timeout" >> "$out/log.txt" 2>&1
+code=$?
+echo "[$(elapsed) s] acceptance exit $code" >> "$out/log.txt"
+
+left=$(( deadline - $(elapsed) - 15 ))
+if [ "$left" -gt 30 ]; then
+    budget=$(( left - case_timeout - 10 ))
+    [ "$budget" -lt 5 ] && budget=5
+    echo "[$(elapsed) s] speed: ${left} s, no case started after ${budget} s" >> "$out/log.txt"
+    # shellcheck disable=SC2086
+    timeout -k 10 "$left" "$py" "$here/gpu_train_speed.py" "${dry[@]}" ${SPEED_ARGS:-} --out "$out" --budget-s "$budget" \
+        --case-timeout-s "$case_timeout" >> "$out/log.txt" 2>&1
+    code=$?
+    echo "[$(elapsed) s] speed exit $code" >> "$out/log.txt"
+else
+    echo "[$(elapsed) s] speed: not run, ${left} s left" >> "$out/log.txt"
+fi
+cat "$out/gpu_acceptance.md" "$out/table.md" 2>/dev/null
+echo "done in $(elapsed) s of ${deadline} s; files in $out: $(ls "$out" | wc -l)"

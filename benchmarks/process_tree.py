@@ -1,0 +1,72 @@
+"""The GPU scripts' children end with the script: on exit, on SIGTERM/SIGINT and at a timeout.
+
+Children stay in the script's process group (no new session), so an outer `timeout` or the
+device machine's clean-up reaches them; the script ends every descendant when it leaves
+(`ending_children`), and on Linux a SIGKILL of the script ends its direct children too
+(PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` for a child (Linux): it gets SIGKILL when the script dies, however it dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_tree(pid: int) -> None:
+    """End a process and all of its descendants."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        family = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(family, timeout=10)
+
+
+def end_children() -> None:
+    """End every process this script started, and theirs."""
+    import psutil
+
+    try:
+        family = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for proc in family:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(family, timeout=10)
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    end_children()
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def ending_children() -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGINT end the script's children and then the script; leaving the
+    block, however, ends them too, and puts the signal handlers back as they were."""
+    previous = {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        end_children()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,43 @@
+"""benchmarks/gpu_all.sh as one device call runs it, on the CPU (DRY_RUN=1): acceptance then speed,
+ended by its deadline, at most 8 files in the output folder (what one call brings back)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script with GNU timeout, as on the GPU machine")
+def test_the_whole_call_ends_by_its_deadline_with_at_most_8_files(tiny_sd15: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               ACCEPT_ARGS=f"--only sd15-lora-6gb sdxl-dreambooth-8x80gb --steps 2 --model sd15={tiny_sd15}",
+               SPEED_ARGS="--only sd15 --paths bare")
+    began = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_all.sh"), str(out), "200"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - began
+    assert took < 200 + 25, done.stdout[-2000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert len(files) <= 8 and all(p.is_file() for p in out.iterdir())
+    assert {"env.txt", "log.txt", "gpu_acceptance.json", "gpu_acceptance.md", "table.md", "results.json"} <= set(files)
+    log = (out / "log.txt").read_text()
+    assert re.search(r"acceptance exit \d+", log) and "speed: " in log
+    rows = json.loads((out / "gpu_acceptance.json").read_text())["rows"]
+    assert rows[0]["preset"] == "sd15-lora-6gb" and rows[0]["started_s"] is not None, rows[0]
+    assert not [r for r in rows if r["status"].startswith("writing the model failed")]
+    assert rows[-1]["status"].startswith("skipped: needs 8 GPUs")
+    speed = json.loads((out / "results.json").read_text())
+    assert speed and speed[0]["s_per_step"]  # the first speed case ran
+    assert "| preset | promise | estimate |" in done.stdout  # the tables end the output
+    assert (tmp_path / "out").resolve().parent == tmp_path.resolve()
