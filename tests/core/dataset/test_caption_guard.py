@@ -147,7 +147,7 @@ _KILLED_SAVER = textwrap.dedent("""
     real_fsync = os.fsync
     def fsync(fd):
         real_fsync(fd)
-        print("syncing", flush=True)
+        os.write(1, b"syncing\\n")  # one write: saves run on several threads, each says it once
         time.sleep(600)  # killed here: the temporary files are written, nothing is renamed yet
     os.fsync = fsync
     store = CaptionStore(scan_concept(ConceptSection(path=str(root))))
