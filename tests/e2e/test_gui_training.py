@@ -28,7 +28,7 @@ from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import close_plots
+from tests.gui.conftest import close_plots
 
 RUN_TIMEOUT_MS = 80_000  # one launch takes 5-15 s here (interpreter, torch, accelerate), steps ~50 ms
 
