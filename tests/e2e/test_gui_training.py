@@ -29,7 +29,7 @@ from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import close_plots
+from tests.gui.conftest import close_plots
 
 # One launch takes 5-15 s on a quiet machine (interpreter, torch, accelerate), steps ~50 ms: a run
 # that writes nothing to its events or console for this long (scaled to the machine) is stuck.

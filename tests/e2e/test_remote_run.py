@@ -37,7 +37,7 @@ from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import close_plots
+from tests.gui.conftest import close_plots
 
 # Sending and check.sh take a few seconds; the trainer's start there (interpreter, torch, accelerate) 5-15 s.
 START_TIMEOUT_MS = 240_000

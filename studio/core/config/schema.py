@@ -214,6 +214,10 @@ class TrainingSection(Section):
             return "steps", self.max_steps
         return "epochs", self.epochs or 10
 
+    def effective_batch(self, processes: int = 1) -> int:
+        """Images per optimizer update: the per-GPU batch, times accumulation, times the processes."""
+        return self.batch_size * self.gradient_accumulation * max(processes, 1)
+
 
 class SamplingSection(Section):
     every_n_steps: int = Field(default=0, ge=0, description="Make sample images every N steps; 0 turns it off.")

@@ -192,7 +192,7 @@ def stage_bundle(plan: BundlePlan, progress: Progress | None = None) -> dict[str
 def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
     """Write config.toml, the accelerate configs, scripts, bundle.json and README; the report."""
     bundle, gpu, t = plan.bundle, plan.gpu, plan.bundle.training
-    effective_batch = t.batch_size * t.gradient_accumulation * plan.processes
+    effective_batch = t.effective_batch(plan.processes)
     info: dict[str, Any] = {
         "studio_version": __version__,
         "exported": _dt.datetime.now().isoformat(timespec="seconds"),

@@ -52,7 +52,7 @@ def workload_from_config(
     t = config.training
     kind, amount = t.length
     if kind == "steps":
-        images = amount * t.batch_size * t.gradient_accumulation * config.launch.num_processes
+        images = amount * t.effective_batch(config.launch.num_processes)
     else:
         per_epoch = images_per_epoch if images_per_epoch is not None else dataset_images(config, base_dir)
         images = amount * max(per_epoch, 1)

@@ -106,7 +106,7 @@ def _kept(effective: int, largest: int) -> tuple[int, int]:
 def scaled_learning_rate(config: TrainConfig, batch: int) -> tuple[float, str]:
     """The learning rate for `batch` at accumulation 1, and the rule that gave it."""
     training = config.training
-    effective = training.batch_size * training.gradient_accumulation
+    effective = training.effective_batch()
     if training.optimizer == "prodigy":
         return training.learning_rate, "Prodigy adapts its own step size"
     factor = math.sqrt(batch / effective)
@@ -119,7 +119,7 @@ def plan_batch(config: TrainConfig, gpu: GPUInfo | None) -> BatchPlan | None:
         return None
     training = config.training
     largest, largest_mb = largest_batch(config, gpu)
-    effective = training.batch_size * training.gradient_accumulation
+    effective = training.effective_batch()
     keep = _kept(effective, largest) if largest else (training.batch_size, training.gradient_accumulation)
     fill_lr, scaling = scaled_learning_rate(config, max(1, largest))
     return BatchPlan(

@@ -114,7 +114,7 @@ def _tiled_samples(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
 
 def _batch(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
     t = c.training
-    effective = t.batch_size * t.gradient_accumulation
+    effective = t.effective_batch()
     for batch in _halvings(t.batch_size, 1):
         accumulation = max(1, effective // batch)
         yield ({"training.batch_size": batch, "training.gradient_accumulation": accumulation},

@@ -325,13 +325,21 @@ class Replay:
     read_error: OSError | None = None  # the events file exists but cannot be read
 
 
+REPLAY_CHUNK_BYTES = 1 << 20
+
+
 def replay_run(run_dir: str | Path) -> Replay:
     """Read a whole run folder's events into a new RunModel (with the reader's counts)."""
     folder = Path(run_dir)
     model = RunModel(folder)
-    tail = EventTail(folder / EVENTS_FILE)
-    items = tail.finish_items()
-    model.apply_all(items)
+    # Read and applied in pieces: each bulk step (a C call that holds the interpreter lock) stays
+    # short and each piece's decoded lines are freed before the next, so a replay on a worker
+    # thread never holds up the window for long (nor makes the cycle collector walk 100,000s of them).
+    tail = EventTail(folder / EVENTS_FILE, max_bytes=REPLAY_CHUNK_BYTES)
+    model.apply_all(tail.poll_items())
+    while tail.has_more() and not tail.restarted:
+        model.apply_all(tail.poll_items())
+    model.apply_all(tail.finish_items())
     return Replay(model, model.event_count, tail.garbage_lines, set(tail.unknown_types), tail.read_error)
 
 

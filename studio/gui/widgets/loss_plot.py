@@ -6,8 +6,6 @@ One-pixel pens and peak downsampling keep a 20,000-point curve at about a millis
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -22,27 +20,53 @@ PEAKS_PER_PIXEL = 1.0
 RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
+_EMA_BLOCK = 128
+
+
 def ema(values: np.ndarray, smoothing: float, start: int = 0, state: tuple[float, int] = (0.0, 0),
         out: np.ndarray | None = None) -> tuple[np.ndarray, tuple[float, int]]:
     """Debiased exponential moving average (TensorBoard's smoothing), incremental from `start`.
 
-    NaN points (a diverged step) are skipped so one bad step does not blank the line.
+    NaN points (a diverged step) are skipped so one bad step does not blank the line. The
+    recurrence runs in blocks of 128 points, all in one matrix product (a replay of 100,000
+    steps smooths in milliseconds, not a Python step per point on the GUI thread).
     """
     result = np.empty_like(values) if out is None else out
     acc, count = state
-    smoothed: list[float] = []
-    for v in values[start:].tolist():  # plain floats: several times faster than numpy scalars
-        if v == v:  # not NaN
-            acc = smoothing * acc + (1 - smoothing) * v
-            count += 1
-        if count == 0:
-            smoothed.append(math.nan)
-        elif smoothing < 1:
-            smoothed.append(acc / (1 - smoothing**count))
-        else:
-            smoothed.append(v)
+    new = np.asarray(values[start:], dtype=np.float64)
+    if not len(new):
+        return result, (acc, count)
+    if smoothing >= 1:
+        result[start : len(values)] = new
+        valid = new[~np.isnan(new)]
+        return result, (acc, count + len(valid))
+    valid_mask = ~np.isnan(new)
+    kept = new[valid_mask]
+    running = np.empty(len(kept))
+    if len(kept):
+        # Within each block of 128 points, one product with the decay weights; then the value each
+        # block starts from, carried across the blocks (a scalar step per block, not per point).
+        lags = np.arange(_EMA_BLOCK)
+        weights = np.tril((1 - smoothing) * smoothing ** np.maximum(lags[:, None] - lags[None, :], 0))
+        carry = smoothing ** (lags + 1)
+        blocks = -(-len(kept) // _EMA_BLOCK)
+        padded = np.zeros(blocks * _EMA_BLOCK)
+        padded[: len(kept)] = kept
+        within = padded.reshape(blocks, _EMA_BLOCK) @ weights.T
+        starts = np.empty(blocks)
+        decay = float(carry[-1])
+        for block, end in enumerate(within[:, -1].tolist()):
+            starts[block] = acc
+            acc = end + decay * acc
+        running = (within + carry[None, :] * starts[:, None]).reshape(-1)[: len(kept)]
+        acc = float(running[-1])
+    counts = count + np.cumsum(valid_mask)
+    last = np.cumsum(valid_mask) - 1  # the latest valid point at or before each point (-1: none yet)
+    accs = np.where(last >= 0, running[np.maximum(last, 0)] if len(kept) else state[0], state[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        smoothed = np.where(counts > 0, accs / (1 - smoothing ** counts.astype(np.float64)), np.nan)
     result[start : len(values)] = smoothed
-    return result, (acc, count)
+    return result, (acc, int(counts[-1]))
 
 
 def make_plot(title: str, left: str, bottom: str) -> pg.PlotWidget:

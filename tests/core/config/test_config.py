@@ -211,3 +211,11 @@ def test_compile_is_off_unless_asked_and_names_what_is_allowed(tmp_path: Path) -
     assert load_config(write(tmp_path, blocks)).training.compile == "blocks"
     errors = errors_of(tmp_path, MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "yes"'))
     assert "training.compile = \"yes\": allowed: 'off', 'blocks' or 'full'" in "\n".join(errors)
+
+
+def test_the_effective_batch_multiplies_batch_accumulation_and_processes() -> None:
+    from studio.core.config.schema import TrainingSection
+
+    training = TrainingSection(batch_size=3, gradient_accumulation=4)
+    assert training.effective_batch() == 12 and training.effective_batch(8) == 96
+    assert training.effective_batch(0) == 12  # no processes named: one

@@ -26,6 +26,14 @@ def test_a_line_over_the_cap_is_skipped_and_counted_and_its_neighbours_pass() ->
     assert lines.pending == 0
 
 
+def test_the_cap_counts_the_break_and_holds_in_a_chunk_of_many_lines() -> None:
+    lines = LineBuffer(max_line=10)
+    chunk = b"a\n" + b"x" * 9 + b"\n" + b"y" * 10 + b"\n" + b"b\n" * 8 + b"z" * 30 + b"\r\n" + b"end\n"
+    assert lines.feed(chunk) == [b"a\n" + b"x" * 9 + b"\n", 11, b"b\n" * 8, 32, b"end\n"]
+    console = LineBuffer(max_line=10, breaks=b"\r\n")
+    assert console.feed(b"ok\n" + b"5%\r" * 20 + b"w" * 12 + b"\n") == [b"ok\n" + b"5%\r" * 20, 13]
+
+
 def test_the_partial_line_of_an_endless_writer_stays_bounded() -> None:
     lines = LineBuffer(max_line=1000)
     for _ in range(10_000):

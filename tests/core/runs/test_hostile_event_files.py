@@ -140,3 +140,29 @@ def test_a_relative_name_in_the_events_never_points_beside_the_run(tmp_path: Pat
     for hostile in ("../../secret.txt", "samples/../../../secret.txt", "..\\..\\secret.txt"):
         resolved = model.resolve(hostile)
         assert run in resolved.parents and not resolved.exists(), hostile
+
+
+def test_an_endless_line_costs_the_event_tail_no_more_per_poll_than_any_other_bytes(tmp_path: Path) -> None:
+    """The local tail holds at most 1 MB of a line with no newline and skips it whole when it ends."""
+    import time
+
+    from studio.core.runs.events import Step
+    from studio.core.runs.tail import EventTail
+
+    path = tmp_path / "events.jsonl"
+    good = b'{"v":1,"type":"step","time":1.0,"step":1,"epoch":0,"loss":0.5,"lr":0.0001}\n'
+    with open(path, "wb") as handle:
+        handle.write(good + b"x" * (30 * 2**20))
+    tail = EventTail(path, max_bytes=512 * 1024)
+    began = time.process_time()
+    steps = [e.step for e in tail.poll() if isinstance(e, Step)]
+    most_held = 0
+    while tail.has_more():
+        steps += [e.step for e in tail.poll() if isinstance(e, Step)]
+        most_held = max(most_held, len(tail._file.lines._partial))
+    with open(path, "ab") as handle:
+        handle.write(b"\n" + good)
+    steps += [e.step for e in tail.poll() if isinstance(e, Step)]
+    assert time.process_time() - began < 1.0
+    assert steps == [1, 1] and tail.garbage_lines == 1
+    assert most_held <= 2**20 and tail.pending_bytes == 0

@@ -16,7 +16,7 @@ from studio.gui.context import StudioContext
 from studio.gui.runner.attached_run import AttachedRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import close_plots, fake_command, make_project
+from tests.gui.conftest import close_plots, fake_command, make_project
 
 
 def _window(qtbot: QtBot, tmp_path: Path, project: object) -> tuple[StudioContext, TrainPage, RunsPage]:

@@ -25,7 +25,7 @@ from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import close_plots, make_project
+from tests.gui.conftest import close_plots, make_project
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
-from tests.gui.training.conftest import close_plots, fake_command, make_project
+from tests.gui.conftest import close_plots, fake_command, make_project
 
 
 def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: str) -> Path:

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.gui.runner.run_controller import RunController
-from tests.gui.training.conftest import fake_command
+from tests.gui.conftest import fake_command
 
 
 def test_run_to_completion_fills_model_and_console(

@@ -11,7 +11,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.gui.context import StudioContext
 from studio.gui.training.sampling_editor import SamplingEditor
-from tests.gui.training.conftest import make_project
+from tests.gui.conftest import make_project
 
 
 def test_prompts_and_settings_reach_the_file_and_the_run(qtbot: QtBot, context: StudioContext, config: TrainConfig,
@@ -55,7 +55,7 @@ def test_prompts_and_settings_reach_the_file_and_the_run(qtbot: QtBot, context: 
     assert load_config(context.project.config_path).sampling.prompts == ["a blue square on grass"]  # type: ignore[union-attr]
 
     ctl = context.run_controller
-    from tests.gui.training.conftest import fake_command
+    from tests.gui.conftest import fake_command
 
     ctl.command_factory = fake_command("--steps", "3", "--rate", "1000")
     assert context.config is not None

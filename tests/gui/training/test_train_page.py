@@ -12,7 +12,7 @@ from studio.core.project.folder import Project
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import close_plots, fake_command, make_project
+from tests.gui.conftest import close_plots, fake_command, make_project
 
 
 def make_page(qtbot: QtBot, context: StudioContext, *extra: str) -> TrainPage:

@@ -16,7 +16,7 @@ from studio.core.trainenv.state import check_env
 from studio.gui.context import StudioContext
 from studio.gui.trainenv.window import TrainingEnvDialog
 from studio.gui.training.page import TrainPage
-from tests.gui.training.conftest import make_project
+from tests.gui.conftest import make_project
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""A RunController / TrainPage wired to the fake trainer through the real QProcess path."""
+"""The GUI tests' shared fixtures: a project, its config and a StudioContext, and a RunController / TrainPage
+wired to the fake trainer through the real QProcess path (the Train, Runs and export tests use them)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from studio.core.config.schema import TrainConfig
 from studio.core.runs.launch import RunPlan
 
-FAKE_TRAINER = Path(__file__).resolve().parents[2] / "fixtures" / "fake_trainer.py"
+FAKE_TRAINER = Path(__file__).resolve().parents[1] / "fixtures" / "fake_trainer.py"
 
 
 def fake_command(*extra: str) -> Callable[[RunPlan], list[str]]:
