@@ -22,7 +22,14 @@ from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStar
 from studio.train.checkpoints import latest_checkpoint, load_checkpoint, register_hooks, save_checkpoint
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
-from studio.train.data.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
+from studio.train.data.batches import (
+    EpochPlan,
+    MicroBatches,
+    latent_draws,
+    micro_batch_loader,
+    stream_rng,
+    total_steps,
+)
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.data.items import TrainItem, collect_items
 from studio.train.data.prefetch import Prefetcher
@@ -286,9 +293,12 @@ class Trainer:
         if self.latent_cache is not None:
             latents = self.latent_cache.batch(batch["items"], device, torch.float32)
         else:
+            # A new sample of each image's latents every step, drawn from its micro-batch and place.
+            keys = [(1, int(batch["index"]), acc.process_index, position) for position in range(len(batch["items"]))]
+            draws = latent_draws(self.config.dataset, self.config.training.seed, keys)
             with torch.no_grad():
                 pixels = to_device(batch["pixels"], device)
-                latents = adapter.encode_images(components, pixels).float()
+                latents = adapter.encode_images(components, pixels, draws).float()
         if self.text_cache is not None:
             cond = {k: to_device(v, device) for k, v in self.text_cache.batch(batch["captions"]).items()}
         else:
@@ -390,8 +400,11 @@ class Trainer:
     def _announce(self) -> None:
         acc, training = self.accelerator, self.config.training
         devices = [str(d) for d in _all_devices(acc)]
+        config = config_to_data(self.config)
+        # Said even when it is the default: older studios trained on the mean, newer ones on a sample.
+        config.setdefault("dataset", {})["latents"] = self.config.dataset.latents
         self.reporter.emit(RunStarted(
-            config=config_to_data(self.config), world_size=acc.num_processes, total_steps=self.total,
+            config=config, world_size=acc.num_processes, total_steps=self.total,
             devices=devices, effective_batch=self.plan.global_batch * training.gradient_accumulation,
             num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
             run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),

@@ -98,7 +98,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
         if "single_file" in config.output.formats:
             written += _single_file(adapter, components, folder, dtype, metadata, warn)
     info = {"family": config.model.family, "method": config.method.kind, "step": step,
-            "outputs": [str(p) for p in written], **metadata}
+            "latents": config.dataset.latents, "outputs": [str(p) for p in written], **metadata}
     atomic_write_text(folder / "training_info.json", json.dumps(info, indent=2))
     return written
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.hub_layout import assert_lora_in_hub_layout, file_keys
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
@@ -72,6 +73,12 @@ def test_kohya_file_has_the_names_comfyui_reads(lora_run: Path) -> None:
     assert float(alpha) == 8.0
     assert meta["ss_network_dim"] == "4" and meta["ss_steps"] == "8"
     assert "circle" in meta["ss_tag_frequency"] or "red" in meta["ss_tag_frequency"]
+
+
+def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
+    path = lora_run / "output" / "pytorch_lora_weights.safetensors"
+    assert_lora_in_hub_layout(path, "sd15", {"unet", "text_encoder"})
+    assert any(k.startswith("text_encoder.text_model.encoder.layers.") for k in file_keys(path))
 
 
 def test_shared_lora_files_name_the_base_model_without_a_local_path(lora_run: Path, tiny_sd15: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.hub_layout import assert_folder_in_hub_layout, assert_lora_in_hub_layout
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
@@ -71,6 +72,11 @@ def test_kohya_file_names_both_text_encoders_and_pairs_match(lora_run: Path) -> 
     assert sum(k.endswith(".alpha") for k in kohya) == _pairs(kohya)
 
 
+def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
+    path = lora_run / "output" / "pytorch_lora_weights.safetensors"
+    assert_lora_in_hub_layout(path, "sdxl", {"unet", "text_encoder", "text_encoder_2"})
+
+
 def _image(pipe, seed: int = 5) -> np.ndarray:
     out = pipe(PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=5.0,
                generator=torch.Generator("cpu").manual_seed(seed), output_type="np")
@@ -110,6 +116,7 @@ def test_dreambooth_with_prior_preservation(make_config, run_training, events_of
     assert len(list((run_dir / "class_images" / "concept-0").glob("*.png"))) == 2
     output = run_dir / "output"
     assert json.loads((output / "model_index.json").read_text())["_class_name"] == "StableDiffusionXLPipeline"
+    assert {"unet", "text_encoder", "text_encoder_2"} <= set(assert_folder_in_hub_layout(output, "sdxl"))
     tuned = StableDiffusionXLPipeline.from_pretrained(str(output), add_watermarker=False)
     base = StableDiffusionXLPipeline.from_pretrained(str(tiny_sdxl), add_watermarker=False)
     tuned.set_progress_bar_config(disable=True)

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from studio.train.pipelines.hub_layout import text_encoder_key
+
 DIFFUSERS_LORA_FILE = "pytorch_lora_weights.safetensors"
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -24,9 +26,7 @@ _OWNERS = {"lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_"
 def clip_key(component: str, key: str) -> str:
     """Kohya names follow the original CLIP layout (text_model.encoder...), which newer
     transformers versions flatten away; put the prefix back for text encoders."""
-    if component.startswith("text_encoder") and not key.startswith("text_model."):
-        return f"text_model.{key}"
-    return key
+    return text_encoder_key(key) if component.startswith("text_encoder") else key
 
 
 def kohya_state_dict(
