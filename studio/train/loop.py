@@ -70,6 +70,7 @@ class Trainer:
         self.sharding = Sharding(config, accelerator)
         self.compiled: CompiledDenoiser | None = None
         self.stop_agreed = False  # what the last read-back said (several processes)
+        self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
 
     @property
     def offload_device(self) -> torch.device:
@@ -339,7 +340,8 @@ class Trainer:
         acc = self.accelerator
         self.reporter.phase("saving", 0, 1, f"the LoRA of epoch {epoch}")
         if acc.is_main_process:
-            paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch)
+            paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch,
+                                    self.started_at)
             self.reporter.emit(EpochSaved(step=self.step, epoch=epoch, outputs=[str(p) for p in paths]))
         acc.wait_for_everyone()
 
@@ -371,8 +373,8 @@ class Trainer:
             self.reporter.phase("saving", 0, 1, "writing the outputs")
             components = self._gathered_components()
             if acc.is_main_process:
-                outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir,
-                                                        self.items, self.step, self.reporter.warn)]
+                outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir, self.items,
+                                                        self.step, self.started_at, self.reporter.warn)]
             del components
             acc.wait_for_everyone()
         self.stop.uninstall()

@@ -45,4 +45,7 @@ def test_a_dreambooth_folder_is_written_in_the_hub_layout_whatever_the_base(make
                          output=OutputSection(dir=str(tmp_path / "runs")))
     code, run_dir = run_training(config, tmp_path)
     assert code == 0
-    assert {"unet", "vae", "text_encoder"} <= set(assert_folder_in_hub_layout(run_dir / "output", "sd15"))
+    output = run_dir / "output"
+    assert {"unet", "vae", "text_encoder"} <= set(assert_folder_in_hub_layout(output, "sd15"))
+    # The files transformers 4.x's CLIPTokenizer reads, as the hub's folders have them.
+    assert (output / "tokenizer" / "vocab.json").is_file() and (output / "tokenizer" / "merges.txt").is_file()

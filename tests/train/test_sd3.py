@@ -66,6 +66,14 @@ def test_lora_run_trains_only_the_chosen_blocks(lora_run: Path, events_of) -> No
     assert any(k.startswith("lora_transformer_transformer_blocks_1_attn_") for k in kohya)
 
 
+def test_kohya_file_names_its_architecture_as_sd_scripts_does(lora_run: Path) -> None:
+    with safe_open(str(lora_run / "output" / "shapes-3.safetensors"), "pt") as handle:
+        meta = handle.metadata()
+    assert meta["modelspec.architecture"] == "stable-diffusion-3-medium/lora"
+    assert meta["modelspec.implementation"] == "diffusers" and meta["modelspec.resolution"] == "64x64"
+    assert "modelspec.prediction_type" not in meta  # flow matching
+
+
 def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
     path = lora_run / "output" / "pytorch_lora_weights.safetensors"
     assert_lora_in_hub_layout(path, "sd3", {"transformer", "text_encoder", "text_encoder_2"})

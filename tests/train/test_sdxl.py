@@ -72,6 +72,14 @@ def test_kohya_file_names_both_text_encoders_and_pairs_match(lora_run: Path) -> 
     assert sum(k.endswith(".alpha") for k in kohya) == _pairs(kohya)
 
 
+def test_kohya_file_names_its_architecture_as_sd_scripts_does(lora_run: Path) -> None:
+    with safe_open(str(lora_run / "output" / "shapes-xl.safetensors"), "pt") as handle:
+        meta = handle.metadata()
+    assert meta["modelspec.architecture"] == "stable-diffusion-xl-v1-base/lora"
+    assert meta["modelspec.implementation"] == "https://github.com/Stability-AI/generative-models"
+    assert meta["modelspec.resolution"] == "64x64" and meta["ss_base_model_version"] == "sdxl_base_v1-0"
+
+
 def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
     path = lora_run / "output" / "pytorch_lora_weights.safetensors"
     assert_lora_in_hub_layout(path, "sdxl", {"unet", "text_encoder", "text_encoder_2"})

@@ -79,11 +79,12 @@ def _dirs(groups: dict[str, list[Image]]) -> str:
 
 def training_fields(config: TrainConfig, images: list[Any], step: int, started_at: float,
                     finished_at: float) -> dict[str, str]:
-    """sd-scripts' ss_* keys that describe the run (the network's own are the kohya file's)."""
+    """sd-scripts' ss_* keys that describe the run (the network's own are the kohya file's); a run
+    set by steps has no epoch count and one set by epochs no step limit."""
     training, dataset = config.training, config.dataset
     instances = folder_names(i for i in images if not i.is_class)
     classes = folder_names(i for i in images if i.is_class)
-    return {
+    fields = {
         "ss_output_name": config.output.name,
         "ss_training_started_at": str(started_at),
         "ss_training_finished_at": str(finished_at),
@@ -122,3 +123,4 @@ def training_fields(config: TrainConfig, images: list[Any], step: int, started_a
         "ss_min_snr_gamma": str(training.min_snr_gamma),
         "ss_training_comment": f"trained with sd-training-studio {__version__}",
     }
+    return {key: value for key, value in fields.items() if value}

@@ -5,6 +5,10 @@ unless the model came from a file in the old layout; transformers 4.x (what kohy
 and many UIs still pin) cannot load such a folder or such a LoRA, while transformers 5 and
 diffusers read the old layout. So every text-encoder weight the studio writes carries the
 prefix: in model folders (DreamBooth outputs, the tiny models) and in LoRA files.
+
+Likewise transformers 5 saves a CLIP tokenizer as tokenizer.json alone, while transformers 4.x's
+CLIPTokenizer (the class a pipeline's model_index.json names) reads vocab.json and merges.txt,
+as the hub's folders have them; a folder gets both back from its tokenizer.json.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ def text_encoder_key(key: str) -> str:
 
 
 def write_hub_layout(folder: Path) -> list[Path]:
-    """Rename the weights of each component of the pipeline `folder` whose class lost its hub prefix;
-    the files rewritten (none when every component is in the hub layout already)."""
-    rewritten: list[Path] = []
+    """Rename the weights of each component of the pipeline `folder` whose class lost its hub prefix,
+    and give its CLIP tokenizers their vocab.json and merges.txt; the files written (none when the
+    folder is in the hub layout already)."""
+    rewritten: list[Path] = write_tokenizer_files(folder)
     for config_file in sorted(folder.glob("*/config.json")):
         architectures = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or []
         prefix = HUB_PREFIXES.get(architectures[0]) if architectures else None
@@ -42,6 +47,26 @@ def write_hub_layout(folder: Path) -> list[Path]:
             data["weight_map"] = {_prefixed(k, prefix): v for k, v in data.get("weight_map", {}).items()}
             index.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return rewritten
+
+
+def write_tokenizer_files(folder: Path) -> list[Path]:
+    """Write vocab.json and merges.txt beside each CLIP tokenizer.json of the pipeline `folder` that
+    lacks them; the files written."""
+    written: list[Path] = []
+    for config_file in sorted(folder.glob("*/tokenizer_config.json")):
+        component = config_file.parent
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        fast = component / "tokenizer.json"
+        if not str(config.get("tokenizer_class", "")).startswith("CLIPTokenizer") or not fast.is_file():
+            continue
+        if (component / "vocab.json").is_file() and (component / "merges.txt").is_file():
+            continue
+        model = json.loads(fast.read_text(encoding="utf-8"))["model"]
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+        (component / "vocab.json").write_text(json.dumps(model["vocab"], ensure_ascii=False), encoding="utf-8")
+        (component / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+        written += [component / "vocab.json", component / "merges.txt"]
+    return written
 
 
 def _prefixed(key: str, prefix: str) -> str:
