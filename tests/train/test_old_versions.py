@@ -1,8 +1,8 @@
 """The studio's LoRA files and DreamBooth folders load with transformers 4.x and diffusers 0.3x (what
-kohya's scripts and many UIs pin) as well as with the studio's own versions.
+kohya's scripts and many UIs pin); each family's own tests load them with the studio's versions.
 
 The old versions live in `.venv-compat` (constraints/compat.txt), which `python dev.py test` makes;
-tests/train/load_outputs.py loads the files there and in this interpreter.
+tests/train/load_outputs.py loads the files there.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +65,7 @@ def cases(tiny_models: dict[str, Path], demo_data: Path, tmp_path_factory: pytes
     return out
 
 
-def _load(python: Path | str, cases: list[dict[str, Any]]) -> dict[str, Any]:
+def _load(python: Path, cases: list[dict[str, Any]]) -> dict[str, Any]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     done = subprocess.run([str(python), str(LOADER)], input=json.dumps(cases), capture_output=True, text=True,
                           env=env, timeout=1200)
@@ -75,21 +74,13 @@ def _load(python: Path | str, cases: list[dict[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _environments() -> list[Any]:
-    compat = pytest.param(
-        COMPAT_PYTHON, id="transformers-4-diffusers-0.3x",
-        marks=pytest.mark.skipif(not COMPAT_PYTHON.exists(), reason=(
-            f"no compatibility environment at {COMPAT_PYTHON.parent.parent}: `python dev.py setup` makes it "
-            "(transformers 4.x and diffusers 0.3x, pinned in constraints/compat.txt)")))
-    return [compat, pytest.param(Path(sys.executable), id="the-studios-own")]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("python", _environments())
-def test_outputs_load_in_this_environment(python: Path, cases: list[dict[str, Any]]) -> None:
-    loaded = _load(python, cases)
-    if python == COMPAT_PYTHON:
-        assert loaded["transformers"].startswith("4.") and loaded["diffusers"].startswith("0.3"), loaded
+@pytest.mark.skipif(not COMPAT_PYTHON.exists(), reason=(
+    f"no compatibility environment at {COMPAT_PYTHON.parent.parent}: `python dev.py setup` makes it "
+    "(transformers 4.x and diffusers 0.3x, pinned in constraints/compat.txt)"))
+def test_outputs_load_with_transformers_4_and_diffusers_0_3x(cases: list[dict[str, Any]]) -> None:
+    loaded = _load(COMPAT_PYTHON, cases)
+    assert loaded["transformers"].startswith("4.") and loaded["diffusers"].startswith("0.3"), loaded
     for case, result in zip(cases, loaded["results"], strict=True):
         what = f"{case['family']} {case['kind']} with transformers {loaded['transformers']}"
         if case["kind"] == "lora":
