@@ -30,7 +30,9 @@ CORE_VENV = ROOT / ".venv-core"
 PACKAGE_VENV = ROOT / ".venv-package"
 CLOUD_VENV = ROOT / ".venv-cloud"
 CLOUD_CONSTRAINTS = ROOT / "constraints" / "cloud.txt"
+COMPAT_VENV = ROOT / ".venv-compat"
 CONSTRAINTS = ROOT / "constraints" / "ci.txt"
+COMPAT_PINS = ROOT / "constraints" / "compat.txt"
 WINDOWS = os.name == "nt"
 # PyPI's Windows wheels of torch are CPU-only; the CUDA ones come from PyTorch's own index.
 WINDOWS_CUDA_INDEX = "https://download.pytorch.org/whl/cu128"
@@ -168,10 +170,27 @@ def setup_cloud() -> Path:
     return python
 
 
+def setup_compat() -> Path:
+    """An environment with only the libraries that load a model, at the versions kohya's scripts and
+    many UIs pin (transformers 4.x, diffusers 0.3x): the tests load the studio's outputs in it."""
+    python = python_of(COMPAT_VENV)
+    stamp_file = COMPAT_VENV / ".studio-stamp"
+    stamp = hashlib.sha256(COMPAT_PINS.read_bytes()).hexdigest()
+    if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        return python
+    if not python.exists():
+        print(f"Creating the compatibility environment in {COMPAT_VENV.name}/ …", flush=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(COMPAT_VENV)
+    install(python, ["-r", COMPAT_PINS])
+    stamp_file.write_text(stamp)
+    return python
+
+
 def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
     setup_cloud()
+    setup_compat()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     run([python, "-m", "mypy", "studio"], env=env)
@@ -250,6 +269,7 @@ def main(argv: list[str]) -> None:
         setup(dev=True)
         setup_core()
         setup_cloud()
+        setup_compat()
     else:
         print(__doc__)
         sys.exit(0 if command in ("help", "-h", "--help") else 2)

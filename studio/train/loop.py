@@ -30,7 +30,14 @@ from studio.train.checkpoints import (
 )
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
-from studio.train.data.batches import EpochPlan, MicroBatches, micro_batch_loader, stream_rng, total_steps
+from studio.train.data.batches import (
+    EpochPlan,
+    MicroBatches,
+    latent_draws,
+    micro_batch_loader,
+    stream_rng,
+    total_steps,
+)
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.data.items import TrainItem, collect_items
 from studio.train.data.prefetch import Prefetcher
@@ -71,6 +78,7 @@ class Trainer:
         self.sharding = Sharding(config, accelerator)
         self.compiled: CompiledDenoiser | None = None
         self.stop_agreed = False  # what the last read-back said (several processes)
+        self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
 
     @property
     def offload_device(self) -> torch.device:
@@ -306,9 +314,12 @@ class Trainer:
         if self.latent_cache is not None:
             latents = self.latent_cache.batch(batch["items"], device, torch.float32)
         else:
+            # A new sample of each image's latents every step, drawn from its micro-batch and place.
+            keys = [(1, int(batch["index"]), acc.process_index, position) for position in range(len(batch["items"]))]
+            draws = latent_draws(self.config.dataset, self.config.training.seed, keys)
             with torch.no_grad():
                 pixels = to_device(batch["pixels"], device)
-                latents = adapter.encode_images(components, pixels).float()
+                latents = adapter.encode_images(components, pixels, draws).float()
         if self.text_cache is not None:
             cond = {k: to_device(v, device) for k, v in self.text_cache.batch(batch["captions"]).items()}
         else:
@@ -349,7 +360,8 @@ class Trainer:
         acc = self.accelerator
         self.reporter.phase("saving", 0, 1, f"the LoRA of epoch {epoch}")
         if acc.is_main_process:
-            paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch)
+            paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch,
+                                    self.started_at)
             self.reporter.emit(EpochSaved(step=self.step, epoch=epoch, outputs=[str(p) for p in paths]))
         acc.wait_for_everyone()
 
@@ -381,8 +393,8 @@ class Trainer:
             self.reporter.phase("saving", 0, 1, "writing the outputs")
             components = self._gathered_components()
             if acc.is_main_process:
-                outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir,
-                                                        self.items, self.step, self.reporter.warn)]
+                outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir, self.items,
+                                                        self.step, self.started_at, self.reporter.warn)]
             del components
             acc.wait_for_everyone()
         self.stop.uninstall()
@@ -410,8 +422,11 @@ class Trainer:
     def _announce(self) -> None:
         acc, training = self.accelerator, self.config.training
         devices = [str(d) for d in _all_devices(acc)]
+        config = config_to_data(self.config)
+        # Said even when it is the default: older studios trained on the mean, newer ones on a sample.
+        config.setdefault("dataset", {})["latents"] = self.config.dataset.latents
         self.reporter.emit(RunStarted(
-            config=config_to_data(self.config), world_size=acc.num_processes, total_steps=self.total,
+            config=config, world_size=acc.num_processes, total_steps=self.total,
             devices=devices, effective_batch=self.plan.global_batch * training.gradient_accumulation,
             num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
             run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),

@@ -6,14 +6,13 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import torch
 
-from studio import __version__
-from studio.core.dataset.caption_tags import tag_counts
 from studio.core.families import FAMILIES
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import OUTPUT_DIR
@@ -21,6 +20,7 @@ from studio.train.components import Components
 from studio.train.data.items import TrainItem
 from studio.train.errors import disk_full_error, out_of_space
 from studio.train.families.base import FamilyAdapter
+from studio.train.families.model_spec import model_spec, training_fields
 
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The model-spec architecture of each family that has a single-file layout.
@@ -59,31 +59,22 @@ def shared_model_name(base: str) -> str:
     return base
 
 
-def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int) -> dict[str, str]:
+def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int, started_at: float) -> dict[str, str]:
     """What a LoRA file says about its making (kohya's ss_* keys, which LoRA browsers show).
 
     The file is meant to be shared: it names the base model by file name or hub id, never by path.
     """
     config = adapter.config
-    by_concept: dict[str, dict[str, int]] = {}
-    for concept in config.dataset.concepts:
-        captions = [i.caption for i in items if not i.is_class and str(i.path).startswith(concept.path)]
-        by_concept[Path(concept.path).name] = dict(tag_counts(captions).most_common(500))
     return {
         "ss_sd_model_name": Path(config.model.base).name,
         "ss_base_model": shared_model_name(config.model.base),
-        "ss_steps": str(step),
-        "ss_resolution": str(config.dataset.resolution),
-        "ss_learning_rate": str(config.training.learning_rate),
-        "ss_num_train_images": str(sum(i.repeats for i in items if not i.is_class)),
-        "ss_tag_frequency": json.dumps(by_concept),
-        "ss_training_comment": f"trained with sd-training-studio {__version__}",
+        **training_fields(config, items, step, started_at, time.time()),
         "modelspec.title": config.output.name,
     }
 
 
 def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
-                 items: list[TrainItem], step: int, warn: Warn) -> list[Path]:
+                 items: list[TrainItem], step: int, started_at: float, warn: Warn) -> list[Path]:
     """Write the run's outputs (rank 0 only) and a training_info.json beside them.
 
     Everything is written into a hidden folder inside output/ first and moved into place
@@ -97,7 +88,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
         shutil.rmtree(left, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder))
     try:
-        written = _write_outputs(adapter, components, staging, items, step, warn)
+        written = _write_outputs(adapter, components, staging, items, step, started_at, warn)
         placed = [folder / p.relative_to(staging) for p in written]
         for entry in sorted(staging.iterdir()):
             target = folder / entry.name
@@ -116,9 +107,9 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
 
 
 def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
-                   items: list[TrainItem], step: int, warn: Warn) -> list[Path]:
+                   items: list[TrainItem], step: int, started_at: float, warn: Warn) -> list[Path]:
     config = adapter.config
-    metadata = training_metadata(adapter, items, step)
+    metadata = training_metadata(adapter, items, step, started_at)
     if config.method.kind == "lora":
         written = adapter.save_lora(folder, *_lora_parts(adapter, components), metadata=metadata)
         if "single_file" in config.output.formats:
@@ -131,6 +122,7 @@ def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
         if "single_file" in config.output.formats:
             written += _single_file(adapter, components, folder, dtype, metadata, warn, final=folder.parent)
     info = {"family": config.model.family, "method": config.method.kind, "step": step,
+            "latents": config.dataset.latents,
             "outputs": [str(folder.parent / p.relative_to(folder)) for p in written], **metadata}
     atomic_write_text(folder / "training_info.json", json.dumps(info, indent=2))
     return written
@@ -166,13 +158,13 @@ def output_bytes(adapter: FamilyAdapter, components: Components) -> int:
 
 
 def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Path,
-                    items: list[TrainItem], step: int, epoch: int) -> list[Path]:
+                    items: list[TrainItem], step: int, epoch: int, started_at: float) -> list[Path]:
     """The LoRA as it is at the end of `epoch` (rank 0 only): output/epoch-NNNN/, with the kohya
     file named `<output.name>-eNNNN` so files of several epochs can sit side by side in a UI."""
     config = adapter.config
     folder = run_dir / OUTPUT_DIR / f"epoch-{epoch:04d}"
     folder.mkdir(parents=True, exist_ok=True)
-    metadata = {**training_metadata(adapter, items, step), "ss_epoch": str(epoch)}
+    metadata = {**training_metadata(adapter, items, step, started_at), "ss_epoch": str(epoch)}
     layers, configs = _lora_parts(adapter, components)
     return adapter.save_lora(folder, layers, configs, metadata=metadata, name=f"{config.output.name}-e{epoch:04d}")
 
@@ -199,7 +191,6 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
              f"folder {final} was written instead", str(final),
              "load the folder with diffusers, or convert it with your UI's own tools")
         return []
-    meta = {**metadata, "modelspec.architecture": SINGLE_FILE_ARCHITECTURES[family],
-            "modelspec.sai_model_spec": "1.0.0"}
+    meta = {**metadata, **model_spec(config, SINGLE_FILE_ARCHITECTURES[family], lora=False, now=time.time())}
     path = folder / f"{config.output.name}.safetensors"
     return [save_single_file(path, family, components, dtype, meta)]

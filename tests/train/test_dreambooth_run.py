@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fixtures.hub_layout import assert_folder_in_hub_layout
 
 from studio.core.config.schema import (
     ConceptSection,
@@ -47,6 +48,7 @@ def test_dreambooth_with_prior_preservation(make_config, run_training, events_of
     assert isinstance(finished, RunFinished) and finished.status == "completed"
     output = run_dir / "output"
     assert (output / "model_index.json").is_file() and (output / "unet").is_dir()
+    assert {"unet", "vae", "text_encoder"} <= set(assert_folder_in_hub_layout(output, "sd15"))
     base = StableDiffusionPipeline.from_pretrained(str(tiny_sd15), safety_checker=None,
                                                    requires_safety_checker=False)
     tuned = StableDiffusionPipeline.from_pretrained(str(output), safety_checker=None, requires_safety_checker=False)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.hub_layout import assert_lora_in_hub_layout, file_keys
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
@@ -72,6 +73,41 @@ def test_kohya_file_has_the_names_comfyui_reads(lora_run: Path) -> None:
     assert float(alpha) == 8.0
     assert meta["ss_network_dim"] == "4" and meta["ss_steps"] == "8"
     assert "circle" in meta["ss_tag_frequency"] or "red" in meta["ss_tag_frequency"]
+
+
+# The model-spec fields sd-scripts marks MUST (library/sai_model_spec.py), plus the date it always writes.
+MODEL_SPEC_MUST = ("modelspec.sai_model_spec", "modelspec.architecture", "modelspec.implementation",
+                   "modelspec.title", "modelspec.resolution")
+
+
+def test_kohya_file_metadata_is_what_model_browsers_read(lora_run: Path) -> None:
+    import json
+    import time
+    from datetime import datetime
+
+    with safe_open(str(lora_run / "output" / "shapes.safetensors"), "pt") as handle:
+        meta = handle.metadata()
+    assert all(meta.get(key) for key in MODEL_SPEC_MUST), [k for k in MODEL_SPEC_MUST if not meta.get(k)]
+    assert meta["modelspec.sai_model_spec"] == "1.0.1"
+    assert meta["modelspec.architecture"] == "stable-diffusion-v1/lora"
+    assert meta["modelspec.implementation"] == "diffusers"  # sd-scripts' id for an SD1.x LoRA
+    assert meta["modelspec.title"] == meta["ss_output_name"] == "shapes"
+    assert meta["modelspec.resolution"] == "64x64" and meta["ss_resolution"] == "(64, 64)"
+    started, finished = float(meta["ss_training_started_at"]), float(meta["ss_training_finished_at"])
+    assert time.time() - 3600 < started <= finished <= time.time()
+    assert abs(datetime.fromisoformat(meta["modelspec.date"]).timestamp() - finished) < 120
+    assert json.loads(meta["ss_dataset_dirs"]) == {"shapes": {"n_repeats": 1, "img_count": 8}}
+    assert json.loads(meta["ss_reg_dataset_dirs"]) == {} and meta["ss_num_reg_images"] == "0"
+    frequency = json.loads(meta["ss_tag_frequency"])
+    assert list(frequency) == ["shapes"] and all(isinstance(n, int) and n > 0 for n in frequency["shapes"].values())
+    assert meta["ss_num_train_images"] == "8" and meta["ss_batch_size_per_device"] == "2"
+    assert meta["ss_seed"] == "3" and meta["ss_network_dim"] == "4" and meta["ss_network_alpha"] == "8.0"
+
+
+def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
+    path = lora_run / "output" / "pytorch_lora_weights.safetensors"
+    assert_lora_in_hub_layout(path, "sd15", {"unet", "text_encoder"})
+    assert any(k.startswith("text_encoder.text_model.encoder.layers.") for k in file_keys(path))
 
 
 def test_shared_lora_files_name_the_base_model_without_a_local_path(lora_run: Path, tiny_sd15: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.hub_layout import assert_folder_in_hub_layout, assert_lora_in_hub_layout
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
@@ -65,6 +66,19 @@ def test_lora_run_trains_only_the_chosen_blocks(lora_run: Path, events_of) -> No
     assert any(k.startswith("lora_transformer_transformer_blocks_1_attn_") for k in kohya)
 
 
+def test_kohya_file_names_its_architecture_as_sd_scripts_does(lora_run: Path) -> None:
+    with safe_open(str(lora_run / "output" / "shapes-3.safetensors"), "pt") as handle:
+        meta = handle.metadata()
+    assert meta["modelspec.architecture"] == "stable-diffusion-3-medium/lora"
+    assert meta["modelspec.implementation"] == "diffusers" and meta["modelspec.resolution"] == "64x64"
+    assert "modelspec.prediction_type" not in meta  # flow matching
+
+
+def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
+    path = lora_run / "output" / "pytorch_lora_weights.safetensors"
+    assert_lora_in_hub_layout(path, "sd3", {"transformer", "text_encoder", "text_encoder_2"})
+
+
 def _image(pipe, seed: int = 5) -> np.ndarray:
     out = pipe(PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=5.0,
                generator=torch.Generator("cpu").manual_seed(seed), output_type="np")
@@ -91,6 +105,8 @@ def test_dreambooth_output_loads_and_differs(make_config, run_training, events_o
                          output=OutputSection(dir=str(tmp_path / "runs"), save_precision="fp32"))
     code, run_dir = run_training(config, tmp_path)
     assert code == 0, events_of(run_dir)
+    assert {"transformer", "text_encoder", "text_encoder_2"} <= set(
+        assert_folder_in_hub_layout(run_dir / "output", "sd3"))
     tuned = StableDiffusion3Pipeline.from_pretrained(str(run_dir / "output"), **NO_T5)
     base = StableDiffusion3Pipeline.from_pretrained(str(tiny_sd3), **NO_T5)
     for pipe in (tuned, base):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.hub_layout import assert_folder_in_hub_layout, assert_lora_in_hub_layout
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
@@ -71,6 +72,19 @@ def test_kohya_file_names_both_text_encoders_and_pairs_match(lora_run: Path) -> 
     assert sum(k.endswith(".alpha") for k in kohya) == _pairs(kohya)
 
 
+def test_kohya_file_names_its_architecture_as_sd_scripts_does(lora_run: Path) -> None:
+    with safe_open(str(lora_run / "output" / "shapes-xl.safetensors"), "pt") as handle:
+        meta = handle.metadata()
+    assert meta["modelspec.architecture"] == "stable-diffusion-xl-v1-base/lora"
+    assert meta["modelspec.implementation"] == "https://github.com/Stability-AI/generative-models"
+    assert meta["modelspec.resolution"] == "64x64" and meta["ss_base_model_version"] == "sdxl_base_v1-0"
+
+
+def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:
+    path = lora_run / "output" / "pytorch_lora_weights.safetensors"
+    assert_lora_in_hub_layout(path, "sdxl", {"unet", "text_encoder", "text_encoder_2"})
+
+
 def _image(pipe, seed: int = 5) -> np.ndarray:
     out = pipe(PROMPT, num_inference_steps=2, height=64, width=64, guidance_scale=5.0,
                generator=torch.Generator("cpu").manual_seed(seed), output_type="np")
@@ -110,6 +124,7 @@ def test_dreambooth_with_prior_preservation(make_config, run_training, events_of
     assert len(list((run_dir / "class_images" / "concept-0").glob("*.png"))) == 2
     output = run_dir / "output"
     assert json.loads((output / "model_index.json").read_text())["_class_name"] == "StableDiffusionXLPipeline"
+    assert {"unet", "text_encoder", "text_encoder_2"} <= set(assert_folder_in_hub_layout(output, "sdxl"))
     tuned = StableDiffusionXLPipeline.from_pretrained(str(output), add_watermarker=False)
     base = StableDiffusionXLPipeline.from_pretrained(str(tiny_sdxl), add_watermarker=False)
     tuned.set_progress_bar_config(disable=True)

@@ -158,6 +158,12 @@ class DatasetSection(Section):
     keep_tokens: int = Field(default=0, ge=0, le=100, description="Tags kept in place at the start when shuffling.")
     caption_dropout: float = Field(default=0.0, ge=0.0, le=1.0, description="Chance of an empty caption.")
     caption_extension: str = Field(default=".txt", description="Sidecar caption extension preferred when writing.")
+    latents: Literal["sample", "mean"] = Field(
+        default="sample",
+        description="What an image becomes for training: a sample of the VAE's latent distribution (a new one "
+        "each step, or one per image when training.cache_latents is on, as kohya and diffusers' examples do) "
+        "or the distribution's mean (the same latents every time).",
+    )
 
 
 class TrainingSection(Section):

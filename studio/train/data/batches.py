@@ -8,7 +8,7 @@ exactly the images step N of an uninterrupted run drew. A global batch holds
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,10 +17,22 @@ import torch
 from studio.core.config.schema import DatasetSection
 from studio.train.data.items import TrainItem, center_crop_conditioning, load_image, prepare_caption
 
+# The stream of stream_rng's keys that draws latent samples (1: epoch order, 2: augmentation, 3: noise).
+LATENT_STREAM = 4
+
 
 def stream_rng(seed: int, *keys: int) -> np.random.Generator:
     """A generator that depends only on the seed and the keys (epoch, micro-batch, position...)."""
     return np.random.default_rng([seed, *keys])
+
+
+def latent_draws(dataset: DatasetSection, seed: int, keys: Sequence[tuple[int, ...]]) -> list[torch.Generator] | None:
+    """One generator per image for a sample of its latents, from the seed and the image's keys
+    (its cache entry, or its micro-batch and place); None when dataset.latents asks for the mean."""
+    if dataset.latents == "mean":
+        return None
+    return [torch.Generator("cpu").manual_seed(int(stream_rng(seed, LATENT_STREAM, *key).integers(2**62)))
+            for key in keys]
 
 
 class EpochPlan:

@@ -15,6 +15,7 @@ import torch
 
 from studio.core.config.schema import DatasetSection
 from studio.train.components import Components
+from studio.train.data.batches import latent_draws
 from studio.train.data.items import TrainItem, load_image
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.memory.transfer import to_device
@@ -32,9 +33,11 @@ def gpu_cache_budget(device: torch.device) -> int:
     return int(torch.cuda.get_device_properties(device).total_memory * GPU_CACHE_FRACTION)
 
 
-def _latent_file(folder: Path, item: TrainItem, base: str) -> Path:
+def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
+    """The cache file of `item`'s latents; `drawn` says which latents they are (the mean, or the
+    sample of one seed), so a run that asks for other latents never reads these."""
     stat = item.path.stat()
-    key = f"{item.path}|{stat.st_mtime_ns}|{stat.st_size}|{item.bucket}|{base}"
+    key = f"{item.path}|{stat.st_mtime_ns}|{stat.st_size}|{item.bucket}|{base}|{drawn}"
     return folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
 
 
@@ -53,12 +56,19 @@ class LatentCache:
         writer: bool,
         progress: Progress,
     ) -> None:
-        """Encode every item (or read it from `disk`); only a `writer` writes missing files."""
+        """Encode every item (or read it from `disk`); only a `writer` writes missing files.
+
+        With dataset.latents = "sample" each item's latents are one sample, drawn from the seed and
+        the item alone (the same whatever the batch size, and on every rank).
+        """
         from safetensors.torch import load_file, save_file
 
+        seed = adapter.config.training.seed
+        drawn = "mean" if dataset.latents == "mean" else f"sample-{seed}"
+        base = adapter.config.model.base
         todo: list[TrainItem] = []
         for item in items:
-            path = _latent_file(disk, item, adapter.config.model.base) if disk else None
+            path = _latent_file(disk, item, base, drawn) if disk else None
             if path is not None and path.is_file():
                 self.latents[item.index] = load_file(str(path))["latents"]
             else:
@@ -71,13 +81,15 @@ class LatentCache:
             for start in range(0, len(group), batch_size):
                 chunk = group[start : start + batch_size]
                 pixels = torch.stack([torch.from_numpy(load_image(i, "center", False, None).pixels) for i in chunk])
+                draws = latent_draws(dataset, seed, [(0, item.index) for item in chunk])
                 with torch.no_grad():
-                    latents = adapter.encode_images(components, pixels).float().cpu()
+                    latents = adapter.encode_images(components, pixels, draws).float().cpu()
                 for item, latent in zip(chunk, latents, strict=True):
                     self.latents[item.index] = latent.clone(memory_format=torch.contiguous_format)
                     if disk is not None and writer:
                         disk.mkdir(parents=True, exist_ok=True)
-                        save_file({"latents": latent.clone(memory_format=torch.contiguous_format)}, str(_latent_file(disk, item, adapter.config.model.base)))
+                        save_file({"latents": latent.clone(memory_format=torch.contiguous_format)},
+                                  str(_latent_file(disk, item, base, drawn)))
                 done += len(chunk)
                 progress("caching", done, len(items))
 

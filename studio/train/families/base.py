@@ -18,6 +18,7 @@ from studio.core.config.schema import TrainConfig
 from studio.train.components import Components
 from studio.train.families.schemes import NoiseScheme
 from studio.train.pipelines.arch_configs import PIPELINES
+from studio.train.pipelines.hub_layout import text_encoder_key, write_hub_layout
 
 Conditioning = dict[str, torch.Tensor]
 
@@ -108,14 +109,23 @@ class FamilyAdapter(ABC):
         """Conditioning that depends on the images (SDXL's size and crop ids); none by default."""
         return cond
 
-    def encode_images(self, components: Components, pixels: torch.Tensor) -> torch.Tensor:
+    def encode_images(
+        self, components: Components, pixels: torch.Tensor, draws: list[torch.Generator] | None = None
+    ) -> torch.Tensor:
         """Pixels in [-1, 1], (B, 3, H, W) -> latents shifted and scaled by the VAE's factors.
 
-        The distribution's mean, not a sample: deterministic, so cached and uncached latents agree.
+        With `draws` (one generator per image) the latents are a sample of the VAE's distribution,
+        drawn on the CPU so a seed gives the same sample on any device; without, its mean.
         SD1.5 and SDXL VAEs have no shift factor; SD3's has one.
         """
         vae: Any = components.vae
-        latents = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
+        distribution = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
+        if draws is None:
+            latents = distribution.mode()
+        else:
+            shape = distribution.mean.shape[1:]
+            noise = torch.stack([torch.randn(shape, generator=draw, dtype=torch.float32) for draw in draws])
+            latents = distribution.mean + distribution.std * noise.to(distribution.mean)
         return (latents - (getattr(vae.config, "shift_factor", None) or 0.0)) * vae.config.scaling_factor
 
     @abstractmethod
@@ -225,7 +235,8 @@ class FamilyAdapter(ABC):
         """Write `folder/weight_name` with the family pipeline's `save_lora_weights`.
 
         Each trained component goes in as `<name>_lora_layers` with its `<name>_lora_adapter_metadata`,
-        as every diffusers pipeline names them; UNet-era loaders want diffusers-renamed keys.
+        as every diffusers pipeline names them; UNet-era loaders want diffusers-renamed keys. Text
+        encoders' keys keep the hub's `text_model.` level, which diffusers of every version reads.
         """
         import diffusers
         from diffusers.utils import convert_state_dict_to_diffusers
@@ -235,6 +246,8 @@ class FamilyAdapter(ABC):
             state = layers.get(name)
             if not state:
                 continue
+            if name in self.text_encoder_names:
+                state = {text_encoder_key(key): value for key, value in state.items()}
             arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if self.rename_lora_keys \
                 else state
             arguments[f"{name}_lora_adapter_metadata"] = adapter_configs.get(name)
@@ -242,8 +255,9 @@ class FamilyAdapter(ABC):
         pipeline.save_lora_weights(folder, weight_name=weight_name, **arguments)
 
     def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:
-        """DreamBooth: the whole pipeline as a diffusers folder."""
+        """DreamBooth: the whole pipeline as a diffusers folder, its weights named as the hub names them."""
         pipeline = self.make_pipeline(components)
         pipeline.to(dtype=dtype)
         pipeline.save_pretrained(folder, safe_serialization=True)
+        write_hub_layout(folder)
         return [folder]

@@ -8,10 +8,14 @@ says how its components are named (SD1.x's single encoder is `lora_te_`, SDXL's 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from studio.train.families.model_spec import model_spec
+from studio.train.pipelines.hub_layout import text_encoder_key
 
 DIFFUSERS_LORA_FILE = "pytorch_lora_weights.safetensors"
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -24,9 +28,7 @@ _OWNERS = {"lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_"
 def clip_key(component: str, key: str) -> str:
     """Kohya names follow the original CLIP layout (text_model.encoder...), which newer
     transformers versions flatten away; put the prefix back for text encoders."""
-    if component.startswith("text_encoder") and not key.startswith("text_model."):
-        return f"text_model.{key}"
-    return key
+    return text_encoder_key(key) if component.startswith("text_encoder") else key
 
 
 def kohya_state_dict(
@@ -70,16 +72,17 @@ def save_kohya_file(
 
 
 def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dict[str, str]) -> dict[str, str]:
-    """The ss_* and modelspec keys LoRA browsers show."""
+    """The network's ss_* keys and the model-spec fields LoRA browsers show, over the run's `extra`."""
     return {
+        **extra,
         "ss_network_module": "networks.lora",
         "ss_network_dim": str(config.method.rank),
         "ss_network_alpha": str(config.method.lora_alpha),
+        "ss_network_dropout": str(config.method.dropout),
         "ss_base_model_version": base_version,
         "ss_clip_skip": str(config.model.clip_skip) if config.model.family == "sd15" else "None",
-        "modelspec.architecture": f"{architecture}/lora",
-        "modelspec.sai_model_spec": "1.0.0",
-        **extra,
+        "ss_v2": "False",
+        **model_spec(config, architecture, lora=True, now=time.time()),
     }
 
 

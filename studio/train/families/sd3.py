@@ -51,7 +51,7 @@ class SD3Adapter(FamilyAdapter):
     rename_lora_keys: ClassVar[bool] = False
     # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
     kohya_base_version: ClassVar[str] = "sd3"
-    kohya_architecture: ClassVar[str] = "stable-diffusion-v3-medium"
+    kohya_architecture: ClassVar[str] = "stable-diffusion-3-medium"  # as sd-scripts names SD3 medium
 
     prompt_embedding_names: ClassVar[tuple[str, ...]] = (
         "prompt_embeds", "negative_prompt_embeds", "pooled_prompt_embeds", "negative_pooled_prompt_embeds")

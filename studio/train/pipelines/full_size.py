@@ -13,6 +13,7 @@ import torch
 
 from studio.core.dataset.demo_shapes import CAPTION_WORDS
 from studio.train.pipelines.arch_configs import PIPELINES, SPECS, build_component
+from studio.train.pipelines.hub_layout import write_hub_layout
 from studio.train.pipelines.tiny import EXTRA_WORDS
 from studio.train.pipelines.tiny_tokenizer import write_tokenizer
 
@@ -66,6 +67,7 @@ def write_full_size_pipeline(family: str, folder: str | Path, dtype: str = "fp16
         parts.setdefault("text_encoder_3", None)
     pipeline = getattr(diffusers, PIPELINES[family])(**parts)
     pipeline.save_pretrained(out, safe_serialization=True)
+    write_hub_layout(out)
     return out
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from studio.train.pipelines.hub_layout import text_encoder_key
+
 SUPPORTED = ("sd15", "sdxl")
 _RESNET_PARTS = [("in_layers.0", "norm1"), ("in_layers.2", "conv1"), ("out_layers.0", "norm2"),
                  ("out_layers.3", "conv2"), ("emb_layers.1", "time_emb_proj"), ("skip_connection", "conv_shortcut")]
@@ -101,8 +103,7 @@ def vae_to_original(vae: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _clip_keys(encoder: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The encoder's weights under the original CLIP names (text_model.*), which newer transformers flatten."""
-    return {(k if k.startswith(("text_model.", "text_projection")) else f"text_model.{k}"): v
-            for k, v in encoder.state_dict().items()}
+    return {text_encoder_key(k): v for k, v in encoder.state_dict().items()}
 
 
 def open_clip_to_original(encoder: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.dataset.demo_shapes import CAPTION_WORDS
+from studio.train.pipelines.hub_layout import write_hub_layout
 from studio.train.pipelines.tiny_tokenizer import write_tokenizer
 
 # Words people type in sample prompts and DreamBooth prompts, kept whole by the tokenizer.
@@ -90,6 +91,7 @@ def _sd15(folder: Path, seed: int, prediction_type: str = "epsilon") -> Path:
         requires_safety_checker=False,
     )
     pipeline.save_pretrained(folder, safe_serialization=True)  # type: ignore[attr-defined]
+    write_hub_layout(folder)
     return folder
 
 
@@ -143,6 +145,7 @@ def _sdxl(folder: Path, seed: int) -> Path:
         tokenizer_2=tokenizer, unet=unet, scheduler=scheduler, add_watermarker=False,
     )
     pipeline.save_pretrained(folder, safe_serialization=True)  # type: ignore[attr-defined]
+    write_hub_layout(folder)
     return folder
 
 
@@ -194,6 +197,7 @@ def _sd3(folder: Path, seed: int, t5: bool = False) -> Path:
         text_encoder_3=t5_encoder, tokenizer_3=t5_tokenizer,
     )
     pipeline.save_pretrained(folder, safe_serialization=True)  # type: ignore[attr-defined]
+    write_hub_layout(folder)
     return folder
 
 
