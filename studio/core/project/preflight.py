@@ -29,8 +29,11 @@ from studio.core.models.files import (
 )
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
+from studio.core.project.demo import is_demo_model
 
 GB = 1024**3
+# A project's own folder for its models (the demo's models/tiny-sd15): a path, never a hub organisation.
+LOCAL_MODEL_FOLDERS = ("models",)
 TORCH_PROBE_TIMEOUT_S = 120
 
 
@@ -51,7 +54,7 @@ def preflight(config: TrainConfig, base_dir: Path, gpu: GPUInfo | None = None,
     """Every problem found before starting a run of `config` (relative paths start at `base_dir`)."""
     resolved = resolve_paths(config, base_dir)
     on_gpu = gpu is not None and not config.launch.cpu
-    problems = [p for p in (check_model(resolved), check_dataset(resolved)) if p is not None]
+    problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved)) if p is not None]
     problems += check_output(resolved)
     if on_gpu and gpu is not None:
         problems += [p for p in (check_vram(resolved, gpu),
@@ -65,13 +68,26 @@ def _looks_like_hub_id(value: str) -> bool:
         and not value.endswith(SINGLE_FILE_SUFFIXES)
 
 
-def check_model(config: TrainConfig) -> PreflightProblem | None:
+def looks_local(value: str) -> bool:
+    """Whether model.base is meant as a path on this machine: never offered as a hub download."""
+    text = value.replace("\\", "/")
+    return (Path(value).expanduser().is_absolute() or text.startswith((".", "~", "/"))
+            or text.split("/")[0] in LOCAL_MODEL_FOLDERS or (len(text) > 1 and text[1] == ":"))
+
+
+def check_model(config: TrainConfig, base_dir: Path | None = None) -> PreflightProblem | None:
     """The base model is on this machine, readable, of the config's family and trainable."""
     base, family = config.model.base, config.model.family
     path = Path(base).expanduser()
+    if not path.is_absolute() and base_dir is not None and looks_local(base):
+        path = base_dir / path
     if path.exists():
         return _check_local_model(path, family)
-    if _looks_like_hub_id(base):
+    if looks_local(base) and is_demo_model(base):
+        return PreflightProblem("model", f"The demo's tiny model is not built yet ({path}): it is built with "
+                                         "the training environment's PyTorch; set that up in Tools → Training "
+                                         "Environment, then press Train again.")
+    if _looks_like_hub_id(base) and not looks_local(base):
         return _check_cached_model(base, config.model.revision)
     return PreflightProblem("model", f"Base model {path} does not exist: check model.base (a diffusers folder, a "
                                      ".safetensors file or a hub id like org/name) or choose one on the Model & "

@@ -106,3 +106,45 @@ def test_tools_menu_opens_the_window(qtbot: QtBot, tmp_path: Path, monkeypatch: 
     qtbot.waitUntil(lambda: dialog.overview is not None, timeout=20000)
     assert str(tmp_path / "env") in dialog.findings.item(dialog.findings.count() - 1).text()
     dialog.close()
+
+
+def test_the_demos_first_train_goes_environment_then_model_then_run(
+        qtbot: QtBot, tmp_path: Path, trainenv_copy: InstallPlan, env_vars: pytest.MonkeyPatch) -> None:
+    """The desktop app's first Train on the demo: the set-up window, then the tiny model is built, then the
+    run starts by itself; nothing offers a download on the way."""
+    import studio.gui.main_window as main_window
+    from studio.core.project.demo import create_demo_project
+    from studio.gui.application import make_settings
+    from tests.gui.training.conftest import fake_command
+
+    env_vars.setattr(sys, "frozen", True, raising=False)
+    env_vars.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "no-env-yet"))
+    project = create_demo_project(tmp_path / "demo")
+    model = project.root / "models" / "tiny-sd15"
+    build = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
+             "(p / 'model_index.json').write_text('{\"_class_name\": \"StableDiffusionPipeline\"}')")
+    env_vars.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", build, str(model)])
+    window = main_window.MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(window)
+    window.context.run_controller.command_factory = fake_command()
+    window.set_project(project)
+    page = window.show_page("page_train")
+    asked: list[str] = []
+    page.confirm = lambda title, text: bool(asked.append(f"{title}: {text}"))
+
+    page.train_button.click()
+    dialog = window.findChild(TrainingEnvDialog, "training_env_dialog")
+    assert dialog is not None and dialog.isVisible()
+    assert page.message.text() == "Set up the training environment first: training starts when it is ready."
+    assert not model.exists() and not any((project.root / "runs").glob("*"))
+
+    env_vars.setenv("STUDIO_TRAINING_ENV", str(trainenv_copy.folder))  # the install finished
+    dialog.sig_ready.emit(str(trainenv_copy.folder / "bin" / "python"))
+    assert page.message.text().startswith("Building the demo's tiny model first")
+    qtbot.waitUntil(lambda: page.controller.running, timeout=30000)
+    assert (model / "model_index.json").is_file()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=30000)
+    assert page.controller.model.status == "finished" and page.controller.model.loss
+    assert asked == []  # no download offered, no other question
+    dialog.close()
+    window.close()
