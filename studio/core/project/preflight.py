@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from studio.core.models.files import (
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
 from studio.core.project.demo import is_demo_model
+from studio.core.training_python import NoTrainingPython, default_training_python
 
 GB = 1024**3
 # A project's own folder for its models (the demo's models/tiny-sd15): a path, never a hub organisation.
@@ -200,8 +200,12 @@ def check_vram(config: TrainConfig, gpu: GPUInfo) -> PreflightProblem | None:
 
 def check_torch_cuda(python: str | None) -> PreflightProblem | None:
     """The training interpreter's torch can use CUDA (asked in a subprocess: the caller never imports torch)."""
-    interpreter = python or sys.executable
     script = "import torch; print(torch.__version__, torch.cuda.is_available())"
+    try:
+        # Never sys.executable: in the desktop app that is the window's binary, not a Python.
+        interpreter = python or default_training_python()
+    except NoTrainingPython as exc:
+        return PreflightProblem("torch", f"No training environment: {exc}.")
     try:
         out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True,
                              timeout=TORCH_PROBE_TIMEOUT_S)

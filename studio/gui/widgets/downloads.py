@@ -8,7 +8,6 @@ for a token, which goes straight to the system keyring.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
@@ -26,6 +25,13 @@ from PySide6.QtWidgets import (
 
 from studio.core.models.downloads import DownloadProgress, progress_text
 from studio.core.models.hub_token import TokenStoreError, store_token
+from studio.core.studio_command import studio_command
+from studio.core.training_python import NoTrainingPython
+
+
+def download_command(repo_id: str, with_t5: bool = False, python: str | None = None) -> list[str]:
+    """`studio-train download ID --json` as this app runs it (in the frozen app: the training environment)."""
+    return studio_command(["download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])], python=python)
 
 
 class DownloadProcess(QObject):
@@ -37,7 +43,8 @@ class DownloadProcess(QObject):
 
     def __init__(self, python: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.python = python or sys.executable
+        self.python = python  # None: the training environment's (studio/core/studio_command.py)
+        self.program = ""
         self.process: QProcess | None = None
         self._buffer = b""
         self._ended = False
@@ -48,12 +55,18 @@ class DownloadProcess(QObject):
 
     def start(self, repo_id: str, with_t5: bool = False) -> None:
         self.cancel()
+        try:
+            program, *arguments = download_command(repo_id, with_t5, self.python)
+        except NoTrainingPython as exc:  # the frozen app downloads with the training environment's libraries
+            self.sig_failed.emit(f"The download cannot start yet: {exc}.", False)
+            return
+        self.program = program
         process = QProcess(self)
         env = QProcessEnvironment.systemEnvironment()
         env.insert("PYTHONUNBUFFERED", "1")  # each progress line arrives as it is printed
         process.setProcessEnvironment(env)
-        process.setProgram(self.python)
-        process.setArguments(["-m", "studio.cli", "download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])])
+        process.setProgram(program)
+        process.setArguments(arguments)
         process.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
         process.readyReadStandardOutput.connect(self._read)
         process.finished.connect(self._finished)
@@ -104,7 +117,7 @@ class DownloadProcess(QObject):
     def _error(self, error: QProcess.ProcessError) -> None:
         if error == QProcess.ProcessError.FailedToStart and not self._ended:
             self._ended = True
-            self.sig_failed.emit(f"The download could not start: {self.python} was not found.", False)
+            self.sig_failed.emit(f"The download could not start: {self.program} was not found.", False)
 
 
 class DownloadDialog(QDialog):
