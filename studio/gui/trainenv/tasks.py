@@ -23,14 +23,14 @@ class EnvSignals(QObject):
 
 
 class OverviewTask(QRunnable):
-    def __init__(self, folder: Path | None, signals: EnvSignals) -> None:
+    def __init__(self, folder: Path | None, signals: EnvSignals, wheelhouse: Path | None = None) -> None:
         super().__init__()
         self.setAutoDelete(False)
-        self.folder, self.signals = folder, signals
+        self.folder, self.signals, self.wheelhouse = folder, signals, wheelhouse
 
     def run(self) -> None:
         try:
-            overview = env_overview(self.folder)
+            overview = env_overview(self.folder, self.wheelhouse)
         except Exception as exc:  # a thread boundary: the window shows it, nothing is lost
             traceback.print_exc()
             self.signals.sig_failed.emit(f"could not read the training environment: {exc}")

@@ -148,3 +148,30 @@ def test_the_demos_first_train_goes_environment_then_model_then_run(
     assert asked == []  # no download offered, no other question
     dialog.close()
     window.close()
+
+
+def test_install_from_a_folder_of_wheels_chosen_in_the_window(
+        qtbot: QtBot, tmp_path: Path, trainenv_installed: Installed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
+    monkeypatch.delenv("STUDIO_WHEELHOUSE", raising=False)
+    empty = tmp_path / "not-wheels"
+    empty.mkdir()
+    dialog = open_dialog(qtbot, tmp_path / "env")
+    answers = [str(empty), str(trainenv_installed.wheels)]
+    dialog.ask_folder = lambda: answers.pop(0)
+    dialog.wheels_button.click()
+    assert "has no torch wheel" in dialog.progress_label.text() and dialog.wheelhouse is None
+    dialog.wheels_button.click()
+    assert dialog.wheelhouse == trainenv_installed.wheels
+    qtbot.waitUntil(lambda: dialog.install_button.isEnabled(), timeout=20000)
+    assert dialog.overview is not None and dialog.overview.plan is not None
+    assert dialog.overview.plan.wheelhouse == trainenv_installed.wheels
+    ready: list[str] = []
+    dialog.sig_ready.connect(ready.append)
+    dialog.install_button.click()
+    qtbot.waitUntil(lambda: bool(ready), timeout=120000)
+    qtbot.waitUntil(lambda: "Ready." in dialog.status.text(), timeout=20000)
+    assert "PyTorch 2.13.0+cpu" in dialog.status.text()
+    log = (tmp_path / "env" / "install.log").read_text(encoding="utf-8")
+    assert f"--find-links {trainenv_installed.wheels}" in log and "--no-index" in log
+    dialog.close()
