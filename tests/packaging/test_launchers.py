@@ -4,7 +4,6 @@ and when there is none it says which to install and keeps the window open to be 
 from __future__ import annotations
 
 import glob
-import os
 import shutil
 import subprocess
 import sys
@@ -34,4 +33,3 @@ def test_with_only_an_old_python_it_names_the_versions_and_waits(tmp_path: Path)
     assert out.returncode == 1
     assert "needs Python 3.11, 3.12 or 3.13, and none was found (python3 is Python 3.9" in out.stdout
     assert "Press Enter to close this window." in out.stdout + out.stderr
-    assert not (ROOT / ".venv-launcher-test").exists() and os.path.isdir(ROOT)
