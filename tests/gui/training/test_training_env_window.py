@@ -68,9 +68,13 @@ def test_repair_with_progress_cancelled_then_continued(qtbot: QtBot, trainenv_co
     qtbot.waitUntil(lambda: "Needs repair" in dialog.status.text(), timeout=20000)
     assert any("peft is not installed" in dialog.findings.item(i).text() for i in range(dialog.findings.count()))
 
+    assert dialog.install_button.text() == "Repair"
     dialog.install_button.click()
     assert dialog.cancel_button.isEnabled() and not dialog.buttons.isEnabled()
     qtbot.waitUntil(lambda: "step 2 of 5" in dialog.progress_label.text(), timeout=20000)
+    # Repair installs again: uv and pip would otherwise only see that torch's version is there.
+    qtbot.waitUntil(lambda: any(flag in (folder / "install.log").read_text(encoding="utf-8")
+                                for flag in (" --reinstall ", " --force-reinstall ")), timeout=30000)
     dialog.cancel_button.click()
     qtbot.waitUntil(lambda: dialog.progress_label.text().startswith("Cancelled"), timeout=20000)
     qtbot.waitUntil(lambda: "stopped halfway" in dialog.status.text(), timeout=20000)
