@@ -9,20 +9,35 @@
 
 On Windows use `py dev.py run` / `py dev.py test`.
 
-Torch: with an NVIDIA driver present (nvidia-smi on PATH) the CUDA build is
-installed; without one, the pinned CPU build from constraints/ci.txt (which is
-what CI uses). Set STUDIO_TORCH to a pip requirement to choose yourself.
+Torch: the pinned version of constraints/ci.txt, in the build this machine runs: with an
+NVIDIA driver, the newest CUDA build the driver supports (the table the desktop app uses,
+resources/trainenv/torch_builds.toml); without one, the CPU build (PyTorch's CPU index, so
+that PyPI's CUDA build is not pulled on Linux). Set STUDIO_TORCH to a pip requirement to
+choose yourself.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
 import sys
-import venv
-from pathlib import Path
+
+# Checked before anything else: an older Python fails much later, in the resolver, with
+# errors that do not say why.
+NEEDED_PYTHON = (3, 11)
+if sys.version_info[:2] < NEEDED_PYTHON:
+    sys.exit("dev.py needs Python {}.{} or newer (3.11, 3.12 or 3.13); this is Python {} ({}). Install one "
+             "(python.org, your package manager, or pyenv) and run it with that, e.g. `python3.11 dev.py run`; "
+             "on Windows `py -3.11 dev.py run`.".format(*NEEDED_PYTHON, sys.version.split()[0], sys.executable))
+
+import hashlib  # noqa: E402 - after the version check, which must run on any Python
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import tomllib  # noqa: E402
+import venv  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
@@ -34,8 +49,7 @@ COMPAT_VENV = ROOT / ".venv-compat"
 CONSTRAINTS = ROOT / "constraints" / "ci.txt"
 COMPAT_PINS = ROOT / "constraints" / "compat.txt"
 WINDOWS = os.name == "nt"
-# PyPI's Windows wheels of torch are CPU-only; the CUDA ones come from PyTorch's own index.
-WINDOWS_CUDA_INDEX = "https://download.pytorch.org/whl/cu128"
+TORCH_BUILDS = ROOT / "resources" / "trainenv" / "torch_builds.toml"
 
 
 def python_of(env: Path) -> Path:
@@ -59,26 +73,165 @@ def stamp_of(*parts: str) -> str:
     return digest.hexdigest()
 
 
-def ensure_env(env: Path, extras: str, torch_args: list[str], label: str) -> Path:
-    """Create `env` and install the studio with `extras`; skipped when nothing changed."""
+@dataclass(frozen=True)
+class SetupStep:
+    """One line of a cold set-up: what is installed, and the arguments that install it."""
+
+    title: str
+    requirements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    torch_build: str  # "cpu", "cu128", …, "default" (PyPI's: macOS) or "chosen" (STUDIO_TORCH)
+    reason: str
+    steps: tuple[SetupStep, ...] = field(default_factory=tuple)
+
+
+def pinned_torch(constraints: str) -> str:
+    """The torch version constraints/ci.txt pins ("2.13.0")."""
+    found = re.search(r"^torch==([^\s;#]+)", constraints, re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"{CONSTRAINTS} pins no torch version (a line torch==X.Y.Z)")
+    return found.group(1)
+
+
+def driver_cuda(nvidia_smi: str) -> str | None:
+    """The newest CUDA version the NVIDIA driver supports, from `nvidia-smi`'s header; None without one."""
+    found = re.search(r"CUDA Version:\s*([0-9]+\.[0-9]+)", nvidia_smi)
+    return found.group(1) if found else None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def install_plan(extras: str, platform: str, cuda: str | None, constraints: str, builds: dict[str, object],
+                 choice: str | None = None, torch_index: bool = True) -> InstallPlan:
+    """What a set-up installs, decided from facts only (tests assert it; nothing runs here).
+
+    `cuda`: the newest CUDA the NVIDIA driver supports (None: no driver); `builds`: the
+    desktop app's table (resources/trainenv/torch_builds.toml); `choice`: STUDIO_TORCH;
+    `torch_index`: whether PyTorch's index answers (else the build comes from the sources
+    pip is configured with, e.g. a company mirror or a folder of wheels). Every step is pinned by the constraints; torch is the pinned version in the build
+    this machine runs, from PyTorch's index for that build.
+    """
+    pins = ("-c", str(CONSTRAINTS))
+    package = ("-e", f".[{extras}]" if extras else ".")
+    if choice:
+        torch: tuple[str, ...] = (choice,)
+        build, reason = "chosen", f"STUDIO_TORCH={choice}"
+    else:
+        version, index = pinned_torch(constraints), str(builds["index"])
+        cudas = [b for b in builds.get("cuda", []) if isinstance(b, dict)]  # type: ignore[attr-defined]
+        usable = [b for b in cudas if cuda is not None and _version(cuda) >= _version(str(b["cuda"]))]
+        if platform == "darwin":
+            build, reason, torch = "default", "macOS: PyPI's build (Apple GPUs through MPS)", (f"torch=={version}",)
+        elif usable:
+            tag = str(usable[0]["tag"])
+            build, reason = tag, f"the NVIDIA driver supports CUDA {cuda}: the CUDA {usable[0]['cuda']} build"
+            torch = (f"torch=={version}+{tag}", *(("--extra-index-url", f"{index}/{tag}") if torch_index else ()))
+        else:
+            build = "cpu"
+            reason = ("no NVIDIA driver: the CPU build" if cuda is None else
+                      f"the NVIDIA driver's CUDA {cuda} is older than every build: the CPU build")
+            torch = (f"torch=={version}+cpu", *(("--extra-index-url", f"{index}/cpu") if torch_index else ()))
+    disk = builds.get("disk_gb", {})
+    size = disk.get("cuda" if build.startswith("cu") else "cpu", 4) if isinstance(disk, dict) else 4
+    steps = (
+        SetupStep(f"PyTorch ({reason}; about {size} GB on disk)", (*torch, *pins)),
+        SetupStep(f"the studio and its libraries ({extras or 'core'})", (*torch, *pins, *package)),
+    )
+    return InstallPlan(build, reason, steps)
+
+
+def machine_plan(extras: str, probe: bool = True) -> InstallPlan:
+    """install_plan for this machine (`probe`: ask whether PyTorch's index answers; else assume it does)."""
+    smi = shutil.which("nvidia-smi")
+    header = ""
+    if smi:
+        try:
+            header = subprocess.run([smi], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            header = ""
+    builds = tomllib.loads(TORCH_BUILDS.read_text(encoding="utf-8"))
+    choice = os.environ.get("STUDIO_TORCH") or None
+    reachable = not probe or choice is not None or sys.platform == "darwin" or answers(f"{builds['index']}/cpu/")
+    if not reachable:
+        print(f"PyTorch's index {builds['index']} does not answer: torch comes from the sources pip is set up "
+              "with (pip config list).", flush=True)
+    return install_plan(extras, sys.platform, driver_cuda(header), CONSTRAINTS.read_text(encoding="utf-8"), builds,
+                        choice, reachable)
+
+
+def answers(url: str, timeout: float = 5.0) -> bool:
+    """Whether `url` answers at all (with the system's or pip's certificates)."""
+    import ssl
+    import urllib.request
+
+    cafile = os.environ.get("SSL_CERT_FILE") or os.environ.get("PIP_CERT") or None
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+        with urllib.request.urlopen(url, timeout=timeout, context=context):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def venv_python_version(env: Path) -> str | None:
+    """The Python version that made `env` (its pyvenv.cfg), "major.minor"; None when it cannot be read."""
+    try:
+        text = (env / "pyvenv.cfg").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = re.search(r"^version(?:_info)?\s*=\s*([0-9]+\.[0-9]+)", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def say(step: int, count: int, text: str) -> None:
+    print(f"[{step}/{count}] {text}", flush=True)
+
+
+def ensure_env(env: Path, extras: str, label: str, with_torch: bool = False) -> Path:
+    """Create `env` and install the studio with `extras` (and torch in this machine's build); skipped when
+    nothing changed. Whether PyTorch's index answers is asked only when something is installed."""
     python = python_of(env)
     stamp_file = env / ".studio-stamp"
-    stamp = stamp_of(extras, *torch_args)
+    build = machine_plan(extras, probe=False) if with_torch else None
+    ours = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    stamp = stamp_of(ours, extras, *((build.torch_build, build.steps[0].requirements[0]) if build else ()))
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
+    plan = machine_plan(extras) if with_torch else InstallPlan("none", "no torch", (
+        SetupStep(f"the {label} packages", ("-c", str(CONSTRAINTS), "-e", f".[{extras}]" if extras else ".")),))
+    made_by = venv_python_version(env)
+    if env.exists() and made_by is not None and made_by != ours:
+        if env.is_symlink():
+            raise SystemExit(f"{env} was made by Python {made_by}, this is {ours}, and it is a link to another "
+                             "folder: remove the link, or run dev.py with Python " + made_by)
+        print(f"{env.name}/ was made by Python {made_by}; making it again with Python {ours}.", flush=True)
+        shutil.rmtree(env)
+    count = len(plan.steps) + 2
+    started = time.monotonic()
     if not python.exists():
-        print(f"Creating the {label} environment in {env.name}/ …", flush=True)
+        say(1, count, f"Making the {label} environment in {env.name}/ with Python {sys.version.split()[0]}")
         venv.EnvBuilder(with_pip=True, clear=True).create(env)
-    install(python, [*torch_args, "-e", f".[{extras}]" if extras else "."])
+    else:
+        say(1, count, f"Updating the {label} environment in {env.name}/")
+    say(2, count, "Getting uv (a fast installer; pip is used without it)")
+    uv = uv_command(python)
+    for index, step in enumerate(plan.steps, start=3):
+        say(index, count, f"Installing {step.title}")
+        install(python, list(step.requirements), uv)
+    print(f"The {label} environment is ready ({time.monotonic() - started:.0f} s).", flush=True)
     stamp_file.write_text(stamp)
     return python
 
 
-def install(python: Path, requirements: list[str | Path]) -> None:
+def install(python: Path, requirements: list[str | Path], uv: list[str | Path] | None) -> None:
     """pip install into `python`'s environment, through uv when it can be had (several times faster:
     parallel downloads, a shared cache, bytecode compiled in parallel), else through pip itself."""
     pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    uv = uv_command(python)
     if uv is not None:
         command = [*map(str, uv), "pip", "install", "-q", "--python", str(python), "--compile-bytecode",
                    # pip's rule: the best version from any of the sources.
@@ -127,19 +280,9 @@ def uv_env() -> dict[str, str]:
     return env
 
 
-def torch_args() -> list[str]:
-    choice = os.environ.get("STUDIO_TORCH")
-    if choice:
-        return [choice]
-    if shutil.which("nvidia-smi"):
-        return ["torch", "--extra-index-url", WINDOWS_CUDA_INDEX] if WINDOWS else ["torch"]
-    return ["-c", str(CONSTRAINTS)]
-
-
 def setup(dev: bool) -> Path:
     extras = "gui,train,dev" if dev else "gui,train"
-    args = ["-c", str(CONSTRAINTS)] if dev and not os.environ.get("STUDIO_TORCH") else torch_args()
-    return ensure_env(VENV, extras, args, "studio")
+    return ensure_env(VENV, extras, "studio", with_torch=True)
 
 
 def setup_core() -> Path:
@@ -151,7 +294,7 @@ def setup_core() -> Path:
         return python
     if not python.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(CORE_VENV)
-    install(python, ["-c", CONSTRAINTS, "-e", ".", "pytest"])
+    install(python, ["-c", CONSTRAINTS, "-e", ".", "pytest"], uv_command(python))
     stamp_file.write_text(stamp)
     return python
 
@@ -263,7 +406,7 @@ def main(argv: list[str]) -> None:
         test(argv[1:])
     elif command == "package":
         # The window's dependencies and PyInstaller only: nothing of the trainer can slip into the app.
-        python = ensure_env(PACKAGE_VENV, "gui,package", ["-c", str(CONSTRAINTS)], "packaging")
+        python = ensure_env(PACKAGE_VENV, "gui,package", "packaging")
         run([python, ROOT / "packaging" / "build_app.py", *argv[1:]])
     elif command == "setup":
         setup(dev=True)

@@ -32,7 +32,7 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     from benchmarks.event_replay import write_events
-    from studio.gui.event_loop import wait_for
+    from studio.gui.base.event_loop import wait_for
     from studio.gui.runner.run_controller import RunController
     from studio.gui.widgets.run_plots import RunPlots
 

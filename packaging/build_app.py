@@ -65,21 +65,34 @@ def run_pyinstaller(dist: Path, work: Path) -> Path:
         render_icon(ROOT / "build" / "icons" / "studio.png")
     # The checkout's own code, even where another checkout is installed in editable mode.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    uv = find_uv()
+    if sys.platform == "darwin" and uv is not None:
+        env["STUDIO_BUNDLE_UV"] = str(uv)  # studio.spec puts it into the bundle before signing
     command = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
                "--distpath", str(dist), "--workpath", str(work), str(SPEC)]
     subprocess.run(command, cwd=ROOT, env=env, check=True)
     return dist / ("Training Studio.app" if sys.platform == "darwin" else "studio")
 
 
-def add_uv(app: Path) -> Path | None:
-    """Put uv beside the app's executable (the training environment is made with it, and it
-    fetches a Python on a machine that has none); None when this environment has no uv."""
+def find_uv() -> Path | None:
     name = "uv.exe" if sys.platform == "win32" else "uv"
     found = Path(sys.executable).parent / name
-    uv = found if found.is_file() else (Path(shutil.which("uv")) if shutil.which("uv") else None)
+    return found if found.is_file() else (Path(shutil.which("uv")) if shutil.which("uv") else None)
+
+
+def add_uv(app: Path) -> Path | None:
+    """Put uv beside the app's executable (the training environment is made with it, and it
+    fetches a Python on a machine that has none); None when this environment has no uv.
+
+    On macOS PyInstaller signs the bundle: uv goes in through the spec (STUDIO_BUNDLE_UV)
+    before that, since a file added afterwards breaks the signature."""
+    uv = find_uv()
     if uv is None:
         return None
-    target = (app / "Contents" / "MacOS" if sys.platform == "darwin" else app) / name
+    if sys.platform == "darwin":
+        inside = next(iter(sorted(app.glob(f"Contents/**/{uv.name}"))), None)
+        return inside
+    target = app / uv.name
     shutil.copy2(uv, target)
     return target
 
@@ -107,7 +120,7 @@ def appimage(app: Path, out: Path) -> Path | None:
     (appdir / "AppRun").symlink_to(f"usr/lib/{APP_NAME}/studio")
     shutil.copy(ICON_SVG, appdir / f"{APP_NAME}.svg")
     desktop = (ROOT / "packaging" / "studio.desktop").read_text(encoding="utf-8")
-    (appdir / f"{APP_NAME}.desktop").write_text(desktop.replace("Exec=studio %f", "Exec=AppRun %f"), encoding="utf-8")
+    (appdir / f"{APP_NAME}.desktop").write_text(desktop.replace("Exec=studio", "Exec=AppRun"), encoding="utf-8")
     image = out / f"Training_Studio-{version()}-{platform.machine()}.AppImage"
     subprocess.run([tool, str(appdir), str(image)], check=True, env=dict(os.environ, ARCH=platform.machine()))
     shutil.rmtree(appdir)

@@ -5,6 +5,9 @@
 #   ./install.sh              install or update
 #   ./install.sh --uninstall  remove the app, the command and the menu entry (projects, settings and
 #                             the training environment stay)
+#   ./install.sh --uninstall --remove-training-env
+#                             the same, and the training environment too (PyTorch and the training
+#                             libraries, about 1-12 GB); projects and settings stay
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 data="${XDG_DATA_HOME:-$HOME/.local/share}"
@@ -24,7 +27,21 @@ if [ "${1:-}" = "--uninstall" ]; then
     rm -f "$entry" "$icon"
     if [ -L "$bin/studio" ]; then rm -f "$bin/studio"; fi
     refresh_menus
-    echo "Removed the Training Studio. Your projects, settings and training environment are still in $data/sd-training-studio."
+    env_dir="$data/sd-training-studio/training-env"
+    if [ "${2:-}" = "--remove-training-env" ]; then
+        # Only a folder the studio made (its install state is there), never something else by that name.
+        if [ -f "$env_dir/studio-env.json" ] || [ -f "$env_dir/pyvenv.cfg" ]; then
+            rm -rf "$env_dir"
+            echo "Removed the training environment ($env_dir)."
+        fi
+        echo "Removed the Training Studio. Your projects and settings are still in $data/sd-training-studio."
+    else
+        size="$(du -sh "$env_dir" 2>/dev/null | cut -f1 || true)"
+        echo "Removed the Training Studio. Your projects, settings and training environment are still in $data/sd-training-studio."
+        if [ -n "$size" ]; then
+            echo "The training environment takes $size: remove it too with: $0 --uninstall --remove-training-env"
+        fi
+    fi
     exit 0
 fi
 

@@ -27,6 +27,10 @@ class StudioContext(QObject):
     sig_project_changed = Signal(object)  # Project | None
     sig_config_changed = Signal(object)  # TrainConfig
     sig_status = Signal(str)  # a message for the status bar
+    # The Train page asks the window to build the demo's tiny model (Project); the window answers
+    # with sig_demo_model_built (True when it is there).
+    sig_demo_model_wanted = Signal(object)
+    sig_demo_model_built = Signal(bool)
 
     def __init__(self, settings: QSettings, hardware_file: str | None = None, parent: QObject | None = None):
         super().__init__(parent)

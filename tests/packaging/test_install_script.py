@@ -42,7 +42,7 @@ def test_install_update_and_uninstall(tmp_path: Path) -> None:
     command = home / ".local" / "bin" / "studio"
     assert subprocess.run([str(command)], capture_output=True, text=True).stdout.strip() == "version-1"
     entry = (share / "applications" / "sd-training-studio.desktop").read_text()
-    assert f'Exec="{app}/studio" %f' in entry and "Icon=sd-training-studio" in entry
+    assert f'Exec="{app}/studio"\n' in entry and "Icon=sd-training-studio" in entry
     assert (share / "icons" / "hicolor" / "scalable" / "apps" / "sd-training-studio.svg").is_file()
 
     (share / "sd-training-studio" / "training-env").mkdir()  # the person's data beside the app
@@ -55,6 +55,31 @@ def test_install_update_and_uninstall(tmp_path: Path) -> None:
     assert not (share / "applications" / "sd-training-studio.desktop").exists()
     assert (share / "sd-training-studio" / "training-env").is_dir()
     assert "training environment are still in" in out.stdout
+
+
+def test_uninstall_removes_the_training_environment_when_asked(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    share = home / ".local" / "share" / "sd-training-studio"
+    download = unpacked_download(tmp_path / "v1", "version-1")
+    run_script(download, home)
+    env = share / "training-env"
+    (env / "lib").mkdir(parents=True)
+    (env / "studio-env.json").write_text("{}")
+    (share / "demo-project").mkdir()
+    out = run_script(download, home, "--uninstall")
+    assert env.is_dir() and "--uninstall --remove-training-env" in out.stdout  # says how, and its size
+    run_script(download, home)
+    out = run_script(download, home, "--uninstall", "--remove-training-env")
+    assert not env.exists() and (share / "demo-project").is_dir()
+    assert f"Removed the training environment ({env})." in out.stdout
+
+
+def test_the_menu_entry_is_valid() -> None:
+    validate = shutil.which("desktop-file-validate")
+    if validate is None:
+        pytest.skip("desktop-file-validate is not installed (apt-get install desktop-file-utils)")
+    out = subprocess.run([validate, str(ROOT / "packaging" / "studio.desktop")], capture_output=True, text=True)
+    assert (out.returncode, out.stdout + out.stderr) == (0, "")
 
 
 def test_outside_an_unpacked_download_it_says_so(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.training_python import NoTrainingPython, default_training_python
 
 ProbeResult = tuple[list[GPUInfo], str, str | None]
 MB = 1024 * 1024
@@ -273,7 +274,12 @@ print("STUDIO_TORCH_PROBE " + json.dumps(info))
 def run_torch_probe(python: str | None = None, timeout: float = TORCH_TIMEOUT_S) -> tuple[dict[str, Any] | None, str | None]:
     """Ask torch in a separate interpreter (the studio's process never imports torch)."""
     try:
-        out = subprocess.run([python or sys.executable, "-c", _TORCH_SCRIPT], capture_output=True,
+        # Never sys.executable itself: in the desktop app that is the window's binary, not a Python.
+        interpreter = python or default_training_python()
+    except NoTrainingPython as exc:
+        return None, str(exc)
+    try:
+        out = subprocess.run([interpreter, "-c", _TORCH_SCRIPT], capture_output=True,
                              text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return None, f"the torch probe took longer than {timeout:.0f} s and was stopped"

@@ -20,7 +20,7 @@ from studio.core.config.schema import (
 )
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.project.folder import Project, create_project
-from studio.core.training_python import default_training_python
+from studio.core.studio_command import studio_command
 from studio.core.user_dirs import data_dir
 
 DEMO_DATA = "data/shapes"
@@ -54,7 +54,7 @@ def demo_config() -> TrainConfig:
 
 def model_command(project: Project, python: str | None = None) -> list[str]:
     """The command that builds the tiny model of a demo project (torch: the training environment's Python)."""
-    return [python or default_training_python(), "-m", "studio.cli", "tiny", DEMO_FAMILY, str(project.root / DEMO_MODEL)]
+    return studio_command(["tiny", DEMO_FAMILY, str(project.root / DEMO_MODEL)], python=python)
 
 
 def demo_model_ready(project: Project) -> bool:

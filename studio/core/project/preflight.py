@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,13 @@ from studio.core.models.files import (
 )
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
+from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
+from studio.core.training_python import NoTrainingPython, default_training_python
 
 GB = 1024**3
+# A project's own folder for its models (the demo's models/tiny-sd15): a path, never a hub organisation.
+LOCAL_MODEL_FOLDERS = ("models",)
 TORCH_PROBE_TIMEOUT_S = 120
 
 
@@ -54,7 +57,7 @@ def preflight(config: TrainConfig, base_dir: Path, gpu: GPUInfo | None = None,
     `gpu` is the first GPU of the machine and `gpu_count` how many it has (None: not known)."""
     resolved = resolve_paths(config, base_dir)
     on_gpu = gpu is not None and not config.launch.cpu
-    problems = [p for p in (check_model(resolved), check_dataset(resolved)) if p is not None]
+    problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved)) if p is not None]
     problems += check_output(resolved)
     if gpu_count and not config.launch.cpu:  # with no GPU at all the ranks train on the CPU
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
@@ -70,13 +73,26 @@ def _looks_like_hub_id(value: str) -> bool:
         and not value.endswith(SINGLE_FILE_SUFFIXES)
 
 
-def check_model(config: TrainConfig) -> PreflightProblem | None:
+def looks_local(value: str) -> bool:
+    """Whether model.base is meant as a path on this machine: never offered as a hub download."""
+    text = value.replace("\\", "/")
+    return (Path(value).expanduser().is_absolute() or text.startswith((".", "~", "/"))
+            or text.split("/")[0] in LOCAL_MODEL_FOLDERS or (len(text) > 1 and text[1] == ":"))
+
+
+def check_model(config: TrainConfig, base_dir: Path | None = None) -> PreflightProblem | None:
     """The base model is on this machine, readable, of the config's family and trainable."""
     base, family = config.model.base, config.model.family
     path = Path(base).expanduser()
+    if not path.is_absolute() and base_dir is not None and looks_local(base):
+        path = base_dir / path
     if path.exists():
         return _check_local_model(path, family, config.model.allow_pickle)
-    if _looks_like_hub_id(base):
+    if looks_local(base) and is_demo_model(base):
+        return PreflightProblem("model", f"The demo's tiny model is not built yet ({path}): it is built with "
+                                         "the training environment's PyTorch; set that up in Tools → Training "
+                                         "Environment, then press Train again.")
+    if _looks_like_hub_id(base) and not looks_local(base):
         return _check_cached_model(base, config.model.revision)
     return PreflightProblem("model", f"Base model {path} does not exist: check model.base (a diffusers folder, a "
                                      ".safetensors file or a hub id like org/name) or choose one on the Model & "
@@ -213,8 +229,12 @@ def check_vram(config: TrainConfig, gpu: GPUInfo) -> PreflightProblem | None:
 
 def check_torch_cuda(python: str | None) -> PreflightProblem | None:
     """The training interpreter's torch can use CUDA (asked in a subprocess: the caller never imports torch)."""
-    interpreter = python or sys.executable
     script = "import torch; print(torch.__version__, torch.cuda.is_available())"
+    try:
+        # Never sys.executable: in the desktop app that is the window's binary, not a Python.
+        interpreter = python or default_training_python()
+    except NoTrainingPython as exc:
+        return PreflightProblem("torch", f"No training environment: {exc}.")
     try:
         out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True,
                              timeout=TORCH_PROBE_TIMEOUT_S)

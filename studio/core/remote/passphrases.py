@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import stat
 import struct
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from studio.core.keyrings import KeyringUnavailable, system_keyring
+from studio.core.studio_command import studio_command
 from studio.core.user_dirs import APP_NAME, cache_dir
 
 KEY_ENV = "STUDIO_ASKPASS_KEY"  # which key's passphrase the askpass script prints
+ASKPASS_MODULE = "studio.core.remote.passphrases"
 _OPENSSH_MAGIC = b"openssh-key-v1\0"
 
 
@@ -110,12 +114,14 @@ def _askpass_script() -> Path:
     """A script that runs this module with this Python; it holds no secret."""
     folder = cache_dir() / "ssh"
     folder.mkdir(parents=True, exist_ok=True)
+    # The frozen app runs it with its own binary (`--run-module`), a checkout with its Python.
+    command = studio_command([], module=ASKPASS_MODULE)
     if os.name == "nt":
         script = folder / "askpass.cmd"
-        text = f'@"{sys.executable}" -m studio.core.remote.passphrases %*\r\n'
+        text = "@" + subprocess.list2cmdline(command) + " %*\r\n"
     else:
         script = folder / "askpass.sh"
-        text = f'#!/bin/sh\nexec "{sys.executable}" -m studio.core.remote.passphrases "$@"\n'
+        text = "#!/bin/sh\nexec " + shlex.join(command) + ' "$@"\n'
     if not script.is_file() or script.read_text(encoding="utf-8") != text:
         script.write_text(text, encoding="utf-8")
         script.chmod(stat.S_IRWXU)

@@ -172,13 +172,14 @@ class EnvOverview:
             f.code in ("no_python", "driver_too_old", "disk_space", "package_lists") for f in self.findings)
 
 
-def env_overview(folder: Path | None = None) -> EnvOverview:
-    """The plan, the findings and the status for this machine (the hardware probe included)."""
+def env_overview(folder: Path | None = None, wheelhouse: Path | None = None) -> EnvOverview:
+    """The plan, the findings and the status for this machine (the hardware probe included);
+    `wheelhouse`: install from that folder of wheels only."""
     folder = folder or env_dir()
     report = load_hardware()
-    findings = diagnose(report, folder)
+    findings = diagnose(report, folder, wheelhouse=wheelhouse)
     try:
-        plan = make_plan(folder, hardware=report)
+        plan = make_plan(folder, hardware=report, wheelhouse=wheelhouse)
     except (NoEnvTool, PackageListError, ValueError) as exc:
         return EnvOverview(None, findings, {"folder": str(folder), "error": str(exc)})
     return EnvOverview(plan, findings, status_facts(plan))

@@ -18,6 +18,7 @@ from pathlib import Path
 from studio.core.files import atomic_write_text
 from studio.core.trainenv.plan import InstallPlan
 from studio.core.trainenv.progress import InstallProgress, OutputReader
+from studio.core.trainenv.sources import explain_failure
 from studio.core.trainenv.state import (
     LOG_FILE,
     PTH_FILE,
@@ -32,7 +33,7 @@ from studio.core.trainenv.state import (
     write_state,
 )
 from studio.core.trainenv.steps import Cancelled, StepFailed, run_logged
-from studio.core.trainenv.tools import create_command, install_command, pip_has_raw_progress
+from studio.core.trainenv.tools import UV, create_command, install_command, pip_has_raw_progress
 from studio.core.trainenv.verify import mismatched_versions, verify_command
 from studio.core.training_python import env_python
 
@@ -107,7 +108,7 @@ def install(plan: InstallPlan, progress: ProgressCallback | None = None, cancel:
         start = InstallProgress(step, STEPS.index(step) + 1, len(STEPS))
         if progress:
             progress(start)
-        facts = _run_step(plan, step, OutputReader(start), progress, cancel) or facts
+        facts = _run_step(plan, step, OutputReader(start), progress, cancel, force) or facts
         state.steps_done.append(step)
         write_state(plan.folder, state)
     ready = {"stamp": plan.stamp(), "torch_build": plan.build.tag, "tool": plan.tool.kind, **facts}
@@ -116,12 +117,12 @@ def install(plan: InstallPlan, progress: ProgressCallback | None = None, cancel:
 
 
 def _run_step(plan: InstallPlan, step: str, reader: OutputReader, progress: ProgressCallback | None,
-              cancel: CancelCheck | None) -> dict[str, object] | None:
+              cancel: CancelCheck | None, force: bool = False) -> dict[str, object] | None:
     python = env_python(plan.folder)
     log = plan.folder / LOG_FILE if step != "create" else plan.folder.with_name(plan.folder.name + "-" + LOG_FILE)
     if step == "create":
         _clear_folder(plan.folder)
-        run_logged(create_command(plan.tool, plan.folder), step, log, reader, progress, cancel)
+        _run_explained(plan, create_command(plan.tool, plan.folder), step, log, reader, progress, cancel)
         plan.folder.mkdir(parents=True, exist_ok=True)
         shutil.move(str(log), plan.folder / LOG_FILE)
         write_state(plan.folder, EnvState(plan.stamp(), ["create"], plan.build.tag, plan.tool.kind))
@@ -129,13 +130,27 @@ def _run_step(plan: InstallPlan, step: str, reader: OutputReader, progress: Prog
     if step in ("torch", "packages"):
         base = install_command(plan.tool, python, pip_has_raw_progress(python), isolated=plan.wheelhouse is not None)
         wanted = [plan.packages.torch_requirement] if step == "torch" else list(plan.packages.others)
-        command = [*base, "-c", str(plan.packages.constraints), *plan.source_args(step == "torch"), *wanted]
-        run_logged(command, step, log, reader, progress, cancel)
+        # Repair installs again (uv and pip otherwise only check that the versions are there).
+        again = (["--reinstall"] if plan.tool.kind == UV else ["--force-reinstall"]) if force else []
+        command = [*base, *again, "-c", str(plan.packages.constraints), *plan.source_args(step == "torch"), *wanted]
+        _run_explained(plan, command, step, log, reader, progress, cancel)
         return None
     if step == "link":
         _link_studio(plan)
         return None
     return _verify(plan, log, reader, progress, cancel)
+
+
+def _run_explained(plan: InstallPlan, command: list[str], step: str, log: Path, reader: OutputReader,
+                   progress: ProgressCallback | None, cancel: CancelCheck | None) -> list[str]:
+    """run_logged, with the person's sources for uv, and a failure said with the host or file and the fix."""
+    try:
+        return run_logged(command, step, log, reader, progress, cancel, plan.tool_environment())
+    except StepFailed as failed:
+        why = explain_failure(failed.lines, plan.sources())
+        if why is None:
+            raise
+        raise StepFailed(step, f"{why} ({failed.message})", log, failed.lines) from None
 
 
 def _clear_folder(folder: Path) -> None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
 from studio.core.trainenv.packages import PackageLists, package_lists, requirement_name
+from studio.core.trainenv.sources import PipSettings, read_pip_settings, uv_environment
 from studio.core.trainenv.tools import UV, EnvTool, choose_tool
 from studio.core.trainenv.torch_build import TorchBuild, choose_torch_build
 from studio.core.training_python import env_dir
@@ -34,6 +35,7 @@ class InstallPlan:
     packages: PackageLists
     wheelhouse: Path | None  # install only from this folder of wheels (no network)
     studio_source: Path  # the folder holding the `studio` package the trainer runs
+    pip: PipSettings = field(default_factory=PipSettings)  # the person's pip index, mirrors, cert, proxy
 
     def stamp(self) -> str:
         """Changes when what the environment should hold changes (not where the app lives)."""
@@ -47,16 +49,36 @@ class InstallPlan:
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
     def source_args(self, torch_step: bool) -> list[str]:
-        """Where packages come from: the wheel folder, else PyTorch's index for torch and PyPI for the rest."""
+        """Where packages come from: the wheel folder; else PyTorch's index for torch, and the person's
+        index (pip's index-url, else PyPI) with their extra indexes and wheel folders."""
         if self.wheelhouse is not None:
             return ["--no-index", "--find-links", str(self.wheelhouse)]
+        uv = self.tool.kind == UV
+        # pip reads its own settings; uv is told them (it reads none of pip's).
+        extra = self.pip.uv_source_args() if uv else [
+            arg for url in self.pip.extra_index_urls for arg in ("--extra-index-url", url)]
+        several = ["--index-strategy", "unsafe-best-match"] if uv else []
         if torch_step and self.build.index_url:
-            # PyPI too: PyTorch's index mirrors only some versions of torch's own dependencies,
-            # and the pins may name others. Its build (+cu128, +cpu) still wins: a local
-            # version sorts above the plain one on PyPI.
-            several = ["--index-strategy", "unsafe-best-match"] if self.tool.kind == UV else []
-            return ["--index-url", self.build.index_url, "--extra-index-url", PYPI, *several]
-        return []
+            # The person's index too: PyTorch's index mirrors only some versions of torch's own
+            # dependencies, and the pins may name others. Its build (+cu128, +cpu) still wins: a
+            # local version sorts above the plain one on PyPI.
+            return ["--index-url", self.build.index_url, "--extra-index-url", self.pip.index_url or PYPI,
+                    *extra, *several]
+        if not uv:
+            return extra
+        index = ["--index-url", self.pip.index_url] if self.pip.index_url else []
+        return [*index, *extra, *(several if extra else [])]
+
+    def sources(self) -> list[str]:
+        """The indexes and folders an install reads, for messages."""
+        if self.wheelhouse is not None:
+            return [str(self.wheelhouse)]
+        return [u for u in (self.build.index_url, self.pip.index_url or PYPI) if u] + \
+            list(self.pip.extra_index_urls) + list(self.pip.find_links)
+
+    def tool_environment(self) -> dict[str, str]:
+        """Variables for the install's commands: uv gets the system's certificates and pip's cert and proxy."""
+        return uv_environment(self.pip) if self.tool.kind == UV and self.wheelhouse is None else {}
 
     def distribution_names(self) -> list[str]:
         return [requirement_name(r) for r in self.packages.requirements]
@@ -88,4 +110,5 @@ def make_plan(
         packages=packages or package_lists(nvidia=build.cuda),
         wheelhouse=house,
         studio_source=app_root(),
+        pip=read_pip_settings(),
     )

@@ -4,16 +4,23 @@ callback line by line; a cancel request ends it (and what it started) within a m
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 
+from studio.core.studio_command import studio_command
 from studio.core.trainenv.progress import InstallProgress, OutputReader
+
+GUARD_MODULE = "studio.core.trainenv.guard"
 
 CANCEL_POLL_S = 0.1
 
@@ -29,9 +36,45 @@ class Cancelled(Exception):
 class StepFailed(Exception):
     """A step failed: what, and the log that has every line of it."""
 
-    def __init__(self, step: str, message: str, log: Path) -> None:
+    def __init__(self, step: str, message: str, log: Path, lines: list[str] | None = None) -> None:
         super().__init__(f"the {step} step failed: {message} (the whole output is in {log})")
         self.step, self.message, self.log = step, message, log
+        self.lines = lines or []  # what the command printed, to explain the failure
+
+
+def _die_with_parent() -> None:
+    """In the child, before it runs: its own process group, ended with the studio if the studio is killed."""
+    os.setsid()
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = _prctl()  # looked up before any fork: the child only calls it
+
+
+def _popen_options() -> dict[str, Any]:
+    """Each step runs in a process group of its own, so a cancel ends everything it started."""
+    if os.name == "nt":
+        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    return {"preexec_fn": _die_with_parent}
+
+
+def guarded(command: list[str]) -> list[str]:
+    """`command` under the guard that ends its process group with the studio (POSIX)."""
+    if os.name == "nt":
+        return command
+    return studio_command([str(os.getpid()), "--", *command], module=GUARD_MODULE)
 
 
 def _end_tree(process: subprocess.Popen[str]) -> None:
@@ -40,10 +83,16 @@ def _end_tree(process: subprocess.Popen[str]) -> None:
         for child in children:
             with contextlib.suppress(psutil.Error):
                 child.terminate()
+    if os.name != "nt":
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGTERM)  # what the children started too
     process.terminate()
     try:
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
+        if os.name != "nt":
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
         process.kill()
 
 
@@ -57,17 +106,18 @@ def _watch(process: subprocess.Popen[str], cancel: Callable[[], bool], flag: lis
 
 
 def run_logged(command: list[str], step: str, log: Path, reader: OutputReader,
-               progress: Callable[[InstallProgress], None] | None, cancel: Callable[[], bool] | None) -> list[str]:
+               progress: Callable[[InstallProgress], None] | None, cancel: Callable[[], bool] | None,
+               extra_env: dict[str, str] | None = None) -> list[str]:
     """Run `command`, appending its output to `log`; the output's lines, or Cancelled / StepFailed."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PIP_NO_COLOR="1", NO_COLOR="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PIP_NO_COLOR="1", NO_COLOR="1", **(extra_env or {}))
     lines: list[str] = []
     with log.open("a", encoding="utf-8") as out:
         out.write(f"$ {' '.join(command)}\n")
         out.flush()
         try:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       encoding="utf-8", errors="replace", env=env, bufsize=1)
+            process = subprocess.Popen(guarded(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       encoding="utf-8", errors="replace", env=env, bufsize=1, **_popen_options())
         except OSError as exc:
             raise StepFailed(step, f"{command[0]} could not start: {exc}", log) from None
         cancelled: list[bool] = []
@@ -89,5 +139,5 @@ def run_logged(command: list[str], step: str, log: Path, reader: OutputReader,
         raise Cancelled(step)
     if code != 0:
         last = next((line for line in reversed(lines) if line.strip()), f"exit code {code}")
-        raise StepFailed(step, last.strip(), log)
+        raise StepFailed(step, last.strip(), log, lines)
     return lines

@@ -33,6 +33,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--replay", help="self-test: replay this run folder into the Train page")
     parser.add_argument("--train-demo", action="store_true", help="self-test: train the demo through the GUI")
     parser.add_argument("--size", type=window_size, help="self-test: the window's size, e.g. 1280x720")
+    parser.add_argument("--first-train-test", action="store_true",
+                        help="start as usual, press Train on the demo as a newcomer does, report JSON, exit")
     return parser.parse_args(argv)
 
 
@@ -61,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         window.open_project_path(window.recent_projects()[0])
     else:
         window.open_demo_project()
+    if args.first_train_test:
+        from PySide6.QtCore import QTimer
+
+        from studio.gui.shell.first_train import run_first_train
+
+        QTimer.singleShot(0, lambda: run_first_train(window, app))
     return app.exec()
 
 

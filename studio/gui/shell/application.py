@@ -26,6 +26,9 @@ def make_settings(path: Path | None = None) -> QSettings:
     return QSettings(str(target), QSettings.Format.IniFormat)
 
 
+DESKTOP_FILE_NAME = "sd-training-studio"
+
+
 def make_application(argv: Sequence[str] | None = None) -> QApplication:
     existing = QApplication.instance()
     if isinstance(existing, QApplication):
@@ -34,6 +37,8 @@ def make_application(argv: Sequence[str] | None = None) -> QApplication:
     app.setApplicationName(user_dirs.DISPLAY_NAME)
     app.setOrganizationName(user_dirs.APP_NAME)
     app.setApplicationDisplayName(user_dirs.DISPLAY_NAME)
+    # Wayland finds the menu entry (its icon and name) by this: install.sh names it so.
+    app.setDesktopFileName(DESKTOP_FILE_NAME)
     install_wheel_guard(app)
     icon = resource_path("icons", "studio.svg")
     if icon.exists():

@@ -41,7 +41,7 @@ from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.runner.process import CommandProcess, Outcome
 from studio.gui.shell.demo_banner import BUILDING, READY, DemoBanner
-from studio.gui.trainenv.window import open_training_env_dialog
+from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dialog
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class MainWindow(QMainWindow):
         context.sig_project_changed.connect(self._on_project_changed)
         context.sig_config_changed.connect(lambda config: self.demo_banner.show_for(is_demo_model(config.model.base)))
         context.confirm_reload = self.confirm_reload
+        context.sig_demo_model_wanted.connect(self.build_demo_model)
         self._build_menus()
         self._restore_geometry()
 
@@ -149,7 +150,7 @@ class MainWindow(QMainWindow):
         tools_menu = self.menuBar().addMenu("&Tools")
         env_action = QAction("&Training Environment…", self)
         env_action.setObjectName("action_training_env")
-        env_action.triggered.connect(lambda: open_training_env_dialog(self))
+        env_action.triggered.connect(self.open_training_env)
         tools_menu.addAction(env_action)
 
         help_menu = self.menuBar().addMenu("&Help")
@@ -209,7 +210,10 @@ class MainWindow(QMainWindow):
                 return False
             self.set_project(create_project(folder))
             return True
-        self.set_project(open_project(folder))
+        project = open_project(folder)
+        self.set_project(project)
+        if self._is_demo(project) and not needs_training_env(None):
+            self.build_demo_model(project)  # the demo reopened as a recent project, its model not built yet
         return True
 
     def open_project_dialog(self) -> None:
@@ -237,15 +241,37 @@ class MainWindow(QMainWindow):
         self.set_project(project)
         self.build_demo_model(project)
 
+    def open_training_env(self) -> TrainingEnvDialog:
+        """Tools → Training Environment; once it is ready, an open demo gets its model."""
+        dialog = open_training_env_dialog(self)
+        if not dialog.property("builds_demo_model"):
+            dialog.setProperty("builds_demo_model", True)
+            dialog.sig_ready.connect(self._training_env_ready)
+        return dialog
+
+    def _training_env_ready(self, _python: str) -> None:
+        project = self.context.project
+        if project is not None and self._is_demo(project):
+            self.build_demo_model(project)
+
+    def _is_demo(self, project: Project) -> bool:
+        config = self.context.config
+        return config is not None and is_demo_model(config.model.base) and not demo_model_ready(project)
+
     def build_demo_model(self, project: Project) -> None:
         """Build the demo's tiny model in a subprocess; the window stays responsive.
 
-        Its output goes to models/tiny-sd15.log in the demo project.
+        Its output goes to models/tiny-sd15.log in the demo project; sig_demo_model_built says
+        how it ended.
         """
-        if demo_model_ready(project) or self.model_builder.is_running():
+        if demo_model_ready(project):
+            self.context.sig_demo_model_built.emit(True)
+            return
+        if self.model_builder.is_running():
             return
         if needs_training_env(None):
             self.context.status("The demo's model is built with PyTorch: set up Tools → Training Environment first.")
+            self.context.sig_demo_model_built.emit(False)
             return
         log = (project.root / DEMO_MODEL).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -258,12 +284,14 @@ class MainWindow(QMainWindow):
         if outcome.ok:
             self.context.status("The demo model is ready: press Train on the Train page.")
             self.demo_banner.set_model_state(READY)
+            self.context.sig_demo_model_built.emit(True)
         else:
             output = self.model_builder.console_tail(200)
             self.context.status(f"Building the demo model failed (exit {code}). {output} "
                                 f"(all of it in {self.model_builder.console_path})")
             self.demo_banner.set_model_state(f"Building the tiny model failed (exit {code}); "
                                              f"what it printed is in {self.model_builder.console_path}.")
+            self.context.sig_demo_model_built.emit(False)
 
     def _on_project_changed(self, project: Project | None) -> None:
         name = project.name if project else "no project"

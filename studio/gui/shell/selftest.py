@@ -31,6 +31,8 @@ BENIGN_QT_MESSAGES = (
     "This plugin does not support raise()",
     "This plugin does not support grabbing the keyboard",
     "QFont::setPointSize: Point size <= 0",
+    # Qt's note on a non-UTF-8 locale (LANG=C): it switches to UTF-8 itself; not the studio's fault.
+    "Detected locale ",
 )
 
 

@@ -9,6 +9,7 @@ window's Worker, which only reports progress.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -16,6 +17,7 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -55,6 +57,10 @@ class TrainingEnvDialog(QDialog):
         self.setWindowTitle("Training Environment")
         self.setMinimumWidth(640)
         self.folder = folder or env_dir()
+        self.wheelhouse: Path | None = None  # chosen in this window; else $STUDIO_WHEELHOUSE or the internet
+        # Asks for the folder of wheels ("" when the person cancels); tests replace it.
+        self.ask_folder: Callable[[], str] = lambda: QFileDialog.getExistingDirectory(
+            self, "Folder of wheels (.whl files)")
         self.overview: EnvOverview | None = None
         self._task: Job | None = None
         self._cancel_requested = False  # read by the install's watcher on the Worker's thread
@@ -92,7 +98,11 @@ class TrainingEnvDialog(QDialog):
         self.cancel_button.clicked.connect(self.cancel_install)
         self.log_button = named(QPushButton("Show Log"), "env_log")
         self.log_button.clicked.connect(self.show_log)
-        for button in (self.install_button, self.cancel_button, self.log_button):
+        self.wheels_button = named(QPushButton("Install from a Folder of Wheels…"), "env_wheels")
+        self.wheels_button.setToolTip("No internet here, or a company network that blocks the package "
+                                      "indexes: install from a folder of .whl files (torch too) instead")
+        self.wheels_button.clicked.connect(self.choose_wheelhouse)
+        for button in (self.install_button, self.cancel_button, self.log_button, self.wheels_button):
             row.addWidget(button)
         row.addStretch(1)
         layout.addLayout(row)
@@ -110,15 +120,30 @@ class TrainingEnvDialog(QDialog):
     def refresh(self) -> None:
         """Read the machine and the environment again (in the background)."""
         self._set_busy(True, installing=False)
-        self.worker.run(env_overview, self.folder, on_done=self._on_overview, on_failed=self._overview_failed,
-                        expected=(OSError,))
+        self.worker.run(env_overview, self.folder, self.wheelhouse, on_done=self._on_overview,
+                        on_failed=self._overview_failed, expected=(OSError,))
 
     def _overview_failed(self, error: BaseException) -> None:
         self.status.setText(f"<b>Could not read the training environment:</b> {error}")
         self._set_busy(False, installing=False)
 
+    def choose_wheelhouse(self) -> None:
+        """Install from a folder of wheels: the next install reads only that folder."""
+        chosen = self.ask_folder()
+        if not chosen:
+            return
+        folder = Path(chosen)
+        if not any(folder.glob("torch-*.whl")):
+            self.progress_label.setText(f"<b>{folder} has no torch wheel</b> (torch-*.whl): choose a folder "
+                                        "with every package of the environment, PyTorch too.")
+            return
+        self.wheelhouse = folder
+        self.progress_label.setText(f"Installing from the wheels in {folder}.")
+        self.refresh()
+
     def _set_busy(self, busy: bool, installing: bool) -> None:
         self.install_button.setEnabled(not busy and self.overview is not None and not self.overview.blocked)
+        self.wheels_button.setEnabled(not installing)
         self.cancel_button.setEnabled(installing)
         self.log_button.setEnabled((self.folder / LOG_FILE).is_file())
         self.buttons.setEnabled(not installing)

@@ -21,6 +21,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
+from studio.core.project.demo import demo_model_ready, is_demo_model
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
 from studio.core.runs.live import busy_message, find_live_runs
@@ -30,7 +31,7 @@ from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.runner.run_controller import RunController
-from studio.gui.trainenv.window import open_training_env_dialog
+from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dialog
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
 from studio.gui.training.sampling_editor import SamplingEditor
@@ -106,6 +107,11 @@ class TrainPage(Page):
         ctl.sig_console.connect(self.console.append)
         ctl.sig_progress.connect(self.console.set_progress)
         context.sig_project_changed.connect(self._on_project)
+        context.sig_demo_model_built.connect(self._on_demo_model_built)
+        # Train was pressed before the environment or the demo's model was there: it goes on by itself.
+        self._env_dialog: TrainingEnvDialog | None = None
+        self._waiting_for_env = False
+        self._waiting_for_demo_model = False
         self._stopping = False
         self._update_buttons()
         if context.project is not None:
@@ -198,10 +204,23 @@ class TrainPage(Page):
         return True
 
     def start_training(self) -> bool:
+        """Train, in the order a person meets it: the training environment, the demo's model, the checks."""
         config, problem = self.check_config()
         if config is None:
             self.show_message(problem)
             self.banner.show_error("Cannot start the training", problem)
+            return False
+        if needs_training_env(config.launch.python):
+            # The first Train of the desktop app: it has no PyTorch of its own until the person sets it up.
+            self._train_when_env_ready(open_training_env_dialog(self.window()))
+            self.show_message("Set up the training environment first: training starts when it is ready.")
+            return False
+        assert self.context.project is not None
+        if is_demo_model(config.model.base) and not demo_model_ready(self.context.project):
+            self._waiting_for_demo_model = True
+            self.show_message("Building the demo's tiny model first (a few seconds); training starts when it is "
+                              "built.")
+            self.context.sig_demo_model_wanted.emit(self.context.project)
             return False
         problems = self.preflight(config)
         blocking = [p for p in problems if not p.can_confirm]
@@ -218,19 +237,33 @@ class TrainPage(Page):
                 return False
             if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
                 return False
-        if needs_training_env(config.launch.python):
-            # The first Train of the desktop app: it has no PyTorch of its own until the person sets it up.
-            open_training_env_dialog(self.window())
-            self.show_message("Set up the training environment first (Tools → Training Environment), "
-                              "then press Train again.")
-            return False
-        assert self.context.project is not None
         others = find_live_runs(self.context.runs_dir())
         if others and not self.confirm("The GPU is busy", busy_message(others)):
             return False
         run_dir = self.controller.start_config(config, self.context.project.root)
         self._update_buttons()
         return run_dir is not None
+
+    def _train_when_env_ready(self, dialog: TrainingEnvDialog) -> None:
+        if dialog is not self._env_dialog:
+            self._env_dialog = dialog
+            dialog.sig_ready.connect(self._on_env_ready)
+        self._waiting_for_env = True
+
+    def _on_env_ready(self, _python: str) -> None:
+        if self._waiting_for_env and not self.controller.running:
+            self._waiting_for_env = False
+            self.start_training()
+
+    def _on_demo_model_built(self, ok: bool) -> None:
+        if not self._waiting_for_demo_model:
+            return
+        self._waiting_for_demo_model = False
+        if ok and not self.controller.running:
+            self.start_training()
+        elif not ok:
+            self.show_message("The demo's tiny model could not be built: the status bar and the demo banner say "
+                              "why.")
 
     def download_then_train(self, repo_id: str) -> DownloadDialog:
         dialog = DownloadDialog(repo_id, with_t5=bool(self.context.config and self.context.config.model.use_t5),

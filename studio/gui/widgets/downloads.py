@@ -8,8 +8,6 @@ left. A gated model asks for a token, which goes straight to the system keyring.
 
 from __future__ import annotations
 
-import sys
-
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (
     QDialog,
@@ -32,7 +30,14 @@ from studio.core.models.download_messages import (
 from studio.core.models.downloads import DownloadProgress, progress_text
 from studio.core.models.hub_token import TokenStoreError, store_token
 from studio.core.protocol.jsonlines import Message
+from studio.core.studio_command import studio_command
+from studio.core.training_python import NoTrainingPython
 from studio.gui.runner.process import CommandProcess, Outcome
+
+
+def download_command(repo_id: str, with_t5: bool = False, python: str | None = None) -> list[str]:
+    """`studio-train download ID --json` as this app runs it (in the frozen app: the training environment)."""
+    return studio_command(["download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])], python=python)
 
 
 class DownloadProcess(QObject):
@@ -44,7 +49,8 @@ class DownloadProcess(QObject):
 
     def __init__(self, python: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.python = python or sys.executable
+        self.python = python  # None: the training environment's (studio/core/studio_command.py)
+        self.program = ""
         self.process = CommandProcess(self)
         self.process.sig_message.connect(self._handle)
         self.process.sig_finished.connect(self._finished)
@@ -56,7 +62,12 @@ class DownloadProcess(QObject):
 
     def start(self, repo_id: str, with_t5: bool = False) -> None:
         self.cancel()
-        command = [self.python, "-m", "studio.cli", "download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])]
+        try:
+            command = download_command(repo_id, with_t5, self.python)
+        except NoTrainingPython as exc:  # the frozen app downloads with the training environment's libraries
+            self.sig_failed.emit(f"The download cannot start yet: {exc}.", False)
+            return
+        self.program = command[0]
         self._ended = False
         self.process.start_messages(command, DOWNLOAD_MESSAGES)
 
@@ -81,7 +92,7 @@ class DownloadProcess(QObject):
             return
         self._ended = True
         if outcome.how == "failed to start":
-            self.sig_failed.emit(f"The download could not start: {self.python} was not found.", False)
+            self.sig_failed.emit(f"The download could not start: {self.program} was not found.", False)
         else:
             self.sig_failed.emit(f"The download ended (exit code {outcome.code}): {outcome.last_words() or 'no message'}",
                                  False)

@@ -75,11 +75,21 @@ def test_a_model_not_downloaded_says_how_to_get_it(tmp_path: Path, hub_cache: Pa
         f"Base model {HUB_ID} is not on this machine: download it first with `studio-train download {HUB_ID}` "
         "(about 4.3 GB) or the Download button on the Model & Preset page, or choose a model folder or file.")
     assert problem.can_confirm and problem.download == HUB_ID
-    config.model.base = "models/tiny-sd15"  # a folder that is not there reads like a hub id
-    assert _lines(config, root) == [
-        "Base model models/tiny-sd15 is no folder or file here and no downloaded hub model: download it first with "
-        "`studio-train download models/tiny-sd15` or the Download button on the Model & Preset page, or choose a "
-        "model folder or file."]
+
+
+
+def test_a_local_looking_base_is_never_offered_as_a_download(tmp_path: Path, hub_cache: Path) -> None:
+    config, root = _project(tmp_path)
+    config.model.base = "models/tiny-sd15"  # the demo's model, not built yet: a path, not the hub's "models" org
+    (problem,) = preflight(config, root)
+    assert problem.download is None and not problem.can_confirm
+    assert problem.message == (
+        f"The demo's tiny model is not built yet ({root / 'models/tiny-sd15'}): it is built with the training "
+        "environment's PyTorch; set that up in Tools → Training Environment, then press Train again.")
+    for base in ("models/my-model", "./my-model", str(tmp_path / "elsewhere")):
+        config.model.base = base
+        (problem,) = preflight(config, root)
+        assert problem.download is None and "does not exist" in problem.message, base
 
 
 def test_a_partly_downloaded_model_names_what_it_lacks(tmp_path: Path, hub_cache: Path) -> None:

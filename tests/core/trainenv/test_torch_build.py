@@ -3,6 +3,7 @@ PyPI's on macOS, and a driver too old for every build is named with the version 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,9 @@ def test_a_build_chosen_by_hand_wins_and_an_unknown_one_is_refused() -> None:
         choose_torch_build(machine("12.8"), tag="cu999")
 
 
-def test_the_torch_step_reads_pytorchs_index_and_pypi_and_an_offline_install_only_its_folder(tmp_path: Path) -> None:
+def test_the_torch_step_reads_pytorchs_index_and_pypi_and_an_offline_install_only_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no index of this machine's pip
     plan = make_plan(tmp_path / "env", "venv", None, None, machine("12.8"))
     assert plan.source_args(torch_step=True) == ["--index-url", "https://download.pytorch.org/whl/cu128",
                                                  "--extra-index-url", "https://pypi.org/simple"]

@@ -68,9 +68,13 @@ def test_repair_with_progress_cancelled_then_continued(qtbot: QtBot, trainenv_co
     qtbot.waitUntil(lambda: "Needs repair" in dialog.status.text(), timeout=20000)
     assert any("peft is not installed" in dialog.findings.item(i).text() for i in range(dialog.findings.count()))
 
+    assert dialog.install_button.text() == "Repair"
     dialog.install_button.click()
     assert dialog.cancel_button.isEnabled() and not dialog.buttons.isEnabled()
     qtbot.waitUntil(lambda: "step 2 of 5" in dialog.progress_label.text(), timeout=20000)
+    # Repair installs again: uv and pip would otherwise only see that torch's version is there.
+    qtbot.waitUntil(lambda: any(flag in (folder / "install.log").read_text(encoding="utf-8")
+                                for flag in (" --reinstall ", " --force-reinstall ")), timeout=30000)
     dialog.cancel_button.click()
     qtbot.waitUntil(lambda: dialog.progress_label.text().startswith("Cancelled"), timeout=20000)
     qtbot.waitUntil(lambda: "stopped halfway" in dialog.status.text(), timeout=20000)
@@ -105,4 +109,74 @@ def test_tools_menu_opens_the_window(qtbot: QtBot, tmp_path: Path, monkeypatch: 
     assert dialog is not None and dialog.isVisible()
     qtbot.waitUntil(lambda: dialog.overview is not None, timeout=20000)
     assert str(tmp_path / "env") in dialog.findings.item(dialog.findings.count() - 1).text()
+    dialog.close()
+
+
+def test_the_demos_first_train_goes_environment_then_model_then_run(
+        qtbot: QtBot, tmp_path: Path, trainenv_copy: InstallPlan, env_vars: pytest.MonkeyPatch) -> None:
+    """The desktop app's first Train on the demo: the set-up window, then the tiny model is built, then the
+    run starts by itself; nothing offers a download on the way."""
+    from tests.gui.training.conftest import fake_command
+
+    import studio.gui.shell.main_window as main_window
+    from studio.core.project.demo import create_demo_project
+    from studio.gui.shell.application import make_settings
+
+    env_vars.setattr(sys, "frozen", True, raising=False)
+    env_vars.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "no-env-yet"))
+    project = create_demo_project(tmp_path / "demo")
+    model = project.root / "models" / "tiny-sd15"
+    build = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
+             "(p / 'model_index.json').write_text('{\"_class_name\": \"StableDiffusionPipeline\"}')")
+    env_vars.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", build, str(model)])
+    window = main_window.MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(window)
+    window.context.run_controller.command_factory = fake_command()
+    window.set_project(project)
+    page = window.show_page("page_train")
+    asked: list[str] = []
+    page.confirm = lambda title, text: bool(asked.append(f"{title}: {text}"))
+
+    page.train_button.click()
+    dialog = window.findChild(TrainingEnvDialog, "training_env_dialog")
+    assert dialog is not None and dialog.isVisible()
+    assert page.message.text() == "Set up the training environment first: training starts when it is ready."
+    assert not model.exists() and not any((project.root / "runs").glob("*"))
+
+    env_vars.setenv("STUDIO_TRAINING_ENV", str(trainenv_copy.folder))  # the install finished
+    dialog.sig_ready.emit(str(trainenv_copy.folder / "bin" / "python"))
+    assert page.message.text().startswith("Building the demo's tiny model first")
+    qtbot.waitUntil(lambda: page.controller.running, timeout=30000)
+    assert (model / "model_index.json").is_file()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=30000)
+    assert page.controller.model.status == "finished" and page.controller.model.loss
+    assert asked == []  # no download offered, no other question
+    dialog.close()
+    window.close()
+
+
+def test_install_from_a_folder_of_wheels_chosen_in_the_window(
+        qtbot: QtBot, tmp_path: Path, trainenv_installed: Installed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
+    monkeypatch.delenv("STUDIO_WHEELHOUSE", raising=False)
+    empty = tmp_path / "not-wheels"
+    empty.mkdir()
+    dialog = open_dialog(qtbot, tmp_path / "env")
+    answers = [str(empty), str(trainenv_installed.wheels)]
+    dialog.ask_folder = lambda: answers.pop(0)
+    dialog.wheels_button.click()
+    assert "has no torch wheel" in dialog.progress_label.text() and dialog.wheelhouse is None
+    dialog.wheels_button.click()
+    assert dialog.wheelhouse == trainenv_installed.wheels
+    qtbot.waitUntil(lambda: dialog.install_button.isEnabled(), timeout=20000)
+    assert dialog.overview is not None and dialog.overview.plan is not None
+    assert dialog.overview.plan.wheelhouse == trainenv_installed.wheels
+    ready: list[str] = []
+    dialog.sig_ready.connect(ready.append)
+    dialog.install_button.click()
+    qtbot.waitUntil(lambda: bool(ready), timeout=120000)
+    qtbot.waitUntil(lambda: "Ready." in dialog.status.text(), timeout=20000)
+    assert "PyTorch 2.13.0+cpu" in dialog.status.text()
+    log = (tmp_path / "env" / "install.log").read_text(encoding="utf-8")
+    assert f"--find-links {trainenv_installed.wheels}" in log and "--no-index" in log
     dialog.close()

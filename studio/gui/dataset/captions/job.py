@@ -27,6 +27,7 @@ from studio.core.dataset.caption_messages import (
     CaptionWarning,
 )
 from studio.core.protocol.jsonlines import Message
+from studio.core.studio_command import studio_command
 from studio.core.user_dirs import cache_dir
 from studio.gui.runner.process import CommandProcess, Outcome
 
@@ -35,10 +36,10 @@ log = logging.getLogger(__name__)
 STOP_GRACE_MS = 5000  # after asking the job to stop, how long it may finish its batch before it is killed
 
 
-def caption_command(python: str, dataset: Path, model: str, mode: Mode, images_file: Path) -> list[str]:
+def caption_command(python: str | None, dataset: Path, model: str, mode: Mode, images_file: Path) -> list[str]:
     """The command that proposes captions for the images listed in `images_file`, writing nothing."""
-    return [python, "-m", "studio.cli", "caption", str(dataset), "--model", model, "--mode", mode,
-            "--images-from", str(images_file), "--json", "--dry-run"]
+    return studio_command(["caption", str(dataset), "--model", model, "--mode", mode,
+                           "--images-from", str(images_file), "--json", "--dry-run"], python=python)
 
 
 class CaptionJob(QObject):

@@ -8,7 +8,6 @@ moving a threshold updates every proposal and the preview at once, without the m
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -48,6 +47,7 @@ from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
 from studio.core.dataset.captioner_models import available_captioners
 from studio.core.runs.launch import training_python
+from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.dataset.captions.job import CaptionJob
@@ -77,7 +77,7 @@ class CaptionReviewDialog(QDialog):
         self.store, self.push_edits, self.settings = store, push_edits, context.settings
         self.scopes: dict[str, list[Path]] = {"Selected images": list(selected), "All images": list(store.entries)}
         # The job reads the project's dataset as the trainer does, in the training environment.
-        self.python = training_python(context.config) if context.config is not None else sys.executable
+        self.python = self._training_python(context)
         self.dataset = context.project.root if context.project is not None else Path.cwd()
         self.proposals: dict[Path, MachineCaption] = {}
         self.rows: list[Path] = []  # the table's rows, in order
@@ -230,11 +230,23 @@ class CaptionReviewDialog(QDialog):
             return
         for key, value in (("model", model), ("prefix", self.prefix.text()), ("blacklist", self.blacklist.text())):
             self.settings.setValue(f"caption/{key}", value)
+        if self.python is None:
+            self.status.setText("Captioning runs in the training environment, which is not set up yet: set it up "
+                                "in Tools → Training Environment, then caption again.")
+            return
         self.reject_rows(list(range(len(self.rows))))
         self.progress.setRange(0, 0)  # busy until the model is loaded
         self.status.setText(f"Loading {model}…")
         self.job.start(self.python, self.dataset, model, self.mode.currentData(), images)
         self._running_changed()
+
+    @staticmethod
+    def _training_python(context: StudioContext) -> str | None:
+        """The interpreter captions run in; None in the desktop app before its training environment is set up."""
+        try:
+            return training_python(context.config) if context.config is not None else default_training_python()
+        except NoTrainingPython:
+            return None
 
     def _started(self, event: dict[str, object]) -> None:
         total = int(str(event.get("total", 0)))
