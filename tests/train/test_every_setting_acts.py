@@ -170,7 +170,7 @@ class Runs:
 def _baseline(name: str, kind: str, base: Path, data: Path, out: Path) -> TrainConfig:
     return TrainConfig(
         model=ModelSection(family=name, base=str(base)),
-        method=MethodSection(kind=kind, rank=4),  # type: ignore[arg-type]
+        method=MethodSection(kind=kind, **({"rank": 4} if kind == "lora" else {})),  # type: ignore[arg-type]
         # Buckets with room to differ from a square crop: sides from 64 px in steps of 16 under 96x96 px.
         dataset=DatasetSection(concepts=[ConceptSection(path=str(data))], resolution=96, buckets=True, bucket_step=16,
                                min_bucket=64),
