@@ -39,11 +39,13 @@ AXES = {"model.family", "method.kind"}  # what each test is run for
 # max_steps is the baseline's length; epochs count only without it (the field says so).
 LENGTH = {"training.epochs"}
 # Values that make a setting's effect show in two steps of a tiny run (a generic change may not:
-# a gradient norm under the clipping threshold is not clipped, one in ten captions dropped may hit none).
+# a gradient norm under the clipping threshold is not clipped, one in ten captions dropped may hit none,
+# min-SNR weights change only the timesteps whose SNR is above gamma). With two images a step, a random
+# flip or crop has four chances to show.
 FLIPS: dict[str, Any] = {
     "training.max_grad_norm": 1e-4,
-    "training.caption_dropout": 1.0,
-    "training.min_snr_gamma": 0.5,
+    "dataset.caption_dropout": 1.0,
+    "training.min_snr_gamma": 0.001,  # below every timestep's SNR: every weight changes
     "training.shift": 6.0,
     "training.noise_offset": 0.5,
     "training.max_steps": 3,
