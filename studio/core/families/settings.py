@@ -80,7 +80,6 @@ NEUTRAL: dict[str, str] = {
     "training.dataloader_workers": "reads batches in worker processes: the same batches",
     "training.compile": "compiles the denoiser: the same computation, faster",
     "model.dtype": "the frozen weights' precision on a GPU; a CPU run keeps them in fp32",
-    "model.fp8_base": "stores the frozen weights in 8-bit floats on a GPU; a CPU run keeps them in fp32",
 }
 
 # Settings of one family, each declared by the family that has it.
