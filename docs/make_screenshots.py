@@ -47,8 +47,8 @@ class Session:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["STUDIO_HARDWARE"] = str(self._workstation_profile())
-        from studio.gui.shell.application import make_application, make_settings
         from studio.gui.context import StudioContext
+        from studio.gui.shell.application import make_application, make_settings
         from studio.gui.shell.main_window import MainWindow
 
         self.app = make_application()

@@ -207,3 +207,28 @@ def test_with_a_tiny_t5_the_run_uses_it(make_config, run_training, events_of, tm
     assert len(components.text_encoders) == 3
     cond = adapter.encode_prompts(components, [PROMPT])
     assert cond["t5_embeds"].shape == (1, 256, 96) and cond["t5_embeds"].abs().sum() > 0
+
+
+def test_shift_and_the_sampling_parameters_move_the_noise_levels(tiny_sd3: Path) -> None:
+    """training.shift, logit_mean/logit_std and mode_scale each move where the drawn noise levels lie."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from studio.train.families.schemes import FlowMatchingScheme
+
+    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(str(tiny_sd3), subfolder="scheduler")
+    latents = torch.zeros(2048, 16, 2, 2)
+
+    def mean_sigma(**training: object) -> float:
+        scheme = FlowMatchingScheme(scheduler, TrainingSection(**training))  # type: ignore[arg-type]
+        return float((scheme.noise(latents, torch.Generator().manual_seed(0)).timesteps / 1000).mean())
+
+    own = mean_sigma()
+    assert mean_sigma(shift=float(scheduler.config.shift)) == own  # the scheduler's own shift is the default
+    assert mean_sigma(shift=1.0) < own - 0.05 < own + 0.05 < mean_sigma(shift=12.0)
+    # The drawn u indexes the schedule from its noisy end, as in diffusers' SD3 script: a higher mean, less noise.
+    assert mean_sigma(logit_mean=1.0) < own - 0.05 and mean_sigma(logit_mean=-1.0) > own + 0.05
+    spread = [float((FlowMatchingScheme(scheduler, TrainingSection(logit_std=std)).noise(
+        latents, torch.Generator().manual_seed(0)).timesteps / 1000).std()) for std in (0.5, 2.0)]
+    assert spread[0] < spread[1]
+    assert mean_sigma(timestep_sampling="mode", mode_scale=0.0) != mean_sigma(timestep_sampling="mode",
+                                                                              mode_scale=1.29)

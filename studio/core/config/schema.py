@@ -7,21 +7,14 @@ Add fields freely; rename none (add a migration instead).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from studio.core.config.acting import inert_settings
 from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.pickled import is_pickle_file, pickle_refusal
-from studio.core.families import (
-    FAMILIES,
-    FAMILY_NAMES,
-    FamilySpec,
-    Setting,
-    conditional_keys,
-    declaration_of,
-    family,
-)
+from studio.core.families import FAMILIES, FAMILY_NAMES
 
 SCHEMA_VERSION = 1
 
@@ -203,6 +196,11 @@ class TrainingSection(Section):
     logit_mean: float = Field(default=0.0, description="SD3: logit-normal mean.")
     logit_std: float = Field(default=1.0, gt=0.0, description="SD3: logit-normal standard deviation.")
     mode_scale: float = Field(default=1.29, description="SD3: scale of the mode sampling scheme.")
+    shift: float | None = Field(
+        default=None, gt=0.0, le=100.0,
+        description="SD3: shift of the flow-matching noise levels (higher trains more at high noise, as for "
+        "larger images); empty means the scheduler's own (3.0 for SD3).",
+    )
     seed: int = Field(default=42, ge=0, le=2**32 - 1, description="Random seed.")
     dataloader_workers: int = Field(default=0, ge=0, le=64, description="Data-loading worker processes.")
     compile: Literal["off", "blocks", "full"] = Field(
@@ -342,48 +340,11 @@ def _check_training(config: TrainConfig) -> None:
                              "(use output.save_every_n_steps checkpoints and resume instead)")
 
 
-# The settings of one family that are refused for the others (the family declarations' tables say
-# which families each acts for).
-_REFUSED_FOR_OTHER_FAMILIES = ("model.clip_skip", "model.use_t5", "method.blocks")
-
-
-def setting_value(config: TrainConfig, key: str) -> Any:
-    section, name = key.split(".", 1)
-    return getattr(getattr(config, section), name)
-
-
-def default_value(key: str) -> Any:
-    section, name = key.split(".", 1)
-    field = _SECTIONS[section].model_fields[name]
-    return field.get_default(call_default_factory=True)
-
-
-def _acts_for(spec: FamilySpec, setting: Setting, others: tuple[FamilySpec, ...]) -> str:
-    names = ", ".join(f.name for f in others) or "no family"
-    return f"{setting.does}, which only acts for family {names}; {spec.name} ({spec.title}) does not use it"
-
-
-def family_resets(config: TrainConfig, name: str) -> dict[str, Any]:
-    """The settings that go back to their defaults when `config` switches to family `name`: those
-    the new family would refuse."""
-    spec = family(name)
-    return {key: default_value(key) for key in conditional_keys()
-            if key in _REFUSED_FOR_OTHER_FAMILIES and spec.setting(key) is None
-            and setting_value(config, key) != default_value(key)}
-
-
-def _check_family_options(config: TrainConfig) -> None:
-    """Settings declared by some families act for those only: another family's value is refused."""
-    spec = family(config.model.family)
-    for key in conditional_keys():
-        if key not in _REFUSED_FOR_OTHER_FAMILIES or spec.setting(key) is not None:
-            continue
-        value = setting_value(config, key)
-        if value == default_value(key):
-            continue
-        owners = declaration_of(key)
-        setting = next(s for owner in owners if (s := owner.setting(key)) is not None)
-        raise Contradiction(key, value, f"{_acts_for(spec, setting, owners)}: {setting.instead}")
+def _check_settings_act(config: TrainConfig) -> None:
+    """A setting changed from its default that does not act (another family's or method's, or one that
+    needs another setting) is refused: the run would train something other than what the file says."""
+    for key, value, why in inert_settings(config):
+        raise Contradiction(key, value, why)
 
 
 def _check_fp8(config: TrainConfig) -> None:
@@ -443,15 +404,9 @@ def _check_pickle(config: TrainConfig) -> None:
 
 
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
-    _check_caches, _check_training, _check_family_options, _check_fp8, _check_strategy, _check_launch,
+    _check_caches, _check_training, _check_fp8, _check_settings_act, _check_strategy, _check_launch,
     _check_pickle,
 )
-
-
-_SECTIONS: dict[str, type[Section]] = {
-    "model": ModelSection, "method": MethodSection, "dataset": DatasetSection, "training": TrainingSection,
-    "sampling": SamplingSection, "output": OutputSection, "launch": LaunchSection,
-}
 
 
 def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:

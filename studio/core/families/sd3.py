@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.families.settings import BLOCKS, FLOW_MATCHING, T5
+from studio.core.families.settings import BLOCKS, COMMON, FLOW_MATCHING, T5
 from studio.core.families.spec import CheckpointKind, FamilySpec, Shape
 
 NAME = "sd3"
@@ -43,7 +43,7 @@ FAMILY = FamilySpec(
     components=("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3",
                 "tokenizer", "tokenizer_2", "tokenizer_3", "scheduler"),
     native_resolution=1024,
-    settings=(*FLOW_MATCHING, T5, BLOCKS),
+    settings=(*FLOW_MATCHING, T5, BLOCKS, *COMMON),
     fsdp_units=("JointTransformerBlock",),
     checkpointed_blocks=("JointTransformerBlock",),
     download_gb=16.0,

@@ -20,18 +20,67 @@ DDPM: tuple[Setting, ...] = (
 )
 
 # Flow matching (SD3): timesteps drawn from a density, the loss weighted per noise level.
+_LOGIT_NORMAL = (Condition("training.timestep_sampling", ("logit_normal",)),)
 FLOW_MATCHING: tuple[Setting, ...] = (
     Setting("training.timestep_sampling", "draws flow-matching timesteps",
             "DDPM families draw timesteps uniformly; weight them with training.min_snr_gamma"),
     Setting("training.loss_weighting", "weights the flow-matching loss per noise level",
             "use training.min_snr_gamma for DDPM families"),
     Setting("training.logit_mean", "is the mean of logit-normal timestep sampling",
-            "DDPM families draw timesteps uniformly; leave it at 0"),
+            "DDPM families draw timesteps uniformly; leave it at 0", needs=_LOGIT_NORMAL),
     Setting("training.logit_std", "is the spread of logit-normal timestep sampling",
-            "DDPM families draw timesteps uniformly; leave it at 1"),
+            "DDPM families draw timesteps uniformly; leave it at 1", needs=_LOGIT_NORMAL),
     Setting("training.mode_scale", "is the scale of mode timestep sampling",
-            "DDPM families draw timesteps uniformly; leave it at the default"),
+            "DDPM families draw timesteps uniformly; leave it at 1.29",
+            needs=(Condition("training.timestep_sampling", ("mode",)),)),
+    Setting("training.shift", "shifts the flow-matching noise levels (sigmas) towards noise",
+            "DDPM families have a fixed noise schedule; use training.noise_offset; leave it empty"),
 )
+
+# Settings every family has that act only for one method or together with other settings.
+_LORA = ("lora",)
+_TEXT_ENCODER = (Condition("method.train_text_encoder", (True,)),)
+_BUCKETS = (Condition("dataset.buckets", (True,)),)
+COMMON: tuple[Setting, ...] = (
+    Setting("method.rank", "is the LoRA's rank", "a DreamBooth run trains every weight; leave it at the default",
+            methods=_LORA),
+    Setting("method.alpha", "scales the LoRA", "a DreamBooth run trains every weight; leave it empty", methods=_LORA),
+    Setting("method.dropout", "drops LoRA activations", "a DreamBooth run has no LoRA; leave it at 0", methods=_LORA),
+    Setting("method.target_modules", "names the layers the LoRA wraps",
+            "a DreamBooth run trains every layer; leave it empty", methods=_LORA),
+    Setting("method.use_dora", "makes the LoRA weight-decomposed (DoRA)",
+            "a DreamBooth run has no LoRA; leave it off", methods=_LORA),
+    Setting("method.text_encoder_rank", "is the text encoders' LoRA rank",
+            "a DreamBooth run trains the text encoders' every weight; leave it empty", methods=_LORA,
+            needs=_TEXT_ENCODER),
+    Setting("training.text_encoder_lr", "is the text encoders' learning rate", "leave it empty",
+            needs=_TEXT_ENCODER),
+    Setting("training.lr_warmup_steps", "is the learning rate's warm-up",
+            "the constant schedule has no warm-up: choose constant_with_warmup, or leave it at 0",
+            needs=(Condition("training.lr_scheduler", ("constant_with_warmup", "linear", "cosine",
+                                                         "cosine_with_restarts", "polynomial")),)),
+    Setting("dataset.bucket_step", "is the aspect-ratio buckets' size step",
+            "without buckets every image is cropped square; leave it at the default", needs=_BUCKETS),
+    Setting("dataset.min_bucket", "is the smallest bucket side",
+            "without buckets every image is cropped square; leave it at the default", needs=_BUCKETS),
+    Setting("dataset.max_bucket", "is the largest bucket side",
+            "without buckets every image is cropped square; leave it at the default", needs=_BUCKETS),
+    Setting("dataset.keep_tokens", "keeps the first tags in place when they are shuffled",
+            "captions are used as written; leave it at 0", needs=(Condition("dataset.shuffle_tags", (True,)),)),
+)
+
+# Settings that change how a run computes, not what it learns (the same losses and weights, to
+# rounding): each with the reason, for the test that every other setting acts.
+NEUTRAL: dict[str, str] = {
+    "training.gradient_checkpointing": "recomputes activations in the backward pass: memory, not results",
+    "training.checkpointing_interval": "which blocks recompute under gradient checkpointing: memory, not results",
+    "training.cache_latents": "encodes each image once instead of every step: the same latents",
+    "training.cache_latents_to_disk": "keeps the cached latents on disk: the same latents",
+    "training.cache_text_embeddings": "encodes each caption once instead of every step: the same embeddings",
+    "training.dataloader_workers": "reads batches in worker processes: the same batches",
+    "training.compile": "compiles the denoiser: the same computation, faster",
+    "model.dtype": "the frozen weights' precision on a GPU; a CPU run keeps them in fp32",
+}
 
 # Settings of one family, each declared by the family that has it.
 CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted from the end",
@@ -40,4 +89,4 @@ T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5
 BLOCKS = Setting("method.blocks", "limits the LoRA to some transformer blocks",
                  "leave it empty (use method.target_modules to choose the LoRA's layers)")
 
-__all__ = ["BLOCKS", "CLIP_SKIP", "DDPM", "FLOW_MATCHING", "T5", "Condition"]
+__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "DDPM", "FLOW_MATCHING", "NEUTRAL", "T5", "Condition"]

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.acting import acts, default_of, value_of
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.core.families import conditional_keys, declaration_of
@@ -241,13 +242,14 @@ class ConfigForm(QWidget):
 
     # ------------------------------------------------------------ family
 
-    def set_family(self, family: str) -> None:
-        """Show only the settings that apply to `family` (SD3's flow matching, SD1.5's clip skip…)."""
-        self.family = family
-        for key, families in FAMILY_ONLY.items():
+    def show_acting(self, config: TrainConfig) -> None:
+        """Show only the settings that act for `config`, as the family declarations say: SD3's flow matching,
+        SD1.5's clip skip, a LoRA's rank, the logit-normal parameters with logit-normal sampling…"""
+        self.family = config.model.family
+        for key in FAMILY_ONLY:
             if key in self.rows:
                 form, cell = self.rows[key]
-                form.setRowVisible(cell, family in families)
+                form.setRowVisible(cell, acts(config, key) or value_of(config, key) != default_of(config, key))
 
     def visible_for_family(self, key: str) -> bool:
         return self.family is None or self.family in FAMILY_ONLY.get(key, (self.family,))
@@ -306,8 +308,7 @@ class ConfigForm(QWidget):
 
         A field holding a refused value keeps it (and its reason) while `keep_refused`:
         it is the person's edit, still to be fixed; a config read from disk replaces all."""
-        if self.family != config.model.family:
-            self.set_family(config.model.family)
+        self.show_acting(config)
         for key, editor in self.editors.items():
             if key in self.invalid:
                 if keep_refused:

@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.acting import resets_for
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
-from studio.core.config.schema import TrainConfig, family_resets
+from studio.core.config.schema import TrainConfig
 from studio.core.families import FAMILY_NAMES
 from studio.core.families import title as family_title
 from studio.core.hardware.fixes import apply_changes
@@ -194,7 +195,6 @@ class ModelPage(Page):
         changes: dict[str, Any] = {"model.family": family}
         if old.base == default_base(old.family):
             changes["model.base"] = default_base(family)
-        changes.update(family_resets(self.config, family))
         if not self.apply_config_changes(changes):
             return False
         if "model.base" in changes:
@@ -294,7 +294,11 @@ class ModelPage(Page):
         self._show_config()
 
     def apply_config_changes(self, changes: dict[str, Any]) -> bool:
+        """Take `changes`; settings they make inert (another family's, a LoRA's in DreamBooth) go back to
+        their defaults, which validation would otherwise refuse."""
         self.form.clear_notes()
+        resets = resets_for(self.config, changes)
+        changes = {**changes, **resets}
         try:
             config = apply_changes(self.config, changes)
         except ValidationError as exc:
@@ -306,6 +310,8 @@ class ModelPage(Page):
         for key in changes:
             self.form.clear_issue(key)
         self.adopt(config)
+        if resets:
+            self.context.status("Back to their defaults (they do not act now): " + ", ".join(resets))
         self._retry_refused()
         return True
 

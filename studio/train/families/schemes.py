@@ -107,15 +107,18 @@ class FlowMatchingScheme:
     """Rectified flow (SD3): x_t = (1 - sigma) x_0 + sigma * noise; the network predicts noise - x_0.
 
     Timesteps are drawn by `training.timestep_sampling` (logit-normal, mode or uniform) and
-    mapped onto the scheduler's shifted sigma schedule, as the diffusers SD3 scripts do;
+    mapped onto the scheduler's shifted sigma schedule (`training.shift`, else the scheduler's), as the
+    diffusers SD3 scripts do;
     `training.loss_weighting` (none, sigma_sqrt, cosmap) weights each sample's loss.
     """
 
     def __init__(self, scheduler: Any, training: TrainingSection) -> None:
         from diffusers import FlowMatchEulerDiscreteScheduler
 
-        # A fresh copy: the sampling pipeline's scheduler changes its timesteps when it samples.
-        fresh: Any = FlowMatchEulerDiscreteScheduler.from_config(scheduler.config)
+        # A fresh copy: the sampling pipeline's scheduler changes its timesteps when it samples. training.shift
+        # replaces the scheduler's shift (sigma' = shift * sigma / (1 + (shift - 1) * sigma)) for training only.
+        shift = {} if training.shift is None else {"shift": training.shift}
+        fresh: Any = FlowMatchEulerDiscreteScheduler.from_config(scheduler.config, **shift)
         self.timesteps = fresh.timesteps.float()
         self.sigmas = fresh.sigmas.float()
         self.num_train_timesteps = int(fresh.config.num_train_timesteps)

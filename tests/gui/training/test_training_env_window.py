@@ -116,11 +116,10 @@ def test_the_demos_first_train_goes_environment_then_model_then_run(
         qtbot: QtBot, tmp_path: Path, trainenv_copy: InstallPlan, env_vars: pytest.MonkeyPatch) -> None:
     """The desktop app's first Train on the demo: the set-up window, then the tiny model is built, then the
     run starts by itself; nothing offers a download on the way."""
-    from tests.gui.conftest import fake_command
-
     import studio.gui.shell.main_window as main_window
     from studio.core.project.demo import create_demo_project
     from studio.gui.shell.application import make_settings
+    from tests.gui.conftest import fake_command
 
     env_vars.setattr(sys, "frozen", True, raising=False)
     env_vars.setenv("STUDIO_TRAINING_ENV", str(tmp_path / "no-env-yet"))

@@ -1,0 +1,87 @@
+"""Whether each setting acts for a config: the family declarations' tables, asked of a config.
+
+A setting that does not act (another family's, another method's, or one that needs another
+setting it lacks) is refused by validation with the key, the family and what to use instead,
+so a TOML file, a preset or the command line trains what it says. The GUI form hides what does
+not act and puts it back to its default when a change makes it stop acting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from studio.core.families import FamilySpec, Setting, conditional_keys, declaration_of, family
+
+Value = Callable[[str], Any]
+_OBJECTIVES = {"ddpm": "a DDPM noise schedule", "flow_matching": "flow matching"}
+
+
+def value_of(config: BaseModel, key: str) -> Any:
+    section, name = key.split(".", 1)
+    return getattr(getattr(config, section), name)
+
+
+def default_of(config: BaseModel, key: str) -> Any:
+    section, name = key.split(".", 1)
+    field = type(getattr(config, section)).model_fields[name]
+    return field.get_default(call_default_factory=True)
+
+
+def why_inert(value: Value, key: str) -> str | None:
+    """Why `key` does not act with the settings `value` gives, or None when it acts (or acts everywhere)."""
+    spec = family(str(value("model.family")))
+    setting = spec.setting(key)
+    if setting is None:
+        owners = declaration_of(key)
+        if not owners:
+            return None
+        declared = next(s for owner in owners if (s := owner.setting(key)) is not None)
+        return _other_family(spec, declared, owners)
+    kind = value("method.kind")
+    if setting.methods and kind not in setting.methods:
+        return (f"{setting.does}, which acts only for method.kind = {' or '.join(setting.methods)}, "
+                f"not {kind}: {setting.instead}")
+    for condition in setting.needs:
+        if value(condition.key) not in condition.values:
+            return f"{setting.does}, which acts only with {condition.describe()}; set that, or leave {key} at its default"
+    return None
+
+
+def _other_family(spec: FamilySpec, setting: Setting, owners: tuple[FamilySpec, ...]) -> str:
+    names = ", ".join(owner.name for owner in owners)
+    return (f"{setting.does}, which acts only for family {names}; {spec.name} ({spec.title}, trained by "
+            f"{_OBJECTIVES[spec.objective]}) does not use it: {setting.instead}")
+
+
+def inert_settings(config: BaseModel) -> list[tuple[str, Any, str]]:
+    """(key, value, why) of every setting changed from its default that does not act for `config`."""
+    found = []
+    for key in conditional_keys():
+        current = value_of(config, key)
+        if current == default_of(config, key):
+            continue
+        why = why_inert(lambda k: value_of(config, k), key)
+        if why is not None:
+            found.append((key, current, why))
+    return found
+
+
+def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that go back to their defaults when `changes` are made: those that would stop acting."""
+    def value(key: str) -> Any:
+        return changes[key] if key in changes else value_of(config, key)
+
+    out: dict[str, Any] = {}
+    for key in conditional_keys():
+        if key in changes or value(key) == default_of(config, key):
+            continue
+        if why_inert(value, key) is not None:
+            out[key] = default_of(config, key)
+    return out
+
+
+def acts(config: BaseModel, key: str) -> bool:
+    return why_inert(lambda k: value_of(config, k), key) is None

@@ -1,0 +1,64 @@
+"""A setting that does not act for a config is refused with its key, the family and what to use instead."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from studio.core.config.acting import inert_settings, resets_for
+from studio.core.config.errors import issues_from_validation
+from studio.core.config.schema import ModelSection, TrainConfig, TrainingSection
+
+
+def _issue(**sections: dict[str, object]) -> tuple[str, str]:
+    data: dict[str, object] = {"model": {"family": "sd3", "base": "x"}, **sections}
+    with pytest.raises(ValidationError) as raised:
+        TrainConfig.model_validate(data)
+    (issue,) = issues_from_validation(raised.value, TrainConfig)
+    return issue.key, issue.message
+
+
+@pytest.mark.parametrize(("key", "value"), [("noise_offset", 0.5), ("min_snr_gamma", 5.0)])
+def test_ddpm_settings_are_refused_for_sd3_with_what_to_use(key: str, value: float) -> None:
+    found, message = _issue(training={key: value})
+    assert found == f"training.{key}"
+    assert "acts only for family sd15, sdxl" in message and "sd3 (SD3, trained by flow matching)" in message
+    assert "training.timestep_sampling" in message or "training.loss_weighting" in message
+
+
+def test_the_sd3_run_with_all_three_is_refused() -> None:
+    key, message = _issue(model={"family": "sd3", "base": "x", "prediction_type": "v_prediction"},
+                          training={"noise_offset": 0.5, "min_snr_gamma": 5.0})
+    assert key == "model.prediction_type" and "velocity" in message
+    config = TrainConfig.model_construct(
+        model=ModelSection.model_construct(family="sd3", base="x", prediction_type="v_prediction",
+                                           **{k: v.default for k, v in ModelSection.model_fields.items()
+                                              if k not in ("family", "base", "prediction_type")}),
+        training=TrainingSection.model_construct(noise_offset=0.5, min_snr_gamma=5.0))
+    assert [k for k, _v, _why in inert_settings(config)] == [
+        "model.prediction_type", "training.noise_offset", "training.min_snr_gamma"]
+
+
+def test_flow_settings_are_refused_for_ddpm_families() -> None:
+    data = {"model": {"family": "sdxl", "base": "x"}, "training": {"loss_weighting": "cosmap"}}
+    with pytest.raises(ValidationError, match="acts only for family sd3"):
+        TrainConfig.model_validate(data)
+
+
+def test_a_setting_that_needs_another_says_which() -> None:
+    key, message = _issue(training={"timestep_sampling": "uniform", "logit_std": 2.0})
+    assert key == "training.logit_std" and 'training.timestep_sampling = "logit_normal"' in message
+    TrainConfig.model_validate({"model": {"family": "sd3", "base": "x"},
+                                "training": {"timestep_sampling": "mode", "mode_scale": 0.5, "shift": 6.0}})
+
+
+def test_lora_settings_are_refused_for_dreambooth() -> None:
+    key, message = _issue(method={"kind": "dreambooth", "rank": 8})
+    assert key == "method.rank" and "method.kind = lora" in message
+
+
+def test_a_change_resets_what_it_makes_inert() -> None:
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x", "clip_skip": 2},
+                                         "training": {"noise_offset": 0.1}, "method": {"rank": 8}})
+    assert resets_for(config, {"model.family": "sd3"}) == {"training.noise_offset": 0.0, "model.clip_skip": 1}
+    assert resets_for(config, {"method.kind": "dreambooth"}) == {"method.rank": 16}
