@@ -94,7 +94,7 @@ def build_tiny_flux2_klein(folder: Path, seed: int) -> Path:
 
     from studio.core.dataset.demo_shapes import CAPTION_WORDS
     from studio.train.pipelines.flux2_klein_tokenizer import write_qwen_tokenizer
-    from studio.train.pipelines.tiny import EXTRA_WORDS
+    from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS
 
     tokenizer = write_qwen_tokenizer(folder / "tokenizer", [*CAPTION_WORDS, *EXTRA_WORDS], TINY_TOKENS)
     torch.manual_seed(seed)
@@ -135,7 +135,7 @@ def write_full_size_flux2_klein(variant: str, folder: str | Path, dtype: torch.d
 
     from studio.core.dataset.demo_shapes import CAPTION_WORDS
     from studio.train.pipelines.flux2_klein_tokenizer import write_qwen_tokenizer
-    from studio.train.pipelines.tiny import EXTRA_WORDS
+    from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS
 
     out = Path(folder)
     torch.manual_seed(seed)

@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.dataset.demo_shapes import CAPTION_WORDS
-from studio.train.pipelines.tiny_tokenizer import write_tokenizer
+from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS, write_tokenizer
 
-# Words people type in sample prompts and DreamBooth prompts, kept whole by the tokenizer.
-EXTRA_WORDS = ("photo", "of", "sks", "dog", "cat", "shape", "picture", "style", "an", "the", "and", "with")
 TOKEN_LENGTH = 32
 
 
