@@ -13,15 +13,17 @@ from typing import Any
 
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
-FAMILIES = ("sd15", "sdxl", "sd3")
+FAMILIES = ("sd15", "sdxl", "sd3", "flux2-klein")
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("tiny", help="build a tiny (or full-size) random-weight model folder (no download)")
-    parser.add_argument("family", help="model family: sd15, sdxl or sd3")
+    parser.add_argument("family", help="model family: sd15, sdxl, sd3 or flux2-klein")
     parser.add_argument("dir", nargs="?", help="folder to write the diffusers pipeline into")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--t5", action="store_true", help="sd3: include a T5 text encoder (tiny, built locally)")
+    parser.add_argument("--size", choices=("4b", "9b"), default="4b",
+                        help="flux2-klein with --full-size: which of its two architectures")
     parser.add_argument("--full-size", action="store_true",
                         help="the real architecture: print its parameter counts (meta device, no memory)")
     parser.add_argument("--write", action="store_true",
@@ -55,6 +57,10 @@ def _full_size(args: argparse.Namespace) -> int:
     from studio.train.pipelines.full_size import parameter_counts, write_full_size_pipeline
 
     with_t5 = args.family == "sd3" and (args.t5 or not args.write)
+    if args.family == "flux2-klein":
+        from studio.train.pipelines.flux2_klein import full_size_main
+
+        return full_size_main(args)
     counts = parameter_counts(args.family, t5=with_t5)
     bytes_per = 4 if args.dtype == "fp32" else 2
     for name, count in counts.items():

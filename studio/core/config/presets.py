@@ -193,7 +193,7 @@ def list_presets(include_user: bool = True) -> list[Preset]:
                 if not user:
                     raise
                 continue  # A broken user preset must not hide the others; `studio-train validate` shows why.
-        order = {"sd15": 0, "sdxl": 1, "sd3": 2}
+        order = {"sd15": 0, "sdxl": 1, "sd3": 2, "flux2-klein": 3}
         group.sort(key=lambda p: (order.get(p.family, 9), p.method, -p.min_vram_gb, p.id))
         found.extend(group)
     return found

@@ -15,7 +15,7 @@ from studio.core.config.errors import Contradiction, section_type
 
 SCHEMA_VERSION = 1
 
-Family = Literal["sd15", "sdxl", "sd3"]
+Family = Literal["sd15", "sdxl", "sd3", "flux2-klein"]
 MethodKind = Literal["lora", "dreambooth"]
 Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
@@ -32,7 +32,7 @@ class Section(BaseModel):
 
 
 class ModelSection(Section):
-    family: Family = Field(description="Model family: sd15 (SD 1.x/2.x), sdxl or sd3.")
+    family: Family = Field(description="Model family: sd15 (SD 1.x/2.x), sdxl, sd3 or flux2-klein (FLUX.2 [klein] 4B/9B).")
     base: str = Field(
         min_length=1,
         description="Base model: a diffusers folder, a single .safetensors file, or a hub id.",

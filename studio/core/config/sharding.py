@@ -20,11 +20,13 @@ DENOISER_UNITS: dict[str, tuple[str, ...]] = {
     "sd15": UNET_UNITS,
     "sdxl": UNET_UNITS,
     "sd3": ("JointTransformerBlock",),
+    "flux2-klein": ("Flux2TransformerBlock", "Flux2SingleTransformerBlock"),
 }
 TEXT_ENCODER_UNITS = ("CLIPEncoderLayer",)
 # The blocks recomputed in the backward when training.gradient_checkpointing is on (FSDP's
 # checkpoint wrapper around each; checkpointing_interval N keeps every N-th).
-CHECKPOINTED_BLOCKS = ("ResnetBlock2D", "BasicTransformerBlock", "JointTransformerBlock", "CLIPEncoderLayer")
+CHECKPOINTED_BLOCKS = ("ResnetBlock2D", "BasicTransformerBlock", "JointTransformerBlock", "CLIPEncoderLayer",
+                       "Flux2TransformerBlock", "Flux2SingleTransformerBlock")
 
 
 def sharded(config: TrainConfig) -> bool:

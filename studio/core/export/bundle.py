@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from studio import __version__
+from studio.core.config import flux2_klein as klein
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import dump_resolved
 from studio.core.export.bundle_files import (
@@ -108,12 +109,13 @@ class BundleReport:
 
 def _disk_needed_mb(config: TrainConfig, base_kind: str) -> int:
     family, keep = config.model.family, config.output.keep_last + 1
-    params = _DENOISER_B[family] * 1e9
+    params = _DENOISER_B.get(family, 0.0) * 1e9 or klein.DENOISER_BILLIONS[klein.size_of(config.model.base)] * 1e9
     if config.method.kind == "dreambooth":
         checkpoint, output = params * 4 * 3, params * 2 + 1.5e9
     else:
         checkpoint, output = 3e8, 2e8
-    download = _DOWNLOAD_GB[family] * 1e9 if base_kind == "hub" else 0
+    download_gb = _DOWNLOAD_GB.get(family) or klein.DOWNLOAD_GB[klein.size_of(config.model.base)]
+    download = download_gb * 1e9 if base_kind == "hub" else 0
     return int((keep * checkpoint + output + download + 2e9) / 2**20)
 
 

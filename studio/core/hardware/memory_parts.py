@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from studio.core.config.flux2_klein import architecture_name
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.config.sharding import sharded
 from studio.core.hardware.local_architecture import local_architecture
@@ -94,7 +95,8 @@ class RunFacts:
 
 
 def run_facts(config: TrainConfig, device: str) -> RunFacts:
-    arch = local_architecture(load_architecture(config.model.family), config.model.base)
+    arch = local_architecture(load_architecture(architecture_name(config.model.family, config.model.base)),
+                              config.model.base)
     facts = RunFacts(config, device, arch, load_calibration())
     if "local_model" in arch:
         local = arch["local_model"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from studio.core.config import flux2_klein as klein
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import VramEstimate, estimate_vram
@@ -27,6 +28,8 @@ def placeholder_project(family: str) -> TrainConfig:
 def preset_config(preset: Preset, project: TrainConfig | None = None) -> TrainConfig:
     """`preset` applied to `project` (or a placeholder), with sample images on (raises ConfigError)."""
     base = project if project is not None else placeholder_project(preset.family)
+    if project is None and preset.family == klein.FAMILY:  # the size the preset is for (its id names it)
+        base.model.base = klein.BASE_MODELS[klein.size_of(preset.id)]
     config = apply_preset(base, preset)
     sampling = config.sampling
     every = sampling.every_n_steps or base.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS

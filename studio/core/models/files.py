@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-FAMILY_NAMES = {"sd15": "SD 1.x/2.x", "sdxl": "SDXL", "sd3": "SD3"}
+FAMILY_NAMES = {"sd15": "SD 1.x/2.x", "sdxl": "SDXL", "sd3": "SD3", "flux2-klein": "FLUX.2 [klein]"}
 # Pipeline classes named in model_index.json, by the family that trains them.
 PIPELINE_FAMILIES: dict[str, str] = {
     "StableDiffusionPipeline": "sd15",
@@ -27,6 +27,7 @@ PIPELINE_FAMILIES: dict[str, str] = {
     "StableDiffusionXLPipeline": "sdxl",
     "StableDiffusionXLImg2ImgPipeline": "sdxl",
     "StableDiffusion3Pipeline": "sd3",
+    "Flux2KleinPipeline": "flux2-klein",
 }
 SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
 # Checkpoint kinds (diffusers' names where it has one) -> what a person reads.

@@ -39,17 +39,18 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
 SKIPPED = {("model", "base"), ("model", "family")}  # chosen by the model picker and the presets
 # Settings that mean something for some families only; the form hides them for the others.
 _DIFFUSION = ("sd15", "sdxl")  # DDPM noise schedules; SD3 trains by flow matching
+_FLOW = ("sd3", "flux2-klein")  # flow matching
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {
     "model.use_t5": ("sd3",),
     "model.clip_skip": ("sd15",),
     "model.prediction_type": _DIFFUSION,
     "training.min_snr_gamma": _DIFFUSION,
     "training.noise_offset": _DIFFUSION,
-    "training.timestep_sampling": ("sd3",),
-    "training.loss_weighting": ("sd3",),
-    "training.logit_mean": ("sd3",),
-    "training.logit_std": ("sd3",),
-    "training.mode_scale": ("sd3",),
+    "training.timestep_sampling": _FLOW,
+    "training.loss_weighting": _FLOW,
+    "training.logit_mean": _FLOW,
+    "training.logit_std": _FLOW,
+    "training.mode_scale": _FLOW,
 }
 INVALID_STYLE = "border: 1px solid #c62828;"
 

@@ -153,7 +153,7 @@ class ModelPage(Page):
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Base model</b>"))
         self.family = named(QComboBox(), "model_family")
-        for family in ("sd15", "sdxl", "sd3"):
+        for family in ("sd15", "sdxl", "sd3", "flux2-klein"):
             self.family.addItem(family, family)
         self.family.activated.connect(lambda _i: self.choose_family(str(self.family.currentData())))
         row.addWidget(self.family)

@@ -113,7 +113,7 @@ class PresetList(QWidget):
         filters = QHBoxLayout()
         self.family = named(QComboBox(), "preset_family")
         self.method = named(QComboBox(), "preset_method")
-        for combo, values in ((self.family, ("sd15", "sdxl", "sd3")), (self.method, ("lora", "dreambooth"))):
+        for combo, values in ((self.family, ("sd15", "sdxl", "sd3", "flux2-klein")), (self.method, ("lora", "dreambooth"))):
             combo.addItem("all", None)
             for v in values:
                 combo.addItem(v, v)
