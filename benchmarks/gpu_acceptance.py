@@ -97,8 +97,28 @@ class TreePeak(threading.Thread):
         return max(sizes, default=0) / 2**20  # the trainer's own; the launchers are small
 
 
+def model_key(preset: Any) -> str:
+    """Which model a preset trains: its family's, or for FLUX.2 [klein] the size its id names (4B or 9B)."""
+    from studio.core.config import flux2_klein as klein
+
+    return f"{klein.FAMILY}-{klein.size_of(preset.id)}" if preset.family == klein.FAMILY else str(preset.family)
+
+
 def write_model(family: str, folder: Path, tiny: bool) -> Path:
-    """A model of `family` with random weights: tiny, or full size (the single-file checkpoints load fastest)."""
+    """A model of `family` (a model_key) with random weights: tiny, or full size (the single-file checkpoints
+    load fastest)."""
+    if family.startswith("flux2-klein-"):
+        size = family.rsplit("-", 1)[1]
+        if tiny:
+            from studio.train.pipelines.tiny import build_tiny_pipeline
+
+            return build_tiny_pipeline("flux2-klein", folder / f"tiny-{family}")
+        import torch
+
+        from studio.train.pipelines.flux2_klein import write_full_size_flux2_klein
+
+        return write_full_size_flux2_klein(size, folder / family, torch.bfloat16,
+                                           device="cuda" if torch.cuda.is_available() else "cpu")
     if tiny:
         from studio.train.pipelines.tiny import build_tiny_pipeline
 
@@ -177,7 +197,11 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     root.mkdir(parents=True, exist_ok=True)
     config, full = run_config(preset, model, root, steps, dry_run)
     if dry_run:  # the full-size preset's estimate: a tiny model would be estimated at its own size
-        full = apply_changes(full, {"model.base": default_base(preset.family)})
+        from studio.core.config import flux2_klein as klein
+
+        base = klein.BASE_MODELS[klein.size_of(preset.id)] if preset.family == klein.FAMILY \
+            else default_base(preset.family)
+        full = apply_changes(full, {"model.base": base})
     estimate = estimate_vram(full, gpu)
     row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",
               estimate_parts={p.key: round(p.mb / GB, 3) for p in estimate.parts})
@@ -330,7 +354,7 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
     """Start runs as their models are ready, up to --jobs at once while their estimates fit the card together,
     within the time budget; collect each as it ends and write the results after every one."""
     rows = {p.id: Row(p.id, p.family, p.min_vram_gb) for p in presets}
-    models = start_models(sorted({p.family for p in presets}), work, dict(args.model), args.dry_run)
+    models = start_models(sorted({model_key(p) for p in presets}), work, dict(args.model), args.dry_run)
     pending, jobs = list(presets), args.jobs
     running: list[Job] = []
     began = time.monotonic()
@@ -344,7 +368,7 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
                 rows[job.row.preset].status += " (measure again with --jobs 1)"
             write_results(args.out, list(rows.values()), meta)
         for preset in list(pending):
-            ready = model_ready(models[preset.family])
+            ready = model_ready(models[model_key(preset)])
             if ready is None:
                 continue
             if isinstance(ready, str) or time.monotonic() - began > args.budget_s:
