@@ -24,9 +24,9 @@ CHAT_TEMPLATE = (
 
 
 def write_qwen_tokenizer(folder: Path, words: Iterable[str], max_length: int) -> Any:
-    """Train and save the tokenizer into `folder`; return it loaded back (Qwen2TokenizerFast)."""
+    """Train and save the tokenizer into `folder`; return it loaded back (transformers 5's one Qwen2Tokenizer)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen2TokenizerFast
+    from transformers import Qwen2Tokenizer
 
     words = sorted({w.lower() for w in words if w.strip()})
     core = Tokenizer(models.BPE(unk_token=None))
@@ -38,8 +38,8 @@ def write_qwen_tokenizer(folder: Path, words: Iterable[str], max_length: int) ->
     )
     corpus = [" ".join(words), *(f" {w}" for w in words), "user assistant", "\n\n"]
     core.train_from_iterator(corpus, trainer=trainer)
-    tokenizer = Qwen2TokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token="<|im_end|>",
+    tokenizer = Qwen2Tokenizer(tokenizer_object=core, pad_token=PAD, eos_token="<|im_end|>",
                                    unk_token=None, model_max_length=max_length, chat_template=CHAT_TEMPLATE)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(folder)
-    return Qwen2TokenizerFast.from_pretrained(folder)
+    return Qwen2Tokenizer.from_pretrained(folder)
