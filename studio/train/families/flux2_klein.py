@@ -48,6 +48,7 @@ class Flux2KleinAdapter(FamilyAdapter):
     prompt_embedding_names: ClassVar[tuple[str, ...]] = ("prompt_embeds", "negative_prompt_embeds")
 
     single_blocks = 0
+    size: str | None = None  # "4b" or "9b" once loaded (None: another size, such as the tiny test model)
     max_tokens = MAX_TOKENS
     guidance_embeds = False
 
@@ -75,8 +76,7 @@ class Flux2KleinAdapter(FamilyAdapter):
         self.single_blocks = len(transformer.single_transformer_blocks)
         self.guidance_embeds = bool(transformer.config.guidance_embeds)
         self.max_tokens = min(MAX_TOKENS, int(getattr(pipe.tokenizer, "model_max_length", MAX_TOKENS)))
-        size = SIZES.get(int(transformer.config.joint_attention_dim))
-        self.kohya_architecture = f"flux-2-klein-{size}" if size else "flux-2-klein"
+        self.size = SIZES.get(int(transformer.config.joint_attention_dim))
         for module in (transformer, vae, encoder):
             module.requires_grad_(False)
         placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
@@ -207,7 +207,8 @@ class Flux2KleinAdapter(FamilyAdapter):
         if "kohya" in formats:
             alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
             state = comfy_state_dict(cast[self.denoiser_name], alpha)
-            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
+            architecture = f"{self.kohya_architecture}-{self.size}" if self.size else self.kohya_architecture
+            meta = kohya_metadata(self.config, self.kohya_base_version, architecture, metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
 

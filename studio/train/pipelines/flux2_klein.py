@@ -60,7 +60,7 @@ TEXT_LAYERS = (9, 18, 27)
 TINY_TOKENS = 128
 
 
-def full_size_components(variant: str, device: str | torch.device = "meta") -> dict[str, torch.nn.Module]:
+def full_size_components(variant: str, device: str | torch.device = "meta") -> dict[str, Any]:
     """The transformer, VAE and Qwen3 text encoder of a [klein] variant at full size."""
     from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -110,7 +110,7 @@ def build_tiny_flux2_klein(folder: Path, seed: int) -> Path:
         num_attention_heads=2, joint_attention_dim=3 * hidden, timestep_guidance_channels=32, mlp_ratio=2.0,
         axes_dims_rope=(4, 4, 4, 4), guidance_embeds=False,
     )
-    vae = AutoencoderKLFlux2(
+    vae: Any = AutoencoderKLFlux2(
         in_channels=3, out_channels=3, latent_channels=latent_channels, layers_per_block=1,
         block_out_channels=(8, 16, 32, 32), down_block_types=("DownEncoderBlock2D",) * 4,
         up_block_types=("UpDecoderBlock2D",) * 4, norm_num_groups=8, sample_size=64,
@@ -119,7 +119,7 @@ def build_tiny_flux2_klein(folder: Path, seed: int) -> Path:
     with torch.no_grad():  # statistics away from (0, 1), so the normalisation is exercised
         vae.bn.running_mean.uniform_(-0.2, 0.2)
         vae.bn.running_var.uniform_(0.5, 2.0)
-    pipeline = Flux2KleinPipeline(
+    pipeline: Any = Flux2KleinPipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), vae=vae, text_encoder=text_encoder,
         tokenizer=tokenizer, transformer=transformer, is_distilled=False,
     )
@@ -142,7 +142,7 @@ def write_full_size_flux2_klein(variant: str, folder: str | Path, dtype: torch.d
     parts: dict[str, Any] = {name: module.to(dtype).to("cpu")
                              for name, module in full_size_components(variant, device).items()}
     tokenizer = write_qwen_tokenizer(out / "tokenizer", [*CAPTION_WORDS, *EXTRA_WORDS], 512)
-    pipeline = Flux2KleinPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), tokenizer=tokenizer,
+    pipeline: Any = Flux2KleinPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), tokenizer=tokenizer,
                                   is_distilled=False, **parts)
     pipeline.save_pretrained(out, safe_serialization=True)
     return out

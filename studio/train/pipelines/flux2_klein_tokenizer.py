@@ -38,8 +38,9 @@ def write_qwen_tokenizer(folder: Path, words: Iterable[str], max_length: int) ->
     )
     corpus = [" ".join(words), *(f" {w}" for w in words), "user assistant", "\n\n"]
     core.train_from_iterator(corpus, trainer=trainer)
+    # Byte-level: every text encodes, so the unknown token (Qwen's default, <|endoftext|>) never appears.
     tokenizer = Qwen2Tokenizer(tokenizer_object=core, pad_token=PAD, eos_token="<|im_end|>",
-                                   unk_token=None, model_max_length=max_length, chat_template=CHAT_TEMPLATE)
+                               model_max_length=max_length, chat_template=CHAT_TEMPLATE)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(folder)
     return Qwen2Tokenizer.from_pretrained(folder)
