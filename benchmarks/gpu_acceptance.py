@@ -107,8 +107,29 @@ class TreePeak(threading.Thread):
         return max(sizes, default=0) / 2**20  # the trainer's own; the launchers are small
 
 
+def model_key(preset: Any) -> str:
+    """Which model a preset trains: its family's, or for FLUX.2 [klein] the size its id names (4B or 9B)."""
+    from studio.core.families import family
+
+    spec = family(preset.family)
+    return spec.architecture(preset.id) if spec.size_of is not None else str(preset.family)
+
+
 def write_model(family: str, folder: Path, tiny: bool) -> Path:
-    """A model of `family` with random weights: tiny, or full size (the single-file checkpoints load fastest)."""
+    """A model of `family` (a model_key) with random weights: tiny, or full size (the single-file checkpoints
+    load fastest)."""
+    if family.startswith("flux2-klein-"):
+        size = family.rsplit("-", 1)[1]
+        if tiny:
+            from studio.train.pipelines.tiny import build_tiny_pipeline
+
+            return build_tiny_pipeline("flux2-klein", folder / f"tiny-{family}")
+        import torch
+
+        from studio.train.pipelines.flux2_klein import write_full_size_flux2_klein
+
+        return write_full_size_flux2_klein(size, folder / family, torch.bfloat16,
+                                           device="cuda" if torch.cuda.is_available() else "cpu")
     if tiny:
         from studio.train.pipelines.tiny import build_tiny_pipeline
 
@@ -192,7 +213,12 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     root.mkdir(parents=True, exist_ok=True)
     config, full = run_config(preset, model, root, steps, dry_run)
     if dry_run:  # the full-size preset's estimate: a tiny model would be estimated at its own size
-        full = apply_changes(full, {"model.base": default_base(preset.family)})
+        from studio.core.families import family
+
+        sizes = family(preset.family).size_bases
+        size = next((size for size in sizes if size in preset.id.split("-")), None)
+        base = sizes[size] if size else default_base(preset.family)
+        full = apply_changes(full, {"model.base": base})
     estimate = estimate_vram(full, gpu)
     row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",
               estimate_parts={p.key: round(p.mb / GB, 3) for p in estimate.parts})
@@ -337,7 +363,7 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
         rows[preset.id].status = f"skipped: needs {preset.gpus} GPUs, this machine has {gpu_count}"
     presets = [p for p in presets if p.gpus <= gpu_count]
     write_results(args.out, list(rows.values()), meta)
-    models = start_models(sorted({p.family for p in presets}), work, dict(args.model), args.dry_run)
+    models = start_models(sorted({model_key(p) for p in presets}), work, dict(args.model), args.dry_run)
     pending, jobs = list(presets), args.jobs
     running: list[Job] = []
     began = time.monotonic()
@@ -368,7 +394,7 @@ def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], r
                 rows[job.row.preset].status += " (measure again with --jobs 1)"
             write_results(args.out, list(rows.values()), meta)
         for preset in list(pending):
-            ready = model_ready(models[preset.family])
+            ready = model_ready(models[model_key(preset)])
             if ready is None:
                 continue
             if isinstance(ready, str) or time.monotonic() - began > args.budget_s:

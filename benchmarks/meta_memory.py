@@ -119,7 +119,9 @@ class FlashLikeAttention(torch.autograd.Function):
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def flash_like(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+def flash_like(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """SDPA's signature, positional or by keyword (diffusers' attention dispatch passes query=, key=, value=)."""
+    q, k, v = (list(args[:3]) + [kwargs.get(name) for name in ("query", "key", "value")][len(args[:3]):])[:3]
     return FlashLikeAttention.apply(q, k, v)  # type: ignore[no-any-return]
 
 

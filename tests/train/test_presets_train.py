@@ -28,7 +28,7 @@ SCALED = {("dataset", "resolution"), ("training", "epochs"), ("training", "max_s
 def test_the_shipped_presets_cover_every_family_and_method() -> None:
     assert len(PRESETS) >= 12
     assert {(p.family, p.method) for p in PRESETS} == {(f, m) for f in ("sd15", "sdxl", "sd3")
-                                                       for m in ("lora", "dreambooth")}
+                                                       for m in ("lora", "dreambooth")} | {("flux2-klein", "lora")}
 
 
 def _preset_keys(delta: dict[str, Any]) -> list[tuple[str, str, Any]]:

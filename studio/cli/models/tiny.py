@@ -30,6 +30,9 @@ def register(sub: Any) -> None:
                         help="with --full-size: also write the pipeline to DIR (several GB of random weights)")
     parser.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
                         help="with --full-size --write: precision of the written weights")
+    sizes = sorted({size for name in FAMILY_NAMES for size in family(name).size_bases})
+    parser.add_argument("--size", choices=sizes or None, help="with --full-size, a family of several sizes "
+                        "(" + ", ".join(n for n in FAMILY_NAMES if family(n).size_bases) + "): which one")
     parser.set_defaults(func=run)
 
 
@@ -59,7 +62,16 @@ def _has_t5(name: str) -> bool:
 
 
 def _full_size(args: argparse.Namespace) -> int:
-    from studio.train.pipelines.full_size import parameter_counts, write_full_size_pipeline
+    from studio.train.pipelines.full_size import (
+        full_size_of_sizes,
+        parameter_counts,
+        write_full_size_pipeline,
+    )
+
+    spec = family(args.family)
+    if spec.size_bases:
+        args.size = args.size or next(iter(spec.size_bases))
+        return full_size_of_sizes(args)
 
     with_t5 = _has_t5(args.family) and (args.t5 or not args.write)
     counts = parameter_counts(args.family, t5=with_t5)

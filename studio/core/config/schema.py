@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from studio.core.config.acting import inert_settings
 from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.pickled import is_pickle_file, pickle_refusal
-from studio.core.families import FAMILIES, FAMILY_NAMES
+from studio.core.families import FAMILIES, FAMILY_NAMES, family
 
 SCHEMA_VERSION = 1
 
@@ -343,6 +343,13 @@ def _check_training(config: TrainConfig) -> None:
 def _check_settings_act(config: TrainConfig) -> None:
     """A setting changed from its default that does not act (another family's or method's, or one that
     needs another setting) is refused: the run would train something other than what the file says."""
+    spec = family(config.model.family)
+    if config.method.kind not in spec.methods:
+        raise Contradiction("method.kind", config.method.kind,
+                            f"the studio trains {spec.title} with {' or '.join(spec.methods)} only")
+    if config.method.train_text_encoder and not spec.trains_text_encoders:
+        raise Contradiction("method.train_text_encoder", True,
+                            f"{spec.title}'s text encoder stays frozen (its embeddings are cached); leave it off")
     for key, value, why in inert_settings(config):
         raise Contradiction(key, value, why)
 

@@ -119,12 +119,12 @@ def _disk_needed_mb(config: TrainConfig, base_kind: str) -> int:
     """Rough: the denoiser's parameters from the family's architecture sizes, a hub base's download from its
     declaration."""
     spec, keep = family(config.model.family), config.output.keep_last + 1
-    params = float(denoiser_entry(load_architecture(spec.name))["params"])
+    params = float(denoiser_entry(load_architecture(spec.architecture(config.model.base)))["params"])
     if config.method.kind == "dreambooth":
         checkpoint, output = params * 4 * 3, params * 2 + 1.5e9
     else:
         checkpoint, output = 3e8, 2e8
-    download = spec.download_gb * 1e9 if base_kind == "hub" else 0
+    download = spec.download_gb_of(config.model.base) * 1e9 if base_kind == "hub" else 0
     return int((keep * checkpoint + output + download + 2e9) / 2**20)
 
 

@@ -7,10 +7,10 @@ detection, the estimate and the bundle) follows from it.
 
 from __future__ import annotations
 
-from studio.core.families import sd3, sd15, sdxl
+from studio.core.families import flux2_klein, sd3, sd15, sdxl
 from studio.core.families.spec import CheckpointKind, FamilySpec
 
-_DECLARATIONS = (sd15, sdxl, sd3)
+_DECLARATIONS = (sd15, sdxl, sd3, flux2_klein)
 
 FAMILIES: tuple[FamilySpec, ...] = tuple(module.FAMILY for module in _DECLARATIONS)
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)

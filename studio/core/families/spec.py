@@ -79,9 +79,25 @@ class FamilySpec:
     missing_text_encoder_example: str = ""  # a common file that lacks them, for the message
     modelspec_architecture: str | None = None  # model-spec name of a single-file output; None: none written
     separate_vae_fp16_safe: bool = False  # a separate VAE given for it is the fp16-safe one (SDXL's fix)
+    methods: tuple[str, ...] = ("lora", "dreambooth")  # the methods the studio trains it with
+    trains_text_encoders: bool = True  # method.train_text_encoder can be on
+    # Families of several architectures (sizes): the size a base model is, and each size's hub base.
+    size_of: Callable[[str], str] | None = field(default=None, repr=False)
+    size_bases: dict[str, str] = field(default_factory=dict)
+    size_download_gb: dict[str, float] = field(default_factory=dict)
     checkpoint_kind: KindRule = field(default=lambda keys, shape: None, repr=False)
     tensor_rule: TensorRule = field(default=lambda keys: None, repr=False)
     folder_rule: FolderRule = field(default=lambda folder, read: None, repr=False)
+
+    def architecture(self, base: str) -> str:
+        """The counted architecture (resources/architectures/<name>.json) a base model of this family has."""
+        return f"{self.name}-{self.size_of(base)}" if self.size_of is not None else self.name
+
+    def download_gb_of(self, base: str) -> float:
+        """A hub base's training files, roughly, for this base model's size."""
+        if self.size_of is not None:
+            return self.size_download_gb.get(self.size_of(base), self.download_gb)
+        return self.download_gb
 
     def setting(self, key: str) -> Setting | None:
         return next((s for s in self.settings if s.key == key), None)

@@ -97,7 +97,8 @@ class RunFacts:
 
 def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | None = None) -> RunFacts:
     """The facts of `config` on `device`; `calibration` replaces the shipped one (fitting it)."""
-    arch = local_architecture(load_architecture(config.model.family), config.model.base)
+    arch = local_architecture(load_architecture(family(config.model.family).architecture(config.model.base)),
+                              config.model.base)
     facts = RunFacts(config, device, arch, calibration or load_calibration())
     if "local_model" in arch:
         local = arch["local_model"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.families import family
 from studio.core.hardware.estimate import VramEstimate, estimate_vram
 from studio.core.hardware.report import GPUInfo
 
@@ -27,6 +28,10 @@ def placeholder_project(family: str) -> TrainConfig:
 def preset_config(preset: Preset, project: TrainConfig | None = None) -> TrainConfig:
     """`preset` applied to `project` (or a placeholder), with sample images on (raises ConfigError)."""
     base = project if project is not None else placeholder_project(preset.family)
+    sizes = family(preset.family).size_bases
+    if project is None and sizes:  # a family of several sizes: the one the preset's id names
+        size = next((size for size in sizes if size in preset.id.split("-")), next(iter(sizes)))
+        base.model.base = sizes[size]
     config = apply_preset(base, preset)
     sampling = config.sampling
     every = sampling.every_n_steps or base.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS

@@ -17,10 +17,11 @@ __all__ = ["FamilyAdapter", "adapter_for"]
 
 def adapter_for(config: TrainConfig) -> FamilyAdapter:
     family = config.model.family
+    module_name = f"{__name__}.{family.replace('-', '_')}"  # flux2-klein lives in flux2_klein.py
     try:
-        module = importlib.import_module(f"{__name__}.{family}")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{family}":
+        if exc.name != module_name:
             raise
         raise TrainError(
             "config", f"model.family = \"{family}\" cannot be trained by this version of the studio",

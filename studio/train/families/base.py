@@ -119,13 +119,7 @@ class FamilyAdapter(ABC):
         SD1.5 and SDXL VAEs have no shift factor; SD3's has one.
         """
         vae: Any = components.vae
-        distribution = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-        if draws is None:
-            latents = distribution.mode()
-        else:
-            shape = distribution.mean.shape[1:]
-            noise = torch.stack([torch.randn(shape, generator=draw, dtype=torch.float32) for draw in draws])
-            latents = distribution.mean + distribution.std * noise.to(distribution.mean)
+        latents = draw_latents(vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist, draws)
         return (latents - (getattr(vae.config, "shift_factor", None) or 0.0)) * vae.config.scaling_factor
 
     @abstractmethod
@@ -261,3 +255,13 @@ class FamilyAdapter(ABC):
         pipeline.save_pretrained(folder, safe_serialization=True)
         write_hub_layout(folder)
         return [folder]
+
+
+def draw_latents(distribution: Any, draws: list[torch.Generator] | None) -> torch.Tensor:
+    """A sample of the VAE's latent distribution, one generator per image (drawn on the CPU, so a seed
+    gives the same sample on any device); its mean without `draws`."""
+    if draws is None:
+        return distribution.mode()  # type: ignore[no-any-return]
+    shape = distribution.mean.shape[1:]
+    noise = torch.stack([torch.randn(shape, generator=draw, dtype=torch.float32) for draw in draws])
+    return distribution.mean + distribution.std * noise.to(distribution.mean)  # type: ignore[no-any-return]

@@ -96,3 +96,14 @@ def write_random_checkpoint(path: str | Path, family: str, dtype: str = "fp16", 
     vae = parts.pop("vae")
     return save_single_file(Path(path), family, Components(denoiser, vae, list(parts.values()), [], None),
                             _DTYPES[dtype], {})
+
+
+def full_size_of_sizes(args: Any) -> int:
+    """`studio-train tiny FAMILY --full-size --size S`: a family of several architectures counts (and writes) one."""
+    from studio.core.families import flux2_klein
+
+    if args.family == flux2_klein.NAME:
+        from studio.train.pipelines.flux2_klein import full_size_main
+
+        return full_size_main(args)
+    raise ValueError(f"no full-size builder of several sizes for {args.family}")

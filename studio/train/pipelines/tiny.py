@@ -201,7 +201,13 @@ def _sd3(folder: Path, seed: int, t5: bool = False) -> Path:
     return folder
 
 
-_BUILDERS: dict[str, Callable[..., Path]] = {"sd15": _sd15, "sdxl": _sdxl, "sd3": _sd3}
+def _flux2_klein(folder: Path, seed: int) -> Path:
+    from studio.train.pipelines.flux2_klein import build_tiny_flux2_klein
+
+    return build_tiny_flux2_klein(folder, seed)
+
+
+_BUILDERS: dict[str, Callable[..., Path]] = {"sd15": _sd15, "sdxl": _sdxl, "sd3": _sd3, "flux2-klein": _flux2_klein}
 
 
 

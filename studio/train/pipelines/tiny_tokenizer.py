@@ -14,6 +14,8 @@ import string
 from collections.abc import Iterable
 from pathlib import Path
 
+# Words people type in sample prompts and DreamBooth prompts, kept whole by the tiny tokenizers.
+EXTRA_WORDS = ("photo", "of", "sks", "dog", "cat", "shape", "picture", "style", "an", "the", "and", "with")
 BOS = "<|startoftext|>"
 EOS = "<|endoftext|>"
 END = "</w>"

@@ -1,0 +1,228 @@
+"""FLUX.2 [klein] (4B and 9B): the Flux2 transformer trained by flow matching, as diffusers' [klein] example does.
+
+- Text: the Qwen3 encoder's hidden states after layers 9, 18 and 27 side by side (what
+  `Flux2KleinPipeline` samples with), one token row per chat-templated prompt token.
+- Images: the Flux.2 VAE's latents (the distribution's mode), patchified 2x2 and normalised by
+  the VAE's batch-norm statistics; the noise scheme works on these, so cached latents are final.
+- Noise: rectified flow on the scheduler's own (unshifted) training schedule with the configured
+  timestep density and loss weighting; the transformer sees the timestep / 1000 and, for a
+  guidance-distilled transformer only, the guidance value.
+- Prediction: latents packed to one token per position with (t, h, w, l) position ids, the
+  output cut to the image tokens and scattered back to the latent grid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from studio.train.components import Components
+from studio.train.errors import TrainError
+from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
+from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
+from studio.train.memory.precision import input_dtype
+from studio.train.pipelines.flux2_klein import TEXT_LAYERS
+
+NEEDS = {"text_encoder": "the Qwen3 text encoder", "tokenizer": "the Qwen tokenizer",
+         "transformer": "the Flux2 transformer", "vae": "the Flux.2 VAE"}
+# The pipeline's default prompt length; a smaller tokenizer limit (the tiny model's) wins.
+MAX_TOKENS = 512
+# The example's LoRA targets: the double-stream blocks' image attention and every single-stream
+# block's fused projections (the output projections by name: a double block's attn.to_out is a list).
+DOUBLE_TARGETS = ("to_k", "to_q", "to_v", "to_out.0")
+SINGLE_TARGET = "to_qkv_mlp_proj"
+# transformer joint_attention_dim -> the published size it belongs to.
+SIZES = {7680: "4b", 12288: "9b"}
+
+
+class Flux2KleinAdapter(FamilyAdapter):
+    family: ClassVar[str] = "flux2-klein"
+    text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
+    denoiser_name: ClassVar[str] = "transformer"
+    rename_lora_keys: ClassVar[bool] = False
+    kohya_base_version: ClassVar[str] = "flux2_klein"
+    kohya_architecture: ClassVar[str] = "flux-2-klein"
+    prompt_embedding_names: ClassVar[tuple[str, ...]] = ("prompt_embeds", "negative_prompt_embeds")
+
+    single_blocks = 0
+    size: str | None = None  # "4b" or "9b" once loaded (None: another size, such as the tiny test model)
+    max_tokens = MAX_TOKENS
+    guidance_embeds = False
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
+        from diffusers import Flux2KleinPipeline
+
+        model, method = self.config.model, self.config.method
+        if method.train_text_encoder:
+            raise TrainError("config", "method.train_text_encoder = true: FLUX.2 [klein] trains its transformer only "
+                             "(the Qwen3 encoder's embeddings are read from three of its layers)",
+                             "set method.train_text_encoder = false")
+        base = model.base
+        source = model_source(base, self.family, NEEDS)
+        if source == "file":
+            raise TrainError("model", f"{base} is a single file; FLUX.2 [klein] trains from a diffusers folder or "
+                             "hub id (transformer, VAE and Qwen3 encoder together)",
+                             "point model.base at a diffusers folder, e.g. black-forest-labs/FLUX.2-klein-base-4B",
+                             path=base)
+        dtypes = self.load_dtypes(weight_dtype)
+        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
+        pipe = load_or_fail("pipeline", base, lambda: Flux2KleinPipeline.from_pretrained(base, **options))
+        transformer, vae, encoder = pipe.transformer, pipe.vae, pipe.text_encoder
+        self.single_blocks = len(transformer.single_transformer_blocks)
+        self.guidance_embeds = bool(transformer.config.guidance_embeds)
+        self.max_tokens = min(MAX_TOKENS, int(getattr(pipe.tokenizer, "model_max_length", MAX_TOKENS)))
+        self.size = SIZES.get(int(transformer.config.joint_attention_dim))
+        for module in (transformer, vae, encoder):
+            module.requires_grad_(False)
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
+                  (encoder, dtypes.get("text_encoder", weight_dtype))]
+        for module, dtype in placed:
+            module.to(device)
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler,
+                          extras={"is_distilled": bool(pipe.config.is_distilled)})
+
+    def default_lora_targets(self) -> list[str]:
+        singles = [f"single_transformer_blocks.{i}.attn.to_out" for i in range(self.single_blocks)]
+        return [*DOUBLE_TARGETS, SINGLE_TARGET, *singles]
+
+    def trainable_encoders(self, components: Components) -> list[torch.nn.Module]:
+        return []
+
+    # ------------------------------------------------------------ encoding
+
+    def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
+        from diffusers import Flux2KleinPipeline
+
+        encoder, tokenizer = components.text_encoders[0], components.tokenizers[0]
+        embeds = Flux2KleinPipeline._get_qwen3_prompt_embeds(
+            encoder, tokenizer, list(captions), max_sequence_length=self.max_tokens,
+            hidden_states_layers=list(TEXT_LAYERS),
+        )
+        return {"prompt_embeds": embeds}
+
+    def encode_images(
+        self, components: Components, pixels: torch.Tensor, draws: list[torch.Generator] | None = None
+    ) -> torch.Tensor:
+        """Latents of the VAE's distribution (a sample with `draws`, else the mean), patchified 2x2 and
+        normalised by the VAE's batch-norm statistics."""
+        from diffusers import Flux2KleinPipeline
+
+        vae: Any = components.vae
+        latents = draw_latents(vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist, draws)
+        latents = Flux2KleinPipeline._patchify_latents(latents)
+        mean, std = _batch_norm_statistics(vae, latents)
+        return (latents - mean) / std
+
+    def noise_scheme(self, components: Components) -> NoiseScheme:
+        return FlowMatchingScheme(components.scheduler, self.config.training)
+
+    def predict(
+        self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
+    ) -> torch.Tensor:
+        from diffusers import Flux2KleinPipeline
+
+        dtype = input_dtype(denoiser, noisy.device)
+        embeds = cond["prompt_embeds"].to(dtype)
+        batch, _channels, height, width = noisy.shape
+        image_ids = Flux2KleinPipeline._prepare_latent_ids(noisy).to(noisy.device)
+        text_ids = Flux2KleinPipeline._prepare_text_ids(embeds).to(noisy.device)
+        packed = Flux2KleinPipeline._pack_latents(noisy.to(dtype))
+        guidance = None
+        if self.guidance_embeds:
+            guidance = torch.full((batch,), float(self.config.sampling.guidance), device=noisy.device)
+        out = denoiser(hidden_states=packed, timestep=timesteps.to(dtype) / 1000, guidance=guidance,
+                       encoder_hidden_states=embeds, txt_ids=text_ids, img_ids=image_ids, return_dict=False)[0]
+        out = out[:, : packed.shape[1]]
+        unpacked: torch.Tensor = Flux2KleinPipeline._unpack_latents_with_ids(out, image_ids, height, width)
+        return unpacked
+
+    # ------------------------------------------------------------ sampling
+
+    def make_pipeline(self, components: Components) -> Any:
+        from diffusers import Flux2KleinPipeline
+
+        return Flux2KleinPipeline(
+            scheduler=components.sample_scheduler, vae=components.vae, text_encoder=components.text_encoders[0],
+            tokenizer=components.tokenizers[0], transformer=components.denoiser,
+            is_distilled=bool(components.extras.get("is_distilled", False)),
+        )
+
+    def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
+        """The prompt's embeddings and the negative prompt's (the pipeline's own negative is empty text)."""
+        device = next(pipeline.text_encoder.parameters()).device
+        positive, _ = pipeline.encode_prompt(prompt=prompt, device=device, max_sequence_length=self.max_tokens,
+                                             text_encoder_out_layers=TEXT_LAYERS)
+        negative_embeds, _ = pipeline.encode_prompt(prompt=negative or "", device=device,
+                                                    max_sequence_length=self.max_tokens,
+                                                    text_encoder_out_layers=TEXT_LAYERS)
+        return {"prompt_embeds": positive, "negative_prompt_embeds": negative_embeds}
+
+    def decode(self, vae: Any, latents: torch.Tensor) -> torch.Tensor:
+        """The pipeline's latents are already de-normalised and unpatchified: the VAE decodes them as they are."""
+        image: torch.Tensor = vae.decode(latents.to(vae.device, vae.dtype), return_dict=False)[0]
+        return image
+
+    # ------------------------------------------------------------ outputs
+
+    def save_diffusers_lora(
+        self,
+        folder: Path,
+        weight_name: str,
+        layers: dict[str, dict[str, torch.Tensor]],
+        adapter_configs: dict[str, dict[str, Any]],
+    ) -> None:
+        from diffusers import Flux2KleinPipeline
+
+        Flux2KleinPipeline.save_lora_weights(
+            folder, weight_name=weight_name, transformer_lora_layers=layers[self.denoiser_name],
+            transformer_lora_adapter_metadata=adapter_configs.get(self.denoiser_name),
+        )
+
+    def save_lora(
+        self,
+        folder: Path,
+        layers: dict[str, dict[str, torch.Tensor]],
+        adapter_configs: dict[str, dict[str, Any]],
+        metadata: dict[str, str],
+        name: str | None = None,
+    ) -> list[Path]:
+        """The diffusers file, and the ComfyUI file in the original layout (`lora_unet_double_blocks_...`)."""
+        from studio.train.families.flux2_klein_names import comfy_state_dict
+        from studio.train.families.kohya import (
+            DIFFUSERS_LORA_FILE,
+            cast_layers,
+            kohya_metadata,
+            save_kohya_file,
+        )
+
+        cast = cast_layers(layers, self.config.output.save_precision)
+        formats = self.config.output.formats
+        written: list[Path] = []
+        if "diffusers" in formats or not formats:
+            self.save_diffusers_lora(folder, DIFFUSERS_LORA_FILE, cast, adapter_configs)
+            written.append(folder / DIFFUSERS_LORA_FILE)
+        if "kohya" in formats:
+            alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
+            state = comfy_state_dict(cast[self.denoiser_name], alpha)
+            architecture = f"{self.kohya_architecture}-{self.size}" if self.size else self.kohya_architecture
+            meta = kohya_metadata(self.config, self.kohya_base_version, architecture, metadata)
+            written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
+        return written
+
+
+def _batch_norm_statistics(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Flux.2 VAE's latent normalisation: its batch norm's running mean and standard deviation."""
+    bn = vae.bn
+    mean = bn.running_mean.view(1, -1, 1, 1).to(like.device, like.dtype)
+    std = torch.sqrt(bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(like.device, like.dtype)
+    return mean, std
+
+
+ADAPTER = Flux2KleinAdapter

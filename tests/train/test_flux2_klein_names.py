@@ -1,0 +1,94 @@
+"""The ComfyUI file of a FLUX.2 [klein] LoRA, checked on the full-size 4B and 9B architectures (meta device).
+
+ComfyUI holds a Flux.2 transformer under its original names and reads a LoRA key
+`lora_unet_<name, dots as underscores>` for each module; the LoRA written here for every
+default target must name such a module with the module's own weight shape, and diffusers'
+reader of that layout (`_convert_kohya_flux2_lora_to_diffusers`) must give back exactly
+the layers that were trained, with the same product B @ A * alpha / rank.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+
+torch = pytest.importorskip("torch")
+
+RANK, ALPHA = 2, 4.0
+
+
+def _original_shapes(transformer) -> dict[str, tuple[int, int]]:
+    """ComfyUI's Flux.2 modules (original names) with their weight shapes, built from the diffusers
+    modules they hold: fused q/k/v are three projections tall, the rest are one module each."""
+    shapes: dict[str, tuple[int, int]] = {}
+    for i, block in enumerate(transformer.transformer_blocks):
+        attn = block.attn
+        shapes[f"double_blocks.{i}.img_attn.qkv"] = (3 * attn.to_q.out_features, attn.to_q.in_features)
+        shapes[f"double_blocks.{i}.txt_attn.qkv"] = (3 * attn.add_q_proj.out_features, attn.add_q_proj.in_features)
+        for name, module in (("img_attn.proj", attn.to_out[0]), ("txt_attn.proj", attn.to_add_out),
+                             ("img_mlp.0", block.ff.linear_in), ("img_mlp.2", block.ff.linear_out),
+                             ("txt_mlp.0", block.ff_context.linear_in), ("txt_mlp.2", block.ff_context.linear_out)):
+            shapes[f"double_blocks.{i}.{name}"] = (module.out_features, module.in_features)
+    for i, block in enumerate(transformer.single_transformer_blocks):
+        for name, module in (("linear1", block.attn.to_qkv_mlp_proj), ("linear2", block.attn.to_out)):
+            shapes[f"single_blocks.{i}.{name}"] = (module.out_features, module.in_features)
+    return shapes
+
+
+@pytest.mark.parametrize("size", ["4b", "9b"])
+def test_comfy_names_follow_comfyuis_rule_on_the_full_size_transformer(size: str) -> None:
+    from diffusers.loaders.lora_conversion_utils import _convert_kohya_flux2_lora_to_diffusers
+
+    from studio.train.families.flux2_klein import Flux2KleinAdapter
+    from studio.train.families.flux2_klein_names import comfy_state_dict
+    from studio.train.pipelines.flux2_klein import full_size_components
+
+    transformer = full_size_components(size)["transformer"]
+    adapter = Flux2KleinAdapter(TrainConfig(model=ModelSection(family="flux2-klein", base="x"),
+                                            dataset=DatasetSection(concepts=[ConceptSection(path="images")])))
+    adapter.single_blocks = len(transformer.single_transformer_blocks)
+    targets = adapter.default_lora_targets()
+    modules = {name: m for name, m in transformer.named_modules() if isinstance(m, torch.nn.Linear)
+               and any(name == t or name.endswith("." + t) for t in targets)}
+    assert len(modules) == 4 * len(transformer.transformer_blocks) + 2 * adapter.single_blocks
+    generator = torch.Generator().manual_seed(0)
+    peft = {}
+    for name, m in modules.items():  # rank-2 factors on the CPU: small even for the 9B's widest layers
+        peft[f"{name}.lora_A.weight"] = torch.randn(RANK, m.in_features, generator=generator)
+        peft[f"{name}.lora_B.weight"] = torch.randn(m.out_features, RANK, generator=generator)
+    comfy = comfy_state_dict(peft, ALPHA)
+
+    originals = _original_shapes(transformer)
+    by_comfy_key = {"lora_unet_" + name.replace(".", "_"): name for name in originals}
+    written = {re.sub(r"\.(lora_down\.weight|lora_up\.weight|alpha)$", "", k) for k in comfy}
+    assert written <= set(by_comfy_key), sorted(written - set(by_comfy_key))[:5]
+    for key in written:
+        up, down = comfy[f"{key}.lora_up.weight"], comfy[f"{key}.lora_down.weight"]
+        assert (up.shape[0], down.shape[1]) == originals[by_comfy_key[key]], key
+
+    back = _convert_kohya_flux2_lora_to_diffusers(dict(comfy))
+    assert set(back) == {f"transformer.{k}" for k in peft}
+    for name in modules:
+        a, b = peft[f"{name}.lora_A.weight"], peft[f"{name}.lora_B.weight"]
+        a2, b2 = back[f"transformer.{name}.lora_A.weight"], back[f"transformer.{name}.lora_B.weight"]
+        # The same update B @ A (diffusers bakes alpha / rank into the factors it returns), compared on
+        # probe vectors: the full products of the 9B's widest layers would be 600 MB each.
+        probe = torch.randn(a.shape[1], 3, generator=generator)
+        torch.testing.assert_close(b2 @ (a2 @ probe), (b @ (a @ probe)) * ALPHA / RANK, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("size", ["4b", "9b"])
+def test_the_shipped_architecture_counts_are_the_published_configs(size: str) -> None:
+    import json
+
+    from studio.core.resources import resource_path
+    from studio.train.pipelines.flux2_klein import parameter_counts
+
+    shipped = json.loads(resource_path("architectures", f"flux2-klein-{size}.json").read_text(encoding="utf-8"))
+    assert {name: c["params"] for name, c in shipped["components"].items()} == parameter_counts(size)
+    # Published sizes: a 3.9 B / 9.1 B transformer, Qwen3-4B / Qwen3-8B beside it.
+    assert round(shipped["components"]["transformer"]["params"] / 1e9, 1) == {"4b": 3.9, "9b": 9.1}[size]
+    assert round(shipped["components"]["text_encoder"]["params"] / 1e9, 1) == {"4b": 4.0, "9b": 8.2}[size]
