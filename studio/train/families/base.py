@@ -261,7 +261,7 @@ def draw_latents(distribution: Any, draws: list[torch.Generator] | None) -> torc
     """A sample of the VAE's latent distribution, one generator per image (drawn on the CPU, so a seed
     gives the same sample on any device); its mean without `draws`."""
     if draws is None:
-        return distribution.mode()  # type: ignore[no-any-return]
+        return distribution.mode()
     shape = distribution.mean.shape[1:]
     noise = torch.stack([torch.randn(shape, generator=draw, dtype=torch.float32) for draw in draws])
-    return distribution.mean + distribution.std * noise.to(distribution.mean)  # type: ignore[no-any-return]
+    return distribution.mean + distribution.std * noise.to(distribution.mean)
