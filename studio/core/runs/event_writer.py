@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-# About forty lines of an error with its hint and a run_finished: what the end of a run needs.
-RESERVE_BYTES = 64 * 1024
+# The end of a run (an error with its hint, a run_finished: a few KB) and the second of step events
+# still pending when the write failed (a few hundred bytes each, several hundred a second at most).
+RESERVE_BYTES = 256 * 1024
 RESERVE_SUFFIX = ".reserve"
 
 
