@@ -139,7 +139,7 @@ def install_plan(extras: str, platform: str, cuda: str | None, constraints: str,
     disk = builds.get("disk_gb", {})
     size = disk.get("cuda" if build.startswith("cu") else "cpu", 4) if isinstance(disk, dict) else 4
     steps = (
-        SetupStep(f"PyTorch ({reason}; about {size} GB on disk)", (*torch, *pins)),
+        SetupStep(f"PyTorch ({reason}; the environment needs up to {size} GB of disk)", (*torch, *pins)),
         SetupStep(f"the studio and its libraries ({extras or 'core'})", (*torch, *pins, *package)),
     )
     return InstallPlan(build, reason, steps)

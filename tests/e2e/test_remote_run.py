@@ -128,7 +128,9 @@ def test_a_remote_run_is_watched_live_through_a_cut_connection_stopped_and_broug
     assert runs.table.item(row, STATUS_COLUMN).text() == "stopped (on box)"
     runs.table.select_paths([local.name])
     assert runs.buttons["pull"].isEnabled() and not runs.buttons["resume"].isEnabled()
-    assert runs.open_run(local) == len(events)
+    assert runs.open_run(local)
+    qtbot.waitUntil(lambda: runs.opened is not None and runs.opened.run_dir == local, timeout=30_000)
+    assert runs.opened is not None and runs.opened.step == model.step
 
     key_body = "".join(sshd.key.read_text().splitlines()[1:-1])
     secrets = [key_body[:40].encode(), key_body[-40:].encode(), FAKE_TOKEN.encode(), sshd.LOCKED_PASSPHRASE.encode()]

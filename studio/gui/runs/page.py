@@ -159,8 +159,8 @@ class RunsPage(Page):
             "This run was copied back from another machine: resume it there (with its bundle)."
             if remote else "Continue the selected stopped or failed run from its newest checkpoint"
         )
-        self.buttons["pull"].setEnabled(one and bool(chosen[0].machine) and not self.worker.busy
-                                        and chosen[0].path != self.controller.run_dir)
+        in_progress = self.controller.running and one and chosen[0].path == self.controller.run_dir
+        self.buttons["pull"].setEnabled(one and bool(chosen[0].machine) and not self.worker.busy and not in_progress)
         self.buttons["pull"].setToolTip("Bring this run's folder back from its machine (checkpoints stay there)")
         self.buttons["delete"].setEnabled(bool(chosen) and all(s.status != "running" for s in chosen))
         self.buttons["stop"].setEnabled(one and chosen[0].status == "running")
