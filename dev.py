@@ -308,7 +308,7 @@ def setup_cloud() -> Path:
         return python
     if not python.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(CLOUD_VENV)
-    install(python, ["-c", CLOUD_CONSTRAINTS, "skypilot"])
+    install(python, ["-c", CLOUD_CONSTRAINTS, "skypilot"], uv_command(python))
     stamp_file.write_text(stamp)
     return python
 
@@ -324,7 +324,7 @@ def setup_compat() -> Path:
     if not python.exists():
         print(f"Creating the compatibility environment in {COMPAT_VENV.name}/ …", flush=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(COMPAT_VENV)
-    install(python, ["-r", COMPAT_PINS])
+    install(python, ["-r", COMPAT_PINS], uv_command(python))
     stamp_file.write_text(stamp)
     return python
 
