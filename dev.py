@@ -345,7 +345,8 @@ def test(extra: list[str]) -> None:
     workers = os.environ.get("STUDIO_TEST_WORKERS") or str(min(2, os.cpu_count() or 1))
     parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
     repeat, extra = repeat_count(extra)
-    command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *parallel, *extra]
+    command: list[str | Path] = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
+                                 *parallel, *extra]
     if repeat == 1:
         run(command, env=env)
         return
