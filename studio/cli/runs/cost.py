@@ -47,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return EXIT_INVALID
     work = workload_from_config(config, path.resolve().parent)
-    rows = cost_table(work, catalogue, vram_estimator(config), counts, args.nodes, gpu_ids)
-    notes = assumptions(catalogue, work)
+    try:
+        rows = cost_table(work, catalogue, vram_estimator(config), counts, args.nodes, gpu_ids)
+        notes = assumptions(catalogue, work)
+    except CatalogueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     if args.json:
         print(json.dumps({"rows": [r.to_dict() for r in rows], "assumptions": notes,
                           "currency": catalogue.currency, "catalogue": str(catalogue.source)}, indent=1))

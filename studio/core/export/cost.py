@@ -71,9 +71,9 @@ def workload_from_config(
 def seconds_per_image(gpu: GpuType, work: Workload, catalogue: Catalogue) -> tuple[float, bool]:
     """Seconds one GPU spends per image, and whether a measured figure was used."""
     speed = catalogue.speed
+    reference, native = catalogue.speed_of(work.family)
     measured = work.family in gpu.measured
-    base = gpu.measured[work.family] if measured else speed.seconds_per_image[work.family] / gpu.throughput
-    native = speed.native_resolution[work.family]
+    base = gpu.measured[work.family] if measured else reference / gpu.throughput
     seconds = base * (work.resolution / native) ** 2
     if work.method == "dreambooth":
         seconds *= speed.dreambooth_factor
@@ -231,14 +231,15 @@ def format_duration(hours: float, longest: float | None = None) -> str:
 def assumptions(catalogue: Catalogue, work: Workload) -> list[str]:
     """What the estimate takes for granted, in words shown beside the table."""
     s, sc = catalogue.speed, catalogue.scaling
+    reference, native = catalogue.speed_of(work.family)
     eff = ", ".join(f"{c} GPU{'s' if c > 1 else ''}: {e * 100:.0f}% ({lo * 100:.0f}-{hi * 100:.0f}%)"
                     for c, e, lo, hi in zip(sc.gpu_counts, sc.efficiency, sc.efficiency_low, sc.efficiency_high,
                                             strict=True) if c > 1)
     return [
         f"Work: {work.images} images at {work.resolution}px ({work.family}, {work.method}); more GPUs take "
         "proportionally fewer steps for the same work.",
-        f"Speed: {s.seconds_per_image[work.family]:.2f} s per image on the reference GPU ({s.reference_gpu}) at "
-        f"{s.native_resolution[work.family]}px for LoRA in mixed precision, divided by each GPU's relative "
+        f"Speed: {reference:.2f} s per image on the reference GPU ({s.reference_gpu}) at "
+        f"{native}px for LoRA in mixed precision, divided by each GPU's relative "
         "throughput unless a measured figure exists; scales with pixels.",
         f"Factors: DreamBooth x{s.dreambooth_factor}, gradient checkpointing x{s.gradient_checkpointing_factor}, "
         f"no mixed precision x{s.full_precision_factor}; plus {s.startup_minutes:.0f} min start-up.",

@@ -15,12 +15,10 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError
 
-from studio.core.families import FAMILY_NAMES
 from studio.core.resources import resource_path
 from studio.core.user_dirs import config_dir
 
 CATALOGUE_FILE = "gpu_catalogue.toml"
-FAMILIES = FAMILY_NAMES  # every registered family needs speed figures
 
 
 class CatalogueError(ValueError):
@@ -116,6 +114,17 @@ class Catalogue:
     currency: str
     source: Path
 
+    def speed_of(self, family: str) -> tuple[float, int]:
+        """Seconds per image on the reference GPU and the native resolution of `family`; CatalogueError
+        naming the file when this catalogue (a copy made before the family existed) has none."""
+        try:
+            return self.speed.seconds_per_image[family], self.speed.native_resolution[family]
+        except KeyError:
+            raise CatalogueError(
+                f"{self.source}: [speed] has no figures for {family}: add {family} to seconds_per_image and "
+                f"native_resolution (the shipped {CATALOGUE_FILE} has them), or delete your copy to use "
+                "the shipped one") from None
+
     def get(self, name: str) -> GpuType:
         """A GPU type by id or name (case and spaces ignored); KeyError lists the known ones."""
         wanted = _norm(name)
@@ -193,9 +202,10 @@ def parse_catalogue(data: dict[str, Any], source: Path) -> Catalogue:
     if any(not lo <= mid <= hi for mid, lo, hi in zip(*band, strict=True)):
         raise CatalogueError(f"{source}: [scaling] each efficiency must lie between efficiency_low and "
                              "efficiency_high")
-    missing = [f for f in FAMILIES if f not in speed.seconds_per_image or f not in speed.native_resolution]
-    if missing:
-        raise CatalogueError(f"{source}: [speed] lacks figures for {', '.join(missing)}")
+    halves = set(speed.seconds_per_image) ^ set(speed.native_resolution)
+    if halves:
+        raise CatalogueError(f"{source}: [speed] gives seconds_per_image and native_resolution for different "
+                             f"families ({', '.join(sorted(halves))}): give both for each")
     gpus = []
     for number, entry in enumerate(data.get("gpu", []), start=1):
         try:

@@ -234,9 +234,15 @@ class ExportPage(Page):
             self.table.set_rows([])
             return []
         work = workload_from_config(config, self.project.root)
-        rows = cost_table(work, catalogue, vram_estimator(config), COUNTS, self.nodes_spin.value())
+        try:
+            rows = cost_table(work, catalogue, vram_estimator(config), COUNTS, self.nodes_spin.value())
+            notes = assumptions(catalogue, work)
+        except CatalogueError as exc:  # a person's older copy of the catalogue lacks this family
+            self.table.set_rows([])
+            self.assumptions.setText(f"No times or costs: {exc}")
+            return []
         self.table.set_rows(rows, catalogue.currency)
-        self.assumptions.setText("Assumptions: " + " ".join(assumptions(catalogue, work)))
+        self.assumptions.setText("Assumptions: " + " ".join(notes))
         chosen = (self.gpu_combo.currentData(), self.gpus_spin.value())
         for number, row in enumerate(rows):
             if (row.gpu.id, row.per_node) == chosen:

@@ -174,3 +174,15 @@ def test_times_show_the_scaling_band_and_more_gpus_for_little_gain_are_never_fas
     assert f"{two.hours_min:.1f}-{two.hours_max:.1f} h" in two_line
     notes = " ".join(assumptions(catalogue, long))
     assert "2 GPUs: 92% (88-97%)" in notes and "little gain" in notes
+
+
+def test_a_catalogue_copy_older_than_a_family_still_costs_the_others(catalogue_file: Path) -> None:
+    """A person's copy made before FLUX.2 [klein] existed has no figures for it: the other families are
+    still costed, and that family's table names the file and what to add."""
+    catalogue = load_catalogue(catalogue_file)
+    assert cost_table(WORK, catalogue, counts=(1,))
+    klein = Workload(family="flux2-klein", method="lora", resolution=1024, images=100, batch_size=1,
+                     gradient_accumulation=1, gradient_checkpointing=True, mixed_precision="bf16")
+    with pytest.raises(CatalogueError, match=r"\[speed\] has no figures for flux2-klein: add flux2-klein to "
+                                             r"seconds_per_image and native_resolution"):
+        cost_table(klein, catalogue, counts=(1,))
