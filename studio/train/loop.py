@@ -314,8 +314,10 @@ class Trainer:
         if self.latent_cache is not None:
             latents = self.latent_cache.batch(batch["items"], device, torch.float32)
         else:
-            # A new sample of each image's latents every step, drawn from its micro-batch and place.
-            keys = [(1, int(batch["index"]), acc.process_index, position) for position in range(len(batch["items"]))]
+            # A new sample of each image's latents every step, drawn from its micro-batch and its place in the
+            # global batch (as its noise is), so N ranks draw what one rank with the same global batch draws.
+            size = len(batch["items"])
+            keys = [(1, int(batch["index"]), 0, acc.process_index * size + position) for position in range(size)]
             draws = latent_draws(self.config.dataset, self.config.training.seed, keys)
             with torch.no_grad():
                 pixels = to_device(batch["pixels"], device)

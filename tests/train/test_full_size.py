@@ -23,4 +23,4 @@ def test_tiny_refuses_unknown_families_and_misplaced_t5(capsys: pytest.CaptureFi
     assert main(["tiny", "flux", "somewhere"]) == 2
     assert "sd15, sdxl, sd3" in capsys.readouterr().err
     assert main(["tiny", "sdxl", "somewhere", "--t5"]) == 2
-    assert "sd3 family only" in capsys.readouterr().err
+    assert "--t5 applies to the families with a T5 text encoder only (sd3)" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def _config(family: str, base: str, dtype: str, method: str, precision: str, cac
     concept = ConceptSection(path=str(data), class_prompt="a photo of a shape", num_class_images=1)
     return TrainConfig(
         model=ModelSection(family=family, base=base, dtype=dtype),  # type: ignore[arg-type]
-        method=MethodSection(kind=method, rank=4),  # type: ignore[arg-type]
+        method=MethodSection(kind=method, **({"rank": 4} if method == "lora" else {})),  # type: ignore[arg-type]
         training=TrainingSection(mixed_precision=precision, cache_latents=cache,  # type: ignore[arg-type]
                                  cache_text_embeddings=cache),
         sampling=SamplingSection(every_n_steps=1, prompts=["a red circle"], steps=1, guidance=3.0, size=64),
