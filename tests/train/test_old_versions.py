@@ -39,7 +39,8 @@ FAMILIES = ("sd15", "sdxl", "sd3")
 def _config(family: str, base: Path, data: Path, root: Path, kind: str) -> TrainConfig:
     return TrainConfig(
         model=ModelSection(family=family, base=str(base)),  # type: ignore[arg-type]
-        method=MethodSection(kind=kind, rank=4, alpha=8, train_text_encoder=True),  # type: ignore[arg-type]
+        method=MethodSection(kind=kind, train_text_encoder=True,  # type: ignore[arg-type]
+                             **({"rank": 4, "alpha": 8} if kind == "lora" else {})),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(data))], resolution=64, buckets=False),
         training=TrainingSection(batch_size=2, max_steps=2 if kind == "lora" else 1, learning_rate=5e-2, seed=3),
         output=OutputSection(dir=str(root / "runs"), name=f"{family}-{kind}", save_precision="fp32"),
