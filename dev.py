@@ -294,7 +294,7 @@ def setup_core() -> Path:
         return python
     if not python.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(CORE_VENV)
-    install(python, ["-c", CONSTRAINTS, "-e", ".", "pytest"], uv_command(python))
+    install(python, ["-c", CONSTRAINTS, "-e", ".", "pytest", "pytest-timeout"], uv_command(python))
     stamp_file.write_text(stamp)
     return python
 
@@ -329,6 +329,11 @@ def setup_compat() -> Path:
     return python
 
 
+# One test may take at most this long (the slowest takes about 80 s on a quiet machine): a hung test
+# fails with its stack and the suite goes on, instead of holding CI past its limit.
+TEST_TIMEOUT = ["--timeout", "600"]
+
+
 def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
@@ -338,7 +343,7 @@ def test(extra: list[str]) -> None:
     run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     run([python, "-m", "mypy", "studio"], env=env)
     print("\n== core tests without PySide6 or torch ==", flush=True)
-    run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider"],
+    run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider", *TEST_TIMEOUT],
         env=dict(env, STUDIO_CORE_ONLY="1"))
     print("\n== the whole suite ==", flush=True)
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
@@ -346,7 +351,7 @@ def test(extra: list[str]) -> None:
     parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
     repeat, extra = repeat_count(extra)
     command: list[str | Path] = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
-                                 *parallel, *extra]
+                                 *TEST_TIMEOUT, *parallel, *extra]
     if repeat == 1:
         run(command, env=env)
         return

@@ -15,6 +15,7 @@ import ctypes
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,12 @@ class TrainerWatch:
         # Children this process had before the launcher (a test's servers): never taken for ranks.
         self._earlier = earlier_children
         self._me = psutil.Process()
+        # A lock holder older than the launcher is another trainer (the one that refused this launch):
+        # never followed as if it were ours.
+        try:
+            self._launched_at = psutil.Process(launcher_pid).create_time()
+        except psutil.Error:
+            self._launched_at = time.time()
 
     def remember(self) -> None:
         found: list[psutil.Process] = []
@@ -61,9 +68,14 @@ class TrainerWatch:
         for proc in found:
             self.known.setdefault(proc.pid, proc)
         holder = lock_holder(self.run_dir)
-        if holder is not None and holder.host == socket.gethostname() and holder.pid > 0:
+        if (holder is not None and holder.host == socket.gethostname() and holder.pid > 0
+                and holder.pid != self._me.pid and holder.pid not in self.known):
             with contextlib.suppress(psutil.Error):
-                self.known.setdefault(holder.pid, psutil.Process(holder.pid))
+                proc = psutil.Process(holder.pid)
+                # create_time has a clock tick's resolution: a rank started with its launcher may read
+                # a tick earlier.
+                if proc.create_time() >= self._launched_at - 0.05:
+                    self.known[holder.pid] = proc
 
     def alive(self) -> list[psutil.Process]:
         self.remember()
