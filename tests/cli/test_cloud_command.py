@@ -4,54 +4,20 @@ see SkyPilot's offer beside the studio's price, follow, bring back and end it; w
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.fake_cloud import FakeCloud
 
 from studio.cli import main as cli_main
 from studio.core.cloud import launcher as cloud
-from studio.core.cloud.api import ClusterState, Offer
 from studio.core.project.folder import Project
 
 
-class FakeCloud:
-    """SkyPilot's side: takes the task file as SkyPilot would, and 'runs' it by leaving a finished run folder."""
-
-    def __init__(self) -> None:
-        self.launched: dict[str, Path] = {}
-        self.downed: list[str] = []
-
-    def offers(self, task_file: Path) -> list[Offer]:
-        assert task_file.name == "sky.yaml" and task_file.is_file()
-        return [Offer("runpod", "EU-RO-1", "{'H100': 2}", 5.98)]
-
-    def launch(self, task_file: Path, cluster: str) -> int:
-        self.launched[cluster] = task_file.parent
-        run = task_file.parent / "runs" / "20261201-120000-demo"
-        (run / "output").mkdir(parents=True)
-        (run / "events.jsonl").write_text('{"v":1,"type":"run_finished","time":1,"status":"completed","step":8}\n')
-        (run / "output" / "pytorch_lora_weights.safetensors").write_bytes(b"lora")
-        return 7
-
-    def state(self, cluster: str) -> ClusterState:
-        return ClusterState(cluster, "gone" if cluster in self.downed else "UP", "SUCCEEDED")
-
-    def logs(self, cluster: str, follow: bool = True) -> Iterator[str]:
-        yield "launch.sh: node 0 of 1, 2 process(es) here, 2 in all\n"
-        yield "steps: 8/8 loss=0.123\n"
-
-    def down(self, cluster: str) -> None:
-        self.downed.append(cluster)
-
-    def pull(self, cluster: str, remote_path: str, local_dir: Path) -> None:
-        shutil.copytree(self.launched[cluster] / remote_path, local_dir, dirs_exist_ok=True)
-
-
 @pytest.fixture
-def fake() -> Iterator[FakeCloud]:
-    instance = FakeCloud()
+def fake(tmp_path: Path) -> Iterator[FakeCloud]:
+    instance = FakeCloud(tmp_path / "clusters", live=False)
     cloud.set_cloud_api(lambda: instance)
     yield instance
     cloud.set_cloud_api(None)

@@ -10,7 +10,6 @@ person's cloud credentials stay in SkyPilot's configuration; the studio stores t
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 from pathlib import Path
@@ -18,11 +17,10 @@ from typing import Any
 
 from studio.cli.runs.export import add_cloud_options
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from studio.core.files import atomic_write_text
 from studio.core.user_dirs import data_dir
 
-CLOUD_DIR = "cloud"
-RECORD = "cluster.json"
+CLOUD_DIR = "cloud"  # studio.core.cloud.run.LAUNCHES_DIR
+RECORD = "cluster.json"  # studio.core.cloud.run.LAUNCH_RECORD
 
 
 def register(sub: Any) -> None:
@@ -55,27 +53,22 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
 def run_launch(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
-    from studio.core.config.toml_file import load_config
-    from studio.core.export.bundle import ExportError, export_bundle
+    from studio.core.cloud.run import export_for_cloud, write_launch_record
+    from studio.core.export.bundle import ExportError
     from studio.core.export.gpu_catalogue import CatalogueError
-    from studio.core.export.sky_task import SKY_FILE, CloudOptions, cluster_name
+    from studio.core.export.sky_task import SKY_FILE, CloudOptions
 
     config_path = Path(args.config).resolve()
     try:
         api = cloud_api()
-        cluster = cluster_name(args.name or load_config(config_path).output.name)
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        bundle = data_dir() / CLOUD_DIR / f"{stamp}-{cluster}"
-        report = export_bundle(config_path, bundle, gpus=args.gpus, nodes=args.nodes, gpu_type=args.gpu_type,
-                               include_model=True,
-                               cloud=CloudOptions(spot=args.spot, bucket=args.bucket, autostop_minutes=args.autostop))
-        info = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
-        print(report.summary())
-        per_hour = info["cloud"]["per_hour"]
-        if per_hour:
-            print(f"The studio's catalogue: {per_hour['gpu']} x {args.gpus * args.nodes} about "
-                  f"{per_hour['min']:.2f}-{per_hour['max']:.2f} {per_hour['currency']} per hour")
-        offers = api.offers(bundle / SKY_FILE)
+        bundle = export_for_cloud(config_path, args.name, gpus=args.gpus, nodes=args.nodes, gpu_type=args.gpu_type,
+                                  include_model=True, cloud=CloudOptions(spot=args.spot, bucket=args.bucket,
+                                                                         autostop_minutes=args.autostop))
+        cluster = bundle.cluster
+        print(bundle.summary)
+        if bundle.per_hour:
+            print(bundle.catalogue_price(args.gpus * args.nodes))
+        offers = api.offers(bundle.task_file)
         for offer in offers[:3]:
             print(f"SkyPilot's offer: {offer.describe()}")
         if not offers:
@@ -83,14 +76,13 @@ def run_launch(args: argparse.Namespace) -> int:
                          "--gpu-type")
         if not args.yes and not _confirm(f"Start {cluster} now? The cluster ends itself "
                                          f"{args.autostop} idle minutes after the run. [y/N] "):
-            print(f"Not started. The bundle is in {bundle}; start it later with: sky launch -c {cluster} {SKY_FILE}")
+            print(f"Not started. The bundle is in {bundle.folder}; start it later with: "
+                  f"sky launch -c {cluster} {SKY_FILE}")
             return EXIT_OK
-        job = api.launch(bundle / SKY_FILE, cluster)
+        job = api.launch(bundle.task_file, cluster)
     except (CloudError, ExportError, CatalogueError) as exc:
         return _fail(str(exc), EXIT_INVALID if not isinstance(exc, CloudError) else EXIT_FAILED)
-    record = {"cluster": cluster, "job": job, "bundle": str(bundle), "config": str(config_path),
-              "launched": _dt.datetime.now().isoformat(timespec="seconds")}
-    atomic_write_text(bundle / RECORD, json.dumps(record, indent=1) + "\n")
+    write_launch_record(bundle, job, config_path)
     print(f"Started {cluster} (job {job}).")
     print(f"  Follow it:        studio-train cloud logs {cluster}")
     print(f"  Bring it back:    studio-train cloud pull {cluster}")

@@ -1,8 +1,8 @@
 """The boundary between the studio and a cloud launcher: what the studio asks of it, and which one is used.
 
 `CloudApi` is all the studio needs from SkyPilot: an answer on price and availability, launch a
-bundle's sky.yaml detached, its status, its log stream, tear it down, and the cluster's address
-for bringing results back. `skypilot.py` is the one module that imports SkyPilot; `launcher.py` picks it
+bundle's sky.yaml detached, its status, its log stream, tear it down, bring results back, and a
+shell command on the cluster (the run's events and console are followed through it, as over SSH). `skypilot.py` is the one module that imports SkyPilot; `launcher.py` picks it
 (or a test's fake of this protocol). The person's cloud credentials stay in SkyPilot's own configuration.
 """
 
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-ENABLE_HINT = ("SkyPilot is not installed in the studio's environment: install it with "
-               "`pip install \"skypilot[runpod]\"` (or the clouds you use, e.g. skypilot[aws,gcp,lambda]) and "
-               "enable a cloud with `sky check`; the bundle's sky.yaml also runs with `sky launch` by hand")
+ENABLE_HINT = ("SkyPilot is not installed in the studio's environment: install the studio's cloud extra, "
+               "`pip install \"sd-training-studio[cloud]\"`, or SkyPilot with the clouds you use, "
+               "`pip install \"skypilot[runpod]\"` (e.g. skypilot[aws,gcp,lambda]), then enable a cloud with "
+               "`sky check`; the bundle's sky.yaml also runs with `sky launch` by hand")
 
 
 class CloudError(RuntimeError):
@@ -65,4 +66,10 @@ class CloudApi(Protocol):
 
     def pull(self, cluster: str, remote_path: str, local_dir: Path) -> None:
         """Copy `remote_path` (relative to the task's workdir there) into `local_dir`."""
+        ...
+
+    def shell(self, cluster: str, script: str) -> list[str]:
+        """The command (argv, run here) that runs the `sh` script `script` on the cluster's head node, in the
+        home folder there (the task's workdir is `sky_workdir/` in it); its stdout comes back as the command's,
+        and a lost connection exits 255 as ssh does. Following the run's files and Stop go through it."""
         ...

@@ -82,6 +82,10 @@ class SkyPilotApi:
         sky = _sky()
         self._call(f"tear down {cluster}", sky.down(cluster))
 
+    def shell(self, cluster: str, script: str) -> list[str]:
+        """ssh to the alias SkyPilot writes for every cluster (its keys, its user); never a password prompt."""
+        return ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", cluster, f"sh -c {shlex.quote(script)}"]
+
     def pull(self, cluster: str, remote_path: str, local_dir: Path) -> None:
         """rsync over the ssh alias SkyPilot writes for every cluster; links copied as links, never followed."""
         local_dir.mkdir(parents=True, exist_ok=True)

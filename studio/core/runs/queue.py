@@ -34,6 +34,7 @@ class QueueItem:
     started: float = 0.0
     ended: float = 0.0
     message: str = ""
+    sweep: str = ""  # the sweep it belongs to ("<name>-<field>"), or empty
 
     @property
     def name(self) -> str:
@@ -61,6 +62,7 @@ class RunQueue:
         self.path = Path(project_root) / QUEUE_FILE
         self.items: list[QueueItem] = []
         self.stop_after_current = False
+        self.continue_on_error = False  # after a failed run: go on with the next (else the queue holds)
         self._load()
 
     # ------------------------------------------------------------ persistence
@@ -70,6 +72,7 @@ class RunQueue:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             self.stop_after_current = bool(data.get("stop_after_current", False))
+            self.continue_on_error = bool(data.get("continue_on_error", False))
             known = set(QueueItem.__dataclass_fields__)
             self.items = [QueueItem(**{k: v for k, v in raw.items() if k in known}) for raw in data["items"]]
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -94,6 +97,7 @@ class RunQueue:
         data: dict[str, Any] = {
             "version": QUEUE_VERSION,
             "stop_after_current": self.stop_after_current,
+            "continue_on_error": self.continue_on_error,
             "items": [asdict(item) for item in self.items],
         }
         atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
@@ -105,11 +109,11 @@ class RunQueue:
                 return item
         raise QueueError(f"no queue item {item_id!r}")
 
-    def add(self, config_path: str | Path) -> QueueItem:
+    def add(self, config_path: str | Path, sweep: str = "") -> QueueItem:
         path = Path(config_path)
         if not path.is_file():
             raise QueueError(f"{path} does not exist; pick a config file (.toml) to queue")
-        item = QueueItem(id=uuid.uuid4().hex[:12], config=str(path.resolve()), added=time.time())
+        item = QueueItem(id=uuid.uuid4().hex[:12], config=str(path.resolve()), added=time.time(), sweep=sweep)
         self.items.append(item)
         self.save()
         return item
@@ -131,6 +135,23 @@ class RunQueue:
     def set_stop_after_current(self, value: bool) -> None:
         self.stop_after_current = value
         self.save()
+
+    def set_continue_on_error(self, value: bool) -> None:
+        self.continue_on_error = value
+        self.save()
+
+    def add_sweep(self, item_id: str, configs: list[Path], sweep: str) -> list[QueueItem]:
+        """The sweep's configs queued where `item_id` stood (a pending item is replaced by them)."""
+        item = self.get(item_id)
+        index = self.items.index(item)
+        new = [QueueItem(id=uuid.uuid4().hex[:12], config=str(p.resolve()), added=time.time(), sweep=sweep)
+               for p in configs]
+        if item.state == "pending":
+            self.items[index:index + 1] = new
+        else:
+            self.items[index + 1:index + 1] = new
+        self.save()
+        return new
 
     def clear_finished(self) -> None:
         self.items = [i for i in self.items if i.state in ("pending", "running")]

@@ -34,6 +34,7 @@ from studio.gui.base.desktop import open_with_desktop
 from studio.gui.base.names import named
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
+from studio.gui.export.cloud_panel import CloudPanel, cloud_options
 from studio.gui.export.cost_table import CostTable
 from studio.gui.export.remote_panel import RemotePanel
 from studio.gui.page import Page
@@ -133,10 +134,13 @@ class ExportPage(Page):
         # The bundle's options beside what the export wrote and the remote machine; the cost table below
         # them at the page's full width, so its Time and Cost columns show whole on a small screen too.
         self.remote = RemotePanel(self.context, self.gpus_spin.value, self.gpu_combo.currentData)
+        self.cloud = CloudPanel(self.context, lambda: cloud_options(self.export_options()))
+        costs_layout.insertWidget(1, self.cloud.offer_label)  # SkyPilot's answer right under the catalogue's
         outcome = QVBoxLayout()
         outcome.addWidget(self.result, 1)
         outcome.addWidget(self.open_button)
         outcome.addWidget(self.remote)
+        outcome.addWidget(self.cloud)
         top = QHBoxLayout()
         top.addWidget(options, 1)
         top.addLayout(outcome, 1)
@@ -193,6 +197,7 @@ class ExportPage(Page):
         self._default_out_dir()
         self.update_table()
         self.remote.update_enabled()
+        self.cloud.update_enabled()
 
     def _update_base(self, config: TrainConfig | None) -> None:
         self._base_is_local = False
@@ -345,3 +350,4 @@ class ExportPage(Page):
     def shutdown(self) -> None:
         self.worker.wait(30.0)
         self.remote.shutdown()
+        self.cloud.shutdown()

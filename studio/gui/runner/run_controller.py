@@ -218,10 +218,11 @@ class RunController(QObject):
         if not self.model.ended:
             self.model.mark_ended("stopped" if source.killed else "failed", source.unfinished(outcome))
         self.sig_tick.emit()
+        failed = self.model.status == "failed" and self._queue_item is not None
         if source.owned:
             self._finish_queue_item()
         self.sig_run_ended.emit(self.model.status)
-        if source.owned:
+        if source.owned and self._queue_goes_on(failed):
             self._start_next_queued()
 
     # ------------------------------------------------------------ a run left running
@@ -313,6 +314,16 @@ class RunController(QObject):
             self._queue_item = item.id
             queue.mark_running(item.id, run_dir)
         self.sig_queue_changed.emit()
+
+    def _queue_goes_on(self, failed: bool) -> bool:
+        """After a queued run that failed, the queue holds unless it is set to continue on error."""
+        if not failed or self.queue is None or self.queue.continue_on_error:
+            return True
+        pending = sum(1 for item in self.queue.items if item.state == "pending")
+        if pending:
+            self.sig_message.emit(f"A queued run failed; the queue holds ({pending} waiting). Tick \"Continue on "
+                                  "error\" to go on past failed runs, or Start queue to go on now.")
+        return False
 
     def _finish_queue_item(self) -> None:
         if self.queue is None or self._queue_item is None:

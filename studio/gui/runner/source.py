@@ -71,6 +71,12 @@ class RunSource(QObject):
         return (f"A training is already running ({self.run_dir.name}). "
                 "Stop it first, or add this config to the queue.")
 
+    def close_question(self) -> str:
+        """What the studio asks when it is closed while this run goes on ("Stop training" or "Keep running")."""
+        return ("A training is running. Stop it (a checkpoint is saved, the run can be resumed), "
+                "or keep it running without the studio? Its progress stays in the run folder and "
+                "shows on the Runs page when the studio starts again.")
+
     def gpu_sampler(self) -> GpuMemorySampler | None:
         """The GPUs the plots show for this run: None for this machine's own."""
         return None

@@ -61,6 +61,7 @@ class RunsPage(Page):
         self.plots = RunPlots(live=False)
         self.overlay = LossOverlay()
         self.queue = QueuePanel(self.controller)
+        self.queue.sig_compare.connect(self.select_runs)
         self.views = QTabWidget()
         self.views.addTab(self.plots, "Run")
         self.views.addTab(self.overlay, "Loss overlay")
@@ -127,6 +128,12 @@ class RunsPage(Page):
         if project is not None and self.controller.queue is None and not self.controller.running:
             self.controller.set_project_root(project.root)
         self.refresh()
+
+    def select_runs(self, names: list[str]) -> None:
+        """Select these runs together in the table (a sweep's), ready to compare (Loss overlay)."""
+        self.refresh()
+        self.table.select_paths(names)
+        self._update_buttons()
 
     def runs_dir(self) -> Path | None:
         ctx = self.context

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
     QFileDialog,
+    QFormLayout,
     QHBoxLayout,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -16,11 +21,39 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.errors import ConfigError
 from studio.core.runs.queue import QueueError, QueueItem
+from studio.core.runs.sweep import SweepError, parse_values, write_sweep
 from studio.gui.runner.run_controller import RunController
+
+# Settings a sweep varies most often; any other is typed as in the TOML file.
+SWEEP_FIELDS = ("training.learning_rate", "method.rank", "method.alpha", "training.max_steps", "training.batch_size",
+                "training.seed", "dataset.resolution")
+
+
+class VaryDialog(QDialog):
+    """Which setting, and its values: a list (1e-4, 5e-5, 1e-5) or a range (1e-4..1e-5 x3, or log3)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Vary a queued config")
+        self.field = QComboBox()
+        self.field.setEditable(True)
+        self.field.addItems(SWEEP_FIELDS)
+        self.values = QLineEdit()
+        self.values.setPlaceholderText("1e-4, 5e-5, 1e-5   or   1e-4..1e-5 x3   or   1e-4..1e-6 log3")
+        form = QFormLayout(self)
+        form.addRow("Setting", self.field)
+        form.addRow("Values", self.values)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
 
 
 class QueuePanel(QWidget):
+    sig_compare = Signal(list)  # run folder names of a sweep, to select together on the Runs page
+
     def __init__(self, controller: RunController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("queue_panel")
@@ -31,24 +64,38 @@ class QueuePanel(QWidget):
         self.up_button = QPushButton("Up")
         self.down_button = QPushButton("Down")
         self.remove_button = QPushButton("Remove")
+        self.vary_button = QPushButton("Vary…")
+        self.vary_button.setObjectName("queue_vary")
+        self.vary_button.setToolTip("Queue N runs of the selected config that differ in one setting")
+        self.compare_button = QPushButton("Compare sweep")
+        self.compare_button.setObjectName("queue_compare_sweep")
+        self.compare_button.setToolTip("Select the runs of the selected item's sweep together on the Runs table")
         self.start_button = QPushButton("Start queue")
         self.start_button.setObjectName("queue_start")
         self.stop_after = QCheckBox("Stop the queue after the current run")
         self.stop_after.setObjectName("queue_stop_after")
+        self.continue_on_error = QCheckBox("Continue on error (go on past a failed run)")
+        self.continue_on_error.setObjectName("queue_continue_on_error")
         buttons = QHBoxLayout()
-        for b in (self.add_button, self.up_button, self.down_button, self.remove_button, self.start_button):
+        for b in (self.add_button, self.vary_button, self.up_button, self.down_button, self.remove_button,
+                  self.start_button):
             buttons.addWidget(b)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(buttons)
         layout.addWidget(self.list, 1)
         layout.addWidget(self.stop_after)
+        layout.addWidget(self.continue_on_error)
+        layout.addWidget(self.compare_button)
         self.add_button.clicked.connect(self._pick_config)
         self.up_button.clicked.connect(lambda: self.move_selected(-1))
         self.down_button.clicked.connect(lambda: self.move_selected(1))
         self.remove_button.clicked.connect(self.remove_selected)
         self.start_button.clicked.connect(controller.start_queue)
         self.stop_after.toggled.connect(self._set_stop_after)
+        self.continue_on_error.toggled.connect(self._set_continue_on_error)
+        self.vary_button.clicked.connect(self._vary_dialog)
+        self.compare_button.clicked.connect(self.compare_sweep)
         controller.sig_queue_changed.connect(self.refresh)
         self.refresh()
 
@@ -69,10 +116,15 @@ class QueuePanel(QWidget):
         self.stop_after.blockSignals(True)
         self.stop_after.setChecked(queue.stop_after_current)
         self.stop_after.blockSignals(False)
+        self.continue_on_error.blockSignals(True)
+        self.continue_on_error.setChecked(queue.continue_on_error)
+        self.continue_on_error.blockSignals(False)
 
     @staticmethod
     def _describe(item: QueueItem) -> str:
-        text = f"{item.label} — {item.state}"
+        text = f"{item.label} — {'FAILED' if item.state == 'failed' else item.state}"
+        if item.sweep:
+            text += f" [sweep {item.sweep}]"
         if item.run_dir:
             text += f" ({Path(item.run_dir).name})"
         return text
@@ -113,6 +165,46 @@ class QueuePanel(QWidget):
         except QueueError as exc:
             self.controller.sig_message.emit(str(exc))
         self.refresh()
+
+    def vary_selected(self, field: str, values_text: str) -> list[QueueItem]:
+        """The selected config as N queued configs that differ in `field`; [] (and a message) if refused."""
+        queue, item_id = self.controller.queue, self.selected_id()
+        if queue is None or item_id is None:
+            self.controller.sig_message.emit("Select a queued config to vary first.")
+            return []
+        item = queue.get(item_id)
+        try:
+            paths = write_sweep(Path(item.config), field.strip(), parse_values(values_text))
+        except (SweepError, ConfigError, OSError) as exc:
+            self.controller.sig_message.emit(f"No sweep was queued: {exc}")
+            return []
+        added = queue.add_sweep(item_id, paths, paths[0].parent.name)
+        self.refresh()
+        return added
+
+    def sweep_runs(self) -> list[str]:
+        """The run folders of the selected item's sweep that have started."""
+        queue, item_id = self.controller.queue, self.selected_id()
+        if queue is None or item_id is None or not queue.get(item_id).sweep:
+            return []
+        sweep = queue.get(item_id).sweep
+        return [Path(i.run_dir).name for i in queue.items if i.sweep == sweep and i.run_dir]
+
+    def compare_sweep(self) -> None:
+        names = self.sweep_runs()
+        if not names:
+            self.controller.sig_message.emit("Select an item of a sweep that has runs to compare.")
+            return
+        self.sig_compare.emit(names)
+
+    def _vary_dialog(self) -> None:
+        dialog = VaryDialog(self)
+        if dialog.exec() == QDialog.DialogCode.Accepted:
+            self.vary_selected(dialog.field.currentText(), dialog.values.text())
+
+    def _set_continue_on_error(self, value: bool) -> None:
+        if self.controller.queue is not None:
+            self.controller.queue.set_continue_on_error(value)
 
     def _set_stop_after(self, value: bool) -> None:
         if self.controller.queue is not None:

@@ -308,11 +308,8 @@ class TrainPage(Page):
     def _close_dialog(self) -> str:
         box = QMessageBox(self)
         box.setWindowTitle("A training is running")
-        box.setText(
-            "A training is running. Stop it (a checkpoint is saved, the run can be resumed), "
-            "or keep it running without the studio? Its progress stays in the run folder and "
-            "shows on the Runs page when the studio starts again."
-        )
+        source = self.controller.source
+        box.setText(source.close_question() if source is not None else "A training is running.")
         stop = box.addButton("Stop training", QMessageBox.ButtonRole.DestructiveRole)
         keep = box.addButton("Keep running", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

@@ -1,0 +1,126 @@
+"""Sweeps: one config varied in one field, written as N configs that the queue trains one after the other.
+
+`parse_values("1e-4, 5e-5, 1e-5")` or a range `parse_values("1e-4..1e-5 x3")` (N values, evenly spaced;
+spaced by a constant ratio with `log3` instead of `x3`) gives the values; `write_sweep` writes one config
+per value into `<config folder>/sweeps/<name>-<field>/`, each named by its value (file and run name), so
+the Runs page and the queue tell them apart.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from studio.core.config.errors import ConfigError
+from studio.core.config.paths import resolve_paths
+from studio.core.config.toml_file import load_config, save_config, validate_data
+
+SWEEPS_DIR = "sweeps"
+MAX_VALUES = 50
+_RANGE = re.compile(r"^\s*(\S+)\s*\.\.\s*(\S+)\s+(x|log)\s*(\d+)\s*$")
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be made; the message says what to write instead."""
+
+
+def _number(text: str, where: str) -> float | int:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise SweepError(f"{where}: '{text}' is not a number (write e.g. 1e-4, 5e-5, 1e-5 or 1e-4..1e-5 x3)") from None
+
+
+def parse_values(text: str) -> list[Any]:
+    """The values of a list (`a, b, c`: numbers, true/false, or words) or of a range (`a..b xN`, `a..b logN`)."""
+    match = _RANGE.match(text)
+    if match:
+        start, stop = _number(match.group(1), "range start"), _number(match.group(2), "range end")
+        count = int(match.group(4))
+        if not 2 <= count <= MAX_VALUES:
+            raise SweepError(f"a range needs 2 to {MAX_VALUES} values, not {count}")
+        if match.group(3) == "log":
+            if start <= 0 or stop <= 0:
+                raise SweepError("a log range needs two positive ends (e.g. 1e-4..1e-6 log3)")
+            ratio = (stop / start) ** (1 / (count - 1))
+            return [float(f"{start * ratio ** i:.6g}") for i in range(count)]
+        step = (stop - start) / (count - 1)
+        values = [start + step * i for i in range(count)]
+        if all(isinstance(v, int) for v in (start, stop)) and all(float(v).is_integer() for v in values):
+            return [int(v) for v in values]
+        return [float(f"{v:.6g}") for v in values]
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) < 2 or any(not p for p in parts):
+        raise SweepError(f"'{text}' names fewer than two values: write a list (1e-4, 5e-5, 1e-5) or a range "
+                         "(1e-4..1e-5 x3)")
+    if len(parts) > MAX_VALUES:
+        raise SweepError(f"{len(parts)} values: a sweep has at most {MAX_VALUES}")
+    out: list[Any] = []
+    for part in parts:
+        if part.lower() in ("true", "false"):
+            out.append(part.lower() == "true")
+            continue
+        try:
+            out.append(_number(part, "value"))
+        except SweepError:
+            out.append(part)
+    return out
+
+
+def value_label(value: Any) -> str:
+    text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}" if isinstance(
+        value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "value"
+
+
+def _set(data: dict[str, Any], field: str, value: Any) -> None:
+    keys = field.split(".")
+    node: Any = data
+    for number, key in enumerate(keys[:-1]):
+        if not isinstance(node, dict) or key not in node:
+            raise SweepError(f"'{field}' is not a config setting: '{'.'.join(keys[:number + 1])}' does not exist "
+                             "(write it as in the TOML file, e.g. training.learning_rate)")
+        node = node[key]
+    if not isinstance(node, dict) or keys[-1] not in node:
+        raise SweepError(f"'{field}' is not a config setting (write it as in the TOML file, e.g. "
+                         "training.learning_rate)")
+    node[keys[-1]] = value
+
+
+def write_sweep(config_path: Path, field: str, values: list[Any]) -> list[Path]:
+    """One config per value, named by it; every value is checked before any file is written."""
+    config = load_config(config_path)
+    base = config.model_dump(mode="json")
+    short = field.rsplit(".", 1)[-1]
+    folder = config_path.parent / SWEEPS_DIR / f"{config.output.name}-{short}"
+    configs = []
+    for value in values:
+        data = _deep_copy(base)
+        _set(data, field, value)
+        label = value_label(value)
+        data["output"]["name"] = f"{config.output.name}-{short}-{label}"
+        try:
+            configs.append((label, validate_data(data, f"{config_path} with {field} = {value}")))
+        except ConfigError as exc:
+            raise SweepError(exc.describe()) from None
+    paths = []
+    for label, varied in configs:
+        path = folder / f"{short}-{label}.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The sweep's configs sit two folders down: their relative paths are made absolute.
+        save_config(resolve_paths(varied, config_path.parent), path)
+        paths.append(path)
+    return paths
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data

@@ -1,0 +1,154 @@
+"""Launch on a cloud from the Export page: SkyPilot's offer beside the studio's cost table, the run live on the
+Train page, Stop that brings the run back and ends the cluster, the run on the Runs page; without SkyPilot,
+the button says how to enable it. The cloud is a fake of the launcher's API (tests/fixtures/fake_cloud.py)
+whose job is the fake trainer writing real events on this machine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fixtures.fake_cloud import FakeCloud
+from pytestqt.qtbot import QtBot
+
+from studio.core.cloud import launcher as cloud
+from studio.core.cloud.run import CLOUD_FILE, read_cloud_record
+from studio.core.project.folder import Project
+from studio.core.runs.events import RunFinished, Step, read_events
+from studio.core.runs.folders import EVENTS_FILE
+from studio.gui.context import StudioContext
+from studio.gui.export.page import ExportPage
+from studio.gui.runner.cloud_run import CloudRun
+from studio.gui.runs.page import RunsPage
+from studio.gui.shell.application import make_settings
+from studio.gui.training.page import TrainPage
+from tests.gui.conftest import close_plots
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeCloud]:
+    instance = FakeCloud(tmp_path / "clusters", rate=40.0)
+    cloud.set_cloud_api(lambda: instance)
+    yield instance
+    cloud.set_cloud_api(None)
+    instance.end_all()
+
+
+@pytest.fixture
+def pages(qtbot: QtBot, tmp_path: Path, demo: Project) -> Iterator[tuple[StudioContext, ExportPage, TrainPage,
+                                                                          RunsPage]]:
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    context.set_project(demo)
+    export = ExportPage(context)
+    train, runs = TrainPage(context, context.run_controller), RunsPage(context, context.run_controller)
+    qtbot.addWidget(export)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    qtbot.addWidget(runs, before_close_func=close_plots)
+    yield context, export, train, runs
+    context.run_controller.shutdown()
+    export.shutdown()
+
+
+@pytest.mark.slow
+def test_launch_follow_stop_and_bring_back_a_cloud_run(qtbot: QtBot, fake: FakeCloud, pages: tuple[
+        StudioContext, ExportPage, TrainPage, RunsPage]) -> None:
+    context, export, train, runs = pages
+    panel = export.cloud
+    questions: list[str] = []
+    panel.confirm = lambda question: questions.append(question) or True
+    panel.state_ms = 100
+    export.gpus_spin.setValue(2)
+    panel.launch_button.click()
+    qtbot.waitUntil(lambda: panel.run is not None, timeout=30_000)
+
+    # SkyPilot's answer under the studio's own cost table, and the person was asked before anything started.
+    offers = export.cloud.offer_label
+    assert offers.isVisible() or not export.isVisible()
+    assert "SkyPilot's offer: {'H100': 2} on runpod (EU-RO-1), 5.98 USD/h on demand" in offers.text()
+    assert "The studio's catalogue: H200 141GB x 2 about" in offers.text()
+    assert len(questions) == 1 and "5.98 USD/h" in questions[0]
+    (cluster,) = fake.launched
+    assert (fake.workdir(cluster) / "sky.yaml").is_file()
+
+    # Live on the Train page: loss from the events that arrive from the cluster.
+    controller = context.run_controller
+    assert isinstance(controller.source, CloudRun) and controller.running
+    local = controller.run_dir
+    assert local is not None and local.parent == context.project.runs_dir  # type: ignore[union-attr]
+    qtbot.waitUntil(lambda: controller.model.step >= 5, timeout=30_000)
+    live_loss = controller.model.last_loss
+    assert live_loss is not None
+
+    train.stop_button.click()
+    qtbot.waitUntil(lambda: not controller.running, timeout=30_000)
+    assert fake.downed == [cluster]  # the cluster went down after the run came back
+    assert controller.model.status == "stopped"
+
+    # The run is in the project's runs: its whole events (nothing twice) and its files, with the cloud's record.
+    events = read_events(local / EVENTS_FILE)
+    steps = [e.step for e in events if isinstance(e, Step)]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5
+    assert live_loss in [e.loss for e in events if isinstance(e, Step)]
+    assert [e.status for e in events if isinstance(e, RunFinished)] == ["stopped"]
+    record = read_cloud_record(local)
+    assert record.state == "down" and record.cluster == cluster and record.remote_run.endswith("-demo")
+    assert "steps:" in (local / "console.log").read_text()
+    bundle_record = json.loads((Path(record.bundle) / "cluster.json").read_text())
+    assert bundle_record["cluster"] == cluster and "token" not in (local / CLOUD_FILE).read_text().lower()
+    runs.refresh()
+    (summary,) = [s for s in runs.table.summaries if s.path == local]
+    assert summary.status == "stopped" and summary.steps == steps[-1]
+
+
+def test_a_finished_cloud_run_is_brought_back_and_its_cluster_ended(qtbot: QtBot, tmp_path: Path,
+                                                                    pages: tuple[StudioContext, ExportPage,
+                                                                                 TrainPage, RunsPage]) -> None:
+    instance = FakeCloud(tmp_path / "clusters", steps=12, rate=200.0)
+    cloud.set_cloud_api(lambda: instance)
+    try:
+        context, export, _train, _runs = pages
+        export.cloud.confirm = lambda _question: True
+        export.cloud.state_ms = 100
+        export.cloud.launch_button.click()
+        controller = context.run_controller
+        qtbot.waitUntil(lambda: export.cloud.run is not None and not controller.running, timeout=30_000)
+    finally:
+        cloud.set_cloud_api(None)
+        instance.end_all()
+    assert controller.model.status == "finished" and controller.model.step == 12
+    assert len(instance.downed) == 1
+    local = controller.run_dir
+    assert local is not None and (local / "output" / "pytorch_lora_weights.safetensors").read_bytes() == b"fake"
+
+
+def test_closing_the_studio_asks_and_then_ends_the_cluster(qtbot: QtBot, fake: FakeCloud, pages: tuple[
+        StudioContext, ExportPage, TrainPage, RunsPage]) -> None:
+    context, export, train, _runs = pages
+    export.cloud.confirm = lambda _question: True
+    export.cloud.state_ms = 100
+    export.cloud.launch_button.click()
+    controller = context.run_controller
+    qtbot.waitUntil(lambda: controller.running and controller.model.step >= 2, timeout=30_000)
+    asked: list[str] = []
+    assert controller.source is not None
+    train.ask_close = lambda: asked.append(controller.source.close_question()) or "stop"  # type: ignore[union-attr]
+    assert train.can_close()
+    assert "cloud cluster" in asked[0] and "the cluster is ended" in asked[0]
+    assert not controller.running and list(fake.launched) == fake.downed
+
+
+def test_without_skypilot_the_button_says_how_to_enable_it(qtbot: QtBot, monkeypatch: pytest.MonkeyPatch,
+                                                          pages: tuple[StudioContext, ExportPage, TrainPage,
+                                                                       RunsPage]) -> None:
+    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    _context, export, _train, _runs = pages
+    export.refresh()
+    button = export.cloud.launch_button
+    assert button.isEnabled() and "SkyPilot is not installed" in button.toolTip()
+    button.click()
+    text = export.cloud.status.text()
+    assert text.startswith("Cannot launch on a cloud yet.")
+    assert 'pip install "sd-training-studio[cloud]"' in text and "sky check" in text
+    assert export.cloud.run is None and not export.cloud.worker.busy

@@ -1,0 +1,90 @@
+"""A sweep in the queue: "Vary…" turns one queued config into N named by their values; with "continue on
+error" the queue goes on past the run that fails and shows it; the Runs page selects the sweep's runs together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import load_config, save_config
+from studio.core.runs.launch import RunPlan
+from studio.gui.context import StudioContext
+from tests.gui.conftest import fake_command, make_project
+from tests.gui.runs.test_runs_page import make_page
+
+
+def _trainer_that_diverges_at_1(plan: RunPlan) -> list[str]:
+    """The fake trainer; a learning rate of 1 (the most the config takes) makes it fail at step 2, as a
+    diverging run would."""
+    crash = ["--crash-at", "2"] if plan.config.training.learning_rate >= 1 else []
+    return fake_command("--steps", "5", "--rate", "1000", *crash)(plan)
+
+
+@pytest.mark.slow
+def test_a_three_value_sweep_goes_on_past_its_failed_run(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                        tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = _trainer_that_diverges_at_1
+    page = make_page(qtbot, context)
+    save_config(config, tmp_path / "base.toml")
+    page.queue.add_config(tmp_path / "base.toml")
+    page.queue.list.setCurrentRow(0)
+    added = page.queue.vary_selected("training.learning_rate", "1e-4, 1, 1e-5")
+    queue = page.controller.queue
+    assert queue is not None and len(added) == 3 and len(queue.items) == 3  # the base config became the sweep
+    assert [Path(i.config).name for i in queue.items] == ["learning_rate-0.0001.toml", "learning_rate-1.toml",
+                                                          "learning_rate-1e-05.toml"]
+    assert [load_config(i.config).training.learning_rate for i in queue.items] == [1e-4, 1, 1e-5]
+    assert page.queue.list.item(0).text().endswith("pending [sweep fake-learning_rate]")
+
+    page.queue.continue_on_error.click()
+    page.queue.start_button.click()
+    qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["completed", "failed", "completed"], timeout=30000)
+    assert "FAILED" in page.queue.list.item(1).text() and "FAILED" not in page.queue.list.item(2).text()
+    names = sorted(p.name.split("-", 2)[-1] for p in (tmp_path / "runs").iterdir())
+    assert names == ["fake-learning_rate-0.0001", "fake-learning_rate-1", "fake-learning_rate-1e-05"]
+
+    page.queue.list.setCurrentRow(2)
+    page.queue.compare_button.click()
+    selected = sorted({page.table.summaries[i.row()].name for i in page.table.selectedIndexes()})
+    assert selected == sorted(Path(i.run_dir).name for i in queue.items)
+    assert page.buttons["overlay"].isEnabled()
+
+
+def test_without_continue_on_error_the_queue_holds_after_a_failed_run(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = _trainer_that_diverges_at_1
+    page = make_page(qtbot, context)
+    save_config(config, tmp_path / "base.toml")
+    page.queue.add_config(tmp_path / "base.toml")
+    page.queue.list.setCurrentRow(0)
+    assert len(page.queue.vary_selected("training.learning_rate", "1..0.5 x2")) == 2
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    qtbot.waitUntil(lambda: queue.items[0].state == "failed", timeout=30000)
+    qtbot.wait(300)
+    assert [i.state for i in queue.items] == ["failed", "pending"]
+    assert any("the queue holds (1 waiting)" in m for m in messages)
+
+
+def test_a_sweep_of_a_setting_that_does_not_exist_says_how_to_name_it(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    save_config(config, tmp_path / "base.toml")
+    page.queue.add_config(tmp_path / "base.toml")
+    page.queue.list.setCurrentRow(0)
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    assert page.queue.vary_selected("training.learnig_rate", "1e-4, 1e-5") == []
+    assert "'training.learnig_rate' is not a config setting" in messages[-1]
+    assert page.queue.vary_selected("training.learning_rate", "1e-4") == []
+    assert "fewer than two values" in messages[-1]
+    assert len(page.controller.queue.items) == 1  # type: ignore[union-attr]
