@@ -142,7 +142,7 @@ GUI_LAYERS = {"base": 0, "runner": 1, "widgets": 2, "trainenv": 2, GUI_ROOT: 3, 
 GUI_PAGE_LAYER = 4  # dataset, model, training, runs, export, project
 # The trainer's pipeline builders and memory placement are used by the families, the families by
 # the data (caches encode with them); never the reverse.
-TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "families": 1, "data": 2}
+TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "networks": 0, "weights": 0, "families": 1, "data": 2}
 
 
 def feature_violations(root: Path) -> list[str]:
