@@ -5,13 +5,13 @@ Each raises a `Contradiction` naming the key, its value and what to do, as schem
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from studio.core.config.errors import Contradiction
 from studio.core.families import family
 
-if TYPE_CHECKING:
-    from studio.core.config.schema import TrainConfig
+# A TrainConfig (schema.py imports these rules, so they do not import it).
+TrainConfig = Any
 
 
 def check_network(config: TrainConfig) -> None:

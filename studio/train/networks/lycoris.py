@@ -73,5 +73,5 @@ def adapter_scales(root: torch.nn.Module) -> dict[str, float]:
     """peft's scale (alpha / r) of each adapted module under `root`, by the module's name."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
-    return {name: float(module.scaling["default"]) for name, module in root.named_modules()
+    return {name: float(getattr(module, "scaling")["default"]) for name, module in root.named_modules()  # noqa: B009
             if isinstance(module, BaseTunerLayer) and "default" in getattr(module, "scaling", {})}

@@ -127,7 +127,7 @@ def load_lycoris(path: Path, components: dict[str, torch.nn.Module], renames: di
 
 
 def _named_layers(components: dict[str, torch.nn.Module],
-                  renames: dict[str, str] | None) -> Iterable[tuple[str, torch.nn.Module]]:
+                  renames: dict[str, str] | None) -> Iterable[tuple[str, torch.nn.Linear | torch.nn.Conv2d]]:
     for component, root in components.items():
         for module, layer in root.named_modules():
             if isinstance(layer, torch.nn.Linear | torch.nn.Conv2d):
