@@ -218,3 +218,34 @@ def test_a_trained_lycoris_loads_back(lycoris_runs: dict[tuple[str, str], Path],
         assert any(not torch.equal(v, before[name][k]) for k, v in module.state_dict().items()), name
     with pytest.raises(ValueError, match="names no layer of this model"):
         load_lycoris(path, {"unet": parts["unet"]}, adapter.kohya_renames)
+
+
+def test_a_locon_adds_the_convolutions_to_both_lora_files(tiny_sd15: Path, demo_data: Path, tmp_path: Path) -> None:
+    """A LoCon is a LoRA on the convolution layers too: the kohya file has them at their own rank and alpha
+    (sd-scripts' conv_dim/conv_alpha in its metadata), and diffusers loads the diffusers file with them."""
+    from diffusers import StableDiffusionPipeline
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+
+    config = TrainConfig(
+        model=ModelSection(family="sd15", base=str(tiny_sd15)),
+        method=MethodSection(kind="lora", rank=4, alpha=4, network="locon", conv_rank=2, conv_alpha=1.0),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
+        training=TrainingSection(batch_size=2, max_steps=1, learning_rate=1e-2, seed=3),
+        output=OutputSection(dir=str(tmp_path / "runs"), name="locon"),
+    )
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0
+    with safe_open(str(run_dir / "output" / "locon.safetensors"), "pt") as handle:
+        conv = "lora_unet_down_blocks_0_resnets_0_conv1"
+        assert handle.get_tensor(f"{conv}.lora_down.weight").shape[:2] == (2, 32)
+        assert handle.get_tensor(f"{conv}.lora_down.weight").dim() == 4
+        assert float(handle.get_tensor(f"{conv}.alpha")) == 1.0
+        attention = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
+        assert float(handle.get_tensor(f"{attention}.alpha")) == 4.0
+        assert json.loads(handle.metadata()["ss_network_args"]) == {"conv_dim": "2", "conv_alpha": "1.0"}
+    pipe = StableDiffusionPipeline.from_pretrained(tiny_sd15, safety_checker=None, requires_safety_checker=False)
+    pipe.load_lora_weights(run_dir / "output")
+    layer = pipe.unet.down_blocks[0].resnets[0].conv1
+    assert isinstance(layer, BaseTunerLayer) and layer.r[next(iter(layer.r))] == 2
