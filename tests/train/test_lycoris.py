@@ -249,3 +249,30 @@ def test_a_locon_adds_the_convolutions_to_both_lora_files(tiny_sd15: Path, demo_
     pipe.load_lora_weights(run_dir / "output")
     layer = pipe.unet.down_blocks[0].resnets[0].conv1
     assert isinstance(layer, BaseTunerLayer) and layer.r[next(iter(layer.r))] == 2
+
+
+def test_a_flux2_klein_lokr_is_named_as_comfyuis_flux_map_reads_it(tiny_flux2_klein: Path, demo_data: Path,
+                                                                     tmp_path: Path) -> None:
+    """FLUX.2 [klein]'s q/k/v are fused in the original layout, which a Kronecker product cannot join: its
+    LyCORIS file names the diffusers layers (`lora_transformer_...`), as ComfyUI's Flux key map reads them."""
+    from diffusers import Flux2Transformer2DModel
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.train.networks.lycoris_file import load_lycoris
+
+    config = TrainConfig(
+        model=ModelSection(family="flux2-klein", base=str(tiny_flux2_klein)),
+        method=MethodSection(kind="lora", rank=2, network="lokr"),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
+        training=TrainingSection(batch_size=2, max_steps=1, learning_rate=1e-2, seed=3),
+        output=OutputSection(dir=str(tmp_path / "runs"), name="klein"),
+    )
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0
+    path = run_dir / "output" / "klein.safetensors"
+    with safe_open(str(path), "pt") as handle:
+        modules = {key.split(".")[0] for key in handle.keys()}  # noqa: SIM118 - not a dict
+        assert "flux-2-klein" in handle.metadata()["modelspec.architecture"]
+    assert "lora_transformer_transformer_blocks_0_attn_to_q" in modules
+    transformer = Flux2Transformer2DModel.from_pretrained(tiny_flux2_klein / "transformer")
+    assert len(load_lycoris(path, {"transformer": transformer})) == len(modules)
