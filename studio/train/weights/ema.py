@@ -1,8 +1,8 @@
 """The exponential moving average (EMA) of the trained weights: `training.ema`.
 
 diffusers' `EMAModel` keeps the average: each update, every `training.ema_every` optimizer steps,
-moves it towards the weights by 1 - decay, where decay warms up as (1 + n) / (10 + n) over the first
-updates and then stays at `training.ema_decay`. With `training.ema_on_cpu` the average lives in CPU
+moves it towards the weights by 1 - decay: the first update copies the weights, the n-th keeps
+n / (n + 9) of the average, until that reaches `training.ema_decay`. With `training.ema_on_cpu` the average lives in CPU
 memory and visits the training device only for its update (as diffusers' examples offload it).
 
 A checkpoint holds it as `ema.safetensors` (fp32, exact) and `ema.json` (the update count), so a
