@@ -16,6 +16,7 @@ import pickle
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,11 @@ def register_hooks(accelerator: Any) -> None:
     accelerator.register_save_state_pre_hook(save_hook)
 
 
-def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep_last: int, scheduler: Any) -> Path:
+def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep_last: int, scheduler: Any,
+                    extra: Callable[[Path], None] | None = None) -> Path:
     """Save on every rank (a collective call); rank 0 marks it complete and prunes old ones.
+
+    `extra` writes what else the run keeps (the EMA) into the folder on rank 0, before it is marked complete.
 
     A full disk ends the run with a disk_full error and leaves no half-written folder behind.
     """
@@ -91,6 +95,8 @@ def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             atomic_write_text(folder / SCHEDULER_FILE, json.dumps(scheduler.state_dict()))
+            if extra is not None:
+                extra(folder)
             atomic_write_text(folder / STATE_FILE, json.dumps(state, indent=2))
             for _, old in complete_checkpoints(run_dir)[:-keep_last]:
                 shutil.rmtree(old, ignore_errors=True)

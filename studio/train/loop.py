@@ -55,6 +55,7 @@ from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.step_meter import Report, StepMeter, step_cost
+from studio.train.weights.ema import for_samples, weight_average
 
 
 class Trainer:
@@ -131,6 +132,7 @@ class Trainer:
             prepared = acc.prepare(*self.train_modules, optimizer)
             self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
         register_hooks(acc)
+        self.ema = weight_average(config, self.trainable, acc.device)
         self._fill_caches()
         self._offload_frozen()
         if self.resume:
@@ -206,6 +208,8 @@ class Trainer:
             self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
             state = load_checkpoint(acc, folder, self.scheduler)
             self.sharding.load(folder)
+            if self.ema is not None:
+                self.ema.load(folder)
             return state
 
         state = resume_from(found, lambda folder: checkpoint_problem(folder, shapes, len(acc._optimizers)), load,
@@ -288,6 +292,8 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
+        if self.ema is not None:
+            self.ema.update(self.step)
         loss_mean = torch.stack(losses).mean()
         self.meter.record(self.step, self.epoch, float(self.scheduler.get_last_lr()[0]), loss_mean, images,
                           image_pixels)
@@ -370,7 +376,7 @@ class Trainer:
     def _samples(self) -> None:
         run_dir = self.sharding.sample_dir(self.run_dir)  # every rank of a sharded run runs the forward passes
         if run_dir is not None:
-            with eager(self.compiled):
+            with eager(self.compiled), for_samples(self.ema, self.config):
                 make_samples(self.adapter, self.components, self.sampling_plan, run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
@@ -378,7 +384,8 @@ class Trainer:
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
                  "micro_batch": self.step * self.config.training.gradient_accumulation, "time": time.time()}
-        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last, self.scheduler)
+        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last, self.scheduler,
+                                 extra=self.ema.save if self.ema is not None else None)
         self.reporter.emit(Checkpoint(step=self.step, path=str(folder)))
 
     def _finish(self, status: str, message: str = "") -> RunFinished:
@@ -396,7 +403,7 @@ class Trainer:
             components = self._gathered_components()
             if acc.is_main_process:
                 outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir, self.items,
-                                                        self.step, self.started_at, self.reporter.warn)]
+                                                        self.step, self.started_at, self.reporter.warn, self.ema)]
             del components
             acc.wait_for_everyone()
         self.stop.uninstall()

@@ -21,7 +21,10 @@ from studio.train.data.items import TrainItem
 from studio.train.errors import disk_full_error, out_of_space
 from studio.train.families.base import FamilyAdapter
 from studio.train.families.model_spec import model_spec, training_fields
+from studio.train.weights.ema import WeightAverage
 
+EMA_DIFFUSERS_FILE = "pytorch_lora_weights_ema.safetensors"
+EMA_FOLDER = "ema"
 SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The model-spec architecture of each family that has a single-file layout.
 SINGLE_FILE_ARCHITECTURES = {spec.name: spec.modelspec_architecture for spec in FAMILIES if spec.modelspec_architecture}
@@ -41,8 +44,12 @@ def lora_layers(adapter: FamilyAdapter, components: Components) -> dict[str, dic
 
 def _adapter_config(module: torch.nn.Module) -> dict[str, Any]:
     """The LoRA's peft config as the shared file stores it: the base model by name, not by path."""
+    from studio.train.networks.lycoris import adapter_scales
+
     config = getattr(module, "peft_config", {}).get("default")
     data: dict[str, Any] = config.to_dict() if config is not None else {}
+    if data.get("peft_type") in ("LOHA", "LOKR"):
+        data["lycoris_scales"] = adapter_scales(module)
     if isinstance(data.get("base_model_name_or_path"), str):
         data["base_model_name_or_path"] = shared_model_name(data["base_model_name_or_path"])
     return data
@@ -74,13 +81,15 @@ def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int,
 
 
 def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
-                 items: list[TrainItem], step: int, started_at: float, warn: Warn) -> list[Path]:
+                 items: list[TrainItem], step: int, started_at: float, warn: Warn,
+                 ema: WeightAverage | None = None) -> list[Path]:
     """Write the run's outputs (rank 0 only) and a training_info.json beside them.
 
     Everything is written into a hidden folder inside output/ first and moved into place
     once complete (a rename on the same disk needs no space): a full disk leaves no half
     output, and its error names the file and about how much the outputs need.
-    `warn` tells the person about an asked-for format this run cannot write.
+    `warn` tells the person about an asked-for format this run cannot write. With an `ema`, its
+    averaged weights are written beside the raw ones (`ema_outputs`).
     """
     folder = run_dir / OUTPUT_DIR
     folder.mkdir(parents=True, exist_ok=True)
@@ -88,7 +97,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
         shutil.rmtree(left, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=folder))
     try:
-        written = _write_outputs(adapter, components, staging, items, step, started_at, warn)
+        written = _write_outputs(adapter, components, staging, items, step, started_at, warn, ema)
         placed = [folder / p.relative_to(staging) for p in written]
         for entry in sorted(staging.iterdir()):
             target = folder / entry.name
@@ -98,7 +107,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
     except Exception as exc:  # a full disk is an OSError, a RuntimeError (torch) or a SafetensorError
         what = _file_being_written(exc, staging, folder)
         shutil.rmtree(staging, ignore_errors=True)  # no half output; its room is free for the error event
-        needed = output_bytes(adapter, components)
+        needed = output_bytes(adapter, components) * (2 if ema is not None else 1)
         if out_of_space(exc, folder, needed):
             raise disk_full_error(folder, needed, f"the outputs ({what})") from None
         raise
@@ -107,7 +116,8 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
 
 
 def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
-                   items: list[TrainItem], step: int, started_at: float, warn: Warn) -> list[Path]:
+                   items: list[TrainItem], step: int, started_at: float, warn: Warn,
+                   ema: WeightAverage | None = None) -> list[Path]:
     config = adapter.config
     metadata = training_metadata(adapter, items, step, started_at)
     if config.method.kind == "lora":
@@ -121,11 +131,26 @@ def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
         written = adapter.save_full(folder, components, dtype)
         if "single_file" in config.output.formats:
             written += _single_file(adapter, components, folder, dtype, metadata, warn, final=folder.parent)
+    if ema is not None:
+        with ema.applied():
+            written += ema_outputs(adapter, components, folder, metadata)
     info = {"family": config.model.family, "method": config.method.kind, "step": step,
             "latents": config.dataset.latents,
             "outputs": [str(folder.parent / p.relative_to(folder)) for p in written], **metadata}
     atomic_write_text(folder / "training_info.json", json.dumps(info, indent=2))
     return written
+
+
+def ema_outputs(adapter: FamilyAdapter, components: Components, folder: Path, metadata: dict[str, str]) -> list[Path]:
+    """The averaged weights (already in the model) beside the raw ones: a LoRA's files as
+    `<output.name>-ema.safetensors` and `pytorch_lora_weights_ema.safetensors`, a full fine-tune's
+    pipeline as the folder `ema/`."""
+    config = adapter.config
+    meta = {**metadata, "modelspec.title": f"{config.output.name} (EMA)", "ss_ema": "True"}
+    if config.method.kind == "lora":
+        return adapter.save_lora(folder, *_lora_parts(adapter, components), metadata=meta,
+                                 name=f"{config.output.name}-ema", weight_name=EMA_DIFFUSERS_FILE)
+    return adapter.save_full(folder / EMA_FOLDER, components, SAVE_DTYPES[config.output.save_precision])
 
 
 def _file_being_written(exc: BaseException, staging: Path, folder: Path) -> str:

@@ -141,9 +141,9 @@ CORE_LAYERS = {"protocol": -1, "families": 0, "config": 1, "dataset": 2, "hardwa
 GUI_ROOT = "(root)"
 GUI_LAYERS = {"base": 0, "runner": 1, "widgets": 2, "trainenv": 2, GUI_ROOT: 3, "shell": 5}
 GUI_PAGE_LAYER = 4  # dataset, model, training, runs, export, project
-# The trainer's pipeline builders and memory placement are used by the families, the families by
+# The trainer's pipeline builders and memory placement are used by the adapters (networks) and the families, the families by
 # the data (caches encode with them); never the reverse.
-TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "families": 1, "data": 2}
+TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "weights": 0, "networks": 1, "families": 2, "data": 3}
 
 
 def feature_violations(root: Path) -> list[str]:

@@ -163,6 +163,8 @@ class Runs:
             for _ in range(min(STEPS + 1 if t.max_steps == FLIPS["training.max_steps"] else STEPS, trainer.total)):
                 trainer._train_step(batches, scheme, trainer.components)
             weights = sum(float(p.detach().double().sum()) for group in trainer.trainable for p in group)
+            if trainer.ema is not None:  # what a run with training.ema saves beside the weights
+                weights += trainer.ema.checksum()
         finally:
             trainer.stop.uninstall()
             reporter.close()

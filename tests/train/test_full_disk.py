@@ -126,15 +126,16 @@ def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half
     assert list(output.iterdir()) == []  # nothing half written
 
 
+@pytest.mark.parametrize("ema", [False, True])
 def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
-        make_config, run_training, tmp_path: Path) -> None:
+        make_config, run_training, tmp_path: Path, ema: bool) -> None:
     from safetensors import safe_open
 
     from studio.core.config.paths import resolve_paths
     from studio.core.config.schema import SamplingSection
     from studio.core.project.disk_estimate import MB, estimate_disk_bytes
 
-    config = make_config(training=TrainingSection(batch_size=2, max_steps=6, seed=1),
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=6, seed=1, ema=ema),
                          sampling=SamplingSection(every_n_steps=3, prompts=["a red circle"], steps=2),
                          output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2, keep_last=1))
     code, run_dir = run_training(config, tmp_path)

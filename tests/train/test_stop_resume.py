@@ -3,6 +3,7 @@ random draw in place (flip, caption dropout, LoRA dropout)."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -89,3 +90,43 @@ def test_resume_without_a_checkpoint_starts_over(make_config, run_training, even
     assert any(e.type == "warning" and "no complete checkpoint" in e.message for e in events)  # type: ignore[attr-defined]
     finished = events[-1]
     assert isinstance(finished, RunFinished) and finished.status == "completed" and finished.step == 2
+
+
+def test_stop_then_resume_with_ema_is_bit_identical(make_config, run_training, events_of, demo_data, tmp_path,
+                                                    monkeypatch) -> None:
+    """With training.ema (updated every 2 steps, so the update count must survive the stop too), the
+    stopped and resumed run writes the very bytes of the straight run: raw weights and their average."""
+    from studio.train.loop import Trainer
+
+    config = make_config(
+        method=MethodSection(kind="lora", rank=4, dropout=0.1),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False, flip=True),
+        training=TrainingSection(batch_size=2, max_steps=6, learning_rate=5e-3, seed=5, ema=True, ema_decay=0.8,
+                                 ema_every=2),
+        output={"dir": str(tmp_path / "runs"), "save_precision": "fp32", "formats": ["diffusers"]},
+    )
+    code, straight = run_training(config, tmp_path / "a")
+    assert code == 0
+    original = Trainer._after_step
+
+    def stop_after_three(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 3:
+            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_three)
+    code, run_dir = run_training(config, tmp_path / "b")
+    assert code == 0 and events_of(run_dir)[-1].step == 3
+    checkpoint = run_dir / "checkpoints" / "step-3"
+    assert json.loads((checkpoint / "ema.json").read_text(encoding="utf-8"))["updates"] == 1
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    code, _ = run_training(config, tmp_path / "b", resume_dir=run_dir)
+    assert code == 0
+    for name in ("pytorch_lora_weights.safetensors", "pytorch_lora_weights_ema.safetensors"):
+        resumed = load_file(str(run_dir / "output" / name))
+        expected = load_file(str(straight / "output" / name))
+        assert resumed.keys() == expected.keys()
+        assert all(torch.equal(resumed[k], expected[k]) for k in expected), name
+    raw, averaged = _weights(straight), load_file(str(straight / "output" / "pytorch_lora_weights_ema.safetensors"))
+    assert raw.keys() == averaged.keys()
+    assert all(not torch.equal(raw[k], averaged[k]) for k in raw if k.endswith("lora_B.weight"))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from studio.core.config.acting import inert_settings
 from studio.core.config.errors import Contradiction, section_type
+from studio.core.config.network_rules import check_ema, check_network
 from studio.core.config.pickled import is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, FAMILY_NAMES, family
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 else:
     Family = Literal[FAMILY_NAMES]
 MethodKind = Literal["lora", "dreambooth"]
+Network = Literal["lora", "locon", "loha", "lokr"]
 Precision = Literal["no", "fp16", "bf16"]
 WeightDtype = Literal["fp32", "fp16", "bf16"]
 FrozenDtype = Literal["auto", "fp32", "fp16", "bf16"]
@@ -101,6 +103,23 @@ class MethodSection(Section):
         description="SD3: transformer block indices the LoRA is applied to; empty means all.",
     )
     use_dora: bool = Field(default=False, description="LoRA: weight-decomposed LoRA (DoRA).")
+    network: Network = Field(
+        default="lora",
+        description="The adapter's kind (LyCORIS): lora; locon (LoRA on the convolution layers too); loha "
+        "(Hadamard product of two low-rank pairs); lokr (Kronecker product of two factors).",
+    )
+    lokr_factor: int | None = Field(
+        default=None, ge=2, le=1024,
+        description="LoKr: the size of the small Kronecker factor (e.g. 8 or 16); empty means as even a "
+        "split as each layer allows.",
+    )
+    conv_rank: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="Rank of the adapter on the convolution layers (locon, loha, lokr); empty: locon uses the "
+        "rank, loha and lokr leave the convolution layers out.",
+    )
+    conv_alpha: float | None = Field(default=None, gt=0, description="Alpha of the convolution layers' adapter; "
+                                     "empty means equal to conv_rank.")
 
     @property
     def lora_alpha(self) -> float:
@@ -203,6 +222,14 @@ class TrainingSection(Section):
     )
     seed: int = Field(default=42, ge=0, le=2**32 - 1, description="Random seed.")
     dataloader_workers: int = Field(default=0, ge=0, le=64, description="Data-loading worker processes.")
+    ema: bool = Field(default=False, description="Keep an exponential moving average (EMA) of the trained weights "
+                      "and save it beside them.")
+    ema_decay: float = Field(default=0.999, ge=0.5, lt=1.0, description="EMA: how much of the average each update "
+                             "keeps (0.999 averages over about the last 1000 updates; it warms up from 0).")
+    ema_every: int = Field(default=1, ge=1, le=10000, description="EMA: update the average every N optimizer steps.")
+    ema_on_cpu: bool = Field(default=False, description="EMA: keep the average in CPU memory (it visits the GPU "
+                             "only for its updates): saves its size in VRAM.")
+    ema_for_samples: bool = Field(default=False, description="EMA: make the samples with the averaged weights.")
     compile: Literal["off", "blocks", "full"] = Field(
         default="off",
         description="Compile the denoiser with torch.compile for faster steps. blocks compiles each repeated "
@@ -412,7 +439,7 @@ def _check_pickle(config: TrainConfig) -> None:
 
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     _check_caches, _check_training, _check_fp8, _check_settings_act, _check_strategy, _check_launch,
-    _check_pickle,
+    _check_pickle, check_network, check_ema,
 )
 
 

@@ -69,6 +69,34 @@ COMMON: tuple[Setting, ...] = (
             "captions are used as written; leave it at 0", needs=(Condition("dataset.shuffle_tags", (True,)),)),
 )
 
+# LyCORIS networks (every family) and the exponential moving average of the trained weights.
+_LOKR = (Condition("method.network", ("lokr",)),)
+_EMA = (Condition("training.ema", (True,)),)
+NETWORKS: tuple[Setting, ...] = (
+    Setting("method.network", "chooses the adapter's kind (lora, locon, loha, lokr)",
+            "a DreamBooth run trains every weight; leave it at \"lora\"", methods=_LORA),
+    Setting("method.lokr_factor", "is the LoKr's Kronecker factor",
+            "only a LoKr has one; set method.network = \"lokr\" or leave it empty", methods=_LORA, needs=_LOKR),
+)
+EMA: tuple[Setting, ...] = (
+    Setting("training.ema_decay", "is the EMA's decay", "leave it at the default", needs=_EMA),
+    Setting("training.ema_every", "is how often the EMA is updated", "leave it at 1", needs=_EMA),
+    Setting("training.ema_on_cpu", "keeps the EMA in CPU memory", "leave it off", needs=_EMA),
+    Setting("training.ema_for_samples", "makes the samples with the EMA weights", "leave it off", needs=_EMA),
+)
+# The UNet families' convolution layers (resnets, down- and upsamplers); the transformers have none
+# but their patch embedding.
+_CONV_NETWORKS = (Condition("method.network", ("locon", "loha", "lokr")),)
+CONVOLUTIONS: tuple[Setting, ...] = (
+    Setting("method.conv_rank", "is the rank of the adapter on the convolution layers",
+            "this family's denoiser is a transformer without convolution layers to adapt; leave it empty",
+            methods=_LORA, needs=_CONV_NETWORKS),
+    Setting("method.conv_alpha", "scales the adapter on the convolution layers",
+            "this family's denoiser is a transformer without convolution layers to adapt; leave it empty",
+            methods=_LORA, needs=_CONV_NETWORKS),
+)
+COMMON = (*COMMON, *NETWORKS, *EMA)
+
 # Settings that change how a run computes, not what it learns (the same losses and weights, to
 # rounding): each with the reason, for the test that every other setting acts.
 NEUTRAL: dict[str, str] = {
@@ -90,4 +118,4 @@ T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5
 BLOCKS = Setting("method.blocks", "limits the LoRA to some transformer blocks",
                  "leave it empty (use method.target_modules to choose the LoRA's layers)")
 
-__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "DDPM", "FLOW_MATCHING", "NEUTRAL", "T5", "Condition"]
+__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "T5", "Condition"]

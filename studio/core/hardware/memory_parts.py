@@ -145,7 +145,9 @@ def fp8_upcast_copies(f: RunFacts) -> MemoryPart | None:
 
 def denoiser_lora_params(f: RunFacts) -> int:
     den, method = denoiser_entry(f.arch), f.config.method
-    count = lora_params(den["lora_targets"], method.rank, method.use_dora)
+    count = lora_params(den["lora_targets"], method.rank, method.use_dora, method.network, method.lokr_factor)
+    if method.network == "locon" or method.conv_rank is not None:
+        f.notes.append("the adapter on the convolution layers is not counted (a few MB at the usual conv ranks)")
     if method.blocks and den.get("blocks"):
         count = count * len(set(method.blocks)) // int(den["blocks"])
     if method.target_modules:
@@ -182,7 +184,7 @@ def text_encoders(f: RunFacts) -> TextEncoders:
                 size = params * 4 / MB / f.shards
             else:
                 out.trained_params += lora_params(comp["lora_targets"], method.text_encoder_rank or method.rank,
-                                                  method.use_dora)
+                                                  method.use_dora, method.network, method.lokr_factor)
         elif config.training.cache_text_embeddings:
             continue  # encoded once before training, then moved off the GPU
         out.resident.append(MemoryPart("text_encoders", name, size, comp["class"]))
@@ -236,6 +238,17 @@ def optimizer_state(f: RunFacts, trained: int) -> MemoryPart:
     per_param = float(f.calibration["optimizer_bytes_per_param"][optimizer])
     detail = f"1/{f.shards} on each GPU (sharded)" if f.shards > 1 else ""
     return MemoryPart("optimizer", f"Optimizer state ({optimizer})", trained * per_param / MB / f.shards, detail)
+
+
+def moving_average(f: RunFacts, trained: int) -> MemoryPart | None:
+    """training.ema: an fp32 copy of the trained weights, on the GPU unless ema_on_cpu keeps it in RAM."""
+    training = f.config.training
+    if not training.ema:
+        return None
+    if training.ema_on_cpu:
+        f.notes.append("EMA in CPU memory: it visits the GPU for each update, after the step's peak")
+        return None
+    return MemoryPart("ema", "EMA of the trained weights", trained * 4 / MB, "fp32")
 
 
 def weight_copies(f: RunFacts) -> MemoryPart | None:

@@ -16,6 +16,7 @@ from studio.core.hardware.memory_parts import (
     denoiser_weights,
     fp8_upcast_copies,
     gradients,
+    moving_average,
     optimizer_state,
     runtime_overhead,
     text_encoders,
@@ -57,6 +58,7 @@ def training_step(f: RunFacts) -> TrainingStep:
         parts.append(MemoryPart("vae", "VAE", autoencoder.weights_mb,
                                 f"{autoencoder.bytes * 8}-bit, encodes each batch"))
     parts += [gradients(f, trained), optimizer_state(f, trained)]
+    parts += [p for p in (moving_average(f, trained),) if p is not None]
     parts += [p for p in (fp8_upcast_copies(f), weight_copies(f)) if p is not None]
     parts += fsdp_parts(f)
     acts = activations(f)

@@ -38,16 +38,19 @@ def estimate_disk_bytes(config: TrainConfig, trainable_params: int | None = None
     params = estimate_vram(config, None).trainable_params if trainable_params is None else trainable_params
     output, sampling, training = config.output, config.sampling, config.training
     steps = training.max_steps or _UNKNOWN_STEPS
-    checkpoint = params * 12 + _CHECKPOINT_FILES
+    ema = training.ema
+    checkpoint = params * (16 if ema else 12) + _CHECKPOINT_FILES  # the EMA: an fp32 copy in each checkpoint
     made = steps // output.save_every_n_steps if output.save_every_n_steps else 0
     kept = max(1, min(made, output.keep_last + 1))  # at least the one a stop writes
     per_format = params * _SAVE_BYTES.get(output.save_precision, 4)
     if config.method.kind == "lora":
-        copies = sum(f in output.formats for f in ("diffusers", "kohya")) or 1
+        copies = 1 if config.method.network in ("loha", "lokr") else \
+            sum(f in output.formats for f in ("diffusers", "kohya")) or 1
+        copies *= 2 if ema else 1  # the EMA's files beside the raw ones
         epochs = training.epochs or 0
         copies += epochs // output.save_every_n_epochs if output.save_every_n_epochs else 0
     else:
-        copies = 2 if "single_file" in output.formats else 1
+        copies = (2 if "single_file" in output.formats else 1) + (1 if ema else 0)  # the EMA's folder
     side = sampling.size or config.dataset.resolution
     rounds = steps // sampling.every_n_steps + 1 if sampling.every_n_steps and sampling.prompts else 0
     samples = rounds * len(sampling.prompts) * side * side * 3 // 2  # a PNG of a picture: about half its pixels

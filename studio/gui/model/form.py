@@ -31,10 +31,10 @@ SECTIONS = ("model", "method", "dataset", "training", "sampling", "output")
 # The key settings of a preset; everything else scalar is "advanced".
 KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "model": ("dtype", "use_t5"),
-    "method": ("kind", "rank", "alpha", "train_text_encoder"),
+    "method": ("kind", "network", "rank", "alpha", "train_text_encoder"),
     "dataset": ("resolution", "buckets", "flip"),
     "training": ("batch_size", "gradient_accumulation", "epochs", "max_steps", "learning_rate", "optimizer",
-                 "mixed_precision", "gradient_checkpointing", "cache_latents", "cache_text_embeddings"),
+                 "mixed_precision", "gradient_checkpointing", "cache_latents", "cache_text_embeddings", "ema"),
     "sampling": ("every_n_steps",),
     "output": ("name", "save_every_n_steps"),
 }

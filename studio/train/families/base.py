@@ -81,23 +81,20 @@ class FamilyAdapter(ABC):
         return list(components.text_encoders)
 
     def add_lora(self, components: Components) -> None:
-        """Wrap the target modules (and, when asked, the text encoders') with LoRA layers."""
-        from peft import LoraConfig
+        """Wrap the target modules (and, when asked, the text encoders') with the configured adapter:
+        LoRA, LoCon (LoRA on the convolution layers too), LoHa or LoKr."""
+        from studio.train.networks.lycoris import adapter_config, conv_targets, uses_convolutions
 
         method = self.config.method
-        alpha: Any = method.lora_alpha  # peft takes a float alpha, though typed int
-        components.denoiser.add_adapter(LoraConfig(  # type: ignore[operator]
-            r=method.rank, lora_alpha=alpha, lora_dropout=method.dropout,
-            init_lora_weights="gaussian", target_modules=self.lora_targets(), use_dora=method.use_dora,
-        ))
+        convolutions = conv_targets(components.denoiser) if uses_convolutions(method) else []
+        components.denoiser.add_adapter(adapter_config(  # type: ignore[operator]
+            method, self.lora_targets(), method.rank, method.lora_alpha, convolutions))
         if method.train_text_encoder:
             rank = method.text_encoder_rank or method.rank
-            encoder_alpha: Any = method.lora_alpha * rank / method.rank
+            encoder_alpha = method.lora_alpha * rank / method.rank
             for index, encoder in enumerate(self.trainable_encoders(components)):
-                encoder.add_adapter(LoraConfig(  # type: ignore[operator]
-                    r=rank, lora_alpha=encoder_alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
-                    target_modules=self.encoder_lora_targets(index, encoder), use_dora=method.use_dora,
-                ))
+                encoder.add_adapter(adapter_config(  # type: ignore[operator]
+                    method, self.encoder_lora_targets(index, encoder), rank, encoder_alpha))
 
     # ------------------------------------------------------------ encoding
 
@@ -193,11 +190,13 @@ class FamilyAdapter(ABC):
         adapter_configs: dict[str, dict[str, Any]],
         metadata: dict[str, str],
         name: str | None = None,
+        weight_name: str | None = None,
     ) -> list[Path]:
         """Write the LoRA in diffusers and kohya formats (as the config's output.formats ask).
 
         `layers` maps "unet"/"transformer"/"text_encoder"... to peft-format state dicts; the
-        kohya file is `name` (default output.name).safetensors.
+        kohya file is `name` (default output.name).safetensors, the diffusers file `weight_name`
+        (default pytorch_lora_weights.safetensors).
         """
         from studio.train.families.kohya import (
             DIFFUSERS_LORA_FILE,
@@ -208,16 +207,36 @@ class FamilyAdapter(ABC):
         )
 
         cast = cast_layers(layers, self.config.output.save_precision)
+        if self.config.method.network in ("loha", "lokr"):
+            return [self.save_lycoris(folder, cast, adapter_configs, metadata, name)]
         written: list[Path] = []
         formats = self.config.output.formats
         if "diffusers" in formats or not formats:
-            self.save_diffusers_lora(folder, DIFFUSERS_LORA_FILE, cast, adapter_configs)
-            written.append(folder / DIFFUSERS_LORA_FILE)
+            self.save_diffusers_lora(folder, weight_name or DIFFUSERS_LORA_FILE, cast, adapter_configs)
+            written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             state = kohya_state_dict(cast, adapter_configs, renames=self.kohya_renames)
             meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
+
+    def kohya_architecture_name(self) -> str:
+        """The model-spec architecture of the kohya file (a family of several sizes adds its size)."""
+        return self.kohya_architecture
+
+    def save_lycoris(self, folder: Path, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]], metadata: dict[str, str],
+                     name: str | None = None) -> Path:
+        """A LoHa or LoKr as one LyCORIS file, `name` (default output.name).safetensors: diffusers'
+        `load_lora_weights` reads LoRA only, so this is the file for ComfyUI, A1111/Forge and sd-scripts
+        whatever output.formats says. Each component's config holds its modules' scales (`lycoris_scales`)."""
+        from studio.train.families.kohya import kohya_metadata, save_kohya_file
+        from studio.train.networks.lycoris_file import lycoris_state_dict
+
+        scales = {component: adapter_configs[component]["lycoris_scales"] for component in layers}
+        state = lycoris_state_dict(layers, scales, renames=self.kohya_renames)
+        meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
+        return save_kohya_file(folder, name or self.config.output.name, state, meta)
 
     def save_diffusers_lora(
         self,

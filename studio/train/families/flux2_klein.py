@@ -171,6 +171,9 @@ class Flux2KleinAdapter(FamilyAdapter):
 
     # ------------------------------------------------------------ outputs
 
+    def kohya_architecture_name(self) -> str:
+        return f"{self.kohya_architecture}-{self.size}" if self.size else self.kohya_architecture
+
     def save_diffusers_lora(
         self,
         folder: Path,
@@ -192,6 +195,7 @@ class Flux2KleinAdapter(FamilyAdapter):
         adapter_configs: dict[str, dict[str, Any]],
         metadata: dict[str, str],
         name: str | None = None,
+        weight_name: str | None = None,
     ) -> list[Path]:
         """The diffusers file, and the ComfyUI file in the original layout (`lora_unet_double_blocks_...`)."""
         from studio.train.families.flux2_klein_names import comfy_state_dict
@@ -203,16 +207,17 @@ class Flux2KleinAdapter(FamilyAdapter):
         )
 
         cast = cast_layers(layers, self.config.output.save_precision)
+        if self.config.method.network in ("loha", "lokr"):  # diffusers names, which ComfyUI's Flux map reads
+            return [self.save_lycoris(folder, cast, adapter_configs, metadata, name)]
         formats = self.config.output.formats
         written: list[Path] = []
         if "diffusers" in formats or not formats:
-            self.save_diffusers_lora(folder, DIFFUSERS_LORA_FILE, cast, adapter_configs)
-            written.append(folder / DIFFUSERS_LORA_FILE)
+            self.save_diffusers_lora(folder, weight_name or DIFFUSERS_LORA_FILE, cast, adapter_configs)
+            written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
             state = comfy_state_dict(cast[self.denoiser_name], alpha)
-            architecture = f"{self.kohya_architecture}-{self.size}" if self.size else self.kohya_architecture
-            meta = kohya_metadata(self.config, self.kohya_base_version, architecture, metadata)
+            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
 

@@ -23,6 +23,7 @@ SAVE_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloa
 # kohya key prefix -> the component it belongs to (for each module's alpha).
 _OWNERS = {"lora_unet_": "unet", "lora_transformer_": "transformer", "lora_te1_": "text_encoder",
            "lora_te2_": "text_encoder_2", "lora_te_": "text_encoder"}
+_PREFIX_OF = {"unet": "lora_unet_"}  # the component whose convolutions a LoCon adapts
 
 
 def clip_key(component: str, key: str) -> str:
@@ -40,6 +41,10 @@ def kohya_state_dict(
     from diffusers.utils import convert_state_dict_to_kohya
 
     prefixed = {f"{name}.{clip_key(name, key)}": value for name, sd in layers.items() for key, value in sd.items()}
+    # The convolution layers of a LoCon have their own alpha (the config's alpha_pattern, by full name).
+    conv_alphas = {f"{_PREFIX_OF[owner]}{pattern.lstrip('^').replace('.', '_')}": float(alpha)
+                   for owner, config in adapter_configs.items() if owner in _PREFIX_OF
+                   for pattern, alpha in (config.get("alpha_pattern") or {}).items()}
     out: dict[str, torch.Tensor] = {}
     for key, value in convert_state_dict_to_kohya(prefixed).items():
         if key.startswith("transformer_"):
@@ -49,7 +54,8 @@ def kohya_state_dict(
                 key = new + key[len(old):]
         if key.endswith(".alpha"):
             owner = next((c for p, c in _OWNERS.items() if key.startswith(p)), "")
-            value = torch.tensor(float(adapter_configs.get(owner, {}).get("lora_alpha", value.item())))
+            value = torch.tensor(conv_alphas.get(key.removesuffix(".alpha"))
+                                 or float(adapter_configs.get(owner, {}).get("lora_alpha", value.item())))
         out[key] = value.contiguous()
     return out
 
@@ -73,9 +79,21 @@ def save_kohya_file(
 
 def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dict[str, str]) -> dict[str, str]:
     """The network's ss_* keys and the model-spec fields LoRA browsers show, over the run's `extra`."""
+    method = config.method
+    args: dict[str, str] = {}
+    if method.network in ("loha", "lokr"):
+        args["algo"] = method.network
+        if method.network == "lokr":
+            args["factor"] = str(method.lokr_factor or -1)
+    if method.network == "locon" or method.conv_rank is not None:
+        conv_rank = method.conv_rank or method.rank
+        args["conv_dim"] = str(conv_rank)
+        args["conv_alpha"] = str(method.conv_alpha if method.conv_alpha is not None else float(conv_rank))
     return {
         **extra,
-        "ss_network_module": "networks.lora",
+        # sd-scripts' own LoRA module (with conv_dim for LoCon), or the LyCORIS package's kohya network.
+        "ss_network_module": "lycoris.kohya" if "algo" in args else "networks.lora",
+        **({"ss_network_args": json.dumps(args)} if args else {}),
         "ss_network_dim": str(config.method.rank),
         "ss_network_alpha": str(config.method.lora_alpha),
         "ss_network_dropout": str(config.method.dropout),

@@ -332,3 +332,26 @@ def test_a_project_with_the_demos_tiny_model_is_estimated_at_its_size(qtbot, tmp
     total = page.findChild(QLabel, "estimate_total").text()
     assert re.search(r"Estimated peak: 0\.\d&nbsp;GB", total), total
     assert "sized for tiny-sd15" in page.findChild(QLabel, "estimate_breakdown").text()
+
+
+def test_the_adapter_kind_and_the_ema_are_edited_in_the_form_and_priced(make_page, qtbot) -> None:
+    page = make_page()
+    page.form.show_advanced.setChecked(True)
+
+    def shown(key: str) -> bool:
+        return page.form.rows[key][1].isVisibleTo(page)
+
+    network = page.form.findChild(QComboBox, "field_method_network")
+    assert [network.itemData(i) for i in range(network.count())] == ["lora", "locon", "loha", "lokr"]
+    assert not shown("method.lokr_factor") and not shown("training.ema_decay")
+    total = page.findChild(QLabel, "estimate_total")
+    assert page.apply_config_changes({"method.network": "lokr"})
+    assert shown("method.lokr_factor") and shown("method.conv_rank")
+    assert page.apply_config_changes({"method.kind": "dreambooth"})
+    qtbot.waitUntil(lambda: page.estimate.estimate is not None, timeout=5000)
+    before = total.text()
+    assert page.apply_config_changes({"training.ema": True})
+    assert shown("training.ema_decay") and shown("training.ema_on_cpu")
+    qtbot.waitUntil(lambda: total.text() != before, timeout=2000)  # a full fine-tune's average is GBs
+    assert _peak_gb(total.text()) > _peak_gb(before) + 2
+    assert load_config(page.context.project.config_path).training.ema

@@ -1,0 +1,77 @@
+"""Which peft adapter wraps a module: LoRA, LoCon (LoRA on the convolution layers too), LoHa or LoKr.
+
+peft's LoHa and LoKr hold the very factors the LyCORIS format names (`hada_w1_a` ... `lokr_w2_b`), with
+the same shapes and the same scale (alpha / rank), so a trained adapter is written as the file ComfyUI,
+A1111/Forge (through the LyCORIS extension built in) and sd-scripts load with no conversion but the names
+(lycoris_file.py). Convolution layers are those of the UNet's resnets, down- and upsamplers, as
+sd-scripts' LoCon wraps them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from studio.core.config.schema import MethodSection
+
+LYCORIS = ("loha", "lokr")
+# The UNet blocks whose convolutions LoCon, LoHa and LoKr adapt (sd-scripts' UNET_TARGET_REPLACE_MODULE_CONV2D_3X3).
+CONV_BLOCKS = ("ResnetBlock2D", "Downsample2D", "Upsample2D")
+
+
+def conv_targets(denoiser: torch.nn.Module) -> list[str]:
+    """Full names of the Conv2d layers inside the denoiser's resnets, down- and upsamplers."""
+    found = []
+    for name, module in denoiser.named_modules():
+        if type(module).__name__ not in CONV_BLOCKS:
+            continue
+        for child, layer in module.named_modules():
+            if child and isinstance(layer, torch.nn.Conv2d):
+                found.append(f"{name}.{child}")
+    return found
+
+
+def uses_convolutions(method: MethodSection) -> bool:
+    return method.network == "locon" or (method.network in LYCORIS and method.conv_rank is not None)
+
+
+def adapter_config(method: MethodSection, targets: list[str], rank: int, alpha: float,
+                   convolutions: list[str] | None = None) -> Any:
+    """The peft config of one component: `targets` at `rank`/`alpha`, `convolutions` (full names) at the
+    conv rank and alpha."""
+    from peft import LoHaConfig, LoKrConfig, LoraConfig
+
+    conv = list(convolutions or [])
+    conv_rank = method.conv_rank or method.rank
+    conv_alpha: float = method.conv_alpha if method.conv_alpha is not None else float(conv_rank)
+    patterns: dict[str, Any] = {}
+    if conv:
+        # Anchored at the start: a full name matches itself only (peft matches patterns at a name's end).
+        patterns = {"rank_pattern": {f"^{name}": conv_rank for name in conv},
+                    "alpha_pattern": {f"^{name}": conv_alpha for name in conv}}
+    common: dict[str, Any] = {"r": rank, "alpha": alpha, "target_modules": [*targets, *conv], **patterns}
+    if method.network == "loha":
+        return LoHaConfig(rank_dropout=method.dropout, init_weights=True, **common)
+    if method.network == "lokr":
+        return LoKrConfig(rank_dropout=method.dropout, init_weights=True,
+                          decompose_factor=method.lokr_factor or -1, **common)
+    lora_alpha = common.pop("alpha")
+    return LoraConfig(lora_alpha=lora_alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
+                      use_dora=method.use_dora, **common)
+
+
+def conv_alpha_of(config: dict[str, Any], module: str) -> float | None:
+    """The alpha a peft config's pattern gives the full module name `module`, if any."""
+    for pattern, alpha in (config.get("alpha_pattern") or {}).items():
+        if pattern.lstrip("^") == module:
+            return float(alpha)
+    return None
+
+
+def adapter_scales(root: torch.nn.Module) -> dict[str, float]:
+    """peft's scale (alpha / r) of each adapted module under `root`, by the module's name."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return {name: float(getattr(module, "scaling")["default"]) for name, module in root.named_modules()  # noqa: B009
+            if isinstance(module, BaseTunerLayer) and "default" in getattr(module, "scaling", {})}

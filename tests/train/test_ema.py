@@ -1,0 +1,103 @@
+"""training.ema: the average moves every ema_every steps, samples use it when asked, a full fine-tune
+writes it as a second model folder, and the settings that need it are refused without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from studio.core.config.schema import MethodSection, OutputSection, SamplingSection, TrainingSection
+
+torch = pytest.importorskip("torch")
+
+
+def _average(every: int, on_cpu: bool = False) -> tuple[Any, Any]:
+    from studio.core.config.schema import ModelSection, TrainConfig
+    from studio.train.weights.ema import WeightAverage
+
+    layer = torch.nn.Linear(3, 2)
+    config = TrainConfig(model=ModelSection(family="sd15", base="x"),
+                         training=TrainingSection(ema=True, ema_decay=0.5, ema_every=every, ema_on_cpu=on_cpu))
+    return layer, WeightAverage(list(layer.parameters()), config, torch.device("cpu"))
+
+
+def test_the_average_moves_every_n_steps_and_swaps_in_exactly() -> None:
+    layer, average = _average(every=2)
+    start = layer.weight.detach().clone()
+    for step in range(1, 5):
+        with torch.no_grad():
+            layer.weight.add_(1.0)
+        average.update(step)
+    assert average.average.optimization_step == 2  # steps 2 and 4
+    # Update 1 copies the weights (start + 2), update 2 moves half way with the warm-up's decay 2/11.
+    expected = (start + 2) * (2 / 11) + (start + 4) * (9 / 11)
+    trained = layer.weight.detach().clone()
+    with average.applied():
+        torch.testing.assert_close(layer.weight.detach(), expected)
+    assert torch.equal(layer.weight.detach(), trained)  # the trained weights back, bit for bit
+
+
+def test_the_settings_that_need_the_average_are_refused_without_it() -> None:
+    from studio.core.config.schema import ModelSection, TrainConfig
+
+    model = ModelSection(family="sd15", base="x")
+    for key, value in (("ema_decay", 0.9), ("ema_every", 5), ("ema_on_cpu", True)):
+        with pytest.raises(ValidationError, match=f"acts only with training.ema = true.*training.{key}"):
+            TrainConfig(model=model, training=TrainingSection(**{key: value}))
+    with pytest.raises(ValidationError, match="this run makes no samples"):
+        TrainConfig(model=model, training=TrainingSection(ema=True, ema_for_samples=True))
+
+
+def test_samples_are_made_with_the_average_when_asked(make_config, run_training, monkeypatch, tmp_path) -> None:
+    import studio.train.loop as loop
+
+    seen: list[tuple[float, float]] = []
+
+    def record(adapter: Any, components: Any, plan: Any, run_dir: Path, step: int, reporter: Any) -> None:
+        weights = sum(float(p.detach().double().sum()) for p in components.denoiser.parameters() if p.requires_grad)
+        seen.append((weights, trainer_of["ema"].checksum()))
+
+    trainer_of: dict[str, Any] = {}
+    original_setup = loop.Trainer.setup
+
+    def setup(self: Any) -> None:
+        original_setup(self)
+        trainer_of["ema"] = self.ema
+
+    monkeypatch.setattr(loop, "make_samples", record)
+    monkeypatch.setattr(loop.Trainer, "setup", setup)
+    for for_samples in (True, False):
+        seen.clear()
+        config = make_config(
+            training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-2, seed=1, ema=True, ema_decay=0.9,
+                                     ema_for_samples=for_samples),
+            sampling=SamplingSection(every_n_steps=3, prompts=["a red circle"], steps=1),
+        )
+        code, _ = run_training(config, tmp_path / str(for_samples))
+        assert code == 0 and len(seen) == 1
+        weights, average = seen[0]
+        assert (abs(weights - average) < 1e-6 * max(1.0, abs(average))) == for_samples
+
+
+@pytest.mark.slow
+def test_a_full_fine_tune_writes_its_average_as_a_second_model_folder(make_config, run_training,
+                                                                        tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    config = make_config(
+        method=MethodSection(kind="dreambooth"),
+        training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1, ema=True, ema_decay=0.9,
+                                 ema_on_cpu=True),
+        output=OutputSection(dir=str(tmp_path / "runs"), save_precision="fp32"),
+    )
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    output = run_dir / "output"
+    assert (output / "ema" / "model_index.json").is_file()
+    raw = load_file(str(output / "unet" / "diffusion_pytorch_model.safetensors"))
+    averaged = load_file(str(output / "ema" / "unet" / "diffusion_pytorch_model.safetensors"))
+    assert raw.keys() == averaged.keys()
+    assert sum(not torch.equal(raw[k], averaged[k]) for k in raw) > len(raw) // 2
