@@ -340,6 +340,8 @@ def test(extra: list[str]) -> None:
     setup_cloud()
     setup_compat()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    # Two workers on two cores: a trainer a test starts computes on one thread, not on as many as there are cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
     run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     run([python, "-m", "mypy", "studio"], env=env)
     print("\n== core tests without PySide6 or torch ==", flush=True)
