@@ -218,3 +218,21 @@ def test_a_missing_training_adapter_is_named(tiny_zimage: Path, demo_data: Path,
 
     with pytest.raises(TrainError, match=r"model.training_adapter: .*nothere.safetensors is not a file"):
         merge_training_adapter(_pipeline(tiny_zimage), str(tmp_path / "nothere.safetensors"))
+
+
+def test_the_gpu_acceptance_script_runs_the_z_image_presets_on_a_z_image_model(tmp_path: Path) -> None:
+    import importlib.util
+    import json
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", root / "benchmarks" / "gpu_acceptance.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_acceptance"] = script
+    spec.loader.exec_module(script)
+    chosen = [p for p in script.pick_presets(None) if p.family == "zimage"]
+    assert [p.id for p in chosen] == ["zimage-lora-16gb", "zimage-lora-24gb"]  # lowest promise first
+    assert {script.model_key(p) for p in chosen} == {"zimage"}
+    folder = script.write_model("zimage", tmp_path, tiny=True)  # the dry run's model; the GPU's is full size
+    assert json.loads((folder / "model_index.json").read_text())["_class_name"] == "ZImagePipeline"

@@ -81,6 +81,6 @@ def test_a_layer_comfyui_has_no_place_for_is_refused_with_what_to_do() -> None:
 
     bad = {"context_refiner.0.adaLN_modulation.0.lora_A.weight": torch.zeros(2, 4),
            "context_refiner.0.adaLN_modulation.0.lora_B.weight": torch.zeros(4, 2)}
-    with pytest.raises(TrainError, match="context_refiner.0.adaLN_modulation.0 has no place") as refused:
+    with pytest.raises(TrainError, match=r"context_refiner\.0\.adaLN_modulation\.0 has no place") as refused:
         comfy_state_dict(bad, 1.0)
     assert "method.target_modules" in refused.value.hint

@@ -161,7 +161,12 @@ class ZImageAdapter(FamilyAdapter):
         name: str | None = None,
     ) -> list[Path]:
         """The diffusers file, and the ComfyUI file (`diffusion_model.<module>.lora_down/lora_up/alpha`)."""
-        from studio.train.families.kohya import DIFFUSERS_LORA_FILE, cast_layers, kohya_metadata, save_kohya_file
+        from studio.train.families.kohya import (
+            DIFFUSERS_LORA_FILE,
+            cast_layers,
+            kohya_metadata,
+            save_kohya_file,
+        )
         from studio.train.families.zimage_names import comfy_state_dict
 
         cast = cast_layers(layers, self.config.output.save_precision)

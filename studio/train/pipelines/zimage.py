@@ -75,7 +75,12 @@ def build_tiny(folder: Path, seed: int) -> Path:
     """Z-Image in miniature: a 2-layer narrow Qwen3 encoder, a Z-Image transformer with one refiner layer of
     each kind, a four-block FLUX-style VAE (16x smaller latents in the transformer's 2x2 patches) and the
     Turbo scheduler."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        ZImagePipeline,
+        ZImageTransformer2DModel,
+    )
     from transformers import Qwen3Config, Qwen3Model
 
     from studio.core.dataset.demo_shapes import CAPTION_WORDS
