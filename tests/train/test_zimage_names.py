@@ -84,3 +84,26 @@ def test_a_layer_comfyui_has_no_place_for_is_refused_with_what_to_do() -> None:
     with pytest.raises(TrainError, match=r"context_refiner\.0\.adaLN_modulation\.0 has no place") as refused:
         comfy_state_dict(bad, 1.0)
     assert "method.target_modules" in refused.value.hint
+
+
+def test_the_stored_counts_are_the_published_z_image_architecture() -> None:
+    """resources/architectures/zimage.json (benchmarks/count_transformer_family.py zimage) against the
+    classes built from the published configuration: a 6.15 B transformer of 34 blocks and FLUX's VAE; the
+    Qwen3-4B encoder is the one FLUX.2 [klein] 4B counts too."""
+    import json
+    from pathlib import Path
+
+    from diffusers import AutoencoderKL
+
+    from studio.train.pipelines.zimage import VAE, full_size_transformer
+
+    resources = Path(__file__).resolve().parents[2] / "resources" / "architectures"
+    stored = json.loads((resources / "zimage.json").read_text())["components"]
+    transformer = full_size_transformer()
+    with torch.device("meta"):
+        vae = AutoencoderKL(**VAE)
+    assert stored["transformer"]["params"] == sum(p.numel() for p in transformer.parameters()) == 6_154_908_736
+    assert stored["transformer"]["blocks"] == 34 and stored["transformer"]["lora_targets"]["layers"] == 4 * 34
+    assert stored["vae"]["params"] == sum(p.numel() for p in vae.parameters())
+    klein = json.loads((resources / "flux2-klein-4b.json").read_text())["components"]
+    assert stored["text_encoder"]["params"] == klein["text_encoder"]["params"]
