@@ -236,3 +236,18 @@ def test_the_gpu_acceptance_script_runs_the_z_image_presets_on_a_z_image_model(t
     assert {script.model_key(p) for p in chosen} == {"zimage"}
     folder = script.write_model("zimage", tmp_path, tiny=True)  # the dry run's model; the GPU's is full size
     assert json.loads((folder / "model_index.json").read_text())["_class_name"] == "ZImagePipeline"
+
+
+def test_a_single_file_base_is_refused_with_what_to_use(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from studio.train.errors import TrainError
+    from studio.train.families import adapter_for
+
+    single = tmp_path / "z_image_turbo_bf16.safetensors"  # ComfyUI's transformer-only file
+    save_file({"layers.0.attention.qkv.weight": torch.zeros(2, 2)}, str(single))
+    config = TrainConfig(model=ModelSection(family="zimage", base=str(single)),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(tmp_path))]))
+    with pytest.raises(TrainError, match="is a single file; Z-Image trains from a diffusers folder") as refused:
+        adapter_for(config).load(torch.device("cpu"), torch.float32)
+    assert "Tongyi-MAI/Z-Image" in refused.value.hint
