@@ -251,3 +251,23 @@ def test_a_single_file_base_is_refused_with_what_to_use(tmp_path: Path) -> None:
     with pytest.raises(TrainError, match="is a single file; Z-Image trains from a diffusers folder") as refused:
         adapter_for(config).load(torch.device("cpu"), torch.float32)
     assert "Tongyi-MAI/Z-Image" in refused.value.hint
+
+
+def test_a_lokr_is_one_lycoris_file_under_the_names_comfyuis_z_image_map_reads(tiny_zimage: Path, demo_data: Path,
+                                                                               tmp_path: Path) -> None:
+    from studio.train.families.zimage_names import comfy_knows
+
+    config = _config(tiny_zimage, demo_data, tmp_path)
+    config = TrainConfig.model_validate({**config.model_dump(), "method": {"kind": "lora", "network": "lokr",
+                                                                            "rank": 4, "alpha": 4}})
+    config.training.max_steps, config.sampling.prompts = 2, []
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    assert [p.name for p in sorted((run_dir / "output").glob("*.safetensors"))] == ["zimage.safetensors"]
+    keys = _keys(run_dir / "output" / "zimage.safetensors")
+    modules = {k.rsplit(".", 1)[0] for k in keys}
+    assert "lycoris_layers_0_attention_to_q" in modules and any(k.endswith(".lokr_w1") for k in keys)
+    # lycoris_<diffusers name, dots as underscores>: each is a module ComfyUI's Z-Image map has a place for.
+    transformer = _pipeline(tiny_zimage).transformer
+    by_lycoris = {"lycoris_" + name.replace(".", "_"): name for name, _ in transformer.named_modules() if name}
+    assert all(m in by_lycoris and comfy_knows(by_lycoris[m]) for m in modules), sorted(modules)[:4]

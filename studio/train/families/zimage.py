@@ -42,6 +42,9 @@ class ZImageAdapter(FamilyAdapter):
     rename_lora_keys: ClassVar[bool] = False
     kohya_base_version: ClassVar[str] = "zimage"
     kohya_architecture: ClassVar[str] = "z-image"
+    # A LoHa/LoKr file's modules: ComfyUI's Z-Image (Lumina2) map reads `lycoris_<diffusers name>`, not the
+    # `lora_transformer_` OneTrainer names it knows for SD3 and Flux.
+    kohya_renames: ClassVar[dict[str, str]] = {"lora_transformer_": "lycoris_"}
     prompt_embedding_names: ClassVar[tuple[str, ...]] = ("prompt_embeds", "negative_prompt_embeds")
 
     max_tokens = MAX_TOKENS
@@ -159,8 +162,10 @@ class ZImageAdapter(FamilyAdapter):
         adapter_configs: dict[str, dict[str, Any]],
         metadata: dict[str, str],
         name: str | None = None,
+        weight_name: str | None = None,
     ) -> list[Path]:
-        """The diffusers file, and the ComfyUI file (`diffusion_model.<module>.lora_down/lora_up/alpha`)."""
+        """The diffusers file, and the ComfyUI file (`diffusion_model.<module>.lora_down/lora_up/alpha`); a LoHa
+        or LoKr as one LyCORIS file (`lycoris_<module>`)."""
         from studio.train.families.kohya import (
             DIFFUSERS_LORA_FILE,
             cast_layers,
@@ -170,11 +175,13 @@ class ZImageAdapter(FamilyAdapter):
         from studio.train.families.zimage_names import comfy_state_dict
 
         cast = cast_layers(layers, self.config.output.save_precision)
+        if self.config.method.network in ("loha", "lokr"):
+            return [self.save_lycoris(folder, cast, adapter_configs, metadata, name)]
         formats = self.config.output.formats
         written: list[Path] = []
         if "diffusers" in formats or not formats:
-            self.save_diffusers_lora(folder, DIFFUSERS_LORA_FILE, cast, adapter_configs)
-            written.append(folder / DIFFUSERS_LORA_FILE)
+            self.save_diffusers_lora(folder, weight_name or DIFFUSERS_LORA_FILE, cast, adapter_configs)
+            written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
             state = comfy_state_dict(cast[self.denoiser_name], alpha)
