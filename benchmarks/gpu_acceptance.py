@@ -4,7 +4,8 @@
     python benchmarks/gpu_acceptance.py --dry-run --only sd15-lora-6gb --out DIR            # anywhere: the script
 
 For each model family it writes one full-size model with random weights (SD1.5 and SDXL
-as single-file checkpoints, SD3-medium as a diffusers folder without T5), once, in a
+as single-file checkpoints, SD3-medium without T5 and the families that build their own pipelines as
+diffusers folders), once, in a
 helper process; then it runs every preset through `studio-train run` (`python -m
 studio.cli run CONFIG`, as a person would) on 8 demo images for `--steps` steps with
 sample images every half of them. While a run lasts, NVML is read 20 times a second for
@@ -108,7 +109,7 @@ class TreePeak(threading.Thread):
 
 
 def model_key(preset: Any) -> str:
-    """Which model a preset trains: its family's, or for FLUX.2 [klein] the size its id names (4B or 9B)."""
+    """Which model a preset trains: its family's, or for a family of several sizes the size its id names."""
     from studio.core.families import family
 
     spec = family(preset.family)
@@ -117,30 +118,10 @@ def model_key(preset: Any) -> str:
 
 def write_model(family: str, folder: Path, tiny: bool) -> Path:
     """A model of `family` (a model_key) with random weights: tiny, or full size (the single-file checkpoints
-    load fastest)."""
-    if family.startswith("flux2-klein-"):
-        size = family.rsplit("-", 1)[1]
-        if tiny:
-            from studio.train.pipelines.tiny import build_tiny_pipeline
+    load fastest; the families that build their own pipelines write a folder)."""
+    from studio.train.pipelines.full_size import write_acceptance_model
 
-            return build_tiny_pipeline("flux2-klein", folder / f"tiny-{family}")
-        import torch
-
-        from studio.train.pipelines.flux2_klein import write_full_size_flux2_klein
-
-        return write_full_size_flux2_klein(size, folder / family, torch.bfloat16,
-                                           device="cuda" if torch.cuda.is_available() else "cpu")
-    if tiny:
-        from studio.train.pipelines.tiny import build_tiny_pipeline
-
-        return build_tiny_pipeline(family, folder / f"tiny-{family}")
-    if family == "sd3":
-        from studio.train.pipelines.full_size import write_full_size_pipeline
-
-        return write_full_size_pipeline("sd3", folder / "sd3", dtype="fp16", t5=False)
-    from studio.train.pipelines.full_size import write_random_checkpoint
-
-    return write_random_checkpoint(folder / f"{family}.safetensors", family)
+    return write_acceptance_model(family, folder, tiny)
 
 
 @dataclass
@@ -447,9 +428,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _family_path(text: str) -> tuple[str, Path]:
+    from studio.core.families import FAMILY_NAMES
+
     family, _, path = text.partition("=")
-    if family not in ("sd15", "sdxl", "sd3") or not path:
-        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH with FAMILY sd15, sdxl or sd3, not {text!r}")
+    if family not in FAMILY_NAMES or not path:
+        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH with FAMILY one of {', '.join(FAMILY_NAMES)}, "
+                                         f"not {text!r}")
     return family, Path(path)
 
 

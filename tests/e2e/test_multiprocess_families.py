@@ -1,4 +1,4 @@
-"""`accelerate launch` with two CPU processes for SDXL, SD3 and FLUX.2 [klein]: both ranks end with the same adapter."""
+"""`accelerate launch` with two CPU processes for SDXL, SD3, FLUX.2 [klein] and Z-Image: both ranks end with the same adapter."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["sdxl", "sd3", "flux2-klein"])
+@pytest.mark.parametrize("family", ["sdxl", "sd3", "flux2-klein", "zimage"])
 def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tmp_path: Path,
                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     from studio.train.pipelines.tiny import build_tiny_pipeline

@@ -14,6 +14,7 @@ import pytest
 
 from studio.core.config.presets import apply_preset, list_presets
 from studio.core.config.toml_file import load_config
+from studio.core.families import FAMILIES
 from studio.core.runs.events import RunFinished, RunWarning, Sample
 from tests.fixtures.training import scaled_to_tiny
 
@@ -27,8 +28,7 @@ SCALED = {("dataset", "resolution"), ("training", "epochs"), ("training", "max_s
 
 def test_the_shipped_presets_cover_every_family_and_method() -> None:
     assert len(PRESETS) >= 12
-    assert {(p.family, p.method) for p in PRESETS} == {(f, m) for f in ("sd15", "sdxl", "sd3")
-                                                       for m in ("lora", "dreambooth")} | {("flux2-klein", "lora")}
+    assert {(p.family, p.method) for p in PRESETS} == {(spec.name, m) for spec in FAMILIES for m in spec.methods}
 
 
 def _preset_keys(delta: dict[str, Any]) -> list[tuple[str, str, Any]]:

@@ -62,16 +62,12 @@ def _has_t5(name: str) -> bool:
 
 
 def _full_size(args: argparse.Namespace) -> int:
-    from studio.train.pipelines.full_size import (
-        full_size_of_sizes,
-        parameter_counts,
-        write_full_size_pipeline,
-    )
+    from studio.train.pipelines.full_size import own_full_size, parameter_counts, write_full_size_pipeline
 
-    spec = family(args.family)
-    if spec.size_bases:
-        args.size = args.size or next(iter(spec.size_bases))
-        return full_size_of_sizes(args)
+    spec, own = family(args.family), own_full_size(args.family)
+    if own is not None:  # a family that builds its own pipelines (and may have several sizes)
+        args.size = args.size or next(iter(spec.size_bases), None)
+        return own(args)
 
     with_t5 = _has_t5(args.family) and (args.t5 or not args.write)
     counts = parameter_counts(args.family, t5=with_t5)

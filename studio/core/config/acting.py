@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from studio.core.families import FamilySpec, Setting, conditional_keys, declaration_of, family
+from studio.core.families.settings import OFFERED
 
 Value = Callable[[str], Any]
 _OBJECTIVES = {"ddpm": "a DDPM noise schedule", "flow_matching": "flow matching"}
@@ -37,7 +38,8 @@ def why_inert(value: Value, key: str) -> str | None:
     if setting is None:
         owners = declaration_of(key)
         if not owners:
-            return None
+            offered = next((s for s in OFFERED if s.key == key), None)
+            return None if offered is None else f"{offered.does}, which no family acts on: {offered.instead}"
         declared = next(s for owner in owners if (s := owner.setting(key)) is not None)
         return _other_family(spec, declared, owners)
     kind = value("method.kind")

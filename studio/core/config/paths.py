@@ -57,6 +57,7 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
     out = config.model_copy(deep=True)
     out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
     out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
+    out.model.training_adapter = _resolve(base, out.model.training_adapter, False, "model.training_adapter")
     for index, concept in enumerate(out.dataset.concepts):
         key = f"dataset.concepts[{index}]"
         concept.path = _resolve(base, concept.path, False, f"{key}.path") or concept.path

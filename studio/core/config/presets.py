@@ -28,7 +28,7 @@ from studio.core.user_dirs import config_dir
 
 # What a preset never changes: it belongs to the project, not to the recipe.
 PROJECT_KEYS: dict[str, tuple[str, ...]] = {
-    "model": ("base", "vae", "revision", "variant"),
+    "model": ("base", "vae", "revision", "variant", "training_adapter"),
     "dataset": ("concepts",),
     "sampling": ("prompts", "negative_prompt"),
     "output": ("dir", "name"),

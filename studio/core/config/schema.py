@@ -73,6 +73,12 @@ class ModelSection(Section):
         description="Load a .ckpt/.pt/.bin base model or VAE (a pickle: loading one can run code hidden in it) "
         "as data only, with a warning; convert it to .safetensors instead where you can.",
     )
+    training_adapter: str | None = Field(
+        default=None,
+        description="A LoRA file (.safetensors) merged into the base model for training and left out of the "
+        "outputs: a step-distilled model's training adapter, which keeps the distillation from breaking. Only "
+        "for the families that declare it.",
+    )
     clip_skip: int = Field(
         default=1, ge=1, le=12,
         description="SD1.5: take the text encoder's output this many layers from the end, as kohya and A1111 "
@@ -432,7 +438,8 @@ def _check_launch(config: TrainConfig) -> None:
 def _check_pickle(config: TrainConfig) -> None:
     """A pickle model file can run code when loaded: refused unless the config allows it explicitly."""
     model = config.model
-    for key, value in (("model.base", model.base), ("model.vae", model.vae)):
+    for key, value in (("model.base", model.base), ("model.vae", model.vae),
+                       ("model.training_adapter", model.training_adapter)):
         if value and is_pickle_file(value) and not model.allow_pickle:
             raise Contradiction(key, value, pickle_refusal(value))
 

@@ -76,8 +76,8 @@ def _model_value(raw: str | None, resolved: str | None, what: str, remote: str |
     if not local.is_absolute():  # resolve_paths keeps hub ids as they are
         return raw, "hub"
     if not local.exists():
-        raise ExportError(f"{what} {local} does not exist; fix model.{'base' if what == 'base model' else 'vae'} "
-                          "in the config or give a hub id")
+        key = {"base model": "base", "VAE": "vae"}.get(what, what.replace(" ", "_"))
+        raise ExportError(f"{what} {local} does not exist; fix model.{key} in the config or give a hub id")
     if not include:
         size = folder_size(local) / 2**30
         flag = "--remote-base ID_OR_PATH" if what == "base model" else "a hub id in model.vae"
@@ -133,6 +133,9 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
                                    remote_base, include_model, out, copies)
     bundle.model.base = base or config.model.base
     bundle.model.vae, _ = _model_value(config.model.vae, resolved.model.vae, "VAE", None, include_model, out, copies)
+    # A training adapter is part of the recipe (a LoRA file, small beside the model): it always travels.
+    bundle.model.training_adapter, _ = _model_value(config.model.training_adapter, resolved.model.training_adapter,
+                                                    "training adapter", None, True, out, copies)
     data_root = remote_dataset.rstrip("/") if remote_dataset else DATASET_DIR
     datasets = _select_datasets(bundle, resolved, data_root, config_path)
     plan = BundlePlan(config_path, out, bundle, gpus, nodes, _gpu_type(gpu_type), base_kind, data_root,

@@ -7,10 +7,11 @@ detection, the estimate and the bundle) follows from it.
 
 from __future__ import annotations
 
-from studio.core.families import flux2_klein, sd3, sd15, sdxl
+from studio.core.families import flux2_klein, sd3, sd15, sdxl, zimage
+from studio.core.families.settings import OFFERED
 from studio.core.families.spec import CheckpointKind, FamilySpec
 
-_DECLARATIONS = (sd15, sdxl, sd3, flux2_klein)
+_DECLARATIONS = (sd15, sdxl, sd3, flux2_klein, zimage)
 
 FAMILIES: tuple[FamilySpec, ...] = tuple(module.FAMILY for module in _DECLARATIONS)
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
@@ -53,11 +54,14 @@ def checkpoint_kinds() -> dict[str, tuple[FamilySpec, CheckpointKind]]:
 
 
 def conditional_keys() -> tuple[str, ...]:
-    """The settings that act only for some families, in the order the families declare them."""
+    """The settings that act only for some families, in the order the families declare them (then the
+    settings offered to them that no family may declare yet)."""
     seen: dict[str, None] = {}
     for spec in FAMILIES:
         for setting in spec.settings:
             seen.setdefault(setting.key, None)
+    for setting in OFFERED:  # offered to the families, refused until one declares it
+        seen.setdefault(setting.key, None)
     return tuple(seen)
 
 

@@ -117,5 +117,13 @@ CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted 
 T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5 text encoder; leave it off")
 BLOCKS = Setting("method.blocks", "limits the LoRA to some transformer blocks",
                  "leave it empty (use method.target_modules to choose the LoRA's layers)")
+TRAINING_ADAPTER = Setting("model.training_adapter",
+                           "merges a step-distilled model's training adapter into the base for training",
+                           "this family's bases are trained as they are; leave it empty")
 
-__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "T5", "Condition"]
+# Settings the studio offers a family to declare (its trainer does what they say): until one does, each is
+# refused for every family, so a file that sets it never trains something other than what it says.
+OFFERED: tuple[Setting, ...] = (TRAINING_ADAPTER,)
+
+__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "OFFERED", "T5",
+           "TRAINING_ADAPTER", "Condition"]

@@ -127,6 +127,9 @@ def build_tiny_flux2_klein(folder: Path, seed: int) -> Path:
     return folder
 
 
+build_tiny = build_tiny_flux2_klein  # what studio.train.pipelines.tiny builds for the family
+
+
 def write_full_size_flux2_klein(variant: str, folder: str | Path, dtype: torch.dtype, seed: int = 0,
                                 device: str = "cpu") -> Path:
     """A loadable full-size [klein] folder with random weights (4B: about 16 GB in bf16) and the tiny
@@ -146,6 +149,11 @@ def write_full_size_flux2_klein(variant: str, folder: str | Path, dtype: torch.d
                                   is_distilled=False, **parts)
     pipeline.save_pretrained(out, safe_serialization=True)
     return out
+
+
+def write_full_size(size: str | None, folder: str | Path, dtype: torch.dtype, device: str = "cpu") -> Path:
+    """The acceptance script's full-size model of one size (the 4B when none is named)."""
+    return write_full_size_flux2_klein(size or VARIANTS[0], folder, dtype, device=device)
 
 
 def full_size_main(args: Any) -> int:
@@ -170,3 +178,43 @@ def full_size_main(args: Any) -> int:
     folder = write_full_size_flux2_klein(args.size, args.dir, dtypes[args.dtype], seed=args.seed)
     print(f"full-size FLUX.2 [klein] {args.size.upper()} pipeline (random weights) written to {folder}")
     return EXIT_OK
+
+
+# The adapter's default targets (diffusers' [klein] example): the double blocks' image attention and
+# the single blocks' two fused projections.
+LORA_TARGETS = ("to_k", "to_q", "to_v", "to_out.0", "to_qkv_mlp_proj", "attn.to_out")
+
+
+def _count_inputs(transformer: Any, batch: int, dtype: torch.dtype, resolution: int = 1024,
+                  text_tokens: int = 512) -> dict[str, Any]:
+    """The transformer's forward arguments at `resolution` (128 channels: 32 VAE channels patchified 2x2)."""
+    from diffusers import Flux2KleinPipeline
+
+    side = resolution // 16
+    latents = torch.empty(batch, 128, side, side, device="meta", dtype=dtype)
+    embeds = torch.empty(batch, text_tokens, transformer.config.joint_attention_dim, device="meta", dtype=dtype)
+    img_ids = Flux2KleinPipeline._prepare_latent_ids(torch.empty(batch, 1, side, side))
+    txt_ids = Flux2KleinPipeline._prepare_text_ids(torch.empty(batch, text_tokens, 1))
+    return {"hidden_states": Flux2KleinPipeline._pack_latents(latents), "encoder_hidden_states": embeds,
+            "timestep": torch.ones(batch, device="meta", dtype=dtype), "img_ids": img_ids.to("meta"),
+            "txt_ids": txt_ids.to("meta"), "guidance": None, "return_dict": False}
+
+
+def _count_components(variant: str | None) -> dict[str, Any]:
+    return full_size_components(variant or VARIANTS[0])
+
+
+def _make_counting() -> Any:
+    from studio.train.pipelines.counting import Counting
+
+    return Counting(
+        family="flux2-klein", sizes=VARIANTS, components=_count_components, inputs=_count_inputs,
+        output=lambda out: out[0], lora_modules=LORA_TARGETS,
+        blocks=lambda model: len(model.transformer_blocks) + len(model.single_transformer_blocks),
+        text_encoder=lambda encoder, ids, mask: encoder(input_ids=ids, attention_mask=mask,
+                                                        output_hidden_states=True, use_cache=False),
+        latent_channels=128, vae_channels=32,
+    )
+
+
+COUNTING = _make_counting()

@@ -98,12 +98,52 @@ def write_random_checkpoint(path: str | Path, family: str, dtype: str = "fp16", 
                             _DTYPES[dtype], {})
 
 
-def full_size_of_sizes(args: Any) -> int:
-    """`studio-train tiny FAMILY --full-size --size S`: a family of several architectures counts (and writes) one."""
-    from studio.core.families import flux2_klein
+def own_module(family: str) -> Any | None:
+    """The family's own pipeline module here (`flux2-klein` -> flux2_klein.py) when it builds its pipelines
+    itself (`build_tiny`, `write_full_size`, `full_size_main`), else None (the families of arch_configs)."""
+    import importlib
 
-    if args.family == flux2_klein.NAME:
-        from studio.train.pipelines.flux2_klein import full_size_main
+    try:
+        module = importlib.import_module(f"{__package__}.{family.replace('-', '_')}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.{family.replace('-', '_')}":
+            raise
+        return None
+    return module if hasattr(module, "full_size_main") else None
 
-        return full_size_main(args)
-    raise ValueError(f"no full-size builder of several sizes for {args.family}")
+
+def own_full_size(family: str) -> Any | None:
+    """`studio-train tiny FAMILY --full-size [--size S]` of a family that builds its own pipelines: its
+    `full_size_main(args)`, or None."""
+    module = own_module(family)
+    return None if module is None else module.full_size_main
+
+
+def split_model_key(key: str) -> tuple[str, str | None]:
+    """A model key (`sd15`, `flux2-klein-4b`: a family, and a size for a family of several) -> (family, size)."""
+    from studio.core.families import FAMILIES
+
+    for spec in FAMILIES:
+        if key == spec.name:
+            return spec.name, None
+        if spec.size_bases and key.startswith(spec.name + "-") and key[len(spec.name) + 1:] in spec.size_bases:
+            return spec.name, key[len(spec.name) + 1:]
+    raise ValueError(f"no model family {key!r}")
+
+
+def write_acceptance_model(key: str, folder: Path, tiny: bool) -> Path:
+    """A model of `key` (a family, or family-size) with random weights into `folder`: tiny, or full size (the
+    single-file checkpoints load fastest; a family of its own pipeline module writes its folder in bf16, on
+    the GPU when there is one)."""
+    from studio.train.pipelines.tiny import build_tiny_pipeline
+
+    name, size = split_model_key(key)
+    if tiny:
+        return build_tiny_pipeline(name, folder / f"tiny-{key}")
+    module = own_module(name)
+    if module is not None:
+        return module.write_full_size(size, folder / key, torch.bfloat16,
+                                      device="cuda" if torch.cuda.is_available() else "cpu")
+    if "transformer" in SPECS[name]:  # a diffusers folder (SD3-medium, without T5)
+        return write_full_size_pipeline(name, folder / name, dtype="fp16", t5=False)
+    return write_random_checkpoint(folder / f"{name}.safetensors", name)

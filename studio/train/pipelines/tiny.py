@@ -201,23 +201,28 @@ def _sd3(folder: Path, seed: int, t5: bool = False) -> Path:
     return folder
 
 
-def _flux2_klein(folder: Path, seed: int) -> Path:
-    from studio.train.pipelines.flux2_klein import build_tiny_flux2_klein
-
-    return build_tiny_flux2_klein(folder, seed)
+_BUILDERS: dict[str, Callable[..., Path]] = {"sd15": _sd15, "sdxl": _sdxl, "sd3": _sd3}
 
 
-_BUILDERS: dict[str, Callable[..., Path]] = {"sd15": _sd15, "sdxl": _sdxl, "sd3": _sd3, "flux2-klein": _flux2_klein}
+def _builder(family: str) -> Callable[..., Path] | None:
+    """The tiny builder of `family`: one above, or the `build_tiny` of the family's own pipeline module."""
+    if family in _BUILDERS:
+        return _BUILDERS[family]
+    from studio.train.pipelines.full_size import own_module
 
+    module = own_module(family)
+    return getattr(module, "build_tiny", None) if module is not None else None
 
 
 def tiny_families() -> list[str]:
-    return sorted(_BUILDERS)
+    from studio.core.families import FAMILY_NAMES
+
+    return sorted(name for name in FAMILY_NAMES if _builder(name) is not None)
 
 
 def build_tiny_pipeline(family: str, directory: str | Path, seed: int = 0, **options: Any) -> Path:
     """Write a tiny diffusers pipeline folder for `family` into `directory` and return it."""
-    builder = _BUILDERS.get(family)
+    builder = _builder(family)
     if builder is None:
         raise ValueError(
             f"no tiny pipeline for family {family!r}; available: {', '.join(tiny_families())}"

@@ -230,3 +230,18 @@ def test_a_dreambooth_too_large_for_data_parallel_is_sharded_in_the_bundle(demo:
     alone = export_bundle(demo.config_path, tmp_path / "alone", gpus=1, gpu_type="rtx4090")
     assert load_config(tmp_path / "alone" / "config.toml").launch.strategy == "ddp"
     assert any("exceeds" in w for w in alone.warnings)
+
+
+def test_a_training_adapter_travels_in_the_bundle(demo: Project, tmp_path: Path) -> None:
+    adapter = demo.root / "adapters" / "turbo-adapter.safetensors"
+    adapter.parent.mkdir()
+    adapter.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    config = demo.load_config()
+    config.model.family, config.model.base = "zimage", "Tongyi-MAI/Z-Image-Turbo"
+    config.model.training_adapter = "adapters/turbo-adapter.safetensors"
+    save_config(config, demo.config_path)
+    out = tmp_path / "bundle"
+    export_bundle(demo.config_path, out)
+    assert load_config(out / "config.toml").model.training_adapter == "model/turbo-adapter.safetensors"
+    assert (out / "model" / "turbo-adapter.safetensors").read_bytes() == adapter.read_bytes()
+    assert Path(load_resolved(out / "config.toml").model.training_adapter or "") == out / "model" / "turbo-adapter.safetensors"

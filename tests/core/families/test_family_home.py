@@ -11,6 +11,7 @@ import pytest
 from studio.core.config.schema import ModelSection, TrainConfig
 from studio.core.families import FAMILIES, FAMILY_NAMES, conditional_keys, declaration_of, family
 from studio.core.families.registry import UnknownFamily
+from studio.core.families.settings import OFFERED, TRAINING_ADAPTER
 
 ROOT = Path(__file__).resolve().parents[3]
 # Where a family may be named: its declaration and the registry, the trainer's adapters and pipeline builders.
@@ -69,4 +70,20 @@ def test_a_conditional_setting_is_a_real_config_key_and_acts_for_someone() -> No
     for key in conditional_keys():
         section, name = key.split(".")
         assert hasattr(getattr(defaults, section), name), key
-        assert declaration_of(key), key
+        assert declaration_of(key) or key in {s.key for s in OFFERED}, key
+
+
+def test_an_offered_setting_is_refused_for_every_family_that_does_not_declare_it(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from studio.core.config.errors import issues_from_validation
+
+    adapter = tmp_path / "adapter.safetensors"
+    adapter.write_bytes(b"{}")
+    for spec in FAMILIES:
+        if spec.setting(TRAINING_ADAPTER.key) is not None:
+            continue
+        with pytest.raises(ValidationError) as refused:
+            TrainConfig(model=ModelSection(family=spec.name, base="x", training_adapter=str(adapter)))
+        (issue,) = issues_from_validation(refused.value, TrainConfig)
+        assert issue.key == "model.training_adapter" and "leave it empty" in issue.message

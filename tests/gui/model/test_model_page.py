@@ -355,3 +355,20 @@ def test_the_adapter_kind_and_the_ema_are_edited_in_the_form_and_priced(make_pag
     qtbot.waitUntil(lambda: total.text() != before, timeout=2000)  # a full fine-tune's average is GBs
     assert _peak_gb(total.text()) > _peak_gb(before) + 2
     assert load_config(page.context.project.config_path).training.ema
+
+
+def test_the_page_offers_z_image_with_its_presets_estimated_and_its_training_adapter(make_page, qtbot) -> None:
+    page = make_page("rtx4090-24gb")
+    families = [page.family.itemData(i) for i in range(page.family.count())]
+    assert "zimage" in families
+    for preset_id, promise in (("zimage-lora-16gb", 16), ("zimage-lora-24gb", 24)):
+        label = page.findChild(QWidget, f"preset_card_{preset_id}").findChild(QLabel, "preset_estimate")
+        expected = estimate_preset(get_preset(preset_id), page.gpu, page.config)
+        assert label.text() == f"promises {promise} GB · estimated {expected.estimate.total_gb:.1f} GB with samples"
+        assert expected.keeps_promise
+    page.form.show_advanced.setChecked(True)
+    adapter = page.form.editors["model.training_adapter"]
+    assert not adapter.isVisibleTo(page)  # the project's SD1.5 has no training adapter
+    page.choose_family("zimage")
+    assert page.config.model.family == "zimage"
+    assert adapter.isVisibleTo(page)

@@ -1,0 +1,47 @@
+"""Z-Image (6B): a single-stream transformer with one Qwen3-4B text encoder and FLUX.1's VAE, trained by flow matching.
+
+Z-Image (the undistilled base, Tongyi-MAI/Z-Image) trains as it is. Z-Image Turbo is step-distilled
+(8 steps, no guidance): a LoRA trained on it as it is breaks the distillation, so a run on Turbo can
+name a training adapter (`model.training_adapter`, a LoRA file such as the community's Turbo training
+adapter) that is merged into the transformer for training and left out of the outputs; the LoRA
+then applies to Turbo without undoing its few-step sampling. The studio trains LoRAs of it; the text
+encoder stays frozen (its embeddings are cached).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from studio.core.families.settings import COMMON, FLOW_MATCHING, TRAINING_ADAPTER
+from studio.core.families.spec import FamilySpec
+
+NAME = "zimage"
+
+
+def _folder(folder: Path, read: Callable[[Path], dict[str, object]]) -> str | None:
+    transformer = folder / "transformer" / "config.json"
+    if transformer.is_file() and read(transformer).get("_class_name") == "ZImageTransformer2DModel":
+        return "transformer/config.json names ZImageTransformer2DModel"
+    return None
+
+
+FAMILY = FamilySpec(
+    name=NAME,
+    title="Z-Image",
+    objective="flow_matching",
+    pipeline_class="ZImagePipeline",
+    pipeline_classes=("ZImagePipeline",),
+    denoiser="transformer",
+    components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
+    native_resolution=1024,
+    settings=(*FLOW_MATCHING, *COMMON, TRAINING_ADAPTER),
+    fsdp_units=("ZImageTransformerBlock",),
+    checkpointed_blocks=("ZImageTransformerBlock",),
+    download_gb=21.0,  # the bf16 transformer (12.3 GB), the Qwen3-4B encoder (8 GB) and the VAE
+    kinds=(),
+    single_file_text_encoders=(),
+    methods=("lora",),
+    trains_text_encoders=False,
+    folder_rule=_folder,
+)
