@@ -68,8 +68,8 @@ def test_a_validation_folder_is_measured(make_config: Callable[..., TrainConfig]
 
 
 def test_validation_needs_held_out_images() -> None:
-    with pytest.raises(ValidationError, match="training.validation_every.*needs held-out images"):
+    with pytest.raises(ValidationError, match="needs held-out images"):
         TrainConfig(model={"family": "sd15", "base": "x"}, training=TrainingSection(validation_every=5))  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="validation_fraction.*cannot be combined"):
+    with pytest.raises(ValidationError, match="cannot be combined with dataset"):
         TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
                     dataset=DatasetSection(validation_fraction=0.1, validation_folder="x"))

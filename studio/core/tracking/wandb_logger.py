@@ -46,6 +46,7 @@ class WandbLogger:
         if self.run is not None:
             self.run.finish()
             self.run = None
+            self.wandb.teardown()  # its service process ends with the run, not at the interpreter's exit
 
 
 def _run_id(name: str) -> str:

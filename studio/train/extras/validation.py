@@ -63,7 +63,7 @@ def fixed_noised(scheme: Any, latents: torch.Tensor, fraction: float, noise: tor
     """`latents` noised with `noise` at the noise level `fraction` of the way through the schedule."""
     batch = latents.shape[0]
     if isinstance(scheme, DiffusionScheme):
-        step = min(scheme.timesteps - 1, int(round(fraction * (scheme.timesteps - 1))))
+        step = min(scheme.timesteps - 1, round(fraction * (scheme.timesteps - 1)))
         timesteps = torch.full((batch,), step, dtype=torch.long, device=latents.device)
         noisy = scheme.scheduler.add_noise(latents, noise, timesteps)
         target = noise if scheme.prediction_type == "epsilon" else scheme.scheduler.get_velocity(latents, noise,
