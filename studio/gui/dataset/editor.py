@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.dataset.captions.text import CaptionTextEdit
-from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
 from studio.gui.dataset.mask_overlay import with_mask
+from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
 from studio.gui.widgets.image_view import ImageView
 
 PREVIEW_SIZE = 768

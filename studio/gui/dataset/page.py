@@ -29,10 +29,10 @@ from studio.gui.context import StudioContext
 from studio.gui.dataset.caption_tools import CaptionTools
 from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
-from studio.gui.dataset.mask_overlay import mask_image
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
 from studio.gui.dataset.helper_process import join_exiting
+from studio.gui.dataset.mask_overlay import mask_image
 from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
 from studio.gui.dataset.saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
 from studio.gui.dataset.tasks import (
