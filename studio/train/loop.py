@@ -40,9 +40,9 @@ from studio.train.data.batches import (
 )
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.data.items import TrainItem, collect_items
+from studio.train.data.masks import step_loss
 from studio.train.data.prefetch import Prefetcher
 from studio.train.errors import TrainError
-from studio.train.extras.masks import step_loss
 from studio.train.extras.validation import ValidationLoss, split_items, validate_after_step, validation_due
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank

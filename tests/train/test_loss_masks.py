@@ -81,7 +81,7 @@ def test_a_mask_folder_weights_the_loss(make_config: Callable[..., TrainConfig],
 
 
 def test_a_mask_is_averaged_to_the_latent_size_and_hides_its_cells() -> None:
-    from studio.train.extras.masks import latent_mask, masked_mse
+    from studio.train.data.masks import latent_mask, masked_mse
 
     mask = torch.ones(1, 1, 64, 64)
     mask[..., :32] = 0

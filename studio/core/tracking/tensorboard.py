@@ -7,7 +7,7 @@ import struct
 import time
 from pathlib import Path
 
-from studio.core.tracking.records import MissingLogger, Record
+from studio.core.tracking.base import MissingLogger, Record
 
 TENSORBOARD_DIR = "tensorboard"
 
@@ -76,7 +76,7 @@ def export_run(run_dir: Path, into: Path | None = None) -> tuple[Path, int]:
     from studio.core.runs.events import read_events
     from studio.core.runs.folders import EVENTS_FILE
     from studio.core.runs.run_model import RunModel
-    from studio.core.tracking.records import record_of
+    from studio.core.tracking.base import record_of
 
     events = run_dir / EVENTS_FILE
     if not events.is_file():

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from studio.core.tracking.records import MissingLogger, Record
+from studio.core.tracking.base import MissingLogger, Record
 
 
 class WandbLogger:

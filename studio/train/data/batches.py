@@ -16,7 +16,7 @@ import torch
 
 from studio.core.config.schema import DatasetSection
 from studio.train.data.items import TrainItem, center_crop_conditioning, load_image, prepare_caption
-from studio.train.extras.masks import mask_source
+from studio.train.data.masks import mask_source
 
 # The stream of stream_rng's keys that draws latent samples (1: epoch order, 2: augmentation, 3: noise).
 LATENT_STREAM = 4

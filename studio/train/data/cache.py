@@ -18,7 +18,7 @@ from studio.core.config.schema import DatasetSection
 from studio.train.components import Components
 from studio.train.data.batches import latent_draws
 from studio.train.data.items import TrainItem, load_image
-from studio.train.extras.masks import latent_mask, mask_source
+from studio.train.data.masks import latent_mask, mask_source
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.memory.transfer import to_device
 

@@ -26,8 +26,8 @@ from studio.core.dataset.scan import (
     scan_class_images,
     scan_concept_report,
 )
+from studio.train.data.masks import MaskSource, check_mask_files, mask_array
 from studio.train.errors import TrainError
-from studio.train.extras.masks import MaskSource, check_mask_files, mask_array
 
 Warn = Callable[[str, "str | None", str], None]
 # Longer captions are cut to this many characters before anything else: no text encoder reads more

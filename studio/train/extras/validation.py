@@ -22,8 +22,8 @@ from studio.core.config.schema import ConceptSection, TrainConfig
 from studio.core.runs.events import Validation
 from studio.train.data.batches import stream_rng
 from studio.train.data.items import TrainItem, center_crop_conditioning, collect_items, load_image
+from studio.train.data.masks import mask_source, masked_mse
 from studio.train.errors import TrainError
-from studio.train.extras.masks import mask_source, masked_mse
 from studio.train.families.schemes import DiffusionScheme, FlowMatchingScheme, Noised
 from studio.train.memory.transfer import to_device
 
