@@ -31,6 +31,7 @@ def test_tensorboard_reads_back_the_step_losses(make_config: Callable[..., Train
     assert [round(v, 5) for _, v in logged] == [round(e.loss, 5) for e in steps]
 
 
+@pytest.mark.slow  # W&B starts its own service process: about 7 s
 def test_wandb_offline_writes_its_run_folder(make_config: Callable[..., TrainConfig],
                                              run_training: Callable[..., tuple[int, Path]],
                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

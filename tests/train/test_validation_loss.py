@@ -73,3 +73,17 @@ def test_validation_needs_held_out_images() -> None:
     with pytest.raises(ValidationError, match="cannot be combined with dataset"):
         TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
                     dataset=DatasetSection(validation_fraction=0.1, validation_folder="x"))
+
+
+@pytest.mark.parametrize("family", ["sdxl", "sd3"])
+def test_every_objective_measures_a_validation_loss(family: str, make_config: Callable[..., TrainConfig],
+                                                    run_training: Callable[..., tuple[int, Path]],
+                                                    events_of: Callable[[Path], list[Event]], tmp_path: Path) -> None:
+    config = make_config(family)
+    data = config.model_dump()
+    data["dataset"]["validation_fraction"] = 0.25
+    data["training"].update(max_steps=1, validation_every=1)
+    code, run_dir = run_training(TrainConfig.model_validate(data), tmp_path)
+    assert code == 0
+    found = [e for e in events_of(run_dir) if isinstance(e, Validation)]
+    assert len(found) == 1 and found[0].loss > 0 and found[0].images == 2

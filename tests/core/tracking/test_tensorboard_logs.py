@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.runs.events import EventWriter, RunFinished, RunStarted, Step, Validation
+from studio.core.runs.events import EventWriter, RunFinished, RunStarted, Sample, Step, Validation
 from studio.core.tracking.records import EventMirror, open_logger
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
@@ -34,6 +34,11 @@ def test_studio_train_tensorboard_writes_an_old_runs_losses(tmp_path: Path) -> N
     for step, loss in ((1, 0.75), (2, 0.5), (3, 0.25)):
         writer.write(Step(step=step, epoch=0, loss=loss, lr=1e-4))
     writer.write(Validation(step=3, loss=0.375, images=2, timesteps=[0.5]))
+    (run_dir / "samples").mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (16, 8), "red").save(run_dir / "samples" / "step-3-0.png")
+    writer.write(Sample(step=3, images=["samples/step-3-0.png"], prompts=["a red square"]))
     writer.write(RunFinished(status="completed", step=3))
     writer.close()
     into = tmp_path / "tb"
@@ -44,6 +49,10 @@ def test_studio_train_tensorboard_writes_an_old_runs_losses(tmp_path: Path) -> N
     scalars = _read(into / run_dir.name)
     assert scalars["train/loss"] == [(1, 0.75), (2, 0.5), (3, 0.25)]
     assert scalars["validation/loss"] == [(3, 0.375)]
+    acc = event_accumulator.EventAccumulator(str(into / run_dir.name))
+    acc.Reload()
+    image = acc.Images("samples/0")[0]
+    assert (image.step, image.width, image.height) == (3, 16, 8)
 
 
 def test_a_run_folder_without_events_is_named(tmp_path: Path) -> None:
