@@ -31,12 +31,13 @@ def _dataset(folder: Path, hidden_colour: tuple[int, int, int], alpha: bool = Tr
 
 
 def _train(make_config: Callable[..., TrainConfig], run_training: Callable[..., tuple[int, Path]],
-           events_of: Callable[[Path], list[Event]], data: Path, root: Path,
+           events_of: Callable[[Path], list[Event]], data: Path, root: Path, cached: bool = False,
            **dataset: object) -> tuple[list[float], list[float]]:
     config = make_config(dataset=DatasetSection(concepts=[ConceptSection(path=str(data))], resolution=64,
                                                 buckets=False, **dataset))  # type: ignore[arg-type]
     config.training.max_steps = 2
     config.training.batch_size = 4
+    config.training.cache_latents = cached
     code, run_dir = run_training(config, root)
     assert code == 0
     events = events_of(run_dir)
@@ -51,19 +52,10 @@ def test_masked_out_pixels_change_nothing(make_config: Callable[..., TrainConfig
                                           cached: bool) -> None:
     red = _dataset(tmp_path / "red", (250, 0, 0))
     blue = _dataset(tmp_path / "blue", (0, 0, 250))
-    extra = {"latents": "mean"} if cached else {}
-    config_extra = dict(masks="alpha", **extra)
-    if cached:
-        make = make_config
-
-        def make_config(**sections: object) -> TrainConfig:  # type: ignore[no-redef]
-            config = make(**sections)
-            config.training.cache_latents = True
-            return config
-    first = _train(make_config, run_training, events_of, red, tmp_path, **config_extra)
-    second = _train(make_config, run_training, events_of, blue, tmp_path, **config_extra)
+    first = _train(make_config, run_training, events_of, red, tmp_path, cached, masks="alpha")
+    second = _train(make_config, run_training, events_of, blue, tmp_path, cached, masks="alpha")
     assert first == second, "pixels the mask hides changed the loss or the trained weights"
-    unmasked = _train(make_config, run_training, events_of, blue, tmp_path, **extra)
+    unmasked = _train(make_config, run_training, events_of, blue, tmp_path, cached)
     assert unmasked[1] != second[1]  # without the mask the same pictures train other weights
 
 
