@@ -160,8 +160,10 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
     code = 0
     trainer = None
     try:
+        from studio.train.extras.logs import attach_loggers
         from studio.train.loop import Trainer
 
+        attach_loggers(reporter, config, run_dir)
         trainer = Trainer(config, run_dir, accelerator, reporter, resume=resume)
         finished = trainer.run()
     except torch.OutOfMemoryError as exc:

@@ -40,8 +40,10 @@ from studio.train.data.batches import (
 )
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.data.items import TrainItem, collect_items
+from studio.train.data.masks import step_loss
 from studio.train.data.prefetch import Prefetcher
 from studio.train.errors import TrainError
+from studio.train.extras.validation import ValidationLoss, split_items, validate_after_step, validation_due
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank
 from studio.train.memory.fp8 import store_in_float8
@@ -116,7 +118,7 @@ class Trainer:
                                           acc.is_main_process, self.reporter)
         self.adapter.config = self.config
         acc.wait_for_everyone()
-        self.items = collect_items(self.config, self.reporter.warn)
+        self.items, held_out = split_items(collect_items(self.config, self.reporter.warn), self.config, self.reporter.warn)
         self._prepare_models()
         self.compiled = compile_denoiser(self.components.denoiser, config.training.compile)
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
@@ -134,6 +136,7 @@ class Trainer:
         register_hooks(acc)
         self.ema = weight_average(config, self.trainable, acc.device)
         self._fill_caches()
+        self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
         self._offload_frozen()
         if self.resume:
             self._load_checkpoint()
@@ -340,17 +343,18 @@ class Trainer:
         noised = noise_for_rank(scheme, latents, generator, acc.process_index, acc.num_processes)
         with acc.autocast():
             prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
-        return scheme.loss(prediction, noised, batch["loss_weights"])
+        return step_loss(scheme, prediction, noised, batch, self.latent_cache)  # masked where dataset.masks says
 
     def _actions_due(self) -> bool:
         """Whether `_after_step` does something at this step (the losses are read back first)."""
         sampling, output = self.config.sampling, self.config.output
-        return bool((sampling.every_n_steps and self.step % sampling.every_n_steps == 0)
+        return validation_due(self) or bool((sampling.every_n_steps and self.step % sampling.every_n_steps == 0)
                     or (output.save_every_n_steps and self.step % output.save_every_n_steps == 0)
                     or (output.save_every_n_epochs and self._epochs_done(self.step) > self._epochs_done(self.step - 1)))
 
     def _after_step(self, epoch: int) -> None:
         sampling, output = self.config.sampling, self.config.output
+        validate_after_step(self)
         if sampling.every_n_steps and self.step % sampling.every_n_steps == 0:
             self._samples()
         if output.save_every_n_steps and self.step % output.save_every_n_steps == 0 and self.step < self.total:

@@ -15,7 +15,7 @@ import contextlib
 import sys
 import traceback
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from studio.core.runs.events import (
     Checkpoint,
@@ -29,6 +29,7 @@ from studio.core.runs.events import (
     RunWarning,
     Sample,
     Step,
+    Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
 from studio.train.errors import TrainError, disk_full_error, is_disk_full
@@ -49,6 +50,7 @@ class Reporter:
         self.write_error: OSError | None = None
         self.lost: EventsNotWritten | None = None  # set by the first failed write; the loop stops on it
         self.last_error = ""  # the message of the last error printed
+        self.mirrors: list[Any] = []  # loggers that get every event written (output.log_to; train/extras/logs.py)
 
     def emit(self, event: Event) -> None:
         if self.writer is None:
@@ -66,6 +68,8 @@ class Reporter:
                 assert self.lost is not None
                 raise self.lost from None
             return  # the end of the run could not be written either; its lines are still printed below
+        for mirror in self.mirrors:
+            mirror.write(event)
         line = self._line(event)
         if line:
             _say(line, sys.stdout, flush=event.type != "step")
@@ -109,6 +113,8 @@ class Reporter:
             return f"error ({event.kind}): {event.message}{where}" + (f"\n  hint: {event.hint}" if event.hint else "")
         if isinstance(event, Sample):
             return f"samples at step {event.step}: " + ", ".join(event.images)
+        if isinstance(event, Validation):
+            return f"validation at step {event.step}: loss {event.loss:.4f} ({event.images} held-out images)"
         if isinstance(event, Checkpoint):
             return f"checkpoint at step {event.step}: {event.path}"
         if isinstance(event, EpochSaved):
@@ -145,6 +151,9 @@ class Reporter:
         _say("".join(traceback.format_exception(exc)), sys.stderr)
 
     def close(self) -> None:
+        for mirror in self.mirrors:
+            mirror.close()
+        self.mirrors = []
         if self.writer is not None:
             try:
                 self.writer.close()

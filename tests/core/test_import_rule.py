@@ -132,7 +132,7 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 # everything reads; projects and exports put the others together; a cloud run's files are followed with
 # the remote machines' mirrors.
 CORE_LAYERS = {"protocol": -1, "families": 0, "config": 1, "dataset": 2, "hardware": 2, "models": 2, "runs": 2,
-               "project": 3, "export": 3, "trainenv": 3, "remote": 4, "cloud": 5}
+               "project": 3, "export": 3, "trainenv": 3, "tracking": 3, "remote": 4, "cloud": 5}
 # The gui as one ordered list of floors: the ground (base: the event loop, layout state, the wheel guard,
 # desktop links, the config watch, the self-test's options), the runner (the one place the window waits on
 # anything: the Worker, the process wrapper, the run sources and controller, the GPU samplers), the shared
@@ -143,7 +143,7 @@ GUI_LAYERS = {"base": 0, "runner": 1, "widgets": 2, "trainenv": 2, GUI_ROOT: 3, 
 GUI_PAGE_LAYER = 4  # dataset, model, training, runs, export, project
 # The trainer's pipeline builders and memory placement are used by the adapters (networks) and the families, the families by
 # the data (caches encode with them); never the reverse.
-TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "weights": 0, "networks": 1, "families": 2, "data": 3}
+TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "weights": 0, "networks": 1, "families": 2, "data": 3, "extras": 4}
 
 
 def feature_violations(root: Path) -> list[str]:

@@ -95,13 +95,16 @@ def flips(baseline: TrainConfig) -> Iterator[tuple[str, Any]]:
 
 def _write_dataset(folder: Path) -> Path:
     """Four pictures larger than the training size, of two shapes, with tag captions (crops, buckets and
-    tag shuffles all have something to do)."""
+    tag shuffles all have something to do) and an alpha channel (so do loss masks)."""
     from PIL import Image, ImageDraw
 
     folder.mkdir(parents=True, exist_ok=True)
     for i, (w, h) in enumerate([(96, 64), (64, 96), (96, 80), (80, 80)]):
         image = Image.new("RGB", (w, h), (40 * i, 90, 200 - 40 * i))
         ImageDraw.Draw(image).ellipse((8, 8, w - 16, h - 24), fill=(220, 30 + 50 * i, 30))
+        alpha = Image.new("L", (w, h), 255)
+        ImageDraw.Draw(alpha).rectangle((0, 0, w // 3, h), fill=0)  # a left third that dataset.masks = "alpha" hides
+        image.putalpha(alpha)
         image.save(folder / f"shape{i}.png")
         (folder / f"shape{i}.txt").write_text(f"shape {i}, red, on blue, soft light", encoding="utf-8")
     return folder

@@ -62,6 +62,8 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
         key = f"dataset.concepts[{index}]"
         concept.path = _resolve(base, concept.path, False, f"{key}.path") or concept.path
         concept.class_path = _resolve(base, concept.class_path, False, f"{key}.class_path")
+    out.dataset.validation_folder = _resolve(base, out.dataset.validation_folder, False, "dataset.validation_folder")
+    out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder, False, "dataset.mask_folder")
     out.output.dir = _resolve(base, out.output.dir, False, "output.dir") or out.output.dir
     return out
 

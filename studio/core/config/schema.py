@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from studio.core.config.acting import inert_settings
+from studio.core.config.data_rules import check_masks, check_validation
 from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.network_rules import check_ema, check_network
 from studio.core.config.pickled import is_pickle_file, pickle_refusal
@@ -182,6 +183,15 @@ class DatasetSection(Section):
         "each step, or one per image when training.cache_latents is on, as kohya and diffusers' examples do) "
         "or the distribution's mean (the same latents every time).",
     )
+    validation_fraction: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="Share of the images held out of training for the validation "
+        "loss (chosen by file name, the same in every run); 0 holds none out.")
+    validation_folder: str | None = Field(
+        default=None, description="A folder of held-out images (with captions) for the validation loss.")
+    masks: Literal["none", "folder", "alpha"] = Field(
+        default="none", description="Weight the loss per pixel by a mask: a folder of mask images named as the "
+        "images (white trains, black is ignored), or the image's alpha channel.")
+    mask_folder: str | None = Field(default=None, description="With masks = \"folder\": the folder of mask images.")
 
 
 class TrainingSection(Section):
@@ -236,6 +246,9 @@ class TrainingSection(Section):
     ema_on_cpu: bool = Field(default=False, description="EMA: keep the average in CPU memory (it visits the GPU "
                              "only for its updates): saves its size in VRAM.")
     ema_for_samples: bool = Field(default=False, description="EMA: make the samples with the averaged weights.")
+    validation_every: int = Field(
+        default=0, ge=0, description="Measure the validation loss (fixed timesteps and noise) every N steps and "
+        "at the end; 0 turns it off. Needs dataset.validation_fraction or dataset.validation_folder.")
     compile: Literal["off", "blocks", "full"] = Field(
         default="off",
         description="Compile the denoiser with torch.compile for faster steps. blocks compiles each repeated "
@@ -287,6 +300,9 @@ class OutputSection(Section):
         default_factory=lambda: list(_DEFAULT_FORMATS), description="Output formats."
     )
     save_precision: WeightDtype = Field(default="fp16", description="Precision of the saved weights.")
+    log_to: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list, description="Also log loss, learning rate, validation loss and samples to "
+        "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network).")
 
 
 class LaunchSection(Section):
@@ -446,7 +462,7 @@ def _check_pickle(config: TrainConfig) -> None:
 
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     _check_caches, _check_training, _check_fp8, _check_settings_act, _check_strategy, _check_launch,
-    _check_pickle, check_network, check_ema,
+    _check_pickle, check_network, check_ema, check_validation, check_masks,
 )
 
 

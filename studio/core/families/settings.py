@@ -67,6 +67,9 @@ COMMON: tuple[Setting, ...] = (
             "without buckets every image is cropped square; leave it at the default", needs=_BUCKETS),
     Setting("dataset.keep_tokens", "keeps the first tags in place when they are shuffled",
             "captions are used as written; leave it at 0", needs=(Condition("dataset.shuffle_tags", (True,)),)),
+    Setting("dataset.mask_folder", "names the folder of loss masks",
+            "the masks come from that folder only with dataset.masks = \"folder\"; leave it empty",
+            needs=(Condition("dataset.masks", ("folder",)),)),
 )
 
 # LyCORIS networks (every family) and the exponential moving average of the trained weights.

@@ -141,9 +141,21 @@ class EpochSaved(Event):
     outputs: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Validation(Event):
+    """The loss of the held-out images at fixed timesteps and fixed noise (comparable run to run)."""
+
+    type: ClassVar[str] = "validation"
+    step: int
+    loss: float
+    images: int = 0  # held-out images measured
+    timesteps: list[float] = field(default_factory=list)  # noise levels, as fractions of the schedule
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (RunStarted, Phase, Step, Sample, Checkpoint, EpochSaved, RunWarning, Error, RunFinished)
+    for cls in (RunStarted, Phase, Step, Sample, Checkpoint, EpochSaved, RunWarning, Error, RunFinished,
+                Validation)
 }
 
 

@@ -40,6 +40,7 @@ class RunSummary:
     steps: int = 0
     total_steps: int = 0
     final_loss: float | None = None
+    validation_loss: float | None = None  # the last validation event's
     outputs: list[str] = field(default_factory=list)
     remote: bool = False
     machine: str = ""  # the machine a run started there runs on (remote.json)
@@ -100,6 +101,7 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     summary.steps = model.step
     summary.total_steps = model.total_steps
     summary.final_loss = model.last_loss
+    summary.validation_loss = model.validation_loss.last()
     summary.outputs = [str(model.resolve(o)) for o in [*model.outputs, *model.epoch_outputs]]
     if rep.read_error is not None:
         summary.status = "unreadable"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from studio.core.runs.events import Error, RunFinished, RunStarted, read_events
+from studio.core.runs.events import Error, RunFinished, RunStarted, Validation, read_events
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 
 # The prefix of the lines the studio itself adds to a run's console.log.
@@ -30,6 +30,20 @@ def last_finish(run_dir: Path) -> tuple[RunFinished | None, Error | None]:
         elif isinstance(event, Error):
             error = event
     return finished, error
+
+
+def last_validation(run_dir: Path) -> Validation | None:
+    """The run's last validation loss (None where it measured none)."""
+    events = run_dir / EVENTS_FILE
+    if not events.is_file():
+        return None
+    found = [event for event in read_events(events) if isinstance(event, Validation)]
+    return found[-1] if found else None
+
+
+def _validation_text(run_dir: Path) -> str:
+    last = last_validation(run_dir)
+    return f"; validation loss {last.loss:.4f} at step {last.step}" if last is not None else ""
 
 
 def completed_run(run_dir: Path) -> RunFinished | None:
@@ -54,9 +68,11 @@ def outcome_line(run_dir: Path, exit_code: int | None) -> str:
         return (f"{STUDIO_PREFIX} the trainer ended{code} without finishing the run; the lines above say why; "
                 f"continue it with: studio-train resume {shlex.quote(str(run_dir))}")
     if finished.status == "completed":
-        return f"{STUDIO_PREFIX} run completed at step {finished.step}; outputs in {run_dir / OUTPUT_DIR}"
+        return (f"{STUDIO_PREFIX} run completed at step {finished.step}{_validation_text(run_dir)}; outputs in "
+                f"{run_dir / OUTPUT_DIR}")
     if finished.status == "stopped":
-        return (f"{STUDIO_PREFIX} run stopped at step {finished.step}; continue it with: studio-train resume "
+        return (f"{STUDIO_PREFIX} run stopped at step {finished.step}{_validation_text(run_dir)}; continue it with: "
+                "studio-train resume "
                 f"{shlex.quote(str(run_dir))}")
     reason = f"{error.kind}: {error.message}" if error is not None else (finished.message or "no reason given")
     hint = f" ({error.hint.splitlines()[0]})" if error is not None and error.hint else ""

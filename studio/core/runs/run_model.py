@@ -26,6 +26,7 @@ from studio.core.runs.events import (
     RunWarning,
     Sample,
     Step,
+    Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
 from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
@@ -137,6 +138,8 @@ class RunModel:
         self.samples_per_s = Series()  # images/s over the trainer's window of recent steps
         self.tflops = Series()  # model TFLOP/s per GPU (NaN where unknown)
         self.mfu = Series()  # fraction of the GPU's peak (NaN where unknown)
+        self.validation_steps = Series(64)  # the held-out images' loss at fixed noise (validation events)
+        self.validation_loss = Series(64)
         self.compile_s: float | None = None  # seconds the compiling phases took, in all
         self.memory: dict[int, RankSeries] = {}
         self.samples: list[SampleImage] = []
@@ -244,6 +247,9 @@ class RunModel:
         elif isinstance(event, Sample):
             for index, (image, prompt) in enumerate(zip(event.images, event.prompts, strict=False)):
                 self.samples.append(SampleImage(event.step, prompt, index, self.resolve(image)))
+        elif isinstance(event, Validation):
+            self.validation_steps.append(event.step)
+            self.validation_loss.append(_nan(event.loss))
         elif isinstance(event, Checkpoint):
             self.checkpoints.append(event)
         elif isinstance(event, EpochSaved):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
+    QImage,
     QImageReader,
     QKeySequence,
     QPalette,
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.dataset.captions.text import CaptionTextEdit
+from studio.gui.dataset.mask_overlay import with_mask
 from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
 from studio.gui.widgets.image_view import ImageView
 
@@ -93,6 +96,8 @@ class CaptionEditor(QWidget):
         super().__init__(parent)
         self.setObjectName("dataset_editor")
         self.entry: ImageEntry | None = None
+        # The loss mask of an image (dataset.masks), set by the page; tinted over the preview.
+        self.mask_for: Callable[[Path], QImage | None] = lambda _path: None
         self._loading = False
         self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
@@ -162,7 +167,7 @@ class CaptionEditor(QWidget):
         if pixmap is None:
             self.preview.set_text("This image cannot be previewed (unreadable or too large)")
         else:
-            self.preview.set_pixmap(pixmap)
+            self.preview.set_pixmap(with_mask(pixmap, self.mask_for(entry.path)))
 
     def set_tags(self, tags: list[str]) -> None:
         """The dataset's tags, most frequent first, offered as the caption is typed."""

@@ -32,6 +32,7 @@ from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
 from studio.gui.dataset.helper_process import join_exiting
+from studio.gui.dataset.mask_overlay import mask_image
 from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
 from studio.gui.dataset.saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
 from studio.gui.dataset.tasks import (
@@ -103,6 +104,7 @@ class DatasetPage(Page):
         self.view = make_grid_view(self.model)
         self.view.selectionModel().currentChanged.connect(lambda cur, _prev: self._show_row(cur.row()))
         self.editor = CaptionEditor()
+        self.editor.mask_for = lambda path: mask_image(self.context.config, path, self._project_root())
         self.editor.sig_caption_typed.connect(self._typed)
         self.editor.sig_next.connect(lambda: self.step(1))
         self.editor.sig_previous.connect(lambda: self.step(-1))

@@ -10,7 +10,7 @@ from studio.gui.base.layout_state import keep_rows_visible, remember_columns
 from studio.gui.widgets.run_header import format_duration
 
 # What a person looks for first comes first; the long Output column last.
-COLUMNS = ("Name", "Status", "Steps", "Final loss", "Started", "Duration", "Family / method", "Preset", "Output")
+COLUMNS = ("Name", "Status", "Steps", "Final loss", "Validation loss", "Started", "Duration", "Family / method", "Preset", "Output")
 STATUS_COLUMN = COLUMNS.index("Status")
 MIN_ROWS = 5
 
@@ -48,6 +48,7 @@ class RunsTable(QTableWidget):
                 "Status": status,
                 "Steps": f"{s.steps} / {s.total_steps}" if s.total_steps else str(s.steps),
                 "Final loss": f"{s.final_loss:.4f}" if s.final_loss is not None else "",
+                "Validation loss": f"{s.validation_loss:.4f}" if s.validation_loss is not None else "",
                 "Started": s.started.strftime("%Y-%m-%d %H:%M") if s.started else "",
                 "Duration": format_duration(s.duration_s) if s.duration_s else "",
                 "Family / method": f"{s.family} / {s.method}" if s.family or s.method else "",

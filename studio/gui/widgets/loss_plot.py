@@ -17,6 +17,7 @@ from studio.gui.widgets.plot_items import TickGrid
 # Downsampling bins per pixel: "peak" mode keeps each bin's min and max, so one bin per
 # pixel already draws every spike (pyqtgraph's default of 5 draws 5x the points for nothing).
 PEAKS_PER_PIXEL = 1.0
+VALIDATION_COLOUR = "#ff9f1c"
 RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
@@ -119,6 +120,10 @@ class LossPlot(QWidget):
         self.raw = self.plot.plot([], [], pen=pg.mkPen((120, 150, 200, 90), width=1),
                                   autoDownsampleFactor=PEAKS_PER_PIXEL)
         self.smooth = make_curve(self.plot, "#4fa3ff")
+        # The held-out images' loss at fixed noise (validation events): points joined by a line, beside the
+        # training loss on the same axes.
+        self.validation = self.plot.plot([], [], pen=pg.mkPen(VALIDATION_COLOUR, width=1), symbol="o", symbolSize=5,
+                                         symbolBrush=VALIDATION_COLOUR, symbolPen=None, name="validation")
         self.smoothing = 0.9
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("loss_smoothing")
@@ -165,6 +170,7 @@ class LossPlot(QWidget):
         self._ema_len = n
         self.raw.setData(steps, loss, connect="finite")
         self.smooth.setData(steps, self._ema[:n], connect="finite")
+        self.validation.setData(model.validation_steps.view(), model.validation_loss.view(), connect="finite")
 
     def points(self) -> int:
         return self._ema_len
@@ -189,6 +195,11 @@ class LossOverlay(QWidget):
         self.curves = []
         for i, (name, model) in enumerate(runs):
             smooth, _ = ema(model.loss.view(), smoothing)
-            curve = make_curve(self.plot, RANK_COLOURS[i % len(RANK_COLOURS)], name)
+            colour = RANK_COLOURS[i % len(RANK_COLOURS)]
+            curve = make_curve(self.plot, colour, name)
             curve.setData(model.steps.view(), smooth, connect="finite")
             self.curves.append(curve)
+            if len(model.validation_loss):  # the validation loss of each run, dashed, in the run's colour
+                dashed = make_curve(self.plot, colour, f"{name} (validation)", Qt.PenStyle.DashLine)
+                dashed.setData(model.validation_steps.view(), model.validation_loss.view(), connect="finite")
+                self.curves.append(dashed)

@@ -16,6 +16,7 @@ import torch
 
 from studio.core.config.schema import DatasetSection
 from studio.train.data.items import TrainItem, center_crop_conditioning, load_image, prepare_caption
+from studio.train.data.masks import mask_source
 
 # The stream of stream_rng's keys that draws latent samples (1: epoch order, 2: augmentation, 3: noise).
 LATENT_STREAM = 4
@@ -97,6 +98,7 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         self.count = count
         self.with_pixels = with_pixels
         self.augment = augment
+        self.masks = mask_source(dataset) if with_pixels else None  # cached latents: the cache holds the masks
 
     def __len__(self) -> int:
         return self.count
@@ -105,15 +107,17 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         index = self.start + i
         epoch, batch = self.plan.micro_batch(index)
         chosen = self.plan.rank_slice(batch, self.rank)
-        captions, pixels, original_sizes, crops, weights = [], [], [], [], []
+        captions, pixels, original_sizes, crops, weights, masks = [], [], [], [], [], []
         for position, item_index in enumerate(chosen):
             item = self.plan.items[item_index]
             rng = stream_rng(self.plan.seed, 2, index, self.rank, position) if self.augment else None
             captions.append(prepare_caption(item.caption, self.dataset, rng))
             weights.append(item.loss_weight)
             if self.with_pixels:
-                loaded = load_image(item, self.dataset.crop, self.dataset.flip, rng)
+                loaded = load_image(item, self.dataset.crop, self.dataset.flip, rng, self.masks)
                 pixels.append(torch.from_numpy(loaded.pixels))
+                if loaded.mask is not None:
+                    masks.append(torch.from_numpy(loaded.mask))
                 original_sizes.append(loaded.original_size)
                 crops.append(loaded.crop_top_left)
             else:
@@ -133,6 +137,8 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         }
         if self.with_pixels:
             out["pixels"] = torch.stack(pixels)
+        if masks:
+            out["masks"] = torch.stack(masks)
         return out
 
 

@@ -11,12 +11,14 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from studio.core.config.schema import DatasetSection
 from studio.train.components import Components
 from studio.train.data.batches import latent_draws
 from studio.train.data.items import TrainItem, load_image
+from studio.train.data.masks import latent_mask, mask_source
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.memory.transfer import to_device
 
@@ -44,6 +46,7 @@ def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
 class LatentCache:
     def __init__(self) -> None:
         self.latents: dict[int, torch.Tensor] = {}
+        self.masks: dict[int, torch.Tensor] = {}  # dataset.masks: each image's loss mask at its latent size
 
     def fill(
         self,
@@ -66,11 +69,14 @@ class LatentCache:
         seed = adapter.config.training.seed
         drawn = "mean" if dataset.latents == "mean" else f"sample-{seed}"
         base = adapter.config.model.base
+        masks = mask_source(dataset)
         todo: list[TrainItem] = []
         for item in items:
             path = _latent_file(disk, item, base, drawn) if disk else None
             if path is not None and path.is_file():
                 self.latents[item.index] = load_file(str(path))["latents"]
+                if masks is not None:  # the mask files are read again: a changed mask counts
+                    self._keep_mask(item.index, load_image(item, "center", False, None, masks).mask)
             else:
                 todo.append(item)
         by_bucket: dict[tuple[int, int], list[TrainItem]] = {}
@@ -80,18 +86,31 @@ class LatentCache:
         for group in by_bucket.values():
             for start in range(0, len(group), batch_size):
                 chunk = group[start : start + batch_size]
-                pixels = torch.stack([torch.from_numpy(load_image(i, "center", False, None).pixels) for i in chunk])
+                loaded = [load_image(i, "center", False, None, masks) for i in chunk]
+                pixels = torch.stack([torch.from_numpy(one.pixels) for one in loaded])
                 draws = latent_draws(dataset, seed, [(0, item.index) for item in chunk])
                 with torch.no_grad():
                     latents = adapter.encode_images(components, pixels, draws).float().cpu()
-                for item, latent in zip(chunk, latents, strict=True):
+                for item, latent, one in zip(chunk, latents, loaded, strict=True):
                     self.latents[item.index] = latent.clone(memory_format=torch.contiguous_format)
+                    self._keep_mask(item.index, one.mask)
                     if disk is not None and writer:
                         disk.mkdir(parents=True, exist_ok=True)
                         save_file({"latents": latent.clone(memory_format=torch.contiguous_format)},
                                   str(_latent_file(disk, item, base, drawn)))
                 done += len(chunk)
                 progress("caching", done, len(items))
+
+    def _keep_mask(self, index: int, mask: np.ndarray | None) -> None:
+        if mask is not None:
+            size = tuple(self.latents[index].shape[-2:])
+            self.masks[index] = latent_mask(torch.from_numpy(mask)[None], size)[0]  # type: ignore[arg-type]
+
+    def mask_batch(self, item_indices: list[int]) -> torch.Tensor | None:
+        """The loss masks of a batch at the latent size (None without dataset.masks)."""
+        if not self.masks:
+            return None
+        return torch.stack([self.masks[i] for i in item_indices])
 
     def keep_on(self, device: torch.device, budget_bytes: int) -> bool:
         """Move every latent to `device` when they take at most `budget_bytes`: each step then

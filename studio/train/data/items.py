@@ -26,6 +26,7 @@ from studio.core.dataset.scan import (
     scan_class_images,
     scan_concept_report,
 )
+from studio.train.data.masks import MaskSource, check_mask_files, mask_array
 from studio.train.errors import TrainError
 
 Warn = Callable[[str, "str | None", str], None]
@@ -54,6 +55,7 @@ class LoadedImage:
     pixels: np.ndarray  # float32, (3, H, W), in [-1, 1]
     original_size: tuple[int, int]  # (height, width) before resizing, as SDXL's conditioning expects
     crop_top_left: tuple[int, int]  # (top, left)
+    mask: np.ndarray | None = None  # float32, (1, H, W), in [0, 1]: the loss mask, cropped and flipped alike
 
 
 # ---------------------------------------------------------------- buckets
@@ -164,6 +166,7 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
         folders = ", ".join(c.path for c in dataset.concepts)
         raise TrainError("data", f"no usable training image is left in {folders}",
                          "see the warnings above for the files that were skipped", path=dataset.concepts[0].path)
+    check_mask_files(items, dataset, warn)
     return items
 
 
@@ -188,17 +191,21 @@ def center_crop_conditioning(item: TrainItem) -> tuple[tuple[int, int], tuple[in
 
 
 def load_image(
-    item: TrainItem, crop: str, flip: bool, rng: np.random.Generator | None
+    item: TrainItem, crop: str, flip: bool, rng: np.random.Generator | None, masks: MaskSource | None = None
 ) -> LoadedImage:
     """Decode, orient, resize to cover the bucket, crop and maybe flip one image.
 
     The returned original size is the image's own (before resizing) and the crop's
-    top-left is in the resized image, as SDXL's size and crop conditioning expects.
+    top-left is in the resized image, as SDXL's size and crop conditioning expects. With `masks`, the
+    image's loss mask goes through the same resize, crop and flip.
     """
     width, height = item.bucket
+    mask = None
     try:
         with Image.open(item.path) as raw:
-            image = ImageOps.exif_transpose(raw).convert("RGB")
+            oriented = ImageOps.exif_transpose(raw)
+            mask = masks.open(item.path, oriented) if masks is not None else None
+            image = oriented.convert("RGB")
     except (OSError, ValueError, SyntaxError) as exc:
         raise TrainError("data", f"{item.path} cannot be read: {exc}", "replace or delete the file",
                          path=str(item.path)) from None
@@ -206,6 +213,7 @@ def load_image(
     new_w, new_h = cover_size(image.size, item.bucket)
     if (new_w, new_h) != image.size:
         image = image.resize((new_w, new_h), Image.Resampling.LANCZOS)
+        mask = mask.resize((new_w, new_h), Image.Resampling.BILINEAR) if mask is not None else None
     if crop == "random" and rng is not None:
         left = int(rng.integers(0, new_w - width + 1))
         top = int(rng.integers(0, new_h - height + 1))
@@ -213,12 +221,16 @@ def load_image(
         left, top = (new_w - width) // 2, (new_h - height) // 2
     image = image.crop((left, top, left + width, top + height))
     array = np.asarray(image, dtype=np.float32)
+    weights = mask_array(mask.crop((left, top, left + width, top + height))) if mask is not None else None
+    if masks is not None and weights is None:
+        weights = np.ones((1, height, width), dtype=np.float32)  # no mask: the whole image trains
     if flip and rng is not None and rng.random() < 0.5:
         array = array[:, ::-1]
+        weights = np.ascontiguousarray(weights[:, :, ::-1]) if weights is not None else None
         # The flipped crop starts where the unflipped one ended, seen from the other side.
         left = new_w - left - width
     pixels = np.ascontiguousarray(array.transpose(2, 0, 1)) / 127.5 - 1.0
-    return LoadedImage(pixels.astype(np.float32), original, (top, left))
+    return LoadedImage(pixels.astype(np.float32), original, (top, left), weights)
 
 
 # ---------------------------------------------------------------- captions

@@ -218,3 +218,22 @@ def test_a_run_its_trainer_holds_is_running_however_long_it_is_silent(
     page.refresh()
     page.table.select_paths([run.name])
     assert page.table.summaries[0].status == "interrupted" and page.buttons["resume"].isEnabled()
+
+
+def test_the_runs_table_and_overlay_show_the_validation_loss(qtbot: QtBot, context: StudioContext,
+                                                             config: TrainConfig, tmp_path: Path) -> None:
+    from studio.gui.runs.table import COLUMNS
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    first = train_once(qtbot, context, config, "--steps", "20", "--rate", "1000", "--validation-every", "10")
+    second = train_once(qtbot, context, config, "--steps", "30", "--rate", "1000", "--validation-every", "10")
+    page.refresh()
+    column = COLUMNS.index("Validation loss")
+    assert sorted(page.table.item(row, column).text() for row in range(2)) == ["0.5700", "0.5800"]
+    page.table.select_paths([first.name, second.name])
+    page.buttons["overlay"].click()
+    qtbot.waitUntil(lambda: page.message.text().startswith("Comparing"), timeout=10000)
+    assert len(page.overlay.curves) == 4  # a training and a validation line for each run
+    dashed = [c for c in page.overlay.curves if c.name().endswith("(validation)")]
+    assert sorted(round(float(c.getData()[1][-1]), 3) for c in dashed) == [0.57, 0.58]

@@ -257,3 +257,17 @@ def test_train_demo_self_test_reports_what_the_run_showed(qtbot: QtBot, context:
         "loss_points": 30, "memory_points": 60, "samples": 4, "status": "finished"}
     assert 0 <= result["max_gui_stall_ms"] < 1000
     assert Path(result["outputs"][0]).is_file()
+
+
+def test_the_validation_loss_is_plotted_beside_the_training_loss(qtbot: QtBot, context: StudioContext,
+                                                                 config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "40", "--rate", "400", "--validation-every", "10")
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
+    page.plots.refresh(page.controller.model, force=True)
+    x, y = page.plots.loss.validation.getData()
+    assert list(x) == [10, 20, 30, 40]
+    assert [round(v, 3) for v in y] == [0.59, 0.58, 0.57, 0.56]  # the numbers of the validation events
+    assert page.plots.loss.validation.parentItem() is not None  # on the loss plot, with the training loss
+    assert len(page.plots.loss.smooth.getData()[1]) == 40

@@ -1,0 +1,44 @@
+"""`studio-train tensorboard RUN_DIR...`: TensorBoard files of finished runs, from their events.jsonl."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "tensorboard", help="write TensorBoard files of runs from their events.jsonl (old runs can be compared)")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (each with events.jsonl)")
+    parser.add_argument("--into", metavar="FOLDER",
+                        help="write each run's files to FOLDER/<run name> (default: RUN_DIR/tensorboard)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from studio.core.tracking.records import MissingLogger
+    from studio.core.tracking.tensorboard import export_run
+
+    into = Path(args.into) if args.into else None
+    failed = 0
+    for name in args.run_dirs:
+        run_dir = Path(name)
+        try:
+            logdir, count = export_run(run_dir, into)
+        except MissingLogger as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+        except (FileNotFoundError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{run_dir}: {count} records -> {logdir}")
+    if failed:
+        return EXIT_INVALID
+    folder = into if into is not None else Path(args.run_dirs[0]).parent
+    print(f"view them with: tensorboard --logdir {folder}")
+    return EXIT_OK

@@ -1,0 +1,98 @@
+"""TensorBoard event files written with TensorBoard's own writer (no TensorFlow, no torch): scalars as
+simple values, sample images as PNG summaries. TensorBoard's reader reads them back."""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+from studio.core.tracking.base import MissingLogger, Record
+
+TENSORBOARD_DIR = "tensorboard"
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's header; (0, 0) for another format."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    return 0, 0
+
+
+class TensorBoardLogger:
+    def __init__(self, logdir: Path, flush_secs: int = 2) -> None:
+        try:
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError:
+            raise MissingLogger("tensorboard") from None
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.logdir = logdir
+        self._event, self._summary = event_pb2, summary_pb2
+        self.writer = EventFileWriter(str(logdir), flush_secs=flush_secs)
+
+    def write(self, record: Record, when: float | None = None) -> None:
+        summary = self._summary.Summary
+        values = [summary.Value(tag=tag, simple_value=value) for tag, value in record.scalars.items()]
+        for tag, path in record.images:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue  # a sample not copied back: the scalars still count
+            width, height = _png_size(data)
+            values.append(summary.Value(tag=tag, image=summary.Image(
+                height=height, width=width, colorspace=3, encoded_image_string=data)))
+        if record.config is not None:
+            import json
+
+            text = self._summary.SummaryMetadata(plugin_data=self._summary.SummaryMetadata.PluginData(
+                plugin_name="text"))
+            from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+            tensor = tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_STRING, string_val=[("```\n" + json.dumps(record.config, indent=2) + "\n```")
+                                                       .encode()],
+                tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=1)]))
+            values.append(summary.Value(tag="config", metadata=text, tensor=tensor))
+        if values:
+            self.writer.add_event(self._event.Event(wall_time=when or time.time(), step=record.step,
+                                                    summary=summary(value=values)))
+        if record.finished:
+            self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def export_run(run_dir: Path, into: Path | None = None) -> tuple[Path, int]:
+    """TensorBoard files of a finished (or running) run from its events.jsonl: (log folder, records written).
+
+    The folder is `into/<run folder name>` (default RUN_DIR/tensorboard), written anew each time, so
+    several runs exported into one folder appear side by side in TensorBoard (`tensorboard --logdir runs`
+    shows the runs of a project: each keeps its files in RUN_DIR/tensorboard, as a live log does).
+    """
+    import shutil
+
+    from studio.core.runs.events import read_events
+    from studio.core.runs.folders import EVENTS_FILE
+    from studio.core.runs.run_model import RunModel
+    from studio.core.tracking.base import record_of
+
+    events = run_dir / EVENTS_FILE
+    if not events.is_file():
+        raise FileNotFoundError(f"{run_dir} holds no {EVENTS_FILE}: it is not a run folder")
+    logdir = (into / run_dir.name) if into is not None else run_dir / TENSORBOARD_DIR
+    if logdir.exists():
+        shutil.rmtree(logdir)
+    resolve = RunModel(run_dir).resolve  # sample paths of another machine found in this folder, never outside
+    logger = TensorBoardLogger(logdir)
+    count = 0
+    try:
+        for event in read_events(events):
+            record = record_of(event, resolve)
+            if record is not None:
+                logger.write(record, when=event.time)
+                count += 1
+    finally:
+        logger.close()
+    return logdir, count

@@ -1,0 +1,28 @@
+"""output.log_to: rank 0's reporter passes every event it writes to TensorBoard and/or W&B too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from studio.core.config.schema import TrainConfig
+from studio.core.runs.run_model import RunModel
+from studio.core.tracking.records import EventMirror, Logger, MissingLogger, open_logger
+from studio.train.errors import TrainError
+from studio.train.reporting import Reporter
+
+
+def attach_loggers(reporter: Reporter, config: TrainConfig, run_dir: Path) -> None:
+    """Open the loggers of output.log_to on the rank that writes events; a missing package is a config
+    error that says how to install it (before anything trains)."""
+    if not reporter.active or not config.output.log_to:
+        return
+    loggers: dict[str, Logger] = {}
+    try:
+        for name in dict.fromkeys(config.output.log_to):
+            loggers[name] = open_logger(name, run_dir, config.output.name)
+    except MissingLogger as exc:
+        for logger in loggers.values():
+            logger.close()
+        raise TrainError("config", f"output.log_to asks for {exc.name}: {exc}", f"pip install 'studio[logging]' in the training environment, "
+                                             f"or remove {exc.name!r} from output.log_to") from None
+    reporter.mirrors.append(EventMirror(loggers, RunModel(run_dir).resolve, lambda message: reporter.warn(message)))

@@ -1,0 +1,72 @@
+"""output.log_to = ["tensorboard"] and `studio-train tensorboard`: files TensorBoard's own reader reads back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studio.core.runs.events import EventWriter, RunFinished, RunStarted, Sample, Step, Validation
+from studio.core.tracking.records import EventMirror, open_logger
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+
+def _read(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _losses(run_dir: Path, tag: str = "step") -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in rows if r["type"] == tag]
+
+
+def test_studio_train_tensorboard_writes_an_old_runs_losses(tmp_path: Path) -> None:
+    run_dir = tmp_path / "20260101-000000-old"
+    run_dir.mkdir()
+    writer = EventWriter(run_dir / "events.jsonl")
+    writer.write(RunStarted(config={"training": {"seed": 1}}, world_size=1, total_steps=3, devices=["cpu"]))
+    for step, loss in ((1, 0.75), (2, 0.5), (3, 0.25)):
+        writer.write(Step(step=step, epoch=0, loss=loss, lr=1e-4))
+    writer.write(Validation(step=3, loss=0.375, images=2, timesteps=[0.5]))
+    (run_dir / "samples").mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (16, 8), "red").save(run_dir / "samples" / "step-3-0.png")
+    writer.write(Sample(step=3, images=["samples/step-3-0.png"], prompts=["a red square"]))
+    writer.write(RunFinished(status="completed", step=3))
+    writer.close()
+    into = tmp_path / "tb"
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "tensorboard", str(run_dir), "--into", str(into)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"tensorboard --logdir {into}" in done.stdout
+    scalars = _read(into / run_dir.name)
+    assert scalars["train/loss"] == [(1, 0.75), (2, 0.5), (3, 0.25)]
+    assert scalars["validation/loss"] == [(3, 0.375)]
+    acc = event_accumulator.EventAccumulator(str(into / run_dir.name))
+    acc.Reload()
+    image = acc.Images("samples/0")[0]
+    assert (image.step, image.width, image.height) == (3, 16, 8)
+
+
+def test_a_run_folder_without_events_is_named(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "tensorboard", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "holds no events.jsonl" in done.stderr
+
+
+def test_the_live_mirror_writes_what_events_jsonl_says(tmp_path: Path) -> None:
+    mirror = EventMirror({"tensorboard": open_logger("tensorboard", tmp_path, "run")}, Path, print)
+    steps = [Step(step=s, epoch=0, loss=1 / s, lr=1e-3 * s) for s in range(1, 6)]
+    for event in steps:
+        mirror.write(event)
+    mirror.close()
+    scalars = _read(tmp_path / "tensorboard")
+    assert [(s, round(v, 6)) for s, v in scalars["train/loss"]] == [(e.step, round(e.loss, 6)) for e in steps]
+    assert len(scalars["train/lr"]) == 5

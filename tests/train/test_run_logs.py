@@ -1,0 +1,60 @@
+"""output.log_to in a real run: TensorBoard's reader reads the step losses back; W&B offline writes its run."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from studio.core.config.schema import TrainConfig
+from studio.core.runs.events import Error, Event, Step
+
+torch = pytest.importorskip("torch")
+
+
+def test_tensorboard_reads_back_the_step_losses(make_config: Callable[..., TrainConfig],
+                                                run_training: Callable[..., tuple[int, Path]],
+                                                events_of: Callable[[Path], list[Event]], tmp_path: Path) -> None:
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    config = make_config()
+    config.output.log_to = ["tensorboard"]
+    config.training.max_steps = 3
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    acc = ea.EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    logged = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+    steps = [e for e in events_of(run_dir) if isinstance(e, Step)]
+    assert [s for s, _ in logged] == [1, 2, 3]
+    assert [round(v, 5) for _, v in logged] == [round(e.loss, 5) for e in steps]
+
+
+@pytest.mark.slow  # W&B starts its own service process: about 7 s
+def test_wandb_offline_writes_its_run_folder(make_config: Callable[..., TrainConfig],
+                                             run_training: Callable[..., tuple[int, Path]],
+                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config = make_config()
+    config.output.log_to = ["wandb"]
+    config.training.max_steps = 2
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_a_missing_logger_says_how_to_install_it(make_config: Callable[..., TrainConfig],
+                                                 run_training: Callable[..., tuple[int, Path]],
+                                                 events_of: Callable[[Path], list[Event]], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("tensorboard", "tensorboard.compat.proto", "tensorboard.summary.writer.event_file_writer"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    config = make_config()
+    config.output.log_to = ["tensorboard"]
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 1
+    error = next(e for e in events_of(run_dir) if isinstance(e, Error))
+    assert error.kind == "config" and "pip install 'studio[logging]'" in error.message

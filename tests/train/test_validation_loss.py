@@ -1,0 +1,89 @@
+"""The validation loss: held-out images measured at fixed noise, the same numbers for the same seed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from studio.core.config.schema import DatasetSection, TrainConfig, TrainingSection
+from studio.core.runs.events import Event, RunStarted, Step, Validation
+from studio.core.runs.outcome import outcome_line
+
+torch = pytest.importorskip("torch")
+
+
+def _config(make_config: Callable[..., TrainConfig], demo_data: Path, seed: int = 1, **dataset: object) -> TrainConfig:
+    config = make_config()
+    data = config.model_dump()
+    data["dataset"].update({"validation_fraction": 0.25, **dataset})
+    data["training"].update(max_steps=4, validation_every=2, seed=seed)
+    return TrainConfig.model_validate(data)
+
+
+def test_same_seed_same_validation_losses(make_config: Callable[..., TrainConfig], demo_data: Path,
+                                          run_training: Callable[..., tuple[int, Path]],
+                                          events_of: Callable[[Path], list[Event]], tmp_path: Path) -> None:
+    runs = []
+    for seed in (1, 1, 2):
+        code, run_dir = run_training(_config(make_config, demo_data, seed), tmp_path)
+        assert code == 0
+        runs.append(events_of(run_dir))
+    losses = [[(e.step, e.loss) for e in events if isinstance(e, Validation)] for events in runs]
+    assert [step for step, _ in losses[0]] == [2, 4]  # every 2 steps; the last step is the 4th
+    assert losses[0] == losses[1], "two runs with the same seed measured different validation losses"
+    assert losses[0] != losses[2]  # another seed trains other weights: the measure sees it
+    first = next(e for e in runs[0] if isinstance(e, Validation))
+    assert first.images == 2 and len(first.timesteps) == 5  # a quarter of the 8 demo images, 5 noise levels
+    started = next(e for e in runs[0] if isinstance(e, RunStarted))
+    assert started.num_images == 6  # the held-out images do not train
+    # Every step event of a step comes before its validation event.
+    order = [(e.type, e.step) for e in runs[0] if isinstance(e, Step | Validation)]
+    assert order.index(("step", 2)) < order.index(("validation", 2))
+
+
+def test_the_outcome_line_names_the_validation_loss(make_config: Callable[..., TrainConfig], demo_data: Path,
+                                                    run_training: Callable[..., tuple[int, Path]],
+                                                    events_of: Callable[[Path], list[Event]],
+                                                    tmp_path: Path) -> None:
+    code, run_dir = run_training(_config(make_config, demo_data, latents="mean"), tmp_path)
+    assert code == 0
+    last = [e for e in events_of(run_dir) if isinstance(e, Validation)][-1]
+    assert f"validation loss {last.loss:.4f}" in outcome_line(run_dir, 0)
+
+
+def test_a_validation_folder_is_measured(make_config: Callable[..., TrainConfig], demo_data: Path,
+                                         run_training: Callable[..., tuple[int, Path]],
+                                         events_of: Callable[[Path], list[Event]], tmp_path: Path) -> None:
+    config = make_config()
+    data = config.model_dump()
+    data["dataset"]["validation_folder"] = str(demo_data)
+    data["training"].update(max_steps=1, validation_every=1)
+    code, run_dir = run_training(TrainConfig.model_validate(data), tmp_path)
+    assert code == 0
+    found = [e for e in events_of(run_dir) if isinstance(e, Validation)]
+    assert [(e.step, e.images) for e in found] == [(1, 8)]
+
+
+def test_validation_needs_held_out_images() -> None:
+    with pytest.raises(ValidationError, match="needs held-out images"):
+        TrainConfig(model={"family": "sd15", "base": "x"}, training=TrainingSection(validation_every=5))  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="cannot be combined with dataset"):
+        TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
+                    dataset=DatasetSection(validation_fraction=0.1, validation_folder="x"))
+
+
+@pytest.mark.parametrize("family", ["sdxl", "sd3"])
+def test_every_objective_measures_a_validation_loss(family: str, make_config: Callable[..., TrainConfig],
+                                                    run_training: Callable[..., tuple[int, Path]],
+                                                    events_of: Callable[[Path], list[Event]], tmp_path: Path) -> None:
+    config = make_config(family)
+    data = config.model_dump()
+    data["dataset"]["validation_fraction"] = 0.25
+    data["training"].update(max_steps=1, validation_every=1)
+    code, run_dir = run_training(TrainConfig.model_validate(data), tmp_path)
+    assert code == 0
+    found = [e for e in events_of(run_dir) if isinstance(e, Validation)]
+    assert len(found) == 1 and found[0].loss > 0 and found[0].images == 2
