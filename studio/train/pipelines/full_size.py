@@ -14,7 +14,7 @@ import torch
 from studio.core.dataset.demo_shapes import CAPTION_WORDS
 from studio.train.pipelines.arch_configs import PIPELINES, SPECS, build_component
 from studio.train.pipelines.hub_layout import write_hub_layout
-from studio.train.pipelines.tiny import EXTRA_WORDS
+from studio.train.pipelines.tiny import EXTRA_WORDS, own_module
 from studio.train.pipelines.tiny_tokenizer import write_tokenizer
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -96,20 +96,6 @@ def write_random_checkpoint(path: str | Path, family: str, dtype: str = "fp16", 
     vae = parts.pop("vae")
     return save_single_file(Path(path), family, Components(denoiser, vae, list(parts.values()), [], None),
                             _DTYPES[dtype], {})
-
-
-def own_module(family: str) -> Any | None:
-    """The family's own pipeline module here (`flux2-klein` -> flux2_klein.py) when it builds its pipelines
-    itself (`build_tiny`, `write_full_size`, `full_size_main`), else None (the families of arch_configs)."""
-    import importlib
-
-    try:
-        module = importlib.import_module(f"{__package__}.{family.replace('-', '_')}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__}.{family.replace('-', '_')}":
-            raise
-        return None
-    return module if hasattr(module, "full_size_main") else None
 
 
 def own_full_size(family: str) -> Any | None:

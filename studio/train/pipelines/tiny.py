@@ -208,8 +208,6 @@ def _builder(family: str) -> Callable[..., Path] | None:
     """The tiny builder of `family`: one above, or the `build_tiny` of the family's own pipeline module."""
     if family in _BUILDERS:
         return _BUILDERS[family]
-    from studio.train.pipelines.full_size import own_module
-
     module = own_module(family)
     return getattr(module, "build_tiny", None) if module is not None else None
 
@@ -230,3 +228,17 @@ def build_tiny_pipeline(family: str, directory: str | Path, seed: int = 0, **opt
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     return builder(folder, seed, **options)
+
+
+def own_module(family: str) -> Any | None:
+    """The family's own pipeline module here (`flux2-klein` -> flux2_klein.py) when it builds its pipelines
+    itself (`build_tiny`, `write_full_size`, `full_size_main`), else None (the families of arch_configs)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"{__package__}.{family.replace('-', '_')}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.{family.replace('-', '_')}":
+            raise
+        return None
+    return module if hasattr(module, "full_size_main") else None
