@@ -281,7 +281,7 @@ def uv_env() -> dict[str, str]:
 
 
 def setup(dev: bool) -> Path:
-    extras = "gui,train,dev" if dev else "gui,train"
+    extras = "gui,train,logging,dev" if dev else "gui,train"
     return ensure_env(VENV, extras, "studio", with_torch=True)
 
 
