@@ -31,6 +31,9 @@ class StudioContext(QObject):
     # with sig_demo_model_built (True when it is there).
     sig_demo_model_wanted = Signal(object)
     sig_demo_model_built = Signal(bool)
+    # studio.toml changed on disk and the person chose to read it again over their edits here: the
+    # pages holding such edits (the TOML editor) drop them and show the file.
+    sig_edits_discarded = Signal()
 
     def __init__(self, settings: QSettings, hardware_file: str | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -108,9 +111,11 @@ class StudioContext(QObject):
     def _file_changed(self, _text: str) -> None:
         """studio.toml changed on disk: read it again, asking first when edits here would be lost."""
         pending = self.pending_edits()
-        if pending and not self.confirm_reload("; ".join(pending)):
-            self.status("studio.toml changed on disk; your edits here are kept (they are saved over it)")
-            return
+        if pending:
+            if not self.confirm_reload("; ".join(pending)):
+                self.status("studio.toml changed on disk; your edits here are kept (they are saved over it)")
+                return
+            self.sig_edits_discarded.emit()
         self.reload_config()
 
     def reload_config(self) -> bool:
