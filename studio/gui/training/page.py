@@ -107,6 +107,7 @@ class TrainPage(Page):
         ctl.sig_console.connect(self.console.append)
         ctl.sig_progress.connect(self.console.set_progress)
         context.sig_project_changed.connect(self._on_project)
+        context.sig_config_changed.connect(self._on_config)
         context.sig_demo_model_built.connect(self._on_demo_model_built)
         # Train was pressed before the environment or the demo's model was there: it goes on by itself.
         self._env_dialog: TrainingEnvDialog | None = None
@@ -123,6 +124,10 @@ class TrainPage(Page):
     def _on_project(self, project: Project | None) -> None:
         if not self.controller.running:
             self.controller.set_project_root(project.root if project else None)
+
+    def _on_config(self, config: TrainConfig) -> None:
+        if self.controller.model.started is None:  # no run shown yet: what the next one will sample
+            self.samples.show_waiting(config.sampling.model_dump())
 
     def _update_buttons(self) -> None:
         running = self.controller.running
