@@ -31,6 +31,7 @@ from studio.core.project.demo import (
     create_demo_project,
     demo_model_ready,
     is_demo_model,
+    is_demo_project,
     model_command,
 )
 from studio.core.project.folder import Project, create_project, is_project, open_project
@@ -115,7 +116,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.project_label)
         context.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         context.sig_project_changed.connect(self._on_project_changed)
-        context.sig_config_changed.connect(lambda config: self.demo_banner.show_for(is_demo_model(config.model.base)))
+        context.sig_config_changed.connect(lambda _config: self._show_demo_banner())
         context.confirm_reload = self.confirm_reload
         context.sig_demo_model_wanted.connect(self.build_demo_model)
         self._build_menus()
@@ -256,7 +257,12 @@ class MainWindow(QMainWindow):
 
     def _is_demo(self, project: Project) -> bool:
         config = self.context.config
-        return config is not None and is_demo_model(config.model.base) and not demo_model_ready(project)
+        return (config is not None and is_demo_project(project) and is_demo_model(config.model.base)
+                and not demo_model_ready(project))
+
+    def _show_demo_banner(self) -> None:
+        project = self.context.project
+        self.demo_banner.show_for(project is not None and is_demo_project(project))
 
     def build_demo_model(self, project: Project) -> None:
         """Build the demo's tiny model in a subprocess; the window stays responsive.
@@ -297,8 +303,7 @@ class MainWindow(QMainWindow):
         name = project.name if project else "no project"
         self.setWindowTitle(f"{name} — Training Studio")
         self.project_label.setText(str(project.root) if project else "")
-        config = self.context.config
-        self.demo_banner.show_for(config is not None and is_demo_model(config.model.base))
+        self._show_demo_banner()
         if self.context.config_error is not None:
             QMessageBox.warning(
                 self,

@@ -21,7 +21,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
-from studio.core.project.demo import demo_model_ready, is_demo_model
+from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
 from studio.core.runs.live import busy_message, find_live_runs
@@ -221,7 +221,8 @@ class TrainPage(Page):
             self.show_message("Set up the training environment first: training starts when it is ready.")
             return False
         assert self.context.project is not None
-        if is_demo_model(config.model.base) and not demo_model_ready(self.context.project):
+        if (is_demo_project(self.context.project) and is_demo_model(config.model.base)
+                and not demo_model_ready(self.context.project)):
             self._waiting_for_demo_model = True
             self.show_message("Building the demo's tiny model first (a few seconds); training starts when it is "
                               "built.")

@@ -154,3 +154,18 @@ def test_the_demo_says_what_it_is_and_that_train_is_next(window: MainWindow, tmp
     window.set_project(create_project(tmp_path / "mine"))
     window.set_project(create_demo_project(tmp_path / "demo"))
     assert not banner.isVisibleTo(window)  # hidden for good
+
+
+def test_a_persons_model_folder_named_like_the_tiny_model_is_not_the_demo(window: MainWindow, tmp_path: Path) -> None:
+    """A person's own project whose model lives in models/tiny-sd15: no demo banner, and Train does not
+    offer to build a random tiny model over their folder."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.project.folder import create_project
+
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "models/tiny-sd15"},
+                                         "dataset": {"concepts": [{"path": "images"}]}})
+    project = create_project(tmp_path / "mine", config)
+    _pngs(project.root / "images", 2)
+    window.set_project(project)
+    assert not window.demo_banner.isVisibleTo(window)
+    assert not window._is_demo(project)
