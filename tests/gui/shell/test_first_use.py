@@ -107,6 +107,23 @@ def test_new_project_wizard_images_model_and_a_preset_that_fits(
     assert config.method.kind == chosen.info.method and config.method.rank == chosen.delta["method"]["rank"]
 
 
+def test_the_wizard_on_a_machine_without_a_gpu_says_the_presets_plan_for_one(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "cpu project"))  # type: ignore[attr-defined]
+    wizard.next()
+    wizard.next()
+    page = wizard.preset_page  # type: ignore[attr-defined]
+    shown = [page.list.item(i).text() for i in range(page.list.count())]
+    assert shown and not any("fits this machine" in text for text in shown)
+    assert all("no GPU here: CPU (very slow); plan for a GPU profile" in text for text in shown)
+    assert page.subTitle().startswith("No GPU here") and "Plan for" in page.subTitle()
+
+
 def test_the_wizard_skipped_makes_a_project_that_trains_as_it_stands(
     window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
