@@ -61,6 +61,8 @@ class StudioContext(QObject):
                 self.config = project.load_config()
             except ConfigError as exc:
                 self.config_error = exc
+        # The run shown is this project's newest (or none) before the pages hear of the project.
+        self.run_controller.show_last_run(self.runs_dir() if project is not None else None)
         self.sig_project_changed.emit(project)
         if self.config is not None:
             self.sig_config_changed.emit(self.config)

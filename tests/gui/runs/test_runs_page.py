@@ -218,3 +218,29 @@ def test_a_run_its_trainer_holds_is_running_however_long_it_is_silent(
     page.refresh()
     page.table.select_paths([run.name])
     assert page.table.summaries[0].status == "interrupted" and page.buttons["resume"].isEnabled()
+
+
+def test_another_project_shows_its_own_last_run_or_none(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                        tmp_path: Path) -> None:
+    """A run trained in one project, then another project opened: Train and Runs say "no run" there,
+    and the first project opened again shows its own last run on both."""
+    from studio.gui.training.page import TrainPage
+
+    first = make_project(tmp_path / "first", config)
+    context.set_project(first)  # type: ignore[arg-type]
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    runs = make_page(qtbot, context)
+    run_dir = train_once(qtbot, context, config, "--steps", "15", "--rate", "1000")
+    assert train.header.run_name.text() == run_dir.name
+
+    context.set_project(make_project(tmp_path / "second", config))  # type: ignore[arg-type]
+    for header in (train.header, runs.header):
+        assert "no run" in header.status.text() and header.run_name.text() == "" and header.step.text() == "0"
+    assert len(train.plots.loss.smooth.getData()[1] or []) == 0
+    assert runs.table.rowCount() == 0
+
+    context.set_project(first)  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: train.header.step.text() == "15 / 15" and runs.header.step.text() == "15 / 15",
+                    timeout=10000)
+    assert train.header.run_name.text() == run_dir.name and runs.header.run_name.text() == run_dir.name
