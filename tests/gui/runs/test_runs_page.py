@@ -244,3 +244,38 @@ def test_another_project_shows_its_own_last_run_or_none(qtbot: QtBot, context: S
     qtbot.waitUntil(lambda: train.header.step.text() == "15 / 15" and runs.header.step.text() == "15 / 15",
                     timeout=10000)
     assert train.header.run_name.text() == run_dir.name and runs.header.run_name.text() == run_dir.name
+
+
+def test_after_resume_the_header_counts_only_training_time_and_the_steps_since(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    """A run stopped an hour ago, resumed from the Runs page: Elapsed leaves the hour out, and the
+    first step of the resumed leg (timed with the warm-up) gives no speed or ETA, nor a dip to 0."""
+    import json
+    import math
+    import sys
+
+    from studio.gui.training.page import TrainPage
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    events = run / "events.jsonl"
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    for event in lines:
+        event["time"] -= 3600.0  # stopped an hour ago
+    events.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    leg = Path(__file__).resolve().parents[2] / "fixtures" / "resumed_leg.py"
+    context.run_controller.command_factory = lambda plan: [sys.executable, str(leg), str(plan.run_dir), "10", "100"]
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    header = train.header
+    qtbot.waitUntil(lambda: header.step.text() == "11 / 100", timeout=15000)
+    assert header.speed.text() == "–" and header.eta.text() == "–"  # not 0.1 img/s and 5:24:26
+    assert header.elapsed.text().startswith("0:0")  # seconds of training, not the hour it stood stopped
+    assert math.isnan(context.run_controller.model.samples_per_s.view()[-1])
+    (run / "GO").write_text("")
+    qtbot.waitUntil(lambda: not context.run_controller.running, timeout=15000)
+    assert header.speed.text() == "1.0 img/s" and header.elapsed.text().startswith("0:0")
