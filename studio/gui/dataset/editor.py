@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.dataset.captions.text import CaptionTextEdit
 from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
@@ -93,6 +94,7 @@ class CaptionEditor(QWidget):
         super().__init__(parent)
         self.setObjectName("dataset_editor")
         self.entry: ImageEntry | None = None
+        self._tag_counts: Counter[str] = Counter()
         self._loading = False
         self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
@@ -151,6 +153,7 @@ class CaptionEditor(QWidget):
         self.text.move_caret_to_end()  # a person adds to a caption far more often than they prepend
         self._loading = False
         self.text.setReadOnly(entry is None or refusal is not None)
+        self._offer_tags()
         self.notice.setText(f"Editing refused: {refusal}" if refusal else "")
         self._update_tokens()
         if entry is None:
@@ -164,9 +167,18 @@ class CaptionEditor(QWidget):
         else:
             self.preview.set_pixmap(pixmap)
 
-    def set_tags(self, tags: list[str]) -> None:
-        """The dataset's tags, most frequent first, offered as the caption is typed."""
-        self.text.set_tags(tags)
+    def set_tags(self, counts: Counter[str]) -> None:
+        """The dataset's tags (tag -> captions holding it), offered as the caption is typed: those of
+        the other captions, most frequent first. This caption's own words, a half-typed one saved
+        on a pause among them, are not offered back."""
+        self._tag_counts = counts
+        self._offer_tags()
+
+    def _offer_tags(self) -> None:
+        # The counts are of the saved captions; this one's is what the box holds (saved on each pause).
+        own = tag_counts([self.text.toPlainText()]) if self.entry is not None else Counter()
+        others = self._tag_counts - own
+        self.text.set_tags([tag for tag, _ in others.most_common()])
 
     def show_caption(self, text: str | None) -> None:
         """Replace the text after an undo or a bulk edit without reporting it as typing."""

@@ -136,8 +136,7 @@ class DatasetPage(Page):
         self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.tools.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
-        self.tags_panel.sig_counts_changed.connect(
-            lambda counts: self.editor.set_tags([tag for tag, _ in counts.most_common()]))
+        self.tags_panel.sig_counts_changed.connect(self.editor.set_tags)
         self.problems_panel.sig_path_clicked.connect(self.select_path)
         self.concept_actions = ConceptActions(self)
 
