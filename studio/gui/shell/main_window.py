@@ -41,7 +41,7 @@ from studio.gui.base.desktop import open_with_desktop
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.runner.process import CommandProcess, Outcome
-from studio.gui.shell.demo_banner import BUILDING, READY, DemoBanner
+from studio.gui.shell.demo_banner import READY, DemoBanner
 from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dialog
 
 
@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self._painted = False
         self.model_builder = CommandProcess(self)  # builds the demo's tiny model
         self.model_builder.sig_finished.connect(self._model_built)
+        self.model_builder.sig_output.connect(lambda line: self.demo_banner.build_output(line))
 
         self.nav = QListWidget()
         self.nav.setObjectName("navigation")
@@ -282,7 +283,7 @@ class MainWindow(QMainWindow):
         log = (project.root / DEMO_MODEL).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
         self.context.status("Building the demo's tiny model…")
-        self.demo_banner.set_model_state(BUILDING)
+        self.demo_banner.building()
         self.model_builder.start(model_command(project), log)
 
     def _model_built(self, outcome: Outcome) -> None:

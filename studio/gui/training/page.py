@@ -224,8 +224,8 @@ class TrainPage(Page):
         if (is_demo_project(self.context.project) and is_demo_model(config.model.base)
                 and not demo_model_ready(self.context.project)):
             self._waiting_for_demo_model = True
-            self.show_message("Building the demo's tiny model first (a few seconds); training starts when it is "
-                              "built.")
+            self.show_message("Building the demo's tiny model first (under a minute; its progress is in the "
+                              "banner above); training starts when it is built.")
             self.context.sig_demo_model_wanted.emit(self.context.project)
             return False
         problems = self.preflight(config)

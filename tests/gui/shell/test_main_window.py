@@ -160,6 +160,31 @@ def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow
     assert "building the tiny model" in log.read_text(encoding="utf-8") and str(log) in shown[-1]
 
 
+def test_the_demo_banner_shows_the_builds_steps_and_seconds(window: MainWindow, tmp_path: Path, qtbot,
+                                                            monkeypatch) -> None:
+    """The tiny model's build takes up to a minute on a busy machine: the banner shows its step, a bar
+    and the seconds so far, not "a few seconds"."""
+    import studio.gui.shell.main_window as main_window
+    from studio.core.project.demo import create_demo_project
+
+    go = tmp_path / "GO"
+    script = ("import os, time; print('step 1 of 2: loading PyTorch and diffusers', flush=True)\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+              "print('step 2 of 2: building and writing the tiny sd15 pipeline', flush=True)")
+    monkeypatch.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", script])
+    project = create_demo_project(tmp_path / "demo")
+    window.set_project(project)
+    banner = window.demo_banner
+    window.build_demo_model(project)
+    qtbot.waitUntil(lambda: "loading PyTorch and diffusers (step 1 of 2)" in banner.model_state.text(),
+                    timeout=10000)
+    assert "s so far" in banner.model_state.text() and "a few seconds" not in banner.model_state.text()
+    assert banner.build_bar.isVisibleTo(window) and banner.build_bar.maximum() == 2 and banner.build_bar.value() == 0
+    go.write_text("")
+    qtbot.waitUntil(lambda: not window.model_builder.is_running(), timeout=10000)
+    assert banner.model_state.text() == "The tiny model is ready." and not banner.build_bar.isVisibleTo(window)
+
+
 def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path: Path, qtbot, monkeypatch) -> None:
     import psutil
 
