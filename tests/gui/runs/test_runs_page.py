@@ -279,3 +279,22 @@ def test_after_resume_the_header_counts_only_training_time_and_the_steps_since(
     (run / "GO").write_text("")
     qtbot.waitUntil(lambda: not context.run_controller.running, timeout=15000)
     assert header.speed.text() == "1.0 img/s" and header.elapsed.text().startswith("0:0")
+
+
+def test_add_config_opens_in_the_project_folder(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Queue → Add config…: the file dialog opens in the project's folder, not wherever the studio was
+    started from; the config chosen there joins the queue."""
+    from PySide6.QtWidgets import QFileDialog
+
+    monkeypatch.chdir(tmp_path.parent)
+    project = make_project(tmp_path / "my project", config)
+    context.set_project(project)  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    page.queue.add_button.click()
+    dialog = page.queue.findChild(QFileDialog, "queue_add_dialog")
+    assert dialog is not None and dialog.isVisible()
+    assert Path(dialog.directory().absolutePath()) == project.root  # type: ignore[attr-defined]
+    dialog.selectFile(str(project.config_path))  # type: ignore[attr-defined]
+    dialog.accept()
+    assert [Path(item.config) for item in context.run_controller.queue.items] == [project.config_path]  # type: ignore[union-attr]
