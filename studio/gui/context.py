@@ -20,6 +20,8 @@ from studio.core.project.folder import Project
 from studio.gui.base.config_watch import ConfigFileWatcher
 from studio.gui.runner.run_controller import RunController
 
+HARDWARE_KEY = "hardware/plan_for"
+
 
 class StudioContext(QObject):
     """Pages take this in their constructor and subscribe to its signals."""
@@ -41,7 +43,10 @@ class StudioContext(QObject):
         self.project: Project | None = None
         self.config: TrainConfig | None = None
         self.config_error: ConfigError | None = None
-        self.hardware_file: str | None = hardware_file or os.environ.get("STUDIO_HARDWARE") or None
+        # The machine runs are planned for ("Plan for" on Model & Preset): named at start, else the
+        # choice kept from the last session, else this machine (None).
+        self.hardware_file: str | None = (hardware_file or os.environ.get("STUDIO_HARDWARE")
+                                          or str(settings.value(HARDWARE_KEY, "") or "") or None)
         # One run at a time for the whole window: the Train and Runs pages are handed this one.
         self.run_controller = RunController(self)
         # Edits a page holds that are not in studio.toml (a refused value, TOML being edited): each
@@ -51,6 +56,14 @@ class StudioContext(QObject):
         self.confirm_reload: Callable[[str], bool] = lambda _what: False
         self.watcher = ConfigFileWatcher(self)
         self.watcher.sig_changed.connect(self._file_changed)
+
+    def plan_for(self, profile: str | None) -> None:
+        """The hardware profile chosen to plan runs for (None: this machine), kept for the next start."""
+        self.hardware_file = profile
+        if profile:
+            self.settings.setValue(HARDWARE_KEY, profile)
+        else:
+            self.settings.remove(HARDWARE_KEY)
 
     def set_project(self, project: Project | None) -> None:
         self.project = project
