@@ -6,7 +6,7 @@ import gc
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
 from PySide6.QtGui import QUndoStack
@@ -27,7 +27,6 @@ from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.dataset.caption_tools import CaptionTools
-from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
@@ -47,6 +46,9 @@ from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
 from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.page import Page
 from studio.gui.runner.worker import Worker
+
+if TYPE_CHECKING:
+    from studio.gui.dataset.captions.review import CaptionReviewDialog
 
 SAVE_DELAY_MS = 700
 

@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
@@ -42,7 +43,9 @@ from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.runner.process import CommandProcess, Outcome
 from studio.gui.shell.demo_banner import READY, DemoBanner
-from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dialog
+
+if TYPE_CHECKING:  # the window opens it from the Tools menu: loaded then, not before the first paint
+    from studio.gui.trainenv.window import TrainingEnvDialog
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,8 @@ class MainWindow(QMainWindow):
 
     def open_training_env(self) -> TrainingEnvDialog:
         """Tools → Training Environment; once it is ready, an open demo gets its model."""
+        from studio.gui.trainenv.window import open_training_env_dialog
+
         dialog = open_training_env_dialog(self)
         if not dialog.property("builds_demo_model"):
             dialog.setProperty("builds_demo_model", True)
