@@ -87,7 +87,6 @@ class MainWindow(QMainWindow):
         self._painted = False
         self.model_builder = CommandProcess(self)  # builds the demo's tiny model
         self.model_builder.sig_finished.connect(self._model_built)
-        self.model_builder.sig_output.connect(lambda line: self.demo_banner.build_output(line))
 
         self.nav = QListWidget()
         self.nav.setObjectName("navigation")
@@ -107,6 +106,7 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         self.demo_banner = DemoBanner(context.settings)
+        self.model_builder.sig_output.connect(self.demo_banner.build_output)
         self.demo_banner.sig_go_train.connect(lambda: self.show_page("page_train"))
         pages = QVBoxLayout()
         pages.setContentsMargins(0, 0, 0, 0)
