@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QDialog,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -38,7 +39,6 @@ from studio.core.project.demo import (
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.core.resources import app_root
 from studio.core.training_python import needs_training_env
-from studio.gui.base.desktop import open_with_desktop
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.runner.process import CommandProcess, Outcome
@@ -331,9 +331,16 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------ help
 
-    def open_documentation(self) -> None:
-        docs = app_root() / DOCS_URL
-        open_with_desktop(self, docs, "the documentation")
+    def open_documentation(self) -> QDialog:
+        """The user guide, rendered in a window of the studio (a desktop may have no program for .md)."""
+        from studio.gui.shell.help_window import HelpWindow
+
+        window = self.findChild(HelpWindow, "help_window")
+        if window is None:
+            window = HelpWindow(app_root() / DOCS_URL, self)
+        window.show()
+        window.raise_()
+        return window
 
     def show_about(self) -> None:
         QMessageBox.about(

@@ -208,6 +208,7 @@ def test_the_go_menu_reads_as_the_pages_are_named(window: MainWindow) -> None:
 
 def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
         window: MainWindow, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QUrl
     from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence
 
     monkeypatch.setenv("STUDIO_CONFIG_DIR", str(tmp_path / "config"))
@@ -217,8 +218,20 @@ def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
     help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
     docs = next(a for a in help_menu.actions() if a.shortcut() == QKeySequence("F1"))
     docs.trigger()
+    # F1 shows the guide in the studio, rendered (a bare desktop has no program for .md files).
+    from studio.gui.shell.help_window import HelpWindow
+
+    help_window = window.findChild(HelpWindow, "help_window")
+    assert help_window is not None and help_window.isVisible() and not shown
+    text = help_window.browser.toPlainText()
+    assert text.startswith("Training Studio: user guide") and "# Training" not in text and "](" not in text
+    help_window.browser.setSource(QUrl("tutorial.md"))  # a link of the guide, as a click follows it
+    assert help_window.current_file().name == "tutorial.md" and "#" not in help_window.browser.toPlainText()[:40]
+    outside = next(b for b in help_window.findChildren(QPushButton) if b.text().startswith("Open the file"))
+    outside.click()  # the desktop has no program for it: the message says where the file is
     assert len(shown) == 1 and "No program on this desktop opens the documentation" in shown[0]
-    assert QGuiApplication.clipboard().text() in shown[0] and QGuiApplication.clipboard().text().endswith(".md")
+    assert QGuiApplication.clipboard().text().endswith("tutorial.md")
+    help_window.close()
     page = window.show_page("page_export")
     page.findChild(QPushButton, "export_edit_catalogue").click()
     assert len(shown) == 2 and "prices and speeds" in shown[1]
