@@ -20,6 +20,8 @@ from studio.core.project.folder import Project
 from studio.gui.base.config_watch import ConfigFileWatcher
 from studio.gui.runner.run_controller import RunController
 
+HARDWARE_KEY = "hardware/plan_for"
+
 
 class StudioContext(QObject):
     """Pages take this in their constructor and subscribe to its signals."""
@@ -31,6 +33,9 @@ class StudioContext(QObject):
     # with sig_demo_model_built (True when it is there).
     sig_demo_model_wanted = Signal(object)
     sig_demo_model_built = Signal(bool)
+    # studio.toml changed on disk and the person chose to read it again over their edits here: the
+    # pages holding such edits (the TOML editor) drop them and show the file.
+    sig_edits_discarded = Signal()
 
     def __init__(self, settings: QSettings, hardware_file: str | None = None, parent: QObject | None = None):
         super().__init__(parent)
@@ -38,7 +43,10 @@ class StudioContext(QObject):
         self.project: Project | None = None
         self.config: TrainConfig | None = None
         self.config_error: ConfigError | None = None
-        self.hardware_file: str | None = hardware_file or os.environ.get("STUDIO_HARDWARE") or None
+        # The machine runs are planned for ("Plan for" on Model & Preset): named at start, else the
+        # choice kept from the last session, else this machine (None).
+        self.hardware_file: str | None = (hardware_file or os.environ.get("STUDIO_HARDWARE")
+                                          or str(settings.value(HARDWARE_KEY, "") or "") or None)
         # One run at a time for the whole window: the Train and Runs pages are handed this one.
         self.run_controller = RunController(self)
         # Edits a page holds that are not in studio.toml (a refused value, TOML being edited): each
@@ -49,6 +57,14 @@ class StudioContext(QObject):
         self.watcher = ConfigFileWatcher(self)
         self.watcher.sig_changed.connect(self._file_changed)
 
+    def plan_for(self, profile: str | None) -> None:
+        """The hardware profile chosen to plan runs for (None: this machine), kept for the next start."""
+        self.hardware_file = profile
+        if profile:
+            self.settings.setValue(HARDWARE_KEY, profile)
+        else:
+            self.settings.remove(HARDWARE_KEY)
+
     def set_project(self, project: Project | None) -> None:
         self.project = project
         self.watcher.watch(project.config_path if project is not None else None)
@@ -58,6 +74,8 @@ class StudioContext(QObject):
                 self.config = project.load_config()
             except ConfigError as exc:
                 self.config_error = exc
+        # The run shown is this project's newest (or none) before the pages hear of the project.
+        self.run_controller.show_last_run(self.runs_dir() if project is not None else None)
         self.sig_project_changed.emit(project)
         if self.config is not None:
             self.sig_config_changed.emit(self.config)
@@ -108,9 +126,11 @@ class StudioContext(QObject):
     def _file_changed(self, _text: str) -> None:
         """studio.toml changed on disk: read it again, asking first when edits here would be lost."""
         pending = self.pending_edits()
-        if pending and not self.confirm_reload("; ".join(pending)):
-            self.status("studio.toml changed on disk; your edits here are kept (they are saved over it)")
-            return
+        if pending:
+            if not self.confirm_reload("; ".join(pending)):
+                self.status("studio.toml changed on disk; your edits here are kept (they are saved over it)")
+                return
+            self.sig_edits_discarded.emit()
         self.reload_config()
 
     def reload_config(self) -> bool:

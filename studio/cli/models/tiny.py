@@ -14,6 +14,7 @@ from typing import Any
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 from studio.core.families import FAMILY_NAMES, family
 
+TINY_STEPS = 2
 # The families with an optional T5 text encoder (a setting of their own).
 _T5_KEY = "model.use_t5"
 
@@ -49,8 +50,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.dir:
         print("give the folder to write the tiny pipeline into: studio-train tiny FAMILY DIR", file=sys.stderr)
         return EXIT_INVALID
+    # The steps, one line each, as the studio's demo banner shows them (the first takes most of the time).
+    print(f"step 1 of {TINY_STEPS}: loading PyTorch and diffusers", flush=True)
     from studio.train.pipelines.tiny import build_tiny_pipeline
 
+    print(f"step 2 of {TINY_STEPS}: building and writing the tiny {args.family} pipeline (random weights)",
+          flush=True)
     options = {"t5": True} if args.t5 else {}
     folder = build_tiny_pipeline(args.family, args.dir, seed=args.seed, **options)
     print(f"tiny {args.family} pipeline written to {folder}")

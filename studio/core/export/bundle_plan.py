@@ -33,6 +33,22 @@ class ExportError(ValueError):
     """The bundle cannot be made; the message says what, where and what to do."""
 
 
+class LocalModelError(ExportError):
+    """The base model or VAE is a local file or folder and the export was told neither to copy it nor
+    where it is remotely. `says(include, remote)` words the fix with the caller's controls (the CLI's
+    flags by default, the Export page's checkbox and field)."""
+
+    def __init__(self, what: str, local: Path, size_gb: float) -> None:
+        self.what, self.local, self.size_gb = what, local, size_gb
+        super().__init__(self.says("--include-model", "--remote-base ID_OR_PATH"))
+
+    def says(self, include: str, remote: str) -> str:
+        where = remote if self.what == "base model" else "a hub id in model.vae"
+        kind = "folder" if self.local.is_dir() else "file"
+        return (f"the {self.what} is a local {kind} ({self.local}, {self.size_gb:.1f} GB): either copy it into "
+                f"the bundle with {include}, or name where it is on the remote machine ({where})")
+
+
 def is_hub_id(value: str) -> bool:
     parts = value.split("/")
     return (len(parts) == 2 and all(parts) and not value.startswith((".", "~", "/"))
@@ -79,12 +95,7 @@ def _model_value(raw: str | None, resolved: str | None, what: str, remote: str |
         key = {"base model": "base", "VAE": "vae"}.get(what, what.replace(" ", "_"))
         raise ExportError(f"{what} {local} does not exist; fix model.{key} in the config or give a hub id")
     if not include:
-        size = folder_size(local) / 2**30
-        flag = "--remote-base ID_OR_PATH" if what == "base model" else "a hub id in model.vae"
-        raise ExportError(
-            f"the {what} is a local {'folder' if local.is_dir() else 'file'} ({local}, {size:.1f} GB): either copy "
-            f"it into the bundle with --include-model, or name where it is on the remote machine ({flag})"
-        )
+        raise LocalModelError(what, local, folder_size(local) / 2**30)
     rel = f"{MODEL_DIR}/{local.name}"
     copies.append((local, out / rel))
     return rel, "bundle"

@@ -27,6 +27,9 @@ DEMO_DATA = "data/shapes"
 # The demo trains a tiny model of the default family.
 DEMO_FAMILY = DEFAULT_FAMILY
 DEMO_MODEL = f"models/tiny-{DEMO_FAMILY}"
+# Written into the demo project: the demo is this project, not any project whose model folder has
+# the tiny model's name.
+DEMO_MARKER = ".studio-demo"
 
 
 def default_demo_dir() -> Path:
@@ -57,6 +60,16 @@ def model_command(project: Project, python: str | None = None) -> list[str]:
     return studio_command(["tiny", DEMO_FAMILY, str(project.root / DEMO_MODEL)], python=python)
 
 
+def is_demo_project(project: Project) -> bool:
+    """The studio's demo project: its marker, or the demo's own folder (made before there was one)."""
+    if (project.root / DEMO_MARKER).is_file():
+        return True
+    try:
+        return project.root.resolve() == default_demo_dir().resolve()
+    except OSError:
+        return False
+
+
 def demo_model_ready(project: Project) -> bool:
     return (project.root / DEMO_MODEL / "model_index.json").is_file()
 
@@ -70,6 +83,9 @@ def create_demo_project(path: str | Path | None = None, build_model: bool = Fals
     data = root / DEMO_DATA
     if not data.is_dir() or not any(data.iterdir()):
         write_demo_dataset(data)
+    marker = root / DEMO_MARKER
+    if not marker.exists():
+        marker.write_text("The studio's demo project (File → Open Demo Project).\n", encoding="utf-8")
     if build_model and not demo_model_ready(project):
         subprocess.run(model_command(project), check=True, capture_output=True, text=True)
     return project

@@ -129,6 +129,13 @@ class RunModel:
         self.first_time: float | None = None
         self.last_time: float | None = None
         self.paused_s = 0.0  # between a stopped leg's last event and its resume: not training time
+        # When the leg before ended (its run_finished, or the end of its process): the next event
+        # begins a resumed leg, and the time between is no training time. None while a leg goes on.
+        self._leg_ended_at: float | None = None
+        self._pause_counted = False  # the resumed leg's pause was counted at its first event
+        # A leg's first step is timed with the warm-up (compiling, allocator, first batches): its
+        # images/s and ETA say nothing of the run's speed, so they are left unknown.
+        self._warm_up_step = True
         self.eta_s: float | None = None
         self.last_loss: float | None = None
         self.steps = Series()
@@ -161,7 +168,9 @@ class RunModel:
         if self.first_time is None:
             return 0.0
         end = self.last_time or self.first_time
-        if now is not None and not self.ended:
+        if self._leg_ended_at is not None:
+            end = self._leg_ended_at  # stopped, or a resume still starting: the clock stands
+        elif now is not None and not self.ended:
             end = max(end, now)
         return max(0.0, end - self.first_time - self.paused_s)
 
@@ -198,6 +207,7 @@ class RunModel:
         self.version += 1
         if self.first_time is None:
             self.first_time = float(batch.time[0])
+        self._leg_goes_on(float(batch.time[0]))
         self.last_time = float(batch.time[-1])
         if self.status not in ENDED:
             self.status = "training"
@@ -205,11 +215,18 @@ class RunModel:
         self.step, self.epoch = int(last["step"]), int(last["epoch"])
         self.last_loss = last["loss"]
         self.eta_s = last.get("eta_s")
+        speeds = batch.samples_per_s
+        if self._warm_up_step:
+            self._warm_up_step = False
+            speeds = speeds.copy()
+            speeds[0] = float("nan")
+            if n == 1:
+                self.eta_s = None
         self.steps.extend(batch.step)
         self.step_times.extend(batch.time)
         self.loss.extend(batch.loss)
         self.lr.extend(batch.lr)
-        self.samples_per_s.extend(batch.samples_per_s)
+        self.samples_per_s.extend(speeds)
         self.tflops.extend(batch.tflops)
         self.mfu.extend(batch.mfu)
         for rank, cols in batch.memory.items():
@@ -226,12 +243,16 @@ class RunModel:
         self.version += 1
         if self.first_time is None:
             self.first_time = event.time
+        if not isinstance(event, RunFinished):
+            self._leg_goes_on(event.time)
         previous, self.last_time = self.last_time, event.time
         if isinstance(event, Step):
             self._apply_step(event)
         elif isinstance(event, RunStarted):
-            if self.started is not None and previous is not None:
-                self._resumed_after(event.time - previous)
+            if self.started is not None and previous is not None and not self._pause_counted:
+                self._resumed_after(event.time - previous)  # the leg before ended without a word (killed)
+            self._pause_counted = False
+            self._warm_up_step = True
             self.started = event
             self.total_steps = event.total_steps
             self.step = max(self.step, event.resumed_from_step)
@@ -260,6 +281,7 @@ class RunModel:
             self.warnings.append(event)
         elif isinstance(event, RunFinished):
             self.finished = event
+            self._leg_ended_at = event.time
             self.status = _FINISH_STATUS.get(event.status, "failed")
             self.outputs = list(event.outputs)
             self.message = event.message
@@ -272,12 +294,13 @@ class RunModel:
             self.status = "training"
         self.step, self.epoch = event.step, event.epoch
         self.last_loss = event.loss
-        self.eta_s = event.eta_s
+        warm_up, self._warm_up_step = self._warm_up_step, False
+        self.eta_s = None if warm_up else event.eta_s
         self.steps.append(event.step)
         self.step_times.append(event.time)
         self.loss.append(_nan(event.loss))
         self.lr.append(_nan(event.lr))
-        self.samples_per_s.append(_nan(event.samples_per_s))
+        self.samples_per_s.append(float("nan") if warm_up else _nan(event.samples_per_s))
         self.tflops.append(_nan(event.tflops))
         self.mfu.append(_nan(event.mfu))
         for mem in event.memory:
@@ -290,6 +313,15 @@ class RunModel:
             series.allocated.append(_nan(allocated))
             series.peak.append(_nan(mem.peak_mb))
             series.reserved.append(_nan(mem.reserved_mb))
+
+    def _leg_goes_on(self, time_s: float) -> None:
+        """An event at `time_s`: after a leg that ended, the first of a resumed leg (the time between is
+        a pause, whatever the new leg writes before its run_started)."""
+        if self._leg_ended_at is None:
+            return
+        pause, self._leg_ended_at = time_s - self._leg_ended_at, None
+        self._resumed_after(pause)
+        self._pause_counted = True
 
     def _resumed_after(self, pause_s: float) -> None:
         """A resumed run's next leg: the pause is not training time, and the memory plot has a gap
@@ -308,6 +340,7 @@ class RunModel:
         self.message = message
         self.eta_s = None
         self.last_time = time.time() if self.last_time is None else self.last_time
+        self._leg_ended_at = self.last_time
         self.version += 1
 
     def speed(self) -> tuple[float | None, float | None, float | None]:

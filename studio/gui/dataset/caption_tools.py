@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QWidget
 
@@ -13,9 +13,11 @@ from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
-from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel
+
+if TYPE_CHECKING:  # loaded when Caption with… first opens, not before the window's first paint
+    from studio.gui.dataset.captions.review import CaptionReviewDialog
 
 
 class CaptionPage(Protocol):
@@ -70,6 +72,8 @@ class CaptionTools:
         if page.store is not None and page.context.project is not None:
             selected = [e.path for e in page.selected_entries()]
             push: Callable[[list[CaptionEdit], str], None] = page.push_edits
+            from studio.gui.dataset.captions.review import CaptionReviewDialog
+
             self.dialog = CaptionReviewDialog(page.store, selected, push, page.context, self.parent)
             self.dialog.show()
         return self.dialog

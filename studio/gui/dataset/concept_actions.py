@@ -1,5 +1,9 @@
 """What the Concepts tab does to the project: folders added and removed, a concept's settings,
-repeats (a kohya folder is renamed after asking, and the rename can be undone)."""
+repeats (a kohya folder is renamed after asking, and the rename can be undone).
+
+A concept whose own folder is a kohya "N_name" folder is renamed too when its repeats change, and
+its path in studio.toml follows: kohya's scripts read the repeats from the folder's name, so a
+folder left at 3_name with `repeats = 5` would train x3 there and x5 here."""
 
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ class ConceptActions(QObject):
         # Asked before a kohya folder is renamed; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
         self.last_rename: tuple[Path, Path] | None = None  # (renamed folder, its name before)
+        self._renamed_concept: int | None = None  # the concept whose own folder that was
         panel = page.concepts_panel
         panel.sig_repeats_changed.connect(self.repeats_changed)
         panel.sig_add_folder.connect(self.add_folder)
@@ -106,10 +111,16 @@ class ConceptActions(QObject):
     def repeats_changed(self, index: int, kohya: Path | None, repeats: int) -> None:
         if kohya is None:
             concepts = self._concepts()
-            if 0 <= index < len(concepts):
+            if not 0 <= index < len(concepts):
+                return
+            own = self._kohya_concept_folder(concepts[index])
+            if own is None:
                 concepts[index]["repeats"] = repeats
                 self._save(concepts)
-            return
+                return
+            kohya, concept = own, index
+        else:
+            concept = None
         new_name = f"{repeats}_{kohya.name.split('_', 1)[-1]}"
         if not self.confirm("Rename the folder?",
                             f"The repeats of a kohya folder are part of its name: rename\n\n{kohya}\n\nto "
@@ -117,9 +128,19 @@ class ConceptActions(QObject):
                             "undone with the button on this tab."):
             self.page.reload_rows()  # the spin box goes back to the folder's number
             return
-        self.rename(kohya, repeats)
+        self.rename(kohya, repeats, concept=concept)
 
-    def rename(self, folder: Path, repeats: int, offer_undo: bool = True) -> Path | None:
+    def _kohya_concept_folder(self, concept: dict[str, Any]) -> Path | None:
+        """The concept's own folder when it is named like a kohya repeat folder (N_name), else None."""
+        project = self.context.project
+        if project is None or not isinstance(concept.get("path"), str):
+            return None
+        folder = project.resolve(concept["path"])
+        return folder if kohya_folder(folder.name) is not None and folder.is_dir() else None
+
+    def rename(self, folder: Path, repeats: int, offer_undo: bool = True, concept: int | None = None) -> Path | None:
+        """Rename a kohya folder to `repeats`; with `concept`, that concept's path and repeats in
+        studio.toml follow (the folder is renamed back when they cannot be saved)."""
         if not self.page.save_now():
             self.page.status_label.setText("Save or resolve the pending captions before renaming folders.")
             return None
@@ -130,9 +151,14 @@ class ConceptActions(QObject):
             return None
         if target == folder:
             return target
+        before = kohya_folder(folder.name)
+        if concept is not None and before is not None and not self._follow_rename(concept, target, repeats):
+            rename_repeat_folder(target, before[0])  # studio.toml refused the new path: as it was
+            self.page.reload_rows()
+            return None
         button = self.page.concepts_panel.undo_rename
         if offer_undo:
-            self.last_rename = (target, folder)
+            self.last_rename, self._renamed_concept = (target, folder), concept
             button.setText(f"Undo: rename {target.name} back to {folder.name}")
         button.setVisible(offer_undo)
         self.context.status(f"Renamed {folder.name} to {target.name}.")
@@ -146,7 +172,17 @@ class ConceptActions(QObject):
         parsed = kohya_folder(before.name)
         self.last_rename = None
         self.page.concepts_panel.undo_rename.setVisible(False)
-        return self.rename(current, parsed[0], offer_undo=False) if parsed else None
+        return self.rename(current, parsed[0], offer_undo=False, concept=self._renamed_concept) if parsed else None
+
+    def _follow_rename(self, index: int, target: Path, repeats: int) -> bool:
+        """The concept's path and repeats after its folder was renamed; False when they cannot be saved."""
+        concepts = self._concepts()
+        project = self.context.project
+        if not 0 <= index < len(concepts) or project is None:
+            return False
+        concepts[index]["path"] = concept_path(target, project.root)
+        concepts[index]["repeats"] = repeats
+        return not self._save(concepts)
 
     def _confirm_dialog(self, title: str, text: str) -> bool:
         parent = self.page if isinstance(self.page, QWidget) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.dataset.captions.text import CaptionTextEdit
 from studio.gui.dataset.mask_overlay import with_mask
@@ -98,6 +99,7 @@ class CaptionEditor(QWidget):
         self.entry: ImageEntry | None = None
         # The loss mask of an image (dataset.masks), set by the page; tinted over the preview.
         self.mask_for: Callable[[Path], QImage | None] = lambda _path: None
+        self._tag_counts: Counter[str] = Counter()
         self._loading = False
         self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
@@ -156,6 +158,7 @@ class CaptionEditor(QWidget):
         self.text.move_caret_to_end()  # a person adds to a caption far more often than they prepend
         self._loading = False
         self.text.setReadOnly(entry is None or refusal is not None)
+        self._offer_tags()
         self.notice.setText(f"Editing refused: {refusal}" if refusal else "")
         self._update_tokens()
         if entry is None:
@@ -169,9 +172,18 @@ class CaptionEditor(QWidget):
         else:
             self.preview.set_pixmap(with_mask(pixmap, self.mask_for(entry.path)))
 
-    def set_tags(self, tags: list[str]) -> None:
-        """The dataset's tags, most frequent first, offered as the caption is typed."""
-        self.text.set_tags(tags)
+    def set_tags(self, counts: Counter[str]) -> None:
+        """The dataset's tags (tag -> captions holding it), offered as the caption is typed: those of
+        the other captions, most frequent first. This caption's own words, a half-typed one saved
+        on a pause among them, are not offered back."""
+        self._tag_counts = counts
+        self._offer_tags()
+
+    def _offer_tags(self) -> None:
+        # The counts are of the saved captions; this one's is what the box holds (saved on each pause).
+        own = tag_counts([self.text.toPlainText()]) if self.entry is not None else Counter()
+        others = self._tag_counts - own
+        self.text.set_tags([tag for tag, _ in others.most_common()])
 
     def show_caption(self, text: str | None) -> None:
         """Replace the text after an undo or a bulk edit without reporting it as typing."""

@@ -6,7 +6,7 @@ import gc
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
 from PySide6.QtGui import QUndoStack
@@ -27,7 +27,6 @@ from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.dataset.caption_tools import CaptionTools
-from studio.gui.dataset.captions.review import CaptionReviewDialog
 from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
@@ -48,6 +47,9 @@ from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
 from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.page import Page
 from studio.gui.runner.worker import Worker
+
+if TYPE_CHECKING:
+    from studio.gui.dataset.captions.review import CaptionReviewDialog
 
 SAVE_DELAY_MS = 700
 
@@ -138,8 +140,7 @@ class DatasetPage(Page):
         self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.tools.open_caption_dialog)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
-        self.tags_panel.sig_counts_changed.connect(
-            lambda counts: self.editor.set_tags([tag for tag, _ in counts.most_common()]))
+        self.tags_panel.sig_counts_changed.connect(self.editor.set_tags)
         self.problems_panel.sig_path_clicked.connect(self.select_path)
         self.concept_actions = ConceptActions(self)
 

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigError
 from studio.core.config.schema import TrainConfig
 from studio.core.export.bundle import BundleReport, ExportError, export_bundle, is_hub_id
+from studio.core.export.bundle_plan import LocalModelError
 from studio.core.export.cost import CostRow, assumptions, cost_table, vram_estimator, workload_from_config
 from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_user_catalogue, load_catalogue
 from studio.core.project.folder import Project
@@ -306,6 +307,9 @@ class ExportPage(Page):
     def _on_failed(self, error: BaseException, out: Path) -> None:
         if isinstance(error, ConfigError):
             message = error.describe()
+        elif isinstance(error, LocalModelError):
+            message = error.says(f"“{self.include_model.text()}” ticked",
+                                 "the “Remote base model” field: a hub id or a path there")
         elif isinstance(error, OSError):
             message = f"could not write the bundle to {out}: {error}"
         else:

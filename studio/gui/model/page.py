@@ -88,6 +88,8 @@ class ModelPage(Page):
         left_layout = QVBoxLayout(left)
         self.hardware = HardwarePanel(context.hardware_file, self._disk_path())
         self.hardware.sig_report.connect(self._on_hardware)
+        self.hardware.picker.currentIndexChanged.connect(
+            lambda _i: self.context.plan_for(self.hardware.picker.currentData()))
         left_layout.addWidget(self.hardware)
         left_layout.addWidget(self._model_picker())
         self.library = ModelLibraryPanel(self.config.model.family)

@@ -52,6 +52,7 @@ class TomlDialog(QDialog):
         close.clicked.connect(self.close)
         self.view.textChanged.connect(self._edited)
         context.sig_config_changed.connect(self._config_changed)
+        context.sig_edits_discarded.connect(self.load)
         context.unsaved_edits.append(self.unsaved)
         self.finished.connect(self._forget)
         self._shown = ""
@@ -124,3 +125,4 @@ class TomlDialog(QDialog):
         if self.unsaved in self.context.unsaved_edits:
             self.context.unsaved_edits.remove(self.unsaved)
         self.context.sig_config_changed.disconnect(self._config_changed)
+        self.context.sig_edits_discarded.disconnect(self.load)

@@ -42,6 +42,11 @@ from studio.gui.widgets.model_library import ModelLibraryPanel
 FIT_ORDER: dict[Fit, int] = {"fits": 0, "tight": 1, "does_not_fit": 2}
 FIT_WORDS: dict[Fit, str] = {"fits": "fits this machine", "tight": "tight on this machine",
                              "does_not_fit": "does not fit this machine"}
+# The Model page's wording for a machine without a GPU: a GPU preset plans a run for another machine.
+NO_GPU = "no GPU here: CPU (very slow); plan for a GPU profile"
+NO_GPU_SUBTITLE = ("No GPU here: training on this machine runs on the CPU (very slow). These presets are for GPUs "
+                   "(half precision, 8-bit optimizers): choose one to plan for a machine with a GPU (set the "
+                   "GPU profile in Model & Preset → Plan for), or skip to keep settings that run on the CPU.")
 
 
 def presets_for(config: TrainConfig, presets: list[Preset], gpu: GPUInfo | None) -> list[tuple[Preset, Fit, float]]:
@@ -203,8 +208,13 @@ class PresetPage(QWizardPage):
     def initializePage(self) -> None:
         self.list.clear()
         config = self.new_project.base_config()
-        for preset, verdict, mb in presets_for(config, self.new_project.presets, self.new_project.gpu):
-            item = QListWidgetItem(f"{preset.info.title} — {FIT_WORDS[verdict]} (about {mb / 1024:.1f} GB)")
+        gpu = self.new_project.gpu
+        self.setSubTitle(NO_GPU_SUBTITLE if gpu is None else
+                         "The presets that fit this machine's GPU come first. Skip to keep the defaults.")
+        for preset, verdict, mb in presets_for(config, self.new_project.presets, gpu):
+            where = NO_GPU if gpu is None else FIT_WORDS[verdict]
+            item = QListWidgetItem(f"{preset.info.title} — {where} (about {mb / 1024:.1f} GB on a GPU)"
+                                   if gpu is None else f"{preset.info.title} — {where} (about {mb / 1024:.1f} GB)")
             item.setData(Qt.ItemDataRole.UserRole, preset)
             self.list.addItem(item)
 

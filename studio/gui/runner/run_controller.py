@@ -17,7 +17,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
-from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
+from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE, list_run_dirs
 from studio.core.runs.launch import RunPlan, prepare_run
 from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.lock import RunLockedError, lock_holder
@@ -273,6 +273,19 @@ class RunController(QObject):
             return None
         replay = ReplayRun(run_dir, self.worker, self)
         return replay if self.follow(replay) else None
+
+    def show_last_run(self, runs_dir: Path | None) -> None:
+        """Between runs (another project opened): the views show the newest run under `runs_dir`, or
+        no run, never the run of the project before."""
+        if self.running:
+            return
+        runs = list_run_dirs(runs_dir) if runs_dir is not None else []
+        if runs and self.open_replay(runs[-1]) is not None:  # named by their start: the last is the newest
+            return
+        self._let_go()
+        self._timer.stop()
+        self.model, self.tail, self._run_dir = RunModel(), None, None
+        self.sig_tick.emit()
 
     # ------------------------------------------------------------ queue
     def start_queue(self) -> None:

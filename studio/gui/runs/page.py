@@ -125,9 +125,19 @@ class RunsPage(Page):
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
-        if project is not None and self.controller.queue is None and not self.controller.running:
+        if project is not None and not self.controller.running:
             self.controller.set_project_root(project.root)
+        # The run shown below the list is this project's newest, or none: never the project before's.
+        if self._reading is not None:
+            self._reading.cancel()
+            self._reading = None
+        self.opened = None
+        empty = RunModel()
+        self.plots.refresh(empty)
+        self.header.refresh(empty)
         self.refresh()
+        if self.table.rowCount():
+            self.table.selectRow(0)  # newest first; choosing it shows it
 
     def select_runs(self, names: list[str]) -> None:
         """Select these runs together in the table (a sweep's), ready to compare (Loss overlay)."""

@@ -143,10 +143,17 @@ class QueuePanel(QWidget):
             self.controller.sig_message.emit(str(exc))
         self.refresh()
 
-    def _pick_config(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Add a config to the queue", "", "Config (*.toml)")
-        if path:
-            self.add_config(Path(path))
+    def _pick_config(self) -> QFileDialog:
+        """A file dialog in the project's folder (where its studio.toml and the queue are)."""
+        queue = self.controller.queue
+        start = str(queue.path.parent) if queue is not None else ""
+        dialog = QFileDialog(self, "Add a config to the queue", start, "Config (*.toml)")
+        dialog.setObjectName("queue_add_dialog")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(lambda path: self.add_config(Path(path)) if path else None)
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
 
     def move_selected(self, delta: int) -> None:
         queue, item_id = self.controller.queue, self.selected_id()

@@ -6,10 +6,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QDialog,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -31,17 +33,19 @@ from studio.core.project.demo import (
     create_demo_project,
     demo_model_ready,
     is_demo_model,
+    is_demo_project,
     model_command,
 )
 from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.core.resources import app_root
 from studio.core.training_python import needs_training_env
-from studio.gui.base.desktop import open_with_desktop
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.runner.process import CommandProcess, Outcome
-from studio.gui.shell.demo_banner import BUILDING, READY, DemoBanner
-from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dialog
+from studio.gui.shell.demo_banner import READY, DemoBanner
+
+if TYPE_CHECKING:  # the window opens it from the Tools menu: loaded then, not before the first paint
+    from studio.gui.trainenv.window import TrainingEnvDialog
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         self.demo_banner = DemoBanner(context.settings)
+        self.model_builder.sig_output.connect(self.demo_banner.build_output)
         self.demo_banner.sig_go_train.connect(lambda: self.show_page("page_train"))
         pages = QVBoxLayout()
         pages.setContentsMargins(0, 0, 0, 0)
@@ -115,7 +120,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addPermanentWidget(self.project_label)
         context.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         context.sig_project_changed.connect(self._on_project_changed)
-        context.sig_config_changed.connect(lambda config: self.demo_banner.show_for(is_demo_model(config.model.base)))
+        context.sig_config_changed.connect(lambda _config: self._show_demo_banner())
         context.confirm_reload = self.confirm_reload
         context.sig_demo_model_wanted.connect(self.build_demo_model)
         self._build_menus()
@@ -243,6 +248,8 @@ class MainWindow(QMainWindow):
 
     def open_training_env(self) -> TrainingEnvDialog:
         """Tools → Training Environment; once it is ready, an open demo gets its model."""
+        from studio.gui.trainenv.window import open_training_env_dialog
+
         dialog = open_training_env_dialog(self)
         if not dialog.property("builds_demo_model"):
             dialog.setProperty("builds_demo_model", True)
@@ -256,7 +263,12 @@ class MainWindow(QMainWindow):
 
     def _is_demo(self, project: Project) -> bool:
         config = self.context.config
-        return config is not None and is_demo_model(config.model.base) and not demo_model_ready(project)
+        return (config is not None and is_demo_project(project) and is_demo_model(config.model.base)
+                and not demo_model_ready(project))
+
+    def _show_demo_banner(self) -> None:
+        project = self.context.project
+        self.demo_banner.show_for(project is not None and is_demo_project(project))
 
     def build_demo_model(self, project: Project) -> None:
         """Build the demo's tiny model in a subprocess; the window stays responsive.
@@ -276,7 +288,7 @@ class MainWindow(QMainWindow):
         log = (project.root / DEMO_MODEL).with_suffix(".log")
         log.parent.mkdir(parents=True, exist_ok=True)
         self.context.status("Building the demo's tiny model…")
-        self.demo_banner.set_model_state(BUILDING)
+        self.demo_banner.building()
         self.model_builder.start(model_command(project), log)
 
     def _model_built(self, outcome: Outcome) -> None:
@@ -297,8 +309,7 @@ class MainWindow(QMainWindow):
         name = project.name if project else "no project"
         self.setWindowTitle(f"{name} — Training Studio")
         self.project_label.setText(str(project.root) if project else "")
-        config = self.context.config
-        self.demo_banner.show_for(config is not None and is_demo_model(config.model.base))
+        self._show_demo_banner()
         if self.context.config_error is not None:
             QMessageBox.warning(
                 self,
@@ -320,9 +331,16 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------ help
 
-    def open_documentation(self) -> None:
-        docs = app_root() / DOCS_URL
-        open_with_desktop(self, docs, "the documentation")
+    def open_documentation(self) -> QDialog:
+        """The user guide, rendered in a window of the studio (a desktop may have no program for .md)."""
+        from studio.gui.shell.help_window import HelpWindow
+
+        window = self.findChild(HelpWindow, "help_window")
+        if window is None:
+            window = HelpWindow(app_root() / DOCS_URL, self)
+        window.show()
+        window.raise_()
+        return window
 
     def show_about(self) -> None:
         QMessageBox.about(

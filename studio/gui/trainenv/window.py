@@ -9,6 +9,7 @@ window's Worker, which only reports progress.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.resources import is_frozen
 from studio.core.trainenv.doctor import ERROR, WARNING, EnvOverview, env_overview
 from studio.core.trainenv.installer import STEPS, InstallResult, install
 from studio.core.trainenv.progress import InstallProgress
@@ -161,14 +163,21 @@ class TrainingEnvDialog(QDialog):
         elif overview.ready:
             self.status.setText(f"<b>Ready.</b> PyTorch {facts.get('torch')} in {facts.get('folder')}. {reason}.")
             self.install_button.setText("Repair")
+        elif not is_frozen():
+            # A source checkout trains with the Python it runs on (training_python.default_training_python).
+            self.status.setText(f"<b>Training uses this checkout's environment</b> ({sys.prefix}). Install sets "
+                                f"up the studio's own one in {facts.get('folder') or self.folder}, as the "
+                                f"installed app uses; it is not needed to train from here. {reason}.")
+            self.install_button.setText("Install")
         else:
             self.status.setText(f"<b>Not set up yet.</b> {reason}.")
             self.install_button.setText("Install")
         self.findings.clear()
-        for finding in overview.findings:
+        shown = [f for f in overview.findings if is_frozen() or f.code != "not_installed"]
+        for finding in shown:
             mark = {ERROR: "✖", WARNING: "⚠"}.get(finding.severity, "ℹ")
             self.findings.addItem(f"{mark} {finding.message}\n    → {finding.fix}")
-        self.findings.setVisible(bool(overview.findings))
+        self.findings.setVisible(bool(shown))
         self._set_busy(False, installing=False)
 
     # ------------------------------------------------------------ install

@@ -21,9 +21,10 @@ from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
-from studio.core.project.demo import demo_model_ready, is_demo_model
+from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
+from studio.core.runs.folders import REMOTE_FILE
 from studio.core.runs.live import busy_message, find_live_runs
 from studio.core.training_python import needs_training_env
 from studio.gui.base.event_loop import wait_for
@@ -64,6 +65,9 @@ class TrainPage(Page):
         self.stop_button = QPushButton("Stop")
         self.stop_button.setObjectName("train_stop")
         self.stop_button.setToolTip("Stop at the next step, saving a checkpoint (the run can be resumed)")
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setObjectName("train_resume")
+        self.resume_button.setToolTip("Continue the stopped or failed run shown here from its newest checkpoint")
         self.kill_button = QPushButton("Kill")
         self.kill_button.setObjectName("train_kill")
         self.kill_button.setToolTip("End the trainer and all its processes now (nothing more is saved)")
@@ -85,7 +89,7 @@ class TrainPage(Page):
         self.tabs.addTab(self.sampling, "Sample settings")
 
         buttons = QHBoxLayout()
-        for button in (self.train_button, self.stop_button, self.kill_button):
+        for button in (self.train_button, self.resume_button, self.stop_button, self.kill_button):
             buttons.addWidget(button)
         buttons.addWidget(self.estimate, 1)
         layout = QVBoxLayout(self)
@@ -97,6 +101,7 @@ class TrainPage(Page):
 
         self.train_button.clicked.connect(self.start_training)
         self.stop_button.clicked.connect(self.stop_training)
+        self.resume_button.clicked.connect(self.resume_training)
         self.kill_button.clicked.connect(self.kill_training)
         self.banner.sig_show_console.connect(self._jump_to_console)
         ctl = self.controller
@@ -107,6 +112,7 @@ class TrainPage(Page):
         ctl.sig_console.connect(self.console.append)
         ctl.sig_progress.connect(self.console.set_progress)
         context.sig_project_changed.connect(self._on_project)
+        context.sig_config_changed.connect(self._on_config)
         context.sig_demo_model_built.connect(self._on_demo_model_built)
         # Train was pressed before the environment or the demo's model was there: it goes on by itself.
         self._env_dialog: TrainingEnvDialog | None = None
@@ -124,8 +130,26 @@ class TrainPage(Page):
         if not self.controller.running:
             self.controller.set_project_root(project.root if project else None)
 
+    def _on_config(self, config: TrainConfig) -> None:
+        if self.controller.model.started is None:  # no run shown yet: what the next one will sample
+            self.samples.show_waiting(config.sampling.model_dump())
+
+    def resumable(self) -> bool:
+        """The run shown stopped or failed here (not one copied back from another machine)."""
+        run_dir, model = self.controller.run_dir, self.controller.model
+        return (not self.controller.running and run_dir is not None and model.status in ("stopped", "failed")
+                and not (run_dir / REMOTE_FILE).exists())
+
+    def resume_training(self) -> bool:
+        """Resume the run shown, from its newest checkpoint (as Runs → Resume does)."""
+        run_dir = self.controller.run_dir
+        if run_dir is None or not self.resumable():
+            return False
+        return self.controller.resume(run_dir)
+
     def _update_buttons(self) -> None:
         running = self.controller.running
+        self.resume_button.setEnabled(self.resumable())
         self.train_button.setEnabled(not running)
         self.stop_button.setEnabled(running and not self._stopping)
         self.kill_button.setEnabled(running)
@@ -140,6 +164,7 @@ class TrainPage(Page):
         self.header.refresh(model, self._stopping)
         self.banner.refresh(model)
         self.samples.refresh(model)
+        self.resume_button.setEnabled(self.resumable())
 
     def _on_run_started(self, run_dir: Path) -> None:
         self._stopping = False
@@ -216,10 +241,11 @@ class TrainPage(Page):
             self.show_message("Set up the training environment first: training starts when it is ready.")
             return False
         assert self.context.project is not None
-        if is_demo_model(config.model.base) and not demo_model_ready(self.context.project):
+        if (is_demo_project(self.context.project) and is_demo_model(config.model.base)
+                and not demo_model_ready(self.context.project)):
             self._waiting_for_demo_model = True
-            self.show_message("Building the demo's tiny model first (a few seconds); training starts when it is "
-                              "built.")
+            self.show_message("Building the demo's tiny model first (under a minute; its progress is in the "
+                              "banner above); training starts when it is built.")
             self.context.sig_demo_model_wanted.emit(self.context.project)
             return False
         problems = self.preflight(config)

@@ -24,6 +24,21 @@ from studio.core.runs.run_model import RunModel, SampleImage
 from studio.gui.widgets.image_view import ImageView
 
 THUMB = 128
+NO_PROMPTS = "No samples yet: add prompts in the Sample settings tab."
+
+
+def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0) -> str:
+    """What the empty gallery says for a run's `sampling` settings, at `step` of `total`."""
+    prompts = sampling.get("prompts") or []
+    every = sampling.get("every_n_steps") or 0
+    if not prompts:
+        return NO_PROMPTS
+    if not isinstance(every, int) or every <= 0:
+        return "No samples: sampling is off (every 0 steps); set how often in the Sample settings tab."
+    due = (step // every + 1) * every
+    if total and due > total:
+        due = total  # the last samples are made at the end
+    return f"No samples yet: the first samples are made at step {due}."
 
 
 class ImageDialog(QDialog):
@@ -53,7 +68,7 @@ class SamplesGallery(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")
-        self.preview = ImageView("No samples yet: add prompts in the Sample settings tab.")
+        self.preview = ImageView(NO_PROMPTS)
         self.preview.setObjectName("samples_preview")
         self.preview.setMinimumSize(160, 160)
         self.preview.sig_clicked.connect(self._enlarge_current)
@@ -98,6 +113,9 @@ class SamplesGallery(QWidget):
         base = model.started.config.get("model", {}).get("base", "") if model.started else ""
         self.random_model_note.setVisible(isinstance(base, str) and is_demo_model(base))
         new = model.samples[len(self._samples):]
+        if not self._samples and not new and model.started is not None:
+            sampling = model.started.config.get("sampling", {})
+            self.show_waiting(sampling if isinstance(sampling, dict) else {}, model.step, model.total_steps)
         if not new:
             return
         for sample in new:
@@ -112,6 +130,11 @@ class SamplesGallery(QWidget):
                 self.prompt.addItem(sample.prompt)
         at_end = self.slider.value() == self.slider.maximum()
         self._update_slider(keep_end=at_end)
+
+    def show_waiting(self, sampling: dict[str, object], step: int = 0, total: int = 0) -> None:
+        """Before the first sample: when it comes, or what to set for samples at all."""
+        if not self._samples:
+            self.preview.set_text(waiting_text(sampling, step, total))
 
     def steps_for(self, prompt: str) -> list[SampleImage]:
         return sorted((s for s in self._samples if s.prompt == prompt), key=lambda s: s.step)

@@ -67,7 +67,10 @@ class RunHeader(QWidget):
             grid.addWidget(label, 1, col * 2 + 1)
 
     def refresh(self, model: RunModel, stopping: bool = False) -> None:
-        status = model.status if model.event_count or model.ended else "preparing"
+        if model.run_dir is None and not model.event_count:
+            status = "no run"
+        else:
+            status = model.status if model.event_count or model.ended else "preparing"
         text = "stopping…" if stopping and not model.ended else status
         colour = _STATUS_COLOURS.get(status, "#455a64")
         self.status.setText(f"<b style='color:{colour}'>{text}</b>")

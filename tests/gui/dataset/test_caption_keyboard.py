@@ -118,3 +118,46 @@ def test_no_caption_filter_counts_captions_made_from_folder_names(qtbot, page: D
     page.no_caption.setChecked(True)
     names = sorted(page.model.entry(r).path.name for r in range(page.model.rowCount()))
     assert names == ["c.png", "k.png"]
+
+
+def test_the_tag_list_is_readable_and_enter_or_tab_take_the_highlighted_tag(
+        qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """Enter and Tab typed in the caption box take the highlighted tag (Tab does not leave the box);
+    the list shows up to 8 whole rows, as wide as its tags; a half-typed word saved on a pause is
+    not offered back: the tags come from the other captions."""
+    folder = images(page)
+    long_tags = [f"sunlit meadow with tall grass number {i}" for i in range(12)]
+    (folder / "d.txt").write_text(", ".join(["green", "square", *long_tags]), encoding="utf-8")
+    page.reload()
+    assert page.wait_loaded(30)
+    box = page.editor.text
+    page.select_path(folder / "c.png")  # no caption yet
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=2000)
+    qtbot.keyClicks(box, "sun")
+    popup = box.completer.popup()
+    qtbot.waitUntil(popup.isVisible, timeout=2000)
+    assert popup.height() >= 8 * popup.sizeHintForRow(0)  # 8 whole rows of the 12 matches
+    assert popup.width() >= popup.fontMetrics().horizontalAdvance(long_tags[11])  # no tag cut
+    qtbot.keyClick(box, Qt.Key.Key_Down)  # the second match
+    highlighted = popup.currentIndex().data()
+    qtbot.keyClick(box, Qt.Key.Key_Return)
+    assert box.toPlainText() == highlighted and not popup.isVisible()
+    qtbot.keyClicks(box, ", gre")
+    qtbot.waitUntil(popup.isVisible, timeout=2000)
+    qtbot.keyClick(box, Qt.Key.Key_Tab)
+    assert box.toPlainText() == f"{highlighted}, green"
+    assert QApplication.focusWidget() is box  # Tab took the tag; it did not leave the box
+
+    qtbot.keyClicks(box, ", blu")  # half a word, then a pause: it is saved
+    page.save_now()
+    page._update_tags()
+    qtbot.waitUntil(lambda: page.tags_panel.counts.get("blu") == 1, timeout=5000)
+    page.select_path(folder / "a.png")
+    page.select_path(folder / "c.png")
+    box.move_caret_to_end()
+    qtbot.keyClicks(box, "x, bl")  # "blux": the word this caption holds is not a tag to offer
+    qtbot.waitUntil(popup.isVisible, timeout=2000)
+    offered = [box.completer.completionModel().index(r, 0).data()
+               for r in range(box.completer.completionModel().rowCount())]
+    assert offered == ["blue"]

@@ -112,3 +112,26 @@ def test_the_dataset_page_captions_all_images_with_a_tagger_in_another_process( 
     assert all(text is not None and text.startswith("sks, hatsune miku, ") for text in written.values())
     page.undo_stack.undo()
     assert _on_disk(page) == before
+
+
+def test_the_model_list_offers_every_known_captioner_with_its_size_and_where_to_put_it(  # type: ignore[no-untyped-def]
+        page: DatasetPage, qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing downloaded: the 7 captioners the studio knows are offered with their size; choosing one
+    says where its files go (no command-line wording), and Start starts nothing."""
+    from studio.core.dataset.captioner_models import KNOWN_CAPTIONERS, captioners_dir
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    shown = [dialog.model.itemText(i) for i in range(dialog.model.count())]
+    assert len(shown) == len(KNOWN_CAPTIONERS) == 7
+    for text, name in zip(shown, ("blip-base", "blip-large", "florence2-base", "florence2-large", "wd14-vit-v3",
+                                  "wd14-swinv2-v3", "wd14-eva02-large-v3"), strict=True):
+        assert text.startswith(f"{name} — ") and " GB" in text and text.endswith("not downloaded")
+    dialog.model.setCurrentIndex(dialog.model.findData("wd14-vit-v3"))
+    status = dialog.status.text()
+    assert "SmilingWolf/wd-vit-tagger-v3" in status and str(captioners_dir() / "wd14-vit-v3") in status
+    assert "Folder…" in status and "--model" not in status
+    dialog.start_button.click()
+    assert not dialog.job.running and dialog.status.text() == status
+    dialog.close()

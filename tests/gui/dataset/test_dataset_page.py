@@ -314,3 +314,40 @@ def test_opening_the_dataset_removes_what_killed_saves_left(page: DatasetPage) -
     assert page.wait_loaded(30)
     assert not any(p.exists() for p in leftovers)
     assert (folder / "a.txt").read_text(encoding="utf-8") == "red, square"
+
+
+def test_a_concept_that_is_a_kohya_folder_is_renamed_with_its_repeats(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """The concept's own folder is 3_background: repeats 3 -> 5 renames it to 5_background (asked
+    first) and studio.toml follows, so kohya's scripts and the studio both train it x5; undo puts
+    the folder, the path and the repeats back."""
+    from PIL import Image
+
+    from studio.core.dataset.layouts import detect_layout
+    from studio.core.project.folder import concepts_from_layouts
+
+    project = page.context.project
+    assert project is not None
+    background = project.root / "extra" / "3_background"
+    background.mkdir(parents=True)
+    Image.new("RGB", (32, 32)).save(background / "bg.png")
+    concepts = [c.model_dump() for c in page.context.config.dataset.concepts]  # type: ignore[union-attr]
+    added = concepts_from_layouts([detect_layout(background.parent)], project.root)  # as Add folder… does
+    assert [(c.path, c.repeats) for c in added] == [("extra/3_background", 3)]
+    assert not page.context.change_config({"dataset.concepts": [*concepts, added[0].model_dump()]})
+    assert page.wait_loaded(30)
+    table = page.concepts_panel.table
+    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "extra/3_background")  # type: ignore[union-attr]
+    asked: list[str] = []
+    page.concept_actions.confirm = lambda _title, text: asked.append(text) or True
+    table.cellWidget(row, 2).setValue(5)  # type: ignore[union-attr]
+    assert asked and "5_background" in asked[0]
+    assert (project.root / "extra" / "5_background" / "bg.png").exists() and not background.exists()
+    written = project.load_config().dataset.concepts[-1]
+    assert (written.path, written.repeats) == ("extra/5_background", 5)
+    assert page.wait_loaded(30)
+    undo = page.concepts_panel.undo_rename
+    assert undo.isVisibleTo(page) and "back to 3_background" in undo.text()
+    undo.click()
+    assert (background / "bg.png").exists() and not (project.root / "extra" / "5_background").exists()
+    written = project.load_config().dataset.concepts[-1]
+    assert (written.path, written.repeats) == ("extra/3_background", 3)

@@ -54,7 +54,10 @@ def test_a_local_model_is_explained_and_the_export_says_what_to_do(qtbot, page: 
     page.export_button.click()
     qtbot.waitUntil(lambda: page.export_button.isEnabled(), timeout=20_000)
     text = page.result.toPlainText()
-    assert text.startswith("The bundle was not written") and "--include-model" in text
+    assert text.startswith("The bundle was not written")
+    # The fix is worded with the page's own controls, not the command line's flags.
+    assert "“Copy the local base model into the bundle” ticked" in text and "“Remote base model” field" in text
+    assert "--include-model" not in text and "--remote-base" not in text
 
 
 def test_export_writes_the_bundle_and_shows_the_remote_command(qtbot, page: ExportPage, tmp_path: Path) -> None:

@@ -86,6 +86,24 @@ def test_no_gpu_says_so_and_a_profile_can_be_chosen(make_page, qtbot) -> None:
     assert page.findChild(QLabel, "hardware_status").text().startswith("2x NVIDIA GeForce RTX 3090 24 GB")
 
 
+def test_the_profile_planned_for_is_kept_for_the_next_start(make_page, qtbot, monkeypatch) -> None:
+    """Plan for: 2x RTX 3090, then the studio closed and started again: the page plans for it still,
+    and so do the Train page's checks and the New Project wizard (they read the context's profile)."""
+    monkeypatch.delenv("STUDIO_HARDWARE", raising=False)
+    page = make_page(None)
+    picker = page.findChild(QComboBox, "hardware_profile")
+    picker.setCurrentIndex(picker.findData("2x-rtx3090"))
+    qtbot.waitUntil(lambda: page.gpu is not None, timeout=10000)
+    page.shutdown()
+    again = make_page(None)  # the same settings file: a restart
+    assert again.context.hardware_file == "2x-rtx3090"
+    assert again.findChild(QComboBox, "hardware_profile").currentData() == "2x-rtx3090"
+    assert again.findChild(QLabel, "hardware_status").text().startswith("2x NVIDIA GeForce RTX 3090 24 GB")
+    picker = again.findChild(QComboBox, "hardware_profile")
+    picker.setCurrentIndex(picker.findData(None))  # back to this machine: nothing kept
+    assert again.context.hardware_file is None and not again.context.settings.contains("hardware/plan_for")
+
+
 def test_changing_a_field_updates_the_estimate(make_page, qtbot) -> None:
     # Changes are coalesced by a short timer, then the estimate runs on the GUI thread
     # (its time is measured by benchmarks/estimate_speed.py, not here).

@@ -81,3 +81,38 @@ def test_edits_here_are_not_lost_without_asking(page: ModelPage, qtbot) -> None:
     assert page.context.watcher.check()
     assert page.config.method.rank == 9 and not page.form.has_invalid()
     assert load_config(path).method.rank == 9
+
+
+def test_reading_the_file_again_replaces_the_text_being_edited(page: ModelPage, qtbot) -> None:
+    """Seed edited in the editor (not applied), steps changed from a terminal, "Read the file again"
+    chosen in the window's question: the editor shows the file, and Apply waits for a new edit."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from studio.gui.shell.main_window import MainWindow
+
+    path = page.context.project.config_path  # type: ignore[union-attr]
+    path.write_text(path.read_text() + "\n[training]\nmax_steps = 5\nseed = 1\n")
+    page.context.watcher.check()
+    page.context.confirm_reload = lambda what: MainWindow.confirm_reload(page, what)  # type: ignore[arg-type]
+    dialog = page.show_toml()
+    view = dialog.findChild(QPlainTextEdit, "toml_view")
+    apply = dialog.findChild(QPushButton, "toml_apply")
+    assert not apply.isEnabled()
+    view.setPlainText(view.toPlainText().replace("seed = 1", "seed = 9"))
+    assert apply.isEnabled()
+
+    path.write_text(path.read_text().replace("max_steps = 5", "max_steps = 8"))  # from a terminal
+
+    def answer() -> None:
+        box = next(w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible())
+        next(b for b in box.buttons() if b.text() == "Read the file again").click()
+
+    QTimer.singleShot(50, answer)
+    assert page.context.watcher.check()
+    assert "max_steps = 8" in view.toPlainText() and "seed = 1" in view.toPlainText()
+    assert not apply.isEnabled()
+    assert page.config.training.max_steps == 8 and page.config.training.seed == 1
+    apply.click()  # nothing to write: the outside edit stays
+    assert "max_steps = 8" in path.read_text() and "seed = 1" in path.read_text()
+    dialog.close()

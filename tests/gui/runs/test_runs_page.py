@@ -237,3 +237,83 @@ def test_the_runs_table_and_overlay_show_the_validation_loss(qtbot: QtBot, conte
     assert len(page.overlay.curves) == 4  # a training and a validation line for each run
     dashed = [c for c in page.overlay.curves if c.name().endswith("(validation)")]
     assert sorted(round(float(c.getData()[1][-1]), 3) for c in dashed) == [0.57, 0.58]
+
+
+def test_another_project_shows_its_own_last_run_or_none(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                        tmp_path: Path) -> None:
+    """A run trained in one project, then another project opened: Train and Runs say "no run" there,
+    and the first project opened again shows its own last run on both."""
+    from studio.gui.training.page import TrainPage
+
+    first = make_project(tmp_path / "first", config)
+    context.set_project(first)  # type: ignore[arg-type]
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    runs = make_page(qtbot, context)
+    run_dir = train_once(qtbot, context, config, "--steps", "15", "--rate", "1000")
+    assert train.header.run_name.text() == run_dir.name
+
+    context.set_project(make_project(tmp_path / "second", config))  # type: ignore[arg-type]
+    for header in (train.header, runs.header):
+        assert "no run" in header.status.text() and header.run_name.text() == "" and header.step.text() == "0"
+    assert len(train.plots.loss.smooth.getData()[1] or []) == 0
+    assert runs.table.rowCount() == 0
+
+    context.set_project(first)  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: train.header.step.text() == "15 / 15" and runs.header.step.text() == "15 / 15",
+                    timeout=10000)
+    assert train.header.run_name.text() == run_dir.name and runs.header.run_name.text() == run_dir.name
+
+
+def test_after_resume_the_header_counts_only_training_time_and_the_steps_since(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    """A run stopped an hour ago, resumed from the Runs page: Elapsed leaves the hour out, and the
+    first step of the resumed leg (timed with the warm-up) gives no speed or ETA, nor a dip to 0."""
+    import json
+    import math
+    import sys
+
+    from studio.gui.training.page import TrainPage
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    events = run / "events.jsonl"
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    for event in lines:
+        event["time"] -= 3600.0  # stopped an hour ago
+    events.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    leg = Path(__file__).resolve().parents[2] / "fixtures" / "resumed_leg.py"
+    context.run_controller.command_factory = lambda plan: [sys.executable, str(leg), str(plan.run_dir), "10", "100"]
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    header = train.header
+    qtbot.waitUntil(lambda: header.step.text() == "11 / 100", timeout=15000)
+    assert header.speed.text() == "–" and header.eta.text() == "–"  # not 0.1 img/s and 5:24:26
+    assert header.elapsed.text().startswith("0:0")  # seconds of training, not the hour it stood stopped
+    assert math.isnan(context.run_controller.model.samples_per_s.view()[-1])
+    (run / "GO").write_text("")
+    qtbot.waitUntil(lambda: not context.run_controller.running, timeout=15000)
+    assert header.speed.text() == "1.0 img/s" and header.elapsed.text().startswith("0:0")
+
+
+def test_add_config_opens_in_the_project_folder(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Queue → Add config…: the file dialog opens in the project's folder, not wherever the studio was
+    started from; the config chosen there joins the queue."""
+    from PySide6.QtWidgets import QFileDialog
+
+    monkeypatch.chdir(tmp_path.parent)
+    project = make_project(tmp_path / "my project", config)
+    context.set_project(project)  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    page.queue.add_button.click()
+    dialog = page.queue.findChild(QFileDialog, "queue_add_dialog")
+    assert dialog is not None and dialog.isVisible()
+    assert Path(dialog.directory().absolutePath()) == project.root  # type: ignore[attr-defined]
+    dialog.selectFile(str(project.config_path))  # type: ignore[attr-defined]
+    dialog.accept()
+    assert [Path(item.config) for item in context.run_controller.queue.items] == [project.config_path]  # type: ignore[union-attr]

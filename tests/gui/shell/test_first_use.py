@@ -107,6 +107,23 @@ def test_new_project_wizard_images_model_and_a_preset_that_fits(
     assert config.method.kind == chosen.info.method and config.method.rank == chosen.delta["method"]["rank"]
 
 
+def test_the_wizard_on_a_machine_without_a_gpu_says_the_presets_plan_for_one(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "cpu project"))  # type: ignore[attr-defined]
+    wizard.next()
+    wizard.next()
+    page = wizard.preset_page  # type: ignore[attr-defined]
+    shown = [page.list.item(i).text() for i in range(page.list.count())]
+    assert shown and not any("fits this machine" in text for text in shown)
+    assert all("no GPU here: CPU (very slow); plan for a GPU profile" in text for text in shown)
+    assert page.subTitle().startswith("No GPU here") and "Plan for" in page.subTitle()
+
+
 def test_the_wizard_skipped_makes_a_project_that_trains_as_it_stands(
     window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
@@ -154,3 +171,18 @@ def test_the_demo_says_what_it_is_and_that_train_is_next(window: MainWindow, tmp
     window.set_project(create_project(tmp_path / "mine"))
     window.set_project(create_demo_project(tmp_path / "demo"))
     assert not banner.isVisibleTo(window)  # hidden for good
+
+
+def test_a_persons_model_folder_named_like_the_tiny_model_is_not_the_demo(window: MainWindow, tmp_path: Path) -> None:
+    """A person's own project whose model lives in models/tiny-sd15: no demo banner, and Train does not
+    offer to build a random tiny model over their folder."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.project.folder import create_project
+
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "models/tiny-sd15"},
+                                         "dataset": {"concepts": [{"path": "images"}]}})
+    project = create_project(tmp_path / "mine", config)
+    _pngs(project.root / "images", 2)
+    window.set_project(project)
+    assert not window.demo_banner.isVisibleTo(window)
+    assert not window._is_demo(project)

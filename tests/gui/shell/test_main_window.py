@@ -160,6 +160,31 @@ def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow
     assert "building the tiny model" in log.read_text(encoding="utf-8") and str(log) in shown[-1]
 
 
+def test_the_demo_banner_shows_the_builds_steps_and_seconds(window: MainWindow, tmp_path: Path, qtbot,
+                                                            monkeypatch) -> None:
+    """The tiny model's build takes up to a minute on a busy machine: the banner shows its step, a bar
+    and the seconds so far, not "a few seconds"."""
+    import studio.gui.shell.main_window as main_window
+    from studio.core.project.demo import create_demo_project
+
+    go = tmp_path / "GO"
+    script = ("import os, time; print('step 1 of 2: loading PyTorch and diffusers', flush=True)\n"
+              f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+              "print('step 2 of 2: building and writing the tiny sd15 pipeline', flush=True)")
+    monkeypatch.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", script])
+    project = create_demo_project(tmp_path / "demo")
+    window.set_project(project)
+    banner = window.demo_banner
+    window.build_demo_model(project)
+    qtbot.waitUntil(lambda: "loading PyTorch and diffusers (step 1 of 2)" in banner.model_state.text(),
+                    timeout=10000)
+    assert "s so far" in banner.model_state.text() and "a few seconds" not in banner.model_state.text()
+    assert banner.build_bar.isVisibleTo(window) and banner.build_bar.maximum() == 2 and banner.build_bar.value() == 0
+    go.write_text("")
+    qtbot.waitUntil(lambda: not window.model_builder.is_running(), timeout=10000)
+    assert banner.model_state.text() == "The tiny model is ready." and not banner.build_bar.isVisibleTo(window)
+
+
 def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path: Path, qtbot, monkeypatch) -> None:
     import psutil
 
@@ -183,6 +208,7 @@ def test_the_go_menu_reads_as_the_pages_are_named(window: MainWindow) -> None:
 
 def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
         window: MainWindow, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QUrl
     from PySide6.QtGui import QDesktopServices, QGuiApplication, QKeySequence
 
     monkeypatch.setenv("STUDIO_CONFIG_DIR", str(tmp_path / "config"))
@@ -192,8 +218,20 @@ def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
     help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
     docs = next(a for a in help_menu.actions() if a.shortcut() == QKeySequence("F1"))
     docs.trigger()
+    # F1 shows the guide in the studio, rendered (a bare desktop has no program for .md files).
+    from studio.gui.shell.help_window import HelpWindow
+
+    help_window = window.findChild(HelpWindow, "help_window")
+    assert help_window is not None and help_window.isVisible() and not shown
+    text = help_window.browser.toPlainText()
+    assert text.startswith("Training Studio: user guide") and "# Training" not in text and "](" not in text
+    help_window.browser.setSource(QUrl("tutorial.md"))  # a link of the guide, as a click follows it
+    assert help_window.current_file().name == "tutorial.md" and "#" not in help_window.browser.toPlainText()[:40]
+    outside = next(b for b in help_window.findChildren(QPushButton) if b.text().startswith("Open the file"))
+    outside.click()  # the desktop has no program for it: the message says where the file is
     assert len(shown) == 1 and "No program on this desktop opens the documentation" in shown[0]
-    assert QGuiApplication.clipboard().text() in shown[0] and QGuiApplication.clipboard().text().endswith(".md")
+    assert QGuiApplication.clipboard().text().endswith("tutorial.md")
+    help_window.close()
     page = window.show_page("page_export")
     page.findChild(QPushButton, "export_edit_catalogue").click()
     assert len(shown) == 2 and "prices and speeds" in shown[1]

@@ -42,3 +42,42 @@ def test_samples_of_the_demos_random_model_are_called_noise(qtbot: QtBot, tmp_pa
         gallery.refresh(model)
         assert gallery.random_model_note.isVisibleTo(gallery) is noted, base
     assert "noise" in gallery.random_model_note.text()
+
+
+def test_the_empty_gallery_says_when_the_first_samples_come(qtbot: QtBot, tmp_path: Path) -> None:
+    """Prompts set and a sample every 20 steps: the gallery names step 20, not "add prompts"; a run
+    resumed at step 25 names step 40; the end of a short run is when its only samples come."""
+    from studio.core.config.schema import TrainConfig
+    from studio.gui.context import StudioContext
+    from studio.gui.shell.application import make_settings
+    from studio.gui.training.page import TrainPage
+    from tests.gui.conftest import make_project
+
+    config = TrainConfig.model_validate({
+        "model": {"family": "sd15", "base": "models/tiny-sd15"},
+        "dataset": {"concepts": [{"path": "data/shapes"}]},
+        "training": {"max_steps": 30},
+        "sampling": {"prompts": ["a red square"], "every_n_steps": 20},
+    })
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    page = TrainPage(context, context.run_controller)
+    qtbot.addWidget(page)
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page.tabs.setCurrentWidget(page.samples)
+    assert page.samples.preview.text() == "No samples yet: the first samples are made at step 20."
+    assert not context.change_config({"sampling.prompts": []})
+    assert "add prompts in the Sample settings tab" in page.samples.preview.text()
+
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    model = RunModel(tmp_path)
+    sampling = {"prompts": ["a red square"], "every_n_steps": 20}
+    model.apply(RunStarted(config={"sampling": sampling}, world_size=1, total_steps=100, devices=["cpu"]))
+    model.step = 25
+    gallery.refresh(model)
+    assert gallery.preview.text() == "No samples yet: the first samples are made at step 40."
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={"sampling": sampling}, world_size=1, total_steps=12, devices=["cpu"]))
+    gallery.refresh(model)
+    assert gallery.preview.text() == "No samples yet: the first samples are made at step 12."
+    context.run_controller.shutdown()

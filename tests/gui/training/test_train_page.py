@@ -70,6 +70,34 @@ def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: 
     assert "stopped" in page.message.text()
 
 
+def test_a_stopped_run_is_resumed_from_the_train_page(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                     tmp_path: Path) -> None:
+    """Stop, then Resume on the Train page itself (not only on Runs): the same run folder goes on."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "100000", "--rate", "200")
+    assert not page.resume_button.isEnabled()
+    page.start_training()
+    run_dir = page.controller.run_dir
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
+    assert not page.resume_button.isEnabled()  # while it trains
+    page.stop_button.click()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.resume_button.isEnabled()
+    commands: list[list[str]] = []
+
+    def factory(plan: object) -> list[str]:
+        commands.append(list(plan.command))  # type: ignore[attr-defined]
+        return fake_command("--steps", "3", "--rate", "1000")(plan)  # type: ignore[arg-type]
+
+    page.controller.command_factory = factory
+    (run_dir / "STOP").unlink()  # type: ignore[operator]  # what the real trainer does as it starts
+    page.resume_button.click()
+    qtbot.waitUntil(lambda: not page.controller.running and page.controller.model.status == "finished",
+                    timeout=15000)
+    assert commands[0][-2:] == ["--resume", str(run_dir)] and page.controller.run_dir == run_dir
+    assert not page.resume_button.isEnabled()  # finished: nothing to resume
+
+
 def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                   tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]

@@ -53,6 +53,21 @@ def test_first_train_in_the_desktop_app_opens_the_window_and_starts_nothing(
     dialog.close()
 
 
+def test_from_a_source_checkout_the_window_says_training_uses_its_environment(
+        qtbot: QtBot, tmp_path: Path, env_vars: pytest.MonkeyPatch) -> None:
+    """Run from a checkout, no studio environment: training works from the checkout's Python, so the
+    window neither says "Not set up yet" nor sends the person to a command line."""
+    env_vars.delattr(sys, "frozen", raising=False)
+    dialog = open_dialog(qtbot, tmp_path / "no-env-yet")
+    status = dialog.status.text()
+    assert "Training uses this checkout's environment" in status and sys.prefix in status
+    assert "Not set up yet" not in status
+    shown = [dialog.findings.item(i).text() for i in range(dialog.findings.count())]
+    assert not any("env install" in line for line in shown)
+    assert dialog.install_button.text() == "Install" and dialog.install_button.isEnabled()
+    dialog.close()
+
+
 def test_repair_with_progress_cancelled_then_continued(qtbot: QtBot, trainenv_copy: InstallPlan,
                                                        env_vars: pytest.MonkeyPatch) -> None:
     folder = trainenv_copy.folder
@@ -108,7 +123,8 @@ def test_tools_menu_opens_the_window(qtbot: QtBot, tmp_path: Path, monkeypatch: 
     dialog = window.findChild(TrainingEnvDialog, "training_env_dialog")
     assert dialog is not None and dialog.isVisible()
     qtbot.waitUntil(lambda: dialog.overview is not None, timeout=20000)
-    assert str(tmp_path / "env") in dialog.findings.item(dialog.findings.count() - 1).text()
+    # Run from the checkout: the status says where the studio's own environment would go.
+    assert str(tmp_path / "env") in dialog.status.text()
     dialog.close()
 
 

@@ -45,7 +45,12 @@ from studio.core.dataset.auto_caption import (
 )
 from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
-from studio.core.dataset.captioner_models import available_captioners
+from studio.core.dataset.captioner_models import (
+    KNOWN_CAPTIONERS,
+    available_captioners,
+    captioners_dir,
+    known_captioner,
+)
 from studio.core.runs.launch import training_python
 from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.gui.base.names import named
@@ -80,6 +85,7 @@ class CaptionReviewDialog(QDialog):
         self.python = self._training_python(context)
         self.dataset = context.project.root if context.project is not None else Path.cwd()
         self.proposals: dict[Path, MachineCaption] = {}
+        self.proposed_by = ""  # the model of the job that made the proposals
         self.rows: list[Path] = []  # the table's rows, in order
         self.job = CaptionJob(self)
         # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
@@ -100,7 +106,16 @@ class CaptionReviewDialog(QDialog):
     def _build(self) -> None:
         self.model = named(QComboBox(), "caption_model")
         self.model.setEditable(True)
-        self.model.addItems(available_captioners())
+        # Every captioner the studio knows, with its size; those not on this machine say so.
+        present = available_captioners()
+        for known in KNOWN_CAPTIONERS:
+            missing = "" if known.name in present else " — not downloaded"
+            self.model.addItem(f"{known.title}{missing}", known.name)
+        for folder in present:
+            if known_captioner(folder) is None:
+                self.model.addItem(folder, folder)
+        self.model.setCurrentIndex(next((i for i, m in enumerate(KNOWN_CAPTIONERS) if m.name in present), 0))
+        self.model.currentTextChanged.connect(lambda _text: self._say_where())
         line = self.model.lineEdit()
         if line is not None:
             line.setPlaceholderText("a model folder, or a downloaded model's name")
@@ -204,7 +219,12 @@ class CaptionReviewDialog(QDialog):
     def _restore(self) -> None:
         model = str(self.settings.value("caption/model", "") or "")
         if model:
-            self.model.setCurrentText(model)
+            index = self.model.findData(model)
+            if index >= 0:
+                self.model.setCurrentIndex(index)
+            else:
+                self.model.setCurrentText(model)
+        self._say_where()
         self.prefix.setText(str(self.settings.value("caption/prefix", "") or ""))
         self.blacklist.setText(str(self.settings.value("caption/blacklist", "") or ""))
 
@@ -219,14 +239,37 @@ class CaptionReviewDialog(QDialog):
         return CaptionRules(self.mode.currentData(), self.prefix.text(), parse_blacklist(self.blacklist.text()),
                             self.general.value() / 100, self.character.value() / 100)
 
+    def chosen_model(self) -> str:
+        """The model's name (a known one chosen from the list) or the folder typed or chosen."""
+        text = self.model.currentText().strip()
+        index = self.model.findText(text)
+        return str(self.model.itemData(index)) if index >= 0 and self.model.itemData(index) else text
+
+    def not_here(self) -> str:
+        """Where to put the chosen known model's files when this machine has none; "" when it has them."""
+        known = known_captioner(self.chosen_model())
+        if known is None or known.name in available_captioners():
+            return ""
+        return (f"{known.name} is not on this machine. Put the files of {known.repo} (about {known.size_mb} MB, "
+                f"from huggingface.co/{known.repo}) in {captioners_dir() / known.name}, or choose the folder of "
+                "a captioning model you have with Folder….")
+
+    def _say_where(self) -> None:
+        if not self.job.running:
+            self.status.setText(self.not_here() or "Choose a model and press Start; nothing is written until "
+                                "you accept.")
+
     def start(self) -> None:
-        model = self.model.currentText().strip()
+        model = self.chosen_model()
         images = list(self.scopes.get(self.scope.currentData(), ()))
         if not model:
             self.status.setText("Choose a model first: a downloaded model's name or a model folder.")
             return
         if not images:
             self.status.setText("There are no images to caption: select some in the grid, or choose All images.")
+            return
+        if self.not_here():
+            self.status.setText(self.not_here())
             return
         for key, value in (("model", model), ("prefix", self.prefix.text()), ("blacklist", self.blacklist.text())):
             self.settings.setValue(f"caption/{key}", value)
@@ -237,6 +280,7 @@ class CaptionReviewDialog(QDialog):
         self.reject_rows(list(range(len(self.rows))))
         self.progress.setRange(0, 0)  # busy until the model is loaded
         self.status.setText(f"Loading {model}…")
+        self.proposed_by = model
         self.job.start(self.python, self.dataset, model, self.mode.currentData(), images)
         self._running_changed()
 
@@ -366,7 +410,7 @@ class CaptionReviewDialog(QDialog):
             if after is not None:
                 edits.append(CaptionEdit(image, self.store.caption(image), after))
         if edits:
-            model = Path(self.model.currentText().strip()).name
+            model = Path(self.proposed_by).name
             title = f"Caption {len(edits)} image{'s' if len(edits) != 1 else ''}"
             self.push_edits(edits, f"{title} with {model}" if model else title)
         self.reject_rows(rows)
