@@ -40,6 +40,13 @@ class FamilyAdapter(ABC):
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
+        # Where `load` leaves the denoiser: None for the training device; system memory while the trainer
+        # fills its caches first (data/caching_phase.py), so the encoders never share the GPU with it.
+        self.denoiser_home: torch.device | None = None
+
+    def home(self, module: torch.nn.Module, denoiser: torch.nn.Module, device: torch.device) -> torch.device:
+        """Where `load` puts `module`: the training device, or `denoiser_home` for the denoiser."""
+        return self.denoiser_home if module is denoiser and self.denoiser_home is not None else device
 
     # ------------------------------------------------------------ loading
 
