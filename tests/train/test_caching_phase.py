@@ -102,3 +102,38 @@ def test_captions_and_prompts_are_encoded_before_the_denoiser_comes(
     assert len(losses[0]) == 2 and losses[0] == losses[1]
     for i, image in enumerate(held_images):
         assert np.array_equal(image, np.asarray(Image.open(plain_dir / f"samples/step-000002-{i}.png")))
+
+
+def test_text_encoder_on_cpu_embeds_in_system_memory_and_trains_the_same(
+    make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import studio.train.families.base as base
+
+    where = _record_moves(monkeypatch)
+    seen = _watch(monkeypatch, where)
+    encoder_at: list[str] = []
+    from studio.train.families.sd15 import SD15Adapter
+
+    encode = SD15Adapter.encode_prompts
+
+    def watched(self: Any, components: Any, captions: list[str]) -> Any:
+        encoder_at.append(where.get(id(components.text_encoders[0]), "not moved"))
+        return encode(self, components, captions)
+
+    monkeypatch.setattr(SD15Adapter, "encode_prompts", watched)
+    monkeypatch.setattr(base, "ENCODER_HOME", HELD)
+    config = make_config(training=CACHED, sampling=SAMPLING)
+    config.model.text_encoder_on_cpu = True
+    code, run_dir = run_training(config, tmp_path / "cpu")
+    assert code == 0
+    # Every caption was embedded with the encoder in system memory (it never went to the training device).
+    assert encoder_at and set(encoder_at) == {"meta"}
+    assert [stage for stage, _ in seen["prompts"]] == ["setup", "setup"]
+    assert (run_dir / "samples" / "step-000002-0.png").is_file()
+
+    monkeypatch.setattr(base, "ENCODER_HOME", torch.device("cpu"))
+    config.model.text_encoder_on_cpu = False
+    code, plain_dir = run_training(config, tmp_path / "gpu")
+    assert code == 0
+    losses = [[e.loss for e in events_of(folder) if isinstance(e, Step)] for folder in (run_dir, plain_dir)]
+    assert len(losses[0]) == 2 and losses[0] == losses[1]

@@ -152,10 +152,12 @@ def _add_phase_part(est: VramEstimate, config: TrainConfig, sharded: bool) -> No
                          "model in fp32 until it is sharded")
     else:
         held = denoiser_waits_for_caches(config, sharded)
-        what = "the encoders and the VAE" if held else "the whole model loaded"
+        encoders = "the VAE (the text encoders embed on the CPU)" if config.model.text_encoder_on_cpu \
+            else "the encoders and the VAE"
+        what = encoders if held else "the whole model loaded"
         est.parts.append(MemoryPart("caching", "Caching phase (over the step)", over,
                                     f"{what} while the encoders fill the caches"))
-        loaded = "its encoders and VAE are on the GPU (the model waits in system memory)" if held \
+        loaded = f"{encoders} on the GPU (the model waits in system memory)" if held \
             else "the model and its encoders are loaded"
         est.notes.append(f"the caching phase is the peak ({est.caching_peak_mb / 1024:.1f} GB): {loaded} while "
                          "latents or captions are encoded")

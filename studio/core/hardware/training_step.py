@@ -100,18 +100,20 @@ def prompts_cached(config: TrainConfig) -> bool:
 
 
 def caching_peak(f: RunFacts, step: TrainingStep) -> float:
-    """Encoding latents and captions before training: every encoder in use and the VAE, plus the larger
-    encoder transient; the denoiser (weights and LoRA) only when it does not wait in system memory."""
+    """Encoding latents and captions before training: every encoder in use (none with
+    model.text_encoder_on_cpu) and the VAE, plus the larger encoder transient; the denoiser (weights and
+    LoRA) only when it does not wait in system memory."""
     training, method = f.config.training, f.config.method
     transient = 0.0
-    if training.cache_text_embeddings and not method.train_text_encoder:
+    on_cpu = f.config.model.text_encoder_on_cpu  # the encoders embed in system memory
+    if training.cache_text_embeddings and not method.train_text_encoder and not on_cpu:
         counted = float(f.arch["transients_mb"]["text_encoder_fp16"])
         transient = scaled(counted, f.side, f.side, f.batch, BYTES[f.frozen] * 2)  # counted in fp16
     if training.cache_latents:
         transient = max(transient, step.vae.encode_mb)
     if not (training.cache_text_embeddings or training.cache_latents):
         return 0.0
-    loaded = step.encoders.all_mb + step.vae.weights_mb
+    loaded = (0.0 if on_cpu else step.encoders.all_mb) + step.vae.weights_mb
     if not denoiser_waits_for_caches(f.config, f.shards > 1):
         loaded += step.mb("weights") + step.mb("trainable")
     return step.mb("overhead") + loaded + transient * (1 + f.slack)

@@ -7,7 +7,8 @@ memory (`FamilyAdapter.denoiser_home`) and moved to the training device once the
 have left it. The sample prompts are encoded with the captions, so samples bring back no encoder
 (a FLUX.2 [klein] run's 7.5 GB Qwen3 never meets its transformer on the GPU). Nothing here draws
 from the training's random generators and the frozen encoders give the same embeddings now as later:
-a run trains and samples the same as one that encodes as it goes.
+a run trains and samples the same as one that encodes as it goes. With model.text_encoder_on_cpu the
+encoders never come to the GPU at all: they were loaded into system memory and embed there.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ def holds_denoiser(config: TrainConfig, sharded: bool) -> bool:
     return denoiser_waits_for_caches(config, sharded)
 
 
-def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config: TrainConfig) -> \
-        dict[str, Conditioning]:
-    """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them."""
+def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config: TrainConfig,
+                          device: torch.device) -> dict[str, Conditioning]:
+    """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them,
+    on `device` (where the denoiser samples; encoders kept on the CPU embed there)."""
     from studio.train.samples import evaluating
 
     if not prompts_cached(config):
@@ -42,8 +44,16 @@ def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config
     embedded: dict[str, Conditioning] = {}
     with torch.no_grad(), evaluating(components):
         for prompt in dict.fromkeys(config.sampling.prompts):
-            embedded[prompt] = adapter.sample_conditioning(pipeline, prompt, negative)
+            made = adapter.sample_conditioning(pipeline, prompt, negative)
+            embedded[prompt] = {key: _moved(value, device) for key, value in made.items()}
     return embedded
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """A tensor, or a list of them (Z-Image's embedding rows), on `device`."""
+    if isinstance(value, list):
+        return [_moved(one, device) for one in value]
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
@@ -64,7 +74,8 @@ def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
         text_cache = TextCache()
         text_cache.fill(trainer.adapter, trainer.components, cache_captions(trainer.items, config.dataset),
                         training.batch_size, trainer.reporter.phase)
-        trainer.sampling_plan.embedded = encode_sample_prompts(trainer.adapter, trainer.components, config)
+        trainer.sampling_plan.embedded = encode_sample_prompts(trainer.adapter, trainer.components, config,
+                                                               acc.device)
     return latent_cache, text_cache
 
 
