@@ -38,7 +38,8 @@ from studio.train.data.batches import (
     stream_rng,
     total_steps,
 )
-from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
+from studio.train.data.cache import LatentCache, TextCache
+from studio.train.data.caching_phase import HOLD_DEVICE, fill_caches, holds_denoiser, offload_frozen
 from studio.train.data.items import TrainItem, collect_items
 from studio.train.data.masks import step_loss
 from studio.train.data.prefetch import Prefetcher
@@ -111,6 +112,8 @@ class Trainer:
         self.dtype = weight_dtype(config, acc)
         self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
                                           acc.autocast)
+        if holds_denoiser(config, self.sharding.enabled):  # to the GPU once the caches are filled
+            self.adapter.denoiser_home = HOLD_DEVICE
         self.components: Components = self.adapter.load(acc.device, self.dtype)
         self.denoiser_params = sum(p.numel() for p in self.components.denoiser.parameters())
         self.reporter.phase("loading", 1, 1, "model loaded")
@@ -127,6 +130,9 @@ class Trainer:
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
+        self._fill_caches()
+        self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
+        self._offload_frozen()
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer
             self.sharding.attach(optimizer)
@@ -135,9 +141,6 @@ class Trainer:
             self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
         register_hooks(acc)
         self.ema = weight_average(config, self.trainable, acc.device)
-        self._fill_caches()
-        self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
-        self._offload_frozen()
         if self.resume:
             self._load_checkpoint()
 
@@ -170,32 +173,10 @@ class Trainer:
         self.trainable = (denoiser_params, encoder_params)
 
     def _fill_caches(self) -> None:
-        acc, training = self.accelerator, self.config.training
-        if training.cache_latents:
-            disk = self.run_dir / "cache" / "latents" if training.cache_latents_to_disk else None
-            self.latent_cache = LatentCache()
-            if disk is not None and not acc.is_local_main_process:
-                acc.wait_for_everyone()  # the local main process writes the files first
-            self.latent_cache.fill(self.adapter, self.components, self.items, self.config.dataset,
-                                   training.batch_size, disk, acc.is_local_main_process, self.reporter.phase)
-            if disk is not None and acc.is_local_main_process:
-                acc.wait_for_everyone()
-            self.latent_cache.keep_on(acc.device, gpu_cache_budget(acc.device))
-        if training.cache_text_embeddings:
-            self.text_cache = TextCache()
-            self.text_cache.fill(self.adapter, self.components, cache_captions(self.items, self.config.dataset),
-                                 training.batch_size, self.reporter.phase)
+        self.latent_cache, self.text_cache = fill_caches(self)  # the denoiser may wait off the GPU meanwhile
 
     def _offload_frozen(self) -> None:
-        """After caching, what the steps no longer use leaves the GPU until samples need it."""
-        trained = {id(module) for module in self.train_modules}
-        if self.latent_cache is not None:
-            self.offload.add("vae", self.components.vae)
-        if self.text_cache is not None:
-            for index, encoder in enumerate(self.components.text_encoders):
-                if id(encoder) not in trained:
-                    self.offload.add(f"text_encoder_{index + 1}", encoder)
-        self.offload.offload()
+        offload_frozen(self)
 
     def _load_checkpoint(self) -> None:
         found = complete_checkpoints(self.run_dir)

@@ -1,6 +1,7 @@
 """Sample images during training and DreamBooth class images, made with the family's pipeline in three stages.
 
-The text encoders embed every prompt and leave, the denoiser makes the latents, the VAE
+The text encoders embed every prompt and leave (unless the prompts were embedded with the
+cached captions: then no encoder comes back), the denoiser makes the latents, the VAE
 decodes them (tiled when asked). With the frozen modules parked off the GPU
 (placement.py), each stage brings back only what it uses, so sampling peaks at its
 largest stage, not at their sum. Each stage works in its own precision whatever
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ class SamplingPlan:
     offload: FrozenOffload
     tiled: bool = False
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py): a prompt found
+    # here brings back no text encoder.
+    embedded: dict[str, Conditioning] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -98,9 +102,10 @@ def render_images(
     prompts = list(dict.fromkeys(job.prompt for job in jobs))
     offload = plan.offload
     with torch.no_grad(), evaluating(components):
-        embedded: dict[str, Conditioning] = {}
-        with offload.resident(offload.text_encoder_names()):
-            for index, prompt in enumerate(prompts):
+        embedded = {prompt: plan.embedded[prompt] for prompt in prompts if prompt in plan.embedded}
+        missing = [prompt for prompt in prompts if prompt not in embedded]
+        with offload.resident(offload.text_encoder_names() if missing else []):
+            for index, prompt in enumerate(missing):
                 progress("encoding", index, prompt)
                 embedded[prompt] = adapter.sample_conditioning(pipeline, prompt, negative)
         latents = []

@@ -69,6 +69,12 @@ class ModelSection(Section):
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
         "Not with DoRA (method.use_dora).",
     )
+    text_encoder_on_cpu: bool = Field(
+        default=False,
+        description="Keep the frozen text encoders in system memory and encode the captions and the sample "
+        "prompts there (needs training.cache_text_embeddings): caching is much slower, but the encoders take "
+        "no GPU memory (a FLUX.2 [klein] 4B LoRA in 8 GB). The same embeddings, computed on the CPU.",
+    )
     allow_pickle: bool = Field(
         default=False,
         description="Load a .ckpt/.pt/.bin base model or VAE (a pickle: loading one can run code hidden in it) "
@@ -356,6 +362,13 @@ def _check_caches(config: TrainConfig) -> None:
             True,
             "cached text embeddings cannot follow dataset.shuffle_tags = true "
             "(each step has a different caption); turn one of them off",
+        )
+    if config.model.text_encoder_on_cpu and not t.cache_text_embeddings:
+        raise Contradiction(
+            "model.text_encoder_on_cpu",
+            True,
+            "text encoders on the CPU need training.cache_text_embeddings = true (each step would otherwise "
+            "encode its captions on the CPU); turn cache_text_embeddings on or this off",
         )
     # Dropout to the empty caption is cheap to cache too: caption_dropout is allowed with the cache.
     if t.cache_latents and (d.flip or d.crop == "random"):

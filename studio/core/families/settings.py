@@ -111,6 +111,7 @@ NEUTRAL: dict[str, str] = {
     "training.dataloader_workers": "reads batches in worker processes: the same batches",
     "training.compile": "compiles the denoiser: the same computation, faster",
     "model.dtype": "the frozen weights' precision on a GPU; a CPU run keeps them in fp32",
+    "model.text_encoder_on_cpu": "encodes the cached captions in system memory: the same embeddings",
     "model.allow_pickle": "lets a pickle base model load as data; a safetensors base is read the same",
 }
 

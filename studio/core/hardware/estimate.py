@@ -33,7 +33,12 @@ from studio.core.hardware.sampling_plan import (
     sampling_stages,
 )
 from studio.core.hardware.sharded_parts import loading_peak
-from studio.core.hardware.training_step import TrainingStep, caching_peak, training_step
+from studio.core.hardware.training_step import (
+    TrainingStep,
+    caching_peak,
+    denoiser_waits_for_caches,
+    training_step,
+)
 
 __all__ = [
     "ArchitectureDataError", "Fit", "MemoryPart", "VramEstimate", "available_mb", "estimate_vram", "fit",
@@ -101,7 +106,7 @@ def estimate_vram(config: TrainConfig, gpu: GPUInfo | None, calibration: dict[st
         est.sampling_peak_mb, est.sampling_stage = stages.peak_mb, stages.largest
         _note_sampling(est, stages, sample_size(config))
     est.total_mb = max(est.training_peak_mb, est.caching_peak_mb, est.sampling_peak_mb, est.loading_peak_mb)
-    _add_phase_part(est)
+    _add_phase_part(est, config, facts.shards > 1)
     est.notes = facts.notes + est.notes
     return est
 
@@ -132,7 +137,7 @@ def _note_sampling(est: VramEstimate, stages: SamplingStages, side: int) -> None
                      f"{side} px images, on top of what the training steps hold); {fixes}")
 
 
-def _add_phase_part(est: VramEstimate) -> None:
+def _add_phase_part(est: VramEstimate, config: TrainConfig, sharded: bool) -> None:
     """When caching or sampling is the peak, one more part says how much it adds over the step."""
     over = est.total_mb - est.training_peak_mb
     if over <= 0:
@@ -146,10 +151,16 @@ def _add_phase_part(est: VramEstimate) -> None:
         est.notes.append(f"loading is the peak ({est.loading_peak_mb / 1024:.1f} GB): each GPU holds the whole "
                          "model in fp32 until it is sharded")
     else:
+        held = denoiser_waits_for_caches(config, sharded)
+        encoders = "the VAE (the text encoders embed on the CPU)" if config.model.text_encoder_on_cpu \
+            else "the encoders and the VAE"
+        what = encoders if held else "the whole model loaded"
         est.parts.append(MemoryPart("caching", "Caching phase (over the step)", over,
-                                    "the whole model loaded while the encoders fill the caches"))
-        est.notes.append(f"the caching phase is the peak ({est.caching_peak_mb / 1024:.1f} GB): the model and "
-                         "its encoders are loaded while latents or captions are encoded")
+                                    f"{what} while the encoders fill the caches"))
+        loaded = f"{encoders} on the GPU (the model waits in system memory)" if held \
+            else "the model and its encoders are loaded"
+        est.notes.append(f"the caching phase is the peak ({est.caching_peak_mb / 1024:.1f} GB): {loaded} while "
+                         "latents or captions are encoded")
 
 
 def available_mb(gpu: GPUInfo) -> float:

@@ -1,7 +1,8 @@
 """Sample images between training steps: their stages, their peak, and whether the VAE decodes in tiles.
 
 A sample is made in three stages: the text encoders encode the prompts (with cached text
-embeddings they come to the GPU for this alone), the denoiser runs (batch 2 for
+embeddings the prompts were encoded with the captions, before the denoiser came to the GPU,
+and this stage costs nothing), the denoiser runs (batch 2 for
 guidance), then the VAE decodes (with cached latents it comes to the GPU for this
 alone). The peak is the largest stage, not their sum. Each stage comes on top of what
 the allocator still holds from the training step, less what it can reuse: weights
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.memory_data import BYTES, scaled
 from studio.core.hardware.memory_parts import RunFacts, run_facts
-from studio.core.hardware.training_step import TrainingStep, training_step
+from studio.core.hardware.training_step import TrainingStep, prompts_cached, training_step
 
 VAE_TILE_PX = 512  # the decoder's tile side in pixels (the overlap is blended by the VAE)
 
@@ -74,7 +75,8 @@ def sampling_stages(f: RunFacts, step: TrainingStep, tiled: bool) -> SamplingSta
 
     brought = 0.0 if step.encoders.resident else step.encoders.all_mb
     prompt = scaled(float(f.arch["transients_mb"]["text_encoder_fp16"]), side, side, 2, BYTES[f.frozen] * 2)
-    encode_prompts = base + max(0.0, brought - freed) + prompt * grow
+    # Prompts embedded with the cached captions: no encoder comes back and nothing is encoded.
+    encode_prompts = 0.0 if prompts_cached(config) else base + max(0.0, brought - freed) + prompt * grow
 
     denoise = base + scaled(float(f.arch["transients_mb"]["denoiser_sampling_fp16"]), side, f.native, 1,
                             BYTES[f.frozen] * 2) * grow

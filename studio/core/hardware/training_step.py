@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from studio.core.config.schema import TrainConfig
 from studio.core.hardware.memory_data import BYTES, scaled
 from studio.core.hardware.memory_parts import (
     MemoryPart,
@@ -82,17 +83,37 @@ def _full_trained_params(f: RunFacts) -> int:
     return int(next(c for c in f.arch["components"].values() if c["role"] == "denoiser")["params"])
 
 
+def denoiser_waits_for_caches(config: TrainConfig, sharded: bool) -> bool:
+    """Whether the trainer keeps the denoiser in system memory until the caches are filled (so the caching
+    phase holds the encoders and the VAE only): with a cache, unless the run is sharded (FSDP places the
+    shards as it wraps them) or DreamBooth renders class images with the denoiser first."""
+    training, method = config.training, config.method
+    if sharded or not (training.cache_text_embeddings or training.cache_latents):
+        return False
+    return not (method.kind == "dreambooth" and any(c.uses_prior_preservation for c in config.dataset.concepts))
+
+
+def prompts_cached(config: TrainConfig) -> bool:
+    """Whether the sample prompts are encoded with the cached captions (no encoder comes back for samples)."""
+    return config.training.cache_text_embeddings and not config.method.train_text_encoder \
+        and bool(config.sampling.prompts)
+
+
 def caching_peak(f: RunFacts, step: TrainingStep) -> float:
-    """Encoding latents and captions before training, with the whole model loaded (as the trainer
-    loads it): the weights, the LoRA, every encoder in use and the VAE, plus the larger encoder transient."""
+    """Encoding latents and captions before training: every encoder in use (none with
+    model.text_encoder_on_cpu) and the VAE, plus the larger encoder transient; the denoiser (weights and
+    LoRA) only when it does not wait in system memory."""
     training, method = f.config.training, f.config.method
     transient = 0.0
-    if training.cache_text_embeddings and not method.train_text_encoder:
+    on_cpu = f.config.model.text_encoder_on_cpu  # the encoders embed in system memory
+    if training.cache_text_embeddings and not method.train_text_encoder and not on_cpu:
         counted = float(f.arch["transients_mb"]["text_encoder_fp16"])
         transient = scaled(counted, f.side, f.side, f.batch, BYTES[f.frozen] * 2)  # counted in fp16
     if training.cache_latents:
         transient = max(transient, step.vae.encode_mb)
     if not (training.cache_text_embeddings or training.cache_latents):
         return 0.0
-    loaded = step.mb("weights") + step.mb("trainable") + step.encoders.all_mb + step.vae.weights_mb
+    loaded = (0.0 if on_cpu else step.encoders.all_mb) + step.vae.weights_mb
+    if not denoiser_waits_for_caches(f.config, f.shards > 1):
+        loaded += step.mb("weights") + step.mb("trainable")
     return step.mb("overhead") + loaded + transient * (1 + f.slack)

@@ -21,6 +21,7 @@ from studio.train.pipelines.arch_configs import PIPELINES
 from studio.train.pipelines.hub_layout import text_encoder_key, write_hub_layout
 
 Conditioning = dict[str, torch.Tensor]
+ENCODER_HOME = torch.device("cpu")  # where model.text_encoder_on_cpu keeps the text encoders
 
 
 class FamilyAdapter(ABC):
@@ -40,6 +41,19 @@ class FamilyAdapter(ABC):
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
+        # Where `load` leaves the denoiser: None for the training device; system memory while the trainer
+        # fills its caches first (data/caching_phase.py), so the encoders never share the GPU with it.
+        self.denoiser_home: torch.device | None = None
+
+    def home(self, module: torch.nn.Module, denoiser: torch.nn.Module, vae: torch.nn.Module,
+             device: torch.device) -> torch.device:
+        """Where `load` puts `module`: the training device; `denoiser_home` for the denoiser; system memory
+        for a text encoder (neither the denoiser nor the VAE) with model.text_encoder_on_cpu."""
+        if module is denoiser:
+            return self.denoiser_home or device
+        if module is not vae and self.config.model.text_encoder_on_cpu:
+            return ENCODER_HOME
+        return device
 
     # ------------------------------------------------------------ loading
 

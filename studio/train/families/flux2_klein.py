@@ -82,7 +82,7 @@ class Flux2KleinAdapter(FamilyAdapter):
         placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
                   (encoder, dtypes.get("text_encoder", weight_dtype))]
         for module, dtype in placed:
-            module.to(device)
+            module.to(self.home(module, transformer, vae, device))
             if module.dtype != dtype:
                 module.to(dtype=dtype)
         return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler,

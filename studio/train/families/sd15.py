@@ -60,7 +60,7 @@ class SD15Adapter(FamilyAdapter):
         placed = [(vae, vae_dtype(vae, weight_dtype)), (text_encoder, dtypes.get("text_encoder", weight_dtype)),
                   (unet, dtypes.get("unet", weight_dtype))]
         for module, dtype in placed:
-            module.to(device)
+            module.to(self.home(module, unet, vae, device))
             if module.dtype != dtype:
                 module.to(dtype=dtype)
         return Components(unet, vae, [text_encoder], [tokenizer], scheduler, sample_scheduler)

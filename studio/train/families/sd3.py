@@ -89,7 +89,7 @@ class SD3Adapter(FamilyAdapter):
         placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
                   *((e, dtypes.get(n, weight_dtype)) for e, n in zip(encoders, names, strict=True))]
         for module, dtype in placed:
-            module.to(device)
+            module.to(self.home(module, transformer, vae, device))
             if module.dtype != dtype:
                 module.to(dtype=dtype)
         return Components(transformer, vae, encoders, tokenizers, pipe.scheduler, pipe.scheduler)

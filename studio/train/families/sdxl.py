@@ -78,7 +78,7 @@ class SDXLAdapter(FamilyAdapter):
                   *((e, dtypes.get(n, weight_dtype)) for e, n in zip(encoders, ("text_encoder", "text_encoder_2"),
                                                                       strict=True))]
         for module, dtype in placed:
-            module.to(device)
+            module.to(self.home(module, pipe.unet, vae, device))
             if module.dtype != dtype:
                 module.to(dtype=dtype)
         return Components(pipe.unet, vae, encoders, [pipe.tokenizer, pipe.tokenizer_2], scheduler, sample_scheduler)

@@ -76,7 +76,7 @@ class ZImageAdapter(FamilyAdapter):
         placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
                   (encoder, dtypes.get("text_encoder", weight_dtype))]
         for module, dtype in placed:
-            module.to(device)
+            module.to(self.home(module, transformer, vae, device))
             if module.dtype != dtype:
                 module.to(dtype=dtype)
         return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler)

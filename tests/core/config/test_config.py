@@ -101,6 +101,7 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
          "training.compile"),
         ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
         ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
+        ({"model": {"text_encoder_on_cpu": True}}, "model.text_encoder_on_cpu"),
     ],
 )
 def test_each_contradiction_is_refused(change: dict, key: str) -> None:

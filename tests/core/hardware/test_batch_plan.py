@@ -44,11 +44,12 @@ def test_a_bigger_card_takes_a_bigger_batch() -> None:
 
 
 def test_the_effective_batch_is_kept_with_accumulation() -> None:
-    # Effective batch 8 on a 24 GB card that fits fewer than 8 at 1024 px: split into batch x accumulation.
-    cfg = config(batch_size=1, gradient_accumulation=8, gradient_checkpointing=True)
+    # Effective batch 32 on a 24 GB card that fits fewer than 32 at 1024 px: split into batch x accumulation.
+    # (8 fits now: the caching phase no longer holds the UNet beside the encoders and the VAE's batch.)
+    cfg = config(batch_size=1, gradient_accumulation=32, gradient_checkpointing=True)
     plan = plan_batch(cfg, load_hardware("rtx4090-24gb").gpus[0])
-    assert plan is not None and 1 <= plan.largest < 8
-    assert plan.keep_batch * plan.keep_accumulation == 8 and plan.keep_batch <= plan.largest
+    assert plan is not None and 1 <= plan.largest < 32
+    assert plan.keep_batch * plan.keep_accumulation == 32 and plan.keep_batch <= plan.largest
     assert f"batch {plan.keep_batch} x gradient accumulation {plan.keep_accumulation}" in plan.describe()
 
 

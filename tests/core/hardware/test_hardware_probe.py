@@ -14,7 +14,9 @@ from studio.core.hardware.probe import list_profiles, load_hardware, probe_hardw
 from studio.core.hardware.report import HardwareProfileError
 
 EXPECTED = {
+    "rtx4060-8gb": (1, 8188),
     "rtx3060-12gb": (1, 12288),
+    "rtx4060ti-16gb": (1, 16380),
     "rtx4090-24gb": (1, 24564),
     "2x-rtx3090": (2, 24576),
     "a100-80gb": (1, 81920),

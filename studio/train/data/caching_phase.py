@@ -1,0 +1,98 @@
+"""The caching phase: the captions' and the sample prompts' embeddings and the latents are made before the
+denoiser comes to the GPU.
+
+With cached text the frozen text encoders are used only while the caches fill, so the caching phase
+holds the encoders and the VAE, never the denoiser beside them: the denoiser is loaded into system
+memory (`FamilyAdapter.denoiser_home`) and moved to the training device once the encoders and the VAE
+have left it. The sample prompts are encoded with the captions, so samples bring back no encoder
+(a FLUX.2 [klein] run's 7.5 GB Qwen3 never meets its transformer on the GPU). Nothing here draws
+from the training's random generators and the frozen encoders give the same embeddings now as later:
+a run trains and samples the same as one that encodes as it goes. With model.text_encoder_on_cpu the
+encoders never come to the GPU at all: they were loaded into system memory and embed there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from studio.core.config.schema import TrainConfig
+from studio.core.hardware.training_step import denoiser_waits_for_caches, prompts_cached
+from studio.train.components import Components
+from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
+from studio.train.families.base import Conditioning, FamilyAdapter
+
+HOLD_DEVICE = torch.device("cpu")  # where the denoiser waits while the caches fill
+
+
+def holds_denoiser(config: TrainConfig, sharded: bool) -> bool:
+    """Whether the denoiser waits off the GPU until the caches are filled (the estimate asks the same)."""
+    return denoiser_waits_for_caches(config, sharded)
+
+
+def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config: TrainConfig,
+                          device: torch.device) -> dict[str, Conditioning]:
+    """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them,
+    on `device` (where the denoiser samples; encoders kept on the CPU embed there)."""
+    from studio.train.samples import evaluating
+
+    if not prompts_cached(config):
+        return {}
+    pipeline = adapter.make_pipeline(components)
+    negative = config.sampling.negative_prompt
+    embedded: dict[str, Conditioning] = {}
+    with torch.no_grad(), evaluating(components):
+        for prompt in dict.fromkeys(config.sampling.prompts):
+            made = adapter.sample_conditioning(pipeline, prompt, negative)
+            embedded[prompt] = {key: _moved(value, device) for key, value in made.items()}
+    return embedded
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """A tensor, or a list of them (Z-Image's embedding rows), on `device`."""
+    if isinstance(value, list):
+        return [_moved(one, device) for one in value]
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
+    """The latents and the captions' embeddings (as the config asks), and the sample prompts' with them."""
+    acc, config = trainer.accelerator, trainer.config
+    training = config.training
+    latent_cache, text_cache = None, None
+    if training.cache_latents:
+        disk = trainer.run_dir / "cache" / "latents" if training.cache_latents_to_disk else None
+        latent_cache = LatentCache()
+        if disk is not None and not acc.is_local_main_process:
+            acc.wait_for_everyone()  # the local main process writes the files first
+        latent_cache.fill(trainer.adapter, trainer.components, trainer.items, config.dataset,
+                          training.batch_size, disk, acc.is_local_main_process, trainer.reporter.phase)
+        if disk is not None and acc.is_local_main_process:
+            acc.wait_for_everyone()
+    if training.cache_text_embeddings:
+        text_cache = TextCache()
+        text_cache.fill(trainer.adapter, trainer.components, cache_captions(trainer.items, config.dataset),
+                        training.batch_size, trainer.reporter.phase)
+        trainer.sampling_plan.embedded = encode_sample_prompts(trainer.adapter, trainer.components, config,
+                                                               acc.device)
+    return latent_cache, text_cache
+
+
+def offload_frozen(trainer: Any) -> None:
+    """After caching, what the steps no longer use leaves the GPU until samples need it; then the denoiser
+    comes (when it waited in system memory) and the latents join it if they fit."""
+    trained = {id(module) for module in trainer.train_modules}
+    components, offload = trainer.components, trainer.offload
+    if trainer.latent_cache is not None:
+        offload.add("vae", components.vae)
+    if trainer.text_cache is not None:
+        for index, encoder in enumerate(components.text_encoders):
+            if id(encoder) not in trained:
+                offload.add(f"text_encoder_{index + 1}", encoder)
+    offload.offload()
+    device = trainer.accelerator.device
+    if trainer.adapter.denoiser_home is not None:  # it waited in system memory while the caches filled
+        components.denoiser.to(device)
+    if trainer.latent_cache is not None:
+        trainer.latent_cache.keep_on(device, gpu_cache_budget(device))
