@@ -23,6 +23,25 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+def _settle(app: object, quiet_s: float = 0.6, limit_s: float = 5.0) -> None:
+    from PySide6.QtCore import QEvent, QObject
+
+    from studio.gui.base.event_loop import wait_for
+
+    painted = [time.perf_counter()]
+
+    class PaintWatch(QObject):
+        def eventFilter(self, _obj: QObject, event: QEvent) -> bool:
+            if event.type() == QEvent.Type.Paint:
+                painted[0] = time.perf_counter()
+            return False
+
+    watch = PaintWatch()
+    app.installEventFilter(watch)  # type: ignore[attr-defined]
+    wait_for(lambda: time.perf_counter() - painted[0] > quiet_s, limit_s, interval_ms=20)
+    app.removeEventFilter(watch)  # type: ignore[attr-defined]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=100_000)
@@ -50,7 +69,10 @@ def main() -> None:
             plots.show()
             # As the Train page does: each model change redraws the plots, one plot per tick.
             controller.sig_tick.connect(lambda c=controller, p=plots: p.refresh(c.model, stagger=True))
-            wait_for(lambda: False, 0.3)  # the window on screen, settled
+            # The window on screen, settled: its first paints go on for a few tenths of a second
+            # (each plot painted, its axes measured, painted again), longer on a loaded machine;
+            # a person opens a run on a window already shown, so wait for 0.6 s without a paint.
+            _settle(app)
             clock = QElapsedTimer()
             clock.start()
             beats = {"last": 0.0, "max": 0.0, "cpu_last": time.thread_time(), "cpu_max": 0.0}

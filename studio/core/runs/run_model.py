@@ -29,6 +29,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
+from studio.core.runs.smoothing import SmoothedLoss
 from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
 
 __all__ = [
@@ -145,6 +146,8 @@ class RunModel:
         self.samples_per_s = Series()  # images/s over the trainer's window of recent steps
         self.tflops = Series()  # model TFLOP/s per GPU (NaN where unknown)
         self.mfu = Series()  # fraction of the GPU's peak (NaN where unknown)
+        # The loss line smoothed once where the whole run was read (a replay's worker): None while live.
+        self.smoothed_loss: SmoothedLoss | None = None
         self.validation_steps = Series(64)  # the held-out images' loss at fixed noise (validation events)
         self.validation_loss = Series(64)
         self.compile_s: float | None = None  # seconds the compiling phases took, in all
@@ -379,6 +382,7 @@ def replay_run(run_dir: str | Path) -> Replay:
     while tail.has_more() and not tail.restarted:
         model.apply_all(tail.poll_items())
     model.apply_all(tail.finish_items())
+    model.smoothed_loss = SmoothedLoss.of(model.loss.view())  # here, not on the GUI thread that shows it
     return Replay(model, model.event_count, tail.garbage_lines, set(tail.unknown_types), tail.read_error)
 
 

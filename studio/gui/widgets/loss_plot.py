@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from studio.core.runs.run_model import RunModel
+from studio.core.runs.smoothing import DEFAULT_SMOOTHING, ema
 from studio.gui.widgets.plot_items import TickGrid
 
 # Downsampling bins per pixel: "peak" mode keeps each bin's min and max, so one bin per
@@ -19,55 +20,6 @@ from studio.gui.widgets.plot_items import TickGrid
 PEAKS_PER_PIXEL = 1.0
 VALIDATION_COLOUR = "#ff9f1c"
 RANK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-
-
-_EMA_BLOCK = 128
-
-
-def ema(values: np.ndarray, smoothing: float, start: int = 0, state: tuple[float, int] = (0.0, 0),
-        out: np.ndarray | None = None) -> tuple[np.ndarray, tuple[float, int]]:
-    """Debiased exponential moving average (TensorBoard's smoothing), incremental from `start`.
-
-    NaN points (a diverged step) are skipped so one bad step does not blank the line. The
-    recurrence runs in blocks of 128 points, all in one matrix product (a replay of 100,000
-    steps smooths in milliseconds, not a Python step per point on the GUI thread).
-    """
-    result = np.empty_like(values) if out is None else out
-    acc, count = state
-    new = np.asarray(values[start:], dtype=np.float64)
-    if not len(new):
-        return result, (acc, count)
-    if smoothing >= 1:
-        result[start : len(values)] = new
-        valid = new[~np.isnan(new)]
-        return result, (acc, count + len(valid))
-    valid_mask = ~np.isnan(new)
-    kept = new[valid_mask]
-    running = np.empty(len(kept))
-    if len(kept):
-        # Within each block of 128 points, one product with the decay weights; then the value each
-        # block starts from, carried across the blocks (a scalar step per block, not per point).
-        lags = np.arange(_EMA_BLOCK)
-        weights = np.tril((1 - smoothing) * smoothing ** np.maximum(lags[:, None] - lags[None, :], 0))
-        carry = smoothing ** (lags + 1)
-        blocks = -(-len(kept) // _EMA_BLOCK)
-        padded = np.zeros(blocks * _EMA_BLOCK)
-        padded[: len(kept)] = kept
-        within = padded.reshape(blocks, _EMA_BLOCK) @ weights.T
-        starts = np.empty(blocks)
-        decay = float(carry[-1])
-        for block, end in enumerate(within[:, -1].tolist()):
-            starts[block] = acc
-            acc = end + decay * acc
-        running = (within + carry[None, :] * starts[:, None]).reshape(-1)[: len(kept)]
-        acc = float(running[-1])
-    counts = count + np.cumsum(valid_mask)
-    last = np.cumsum(valid_mask) - 1  # the latest valid point at or before each point (-1: none yet)
-    accs = np.where(last >= 0, running[np.maximum(last, 0)] if len(kept) else state[0], state[0])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        smoothed = np.where(counts > 0, accs / (1 - smoothing ** counts.astype(np.float64)), np.nan)
-    result[start : len(values)] = smoothed
-    return result, (acc, int(counts[-1]))
 
 
 def make_plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
@@ -106,6 +58,10 @@ def right_axis(plot: pg.PlotWidget, label: str, colour: str) -> tuple[pg.ViewBox
     item.getViewBox().sigResized.connect(lambda *_: view.setGeometry(item.getViewBox().sceneBoundingRect()))
     curve = pg.PlotDataItem([], [], pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine),
                             autoDownsampleFactor=PEAKS_PER_PIXEL)
+    # Its own view is no plot item's: clip and downsample it as make_plot does its curves, or a
+    # replay's 100,000 points (all NaN on a CPU run) are turned into a path at every paint (20 ms).
+    curve.setClipToView(True)
+    curve.setDownsampling(auto=True, method="peak")
     view.addItem(curve)
     return view, curve
 
@@ -124,7 +80,7 @@ class LossPlot(QWidget):
         # training loss on the same axes.
         self.validation = self.plot.plot([], [], pen=pg.mkPen(VALIDATION_COLOUR, width=1), symbol="o", symbolSize=5,
                                          symbolBrush=VALIDATION_COLOUR, symbolPen=None, name="validation")
-        self.smoothing = 0.9
+        self.smoothing = DEFAULT_SMOOTHING
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("loss_smoothing")
         self.slider.setRange(0, 99)
@@ -166,6 +122,11 @@ class LossPlot(QWidget):
             grown = np.empty(max(n, 2 * len(self._ema), 1024))
             grown[: self._ema_len] = self._ema[: self._ema_len]
             self._ema = grown
+        prepared = model.smoothed_loss
+        if (self._ema_len == 0 and prepared is not None and prepared.smoothing == self.smoothing
+                and len(prepared.values) <= n):  # smoothed where the run was read: go on from there
+            self._ema[: len(prepared.values)] = prepared.values
+            self._ema_len, self._ema_state = len(prepared.values), prepared.state
         _, self._ema_state = ema(loss, self.smoothing, self._ema_len, self._ema_state, self._ema)
         self._ema_len = n
         self.raw.setData(steps, loss, connect="finite")
@@ -194,7 +155,11 @@ class LossOverlay(QWidget):
             self.plot.removeItem(curve)
         self.curves = []
         for i, (name, model) in enumerate(runs):
-            smooth, _ = ema(model.loss.view(), smoothing)
+            prepared = model.smoothed_loss
+            if prepared is not None and prepared.smoothing == smoothing and len(prepared.values) == len(model.loss):
+                smooth = prepared.values
+            else:
+                smooth, _ = ema(model.loss.view(), smoothing)
             colour = RANK_COLOURS[i % len(RANK_COLOURS)]
             curve = make_curve(self.plot, colour, name)
             curve.setData(model.steps.view(), smooth, connect="finite")

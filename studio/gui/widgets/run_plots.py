@@ -49,7 +49,7 @@ class RunPlots(QWidget):
         self.warning.setWordWrap(True)
         self.warning.setStyleSheet("background:#fdecea;color:#611a15;padding:4px;border-radius:3px")
         self.warning.setVisible(False)
-        self._rank_curves: dict[int, tuple[pg.PlotDataItem, pg.PlotDataItem]] = {}
+        self._rank_curves: dict[int, list[pg.PlotDataItem]] = {}  # allocated (or RSS), peak
         self._gpu_curves: dict[int, pg.PlotDataItem] = {}
         self._model: RunModel | None = None
         # The model version each plot last drew (see refresh's stagger).
@@ -115,9 +115,9 @@ class RunPlots(QWidget):
     def clear(self) -> None:
         if self._plots_closed:  # the window is closing: nothing is drawn any more
             return
-        for allocated, peak in self._rank_curves.values():
-            self.memory.removeItem(allocated)
-            self.memory.removeItem(peak)
+        for curves in self._rank_curves.values():
+            for curve in curves:
+                self.memory.removeItem(curve)
         for curve in self._gpu_curves.values():
             self.memory.removeItem(curve)
         self._rank_curves.clear()
@@ -166,32 +166,51 @@ class RunPlots(QWidget):
             return
         stale = self._stale()
         if stale:
-            self._draw(stale[0])
-        if len(stale) > 1:
+            self._draw(stale[0], whole=False)
+        if self._stale():  # the others, or the rest of a plot drawn in pieces
             self._stagger.start()
 
-    def _draw(self, name: str) -> None:
+    def _draw(self, name: str, whole: bool = True) -> None:
+        """Redraw plot `name`; without `whole` (a staggered tick) the memory plot makes at most one
+        curve and stays stale until the next ticks have made the rest.
+
+        The view is moved before the curves are set: each curve then clips and downsamples its
+        points once, for the range it is shown at, not once for the old range and again.
+        """
         model = self._model
         if model is None:
             return
-        self._drawn[name] = model.version
         steps = model.steps.view()
         follow = self._follow[name]
         if name == "loss":
-            self.loss.refresh(model)
             follow.feed("loss", steps, model.loss.view())
         elif name == "lr":
-            self.lr_curve.setData(steps, model.lr.view(), connect="finite")
             follow.feed("lr", steps, model.lr.view())
         elif name == "throughput":
-            self.throughput_curve.setData(steps, model.samples_per_s.view(), connect="finite")
             follow.feed("throughput", steps, model.samples_per_s.view())
+        else:
+            t0 = self._t0(model)
+            for rank, series in model.memory.items():
+                x = series.time.view() - t0
+                follow.feed(("allocated", rank), x, series.allocated.view())
+                follow.feed(("peak", rank), x, series.peak.view())
+        total = float(model.total_steps) if model.total_steps and name != "memory" else None
+        moved = follow.apply(x_end=total, tight=model.ended)
+        if name == "loss":
+            self.loss.refresh(model)
+        elif name == "lr":
+            self.lr_curve.setData(steps, model.lr.view(), connect="finite")
+        elif name == "throughput":
+            self.throughput_curve.setData(steps, model.samples_per_s.view(), connect="finite")
             self._draw_mfu(model)
         else:
-            self._refresh_ranks(model)
-            self._refresh_gpus(model)
-        total = float(model.total_steps) if model.total_steps and name != "memory" else None
-        follow.apply(x_end=total, tight=model.ended)
+            if moved and not whole and any(len(self._rank_curves.get(rank, ())) < 2 for rank in model.memory):
+                return  # the view moved and its axes were laid out: the new curves from the next tick
+            if not self._refresh_ranks(model, whole):
+                return  # curves still to make: the next tick goes on
+            if self._refresh_gpus(model):
+                follow.apply(tight=model.ended)  # the GPUs' own samples, and the card's total
+        self._drawn[name] = model.version
 
     def _draw_mfu(self, model: RunModel) -> None:
         """MFU in percent on the right axis; hidden while no step carries it (CPU, unknown GPU)."""
@@ -199,9 +218,9 @@ class RunPlots(QWidget):
         known = percent[np.isfinite(percent)]
         axis = self.throughput.getPlotItem().getAxis("right")
         axis.setVisible(bool(len(known)))
-        self.mfu_curve.setData(model.steps.view(), percent, connect="finite")
         if len(known):
             self.mfu_view.setYRange(0.0, max(10.0, min(100.0, float(known.max()) * 1.25)), padding=0)
+        self.mfu_curve.setData(model.steps.view(), percent, connect="finite")
 
     def _on_gpu_sample(self) -> None:
         if self._plots_closed:  # the window is closing: nothing is drawn any more
@@ -216,30 +235,37 @@ class RunPlots(QWidget):
     def _t0(self, model: RunModel) -> float:
         return model.first_time if model.first_time is not None else time.time()
 
-    def _refresh_ranks(self, model: RunModel) -> None:
-        t0 = self._t0(model)
-        for rank, series in model.memory.items():
-            curves = self._rank_curves.get(rank)
-            if curves is None:
-                colour = RANK_COLOURS[rank % len(RANK_COLOURS)]
-                # A CPU rank reports its process memory (RSS), not CUDA allocations.
-                kind = "RSS" if series.device == "cpu" else "allocated"
-                curves = (
-                    make_curve(self.memory, colour, f"rank {rank} {kind}"),
-                    make_curve(self.memory, colour, f"rank {rank} peak", Qt.PenStyle.DotLine),
-                )
-                self._rank_curves[rank] = curves
-            x = series.time.view() - t0
-            curves[0].setData(x, series.allocated.view(), connect="finite")
-            curves[1].setData(x, series.peak.view(), connect="finite")
-            self._follow["memory"].feed(("allocated", rank), x, series.allocated.view())
-            self._follow["memory"].feed(("peak", rank), x, series.peak.view())
+    def _refresh_ranks(self, model: RunModel, whole: bool = True) -> bool:
+        """Set every rank's curves; False when, not `whole`, curves were left to make.
 
-    def _refresh_gpus(self, model: RunModel) -> None:
+        Making a curve (its legend entry, its scatter item, its menu entries) takes 5-10 ms,
+        more than setting 100,000 points on one: a replay of 2 ranks would make 4 at once,
+        so a staggered tick makes one and leaves the others to the next ticks.
+        """
+        t0 = self._t0(model)
+        made = False
+        for rank, series in model.memory.items():
+            curves = self._rank_curves.setdefault(rank, [])
+            colour = RANK_COLOURS[rank % len(RANK_COLOURS)]
+            # A CPU rank reports its process memory (RSS), not CUDA allocations.
+            names = (f"rank {rank} {'RSS' if series.device == 'cpu' else 'allocated'}", f"rank {rank} peak")
+            styles = (Qt.PenStyle.SolidLine, Qt.PenStyle.DotLine)
+            x = series.time.view() - t0
+            for index, values in enumerate((series.allocated.view(), series.peak.view())):
+                if index == len(curves):
+                    if made and not whole:
+                        return False
+                    made = True
+                    curves.append(make_curve(self.memory, colour, names[index], styles[index]))
+                curves[index].setData(x, values, connect="finite")
+        return True
+
+    def _refresh_gpus(self, model: RunModel) -> bool:
+        """Draw the NVML samples of a live run's GPUs; False when there are none to draw."""
         sampler = self.sampler
         self._gpu_drawn = self._gpu_points()
         if sampler is None or not sampler.available or model.ended:
-            return
+            return False
         t0 = self._t0(model)
         worst = 0.0
         total_line = 0.0
@@ -261,6 +287,7 @@ class RunPlots(QWidget):
             # The card's total stays in view: the headroom is what the person watches.
             self._follow["memory"].include(np.array([0.0]), np.array([total_line]))
         self.set_vram_fraction(worst)
+        return True
 
     def set_vram_fraction(self, fraction: float) -> None:
         if self._plots_closed:  # the window is closing: nothing is drawn any more

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
@@ -196,3 +199,69 @@ def test_a_remote_machines_gpus_are_drawn_in_place_of_this_ones_and_back(qtbot: 
     assert len(remote.gpus[0].used) == 1
     plots.use_sampler(None)  # the next local run: this machine's NVML again
     assert plots.sampler is own and plots._gpu_curves == {}
+
+
+def _finished_two_rank_model(steps: int) -> RunModel:
+    model = RunModel()
+    model.apply(RunStarted(config={}, world_size=2, total_steps=steps, devices=["cuda:0", "cuda:1"], time=1000.0))
+    for i in range(1, steps + 1):
+        model.apply(Step(step=i, epoch=1, loss=0.5, lr=1e-4, samples_per_s=3.0, time=1000.0 + i,
+                         memory=[RankMemory(rank=r, device=f"cuda:{r}", allocated_mb=9000.0 + i + r, peak_mb=11000.0)
+                                 for r in range(2)]))
+    model.apply(RunFinished(status="completed", step=steps, time=1000.0 + steps))
+    return model
+
+
+def test_a_staggered_redraw_makes_the_memory_curves_over_several_ticks(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _finished_two_rank_model(50)
+    made: list[int] = []
+    plots.refresh(model, stagger=True)
+    while plots._stale():
+        made.append(sum(len(curves) for curves in plots._rank_curves.values()))
+        plots._draw_next()
+    made.append(sum(len(curves) for curves in plots._rank_curves.values()))
+    assert made[-1] == 4 and all(b - a <= 1 for a, b in itertools.pairwise(made))  # one curve a tick
+    names = [curve.name() for rank in (0, 1) for curve in plots._rank_curves[rank]]
+    assert names == ["rank 0 allocated", "rank 0 peak", "rank 1 allocated", "rank 1 peak"]
+    assert plots._rank_curves[1][0].getData()[1].tolist() == [9001.0 + i for i in range(1, 51)]  # every point
+    assert plots._rank_curves[0][1].getData()[1].tolist() == [11000.0] * 50
+
+
+def test_a_replay_shows_the_loss_line_smoothed_where_it_was_read(qtbot: QtBot, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.runs.run_model import replay_run
+    from studio.gui.widgets import loss_plot
+
+    lines = [RunStarted(config={}, world_size=1, total_steps=300, devices=["cpu"], time=1.0).to_json()]
+    lines += [Step(step=i, epoch=1, loss=0.2 + (i % 7) / 10, lr=1e-4, time=1.0 + i).to_json() for i in range(1, 301)]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    model = replay_run(tmp_path).model
+    smoothed_here: list[int] = []
+    real_ema = loss_plot.ema
+
+    def counting_ema(values: np.ndarray, smoothing: float, start: int = 0, *args: object) -> object:
+        smoothed_here.append(len(values) - start)
+        return real_ema(values, smoothing, start, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loss_plot, "ema", counting_ema)
+    plots = _plots(qtbot)
+    plots.refresh(model)
+    assert max(smoothed_here) == 0  # no point smoothed on the GUI thread
+    assert model.smoothed_loss is not None
+    assert np.array_equal(plots.loss.smooth.getData()[1], model.smoothed_loss.values)
+    plots.loss.slider.setValue(50)  # another smoothing: smoothed here, all 300 points
+    assert smoothed_here[-1] == 300
+    np.testing.assert_allclose(plots.loss.smooth.getData()[1], real_ema(model.loss.view(), 0.5)[0], rtol=1e-12)
+
+
+def test_the_axes_make_room_for_their_labels_before_the_first_paint(qtbot: QtBot) -> None:
+    plots, model = _plots(qtbot), _finished_two_rank_model(50)
+    qtbot.wait(50)  # the empty plots painted
+    axis = plots.memory.getPlotItem().getAxis("left")
+    view = plots.memory.getPlotItem().getViewBox()
+    before = axis.width()
+    plots.refresh(model)  # memory in the 9,000s: wider labels than the empty plot's
+    laid_out = (axis.width(), view.geometry().left())
+    assert laid_out[0] > before
+    qtbot.wait(100)  # painted: the plot was laid out once, not again after its first paint
+    assert (axis.width(), view.geometry().left()) == laid_out
