@@ -73,8 +73,6 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     from studio.gui.shell.application import make_application, make_settings
 
     app = make_application()
-    from studio.core.project.demo import create_demo_project
-    from studio.core.project.folder import create_project, is_project, open_project
     from studio.gui.context import StudioContext
     from studio.gui.shell.main_window import MainWindow
 
@@ -98,6 +96,10 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     wait_for(lambda: bool(painted), 10.0)
     facts["window_size"] = [window.width(), window.height()]
     facts["first_paint_ms"] = round((painted[0] - started) * 1000, 1) if painted else None
+
+    # The project is opened after the first paint, as the app does (its config schema loads then).
+    from studio.core.project.demo import create_demo_project
+    from studio.core.project.folder import create_project, is_project, open_project
 
     if options.project is not None:
         project = open_project(options.project) if is_project(options.project) else create_project(options.project)
