@@ -5,20 +5,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 from PySide6.QtCore import QObject, QSettings, Signal
 
-from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
-from studio.core.config.paths import resolve_paths
-from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import parse_toml, validate_data
-from studio.core.files import atomic_write_text
-from studio.core.hardware.fixes import apply_changes
-from studio.core.project.folder import Project
 from studio.gui.base.config_watch import ConfigFileWatcher
-from studio.gui.runner.run_controller import RunController
+
+# The window is built with a context before its first paint; pydantic with the config schema and
+# numpy with the run model load when a project is opened or a page needs them (imports inside the
+# methods below), not on the start path (docs/benchmarks.md, "Window start").
+if TYPE_CHECKING:
+    from studio.core.config.errors import ConfigError, ConfigIssue
+    from studio.core.config.schema import TrainConfig
+    from studio.core.project.folder import Project
+    from studio.gui.runner.run_controller import RunController
 
 HARDWARE_KEY = "hardware/plan_for"
 
@@ -47,8 +47,7 @@ class StudioContext(QObject):
         # choice kept from the last session, else this machine (None).
         self.hardware_file: str | None = (hardware_file or os.environ.get("STUDIO_HARDWARE")
                                           or str(settings.value(HARDWARE_KEY, "") or "") or None)
-        # One run at a time for the whole window: the Train and Runs pages are handed this one.
-        self.run_controller = RunController(self)
+        self._run_controller: RunController | None = None
         # Edits a page holds that are not in studio.toml (a refused value, TOML being edited): each
         # provider returns what they are, or "". Asked before studio.toml is read again from disk.
         self.unsaved_edits: list[Callable[[], str]] = []
@@ -56,6 +55,16 @@ class StudioContext(QObject):
         self.confirm_reload: Callable[[str], bool] = lambda _what: False
         self.watcher = ConfigFileWatcher(self)
         self.watcher.sig_changed.connect(self._file_changed)
+
+    @property
+    def run_controller(self) -> RunController:
+        """One run at a time for the whole window: the Train and Runs pages are handed this one.
+        Made when first asked for (a project opened, the Train or Runs page built)."""
+        if self._run_controller is None:
+            from studio.gui.runner.run_controller import RunController
+
+            self._run_controller = RunController(self)
+        return self._run_controller
 
     def plan_for(self, profile: str | None) -> None:
         """The hardware profile chosen to plan runs for (None: this machine), kept for the next start."""
@@ -66,6 +75,8 @@ class StudioContext(QObject):
             self.settings.remove(HARDWARE_KEY)
 
     def set_project(self, project: Project | None) -> None:
+        from studio.core.config.errors import ConfigError
+
         self.project = project
         self.watcher.watch(project.config_path if project is not None else None)
         self.config, self.config_error = None, None
@@ -100,6 +111,12 @@ class StudioContext(QObject):
     def change_config(self, changes: dict[str, Any]) -> list[ConfigIssue]:
         """Set dotted keys (`sampling.prompts`, `dataset.concepts`) and save; the issues when refused
         (nothing is changed then)."""
+        from pydantic import ValidationError
+
+        from studio.core.config.errors import ConfigIssue, issues_from_validation
+        from studio.core.config.schema import TrainConfig
+        from studio.core.hardware.fixes import apply_changes
+
         if self.config is None:
             return [ConfigIssue(key="(file)", message="the project's config has errors; fix studio.toml first")]
         try:
@@ -112,6 +129,9 @@ class StudioContext(QObject):
     def apply_toml(self, text: str) -> TrainConfig:
         """Take a person's TOML for the project: validated first (ConfigError, nothing written), then
         written as typed, comments and all."""
+        from studio.core.config.toml_file import parse_toml, validate_data
+        from studio.core.files import atomic_write_text
+
         assert self.project is not None
         source = str(self.project.config_path)
         config = validate_data(parse_toml(text, source).unwrap(), source, text)
@@ -135,6 +155,8 @@ class StudioContext(QObject):
 
     def reload_config(self) -> bool:
         """Read studio.toml again; a file with errors is named and the config in use stays."""
+        from studio.core.config.errors import ConfigError
+
         if self.project is None:
             return False
         try:
@@ -151,6 +173,9 @@ class StudioContext(QObject):
         """`config` with the project's relative paths made absolute (as a run folder holds it): what
         the estimate reads, so a model folder of the project is sized as it is. Unchanged without a
         project, or when a path cannot be resolved (the form names that problem)."""
+        from studio.core.config.errors import ConfigError
+        from studio.core.config.paths import resolve_paths
+
         if self.project is None:
             return config
         try:

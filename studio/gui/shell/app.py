@@ -7,9 +7,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.gui.shell.application import make_application, make_settings
 from studio.gui.shell.qt_libraries import missing_qt_libraries_message
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from studio.gui.shell.main_window import MainWindow
 
 
 def window_size(text: str) -> tuple[int, int]:
@@ -55,7 +61,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     context = StudioContext(make_settings(), hardware_file=args.hardware)
     window = MainWindow(context)
+    # The window paints first ("Loading project…"); the project and its config are read after it.
+    window.open_when_shown(lambda: open_start_project(window, args, app))
     window.show()
+    return app.exec()
+
+
+def open_start_project(window: MainWindow, args: argparse.Namespace, app: QApplication) -> None:
+    """The project named at start, else the most recent one, else the demo (and the first-train test)."""
     project = args.project or args.project_opt
     if project:
         window.open_project_path(project)
@@ -69,7 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from studio.gui.shell.first_train import run_first_train
 
         QTimer.singleShot(0, lambda: run_first_train(window, app))
-    return app.exec()
 
 
 if __name__ == "__main__":

@@ -27,24 +27,17 @@ from PySide6.QtWidgets import (
 )
 
 from studio import __version__
-from studio.core.dataset.layouts import DatasetError, detect_layout
-from studio.core.project.demo import (
-    DEMO_MODEL,
-    create_demo_project,
-    demo_model_ready,
-    is_demo_model,
-    is_demo_project,
-    model_command,
-)
-from studio.core.project.folder import Project, create_project, is_project, open_project
 from studio.core.resources import app_root
 from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
-from studio.gui.runner.process import CommandProcess, Outcome
 from studio.gui.shell.demo_banner import READY, DemoBanner
 
-if TYPE_CHECKING:  # the window opens it from the Tools menu: loaded then, not before the first paint
+# Loaded when first used, not before the first paint: the project folder and the demo (pydantic with
+# the config schema), the model builder's process (the run launcher), the Tools menu's window.
+if TYPE_CHECKING:
+    from studio.core.project.folder import Project
+    from studio.gui.runner.process import CommandProcess, Outcome
     from studio.gui.trainenv.window import TrainingEnvDialog
 
 
@@ -63,8 +56,9 @@ class PageSpec:
         return page_class(context)
 
 
-# Pages are imported and built when first needed, the shown one before the first paint and the
-# others right after it, so the window appears before pyqtgraph and the pages' models load.
+# Pages are imported and built when first needed: the shown one right after the first paint (and
+# after the start project is read), then the others, so the window appears before pyqtgraph, the
+# pages' models and the config schema load.
 PAGES: tuple[PageSpec, ...] = (
     PageSpec("Dataset", "page_dataset", "studio.gui.dataset.page", "DatasetPage"),
     PageSpec("Model & Preset", "page_model", "studio.gui.model.page", "ModelPage"),
@@ -73,6 +67,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("Export", "page_export", "studio.gui.export.page", "ExportPage"),
 )
 MAX_RECENT = 8
+LOADING_PROJECT = "Loading project…"
 DOCS_URL = "docs/index.md"
 
 
@@ -85,8 +80,9 @@ class MainWindow(QMainWindow):
         self.setObjectName("main_window")
         self.setMinimumSize(QSize(960, 640))
         self._painted = False
-        self.model_builder = CommandProcess(self)  # builds the demo's tiny model
-        self.model_builder.sig_finished.connect(self._model_built)
+        self._model_builder: CommandProcess | None = None
+        self._restoring = False  # the page restored at start is built after the first paint
+        self._start_project: Callable[[], object] | None = None
 
         self.nav = QListWidget()
         self.nav.setObjectName("navigation")
@@ -94,7 +90,7 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         self._built: dict[int, Page] = {}
         for spec in PAGES:
-            self.stack.addWidget(QWidget())  # stands in until the page is built
+            self.stack.addWidget(_stand_in())  # until the page is built
             item = QListWidgetItem(spec.title)
             item.setData(Qt.ItemDataRole.UserRole, spec.page_id)
             item.setSizeHint(QSize(160, 40))
@@ -106,7 +102,6 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         self.demo_banner = DemoBanner(context.settings)
-        self.model_builder.sig_output.connect(self.demo_banner.build_output)
         self.demo_banner.sig_go_train.connect(lambda: self.show_page("page_train"))
         pages = QVBoxLayout()
         pages.setContentsMargins(0, 0, 0, 0)
@@ -194,6 +189,9 @@ class MainWindow(QMainWindow):
         self._remember(project)
 
     def open_project_path(self, path: str | Path) -> bool:
+        from studio.core.dataset.layouts import DatasetError, detect_layout
+        from studio.core.project.folder import create_project, is_project, open_project
+
         folder = Path(path)
         if not folder.is_dir():
             QMessageBox.warning(self, "Open project", f"The folder {folder} does not exist any more.")
@@ -237,11 +235,15 @@ class MainWindow(QMainWindow):
         self.new_project_wizard().open()
 
     def _wizard_done(self, wizard: QWizard) -> None:
+        from studio.core.project.folder import Project
+
         project = getattr(wizard, "project", None)
         if isinstance(project, Project):
             self.set_project(project)
 
     def open_demo_project(self) -> None:
+        from studio.core.project.demo import create_demo_project
+
         project = create_demo_project()
         self.set_project(project)
         self.build_demo_model(project)
@@ -262,13 +264,28 @@ class MainWindow(QMainWindow):
             self.build_demo_model(project)
 
     def _is_demo(self, project: Project) -> bool:
+        from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
+
         config = self.context.config
         return (config is not None and is_demo_project(project) and is_demo_model(config.model.base)
                 and not demo_model_ready(project))
 
     def _show_demo_banner(self) -> None:
+        from studio.core.project.demo import is_demo_project
+
         project = self.context.project
         self.demo_banner.show_for(project is not None and is_demo_project(project))
+
+    @property
+    def model_builder(self) -> CommandProcess:
+        """The process that builds the demo's tiny model; made when first needed."""
+        if self._model_builder is None:
+            from studio.gui.runner.process import CommandProcess
+
+            self._model_builder = CommandProcess(self)
+            self._model_builder.sig_finished.connect(self._model_built)
+            self._model_builder.sig_output.connect(self.demo_banner.build_output)
+        return self._model_builder
 
     def build_demo_model(self, project: Project) -> None:
         """Build the demo's tiny model in a subprocess; the window stays responsive.
@@ -276,6 +293,8 @@ class MainWindow(QMainWindow):
         Its output goes to models/tiny-sd15.log in the demo project; sig_demo_model_built says
         how it ended.
         """
+        from studio.core.project.demo import DEMO_MODEL, demo_model_ready, model_command
+
         if demo_model_ready(project):
             self.context.sig_demo_model_built.emit(True)
             return
@@ -367,8 +386,31 @@ class MainWindow(QMainWindow):
 
     def _show_row(self, row: int) -> None:
         if 0 <= row < len(PAGES):
-            self._build_page(row)
+            if not self._restoring:
+                self._build_page(row)
             self.stack.setCurrentIndex(row)
+
+    def open_when_shown(self, opener: Callable[[], object]) -> None:
+        """Open the start project right after the first paint (at once when the window has painted):
+        the window appears with its layout saying "Loading project…", then fills in."""
+        if self._painted:
+            opener()
+            return
+        self._start_project = opener
+        self.project_label.setText(LOADING_PROJECT)
+        stand_in = self.stack.currentWidget()
+        if isinstance(stand_in, QLabel):
+            stand_in.setText(LOADING_PROJECT)
+
+    def _after_first_paint(self) -> None:
+        """The start project (see open_when_shown), then the shown page, then the others."""
+        opener, self._start_project = self._start_project, None
+        if opener is not None:
+            opener()
+            if self.context.project is None:
+                self.project_label.setText("")  # nothing opened (the folder was refused): no project
+        self._show_row(self.nav.currentRow())
+        QTimer.singleShot(0, self._build_remaining)
 
     def _build_remaining(self) -> None:
         """Build one more page per turn of the event loop, so input is never held up long."""
@@ -402,19 +444,24 @@ class MainWindow(QMainWindow):
         # would shrink the window for good after one session on a small display.
         self.resize(size if isinstance(size, QSize) else QSize(1280, 820))
         row = self.context.settings.value("window/page", 0)
+        # The page shown is built after the first paint (_after_first_paint), or when asked for.
+        self._restoring = True
         try:
-            self.nav.setCurrentRow(max(0, min(int(str(row)), len(PAGES) - 1)))
-        except (TypeError, ValueError):
-            self.nav.setCurrentRow(0)
-        if self.nav.currentRow() < 0:
-            self.nav.setCurrentRow(0)
+            try:
+                self.nav.setCurrentRow(max(0, min(int(str(row)), len(PAGES) - 1)))
+            except (TypeError, ValueError):
+                self.nav.setCurrentRow(0)
+            if self.nav.currentRow() < 0:
+                self.nav.setCurrentRow(0)
+        finally:
+            self._restoring = False
 
     def paintEvent(self, event: object) -> None:
         super().paintEvent(event)  # type: ignore[arg-type]
         if not self._painted:
             self._painted = True
             self.sig_first_paint.emit()
-            QTimer.singleShot(0, self._build_remaining)
+            QTimer.singleShot(0, self._after_first_paint)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         built = list(self._built.values())
@@ -424,12 +471,22 @@ class MainWindow(QMainWindow):
                 return
         for page in built:
             page.shutdown()
-        self.model_builder.kill_now(2.0)
+        if self._model_builder is not None:
+            self._model_builder.kill_now(2.0)
         self.context.settings.setValue("window/geometry", self.saveGeometry())
         self.context.settings.setValue("window/size", self.size())
         self.context.settings.setValue("window/page", self.nav.currentRow())
         self.context.settings.sync()
         event.accept()
+
+
+def _stand_in() -> QLabel:
+    """What a page's place shows until the page is built (before the first paint, the start project
+    loading)."""
+    label = QLabel("Loading…")
+    label.setObjectName("page_loading")
+    label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+    return label
 
 
 def _action(text: str, parent: QWidget, shortcut: QKeySequence | QKeySequence.StandardKey) -> QAction:

@@ -18,7 +18,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import psutil
 from PySide6.QtCore import QMessageLogContext, QTimer, QtMsgType, qInstallMessageHandler
 
 from studio.gui.base.event_loop import wait_for
@@ -65,7 +64,6 @@ def run_self_test(args: argparse.Namespace) -> int:
 
 
 def _self_test(args: argparse.Namespace, scratch: Path) -> int:
-    started = psutil.Process().create_time()
     problems = _Problems()
     sys.excepthook = problems.excepthook
     qInstallMessageHandler(problems.qt_message)
@@ -73,8 +71,6 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     from studio.gui.shell.application import make_application, make_settings
 
     app = make_application()
-    from studio.core.project.demo import create_demo_project
-    from studio.core.project.folder import create_project, is_project, open_project
     from studio.gui.context import StudioContext
     from studio.gui.shell.main_window import MainWindow
 
@@ -97,7 +93,15 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     window.show()
     wait_for(lambda: bool(painted), 10.0)
     facts["window_size"] = [window.width(), window.height()]
+    # The process's creation time, read after the paint: psutil is not on the app's start path either.
+    import psutil
+
+    started = psutil.Process().create_time()
     facts["first_paint_ms"] = round((painted[0] - started) * 1000, 1) if painted else None
+
+    # The project is opened after the first paint, as the app does (its config schema loads then).
+    from studio.core.project.demo import create_demo_project
+    from studio.core.project.folder import create_project, is_project, open_project
 
     if options.project is not None:
         project = open_project(options.project) if is_project(options.project) else create_project(options.project)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.waits import scaled_s
-from PySide6.QtWidgets import QMessageBox, QPushButton
+from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
 from studio.core.project.folder import PROJECT_FILE
 from studio.gui.context import StudioContext
@@ -111,15 +111,67 @@ def test_self_test_visits_every_page_and_writes_screenshots(tmp_path: Path) -> N
     assert list(temp.iterdir()) == []  # its scratch folder (settings, demo project) is gone
 
 
-def test_only_the_shown_page_is_built_before_the_first_paint(window: MainWindow, qtbot) -> None:
-    assert [w.objectName() for w in window._built.values()] == ["page_dataset"]
+def test_no_page_is_built_before_the_first_paint_and_the_shown_one_first_after_it(qtbot, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "settings.ini")
+    settings.setValue("window/page", 2)  # the Train page was shown when the studio last closed
+    window = MainWindow(StudioContext(settings))
+    qtbot.addWidget(window)
+    assert window._built == {}
+    assert window.stack.currentWidget().objectName() == "page_loading"
     with qtbot.waitSignal(window.sig_first_paint, timeout=5000):
         window.show()
     qtbot.waitUntil(lambda: len(window._built) == 5, timeout=10000)
+    assert next(iter(window._built)) == 2  # built first
     assert [window.stack.widget(i).objectName() for i in range(5)] == [
         "page_dataset", "page_model", "page_train", "page_runs", "page_export"
     ]
-    assert window.stack.currentWidget().objectName() == "page_dataset"
+    assert window.stack.currentWidget().objectName() == "page_train"
+
+
+def test_the_start_project_is_opened_after_the_window_has_painted(window: MainWindow, qtbot, tmp_path: Path) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / "mine")
+    opened_at: list[bool] = []
+
+    def opener() -> None:
+        opened_at.append(window._painted)
+        window.set_project(project)
+
+    window.open_when_shown(opener)
+    assert window.project_label.text() == "Loading project…"
+    assert window.stack.currentWidget().findChild(QLabel) is None  # the stand-in is the label itself
+    assert window.stack.currentWidget().text() == "Loading project…"
+    assert window.context.project is None
+    window.show()
+    qtbot.waitUntil(lambda: window.stack.currentWidget().objectName() == "page_dataset", timeout=10000)
+    assert opened_at == [True]
+    assert window.project_label.text() == str(project.root)
+    assert "mine" in window.windowTitle()
+
+
+def test_the_window_paints_before_pydantic_numpy_and_the_run_model_load() -> None:
+    script = (
+        "import sys, tempfile\n"
+        "from pathlib import Path\n"
+        "from studio.gui.shell.application import make_application, make_settings\n"
+        "app = make_application()\n"
+        "from studio.gui.context import StudioContext\n"
+        "from studio.gui.shell.main_window import MainWindow\n"
+        "window = MainWindow(StudioContext(make_settings(Path(tempfile.mkdtemp()) / 's.ini')))\n"
+        "seen = []\n"
+        "window.sig_first_paint.connect(lambda: seen.append(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pydantic', 'numpy', 'pyqtgraph') or m == 'studio.core.runs.run_model')))\n"
+        "window.show()\n"
+        "while not seen:\n"
+        "    app.processEvents()\n"
+        "print(seen[0])\n"
+    )
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=scaled_s(60))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_demo_caption_edited_then_window_closed_is_in_the_sidecar(qtbot, tmp_path: Path) -> None:
@@ -142,11 +194,11 @@ def test_demo_caption_edited_then_window_closed_is_in_the_sidecar(qtbot, tmp_pat
 
 def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow, tmp_path: Path, qtbot,
                                                              monkeypatch) -> None:
-    import studio.gui.shell.main_window as main_window
+    import studio.core.project.demo as demo
     from studio.core.project.demo import create_demo_project
 
     script = "import sys; print('building the tiny model'); print('out of disk space', file=sys.stderr); sys.exit(3)"
-    monkeypatch.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", script])
+    monkeypatch.setattr(demo, "model_command", lambda _project: [sys.executable, "-c", script])
     project = create_demo_project(tmp_path / "demo")
     shown: list[str] = []
     window.context.sig_status.connect(shown.append)
@@ -164,14 +216,14 @@ def test_the_demo_banner_shows_the_builds_steps_and_seconds(window: MainWindow, 
                                                             monkeypatch) -> None:
     """The tiny model's build takes up to a minute on a busy machine: the banner shows its step, a bar
     and the seconds so far, not "a few seconds"."""
-    import studio.gui.shell.main_window as main_window
+    import studio.core.project.demo as demo
     from studio.core.project.demo import create_demo_project
 
     go = tmp_path / "GO"
     script = ("import os, time; print('step 1 of 2: loading PyTorch and diffusers', flush=True)\n"
               f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
               "print('step 2 of 2: building and writing the tiny sd15 pipeline', flush=True)")
-    monkeypatch.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", script])
+    monkeypatch.setattr(demo, "model_command", lambda _project: [sys.executable, "-c", script])
     project = create_demo_project(tmp_path / "demo")
     window.set_project(project)
     banner = window.demo_banner
@@ -188,10 +240,10 @@ def test_the_demo_banner_shows_the_builds_steps_and_seconds(window: MainWindow, 
 def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path: Path, qtbot, monkeypatch) -> None:
     import psutil
 
-    import studio.gui.shell.main_window as main_window
+    import studio.core.project.demo as demo
     from studio.core.project.demo import create_demo_project
 
-    monkeypatch.setattr(main_window, "model_command",
+    monkeypatch.setattr(demo, "model_command",
                         lambda _project: [sys.executable, "-c", "import time; time.sleep(60)"])
     window.build_demo_model(create_demo_project(tmp_path / "demo"))
     qtbot.waitUntil(lambda: window.model_builder.pid() > 0, timeout=10000)

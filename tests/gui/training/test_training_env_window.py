@@ -132,9 +132,10 @@ def test_the_demos_first_train_goes_environment_then_model_then_run(
         qtbot: QtBot, tmp_path: Path, trainenv_copy: InstallPlan, env_vars: pytest.MonkeyPatch) -> None:
     """The desktop app's first Train on the demo: the set-up window, then the tiny model is built, then the
     run starts by itself; nothing offers a download on the way."""
-    import studio.gui.shell.main_window as main_window
+    import studio.core.project.demo as demo
     from studio.core.project.demo import create_demo_project
     from studio.gui.shell.application import make_settings
+    from studio.gui.shell.main_window import MainWindow
     from tests.gui.conftest import fake_command
 
     env_vars.setattr(sys, "frozen", True, raising=False)
@@ -143,8 +144,8 @@ def test_the_demos_first_train_goes_environment_then_model_then_run(
     model = project.root / "models" / "tiny-sd15"
     build = ("import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
              "(p / 'model_index.json').write_text('{\"_class_name\": \"StableDiffusionPipeline\"}')")
-    env_vars.setattr(main_window, "model_command", lambda _project: [sys.executable, "-c", build, str(model)])
-    window = main_window.MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    env_vars.setattr(demo, "model_command", lambda _project: [sys.executable, "-c", build, str(model)])
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
     qtbot.addWidget(window)
     window.context.run_controller.command_factory = fake_command()
     window.set_project(project)
