@@ -27,7 +27,7 @@ from studio.core.project.folder import create_project
 from studio.core.runs.events import RunFinished, RunStarted, read_events
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
-from studio.gui.runs.table import STATUS_COLUMN
+from studio.gui.runs.table import COLUMNS, STATUS_COLUMN
 from studio.gui.training.page import TrainPage
 from tests.gui.conftest import close_plots
 
@@ -98,7 +98,7 @@ def test_train_button_trains_the_tiny_model_to_a_lora(qtbot: QtBot, gui_context:
     assert len(model.memory[0].allocated) == 8  # memory plotted from every step
     assert [s.name for s in runs.table.summaries] == [model.run_dir.name]
     assert runs.table.item(0, STATUS_COLUMN).text() == "completed"
-    assert "pytorch_lora_weights.safetensors" in runs.table.item(0, 8).text()
+    assert "pytorch_lora_weights.safetensors" in runs.table.item(0, COLUMNS.index("Output")).text()
 
 
 @pytest.mark.slow
