@@ -128,8 +128,8 @@ def main() -> int:
         print(f"generated {args.images} images in {time.perf_counter() - t:.1f} s", file=sys.stderr)
 
         from studio.core.config.schema import ConceptSection
-        from studio.core.dataset.caption_ops import add_trigger
-        from studio.core.dataset.caption_store import CaptionStore
+        from studio.core.dataset.captions.caption_ops import add_trigger
+        from studio.core.dataset.captions.caption_store import CaptionStore
         from studio.core.dataset.scan import list_concept, read_captions
 
         for n in range(args.repeat):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from studio.core.dataset.auto_caption import MachineCaption
-from studio.core.dataset.captioner_models import CaptionerSource
+from studio.core.dataset.captions.auto_caption import MachineCaption
+from studio.core.dataset.captions.captioner_models import CaptionerSource
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.scan import DatasetError, scan_concept
 from studio.core.project.folder import is_project, open_project
 

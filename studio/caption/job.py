@@ -14,14 +14,14 @@ from typing import Any
 
 from studio.caption.base import Captioner, load_image
 from studio.caption.progress import CaptionProgress
-from studio.core.dataset.auto_caption import CaptionRules, caption_event, compose, over_token_limit
-from studio.core.dataset.caption_messages import (
+from studio.core.dataset.captions.auto_caption import CaptionRules, caption_event, compose, over_token_limit
+from studio.core.dataset.captions.caption_messages import (
     CaptionJobFinished,
     CaptionJobProgress,
     CaptionJobStarted,
     CaptionWarning,
 )
-from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.captions.caption_store import CaptionStore
 
 Emit = Callable[[dict[str, Any]], None]
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from studio.core.dataset.caption_files import write_texts_atomically
-from studio.core.dataset.caption_guard import PROGRESS_FILE
+from studio.core.dataset.captions.caption_files import write_texts_atomically
+from studio.core.dataset.captions.caption_guard import PROGRESS_FILE
 
 _KEPT = None  # recorded for an image whose caption the job left as it was
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from studio.caption.base import Captioner, RunSettings
-from studio.core.dataset.captioner_models import CaptionerSource
+from studio.core.dataset.captions.captioner_models import CaptionerSource
 
 # kind -> (module, class); the module imports torch/transformers or onnxruntime, so it loads on demand.
 CAPTIONER_CLASSES: dict[str, tuple[str, str]] = {

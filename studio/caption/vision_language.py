@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.caption.base import Captioner, CaptionerError, RunSettings
-from studio.core.dataset.auto_caption import MachineCaption
-from studio.core.dataset.captioner_models import CaptionerSource
+from studio.core.dataset.captions.auto_caption import MachineCaption
+from studio.core.dataset.captions.captioner_models import CaptionerSource
 
 if TYPE_CHECKING:
     import torch

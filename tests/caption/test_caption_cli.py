@@ -14,7 +14,7 @@ from studio.caption import registry
 from studio.caption.base import Captioner
 from studio.caption.progress import PROGRESS_FILE, CaptionProgress
 from studio.cli import main
-from studio.core.dataset.auto_caption import MachineCaption
+from studio.core.dataset.captions.auto_caption import MachineCaption
 
 
 def _captions(folder: Path) -> dict[str, str | None]:

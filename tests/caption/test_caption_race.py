@@ -29,7 +29,7 @@ _EDITOR = textwrap.dedent("""
     import json, os, random, sys, time
     from pathlib import Path
     from studio.core.config.schema import ConceptSection
-    from studio.core.dataset.caption_store import CaptionStore
+    from studio.core.dataset.captions.caption_store import CaptionStore
     from studio.core.dataset.scan import scan_concept
 
     root, batch, seed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

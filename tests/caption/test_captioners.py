@@ -9,8 +9,8 @@ from PIL import Image
 
 from studio.caption.base import CaptionerError, RunSettings, load_image
 from studio.caption.registry import load_captioner
-from studio.core.dataset.auto_caption import CaptionRules, compose
-from studio.core.dataset.captioner_models import CaptionerSource, find_captioner
+from studio.core.dataset.captions.auto_caption import CaptionRules, compose
+from studio.core.dataset.captions.captioner_models import CaptionerSource, find_captioner
 
 RED, BLUE = (220, 40, 40), (40, 70, 220)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from studio.core.dataset.auto_caption import (
+from studio.core.dataset.captions.auto_caption import (
     DEFAULT_CHARACTER_THRESHOLD,
     DEFAULT_GENERAL_THRESHOLD,
     EVENT_CAPTION,
@@ -34,7 +34,7 @@ from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, 
 if TYPE_CHECKING:
     from studio.caption.dataset import CaptionDataset
     from studio.caption.job import JobPlan, JobResult
-    from studio.core.dataset.captioner_models import CaptionerSource
+    from studio.core.dataset.captions.captioner_models import CaptionerSource
 
 
 def register(sub: Any) -> None:
@@ -141,7 +141,7 @@ def _read_image_list(path: str, folder: Path, images: list[Path]) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from studio.caption.dataset import open_dataset
-    from studio.core.dataset.captioner_models import CaptionerNotFound, find_captioner
+    from studio.core.dataset.captions.captioner_models import CaptionerNotFound, find_captioner
     from studio.core.dataset.scan import DatasetError
 
     reporter = Reporter(args.json, args.dry_run)
@@ -223,7 +223,7 @@ def _nothing_reason(plan: JobPlan, rules: CaptionRules) -> str:
 
 
 def _summary(result: JobResult, model: str, dry_run: bool, total: int) -> None:
-    from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT
+    from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT
 
     verb = "would change" if dry_run else "wrote"
     print(f"{'' if not sys.stderr.isatty() else chr(10)}Captioned {result.captioned} of {total} images with {model}: "

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, scan_concept_report
 from studio.core.files import leftover_temp_files

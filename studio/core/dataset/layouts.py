@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.dataset.caption_sources import METADATA_FILE
+from studio.core.dataset.captions.caption_sources import METADATA_FILE
 from studio.core.dataset.image_headers import is_image_name
 
 # A studio run folder (it holds the run's event log) is never read as training images,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from studio.core.dataset.caption_sources import (
+from studio.core.dataset.captions.caption_sources import (
     CAPTION_EXTENSIONS,
     METADATA_FILE,
     FolderCaptions,

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.dataset import caption_ops as ops
-from studio.core.dataset.caption_store import CaptionEdit
+from studio.core.dataset.captions import caption_ops as ops
+from studio.core.dataset.captions.caption_store import CaptionEdit
 
 
 @dataclass(frozen=True)

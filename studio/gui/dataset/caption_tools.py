@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QWidget
 
-from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
+from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.context import StudioContext
 from studio.gui.dataset.bulk import BULK_OPS, BulkDialog

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, tag_counts
+from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.dataset.captions.text import CaptionTextEdit
 from studio.gui.dataset.mask_overlay import with_mask

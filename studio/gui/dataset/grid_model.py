@@ -16,7 +16,7 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import QListView
 
-from studio.core.dataset.caption_tags import split_tags
+from studio.core.dataset.captions.caption_tags import split_tags
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.dataset.thumbnail_loader import THUMB_SIZE, ThumbnailLoader
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
+from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
 from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.core.text import plural
 from studio.gui.base.event_loop import wait_for

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.caption_tags import tag_counts
+from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem
 from studio.core.dataset.layouts import kohya_folder
 from studio.core.dataset.scan import ScanResult

@@ -16,8 +16,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from studio.core import user_dirs
-from studio.core.dataset.caption_files import FileJob, SaveBatch
-from studio.core.dataset.caption_store import CaptionConflict, CaptionStore, SaveReport
+from studio.core.dataset.captions.caption_files import FileJob, SaveBatch
+from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionStore, SaveReport
 from studio.core.files import atomic_write_text
 from studio.gui.base.event_loop import wait_for
 from studio.gui.runner.worker import Worker

@@ -15,8 +15,8 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from studio.core.config.schema import ConceptSection, DatasetSection
-from studio.core.dataset.caption_store import CaptionStore
-from studio.core.dataset.caption_tags import tag_counts
+from studio.core.dataset.captions.caption_store import CaptionStore
+from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
 from studio.gui.dataset.helper_process import HelperProcess

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtGui import QUndoCommand
 
-from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
+from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 
 TYPING_ID = 1001
 

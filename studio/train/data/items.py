@@ -17,7 +17,7 @@ from PIL import Image, ImageOps
 from studio.core.config.schema import ConceptSection, DatasetSection, TrainConfig
 from studio.core.dataset.buckets import bucket_for
 from studio.core.dataset.buckets import bucket_sizes as core_bucket_sizes
-from studio.core.dataset.caption_tags import join_tags, split_tags
+from studio.core.dataset.captions.caption_tags import join_tags, split_tags
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import (
     DatasetError,

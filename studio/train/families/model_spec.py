@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from studio import __version__
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.caption_tags import tag_counts
+from studio.core.dataset.captions.caption_tags import tag_counts
 
 MODEL_SPEC_VERSION = "1.0.1"
 # sd-scripts' implementation ids: SDXL LoRAs and original-layout checkpoints are the "sgm" code's.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.dataset.auto_caption import (
+from studio.core.dataset.captions.auto_caption import (
     CaptionRules,
     MachineCaption,
     ScoredTag,
@@ -17,7 +17,7 @@ from studio.core.dataset.auto_caption import (
     parse_blacklist,
     tags_above,
 )
-from studio.core.dataset.captioner_models import (
+from studio.core.dataset.captions.captioner_models import (
     CaptionerNotFound,
     available_captioners,
     captioners_dir,

@@ -17,9 +17,9 @@ import pytest
 from dataset_files import MakeDataset
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset import caption_guard
-from studio.core.dataset.caption_guard import FOLDER_LOCK, folder_locks, remove_caption_leftovers
-from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.captions import caption_guard
+from studio.core.dataset.captions.caption_guard import FOLDER_LOCK, folder_locks, remove_caption_leftovers
+from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.scan import scan_concept
 
 REPO = Path(__file__).resolve().parents[3]
@@ -139,7 +139,7 @@ def test_a_save_waits_while_another_studio_writer_holds_the_folder(make_dataset:
 _KILLED_SAVER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from studio.core.dataset.caption_store import CaptionStore
+    from studio.core.dataset.captions.caption_store import CaptionStore
     from studio.core.config.schema import ConceptSection
     from studio.core.dataset.scan import scan_concept
 

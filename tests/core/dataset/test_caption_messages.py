@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.dataset.auto_caption import MachineCaption, ScoredTag, caption_event
-from studio.core.dataset.caption_messages import (
+from studio.core.dataset.captions.auto_caption import MachineCaption, ScoredTag, caption_event
+from studio.core.dataset.captions.caption_messages import (
     CAPTION_MESSAGES,
     CaptionJobFinished,
     CaptionJobProgress,

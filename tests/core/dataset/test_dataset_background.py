@@ -13,7 +13,7 @@ from dataset_files import MakeDataset, make_image
 from PIL import Image
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.caption_store import CaptionStore
+from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.checks import check_worker
 from studio.core.dataset.layouts import rename_repeat_folder
 from studio.core.dataset.scan import DatasetError, list_concept, read_captions, scan_concept

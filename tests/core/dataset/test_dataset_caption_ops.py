@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.dataset import caption_ops as ops
-from studio.core.dataset.caption_store import CaptionEdit
-from studio.core.dataset.caption_tags import estimate_tokens, join_tags, split_tags, tag_counts
+from studio.core.dataset.captions import caption_ops as ops
+from studio.core.dataset.captions.caption_store import CaptionEdit
+from studio.core.dataset.captions.caption_tags import estimate_tokens, join_tags, split_tags, tag_counts
 
 A, B, C = Path("/d/a_red-car.png"), Path("/d/b.png"), Path("/d/sub/c.png")
 

@@ -9,7 +9,7 @@ import pytest
 from dataset_files import MakeDataset
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
+from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.scan import scan_concept
 
 
@@ -172,7 +172,7 @@ def test_write_failure_keeps_text_pending(make_dataset: MakeDataset, monkeypatch
     def refuse(*args: object, **kwargs: object) -> tuple[int, str]:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("studio.core.dataset.caption_files._create_temp", refuse)
+    monkeypatch.setattr("studio.core.dataset.captions.caption_files._create_temp", refuse)
     store.set_caption(root / "a.png", "typed")
     (error,) = store.flush().errors
     assert "read-only" in str(error) and str(root / "a.txt") in str(error)

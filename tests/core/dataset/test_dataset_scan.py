@@ -8,7 +8,7 @@ import pytest
 from dataset_files import MakeDataset, make_image
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.caption_sources import read_caption_file
+from studio.core.dataset.captions.caption_sources import read_caption_file
 from studio.core.dataset.image_headers import image_size
 from studio.core.dataset.scan import DatasetError, scan_class_images, scan_concept, scan_concept_report
 

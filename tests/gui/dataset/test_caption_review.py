@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from studio.core.dataset.auto_caption import MachineCaption, ScoredTag
+from studio.core.dataset.captions.auto_caption import MachineCaption, ScoredTag
 from studio.core.user_dirs import cache_dir
 from studio.gui.dataset.captions.job import CaptionJob
 from studio.gui.dataset.captions.review import CaptionReviewDialog
@@ -118,7 +118,7 @@ def test_the_model_list_offers_every_known_captioner_with_its_size_and_where_to_
         page: DatasetPage, qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing downloaded: the 7 captioners the studio knows are offered with their size; choosing one
     says where its files go (no command-line wording), and Start starts nothing."""
-    from studio.core.dataset.captioner_models import KNOWN_CAPTIONERS, captioners_dir
+    from studio.core.dataset.captions.captioner_models import KNOWN_CAPTIONERS, captioners_dir
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     dialog = page.open_caption_dialog()

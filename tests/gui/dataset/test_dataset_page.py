@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from studio.core.dataset.caption_store import CaptionConflict
+from studio.core.dataset.captions.caption_store import CaptionConflict
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.dataset.page import DatasetPage
 

@@ -1,7 +1,7 @@
 """A captioning job for the Dataset page: `studio-train caption --json --dry-run` in its own process.
 
 The model (torch, transformers or onnxruntime) loads in that process, never in the window;
-it writes nothing, and prints one message per line (core/dataset/caption_messages), which
+it writes nothing, and prints one message per line (core/dataset/captions/caption_messages), which
 arrive here as signals. What is
 written is decided in the review, through the page's caption store and undo stack.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from studio.core.dataset.auto_caption import Mode
-from studio.core.dataset.caption_messages import (
+from studio.core.dataset.captions.auto_caption import Mode
+from studio.core.dataset.captions.caption_messages import (
     CAPTION_MESSAGES,
     CaptionJobFinished,
     CaptionJobProgress,

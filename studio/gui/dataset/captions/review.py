@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.dataset.auto_caption import (
+from studio.core.dataset.captions.auto_caption import (
     DEFAULT_CHARACTER_THRESHOLD,
     DEFAULT_GENERAL_THRESHOLD,
     MODE_HELP,
@@ -43,9 +43,9 @@ from studio.core.dataset.auto_caption import (
     compose,
     parse_blacklist,
 )
-from studio.core.dataset.caption_store import CaptionEdit, CaptionStore
-from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
-from studio.core.dataset.captioner_models import (
+from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
+from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.captions.captioner_models import (
     KNOWN_CAPTIONERS,
     available_captioners,
     captioners_dir,

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from studio.core.dataset.caption_store import CaptionEdit
-from studio.core.dataset.caption_tags import join_tags, split_tags
+from studio.core.dataset.captions.caption_store import CaptionEdit
+from studio.core.dataset.captions.caption_tags import join_tags, split_tags
 
 Captions = Mapping[Path, str | None]
 Where = Literal["start", "end"]

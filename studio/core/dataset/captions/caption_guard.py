@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.dataset.caption_sources import CAPTION_EXTENSIONS, METADATA_FILE
+from studio.core.dataset.captions.caption_sources import CAPTION_EXTENSIONS, METADATA_FILE
 from studio.core.files import STALE_TEMP_S, TEMP_NAME, leftover_temp_files
 
 try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from studio.core.dataset.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, join_tags, split_tags
+from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, join_tags, split_tags
 
 Mode = Literal["fill-missing", "append", "replace"]  # the safe one first
 MODES: tuple[Mode, ...] = get_args(Mode)

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.dataset.caption_files import FileJob, SaveBatch, write_texts_atomically
-from studio.core.dataset.caption_guard import remove_caption_leftovers
-from studio.core.dataset.caption_sources import METADATA_FILE
+from studio.core.dataset.captions.caption_files import FileJob, SaveBatch, write_texts_atomically
+from studio.core.dataset.captions.caption_guard import remove_caption_leftovers
+from studio.core.dataset.captions.caption_sources import METADATA_FILE
 from studio.core.dataset.scan import ImageEntry
 
 __all__ = [

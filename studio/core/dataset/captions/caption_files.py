@@ -18,14 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.dataset.caption_guard import (
+from studio.core.dataset.captions.caption_guard import (
     FileChanged,
     Snapshot,
     folder_locks,
     read_snapshot,
     replace_unchanged,
 )
-from studio.core.dataset.caption_sources import decode_caption
+from studio.core.dataset.captions.caption_sources import decode_caption
 
 # Past this many files the fsyncs run side by side: the filesystem commits them together.
 _PARALLEL_SYNC_FILES = 8

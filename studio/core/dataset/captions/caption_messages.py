@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args
 
-from studio.core.dataset.auto_caption import (
+from studio.core.dataset.captions.auto_caption import (
     EVENT_CAPTION,
     EVENT_FINISHED,
     EVENT_PROGRESS,
