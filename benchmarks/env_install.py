@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fixtures.wheelhouse import standin_wheelhouse  # noqa: E402
 
-from studio.core.hardware.probe import load_profile  # noqa: E402
+from studio.core.hardware.machine.probe import load_profile  # noqa: E402
 from studio.core.trainenv.installer import install  # noqa: E402
 from studio.core.trainenv.packages import CONSTRAINTS  # noqa: E402
 from studio.core.trainenv.plan import make_plan  # noqa: E402

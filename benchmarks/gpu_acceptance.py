@@ -284,7 +284,7 @@ def write_results(out: Path, rows: list[Row], meta: dict[str, Any]) -> None:
 
 
 def the_gpus(dry_run: bool) -> list[Any]:
-    from studio.core.hardware.probe import probe_hardware
+    from studio.core.hardware.machine.probe import probe_hardware
     from studio.core.hardware.report import GPUInfo
 
     report = None if dry_run else probe_hardware()

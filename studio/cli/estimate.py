@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.hardware.probe import load_hardware
+    from studio.core.hardware.machine.probe import load_hardware
     from studio.core.hardware.report import HardwareProfileError
 
     try:

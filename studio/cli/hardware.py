@@ -49,7 +49,7 @@ def describe(report: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.hardware.probe import load_hardware
+    from studio.core.hardware.machine.probe import load_hardware
     from studio.core.hardware.report import HardwareProfileError
 
     try:

@@ -15,7 +15,7 @@ from fixtures.trainenv import Installed
 
 from studio.cli import main
 from studio.core.config.toml_file import validate_data
-from studio.core.hardware.probe import load_profile
+from studio.core.hardware.machine.probe import load_profile
 from studio.core.runs.launch import training_python
 from studio.core.trainenv import doctor
 from studio.core.trainenv.installer import install, steps_to_run

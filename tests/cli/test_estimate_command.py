@@ -9,8 +9,8 @@ import pytest
 
 from studio.cli import main as cli
 from studio.core.config.presets import get_preset
+from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.preset_estimate import estimate_preset
-from studio.core.hardware.probe import load_hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -199,12 +199,12 @@ def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_a_loop_closed_inside_a_function_is_found(tmp_path: Path) -> None:
     root = _plant(tmp_path, {
-        "studio/core/hardware/probe.py": "def probe():\n    from studio.core.hardware import probes\n",
-        "studio/core/hardware/probes.py": "from studio.core.hardware.probe import probe\n",
+        "studio/core/hardware/machine/probe.py": "def probe():\n    from studio.core.hardware.machine import probes\n",
+        "studio/core/hardware/machine/probes.py": "from studio.core.hardware.machine.probe import probe\n",
         "studio/core/files.py": "",
     })
     assert import_graph.loops(import_graph.edges(root)) == [
-        ["studio.core.hardware.probe", "studio.core.hardware.probes"]]
+        ["studio.core.hardware.machine.probe", "studio.core.hardware.machine.probes"]]
 
 
 def test_a_cross_feature_import_is_found(tmp_path: Path) -> None:

@@ -259,7 +259,7 @@ def preflight_headless(config: TrainConfig, base_dir: Path) -> tuple[list[Prefli
     a VRAM estimate over the GPU is a warning (the estimate may be cautious) and a model
     that is not downloaded is an error.
     """
-    from studio.core.hardware.probe import load_hardware
+    from studio.core.hardware.machine.probe import load_hardware
 
     report = load_hardware(disk_path=_nearest_existing(Path(resolve_paths(config, base_dir).output.dir)))
     problems = preflight(config, base_dir, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus))

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
 from studio.core.trainenv.installer import is_up_to_date

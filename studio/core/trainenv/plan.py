@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
 from studio.core.trainenv.packages import PackageLists, package_lists, requirement_name

@@ -30,7 +30,7 @@ from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.families import title as family_title
 from studio.core.hardware.estimate import Fit, estimate_vram, fit
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model
 from studio.core.models.known import default_base

@@ -10,7 +10,7 @@ import pytest
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.batch_plan import MAX_BATCH, largest_batch, plan_batch
 from studio.core.hardware.estimate import estimate_vram, fit
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 
 
 def config(**training: Any) -> TrainConfig:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.hardware import probes as hardware_probes
-from studio.core.hardware.probe import list_profiles, load_hardware, probe_hardware
+from studio.core.hardware.machine import probes as hardware_probes
+from studio.core.hardware.machine.probe import list_profiles, load_hardware, probe_hardware
 from studio.core.hardware.report import HardwareProfileError
 
 EXPECTED = {

@@ -15,7 +15,7 @@ from studio.core.hardware.estimate import (
     lora_params,
     other_processes_warning,
 )
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 
 GB = 1024

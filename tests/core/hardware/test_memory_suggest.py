@@ -9,7 +9,7 @@ import pytest
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import estimate_vram, fit
 from studio.core.hardware.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 
 
 def config(data: dict[str, Any]) -> TrainConfig:

@@ -9,7 +9,7 @@ import pytest
 from studio.core.config.schema import TrainConfig
 from studio.core.hardware.estimate import estimate_vram, load_architecture, load_calibration
 from studio.core.hardware.fixes import apply_suggestions, suggest_fixes
-from studio.core.hardware.probe import load_hardware
+from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.sharded_estimate import plan_gpus, with_strategy
 
 MB = 2**20

@@ -16,7 +16,7 @@ from PIL import Image
 from studio.cli import EXIT_INVALID, main
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
-from studio.core.hardware.probe import load_profile
+from studio.core.hardware.machine.probe import load_profile
 from studio.core.project import preflight as preflight_module
 from studio.core.project.folder import create_project
 from studio.core.project.preflight import preflight

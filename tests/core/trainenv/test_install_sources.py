@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from fixtures.wheelhouse import standin_wheelhouse
 
-from studio.core.hardware.probe import load_profile
+from studio.core.hardware.machine.probe import load_profile
 from studio.core.trainenv.installer import install
 from studio.core.trainenv.packages import CONSTRAINTS
 from studio.core.trainenv.plan import InstallPlan, make_plan

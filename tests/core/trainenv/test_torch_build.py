@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.hardware.probe import load_profile
+from studio.core.hardware.machine.probe import load_profile
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.trainenv.plan import make_plan
 from studio.core.trainenv.tools import EnvTool

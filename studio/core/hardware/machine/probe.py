@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from studio.core.hardware import probes
+from studio.core.hardware.machine import probes
 from studio.core.hardware.report import HardwareProfileError, HardwareReport
 from studio.core.resources import resource_path
 

@@ -1,0 +1,1 @@
+"""What the machine has: GPUs, CPU, RAM and disk, probed or read from a profile."""
