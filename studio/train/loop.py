@@ -20,14 +20,6 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.hardware.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
-from studio.train.checkpoint_check import checkpoint_problem, resume_from
-from studio.train.checkpoints import (
-    complete_checkpoints,
-    load_checkpoint,
-    register_hooks,
-    save_checkpoint,
-    trainable_state,
-)
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
 from studio.train.data.batches import (
@@ -57,6 +49,14 @@ from studio.train.outputs import save_epoch_lora, save_outputs
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
+from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
+from studio.train.saving.checkpoints import (
+    complete_checkpoints,
+    load_checkpoint,
+    register_hooks,
+    save_checkpoint,
+    trainable_state,
+)
 from studio.train.step_meter import Report, StepMeter, step_cost
 from studio.train.weights.ema import for_samples, weight_average
 

@@ -4,7 +4,7 @@ torch.distributed.checkpoint keeps the index of a checkpoint (`.metadata`: which
 part of which tensor) as a pickle, and its reader unpickles it as it is, so a checkpoint folder
 changed by someone else could run code on resume. `DataOnlyReader` reads it with an unpickler that
 builds only the index's own data classes, torch's dtypes, layouts and sizes, paths and plain
-containers, and refuses anything else with a message, as `studio.train.checkpoints` does for
+containers, and refuses anything else with a message, as `studio.train.saving.checkpoints` does for
 accelerate's files.
 """
 

@@ -70,7 +70,7 @@ def checkpoint_problem(folder: Path, models: Sequence[Shapes], optimizers: int) 
     `models` holds each trained model's weights (name -> shape) as this run has them; `optimizers`
     is how many optimizer files accelerate wrote.
     """
-    from studio.train.checkpoints import STATE_FILE
+    from studio.train.saving.checkpoints import STATE_FILE
 
     try:
         state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
