@@ -333,7 +333,7 @@ def measure_second_process(case: Case, settings: Settings) -> Result:
     except subprocess.TimeoutExpired:
         kill_tree(child.pid)
         child.communicate()
-        return Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:.0f} s")
+        return Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:g} s")
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if child.returncode != 0 or not lines:
         result = Result(case, settings.resolution(case.family))
@@ -389,7 +389,7 @@ def run_case(case: Case, settings: Settings) -> Result:
         else:
             result = measure_studio(case, settings)
     except CaseTimeout:
-        result = Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:.0f} s")
+        result = Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:g} s")
     except torch.OutOfMemoryError:
         result = Result(case, settings.resolution(case.family), note="out of memory")
     except Exception as exc:  # one broken case must not hide the others' figures

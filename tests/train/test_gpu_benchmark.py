@@ -34,12 +34,18 @@ def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_
 
 @pytest.mark.slow
 def test_a_case_past_its_timeout_is_stopped_noted_and_the_next_one_runs(tmp_path: Path) -> None:
+    """The first case (cold: the tiny pipeline is built inside it) cannot end in 0.2 s and is stopped; the next
+    one still runs. A warm second case may finish or be stopped too: how fast it is depends on the machine."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
-               "--paths", "studio", "--case-timeout-s", "1", "--out", str(tmp_path / "out")]
+               "--paths", "studio", "--case-timeout-s", "0.2", "--out", str(tmp_path / "out")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert [(r["case"]["batch"], r["note"]) for r in results] == [(2, "timeout after 1 s"), (1, "timeout after 1 s")]
-    assert "| sd15 | 64 | 1 | studio | - |" in (tmp_path / "out" / "table.md").read_text()
+    assert [r["case"]["batch"] for r in results] == [2, 1]
+    first, second = results
+    assert first["note"] == "timeout after 0.2 s" and first["s_per_step"] is None
+    assert second["note"] == "timeout after 0.2 s" or (not second["note"] and second["s_per_step"] > 0)
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| sd15 | 64 | 2 | studio | - |" in table and table.rstrip().endswith(f"| {second['note']} |")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.json", "table.md"]
