@@ -349,8 +349,10 @@ def test(extra: list[str]) -> None:
         env=dict(env, STUDIO_CORE_ONLY="1"))
     print("\n== the whole suite ==", flush=True)
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
+    # `--dist load`: with loadgroup/loadscope, pytest-xdist 3.8 replaces a crashed worker with one that
+    # waits forever for work that never comes, so one crash held the whole run past CI's limit.
     workers = os.environ.get("STUDIO_TEST_WORKERS") or str(min(2, os.cpu_count() or 1))
-    parallel = ["-n", workers, "--dist", "loadgroup"] if workers != "1" else []
+    parallel = ["-n", workers, "--dist", "load"] if workers != "1" else []
     repeat, extra = repeat_count(extra)
     command: list[str | Path] = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
                                  *TEST_TIMEOUT, *parallel, *extra]

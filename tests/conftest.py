@@ -101,6 +101,21 @@ def _deadlines_scaled_to_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(QtBot, name, scaled)
 
 
+@pytest.fixture(autouse=True)
+def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Iterator[None]:
+    """As in the app (make_application): Python's cycle collector runs on the GUI thread only, so a
+    Worker's pool thread never destroys a test's closed dialogs and QProcesses. After each test the
+    GUI thread collects what the interpreter would have (tests often wait without an event loop)."""
+    if not HAVE_QT or not {"qtbot", "qapp"} & set(request.fixturenames):
+        yield
+        return
+    from studio.gui.base.gui_thread_gc import install_gui_thread_gc
+
+    collector = install_gui_thread_gc(request.getfixturevalue("qapp"))
+    yield
+    collector.collect()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/gui/" in item.nodeid.replace(os.sep, "/") or "tests/e2e/" in item.nodeid:

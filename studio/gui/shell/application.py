@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from studio.core import user_dirs
 from studio.core.resources import resource_path
+from studio.gui.base.gui_thread_gc import install_gui_thread_gc
 from studio.gui.base.wheel_guard import install_wheel_guard
 
 
@@ -32,6 +33,7 @@ DESKTOP_FILE_NAME = "sd-training-studio"
 def make_application(argv: Sequence[str] | None = None) -> QApplication:
     existing = QApplication.instance()
     if isinstance(existing, QApplication):
+        install_gui_thread_gc(existing)
         return existing
     app = QApplication(list(argv or sys.argv[:1]))
     app.setApplicationName(user_dirs.DISPLAY_NAME)
@@ -40,6 +42,7 @@ def make_application(argv: Sequence[str] | None = None) -> QApplication:
     # Wayland finds the menu entry (its icon and name) by this: install.sh names it so.
     app.setDesktopFileName(DESKTOP_FILE_NAME)
     install_wheel_guard(app)
+    install_gui_thread_gc(app)  # before any pool thread runs: cycles are freed on this thread only
     icon = resource_path("icons", "studio.svg")
     if icon.exists():
         app.setWindowIcon(QIcon(str(icon)))
