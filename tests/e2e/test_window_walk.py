@@ -34,7 +34,7 @@ from studio.gui.training.page import TrainPage
 
 LEFT = Qt.MouseButton.LeftButton
 TAGGER_REPO = "SmilingWolf/wd-vit-tagger-v3"
-STEPS = 40
+STEPS = 60  # Stop lands some 20 steps after step 2 on a quiet machine: room for a busy one
 IDLE_S = 90  # a run that writes nothing for this long (scaled to the machine) is stuck
 CAPTIONS = {"a.png": "mycat, red", "b.png": None, "c.png": "mycat, green", "d.png": "mycat, blue"}
 COLOURS = {"a.png": (210, 30, 30), "b.png": (200, 200, 40), "c.png": (30, 200, 40), "d.png": (30, 40, 210)}
@@ -184,7 +184,7 @@ def test_a_new_person_walks_from_their_kohya_folder_to_an_exported_bundle(
     assert config is not None, window.context.config_error
     assert (config.model.base, config.dataset.resolution, config.training.max_steps) == (str(tiny_sd15), 64, STEPS)
     assert (config.method.kind, config.method.rank, config.training.lr_scheduler) == ("lora", 16, "cosine")
-    assert "max_steps = 40" in (mydata / "studio.toml").read_text(encoding="utf-8")
+    assert f"max_steps = {STEPS}" in (mydata / "studio.toml").read_text(encoding="utf-8")
 
     train = window.show_page("page_train")
     assert isinstance(train, TrainPage)
