@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,18 @@ def test_a_page_that_stays_busy_holds_the_others_back_only_so_long(  # type: ign
     monkeypatch.setattr(main_window, "BUSY_WAIT_S", 0.2)
     window.show()
     qtbot.waitUntil(lambda: len(window._built) == 5, timeout=10000)
+
+
+def test_the_self_tests_clock_gives_a_process_no_more_age_than_it_has() -> None:
+    """The first paint is timed from the process's creation: its age can be no more than the time from
+    before it was started to after it ended (psutil's creation time put a second on it on Linux)."""
+    script = "from studio.gui.shell.selftest import process_age_s\nprint(process_age_s())\n"
+    before = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True,
+                         timeout=scaled_s(60))
+    lived = time.monotonic() - before
+    age = float(out.stdout.strip().splitlines()[-1])
+    assert 0.0 < age <= lived + 0.02, (age, lived)  # the start tick is counted in hundredths
 
 
 def test_the_window_paints_before_pydantic_numpy_and_the_run_model_load() -> None:
