@@ -33,6 +33,11 @@ class Page(QWidget):
         """
         return {}
 
+    def busy(self) -> bool:
+        """Still filling in what it shows first (the Dataset page: listing and reading its images). The
+        window builds its other pages after the shown one is done, so their building does not hold it up."""
+        return False
+
     def can_close(self) -> bool:
         """Asked before the window closes (a running training asks the person)."""
         return True

@@ -1,4 +1,5 @@
-"""`studio-train download ID`: fetch a base model's training files from the Hugging Face hub.
+"""`studio-train download ID`: fetch a base model's training files from the Hugging Face hub;
+`--captioner NAME`: a captioning model the studio knows (the files it loads, into the same cache).
 
 Shows bytes, rate and time left; `--json` prints the same as JSON lines (the GUI runs this
 command and reads them). A download cut short resumes when run again.
@@ -22,6 +23,9 @@ def register(subparsers: Any) -> None:
         "model needs a token: store one with --set-token (it is kept in the system keyring).",
     )
     parser.add_argument("model", nargs="?", metavar="ID", help="hub id, e.g. stable-diffusion-v1-5/stable-diffusion-v1-5")
+    parser.add_argument("--captioner", metavar="NAME",
+                        help="download a captioning model the studio knows instead of a base model "
+                        "(blip-base, blip-large, florence2-base, florence2-large, wd14-vit-v3, …)")
     parser.add_argument("--with-t5", action="store_true", help="SD3: also fetch the T5 text encoder (model.use_t5)")
     parser.add_argument("--revision", help="a branch, tag or commit (default: main)")
     parser.add_argument("--json", action="store_true", help="print progress as JSON lines")
@@ -50,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     except TokenStoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    if args.captioner:
+        return _download_captioner(args, read_token())
     if not args.model:
         if args.set_token or args.forget_token:
             return EXIT_OK
@@ -59,7 +65,19 @@ def run(args: argparse.Namespace) -> int:
     return _download(args, read_token())
 
 
-def _download(args: argparse.Namespace, token: str | None) -> int:
+def _download_captioner(args: argparse.Namespace, token: str | None) -> int:
+    from studio.core.dataset.captions.captioner_models import KNOWN_CAPTIONERS, known_captioner
+
+    known = known_captioner(args.captioner)
+    if known is None:
+        names = ", ".join(m.name for m in KNOWN_CAPTIONERS)
+        print(f"error: no known captioning model {args.captioner!r}: choose one of {names}", file=sys.stderr)
+        return EXIT_INVALID
+    args.model = known.repo
+    return _download(args, token, keep=known.download_patterns)
+
+
+def _download(args: argparse.Namespace, token: str | None, keep: tuple[str, ...] | None = None) -> int:
     from studio.core.models.download_messages import DownloadDone, DownloadFailed, DownloadProgressed
     from studio.core.models.downloads import DownloadError, DownloadProgress, download_model, progress_text
     from studio.core.protocol.jsonlines import write_message
@@ -72,7 +90,8 @@ def _download(args: argparse.Namespace, token: str | None) -> int:
             sys.stdout.flush()
 
     try:
-        snapshot = download_model(args.model, report, token=token, with_t5=args.with_t5, revision=args.revision)
+        snapshot = download_model(args.model, report, token=token, with_t5=args.with_t5, revision=args.revision,
+                                  keep=keep)
     except DownloadError as exc:
         if args.json:
             write_message(DownloadFailed(str(exc), exc.gated))

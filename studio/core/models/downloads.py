@@ -133,8 +133,11 @@ def download_model(
     with_t5: bool = False,
     revision: str | None = None,
     cache_dir: Path | None = None,
+    keep: tuple[str, ...] | None = None,
 ) -> Path:
     """Fetch the files training needs into the hub cache; returns the snapshot folder.
+
+    `keep`: the file patterns to fetch instead (a captioning model's files), whatever the repository is.
 
     Files already complete are not fetched again; a file cut short resumes where it ended.
     Every new file is checked against the size and sha256 the hub lists. Raises DownloadError.
@@ -147,7 +150,10 @@ def download_model(
     cache = cache_dir or hub_cache_dir()
     progress = DownloadProgress(repo_id, phase="listing")
     report(progress)
-    files = _list_files(HfApi(), repo_id, revision, token, with_t5, errors)
+    files = _list_files(HfApi(), repo_id, revision, token, with_t5, errors, keep)
+    if not files and keep is not None:
+        raise DownloadError(f"{repo_id} has none of the files this model needs ({', '.join(keep)}): the "
+                            "repository may have moved; choose its folder on this machine instead.")
     if not files:
         raise DownloadError(f"{repo_id} has none of the files training needs (a diffusers model_index.json, "
                             "configs and .safetensors weights): choose a diffusers model repository.")
@@ -224,7 +230,7 @@ def _blob_path(blobs: Path, etag: str, repo_id: str, name: str) -> Path:
 
 
 def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None, with_t5: bool,
-                errors: Any) -> list[RemoteFile]:
+                errors: Any, keep: tuple[str, ...] | None = None) -> list[RemoteFile]:
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True, token=token)
     except errors.GatedRepoError:
@@ -245,6 +251,8 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
         except OutsideFolderError as exc:
             raise DownloadError(f"{exc}. The server is not answering as the Hugging Face hub does (check "
                                 "HF_ENDPOINT and the network's proxy).") from None
+    if keep is not None:
+        return [f for f in listed if any(fnmatch.fnmatch(f.name, pattern) for pattern in keep)]
     return wanted_files(listed, find_known(repo_id), with_t5)
 
 

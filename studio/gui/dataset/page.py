@@ -376,6 +376,9 @@ class DatasetPage(Page):
 
     # ------------------------------------------------------------ page interface
 
+    def busy(self) -> bool:
+        return self._scanning  # the check runs in a helper process: the grid is usable meanwhile
+
     def wait_loaded(self, timeout_s: float = 60.0, checked: bool = True) -> bool:
         return wait_for(lambda: not (self._scanning or (checked and self._checking)), timeout_s)
 

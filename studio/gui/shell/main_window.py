@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,9 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("Export", "page_export", "studio.gui.export.page", "ExportPage"),
 )
 MAX_RECENT = 8
+# The other pages are built once the shown one has filled in, or after this long at most.
+BUSY_WAIT_S = 5.0
+BUSY_POLL_MS = 30
 LOADING_PROJECT = "Loading project…"
 DOCS_URL = "docs/index.md"
 
@@ -83,6 +87,7 @@ class MainWindow(QMainWindow):
         self._model_builder: CommandProcess | None = None
         self._restoring = False  # the page restored at start is built after the first paint
         self._start_project: Callable[[], object] | None = None
+        self._busy_since: float | None = None  # when the remaining pages began to wait for the shown one
 
         self.nav = QListWidget()
         self.nav.setObjectName("navigation")
@@ -413,11 +418,22 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self._build_remaining)
 
     def _build_remaining(self) -> None:
-        """Build one more page per turn of the event loop, so input is never held up long."""
+        """Build one more page per turn of the event loop, so input is never held up long; while the shown
+        page is still filling in (a dataset being read), wait for it (up to BUSY_WAIT_S): a page built
+        meanwhile holds the GUI thread for up to a second, and the grid's images wait behind it."""
         missing = [i for i in range(len(PAGES)) if i not in self._built]
-        if missing:
-            self._build_page(missing[0])
-            QTimer.singleShot(0, self._build_remaining)
+        if not missing:
+            return
+        shown = self._built.get(self.stack.currentIndex())
+        if shown is not None and shown.busy():
+            if self._busy_since is None:
+                self._busy_since = time.monotonic()
+            if time.monotonic() - self._busy_since < BUSY_WAIT_S:
+                QTimer.singleShot(BUSY_POLL_MS, self._build_remaining)
+                return
+        self._busy_since = None
+        self._build_page(missing[0])
+        QTimer.singleShot(0, self._build_remaining)
 
     @property
     def pages(self) -> list[Page]:

@@ -1,4 +1,4 @@
-"""Downloading a base model from the GUI: `studio-train download ID --json` in the runner's process
+"""Downloading a base model (or a captioning model) from the GUI: `studio-train download ID --json` in the runner's process
 wrapper, shown as a progress bar.
 
 The download runs in its own process (huggingface_hub and the network never touch the
@@ -35,8 +35,12 @@ from studio.core.training_python import NoTrainingPython
 from studio.gui.runner.process import CommandProcess, Outcome
 
 
-def download_command(repo_id: str, with_t5: bool = False, python: str | None = None) -> list[str]:
-    """`studio-train download ID --json` as this app runs it (in the frozen app: the training environment)."""
+def download_command(repo_id: str, with_t5: bool = False, python: str | None = None,
+                     captioner: str | None = None) -> list[str]:
+    """`studio-train download ID --json` as this app runs it (in the frozen app: the training environment);
+    `captioner`: `download --captioner NAME --json`, a captioning model the studio knows."""
+    if captioner:
+        return studio_command(["download", "--captioner", captioner, "--json"], python=python)
     return studio_command(["download", repo_id, "--json", *(["--with-t5"] if with_t5 else [])], python=python)
 
 
@@ -60,10 +64,10 @@ class DownloadProcess(QObject):
     def running(self) -> bool:
         return self.process.is_running()
 
-    def start(self, repo_id: str, with_t5: bool = False) -> None:
+    def start(self, repo_id: str, with_t5: bool = False, captioner: str | None = None) -> None:
         self.cancel()
         try:
-            command = download_command(repo_id, with_t5, self.python)
+            command = download_command(repo_id, with_t5, self.python, captioner)
         except NoTrainingPython as exc:  # the frozen app downloads with the training environment's libraries
             self.sig_failed.emit(f"The download cannot start yet: {exc}.", False)
             return
@@ -104,11 +108,11 @@ class DownloadDialog(QDialog):
     sig_done = Signal(str, str)  # hub id, snapshot folder
 
     def __init__(self, repo_id: str, with_t5: bool = False, python: str | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, captioner: str | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("download_dialog")
         self.setWindowTitle(f"Downloading {repo_id}")
-        self.repo_id, self.with_t5 = repo_id, with_t5
+        self.repo_id, self.with_t5, self.captioner = repo_id, with_t5, captioner
         self.result_path: str | None = None
         self.error: str | None = None
         self.bar = QProgressBar()
@@ -120,7 +124,8 @@ class DownloadDialog(QDialog):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel(f"<b>{repo_id}</b>: only the files training needs"))
+        needs = "captioning" if captioner else "training"
+        layout.addWidget(QLabel(f"<b>{repo_id}</b>: only the files {needs} needs"))
         layout.addWidget(self.bar)
         layout.addWidget(self.label)
         row = QHBoxLayout()
@@ -135,7 +140,7 @@ class DownloadDialog(QDialog):
 
     def start(self) -> None:
         self.error = None
-        self.process.start(self.repo_id, self.with_t5)
+        self.process.start(self.repo_id, self.with_t5, self.captioner)
 
     def _progress(self, progress: DownloadProgress) -> None:
         if progress.total_bytes:

@@ -161,3 +161,21 @@ def test_a_gated_model_asks_for_a_token_that_is_never_written_to_a_file(
     assert written and not [p for p in written if secret.encode() in p.read_bytes()]
     assert secret not in refused.stdout + refused.stderr + out.stdout + out.stderr + stored.stdout
     assert _download(env, "--forget-token").stdout == "token removed\n"
+
+
+def test_a_captioner_download_fetches_the_files_its_kind_loads(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """`download --captioner blip-base`: the BLIP repository's configs, tokenizer and safetensors weights,
+    not its PyTorch, TensorFlow or README files; an unknown name says which names there are."""
+    repo = "Salesforce/blip-image-captioning-base"
+    wanted = {"config.json": b"{}", "preprocessor_config.json": b"{}", "tokenizer_config.json": b"{}",
+              "vocab.txt": b"[PAD]\n", "model.safetensors": bytes(range(256)) * 8}
+    fake_hub.repos[repo] = {**wanted, "pytorch_model.bin": bytes(3000), "tf_model.h5": bytes(3000),
+                            "README.md": b"# blip"}
+    env = _env(fake_hub, tmp_path)
+    out = _download(env, "--captioner", "blip-base", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["model"] == repo
+    assert _snapshot_files(env, repo) == wanted
+    wrong = _download(env, "--captioner", "blip-huge")
+    assert wrong.returncode == 2 and "no known captioning model 'blip-huge'" in wrong.stderr
+    assert "wd14-vit-v3" in wrong.stderr

@@ -6,9 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.fake_hub import FakeHub
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QPushButton
 
 from studio.core.dataset.captions.auto_caption import MachineCaption, ScoredTag
+from studio.core.dataset.captions.captioner_models import KNOWN_CAPTIONERS, find_captioner
 from studio.core.user_dirs import cache_dir
 from studio.gui.dataset.captions.job import CaptionJob
 from studio.gui.dataset.captions.review import CaptionReviewDialog
@@ -118,7 +121,7 @@ def test_the_model_list_offers_every_known_captioner_with_its_size_and_where_to_
         page: DatasetPage, qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing downloaded: the 7 captioners the studio knows are offered with their size; choosing one
     says where its files go (no command-line wording), and Start starts nothing."""
-    from studio.core.dataset.captions.captioner_models import KNOWN_CAPTIONERS, captioners_dir
+    from studio.core.dataset.captions.captioner_models import captioners_dir
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     dialog = page.open_caption_dialog()
@@ -134,4 +137,32 @@ def test_the_model_list_offers_every_known_captioner_with_its_size_and_where_to_
     assert "Folder…" in status and "--model" not in status
     dialog.start_button.click()
     assert not dialog.job.running and dialog.status.text() == status
+    dialog.close()
+
+
+def test_download_fetches_a_known_captioner_from_the_hub_and_the_list_then_has_it(  # type: ignore[no-untyped-def]
+        page: DatasetPage, qtbot, fake_hub: FakeHub, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A known tagger not on this machine: Download fetches only the files it loads (not the repository's
+    timm weights or README) into the hub cache; the list stops saying "not downloaded" and Start may go."""
+    repo = "SmilingWolf/wd-vit-tagger-v3"
+    files = {name: (tiny_tagger / name).read_bytes() for name in ("model.onnx", "selected_tags.csv")}
+    fake_hub.repos[repo] = {**files, "model.safetensors": bytes(4096), "config.json": b"{}", "README.md": b"# tagger"}
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    download = dialog.findChild(QPushButton, "caption_download")
+    dialog.model.setCurrentIndex(dialog.model.findData("wd14-vit-v3"))
+    assert download.isEnabled() and "Press Download" in dialog.status.text()
+    qtbot.mouseClick(download, LEFT)
+    picker = dialog.picker
+    assert picker.download_dialog is not None
+    with qtbot.waitSignal(picker.sig_downloaded, timeout=60000):
+        pass
+    assert dialog.status.text() == "wd14-vit-v3 is downloaded: press Start to caption with it."
+    assert dialog.model.currentText() == next(k.title for k in KNOWN_CAPTIONERS if k.name == "wd14-vit-v3")
+    assert not download.isEnabled() and dialog.not_here() == ""
+    fetched = {r.path.rsplit("/", 1)[-1] for r in fake_hub.requests if r.method == "GET" and "/resolve/" in r.path}
+    assert fetched == {"model.onnx", "selected_tags.csv"}
+    source = find_captioner("wd14-vit-v3")
+    assert source.kind == "wd14" and (source.folder / "model.onnx").read_bytes() == files["model.onnx"]
     dialog.close()

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,48 @@ def test_the_start_project_is_opened_after_the_window_has_painted(window: MainWi
     assert opened_at == [True]
     assert window.project_label.text() == str(project.root)
     assert "mine" in window.windowTitle()
+
+
+def test_the_other_pages_are_built_once_the_shown_dataset_is_read(  # type: ignore[no-untyped-def]
+        window: MainWindow, qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page built in the background holds the GUI thread for up to a second: while the Dataset page
+    still reads its images, the others wait, so its grid fills first; then they are built one a turn."""
+    from studio.core.project.folder import create_project
+    from studio.gui.dataset.page import DatasetPage
+
+    project = create_project(tmp_path / "mine")
+    reading = [True]
+    monkeypatch.setattr(DatasetPage, "busy", lambda _page: reading[0])
+    window.open_when_shown(lambda: window.set_project(project))
+    window.show()
+    qtbot.waitUntil(lambda: window.stack.currentWidget().objectName() == "page_dataset", timeout=10000)
+    qtbot.wait(300)  # ten polls of the busy page
+    assert list(window._built) == [0]
+    reading[0] = False
+    qtbot.waitUntil(lambda: len(window._built) == 5, timeout=10000)
+
+
+def test_a_page_that_stays_busy_holds_the_others_back_only_so_long(  # type: ignore[no-untyped-def]
+        window: MainWindow, qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.gui.dataset.page import DatasetPage
+    from studio.gui.shell import main_window
+
+    monkeypatch.setattr(DatasetPage, "busy", lambda _page: True)
+    monkeypatch.setattr(main_window, "BUSY_WAIT_S", 0.2)
+    window.show()
+    qtbot.waitUntil(lambda: len(window._built) == 5, timeout=10000)
+
+
+def test_the_self_tests_clock_gives_a_process_no_more_age_than_it_has() -> None:
+    """The first paint is timed from the process's creation: its age can be no more than the time from
+    before it was started to after it ended (psutil's creation time put a second on it on Linux)."""
+    script = "from studio.gui.shell.selftest import process_age_s\nprint(process_age_s())\n"
+    before = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True,
+                         timeout=scaled_s(60))
+    lived = time.monotonic() - before
+    age = float(out.stdout.strip().splitlines()[-1])
+    assert 0.0 < age <= lived + 0.02, (age, lived)  # the start tick is counted in hundredths
 
 
 def test_the_window_paints_before_pydantic_numpy_and_the_run_model_load() -> None:

@@ -28,6 +28,13 @@ KIND_FILES: dict[str, tuple[tuple[str, ...], ...]] = {
     "florence2": (("config.json",), ("model.safetensors", "pytorch_model.bin"), ("preprocessor_config.json", "processor_config.json")),
     "wd14": (("model.onnx",), ("selected_tags.csv",)),
 }
+# What a download of each kind fetches from its hub repository (`studio-train download --captioner`):
+# the files the captioner loads, not the repository's other formats (PyTorch .bin, TensorFlow, timm weights).
+KIND_DOWNLOADS: dict[str, tuple[str, ...]] = {
+    "blip": ("*.json", "*.txt", "model.safetensors"),
+    "florence2": ("*.json", "*.txt", "model.safetensors"),
+    "wd14": ("model.onnx", "selected_tags.csv"),
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,10 @@ class CaptionerModel:
     @property
     def files(self) -> tuple[tuple[str, ...], ...]:
         return KIND_FILES[self.kind]
+
+    @property
+    def download_patterns(self) -> tuple[str, ...]:
+        return KIND_DOWNLOADS[self.kind]
 
     @property
     def produces_tags(self) -> bool:
@@ -129,7 +140,8 @@ def find_captioner(name_or_path: str, kind: CaptionerKind | None = None) -> Capt
             raise CaptionerNotFound(
                 f"The captioning model {known.name} is not downloaded (looked in {path} and the "
                 "Hugging Face cache). "
-                f"Download {known.repo} into that folder (about {known.size_mb} MB), "
+                f"Download {known.repo} (about {known.size_mb} MB) with `studio-train download --captioner "
+                f"{known.name}`, "
                 "or give the folder of a model you have with --model PATH.")
     elif not path.is_dir():
         names = ", ".join(m.name for m in KNOWN_CAPTIONERS)

@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QDialog,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -45,17 +44,12 @@ from studio.core.dataset.captions.auto_caption import (
 )
 from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
-from studio.core.dataset.captions.captioner_models import (
-    KNOWN_CAPTIONERS,
-    available_captioners,
-    captioners_dir,
-    known_captioner,
-)
 from studio.core.runs.launch import training_python
 from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.dataset.captions.job import CaptionJob
+from studio.gui.dataset.captions.picker import CaptionerPicker
 
 PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
@@ -104,23 +98,11 @@ class CaptionReviewDialog(QDialog):
     # ------------------------------------------------------------ layout
 
     def _build(self) -> None:
-        self.model = named(QComboBox(), "caption_model")
-        self.model.setEditable(True)
-        # Every captioner the studio knows, with its size; those not on this machine say so.
-        present = available_captioners()
-        for known in KNOWN_CAPTIONERS:
-            missing = "" if known.name in present else " — not downloaded"
-            self.model.addItem(f"{known.title}{missing}", known.name)
-        for folder in present:
-            if known_captioner(folder) is None:
-                self.model.addItem(folder, folder)
-        self.model.setCurrentIndex(next((i for i, m in enumerate(KNOWN_CAPTIONERS) if m.name in present), 0))
-        self.model.currentTextChanged.connect(lambda _text: self._say_where())
-        line = self.model.lineEdit()
-        if line is not None:
-            line.setPlaceholderText("a model folder, or a downloaded model's name")
-        browse = QPushButton("Folder…")
-        browse.clicked.connect(self._browse)
+        # The captioners the studio knows (Download for one not here yet), or a folder of one's own.
+        self.picker = CaptionerPicker(self.python)
+        self.model = self.picker.combo
+        self.picker.sig_changed.connect(self._say_where)
+        self.picker.sig_downloaded.connect(self._downloaded)
         self.scope = named(QComboBox(), "caption_scope")
         for name, images in self.scopes.items():
             self.scope.addItem(f"{name} ({len(images)})", name)
@@ -141,14 +123,11 @@ class CaptionReviewDialog(QDialog):
         self.status = named(QLabel("Choose a model and press Start; nothing is written until you accept."),
                             "caption_status")
         self.status.setWordWrap(True)
-        model_row = QHBoxLayout()
-        model_row.addWidget(self.model, 1)
-        model_row.addWidget(browse)
         run_row = QHBoxLayout()
         for widget in (self.start_button, self.stop_button, self.progress):
             run_row.addWidget(widget)
         form = QFormLayout()
-        form.addRow("Model", model_row)
+        form.addRow("Model", self.picker)
         form.addRow("Images", self.scope)
         form.addRow("Mode", self.mode)
         form.addRow("Trigger word", self.prefix)
@@ -219,19 +198,10 @@ class CaptionReviewDialog(QDialog):
     def _restore(self) -> None:
         model = str(self.settings.value("caption/model", "") or "")
         if model:
-            index = self.model.findData(model)
-            if index >= 0:
-                self.model.setCurrentIndex(index)
-            else:
-                self.model.setCurrentText(model)
+            self.picker.choose(model)
         self._say_where()
         self.prefix.setText(str(self.settings.value("caption/prefix", "") or ""))
         self.blacklist.setText(str(self.settings.value("caption/blacklist", "") or ""))
-
-    def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Folder of a captioning model")
-        if folder:
-            self.model.setCurrentText(folder)
 
     # ------------------------------------------------------------ the job
 
@@ -240,19 +210,13 @@ class CaptionReviewDialog(QDialog):
                             self.general.value() / 100, self.character.value() / 100)
 
     def chosen_model(self) -> str:
-        """The model's name (a known one chosen from the list) or the folder typed or chosen."""
-        text = self.model.currentText().strip()
-        index = self.model.findText(text)
-        return str(self.model.itemData(index)) if index >= 0 and self.model.itemData(index) else text
+        return self.picker.chosen_model()
 
     def not_here(self) -> str:
-        """Where to put the chosen known model's files when this machine has none; "" when it has them."""
-        known = known_captioner(self.chosen_model())
-        if known is None or known.name in available_captioners():
-            return ""
-        return (f"{known.name} is not on this machine. Put the files of {known.repo} (about {known.size_mb} MB, "
-                f"from huggingface.co/{known.repo}) in {captioners_dir() / known.name}, or choose the folder of "
-                "a captioning model you have with Folder….")
+        return self.picker.not_here()
+
+    def _downloaded(self, name: str) -> None:
+        self.status.setText(f"{name} is downloaded: press Start to caption with it.")
 
     def _say_where(self) -> None:
         if not self.job.running:
@@ -429,9 +393,11 @@ class CaptionReviewDialog(QDialog):
     def done(self, result: int) -> None:
         self._table_timer.stop()
         self.job.kill_now()
+        self.picker.shutdown()
         super().done(result)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self._table_timer.stop()
         self.job.kill_now()
+        self.picker.shutdown()
         super().closeEvent(event)
