@@ -32,13 +32,13 @@ from studio.core.resources import app_root
 from studio.core.training_python import needs_training_env
 from studio.gui.context import StudioContext
 from studio.gui.page import Page
-from studio.gui.shell.demo_banner import READY, DemoBanner
+from studio.gui.shell.demo_banner import DemoBanner
+from studio.gui.shell.demo_model import DemoModel
 
 # Loaded when first used, not before the first paint: the project folder and the demo (pydantic with
-# the config schema), the model builder's process (the run launcher), the Tools menu's window.
+# the config schema), the Tools menu's window.
 if TYPE_CHECKING:
     from studio.core.project.folder import Project
-    from studio.gui.runner.process import CommandProcess, Outcome
     from studio.gui.trainenv.window import TrainingEnvDialog
 
 
@@ -84,7 +84,6 @@ class MainWindow(QMainWindow):
         self.setObjectName("main_window")
         self.setMinimumSize(QSize(960, 640))
         self._painted = False
-        self._model_builder: CommandProcess | None = None
         self._restoring = False  # the page restored at start is built after the first paint
         self._start_project: Callable[[], object] | None = None
         self._busy_since: float | None = None  # when the remaining pages began to wait for the shown one
@@ -108,6 +107,7 @@ class MainWindow(QMainWindow):
         layout.setSpacing(0)
         self.demo_banner = DemoBanner(context.settings)
         self.demo_banner.sig_go_train.connect(lambda: self.show_page("page_train"))
+        self.demo_model = DemoModel(context, self.demo_banner, self)
         pages = QVBoxLayout()
         pages.setContentsMargins(0, 0, 0, 0)
         pages.addWidget(self.demo_banner)
@@ -220,7 +220,7 @@ class MainWindow(QMainWindow):
             return True
         project = open_project(folder)
         self.set_project(project)
-        if self._is_demo(project) and not needs_training_env(None):
+        if self.demo_model.needs_building(project) and not needs_training_env(None):
             self.build_demo_model(project)  # the demo reopened as a recent project, its model not built yet
         return True
 
@@ -265,15 +265,8 @@ class MainWindow(QMainWindow):
 
     def _training_env_ready(self, _python: str) -> None:
         project = self.context.project
-        if project is not None and self._is_demo(project):
+        if project is not None and self.demo_model.needs_building(project):
             self.build_demo_model(project)
-
-    def _is_demo(self, project: Project) -> bool:
-        from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
-
-        config = self.context.config
-        return (config is not None and is_demo_project(project) and is_demo_model(config.model.base)
-                and not demo_model_ready(project))
 
     def _show_demo_banner(self) -> None:
         from studio.core.project.demo import is_demo_project
@@ -281,53 +274,8 @@ class MainWindow(QMainWindow):
         project = self.context.project
         self.demo_banner.show_for(project is not None and is_demo_project(project))
 
-    @property
-    def model_builder(self) -> CommandProcess:
-        """The process that builds the demo's tiny model; made when first needed."""
-        if self._model_builder is None:
-            from studio.gui.runner.process import CommandProcess
-
-            self._model_builder = CommandProcess(self)
-            self._model_builder.sig_finished.connect(self._model_built)
-            self._model_builder.sig_output.connect(self.demo_banner.build_output)
-        return self._model_builder
-
     def build_demo_model(self, project: Project) -> None:
-        """Build the demo's tiny model in a subprocess; the window stays responsive.
-
-        Its output goes to models/tiny-sd15.log in the demo project; sig_demo_model_built says
-        how it ended.
-        """
-        from studio.core.project.demo import DEMO_MODEL, demo_model_ready, model_command
-
-        if demo_model_ready(project):
-            self.context.sig_demo_model_built.emit(True)
-            return
-        if self.model_builder.is_running():
-            return
-        if needs_training_env(None):
-            self.context.status("The demo's model is built with PyTorch: set up Tools → Training Environment first.")
-            self.context.sig_demo_model_built.emit(False)
-            return
-        log = (project.root / DEMO_MODEL).with_suffix(".log")
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self.context.status("Building the demo's tiny model…")
-        self.demo_banner.building()
-        self.model_builder.start(model_command(project), log)
-
-    def _model_built(self, outcome: Outcome) -> None:
-        code = outcome.code
-        if outcome.ok:
-            self.context.status("The demo model is ready: press Train on the Train page.")
-            self.demo_banner.set_model_state(READY)
-            self.context.sig_demo_model_built.emit(True)
-        else:
-            output = self.model_builder.console_tail(200)
-            self.context.status(f"Building the demo model failed (exit {code}). {output} "
-                                f"(all of it in {self.model_builder.console_path})")
-            self.demo_banner.set_model_state(f"Building the tiny model failed (exit {code}); "
-                                             f"what it printed is in {self.model_builder.console_path}.")
-            self.context.sig_demo_model_built.emit(False)
+        self.demo_model.build(project)
 
     def _on_project_changed(self, project: Project | None) -> None:
         name = project.name if project else "no project"
@@ -487,8 +435,7 @@ class MainWindow(QMainWindow):
                 return
         for page in built:
             page.shutdown()
-        if self._model_builder is not None:
-            self._model_builder.kill_now(2.0)
+        self.demo_model.stop()
         self.context.settings.setValue("window/geometry", self.saveGeometry())
         self.context.settings.setValue("window/size", self.size())
         self.context.settings.setValue("window/page", self.nav.currentRow())

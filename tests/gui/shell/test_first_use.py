@@ -185,4 +185,4 @@ def test_a_persons_model_folder_named_like_the_tiny_model_is_not_the_demo(window
     _pngs(project.root / "images", 2)
     window.set_project(project)
     assert not window.demo_banner.isVisibleTo(window)
-    assert not window._is_demo(project)
+    assert not window.demo_model.needs_building(project)

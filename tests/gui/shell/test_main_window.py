@@ -246,9 +246,9 @@ def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow
     shown: list[str] = []
     window.context.sig_status.connect(shown.append)
     window.build_demo_model(project)
-    assert shown == ["Building the demo's tiny model…"] and window.model_builder.is_running()
+    assert shown == ["Building the demo's tiny model…"] and window.demo_model.builder.is_running()
     window.build_demo_model(project)  # asked again while building: nothing new starts
-    qtbot.waitUntil(lambda: not window.model_builder.is_running(), timeout=10000)
+    qtbot.waitUntil(lambda: not window.demo_model.builder.is_running(), timeout=10000)
     assert shown[-1].startswith("Building the demo model failed (exit 3).")
     assert "out of disk space" in shown[-1]
     log = tmp_path / "demo" / "models" / "tiny-sd15.log"
@@ -276,7 +276,7 @@ def test_the_demo_banner_shows_the_builds_steps_and_seconds(window: MainWindow, 
     assert "s so far" in banner.model_state.text() and "a few seconds" not in banner.model_state.text()
     assert banner.build_bar.isVisibleTo(window) and banner.build_bar.maximum() == 2 and banner.build_bar.value() == 0
     go.write_text("")
-    qtbot.waitUntil(lambda: not window.model_builder.is_running(), timeout=10000)
+    qtbot.waitUntil(lambda: not window.demo_model.builder.is_running(), timeout=10000)
     assert banner.model_state.text() == "The tiny model is ready." and not banner.build_bar.isVisibleTo(window)
 
 
@@ -289,8 +289,8 @@ def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path
     monkeypatch.setattr(demo, "model_command",
                         lambda _project: [sys.executable, "-c", "import time; time.sleep(60)"])
     window.build_demo_model(create_demo_project(tmp_path / "demo"))
-    qtbot.waitUntil(lambda: window.model_builder.pid() > 0, timeout=10000)
-    builder = psutil.Process(window.model_builder.pid())
+    qtbot.waitUntil(lambda: window.demo_model.builder.pid() > 0, timeout=10000)
+    builder = psutil.Process(window.demo_model.builder.pid())
     window.close()
     assert not builder.is_running() or builder.status() == psutil.STATUS_ZOMBIE
 
