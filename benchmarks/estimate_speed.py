@@ -17,7 +17,7 @@ from pathlib import Path
 
 def main() -> None:
     from studio.core.config.toml_file import validate_data
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.machine.probe import load_hardware
 
     config = validate_data({"model": {"family": "sd3", "base": "m/n"}, "training": {"gradient_checkpointing": True}})

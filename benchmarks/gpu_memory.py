@@ -127,7 +127,7 @@ def vae_child(family: str) -> dict[str, Any]:
 
 def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
     from studio.core.config.schema import TrainConfig
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.report import GPUInfo
 
     resolution = {"sd15": 512, "sdxl": 1024, "sd3": 1024}[family]

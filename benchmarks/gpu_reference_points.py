@@ -90,7 +90,7 @@ def run_case(family: str, root: Path, steps: int, dry_run: bool) -> dict[str, An
     from studio.core.config.schema import TrainConfig
     from studio.core.config.toml_file import save_config
     from studio.core.dataset.demo_shapes import write_demo_dataset
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.machine.probe import probe_hardware
     from studio.core.hardware.report import GPUInfo
     from studio.core.runs.events import RunFinished, Step, parse_event

@@ -50,7 +50,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from process_tree import die_with_parent, ending_children, kill_tree
 
-from studio.core.hardware.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
+from studio.core.estimate.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.train.pipelines.arch_configs import (
     LATENT_CHANNELS,
     NATIVE_RESOLUTION,

@@ -90,7 +90,7 @@ def run_case(resolution: int, checkpointing: bool, rank: int, steps: int) -> dic
 
 def estimate_for(resolution: int, checkpointing: bool, rank: int) -> dict[str, Any]:
     from studio.core.config.schema import TrainConfig
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
 
     config = TrainConfig.model_validate({
         "model": {"family": "sd15", "base": "random", "dtype": "fp32"},

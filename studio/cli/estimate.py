@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if preset is None:
         return _report(project, gpu, report.summary(), None, args.json, args.gpus)
-    from studio.core.hardware.preset_estimate import estimate_preset, preset_config
+    from studio.core.estimate.preset_estimate import estimate_preset, preset_config
 
     result = estimate_preset(preset, gpu, project)
     if gpu is None and not args.json:
@@ -101,10 +101,10 @@ def _is_preset_file(path: Path) -> bool:
 
 
 def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool, gpus: int | None) -> int:
-    from studio.core.hardware.batch_plan import plan_batch
-    from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
-    from studio.core.hardware.fixes import suggest_fixes
-    from studio.core.hardware.sharded_estimate import plan_gpus
+    from studio.core.estimate.batch_plan import plan_batch
+    from studio.core.estimate.estimate import estimate_vram, fit, other_processes_warning
+    from studio.core.estimate.fixes import suggest_fixes
+    from studio.core.estimate.sharded_estimate import plan_gpus
 
     estimate = preset_result.estimate if preset_result else estimate_vram(config, gpu)
     verdict = fit(estimate, gpu) if gpu else None

@@ -95,7 +95,7 @@ def vram_estimate_text(config: object, device_index: int = 0) -> str:
         import torch
 
         from studio.core.config.schema import TrainConfig
-        from studio.core.hardware.estimate import estimate_vram
+        from studio.core.estimate.estimate import estimate_vram
         from studio.core.hardware.report import GPUInfo
 
         if not isinstance(config, TrainConfig) or not torch.cuda.is_available():

@@ -18,7 +18,7 @@ from studio import __version__
 from studio.core.config.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
-from studio.core.hardware.sampling_plan import sampling_needs_tiling
+from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components

@@ -167,8 +167,8 @@ def each_rank_holds_half_as_estimated(run_dir: Path, sharding: dict[str, Any], d
     from torch.distributed.checkpoint import FileSystemReader
 
     from studio.core.config.toml_file import load_config
-    from studio.core.hardware.memory_data import MB, load_calibration
-    from studio.core.hardware.memory_parts import RunFacts, denoiser_weights, optimizer_state
+    from studio.core.estimate.memory_data import MB, load_calibration
+    from studio.core.estimate.memory_parts import RunFacts, denoiser_weights, optimizer_state
 
     sizes = sharding["modules"][denoiser]
     held = sharding["params_by_rank"]

@@ -173,8 +173,8 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
 
 def _choose_strategy(bundle: TrainConfig, gpu: GpuType, warnings: list[str]) -> None:
     """Shard a DreamBooth whose data-parallel copies would not fit the remote GPUs (and say so)."""
+    from studio.core.estimate.sharded_estimate import plan_gpus
     from studio.core.hardware.report import GPUInfo
-    from studio.core.hardware.sharded_estimate import plan_gpus
 
     processes = bundle.launch.num_processes
     if processes < 2 or bundle.launch.strategy != "ddp":

@@ -202,9 +202,9 @@ def _little_gain(row: CostRow, rows: list[CostRow], scaling: Scaling) -> bool:
 def vram_estimator(config: TrainConfig) -> VramNeeded:
     """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type and count (a DreamBooth
     that does not fit as data parallel is counted sharded, as the bundle would run it)."""
-    from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
+    from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram
+    from studio.core.estimate.sharded_estimate import run_config
     from studio.core.hardware.report import GPUInfo
-    from studio.core.hardware.sharded_estimate import run_config
 
     def needed(gpu: GpuType, gpus: int = 1) -> int | None:
         info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram
+from studio.core.estimate.estimate import estimate_vram
 from studio.core.runs.folders import CHECKPOINTS_DIR
 
 MB = 1024**2

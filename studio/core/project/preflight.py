@@ -19,7 +19,7 @@ from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.scan import list_concept
-from studio.core.hardware.estimate import estimate_vram, fit
+from studio.core.estimate.estimate import estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import (
     FAMILY_NAMES,

@@ -6,9 +6,9 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.batch_plan import plan_batch
-from studio.core.hardware.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
-from studio.core.hardware.fixes import Suggestion, suggest_fixes
+from studio.core.estimate.batch_plan import plan_batch
+from studio.core.estimate.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
+from studio.core.estimate.fixes import Suggestion, suggest_fixes
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 

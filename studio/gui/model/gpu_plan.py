@@ -10,8 +10,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.sharded_estimate import GpuPlan, plan_gpus
 from studio.core.hardware.report import GPUInfo
-from studio.core.hardware.sharded_estimate import GpuPlan, plan_gpus
 from studio.gui.base.names import named
 
 FIT_MARKS = {"fits": "✓ fits", "tight": "⚠ tight", "does_not_fit": "✗ does not fit", None: ""}

@@ -27,9 +27,9 @@ from studio.core.config.acting import resets_for
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.fixes import apply_changes
 from studio.core.families import FAMILY_NAMES
 from studio.core.families import title as family_title
-from studio.core.hardware.fixes import apply_changes
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import ModelFileError, ModelInfo, detect_model
 from studio.core.models.hub_cache import cached_snapshot, missing_components

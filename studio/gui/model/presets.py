@@ -16,14 +16,14 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
-from studio.core.families import FAMILY_NAMES
-from studio.core.hardware.batch_plan import plan_batch
-from studio.core.hardware.estimate import Fit, fit
-from studio.core.hardware.preset_estimate import (
+from studio.core.estimate.batch_plan import plan_batch
+from studio.core.estimate.estimate import Fit, fit
+from studio.core.estimate.preset_estimate import (
     SAMPLE_EVERY_N_STEPS,
     PresetEstimate,
     estimate_preset,
 )
+from studio.core.families import FAMILY_NAMES
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 

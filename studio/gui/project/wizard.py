@@ -27,9 +27,9 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
+from studio.core.estimate.estimate import Fit, estimate_vram, fit
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.families import title as family_title
-from studio.core.hardware.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
+from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project

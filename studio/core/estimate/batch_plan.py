@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import Fit, estimate_vram, fit
+from studio.core.estimate.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 MAX_BATCH = 64  # past this the step is compute-bound on every card; the search stops here

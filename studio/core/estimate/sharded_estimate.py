@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from studio.core.config.errors import issues_from_validation
 from studio.core.config.schema import Strategy, TrainConfig
-from studio.core.hardware.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 RESOLUTIONS = (1536, 1280, 1024, 896, 768, 640, 512, 448, 384, 320, 256)

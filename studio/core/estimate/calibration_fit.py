@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram
-from studio.core.hardware.memory_data import load_calibration, load_gpu_peaks
+from studio.core.estimate.estimate import estimate_vram
+from studio.core.estimate.memory_data import load_calibration, load_gpu_peaks
 from studio.core.hardware.report import GPUInfo
 
 # The GPU numbers fitted to the measured peaks, with the step used for their derivatives.

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram, load_architecture, load_calibration
-from studio.core.hardware.fixes import apply_suggestions, suggest_fixes
+from studio.core.estimate.estimate import estimate_vram, load_architecture, load_calibration
+from studio.core.estimate.fixes import apply_suggestions, suggest_fixes
+from studio.core.estimate.sharded_estimate import plan_gpus, with_strategy
 from studio.core.hardware.machine.probe import load_hardware
-from studio.core.hardware.sharded_estimate import plan_gpus, with_strategy
 
 MB = 2**20
 PAIR = load_hardware("2x-rtx3090").gpus  # two 24 GB cards

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram, fit
-from studio.core.hardware.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
+from studio.core.estimate.estimate import estimate_vram, fit
+from studio.core.estimate.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
 from studio.core.hardware.machine.probe import load_hardware
 
 

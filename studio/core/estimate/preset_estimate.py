@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.estimate import VramEstimate, estimate_vram
 from studio.core.families import family
-from studio.core.hardware.estimate import VramEstimate, estimate_vram
 from studio.core.hardware.report import GPUInfo
 
 SAMPLE_EVERY_N_STEPS = 100  # when neither the preset nor the project says how often

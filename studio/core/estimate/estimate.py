@@ -16,15 +16,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.memory_data import (
+from studio.core.estimate.memory_data import (
     ArchitectureDataError,
     load_architecture,
     load_calibration,
     lora_params,
 )
-from studio.core.hardware.memory_parts import MemoryPart, run_facts
-from studio.core.hardware.report import GPUInfo
-from studio.core.hardware.sampling_plan import (
+from studio.core.estimate.memory_parts import MemoryPart, run_facts
+from studio.core.estimate.sampling_plan import (
     VAE_TILE_PX,
     SamplingStages,
     needs_tiling,
@@ -32,13 +31,14 @@ from studio.core.hardware.sampling_plan import (
     samples_on,
     sampling_stages,
 )
-from studio.core.hardware.sharded_parts import loading_peak
-from studio.core.hardware.training_step import (
+from studio.core.estimate.sharded_parts import loading_peak
+from studio.core.estimate.training_step import (
     TrainingStep,
     caching_peak,
     denoiser_waits_for_caches,
     training_step,
 )
+from studio.core.hardware.report import GPUInfo
 
 __all__ = [
     "ArchitectureDataError", "Fit", "MemoryPart", "VramEstimate", "available_mb", "estimate_vram", "fit",
