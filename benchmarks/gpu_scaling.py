@@ -82,6 +82,7 @@ def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_
 
 
 def run_one(preset: Any, model: Path, work: Path, gpus: int, args: argparse.Namespace) -> Row:
+    from studio.core.config.paths import resolve_paths
     from studio.core.dataset.demo_shapes import write_demo_dataset
     from studio.core.runs.launch import prepare_run
 
@@ -91,7 +92,7 @@ def run_one(preset: Any, model: Path, work: Path, gpus: int, args: argparse.Name
     images = max(8, config.training.batch_size * config.training.gradient_accumulation * max(args.gpus))
     if not (root / "data").is_dir():
         write_demo_dataset(root / "data", count=images, size=config.dataset.resolution, seed=0)
-    plan = prepare_run(config, root, num_processes=gpus)
+    plan = prepare_run(resolve_paths(config, root), num_processes=gpus)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=str(work / "cache"))
     if args.dry_run:
         env["OMP_NUM_THREADS"] = "1"

@@ -23,6 +23,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from studio.core.config.paths import resolve_paths
     from studio.core.config.toml_file import load_config
     from studio.core.export.cost import (
         assumptions,
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     work = workload_from_config(config, path.resolve().parent)
     try:
-        rows = cost_table(work, catalogue, vram_estimator(config), counts, args.nodes, gpu_ids)
+        rows = cost_table(work, catalogue, vram_estimator(resolve_paths(config, path.resolve().parent)), counts,
+                          args.nodes, gpu_ids)
         notes = assumptions(catalogue, work)
     except CatalogueError as exc:
         print(f"error: {exc}", file=sys.stderr)

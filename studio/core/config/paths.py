@@ -1,12 +1,42 @@
-"""Relative paths in a config, made absolute against the config file's folder (hub ids stay)."""
+"""Relative paths in a config, made absolute against the config file's folder (hub ids stay).
+
+`resolve_paths` is the one way to do it; what it makes is a `ResolvedConfig`, the type the estimate,
+the launch, the pre-flight checks, the bundle, the remote start and the sweep require, so a config
+whose paths were never made absolute cannot reach them (mypy says so).
+"""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+
+from pydantic import PrivateAttr
 
 from studio.core.config.errors import ConfigError, ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
+
+# The folder a config that never lived in one (a preset without a project, a measured GPU point) is
+# resolved against: it does not exist, so its relative paths name nothing on this machine.
+NO_FOLDER = Path(tempfile.gettempdir()) / "studio-config-without-a-folder"
+
+
+class ResolvedConfig(TrainConfig):
+    """A TrainConfig whose relative paths are absolute against `base_dir` (the folder it was resolved
+    against: the config file's, the project's). Made only by `resolve_paths`; a copy (`model_copy`)
+    keeps the folder, and `varied` resolves a changed config (a fix, a preset, a sweep's value) against it."""
+
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def base_dir(self) -> Path:
+        if self._base_dir is None:
+            raise TypeError("a ResolvedConfig is made by studio.core.config.paths.resolve_paths, not directly")
+        return self._base_dir
+
+    def varied(self, config: TrainConfig) -> ResolvedConfig:
+        """`config` (this one changed) with its paths resolved against the same folder."""
+        return resolve_paths(config, self.base_dir)
 
 
 def _resolve(base_dir: Path, value: str | None, hub_ok: bool, key: str) -> str | None:
@@ -48,13 +78,16 @@ def _looks_like_hub_id(value: str) -> bool:
     )
 
 
-def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
+def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
     """A copy whose relative paths are made absolute against `base_dir` (the config's folder).
 
-    Hub ids (`org/name` that is not a local path) stay as they are.
+    Hub ids (`org/name` that is not a local path) stay as they are. A path that cannot be made
+    absolute raises ConfigError naming the field, its value and what to do.
     """
     base = Path(base_dir)
-    out = config.model_copy(deep=True)
+    copied = config.model_copy(deep=True)
+    out = ResolvedConfig.model_construct(copied.model_fields_set, **dict(copied))  # validated already
+    out._base_dir = base
     out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
     out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
     out.model.training_adapter = _resolve(base, out.model.training_adapter, False, "model.training_adapter")
@@ -68,7 +101,7 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
     return out
 
 
-def load_resolved(path: str | Path) -> TrainConfig:
+def load_resolved(path: str | Path) -> ResolvedConfig:
     """Load a config file and resolve its paths against its folder."""
     path = Path(path)
     return resolve_paths(load_config(path), path.resolve().parent)

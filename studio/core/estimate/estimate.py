@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.memory_data import (
     ArchitectureDataError,
@@ -90,8 +91,10 @@ class VramEstimate:
         return asdict(self)
 
 
-def estimate_vram(config: TrainConfig, gpu: GPUInfo | None, calibration: dict[str, Any] | None = None) -> VramEstimate:
-    """Peak memory per GPU for `config`; with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32).
+def estimate_vram(config: ResolvedConfig, gpu: GPUInfo | None,
+                 calibration: dict[str, Any] | None = None) -> VramEstimate:
+    """Peak memory per GPU for `config` (its paths resolved: a model folder of the project is sized as it
+    is, `local_architecture.py`); with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32).
     `calibration` replaces the shipped `calibration.json` (fitting it to measured peaks)."""
     facts = run_facts(config, "gpu" if gpu is not None and not config.launch.cpu else "cpu", calibration)
     step = training_step(facts)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.export.gpu_catalogue import Catalogue, GpuType, Scaling
 
@@ -199,7 +200,7 @@ def _little_gain(row: CostRow, rows: list[CostRow], scaling: Scaling) -> bool:
     return cost_rise >= scaling.diminishing_cost_rise and time_gain < scaling.diminishing_time_gain
 
 
-def vram_estimator(config: TrainConfig) -> VramNeeded:
+def vram_estimator(config: ResolvedConfig) -> VramNeeded:
     """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type and count (a DreamBooth
     that does not fit as data parallel is counted sharded, as the bundle would run it)."""
     from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram

@@ -349,7 +349,13 @@ class ModelPage(Page):
         self.update_estimates()
 
     def update_estimates(self) -> dict[str, int]:
-        config = self.context.resolved_config(self.config)
+        try:
+            config = self.context.resolved_config(self.config)
+        except ConfigError as exc:  # the estimate panel says which path and what to do
+            self.estimate.show_unresolved(exc)
+            self.gpu_plan.setVisible(False)
+            self.context.status(f"No VRAM estimate: {'; '.join(str(i) for i in exc.issues) or exc}")
+            return {}
         self.estimate.update_for(config, self.gpu, self.gpu_count)
         self.gpu_plan.update_for(config, self.gpu, self.gpu_count)
         return {str(k): v for k, v in self.presets.update_fits(config, self.gpu, self.gpu_count).items()}

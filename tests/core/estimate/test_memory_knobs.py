@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from studio.core.config.paths import NO_FOLDER, resolve_paths
 from studio.core.config.presets import list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram, load_architecture
@@ -183,7 +184,8 @@ def test_sdxl_in_8_gb_with_its_samples() -> None:
 
 def test_a_project_keeps_its_own_sample_settings() -> None:
     preset = next(p for p in PRESETS if p.id == "sd15-lora")
-    project = TrainConfig.model_validate({"model": {"family": "sd15", "base": "m"},
-                                          "sampling": {"every_n_steps": 25, "prompts": ["my dog"]}})
+    project = resolve_paths(TrainConfig.model_validate({"model": {"family": "sd15", "base": "m"},
+                                                        "sampling": {"every_n_steps": 25, "prompts": ["my dog"]}}),
+                            NO_FOLDER)
     cfg = preset_config(preset, project)
     assert (cfg.sampling.every_n_steps, cfg.sampling.prompts) == (25, ["my dog"])
