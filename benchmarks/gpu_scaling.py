@@ -89,7 +89,7 @@ def run_one(preset: Any, model: Path, work: Path, gpus: int, args: argparse.Name
     root = work / preset.id
     config = run_config(preset, model, root, gpus, args.warmup + args.steps, args.dry_run)
     row = Row(preset.id, gpus, config.launch.strategy, status="running")
-    images = max(8, config.training.batch_size * config.training.gradient_accumulation * max(args.gpus))
+    images = max(8, config.training.effective_batch(max(args.gpus)))
     if not (root / "data").is_dir():
         write_demo_dataset(root / "data", count=images, size=config.dataset.resolution, seed=0)
     plan = prepare_run(resolve_paths(config, root), num_processes=gpus)

@@ -421,7 +421,7 @@ class Trainer:
         config.setdefault("dataset", {})["latents"] = self.config.dataset.latents
         self.reporter.emit(RunStarted(
             config=config, world_size=acc.num_processes, total_steps=self.total,
-            devices=devices, effective_batch=self.plan.global_batch * training.gradient_accumulation,
+            devices=devices, effective_batch=training.effective_batch(acc.num_processes),
             num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
             run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),
         ))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core.config.paths import ResolvedConfig
-from studio.core.config.schema import TrainConfig
+from studio.core.config.schema import TrainConfig, effective_batch
 from studio.core.export.gpu_catalogue import Catalogue, GpuType, Scaling
 
 VramNeeded = Callable[[GpuType, int], int | None]  # MB per GPU with that many GPUs in all, or None when unknown
@@ -31,7 +31,7 @@ class Workload:
     mixed_precision: str
 
     def steps(self, total_gpus: int) -> int:
-        per_step = self.batch_size * self.gradient_accumulation * max(total_gpus, 1)
+        per_step = effective_batch(self.batch_size, self.gradient_accumulation, total_gpus)
         return max(1, math.ceil(self.images / per_step))
 
 
