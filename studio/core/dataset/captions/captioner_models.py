@@ -49,11 +49,6 @@ class CaptionerModel:
     def files(self) -> tuple[tuple[str, ...], ...]:
         return KIND_FILES[self.kind]
 
-    @property
-    def produces_tags(self) -> bool:
-        return self.kind == "wd14"
-
-
 KNOWN_CAPTIONERS: tuple[CaptionerModel, ...] = (
     CaptionerModel("blip-base", "blip", "Salesforce/blip-image-captioning-base", 990, 1200, 16),
     CaptionerModel("blip-large", "blip", "Salesforce/blip-image-captioning-large", 1880, 2000, 8),
