@@ -35,8 +35,26 @@ class ResolvedConfig(TrainConfig):
         return self._base_dir
 
     def varied(self, config: TrainConfig) -> ResolvedConfig:
-        """`config` (this one changed) with its paths resolved against the same folder."""
+        """`config` (a changed copy of this one: a fix, a preset, a sweep's value) with its paths resolved
+        against the same folder. It takes `config` over: when its paths are this one's (already
+        resolved), it is not copied or resolved again (the estimate tries dozens of changes per update)."""
+        if _paths(config) == _paths(self):
+            return _resolved(config, self.base_dir)
         return resolve_paths(config, self.base_dir)
+
+
+def _paths(config: TrainConfig) -> tuple[object, ...]:
+    """Every path field `resolve_paths` resolves, as written."""
+    m, d = config.model, config.dataset
+    return (m.base, m.vae, m.training_adapter, tuple((c.path, c.class_path) for c in d.concepts),
+            d.validation_folder, d.mask_folder, config.output.dir)
+
+
+def _resolved(config: TrainConfig, base_dir: Path) -> ResolvedConfig:
+    """`config`'s own sections as a ResolvedConfig against `base_dir` (validated already: not again)."""
+    out = ResolvedConfig.model_construct(config.model_fields_set, **dict(config))
+    out._base_dir = base_dir
+    return out
 
 
 def _resolve(base_dir: Path, value: str | None, hub_ok: bool, key: str) -> str | None:
@@ -85,9 +103,7 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
     absolute raises ConfigError naming the field, its value and what to do.
     """
     base = Path(base_dir)
-    copied = config.model_copy(deep=True)
-    out = ResolvedConfig.model_construct(copied.model_fields_set, **dict(copied))  # validated already
-    out._base_dir = base
+    out = _resolved(config.model_copy(deep=True), base)
     out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
     out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
     out.model.training_adapter = _resolve(base, out.model.training_adapter, False, "model.training_adapter")

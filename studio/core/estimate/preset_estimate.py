@@ -21,25 +21,25 @@ SAMPLE_EVERY_N_STEPS = 100  # when neither the preset nor the project says how o
 SAMPLE_PROMPT = "a photo"  # when the project has no prompt: the words do not change the memory
 
 
-def placeholder_project(family: str) -> ResolvedConfig:
-    """A project of `family` that is in no folder: its model and images name nothing on this machine."""
-    return resolve_paths(TrainConfig.model_validate({"model": {"family": family, "base": "base-model"},
+def placeholder_project(family: str, base_model: str = "base-model") -> ResolvedConfig:
+    """A project of `family` that is in no folder: its images name nothing on this machine."""
+    return resolve_paths(TrainConfig.model_validate({"model": {"family": family, "base": base_model},
                                                      "dataset": {"concepts": [{"path": "images"}]}}), NO_FOLDER)
 
 
 def preset_config(preset: Preset, project: ResolvedConfig | None = None) -> ResolvedConfig:
     """`preset` applied to `project` (or a placeholder), with sample images on (raises ConfigError)."""
-    base = project if project is not None else placeholder_project(preset.family)
-    sizes = family(preset.family).size_bases
-    if project is None and sizes:  # a family of several sizes: the one the preset's id names
-        size = next((size for size in sizes if size in preset.id.split("-")), next(iter(sizes)))
-        base.model.base = sizes[size]
-    config = base.varied(apply_preset(base, preset))
+    base = project
+    if base is None:
+        sizes = family(preset.family).size_bases  # a family of several sizes: the one the preset's id names
+        size = next((size for size in sizes if size in preset.id.split("-")), next(iter(sizes), None))
+        base = placeholder_project(preset.family, *([sizes[size]] if size is not None else []))
+    config = apply_preset(base, preset)
     sampling = config.sampling
     every = sampling.every_n_steps or base.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS
     prompts = sampling.prompts or [SAMPLE_PROMPT]
     if (every, prompts) == (sampling.every_n_steps, sampling.prompts):
-        return config
+        return base.varied(config)
     data = config.model_dump()
     data["sampling"].update(every_n_steps=every, prompts=prompts)
     return base.varied(TrainConfig.model_validate(data))

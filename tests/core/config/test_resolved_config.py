@@ -36,6 +36,14 @@ def test_a_resolved_config_knows_its_folder_and_keeps_it_through_changes(tmp_pat
     assert str(tmp_path / "images") in text and "base_dir" not in text
 
 
+def test_a_change_to_a_path_is_resolved_against_the_same_folder(tmp_path: Path) -> None:
+    resolved = resolve_paths(validate_data(DATA), tmp_path)
+    moved = resolved.varied(apply_changes(validate_data(DATA), {"output.dir": "elsewhere/runs"}))
+    assert moved.output.dir == str(tmp_path / "elsewhere" / "runs") and moved.base_dir == tmp_path
+    same = resolved.varied(apply_changes(resolved, {"training.epochs": 3}))
+    assert same.output.dir == resolved.output.dir and same.training.epochs == 3
+
+
 def test_resolving_twice_changes_nothing(tmp_path: Path) -> None:
     once = resolve_paths(validate_data(DATA), tmp_path)
     assert resolve_paths(once, tmp_path / "elsewhere").model_dump() == once.model_dump()
