@@ -185,6 +185,7 @@ TRAINER = [sys.executable, "-m", "studio.cli", "run"]  # `studio-train run CONFI
 
 def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool,
               trainer: list[str] = TRAINER) -> Job:
+    from studio.core.config.paths import resolve_paths
     from studio.core.config.toml_file import save_config
     from studio.core.estimate.estimate import estimate_vram
     from studio.core.estimate.fixes import apply_changes
@@ -200,7 +201,7 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
         size = next((size for size in sizes if size in preset.id.split("-")), None)
         base = sizes[size] if size else default_base(preset.family)
         full = apply_changes(full, {"model.base": base})
-    estimate = estimate_vram(full, gpu)
+    estimate = estimate_vram(resolve_paths(full, root), gpu)
     row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",
               estimate_parts={p.key: round(p.mb / GB, 3) for p in estimate.parts})
     config_path = root / "config.toml"
