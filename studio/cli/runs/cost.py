@@ -23,8 +23,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.paths import resolve_paths
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.paths import load_resolved
     from studio.core.export.cost import (
         assumptions,
         cost_table,
@@ -41,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --counts {args.counts!r}: give whole numbers separated by commas, e.g. 1,2,4,8", file=sys.stderr)
         return EXIT_INVALID
     try:
-        config = load_config(path)
+        config = load_resolved(path)
         catalogue = load_catalogue(args.catalogue)
         gpu_ids = [catalogue.get(g).id for g in args.gpu] if args.gpu else None
     except (CatalogueError, KeyError) as exc:
@@ -49,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     work = workload_from_config(config, path.resolve().parent)
     try:
-        rows = cost_table(work, catalogue, vram_estimator(resolve_paths(config, path.resolve().parent)), counts,
-                          args.nodes, gpu_ids)
+        rows = cost_table(work, catalogue, vram_estimator(config), counts, args.nodes, gpu_ids)
         notes = assumptions(catalogue, work)
     except CatalogueError as exc:
         print(f"error: {exc}", file=sys.stderr)
