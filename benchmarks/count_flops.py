@@ -7,7 +7,7 @@ forward pass of batch 1 at its native resolution under torch's FlopCounterMode
 (matrix multiplies, convolutions and attention; elementwise work is not counted, as
 MFU conventions do). The text input is what the studio trains with: 77 CLIP tokens
 for SD1.5 and SDXL, 77 CLIP + 256 zero T5 tokens for SD3. The trainer turns these
-figures into TFLOP/s and MFU (studio/core/hardware/throughput.py);
+figures into TFLOP/s and MFU (studio/core/estimate/throughput.py);
 `tests/train/test_flop_counts.py` recounts SD1.5 and compares.
 """
 

@@ -16,11 +16,13 @@ from pathlib import Path
 
 
 def main() -> None:
+    from studio.core.config.paths import NO_FOLDER, resolve_paths
     from studio.core.config.toml_file import validate_data
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.machine.probe import load_hardware
 
-    config = validate_data({"model": {"family": "sd3", "base": "m/n"}, "training": {"gradient_checkpointing": True}})
+    config = resolve_paths(validate_data({"model": {"family": "sd3", "base": "m/n"},
+                                          "training": {"gradient_checkpointing": True}}), NO_FOLDER)
     gpu = load_hardware("rtx4090-24gb").gpus[0]
     runs = []
     for _ in range(5):

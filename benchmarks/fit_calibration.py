@@ -2,7 +2,7 @@
 
 Run: `python benchmarks/fit_calibration.py [--write]`.
 
-Fits the numbers `studio/core/hardware/calibration_fit.py` names (FITTED) to every point of
+Fits the numbers `studio/core/estimate/calibration_fit.py` names (FITTED) to every point of
 `resources/architectures/gpu_peaks.json`, prints each point's error in sample and left out
 (a fit made without it), as the markdown table in docs/benchmarks.md, and with `--write`
 stores the fitted values and the points each rests on in `resources/architectures/calibration.json`.
@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from studio.core.hardware import calibration_fit as cf  # noqa: E402
-from studio.core.hardware.memory_data import load_calibration  # noqa: E402
+from studio.core.estimate import calibration_fit as cf  # noqa: E402
+from studio.core.estimate.memory_data import load_calibration  # noqa: E402
 
 ROUNDING = {"workspace_mb": 0, "allocator_fraction": 3, "vae_encode_factor": 2, "vae_decode_factor": 2}
 

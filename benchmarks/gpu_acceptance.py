@@ -161,7 +161,7 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
     from studio.core.config.presets import apply_preset
     from studio.core.config.schema import TrainConfig
     from studio.core.dataset.demo_shapes import write_demo_dataset
-    from studio.core.hardware.fixes import apply_changes
+    from studio.core.estimate.fixes import apply_changes
 
     project = TrainConfig.model_validate({
         "model": {"family": preset.family, "base": str(model)},
@@ -185,9 +185,10 @@ TRAINER = [sys.executable, "-m", "studio.cli", "run"]  # `studio-train run CONFI
 
 def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool,
               trainer: list[str] = TRAINER) -> Job:
+    from studio.core.config.paths import resolve_paths
     from studio.core.config.toml_file import save_config
-    from studio.core.hardware.estimate import estimate_vram
-    from studio.core.hardware.fixes import apply_changes
+    from studio.core.estimate.estimate import estimate_vram
+    from studio.core.estimate.fixes import apply_changes
     from studio.core.models.known import default_base
 
     root = work / preset.id
@@ -200,7 +201,7 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
         size = next((size for size in sizes if size in preset.id.split("-")), None)
         base = sizes[size] if size else default_base(preset.family)
         full = apply_changes(full, {"model.base": base})
-    estimate = estimate_vram(full, gpu)
+    estimate = estimate_vram(resolve_paths(full, root), gpu)
     row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",
               estimate_parts={p.key: round(p.mb / GB, 3) for p in estimate.parts})
     config_path = root / "config.toml"
@@ -401,7 +402,7 @@ def _with(rows: dict[str, Row], running: list[Job]) -> list[Row]:
 
 
 def _estimate_mb(preset: Any) -> float:
-    from studio.core.hardware.preset_estimate import estimate_preset
+    from studio.core.estimate.preset_estimate import estimate_preset
 
     return estimate_preset(preset).estimate.total_mb
 

@@ -126,8 +126,9 @@ def vae_child(family: str) -> dict[str, Any]:
 
 
 def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
+    from studio.core.config.paths import NO_FOLDER, resolve_paths
     from studio.core.config.schema import TrainConfig
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.report import GPUInfo
 
     resolution = {"sd15": 512, "sdxl": 1024, "sd3": 1024}[family]
@@ -139,7 +140,7 @@ def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
                      "cache_latents": True, "cache_text_embeddings": True, "optimizer": "adamw"},
     })
     gpu = GPUInfo(index=0, name="bench", total_mb=gpu_total_mb, free_mb=gpu_total_mb)
-    return estimate_vram(config, gpu).total_mb
+    return estimate_vram(resolve_paths(config, NO_FOLDER), gpu).total_mb
 
 
 def main(argv: list[str] | None = None) -> int:

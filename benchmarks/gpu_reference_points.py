@@ -87,10 +87,11 @@ def make_model(family: str, folder: Path, dry_run: bool) -> Path:
 
 
 def run_case(family: str, root: Path, steps: int, dry_run: bool) -> dict[str, Any]:
+    from studio.core.config.paths import resolve_paths
     from studio.core.config.schema import TrainConfig
     from studio.core.config.toml_file import save_config
     from studio.core.dataset.demo_shapes import write_demo_dataset
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.machine.probe import probe_hardware
     from studio.core.hardware.report import GPUInfo
     from studio.core.runs.events import RunFinished, Step, parse_event
@@ -116,7 +117,7 @@ def run_case(family: str, root: Path, steps: int, dry_run: bool) -> dict[str, An
 
     report = probe_hardware()
     gpu = report.gpus[0] if report.gpus else GPUInfo(index=0, name="none", total_mb=81920, free_mb=81920)
-    estimate = estimate_vram(config, gpu)
+    estimate = estimate_vram(resolve_paths(config, root), gpu)
     env = dict(os.environ, HF_HUB_OFFLINE="1", STUDIO_CACHE_DIR=str(root / "cache"))
     command = [sys.executable, "-m", "studio.cli", "run", str(config_path)]
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -63,7 +63,7 @@ def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_
     """The preset over a project of demo images, on `gpus` processes, without samples or checkpoints."""
     from studio.core.config.presets import apply_preset
     from studio.core.config.schema import TrainConfig
-    from studio.core.hardware.fixes import apply_changes
+    from studio.core.estimate.fixes import apply_changes
 
     project = TrainConfig.model_validate({
         "model": {"family": preset.family, "base": str(model)},
@@ -82,16 +82,17 @@ def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_
 
 
 def run_one(preset: Any, model: Path, work: Path, gpus: int, args: argparse.Namespace) -> Row:
+    from studio.core.config.paths import resolve_paths
     from studio.core.dataset.demo_shapes import write_demo_dataset
     from studio.core.runs.launch import prepare_run
 
     root = work / preset.id
     config = run_config(preset, model, root, gpus, args.warmup + args.steps, args.dry_run)
     row = Row(preset.id, gpus, config.launch.strategy, status="running")
-    images = max(8, config.training.batch_size * config.training.gradient_accumulation * max(args.gpus))
+    images = max(8, config.training.effective_batch(max(args.gpus)))
     if not (root / "data").is_dir():
         write_demo_dataset(root / "data", count=images, size=config.dataset.resolution, seed=0)
-    plan = prepare_run(config, root, num_processes=gpus)
+    plan = prepare_run(resolve_paths(config, root), num_processes=gpus)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=str(work / "cache"))
     if args.dry_run:
         env["OMP_NUM_THREADS"] = "1"

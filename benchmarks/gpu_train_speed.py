@@ -50,7 +50,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from process_tree import die_with_parent, ending_children, kill_tree
 
-from studio.core.hardware.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
+from studio.core.config.paths import resolve_paths
+from studio.core.estimate.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.train.pipelines.arch_configs import (
     LATENT_CHANNELS,
     NATIVE_RESOLUTION,
@@ -296,7 +297,7 @@ def measure_studio(case: Case, settings: Settings) -> Result:
     side = settings.resolution(case.family)
     result = Result(case, side)
     config = studio_config(case, settings, _model(case.family, settings), "compiled" in case.path)
-    plan = prepare_run(config, settings.work)
+    plan = prepare_run(resolve_paths(config, settings.work))
     original = loop.StepMeter
     loop.StepMeter = _timed_meter(settings.warmup)  # type: ignore[misc]
     try:

@@ -29,6 +29,7 @@ HEARTBEAT_MS = 5
 def feed_once(rate: int, seconds: float) -> dict[str, Any]:
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
 
+    from studio.core.config.paths import resolve_paths
     from studio.core.config.schema import TrainConfig
     from studio.gui.runner.run_controller import RunController
     from studio.gui.widgets.run_header import RunHeader
@@ -62,7 +63,7 @@ def feed_once(rate: int, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         config.output.dir = str(Path(tmp) / "runs")
         cpu0 = time.process_time()
-        controller.start_config(config, Path(tmp))
+        controller.start_config(resolve_paths(config, Path(tmp)))
         clock.start()
         heartbeat.start()
         deadline = time.monotonic() + seconds + 30

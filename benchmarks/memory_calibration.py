@@ -89,8 +89,9 @@ def run_case(resolution: int, checkpointing: bool, rank: int, steps: int) -> dic
 
 
 def estimate_for(resolution: int, checkpointing: bool, rank: int) -> dict[str, Any]:
+    from studio.core.config.paths import NO_FOLDER, resolve_paths
     from studio.core.config.schema import TrainConfig
-    from studio.core.hardware.estimate import estimate_vram
+    from studio.core.estimate.estimate import estimate_vram
 
     config = TrainConfig.model_validate({
         "model": {"family": "sd15", "base": "random", "dtype": "fp32"},
@@ -100,7 +101,7 @@ def estimate_for(resolution: int, checkpointing: bool, rank: int) -> dict[str, A
                      "cache_latents": True, "cache_text_embeddings": True, "optimizer": "adamw"},
         "launch": {"cpu": True},
     })
-    return estimate_vram(config, None).to_dict()
+    return estimate_vram(resolve_paths(config, NO_FOLDER), None).to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:

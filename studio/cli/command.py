@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.paths import load_resolved
 from studio.core.exit_codes import EXIT_OK
 from studio.core.runs.launch import (
     build_command,
@@ -28,12 +28,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
-    config = load_config(path)
+    config = load_resolved(path)
     if args.prepare:
-        plan = prepare_run(config, path.resolve().parent, num_processes=args.processes)
+        plan = prepare_run(config, num_processes=args.processes)
         print(format_command(plan.command))
         return EXIT_OK
-    run_dir = planned_run_dir(config, path.resolve().parent)
+    run_dir = planned_run_dir(config)
     print(f"# the run folder is written when the run starts (or with --prepare): {run_dir}")
     print(format_command(build_command(run_dir, training_python(config))))
     return EXIT_OK

@@ -15,9 +15,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
+
+if TYPE_CHECKING:
+    from studio.core.config.paths import ResolvedConfig
+    from studio.core.config.presets import Preset
+    from studio.core.estimate.preset_estimate import PresetEstimate
+    from studio.core.hardware.report import GPUInfo
 
 FIT_WORDS = {"fits": "fits", "tight": "fits, but tight (within 10%)", "does_not_fit": "does NOT fit"}
 SHORT_FIT_WORDS = {"fits": "fits", "tight": "tight", "does_not_fit": "does NOT fit"}
@@ -57,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --gpus {args.gpus}: give a number of GPUs of 1 or more", file=sys.stderr)
         return EXIT_INVALID
     if preset is None:
+        assert project is not None  # _inputs refuses neither
         return _report(project, gpu, report.summary(), None, args.json, args.gpus)
-    from studio.core.hardware.preset_estimate import estimate_preset, preset_config
+    from studio.core.estimate.preset_estimate import estimate_preset, preset_config
 
     result = estimate_preset(preset, gpu, project)
     if gpu is None and not args.json:
@@ -67,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
     return _report(preset_config(preset, project), result.gpu, report.summary(), result, args.json, args.gpus)
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(preset or None, the project's config or None); LookupError names what is missing."""
+def _inputs(args: argparse.Namespace) -> tuple[Preset | None, ResolvedConfig | None]:
+    """(preset or None, the project's config, its paths resolved against its folder, or None);
+    LookupError names what is missing."""
+    from studio.core.config.paths import load_resolved
     from studio.core.config.presets import get_preset, load_preset
-    from studio.core.config.toml_file import load_config
 
     preset = None
     config_path = Path(args.config) if args.config else None
@@ -87,7 +95,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, Any]:
                 raise LookupError(f"{exc.args[0]} (or give a preset file's path)") from None
     if preset is None and config_path is None:
         raise LookupError("give a config file, or --preset NAME (`studio-train presets` lists the names)")
-    return preset, load_config(config_path) if config_path is not None else None
+    return preset, load_resolved(config_path) if config_path is not None else None
 
 
 def _is_preset_file(path: Path) -> bool:
@@ -100,11 +108,12 @@ def _is_preset_file(path: Path) -> bool:
     return "preset" in parse_toml(text, str(path))
 
 
-def _report(config: Any, gpu: Any, hardware: str, preset_result: Any, as_json: bool, gpus: int | None) -> int:
-    from studio.core.hardware.batch_plan import plan_batch
-    from studio.core.hardware.estimate import estimate_vram, fit, other_processes_warning
-    from studio.core.hardware.fixes import suggest_fixes
-    from studio.core.hardware.sharded_estimate import plan_gpus
+def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_result: PresetEstimate | None,
+            as_json: bool, gpus: int | None) -> int:
+    from studio.core.estimate.batch_plan import plan_batch
+    from studio.core.estimate.estimate import estimate_vram, fit, other_processes_warning
+    from studio.core.estimate.fixes import suggest_fixes
+    from studio.core.estimate.sharded_estimate import plan_gpus
 
     estimate = preset_result.estimate if preset_result else estimate_vram(config, gpu)
     verdict = fit(estimate, gpu) if gpu else None

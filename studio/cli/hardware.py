@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
 
 
 def describe(report: Any) -> str:
-    from studio.core.hardware.estimate import other_processes_warning
+    from studio.core.estimate.estimate import other_processes_warning
 
     lines = [f"Source: {report.source}"]
     if not report.gpus:

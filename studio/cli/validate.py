@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import resolve_paths
-from studio.core.config.toml_file import dump_resolved, load_config
+from studio.core.config.paths import load_resolved
+from studio.core.config.toml_file import dump_resolved
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 
@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
     try:
-        config = resolve_paths(load_config(path), path.resolve().parent)
+        config = load_resolved(path)
     except ConfigError as exc:
         if args.json:
             print(json.dumps({"valid": False, "file": str(path), "issues": [i.model_dump() for i in exc.issues]}, indent=2))

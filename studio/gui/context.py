@@ -16,6 +16,7 @@ from studio.gui.base.config_watch import ConfigFileWatcher
 # methods below), not on the start path (docs/benchmarks.md, "Window start").
 if TYPE_CHECKING:
     from studio.core.config.errors import ConfigError, ConfigIssue
+    from studio.core.config.paths import ResolvedConfig
     from studio.core.config.schema import TrainConfig
     from studio.core.project.folder import Project
     from studio.gui.runner.run_controller import RunController
@@ -115,7 +116,7 @@ class StudioContext(QObject):
 
         from studio.core.config.errors import ConfigIssue, issues_from_validation
         from studio.core.config.schema import TrainConfig
-        from studio.core.hardware.fixes import apply_changes
+        from studio.core.estimate.fixes import apply_changes
 
         if self.config is None:
             return [ConfigIssue(key="(file)", message="the project's config has errors; fix studio.toml first")]
@@ -169,19 +170,15 @@ class StudioContext(QObject):
         self.set_config(config, save=False)
         return True
 
-    def resolved_config(self, config: TrainConfig) -> TrainConfig:
+    def resolved_config(self, config: TrainConfig) -> ResolvedConfig:
         """`config` with the project's relative paths made absolute (as a run folder holds it): what
-        the estimate reads, so a model folder of the project is sized as it is. Unchanged without a
-        project, or when a path cannot be resolved (the form names that problem)."""
-        from studio.core.config.errors import ConfigError
-        from studio.core.config.paths import resolve_paths
+        the estimate, the checks and the launch read, so a model folder of the project is sized as it is.
+        Without a project its relative paths name nothing (`NO_FOLDER`). Raises ConfigError naming the
+        field and its value when a path cannot be made absolute: the caller shows it, never the
+        unresolved config."""
+        from studio.core.config.paths import NO_FOLDER, resolve_paths
 
-        if self.project is None:
-            return config
-        try:
-            return resolve_paths(config, self.project.root)
-        except ConfigError:
-            return config
+        return resolve_paths(config, self.project.root if self.project is not None else NO_FOLDER)
 
     def project_path(self, value: str) -> Path:
         if self.project is None:

@@ -54,7 +54,7 @@ def resolve_run(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
         raise ConfigError(str(path), [])  # handled below with a clearer message
     from studio.core.runs.launch import prepare_run
 
-    plan = prepare_run(load_config(path), path.parent)
+    plan = prepare_run(load_resolved(path))
     return load_resolved(plan.run_dir / CONFIG_FILE), plan.run_dir, False
 
 
@@ -170,7 +170,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
         t = config.training
         reporter.error("oom", f"the GPU ran out of memory: {str(exc).splitlines()[0]}",
                        oom_hint(t.batch_size, config.dataset.resolution, t.gradient_checkpointing,
-                                vram_estimate_text(config)))
+                                vram_estimate_text(config, run_dir)))
         finished, code = RunFinished(status="failed", message="out of memory"), EXIT_FAILED
     except TrainError as exc:
         finished, code = _failed(reporter, exc), EXIT_FAILED

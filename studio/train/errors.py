@@ -89,13 +89,15 @@ def oom_hint(batch_size: int, resolution: int, gradient_checkpointing: bool, est
     return f"{text}. {estimate}".strip() if estimate else text
 
 
-def vram_estimate_text(config: object, device_index: int = 0) -> str:
-    """The studio's VRAM estimate for this config on this GPU, as one sentence ("" if unknown)."""
+def vram_estimate_text(config: object, run_dir: Path, device_index: int = 0) -> str:
+    """The studio's VRAM estimate for this config (its run folder's, paths resolved against `run_dir`)
+    on this GPU, as one sentence ("" if unknown)."""
     try:
         import torch
 
+        from studio.core.config.paths import resolve_paths
         from studio.core.config.schema import TrainConfig
-        from studio.core.hardware.estimate import estimate_vram
+        from studio.core.estimate.estimate import estimate_vram
         from studio.core.hardware.report import GPUInfo
 
         if not isinstance(config, TrainConfig) or not torch.cuda.is_available():
@@ -103,7 +105,7 @@ def vram_estimate_text(config: object, device_index: int = 0) -> str:
         props = torch.cuda.get_device_properties(device_index)
         total = props.total_memory // 2**20
         gpu = GPUInfo(index=device_index, name=props.name, total_mb=total, free_mb=total)
-        needed = estimate_vram(config, gpu).total_mb
+        needed = estimate_vram(resolve_paths(config, run_dir), gpu).total_mb
     except Exception:  # an estimate is a courtesy; the hint stands without it
         return ""
     return f"The studio estimates {needed / 1024:.1f} GB for this config; the GPU has {total / 1024:.1f} GB."

@@ -18,7 +18,7 @@ from studio import __version__
 from studio.core.config.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
-from studio.core.hardware.sampling_plan import sampling_needs_tiling
+from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
 from studio.train.components import Components
@@ -421,7 +421,7 @@ class Trainer:
         config.setdefault("dataset", {})["latents"] = self.config.dataset.latents
         self.reporter.emit(RunStarted(
             config=config, world_size=acc.num_processes, total_steps=self.total,
-            devices=devices, effective_batch=self.plan.global_batch * training.gradient_accumulation,
+            devices=devices, effective_batch=training.effective_batch(acc.num_processes),
             num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
             run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),
         ))

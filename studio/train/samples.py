@@ -26,7 +26,7 @@ import torch
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.image_headers import IMAGE_EXTENSIONS
-from studio.core.hardware.sampling_plan import VAE_TILE_PX
+from studio.core.estimate.sampling_plan import VAE_TILE_PX
 from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components

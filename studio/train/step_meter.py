@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.throughput import (
+from studio.core.estimate.throughput import (
     GpuPeak,
     forward_tflop,
     gpu_peak,

@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_thread() -> Iterator[None]:
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+from fixtures.torch_threads import one_torch_thread  # noqa: F401  (autouse here: torch on one thread)
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 
 from studio.cli import main as cli
 from studio.core.config.presets import get_preset
+from studio.core.estimate.preset_estimate import estimate_preset
 from studio.core.hardware.machine.probe import load_hardware
-from studio.core.hardware.preset_estimate import estimate_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,10 +75,10 @@ def test_gpus_shows_ddp_beside_fsdp_per_gpu(tmp_path: Path, capsys: pytest.Captu
                       'gradient_checkpointing = true\ncache_latents = true\ncache_text_embeddings = true\n')
     assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--gpus", "2"]) == 0
     out = capsys.readouterr().out
-    from studio.core.config.toml_file import load_config
-    from studio.core.hardware.sharded_estimate import plan_gpus
+    from studio.core.config.paths import load_resolved
+    from studio.core.estimate.sharded_estimate import plan_gpus
 
-    plan = plan_gpus(load_config(config), load_hardware("2x-rtx3090").gpus[0], 2)
+    plan = plan_gpus(load_resolved(config), load_hardware("2x-rtx3090").gpus[0], 2)
     assert plan.fsdp is not None
     lines = out.splitlines()
     table = lines[lines.index("Per GPU on 2 GPUs (NVIDIA GeForce RTX 3090, 24.0 GB free each):"):]

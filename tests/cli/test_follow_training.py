@@ -174,12 +174,13 @@ def test_the_launchers_traceback_is_held_back_and_the_trainers_is_shown() -> Non
 def test_a_failed_run_ends_with_the_studios_reason_not_accelerates_traceback(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    from studio.core.config.paths import resolve_paths
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
     from studio.core.runs.launch import prepare_run
 
     config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
                          dataset=DatasetSection(concepts=[ConceptSection(path="data")]))
-    run_dir = prepare_run(config, tmp_path).run_dir
+    run_dir = prepare_run(resolve_paths(config, tmp_path)).run_dir
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(run_dir / "accelerate.yaml"),
                str(FAKE_TRAINER), str(run_dir), "--crash-at", "3"]
     code = follow_training(command, run_dir)

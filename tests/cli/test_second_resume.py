@@ -11,6 +11,7 @@ import pytest
 
 from studio.cli import main as cli_main
 from studio.cli._follow import follow_training
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.runs.launch import prepare_run
 from studio.core.runs.lock import RunLock, write_process_file
@@ -21,7 +22,7 @@ def live_run(tmp_path: Path) -> Path:
     (tmp_path / "data").mkdir()
     config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
                          dataset=DatasetSection(concepts=[ConceptSection(path=str(tmp_path / "data"))]))
-    run_dir = prepare_run(config, tmp_path).run_dir
+    run_dir = prepare_run(resolve_paths(config, tmp_path)).run_dir
     (run_dir / "console.log").write_text("step 10 of the live run\n")
     return run_dir
 

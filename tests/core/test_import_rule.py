@@ -129,10 +129,10 @@ def test_core_environment_really_has_no_qt_or_torch() -> None:
 # Core's feature folders in layers: a folder imports the core's root modules, its own
 # folder and the folders of lower layers. The protocol (typed lines, the file tail, streamed commands)
 # is below everything; the family declarations are data the config reads; the config is the contract
-# everything reads; projects and exports put the others together; a cloud run's files are followed with
-# the remote machines' mirrors.
+# everything reads; the estimate (what a run needs) reads the config against what the machine has (hardware);
+# projects and exports put the others together; a cloud run's files are followed with the remote machines' mirrors.
 CORE_LAYERS = {"protocol": -1, "families": 0, "config": 1, "dataset": 2, "hardware": 2, "models": 2, "runs": 2,
-               "project": 3, "export": 3, "trainenv": 3, "tracking": 3, "remote": 4, "cloud": 5}
+               "estimate": 3, "project": 4, "export": 4, "trainenv": 4, "tracking": 4, "remote": 5, "cloud": 6}
 # The gui as one ordered list of floors: the ground (base: the event loop, layout state, the wheel guard,
 # desktop links, the config watch, the self-test's options), the runner (the one place the window waits on
 # anything: the Worker, the process wrapper, the run sources and controller, the GPU samplers), the shared

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from studio.core.config.presets import get_preset
-from studio.core.hardware.preset_estimate import estimate_preset
+from studio.core.estimate.preset_estimate import estimate_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 

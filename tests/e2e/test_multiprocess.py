@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import OutputSection, SamplingSection, TrainingSection
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Sample, Step
 from studio.core.runs.launch import prepare_run
@@ -23,7 +24,7 @@ def test_two_cpu_ranks_train_one_model(make_config, events_of, tmp_path: Path) -
         sampling=SamplingSection(every_n_steps=4, prompts=["a red circle on a blue background"], steps=2),
         output=OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=2, save_every_n_epochs=1),
     )
-    plan = prepare_run(config, tmp_path, num_processes=2)
+    plan = prepare_run(resolve_paths(config, tmp_path), num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(240))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import ModelSection, OutputSection, TrainingSection
 from studio.core.runs.events import RunFinished, RunStarted, Step
 from studio.core.runs.launch import prepare_run
@@ -28,7 +29,7 @@ def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tm
         training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1),
         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]),
     )
-    plan = prepare_run(config, tmp_path, num_processes=2)
+    plan = prepare_run(resolve_paths(config, tmp_path), num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     try:
         result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(180))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import DatasetSection, TrainingSection
 from studio.core.runs.events import Validation
 from studio.core.runs.launch import prepare_run
@@ -31,7 +32,7 @@ def test_two_ranks_measure_what_one_rank_measures(make_config, events_of, run_tr
         made.output.log_to = ["tensorboard"] if batch == 2 and HAS_TENSORBOARD else []
         return made
 
-    plan = prepare_run(config(2), tmp_path, num_processes=2)
+    plan = prepare_run(resolve_paths(config(2), tmp_path), num_processes=2)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(240))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

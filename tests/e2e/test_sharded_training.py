@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from fixtures.waits import scaled_s
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
@@ -67,8 +68,8 @@ def sharded_runs(tiny_models: dict[str, Path], demo_data: Path,
                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each family trained by 2 ranks: stopped after STOP_AT steps, resumed to STEPS; its run folder."""
     root = tmp_path_factory.mktemp("sharded")
-    runs = {family: prepare_run(config_for(family, tiny_models[family], demo_data, root / "runs", "fsdp", BATCH),
-                                root, num_processes=2).run_dir for family in VARIANTS}
+    runs = {family: prepare_run(resolve_paths(config_for(family, tiny_models[family], demo_data, root / "runs", "fsdp",
+                                                         BATCH), root), num_processes=2).run_dir for family in VARIANTS}
     first = next(iter(runs.values()))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(first / "accelerate.yaml"),
                str(HARNESS), "--stop-at", str(STOP_AT), *map(str, runs.values())]
@@ -167,8 +168,8 @@ def each_rank_holds_half_as_estimated(run_dir: Path, sharding: dict[str, Any], d
     from torch.distributed.checkpoint import FileSystemReader
 
     from studio.core.config.toml_file import load_config
-    from studio.core.hardware.memory_data import MB, load_calibration
-    from studio.core.hardware.memory_parts import RunFacts, denoiser_weights, optimizer_state
+    from studio.core.estimate.memory_data import MB, load_calibration
+    from studio.core.estimate.memory_parts import RunFacts, denoiser_weights, optimizer_state
 
     sizes = sharding["modules"][denoiser]
     held = sharding["params_by_rank"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import MethodSection, SamplingSection, TrainingSection
 from studio.core.runs.events import Phase, RunFinished, Sample, Step
 from studio.core.user_dirs import cache_dir
@@ -100,7 +101,7 @@ def test_compiled_blocks_under_two_ranks(make_config, events_of, tmp_path) -> No
 
     config = make_config(training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-3, seed=1,
                                                   compile="blocks", **CACHED))
-    plan = prepare_run(config, tmp_path, num_processes=2)
+    plan = prepare_run(resolve_paths(config, tmp_path), num_processes=2)
     cache = str(_COMPILED_CACHE[-1]) if _COMPILED_CACHE else str(tmp_path / "cache")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=cache)
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)

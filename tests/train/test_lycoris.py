@@ -116,7 +116,7 @@ def test_full_size_file_has_the_names_comfyui_and_sd_scripts_read(make_config: A
         assert {f"{q}.lokr_w1", f"{q}.lokr_w2_a", f"{q}.lokr_w2_b"} <= set(state)
     assert float(state[f"{q}.alpha"]) == 8.0
     if family == "sd15":  # the estimate counts the attention layers' adapter exactly
-        from studio.core.hardware.memory_data import load_architecture, lora_params
+        from studio.core.estimate.memory_data import load_architecture, lora_params
 
         attention = sum(p.numel() for n, p in built.denoiser.named_parameters() if p.requires_grad and "attentions" in n)
         targets = load_architecture("sd15")["components"]["unet"]["lora_targets"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import OutputSection, TrainingSection
 from studio.core.runs.events import Error, RunFinished
 
@@ -66,7 +67,7 @@ def test_a_second_trainer_of_a_held_run_folder_writes_nothing_there(
     from studio.core.runs.lock import RunLock
     from studio.train.entry import train
 
-    run_dir = prepare_run(make_config(), tmp_path).run_dir
+    run_dir = prepare_run(resolve_paths(make_config(), tmp_path)).run_dir
     with RunLock(run_dir):  # the first trainer, as far as the folder can tell
         code = train(load_config(run_dir / "config.toml"), run_dir, resume=True)
     assert code == 1

@@ -15,7 +15,7 @@ import pytest
 from fixtures.checkpoints import CONV_IN, TO_K, VAE, write_checkpoint
 
 from studio.core.config.schema import OutputSection, TrainingSection
-from studio.core.hardware.estimate import load_architecture
+from studio.core.estimate.estimate import load_architecture
 from studio.core.runs.events import Error, RunFinished
 
 torch = pytest.importorskip("torch")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from studio.core.hardware.throughput import GpuPeak
+from studio.core.estimate.throughput import GpuPeak
 from studio.train import step_meter
 from studio.train.step_meter import StepCost, StepMeter
 

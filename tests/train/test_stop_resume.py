@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, MethodSection, TrainingSection
 from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
 
@@ -83,7 +84,7 @@ def test_resume_without_a_checkpoint_starts_over(make_config, run_training, even
     from studio.core.runs.launch import prepare_run
 
     # A run killed before its first checkpoint: the folder is prepared, nothing was saved.
-    run_dir = prepare_run(make_config(training=TrainingSection(batch_size=2, max_steps=2)), tmp_path).run_dir
+    run_dir = prepare_run(resolve_paths(make_config(training=TrainingSection(batch_size=2, max_steps=2)), tmp_path)).run_dir
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0

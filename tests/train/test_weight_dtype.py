@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
-from studio.core.hardware.estimate import estimate_vram
+from studio.core.estimate.estimate import estimate_vram
 from studio.core.hardware.machine.probe import load_hardware
 
 torch = pytest.importorskip("torch")

@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.paths import load_resolved
     from studio.core.export.cost import (
         assumptions,
         cost_table,
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --counts {args.counts!r}: give whole numbers separated by commas, e.g. 1,2,4,8", file=sys.stderr)
         return EXIT_INVALID
     try:
-        config = load_config(path)
+        config = load_resolved(path)
         catalogue = load_catalogue(args.catalogue)
         gpu_ids = [catalogue.get(g).id for g in args.gpu] if args.gpu else None
     except (CatalogueError, KeyError) as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli._follow import follow_training
-from studio.core.config.toml_file import load_config
+from studio.core.config.paths import load_resolved
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return EXIT_FAILED
-    config = load_config(run_dir / CONFIG_FILE)
+    config = load_resolved(run_dir / CONFIG_FILE)
     problem = python_problem(config)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

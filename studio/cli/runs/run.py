@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli._follow import follow_training
-from studio.core.config.toml_file import load_config
+from studio.core.config.paths import load_resolved
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs.launch import RunFolderError, format_command, prepare_run, python_problem
@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
-    config = load_config(path)
+    config = load_resolved(path)
     if args.processes is not None and args.processes < 1:
         print(f"--processes must be at least 1, not {args.processes}", file=sys.stderr)
         return EXIT_INVALID
@@ -41,14 +41,14 @@ def run(args: argparse.Namespace) -> int:
     if args.processes is not None:  # checked as it will run (one process per GPU)
         config = config.model_copy(update={"launch": config.launch.model_copy(
             update={"num_processes": args.processes})})
-    errors, warnings = preflight_headless(config, path.resolve().parent)
+    errors, warnings = preflight_headless(config)
     for found in warnings:
         print(f"warning: {found}", file=sys.stderr)
     if errors:
         print("\n".join(f"error: {found}" for found in errors), file=sys.stderr)
         return EXIT_INVALID
     try:
-        plan = prepare_run(config, path.resolve().parent, num_processes=args.processes)
+        plan = prepare_run(config, num_processes=args.processes)
     except RunFolderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED

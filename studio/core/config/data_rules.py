@@ -1,4 +1,5 @@
-"""Consistency rules of the held-out validation images and the loss masks (see schema.CONSISTENCY_RULES).
+"""Consistency rules of the caches, the held-out validation images and the loss masks (see
+schema.CONSISTENCY_RULES).
 
 Each rule raises a Contradiction naming the key, its value and what to do.
 """
@@ -27,3 +28,41 @@ def check_masks(config: Any) -> None:
     if d.masks == "folder" and not d.mask_folder:
         raise Contradiction("dataset.masks", "folder",
                             "needs dataset.mask_folder: the folder of mask images named as the training images")
+
+
+def check_caches(config: Any) -> None:
+    """A cache holds what every step would otherwise compute; nothing may change it between steps."""
+    t, d = config.training, config.dataset
+    if t.cache_text_embeddings and config.method.train_text_encoder:
+        raise Contradiction(
+            "training.cache_text_embeddings",
+            True,
+            "cached text embeddings cannot be used while method.train_text_encoder = true "
+            "(the encoder changes every step); turn one of them off",
+        )
+    if t.cache_text_embeddings and d.shuffle_tags:
+        raise Contradiction(
+            "training.cache_text_embeddings",
+            True,
+            "cached text embeddings cannot follow dataset.shuffle_tags = true "
+            "(each step has a different caption); turn one of them off",
+        )
+    if config.model.text_encoder_on_cpu and not t.cache_text_embeddings:
+        raise Contradiction(
+            "model.text_encoder_on_cpu",
+            True,
+            "text encoders on the CPU need training.cache_text_embeddings = true (each step would otherwise "
+            "encode its captions on the CPU); turn cache_text_embeddings on or this off",
+        )
+    # Dropout to the empty caption is cheap to cache too: caption_dropout is allowed with the cache.
+    if t.cache_latents and (d.flip or d.crop == "random"):
+        raise Contradiction(
+            "training.cache_latents",
+            True,
+            "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
+            "(each epoch sees a different image); turn the augmentation or the cache off",
+        )
+    if t.cache_latents_to_disk and not t.cache_latents:
+        raise Contradiction(
+            "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
+        )

@@ -1,12 +1,60 @@
-"""Relative paths in a config, made absolute against the config file's folder (hub ids stay)."""
+"""Relative paths in a config, made absolute against the config file's folder (hub ids stay).
+
+`resolve_paths` is the one way to do it; what it makes is a `ResolvedConfig`, the type the estimate,
+the launch, the pre-flight checks, the bundle, the remote start and the sweep require, so a config
+whose paths were never made absolute cannot reach them (mypy says so).
+"""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+
+from pydantic import PrivateAttr
 
 from studio.core.config.errors import ConfigError, ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
+
+# The folder a config that never lived in one (a preset without a project, a measured GPU point) is
+# resolved against: it does not exist, so its relative paths name nothing on this machine.
+NO_FOLDER = Path(tempfile.gettempdir()) / "studio-config-without-a-folder"
+
+
+class ResolvedConfig(TrainConfig):
+    """A TrainConfig whose relative paths are absolute against `base_dir` (the folder it was resolved
+    against: the config file's, the project's). Made only by `resolve_paths`; a copy (`model_copy`)
+    keeps the folder, and `varied` resolves a changed config (a fix, a preset, a sweep's value) against it."""
+
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def base_dir(self) -> Path:
+        if self._base_dir is None:
+            raise TypeError("a ResolvedConfig is made by studio.core.config.paths.resolve_paths, not directly")
+        return self._base_dir
+
+    def varied(self, config: TrainConfig) -> ResolvedConfig:
+        """`config` (a changed copy of this one: a fix, a preset, a sweep's value) with its paths resolved
+        against the same folder. It takes `config` over: when its paths are this one's (already
+        resolved), it is not copied or resolved again (the estimate tries dozens of changes per update)."""
+        if _paths(config) == _paths(self):
+            return _resolved(config, self.base_dir)
+        return resolve_paths(config, self.base_dir)
+
+
+def _paths(config: TrainConfig) -> tuple[object, ...]:
+    """Every path field `resolve_paths` resolves, as written."""
+    m, d = config.model, config.dataset
+    return (m.base, m.vae, m.training_adapter, tuple((c.path, c.class_path) for c in d.concepts),
+            d.validation_folder, d.mask_folder, config.output.dir)
+
+
+def _resolved(config: TrainConfig, base_dir: Path) -> ResolvedConfig:
+    """`config`'s own sections as a ResolvedConfig against `base_dir` (validated already: not again)."""
+    out = ResolvedConfig.model_construct(config.model_fields_set, **dict(config))
+    out._base_dir = base_dir
+    return out
 
 
 def _resolve(base_dir: Path, value: str | None, hub_ok: bool, key: str) -> str | None:
@@ -48,13 +96,14 @@ def _looks_like_hub_id(value: str) -> bool:
     )
 
 
-def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
+def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
     """A copy whose relative paths are made absolute against `base_dir` (the config's folder).
 
-    Hub ids (`org/name` that is not a local path) stay as they are.
+    Hub ids (`org/name` that is not a local path) stay as they are. A path that cannot be made
+    absolute raises ConfigError naming the field, its value and what to do.
     """
     base = Path(base_dir)
-    out = config.model_copy(deep=True)
+    out = _resolved(config.model_copy(deep=True), base)
     out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
     out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
     out.model.training_adapter = _resolve(base, out.model.training_adapter, False, "model.training_adapter")
@@ -68,7 +117,7 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> TrainConfig:
     return out
 
 
-def load_resolved(path: str | Path) -> TrainConfig:
+def load_resolved(path: str | Path) -> ResolvedConfig:
     """Load a config file and resolve its paths against its folder."""
     path = Path(path)
     return resolve_paths(load_config(path), path.resolve().parent)

@@ -10,6 +10,9 @@ pre-flight check and the Model page.
 from __future__ import annotations
 
 from pathlib import PurePath
+from typing import Any
+
+from studio.core.config.errors import Contradiction
 
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
 
@@ -32,3 +35,12 @@ def pickle_warning(base: str) -> str:
     """What a run that loads a pickle model says (model.allow_pickle = true)."""
     return (f"{PurePath(base).name} is a pickle file, loaded as data only because model.allow_pickle = true; "
             "convert it to .safetensors to be sure no code in it can run")
+
+
+def check_pickle(config: Any) -> None:
+    """A pickle model file can run code when loaded: refused unless the config allows it explicitly."""
+    model = config.model
+    for key, value in (("model.base", model.base), ("model.vae", model.vae),
+                       ("model.training_adapter", model.training_adapter)):
+        if value and is_pickle_file(value) and not model.allow_pickle:
+            raise Contradiction(key, value, pickle_refusal(value))

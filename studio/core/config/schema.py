@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from studio.core.config.acting import inert_settings
-from studio.core.config.data_rules import check_masks, check_validation
+from studio.core.config.data_rules import check_caches, check_masks, check_validation
 from studio.core.config.errors import Contradiction, section_type
+from studio.core.config.launch_rules import check_launch, check_strategy
 from studio.core.config.network_rules import check_ema, check_network
-from studio.core.config.pickled import is_pickle_file, pickle_refusal
+from studio.core.config.pickled import check_pickle
 from studio.core.families import FAMILIES, FAMILY_NAMES, family
 
 SCHEMA_VERSION = 1
@@ -272,7 +273,7 @@ class TrainingSection(Section):
 
     def effective_batch(self, processes: int = 1) -> int:
         """Images per optimizer update: the per-GPU batch, times accumulation, times the processes."""
-        return self.batch_size * self.gradient_accumulation * max(processes, 1)
+        return effective_batch(self.batch_size, self.gradient_accumulation, processes)
 
 
 class SamplingSection(Section):
@@ -346,44 +347,6 @@ class TrainConfig(Section):
         return self
 
 
-def _check_caches(config: TrainConfig) -> None:
-    """A cache holds what every step would otherwise compute; nothing may change it between steps."""
-    t, d = config.training, config.dataset
-    if t.cache_text_embeddings and config.method.train_text_encoder:
-        raise Contradiction(
-            "training.cache_text_embeddings",
-            True,
-            "cached text embeddings cannot be used while method.train_text_encoder = true "
-            "(the encoder changes every step); turn one of them off",
-        )
-    if t.cache_text_embeddings and d.shuffle_tags:
-        raise Contradiction(
-            "training.cache_text_embeddings",
-            True,
-            "cached text embeddings cannot follow dataset.shuffle_tags = true "
-            "(each step has a different caption); turn one of them off",
-        )
-    if config.model.text_encoder_on_cpu and not t.cache_text_embeddings:
-        raise Contradiction(
-            "model.text_encoder_on_cpu",
-            True,
-            "text encoders on the CPU need training.cache_text_embeddings = true (each step would otherwise "
-            "encode its captions on the CPU); turn cache_text_embeddings on or this off",
-        )
-    # Dropout to the empty caption is cheap to cache too: caption_dropout is allowed with the cache.
-    if t.cache_latents and (d.flip or d.crop == "random"):
-        raise Contradiction(
-            "training.cache_latents",
-            True,
-            "cached latents cannot follow dataset.flip or dataset.crop = \"random\" "
-            "(each epoch sees a different image); turn the augmentation or the cache off",
-        )
-    if t.cache_latents_to_disk and not t.cache_latents:
-        raise Contradiction(
-            "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
-        )
-
-
 def _check_training(config: TrainConfig) -> None:
     t, d = config.training, config.dataset
     if t.checkpointing_interval > 1 and not t.gradient_checkpointing:
@@ -427,56 +390,16 @@ def _check_fp8(config: TrainConfig) -> None:
                             "weights themselves, which fp8 stores in 8 bits; turn one of them off")
 
 
-def _check_strategy(config: TrainConfig) -> None:
-    """What sharding cannot do, named with the reason (one process is allowed: the trainer warns)."""
-    if config.launch.strategy != "fsdp":
-        return
-    if config.method.kind == "lora":
-        raise Contradiction("launch.strategy", "fsdp",
-                            "shards the weights a full fine-tune trains; a LoRA's trained weights are a few "
-                            "megabytes, and the frozen base is not sharded. Use strategy \"ddp\" for LoRA "
-                            "(or method.kind = \"dreambooth\")")
-    if config.training.mixed_precision == "fp16":
-        raise Contradiction("launch.strategy", "fsdp",
-                            "is not available with training.mixed_precision = \"fp16\" (sharded gradients "
-                            "would need a sharded loss scaler); use \"bf16\" (every GPU since the RTX 30 and "
-                            "A100 series has it) or \"no\"")
-    if config.training.compile != "off":
-        raise Contradiction("training.compile", config.training.compile,
-                            "is not available with launch.strategy = \"fsdp\" (sharding wraps the very blocks the "
-                            "compiler would compile, and the pair is untested); set training.compile = \"off\"")
-
-
-def _check_launch(config: TrainConfig) -> None:
-    launch = config.launch
-    if launch.machine_rank >= launch.num_machines:
-        raise Contradiction(
-            "launch.machine_rank",
-            launch.machine_rank,
-            f"must be below launch.num_machines ({launch.num_machines})",
-        )
-    if launch.num_processes < launch.num_machines:
-        raise Contradiction(
-            "launch.num_processes",
-            launch.num_processes,
-            f"must be at least launch.num_machines ({launch.num_machines})",
-        )
-
-
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
-def _check_pickle(config: TrainConfig) -> None:
-    """A pickle model file can run code when loaded: refused unless the config allows it explicitly."""
-    model = config.model
-    for key, value in (("model.base", model.base), ("model.vae", model.vae),
-                       ("model.training_adapter", model.training_adapter)):
-        if value and is_pickle_file(value) and not model.allow_pickle:
-            raise Contradiction(key, value, pickle_refusal(value))
-
-
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
-    _check_caches, _check_training, _check_fp8, _check_settings_act, _check_strategy, _check_launch,
-    _check_pickle, check_network, check_ema, check_validation, check_masks,
+    check_caches, _check_training, _check_fp8, _check_settings_act, check_strategy, check_launch,
+    check_pickle, check_network, check_ema, check_validation, check_masks,
 )
+
+
+def effective_batch(batch_size: int, gradient_accumulation: int, processes: int = 1) -> int:
+    """Images per optimizer update (`TrainingSection.effective_batch`, and the cost table's workload)."""
+    return batch_size * gradient_accumulation * max(processes, 1)
 
 
 def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:

@@ -290,12 +290,6 @@ def check_concepts(
     return report
 
 
-def check_entries(
-    entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None = None
-) -> list[Problem]:
-    return _check_entries(entries, resolution, progress)[0]
-
-
 def _check_entries(
     entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None
 ) -> tuple[list[Problem], dict[Path, ImageFacts]]:

@@ -51,11 +51,6 @@ class ImageEntry:
     is_class: bool = False  # DreamBooth class (regularisation) image
     caption_error: str | None = None  # why the caption file (caption_path) cannot be read
 
-    @property
-    def has_caption(self) -> bool:
-        return bool(self.caption)
-
-
 @dataclass
 class ScanResult:
     """One concept folder scanned: its images and what else the scan noticed."""

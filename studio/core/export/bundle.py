@@ -21,6 +21,7 @@ from typing import Any
 from studio import __version__
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import dump_resolved
+from studio.core.estimate.memory_data import denoiser_entry, load_architecture
 from studio.core.export.bundle_files import (
     Progress,
     copy_studio_source,
@@ -54,7 +55,6 @@ from studio.core.export.sky_task import (
 from studio.core.export.templates import readme_text, render
 from studio.core.families import family
 from studio.core.files import atomic_write_text
-from studio.core.hardware.memory_data import denoiser_entry, load_architecture
 from studio.core.resources import resource_path
 from studio.core.runs.launch import accelerate_config, dump_yaml
 

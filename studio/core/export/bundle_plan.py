@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.paths import ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data, load_config
 from studio.core.export.bundle_files import absolute_paths, find_secrets, folder_size
@@ -161,8 +161,8 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
         "num_processes": plan.processes, "num_machines": nodes, "machine_rank": 0, "gpu_ids": "all",
         "main_process_ip": main_address, "main_process_port": port, "python": None, "cpu": False})
     _refuse_secrets_and_paths(bundle, remote_base, remote_dataset, config_path)
-    _choose_strategy(bundle, plan.gpu or _GENERIC_GPU, plan.warnings)
-    plan.vram = vram_estimator(bundle)(plan.gpu or _GENERIC_GPU, plan.processes)
+    _choose_strategy(bundle, _sized(bundle, resolved, out), plan.gpu or _GENERIC_GPU, plan.warnings)
+    plan.vram = vram_estimator(_sized(bundle, resolved, out))(plan.gpu or _GENERIC_GPU, plan.processes)
     gpu = plan.gpu
     if gpu is not None and plan.vram is not None and plan.vram > gpu.vram_mb:
         plan.warnings.append(f"the estimate ({plan.vram / 1024:.1f} GB per GPU) exceeds the {gpu.name}'s "
@@ -171,16 +171,24 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
     return plan
 
 
-def _choose_strategy(bundle: TrainConfig, gpu: GpuType, warnings: list[str]) -> None:
-    """Shard a DreamBooth whose data-parallel copies would not fit the remote GPUs (and say so)."""
+def _sized(bundle: TrainConfig, resolved: ResolvedConfig, out: Path) -> ResolvedConfig:
+    """The bundle as the estimate sizes it: its own paths resolved against the bundle's folder, with the
+    model the project has here (a small local model is sized as it is, before it is copied)."""
+    model = bundle.model.model_copy(update={"base": resolved.model.base})
+    return resolve_paths(bundle.model_copy(update={"model": model}), out)
+
+
+def _choose_strategy(bundle: TrainConfig, sized: ResolvedConfig, gpu: GpuType, warnings: list[str]) -> None:
+    """Shard a DreamBooth whose data-parallel copies (`sized`: the bundle as the estimate sizes it) would
+    not fit the remote GPUs (and say so)."""
+    from studio.core.estimate.sharded_estimate import plan_gpus
     from studio.core.hardware.report import GPUInfo
-    from studio.core.hardware.sharded_estimate import plan_gpus
 
     processes = bundle.launch.num_processes
     if processes < 2 or bundle.launch.strategy != "ddp":
         return
     info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)
-    plan = plan_gpus(bundle, info, processes)
+    plan = plan_gpus(sized, info, processes)
     if plan.proposes_fsdp and plan.fsdp is not None:
         bundle.launch.strategy = "fsdp"
         warnings.append(f"launch.strategy ddp -> fsdp: data parallel needs {plan.ddp.total_gb:.1f} GB per GPU, more "
@@ -188,7 +196,7 @@ def _choose_strategy(bundle: TrainConfig, gpu: GpuType, warnings: list[str]) -> 
                         f"{plan.fsdp.total_gb:.1f} GB")
 
 
-def _select_datasets(bundle: TrainConfig, resolved: TrainConfig, data_root: str,
+def _select_datasets(bundle: TrainConfig, resolved: ResolvedConfig, data_root: str,
                      config_path: Path) -> list[DatasetSelection]:
     """Point every concept of `bundle` at its copy under `data_root`; what each folder contributes."""
     selections: list[DatasetSelection] = []
@@ -220,7 +228,7 @@ def _skipped_warning(selections: list[DatasetSelection]) -> list[str]:
             f"{MANIFEST} lists each with the reason"]
 
 
-def _concept_pairs(bundle: TrainConfig, resolved: TrainConfig) -> list[tuple[Any, Any]]:
+def _concept_pairs(bundle: TrainConfig, resolved: ResolvedConfig) -> list[tuple[Any, Any]]:
     return list(zip(bundle.dataset.concepts, resolved.dataset.concepts, strict=True))
 
 

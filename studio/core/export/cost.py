@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from studio.core.config.schema import TrainConfig
+from studio.core.config.paths import ResolvedConfig
+from studio.core.config.schema import TrainConfig, effective_batch
 from studio.core.export.gpu_catalogue import Catalogue, GpuType, Scaling
 
 VramNeeded = Callable[[GpuType, int], int | None]  # MB per GPU with that many GPUs in all, or None when unknown
@@ -30,7 +31,7 @@ class Workload:
     mixed_precision: str
 
     def steps(self, total_gpus: int) -> int:
-        per_step = self.batch_size * self.gradient_accumulation * max(total_gpus, 1)
+        per_step = effective_batch(self.batch_size, self.gradient_accumulation, total_gpus)
         return max(1, math.ceil(self.images / per_step))
 
 
@@ -199,12 +200,12 @@ def _little_gain(row: CostRow, rows: list[CostRow], scaling: Scaling) -> bool:
     return cost_rise >= scaling.diminishing_cost_rise and time_gain < scaling.diminishing_time_gain
 
 
-def vram_estimator(config: TrainConfig) -> VramNeeded:
+def vram_estimator(config: ResolvedConfig) -> VramNeeded:
     """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type and count (a DreamBooth
     that does not fit as data parallel is counted sharded, as the bundle would run it)."""
-    from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
+    from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram
+    from studio.core.estimate.sharded_estimate import run_config
     from studio.core.hardware.report import GPUInfo
-    from studio.core.hardware.sharded_estimate import run_config
 
     def needed(gpu: GpuType, gpus: int = 1) -> int | None:
         info = GPUInfo(index=0, name=gpu.name, total_mb=gpu.vram_mb, free_mb=gpu.vram_mb, bf16=gpu.bf16)

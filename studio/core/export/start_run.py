@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from studio.core.config.errors import ConfigError
+from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import load_config, validate_data
 from studio.core.runs.launch import prepare_run
 
@@ -42,7 +43,7 @@ def prepare_bundle_run(
         data["output"]["dir"] = str(Path(data["output"]["dir"]).parent / NODE_RUNS_DIR)
     # Validating again checks the launch values together (rank below machines, ...).
     config = validate_data(data, f"{config_path} with the launch settings of this node")
-    plan = prepare_run(config, config_path.resolve().parent)
+    plan = prepare_run(resolve_paths(config, config_path.resolve().parent))
     return plan.run_dir
 
 

@@ -68,14 +68,6 @@ class HardwareReport:
     source: str = "none"
     profile: str | None = None
 
-    @property
-    def has_gpu(self) -> bool:
-        return bool(self.gpus)
-
-    @property
-    def total_vram_mb(self) -> int:
-        return sum(g.total_mb for g in self.gpus)
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

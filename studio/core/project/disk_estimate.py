@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram
+from studio.core.config.paths import ResolvedConfig
+from studio.core.estimate.estimate import estimate_vram
 from studio.core.runs.folders import CHECKPOINTS_DIR
 
 MB = 1024**2
@@ -31,7 +31,7 @@ def format_size(count: int | float) -> str:
     return f"{count / GB:,.1f} GB"
 
 
-def estimate_disk_bytes(config: TrainConfig, trainable_params: int | None = None) -> int:
+def estimate_disk_bytes(config: ResolvedConfig, trainable_params: int | None = None) -> int:
     """Disk a run fills at its fullest: the checkpoints kept at once, the outputs, samples and logs.
 
     `trainable_params` defaults to the VRAM estimate's count of the weights the run trains."""
@@ -58,7 +58,7 @@ def estimate_disk_bytes(config: TrainConfig, trainable_params: int | None = None
     return int((kept * checkpoint + copies * per_format + samples + logs) * 1.1) + MB
 
 
-def resume_disk_bytes(config: TrainConfig, run_dir: Path) -> int:
+def resume_disk_bytes(config: ResolvedConfig, run_dir: Path) -> int:
     """What resuming `run_dir` still writes: the estimate less the checkpoints already on disk
     (the new ones replace them), but at least one more checkpoint and the outputs."""
     params = estimate_vram(config, None).trainable_params

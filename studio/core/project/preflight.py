@@ -15,11 +15,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.scan import list_concept
-from studio.core.hardware.estimate import estimate_vram, fit
+from studio.core.estimate.estimate import estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import (
     FAMILY_NAMES,
@@ -51,11 +51,11 @@ class PreflightProblem:
         return self.message
 
 
-def preflight(config: TrainConfig, base_dir: Path, gpu: GPUInfo | None = None,
+def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None,
               check_torch: bool = True, gpu_count: int | None = None) -> list[PreflightProblem]:
-    """Every problem found before starting a run of `config` (relative paths start at `base_dir`);
-    `gpu` is the first GPU of the machine and `gpu_count` how many it has (None: not known)."""
-    resolved = resolve_paths(config, base_dir)
+    """Every problem found before starting a run of `config` (its paths resolved against its folder,
+    `config.base_dir`); `gpu` is the first GPU of the machine and `gpu_count` how many it has (None: not known)."""
+    resolved, base_dir = config, config.base_dir
     on_gpu = gpu is not None and not config.launch.cpu
     problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved)) if p is not None]
     problems += check_output(resolved)
@@ -161,7 +161,7 @@ def _nearest_existing(folder: Path) -> Path:
     return folder
 
 
-def check_output(config: TrainConfig) -> list[PreflightProblem]:
+def check_output(config: ResolvedConfig) -> list[PreflightProblem]:
     """The output folder can be written and its disk has room for the run."""
     folder = Path(config.output.dir)
     existing = _nearest_existing(folder)
@@ -183,7 +183,7 @@ def check_output(config: TrainConfig) -> list[PreflightProblem]:
     return []
 
 
-def check_resume_disk(config: TrainConfig, run_dir: Path) -> str | None:
+def check_resume_disk(config: ResolvedConfig, run_dir: Path) -> str | None:
     """Why the disk of `run_dir` has too little room to resume it, or None."""
     try:
         free = shutil.disk_usage(run_dir).free
@@ -217,7 +217,7 @@ def check_gpu_count(config: TrainConfig, gpu_count: int) -> PreflightProblem | N
                 f"machine with {here} GPUs.")
 
 
-def check_vram(config: TrainConfig, gpu: GPUInfo) -> PreflightProblem | None:
+def check_vram(config: ResolvedConfig, gpu: GPUInfo) -> PreflightProblem | None:
     estimate = estimate_vram(config, gpu)
     if fit(estimate, gpu) != "does_not_fit":
         return None
@@ -252,7 +252,7 @@ def check_torch_cuda(python: str | None) -> PreflightProblem | None:
     return None
 
 
-def preflight_headless(config: TrainConfig, base_dir: Path) -> tuple[list[PreflightProblem], list[PreflightProblem]]:
+def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], list[PreflightProblem]]:
     """(errors, warnings) for a run started with no one to ask (`studio-train run`, a remote machine).
 
     The GPU is this machine's (or $STUDIO_HARDWARE's profile). Nobody can confirm there, so
@@ -261,6 +261,6 @@ def preflight_headless(config: TrainConfig, base_dir: Path) -> tuple[list[Prefli
     """
     from studio.core.hardware.machine.probe import load_hardware
 
-    report = load_hardware(disk_path=_nearest_existing(Path(resolve_paths(config, base_dir).output.dir)))
-    problems = preflight(config, base_dir, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus))
+    report = load_hardware(disk_path=_nearest_existing(Path(config.output.dir)))
+    problems = preflight(config, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus))
     return [p for p in problems if p.check != "vram"], [p for p in problems if p.check == "vram"]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.paths import ResolvedConfig, load_resolved
 from studio.core.config.toml_file import load_config
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
 from studio.core.remote.control import RemoteRunRecord, write_record
@@ -124,7 +124,7 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
                               "to test the set-up (--cpu)")
         if report.gpus and gpus > len(report.gpus):
             raise RemoteError(f"{machine.name} has {len(report.gpus)} GPU(s), {gpus} asked for; ask for fewer")
-        local_runs = Path(resolve_paths(load_config(config_path), config_path.parent).output.dir)
+        local_runs = Path(load_resolved(config_path).output.dir)
         sent = send_bundle(client, report, config_path, project, gpus, gpu_type, progress)
         if progress:
             progress(f"checking {machine.name} (check.sh) and starting" if run_check else "starting", 0, 1)
@@ -141,8 +141,7 @@ def send_bundle(client: SshClient, report: MachineReport, config_path: Path, pro
                 gpu_type: str | None, progress: Progress | None = None) -> SentBundle:
     """Write the bundle in a temporary folder and make WORKSPACE/<project> there equal to it; a local
     base model goes to WORKSPACE/models/. One comparison and one copy for all (changed files only)."""
-    config = load_config(config_path)
-    resolved = resolve_paths(config, config_path.parent)
+    resolved = load_resolved(config_path)
     model_files, remote_base = _model_files(resolved.model.base, report.workspace)
     with tempfile.TemporaryDirectory(prefix="studio-bundle-") as tmp:
         staging = Path(tmp) / "bundle"
@@ -150,7 +149,7 @@ def send_bundle(client: SshClient, report: MachineReport, config_path: Path, pro
                                  remote_base=remote_base, include_model=True, progress=progress)
         files = [LocalFile(p, f"{project}/{p.relative_to(staging).as_posix()}")
                  for p in sorted(staging.rglob("*")) if p.is_file()]
-        data = _dataset_files(staging, config_path, project)
+        data = _dataset_files(staging, resolved, project)
         sent = send_files(client, model_files + files + data, report.workspace, report.rsync and has_local_rsync(),
                           prune=[f"{project}/{folder}" for folder in OWNED], progress=progress)
     return SentBundle(f"{report.workspace}/{project}", project, sent, len(data), exported.warnings)
@@ -180,10 +179,10 @@ def _folder_files(folder: Path) -> list[Path]:
     return found
 
 
-def _dataset_files(staging: Path, config_path: Path, project: str) -> list[LocalFile]:
-    """The manifest's files, read from their own folders here (no copy), with the manifest's checksums."""
+def _dataset_files(staging: Path, local: ResolvedConfig, project: str) -> list[LocalFile]:
+    """The manifest's files, read from their own folders here (`local`: the project's config, resolved;
+    no copy), with the manifest's checksums."""
     bundle = load_config(staging / "config.toml")
-    local = resolve_paths(load_config(config_path), config_path.parent)
     folders: dict[str, Path] = {}
     for sent, here in zip(bundle.dataset.concepts, local.dataset.concepts, strict=True):
         for there, mine in ((sent.path, here.path), (sent.class_path, here.class_path)):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.config.sharding import accelerate_fsdp_config
 from studio.core.config.toml_file import dump_resolved
@@ -135,9 +135,8 @@ def training_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def planned_run_dir(config: TrainConfig, config_dir: str | Path, now: _dt.datetime | None = None) -> Path:
+def planned_run_dir(resolved: ResolvedConfig, now: _dt.datetime | None = None) -> Path:
     """The folder `prepare_run` would create now (nothing is written)."""
-    resolved = resolve_paths(config, config_dir)
     stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
     return Path(resolved.output.dir) / f"{stamp}-{resolved.output.name}"
 
@@ -177,21 +176,19 @@ def _folder_error(exc: OSError, output_dir: str) -> RunFolderError:
 class RunPlan:
     run_dir: Path
     command: list[str]
-    config: TrainConfig
+    config: ResolvedConfig
 
 
 def prepare_run(
-    config: TrainConfig,
-    config_dir: str | Path,
+    config: ResolvedConfig,
     num_processes: int | None = None,
     run_dir: str | Path | None = None,
 ) -> RunPlan:
-    """Write a new run folder (resolved config.toml, accelerate.yaml, command.txt).
-
-    Relative paths in `config` resolve against `config_dir` (the config file's folder).
+    """Write a new run folder (resolved config.toml, accelerate.yaml, command.txt) for `config`, whose
+    paths `resolve_paths` made absolute against the config file's folder.
     Raises RunFolderError (an OSError) naming the folder and what to do when it cannot be written.
     """
-    resolved = resolve_paths(config, config_dir)
+    resolved = config.model_copy(deep=True)  # the launch settings below are the run's, not the caller's
     if num_processes:
         resolved.launch.num_processes = num_processes
     launch = resolved.launch

@@ -153,10 +153,6 @@ class RunQueue:
         self.save()
         return new
 
-    def clear_finished(self) -> None:
-        self.items = [i for i in self.items if i.state in ("pending", "running")]
-        self.save()
-
     # ------------------------------------------------------------ running
     @property
     def running(self) -> QueueItem | None:
@@ -179,11 +175,4 @@ class RunQueue:
             raise QueueError(f"{state!r} is not an end state; use one of completed, stopped, failed, interrupted")
         item = self.get(item_id)
         item.state, item.ended, item.message = state, time.time(), message
-        self.save()
-
-    def requeue(self, item_id: str) -> None:
-        item = self.get(item_id)
-        if item.state == "running":
-            raise QueueError(f"{item.name} is running")
-        item.state, item.run_dir, item.message = "pending", "", ""
         self.save()

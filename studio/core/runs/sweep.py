@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import resolve_paths
-from studio.core.config.toml_file import load_config, save_config, validate_data
+from studio.core.config.paths import ResolvedConfig, load_resolved
+from studio.core.config.toml_file import save_config, validate_data
 
 SWEEPS_DIR = "sweeps"
 MAX_VALUES = 50
@@ -94,26 +94,26 @@ def _set(data: dict[str, Any], field: str, value: Any) -> None:
 
 def write_sweep(config_path: Path, field: str, values: list[Any]) -> list[Path]:
     """One config per value, named by it; every value is checked before any file is written."""
-    config = load_config(config_path)
+    # The sweep's configs sit two folders down: their relative paths are made absolute.
+    config = load_resolved(config_path)
     base = config.model_dump(mode="json")
     short = field.rsplit(".", 1)[-1]
     folder = config_path.parent / SWEEPS_DIR / f"{config.output.name}-{short}"
-    configs = []
+    configs: list[tuple[str, ResolvedConfig]] = []
     for value in values:
         data = _deep_copy(base)
         _set(data, field, value)
         label = value_label(value)
         data["output"]["name"] = f"{config.output.name}-{short}-{label}"
         try:
-            configs.append((label, validate_data(data, f"{config_path} with {field} = {value}")))
+            configs.append((label, config.varied(validate_data(data, f"{config_path} with {field} = {value}"))))
         except ConfigError as exc:
             raise SweepError(exc.describe()) from None
     paths = []
     for label, varied in configs:
         path = folder / f"{short}-{label}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The sweep's configs sit two folders down: their relative paths are made absolute.
-        save_config(resolve_paths(varied, config_path.parent), path)
+        save_config(varied, path)
         paths.append(path)
     return paths
 

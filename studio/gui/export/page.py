@@ -239,9 +239,15 @@ class ExportPage(Page):
         if config is None or catalogue is None or self.project is None:
             self.table.set_rows([])
             return []
+        try:
+            resolved = self.context.resolved_config(config)
+        except ConfigError as exc:  # a path of the settings cannot be made absolute: say which
+            self.table.set_rows([])
+            self.assumptions.setText(f"No times or costs: {exc.describe()}")
+            return []
         work = workload_from_config(config, self.project.root)
         try:
-            rows = cost_table(work, catalogue, vram_estimator(config), COUNTS, self.nodes_spin.value())
+            rows = cost_table(work, catalogue, vram_estimator(resolved), COUNTS, self.nodes_spin.value())
             notes = assumptions(catalogue, work)
         except CatalogueError as exc:  # a person's older copy of the catalogue lacks this family
             self.table.set_rows([])

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from studio.core.config.schema import TrainConfig
-from studio.core.hardware.batch_plan import plan_batch
-from studio.core.hardware.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
-from studio.core.hardware.fixes import Suggestion, suggest_fixes
+from studio.core.config.errors import ConfigError
+from studio.core.config.paths import ResolvedConfig
+from studio.core.estimate.batch_plan import plan_batch
+from studio.core.estimate.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
+from studio.core.estimate.fixes import Suggestion, suggest_fixes
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 
@@ -38,7 +41,7 @@ class EstimatePanel(QFrame):
         self.suggestion_box = QVBoxLayout()
         layout.addLayout(self.suggestion_box)
 
-    def update_for(self, config: TrainConfig, gpu: GPUInfo | None, gpus: int = 1) -> None:
+    def update_for(self, config: ResolvedConfig, gpu: GPUInfo | None, gpus: int = 1) -> None:
         """The estimate on one GPU like `gpu`; suggestions may shard across the machine's `gpus`."""
         est = estimate_vram(config, gpu)
         self.estimate = est
@@ -62,6 +65,17 @@ class EstimatePanel(QFrame):
         plan = plan_batch(config, gpu)
         self.batch_plan.setText(f"<b>{plan.badge}</b>: {plan.describe()}" if plan else "")
         self._show_suggestions(suggest_fixes(config, gpu, gpus))
+
+    def show_unresolved(self, error: ConfigError) -> None:
+        """No estimate: a path of the config cannot be made absolute; say which, why and what to do."""
+        self.estimate = None
+        problems = "<br>".join(html.escape(str(issue), quote=False) for issue in error.issues) \
+            or html.escape(str(error), quote=False)
+        self.verdict.setText(f"⚠ No estimate: a path of the settings cannot be used.<br>{problems}")
+        for label in (self.batch_plan, self.total, self.breakdown, self.warning):
+            label.setText("")
+        self.warning.setVisible(False)
+        self._show_suggestions([])
 
     def _show_suggestions(self, suggestions: list[Suggestion]) -> None:
         self.suggestions = suggestions

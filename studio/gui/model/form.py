@@ -251,9 +251,6 @@ class ConfigForm(QWidget):
                 form, cell = self.rows[key]
                 form.setRowVisible(cell, acts(config, key) or value_of(config, key) != default_of(config, key))
 
-    def visible_for_family(self, key: str) -> bool:
-        return self.family is None or self.family in FAMILY_ONLY.get(key, (self.family,))
-
     def _toggle_advanced(self, on: bool) -> None:
         for widget in self._advanced:
             widget.setVisible(on)

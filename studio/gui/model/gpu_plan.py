@@ -9,9 +9,9 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from studio.core.config.schema import TrainConfig
+from studio.core.config.paths import ResolvedConfig
+from studio.core.estimate.sharded_estimate import GpuPlan, plan_gpus
 from studio.core.hardware.report import GPUInfo
-from studio.core.hardware.sharded_estimate import GpuPlan, plan_gpus
 from studio.gui.base.names import named
 
 FIT_MARKS = {"fits": "✓ fits", "tight": "⚠ tight", "does_not_fit": "✗ does not fit", None: ""}
@@ -42,7 +42,7 @@ class GpuPlanPanel(QFrame):
         layout.addLayout(row)
         self.setVisible(False)
 
-    def update_for(self, config: TrainConfig, gpu: GPUInfo | None, gpus: int) -> None:
+    def update_for(self, config: ResolvedConfig, gpu: GPUInfo | None, gpus: int) -> None:
         """Show the plan for `gpus` GPUs like `gpu` (at least the config's own process count); hide below two."""
         count = max(gpus, config.launch.num_processes)
         self.setVisible(count > 1)

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.hardware.estimate import other_processes_warning
+from studio.core.estimate.estimate import other_processes_warning
 from studio.core.hardware.machine.probe import list_profiles, load_hardware
 from studio.core.hardware.report import HardwareProfileError, HardwareReport
 from studio.gui.base.names import named

@@ -27,9 +27,9 @@ from studio.core.config.acting import resets_for
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.fixes import apply_changes
 from studio.core.families import FAMILY_NAMES
 from studio.core.families import title as family_title
-from studio.core.hardware.fixes import apply_changes
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import ModelFileError, ModelInfo, detect_model
 from studio.core.models.hub_cache import cached_snapshot, missing_components
@@ -349,7 +349,13 @@ class ModelPage(Page):
         self.update_estimates()
 
     def update_estimates(self) -> dict[str, int]:
-        config = self.context.resolved_config(self.config)
+        try:
+            config = self.context.resolved_config(self.config)
+        except ConfigError as exc:  # the estimate panel says which path and what to do
+            self.estimate.show_unresolved(exc)
+            self.gpu_plan.setVisible(False)
+            self.context.status(f"No VRAM estimate: {'; '.join(str(i) for i in exc.issues) or exc}")
+            return {}
         self.estimate.update_for(config, self.gpu, self.gpu_count)
         self.gpu_plan.update_for(config, self.gpu, self.gpu_count)
         return {str(k): v for k, v in self.presets.update_fits(config, self.gpu, self.gpu_count).items()}

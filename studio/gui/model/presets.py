@@ -14,16 +14,16 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.presets import Preset, apply_preset
-from studio.core.config.schema import TrainConfig
-from studio.core.families import FAMILY_NAMES
-from studio.core.hardware.batch_plan import plan_batch
-from studio.core.hardware.estimate import Fit, fit
-from studio.core.hardware.preset_estimate import (
+from studio.core.estimate.batch_plan import plan_batch
+from studio.core.estimate.estimate import Fit, fit
+from studio.core.estimate.preset_estimate import (
     SAMPLE_EVERY_N_STEPS,
     PresetEstimate,
     estimate_preset,
 )
+from studio.core.families import FAMILY_NAMES
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 
@@ -36,7 +36,7 @@ BADGES: dict[str, tuple[str, str]] = {
 }
 
 
-def preset_fit(config: TrainConfig, preset: Preset, gpu: GPUInfo | None,
+def preset_fit(config: ResolvedConfig, preset: Preset, gpu: GPUInfo | None,
                gpus: int = 1) -> tuple[str, PresetEstimate]:
     """(badge key, the estimate with samples) of `preset` applied to `config` on `gpus` GPUs like `gpu`
     (on a card of the promised size when no GPU is chosen)."""
@@ -78,7 +78,7 @@ class PresetCard(QFrame):
         bottom.addWidget(use)
         layout.addLayout(bottom)
 
-    def update_fit(self, config: TrainConfig | None, gpu: GPUInfo | None, gpus: int = 1) -> None:
+    def update_fit(self, config: ResolvedConfig | None, gpu: GPUInfo | None, gpus: int = 1) -> None:
         if config is None:
             return
         try:
@@ -99,7 +99,7 @@ class PresetCard(QFrame):
         parts = "<br>".join(f"{p.label}: {p.mb / 1024:.2f} GB" for p in result.estimate.parts if p.mb > 0)
         self.estimate.setToolTip(f"Estimated on {where}, with sample images every "
                                  f"{config.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS} steps:<br>{parts}")
-        plan = plan_batch(apply_preset(config, self.preset), gpu)
+        plan = plan_batch(config.varied(apply_preset(config, self.preset)), gpu)
         self.batch_badge.setText(plan.badge if plan else "")
         self.batch_badge.setToolTip(plan.describe().replace("; ", "\n") if plan else "")
 
@@ -147,7 +147,7 @@ class PresetList(QWidget):
             card.setVisible((family is None or card.preset.family == family)
                             and (method is None or card.preset.method == method))
 
-    def update_fits(self, config: TrainConfig | None, gpu: GPUInfo | None, gpus: int = 1) -> dict[Fit, int]:
+    def update_fits(self, config: ResolvedConfig | None, gpu: GPUInfo | None, gpus: int = 1) -> dict[Fit, int]:
         counts: dict[Fit, int] = {"fits": 0, "tight": 0, "does_not_fit": 0}
         for card in self.cards:
             card.update_fit(config, gpu, gpus)

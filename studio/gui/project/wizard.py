@@ -24,12 +24,13 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
+from studio.core.config.paths import ResolvedConfig, resolve_paths
 from studio.core.config.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
+from studio.core.estimate.estimate import Fit, estimate_vram, fit
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.families import title as family_title
-from studio.core.hardware.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model
@@ -49,14 +50,15 @@ NO_GPU_SUBTITLE = ("No GPU here: training on this machine runs on the CPU (very 
                    "GPU profile in Model & Preset → Plan for), or skip to keep settings that run on the CPU.")
 
 
-def presets_for(config: TrainConfig, presets: list[Preset], gpu: GPUInfo | None) -> list[tuple[Preset, Fit, float]]:
+def presets_for(config: ResolvedConfig, presets: list[Preset],
+                gpu: GPUInfo | None) -> list[tuple[Preset, Fit, float]]:
     """The presets of the config's family with their fit, those that fit this machine first."""
     ranked = []
     for preset in presets:
         if preset.info.family != config.model.family:
             continue
         try:
-            estimate = estimate_vram(apply_preset(config, preset), gpu)
+            estimate = estimate_vram(config.varied(apply_preset(config, preset)), gpu)
         except ConfigError:
             continue
         ranked.append((preset, fit(estimate, gpu), estimate.total_mb))
@@ -207,7 +209,11 @@ class PresetPage(QWizardPage):
 
     def initializePage(self) -> None:
         self.list.clear()
-        config = self.new_project.base_config()
+        try:
+            config = self.new_project.resolved_base_config()
+        except ConfigError as exc:  # a folder whose name cannot be written into the config
+            self.setSubTitle(f"No presets can be estimated: {exc.describe()}")
+            return
         gpu = self.new_project.gpu
         self.setSubTitle(NO_GPU_SUBTITLE if gpu is None else
                          "The presets that fit this machine's GPU come first. Skip to keep the defaults.")
@@ -260,6 +266,12 @@ class NewProjectWizard(QWizard):
         assert root is not None
         return config_for_images(root.absolute(), self.image_folders(), self.model_page.family,
                                  self.model_page.base.text().strip() or None)
+
+    def resolved_base_config(self) -> ResolvedConfig:
+        """The base config with its paths resolved against the new project's folder (raises ConfigError)."""
+        root = self.images_page.project_root()
+        assert root is not None
+        return resolve_paths(self.base_config(), root.absolute())
 
     def accept(self) -> None:
         root = self.images_page.project_root()

@@ -13,8 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
+from studio.core.config.paths import ResolvedConfig, load_resolved
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
 from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE, list_run_dirs
@@ -98,13 +97,13 @@ class RunController(QObject):
         self.sig_queue_changed.emit()
 
     # ------------------------------------------------------------ start
-    def start_config(self, config: TrainConfig, config_dir: Path) -> Path | None:
+    def start_config(self, config: ResolvedConfig) -> Path | None:
         """Write a run folder for `config` and start it; None (and sig_message) if refused."""
         if self.running:
             self.sig_message.emit(self.busy_message())
             return None
         try:
-            plan = prepare_run(config, config_dir)
+            plan = prepare_run(config)
         except OSError as exc:  # RunFolderError: it says where and what to do
             self.sig_message.emit(f"Could not start the run: {exc}")
             return None
@@ -122,7 +121,7 @@ class RunController(QObject):
             self.sig_message.emit(f"Cannot resume: {RunLockedError(run_dir, holder)}")
             return False
         try:
-            config = load_config(run_dir / CONFIG_FILE)
+            config = load_resolved(run_dir / CONFIG_FILE)
         except (ConfigError, OSError) as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
             return False
@@ -305,14 +304,14 @@ class RunController(QObject):
             return
         path = Path(item.config)
         try:
-            config = load_config(path)
+            config = load_resolved(path)
         except (ConfigError, OSError) as exc:
             queue.mark_ended(item.id, "failed", f"config unreadable: {exc}")
             self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
             self.sig_queue_changed.emit()
             QTimer.singleShot(0, self._start_next_queued)
             return
-        errors, _warnings = preflight_headless(config, path.parent)  # nobody is there to confirm a warning
+        errors, _warnings = preflight_headless(config)  # nobody is there to confirm a warning
         if errors:
             why = " ".join(str(e) for e in errors)
             queue.mark_ended(item.id, "failed", why)
@@ -320,7 +319,7 @@ class RunController(QObject):
             self.sig_queue_changed.emit()
             QTimer.singleShot(0, self._start_next_queued)
             return
-        run_dir = self.start_config(config, path.parent)
+        run_dir = self.start_config(config)
         if run_dir is None:
             queue.mark_ended(item.id, "failed", "could not start")
         else:

@@ -17,8 +17,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.errors import ConfigError
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import ArchitectureDataError, estimate_vram
+from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
@@ -192,17 +194,23 @@ class TrainPage(Page):
         self.console.jump_to(needle)
 
     # ------------------------------------------------------------ actions
-    def check_config(self) -> tuple[TrainConfig | None, str]:
-        """The config to train, or why there is none (said the way the person can fix it)."""
+    def check_config(self) -> tuple[ResolvedConfig | None, str]:
+        """The config to train (its paths resolved against the project), or why there is none (said the
+        way the person can fix it)."""
         ctx = self.context
         if ctx.project is None:
             return None, "Open or create a project first (File menu)."
         if ctx.config is None:
             detail = ctx.config_error.describe() if ctx.config_error else "the config could not be read"
             return None, f"The config {ctx.project.config_path} has errors:\n{detail}"
-        return ctx.config, ""
+        try:
+            return ctx.resolved_config(ctx.config), ""
+        except ConfigError as exc:
+            problems = "\n".join(f"  - {issue}" for issue in exc.issues)
+            return None, (f"A path of the project's settings cannot be used:\n{problems}\n"
+                          "Fix it on the Model & Preset page (or in studio.toml).")
 
-    def preflight(self, config: TrainConfig) -> list[PreflightProblem]:
+    def preflight(self, config: ResolvedConfig) -> list[PreflightProblem]:
         """What stands in the way of this run, checked before anything starts (core/project/preflight.py)."""
         assert self.context.project is not None
         root = self.context.project.root
@@ -210,18 +218,18 @@ class TrainPage(Page):
             report = load_hardware(self.context.hardware_file, disk_path=root)
         except HardwareProfileError as exc:  # the estimate only informs: the run may start without one
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
-            return preflight(config, root, None)
+            return preflight(config, None)
         gpu = report.gpus[0] if report.gpus else None
         if gpu is not None and not self._show_estimate(config, gpu):
             gpu = None
         # A profile plans for another machine: this machine's torch is only asked about its own GPU.
         local = not report.source.startswith("profile:")
-        return preflight(config, root, gpu, check_torch=local, gpu_count=len(report.gpus))
+        return preflight(config, gpu, check_torch=local, gpu_count=len(report.gpus))
 
-    def _show_estimate(self, config: TrainConfig, gpu: GPUInfo) -> bool:
+    def _show_estimate(self, config: ResolvedConfig, gpu: GPUInfo) -> bool:
         """Show the VRAM estimate for `gpu`; False (and why) when the estimator's data cannot be read."""
         try:
-            need = estimate_vram(self.context.resolved_config(config), gpu).total_mb
+            need = estimate_vram(config, gpu).total_mb
         except ArchitectureDataError as exc:
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return False
@@ -266,7 +274,7 @@ class TrainPage(Page):
         others = find_live_runs(self.context.runs_dir())
         if others and not self.confirm("The GPU is busy", busy_message(others)):
             return False
-        run_dir = self.controller.start_config(config, self.context.project.root)
+        run_dir = self.controller.start_config(config)
         self._update_buttons()
         return run_dir is not None
 

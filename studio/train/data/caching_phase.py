@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.training_step import denoiser_waits_for_caches, prompts_cached
+from studio.core.estimate.training_step import denoiser_waits_for_caches, prompts_cached
 from studio.train.components import Components
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.families.base import Conditioning, FamilyAdapter

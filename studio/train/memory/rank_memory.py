@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 import psutil
 import torch
@@ -25,13 +24,6 @@ def local_memory(device: torch.device) -> list[float]:
             rss,
         ]
     return [math.nan, math.nan, math.nan, rss]
-
-
-def gather_memory(accelerator: Any) -> list[RankMemory]:
-    """Every rank's memory (a collective call: all ranks must call it); meaningful on rank 0."""
-    device = accelerator.device
-    mine = torch.tensor(memory_row(device), dtype=torch.float64, device=device)
-    return memory_of_ranks(accelerator.gather(mine.unsqueeze(0)).cpu().tolist())
 
 
 def memory_row(device: torch.device) -> list[float]:

@@ -61,14 +61,6 @@ def adapter_config(method: MethodSection, targets: list[str], rank: int, alpha: 
                       use_dora=method.use_dora, **common)
 
 
-def conv_alpha_of(config: dict[str, Any], module: str) -> float | None:
-    """The alpha a peft config's pattern gives the full module name `module`, if any."""
-    for pattern, alpha in (config.get("alpha_pattern") or {}).items():
-        if pattern.lstrip("^") == module:
-            return float(alpha)
-    return None
-
-
 def adapter_scales(root: torch.nn.Module) -> dict[str, float]:
     """peft's scale (alpha / r) of each adapted module under `root`, by the module's name."""
     from peft.tuners.tuners_utils import BaseTunerLayer

@@ -14,6 +14,7 @@ from fixtures.checkpoints import SD15, SDXL, diffusers_folder, write_checkpoint
 from PIL import Image
 
 from studio.cli import EXIT_INVALID, main
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.core.hardware.machine.probe import load_profile
@@ -59,7 +60,7 @@ def _project(tmp_path: Path, images: int = 2, base: str = HUB_ID, family: str = 
 
 
 def _lines(config: TrainConfig, root: Path, **kwargs: Any) -> list[str]:
-    return [str(p) for p in preflight(config, root, **kwargs)]
+    return [str(p) for p in preflight(resolve_paths(config, root), **kwargs)]
 
 
 def test_a_ready_project_passes(tmp_path: Path, hub_cache: Path) -> None:
@@ -70,7 +71,7 @@ def test_a_ready_project_passes(tmp_path: Path, hub_cache: Path) -> None:
 
 def test_a_model_not_downloaded_says_how_to_get_it(tmp_path: Path, hub_cache: Path) -> None:
     config, root = _project(tmp_path)
-    (problem,) = preflight(config, root)
+    (problem,) = preflight(resolve_paths(config, root))
     assert problem.message == (
         f"Base model {HUB_ID} is not on this machine: download it first with `studio-train download {HUB_ID}` "
         "(about 4.3 GB) or the Download button on the Model & Preset page, or choose a model folder or file.")
@@ -81,14 +82,14 @@ def test_a_model_not_downloaded_says_how_to_get_it(tmp_path: Path, hub_cache: Pa
 def test_a_local_looking_base_is_never_offered_as_a_download(tmp_path: Path, hub_cache: Path) -> None:
     config, root = _project(tmp_path)
     config.model.base = "models/tiny-sd15"  # the demo's model, not built yet: a path, not the hub's "models" org
-    (problem,) = preflight(config, root)
+    (problem,) = preflight(resolve_paths(config, root))
     assert problem.download is None and not problem.can_confirm
     assert problem.message == (
         f"The demo's tiny model is not built yet ({root / 'models/tiny-sd15'}): it is built with the training "
         "environment's PyTorch; set that up in Tools → Training Environment, then press Train again.")
     for base in ("models/my-model", "./my-model", str(tmp_path / "elsewhere")):
         config.model.base = base
-        (problem,) = preflight(config, root)
+        (problem,) = preflight(resolve_paths(config, root))
         assert problem.download is None and "does not exist" in problem.message, base
 
 
@@ -171,7 +172,7 @@ def test_a_run_too_big_for_the_gpu_can_be_confirmed(tmp_path: Path, hub_cache: P
     config.method.kind = "dreambooth"
     config.dataset.resolution = 1024
     gpu = load_profile("rtx3060-12gb").gpus[0]
-    (problem,) = preflight(config, root, gpu, check_torch=False)
+    (problem,) = preflight(resolve_paths(config, root), gpu, check_torch=False)
     assert problem.check == "vram" and problem.can_confirm
     assert problem.message.startswith("The run needs about ") and "GPU 0 (NVIDIA GeForce RTX 3060)" in problem.message
 
@@ -234,10 +235,10 @@ def test_a_small_model_of_the_project_is_checked_against_the_gpu_at_its_own_size
     diffusers_folder(root / "models" / "my-model", 800_000)  # a tiny SD1.5 by its headers
     config.model.base = "models/my-model"  # relative to the project, as the demo writes its model
     gpu = dataclasses.replace(load_profile("rtx3060-12gb").gpus[0], total_mb=3072, free_mb=3072)
-    assert [p.check for p in preflight(config, root, gpu, check_torch=False)] == []
+    assert [p.check for p in preflight(resolve_paths(config, root), gpu, check_torch=False)] == []
     config.model.base = HUB_ID  # the full-size model does not fit 3 GB
     _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
-    assert [p.check for p in preflight(config, root, gpu, check_torch=False)] == ["vram"]
+    assert [p.check for p in preflight(resolve_paths(config, root), gpu, check_torch=False)] == ["vram"]
 
 
 def test_more_processes_than_gpus_is_refused_with_the_fix(tmp_path: Path, hub_cache: Path) -> None:
@@ -245,7 +246,7 @@ def test_more_processes_than_gpus_is_refused_with_the_fix(tmp_path: Path, hub_ca
     config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
     one = load_profile("rtx4090-24gb")
     config.launch.num_processes = 8
-    (problem,) = [p for p in preflight(config, root, one.gpus[0], check_torch=False, gpu_count=len(one.gpus))
+    (problem,) = [p for p in preflight(resolve_paths(config, root), one.gpus[0], check_torch=False, gpu_count=len(one.gpus))
                   if p.check == "gpus"]
     assert not problem.can_confirm
     assert problem.message == (
@@ -253,7 +254,7 @@ def test_more_processes_than_gpus_is_refused_with_the_fix(tmp_path: Path, hub_ca
         "1 (or `studio-train run --processes 1`), or export the run (`studio-train export CONFIG --out DIR --gpus "
         "8`, or the Export page) for a machine with 8 GPUs.")
     eight = load_profile("8x-h100-80gb")
-    assert [p.check for p in preflight(config, root, eight.gpus[0], check_torch=False,
+    assert [p.check for p in preflight(resolve_paths(config, root), eight.gpus[0], check_torch=False,
                                        gpu_count=len(eight.gpus))] == []
     config.launch.gpu_ids = "0,1"  # two of the eight cards chosen
     assert "which has 2 GPUs (launch.gpu_ids = \"0,1\"): set launch.num_processes to 2" in \

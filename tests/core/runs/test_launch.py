@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import validate_data
 from studio.core.runs.launch import prepare_run
 
@@ -17,7 +18,7 @@ def yaml_of(run_dir: Path) -> dict[str, str]:
 
 def test_run_folder_holds_resolved_config_yaml_and_command(tmp_path: Path) -> None:
     config = validate_data({"model": {"family": "sd15", "base": "models/m"}, "dataset": {"concepts": [{"path": "img"}]}})
-    plan = prepare_run(config, tmp_path)
+    plan = prepare_run(resolve_paths(config, tmp_path))
     assert plan.run_dir.parent == tmp_path / "runs"
     assert plan.run_dir.name.endswith("-run")
     text = (plan.run_dir / "config.toml").read_text()
@@ -29,19 +30,19 @@ def test_run_folder_holds_resolved_config_yaml_and_command(tmp_path: Path) -> No
 
 def test_local_multi_process_runs_get_a_free_port_unless_one_is_set(tmp_path: Path) -> None:
     base = {"model": {"family": "sd15", "base": "m/n"}}
-    first = prepare_run(validate_data({**base, "launch": {"num_processes": 2}}), tmp_path)
-    second = prepare_run(validate_data({**base, "launch": {"num_processes": 2}}), tmp_path)
+    first = prepare_run(resolve_paths(validate_data({**base, "launch": {"num_processes": 2}}), tmp_path))
+    second = prepare_run(resolve_paths(validate_data({**base, "launch": {"num_processes": 2}}), tmp_path))
     ports = {yaml_of(first.run_dir)["main_process_port"], yaml_of(second.run_dir)["main_process_port"]}
     assert "29500" not in ports
     assert yaml_of(first.run_dir)["distributed_type"] == "'MULTI_GPU'"
-    fixed = prepare_run(validate_data({**base, "launch": {"num_processes": 2, "main_process_port": 29555}}), tmp_path)
+    fixed = prepare_run(resolve_paths(validate_data({**base, "launch": {"num_processes": 2, "main_process_port": 29555}}), tmp_path))
     assert yaml_of(fixed.run_dir)["main_process_port"] == "29555"
 
 
 def test_a_sharded_run_writes_accelerates_fsdp_fields(tmp_path: Path) -> None:
     base = {"model": {"family": "sdxl", "base": "m/n"}, "method": {"kind": "dreambooth"},
             "training": {"gradient_checkpointing": True, "mixed_precision": "bf16"}}
-    plan = prepare_run(validate_data({**base, "launch": {"strategy": "fsdp", "num_processes": 2}}), tmp_path)
+    plan = prepare_run(resolve_paths(validate_data({**base, "launch": {"strategy": "fsdp", "num_processes": 2}}), tmp_path))
     text = (plan.run_dir / "accelerate.yaml").read_text()
     assert "distributed_type: 'FSDP'\n" in text
     fsdp = dict(line.strip().split(": ", 1) for line in text.split("fsdp_config:\n", 1)[1].splitlines())
@@ -50,7 +51,7 @@ def test_a_sharded_run_writes_accelerates_fsdp_fields(tmp_path: Path) -> None:
     assert fsdp["fsdp_transformer_layer_cls_to_wrap"].strip("'").split(",")[:2] == ["ResnetBlock2D",
                                                                                    "BasicTransformerBlock"]
     # One process has nothing to shard: a plain single-process config, as for ddp.
-    alone = prepare_run(validate_data({**base, "launch": {"strategy": "fsdp"}}), tmp_path)
+    alone = prepare_run(resolve_paths(validate_data({**base, "launch": {"strategy": "fsdp"}}), tmp_path))
     assert "fsdp_config" not in (alone.run_dir / "accelerate.yaml").read_text()
 
 
@@ -60,7 +61,7 @@ def test_accelerate_reads_the_fsdp_fields(tmp_path: Path) -> None:
 
     config = validate_data({"model": {"family": "sd3", "base": "m/n"}, "method": {"kind": "dreambooth"},
                             "launch": {"strategy": "fsdp", "num_processes": 4}})
-    plan = prepare_run(config, tmp_path)
+    plan = prepare_run(resolve_paths(config, tmp_path))
     loaded = load_config_from_file(str(plan.run_dir / "accelerate.yaml"))
     assert loaded.distributed_type.value == "FSDP" and loaded.num_processes == 4
     assert loaded.fsdp_config["fsdp_version"] == 2
@@ -75,6 +76,6 @@ def test_a_run_folder_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path:
     (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
     config = validate_data({"model": {"family": "sd15", "base": "m/n"}, "output": {"dir": "disk/runs"}})
     with pytest.raises(RunFolderError) as caught:
-        prepare_run(config, tmp_path)
+        prepare_run(resolve_paths(config, tmp_path))
     assert f"cannot write the run folder under {tmp_path / 'disk' / 'runs'}" in str(caught.value)
     assert "fix output.dir" in str(caught.value)

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-from conftest import write_events
 
 from studio.core.runs.events import Phase, Step, parse_event
 from studio.core.runs.run_model import EventTail, RunModel, replay
+from tests.core.runs.conftest import write_events
 
 # A step line as trainers wrote it before these fields existed.
 OLD_STEP = '{"v":1,"type":"step","time":1001.0,"step":1,"epoch":0,"loss":0.5,"lr":0.0001,"samples_per_s":2.5,' \

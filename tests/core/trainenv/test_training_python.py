@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import validate_data
 from studio.core.runs.launch import prepare_run, training_python
 from studio.core.training_python import READY_FILE, NoTrainingPython, env_dir, env_python
@@ -40,7 +41,7 @@ def test_a_complete_environment_is_the_default_and_launch_python_still_wins(
     assert training_python(config) == sys.executable  # an unfinished install is not used
     (tmp_path / "env" / READY_FILE).write_text("{}")
     assert training_python(config) == str(python)
-    assert prepare_run(config, tmp_path).command[0] == str(python)
+    assert prepare_run(resolve_paths(config, tmp_path)).command[0] == str(python)
     assert training_python(validate_data({**CONFIG, "launch": {"python": "/opt/py/bin/python"}})) == "/opt/py/bin/python"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtCore import Qt
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import load_config
 from studio.gui.dataset.page import DatasetPage
 
@@ -69,6 +70,6 @@ def test_a_run_trains_on_the_concepts_written(qtbot, page: DatasetPage, tmp_path
     panel.details.caption_source.setCurrentIndex(panel.details.caption_source.findData("prompt"))
     panel.details.caption_source.activated.emit(panel.details.caption_source.currentIndex())
     assert page.context.config is not None
-    plan = prepare_run(page.context.config, project.root)
+    plan = prepare_run(resolve_paths(page.context.config, project.root))
     resolved = load_config(plan.run_dir / "config.toml").dataset.concepts[0]
     assert resolved.instance_prompt == "a photo of sks shape" and resolved.caption_source == "prompt"

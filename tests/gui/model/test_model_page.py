@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPus
 
 from studio.core.config.presets import apply_preset, get_preset, list_presets, save_user_preset
 from studio.core.config.toml_file import load_config
-from studio.core.hardware.preset_estimate import estimate_preset
+from studio.core.estimate.preset_estimate import estimate_preset
 from studio.core.project.folder import create_project
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
@@ -175,7 +175,7 @@ def test_preset_cards_show_the_promise_against_the_estimate_with_samples(make_pa
     page = make_page("rtx3060-12gb")
     card = page.findChild(QWidget, "preset_card_sdxl-lora-8gb")
     label = card.findChild(QLabel, "preset_estimate")
-    expected = estimate_preset(get_preset("sdxl-lora-8gb"), page.gpu, page.config)
+    expected = estimate_preset(get_preset("sdxl-lora-8gb"), page.gpu, page.context.resolved_config(page.config))
     assert label.text() == f"promises 8 GB · estimated {expected.estimate.total_gb:.1f} GB with samples"
     assert expected.keeps_promise and card.findChild(QLabel, "fit_badge").text() == "Fits"
     assert label.toolTip().startswith("Estimated on NVIDIA GeForce RTX 3060, with sample images every 100 steps")
@@ -317,7 +317,7 @@ def test_a_two_gpu_preset_needs_two_gpus(make_page) -> None:
 
 def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) -> None:
     from studio.core.config.presets import apply_preset
-    from studio.core.hardware.batch_plan import plan_batch
+    from studio.core.estimate.batch_plan import plan_batch
 
     page = make_page("a100-80gb")
     preset = get_preset("sd15-lora")
@@ -381,7 +381,7 @@ def test_the_page_offers_z_image_with_its_presets_estimated_and_its_training_ada
     assert "zimage" in families
     for preset_id, promise in (("zimage-lora-16gb", 16), ("zimage-lora-24gb", 24)):
         label = page.findChild(QWidget, f"preset_card_{preset_id}").findChild(QLabel, "preset_estimate")
-        expected = estimate_preset(get_preset(preset_id), page.gpu, page.config)
+        expected = estimate_preset(get_preset(preset_id), page.gpu, page.context.resolved_config(page.config))
         assert label.text() == f"promises {promise} GB · estimated {expected.estimate.total_gb:.1f} GB with samples"
         assert expected.keeps_promise
     page.form.show_advanced.setChecked(True)

@@ -10,6 +10,7 @@ import psutil
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.runs.live import find_live_runs, live_trainer
 from studio.gui.context import StudioContext
@@ -56,7 +57,7 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
         qtbot.waitUntil(lambda: "caching latents" in train.console.text.toPlainText(), timeout=5000)  # its console
 
         # A second run while it trains is refused by the one controller…
-        assert ctl.start_config(config, tmp_path) is None
+        assert ctl.start_config(resolve_paths(config, tmp_path)) is None
         runs.refresh()
         runs.table.select_paths([run_dir.name])
         row = next(s for s in runs.table.summaries if s.path == run_dir)

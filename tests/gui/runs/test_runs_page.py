@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.gui.context import StudioContext
@@ -20,7 +21,7 @@ def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: s
     ctl = context.run_controller
     ctl.command_factory = fake_command(*extra)
     assert context.project is not None
-    run_dir = ctl.start_config(cfg, context.project.root)
+    run_dir = ctl.start_config(resolve_paths(cfg, context.project.root))
     assert run_dir is not None
     qtbot.waitUntil(lambda: not ctl.running, timeout=15000)
     return run_dir

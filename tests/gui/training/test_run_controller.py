@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.gui.runner.run_controller import RunController
 from tests.gui.conftest import fake_command
@@ -22,7 +23,7 @@ def test_run_to_completion_fills_model_and_console(
     console: list[str] = []
     controller.sig_console.connect(console.append)
     with qtbot.waitSignal(controller.sig_run_ended, timeout=20000) as ended:
-        run_dir = controller.start_config(config, project_dir)
+        run_dir = controller.start_config(resolve_paths(config, project_dir))
         assert run_dir is not None and run_dir.parent == project_dir / "runs"
     assert ended.args == ["finished"]
     model = controller.model
@@ -36,7 +37,7 @@ def test_run_to_completion_fills_model_and_console(
 
 def test_stop_ends_cleanly(qtbot: QtBot, controller: RunController, config: TrainConfig, project_dir: Path) -> None:
     controller.command_factory = fake_command("--steps", "100000", "--rate", "100")
-    run_dir = controller.start_config(config, project_dir)
+    run_dir = controller.start_config(resolve_paths(config, project_dir))
     assert run_dir is not None
     qtbot.waitUntil(lambda: controller.model.step >= 5, timeout=15000)
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
@@ -51,9 +52,9 @@ def test_second_launch_is_refused(qtbot: QtBot, controller: RunController, confi
     controller.command_factory = fake_command("--steps", "100000", "--rate", "50")
     messages: list[str] = []
     controller.sig_message.connect(messages.append)
-    first = controller.start_config(config, project_dir)
+    first = controller.start_config(resolve_paths(config, project_dir))
     assert first is not None
-    assert controller.start_config(config, project_dir) is None
+    assert controller.start_config(resolve_paths(config, project_dir)) is None
     assert messages and "already running" in messages[0] and first.name in messages[0]
     assert len(list((project_dir / "runs").iterdir())) == 1  # no run folder for the refused one
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000):
@@ -64,7 +65,7 @@ def test_crash_at_start_is_reported(qtbot: QtBot, controller: RunController, con
                                     project_dir: Path) -> None:
     controller.command_factory = fake_command("--crash-at-start")
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
-        run_dir = controller.start_config(config, project_dir)
+        run_dir = controller.start_config(resolve_paths(config, project_dir))
     assert ended.args == ["failed"]
     assert "exited with code 1" in controller.model.message
     assert run_dir is not None
@@ -78,7 +79,7 @@ def test_missing_interpreter_fails_to_start(qtbot: QtBot, controller: RunControl
     messages: list[str] = []
     controller.sig_message.connect(messages.append)
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
-        controller.start_config(config, project_dir)
+        controller.start_config(resolve_paths(config, project_dir))
     assert ended.args == ["failed"]
     assert messages and "Could not start the trainer" in messages[0] and "launch.python" in messages[0]
 
@@ -89,7 +90,7 @@ def test_trainer_killed_from_outside_mid_run(qtbot: QtBot, controller: RunContro
     import psutil
 
     controller.command_factory = fake_command("--steps", "100000", "--rate", "100")
-    controller.start_config(config, project_dir)
+    controller.start_config(resolve_paths(config, project_dir))
     qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
     trainer = psutil.Process(controller.source.pid()).children()[0]
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
@@ -104,7 +105,7 @@ def test_kill_ends_a_trainer_that_ignores_stop(qtbot: QtBot, controller: RunCont
     import psutil
 
     controller.command_factory = fake_command("--steps", "100000", "--rate", "100", "--ignore-stop")
-    controller.start_config(config, project_dir)
+    controller.start_config(resolve_paths(config, project_dir))
     qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
     tree = psutil.Process(controller.source.pid()).children(recursive=True)
     controller.stop()
@@ -121,7 +122,7 @@ def test_garbage_lines_do_not_stop_the_view(qtbot: QtBot, controller: RunControl
                                             project_dir: Path) -> None:
     controller.command_factory = fake_command("--steps", "20", "--rate", "500", "--garbage", "--unknown-type")
     with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
-        controller.start_config(config, project_dir)
+        controller.start_config(resolve_paths(config, project_dir))
     assert ended.args == ["finished"]
     assert len(controller.model.loss) == 20
     assert controller.tail is not None and controller.tail.garbage_lines == 4

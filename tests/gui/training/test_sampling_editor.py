@@ -7,6 +7,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.gui.context import StudioContext
@@ -59,7 +60,7 @@ def test_prompts_and_settings_reach_the_file_and_the_run(qtbot: QtBot, context: 
 
     ctl.command_factory = fake_command("--steps", "3", "--rate", "1000")
     assert context.config is not None
-    run_dir = ctl.start_config(context.config, project.root)  # type: ignore[attr-defined]
+    run_dir = ctl.start_config(resolve_paths(context.config, project.root))  # type: ignore[attr-defined]
     assert run_dir is not None
     qtbot.waitUntil(lambda: not ctl.running, timeout=15000)
     resolved = load_config(run_dir / "config.toml").sampling

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ def test_an_unreadable_hardware_profile_is_said_and_does_not_block_training(
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context, "--steps", "3", "--rate", "1000")
     context.hardware_file = "rtx4090-24gb"
-    page.preflight(config)
+    page.preflight(context.resolved_config(config))
     assert page.estimate.text().startswith("Estimated VRAM") and page.estimate.text().endswith("of 24.0 GB")
     broken = tmp_path / "my-gpu.json"
     broken.write_text("{ not json", encoding="utf-8")
@@ -190,6 +191,19 @@ def test_an_unreadable_hardware_profile_is_said_and_does_not_block_training(
     assert "No VRAM estimate" in page.estimate.text() and "my-gpu.json: not valid JSON" in page.estimate.text()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert page.controller.model.status == "finished"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
+def test_a_path_that_cannot_be_resolved_is_said_and_nothing_starts(qtbot: QtBot, context: StudioContext,
+                                                                  config: TrainConfig, tmp_path: Path) -> None:
+    folder = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"caf\xe9")))
+    context.set_project(make_project(folder, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    text = page.message.text()
+    assert text.startswith("A path of the project's settings cannot be used:\n  - ") and "caf\\xe9" in text
+    assert 'model.base = "models/tiny-sd15": resolves to' in text and "Fix it on the Model & Preset page" in text
+    assert not page.controller.running and not any((folder / "runs").glob("*"))
 
 
 def test_no_project_says_what_to_do(qtbot: QtBot, context: StudioContext) -> None:

@@ -60,10 +60,6 @@ class CaptionerModel:
     def download_patterns(self) -> tuple[str, ...]:
         return KIND_DOWNLOADS[self.kind]
 
-    @property
-    def produces_tags(self) -> bool:
-        return self.kind == "wd14"
-
 
 KNOWN_CAPTIONERS: tuple[CaptionerModel, ...] = (
     CaptionerModel("blip-base", "blip", "Salesforce/blip-image-captioning-base", 990, 1200, 16),

@@ -15,16 +15,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.memory_data import (
+from studio.core.estimate.memory_data import (
     ArchitectureDataError,
     load_architecture,
     load_calibration,
     lora_params,
 )
-from studio.core.hardware.memory_parts import MemoryPart, run_facts
-from studio.core.hardware.report import GPUInfo
-from studio.core.hardware.sampling_plan import (
+from studio.core.estimate.memory_parts import MemoryPart, run_facts
+from studio.core.estimate.sampling_plan import (
     VAE_TILE_PX,
     SamplingStages,
     needs_tiling,
@@ -32,13 +32,14 @@ from studio.core.hardware.sampling_plan import (
     samples_on,
     sampling_stages,
 )
-from studio.core.hardware.sharded_parts import loading_peak
-from studio.core.hardware.training_step import (
+from studio.core.estimate.sharded_parts import loading_peak
+from studio.core.estimate.training_step import (
     TrainingStep,
     caching_peak,
     denoiser_waits_for_caches,
     training_step,
 )
+from studio.core.hardware.report import GPUInfo
 
 __all__ = [
     "ArchitectureDataError", "Fit", "MemoryPart", "VramEstimate", "available_mb", "estimate_vram", "fit",
@@ -90,8 +91,10 @@ class VramEstimate:
         return asdict(self)
 
 
-def estimate_vram(config: TrainConfig, gpu: GPUInfo | None, calibration: dict[str, Any] | None = None) -> VramEstimate:
-    """Peak memory per GPU for `config`; with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32).
+def estimate_vram(config: ResolvedConfig, gpu: GPUInfo | None,
+                 calibration: dict[str, Any] | None = None) -> VramEstimate:
+    """Peak memory per GPU for `config` (its paths resolved: a model folder of the project is sized as it
+    is, `local_architecture.py`); with no GPU (or launch.cpu) the peak RAM of a CPU run (fp32).
     `calibration` replaces the shipped `calibration.json` (fitting it to measured peaks)."""
     facts = run_facts(config, "gpu" if gpu is not None and not config.launch.cpu else "cpu", calibration)
     step = training_step(facts)

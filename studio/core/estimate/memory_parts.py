@@ -14,9 +14,8 @@ from typing import Any
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.config.sharding import sharded
-from studio.core.families import family
-from studio.core.hardware.local_architecture import local_architecture
-from studio.core.hardware.memory_data import (
+from studio.core.estimate.local_architecture import local_architecture
+from studio.core.estimate.memory_data import (
     BYTES,
     MB,
     denoiser_entry,
@@ -25,6 +24,7 @@ from studio.core.hardware.memory_data import (
     lora_params,
     scaled,
 )
+from studio.core.families import family
 
 
 @dataclass

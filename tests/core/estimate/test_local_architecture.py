@@ -8,10 +8,10 @@ from pathlib import Path
 from fixtures.checkpoints import diffusers_folder, write_checkpoint
 
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
-from studio.core.hardware.estimate import estimate_vram
-from studio.core.hardware.local_architecture import folder_params, local_architecture, safetensors_params
+from studio.core.estimate.estimate import estimate_vram
+from studio.core.estimate.local_architecture import folder_params, local_architecture, safetensors_params
+from studio.core.estimate.memory_data import load_architecture
 from studio.core.hardware.machine.probe import load_hardware
-from studio.core.hardware.memory_data import load_architecture
 
 
 def config_for(base: Path) -> TrainConfig:

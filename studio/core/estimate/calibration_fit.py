@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram
-from studio.core.hardware.memory_data import load_calibration, load_gpu_peaks
+from studio.core.estimate.estimate import estimate_vram
+from studio.core.estimate.memory_data import load_calibration, load_gpu_peaks
 from studio.core.hardware.report import GPUInfo
 
 # The GPU numbers fitted to the measured peaks, with the step used for their derivatives.
@@ -43,7 +44,7 @@ class Point:
 
     id: str
     name: str
-    config: TrainConfig
+    config: ResolvedConfig
     measured_mb: float
 
 
@@ -53,7 +54,7 @@ def gpu_points() -> list[Point]:
     for case in load_gpu_peaks()["cases"]:
         settings = copy.deepcopy(case["settings"])
         settings["model"]["base"] = "models/random-weights"
-        points.append(Point(str(case["id"]), str(case["name"]), TrainConfig.model_validate(settings),
+        points.append(Point(str(case["id"]), str(case["name"]), resolve_paths(TrainConfig.model_validate(settings), NO_FOLDER),
                             float(case["measured_gb"]) * 1024))
     return points
 

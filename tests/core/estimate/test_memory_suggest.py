@@ -6,14 +6,15 @@ from typing import Any
 
 import pytest
 
+from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram, fit
-from studio.core.hardware.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
+from studio.core.estimate.estimate import estimate_vram, fit
+from studio.core.estimate.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
 from studio.core.hardware.machine.probe import load_hardware
 
 
-def config(data: dict[str, Any]) -> TrainConfig:
-    return TrainConfig.model_validate({"model": {"family": "sdxl", "base": "m"}, **data})
+def config(data: dict[str, Any]) -> ResolvedConfig:
+    return resolve_paths(TrainConfig.model_validate({"model": {"family": "sdxl", "base": "m"}, **data}), NO_FOLDER)
 
 
 CASES = [

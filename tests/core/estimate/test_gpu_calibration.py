@@ -9,9 +9,9 @@ import math
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware import calibration_fit as cf
-from studio.core.hardware.estimate import estimate_vram
-from studio.core.hardware.memory_data import load_architecture, load_calibration, load_gpu_peaks
+from studio.core.estimate import calibration_fit as cf
+from studio.core.estimate.estimate import estimate_vram
+from studio.core.estimate.memory_data import load_architecture, load_calibration, load_gpu_peaks
 
 PEAKS = load_gpu_peaks()
 POINTS = cf.gpu_points()

@@ -7,15 +7,16 @@ from typing import Any
 
 import pytest
 
+from studio.core.config.paths import NO_FOLDER, resolve_paths
 from studio.core.config.presets import list_presets
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram, load_architecture
+from studio.core.estimate.estimate import estimate_vram, load_architecture
+from studio.core.estimate.memory_parts import run_facts
+from studio.core.estimate.preset_estimate import estimate_preset, preset_config, promised_gpu
+from studio.core.estimate.sampling_plan import VAE_TILE_PX, sampling_needs_tiling, sampling_stages
+from studio.core.estimate.sharded_estimate import plan_gpus
+from studio.core.estimate.training_step import caching_peak, training_step
 from studio.core.hardware.machine.probe import load_hardware
-from studio.core.hardware.memory_parts import run_facts
-from studio.core.hardware.preset_estimate import estimate_preset, preset_config, promised_gpu
-from studio.core.hardware.sampling_plan import VAE_TILE_PX, sampling_needs_tiling, sampling_stages
-from studio.core.hardware.sharded_estimate import plan_gpus
-from studio.core.hardware.training_step import caching_peak, training_step
 
 GPU = load_hardware("rtx4090-24gb").gpus[0]
 SAMPLES = {"every_n_steps": 50, "prompts": ["a photo of a cat"]}
@@ -183,7 +184,8 @@ def test_sdxl_in_8_gb_with_its_samples() -> None:
 
 def test_a_project_keeps_its_own_sample_settings() -> None:
     preset = next(p for p in PRESETS if p.id == "sd15-lora")
-    project = TrainConfig.model_validate({"model": {"family": "sd15", "base": "m"},
-                                          "sampling": {"every_n_steps": 25, "prompts": ["my dog"]}})
+    project = resolve_paths(TrainConfig.model_validate({"model": {"family": "sd15", "base": "m"},
+                                                        "sampling": {"every_n_steps": 25, "prompts": ["my dog"]}}),
+                            NO_FOLDER)
     cfg = preset_config(preset, project)
     assert (cfg.sampling.every_n_steps, cfg.sampling.prompts) == (25, ["my dog"])

@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from studio.core.config.errors import issues_from_validation
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import Strategy, TrainConfig
-from studio.core.hardware.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 
@@ -40,14 +41,14 @@ class GpuPlan:
         return {"launch.strategy": "fsdp", "launch.num_processes": self.gpus}
 
 
-def with_strategy(config: TrainConfig, gpus: int, strategy: Strategy) -> TrainConfig:
+def with_strategy(config: ResolvedConfig, gpus: int, strategy: Strategy) -> ResolvedConfig:
     """`config` on `gpus` processes with `strategy` (raises ValidationError when the pair is refused)."""
     data = config.model_dump()
     data["launch"].update(num_processes=max(gpus, data["launch"]["num_machines"]), strategy=strategy)
-    return TrainConfig.model_validate(data)
+    return config.varied(TrainConfig.model_validate(data))
 
 
-def run_config(config: TrainConfig, gpu: GPUInfo | None, gpus: int) -> TrainConfig:
+def run_config(config: ResolvedConfig, gpu: GPUInfo | None, gpus: int) -> ResolvedConfig:
     """`config` as it would run on `gpus` GPUs like `gpu`: a data-parallel run that does not fit them
     becomes sharded where that fits (the bundle's and the cost table's choice)."""
     if gpus > 1 and config.launch.strategy == "ddp" and plan_gpus(config, gpu, gpus).proposes_fsdp:
@@ -55,7 +56,7 @@ def run_config(config: TrainConfig, gpu: GPUInfo | None, gpus: int) -> TrainConf
     return with_strategy(config, gpus, config.launch.strategy)
 
 
-def plan_gpus(config: TrainConfig, gpu: GPUInfo | None, gpus: int) -> GpuPlan:
+def plan_gpus(config: ResolvedConfig, gpu: GPUInfo | None, gpus: int) -> GpuPlan:
     """The per-GPU estimate of `config` on `gpus` GPUs like `gpu`, data parallel and fully sharded."""
     ddp = estimate_vram(with_strategy(config, gpus, "ddp"), gpu)
     try:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from studio.core.hardware.memory_data import BYTES, MB
-from studio.core.hardware.memory_parts import MemoryPart, RunFacts
+from studio.core.estimate.memory_data import BYTES, MB
+from studio.core.estimate.memory_parts import MemoryPart, RunFacts
 
 
 def trained_components(f: RunFacts) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from studio.core.hardware.memory_data import denoiser_entry
+from studio.core.estimate.memory_data import denoiser_entry
 
 # Weights within this share of the published count are the published architecture.
 SAME_SIZE = 0.10

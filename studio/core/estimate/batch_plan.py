@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import Fit, estimate_vram, fit
+from studio.core.estimate.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 MAX_BATCH = 64  # past this the step is compute-bound on every card; the search stops here
@@ -66,19 +67,19 @@ class BatchPlan:
         return "; ".join(lines)
 
 
-def _verdict(config: TrainConfig, gpu: GPUInfo, batch: int) -> tuple[Fit, float]:
+def _verdict(config: ResolvedConfig, gpu: GPUInfo, batch: int) -> tuple[Fit, float]:
     candidate = config.model_copy(deep=True)
     candidate.training.batch_size = batch
     estimate = estimate_vram(candidate, gpu)
     return fit(estimate, gpu), estimate.total_mb
 
 
-def _fits(config: TrainConfig, gpu: GPUInfo, batch: int) -> tuple[bool, float]:
+def _fits(config: ResolvedConfig, gpu: GPUInfo, batch: int) -> tuple[bool, float]:
     verdict, mb = _verdict(config, gpu, batch)
     return verdict == "fits", mb
 
 
-def largest_batch(config: TrainConfig, gpu: GPUInfo) -> tuple[int, float]:
+def largest_batch(config: ResolvedConfig, gpu: GPUInfo) -> tuple[int, float]:
     """(largest batch that fits, its estimated peak in MB); (0, batch 1's peak) when none does.
 
     The estimate grows with the batch, so a binary search finds it in a few estimates.
@@ -113,7 +114,7 @@ def scaled_learning_rate(config: TrainConfig, batch: int) -> tuple[float, str]:
     return training.learning_rate * factor, f"square-root scaling: x{factor:.2f}"
 
 
-def plan_batch(config: TrainConfig, gpu: GPUInfo | None) -> BatchPlan | None:
+def plan_batch(config: ResolvedConfig, gpu: GPUInfo | None) -> BatchPlan | None:
     """The batch plan of `config` on `gpu`; None for a CPU run (no GPU, or launch.cpu)."""
     if gpu is None or config.launch.cpu:
         return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.memory_data import BYTES, scaled
-from studio.core.hardware.memory_parts import (
+from studio.core.estimate.memory_data import BYTES, scaled
+from studio.core.estimate.memory_parts import (
     MemoryPart,
     RunFacts,
     TextEncoders,
@@ -24,7 +24,7 @@ from studio.core.hardware.memory_parts import (
     vae,
     weight_copies,
 )
-from studio.core.hardware.sharded_parts import fsdp_parts
+from studio.core.estimate.sharded_parts import fsdp_parts
 
 
 @dataclass

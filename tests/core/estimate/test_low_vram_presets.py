@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from studio.core.config.presets import get_preset
-from studio.core.hardware.estimate import TIGHT_MARGIN, available_mb, fit
+from studio.core.estimate.estimate import TIGHT_MARGIN, available_mb, fit
+from studio.core.estimate.preset_estimate import estimate_preset
 from studio.core.hardware.machine.probe import load_hardware
-from studio.core.hardware.preset_estimate import estimate_preset
 
 CARDS = [("flux2-klein-4b-lora-12gb", "rtx3060-12gb"), ("zimage-lora-12gb", "rtx3060-12gb"),
          ("flux2-klein-9b-lora-24gb", "rtx4090-24gb"), ("flux2-klein-4b-lora-16gb", "rtx4060ti-16gb"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from studio.core.hardware.throughput import (
+from studio.core.estimate.throughput import (
     forward_tflop,
     gpu_peak,
     is_counted_architecture,

@@ -6,24 +6,25 @@ from typing import Any
 
 import pytest
 
+from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram, load_architecture, load_calibration
-from studio.core.hardware.fixes import apply_suggestions, suggest_fixes
+from studio.core.estimate.estimate import estimate_vram, load_architecture, load_calibration
+from studio.core.estimate.fixes import apply_suggestions, suggest_fixes
+from studio.core.estimate.sharded_estimate import plan_gpus, with_strategy
 from studio.core.hardware.machine.probe import load_hardware
-from studio.core.hardware.sharded_estimate import plan_gpus, with_strategy
 
 MB = 2**20
 PAIR = load_hardware("2x-rtx3090").gpus  # two 24 GB cards
 NODE = load_hardware("8x-h100-80gb").gpus
 
 
-def dreambooth(family: str = "sdxl", **training: Any) -> TrainConfig:
-    return TrainConfig.model_validate({
+def dreambooth(family: str = "sdxl", **training: Any) -> ResolvedConfig:
+    return resolve_paths(TrainConfig.model_validate({
         "model": {"family": family, "base": "models/base", "dtype": "bf16"}, "method": {"kind": "dreambooth"},
         "dataset": {"resolution": 1024},
         "training": {"mixed_precision": "bf16", "gradient_checkpointing": True, "cache_latents": True,
                      "cache_text_embeddings": True, "optimizer": "adamw", **training},
-    })
+    }), NO_FOLDER)
 
 
 def part(estimate: Any, key: str) -> float:
@@ -67,7 +68,7 @@ def test_the_plan_for_two_24_gb_cards_proposes_fsdp() -> None:
 
 
 def test_a_lora_has_no_fsdp_plan_and_says_why() -> None:
-    lora = TrainConfig.model_validate({"model": {"family": "sdxl", "base": "m"}})
+    lora = resolve_paths(TrainConfig.model_validate({"model": {"family": "sdxl", "base": "m"}}), NO_FOLDER)
     plan = plan_gpus(lora, PAIR[0], 2)
     assert plan.fsdp is None and not plan.proposes_fsdp
     assert plan.fsdp_refused.startswith('launch.strategy = "fsdp": shards the weights a full fine-tune trains')

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from pydantic import ValidationError
 
+from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 
 RESOLUTIONS = (1536, 1280, 1024, 896, 768, 640, 512, 448, 384, 320, 256)
@@ -30,8 +31,13 @@ class Suggestion:
     notes: list[str] = field(default_factory=list)
 
 
+@overload
+def apply_changes(config: ResolvedConfig, changes: dict[str, Any]) -> ResolvedConfig: ...
+@overload
+def apply_changes(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig: ...
 def apply_changes(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
-    """A validated copy of `config` with dotted keys set (raises pydantic's ValidationError)."""
+    """A validated copy of `config` with dotted keys set (raises pydantic's ValidationError); a resolved
+    config stays resolved against its folder."""
     data = config.model_dump()
     for dotted, value in changes.items():
         node = data
@@ -41,7 +47,8 @@ def apply_changes(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
         if leaf not in node:
             raise KeyError(f"unknown config key {dotted}")
         node[leaf] = value
-    return TrainConfig.model_validate(data)
+    changed = TrainConfig.model_validate(data)
+    return config.varied(changed) if isinstance(config, ResolvedConfig) else changed
 
 
 def _halvings(value: int, floor: int) -> Iterator[int]:
@@ -169,7 +176,7 @@ def steps_for(gpus: int) -> list[tuple[str, str, Step]]:
     return [*STEPS[:at], ("shard", f"Shard across {gpus} GPUs", _shard(gpus)), *STEPS[at:]]
 
 
-def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None, gpus: int = 1) -> list[Suggestion]:
+def suggest_fixes(config: ResolvedConfig, gpu: GPUInfo | None, gpus: int = 1) -> list[Suggestion]:
     """Cumulative steps toward a fit on one of `gpus` GPUs like `gpu`, stopping at the first that fits;
     [] when it already fits.
 
@@ -183,7 +190,7 @@ def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None, gpus: int = 1) -> li
         return []
     out: list[Suggestion] = []
     for key, title, step in steps_for(max(gpus, config.launch.num_processes)):
-        best: tuple[dict[str, Any], str, TrainConfig, VramEstimate] | None = None
+        best: tuple[dict[str, Any], str, ResolvedConfig, VramEstimate] | None = None
         for changes, description in step(config):
             try:
                 candidate = apply_changes(config, changes)
@@ -207,7 +214,7 @@ def suggest_fixes(config: TrainConfig, gpu: GPUInfo | None, gpus: int = 1) -> li
     return _prune(original, out, gpu)
 
 
-def _prune(original: TrainConfig, steps: list[Suggestion], gpu: GPUInfo) -> list[Suggestion]:
+def _prune(original: ResolvedConfig, steps: list[Suggestion], gpu: GPUInfo) -> list[Suggestion]:
     """Drop earlier steps a later, stronger one made unnecessary (costliest first), then re-estimate."""
     if not steps or steps[-1].fit == "does_not_fit":
         return steps
@@ -231,6 +238,11 @@ def _prune(original: TrainConfig, steps: list[Suggestion], gpu: GPUInfo) -> list
     return kept
 
 
+@overload
+def apply_suggestions(config: ResolvedConfig, suggestions: list[Suggestion],
+                      upto: int | None = None) -> ResolvedConfig: ...
+@overload
+def apply_suggestions(config: TrainConfig, suggestions: list[Suggestion], upto: int | None = None) -> TrainConfig: ...
 def apply_suggestions(config: TrainConfig, suggestions: list[Suggestion], upto: int | None = None) -> TrainConfig:
     """The config with suggestions[0..upto] applied (all by default)."""
     for suggestion in suggestions[: None if upto is None else upto + 1]:

@@ -8,9 +8,9 @@ import pytest
 
 from studio.core.config.presets import apply_preset, get_preset
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram
+from studio.core.estimate.estimate import estimate_vram
+from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.hardware.report import GPUInfo
-from studio.core.hardware.sampling_plan import sampling_needs_tiling
 
 SAMPLES: dict[str, Any] = {"every_n_steps": 100, "prompts": ["a photo of sks dog"]}
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import (
+from studio.core.estimate.estimate import (
     estimate_vram,
     fit,
     load_architecture,

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.memory_data import BYTES, scaled
-from studio.core.hardware.memory_parts import RunFacts, run_facts
-from studio.core.hardware.training_step import TrainingStep, prompts_cached, training_step
+from studio.core.estimate.memory_data import BYTES, scaled
+from studio.core.estimate.memory_parts import RunFacts, run_facts
+from studio.core.estimate.training_step import TrainingStep, prompts_cached, training_step
 
 VAE_TILE_PX = 512  # the decoder's tile side in pixels (the overlap is blended by the VAE)
 

@@ -10,37 +10,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.presets import Preset, apply_preset
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.estimate import VramEstimate, estimate_vram
 from studio.core.families import family
-from studio.core.hardware.estimate import VramEstimate, estimate_vram
 from studio.core.hardware.report import GPUInfo
 
 SAMPLE_EVERY_N_STEPS = 100  # when neither the preset nor the project says how often
 SAMPLE_PROMPT = "a photo"  # when the project has no prompt: the words do not change the memory
 
 
-def placeholder_project(family: str) -> TrainConfig:
-    return TrainConfig.model_validate({"model": {"family": family, "base": "base-model"},
-                                       "dataset": {"concepts": [{"path": "images"}]}})
+def placeholder_project(family: str, base_model: str = "base-model") -> ResolvedConfig:
+    """A project of `family` that is in no folder: its images name nothing on this machine."""
+    return resolve_paths(TrainConfig.model_validate({"model": {"family": family, "base": base_model},
+                                                     "dataset": {"concepts": [{"path": "images"}]}}), NO_FOLDER)
 
 
-def preset_config(preset: Preset, project: TrainConfig | None = None) -> TrainConfig:
+def preset_config(preset: Preset, project: ResolvedConfig | None = None) -> ResolvedConfig:
     """`preset` applied to `project` (or a placeholder), with sample images on (raises ConfigError)."""
-    base = project if project is not None else placeholder_project(preset.family)
-    sizes = family(preset.family).size_bases
-    if project is None and sizes:  # a family of several sizes: the one the preset's id names
-        size = next((size for size in sizes if size in preset.id.split("-")), next(iter(sizes)))
-        base.model.base = sizes[size]
+    base = project
+    if base is None:
+        sizes = family(preset.family).size_bases  # a family of several sizes: the one the preset's id names
+        size = next((size for size in sizes if size in preset.id.split("-")), next(iter(sizes), None))
+        base = placeholder_project(preset.family, *([sizes[size]] if size is not None else []))
     config = apply_preset(base, preset)
     sampling = config.sampling
     every = sampling.every_n_steps or base.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS
     prompts = sampling.prompts or [SAMPLE_PROMPT]
     if (every, prompts) == (sampling.every_n_steps, sampling.prompts):
-        return config
+        return base.varied(config)
     data = config.model_dump()
     data["sampling"].update(every_n_steps=every, prompts=prompts)
-    return TrainConfig.model_validate(data)
+    return base.varied(TrainConfig.model_validate(data))
 
 
 def promised_gpu(preset: Preset) -> GPUInfo:
@@ -72,7 +74,8 @@ class PresetEstimate:
         return f"promises {self.promise_gb:g} GB · estimated {self.estimate.total_gb:.1f} GB with samples"
 
 
-def estimate_preset(preset: Preset, gpu: GPUInfo | None = None, project: TrainConfig | None = None) -> PresetEstimate:
+def estimate_preset(preset: Preset, gpu: GPUInfo | None = None,
+                    project: ResolvedConfig | None = None) -> PresetEstimate:
     """The preset's estimate with samples on `gpu` (a card of the promised size when none is given)."""
     card = gpu if gpu is not None else promised_gpu(preset)
     return PresetEstimate(preset, estimate_vram(preset_config(preset, project), card), card)

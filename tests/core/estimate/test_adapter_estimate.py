@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.hardware.estimate import estimate_vram
+from studio.core.estimate.estimate import estimate_vram
 from studio.core.hardware.machine.probe import load_hardware
 
 GPU = load_hardware("rtx4090-24gb").gpus[0]

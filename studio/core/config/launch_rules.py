@@ -1,0 +1,47 @@
+"""Consistency rules of how a run is launched: the strategy across processes and the launch settings
+(see schema.CONSISTENCY_RULES).
+
+Each raises a `Contradiction` naming the key, its value and what to do, as schema's other rules do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from studio.core.config.errors import Contradiction
+
+
+def check_strategy(config: Any) -> None:
+    """What sharding cannot do, named with the reason (one process is allowed: the trainer warns)."""
+    if config.launch.strategy != "fsdp":
+        return
+    if config.method.kind == "lora":
+        raise Contradiction("launch.strategy", "fsdp",
+                            "shards the weights a full fine-tune trains; a LoRA's trained weights are a few "
+                            "megabytes, and the frozen base is not sharded. Use strategy \"ddp\" for LoRA "
+                            "(or method.kind = \"dreambooth\")")
+    if config.training.mixed_precision == "fp16":
+        raise Contradiction("launch.strategy", "fsdp",
+                            "is not available with training.mixed_precision = \"fp16\" (sharded gradients "
+                            "would need a sharded loss scaler); use \"bf16\" (every GPU since the RTX 30 and "
+                            "A100 series has it) or \"no\"")
+    if config.training.compile != "off":
+        raise Contradiction("training.compile", config.training.compile,
+                            "is not available with launch.strategy = \"fsdp\" (sharding wraps the very blocks the "
+                            "compiler would compile, and the pair is untested); set training.compile = \"off\"")
+
+
+def check_launch(config: Any) -> None:
+    launch = config.launch
+    if launch.machine_rank >= launch.num_machines:
+        raise Contradiction(
+            "launch.machine_rank",
+            launch.machine_rank,
+            f"must be below launch.num_machines ({launch.num_machines})",
+        )
+    if launch.num_processes < launch.num_machines:
+        raise Contradiction(
+            "launch.num_processes",
+            launch.num_processes,
+            f"must be at least launch.num_machines ({launch.num_machines})",
+        )

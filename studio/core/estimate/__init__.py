@@ -1,0 +1,1 @@
+"""What a run needs: the VRAM estimate (one function per memory part), fixes, the batch plan, throughput."""
