@@ -9,7 +9,7 @@ not act and puts it back to its default when a change makes it stop acting.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -28,7 +28,11 @@ def value_of(config: BaseModel, key: str) -> Any:
 def default_of(config: BaseModel, key: str) -> Any:
     section, name = key.split(".", 1)
     field = type(getattr(config, section)).model_fields[name]
-    return field.get_default(call_default_factory=True)
+    if field.default_factory is not None:
+        # The schema's factories take no arguments; pydantic's get_default would inspect the
+        # factory's signature on every call, most of what the Model page spent here.
+        return cast(Callable[[], Any], field.default_factory)()
+    return field.get_default()
 
 
 def why_inert(value: Value, key: str) -> str | None:

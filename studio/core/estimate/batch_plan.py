@@ -68,8 +68,8 @@ class BatchPlan:
 
 
 def _verdict(config: ResolvedConfig, gpu: GPUInfo, batch: int) -> tuple[Fit, float]:
-    candidate = config.model_copy(deep=True)
-    candidate.training.batch_size = batch
+    # Only the training section differs; the others are shared (the estimate reads, never writes).
+    candidate = config.model_copy(update={"training": config.training.model_copy(update={"batch_size": batch})})
     estimate = estimate_vram(candidate, gpu)
     return fit(estimate, gpu), estimate.total_mb
 

@@ -62,3 +62,22 @@ def test_a_change_resets_what_it_makes_inert() -> None:
                                          "training": {"noise_offset": 0.1}, "method": {"rank": 8}})
     assert resets_for(config, {"model.family": "sd3"}) == {"training.noise_offset": 0.0, "model.clip_skip": 1}
     assert resets_for(config, {"method.kind": "dreambooth"}) == {"method.rank": 16}
+
+
+def test_every_settings_default_is_the_schemas_own_and_a_fresh_copy() -> None:
+    """default_of calls the schema's factories itself (fast); it must give what pydantic would."""
+    from studio.core.config.acting import default_of
+
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}})
+    checked = 0
+    for section_name, section_field in TrainConfig.model_fields.items():
+        section_type = section_field.annotation
+        if not isinstance(section_type, type) or not hasattr(section_type, "model_fields"):
+            continue
+        for name, field in section_type.model_fields.items():
+            key = f"{section_name}.{name}"
+            assert default_of(config, key) == field.get_default(call_default_factory=True), key
+            if field.default_factory is not None:
+                assert default_of(config, key) is not default_of(config, key), key  # never shared
+            checked += 1
+    assert checked > 80
