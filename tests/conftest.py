@@ -104,16 +104,19 @@ def _deadlines_scaled_to_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True)
 def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Iterator[None]:
     """As in the app (make_application): Python's cycle collector runs on the GUI thread only, so a
-    Worker's pool thread never destroys a test's closed dialogs and QProcesses. After each test the
-    GUI thread collects what the interpreter would have (tests often wait without an event loop)."""
+    Worker's pool thread never destroys a test's closed dialogs and QProcesses. After each Qt test
+    the GUI thread collects everything (about 0.4 s with torch loaded, 225 tests): no wrapper of a
+    test's deleted Qt objects lives on in a cycle into the next test, where Qt may reuse its address."""
     if not HAVE_QT or not {"qtbot", "qapp"} & set(request.fixturenames):
         yield
         return
+    import gc
+
     from studio.gui.base.gui_thread_gc import install_gui_thread_gc
 
-    collector = install_gui_thread_gc(request.getfixturevalue("qapp"))
+    install_gui_thread_gc(request.getfixturevalue("qapp"))
     yield
-    collector.collect()
+    gc.collect()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
