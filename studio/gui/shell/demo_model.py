@@ -33,6 +33,12 @@ class DemoModel(QObject):
         return (config is not None and is_demo_project(project) and is_demo_model(config.model.base)
                 and not demo_model_ready(project))
 
+    def training_env_ready(self, _python: str) -> None:
+        """The training environment became ready: an open demo gets its model now."""
+        project = self.context.project
+        if project is not None and self.needs_building(project):
+            self.build(project)
+
     @property
     def builder(self) -> CommandProcess:
         """The process that builds the demo's tiny model; made when first needed."""

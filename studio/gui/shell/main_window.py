@@ -122,7 +122,7 @@ class MainWindow(QMainWindow):
         context.sig_project_changed.connect(self._on_project_changed)
         context.sig_config_changed.connect(lambda _config: self._show_demo_banner())
         context.confirm_reload = self.confirm_reload
-        context.sig_demo_model_wanted.connect(self.build_demo_model)
+        context.sig_demo_model_wanted.connect(self.demo_model.build)
         self._build_menus()
         self._restore_geometry()
 
@@ -221,7 +221,7 @@ class MainWindow(QMainWindow):
         project = open_project(folder)
         self.set_project(project)
         if self.demo_model.needs_building(project) and not needs_training_env(None):
-            self.build_demo_model(project)  # the demo reopened as a recent project, its model not built yet
+            self.demo_model.build(project)  # the demo reopened as a recent project, its model not built yet
         return True
 
     def open_project_dialog(self) -> None:
@@ -251,7 +251,7 @@ class MainWindow(QMainWindow):
 
         project = create_demo_project()
         self.set_project(project)
-        self.build_demo_model(project)
+        self.demo_model.build(project)
 
     def open_training_env(self) -> TrainingEnvDialog:
         """Tools → Training Environment; once it is ready, an open demo gets its model."""
@@ -260,22 +260,14 @@ class MainWindow(QMainWindow):
         dialog = open_training_env_dialog(self)
         if not dialog.property("builds_demo_model"):
             dialog.setProperty("builds_demo_model", True)
-            dialog.sig_ready.connect(self._training_env_ready)
+            dialog.sig_ready.connect(self.demo_model.training_env_ready)
         return dialog
-
-    def _training_env_ready(self, _python: str) -> None:
-        project = self.context.project
-        if project is not None and self.demo_model.needs_building(project):
-            self.build_demo_model(project)
 
     def _show_demo_banner(self) -> None:
         from studio.core.project.demo import is_demo_project
 
         project = self.context.project
         self.demo_banner.show_for(project is not None and is_demo_project(project))
-
-    def build_demo_model(self, project: Project) -> None:
-        self.demo_model.build(project)
 
     def _on_project_changed(self, project: Project | None) -> None:
         name = project.name if project else "no project"

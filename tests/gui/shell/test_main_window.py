@@ -245,9 +245,9 @@ def test_demo_model_build_failure_is_reported_with_its_output(window: MainWindow
     project = create_demo_project(tmp_path / "demo")
     shown: list[str] = []
     window.context.sig_status.connect(shown.append)
-    window.build_demo_model(project)
+    window.demo_model.build(project)
     assert shown == ["Building the demo's tiny model…"] and window.demo_model.builder.is_running()
-    window.build_demo_model(project)  # asked again while building: nothing new starts
+    window.demo_model.build(project)  # asked again while building: nothing new starts
     qtbot.waitUntil(lambda: not window.demo_model.builder.is_running(), timeout=10000)
     assert shown[-1].startswith("Building the demo model failed (exit 3).")
     assert "out of disk space" in shown[-1]
@@ -270,7 +270,7 @@ def test_the_demo_banner_shows_the_builds_steps_and_seconds(window: MainWindow, 
     project = create_demo_project(tmp_path / "demo")
     window.set_project(project)
     banner = window.demo_banner
-    window.build_demo_model(project)
+    window.demo_model.build(project)
     qtbot.waitUntil(lambda: "loading PyTorch and diffusers (step 1 of 2)" in banner.model_state.text(),
                     timeout=10000)
     assert "s so far" in banner.model_state.text() and "a few seconds" not in banner.model_state.text()
@@ -288,7 +288,7 @@ def test_closing_the_window_ends_a_demo_model_build(window: MainWindow, tmp_path
 
     monkeypatch.setattr(demo, "model_command",
                         lambda _project: [sys.executable, "-c", "import time; time.sleep(60)"])
-    window.build_demo_model(create_demo_project(tmp_path / "demo"))
+    window.demo_model.build(create_demo_project(tmp_path / "demo"))
     qtbot.waitUntil(lambda: window.demo_model.builder.pid() > 0, timeout=10000)
     builder = psutil.Process(window.demo_model.builder.pid())
     window.close()
