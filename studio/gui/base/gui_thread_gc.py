@@ -26,7 +26,6 @@ class GuiThreadCollector(QObject):
         super().__init__(parent)
         self.setObjectName("gui_thread_collector")
         self.thresholds = gc.get_threshold()
-        self.collections = 0  # how many times a generation was collected here (tests, diagnostics)
         gc.disable()
         self.timer = QTimer(self)
         self.timer.setInterval(INTERVAL_MS)
@@ -43,7 +42,6 @@ class GuiThreadCollector(QObject):
         if middle > t1:
             generation = 2 if old > t2 else 1
         gc.collect(generation)
-        self.collections += 1
 
 
 def install_gui_thread_gc(app: QCoreApplication) -> GuiThreadCollector:
