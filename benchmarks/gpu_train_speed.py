@@ -370,7 +370,24 @@ class CaseTimeout(BaseException):
     """A case ran past --case-timeout-s (a BaseException: the trainer's own handlers must not keep it)."""
 
 
-def _alarm(_signum: int, _frame: Any) -> None:
+IMPORT_DEFER_S = 0.05
+
+
+def _importing(frame: Any) -> bool:
+    """Whether Python is importing a module somewhere on this stack."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _alarm(_signum: int, frame: Any) -> None:
+    """Stop the case, but never inside an import: a module left half-imported in sys.modules would make every later
+    case fail with an import error. An import in progress is let finish, and the case is stopped just after it."""
+    if _importing(frame):
+        signal.setitimer(signal.ITIMER_REAL, IMPORT_DEFER_S)
+        return
     raise CaseTimeout
 
 

@@ -78,6 +78,12 @@ def context(qtbot: object, tmp_path: Path) -> Iterator[object]:
     ctx.run_controller.shutdown()
 
 
+def shut_down(page: Any) -> None:
+    """pytest-qt's before-close hook for pages with a shutdown(): pytest-qt closes and deletes its widgets before
+    the fixtures' own teardown, and a shutdown run after that waits on objects already deleted."""
+    page.shutdown()
+
+
 def close_plots(page: Any) -> None:
     """pytest-qt's before-close hook for pages with run plots: empty their scenes before deletion."""
     page.plots.close_plots()

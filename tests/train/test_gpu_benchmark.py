@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +52,31 @@ def test_a_case_past_its_timeout_is_stopped_noted_and_the_next_one_runs(tmp_path
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| sd15 | 64 | 2 | studio | - |" in table and table.rstrip().endswith(f"| {second['note']} |")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.json", "table.md"]
+
+
+def _benchmark_module():
+    spec = importlib.util.spec_from_file_location("gpu_train_speed", ROOT / "benchmarks" / "gpu_train_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_train_speed", module)  # its dataclasses look their module up by name
+    spec.loader.exec_module(sys.modules["gpu_train_speed"])
+    return sys.modules["gpu_train_speed"]
+
+
+def test_a_case_timeout_that_falls_inside_an_import_waits_for_the_import_to_end(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout raised inside an import leaves a half-imported module behind, and every later case failed with
+    "Failed to import diffusers.models.autoencoders.autoencoder_kl". The timer now lets the import finish."""
+    bench = _benchmark_module()
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(0.4)\nREADY = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    old = signal.signal(signal.SIGALRM, bench._alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # falls in the middle of the import's 0.4 s
+        with pytest.raises(bench.CaseTimeout):
+            import slow_to_import  # noqa: F401
+            time.sleep(5)  # the case's own work: stopped here, just after the import
+        assert sys.modules["slow_to_import"].READY is True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        sys.modules.pop("slow_to_import", None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from PySide6.QtCore import QSettings
 from studio.core.project.folder import Project, create_project, default_config
 from studio.gui.context import StudioContext
 from studio.gui.dataset.page import DatasetPage
+from tests.gui.conftest import shut_down
 
 CAPTIONS = {"a.png": "red, square", "b.png": "blue, circle", "c.png": None, "d.png": "green, square"}
 
@@ -30,14 +30,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
 
 
 @pytest.fixture
-def page(qtbot, project: Project, tmp_path: Path) -> Iterator[DatasetPage]:  # type: ignore[no-untyped-def]
+def page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: ignore[no-untyped-def]
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     context = StudioContext(settings)
     widget = DatasetPage(context)
-    qtbot.addWidget(widget)
+    qtbot.addWidget(widget, before_close_func=shut_down)
     context.set_project(project)
     widget.resize(1200, 800)
     widget.show()
     assert widget.wait_loaded(30)
-    yield widget
-    widget.shutdown()
+    return widget

@@ -351,3 +351,17 @@ def test_a_concept_that_is_a_kohya_folder_is_renamed_with_its_repeats(qtbot, pag
     assert (background / "bg.png").exists() and not (project.root / "extra" / "5_background").exists()
     written = project.load_config().dataset.concepts[-1]
     assert (written.path, written.repeats) == ("extra/3_background", 3)
+
+
+def test_a_save_still_running_when_the_test_ends_is_finished_by_the_fixtures_shutdown(
+        qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """pytest-qt closes and deletes its widgets before the fixtures' teardown; a page shut down after that waited
+    240 s on a save whose result could no longer arrive, then failed on its deleted thread pool. The fixture now
+    shuts the page down in pytest-qt's before-close hook. A wait cut to 5 s keeps a regression quick."""
+    from studio.gui.base.event_loop import wait_for
+    from studio.gui.dataset.saving import CaptionSaver
+
+    monkeypatch.setattr(CaptionSaver, "wait", lambda self, timeout_s=5.0: wait_for(
+        lambda: self._running is None, 5.0, user_input=False))
+    type_caption(qtbot, page, "typed at the very end")
+    page._save_timer.start(0)  # the save starts in pytest-qt's own event processing, just before it closes

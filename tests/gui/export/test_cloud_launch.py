@@ -24,7 +24,7 @@ from studio.gui.runner.cloud_run import CloudRun
 from studio.gui.runs.page import RunsPage
 from studio.gui.shell.application import make_settings
 from studio.gui.training.page import TrainPage
-from tests.gui.conftest import close_plots
+from tests.gui.conftest import close_plots, shut_down
 
 
 @pytest.fixture
@@ -43,12 +43,11 @@ def pages(qtbot: QtBot, tmp_path: Path, demo: Project) -> Iterator[tuple[StudioC
     context.set_project(demo)
     export = ExportPage(context)
     train, runs = TrainPage(context, context.run_controller), RunsPage(context, context.run_controller)
-    qtbot.addWidget(export)
+    qtbot.addWidget(export, before_close_func=shut_down)
     qtbot.addWidget(train, before_close_func=close_plots)
     qtbot.addWidget(runs, before_close_func=close_plots)
     yield context, export, train, runs
     context.run_controller.shutdown()
-    export.shutdown()
 
 
 @pytest.mark.slow

@@ -14,16 +14,16 @@ from studio.gui.context import StudioContext
 from studio.gui.export.cost_table import CHEAPEST
 from studio.gui.export.page import ExportPage
 from studio.gui.shell.application import make_settings
+from tests.gui.conftest import shut_down
 
 
 @pytest.fixture
 def page(qtbot, tmp_path: Path, demo: Project) -> ExportPage:
     context = StudioContext(make_settings(tmp_path / "settings.ini"))
     widget = ExportPage(context)
-    qtbot.addWidget(widget)
+    qtbot.addWidget(widget, before_close_func=shut_down)
     context.set_project(demo)
-    yield widget
-    widget.shutdown()
+    return widget
 
 
 def test_the_cost_table_lists_every_gpu_type_and_count(page: ExportPage) -> None:

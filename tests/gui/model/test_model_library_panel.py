@@ -15,6 +15,7 @@ from studio.core.project.folder import create_project
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage
 from studio.gui.shell.application import make_settings
+from tests.gui.conftest import shut_down
 
 SD15 = "stable-diffusion-v1-5/stable-diffusion-v1-5"
 SD3 = "stabilityai/stable-diffusion-3-medium-diffusers"
@@ -25,10 +26,9 @@ def page(qtbot, tmp_path: Path) -> ModelPage:  # type: ignore[no-untyped-def]
     context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb")
     context.set_project(create_project(tmp_path / "project"))
     widget = ModelPage(context)
-    qtbot.addWidget(widget)
+    qtbot.addWidget(widget, before_close_func=shut_down)
     widget.library.wait()
-    yield widget
-    widget.shutdown()
+    return widget
 
 
 def test_a_checkpoint_on_this_machine_is_listed_and_used(
