@@ -5,6 +5,7 @@
     python3 dev.py test     # make .venv, install everything, run lint and the whole test suite
     python3 dev.py test --repeat 3   # the suite three times, listing every test that failed once or more
     python3 dev.py package  # build the desktop app for this system (dist/: the app and its download)
+    python3 dev.py test-app # the download as a person gets it: built, installed, its first Train on the demo
     python3 dev.py setup    # only make the environments
 
 On Windows use `py dev.py run` / `py dev.py test`.
@@ -362,6 +363,15 @@ def test(extra: list[str]) -> None:
     sys.exit(repeat_suite(command, repeat, env))
 
 
+def test_app(extra: list[str]) -> None:
+    """The package job: the frozen app built, installed by install.sh into an empty home folder, and its first
+    Train on the demo pressed in the installed copy (tests/packaging/test_first_train.py; minutes, not in the suite)."""
+    python = setup(dev=True)
+    env = dict(os.environ, STUDIO_FIRST_TRAIN="1", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    run([python, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--durations=5", *TEST_TIMEOUT,
+         "tests/packaging/test_first_train.py", *extra], env=env)
+
+
 def repeat_count(args: list[str]) -> tuple[int, list[str]]:
     """`--repeat N` (to find flaky tests) out of the test command's arguments."""
     if "--repeat" not in args:
@@ -414,6 +424,8 @@ def main(argv: list[str]) -> None:
         run([python, "-m", "studio", *argv[1:]])
     elif command == "test":
         test(argv[1:])
+    elif command == "test-app":
+        test_app(argv[1:])
     elif command == "package":
         # The window's dependencies and PyInstaller only: nothing of the trainer can slip into the app.
         python = ensure_env(PACKAGE_VENV, "gui,package", "packaging")

@@ -1,7 +1,8 @@
 """A newcomer's first Train with the desktop app as people get it: the frozen build, installed by
 install.sh into an empty home folder, the INSTALLED copy started, Train pressed on the demo; the
 Training Environment installs from a folder of wheels, the demo's model is built, the run trains to
-its end. Asserted: the LoRA file on disk, loss points drawn in the plot, no question asked (no
+its end, in a window drawn through Qt's X11 plugin on Xvfb where it is installed (offscreen
+otherwise). Asserted: the LoRA file on disk, loss points drawn in the plot, no question asked (no
 download offered) and no `studio-train` advice shown.
 
 The wheels are the pinned packages of the environment, fetched once into build/first-train-wheels
@@ -22,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fixtures.x_display import x_display
 
 from studio.core.trainenv.packages import CONSTRAINTS, package_lists, pinned_versions
 from tests.packaging.test_frozen_app import executable, frozen_app  # noqa: F401 - the build fixture
@@ -82,16 +84,21 @@ def test_the_installed_apps_first_train_on_the_demo_trains_to_a_lora(frozen_app:
     home.mkdir()
     installed = install_download(frozen_app, home, tmp_path / "download")
     report = tmp_path / "first-train.json"
-    env = dict(clean_env(home), QT_QPA_PLATFORM="offscreen", STUDIO_WHEELHOUSE=str(wheels),
-               STUDIO_SELF_TEST_REPORT=str(report), HF_HUB_OFFLINE="1")
-    started = time.monotonic()
-    out = subprocess.run([str(installed), "--first-train-test"], capture_output=True, text=True, env=env,
-                         timeout=RUN_TIMEOUT_S)
-    seconds = time.monotonic() - started
+    env = dict(clean_env(home), STUDIO_WHEELHOUSE=str(wheels), STUDIO_SELF_TEST_REPORT=str(report),
+               HF_HUB_OFFLINE="1")
+    with x_display() as display:  # the window through Qt's X11 plugin where Xvfb is installed, as on a desktop
+        env["QT_QPA_PLATFORM"] = "xcb" if display else "offscreen"
+        if display:
+            env["DISPLAY"] = display
+        started = time.monotonic()
+        out = subprocess.run([str(installed), "--first-train-test"], capture_output=True, text=True, env=env,
+                             timeout=RUN_TIMEOUT_S)
+        seconds = time.monotonic() - started
     assert report.is_file(), out.stderr[-4000:]
     facts = json.loads(report.read_text(encoding="utf-8"))
     print(f"first Train of the installed app: {seconds:.0f} s; {json.dumps(facts)[:2000]}")
     assert facts.get("error") is None, (facts, out.stderr[-4000:])
+    assert facts["qt_platform"] == env["QT_QPA_PLATFORM"]
     assert facts["environment_window"] and facts["environment_result"].startswith("Ready")
     assert facts["questions"] == []  # no download offered, nothing else asked
     assert not any("studio-train" in message for message in facts["messages"])

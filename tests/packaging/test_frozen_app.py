@@ -1,5 +1,6 @@
 """The desktop app as people get it: built with PyInstaller the way `dev.py package` builds it,
-started with --self-test offscreen; it reports the same facts as the source run.
+started with --self-test offscreen, and through Qt's X11 plugin on Xvfb where it is installed; it
+reports the same facts as the source run.
 
 The build (about a minute on 2 cores) lands in build/frozen with PyInstaller's work folder
 in build/pyinstaller, so a second run with no source changed takes seconds.
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.x_display import x_display
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -40,15 +42,27 @@ def frozen_app() -> Path:
     return executable(dist)
 
 
-def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("platform", ["offscreen", "xcb"])
+def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: Path, tmp_path: Path,
+                                                                     platform: str) -> None:
+    """Offscreen everywhere; through Qt's X11 plugin (xcb) on a virtual screen where Xvfb is installed, as on a
+    Linux desktop: the xcb plugin and the system libraries it loads are what a person's window needs."""
     from studio.gui.shell.main_window import PAGES
 
+    if platform == "xcb" and not sys.platform.startswith("linux"):
+        pytest.skip("the X11 plugin is the Linux download's")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     report = tmp_path / "self-test.json"  # how CI reads it from the windowed Windows app, which has no stdout
-    out = subprocess.run([str(frozen_app), "--self-test"], capture_output=True, text=True, timeout=180,
-                         env=dict(env, QT_QPA_PLATFORM="offscreen", STUDIO_SELF_TEST_REPORT=str(report)))
+    with x_display() as display:
+        if platform == "xcb":
+            if display is None:
+                pytest.skip("Xvfb is not installed (apt install xvfb)")
+            env["DISPLAY"] = display
+        out = subprocess.run([str(frozen_app), "--self-test"], capture_output=True, text=True, timeout=180,
+                             env=dict(env, QT_QPA_PLATFORM=platform, STUDIO_SELF_TEST_REPORT=str(report)))
     assert out.returncode == 0, out.stderr[-3000:]
     facts = json.loads(report.read_text())
+    assert facts["qt_platform"] == platform
     assert json.loads(out.stdout.strip().splitlines()[-1]) == facts
     assert facts["ok"] and facts["qt_warnings"] == 0 and facts["exceptions"] == 0
     assert facts["pages"] == [spec.page_id for spec in PAGES]

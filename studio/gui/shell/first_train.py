@@ -29,7 +29,7 @@ STEP_TIMEOUT_S = float(os.environ.get("STUDIO_FIRST_TRAIN_TIMEOUT_S", "1200"))
 
 def run_first_train(window: MainWindow, app: QApplication) -> None:
     """Press Train as a person would, follow it to the end, write the report, quit (exit 1 on failure)."""
-    facts: dict[str, Any] = {"questions": [], "messages": []}
+    facts: dict[str, Any] = {"questions": [], "messages": [], "qt_platform": app.platformName()}
     started = time.monotonic()
     try:
         _drive(window, facts)

@@ -158,6 +158,7 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     QTimer.singleShot(0, app.quit)
     app.exec()
     facts["torch_imported"] = "torch" in sys.modules
+    facts["qt_platform"] = app.platformName()  # xcb, wayland, offscreen…: which of Qt's platform plugins drew it
     facts["qt_warnings"] = len(problems.qt_warnings)
     facts["exceptions"] = len(problems.exceptions)
     facts["ok"] = not problems.qt_warnings and not problems.exceptions
