@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,13 +133,25 @@ def _run_step(plan: InstallPlan, step: str, reader: OutputReader, progress: Prog
         wanted = [plan.packages.torch_requirement] if step == "torch" else list(plan.packages.others)
         # Repair installs again (uv and pip otherwise only check that the versions are there).
         again = (["--reinstall"] if plan.tool.kind == UV else ["--force-reinstall"]) if force else []
-        command = [*base, *again, "-c", str(plan.packages.constraints), *plan.source_args(step == "torch"), *wanted]
+        from_torch_index = step == "torch" and not _torch_index_skipped(plan, log)
+        command = [*base, *again, "-c", str(plan.packages.constraints), *plan.source_args(from_torch_index), *wanted]
         _run_explained(plan, command, step, log, reader, progress, cancel)
         return None
     if step == "link":
         _link_studio(plan)
         return None
     return _verify(plan, log, reader, progress, cancel)
+
+
+def _torch_index_skipped(plan: InstallPlan, log: Path) -> bool:
+    """torch from the person's own sources when PyTorch's index cannot be reached from here (said in the log)."""
+    if not plan.torch_index_unreachable():
+        return False
+    host = urllib.parse.urlparse(plan.build.index_url or "").hostname or plan.build.index_url
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"note: {host} cannot be reached from this machine; torch comes from your own package sources "
+                  f"({', '.join(plan.sources()[1:])})\n")
+    return True
 
 
 def _run_explained(plan: InstallPlan, command: list[str], step: str, log: Path, reader: OutputReader,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
 from studio.core.trainenv.packages import PackageLists, package_lists, requirement_name
-from studio.core.trainenv.sources import PipSettings, read_pip_settings, uv_environment
+from studio.core.trainenv.sources import PipSettings, reachable, read_pip_settings, uv_environment
 from studio.core.trainenv.tools import UV, EnvTool, choose_tool
 from studio.core.trainenv.torch_build import TorchBuild, choose_torch_build
 from studio.core.training_python import env_dir
@@ -68,6 +69,16 @@ class InstallPlan:
             return extra
         index = ["--index-url", self.pip.index_url] if self.pip.index_url else []
         return [*index, *extra, *(several if extra else [])]
+
+    def torch_index_unreachable(self, environ: Mapping[str, str] | None = None) -> bool:
+        """PyTorch's index for this build cannot be reached, and the person has package sources of their own to
+        take torch from instead (a mirror or folder of wheels that holds the build). Behind a proxy the host's
+        reachability is the proxy's to say, so the index is kept."""
+        env = os.environ if environ is None else environ
+        proxied = self.pip.proxy or any(env.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY",
+                                                                   "http_proxy", "ALL_PROXY", "all_proxy"))
+        return bool(self.wheelhouse is None and self.build.index_url and self.pip.has_own_sources and not proxied
+                    and not reachable(self.build.index_url))
 
     def sources(self) -> list[str]:
         """The indexes and folders an install reads, for messages."""

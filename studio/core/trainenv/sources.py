@@ -13,7 +13,10 @@ from __future__ import annotations
 import configparser
 import os
 import re
+import socket
 import sys
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +32,11 @@ class PipSettings:
     cert: str | None = None
     proxy: str | None = None
     files: tuple[str, ...] = field(default_factory=tuple)  # the config files read, for the log
+
+    @property
+    def has_own_sources(self) -> bool:
+        """Whether the person named where packages come from (an index, a mirror, a folder of wheels)."""
+        return bool(self.index_url or self.extra_index_urls or self.find_links)
 
     def uv_source_args(self) -> list[str]:
         """pip's extra sources as uv arguments (the index itself is placed by the caller)."""
@@ -85,6 +93,21 @@ def read_pip_settings(environ: Mapping[str, str] | None = None, platform: str = 
 
     return PipSettings(found.get("index-url") or None, words("extra-index-url"), words("find-links"),
                        found.get("cert") or None, found.get("proxy") or None, tuple(read))
+
+
+def reachable(url: str, timeout_s: float = 5.0) -> bool:
+    """Whether an index's host takes a connection (a file:// URL: whether its folder is there)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file":
+        return Path(urllib.request.url2pathname(parsed.path)).exists()
+    if not parsed.hostname:
+        return False
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)),
+                                      timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def uv_environment(settings: PipSettings, environ: Mapping[str, str] | None = None) -> dict[str, str]:

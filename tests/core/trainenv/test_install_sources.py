@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import socket
 import ssl
 import subprocess
 import threading
@@ -24,7 +25,7 @@ from studio.core.hardware.machine.probe import load_profile
 from studio.core.trainenv.installer import install
 from studio.core.trainenv.packages import CONSTRAINTS
 from studio.core.trainenv.plan import InstallPlan, make_plan
-from studio.core.trainenv.sources import explain_failure, read_pip_settings, uv_environment
+from studio.core.trainenv.sources import PipSettings, explain_failure, read_pip_settings, uv_environment
 from studio.core.trainenv.steps import StepFailed
 from studio.core.trainenv.tools import find_uv
 
@@ -155,6 +156,44 @@ def test_pips_cert_setting_reaches_uv_and_without_a_bundle_the_failure_names_the
     assert f"the certificate of {host} is not trusted here: set SSL_CERT_FILE" in str(failed.value)
     conf.write_text(f"[global]\nindex-url = {https_index.url}\ncert = {https_index.cert}\n")
     assert install(_plan(tmp_path / "again", https_index)).facts["torch"] == "2.13.0+cpu"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_without_pytorchs_index_torch_comes_from_the_persons_own_index(
+        https_index: Index, uv_only: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine that reaches only its company's mirror: PyTorch's CPU index is not reachable from here and the
+    mirror holds the CPU build. The torch step failed on the unreachable index; it now installs from the mirror."""
+    (tmp_path / "pip.conf").write_text(f"[global]\nindex-url = {https_index.url}\n")
+    monkeypatch.setenv("SSL_CERT_FILE", str(https_index.cert))
+    plan = make_plan(tmp_path / "env", "uv", None, None, load_profile("no-gpu"))
+    unreachable = f"http://127.0.0.1:{_closed_port()}/whl/cpu"
+    plan = dataclasses.replace(plan, build=dataclasses.replace(plan.build, index_url=unreachable))
+    assert plan.torch_index_unreachable()
+    assert install(plan).facts["torch"] == "2.13.0+cpu"
+    assert any(p.startswith("/files/torch-2.13.0+cpu") for p in https_index.paths)
+    log = (tmp_path / "env" / "install.log").read_text(encoding="utf-8")
+    assert f"note: 127.0.0.1 cannot be reached from this machine; torch comes from your own package sources " \
+           f"({https_index.url})" in log
+    assert unreachable not in log.split("note:")[1]  # the torch step's command named only the mirror
+
+
+def test_pytorchs_index_is_kept_when_it_answers_or_nothing_else_is_configured(
+        https_index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = make_plan(tmp_path / "env", "uv", None, None, load_profile("no-gpu"))
+    with_mirror = dataclasses.replace(plan, pip=PipSettings(index_url=https_index.url))
+    answering = dataclasses.replace(with_mirror, build=dataclasses.replace(plan.build, index_url=https_index.url))
+    assert not answering.torch_index_unreachable()
+    closed = dataclasses.replace(plan.build, index_url=f"http://127.0.0.1:{_closed_port()}/whl/cpu")
+    # Nothing of the person's own: the index stays, and its failure names the host and the fix.
+    assert not dataclasses.replace(plan, pip=PipSettings(), build=closed).torch_index_unreachable()
+    # Behind a proxy, the proxy says what is reachable.
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert not dataclasses.replace(with_mirror, build=closed).torch_index_unreachable()
 
 
 def test_pip_settings_are_read_from_its_files_and_variables(tmp_path: Path) -> None:
