@@ -71,7 +71,27 @@ def run_pyinstaller(dist: Path, work: Path) -> Path:
     command = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
                "--distpath", str(dist), "--workpath", str(work), str(SPEC)]
     subprocess.run(command, cwd=ROOT, env=env, check=True)
-    return dist / ("Training Studio.app" if sys.platform == "darwin" else "studio")
+    app = dist / ("Training Studio.app" if sys.platform == "darwin" else "studio")
+    if sys.platform.startswith("linux"):
+        strip_debug(app)
+    return app
+
+
+def strip_debug(app: Path) -> int:
+    """Drop the debugging sections of the Python interpreter's own libraries (a Python built from source
+    carries about 30 MB of them); their symbols stay. Only those: the wheels' libraries were rewritten by
+    auditwheel's patchelf, and strip breaks them ("ELF load command address/offset not page-aligned").
+    Bytes saved; 0 without binutils' strip."""
+    tool = shutil.which("strip")
+    if tool is None:
+        return 0
+    internal = app / "_internal"
+    files = [p for p in [*internal.glob("libpython3*.so*"), *sorted(internal.glob("python3*/lib-dynload/*.so"))]
+             if p.is_file() and not p.is_symlink()]
+    before = sum(p.stat().st_size for p in files)
+    for start in range(0, len(files), 50):
+        subprocess.run([tool, "--strip-debug", "--preserve-dates", *map(str, files[start:start + 50])], check=True)
+    return before - sum(p.stat().st_size for p in files)
 
 
 def find_uv() -> Path | None:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # The window never imports these: the trainer and its libraries live in the training
@@ -21,6 +27,23 @@ EXCLUDED_MODULES = [
     # then sees "excludes changed" and analyses everything again instead of reusing its work folder.
     "__main__",
 ]
+
+# Linux: libraries every desktop has, which must be the system's own. They belong to its graphics,
+# font and C++ stack: a bundled copy from the build machine, loaded beside the system's GPU driver,
+# theme or input method, is older or newer than what those expect. The names are those of the
+# AppImage project's exclude list (tested across distributions), as far as the app would carry them.
+# The glibc floor of the download (that of the build machine) is newer than any of these need.
+SYSTEM_LIBRARIES = (
+    "libstdc++", "libgcc_s", "libz", "libexpat", "libuuid", "libcom_err", "libgpg-error",
+    "libX11", "libfontconfig", "libfreetype", "libharfbuzz", "libfribidi", "libthai",
+    "libglib-2.0", "libgio-2.0", "libgobject-2.0", "libgmodule-2.0", "libgthread-2.0",
+    "libpango-1.0", "libpangocairo-1.0", "libpangoft2-1.0", "libgdk_pixbuf-2.0",
+)
+_SYSTEM = re.compile("^(" + "|".join(re.escape(name) for name in SYSTEM_LIBRARIES) + r")\.so(\.[0-9.]+)?$")
+# Qt's GTK 3 theme plugin loads the system's GTK into the process next to the libraries above; without it Qt
+# follows the desktop through its XDG portal theme and draws its own dialogs. Its libraries (cairo, atk,
+# pixman, …) go with it.
+DROPPED_PLUGINS = ("platformthemes/libqgtk3.so",)
 
 # The studio's own code that the training environment runs (it reads it from the app's
 # folder through a .pth file): everything but the window.
@@ -66,3 +89,54 @@ def bundle_datas(root: Path) -> list[tuple[str, str]]:
 def keep_data(destination: str) -> bool:
     """Qt's translations of its own dialogs: the studio speaks English only (7 MB less)."""
     return not destination.replace("\\", "/").startswith("PySide6/Qt/translations/")
+
+
+def is_system_library(name: str) -> bool:
+    """A library the desktop provides (`SYSTEM_LIBRARIES`); a wheel's renamed private copy
+    (libfreetype-57f805ba.so.6) is not one of them."""
+    return bool(_SYSTEM.match(os.path.basename(name)))
+
+
+def slim_binaries(binaries: Iterable[tuple[str, str, str]],
+                  needed: Callable[[str], list[str]]) -> list[tuple[str, str, str]]:
+    """PyInstaller's binaries without the system's libraries and the dropped plugins, and without the libraries
+    that only those needed. `needed(source)` names the libraries a file links (its DT_NEEDED)."""
+    entries = list(binaries)
+    needed = functools.lru_cache(maxsize=None)(needed)
+    by_name = {os.path.basename(e[0]): e for e in entries}
+    removed = {os.path.basename(e[0]) for e in entries
+               if is_system_library(e[0]) or e[0].replace(os.sep, "/").endswith(DROPPED_PLUGINS)}
+
+    def linked_by(start: Iterable[str], through: set[str]) -> set[str]:
+        """The bundled libraries that the files `start` link, and those they link, not through `through`."""
+        seen: set[str] = set()
+        todo = [by_name[name][1] for name in start]
+        while todo:
+            for name in needed(todo.pop()):
+                if name in by_name and name not in seen and name not in through:
+                    seen.add(name)
+                    todo.append(by_name[name][1])
+        return seen
+
+    # What the dropped files link goes too, unless a file still there links it, and only what PyInstaller
+    # collected for being linked (it lies at the bundle's top): a package's own files, such as Qt's libraries
+    # that the theme plugin links and Python loads, stay. Repeated until nothing more goes (cairo's pixman).
+    top = {e[0] for e in entries if "/" not in e[0].replace(os.sep, "/")}
+    reachable = linked_by(set(removed), through=set()) & top
+    while True:
+        still_linked = linked_by(set(by_name) - removed, through=removed)
+        orphans = reachable - removed - still_linked
+        if not orphans:
+            break
+        removed |= orphans
+    return [e for e in entries if os.path.basename(e[0]) not in removed]
+
+
+def direct_links(path: str) -> list[str] | None:
+    """The libraries an ELF file names itself (DT_NEEDED), by readelf; None without binutils. (ldd, which
+    PyInstaller asks, lists everything loaded in the end, through the system's own libraries too.)"""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    out = subprocess.run([readelf, "-d", path], capture_output=True, text=True, timeout=60).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)

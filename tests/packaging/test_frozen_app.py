@@ -77,3 +77,19 @@ def test_the_frozen_app_carries_no_torch_and_the_trainers_source(frozen_app: Pat
     assert (bundle / "studio" / "train" / "loop.py").is_file()  # the training environment runs this
     assert (bundle / "constraints" / "ci.txt").is_file() and (bundle / "pyproject.toml").is_file()
     assert (bundle / "resources" / "trainenv" / "torch_builds.toml").is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux download's libraries")
+def test_the_linux_app_uses_the_desktops_own_system_libraries(frozen_app: Path) -> None:
+    """The system's C++, X11, font and GLib libraries and Qt's GTK theme are the desktop's, not the build
+    machine's copies (packaging/frozen_layout.py says why); what Qt's own plugins need beyond a bare system
+    stays. That the window still opens through xcb is the self-test above."""
+    sys.path.insert(0, str(ROOT / "packaging"))
+    from frozen_layout import is_system_library
+
+    bundle = frozen_app.parent / "_internal"
+    files = [p for p in bundle.rglob("*.so*") if p.is_file() or p.is_symlink()]
+    assert [p.name for p in files if is_system_library(p.name)] == []
+    assert not (bundle / "PySide6/Qt/plugins/platformthemes/libqgtk3.so").exists()
+    assert not any((bundle / name).exists() for name in ("libcairo.so.2", "libatk-1.0.so.0", "libpcre2-8.so.0"))
+    assert (bundle / "libxcb-cursor.so.0").is_file()  # needed by Qt's xcb plugin, missing on many desktops
