@@ -1,4 +1,4 @@
-"""Safe file writes: nothing a person had is lost when a write fails halfway."""
+"""Safe file writes: nothing a person had is lost when a write fails halfway; and the OS file locks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,18 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+try:
+    import msvcrt
+except ImportError:
+    msvcrt = None  # type: ignore[assignment]
+
+# Windows locks byte ranges and removes no open file; POSIX flocks the whole file.
+WINDOWS_LOCKS = fcntl is None and msvcrt is not None
 
 # The temporary files of the writes below and of the caption store: ".NAME.XXXXXXXX.tmp".
 TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
@@ -76,3 +88,31 @@ def sha256_file(path: str | Path) -> str:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def try_lock(fd: int, exclusive: bool = True, windows_byte: int = 0) -> bool:
+    """Take the OS lock of the open file `fd` without waiting; False when another open file holds it. The
+    kernel drops it when the process ends, however it ends. Windows has exclusive locks only, on one byte
+    (`windows_byte`: one far past a file's text keeps it readable by others)."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    if msvcrt is not None:  # pragma: no cover - Windows
+        os.lseek(fd, windows_byte, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+    return True  # pragma: no cover - a platform with no file locks at all
+
+
+def unlock(fd: int, windows_byte: int = 0) -> None:
+    """Let go of `try_lock`'s lock."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    elif msvcrt is not None:  # pragma: no cover - Windows
+        os.lseek(fd, windows_byte, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)

@@ -23,19 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
-from studio.core.files import atomic_write_text
+from studio.core.files import WINDOWS_LOCKS, atomic_write_text, try_lock, unlock
 from studio.core.runs.folders import LOCK_FILE, PROCESS_FILE
 
 log = logging.getLogger(__name__)
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-try:
-    import msvcrt
-except ImportError:
-    msvcrt = None  # type: ignore[assignment]
 
 # Windows locks a byte range; one byte far past the JSON keeps the text readable by others.
 _WINDOWS_LOCK_OFFSET = 1 << 20
@@ -63,32 +54,6 @@ class RunLockedError(RuntimeError):
         advice = ("stop that run first (or wait for it to end)" if here else
                   f"stop it there first; if no trainer runs on {holder.host} any more, delete {run_dir / LOCK_FILE}")
         super().__init__(f"{run_dir.name} is being trained by {holder.describe()}; {advice}")
-
-
-def _try_lock(fd: int, exclusive: bool) -> bool:
-    """Take the OS lock of `fd` without waiting; False when another open file holds it."""
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-    if msvcrt is not None:  # pragma: no cover - Windows
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    return True  # pragma: no cover - a platform with no file locks at all
-
-
-def _unlock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    elif msvcrt is not None:  # pragma: no cover - Windows
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
 
 def _read_holder(path: Path) -> LockHolder | None:
@@ -119,7 +84,7 @@ class RunLock:
         """Take the lock or raise RunLockedError naming the live holder."""
         for _attempt in range(10):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not _try_lock(fd, exclusive=True):
+            if not try_lock(fd, exclusive=True, windows_byte=_WINDOWS_LOCK_OFFSET):
                 os.close(fd)
                 holder = _read_holder(self.path)
                 raise RunLockedError(self.run_dir, holder or LockHolder(0, "an unknown machine", 0.0))
@@ -145,7 +110,7 @@ class RunLock:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        if msvcrt is not None:  # pragma: no cover - Windows removes no open file
+        if WINDOWS_LOCKS:  # pragma: no cover - Windows removes no open file
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
@@ -173,8 +138,8 @@ def lock_holder(run_dir: str | Path) -> LockHolder | None:
         log.warning("cannot open the lock file %s (%s); the run is taken as locked", path, exc)
         return _read_holder(path) or LockHolder(0, "an unknown machine", 0.0)
     try:
-        if _try_lock(fd, exclusive=False):
-            _unlock(fd)
+        if try_lock(fd, exclusive=False, windows_byte=_WINDOWS_LOCK_OFFSET):
+            unlock(fd, windows_byte=_WINDOWS_LOCK_OFFSET)
             return None
     finally:
         os.close(fd)

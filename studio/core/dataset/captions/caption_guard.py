@@ -35,16 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.dataset.captions.caption_sources import CAPTION_EXTENSIONS, METADATA_FILE
-from studio.core.files import STALE_TEMP_S, TEMP_NAME, leftover_temp_files
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-try:
-    import msvcrt
-except ImportError:
-    msvcrt = None  # type: ignore[assignment]
+from studio.core.files import STALE_TEMP_S, TEMP_NAME, leftover_temp_files, try_lock, unlock
 
 FOLDER_LOCK = ".studio-captions.lock"
 # The captioner's progress file lives in the dataset folder and is written by the same writer.
@@ -101,29 +92,9 @@ def _open_lock(folder: str) -> int | None:
         return None  # a read-only folder: nothing can be saved there anyway, and the save says so
 
 
-def _try_lock(fd: int) -> bool:
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-    if msvcrt is not None:  # pragma: no cover - Windows
-        os.lseek(fd, 0, os.SEEK_SET)
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-    return True
-
-
 def _unlock_and_close(fd: int) -> None:
     with contextlib.suppress(OSError):
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        elif msvcrt is not None:  # pragma: no cover - Windows
-            os.lseek(fd, 0, os.SEEK_SET)
-            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        unlock(fd)
     os.close(fd)
 
 
@@ -138,7 +109,7 @@ def folder_locks(folders: Iterable[str | Path], timeout_s: float = LOCK_TIMEOUT_
                 continue
             deadline = time.monotonic() + timeout_s
             pause = 0.001
-            while not _try_lock(fd):
+            while not try_lock(fd):
                 if time.monotonic() > deadline:
                     os.close(fd)
                     raise FolderBusy(errno.EBUSY, f"another studio process has been saving captions in {folder} "
@@ -166,7 +137,7 @@ def _lock_if_free(folder: str) -> Iterator[bool]:
     except OSError:
         yield False
         return
-    if not _try_lock(fd):
+    if not try_lock(fd):
         os.close(fd)
         yield False
         return
