@@ -36,3 +36,14 @@ def cache_dir() -> Path:
     Everything in it can be made again; deleting it loses nothing a person wrote.
     """
     return _folder("STUDIO_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face cache that other tools fill: $HF_HUB_CACHE, else $HF_HOME/hub, else
+    $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub (as huggingface_hub does)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "huggingface" / "hub"

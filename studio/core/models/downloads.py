@@ -18,9 +18,9 @@ from typing import Any
 
 from studio.core.containment import OutsideFolderError, contained_path, name_parts
 from studio.core.files import sha256_file
-from studio.core.models.hub_cache import hub_cache_dir
 from studio.core.models.hub_token import token_may_go_to
 from studio.core.models.known import KnownModel, find_known
+from studio.core.user_dirs import hub_cache_dir
 
 # What a training download of a repository the studio does not know fetches: configs,
 # tokenizers and full-precision .safetensors weights; never the other formats or variants.

@@ -8,21 +8,12 @@ reads, so a model found complete here trains with no network.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from studio.core.user_dirs import hub_cache_dir
 
 # Components a pipeline's model_index.json names that training does not load.
 UNUSED_COMPONENTS = frozenset({"safety_checker", "image_encoder"})
-
-
-def hub_cache_dir() -> Path:
-    """$HF_HUB_CACHE, else $HF_HOME/hub, else the platform cache's huggingface/hub (as huggingface_hub does)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "huggingface" / "hub"
 
 
 def repo_folder(repo_id: str, cache_dir: Path | None = None) -> Path:

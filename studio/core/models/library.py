@@ -18,8 +18,8 @@ from pathlib import Path
 
 from studio.core.files import atomic_write_text
 from studio.core.models.files import SINGLE_FILE_SUFFIXES, ModelFileError, detect_model
-from studio.core.models.hub_cache import cached_repos, hub_cache_dir
-from studio.core.user_dirs import cache_dir, config_dir
+from studio.core.models.hub_cache import cached_repos
+from studio.core.user_dirs import cache_dir, config_dir, hub_cache_dir
 
 LIBRARY_FILE = "model_folders.json"
 # What each file was found to be, by path, size and modification time: a second scan reads no header.

@@ -129,3 +129,19 @@ def test_a_known_name_is_looked_up_where_downloads_go(tmp_path: Path, monkeypatc
         (snapshot / name).write_text("{}", encoding="utf-8")
     assert find_captioner("blip-base").folder == snapshot.resolve()
     assert available_captioners() == ["blip-base", "wd14-vit-v3"]
+
+
+def test_a_captioner_downloaded_by_another_tool_under_xdg_cache_home_is_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub puts its cache under $XDG_CACHE_HOME when that is set and HF_HOME is not; a captioner
+    another tool downloaded there was "not downloaded" to the studio (it looked in ~/.cache only)."""
+    for name in ("HF_HUB_CACHE", "HF_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    repo = tmp_path / "xdg-cache" / "huggingface" / "hub" / "models--Salesforce--blip-image-captioning-base"
+    (repo / "snapshots" / "abc").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc", encoding="utf-8")
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        (repo / "snapshots" / "abc" / name).write_text("{}", encoding="utf-8")
+    assert find_captioner("blip-base").folder == (repo / "snapshots" / "abc").resolve()

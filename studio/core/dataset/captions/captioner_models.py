@@ -8,12 +8,11 @@ turns a name into a folder; a model library can take over the lookup there.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from studio.core.user_dirs import data_dir
+from studio.core.user_dirs import data_dir, hub_cache_dir
 
 CaptionerKind = Literal["blip", "florence2", "wd14"]
 KINDS: tuple[CaptionerKind, ...] = ("blip", "florence2", "wd14")
@@ -159,9 +158,7 @@ def find_captioner(name_or_path: str, kind: CaptionerKind | None = None) -> Capt
 
 def hub_cache_snapshot(repo: str) -> Path | None:
     """The newest downloaded snapshot of `repo` in the Hugging Face cache (as other tools leave it), or None."""
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.join(Path.home(), ".cache", "huggingface"), "hub")
-    folder = Path(hub) / ("models--" + repo.replace("/", "--"))
+    folder = hub_cache_dir() / ("models--" + repo.replace("/", "--"))
     try:
         revision = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
     except OSError:
