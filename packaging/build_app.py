@@ -94,6 +94,16 @@ def strip_debug(app: Path) -> int:
     return before - sum(p.stat().st_size for p in files)
 
 
+# Qt's X11 plugin links these; PyInstaller bundles them only when the build machine has them.
+XCB_LIBRARIES = ("libxcb-icccm.so.4", "libxcb-keysyms.so.1", "libxcb-cursor.so.0", "libxcb-image.so.0",
+                 "libxcb-render-util.so.0", "libxkbcommon-x11.so.0")
+
+
+def unbundled_xcb_libraries(app: Path) -> list[str]:
+    """The X11 plugin's libraries the Linux app does not carry."""
+    return [name for name in XCB_LIBRARIES if not (app / "_internal" / name).exists()]
+
+
 def find_uv() -> Path | None:
     name = "uv.exe" if sys.platform == "win32" else "uv"
     found = Path(sys.executable).parent / name
@@ -172,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     if uv is None:
         print("uv not found: the app will make its training environment with a Python it finds on the machine",
               file=sys.stderr)
+    missing = unbundled_xcb_libraries(app) if sys.platform.startswith("linux") else []
+    if missing:
+        print(f"note: {', '.join(missing)} were not on this build machine, so the download does not carry them: "
+              "desktops without them cannot open its window (the app names the packages). Install "
+              "libxcb-icccm4 and libxcb-keysyms1 (Debian/Ubuntu) and build again to carry them.", file=sys.stderr)
     built = time.monotonic() - started
     archives: list[Path] = []
     if not args.no_archive:
