@@ -77,21 +77,19 @@ def run_pyinstaller(dist: Path, work: Path) -> Path:
     return app
 
 
-def strip_debug(app: Path) -> int:
+def strip_debug(app: Path) -> None:
     """Drop the debugging sections of the Python interpreter's own libraries (a Python built from source
     carries about 30 MB of them); their symbols stay. Only those: the wheels' libraries were rewritten by
     auditwheel's patchelf, and strip breaks them ("ELF load command address/offset not page-aligned").
-    Bytes saved; 0 without binutils' strip."""
+    Nothing is done without binutils' strip."""
     tool = shutil.which("strip")
     if tool is None:
-        return 0
+        return
     internal = app / "_internal"
     files = [p for p in [*internal.glob("libpython3*.so*"), *sorted(internal.glob("python3*/lib-dynload/*.so"))]
              if p.is_file() and not p.is_symlink()]
-    before = sum(p.stat().st_size for p in files)
     for start in range(0, len(files), 50):
         subprocess.run([tool, "--strip-debug", "--preserve-dates", *map(str, files[start:start + 50])], check=True)
-    return before - sum(p.stat().st_size for p in files)
 
 
 # Qt's X11 plugin links these; PyInstaller bundles them only when the build machine has them.

@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -131,12 +129,3 @@ def slim_binaries(binaries: Iterable[tuple[str, str, str]],
         removed |= orphans
     return [e for e in entries if os.path.basename(e[0]) not in removed]
 
-
-def direct_links(path: str) -> list[str] | None:
-    """The libraries an ELF file names itself (DT_NEEDED), by readelf; None without binutils. (ldd, which
-    PyInstaller asks, lists everything loaded in the end, through the system's own libraries too.)"""
-    readelf = shutil.which("readelf")
-    if readelf is None:
-        return None
-    out = subprocess.run([readelf, "-d", path], capture_output=True, text=True, timeout=60).stdout
-    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
