@@ -39,6 +39,7 @@ from studio.train.errors import TrainError
 from studio.train.extras.validation import ValidationLoss, split_items, validate_after_step, validation_due
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank
+from studio.train.hold import StepHold
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
@@ -72,6 +73,7 @@ class Trainer:
         self.reporter = reporter
         self.resume = resume
         self.stop = StopSignal(run_dir)
+        self.hold = StepHold(run_dir, self.stop, accelerator)  # tests only: STUDIO_TEST_HOLD_STEPS
         self.step = 0
         self.epoch = 0
         self.adapter: FamilyAdapter = adapter_for(config)
@@ -232,11 +234,15 @@ class Trainer:
             if self._stop_requested():
                 return self._finish("stopped", self.stop.reason())
             compiling = self._train_step(batches, scheme, train_components)
-            forced = self.step in (1, self.total) or compiling is not None or self._actions_due()
+            held = self.hold.due(self.step)
+            forced = self.step in (1, self.total) or compiling is not None or held or self._actions_due()
             if self.meter.due(self.step, forced):
                 self._report(self.meter.flush(self.stop.local()), compiling)
             with self.meter.paused():
                 self._after_step(self.epoch)
+                if held:
+                    self.reporter.flush()  # the held step's event is on disk before the wait
+                    self.stop_agreed = self.hold.wait(self.step, self.reporter.warn) or self.stop_agreed
         return self._finish("completed")
 
     def _stop_requested(self) -> bool:

@@ -74,6 +74,14 @@ class Reporter:
         if line:
             _say(line, sys.stdout, flush=event.type != "step")
 
+    def flush(self) -> None:
+        """Put what was written so far on disk now (step events are otherwise flushed once a second)."""
+        if self.writer is not None and self.lost is None:
+            try:
+                self.writer.flush()
+            except OSError as exc:
+                self._write_failed(exc)
+
     def _write_failed(self, exc: OSError) -> None:
         """Free the reserve and write what is pending into its room; the first failure is remembered."""
         assert self.writer is not None
