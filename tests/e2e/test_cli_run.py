@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.holds import hold_env
 from fixtures.waits import scaled_s
 
 from studio.core.runs.events import RunFinished, Step, read_events
@@ -110,7 +111,7 @@ buckets = false
 path = "{data}"
 [training]
 batch_size = 2
-max_steps = 2000
+max_steps = 20
 seed = 1
 [output]
 dir = "runs"
@@ -129,12 +130,12 @@ def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
 
     config = SIGTERM_CONFIG.format(model=tiny_sd15, data=demo_data)
     (tmp_path / "studio.toml").write_text(config, encoding="utf-8")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **hold_env(2))  # held after step 2 until the signal lands
     with open(tmp_path / "out.txt", "wb") as out_file, open(tmp_path / "err.txt", "wb") as err_file:
         process = subprocess.Popen([sys.executable, "-m", "studio.cli", "run", "studio.toml"], cwd=tmp_path,
                                    env=env, stdout=out_file, stderr=err_file)
         try:
-            events = _wait_for_first_step(tmp_path / "runs", process)
+            events = _wait_for_step(tmp_path / "runs", process, 2)
             trainer_group = psutil.Process(process.pid).children(recursive=True)
             assert trainer_group, "studio-train run started no trainer"
             process.send_signal(signal.SIGTERM)  # what a job scheduler sends to the command it started
@@ -149,21 +150,21 @@ def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
     assert "SIGTERM: stopping at the next step" in err
     finished = [e for e in read_events(events) if isinstance(e, RunFinished)]
     assert len(finished) == 1 and finished[0].status == "stopped"
-    assert finished[0].message == "SIGTERM received" and 0 < finished[0].step < 2000
+    assert finished[0].message == "SIGTERM received" and finished[0].step == 2
     run_dir = events.parent
     assert (run_dir / "checkpoints" / f"step-{finished[0].step}" / "training_state.json").is_file()
     assert f"stopped at step {finished[0].step}; continue with: studio-train resume {run_dir}" in out
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in trainer_group)
 
 
-def _wait_for_first_step(runs: Path, process: subprocess.Popen[bytes]) -> Path:
-    """The run's events.jsonl once it holds a step event (the trainer is past loading)."""
+def _wait_for_step(runs: Path, process: subprocess.Popen[bytes], step: int) -> Path:
+    """The run's events.jsonl once it holds the event of `step` (the trainer is past loading)."""
     import time
 
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled_s(300)
     while time.monotonic() < deadline and process.poll() is None:
         for events in runs.glob("*/events.jsonl"):
-            if any(isinstance(e, Step) for e in read_events(events)):
+            if any(isinstance(e, Step) and e.step == step for e in read_events(events)):
                 return events
         time.sleep(0.2)
-    raise AssertionError(f"the trainer never reached its first step (exit code {process.poll()})")
+    raise AssertionError(f"the trainer never reached step {step} (exit code {process.poll()})")
