@@ -22,6 +22,10 @@ under `--out`, with the scratch work (models, runs) in a temporary folder that i
 Every child stays in this script's process group (an outer `timeout` ends them with it), and
 the script ends them all on exit, on SIGTERM/SIGINT and at a run's timeout.
 
+`--cap` proves the promises instead of trusting a large card: each run's allocator is capped at
+its preset's promise minus the CUDA context (`STUDIO_GPU_CAP_MB`, studio/train/memory/cap.py), so
+a preset that needs more than its card fails here with out of memory, as it would on that card.
+
 `--dry-run` runs the same path with tiny models on the CPU (64 px, RSS instead of NVML):
 it checks the script, not the GPU, so it reports no error against the estimate.
 """
@@ -50,6 +54,10 @@ from process_tree import die_with_parent, ending_children, kill_tree  # noqa: E4
 
 PROMPT = "a red square on a white background"
 GB = 1024.0
+# What a CUDA process holds outside torch's allocator (context, cuBLAS/cuDNN workspaces): about 500-600 MB
+# on recent drivers; a card's promise is proven with the allocator capped at the rest.
+CONTEXT_MB = 640.0
+CAP_ENV = "STUDIO_GPU_CAP_MB"  # studio/train/memory/cap.py
 
 
 class TreePeak(threading.Thread):
@@ -139,6 +147,7 @@ class Row:
     torch_reserved_gb: float | None = None
     seconds: float = 0.0
     started_s: float | None = None  # when the run started, in seconds after the script began
+    cap_gb: float | None = None  # the allocator's cap (--cap): the promise less the CUDA context
     message: str = ""
     log_tail: str = ""
     estimate_parts: dict[str, float] = field(default_factory=dict)
@@ -183,8 +192,13 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
 TRAINER = [sys.executable, "-m", "studio.cli", "run"]  # `studio-train run CONFIG`, as a person runs it
 
 
+def cap_of(preset: Any, context_mb: float) -> float:
+    """The allocator cap that proves `preset`'s promise: its card's memory less the CUDA context."""
+    return preset.min_vram_gb * GB - context_mb
+
+
 def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool,
-              trainer: list[str] = TRAINER) -> Job:
+              trainer: list[str] = TRAINER, cap_mb: float | None = None) -> Job:
     from studio.core.config.paths import resolve_paths
     from studio.core.config.toml_file import save_config
     from studio.core.estimate.estimate import estimate_vram
@@ -207,6 +221,9 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     config_path = root / "config.toml"
     save_config(config, config_path)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", STUDIO_CACHE_DIR=str(work / "cache"))
+    if cap_mb is not None:
+        env[CAP_ENV] = str(round(cap_mb))
+        row.cap_gb = round(cap_mb / GB, 2)
     log = open(root / "cli.log", "wb")  # noqa: SIM115 - closed when the job is collected
     # No new session: the run stays in this script's process group, so whatever ends the script ends it.
     process = subprocess.Popen([*trainer, str(config_path)], cwd=REPO, env=env,
@@ -266,13 +283,18 @@ def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     def num(value: float | None, fmt: str) -> str:
         return "—" if value is None else format(value, fmt)
 
+    capped = meta.get("context_mb") is not None
     lines = [f"GPU acceptance, {meta['date']}: {meta['gpu']}; {meta['steps']} steps, samples every "
              f"{meta['every']} steps, up to {meta['jobs']} runs side by side" + (" (dry run: tiny models on the CPU, "
-             "peak RSS, not comparable with the estimate)" if meta["dry_run"] else ""), "",
-             "| preset | promise | estimate | measured peak | error | s/step | images/s | status |",
-             "|---|---|---|---|---|---|---|---|"]
+             "peak RSS, not comparable with the estimate)" if meta["dry_run"] else "")
+             + (f"; each run's allocator capped at its promise less {meta['context_mb']:.0f} MB of CUDA context"
+                if capped else ""), "",
+             "| preset | promise | " + ("cap | " if capped else "") + "estimate | measured peak | error | s/step | "
+             "images/s | status |",
+             "|---|---|---|---|---|---|---|---|" + ("---|" if capped else "")]
     for r in rows:
-        lines.append(f"| {r.preset} | {r.promise_gb:g} GB | {num(r.estimate_gb, '.2f')} GB | "
+        cap = f"{num(r.cap_gb, '.2f')} GB | " if capped else ""
+        lines.append(f"| {r.preset} | {r.promise_gb:g} GB | {cap}{num(r.estimate_gb, '.2f')} GB | "
                      f"{num(r.measured_gb, '.2f')} GB | {num(r.error_pct, '+.1f')}% | {num(r.s_per_step, '.2f')} | "
                      f"{num(r.images_per_s, '.2f')} | {r.status} |")
     return "\n".join(lines) + "\n"
@@ -388,7 +410,8 @@ def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], r
                 break
             pending.remove(preset)
             at = round(time.monotonic() - began, 1)
-            running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run, args.trainer or TRAINER))
+            cap = cap_of(preset, args.context_mb) if args.cap else None
+            running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run, args.trainer or TRAINER, cap))
             running[-1].row.started_s = at
             write_results(args.out, _with(rows, running), meta)  # the table says what runs now
             print(f"started {preset.id}", file=sys.stderr, flush=True)
@@ -416,6 +439,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=330,
                         help="no run starts after this many seconds (with the timeout: done within 8 minutes)")
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: checks the script only")
+    parser.add_argument("--cap", action="store_true",
+                        help="cap each run's GPU allocator at its promise less the CUDA context (the proof)")
+    parser.add_argument("--context-mb", type=float, default=CONTEXT_MB,
+                        help=f"the CUDA context and library workspaces outside the allocator (default {CONTEXT_MB})")
     parser.add_argument("--model", action="append", default=[], type=_family_path, metavar="FAMILY=PATH",
                         help="use this model for a family instead of writing one")
     parser.add_argument("--out", type=Path, default=None, help="folder for the JSON and markdown (nothing else)")
@@ -450,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu, gpu_count = gpus[0], args.gpus or len(gpus)
     meta = {"date": time.strftime("%Y-%m-%d"), "gpu": gpu.name, "driver": gpu.driver, "cuda": gpu.cuda,
             "steps": args.steps, "every": max(1, args.steps // 2), "jobs": 1 if args.dry_run else args.jobs,
-            "dry_run": args.dry_run, "python": sys.version.split()[0], "gpus": gpu_count, "budget_s": args.budget_s}
+            "dry_run": args.dry_run, "python": sys.version.split()[0], "gpus": gpu_count, "budget_s": args.budget_s,
+            "context_mb": args.context_mb if args.cap else None}
     if args.dry_run:
         args.jobs = 1  # the CPU runs one tiny training at a time
     with ending_children(), tempfile.TemporaryDirectory(prefix="gpu-acceptance-") as tmp:

@@ -163,7 +163,10 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
         from studio.train.extras.logs import attach_loggers
         from studio.train.loop import Trainer
 
+        from studio.train.memory.cap import apply_gpu_cap
+
         attach_loggers(reporter, config, run_dir)
+        apply_gpu_cap(accelerator.device, reporter.warn)
         trainer = Trainer(config, run_dir, accelerator, reporter, resume=resume)
         finished = trainer.run()
     except torch.OutOfMemoryError as exc:
