@@ -162,7 +162,6 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
     try:
         from studio.train.extras.logs import attach_loggers
         from studio.train.loop import Trainer
-
         from studio.train.memory.cap import apply_gpu_cap
 
         attach_loggers(reporter, config, run_dir)

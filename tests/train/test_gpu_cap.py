@@ -29,9 +29,9 @@ def test_a_cap_that_is_no_number_is_named() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_capped_gpu_refuses_what_a_smaller_card_could_not_hold() -> None:
-    from studio.train.memory.cap import apply_gpu_cap
-
     import os
+
+    from studio.train.memory.cap import apply_gpu_cap
 
     device = torch.device("cuda", 0)
 
