@@ -27,6 +27,14 @@ def test_a_cap_that_is_no_number_is_named() -> None:
         cap_mb({"STUDIO_GPU_CAP_MB": "8GB"})
 
 
+def test_the_cap_finds_the_gpu_of_a_device_without_a_number() -> None:
+    """accelerate's device on one GPU is plain "cuda": the cap must still know which card (found on an H200)."""
+    from studio.train.memory.cap import cuda_index
+
+    assert cuda_index(torch.device("cuda"), lambda: 3) == 3
+    assert cuda_index(torch.device("cuda", 1), lambda: 3) == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_capped_gpu_refuses_what_a_smaller_card_could_not_hold() -> None:
     import os

@@ -41,8 +41,15 @@ def apply_gpu_cap(device: torch.device, warn: Callable[..., None]) -> float | No
     if device.type != "cuda":
         warn(f"{CAP_ENV} is set, but this run trains on the {device.type.upper()}: nothing is capped")
         return None
-    total_mb = torch.cuda.get_device_properties(device).total_memory / 2**20
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total_mb), device)
+    index = cuda_index(device, torch.cuda.current_device)
+    total_mb = torch.cuda.get_device_properties(index).total_memory / 2**20
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total_mb), index)
     warn(f"GPU memory capped at {cap:,.0f} MB of the card's {total_mb:,.0f} MB by {CAP_ENV}: "
          "the run fails with out of memory where a card of that size would")
     return cap
+
+
+def cuda_index(device: torch.device, current: Callable[[], int]) -> int:
+    """The GPU's number: accelerate's device is plain "cuda" (the rank's current GPU), which the
+    memory-fraction call refuses."""
+    return device.index if device.index is not None else current()
