@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.holds import hold_at, release
 from fixtures.waits import scaled_s
 
 from studio.cli._follow import LauncherEpilogue, follow_training
@@ -30,7 +31,7 @@ sys.exit(subprocess.call([sys.executable, *sys.argv[1:]]))
 
 
 def _wait_for_step(run_dir: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled_s(timeout)
     while time.monotonic() < deadline:
         events = run_dir / "events.jsonl"
         if events.is_file() and any(isinstance(e, Step) for e in read_events(events)):
@@ -45,8 +46,9 @@ def _last_line(path: Path) -> str:
 
 @posix_only
 def test_a_killed_launcher_leaves_the_cli_following_the_trainer_to_its_end(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    hold_at(monkeypatch, 1)  # the trainer waits after step 1 until its launcher is dead
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     launcher = tmp_path / "launcher.py"
@@ -57,6 +59,8 @@ def test_a_killed_launcher_leaves_the_cli_following_the_trainer_to_its_end(
         for proc in psutil.Process().children():
             if str(launcher) in " ".join(proc.cmdline()):
                 proc.send_signal(signal.SIGKILL)
+                proc.wait()
+        release(run_dir, 1)
 
     killer = threading.Thread(target=kill_the_launcher)
     killer.start()
@@ -117,11 +121,13 @@ sys.exit(follow_training([sys.executable, sys.argv[2], str(run_dir), "--steps", 
 
 @posix_only
 @pytest.mark.parametrize("how", ["head", "hang-up"])
-def test_a_closed_terminal_or_pipe_ends_the_echo_not_the_training(tmp_path: Path, how: str) -> None:
+def test_a_closed_terminal_or_pipe_ends_the_echo_not_the_training(tmp_path: Path, how: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """`studio-train run cfg | head` (head leaves after a line) or the terminal window closed (SIGHUP,
     then nothing reads): the training goes on to its end."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
+    hold_at(monkeypatch, 1)  # the rest of the run is echoed only once the terminal is gone
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cli = subprocess.Popen([sys.executable, "-c", FOLLOW, str(run_dir), str(FAKE_TRAINER)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -130,6 +136,8 @@ def test_a_closed_terminal_or_pipe_ends_the_echo_not_the_training(tmp_path: Path
     if how == "hang-up":
         cli.send_signal(signal.SIGHUP)
     cli.stdout.close()  # what `| head -1` does, and a closed terminal
+    _wait_for_step(run_dir)
+    release(run_dir, 1)
     try:
         err = cli.stderr.read().decode()
         cli.wait(timeout=scaled_s(60))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.fake_cloud import FakeCloud
+from fixtures.holds import hold_at
 from pytestqt.qtbot import QtBot
 
 from studio.core.cloud import launcher as cloud
@@ -52,7 +53,8 @@ def pages(qtbot: QtBot, tmp_path: Path, demo: Project) -> Iterator[tuple[StudioC
 
 @pytest.mark.slow
 def test_launch_follow_stop_and_bring_back_a_cloud_run(qtbot: QtBot, fake: FakeCloud, pages: tuple[
-        StudioContext, ExportPage, TrainPage, RunsPage]) -> None:
+        StudioContext, ExportPage, TrainPage, RunsPage], monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 5)  # the cluster's trainer waits at step 5 until Stop lands there
     context, export, train, runs = pages
     panel = export.cloud
     questions: list[str] = []
@@ -88,7 +90,7 @@ def test_launch_follow_stop_and_bring_back_a_cloud_run(qtbot: QtBot, fake: FakeC
     # The run is in the project's runs: its whole events (nothing twice) and its files, with the cloud's record.
     events = read_events(local / EVENTS_FILE)
     steps = [e.step for e in events if isinstance(e, Step)]
-    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 5
+    assert steps == list(range(1, 6))
     assert live_loss in [e.loss for e in events if isinstance(e, Step)]
     assert [e.status for e in events if isinstance(e, RunFinished)] == ["stopped"]
     record = read_cloud_record(local)

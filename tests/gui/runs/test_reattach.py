@@ -7,6 +7,9 @@ import contextlib
 from pathlib import Path
 
 import psutil
+import pytest
+from fixtures.holds import hold_at, release
+from fixtures.waits import scaled_ms
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
@@ -23,7 +26,7 @@ from tests.gui.conftest import close_plots, fake_command, make_project
 def _window(qtbot: QtBot, tmp_path: Path, project: object) -> tuple[StudioContext, TrainPage, RunsPage]:
     """What the main window builds: one context (with its run controller), the Train and Runs pages."""
     context = StudioContext(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    context.run_controller.command_factory = fake_command("--steps", "100000", "--rate", "20")
+    context.run_controller.command_factory = fake_command("--steps", "20", "--rate", "20")
     context.set_project(project)  # type: ignore[arg-type]
     train = TrainPage(context, context.run_controller)
     runs = RunsPage(context, context.run_controller)
@@ -33,11 +36,13 @@ def _window(qtbot: QtBot, tmp_path: Path, project: object) -> tuple[StudioContex
 
 
 def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: QtBot, config: TrainConfig,
-                                                                         tmp_path: Path) -> None:
+                                                                         tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 3, 8)  # detached while held at 3; followed again from 3 to 8, stopped there
     project = make_project(tmp_path, config)
     first, train, _runs = _window(qtbot, tmp_path, project)
     assert train.start_training()
-    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=15000)
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=scaled_ms(15000))
     run_dir = first.run_controller.run_dir
     assert run_dir is not None
     train.ask_close = lambda: "keep"
@@ -52,8 +57,8 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
         assert ctl.running and ctl.run_dir == run_dir
         assert train.stop_button.isEnabled() and train.kill_button.isEnabled()
         assert not train.train_button.isEnabled()
-        step = ctl.model.step
-        qtbot.waitUntil(lambda: ctl.model.step > step + 2, timeout=15000)  # live plots again
+        release(run_dir, 3)
+        qtbot.waitUntil(lambda: ctl.model.step >= 8, timeout=scaled_ms(15000))  # live plots again
         qtbot.waitUntil(lambda: "caching latents" in train.console.text.toPlainText(), timeout=5000)  # its console
 
         # A second run while it trains is refused by the one controller…
@@ -63,8 +68,8 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
         row = next(s for s in runs.table.summaries if s.path == run_dir)
         assert row.status == "running" and runs.buttons["stop"].isEnabled()
         runs.buttons["stop"].click()
-        qtbot.waitUntil(lambda: not ctl.running, timeout=20000)
-        assert ctl.model.status == "stopped"
+        qtbot.waitUntil(lambda: not ctl.running, timeout=scaled_ms(20000))
+        assert ctl.model.status == "stopped" and ctl.model.step == 8
         assert train.train_button.isEnabled() and not train.stop_button.isEnabled()
         assert live_trainer(run_dir) is None
         runs.refresh()
@@ -75,11 +80,13 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
             psutil.Process(live.pid).kill()
 
 
-def test_a_second_run_on_a_busy_gpu_asks_first(qtbot: QtBot, config: TrainConfig, tmp_path: Path) -> None:
+def test_a_second_run_on_a_busy_gpu_asks_first(qtbot: QtBot, config: TrainConfig, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 1)  # busy until the test ends it
     project = make_project(tmp_path, config)
     first, train, _runs = _window(qtbot, tmp_path, project)
     assert train.start_training()
-    qtbot.waitUntil(lambda: first.run_controller.model.step >= 1, timeout=15000)
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 1, timeout=scaled_ms(15000))
     run_dir = first.run_controller.run_dir
     first.run_controller.shutdown(detach=True)
     live = live_trainer(run_dir)  # type: ignore[arg-type]

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fixtures.holds import hold_env, release
 from fixtures.sshd import SshServer, fake_bundle
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.core.remote.control import read_record, write_record
-from studio.core.remote.machines import RemoteMachine
+from studio.core.remote.machines import RemoteMachine, save_machine
 from studio.core.remote.probe import probe_machine
 from studio.core.remote.ssh import SshClient
 from studio.core.remote.start import launch_detached
@@ -58,6 +59,8 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
     qtbot: QtBot, contexts: list[StudioContext], config: TrainConfig, tmp_path: Path,
     remote_machine: RemoteMachine, sshd: SshServer,
 ) -> None:
+    remote_machine.env.update(hold_env(3))  # the run waits there at step 3 while the studio closes and opens
+    save_machine(remote_machine)
     project = make_project(tmp_path / "project", config)
     client = SshClient(remote_machine)
     record, _check = launch_detached(client, probe_machine(client), str(fake_bundle(sshd.workspace / tmp_path.name,
@@ -82,13 +85,14 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
     controller.shutdown(detach=True)  # the window closes with "keep running"
     assert not controller.running and read_record(local).state == "running"
     left_at = len(_steps(local))
-    assert left_at >= 3
+    assert left_at == 3
 
     second, train, runs = _session(qtbot, contexts, project, tmp_path)
     runs.refresh()
     assert runs.table.item(0, STATUS_COLUMN).text() == "running (on box)"
     assert runs.follow_remote(local)
     controller = second.run_controller
+    release(Path(record.remote_run_dir), 3)
     qtbot.waitUntil(lambda: controller.model.step >= left_at + 5, timeout=60_000)
     train.stop_button.click()
     qtbot.waitUntil(lambda: not controller.running, timeout=60_000)

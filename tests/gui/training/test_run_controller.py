@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.holds import hold_at
+from fixtures.waits import scaled_ms
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.paths import resolve_paths
@@ -35,21 +37,24 @@ def test_run_to_completion_fills_model_and_console(
     assert "steps: 1/40" in log and log.startswith("$ ")  # the raw output is all kept on disk
 
 
-def test_stop_ends_cleanly(qtbot: QtBot, controller: RunController, config: TrainConfig, project_dir: Path) -> None:
-    controller.command_factory = fake_command("--steps", "100000", "--rate", "100")
+def test_stop_ends_cleanly(qtbot: QtBot, controller: RunController, config: TrainConfig, project_dir: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 5)
+    controller.command_factory = fake_command("--steps", "20", "--rate", "100")
     run_dir = controller.start_config(resolve_paths(config, project_dir))
     assert run_dir is not None
-    qtbot.waitUntil(lambda: controller.model.step >= 5, timeout=15000)
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
+    qtbot.waitUntil(lambda: controller.model.step >= 5, timeout=scaled_ms(15000))
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)) as ended:
         assert controller.stop()
     assert ended.args == ["stopped"]
     assert (run_dir / "STOP").exists() and not controller.running
-    assert controller.model.checkpoints
+    assert controller.model.checkpoints and controller.model.step == 5
 
 
 def test_second_launch_is_refused(qtbot: QtBot, controller: RunController, config: TrainConfig,
-                                  project_dir: Path) -> None:
-    controller.command_factory = fake_command("--steps", "100000", "--rate", "50")
+                                  project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 1)  # still running when the second launch is tried and when it is killed
+    controller.command_factory = fake_command("--steps", "20", "--rate", "50")
     messages: list[str] = []
     controller.sig_message.connect(messages.append)
     first = controller.start_config(resolve_paths(config, project_dir))
@@ -57,7 +62,7 @@ def test_second_launch_is_refused(qtbot: QtBot, controller: RunController, confi
     assert controller.start_config(resolve_paths(config, project_dir)) is None
     assert messages and "already running" in messages[0] and first.name in messages[0]
     assert len(list((project_dir / "runs").iterdir())) == 1  # no run folder for the refused one
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000):
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)):
         controller.kill()
 
 
@@ -86,32 +91,33 @@ def test_missing_interpreter_fails_to_start(qtbot: QtBot, controller: RunControl
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 def test_trainer_killed_from_outside_mid_run(qtbot: QtBot, controller: RunController, config: TrainConfig,
-                                             project_dir: Path) -> None:
+                                             project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    controller.command_factory = fake_command("--steps", "100000", "--rate", "100")
+    hold_at(monkeypatch, 3)
+    controller.command_factory = fake_command("--steps", "20", "--rate", "100")
     controller.start_config(resolve_paths(config, project_dir))
-    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
+    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=scaled_ms(15000))
     trainer = psutil.Process(controller.source.pid()).children()[0]
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)) as ended:
         os.kill(trainer.pid, signal.SIGKILL)
     assert ended.args == ["failed"] and "code 137" in controller.model.message
-    steps_seen = controller.model.step
-    assert steps_seen >= 3 and len(controller.model.loss) == steps_seen  # nothing logged was lost
+    assert controller.model.step == 3 and len(controller.model.loss) == 3  # nothing logged was lost
 
 
 def test_kill_ends_a_trainer_that_ignores_stop(qtbot: QtBot, controller: RunController, config: TrainConfig,
-                                               project_dir: Path) -> None:
+                                               project_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    controller.command_factory = fake_command("--steps", "100000", "--rate", "100", "--ignore-stop")
+    hold_at(monkeypatch, 3)  # held until killed: it ignores the STOP that would release it
+    controller.command_factory = fake_command("--steps", "20", "--rate", "100", "--ignore-stop")
     controller.start_config(resolve_paths(config, project_dir))
-    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
+    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=scaled_ms(15000))
     tree = psutil.Process(controller.source.pid()).children(recursive=True)
     controller.stop()
     qtbot.wait(300)
     assert controller.running  # it ignores STOP
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)) as ended:
         controller.kill()
     assert ended.args == ["stopped"]
     psutil.wait_procs(tree, timeout=5)
