@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.holds import hold_env, release
 from fixtures.sshd import SshServer, fake_bundle
 
 from studio.core.remote.control import (
@@ -46,9 +47,11 @@ def _steps(path: Path) -> list[int]:
     return [e.step for e in read_events(path) if isinstance(e, Step)] if path.exists() else []
 
 
-def _start(remote_machine: RemoteMachine, sshd: SshServer, mode: str, tmp_path: Path) -> tuple[
+def _start(remote_machine: RemoteMachine, sshd: SshServer, mode: str, tmp_path: Path, *held: int) -> tuple[
         SshClient, RemoteRunRecord, Path]:
-    client = SshClient(dataclasses.replace(remote_machine, detach=mode))
+    """Start the fake bundle there; its trainer waits after each `held` step until released or stopped."""
+    env = {**remote_machine.env, **hold_env(*held)}
+    client = SshClient(dataclasses.replace(remote_machine, detach=mode, env=env))
     report = probe_machine(client)
     bundle = fake_bundle(sshd.workspace / f"fake-{mode}-{tmp_path.name}")
     record, _check = launch_detached(client, report, str(bundle), gpus=1, cpu=True)
@@ -61,7 +64,7 @@ def _start(remote_machine: RemoteMachine, sshd: SshServer, mode: str, tmp_path: 
 def test_a_detached_run_outlives_a_dropped_connection_and_stops_when_asked(
     remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path
 ) -> None:
-    client, record, local = _start(remote_machine, sshd, "auto", tmp_path)  # tmux where installed, else nohup
+    client, record, local = _start(remote_machine, sshd, "auto", tmp_path, 5, 25)  # tmux where installed, else nohup
     assert record.detach in ("tmux", "nohup") and record.pid > 0
     assert read_record(local) == record
     there = Path(record.remote_run_dir)
@@ -73,6 +76,7 @@ def test_a_detached_run_outlives_a_dropped_connection_and_stops_when_asked(
         _wait(lambda: len(_steps(local / EVENTS_FILE)) >= 5, "five steps arriving here")
         assert sshd.kill_sessions() >= 1  # every connection to the machine drops
         assert remote_state(client, record) == (True, None)  # ... and the run goes on there
+        release(there, 5)
         _wait(lambda: mirrors[EVENTS_FILE].reconnects >= 1 and len(_steps(local / EVENTS_FILE)) >= 25,
               "the tail reconnecting and steps arriving again")
         request_remote_stop(client, record)
@@ -84,7 +88,7 @@ def test_a_detached_run_outlives_a_dropped_connection_and_stops_when_asked(
     assert (local / EVENTS_FILE).read_bytes() == (there / EVENTS_FILE).read_bytes()
     events = read_events(local / EVENTS_FILE)
     steps = _steps(local / EVENTS_FILE)
-    assert steps == list(range(1, len(steps) + 1)) and 25 <= len(steps) < 400
+    assert steps == list(range(1, 26))  # stopped where it was held
     assert [e.status for e in events if isinstance(e, RunFinished)] == ["stopped"]
     # Each sample event was appended only once its images were here.
     images = [image for e in events if isinstance(e, Sample) for image in e.images]
@@ -100,7 +104,7 @@ def test_a_detached_run_outlives_a_dropped_connection_and_stops_when_asked(
 
 def test_kill_ends_the_whole_process_tree_there(remote_machine: RemoteMachine, sshd: SshServer,
                                                 tmp_path: Path) -> None:
-    client, record, _local = _start(remote_machine, sshd, "nohup", tmp_path)
+    client, record, _local = _start(remote_machine, sshd, "nohup", tmp_path, 3)
     there = Path(record.remote_run_dir)
     _wait(lambda: len(_steps(there / EVENTS_FILE)) >= 3, "the fake trainer stepping")
     bundle = Path(record.bundle_dir)
