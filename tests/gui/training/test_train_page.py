@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from fixtures.holds import hold_at, release
+from fixtures.waits import scaled_ms
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
@@ -59,30 +61,34 @@ def test_compiling_phase_and_speed_show_in_the_header(qtbot: QtBot, context: Stu
     assert page.plots.throughput.getPlotItem().getAxis("right").isVisible()
 
 
-def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 3)
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "100")
     page.start_training()
-    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=scaled_ms(15000))
     page.stop_button.click()
     assert "stopping" in page.header.status.text()
-    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=scaled_ms(15000))
+    assert page.controller.model.step == 3
     assert "stopped" in page.header.status.text()
     assert "stopped" in page.message.text()
 
 
 def test_a_stopped_run_is_resumed_from_the_train_page(qtbot: QtBot, context: StudioContext, config: TrainConfig,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop, then Resume on the Train page itself (not only on Runs): the same run folder goes on."""
+    hold_at(monkeypatch, 3)
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = make_page(qtbot, context, "--steps", "100000", "--rate", "200")
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "200")
     assert not page.resume_button.isEnabled()
     page.start_training()
     run_dir = page.controller.run_dir
-    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=scaled_ms(15000))
     assert not page.resume_button.isEnabled()  # while it trains
     page.stop_button.click()
-    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=scaled_ms(15000))
     assert page.resume_button.isEnabled()
     commands: list[list[str]] = []
 
@@ -92,6 +98,7 @@ def test_a_stopped_run_is_resumed_from_the_train_page(qtbot: QtBot, context: Stu
 
     page.controller.command_factory = factory
     (run_dir / "STOP").unlink()  # type: ignore[operator]  # what the real trainer does as it starts
+    release(run_dir, 3)  # type: ignore[arg-type]  # the resumed stand-in passes its step 3
     page.resume_button.click()
     qtbot.waitUntil(lambda: not page.controller.running and page.controller.model.status == "finished",
                     timeout=15000)
@@ -270,11 +277,12 @@ def test_close_and_keep_running_detaches_the_trainer(qtbot: QtBot, context: Stud
 
 
 def test_close_and_stop_ends_the_run_first(qtbot: QtBot, context: StudioContext, config: TrainConfig,
-                                           tmp_path: Path) -> None:
+                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 2)
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = make_page(qtbot, context, "--steps", "100000", "--rate", "100")
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "100")
     page.start_training()
-    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=scaled_ms(15000))
     page.ask_close = lambda: "cancel"
     assert not page.can_close() and page.controller.running  # cancel: nothing changes
     page.ask_close = lambda: "stop"
