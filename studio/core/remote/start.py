@@ -26,6 +26,7 @@ from pathlib import Path
 from studio.core.config.paths import ResolvedConfig, load_resolved
 from studio.core.config.toml_file import load_config
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
+from studio.core.quoting import sh_word
 from studio.core.remote.control import RemoteRunRecord, write_record
 from studio.core.remote.machines import STATE_DIR, RemoteMachine
 from studio.core.remote.probe import MachineReport, probe_machine, require_ready
@@ -256,7 +257,7 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
     mode = report.detach_mode if m.detach == "auto" else m.detach
     values = {
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
-        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": mode, "SESSION": f"studio-{token}",
+        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
         "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": shlex.quote(m.python),
         "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),
