@@ -148,7 +148,8 @@ def yaml_scalar(key: str, value: object, where: str = "accelerate.yaml") -> str:
                               "fix the setting", what=f"{where}: {key} =")
     if not value.isprintable():
         said = control_characters(value) or ["a character that is not printable"]
+        fix = ("a host name or an address such as 10.0.0.1: fix launch.main_process_ip in the config, or the "
+               "address the node was started with" if key == "main_process_ip" else "fix the setting")
         raise UnsafeNameError(value, f"holds {' and '.join(said)}",
-                              f"only printable text on one line is allowed for {key} (a host name or an address "
-                              "such as 10.0.0.1 for main_process_ip): fix the setting", what=f"{where}: {key} =")
+                              f"only printable text on one line is allowed for {key}, {fix}", what=f"{where}: {key} =")
     return "'" + value.replace("'", "''") + "'"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 import yaml
 from fixtures.sshd import SshServer
 
+from studio.core.config.errors import ConfigError
 from studio.core.config.paths import resolve_paths
 from studio.core.config.toml_file import validate_data
 from studio.core.containment import contained_path
@@ -29,6 +31,7 @@ from studio.core.quoting import UnsafeNameError, shown
 from studio.core.remote.control import RemoteRunRecord, _sample_fetcher, request_remote_stop
 from studio.core.remote.machines import RemoteMachine
 from studio.core.remote.ssh import RemoteError, SshClient
+from studio.core.remote.start import local_run_folder
 from studio.core.remote.transfer import LocalFile, fetch_files, pull_folder, send_files
 from studio.core.runs.launch import prepare_run
 
@@ -241,19 +244,43 @@ def test_hostile_run_folders_there_stay_one_word_in_the_remote_shell(
 # ------------------------------------------------------------ accelerate.yaml
 def test_hostile_addresses_stay_one_value_in_accelerate_yaml_or_are_refused_naming_the_key(
         tmp_path: Path, marker: Path) -> None:
+    base = {"model": {"family": "sd15", "base": "m/n"}}
     for number, entry in enumerate(hostile_names(marker)):
         value = f"10.0.0.1\nnum_machines: 99\n{entry.name}" if entry.label == "line break then !cmd" else entry.name
-        config = validate_data({"model": {"family": "sd15", "base": "m/n"},
-                                "output": {"dir": str(tmp_path / f"runs{number}")},
-                                "launch": {"num_processes": 2, "main_process_ip": value}})
+        output = {"dir": str(tmp_path / f"runs{number}")}
         if value.isprintable():
+            config = validate_data({**base, "output": output, "launch": {"num_processes": 2, "main_process_ip": value}})
             plan = prepare_run(resolve_paths(config, tmp_path))
             written = yaml.safe_load((plan.run_dir / "accelerate.yaml").read_text(encoding="utf-8"))
             assert written["main_process_ip"] == value and written["num_machines"] == 1, entry.label
             continue
+        # The config refuses it, naming the setting ...
+        with pytest.raises(ConfigError) as invalid:
+            validate_data({**base, "launch": {"main_process_ip": value}})
+        assert "launch.main_process_ip" in invalid.value.describe() and shown(value) in invalid.value.describe()
+        # ... and so does the writer, for a value that came another way (a node's --main-ip).
+        config = validate_data({**base, "output": output, "launch": {"num_processes": 2}})
+        config.launch = config.launch.model_copy(update={"main_process_ip": value})
         with pytest.raises(UnsafeNameError) as refused:
             prepare_run(resolve_paths(config, tmp_path))
         said = str(refused.value)
         assert said.startswith(f"accelerate.yaml: main_process_ip = {shown(value)} holds "), said
         assert "only printable text on one line is allowed for main_process_ip" in said, said
         assert not (tmp_path / f"runs{number}").exists(), "no half-written run folder"
+
+
+# ------------------------------------------------------------ the run's folder here, named by the machine
+def test_the_run_folder_the_machine_names_stays_inside_the_runs_folder(tmp_path: Path) -> None:
+    machine = RemoteMachine("box", "127.0.0.1", port=2222)
+    runs = tmp_path / "project" / "runs"
+
+    def record(there: str) -> RemoteRunRecord:
+        return RemoteRunRecord("box", "", "", there, "", "", "", "nohup", "sftp", 42, 0.0)
+
+    assert local_run_folder(runs, record("/ws/p/runs/20260101-run/"), machine) == runs / "20260101-run"
+    for there in ("/ws/p/runs/..", "/ws/p/runs/..\\..\\home", "/ws/p/runs/C:x", "/"):
+        with pytest.raises(RemoteError) as refused:
+            local_run_folder(runs, record(there), machine)
+        said = str(refused.value)
+        assert "the run folder launch.sh named: refused" in said and f"only names inside {runs}" in said, said
+        assert f"stop it with `ssh -p 2222 127.0.0.1 touch {shlex.quote(there + '/STOP')}`" in said, said
