@@ -92,11 +92,11 @@ def sftp_refusal(path: str) -> str | None:
 
 def sftp_path(path: str) -> str:
     """One path for an sftp batch line: refused when it cannot be carried (see `sftp_refusal`), else every
-    special character escaped, and a relative path led by `./` so that no word starts with `-`."""
+    special character escaped, and led by `./` when it starts with `-` (C:\\ stays as it is on Windows)."""
     why = sftp_refusal(path)
     if why:
         raise UnsafeNameError(path, why, "rename it, or install rsync on both computers (rsync carries any name)")
-    if not path.startswith(("/", "./")):
+    if path.startswith("-"):  # getopt would read it as flags (glibc's even after the first path)
         path = "./" + path
     return "".join("\\" + c if c in _SFTP_SPECIAL else c for c in path)
 

@@ -63,7 +63,8 @@ def test_an_sftp_line_is_one_command_whose_words_are_the_paths_or_the_name_is_re
         assert shown(path) in str(refused) and "install rsync" in str(refused)
         return
     assert "\n" not in line and "\r" not in line and line.startswith("get -a -p /")
-    assert makeargv(line) == ["get", "-a", "-p", path, "./relative/" + name]
+    assert makeargv(line) == ["get", "-a", "-p", path, "relative/" + name]
+    assert makeargv(sftp_line("put", [], name, "/x"))[1] == ("./" + name if name.startswith("-") else name)
 
 
 def test_an_sftp_line_over_the_line_buffer_is_refused_and_only_the_studios_commands_are_written() -> None:
