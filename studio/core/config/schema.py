@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from studio.core.config.acting import inert_settings
 from studio.core.config.data_rules import check_caches, check_masks, check_validation
@@ -18,6 +18,7 @@ from studio.core.config.launch_rules import check_launch, check_strategy
 from studio.core.config.network_rules import check_ema, check_network
 from studio.core.config.pickled import check_pickle
 from studio.core.families import FAMILIES, FAMILY_NAMES, family
+from studio.core.quoting import control_characters, shown
 
 SCHEMA_VERSION = 1
 
@@ -328,6 +329,15 @@ class LaunchSection(Section):
         "so a full fine-tune too large for one card trains on several. fsdp is for DreamBooth, in bf16 or "
         "full precision.",
     )
+
+    @field_validator("main_process_ip")
+    @classmethod
+    def _address_on_one_line(cls, value: str) -> str:
+        # It is written into accelerate.yaml: a line break there would add keys of its own.
+        if not value.isprintable():
+            said = " and ".join(control_characters(value)) or "a character that is not printable"
+            raise ValueError(f"{shown(value)} holds {said}: give a host name or an address such as 10.0.0.1")
+        return value
 
 
 class TrainConfig(Section):

@@ -25,7 +25,7 @@ from studio.core.files import atomic_write_text
 from studio.core.remote.machines import get_machine
 from studio.core.remote.ssh import RemoteError, SshClient, remote_path
 from studio.core.remote.tail import RemoteFileMirror, StreamFrom
-from studio.core.remote.transfer import TransferReport, fetch_files, pull_folder
+from studio.core.remote.transfer import TransferReport, fetch_files, pull_folder, uncarried
 from studio.core.runs.folders import CHECKPOINTS_DIR, CONSOLE_FILE, EVENTS_FILE, REMOTE_FILE, STOP_FILE
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,11 @@ def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path)
                     log.warning("%s", exc)  # the event still arrives; its image is not fetched
                     continue
                 rels.append(rel)
+        # A name sftp cannot carry is left there (and said once), not tried again: the others still come.
+        for rel, why in uncarried(record.remote_run_dir, rels, local_dir, record.copy_tool == "rsync").items():
+            log.warning("%s sample event: the image %r %s; it is not fetched (rename it on %s, or install rsync on "
+                        "both computers)", record.machine, rel, why, record.machine)
+            rels.remove(rel)
         if not rels:
             return
         for attempt in range(1, SAMPLE_TRIES + 1):

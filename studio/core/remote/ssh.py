@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from studio.core.quoting import UnsafeNameError, sh_word
 from studio.core.remote.machines import RemoteMachine, ssh_config_args
 from studio.core.remote.passphrases import askpass_env, key_is_encrypted, read_passphrase
 
@@ -43,12 +44,16 @@ class Completed:
 
 
 def remote_path(path: str) -> str:
-    """A shell word for a remote path; a leading ~ stays the remote home ("$HOME"/...)."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+    """A shell word for a remote path (a name from there stays a name, see studio/core/quoting.py); a leading
+    ~ stays the remote home ("$HOME"/...)."""
+    try:
+        if path == "~":
+            return '"$HOME"'
+        if path.startswith("~/"):
+            return '"$HOME"/' + sh_word(path[2:])
+        return sh_word(path)
+    except UnsafeNameError as exc:
+        raise RemoteError(f"the path there {exc}") from None
 
 
 def _ssh_program() -> str:
@@ -171,13 +176,15 @@ class SshClient:
 
     def _call(self, argv: list[str], stdin_text: str | None, doing: str, timeout_s: float, check: bool) -> Completed:
         self.ensure_master()
+        # A name that is not UTF-8 (a surrogate escape here) goes as its own bytes, not as a '?' that names
+        # another file; what comes back is read as UTF-8, anything else replaced.
+        stdin = (stdin_text or "").encode("utf-8", "surrogateescape")
         try:
-            done = subprocess.run(argv, input=stdin_text if stdin_text is not None else "", capture_output=True,
-                                  text=True, encoding="utf-8", errors="replace", env=self.env(), timeout=timeout_s)
+            done = subprocess.run(argv, input=stdin, capture_output=True, env=self.env(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise RemoteError(f"{doing} on {self.machine.name} did not finish within {timeout_s:.0f} s; "
                               "check the connection and try again") from None
-        result = Completed(done.returncode, done.stdout, done.stderr)
+        result = Completed(done.returncode, _text(done.stdout), _text(done.stderr))
         if check and result.code != 0:
             if result.code == SSH_LOST:
                 raise RemoteError(self.explain(result.stderr, doing))
@@ -212,6 +219,11 @@ class SshClient:
 
     def _unreachable(self, why: str) -> str:
         return f"cannot reach {self.machine.name} ({self.machine.describe()}): {why}"
+
+
+def _text(data: bytes) -> str:
+    # Universal newlines, as text mode read it before.
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _last_lines(text: str, count: int = 3) -> str:

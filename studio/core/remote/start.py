@@ -25,12 +25,15 @@ from pathlib import Path
 
 from studio.core.config.paths import ResolvedConfig, load_resolved
 from studio.core.config.toml_file import load_config
+from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
+from studio.core.quoting import sh_word
 from studio.core.remote.control import RemoteRunRecord, write_record
 from studio.core.remote.machines import STATE_DIR, RemoteMachine
 from studio.core.remote.probe import MachineReport, probe_machine, require_ready
 from studio.core.remote.ssh import SSH_LOST, RemoteError, SshClient, remote_path
 from studio.core.remote.transfer import LocalFile, TransferReport, has_local_rsync, send_files
+from studio.core.runs.folders import STOP_FILE
 
 Progress = Callable[[str, int, int], None]
 MODELS_DIR = "models"
@@ -131,10 +134,22 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
         record, check = launch_detached(client, report, sent.bundle_dir, gpus, cpu, run_check)
     finally:
         client.close()
-    local_dir = local_runs / record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
+    local_dir = local_run_folder(local_runs, record, machine)
     local_dir.mkdir(parents=True, exist_ok=True)
     write_record(local_dir, record)
     return RemoteStart(record, local_dir, report, sent, check, machine.ssh_command(), sent.warnings)
+
+
+def local_run_folder(local_runs: Path, record: RemoteRunRecord, machine: RemoteMachine) -> Path:
+    """The run's folder here, named as its folder there: a name the machine's launch.sh printed, so it passes
+    the containment gate (`..` would put remote.json in the project's own folder)."""
+    name = record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
+    try:
+        return contained_path(local_runs, name, f"{machine.name}: the run folder launch.sh named")
+    except OutsideFolderError as exc:
+        stop = sh_word(f"{record.remote_run_dir}/{STOP_FILE}")
+        raise RemoteError(f"{exc}; the run was started there ({record.remote_run_dir}, pid {record.pid}) but the "
+                          f"studio cannot follow it: stop it with `{machine.ssh_command()} touch {stop}`") from None
 
 
 def send_bundle(client: SshClient, report: MachineReport, config_path: Path, project: str, gpus: int,
@@ -256,7 +271,7 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
     mode = report.detach_mode if m.detach == "auto" else m.detach
     values = {
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
-        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": mode, "SESSION": f"studio-{token}",
+        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
         "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": shlex.quote(m.python),
         "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),

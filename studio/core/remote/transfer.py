@@ -6,6 +6,14 @@ from folders the studio owns), and only files whose checksum differs travel. The
 dataset's checksums come from the bundle's manifest, so a second send of an unchanged
 dataset copies no image. The copying itself is rsync over the same SSH connection when
 both sides have it (partial files kept for a resume), else sftp, which every OpenSSH has.
+
+Names travel as data, never as commands (see studio/core/quoting.py): rsync reads a
+NUL-separated file list, so any name arrives byte for byte; sftp reads a batch of text lines,
+so a name it cannot carry (a line break, a control character, bytes that are not UTF-8, a
+path over its line length) is refused before anything is copied, naming the file and what to
+do. All or nothing, as for a name that would leave its folder: the studio never writes such
+names, so one there means someone else wrote in the folder, and a send or pull that looks
+complete while a file stayed behind would be worse than one that says so.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from pathlib import Path
 
 from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.files import sha256_file
+from studio.core.quoting import UnsafeNameError, nul_list, sftp_line, shown
 from studio.core.remote.ssh import RemoteError, SshClient
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
@@ -128,6 +137,11 @@ def send_files(client: SshClient, files: Sequence[LocalFile], remote_root: str, 
                prune: Sequence[str] = (), progress: Progress | None = None) -> TransferReport:
     """Make `remote_root` hold `files` (only the changed ones travel); files under the `prune`
     prefixes that are not in `files` are removed there. `remote_root` is an absolute path."""
+    # A name the copy tool cannot carry is refused before anything changes there.
+    if use_rsync:
+        _rsync_list(client, [f.rel for f in files])
+    else:
+        _sftp_put_lines(client, files, remote_root)
     for number, item in enumerate(files, start=1):
         if item.sha256 is None:
             if progress:
@@ -178,17 +192,19 @@ def _rsync_up(client: SshClient, files: Sequence[LocalFile], remote_root: str) -
             link = tree / item.rel
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(item.source.resolve(), link)
-        listing = Path(tmp) / "files.txt"
-        listing.write_text("".join(f"{f.rel}\n" for f in files), encoding="utf-8")
-        argv = ["rsync", "-rLpt", "--partial", "--ignore-times", "--protect-args", f"--files-from={listing}",
-                "-e", rsync_e(client), f"{tree}/", f"{client.machine.host}:{remote_root}/"]
+        listing = Path(tmp) / "files.bin"
+        listing.write_bytes(_rsync_list(client, [f.rel for f in files]))  # NUL-separated: a name may hold a line break
+        argv = ["rsync", "-rLpt", "--partial", "--ignore-times", "--protect-args", "--from0",
+                f"--files-from={listing}", "-e", rsync_e(client), f"{tree}/", f"{client.machine.host}:{remote_root}/"]
         client.call(argv, "copying with rsync", COPY_TIMEOUT_S)
 
 
-def _sftp_word(text: str) -> str:
-    """A path for an sftp batch line: every special character escaped (no quotes: inside them
-    sftp keeps the backslash before a glob character and the path is not found)."""
-    return "".join("\\" + c if c in ' \t"\'\\*?[]{}#' else c for c in text)
+def _rsync_list(client: SshClient, rels: Sequence[str]) -> bytes:
+    """rsync's file list (`--from0`): any name a file system allows travels; NUL, which none does, is refused."""
+    try:
+        return nul_list(rels)
+    except UnsafeNameError as exc:
+        raise RemoteError(f"copying with rsync ({client.machine.name}): {exc}; nothing was copied") from None
 
 
 def _sftp(client: SshClient, batch: list[str], doing: str) -> None:
@@ -200,9 +216,31 @@ def _sftp(client: SshClient, batch: list[str], doing: str) -> None:
                 stdin_text="\n".join(batch) + "\n")
 
 
+def _sftp_lines(client: SshClient, lines: Mapping[str, tuple[str, list[str], str, str]], doing: str,
+                todo: str) -> list[str]:
+    """Each file's batch line (name -> command, flags, source, destination), or one RemoteError naming every
+    file whose line cannot be written; nothing has been copied yet (all or nothing: see the module's docstring)."""
+    made, refused = [], []
+    for name, (command, flags, source, target) in lines.items():
+        try:
+            made.append(sftp_line(command, flags, source, target))
+        except UnsafeNameError as exc:
+            refused.append(f"{shown(name)} {exc.why}" if exc.name.endswith(name) else f"{shown(name)}: {exc}")
+    if refused:
+        listed = "; ".join(refused[:5]) + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
+        raise RemoteError(f"{doing} with sftp ({client.machine.name}): {len(refused)} file name(s) cannot be "
+                          f"written into sftp's batch: {listed}. {todo}, or install rsync on both computers "
+                          "(it carries any name); nothing was copied")
+    return made
+
+
+def _sftp_put_lines(client: SshClient, files: Sequence[LocalFile], remote_root: str) -> list[str]:
+    lines = {str(f.source): ("put", ["-p"], str(f.source.absolute()), f"{remote_root}/{f.rel}") for f in files}
+    return _sftp_lines(client, lines, "sending", "Rename the file here")
+
+
 def _sftp_up(client: SshClient, files: Sequence[LocalFile], remote_root: str) -> None:
-    batch = [f"put -p {_sftp_word(str(f.source))} {_sftp_word(f'{remote_root}/{f.rel}')}" for f in files]
-    _sftp(client, batch, "copying with sftp")
+    _sftp(client, _sftp_put_lines(client, files, remote_root), "copying with sftp")
 
 
 # ------------------------------------------------------------ pull
@@ -252,6 +290,17 @@ def fetch_files(client: SshClient, remote_root: str, rels: Sequence[str], local_
         _sftp_down(client, {rel: -1 for rel in rels}, remote_root, local_root)
 
 
+def uncarried(remote_root: str, rels: Sequence[str], local_root: Path, use_rsync: bool) -> dict[str, str]:
+    """The files among `rels` whose names the copy tool cannot carry, each with why (rsync carries any name)."""
+    refused = {}
+    for rel in [] if use_rsync else rels:
+        try:
+            sftp_line("get", ["-a", "-p"], f"{remote_root}/{rel}", str((local_root / rel).absolute()))
+        except UnsafeNameError as exc:
+            refused[rel] = exc.why
+    return refused
+
+
 def arrival_paths(client: SshClient, remote_root: str, rels: Sequence[str], local_root: Path) -> dict[str, Path]:
     """Where each file named by the machine lands here; a name that would leave `local_root` (`..`, absolute,
     through a link) is a RemoteError naming it, before anything is copied."""
@@ -271,19 +320,24 @@ def _local_size(path: Path) -> int:
 
 def _rsync_down(client: SshClient, rels: Sequence[str], remote_root: str, local_root: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="studio-pull-") as tmp:
-        listing = Path(tmp) / "files.txt"
-        listing.write_text("".join(f"{rel}\n" for rel in rels), encoding="utf-8")
-        argv = ["rsync", "-rpt", "--partial", "--protect-args", f"--files-from={listing}", "-e", rsync_e(client),
-                f"{client.machine.host}:{remote_root}/", f"{local_root}/"]
+        listing = Path(tmp) / "files.bin"
+        listing.write_bytes(_rsync_list(client, rels))  # NUL-separated: a name there may hold a line break
+        # No -r: only the files the listing named (each checked by arrival_paths) travel, never a folder's
+        # whole tree; --files-from makes the folders on the way. An absolute destination: a relative one
+        # with a ':' before its first '/' would name another host.
+        argv = ["rsync", "-pt", "--partial", "--protect-args", "--from0", f"--files-from={listing}",
+                "-e", rsync_e(client), f"{client.machine.host}:{remote_root}/", f"{local_root.absolute()}/"]
         client.call(argv, "bringing files back with rsync", COPY_TIMEOUT_S)
 
 
 def _sftp_down(client: SshClient, sizes: dict[str, int], remote_root: str, local_root: Path) -> None:
-    batch = []
     targets = arrival_paths(client, remote_root, list(sizes), local_root)
+    lines = {}
     for rel, size in sizes.items():
-        target = targets[rel]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        resume = "-a " if 0 < _local_size(target) < size else ""  # continue a file cut short (size -1: unknown)
-        batch.append(f"get {resume}-p {_sftp_word(f'{remote_root}/{rel}')} {_sftp_word(str(target))}")
+        resume = ["-a"] if 0 < _local_size(targets[rel]) < size else []  # continue a file cut short (-1: unknown)
+        lines[rel] = ("get", [*resume, "-p"], f"{remote_root}/{rel}", str(targets[rel].absolute()))
+    batch = _sftp_lines(client, lines, f"bringing files back from {remote_root}",
+                        f"Rename or remove them on {client.machine.name} ({client.machine.ssh_command()})")
+    for rel in sizes:
+        targets[rel].parent.mkdir(parents=True, exist_ok=True)
     _sftp(client, batch, "bringing files back with sftp")

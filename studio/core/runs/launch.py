@@ -17,6 +17,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.sharding import accelerate_fsdp_config
 from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
+from studio.core.quoting import yaml_scalar
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
 from studio.core.training_python import default_training_python
 
@@ -57,23 +58,19 @@ def accelerate_config(config: TrainConfig, num_processes: int | None = None) -> 
 
 
 def dump_yaml(data: dict[str, Any]) -> str:
-    """accelerate's YAML: scalars, and tables of scalars (fsdp_config) one level deep."""
+    """accelerate's YAML: scalars, and tables of scalars (fsdp_config) one level deep.
+
+    Values come from the config and the command line (main_process_ip from a node's environment):
+    each is a quoted scalar, and one that YAML could not hold on its line (a line break would start
+    a key of its own) is refused, naming the key (UnsafeNameError, a ValueError)."""
     lines = []
     for key, value in data.items():
         if isinstance(value, dict):
             lines.append(f"{key}:")
-            lines.extend(f"  {k}: {_yaml_scalar(v)}" for k, v in value.items())
+            lines.extend(f"  {k}: {yaml_scalar(f'{key}.{k}', v)}" for k, v in value.items())
         else:
-            lines.append(f"{key}: {_yaml_scalar(value)}")
+            lines.append(f"{key}: {yaml_scalar(key, value)}")
     return "\n".join(lines) + "\n"
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return f"'{value}'" if value else "''"
 
 
 # `accelerate launch` with the same arguments, leaving without the 1-3 s teardown of torch.
@@ -196,12 +193,13 @@ def prepare_run(
         # Two local runs (or a run and anything else) on the default port would hang at the
         # rendezvous; on one machine any free port does.
         launch.main_process_port = free_port()
+    accelerate_yaml = dump_yaml(accelerate_config(resolved))  # a value YAML cannot hold is refused before any folder
     folder: Path | None = None
     try:
         folder = Path(run_dir) if run_dir else new_run_dir(resolved.output.dir, resolved.output.name)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(folder / CONFIG_FILE, dump_resolved(resolved))
-        atomic_write_text(folder / ACCELERATE_FILE, dump_yaml(accelerate_config(resolved)))
+        atomic_write_text(folder / ACCELERATE_FILE, accelerate_yaml)
         command = build_command(folder, training_python(resolved))
         atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
     except OSError as exc:
