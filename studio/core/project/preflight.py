@@ -19,6 +19,7 @@ from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.scan import list_concept
+from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import (
@@ -148,6 +149,10 @@ def check_dataset(config: TrainConfig) -> PreflightProblem | None:
                                                "check that it is there and readable.")
         images += len(listing.paths)
         folders.append(str(listing.result.folder))
+    split = None if config.dataset.validation_folder else \
+        split_problem(images, config.dataset.validation_fraction, ", ".join(folders))
+    if split is not None:
+        return PreflightProblem("dataset", f"{KEY} = {config.dataset.validation_fraction:g} {split}.")
     if images:
         return None
     where = ", ".join(folders) if folders else "no concept folder (dataset.concepts is empty)"
