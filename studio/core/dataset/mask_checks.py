@@ -38,7 +38,7 @@ def same_shape(mask: tuple[int, int], image: tuple[int, int]) -> bool:
 def mask_problems(images: Sequence[tuple[Path, tuple[int, int] | None]], folder: Path) -> list[Problem]:
     """Problems of the masks of `images` (path, size as shown or None when unreadable) in `folder`: a missing
     folder, an image without a mask (it trains whole: a warning), a mask that cannot be read or that has
-    another shape than its image (errors: the run would stop when that image comes up)."""
+    another shape than its image (errors: the trainer refuses them at its start)."""
     if not folder.is_dir():
         return [Problem("error", "mask_folder_missing", str(folder),
                         "the mask folder (dataset.mask_folder) does not exist",
@@ -62,8 +62,8 @@ def mask_problems(images: Sequence[tuple[Path, tuple[int, int] | None]], folder:
         if facts.error is not None or facts.truncated:
             why = facts.error or "the file is cut off (truncated)"
             out.append(Problem("error", "unreadable_mask", str(mask),
-                               f"the mask of {image.name} cannot be read: {why}; the run would stop when "
-                               "this image comes up", f"{MASK_HINT}, or delete it (the image then trains whole)"))
+                               f"the mask of {image.name} cannot be read: {why}; a run stops on it",
+                               f"{MASK_HINT}, or delete it (the image then trains whole)"))
             continue
         if size is None or facts.size is None or facts.size == size or same_shape(facts.size, size):
             continue
