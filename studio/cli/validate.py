@@ -11,6 +11,7 @@ from typing import Any
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import load_resolved
 from studio.core.config.toml_file import dump_resolved
+from studio.core.dataset.split import split_issue
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 
@@ -25,6 +26,9 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
     try:
         config = load_resolved(path)
+        split = split_issue(config)  # a held-out share of the images there are that leaves none to train on
+        if split is not None:
+            raise ConfigError(str(path), [split])
     except ConfigError as exc:
         if args.json:
             print(json.dumps({"valid": False, "file": str(path), "issues": [i.model_dump() for i in exc.issues]}, indent=2))

@@ -21,7 +21,7 @@ from studio.core.config.toml_file import config_to_data
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
 from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
-from studio.train.components import Components
+from studio.train.components import Components, check_tokenizers
 from studio.train.data.batches import (
     EpochPlan,
     MicroBatches,
@@ -117,6 +117,7 @@ class Trainer:
         if holds_denoiser(config, self.sharding.enabled):  # to the GPU once the caches are filled
             self.adapter.denoiser_home = HOLD_DEVICE
         self.components: Components = self.adapter.load(acc.device, self.dtype)
+        check_tokenizers(self.components.tokenizers, config.model.base)  # a lost vocabulary trains on nothing
         self.denoiser_params = sum(p.numel() for p in self.components.denoiser.parameters())
         self.reporter.phase("loading", 1, 1, "model loaded")
         self.config = ensure_class_images(self.adapter, self.components, self.sampling_plan, config, self.run_dir,

@@ -119,3 +119,30 @@ def test_resume_refuses_a_run_another_trainer_holds(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert f"is being trained by process {os.getpid()}" in err
     assert not (run / "console.log").exists()
+
+
+def test_a_held_out_share_that_leaves_nothing_to_train_on_is_refused_by_validate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    from studio.core.config.paths import load_resolved
+    from studio.core.project.preflight import check_dataset
+
+    (tmp_path / "data").mkdir()
+    for i in range(24):
+        Image.new("RGB", (8, 8)).save(tmp_path / "data" / f"{i:02}.png")
+    path = _config(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    for fraction, code in (("0.99", 2), ("0.98", 2), ("0.97", 0)):
+        path.write_text(text.replace('[[dataset.concepts]]', f"[dataset]\nvalidation_fraction = {fraction}\n"
+                                     "[[dataset.concepts]]"), encoding="utf-8")
+        assert cli_main(["validate", str(path)]) == code, fraction
+        err = capsys.readouterr().err
+        if code:
+            assert f"dataset.validation_fraction = {fraction}: holds out 24 of the 24 training images in " \
+                   f"{tmp_path / 'data'}, leaving none to train on; allowed with 24 images: 0 (none held out) up " \
+                   "to 0.97 (holds out 23); e.g. 0.1 holds out 2" in err
+            assert "Traceback" not in err
+            problem = check_dataset(load_resolved(path))  # the Train button and `studio-train run` say it too
+            assert problem is not None and problem.message.startswith(
+                f"dataset.validation_fraction = {fraction} holds out 24 of the 24 training images")

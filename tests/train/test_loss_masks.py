@@ -93,3 +93,54 @@ def test_a_mask_folder_is_needed_for_folder_masks() -> None:
         TrainConfig(model={"family": "sd15", "base": "x"}, dataset=DatasetSection(masks="folder"))  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match=r"dataset\.mask_folder"):
         TrainConfig(model={"family": "sd15", "base": "x"}, dataset=DatasetSection(mask_folder="m"))  # type: ignore[arg-type]
+
+
+def _mask_folder_source(tmp_path: Path) -> object:
+    from studio.train.data.masks import MaskSource
+
+    return MaskSource(DatasetSection(concepts=[ConceptSection(path=str(tmp_path))], masks="folder",
+                                     mask_folder=str(tmp_path / "masks")))
+
+
+def test_16_bit_and_palette_masks_at_half_grey_weigh_half(tmp_path: Path) -> None:
+    from studio.train.data.masks import mask_array
+
+    (tmp_path / "masks").mkdir()
+    Image.fromarray(np.full((8, 8), 32768, dtype=np.uint16)).save(tmp_path / "masks" / "deep.png")
+    palette = Image.new("P", (8, 8), 1)
+    palette.putpalette([0, 0, 0, 128, 128, 128, 255, 255, 255])  # entry 1 is 50% grey
+    palette.save(tmp_path / "masks" / "palette.png")
+    for name, mode in (("deep", "I;16"), ("palette", "P")):
+        with Image.open(tmp_path / "masks" / f"{name}.png") as written:
+            assert written.mode == mode
+    Image.fromarray(np.full((8, 8), 65535, dtype=np.uint16)).save(tmp_path / "masks" / "white16.png")
+    source = _mask_folder_source(tmp_path)
+    picture = Image.new("RGB", (8, 8))
+    weights = {name: mask_array(source.open(Path(f"{name}.jpg"), picture)) for name in  # type: ignore[attr-defined]
+               ("deep", "palette", "white16")}
+    assert weights["deep"].mean() == pytest.approx(0.5, abs=1 / 255)
+    assert weights["palette"].mean() == pytest.approx(0.5, abs=1 / 255)
+    assert weights["white16"].min() == 1.0
+
+
+def test_a_broken_mask_stops_the_run_before_it_starts_naming_its_file(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from studio.train.data.masks import check_mask_files
+    from studio.train.errors import TrainError
+
+    (tmp_path / "masks").mkdir()
+    Image.new("L", (48, 48), 255).save(tmp_path / "masks" / "wide.png")
+    items = [SimpleNamespace(path=tmp_path / "wide.png", size=(64, 48), is_class=False),
+             SimpleNamespace(path=tmp_path / "bare.png", size=(64, 48), is_class=False)]
+    dataset = DatasetSection(concepts=[ConceptSection(path=str(tmp_path))], masks="folder",
+                             mask_folder=str(tmp_path / "masks"))
+    with pytest.raises(TrainError) as raised:
+        check_mask_files(items, dataset, lambda *_: None)
+    assert f"{tmp_path / 'masks' / 'wide.png'}: the mask is 48x48 but its image wide.png is 64x48" in str(raised.value)
+    assert raised.value.hint == "save the mask at 64x48, the size of wide.png"
+    Image.new("L", (32, 24), 255).save(tmp_path / "masks" / "wide.png")  # half size, same shape: scaled
+    warnings: list[str] = []
+    check_mask_files(items, dataset, lambda message, *_: warnings.append(message))
+    assert warnings == [f"1 of the training images have no mask in {tmp_path / 'masks'} (e.g. bare.png); "
+                        "they train whole"]

@@ -87,3 +87,22 @@ def test_every_objective_measures_a_validation_loss(family: str, make_config: Ca
     assert code == 0
     found = [e for e in events_of(run_dir) if isinstance(e, Validation)]
     assert len(found) == 1 and found[0].loss > 0 and found[0].images == 2
+
+
+def test_a_share_that_leaves_no_image_to_train_on_says_what_is_allowed(tmp_path: Path) -> None:
+    from studio.train.data.items import TrainItem
+    from studio.train.errors import TrainError
+    from studio.train.extras.validation import split_items
+
+    items = [TrainItem(i, tmp_path / f"{i:02}.png", "x", 1, (64, 64), (64, 64)) for i in range(24)]
+    config = TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
+                         dataset=DatasetSection(validation_fraction=0.99))
+    with pytest.raises(TrainError) as raised:
+        split_items(items, config, print)
+    assert raised.value.message == ("dataset.validation_fraction = 0.99 holds out 24 of the 24 training images, "
+                                    "leaving none to train on")
+    assert raised.value.hint.startswith("lower dataset.validation_fraction: allowed with 24 images: 0 (none held "
+                                        "out) up to 0.97 (holds out 23)")
+    config.dataset.validation_fraction = 0.97
+    kept, held = split_items(items, config, print)
+    assert (len(kept), len(held)) == (1, 23)

@@ -14,12 +14,16 @@ def register(subparsers: Any) -> None:
         help="check a dataset folder or a project's dataset for problems",
         description="Check images and captions before training. DIR is an image folder "
         "(kohya N_name folders inside are read) or a project folder with studio.toml. "
+        "A project with dataset.masks = \"folder\" has its loss masks checked too (or give --mask-folder). "
         "Exit code 1 when errors exist.",
     )
     parser.add_argument("dir", metavar="DIR", help="image folder or project folder")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--resolution", type=int, default=None,
                         help="training resolution to check sizes against (default: the project's, or 512)")
+    parser.add_argument("--mask-folder", metavar="MASKS", default=None,
+                        help="check the loss masks in this folder too, one named as each image "
+                             "(default: the project's dataset.mask_folder when dataset.masks = \"folder\")")
     parser.set_defaults(func=run)
 
 
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INVALID
     resolution = args.resolution
+    masks = Path(args.mask_folder).expanduser() if args.mask_folder else None
     if is_project(folder):
         project = open_project(folder)
         try:
@@ -47,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         concepts, base = list(config.dataset.concepts), project.root
         resolution = resolution or config.dataset.resolution
+        if masks is None and config.dataset.masks == "folder" and config.dataset.mask_folder:
+            masks = project.resolve(config.dataset.mask_folder)
     else:
         concepts, base = [ConceptSection(path=str(folder.resolve()))], None
-    report = check_concepts(concepts, base, resolution or 512)
+    report = check_concepts(concepts, base, resolution or 512, mask_folder=masks)
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:

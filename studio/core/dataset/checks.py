@@ -13,42 +13,21 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.image_facts import ImageFacts, Problem, inspect_image
 from studio.core.dataset.image_rules import size_problem
+from studio.core.dataset.mask_checks import mask_problems
 from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, scan_concept_report
 from studio.core.files import leftover_temp_files
 
 if TYPE_CHECKING:
     from studio.core.config.schema import ConceptSection
 
-Severity = Literal["error", "warning"]
-
 MAX_ASPECT = 3.0  # beyond this, buckets clamp and crops lose most of the picture
 HUGE_PIXELS = 50_000_000  # ~7000 x 7000: slow to load and resized away anyway
 SORTABLE_MODES = {"RGB", "RGBA", "L", "LA", "P", "PA"}
-
-
-@dataclass(frozen=True)
-class Problem:
-    severity: Severity
-    code: str  # stable name of the rule, e.g. "missing_caption"
-    path: str  # the file or folder at fault
-    message: str  # what is wrong
-    hint: str  # what to do
-
-    def __str__(self) -> str:
-        return f"{self.severity}: {self.path}: {self.message} ({self.hint})"
-
-
-@dataclass
-class ImageFacts:
-    size: tuple[int, int] | None = None  # as shown, EXIF rotation applied
-    format: str | None = None
-    mode: str | None = None
-    error: str | None = None  # why it cannot be read
-    truncated: bool = False
 
 
 @dataclass
@@ -79,62 +58,6 @@ class CheckReport:
             "problems": [asdict(p) for p in self.problems],
         }
 
-
-def _tail_is_complete(path: Path, image_format: str | None) -> bool:
-    """JPEG files end with an EOI marker and PNG files with an IEND chunk; a cut-off download does not."""
-    if image_format not in ("JPEG", "PNG"):
-        return True
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 32))
-            tail = handle.read()
-    except OSError:
-        return False
-    if image_format == "JPEG":
-        return b"\xff\xd9" in tail
-    return b"IEND" in tail
-
-
-def inspect_image(path: Path) -> ImageFacts:
-    """Header facts of one image; never decodes the pixels."""
-    from PIL import Image
-
-    facts = ImageFacts()
-    try:
-        if path.stat().st_size == 0:
-            facts.error = "the file is empty (0 bytes)"
-            return facts
-        with Image.open(path) as image:
-            width, height = image.size
-            facts.format, facts.mode = image.format, image.mode
-            try:
-                orientation = image.getexif().get(0x0112, 1)
-            except Exception:  # a broken EXIF block only loses the rotation
-                orientation = 1
-        facts.size = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
-    except Image.DecompressionBombError:
-        return _inspect_huge(path)
-    except (OSError, ValueError, SyntaxError) as exc:
-        facts.error = f"not a readable image ({exc})"
-        return facts
-    facts.truncated = not _tail_is_complete(path, facts.format)
-    return facts
-
-
-def _inspect_huge(path: Path) -> ImageFacts:
-    """Header of an image past Pillow's decompression-bomb limit: only the header is read, so allow it."""
-    from PIL import Image
-
-    saved = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = None
-    try:
-        with Image.open(path) as image:
-            return ImageFacts(size=image.size, format=image.format, mode=image.mode)
-    except (OSError, ValueError, SyntaxError) as exc:
-        return ImageFacts(error=f"not a readable image ({exc})")
-    finally:
-        Image.MAX_IMAGE_PIXELS = saved
 
 
 def inspect_images(
@@ -269,8 +192,10 @@ def check_concepts(
     base_dir: Path | None,
     resolution: int,
     progress: Callable[[int, int], None] | None = None,
+    mask_folder: Path | None = None,
 ) -> CheckReport:
-    """Scan and check every concept: the headless `check-dataset` and the studio's panel share this."""
+    """Scan and check every concept: the headless `check-dataset` and the studio's panel share this. With
+    `mask_folder` (dataset.masks = "folder"), every training image's mask is checked too."""
     report = CheckReport()
     entries: list[ImageEntry] = []
     for concept in concepts:
@@ -285,6 +210,9 @@ def check_concepts(
         entries.extend(scan.entries)
     problems, facts = _check_entries(entries, resolution, progress)
     report.problems.extend(problems)
+    if mask_folder is not None:
+        report.problems.extend(mask_problems([(e.path, facts[e.path].size) for e in entries if not e.is_class],
+                                             mask_folder))
     report.sizes = {path: found.size for path, found in facts.items() if found.size is not None}
     report.images = len(entries)
     return report
@@ -310,13 +238,14 @@ def panel_order(problem: Problem) -> tuple[bool, str, str]:
 CHECK_CHUNK = 1000  # problems per message, so the window takes them in small bites
 
 
-def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None, dataset: dict[str, int],
+def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None, dataset: dict[str, Any],
                  nice: int = 10) -> None:
     """Helper-process entry: check the concepts and send the results over `conn` in small messages.
 
     Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
     order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
-    `dataset` holds resolution, bucket_step, min_bucket and max_bucket. The helper runs
+    `dataset` holds resolution, bucket_step, min_bucket and max_bucket, and mask_folder (a path, with
+    dataset.masks = "folder") when the masks are checked too. The helper runs
     `nice` steps below the window's priority, so the window's painting comes first.
     """
     if nice and hasattr(os, "nice"):
@@ -327,7 +256,8 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
     try:
         report = check_concepts(
             [ConceptSection.model_validate(c) for c in concepts], Path(base_dir) if base_dir else None,
-            dataset["resolution"], lambda done, total: conn.send(("progress", done, total)))
+            dataset["resolution"], lambda done, total: conn.send(("progress", done, total)),
+            Path(dataset["mask_folder"]) if dataset.get("mask_folder") else None)
         problems = sorted(report.problems, key=panel_order)
         for start in range(0, len(problems), CHECK_CHUNK):
             conn.send(("problems", [(p.severity, p.code, p.path, p.message, p.hint)

@@ -19,6 +19,7 @@ import orjson
 
 from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, checkpoint_kinds, family
+from studio.core.models.tokenizer_files import tokenizer_problem
 
 FAMILY_NAMES = {spec.name: spec.title for spec in FAMILIES}
 # Pipeline classes named in model_index.json, by the family that trains them.
@@ -44,7 +45,7 @@ class ModelInfo:
     family: str | None  # a registered family name, or None when unknown
     kind: str | None  # a KIND_NAMES key for a checkpoint file, None for folders and unknown files
     evidence: str  # what showed it, for messages
-    missing: str | None = None  # what a checkpoint file lacks to be trained from, with what to do
+    missing: str | None = None  # what a checkpoint file or a folder lacks to be trained from, with what to do
     # Marker tensors some checkpoints carry (as ComfyUI reads them): "v_pred" for a v-prediction
     # model, "ztsnr" for one trained with zero terminal SNR.
     v_prediction: bool = False
@@ -170,11 +171,11 @@ def _folder_model(folder: Path) -> ModelInfo:
     index = read_json(folder / "model_index.json")
     class_name = str(index.get("_class_name", ""))
     if class_name in PIPELINE_FAMILIES:
-        return ModelInfo(PIPELINE_FAMILIES[class_name], None, class_name)
+        return ModelInfo(PIPELINE_FAMILIES[class_name], None, class_name, tokenizer_problem(folder, index))
     for spec in FAMILIES:
         evidence = spec.folder_rule(folder, read_json)
         if evidence is not None:
-            return ModelInfo(spec.name, None, evidence)
+            return ModelInfo(spec.name, None, evidence, tokenizer_problem(folder, index))
     return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
 
 

@@ -17,8 +17,11 @@ from pathlib import Path
 
 from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.image_facts import inspect_image
 from studio.core.dataset.layouts import DatasetError
+from studio.core.dataset.mask_checks import mask_problems
 from studio.core.dataset.scan import list_concept
+from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import estimate_vram, fit
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import (
@@ -57,7 +60,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None,
     `config.base_dir`); `gpu` is the first GPU of the machine and `gpu_count` how many it has (None: not known)."""
     resolved, base_dir = config, config.base_dir
     on_gpu = gpu is not None and not config.launch.cpu
-    problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved)) if p is not None]
+    problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved))
+                if p is not None]
     problems += check_output(resolved)
     if gpu_count and not config.launch.cpu:  # with no GPU at all the ranks train on the CPU
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
@@ -148,11 +152,35 @@ def check_dataset(config: TrainConfig) -> PreflightProblem | None:
                                                "check that it is there and readable.")
         images += len(listing.paths)
         folders.append(str(listing.result.folder))
+    split = None if config.dataset.validation_folder else \
+        split_problem(images, config.dataset.validation_fraction, ", ".join(folders))
+    if split is not None:
+        return PreflightProblem("dataset", f"{KEY} = {config.dataset.validation_fraction:g} {split}.")
     if images:
         return None
     where = ", ".join(folders) if folders else "no concept folder (dataset.concepts is empty)"
     return PreflightProblem("dataset", f"The dataset has no images ({where}): add .png, .jpg, .webp or .bmp files, "
                                        "or point dataset.concepts at your image folder on the Dataset page.")
+
+
+def check_mask_files(config: TrainConfig) -> PreflightProblem | None:
+    """With dataset.masks = "folder": no mask that cannot be read or has another shape than its image (the
+    run would stop on it); headers only, and only then."""
+    d = config.dataset
+    if d.masks != "folder" or not d.mask_folder:
+        return None
+    images: list[tuple[Path, tuple[int, int] | None]] = []
+    for concept in d.concepts:
+        try:
+            images += [(path, inspect_image(path).size) for path in list_concept(concept).paths]
+        except (DatasetError, OSError):
+            return None  # said by check_dataset
+    errors = [p for p in mask_problems(images, Path(d.mask_folder)) if p.severity == "error"]
+    if not errors:
+        return None
+    more = f" ({len(errors) - 1} more: `studio-train check-dataset` lists them)" if len(errors) > 1 else ""
+    return PreflightProblem("dataset", f"Loss mask {errors[0].path}: {errors[0].message}{more}; "
+                                       f"{errors[0].hint}.")
 
 
 def _nearest_existing(folder: Path) -> Path:

@@ -2,8 +2,10 @@
 
 `parse_values("1e-4, 5e-5, 1e-5")` or a range `parse_values("1e-4..1e-5 x3")` (N values, evenly spaced;
 spaced by a constant ratio with `log3` instead of `x3`) gives the values; `write_sweep` writes one config
-per value into `<config folder>/sweeps/<name>-<field>/`, each named by its value (file and run name), so
-the Runs page and the queue tell them apart.
+per value into a folder of its own, `<config folder>/sweeps/<name>-<field>/` (`<name>-<field>-2/`, ... when
+that is taken: a second sweep never rewrites the configs the first one queued), each named by its value
+(file and run name), so the Runs page and the queue tell them apart. Two values that would be one file (the
+same number written twice, `1e-4, 0.0001`) are refused: every value is one run.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def parse_values(text: str) -> list[Any]:
         count = int(match.group(4))
         if not 2 <= count <= MAX_VALUES:
             raise SweepError(f"a range needs 2 to {MAX_VALUES} values, not {count}")
+        if start == stop:
+            raise SweepError(f"the range {text.strip()} starts and ends at the same value: give two different ends")
         if match.group(3) == "log":
             if start <= 0 or stop <= 0:
                 raise SweepError("a log range needs two positive ends (e.g. 1e-4..1e-6 log3)")
@@ -69,6 +73,7 @@ def parse_values(text: str) -> list[Any]:
             out.append(_number(part, "value"))
         except SweepError:
             out.append(part)
+    _check_distinct(out, parts)
     return out
 
 
@@ -76,6 +81,43 @@ def value_label(value: Any) -> str:
     text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}" if isinstance(
         value, float) else str(value)
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "value"
+
+
+def _check_distinct(values: list[Any], texts: list[str] | None = None) -> None:
+    """Refuse two values that are one run: the same number (`1e-4, 0.0001`) or one file name; `texts` are
+    the values as the person wrote them."""
+    written = texts if texts is not None and len(texts) == len(values) else [_written(v) for v in values]
+    seen: dict[str, int] = {}
+    for index, value in enumerate(values):
+        label = value_label(value)
+        if label not in seen:
+            seen[label] = index
+            continue
+        first = seen[label]
+        both = f"{written[first]} and {written[index]}"
+        if not isinstance(value, str) and not isinstance(values[first], str) and value == values[first]:
+            why = f"{both} are the same value ({label})"
+        else:
+            why = f"{both} would be one run named '{label}'"
+        raise SweepError(f"{why}: a sweep runs each value once; remove one of them, or write values that differ "
+                         "within 6 significant digits")
+
+
+def _written(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else value_label(value) if isinstance(value, bool) else str(value)
+
+
+def sweep_folder(parent: Path, name: str) -> Path:
+    """A new folder under `parent` for one sweep: `name`, or `name-2`, `name-3`, ... when that exists."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for number in range(1, 10_000):
+        folder = parent / (name if number == 1 else f"{name}-{number}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise SweepError(f"{parent} holds 10000 sweeps named {name}: move the old ones away")
 
 
 def _set(data: dict[str, Any], field: str, value: Any) -> None:
@@ -98,7 +140,7 @@ def write_sweep(config_path: Path, field: str, values: list[Any]) -> list[Path]:
     config = load_resolved(config_path)
     base = config.model_dump(mode="json")
     short = field.rsplit(".", 1)[-1]
-    folder = config_path.parent / SWEEPS_DIR / f"{config.output.name}-{short}"
+    _check_distinct(values)
     configs: list[tuple[str, ResolvedConfig]] = []
     for value in values:
         data = _deep_copy(base)
@@ -109,10 +151,10 @@ def write_sweep(config_path: Path, field: str, values: list[Any]) -> list[Path]:
             configs.append((label, config.varied(validate_data(data, f"{config_path} with {field} = {value}"))))
         except ConfigError as exc:
             raise SweepError(exc.describe()) from None
+    folder = sweep_folder(config_path.parent / SWEEPS_DIR, f"{config.output.name}-{short}")
     paths = []
     for label, varied in configs:
         path = folder / f"{short}-{label}.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
         save_config(varied, path)
         paths.append(path)
     return paths

@@ -100,8 +100,11 @@ class CheckJob(QObject):
         self.by_path: dict[str, list[str]] = {}
         self.buckets: dict[tuple[int, int], int] = {}
         self.finished = False
-        settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
-                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
+        settings: dict[str, Any] = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
+                                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
+        if dataset.masks == "folder" and dataset.mask_folder:  # the loss masks are checked with the images
+            masks = Path(dataset.mask_folder).expanduser()
+            settings["mask_folder"] = str(masks if masks.is_absolute() or base is None else base / masks)
         concepts = [c.model_dump(mode="json") for c in dataset.concepts]
         self._helper = HelperProcess(check_worker, (concepts, str(base) if base else None, settings), self)
         self._helper.sig_message.connect(self._message)

@@ -1,7 +1,10 @@
 """Loss masks (dataset.masks): a weight per pixel from a folder of mask images named as the images, or from
 the image's alpha channel, cropped and flipped with its image, shrunk to the latent size (area average), and
 multiplied into the loss there. White (or opaque) trains, black (or transparent) is ignored; grey weighs in
-between. An image without a mask (no file, or no alpha channel) trains whole.
+between: 8-bit grey as is, 16-bit grey scaled from 0..65535 (50% grey weighs 0.5), a palette mask by the grey
+level of each pixel's palette colour, colour by its luminance. An image without a mask (no file, or no alpha
+channel) trains whole. Before the run, every mask is checked (`studio.core.dataset.mask_checks`): one that
+cannot be read or has another shape than its image stops the run at its start, named, not when it comes up.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps
 
 from studio.core.config.schema import DatasetSection
-from studio.core.dataset.image_headers import IMAGE_EXTENSIONS
+from studio.core.dataset.mask_checks import mask_files, mask_problems
 from studio.train.errors import TrainError
 from studio.train.memory.transfer import to_device
 
@@ -33,9 +36,7 @@ class MaskSource:
                 raise TrainError("data", f"the mask folder {folder} does not exist",
                                  "set dataset.mask_folder to a folder of mask images named as the training images",
                                  path=str(folder))
-            for path in sorted(folder.iterdir()):
-                if path.suffix.lower() in IMAGE_EXTENSIONS:
-                    self.files.setdefault(path.stem, path)
+            self.files = mask_files(folder)
 
     def has_mask(self, image_path: Path) -> bool:
         return self.mode == "alpha" or image_path.stem in self.files
@@ -51,13 +52,26 @@ class MaskSource:
             return None
         try:
             with Image.open(path) as raw:
-                mask = ImageOps.exif_transpose(raw).convert("L")
+                mask = grey_mask(ImageOps.exif_transpose(raw))
         except (OSError, ValueError, SyntaxError) as exc:
             raise TrainError("data", f"the mask {path} cannot be read: {exc}", "replace or delete the mask file",
                              path=str(path)) from None
         if mask.size != image.size:
             mask = mask.resize(image.size, Image.Resampling.BILINEAR)
         return mask
+
+
+WIDE_MODES = {"I": 65535.0, "I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I;16N": 65535.0, "F": 1.0}
+
+
+def grey_mask(image: Image.Image) -> Image.Image:
+    """A mask image as 8-bit grey: 16-bit (and 32-bit integer) grey scaled from 0..65535, float from 0..1;
+    the rest (palette, colour, 1-bit) by Pillow's luminance, a palette entry by its grey level."""
+    full = WIDE_MODES.get(image.mode)
+    if full is None:
+        return image.convert("L")
+    values = np.asarray(image, dtype=np.float64) / full
+    return Image.fromarray(np.rint(np.clip(values, 0.0, 1.0) * 255.0).astype(np.uint8), mode="L")
 
 
 def mask_source(dataset: DatasetSection) -> MaskSource | None:
@@ -70,11 +84,18 @@ def mask_array(mask: Image.Image) -> np.ndarray:
 
 
 def check_mask_files(items: list[Any], dataset: DatasetSection, warn: Callable[[str, str | None, str], None]) -> None:
-    """One warning naming how many training images have no mask file (they train whole)."""
+    """Before the run: a mask that cannot be read or has another shape than its image stops it here, named
+    with the fix; one warning says how many training images have no mask file (they train whole)."""
     if dataset.masks != "folder":
         return
-    source = MaskSource(dataset)
-    missing = [item.path.name for item in items if not item.is_class and not source.has_mask(item.path)]
+    folder = Path(dataset.mask_folder or "")
+    images = [(item.path, item.size) for item in items if not item.is_class]
+    problems = mask_problems(images, folder)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more: run studio-train check-dataset to list them)" if len(errors) > 1 else ""
+        raise TrainError("data", f"{errors[0].path}: {errors[0].message}{more}", errors[0].hint, path=errors[0].path)
+    missing = [Path(p.path).name for p in problems if p.code == "missing_mask"]
     if missing:
         warn(f"{len(missing)} of the training images have no mask in {dataset.mask_folder} (e.g. {missing[0]}); "
              "they train whole", dataset.mask_folder, "add a mask image named as each image (white trains)")

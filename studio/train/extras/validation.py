@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from studio.core.config.schema import ConceptSection, TrainConfig
+from studio.core.dataset.split import held_out_count, split_problem
 from studio.core.runs.events import Validation
 from studio.train.data.batches import stream_rng
 from studio.train.data.items import TrainItem, center_crop_conditioning, collect_items, load_image
@@ -44,11 +45,12 @@ def split_items(items: list[TrainItem], config: TrainConfig, warn: Any) -> tuple
     if d.validation_fraction <= 0:
         return items, []
     instances = [item for item in items if not item.is_class]
-    count = max(1, round(len(instances) * d.validation_fraction))
-    if count >= len(instances):
-        raise TrainError("config", f"dataset.validation_fraction = {d.validation_fraction} holds out {count} of "
-                         f"{len(instances)} images, leaving none to train on",
-                         "lower dataset.validation_fraction or add images")
+    count = held_out_count(len(instances), d.validation_fraction)
+    problem = split_problem(len(instances), d.validation_fraction)
+    if problem is not None:
+        message, _, allowed = problem.partition("; ")
+        raise TrainError("config", f"dataset.validation_fraction = {d.validation_fraction} {message}",
+                         f"lower dataset.validation_fraction: {allowed}")
     order = sorted(instances, key=lambda i: hashlib.sha1(f"{i.path.parent.name}/{i.path.name}".encode()).hexdigest())
     held_paths = {item.path for item in order[:count]}
     kept = [item for item in items if item.path not in held_paths]

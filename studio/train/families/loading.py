@@ -53,6 +53,11 @@ def model_source(base: str, family: str, needs: dict[str, str] | None = None) ->
         found, evidence = detect_family(path)
         _refuse_mismatch(path, found, evidence, family)
         _check_components(path, family, needs or {})
+        missing = _model_info(path).missing  # a tokenizer folder without its vocabulary, named
+        if missing:
+            raise TrainError("model", f"{path} cannot be trained from: {missing}",
+                             "bring back the tokenizer's vocabulary file named above, or download the model again",
+                             path=str(path))
         return "folder"
     if path.is_absolute() or base.startswith((".", "~")) or base.count("/") != 1:
         raise TrainError("model", f"the base model {path} does not exist",

@@ -92,6 +92,22 @@ def test_check_worker_sends_progress_problems_buckets_done(make_dataset: MakeDat
     assert dict(messages[-2][1]) == {(576, 448): 2}  # 64x48 images land in the 4:3 bucket
 
 
+def test_check_worker_checks_the_masks_it_is_given(make_dataset: MakeDataset) -> None:
+    """The studio's Problems panel names a broken loss mask as check-dataset does."""
+    root = make_dataset({"a.png": "one"})
+    (root.parent / "masks").mkdir()
+    (root.parent / "masks" / "a.png").write_bytes(b"")
+    parent, child = multiprocessing.Pipe()
+    settings = {"resolution": 32, "bucket_step": 64, "min_bucket": 256, "max_bucket": 2048,
+                "mask_folder": str(root.parent / "masks")}
+    check_worker(child, [ConceptSection(path=str(root)).model_dump(mode="json")], None, settings, nice=0)
+    rows = []
+    while parent.poll():
+        message = parent.recv()
+        rows += message[1] if message[0] == "problems" else []
+    assert [(r[0], r[1], r[2]) for r in rows] == [("error", "unreadable_mask", str(root.parent / "masks" / "a.png"))]
+
+
 def test_check_worker_reports_a_missing_folder(tmp_path: Path) -> None:
     parent, child = multiprocessing.Pipe()
     settings = {"resolution": 512, "bucket_step": 64, "min_bucket": 256, "max_bucket": 2048}

@@ -126,6 +126,20 @@ def test_an_empty_dataset_and_a_missing_folder(tmp_path: Path, hub_cache: Path) 
     assert _lines(config, root)[0].startswith(f"Image folder {root / 'nothere'} does not exist.")
 
 
+def test_a_loss_mask_of_another_shape_is_named_before_the_run(tmp_path: Path, hub_cache: Path) -> None:
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, images=2, base=str(tmp_path / "m.safetensors"))
+    config.dataset.masks, config.dataset.mask_folder = "folder", "masks"
+    (root / "masks").mkdir()
+    Image.new("L", (16, 16), 255).save(root / "masks" / "0.png")
+    Image.new("L", (16, 8), 255).save(root / "masks" / "1.png")
+    assert _lines(config, root) == [
+        f"Loss mask {root / 'masks' / '1.png'}: the mask is 16x8 but its image 1.png is 16x16: stretched to fit, it "
+        "would not line up with the picture; save the mask at 16x16, the size of 1.png."]
+    Image.new("L", (8, 8), 255).save(root / "masks" / "1.png")  # half size, same shape: scaled
+    assert _lines(config, root) == []
+
+
 @pytest.mark.skipif(os.name == "nt" or os.geteuid() == 0, reason="needs POSIX permissions, not root")
 def test_an_output_folder_that_cannot_be_written(tmp_path: Path, hub_cache: Path) -> None:
     write_checkpoint(tmp_path / "m.safetensors", SD15)

@@ -365,3 +365,18 @@ def test_a_save_still_running_when_the_test_ends_is_finished_by_the_fixtures_shu
         lambda: self._running is None, 5.0, user_input=False))
     type_caption(qtbot, page, "typed at the very end")
     page._save_timer.start(0)  # the save starts in pytest-qt's own event processing, just before it closes
+
+
+def test_a_broken_loss_mask_is_in_the_problems_panel(page: DatasetPage) -> None:
+    """With dataset.masks = "folder", the panel names a mask that cannot be read, as check-dataset does."""
+    config = page.context.config.model_copy(deep=True)
+    config.dataset.masks, config.dataset.mask_folder = "folder", "masks"
+    page.context.set_config(config)
+    masks = images(page).parent / "masks"
+    masks.mkdir()
+    (masks / "a.png").write_bytes(b"not a picture")
+    page.reload()
+    assert page.wait_loaded(30)
+    model = page.problems_panel.model
+    tips = [model.data(model.index(row), Qt.ItemDataRole.ToolTipRole) for row in range(model.rowCount())]
+    assert any(str(masks / "a.png") in tip and "the mask of a.png cannot be read" in tip for tip in tips), tips

@@ -87,4 +87,6 @@ def test_a_sweep_of_a_setting_that_does_not_exist_says_how_to_name_it(
     assert "'training.learnig_rate' is not a config setting" in messages[-1]
     assert page.queue.vary_selected("training.learning_rate", "1e-4") == []
     assert "fewer than two values" in messages[-1]
+    assert page.queue.vary_selected("training.learning_rate", "1e-4, 0.0001") == []
+    assert "No sweep was queued: 1e-4 and 0.0001 are the same value (0.0001)" in messages[-1]
     assert len(page.controller.queue.items) == 1  # type: ignore[union-attr]

@@ -1,0 +1,55 @@
+"""A sweep: one config written as N configs that differ in one setting. Each value is one run (the same
+number written twice is refused, naming both), and each sweep's files live in a folder of their own, so a
+second sweep never rewrites the configs the first one queued."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.core.config.toml_file import load_config, save_config, validate_data
+from studio.core.runs.sweep import SweepError, parse_values, write_sweep
+
+
+def _config(path: Path, batch_size: int) -> Path:
+    data = {"model": {"family": "sd15", "base": "models/tiny-sd15"},
+            "dataset": {"concepts": [{"path": "images"}]},
+            "training": {"batch_size": batch_size, "max_steps": 10},
+            "output": {"name": "cat"}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_config(validate_data(data), path)
+    return path
+
+
+def test_the_same_number_written_twice_is_refused_naming_both() -> None:
+    with pytest.raises(SweepError, match=r"1e-4 and 0\.0001 are the same value \(0\.0001\): a sweep runs each "
+                                         r"value once; remove one of them"):
+        parse_values("1e-4, 5e-5, 0.0001")
+    with pytest.raises(SweepError, match=r"1 and 1\.0 are the same value"):
+        parse_values("1, 2, 1.0")
+    with pytest.raises(SweepError, match="starts and ends at the same value"):
+        parse_values("1e-4..1e-4 log3")
+    assert parse_values("1e-4, 5e-5") == [1e-4, 5e-5]
+
+
+def test_write_sweep_refuses_values_that_would_be_one_file(tmp_path: Path) -> None:
+    base = _config(tmp_path / "base.toml", 4)
+    with pytest.raises(SweepError, match="are the same value"):
+        write_sweep(base, "training.learning_rate", [1e-4, 0.0001])
+    with pytest.raises(SweepError, match=r"would be one run named '0\.0001'"):
+        write_sweep(base, "training.learning_rate", [1e-4, 1.0000001e-4])
+    assert not (tmp_path / "sweeps").exists() or not any((tmp_path / "sweeps").rglob("*.toml"))
+
+
+def test_a_second_sweep_never_rewrites_the_first_ones_configs(tmp_path: Path) -> None:
+    first = _config(tmp_path / "a.toml", 4)
+    second = _config(tmp_path / "b.toml", 1)  # the same run name, in the same folder
+    one = write_sweep(first, "training.learning_rate", parse_values("1e-4, 5e-5"))
+    two = write_sweep(second, "training.learning_rate", parse_values("1e-4, 5e-5"))
+    assert [p.name for p in one] == [p.name for p in two] == ["learning_rate-0.0001.toml", "learning_rate-5e-05.toml"]
+    assert one[0].parent.name == "cat-learning_rate" and two[0].parent.name == "cat-learning_rate-2"
+    assert [load_config(p).training.batch_size for p in one] == [4, 4]
+    assert [load_config(p).training.batch_size for p in two] == [1, 1]
+    again = write_sweep(first, "training.learning_rate", parse_values("1e-4, 5e-5"))
+    assert again[0].parent.name == "cat-learning_rate-3" and set(one).isdisjoint(again)
