@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT
 from studio.core.families.settings import CLIP_SKIP, COMMON, CONVOLUTIONS, DDPM
-from studio.core.families.spec import CheckpointKind, FamilySpec, Shape
+from studio.core.families.spec import DIFFUSERS, CheckpointKind, FamilySpec, Shape
 
 NAME = "sd15"
 _UNET = "model.diffusion_model."
@@ -44,6 +45,9 @@ FAMILY = FamilySpec(
     name=NAME,
     title="SD 1.x/2.x",
     objective="ddpm",
+    prediction="epsilon",
+    lora_implementation=DIFFUSERS,
+    caption_token_limit=CLIP_TOKEN_LIMIT,  # CLIP's 77 tokens less its start/end markers
     pipeline_class="StableDiffusionPipeline",
     pipeline_classes=("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline", "StableDiffusionInpaintPipeline"),
     denoiser="unet",
