@@ -48,6 +48,7 @@ FAMILY = FamilySpec(
     prediction="epsilon",
     lora_implementation=DIFFUSERS,
     caption_token_limit=CLIP_TOKEN_LIMIT,  # CLIP's 77 tokens less its start/end markers
+    caption_encoder="CLIP",
     pipeline_class="StableDiffusionPipeline",
     pipeline_classes=("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline", "StableDiffusionInpaintPipeline"),
     denoiser="unet",

@@ -44,6 +44,7 @@ FAMILY = FamilySpec(
     prediction="epsilon",
     lora_implementation=STABILITY_AI,
     caption_token_limit=CLIP_TOKEN_LIMIT,  # CLIP's 77 tokens less its start/end markers
+    caption_encoder="CLIP",
     pipeline_class="StableDiffusionXLPipeline",
     pipeline_classes=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
     denoiser="unet",

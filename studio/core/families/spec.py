@@ -78,6 +78,7 @@ class FamilySpec:
     lora_implementation: str
     # The caption tokens the text encoder reads (without start/end markers); the rest is cut off.
     caption_token_limit: int
+    caption_encoder: str  # the text encoder that reads that many, for messages: "CLIP"
     pipeline_class: str  # the diffusers pipeline that samples and saves it
     pipeline_classes: tuple[str, ...]  # model_index.json classes that mean this family
     denoiser: str  # the pipeline's trained component: "unet" or "transformer"

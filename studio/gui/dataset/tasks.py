@@ -19,6 +19,7 @@ from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
+from studio.core.families import DEFAULT_FAMILY
 from studio.gui.dataset.helper_process import HelperProcess
 
 
@@ -93,7 +94,7 @@ class CheckJob(QObject):
     sig_done = Signal(object)  # CheckOutcome
 
     def __init__(self, generation: int, dataset: DatasetSection, base: Path | None,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, family: str = DEFAULT_FAMILY) -> None:
         super().__init__(parent)
         self.generation = generation
         self.problems: list[Problem] = []
@@ -101,7 +102,7 @@ class CheckJob(QObject):
         self.buckets: dict[tuple[int, int], int] = {}
         self.finished = False
         settings = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
-                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
+                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket, "family": family}
         concepts = [c.model_dump(mode="json") for c in dataset.concepts]
         self._helper = HelperProcess(check_worker, (concepts, str(base) if base else None, settings), self)
         self._helper.sig_message.connect(self._message)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.families import flux2_klein as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
@@ -28,8 +29,8 @@ from studio.train.pipelines.flux2_klein import TEXT_LAYERS
 
 NEEDS = {"text_encoder": "the Qwen3 text encoder", "tokenizer": "the Qwen tokenizer",
          "transformer": "the Flux2 transformer", "vae": "the Flux.2 VAE"}
-# The pipeline's default prompt length; a smaller tokenizer limit (the tiny model's) wins.
-MAX_TOKENS = 512
+# The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
+MAX_TOKENS = declared.FAMILY.caption_token_limit
 # The example's LoRA targets: the double-stream blocks' image attention and every single-stream
 # block's fused projections (the output projections by name: a double block's attn.to_out is a list).
 DOUBLE_TARGETS = ("to_k", "to_q", "to_v", "to_out.0")

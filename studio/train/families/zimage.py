@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter
@@ -31,7 +32,8 @@ from studio.train.pipelines.zimage import LORA_TARGETS
 
 NEEDS = {"text_encoder": "the Qwen3 text encoder", "tokenizer": "the Qwen tokenizer",
          "transformer": "the Z-Image transformer", "vae": "the FLUX VAE"}
-MAX_TOKENS = 512  # the pipeline's default prompt length; a smaller tokenizer limit (the tiny model's) wins
+# The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
+MAX_TOKENS = declared.FAMILY.caption_token_limit
 ADAPTER_NAME = "training_adapter"
 
 
