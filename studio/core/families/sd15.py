@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT
 from studio.core.families.settings import CLIP_SKIP, COMMON, CONVOLUTIONS, DDPM
-from studio.core.families.spec import DIFFUSERS, CheckpointKind, FamilySpec, Shape
+from studio.core.families.spec import CLIP_TOKEN_LIMIT, DIFFUSERS, CheckpointKind, FamilySpec, Shape
 
 NAME = "sd15"
 _UNET = "model.diffusion_model."

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT
 from studio.core.families import sd15
 from studio.core.families.settings import COMMON, CONVOLUTIONS, DDPM
-from studio.core.families.spec import STABILITY_AI, CheckpointKind, FamilySpec, Shape
+from studio.core.families.spec import CLIP_TOKEN_LIMIT, STABILITY_AI, CheckpointKind, FamilySpec, Shape
 
 NAME = "sdxl"
 _UNET = "model.diffusion_model."

@@ -23,6 +23,8 @@ Prediction = Literal["epsilon", "v", "flow"]
 # and original-layout checkpoints are the Stability "sgm" code's, its SD1.x and SD3 LoRAs diffusers'.
 STABILITY_AI = "https://github.com/Stability-AI/generative-models"
 DIFFUSERS = "diffusers"
+# CLIP truncates a prompt at 77 tokens, two of which are start/end markers.
+CLIP_TOKEN_LIMIT = 75
 # A checkpoint's tensor names, and the shape of one of them (None when it is absent).
 Shape = Callable[[str], "list[int] | None"]
 KindRule = Callable[[set[str], Shape], "str | None"]
