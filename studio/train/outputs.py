@@ -196,11 +196,18 @@ def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Pat
 
 def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[str, Any], dict[str, Any]]:
     """The trained LoRA layers by component, and each component's adapter config."""
+    from studio.train.networks.dora import MAGNITUDE, comfy_dora_scales
+
     layers = lora_layers(adapter, components)
-    configs = {adapter.denoiser_name: _adapter_config(components.denoiser)}
+    modules = {adapter.denoiser_name: components.denoiser}
     for name, encoder in zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False):
         if name in layers:
-            configs[name] = _adapter_config(encoder)
+            modules[name] = encoder
+    configs = {name: _adapter_config(module) for name, module in modules.items()}
+    for name, module in modules.items():
+        magnitudes = [key for key in layers[name] if key.endswith(f".{MAGNITUDE}")]
+        if magnitudes:  # DoRA: the kohya file holds what ComfyUI applies, which needs the base weights
+            configs[name]["dora_scales"] = comfy_dora_scales(module, magnitudes)
     return layers, configs
 
 

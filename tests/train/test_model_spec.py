@@ -74,6 +74,8 @@ def test_a_v_prediction_run_says_v_and_a_flow_family_ignores_the_ddpm_setting(tm
     ({"network": "locon"}, "networks.lora", {"conv_dim": "4", "conv_alpha": "4.0"}),
     ({"network": "loha"}, "lycoris.kohya", {"algo": "loha"}),
     ({"network": "lokr"}, "lycoris.kohya", {"algo": "lokr", "factor": "-1"}),
+    # DoRA's dora_scale is per output feature: LyCORIS' weight decomposition on the output axis.
+    ({"use_dora": True}, "lycoris.kohya", {"algo": "lora", "dora_wd": "True", "wd_on_output": "True"}),
 ])
 def test_the_network_module_is_the_one_that_trains_such_a_file(method: dict[str, object], module: str,
                                                                  args: dict[str, str], tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ import torch
 from studio.core.families import flux2_klein as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents, peft_metadata
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -186,7 +186,7 @@ class Flux2KleinAdapter(FamilyAdapter):
 
         Flux2KleinPipeline.save_lora_weights(
             folder, weight_name=weight_name, transformer_lora_layers=layers[self.denoiser_name],
-            transformer_lora_adapter_metadata=adapter_configs.get(self.denoiser_name),
+            transformer_lora_adapter_metadata=peft_metadata(adapter_configs.get(self.denoiser_name)),
         )
 
     def save_lora(

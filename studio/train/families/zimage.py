@@ -24,7 +24,7 @@ import torch
 from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter, peft_metadata
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -154,7 +154,7 @@ class ZImageAdapter(FamilyAdapter):
 
         ZImagePipeline.save_lora_weights(
             folder, weight_name=weight_name, transformer_lora_layers=layers[self.denoiser_name],
-            transformer_lora_adapter_metadata=adapter_configs.get(self.denoiser_name),
+            transformer_lora_adapter_metadata=peft_metadata(adapter_configs.get(self.denoiser_name)),
         )
 
     def save_lora(
