@@ -1,4 +1,5 @@
-"""A DoRA LoRA's kohya-format file merges in ComfyUI to the weights peft trained.
+"""A DoRA LoRA's kohya-format file (SD1.5's `lora_unet_`/`lora_te_` names, Z-Image's `diffusion_model.`
+names, FLUX.2 [klein]'s original layout with fused q/k/v) merges in ComfyUI to the weights peft trained.
 
 ComfyUI reads a DoRA layer as `<module>.dora_scale` beside its lora_up/lora_down/alpha (comfy/lora.py)
 and merges it with `weight_decompose` (comfy/weight_adapter/base.py). `comfy_merge` below is that
@@ -52,28 +53,52 @@ def comfy_merge(weight: torch.Tensor, up: torch.Tensor, down: torch.Tensor, alph
 
 
 def _comfy_name(component: str, module: str) -> str:
-    """ComfyUI's kohya key of a module: `lora_unet_` + its diffusers name, `lora_te_` + the CLIP name with
-    its `text_model.` level (comfy/lora.py model_lora_keys_unet / model_lora_keys_clip)."""
+    """ComfyUI's kohya key of an SD1.5 module: `lora_unet_` + its diffusers name, `lora_te_` + the CLIP name
+    with its `text_model.` level (comfy/lora.py model_lora_keys_unet / model_lora_keys_clip)."""
     if component == "unet":
         return "lora_unet_" + module.replace(".", "_")
     full = module if module.startswith("text_model.") else f"text_model.{module}"
     return "lora_te_" + full.replace(".", "_")
 
 
-@pytest.fixture(scope="module")
-def trained(tiny_model, demo_data: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """A tiny SD1.5 with DoRA layers on the UNet and the text encoder, moved off their start as training
-    would move them, and the outputs written from it."""
+def comfy_layers(family: str, weights: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The weights of the model ComfyUI holds, by the file key it reads for each: SD1.5's by kohya name;
+    Z-Image's by `diffusion_model.<diffusers name>` (its Lumina2 key map); FLUX.2's by the original
+    layout's name, where to_q/to_k/to_v are one fused qkv weight (rows in q, k, v order)."""
+    if family == "sd15":
+        return {_comfy_name(c, n): w for c, layers in weights.items() for n, w in layers.items()}
+    (layers,) = weights.values()
+    if family == "zimage":
+        return {f"diffusion_model.{n}": w for n, w in layers.items()}
+    from studio.train.families.flux2_klein_names import comfy_key, original_module
+
+    fused: dict[str, dict[int, torch.Tensor]] = {}
+    for name, weight in layers.items():
+        original, part = original_module(name)
+        fused.setdefault(comfy_key(original), {})[part or 0] = weight
+    return {key: torch.cat([parts[p] for p in sorted(parts)]) for key, parts in fused.items()}
+
+
+# The families whose kohya-format file has its own writer, and whether the text encoder trains too.
+TEXT_ENCODER = {"sd15": True, "zimage": False, "flux2-klein": False}
+
+
+@pytest.fixture(scope="module", params=list(TEXT_ENCODER))
+def trained(request, tiny_model, demo_data: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A tiny model with DoRA layers (SD1.5: on the UNet and the text encoder), moved off their start as
+    training would move them, and the outputs written from it."""
     from peft.tuners.lora import LoraLayer
 
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
     from studio.train.families import adapter_for
     from studio.train.outputs import _lora_parts
 
-    folder = tmp_path_factory.mktemp("dora")
+    family = request.param
+    folder = tmp_path_factory.mktemp(f"dora-{family}")
     config = TrainConfig(
-        model=ModelSection(family="sd15", base=str(tiny_model("sd15"))),
-        method=MethodSection(kind="lora", rank=RANK, alpha=ALPHA, use_dora=True, train_text_encoder=True),
+        model=ModelSection(family=family, base=str(tiny_model(family))),
+        method=MethodSection(kind="lora", rank=RANK, alpha=ALPHA, use_dora=True,
+                             train_text_encoder=TEXT_ENCODER[family]),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
         output=OutputSection(dir=str(folder), name="dora", formats=["diffusers", "kohya"], save_precision="fp32"),
     )
@@ -81,7 +106,9 @@ def trained(tiny_model, demo_data: Path, tmp_path_factory: pytest.TempPathFactor
     components = adapter.load(torch.device("cpu"), torch.float32)
     adapter.add_lora(components)
     generator = torch.Generator().manual_seed(7)
-    modules = {"unet": components.denoiser, "text_encoder": components.text_encoders[0]}
+    modules = {adapter.denoiser_name: components.denoiser}
+    if config.method.train_text_encoder:
+        modules["text_encoder"] = components.text_encoders[0]
     dora = {component: {name: layer for name, layer in module.named_modules() if isinstance(layer, LoraLayer)}
             for component, module in modules.items()}
     with torch.no_grad():
@@ -100,40 +127,33 @@ def trained(tiny_model, demo_data: Path, tmp_path_factory: pytest.TempPathFactor
                 layer.merge(adapter_names=["default"])
     merged = {c: {n: layer.get_base_layer().weight.detach().clone() for n, layer in layers.items()}
               for c, layers in dora.items()}
-    return {path.name: path for path in written}, bases, merged
+    return family, {path.name: path for path in written}, comfy_layers(family, bases), comfy_layers(family, merged)
 
 
 def test_the_kohya_file_names_each_dora_layer_as_comfyui_reads_it(trained) -> None:  # type: ignore[no-untyped-def]
-    files, bases, _merged = trained
+    _family, files, bases, _merged = trained
     state = load_file(str(files["dora.safetensors"]))
     assert not [k for k in state if "magnitude" in k]
-    expected = {_comfy_name(c, n) for c, layers in bases.items() for n in layers}
-    assert {k.removesuffix(".dora_scale") for k in state if k.endswith(".dora_scale")} == expected
-    for component, layers in bases.items():
-        for name, base in layers.items():
-            key = _comfy_name(component, name)
-            assert state[f"{key}.dora_scale"].shape == (base.shape[0], 1)  # one per output, as ComfyUI norms
-            assert float(state[f"{key}.alpha"]) == ALPHA and state[f"{key}.lora_down.weight"].shape[0] == RANK
+    assert {k.removesuffix(".dora_scale") for k in state if k.endswith(".dora_scale")} == set(bases)
+    for key, base in bases.items():
+        assert state[f"{key}.dora_scale"].shape == (base.shape[0], 1)  # one per output, as ComfyUI norms
+        rank = state[f"{key}.lora_down.weight"].shape[0]  # a fused q/k/v has the parts' ranks together
+        assert float(state[f"{key}.alpha"]) / rank == ALPHA / RANK
 
 
 def test_comfyuis_merge_of_the_file_is_peft_s_merge(trained) -> None:  # type: ignore[no-untyped-def]
-    files, bases, merged = trained
+    _family, files, bases, merged = trained
     state = load_file(str(files["dora.safetensors"]))
     worst = 0.0
-    for component, layers in bases.items():
-        for name, base in layers.items():
-            key = _comfy_name(component, name)
-            comfy = comfy_merge(base, state[f"{key}.lora_up.weight"], state[f"{key}.lora_down.weight"],
-                                state[f"{key}.alpha"], state[f"{key}.dora_scale"])
-            trained_change = merged[component][name] - base
-            error = float((comfy - merged[component][name]).norm() / trained_change.norm())
-            worst = max(worst, error)
+    for key, base in bases.items():
+        comfy = comfy_merge(base, state[f"{key}.lora_up.weight"], state[f"{key}.lora_down.weight"],
+                            state[f"{key}.alpha"], state[f"{key}.dora_scale"])
+        error = float((comfy - merged[key]).norm() / (merged[key] - base).norm())
+        worst = max(worst, error)
     assert worst <= 1e-4, f"ComfyUI's merge is off the trained change by {worst:.2e} (relative)"
 
 
 def test_the_diffusers_file_keeps_pefts_magnitudes(trained) -> None:  # type: ignore[no-untyped-def]
-    files, bases, _merged = trained
+    _family, files, _bases, _merged = trained
     keys = load_file(str(files["pytorch_lora_weights.safetensors"])).keys()
-    magnitudes = [k for k in keys if k.endswith(".lora_magnitude_vector")]
-    assert len(magnitudes) == sum(len(layers) for layers in bases.values())
-    assert not [k for k in keys if "dora_scale" in k]
+    assert [k for k in keys if k.endswith(".lora_magnitude_vector")] and not [k for k in keys if "dora_scale" in k]

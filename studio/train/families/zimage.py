@@ -186,7 +186,8 @@ class ZImageAdapter(FamilyAdapter):
             written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
-            state = comfy_state_dict(cast[self.denoiser_name], alpha)
+            state = comfy_state_dict(cast[self.denoiser_name], alpha,
+                                     adapter_configs.get(self.denoiser_name, {}).get("dora_scales"))
             meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
