@@ -184,10 +184,12 @@ class Flux2KleinAdapter(FamilyAdapter):
     ) -> None:
         from diffusers import Flux2KleinPipeline
 
-        Flux2KleinPipeline.save_lora_weights(
-            folder, weight_name=weight_name, transformer_lora_layers=layers[self.denoiser_name],
-            transformer_lora_adapter_metadata=peft_metadata(adapter_configs.get(self.denoiser_name)),
-        )
+        from studio.train.networks.strength import baked
+
+        # alpha / rank is in the up weights: diffusers 0.32 and ComfyUI read no metadata (networks/strength.py).
+        state, metadata = baked(layers[self.denoiser_name], peft_metadata(adapter_configs.get(self.denoiser_name)))
+        Flux2KleinPipeline.save_lora_weights(folder, weight_name=weight_name, transformer_lora_layers=state,
+                                 transformer_lora_adapter_metadata=metadata)
 
     def save_lora(
         self,
