@@ -60,6 +60,23 @@ def test_the_file_says_what_its_family_predicts(family: str, tmp_path: Path) -> 
     assert meta["ss_network_module"] == "networks.lora"
 
 
+def test_the_runs_own_title_and_prediction_win_over_the_configs(tmp_path: Path) -> None:
+    """The EMA file's title, and the prediction type of an "auto" run's base (outputs.training_metadata)."""
+    from studio.train.families.kohya import kohya_metadata
+
+    extra = {"modelspec.title": "mine (EMA)", "modelspec.prediction_type": "v"}
+    meta = kohya_metadata(_config("sd15", tmp_path), "sd_v1", "stable-diffusion-v1", extra)
+    assert meta["modelspec.title"] == "mine (EMA)" and meta["modelspec.prediction_type"] == "v"
+
+
+def test_an_auto_run_says_what_the_base_models_scheduler_predicts(tmp_path: Path) -> None:
+    from studio.train.families.model_spec import prediction_type
+
+    assert prediction_type(_config("sd15", tmp_path), "v_prediction") == "v"
+    assert prediction_type(_config("sd15", tmp_path), "epsilon") == "epsilon"
+    assert prediction_type(_config("zimage", tmp_path), None) == "flow"
+
+
 def test_a_v_prediction_run_says_v_and_a_flow_family_ignores_the_ddpm_setting(tmp_path: Path) -> None:
     v_run = _config("sdxl", tmp_path).model_copy(update={"model": ModelSection(
         family="sdxl", base="org/model", prediction_type="v_prediction")})

@@ -97,7 +97,7 @@ def save_kohya_file(
 
 
 def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dict[str, str]) -> dict[str, str]:
-    """The network's ss_* keys and the model-spec fields LoRA browsers show, over the run's `extra`."""
+    """The network's ss_* keys and the model-spec fields LoRA browsers show, under the run's `extra`."""
     method = config.method
     args: dict[str, str] = {}
     if method.network in ("loha", "lokr"):
@@ -111,7 +111,6 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
     if method.use_dora:  # sd-scripts' own network has no DoRA: LyCORIS' LoRA with its weight decomposition does
         args = {"algo": "locon" if "conv_dim" in args else "lora", **args, "dora_wd": "True", "wd_on_output": "True"}
     return {
-        **extra,
         # sd-scripts' own LoRA module (with conv_dim for LoCon), or the LyCORIS package's kohya network.
         "ss_network_module": "lycoris.kohya" if "algo" in args else "networks.lora",
         **({"ss_network_args": json.dumps(args)} if args else {}),
@@ -122,6 +121,8 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         "ss_clip_skip": str(config.model.clip_skip) if config.model.family == "sd15" else "None",
         "ss_v2": "False",
         **model_spec(config, architecture, lora=True, now=time.time()),
+        # The run's own: an EMA file's title, the prediction type the base model's scheduler trained.
+        **extra,
     }
 
 

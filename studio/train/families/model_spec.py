@@ -56,12 +56,15 @@ def model_spec(config: TrainConfig, architecture: str, lora: bool, now: float) -
     return spec
 
 
-def prediction_type(config: TrainConfig) -> Prediction:
-    """What the file's model predicts: the family's declared target, or the one model.prediction_type
-    chose where the family trains on a DDPM schedule (the setting acts nowhere else)."""
+def prediction_type(config: TrainConfig, scheduler: str | None = None) -> Prediction:
+    """What the file's model predicts: the family's declared target, or where the family trains on a DDPM
+    schedule the one model.prediction_type chose, with "auto" the base's own (`scheduler`, its training
+    scheduler's prediction_type: a v-prediction SD2 or fine-tune is "v")."""
     declared = family(config.model.family)
-    chosen = config.model.prediction_type
-    if declared.objective == "ddpm" and chosen != "auto":
+    chosen: str = config.model.prediction_type
+    if chosen == "auto":
+        chosen = scheduler or "auto"
+    if declared.objective == "ddpm" and chosen in ("epsilon", "v_prediction"):
         return "v" if chosen == "v_prediction" else "epsilon"
     return declared.prediction
 
