@@ -55,12 +55,13 @@ SAVE_DELAY_MS = 700
 
 
 def scan_key(config: TrainConfig) -> str:
-    """What the scan of the images depends on; a change of anything else does not read them again."""
+    """What the scan and check of the images depend on; a change of anything else does not read them again.
+    The family is among them: its text encoder decides which captions are too long."""
     data = config.dataset.model_dump()
     for concept in data["concepts"]:
         for key in NOT_SCANNED:
             concept.pop(key, None)
-    return json.dumps(data, sort_keys=True, default=str)
+    return json.dumps({**data, "family": config.model.family}, sort_keys=True, default=str)
 
 
 class DatasetPage(Page):

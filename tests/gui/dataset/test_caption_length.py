@@ -41,6 +41,16 @@ def test_an_sd15_project_warns_past_clips_75_tokens(qtbot, project: Project, tmp
     assert _type(page, "red, square") == "≈ 3 tokens"
 
 
+def test_the_problems_list_a_long_caption_by_the_familys_limit(qtbot, project: Project, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (project.root / "images" / "a.txt").write_text(LONG_CAPTION, encoding="utf-8")
+    page = _page(qtbot, project, tmp_path, "zimage")
+    assert not [p for p in page.problems if p.code == "long_caption"]
+    assert page.context.change_config({"model.family": "sd15"}) == []  # the dataset is checked again
+    assert page.wait_loaded(30)
+    (long,) = [p for p in page.problems if p.code == "long_caption"]
+    assert Path(long.path).name == "a.png" and "CLIP reads only the first 75" in long.message
+
+
 def test_a_zimage_project_warns_only_past_its_512_tokens(qtbot, project: Project, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     page = _page(qtbot, project, tmp_path, "zimage")
     shown = _type(page, LONG_CAPTION)
