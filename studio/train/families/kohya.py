@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from studio.core.families import family
 from studio.train.families.model_spec import model_spec
 from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 from studio.train.pipelines.hub_layout import text_encoder_key
@@ -108,6 +109,7 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         conv_rank = method.conv_rank or method.rank
         args["conv_dim"] = str(conv_rank)
         args["conv_alpha"] = str(method.conv_alpha if method.conv_alpha is not None else float(conv_rank))
+    clip_skip = family(config.model.family).setting("model.clip_skip") is not None
     if method.use_dora:  # sd-scripts' own network has no DoRA: LyCORIS' LoRA with its weight decomposition does
         args = {"algo": "locon" if "conv_dim" in args else "lora", **args, "dora_wd": "True", "wd_on_output": "True"}
     return {
@@ -118,7 +120,8 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         "ss_network_alpha": str(config.method.lora_alpha),
         "ss_network_dropout": str(config.method.dropout),
         "ss_base_model_version": base_version,
-        "ss_clip_skip": str(config.model.clip_skip) if config.model.family == "sd15" else "None",
+        # Where the family's declaration has clip skip (SD1.x), as sd-scripts writes it; "None" elsewhere.
+        "ss_clip_skip": str(config.model.clip_skip) if clip_skip else "None",
         "ss_v2": "False",
         **model_spec(config, architecture, lora=True, now=time.time()),
         # The run's own: an EMA file's title, the prediction type the base model's scheduler trained.
