@@ -9,6 +9,7 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.schema import ConceptSection
 from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.scan import DatasetError, scan_concept
+from studio.core.families import DEFAULT_FAMILY
 from studio.core.project.folder import is_project, open_project
 
 
@@ -17,6 +18,7 @@ class CaptionDataset:
     folder: Path  # the folder given (an image folder or a project); the progress file lives here
     store: CaptionStore
     images: list[Path]  # every image, in dataset order
+    family: str = DEFAULT_FAMILY  # a project's model family: its text encoder decides which captions are long
 
 
 def open_dataset(folder: Path) -> CaptionDataset:
@@ -27,7 +29,7 @@ def open_dataset(folder: Path) -> CaptionDataset:
     if not folder.is_dir():
         raise DatasetError(f"{folder} is not a folder; give the folder holding the images or a project folder.")
     folder = folder.resolve()
-    extension = ".txt"
+    extension, family = ".txt", DEFAULT_FAMILY
     if is_project(folder):
         project = open_project(folder)
         try:
@@ -35,9 +37,10 @@ def open_dataset(folder: Path) -> CaptionDataset:
         except ConfigError as exc:
             raise DatasetError(f"The project {folder} has a broken studio.toml: {exc}") from exc
         concepts, base, extension = list(config.dataset.concepts), project.root, config.dataset.caption_extension
+        family = config.model.family
     else:
         concepts, base = [ConceptSection(path=str(folder))], None
     entries = [entry for concept in concepts for entry in scan_concept(concept, base)]
     store = CaptionStore(entries, extension)
     store.remove_leftovers(folder)  # saves killed halfway (a job or the studio stopped hard)
-    return CaptionDataset(folder, store, [e.path for e in entries])
+    return CaptionDataset(folder, store, [e.path for e in entries], family)

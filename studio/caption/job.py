@@ -22,6 +22,7 @@ from studio.core.dataset.captions.caption_messages import (
     CaptionWarning,
 )
 from studio.core.dataset.captions.caption_store import CaptionStore
+from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -40,7 +41,7 @@ class JobResult:
     written: int = 0  # captions changed on disk
     unchanged: int = 0  # the model saw them but the caption stays (fill-missing, nothing new, empty output)
     problems: list[str] = field(default_factory=list)  # what went wrong per image (unreadable, conflict, not saved)
-    long_captions: list[Path] = field(default_factory=list)  # captions proposed or written past CLIP's window
+    long_captions: list[Path] = field(default_factory=list)  # captions proposed or written past the text encoder's window
 
 
 def plan_job(store: CaptionStore, images: Sequence[Path], rules: CaptionRules,
@@ -62,9 +63,11 @@ class CaptionJob:
     """Runs a plan; `emit` gets the job's events (started, caption, progress, warning, finished)."""
 
     def __init__(self, store: CaptionStore, rules: CaptionRules, emit: Emit, *, write: bool = True,
-                 progress: CaptionProgress | None = None, should_stop: Callable[[], bool] = lambda: False) -> None:
+                 progress: CaptionProgress | None = None, should_stop: Callable[[], bool] = lambda: False,
+                 token_limit: int = CLIP_TOKEN_LIMIT) -> None:
         self.store, self.rules, self.emit = store, rules, emit
         self.write, self.progress, self.should_stop = write, progress, should_stop
+        self.token_limit = token_limit  # what the project's text encoder reads; longer captions are named
 
     def run(self, captioner: Captioner, plan: JobPlan) -> JobResult:
         result = JobResult()
@@ -110,7 +113,7 @@ class CaptionJob:
             self.emit(caption_event(machine, before[machine.image], after, machine.image in saved))
             result.written += machine.image in saved
             result.unchanged += after is None
-            if after is not None and over_token_limit(after):
+            if after is not None and over_token_limit(after, self.token_limit):
                 result.long_captions.append(machine.image)
 
     def _save(self, planned: dict[Path, str | None], result: JobResult) -> set[Path]:

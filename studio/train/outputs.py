@@ -20,7 +20,7 @@ from studio.train.components import Components
 from studio.train.data.items import TrainItem
 from studio.train.errors import disk_full_error, out_of_space
 from studio.train.families.base import FamilyAdapter
-from studio.train.families.model_spec import model_spec, training_fields
+from studio.train.families.model_spec import model_spec, prediction_type, training_fields
 from studio.train.weights.ema import WeightAverage
 
 EMA_DIFFUSERS_FILE = "pytorch_lora_weights_ema.safetensors"
@@ -66,13 +66,17 @@ def shared_model_name(base: str) -> str:
     return base
 
 
-def training_metadata(adapter: FamilyAdapter, items: list[TrainItem], step: int, started_at: float) -> dict[str, str]:
-    """What a LoRA file says about its making (kohya's ss_* keys, which LoRA browsers show).
+def training_metadata(adapter: FamilyAdapter, components: Components, items: list[TrainItem], step: int,
+                      started_at: float) -> dict[str, str]:
+    """What a LoRA file says about its making (kohya's ss_* keys, which LoRA browsers show), and what its model
+    predicts as the base model's training scheduler says (model.prediction_type = "auto" leaves it to that).
 
     The file is meant to be shared: it names the base model by file name or hub id, never by path.
     """
     config = adapter.config
+    scheduler = getattr(getattr(components.scheduler, "config", None), "prediction_type", None)
     return {
+        "modelspec.prediction_type": prediction_type(config, scheduler if isinstance(scheduler, str) else None),
         "ss_sd_model_name": Path(config.model.base).name,
         "ss_base_model": shared_model_name(config.model.base),
         **training_fields(config, items, step, started_at, time.time()),
@@ -119,7 +123,7 @@ def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
                    items: list[TrainItem], step: int, started_at: float, warn: Warn,
                    ema: WeightAverage | None = None) -> list[Path]:
     config = adapter.config
-    metadata = training_metadata(adapter, items, step, started_at)
+    metadata = training_metadata(adapter, components, items, step, started_at)
     if config.method.kind == "lora":
         written = adapter.save_lora(folder, *_lora_parts(adapter, components), metadata=metadata)
         if "single_file" in config.output.formats:
@@ -189,18 +193,25 @@ def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Pat
     config = adapter.config
     folder = run_dir / OUTPUT_DIR / f"epoch-{epoch:04d}"
     folder.mkdir(parents=True, exist_ok=True)
-    metadata = {**training_metadata(adapter, items, step, started_at), "ss_epoch": str(epoch)}
+    metadata = {**training_metadata(adapter, components, items, step, started_at), "ss_epoch": str(epoch)}
     layers, configs = _lora_parts(adapter, components)
     return adapter.save_lora(folder, layers, configs, metadata=metadata, name=f"{config.output.name}-e{epoch:04d}")
 
 
 def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[str, Any], dict[str, Any]]:
     """The trained LoRA layers by component, and each component's adapter config."""
+    from studio.train.networks.dora import MAGNITUDE, comfy_dora_scales
+
     layers = lora_layers(adapter, components)
-    configs = {adapter.denoiser_name: _adapter_config(components.denoiser)}
+    modules = {adapter.denoiser_name: components.denoiser}
     for name, encoder in zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False):
         if name in layers:
-            configs[name] = _adapter_config(encoder)
+            modules[name] = encoder
+    configs = {name: _adapter_config(module) for name, module in modules.items()}
+    for name, module in modules.items():
+        magnitudes = [key for key in layers[name] if key.endswith(f".{MAGNITUDE}")]
+        if magnitudes:  # DoRA: the kohya file holds what ComfyUI applies, which needs the base weights
+            configs[name]["dora_scales"] = comfy_dora_scales(module, magnitudes)
     return layers, configs
 
 
@@ -216,6 +227,6 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
              f"folder {final} was written instead", str(final),
              "load the folder with diffusers, or convert it with your UI's own tools")
         return []
-    meta = {**metadata, **model_spec(config, SINGLE_FILE_ARCHITECTURES[family], lora=False, now=time.time())}
+    meta = {**model_spec(config, SINGLE_FILE_ARCHITECTURES[family], lora=False, now=time.time()), **metadata}
     path = folder / f"{config.output.name}.safetensors"
     return [save_single_file(path, family, components, dtype, meta)]

@@ -212,3 +212,20 @@ def test_an_unreadable_image_is_skipped_and_long_captions_are_named(
     assert "Captioned 2 of 3 images" in out and "1 problem; see the messages above" in out
     assert "2 captions are longer than CLIP's 75 tokens" in out
     assert not broken.with_suffix(".txt").exists()
+
+
+def test_a_projects_family_decides_which_captions_are_named_long(
+        demo_folder: Path, tiny_tagger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Z-Image project's Qwen3 encoder reads 512 tokens: a caption of about 120 is not long there."""
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    config = TrainConfig(model=ModelSection(family="zimage", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_folder))]))
+    project = create_project(demo_folder.parent / "project", config).root
+    long_prefix = ", ".join(f"word{i}" for i in range(40))  # past CLIP's 75 tokens, far from 512
+    assert _caption(project, tiny_tagger, "--prefix", long_prefix) == 0
+    assert "longer than" not in capsys.readouterr().out
+    longer_prefix = ", ".join(f"word{i}" for i in range(200))
+    assert _caption(project, tiny_tagger, "--prefix", longer_prefix, "--mode", "replace") == 0
+    assert "captions are longer than Qwen3's 512 tokens" in capsys.readouterr().out

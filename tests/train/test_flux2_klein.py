@@ -78,6 +78,9 @@ def test_lora_trains_samples_and_writes_both_files(lora_run: Path, events_of) ->
     with safe_open(str(lora_run / "output" / "klein.safetensors"), "pt") as handle:
         meta = handle.metadata()
     assert meta["ss_base_model_version"] == "flux2_klein" and meta["modelspec.architecture"] == "flux-2-klein/lora"
+    # A flow-matching model: a UI that read "epsilon" here would pick a DDPM sampler for it.
+    assert meta["modelspec.prediction_type"] == "flow"
+    assert meta["modelspec.implementation"] == "https://github.com/black-forest-labs/flux2"
 
 
 def _pipeline(base: Path):

@@ -92,3 +92,17 @@ def test_the_shipped_architecture_counts_are_the_published_configs(size: str) ->
     # Published sizes: a 3.9 B / 9.1 B transformer, Qwen3-4B / Qwen3-8B beside it.
     assert round(shipped["components"]["transformer"]["params"] / 1e9, 1) == {"4b": 3.9, "9b": 9.1}[size]
     assert round(shipped["components"]["text_encoder"]["params"] / 1e9, 1) == {"4b": 4.0, "9b": 8.2}[size]
+
+
+def test_dora_on_part_of_a_fused_qkv_is_refused_with_what_to_target() -> None:
+    """ComfyUI rescales a fused q/k/v layer's every row by its dora_scale; rows of an untrained part would
+    need their base weights' norms, so DoRA on to_q alone is refused before a wrong file is written."""
+    from studio.train.errors import TrainError
+    from studio.train.families.flux2_klein_names import comfy_state_dict
+
+    module = "transformer_blocks.0.attn.to_q"
+    layers = {f"{module}.lora_A.weight": torch.zeros(RANK, 8), f"{module}.lora_B.weight": torch.zeros(8, RANK),
+              f"{module}.lora_magnitude_vector": torch.ones(8)}
+    with pytest.raises(TrainError) as refused:
+        comfy_state_dict(layers, ALPHA, {module: torch.ones(8, 1)})
+    assert "double_blocks.0.img_attn.qkv" in str(refused.value) and "to_k" in refused.value.hint

@@ -91,6 +91,7 @@ def test_kohya_file_metadata_is_what_model_browsers_read(lora_run: Path) -> None
     assert meta["modelspec.sai_model_spec"] == "1.0.1"
     assert meta["modelspec.architecture"] == "stable-diffusion-v1/lora"
     assert meta["modelspec.implementation"] == "diffusers"  # sd-scripts' id for an SD1.x LoRA
+    assert meta["modelspec.prediction_type"] == "epsilon"
     assert meta["modelspec.title"] == meta["ss_output_name"] == "shapes"
     assert meta["modelspec.resolution"] == "64x64" and meta["ss_resolution"] == "(64, 64)"
     started, finished = float(meta["ss_training_started_at"]), float(meta["ss_training_finished_at"])

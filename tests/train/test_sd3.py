@@ -71,7 +71,7 @@ def test_kohya_file_names_its_architecture_as_sd_scripts_does(lora_run: Path) ->
         meta = handle.metadata()
     assert meta["modelspec.architecture"] == "stable-diffusion-3-medium/lora"
     assert meta["modelspec.implementation"] == "diffusers" and meta["modelspec.resolution"] == "64x64"
-    assert "modelspec.prediction_type" not in meta  # flow matching
+    assert meta["modelspec.prediction_type"] == "flow"  # flow matching, as its declaration says
 
 
 def test_diffusers_file_names_modules_as_the_published_checkpoint(lora_run: Path) -> None:

@@ -77,6 +77,7 @@ def test_kohya_file_names_its_architecture_as_sd_scripts_does(lora_run: Path) ->
         meta = handle.metadata()
     assert meta["modelspec.architecture"] == "stable-diffusion-xl-v1-base/lora"
     assert meta["modelspec.implementation"] == "https://github.com/Stability-AI/generative-models"
+    assert meta["modelspec.prediction_type"] == "epsilon"
     assert meta["modelspec.resolution"] == "64x64" and meta["ss_base_model_version"] == "sdxl_base_v1-0"
 
 

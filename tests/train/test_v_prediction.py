@@ -65,3 +65,9 @@ def test_a_v_prediction_model_trains_and_samples(tiny_vpred: Path, make_config, 
     finished = next(e for e in events if isinstance(e, RunFinished))
     assert finished.status == "completed" and finished.outputs
     assert list((run_dir / "samples").glob("*.png"))
+    # model.prediction_type is "auto": the file says what the base's scheduler trained, so a UI samples it as v.
+    from safetensors import safe_open
+
+    (kohya,) = [Path(p) for p in finished.outputs if Path(p).suffix == ".safetensors" and "pytorch_lora" not in p]
+    with safe_open(str(kohya), "pt") as handle:
+        assert handle.metadata()["modelspec.prediction_type"] == "v"

@@ -173,6 +173,7 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
     from studio.caption.job import CaptionJob, JobResult, finished_event, plan_job
     from studio.caption.progress import CaptionProgress, ProgressWriteError
     from studio.caption.registry import load_captioner
+    from studio.core.families import family
 
     progress = None
     if not args.dry_run:
@@ -192,7 +193,7 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
     settings = RunSettings(args.device, args.precision, args.batch_size, args.max_tokens)
     with StopRequest(reporter.say) as stop:
         job = CaptionJob(dataset.store, rules, reporter, write=not args.dry_run, progress=progress,
-                         should_stop=lambda: stop.requested)
+                         should_stop=lambda: stop.requested, token_limit=family(dataset.family).caption_token_limit)
         try:
             captioner = load_captioner(source, settings)
             result = job.run(captioner, plan)
@@ -209,7 +210,7 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
             return EXIT_FAILED
     reporter(finished_event(result))
     if not args.json:
-        _summary(result, source.name, args.dry_run, len(plan.todo))
+        _summary(result, source.name, args.dry_run, len(plan.todo), dataset.family)
     return EXIT_INTERRUPTED if result.status == "stopped" else EXIT_OK
 
 
@@ -222,8 +223,8 @@ def _nothing_reason(plan: JobPlan, rules: CaptionRules) -> str:
     return "the dataset has no images."
 
 
-def _summary(result: JobResult, model: str, dry_run: bool, total: int) -> None:
-    from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT
+def _summary(result: JobResult, model: str, dry_run: bool, total: int, family_name: str) -> None:
+    from studio.core.families import family
 
     verb = "would change" if dry_run else "wrote"
     print(f"{'' if not sys.stderr.isatty() else chr(10)}Captioned {result.captioned} of {total} images with {model}: "
@@ -231,7 +232,9 @@ def _summary(result: JobResult, model: str, dry_run: bool, total: int) -> None:
           f"{result.unchanged} left as they were.")
     if result.long_captions:
         names = ", ".join(p.name for p in result.long_captions[:5])
-        print(f"{len(result.long_captions)} captions are longer than CLIP's {CLIP_TOKEN_LIMIT} tokens "
+        reader = family(family_name)
+        print(f"{len(result.long_captions)} captions are longer than {reader.caption_encoder}'s "
+              f"{reader.caption_token_limit} tokens "
               f"(the rest is cut off in training): {names}")
     if result.status == "stopped":
         print("Stopped. Run the same command again to caption the rest.")

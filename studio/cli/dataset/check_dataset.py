@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from studio.core.config.schema import ConceptSection
     from studio.core.dataset.checks import check_concepts
     from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+    from studio.core.families import DEFAULT_FAMILY
     from studio.core.project.folder import is_project, open_project
 
     folder = Path(args.dir).expanduser()
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {folder} is not a folder; give the folder holding the images or a project folder",
               file=sys.stderr)
         return EXIT_INVALID
-    resolution = args.resolution
+    resolution, family = args.resolution, DEFAULT_FAMILY
     masks = Path(args.mask_folder).expanduser() if args.mask_folder else None
     if is_project(folder):
         project = open_project(folder)
@@ -51,12 +52,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_INVALID
         concepts, base = list(config.dataset.concepts), project.root
-        resolution = resolution or config.dataset.resolution
+        resolution, family = resolution or config.dataset.resolution, config.model.family
         if masks is None and config.dataset.masks == "folder" and config.dataset.mask_folder:
             masks = project.resolve(config.dataset.mask_folder)
     else:
         concepts, base = [ConceptSection(path=str(folder.resolve()))], None
-    report = check_concepts(concepts, base, resolution or 512, mask_folder=masks)
+    report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family)
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:

@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.dataset.image_facts import ImageFacts, Problem, inspect_image
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.mask_checks import mask_problems
 from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, scan_concept_report
+from studio.core.families import DEFAULT_FAMILY, family, is_family
 from studio.core.files import leftover_temp_files
 
 if TYPE_CHECKING:
@@ -106,7 +107,9 @@ def image_problems(entry: ImageEntry, facts: ImageFacts, resolution: int) -> lis
     return out
 
 
-def caption_problems(entry: ImageEntry) -> list[Problem]:
+def caption_problems(entry: ImageEntry, family_name: str = DEFAULT_FAMILY) -> list[Problem]:
+    """A caption's problems; it is too long past what `family_name`'s text encoder reads (75 CLIP tokens
+    for SD1.x and SDXL, 512 Qwen3 tokens for FLUX.2 [klein] and Z-Image)."""
     where = str(entry.path)
     if entry.caption_error is not None:
         return [Problem("error", "unreadable_caption", str(entry.caption_path),
@@ -124,9 +127,11 @@ def caption_problems(entry: ImageEntry) -> list[Problem]:
                            "is not UTF-8; it was read with a Western (cp1252) fallback",
                            "check the text; saving it from the studio rewrites it as UTF-8"))
     tokens = estimate_tokens(entry.caption)
-    if tokens > CLIP_TOKEN_LIMIT:
+    reader = family(family_name if is_family(family_name) else DEFAULT_FAMILY)
+    if tokens > reader.caption_token_limit:
         out.append(Problem("warning", "long_caption", where,
-                           f"caption is about {tokens} tokens; CLIP reads only the first {CLIP_TOKEN_LIMIT}",
+                           f"caption is about {tokens} tokens; {reader.caption_encoder} reads only the first "
+                           f"{reader.caption_token_limit}",
                            "shorten it or put the important words first"))
     return out
 
@@ -193,9 +198,11 @@ def check_concepts(
     resolution: int,
     progress: Callable[[int, int], None] | None = None,
     mask_folder: Path | None = None,
+    family_name: str = DEFAULT_FAMILY,
 ) -> CheckReport:
     """Scan and check every concept: the headless `check-dataset` and the studio's panel share this. With
-    `mask_folder` (dataset.masks = "folder"), every training image's mask is checked too."""
+    `mask_folder` (dataset.masks = "folder"), every training image's mask is checked too. Captions are
+    measured against what `family_name`'s text encoder reads."""
     report = CheckReport()
     entries: list[ImageEntry] = []
     for concept in concepts:
@@ -208,7 +215,7 @@ def check_concepts(
         report.problems.extend(scan_problems(scan))
         report.problems.extend(leftover_problems(scan))
         entries.extend(scan.entries)
-    problems, facts = _check_entries(entries, resolution, progress)
+    problems, facts = _check_entries(entries, resolution, progress, family_name)
     report.problems.extend(problems)
     if mask_folder is not None:
         report.problems.extend(mask_problems([(e.path, facts[e.path].size) for e in entries if not e.is_class],
@@ -219,13 +226,13 @@ def check_concepts(
 
 
 def _check_entries(
-    entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None
+    entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None, family_name: str,
 ) -> tuple[list[Problem], dict[Path, ImageFacts]]:
     facts = inspect_images([e.path for e in entries], progress)
     out: list[Problem] = []
     for entry in entries:
         out.extend(image_problems(entry, facts[entry.path], resolution))
-        out.extend(caption_problems(entry))
+        out.extend(caption_problems(entry, family_name))
     out.extend(duplicate_problems(e.path for e in entries))
     return out, facts
 
@@ -244,8 +251,9 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
 
     Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
     order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
-    `dataset` holds resolution, bucket_step, min_bucket and max_bucket, and mask_folder (a path, with
-    dataset.masks = "folder") when the masks are checked too. The helper runs
+    `dataset` holds resolution, bucket_step, min_bucket and max_bucket, the project's family (whose text
+    encoder the captions are measured against), and mask_folder (a path, with dataset.masks = "folder")
+    when the masks are checked too. The helper runs
     `nice` steps below the window's priority, so the window's painting comes first.
     """
     if nice and hasattr(os, "nice"):
@@ -257,7 +265,8 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
         report = check_concepts(
             [ConceptSection.model_validate(c) for c in concepts], Path(base_dir) if base_dir else None,
             dataset["resolution"], lambda done, total: conn.send(("progress", done, total)),
-            Path(dataset["mask_folder"]) if dataset.get("mask_folder") else None)
+            Path(dataset["mask_folder"]) if dataset.get("mask_folder") else None,
+            str(dataset.get("family", DEFAULT_FAMILY)))
         problems = sorted(report.problems, key=panel_order)
         for start in range(0, len(problems), CHECK_CHUNK):
             conn.send(("problems", [(p.severity, p.code, p.path, p.message, p.hint)

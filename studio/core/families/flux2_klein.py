@@ -47,6 +47,11 @@ FAMILY = FamilySpec(
     name=NAME,
     title="FLUX.2 [klein]",
     objective="flow_matching",
+    prediction="flow",
+    # As kohya's musubi-tuner, which trains it, names it (src/musubi_tuner/utils/sai_model_spec.py).
+    lora_implementation="https://github.com/black-forest-labs/flux2",
+    caption_token_limit=512,  # the pipeline's max_sequence_length of Qwen3 tokens
+    caption_encoder="Qwen3",
     pipeline_class="Flux2KleinPipeline",
     pipeline_classes=("Flux2KleinPipeline",),
     denoiser="transformer",

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from studio.core.families.settings import CLIP_SKIP, COMMON, CONVOLUTIONS, DDPM
-from studio.core.families.spec import CheckpointKind, FamilySpec, Shape
+from studio.core.families.spec import CLIP_TOKEN_LIMIT, DIFFUSERS, CheckpointKind, FamilySpec, Shape
 
 NAME = "sd15"
 _UNET = "model.diffusion_model."
@@ -44,6 +44,10 @@ FAMILY = FamilySpec(
     name=NAME,
     title="SD 1.x/2.x",
     objective="ddpm",
+    prediction="epsilon",
+    lora_implementation=DIFFUSERS,
+    caption_token_limit=CLIP_TOKEN_LIMIT,  # CLIP's 77 tokens less its start/end markers
+    caption_encoder="CLIP",
     pipeline_class="StableDiffusionPipeline",
     pipeline_classes=("StableDiffusionPipeline", "StableDiffusionImg2ImgPipeline", "StableDiffusionInpaintPipeline"),
     denoiser="unet",

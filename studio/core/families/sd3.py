@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from studio.core.families.settings import BLOCKS, COMMON, FLOW_MATCHING, T5
-from studio.core.families.spec import CheckpointKind, FamilySpec, Shape
+from studio.core.families.spec import DIFFUSERS, CheckpointKind, FamilySpec, Shape
 
 NAME = "sd3"
 
@@ -37,6 +37,11 @@ FAMILY = FamilySpec(
     name=NAME,
     title="SD3",
     objective="flow_matching",
+    prediction="flow",
+    lora_implementation=DIFFUSERS,
+    # The CLIP encoders stop at 75 tokens, but T5 (on by default, model.use_t5) reads the pipeline's 256.
+    caption_token_limit=256,
+    caption_encoder="T5",
     pipeline_class="StableDiffusion3Pipeline",
     pipeline_classes=("StableDiffusion3Pipeline",),
     denoiser="transformer",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from studio.core.families import sd15
 from studio.core.families.settings import COMMON, CONVOLUTIONS, DDPM
-from studio.core.families.spec import CheckpointKind, FamilySpec, Shape
+from studio.core.families.spec import CLIP_TOKEN_LIMIT, STABILITY_AI, CheckpointKind, FamilySpec, Shape
 
 NAME = "sdxl"
 _UNET = "model.diffusion_model."
@@ -40,6 +40,10 @@ FAMILY = FamilySpec(
     name=NAME,
     title="SDXL",
     objective="ddpm",
+    prediction="epsilon",
+    lora_implementation=STABILITY_AI,
+    caption_token_limit=CLIP_TOKEN_LIMIT,  # CLIP's 77 tokens less its start/end markers
+    caption_encoder="CLIP",
     pipeline_class="StableDiffusionXLPipeline",
     pipeline_classes=("StableDiffusionXLPipeline", "StableDiffusionXLImg2ImgPipeline"),
     denoiser="unet",

@@ -16,6 +16,15 @@ from typing import Literal
 # How a family turns an image into a training target: DDPM noise schedules (epsilon or
 # v-prediction), or flow matching (the velocity from image to noise).
 Objective = Literal["ddpm", "flow_matching"]
+# What the denoiser learns to predict, in model-spec's words (modelspec.prediction_type): the noise
+# ("epsilon"), a DDPM schedule's velocity ("v"), or the flow from image to noise ("flow").
+Prediction = Literal["epsilon", "v", "flow"]
+# modelspec.implementation ids as kohya's sd-scripts writes them (library/sai_model_spec.py): its SDXL LoRAs
+# and original-layout checkpoints are the Stability "sgm" code's, its SD1.x and SD3 LoRAs diffusers'.
+STABILITY_AI = "https://github.com/Stability-AI/generative-models"
+DIFFUSERS = "diffusers"
+# CLIP truncates a prompt at 77 tokens, two of which are start/end markers.
+CLIP_TOKEN_LIMIT = 75
 # A checkpoint's tensor names, and the shape of one of them (None when it is absent).
 Shape = Callable[[str], "list[int] | None"]
 KindRule = Callable[[set[str], Shape], "str | None"]
@@ -65,6 +74,13 @@ class FamilySpec:
     name: str  # model.family in configs, presets and bundles
     title: str  # what a person reads: "SDXL"
     objective: Objective
+    # The target the published base was trained on; a DDPM family's model.prediction_type may switch it.
+    prediction: Prediction
+    # modelspec.implementation of a LoRA file: the code kohya's trainers name for this family's LoRAs.
+    lora_implementation: str
+    # The caption tokens the text encoder reads (without start/end markers); the rest is cut off.
+    caption_token_limit: int
+    caption_encoder: str  # the text encoder that reads that many, for messages: "CLIP"
     pipeline_class: str  # the diffusers pipeline that samples and saves it
     pipeline_classes: tuple[str, ...]  # model_index.json classes that mean this family
     denoiser: str  # the pipeline's trained component: "unet" or "transformer"

@@ -30,6 +30,11 @@ FAMILY = FamilySpec(
     name=NAME,
     title="Z-Image",
     objective="flow_matching",
+    prediction="flow",
+    # As kohya's musubi-tuner, which trains it, names it (src/musubi_tuner/utils/sai_model_spec.py).
+    lora_implementation="https://github.com/Tongyi-MAI/Z-Image",
+    caption_token_limit=512,  # the pipeline's max_sequence_length of Qwen3 tokens
+    caption_encoder="Qwen3",
     pipeline_class="ZImagePipeline",
     pipeline_classes=("ZImagePipeline",),
     denoiser="transformer",

@@ -27,8 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens, tag_counts
+from studio.core.dataset.captions.caption_tags import estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
+from studio.core.families import DEFAULT_FAMILY, FamilySpec, family, is_family
 from studio.gui.dataset.captions.text import CaptionTextEdit
 from studio.gui.dataset.mask_overlay import with_mask
 from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
@@ -100,6 +101,8 @@ class CaptionEditor(QWidget):
         # The loss mask of an image (dataset.masks), set by the page; tinted over the preview.
         self.mask_for: Callable[[Path], QImage | None] = lambda _path: None
         self._tag_counts: Counter[str] = Counter()
+        # Whose text encoder reads the captions: its token limit is where the warning starts.
+        self.reader: FamilySpec = family(DEFAULT_FAMILY)
         self._loading = False
         self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
@@ -172,6 +175,13 @@ class CaptionEditor(QWidget):
         else:
             self.preview.set_pixmap(with_mask(pixmap, self.mask_for(entry.path)))
 
+    def set_family(self, name: str | None) -> None:
+        """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL,
+        512 Qwen3 tokens for FLUX.2 [klein] and Z-Image); an unknown family keeps the last one."""
+        if is_family(name) and name != self.reader.name:
+            self.reader = family(str(name))
+            self._update_tokens()
+
     def set_tags(self, counts: Counter[str]) -> None:
         """The dataset's tags (tag -> captions holding it), offered as the caption is typed: those of
         the other captions, most frequent first. This caption's own words, a half-typed one saved
@@ -215,8 +225,10 @@ class CaptionEditor(QWidget):
 
     def _update_tokens(self) -> None:
         tokens = estimate_tokens(self.text.toPlainText())
-        over = tokens > CLIP_TOKEN_LIMIT
-        self.tokens.setText(f"≈ {tokens} tokens" + (f" (over {CLIP_TOKEN_LIMIT}: the rest is ignored)" if over else ""))
+        limit, encoder = self.reader.caption_token_limit, self.reader.caption_encoder
+        over = tokens > limit
+        self.tokens.setText(f"≈ {tokens} tokens" + (f" (over {limit}: {encoder} reads {limit}, the rest is ignored)"
+                                                     if over else ""))
         self.tokens.setStyleSheet("color: #e05050" if over else "")
 
     def _undo(self) -> None:

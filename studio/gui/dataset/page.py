@@ -55,12 +55,13 @@ SAVE_DELAY_MS = 700
 
 
 def scan_key(config: TrainConfig) -> str:
-    """What the scan of the images depends on; a change of anything else does not read them again."""
+    """What the scan and check of the images depend on; a change of anything else does not read them again.
+    The family is among them: its text encoder decides which captions are too long."""
     data = config.dataset.model_dump()
     for concept in data["concepts"]:
         for key in NOT_SCANNED:
             concept.pop(key, None)
-    return json.dumps(data, sort_keys=True, default=str)
+    return json.dumps({**data, "family": config.model.family}, sort_keys=True, default=str)
 
 
 class DatasetPage(Page):
@@ -147,6 +148,7 @@ class DatasetPage(Page):
     # ------------------------------------------------------------ loading
 
     def _config_changed(self, config: TrainConfig) -> None:
+        self.editor.set_family(config.model.family)  # a family chosen on the Model page reads captions its way
         if scan_key(config) != self._config_key:
             self.reload()
         else:  # a DreamBooth prompt or class images: nothing to read again
@@ -180,6 +182,7 @@ class DatasetPage(Page):
             self.status_label.setText("Open a project to see its dataset.")
             return
         self._config_key = scan_key(config)
+        self.editor.set_family(config.model.family)
         gc.unfreeze()  # the previous dataset's objects may be collected again
         self._started = time.perf_counter()
         self._scanning = True
@@ -220,7 +223,8 @@ class DatasetPage(Page):
         # A dataset is ~100,000 long-lived Python objects; a full garbage collection scanning them
         # all would pause the window for 100-300 ms at random. Frozen, they are skipped (until reload).
         gc.freeze()
-        self.check = CheckJob(self._generation, self.context.config.dataset, self._project_root(), self)
+        config = self.context.config
+        self.check = CheckJob(self._generation, config.dataset, self._project_root(), self, config.model.family)
         self.check.sig_progress.connect(self.problems_panel.set_checking)
         self.check.sig_done.connect(self._checked)
 

@@ -19,6 +19,7 @@ from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
+from studio.core.families import DEFAULT_FAMILY
 from studio.gui.dataset.helper_process import HelperProcess
 
 
@@ -93,7 +94,7 @@ class CheckJob(QObject):
     sig_done = Signal(object)  # CheckOutcome
 
     def __init__(self, generation: int, dataset: DatasetSection, base: Path | None,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, family: str = DEFAULT_FAMILY) -> None:
         super().__init__(parent)
         self.generation = generation
         self.problems: list[Problem] = []
@@ -101,7 +102,8 @@ class CheckJob(QObject):
         self.buckets: dict[tuple[int, int], int] = {}
         self.finished = False
         settings: dict[str, Any] = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
-                                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket}
+                                    "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket,
+                                    "family": family}
         if dataset.masks == "folder" and dataset.mask_folder:  # the loss masks are checked with the images
             masks = Path(dataset.mask_folder).expanduser()
             settings["mask_folder"] = str(masks if masks.is_absolute() or base is None else base / masks)

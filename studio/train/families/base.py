@@ -264,20 +264,23 @@ class FamilyAdapter(ABC):
         Each trained component goes in as `<name>_lora_layers` with its `<name>_lora_adapter_metadata`,
         as every diffusers pipeline names them; UNet-era loaders want diffusers-renamed keys. Text
         encoders' keys keep the hub's `text_model.` level, which diffusers of every version reads.
+        Each component's alpha / rank is in its up weights (networks/strength.py).
         """
         import diffusers
         from diffusers.utils import convert_state_dict_to_diffusers
 
+        from studio.train.networks.strength import baked
+
         arguments: dict[str, Any] = {}
         for name in (self.denoiser_name, *self.text_encoder_names):
-            state = layers.get(name)
-            if not state:
+            if not layers.get(name):
                 continue
+            state, metadata = baked(layers[name], peft_metadata(adapter_configs.get(name)))
             if name in self.text_encoder_names:
                 state = {text_encoder_key(key): value for key, value in state.items()}
             arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if self.rename_lora_keys \
                 else state
-            arguments[f"{name}_lora_adapter_metadata"] = adapter_configs.get(name)
+            arguments[f"{name}_lora_adapter_metadata"] = metadata
         pipeline = getattr(diffusers, PIPELINES[self.family])
         pipeline.save_lora_weights(folder, weight_name=weight_name, **arguments)
 
@@ -288,6 +291,14 @@ class FamilyAdapter(ABC):
         pipeline.save_pretrained(folder, safe_serialization=True)
         write_hub_layout(folder)
         return [folder]
+
+
+def peft_metadata(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A component's peft config as the diffusers file stores it (`lora_adapter_metadata`), without what the
+    studio keeps beside it for the kohya and LyCORIS files (tensors, which the JSON metadata cannot hold)."""
+    if config is None:
+        return None
+    return {key: value for key, value in config.items() if key not in ("dora_scales", "lycoris_scales")}
 
 
 def draw_latents(distribution: Any, draws: list[torch.Generator] | None) -> torch.Tensor:

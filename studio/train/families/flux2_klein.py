@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.families import flux2_klein as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents, peft_metadata
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -28,8 +29,8 @@ from studio.train.pipelines.flux2_klein import TEXT_LAYERS
 
 NEEDS = {"text_encoder": "the Qwen3 text encoder", "tokenizer": "the Qwen tokenizer",
          "transformer": "the Flux2 transformer", "vae": "the Flux.2 VAE"}
-# The pipeline's default prompt length; a smaller tokenizer limit (the tiny model's) wins.
-MAX_TOKENS = 512
+# The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
+MAX_TOKENS = declared.FAMILY.caption_token_limit
 # The example's LoRA targets: the double-stream blocks' image attention and every single-stream
 # block's fused projections (the output projections by name: a double block's attn.to_out is a list).
 DOUBLE_TARGETS = ("to_k", "to_q", "to_v", "to_out.0")
@@ -183,10 +184,12 @@ class Flux2KleinAdapter(FamilyAdapter):
     ) -> None:
         from diffusers import Flux2KleinPipeline
 
-        Flux2KleinPipeline.save_lora_weights(
-            folder, weight_name=weight_name, transformer_lora_layers=layers[self.denoiser_name],
-            transformer_lora_adapter_metadata=adapter_configs.get(self.denoiser_name),
-        )
+        from studio.train.networks.strength import baked
+
+        # alpha / rank is in the up weights: diffusers 0.32 and ComfyUI read no metadata (networks/strength.py).
+        state, metadata = baked(layers[self.denoiser_name], peft_metadata(adapter_configs.get(self.denoiser_name)))
+        Flux2KleinPipeline.save_lora_weights(folder, weight_name=weight_name, transformer_lora_layers=state,
+                                 transformer_lora_adapter_metadata=metadata)
 
     def save_lora(
         self,
@@ -216,7 +219,8 @@ class Flux2KleinAdapter(FamilyAdapter):
             written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
-            state = comfy_state_dict(cast[self.denoiser_name], alpha)
+            state = comfy_state_dict(cast[self.denoiser_name], alpha,
+                                     adapter_configs.get(self.denoiser_name, {}).get("dora_scales"))
             meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written

@@ -16,6 +16,7 @@ import re
 import torch
 
 from studio.train.errors import TrainError
+from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 
 # diffusers module of a double-stream block -> (original module, part of a fused q/k/v or None)
 DOUBLE_BLOCK: dict[str, tuple[str, int | None]] = {
@@ -58,10 +59,16 @@ def comfy_key(original: str) -> str:
     return "lora_unet_" + original.replace(".", "_")
 
 
-def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
-    """peft-format transformer LoRA layers -> `lora_unet_*` keys with lora_down / lora_up / alpha."""
+def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float,
+                     dora_scales: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """peft-format transformer LoRA layers -> `lora_unet_*` keys with lora_down / lora_up / alpha; a DoRA
+    layer's magnitudes -> `.dora_scale`, the value ComfyUI applies (`dora_scales`, networks/dora.py)."""
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in peft_layers.items():
+        if key.endswith(f".{MAGNITUDE}"):
+            module = key.removesuffix(f".{MAGNITUDE}")
+            pairs.setdefault(module, {})["scale"] = (dora_scales or {})[module].to(value.dtype)
+            continue
         match = _PEFT_KEY.match(key)
         if not match:
             raise TrainError("checkpoint", f"unexpected LoRA tensor {key} (neither lora_A nor lora_B)",
@@ -76,6 +83,8 @@ def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float) -> dict
             out[f"{comfy_key(original)}.lora_down.weight"] = pair["A"].contiguous()
             out[f"{comfy_key(original)}.lora_up.weight"] = pair["B"].contiguous()
             out[f"{comfy_key(original)}.alpha"] = torch.tensor(float(alpha))
+            if "scale" in pair:
+                out[f"{comfy_key(original)}.{DORA_SCALE}"] = pair["scale"]
         else:
             fused.setdefault(original, {})[part] = pair
     for original, parts in fused.items():
@@ -84,7 +93,21 @@ def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float) -> dict
         out[f"{comfy_key(original)}.lora_up.weight"] = up
         # The fused rank is the parts' ranks together: alpha grows with it, so alpha / rank is unchanged.
         out[f"{comfy_key(original)}.alpha"] = torch.tensor(float(alpha) * len(parts))
+        if any("scale" in pair for pair in parts.values()):
+            out[f"{comfy_key(original)}.{DORA_SCALE}"] = _fused_scale(original, parts)
     return out
+
+
+def _fused_scale(original: str, parts: dict[int, dict[str, torch.Tensor]]) -> torch.Tensor:
+    """The fused layer's dora_scale: each part's rows in q/k/v order (the norms are per output row, so the
+    parts' scales are the fused layer's). A part left untrained would need its base rows' norms, which the
+    file cannot be given here: DoRA on part of a fused projection is refused."""
+    if sorted(parts) != [0, 1, 2]:
+        raise TrainError(
+            "config", f"DoRA on part of {original} (ComfyUI's fused q/k/v): ComfyUI would rescale the "
+            "untrained part too", "target to_q, to_k and to_v together (add_q_proj, add_k_proj and add_v_proj "
+            "for the text stream), or remove \"kohya\" from output.formats")
+    return torch.cat([parts[p]["scale"] for p in (0, 1, 2)], dim=0).contiguous()
 
 
 def _fuse(parts: dict[int, dict[str, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from studio.core.families import family
 from studio.train.families.model_spec import model_spec
+from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 from studio.train.pipelines.hub_layout import text_encoder_key
 
 DIFFUSERS_LORA_FILE = "pytorch_lora_weights.safetensors"
@@ -37,10 +39,14 @@ def kohya_state_dict(
     adapter_configs: dict[str, dict[str, Any]],
     renames: dict[str, str] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """peft layers keyed by component -> one kohya state dict; `renames` maps prefixes (old -> new)."""
+    """peft layers keyed by component -> one kohya state dict; `renames` maps prefixes (old -> new).
+
+    A DoRA layer's magnitudes become `<kohya module>.dora_scale`, the value ComfyUI applies (each
+    component's config holds them as `dora_scales`, networks/dora.py)."""
     from diffusers.utils import convert_state_dict_to_kohya
 
-    prefixed = {f"{name}.{clip_key(name, key)}": value for name, sd in layers.items() for key, value in sd.items()}
+    prefixed = {f"{name}.{clip_key(name, key)}": _dora_scale(adapter_configs, name, key, value)
+                for name, sd in layers.items() for key, value in sd.items()}
     # The convolution layers of a LoCon have their own alpha (the config's alpha_pattern, by full name).
     conv_alphas = {f"{_PREFIX_OF[owner]}{pattern.lstrip('^').replace('.', '_')}": float(alpha)
                    for owner, config in adapter_configs.items() if owner in _PREFIX_OF
@@ -49,6 +55,8 @@ def kohya_state_dict(
     for key, value in convert_state_dict_to_kohya(prefixed).items():
         if key.startswith("transformer_"):
             key = "lora_" + key
+        if key.endswith(f".{MAGNITUDE}"):  # diffusers' converter leaves the module's last dot in place
+            key = f"{key.removesuffix(f'.{MAGNITUDE}').replace('.', '_')}.{DORA_SCALE}"
         for old, new in (renames or {}).items():
             if key.startswith(old):
                 key = new + key[len(old):]
@@ -58,6 +66,18 @@ def kohya_state_dict(
                                  or float(adapter_configs.get(owner, {}).get("lora_alpha", value.item())))
         out[key] = value.contiguous()
     return out
+
+
+def _dora_scale(adapter_configs: dict[str, dict[str, Any]], component: str, key: str,
+                value: torch.Tensor) -> torch.Tensor:
+    """A tensor as the kohya file holds it: a DoRA magnitude vector is replaced by ComfyUI's dora_scale."""
+    if not key.endswith(f".{MAGNITUDE}"):
+        return value
+    scales = adapter_configs.get(component, {}).get("dora_scales") or {}
+    module = key.removesuffix(f".{MAGNITUDE}")
+    if module not in scales:
+        raise ValueError(f"the DoRA layer {component}.{module} has no dora_scale (outputs.py computes them)")
+    return scales[module].to(value.dtype)
 
 
 def save_kohya_file(
@@ -78,7 +98,7 @@ def save_kohya_file(
 
 
 def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dict[str, str]) -> dict[str, str]:
-    """The network's ss_* keys and the model-spec fields LoRA browsers show, over the run's `extra`."""
+    """The network's ss_* keys and the model-spec fields LoRA browsers show, under the run's `extra`."""
     method = config.method
     args: dict[str, str] = {}
     if method.network in ("loha", "lokr"):
@@ -89,8 +109,10 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         conv_rank = method.conv_rank or method.rank
         args["conv_dim"] = str(conv_rank)
         args["conv_alpha"] = str(method.conv_alpha if method.conv_alpha is not None else float(conv_rank))
+    clip_skip = family(config.model.family).setting("model.clip_skip") is not None
+    if method.use_dora:  # sd-scripts' own network has no DoRA: LyCORIS' LoRA with its weight decomposition does
+        args = {"algo": "locon" if "conv_dim" in args else "lora", **args, "dora_wd": "True", "wd_on_output": "True"}
     return {
-        **extra,
         # sd-scripts' own LoRA module (with conv_dim for LoCon), or the LyCORIS package's kohya network.
         "ss_network_module": "lycoris.kohya" if "algo" in args else "networks.lora",
         **({"ss_network_args": json.dumps(args)} if args else {}),
@@ -98,9 +120,12 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         "ss_network_alpha": str(config.method.lora_alpha),
         "ss_network_dropout": str(config.method.dropout),
         "ss_base_model_version": base_version,
-        "ss_clip_skip": str(config.model.clip_skip) if config.model.family == "sd15" else "None",
+        # Where the family's declaration has clip skip (SD1.x), as sd-scripts writes it; "None" elsewhere.
+        "ss_clip_skip": str(config.model.clip_skip) if clip_skip else "None",
         "ss_v2": "False",
         **model_spec(config, architecture, lora=True, now=time.time()),
+        # The run's own: an EMA file's title, the prediction type the base model's scheduler trained.
+        **extra,
     }
 
 

@@ -19,11 +19,10 @@ from typing import Any, Protocol
 from studio import __version__
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.caption_tags import tag_counts
+from studio.core.families import family
+from studio.core.families.spec import STABILITY_AI, Prediction
 
 MODEL_SPEC_VERSION = "1.0.1"
-# sd-scripts' implementation ids: SDXL LoRAs and original-layout checkpoints are the "sgm" code's.
-STABILITY_AI = "https://github.com/Stability-AI/generative-models"
-DIFFUSERS = "diffusers"
 TAGS_KEPT = 500
 
 
@@ -38,23 +37,36 @@ class Image(Protocol):
 
 def model_spec(config: TrainConfig, architecture: str, lora: bool, now: float) -> dict[str, str]:
     """The modelspec.* fields of a LoRA (`architecture`/lora) or of a whole checkpoint."""
-    family = config.model.family
+    declared = family(config.model.family)
     resolution = config.dataset.resolution
     spec = {
         "modelspec.sai_model_spec": MODEL_SPEC_VERSION,
         "modelspec.architecture": f"{architecture}/lora" if lora else architecture,
-        "modelspec.implementation": STABILITY_AI if (family == "sdxl" or not lora) else DIFFUSERS,
+        # A whole checkpoint is written in the original (sgm) layout, whatever the family.
+        "modelspec.implementation": declared.lora_implementation if lora else STABILITY_AI,
         "modelspec.title": config.output.name,
         "modelspec.resolution": f"{resolution}x{resolution}",
         "modelspec.date": datetime.fromtimestamp(int(now), UTC).isoformat(),
         "modelspec.description": f"{'LoRA' if lora else 'checkpoint'} trained with sd-training-studio",
         "modelspec.implementation_version": f"sd-training-studio/{__version__}",
     }
-    if family != "sd3":  # flow matching has no prediction type in the spec's sense
-        spec["modelspec.prediction_type"] = "v" if config.model.prediction_type == "v_prediction" else "epsilon"
-    if family == "sd15" and config.model.clip_skip > 1:
+    spec["modelspec.prediction_type"] = prediction_type(config)
+    if declared.setting("model.clip_skip") is not None and config.model.clip_skip > 1:
         spec["modelspec.encoder_layer"] = str(config.model.clip_skip)
     return spec
+
+
+def prediction_type(config: TrainConfig, scheduler: str | None = None) -> Prediction:
+    """What the file's model predicts: the family's declared target, or where the family trains on a DDPM
+    schedule the one model.prediction_type chose, with "auto" the base's own (`scheduler`, its training
+    scheduler's prediction_type: a v-prediction SD2 or fine-tune is "v")."""
+    declared = family(config.model.family)
+    chosen: str = config.model.prediction_type
+    if chosen == "auto":
+        chosen = scheduler or "auto"
+    if declared.objective == "ddpm" and chosen in ("epsilon", "v_prediction"):
+        return "v" if chosen == "v_prediction" else "epsilon"
+    return declared.prediction
 
 
 def folder_names(images: Iterable[Image]) -> dict[str, list[Image]]:

@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter, peft_metadata
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -31,7 +32,8 @@ from studio.train.pipelines.zimage import LORA_TARGETS
 
 NEEDS = {"text_encoder": "the Qwen3 text encoder", "tokenizer": "the Qwen tokenizer",
          "transformer": "the Z-Image transformer", "vae": "the FLUX VAE"}
-MAX_TOKENS = 512  # the pipeline's default prompt length; a smaller tokenizer limit (the tiny model's) wins
+# The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
+MAX_TOKENS = declared.FAMILY.caption_token_limit
 ADAPTER_NAME = "training_adapter"
 
 
@@ -150,10 +152,12 @@ class ZImageAdapter(FamilyAdapter):
     ) -> None:
         from diffusers import ZImagePipeline
 
-        ZImagePipeline.save_lora_weights(
-            folder, weight_name=weight_name, transformer_lora_layers=layers[self.denoiser_name],
-            transformer_lora_adapter_metadata=adapter_configs.get(self.denoiser_name),
-        )
+        from studio.train.networks.strength import baked
+
+        # alpha / rank is in the up weights: diffusers 0.32 and ComfyUI read no metadata (networks/strength.py).
+        state, metadata = baked(layers[self.denoiser_name], peft_metadata(adapter_configs.get(self.denoiser_name)))
+        ZImagePipeline.save_lora_weights(folder, weight_name=weight_name, transformer_lora_layers=state,
+                                 transformer_lora_adapter_metadata=metadata)
 
     def save_lora(
         self,
@@ -184,7 +188,8 @@ class ZImageAdapter(FamilyAdapter):
             written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
-            state = comfy_state_dict(cast[self.denoiser_name], alpha)
+            state = comfy_state_dict(cast[self.denoiser_name], alpha,
+                                     adapter_configs.get(self.denoiser_name, {}).get("dora_scales"))
             meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written

@@ -16,6 +16,7 @@ import re
 import torch
 
 from studio.train.errors import TrainError
+from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 
 # The modules of one block ComfyUI maps (adaLN only in the blocks that have a modulation).
 BLOCK_MODULES = ("attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0",
@@ -36,10 +37,16 @@ def comfy_knows(module: str) -> bool:
     return module in GLOBAL_MODULES
 
 
-def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
-    """peft-format transformer LoRA layers -> `diffusion_model.<module>.lora_down/lora_up.weight` and `.alpha`."""
+def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float,
+                     dora_scales: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """peft-format transformer LoRA layers -> `diffusion_model.<module>.lora_down/lora_up.weight` and `.alpha`;
+    a DoRA layer's magnitudes -> `.dora_scale`, the value ComfyUI applies (`dora_scales`, networks/dora.py)."""
     out: dict[str, torch.Tensor] = {}
     for key, value in sorted(peft_layers.items()):
+        if key.endswith(f".{MAGNITUDE}"):
+            module = key.removesuffix(f".{MAGNITUDE}")
+            out[f"{PREFIX}{module}.{DORA_SCALE}"] = (dora_scales or {})[module].to(value.dtype)
+            continue
         match = _PEFT_KEY.match(key)
         if not match:
             raise TrainError("checkpoint", f"unexpected LoRA tensor {key} (neither lora_A nor lora_B)",

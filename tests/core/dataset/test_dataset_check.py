@@ -135,3 +135,18 @@ def test_cli_reads_project_config(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = json.loads(capsys.readouterr().out)
     assert out["images"] == 1
     assert [p["code"] for p in out["problems"]] == ["too_small", "missing_caption"]
+
+
+# 125 tokens (each digit is one): past CLIP's 75, well within the 512 a Qwen3 text encoder reads.
+LONG_CAPTION = ", ".join(f"tag {n}" for n in range(34))
+
+
+def test_a_caption_is_long_only_past_what_the_familys_text_encoder_reads(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"long.png": LONG_CAPTION, "longer.png": LONG_CAPTION * 6})
+    sd15 = check_concepts([ConceptSection(path=str(root))], None, 32, family_name="sd15")
+    assert codes(sd15, "long.png") == codes(sd15, "longer.png") == {"long_caption": "warning"}
+    assert "CLIP reads only the first 75" in next(p.message for p in sd15.problems if Path(p.path).name == "long.png")
+    zimage = check_concepts([ConceptSection(path=str(root))], None, 32, family_name="zimage")
+    assert codes(zimage, "long.png") == {}
+    longer = next(p for p in zimage.problems if Path(p.path).name == "longer.png")
+    assert longer.code == "long_caption" and "Qwen3 reads only the first 512" in longer.message

@@ -142,9 +142,10 @@ def compose(person: str | None, caption: MachineCaption, rules: CaptionRules) ->
     return None if text == person else text
 
 
-def over_token_limit(text: str | None) -> bool:
-    """Whether a caption is longer than CLIP's window (the rest is cut off in training)."""
-    return estimate_tokens(text) > CLIP_TOKEN_LIMIT
+def over_token_limit(text: str | None, limit: int = CLIP_TOKEN_LIMIT) -> bool:
+    """Whether a caption is longer than the text encoder reads (`limit`: CLIP's window unless the family's
+    declaration says more); the rest is cut off in training."""
+    return estimate_tokens(text) > limit
 
 
 # ---------------------------------------------------------------- the job's JSON lines

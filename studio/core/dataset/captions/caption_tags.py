@@ -6,8 +6,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-# CLIP truncates a prompt at 77 tokens, two of which are start/end markers.
-CLIP_TOKEN_LIMIT = 75
+from studio.core.families.spec import CLIP_TOKEN_LIMIT
+
+__all__ = ["CLIP_TOKEN_LIMIT", "estimate_tokens", "join_tags", "split_tags", "tag_counts"]
 
 _SPACES = re.compile(r"\s+")
 # CLIP's byte-pair tokenizer keeps common words whole, splits digits one by one and

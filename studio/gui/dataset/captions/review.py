@@ -43,7 +43,8 @@ from studio.core.dataset.captions.auto_caption import (
     parse_blacklist,
 )
 from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
-from studio.core.dataset.captions.caption_tags import CLIP_TOKEN_LIMIT, estimate_tokens
+from studio.core.dataset.captions.caption_tags import estimate_tokens
+from studio.core.families import DEFAULT_FAMILY, family, is_family
 from studio.core.runs.launch import training_python
 from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.gui.base.names import named
@@ -78,6 +79,9 @@ class CaptionReviewDialog(QDialog):
         # The job reads the project's dataset as the trainer does, in the training environment.
         self.python = self._training_python(context)
         self.dataset = context.project.root if context.project is not None else Path.cwd()
+        # The project's family's text encoder reads the captions: its limit is where a caption is too long.
+        name = context.config.model.family if context.config is not None else DEFAULT_FAMILY
+        self.reader = family(name if is_family(name) else DEFAULT_FAMILY)
         self.proposals: dict[Path, MachineCaption] = {}
         self.proposed_by = ""  # the model of the job that made the proposals
         self.rows: list[Path] = []  # the table's rows, in order
@@ -318,9 +322,11 @@ class CaptionReviewDialog(QDialog):
             item.setToolTip(text)
             if column == 2 and after is None:
                 item.setForeground(QBrush(QColor("gray")))
-            if column == 3 and tokens > CLIP_TOKEN_LIMIT:
+            limit = self.reader.caption_token_limit
+            if column == 3 and tokens > limit:
                 item.setForeground(QBrush(QColor("#c0392b")))
-                item.setToolTip(f"{tokens} tokens: CLIP reads {CLIP_TOKEN_LIMIT}; the rest is cut off in training")
+                item.setToolTip(f"{tokens} tokens: {self.reader.caption_encoder} reads {limit}; "
+                                "the rest is cut off in training")
             self.table.setItem(row, column, item)
 
     def refresh(self) -> None:
@@ -352,8 +358,9 @@ class CaptionReviewDialog(QDialog):
         after = self.proposed(image)
         self.preview.setText(after if after is not None else f"{_KEPT}: {self.store.caption(image) or ''}")
         tokens = estimate_tokens(after if after is not None else self.store.caption(image))
-        over = " — longer than CLIP reads; the rest is cut off" if tokens > CLIP_TOKEN_LIMIT else ""
-        self.preview_tokens.setText(f"{tokens} / {CLIP_TOKEN_LIMIT} tokens{over}")
+        limit = self.reader.caption_token_limit
+        over = f" — longer than {self.reader.caption_encoder} reads; the rest is cut off" if tokens > limit else ""
+        self.preview_tokens.setText(f"{tokens} / {limit} tokens{over}")
         reader = QImageReader(str(image))
         reader.setAutoTransform(True)
         size = reader.size()
