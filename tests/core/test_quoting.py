@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from studio.core.quoting import (
     SFTP_LINE_MAX,
@@ -24,6 +23,8 @@ from studio.core.quoting import (
     shown,
     yaml_scalar,
 )
+
+yaml = pytest.importorskip("yaml")  # accelerate's YAML reader: in the studio's environment, not the core one
 
 NAMES = ["nl\n!touch x", "!touch x", "a;b", "it's \"q\"", "back\\slash\\n", "$(x)", "`x`", "#x", "a #b",
          "nul\x00", "latin\udce9", "-rf", "--help", " a  b ", "*?[ab]{c}", "tab\tx", "cr\rx", "caf\u00e9"]

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-import yaml
 from fixtures.sshd import SshServer
 
 from studio.core.config.errors import ConfigError
@@ -34,6 +33,8 @@ from studio.core.remote.ssh import RemoteError, SshClient
 from studio.core.remote.start import local_run_folder
 from studio.core.remote.transfer import LocalFile, fetch_files, pull_folder, send_files
 from studio.core.runs.launch import prepare_run
+
+yaml = pytest.importorskip("yaml")  # accelerate's YAML reader: in the studio's environment, not the core one
 
 
 class Hostile(NamedTuple):
