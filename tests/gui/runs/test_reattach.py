@@ -9,7 +9,6 @@ from pathlib import Path
 import psutil
 import pytest
 from fixtures.holds import hold_at, release
-from fixtures.waits import scaled_ms
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
@@ -42,7 +41,7 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
     project = make_project(tmp_path, config)
     first, train, _runs = _window(qtbot, tmp_path, project)
     assert train.start_training()
-    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=15000)
     run_dir = first.run_controller.run_dir
     assert run_dir is not None
     train.ask_close = lambda: "keep"
@@ -58,7 +57,7 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
         assert train.stop_button.isEnabled() and train.kill_button.isEnabled()
         assert not train.train_button.isEnabled()
         release(run_dir, 3)
-        qtbot.waitUntil(lambda: ctl.model.step >= 8, timeout=scaled_ms(15000))  # live plots again
+        qtbot.waitUntil(lambda: ctl.model.step >= 8, timeout=15000)  # live plots again
         qtbot.waitUntil(lambda: "caching latents" in train.console.text.toPlainText(), timeout=5000)  # its console
 
         # A second run while it trains is refused by the one controller…
@@ -68,7 +67,7 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
         row = next(s for s in runs.table.summaries if s.path == run_dir)
         assert row.status == "running" and runs.buttons["stop"].isEnabled()
         runs.buttons["stop"].click()
-        qtbot.waitUntil(lambda: not ctl.running, timeout=scaled_ms(20000))
+        qtbot.waitUntil(lambda: not ctl.running, timeout=20000)
         assert ctl.model.status == "stopped" and ctl.model.step == 8
         assert train.train_button.isEnabled() and not train.stop_button.isEnabled()
         assert live_trainer(run_dir) is None
@@ -86,7 +85,7 @@ def test_a_second_run_on_a_busy_gpu_asks_first(qtbot: QtBot, config: TrainConfig
     project = make_project(tmp_path, config)
     first, train, _runs = _window(qtbot, tmp_path, project)
     assert train.start_training()
-    qtbot.waitUntil(lambda: first.run_controller.model.step >= 1, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 1, timeout=15000)
     run_dir = first.run_controller.run_dir
     first.run_controller.shutdown(detach=True)
     live = live_trainer(run_dir)  # type: ignore[arg-type]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from fixtures.holds import hold_at
-from fixtures.waits import scaled_ms
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.paths import resolve_paths
@@ -43,8 +42,8 @@ def test_stop_ends_cleanly(qtbot: QtBot, controller: RunController, config: Trai
     controller.command_factory = fake_command("--steps", "20", "--rate", "100")
     run_dir = controller.start_config(resolve_paths(config, project_dir))
     assert run_dir is not None
-    qtbot.waitUntil(lambda: controller.model.step >= 5, timeout=scaled_ms(15000))
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)) as ended:
+    qtbot.waitUntil(lambda: controller.model.step >= 5, timeout=15000)
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
         assert controller.stop()
     assert ended.args == ["stopped"]
     assert (run_dir / "STOP").exists() and not controller.running
@@ -62,7 +61,7 @@ def test_second_launch_is_refused(qtbot: QtBot, controller: RunController, confi
     assert controller.start_config(resolve_paths(config, project_dir)) is None
     assert messages and "already running" in messages[0] and first.name in messages[0]
     assert len(list((project_dir / "runs").iterdir())) == 1  # no run folder for the refused one
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)):
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000):
         controller.kill()
 
 
@@ -97,9 +96,9 @@ def test_trainer_killed_from_outside_mid_run(qtbot: QtBot, controller: RunContro
     hold_at(monkeypatch, 3)
     controller.command_factory = fake_command("--steps", "20", "--rate", "100")
     controller.start_config(resolve_paths(config, project_dir))
-    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
     trainer = psutil.Process(controller.source.pid()).children()[0]
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)) as ended:
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
         os.kill(trainer.pid, signal.SIGKILL)
     assert ended.args == ["failed"] and "code 137" in controller.model.message
     assert controller.model.step == 3 and len(controller.model.loss) == 3  # nothing logged was lost
@@ -112,12 +111,12 @@ def test_kill_ends_a_trainer_that_ignores_stop(qtbot: QtBot, controller: RunCont
     hold_at(monkeypatch, 3)  # held until killed: it ignores the STOP that would release it
     controller.command_factory = fake_command("--steps", "20", "--rate", "100", "--ignore-stop")
     controller.start_config(resolve_paths(config, project_dir))
-    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: controller.model.step >= 3, timeout=15000)
     tree = psutil.Process(controller.source.pid()).children(recursive=True)
     controller.stop()
     qtbot.wait(300)
     assert controller.running  # it ignores STOP
-    with qtbot.waitSignal(controller.sig_run_ended, timeout=scaled_ms(15000)) as ended:
+    with qtbot.waitSignal(controller.sig_run_ended, timeout=15000) as ended:
         controller.kill()
     assert ended.args == ["stopped"]
     psutil.wait_procs(tree, timeout=5)

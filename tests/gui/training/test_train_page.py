@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from fixtures.holds import hold_at, release
-from fixtures.waits import scaled_ms
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
@@ -67,10 +66,10 @@ def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: 
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context, "--steps", "20", "--rate", "100")
     page.start_training()
-    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
     page.stop_button.click()
     assert "stopping" in page.header.status.text()
-    qtbot.waitUntil(lambda: not page.controller.running, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert page.controller.model.step == 3
     assert "stopped" in page.header.status.text()
     assert "stopped" in page.message.text()
@@ -85,10 +84,10 @@ def test_a_stopped_run_is_resumed_from_the_train_page(qtbot: QtBot, context: Stu
     assert not page.resume_button.isEnabled()
     page.start_training()
     run_dir = page.controller.run_dir
-    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: page.controller.model.step >= 3, timeout=15000)
     assert not page.resume_button.isEnabled()  # while it trains
     page.stop_button.click()
-    qtbot.waitUntil(lambda: not page.controller.running, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert page.resume_button.isEnabled()
     commands: list[list[str]] = []
 
@@ -282,7 +281,7 @@ def test_close_and_stop_ends_the_run_first(qtbot: QtBot, context: StudioContext,
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context, "--steps", "20", "--rate", "100")
     page.start_training()
-    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=scaled_ms(15000))
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
     page.ask_close = lambda: "cancel"
     assert not page.can_close() and page.controller.running  # cancel: nothing changes
     page.ask_close = lambda: "stop"
