@@ -33,11 +33,10 @@ def build_optimizer(
              "the same steps)")
         name = "adamw"
     if name == "adamw":
-        # One fused kernel per step on CUDA (one launch per parameter otherwise); the multi-tensor
-        # path elsewhere. Both compute what the plain loop computes.
-        if cuda:
-            return torch.optim.AdamW(groups, lr=lr, weight_decay=decay, fused=True)
-        return torch.optim.AdamW(groups, lr=lr, weight_decay=decay, foreach=True)
+        # One fused kernel per step, on CUDA and on the CPU alike: the multi-tensor path launches
+        # several kernels per parameter and reads every parameter's step count back to the host
+        # (`step.item()`), a wait inside the step (tests/train/test_step_op_count.py).
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=decay, fused=True)
     if name == "adamw8bit":
         try:
             import bitsandbytes as bnb  # type: ignore[import-not-found]
