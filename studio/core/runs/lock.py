@@ -68,11 +68,13 @@ def _read_holder(path: Path) -> LockHolder | None:
 
 
 class RunLock:
-    """The exclusive lock of one run folder, held by its trainer: `with RunLock(run_dir):`."""
+    """The exclusive lock of one run folder, held by its trainer: `with RunLock(run_dir):`.
 
-    def __init__(self, run_dir: str | Path) -> None:
+    `file`: another lock file of the folder held the same way (the project's queue runner)."""
+
+    def __init__(self, run_dir: str | Path, file: str = LOCK_FILE) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_FILE
+        self.path = self.run_dir / file
         self.stale: LockHolder | None = None  # the dead holder whose lock was taken over
         self._fd: int | None = None
 
@@ -127,9 +129,10 @@ class RunLock:
         self.release()
 
 
-def lock_holder(run_dir: str | Path) -> LockHolder | None:
-    """The live process that holds the run's lock, or None (no lock file, or a stale one)."""
-    path = Path(run_dir) / LOCK_FILE
+def lock_holder(run_dir: str | Path, file: str = LOCK_FILE) -> LockHolder | None:
+    """The live process that holds the run's lock (or the folder's lock `file`), or None (no lock file, or a
+    stale one)."""
+    path = Path(run_dir) / file
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
