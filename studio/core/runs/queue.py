@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from studio.core.files import atomic_write_text
-from studio.core.project.lock import project_lock
+from studio.core.project_lock import project_lock
 from studio.core.runs.lock import LockHolder, RunLock, RunLockedError, lock_holder
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,10 @@
 Two windows (or a window and `studio-train`) can have one project open. Whoever changes the
 queue (`queue.json`) or the config (`studio.toml`) takes this lock, reads the file again,
 changes it and writes it before letting go, so no save drops what the other one wrote just
-before. It is an OS lock on `<project>/.studio.lock`, held for milliseconds: the kernel drops
-it when its process ends, however it ends, so a crashed window never leaves the project locked.
+before. It is an OS lock held for milliseconds, on the project folder itself (POSIX: nothing
+is added to a folder that may be the person's image folder), or on `<project>/.studio.lock`
+where folders cannot be locked (Windows). The kernel drops it when its process ends, however
+it ends, so a crashed window never leaves the project locked.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from studio.core.files import try_lock, unlock
+from studio.core.files import WINDOWS_LOCKS, try_lock, unlock
 
 PROJECT_LOCK_FILE = ".studio.lock"
 WAIT_S = 15.0  # a writer holds it for milliseconds; this long means something hangs
@@ -31,7 +33,8 @@ class ProjectBusyError(OSError):
 @contextmanager
 def project_lock(root: str | Path, wait_s: float = WAIT_S) -> Iterator[None]:
     """Hold the project's lock while the block reads and writes the project's shared files."""
-    path = Path(os.path.realpath(Path(root) / PROJECT_LOCK_FILE))
+    folder = Path(os.path.realpath(root))
+    path = folder / PROJECT_LOCK_FILE if WINDOWS_LOCKS else folder
     depth: dict[Path, int] = _held.__dict__.setdefault("depth", {})
     if depth.get(path):
         depth[path] += 1
@@ -42,13 +45,13 @@ def project_lock(root: str | Path, wait_s: float = WAIT_S) -> Iterator[None]:
         return
     deadline = time.monotonic() + wait_s
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if WINDOWS_LOCKS else os.open(path, os.O_RDONLY)
         if try_lock(fd, exclusive=True):
             break
         os.close(fd)
         if time.monotonic() > deadline:
-            raise ProjectBusyError(f"another studio window (or studio-train) has held the lock {path} of this "
-                                   f"project for {wait_s:.0f} s, so nothing was changed; try again, or close the "
+            raise ProjectBusyError(f"another studio window (or studio-train) has held the lock of the project "
+                                   f"{folder} for {wait_s:.0f} s, so nothing was changed; try again, or close the "
                                    "other window if it hangs")
         time.sleep(0.005)
     depth[path] = 1
