@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from studio.core.files import atomic_write_text
-from studio.core.project_lock import project_lock
+from studio.core.project_lock import ProjectBusyError, project_lock
 from studio.core.runs.lock import LockHolder, RunLock, RunLockedError, lock_holder
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class RunQueue:
         self.stop_after_current = False
         self.continue_on_error = False  # after a failed run: go on with the next (else the queue holds)
         self._runner: RunLock | None = None
+        self._seen: tuple[int, int, int] | None = None  # the queue file as last read or written here
         with project_lock(self.root):
             self._load(recover=True)
 
@@ -100,17 +101,33 @@ class RunQueue:
         with project_lock(self.root):
             self._load(recover=True)
 
+    def changed_on_disk(self) -> bool:
+        """Whether another window (or process) wrote the queue file since this one read or wrote it."""
+        return self._stamp() != self._seen
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        """The file's identity and age: a save replaces it (a new inode), so a change in the same tick shows."""
+        try:
+            info = self.path.stat()
+        except OSError:
+            return None
+        return info.st_ino, info.st_mtime_ns, info.st_size
+
     def _change(self, change: Callable[[], _T]) -> _T:
         """`change` applied to what the file holds now, and saved, under the project's lock."""
-        with project_lock(self.root):
-            self._load()
-            result = change()
-            self.save()
+        try:
+            with project_lock(self.root):
+                self._load()
+                result = change()
+                self.save()
+        except ProjectBusyError as exc:
+            raise QueueError(f"The queue was not changed: {exc}") from None
         return result
 
     def _load(self, recover: bool = False) -> None:
         """What the file holds; `recover`: an item left running by a studio that ended is marked so."""
         self.items = []
+        self._seen = self._stamp()
         if not self.path.is_file():
             return
         try:
@@ -134,7 +151,7 @@ class RunQueue:
             if item.state == "running" and not item.run_dir:  # claimed, never started: nothing ran
                 item.state, item.claimed_by = "pending", 0
                 changed = True
-            elif item.state == "running":
+            elif item.state == "running" and lock_holder(item.run_dir) is None:  # its trainer ended too
                 # The app ended while this ran: the run folder holds what was done.
                 item.state = "interrupted"
                 item.message = "the studio closed while this ran; resume it from its run folder"
@@ -150,6 +167,7 @@ class RunQueue:
             "items": [asdict(item) for item in self.items],
         }
         atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
+        self._seen = self._stamp()
 
     # ------------------------------------------------------------ editing
     def get(self, item_id: str) -> QueueItem:

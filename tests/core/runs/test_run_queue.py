@@ -128,3 +128,16 @@ def test_a_second_process_cannot_claim_while_the_first_runs_the_queue(tmp_path: 
     first.release_runner()
     again = RunQueue(tmp_path)
     assert [i.state for i in again.items] == ["pending", "pending", "pending"]  # claimed, never started: pending
+
+
+def test_an_item_whose_trainer_still_runs_is_not_marked_interrupted(tmp_path: Path, configs: list[Path]) -> None:
+    from studio.core.runs.lock import RunLock
+
+    q = RunQueue(tmp_path)
+    item = q.add(configs[0])
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    q.mark_running(item.id, run_dir)
+    with RunLock(run_dir):  # the window closed with "keep running": its trainer goes on
+        assert RunQueue(tmp_path).get(item.id).state == "running"
+    assert RunQueue(tmp_path).get(item.id).state == "interrupted"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytestqt.qtbot import QtBot
+
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
 from studio.core.runs.queue import RunQueue
@@ -50,3 +52,19 @@ def test_start_queue_in_two_windows_trains_each_item_once(tmp_path: Path, config
                               f"on {socket.gethostname()} (since ")
     assert message.endswith("Stop it there (Stop after current) or close that window, then press Start queue here.")
     assert [i.state for i in RunQueue(tmp_path).items] == ["completed"] * 3
+
+
+def test_the_queue_list_follows_what_another_window_adds(qtbot: QtBot, tmp_path: Path, config: TrainConfig) -> None:
+    from studio.gui.runner.run_controller import RunController
+    from studio.gui.runs.queue import QueuePanel
+
+    make_project(tmp_path, config)
+    controller = RunController()
+    controller.set_project_root(tmp_path)
+    panel = QueuePanel(controller)
+    qtbot.addWidget(panel)
+    other_window = RunQueue(tmp_path)
+    other_window.add(tmp_path / "studio.toml")
+    qtbot.waitUntil(lambda: panel.list.count() == 1, timeout=5000)
+    assert panel.list.item(0).text() == f"{tmp_path.name}/studio.toml — pending"
+    controller.shutdown()
