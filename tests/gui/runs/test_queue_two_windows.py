@@ -8,12 +8,14 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
+from studio.core.runs.hold import HOLD_ENV, release_file
 from studio.core.runs.queue import RunQueue
 from tests.gui.conftest import make_project
 
@@ -30,13 +32,20 @@ def test_start_queue_in_two_windows_trains_each_item_once(tmp_path: Path, config
         save_config(config.model_copy(update={"output": config.output.model_copy(update={"name": name})}), path)
         queue.add(path)
     gate = tmp_path / "press-start"
+    # Every run waits after step 1 until released: the first window's run still goes on when the other presses.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-           "QT_QPA_PLATFORM": "offscreen"}
+           "QT_QPA_PLATFORM": "offscreen", HOLD_ENV: "1"}
     windows = [subprocess.Popen([sys.executable, str(WINDOW), str(tmp_path), str(gate)], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     for window in windows:
         assert window.stdout is not None and window.stdout.readline().strip() == "ready"
     gate.touch()  # both press Start queue now
+    for window in windows:
+        assert window.stdout is not None and window.stdout.readline().strip() == "pressed"
+    while any(window.poll() is None for window in windows):  # both have pressed: let every run go on
+        for run in (tmp_path / "runs").glob("*-*"):
+            release_file(run, 1).touch()
+        time.sleep(0.05)
     said = []
     for window in windows:
         out, err = window.communicate(timeout=60)
