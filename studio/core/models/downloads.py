@@ -162,7 +162,8 @@ def download_model(
     `keep`: the file patterns to fetch instead (a captioning model's files), whatever the repository is.
 
     Files already complete are not fetched again; a file cut short resumes where it ended.
-    Every new file is checked against the size and sha256 the hub lists. Raises DownloadError.
+    Every new file is checked against the size and hash the hub announces, and at the end every file of the
+    snapshot against where it lies and its hash (`snapshot_check`). Raises DownloadError.
     """
     os.environ["HF_HUB_OFFLINE"] = "0"  # asked for explicitly: this process goes online
     from huggingface_hub import constants, errors

@@ -100,7 +100,10 @@ def snapshot_problems(storage: Path, snapshot: Path, announced: Mapping[str, str
                 continue
             if not hashes or not expected or real in verified:
                 continue  # a file copied in place (no links on this system) that the hub did not list now
-            why = hash_mismatch(real, expected)
+            try:
+                why = hash_mismatch(real, expected)
+            except OSError as exc:
+                why = f"cannot be read ({exc.strerror or exc})"
             if why is not None:
                 problems.append(SnapshotProblem(rel, why))
     return problems
