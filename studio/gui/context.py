@@ -101,12 +101,15 @@ class StudioContext(QObject):
         return self.project.resolve(self.config.output.dir) if self.config else self.project.runs_dir
 
     def set_config(self, config: TrainConfig, save: bool = True) -> None:
-        """Adopt a new config (already validated) and write it to the project's studio.toml."""
+        """Adopt a new config (already validated) and write it to the project's studio.toml.
+
+        Only what changed from the config this window had is written over the file as it is now:
+        another window's change to the project just before is kept (and shown here)."""
+        if save and self.project is not None:
+            config = self.project.save_config(config, base=self.config)
+            self.watcher.known()
         self.config = config
         self.config_error = None
-        if save and self.project is not None:
-            self.project.save_config(config)
-            self.watcher.known()
         self.sig_config_changed.emit(config)
 
     def change_config(self, changes: dict[str, Any]) -> list[ConfigIssue]:
@@ -132,11 +135,13 @@ class StudioContext(QObject):
         written as typed, comments and all."""
         from studio.core.config.toml_file import parse_toml, validate_data
         from studio.core.files import atomic_write_text
+        from studio.core.project_lock import project_lock
 
         assert self.project is not None
         source = str(self.project.config_path)
         config = validate_data(parse_toml(text, source).unwrap(), source, text)
-        atomic_write_text(self.project.config_path, text)
+        with project_lock(self.project.root):  # the person's text, whole: written in one piece
+            atomic_write_text(self.project.config_path, text)
         self.watcher.known(text)
         self.set_config(config, save=False)
         return config

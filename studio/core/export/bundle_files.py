@@ -24,7 +24,17 @@ OPTIMIZER_PACKAGES = {"prodigy": "prodigyopt", "adamw8bit": "bitsandbytes"}
 SECRET_VALUE = re.compile(
     r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})"
 )
-SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|credential)", re.IGNORECASE)
+# A word of a key's name that says its value is a credential: HF_TOKEN, MY_SECRET, DB_PASSWORD, DB_PASS,
+# SMTP_PWD, SSH_PASSPHRASE, GCP_CREDENTIALS, accessToken; a last word "key" too (WANDB_KEY, OPENAI_API_KEY,
+# AWS_SECRET_ACCESS_KEY). Words, not letters anywhere: keep_tokens and max_tokens count caption tokens.
+SECRET_WORD = re.compile(r"^([a-z0-9]*(token|secret|secrets|password|passwd|passphrase|credentials?|apikey)|pass|pwd)$")
+_WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def is_secret_name(key: str) -> bool:
+    """Whether a key or environment variable name says its value is a secret (see SECRET_WORD)."""
+    words = [w.lower() for w in _WORD_BREAK.split(str(key)) if w]
+    return bool(words) and (words[-1] == "key" or any(SECRET_WORD.match(w) for w in words))
 
 
 def find_secrets(data: Any, prefix: str = "") -> list[str]:
@@ -33,7 +43,7 @@ def find_secrets(data: Any, prefix: str = "") -> list[str]:
     if isinstance(data, dict):
         for key, value in data.items():
             path = f"{prefix}.{key}" if prefix else str(key)
-            if SECRET_KEY.search(str(key)) and value not in (None, "", False):
+            if is_secret_name(str(key)) and value not in (None, "", False):
                 found.append(path)
             else:
                 found.extend(find_secrets(value, path))

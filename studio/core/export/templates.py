@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from studio import __version__
@@ -27,11 +28,12 @@ def _dataset_text(info: dict[str, Any], folder: str) -> tuple[str, str]:
     if data["included"]:
         return (f"The dataset is inside (`dataset/`, {size}).", f"the images and captions ({size}) and `manifest.json`")
     root = data["root"]
-    where = f"`{root}/`" if root.startswith("/") else f"`{folder}/{root}/`"
+    remote = root if root.startswith("/") else f"{folder}/{root}"
+    # The path the person gave (--remote-dataset) goes into a command line: one shell word, whatever it holds.
     return (
-        f"**The dataset is not inside**: copy it ({size}) to {where} on the remote machine so that the "
+        f"**The dataset is not inside**: copy it ({size}) to `{remote}/` on the remote machine so that the "
         f"files listed in `dataset/manifest.json` are there, one folder per concept, e.g.\n\n"
-        f"    rsync -a path/to/<concept folder>/ user@remote:{root if root.startswith('/') else folder + '/' + root}/<concept folder>/\n\n"
+        f"    rsync -a path/to/<concept folder>/ user@remote:{shlex.quote(remote)}/<concept folder>/\n\n"
         "`./check.sh` compares every file's size and SHA-256 with the manifest.",
         f"`manifest.json` only (the images, {size}, are copied separately)",
     )
@@ -138,7 +140,8 @@ def readme_text(config: TrainConfig, info: dict[str, Any], folder: str) -> str:
         gpu_line += f" ({info['gpu_type']})"
     values = {
         "TITLE": f"{config.output.name} ({config.model.family} {config.method.kind})",
-        "VERSION": __version__, "DATE": info["exported"][:10], "GPU_LINE": gpu_line, "FOLDER": folder,
+        # FOLDER stands in command lines only (rsync, cd): one shell word.
+        "VERSION": __version__, "DATE": info["exported"][:10], "GPU_LINE": gpu_line, "FOLDER": shlex.quote(folder),
         "DATASET_TEXT": dataset_text, "DATASET_ROW": dataset_row, "MODEL_TEXT": _model_text(info),
         "PYTHON": info["python"], "GPU_CHECK": gpu_check,
         "NODES_TEXT": _nodes_text({**info, "port": config.launch.main_process_port}),

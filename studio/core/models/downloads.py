@@ -4,12 +4,18 @@ huggingface_hub comes with the training packages; it is imported inside `downloa
 which runs in its own process (`studio-train download`, started by the GUI too), so the
 core and the window never load it. Files land in the hub's cache, where the trainer finds
 them with no network. An interrupted download resumes from the bytes already on disk.
+
+The endpoint is asked once per file: its answer names the blob (the hash it announces) and
+the commit, both checked, and the studio links the snapshot itself. huggingface_hub's own
+download would ask again and trust the second answer. At the end every file of the snapshot
+must lie inside the cache and hold the bytes of its hash (`snapshot_check`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.containment import OutsideFolderError, contained_path, name_parts
-from studio.core.files import sha256_file
+from studio.core.files import atomic_write_text
 from studio.core.models.hub_token import token_may_go_to
 from studio.core.models.known import KnownModel, find_known
+from studio.core.models.snapshot_check import COMMIT, hash_mismatch, is_hub_hash, snapshot_problems
 from studio.core.user_dirs import hub_cache_dir
 
 # What a training download of a repository the studio does not know fetches: configs,
@@ -42,6 +49,12 @@ class RemoteFile:
     name: str  # repository-relative, with /
     size: int
     sha256: str | None  # the hub gives it for files kept in LFS (the weights)
+    git_sha1: str | None = None  # git's blob hash, the hub's ETag of a small file kept in git
+
+    @property
+    def announced(self) -> str | None:
+        """The hash the hub's listing announces for the file's bytes (the ETag its download must carry)."""
+        return self.sha256 or self.git_sha1
 
 
 @dataclass
@@ -116,14 +129,23 @@ def _bar_class(progress: DownloadProgress, report: Callable[[DownloadProgress], 
     return Bar
 
 
-def verify(path: Path, expected: RemoteFile) -> str | None:
-    """Why the downloaded file is not the one the hub lists, or None when size and sha256 match."""
+def verify(path: Path, expected: RemoteFile, etag: str = "") -> str | None:
+    """Why the downloaded file is not the one the hub lists, or None when its size and hash match (the
+    listing's sha256 or git sha1, else the `etag` its download carried)."""
     size = path.stat().st_size
     if size != expected.size:
         return f"{expected.name} has {size} bytes, the hub lists {expected.size}"
-    if expected.sha256 and sha256_file(path) != expected.sha256:
-        return f"{expected.name} does not match the hub's sha256"
-    return None
+    announced = expected.announced or etag
+    why = hash_mismatch(path, announced) if announced else "comes with no hash from the hub"
+    return f"{expected.name} {why}" if why else None
+
+
+def _hostile(what: str) -> str:
+    """The end of an error about an answer the Hugging Face hub would not give."""
+    from huggingface_hub import constants
+
+    return (f"{what}; if it fails the same way, the server is not answering as the Hugging Face hub does: check "
+            f"HF_ENDPOINT (now {constants.ENDPOINT}) and the network's proxy.")
 
 
 def download_model(
@@ -140,7 +162,8 @@ def download_model(
     `keep`: the file patterns to fetch instead (a captioning model's files), whatever the repository is.
 
     Files already complete are not fetched again; a file cut short resumes where it ended.
-    Every new file is checked against the size and sha256 the hub lists. Raises DownloadError.
+    Every new file is checked against the size and hash the hub announces, and at the end every file of the
+    snapshot against where it lies and its hash (`snapshot_check`). Raises DownloadError.
     """
     os.environ["HF_HUB_OFFLINE"] = "0"  # asked for explicitly: this process goes online
     from huggingface_hub import constants, errors
@@ -150,7 +173,7 @@ def download_model(
     cache = cache_dir or hub_cache_dir()
     progress = DownloadProgress(repo_id, phase="listing")
     report(progress)
-    files = _list_files(HfApi(), repo_id, revision, token, with_t5, errors, keep)
+    files, listed_commit = _list_files(HfApi(), repo_id, revision, token, with_t5, errors, keep)
     if not files and keep is not None:
         raise DownloadError(f"{repo_id} has none of the files this model needs ({', '.join(keep)}): the "
                             "repository may have moved; choose its folder on this machine instead.")
@@ -160,13 +183,16 @@ def download_model(
     progress.files_total, progress.total_bytes = len(files), sum(f.size for f in files)
     progress.done_bytes, progress.phase = 0, "downloading"
     bar = _bar_class(progress, report)
-    snapshot = cache
+    storage = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = storage
+    verified: set[Path] = set()
     for index, remote in enumerate(files):
         progress.file = remote.name
         report(progress)
         before = progress.done_bytes
         try:
-            local = _fetch(repo_id, remote, revision, token, cache, bar, progress, report)
+            snapshot = _fetch(repo_id, remote, revision, token, storage, listed_commit, bar, progress, report,
+                              verified)
         except errors.GatedRepoError:
             raise _gated(repo_id, token) from None
         except _network_errors(errors) as exc:
@@ -174,23 +200,43 @@ def download_model(
         progress.done_bytes = before + remote.size  # a file found complete in the cache counts too
         progress.files_done += 1
         progress.phase = "downloading"
-        snapshot = local.parents[len(Path(remote.name).parts) - 1]
+    progress.phase = "verifying"
+    report(progress)
+    announced = {f.name: f.announced for f in files if f.announced}
+    problems = snapshot_problems(storage, snapshot, announced, frozenset(verified))
+    if problems:
+        listed = "; ".join(str(p) for p in problems[:3]) + (f" and {len(problems) - 3} more" if len(problems) > 3
+                                                             else "")
+        raise DownloadError(_hostile(f"{repo_id}: the downloaded snapshot {snapshot} cannot be trusted: {listed}. "
+                                     f"Nothing was trained from it: delete the cache folder {storage} and run the "
+                                     "download again"))
     progress.phase = "done"
     report(progress)
     return snapshot
 
 
-def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | None, cache: Path, bar: type,
-           progress: DownloadProgress, report: Callable[[DownloadProgress], None]) -> Path:
-    """One file into the cache: its blob fetched into a part file that survives an interruption, checked,
-    then handed to huggingface_hub, which links it into the snapshot (the trainer's offline load reads that)."""
-    from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_download, hf_hub_url
+def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | None, storage: Path,
+           listed_commit: str, bar: type, progress: DownloadProgress, report: Callable[[DownloadProgress], None],
+           verified: set[Path]) -> Path:
+    """One file into the cache: its blob fetched into a part file that survives an interruption, checked
+    against the hash the hub announced, then linked into the snapshot (the trainer's offline load reads that).
+    Returns the snapshot folder."""
+    from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_url
     from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
     meta = get_hf_file_metadata(hf_hub_url(repo_id, remote.name, revision=revision), token=token)
-    blob = _blob_path(cache / ("models--" + repo_id.replace("/", "--")) / "blobs", str(meta.etag or ""), repo_id,
-                      remote.name)
+    etag = str(meta.etag or "")
+    blob = _blob_path(storage / "blobs", etag, repo_id, remote.name)
+    if not is_hub_hash(etag) or (remote.announced and etag != remote.announced):
+        listed = f", its file list announced {remote.announced}" if remote.announced else ""
+        raise DownloadError(_hostile(f"{repo_id}: the hub's answer for {remote.name} names the blob {etag[:80]!r}"
+                                     f"{listed}; nothing was downloaded for it. Run the download again"))
+    commit = str(meta.commit_hash or listed_commit)
+    if not COMMIT.match(commit):
+        raise DownloadError(_hostile(f"{repo_id}: the hub's answer for {remote.name} names the commit "
+                                     f"{commit[:80]!r}, not a commit hash; nothing was downloaded for it. Run the "
+                                     "download again"))
     # The token goes to the hub, never to a host its answer redirects to (a mirror's redirect, a stand-in hub).
     location = str(meta.location)
     known_token = token if token is not None else get_token()  # HF_TOKEN and huggingface_hub's own login count
@@ -207,14 +253,42 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
                      expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
         progress.phase = "verifying"
         report(progress)
-        problem = verify(part, remote)
+        problem = verify(part, remote, etag)
         if problem is not None:
             part.unlink(missing_ok=True)
-            raise DownloadError(f"{repo_id}: {problem}; the part downloaded was removed: run the download again.")
+            raise DownloadError(_hostile(f"{repo_id}: {problem}; the part downloaded was removed. Run the "
+                                         "download again"))
         os.replace(part, blob)
-    # The blob is there: this links it into the snapshot and records the revision, fetching nothing.
-    return Path(hf_hub_download(repo_id, remote.name, revision=revision, cache_dir=cache, token=token,
-                                tqdm_class=bar))
+        verified.add(Path(os.path.realpath(blob)))
+    return _link(storage, commit, remote.name, blob, revision or "main", repo_id)
+
+
+def _link(storage: Path, commit: str, name: str, blob: Path, revision: str, repo_id: str) -> Path:
+    """Link `blob` into the snapshot of `commit` as `name` (as huggingface_hub lays out its cache: a relative
+    link, or a copy where this system makes no links) and record `revision`'s commit; returns the snapshot."""
+    source = f"the snapshot of {repo_id}"
+    try:
+        snapshot = contained_path(storage / "snapshots", commit, source)
+        parts = name_parts(name, snapshot, source)
+        folder = contained_path(snapshot, "/".join(parts[:-1]), source) if len(parts) > 1 else snapshot
+        folder.mkdir(parents=True, exist_ok=True)
+        pointer = folder / parts[-1]
+        if pointer.is_symlink() or pointer.is_file():
+            if os.path.realpath(pointer) == os.path.realpath(blob):
+                return snapshot
+            pointer.unlink()  # an earlier download's link or copy: the blob checked now replaces it
+        try:
+            os.symlink(os.path.relpath(blob, folder), pointer)
+        except OSError:  # pragma: no cover - Windows without developer mode makes no links
+            shutil.copyfile(blob, pointer)
+        if revision != commit:
+            ref = contained_path(storage / "refs", revision, "the revision asked for")
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(ref, commit)
+    except OutsideFolderError as exc:
+        raise DownloadError(_hostile(f"{exc}. Delete the cache folder {storage} and run the download again")) \
+            from None
+    return snapshot
 
 
 def _blob_path(blobs: Path, etag: str, repo_id: str, name: str) -> Path:
@@ -230,7 +304,8 @@ def _blob_path(blobs: Path, etag: str, repo_id: str, name: str) -> Path:
 
 
 def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None, with_t5: bool,
-                errors: Any, keep: tuple[str, ...] | None = None) -> list[RemoteFile]:
+                errors: Any, keep: tuple[str, ...] | None = None) -> tuple[list[RemoteFile], str]:
+    """The files to fetch, and the commit the listing is of."""
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True, token=token)
     except errors.GatedRepoError:
@@ -242,7 +317,8 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
         known = find_known(repo_id)
         raise _network(repo_id, [RemoteFile(p, 0, None) for p in known.wanted(with_t5)] if known else [], exc) \
             from None
-    listed = [RemoteFile(s.rfilename, int(s.size or 0), (s.lfs or {}).get("sha256") if s.lfs else None)
+    listed = [RemoteFile(s.rfilename, int(s.size or 0), (s.lfs or {}).get("sha256") if s.lfs else None,
+                         None if s.lfs else getattr(s, "blob_id", None))
               for s in info.siblings or []]
     snapshot = Path("snapshot")
     for remote in listed:
@@ -251,9 +327,10 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
         except OutsideFolderError as exc:
             raise DownloadError(f"{exc}. The server is not answering as the Hugging Face hub does (check "
                                 "HF_ENDPOINT and the network's proxy).") from None
+    commit = str(getattr(info, "sha", "") or "")
     if keep is not None:
-        return [f for f in listed if any(fnmatch.fnmatch(f.name, pattern) for pattern in keep)]
-    return wanted_files(listed, find_known(repo_id), with_t5)
+        return [f for f in listed if any(fnmatch.fnmatch(f.name, pattern) for pattern in keep)], commit
+    return wanted_files(listed, find_known(repo_id), with_t5), commit
 
 
 def _network_errors(errors: Any) -> tuple[type[Exception], ...]:

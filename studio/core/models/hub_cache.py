@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.user_dirs import hub_cache_dir
 
 # Components a pipeline's model_index.json names that training does not load.
@@ -29,7 +30,10 @@ def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: Path |
         commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
     except OSError:
         return None
-    snapshot = folder / "snapshots" / commit
+    try:  # the ref was written from a server's answer: it names a folder inside snapshots/ or nothing
+        snapshot = contained_path(folder / "snapshots", commit, f"the cached ref {ref}")
+    except OutsideFolderError:
+        return None
     return snapshot if snapshot.is_dir() else None
 
 

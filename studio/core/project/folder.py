@@ -12,11 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.config.errors import ConfigError
+from studio.core.config.merge import merge_configs
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.config.toml_file import load_config, save_config
 from studio.core.dataset.layouts import DatasetLayout, detect_layout
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.models.known import default_base
+from studio.core.project_lock import project_lock
 
 PROJECT_FILE = "studio.toml"
 RUNS_DIR = "runs"
@@ -41,8 +44,21 @@ class Project:
     def load_config(self) -> TrainConfig:
         return load_config(self.config_path)
 
-    def save_config(self, config: TrainConfig) -> None:
-        save_config(config, self.config_path)
+    def save_config(self, config: TrainConfig, base: TrainConfig | None = None) -> TrainConfig:
+        """Write studio.toml under the project's lock; returns the config written.
+
+        `base`: the config this window loaded. Then only what changed from it is written over the
+        file as it is now, so another window's save to other keys just before is kept."""
+        with project_lock(self.root):
+            if base is not None and self.config_path.is_file():
+                try:
+                    theirs = load_config(self.config_path)
+                except ConfigError:
+                    theirs = None  # a person's broken edit: the window's valid config replaces it
+                if theirs is not None and theirs != base:
+                    config = merge_configs(base, config, theirs)
+            save_config(config, self.config_path)
+        return config
 
     def resolve(self, value: str) -> Path:
         """A path from the config, made absolute against the project folder."""

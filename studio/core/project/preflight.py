@@ -30,8 +30,9 @@ from studio.core.models.files import (
     ModelFileError,
     detect_model,
 )
-from studio.core.models.hub_cache import cached_snapshot, missing_components
+from studio.core.models.hub_cache import cached_snapshot, missing_components, repo_folder
 from studio.core.models.known import find_known
+from studio.core.models.snapshot_check import snapshot_problems
 from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
 from studio.core.training_python import NoTrainingPython, default_training_python
@@ -126,6 +127,12 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
     snapshot = cached_snapshot(repo_id, revision)
     missing = missing_components(snapshot) if snapshot is not None else []
     if snapshot is not None and not missing:
+        storage = repo_folder(repo_id)
+        problems = snapshot_problems(storage, snapshot, hashes=False)  # where its files lie: milliseconds
+        if problems:
+            return PreflightProblem("model", f"The cached {repo_id} cannot be trusted: {problems[0]}. Delete the "
+                                             f"cache folder {storage} and download the model again; if it comes "
+                                             "back the same way, check HF_ENDPOINT and the network's proxy.")
         return None
     known = find_known(repo_id)
     size = f" (about {known.size_gb:g} GB)" if known else ""

@@ -67,12 +67,28 @@ def _read_holder(path: Path) -> LockHolder | None:
         return LockHolder(0, "an unknown machine", 0.0)
 
 
-class RunLock:
-    """The exclusive lock of one run folder, held by its trainer: `with RunLock(run_dir):`."""
+def _live_holder(path: Path, wait_s: float = 1.0) -> LockHolder:
+    """The holder of a lock found taken. It writes its name just after taking the lock: an empty file
+    is read again for a moment before the holder is called unknown."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            written = path.stat().st_size > 0
+        except FileNotFoundError:
+            written = False
+        if written or time.monotonic() > deadline:
+            return _read_holder(path) or LockHolder(0, "an unknown machine", 0.0)
+        time.sleep(0.01)
 
-    def __init__(self, run_dir: str | Path) -> None:
+
+class RunLock:
+    """The exclusive lock of one run folder, held by its trainer: `with RunLock(run_dir):`.
+
+    `file`: another lock file of the folder held the same way (the project's queue runner)."""
+
+    def __init__(self, run_dir: str | Path, file: str = LOCK_FILE) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_FILE
+        self.path = self.run_dir / file
         self.stale: LockHolder | None = None  # the dead holder whose lock was taken over
         self._fd: int | None = None
 
@@ -86,8 +102,7 @@ class RunLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             if not try_lock(fd, exclusive=True, windows_byte=_WINDOWS_LOCK_OFFSET):
                 os.close(fd)
-                holder = _read_holder(self.path)
-                raise RunLockedError(self.run_dir, holder or LockHolder(0, "an unknown machine", 0.0))
+                raise RunLockedError(self.run_dir, _live_holder(self.path))
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:
@@ -127,9 +142,10 @@ class RunLock:
         self.release()
 
 
-def lock_holder(run_dir: str | Path) -> LockHolder | None:
-    """The live process that holds the run's lock, or None (no lock file, or a stale one)."""
-    path = Path(run_dir) / LOCK_FILE
+def lock_holder(run_dir: str | Path, file: str = LOCK_FILE) -> LockHolder | None:
+    """The live process that holds the run's lock (or the folder's lock `file`), or None (no lock file, or a
+    stale one)."""
+    path = Path(run_dir) / file
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -143,7 +159,7 @@ def lock_holder(run_dir: str | Path) -> LockHolder | None:
             return None
     finally:
         os.close(fd)
-    return _read_holder(path) or LockHolder(0, "an unknown machine", 0.0)
+    return _live_holder(path)
 
 
 def write_process_file(run_dir: str | Path, pid: int) -> None:

@@ -21,7 +21,7 @@ from studio.core.runs.launch import RunPlan, prepare_run
 from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.lock import RunLockedError, lock_holder
 from studio.core.runs.outcome import outcome_line
-from studio.core.runs.queue import QueueError, RunQueue
+from studio.core.runs.queue import QueueBusyError, QueueError, RunQueue
 from studio.core.runs.run_model import EventTail, RunModel
 from studio.core.training_python import NoTrainingPython
 from studio.gui.runner.attached_run import AttachedRun
@@ -93,6 +93,8 @@ class RunController(QObject):
         return self.source.busy_message() if self.source is not None else ""
 
     def set_project_root(self, root: Path | None) -> None:
+        if self.queue is not None:
+            self.queue.release_runner()
         self.queue = RunQueue(root) if root is not None else None
         self.sig_queue_changed.emit()
 
@@ -223,6 +225,8 @@ class RunController(QObject):
         self.sig_run_ended.emit(self.model.status)
         if source.owned and self._queue_goes_on(failed):
             self._start_next_queued()
+        elif self.queue is not None and not self.running:
+            self.queue.release_runner()
 
     # ------------------------------------------------------------ a run left running
     def attach_live(self, runs_dir: Path) -> LiveRun | None:
@@ -295,12 +299,23 @@ class RunController(QObject):
             self._start_next_queued(by_hand=True)
 
     def _start_next_queued(self, by_hand: bool = False) -> None:
-        """Start the next pending item (by hand: even when the queue holds after each run)."""
+        """Start the next pending item (by hand: even when the queue holds after each run).
+
+        The item is claimed first, under the project's lock: another studio window on the same
+        project that runs its queue is named instead, and starts nothing here."""
         queue = self.queue
         if queue is None or self.running:
             return
-        item = queue.next_pending(by_hand)
+        try:
+            item = queue.claim_next(by_hand)
+        except (QueueBusyError, OSError) as exc:
+            queue.refresh()  # the other window's queue, as it stands
+            self.sig_message.emit(str(exc))
+            self.sig_queue_changed.emit()
+            return
         if item is None:
+            queue.release_runner()  # nothing to start: another window may run the queue now
+            self.sig_queue_changed.emit()
             return
         path = Path(item.config)
         try:
@@ -322,6 +337,7 @@ class RunController(QObject):
         run_dir = self.start_config(config)
         if run_dir is None:
             queue.mark_ended(item.id, "failed", "could not start")
+            queue.release_runner()
         else:
             self._queue_item = item.id
             queue.mark_running(item.id, run_dir)
@@ -350,6 +366,8 @@ class RunController(QObject):
     # ------------------------------------------------------------ shutdown
     def shutdown(self, detach: bool = False) -> None:
         self._timer.stop()
+        if self.queue is not None:
+            self.queue.release_runner()
         source = self.source
         if source is None or not source.is_running():
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -27,6 +27,7 @@ from studio.core.runs.sweep import SweepError, parse_values, write_sweep
 from studio.gui.runner.run_controller import RunController
 
 # Settings a sweep varies most often; any other is typed as in the TOML file.
+WATCH_MS = 1000  # how often the panel looks whether another window changed the queue file
 SWEEP_FIELDS = ("training.learning_rate", "method.rank", "method.alpha", "training.max_steps", "training.batch_size",
                 "training.seed", "dataset.resolution")
 
@@ -97,7 +98,22 @@ class QueuePanel(QWidget):
         self.vary_button.clicked.connect(self._vary_dialog)
         self.compare_button.clicked.connect(self.compare_sweep)
         controller.sig_queue_changed.connect(self.refresh)
+        # Another studio window on the project changes the queue file: this list follows it.
+        self._watch = QTimer(self)
+        self._watch.setInterval(WATCH_MS)
+        self._watch.timeout.connect(self._follow_file)
+        self._watch.start()
         self.refresh()
+
+    def _follow_file(self) -> None:
+        queue = self.controller.queue
+        if queue is not None and queue.changed_on_disk():
+            try:
+                queue.refresh()
+            except OSError as exc:  # the project's lock kept too long: the next tick tries again
+                self.controller.sig_message.emit(f"The queue could not be read again: {exc}")
+                return
+            self.refresh()
 
     def refresh(self) -> None:
         queue = self.controller.queue
@@ -160,7 +176,10 @@ class QueuePanel(QWidget):
         if queue is None or item_id is None:
             return
         index = next(i for i, it in enumerate(queue.items) if it.id == item_id)
-        queue.move(item_id, index + delta)
+        try:
+            queue.move(item_id, index + delta)
+        except QueueError as exc:  # another window removed it meanwhile
+            self.controller.sig_message.emit(str(exc))
         self.refresh()
 
     def remove_selected(self) -> None:
@@ -185,7 +204,11 @@ class QueuePanel(QWidget):
         except (SweepError, ConfigError, OSError) as exc:
             self.controller.sig_message.emit(f"No sweep was queued: {exc}")
             return []
-        added = queue.add_sweep(item_id, paths, paths[0].parent.name)
+        try:
+            added = queue.add_sweep(item_id, paths, paths[0].parent.name)
+        except QueueError as exc:  # another window removed the item meanwhile
+            self.controller.sig_message.emit(f"No sweep was queued: {exc}")
+            added = []
         self.refresh()
         return added
 
@@ -211,8 +234,14 @@ class QueuePanel(QWidget):
 
     def _set_continue_on_error(self, value: bool) -> None:
         if self.controller.queue is not None:
-            self.controller.queue.set_continue_on_error(value)
+            try:
+                self.controller.queue.set_continue_on_error(value)
+            except QueueError as exc:
+                self.controller.sig_message.emit(str(exc))
 
     def _set_stop_after(self, value: bool) -> None:
         if self.controller.queue is not None:
-            self.controller.queue.set_stop_after_current(value)
+            try:
+                self.controller.queue.set_stop_after_current(value)
+            except QueueError as exc:
+                self.controller.sig_message.emit(str(exc))

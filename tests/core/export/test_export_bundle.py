@@ -245,3 +245,19 @@ def test_a_training_adapter_travels_in_the_bundle(demo: Project, tmp_path: Path)
     assert load_config(out / "config.toml").model.training_adapter == "model/turbo-adapter.safetensors"
     assert (out / "model" / "turbo-adapter.safetensors").read_bytes() == adapter.read_bytes()
     assert Path(load_resolved(out / "config.toml").model.training_adapter or "") == out / "model" / "turbo-adapter.safetensors"
+
+
+def test_a_remote_dataset_path_with_a_space_and_a_semicolon_is_one_word_in_the_readme(demo: Project,
+                                                                                     tmp_path: Path) -> None:
+    import shlex
+
+    remote = "/workspace/my data;touch pwned"
+    out = tmp_path / "my bundle"
+    export_bundle(demo.config_path, out, include_dataset=False, remote_dataset=remote,
+                  remote_base="/workspace/models/tiny")
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    (line,) = [line.strip() for line in readme.splitlines() if line.strip().startswith("rsync -a path/to/")]
+    assert line == "rsync -a path/to/<concept folder>/ user@remote:'/workspace/my data;touch pwned'/<concept folder>/"
+    words = shlex.split(line.replace("<concept folder>", "shapes"))
+    assert words == ["rsync", "-a", "path/to/shapes/", f"user@remote:{remote}/shapes/"]  # no second command
+    assert "    cd 'my bundle'\n" in readme

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -118,7 +119,11 @@ def test_a_damaged_file_is_removed_and_named(fake_hub: FakeHub, tmp_path: Path) 
 
     path = tmp_path / "w.safetensors"
     path.write_bytes(b"x" * 2000)
-    assert verify(path, RemoteFile("w.safetensors", 2000, "0" * 64)) == "w.safetensors does not match the hub's sha256"
+    assert verify(path, RemoteFile("w.safetensors", 2000, "0" * 64)) == (
+        f"w.safetensors does not match the hash the hub announced (sha256 {'0' * 64}, the file has "
+        f"{hashlib.sha256(b'x' * 2000).hexdigest()})")
+    assert verify(path, RemoteFile("w.safetensors", 2000, None, "0" * 40)).startswith(
+        "w.safetensors does not match the hash the hub announced (git-sha1")
     assert verify(path, RemoteFile("w.safetensors", 10, None)) == "w.safetensors has 2000 bytes, the hub lists 10"
 
 

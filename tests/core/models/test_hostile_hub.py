@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from fixtures.fake_hub import FakeHub, tiny_sd15_repo
+from fixtures.fake_hub import COMMIT, FakeHub, tiny_sd15_repo
 
 from studio.core.models.hub_token import token_may_go_to
 from tests.core.models.test_downloads import SD15, _download, _env
@@ -91,3 +91,70 @@ def test_a_file_keyring_is_never_chosen_silently_for_the_token(fake_hub: FakeHub
             "keyring (keyrings.alt.file.PlaintextKeyring). Nothing was kept") in stored.stderr
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not (tmp_path / "data" / "python_keyring").exists()
+
+
+def _outside_cache(tmp_path: Path, cache: Path) -> list[Path]:
+    """Every file or link the download left in the test's folder outside the cache (the keyring's folder aside)."""
+    return [p for p in tmp_path.rglob("*") if (p.is_file() or p.is_symlink()) and cache not in p.parents
+            and tmp_path / "data" not in p.parents]
+
+
+def test_a_second_answer_pointing_outside_the_cache_writes_nothing_there(fake_hub: FakeHub, tmp_path: Path) -> None:
+    # huggingface_hub asks again when it links a snapshot; this hub's second answer climbs out of blobs/.
+    fake_hub.repos[SD15] = tiny_sd15_repo(weights=3000)
+    fake_hub.second_etag = "../../../escaped"
+    env = _env(fake_hub, tmp_path)
+    cache = Path(env["HF_HUB_CACHE"])
+    out = _download(env, SD15)
+    assert _outside_cache(tmp_path, cache) == []
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "escaped.incomplete").exists()
+    assert out.returncode == 0, out.stderr
+    snapshot = cache / ("models--" + SD15.replace("/", "--"))
+    for link in (snapshot / "snapshots").rglob("*"):
+        assert cache in Path(os.path.realpath(link)).parents, link  # every file of the snapshot lies in the cache
+
+
+def test_a_small_file_whose_bytes_do_not_match_its_hash_is_refused_and_named(fake_hub: FakeHub,
+                                                                            tmp_path: Path) -> None:
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo(weights=3000)
+    repo["unet/config.json"] = b'{"sample_size": 64}'
+    fake_hub.tampered["unet/config.json"] = b'{"sample_size": 65}'  # as long, another hash
+    env = _env(fake_hub, tmp_path)
+    cache = Path(env["HF_HUB_CACHE"])
+    out = _download(env, SD15)
+    assert out.returncode == 1
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert "unet/config.json" in line and "does not match the hash the hub announced" in line
+    assert "HF_ENDPOINT" in line and "Traceback" not in out.stderr
+    assert _outside_cache(tmp_path, cache) == []
+    # Nothing with the wrong bytes is left where the trainer would load it.
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.read_bytes() == b'{"sample_size": 65}']
+
+
+def test_weights_whose_bytes_do_not_match_the_announced_sha256_are_refused(fake_hub: FakeHub, tmp_path: Path) -> None:
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo(weights=3000)
+    name = "unet/diffusion_pytorch_model.safetensors"  # kept in LFS: announced by its sha256
+    fake_hub.tampered[name] = bytes(len(repo[name]))
+    env = _env(fake_hub, tmp_path)
+    out = _download(env, SD15)
+    assert out.returncode == 1
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert name in line and "sha256" in line
+    assert not [p for p in Path(env["HF_HUB_CACHE"]).rglob("*") if p.is_file() and p.read_bytes() == bytes(len(repo[name]))]
+
+
+def test_a_snapshot_link_an_earlier_download_left_outside_the_cache_is_refused(fake_hub: FakeHub,
+                                                                               tmp_path: Path) -> None:
+    fake_hub.repos[SD15] = tiny_sd15_repo(weights=3000)
+    env = _env(fake_hub, tmp_path)
+    snapshot = Path(env["HF_HUB_CACHE"]) / ("models--" + SD15.replace("/", "--")) / "snapshots" / COMMIT
+    (snapshot / "unet").mkdir(parents=True)
+    planted = tmp_path / "planted.safetensors"  # what a hub's second answer once wrote beside the cache
+    planted.write_bytes(b"not the model")
+    (snapshot / "unet" / "extra.safetensors").symlink_to(planted)
+    out = _download(env, SD15)
+    assert out.returncode == 1
+    (line,) = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert f"unet/extra.safetensors links outside the cache folder {snapshot.parents[1]}, to {planted}" in line
+    assert f"delete the cache folder {snapshot.parents[1]} and run the download again" in line
+    assert "HF_ENDPOINT" in line

@@ -93,6 +93,23 @@ def test_a_local_looking_base_is_never_offered_as_a_download(tmp_path: Path, hub
         assert problem.download is None and "does not exist" in problem.message, base
 
 
+def test_a_cached_model_whose_weights_link_outside_the_cache_is_not_trained(tmp_path: Path, hub_cache: Path) -> None:
+    snapshot = _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    planted = tmp_path / "planted.safetensors"  # what a hostile hub's answer once wrote beside the cache
+    planted.write_bytes(b"not the model")
+    (snapshot / "unet" / "diffusion_pytorch_model.safetensors").symlink_to(planted)
+    config, root = _project(tmp_path)
+    storage = snapshot.parents[1]
+    assert _lines(config, root) == [
+        f"The cached {HUB_ID} cannot be trusted: unet/diffusion_pytorch_model.safetensors links outside the cache "
+        f"folder {storage}, to {planted}. Delete the cache folder {storage} and download the model again; if it "
+        "comes back the same way, check HF_ENDPOINT and the network's proxy."]
+    (snapshot / "unet" / "diffusion_pytorch_model.safetensors").unlink()
+    (storage / "refs" / "main").write_text("../../../elsewhere")  # a ref that names a folder outside
+    (tmp_path / "elsewhere").mkdir()
+    assert _lines(config, root)[0].startswith(f"Base model {HUB_ID} is not on this machine")
+
+
 def test_a_partly_downloaded_model_names_what_it_lacks(tmp_path: Path, hub_cache: Path) -> None:
     _cache_model(hub_cache, HUB_ID, ("unet", "tokenizer", "scheduler"))
     config, root = _project(tmp_path)

@@ -47,12 +47,26 @@ def test_machines_are_kept_in_the_user_config_folder_and_read_back(key: Path) ->
     ({"detach": "systemd"}, "detach 'systemd' must be one of auto, tmux, screen, nohup"),
     ({"env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwx"}}, "env.HF_TOKEN look like a password or token"),
     ({"env": {"NOTE": "sk-abcdefghijklmnopqrstuvwxyz"}}, "env.NOTE look like a password or token"),
+    # Secrets under other names, with values no pattern knows.
+    ({"env": {"WANDB_KEY": "0123abcd"}}, "env.WANDB_KEY look like a password or token"),
+    ({"env": {"OPENAI_API_KEY": "plain"}}, "env.OPENAI_API_KEY look like a password or token"),
+    ({"env": {"GITLAB_TOKEN": "plain"}}, "env.GITLAB_TOKEN look like a password or token"),
+    ({"env": {"S3_SECRET": "plain"}}, "env.S3_SECRET look like a password or token"),
+    ({"env": {"DB_PASSWORD": "hunter2"}}, "env.DB_PASSWORD look like a password or token"),
+    ({"env": {"DB_PASS": "hunter2", "HF_HOME": "/workspace/hf"}}, r"env.DB_PASS look like a password or token; "),
 ])
 def test_a_wrong_field_is_refused_with_its_name_and_what_to_do(change: dict[str, object], message: str) -> None:
     fields = {"name": "box", "host": "example.org", **change}
     with pytest.raises(MachineError, match=message):
         save_machine(RemoteMachine(**fields))  # type: ignore[arg-type]
     assert not machines_path().exists()  # nothing written
+
+
+def test_settings_that_only_mention_tokens_or_keys_are_no_secrets() -> None:
+    from studio.core.export.bundle_files import find_secrets
+
+    env = {"HF_HOME": "/workspace/hf", "WANDB_PROJECT": "shapes", "KEYBOARD": "us", "HF_HUB_ENABLE_HF_TRANSFER": "1"}
+    assert find_secrets({"env": env, "dataset": {"keep_tokens": 2}, "sampling": {"max_tokens": 77}}) == []
 
 
 def test_a_public_key_or_a_missing_key_file_is_refused(key: Path, tmp_path: Path) -> None:

@@ -88,3 +88,25 @@ def test_a_lock_written_on_another_machine_names_it(run_dir: Path) -> None:
             RunLock(run_dir).acquire()
     finally:
         held.release()
+
+
+def test_a_lock_taken_a_moment_ago_names_its_holder_not_an_unknown_machine(run_dir: Path) -> None:
+    import json
+    import threading
+
+    fcntl = pytest.importorskip("fcntl")  # POSIX: the lock taken by hand as a trainer takes it
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # taken; its holder writes who it is a moment later
+
+    def write_name() -> None:
+        time.sleep(0.1)
+        os.write(fd, json.dumps({"pid": 4242, "host": "box", "started": time.time()}).encode())
+
+    writer = threading.Thread(target=write_name)
+    writer.start()
+    try:
+        with pytest.raises(RunLockedError, match="process 4242 on box"):
+            RunLock(run_dir).acquire()
+    finally:
+        writer.join()
+        os.close(fd)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,8 +66,8 @@ def test_running_item_becomes_interrupted_after_app_crash(tmp_path: Path, config
     got = after.get(item.id)
     assert got.state == "interrupted" and got.resumable and got.run_dir.endswith("r1")
     assert "resume" in got.message
-    with pytest.raises(QueueError, match="is running"):
-        q.remove(item.id)  # the old object still believes it runs
+    q.remove(item.id)  # the old object reads the file first: the item is interrupted there, not running
+    assert RunQueue(tmp_path).items == []
 
 
 def test_damaged_queue_file_is_kept_aside(tmp_path: Path) -> None:
@@ -72,3 +75,69 @@ def test_damaged_queue_file_is_kept_aside(tmp_path: Path) -> None:
     q = RunQueue(tmp_path)
     assert q.items == []
     assert (tmp_path / "queue.json.damaged").read_text() == "{ not json"
+
+
+_ADDER = """
+import sys, time
+from pathlib import Path
+from studio.core.runs.queue import RunQueue
+root, gate, config, count = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+queue = RunQueue(root)  # the window opened the project before the other one added anything
+print("ready", flush=True)
+while not gate.exists():
+    time.sleep(0.002)
+for _ in range(count):
+    queue.add(config)
+"""
+
+
+def test_two_windows_adding_at_once_keep_every_item(tmp_path: Path) -> None:
+    configs = []
+    for name in ("left.toml", "right.toml"):
+        (tmp_path / name).write_text("schema_version = 1\n")
+        configs.append(tmp_path / name)
+    gate = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    adders = [subprocess.Popen([sys.executable, "-c", _ADDER, str(tmp_path), str(gate), str(config), "15"], env=env,
+                               stdout=subprocess.PIPE, text=True) for config in configs]
+    for adder in adders:
+        assert adder.stdout is not None and adder.stdout.readline().strip() == "ready"
+    gate.touch()
+    for adder in adders:
+        adder.communicate(timeout=60)
+        assert adder.returncode == 0
+    names = [item.name for item in RunQueue(tmp_path).items]
+    assert (names.count("left.toml"), names.count("right.toml")) == (15, 15)
+
+
+def test_a_second_process_cannot_claim_while_the_first_runs_the_queue(tmp_path: Path, configs: list[Path]) -> None:
+    first = RunQueue(tmp_path)
+    for path in configs:
+        first.add(path)
+    claimed = first.claim_next(by_hand=True)
+    assert claimed is not None and claimed.name == "a.toml"
+    script = ("import sys\nfrom studio.core.runs.queue import QueueBusyError, RunQueue\nq = RunQueue(sys.argv[1])\n"
+              "print([i.state for i in q.items])\ntry:\n    q.claim_next(by_hand=True)\n"
+              "except QueueBusyError as exc:\n    print(exc)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=60)
+    states, message = out.stdout.splitlines()
+    assert states == "['running', 'pending', 'pending']"  # it sees the first one's queue, the item still running
+    assert f"runs in another studio window, process {os.getpid()} on" in message
+    first.release_runner()
+    again = RunQueue(tmp_path)
+    assert [i.state for i in again.items] == ["pending", "pending", "pending"]  # claimed, never started: pending
+
+
+def test_an_item_whose_trainer_still_runs_is_not_marked_interrupted(tmp_path: Path, configs: list[Path]) -> None:
+    from studio.core.runs.lock import RunLock
+
+    q = RunQueue(tmp_path)
+    item = q.add(configs[0])
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    q.mark_running(item.id, run_dir)
+    with RunLock(run_dir):  # the window closed with "keep running": its trainer goes on
+        assert RunQueue(tmp_path).get(item.id).state == "running"
+    assert RunQueue(tmp_path).get(item.id).state == "interrupted"

@@ -1,0 +1,79 @@
+"""Two studio windows on one project: the queue runs in one of them, each item trains once, no item is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import save_config
+from studio.core.runs.hold import HOLD_ENV, release_file
+from studio.core.runs.queue import RunQueue
+from tests.gui.conftest import make_project
+
+ROOT = Path(__file__).resolve().parents[3]
+WINDOW = ROOT / "tests" / "fixtures" / "queue_window.py"
+RUN_NAME = re.compile(r"^\d{8}-\d{6}-(?P<name>[a-z]+)(-\d+)?$")
+
+
+def test_start_queue_in_two_windows_trains_each_item_once(tmp_path: Path, config: TrainConfig) -> None:
+    make_project(tmp_path, config)
+    queue = RunQueue(tmp_path)
+    for name in ("a", "b", "c"):
+        path = tmp_path / f"{name}.toml"
+        save_config(config.model_copy(update={"output": config.output.model_copy(update={"name": name})}), path)
+        queue.add(path)
+    gate = tmp_path / "press-start"
+    # Every run waits after step 1 until released: the first window's run still goes on when the other presses.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+           "QT_QPA_PLATFORM": "offscreen", HOLD_ENV: "1"}
+    windows = [subprocess.Popen([sys.executable, str(WINDOW), str(tmp_path), str(gate)], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    for window in windows:
+        assert window.stdout is not None and window.stdout.readline().strip() == "ready"
+    gate.touch()  # both press Start queue now
+    for window in windows:
+        assert window.stdout is not None and window.stdout.readline().strip() == "pressed"
+    while any(window.poll() is None for window in windows):  # both have pressed: let every run go on
+        for run in (tmp_path / "runs").glob("*-*"):
+            release_file(run, 1).touch()
+        time.sleep(0.05)
+    said = []
+    for window in windows:
+        out, err = window.communicate(timeout=60)
+        assert window.returncode == 0, err
+        said.append(json.loads(out.splitlines()[-1]))
+    runs = sorted(RUN_NAME.match(p.name)["name"] for p in (tmp_path / "runs").iterdir())  # type: ignore[index]
+    assert runs == ["a", "b", "c"]  # each item trained once, not once per window
+    assert sorted(len(s["started"]) for s in said) == [0, 3]
+    (other,) = [s for s in said if not s["started"]]
+    (runner,) = [w for w, s in zip(windows, said, strict=True) if s["started"]]
+    (message,) = other["messages"]
+    assert message.startswith(f"The queue of {tmp_path.name} runs in another studio window, process {runner.pid} "
+                              f"on {socket.gethostname()} (since ")
+    assert message.endswith("Stop it there (Stop after current) or close that window, then press Start queue here.")
+    assert [i.state for i in RunQueue(tmp_path).items] == ["completed"] * 3
+
+
+def test_the_queue_list_follows_what_another_window_adds(qtbot: QtBot, tmp_path: Path, config: TrainConfig) -> None:
+    from studio.gui.runner.run_controller import RunController
+    from studio.gui.runs.queue import QueuePanel
+
+    make_project(tmp_path, config)
+    controller = RunController()
+    controller.set_project_root(tmp_path)
+    panel = QueuePanel(controller)
+    qtbot.addWidget(panel)
+    other_window = RunQueue(tmp_path)
+    other_window.add(tmp_path / "studio.toml")
+    qtbot.waitUntil(lambda: panel.list.count() == 1, timeout=5000)
+    assert panel.list.item(0).text() == f"{tmp_path.name}/studio.toml — pending"
+    controller.shutdown()
