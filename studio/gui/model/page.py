@@ -42,6 +42,7 @@ from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
+from studio.gui.model.preset_size import ask_size_switch, size_switch, switch_status
 from studio.gui.model.presets import PresetList
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
@@ -293,14 +294,23 @@ class ModelPage(Page):
         self.apply_config_changes({key: value})
 
     def choose_preset(self, preset: Preset) -> None:
+        """Use `preset`; one made for another size of the project's family (the [klein] 9B on a 4B project)
+        asks first whether the base model follows it."""
         try:
             config = apply_preset(self.config, preset)
+            resolved: TrainConfig = self.context.resolved_config(self.config)
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
+        switch = size_switch(preset, self.config, resolved)
+        switched = switch is not None and ask_size_switch(self, preset, switch)
+        if switched is None:
+            return
+        if switch is not None and switched:
+            config = apply_changes(config, {"model.base": switch.new_base})
         self.current_preset = preset
         self.adopt(config)
-        self.context.status(f"Preset: {preset.title}")
+        self.context.status(switch_status(preset, switch, switched) if switch else f"Preset: {preset.title}")
 
     # ------------------------------------------------------------ hardware and estimate
 

@@ -15,12 +15,13 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import ResolvedConfig
-from studio.core.config.presets import Preset, apply_preset
+from studio.core.config.presets import Preset
 from studio.core.estimate.batch_plan import plan_batch
 from studio.core.estimate.estimate import Fit, fit
 from studio.core.estimate.preset_estimate import (
     SAMPLE_EVERY_N_STEPS,
     PresetEstimate,
+    applied_at_its_size,
     estimate_preset,
 )
 from studio.core.families import FAMILY_NAMES
@@ -99,7 +100,7 @@ class PresetCard(QFrame):
         parts = "<br>".join(f"{p.label}: {p.mb / 1024:.2f} GB" for p in result.estimate.parts if p.mb > 0)
         self.estimate.setToolTip(f"Estimated on {where}, with sample images every "
                                  f"{config.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS} steps:<br>{parts}")
-        plan = plan_batch(config.varied(apply_preset(config, self.preset)), gpu)
+        plan = plan_batch(applied_at_its_size(self.preset, config), gpu)
         self.batch_badge.setText(plan.badge if plan else "")
         self.batch_badge.setToolTip(plan.describe().replace("; ", "\n") if plan else "")
 

@@ -1,0 +1,81 @@
+"""A preset made for one size of a family (FLUX.2 [klein] 9B) is estimated, and trained, at that size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton, QWidget
+
+from studio.core.config.presets import get_preset
+from studio.core.config.schema import TrainConfig
+from studio.core.config.toml_file import load_config
+from studio.core.estimate.fixes import apply_changes
+from studio.core.estimate.preset_estimate import estimate_preset
+from studio.core.project.folder import create_project
+from studio.gui.context import StudioContext
+from studio.gui.model.page import ModelPage
+from studio.gui.shell.application import make_settings
+from tests.gui.conftest import shut_down
+
+BASE_4B, BASE_9B = "black-forest-labs/FLUX.2-klein-base-4B", "black-forest-labs/FLUX.2-klein-base-9B"
+PRESET_9B = "flux2-klein-9b-lora-40gb"
+
+
+@pytest.fixture
+def klein_page(qtbot, tmp_path: Path) -> ModelPage:
+    root = tmp_path / "project"
+    (root / "images").mkdir(parents=True)
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": BASE_4B},
+                                         "dataset": {"concepts": [{"path": "images"}]}})
+    context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb")
+    context.set_project(create_project(root, config))
+    page = ModelPage(context)
+    qtbot.addWidget(page, before_close_func=shut_down)
+    qtbot.waitUntil(lambda: page.gpu is not None and page.estimate.estimate is not None, timeout=10000)
+    page.update_estimates()
+    return page
+
+
+def test_the_9b_card_on_a_4b_project_shows_the_9b_estimate(klein_page: ModelPage) -> None:
+    page = klein_page
+    card = page.findChild(QWidget, f"preset_card_{PRESET_9B}")
+    project = page.context.resolved_config(page.config)
+    on_9b = estimate_preset(get_preset(PRESET_9B), page.gpu, apply_changes(project, {"model.base": BASE_9B}))
+    assert card.findChild(QLabel, "preset_estimate").text() == (
+        f"promises 40 GB · estimated {on_9b.estimate.total_gb:.1f} GB with samples")
+    assert on_9b.estimate.total_gb > 20  # the 9B's weights: not the 4B's 11 GB
+    assert card.findChild(QLabel, "batch_badge").text() == "batch 1 fits"
+
+
+@pytest.mark.parametrize(("answer", "base"), [(QMessageBox.StandardButton.Yes, BASE_9B),
+                                              (QMessageBox.StandardButton.No, BASE_4B)])
+def test_using_the_9b_preset_asks_and_switches_the_base(klein_page: ModelPage, qtbot, monkeypatch,
+                                                          answer: QMessageBox.StandardButton, base: str) -> None:
+    page = klein_page
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "question", lambda _parent, title, text, *a, **k: asked.append(text) or answer)
+    messages: list[str] = []
+    page.context.sig_status.connect(messages.append)
+    qtbot.mouseClick(page.findChild(QPushButton, f"use_{PRESET_9B}"), Qt.MouseButton.LeftButton)
+    assert len(asked) == 1 and "made for the FLUX.2 [klein] 9B" in asked[0] and BASE_4B in asked[0]
+    saved = load_config(page.context.project.config_path)
+    assert (saved.model.base, saved.method.rank) == (base, 16)  # the preset's settings either way
+    assert page.base.text() == base
+    if base == BASE_9B:
+        assert f"Base model changed from {BASE_4B} to {BASE_9B}" in messages[-1]
+    else:
+        assert "on the 4B base" in messages[-1]
+
+
+def test_cancel_leaves_the_project_and_a_preset_of_its_size_asks_nothing(klein_page: ModelPage,
+                                                                          monkeypatch) -> None:
+    page = klein_page
+    before = page.context.project.config_path.read_text()
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Cancel)
+    page.choose_preset(get_preset(PRESET_9B))
+    assert page.context.project.config_path.read_text() == before and page.config.model.base == BASE_4B
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: pytest.fail("asked"))
+    page.choose_preset(get_preset("flux2-klein-4b-lora-24gb"))
+    assert load_config(page.context.project.config_path).model.base == BASE_4B
