@@ -42,11 +42,11 @@ from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
-from studio.gui.model.preset_size import ask_size_switch, size_switch, switch_status
 from studio.gui.model.presets import PresetList
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
 from studio.gui.widgets.model_library import ModelLibraryPanel
+from studio.gui.widgets.preset_size import ask_size_switch, size_switch, switch_status
 
 ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate
 

@@ -8,9 +8,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton, QWidget
 
-from studio.core.config.presets import get_preset
+from studio.core.config.presets import apply_preset, get_preset
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
+from studio.core.estimate.estimate import estimate_vram
 from studio.core.estimate.fixes import apply_changes
 from studio.core.estimate.preset_estimate import estimate_preset
 from studio.core.project.folder import create_project
@@ -79,3 +80,32 @@ def test_cancel_leaves_the_project_and_a_preset_of_its_size_asks_nothing(klein_p
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: pytest.fail("asked"))
     page.choose_preset(get_preset("flux2-klein-4b-lora-24gb"))
     assert load_config(page.context.project.config_path).model.base == BASE_4B
+
+
+def test_the_new_project_wizard_estimates_the_9b_preset_on_the_9b_and_asks(qtbot, tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    from PySide6.QtWidgets import QWizard
+
+    from studio.gui.project.wizard import NewProjectWizard
+
+    context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb")
+    wizard = NewProjectWizard(context)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "klein project"))
+    wizard.next()
+    wizard.model_page.choose(BASE_4B, "flux2-klein")
+    wizard.next()
+    presets = wizard.preset_page.list
+    row = next(i for i in range(presets.count()) if presets.item(i).data(Qt.ItemDataRole.UserRole).id == PRESET_9B)
+    project_9b = apply_changes(wizard.resolved_base_config(), {"model.base": BASE_9B})
+    on_9b = estimate_vram(project_9b.varied(apply_preset(project_9b, get_preset(PRESET_9B))), wizard.gpu)
+    assert on_9b.total_gb > 20 and presets.item(row).text().endswith(f"(about {on_9b.total_mb / 1024:.1f} GB)")
+    presets.setCurrentRow(row)
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda _parent, _title, text, *a, **k: asked.append(text) or QMessageBox.StandardButton.Yes)
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert len(asked) == 1 and "made for the FLUX.2 [klein] 9B" in asked[0]
+    assert wizard.project.load_config().model.base == BASE_9B

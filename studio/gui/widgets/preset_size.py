@@ -1,5 +1,5 @@
-"""A preset made for one size of a family (FLUX.2 [klein] 9B) chosen on a project of another size: the
-base model follows the preset once the person says so, and the status line says what changed."""
+"""A preset made for one size of a family (FLUX.2 [klein] 9B) chosen for a project of another size: the
+base model follows the preset once the person says so (Model & Preset, the New Project wizard)."""
 
 from __future__ import annotations
 
