@@ -59,7 +59,7 @@ class BaseModelCheck:
             return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
         if info.family != family:
             return (f"✗ {path.name} is {info.a_label} ({family_title(info.family)}), but the family is "
-                    f"{family_title(family)}: set the family to {info.family}, or choose another model.")
+                    f"{family_title(family)}: set the family to {family_title(info.family)}, or choose another model.")
         text = f"✓ {info.label}: {path}"
         if not info.offline:
             text += " (its pipeline configs come from the Hugging Face hub: it needs the internet once)"
@@ -73,7 +73,7 @@ class BaseModelCheck:
         if known is not None and known.family != family:
             return (f"✗ {base} is an {family_title(known.family)} model, but the family is "
                     f"{family_title(family)}: choose an {family_title(family)} model "
-                    f"(the list below), or set the family back to {known.family}.")
+                    f"(the list below), or set the family back to {family_title(known.family)}.")
         parts = base.split("/")
         if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
             snapshot = cached_snapshot(base, model.revision)

@@ -164,8 +164,8 @@ class ModelPage(Page):
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Base model</b>"))
         self.family = named(QComboBox(), "model_family")
-        for family in FAMILY_NAMES:
-            self.family.addItem(family, family)
+        for family in FAMILY_NAMES:  # the declaration's name shown, its id stored (studio.toml's model.family)
+            self.family.addItem(family_title(family), family)
         self.family.activated.connect(lambda _i: self.choose_family(str(self.family.currentData())))
         row.addWidget(self.family)
         self.base = named(QLineEdit(), "model_base")

@@ -25,9 +25,11 @@ from studio.core.estimate.preset_estimate import (
     estimate_preset,
 )
 from studio.core.families import FAMILY_NAMES
+from studio.core.families import title as family_title
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 
+METHOD_TITLES = {"lora": "LoRA", "dreambooth": "DreamBooth"}
 BADGES: dict[str, tuple[str, str]] = {
     "fits": ("Fits", "#2e7d32"),
     "tight": ("Tight", "#ef6c00"),
@@ -115,10 +117,12 @@ class PresetList(QWidget):
         filters = QHBoxLayout()
         self.family = named(QComboBox(), "preset_family")
         self.method = named(QComboBox(), "preset_method")
-        for combo, values in ((self.family, FAMILY_NAMES), (self.method, ("lora", "dreambooth"))):
+        # The families' and methods' names shown, their ids stored.
+        for combo, values in ((self.family, {name: family_title(name) for name in FAMILY_NAMES}),
+                              (self.method, METHOD_TITLES)):
             combo.addItem("all", None)
-            for v in values:
-                combo.addItem(v, v)
+            for value, shown in values.items():
+                combo.addItem(shown, value)
             combo.currentIndexChanged.connect(lambda _i: self._filter())
             filters.addWidget(combo)
         filters.addStretch(1)
