@@ -1,4 +1,4 @@
-"""A setting that holds several of a fixed set of choices (output.log_to, output.formats): one box each."""
+"""A setting that holds several of a fixed set of choices (output.log_to): one box each."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QWidget
 
 # How a choice reads on its box where the stored word is not what people call it.
-CHOICE_TITLES = {"tensorboard": "TensorBoard", "wandb": "Weights & Biases", "single_file": "single file"}
+CHOICE_TITLES = {"tensorboard": "TensorBoard", "wandb": "Weights & Biases"}
 
 
 class ChoiceSet(QWidget):

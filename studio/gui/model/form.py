@@ -124,8 +124,13 @@ class SchemaSpinBox(QSpinBox):
         self.setValue(min(max(self.value() + steps * self.singleStep(), self.low), self.high))
 
 
+# Lists of fixed choices the form edits, one box per choice. output.formats stays in the TOML: what each
+# format means depends on the method (a LoRA is written whatever it says), which boxes would not tell.
+CHOICE_SETS = {("output", "log_to")}
+
+
 def is_choice_set(kind: Any) -> bool:
-    """A list of fixed choices (output.log_to): edited as one box per choice."""
+    """A list of fixed choices (output.log_to)."""
     args = typing.get_args(kind)
     return typing.get_origin(kind) is list and len(args) == 1 and typing.get_origin(args[0]) is Literal
 
@@ -136,7 +141,7 @@ def fields_of(section: str) -> list[tuple[str, FieldInfo, Any, bool]]:
     out = []
     for name, field in model.model_fields.items():
         kind, optional = _unwrap_optional(field.annotation)
-        if (section, name) in SKIPPED or (typing.get_origin(kind) is list and not is_choice_set(kind)):
+        if (section, name) in SKIPPED or (typing.get_origin(kind) is list and (section, name) not in CHOICE_SETS):
             continue
         if kind in (bool, int, float, str) or typing.get_origin(kind) is Literal or is_choice_set(kind):
             out.append((name, field, kind, optional))

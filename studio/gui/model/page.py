@@ -138,7 +138,7 @@ class ModelPage(Page):
         context.sig_config_changed.connect(self._on_context_config)
         # The demo's tiny model is built after the page may have read its empty folder (the first start);
         # "Look again" is the person saying a model was copied in: both read the base model again.
-        context.sig_demo_model_built.connect(lambda built: self.read_base_again() if built else None)
+        context.sig_demo_model_built.connect(self._on_demo_model_built)
         self.library.rescan_button.clicked.connect(self.read_base_again)
         context.unsaved_edits.append(
             lambda: "values refused in the settings form" if self.form.has_invalid() else "")
@@ -233,6 +233,10 @@ class ModelPage(Page):
         self.base_status.setText(self.base_check.status(self.config.model))
         self._estimate_timer.start()
 
+    def _on_demo_model_built(self, built: bool) -> None:
+        if built:
+            self.read_base_again()
+
     # ------------------------------------------------------------ config flow
 
     def _show_config(self, keep_refused: bool = True) -> None:
@@ -298,10 +302,13 @@ class ModelPage(Page):
         asks first whether the base model follows it."""
         try:
             config = apply_preset(self.config, preset)
-            resolved: TrainConfig = self.context.resolved_config(self.config)
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
+        try:
+            resolved: TrainConfig = self.context.resolved_config(self.config)
+        except ConfigError:  # the estimate panel names the path; the base is then read by its name
+            resolved = self.config
         switch = size_switch(preset, self.config, resolved)
         switched = switch is not None and ask_size_switch(self, preset, switch)
         if switched is None:
