@@ -46,7 +46,7 @@ from studio.gui.model.presets import PresetList
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
 from studio.gui.widgets.model_library import ModelLibraryPanel
-from studio.gui.widgets.preset_size import ask_size_switch, size_switch, switch_status
+from studio.gui.widgets.preset_size import ask_size_switch, followed_base, size_switch, switch_status
 
 ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate
 
@@ -299,7 +299,8 @@ class ModelPage(Page):
 
     def choose_preset(self, preset: Preset) -> None:
         """Use `preset`; one made for another size of the project's family (the [klein] 9B on a 4B project)
-        asks first whether the base model follows it."""
+        asks first whether the base model follows it; one of another family brings its base in place of
+        the old family's default."""
         try:
             config = apply_preset(self.config, preset)
         except ConfigError as exc:
@@ -313,11 +314,16 @@ class ModelPage(Page):
         switched = switch is not None and ask_size_switch(self, preset, switch)
         if switched is None:
             return
+        status = switch_status(preset, switch, switched) if switch else f"Preset: {preset.title}"
+        follow = followed_base(preset, self.config, resolved)
         if switch is not None and switched:
             config = apply_changes(config, {"model.base": switch.new_base})
+        elif follow is not None:
+            config = apply_changes(config, {"model.base": follow})
+            status += f". Base model: {follow}, the {family_title(preset.family)} base for this preset."
         self.current_preset = preset
         self.adopt(config)
-        self.context.status(switch_status(preset, switch, switched) if switch else f"Preset: {preset.title}")
+        self.context.status(status)
 
     # ------------------------------------------------------------ hardware and estimate
 

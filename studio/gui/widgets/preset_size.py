@@ -11,6 +11,7 @@ from studio.core.config.presets import Preset, preset_size, size_base_for
 from studio.core.config.schema import TrainConfig
 from studio.core.families import family
 from studio.core.families import title as family_title
+from studio.core.models.known import default_base
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,15 @@ def size_switch(preset: Preset, config: TrainConfig, resolved: TrainConfig) -> S
         return None
     return SizeSwitch(config.model.base, new_base, spec.size_of(resolved.model.base).upper(),
                       str(preset_size(preset)).upper())
+
+
+def followed_base(preset: Preset, config: TrainConfig, resolved: TrainConfig) -> str | None:
+    """The base a preset of another family brings when the project's base is its family's default (nothing
+    the person chose): that family's default, or the preset's size's; None otherwise."""
+    old = config.model
+    if preset.family == old.family or old.base != default_base(old.family):
+        return None
+    return size_base_for(preset, resolved) or default_base(preset.family)
 
 
 def ask_size_switch(parent: QWidget, preset: Preset, switch: SizeSwitch) -> bool | None:

@@ -109,3 +109,19 @@ def test_the_new_project_wizard_estimates_the_9b_preset_on_the_9b_and_asks(qtbot
         wizard.button(QWizard.WizardButton.FinishButton).click()
     assert len(asked) == 1 and "made for the FLUX.2 [klein] 9B" in asked[0]
     assert wizard.project.load_config().model.base == BASE_9B
+
+
+def test_a_preset_of_another_family_brings_its_base_in_place_of_the_default(qtbot, tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb")
+    context.set_project(create_project(tmp_path / "project"))  # SD 1.5, its default base
+    page = ModelPage(context)
+    qtbot.addWidget(page, before_close_func=shut_down)
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: pytest.fail("asked"))
+    messages: list[str] = []
+    context.sig_status.connect(messages.append)
+    page.choose_preset(get_preset(PRESET_9B))
+    saved = load_config(context.project.config_path)
+    assert (saved.model.family, saved.model.base) == ("flux2-klein", BASE_9B)
+    assert f"Base model: {BASE_9B}" in messages[-1]
+    assert page.findChild(QLabel, "model_base_status").text().startswith("Hub id " + BASE_9B)
