@@ -1,5 +1,6 @@
-"""A preset made for one size of a family (FLUX.2 [klein] 9B) chosen for a project of another size: the
-base model follows the preset once the person says so (Model & Preset, the New Project wizard)."""
+"""The base model a chosen preset trains (Model & Preset, the New Project wizard): a preset made for one
+size of a family (FLUX.2 [klein] 9B) on a project of another size switches the base once the person says so;
+a preset of another family brings its base in place of the old family's default."""
 
 from __future__ import annotations
 
