@@ -209,11 +209,11 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     root.mkdir(parents=True, exist_ok=True)
     config, full = run_config(preset, model, root, steps, dry_run)
     if dry_run:  # the full-size preset's estimate: a tiny model would be estimated at its own size
+        from studio.core.config.presets import preset_size
         from studio.core.families import family
 
-        sizes = family(preset.family).size_bases
-        size = next((size for size in sizes if size in preset.id.split("-")), None)
-        base = sizes[size] if size else default_base(preset.family)
+        size = preset_size(preset)
+        base = family(preset.family).size_bases[size] if size else default_base(preset.family)
         full = apply_changes(full, {"model.base": base})
     estimate = estimate_vram(resolve_paths(full, root), gpu)
     row = Row(preset.id, preset.family, preset.min_vram_gb, round(estimate.total_gb, 2), status="running",

@@ -57,4 +57,4 @@ def test_a_missing_logger_says_how_to_install_it(make_config: Callable[..., Trai
     code, run_dir = run_training(config, tmp_path)
     assert code == 1
     error = next(e for e in events_of(run_dir) if isinstance(e, Error))
-    assert error.kind == "config" and "pip install 'studio[logging]'" in error.message
+    assert error.kind == "config" and "pip install 'sd-training-studio[logging]'" in error.message

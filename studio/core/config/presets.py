@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.schema import Family, MethodKind, TrainConfig
 from studio.core.config.toml_file import config_to_data, parse_toml, validate_data
-from studio.core.families import FAMILY_NAMES
+from studio.core.families import FAMILY_NAMES, family
 from studio.core.files import atomic_write_text
 from studio.core.resources import app_root
 from studio.core.user_dirs import config_dir
@@ -223,6 +223,25 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
     if preset.gpus > 1:
         data.setdefault("launch", {})["num_processes"] = preset.gpus
     return validate_data(data, f"preset {preset.id}")
+
+
+def preset_size(preset: Preset) -> str | None:
+    """The size a preset is made for in a family of several sizes, as its id names it ("9b" for
+    flux2-klein-9b-lora-40gb); None for a family of one size or an id that names none."""
+    sizes = family(preset.family).size_bases
+    return next((size for size in sizes if size in preset.id.split("-")), None)
+
+
+def size_base_for(preset: Preset, config: TrainConfig) -> str | None:
+    """The hub base of the preset's size when `config` (its paths resolved: a model folder is read) trains
+    another size or another family; None when it trains that size already or the preset names no size."""
+    size = preset_size(preset)
+    spec = family(preset.family)
+    if size is None or spec.size_of is None:
+        return None
+    if config.model.family == preset.family and spec.size_of(config.model.base) == size:
+        return None
+    return spec.size_bases[size]
 
 
 def preset_delta(config: TrainConfig) -> dict[str, Any]:

@@ -310,7 +310,8 @@ class OutputSection(Section):
     save_precision: WeightDtype = Field(default="fp16", description="Precision of the saved weights.")
     log_to: list[Literal["tensorboard", "wandb"]] = Field(
         default_factory=list, description="Also log loss, learning rate, validation loss and samples to "
-        "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network).")
+        "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network). "
+        "Needs `pip install 'sd-training-studio[logging]'` in the training environment.")
 
 
 class LaunchSection(Section):

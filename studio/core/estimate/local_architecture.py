@@ -68,6 +68,12 @@ def local_architecture(arch: dict[str, Any], base: str) -> dict[str, Any]:
     return _scaled(arch, counted, folder.name)
 
 
+def forget_local_architectures() -> None:
+    """Count the model folders' weights again next time: the counts are remembered by the time of
+    model_index.json, which a model rebuilt or copied in place may keep."""
+    _component_params.cache_clear()
+
+
 @lru_cache(maxsize=32)
 def _component_params(folder: str, stamp: int, names: tuple[str, ...]) -> dict[str, int]:
     found: dict[str, int] = {}

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
-from studio.core.config.presets import Preset, apply_preset
+from studio.core.config.presets import Preset, apply_preset, preset_size, size_base_for
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import VramEstimate, estimate_vram
+from studio.core.estimate.fixes import apply_changes
 from studio.core.families import family
 from studio.core.hardware.report import GPUInfo
 
@@ -27,14 +28,22 @@ def placeholder_project(family: str, base_model: str = "base-model") -> Resolved
                                                      "dataset": {"concepts": [{"path": "images"}]}}), NO_FOLDER)
 
 
+def applied_at_its_size(preset: Preset, project: ResolvedConfig) -> ResolvedConfig:
+    """`preset` applied to `project`, on the preset's own size of its family when the project trains another:
+    a 9B preset is estimated on the 9B whatever the project's base (raises ConfigError)."""
+    config = apply_preset(project, preset)
+    base = size_base_for(preset, project)
+    return project.varied(apply_changes(config, {"model.base": base}) if base is not None else config)
+
+
 def preset_config(preset: Preset, project: ResolvedConfig | None = None) -> ResolvedConfig:
     """`preset` applied to `project` (or a placeholder), with sample images on (raises ConfigError)."""
     base = project
     if base is None:
         sizes = family(preset.family).size_bases  # a family of several sizes: the one the preset's id names
-        size = next((size for size in sizes if size in preset.id.split("-")), next(iter(sizes), None))
+        size = preset_size(preset) or next(iter(sizes), None)
         base = placeholder_project(preset.family, *([sizes[size]] if size is not None else []))
-    config = apply_preset(base, preset)
+    config = applied_at_its_size(preset, base)
     sampling = config.sampling
     every = sampling.every_n_steps or base.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS
     prompts = sampling.prompts or [SAMPLE_PROMPT]

@@ -11,7 +11,9 @@ from typing import Protocol
 from studio.core.runs.events import Event, RunFinished, RunStarted, Sample, Step, Validation
 
 LOSS, LR, VALIDATION = "train/loss", "train/lr", "validation/loss"
-# What `pip install` needs for each logger: the studio's extra, or the package alone.
+# What `pip install` needs for each logger: the studio's extra (under its distribution name: "studio" on
+# the package index is another project), or the package alone.
+LOGGING_EXTRA = "sd-training-studio[logging]"
 INSTALL = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
@@ -54,7 +56,7 @@ class MissingLogger(RuntimeError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"the {INSTALL[name]} package is not installed in this Python environment; install it "
-                         f"with `pip install 'studio[logging]'` (or `pip install {INSTALL[name]}`)")
+                         f"with `pip install '{LOGGING_EXTRA}'` (or `pip install {INSTALL[name]}`)")
         self.name = name
 
 

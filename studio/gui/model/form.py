@@ -26,6 +26,7 @@ from studio.core.config.errors import ConfigIssue
 from studio.core.config.schema import TrainConfig
 from studio.core.families import conditional_keys, declaration_of
 from studio.gui.base.names import named
+from studio.gui.model.choice_set import ChoiceSet
 
 SECTIONS = ("model", "method", "dataset", "training", "sampling", "output")
 # The key settings of a preset; everything else scalar is "advanced".
@@ -36,7 +37,7 @@ KEY_FIELDS: dict[str, tuple[str, ...]] = {
     "training": ("batch_size", "gradient_accumulation", "epochs", "max_steps", "learning_rate", "optimizer",
                  "mixed_precision", "gradient_checkpointing", "cache_latents", "cache_text_embeddings", "ema"),
     "sampling": ("every_n_steps",),
-    "output": ("name", "save_every_n_steps"),
+    "output": ("name", "save_every_n_steps", "log_to"),
 }
 # base and family: chosen by the model picker and the presets; allow_pickle: only by hand, in the TOML
 SKIPPED = {("model", "base"), ("model", "family"), ("model", "allow_pickle")}
@@ -123,15 +124,26 @@ class SchemaSpinBox(QSpinBox):
         self.setValue(min(max(self.value() + steps * self.singleStep(), self.low), self.high))
 
 
+# Lists of fixed choices the form edits, one box per choice. output.formats stays in the TOML: what each
+# format means depends on the method (a LoRA is written whatever it says), which boxes would not tell.
+CHOICE_SETS = {("output", "log_to")}
+
+
+def is_choice_set(kind: Any) -> bool:
+    """A list of fixed choices (output.log_to)."""
+    args = typing.get_args(kind)
+    return typing.get_origin(kind) is list and len(args) == 1 and typing.get_origin(args[0]) is Literal
+
+
 def fields_of(section: str) -> list[tuple[str, FieldInfo, Any, bool]]:
-    """(name, field, type, optional) of the scalar fields a form can edit."""
+    """(name, field, type, optional) of the fields a form can edit: scalars and sets of fixed choices."""
     model: type[BaseModel] = typing.cast(type[BaseModel], _section_model(section))
     out = []
     for name, field in model.model_fields.items():
         kind, optional = _unwrap_optional(field.annotation)
-        if (section, name) in SKIPPED or typing.get_origin(kind) is list:
+        if (section, name) in SKIPPED or (typing.get_origin(kind) is list and (section, name) not in CHOICE_SETS):
             continue
-        if kind in (bool, int, float, str) or typing.get_origin(kind) is Literal:
+        if kind in (bool, int, float, str) or typing.get_origin(kind) is Literal or is_choice_set(kind):
             out.append((name, field, kind, optional))
     return out
 
@@ -257,7 +269,12 @@ class ConfigForm(QWidget):
 
     def _editor(self, key: str, field: FieldInfo, kind: Any, optional: bool) -> QWidget:
         editor: QWidget
-        if kind is bool:
+        if is_choice_set(kind):
+            choices = ChoiceSet([str(c) for c in typing.get_args(typing.get_args(kind)[0])],
+                                "field_" + key.replace(".", "_"))
+            choices.sig_changed.connect(lambda chosen, k=key: self.sig_changed.emit(k, chosen))
+            editor = choices
+        elif kind is bool:
             box = QCheckBox()
             box.toggled.connect(lambda on, k=key: self.sig_changed.emit(k, on))
             editor = box
@@ -315,7 +332,9 @@ class ConfigForm(QWidget):
             value = getattr(getattr(config, section), name)
             editor.blockSignals(True)
             try:
-                if isinstance(editor, QCheckBox):
+                if isinstance(editor, ChoiceSet):
+                    editor.set_value(value)
+                elif isinstance(editor, QCheckBox):
                     editor.setChecked(bool(value))
                 elif isinstance(editor, QComboBox):
                     editor.setCurrentIndex(max(0, editor.findData(value)))
@@ -328,6 +347,8 @@ class ConfigForm(QWidget):
 
     def value_shown(self, key: str) -> Any:
         editor = self.editors[key]
+        if isinstance(editor, ChoiceSet):
+            return editor.value()
         if isinstance(editor, QCheckBox):
             return editor.isChecked()
         if isinstance(editor, QComboBox):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,14 @@ from studio.core.estimate.fixes import apply_changes
 from studio.core.families import FAMILY_NAMES
 from studio.core.families import title as family_title
 from studio.core.hardware.report import GPUInfo, HardwareReport
-from studio.core.models.files import ModelFileError, ModelInfo, detect_model
-from studio.core.models.hub_cache import cached_snapshot, missing_components
-from studio.core.models.known import default_base, find_known
+from studio.core.models.files import ModelInfo
+from studio.core.models.known import default_base
 from studio.core.project.folder import default_config
 from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.names import named
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
+from studio.gui.model.base_check import BaseModelCheck
 from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.form import ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
@@ -47,6 +46,7 @@ from studio.gui.model.presets import PresetList
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
 from studio.gui.widgets.model_library import ModelLibraryPanel
+from studio.gui.widgets.preset_size import ask_size_switch, followed_base, size_switch, switch_status
 
 ESTIMATE_DELAY_MS = 30  # coalesce a burst of edits into one estimate
 
@@ -80,7 +80,7 @@ class ModelPage(Page):
         self.gpu: GPUInfo | None = None
         self.gpu_count = 0
         self.current_preset: Preset | None = None
-        self._model_infos: dict[tuple[str, int, int], ModelInfo | ModelFileError] = {}
+        self.base_check = BaseModelCheck(context.project_path)
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
         self._estimate_timer.timeout.connect(self.update_estimates)
 
@@ -136,6 +136,10 @@ class ModelPage(Page):
         layout.addWidget(splitter, 1)
 
         context.sig_config_changed.connect(self._on_context_config)
+        # The demo's tiny model is built after the page may have read its empty folder (the first start);
+        # "Look again" is the person saying a model was copied in: both read the base model again.
+        context.sig_demo_model_built.connect(self._on_demo_model_built)
+        self.library.rescan_button.clicked.connect(self.read_base_again)
         context.unsaved_edits.append(
             lambda: "values refused in the settings form" if self.form.has_invalid() else "")
         self._show_config()
@@ -160,8 +164,8 @@ class ModelPage(Page):
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Base model</b>"))
         self.family = named(QComboBox(), "model_family")
-        for family in FAMILY_NAMES:
-            self.family.addItem(family, family)
+        for family in FAMILY_NAMES:  # the declaration's name shown, its id stored (studio.toml's model.family)
+            self.family.addItem(family_title(family), family)
         self.family.activated.connect(lambda _i: self.choose_family(str(self.family.currentData())))
         row.addWidget(self.family)
         self.base = named(QLineEdit(), "model_base")
@@ -208,7 +212,7 @@ class ModelPage(Page):
     def choose_base(self, base: str) -> None:
         """Take a picked model; when it shows another family than the config's, follow the model."""
         changes: dict[str, Any] = {"model.base": base}
-        info = self._model_info(self.context.project_path(base))
+        info = self.base_check.info(self.context.project_path(base))
         if isinstance(info, ModelInfo) and info.family and info.family != self.config.model.family:
             changes["model.family"] = info.family
         if self.apply_config_changes(changes) and "model.family" in changes:
@@ -222,54 +226,16 @@ class ModelPage(Page):
         if self.apply_config_changes(changes):
             self.context.status(f"Base model: {base}")
 
-    def _model_info(self, path: Path) -> ModelInfo | ModelFileError | None:
-        """What the model at `path` is, read once per version of the file (the header of a big checkpoint)."""
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        if key not in self._model_infos:
-            try:
-                self._model_infos[key] = detect_model(path)
-            except ModelFileError as exc:
-                self._model_infos[key] = exc
-        return self._model_infos[key]
+    def read_base_again(self) -> None:
+        """Forget what was read from the model folders and read the base model again: its status line
+        and the estimate follow a model built or copied in since."""
+        self.base_check.forget()
+        self.base_status.setText(self.base_check.status(self.config.model))
+        self._estimate_timer.start()
 
-    def _base_status(self, base: str) -> str:
-        path = self.context.project_path(base)
-        if path.is_dir() and not (path / "model_index.json").is_file():
-            return f"✗ {path} has no model_index.json: choose a diffusers model folder (with unet/, vae/, …)."
-        info = self._model_info(path)
-        if isinstance(info, ModelFileError):
-            return f"✗ {info}"
-        if info is None:
-            known = find_known(base)
-            family = self.config.model.family
-            if known is not None and known.family != family:
-                return (f"✗ {base} is an {family_title(known.family)} model, but the family is "
-                        f"{family_title(family)}: choose an {family_title(family)} model "
-                        f"(the list below), or set the family back to {known.family}.")
-            parts = base.split("/")
-            if len(parts) == 2 and all(parts) and not base.endswith((".safetensors", ".ckpt")):
-                snapshot = cached_snapshot(base, self.config.model.revision)
-                if snapshot is not None and not missing_components(snapshot):
-                    return f"✓ Hub id {base}: downloaded, it trains with no network."
-                return (f"Hub id {base}: not on this machine yet. Download it from the list below (or with "
-                        f"`studio-train download {shlex.quote(base)}`) before training.")
-            return f"✗ Not found: {path}. Choose a folder or file that exists."
-        if info.refused:
-            return f"✗ {path.name} is {info.a_label}: {info.refused}."
-        if info.family is None:
-            return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
-        family = self.config.model.family
-        if info.family != family:
-            return (f"✗ {path.name} is {info.a_label} ({family_title(info.family)}), but the family is "
-                    f"{family_title(family)}: set the family to {info.family}, or choose another model.")
-        text = f"✓ {info.label}: {path}"
-        if not info.offline:
-            text += " (its pipeline configs come from the Hugging Face hub: it needs the internet once)"
-        return text
+    def _on_demo_model_built(self, built: bool) -> None:
+        if built:
+            self.read_base_again()
 
     # ------------------------------------------------------------ config flow
 
@@ -277,7 +243,7 @@ class ModelPage(Page):
         self.form.set_config(self.config, keep_refused)
         self.base.setText(self.config.model.base)
         self.family.setCurrentIndex(self.family.findData(self.config.model.family))
-        self.base_status.setText(self._base_status(self.config.model.base))
+        self.base_status.setText(self.base_check.status(self.config.model))
         self.presets.set_family(self.config.model.family)
         self.library.set_family(self.config.model.family)
         self._estimate_timer.start()
@@ -332,14 +298,32 @@ class ModelPage(Page):
         self.apply_config_changes({key: value})
 
     def choose_preset(self, preset: Preset) -> None:
+        """Use `preset`; one made for another size of the project's family (the [klein] 9B on a 4B project)
+        asks first whether the base model follows it; one of another family brings its base in place of
+        the old family's default."""
         try:
             config = apply_preset(self.config, preset)
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
+        try:
+            resolved: TrainConfig = self.context.resolved_config(self.config)
+        except ConfigError:  # the estimate panel names the path; the base is then read by its name
+            resolved = self.config
+        switch = size_switch(preset, self.config, resolved)
+        switched = switch is not None and ask_size_switch(self, preset, switch)
+        if switched is None:
+            return
+        status = switch_status(preset, switch, switched) if switch else f"Preset: {preset.title}"
+        follow = followed_base(preset, self.config, resolved)
+        if switch is not None and switched:
+            config = apply_changes(config, {"model.base": switch.new_base})
+        elif follow is not None:
+            config = apply_changes(config, {"model.base": follow})
+            status += f". Base model: {follow}, the {family_title(preset.family)} base for this preset."
         self.current_preset = preset
         self.adopt(config)
-        self.context.status(f"Preset: {preset.title}")
+        self.context.status(status)
 
     # ------------------------------------------------------------ hardware and estimate
 

@@ -15,18 +15,21 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import ResolvedConfig
-from studio.core.config.presets import Preset, apply_preset
+from studio.core.config.presets import Preset
 from studio.core.estimate.batch_plan import plan_batch
 from studio.core.estimate.estimate import Fit, fit
 from studio.core.estimate.preset_estimate import (
     SAMPLE_EVERY_N_STEPS,
     PresetEstimate,
+    applied_at_its_size,
     estimate_preset,
 )
 from studio.core.families import FAMILY_NAMES
+from studio.core.families import title as family_title
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 
+METHOD_TITLES = {"lora": "LoRA", "dreambooth": "DreamBooth"}
 BADGES: dict[str, tuple[str, str]] = {
     "fits": ("Fits", "#2e7d32"),
     "tight": ("Tight", "#ef6c00"),
@@ -99,7 +102,7 @@ class PresetCard(QFrame):
         parts = "<br>".join(f"{p.label}: {p.mb / 1024:.2f} GB" for p in result.estimate.parts if p.mb > 0)
         self.estimate.setToolTip(f"Estimated on {where}, with sample images every "
                                  f"{config.sampling.every_n_steps or SAMPLE_EVERY_N_STEPS} steps:<br>{parts}")
-        plan = plan_batch(config.varied(apply_preset(config, self.preset)), gpu)
+        plan = plan_batch(applied_at_its_size(self.preset, config), gpu)
         self.batch_badge.setText(plan.badge if plan else "")
         self.batch_badge.setToolTip(plan.describe().replace("; ", "\n") if plan else "")
 
@@ -114,10 +117,12 @@ class PresetList(QWidget):
         filters = QHBoxLayout()
         self.family = named(QComboBox(), "preset_family")
         self.method = named(QComboBox(), "preset_method")
-        for combo, values in ((self.family, FAMILY_NAMES), (self.method, ("lora", "dreambooth"))):
+        # The families' and methods' names shown, their ids stored.
+        for combo, values in ((self.family, {name: family_title(name) for name in FAMILY_NAMES}),
+                              (self.method, METHOD_TITLES)):
             combo.addItem("all", None)
-            for v in values:
-                combo.addItem(v, v)
+            for value, shown in values.items():
+                combo.addItem(shown, value)
             combo.currentIndexChanged.connect(lambda _i: self._filter())
             filters.addWidget(combo)
         filters.addStretch(1)

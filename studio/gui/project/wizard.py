@@ -29,6 +29,8 @@ from studio.core.config.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.estimate.estimate import Fit, estimate_vram, fit
+from studio.core.estimate.fixes import apply_changes
+from studio.core.estimate.preset_estimate import applied_at_its_size
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.families import title as family_title
 from studio.core.hardware.machine.probe import load_hardware
@@ -39,6 +41,7 @@ from studio.core.project.folder import Project, config_for_images, create_projec
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.widgets.model_library import ModelLibraryPanel
+from studio.gui.widgets.preset_size import ask_size_switch, size_switch
 
 FIT_ORDER: dict[Fit, int] = {"fits": 0, "tight": 1, "does_not_fit": 2}
 FIT_WORDS: dict[Fit, str] = {"fits": "fits this machine", "tight": "tight on this machine",
@@ -58,7 +61,7 @@ def presets_for(config: ResolvedConfig, presets: list[Preset],
         if preset.info.family != config.model.family:
             continue
         try:
-            estimate = estimate_vram(config.varied(apply_preset(config, preset)), gpu)
+            estimate = estimate_vram(applied_at_its_size(preset, config), gpu)
         except ConfigError:
             continue
         ranked.append((preset, fit(estimate, gpu), estimate.total_mb))
@@ -284,7 +287,17 @@ class NewProjectWizard(QWizard):
             return
         preset = self.preset_page.chosen() if self.currentPage() is self.preset_page else None
         if preset is not None:
+            try:
+                resolved: TrainConfig = self.resolved_base_config()
+            except ConfigError:
+                resolved = config
+            switch = size_switch(preset, config, resolved)
+            switched = switch is not None and ask_size_switch(self, preset, switch)
+            if switched is None:
+                return
             config = apply_preset(config, preset)
+            if switch is not None and switched:
+                config = apply_changes(config, {"model.base": switch.new_base})
         for folder in self.image_folders():
             folder.mkdir(parents=True, exist_ok=True)  # a new project's images/ folder, ready to fill
         self.project = create_project(root, config)

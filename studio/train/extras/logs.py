@@ -6,6 +6,7 @@ from pathlib import Path
 
 from studio.core.config.schema import TrainConfig
 from studio.core.runs.run_model import RunModel
+from studio.core.tracking.base import LOGGING_EXTRA
 from studio.core.tracking.records import EventMirror, Logger, MissingLogger, open_logger
 from studio.train.errors import TrainError
 from studio.train.reporting import Reporter
@@ -23,6 +24,6 @@ def attach_loggers(reporter: Reporter, config: TrainConfig, run_dir: Path) -> No
     except MissingLogger as exc:
         for logger in loggers.values():
             logger.close()
-        raise TrainError("config", f"output.log_to asks for {exc.name}: {exc}", f"pip install 'studio[logging]' in the training environment, "
+        raise TrainError("config", f"output.log_to asks for {exc.name}: {exc}", f"pip install '{LOGGING_EXTRA}' in the training environment, "
                                              f"or remove {exc.name!r} from output.log_to") from None
     reporter.mirrors.append(EventMirror(loggers, RunModel(run_dir).resolve, lambda message: reporter.warn(message)))

@@ -158,7 +158,7 @@ def test_a_picked_checkpoint_shows_its_kind_and_the_family_follows_it(make_page,
     page.base.editingFinished.emit()
     assert page.config.model.family == "sdxl"
     assert status.text() == ("✗ v1-model.safetensors is a Stable Diffusion 1.x checkpoint (SD 1.x/2.x), but the "
-                             "family is SDXL: set the family to sd15, or choose another model.")
+                             "family is SDXL: set the family to SD 1.x/2.x, or choose another model.")
 
     # A damaged download and an inpainting model say what is wrong; nothing is lost from the config.
     cut = tmp_path / "cut.safetensors"
