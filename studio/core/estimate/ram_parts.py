@@ -261,7 +261,8 @@ def checkpoint_save(r: RamFacts, trained_params: int) -> MemoryPart | None:
     mb = _mb(trained_params, 4) * (2 if r.config.training.ema else 1)
     if mb < 64:
         return None
-    return r.part("checkpoint", "Saving a checkpoint (transient)", mb, "the trained weights, fp32, copied to be written")
+    return MemoryPart("checkpoint", "Saving a checkpoint (transient)", mb,
+                      "the trained weights, fp32, copied to be written (once for the whole run)")
 
 
 def cpu_training_step(r: RamFacts, step_mb: float) -> MemoryPart | None:
