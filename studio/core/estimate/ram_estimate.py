@@ -59,6 +59,7 @@ class RamEstimate:
     phase: str = "loading"  # loading | converting | caching | training
     parts: list[MemoryPart] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
+    phase_parts: dict[str, list[MemoryPart]] = field(default_factory=dict)  # every phase's parts
     images: int = 0
     processes: int = 1
     notes: list[str] = field(default_factory=list)
@@ -71,8 +72,9 @@ class RamEstimate:
     def when(self) -> str:
         return PHASE_WORDS[self.phase]
 
-    def mb(self, key: str) -> float:
-        return sum(p.mb for p in self.parts if p.key == key)
+    def mb(self, key: str, phase: str | None = None) -> float:
+        """A part's size in the peak phase (or in `phase`)."""
+        return sum(p.mb for p in self.phase_parts.get(phase or self.phase, []) if p.key == key)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +105,7 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
     kept = {name: [p for p in parts if p is not None and p.mb > 0] for name, parts in phases.items()}
     totals = {name: sum(p.mb for p in parts) for name, parts in kept.items()}
     peak = max(totals, key=lambda name: totals[name])
-    est = RamEstimate(totals[peak], peak, kept[peak], totals, r.images, r.processes)
+    est = RamEstimate(totals[peak], peak, kept[peak], totals, kept, r.images, r.processes)
     if r.images == 0 and (config.training.cache_latents or config.training.cache_text_embeddings):
         est.notes.append("no images found in the dataset folders: the caches are counted empty")
     return est
@@ -144,19 +146,18 @@ def ram_fixes(config: ResolvedConfig, gpu: GPUInfo | None, estimate: RamEstimate
     from studio.core.estimate.fixes import apply_changes
 
     fixes: list[RamFix] = []
-    current, total = config, estimate.total_mb
-    by_key = {p.key for p in estimate.parts} | {k for k, v in estimate.phases.items() if v}
+    current, now = config, estimate
     for key, changes, words in _FIXES:
-        if key not in by_key or any(fix.changes == changes for fix in fixes):
+        if key not in {p.key for p in now.parts} or any(fix.changes == changes for fix in fixes):
             continue
         try:
             changed = apply_changes(current, changes)
-            after = estimate_ram(changed, gpu, estimate.images).total_mb
+            after = estimate_ram(changed, gpu, estimate.images)
         except (ValidationError, ValueError, KeyError):
             continue
-        if after < total * 0.99:
-            fixes.append(RamFix(changes, words, after))
-            current, total = changed, after
+        if after.total_mb < now.total_mb * 0.99:
+            fixes.append(RamFix(changes, words, after.total_mb))
+            current, now = changed, after
     return fixes
 
 
