@@ -175,10 +175,16 @@ def _ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> dict[str, 
 
 
 def _print_ram(ram: dict[str, Any]) -> None:
+    from studio.core.estimate.ram_estimate import PHASE_WORDS
+
     estimate = ram["estimate"]
     print(ram["text"])
     for part in estimate["parts"]:
         print(f"  {part['label']:<34} {part['mb'] / 1024:7.2f} GB  {part['detail']}")
+    others = [f"{PHASE_WORDS[name]} {mb / 1024:.1f} GB" for name, mb in estimate["phases"].items()
+              if name != estimate["phase"]]
+    if others:
+        print(f"  (other phases: {', '.join(others)})")
     for note in estimate["notes"]:
         print(f"  note: {note}")
     if ram["message"]:
