@@ -278,6 +278,8 @@ _COUNTED: dict[tuple[str, str, int], int] = {}  # (folder, caption source, its m
 def _folder_images(concept: Any, stamp: int) -> int:
     key = (concept.path, concept.caption_source, stamp)
     if key not in _COUNTED:
+        if len(_COUNTED) > 256:  # folders edited over a long session: start again
+            _COUNTED.clear()
         try:
             _COUNTED[key] = len(list_concept(concept).paths)
         except (DatasetError, OSError):
