@@ -125,18 +125,15 @@ def file_read(r: RamFacts) -> MemoryPart | None:
                   f"{name}, mapped from its safetensors file while it moves to the GPU", shared=True)
 
 
-def denoiser_waiting(r: RamFacts, converted: bool = True) -> MemoryPart | None:
+def denoiser_waiting(r: RamFacts) -> MemoryPart | None:
     """With a cache the denoiser waits in system memory until the caches are filled: a private fp8 copy
-    once model.fp8_base has turned it, a private copy when loading converted it, else mapped from its
-    file (nothing the system cannot drop)."""
+    once model.fp8_base has turned it (`fp8_conversion` counts the turning), a private copy when loading
+    converted it, else mapped from its file (nothing the system cannot drop)."""
     if not r.waits:
         return None
     den = denoiser_entry(r.f.arch)
     if r.f.fp8:
-        share = 1.0 if converted else 0.0
-        if not converted:
-            return None  # turning it to fp8: the copies grow layer by layer (the conversion buffer)
-        return r.part("denoiser", f"{den['class']} waiting (fp8)", _mb(int(den["params"]), 1) * share,
+        return r.part("denoiser", f"{den['class']} waiting (fp8)", _mb(int(den["params"]), 1),
                       "model.fp8_base: an 8-bit copy in system memory while the caches fill")
     if not _copied(r, den):
         return None
