@@ -64,14 +64,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if preset is None:
         assert project is not None  # _inputs refuses neither
-        return _report(project, gpu, report.summary(), None, args.json, args.gpus)
+        return _report(project, gpu, report.summary(), None, args.json, args.gpus, report.ram_mb)
     from studio.core.estimate.preset_estimate import estimate_preset, preset_config
 
     result = estimate_preset(preset, gpu, project)
     if gpu is None and not args.json:
         print("No GPU found here: the preset is estimated on a card of its promised size "
               "(--hardware PROFILE picks another).")
-    return _report(preset_config(preset, project), result.gpu, report.summary(), result, args.json, args.gpus)
+    return _report(preset_config(preset, project), result.gpu, report.summary(), result, args.json, args.gpus,
+                   report.ram_mb)
 
 
 def _inputs(args: argparse.Namespace) -> tuple[Preset | None, ResolvedConfig | None]:
@@ -109,7 +110,7 @@ def _is_preset_file(path: Path) -> bool:
 
 
 def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_result: PresetEstimate | None,
-            as_json: bool, gpus: int | None) -> int:
+            as_json: bool, gpus: int | None, ram_mb: int = 0) -> int:
     from studio.core.estimate.batch_plan import plan_batch
     from studio.core.estimate.estimate import estimate_vram, fit, other_processes_warning
     from studio.core.estimate.fixes import suggest_fixes
@@ -122,12 +123,13 @@ def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_r
     warning = other_processes_warning(gpu) if gpu else None
     gpu_plan = plan_gpus(config, gpu, count) if count > 1 else None
     plan = plan_batch(config, gpu)
+    ram = _ram(config, gpu, ram_mb)
     if as_json:
         print(json.dumps({
             "hardware": hardware, "gpu": gpu.name if gpu else None,
             "available_mb": gpu.free_mb if gpu else None, "fit": verdict, "estimate": estimate.to_dict(),
             "per_gpu": _gpu_plan_json(gpu_plan), "warning": warning, "preset": _preset_json(preset_result),
-            "batch_plan": _plan_json(plan),
+            "batch_plan": _plan_json(plan), "ram": ram,
             "suggestions": [{"title": s.title, "description": s.description, "changes": s.changes,
                              "total_mb": round(s.estimate.total_mb), "fit": s.fit} for s in suggestions],
         }, indent=2))
@@ -151,6 +153,7 @@ def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_r
         print(f"Warning: {warning}")
     if verdict:
         print(f"Verdict: {FIT_WORDS[verdict]}")
+    _print_ram(ram)
     if plan is not None:
         print(f"Batch: {plan.badge}")
         for line in plan.describe().split("; "):
@@ -159,6 +162,33 @@ def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_r
         _print_gpu_plan(gpu_plan, gpu)
     _print_suggestions(suggestions, verdict)
     return EXIT_OK
+
+
+def _ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> dict[str, Any]:
+    """The system-RAM estimate beside the VRAM one: its parts, the machine's RAM, the verdict and what to do."""
+    from studio.core.estimate.ram_estimate import describe_ram, estimate_ram, ram_fit, ram_problem
+
+    estimate = estimate_ram(config, gpu)
+    problem = ram_problem(config, gpu, ram_mb, estimate)
+    return {"text": describe_ram(estimate, ram_mb), "machine_mb": ram_mb or None, "fit": ram_fit(estimate, ram_mb),
+            "message": problem[1] if problem else None, "estimate": estimate.to_dict()}
+
+
+def _print_ram(ram: dict[str, Any]) -> None:
+    from studio.core.estimate.ram_estimate import PHASE_WORDS
+
+    estimate = ram["estimate"]
+    print(ram["text"])
+    for part in estimate["parts"]:
+        print(f"  {part['label']:<34} {part['mb'] / 1024:7.2f} GB  {part['detail']}")
+    others = [f"{PHASE_WORDS[name]} {mb / 1024:.1f} GB" for name, mb in estimate["phases"].items()
+              if name != estimate["phase"]]
+    if others:
+        print(f"  (other phases: {', '.join(others)})")
+    for note in estimate["notes"]:
+        print(f"  note: {note}")
+    if ram["message"]:
+        print(f"{'Warning' if ram['fit'] == 'tight' else 'Does NOT fit in RAM'}: {ram['message']}")
 
 
 def _plan_json(plan: Any) -> dict[str, Any] | None:

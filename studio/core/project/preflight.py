@@ -22,7 +22,8 @@ from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.mask_checks import mask_problems
 from studio.core.dataset.scan import list_concept
 from studio.core.dataset.split import KEY, split_problem
-from studio.core.estimate.estimate import estimate_vram, fit
+from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram, fit
+from studio.core.estimate.ram_estimate import ram_problem
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import (
     FAMILY_NAMES,
@@ -45,7 +46,7 @@ TORCH_PROBE_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class PreflightProblem:
-    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "vram" | "torch"
+    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "vram" | "ram" | "ram_tight" | "torch"
     message: str  # one line: what is wrong, where, and what to do
     # The person may go ahead anyway: a base model to download first, a VRAM estimate over the GPU.
     can_confirm: bool = False
@@ -55,10 +56,11 @@ class PreflightProblem:
         return self.message
 
 
-def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None,
-              check_torch: bool = True, gpu_count: int | None = None) -> list[PreflightProblem]:
+def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: bool = True,
+              gpu_count: int | None = None, ram_mb: int | None = None) -> list[PreflightProblem]:
     """Every problem found before starting a run of `config` (its paths resolved against its folder,
-    `config.base_dir`); `gpu` is the first GPU of the machine and `gpu_count` how many it has (None: not known)."""
+    `config.base_dir`); `gpu` is the first GPU of the machine, `gpu_count` how many it has and `ram_mb` its
+    system memory (None: not known)."""
     resolved, base_dir = config, config.base_dir
     on_gpu = gpu is not None and not config.launch.cpu
     problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved))
@@ -66,6 +68,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None,
     problems += check_output(resolved)
     if gpu_count and not config.launch.cpu:  # with no GPU at all the ranks train on the CPU
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
+    if ram_mb:
+        problems += [p for p in (check_ram(resolved, gpu, ram_mb),) if p is not None]
     if on_gpu and gpu is not None:
         problems += [p for p in (check_vram(resolved, gpu),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
@@ -262,6 +266,21 @@ def check_vram(config: ResolvedConfig, gpu: GPUInfo) -> PreflightProblem | None:
                 "Preset page (it may still run out of memory if you go ahead).", can_confirm=True)
 
 
+def check_ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> PreflightProblem | None:
+    """The run's system memory (`estimate/ram_estimate.py`) against the machine's: refused over 95% of it (the
+    system would swap or end the trainer), a warning over 80%."""
+    try:
+        found = ram_problem(config, gpu, ram_mb)
+    except ArchitectureDataError:
+        return None  # the VRAM check says the data is broken
+    if found is None:
+        return None
+    verdict, message = found
+    if verdict == "tight":
+        return PreflightProblem("ram_tight", message, can_confirm=True)
+    return PreflightProblem("ram", message)
+
+
 def check_torch_cuda(python: str | None) -> PreflightProblem | None:
     """The training interpreter's torch can use CUDA (asked in a subprocess: the caller never imports torch)."""
     script = "import torch; print(torch.__version__, torch.cuda.is_available())"
@@ -290,12 +309,14 @@ def check_torch_cuda(python: str | None) -> PreflightProblem | None:
 def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], list[PreflightProblem]]:
     """(errors, warnings) for a run started with no one to ask (`studio-train run`, a remote machine).
 
-    The GPU is this machine's (or $STUDIO_HARDWARE's profile). Nobody can confirm there, so
-    a VRAM estimate over the GPU is a warning (the estimate may be cautious) and a model
-    that is not downloaded is an error.
+    The GPU and the RAM are this machine's (or $STUDIO_HARDWARE's profile). Nobody can confirm there, so
+    a VRAM estimate over the GPU and a RAM estimate near the machine's are warnings (the estimates may be
+    cautious), and a model that is not downloaded and a run far over the machine's RAM are errors.
     """
     from studio.core.hardware.machine.probe import load_hardware
 
     report = load_hardware(disk_path=_nearest_existing(Path(config.output.dir)))
-    problems = preflight(config, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus))
-    return [p for p in problems if p.check != "vram"], [p for p in problems if p.check == "vram"]
+    problems = preflight(config, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus),
+                         ram_mb=report.ram_mb)
+    warned = ("vram", "ram_tight")
+    return [p for p in problems if p.check not in warned], [p for p in problems if p.check in warned]

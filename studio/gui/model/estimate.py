@@ -12,6 +12,7 @@ from studio.core.config.paths import ResolvedConfig
 from studio.core.estimate.batch_plan import plan_batch
 from studio.core.estimate.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
 from studio.core.estimate.fixes import Suggestion, suggest_fixes
+from studio.core.estimate.ram_estimate import RamEstimate, describe_ram, estimate_ram, ram_problem
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 
@@ -28,6 +29,7 @@ class EstimatePanel(QFrame):
         self.setObjectName("estimate_panel")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.estimate: VramEstimate | None = None
+        self.ram_estimate: RamEstimate | None = None
         self.suggestions: list[Suggestion] = []
         layout = QVBoxLayout(self)
         self.verdict = named(QLabel(), "estimate_verdict")
@@ -41,12 +43,13 @@ class EstimatePanel(QFrame):
         self.suggestion_box = QVBoxLayout()
         layout.addLayout(self.suggestion_box)
 
-    def update_for(self, config: ResolvedConfig, gpu: GPUInfo | None, gpus: int = 1) -> None:
-        """The estimate on one GPU like `gpu`; suggestions may shard across the machine's `gpus`."""
+    def update_for(self, config: ResolvedConfig, gpu: GPUInfo | None, gpus: int = 1, ram_mb: int = 0) -> None:
+        """The estimate on one GPU like `gpu`, and the system RAM beside it against the machine's `ram_mb`;
+        suggestions may shard across the machine's `gpus`."""
         est = estimate_vram(config, gpu)
         self.estimate = est
         where = f"on {gpu.name} ({gpu.free_mb / 1024:.1f} GB free)" if gpu else "in RAM (no GPU: a CPU run, fp32)"
-        self.total.setText(f"<b>Estimated peak: {est.total_gb:.1f}&nbsp;GB</b> {where}")
+        self.total.setText(f"<b>Estimated peak: {est.total_gb:.1f}&nbsp;GB</b> {where}<br>{self._ram(config, gpu, ram_mb)}")
         # A size is one unbreakable word: "3.20 GB" never wraps into "3.20" and "GB".
         rows = "".join(f"<tr><td>{p.label}</td><td align=right style='white-space:nowrap'>"
                        f"{p.mb / 1024:.2f}&nbsp;GB</td><td>{p.detail}</td></tr>"
@@ -65,6 +68,18 @@ class EstimatePanel(QFrame):
         plan = plan_batch(config, gpu)
         self.batch_plan.setText(f"<b>{plan.badge}</b>: {plan.describe()}" if plan else "")
         self._show_suggestions(suggest_fixes(config, gpu, gpus))
+
+    def _ram(self, config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> str:
+        """"RAM: 19.7 GB of 32 GB (peak while the model loads)", marked and explained when it is near or over
+        the machine's memory; its parts in the tooltip."""
+        ram = self.ram_estimate = estimate_ram(config, gpu)
+        self.total.setToolTip("\n".join(f"{p.label}: {p.mb / 1024:.2f} GB ({p.detail})" for p in ram.parts))
+        text = html.escape(describe_ram(ram, ram_mb)).replace(" GB", "&nbsp;GB")
+        problem = ram_problem(config, gpu, ram_mb, ram)
+        if problem is None:
+            return text
+        mark = "⚠" if problem[0] == "tight" else "✗"
+        return f"<b>{mark} {text}</b><br><small>{html.escape(problem[1])}</small>"
 
     def show_unresolved(self, error: ConfigError) -> None:
         """No estimate: a path of the config cannot be made absolute; say which, why and what to do."""

@@ -78,7 +78,7 @@ class ModelPage(Page):
         super().__init__(context, parent)
         self.config: TrainConfig = context.config or default_config()
         self.gpu: GPUInfo | None = None
-        self.gpu_count = 0
+        self.gpu_count, self.ram_mb = 0, 0  # the machine's (or the profile's) GPUs and system memory
         self.current_preset: Preset | None = None
         self.base_check = BaseModelCheck(context.project_path)
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
@@ -328,8 +328,7 @@ class ModelPage(Page):
     # ------------------------------------------------------------ hardware and estimate
 
     def _on_hardware(self, report: HardwareReport) -> None:
-        self.gpu = report.gpus[0] if report.gpus else None
-        self.gpu_count = len(report.gpus)
+        self.gpu, self.gpu_count, self.ram_mb = report.gpus[0] if report.gpus else None, len(report.gpus), report.ram_mb
         self.update_estimates()
 
     def update_estimates(self) -> dict[str, int]:
@@ -340,7 +339,7 @@ class ModelPage(Page):
             self.gpu_plan.setVisible(False)
             self.context.status(f"No VRAM estimate: {'; '.join(str(i) for i in exc.issues) or exc}")
             return {}
-        self.estimate.update_for(config, self.gpu, self.gpu_count)
+        self.estimate.update_for(config, self.gpu, self.gpu_count, self.ram_mb)
         self.gpu_plan.update_for(config, self.gpu, self.gpu_count)
         return {str(k): v for k, v in self.presets.update_fits(config, self.gpu, self.gpu_count).items()}
 

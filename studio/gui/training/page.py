@@ -224,7 +224,7 @@ class TrainPage(Page):
             gpu = None
         # A profile plans for another machine: this machine's torch is only asked about its own GPU.
         local = not report.source.startswith("profile:")
-        return preflight(config, gpu, check_torch=local, gpu_count=len(report.gpus))
+        return preflight(config, gpu, check_torch=local, gpu_count=len(report.gpus), ram_mb=report.ram_mb)
 
     def _show_estimate(self, config: ResolvedConfig, gpu: GPUInfo) -> bool:
         """Show the VRAM estimate for `gpu`; False (and why) when the estimator's data cannot be read."""
