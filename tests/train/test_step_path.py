@@ -28,10 +28,12 @@ def _adamw_run(cuda: bool) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
     return optimizer, [p.detach().clone() for p in params]
 
 
-def test_adamw_is_fused_on_cuda_and_multi_tensor_elsewhere_with_the_same_result() -> None:
+def test_adamw_is_fused_on_cuda_and_on_the_cpu_with_the_plain_loops_result() -> None:
+    """One fused kernel per step everywhere: the multi-tensor path reads each parameter's step count
+    back to the host inside the step (tests/train/test_step_op_count.py)."""
     fused, fused_params = _adamw_run(cuda=True)  # the CUDA choice; torch runs fused AdamW on the CPU too
-    foreach, foreach_params = _adamw_run(cuda=False)
-    assert fused.defaults["fused"] and foreach.defaults["foreach"]
+    cpu, cpu_params = _adamw_run(cuda=False)
+    assert fused.defaults["fused"] and cpu.defaults["fused"] and not cpu.defaults["foreach"]
     torch.manual_seed(0)
     plain_params = [torch.nn.Parameter(torch.randn(8, 8)), torch.nn.Parameter(torch.randn(8))]
     plain = torch.optim.AdamW(plain_params, lr=1e-2, weight_decay=1e-2, foreach=False)
@@ -39,7 +41,7 @@ def test_adamw_is_fused_on_cuda_and_multi_tensor_elsewhere_with_the_same_result(
         for p in plain_params:
             p.grad = torch.sin(p.detach() * (step + 1))
         plain.step()
-    for a, b, c in zip(fused_params, foreach_params, plain_params, strict=True):
+    for a, b, c in zip(fused_params, cpu_params, plain_params, strict=True):
         torch.testing.assert_close(a, c.detach())
         torch.testing.assert_close(b, c.detach())
 
