@@ -13,8 +13,9 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from studio.core.protocol.tail import FileTail
 from studio.core.runs.events import Event, UnknownEvent
-from studio.core.runs.tail import EventTail, StepBatch, decode_event
+from studio.core.runs.tail import decode_event
 
 HEAD_BYTES = 256 << 10  # the first event (run_started with its config) fits many times over
 TAIL_WINDOW_BYTES = 256 << 10  # the first window read back from the end; each next one doubles
@@ -94,25 +95,26 @@ def tail_events(path: str | Path, max_bytes: int) -> list[Event]:
 def stream_events(path: str | Path, progress: Progress | None = None,
                   chunk_bytes: int = STREAM_CHUNK_BYTES) -> Iterator[Event]:
     """Every event of the file in order, read a piece at a time (memory bounded by a piece, whatever
-    the file's size); `progress(bytes read, size)` after each piece. Garbage and unknown lines are
-    skipped (the reader logs the first few); OSError when the file cannot be read."""
+    the file's size, and each line decoded once); `progress(bytes read, size)` after each piece.
+    Garbage, unknown types and lines over 1 MB are skipped; OSError when the file cannot be read."""
     size = os.stat(path).st_size
-    tail = EventTail(path, max_bytes=chunk_bytes)
+    reader = FileTail(path, read_cap=chunk_bytes)
     while True:
-        items = tail.poll_items()
-        if tail.read_error is not None:
-            raise tail.read_error
-        yield from _expanded(items)
+        pieces = reader.read()
+        if reader.read_error is not None:
+            raise reader.read_error
+        yield from _events_of(pieces)
         if progress is not None:
-            progress(min(tail.offset, size), size)
-        if not tail.has_more() or tail.restarted:
+            progress(min(reader.offset, size), size)
+        if not reader.has_more() or reader.restarted:
             break
-    yield from _expanded(tail.finish_items())
+    yield from _events_of(reader.lines.flush())  # a last line without newline: its writer is gone
 
 
-def _expanded(items: list[Event | StepBatch]) -> Iterator[Event]:
-    for item in items:
-        if isinstance(item, StepBatch):
-            yield from item.events()
-        else:
-            yield item
+def _events_of(pieces: list[bytes | int]) -> Iterator[Event]:
+    for piece in pieces:
+        if isinstance(piece, bytes):  # an int stands for a line over the cap, never held
+            for raw in piece.split(b"\n"):
+                event = _decode(raw)
+                if event is not None:
+                    yield event
