@@ -10,6 +10,7 @@ folder, read or written.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from pathlib import Path, PurePosixPath
 
@@ -69,3 +70,14 @@ def is_link_out(link: Path, folder: Path) -> bool:
     real_root = Path(os.path.realpath(folder))
     real = Path(os.path.realpath(link))
     return real != real_root and real_root not in real.parents
+
+
+def link_stays_inside(link_text: str, link_name: str) -> bool:
+    """Whether a link's own text names a place inside its folder wherever that folder lies: relative,
+    and never climbing above the folder from `link_name` (the link's relative name in the folder).
+    An absolute link to a file of the folder fails: copied elsewhere, it would still name the original."""
+    text = link_text.replace("\\", "/")
+    if text.startswith("/") or _DRIVE.match(text) or "\x00" in text:
+        return False
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(link_name), text))
+    return joined != ".." and not joined.startswith("../") and not joined.startswith("/")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.containment import OutsideFolderError, contained_path, is_link_out
+from studio.core.containment import OutsideFolderError, contained_path, is_link_out, link_stays_inside
 
 
 @pytest.mark.parametrize("name", ["samples/step-1/a.png", "a b [c].txt", "./x/./y", "deep/er/still.json"])
@@ -45,3 +45,17 @@ def test_a_link_on_the_way_out_is_refused_and_one_inside_is_kept(tmp_path: Path)
     loop = root / "loop"
     os.symlink("loop", loop)
     assert contained_path(root, "loop") == loop  # a link loop leads nowhere outside: no hang (a write fails)
+
+
+@pytest.mark.parametrize(("text", "name", "inside"), [
+    ("events.jsonl", "latest.jsonl", True),
+    ("../output/lora.safetensors", "samples/latest", True),
+    ("..", "up", False),
+    ("../../x", "samples/latest", False),
+    ("/workspace/run/output/lora.safetensors", "latest", False),  # absolute: the source run, not the copy
+    ("C:/runs/x", "latest", False),
+    ("..\\..\\secret", "samples/latest", False),
+])
+def test_a_links_own_text_stays_inside_its_folder_only_relative_and_below(text: str, name: str,
+                                                                          inside: bool) -> None:
+    assert link_stays_inside(text, name) is inside

@@ -4,10 +4,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
+
+PROGRESS_EVERY_S = 2.0  # a long export says how far it got this often (a 1 GB file takes minutes)
+
+
+class _Progress:
+    """Lines on stderr while a long events file is read: how much of it, every few seconds, and its end."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.last = time.monotonic()
+        self.said = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVERY_S and not (done >= total and self.said):
+            return  # a short export says nothing; a long one ends with 100%
+        self.last, self.said = now, True
+        print(f"{self.run_dir}: read {done / max(total, 1):.0%} of its events ({done / 1e6:,.0f} of "
+              f"{total / 1e6:,.0f} MB)", file=sys.stderr, flush=True)
 
 
 def register(sub: Any) -> None:
@@ -28,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     for name in args.run_dirs:
         run_dir = Path(name)
         try:
-            logdir, count = export_run(run_dir, into)
+            logdir, count = export_run(run_dir, into, _Progress(run_dir))
         except MissingLogger as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_INVALID

@@ -18,9 +18,10 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.presets import Preset, list_presets, matching_preset
 from studio.core.config.toml_file import validate_data
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
+from studio.core.runs.glance import glance_run
 from studio.core.runs.lock import lock_holder, trainer_alive
 from studio.core.runs.run_import import import_run
-from studio.core.runs.run_model import replay_run
+from studio.core.runs.run_model import RunModel
 
 log = logging.getLogger(__name__)
 
@@ -87,30 +88,30 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
                   presets: list[Preset] | None = None) -> RunSummary:
     """One row of the Runs table for a run folder; with `presets`, the preset its config matches."""
     folder = Path(run_dir)
-    rep = replay_run(folder)
-    model = rep.model
-    config = model.started.config if model.started and model.started.config else _read_config(folder)
+    seen = glance_run(folder)  # a long file is read at its two ends only
+    config = seen.started.config if seen.started and seen.started.config else _read_config(folder)
     summary = RunSummary(path=folder, name=folder.name, remote=(folder / REMOTE_FILE).exists())
     remote_state = _remote_state(folder) if summary.remote else {}
     summary.machine = str(remote_state.get("machine") or "")
     _describe_config(summary, config, presets)
     summary.started = (
-        _dt.datetime.fromtimestamp(model.first_time) if model.first_time else _started_from_name(folder.name)
+        _dt.datetime.fromtimestamp(seen.first_time) if seen.first_time else _started_from_name(folder.name)
     )
-    summary.duration_s = model.elapsed_s()
-    summary.steps = model.step
-    summary.total_steps = model.total_steps
-    summary.final_loss = model.last_loss
-    summary.validation_loss = model.validation_loss.last()
-    summary.outputs = [str(model.resolve(o)) for o in [*model.outputs, *model.epoch_outputs]]
-    if rep.read_error is not None:
+    summary.duration_s = seen.duration_s
+    summary.steps = seen.step
+    summary.total_steps = seen.total_steps
+    summary.final_loss = seen.last_loss
+    summary.validation_loss = seen.validation_loss
+    resolve = RunModel(folder).resolve
+    summary.outputs = [str(resolve(o)) for o in seen.outputs]
+    if seen.read_error is not None:
         summary.status = "unreadable"
-        summary.message = (f"{EVENTS_FILE} cannot be read ({rep.read_error.strerror or rep.read_error}); "
+        summary.message = (f"{EVENTS_FILE} cannot be read ({seen.read_error.strerror or seen.read_error}); "
                            "give your user read access to the run folder")
-    elif model.finished is not None:
-        summary.status = model.finished.status
-        summary.message = model.finished.message
-    elif model.event_count == 0 and not (folder / EVENTS_FILE).exists():
+    elif seen.finished is not None:
+        summary.status = seen.finished.status
+        summary.message = seen.finished.message
+    elif seen.events == 0 and not (folder / EVENTS_FILE).exists():
         live = alive(folder) if not summary.remote else remote_state.get("state") == "running"
         summary.status = "running" if live else "not started"
     elif not summary.remote and alive(folder):
@@ -124,8 +125,8 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     if summary.status == "running":
         holder = lock_holder(folder)
         summary.message = f"trained by {holder.describe()}" if holder is not None else summary.message
-    if model.errors and not summary.message:
-        summary.message = model.errors[-1].message
+    if seen.last_error is not None and not summary.message:
+        summary.message = seen.last_error.message
     return summary
 
 

@@ -8,37 +8,46 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from studio.core.runs.events import Error, RunFinished, RunStarted, Validation, read_events
+from studio.core.runs.event_files import events_backwards, newest_event
+from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 
 # The prefix of the lines the studio itself adds to a run's console.log.
 STUDIO_PREFIX = "[studio]"
+_LEG_END = (RunStarted.type, RunFinished.type, Error.type)
 
 
 def last_finish(run_dir: Path) -> tuple[RunFinished | None, Error | None]:
-    """The run's last `run_finished` event and the last `error` of the same leg (None where there is none)."""
+    """The last leg's `run_finished` event and its last `error` (None where there is none: a leg killed
+    or still running has no run_finished).
+
+    Read back from the end of the file, a few MB at most: a run_finished is its leg's last event, so a
+    gigabyte of steps before it is never read.
+    """
     events = run_dir / EVENTS_FILE
     if not events.is_file():
         return None, None
     finished: RunFinished | None = None
     error: Error | None = None
-    for event in read_events(events):
-        if isinstance(event, RunStarted):  # a resumed run's next leg
-            error = None
-        elif isinstance(event, RunFinished):
+    for event in events_backwards(events, _LEG_END):
+        if isinstance(event, RunStarted):  # the start of the last leg: nothing before it is this leg's
+            break
+        if isinstance(event, RunFinished) and finished is None:
             finished = event
-        elif isinstance(event, Error):
+        elif isinstance(event, Error) and error is None:
             error = event
+        if finished is not None and (error is not None or finished.status != "failed"):
+            break
     return finished, error
 
 
 def last_validation(run_dir: Path) -> Validation | None:
-    """The run's last validation loss (None where it measured none)."""
+    """The run's last validation loss (None where it measured none in the last few MB of events)."""
     events = run_dir / EVENTS_FILE
     if not events.is_file():
         return None
-    found = [event for event in read_events(events) if isinstance(event, Validation)]
-    return found[-1] if found else None
+    found = newest_event(events, (Validation.type,))
+    return found if isinstance(found, Validation) else None
 
 
 def _validation_text(run_dir: Path) -> str:

@@ -1,24 +1,39 @@
 """Importing a run copied back from another machine (a folder or a .zip of one), with limits.
 
 What is imported was written elsewhere, so every name goes through `contained_path`: `..`,
-absolute names and drive letters are refused, a link is copied as a link only when it stays
-inside the run (never followed), and an archive is measured before a byte is written: its
-total size, each member's compression ratio (a zip bomb) and the free space here.
+absolute names and drive letters are refused; a link is copied as a link only when its own
+text stays inside the run, a link to a file of the run by an absolute name becomes a copy of
+that file, and a link leading outside is left out (never followed), as are FIFOs, sockets and
+devices (never opened: opening a FIFO waits for a writer forever). An archive is measured
+before a byte is written: its total size, each member's compression ratio (a zip bomb) and
+the free space here.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from studio.core.containment import OutsideFolderError, contained_path, is_link_out, name_parts
+from studio.core.containment import (
+    OutsideFolderError,
+    contained_path,
+    is_link_out,
+    link_stays_inside,
+    name_parts,
+)
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir
+
+log = logging.getLogger(__name__)
 
 # A run's files compress at most a few times (JSON lines, PNGs, safetensors); zeros made to look
 # like a run compress a thousand times.
@@ -32,13 +47,21 @@ class ImportRefused(ValueError):
     """An import that was refused before anything was written; the message names the entry."""
 
 
-def import_run(source: str | Path, runs_dir: str | Path) -> Path:
+def import_run(source: str | Path, runs_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
     """Bring a run copied back from another machine (a folder or a .zip) into `runs_dir`.
 
     The copy is marked remote; it is never resumed from here. Returns the new folder. The
     copy is made in a hidden folder and renamed into place once complete and marked, so a
-    refused or failed import leaves nothing in the list of runs.
+    refused or failed import leaves nothing in the list of runs. What a folder holds that is
+    left out (a link leading outside it, a FIFO, a socket, a device) is said to `warn` (default:
+    the log), one message per entry naming it, and listed in the copy's remote.json.
     """
+    left_out: list[str] = []
+
+    def say(message: str) -> None:
+        left_out.append(message)
+        (warn or log.warning)(message)
+
     src = Path(source)
     target_root = Path(runs_dir)
     target_root.mkdir(parents=True, exist_ok=True)
@@ -47,8 +70,8 @@ def import_run(source: str | Path, runs_dir: str | Path) -> Path:
         if not is_run_dir(src):
             raise ValueError(f"{src} is not a run folder: it has neither {CONFIG_FILE} nor {EVENTS_FILE}")
         name = src.resolve().name
-        plan = _folder_plan(src)
-        _check_room(src, target_root, sum(size for _rel, size, _link in plan))
+        plan = _folder_plan(src, say)
+        _check_room(src, target_root, sum(entry.size for entry in plan))
     elif zipfile.is_zipfile(src):
         name, members = _zip_members(src)
         _check_room(src, target_root, sum(info.file_size for info, _parts in members))
@@ -58,10 +81,11 @@ def import_run(source: str | Path, runs_dir: str | Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".import-", dir=target_root))
     try:
         if members is None:
-            _copy_folder(src, plan, staging)
+            _copy_folder(src, plan, staging, say)
         else:
             _extract(src, members, staging)
-        atomic_write_text(staging / REMOTE_FILE, json.dumps({"source": str(src), "imported": time.time()}, indent=1))
+        record = {"source": str(src), "imported": time.time(), "left_out": left_out}
+        atomic_write_text(staging / REMOTE_FILE, json.dumps(record, indent=1))
         dest = _free_name(target_root, name)
         staging.rename(dest)
     except BaseException:
@@ -101,34 +125,94 @@ def _check_room(src: Path, target_root: Path, total: int) -> None:
 
 
 # ------------------------------------------------------------ a folder
-def _folder_plan(src: Path) -> list[tuple[str, int, str | None]]:
-    """(relative name, size, link target or None) of every entry; refuses a link that leads out."""
-    plan: list[tuple[str, int, str | None]] = []
+@dataclass(frozen=True)
+class _Entry:
+    """One file of an imported folder: its bytes (from itself or from the file a link names), or a link
+    kept as a link (relative, and inside the run)."""
+
+    rel: str
+    size: int = 0
+    source: Path | None = None
+    link: str | None = None
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _SPECIAL if test(mode)), "not a file")
+
+
+def _folder_plan(src: Path, warn: Callable[[str], None]) -> list[_Entry]:
+    """What is copied of every entry. Nothing is opened here (a FIFO would block): entries are told
+    apart by `os.lstat`. A link is kept when its own text stays inside the run, its target's bytes are
+    copied when it names a file of the run by another way (an absolute name), and it is left out
+    (with a warning) when it leads outside; special files are left out with a warning."""
+    plan: list[_Entry] = []
     for folder, dirs, files in os.walk(src, followlinks=False):
         here = Path(folder)
         for entry in sorted([*dirs, *files]):
             path = here / entry
             rel = path.relative_to(src).as_posix()
-            if path.is_symlink():
-                if is_link_out(path, src):
-                    raise ImportRefused(f"{src}: refused {rel!r}: a link to {os.path.realpath(path)}, outside the "
-                                        "run folder (links are never followed); remove it and import again; "
-                                        "nothing was imported")
-                plan.append((rel, 0, os.readlink(path)))
-            elif entry in files:
-                plan.append((rel, path.stat().st_size, None))
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                plan.extend(_link_entry(src, path, rel, warn))
+            elif stat.S_ISREG(mode):
+                plan.append(_Entry(rel, os.lstat(path).st_size, source=path))
+            elif not stat.S_ISDIR(mode):
+                warn(f"{src}: left out {rel!r}: {_kind(mode)}, not a file; special files are never opened "
+                     "or copied (the rest of the run was imported)")
         dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
     return plan
 
 
-def _copy_folder(src: Path, plan: list[tuple[str, int, str | None]], dest: Path) -> None:
-    for rel, _size, link in plan:
-        out = contained_path(dest, rel, str(src))
+def _link_entry(src: Path, path: Path, rel: str, warn: Callable[[str], None]) -> list[_Entry]:
+    text, real = os.readlink(path), Path(os.path.realpath(path))
+    if is_link_out(path, src):
+        warn(f"{src}: left out {rel!r}: a link to {real}, outside the run folder (links are never followed "
+             "out of a run); if the run needs that file, copy it into the run folder and import it again")
+        return []
+    if link_stays_inside(text, rel):
+        return [_Entry(rel, link=text)]
+    try:
+        target = os.lstat(real)
+    except OSError:
+        target = None
+    if target is not None and stat.S_ISREG(target.st_mode):
+        return [_Entry(rel, target.st_size, source=real)]  # named by an absolute path: its bytes, not the name
+    what = "a folder" if target is not None and stat.S_ISDIR(target.st_mode) else "nothing that can be copied"
+    warn(f"{src}: left out {rel!r}: a link by absolute name to {what} ({real}); the run's own files are "
+         "imported under their own names")
+    return []
+
+
+def _copy_file(source: Path, out: Path) -> bool:
+    """Copy one regular file; False (nothing written) when it is no longer one (a FIFO put in its place).
+    Opened without blocking and without following a link, and checked before a byte is read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    with os.fdopen(os.open(source, flags), "rb") as fin:
+        if not stat.S_ISREG(os.fstat(fin.fileno()).st_mode):
+            return False
+        with open(out, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    shutil.copystat(source, out)
+    return True
+
+
+def _copy_folder(src: Path, plan: list[_Entry], dest: Path, warn: Callable[[str], None]) -> None:
+    for entry in plan:
+        out = contained_path(dest, entry.rel, str(src))
         out.parent.mkdir(parents=True, exist_ok=True)
-        if link is not None:
-            os.symlink(link, out)  # stays inside the run: checked by _folder_plan
-        else:
-            shutil.copy2(src / rel, out, follow_symlinks=False)
+        if entry.link is not None:
+            os.symlink(entry.link, out)  # relative and inside the run: checked by _folder_plan
+        elif entry.source is not None and not _copy_file(entry.source, out):
+            warn(f"{src}: left out {entry.rel!r}: it stopped being a file during the import; special files "
+                 "are never opened or copied")
+    for link in [p for p in dest.rglob("*") if p.is_symlink() and is_link_out(p, dest)]:
+        link.unlink()  # a link that leads out of the imported run through others: never kept
+        warn(f"{src}: left out {link.relative_to(dest).as_posix()!r}: a link that leads outside the imported "
+             "run folder")
 
 
 # ------------------------------------------------------------ a zip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from studio.core.tracking.base import MissingLogger, Record
@@ -64,16 +65,19 @@ class TensorBoardLogger:
         self.writer.close()
 
 
-def export_run(run_dir: Path, into: Path | None = None) -> tuple[Path, int]:
+def export_run(run_dir: Path, into: Path | None = None,
+               progress: Callable[[int, int], None] | None = None) -> tuple[Path, int]:
     """TensorBoard files of a finished (or running) run from its events.jsonl: (log folder, records written).
 
     The folder is `into/<run folder name>` (default RUN_DIR/tensorboard), written anew each time, so
     several runs exported into one folder appear side by side in TensorBoard (`tensorboard --logdir runs`
     shows the runs of a project: each keeps its files in RUN_DIR/tensorboard, as a live log does).
+    The events are streamed a piece at a time (a gigabyte file is never held); `progress(bytes read,
+    file size)` follows the reading.
     """
     import shutil
 
-    from studio.core.runs.events import read_events
+    from studio.core.runs.event_files import stream_events
     from studio.core.runs.folders import EVENTS_FILE
     from studio.core.runs.run_model import RunModel
     from studio.core.tracking.base import record_of
@@ -88,7 +92,7 @@ def export_run(run_dir: Path, into: Path | None = None) -> tuple[Path, int]:
     logger = TensorBoardLogger(logdir)
     count = 0
     try:
-        for event in read_events(events):
+        for event in stream_events(events, progress):
             record = record_of(event, resolve)
             if record is not None:
                 logger.write(record, when=event.time)

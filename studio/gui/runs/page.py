@@ -53,6 +53,8 @@ class RunsPage(Page):
         self.controller = controller
         # Asked before deleting; tests replace it.
         self.confirm: Callable[[str, str], bool] = self._confirm_dialog
+        # Told what an import left out (it stays up while the run's replay replaces the status line).
+        self.inform: Callable[[str, str], None] = self._inform_dialog
         self.table = RunsTable()
         self.message = QLabel()
         self.message.setObjectName("runs_message")
@@ -331,13 +333,18 @@ class RunsPage(Page):
         if folder is None:
             self.say("Open a project first: imported runs go into its runs folder.")
             return None
+        left_out: list[str] = []  # a link leading outside the run, a FIFO: named, the rest imported
         try:
-            dest = import_run(source, folder)
+            dest = import_run(source, folder, left_out.append)
         except (OSError, ValueError) as exc:
             self.say(f"Could not import {source}: {exc}")
             return None
         self.refresh()
         self.open_run(dest)
+        if left_out:
+            self.inform("Run imported without some entries",
+                        f"{dest.name} was imported into {folder} without "
+                        f"{plural(len(left_out), 'entry', 'entries')}:\n\n" + "\n\n".join(left_out))
         return dest
 
     def _pick_import(self) -> None:
@@ -347,6 +354,9 @@ class RunsPage(Page):
             path = QFileDialog.getExistingDirectory(self, "Or import a run folder")
         if path:
             self.import_path(Path(path))
+
+    def _inform_dialog(self, title: str, text: str) -> None:
+        QMessageBox.warning(self, title, text)
 
     def _confirm_dialog(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.StandardButton.Yes

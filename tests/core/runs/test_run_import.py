@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import threading
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from studio.core.containment import is_link_out
 from studio.core.runs import run_import
 from studio.core.runs.history import import_run, list_runs
 from studio.core.runs.run_import import ImportRefused
@@ -26,29 +30,79 @@ def _zip_run(finished_run: Path, archive: Path, prefix: str = "pod-run/") -> zip
     return z
 
 
-def test_a_folder_with_a_link_up_and_a_link_to_a_secret_is_refused_quickly(tmp_path: Path,
-                                                                           finished_run: Path) -> None:
+def _import_within(source: Path, runs: Path, seconds: float = 30.0) -> tuple[Path, list[str]]:
+    """import_run on a thread with a ceiling: an import that blocks (a FIFO opened) fails here, never hangs."""
+    said: list[str] = []
+    result: list[Path | BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(import_run(source, runs, said.append))
+        except BaseException as exc:  # handed to the test
+            result.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"the import of {source} was still running after {seconds:.0f} s"
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0], said
+
+
+def _links_out(folder: Path) -> list[str]:
+    return [f"{p} -> {os.readlink(p)}" for p in folder.rglob("*") if p.is_symlink() and is_link_out(p, folder)]
+
+
+def test_links_up_and_to_a_secret_are_left_out_quickly_and_named(tmp_path: Path, finished_run: Path) -> None:
     secret = tmp_path / "id_ed25519"
     secret.write_text("PRIVATE KEY")
     (finished_run / "up").symlink_to("..")
-    runs = tmp_path / "project" / "runs"
-    started = time.monotonic()
-    with pytest.raises(ImportRefused, match=r"refused 'up': a link to .*outside the run folder"):
-        import_run(finished_run, runs)
-    assert time.monotonic() - started < 5  # no recursive copy through the link
-    (finished_run / "up").unlink()
     (finished_run / "samples").mkdir()
     (finished_run / "samples" / "key.txt").symlink_to(secret)
-    with pytest.raises(ImportRefused, match=r"refused 'samples/key\.txt'"):
-        import_run(finished_run, runs)
-    assert list(runs.iterdir()) == []
+    runs = tmp_path / "project" / "runs"
+    started = time.monotonic()
+    dest, said = _import_within(finished_run, runs)
+    assert time.monotonic() - started < 5  # no recursive copy through the link
+    assert not (dest / "up").exists() and not (dest / "samples" / "key.txt").exists() and _links_out(dest) == []
+    assert any("left out 'up': a link to" in s and "outside the run folder" in s for s in said), said
+    assert any(f"left out 'samples/key.txt': a link to {secret}" in s for s in said), said
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink() and p.read_bytes() == b"PRIVATE KEY" and p != secret]
+    assert [r.status for r in list_runs(runs, never_alive)] == ["completed"]
 
 
-def test_a_link_inside_the_run_is_copied_as_a_link(tmp_path: Path, finished_run: Path) -> None:
-    (finished_run / "latest.jsonl").symlink_to("events.jsonl")
-    dest = import_run(finished_run, tmp_path / "project" / "runs")
-    assert (dest / "latest.jsonl").is_symlink() and os.readlink(dest / "latest.jsonl") == "events.jsonl"
+def test_an_absolute_link_to_a_file_of_the_run_becomes_a_copy_of_it(tmp_path: Path, finished_run: Path) -> None:
+    (finished_run / "output").mkdir()
+    weights = finished_run / "output" / "pytorch_lora_weights.safetensors"
+    weights.write_bytes(b"weights")
+    (finished_run / "latest.safetensors").symlink_to(weights.resolve())  # absolute: names the source run
+    (finished_run / "output-link").symlink_to((finished_run / "output").resolve())
+    dest, said = _import_within(finished_run, tmp_path / "project" / "runs")
+    latest = dest / "latest.safetensors"
+    assert not latest.is_symlink() and latest.read_bytes() == b"weights"
+    assert not (dest / "output-link").exists() and _links_out(dest) == []
+    assert said == [f"{finished_run}: left out 'output-link': a link by absolute name to a folder "
+                    f"({(finished_run / 'output').resolve()}); the run's own files are imported under their own names"]
+    shutil.rmtree(finished_run)  # the copy stands on its own
+    assert latest.read_bytes() == b"weights"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_in_the_run_folder_is_left_out_unopened_and_named(tmp_path: Path, finished_run: Path) -> None:
+    (finished_run / "samples").mkdir()
+    os.mkfifo(finished_run / "samples" / "preview.pipe")
+    outside = tmp_path / "notes.txt"
+    outside.write_text("outside")
+    (finished_run / "notes.txt").symlink_to(outside)
+    runs = tmp_path / "project" / "runs"
+    dest, said = _import_within(finished_run, runs)
+    assert not (dest / "samples" / "preview.pipe").exists() and _links_out(dest) == []
+    assert (dest / "events.jsonl").read_bytes() == (finished_run / "events.jsonl").read_bytes()
+    assert f"{finished_run}: left out 'samples/preview.pipe': a named pipe (FIFO), not a file; special files " \
+           "are never opened or copied (the rest of the run was imported)" in said
+    assert len(said) == 2 and "left out 'notes.txt': a link to" in said[0]
+    assert json.loads((dest / "remote.json").read_text())["left_out"] == said
+    assert [r.status for r in list_runs(runs, never_alive)] == ["completed"]
 
 
 @pytest.mark.parametrize("prefix", ["../", "/abs/", "C:/", ".."])

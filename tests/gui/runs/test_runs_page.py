@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
+from studio.core.runs.events import EventWriter, RunFinished, RunStarted
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
 from studio.gui.runs.table import STATUS_COLUMN
@@ -111,6 +114,27 @@ def test_import_zip_is_marked_remote(qtbot: QtBot, context: StudioContext, confi
     assert page.table.item(row, STATUS_COLUMN).text() == "completed (remote)"
     qtbot.waitUntil(lambda: page.message.text().startswith("Showing"), timeout=10000)
     assert len(page.plots.loss.smooth.getData()[1]) == 12
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_an_imported_folder_with_a_fifo_says_what_was_left_out(qtbot: QtBot, context: StudioContext,
+                                                              config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path / "p", config))  # type: ignore[arg-type]
+    pod_copy = tmp_path / "from-pod" / "pod-run"
+    writer = EventWriter(pod_copy / "events.jsonl")
+    writer.write(RunStarted(config={}, world_size=1, total_steps=1, devices=["cpu"]))
+    writer.write(RunFinished(status="completed", step=1))
+    writer.close()
+    os.mkfifo(pod_copy / "progress.pipe")
+    page = make_page(qtbot, context)
+    told: list[tuple[str, str]] = []
+    page.inform = lambda title, text: told.append((title, text))
+    dest = page.import_path(pod_copy)
+    assert dest is not None and not (dest / "progress.pipe").exists()
+    [(title, text)] = told
+    assert title == "Run imported without some entries"
+    assert f"pod-run was imported into {tmp_path / 'p' / 'runs'} without 1 entry" in text
+    assert "left out 'progress.pipe': a named pipe (FIFO), not a file" in text
 
 
 def test_queue_runs_configs_in_order_and_holds(qtbot: QtBot, context: StudioContext, config: TrainConfig,
