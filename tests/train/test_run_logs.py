@@ -58,3 +58,37 @@ def test_a_missing_logger_says_how_to_install_it(make_config: Callable[..., Trai
     assert code == 1
     error = next(e for e in events_of(run_dir) if isinstance(e, Error))
     assert error.kind == "config" and "pip install 'sd-training-studio[logging]'" in error.message
+
+
+def test_a_tensorboard_folder_that_cannot_be_made_is_a_config_error_naming_it(
+        make_config: Callable[..., TrainConfig], events_of: Callable[[Path], list[Event]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from accelerate.state import AcceleratorState
+
+    from studio.core.config.paths import resolve_paths
+    from studio.core.config.toml_file import load_config
+    from studio.core.project.preflight import check_log_folder
+    from studio.core.runs.launch import prepare_run
+    from studio.train.entry import train
+
+    config = make_config()
+    config.output.log_to = ["tensorboard"]
+    plan = prepare_run(resolve_paths(config, tmp_path))
+    blocker = plan.run_dir / "tensorboard"
+    blocker.write_text("a file where the log folder goes\n", encoding="utf-8")
+    # Seen before the run starts (`studio-train resume` asks this first)...
+    problem = check_log_folder(config, plan.run_dir)
+    assert problem is not None and f"the TensorBoard log folder {blocker} cannot be made: {blocker} is a file" in problem
+    # ...and at the start of the run itself: a config error, no traceback.
+    AcceleratorState._reset_state(reset_partial_state=True)
+    code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
+    assert code == 1
+    error = next(e for e in events_of(plan.run_dir) if isinstance(e, Error))
+    assert error.kind == "config" and error.path == str(blocker)
+    assert error.message == (f"output.log_to asks for TensorBoard, but its log folder {blocker} cannot be made: "
+                             f"{blocker} is a file, not a folder")
+    assert error.hint == f'move or rename the file {blocker}, or remove "tensorboard" from output.log_to'
+    assert not [e for e in events_of(plan.run_dir) if isinstance(e, Step)]
+    assert "Traceback" not in capsys.readouterr().err
+    blocker.unlink()
+    assert check_log_folder(config, plan.run_dir) is None

@@ -16,7 +16,7 @@ from typing import Any
 from studio.cli._follow import follow_training
 from studio.core.config.paths import load_resolved
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
-from studio.core.project.preflight import check_resume_disk
+from studio.core.project.preflight import check_log_folder, check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
 from studio.core.runs.lock import RunLockedError, lock_holder, process_file_alive
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
-    no_room = check_resume_disk(config, run_dir)
+    no_room = check_resume_disk(config, run_dir) or check_log_folder(config, run_dir)
     if no_room:
         print(f"error: {no_room}", file=sys.stderr)
         return EXIT_FAILED

@@ -236,6 +236,17 @@ def check_resume_disk(config: ResolvedConfig, run_dir: Path) -> str | None:
             "then resume it again.")
 
 
+def check_log_folder(config: TrainConfig, run_dir: Path) -> str | None:
+    """Why the TensorBoard log folder of output.log_to cannot be made in `run_dir` (a run to resume), or None."""
+    if "tensorboard" not in config.output.log_to:
+        return None
+    from studio.core.tracking.tensorboard import TENSORBOARD_DIR, log_folder_problem
+
+    logdir = run_dir / TENSORBOARD_DIR
+    problem = log_folder_problem(logdir)
+    return f"the TensorBoard log folder {logdir} cannot be made: {problem[0]}; {problem[1]}" if problem else None
+
+
 def check_gpu_count(config: TrainConfig, gpu_count: int) -> PreflightProblem | None:
     """A GPU run starts one process per GPU: more processes on this machine than its GPUs would put
     several ranks on one card (each with the whole model), so it is refused before launch."""

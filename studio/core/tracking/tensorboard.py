@@ -4,6 +4,7 @@ simple values, sample images as PNG summaries. TensorBoard's reader reads them b
 from __future__ import annotations
 
 import struct
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,23 @@ def _png_size(data: bytes) -> tuple[int, int]:
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
         return struct.unpack(">II", data[16:24])
     return 0, 0
+
+
+def log_folder_problem(logdir: Path) -> tuple[str, str] | None:
+    """(why, what to do) when TensorBoard's folder `logdir` cannot be made or written; None when it can."""
+    existing = logdir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return (f"{existing} is a file, not a folder", f"move or rename the file {existing}, or remove "
+                "\"tensorboard\" from output.log_to")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".studio-write-test-"):
+            pass
+    except OSError as exc:
+        return (f"{existing} cannot be written ({exc.strerror or exc})", f"make {existing} writable for you, or "
+                "remove \"tensorboard\" from output.log_to")
+    return None
 
 
 class TensorBoardLogger:
