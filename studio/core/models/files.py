@@ -14,12 +14,16 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, checkpoint_kinds, family
 from studio.core.models.tokenizer_files import tokenizer_problem
+
+if TYPE_CHECKING:
+    from studio.core.models.weight_files import WeightProblem
 
 FAMILY_NAMES = {spec.name: spec.title for spec in FAMILIES}
 # Pipeline classes named in model_index.json, by the family that trains them.
@@ -53,6 +57,8 @@ class ModelInfo:
     # Every floating-point tensor of the file is 16-bit, so loading straight into fp16/bf16 loses nothing.
     weights_16bit: bool = False
     pickled: str | None = None  # the path of a pickle file (.ckpt, .pt, .bin): refused unless model.allow_pickle
+    # A folder's weight file cut short, or a config asking for more layers than its weights hold.
+    damaged: WeightProblem | None = None
 
     @property
     def label(self) -> str:
@@ -75,8 +81,8 @@ class ModelInfo:
     @property
     def refused(self) -> str | None:
         """Why the studio cannot train from this model, or None."""
-        return REFUSED_KINDS.get(self.kind or "") or self.missing or (pickle_refusal(self.pickled) if self.pickled
-                                                                      else None)
+        return REFUSED_KINDS.get(self.kind or "") or self.missing or (str(self.damaged) if self.damaged else None) \
+            or (pickle_refusal(self.pickled) if self.pickled else None)
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
@@ -87,6 +93,11 @@ def read_safetensors_header(path: Path) -> dict[str, list[int]]:
 def _shape(entry: dict[str, object]) -> list[int]:
     shape = entry.get("shape")
     return [int(d) for d in shape] if isinstance(shape, list) else []
+
+
+def safetensors_entries(path: Path) -> dict[str, dict[str, object]]:
+    """The header's entry of every tensor of a `.safetensors` file (dtype, shape, data_offsets)."""
+    return _header_entries(path)
 
 
 def _header_entries(path: Path) -> dict[str, dict[str, object]]:
@@ -129,7 +140,9 @@ def detect_model(path: Path) -> ModelInfo:
         floats = {d for d in dtypes if d.startswith(("F", "BF"))}
         # Only a few shapes decide the kind: read those, not all of a checkpoint's thousands.
         info = model_from_tensors(set(entries), lambda name: _shape(entries[name]) if name in entries else None)
-        return replace(info, weights_16bit=bool(floats) and floats <= _HALF)
+        from studio.core.models.weight_files import cut_short
+
+        return replace(info, weights_16bit=bool(floats) and floats <= _HALF, damaged=cut_short(path, entries))
     if is_pickle_file(str(path)):
         return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
                          pickled=str(path))
@@ -170,13 +183,16 @@ def _missing(kind: str, keys: set[str]) -> str | None:
 def _folder_model(folder: Path) -> ModelInfo:
     index = read_json(folder / "model_index.json")
     class_name = str(index.get("_class_name", ""))
-    if class_name in PIPELINE_FAMILIES:
-        return ModelInfo(PIPELINE_FAMILIES[class_name], None, class_name, tokenizer_problem(folder, index))
-    for spec in FAMILIES:
-        evidence = spec.folder_rule(folder, read_json)
-        if evidence is not None:
-            return ModelInfo(spec.name, None, evidence, tokenizer_problem(folder, index))
-    return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
+    found: tuple[str, str] | None = (PIPELINE_FAMILIES[class_name], class_name) if class_name in PIPELINE_FAMILIES \
+        else next(((spec.name, evidence) for spec in FAMILIES
+                   if (evidence := spec.folder_rule(folder, read_json)) is not None), None)
+    if found is None:
+        return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
+    from studio.core.models.weight_files import folder_weight_problem
+
+    components = [name for name, entry in index.items() if isinstance(entry, list) and entry and entry[0]]
+    return ModelInfo(found[0], None, found[1], tokenizer_problem(folder, index),
+                     damaged=folder_weight_problem(folder, components))
 
 
 def read_json(path: Path) -> dict[str, object]:
