@@ -22,7 +22,7 @@ def attach_loggers(reporter: Reporter, config: TrainConfig, run_dir: Path) -> No
     loggers: dict[str, Logger] = {}
     try:
         for name in dict.fromkeys(config.output.log_to):
-            loggers[name] = open_logger(name, run_dir, config.output.name)
+            loggers[name] = open_logger(name, run_dir, config.output.name, reporter.warn)
     except MissingLogger as exc:
         _close(loggers)
         raise TrainError("config", f"output.log_to asks for {exc.name}: {exc}",
