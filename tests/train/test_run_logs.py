@@ -67,8 +67,8 @@ def test_a_tensorboard_folder_that_cannot_be_made_is_a_config_error_naming_it(
 
     from studio.core.config.paths import resolve_paths
     from studio.core.config.toml_file import load_config
-    from studio.core.project.preflight import check_log_folder
     from studio.core.runs.launch import prepare_run
+    from studio.core.tracking.tensorboard import check_log_folder
     from studio.train.entry import train
 
     config = make_config()

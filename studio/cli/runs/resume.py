@@ -16,11 +16,12 @@ from typing import Any
 from studio.cli._follow import follow_training
 from studio.core.config.paths import load_resolved
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
-from studio.core.project.preflight import check_log_folder, check_resume_disk
+from studio.core.project.preflight import check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
 from studio.core.runs.lock import RunLockedError, lock_holder, process_file_alive
 from studio.core.runs.outcome import already_completed_message, completed_run
+from studio.core.tracking.tensorboard import check_log_folder
 
 
 def register(sub: Any) -> None:

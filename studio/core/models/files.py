@@ -9,21 +9,15 @@ every tensor with its shape, so a 7 GB checkpoint is identified by reading a few
 from __future__ import annotations
 
 import json
-import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import orjson
 
 from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, checkpoint_kinds, family
+from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 from studio.core.models.tokenizer_files import tokenizer_problem
-
-if TYPE_CHECKING:
-    from studio.core.models.weight_files import WeightProblem
+from studio.core.models.weight_files import WeightProblem, cut_short, folder_weight_problem
 
 FAMILY_NAMES = {spec.name: spec.title for spec in FAMILIES}
 # Pipeline classes named in model_index.json, by the family that trains them.
@@ -36,12 +30,7 @@ KIND_FAMILIES = {name: spec.name for name, (spec, _kind) in checkpoint_kinds().i
 OFFLINE_KINDS = tuple(name for name, (_spec, kind) in checkpoint_kinds().items() if kind.offline)
 # Kinds the studio cannot train, and why.
 REFUSED_KINDS = {name: kind.refused for name, (_spec, kind) in checkpoint_kinds().items() if kind.refused}
-_MAX_HEADER = 100 * 1024 * 1024
 _HALF = {"F16", "BF16"}
-
-
-class ModelFileError(ValueError):
-    """A model file or folder that cannot be read; the message names it and says what to do."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +76,7 @@ class ModelInfo:
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
     """Every tensor's name and shape from a `.safetensors` file's header."""
-    return {name: _shape(entry) for name, entry in _header_entries(path).items()}
+    return {name: _shape(entry) for name, entry in safetensors_entries(path).items()}
 
 
 def _shape(entry: dict[str, object]) -> list[int]:
@@ -95,53 +84,16 @@ def _shape(entry: dict[str, object]) -> list[int]:
     return [int(d) for d in shape] if isinstance(shape, list) else []
 
 
-def safetensors_entries(path: Path) -> dict[str, dict[str, object]]:
-    """The header's entry of every tensor of a `.safetensors` file (dtype, shape, data_offsets)."""
-    return _header_entries(path)
-
-
-def _header_entries(path: Path) -> dict[str, dict[str, object]]:
-    """The header's entry of every tensor (dtype, shape, data offsets)."""
-    try:
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise ModelFileError(f"{path} is too short to be a .safetensors file ({len(prefix)} bytes)")
-            if prefix.startswith(b"PK\x03\x04"):
-                raise ModelFileError(f"{path} is a .ckpt checkpoint (a zip archive) named .safetensors: rename it "
-                                     "to .ckpt, or download the .safetensors version")
-            (length,) = struct.unpack("<Q", prefix)
-            if not 2 <= length <= _MAX_HEADER:
-                raise ModelFileError(f"{path} is not a .safetensors file (its header length {length} is impossible)")
-            if length > os.fstat(handle.fileno()).st_size - 8:
-                raise ModelFileError(f"{path} is cut short: its header alone should be {length} bytes; "
-                                     "re-download the file")
-            header = orjson.loads(handle.read(length))
-    except OSError as exc:
-        raise ModelFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, orjson.JSONDecodeError):
-        raise ModelFileError(f"{path} has a damaged header: it is not a .safetensors file, or was cut short "
-                             "while downloading") from None
-    if not isinstance(header, dict):
-        raise ModelFileError(f"{path} has a damaged header (not a table of tensors)")
-    header.pop("__metadata__", None)
-    if all(type(entry) is dict for entry in header.values()):
-        return header  # the usual case, without copying thousands of entries
-    return {name: entry for name, entry in header.items() if isinstance(entry, dict)}
-
-
 def detect_model(path: Path) -> ModelInfo:
     """The family (and for a checkpoint, the kind) of a diffusers folder or a single checkpoint file."""
     if path.is_dir():
         return _folder_model(path)
     if path.suffix.lower() == ".safetensors":
-        entries = _header_entries(path)
+        entries = safetensors_entries(path)
         dtypes = {str(entry.get("dtype", "")) for entry in entries.values()}
         floats = {d for d in dtypes if d.startswith(("F", "BF"))}
         # Only a few shapes decide the kind: read those, not all of a checkpoint's thousands.
         info = model_from_tensors(set(entries), lambda name: _shape(entries[name]) if name in entries else None)
-        from studio.core.models.weight_files import cut_short
-
         return replace(info, weights_16bit=bool(floats) and floats <= _HALF, damaged=cut_short(path, entries))
     if is_pickle_file(str(path)):
         return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
@@ -188,8 +140,6 @@ def _folder_model(folder: Path) -> ModelInfo:
                    if (evidence := spec.folder_rule(folder, read_json)) is not None), None)
     if found is None:
         return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
-    from studio.core.models.weight_files import folder_weight_problem
-
     components = [name for name, entry in index.items() if isinstance(entry, list) and entry and entry[0]]
     return ModelInfo(found[0], None, found[1], tokenizer_problem(folder, index),
                      damaged=folder_weight_problem(folder, components))

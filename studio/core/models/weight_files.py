@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.core.models.files import ModelFileError, safetensors_entries
+from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 
 # Config keys that count repeated blocks, and the weight-name prefixes whose indices they count.
 LAYER_KEYS: dict[str, tuple[str, ...]] = {

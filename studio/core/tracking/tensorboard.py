@@ -7,8 +7,12 @@ import struct
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.core.tracking.base import MissingLogger, Record
+
+if TYPE_CHECKING:
+    from studio.core.config.schema import TrainConfig
 
 TENSORBOARD_DIR = "tensorboard"
 
@@ -35,6 +39,15 @@ def log_folder_problem(logdir: Path) -> tuple[str, str] | None:
         return (f"{existing} cannot be written ({exc.strerror or exc})", f"make {existing} writable for you, or "
                 "remove \"tensorboard\" from output.log_to")
     return None
+
+
+def check_log_folder(config: TrainConfig, run_dir: Path) -> str | None:
+    """Why the TensorBoard log folder of output.log_to cannot be made in `run_dir` (a run to resume), or None."""
+    if "tensorboard" not in config.output.log_to:
+        return None
+    logdir = run_dir / TENSORBOARD_DIR
+    problem = log_folder_problem(logdir)
+    return f"the TensorBoard log folder {logdir} cannot be made: {problem[0]}; {problem[1]}" if problem else None
 
 
 class TensorBoardLogger:
