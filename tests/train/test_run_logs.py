@@ -46,6 +46,38 @@ def test_wandb_offline_writes_its_run_folder(make_config: Callable[..., TrainCon
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
 
 
+@pytest.mark.slow  # W&B starts its own service process, then waits its (shortened) timeout: about 6 s
+def test_an_unreachable_wandb_server_does_not_hold_the_run_it_logs_offline_with_a_warning(
+        make_config: Callable[..., TrainConfig], run_training: Callable[..., tuple[int, Path]],
+        events_of: Callable[[Path], list[Event]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb")
+    import socket
+
+    from studio.core.runs.events import RunWarning
+    from studio.core.tracking import wandb_logger
+
+    with socket.socket() as probe:  # a local port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(wandb_logger, "INIT_TIMEOUT_S", 1.0)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    config = make_config()
+    config.output.log_to = ["wandb"]
+    config.training.max_steps = 2
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    (folder,) = (run_dir / "wandb").glob("offline-run-*")
+    (warning,) = [e for e in events_of(run_dir) if isinstance(e, RunWarning)]
+    assert warning.message.startswith("W&B could not start this run online within 1 s (")
+    assert warning.message.endswith(f"it logs to W&B offline instead, into {folder}")
+    assert warning.hint == f"once W&B's server can be reached, send it with `wandb sync {folder}`"
+    assert list(folder.glob("*.wandb"))
+
+
 def test_a_missing_logger_says_how_to_install_it(make_config: Callable[..., TrainConfig],
                                                  run_training: Callable[..., tuple[int, Path]],
                                                  events_of: Callable[[Path], list[Event]], tmp_path: Path,

@@ -23,7 +23,7 @@ Warn = Callable[[str, "str | None", str], None]
 
 class WandbLogger:
     def __init__(self, run_dir: Path, run_name: str, warn: Warn | None = None,
-                 init_timeout: float = INIT_TIMEOUT_S) -> None:
+                 init_timeout: float | None = None) -> None:
         try:
             import wandb
         except ImportError:
@@ -34,7 +34,7 @@ class WandbLogger:
         self.run_name = run_name
         self.project = os.environ.get("WANDB_PROJECT", "studio")
         self.warn = warn
-        self.init_timeout = init_timeout
+        self.init_timeout = init_timeout if init_timeout is not None else INIT_TIMEOUT_S
         self.offline = False  # True once the start fell back to offline logging
 
     def _start(self, config: dict[str, object] | None) -> Any:
