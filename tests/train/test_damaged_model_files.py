@@ -92,3 +92,19 @@ def test_a_file_cut_short_after_the_check_is_named_when_loading_fails(tiny_model
     assert caught.value.kind == "model" and caught.value.path == str(file)
     assert caught.value.message.startswith(f"the model cannot be loaded: {file} is cut short")
     assert caught.value.hint == REDOWNLOAD
+
+
+def test_a_separate_vae_file_cut_short_is_named_when_it_fails_to_load(tiny_model: Callable[[str], Path],
+                                                                      tmp_path: Path) -> None:
+    """model.vae is not read before loading: its loader's failure is turned into the same model error."""
+    from studio.train.errors import TrainError
+    from studio.train.families.loading import load_vae
+
+    file = tmp_path / "vae.safetensors"
+    shutil.copyfile(tiny_model("zimage") / "vae" / "diffusion_pytorch_model.safetensors", file)
+    cut_in_half(file)
+    with pytest.raises(TrainError) as caught:
+        load_vae(str(file), "sd15")
+    assert caught.value.kind == "model" and caught.value.path == str(file)
+    assert caught.value.message.startswith(f"the model cannot be loaded: {file} is cut short: it holds ")
+    assert caught.value.hint == REDOWNLOAD

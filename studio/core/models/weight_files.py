@@ -56,6 +56,21 @@ def folder_weight_problem(folder: Path, components: Iterable[str] | None = None)
     return None
 
 
+def weight_problem_at(path: Path) -> WeightProblem | None:
+    """What is wrong with the weights at `path`: a .safetensors file, a component folder (vae/) or a diffusers
+    model folder; None when nothing is seen (or `path` is none of these)."""
+    if path.is_file():
+        if path.suffix.lower() != ".safetensors":
+            return None
+        try:
+            return cut_short(path, safetensors_entries(path))
+        except ModelFileError as exc:
+            return WeightProblem(str(path), str(exc).removesuffix("; re-download the file"), REDOWNLOAD)
+    if path.is_dir():
+        return component_weight_problem(path) or folder_weight_problem(path)
+    return None
+
+
 def component_weight_problem(component: Path) -> WeightProblem | None:
     """What is wrong with one component folder's .safetensors files (text_encoder/, transformer/...), or None."""
     files = sorted(component.glob("*.safetensors")) if component.is_dir() else []

@@ -25,7 +25,7 @@ from studio.core.models.files import (
     read_json,
 )
 from studio.core.models.hub_cache import cached_snapshot
-from studio.core.models.weight_files import WeightProblem, folder_weight_problem
+from studio.core.models.weight_files import WeightProblem, weight_problem_at
 from studio.train.errors import TrainError
 
 Source = Literal["folder", "file", "hub"]
@@ -165,11 +165,11 @@ def load_or_fail(what: str, base: str, loader: Callable[[], T], hint: str | None
         raise
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
         # A weight file damaged after the check before loading (or one it cannot see): named, not a crash.
-        folder: Path | None = Path(base).expanduser()
-        if folder is not None and not folder.is_dir() and base.count("/") == 1:
-            folder = cached_snapshot(base)  # a hub id: its downloaded snapshot
-        if folder is not None and folder.is_dir():
-            _refuse_damaged(folder_weight_problem(folder))
+        where: Path | None = Path(base).expanduser()
+        if where is not None and not where.exists() and base.count("/") == 1:
+            where = cached_snapshot(base)  # a hub id: its downloaded snapshot
+        if where is not None:
+            _refuse_damaged(weight_problem_at(where))
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         if not Path(base).expanduser().exists():  # taken as a hub id: it may be a mistyped folder too
             raise TrainError(
