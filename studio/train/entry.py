@@ -150,7 +150,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
     import torch
 
     from studio.train.compilation import shutdown_compile_workers
-    from studio.train.errors import TrainError, disk_full_error, oom_hint, out_of_space, vram_estimate_text
+    from studio.train.errors import TrainError, oom_hint, vram_estimate_text, write_failure
     from studio.train.reporting import Reporter
     from studio.train.runtime import make_accelerator
 
@@ -179,10 +179,8 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
     except Exception as exc:  # the process boundary: a full disk, or a crash reported with its traceback
         filename = getattr(exc, "filename", None)
         where = Path(filename).parent if isinstance(filename, str) else run_dir
-        if out_of_space(exc, where):
-            finished = _failed(reporter, disk_full_error(where, None, filename or "a file"))
-        else:
-            finished = _crashed(reporter, exc)
+        failure = write_failure(exc, where, None, filename or "a file")
+        finished = _failed(reporter, failure) if failure is not None else _crashed(reporter, exc)
         code = EXIT_FAILED
     if trainer is not None:
         finished.step = trainer.step

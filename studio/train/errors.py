@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from pathlib import Path
 
 # The disk (or the person's quota on it) is full.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# File systems that hold no file of 4 GB or more (FAT32, as psutil and the OS name it).
+FAT_FILE_SYSTEMS = frozenset({"vfat", "msdos", "fat", "fat32", "FAT", "FAT32"})
+FAT_FILE_LIMIT = 2**32 - 1
 
 
 class TrainError(Exception):
@@ -39,13 +43,63 @@ def is_disk_full(exc: BaseException) -> bool:
     return False
 
 
-def free_bytes(folder: Path) -> int | None:
-    """Free space on the disk holding `folder` (or its nearest existing parent); None if unknown."""
+# How safetensors' Rust writer words EFBIG (a file over the file system's or the process's file-size limit).
+_TOO_LARGE_WORDS = ("File too large", "os error 27", "FileTooLarge")
+
+
+def is_file_too_large(exc: BaseException) -> bool:
+    """An error that says a file grew past a file-size limit (EFBIG), itself or in what caused it."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.EFBIG:
+            return True
+        if not isinstance(seen, OSError) and any(word in str(seen) for word in _TOO_LARGE_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def file_size_limit(folder: Path) -> int | None:
+    """The largest file this process may write into `folder`: the file-size limit (ulimit -f) or the
+    4 GB of a FAT32 disk, whichever is smaller; None when neither limits it (or it is unknown)."""
+    limits = []
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            limits.append(int(soft))
+    except (ImportError, OSError, ValueError):  # Windows has no resource module
+        pass
+    if _file_system(folder) in FAT_FILE_SYSTEMS:
+        limits.append(FAT_FILE_LIMIT)
+    return min(limits) if limits else None
+
+
+def _file_system(folder: Path) -> str:
+    """The file system type of the disk holding `folder` ("ext4", "vfat", "NTFS"...), "" if unknown."""
+    try:
+        import psutil
+
+        real = os.path.realpath(_existing(folder))
+        mounts = [p for p in psutil.disk_partitions(all=True)
+                  if real == p.mountpoint or real.startswith(p.mountpoint.rstrip(os.sep) + os.sep)]
+    except Exception:  # psutil missing or the mount table unreadable: no limit is assumed
+        return ""
+    return max(mounts, key=lambda p: len(p.mountpoint)).fstype if mounts else ""
+
+
+def _existing(folder: Path) -> Path:
     probe = folder
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
+    return probe
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Free space on the disk holding `folder` (or its nearest existing parent); None if unknown."""
     try:
-        return shutil.disk_usage(probe).free
+        return shutil.disk_usage(_existing(folder)).free
     except OSError:
         return None
 
@@ -57,6 +111,40 @@ def out_of_space(exc: BaseException, folder: Path, needed_bytes: int = 2**20) ->
         return True
     free = free_bytes(folder)
     return free is not None and free < needed_bytes
+
+
+def write_failure(exc: BaseException, folder: Path, needed_bytes: int | None, what: str) -> TrainError | None:
+    """The error a person can act on when writing `what` into `folder` failed with `exc`: a full disk, or
+    a file larger than the disk's file system (FAT32) or the file-size limit takes; None for anything else.
+
+    torch's writer says neither (a RuntimeError "unexpected pos"), so with free space left, a file-size
+    limit smaller than what the write needed counts as the cause."""
+    if is_disk_full(exc):
+        return disk_full_error(folder, needed_bytes, what)
+    if is_file_too_large(exc):
+        return file_too_large_error(folder, what)
+    if not isinstance(exc, OSError):
+        limit = file_size_limit(folder)
+        if limit is not None and needed_bytes is not None and needed_bytes >= limit:
+            return file_too_large_error(folder, what, limit)
+    if out_of_space(exc, folder, needed_bytes or 2**20):
+        return disk_full_error(folder, needed_bytes, what)
+    return None
+
+
+def file_too_large_error(folder: Path, what: str, limit: int | None = None) -> TrainError:
+    """A file of `what` grew past the largest file the disk holding `folder` or this process may write."""
+    limit = limit if limit is not None else file_size_limit(folder)
+    size = f" (the limit here is {megabytes(limit)})" if limit is not None else ""
+    return TrainError(
+        "disk_full", f"{what} cannot be written into {folder}: one of its files is larger than the disk's file "
+        f"system or this process's file-size limit allows{size} (File too large)",
+        "set output.dir to a folder on a disk whose file system takes files over 4 GB (NTFS, ext4, exFAT, "
+        "APFS, not FAT32), or raise the file-size limit (`ulimit -f unlimited` in the shell that starts the "
+        "training), then continue with `studio-train resume RUN_DIR` (the Resume button): the checkpoints "
+        "written before are intact",
+        path=str(folder),
+    )
 
 
 def megabytes(count: int) -> str:

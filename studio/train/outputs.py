@@ -18,7 +18,7 @@ from studio.core.files import atomic_write_text
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.train.components import Components
 from studio.train.data.items import TrainItem
-from studio.train.errors import disk_full_error, out_of_space
+from studio.train.errors import write_failure
 from studio.train.families.base import FamilyAdapter
 from studio.train.families.model_spec import model_spec, prediction_type, training_fields
 from studio.train.weights.ema import WeightAverage
@@ -112,8 +112,9 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
         what = _file_being_written(exc, staging, folder)
         shutil.rmtree(staging, ignore_errors=True)  # no half output; its room is free for the error event
         needed = output_bytes(adapter, components) * (2 if ema is not None else 1)
-        if out_of_space(exc, folder, needed):
-            raise disk_full_error(folder, needed, f"the outputs ({what})") from None
+        failure = write_failure(exc, folder, needed, f"the outputs ({what})")
+        if failure is not None:
+            raise failure from None
         raise
     shutil.rmtree(staging, ignore_errors=True)
     return placed

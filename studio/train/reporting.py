@@ -32,7 +32,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
-from studio.train.errors import TrainError, disk_full_error, is_disk_full
+from studio.train.errors import TrainError, write_failure
 
 
 class EventsNotWritten(TrainError):
@@ -88,8 +88,8 @@ class Reporter:
         if self.write_error is None:
             self.write_error = exc
             path = self.writer.path
-            if is_disk_full(exc):
-                error = disk_full_error(path.parent, None, path.name)
+            error = write_failure(exc, path.parent, None, path.name)
+            if error is not None:
                 self.lost = EventsNotWritten(error.kind, error.message, error.hint, error.path)
             else:
                 self.lost = EventsNotWritten("crash", f"cannot write {path}: {exc.strerror or exc}",

@@ -21,6 +21,7 @@ from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
 from studio.core.runs.lock import RunLockedError, lock_holder, process_file_alive
 from studio.core.runs.outcome import already_completed_message, completed_run
+from studio.core.tracking.tensorboard import check_log_folder
 
 
 def register(sub: Any) -> None:
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
-    no_room = check_resume_disk(config, run_dir)
+    no_room = check_resume_disk(config, run_dir) or check_log_folder(config, run_dir)
     if no_room:
         print(f"error: {no_room}", file=sys.stderr)
         return EXIT_FAILED

@@ -9,17 +9,15 @@ every tensor with its shape, so a 7 GB checkpoint is identified by reading a few
 from __future__ import annotations
 
 import json
-import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import orjson
-
 from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, checkpoint_kinds, family
+from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 from studio.core.models.tokenizer_files import tokenizer_problem
+from studio.core.models.weight_files import WeightProblem, cut_short, folder_weight_problem
 
 FAMILY_NAMES = {spec.name: spec.title for spec in FAMILIES}
 # Pipeline classes named in model_index.json, by the family that trains them.
@@ -32,12 +30,7 @@ KIND_FAMILIES = {name: spec.name for name, (spec, _kind) in checkpoint_kinds().i
 OFFLINE_KINDS = tuple(name for name, (_spec, kind) in checkpoint_kinds().items() if kind.offline)
 # Kinds the studio cannot train, and why.
 REFUSED_KINDS = {name: kind.refused for name, (_spec, kind) in checkpoint_kinds().items() if kind.refused}
-_MAX_HEADER = 100 * 1024 * 1024
 _HALF = {"F16", "BF16"}
-
-
-class ModelFileError(ValueError):
-    """A model file or folder that cannot be read; the message names it and says what to do."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +46,8 @@ class ModelInfo:
     # Every floating-point tensor of the file is 16-bit, so loading straight into fp16/bf16 loses nothing.
     weights_16bit: bool = False
     pickled: str | None = None  # the path of a pickle file (.ckpt, .pt, .bin): refused unless model.allow_pickle
+    # A folder's weight file cut short, or a config asking for more layers than its weights hold.
+    damaged: WeightProblem | None = None
 
     @property
     def label(self) -> str:
@@ -75,13 +70,13 @@ class ModelInfo:
     @property
     def refused(self) -> str | None:
         """Why the studio cannot train from this model, or None."""
-        return REFUSED_KINDS.get(self.kind or "") or self.missing or (pickle_refusal(self.pickled) if self.pickled
-                                                                      else None)
+        return REFUSED_KINDS.get(self.kind or "") or self.missing or (str(self.damaged) if self.damaged else None) \
+            or (pickle_refusal(self.pickled) if self.pickled else None)
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
     """Every tensor's name and shape from a `.safetensors` file's header."""
-    return {name: _shape(entry) for name, entry in _header_entries(path).items()}
+    return {name: _shape(entry) for name, entry in safetensors_entries(path).items()}
 
 
 def _shape(entry: dict[str, object]) -> list[int]:
@@ -89,47 +84,17 @@ def _shape(entry: dict[str, object]) -> list[int]:
     return [int(d) for d in shape] if isinstance(shape, list) else []
 
 
-def _header_entries(path: Path) -> dict[str, dict[str, object]]:
-    """The header's entry of every tensor (dtype, shape, data offsets)."""
-    try:
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise ModelFileError(f"{path} is too short to be a .safetensors file ({len(prefix)} bytes)")
-            if prefix.startswith(b"PK\x03\x04"):
-                raise ModelFileError(f"{path} is a .ckpt checkpoint (a zip archive) named .safetensors: rename it "
-                                     "to .ckpt, or download the .safetensors version")
-            (length,) = struct.unpack("<Q", prefix)
-            if not 2 <= length <= _MAX_HEADER:
-                raise ModelFileError(f"{path} is not a .safetensors file (its header length {length} is impossible)")
-            if length > os.fstat(handle.fileno()).st_size - 8:
-                raise ModelFileError(f"{path} is cut short: its header alone should be {length} bytes; "
-                                     "re-download the file")
-            header = orjson.loads(handle.read(length))
-    except OSError as exc:
-        raise ModelFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, orjson.JSONDecodeError):
-        raise ModelFileError(f"{path} has a damaged header: it is not a .safetensors file, or was cut short "
-                             "while downloading") from None
-    if not isinstance(header, dict):
-        raise ModelFileError(f"{path} has a damaged header (not a table of tensors)")
-    header.pop("__metadata__", None)
-    if all(type(entry) is dict for entry in header.values()):
-        return header  # the usual case, without copying thousands of entries
-    return {name: entry for name, entry in header.items() if isinstance(entry, dict)}
-
-
 def detect_model(path: Path) -> ModelInfo:
     """The family (and for a checkpoint, the kind) of a diffusers folder or a single checkpoint file."""
     if path.is_dir():
         return _folder_model(path)
     if path.suffix.lower() == ".safetensors":
-        entries = _header_entries(path)
+        entries = safetensors_entries(path)
         dtypes = {str(entry.get("dtype", "")) for entry in entries.values()}
         floats = {d for d in dtypes if d.startswith(("F", "BF"))}
         # Only a few shapes decide the kind: read those, not all of a checkpoint's thousands.
         info = model_from_tensors(set(entries), lambda name: _shape(entries[name]) if name in entries else None)
-        return replace(info, weights_16bit=bool(floats) and floats <= _HALF)
+        return replace(info, weights_16bit=bool(floats) and floats <= _HALF, damaged=cut_short(path, entries))
     if is_pickle_file(str(path)):
         return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
                          pickled=str(path))
@@ -170,13 +135,14 @@ def _missing(kind: str, keys: set[str]) -> str | None:
 def _folder_model(folder: Path) -> ModelInfo:
     index = read_json(folder / "model_index.json")
     class_name = str(index.get("_class_name", ""))
-    if class_name in PIPELINE_FAMILIES:
-        return ModelInfo(PIPELINE_FAMILIES[class_name], None, class_name, tokenizer_problem(folder, index))
-    for spec in FAMILIES:
-        evidence = spec.folder_rule(folder, read_json)
-        if evidence is not None:
-            return ModelInfo(spec.name, None, evidence, tokenizer_problem(folder, index))
-    return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
+    found: tuple[str, str] | None = (PIPELINE_FAMILIES[class_name], class_name) if class_name in PIPELINE_FAMILIES \
+        else next(((spec.name, evidence) for spec in FAMILIES
+                   if (evidence := spec.folder_rule(folder, read_json)) is not None), None)
+    if found is None:
+        return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
+    components = [name for name, entry in index.items() if isinstance(entry, list) and entry and entry[0]]
+    return ModelInfo(found[0], None, found[1], tokenizer_problem(folder, index),
+                     damaged=folder_weight_problem(folder, components))
 
 
 def read_json(path: Path) -> dict[str, object]:

@@ -34,6 +34,7 @@ from studio.core.models.files import (
 from studio.core.models.hub_cache import cached_snapshot, missing_components, repo_folder
 from studio.core.models.known import find_known
 from studio.core.models.snapshot_check import snapshot_problems
+from studio.core.models.weight_files import folder_weight_problem
 from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
 from studio.core.training_python import NoTrainingPython, default_training_python
@@ -137,6 +138,10 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
             return PreflightProblem("model", f"The cached {repo_id} cannot be trusted: {problems[0]}. Delete the "
                                              f"cache folder {storage} and download the model again; if it comes "
                                              "back the same way, check HF_ENDPOINT and the network's proxy.")
+        damaged = folder_weight_problem(snapshot)  # a file cut short, a config that does not fit its weights
+        if damaged is not None:
+            return PreflightProblem("model", f"The cached {repo_id} cannot be trained from: {damaged.why}. Delete "
+                                             f"the cache folder {storage} and download the model again.")
         return None
     known = find_known(repo_id)
     size = f" (about {known.size_gb:g} GB)" if known else ""

@@ -11,8 +11,10 @@ from studio.core.tracking.base import Logger, MissingLogger, Record, record_of
 __all__ = ["EventMirror", "Logger", "MissingLogger", "Record", "open_logger", "record_of"]
 
 
-def open_logger(name: str, run_dir: Path, run_name: str) -> Logger:
-    """The logger `name` writing into `run_dir` (MissingLogger when its package is missing)."""
+def open_logger(name: str, run_dir: Path, run_name: str,
+                warn: Callable[[str, str | None, str], None] | None = None) -> Logger:
+    """The logger `name` writing into `run_dir` (MissingLogger when its package is missing); `warn(message,
+    path, hint)` tells the run about a logger that goes on differently than asked (W&B offline)."""
     if name == "tensorboard":
         from studio.core.tracking.tensorboard import TENSORBOARD_DIR, TensorBoardLogger
 
@@ -20,7 +22,7 @@ def open_logger(name: str, run_dir: Path, run_name: str) -> Logger:
     if name == "wandb":
         from studio.core.tracking.wandb_logger import WandbLogger
 
-        return WandbLogger(run_dir, run_name)
+        return WandbLogger(run_dir, run_name, warn)
     raise ValueError(f"unknown logger {name!r}: use tensorboard or wandb")
 
 

@@ -4,11 +4,16 @@ simple values, sample images as PNG summaries. TensorBoard's reader reads them b
 from __future__ import annotations
 
 import struct
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studio.core.tracking.base import MissingLogger, Record
+
+if TYPE_CHECKING:
+    from studio.core.config.schema import TrainConfig
 
 TENSORBOARD_DIR = "tensorboard"
 
@@ -18,6 +23,32 @@ def _png_size(data: bytes) -> tuple[int, int]:
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
         return struct.unpack(">II", data[16:24])
     return 0, 0
+
+
+def log_folder_problem(logdir: Path) -> tuple[str, str] | None:
+    """(why, what to do) when TensorBoard's folder `logdir` cannot be made or written; None when it can."""
+    existing = logdir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        return (f"{existing} is a file, not a folder", f"move or rename the file {existing}, or remove "
+                "\"tensorboard\" from output.log_to")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".studio-write-test-"):
+            pass
+    except OSError as exc:
+        return (f"{existing} cannot be written ({exc.strerror or exc})", f"make {existing} writable for you, or "
+                "remove \"tensorboard\" from output.log_to")
+    return None
+
+
+def check_log_folder(config: TrainConfig, run_dir: Path) -> str | None:
+    """Why the TensorBoard log folder of output.log_to cannot be made in `run_dir` (a run to resume), or None."""
+    if "tensorboard" not in config.output.log_to:
+        return None
+    logdir = run_dir / TENSORBOARD_DIR
+    problem = log_folder_problem(logdir)
+    return f"the TensorBoard log folder {logdir} cannot be made: {problem[0]}; {problem[1]}" if problem else None
 
 
 class TensorBoardLogger:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from safetensors import SafetensorError
+
 from studio.core.config.pickled import is_pickle_file
 from studio.core.models.files import (
     FAMILY_NAMES,
@@ -22,6 +24,8 @@ from studio.core.models.files import (
     model_from_tensors,
     read_json,
 )
+from studio.core.models.hub_cache import cached_snapshot
+from studio.core.models.weight_files import WeightProblem, weight_problem_at
 from studio.train.errors import TrainError
 
 Source = Literal["folder", "file", "hub"]
@@ -41,6 +45,7 @@ def model_source(base: str, family: str, needs: dict[str, str] | None = None) ->
                              path=str(path))
         found, evidence = detect_family(path)
         _refuse_mismatch(path, found, evidence, family)
+        _refuse_damaged(_model_info(path).damaged)
         return "file"
     if path.is_dir():
         index = path / "model_index.json"
@@ -58,6 +63,7 @@ def model_source(base: str, family: str, needs: dict[str, str] | None = None) ->
             raise TrainError("model", f"{path} cannot be trained from: {missing}",
                              "bring back the tokenizer's vocabulary file named above, or download the model again",
                              path=str(path))
+        _refuse_damaged(_model_info(path).damaged)  # a weight file cut short, a config that does not fit it
         return "folder"
     if path.is_absolute() or base.startswith((".", "~")) or base.count("/") != 1:
         raise TrainError("model", f"the base model {path} does not exist",
@@ -107,6 +113,11 @@ def _ckpt_info(path: Path) -> ModelInfo:
     return model_from_tensors(set(tensors), lambda key: list(tensors[key].shape) if key in tensors else None)
 
 
+def _refuse_damaged(problem: WeightProblem | None) -> None:
+    if problem is not None:
+        raise TrainError("model", f"the model cannot be loaded: {problem.why}", problem.fix, path=problem.path)
+
+
 def _refuse_mismatch(path: Path, found: str | None, evidence: str, family: str) -> None:
     if found is None or found == family:
         return
@@ -152,7 +163,13 @@ def load_or_fail(what: str, base: str, loader: Callable[[], T], hint: str | None
         return loader()
     except TrainError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
+        # A weight file damaged after the check before loading (or one it cannot see): named, not a crash.
+        where: Path | None = Path(base).expanduser()
+        if where is not None and not where.exists() and base.count("/") == 1:
+            where = cached_snapshot(base)  # a hub id: its downloaded snapshot
+        if where is not None:
+            _refuse_damaged(weight_problem_at(where))
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         if not Path(base).expanduser().exists():  # taken as a hub id: it may be a mistyped folder too
             raise TrainError(

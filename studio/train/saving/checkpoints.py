@@ -25,7 +25,7 @@ import torch
 
 from studio.core.files import atomic_write_text
 from studio.core.runs.folders import CHECKPOINTS_DIR
-from studio.train.errors import TrainError, disk_full_error, out_of_space
+from studio.train.errors import TrainError, write_failure
 
 STATE_FILE = "training_state.json"
 SCHEDULER_FILE = "scheduler.json"
@@ -84,7 +84,7 @@ def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep
 
     `extra` writes what else the run keeps (the EMA) into the folder on rank 0, before it is marked complete.
 
-    A full disk ends the run with a disk_full error and leaves no half-written folder behind.
+    A full disk (or a file over the disk's file-size limit) ends the run with a disk_full error and leaves no half-written folder behind.
     """
     folder = checkpoint_path(run_dir, int(state["step"]))
     try:
@@ -102,12 +102,12 @@ def save_checkpoint(accelerator: Any, run_dir: Path, state: dict[str, Any], keep
                 shutil.rmtree(old, ignore_errors=True)
     except Exception as exc:  # torch says RuntimeError for a full disk, safetensors SafetensorError
         needed = checkpoint_bytes(run_dir, accelerator)
-        full = out_of_space(exc, folder.parent, needed)
+        failure = write_failure(exc, folder.parent, needed, f"the checkpoint of step {state['step']}")
         if accelerator.is_main_process:
             shutil.rmtree(folder, ignore_errors=True)  # no half checkpoint; its space is free for the error event
-        if not full:
+        if failure is None:
             raise
-        raise disk_full_error(folder.parent, needed, f"the checkpoint of step {state['step']}") from None
+        raise failure from None
     accelerator.wait_for_everyone()
     return folder
 

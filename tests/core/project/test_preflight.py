@@ -110,6 +110,22 @@ def test_a_cached_model_whose_weights_link_outside_the_cache_is_not_trained(tmp_
     assert _lines(config, root)[0].startswith(f"Base model {HUB_ID} is not on this machine")
 
 
+def test_a_cached_model_with_a_weight_file_cut_short_names_it(tmp_path: Path, hub_cache: Path) -> None:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    import numpy as np
+
+    snapshot = _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    file = snapshot / "text_encoder" / "model.safetensors"
+    safetensors_numpy.save_file({"w": np.ones((64, 64), np.float32)}, str(file))
+    config, root = _project(tmp_path)
+    assert _lines(config, root) == []
+    size = file.stat().st_size
+    file.write_bytes(file.read_bytes()[: size // 2])  # a download cut off
+    assert _lines(config, root) == [
+        f"The cached {HUB_ID} cannot be trained from: {file} is cut short: it holds {size // 2:,} bytes, its header "
+        f"says {size:,}. Delete the cache folder {snapshot.parents[1]} and download the model again."]
+
+
 def test_a_partly_downloaded_model_names_what_it_lacks(tmp_path: Path, hub_cache: Path) -> None:
     _cache_model(hub_cache, HUB_ID, ("unet", "tokenizer", "scheduler"))
     config, root = _project(tmp_path)
