@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from fixtures.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("suite_under_load", ROOT / "benchmarks" / "suite_under_load.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["suite_under_load"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/suite_under_load.py")
 
 
 def test_the_counts_of_both_stages_add_up_and_failures_are_named() -> None:

@@ -3,13 +3,12 @@ in the JSON and the markdown table the GPU run will write."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from fixtures.scripts import load_script
 
 from studio.core.config.presets import get_preset
 from studio.core.estimate.preset_estimate import estimate_preset
@@ -18,12 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "benchmarks" / "gpu_acceptance.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_acceptance"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_acceptance.py")
 
 
 @pytest.mark.slow

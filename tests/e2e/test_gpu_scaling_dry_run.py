@@ -3,26 +3,19 @@ the table the first multi-GPU machine will fill; the efficiency and the table fr
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from fixtures.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "| preset | GPUs | strategy | global batch | images/s | scaling efficiency | per-GPU peak | status |"
 
 
 def _script() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("gpu_scaling", ROOT / "benchmarks" / "gpu_scaling.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_scaling"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_scaling.py")
 
 
 def test_efficiency_is_against_the_smallest_count_that_ran() -> None:

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from fixtures.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _counter() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("count_parameters", ROOT / "benchmarks" / "count_parameters.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["count_parameters"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/count_parameters.py")
 
 
 @pytest.fixture(scope="module")

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures.scripts import load_script
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_stored_sd15_flops_match_a_fresh_count() -> None:
-    spec = importlib.util.spec_from_file_location("count_flops", ROOT / "benchmarks" / "count_flops.py")
-    assert spec is not None and spec.loader is not None
-    counter = importlib.util.module_from_spec(spec)
-    sys.modules["count_flops"] = counter
-    spec.loader.exec_module(counter)
+    counter = load_script("benchmarks/count_flops.py")
     stored = json.loads((ROOT / "resources" / "architectures" / "flops.json").read_text())["families"]["sd15"]
     flops, params = counter.forward_flops("sd15")
     assert params == stored["params"]
