@@ -81,7 +81,7 @@ def before_export_read(run: Path) -> str:
 
 
 def after_export_read(run: Path) -> str:
-    from studio.core.runs.event_files import stream_events
+    from studio.core.runs.event_reading.files import stream_events
 
     count = sum(1 for _event in stream_events(run / "events.jsonl"))
     return f"{count:,} events"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from studio.core.runs.event_files import events_backwards, newest_event
+from studio.core.runs.event_reading.files import events_backwards, newest_event
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from studio.core.runs.event_files import events_backwards, stream_events
+from studio.core.runs.event_reading.files import events_backwards, stream_events
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation, read_events
 from studio.core.runs.history import summarize_run
 from studio.core.runs.outcome import completed_run, last_finish, outcome_line

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.runs.event_files import head_events, newest_event, tail_events
+from studio.core.runs.event_reading.files import head_events, newest_event, tail_events
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import EVENTS_FILE
 from studio.core.runs.run_model import RunModel, replay_run
