@@ -20,21 +20,6 @@ from studio.gui.model.page import ModelPage
 from studio.gui.shell.application import make_settings
 
 
-@pytest.fixture
-def make_page(qtbot, tmp_path: Path):
-    def make(profile: str | None = "rtx4090-24gb") -> ModelPage:
-        context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file=profile)
-        context.set_project(create_project(tmp_path / "project"))
-        page = ModelPage(context)
-        qtbot.addWidget(page)
-        page.hardware.wait()
-        qtbot.waitUntil(lambda: page.hardware.report is not None, timeout=10000)
-        qtbot.waitUntil(lambda: page.estimate.estimate is not None, timeout=5000)
-        return page
-
-    return make
-
-
 def test_choosing_a_preset_updates_the_form(make_page, qtbot) -> None:
     page = make_page()
     qtbot.mouseClick(page.findChild(QPushButton, "use_sdxl-lora-8gb"), Qt.MouseButton.LeftButton)

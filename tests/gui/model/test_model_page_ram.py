@@ -9,21 +9,7 @@ from PySide6.QtWidgets import QLabel
 
 from studio.core.config.presets import get_preset
 from studio.core.hardware.machine.probe import find_profile
-from studio.core.project.folder import create_project
-from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage
-from studio.gui.shell.application import make_settings
-
-
-def _page(qtbot, tmp_path: Path, profile: str) -> ModelPage:
-    context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file=profile)
-    context.set_project(create_project(tmp_path / "project"))
-    page = ModelPage(context)
-    qtbot.addWidget(page)
-    page.hardware.wait()
-    qtbot.waitUntil(lambda: page.hardware.report is not None, timeout=10000)
-    qtbot.waitUntil(lambda: page.estimate.estimate is not None, timeout=5000)
-    return page
 
 
 def _shown(page: ModelPage) -> str:
@@ -31,8 +17,8 @@ def _shown(page: ModelPage) -> str:
     return label.text().replace("&nbsp;", " ")
 
 
-def test_the_estimate_shows_ram_of_the_machines_memory_under_the_vram(qtbot, tmp_path: Path) -> None:
-    page = _page(qtbot, tmp_path, "rtx3060-12gb")
+def test_the_estimate_shows_ram_of_the_machines_memory_under_the_vram(qtbot, make_page) -> None:
+    page = make_page("rtx3060-12gb")
     page.choose_preset(get_preset("zimage-lora-12gb"))
     qtbot.waitUntil(lambda: "14.3 GB of 32 GB" in _shown(page), timeout=3000)
     vram, ram = _shown(page).split("<br>", 1)
@@ -41,10 +27,10 @@ def test_the_estimate_shows_ram_of_the_machines_memory_under_the_vram(qtbot, tmp
     assert "Largest model file being read: 11.46 GB" in page.findChild(QLabel, "estimate_total").toolTip()
 
 
-def test_a_machine_with_little_ram_is_marked_and_told_what_it_needs(qtbot, tmp_path: Path) -> None:
+def test_a_machine_with_little_ram_is_marked_and_told_what_it_needs(qtbot, make_page, tmp_path: Path) -> None:
     small = json.loads(find_profile("rtx3060-12gb").read_text(encoding="utf-8")) | {"ram_mb": 8192}
     (tmp_path / "small.json").write_text(json.dumps(small), encoding="utf-8")
-    page = _page(qtbot, tmp_path, str(tmp_path / "small.json"))
+    page = make_page(str(tmp_path / "small.json"))
     page.choose_preset(get_preset("zimage-lora-12gb"))
     qtbot.waitUntil(lambda: "14.3 GB of 8 GB" in _shown(page), timeout=3000)
     ram = _shown(page).split("<br>", 1)[1]
