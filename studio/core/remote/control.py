@@ -110,28 +110,51 @@ except (OSError, ValueError):
 print(json.dumps({"running": alive(job["pid"]), "exit_status": status}))
 """
 
-# Runs there: end the launcher and everything under it, politely first.
+# Runs there: end the launcher and everything under it, politely first. The tree is frozen
+# (SIGSTOP, parents first) before each signal, so no process forks a child the signal misses,
+# e.g. launch.sh starting the trainer between the moment the tree is read and its own SIGTERM.
 _KILL = r"""
 import json, os, signal, time
 job = json.loads(JOB)
-def parents():
-    table = {}
+def table():
+    found = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open("/proc/%s/stat" % name) as handle:
-                    table[int(name)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                found[int(name)] = (int(fields[1]), int(fields[3]))  # parent, session
             except (OSError, ValueError, IndexError):
                 pass
-    return table
-def tree(root):
-    table, found, todo = parents(), [root], [root]
-    while todo:
-        pid = todo.pop()
-        kids = [child for child, parent in table.items() if parent == pid]
-        found += kids
-        todo += kids
     return found
+def family(roots):
+    procs, root = table(), job["pid"]
+    found, todo = [p for p in roots if p in procs], [p for p in roots if p in procs]
+    while todo:
+        pid = todo.pop(0)
+        for child, (parent, _session) in procs.items():
+            if parent == pid and child not in found:
+                found.append(child)
+                todo.append(child)
+    if procs.get(root, (0, 0))[1] == root:  # the launcher leads its own session (setsid, tmux, screen)
+        found += [p for p, (_parent, session) in procs.items() if session == root and p not in found]
+    return found
+def send(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+def freeze(known):
+    # Stop parents before their children, again until no new process appears.
+    stopped = []
+    while True:
+        new = [p for p in family(known + stopped) if p not in stopped and p != os.getpid()]
+        if not new:
+            return stopped
+        for pid in new:
+            if send(pid, signal.SIGSTOP):
+                stopped.append(pid)
 def launcher_alive(pid):
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
@@ -141,28 +164,27 @@ def launcher_alive(pid):
 if not launcher_alive(job["pid"]):  # ended already (the pid may belong to another program by now)
     print(json.dumps({"ended": 0, "forced": 0}))
     raise SystemExit(0)
-procs = tree(job["pid"])
+procs = freeze([job["pid"]])
 for pid in reversed(procs):
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        pass
+    send(pid, signal.SIGTERM)
+for pid in procs:
+    send(pid, signal.SIGCONT)
 deadline = time.time() + job["grace"]
 def alive(pid):
     try:
-        os.kill(pid, 0)
-        return True
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-while time.time() < deadline and any(alive(p) for p in procs):
+while time.time() < deadline:
+    procs += [p for p in family([p for p in procs if alive(p)]) if p not in procs]
+    if not any(alive(p) for p in procs):
+        break
     time.sleep(0.2)
-left = [p for p in procs if alive(p)]
+left = [p for p in freeze([p for p in procs if alive(p)]) if alive(p)]
 for pid in left:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-print(json.dumps({"ended": len(procs), "forced": len(left)}))
+    send(pid, signal.SIGKILL)
+print(json.dumps({"ended": len(set(procs + left)), "forced": len(left)}))
 """
 
 

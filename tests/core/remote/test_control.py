@@ -125,3 +125,44 @@ def test_kill_ends_the_whole_process_tree_there(remote_machine: RemoteMachine, s
     assert remote_state(client, record)[0] is False
     assert kill_remote_run(client, record) == 0  # nothing left to end
     client.close()
+
+
+_LATE_LAUNCHER = """\
+trap 'sh -c "sleep 1.5; echo late > late.txt" &' TERM
+echo ready > ready.txt
+while :; do sleep 0.1; done
+"""
+
+
+@pytest.mark.parametrize("own_session", [True, False], ids=["setsid", "same-session"])
+def test_kill_also_ends_what_the_launcher_starts_after_it_was_asked_to_stop(tmp_path: Path,
+                                                                          own_session: bool) -> None:
+    """launch.sh traps SIGTERM (to write STOP) and may start the trainer after the tree was read:
+    the kill ends that late process too, so nothing writes into the run folder after it returns."""
+    import subprocess
+    import sys
+
+    from studio.core.remote.control import _KILL, _job
+
+    (tmp_path / "launch.sh").write_text(_LATE_LAUNCHER)
+    launcher = subprocess.Popen(["sh", "./launch.sh"], cwd=tmp_path, start_new_session=own_session)
+    try:
+        _wait(lambda: (tmp_path / "ready.txt").exists(), "the launcher starting", 30)
+        done = subprocess.run([sys.executable, "-c", _job(_KILL, {"pid": launcher.pid, "grace": 0.5})],
+                              capture_output=True, text=True, timeout=60, check=True)
+        assert launcher.wait(timeout=10) != 0
+        time.sleep(2)  # the late writer sleeps 1.5 s, past the grace: had it survived, its file would be here
+        assert not (tmp_path / "late.txt").exists(), done.stdout
+        left = [p for p in psutil.process_iter() if _cwd(p) == tmp_path]
+        assert left == []
+        assert '"forced": ' in done.stdout and int(done.stdout.split('"ended": ')[1].split(",")[0]) >= 2
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def _cwd(proc: psutil.Process) -> Path | None:
+    try:
+        return Path(proc.cwd())
+    except (psutil.Error, OSError):
+        return None
