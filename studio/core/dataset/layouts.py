@@ -2,7 +2,9 @@
 
 Four layouts are common: images directly in a folder; kohya's `N_name` subfolders (N is
 how often each image repeats per epoch, the name is a caption); plain subfolders, one per
-subject; and the diffusers imagefolder with a `metadata.jsonl`. `detect_layout` tells
+subject; and the diffusers imagefolder with a `metadata.jsonl`. A folder of edit pairs (a
+`control/` folder or `name_control.png` files beside the targets, see `edit_pairs.controls`)
+is one concept of targets; its control images are not counted. `detect_layout` tells
 them apart from directory listings alone, so a folder of 10,000 images is read in
 well under a second.
 """
@@ -16,6 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.dataset.captions.caption_sources import METADATA_FILE
+from studio.core.dataset.edit_pairs.controls import (
+    LAYOUT_NAMES,
+    ControlSettings,
+    detect_control_layout,
+    suffix_target,
+)
 from studio.core.dataset.image_headers import is_image_name
 
 # A studio run folder (it holds the run's event log) is never read as training images,
@@ -131,8 +139,9 @@ class FoundConcept:
 @dataclass(frozen=True)
 class DatasetLayout:
     root: Path
-    kind: str  # "flat" | "kohya" | "nested" | "metadata" | "empty"
+    kind: str  # "flat" | "kohya" | "nested" | "metadata" | "edit" | "empty"
     concepts: tuple[FoundConcept, ...]
+    control_layout: str | None = None  # with kind "edit": "folder" or "suffix"
 
     @property
     def images(self) -> int:
@@ -143,7 +152,8 @@ class DatasetLayout:
         if self.kind == "empty":
             return f"No images in {self.root} yet (.jpg, .jpeg, .png, .webp or .bmp)"
         kinds = {"flat": "images in the folder", "kohya": "kohya N_name folders",
-                 "nested": "one subfolder per concept", "metadata": f"a {METADATA_FILE} of captions"}
+                 "nested": "one subfolder per concept", "metadata": f"a {METADATA_FILE} of captions",
+                 "edit": f"edit pairs with {LAYOUT_NAMES.get(self.control_layout or '', 'control images')}"}
         parts = [f"{_rel(c.folder, self.root)}: {c.images}" + (f" ×{c.repeats}" if c.repeats != 1 else "")
                  for c in self.concepts]
         noun = "concept" if len(self.concepts) == 1 else "concepts"
@@ -155,9 +165,14 @@ def _rel(folder: Path, root: Path) -> str:
     return "." if folder == root else folder.relative_to(root).as_posix()
 
 
-def count_images(folder: Path) -> int:
-    """The images in `folder` and its subfolders (what a concept on it would train on)."""
-    return sum(1 for _folder, items in walk_folders(folder) for item in items if is_image_name(item.name))
+def count_images(folder: Path, control_layout: str | None = None) -> int:
+    """The images in `folder` and its subfolders (what a concept on it would train on); with a
+    `control_layout` ("folder" or "suffix"), the edit pairs' targets only."""
+    skip = ControlSettings(control_layout or "auto")
+    return sum(1 for walked, items in walk_folders(folder)
+               if control_layout is None or not skip.skips_folder(control_layout, folder, walked)
+               for item in items if is_image_name(item.name)
+               and not (control_layout == "suffix" and suffix_target(item.name.rsplit(".", 1)[0]) is not None))
 
 
 def detect_layout(root: Path) -> DatasetLayout:
@@ -175,6 +190,8 @@ def detect_layout(root: Path) -> DatasetLayout:
         raise DatasetError(f"Cannot read the image folder {root}: {exc.strerror or exc}. "
                            "Check that it exists and that you may read it.") from None
     names = {item.name for item in items}
+    if any(is_image_name(n) for n in names) and (controls := detect_control_layout(root)) is not None:
+        return DatasetLayout(root, "edit", (FoundConcept(root, count_images(root, controls)),), controls)
     if METADATA_FILE in names or any(is_image_name(n) for n in names):
         kind = "metadata" if METADATA_FILE in names else "flat"
         return DatasetLayout(root, kind, (FoundConcept(root, count_images(root)),))
