@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QSettings
 
-from studio.core.project.folder import Project, create_project, default_config
+from studio.core.project.folder import Project, create_project
 from studio.gui.context import StudioContext
 from studio.gui.dataset.editor import INSTRUCTION_PLACEHOLDER
 from studio.gui.dataset.page import DatasetPage
@@ -20,16 +20,16 @@ from tests.gui.conftest import shut_down
 @pytest.fixture
 def pairs_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     monkeypatch.setenv("STUDIO_CACHE_DIR", str(tmp_path / "cache"))
-    config = default_config("pairs")
-    config.dataset.kind = "edit"
-    project = create_project(tmp_path / "proj", config)
-    folder = project.root / "pairs"
+    folder = tmp_path / "pairs"
     (folder / "control").mkdir(parents=True)
     for i, name in enumerate(("cat", "dog", "owl")):
         Image.new("RGB", (96, 64), (60 * i, 100, 200)).save(folder / f"{name}.png")
         if name != "owl":  # the owl's control is missing
             Image.new("RGB", (96, 64), (60 * i, 200, 100)).save(folder / "control" / f"{name}.png")
     (folder / "cat.txt").write_text("paint it blue", encoding="utf-8")
+    # A new project on the folder, as the project wizard makes one: the control/ folder makes it edit pairs.
+    project = create_project(tmp_path / "proj", images=[folder])
+    assert project.load_config().dataset.kind == "edit"
     return project
 
 
@@ -47,7 +47,7 @@ def pairs_page(qtbot, pairs_project: Project, tmp_path: Path) -> DatasetPage:  #
 
 def test_a_target_shows_beside_its_control_and_its_instruction_is_saved(  # type: ignore[no-untyped-def]
         qtbot, pairs_page: DatasetPage, pairs_project: Project) -> None:
-    folder = pairs_project.root / "pairs"
+    folder = pairs_project.root.parent / "pairs"
     assert pairs_page.model.paths == [folder / "cat.png", folder / "dog.png", folder / "owl.png"]
     editor = pairs_page.editor
     assert editor.entry is not None and editor.entry.path == folder / "cat.png"
@@ -64,10 +64,10 @@ def test_a_target_shows_beside_its_control_and_its_instruction_is_saved(  # type
 
 def test_a_target_without_its_control_says_so_and_is_named_in_problems(pairs_page: DatasetPage,
                                                                        pairs_project: Project) -> None:
-    owl = pairs_project.root / "pairs" / "owl.png"
+    owl = pairs_project.root.parent / "pairs" / "owl.png"
     pairs_page.select_path(owl)
     view = pairs_page.editor.control_views[0]
     assert view.isVisible() and view.pixmap().isNull() and "No control image" in view.text()
     missing = [p for p in pairs_page.problems if p.code == "missing_control"]
     assert [(p.path, p.severity) for p in missing] == [(str(owl), "error")]
-    assert str(pairs_project.root / "pairs" / "control" / "owl.png") in missing[0].hint
+    assert str(owl.parent / "control" / "owl.png") in missing[0].hint
