@@ -77,6 +77,17 @@ def test_ai_toolkit_control_path_folders(tmp_path: Path, capsys: pytest.CaptureF
     assert _codes(report) == [("unreadable_control", str(tmp_path / "dataset" / "control2" / "dog.jpg"))]
 
 
+def test_ai_toolkit_control_folders_beside_the_targets_are_found_by_themselves(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dataset/target/ with dataset/control/ and dataset/control2/ beside it, as ai-toolkit datasets are kept."""
+    root = _targets(tmp_path / "dataset" / "target")
+    _png(tmp_path / "dataset" / "control" / "cat.png", shade=11)
+    _png(tmp_path / "dataset" / "control" / "dog.png", shade=21)
+    _png(tmp_path / "dataset" / "control2" / "cat.png", shade=12)
+    code, report = _check([str(root)], capsys)
+    assert (code, report["images"], report["control_layouts"], report["problems"]) == (0, 2, ["separate"], [])
+
+
 def test_a_musubi_tuner_control_directory_in_a_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """musubi-tuner: one control_directory, named as the target or numbered name_0, name_1 for several."""
     from studio.core.project.folder import create_project, default_config
@@ -86,8 +97,8 @@ def test_a_musubi_tuner_control_directory_in_a_project(tmp_path: Path, capsys: p
     project = create_project(tmp_path / "proj", config)
     _targets(project.root / "images")
     _png(project.root / "controls" / "cat.png", shade=10)
-    _png(project.root / "controls" / "dog_0.png", shade=20)
-    _png(project.root / "controls" / "dog_1.png", shade=30)
+    _png(project.root / "controls" / "dog_0000.png", shade=20)  # four digits, as musubi-tuner allows
+    _png(project.root / "controls" / "dog_0001.png", shade=30)
     _png(project.root / "controls" / "bird_0.png", shade=40)
     code, report = _check([str(project.root)], capsys)
     assert (code, report["images"], report["control_layouts"]) == (0, 2, ["separate"])

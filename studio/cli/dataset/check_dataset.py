@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from studio.core.config.errors import ConfigError
     from studio.core.config.schema import ConceptSection
     from studio.core.dataset.checks import check_concepts
-    from studio.core.dataset.edit_pairs.controls import LAYOUT_NAMES, ControlSettings, detect_control_layout
+    from studio.core.dataset.edit_pairs.controls import LAYOUT_NAMES, ControlSettings, find_controls
     from studio.core.dataset.edit_pairs.pairs import control_settings
     from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
     from studio.core.families import DEFAULT_FAMILY
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.control_folder:
         folders = tuple(Path(f).expanduser().resolve() for f in args.control_folder)
         controls = ControlSettings("separate", folders)
-    elif controls is None and (args.edit or (not is_project(folder) and detect_control_layout(folder))):
+    elif controls is None and (args.edit or (not is_project(folder) and find_controls(folder))):
         controls = ControlSettings()
     report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family,
                             controls=controls)

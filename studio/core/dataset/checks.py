@@ -230,7 +230,7 @@ def check_concepts(
     if controls is not None:
         sizes = {path: found.size for path, found in facts.items()}
         for scan in scans:
-            report.problems.extend(control_problems(scan, controls, sizes))
+            report.problems.extend(control_problems(scan, sizes))
         report.control_layouts = sorted({scan.control_layout for scan in scans if scan.control_layout})
     if mask_folder is not None:
         report.problems.extend(mask_problems([(e.path, facts[e.path].size) for e in entries if not e.is_class],

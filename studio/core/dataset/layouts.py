@@ -21,7 +21,7 @@ from studio.core.dataset.captions.caption_sources import METADATA_FILE
 from studio.core.dataset.edit_pairs.controls import (
     LAYOUT_NAMES,
     ControlSettings,
-    detect_control_layout,
+    find_controls,
     suffix_target,
 )
 from studio.core.dataset.image_headers import is_image_name
@@ -141,7 +141,7 @@ class DatasetLayout:
     root: Path
     kind: str  # "flat" | "kohya" | "nested" | "metadata" | "edit" | "empty"
     concepts: tuple[FoundConcept, ...]
-    control_layout: str | None = None  # with kind "edit": "folder" or "suffix"
+    control_layout: str | None = None  # with kind "edit": "folder", "suffix" or "separate" (control folders beside it)
 
     @property
     def images(self) -> int:
@@ -165,14 +165,14 @@ def _rel(folder: Path, root: Path) -> str:
     return "." if folder == root else folder.relative_to(root).as_posix()
 
 
-def count_images(folder: Path, control_layout: str | None = None) -> int:
-    """The images in `folder` and its subfolders (what a concept on it would train on); with a
-    `control_layout` ("folder" or "suffix"), the edit pairs' targets only."""
-    skip = ControlSettings(control_layout or "auto")
+def count_images(folder: Path, controls: ControlSettings | None = None) -> int:
+    """The images in `folder` and its subfolders (what a concept on it would train on); with `controls`
+    (as `ControlSettings.for_concept` gives them), the edit pairs' targets only."""
     return sum(1 for walked, items in walk_folders(folder)
-               if control_layout is None or not skip.skips_folder(control_layout, folder, walked)
+               if controls is None or not controls.skips_folder(folder, walked)
                for item in items if is_image_name(item.name)
-               and not (control_layout == "suffix" and suffix_target(item.name.rsplit(".", 1)[0]) is not None))
+               and not (controls is not None and controls.layout == "suffix"
+                        and suffix_target(item.name.rsplit(".", 1)[0]) is not None))
 
 
 def detect_layout(root: Path) -> DatasetLayout:
@@ -190,8 +190,8 @@ def detect_layout(root: Path) -> DatasetLayout:
         raise DatasetError(f"Cannot read the image folder {root}: {exc.strerror or exc}. "
                            "Check that it exists and that you may read it.") from None
     names = {item.name for item in items}
-    if any(is_image_name(n) for n in names) and (controls := detect_control_layout(root)) is not None:
-        return DatasetLayout(root, "edit", (FoundConcept(root, count_images(root, controls)),), controls)
+    if any(is_image_name(n) for n in names) and (found := find_controls(root)) is not None:
+        return DatasetLayout(root, "edit", (FoundConcept(root, count_images(root, found)),), found.layout)
     if METADATA_FILE in names or any(is_image_name(n) for n in names):
         kind = "metadata" if METADATA_FILE in names else "flat"
         return DatasetLayout(root, kind, (FoundConcept(root, count_images(root)),))

@@ -67,6 +67,7 @@ class ScanResult:
     unreadable_folders: list[tuple[Path, str]] = field(default_factory=list)  # folder, why it cannot be listed
     # Edit pairs (dataset.kind = "edit"): the layout read, controls without a target, named folders not there.
     control_layout: str | None = None
+    control_folders: tuple[Path, ...] = ()  # with control_layout "separate": the folders read
     orphan_controls: list[Path] = field(default_factory=list)
     missing_control_folders: list[Path] = field(default_factory=list)
 
@@ -179,11 +180,12 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None,
     if result.unreadable_folders and result.unreadable_folders[0][0] == root:
         raise DatasetError(f"Image folder {root} cannot be read ({result.unreadable_folders[0][1]}). Give your "
                            "user read access to it, or copy the images to a folder of yours.")
-    layout = controls.layout_for(root) if controls is not None else None
-    if controls is not None and layout is not None:
-        folders = [(f, items) for f, items in folders if not controls.skips_folder(layout, root, f)]
+    concept_controls = controls.for_concept(root) if controls is not None else None
+    if concept_controls is not None:
+        folders = [(f, items) for f, items in folders if not concept_controls.skips_folder(root, f)]
     for folder, items in folders:
-        if _list_folder(listing, root, folder, items, keyed, layout == "suffix"):
+        if _list_folder(listing, root, folder, items, keyed,
+                        concept_controls is not None and concept_controls.layout == "suffix"):
             image_folders.append(folder)
     for folder, _ in folders:
         if folder != root and kohya_folder(folder.name) is not None and not any(
@@ -194,17 +196,17 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None,
     keyed.sort(key=lambda row: row[0])
     result.entries = [row[1] for row in keyed]
     listing._pending = [(entry, stem, info) for _, entry, stem, info in keyed]
-    if controls is not None and layout is not None:
-        _pair(result, root, controls, layout)
+    if concept_controls is not None:
+        _pair(result, root, concept_controls)
     return listing
 
 
-def _pair(result: ScanResult, root: Path, controls: ControlSettings, layout: str) -> None:
+def _pair(result: ScanResult, root: Path, controls: ControlSettings) -> None:
     """Give each target its control images; note the controls without a target."""
-    found = match_controls([e.path for e in result.entries], root, controls, layout)
+    found = match_controls([e.path for e in result.entries], root, controls)
     for entry in result.entries:
         entry.controls = found.controls.get(entry.path, ())
-    result.control_layout = layout
+    result.control_layout, result.control_folders = controls.layout, controls.folders
     result.orphan_controls = found.orphans
     result.missing_control_folders = found.missing_folders
     result.unreadable_folders.extend(found.unreadable_folders)

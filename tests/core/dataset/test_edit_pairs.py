@@ -73,6 +73,19 @@ def test_separate_control_folders_read_as_ai_toolkit_and_musubi_tuner_do(tmp_pat
                                                                                         "musubi/dog_1.png"]}
 
 
+def test_control_folders_beside_the_target_folder_are_found_as_ai_toolkit_keeps_them(tmp_path: Path) -> None:
+    root = _targets(tmp_path / "dataset" / "target")
+    make_image(tmp_path / "dataset" / "control" / "cat.png")
+    make_image(tmp_path / "dataset" / "control_1" / "cat.png")
+    make_image(tmp_path / "dataset" / "other" / "cat.png")  # not named as a control folder: not read
+    layout = detect_layout(root)
+    assert (layout.kind, layout.images, layout.control_layout) == ("edit", 2, "separate")
+    pairs = read_edit_pairs(_edit(root))
+    assert [p.relative_to(tmp_path).as_posix() for p in pairs[0].controls] == ["dataset/control/cat.png",
+                                                                              "dataset/control_1/cat.png"]
+    assert detect_layout(_targets(tmp_path / "plain" / "images")).kind == "flat"
+
+
 def test_control_images_are_not_training_images_of_an_edit_dataset_only(tmp_path: Path) -> None:
     root = _targets(tmp_path / "pairs")
     make_image(root / "control" / "cat.png")

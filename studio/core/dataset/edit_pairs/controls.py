@@ -85,20 +85,25 @@ class ControlSettings:
     def from_json(cls, data: dict[str, Any]) -> ControlSettings:
         return cls(str(data.get("layout", "auto")), tuple(Path(f) for f in data.get("folders", ())))
 
-    def layout_for(self, root: Path) -> str:
-        """The layout of the concept folder `root`: the one set, else the one its files show; "separate" when
-        control folders are named; "folder" (where the studio looks first) when none shows."""
+    def for_concept(self, root: Path) -> ControlSettings:
+        """The settings the concept folder `root` is read with: the layout set, else the one its files show
+        (control folders inside it, name_control images, or control folders beside it); "folder" (where the
+        studio looks first) when none shows."""
         if self.layout != "auto":
-            return self.layout
+            return self
         if self.folders:
-            return "separate"
-        return detect_control_layout(root) or "folder"
+            return ControlSettings("separate", self.folders)
+        found = detect_control_layout(root)
+        if found is not None:
+            return ControlSettings(found)
+        siblings = sibling_control_folders(root)
+        return ControlSettings("separate", siblings) if siblings else ControlSettings("folder")
 
-    def skips_folder(self, layout: str, root: Path, folder: Path) -> bool:
+    def skips_folder(self, root: Path, folder: Path) -> bool:
         """Whether `folder` (at or below the concept folder `root`) holds controls, not targets."""
-        if layout == "folder":
+        if self.layout == "folder":
             return any(control_folder_order(part) is not None for part in folder.relative_to(root).parts)
-        if layout == "separate":
+        if self.layout == "separate":
             return any(folder == f or f in folder.parents for f in self.folders)
         return False
 
@@ -132,6 +137,28 @@ def detect_control_layout(root: Path) -> str | None:
     return None
 
 
+def sibling_control_folders(root: Path) -> tuple[Path, ...]:
+    """Folders beside `root` named ``control``, ``control_N`` or ``controlN`` holding an image named as one in
+    `root`, in their order: the way ai-toolkit datasets are often kept (``dataset/target/``,
+    ``dataset/control/``, ``dataset/control2/``)."""
+    if control_folder_order(root.name) is not None:
+        return ()
+    try:
+        stems = {os.path.splitext(e.name)[0].lower() for e in _listing(root) if is_image_name(e.name)}
+        siblings = [(order, root.parent / e.name) for e in _listing(root.parent)
+                    if (order := control_folder_order(e.name)) is not None and _is_dir(e)]
+    except OSError:
+        return ()
+    found = []
+    for _order, folder in sorted(siblings):
+        try:
+            if any(stem_target(image.stem, stems) for image in _images(folder)):
+                found.append(folder)
+        except OSError:
+            continue
+    return tuple(found)
+
+
 @dataclass
 class ControlMatch:
     """Controls found for a concept's targets."""
@@ -157,9 +184,10 @@ def _collect(found: dict[tuple[Path, str], list[tuple[int, int, Path]]], match: 
             found.setdefault((key_folder, hit[0]), []).append((folder_rank, hit[1], image))
 
 
-def match_controls(targets: Sequence[Path], root: Path, settings: ControlSettings, layout: str) -> ControlMatch:
-    """The control images of `targets` (images of the concept folder `root`) in `layout`."""
-    match = ControlMatch()
+def match_controls(targets: Sequence[Path], root: Path, settings: ControlSettings) -> ControlMatch:
+    """The control images of `targets` (images of the concept folder `root`), read with `settings` as
+    `for_concept` gives them for `root`."""
+    layout, match = settings.layout, ControlMatch()
     by_folder: dict[Path, set[str]] = {}
     for target in targets:
         by_folder.setdefault(target.parent, set()).add(target.stem.lower())
@@ -203,3 +231,12 @@ def match_controls(targets: Sequence[Path], root: Path, settings: ControlSetting
             match.controls[target] = tuple(path for *_order, path in sorted(found[key]))
     match.orphans.sort()
     return match
+
+
+def find_controls(root: Path) -> ControlSettings | None:
+    """The control images' settings a folder of images shows by itself (control folders in or beside it,
+    name_control images); None when it shows none: then it is not a folder of edit pairs."""
+    found = ControlSettings().for_concept(root)
+    if found.layout == "folder" and detect_control_layout(root) is None:
+        return None
+    return found

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.image_facts import Problem, inspect_image
 from studio.core.dataset.scan import ImageEntry, ScanResult
 
@@ -18,21 +17,21 @@ from studio.core.dataset.scan import ImageEntry, ScanResult
 ASPECT_TOLERANCE = 1.25
 
 
-def expected_control(entry: ImageEntry, scan: ScanResult, settings: ControlSettings) -> Path:
+def expected_control(entry: ImageEntry, scan: ScanResult) -> Path:
     """Where the first control image of `entry` would be, in the layout the concept was read with."""
     name = entry.path.stem + ".png"
     if scan.control_layout == "suffix":
         return entry.path.with_name(entry.path.stem + "_control.png")
-    if scan.control_layout == "separate" and settings.folders:
-        return settings.folders[0] / name
+    if scan.control_layout == "separate" and scan.control_folders:
+        return scan.control_folders[0] / name
     return entry.path.parent / "control" / name
 
 
-def _where_looked(scan: ScanResult, settings: ControlSettings) -> str:
+def _where_looked(scan: ScanResult) -> str:
     if scan.control_layout == "suffix":
         return "beside it as name_control"
     if scan.control_layout == "separate":
-        return "in " + ", ".join(str(f) for f in settings.folders)
+        return "in " + ", ".join(str(f) for f in scan.control_folders)
     return "in the control/ folder beside it"
 
 
@@ -40,8 +39,7 @@ def _aspect(size: tuple[int, int]) -> float:
     return size[0] / max(1, size[1])
 
 
-def control_problems(scan: ScanResult, settings: ControlSettings,
-                     target_sizes: Mapping[Path, tuple[int, int] | None]) -> list[Problem]:
+def control_problems(scan: ScanResult, target_sizes: Mapping[Path, tuple[int, int] | None]) -> list[Problem]:
     """The edit-pair problems of one scanned concept; `target_sizes` holds each target's size as shown
     (None when it cannot be read: its own check names it)."""
     out: list[Problem] = []
@@ -52,16 +50,16 @@ def control_problems(scan: ScanResult, settings: ControlSettings,
     targets = [e for e in scan.entries if not e.is_class]
     if targets and not any(e.controls for e in targets) and not scan.missing_control_folders:
         out.append(Problem("error", "no_controls", str(scan.folder),
-                           f"dataset.kind is \"edit\" but no target has a control image ({_where_looked(scan, settings)})",
-                           f"put each target's control image at {expected_control(targets[0], scan, settings)} "
+                           f"dataset.kind is \"edit\" but no target has a control image ({_where_looked(scan)})",
+                           f"put each target's control image at {expected_control(targets[0], scan)} "
                            "(and so on), set dataset.control_folders, or set dataset.kind = \"images\""))
         return out
     for entry in targets:
         if not entry.controls:
             if not scan.missing_control_folders:
                 out.append(Problem("error", "missing_control", str(entry.path),
-                                   f"this target has no control image ({_where_looked(scan, settings)})",
-                                   f"add {expected_control(entry, scan, settings)} (the image the instruction "
+                                   f"this target has no control image ({_where_looked(scan)})",
+                                   f"add {expected_control(entry, scan)} (the image the instruction "
                                    "edits), or remove the target"))
             continue
         out.extend(_control_file_problems(entry, target_sizes.get(entry.path)))
