@@ -19,7 +19,10 @@ The layouts (`dataset.control_layout`):
   the plain name first, then by number.
 
 In every control folder a file matches its target the musubi way: the same stem, or the stem plus
-``_N``; so one rule reads both trainers' folders.
+``_N``; so one rule reads both trainers' folders. With ``control_layout = "auto"`` and no folders named,
+the layout a concept folder shows is read: control folders in it, ``name_control`` images, or control
+folders beside it (``dataset/target/`` with ``dataset/control/``, ``dataset/control2/``: ai-toolkit
+datasets as people keep them), in that order.
 """
 
 from __future__ import annotations
