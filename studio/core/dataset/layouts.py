@@ -195,7 +195,9 @@ def detect_layout(root: Path) -> DatasetLayout:
     if METADATA_FILE in names or any(is_image_name(n) for n in names):
         kind = "metadata" if METADATA_FILE in names else "flat"
         return DatasetLayout(root, kind, (FoundConcept(root, count_images(root)),))
-    concepts = []
+    concepts: list[FoundConcept] = []
+    control_layouts: set[str] = set()
+    control_folders: set[Path] = set()
     for item in sorted(items, key=lambda e: natural_key(e.name)):
         try:
             if not item.is_dir(follow_symlinks=True):
@@ -203,11 +205,19 @@ def detect_layout(root: Path) -> DatasetLayout:
         except OSError:
             continue
         folder = Path(item.path)
-        images = count_images(folder)
+        found = find_controls(folder)
+        images = count_images(folder, found)
+        if found is not None:
+            control_layouts.add(found.layout)
+            control_folders.update(found.folders)
         if images:
             kohya = kohya_folder(item.name)
             concepts.append(FoundConcept(folder, images, kohya[0] if kohya else 1))
+    # Control folders beside their targets (dataset/target/, dataset/control/) are not concepts of their own.
+    concepts = [c for c in concepts if c.folder not in control_folders]
     if not concepts:
         return DatasetLayout(root, "empty", ())
+    if control_layouts:
+        return DatasetLayout(root, "edit", tuple(concepts), min(control_layouts))
     kind = "kohya" if any(kohya_folder(c.folder.name) for c in concepts) else "nested"
     return DatasetLayout(root, kind, tuple(concepts))

@@ -84,6 +84,10 @@ def test_control_folders_beside_the_target_folder_are_found_as_ai_toolkit_keeps_
     assert [p.relative_to(tmp_path).as_posix() for p in pairs[0].controls] == ["dataset/control/cat.png",
                                                                               "dataset/control_1/cat.png"]
     assert detect_layout(_targets(tmp_path / "plain" / "images")).kind == "flat"
+    # Opened one level up, the control folders are not concepts of their own (a folder of another name is).
+    above = detect_layout(tmp_path / "dataset")
+    assert (above.kind, [c.folder.name for c in above.concepts], above.images) == ("edit", ["other", "target"], 3)
+    assert detect_layout(tmp_path / "plain").kind == "nested"
 
 
 def test_control_images_are_not_training_images_of_an_edit_dataset_only(tmp_path: Path) -> None:
