@@ -207,6 +207,7 @@ class CaptionEditor(QWidget):
         for index, view in enumerate(self.control_views):
             view.setVisible(index < shown)
             if index >= shown:
+                view.set_pixmap(None)  # a hidden view holds no picture of an earlier pair
                 continue
             if not controls:
                 view.set_text("No control image for this target: the Problems tab says where it goes")
