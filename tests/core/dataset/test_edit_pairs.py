@@ -199,3 +199,14 @@ def test_a_run_on_edit_pairs_is_refused_before_it_starts_until_a_family_trains_t
     assert 'set dataset.kind = "images"' in problem.message
     config.dataset.kind = "images"
     assert check_dataset(config) is None
+
+
+def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) -> None:
+    from studio.core.dataset.split import split_issue
+
+    root = _targets(tmp_path / "pairs", ("cat",))
+    make_image(root / "control" / "cat.png")
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}, "dataset": {
+        "kind": "edit", "validation_fraction": 0.5, "concepts": [{"path": str(root)}]}})
+    issue = split_issue(config)
+    assert issue is not None and "holds out 1 of the 1 training image" in issue.message
