@@ -247,7 +247,8 @@ class DatasetPage(Page):
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
-        self._summary = (f"{plural(len(self.model.paths), 'image')}, {plural(errors, 'error')}, "
+        item = "edit pair" if self.editor.edit_pairs else "image"
+        self._summary = (f"{plural(len(self.model.paths), item)}, {plural(errors, 'error')}, "
                          f"{plural(len(self.problems) - errors, 'warning')}.")
         self.status_label.setText(self._summary)
 

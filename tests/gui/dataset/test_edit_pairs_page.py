@@ -71,3 +71,4 @@ def test_a_target_without_its_control_says_so_and_is_named_in_problems(pairs_pag
     missing = [p for p in pairs_page.problems if p.code == "missing_control"]
     assert [(p.path, p.severity) for p in missing] == [(str(owl), "error")]
     assert str(owl.parent / "control" / "owl.png") in missing[0].hint
+    assert pairs_page.status_label.text().startswith("3 edit pairs, 1 error, ")  # small, uncaptioned: warnings
