@@ -105,12 +105,14 @@ def config_for_images(project_root: Path, image_folders: Sequence[Path], family:
 
     A folder with no images yet becomes one concept, so the Dataset page shows where to add them.
     """
-    concepts = concepts_from_layouts([detect_layout(folder) for folder in image_folders if folder.exists()],
-                                     project_root)
+    layouts = [detect_layout(folder) for folder in image_folders if folder.exists()]
+    concepts = concepts_from_layouts(layouts, project_root)
     if not concepts:
         concepts = [ConceptSection(path=concept_path(folder, project_root)) for folder in image_folders]
+    # A folder of edit pairs makes an edit-pair project: its control images are read as controls, not trained on.
+    kind = "edit" if any(layout.kind == "edit" for layout in layouts) else "images"
     return TrainConfig(model=ModelSection(family=family, base=base or default_base(family)),
-                       dataset=DatasetSection(concepts=concepts))
+                       dataset=DatasetSection(concepts=concepts, kind=kind))
 
 
 def create_project(path: str | Path, config: TrainConfig | None = None,
