@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from PySide6.QtCore import QSettings
 
 from studio.core.project.folder import Project, create_project
-from studio.gui.context import StudioContext
 from studio.gui.dataset.editor import INSTRUCTION_PLACEHOLDER
 from studio.gui.dataset.page import DatasetPage
-from tests.gui.conftest import shut_down
+from tests.gui.dataset.conftest import open_page
 
 
 @pytest.fixture
@@ -35,14 +33,7 @@ def pairs_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
 
 @pytest.fixture
 def pairs_page(qtbot, pairs_project: Project, tmp_path: Path) -> DatasetPage:  # type: ignore[no-untyped-def]
-    context = StudioContext(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
-    page = DatasetPage(context)
-    qtbot.addWidget(page, before_close_func=shut_down)
-    context.set_project(pairs_project)
-    page.resize(1200, 800)
-    page.show()
-    assert page.wait_loaded(30)
-    return page
+    return open_page(qtbot, pairs_project, tmp_path)
 
 
 def test_a_target_shows_beside_its_control_and_its_instruction_is_saved(  # type: ignore[no-untyped-def]
