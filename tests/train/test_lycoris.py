@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -251,18 +252,23 @@ def test_a_locon_adds_the_convolutions_to_both_lora_files(tiny_sd15: Path, demo_
     assert isinstance(layer, BaseTunerLayer) and layer.r[next(iter(layer.r))] == 2
 
 
-def test_a_flux2_klein_lokr_is_named_as_comfyuis_flux_map_reads_it(tiny_flux2_klein: Path, demo_data: Path,
-                                                                     tmp_path: Path) -> None:
-    """FLUX.2 [klein]'s q/k/v are fused in the original layout, which a Kronecker product cannot join: its
-    LyCORIS file names the diffusers layers (`lora_transformer_...`), as ComfyUI's Flux key map reads them."""
+@pytest.mark.parametrize("network", ["lokr", "loha"])
+def test_a_flux2_klein_lycoris_file_is_named_as_comfyui_maps_it(tiny_flux2_klein: Path, demo_data: Path,
+                                                               tmp_path: Path, network: str) -> None:
+    """ComfyUI finds a FLUX.2 layer by its original name (`lora_unet_single_blocks_0_linear1`), and a part of
+    the fused q/k/v (which a Kronecker or Hadamard product cannot join) by its diffusers name through its Flux
+    key map (`lora_transformer_transformer_blocks_0_attn_to_q`, placed at its rows). Under diffusers names
+    the single-stream blocks, the feed-forwards and the embedders were "lora key not loaded" there."""
     from diffusers import Flux2Transformer2DModel
 
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.train.families import adapter_for
+    from studio.train.families.flux2_klein_names import comfy_key, original_module
     from studio.train.networks.lycoris_file import load_lycoris
 
     config = TrainConfig(
         model=ModelSection(family="flux2-klein", base=str(tiny_flux2_klein)),
-        method=MethodSection(kind="lora", rank=2, network="lokr"),
+        method=MethodSection(kind="lora", rank=2, network=network),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
         training=TrainingSection(batch_size=2, max_steps=1, learning_rate=1e-2, seed=3),
         output=OutputSection(dir=str(tmp_path / "runs"), name="klein"),
@@ -273,6 +279,26 @@ def test_a_flux2_klein_lokr_is_named_as_comfyuis_flux_map_reads_it(tiny_flux2_kl
     with safe_open(str(path), "pt") as handle:
         modules = {key.split(".")[0] for key in handle.keys()}  # noqa: SIM118 - not a dict
         assert "flux-2-klein" in handle.metadata()["modelspec.architecture"]
-    assert "lora_transformer_transformer_blocks_0_attn_to_q" in modules
+    # The q/k/v parts ComfyUI's Flux map places (FLUX.1 and FLUX.2 name them alike in diffusers).
+    qkv = re.compile(r"^lora_transformer_transformer_blocks_\d+_attn_(to_[qkv]|add_[qkv]_proj)$")
+    parts = {name for name in modules if qkv.match(name)}
+    assert "lora_transformer_transformer_blocks_0_attn_to_q" in parts
+    # Every other module under the original name of a layer of the model ComfyUI holds.
     transformer = Flux2Transformer2DModel.from_pretrained(tiny_flux2_klein / "transformer")
-    assert len(load_lycoris(path, {"transformer": transformer})) == len(modules)
+    originals = {comfy_key(original_module(name)[0]) for name, layer in transformer.named_modules()
+                 if isinstance(layer, torch.nn.Linear) and _has_original(name)}
+    assert modules - parts and modules - parts <= originals
+    assert {"lora_unet_single_blocks_0_linear1", "lora_unet_single_blocks_0_linear2"} <= modules
+    adapter = adapter_for(config)
+    assert len(load_lycoris(path, {"transformer": transformer}, namer=adapter.lycoris_name)) == len(modules)
+
+
+def _has_original(module: str) -> bool:
+    from studio.train.errors import TrainError
+    from studio.train.families.flux2_klein_names import original_module
+
+    try:
+        original_module(module)
+    except TrainError:
+        return False
+    return True

@@ -249,9 +249,16 @@ class FamilyAdapter(ABC):
         from studio.train.networks.lycoris_file import lycoris_state_dict
 
         scales = {component: adapter_configs[component]["lycoris_scales"] for component in layers}
-        state = lycoris_state_dict(layers, scales, renames=self.kohya_renames)
+        state = lycoris_state_dict(layers, scales, namer=self.lycoris_name)
         meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
         return save_kohya_file(folder, name or self.config.output.name, state, meta)
+
+    def lycoris_name(self, component: str, module: str) -> str:
+        """A module's name in the LyCORIS file: its kohya name (a family whose readers map other names
+        says so here)."""
+        from studio.train.networks.lycoris_file import kohya_module
+
+        return kohya_module(component, module, self.kohya_renames)
 
     def save_diffusers_lora(
         self,
