@@ -280,6 +280,7 @@ class FamilyAdapter(ABC):
         import diffusers
         from diffusers.utils import convert_state_dict_to_diffusers
 
+        from studio.train.networks.dora import MAGNITUDE
         from studio.train.networks.strength import baked
 
         arguments: dict[str, Any] = {}
@@ -288,7 +289,10 @@ class FamilyAdapter(ABC):
                 continue
             state, metadata = baked(layers[name], peft_metadata(adapter_configs.get(name)))
             if name in self.text_encoder_names:
-                state = {text_encoder_key(key): value for key, value in state.items()}
+                # A DoRA magnitude as the weight of its module (`...lora_magnitude_vector.weight`): transformers 5
+                # loads a text encoder's adapter by that name only (peft's own loader reads both).
+                state = {text_encoder_key(key) + (".weight" if key.endswith(f".{MAGNITUDE}") else ""): value
+                         for key, value in state.items()}
             renamed = self.rename_lora_keys and name in self.text_encoder_names
             arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if renamed else state
             arguments[f"{name}_lora_adapter_metadata"] = metadata
