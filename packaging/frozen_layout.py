@@ -71,11 +71,12 @@ def hidden_imports(root: Path) -> list[str]:
 
 def bundle_datas(root: Path) -> list[tuple[str, str]]:
     """resources/, presets/, the user guide, the trainer's source as plain files, and the
-    package list and pins the training environment is installed from."""
+    package list and pins the training environment (and the cloud environment's SkyPilot) is installed from."""
     docs = [(str(p), "docs") for p in sorted((root / "docs").glob("*.md"))]
     return [
         (str(root / "pyproject.toml"), "."),
         (str(root / "constraints" / "ci.txt"), "constraints"),
+        (str(root / "constraints" / "cloud.txt"), "constraints"),
         *_tree(root / "resources", "resources"),
         *_tree(root / "presets", "presets"),
         *docs,

@@ -60,3 +60,27 @@ def test_without_skypilot_the_command_says_how_to_enable_it(demo: Project, capsy
     assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) != 0
     err = capsys.readouterr().err
     assert "SkyPilot is not installed" in err and 'pip install "skypilot[runpod]"' in err and "sky check" in err
+    assert "studio-train cloud setup" in err
+
+
+def test_cloud_setup_installs_skypilot_in_a_cloud_environment_of_its_own(
+        demo: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from fixtures.wheelhouse import build_wheel
+
+    from studio.core.cloud.bridge import BridgeApi
+    from studio.core.cloud.environment import CLOUD_ENV_VAR
+    from studio.core.resources import app_root
+    from studio.core.trainenv.packages import pinned_versions
+
+    version = pinned_versions(app_root() / "constraints" / "cloud.txt")["skypilot"]
+    build_wheel(tmp_path / "wheels", "skypilot", version, {"sky/__init__.py": "def get(request):\n    return request\n"})
+    monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "cloud-env"))
+    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    assert cli_main(["cloud", "setup", "--wheelhouse", str(tmp_path / "wheels")]) == 0
+    out = capsys.readouterr().out
+    assert f"Installing SkyPilot into {tmp_path / 'cloud-env'}" in out and "SkyPilot is ready" in out and "check" in out
+    assert isinstance(cloud.cloud_api(), BridgeApi)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "second"))
+    assert cli_main(["cloud", "setup", "--wheelhouse", str(tmp_path / "empty")]) == 1
+    assert "installing SkyPilot failed" in capsys.readouterr().err

@@ -77,6 +77,7 @@ def test_the_frozen_app_carries_no_torch_and_the_trainers_source(frozen_app: Pat
     assert not any((bundle / name).exists() for name in ("torch", "diffusers", "transformers", "onnxruntime"))
     assert (bundle / "studio" / "train" / "loop.py").is_file()  # the training environment runs this
     assert (bundle / "constraints" / "ci.txt").is_file() and (bundle / "pyproject.toml").is_file()
+    assert (bundle / "constraints" / "cloud.txt").is_file()  # the cloud environment's pins
     assert (bundle / "resources" / "trainenv" / "torch_builds.toml").is_file()
 
 

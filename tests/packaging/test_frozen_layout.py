@@ -31,6 +31,7 @@ def test_every_page_module_is_a_hidden_import() -> None:
 def test_the_bundle_carries_what_the_app_reads_and_the_trainer_source() -> None:
     targets = {(Path(src).relative_to(ROOT).as_posix(), dest) for src, dest in bundle_datas(ROOT)}
     assert ("pyproject.toml", ".") in targets and ("constraints/ci.txt", "constraints") in targets
+    assert ("constraints/cloud.txt", "constraints") in targets  # Install SkyPilot… pins it by this file
     assert ("resources/trainenv/torch_builds.toml", "resources/trainenv") in targets
     assert ("presets/sd15-lora.toml", "presets") in targets
     assert ("studio/train/loop.py", "studio/train") in targets

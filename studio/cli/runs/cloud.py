@@ -36,6 +36,9 @@ def register(sub: Any) -> None:
     launch.add_argument("--yes", action="store_true", help="start without asking (after showing the price)")
     add_cloud_options(launch)
     launch.set_defaults(func=run_launch)
+    setup = commands.add_parser("setup", help="install SkyPilot in a cloud environment of the studio's own")
+    setup.add_argument("--wheelhouse", type=Path, help="install from this folder of wheels (no network)")
+    setup.set_defaults(func=run_setup)
     for name, func, text in (("status", run_status, "the cluster's and the run's state"),
                              ("logs", run_logs, "follow the run's output"),
                              ("down", run_down, "end the cluster now (billing stops; bring results back first)"),
@@ -114,6 +117,19 @@ def _record(name: str) -> dict[str, Any] | None:
 def _cluster(name: str) -> str:
     record = _record(name)
     return str(record["cluster"]) if record else name
+
+
+def run_setup(args: argparse.Namespace) -> int:
+    from studio.core.cloud.api import CloudError
+    from studio.core.cloud.environment import cloud_env_dir, install_cloud_env
+
+    print(f"Installing SkyPilot into {cloud_env_dir()} …", flush=True)
+    try:
+        python = install_cloud_env(wheelhouse=args.wheelhouse, on_line=lambda line: print(f"  {line}", flush=True))
+    except CloudError as exc:
+        return _fail(str(exc))
+    print(f"SkyPilot is ready ({python}); enable a cloud with: {python.parent / 'sky'} check")
+    return EXIT_OK
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -4,7 +4,8 @@ Launch exports a bundle for the launch (the studio's data folder, cloud/), asks 
 price and availability (shown beside the studio's own cost table), asks the person, and starts
 the bundle's sky.yaml on a new cluster. The run is then followed on the Train page (a CloudRun),
 brought back into the project's runs/ when it ends and the cluster torn down. Without SkyPilot
-the button says which extra to install. Every call to the launcher runs on the panel's Worker;
+the button says how to get it, and "Install SkyPilot…" makes a cloud environment of the studio's
+own with it (core/cloud/environment.py: the desktop app carries no SkyPilot). Every call to the launcher runs on the panel's Worker;
 the person's cloud credentials stay in SkyPilot's own configuration.
 """
 
@@ -19,6 +20,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGroupBox, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
 from studio.core.cloud.api import CloudApi, CloudError, Offer
+from studio.core.cloud.environment import cloud_env_dir, install_cloud_env
 from studio.core.cloud.launcher import cloud_api, cloud_available
 from studio.core.cloud.run import (
     CloudBundle,
@@ -54,6 +56,7 @@ def _quote(api: CloudApi, config_path: Path, options: dict[str, Any]) -> Quote:
 
 class CloudPanel(QGroupBox):
     sig_started = Signal(object)  # the CloudRun the controller follows
+    sig_install_line = Signal(str)  # a line of SkyPilot's install, from the worker's thread
 
     def __init__(self, context: StudioContext, options: Callable[[], dict[str, Any]],
                  parent: QWidget | None = None) -> None:
@@ -69,17 +72,23 @@ class CloudPanel(QGroupBox):
         self.state_ms: int | None = None  # how often the run asks SkyPilot about the job (tests: often)
         self.launch_button = named(QPushButton("Launch on a cloud…"), "export_cloud_launch")
         self.launch_button.clicked.connect(self.launch)
+        self.install_button = named(QPushButton("Install SkyPilot…"), "export_cloud_install")
+        self.install_button.setToolTip(f"Makes a Python environment of its own with SkyPilot in {cloud_env_dir()} "
+                                       "(a few minutes, downloads about 200 MB)")
+        self.install_button.clicked.connect(self.install_skypilot)
         self.progress = named(QProgressBar(), "export_cloud_progress")
         self.progress.setVisible(False)
         self.status = named(QLabel("Rents the GPUs chosen above from the cheapest cloud SkyPilot can reach; "
                                    "your cloud credentials stay in SkyPilot's configuration."), "export_cloud_status")
         self.status.setWordWrap(True)
+        self.sig_install_line.connect(lambda line: self.status.setText(f"Installing SkyPilot… {line[-160:]}"))
         # Placed by the page beside its cost table: SkyPilot's live answer next to the catalogue's figures.
         self.offer_label = named(QLabel(), "export_cloud_offers")
         self.offer_label.setWordWrap(True)
         self.offer_label.setVisible(False)
         layout = QVBoxLayout(self)
         layout.addWidget(self.launch_button)
+        layout.addWidget(self.install_button)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         self.update_enabled()
@@ -90,6 +99,22 @@ class CloudPanel(QGroupBox):
         ready = self.context.project is not None and self.context.config is not None
         # Without SkyPilot the button stays clickable: it says how to enable it.
         self.launch_button.setEnabled(not self.worker.busy and (ready or hint is not None))
+        self.install_button.setVisible(hint is not None)
+        self.install_button.setEnabled(not self.worker.busy)
+
+    def install_skypilot(self) -> None:
+        self._busy("Installing SkyPilot into a cloud environment of its own…")
+        self.worker.run(install_cloud_env, None, None, self.sig_install_line.emit, on_done=self._installed,
+                        on_failed=self._install_failed, expected=EXPECTED)
+
+    def _installed(self, python: Path) -> None:
+        self._idle()
+        self.say(f"SkyPilot is ready ({python}). Enable a cloud once with `{python.parent / 'sky'} check`, "
+                 "then Launch on a cloud.")
+
+    def _install_failed(self, error: BaseException) -> None:
+        self._idle()
+        self.say(f"SkyPilot was not installed: {error}")
 
     def say(self, text: str) -> None:
         self.status.setText(text)
@@ -176,6 +201,7 @@ class CloudPanel(QGroupBox):
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
         self.launch_button.setEnabled(False)
+        self.install_button.setEnabled(False)
 
     def _idle(self) -> None:
         self.progress.setVisible(False)

@@ -153,3 +153,36 @@ def test_without_skypilot_the_button_says_how_to_enable_it(qtbot: QtBot, monkeyp
     assert text.startswith("Cannot launch on a cloud yet.")
     assert 'pip install "sd-training-studio[cloud]"' in text and "sky check" in text
     assert export.cloud.run is None and not export.cloud.worker.busy
+
+
+def test_install_skypilot_makes_the_cloud_environment_and_launch_is_ready(
+        qtbot: QtBot, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        pages: tuple[StudioContext, ExportPage, TrainPage, RunsPage]) -> None:
+    """The desktop app's way (no SkyPilot beside it): Install SkyPilot… makes the cloud environment (here from a
+    folder of wheels holding a stand-in SkyPilot), and the panel is then ready to launch through it."""
+    import sys
+
+    from fixtures.wheelhouse import build_wheel
+
+    from studio.core.cloud.environment import CLOUD_ENV_VAR, forget
+    from studio.core.resources import app_root
+    from studio.core.trainenv.packages import pinned_versions
+
+    version = pinned_versions(app_root() / "constraints" / "cloud.txt")["skypilot"]
+    build_wheel(tmp_path / "wheels", "skypilot", version, {"sky/__init__.py": "def get(request):\n    return request\n"})
+    monkeypatch.setenv("STUDIO_WHEELHOUSE", str(tmp_path / "wheels"))
+    monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "cloud-env"))
+    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    forget()
+    _context, export, _train, _runs = pages
+    export.refresh()
+    panel = export.cloud
+    assert panel.install_button.isVisibleTo(panel) and "press Install SkyPilot…" in panel.launch_button.toolTip()
+    panel.install_button.click()
+    qtbot.waitUntil(lambda: "SkyPilot is ready" in panel.status.text() or "not installed" in panel.status.text(),
+                    timeout=120_000)
+    assert "SkyPilot is ready" in panel.status.text(), panel.status.text()
+    assert "sky check" in panel.status.text() and (tmp_path / "cloud-env").is_dir()
+    assert not panel.install_button.isVisibleTo(panel)
+    assert cloud.cloud_available() is None and "SkyPilot is not installed" not in panel.launch_button.toolTip()
