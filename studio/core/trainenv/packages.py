@@ -1,4 +1,4 @@
-"""What the training environment holds: the studio's core and trainer dependencies, pinned.
+"""What the training environment holds: the studio's core, trainer and logging dependencies, pinned.
 
 One source for each: the requirements are pyproject.toml's `dependencies` and its `train`
 extra (and `cuda` on an NVIDIA machine), the pins are constraints/ci.txt, the versions
@@ -59,10 +59,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def training_requirements(root: Path | None = None, nvidia: bool = False) -> tuple[str, ...]:
-    """The core's dependencies and the `train` extra (plus `cuda` with `nvidia`), torch first."""
+    """The core's dependencies and the `train` and `logging` extras (plus `cuda` with `nvidia`), torch first:
+    output.log_to (TensorBoard, W&B) works in the desktop app's environment without a second install."""
     project = _read_toml((root or app_root()) / PYPROJECT).get("project", {})
     extras = project.get("optional-dependencies", {})
-    wanted = [*project.get("dependencies", []), *extras.get("train", []), *(extras.get("cuda", []) if nvidia else [])]
+    wanted = [*project.get("dependencies", []), *extras.get("train", []), *extras.get("logging", []),
+              *(extras.get("cuda", []) if nvidia else [])]
     if not any(requirement_name(r) == TORCH for r in wanted):
         raise PackageListError(f"{(root or app_root()) / PYPROJECT} lists no torch in its train extra")
     return tuple(sorted(wanted, key=lambda r: requirement_name(r) != TORCH))
