@@ -190,5 +190,9 @@ class StudioContext(QObject):
             return Path(value)
         return self.project.resolve(value)
 
+    def dialog_folder(self) -> str:
+        """Where a file dialog opens: the project's folder (empty without a project: the dialog's own)."""
+        return str(self.project.root) if self.project is not None else ""
+
     def status(self, message: str) -> None:
         self.sig_status.emit(message)

@@ -6,6 +6,8 @@ Each rule raises a Contradiction naming the key, its value and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from studio.core.config.errors import Contradiction
@@ -28,6 +30,33 @@ def check_masks(config: Any) -> None:
     if d.masks == "folder" and not d.mask_folder:
         raise Contradiction("dataset.masks", "folder",
                             "needs dataset.mask_folder: the folder of mask images named as the training images")
+
+
+@dataclass(frozen=True)
+class FieldsNeeded:
+    """A choice the config can take only with another setting filled in: a form shows `fields` and waits."""
+
+    key: str  # the choice made (dataset.masks)
+    fields: tuple[str, ...]  # any one of them filled in completes it
+    what: str  # what to fill in, in a person's words
+
+
+def fields_needed(config: Any, changes: Mapping[str, Any]) -> FieldsNeeded | None:
+    """The choice among `changes` that needs a setting still empty (masks = "folder" and no mask folder yet),
+    or None. A form asks for the setting instead of refusing the choice the person made first."""
+    def value(key: str) -> Any:
+        section, name = key.split(".", 1)
+        return changes[key] if key in changes else getattr(getattr(config, section), name)
+
+    checks: tuple[tuple[str, Callable[[], bool], tuple[str, ...], str], ...] = (
+        ("dataset.masks", lambda: value("dataset.masks") == "folder" and not value("dataset.mask_folder"),
+         ("dataset.mask_folder",), "Choose the folder of mask images (named as the training images: cat.png for "
+         "cat.jpg) in mask folder; masks = folder is used once it is set."),
+    )
+    for key, needs, fields, what in checks:
+        if key in changes and needs():
+            return FieldsNeeded(key, fields, what)
+    return None
 
 
 def check_caches(config: Any) -> None:

@@ -22,6 +22,9 @@ from studio.core.dataset.image_headers import is_image_name
 # so a project kept inside its image folder does not train on its own samples.
 RUN_MARKER = "events.jsonl"
 
+# A subfolder by one of these names whose images are named as the training images holds loss masks
+# (dataset.mask_folder), not a concept: `img/` and `masks/` side by side.
+MASK_FOLDER_NAMES = ("masks", "mask")
 _KOHYA = re.compile(r"^(\d+)_(.+)$")
 _DIGITS = re.compile(r"(\d+)")
 
@@ -133,6 +136,7 @@ class DatasetLayout:
     root: Path
     kind: str  # "flat" | "kohya" | "nested" | "metadata" | "empty"
     concepts: tuple[FoundConcept, ...]
+    mask_folder: Path | None = None  # a masks/ subfolder beside the concepts (MASK_FOLDER_NAMES)
 
     @property
     def images(self) -> int:
@@ -147,8 +151,9 @@ class DatasetLayout:
         parts = [f"{_rel(c.folder, self.root)}: {c.images}" + (f" ×{c.repeats}" if c.repeats != 1 else "")
                  for c in self.concepts]
         noun = "concept" if len(self.concepts) == 1 else "concepts"
+        masks = f"; loss masks in {_rel(self.mask_folder, self.root)}" if self.mask_folder else ""
         return (f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {self.images} images "
-                f"({', '.join(parts)})")
+                f"({', '.join(parts)}){masks}")
 
 
 def _rel(folder: Path, root: Path) -> str:
@@ -190,7 +195,27 @@ def detect_layout(root: Path) -> DatasetLayout:
         if images:
             kohya = kohya_folder(item.name)
             concepts.append(FoundConcept(folder, images, kohya[0] if kohya else 1))
+    masks = _mask_folder(concepts)
+    concepts = [c for c in concepts if c.folder != masks]
     if not concepts:
         return DatasetLayout(root, "empty", ())
     kind = "kohya" if any(kohya_folder(c.folder.name) for c in concepts) else "nested"
-    return DatasetLayout(root, kind, tuple(concepts))
+    return DatasetLayout(root, kind, tuple(concepts), masks)
+
+
+def _image_stems(folder: Path) -> set[str]:
+    return {Path(item.name).stem for _folder, items in walk_folders(folder) for item in items
+            if is_image_name(item.name)}
+
+
+def _mask_folder(concepts: list[FoundConcept]) -> Path | None:
+    """The subfolder among `concepts` that holds the others' loss masks: named masks/ (MASK_FOLDER_NAMES),
+    with at least one image named as a training image."""
+    for candidate in concepts:
+        if candidate.folder.name.lower() not in MASK_FOLDER_NAMES:
+            continue
+        others = [c for c in concepts if c is not candidate]
+        trained = set().union(*(_image_stems(c.folder) for c in others)) if others else set()
+        if trained & _image_stems(candidate.folder):
+            return candidate.folder
+    return None
