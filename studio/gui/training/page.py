@@ -129,8 +129,16 @@ class TrainPage(Page):
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
-        if not self.controller.running:
-            self.controller.set_project_root(project.root if project else None)
+        if self.controller.running:  # the run goes on, shown here, whichever project is open
+            return
+        self.controller.set_project_root(project.root if project else None)
+        # What the project before said (its run's outcome, its VRAM estimate, its console, its error) goes;
+        # the run shown is this project's newest (RunController.show_last_run), or none.
+        self.message.setText("")
+        self.estimate.setText("")
+        self.console.clear()
+        self.banner.clear()
+        self._update_buttons()
 
     def _on_config(self, config: TrainConfig) -> None:
         if self.controller.model.started is None:  # no run shown yet: what the next one will sample
@@ -170,7 +178,7 @@ class TrainPage(Page):
 
     def _on_run_started(self, run_dir: Path) -> None:
         self._stopping = False
-        self.banner.hide()
+        self.banner.clear()
         self.console.clear()
         self.show_message(f"Training in {run_dir}")
         self.plots.use_sampler(self.controller.gpu_sampler)  # a remote run's GPUs, or this machine's
