@@ -23,6 +23,16 @@ def check_validation(config: Any) -> None:
         raise Contradiction("training.validation_every", t.validation_every,
                             "needs held-out images: set dataset.validation_fraction (e.g. 0.1) or "
                             "dataset.validation_folder, or set training.validation_every back to 0")
+    # Held-out images no validation loss measures would be left out of training for nothing.
+    if not t.validation_every and d.validation_fraction > 0:
+        raise Contradiction("dataset.validation_fraction", d.validation_fraction,
+                            "holds images out of training for a validation loss that is never measured "
+                            "(training.validation_every = 0): set training.validation_every (e.g. 100) or set "
+                            "dataset.validation_fraction back to 0")
+    if not t.validation_every and d.validation_folder:
+        raise Contradiction("dataset.validation_folder", d.validation_folder,
+                            "names images for a validation loss that is never measured (training.validation_every "
+                            "= 0): set training.validation_every (e.g. 100) or leave dataset.validation_folder empty")
 
 
 def check_masks(config: Any) -> None:
@@ -48,10 +58,28 @@ def fields_needed(config: Any, changes: Mapping[str, Any]) -> FieldsNeeded | Non
         section, name = key.split(".", 1)
         return changes[key] if key in changes else getattr(getattr(config, section), name)
 
+    def number(key: str) -> float:
+        found = value(key)
+        return float(found) if isinstance(found, int | float) else 0.0  # a typed word is refused elsewhere
+
+    def held_out() -> bool:
+        return number("dataset.validation_fraction") > 0 or bool(value("dataset.validation_folder"))
+
+    measure = ("training.validation_every",)
+    measure_what = ("Set validation every (e.g. 100) so the validation loss of the held-out images is measured; "
+                    "{} is used once it is set.")
     checks: tuple[tuple[str, Callable[[], bool], tuple[str, ...], str], ...] = (
         ("dataset.masks", lambda: value("dataset.masks") == "folder" and not value("dataset.mask_folder"),
          ("dataset.mask_folder",), "Choose the folder of mask images (named as the training images: cat.png for "
          "cat.jpg) in mask folder; masks = folder is used once it is set."),
+        ("training.validation_every", lambda: number("training.validation_every") > 0 and not held_out(),
+         ("dataset.validation_fraction", "dataset.validation_folder"),
+         "Set validation fraction (e.g. 0.1) or a validation folder of held-out images; validation every is "
+         "used once one is set."),
+        ("dataset.validation_fraction", lambda: held_out() and not number("training.validation_every"),
+         measure, measure_what.format("validation fraction")),
+        ("dataset.validation_folder", lambda: held_out() and not number("training.validation_every"),
+         measure, measure_what.format("validation folder")),
     )
     for key, needs, fields, what in checks:
         if key in changes and needs():

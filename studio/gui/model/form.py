@@ -259,6 +259,12 @@ class ConfigForm(QWidget):
             if key not in self.invalid:
                 label.setVisible(False)
 
+    def note(self, key: str, text: str) -> None:
+        """A line under `key`'s field about the value taken (a folder not there yet); gone at the next change."""
+        label = self.error_labels[key]
+        label.setText("⚠ " + text)
+        label.setVisible(True)
+
     def hold(self, key: str, value: Any, fields: tuple[str, ...], what: str) -> None:
         """Keep showing `value` at `key` (not in the config yet), show the settings it needs at once, with
         `what` to fill in under the first of them."""

@@ -313,7 +313,15 @@ class ModelPage(Page):
                 self.apply_config_changes(changes)
             return
         self.form.release_held()
-        self.apply_config_changes(changes)
+        if self.apply_config_changes(changes):
+            self._say_missing_folders(changes)
+
+    def _say_missing_folders(self, changes: dict[str, Any]) -> None:
+        """A folder setting taken that names no folder (yet): said under it, before a run finds out."""
+        for key in FOLDER_FIELDS:
+            value = changes.get(key)
+            if value and not self.context.project_path(str(value)).is_dir():
+                self.form.note(key, f"{value} does not exist: create it, or choose another folder with Folder…")
 
     def browse_folder_field(self, key: str) -> None:
         """A Folder… button of the form: the folder chosen, relative to the project when inside it."""

@@ -170,6 +170,18 @@ def test_missing_dataset_folder_is_named(qtbot: QtBot, context: StudioContext, c
     assert str(tmp_path / "data" / "shapes") in page.message.text() and "does not exist" in page.message.text()
 
 
+def test_a_validation_folder_that_is_not_there_blocks_start_with_a_message(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    config.dataset.validation_folder = "held-out"
+    config.training.validation_every = 10
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert page.message.text() == (f"• The validation folder {tmp_path / 'held-out'} (dataset.validation_folder) does "
+                                   "not exist: create it with held-out images and their captions, or choose another "
+                                   "folder (validation folder on the Model & Preset page).")
+
+
 def test_more_processes_than_the_machine_has_gpus_is_refused(qtbot: QtBot, context: StudioContext,
                                                              config: TrainConfig, tmp_path: Path) -> None:
     config.launch.num_processes = 4
