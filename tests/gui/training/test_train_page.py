@@ -33,6 +33,7 @@ def test_live_plots_fill_and_header_follows(qtbot: QtBot, context: StudioContext
     qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
     _x, y = page.plots.loss.smooth.getData()
     assert len(y) == 60 and y[-1] < y[0]  # the smoothed loss falls
+    assert page.plots.loss.legend_names() == []  # one line: nothing to tell apart
     assert len(page.plots.lr_curve.getData()[0]) == 60
     assert page.plots._rank_curves[0][0].getData()[1][-1] == 560.0  # rank 0 memory (RSS) at the last step
     assert "finished" in page.header.status.text()
@@ -331,4 +332,5 @@ def test_the_validation_loss_is_plotted_beside_the_training_loss(qtbot: QtBot, c
     assert list(x) == [10, 20, 30, 40]
     assert [round(v, 3) for v in y] == [0.59, 0.58, 0.57, 0.56]  # the numbers of the validation events
     assert page.plots.loss.validation.parentItem() is not None  # on the loss plot, with the training loss
+    assert page.plots.loss.legend_names() == ["training loss (smoothed)", "validation loss (held-out images)"]
     assert len(page.plots.loss.smooth.getData()[1]) == 40
