@@ -148,7 +148,7 @@ class TrainPage(Page):
         """The run shown stopped or failed here (not one copied back from another machine)."""
         run_dir, model = self.controller.run_dir, self.controller.model
         return (not self.controller.running and run_dir is not None and model.status in ("stopped", "failed")
-                and not (run_dir / REMOTE_FILE).exists())
+                and model.step > 0 and not (run_dir / REMOTE_FILE).exists())
 
     def resume_training(self) -> bool:
         """Resume the run shown, from its newest checkpoint (as Runs → Resume does)."""
@@ -159,7 +159,7 @@ class TrainPage(Page):
 
     def _update_buttons(self) -> None:
         running = self.controller.running
-        self.resume_button.setEnabled(self.resumable())
+        self._update_resume()
         self.train_button.setEnabled(not running)
         self.stop_button.setEnabled(running and not self._stopping)
         self.kill_button.setEnabled(running)
@@ -174,7 +174,15 @@ class TrainPage(Page):
         self.header.refresh(model, self._stopping)
         self.banner.refresh(model)
         self.samples.refresh(model)
+        self._update_resume()
+
+    def _update_resume(self) -> None:
         self.resume_button.setEnabled(self.resumable())
+        failed_at_start = self.controller.model.status == "failed" and self.controller.model.step == 0
+        self.resume_button.setToolTip(
+            "This run failed before its first step: there is nothing to resume. Fix what the error above says "
+            "and press Train for a new run." if failed_at_start and not self.controller.running
+            else "Continue the stopped or failed run shown here from its newest checkpoint")
 
     def _on_run_started(self, run_dir: Path) -> None:
         self._stopping = False

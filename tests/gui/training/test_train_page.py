@@ -334,3 +334,24 @@ def test_the_validation_loss_is_plotted_beside_the_training_loss(qtbot: QtBot, c
     assert page.plots.loss.validation.parentItem() is not None  # on the loss plot, with the training loss
     assert page.plots.loss.legend_names() == ["training loss (smoothed)", "validation loss (held-out images)"]
     assert len(page.plots.loss.smooth.getData()[1]) == 40
+
+
+def test_a_run_that_failed_before_its_first_step_offers_no_resume(qtbot: QtBot, context: StudioContext,
+                                                                  config: TrainConfig, tmp_path: Path) -> None:
+    """Nothing was trained: Resume would only start over. Train and Runs say so and leave it to Train."""
+    from studio.gui.runs.page import RunsPage
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--fail-before-steps")
+    runs = RunsPage(context, context.run_controller)
+    qtbot.addWidget(runs, before_close_func=close_plots)
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "out of memory" in page.banner.title.text()
+    assert not page.resume_button.isEnabled()
+    assert page.resume_button.toolTip().startswith("This run failed before its first step: there is nothing to resume")
+    runs.refresh()
+    runs.table.selectRow(0)
+    assert runs.table.selected()[0].status == "failed"
+    assert not runs.buttons["resume"].isEnabled()
+    assert "failed before its first step" in runs.buttons["resume"].toolTip()
