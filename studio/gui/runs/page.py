@@ -353,9 +353,9 @@ class RunsPage(Page):
 
     def _pick_import(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import a run (.zip) copied back from another machine",
-                                              "", "Run archive (*.zip)")
+                                              self.context.dialog_folder(), "Run archive (*.zip)")
         if not path:
-            path = QFileDialog.getExistingDirectory(self, "Or import a run folder")
+            path = QFileDialog.getExistingDirectory(self, "Or import a run folder", self.context.dialog_folder())
         if path:
             self.import_path(Path(path))
 

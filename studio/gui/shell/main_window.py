@@ -225,7 +225,10 @@ class MainWindow(QMainWindow):
         return True
 
     def open_project_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open project folder")
+        # Beside the open project: where a person keeps their projects.
+        project = self.context.project
+        folder = QFileDialog.getExistingDirectory(self, "Open project folder",
+                                                  str(project.root.parent) if project is not None else "")
         if folder:
             self.open_project_path(folder)
 
