@@ -28,6 +28,7 @@ from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
 from studio.core.runs.folders import REMOTE_FILE
 from studio.core.runs.live import busy_message, find_live_runs
+from studio.core.text import memory_text
 from studio.core.training_python import needs_training_env
 from studio.gui.base.event_loop import wait_for
 from studio.gui.base.selftest_options import SelfTestOptions
@@ -249,7 +250,7 @@ class TrainPage(Page):
         except ArchitectureDataError as exc:
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return False
-        self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {gpu.total_mb / 1024:.1f} GB")
+        self.estimate.setText(f"Estimated VRAM {memory_text(need)} of {gpu.total_mb / 1024:.1f} GB")
         return True
 
     def start_training(self) -> bool:
