@@ -148,12 +148,13 @@ class DatasetLayout:
             return f"No images in {self.root} yet (.jpg, .jpeg, .png, .webp or .bmp)"
         kinds = {"flat": "images in the folder", "kohya": "kohya N_name folders",
                  "nested": "one subfolder per concept", "metadata": f"a {METADATA_FILE} of captions"}
+        # The folder itself as the one concept needs no naming ("(.: 7)" said nothing a person could read).
         parts = [f"{_rel(c.folder, self.root)}: {c.images}" + (f" ×{c.repeats}" if c.repeats != 1 else "")
-                 for c in self.concepts]
+                 for c in self.concepts if c.folder != self.root or c.repeats != 1]
         noun = "concept" if len(self.concepts) == 1 else "concepts"
+        listed = f" ({', '.join(parts)})" if parts else ""
         masks = f"; loss masks in {_rel(self.mask_folder, self.root)}" if self.mask_folder else ""
-        return (f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {self.images} images "
-                f"({', '.join(parts)}){masks}")
+        return f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {self.images} images{listed}{masks}"
 
 
 def _rel(folder: Path, root: Path) -> str:

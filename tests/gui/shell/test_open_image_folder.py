@@ -1,5 +1,6 @@
-"""A folder with img/ and masks/ side by side opens as a project whose masks weight the loss: masks/ is the
-mask folder, not a second training concept."""
+"""A folder of images opened as a project: the question says what was found in words a person reads, and a
+folder with img/ and masks/ side by side opens as a project whose masks weight the loss (masks/ is the mask
+folder, not a second training concept)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,17 @@ def test_a_folder_named_masks_of_other_images_stays_a_concept(qtbot, tmp_path: P
     assert window.open_project_path(folder)
     dataset = load_config(folder / PROJECT_FILE).dataset
     assert [c.path for c in dataset.concepts] == ["img", "masks"] and dataset.masks == "none"
+
+
+def test_a_folder_of_images_is_described_without_a_dot(qtbot, tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "dogs"
+    folder.mkdir()
+    for name in ("dog1", "dog2", "dog3"):
+        Image.new("RGB", (64, 64)).save(folder / f"{name}.png")
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(window)
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda _parent, _title, text, *_a: asked.append(text) or QMessageBox.StandardButton.No)
+    assert not window.open_project_path(folder)
+    assert "Found: images in the folder: 1 concept, 3 images." in asked[0]  # not "3 images (.: 3)"
