@@ -225,10 +225,7 @@ class MainWindow(QMainWindow):
         return True
 
     def open_project_dialog(self) -> None:
-        # Beside the open project: where a person keeps their projects.
-        project = self.context.project
-        folder = QFileDialog.getExistingDirectory(self, "Open project folder",
-                                                  str(project.root.parent) if project is not None else "")
+        folder = QFileDialog.getExistingDirectory(self, "Open project folder", self.context.projects_folder())
         if folder:
             self.open_project_path(folder)
 
@@ -310,13 +307,9 @@ class MainWindow(QMainWindow):
         return window
 
     def show_about(self) -> None:
-        QMessageBox.about(
-            self,
-            "About Training Studio",
-            f"<h3>Training Studio {__version__}</h3>"
-            "<p>Fine-tune Stable Diffusion (SD1.5, SDXL, SD3) with LoRA and DreamBooth on your own "
-            "GPU, or export the run for rented GPUs.</p>",
-        )
+        from studio.gui.shell.help_window import about_text
+
+        QMessageBox.about(self, "About Training Studio", about_text(__version__))
 
     # ------------------------------------------------------------ window state
 
