@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -50,6 +51,7 @@ FAMILY_ONLY: dict[str, tuple[str, ...]] = {
 }
 INVALID_STYLE = "border: 1px solid #c62828;"
 ERROR_STYLE = "color: #c62828;"
+_DOTTED_KEY = re.compile(r"\b(model|method|dataset|training|sampling|output)\.([a-z0-9_]+)\b")
 NOTE_STYLE = "color: #1565c0;"
 # Settings that name a folder: typed, or chosen with a Folder… button (the page opens the dialog).
 FOLDER_FIELDS = {"dataset.mask_folder": "Choose the folder of mask images",
@@ -234,6 +236,7 @@ class ConfigForm(QWidget):
                 reason = f"must be {allowed}"
             else:
                 reason = f"{issue.message} (allowed: {allowed})"
+            reason = self.in_form_words(reason)
             label = self.error_labels[issue.key]
             if self.is_typed(issue.key):  # kept as typed, red, until fixed
                 self.invalid[issue.key] = reason
@@ -244,6 +247,11 @@ class ConfigForm(QWidget):
                 label.setText("⚠ Not changed: " + reason)
             label.setVisible(True)
         return elsewhere
+
+    def in_form_words(self, text: str) -> str:
+        """A config message in this form's words: "method.network" is the "network" field here."""
+        return _DOTTED_KEY.sub(lambda m: m.group(2).replace("_", " ") if m.group(0) in self.rows else m.group(0),
+                               text)
 
     def clear_issue(self, key: str) -> None:
         if self.invalid.pop(key, None) is None:

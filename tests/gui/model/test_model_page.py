@@ -101,7 +101,9 @@ def test_changing_a_field_updates_the_estimate(make_page, qtbot) -> None:
 
 
 def _peak_gb(text: str) -> float:
-    return float(re.search(r"Estimated peak: ([\d.]+)", text).group(1))  # type: ignore[union-attr]
+    found = re.search(r"Estimated peak: ([\d.,]+)&nbsp;([GM]B)", text)
+    assert found is not None, text
+    return float(found.group(1).replace(",", "")) / (1024 if found.group(2) == "MB" else 1)
 
 
 def test_toml_view_and_user_preset(make_page) -> None:
@@ -218,7 +220,7 @@ def test_a_contradiction_is_named_at_the_field_that_was_changed(make_page) -> No
     flip.click()  # flip cannot follow cached latents
     assert not flip.isChecked()  # a choice goes back to the value in force…
     label = page.form.findChild(QLabel, "error_dataset_flip")
-    assert "Not changed" in label.text() and "cache_latents" in label.text()  # …and says why, at the field
+    assert "Not changed" in label.text() and "cache latents" in label.text()  # …and says why, at the field
 
 
 def test_options_of_other_families_are_hidden(make_page) -> None:
@@ -375,3 +377,15 @@ def test_the_page_offers_z_image_with_its_presets_estimated_and_its_training_ada
     page.choose_family("zimage")
     assert page.config.model.family == "zimage"
     assert adapter.isVisibleTo(page)
+
+
+def test_dora_on_a_lokr_is_refused_in_the_forms_words(make_page) -> None:
+    page = make_page()
+    page.form.show_advanced.setChecked(True)
+    assert page.apply_config_changes({"method.network": "lokr"})
+    dora = page.form.findChild(QCheckBox, "field_method_use_dora")
+    dora.click()
+    assert not dora.isChecked()
+    note = page.form.findChild(QLabel, "error_method_use_dora").text()
+    assert note == ('⚠ Not changed: works with network = "lora" or "locon" only (a LoKr has no DoRA form): '
+                    "turn use dora off, or choose one of those networks")
