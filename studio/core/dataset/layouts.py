@@ -17,6 +17,7 @@ from pathlib import Path
 
 from studio.core.dataset.captions.caption_sources import METADATA_FILE
 from studio.core.dataset.image_headers import is_image_name
+from studio.core.text import plural
 
 # A studio run folder (it holds the run's event log) is never read as training images,
 # so a project kept inside its image folder does not train on its own samples.
@@ -154,7 +155,7 @@ class DatasetLayout:
         noun = "concept" if len(self.concepts) == 1 else "concepts"
         listed = f" ({', '.join(parts)})" if parts else ""
         masks = f"; loss masks in {_rel(self.mask_folder, self.root)}" if self.mask_folder else ""
-        return f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {self.images} images{listed}{masks}"
+        return f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {plural(self.images, 'image')}{listed}{masks}"
 
 
 def _rel(folder: Path, root: Path) -> str:

@@ -65,3 +65,27 @@ def test_a_folder_of_images_is_described_without_a_dot(qtbot, tmp_path: Path, mo
                         lambda _parent, _title, text, *_a: asked.append(text) or QMessageBox.StandardButton.No)
     assert not window.open_project_path(folder)
     assert "Found: images in the folder: 1 concept, 3 images." in asked[0]  # not "3 images (.: 3)"
+
+
+def test_the_new_project_wizard_on_img_and_masks_makes_masks_the_mask_folder(qtbot, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QWizard
+
+    photos = tmp_path / "photos"
+    for sub in ("img", "masks"):
+        (photos / sub).mkdir(parents=True)
+    Image.new("RGB", (64, 64)).save(photos / "img" / "cat.jpg")
+    Image.new("L", (64, 64), 255).save(photos / "masks" / "cat.png")
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini")))
+    qtbot.addWidget(window)
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "cat project"))  # type: ignore[attr-defined]
+    wizard.images_page.add_image_folder(photos)  # type: ignore[attr-defined]
+    assert wizard.images_page.layout_label.text() == (  # type: ignore[attr-defined]
+        "photos: one subfolder per concept: 1 concept, 1 image (img: 1); loss masks in masks")
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    dataset = window.context.project.load_config().dataset  # type: ignore[union-attr]
+    assert [c.path for c in dataset.concepts] == ["../photos/img"]
+    assert (dataset.masks, dataset.mask_folder) == ("folder", "../photos/masks")
