@@ -51,20 +51,42 @@ class FieldsNeeded:
     what: str  # what to fill in, in a person's words
 
 
+class _Changed:
+    """The settings of `config` with `changes` made, read by dotted key."""
+
+    def __init__(self, config: Any, changes: Mapping[str, Any]) -> None:
+        self.config, self.changes = config, changes
+
+    def value(self, key: str) -> Any:
+        section, name = key.split(".", 1)
+        return self.changes[key] if key in self.changes else getattr(getattr(self.config, section), name)
+
+    def number(self, key: str) -> float:
+        found = self.value(key)
+        return float(found) if isinstance(found, int | float) else 0.0  # a typed word is refused elsewhere
+
+    def held_out(self) -> bool:
+        return self.number("dataset.validation_fraction") > 0 or bool(self.value("dataset.validation_folder"))
+
+
+def turned_off(config: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that go back to their defaults with a change that turns their feature off, so it can be
+    turned off from either end: the held-out images with validation every = 0, validation every with the
+    last held-out images gone."""
+    now = _Changed(config, changes)
+    out: dict[str, Any] = {}
+    if "training.validation_every" in changes and not now.number("training.validation_every"):
+        out = {"dataset.validation_fraction": 0.0, "dataset.validation_folder": None}
+    elif {"dataset.validation_fraction", "dataset.validation_folder"} & set(changes) and not now.held_out():
+        out = {"training.validation_every": 0}
+    return {key: value for key, value in out.items() if key not in changes and now.value(key) != value}
+
+
 def fields_needed(config: Any, changes: Mapping[str, Any]) -> FieldsNeeded | None:
     """The choice among `changes` that needs a setting still empty (masks = "folder" and no mask folder yet),
     or None. A form asks for the setting instead of refusing the choice the person made first."""
-    def value(key: str) -> Any:
-        section, name = key.split(".", 1)
-        return changes[key] if key in changes else getattr(getattr(config, section), name)
-
-    def number(key: str) -> float:
-        found = value(key)
-        return float(found) if isinstance(found, int | float) else 0.0  # a typed word is refused elsewhere
-
-    def held_out() -> bool:
-        return number("dataset.validation_fraction") > 0 or bool(value("dataset.validation_folder"))
-
+    now = _Changed(config, changes)
+    value, number, held_out = now.value, now.number, now.held_out
     measure = ("training.validation_every",)
     measure_what = ("Set validation every (e.g. 100) so the validation loss of the held-out images is measured; "
                     "{} is used once it is set.")

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.acting import resets_for
-from studio.core.config.data_rules import fields_needed
+from studio.core.config.data_rules import fields_needed, turned_off
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
@@ -271,7 +271,7 @@ class ModelPage(Page):
         """Take `changes`; settings they make inert (another family's, a LoRA's in DreamBooth) go back to
         their defaults, which validation would otherwise refuse."""
         self.form.clear_notes()
-        resets = resets_for(self.config, changes)
+        resets = {**resets_for(self.config, changes), **turned_off(self.config, changes)}
         changes = {**changes, **resets}
         try:
             config = apply_changes(self.config, changes)
@@ -285,7 +285,8 @@ class ModelPage(Page):
             self.form.clear_issue(key)
         self.adopt(config)
         if resets:
-            self.context.status("Back to their defaults (they do not act now): " + ", ".join(resets))
+            self.context.status(self.form.in_form_words("Back to their defaults (they do not act now): "
+                                                        + ", ".join(resets)))
         self._retry_refused()
         return True
 

@@ -102,6 +102,21 @@ def test_a_fraction_waits_for_validation_every_and_both_are_taken(make_page) -> 
     assert (saved.dataset.validation_fraction, saved.training.validation_every) == (0.1, 50)
     assert not note.isVisibleTo(page)
 
+    # Turned off from either end: validation every = 0 takes the held-out share back to 0, and the other way.
+    said: list[str] = []
+    page.context.sig_status.connect(said.append)
+    _type(every, "0")
+    saved = load_config(config_path)
+    assert (saved.dataset.validation_fraction, saved.training.validation_every) == (0, 0)
+    assert fraction.text() == "0" and page.error.text() == ""
+    assert said[-1] == "Back to their defaults (they do not act now): validation fraction"
+    _type(fraction, "0.1")
+    _type(every, "50")
+    _type(fraction, "0")
+    saved = load_config(config_path)
+    assert (saved.dataset.validation_fraction, saved.training.validation_every) == (0, 0)
+    assert every.value() == 0 and page.error.text() == ""
+
 
 def test_validation_every_waits_for_held_out_images(make_page) -> None:
     page = make_page()
