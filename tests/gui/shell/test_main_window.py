@@ -147,7 +147,7 @@ def test_the_start_project_is_opened_after_the_window_has_painted(window: MainWi
     window.show()
     qtbot.waitUntil(lambda: window.stack.currentWidget().objectName() == "page_dataset", timeout=10000)
     assert opened_at == [True]
-    assert window.project_label.text() == str(project.root)
+    assert window.project_label.toolTip() == str(project.root)
     assert "mine" in window.windowTitle()
 
 
@@ -343,3 +343,20 @@ def test_about_and_the_guides_first_lines_name_every_family(window: MainWindow, 
     opening = guide.browser.toPlainText()[:300].replace("\n", " ")  # type: ignore[attr-defined]
     assert "SD1.5, SDXL, SD3, FLUX.2 [klein] or Z-Image" in opening, opening
     guide.close()
+
+
+def test_a_long_project_path_leaves_the_status_messages_their_room(window: MainWindow, tmp_path: Path) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / ("a project folder with a long name " * 4).strip() / "cat lora")
+    window.resize(1000, 700)
+    window.show()
+    window.set_project(project)
+    label = window.project_label
+    assert label.toolTip() == str(project.root)  # the whole path, on hover
+    assert "…" in label.text() and label.text().endswith("cat lora") and label.width() <= 360
+    message = "Base model: stable-diffusion-v1-5/stable-diffusion-v1-5, the default for SD 1.x/2.x"
+    window.context.status(message)
+    assert window.statusBar().currentMessage() == message
+    shown = window.statusBar().width() - label.width()
+    assert shown >= window.statusBar().fontMetrics().horizontalAdvance(message)  # not cut under the path
