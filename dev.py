@@ -344,10 +344,21 @@ def test(extra: list[str]) -> None:
     # Two workers on two cores: a trainer a test starts computes on one thread, not on as many as there are cores.
     env.setdefault("OMP_NUM_THREADS", "1")
     run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
-    run([python, "-m", "mypy", "studio"], env=env)
+    # mypy (one core) checks while the core tests run (on the other); its verdict is read after them.
+    mypy = subprocess.Popen([str(python), "-m", "mypy", "studio"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     print("\n== core tests without PySide6 or torch ==", flush=True)
-    run([core_python, "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider", *TEST_TIMEOUT],
-        env=dict(env, STUDIO_CORE_ONLY="1"))
+    # The core tests that pass here (the stricter environment) are left out of the whole suite below.
+    passed = ROOT / "build" / "core-passed.txt"
+    passed.unlink(missing_ok=True)
+    core = subprocess.run([str(core_python), "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider",
+                           *TEST_TIMEOUT], cwd=ROOT, env=dict(env, STUDIO_CORE_ONLY="1", STUDIO_RECORD_PASSED=str(passed)))
+    checked = mypy.communicate()[0]
+    print(f"\n+ {python} -m mypy studio\n{checked}", end="", flush=True)
+    if mypy.returncode != 0 or core.returncode != 0:
+        passed.unlink(missing_ok=True)
+        sys.exit(mypy.returncode or core.returncode)
+    env["STUDIO_SKIP_PASSED"] = str(passed)
     print("\n== the whole suite ==", flush=True)
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
     # `--dist load`: with loadgroup/loadscope, pytest-xdist 3.8 replaces a crashed worker with one that
@@ -364,12 +375,14 @@ def test(extra: list[str]) -> None:
 
 
 def test_app(extra: list[str]) -> None:
-    """The package job: the frozen app built, installed by install.sh into an empty home folder, and its first
-    Train on the demo pressed in the installed copy (tests/packaging/test_first_train.py; minutes, not in the suite)."""
+    """The package job: the frozen app built and started (its self-test, offscreen and on Xvfb), installed by
+    install.sh into an empty home folder, and its first Train on the demo pressed in the installed copy
+    (tests/packaging/test_frozen_app.py and test_first_train.py; minutes, not in the suite)."""
     python = setup(dev=True)
-    env = dict(os.environ, STUDIO_FIRST_TRAIN="1", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, STUDIO_PACKAGE_JOB="1", STUDIO_FIRST_TRAIN="1", HF_HUB_OFFLINE="1",
+               PYTHONDONTWRITEBYTECODE="1")
     run([python, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--durations=5", *TEST_TIMEOUT,
-         "tests/packaging/test_first_train.py", *extra], env=env)
+         "tests/packaging/test_frozen_app.py", "tests/packaging/test_first_train.py", *extra], env=env)
 
 
 def repeat_count(args: list[str]) -> tuple[int, list[str]]:

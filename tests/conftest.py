@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The tiny pipelines, tiny captioners, the fake hub, a stand-in wheelhouse, the demo dataset, the
 # demo project with a stand-in model and a local sshd (the "remote machine"), built once per session for every folder that uses them.
 pytest_plugins = ["fixtures.training", "fixtures.captioners", "fixtures.fake_hub", "fixtures.trainenv", "fixtures.sshd",
-                  "fixtures.projects"]
+                  "fixtures.projects", "fixtures.core_passed"]
 
 try:
     import pytestqt  # noqa: F401

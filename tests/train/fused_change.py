@@ -1,9 +1,10 @@
-"""Load a LoRA file into an SD1.5 pipeline with whatever diffusers this interpreter has, fuse it, and write
+"""Load a LoRA file into an SD1.5 or SDXL pipeline with whatever diffusers this interpreter has, fuse it, and write
 the change it made to each named module.
 
 Run by tests/train/test_diffusers_strength.py in the compatibility environment (diffusers 0.3x, which
-reads no `lora_adapter_metadata`); imports nothing of the studio. Reads {"base", "folder",
-"weight_name", "names", "out"} as JSON on stdin (names: "unet.<module>" or "text_encoder.<module>"),
+reads no `lora_adapter_metadata`); imports nothing of the studio. Reads {"pipeline", "base", "folder",
+"weight_name", "names", "out"} as JSON on stdin (names: "unet.<module>", "text_encoder.<module>" or
+"text_encoder_2.<module>"),
 writes the changes to `out` (safetensors) and prints the diffusers version.
 """
 
@@ -19,9 +20,10 @@ from safetensors.torch import save_file
 
 def main() -> None:
     case = json.loads(sys.stdin.read())
-    pipe = diffusers.StableDiffusionPipeline.from_pretrained(case["base"], safety_checker=None,
-                                                             requires_safety_checker=False)
-    modules = {"unet": pipe.unet, "text_encoder": pipe.text_encoder}
+    name = case.get("pipeline", "StableDiffusionPipeline")
+    extra = {"safety_checker": None, "requires_safety_checker": False} if name == "StableDiffusionPipeline" else {}
+    pipe = getattr(diffusers, name).from_pretrained(case["base"], **extra)
+    modules = {part: getattr(pipe, part) for part in ("unet", "text_encoder", "text_encoder_2") if hasattr(pipe, part)}
 
     def weight(name: str) -> torch.Tensor:
         component, _, rest = name.partition(".")
@@ -33,7 +35,7 @@ def main() -> None:
 
     before = {name: weight(name) for name in case["names"]}
     pipe.load_lora_weights(case["folder"], weight_name=case["weight_name"])
-    pipe.fuse_lora(components=["unet", "text_encoder"], lora_scale=1.0)
+    pipe.fuse_lora(components=list(modules), lora_scale=1.0)
     save_file({name: (weight(name) - before[name]).contiguous() for name in case["names"]}, case["out"])
     print(json.dumps({"diffusers": diffusers.__version__}))
 

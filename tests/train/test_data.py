@@ -163,3 +163,14 @@ def test_the_trainer_skips_exactly_the_images_the_check_fails(tmp_path: Path) ->
     failed = {Path(p.path).name for p in report.errors}
     assert skipped == failed == {"dot.png", "line.png", "bomb.png"}
     assert len(items) == 2
+
+
+def test_a_bundle_run_on_edit_pairs_is_refused_rather_than_trained_on_the_targets_alone(tmp_path: Path) -> None:
+    from studio.train.errors import TrainError
+
+    write_demo_dataset(tmp_path / "data", count=2, size=32, seed=1)
+    config = TrainConfig(model=ModelSection(family="sd15", base="x"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(tmp_path / "data"))], kind="edit"))
+    with pytest.raises(TrainError, match="does not condition on control images yet") as caught:
+        collect_items(config, lambda *a: None)
+    assert caught.value.kind == "config" and 'set dataset.kind = "images"' in caught.value.hint

@@ -62,6 +62,9 @@ FLIPS: dict[str, Any] = {
     "model.clip_skip": 2,
 }
 STEPS = 2
+# Accepted by the schema but refused before a run starts (preflight), with what to do: edit pairs are read and
+# checked by the studio, and trained once a family conditions on control images.
+REFUSED_BEFORE_START = {"dataset.kind"}
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -224,6 +227,12 @@ def test_every_setting_acts_or_is_refused(name: str, kind: str, flip_models: dic
         section, field = key.split(".")
         data = baseline.model_dump()
         data[section][field] = value
+        if key in REFUSED_BEFORE_START:
+            from studio.core.project.preflight import check_dataset
+
+            assert check_dataset(TrainConfig.model_validate(data)) is not None, f"{key} = {value!r} not refused"
+            refused.append(key)
+            continue
         try:
             config = TrainConfig.model_validate(data)
         except ValidationError as exc:

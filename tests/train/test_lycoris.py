@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,54 @@ FACTORS = {"loha": {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"},
 ATTENTION_COUNTS = {"sd15": 128 + 48, "sdxl": 560 + 44 + 128}
 
 
+def _sdxl_to_sai() -> dict[str, str]:
+    """sd-scripts' diffusers -> SAI prefixes of the SDXL UNet (library/sdxl_model_util.py,
+    make_unet_conversion_map), written here from its rules: 3 blocks of 2 layers down, 3 up."""
+    layers: list[tuple[str, str]] = []
+    for i in range(3):
+        for j in range(2):
+            layers += [(f"down_blocks.{i}.resnets.{j}.", f"input_blocks.{3 * i + j + 1}.0."),
+                       (f"down_blocks.{i}.attentions.{j}.", f"input_blocks.{3 * i + j + 1}.1.")]
+        for j in range(3):
+            layers += [(f"up_blocks.{i}.resnets.{j}.", f"output_blocks.{3 * i + j}.0."),
+                       (f"up_blocks.{i}.attentions.{j}.", f"output_blocks.{3 * i + j}.1.")]
+        layers += [(f"down_blocks.{i}.downsamplers.0.conv.", f"input_blocks.{3 * (i + 1)}.0.op."),
+                   (f"up_blocks.{i}.upsamplers.0.", f"output_blocks.{3 * i + 2}.2.")]
+    layers += [("mid_block.attentions.0.", "middle_block.1."),
+               *((f"mid_block.resnets.{j}.", f"middle_block.{2 * j}.") for j in range(2))]
+    resnet = [("norm1.", "in_layers.0."), ("conv1.", "in_layers.2."), ("norm2.", "out_layers.0."),
+              ("conv2.", "out_layers.3."), ("time_emb_proj.", "emb_layers.1."), ("conv_shortcut.", "skip_connection.")]
+    out = {hf + hf_part: sd + sd_part for hf, sd in layers if "resnets" in hf for hf_part, sd_part in resnet}
+    out.update({hf: sd for hf, sd in layers if "resnets" not in hf})
+    out.update({f"time_embedding.linear_{j + 1}.": f"time_embed.{2 * j}." for j in range(2)})
+    out.update({f"add_embedding.linear_{j + 1}.": f"label_emb.0.{2 * j}." for j in range(2)})
+    out.update({"conv_in.": "input_blocks.0.0.", "conv_norm_out.": "out.0.", "conv_out.": "out.2."})
+    return out
+
+
+def _sai_name(module: str) -> str:
+    """An SDXL UNet module's diffusers name as sd-scripts converts it (the longest prefix that matches)."""
+    table = _sdxl_to_sai()
+    dotted = module + "."
+    prefix = max((hf for hf in table if dotted.startswith(hf)), key=len)
+    return (table[prefix] + dotted[len(prefix):]).removesuffix(".")
+
+
+def _unet_name(family: str, module: str) -> str:
+    """`lora_unet_` + a UNet module's name as A1111/Forge, sd-scripts and ComfyUI find it: the diffusers name for
+    SD1.x (sd-scripts' own SD1 UNet), the SAI name for SDXL."""
+    return "lora_unet_" + (_sai_name(module) if family == "sdxl" else module).replace(".", "_")
+
+
 def _comfyui_names(family: str) -> set[str]:
-    names = {"lora_unet_" + k.removesuffix(".weight").replace(".", "_") for k in hub_keys(family, "unet")
-             if k.endswith(".weight")}
+    names = {_unet_name(family, k.removesuffix(".weight")) for k in hub_keys(family, "unet") if k.endswith(".weight")}
     for encoder, prefix in TEXT_PREFIXES[family].items():
         layers = {int(k.split(".")[3]) for k in hub_keys(family, encoder) if k.startswith("text_model.encoder.layers.")}
         names |= {f"{prefix}text_model_encoder_layers_{n}_{part}" for n in layers for part in CLIP_PARTS}
     return names
 
 
-def _sd_scripts_names(root: Any, prefix: str, blocks: tuple[str, ...], clip: bool) -> set[str]:
+def _sd_scripts_names(root: Any, prefix: str, blocks: tuple[str, ...], clip: bool, family: str = "sd15") -> set[str]:
     names = set()
     for name, module in root.named_modules():
         if type(module).__name__ in blocks:
@@ -57,7 +96,7 @@ def _sd_scripts_names(root: Any, prefix: str, blocks: tuple[str, ...], clip: boo
                     path = f"{name}.{child_name}"
                     if clip and not path.startswith("text_model."):
                         path = f"text_model.{path}"
-                    names.add(prefix + path.replace(".", "_"))
+                    names.add(prefix + path.replace(".", "_") if clip else _unet_name(family, path))
     return names
 
 
@@ -78,7 +117,7 @@ def _full_size_file(make_config: Any, family: str, network: str) -> tuple[dict[s
     adapter.add_lora(built)
     layers, configs = _lora_parts(adapter, built)
     scales = {name: cfg["lycoris_scales"] for name, cfg in configs.items()}
-    return lycoris_state_dict(layers, scales, adapter.kohya_renames), components(family, "meta", t5=False), built
+    return lycoris_state_dict(layers, scales, namer=adapter.lycoris_name), components(family, "meta", t5=False), built
 
 
 @pytest.mark.parametrize("network", ["lokr", "loha"])
@@ -91,7 +130,7 @@ def test_full_size_file_has_the_names_comfyui_and_sd_scripts_read(make_config: A
         name, _, factor = key.partition(".")
         modules.setdefault(name, set()).add(factor)
     assert sorted(set(modules) - _comfyui_names(family))[:5] == []
-    sd_scripts = _sd_scripts_names(plain["unet"], "lora_unet_", SD_SCRIPTS_BLOCKS, clip=False)
+    sd_scripts = _sd_scripts_names(plain["unet"], "lora_unet_", SD_SCRIPTS_BLOCKS, clip=False, family=family)
     for encoder, prefix in TEXT_PREFIXES[family].items():
         sd_scripts |= _sd_scripts_names(plain[encoder], prefix, CLIP_BLOCKS, clip=True)
     assert sorted(set(modules) - sd_scripts)[:5] == []
@@ -106,12 +145,12 @@ def test_full_size_file_has_the_names_comfyui_and_sd_scripts_read(make_config: A
             assert factors == FACTORS["loha"], name
     # The attention projections and text layers, and every convolution of the resnets, down- and upsamplers.
     convolutions = sum(1 for n, m in plain["unet"].named_modules() if isinstance(m, torch.nn.Conv2d)
-                       and "lora_unet_" + n.replace(".", "_") in sd_scripts and "attentions" not in n)
+                       and _unet_name(family, n) in sd_scripts and "attentions" not in n)
     assert len(modules) == ATTENTION_COUNTS[family] + convolutions
     assert {p for p in ("lora_unet_", *TEXT_PREFIXES[family].values()) if any(m.startswith(p) for m in modules)} \
         == {"lora_unet_", *TEXT_PREFIXES[family].values()}
     # A large layer's LoKr decomposes its large factor at rank 16, and its alpha is the config's.
-    q = "lora_unet_mid_block_attentions_0_transformer_blocks_0_attn1_to_q"
+    q = _unet_name(family, "mid_block.attentions.0.transformer_blocks.0.attn1.to_q")
     if network == "lokr":
         assert {f"{q}.lokr_w1", f"{q}.lokr_w2_a", f"{q}.lokr_w2_b"} <= set(state)
     assert float(state[f"{q}.alpha"]) == 8.0
@@ -212,12 +251,14 @@ def test_a_trained_lycoris_loads_back(lycoris_runs: dict[tuple[str, str], Path],
     from studio.core.config.toml_file import load_config
 
     adapter = adapter_for(load_config(run_dir / "config.toml"))
-    applied = load_lycoris(path, parts, adapter.kohya_renames)
+    if family == "sdxl":  # its UNet's layers are named by their original place, which its config says
+        adapter.read_layout(parts["unet"])
+    applied = load_lycoris(path, parts, namer=adapter.lycoris_name)
     assert len(applied) == len({k.split(".")[0] for k in keys})
     for name, module in parts.items():  # the training moved every component's weights
         assert any(not torch.equal(v, before[name][k]) for k, v in module.state_dict().items()), name
     with pytest.raises(ValueError, match="names no layer of this model"):
-        load_lycoris(path, {"unet": parts["unet"]}, adapter.kohya_renames)
+        load_lycoris(path, {"unet": parts["unet"]}, namer=adapter.lycoris_name)
 
 
 def test_a_locon_adds_the_convolutions_to_both_lora_files(tiny_sd15: Path, demo_data: Path, tmp_path: Path) -> None:
@@ -251,18 +292,23 @@ def test_a_locon_adds_the_convolutions_to_both_lora_files(tiny_sd15: Path, demo_
     assert isinstance(layer, BaseTunerLayer) and layer.r[next(iter(layer.r))] == 2
 
 
-def test_a_flux2_klein_lokr_is_named_as_comfyuis_flux_map_reads_it(tiny_flux2_klein: Path, demo_data: Path,
-                                                                     tmp_path: Path) -> None:
-    """FLUX.2 [klein]'s q/k/v are fused in the original layout, which a Kronecker product cannot join: its
-    LyCORIS file names the diffusers layers (`lora_transformer_...`), as ComfyUI's Flux key map reads them."""
+@pytest.mark.parametrize("network", ["lokr", "loha"])
+def test_a_flux2_klein_lycoris_file_is_named_as_comfyui_maps_it(tiny_flux2_klein: Path, demo_data: Path,
+                                                               tmp_path: Path, network: str) -> None:
+    """ComfyUI finds a FLUX.2 layer by its original name (`lora_unet_single_blocks_0_linear1`), and a part of
+    the fused q/k/v (which a Kronecker or Hadamard product cannot join) by its diffusers name through its Flux
+    key map (`lora_transformer_transformer_blocks_0_attn_to_q`, placed at its rows). Under diffusers names
+    the single-stream blocks, the feed-forwards and the embedders were "lora key not loaded" there."""
     from diffusers import Flux2Transformer2DModel
 
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.train.families import adapter_for
+    from studio.train.families.flux2_klein_names import comfy_key, original_module
     from studio.train.networks.lycoris_file import load_lycoris
 
     config = TrainConfig(
         model=ModelSection(family="flux2-klein", base=str(tiny_flux2_klein)),
-        method=MethodSection(kind="lora", rank=2, network="lokr"),
+        method=MethodSection(kind="lora", rank=2, network=network),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
         training=TrainingSection(batch_size=2, max_steps=1, learning_rate=1e-2, seed=3),
         output=OutputSection(dir=str(tmp_path / "runs"), name="klein"),
@@ -273,6 +319,26 @@ def test_a_flux2_klein_lokr_is_named_as_comfyuis_flux_map_reads_it(tiny_flux2_kl
     with safe_open(str(path), "pt") as handle:
         modules = {key.split(".")[0] for key in handle.keys()}  # noqa: SIM118 - not a dict
         assert "flux-2-klein" in handle.metadata()["modelspec.architecture"]
-    assert "lora_transformer_transformer_blocks_0_attn_to_q" in modules
+    # The q/k/v parts ComfyUI's Flux map places (FLUX.1 and FLUX.2 name them alike in diffusers).
+    qkv = re.compile(r"^lora_transformer_transformer_blocks_\d+_attn_(to_[qkv]|add_[qkv]_proj)$")
+    parts = {name for name in modules if qkv.match(name)}
+    assert "lora_transformer_transformer_blocks_0_attn_to_q" in parts
+    # Every other module under the original name of a layer of the model ComfyUI holds.
     transformer = Flux2Transformer2DModel.from_pretrained(tiny_flux2_klein / "transformer")
-    assert len(load_lycoris(path, {"transformer": transformer})) == len(modules)
+    originals = {comfy_key(original_module(name)[0]) for name, layer in transformer.named_modules()
+                 if isinstance(layer, torch.nn.Linear) and _has_original(name)}
+    assert modules - parts and modules - parts <= originals
+    assert {"lora_unet_single_blocks_0_linear1", "lora_unet_single_blocks_0_linear2"} <= modules
+    adapter = adapter_for(config)
+    assert len(load_lycoris(path, {"transformer": transformer}, namer=adapter.lycoris_name)) == len(modules)
+
+
+def _has_original(module: str) -> bool:
+    from studio.train.errors import TrainError
+    from studio.train.families.flux2_klein_names import original_module
+
+    try:
+        original_module(module)
+    except TrainError:
+        return False
+    return True

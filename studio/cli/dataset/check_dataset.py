@@ -15,6 +15,9 @@ def register(subparsers: Any) -> None:
         description="Check images and captions before training. DIR is an image folder "
         "(kohya N_name folders inside are read) or a project folder with studio.toml. "
         "A project with dataset.masks = \"folder\" has its loss masks checked too (or give --mask-folder). "
+        "Edit pairs (a target, its control images, the instruction as caption) are checked with their control "
+        "images: a project with dataset.kind = \"edit\", a folder holding a control/ folder or name_control "
+        "images, or --control-folder (ai-toolkit's control_path, musubi-tuner's control_directory). "
         "Exit code 1 when errors exist.",
     )
     parser.add_argument("dir", metavar="DIR", help="image folder or project folder")
@@ -24,6 +27,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--mask-folder", metavar="MASKS", default=None,
                         help="check the loss masks in this folder too, one named as each image "
                              "(default: the project's dataset.mask_folder when dataset.masks = \"folder\")")
+    parser.add_argument("--edit", action="store_true",
+                        help="read DIR as edit pairs even when no control image shows where the controls are")
+    parser.add_argument("--control-folder", metavar="CONTROLS", action="append", default=[],
+                        help="a folder of control images named as the targets (name.png, or name_0.png, "
+                             "name_1.png…); give it once per reference. Implies --edit")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from studio.core.config.errors import ConfigError
     from studio.core.config.schema import ConceptSection
     from studio.core.dataset.checks import check_concepts
+    from studio.core.dataset.edit_pairs.controls import LAYOUT_NAMES, ControlSettings, find_controls
+    from studio.core.dataset.edit_pairs.pairs import control_settings
     from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
     from studio.core.families import DEFAULT_FAMILY
     from studio.core.project.folder import is_project, open_project
@@ -55,12 +65,22 @@ def run(args: argparse.Namespace) -> int:
         resolution, family = resolution or config.dataset.resolution, config.model.family
         if masks is None and config.dataset.masks == "folder" and config.dataset.mask_folder:
             masks = project.resolve(config.dataset.mask_folder)
+        controls = control_settings(config.dataset, project.root)
     else:
         concepts, base = [ConceptSection(path=str(folder.resolve()))], None
-    report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family)
+        controls = None
+    if args.control_folder:
+        folders = tuple(Path(f).expanduser().resolve() for f in args.control_folder)
+        controls = ControlSettings("separate", folders)
+    elif controls is None and (args.edit or (not is_project(folder) and find_controls(folder))):
+        controls = ControlSettings()
+    report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family,
+                            controls=controls)
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:
+        for layout in report.control_layouts:
+            print(f"edit pairs: control images from {LAYOUT_NAMES[layout]}")
         for problem in report.problems:
             print(problem)
         print(f"{report.images} images: {len(report.errors)} errors, {len(report.warnings)} warnings")

@@ -47,7 +47,7 @@ def _paths(config: TrainConfig) -> tuple[object, ...]:
     """Every path field `resolve_paths` resolves, as written."""
     m, d = config.model, config.dataset
     return (m.base, m.vae, m.training_adapter, tuple((c.path, c.class_path) for c in d.concepts),
-            d.validation_folder, d.mask_folder, config.output.dir)
+            d.validation_folder, d.mask_folder, tuple(d.control_folders), config.output.dir)
 
 
 def _resolved(config: TrainConfig, base_dir: Path) -> ResolvedConfig:
@@ -113,6 +113,8 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
         concept.class_path = _resolve(base, concept.class_path, False, f"{key}.class_path")
     out.dataset.validation_folder = _resolve(base, out.dataset.validation_folder, False, "dataset.validation_folder")
     out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder, False, "dataset.mask_folder")
+    out.dataset.control_folders = [_resolve(base, f, False, f"dataset.control_folders[{i}]") or f
+                                   for i, f in enumerate(out.dataset.control_folders)]
     out.output.dir = _resolve(base, out.output.dir, False, "output.dir") or out.output.dir
     return out
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from studio.core.config.acting import inert_settings
 from studio.core.config.data_rules import check_caches, check_masks, check_validation
+from studio.core.config.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.launch_rules import check_launch, check_strategy
 from studio.core.config.network_rules import check_ema, check_network
@@ -172,7 +173,7 @@ class ConceptSection(Section):
         return self.class_prompt is not None and (self.num_class_images > 0 or self.class_path is not None)
 
 
-class DatasetSection(Section):
+class DatasetSection(Section, EditPairFields):
     concepts: list[ConceptSection] = Field(default_factory=list, description="Image folders to train on.")
     resolution: int = Field(default=512, ge=64, le=4096, multiple_of=8, description="Training resolution in pixels.")
     buckets: bool = Field(default=True, description="Group images by aspect ratio instead of square crops.")
@@ -404,7 +405,7 @@ def _check_fp8(config: TrainConfig) -> None:
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     check_caches, _check_training, _check_fp8, _check_settings_act, check_strategy, check_launch,
-    check_pickle, check_network, check_ema, check_validation, check_masks,
+    check_pickle, check_network, check_ema, check_validation, check_masks, check_edit_pairs,
 )
 
 

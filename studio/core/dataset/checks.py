@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from studio.core.dataset.captions.caption_tags import estimate_tokens
+from studio.core.dataset.edit_pairs.controls import ControlSettings
+from studio.core.dataset.edit_pairs.pair_checks import control_problems
 from studio.core.dataset.image_facts import ImageFacts, Problem, inspect_image
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.mask_checks import mask_problems
@@ -36,6 +38,7 @@ class CheckReport:
     images: int = 0
     problems: list[Problem] = field(default_factory=list)
     sizes: dict[Path, tuple[int, int]] = field(default_factory=dict)  # readable images, as shown
+    control_layouts: list[str] = field(default_factory=list)  # edit pairs: the layouts the controls were read in
 
     @property
     def errors(self) -> list[Problem]:
@@ -52,12 +55,15 @@ class CheckReport:
         return dict(found)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "images": self.images,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
             "problems": [asdict(p) for p in self.problems],
         }
+        if self.control_layouts:
+            out["control_layouts"] = self.control_layouts
+        return out
 
 
 
@@ -199,15 +205,18 @@ def check_concepts(
     progress: Callable[[int, int], None] | None = None,
     mask_folder: Path | None = None,
     family_name: str = DEFAULT_FAMILY,
+    controls: ControlSettings | None = None,
 ) -> CheckReport:
     """Scan and check every concept: the headless `check-dataset` and the studio's panel share this. With
     `mask_folder` (dataset.masks = "folder"), every training image's mask is checked too. Captions are
-    measured against what `family_name`'s text encoder reads."""
+    measured against what `family_name`'s text encoder reads. With `controls` (dataset.kind = "edit") the
+    images are edit pairs' targets, and their control images are checked too."""
     report = CheckReport()
     entries: list[ImageEntry] = []
+    scans: list[ScanResult] = []
     for concept in concepts:
         try:
-            scan = scan_concept_report(concept, base_dir)
+            scan = scan_concept_report(concept, base_dir, controls)
         except DatasetError as exc:
             report.problems.append(Problem("error", "folder_missing", concept.path, str(exc),
                                            "fix the concept path in the dataset settings"))
@@ -215,8 +224,14 @@ def check_concepts(
         report.problems.extend(scan_problems(scan))
         report.problems.extend(leftover_problems(scan))
         entries.extend(scan.entries)
+        scans.append(scan)
     problems, facts = _check_entries(entries, resolution, progress, family_name)
     report.problems.extend(problems)
+    if controls is not None:
+        sizes = {path: found.size for path, found in facts.items()}
+        for scan in scans:
+            report.problems.extend(control_problems(scan, sizes))
+        report.control_layouts = sorted({scan.control_layout for scan in scans if scan.control_layout})
     if mask_folder is not None:
         report.problems.extend(mask_problems([(e.path, facts[e.path].size) for e in entries if not e.is_class],
                                              mask_folder))
@@ -252,8 +267,9 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
     Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
     order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
     `dataset` holds resolution, bucket_step, min_bucket and max_bucket, the project's family (whose text
-    encoder the captions are measured against), and mask_folder (a path, with dataset.masks = "folder")
-    when the masks are checked too. The helper runs
+    encoder the captions are measured against), mask_folder (a path, with dataset.masks = "folder")
+    when the masks are checked too, and controls (ControlSettings.to_json, with dataset.kind = "edit")
+    when the images are edit pairs. The helper runs
     `nice` steps below the window's priority, so the window's painting comes first.
     """
     if nice and hasattr(os, "nice"):
@@ -266,7 +282,8 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
             [ConceptSection.model_validate(c) for c in concepts], Path(base_dir) if base_dir else None,
             dataset["resolution"], lambda done, total: conn.send(("progress", done, total)),
             Path(dataset["mask_folder"]) if dataset.get("mask_folder") else None,
-            str(dataset.get("family", DEFAULT_FAMILY)))
+            str(dataset.get("family", DEFAULT_FAMILY)),
+            ControlSettings.from_json(dataset["controls"]) if dataset.get("controls") else None)
         problems = sorted(report.problems, key=panel_order)
         for start in range(0, len(problems), CHECK_CHUNK):
             conn.send(("problems", [(p.severity, p.code, p.path, p.message, p.hint)

@@ -2,7 +2,9 @@
 
 Four layouts are common: images directly in a folder; kohya's `N_name` subfolders (N is
 how often each image repeats per epoch, the name is a caption); plain subfolders, one per
-subject; and the diffusers imagefolder with a `metadata.jsonl`. `detect_layout` tells
+subject; and the diffusers imagefolder with a `metadata.jsonl`. A folder of edit pairs (a
+`control/` folder or `name_control.png` files beside the targets, see `edit_pairs.controls`)
+is one concept of targets; its control images are not counted. `detect_layout` tells
 them apart from directory listings alone, so a folder of 10,000 images is read in
 well under a second.
 """
@@ -16,6 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.dataset.captions.caption_sources import METADATA_FILE
+from studio.core.dataset.edit_pairs.controls import (
+    LAYOUT_NAMES,
+    ControlSettings,
+    find_controls,
+    suffix_target,
+)
 from studio.core.dataset.image_headers import is_image_name
 from studio.core.text import plural
 
@@ -135,8 +143,9 @@ class FoundConcept:
 @dataclass(frozen=True)
 class DatasetLayout:
     root: Path
-    kind: str  # "flat" | "kohya" | "nested" | "metadata" | "empty"
+    kind: str  # "flat" | "kohya" | "nested" | "metadata" | "edit" | "empty"
     concepts: tuple[FoundConcept, ...]
+    control_layout: str | None = None  # with kind "edit": "folder", "suffix" or "separate" (control folders beside it)
     mask_folder: Path | None = None  # a masks/ subfolder beside the concepts (MASK_FOLDER_NAMES)
 
     @property
@@ -148,7 +157,8 @@ class DatasetLayout:
         if self.kind == "empty":
             return f"No images in {self.root} yet (.jpg, .jpeg, .png, .webp or .bmp)"
         kinds = {"flat": "images in the folder", "kohya": "kohya N_name folders",
-                 "nested": "one subfolder per concept", "metadata": f"a {METADATA_FILE} of captions"}
+                 "nested": "one subfolder per concept", "metadata": f"a {METADATA_FILE} of captions",
+                 "edit": f"edit pairs with {LAYOUT_NAMES.get(self.control_layout or '', 'control images')}"}
         # The folder itself as the one concept needs no naming ("(.: 7)" said nothing a person could read).
         parts = [f"{_rel(c.folder, self.root)}: {c.images}" + (f" ×{c.repeats}" if c.repeats != 1 else "")
                  for c in self.concepts if c.folder != self.root or c.repeats != 1]
@@ -162,9 +172,14 @@ def _rel(folder: Path, root: Path) -> str:
     return "." if folder == root else folder.relative_to(root).as_posix()
 
 
-def count_images(folder: Path) -> int:
-    """The images in `folder` and its subfolders (what a concept on it would train on)."""
-    return sum(1 for _folder, items in walk_folders(folder) for item in items if is_image_name(item.name))
+def count_images(folder: Path, controls: ControlSettings | None = None) -> int:
+    """The images in `folder` and its subfolders (what a concept on it would train on); with `controls`
+    (as `ControlSettings.for_concept` gives them), the edit pairs' targets only."""
+    return sum(1 for walked, items in walk_folders(folder)
+               if controls is None or not controls.skips_folder(folder, walked)
+               for item in items if is_image_name(item.name)
+               and not (controls is not None and controls.layout == "suffix"
+                        and suffix_target(item.name.rsplit(".", 1)[0]) is not None))
 
 
 def detect_layout(root: Path) -> DatasetLayout:
@@ -182,10 +197,14 @@ def detect_layout(root: Path) -> DatasetLayout:
         raise DatasetError(f"Cannot read the image folder {root}: {exc.strerror or exc}. "
                            "Check that it exists and that you may read it.") from None
     names = {item.name for item in items}
+    if any(is_image_name(n) for n in names) and (found := find_controls(root)) is not None:
+        return DatasetLayout(root, "edit", (FoundConcept(root, count_images(root, found)),), found.layout)
     if METADATA_FILE in names or any(is_image_name(n) for n in names):
         kind = "metadata" if METADATA_FILE in names else "flat"
         return DatasetLayout(root, kind, (FoundConcept(root, count_images(root)),))
-    concepts = []
+    concepts: list[FoundConcept] = []
+    control_layouts: set[str] = set()
+    control_folders: set[Path] = set()
     for item in sorted(items, key=lambda e: natural_key(e.name)):
         try:
             if not item.is_dir(follow_symlinks=True):
@@ -193,16 +212,25 @@ def detect_layout(root: Path) -> DatasetLayout:
         except OSError:
             continue
         folder = Path(item.path)
-        images = count_images(folder)
+        found = find_controls(folder)
+        images = count_images(folder, found)
+        if found is not None:
+            control_layouts.add(found.layout)
+            control_folders.update(found.folders)
         if images:
             kohya = kohya_folder(item.name)
             concepts.append(FoundConcept(folder, images, kohya[0] if kohya else 1))
-    masks = _mask_folder(concepts)
+    # Control folders beside their targets (dataset/target/, dataset/control/) are not concepts of their own,
+    # nor is a masks/ folder beside the images (the loss masks).
+    concepts = [c for c in concepts if c.folder not in control_folders]
+    masks = None if control_layouts else _mask_folder(concepts)
     concepts = [c for c in concepts if c.folder != masks]
     if not concepts:
         return DatasetLayout(root, "empty", ())
+    if control_layouts:
+        return DatasetLayout(root, "edit", tuple(concepts), min(control_layouts))
     kind = "kohya" if any(kohya_folder(c.folder.name) for c in concepts) else "nested"
-    return DatasetLayout(root, kind, tuple(concepts), masks)
+    return DatasetLayout(root, kind, tuple(concepts), mask_folder=masks)
 
 
 def _image_stems(folder: Path) -> set[str]:

@@ -19,6 +19,7 @@ from studio.core.dataset.captions.caption_sources import (
     find_caption,
     read_metadata,
 )
+from studio.core.dataset.edit_pairs.controls import ControlSettings, match_controls, suffix_target
 from studio.core.dataset.image_headers import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, is_image_name
 from studio.core.dataset.layouts import DatasetError, kohya_folder, natural_key, resolve_folder, walk_folders
 
@@ -50,6 +51,7 @@ class ImageEntry:
     caption_utf8: bool = True  # False when the caption file was not valid UTF-8 (read with a fallback)
     is_class: bool = False  # DreamBooth class (regularisation) image
     caption_error: str | None = None  # why the caption file (caption_path) cannot be read
+    controls: tuple[Path, ...] = ()  # an edit pair's control (reference) images, in order; () for a plain image
 
 @dataclass
 class ScanResult:
@@ -63,6 +65,11 @@ class ScanResult:
     empty_folders: list[Path] = field(default_factory=list)  # kohya "N_name" folders with no images
     repeat_folders: dict[Path, int] = field(default_factory=dict)  # kohya folder below the root -> its images
     unreadable_folders: list[tuple[Path, str]] = field(default_factory=list)  # folder, why it cannot be listed
+    # Edit pairs (dataset.kind = "edit"): the layout read, controls without a target, named folders not there.
+    control_layout: str | None = None
+    control_folders: tuple[Path, ...] = ()  # with control_layout "separate": the folders read
+    orphan_controls: list[Path] = field(default_factory=list)
+    missing_control_folders: list[Path] = field(default_factory=list)
 
 
 _Keyed = tuple[tuple[tuple[str | int, ...], str], ImageEntry, str, FolderCaptions]  # sort key, entry, stem, folder
@@ -115,7 +122,8 @@ def _nearest_repeat_folder(root: Path, folder: Path) -> tuple[int, str | None, P
 
 
 def _list_folder(
-    listing: ConceptListing, root: Path, folder: Path, items: list[os.DirEntry[str]], keyed: list[_Keyed]
+    listing: ConceptListing, root: Path, folder: Path, items: list[os.DirEntry[str]], keyed: list[_Keyed],
+    skip_controls: bool = False,
 ) -> int:
     """Add the images of one folder to `keyed`; note its orphan captions and skipped formats. Returns the images."""
     concept, result = listing.concept, listing.result
@@ -132,6 +140,8 @@ def _list_folder(
         name = item.name
         dot = name.rfind(".")
         stem, ext = (name[:dot], name[dot:].lower()) if dot > 0 else (name, "")
+        if skip_controls and ext in IMAGE_EXTENSIONS and suffix_target(stem) is not None:
+            continue  # a name_control image is an edit pair's control, not a training image
         if ext not in IMAGE_EXTENSIONS:
             if ext in CAPTION_EXTENSIONS:
                 caption_files.append((stem.lower(), name))
@@ -154,10 +164,12 @@ def _list_folder(
     return found
 
 
-def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> ConceptListing:
+def list_concept(concept: ConceptSection, base_dir: Path | None = None,
+                 controls: ControlSettings | None = None) -> ConceptListing:
     """Find and order the images of one concept folder; reads directory listings only.
 
-    Raises DatasetError when the folder is missing or is a file.
+    With `controls` (dataset.kind = "edit") the images are targets: control images are left out and
+    each target gets its controls. Raises DatasetError when the folder is missing or is a file.
     """
     root = _concept_root(concept, base_dir)
     listing = ConceptListing(concept, ScanResult(folder=root))
@@ -168,8 +180,12 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
     if result.unreadable_folders and result.unreadable_folders[0][0] == root:
         raise DatasetError(f"Image folder {root} cannot be read ({result.unreadable_folders[0][1]}). Give your "
                            "user read access to it, or copy the images to a folder of yours.")
+    concept_controls = controls.for_concept(root) if controls is not None else None
+    if concept_controls is not None:
+        folders = [(f, items) for f, items in folders if not concept_controls.skips_folder(root, f)]
     for folder, items in folders:
-        if _list_folder(listing, root, folder, items, keyed):
+        if _list_folder(listing, root, folder, items, keyed,
+                        concept_controls is not None and concept_controls.layout == "suffix"):
             image_folders.append(folder)
     for folder, _ in folders:
         if folder != root and kohya_folder(folder.name) is not None and not any(
@@ -180,7 +196,20 @@ def list_concept(concept: ConceptSection, base_dir: Path | None = None) -> Conce
     keyed.sort(key=lambda row: row[0])
     result.entries = [row[1] for row in keyed]
     listing._pending = [(entry, stem, info) for _, entry, stem, info in keyed]
+    if concept_controls is not None:
+        _pair(result, root, concept_controls)
     return listing
+
+
+def _pair(result: ScanResult, root: Path, controls: ControlSettings) -> None:
+    """Give each target its control images; note the controls without a target."""
+    found = match_controls([e.path for e in result.entries], root, controls)
+    for entry in result.entries:
+        entry.controls = found.controls.get(entry.path, ())
+    result.control_layout, result.control_folders = controls.layout, controls.folders
+    result.orphan_controls = found.orphans
+    result.missing_control_folders = found.missing_folders
+    result.unreadable_folders.extend(found.unreadable_folders)
 
 
 def read_captions(listing: ConceptListing) -> ScanResult:
@@ -204,9 +233,11 @@ def read_captions(listing: ConceptListing) -> ScanResult:
     return result
 
 
-def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None) -> ScanResult:
-    """Scan one concept folder and report orphan captions, skipped formats and metadata errors too."""
-    return read_captions(list_concept(concept, base_dir))
+def scan_concept_report(concept: ConceptSection, base_dir: Path | None = None,
+                        controls: ControlSettings | None = None) -> ScanResult:
+    """Scan one concept folder and report orphan captions, skipped formats and metadata errors too
+    (with `controls`, as edit pairs: see list_concept)."""
+    return read_captions(list_concept(concept, base_dir, controls))
 
 
 def scan_concept(concept: ConceptSection, base_dir: Path | None = None) -> list[ImageEntry]:

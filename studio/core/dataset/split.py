@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.config.errors import ConfigIssue
+from studio.core.dataset.edit_pairs.pairs import control_settings
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.scan import list_concept
 
@@ -45,9 +46,10 @@ def split_issue(config: Any, base_dir: Path | None = None) -> ConfigIssue | None
     if fraction <= 0 or config.dataset.validation_folder:
         return None
     images, folders = 0, []
+    controls = control_settings(config.dataset, base_dir)  # an edit pair's controls are not images held out
     for concept in config.dataset.concepts:
         try:
-            listing = list_concept(concept, base_dir)
+            listing = list_concept(concept, base_dir, controls)
         except (DatasetError, OSError):
             return None  # a folder that is not there is said by the dataset check
         images += len(listing.paths)

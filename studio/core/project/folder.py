@@ -109,10 +109,13 @@ def config_for_images(project_root: Path, image_folders: Sequence[Path], family:
     concepts = concepts_from_layouts(layouts, project_root)
     if not concepts:
         concepts = [ConceptSection(path=concept_path(folder, project_root)) for folder in image_folders]
-    dataset = DatasetSection(concepts=concepts)
+    # A folder of edit pairs makes an edit-pair project: its control images are read as controls, not trained on.
+    kind = "edit" if any(layout.kind == "edit" for layout in layouts) else "images"
+    dataset = DatasetSection(concepts=concepts, kind=kind)
     masks = next((layout.mask_folder for layout in layouts if layout.mask_folder is not None), None)
     if masks is not None:  # img/ and masks/ side by side: the masks weight the loss, they are not trained on
-        dataset = DatasetSection(concepts=concepts, masks="folder", mask_folder=concept_path(masks, project_root))
+        dataset = DatasetSection(concepts=concepts, kind=kind, masks="folder",
+                                 mask_folder=concept_path(masks, project_root))
     return TrainConfig(model=ModelSection(family=family, base=base or default_base(family)), dataset=dataset)
 
 

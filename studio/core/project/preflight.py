@@ -155,7 +155,14 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
 
 
 def check_dataset(config: TrainConfig) -> PreflightProblem | None:
-    """Every concept folder exists and, together, they hold at least one image."""
+    """Every concept folder exists and, together, they hold at least one image; edit pairs are not trained yet."""
+    if config.dataset.kind == "edit":
+        # Read, checked and edited in the studio; the trainer does not condition on control images yet, and a run
+        # on the targets alone would train something other than the file says.
+        return PreflightProblem("dataset", "dataset.kind = \"edit\": the studio reads and checks edit pairs, but "
+                                           "does not train them yet (Qwen-Image-Edit and FLUX.2 [klein] reference "
+                                           "conditioning come next); set dataset.kind = \"images\" to train on the "
+                                           "target images and their captions alone.")
     images = 0
     folders = []
     for concept in config.dataset.concepts:

@@ -1,4 +1,6 @@
-"""The caption editor beside the grid: a large preview, the caption with its tags highlighted, next/previous."""
+"""The caption editor beside the grid: a large preview, the caption with its tags highlighted, next/previous.
+For edit pairs (dataset.kind = "edit") the control images stand beside the target and the caption is the
+instruction."""
 
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
 from studio.gui.widgets.image_view import ImageView
 
 PREVIEW_SIZE = 768
+CAPTION_PLACEHOLDER = "Caption: comma-separated tags or a sentence"
+INSTRUCTION_PLACEHOLDER = "Instruction: what to change in the control image (e.g. make it a watercolour)"
 TYPING_PAUSE_MS = 500  # a pause this long ends one undoable typing step
 
 
@@ -107,11 +111,16 @@ class CaptionEditor(QWidget):
         self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
         self.preview.setMinimumSize(192, 160)
+        # Edit pairs: the control images (what the instruction edits) left of the target, in their order.
+        self.edit_pairs = False
+        self.control_views: list[ImageView] = []
+        self.pair_row = QHBoxLayout()
+        self.pair_row.addWidget(self.preview, 1)
         self.name = QLabel()
         self.name.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.text = CaptionTextEdit()
         self.text.setObjectName("dataset_caption")
-        self.text.setPlaceholderText("Caption: comma-separated tags or a sentence")
+        self.text.setPlaceholderText(CAPTION_PLACEHOLDER)
         self.text.setMaximumHeight(120)
         self.highlighter = TagHighlighter(self.text)
         self.tokens = QLabel()
@@ -129,7 +138,7 @@ class CaptionEditor(QWidget):
         nav.addWidget(self.next_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.preview, 1)
+        layout.addLayout(self.pair_row, 1)
         layout.addWidget(self.name)
         layout.addWidget(self.text)
         layout.addWidget(self.notice)
@@ -164,16 +173,52 @@ class CaptionEditor(QWidget):
         self._offer_tags()
         self.notice.setText(f"Editing refused: {refusal}" if refusal else "")
         self._update_tokens()
+        self._show_controls(entry)
         if entry is None:
             self.preview.set_text(empty_text)
             self.name.setText("")
             return
-        self.name.setText(f"{entry.path.name}  ·  caption from {entry.caption_source}")
+        if self.edit_pairs:
+            sources = ", ".join(c.name for c in entry.controls) or "no control image"
+            self.name.setText(f"{sources} → {entry.path.name}  ·  instruction from {entry.caption_source}")
+        else:
+            self.name.setText(f"{entry.path.name}  ·  caption from {entry.caption_source}")
         pixmap = load_preview(entry.path)
         if pixmap is None:
             self.preview.set_text("This image cannot be previewed (unreadable or too large)")
         else:
             self.preview.set_pixmap(with_mask(pixmap, self.mask_for(entry.path)))
+
+    def set_edit_pairs(self, on: bool) -> None:
+        """Show items as edit pairs (controls beside the target, the caption as the instruction) or as images."""
+        self.edit_pairs = on
+        self.text.setPlaceholderText(INSTRUCTION_PLACEHOLDER if on else CAPTION_PLACEHOLDER)
+        self._show_controls(self.entry)
+
+    def _show_controls(self, entry: ImageEntry | None) -> None:
+        controls = entry.controls if entry is not None and self.edit_pairs else ()
+        shown = max(len(controls), 1) if self.edit_pairs and entry is not None else 0
+        while len(self.control_views) < shown:
+            view = ImageView()
+            view.setObjectName(f"dataset_control_{len(self.control_views)}")
+            view.setMinimumSize(96, 96)
+            self.pair_row.insertWidget(len(self.control_views), view, 1)
+            self.control_views.append(view)
+        for index, view in enumerate(self.control_views):
+            view.setVisible(index < shown)
+            if index >= shown:
+                view.set_pixmap(None)  # a hidden view holds no picture of an earlier pair
+                continue
+            if not controls:
+                view.set_text("No control image for this target: the Problems tab says where it goes")
+                view.setToolTip("")
+                continue
+            pixmap = load_preview(controls[index])
+            if pixmap is None:
+                view.set_text(f"{controls[index].name} cannot be previewed (unreadable or too large)")
+            else:
+                view.set_pixmap(pixmap)
+            view.setToolTip(f"Control image {index + 1}: {controls[index]}")
 
     def set_family(self, name: str | None) -> None:
         """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL,

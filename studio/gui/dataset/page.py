@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
+from studio.core.dataset.edit_pairs.pairs import control_settings
 from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.core.text import plural
 from studio.gui.base.event_loop import wait_for
@@ -190,7 +191,10 @@ class DatasetPage(Page):
         self.first_paint_ms = None
         self.status_label.setText("Reading the dataset…")
         concepts = list(config.dataset.concepts)
-        self.worker.run(list_folders, self._generation, concepts, self.context.project.root, on_done=self._listed)
+        root = self.context.project.root
+        self.editor.set_edit_pairs(config.dataset.kind == "edit")  # controls beside each target, its instruction
+        self.worker.run(list_folders, self._generation, concepts, root, control_settings(config.dataset, root),
+                        on_done=self._listed)
 
     def _listed(self, outcome: ListOutcome) -> None:
         """Folders listed: paint the grid now, read the captions next."""
@@ -244,7 +248,8 @@ class DatasetPage(Page):
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
-        self._summary = (f"{plural(len(self.model.paths), 'image')}, {plural(errors, 'error')}, "
+        item = "edit pair" if self.editor.edit_pairs else "image"
+        self._summary = (f"{plural(len(self.model.paths), item)}, {plural(errors, 'error')}, "
                          f"{plural(len(self.problems) - errors, 'warning')}.")
         self.status_label.setText(self._summary)
 

@@ -18,6 +18,8 @@ from studio.core.config.schema import ConceptSection, DatasetSection
 from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
+from studio.core.dataset.edit_pairs.controls import ControlSettings
+from studio.core.dataset.edit_pairs.pairs import control_settings
 from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
 from studio.core.families import DEFAULT_FAMILY
 from studio.gui.dataset.helper_process import HelperProcess
@@ -58,12 +60,14 @@ class CheckOutcome:
         return next((i for i, p in enumerate(self.problems) if p.severity != "error"), len(self.problems))
 
 
-def list_folders(generation: int, concepts: list[ConceptSection], base: Path | None) -> ListOutcome:
-    """The image names of every concept folder (no captions yet)."""
+def list_folders(generation: int, concepts: list[ConceptSection], base: Path | None,
+                 controls: ControlSettings | None = None) -> ListOutcome:
+    """The image names of every concept folder (no captions yet); with `controls`, edit pairs' targets
+    with their control images."""
     outcome = ListOutcome(generation)
     for index, concept in enumerate(concepts):
         try:
-            outcome.listings.append((index, list_concept(concept, base)))
+            outcome.listings.append((index, list_concept(concept, base, controls)))
         except (DatasetError, OSError) as exc:
             outcome.errors.append(folder_problem(concept, exc))
     outcome.paths = [path for _, listing in outcome.listings for path in listing.paths]
@@ -107,6 +111,9 @@ class CheckJob(QObject):
         if dataset.masks == "folder" and dataset.mask_folder:  # the loss masks are checked with the images
             masks = Path(dataset.mask_folder).expanduser()
             settings["mask_folder"] = str(masks if masks.is_absolute() or base is None else base / masks)
+        controls = control_settings(dataset, base)
+        if controls is not None:  # edit pairs: the control images are checked with their targets
+            settings["controls"] = controls.to_json()
         concepts = [c.model_dump(mode="json") for c in dataset.concepts]
         self._helper = HelperProcess(check_worker, (concepts, str(base) if base else None, settings), self)
         self._helper.sig_message.connect(self._message)

@@ -134,6 +134,9 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     dataset = config.dataset
     if not dataset.concepts:
         raise TrainError("data", "the config has no image folders", "add a [[dataset.concepts]] table with a path")
+    if dataset.kind == "edit":  # a bundle run skips the studio's preflight: never train the targets alone silently
+        raise TrainError("config", "dataset.kind = \"edit\": this trainer does not condition on control images yet",
+                         "set dataset.kind = \"images\" to train on the target images and their captions alone")
     sizes = bucket_sizes(dataset) if dataset.buckets else None
     items: list[TrainItem] = []
     for concept in dataset.concepts:

@@ -31,7 +31,8 @@ class FamilyAdapter(ABC):
     # Names under which the pipeline's LoRA loader expects each text encoder's layers.
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
     denoiser_name: ClassVar[str] = "unet"
-    # Whether the pipeline's LoRA loader wants diffusers-renamed keys (the UNet pipelines) or peft's as they are.
+    # Whether the pipeline's LoRA loader wants the text encoders' keys diffusers-renamed (the UNet pipelines:
+    # diffusers 0.3x infers a text encoder's layout from `lora_linear_layer`) or peft's as they are.
     rename_lora_keys: ClassVar[bool] = True
     # How the kohya-format file names its base model (ss_base_model_version, modelspec.architecture)
     # and which key prefixes it renames.
@@ -248,9 +249,16 @@ class FamilyAdapter(ABC):
         from studio.train.networks.lycoris_file import lycoris_state_dict
 
         scales = {component: adapter_configs[component]["lycoris_scales"] for component in layers}
-        state = lycoris_state_dict(layers, scales, renames=self.kohya_renames)
+        state = lycoris_state_dict(layers, scales, namer=self.lycoris_name)
         meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
         return save_kohya_file(folder, name or self.config.output.name, state, meta)
+
+    def lycoris_name(self, component: str, module: str) -> str:
+        """A module's name in the LyCORIS file: its kohya name (a family whose readers map other names
+        says so here)."""
+        from studio.train.networks.lycoris_file import kohya_module
+
+        return kohya_module(component, module, self.kohya_renames)
 
     def save_diffusers_lora(
         self,
@@ -262,8 +270,11 @@ class FamilyAdapter(ABC):
         """Write `folder/weight_name` with the family pipeline's `save_lora_weights`.
 
         Each trained component goes in as `<name>_lora_layers` with its `<name>_lora_adapter_metadata`,
-        as every diffusers pipeline names them; UNet-era loaders want diffusers-renamed keys. Text
-        encoders' keys keep the hub's `text_model.` level, which diffusers of every version reads.
+        as every diffusers pipeline names them. The denoiser's keys are peft's (`.lora_A`/`.lora_B`) for every
+        module: diffusers picks the conversion of a whole file from its first key, so a UNet file mixing
+        `.lora.down` (the attention projections diffusers renames) with `.lora_A` (convolutions, feed-forward)
+        lost half its layers. UNet-era text encoders get diffusers' renamed keys, which 0.3x needs, with the
+        hub's `text_model.` level, which diffusers of every version reads.
         Each component's alpha / rank is in its up weights (networks/strength.py).
         """
         import diffusers
@@ -278,8 +289,8 @@ class FamilyAdapter(ABC):
             state, metadata = baked(layers[name], peft_metadata(adapter_configs.get(name)))
             if name in self.text_encoder_names:
                 state = {text_encoder_key(key): value for key, value in state.items()}
-            arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if self.rename_lora_keys \
-                else state
+            renamed = self.rename_lora_keys and name in self.text_encoder_names
+            arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if renamed else state
             arguments[f"{name}_lora_adapter_metadata"] = metadata
         pipeline = getattr(diffusers, PIPELINES[self.family])
         pipeline.save_lora_weights(folder, weight_name=weight_name, **arguments)

@@ -191,6 +191,12 @@ class Flux2KleinAdapter(FamilyAdapter):
         Flux2KleinPipeline.save_lora_weights(folder, weight_name=weight_name, transformer_lora_layers=state,
                                  transformer_lora_adapter_metadata=metadata)
 
+    def lycoris_name(self, component: str, module: str) -> str:
+        """The original layer's name where there is one, as ComfyUI reads it (flux2_klein_names.lycoris_module)."""
+        from studio.train.families.flux2_klein_names import lycoris_module
+
+        return lycoris_module(module) if component == self.denoiser_name else super().lycoris_name(component, module)
+
     def save_lora(
         self,
         folder: Path,
@@ -210,7 +216,7 @@ class Flux2KleinAdapter(FamilyAdapter):
         )
 
         cast = cast_layers(layers, self.config.output.save_precision)
-        if self.config.method.network in ("loha", "lokr"):  # diffusers names, which ComfyUI's Flux map reads
+        if self.config.method.network in ("loha", "lokr"):  # names ComfyUI maps (lycoris_name)
             return [self.save_lycoris(folder, cast, adapter_configs, metadata, name)]
         formats = self.config.output.formats
         written: list[Path] = []

@@ -59,6 +59,24 @@ def comfy_key(original: str) -> str:
     return "lora_unet_" + original.replace(".", "_")
 
 
+def lycoris_module(module: str) -> str:
+    """A transformer module's name in the LoHa/LoKr file, as ComfyUI maps it onto its FLUX.2 model.
+
+    A module with one original layer gets that layer's name (`lora_unet_single_blocks_0_linear1`),
+    which ComfyUI finds for any model by its weight names. A part of a fused q/k/v cannot: a Kronecker
+    or Hadamard product of three parts is no product of one layer, so it keeps its diffusers name
+    (`lora_transformer_transformer_blocks_0_attn_to_q`), which ComfyUI's Flux key map places at its
+    rows of the fused layer. (The Flux map knows only FLUX.1's other diffusers names: FLUX.2's
+    `attn.to_qkv_mlp_proj`, `ff.linear_in` or `time_guidance_embed` under diffusers names were dropped.)
+    A layer the original layout has no name for keeps its diffusers name too.
+    """
+    try:
+        original, part = original_module(module)
+    except TrainError:
+        return "lora_transformer_" + module.replace(".", "_")
+    return comfy_key(original) if part is None else "lora_transformer_" + module.replace(".", "_")
+
+
 def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float,
                      dora_scales: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """peft-format transformer LoRA layers -> `lora_unet_*` keys with lora_down / lora_up / alpha; a DoRA

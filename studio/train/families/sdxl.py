@@ -49,6 +49,24 @@ class SDXLAdapter(FamilyAdapter):
     prompt_embedding_names: ClassVar[tuple[str, ...]] = (
         "prompt_embeds", "negative_prompt_embeds", "pooled_prompt_embeds", "negative_pooled_prompt_embeds")
 
+    def add_lora(self, components: Components) -> None:
+        self.read_layout(components.denoiser)
+        super().add_lora(components)
+
+    def read_layout(self, unet: torch.nn.Module) -> None:
+        """Learn the UNet's block layout (its config), which the LyCORIS file's original names follow."""
+        from studio.train.pipelines.single_file import original_unet_names
+
+        self.original_unet_name = original_unet_names(unet.config)
+
+    def lycoris_name(self, component: str, module: str) -> str:
+        """The UNet's layers under their original (SGM) names, `lora_unet_input_blocks_4_1_...`, as A1111/Forge
+        and sd-scripts' LyCORIS networks name an SDXL model's layers (sd-scripts converts diffusers names
+        for its own LoRA files only) and ComfyUI finds any layer; the text encoders as kohya names them."""
+        if component != self.denoiser_name:
+            return super().lycoris_name(component, module)
+        return "lora_unet_" + self.original_unet_name(module).replace(".", "_")
+
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionXLPipeline
 

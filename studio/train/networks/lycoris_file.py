@@ -11,7 +11,7 @@ weight difference, computed as ComfyUI computes it, to a pipeline's weights.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -35,14 +35,20 @@ def kohya_module(component: str, module: str, renames: dict[str, str] | None = N
     return name
 
 
+# A family's own naming of its modules in the file: (component, module) -> the file's module name.
+Namer = Callable[[str, str], str]
+
+
 def lycoris_state_dict(
     layers: dict[str, dict[str, torch.Tensor]],
     scales: dict[str, dict[str, float]],
     renames: dict[str, str] | None = None,
+    namer: Namer | None = None,
 ) -> dict[str, torch.Tensor]:
     """peft LoHa/LoKr state dicts keyed by component -> one LyCORIS state dict.
 
     `scales[component][module]` is peft's alpha / r of each module, which sets its written alpha.
+    Modules are named by `namer` when the family has one, else by `kohya_module` with `renames`.
     """
     out: dict[str, torch.Tensor] = {}
     for component, state in layers.items():
@@ -53,7 +59,7 @@ def lycoris_state_dict(
                 raise ValueError(f"{component}.{key} is not a LoHa or LoKr factor")
             modules.setdefault(module, {})[factor] = value
         for module, factors in modules.items():
-            name = kohya_module(component, module, renames)
+            name = namer(component, module) if namer else kohya_module(component, module, renames)
             scale = scales[component][module]
             rank = _rank(factors)
             if rank is None:  # a LoKr of two whole factors: the readers' scale is 1
@@ -98,7 +104,7 @@ def module_delta(factors: dict[str, torch.Tensor], alpha: float | None, shape: t
 
 
 def load_lycoris(path: Path, components: dict[str, torch.nn.Module], renames: dict[str, str] | None = None,
-                 strength: float = 1.0) -> list[str]:
+                 strength: float = 1.0, namer: Namer | None = None) -> list[str]:
     """Add a LyCORIS file's differences to the weights of `components` (component name -> module).
 
     Returns the kohya names applied; a module of the file that none of the components has is an
@@ -111,7 +117,7 @@ def load_lycoris(path: Path, components: dict[str, torch.nn.Module], renames: di
     for key, value in state.items():
         name, _, factor = key.partition(".")
         grouped.setdefault(name, {})[factor] = value
-    targets = dict(_named_layers(components, renames))
+    targets = dict(_named_layers(components, renames, namer))
     applied = []
     for name, factors in grouped.items():
         layer = targets.get(name)
@@ -126,9 +132,9 @@ def load_lycoris(path: Path, components: dict[str, torch.nn.Module], renames: di
     return applied
 
 
-def _named_layers(components: dict[str, torch.nn.Module],
-                  renames: dict[str, str] | None) -> Iterable[tuple[str, torch.nn.Linear | torch.nn.Conv2d]]:
+def _named_layers(components: dict[str, torch.nn.Module], renames: dict[str, str] | None,
+                  namer: Namer | None) -> Iterable[tuple[str, torch.nn.Linear | torch.nn.Conv2d]]:
     for component, root in components.items():
         for module, layer in root.named_modules():
             if isinstance(layer, torch.nn.Linear | torch.nn.Conv2d):
-                yield kohya_module(component, module, renames), layer
+                yield (namer(component, module) if namer else kohya_module(component, module, renames)), layer

@@ -11,6 +11,7 @@ studio does not write, and the run warns instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,22 +54,32 @@ def _unet_prefixes(config: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def unet_to_original(unet: torch.nn.Module) -> dict[str, torch.Tensor]:
-    prefixes = _unet_prefixes(unet.config)
-    out: dict[str, torch.Tensor] = {}
-    for key, value in unet.state_dict().items():
-        name = next((new + key[len(old):] for old, new in _UNET_TOP.items() if key.startswith(old)), None)
+def original_unet_names(config: Any) -> Callable[[str], str]:
+    """The original (LDM/SGM) name of a diffusers UNet weight or module name, for a UNet of `config`
+    (`down_blocks.1.attentions.0.proj_in` -> `input_blocks.4.1.proj_in`); ValueError for a name the
+    original layout has no place for."""
+    prefixes = _unet_prefixes(config)
+
+    def original(key: str) -> str:
+        dotted = key + "."  # a module's name matches the prefixes as a weight's does
+        name = next((new + dotted[len(old):] for old, new in _UNET_TOP.items() if dotted.startswith(old)), None)
         if name is None:
-            old, new = next((p for p in prefixes if key.startswith(p[0])), ("", ""))
+            old, new = next((p for p in prefixes if dotted.startswith(p[0])), ("", ""))
             if not old:
                 raise ValueError(f"the UNet weight {key} has no place in the original layout")
-            rest = key[len(old):]
+            rest = dotted[len(old):]
             if ".resnets." in old:
-                for original, diffusers in _RESNET_PARTS:
-                    rest = rest.replace(diffusers, original)
+                for original_part, diffusers_part in _RESNET_PARTS:
+                    rest = rest.replace(diffusers_part, original_part)
             name = new + rest
-        out[f"model.diffusion_model.{name}"] = value
-    return out
+        return name.removesuffix(".")
+
+    return original
+
+
+def unet_to_original(unet: torch.nn.Module) -> dict[str, torch.Tensor]:
+    original = original_unet_names(unet.config)
+    return {f"model.diffusion_model.{original(key)}": value for key, value in unet.state_dict().items()}
 
 
 def vae_to_original(vae: torch.nn.Module) -> dict[str, torch.Tensor]:

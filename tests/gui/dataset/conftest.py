@@ -29,8 +29,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     return proj
 
 
-@pytest.fixture
-def page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: ignore[no-untyped-def]
+def open_page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: ignore[no-untyped-def]
+    """The Dataset page shown on `project`, its folder read."""
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     context = StudioContext(settings)
     widget = DatasetPage(context)
@@ -40,3 +40,8 @@ def page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: ignor
     widget.show()
     assert widget.wait_loaded(30)
     return widget
+
+
+@pytest.fixture
+def page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: ignore[no-untyped-def]
+    return open_page(qtbot, project, tmp_path)
