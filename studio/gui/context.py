@@ -190,5 +190,13 @@ class StudioContext(QObject):
             return Path(value)
         return self.project.resolve(value)
 
+    def dialog_folder(self) -> str:
+        """Where a file dialog opens: the project's folder (empty without a project: the dialog's own)."""
+        return str(self.project.root) if self.project is not None else ""
+
+    def projects_folder(self) -> str:
+        """Where Open project opens: beside the open project, where a person keeps their projects."""
+        return str(self.project.root.parent) if self.project is not None else ""
+
     def status(self, message: str) -> None:
         self.sig_status.emit(message)

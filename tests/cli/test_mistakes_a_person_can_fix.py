@@ -134,8 +134,8 @@ def test_a_held_out_share_that_leaves_nothing_to_train_on_is_refused_by_validate
     path = _config(tmp_path)
     text = path.read_text(encoding="utf-8")
     for fraction, code in (("0.99", 2), ("0.98", 2), ("0.97", 0)):
-        path.write_text(text.replace('[[dataset.concepts]]', f"[dataset]\nvalidation_fraction = {fraction}\n"
-                                     "[[dataset.concepts]]"), encoding="utf-8")
+        path.write_text(text.replace('[[dataset.concepts]]', f"[training]\nvalidation_every = 10\n[dataset]\n"
+                                     f"validation_fraction = {fraction}\n[[dataset.concepts]]"), encoding="utf-8")
         assert cli_main(["validate", str(path)]) == code, fraction
         err = capsys.readouterr().err
         if code:

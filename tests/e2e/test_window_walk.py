@@ -2,8 +2,9 @@
 
 their own kohya folder (`mydata/10_mycat`, one image without a caption) opened as a project → the missing
 caption typed with the keyboard → a known captioner chosen in Caption with…, downloaded from a stand-in
-hub on 127.0.0.1 and run on every image → a preset and the tiny model on Model & Preset → Train → Stop →
-Resume on the Train page → the run on the Runs page → a bundle from Export.
+hub on 127.0.0.1 and run on every image → a preset and the tiny model on Model & Preset, loss masks from
+a folder and TensorBoard turned on in its form → Train → Stop → Resume on the Train page → the run on the
+Runs page → a bundle from Export.
 
 Everything is done through the widgets a person uses (clicks, keys, the menu); the file dialogs and
 Yes/No questions are answered by stand-ins. The trainer and the captioner are the real ones, each in its
@@ -62,6 +63,17 @@ def _kohya_folder(root: Path) -> Path:
         Image.new("RGB", (64, 64), COLOURS[name]).save(folder / name)
         if caption is not None:
             (folder / name).with_suffix(".txt").write_text(caption, encoding="utf-8")
+    return folder
+
+
+def _masks_folder(root: Path) -> Path:
+    """A loss mask per image, named as it: the left half trains, the right half is ignored."""
+    folder = root / "masks"
+    folder.mkdir()
+    for name in CAPTIONS:
+        mask = Image.new("L", (64, 64), 0)
+        mask.paste(255, (0, 0, 32, 64))
+        mask.save(folder / name)
     return folder
 
 
@@ -189,6 +201,21 @@ def test_a_new_person_walks_from_their_kohya_folder_to_an_exported_bundle(
     assert (config.method.kind, config.method.rank, config.training.lr_scheduler) == ("lora", 16, "cosine")
     assert f"max_steps = {STEPS}" in (mydata / "studio.toml").read_text(encoding="utf-8")
 
+    # Loss masks from a folder: masks = folder asks for the folder at once (not refused for lack of it), and
+    # the folder chosen with its Folder… button completes it. TensorBoard ticked beside the other settings.
+    masks = _masks_folder(mydata)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *_a, **_k: str(masks))
+    masks_box = form.editors["dataset.masks"]
+    qtbot.keyClick(masks_box, Qt.Key.Key_Down)  # none → folder
+    assert masks_box.currentText() == "folder" and model_page.error.text() == ""  # type: ignore[attr-defined]
+    assert "Choose the folder of mask images" in form.error_labels["dataset.mask_folder"].text()
+    _click(qtbot, form.findChild(QPushButton, "browse_dataset_mask_folder"))
+    _click(qtbot, form.findChild(QCheckBox, "field_output_log_to_tensorboard"))
+    config = window.context.config
+    assert config is not None, window.context.config_error
+    assert (config.dataset.masks, config.dataset.mask_folder, config.output.log_to) == ("folder", "masks",
+                                                                                       ["tensorboard"])
+
     train = window.show_page("page_train")
     assert isinstance(train, TrainPage)
     _click(qtbot, train.train_button)
@@ -212,6 +239,8 @@ def test_a_new_person_walks_from_their_kohya_folder_to_an_exported_bundle(
     assert run_dir is not None and run_dir.parent == mydata / "runs"
     lora = run_dir / "output" / "pytorch_lora_weights.safetensors"
     assert lora.is_file() and lora.stat().st_size > 1000
+    assert 'masks = "folder"' in (run_dir / "config.toml").read_text(encoding="utf-8")
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*")), _console(train)  # TensorBoard's files
     steps, loss = train.plots.loss.raw.getData()
     assert list(steps) == list(range(1, STEPS + 1)) and np.isfinite(loss).all()
     assert train.header.step.text() == f"{STEPS} / {STEPS}"
@@ -227,7 +256,7 @@ def test_a_new_person_walks_from_their_kohya_folder_to_an_exported_bundle(
     assert runs.buttons["output"].isEnabled()  # type: ignore[attr-defined]
 
     export = window.show_page("page_export")
-    _click(qtbot, export.findChild(QCheckBox, "export_include_model"))
+    assert export.findChild(QCheckBox, "export_include_model").isChecked()  # the tiny model goes in the bundle
     out = Path(export.out_edit.text())  # type: ignore[attr-defined]
     assert out.parent == mydata / "exports"
     _click(qtbot, export.export_button)  # type: ignore[attr-defined]

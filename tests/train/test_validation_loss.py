@@ -73,6 +73,12 @@ def test_validation_needs_held_out_images() -> None:
     with pytest.raises(ValidationError, match="cannot be combined with dataset"):
         TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
                     dataset=DatasetSection(validation_fraction=0.1, validation_folder="x"))
+    # Images held out (or named) for a validation loss that is never measured: refused, not left out silently.
+    with pytest.raises(ValidationError, match="never measured") as raised:
+        TrainConfig(model={"family": "sd15", "base": "x"}, dataset=DatasetSection(validation_fraction=0.1))  # type: ignore[arg-type]
+    assert "set training.validation_every (e.g. 100) or set dataset.validation_fraction back to 0" in str(raised.value)
+    with pytest.raises(ValidationError, match="never measured"):
+        TrainConfig(model={"family": "sd15", "base": "x"}, dataset=DatasetSection(validation_folder="held"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("family", ["sdxl", "sd3"])
@@ -96,7 +102,8 @@ def test_a_share_that_leaves_no_image_to_train_on_says_what_is_allowed(tmp_path:
 
     items = [TrainItem(i, tmp_path / f"{i:02}.png", "x", 1, (64, 64), (64, 64)) for i in range(24)]
     config = TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
-                         dataset=DatasetSection(validation_fraction=0.99))
+                         dataset=DatasetSection(validation_fraction=0.99),
+                         training=TrainingSection(validation_every=1))
     with pytest.raises(TrainError) as raised:
         split_items(items, config, print)
     assert raised.value.message == ("dataset.validation_fraction = 0.99 holds out 24 of the 24 training images, "

@@ -6,6 +6,8 @@ Each rule raises a Contradiction naming the key, its value and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from studio.core.config.errors import Contradiction
@@ -21,6 +23,16 @@ def check_validation(config: Any) -> None:
         raise Contradiction("training.validation_every", t.validation_every,
                             "needs held-out images: set dataset.validation_fraction (e.g. 0.1) or "
                             "dataset.validation_folder, or set training.validation_every back to 0")
+    # Held-out images no validation loss measures would be left out of training for nothing.
+    if not t.validation_every and d.validation_fraction > 0:
+        raise Contradiction("dataset.validation_fraction", d.validation_fraction,
+                            "holds images out of training for a validation loss that is never measured "
+                            "(training.validation_every = 0): set training.validation_every (e.g. 100) or set "
+                            "dataset.validation_fraction back to 0")
+    if not t.validation_every and d.validation_folder:
+        raise Contradiction("dataset.validation_folder", d.validation_folder,
+                            "names images for a validation loss that is never measured (training.validation_every "
+                            "= 0): set training.validation_every (e.g. 100) or leave dataset.validation_folder empty")
 
 
 def check_masks(config: Any) -> None:
@@ -28,6 +40,73 @@ def check_masks(config: Any) -> None:
     if d.masks == "folder" and not d.mask_folder:
         raise Contradiction("dataset.masks", "folder",
                             "needs dataset.mask_folder: the folder of mask images named as the training images")
+
+
+@dataclass(frozen=True)
+class FieldsNeeded:
+    """A choice the config can take only with another setting filled in: a form shows `fields` and waits."""
+
+    key: str  # the choice made (dataset.masks)
+    fields: tuple[str, ...]  # any one of them filled in completes it
+    what: str  # what to fill in, in a person's words
+
+
+class _Changed:
+    """The settings of `config` with `changes` made, read by dotted key."""
+
+    def __init__(self, config: Any, changes: Mapping[str, Any]) -> None:
+        self.config, self.changes = config, changes
+
+    def value(self, key: str) -> Any:
+        section, name = key.split(".", 1)
+        return self.changes[key] if key in self.changes else getattr(getattr(self.config, section), name)
+
+    def number(self, key: str) -> float:
+        found = self.value(key)
+        return float(found) if isinstance(found, int | float) else 0.0  # a typed word is refused elsewhere
+
+    def held_out(self) -> bool:
+        return self.number("dataset.validation_fraction") > 0 or bool(self.value("dataset.validation_folder"))
+
+
+def turned_off(config: Any, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that go back to their defaults with a change that turns their feature off, so it can be
+    turned off from either end: the held-out images with validation every = 0, validation every with the
+    last held-out images gone."""
+    now = _Changed(config, changes)
+    out: dict[str, Any] = {}
+    if "training.validation_every" in changes and not now.number("training.validation_every"):
+        out = {"dataset.validation_fraction": 0.0, "dataset.validation_folder": None}
+    elif {"dataset.validation_fraction", "dataset.validation_folder"} & set(changes) and not now.held_out():
+        out = {"training.validation_every": 0}
+    return {key: value for key, value in out.items() if key not in changes and now.value(key) != value}
+
+
+def fields_needed(config: Any, changes: Mapping[str, Any]) -> FieldsNeeded | None:
+    """The choice among `changes` that needs a setting still empty (masks = "folder" and no mask folder yet),
+    or None. A form asks for the setting instead of refusing the choice the person made first."""
+    now = _Changed(config, changes)
+    value, number, held_out = now.value, now.number, now.held_out
+    measure = ("training.validation_every",)
+    measure_what = ("Set validation every (e.g. 100) so the validation loss of the held-out images is measured; "
+                    "{} is used once it is set.")
+    checks: tuple[tuple[str, Callable[[], bool], tuple[str, ...], str], ...] = (
+        ("dataset.masks", lambda: value("dataset.masks") == "folder" and not value("dataset.mask_folder"),
+         ("dataset.mask_folder",), "Choose the folder of mask images (named as the training images: cat.png for "
+         "cat.jpg) in mask folder; masks = folder is used once it is set."),
+        ("training.validation_every", lambda: number("training.validation_every") > 0 and not held_out(),
+         ("dataset.validation_fraction", "dataset.validation_folder"),
+         "Set validation fraction (e.g. 0.1) or a validation folder of held-out images; validation every is "
+         "used once one is set."),
+        ("dataset.validation_fraction", lambda: held_out() and not number("training.validation_every"),
+         measure, measure_what.format("validation fraction")),
+        ("dataset.validation_folder", lambda: held_out() and not number("training.validation_every"),
+         measure, measure_what.format("validation folder")),
+    )
+    for key, needs, fields, what in checks:
+        if key in changes and needs():
+            return FieldsNeeded(key, fields, what)
+    return None
 
 
 def check_caches(config: Any) -> None:

@@ -25,9 +25,10 @@ def check_network(config: TrainConfig) -> None:
                             f"adds the LoRA to the convolution layers, and {spec.title}'s transformer has none "
                             "to adapt; use \"lora\" (or \"loha\" or \"lokr\")")
     if method.use_dora and method.network in ("loha", "lokr"):
+        kind = {"loha": "LoHa", "lokr": "LoKr"}[method.network]
         raise Contradiction("method.use_dora", True,
-                            f"makes a LoRA weight-decomposed; a {method.network.upper()} has no DoRA form here: "
-                            "turn use_dora off, or use method.network = \"lora\" or \"locon\"")
+                            f"works with method.network = \"lora\" or \"locon\" only (a {kind} has no DoRA form): "
+                            "turn method.use_dora off, or choose one of those networks")
     convolutions = method.network == "locon" or method.conv_rank is not None
     if method.conv_alpha is not None and not convolutions:
         raise Contradiction("method.conv_alpha", method.conv_alpha,

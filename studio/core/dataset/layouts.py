@@ -25,11 +25,15 @@ from studio.core.dataset.edit_pairs.controls import (
     suffix_target,
 )
 from studio.core.dataset.image_headers import is_image_name
+from studio.core.text import plural
 
 # A studio run folder (it holds the run's event log) is never read as training images,
 # so a project kept inside its image folder does not train on its own samples.
 RUN_MARKER = "events.jsonl"
 
+# A subfolder by one of these names whose images are named as the training images holds loss masks
+# (dataset.mask_folder), not a concept: `img/` and `masks/` side by side.
+MASK_FOLDER_NAMES = ("masks", "mask")
 _KOHYA = re.compile(r"^(\d+)_(.+)$")
 _DIGITS = re.compile(r"(\d+)")
 
@@ -142,6 +146,7 @@ class DatasetLayout:
     kind: str  # "flat" | "kohya" | "nested" | "metadata" | "edit" | "empty"
     concepts: tuple[FoundConcept, ...]
     control_layout: str | None = None  # with kind "edit": "folder", "suffix" or "separate" (control folders beside it)
+    mask_folder: Path | None = None  # a masks/ subfolder beside the concepts (MASK_FOLDER_NAMES)
 
     @property
     def images(self) -> int:
@@ -154,11 +159,13 @@ class DatasetLayout:
         kinds = {"flat": "images in the folder", "kohya": "kohya N_name folders",
                  "nested": "one subfolder per concept", "metadata": f"a {METADATA_FILE} of captions",
                  "edit": f"edit pairs with {LAYOUT_NAMES.get(self.control_layout or '', 'control images')}"}
+        # The folder itself as the one concept needs no naming ("(.: 7)" said nothing a person could read).
         parts = [f"{_rel(c.folder, self.root)}: {c.images}" + (f" ×{c.repeats}" if c.repeats != 1 else "")
-                 for c in self.concepts]
+                 for c in self.concepts if c.folder != self.root or c.repeats != 1]
         noun = "concept" if len(self.concepts) == 1 else "concepts"
-        return (f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {self.images} images "
-                f"({', '.join(parts)})")
+        listed = f" ({', '.join(parts)})" if parts else ""
+        masks = f"; loss masks in {_rel(self.mask_folder, self.root)}" if self.mask_folder else ""
+        return f"{kinds[self.kind]}: {len(self.concepts)} {noun}, {plural(self.images, 'image')}{listed}{masks}"
 
 
 def _rel(folder: Path, root: Path) -> str:
@@ -213,11 +220,32 @@ def detect_layout(root: Path) -> DatasetLayout:
         if images:
             kohya = kohya_folder(item.name)
             concepts.append(FoundConcept(folder, images, kohya[0] if kohya else 1))
-    # Control folders beside their targets (dataset/target/, dataset/control/) are not concepts of their own.
+    # Control folders beside their targets (dataset/target/, dataset/control/) are not concepts of their own,
+    # nor is a masks/ folder beside the images (the loss masks).
     concepts = [c for c in concepts if c.folder not in control_folders]
+    masks = None if control_layouts else _mask_folder(concepts)
+    concepts = [c for c in concepts if c.folder != masks]
     if not concepts:
         return DatasetLayout(root, "empty", ())
     if control_layouts:
         return DatasetLayout(root, "edit", tuple(concepts), min(control_layouts))
     kind = "kohya" if any(kohya_folder(c.folder.name) for c in concepts) else "nested"
-    return DatasetLayout(root, kind, tuple(concepts))
+    return DatasetLayout(root, kind, tuple(concepts), mask_folder=masks)
+
+
+def _image_stems(folder: Path) -> set[str]:
+    return {Path(item.name).stem for _folder, items in walk_folders(folder) for item in items
+            if is_image_name(item.name)}
+
+
+def _mask_folder(concepts: list[FoundConcept]) -> Path | None:
+    """The subfolder among `concepts` that holds the others' loss masks: named masks/ (MASK_FOLDER_NAMES),
+    with at least one image named as a training image."""
+    for candidate in concepts:
+        if candidate.folder.name.lower() not in MASK_FOLDER_NAMES:
+            continue
+        others = [c for c in concepts if c is not candidate]
+        trained = set().union(*(_image_stems(c.folder) for c in others)) if others else set()
+        if trained & _image_stems(candidate.folder):
+            return candidate.folder
+    return None

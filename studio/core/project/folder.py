@@ -111,8 +111,12 @@ def config_for_images(project_root: Path, image_folders: Sequence[Path], family:
         concepts = [ConceptSection(path=concept_path(folder, project_root)) for folder in image_folders]
     # A folder of edit pairs makes an edit-pair project: its control images are read as controls, not trained on.
     kind = "edit" if any(layout.kind == "edit" for layout in layouts) else "images"
-    return TrainConfig(model=ModelSection(family=family, base=base or default_base(family)),
-                       dataset=DatasetSection(concepts=concepts, kind=kind))
+    dataset = DatasetSection(concepts=concepts, kind=kind)
+    masks = next((layout.mask_folder for layout in layouts if layout.mask_folder is not None), None)
+    if masks is not None:  # img/ and masks/ side by side: the masks weight the loss, they are not trained on
+        dataset = DatasetSection(concepts=concepts, kind=kind, masks="folder",
+                                 mask_folder=concept_path(masks, project_root))
+    return TrainConfig(model=ModelSection(family=family, base=base or default_base(family)), dataset=dataset)
 
 
 def create_project(path: str | Path, config: TrainConfig | None = None,
@@ -120,7 +124,7 @@ def create_project(path: str | Path, config: TrainConfig | None = None,
     """Make `path` a project (creating the folder); an existing studio.toml is kept.
 
     Without a config, the concepts come from the layout of the `images` folders (default:
-    the project folder itself); nothing in them is moved or changed. A project folder
+    the project folder itself), and a masks/ folder beside them becomes the mask folder; nothing in them is moved or changed. A project folder
     with no images gets an empty `images/` folder to put them in.
     """
     root = Path(path).expanduser().resolve()

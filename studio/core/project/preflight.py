@@ -64,8 +64,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     system memory (None: not known)."""
     resolved, base_dir = config, config.base_dir
     on_gpu = gpu is not None and not config.launch.cpu
-    problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved))
-                if p is not None]
+    problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved),
+                            check_validation_folder(resolved)) if p is not None]
     problems += check_output(resolved)
     if gpu_count and not config.launch.cpu:  # with no GPU at all the ranks train on the CPU
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
@@ -184,6 +184,16 @@ def check_dataset(config: TrainConfig) -> PreflightProblem | None:
     where = ", ".join(folders) if folders else "no concept folder (dataset.concepts is empty)"
     return PreflightProblem("dataset", f"The dataset has no images ({where}): add .png, .jpg, .webp or .bmp files, "
                                        "or point dataset.concepts at your image folder on the Dataset page.")
+
+
+def check_validation_folder(config: TrainConfig) -> PreflightProblem | None:
+    """dataset.validation_folder names a folder that is there (the validation loss reads its images)."""
+    folder = config.dataset.validation_folder
+    if not folder or Path(folder).is_dir():
+        return None
+    return PreflightProblem("dataset", f"The validation folder {folder} (dataset.validation_folder) does not exist: "
+                                       "create it with held-out images and their captions, or choose another "
+                                       "folder (validation folder on the Model & Preset page).")
 
 
 def check_mask_files(config: TrainConfig) -> PreflightProblem | None:

@@ -49,7 +49,8 @@ class RunSummary:
 
     @property
     def resumable(self) -> bool:
-        return self.status in ("stopped", "failed", "interrupted") and not self.remote
+        """Ended before its end here, after a step: a run that failed at step 0 would only start over."""
+        return self.status in ("stopped", "failed", "interrupted") and not self.remote and self.steps > 0
 
 
 def _remote_state(run_dir: Path) -> dict[str, Any]:

@@ -115,6 +115,7 @@ class DatasetPage(Page):
         self.editor.sig_undo.connect(self.undo_stack.undo)
         self.editor.sig_redo.connect(self.undo_stack.redo)
         self.concepts_panel, self.tags_panel = ConceptsPanel(), TagsPanel()
+        self.concepts_panel.start_folder = self.context.dialog_folder
         self.problems_panel, self.buckets_panel = ProblemsPanel(), BucketsPanel()
         self.tabs = QTabWidget()
         for panel, name in ((self.concepts_panel, "Concepts"), (self.tags_panel, "Tags"),

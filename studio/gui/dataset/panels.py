@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,7 @@ class ConceptsPanel(QWidget):
         layout.addWidget(details, 3)
         self.table.currentCellChanged.connect(lambda row, *_: self._show_details(row))
         self.add_button.clicked.connect(self._pick_folder)
+        self.start_folder: Callable[[], str] = lambda: ""  # where Add folder… opens: the page sets the project
         self.remove_button.clicked.connect(self._remove_current)
 
     def set_rows(self, rows: list[ConceptRow], concepts: list[ConceptSection] | None = None) -> None:
@@ -266,7 +268,7 @@ class ConceptsPanel(QWidget):
         self.remove_button.setEnabled(concept is not None)
 
     def _pick_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Add a folder of training images")
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of training images", self.start_folder())
         if folder:
             self.sig_add_folder.emit(Path(folder))
 

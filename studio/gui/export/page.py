@@ -44,6 +44,8 @@ from studio.gui.runner.worker import Worker
 COUNTS = (1, 2, 4, 8)
 EXPORTS_DIR = "exports"
 
+INCLUDE_MODEL_KEY = "export/include_model"
+
 class ExportPage(Page):
     title = "Export"
     page_id = "page_export"
@@ -75,6 +77,8 @@ class ExportPage(Page):
         self.base_label = named(QLabel(), "export_base_label")
         self.base_label.setWordWrap(True)
         self.include_model = named(QCheckBox("Copy the local base model into the bundle"), "export_include_model")
+        # Ticked unless the person unticked it (then kept so after a restart): a bundle runs as it is.
+        self.include_model.setChecked(bool(self.context.settings.value(INCLUDE_MODEL_KEY, True, type=bool)))
         self.remote_base = named(QLineEdit(), "export_remote_base")
         self.remote_base.setPlaceholderText("hub id or path on the remote machine")
         self.out_edit = named(QLineEdit(), "export_out_dir")
@@ -166,6 +170,7 @@ class ExportPage(Page):
             signal.connect(self._options_changed)
         self.dataset_combo.currentIndexChanged.connect(self._update_enabled)
         self.include_model.toggled.connect(self._update_enabled)
+        self.include_model.toggled.connect(lambda on: self.context.settings.setValue(INCLUDE_MODEL_KEY, on))
 
     # ------------------------------------------------------------ state
 

@@ -14,6 +14,7 @@ from studio.core.estimate.estimate import VramEstimate, estimate_vram, fit, othe
 from studio.core.estimate.fixes import Suggestion, suggest_fixes
 from studio.core.estimate.ram_estimate import RamEstimate, describe_ram, estimate_ram, ram_problem
 from studio.core.hardware.report import GPUInfo
+from studio.core.text import memory_text
 from studio.gui.base.names import named
 
 VERDICTS = {"fits": "✓ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "✗ Does not fit"}
@@ -49,10 +50,10 @@ class EstimatePanel(QFrame):
         est = estimate_vram(config, gpu)
         self.estimate = est
         where = f"on {gpu.name} ({gpu.free_mb / 1024:.1f} GB free)" if gpu else "in RAM (no GPU: a CPU run, fp32)"
-        self.total.setText(f"<b>Estimated peak: {est.total_gb:.1f}&nbsp;GB</b> {where}<br>{self._ram(config, gpu, ram_mb)}")
+        self.total.setText(f"<b>Estimated peak: {memory_text(est.total_mb).replace(' ', '&nbsp;')}</b> {where}<br>{self._ram(config, gpu, ram_mb)}")
         # A size is one unbreakable word: "3.20 GB" never wraps into "3.20" and "GB".
         rows = "".join(f"<tr><td>{p.label}</td><td align=right style='white-space:nowrap'>"
-                       f"{p.mb / 1024:.2f}&nbsp;GB</td><td>{p.detail}</td></tr>"
+                       f"{memory_text(p.mb).replace(' ', '&nbsp;')}</td><td>{p.detail}</td></tr>"
                        for p in est.parts if p.mb > 0)
         notes = "".join(f"<br><small>{n}</small>" for n in est.notes)
         self.breakdown.setText(f"<table>{rows}</table>{notes}")
@@ -107,7 +108,7 @@ class EstimatePanel(QFrame):
             row = named(QWidget(), f"suggestion_{i}")
             line = QHBoxLayout(row)
             line.setContentsMargins(0, 0, 0, 0)
-            text = QLabel(f"{i + 1}. <b>{s.title}</b> → {s.estimate.total_gb:.1f} GB "
+            text = QLabel(f"{i + 1}. <b>{s.title}</b> → {memory_text(s.estimate.total_mb)} "
                           f"({VERDICTS[s.fit]})<br><small>{s.description}</small>")
             text.setWordWrap(True)
             line.addWidget(text, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -14,8 +15,10 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
     QGroupBox,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -47,6 +50,12 @@ FAMILY_ONLY: dict[str, tuple[str, ...]] = {
     key: tuple(spec.name for spec in declaration_of(key)) for key in conditional_keys()
 }
 INVALID_STYLE = "border: 1px solid #c62828;"
+ERROR_STYLE = "color: #c62828;"
+_DOTTED_KEY = re.compile(r"\b(model|method|dataset|training|sampling|output)\.([a-z0-9_]+)\b")
+NOTE_STYLE = "color: #1565c0;"
+# Settings that name a folder: typed, or chosen with a Folder… button (the page opens the dialog).
+FOLDER_FIELDS = {"dataset.mask_folder": "Choose the folder of mask images",
+                 "dataset.validation_folder": "Choose a folder of held-out images"}
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -156,6 +165,7 @@ class ConfigForm(QWidget):
     """Emits `sig_changed(dotted_key, value)` when a person edits a field."""
 
     sig_changed = Signal(str, object)
+    sig_browse = Signal(str)  # a Folder… button of a FOLDER_FIELDS key
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -166,6 +176,9 @@ class ConfigForm(QWidget):
         self.error_labels: dict[str, QLabel] = {}
         self.invalid: dict[str, str] = {}  # key -> why the value typed there was refused
         self.family: str | None = None
+        # A choice held until the setting it needs is filled in (masks = folder before its folder): key ->
+        # (value chosen, the settings any one of which completes it).
+        self.held: dict[str, tuple[Any, tuple[str, ...]]] = {}
         self._advanced: list[QWidget] = []
         layout = QVBoxLayout(self)
         self.show_advanced = named(QCheckBox("Show advanced settings"), "show_advanced")
@@ -200,7 +213,7 @@ class ConfigForm(QWidget):
         column.addWidget(editor)
         error = named(QLabel(), "error_" + key.replace(".", "_"))
         error.setWordWrap(True)
-        error.setStyleSheet("color: #c62828;")
+        error.setStyleSheet(ERROR_STYLE)
         error.setVisible(False)
         column.addWidget(error)
         self.error_labels[key] = error
@@ -223,6 +236,7 @@ class ConfigForm(QWidget):
                 reason = f"must be {allowed}"
             else:
                 reason = f"{issue.message} (allowed: {allowed})"
+            reason = self.in_form_words(reason)
             label = self.error_labels[issue.key]
             if self.is_typed(issue.key):  # kept as typed, red, until fixed
                 self.invalid[issue.key] = reason
@@ -233,6 +247,11 @@ class ConfigForm(QWidget):
                 label.setText("⚠ Not changed: " + reason)
             label.setVisible(True)
         return elsewhere
+
+    def in_form_words(self, text: str) -> str:
+        """A config message in this form's words: "method.network" is the "network" field here."""
+        return _DOTTED_KEY.sub(lambda m: m.group(2).replace("_", " ") if m.group(0) in self.rows else m.group(0),
+                               text)
 
     def clear_issue(self, key: str) -> None:
         if self.invalid.pop(key, None) is None:
@@ -248,6 +267,39 @@ class ConfigForm(QWidget):
             if key not in self.invalid:
                 label.setVisible(False)
 
+    def note(self, key: str, text: str) -> None:
+        """A line under `key`'s field about the value taken (a folder not there yet); gone at the next change."""
+        label = self.error_labels[key]
+        label.setText("⚠ " + text)
+        label.setVisible(True)
+
+    def hold(self, key: str, value: Any, fields: tuple[str, ...], what: str) -> None:
+        """Keep showing `value` at `key` (not in the config yet), show the settings it needs at once, with
+        `what` to fill in under the first of them."""
+        self.held[key] = (value, fields)
+        for field in fields:
+            if field in self.rows:
+                form, cell = self.rows[field]
+                form.setRowVisible(cell, True)
+        note = self.error_labels[fields[0]]
+        note.setStyleSheet(NOTE_STYLE)
+        note.setText("↳ " + what)
+        note.setVisible(True)
+        self.editors[fields[0]].setFocus()
+
+    def held_changes(self) -> dict[str, Any]:
+        return {key: value for key, (value, _fields) in self.held.items()}
+
+    def release_held(self) -> None:
+        """Forget the held choices; their fields show the config again at the next set_config."""
+        for _value, fields in self.held.values():
+            note = self.error_labels[fields[0]]
+            note.setStyleSheet(ERROR_STYLE)
+            if fields[0] not in self.invalid:
+                note.setVisible(False)
+                note.setText("")
+        self.held.clear()
+
     def has_invalid(self) -> bool:
         """Values typed but refused: edits not in the config (nor in studio.toml)."""
         return bool(self.invalid)
@@ -261,7 +313,8 @@ class ConfigForm(QWidget):
         for key in FAMILY_ONLY:
             if key in self.rows:
                 form, cell = self.rows[key]
-                form.setRowVisible(cell, acts(config, key) or value_of(config, key) != default_of(config, key))
+                form.setRowVisible(cell, acts(config, key) or value_of(config, key) != default_of(config, key)
+                                   or any(key in fields for _value, fields in self.held.values()))
 
     def _toggle_advanced(self, on: bool) -> None:
         for widget in self._advanced:
@@ -302,7 +355,20 @@ class ConfigForm(QWidget):
         editor.setObjectName("field_" + key.replace(".", "_"))
         editor.setToolTip(_tooltip(field, kind, optional))
         self.editors[key] = editor
+        if key in FOLDER_FIELDS:
+            return self._with_folder_button(key, editor)
         return editor
+
+    def _with_folder_button(self, key: str, editor: QWidget) -> QWidget:
+        row = QWidget()
+        line = QHBoxLayout(row)
+        line.setContentsMargins(0, 0, 0, 0)
+        line.addWidget(editor, 1)
+        button = named(QPushButton("Folder…"), "browse_" + key.replace(".", "_"))
+        button.setToolTip(FOLDER_FIELDS[key])
+        button.clicked.connect(lambda _on=False, k=key: self.sig_browse.emit(k))
+        line.addWidget(button)
+        return row
 
     def _text_edited(self, key: str, text: str, kind: Any) -> None:
         self.sig_changed.emit(key, parse_text(text, kind))
@@ -324,6 +390,8 @@ class ConfigForm(QWidget):
         it is the person's edit, still to be fixed; a config read from disk replaces all."""
         self.show_acting(config)
         for key, editor in self.editors.items():
+            if key in self.held:  # the person's choice, waiting for the setting it needs
+                continue
             if key in self.invalid:
                 if keep_refused:
                     continue

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.acting import resets_for
+from studio.core.config.data_rules import fields_needed, turned_off
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
@@ -32,14 +33,14 @@ from studio.core.families import title as family_title
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import ModelInfo
 from studio.core.models.known import default_base
-from studio.core.project.folder import default_config
+from studio.core.project.folder import concept_path, default_config
 from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.names import named
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.model.base_check import BaseModelCheck
 from studio.gui.model.estimate import EstimatePanel
-from studio.gui.model.form import ConfigForm
+from studio.gui.model.form import FOLDER_FIELDS, ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
 from studio.gui.model.presets import PresetList
@@ -125,6 +126,7 @@ class ModelPage(Page):
         right_layout.addWidget(self.error)
         self.form = ConfigForm()
         self.form.sig_changed.connect(self.on_field_changed)
+        self.form.sig_browse.connect(self.browse_folder_field)
         right_layout.addWidget(self.form)
 
         splitter = QSplitter()
@@ -142,6 +144,8 @@ class ModelPage(Page):
         self.library.rescan_button.clicked.connect(self.read_base_again)
         context.unsaved_edits.append(
             lambda: "values refused in the settings form" if self.form.has_invalid() else "")
+        context.unsaved_edits.append(
+            lambda: "a choice in the settings form waiting for the setting it needs" if self.form.held else "")
         self._show_config()
         self.hardware.refresh()
         self.library.refresh()
@@ -186,9 +190,10 @@ class ModelPage(Page):
 
     def _browse(self, folder: bool) -> None:
         if folder:
-            path = QFileDialog.getExistingDirectory(self, "Choose a diffusers model folder")
+            path = QFileDialog.getExistingDirectory(self, "Choose a diffusers model folder", self.context.dialog_folder())
         else:
-            path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", "", "Models (*.safetensors *.ckpt)")
+            path, _ = QFileDialog.getOpenFileName(self, "Choose a model file", self.context.dialog_folder(),
+                                                  "Models (*.safetensors *.ckpt)")
         if path:
             self.choose_base(path)
 
@@ -251,6 +256,7 @@ class ModelPage(Page):
     def _on_context_config(self, config: TrainConfig) -> None:
         if config is not self.config:  # another project, or studio.toml changed on disk
             self.config = config
+            self.form.release_held()
             self.error.setText("")
             self._show_config(keep_refused=False)
 
@@ -265,7 +271,7 @@ class ModelPage(Page):
         """Take `changes`; settings they make inert (another family's, a LoRA's in DreamBooth) go back to
         their defaults, which validation would otherwise refuse."""
         self.form.clear_notes()
-        resets = resets_for(self.config, changes)
+        resets = {**resets_for(self.config, changes), **turned_off(self.config, changes)}
         changes = {**changes, **resets}
         try:
             config = apply_changes(self.config, changes)
@@ -279,7 +285,8 @@ class ModelPage(Page):
             self.form.clear_issue(key)
         self.adopt(config)
         if resets:
-            self.context.status("Back to their defaults (they do not act now): " + ", ".join(resets))
+            self.context.status(self.form.in_form_words("Back to their defaults (they do not act now): "
+                                                        + ", ".join(resets)))
         self._retry_refused()
         return True
 
@@ -295,7 +302,40 @@ class ModelPage(Page):
             return  # that call retries the rest
 
     def on_field_changed(self, key: str, value: Any) -> None:
-        self.apply_config_changes({key: value})
+        """Take a field's new value. A choice that needs another setting still empty (masks = folder before
+        the mask folder) is held, the setting shown under it, and taken with it once it is filled in."""
+        changes = {**self.form.held_changes(), key: value}
+        needed = fields_needed(self.config, changes)
+        if needed is not None:
+            self.form.release_held()
+            self.form.hold(needed.key, changes.pop(needed.key), needed.fields, needed.what)
+            self.context.status(needed.what)
+            if key != needed.key:
+                self.apply_config_changes(changes)
+            return
+        self.form.release_held()
+        if self.apply_config_changes(changes):
+            self._say_missing_folders(changes)
+
+    def _say_missing_folders(self, changes: dict[str, Any]) -> None:
+        """A folder setting taken that names no folder (yet): said under it, before a run finds out."""
+        for key in FOLDER_FIELDS:
+            value = changes.get(key)
+            if value and not self.context.project_path(str(value)).is_dir():
+                self.form.note(key, f"{value} does not exist: create it, or choose another folder with Folder…")
+
+    def browse_folder_field(self, key: str) -> None:
+        """A Folder… button of the form: the folder chosen, relative to the project when inside it."""
+        title = FOLDER_FIELDS[key]
+        folder = QFileDialog.getExistingDirectory(self, title, self.context.dialog_folder())
+        if not folder:
+            return
+        root = self.context.project.root if self.context.project else None
+        value = concept_path(Path(folder), root) if root and Path(folder).is_relative_to(root) else folder
+        editor = self.form.editors[key]
+        if isinstance(editor, QLineEdit):
+            editor.setText(value)
+        self.on_field_changed(key, value)
 
     def choose_preset(self, preset: Preset) -> None:
         """Use `preset`; one made for another size of the project's family (the [klein] 9B on a 4B project)

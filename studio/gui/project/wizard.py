@@ -121,7 +121,9 @@ class ImagesPage(QWizardPage):
             self.folder.setText(folder)
 
     def _browse_images(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "A folder of images")
+        root = self.project_root()  # the images are most often in or beside the project's folder
+        start = root if root is not None and root.is_dir() else root.parent if root is not None else None
+        folder = QFileDialog.getExistingDirectory(self, "A folder of images", str(start or ""))
         if folder:
             self.add_image_folder(Path(folder))
 

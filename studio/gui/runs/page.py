@@ -43,6 +43,9 @@ from studio.gui.widgets.loss_plot import LossOverlay
 from studio.gui.widgets.run_header import RunHeader
 from studio.gui.widgets.run_plots import RunPlots
 
+NOTHING_TO_RESUME = ("This run failed before its first step: there is nothing to resume. Fix what its error "
+                     "says and press Train on the Train page for a new run.")
+
 
 class RunsPage(Page):
     title = "Runs"
@@ -175,8 +178,9 @@ class RunsPage(Page):
         self.buttons["resume"].setEnabled(one and chosen[0].resumable and not self.controller.running)
         remote = one and chosen[0].remote
         self.buttons["resume"].setToolTip(
-            "This run was copied back from another machine: resume it there (with its bundle)."
-            if remote else "Continue the selected stopped or failed run from its newest checkpoint"
+            "This run was copied back from another machine: resume it there (with its bundle)." if remote
+            else NOTHING_TO_RESUME if one and chosen[0].status == "failed" and chosen[0].steps == 0
+            else "Continue the selected stopped or failed run from its newest checkpoint"
         )
         in_progress = self.controller.running and one and chosen[0].path == self.controller.run_dir
         self.buttons["pull"].setEnabled(one and bool(chosen[0].machine) and not self.worker.busy and not in_progress)
@@ -349,9 +353,9 @@ class RunsPage(Page):
 
     def _pick_import(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import a run (.zip) copied back from another machine",
-                                              "", "Run archive (*.zip)")
+                                              self.context.dialog_folder(), "Run archive (*.zip)")
         if not path:
-            path = QFileDialog.getExistingDirectory(self, "Or import a run folder")
+            path = QFileDialog.getExistingDirectory(self, "Or import a run folder", self.context.dialog_folder())
         if path:
             self.import_path(Path(path))
 

@@ -43,6 +43,8 @@ class VaryDialog(QDialog):
         self.field.addItems(SWEEP_FIELDS)
         self.values = QLineEdit()
         self.values.setPlaceholderText("1e-4, 5e-5, 1e-5   or   1e-4..1e-5 x3   or   1e-4..1e-6 log3")
+        # The examples are the help: wide enough to read them whole (and the title with them).
+        self.values.setMinimumWidth(self.values.fontMetrics().horizontalAdvance(self.values.placeholderText()) + 24)
         form = QFormLayout(self)
         form.addRow("Setting", self.field)
         form.addRow("Values", self.values)

@@ -16,6 +16,16 @@ from studio.gui.base.desktop import open_with_desktop
 from studio.gui.base.names import named
 
 
+def about_text(version: str) -> str:
+    """Help → About: the studio and every family it trains, as their declarations name them."""
+    from studio.core.families import FAMILY_NAMES, title
+
+    titles = [title(name) for name in FAMILY_NAMES]
+    families = ", ".join(titles[:-1]) + f" and {titles[-1]}" if len(titles) > 1 else titles[0]
+    return (f"<h3>Training Studio {version}</h3><p>Fine-tune {families} with LoRA, LyCORIS and DreamBooth on "
+            "your own GPU, or export the run for rented GPUs.</p>")
+
+
 class HelpWindow(QDialog):
     """The guide at `index`; links to the other pages and their images work, web links open outside."""
 

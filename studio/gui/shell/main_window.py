@@ -34,6 +34,7 @@ from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.shell.demo_banner import DemoBanner
 from studio.gui.shell.demo_model import DemoModel
+from studio.gui.widgets.elided_label import ElidedLabel
 
 # Loaded when first used, not before the first paint: the project folder and the demo (pydantic with
 # the config schema), the Tools menu's window.
@@ -73,6 +74,7 @@ BUSY_WAIT_S = 5.0
 BUSY_POLL_MS = 30
 LOADING_PROJECT = "Loading project…"
 DOCS_URL = "docs/index.md"
+PROJECT_PATH_WIDTH = 360  # px of the status bar for the project path
 
 
 class MainWindow(QMainWindow):
@@ -116,7 +118,7 @@ class MainWindow(QMainWindow):
         layout.addLayout(pages, 1)
         self.setCentralWidget(central)
 
-        self.project_label = QLabel()
+        self.project_label = ElidedLabel(PROJECT_PATH_WIDTH)  # the messages beside it keep their room
         self.statusBar().addPermanentWidget(self.project_label)
         context.sig_status.connect(lambda text: self.statusBar().showMessage(text, 8000))
         context.sig_project_changed.connect(self._on_project_changed)
@@ -225,7 +227,7 @@ class MainWindow(QMainWindow):
         return True
 
     def open_project_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open project folder")
+        folder = QFileDialog.getExistingDirectory(self, "Open project folder", self.context.projects_folder())
         if folder:
             self.open_project_path(folder)
 
@@ -307,13 +309,9 @@ class MainWindow(QMainWindow):
         return window
 
     def show_about(self) -> None:
-        QMessageBox.about(
-            self,
-            "About Training Studio",
-            f"<h3>Training Studio {__version__}</h3>"
-            "<p>Fine-tune Stable Diffusion (SD1.5, SDXL, SD3) with LoRA and DreamBooth on your own "
-            "GPU, or export the run for rented GPUs.</p>",
-        )
+        from studio.gui.shell.help_window import about_text
+
+        QMessageBox.about(self, "About Training Studio", about_text(__version__))
 
     # ------------------------------------------------------------ window state
 

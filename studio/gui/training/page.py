@@ -28,6 +28,7 @@ from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, preflight
 from studio.core.runs.folders import REMOTE_FILE
 from studio.core.runs.live import busy_message, find_live_runs
+from studio.core.text import memory_text
 from studio.core.training_python import needs_training_env
 from studio.gui.base.event_loop import wait_for
 from studio.gui.base.selftest_options import SelfTestOptions
@@ -129,8 +130,16 @@ class TrainPage(Page):
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
-        if not self.controller.running:
-            self.controller.set_project_root(project.root if project else None)
+        if self.controller.running:  # the run goes on, shown here, whichever project is open
+            return
+        self.controller.set_project_root(project.root if project else None)
+        # What the project before said (its run's outcome, its VRAM estimate, its console, its error) goes;
+        # the run shown is this project's newest (RunController.show_last_run), or none.
+        self.message.setText("")
+        self.estimate.setText("")
+        self.console.clear()
+        self.banner.clear()
+        self._update_buttons()
 
     def _on_config(self, config: TrainConfig) -> None:
         if self.controller.model.started is None:  # no run shown yet: what the next one will sample
@@ -140,7 +149,7 @@ class TrainPage(Page):
         """The run shown stopped or failed here (not one copied back from another machine)."""
         run_dir, model = self.controller.run_dir, self.controller.model
         return (not self.controller.running and run_dir is not None and model.status in ("stopped", "failed")
-                and not (run_dir / REMOTE_FILE).exists())
+                and model.step > 0 and not (run_dir / REMOTE_FILE).exists())
 
     def resume_training(self) -> bool:
         """Resume the run shown, from its newest checkpoint (as Runs → Resume does)."""
@@ -151,7 +160,7 @@ class TrainPage(Page):
 
     def _update_buttons(self) -> None:
         running = self.controller.running
-        self.resume_button.setEnabled(self.resumable())
+        self._update_resume()
         self.train_button.setEnabled(not running)
         self.stop_button.setEnabled(running and not self._stopping)
         self.kill_button.setEnabled(running)
@@ -166,11 +175,19 @@ class TrainPage(Page):
         self.header.refresh(model, self._stopping)
         self.banner.refresh(model)
         self.samples.refresh(model)
+        self._update_resume()
+
+    def _update_resume(self) -> None:
         self.resume_button.setEnabled(self.resumable())
+        failed_at_start = self.controller.model.status == "failed" and self.controller.model.step == 0
+        self.resume_button.setToolTip(
+            "This run failed before its first step: there is nothing to resume. Fix what the error above says "
+            "and press Train for a new run." if failed_at_start and not self.controller.running
+            else "Continue the stopped or failed run shown here from its newest checkpoint")
 
     def _on_run_started(self, run_dir: Path) -> None:
         self._stopping = False
-        self.banner.hide()
+        self.banner.clear()
         self.console.clear()
         self.show_message(f"Training in {run_dir}")
         self.plots.use_sampler(self.controller.gpu_sampler)  # a remote run's GPUs, or this machine's
@@ -233,7 +250,7 @@ class TrainPage(Page):
         except ArchitectureDataError as exc:
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return False
-        self.estimate.setText(f"Estimated VRAM {need / 1024:.1f} GB of {gpu.total_mb / 1024:.1f} GB")
+        self.estimate.setText(f"Estimated VRAM {memory_text(need)} of {gpu.total_mb / 1024:.1f} GB")
         return True
 
     def start_training(self) -> bool:

@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QScrollArea,
     QSlider,
     QVBoxLayout,
     QWidget,
@@ -21,9 +20,11 @@ from PySide6.QtWidgets import (
 
 from studio.core.project.demo import is_demo_model
 from studio.core.runs.run_model import RunModel, SampleImage
+from studio.gui.base.names import named
 from studio.gui.widgets.image_view import ImageView
 
 THUMB = 128
+DIALOG_MIN_SIDE = 512
 NO_PROMPTS = "No samples yet: add prompts in the Sample settings tab."
 
 
@@ -48,15 +49,16 @@ class ImageDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("sample_dialog")
         self.setWindowTitle(f"Step {sample.step}: {sample.prompt}")
-        label = QLabel()
         pixmap = QPixmap(str(sample.path))
-        label.setPixmap(pixmap) if not pixmap.isNull() else label.setText(f"Cannot read {sample.path}")
-        scroll = QScrollArea()
-        scroll.setWidget(label)
+        self.image = named(ImageView(f"Cannot read {sample.path}", upscale=True), "sample_dialog_image")
+        if not pixmap.isNull():
+            self.image.set_pixmap(pixmap)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(f"<b>step {sample.step}</b> · {sample.prompt}<br><small>{sample.path}</small>"))
-        layout.addWidget(scroll)
-        self.resize(min(pixmap.width() + 40, 1200) or 400, min(pixmap.height() + 80, 1000) or 300)
+        layout.addWidget(self.image, 1)
+        # Big enough to see a small sample (a tiny model's 64 px) without a magnifier; a large one fits the screen.
+        side = max(DIALOG_MIN_SIDE, min(max(pixmap.width(), pixmap.height()), 1000))
+        self.resize(side + 40, side + 80)
 
 
 class SamplesGallery(QWidget):
@@ -68,7 +70,7 @@ class SamplesGallery(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")
-        self.preview = ImageView(NO_PROMPTS)
+        self.preview = ImageView(NO_PROMPTS, upscale=True)
         self.preview.setObjectName("samples_preview")
         self.preview.setMinimumSize(160, 160)
         self.preview.sig_clicked.connect(self._enlarge_current)

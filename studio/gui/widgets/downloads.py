@@ -123,6 +123,11 @@ class DownloadDialog(QDialog):
         self.label.setWordWrap(True)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)
+        # After a failure (offline, the hub down) or a cancel: the same download again, from what was fetched.
+        self.retry_button = QPushButton("Retry")
+        self.retry_button.setObjectName("download_retry")
+        self.retry_button.setVisible(False)
+        self.retry_button.clicked.connect(self.retry)
         layout = QVBoxLayout(self)
         needs = "captioning" if captioner else "training"
         layout.addWidget(QLabel(f"<b>{repo_id}</b>: only the files {needs} needs"))
@@ -130,6 +135,7 @@ class DownloadDialog(QDialog):
         layout.addWidget(self.label)
         row = QHBoxLayout()
         row.addStretch(1)
+        row.addWidget(self.retry_button)
         row.addWidget(self.cancel_button)
         layout.addLayout(row)
         self.resize(560, 150)
@@ -140,7 +146,13 @@ class DownloadDialog(QDialog):
 
     def start(self) -> None:
         self.error = None
+        self.retry_button.setVisible(False)
+        self.cancel_button.setText("Cancel")
         self.process.start(self.repo_id, self.with_t5, self.captioner)
+
+    def retry(self) -> None:
+        self.label.setText("Starting again…")
+        self.start()
 
     def _progress(self, progress: DownloadProgress) -> None:
         if progress.total_bytes:
@@ -157,8 +169,9 @@ class DownloadDialog(QDialog):
 
     def _failed(self, message: str, gated: bool) -> None:
         self.error = message
-        self.label.setText(message)
+        self.label.setText(f"{message}\nPress Retry to try again (what was fetched is kept).")
         self.cancel_button.setText("Close")
+        self.retry_button.setVisible(True)
         if gated and self.ask_token():
             self.start()
 
@@ -181,8 +194,9 @@ class DownloadDialog(QDialog):
     def cancel(self) -> None:
         if self.process.running:
             self.process.cancel()
-            self.label.setText("Cancelled: what was fetched is kept, and the next download resumes from there.")
+            self.label.setText("Cancelled: what was fetched is kept; Retry resumes from there.")
             self.cancel_button.setText("Close")
+            self.retry_button.setVisible(True)
             return
         self.reject()
 

@@ -13,10 +13,12 @@ class ImageView(QWidget):
 
     sig_clicked = Signal()
 
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+    def __init__(self, text: str = "", parent: QWidget | None = None, upscale: bool = False) -> None:
         super().__init__(parent)
         self._pixmap = QPixmap()
         self._text = text
+        # A sample of a tiny model (64 px) fills the preview instead of sitting as a dot in its middle.
+        self.upscale = upscale
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumSize(96, 96)
 
@@ -41,7 +43,7 @@ class ImageView(QWidget):
         if self._pixmap.isNull():
             return QRect()
         size = self._pixmap.size().scaled(self.size(), Qt.AspectRatioMode.KeepAspectRatio)
-        if size.width() > self._pixmap.width() and size.height() > self._pixmap.height():
+        if not self.upscale and size.width() > self._pixmap.width() and size.height() > self._pixmap.height():
             size = self._pixmap.size()  # small images are not blown up past their pixels
         x = (self.width() - size.width()) // 2
         y = (self.height() - size.height()) // 2

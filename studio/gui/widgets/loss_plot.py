@@ -75,11 +75,15 @@ class LossPlot(QWidget):
         self.plot.setObjectName("plot_loss")
         self.raw = self.plot.plot([], [], pen=pg.mkPen((120, 150, 200, 90), width=1),
                                   autoDownsampleFactor=PEAKS_PER_PIXEL)
-        self.smooth = make_curve(self.plot, "#4fa3ff")
+        # Which line is which, once there are two: shown while the run has a validation loss.
+        self.legend = self.plot.addLegend(offset=(5, 5))
+        self.legend.setVisible(False)
+        self.smooth = make_curve(self.plot, "#4fa3ff", "training loss (smoothed)")
         # The held-out images' loss at fixed noise (validation events): points joined by a line, beside the
         # training loss on the same axes.
         self.validation = self.plot.plot([], [], pen=pg.mkPen(VALIDATION_COLOUR, width=1), symbol="o", symbolSize=5,
-                                         symbolBrush=VALIDATION_COLOUR, symbolPen=None, name="validation")
+                                         symbolBrush=VALIDATION_COLOUR, symbolPen=None,
+                                         name="validation loss (held-out images)")
         self.smoothing = DEFAULT_SMOOTHING
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("loss_smoothing")
@@ -131,7 +135,16 @@ class LossPlot(QWidget):
         self._ema_len = n
         self.raw.setData(steps, loss, connect="finite")
         self.smooth.setData(steps, self._ema[:n], connect="finite")
-        self.validation.setData(model.validation_steps.view(), model.validation_loss.view(), connect="finite")
+        validation_steps = model.validation_steps.view()
+        self.validation.setData(validation_steps, model.validation_loss.view(), connect="finite")
+        if self.legend.isVisible() != bool(len(validation_steps)):
+            self.legend.setVisible(bool(len(validation_steps)))
+
+    def legend_names(self) -> list[str]:
+        """The lines the legend names, as shown (none while it is hidden)."""
+        if not self.legend.isVisible():
+            return []
+        return [label.text for _sample, label in self.legend.items]
 
     def points(self) -> int:
         return self._ema_len

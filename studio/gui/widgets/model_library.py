@@ -28,6 +28,7 @@ from studio.core.models.files import FAMILY_NAMES
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import KnownModel, known_models
 from studio.core.models.library import LibraryModel
+from studio.core.text import size_text
 from studio.gui.runner.worker import Worker
 from studio.gui.widgets.downloads import DownloadDialog
 
@@ -126,7 +127,7 @@ class ModelLibraryPanel(QWidget):
         for row, (_kind, model) in enumerate(rows):
             if isinstance(model, LibraryModel):
                 cells = [model.hub_id or model.path.name, FAMILY_NAMES.get(model.family or "", "?"),
-                         f"{model.size_bytes / 1e9:.1f} GB", model.place]
+                         size_text(model.size_bytes), model.place]
                 tip = f"{model.label}\n{model.base}"
             else:
                 cells = [model.title + (" (gated)" if model.gated else ""), FAMILY_NAMES[model.family],

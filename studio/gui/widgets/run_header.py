@@ -139,6 +139,11 @@ class ErrorBanner(QFrame):
         self._shown_key: tuple[str, str] | None = None
         self.hide()
 
+    def clear(self) -> None:
+        """Hide the error and forget it: the next run (or the project opened) shows its own, even the same."""
+        self._shown_key = None
+        self.hide()
+
     def show_error(self, message: str, hint: str = "", needle: str = "") -> None:
         self._shown_key = (message, hint)
         self.title.setText(f"<b>{message}</b>")

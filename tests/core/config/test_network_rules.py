@@ -36,7 +36,7 @@ def test_a_transformer_family_has_no_convolution_layers_to_adapt(sections: dict,
 @pytest.mark.parametrize(("method", "says"), [
     ({"lokr_factor": 8}, "acts only with method.network = \"lokr\""),
     ({"network": "loha", "lokr_factor": 8}, "acts only with method.network = \"lokr\""),
-    ({"network": "loha", "use_dora": True}, "has no DoRA form"),
+    ({"network": "loha", "use_dora": True}, "(a LoHa has no DoRA form)"),
     ({"network": "loha", "conv_alpha": 2.0}, "set method.conv_rank too"),
     ({"kind": "dreambooth", "network": "lokr"}, "acts only for method.kind = lora"),
     ({"network": "lokr", "lokr_factor": 1}, "greater than or equal to 2"),

@@ -23,7 +23,7 @@ def test_images_directly_in_the_folder(tmp_path: Path) -> None:
     layout = detect_layout(tmp_path / "photos")
     assert (layout.kind, [(c.folder, c.images, c.repeats) for c in layout.concepts]) == (
         "flat", [(tmp_path / "photos", 3, 1)])
-    assert layout.describe() == "images in the folder: 1 concept, 3 images (.: 3)"
+    assert layout.describe() == "images in the folder: 1 concept, 3 images"
 
 
 def test_kohya_folders_with_spaces_and_accents_are_concepts_with_their_repeats(tmp_path: Path) -> None:

@@ -206,7 +206,8 @@ def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) ->
 
     root = _targets(tmp_path / "pairs", ("cat",))
     make_image(root / "control" / "cat.png")
-    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}, "dataset": {
-        "kind": "edit", "validation_fraction": 0.5, "concepts": [{"path": str(root)}]}})
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}, "training": {"validation_every": 10},
+                                         "dataset": {"kind": "edit", "validation_fraction": 0.5,
+                                                     "concepts": [{"path": str(root)}]}})
     issue = split_issue(config)
     assert issue is not None and "holds out 1 of the 1 training image" in issue.message

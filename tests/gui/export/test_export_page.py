@@ -50,7 +50,8 @@ def test_nodes_and_a_chosen_row_change_the_options(page: ExportPage) -> None:
 
 def test_a_local_model_is_explained_and_the_export_says_what_to_do(qtbot, page: ExportPage) -> None:
     assert "local folder" in page.base_label.text()
-    assert page.include_model.isEnabled() and not page.include_model.isChecked()
+    assert page.include_model.isEnabled() and page.include_model.isChecked()  # a bundle that runs as it is
+    page.include_model.click()  # unticked, and no remote path named
     page.export_button.click()
     qtbot.waitUntil(lambda: page.export_button.isEnabled(), timeout=20_000)
     text = page.result.toPlainText()
@@ -76,6 +77,22 @@ def test_export_writes_the_bundle_and_shows_the_remote_command(qtbot, page: Expo
     assert (out / "launch.sh").is_file() and (out / "model" / "tiny-sd15").is_dir()
     assert [p.name for p in (out / "dataset").iterdir()] == ["manifest.json"]
     assert page.open_button.isEnabled() and not page.progress.isVisible()
+
+
+def test_the_base_model_box_is_ticked_until_unticked_and_stays_so_after_a_restart(
+        qtbot, tmp_path: Path, demo: Project) -> None:
+    def open_page() -> ExportPage:
+        context = StudioContext(make_settings(tmp_path / "settings.ini"))
+        widget = ExportPage(context)
+        qtbot.addWidget(widget, before_close_func=shut_down)
+        context.set_project(demo)
+        return widget
+
+    first = open_page()
+    assert first.include_model.isChecked()
+    first.include_model.click()
+    first.context.settings.sync()
+    assert not open_page().include_model.isChecked()  # the studio started again: as the person left it
 
 
 def test_self_test_reports_the_rows(page: ExportPage) -> None:

@@ -38,3 +38,24 @@ def test_a_download_that_ends_without_a_word_says_its_exit_code_and_last_words(q
     with qtbot.waitSignal(download.sig_failed, timeout=20000) as failed:
         download.start("a/b")
     assert failed.args == ["The download ended (exit code 2): ConnectionError: gone", False]
+
+
+def test_a_download_that_failed_offline_is_retried_from_the_dialog(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from studio.gui.widgets.downloads import DownloadDialog
+
+    offline = fake_python(tmp_path / "offline", [], exit_code=2, stderr="ConnectionError: no network\n")
+    dialog = DownloadDialog("a/b", python=str(offline))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    with qtbot.waitSignal(dialog.process.sig_failed, timeout=20000):
+        dialog.start()
+    assert "ConnectionError: no network" in dialog.label.text() and "Press Retry" in dialog.label.text()
+    assert dialog.retry_button.isVisible() and dialog.cancel_button.text() == "Close"
+
+    # The network is back: Retry downloads it.
+    snapshot = tmp_path / "snapshot"
+    dialog.process.python = str(fake_python(tmp_path / "online", [
+        json.dumps({"type": "done", "path": str(snapshot), "model": "a/b"})]))
+    with qtbot.waitSignal(dialog.sig_done, timeout=20000) as done:
+        dialog.retry_button.click()
+    assert done.args == ["a/b", str(snapshot)] and dialog.result_path == str(snapshot)

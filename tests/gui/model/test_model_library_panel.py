@@ -48,6 +48,7 @@ def test_a_checkpoint_on_this_machine_is_listed_and_used(
     assert [getattr(m, "path", None) or getattr(m, "id", None) for _k, m in library.rows()][:2] == [checkpoint, SD15]
     assert library.table.item(0, 0).text() == "juggernaut XL.safetensors"
     assert library.table.item(0, 1).text() == "SDXL"
+    assert library.table.item(0, 2).text() == "7 MB"  # a small file: its size, not "0.0 GB"
     row = next(i for i, (_k, m) in enumerate(library.rows()) if getattr(m, "path", None) == checkpoint)
     library.table.selectRow(row)
     library.use_selected()

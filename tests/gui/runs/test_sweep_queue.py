@@ -90,3 +90,16 @@ def test_a_sweep_of_a_setting_that_does_not_exist_says_how_to_name_it(
     assert page.queue.vary_selected("training.learning_rate", "1e-4, 0.0001") == []
     assert "No sweep was queued: 1e-4 and 0.0001 are the same value (0.0001)" in messages[-1]
     assert len(page.controller.queue.items) == 1  # type: ignore[union-attr]
+
+
+def test_the_vary_dialog_shows_its_examples_whole(qtbot: QtBot) -> None:
+    from studio.gui.runs.queue import VaryDialog
+
+    dialog = VaryDialog()
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    shown = dialog.values.contentsRect().width()
+    needed = dialog.values.fontMetrics().horizontalAdvance(dialog.values.placeholderText())
+    assert shown >= needed, (shown, needed)  # "… or 1e-4..1e-6 log3" not cut
+    assert dialog.width() >= dialog.fontMetrics().horizontalAdvance(dialog.windowTitle()) + 120  # room for the title

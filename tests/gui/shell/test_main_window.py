@@ -147,7 +147,7 @@ def test_the_start_project_is_opened_after_the_window_has_painted(window: MainWi
     window.show()
     qtbot.waitUntil(lambda: window.stack.currentWidget().objectName() == "page_dataset", timeout=10000)
     assert opened_at == [True]
-    assert window.project_label.text() == str(project.root)
+    assert window.project_label.toolTip() == str(project.root)
     assert "mine" in window.windowTitle()
 
 
@@ -331,3 +331,32 @@ def test_help_and_edit_prices_say_where_the_file_is_without_a_desktop_program(
     page.findChild(QPushButton, "export_edit_catalogue").click()
     assert len(shown) == 2 and "prices and speeds" in shown[1]
     assert Path(QGuiApplication.clipboard().text()).is_file()
+
+
+def test_about_and_the_guides_first_lines_name_every_family(window: MainWindow, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "about", lambda _parent, _title, text: shown.append(text))
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    next(a for a in help_menu.actions() if a.text().startswith("&About")).trigger()
+    assert "Fine-tune SD 1.x/2.x, SDXL, SD3, FLUX.2 [klein] and Z-Image with LoRA, LyCORIS and DreamBooth" in shown[0]
+    guide = window.open_documentation()
+    opening = guide.browser.toPlainText()[:300].replace("\n", " ")  # type: ignore[attr-defined]
+    assert "SD1.5, SDXL, SD3, FLUX.2 [klein] or Z-Image" in opening, opening
+    guide.close()
+
+
+def test_a_long_project_path_leaves_the_status_messages_their_room(window: MainWindow, tmp_path: Path) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / ("a project folder with a long name " * 4).strip() / "cat lora")
+    window.resize(1000, 700)
+    window.show()
+    window.set_project(project)
+    label = window.project_label
+    assert label.toolTip() == str(project.root)  # the whole path, on hover
+    assert "…" in label.text() and label.text().endswith("cat lora") and label.width() <= 360
+    message = "Base model: stable-diffusion-v1-5/stable-diffusion-v1-5, the default for SD 1.x/2.x"
+    window.context.status(message)
+    assert window.statusBar().currentMessage() == message
+    shown = window.statusBar().width() - label.width()
+    assert shown >= window.statusBar().fontMetrics().horizontalAdvance(message)  # not cut under the path

@@ -81,3 +81,24 @@ def test_the_empty_gallery_says_when_the_first_samples_come(qtbot: QtBot, tmp_pa
     gallery.refresh(model)
     assert gallery.preview.text() == "No samples yet: the first samples are made at step 12."
     context.run_controller.shutdown()
+
+
+def test_a_tiny_models_64_px_sample_fills_the_preview_and_its_big_view(qtbot: QtBot, tmp_path: Path) -> None:
+    Image.new("RGB", (64, 64), (30, 200, 40)).save(tmp_path / "tiny.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    model.apply(Sample(step=5, images=["tiny.png"], prompts=["a green square"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.resize(900, 500)
+    gallery.show()
+    gallery.refresh(model)
+    gallery.preview.resize(400, 300)
+    assert gallery.preview.image_rect().size().toTuple() == (300, 300)  # not a 64 px dot in the middle
+    gallery.enlarge(gallery.current())  # type: ignore[arg-type]
+    dialog = gallery.last_dialog
+    assert dialog is not None
+    qtbot.waitExposed(dialog)
+    shown = dialog.image.image_rect()
+    assert shown.width() >= 500 and shown.width() == shown.height(), shown
+    dialog.close()

@@ -33,6 +33,7 @@ def test_live_plots_fill_and_header_follows(qtbot: QtBot, context: StudioContext
     qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
     _x, y = page.plots.loss.smooth.getData()
     assert len(y) == 60 and y[-1] < y[0]  # the smoothed loss falls
+    assert page.plots.loss.legend_names() == []  # one line: nothing to tell apart
     assert len(page.plots.lr_curve.getData()[0]) == 60
     assert page.plots._rank_curves[0][0].getData()[1][-1] == 560.0  # rank 0 memory (RSS) at the last step
     assert "finished" in page.header.status.text()
@@ -168,6 +169,18 @@ def test_missing_dataset_folder_is_named(qtbot: QtBot, context: StudioContext, c
     page = make_page(qtbot, context)
     assert not page.start_training()
     assert str(tmp_path / "data" / "shapes") in page.message.text() and "does not exist" in page.message.text()
+
+
+def test_a_validation_folder_that_is_not_there_blocks_start_with_a_message(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    config.dataset.validation_folder = "held-out"
+    config.training.validation_every = 10
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    assert not page.start_training()
+    assert page.message.text() == (f"• The validation folder {tmp_path / 'held-out'} (dataset.validation_folder) does "
+                                   "not exist: create it with held-out images and their captions, or choose another "
+                                   "folder (validation folder on the Model & Preset page).")
 
 
 def test_more_processes_than_the_machine_has_gpus_is_refused(qtbot: QtBot, context: StudioContext,
@@ -319,4 +332,26 @@ def test_the_validation_loss_is_plotted_beside_the_training_loss(qtbot: QtBot, c
     assert list(x) == [10, 20, 30, 40]
     assert [round(v, 3) for v in y] == [0.59, 0.58, 0.57, 0.56]  # the numbers of the validation events
     assert page.plots.loss.validation.parentItem() is not None  # on the loss plot, with the training loss
+    assert page.plots.loss.legend_names() == ["training loss (smoothed)", "validation loss (held-out images)"]
     assert len(page.plots.loss.smooth.getData()[1]) == 40
+
+
+def test_a_run_that_failed_before_its_first_step_offers_no_resume(qtbot: QtBot, context: StudioContext,
+                                                                  config: TrainConfig, tmp_path: Path) -> None:
+    """Nothing was trained: Resume would only start over. Train and Runs say so and leave it to Train."""
+    from studio.gui.runs.page import RunsPage
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--fail-before-steps")
+    runs = RunsPage(context, context.run_controller)
+    qtbot.addWidget(runs, before_close_func=close_plots)
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "out of memory" in page.banner.title.text()
+    assert not page.resume_button.isEnabled()
+    assert page.resume_button.toolTip().startswith("This run failed before its first step: there is nothing to resume")
+    runs.refresh()
+    runs.table.selectRow(0)
+    assert runs.table.selected()[0].status == "failed"
+    assert not runs.buttons["resume"].isEnabled()
+    assert "failed before its first step" in runs.buttons["resume"].toolTip()

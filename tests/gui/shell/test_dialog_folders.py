@@ -1,0 +1,58 @@
+"""File dialogs open in the project's folder (or beside it, for another project), not in whatever folder the
+studio was started from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtWidgets import QFileDialog, QPushButton
+
+from studio.core.project.folder import create_project
+from studio.gui.context import StudioContext
+from studio.gui.shell.application import make_settings
+from studio.gui.shell.main_window import MainWindow
+
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(title, folder) of every file dialog opened; each is cancelled."""
+    seen: list[tuple[str, str]] = []
+
+    def folder_dialog(_parent: object, title: str, start: str = "", *_a: object) -> str:
+        seen.append((title, start))
+        return ""
+
+    def file_dialog(_parent: object, title: str, start: str = "", *_a: object) -> tuple[str, str]:
+        seen.append((title, start))
+        return "", ""
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", folder_dialog)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", file_dialog)
+    return seen
+
+
+def test_the_windows_dialogs_open_in_the_project(qtbot, tmp_path: Path, opened: list[tuple[str, str]]) -> None:
+    project = create_project(tmp_path / "projects" / "cats")
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb"))
+    qtbot.addWidget(window)
+    window.set_project(project)
+    root = str(project.root)
+
+    window.open_project_dialog()
+    assert opened[-1] == ("Open project folder", str(project.root.parent))
+
+    dataset = window.show_page("page_dataset")
+    dataset.concepts_panel.add_button.click()  # type: ignore[attr-defined]
+    assert opened[-1] == ("Add a folder of training images", root)
+
+    model = window.show_page("page_model")
+    for button in model.findChildren(QPushButton):
+        if button.text() in ("Folder…", "File…") and button.parent() is model.findChild(object, "model_picker"):
+            button.click()
+    assert opened[-2:] == [("Choose a diffusers model folder", root), ("Choose a model file", root)]
+
+    runs = window.show_page("page_runs")
+    runs._pick_import()  # type: ignore[attr-defined]  # Import run…: a .zip, else a folder
+    assert opened[-2:] == [("Import a run (.zip) copied back from another machine", root),
+                           ("Or import a run folder", root)]
