@@ -97,6 +97,9 @@ class FamilySpec:
     separate_vae_fp16_safe: bool = False  # a separate VAE given for it is the fp16-safe one (SDXL's fix)
     methods: tuple[str, ...] = ("lora", "dreambooth")  # the methods the studio trains it with
     trains_text_encoders: bool = True  # method.train_text_encoder can be on
+    # The denoiser's repeated blocks that training.compile = "blocks" compiles once, where its diffusers
+    # class does not name them itself (`_repeated_blocks`).
+    repeated_blocks: tuple[str, ...] = ()
     # Families of several architectures (sizes): the size a base model is, and each size's hub base.
     size_of: Callable[[str], str] | None = field(default=None, repr=False)
     size_bases: dict[str, str] = field(default_factory=dict)
