@@ -1,6 +1,6 @@
 """What a model family is, as data: the one declaration every part of the studio reads.
 
-A family's file (`sd15.py`, `sdxl.py`, `sd3.py` beside this one) fills in a `FamilySpec`;
+A family's file (`<family>.py` beside this one) fills in a `FamilySpec`;
 `studio/core/families/registry.py` lists them. The schema, the GUI form, the estimate, the
 bundle, the model-file detection, the CLI and the trainer's pipeline builders read the spec,
 so none of them names a family. Torch-free: the GUI and the core import it.
