@@ -30,7 +30,8 @@ class FamilyAdapter(ABC):
     family: ClassVar[str]
     # Names under which the pipeline's LoRA loader expects each text encoder's layers.
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
-    denoiser_name: ClassVar[str] = "unet"
+    # The pipeline's trained component ("unet", "transformer"): the family's declaration says it.
+    denoiser_name: ClassVar[str]
     # Whether the pipeline's LoRA loader wants diffusers-renamed keys (the UNet pipelines) or peft's as they are.
     rename_lora_keys: ClassVar[bool] = True
     # How the kohya-format file names its base model (ss_base_model_version, modelspec.architecture)
@@ -38,6 +39,11 @@ class FamilyAdapter(ABC):
     kohya_base_version: ClassVar[str]
     kohya_architecture: ClassVar[str]
     kohya_renames: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "family" in cls.__dict__:
+            cls.denoiser_name = declared_family(cls.family).denoiser
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config

@@ -41,7 +41,6 @@ SIZES = {7680: "4b", 12288: "9b"}
 class Flux2KleinAdapter(FamilyAdapter):
     family: ClassVar[str] = "flux2-klein"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
-    denoiser_name: ClassVar[str] = "transformer"
     rename_lora_keys: ClassVar[bool] = False
     kohya_base_version: ClassVar[str] = "flux2_klein"
     kohya_architecture: ClassVar[str] = "flux-2-klein"

@@ -40,7 +40,6 @@ ADAPTER_NAME = "training_adapter"
 class ZImageAdapter(FamilyAdapter):
     family: ClassVar[str] = "zimage"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
-    denoiser_name: ClassVar[str] = "transformer"
     rename_lora_keys: ClassVar[bool] = False
     kohya_base_version: ClassVar[str] = "zimage"
     kohya_architecture: ClassVar[str] = "z-image"
