@@ -10,12 +10,13 @@ GPU benchmarks: memory and speed depend on these shapes, not on the weights' val
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import torch
+
+from studio.train.pipelines import family_module
 
 VAE_4CH: dict[str, Any] = {
     "in_channels": 3, "out_channels": 3, "latent_channels": 4, "layers_per_block": 2,
@@ -64,14 +65,7 @@ T = TypeVar("T")
 
 def architecture(family: str) -> Architecture:
     """The `ARCHITECTURE` of the family's own pipeline module; KeyError when it declares none."""
-    name = f"{__package__}.{family.replace('-', '_')}"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        raise KeyError(family) from None
-    declared = getattr(module, "ARCHITECTURE", None)
+    declared = getattr(family_module(family), "ARCHITECTURE", None)
     if not isinstance(declared, Architecture):
         raise KeyError(family)
     return declared

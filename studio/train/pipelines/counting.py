@@ -42,10 +42,9 @@ class Counting:
 
 def counting_of(family: str) -> Counting:
     """The `COUNTING` of a family's pipeline module (`flux2-klein` -> flux2_klein.py)."""
-    import importlib
+    from studio.train.pipelines import family_module
 
-    module = importlib.import_module(f"{__package__}.{family.replace('-', '_')}")
-    counting = getattr(module, "COUNTING", None)
+    counting = getattr(family_module(family), "COUNTING", None)
     if not isinstance(counting, Counting):
         raise ValueError(f"studio/train/pipelines/{family.replace('-', '_')}.py declares no COUNTING")
     return counting

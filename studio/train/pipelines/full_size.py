@@ -16,9 +16,9 @@ import torch
 
 from studio.core.dataset.demo_shapes import CAPTION_WORDS
 from studio.core.families import family as declared
+from studio.train.pipelines import family_module
 from studio.train.pipelines.arch_configs import Architecture, architecture, build_component
 from studio.train.pipelines.hub_layout import write_hub_layout
-from studio.train.pipelines.tiny import family_module
 from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS, write_tokenizer
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -139,14 +139,14 @@ def open_clip_to_original(encoder: torch.nn.Module, prefix: str) -> dict[str, to
 
 def writes_single_file(family: str) -> bool:
     """Whether the studio writes `family`'s pipeline as one checkpoint in the original layout."""
-    from studio.train.pipelines.tiny import family_module
+    from studio.train.pipelines import family_module
 
     return hasattr(family_module(family), "encoders_to_original")
 
 
 def original_state_dict(family: str, components: Any) -> dict[str, torch.Tensor]:
     """The whole pipeline's weights under the original single-file names."""
-    from studio.train.pipelines.tiny import family_module
+    from studio.train.pipelines import family_module
 
     module: Any = family_module(family)
     if not hasattr(module, "encoders_to_original"):

@@ -8,12 +8,12 @@ tokenizer is written locally and knows every word of the demo captions.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from studio.core.dataset.demo_shapes import CAPTION_WORDS
+from studio.train.pipelines import family_module
 from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS, write_tokenizer
 
 TOKEN_LENGTH = 32
@@ -93,14 +93,3 @@ def build_tiny_pipeline(family: str, directory: str | Path, seed: int = 0, **opt
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     return builder(folder, seed, **options)
-
-
-def family_module(family: str) -> Any | None:
-    """The family's own pipeline module here (`flux2-klein` -> flux2_klein.py), or None when it has none."""
-    name = f"{__package__}.{family.replace('-', '_')}"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
