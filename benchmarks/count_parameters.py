@@ -1,6 +1,9 @@
 """Count the parameters and activations of the real SD1.5 / SDXL / SD3-medium architectures.
 
-Run: `python benchmarks/count_parameters.py` (writes resources/architectures/<family>.json).
+Run: `python benchmarks/count_parameters.py [FAMILY ...]` (writes resources/architectures/<family>.json).
+The families are the ones whose pipeline module declares an `ARCHITECTURE`; another family named
+here (FLUX.2 [klein], Z-Image: networks built by their own module) is counted by
+`count_transformer_family.py`, every size of it, so this is the one command for every family.
 
 The GUI estimates VRAM from these files and never imports torch. Every model is
 built from its published config values on the meta device (no weights, no
@@ -26,6 +29,7 @@ import torch
 from torch import nn
 
 from studio.core.config.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
+from studio.core.families import FAMILY_NAMES
 from studio.train.memory.sharding import unit_sizes
 from studio.train.pipelines.arch_configs import (
     LATENT_CHANNELS,
@@ -391,14 +395,21 @@ def count_family(family: str, activations: bool = True) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("families", nargs="*", help="sd15, sdxl, sd3 (default: all)")
+    parser.add_argument("families", nargs="*", help=f"{', '.join(FAMILY_NAMES)} (default: "
+                        f"{', '.join(architecture_families())}); a family that builds its own networks is "
+                        "counted by count_transformer_family.py, every size of it")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     families = architecture_families()
     for family in args.families or families:
-        if family not in families:
-            parser.error(f"unknown family {family!r}; choose from {', '.join(families)}")
+        if family not in FAMILY_NAMES:
+            parser.error(f"unknown family {family!r}; choose from {', '.join(FAMILY_NAMES)}")
+        if family not in families:  # one counter for every family: the transformer families' own recipe
+            from count_transformer_family import main as count_transformer_family
+
+            count_transformer_family([family, "--out", str(args.out)])
+            continue
         data = count_family(family)
         path = args.out / f"{family}.json"
         path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
