@@ -1,7 +1,7 @@
 """What `benchmarks/count_transformer_family.py` needs to count a transformer family on the meta device.
 
-A family whose full-size pipeline is built in its own module here (FLUX.2 [klein], Z-Image) exposes
-a `COUNTING` of this type: the components at full size, the denoiser's forward inputs at the native
+A family whose pipeline module builds its full-size networks itself rather than declaring an
+`ARCHITECTURE` of component configs (FLUX.2 [klein], Z-Image) exposes a `COUNTING` of this type: the components at full size, the denoiser's forward inputs at the native
 resolution, the layers its LoRA wraps, and how its VAE and text encoder are called. The counter
 writes `resources/architectures/<family>[-<size>].json` from it; nothing outside the family's module
 names the family.
