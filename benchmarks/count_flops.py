@@ -23,12 +23,14 @@ from typing import Any
 import torch
 
 from studio.train.pipelines.arch_configs import (
-    FAMILIES,
     LATENT_CHANNELS,
     NATIVE_RESOLUTION,
+    architecture_families,
     build_component,
     denoiser_spec,
 )
+
+FAMILIES = architecture_families()
 
 OUT = Path(__file__).resolve().parents[1] / "resources" / "architectures" / "flops.json"
 TEXT = {"sd15": (77, 768), "sdxl": (77, 2048), "sd3": (77 + 256, 4096)}

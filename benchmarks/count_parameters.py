@@ -1,6 +1,9 @@
 """Count the parameters and activations of the real SD1.5 / SDXL / SD3-medium architectures.
 
-Run: `python benchmarks/count_parameters.py` (writes resources/architectures/<family>.json).
+Run: `python benchmarks/count_parameters.py [FAMILY ...]` (writes resources/architectures/<family>.json).
+The families are the ones whose pipeline module declares an `ARCHITECTURE`; another family named
+here (FLUX.2 [klein], Z-Image: networks built by their own module) is counted by
+`count_transformer_family.py`, every size of it, so this is the one command for every family.
 
 The GUI estimates VRAM from these files and never imports torch. Every model is
 built from its published config values on the meta device (no weights, no
@@ -26,27 +29,30 @@ import torch
 from torch import nn
 
 from studio.core.config.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
+from studio.core.families import FAMILY_NAMES
 from studio.train.memory.sharding import unit_sizes
 from studio.train.pipelines.arch_configs import (
-    FAMILIES,
     LATENT_CHANNELS,
+    LORA_TARGETS,
     NATIVE_RESOLUTION,
-    SD3_LORA_TARGETS,
-    SD15_UNET,
     SPECS,
     TEXT_DIM,
     TEXT_LORA_TARGETS,
     TEXT_TOKENS,
     UNET_LORA_TARGETS,
+    architecture_families,
     build_component,
     denoiser_spec,
 )
+from studio.train.pipelines.full_size import parameter_count
+from studio.train.pipelines.sd3 import LORA_TARGETS as SD3_LORA_TARGETS
+from studio.train.pipelines.sd15 import UNET as SD15_UNET
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from meta_memory import flash_attention, live_bytes, peak_bytes
 
 # memory_calibration.py and gpu_memory.py import these names from here.
-__all__ = ["NATIVE_RESOLUTION", "SD3_LORA_TARGETS", "SD15_UNET", "SPECS", "UNET_LORA_TARGETS", "build"]
+__all__ = ["LORA_TARGETS", "NATIVE_RESOLUTION", "SD3_LORA_TARGETS", "SD15_UNET", "SPECS", "UNET_LORA_TARGETS", "build"]
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / "resources" / "architectures"
@@ -79,7 +85,7 @@ def count_component(family: str, name: str) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "class": class_name,
         "role": role,
-        "params": sum(p.numel() for p in model.parameters()),
+        "params": parameter_count(model),
     }
     # Floating buffers live on the GPU with the weights and follow their dtype (SD3's 36,864 x 1,536
     # position-embedding table); integer ones (CLIP's position ids) are negligible.
@@ -90,7 +96,7 @@ def count_component(family: str, name: str) -> dict[str, Any]:
         blocks = getattr(model, "transformer_blocks", None)
         if blocks is not None:
             entry["blocks"] = len(blocks)
-        entry["lora_targets"] = lora_targets(model, SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS)
+        entry["lora_targets"] = lora_targets(model, LORA_TARGETS[family])
         # With fp8 base weights each layer is widened to the training precision while it runs.
         entry["largest_layer_params"] = max(m.weight.numel() for m in model.modules()
                                             if isinstance(m, (nn.Linear, nn.Conv2d)))
@@ -220,7 +226,7 @@ def activation_bytes(family: str, method: str, checkpointing: bool, precision: s
     if method == "lora":
         from peft import LoraConfig
 
-        targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+        targets = LORA_TARGETS[family]
         model.add_adapter(LoraConfig(r=16, lora_alpha=16, target_modules=list(targets)))  # type: ignore[operator]
     params = {id(p) for p in model.parameters()}
     counter = SavedBytes(params)
@@ -293,7 +299,7 @@ def training_step_bytes(family: str, checkpointing: bool, resolution: int | None
 
     _, class_name, config = denoiser_spec(family)
     model = build(class_name, config).to(torch.float16).requires_grad_(False)
-    targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+    targets = LORA_TARGETS[family]
     model.add_adapter(LoraConfig(r=16, lora_alpha=16, target_modules=list(targets)))  # type: ignore[operator]
     for p in model.parameters():
         if p.requires_grad:
@@ -389,13 +395,21 @@ def count_family(family: str, activations: bool = True) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("families", nargs="*", help="sd15, sdxl, sd3 (default: all)")
+    parser.add_argument("families", nargs="*", help=f"{', '.join(FAMILY_NAMES)} (default: "
+                        f"{', '.join(architecture_families())}); a family that builds its own networks is "
+                        "counted by count_transformer_family.py, every size of it")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    for family in args.families or FAMILIES:
-        if family not in FAMILIES:
-            parser.error(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
+    families = architecture_families()
+    for family in args.families or families:
+        if family not in FAMILY_NAMES:
+            parser.error(f"unknown family {family!r}; choose from {', '.join(FAMILY_NAMES)}")
+        if family not in families:  # one counter for every family: the transformer families' own recipe
+            from count_transformer_family import main as count_transformer_family
+
+            count_transformer_family([family, "--out", str(args.out)])
+            continue
         data = count_family(family)
         path = args.out / f"{family}.json"
         path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

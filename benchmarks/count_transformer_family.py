@@ -27,6 +27,7 @@ from meta_memory import flash_attention, live_bytes, peak_bytes
 
 from studio.core.config.sharding import DENOISER_UNITS
 from studio.train.pipelines.counting import Counting, counting_of
+from studio.train.pipelines.full_size import parameter_count
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_DIR = REPO / "resources" / "architectures"
@@ -128,7 +129,7 @@ def transient_bytes(spec: Counting, size: str | None) -> dict[str, int]:
 def _component(spec: Counting, name: str, model: nn.Module) -> dict[str, Any]:
     roles = {"transformer": "denoiser", "vae": "vae", "text_encoder": "text_encoder"}
     entry: dict[str, Any] = {"class": type(model).__name__, "role": roles[name],
-                             "params": sum(p.numel() for p in model.parameters())}
+                             "params": parameter_count(model)}
     floating = sum(b.numel() for b in model.buffers() if b.is_floating_point())
     if floating:
         entry["float_buffers"] = floating

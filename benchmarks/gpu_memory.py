@@ -36,10 +36,9 @@ MB = 2**20
 def child(family: str, checkpointing: bool, steps: int) -> dict[str, Any]:
     import torch
     from count_parameters import (  # type: ignore[import-not-found]
+        LORA_TARGETS,
         NATIVE_RESOLUTION,
-        SD3_LORA_TARGETS,
         SPECS,
-        UNET_LORA_TARGETS,
         _inputs,
         build,
     )
@@ -57,7 +56,7 @@ def child(family: str, checkpointing: bool, steps: int) -> dict[str, Any]:
         for b in model.buffers():
             b.zero_()
     model.to(torch.float16).requires_grad_(False)
-    targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+    targets = LORA_TARGETS[family]
     model.add_adapter(LoraConfig(r=16, lora_alpha=16, init_lora_weights="gaussian", target_modules=list(targets)))
     for p in model.parameters():
         if p.requires_grad:

@@ -54,9 +54,8 @@ from studio.core.config.paths import resolve_paths
 from studio.core.estimate.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.train.pipelines.arch_configs import (
     LATENT_CHANNELS,
+    LORA_TARGETS,
     NATIVE_RESOLUTION,
-    SD3_LORA_TARGETS,
-    UNET_LORA_TARGETS,
     build_component,
     denoiser_spec,
 )
@@ -135,7 +134,7 @@ def _bare_model(family: str, device: str, dry_run: bool) -> tuple[torch.nn.Modul
         model = build_component(class_name, config, device)  # initialised on the GPU: seconds, not minutes
     model.requires_grad_(False)
     model.to(device=device, dtype=torch.float32 if dry_run else torch.bfloat16)
-    targets = SD3_LORA_TARGETS if family == "sd3" else UNET_LORA_TARGETS
+    targets = LORA_TARGETS[family]
     model.add_adapter(LoraConfig(r=16, lora_alpha=16, init_lora_weights="gaussian", target_modules=list(targets)))
     for p in model.parameters():
         if p.requires_grad:

@@ -21,12 +21,11 @@ from typing import Any
 
 import torch
 
+from studio.core.families import family as declared_family
 from studio.core.user_dirs import cache_dir
 from studio.train.errors import TrainError
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-# The block classes of denoisers whose diffusers class does not name them (`_repeated_blocks`).
-REPEATED_BLOCKS: dict[str, tuple[str, ...]] = {"SD3Transformer2DModel": ("JointTransformerBlock",)}
 # Compiled variants kept per block: image sizes x block shapes (SDXL has three widths); past the
 # limit torch runs the block eagerly, so the limit is generous.
 RECOMPILE_LIMIT = 64
@@ -71,17 +70,19 @@ class CompiledDenoiser:
         return True
 
 
-def block_classes(denoiser: torch.nn.Module) -> tuple[str, ...]:
+def block_classes(denoiser: torch.nn.Module, declared: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The denoiser's repeated blocks: those its diffusers class names, else the family's declaration's."""
     named = getattr(denoiser, "_repeated_blocks", None)
-    return tuple(named) if named else REPEATED_BLOCKS.get(type(denoiser).__name__, ())
+    return tuple(named) if named else declared
 
 
-def compile_denoiser(denoiser: torch.nn.Module, mode: str) -> CompiledDenoiser | None:
+def compile_denoiser(denoiser: torch.nn.Module, mode: str, family: str | None = None) -> CompiledDenoiser | None:
     """Compile `denoiser` in place as training.compile asks; None when it is "off".
 
     Call it after LoRA layers and gradient checkpointing are in place and before the
     module is wrapped for data parallelism: the compiled blocks are the very modules
-    DDP and the optimizer see.
+    DDP and the optimizer see. The blocks are the ones the denoiser's class names, else the ones
+    `family`'s declaration names (`FamilySpec.repeated_blocks`).
     """
     if mode == "off":
         return None
@@ -93,7 +94,7 @@ def compile_denoiser(denoiser: torch.nn.Module, mode: str) -> CompiledDenoiser |
     if mode == "full":
         denoiser.compile(dynamic=False)
         return CompiledDenoiser(mode, f"the whole {name}")
-    classes = block_classes(denoiser)
+    classes = block_classes(denoiser, declared_family(family).repeated_blocks if family else ())
     blocks = [m for m in denoiser.modules() if type(m).__name__ in classes]
     if not blocks:
         raise TrainError("config", f"training.compile = \"blocks\": the {name} has no repeated blocks the studio "

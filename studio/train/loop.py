@@ -126,7 +126,7 @@ class Trainer:
         acc.wait_for_everyone()
         self.items, held_out = split_items(collect_items(self.config, self.reporter.warn), self.config, self.reporter.warn)
         self._prepare_models()
-        self.compiled = compile_denoiser(self.components.denoiser, config.training.compile)
+        self.compiled = compile_denoiser(self.components.denoiser, config.training.compile, config.model.family)
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
         self.total = total_steps(self.plan, config.training.gradient_accumulation, config.training.length)
         self.meter = StepMeter(acc, self.total, step_cost(config, self.denoiser_params, acc.device))

@@ -113,3 +113,26 @@ def test_compiled_blocks_under_two_ranks(make_config, events_of, tmp_path) -> No
     finished = events[-1]
     assert isinstance(finished, RunFinished) and finished.status == "completed"
     assert len(finished.weight_checksums) == 2 and finished.weight_checksums[0] == finished.weight_checksums[1]
+
+
+def test_the_blocks_its_class_does_not_name_come_from_the_familys_declaration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diffusers import SD3Transformer2DModel
+
+    from studio.core.families import FAMILIES
+    from studio.train.compilation import compile_denoiser
+    from studio.train.errors import TrainError
+
+    declared = next(spec for spec in FAMILIES if "JointTransformerBlock" in spec.repeated_blocks)
+    denoiser = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=2,
+                                     attention_head_dim=8, num_attention_heads=2, joint_attention_dim=16,
+                                     caption_projection_dim=16, pooled_projection_dim=16, pos_embed_max_size=8)
+    assert not getattr(denoiser, "_repeated_blocks", None)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # nothing compiles: no forward runs
+    compiled = compile_denoiser(denoiser, "blocks", declared.name)
+    assert compiled is not None and compiled.what == "2 JointTransformerBlock blocks"
+    with pytest.raises(TrainError, match="no repeated blocks"):
+        compile_denoiser(SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, out_channels=4,
+                                               num_layers=1, attention_head_dim=8, num_attention_heads=2,
+                                               joint_attention_dim=16, caption_projection_dim=16,
+                                               pooled_projection_dim=16, pos_embed_max_size=8), "blocks")

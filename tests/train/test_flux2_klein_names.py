@@ -85,10 +85,10 @@ def test_the_shipped_architecture_counts_are_the_published_configs(size: str) ->
     import json
 
     from studio.core.resources import resource_path
-    from studio.train.pipelines.flux2_klein import parameter_counts
+    from studio.train.pipelines.full_size import parameter_counts
 
     shipped = json.loads(resource_path("architectures", f"flux2-klein-{size}.json").read_text(encoding="utf-8"))
-    assert {name: c["params"] for name, c in shipped["components"].items()} == parameter_counts(size)
+    assert {name: c["params"] for name, c in shipped["components"].items()} == parameter_counts("flux2-klein", size)
     # Published sizes: a 3.9 B / 9.1 B transformer, Qwen3-4B / Qwen3-8B beside it.
     assert round(shipped["components"]["transformer"]["params"] / 1e9, 1) == {"4b": 3.9, "9b": 9.1}[size]
     assert round(shipped["components"]["text_encoder"]["params"] / 1e9, 1) == {"4b": 4.0, "9b": 8.2}[size]

@@ -67,27 +67,26 @@ def _has_t5(name: str) -> bool:
 
 
 def _full_size(args: argparse.Namespace) -> int:
-    from studio.train.pipelines.full_size import own_full_size, parameter_counts, write_full_size_pipeline
+    from studio.train.pipelines.full_size import parameter_counts, write_full_size_pipeline
 
-    spec, own = family(args.family), own_full_size(args.family)
-    if own is not None:  # a family that builds its own pipelines (and may have several sizes)
-        args.size = args.size or next(iter(spec.size_bases), None)
-        return own(args)
-
+    spec = family(args.family)
+    size = (args.size or next(iter(spec.size_bases))) if spec.size_bases else None
+    what = f"{spec.title} {size.upper()}" if size else spec.title
     with_t5 = _has_t5(args.family) and (args.t5 or not args.write)
-    counts = parameter_counts(args.family, t5=with_t5)
+    counts = parameter_counts(args.family, size, t5=with_t5)
     bytes_per = 4 if args.dtype == "fp32" else 2
     for name, count in counts.items():
         print(f"{name:16} {count / 1e6:10,.1f} M parameters")
     total = sum(counts.values())
-    print(f"{'total':16} {total / 1e6:10,.1f} M parameters, {total * bytes_per / 2**30:.1f} GiB in {args.dtype}")
+    print(f"{'total':16} {total / 1e6:10,.1f} M parameters, {total * bytes_per / 2**30:.1f} GiB in {args.dtype} "
+          f"({what})")
     if not args.write:
         print("nothing written; add --write and a folder to write these random weights")
         return EXIT_OK
     if not args.dir:
-        print("--write needs the folder to write into: studio-train tiny --full-size --write FAMILY DIR",
+        print(f"--write needs the folder to write into: studio-train tiny {args.family} DIR --full-size --write",
               file=sys.stderr)
         return EXIT_INVALID
-    folder = write_full_size_pipeline(args.family, args.dir, args.dtype, t5=args.t5, seed=args.seed)
-    print(f"full-size {args.family} pipeline (random weights) written to {folder}")
+    folder = write_full_size_pipeline(args.family, args.dir, args.dtype, t5=args.t5, seed=args.seed, size=size)
+    print(f"full-size {what} pipeline (random weights) written to {folder}")
     return EXIT_OK

@@ -11,36 +11,23 @@ model of a few megabytes. Its components' parameters are read from the safetenso
 from __future__ import annotations
 
 import copy
-import json
+import math
 import struct
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from studio.core.estimate.memory_data import denoiser_entry
+from studio.core.models.files import read_safetensors_header
 
 # Weights within this share of the published count are the published architecture.
 SAME_SIZE = 0.10
-HEADER_LIMIT = 100 * 1024 * 1024  # a safetensors header larger than this is not one
 SCALED_KEYS = ("activations_mb", "model_copies_mb", "transients_mb")
 
 
 def safetensors_params(path: Path) -> int:
     """The number of values the tensors of one safetensors file hold, read from its header."""
-    with path.open("rb") as file:
-        (length,) = struct.unpack("<Q", file.read(8))
-        if length > HEADER_LIMIT:
-            raise ValueError(f"{path} is not a safetensors file")
-        header = json.loads(file.read(length))
-    total = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        count = 1
-        for side in entry["shape"]:
-            count *= int(side)
-        total += count
-    return total
+    return sum(math.prod(shape) for shape in read_safetensors_header(path).values())
 
 
 def folder_params(folder: Path) -> int | None:

@@ -51,6 +51,7 @@ FAMILY = FamilySpec(
     settings=(*FLOW_MATCHING, T5, BLOCKS, *COMMON),
     fsdp_units=("JointTransformerBlock",),
     checkpointed_blocks=("JointTransformerBlock",),
+    repeated_blocks=("JointTransformerBlock",),  # SD3Transformer2DModel does not name them
     download_gb=16.0,
     kinds=(
         CheckpointKind("sd3", "SD3 medium", offline=True),

@@ -1,6 +1,6 @@
 """What a model family is, as data: the one declaration every part of the studio reads.
 
-A family's file (`sd15.py`, `sdxl.py`, `sd3.py` beside this one) fills in a `FamilySpec`;
+A family's file (`<family>.py` beside this one) fills in a `FamilySpec`;
 `studio/core/families/registry.py` lists them. The schema, the GUI form, the estimate, the
 bundle, the model-file detection, the CLI and the trainer's pipeline builders read the spec,
 so none of them names a family. Torch-free: the GUI and the core import it.
@@ -97,6 +97,9 @@ class FamilySpec:
     separate_vae_fp16_safe: bool = False  # a separate VAE given for it is the fp16-safe one (SDXL's fix)
     methods: tuple[str, ...] = ("lora", "dreambooth")  # the methods the studio trains it with
     trains_text_encoders: bool = True  # method.train_text_encoder can be on
+    # The denoiser's repeated blocks that training.compile = "blocks" compiles once, where its diffusers
+    # class does not name them itself (`_repeated_blocks`).
+    repeated_blocks: tuple[str, ...] = ()
     # Families of several architectures (sizes): the size a base model is, and each size's hub base.
     size_of: Callable[[str], str] | None = field(default=None, repr=False)
     size_bases: dict[str, str] = field(default_factory=dict)

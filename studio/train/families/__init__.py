@@ -1,4 +1,4 @@
-"""Model families: one adapter module per family (`sd15.py`, `sdxl.py`, `sd3.py`).
+"""Model families: one adapter module per registered family (`<family>.py`, `flux2-klein` in `flux2_klein.py`).
 
 Adding a family is adding a module here that defines `ADAPTER`, a
 `FamilyAdapter` subclass; `adapter_for` finds it by the config's model.family.

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 import torch
 
 from studio.core.config.schema import TrainConfig
+from studio.core.families import family as declared_family
 from studio.train.components import Components
 from studio.train.families.schemes import NoiseScheme
-from studio.train.pipelines.arch_configs import PIPELINES
 from studio.train.pipelines.hub_layout import text_encoder_key, write_hub_layout
 
 Conditioning = dict[str, torch.Tensor]
@@ -30,7 +30,8 @@ class FamilyAdapter(ABC):
     family: ClassVar[str]
     # Names under which the pipeline's LoRA loader expects each text encoder's layers.
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
-    denoiser_name: ClassVar[str] = "unet"
+    # The pipeline's trained component ("unet", "transformer"): the family's declaration says it.
+    denoiser_name: ClassVar[str]
     # Whether the pipeline's LoRA loader wants the text encoders' keys diffusers-renamed (the UNet pipelines:
     # diffusers 0.3x infers a text encoder's layout from `lora_linear_layer`) or peft's as they are.
     rename_lora_keys: ClassVar[bool] = True
@@ -39,6 +40,11 @@ class FamilyAdapter(ABC):
     kohya_base_version: ClassVar[str]
     kohya_architecture: ClassVar[str]
     kohya_renames: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "family" in cls.__dict__:
+            cls.denoiser_name = declared_family(cls.family).denoiser
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
@@ -207,17 +213,17 @@ class FamilyAdapter(ABC):
         name: str | None = None,
         weight_name: str | None = None,
     ) -> list[Path]:
-        """Write the LoRA in diffusers and kohya formats (as the config's output.formats ask).
+        """Write the LoRA in diffusers and kohya formats (as the config's output.formats ask); a LoHa or
+        LoKr as one LyCORIS file whatever they ask.
 
         `layers` maps "unet"/"transformer"/"text_encoder"... to peft-format state dicts; the
-        kohya file is `name` (default output.name).safetensors, the diffusers file `weight_name`
-        (default pytorch_lora_weights.safetensors).
+        kohya file is `name` (default output.name).safetensors, laid out by the family's
+        `kohya_layout`; the diffusers file `weight_name` (default pytorch_lora_weights.safetensors).
         """
         from studio.train.families.kohya import (
             DIFFUSERS_LORA_FILE,
             cast_layers,
             kohya_metadata,
-            kohya_state_dict,
             save_kohya_file,
         )
 
@@ -230,10 +236,18 @@ class FamilyAdapter(ABC):
             self.save_diffusers_lora(folder, weight_name or DIFFUSERS_LORA_FILE, cast, adapter_configs)
             written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
-            state = kohya_state_dict(cast, adapter_configs, renames=self.kohya_renames)
-            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
+            state = self.kohya_layout(cast, adapter_configs)
+            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
+
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The kohya/ComfyUI file's tensors: sd-scripts' names (`lora_unet_*`, `lora_te*_*`) with the family's
+        `kohya_renames`; a family whose readers want another layout (the original model's names) says so here."""
+        from studio.train.families.kohya import kohya_state_dict
+
+        return kohya_state_dict(layers, adapter_configs, renames=self.kohya_renames)
 
     def kohya_architecture_name(self) -> str:
         """The model-spec architecture of the kohya file (a family of several sizes adds its size)."""
@@ -296,7 +310,7 @@ class FamilyAdapter(ABC):
             renamed = self.rename_lora_keys and name in self.text_encoder_names
             arguments[f"{name}_lora_layers"] = convert_state_dict_to_diffusers(state) if renamed else state
             arguments[f"{name}_lora_adapter_metadata"] = metadata
-        pipeline = getattr(diffusers, PIPELINES[self.family])
+        pipeline = getattr(diffusers, declared_family(self.family).pipeline_class)
         pipeline.save_lora_weights(folder, weight_name=weight_name, **arguments)
 
     def save_full(self, folder: Path, components: Components, dtype: torch.dtype) -> list[Path]:

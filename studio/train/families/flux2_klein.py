@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -21,7 +20,7 @@ import torch
 from studio.core.families import flux2_klein as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents, peft_metadata
+from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -42,7 +41,6 @@ SIZES = {7680: "4b", 12288: "9b"}
 class Flux2KleinAdapter(FamilyAdapter):
     family: ClassVar[str] = "flux2-klein"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
-    denoiser_name: ClassVar[str] = "transformer"
     rename_lora_keys: ClassVar[bool] = False
     kohya_base_version: ClassVar[str] = "flux2_klein"
     kohya_architecture: ClassVar[str] = "flux-2-klein"
@@ -175,61 +173,21 @@ class Flux2KleinAdapter(FamilyAdapter):
     def kohya_architecture_name(self) -> str:
         return f"{self.kohya_architecture}-{self.size}" if self.size else self.kohya_architecture
 
-    def save_diffusers_lora(
-        self,
-        folder: Path,
-        weight_name: str,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-    ) -> None:
-        from diffusers import Flux2KleinPipeline
-
-        from studio.train.networks.strength import baked
-
-        # alpha / rank is in the up weights: diffusers 0.32 and ComfyUI read no metadata (networks/strength.py).
-        state, metadata = baked(layers[self.denoiser_name], peft_metadata(adapter_configs.get(self.denoiser_name)))
-        Flux2KleinPipeline.save_lora_weights(folder, weight_name=weight_name, transformer_lora_layers=state,
-                                 transformer_lora_adapter_metadata=metadata)
-
     def lycoris_name(self, component: str, module: str) -> str:
         """The original layer's name where there is one, as ComfyUI reads it (flux2_klein_names.lycoris_module)."""
         from studio.train.families.flux2_klein_names import lycoris_module
 
         return lycoris_module(module) if component == self.denoiser_name else super().lycoris_name(component, module)
 
-    def save_lora(
-        self,
-        folder: Path,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-        metadata: dict[str, str],
-        name: str | None = None,
-        weight_name: str | None = None,
-    ) -> list[Path]:
-        """The diffusers file, and the ComfyUI file in the original layout (`lora_unet_double_blocks_...`)."""
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The ComfyUI file in the original layout (`lora_unet_double_blocks_...`); LoHa/LoKr files are named
+        by lycoris_name."""
         from studio.train.families.flux2_klein_names import comfy_state_dict
-        from studio.train.families.kohya import (
-            DIFFUSERS_LORA_FILE,
-            cast_layers,
-            kohya_metadata,
-            save_kohya_file,
-        )
 
-        cast = cast_layers(layers, self.config.output.save_precision)
-        if self.config.method.network in ("loha", "lokr"):  # names ComfyUI maps (lycoris_name)
-            return [self.save_lycoris(folder, cast, adapter_configs, metadata, name)]
-        formats = self.config.output.formats
-        written: list[Path] = []
-        if "diffusers" in formats or not formats:
-            self.save_diffusers_lora(folder, weight_name or DIFFUSERS_LORA_FILE, cast, adapter_configs)
-            written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
-        if "kohya" in formats:
-            alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
-            state = comfy_state_dict(cast[self.denoiser_name], alpha,
-                                     adapter_configs.get(self.denoiser_name, {}).get("dora_scales"))
-            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
-            written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
-        return written
+        config = adapter_configs.get(self.denoiser_name, {})
+        alpha = float(config.get("lora_alpha", self.config.method.lora_alpha))
+        return comfy_state_dict(layers[self.denoiser_name], alpha, config.get("dora_scales"))
 
 
 def _batch_norm_statistics(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -214,7 +214,7 @@ def _load_checkpoint_file(pipeline_class: Any, path: Path, base: str, info: Mode
             "the file may be damaged or not a complete checkpoint: re-download it, or choose another model")
     known = ", ".join(KIND_NAMES[k] for k in OFFLINE_KINDS)
     what = info.a_label if info.kind else "a checkpoint of a kind not recognised here"
-    reason = " with T5" if family == "sd3" and use_t5 else ""
+    reason = " with T5" if use_t5 else ""
     hint = (f"this is {what}{reason}: its pipeline configs come from the Hugging Face hub (the studio has them "
             f"offline for {known}), so connect to the internet once, or convert it to a diffusers folder")
     return load_or_fail("checkpoint", base, lambda: pipeline_class.from_single_file(

@@ -46,7 +46,6 @@ T5_NEEDS = {"text_encoder_3": "the T5-XXL text encoder", "tokenizer_3": "the T5 
 class SD3Adapter(FamilyAdapter):
     family: ClassVar[str] = "sd3"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
-    denoiser_name: ClassVar[str] = "transformer"
     # The SD3 loader reads peft-format keys as they are (the old UNet-era renaming breaks it).
     rename_lora_keys: ClassVar[bool] = False
     # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).

@@ -24,7 +24,7 @@ import torch
 from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter, peft_metadata
+from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -40,7 +40,6 @@ ADAPTER_NAME = "training_adapter"
 class ZImageAdapter(FamilyAdapter):
     family: ClassVar[str] = "zimage"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
-    denoiser_name: ClassVar[str] = "transformer"
     rename_lora_keys: ClassVar[bool] = False
     kohya_base_version: ClassVar[str] = "zimage"
     kohya_architecture: ClassVar[str] = "z-image"
@@ -143,56 +142,15 @@ class ZImageAdapter(FamilyAdapter):
 
     # ------------------------------------------------------------ outputs
 
-    def save_diffusers_lora(
-        self,
-        folder: Path,
-        weight_name: str,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-    ) -> None:
-        from diffusers import ZImagePipeline
-
-        from studio.train.networks.strength import baked
-
-        # alpha / rank is in the up weights: diffusers 0.32 and ComfyUI read no metadata (networks/strength.py).
-        state, metadata = baked(layers[self.denoiser_name], peft_metadata(adapter_configs.get(self.denoiser_name)))
-        ZImagePipeline.save_lora_weights(folder, weight_name=weight_name, transformer_lora_layers=state,
-                                 transformer_lora_adapter_metadata=metadata)
-
-    def save_lora(
-        self,
-        folder: Path,
-        layers: dict[str, dict[str, torch.Tensor]],
-        adapter_configs: dict[str, dict[str, Any]],
-        metadata: dict[str, str],
-        name: str | None = None,
-        weight_name: str | None = None,
-    ) -> list[Path]:
-        """The diffusers file, and the ComfyUI file (`diffusion_model.<module>.lora_down/lora_up/alpha`); a LoHa
-        or LoKr as one LyCORIS file (`lycoris_<module>`)."""
-        from studio.train.families.kohya import (
-            DIFFUSERS_LORA_FILE,
-            cast_layers,
-            kohya_metadata,
-            save_kohya_file,
-        )
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The ComfyUI file (`diffusion_model.<module>.lora_down/lora_up/alpha`); a LoHa or LoKr keeps the
+        LyCORIS layout (`lycoris_<module>`, `kohya_renames`)."""
         from studio.train.families.zimage_names import comfy_state_dict
 
-        cast = cast_layers(layers, self.config.output.save_precision)
-        if self.config.method.network in ("loha", "lokr"):
-            return [self.save_lycoris(folder, cast, adapter_configs, metadata, name)]
-        formats = self.config.output.formats
-        written: list[Path] = []
-        if "diffusers" in formats or not formats:
-            self.save_diffusers_lora(folder, weight_name or DIFFUSERS_LORA_FILE, cast, adapter_configs)
-            written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
-        if "kohya" in formats:
-            alpha = float(adapter_configs.get(self.denoiser_name, {}).get("lora_alpha", self.config.method.lora_alpha))
-            state = comfy_state_dict(cast[self.denoiser_name], alpha,
-                                     adapter_configs.get(self.denoiser_name, {}).get("dora_scales"))
-            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture, metadata)
-            written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
-        return written
+        config = adapter_configs.get(self.denoiser_name, {})
+        alpha = float(config.get("lora_alpha", self.config.method.lora_alpha))
+        return comfy_state_dict(layers[self.denoiser_name], alpha, config.get("dora_scales"))
 
 
 def merge_training_adapter(pipe: Any, path: str) -> None:

@@ -1,7 +1,7 @@
 """What `benchmarks/count_transformer_family.py` needs to count a transformer family on the meta device.
 
-A family whose full-size pipeline is built in its own module here (FLUX.2 [klein], Z-Image) exposes
-a `COUNTING` of this type: the components at full size, the denoiser's forward inputs at the native
+A family whose pipeline module builds its full-size networks itself rather than declaring an
+`ARCHITECTURE` of component configs (FLUX.2 [klein], Z-Image) exposes a `COUNTING` of this type: the components at full size, the denoiser's forward inputs at the native
 resolution, the layers its LoRA wraps, and how its VAE and text encoder are called. The counter
 writes `resources/architectures/<family>[-<size>].json` from it; nothing outside the family's module
 names the family.
@@ -42,10 +42,9 @@ class Counting:
 
 def counting_of(family: str) -> Counting:
     """The `COUNTING` of a family's pipeline module (`flux2-klein` -> flux2_klein.py)."""
-    import importlib
+    from studio.train.pipelines import family_module
 
-    module = importlib.import_module(f"{__package__}.{family.replace('-', '_')}")
-    counting = getattr(module, "COUNTING", None)
+    counting = getattr(family_module(family), "COUNTING", None)
     if not isinstance(counting, Counting):
         raise ValueError(f"studio/train/pipelines/{family.replace('-', '_')}.py declares no COUNTING")
     return counting

@@ -18,7 +18,6 @@ black-forest-labs/FLUX.2-klein-4B and -9B (their base variants share the shapes)
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +59,12 @@ TEXT_LAYERS = (9, 18, 27)
 TINY_TOKENS = 128
 
 
-def full_size_components(variant: str, device: str | torch.device = "meta") -> dict[str, Any]:
-    """The transformer, VAE and Qwen3 text encoder of a [klein] variant at full size."""
+def full_size_components(variant: str | None, device: str | torch.device = "meta") -> dict[str, Any]:
+    """The transformer, VAE and Qwen3 text encoder of a [klein] variant at full size (the 4B when None)."""
     from diffusers import AutoencoderKLFlux2, Flux2Transformer2DModel
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    variant = variant or VARIANTS[0]
     if variant not in VARIANTS:
         raise ValueError(f"unknown FLUX.2 [klein] size {variant!r}; choose from {', '.join(VARIANTS)}")
     with torch.device(device):
@@ -73,11 +73,6 @@ def full_size_components(variant: str, device: str | torch.device = "meta") -> d
             "vae": AutoencoderKLFlux2(**VAE),
             "text_encoder": Qwen3ForCausalLM(Qwen3Config(**QWEN3[variant])),
         }
-
-
-def parameter_counts(variant: str) -> dict[str, int]:
-    return {name: sum(p.numel() for p in module.parameters())
-            for name, module in full_size_components(variant).items()}
 
 
 def build_tiny_flux2_klein(folder: Path, seed: int) -> Path:
@@ -151,33 +146,10 @@ def write_full_size_flux2_klein(variant: str, folder: str | Path, dtype: torch.d
     return out
 
 
-def write_full_size(size: str | None, folder: str | Path, dtype: torch.dtype, device: str = "cpu") -> Path:
-    """The acceptance script's full-size model of one size (the 4B when none is named)."""
-    return write_full_size_flux2_klein(size or VARIANTS[0], folder, dtype, device=device)
-
-
-def full_size_main(args: Any) -> int:
-    """`studio-train tiny flux2-klein --full-size [--size 9b] [--write DIR]`: counts, and the folder when asked."""
-    from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
-
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-    counts = parameter_counts(args.size)
-    for name, count in counts.items():
-        print(f"{name:16} {count / 1e6:10,.1f} M parameters")
-    total = sum(counts.values())
-    bytes_per = 4 if args.dtype == "fp32" else 2
-    print(f"{'total':16} {total / 1e6:10,.1f} M parameters, {total * bytes_per / 2**30:.1f} GiB in {args.dtype} "
-          f"(FLUX.2 [klein] {args.size.upper()})")
-    if not args.write:
-        print("nothing written; add --write and a folder to write these random weights")
-        return EXIT_OK
-    if not args.dir:
-        print("--write needs the folder to write into: studio-train tiny flux2-klein DIR --full-size --write",
-              file=sys.stderr)
-        return EXIT_INVALID
-    folder = write_full_size_flux2_klein(args.size, args.dir, dtypes[args.dtype], seed=args.seed)
-    print(f"full-size FLUX.2 [klein] {args.size.upper()} pipeline (random weights) written to {folder}")
-    return EXIT_OK
+def write_full_size(size: str | None, folder: str | Path, dtype: torch.dtype, seed: int = 0,
+                    device: str = "cpu") -> Path:
+    """A full-size model of one size (the 4B when none is named)."""
+    return write_full_size_flux2_klein(size or VARIANTS[0], folder, dtype, seed=seed, device=device)
 
 
 # The adapter's default targets (diffusers' [klein] example): the double blocks' image attention and

@@ -3,8 +3,8 @@
 A single checkpoint holds weights only. To load one, diffusers also needs the pipeline's
 configs and tokenizers, which it normally downloads from the Hugging Face hub the first
 time. The studio writes them itself for the kinds of checkpoint people train on most:
-the published architectures (`studio/train/pipelines/arch_configs.py`), the published schedulers,
-and CLIP's byte-pair vocabulary (`resources/pipelines/`, the file OpenAI released with
+the published architectures, samplers and tokenizers that each family's pipeline module declares
+(its `ARCHITECTURE`, `studio/train/pipelines/arch_configs.py`), and CLIP's byte-pair vocabulary (`resources/pipelines/`, the file OpenAI released with
 CLIP, MIT licensed). An SD1.5, SDXL or SD3-medium checkpoint (with its CLIPs) loads with no
 network. Other kinds (SD2, inpainting, the SDXL refiner, SD3.5, or SD3 with T5) still
 take their configs from the hub, and the error says so when it cannot be reached.
@@ -24,11 +24,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from studio.core.families import family as declared
 from studio.core.models.files import KIND_FAMILIES, OFFLINE_KINDS, ModelInfo
 from studio.core.resources import resource_path
 from studio.core.user_dirs import cache_dir
 from studio.train.errors import TrainError
-from studio.train.pipelines.arch_configs import PIPELINES, SPECS, build_component
+from studio.train.pipelines.arch_configs import architecture, build_component
 
 BPE_FILE = ("pipelines", "clip_bpe_simple_vocab_16e6.txt.gz")
 CLIP_VOCAB_SIZE = 49_408
@@ -38,27 +39,6 @@ BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 # Bumped whenever what `write_config_folder` writes changes, so old cached folders are not reused.
 FORMAT = 1
 
-# The schedulers the published pipelines ship with (what sampling uses; training builds its own).
-_SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "sd15": ("PNDMScheduler", {
-        "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000,
-        "set_alpha_to_one": False, "skip_prk_steps": True, "steps_offset": 1, "prediction_type": "epsilon",
-    }),
-    "sdxl": ("EulerDiscreteScheduler", {
-        "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000,
-        "steps_offset": 1, "timestep_spacing": "leading", "interpolation_type": "linear",
-        "use_karras_sigmas": False, "prediction_type": "epsilon",
-    }),
-    "sd3": ("FlowMatchEulerDiscreteScheduler", {"num_train_timesteps": 1000, "shift": 3.0}),
-}
-# Each CLIP tokenizer of a pipeline, and the token it pads with (the OpenCLIP-bigG ones pad with "!").
-_TOKENIZERS = {
-    "sd15": {"tokenizer": EOS},
-    "sdxl": {"tokenizer": EOS, "tokenizer_2": "!"},
-    "sd3": {"tokenizer": EOS, "tokenizer_2": "!"},
-}
-
-
 def single_file_config(path: Path, info: ModelInfo, family: str, use_t5: bool = False) -> Path | None:
     """The local config folder to load checkpoint `path` (of kind `info`) with, or None to take the hub's.
 
@@ -67,7 +47,9 @@ def single_file_config(path: Path, info: ModelInfo, family: str, use_t5: bool = 
     if info.refused:
         raise TrainError("model", f"{path} is {info.a_label}, which the studio cannot train",
                          info.refused, path=str(path))
-    if info.kind not in OFFLINE_KINDS or KIND_FAMILIES[info.kind] != family or (family == "sd3" and use_t5):
+    if info.kind not in OFFLINE_KINDS or KIND_FAMILIES[info.kind] != family:
+        return None
+    if use_t5 and architecture(family).hub_components:  # the T5 and its tokenizer come from the hub
         return None
     return config_folder(family)
 
@@ -99,10 +81,12 @@ def write_config_folder(family: str, folder: Path) -> Path:
     import transformers
 
     folder.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {"_class_name": PIPELINES[family], "_diffusers_version": diffusers.__version__}
-    for name, (class_name, config, _) in SPECS[family].items():
-        if class_name.startswith("T5"):
-            index[name] = [None, None]  # T5 and its tokenizer come from the hub (see single_file_config)
+    arch = architecture(family)
+    index: dict[str, Any] = {"_class_name": declared(family).pipeline_class,
+                             "_diffusers_version": diffusers.__version__}
+    index.update({name: [None, None] for name in arch.hub_components})  # from the hub (see single_file_config)
+    for name, (class_name, config, _) in arch.components.items():
+        if name in arch.hub_components:
             continue
         if hasattr(diffusers, class_name) and class_name != "CLIPTextModel":
             build_component(class_name, config).save_config(folder / name)  # type: ignore[operator]
@@ -111,19 +95,13 @@ def write_config_folder(family: str, folder: Path) -> Path:
             text_config = transformers.CLIPTextConfig(**config, architectures=[class_name])
             text_config.save_pretrained(folder / name)
             index[name] = ["transformers", class_name]
-    for name, pad in _TOKENIZERS[family].items():
+    for name, pad in arch.tokenizers.items():
         write_clip_tokenizer(folder / name, pad_token=pad)
         index[name] = ["transformers", "CLIPTokenizer"]
-    if family == "sd3":
-        index["tokenizer_3"] = [None, None]
-    scheduler_class, scheduler_config = _SCHEDULERS[family]
+    scheduler_class, scheduler_config = arch.sampler
     getattr(diffusers, scheduler_class).from_config(scheduler_config).save_config(folder / "scheduler")
     index["scheduler"] = ["diffusers", scheduler_class]
-    if family == "sd15":
-        index.update(safety_checker=[None, None], feature_extractor=[None, None], image_encoder=[None, None],
-                     requires_safety_checker=False)
-    if family == "sdxl":
-        index.update(force_zeros_for_empty_prompt=True)
+    index.update(arch.index_extras)
     (folder / "model_index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     return folder
 

@@ -5,8 +5,9 @@ original key names (`model.diffusion_model.*`, `first_stage_model.*`,
 `cond_stage_model.*` / `conditioner.embedders.*`). diffusers reads such files but
 has no writer, so the diffusers-to-original renaming is done here, driven by each
 model's own config (block counts, layers per block) rather than by the full-size
-layout. SD3 has no writer here: its MMDiT layout needs fused projections that the
-studio does not write, and the run warns instead.
+layout. Each family that has such a file says how its text encoders are named there
+(`encoders_to_original` in its pipeline module, found by name). SD3 has no writer here: its
+MMDiT layout needs fused projections that the studio does not write, and the run warns instead.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import torch
 
 from studio.train.pipelines.hub_layout import text_encoder_key
 
-SUPPORTED = ("sd15", "sdxl")
 _RESNET_PARTS = [("in_layers.0", "norm1"), ("in_layers.2", "conv1"), ("out_layers.0", "norm2"),
                  ("out_layers.3", "conv2"), ("emb_layers.1", "time_emb_proj"), ("skip_connection", "conv_shortcut")]
 _UNET_TOP = {
@@ -112,7 +112,7 @@ def vae_to_original(vae: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def _clip_keys(encoder: torch.nn.Module) -> dict[str, torch.Tensor]:
+def clip_keys(encoder: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The encoder's weights under the original CLIP names (text_model.*), which newer transformers flatten."""
     return {text_encoder_key(k): v for k, v in encoder.state_dict().items()}
 
@@ -127,7 +127,7 @@ def open_clip_to_original(encoder: torch.nn.Module, prefix: str) -> dict[str, to
              ("self_attn.out_proj", "attn.out_proj")]
     out: dict[str, torch.Tensor] = {}
     fused: dict[str, dict[str, torch.Tensor]] = {}
-    for key, value in _clip_keys(encoder).items():
+    for key, value in clip_keys(encoder).items():
         if key in top:
             out[prefix + top[key]] = value
         elif key == "text_projection.weight":
@@ -148,17 +148,22 @@ def open_clip_to_original(encoder: torch.nn.Module, prefix: str) -> dict[str, to
     return out
 
 
+def writes_single_file(family: str) -> bool:
+    """Whether the studio writes `family`'s pipeline as one checkpoint in the original layout."""
+    from studio.train.pipelines import family_module
+
+    return hasattr(family_module(family), "encoders_to_original")
+
+
 def original_state_dict(family: str, components: Any) -> dict[str, torch.Tensor]:
     """The whole pipeline's weights under the original single-file names."""
-    state = {**unet_to_original(components.denoiser), **vae_to_original(components.vae)}
-    encoders = components.text_encoders
-    if family == "sd15":
-        state.update({f"cond_stage_model.transformer.{k}": v for k, v in _clip_keys(encoders[0]).items()})
-    elif family == "sdxl":
-        state.update({f"conditioner.embedders.0.transformer.{k}": v for k, v in _clip_keys(encoders[0]).items()})
-        state.update(open_clip_to_original(encoders[1], "conditioner.embedders.1.model."))
-    else:
+    from studio.train.pipelines import family_module
+
+    module: Any = family_module(family)
+    if not hasattr(module, "encoders_to_original"):
         raise ValueError(f"no single-file layout for family {family}")
+    state = {**unet_to_original(components.denoiser), **vae_to_original(components.vae)}
+    state.update(module.encoders_to_original(components.text_encoders))
     return state
 
 

@@ -14,7 +14,6 @@ The full-size configuration is the published one of Tongyi-MAI/Z-Image-Turbo and
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +48,8 @@ def full_size_transformer(device: str | torch.device = "meta") -> Any:
         return ZImageTransformer2DModel(**TRANSFORMER)
 
 
-def full_size_components(device: str | torch.device = "meta") -> dict[str, Any]:
-    """The transformer, VAE and Qwen3 text encoder of Z-Image at full size."""
+def full_size_components(size: str | None = None, device: str | torch.device = "meta") -> dict[str, Any]:
+    """The transformer, VAE and Qwen3 text encoder of Z-Image at full size (of one size: `size` is None)."""
     from diffusers import AutoencoderKL
     from transformers import Qwen3Config, Qwen3Model
 
@@ -58,10 +57,6 @@ def full_size_components(device: str | torch.device = "meta") -> dict[str, Any]:
     with torch.device(device):
         return {"transformer": transformer, "vae": AutoencoderKL(**VAE),
                 "text_encoder": Qwen3Model(Qwen3Config(**TEXT_ENCODER))}
-
-
-def parameter_counts() -> dict[str, int]:
-    return {name: sum(p.numel() for p in module.parameters()) for name, module in full_size_components().items()}
 
 
 def _fix_pad_tokens(transformer: Any) -> None:
@@ -126,37 +121,13 @@ def write_full_size(size: str | None, folder: str | Path, dtype: torch.dtype, se
 
     out = Path(folder)
     torch.manual_seed(seed)
-    parts: dict[str, Any] = {name: module.to(dtype).to("cpu") for name, module in full_size_components(device).items()}
+    parts: dict[str, Any] = {name: module.to(dtype).to("cpu") for name, module in full_size_components(None, device).items()}
     _fix_pad_tokens(parts["transformer"])
     tokenizer = write_qwen_tokenizer(out / "tokenizer", [*CAPTION_WORDS, *EXTRA_WORDS], 512)
     pipeline: Any = ZImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), tokenizer=tokenizer,
                                    **parts)
     pipeline.save_pretrained(out, safe_serialization=True)
     return out
-
-
-def full_size_main(args: Any) -> int:
-    """`studio-train tiny zimage --full-size [--write DIR]`: counts, and the folder when asked."""
-    from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
-
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-    counts = parameter_counts()
-    for name, count in counts.items():
-        print(f"{name:16} {count / 1e6:10,.1f} M parameters")
-    total = sum(counts.values())
-    bytes_per = 4 if args.dtype == "fp32" else 2
-    print(f"{'total':16} {total / 1e6:10,.1f} M parameters, {total * bytes_per / 2**30:.1f} GiB in {args.dtype} "
-          "(Z-Image)")
-    if not args.write:
-        print("nothing written; add --write and a folder to write these random weights")
-        return EXIT_OK
-    if not args.dir:
-        print("--write needs the folder to write into: studio-train tiny zimage DIR --full-size --write",
-              file=sys.stderr)
-        return EXIT_INVALID
-    folder = write_full_size(None, args.dir, dtypes[args.dtype], seed=args.seed)
-    print(f"full-size Z-Image pipeline (random weights) written to {folder}")
-    return EXIT_OK
 
 
 def _count_inputs(transformer: Any, batch: int, dtype: torch.dtype, resolution: int = 1024,
@@ -176,7 +147,7 @@ def _make_counting() -> Any:
     from studio.train.pipelines.counting import Counting
 
     return Counting(
-        family="zimage", sizes=(), components=lambda size: full_size_components(), inputs=_count_inputs,
+        family="zimage", sizes=(), components=full_size_components, inputs=_count_inputs,
         output=lambda out: torch.stack(list(out[0])), lora_modules=LORA_TARGETS,
         blocks=lambda model: len(model.layers) + len(model.noise_refiner) + len(model.context_refiner),
         text_encoder=lambda encoder, ids, mask: encoder(input_ids=ids, attention_mask=mask,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import typing
 from pathlib import Path
 
@@ -13,35 +12,7 @@ from studio.core.families import FAMILIES, FAMILY_NAMES, conditional_keys, decla
 from studio.core.families.registry import UnknownFamily
 from studio.core.families.settings import OFFERED, TRAINING_ADAPTER
 
-ROOT = Path(__file__).resolve().parents[3]
-# Where a family may be named: its declaration and the registry, the trainer's adapters and pipeline builders.
-FAMILY_FOLDERS = ("studio/core/families", "studio/train/families", "studio/train/pipelines")
-
-
-def family_literals(root: Path) -> list[str]:
-    """Every string constant that is a family's name, outside the family folders, as `file:line`."""
-    found = []
-    for path in sorted((root / "studio").rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(FAMILY_FOLDERS):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
-            if isinstance(node, ast.Constant) and node.value in FAMILY_NAMES:
-                found.append(f"{rel}:{node.lineno}: {node.value!r}")
-    return found
-
-
-def test_no_family_is_named_outside_its_own_files() -> None:
-    assert family_literals(ROOT) == []
-
-
-def test_the_count_finds_a_family_named_elsewhere(tmp_path: Path) -> None:
-    (tmp_path / "studio" / "core" / "export").mkdir(parents=True)
-    (tmp_path / "studio" / "core" / "families").mkdir(parents=True)
-    name = FAMILY_NAMES[-1]
-    (tmp_path / "studio" / "core" / "export" / "plan.py").write_text(f"SIZE = {{'{name}': 2.0}}\n")
-    (tmp_path / "studio" / "core" / "families" / "own.py").write_text(f"NAME = '{name}'\n")
-    assert family_literals(tmp_path) == [f"studio/core/export/plan.py:1: {name!r}"]
+# That no code outside a family's home names it: test_family_names.py.
 
 
 def test_the_schema_allows_the_registered_families_and_names_them_when_refusing() -> None:
