@@ -223,11 +223,35 @@ def _count_inputs(transformer: Any, batch: int, dtype: torch.dtype, resolution: 
             "img_shapes": [[(1, side, side)]] * batch, "return_dict": False}
 
 
+def _counted_components(size: str | None) -> dict[str, Any]:
+    """The full-size components as the counter calls them: its VAE takes one image (B, C, H, W), not a video."""
+    from diffusers import AutoencoderKLQwenImage as VideoVAE
+
+    class AutoencoderKLQwenImage(VideoVAE):
+        """The Qwen-Image VAE on one frame: the frame axis added on the way in, taken off on the way out."""
+
+        def encode(self, x: torch.Tensor, return_dict: bool = True) -> Any:
+            video: Any = super()
+            return video.encode(x.unsqueeze(2), return_dict=return_dict)
+
+        def decode(self, z: torch.Tensor, return_dict: bool = True) -> Any:
+            video: Any = super()
+            out = video.decode(z.unsqueeze(2), return_dict=return_dict)
+            if return_dict:
+                out.sample = out.sample[:, :, 0]
+            return out
+
+    parts = full_size_components()
+    with torch.device("meta"):
+        parts["vae"] = AutoencoderKLQwenImage(**VAE)
+    return parts
+
+
 def _make_counting() -> Any:
     from studio.train.pipelines.counting import Counting
 
     return Counting(
-        family="qwen-image", sizes=(), components=lambda size: full_size_components(), inputs=_count_inputs,
+        family="qwen-image", sizes=(), components=_counted_components, inputs=_count_inputs,
         output=lambda out: out[0], lora_modules=LORA_TARGETS, blocks=lambda model: len(model.transformer_blocks),
         text_encoder=lambda encoder, ids, mask: encoder(input_ids=ids, attention_mask=mask,
                                                         output_hidden_states=True, use_cache=False),
