@@ -88,3 +88,21 @@ def test_a_layer_the_readers_cannot_place_is_refused_with_what_to_do() -> None:
     with pytest.raises(TrainError, match=r"transformer_blocks\.0\.attn\.norm_q has no name") as refused:
         comfy_state_dict(bad, 1.0)
     assert "method.target_modules" in refused.value.hint
+
+
+def test_the_stored_counts_are_the_published_qwen_image_architecture() -> None:
+    """resources/architectures/qwen-image.json (benchmarks/count_transformer_family.py qwen-image) against the
+    classes built from the published configuration: a 20.43 B transformer of 60 blocks, the 127 M VAE and the
+    whole Qwen2.5-VL-7B the pipeline loads (language model, vision tower and LM head)."""
+    import json
+    from pathlib import Path
+
+    from studio.train.pipelines.qwen_image import parameter_counts
+
+    resources = Path(__file__).resolve().parents[2] / "resources" / "architectures"
+    stored = json.loads((resources / "qwen-image.json").read_text())["components"]
+    counts = parameter_counts()
+    assert stored["transformer"]["params"] == counts["transformer"] == 20_430_401_088
+    assert stored["transformer"]["blocks"] == 60 and stored["transformer"]["lora_targets"]["layers"] == 4 * 60
+    assert stored["vae"]["params"] == counts["vae"] == 126_892_531
+    assert stored["text_encoder"]["params"] == counts["text_encoder"] == 8_292_166_656
