@@ -233,3 +233,20 @@ def test_a_single_file_base_is_refused_with_what_to_use(tmp_path: Path) -> None:
     with pytest.raises(TrainError, match="is a single file; Qwen-Image trains from a diffusers folder") as refused:
         adapter_for(config).load(torch.device("cpu"), torch.float32)
     assert "Qwen/Qwen-Image" in refused.value.hint
+
+
+def test_the_gpu_acceptance_script_runs_the_qwen_image_presets_on_a_qwen_image_model(tmp_path: Path) -> None:
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", root / "benchmarks" / "gpu_acceptance.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_acceptance"] = script
+    spec.loader.exec_module(script)
+    chosen = [p for p in script.pick_presets(None) if p.family == "qwen-image"]
+    assert [p.id for p in chosen] == ["qwen-image-lora-24gb", "qwen-image-lora-48gb"]  # lowest promise first
+    assert {script.model_key(p) for p in chosen} == {"qwen-image"}
+    folder = script.write_model("qwen-image", tmp_path, tiny=True)  # the dry run's model; the GPU's is full size
+    assert json.loads((folder / "model_index.json").read_text())["_class_name"] == "QwenImagePipeline"
