@@ -2,7 +2,7 @@
 
 - Text: the Qwen2.5-VL encoder's last hidden states of the prompt in the pipeline's system-prompt template,
   without the template's first 34 rows (what `QwenImagePipeline.encode_prompt` gives), padded to a fixed
-  length with a mask (the cache stacks them); each batch is cut to its longest caption.
+  length with a mask (the cache stacks them) that keeps the padding out of the transformer's attention.
 - Images: the causal 3-D VAE's latents of one frame, normalised by its per-channel latents_mean / latents_std;
   kept as (C, H, W) so the loop, the caches and the loss masks see a plain latent image.
 - Noise: rectified flow on the scheduler's unshifted training schedule with the configured timestep density
@@ -123,10 +123,10 @@ class QwenImageAdapter(FamilyAdapter):
     def predict(
         self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
     ) -> torch.Tensor:
+        # The padded rows stay (masked out of the attention): cutting them to the batch's longest caption would
+        # read the lengths back from the GPU every step.
         dtype = input_dtype(denoiser, noisy.device)
-        mask = cond["prompt_mask"] > 0.5
-        longest = max(int(mask.sum(dim=1).max()), 1)  # padding rows the whole batch shares are left out
-        embeds, mask = cond["prompt_embeds"][:, :longest].to(dtype), mask[:, :longest]
+        embeds, mask = cond["prompt_embeds"].to(dtype), cond["prompt_mask"] > 0.5
         batch, channels, height, width = noisy.shape
         out = denoiser(hidden_states=pack(noisy.to(dtype)), encoder_hidden_states=embeds,
                        encoder_hidden_states_mask=mask, timestep=timesteps.to(dtype) / 1000,
