@@ -250,3 +250,23 @@ def test_the_gpu_acceptance_script_runs_the_qwen_image_presets_on_a_qwen_image_m
     assert {script.model_key(p) for p in chosen} == {"qwen-image"}
     folder = script.write_model("qwen-image", tmp_path, tiny=True)  # the dry run's model; the GPU's is full size
     assert json.loads((folder / "model_index.json").read_text())["_class_name"] == "QwenImagePipeline"
+
+
+def test_a_lokr_is_one_lycoris_file_under_the_lora_unet_names(tiny_qwen_image: Path, demo_data: Path,
+                                                              tmp_path: Path) -> None:
+    from studio.train.families.qwen_image_names import comfy_knows
+
+    config = _config(tiny_qwen_image, demo_data, tmp_path)
+    config = TrainConfig.model_validate({**config.model_dump(), "method": {"kind": "lora", "network": "lokr",
+                                                                            "rank": 4, "alpha": 4}})
+    config.training.max_steps, config.sampling.prompts = 2, []
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    assert [p.name for p in sorted((run_dir / "output").glob("*.safetensors"))] == ["qwen-image.safetensors"]
+    keys = _keys(run_dir / "output" / "qwen-image.safetensors")
+    modules = {k.rsplit(".", 1)[0] for k in keys}
+    assert "lora_unet_transformer_blocks_0_attn_to_q" in modules and any(k.endswith(".lokr_w1") for k in keys)
+    # lora_unet_<diffusers name, dots as underscores>: each a module ComfyUI's key map and musubi-tuner place.
+    transformer = _pipeline(tiny_qwen_image).transformer
+    by_kohya = {"lora_unet_" + name.replace(".", "_"): name for name, _ in transformer.named_modules() if name}
+    assert all(m in by_kohya and comfy_knows(by_kohya[m]) for m in modules), sorted(modules)[:4]
