@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["sdxl", "sd3", "flux2-klein", "zimage"])
+@pytest.mark.parametrize("family", ["sdxl", "sd3", "flux2-klein", "zimage", "qwen-image"])
 def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tmp_path: Path,
                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     from studio.train.pipelines.tiny import build_tiny_pipeline

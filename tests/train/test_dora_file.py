@@ -63,13 +63,16 @@ def _comfy_name(component: str, module: str) -> str:
 
 def comfy_layers(family: str, weights: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The weights of the model ComfyUI holds, by the file key it reads for each: SD1.5's by kohya name;
-    Z-Image's by `diffusion_model.<diffusers name>` (its Lumina2 key map); FLUX.2's by the original
+    Z-Image's by `diffusion_model.<diffusers name>` (its Lumina2 key map); Qwen-Image's by `lora_unet_` + its
+    diffusers name; FLUX.2's by the original
     layout's name, where to_q/to_k/to_v are one fused qkv weight (rows in q, k, v order)."""
     if family == "sd15":
         return {_comfy_name(c, n): w for c, layers in weights.items() for n, w in layers.items()}
     (layers,) = weights.values()
     if family == "zimage":
         return {f"diffusion_model.{n}": w for n, w in layers.items()}
+    if family == "qwen-image":  # ComfyUI's generic kohya map, as musubi-tuner writes it
+        return {"lora_unet_" + n.replace(".", "_"): w for n, w in layers.items()}
     from studio.train.families.flux2_klein_names import comfy_key, original_module
 
     fused: dict[str, dict[int, torch.Tensor]] = {}
@@ -80,7 +83,7 @@ def comfy_layers(family: str, weights: dict[str, dict[str, torch.Tensor]]) -> di
 
 
 # The families whose kohya-format file has its own writer, and whether the text encoder trains too.
-TEXT_ENCODER = {"sd15": True, "zimage": False, "flux2-klein": False}
+TEXT_ENCODER = {"sd15": True, "zimage": False, "flux2-klein": False, "qwen-image": False}
 
 
 @pytest.fixture(scope="module", params=list(TEXT_ENCODER))

@@ -26,6 +26,7 @@ EXPECTED = {
     "sd3": ("flow", "diffusers"),
     "flux2-klein": ("flow", "https://github.com/black-forest-labs/flux2"),
     "zimage": ("flow", "https://github.com/Tongyi-MAI/Z-Image"),
+    "qwen-image": ("flow", "https://github.com/QwenLM/Qwen-Image"),
 }
 
 

@@ -7,11 +7,11 @@ detection, the estimate and the bundle) follows from it.
 
 from __future__ import annotations
 
-from studio.core.families import flux2_klein, sd3, sd15, sdxl, zimage
+from studio.core.families import flux2_klein, qwen_image, sd3, sd15, sdxl, zimage
 from studio.core.families.settings import OFFERED
 from studio.core.families.spec import CheckpointKind, FamilySpec
 
-_DECLARATIONS = (sd15, sdxl, sd3, flux2_klein, zimage)
+_DECLARATIONS = (sd15, sdxl, sd3, flux2_klein, zimage, qwen_image)
 
 FAMILIES: tuple[FamilySpec, ...] = tuple(module.FAMILY for module in _DECLARATIONS)
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)

@@ -83,5 +83,5 @@ def test_a_new_project_starts_from_a_model_that_exists_today() -> None:
                         "sdxl": "stabilityai/stable-diffusion-xl-base-1.0",
                         "sd3": "stabilityai/stable-diffusion-3-medium-diffusers",
                         "flux2-klein": "black-forest-labs/FLUX.2-klein-base-4B",
-                        "zimage": "Tongyi-MAI/Z-Image"}
+                        "zimage": "Tongyi-MAI/Z-Image", "qwen-image": "Qwen/Qwen-Image"}
     assert default_base("sd15") == defaults["sd15"]

@@ -1,0 +1,206 @@
+"""Qwen-Image: the double-stream MMDiT trained by flow matching, as diffusers' Qwen-Image LoRA example does.
+
+- Text: the Qwen2.5-VL encoder's last hidden states of the prompt in the pipeline's system-prompt template,
+  without the template's first 34 rows (what `QwenImagePipeline.encode_prompt` gives), padded to a fixed
+  length with a mask (the cache stacks them) that keeps the padding out of the transformer's attention.
+- Images: the causal 3-D VAE's latents of one frame, normalised by its per-channel latents_mean / latents_std;
+  kept as (C, H, W) so the loop, the caches and the loss masks see a plain latent image.
+- Noise: rectified flow on the scheduler's unshifted training schedule with the configured timestep density
+  and loss weighting; the transformer takes the latents packed into 2x2 patches with their (1, H/2, W/2)
+  shape, the timestep / 1000, and predicts the velocity noise - x_0 that the loss compares.
+- Samples: the pipeline's true classifier-free guidance (`true_cfg_scale`, with the negative prompt, an empty
+  one when none is set); its latents come out packed and are unpacked before the decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from studio.core.families import qwen_image as declared
+from studio.train.components import Components
+from studio.train.errors import TrainError
+from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
+from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
+from studio.train.memory.precision import input_dtype
+from studio.train.pipelines.qwen_image import LORA_TARGETS, TEMPLATE_PREFIX, TEMPLATE_SUFFIX, TEMPLATE_TOKENS
+
+NEEDS = {"text_encoder": "the Qwen2.5-VL text encoder", "tokenizer": "the Qwen tokenizer",
+         "transformer": "the Qwen-Image transformer", "vae": "the Qwen-Image VAE"}
+# The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
+MAX_TOKENS = declared.FAMILY.caption_token_limit
+
+
+class QwenImageAdapter(FamilyAdapter):
+    family: ClassVar[str] = "qwen-image"
+    text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder",)
+    rename_lora_keys: ClassVar[bool] = False
+    kohya_base_version: ClassVar[str] = "qwen_image"
+    kohya_architecture: ClassVar[str] = "qwen-image"
+    # A LoHa/LoKr file's modules under the `lora_unet_` names of the LoRA file (qwen_image_names.py), which
+    # ComfyUI maps for every model and musubi-tuner writes.
+    kohya_renames: ClassVar[dict[str, str]] = {"lora_transformer_": "lora_unet_"}
+    prompt_embedding_names: ClassVar[tuple[str, ...]] = (
+        "prompt_embeds", "prompt_embeds_mask", "negative_prompt_embeds", "negative_prompt_embeds_mask")
+
+    max_tokens = MAX_TOKENS
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
+        from diffusers import QwenImagePipeline
+
+        model = self.config.model
+        if self.config.method.train_text_encoder:
+            raise TrainError("config", "method.train_text_encoder = true: Qwen-Image trains its transformer only "
+                             "(the Qwen2.5-VL encoder's embeddings are cached)", "set method.train_text_encoder = false")
+        base = model.base
+        source = model_source(base, self.family, NEEDS)
+        if source == "file":
+            raise TrainError("model", f"{base} is a single file; Qwen-Image trains from a diffusers folder or hub id "
+                             "(transformer, VAE and Qwen2.5-VL encoder together)",
+                             "point model.base at a diffusers folder, e.g. Qwen/Qwen-Image", path=base)
+        dtypes = self.load_dtypes(weight_dtype)
+        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
+        pipe = load_or_fail("pipeline", base, lambda: QwenImagePipeline.from_pretrained(base, **options))
+        transformer, vae, encoder = pipe.transformer, pipe.vae, pipe.text_encoder
+        self.max_tokens = min(MAX_TOKENS, int(getattr(pipe.tokenizer, "model_max_length", MAX_TOKENS)))
+        for module in (transformer, vae, encoder):
+            module.requires_grad_(False)
+        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
+                  (encoder, dtypes.get("text_encoder", weight_dtype))]
+        for module, dtype in placed:
+            module.to(self.home(module, transformer, vae, device))
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler)
+
+    def default_lora_targets(self) -> list[str]:
+        return list(LORA_TARGETS)
+
+    def trainable_encoders(self, components: Components) -> list[torch.nn.Module]:
+        return []
+
+    # ------------------------------------------------------------ encoding
+
+    def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
+        """The pipeline's prompt embedding (the template's rows dropped), padded to `max_tokens` rows, and the
+        mask of the real rows."""
+        encoder, tokenizer = components.text_encoders[0], components.tokenizers[0]
+        texts = [f"{TEMPLATE_PREFIX}{caption}{TEMPLATE_SUFFIX}" for caption in captions]
+        tokens = tokenizer(texts, padding="max_length", max_length=self.max_tokens + TEMPLATE_TOKENS,
+                           truncation=True, return_tensors="pt")
+        device = next(encoder.parameters()).device
+        mask = tokens.attention_mask.to(device)
+        hidden = encoder(input_ids=tokens.input_ids.to(device), attention_mask=mask,
+                         output_hidden_states=True).hidden_states[-1]
+        rows = [hidden[i][mask[i].bool()][TEMPLATE_TOKENS:] for i in range(hidden.shape[0])]
+        embeds = hidden.new_zeros(hidden.shape[0], self.max_tokens, hidden.shape[-1])
+        kept = torch.zeros(hidden.shape[0], self.max_tokens, device=device, dtype=hidden.dtype)
+        for i, row in enumerate(rows):
+            embeds[i, : row.shape[0]] = row
+            kept[i, : row.shape[0]] = 1.0
+        return {"prompt_embeds": embeds, "prompt_mask": kept}
+
+    def encode_images(
+        self, components: Components, pixels: torch.Tensor, draws: list[torch.Generator] | None = None
+    ) -> torch.Tensor:
+        """One frame's latents (a sample with `draws`, else the mean), normalised by the VAE's per-channel
+        statistics: (x - latents_mean) / latents_std, as (B, C, H, W)."""
+        vae: Any = components.vae
+        frames = pixels.to(vae.device, vae.dtype).unsqueeze(2)
+        latents = draw_latents(vae.encode(frames).latent_dist, draws).squeeze(2)
+        mean, std = _statistics(vae, latents)
+        return (latents - mean) / std
+
+    def noise_scheme(self, components: Components) -> NoiseScheme:
+        return FlowMatchingScheme(components.scheduler, self.config.training)
+
+    def predict(
+        self, denoiser: torch.nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, cond: Conditioning
+    ) -> torch.Tensor:
+        # The padded rows stay (masked out of the attention): cutting them to the batch's longest caption would
+        # read the lengths back from the GPU every step.
+        dtype = input_dtype(denoiser, noisy.device)
+        embeds, mask = cond["prompt_embeds"].to(dtype), cond["prompt_mask"] > 0.5
+        batch, channels, height, width = noisy.shape
+        out = denoiser(hidden_states=pack(noisy.to(dtype)), encoder_hidden_states=embeds,
+                       encoder_hidden_states_mask=mask, timestep=timesteps.to(dtype) / 1000,
+                       img_shapes=[[(1, height // 2, width // 2)]] * batch, return_dict=False)[0]
+        return unpack(out, channels, height, width)
+
+    # ------------------------------------------------------------ sampling
+
+    def make_pipeline(self, components: Components) -> Any:
+        from diffusers import QwenImagePipeline
+
+        return QwenImagePipeline(scheduler=components.sample_scheduler, vae=components.vae,
+                                 text_encoder=components.text_encoders[0], tokenizer=components.tokenizers[0],
+                                 transformer=components.denoiser)
+
+    def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
+        """The prompt's embedding and mask, and the negative prompt's (a space when none is set: the pipeline
+        guides only with a negative prompt)."""
+        device = next(pipeline.text_encoder.parameters()).device
+        embeds = [pipeline.encode_prompt(prompt=text, device=device, max_sequence_length=self.max_tokens)
+                  for text in (prompt, negative or " ")]
+        return dict(zip(self.prompt_embedding_names, (*embeds[0], *embeds[1]), strict=True))
+
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int) -> Any:
+        """The pipeline's denoising with true CFG at sampling.guidance, on the transformer's device (the encoder may
+        be offloaded), unpacked to (B, C, H, W) latents."""
+        device = next(pipeline.transformer.parameters()).device
+        moved = {key: value.to(device) if value is not None else None for key, value in conditioning.items()}
+        sampling = self.config.sampling
+        packed = pipeline(num_inference_steps=sampling.steps, true_cfg_scale=sampling.guidance, height=size,
+                          width=size, generator=generator, output_type="latent", **moved).images
+        side = 2 * (size // (pipeline.vae_scale_factor * 2))
+        return unpack(packed, pipeline.transformer.config.out_channels, side, side)
+
+    def decode(self, vae: Any, latents: torch.Tensor) -> torch.Tensor:
+        """Normalised (B, C, H, W) latents -> pixels in [-1, 1] (the VAE decodes one frame)."""
+        latents = latents.to(vae.device, vae.dtype)
+        mean, std = _statistics(vae, latents)
+        image: torch.Tensor = vae.decode((latents * std + mean).unsqueeze(2), return_dict=False)[0][:, :, 0]
+        return image
+
+    # ------------------------------------------------------------ outputs
+
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The ComfyUI / musubi-tuner file (`lora_unet_<module>.lora_down/lora_up/alpha`); a LoHa or LoKr is one
+        LyCORIS file under the same module names (`kohya_renames`)."""
+        from studio.train.families.qwen_image_names import comfy_state_dict
+
+        config = adapter_configs.get(self.denoiser_name, {})
+        alpha = float(config.get("lora_alpha", self.config.method.lora_alpha))
+        return comfy_state_dict(layers[self.denoiser_name], alpha, config.get("dora_scales"))
+
+
+def pack(latents: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H/2 * W/2, 4C): one token per 2x2 patch, as `QwenImagePipeline._pack_latents`."""
+    from diffusers import QwenImagePipeline
+
+    batch, channels, height, width = latents.shape
+    packed: torch.Tensor = QwenImagePipeline._pack_latents(latents, batch, channels, height, width)
+    return packed
+
+
+def unpack(tokens: torch.Tensor, channels: int, height: int, width: int) -> torch.Tensor:
+    """The inverse of `pack`: (B, H/2 * W/2, 4C) -> (B, C, H, W)."""
+    batch = tokens.shape[0]
+    grid = tokens.view(batch, height // 2, width // 2, channels, 2, 2).permute(0, 3, 1, 4, 2, 5)
+    return grid.reshape(batch, channels, height, width)
+
+
+def _statistics(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The VAE's per-channel latent mean and standard deviation, shaped to broadcast over (B, C, H, W)."""
+    shape = (1, -1, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean).view(shape).to(like.device, like.dtype)
+    std = torch.tensor(vae.config.latents_std).view(shape).to(like.device, like.dtype)
+    return mean, std
+
+
+ADAPTER = QwenImageAdapter
