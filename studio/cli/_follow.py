@@ -238,11 +238,26 @@ def report_outcome(run_dir: Path, launcher_code: int, terminal: Terminal | None 
     except OSError as exc:  # a full disk: the terminal still hears it
         terminal.line(f"(cannot add to {run_dir / CONSOLE_FILE}: {exc})", error=True)
     if finished is not None and finished.status == "completed":
+        readers = _readers(run_dir)
         for output in finished.outputs:
-            terminal.line(f"written: {output}")
+            terminal.line(f"written: {output}" + (f"  (for {r})" if (r := readers(output)) else ""))
         return EXIT_OK
     if finished is not None and finished.status == "stopped":
         terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {shlex.quote(str(run_dir))}")
         return EXIT_OK
     terminal.line(line.split("] ", 1)[-1] + f" (events: {run_dir / EVENTS_FILE})", error=True)
     return launcher_code or EXIT_FAILED
+
+
+def _readers(run_dir: Path) -> Any:
+    """output -> the programs it is for (core/families/readers.py), from the run's own config."""
+    from studio.core.config.errors import ConfigError
+    from studio.core.config.toml_file import load_config
+    from studio.core.families.readers import readers_of
+
+    try:
+        config = load_config(run_dir / "config.toml")
+    except (ConfigError, OSError):
+        return lambda output: ""
+    method = config.method
+    return lambda output: readers_of(output, config.model.family, method.kind, method.network)

@@ -60,7 +60,10 @@ def test_studio_train_run_of_a_preset_prints_where_the_lora_is(tmp_path: Path) -
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = next((tmp_path / "runs").iterdir())
     lora = run_dir / "output" / "pytorch_lora_weights.safetensors"
-    assert f"written: {lora}" in result.stdout
+    assert f"written: {lora}  (for diffusers (load_lora_weights))" in result.stdout
+    # Each file says which programs load it (docs/index.md's "Which file to load where").
+    assert f"written: {run_dir / 'output' / 'demo.safetensors'}  (for ComfyUI, A1111/Forge and sd-scripts)" \
+        in result.stdout
     assert lora.is_file() and (run_dir / "output" / "demo.safetensors").is_file()
     assert sorted(p.name for p in (run_dir / "samples").glob("*.png")) == ["step-000002-0.png", "step-000004-0.png"]
     console = (run_dir / "console.log").read_text(encoding="utf-8")

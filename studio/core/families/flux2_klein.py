@@ -54,6 +54,7 @@ FAMILY = FamilySpec(
     caption_encoder="Qwen3",
     pipeline_class="Flux2KleinPipeline",
     pipeline_classes=("Flux2KleinPipeline",),
+    kohya_readers="ComfyUI and diffusers",
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,

@@ -48,6 +48,7 @@ FAMILY = FamilySpec(
     caption_encoder="Qwen2.5-VL",
     pipeline_class="QwenImagePipeline",
     pipeline_classes=("QwenImagePipeline",),
+    kohya_readers="ComfyUI, musubi-tuner and diffusers",
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,

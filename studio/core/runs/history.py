@@ -35,6 +35,7 @@ class RunSummary:
     preset: str = ""
     family: str = ""
     method: str = ""
+    network: str = "lora"  # method.network: the LyCORIS networks write files for other programs
     status: str = "unknown"  # completed | stopped | failed | running | interrupted | not started | unreadable
     started: _dt.datetime | None = None
     duration_s: float = 0.0
@@ -46,6 +47,12 @@ class RunSummary:
     remote: bool = False
     machine: str = ""  # the machine a run started there runs on (remote.json)
     message: str = ""
+
+    def output_readers(self, output: str) -> str:
+        """The programs `output` is for (core/families/readers.py)."""
+        from studio.core.families.readers import readers_of
+
+        return readers_of(output, self.family, self.method, self.network)
 
     @property
     def resumable(self) -> bool:
@@ -143,7 +150,7 @@ def _describe_config(summary: RunSummary, data: dict[str, Any], presets: list[Pr
         config = validate_data({k: v for k, v in data.items() if k != "preset"}, "the run's config")
     except ConfigError:  # a config of another studio version: show what it says
         return
-    summary.family, summary.method = config.model.family, config.method.kind
+    summary.family, summary.method, summary.network = config.model.family, config.method.kind, config.method.network
     if presets is not None and not summary.preset:
         summary.preset = matching_preset(config, presets)
 

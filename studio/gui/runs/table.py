@@ -61,7 +61,8 @@ class RunsTable(QTableWidget):
                 if col == STATUS_COLUMN and s.message:
                     item.setToolTip(s.message)
                 elif name == "Output" and s.outputs:
-                    item.setToolTip("\n".join(s.outputs))
+                    item.setToolTip("\n".join(f"{o}  (for {r})" if (r := s.output_readers(o)) else o
+                                              for o in s.outputs))
                 self.setItem(row, col, item)
             if s.path in selected:
                 self.selectRow(row)

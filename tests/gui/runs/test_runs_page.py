@@ -16,7 +16,7 @@ from studio.core.config.toml_file import save_config
 from studio.core.runs.events import EventWriter, RunFinished, RunStarted
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage
-from studio.gui.runs.table import STATUS_COLUMN
+from studio.gui.runs.table import COLUMNS, STATUS_COLUMN
 from tests.gui.conftest import close_plots, fake_command, make_project
 
 
@@ -49,6 +49,11 @@ def test_table_open_overlay_delete(qtbot: QtBot, context: StudioContext, config:
     assert rows[second.name].status == "failed" and rows[second.name].resumable
     status_col = [page.table.item(r, STATUS_COLUMN).text() for r in range(page.table.rowCount())]
     assert sorted(status_col) == ["completed", "failed"]
+    # The finished run's file, and which program it is for.
+    output = next(page.table.item(r, COLUMNS.index("Output")) for r in range(page.table.rowCount())
+                  if page.table.item(r, 0).text() == first.name)
+    assert output.text() == "pytorch_lora_weights.safetensors"
+    assert output.toolTip().endswith("pytorch_lora_weights.safetensors  (for diffusers (load_lora_weights))")
 
     # One click on a run shows it (its plots and how far it got).
     row = next(r for r in range(page.table.rowCount()) if page.table.item(r, 0).text() == first.name)

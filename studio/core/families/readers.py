@@ -1,0 +1,28 @@
+"""Which program each output file of a run is for, in the words of docs/index.md's "Which file to load where":
+the diffusers-format LoRA for diffusers, the kohya-format and LyCORIS files for the programs the family's
+declaration names, a DreamBooth folder for diffusers and its single-file checkpoint for the UIs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from studio.core.families.registry import UnknownFamily, family
+
+DIFFUSERS_LORA = "pytorch_lora_weights"
+LYCORIS_NETWORKS = ("loha", "lokr")
+
+
+def readers_of(output: str | Path, family_name: str, method: str = "lora", network: str = "lora") -> str:
+    """The programs that load `output` (a file or folder a run wrote), or "" when the studio cannot say."""
+    path = Path(output)
+    if path.name.startswith(DIFFUSERS_LORA):
+        return "diffusers (load_lora_weights)"
+    if path.suffix != ".safetensors":
+        return "diffusers (from_pretrained)" if method == "dreambooth" and not path.suffix else ""
+    if method == "dreambooth":
+        return "A1111/Forge and ComfyUI (a checkpoint)"
+    try:
+        spec = family(family_name)
+    except UnknownFamily:
+        return ""
+    return spec.lycoris_readers if network in LYCORIS_NETWORKS else spec.kohya_readers

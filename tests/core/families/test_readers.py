@@ -1,0 +1,25 @@
+"""Each output file of a run is named with the programs it is for, from the family's declaration."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.core.families import FAMILIES
+from studio.core.families.readers import readers_of
+
+
+@pytest.mark.parametrize("spec", FAMILIES, ids=lambda spec: spec.name)
+def test_every_family_names_the_readers_of_each_file(spec) -> None:  # type: ignore[no-untyped-def]
+    assert readers_of("run/output/pytorch_lora_weights.safetensors", spec.name) == "diffusers (load_lora_weights)"
+    assert readers_of("run/output/pytorch_lora_weights_ema.safetensors", spec.name) == "diffusers (load_lora_weights)"
+    assert "ComfyUI" in readers_of("run/output/mine.safetensors", spec.name)
+    assert readers_of("run/output/mine.safetensors", spec.name, network="lokr") == spec.lycoris_readers
+    assert readers_of("run/output/mine.safetensors", spec.name, network="locon") == spec.kohya_readers
+
+
+def test_the_sd_families_files_are_for_the_uis_and_sd_scripts_and_dreambooth_for_both() -> None:
+    assert readers_of("out/mine-e0002.safetensors", "sdxl") == "ComfyUI, A1111/Forge and sd-scripts"
+    assert readers_of("out/mine.safetensors", "sd15", network="loha").endswith("sd-scripts with LyCORIS")
+    assert readers_of("out/mine", "sd15", method="dreambooth") == "diffusers (from_pretrained)"
+    assert readers_of("out/mine.safetensors", "sd15", method="dreambooth") == "A1111/Forge and ComfyUI (a checkpoint)"
+    assert readers_of("out/notes.txt", "sd15") == "" and readers_of("out/x.safetensors", "not-a-family") == ""
