@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from studio import __version__
 from studio.core.config.errors import ConfigError
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
+from studio.core.families import FAMILY_NAMES, title
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="studio-train",
-        description="Train Stable Diffusion LoRAs and DreamBooth models headless.",
+        description=f"Train LoRAs, LyCORIS and DreamBooth models of {', '.join(map(title, FAMILY_NAMES))} headless.",
     )
     parser.add_argument("--version", action="version", version=f"studio-train {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
