@@ -205,6 +205,59 @@ def shot_preset(session: Session) -> object:
     return session.window
 
 
+def _presets_of(session: Session, title: str) -> object:
+    """The Model page's presets filtered to one family, each estimated for the RTX 4090."""
+    from PySide6.QtWidgets import QComboBox, QWidget
+
+    session.open_demo(with_model=True)
+    page = session.show_page("page_model")
+    session.wait(lambda: page.findChild(QWidget, "gpu_card_0") is not None, 30)
+    family = page.findChild(QComboBox, "preset_family")
+    family.setCurrentIndex(family.findText(title))
+    session.wait(lambda: False, 0.5)
+    _scroll_to(page, family, 8)
+    return session.window
+
+
+def _scroll_to(page: object, widget: object, margin: int) -> None:
+    """Scroll the page's pane that holds `widget` so that it sits `margin` pixels below the pane's top."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QScrollArea
+
+    area = next(a for a in page.findChildren(QScrollArea) if a.widget().isAncestorOf(widget))  # type: ignore[attr-defined]
+    area.verticalScrollBar().setValue(widget.mapTo(area.widget(), QPoint(0, 0)).y() - margin)  # type: ignore[attr-defined]
+    from studio.gui.base.event_loop import wait_for
+
+    wait_for(lambda: False, 1.0)
+
+
+def shot_klein(session: Session) -> object:
+    return _presets_of(session, "FLUX.2 [klein]")
+
+
+def shot_zimage(session: Session) -> object:
+    return _presets_of(session, "Z-Image")
+
+
+def shot_masks(session: Session) -> object:
+    """masks = folder chosen in the form: the mask folder's field appears, asking for the folder."""
+    from PySide6.QtWidgets import QComboBox, QLineEdit
+
+    session.open_demo(with_model=True)
+    page = session.show_page("page_model")
+    family = page.findChild(QComboBox, "preset_family")
+    family.setCurrentIndex(0)
+    page.form.show_advanced.setChecked(True)
+    masks = page.form.findChild(QComboBox, "field_dataset_masks")
+    masks.setCurrentIndex(masks.findData("folder"))
+    masks.activated.emit(masks.currentIndex())
+    folder = page.form.findChild(QLineEdit, "field_dataset_mask_folder")
+    session.wait(lambda: folder.isVisibleTo(page), 10)
+    session.wait(lambda: False, 0.5)
+    _scroll_to(page, masks, 120)
+    return session.window
+
+
 def _train_page(session: Session) -> object:
     return session.show_page("page_train")
 
@@ -262,6 +315,9 @@ SHOTS: list[Shot] = [
     Shot("04-caption", "Caption your images", shot_caption),
     Shot("05-bulk-edit", "Edit many captions at once", shot_bulk_edit),
     Shot("06-preset", "Pick a preset that fits", shot_preset),
+    Shot("06b-klein", "FLUX.2 [klein] presets", shot_klein),
+    Shot("06c-zimage", "Z-Image presets", shot_zimage),
+    Shot("06d-masks", "Loss masks from a folder", shot_masks),
     Shot("07-train", "Train", shot_train, trains=True),
     Shot("08-watch", "Watch it learn", shot_watch, trains=True),
     Shot("09-stop", "Stop", shot_stop, trains=True),
