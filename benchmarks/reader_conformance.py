@@ -40,7 +40,7 @@ sd-scripts (a checkout; LoHa/LoKr need the `lycoris-lora` package in `--site`):
   Stand-ins: the U-Net objects. SD1.5: the tiny diffusers U-Net's block layers under their own names
   (sd-scripts' original_unet has the same module and class names) in blocks named as below. SDXL: an `SdxlUNet2DConditionModel` made without its __init__ whose
   modules are the tiny diffusers U-Net's layers under their SAI names (input_blocks.4.1.proj_in ...),
-  placed by sd-scripts' own `sdxl_model_util.make_unet_conversion_map`, inside blocks named
+  placed by sd-scripts' own `sdxl_model_util.convert_diffusers_unet_state_dict_to_sdxl`, inside blocks named
   ResnetBlock2D / Transformer2DModel / Downsample2D / Upsample2D as sd-scripts' SDXL U-Net names them.
   The text encoders are transformers' CLIP models (as sd-scripts loads them), under a `text_model` level as
   transformers 4 (which sd-scripts pins) names them; transformers 5 dropped it. sd-scripts reads SD1.5 and
@@ -77,9 +77,9 @@ SAMPLE_ROWS: list[dict[str, Any]] = [
      "keys_total": 99, "layers_applied": 33, "layers_trained": 33, "rel_error": 3.1e-07, "note": ""},
     {"reader": "comfyui", "family": "sd15", "adapter": "lora", "file": DIFFUSERS_FILE, "keys_loaded": 40,
      "keys_total": 66, "layers_applied": 20, "layers_trained": 33, "rel_error": 1.0, "note": "13 layers unchanged"},
-    {"reader": "sd-scripts", "family": "sdxl", "adapter": "loha", "file": "bench.safetensors", "keys_loaded": 0,
+    {"reader": "sd-scripts", "family": "sdxl", "adapter": "dora", "file": "bench.safetensors", "keys_loaded": 0,
      "keys_total": 0, "layers_applied": 0, "layers_trained": 0, "rel_error": None,
-     "note": "error: ModuleNotFoundError: lycoris"},
+     "note": "error: ModuleNotFoundError: library"},
 ]
 
 
@@ -376,11 +376,15 @@ def _unet_standin(unet: Any, sdxl: bool) -> Any:
     modules are `unet`'s layers under their SAI names; SD1.5, under their own (diffusers) names; in blocks of
     the class names sd-scripts' U-Nets have."""
     import torch
-    from library.sdxl_model_util import make_unet_conversion_map
+    from library.sdxl_model_util import convert_diffusers_unet_state_dict_to_sdxl
     from library.sdxl_original_unet import SdxlUNet2DConditionModel
 
-    conversion = make_unet_conversion_map()  # (sai, diffusers) pairs of weight names
-    to_sai = {hf: sai for sai, hf in conversion}
+    def to_sai(weight: str) -> str | None:
+        try:
+            return next(iter(convert_diffusers_unet_state_dict_to_sdxl({weight: None})))
+        except AssertionError:  # no place in the SAI U-Net
+            return None
+
     kinds = {"resnets": "ResnetBlock2D", "attentions": "Transformer2DModel", "downsamplers": "Downsample2D",
              "upsamplers": "Upsample2D"}
     root_class = SdxlUNet2DConditionModel if sdxl else type("UNet2DConditionModel", (torch.nn.Module,), {})
@@ -403,7 +407,7 @@ def _unet_standin(unet: Any, sdxl: bool) -> Any:
         if not isinstance(layer, torch.nn.Linear | torch.nn.Conv2d):
             continue
         kind = next((kinds[p] for p in name.split(".") if p in kinds), None)
-        sai = to_sai.get(f"{name}.weight") if sdxl else f"{name}.weight"
+        sai = to_sai(f"{name}.weight") if sdxl else f"{name}.weight"
         if kind is None or sai is None:
             continue
         parts = sai[: -len(".weight")].split(".")
@@ -440,7 +444,32 @@ def read_lycoris(case: dict[str, Any], file: str, checkout: Path) -> dict[str, A
     return read_sd_scripts(case, file, checkout, lycoris=True)
 
 
-def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bool | None = None) -> dict[str, Any]:
+def read_lycoris_forward(case: dict[str, Any], file: str, checkout: Path) -> dict[str, Any]:
+    return read_sd_scripts(case, file, checkout, lycoris=True, forward=True)
+
+
+def _forward_change(layer: Any, before: Any) -> Any:
+    """The weight change a patched layer's forward applies: a Linear's from the identity; a Conv2d's from
+    one impulse per input channel and kernel place, read at an output place whose window holds them."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        if isinstance(layer, torch.nn.Linear):
+            eye = torch.eye(layer.in_features)
+            return (layer(eye) - F.linear(eye, before, layer.bias)).T
+        # Output place 1 reads the input window from stride - padding: the impulses sit there.
+        out_c, in_c, kh, kw = before.shape
+        (sh, sw), (ph, pw) = layer.stride, layer.padding
+        impulses = torch.zeros(in_c * kh * kw, in_c, sh - ph + kh, sw - pw + kw)
+        impulses[:, :, sh - ph:, sw - pw:] = torch.eye(in_c * kh * kw).reshape(in_c * kh * kw, in_c, kh, kw)
+        base = F.conv2d(impulses, before, layer.bias, layer.stride, layer.padding, layer.dilation, layer.groups)
+        got = (layer(impulses) - base)[:, :, 1, 1]
+        return got.reshape(in_c, kh, kw, out_c).permute(3, 0, 1, 2)
+
+
+def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bool | None = None,
+                    forward: bool = False) -> dict[str, Any]:
     import torch
     from diffusers import UNet2DConditionModel
     from safetensors.torch import load_file
@@ -471,16 +500,19 @@ def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bo
     path = Path(case["folder"]) / file
     weights = load_file(str(path))
     total = len(weights)
-    lycoris = case["adapter"] in ("loha", "lokr") if lycoris is None else lycoris
+    lycoris = bool(lycoris)
     if lycoris:
         from lycoris.kohya import create_network_from_weights
     else:
         from networks.lora import create_network_from_weights
     network, weights_sd = create_network_from_weights(1.0, str(path), None, text, root, weights_sd=dict(weights),
                                                       for_inference=True)
-    if lycoris:
-        names = {lora.lora_name for lora in network.loras}
+    if lycoris and forward:
+        network.apply_to(text, root, apply_text_encoder=True, apply_unet=True)
+        names = {lora.lora_name for lora in network.text_encoder_loras + network.unet_loras}
+    elif lycoris:
         network.merge_to(text, root, weights_sd, torch.float32, "cpu")
+        names = {lora.lora_name for lora in network.loras}
     else:
         names = {lora.lora_name for lora in network.unet_loras + network.text_encoder_loras}
         network.merge_to(text, root, weights_sd, torch.float32, "cpu")
@@ -494,7 +526,8 @@ def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bo
     with torch.no_grad():
         for name, weight in before.items():
             component, _, module = name.partition(".")
-            applied[name] = modules[component].get_submodule(module).weight.detach() - weight
+            layer = modules[component].get_submodule(module)
+            applied[name] = _forward_change(layer, weight) if forward else layer.weight.detach() - weight
     layers, error = _score(applied, delta)
     skipped = sorted({k.partition(".")[2] for k in weights if k.partition(".")[0] in names} - read) if read else []
     note = f"reads no {', '.join(skipped)}" if skipped else ""
@@ -502,12 +535,15 @@ def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bo
             "rel_error": error, "note": note}
 
 
-READERS = {"comfyui": read_comfyui, "sd-scripts": read_sd_scripts, "lycoris": read_lycoris}
+READERS = {"comfyui": read_comfyui, "sd-scripts": read_sd_scripts, "lycoris": read_lycoris,
+           "lycoris (apply_to)": read_lycoris_forward}
 
 
 def reader_files(reader: str, case: dict[str, Any]) -> list[str]:
     kohya = f"{NAME}.safetensors"
-    if reader in ("sd-scripts", "lycoris"):
+    if reader == "sd-scripts" and case["adapter"] in ("loha", "lokr"):
+        return []  # sd-scripts reads them through lycoris.kohya: the lycoris rows
+    if reader != "comfyui":
         return [kohya] if case["family"] in CONV_FAMILIES and kohya in case["files"] else []
     return [f for f in (kohya, DIFFUSERS_FILE) if f in case["files"]]
 
@@ -618,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(SAMPLE_ROWS))
         return 0
     checkouts = {name: path for name, path in (("comfyui", args.comfyui), ("sd-scripts", args.sd_scripts),
-                                               ("lycoris", args.sd_scripts)) if path}
+                                               ("lycoris", args.sd_scripts),
+                                               ("lycoris (apply_to)", args.sd_scripts)) if path}
     if not checkouts:
         parser.error("give --comfyui and/or --sd-scripts (or --dry-run)")
     work = args.work or Path(tempfile.mkdtemp(prefix="reader-conformance-"))
@@ -659,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
                 for row in got:
                     print(json.dumps(row), flush=True)
                 rows += got
-    commits = {name: _commit(path) for name, path in checkouts.items() if name != "lycoris"}
+    commits = {name: _commit(path) for name, path in checkouts.items() if not name.startswith("lycoris")}
     if "lycoris" in checkouts:
         commits["lycoris-lora"] = _lycoris_version(args.site)
     print(table(rows))

@@ -32,7 +32,7 @@ def test_rows_off_or_not_fully_loaded_are_flagged() -> None:
     assert len(lines) == len(script.SAMPLE_ROWS)
     assert "⚠" not in lines[0]
     assert "| 40 / 66 | 20 / 33 | 1 ⚠ |" in lines[1]
-    assert "| — ⚠ | error: ModuleNotFoundError: lycoris |" in lines[2]
+    assert "| — ⚠ | error: ModuleNotFoundError: library |" in lines[2]
 
 
 def test_the_docs_section_names_the_checkouts_and_the_date() -> None:
@@ -46,7 +46,10 @@ def test_the_cases_cover_every_family_and_adapter() -> None:
     script = _script()
     assert script.adapters_of("sd15") == ["lora", "locon", "loha", "lokr", "dora"]
     assert script.adapters_of("zimage") == ["lora", "loha", "lokr", "dora"]
-    case = {"family": "sd3", "files": ["bench.safetensors", "pytorch_lora_weights.safetensors"]}
+    case = {"family": "sd3", "adapter": "lora", "files": ["bench.safetensors", "pytorch_lora_weights.safetensors"]}
     assert script.reader_files("comfyui", case) == ["bench.safetensors", "pytorch_lora_weights.safetensors"]
     assert script.reader_files("sd-scripts", case) == []
-    assert script.reader_files("sd-scripts", {**case, "family": "sdxl"}) == ["bench.safetensors"]
+    sdxl = {**case, "family": "sdxl", "adapter": "loha"}
+    assert script.reader_files("lycoris", sdxl) == ["bench.safetensors"]
+    assert script.reader_files("sd-scripts", sdxl) == []  # LoHa/LoKr: sd-scripts reads them through lycoris.kohya
+    assert script.reader_files("sd-scripts", {**sdxl, "adapter": "dora"}) == ["bench.safetensors"]
