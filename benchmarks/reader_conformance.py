@@ -33,15 +33,23 @@ ComfyUI (a checkout with comfy/lora.py and comfy/weight_adapter/; its `--site` n
   The text encoders are `clip_l.transformer.` / `clip_g.transformer.` + the transformers CLIP names.
   `ModelPatcher.add_patches` (4 lines: a patch of a key the model has, with its offset) is written here.
 
-sd-scripts (a checkout; LoHa/LoKr need the `lycoris-lora` package in `--site`):
+sd-scripts (a checkout) and LyCORIS (the `lycoris-lora` package in `--site`; sd-scripts reads LoHa/LoKr
+through it, `--network_module lycoris.kohya`):
   sd-scripts' own code: `networks/lora.py` `create_network_from_weights` (which modules it builds from the
   file, SDXL's diffusers-to-SAI key conversion) and `LoRANetwork.merge_to` (the change it adds to each
-  weight); for LoHa/LoKr `lycoris.kohya.create_network_from_weights` and its `merge_to`.
+  weight), for the LoRA/LoCon/DoRA files. LyCORIS' own code, on every kohya file:
+  `lycoris.kohya.create_network_from_weights`, then either its `merge_to` (the "lycoris (merge_to)" rows)
+  or its `apply_to` (the "lycoris (apply_to)" rows: the patched forward, as inference without merging runs;
+  the change is read back from the layer's output: a Linear's on the identity, a Conv2d's on impulses).
   Stand-ins: the U-Net objects. SD1.5: the tiny diffusers U-Net's block layers under their own names
   (sd-scripts' original_unet has the same module and class names) in blocks named as below. SDXL: an `SdxlUNet2DConditionModel` made without its __init__ whose
   modules are the tiny diffusers U-Net's layers under their SAI names (input_blocks.4.1.proj_in ...),
   placed by sd-scripts' own `sdxl_model_util.convert_diffusers_unet_state_dict_to_sdxl`, inside blocks named
   ResnetBlock2D / Transformer2DModel / Downsample2D / Upsample2D as sd-scripts' SDXL U-Net names them.
+  That map is SDXL's (3 levels of 2 layers; the tiny U-Net has 2 of 1), and lora.py renames the file's
+  diffusers names by the same map, so the lora.py rows check the renaming as a full-size SDXL has it. LyCORIS
+  renames nothing: its SDXL stand-in holds the tiny U-Net's own SAI names, by ComfyUI's `unet_to_diffusers`
+  over the tiny config (the layout the LoHa/LoKr files are written in).
   The text encoders are transformers' CLIP models (as sd-scripts loads them), under a `text_model` level as
   transformers 4 (which sd-scripts pins) names them; transformers 5 dropped it. sd-scripts reads SD1.5 and
   SDXL files only; it is not run for sd3 / flux2-klein / zimage (its other networks read other formats).
@@ -371,7 +379,14 @@ def read_comfyui(case: dict[str, Any], file: str, checkout: Path) -> dict[str, A
 # --------------------------------------------------------------------------------------------- sd-scripts
 
 
-def _unet_standin(unet: Any, sdxl: bool) -> Any:
+def _tiny_sai_names(unet: Any) -> dict[str, str]:
+    """diffusers -> SAI weight names of the tiny U-Net's own layout, by ComfyUI's `unet_to_diffusers` (from the
+    ComfyUI checkout in READER_SGM_FROM): sd-scripts' map is SDXL's (3 levels of 2 layers; the tiny has 2 of 1)."""
+    comfy = _import_comfy(Path(os.environ["READER_SGM_FROM"]))
+    return comfy.utils.unet_to_diffusers(_unet_config(dict(unet.config)))
+
+
+def _unet_standin(unet: Any, sdxl: bool, own_layout: bool = False) -> Any:
     """The U-Net's block layers as sd-scripts' U-Net holds them: SDXL, an SdxlUNet2DConditionModel whose
     modules are `unet`'s layers under their SAI names; SD1.5, under their own (diffusers) names; in blocks of
     the class names sd-scripts' U-Nets have."""
@@ -379,7 +394,11 @@ def _unet_standin(unet: Any, sdxl: bool) -> Any:
     from library.sdxl_model_util import convert_diffusers_unet_state_dict_to_sdxl
     from library.sdxl_original_unet import SdxlUNet2DConditionModel
 
+    tiny = _tiny_sai_names(unet) if own_layout else None
+
     def to_sai(weight: str) -> str | None:
+        if tiny is not None:
+            return tiny.get(weight)
         try:
             return next(iter(convert_diffusers_unet_state_dict_to_sdxl({weight: None})))
         except AssertionError:  # no place in the SAI U-Net
@@ -488,7 +507,9 @@ def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bo
         for name, weight in before.items():
             component, _, module = name.partition(".")
             modules[component].get_submodule(module).weight.copy_(weight)
-    root = _unet_standin(unet, family == "sdxl")
+    # LyCORIS renames nothing: its SDXL stand-in holds the tiny U-Net's own SAI names (as the LoHa/LoKr files
+    # write them); sd-scripts' lora.py renames the file's diffusers names by its SDXL map, so its stand-in uses it.
+    root = _unet_standin(unet, family == "sdxl", own_layout=lycoris and "READER_SGM_FROM" in os.environ)
     # transformers 5's CLIP models lost the `text_model` level that transformers 4 (which sd-scripts pins) has:
     # the readers see them under it again.
     wrapped = []
@@ -518,7 +539,7 @@ def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bo
         network.merge_to(text, root, weights_sd, torch.float32, "cpu")
     read = {"lora_up.weight", "lora_down.weight", "alpha"} if not lycoris else None
     loaded = 0
-    for key in weights:
+    for key in weights_sd:  # as the loader holds them (sd-scripts renames SDXL's diffusers U-Net keys to SAI)
         module, _, rest = key.partition(".")
         if module in names and (read is None or rest in read):
             loaded += 1
@@ -529,13 +550,13 @@ def read_sd_scripts(case: dict[str, Any], file: str, checkout: Path, lycoris: bo
             layer = modules[component].get_submodule(module)
             applied[name] = _forward_change(layer, weight) if forward else layer.weight.detach() - weight
     layers, error = _score(applied, delta)
-    skipped = sorted({k.partition(".")[2] for k in weights if k.partition(".")[0] in names} - read) if read else []
+    skipped = sorted({k.partition(".")[2] for k in weights_sd if k.partition(".")[0] in names} - read) if read else []
     note = f"reads no {', '.join(skipped)}" if skipped else ""
     return {"keys_loaded": loaded, "keys_total": total, "layers_applied": layers, "layers_trained": len(delta),
             "rel_error": error, "note": note}
 
 
-READERS = {"comfyui": read_comfyui, "sd-scripts": read_sd_scripts, "lycoris": read_lycoris,
+READERS = {"comfyui": read_comfyui, "sd-scripts": read_sd_scripts, "lycoris (merge_to)": read_lycoris,
            "lycoris (apply_to)": read_lycoris_forward}
 
 
@@ -654,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(SAMPLE_ROWS))
         return 0
     checkouts = {name: path for name, path in (("comfyui", args.comfyui), ("sd-scripts", args.sd_scripts),
-                                               ("lycoris", args.sd_scripts),
+                                               ("lycoris (merge_to)", args.sd_scripts),
                                                ("lycoris (apply_to)", args.sd_scripts)) if path}
     if not checkouts:
         parser.error("give --comfyui and/or --sd-scripts (or --dry-run)")
@@ -667,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         write_demo_dataset(data, count=8, size=64, seed=0)
     rows: list[dict[str, Any]] = []
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    if args.comfyui:
+        env["READER_SGM_FROM"] = str(args.comfyui)
     for family in args.families:
         base = work / "models" / family
         if not (base / "model_index.json").is_file():
@@ -697,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(row), flush=True)
                 rows += got
     commits = {name: _commit(path) for name, path in checkouts.items() if not name.startswith("lycoris")}
-    if "lycoris" in checkouts:
+    if "lycoris (merge_to)" in checkouts:
         commits["lycoris-lora"] = _lycoris_version(args.site)
     print(table(rows))
     if args.write:
