@@ -594,15 +594,18 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def section(rows: list[dict[str, Any]], commits: dict[str, str], date: str) -> str:
-    lines = [f"## {SECTION} ({date})", "",
-             "`benchmarks/reader_conformance.py`: each LoRA file the studio writes (tiny random pipelines, rank 4, "
+    import textwrap
+
+    intro = ("`benchmarks/reader_conformance.py`: each LoRA file the studio writes (tiny random pipelines, rank 4, "
              "alpha 12; convolutions rank 2, alpha 7), read by the other program's own loader; the change it "
              "applies to each trained layer against the change the studio's network makes (peft's merge). "
-             "Relative error: max over trained layers of |applied − trained| / |trained|; a trained layer the "
+             "Relative error: max over trained layers of ‖applied − trained‖ / ‖trained‖; a trained layer the "
              "reader leaves unchanged counts 1.0. ⚠: not every key loaded, or off by more than 1e-4. "
              "Which parts are the readers' own code and which are stand-ins (the model objects) is in the "
-             "script's docstring.", "",
-             "Checkouts: " + "; ".join(f"{k} `{v}`" for k, v in commits.items()) + ".", "", table(rows)]
+             "script's docstring.")
+    checkouts = "Checkouts: " + "; ".join(f"{k} `{v}`" for k, v in commits.items()) + "."
+    lines = [f"## {SECTION} ({date})", "", textwrap.fill(intro, 110), "", textwrap.fill(checkouts, 110), "",
+             table(rows)]
     return "\n".join(lines)
 
 
