@@ -71,6 +71,8 @@ def comfy_layers(family: str, weights: dict[str, dict[str, torch.Tensor]]) -> di
     (layers,) = weights.values()
     if family == "zimage":
         return {f"diffusion_model.{n}": w for n, w in layers.items()}
+    if family == "sd3":  # ComfyUI's MMDiT map: `lora_transformer_` + the diffusers name
+        return {"lora_transformer_" + n.replace(".", "_"): w for n, w in layers.items()}
     if family == "qwen-image":  # ComfyUI's generic kohya map, as musubi-tuner writes it
         return {"lora_unet_" + n.replace(".", "_"): w for n, w in layers.items()}
     from studio.train.families.flux2_klein_names import comfy_key, original_module
@@ -83,7 +85,7 @@ def comfy_layers(family: str, weights: dict[str, dict[str, torch.Tensor]]) -> di
 
 
 # The families whose kohya-format file has its own writer, and whether the text encoder trains too.
-TEXT_ENCODER = {"sd15": True, "zimage": False, "flux2-klein": False, "qwen-image": False}
+TEXT_ENCODER = {"sd15": True, "sd3": False, "zimage": False, "flux2-klein": False, "qwen-image": False}
 
 
 @pytest.fixture(scope="module", params=list(TEXT_ENCODER))

@@ -55,8 +55,11 @@ def kohya_state_dict(
     for key, value in convert_state_dict_to_kohya(prefixed).items():
         if key.startswith("transformer_"):
             key = "lora_" + key
-        if key.endswith(f".{MAGNITUDE}"):  # diffusers' converter leaves the module's last dot in place
-            key = f"{key.removesuffix(f'.{MAGNITUDE}').replace('.', '_')}.{DORA_SCALE}"
+        # diffusers' converter leaves some of the module's dots in a magnitude's name, and names it
+        # `dora_scale` for some modules (SD3's attention) and leaves `lora_magnitude_vector` for others.
+        for suffix in (f".{MAGNITUDE}", f".{DORA_SCALE}"):
+            if key.endswith(suffix):
+                key = f"{key.removesuffix(suffix).replace('.', '_')}.{DORA_SCALE}"
         for old, new in (renames or {}).items():
             if key.startswith(old):
                 key = new + key[len(old):]
