@@ -260,4 +260,4 @@ def _readers(run_dir: Path) -> Any:
     except (ConfigError, OSError):
         return lambda output: ""
     method = config.method
-    return lambda output: readers_of(output, config.model.family, method.kind, method.network)
+    return lambda output: readers_of(output, config.model.family, method.kind, method.network, method.use_dora)

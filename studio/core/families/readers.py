@@ -12,7 +12,8 @@ DIFFUSERS_LORA = "pytorch_lora_weights"
 LYCORIS_NETWORKS = ("loha", "lokr")
 
 
-def readers_of(output: str | Path, family_name: str, method: str = "lora", network: str = "lora") -> str:
+def readers_of(output: str | Path, family_name: str, method: str = "lora", network: str = "lora",
+               dora: bool = False) -> str:
     """The programs that load `output` (a file or folder a run wrote), or "" when the studio cannot say."""
     path = Path(output)
     if path.name.startswith(DIFFUSERS_LORA):
@@ -25,4 +26,8 @@ def readers_of(output: str | Path, family_name: str, method: str = "lora", netwo
         spec = family(family_name)
     except UnknownFamily:
         return ""
-    return spec.lycoris_readers if network in LYCORIS_NETWORKS else spec.kohya_readers
+    if network in LYCORIS_NETWORKS:
+        return spec.lycoris_readers
+    if dora:  # the DoRA magnitudes (`dora_scale`) are merged exactly by ComfyUI and Forge, which shares its code
+        return " and ".join(reader for reader in ("ComfyUI", "Forge") if reader in spec.kohya_readers)
+    return spec.kohya_readers

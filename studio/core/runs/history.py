@@ -36,6 +36,7 @@ class RunSummary:
     family: str = ""
     method: str = ""
     network: str = "lora"  # method.network: the LyCORIS networks write files for other programs
+    dora: bool = False  # method.use_dora: fewer programs read its magnitudes
     status: str = "unknown"  # completed | stopped | failed | running | interrupted | not started | unreadable
     started: _dt.datetime | None = None
     duration_s: float = 0.0
@@ -52,7 +53,7 @@ class RunSummary:
         """The programs `output` is for (core/families/readers.py)."""
         from studio.core.families.readers import readers_of
 
-        return readers_of(output, self.family, self.method, self.network)
+        return readers_of(output, self.family, self.method, self.network, self.dora)
 
     @property
     def resumable(self) -> bool:
@@ -151,6 +152,7 @@ def _describe_config(summary: RunSummary, data: dict[str, Any], presets: list[Pr
     except ConfigError:  # a config of another studio version: show what it says
         return
     summary.family, summary.method, summary.network = config.model.family, config.method.kind, config.method.network
+    summary.dora = config.method.use_dora
     if presets is not None and not summary.preset:
         summary.preset = matching_preset(config, presets)
 
