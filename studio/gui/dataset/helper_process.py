@@ -53,7 +53,7 @@ class HelperProcess(QObject):
         try:
             self._conn.send(message)
         except (BrokenPipeError, OSError):
-            QTimer.singleShot(0, self._ended)
+            QTimer.singleShot(0, self, self._ended)
             return False
         return True
 

@@ -68,7 +68,7 @@ class CaptionSaver(QObject):
         store, batch = self._running
         store.finish_save(batch, jobs[:FINISH_SLICE], report)
         if len(jobs) > FINISH_SLICE:
-            QTimer.singleShot(0, lambda: self._finish_some(jobs[FINISH_SLICE:], report))
+            QTimer.singleShot(0, self, lambda: self._finish_some(jobs[FINISH_SLICE:], report))
             return
         self._running = None
         self.sig_report.emit(report)

@@ -195,7 +195,7 @@ class RunController(QObject):
         if self.model.finished is not None and self.running and not self._stall_kill_armed:
             # The trainer said it is done; if it does not exit (a hung teardown), end it.
             self._stall_kill_armed = True
-            QTimer.singleShot(self.finish_grace_ms, self._kill_if_still_running)
+            QTimer.singleShot(self.finish_grace_ms, self, self._kill_if_still_running)
         if self.model.version != before:
             self.sig_tick.emit()
 
@@ -324,7 +324,7 @@ class RunController(QObject):
             queue.mark_ended(item.id, "failed", f"config unreadable: {exc}")
             self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
             self.sig_queue_changed.emit()
-            QTimer.singleShot(0, self._start_next_queued)
+            QTimer.singleShot(0, self, self._start_next_queued)
             return
         errors, _warnings = preflight_headless(config)  # nobody is there to confirm a warning
         if errors:
@@ -332,7 +332,7 @@ class RunController(QObject):
             queue.mark_ended(item.id, "failed", why)
             self.sig_message.emit(f"Queued config {path} was not started: {why}")
             self.sig_queue_changed.emit()
-            QTimer.singleShot(0, self._start_next_queued)
+            QTimer.singleShot(0, self, self._start_next_queued)
             return
         run_dir = self.start_config(config)
         if run_dir is None:

@@ -353,7 +353,7 @@ class MainWindow(QMainWindow):
             if self.context.project is None:
                 self.project_label.setText("")  # nothing opened (the folder was refused): no project
         self._show_row(self.nav.currentRow())
-        QTimer.singleShot(0, self._build_remaining)
+        QTimer.singleShot(0, self, self._build_remaining)
 
     def _build_remaining(self) -> None:
         """Build one more page per turn of the event loop, so input is never held up long; while the shown
@@ -367,11 +367,11 @@ class MainWindow(QMainWindow):
             if self._busy_since is None:
                 self._busy_since = time.monotonic()
             if time.monotonic() - self._busy_since < BUSY_WAIT_S:
-                QTimer.singleShot(BUSY_POLL_MS, self._build_remaining)
+                QTimer.singleShot(BUSY_POLL_MS, self, self._build_remaining)
                 return
         self._busy_since = None
         self._build_page(missing[0])
-        QTimer.singleShot(0, self._build_remaining)
+        QTimer.singleShot(0, self, self._build_remaining)
 
     @property
     def pages(self) -> list[Page]:
@@ -415,7 +415,7 @@ class MainWindow(QMainWindow):
         if not self._painted:
             self._painted = True
             self.sig_first_paint.emit()
-            QTimer.singleShot(0, self._after_first_paint)
+            QTimer.singleShot(0, self, self._after_first_paint)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         built = list(self._built.values())
