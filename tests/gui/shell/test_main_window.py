@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 from studio.core.project.folder import PROJECT_FILE
 from studio.gui.context import StudioContext
 from studio.gui.shell.application import make_settings
-from studio.gui.shell.main_window import MainWindow
+from studio.gui.shell.main_window import PAGES, MainWindow
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -363,3 +363,22 @@ def test_a_long_project_path_leaves_the_status_messages_their_room(window: MainW
     assert window.statusBar().currentMessage() == message
     shown = window.statusBar().width() - label.width()
     assert shown >= window.statusBar().fontMetrics().horizontalAdvance(message)  # not cut under the path
+
+
+def test_pages_still_to_be_built_are_dropped_with_the_window(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The window builds its pages one per turn of the event loop after its first paint; a window closed and
+    deleted before they are all built leaves no timer behind that builds into it (before, the next test got
+    "Internal C++ object (QStackedWidget) already deleted" from the event loop, or a crash)."""
+    import shiboken6
+    from PySide6.QtCore import QTimer
+
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    window = MainWindow(context)
+    window.show()
+    qtbot.waitUntil(lambda: window._painted, timeout=5000)
+    QTimer.singleShot(0, window, lambda: None)  # let _after_first_paint run and queue the next builds
+    qtbot.waitUntil(lambda: len(window._built) >= 1, timeout=5000)
+    assert len(window._built) < len(PAGES)  # pages still to be built when it goes
+    window.close()
+    shiboken6.delete(window)
+    qtbot.wait(300)  # an exception in a leftover timer fails the test (pytest-qt's event-loop check)
