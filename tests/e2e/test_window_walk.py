@@ -2,7 +2,8 @@
 
 their own kohya folder (`mydata/10_mycat`, one image without a caption) opened as a project → the missing
 caption typed with the keyboard → a known captioner chosen in Caption with…, downloaded from a stand-in
-hub on 127.0.0.1 and run on every image → a preset and the tiny model on Model & Preset, loss masks from
+hub on 127.0.0.1 and run on every image → a FLUX.2 [klein] 9B preset used (it brings its 9B base)
+→ the SD1.5 preset and the tiny model on Model & Preset, loss masks from
 a folder and TensorBoard turned on in its form → Train → Stop → Resume on the Train page → the run on the
 Runs page → a bundle from Export.
 
@@ -26,9 +27,10 @@ from fixtures.waits import files_progress, scaled_s, wait_while_progressing
 from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QCheckBox, QFileDialog, QMessageBox, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QLabel, QMessageBox, QPushButton, QSpinBox, QWidget
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.toml_file import load_config
 from studio.gui.context import StudioContext
 from studio.gui.shell.application import make_settings
 from studio.gui.shell.main_window import MainWindow
@@ -182,8 +184,15 @@ def test_a_new_person_walks_from_their_kohya_folder_to_an_exported_bundle(
     assert all("hatsune miku" in (text or "") for text in written.values()), written
     dialog.close()
 
-    # 4. Model & Preset: the SD1.5 LoRA preset, the tiny model typed in, sized for it; then Train.
+    # 4. Model & Preset. First a FLUX.2 [klein] 9B preset: its card is estimated on the 9B, and using it brings
+    # the 9B base with it (the project's base was SD1.5's default, not one the person chose: nothing to ask).
     model_page = window.show_page("page_model")
+    nine_b = model_page.findChild(QWidget, "preset_card_flux2-klein-9b-lora-40gb")
+    assert nine_b.findChild(QLabel, "preset_estimate").text().startswith("promises 40 GB")
+    _click(qtbot, model_page.findChild(QPushButton, "use_flux2-klein-9b-lora-40gb"))
+    klein = load_config(mydata / "studio.toml")
+    assert (klein.model.family, klein.model.base) == ("flux2-klein", "black-forest-labs/FLUX.2-klein-base-9B")
+    # Then the SD1.5 LoRA preset, the tiny model typed in, sized for it; then Train.
     _click(qtbot, model_page.findChild(QPushButton, "use_sd15-lora"))
     _type_into(qtbot, model_page.base, str(tiny_sd15))  # type: ignore[attr-defined]
     form = model_page.form  # type: ignore[attr-defined]
