@@ -62,6 +62,26 @@ class FamilyAdapter(ABC):
             return ENCODER_HOME
         return device
 
+    def place_frozen(self, denoiser: torch.nn.Module, vae: torch.nn.Module, encoders: list[torch.nn.Module],
+                     device: torch.device, weight_dtype: torch.dtype, dtypes: dict[str, torch.dtype]) -> None:
+        """Freeze the loaded modules and put each where and in what precision training keeps it: the VAE in
+        `vae_dtype`, the denoiser and each text encoder in its `load_dtypes` entry (by component name) or
+        `weight_dtype`, on the device `home` gives it."""
+        from studio.train.families.loading import vae_dtype
+
+        for module in (denoiser, vae, *encoders):
+            module.requires_grad_(False)
+        # A pipeline names its encoders text_encoder, text_encoder_2, ... (SD3's T5, untrained, is the third).
+        names = [self.text_encoder_names[i] if i < len(self.text_encoder_names) else f"text_encoder_{i + 1}"
+                 for i in range(len(encoders))]
+        placed: list[tuple[torch.nn.Module, Any]] = [
+            (vae, vae_dtype(vae, weight_dtype)), (denoiser, dtypes.get(self.denoiser_name, weight_dtype)),
+            *((encoder, dtypes.get(name, weight_dtype)) for encoder, name in zip(encoders, names, strict=True))]
+        for module, dtype in placed:
+            module.to(self.home(module, denoiser, vae, device))
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+
     # ------------------------------------------------------------ loading
 
     @abstractmethod

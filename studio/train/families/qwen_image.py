@@ -22,7 +22,7 @@ from studio.core.families import qwen_image as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
-from studio.train.families.loading import folder_dtypes, load_or_fail, model_source, vae_dtype
+from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.pipelines.qwen_image import LORA_TARGETS, TEMPLATE_PREFIX, TEMPLATE_SUFFIX, TEMPLATE_TOKENS
@@ -67,14 +67,7 @@ class QwenImageAdapter(FamilyAdapter):
         pipe = load_or_fail("pipeline", base, lambda: QwenImagePipeline.from_pretrained(base, **options))
         transformer, vae, encoder = pipe.transformer, pipe.vae, pipe.text_encoder
         self.max_tokens = min(MAX_TOKENS, int(getattr(pipe.tokenizer, "model_max_length", MAX_TOKENS)))
-        for module in (transformer, vae, encoder):
-            module.requires_grad_(False)
-        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
-                  (encoder, dtypes.get("text_encoder", weight_dtype))]
-        for module, dtype in placed:
-            module.to(self.home(module, transformer, vae, device))
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
+        self.place_frozen(transformer, vae, [encoder], device, weight_dtype, dtypes)
         return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler)
 
     def default_lora_targets(self) -> list[str]:

@@ -15,7 +15,6 @@ from studio.train.families.loading import (
     load_single_file,
     load_vae,
     model_source,
-    vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -55,14 +54,7 @@ class SD15Adapter(FamilyAdapter):
         if model.prediction_type != "auto":
             scheduler.register_to_config(prediction_type=model.prediction_type)
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)
-        for module in (unet, vae, text_encoder):
-            module.requires_grad_(False)
-        placed = [(vae, vae_dtype(vae, weight_dtype)), (text_encoder, dtypes.get("text_encoder", weight_dtype)),
-                  (unet, dtypes.get("unet", weight_dtype))]
-        for module, dtype in placed:
-            module.to(self.home(module, unet, vae, device))
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
+        self.place_frozen(unet, vae, [text_encoder], device, weight_dtype, dtypes)
         return Components(unet, vae, [text_encoder], [tokenizer], scheduler, sample_scheduler)
 
     def default_lora_targets(self) -> list[str]:

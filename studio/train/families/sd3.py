@@ -25,7 +25,6 @@ from studio.train.families.loading import (
     load_single_file,
     load_vae,
     model_source,
-    vae_dtype,
 )
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -82,15 +81,7 @@ class SD3Adapter(FamilyAdapter):
         self.joint_attention_dim = int(transformer.config.joint_attention_dim)
         encoders = [pipe.text_encoder, pipe.text_encoder_2, *([pipe.text_encoder_3] if use_t5 else [])]
         tokenizers = [pipe.tokenizer, pipe.tokenizer_2, *([pipe.tokenizer_3] if use_t5 else [])]
-        for module in (transformer, vae, *encoders):
-            module.requires_grad_(False)
-        names = ("text_encoder", "text_encoder_2", "text_encoder_3")[:len(encoders)]
-        placed = [(vae, vae_dtype(vae, weight_dtype)), (transformer, dtypes.get("transformer", weight_dtype)),
-                  *((e, dtypes.get(n, weight_dtype)) for e, n in zip(encoders, names, strict=True))]
-        for module, dtype in placed:
-            module.to(self.home(module, transformer, vae, device))
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
+        self.place_frozen(transformer, vae, encoders, device, weight_dtype, dtypes)
         return Components(transformer, vae, encoders, tokenizers, pipe.scheduler, pipe.scheduler)
 
     def default_lora_targets(self) -> list[str]:

@@ -19,7 +19,6 @@ from studio.train.families.loading import (
     load_single_file,
     load_vae,
     model_source,
-    vae_dtype,
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -90,15 +89,7 @@ class SDXLAdapter(FamilyAdapter):
             scheduler.register_to_config(prediction_type=model.prediction_type)
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)
         encoders = [pipe.text_encoder, pipe.text_encoder_2]
-        for module in (pipe.unet, vae, *encoders):
-            module.requires_grad_(False)
-        placed = [(vae, vae_dtype(vae, weight_dtype)), (pipe.unet, dtypes.get("unet", weight_dtype)),
-                  *((e, dtypes.get(n, weight_dtype)) for e, n in zip(encoders, ("text_encoder", "text_encoder_2"),
-                                                                      strict=True))]
-        for module, dtype in placed:
-            module.to(self.home(module, pipe.unet, vae, device))
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
+        self.place_frozen(pipe.unet, vae, encoders, device, weight_dtype, dtypes)
         return Components(pipe.unet, vae, encoders, [pipe.tokenizer, pipe.tokenizer_2], scheduler, sample_scheduler)
 
     def default_lora_targets(self) -> list[str]:
