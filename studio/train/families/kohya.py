@@ -8,13 +8,16 @@ says how its components are named (SD1.x's single encoder is `lora_te_`, SDXL's 
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from studio.core.families import family
+from studio.train.errors import TrainError
 from studio.train.families.model_spec import model_spec
 from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 from studio.train.pipelines.hub_layout import text_encoder_key
@@ -135,3 +138,29 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
 def cast_layers(layers: dict[str, dict[str, torch.Tensor]], precision: str) -> dict[str, dict[str, torch.Tensor]]:
     dtype = SAVE_DTYPES[precision]
     return {name: {k: v.detach().to("cpu", dtype) for k, v in sd.items()} for name, sd in layers.items()}
+
+
+_PEFT_KEY = re.compile(r"^(.+)\.lora_([AB])(?:\.default)?\.weight$")
+
+
+def renamed_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float, name_of: Callable[[str], str],
+                       dora_scales: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """peft-format LoRA layers of one component, each module under `name_of(module)` (a family's reader layout,
+    one file module per trained module; it raises TrainError for a module its readers cannot place), as
+    `.lora_down/.lora_up.weight` and `.alpha`; a DoRA layer's magnitudes as `.dora_scale`, the value ComfyUI
+    applies (`dora_scales`, networks/dora.py)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in sorted(peft_layers.items()):
+        if key.endswith(f".{MAGNITUDE}"):
+            module = key.removesuffix(f".{MAGNITUDE}")
+            out[f"{name_of(module)}.{DORA_SCALE}"] = (dora_scales or {})[module].to(value.dtype)
+            continue
+        match = _PEFT_KEY.match(key)
+        if not match:
+            raise TrainError("checkpoint", f"unexpected LoRA tensor {key} (neither lora_A nor lora_B)",
+                             "train again from the last checkpoint")
+        module, which = match.groups()
+        name = name_of(module)
+        out[f"{name}.{'lora_down' if which == 'A' else 'lora_up'}.weight"] = value.contiguous()
+        out[f"{name}.alpha"] = torch.tensor(float(alpha))
+    return out

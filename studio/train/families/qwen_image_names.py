@@ -19,7 +19,6 @@ import re
 import torch
 
 from studio.train.errors import TrainError
-from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 
 PREFIX = "lora_unet_"
 # The modules of one block whose names survive the round trip through the readers' underscore form.
@@ -29,7 +28,6 @@ BLOCK_MODULES = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.a
 GLOBAL_MODULES = ("img_in", "txt_in", "proj_out", "norm_out.linear", "time_text_embed.timestep_embedder.linear_1",
                   "time_text_embed.timestep_embedder.linear_2")
 _BLOCK = re.compile(r"^transformer_blocks\.(\d+)\.(.+)$")
-_PEFT_KEY = re.compile(r"^(.+)\.lora_([AB])(?:\.default)?\.weight$")
 
 
 def comfy_knows(module: str) -> bool:
@@ -44,26 +42,20 @@ def kohya_name(module: str) -> str:
     return PREFIX + module.replace(".", "_")
 
 
+def comfy_name(module: str) -> str:
+    """`lora_unet_<module>`, as ComfyUI, musubi-tuner and diffusers read it back; TrainError for a module they cannot."""
+    if not comfy_knows(module):
+        raise TrainError(
+            "config", f"the LoRA layer {module} has no name ComfyUI, musubi-tuner and diffusers all read back",
+            "leave method.target_modules empty (the Qwen-Image defaults), or remove \"kohya\" from output.formats",
+        )
+    return kohya_name(module)
+
+
 def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float,
                      dora_scales: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """peft-format transformer LoRA layers -> `lora_unet_<module>.lora_down/lora_up.weight` and `.alpha`; a DoRA
-    layer's magnitudes -> `.dora_scale`, the value ComfyUI applies (`dora_scales`, networks/dora.py)."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in sorted(peft_layers.items()):
-        if key.endswith(f".{MAGNITUDE}"):
-            module = key.removesuffix(f".{MAGNITUDE}")
-            out[f"{kohya_name(module)}.{DORA_SCALE}"] = (dora_scales or {})[module].to(value.dtype)
-            continue
-        match = _PEFT_KEY.match(key)
-        if not match:
-            raise TrainError("checkpoint", f"unexpected LoRA tensor {key} (neither lora_A nor lora_B)",
-                             "train again from the last checkpoint")
-        module, which = match.groups()
-        if not comfy_knows(module):
-            raise TrainError(
-                "config", f"the LoRA layer {module} has no name ComfyUI, musubi-tuner and diffusers all read back",
-                "leave method.target_modules empty (the Qwen-Image defaults), or remove \"kohya\" from output.formats",
-            )
-        out[f"{kohya_name(module)}.{'lora_down' if which == 'A' else 'lora_up'}.weight"] = value.contiguous()
-        out[f"{kohya_name(module)}.alpha"] = torch.tensor(float(alpha))
-    return out
+    layer's magnitudes -> `.dora_scale` (kohya.renamed_state_dict)."""
+    from studio.train.families.kohya import renamed_state_dict
+
+    return renamed_state_dict(peft_layers, alpha, comfy_name, dora_scales)

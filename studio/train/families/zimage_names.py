@@ -16,7 +16,6 @@ import re
 import torch
 
 from studio.train.errors import TrainError
-from studio.train.networks.dora import DORA_SCALE, MAGNITUDE
 
 # The modules of one block ComfyUI maps (adaLN only in the blocks that have a modulation).
 BLOCK_MODULES = ("attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0",
@@ -24,7 +23,6 @@ BLOCK_MODULES = ("attention.to_q", "attention.to_k", "attention.to_v", "attentio
 GLOBAL_MODULES = ("all_final_layer.2-1.linear", "all_final_layer.2-1.adaLN_modulation.1", "all_x_embedder.2-1",
                   "cap_embedder.1", "t_embedder.mlp.0", "t_embedder.mlp.2")
 _BLOCK = re.compile(r"^(layers|noise_refiner|context_refiner)\.(\d+)\.(.+)$")
-_PEFT_KEY = re.compile(r"^(.+)\.lora_([AB])(?:\.default)?\.weight$")
 PREFIX = "diffusion_model."
 
 
@@ -37,26 +35,20 @@ def comfy_knows(module: str) -> bool:
     return module in GLOBAL_MODULES
 
 
+def comfy_name(module: str) -> str:
+    """`diffusion_model.<module>`, which ComfyUI's Z-Image key map places; TrainError for a module it has no place for."""
+    if not comfy_knows(module):
+        raise TrainError(
+            "config", f"the LoRA layer {module} has no place in ComfyUI's Z-Image key map",
+            "leave method.target_modules empty (the Z-Image defaults), or remove \"kohya\" from output.formats",
+        )
+    return PREFIX + module
+
+
 def comfy_state_dict(peft_layers: dict[str, torch.Tensor], alpha: float,
                      dora_scales: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """peft-format transformer LoRA layers -> `diffusion_model.<module>.lora_down/lora_up.weight` and `.alpha`;
-    a DoRA layer's magnitudes -> `.dora_scale`, the value ComfyUI applies (`dora_scales`, networks/dora.py)."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in sorted(peft_layers.items()):
-        if key.endswith(f".{MAGNITUDE}"):
-            module = key.removesuffix(f".{MAGNITUDE}")
-            out[f"{PREFIX}{module}.{DORA_SCALE}"] = (dora_scales or {})[module].to(value.dtype)
-            continue
-        match = _PEFT_KEY.match(key)
-        if not match:
-            raise TrainError("checkpoint", f"unexpected LoRA tensor {key} (neither lora_A nor lora_B)",
-                             "train again from the last checkpoint")
-        module, which = match.groups()
-        if not comfy_knows(module):
-            raise TrainError(
-                "config", f"the LoRA layer {module} has no place in ComfyUI's Z-Image key map",
-                "leave method.target_modules empty (the Z-Image defaults), or remove \"kohya\" from output.formats",
-            )
-        out[f"{PREFIX}{module}.{'lora_down' if which == 'A' else 'lora_up'}.weight"] = value.contiguous()
-        out[f"{PREFIX}{module}.alpha"] = torch.tensor(float(alpha))
-    return out
+    a DoRA layer's magnitudes -> `.dora_scale` (kohya.renamed_state_dict)."""
+    from studio.train.families.kohya import renamed_state_dict
+
+    return renamed_state_dict(peft_layers, alpha, comfy_name, dora_scales)
