@@ -8,7 +8,6 @@ constraints/cloud.txt. Cloud requests then run there through the bridge (bridge.
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 from collections.abc import Callable
@@ -31,25 +30,18 @@ def cloud_env_dir() -> Path:
     return Path(os.environ.get(CLOUD_ENV_VAR) or env_dir().parent / "cloud-env")
 
 
-@functools.lru_cache(maxsize=8)
-def has_skypilot(python: str) -> bool:
-    """Whether `python` can import SkyPilot (asked once per interpreter; forget() after an install)."""
-    try:
-        done = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('sky') is None)"],
-                              capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-def forget() -> None:
-    has_skypilot.cache_clear()
+def has_skypilot(folder: Path) -> bool:
+    """Whether the virtual environment in `folder` holds SkyPilot's `sky` package: read from its site-packages
+    (no interpreter started, so the Export page asks it on the GUI thread for free)."""
+    return any(folder.glob("lib/python*/site-packages/sky/__init__.py")) \
+        or (folder / "Lib" / "site-packages" / "sky" / "__init__.py").is_file()
 
 
 def cloud_python(folder: Path | None = None) -> Path | None:
     """The cloud environment's interpreter when it has SkyPilot, else None."""
-    python = env_python(folder or cloud_env_dir())
-    return python if python.exists() and has_skypilot(str(python)) else None
+    folder = folder or cloud_env_dir()
+    python = env_python(folder)
+    return python if python.exists() and has_skypilot(folder) else None
 
 
 def install_cloud_env(folder: Path | None = None, wheelhouse: Path | None = None,
@@ -87,7 +79,6 @@ def install_cloud_env(folder: Path | None = None, wheelhouse: Path | None = None
                 raise CloudError(f"installing SkyPilot failed ({command[0]} exit status {process.returncode}); "
                                  f"every line is in {log}; check the internet connection or pip's index, then "
                                  "install again")
-    forget()
     if cloud_python(folder) is None:
         raise CloudError(f"SkyPilot was installed into {folder} but does not import there; see {log}")
     return python

@@ -164,7 +164,7 @@ def test_install_skypilot_makes_the_cloud_environment_and_launch_is_ready(
 
     from fixtures.wheelhouse import build_wheel
 
-    from studio.core.cloud.environment import CLOUD_ENV_VAR, forget
+    from studio.core.cloud.environment import CLOUD_ENV_VAR
     from studio.core.resources import app_root
     from studio.core.trainenv.packages import pinned_versions
 
@@ -174,7 +174,6 @@ def test_install_skypilot_makes_the_cloud_environment_and_launch_is_ready(
     monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "cloud-env"))
     monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
-    forget()
     _context, export, _train, _runs = pages
     export.refresh()
     panel = export.cloud
