@@ -1,5 +1,7 @@
-"""One contract, run for every declared family: its tiny model trains a few steps, the LoRA files are
-written, and the diffusers file loads into the family's own pipeline and changes its denoiser.
+"""One contract, run for every declared family: its tiny model trains a few steps with samples, the LoRA
+files are written, the diffusers file loads into the family's own pipeline and changes its denoiser, a
+run stopped halfway resumes to the very weights and losses of the uninterrupted one, and the estimate's
+parts add up to its total. (That each setting acts or is refused, family by family: test_every_setting_acts.)
 
 Each family's particular checks (its key layouts, its readers, its settings) stay in its own tests
 (test_sd3.py, test_zimage.py, ...); this one holds all of them to the same shape, found by name from
@@ -14,14 +16,23 @@ from pathlib import Path
 import pytest
 from fixtures.training import train_in_process
 from safetensors import safe_open
+from safetensors.torch import load_file
 
-from studio.core.config.schema import MethodSection, OutputSection, TrainConfig, TrainingSection
+from studio.core.config.paths import resolve_paths
+from studio.core.config.schema import (
+    MethodSection,
+    OutputSection,
+    SamplingSection,
+    TrainConfig,
+    TrainingSection,
+)
+from studio.core.estimate.estimate import estimate_vram
 from studio.core.families import FAMILY_NAMES, family
-from studio.core.runs.events import RunFinished
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Sample, Step
 
 torch = pytest.importorskip("torch")
 
-STEPS = 2
+STEPS = 4
 
 
 def test_every_family_is_found_by_name_in_each_of_its_homes() -> None:
@@ -36,21 +47,29 @@ def test_every_family_is_found_by_name_in_each_of_its_homes() -> None:
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
-def test_the_tiny_model_trains_saves_and_reloads_in_its_pipeline(
+def test_the_tiny_model_trains_samples_saves_reloads_and_resumes_exactly(
         name: str, make_config: Callable[..., TrainConfig], events_of: Callable[[Path], list[object]],
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import diffusers
 
     declared = family(name)
     config = make_config(
         name, method=MethodSection(kind="lora", rank=4, alpha=8),
         training=TrainingSection(batch_size=2, max_steps=STEPS, learning_rate=5e-2, seed=1),
+        sampling=SamplingSection(prompts=["a red circle"], every_n_steps=2, steps=2, seed=3),
         output=OutputSection(dir=str(tmp_path / "runs"), name="contract", formats=["diffusers", "kohya"]),
     )
+    estimate = estimate_vram(resolve_paths(config, tmp_path), None)
+    assert sum(part.mb for part in estimate.parts) == pytest.approx(estimate.total_mb, abs=0.5)
+
     code, run_dir = train_in_process(config, tmp_path)
+    events = events_of(run_dir)
     assert code == 0, (run_dir / "events.jsonl").read_text(encoding="utf-8")[-2000:]
-    (finished,) = [e for e in events_of(run_dir) if isinstance(e, RunFinished)]
+    (finished,) = [e for e in events if isinstance(e, RunFinished)]
     assert finished.status == "completed"
+    samples = [e for e in events if isinstance(e, Sample)]
+    assert {e.step for e in samples} >= {2, STEPS}
+    assert all((run_dir / image).is_file() for e in samples for image in e.images)
 
     output = run_dir / "output"
     with safe_open(str(output / "contract.safetensors"), "pt") as handle:
@@ -70,3 +89,39 @@ def test_the_tiny_model_trains_saves_and_reloads_in_its_pipeline(
     changed = [key for key, value in denoiser.state_dict().items()
                if key in before and not torch.equal(value, before[key])]
     assert changed, f"the {declared.title} LoRA changed no weight of the {declared.denoiser}"
+
+    _stop_at_two_and_resume(config, run_dir, events_of, tmp_path, monkeypatch)
+
+
+def _stop_at_two_and_resume(config: TrainConfig, straight_dir: Path, events_of: Callable[[Path], list[object]],
+                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run held to step 2 by a STOP written at that step (no race with the clock), then resumed, ends at
+    the weights and losses of the uninterrupted run."""
+    from studio.train.loop import Trainer
+
+    original = Trainer._after_step
+
+    def stop_after_two(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 2:
+            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_two)
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0
+    events = events_of(run_dir)
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "stopped" and finished.step == 2
+    assert any(isinstance(e, Checkpoint) and e.step == 2 for e in events)
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    code, _ = train_in_process(config, tmp_path, resume_dir=run_dir)
+    assert code == 0
+    events = events_of(run_dir)
+    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    resumed = load_file(str(run_dir / "output" / "pytorch_lora_weights.safetensors"))
+    straight = load_file(str(straight_dir / "output" / "pytorch_lora_weights.safetensors"))
+    assert resumed.keys() == straight.keys()
+    for key in straight:
+        torch.testing.assert_close(resumed[key].float(), straight[key].float(), atol=1e-5, rtol=1e-4)
+    straight_losses = [round(e.loss, 5) for e in events_of(straight_dir) if isinstance(e, Step)]
+    assert [round(e.loss, 5) for e in events if isinstance(e, Step)] == straight_losses

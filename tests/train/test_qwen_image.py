@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from fixtures.training import train_in_process
 from safetensors import safe_open
-from safetensors.torch import load_file
 
 from studio.core.config.schema import (
     ConceptSection,
@@ -23,7 +22,7 @@ from studio.core.config.schema import (
     TrainConfig,
     TrainingSection,
 )
-from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Sample, Step
+from studio.core.runs.events import RunFinished, Sample, Step
 
 torch = pytest.importorskip("torch")
 
@@ -139,39 +138,6 @@ def test_both_files_reload_in_the_pipeline_and_change_the_image_alike(lora_run: 
     comfy_pipe = _pipeline(tiny_qwen_image)
     comfy_pipe.load_lora_weights(str(lora_run / "output"), weight_name="qwen-image.safetensors")
     np.testing.assert_allclose(_image(comfy_pipe), diffusers_image, atol=2e-3)
-
-
-def test_stop_and_resume_end_at_the_uninterrupted_weights(lora_run: Path, tiny_qwen_image: Path, demo_data: Path,
-                                                           events_of, tmp_path: Path, monkeypatch) -> None:
-    from studio.train.loop import Trainer
-
-    original = Trainer._after_step
-
-    def stop_after_two(self: Trainer, epoch: int) -> None:
-        original(self, epoch)
-        if self.step == 2:
-            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
-
-    monkeypatch.setattr(Trainer, "_after_step", stop_after_two)
-    config = _config(tiny_qwen_image, demo_data, tmp_path)
-    config.sampling.prompts = []  # the uninterrupted run's sample draws no random numbers of the training
-    code, run_dir = train_in_process(config, tmp_path)
-    assert code == 0
-    events = events_of(run_dir)
-    assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped" and events[-1].step == 2
-    assert any(isinstance(e, Checkpoint) and e.step == 2 for e in events)
-    monkeypatch.setattr(Trainer, "_after_step", original)
-    code, _ = train_in_process(None, tmp_path, resume_dir=run_dir)  # type: ignore[arg-type]
-    assert code == 0
-    events = events_of(run_dir)
-    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
-    resumed = load_file(str(run_dir / "output" / "pytorch_lora_weights.safetensors"))
-    straight = load_file(str(lora_run / "output" / "pytorch_lora_weights.safetensors"))
-    assert resumed.keys() == straight.keys()
-    for key in straight:
-        torch.testing.assert_close(resumed[key].float(), straight[key].float(), atol=1e-5, rtol=1e-4)
-    straight_losses = [round(e.loss, 5) for e in events_of(lora_run) if isinstance(e, Step)]
-    assert [round(e.loss, 5) for e in events if isinstance(e, Step)] == straight_losses
 
 
 def test_the_example_recipe_latents_text_rows_timesteps_and_packed_prediction(tiny_qwen_image: Path,

@@ -3,17 +3,58 @@
 Add the family's declaration module (a `FamilySpec` named `FAMILY`, beside this file) to
 `_DECLARATIONS`; everything else (the schema's allowed values, the GUI's lists, the model
 detection, the estimate and the bundle) follows from it.
+
+A family being developed outside the studio is declared the same way in a module of its own, named
+in the environment before the studio starts: STUDIO_FAMILY_MODULES="package.declaration[,...]".
+Its `FamilySpec.home` names the module with its trainer adapter and tiny model (the test suite's
+toy family, tests/fixtures/toy_family.py, gets the family contract test this way).
 """
 
 from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
 
 from studio.core.families import flux2_klein, qwen_image, sd3, sd15, sdxl, zimage
 from studio.core.families.settings import OFFERED
 from studio.core.families.spec import CheckpointKind, FamilySpec
 
 _DECLARATIONS = (sd15, sdxl, sd3, flux2_klein, zimage, qwen_image)
+OUTSIDE_ENV = "STUDIO_FAMILY_MODULES"
 
-FAMILIES: tuple[FamilySpec, ...] = tuple(module.FAMILY for module in _DECLARATIONS)
+
+class FamilyDeclarationError(RuntimeError):
+    """A family named in STUDIO_FAMILY_MODULES that cannot be registered; says which and why."""
+
+
+def _outside(names: str, known: tuple[FamilySpec, ...]) -> tuple[FamilySpec, ...]:
+    """The families declared in the modules STUDIO_FAMILY_MODULES names, checked against the others."""
+    found: list[FamilySpec] = []
+    for name in (n.strip() for n in names.split(",")):
+        if not name:
+            continue
+        try:
+            module: ModuleType = importlib.import_module(name)
+        except ImportError as exc:
+            raise FamilyDeclarationError(f"{OUTSIDE_ENV} names {name!r}, which cannot be imported ({exc}); "
+                                         f"put its folder on PYTHONPATH or remove it from {OUTSIDE_ENV}") from None
+        spec = getattr(module, "FAMILY", None)
+        if not isinstance(spec, FamilySpec) or not spec.home:
+            raise FamilyDeclarationError(f"{name} ({OUTSIDE_ENV}) must define FAMILY, a FamilySpec whose home names "
+                                         "the module with its ADAPTER and build_tiny")
+        taken = {s.name for s in (*known, *found)}
+        classes = {c for s in (*known, *found) for c in s.pipeline_classes}
+        if spec.name in taken or classes & set(spec.pipeline_classes):
+            raise FamilyDeclarationError(f"{name} ({OUTSIDE_ENV}) declares {spec.name!r} with pipeline classes "
+                                         f"{', '.join(spec.pipeline_classes)}: a registered family already has that "
+                                         "name or class; give it its own")
+        found.append(spec)
+    return tuple(found)
+
+
+_OWN: tuple[FamilySpec, ...] = tuple(module.FAMILY for module in _DECLARATIONS)
+FAMILIES: tuple[FamilySpec, ...] = _OWN + _outside(os.environ.get(OUTSIDE_ENV, ""), _OWN)
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 # New projects, the demo and the new-project wizard start from this family.
 DEFAULT_FAMILY: str = FAMILIES[0].name

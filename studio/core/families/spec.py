@@ -104,6 +104,12 @@ class FamilySpec:
     # The denoiser's repeated blocks that training.compile = "blocks" compiles once, where its diffusers
     # class does not name them itself (`_repeated_blocks`).
     repeated_blocks: tuple[str, ...] = ()
+    # A family declared outside the studio (STUDIO_FAMILY_MODULES, registry.py): the importable module that
+    # holds its trainer's `ADAPTER` and its `build_tiny`. Empty: the studio's own homes, found by the name.
+    home: str = ""
+    # A family whose denoiser is another's architecture under a name of its own: the counted
+    # architecture it reads (resources/architectures/<counted_as>.json). Empty: its own name.
+    counted_as: str = ""
     # Families of several architectures (sizes): the size a base model is, and each size's hub base.
     size_of: Callable[[str], str] | None = field(default=None, repr=False)
     size_bases: dict[str, str] = field(default_factory=dict)
@@ -114,7 +120,8 @@ class FamilySpec:
 
     def architecture(self, base: str) -> str:
         """The counted architecture (resources/architectures/<name>.json) a base model of this family has."""
-        return f"{self.name}-{self.size_of(base)}" if self.size_of is not None else self.name
+        name = self.counted_as or self.name
+        return f"{name}-{self.size_of(base)}" if self.size_of is not None else name
 
     def download_gb_of(self, base: str) -> float:
         """A hub base's training files, roughly, for this base model's size."""

@@ -9,15 +9,20 @@ from __future__ import annotations
 import importlib
 
 from studio.core.config.schema import TrainConfig
+from studio.core.families import FAMILIES
 from studio.train.errors import TrainError
 from studio.train.families.base import FamilyAdapter
 
 __all__ = ["FamilyAdapter", "adapter_for"]
 
+_FAMILIES = {spec.name: spec for spec in FAMILIES}
+
 
 def adapter_for(config: TrainConfig) -> FamilyAdapter:
     family = config.model.family
-    module_name = f"{__name__}.{family.replace('-', '_')}"  # flux2-klein lives in flux2_klein.py
+    declared = _FAMILIES.get(family)
+    # flux2-klein lives in flux2_klein.py; a family declared outside the studio names its home
+    module_name = declared.home if declared is not None and declared.home else f"{__name__}.{family.replace('-', '_')}"
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

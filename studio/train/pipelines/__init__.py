@@ -8,8 +8,11 @@ from types import ModuleType
 
 
 def family_module(family: str) -> ModuleType | None:
-    """The family's own pipeline module here, or None when it has none."""
-    name = f"{__name__}.{family.replace('-', '_')}"
+    """The family's own pipeline module here (or its declared home outside the studio), or None when it has none."""
+    from studio.core.families import FAMILIES
+
+    home = next((spec.home for spec in FAMILIES if spec.name == family and spec.home), "")
+    name = home or f"{__name__}.{family.replace('-', '_')}"
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
