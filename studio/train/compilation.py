@@ -26,6 +26,11 @@ from studio.core.user_dirs import cache_dir
 from studio.train.errors import TrainError
 
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# torch.compile's backend: inductor (the default) builds kernels; STUDIO_COMPILE_BACKEND=aot_eager traces
+# and splits the graphs the same way but runs them with torch's own kernels, which tells a problem of the
+# kernel compiler from one of the graphs (and is how the suite checks most compiled set-ups quickly).
+BACKEND_ENV = "STUDIO_COMPILE_BACKEND"
+BACKENDS = ("inductor", "aot_eager", "eager")
 # Compiled variants kept per block: image sizes x block shapes (SDXL has three widths); past the
 # limit torch runs the block eagerly, so the limit is generous.
 RECOMPILE_LIMIT = 64
@@ -70,6 +75,15 @@ class CompiledDenoiser:
         return True
 
 
+def compile_backend() -> str:
+    """The backend STUDIO_COMPILE_BACKEND names (inductor when unset); another value is refused with the choices."""
+    chosen = os.environ.get(BACKEND_ENV, "").strip() or BACKENDS[0]
+    if chosen not in BACKENDS:
+        raise TrainError("config", f"{BACKEND_ENV}={chosen!r} is not a compile backend the studio uses",
+                         f"set it to one of {', '.join(BACKENDS)}, or unset it")
+    return chosen
+
+
 def block_classes(denoiser: torch.nn.Module, declared: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The denoiser's repeated blocks: those its diffusers class names, else the family's declaration's."""
     named = getattr(denoiser, "_repeated_blocks", None)
@@ -88,11 +102,12 @@ def compile_denoiser(denoiser: torch.nn.Module, mode: str, family: str | None = 
         return None
     import torch._dynamo
 
+    backend = compile_backend()
     use_compile_cache()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     name = type(denoiser).__name__
     if mode == "full":
-        denoiser.compile(dynamic=False)
+        denoiser.compile(dynamic=False, backend=backend)
         return CompiledDenoiser(mode, f"the whole {name}")
     classes = block_classes(denoiser, declared_family(family).repeated_blocks if family else ())
     blocks = [m for m in denoiser.modules() if type(m).__name__ in classes]
@@ -100,10 +115,10 @@ def compile_denoiser(denoiser: torch.nn.Module, mode: str, family: str | None = 
         raise TrainError("config", f"training.compile = \"blocks\": the {name} has no repeated blocks the studio "
                          "knows how to compile", "set training.compile = \"full\" or \"off\"")
     if getattr(denoiser, "_repeated_blocks", None) and hasattr(denoiser, "compile_repeated_blocks"):
-        denoiser.compile_repeated_blocks(dynamic=False)  # type: ignore[operator]
+        denoiser.compile_repeated_blocks(dynamic=False, backend=backend)  # type: ignore[operator]
     else:
         for block in blocks:
-            block.compile(dynamic=False)
+            block.compile(dynamic=False, backend=backend)
     return CompiledDenoiser(mode, f"{len(blocks)} {' / '.join(classes)} blocks")
 
 
