@@ -61,21 +61,34 @@ class SamplingPlan:
 
 @contextlib.contextmanager
 def decode_tiled(vae: Any, tiled: bool) -> Iterator[None]:
-    """The VAE decodes in VAE_TILE_PX tiles (and one image at a time) inside the block when `tiled`."""
+    """The VAE decodes in tiles of at most VAE_TILE_PX (and one image at a time) inside the block when `tiled`.
+
+    AutoencoderKL keeps one square tile side (`tile_sample_min_size`); the VAEs tiled by height and
+    width (Qwen-Image's) keep both and the stride between tiles, which overlap by a quarter."""
     if not tiled:
         yield
         return
-    saved = (vae.use_tiling, vae.use_slicing, vae.tile_sample_min_size, vae.tile_latent_min_size)
-    side = vae.tile_sample_min_size
-    if isinstance(side, int) and side > VAE_TILE_PX:
-        vae.tile_latent_min_size = vae.tile_latent_min_size * VAE_TILE_PX // side
-        vae.tile_sample_min_size = VAE_TILE_PX
-    vae.enable_tiling()
+    if hasattr(vae, "tile_sample_min_size"):
+        names: tuple[str, ...] = ("use_tiling", "use_slicing", "tile_sample_min_size", "tile_latent_min_size")
+    else:
+        names = ("use_tiling", "use_slicing", "tile_sample_min_height", "tile_sample_min_width",
+                 "tile_sample_stride_height", "tile_sample_stride_width")
+    saved = {name: getattr(vae, name) for name in names}
+    if "tile_sample_min_size" in saved:
+        side = vae.tile_sample_min_size
+        if isinstance(side, int) and side > VAE_TILE_PX:
+            vae.tile_latent_min_size = vae.tile_latent_min_size * VAE_TILE_PX // side
+            vae.tile_sample_min_size = VAE_TILE_PX
+        vae.enable_tiling()
+    else:
+        side = min(VAE_TILE_PX, vae.tile_sample_min_height, vae.tile_sample_min_width)
+        vae.enable_tiling(side, side, side * 3 // 4, side * 3 // 4)
     vae.enable_slicing()
     try:
         yield
     finally:
-        vae.use_tiling, vae.use_slicing, vae.tile_sample_min_size, vae.tile_latent_min_size = saved
+        for name, value in saved.items():
+            setattr(vae, name, value)
 
 
 @contextlib.contextmanager

@@ -54,3 +54,36 @@ def test_tiling_is_switched_off_again_after_the_samples(tiny_sd15: Path) -> None
     with decode_tiled(vae, True):
         assert vae.use_tiling and vae.use_slicing
     assert (vae.use_tiling, vae.use_slicing, vae.tile_sample_min_size, vae.tile_latent_min_size) == before
+
+
+def test_a_vae_tiled_by_height_and_width_decodes_in_tiles_and_is_put_back(tiny_model, monkeypatch) -> None:
+    """Qwen-Image's VAE keeps a tile height, width and stride (not AutoencoderKL's one side): a sample
+    larger than its tile is decoded tile by tile, the picture matches the whole decode, and the VAE's
+    settings are its own again after the samples."""
+    from diffusers import AutoencoderKLQwenImage
+
+    from studio.train.samples import decode_tiled
+
+    vae = AutoencoderKLQwenImage.from_pretrained(tiny_model("qwen-image") / "vae").eval()
+    names = ("use_tiling", "use_slicing", "tile_sample_min_height", "tile_sample_min_width",
+             "tile_sample_stride_height", "tile_sample_stride_width")
+    before = {name: getattr(vae, name) for name in names}
+    calls: list[tuple[int, ...]] = []
+    tiled_decode = AutoencoderKLQwenImage.tiled_decode
+
+    def counted(self: Any, z: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(tuple(z.shape[-2:]))
+        return tiled_decode(self, z, *args, **kwargs)
+
+    monkeypatch.setattr(AutoencoderKLQwenImage, "tiled_decode", counted)
+    torch.manual_seed(0)
+    latents = torch.randn(1, vae.config.z_dim, 1, 48, 48)  # a 384 px picture
+    with torch.no_grad():
+        whole = vae.decode(latents).sample
+        with decode_tiled(vae, True):
+            assert vae.use_tiling and vae.use_slicing
+            tiled = vae.decode(latents).sample
+    assert calls == [(48, 48)]
+    assert tiled.shape == whole.shape == (1, 3, 1, 384, 384)
+    assert (tiled - whole).abs().mean() < 0.1 * whole.abs().mean()  # tiles blended at their overlaps
+    assert {name: getattr(vae, name) for name in names} == before
