@@ -44,6 +44,7 @@ from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
 from studio.train.memory.sharding import Sharding
+from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_epoch_lora, save_outputs
@@ -84,6 +85,7 @@ class Trainer:
         self.sharding = Sharding(config, accelerator)
         self.compiled: CompiledDenoiser | None = None
         self.stop_agreed = False  # what the last read-back said (several processes)
+        self.spill: SpillWatch | None = None  # Windows' spill of GPU memory into system memory (setup)
         self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
 
     @property
@@ -111,6 +113,7 @@ class Trainer:
         for pickled in (p for p in (config.model.base, config.model.vae) if p and is_pickle_file(p)):
             self.reporter.warn(pickle_warning(pickled), pickled, "")  # allowed by model.allow_pickle (validation)
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
+        self.spill = watch_cards(acc.device)
         self.dtype = weight_dtype(config, acc)
         self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
                                           acc.autocast)
@@ -298,6 +301,9 @@ class Trainer:
                                 elapsed_s=round(seconds, 2))
         for event in report.steps:
             self.reporter.emit(event)
+        spilled = self.spill.check(report.steps) if self.spill is not None else None
+        if spilled is not None:
+            self.reporter.warn(spilled[0], None, spilled[1])
         if report.not_finite is not None:
             step, value = report.not_finite
             raise TrainError("nan", f"the loss became {value} at step {step}",
