@@ -25,7 +25,7 @@ from studio.core.config.schema import (
 )
 from studio.core.dataset.demo_shapes import write_demo_dataset
 from studio.core.project.preflight import check_dataset
-from studio.core.runs.events import RunFinished, Sample, Step
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Sample, Step
 
 torch = pytest.importorskip("torch")
 
@@ -66,7 +66,7 @@ def _config(base: Path, targets: Path, folders: list[str], out: Path, *, cache: 
         training=TrainingSection(batch_size=2, max_steps=STEPS, learning_rate=2e-2, seed=3,
                                  cache_text_embeddings=cache, cache_latents=cache),
         sampling=SamplingSection(every_n_steps=STEPS, prompts=[INSTRUCTION], steps=2, guidance=1.0),
-        output=OutputSection(dir=str(out / "runs"), name="edit", formats=["diffusers"]),
+        output=OutputSection(dir=str(out / "runs"), name="edit", formats=["diffusers"], save_every_n_steps=2),
     )
 
 
@@ -204,3 +204,53 @@ def test_a_family_whose_pipeline_takes_no_control_refuses_edit_pairs_naming_the_
     with pytest.raises(TrainError, match="SDXL does not train edit pairs") as caught:
         collect_items(config, lambda *a: None)
     assert caught.value.kind == "config" and "FLUX.2 [klein]" in caught.value.hint
+
+
+def test_a_stopped_edit_run_resumes_to_the_uninterrupted_weights(edit_run: tuple[Path, Path], tiny_flux2_klein: Path,
+                                                                 events_of: Callable, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors.torch import load_file
+
+    from studio.train.loop import Trainer
+
+    straight_run, targets = edit_run
+    original = Trainer._after_step
+
+    def stop_after_two(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 2:
+            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_two)
+    code, run_dir = train_in_process(_config(tiny_flux2_klein, targets, [], tmp_path), tmp_path)
+    assert code == 0 and any(isinstance(e, Checkpoint) and e.step == 2 for e in events_of(run_dir))
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    code, _ = train_in_process(None, tmp_path, resume_dir=run_dir)  # type: ignore[arg-type]
+    assert code == 0
+    events = events_of(run_dir)
+    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    assert [round(e.loss, 5) for e in events if isinstance(e, Step)] == [
+        round(e.loss, 5) for e in events_of(straight_run) if isinstance(e, Step)]
+    resumed = load_file(str(run_dir / "output" / "pytorch_lora_weights.safetensors"))
+    straight = load_file(str(straight_run / "output" / "pytorch_lora_weights.safetensors"))
+    assert resumed.keys() == straight.keys()
+    for key in straight:
+        torch.testing.assert_close(resumed[key], straight[key], atol=1e-5, rtol=1e-4)
+
+
+def test_samples_edit_the_configured_held_out_control_or_else_the_first_pairs(tmp_path: Path) -> None:
+    from studio.train.data.controls import sample_controls
+    from studio.train.data.items import collect_items
+    from studio.train.errors import TrainError
+
+    targets, folders = _pairs(tmp_path, "folder", count=2)
+    config = _config(tmp_path / "model", targets, folders, tmp_path)
+    items = collect_items(config, lambda *a: None)
+    assert sample_controls(config, items) == (_controls(targets)[0],)
+    held_out = tmp_path / "held-out.png"
+    Image.new("RGB", (80, 40), (10, 200, 30)).save(held_out)
+    config.sampling.control_image = str(held_out)
+    assert sample_controls(config, items) == (held_out,)
+    config.sampling.control_image = str(tmp_path / "gone.png")
+    with pytest.raises(TrainError, match="sampling.control_image .*gone.png is no image file"):
+        sample_controls(config, items)
