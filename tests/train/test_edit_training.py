@@ -252,5 +252,5 @@ def test_samples_edit_the_configured_held_out_control_or_else_the_first_pairs(tm
     config.sampling.control_image = str(held_out)
     assert sample_controls(config, items) == (held_out,)
     config.sampling.control_image = str(tmp_path / "gone.png")
-    with pytest.raises(TrainError, match="sampling.control_image .*gone.png is no image file"):
+    with pytest.raises(TrainError, match=r"sampling\.control_image .*gone\.png is no image file"):
         sample_controls(config, items)
