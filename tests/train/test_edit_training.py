@@ -254,3 +254,50 @@ def test_samples_edit_the_configured_held_out_control_or_else_the_first_pairs(tm
     config.sampling.control_image = str(tmp_path / "gone.png")
     with pytest.raises(TrainError, match=r"sampling\.control_image .*gone\.png is no image file"):
         sample_controls(config, items)
+
+
+def test_the_validation_loss_of_an_edit_pair_reads_its_control(tiny_flux2_klein: Path, tmp_path: Path) -> None:
+    """A held-out pair is measured with its control's reference tokens: another control, another loss."""
+    import contextlib
+    import dataclasses
+    import types
+
+    from studio.train.data.items import collect_items
+    from studio.train.extras.validation import ValidationLoss
+    from studio.train.families.flux2_klein import Flux2KleinAdapter
+
+    targets, folders = _pairs(tmp_path, "folder", count=2)
+    config = _config(tiny_flux2_klein, targets, folders, tmp_path)
+    config.training.validation_every = 1
+    adapter = Flux2KleinAdapter(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    accelerator = types.SimpleNamespace(device=torch.device("cpu"), autocast=contextlib.nullcontext)
+    trainer = types.SimpleNamespace(config=config, adapter=adapter, components=components, accelerator=accelerator,
+                                    train_modules=[], total=1)
+    held = collect_items(config, lambda *a: None)[:1]
+    other = [dataclasses.replace(held[0], controls=(_controls(targets)[1],))]
+    losses = [ValidationLoss(trainer, items).measure(1).loss for items in (held, other, held)]
+    assert np.isfinite(losses).all()
+    assert losses[0] == losses[2] and abs(losses[0] - losses[1]) > 1e-6
+
+
+def test_a_mirrored_target_comes_with_its_controls_mirrored(tmp_path: Path) -> None:
+    """With dataset.flip, a pair whose control is its target stays equal, mirrored or not, in every batch."""
+    from studio.train.data.batches import EpochPlan, MicroBatches
+    from studio.train.data.items import collect_items
+
+    targets, folders = _pairs(tmp_path, "folder", count=2)
+    for control in _controls(targets):
+        (targets / control.name).write_bytes(control.read_bytes())  # the after is the before
+    config = _config(tmp_path / "model", targets, folders, tmp_path, cache=False)
+    config.dataset.flip = True
+    items = collect_items(config, lambda *a: None)
+    batches = MicroBatches(EpochPlan(items, 1, 1, seed=2), config.dataset, 0, 0, 8, with_pixels=True)
+    flipped = 0
+    for batch in (batches[i] for i in range(len(batches))):
+        assert batch["controls"].shape == (1, 1, 3, 64, 64)
+        torch.testing.assert_close(batch["controls"][:, 0], batch["pixels"])
+        unflipped = torch.from_numpy(np.asarray(Image.open(items[batch["items"][0]].path).convert("RGB"),
+                                                np.float32).transpose(2, 0, 1) / 127.5 - 1)
+        flipped += not torch.allclose(batch["pixels"][0], unflipped)
+    assert 0 < flipped < len(batches)  # some were mirrored, some not
