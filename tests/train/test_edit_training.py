@@ -44,10 +44,13 @@ def _pairs(root: Path, layout: str, count: int = 4) -> tuple[Path, list[str]]:
             control, target = opened.convert("RGB"), ImageOps.invert(opened.convert("RGB"))
         target.save(image)
         image.with_suffix(".txt").write_text(INSTRUCTION, encoding="utf-8")
-        where = {"folder": targets / "control" / image.name, "suffix": image.with_name(f"{image.stem}_control.png"),
-                 "separate": separate / image.name}[layout]
-        where.parent.mkdir(parents=True, exist_ok=True)
-        control.save(where)
+        where = {"folder": [targets / "control" / image.name],
+                 "two-controls": [targets / "control" / image.name, targets / "control_1" / image.name],
+                 "suffix": [image.with_name(f"{image.stem}_control.png")],
+                 "separate": [separate / image.name]}[layout]
+        for place in where:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            control.save(place)
     return targets, [str(separate)] if layout == "separate" else []
 
 
@@ -160,7 +163,7 @@ def test_the_denoiser_sees_the_controls_as_the_pipeline_gives_them(tiny_flux2_kl
     torch.testing.assert_close(calls[0]["hidden_states"], call["hidden_states"], atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("layout", ["suffix", "separate"])
+@pytest.mark.parametrize("layout", ["suffix", "separate", "two-controls"])
 def test_edit_pairs_in_every_layout_train_without_caches(layout: str, tiny_flux2_klein: Path, tmp_path: Path,
                                                          events_of: Callable) -> None:
     targets, folders = _pairs(tmp_path, layout)
@@ -301,3 +304,21 @@ def test_a_mirrored_target_comes_with_its_controls_mirrored(tmp_path: Path) -> N
                                                 np.float32).transpose(2, 0, 1) / 127.5 - 1)
         flipped += not torch.allclose(batch["pixels"][0], unflipped)
     assert 0 < flipped < len(batches)  # some were mirrored, some not
+
+
+def test_a_control_of_another_size_is_fitted_to_its_targets_bucket(tmp_path: Path) -> None:
+    """Resolution policy: each control is resized to cover the target's bucket and cropped at its center."""
+    from studio.train.data.controls import control_pixels
+    from studio.train.data.items import TrainItem
+
+    wide = tmp_path / "wide.png"
+    image = Image.new("RGB", (200, 100), (255, 0, 0))
+    image.paste((0, 0, 255), (0, 0, 30, 100))  # a blue band on the left, cut off by the center crop
+    image.save(wide)
+    item = TrainItem(0, tmp_path / "target.png", "", 1, bucket=(64, 48), size=(64, 48), controls=(wide, wide))
+    pixels = control_pixels(item)
+    assert pixels.shape == (2, 3, 48, 64)
+    assert pixels.min() >= -1 and pixels.max() <= 1
+    assert float(pixels[0, 0].mean()) > 0.9 and float(pixels[0, 2].mean()) < -0.9  # all red: the band cropped away
+    mirrored = control_pixels(item, flipped=True)
+    assert torch.equal(mirrored, pixels.flip(-1))
