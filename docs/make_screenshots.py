@@ -258,6 +258,34 @@ def shot_masks(session: Session) -> object:
     return session.window
 
 
+def shot_edit_pairs(session: Session) -> object:
+    """A project of edit pairs (a control/ folder beside the targets) on the Dataset page, one pair chosen."""
+    from PIL import Image, ImageOps
+    from PySide6.QtWidgets import QAbstractItemView
+
+    from studio.core.dataset.demo_shapes import write_demo_dataset
+    from studio.core.families.flux2_klein import BASE_MODELS
+    from studio.core.project.folder import config_for_images, create_project
+
+    root = session.scratch / "edit-project"
+    pairs = root / "pairs"
+    write_demo_dataset(pairs, count=6, size=256, seed=7)
+    for target in sorted(pairs.glob("*.png")):
+        (pairs / "control").mkdir(exist_ok=True)
+        target.rename(pairs / "control" / target.name)
+        with Image.open(pairs / "control" / target.name) as before:
+            ImageOps.invert(before.convert("RGB")).save(target)
+        target.with_suffix(".txt").write_text("make it a negative", encoding="utf-8")
+    config = config_for_images(root, [pairs], family="flux2-klein", base=BASE_MODELS["4b"])
+    session.window.set_project(create_project(root, config))
+    page = session.show_page("page_dataset")
+    grid = page.findChild(QAbstractItemView)
+    session.wait(lambda: grid.model() is not None and grid.model().rowCount() > 0, 30)
+    grid.setCurrentIndex(grid.model().index(1, 0))
+    session.wait(lambda: False, 3.0)  # the thumbnails load in the background
+    return session.window
+
+
 def _train_page(session: Session) -> object:
     return session.show_page("page_train")
 
@@ -318,6 +346,7 @@ SHOTS: list[Shot] = [
     Shot("06b-klein", "FLUX.2 [klein] presets", shot_klein),
     Shot("06c-zimage", "Z-Image presets", shot_zimage),
     Shot("06d-masks", "Loss masks from a folder", shot_masks),
+    Shot("06e-edit-pairs", "Edit pairs: before and after", shot_edit_pairs),
     Shot("07-train", "Train", shot_train, trains=True),
     Shot("08-watch", "Watch it learn", shot_watch, trains=True),
     Shot("09-stop", "Stop", shot_stop, trains=True),

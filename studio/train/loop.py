@@ -32,6 +32,7 @@ from studio.train.data.batches import (
 )
 from studio.train.data.cache import LatentCache, TextCache
 from studio.train.data.caching_phase import HOLD_DEVICE, fill_caches, holds_denoiser, offload_frozen
+from studio.train.data.controls import REFERENCES, batch_references, sample_controls
 from studio.train.data.items import TrainItem, collect_items
 from studio.train.data.masks import step_loss
 from studio.train.data.prefetch import Prefetcher
@@ -128,6 +129,7 @@ class Trainer:
         self.adapter.config = self.config
         acc.wait_for_everyone()
         self.items, held_out = split_items(collect_items(self.config, self.reporter.warn), self.config, self.reporter.warn)
+        self.sampling_plan.controls = sample_controls(self.config, self.items)  # what samples edit, if anything
         self._prepare_models()
         self.compiled = compile_denoiser(self.components.denoiser, config.training.compile, config.model.family)
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
@@ -331,6 +333,10 @@ class Trainer:
             with torch.set_grad_enabled(self.config.method.train_text_encoder):
                 cond = adapter.encode_prompts(components, batch["captions"])
         cond = adapter.extra_conditioning(batch, cond, device)
+        cached = self.latent_cache.control_batch(batch["items"], device) if self.latent_cache is not None else None
+        references = batch_references(adapter, components, batch, cached, device)
+        if references is not None:  # edit pairs: the controls' latents, given to the denoiser beside the target's
+            cond[REFERENCES] = references
         # One generator for the global batch, the same on every rank (0 where the rank once was).
         seed = int(stream_rng(self.config.training.seed, 3, int(batch["index"]), 0).integers(2**62))
         generator = torch.Generator("cpu").manual_seed(seed)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from studio.core.estimate.sampling_plan import VAE_TILE_PX
 from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
+from studio.train.data.controls import fitted_control, save_sample_controls
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.memory.placement import FrozenOffload
 from studio.train.memory.precision import forward_in_precision
@@ -57,6 +58,8 @@ class SamplingPlan:
     # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py): a prompt found
     # here brings back no text encoder.
     embedded: dict[str, Conditioning] = field(default_factory=dict)
+    # Edit pairs: the control images every sample prompt edits (data/controls.py's sample_controls).
+    controls: tuple[Path, ...] = ()
 
 
 @contextlib.contextmanager
@@ -106,9 +109,10 @@ def evaluating(components: Components) -> Iterator[None]:
 
 def render_images(
     adapter: FamilyAdapter, components: Components, plan: SamplingPlan, jobs: list[ImageJob], size: int,
-    on_image: OnImage, progress: Progress,
+    on_image: OnImage, progress: Progress, references: Sequence[Any] = (),
 ) -> None:
-    """Make one image per job (prompt and seed) and hand each to `on_image` as it is decoded."""
+    """Make one image per job (prompt and seed) and hand each to `on_image` as it is decoded; every job edits
+    `references` (PIL control images) when there are some."""
     pipeline = adapter.make_pipeline(components)
     pipeline.set_progress_bar_config(disable=True)
     negative = adapter.config.sampling.negative_prompt
@@ -126,7 +130,7 @@ def render_images(
             for index, job in enumerate(jobs):
                 progress("denoising", index, job.prompt)
                 generator = torch.Generator("cpu").manual_seed(job.seed)
-                latents.append(adapter.denoise(pipeline, embedded[job.prompt], generator, size))
+                latents.append(adapter.denoise(pipeline, embedded[job.prompt], generator, size, references))
         embedded.clear()
         with offload.resident(["vae"]), decode_tiled(components.vae, plan.tiled):
             for index, (job, latent) in enumerate(zip(jobs, latents, strict=True)):
@@ -165,8 +169,13 @@ def make_samples(
 
     jobs = [ImageJob(prompt, sampling.seed) for prompt in prompts]
     failed = False
+    references: list[Any] = []
+    controls: list[Path] = []
     try:
-        render_images(adapter, components, plan, jobs, size, save, progress)
+        # Edit samples: each control as training saw them (at the sample size), saved beside the samples.
+        references = [fitted_control(path, (size, size)) for path in plan.controls]
+        controls = save_sample_controls(references, run_dir) if references else []
+        render_images(adapter, components, plan, jobs, size, save, progress, references)
     except Exception as exc:  # a sample never ends the run: reported here, with its traceback
         stage, prompt = where
         first_line = str(exc).splitlines()[0] if str(exc) else ""
@@ -177,7 +186,8 @@ def make_samples(
     if failed:  # out of the except block: the exception and the tensors its frames hold are gone now
         give_back_memory(components)
     if paths:
-        reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=prompts[: len(paths)]))
+        reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=prompts[: len(paths)],
+                             controls=[str(p) for p in controls]))
     return paths
 
 

@@ -165,12 +165,13 @@ def test_the_trainer_skips_exactly_the_images_the_check_fails(tmp_path: Path) ->
     assert len(items) == 2
 
 
-def test_a_bundle_run_on_edit_pairs_is_refused_rather_than_trained_on_the_targets_alone(tmp_path: Path) -> None:
+def test_a_bundle_run_on_edit_pairs_of_a_family_without_control_images_is_refused_not_trained_on_targets_alone(
+        tmp_path: Path) -> None:
     from studio.train.errors import TrainError
 
     write_demo_dataset(tmp_path / "data", count=2, size=32, seed=1)
     config = TrainConfig(model=ModelSection(family="sd15", base="x"),
                          dataset=DatasetSection(concepts=[ConceptSection(path=str(tmp_path / "data"))], kind="edit"))
-    with pytest.raises(TrainError, match="does not condition on control images yet") as caught:
+    with pytest.raises(TrainError, match=r"SD 1\.x/2\.x does not train edit pairs") as caught:
         collect_items(config, lambda *a: None)
     assert caught.value.kind == "config" and 'set dataset.kind = "images"' in caught.value.hint

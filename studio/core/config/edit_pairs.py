@@ -41,6 +41,13 @@ def check_edit_pairs(config: Any) -> None:
     if d.kind != "edit" and d.control_folders:
         raise Contradiction("dataset.control_folders", d.control_folders,
                             "acts only with dataset.kind = \"edit\" (edit pairs); set that, or leave it empty")
+    if d.kind != "edit" and config.sampling.control_image:
+        raise Contradiction("sampling.control_image", config.sampling.control_image,
+                            "acts only with dataset.kind = \"edit\" (samples edit it); set that, or leave it empty")
+    if d.kind == "edit" and d.crop == "random":
+        # A target cropped elsewhere than its control would teach the model to shift the picture.
+        raise Contradiction("dataset.crop", "random", "edit pairs are cropped alike (target and controls at the "
+                            "center, so they stay aligned); set dataset.crop = \"center\"")
     if d.control_layout == "separate" and not d.control_folders:
         raise Contradiction("dataset.control_layout", "separate",
                             "needs dataset.control_folders: the folders of control images named as the targets")

@@ -47,7 +47,8 @@ def _paths(config: TrainConfig) -> tuple[object, ...]:
     """Every path field `resolve_paths` resolves, as written."""
     m, d = config.model, config.dataset
     return (m.base, m.vae, m.training_adapter, tuple((c.path, c.class_path) for c in d.concepts),
-            d.validation_folder, d.mask_folder, tuple(d.control_folders), config.output.dir)
+            d.validation_folder, d.mask_folder, tuple(d.control_folders), config.sampling.control_image,
+            config.output.dir)
 
 
 def _resolved(config: TrainConfig, base_dir: Path) -> ResolvedConfig:
@@ -115,6 +116,7 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
     out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder, False, "dataset.mask_folder")
     out.dataset.control_folders = [_resolve(base, f, False, f"dataset.control_folders[{i}]") or f
                                    for i, f in enumerate(out.dataset.control_folders)]
+    out.sampling.control_image = _resolve(base, out.sampling.control_image or None, False, "sampling.control_image")
     out.output.dir = _resolve(base, out.output.dir, False, "output.dir") or out.output.dir
     return out
 

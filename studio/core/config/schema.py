@@ -286,6 +286,10 @@ class SamplingSection(Section):
     guidance: float = Field(default=7.0, ge=0.0, le=50.0, description="Classifier-free guidance scale.")
     seed: int = Field(default=1234, ge=0, le=2**32 - 1, description="Seed of the sample images.")
     size: int | None = Field(default=None, ge=64, le=4096, multiple_of=8, description="Sample size; empty means the resolution.")
+    control_image: str | None = Field(
+        default=None, description="With dataset.kind = \"edit\": the control (reference) image every sample "
+        "prompt edits, best one held out of the training pairs; empty: the first pair's control images. Saved "
+        "beside each sample so the before and after show together.")
     vae_tiling: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="Decode sample images tile by tile to cap the VAE's memory: auto does so when decoding whole "

@@ -296,13 +296,15 @@ def activations(f: RunFacts) -> MemoryPart:
     batch, times the device's peak factor; every N-th block checkpointed lies between none and all."""
     training = f.config.training
     counted, factors = f.arch["activations_mb"], f.device_calibration["activation_peak_factor"]
-    scale = f.batch * (f.side / int(counted["resolution"])) ** 2
+    # Edit pairs: the denoiser reads a control's tokens beside the target's (one control per pair counted).
+    references = 1 if f.config.dataset.kind == "edit" else 0
+    scale = f.batch * (1 + references) * (f.side / int(counted["resolution"])) ** 2
 
     def peak(checkpointing: bool) -> float:
         factor = float(factors["checkpointing" if checkpointing else "no_checkpointing"])
         return _counted(f, "activations_mb", checkpointing) * scale * factor
 
-    detail = f"{f.side} px, batch {f.batch}, "
+    detail = f"{f.side} px, batch {f.batch}, " + ("with a control image's tokens, " if references else "")
     mb = _checkpointing_blend(f, peak)
     if not training.gradient_checkpointing:
         return MemoryPart("activations", "Activations", mb, detail + "without gradient checkpointing")

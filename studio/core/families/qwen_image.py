@@ -3,8 +3,9 @@ flow matching.
 
 Qwen/Qwen-Image and Qwen-Image-2512 (the same architecture) train as they are; the studio trains LoRAs of the
 transformer, the text encoder frozen (its embeddings are cached). The Edit models (`QwenImageEditPipeline`,
-`QwenImageEditPlusPipeline`) share the transformer class but condition on a reference image: they are not this
-family (their folders are not taken for it) until edit-pair training exists.
+`QwenImageEditPlusPipeline`) share the transformer class but condition on a reference image, which their
+Qwen2.5-VL encoder also sees in the prompt: they are not this family (their folders are not taken for it), and
+edit pairs (dataset.kind = "edit") are refused for it (`trains_edit_pairs` is off) until they train here.
 
 Qwen-Image 2.1 does not train the same way: diffusers 0.42 runs it as `QwenImage21Pipeline` with another
 transformer (`QwenImage21Transformer2DModel`, a cached text/condition prefix and flex attention), another

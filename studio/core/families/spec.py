@@ -97,6 +97,9 @@ class FamilySpec:
     separate_vae_fp16_safe: bool = False  # a separate VAE given for it is the fp16-safe one (SDXL's fix)
     methods: tuple[str, ...] = ("lora", "dreambooth")  # the methods the studio trains it with
     trains_text_encoders: bool = True  # method.train_text_encoder can be on
+    # It trains edit pairs (dataset.kind = "edit"): its pipeline conditions on reference images, and the trainer
+    # gives the denoiser the control images' latents as that pipeline does when it samples.
+    trains_edit_pairs: bool = False
     # The programs that load its kohya-format LoRA file and its LyCORIS (LoHa/LoKr) file, as the Runs page and
     # `studio-train run` name them beside each output (docs/index.md's "Which file to load where").
     kohya_readers: str = "ComfyUI"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.edit_pairs.training import describe, edit_training_refusal, pair_errors
 from studio.core.dataset.image_facts import inspect_image
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.mask_checks import mask_problems
@@ -155,14 +156,21 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
 
 
 def check_dataset(config: TrainConfig) -> PreflightProblem | None:
-    """Every concept folder exists and, together, they hold at least one image; edit pairs are not trained yet."""
-    if config.dataset.kind == "edit":
-        # Read, checked and edited in the studio; the trainer does not condition on control images yet, and a run
-        # on the targets alone would train something other than the file says.
-        return PreflightProblem("dataset", "dataset.kind = \"edit\": the studio reads and checks edit pairs, but "
-                                           "does not train them yet (Qwen-Image-Edit and FLUX.2 [klein] reference "
-                                           "conditioning come next); set dataset.kind = \"images\" to train on the "
-                                           "target images and their captions alone.")
+    """Every concept folder exists and, together, they hold at least one image; edit pairs train on a family
+    that conditions on control images, and every pair is whole (the first bad one is named with its file)."""
+    refusal = edit_training_refusal(config)
+    if refusal is not None:
+        return PreflightProblem("dataset", f"{refusal[0]}: {refusal[1]}.")
+    try:
+        errors = pair_errors(config.dataset)
+    except DatasetError as exc:
+        return PreflightProblem("dataset", str(exc))
+    except OSError as exc:
+        return PreflightProblem("dataset", f"The edit pairs cannot be read ({exc.strerror or exc}): check that the "
+                                           "folders are there and readable.")
+    if errors:
+        more = f" ({len(errors) - 1} more: `studio-train check-dataset` lists them)" if len(errors) > 1 else ""
+        return PreflightProblem("dataset", describe(errors[0])[:-1] + more + ".")
     images = 0
     folders = []
     for concept in config.dataset.concepts:

@@ -92,6 +92,7 @@ class Sample(Event):
     step: int
     images: list[str]
     prompts: list[str]
+    controls: list[str] = field(default_factory=list)  # edit samples: the control images they edit
 
 
 @dataclass

@@ -153,6 +153,7 @@ class RunModel:
         self.compile_s: float | None = None  # seconds the compiling phases took, in all
         self.memory: dict[int, RankSeries] = {}
         self.samples: list[SampleImage] = []
+        self.sample_controls: list[Path] = []  # edit runs: the control images the samples edit (the "before")
         self.checkpoints: list[Checkpoint] = []
         self.epoch_outputs: list[str] = []  # LoRAs written at the end of epochs, oldest first
         self.errors: list[Error] = []
@@ -271,6 +272,8 @@ class RunModel:
         elif isinstance(event, Sample):
             for index, (image, prompt) in enumerate(zip(event.images, event.prompts, strict=False)):
                 self.samples.append(SampleImage(event.step, prompt, index, self.resolve(image)))
+            if event.controls:
+                self.sample_controls = [self.resolve(control) for control in event.controls]
         elif isinstance(event, Validation):
             self.validation_steps.append(event.step)
             self.validation_loss.append(_nan(event.loss))

@@ -74,6 +74,11 @@ class SamplesGallery(QWidget):
         self.preview.setObjectName("samples_preview")
         self.preview.setMinimumSize(160, 160)
         self.preview.sig_clicked.connect(self._enlarge_current)
+        # An edit run's samples edit a control image: shown beside them, the before next to the after.
+        self.control = named(ImageView("", upscale=True), "samples_control")
+        self.control.setMinimumSize(160, 160)
+        self.control.setToolTip("The control image the samples edit (the before)")
+        self.control.setVisible(False)
         self.grid = QListWidget()
         self.grid.setObjectName("samples_grid")
         self.grid.setViewMode(QListWidget.ViewMode.IconMode)
@@ -99,7 +104,10 @@ class SamplesGallery(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.random_model_note)
         layout.addLayout(controls)
-        layout.addWidget(self.preview, 2)
+        pictures = QHBoxLayout()
+        pictures.addWidget(self.control, 1)
+        pictures.addWidget(self.preview, 2)
+        layout.addLayout(pictures, 2)
         layout.addWidget(self.grid, 3)
         self._samples: list[SampleImage] = []
         self._model: RunModel | None = None
@@ -114,6 +122,7 @@ class SamplesGallery(QWidget):
             self.prompt.clear()
         base = model.started.config.get("model", {}).get("base", "") if model.started else ""
         self.random_model_note.setVisible(isinstance(base, str) and is_demo_model(base))
+        self._show_control(model.sample_controls)
         new = model.samples[len(self._samples):]
         if not self._samples and not new and model.started is not None:
             sampling = model.started.config.get("sampling", {})
@@ -132,6 +141,12 @@ class SamplesGallery(QWidget):
                 self.prompt.addItem(sample.prompt)
         at_end = self.slider.value() == self.slider.maximum()
         self._update_slider(keep_end=at_end)
+
+    def _show_control(self, controls: list[Path]) -> None:
+        pixmap = QPixmap(str(controls[0])) if controls else QPixmap()
+        self.control.setVisible(not pixmap.isNull())
+        if not pixmap.isNull():
+            self.control.set_pixmap(pixmap)
 
     def show_waiting(self, sampling: dict[str, object], step: int = 0, total: int = 0) -> None:
         """Before the first sample: when it comes, or what to set for samples at all."""

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from studio.core.config.schema import DatasetSection
+from studio.train.data.controls import control_pixels
 from studio.train.data.items import TrainItem, center_crop_conditioning, load_image, prepare_caption
 from studio.train.data.masks import mask_source
 
@@ -107,7 +108,7 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         index = self.start + i
         epoch, batch = self.plan.micro_batch(index)
         chosen = self.plan.rank_slice(batch, self.rank)
-        captions, pixels, original_sizes, crops, weights, masks = [], [], [], [], [], []
+        captions, pixels, original_sizes, crops, weights, masks, controls = [], [], [], [], [], [], []
         for position, item_index in enumerate(chosen):
             item = self.plan.items[item_index]
             rng = stream_rng(self.plan.seed, 2, index, self.rank, position) if self.augment else None
@@ -118,6 +119,8 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
                 pixels.append(torch.from_numpy(loaded.pixels))
                 if loaded.mask is not None:
                     masks.append(torch.from_numpy(loaded.mask))
+                if item.controls:  # an edit pair: its controls at its bucket, mirrored with it
+                    controls.append(control_pixels(item, loaded.flipped))
                 original_sizes.append(loaded.original_size)
                 crops.append(loaded.crop_top_left)
             else:
@@ -139,6 +142,8 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
             out["pixels"] = torch.stack(pixels)
         if masks:
             out["masks"] = torch.stack(masks)
+        if controls:
+            out["controls"] = torch.stack(controls)  # (B, controls, 3, H, W)
         return out
 
 

@@ -17,6 +17,7 @@ import torch
 from studio.core.config.schema import DatasetSection
 from studio.train.components import Components
 from studio.train.data.batches import latent_draws
+from studio.train.data.controls import control_pixels, encode_controls
 from studio.train.data.items import TrainItem, load_image
 from studio.train.data.masks import latent_mask, mask_source
 from studio.train.families.base import Conditioning, FamilyAdapter
@@ -38,8 +39,8 @@ def gpu_cache_budget(device: torch.device) -> int:
 def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
     """The cache file of `item`'s latents; `drawn` says which latents they are (the mean, or the
     sample of one seed), so a run that asks for other latents never reads these."""
-    stat = item.path.stat()
-    key = f"{item.path}|{stat.st_mtime_ns}|{stat.st_size}|{item.bucket}|{base}|{drawn}"
+    key = "|".join([*(f"{p}|{p.stat().st_mtime_ns}|{p.stat().st_size}" for p in (item.path, *item.controls)),
+                    str(item.bucket), base, drawn])
     return folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
 
 
@@ -47,6 +48,7 @@ class LatentCache:
     def __init__(self) -> None:
         self.latents: dict[int, torch.Tensor] = {}
         self.masks: dict[int, torch.Tensor] = {}  # dataset.masks: each image's loss mask at its latent size
+        self.controls: dict[int, torch.Tensor] = {}  # edit pairs: each target's reference latents (controls, C, h, w)
 
     def fill(
         self,
@@ -74,7 +76,10 @@ class LatentCache:
         for item in items:
             path = _latent_file(disk, item, base, drawn) if disk else None
             if path is not None and path.is_file():
-                self.latents[item.index] = load_file(str(path))["latents"]
+                stored = load_file(str(path))
+                self.latents[item.index] = stored["latents"]
+                if "controls" in stored:
+                    self.controls[item.index] = stored["controls"]
                 if masks is not None:  # the mask files are read again: a changed mask counts
                     self._keep_mask(item.index, load_image(item, "center", False, None, masks).mask)
             else:
@@ -91,15 +96,35 @@ class LatentCache:
                 draws = latent_draws(dataset, seed, [(0, item.index) for item in chunk])
                 with torch.no_grad():
                     latents = adapter.encode_images(components, pixels, draws).float().cpu()
+                references = self._encode_controls(adapter, components, chunk)
                 for item, latent, one in zip(chunk, latents, loaded, strict=True):
-                    self.latents[item.index] = latent.clone(memory_format=torch.contiguous_format)
+                    stored = {"latents": latent.clone(memory_format=torch.contiguous_format)}
+                    if item.index in references:
+                        stored["controls"] = self.controls[item.index] = references[item.index]
+                    self.latents[item.index] = stored["latents"]
                     self._keep_mask(item.index, one.mask)
                     if disk is not None and writer:
                         disk.mkdir(parents=True, exist_ok=True)
-                        save_file({"latents": latent.clone(memory_format=torch.contiguous_format)},
-                                  str(_latent_file(disk, item, base, drawn)))
+                        save_file(stored, str(_latent_file(disk, item, base, drawn)))
                 done += len(chunk)
                 progress("caching", done, len(items))
+
+    @staticmethod
+    def _encode_controls(adapter: FamilyAdapter, components: Components,
+                         chunk: list[TrainItem]) -> dict[int, torch.Tensor]:
+        """The reference latents of a chunk's edit pairs (none for plain images), by item index."""
+        paired = [item for item in chunk if item.controls]
+        if not paired:
+            return {}
+        encoded = encode_controls(adapter, components, torch.stack([control_pixels(item) for item in paired])).cpu()
+        return {item.index: one.clone(memory_format=torch.contiguous_format)
+                for item, one in zip(paired, encoded, strict=True)}
+
+    def control_batch(self, item_indices: list[int], device: torch.device) -> torch.Tensor | None:
+        """The reference latents of a batch of edit pairs, (B, controls, C, h, w); None for plain images."""
+        if not self.controls:
+            return None
+        return to_device(torch.stack([self.controls[i] for i in item_indices]), device, torch.float32)
 
     def _keep_mask(self, index: int, mask: np.ndarray | None) -> None:
         if mask is not None:
@@ -115,10 +140,11 @@ class LatentCache:
     def keep_on(self, device: torch.device, budget_bytes: int) -> bool:
         """Move every latent to `device` when they take at most `budget_bytes`: each step then
         stacks its latents on the GPU instead of copying them from the host."""
-        size = sum(t.numel() * t.element_size() for t in self.latents.values())
+        size = sum(t.numel() * t.element_size() for t in (*self.latents.values(), *self.controls.values()))
         if device.type == "cpu" or size > budget_bytes:
             return False
         self.latents = {index: latent.to(device) for index, latent in self.latents.items()}
+        self.controls = {index: latent.to(device) for index, latent in self.controls.items()}
         return True
 
     def batch(self, item_indices: list[int], device: torch.device, dtype: torch.dtype) -> torch.Tensor:

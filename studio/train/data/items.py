@@ -18,6 +18,9 @@ from studio.core.config.schema import ConceptSection, DatasetSection, TrainConfi
 from studio.core.dataset.buckets import bucket_for
 from studio.core.dataset.buckets import bucket_sizes as core_bucket_sizes
 from studio.core.dataset.captions.caption_tags import join_tags, split_tags
+from studio.core.dataset.edit_pairs.controls import ControlSettings
+from studio.core.dataset.edit_pairs.pairs import control_settings
+from studio.core.dataset.edit_pairs.training import edit_training_refusal, pair_errors
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import (
     DatasetError,
@@ -48,6 +51,7 @@ class TrainItem:
     size: tuple[int, int]  # (width, height) as shown, EXIF applied
     is_class: bool = False
     loss_weight: float = 1.0
+    controls: tuple[Path, ...] = ()  # edit pairs: the control images, in the pipeline's order
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class LoadedImage:
     original_size: tuple[int, int]  # (height, width) before resizing, as SDXL's conditioning expects
     crop_top_left: tuple[int, int]  # (top, left)
     mask: np.ndarray | None = None  # float32, (1, H, W), in [0, 1]: the loss mask, cropped and flipped alike
+    flipped: bool = False  # mirrored: an edit pair's controls are mirrored alike
 
 
 # ---------------------------------------------------------------- buckets
@@ -92,9 +97,9 @@ def _check_image(path: Path) -> tuple[int, int] | str:
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
 
 
-def _scan(concept: ConceptSection, warn: Warn) -> list[ImageEntry]:
+def _scan(concept: ConceptSection, warn: Warn, controls: ControlSettings | None = None) -> list[ImageEntry]:
     try:
-        scan: ScanResult = scan_concept_report(concept)
+        scan: ScanResult = scan_concept_report(concept, None, controls)
     except DatasetError as exc:
         raise TrainError("data", str(exc), "fix dataset.concepts in the config", path=concept.path) from None
     for folder, why in scan.unreadable_folders:
@@ -134,13 +139,11 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     dataset = config.dataset
     if not dataset.concepts:
         raise TrainError("data", "the config has no image folders", "add a [[dataset.concepts]] table with a path")
-    if dataset.kind == "edit":  # a bundle run skips the studio's preflight: never train the targets alone silently
-        raise TrainError("config", "dataset.kind = \"edit\": this trainer does not condition on control images yet",
-                         "set dataset.kind = \"images\" to train on the target images and their captions alone")
+    controls = check_edit_pairs(config)  # a bundle run skips the studio's preflight: never train targets alone
     sizes = bucket_sizes(dataset) if dataset.buckets else None
     items: list[TrainItem] = []
     for concept in dataset.concepts:
-        entries = _scan(concept, warn)
+        entries = _scan(concept, warn, controls)
         if not entries:
             raise TrainError(
                 "data", f"the image folder {concept.path} holds no images",
@@ -163,7 +166,7 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
             items.append(TrainItem(
                 index=len(items), path=entry.path, caption=caption, repeats=repeats,
                 bucket=choose_bucket(checked, dataset, sizes), size=checked, is_class=entry.is_class,
-                loss_weight=concept.prior_loss_weight if entry.is_class else 1.0,
+                loss_weight=concept.prior_loss_weight if entry.is_class else 1.0, controls=entry.controls,
             ))
     if not any(not item.is_class for item in items):
         folders = ", ".join(c.path for c in dataset.concepts)
@@ -171,6 +174,23 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
                          "see the warnings above for the files that were skipped", path=dataset.concepts[0].path)
     check_mask_files(items, dataset, warn)
     return items
+
+
+def check_edit_pairs(config: TrainConfig) -> ControlSettings | None:
+    """How an edit-pair dataset finds its controls (None for images); raises TrainError when its family does not
+    train edit pairs or a pair is broken (named with its file), as the preflight says before a run starts."""
+    dataset = config.dataset
+    refusal = edit_training_refusal(config)
+    if refusal is not None:
+        raise TrainError("config", *refusal)
+    try:
+        errors = pair_errors(dataset)
+    except DatasetError as exc:
+        raise TrainError("data", str(exc), "fix dataset.concepts in the config", path=dataset.concepts[0].path) from None
+    if errors:
+        raise TrainError("data", f"edit pair {errors[0].path}: {errors[0].message}", errors[0].hint,
+                         path=errors[0].path)
+    return control_settings(dataset, None)
 
 
 # ---------------------------------------------------------------- images
@@ -227,13 +247,14 @@ def load_image(
     weights = mask_array(mask.crop((left, top, left + width, top + height))) if mask is not None else None
     if masks is not None and weights is None:
         weights = np.ones((1, height, width), dtype=np.float32)  # no mask: the whole image trains
-    if flip and rng is not None and rng.random() < 0.5:
+    flipped = bool(flip and rng is not None and rng.random() < 0.5)
+    if flipped:
         array = array[:, ::-1]
         weights = np.ascontiguousarray(weights[:, :, ::-1]) if weights is not None else None
         # The flipped crop starts where the unflipped one ended, seen from the other side.
         left = new_w - left - width
     pixels = np.ascontiguousarray(array.transpose(2, 0, 1)) / 127.5 - 1.0
-    return LoadedImage(pixels.astype(np.float32), original, (top, left), weights)
+    return LoadedImage(pixels.astype(np.float32), original, (top, left), weights, flipped)
 
 
 # ---------------------------------------------------------------- captions

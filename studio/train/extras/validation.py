@@ -22,6 +22,7 @@ from studio.core.config.schema import ConceptSection, TrainConfig
 from studio.core.dataset.split import held_out_count, split_problem
 from studio.core.runs.events import Validation
 from studio.train.data.batches import stream_rng
+from studio.train.data.controls import REFERENCES, control_pixels, encode_controls
 from studio.train.data.items import TrainItem, center_crop_conditioning, collect_items, load_image
 from studio.train.data.masks import mask_source, masked_mse
 from studio.train.errors import TrainError
@@ -128,8 +129,12 @@ class ValidationLoss:
                         int(stream_rng(VALIDATION_SEED, _STREAM, k, item.index).integers(2**62))) for item in chunk]
                     noise.append(torch.stack([torch.randn(tuple(latents.shape[1:]), generator=g) for g in draws]))
                 conditioning = [center_crop_conditioning(item) for item in chunk]
-                info = {"items": [item.index for item in chunk], "target_size": (chunk[0].bucket[1], chunk[0].bucket[0]),
-                        "original_sizes": [c[0] for c in conditioning], "crops_top_left": [c[1] for c in conditioning]}
+                info: dict[str, Any] = {
+                    "items": [item.index for item in chunk], "target_size": (chunk[0].bucket[1], chunk[0].bucket[0]),
+                    "original_sizes": [c[0] for c in conditioning], "crops_top_left": [c[1] for c in conditioning]}
+                if chunk[0].controls:  # edit pairs: the controls' latents go with the targets'
+                    info[REFERENCES] = encode_controls(adapter, components,
+                                                       torch.stack([control_pixels(i) for i in chunk])).cpu()
                 cond = None if config.method.train_text_encoder else self._encode(chunk)
                 self.batches.append(_Batch(chunk, latents, mask, noise, cond, info))
 
@@ -153,6 +158,8 @@ class ValidationLoss:
                     cond = batch.cond if batch.cond is not None else self._encode(batch.items)
                     cond = adapter.extra_conditioning(batch.info, {k: to_device(v, device) for k, v in cond.items()},
                                                       device)
+                    if REFERENCES in batch.info:
+                        cond[REFERENCES] = to_device(batch.info[REFERENCES], device)
                     latents = to_device(batch.latents, device)
                     for fraction, noise in zip(TIMESTEPS, batch.noise, strict=True):
                         noised = fixed_noised(scheme, latents, fraction, to_device(noise, device))

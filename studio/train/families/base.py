@@ -9,6 +9,7 @@ chooses the noise scheme, predicts, builds the sample pipeline and writes output
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,6 +22,9 @@ from studio.train.families.schemes import NoiseScheme
 from studio.train.pipelines.hub_layout import text_encoder_key, write_hub_layout
 
 Conditioning = dict[str, torch.Tensor]
+# The conditioning key of an edit pair's reference latents, (B, controls, C, h, w): the families that train edit
+# pairs (FamilySpec.trains_edit_pairs) give them to the denoiser as their pipeline does.
+REFERENCES = "reference_latents"
 ENCODER_HOME = torch.device("cpu")  # where model.text_encoder_on_cpu keeps the text encoders
 
 
@@ -196,12 +200,15 @@ class FamilyAdapter(ABC):
         """The prompt arguments of the family pipeline's `encode_prompt`."""
         return {"prompt": prompt}
 
-    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int) -> Any:
-        """The denoised latents of one sample at the configured steps and guidance (the denoiser's stage)."""
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
+                references: Sequence[Any] = ()) -> Any:
+        """The denoised latents of one sample at the configured steps and guidance (the denoiser's stage);
+        `references` (PIL images) are the control images an edit sample edits, the pipeline's `image`."""
         sampling = self.config.sampling
+        edit: dict[str, Any] = {"image": list(references)} if references else {}
         result = pipeline(
             num_inference_steps=sampling.steps, guidance_scale=sampling.guidance, height=size, width=size,
-            generator=generator, output_type="latent", **conditioning,
+            generator=generator, output_type="latent", **conditioning, **edit,
         )
         return result.images
 

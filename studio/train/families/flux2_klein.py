@@ -9,6 +9,9 @@
   guidance-distilled transformer only, the guidance value.
 - Prediction: latents packed to one token per position with (t, h, w, l) position ids, the
   output cut to the image tokens and scattered back to the latent grid.
+- Edit pairs: each control's latents (encoded as the targets') packed after the image tokens with the
+  time coordinate 10, 20, ... per control, exactly as `Flux2KleinPipeline(image=...)` samples; the
+  loss reads the target's tokens only.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 from studio.core.families import flux2_klein as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter, draw_latents
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -126,12 +129,17 @@ class Flux2KleinAdapter(FamilyAdapter):
         image_ids = Flux2KleinPipeline._prepare_latent_ids(noisy).to(noisy.device)
         text_ids = Flux2KleinPipeline._prepare_text_ids(embeds).to(noisy.device)
         packed = Flux2KleinPipeline._pack_latents(noisy.to(dtype))
+        tokens, ids = packed, image_ids
+        if REFERENCES in cond:  # edit pairs: the controls' tokens after the image's, as the pipeline's image=
+            references, reference_ids = _reference_tokens(cond[REFERENCES].to(dtype))
+            tokens = torch.cat([packed, references], dim=1)
+            ids = torch.cat([image_ids, reference_ids.to(noisy.device)], dim=1)
         guidance = None
         if self.guidance_embeds:
             guidance = torch.full((batch,), float(self.config.sampling.guidance), device=noisy.device)
-        out = denoiser(hidden_states=packed, timestep=timesteps.to(dtype) / 1000, guidance=guidance,
-                       encoder_hidden_states=embeds, txt_ids=text_ids, img_ids=image_ids, return_dict=False)[0]
-        out = out[:, : packed.shape[1]]
+        out = denoiser(hidden_states=tokens, timestep=timesteps.to(dtype) / 1000, guidance=guidance,
+                       encoder_hidden_states=embeds, txt_ids=text_ids, img_ids=ids, return_dict=False)[0]
+        out = out[:, : packed.shape[1]]  # the loss is the target's tokens' alone
         unpacked: torch.Tensor = Flux2KleinPipeline._unpack_latents_with_ids(out, image_ids, height, width)
         return unpacked
 
@@ -181,6 +189,17 @@ class Flux2KleinAdapter(FamilyAdapter):
         config = adapter_configs.get(self.denoiser_name, {})
         alpha = float(config.get("lora_alpha", self.config.method.lora_alpha))
         return comfy_state_dict(layers[self.denoiser_name], alpha, config.get("dora_scales"))
+
+
+def _reference_tokens(references: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, controls, C, h, w) reference latents -> their packed tokens, one control after the other, and their
+    position ids (the time coordinate 10, 20, ... per control): Flux2KleinPipeline.prepare_image_latents's."""
+    from diffusers import Flux2KleinPipeline
+
+    batch, count = references.shape[:2]
+    ids = Flux2KleinPipeline._prepare_image_ids([references[:1, i] for i in range(count)])
+    tokens = torch.cat([Flux2KleinPipeline._pack_latents(references[:, i]) for i in range(count)], dim=1)
+    return tokens, ids.repeat(batch, 1, 1)
 
 
 def _batch_norm_statistics(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

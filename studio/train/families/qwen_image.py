@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -141,7 +142,8 @@ class QwenImageAdapter(FamilyAdapter):
                   for text in (prompt, negative or " ")]
         return dict(zip(self.prompt_embedding_names, (*embeds[0], *embeds[1]), strict=True))
 
-    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int) -> Any:
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
+                references: Sequence[Any] = ()) -> Any:
         """The pipeline's denoising with true CFG at sampling.guidance, on the transformer's device (the encoder may
         be offloaded), unpacked to (B, C, H, W) latents."""
         device = next(pipeline.transformer.parameters()).device

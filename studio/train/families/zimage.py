@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -127,11 +128,12 @@ class ZImageAdapter(FamilyAdapter):
             max_sequence_length=self.max_tokens)
         return {"prompt_embeds": positive, "negative_prompt_embeds": negative_embeds}
 
-    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int) -> Any:
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
+                references: Sequence[Any] = ()) -> Any:
         """The pipeline's denoising, with the embeddings moved to the transformer (the encoder may be offloaded)."""
         device = next(pipeline.transformer.parameters()).device
         moved: dict[str, Any] = {key: [t.to(device) for t in value] for key, value in conditioning.items()}
-        return super().denoise(pipeline, moved, generator, size)
+        return super().denoise(pipeline, moved, generator, size, references)
 
     # ------------------------------------------------------------ outputs
 

@@ -187,18 +187,49 @@ def test_a_new_project_on_an_edit_pair_folder_reads_it_as_edit_pairs(tmp_path: P
     assert config_for_images(tmp_path, [_targets(tmp_path / "plain")]).dataset.kind == "images"
 
 
-def test_a_run_on_edit_pairs_is_refused_before_it_starts_until_a_family_trains_them(tmp_path: Path) -> None:
+def test_a_run_on_edit_pairs_is_refused_before_it_starts_on_a_family_that_does_not_train_them(tmp_path: Path) -> None:
     from studio.core.project.preflight import check_dataset
 
     root = _targets(tmp_path / "pairs")
     make_image(root / "control" / "cat.png")
+    make_image(root / "control" / "dog.png")
     config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"},
                                          "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]}})
     problem = check_dataset(config)
-    assert problem is not None and "does not train them yet" in problem.message
-    assert 'set dataset.kind = "images"' in problem.message
-    config.dataset.kind = "images"
+    assert problem is not None and "SD 1.x/2.x does not train edit pairs" in problem.message
+    assert "train them on FLUX.2 [klein]" in problem.message and 'set dataset.kind = "images"' in problem.message
+    config.model.family = "flux2-klein"  # declared as training edit pairs: the same folder passes
     assert check_dataset(config) is None
+    config.dataset.kind = "images"
+    config.model.family = "sd15"
+    assert check_dataset(config) is None
+
+
+def test_pairs_with_different_numbers_of_controls_are_refused_naming_one_of_each(tmp_path: Path) -> None:
+    from studio.core.project.preflight import check_dataset
+
+    root = _targets(tmp_path / "pairs")
+    make_image(root / "control" / "cat.png")
+    make_image(root / "control" / "dog.png")
+    make_image(root / "control_1" / "dog.png")
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]}})
+    problem = check_dataset(config)
+    assert problem is not None
+    assert f"Edit pair {root / 'dog.png'}: this target has 2 control images but cat.png has 1" in problem.message
+
+
+MODEL = {"model": {"family": "flux2-klein", "base": "x"}}
+
+
+def test_a_sample_control_image_or_a_random_crop_is_refused_where_it_cannot_act(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as caught:
+        TrainConfig.model_validate({**MODEL, "sampling": {"control_image": "before.png"}})
+    assert [i.key for i in issues_from_validation(caught.value, TrainConfig)] == ["sampling.control_image"]
+    with pytest.raises(ValidationError) as caught:
+        TrainConfig.model_validate({**MODEL, "dataset": {"kind": "edit", "crop": "random"}})
+    issue = issues_from_validation(caught.value, TrainConfig)[0]
+    assert issue.key == "dataset.crop" and "set dataset.crop = \"center\"" in issue.message
 
 
 def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) -> None:

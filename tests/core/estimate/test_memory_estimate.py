@@ -215,3 +215,15 @@ def test_lora_size_follows_rank() -> None:
     # A rank-4 SD1.5 LoRA has 797,184 parameters (3.2 MB in fp32), as the community's files show.
     assert lora_params(targets, 4) == 797_184
     assert lora_params(targets, 8) == 2 * lora_params(targets, 4)
+
+
+def test_edit_pairs_count_a_control_images_tokens_in_the_activations() -> None:
+    """FLUX.2 [klein] reads a control's tokens beside the target's: an edit run saves twice the activations."""
+    def activations_mb(kind: str) -> tuple[float, str]:
+        cfg = config("flux2-klein", dataset={"resolution": 512, "kind": kind},
+                     training={"batch_size": 1, "mixed_precision": "bf16", "gradient_checkpointing": True})
+        part = next(p for p in estimate_vram(cfg, gpu()).parts if p.key == "activations")
+        return part.mb, part.detail
+
+    (plain, _), (edit, detail) = activations_mb("images"), activations_mb("edit")
+    assert edit == pytest.approx(2 * plain) and "control image's tokens" in detail

@@ -102,3 +102,21 @@ def test_a_tiny_models_64_px_sample_fills_the_preview_and_its_big_view(qtbot: Qt
     shown = dialog.image.image_rect()
     assert shown.width() >= 500 and shown.width() == shown.height(), shown
     dialog.close()
+
+
+def test_an_edit_runs_samples_show_the_control_image_they_edit_beside_them(qtbot: QtBot, tmp_path: Path) -> None:
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "step-000004-0.png")
+    Image.new("RGB", (64, 64), (30, 30, 200)).save(tmp_path / "control-0.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.show()
+    model.apply(Sample(step=4, images=["step-000004-0.png"], prompts=["make it red"]))
+    gallery.refresh(model)
+    assert not gallery.control.isVisibleTo(gallery)  # a run of plain images: no "before"
+    model.apply(Sample(step=8, images=["step-000004-0.png"], prompts=["make it red"], controls=["control-0.png"]))
+    gallery.refresh(model)
+    assert model.sample_controls == [tmp_path / "control-0.png"]
+    assert gallery.control.isVisibleTo(gallery) and not gallery.control.pixmap().isNull()
+    assert gallery.control.pixmap().toImage().pixelColor(32, 32).blue() == 200

@@ -1,0 +1,67 @@
+"""Whether a run can train its edit pairs: the family conditions on reference images, and every pair is whole.
+
+The preflight (before the Train button starts anything) and the trainer (a bundle run skips the
+preflight) ask the same questions and say the same words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from studio.core.dataset.edit_pairs.pair_checks import control_problems
+from studio.core.dataset.edit_pairs.pairs import control_settings
+from studio.core.dataset.image_facts import Problem
+from studio.core.dataset.scan import scan_concept_report
+from studio.core.families.registry import FAMILIES, family
+
+if TYPE_CHECKING:
+    from studio.core.config.schema import DatasetSection, TrainConfig
+
+
+def edit_families() -> str:
+    """The families that train edit pairs, for messages: "FLUX.2 [klein]"."""
+    return " and ".join(spec.title for spec in FAMILIES if spec.trains_edit_pairs)
+
+
+def edit_training_refusal(config: TrainConfig) -> tuple[str, str] | None:
+    """(why, what to do) when `config` cannot train its edit pairs on its family; None when it can (or when the
+    dataset is not edit pairs)."""
+    if config.dataset.kind != "edit":
+        return None
+    spec = family(config.model.family)
+    if spec.trains_edit_pairs:
+        return None
+    return (f"dataset.kind = \"edit\": {spec.title} does not train edit pairs (its pipeline does not condition "
+            "on a control image)",
+            f"train them on {edit_families()} (model.family on the Model & Preset page), or set dataset.kind = "
+            "\"images\" to train on the target images and their captions alone")
+
+
+def pair_errors(dataset: DatasetSection, base_dir: Path | None = None) -> list[Problem]:
+    """The errors of the dataset's edit pairs (a target without its control, a control that cannot be read, a
+    control folder that is not there), each naming its file; then pairs whose control counts differ (a batch
+    stacks its pairs' controls, so every pair needs as many)."""
+    controls = control_settings(dataset, base_dir)
+    if controls is None:
+        return []
+    errors: list[Problem] = []
+    counts: dict[int, Path] = {}
+    for concept in dataset.concepts:
+        scan = scan_concept_report(concept, base_dir, controls)
+        errors += [p for p in control_problems(scan, {}) if p.severity == "error"]
+        for entry in scan.entries:
+            if entry.controls:
+                counts.setdefault(len(entry.controls), entry.path)
+    if len(counts) > 1 and not errors:
+        (few, first), (many, other) = sorted(counts.items())[0], sorted(counts.items())[-1]
+        errors.append(Problem("error", "control_count", str(other),
+                              f"this target has {many} control images but {first.name} has {few}",
+                              "give every target the same number of control images (a batch stacks them), "
+                              "or split the pairs into runs of their own"))
+    return errors
+
+
+def describe(problem: Problem) -> str:
+    """One problem as a sentence: the file, what is wrong, what to do."""
+    return f"Edit pair {problem.path}: {problem.message}; {problem.hint}."
