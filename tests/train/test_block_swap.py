@@ -1,0 +1,163 @@
+"""model.blocks_to_swap: a LoRA run with its last blocks' frozen weights kept off the compute device trains,
+samples and resumes as the run that keeps them all there, and the blocks really do leave.
+
+On the CPU the compute device is the CPU itself: a swapped-out weight holds an empty tensor, so a block that
+ran without being brought back would fail, and each bring is a real copy from the host copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+from studio.core.config.schema import ModelSection, SamplingSection, TrainingSection
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
+
+torch = pytest.importorskip("torch")
+
+# The transformer families it serves, each with how many of its tiny model's blocks to swap (all but one)
+# and whether gradient checkpointing recomputes them (its recomputation runs inside the backward pass).
+SERVED = [("flux2-klein", 2, True), ("zimage", 3, False), ("sd3", 1, True), ("qwen-image", 1, False)]
+
+
+def _config(make_config: Any, family: str, swapped: int, checkpointing: bool, **sampling: Any) -> Any:
+    config = make_config(family, training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-2, seed=3,
+                                                          gradient_checkpointing=checkpointing),
+                         sampling=SamplingSection(**sampling))
+    config.model.blocks_to_swap = swapped
+    return config
+
+
+def _losses(events: list[Any]) -> list[float]:
+    return [e.loss for e in events if isinstance(e, Step)]
+
+
+def _lora(run_dir: Path) -> dict[str, Any]:
+    return load_file(str(run_dir / "output" / "pytorch_lora_weights.safetensors"))
+
+
+@pytest.fixture
+def watched_swap(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The run's BlockSwap, and how many swapped blocks held their weights whenever any block ran forward."""
+    import studio.train.loop as loop
+
+    seen: dict[str, Any] = {"resident": []}
+    setup = loop.Trainer.setup
+
+    def watched(self: Any) -> None:
+        setup(self)
+        swap = seen["swap"] = self.block_swap
+        if swap is None:
+            return
+        for block in swap.blocks:
+            block.register_forward_pre_hook(
+                lambda module, args: seen["resident"].append(
+                    sum(all(p.numel() > 0 for p, _ in swap.host[i]) for i in swap.host)))
+
+    monkeypatch.setattr(loop.Trainer, "setup", watched)
+    return seen
+
+
+@pytest.mark.parametrize(("family", "swapped", "checkpointing"), SERVED)
+def test_a_swapped_run_trains_and_samples_as_the_unswapped_one(family: str, swapped: int, checkpointing: bool,
+                                                                 make_config, run_training, events_of,
+                                                                 watched_swap: dict[str, Any], tmp_path: Path) -> None:
+    code, plain = run_training(_config(make_config, family, 0, checkpointing), tmp_path / "plain")
+    assert code == 0, [e for e in events_of(plain) if e.type == "error"]
+    assert watched_swap["swap"] is None
+    sampled = {"every_n_steps": 3, "prompts": ["a red circle"], "steps": 2}
+    code, swapped_run = run_training(_config(make_config, family, swapped, checkpointing, **sampled),
+                                     tmp_path / "swapped")
+    assert code == 0, [e for e in events_of(swapped_run) if e.type == "error"]
+    swap = watched_swap["swap"]
+    assert swap.swapped == swapped and swap.swapped_bytes() > 0
+    # Every step's forward, backward and the sample's denoising brought the swapped blocks back one at a
+    # time: at most the running one and the next one held their weights, and each came more than once.
+    assert max(watched_swap["resident"]) <= 2 and swap.most_resident <= 2
+    assert swap.copies >= 3 * 2 * swapped
+    assert all(p.numel() == 0 for i in swap.host for p, _ in swap.host[i])  # all away again after the run
+    assert (swapped_run / "samples" / "step-000003-0.png").is_file()
+
+    plain_losses, swapped_losses = _losses(events_of(plain)), _losses(events_of(swapped_run))
+    assert len(swapped_losses) == 3
+    assert swapped_losses == pytest.approx(plain_losses, abs=1e-6, rel=0)
+    expected, got = _lora(plain), _lora(swapped_run)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=0)
+    assert any(t.abs().max() > 0 for t in expected.values())  # the LoRA moved: equality says something
+
+
+def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,
+                                                                             tmp_path: Path, monkeypatch) -> None:
+    from studio.train.loop import Trainer
+
+    def config() -> Any:
+        made = _config(make_config, "flux2-klein", 2, True)
+        made.training.max_steps = 4
+        return made
+
+    code, straight = run_training(config(), tmp_path / "a")
+    assert code == 0
+    original = Trainer._after_step
+
+    def stop_after_two(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 2:
+            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_two)
+    code, run_dir = run_training(config(), tmp_path / "b")
+    assert code == 0
+    events = events_of(run_dir)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
+    assert any(isinstance(e, Checkpoint) and e.step == 2 for e in events)
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    code, _ = run_training(None, tmp_path / "b", resume_dir=run_dir)
+    assert code == 0
+    events = events_of(run_dir)
+    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    assert _losses(events) == pytest.approx(_losses(events_of(straight)), abs=1e-6, rel=0)
+    resumed, expected = _lora(run_dir), _lora(straight)
+    assert resumed.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(resumed[key], expected[key], atol=1e-6, rtol=0)
+
+
+def test_a_block_run_without_being_brought_back_fails_loudly(tiny_model) -> None:
+    """The placeholder is what makes the CPU tests prove the schedule: no stale or missing weight computes."""
+    from studio.core.families import family
+    from studio.train.families import adapter_for
+    from studio.train.memory.block_swap import swap_blocks
+
+    config = _bare_config(tiny_model("sd3"))
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    adapter.add_lora(components)
+    swap = swap_blocks(components.denoiser, family("sd3").checkpointed_blocks, 1, torch.device("cpu"))
+    block = swap.blocks[-1]
+    lora = [p for p in block.parameters() if p.requires_grad]
+    assert lora and all(p.numel() > 0 for p in lora)  # the LoRA stays where it trains
+    for hook in swap.hooks:
+        hook.remove()
+    width = int(components.denoiser.config.num_attention_heads * components.denoiser.config.attention_head_dim)
+    with pytest.raises(RuntimeError):
+        block(hidden_states=torch.randn(1, 4, width), encoder_hidden_states=torch.randn(1, 3, width),
+              temb=torch.randn(1, width))
+
+
+def test_too_many_blocks_for_the_model_is_a_config_error(make_config, run_training, events_of, tmp_path) -> None:
+    code, run_dir = run_training(_config(make_config, "sd3", 2, False), tmp_path)
+    errors = [e for e in events_of(run_dir) if e.type == "error"]
+    assert code != 0 and errors and errors[0].kind == "config"
+    assert "model.blocks_to_swap = 2" in errors[0].message and "2 repeated blocks" in errors[0].message
+    assert "at most 1" in errors[0].message
+
+
+def _bare_config(base: Path) -> Any:
+    from studio.core.config.schema import MethodSection, TrainConfig
+
+    return TrainConfig(model=ModelSection(family="sd3", base=str(base)), method=MethodSection(rank=4))
