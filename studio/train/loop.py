@@ -40,7 +40,7 @@ from studio.train.extras.validation import ValidationLoss, split_items, validate
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank
 from studio.train.hold import StepHold
-from studio.train.memory.block_swap import swap_frozen_blocks
+from studio.train.memory.block_swap import BlockSwap
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
@@ -84,6 +84,7 @@ class Trainer:
         self.offload = FrozenOffload(accelerator.device)
         self.sharding = Sharding(config, accelerator)
         self.compiled: CompiledDenoiser | None = None
+        self.block_swap: BlockSwap | None = None  # model.blocks_to_swap, once the denoiser comes to the device
         self.stop_agreed = False  # what the last read-back said (several processes)
         self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
 
@@ -144,7 +145,6 @@ class Trainer:
             prepared = acc.prepare(*self.train_modules, optimizer)
             self.wrapped, self.optimizer = list(prepared[:-1]), prepared[-1]
         register_hooks(acc)
-        self.block_swap = swap_frozen_blocks(self.config, self.components.denoiser, acc.device)
         self.ema = weight_average(config, self.trainable, acc.device)
         if self.resume:
             self._load_checkpoint()

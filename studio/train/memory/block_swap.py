@@ -114,8 +114,10 @@ class BlockSwap:
 
     @staticmethod
     def _host_copy(tensor: torch.Tensor, pinned: bool) -> torch.Tensor:
-        copy = tensor.detach().to("cpu", copy=True)
-        return copy.pin_memory() if pinned else copy
+        """The weight in system memory: the very tensor when it waits there already (its parameter lets go
+        of it), pinned when a GPU copies from it."""
+        host = tensor.detach().to("cpu")
+        return host.pin_memory() if pinned else host
 
     @property
     def swapped(self) -> int:
@@ -257,7 +259,15 @@ def swap_frozen_blocks(config: Any, denoiser: torch.nn.Module, device: torch.dev
         return None
     spec = family(config.model.family)
     try:
-        return swap_blocks(denoiser, spec.checkpointed_blocks, count, device)
+        swap = swap_blocks(denoiser, spec.checkpointed_blocks, count, device)
     except ValueError as exc:
         raise TrainError("config", f"model.blocks_to_swap = {count}: the denoiser of {config.model.base} {exc}",
                          "lower model.blocks_to_swap") from None
+    # Every rank loads the same base: data parallelism need not broadcast the swapped weights (it would send
+    # their empty placeholders).
+    swapped = {id(p) for pairs in swap.host.values() for p, _ in pairs}
+    ignored = [name for name, p in denoiser.named_parameters() if id(p) in swapped]
+    previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        denoiser, previous + ignored)
+    return swap
