@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from studio.core.config.paths import ResolvedConfig
+from studio.core.estimate.block_swap_parts import pinned_blocks
 from studio.core.estimate.memory_parts import MemoryPart, run_facts
 from studio.core.estimate.ram_parts import (
     GB,
@@ -95,7 +96,7 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
         "loading": [baseline(r), pipeline_load(r), file_read(r)],
         "training": [baseline(r), cpu_training_step(r, step.peak_mb - step.mb("overhead")), parked_encoders(r),
                      parked_vae(r), latent_cache(r, training=True), text_cache(r), ema_on_cpu(r, trained),
-                     dataloader_workers(r), checkpoint_save(r, trained)],
+                     dataloader_workers(r), checkpoint_save(r, trained), pinned_blocks(r)],
     }
     if config.training.cache_latents or config.training.cache_text_embeddings:
         phases["caching"] = [baseline(r), denoiser_waiting(r), encoders_on_cpu(r),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.block_swap_parts import swapped_weights
 from studio.core.estimate.memory_data import BYTES, scaled
 from studio.core.estimate.memory_parts import (
     MemoryPart,
@@ -46,9 +47,8 @@ class TrainingStep:
 def training_step(f: RunFacts) -> TrainingStep:
     """Weights, trained parameters with their gradients and optimizer state, activations (or the VAE
     encoding a batch, whichever is larger: the activations reuse the encoder's freed blocks), fixed costs."""
-    weights = denoiser_weights(f)
     encoders, autoencoder = text_encoders(f), vae(f)
-    parts = [weights, *encoders.resident]
+    parts = [*swapped_weights(f, denoiser_weights(f)), *encoders.resident]
     if f.full:
         trained = _full_trained_params(f) + encoders.trained_params
     else:
