@@ -49,6 +49,7 @@ def watched_swap(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def watched(self: Any) -> None:
         setup(self)
+        seen["trained"] = {n: p for n, p in self.components.denoiser.named_parameters() if p.requires_grad}
         swap = seen["swap"] = self.block_swap
         if swap is None:
             return
@@ -89,6 +90,37 @@ def test_a_swapped_run_trains_and_samples_as_the_unswapped_one(family: str, swap
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=0)
     assert any(t.abs().max() > 0 for t in expected.values())  # the LoRA moved: equality says something
+
+
+@pytest.mark.parametrize(("family", "method"), [("flux2-klein", {"use_dora": True}),
+                                              ("sd3", {"network": "lokr", "lokr_factor": 4}),
+                                              ("zimage", {"network": "loha"})])
+def test_dora_and_lycoris_adapters_train_on_swapped_blocks_as_on_resident_ones(family: str, method: dict[str, Any],
+                                                                              make_config, run_training, events_of,
+                                                                              watched_swap: dict[str, Any],
+                                                                              tmp_path: Path) -> None:
+    swapped = {name: count for name, count, _ in SERVED}[family]
+    losses, trained, files = [], [], []
+    for count in (0, swapped):
+        config = _config(make_config, family, count, False)
+        config.method = config.method.model_copy(update={"rank": 4, **method})
+        code, run_dir = run_training(config, tmp_path / str(count))
+        assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+        losses.append(_losses(events_of(run_dir)))
+        trained.append(watched_swap["trained"])
+        files.append({p.name: load_file(str(p)) for p in sorted((run_dir / "output").rglob("*.safetensors"))})
+    assert watched_swap["swap"].copies > 0
+    assert losses[1] == pytest.approx(losses[0], abs=1e-6, rel=0)
+    assert trained[1].keys() == trained[0].keys()
+    for name, weight in trained[0].items():
+        torch.testing.assert_close(trained[1][name], weight, atol=1e-6, rtol=0)
+    # Every file written holds the same tensors: a DoRA file's ComfyUI scales read the swapped base weights too.
+    assert files[1].keys() == files[0].keys() and files[0]
+    for name, tensors in files[0].items():
+        assert files[1][name].keys() == tensors.keys(), name
+        for key, tensor in tensors.items():
+            torch.testing.assert_close(files[1][name][key], tensor, atol=1e-6, rtol=0)
+    assert any(key.endswith("dora_scale") for t in files[0].values() for key in t) == ("use_dora" in method)
 
 
 def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,

@@ -24,11 +24,15 @@ the GPU. This one copies one way only, since every swapped weight is frozen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
 import torch
+
+# The attribute of a denoiser that holds its BlockSwap, for code that reads its frozen weights (`weights_on_host`).
+SWAP_ATTRIBUTE = "_studio_block_swap"
 
 
 class _Marker(torch.autograd.Function):
@@ -225,6 +229,19 @@ class BlockSwap:
         self._bring(index)
         self._send_for(index - 1)
 
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """Every swapped weight readable for the block, as its host copy (what writes a DoRA file reads)."""
+        for index in self.host:
+            for parameter, host in self.host[index]:
+                parameter.data = host
+        self.resident.clear()
+        try:
+            yield
+        finally:
+            for index in self.host:
+                self._drop(index)
+
     def remove(self) -> None:
         """Every swapped block back on the device for good, and the hooks gone."""
         for hook in self.hooks:
@@ -232,6 +249,12 @@ class BlockSwap:
         for index in self.host:
             self._bring(index)
         self.host.clear()
+
+
+def weights_on_host(module: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Inside it, `module`'s swapped weights (if any) are readable, in system memory."""
+    swap = getattr(module, SWAP_ATTRIBUTE, None)
+    return swap.on_host() if isinstance(swap, BlockSwap) else contextlib.nullcontext()
 
 
 def repeated_blocks(denoiser: torch.nn.Module, classes: Sequence[str]) -> list[torch.nn.Module]:
@@ -270,4 +293,5 @@ def swap_frozen_blocks(config: Any, denoiser: torch.nn.Module, device: torch.dev
     previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
         denoiser, previous + ignored)
+    setattr(denoiser, SWAP_ATTRIBUTE, swap)
     return swap
