@@ -193,3 +193,19 @@ def _bare_config(base: Path) -> Any:
     from studio.core.config.schema import MethodSection, TrainConfig
 
     return TrainConfig(model=ModelSection(family="sd3", base=str(base)), method=MethodSection(rank=4))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_swapped_weights_wait_pinned_and_come_on_the_side_stream(make_config, run_training, events_of,
+                                                                               watched_swap: dict[str, Any],
+                                                                               tmp_path: Path) -> None:
+    losses = []
+    for count in (0, 2):
+        code, run_dir = run_training(_config(make_config, "flux2-klein", count, True), tmp_path / str(count))
+        assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+        losses.append(_losses(events_of(run_dir)))
+    swap = watched_swap["swap"]
+    assert swap.stream is not None and swap.most_resident <= 2
+    assert all(host.is_pinned() for pairs in swap.host.values() for _, host in pairs)
+    assert all(p.device.type == "cuda" and p.numel() == 0 for pairs in swap.host.values() for p, _ in pairs)
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5, rel=0)
