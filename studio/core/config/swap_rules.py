@@ -7,18 +7,24 @@ adds what needs the architecture or another setting. Each rule raises a `Contrad
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
 from studio.core.config.errors import Contradiction
 from studio.core.families import family
+from studio.core.resources import resource_path
 
 
-def published_blocks(config: Any) -> int | None:
-    """How many repeated blocks the config's base model's architecture has (None when it is not counted)."""
-    from studio.core.estimate.memory_data import denoiser_entry, load_architecture
-
-    spec = family(config.model.family)
-    blocks = denoiser_entry(load_architecture(spec.architecture(config.model.base))).get("blocks")
+@lru_cache(maxsize=16)
+def published_blocks(architecture: str) -> int | None:
+    """How many repeated blocks a counted architecture's denoiser has (`resources/architectures/<name>.json`);
+    None when it is not counted or cannot be read (the estimate reports a damaged install)."""
+    try:
+        data = json.loads(resource_path("architectures", f"{architecture}.json").read_text(encoding="utf-8"))
+        blocks = next(c for c in data["components"].values() if c["role"] == "denoiser").get("blocks")
+    except (OSError, ValueError, KeyError, StopIteration, AttributeError, TypeError):
+        return None
     return int(blocks) if blocks else None
 
 
@@ -26,9 +32,9 @@ def check_block_swap(config: Any) -> None:
     count = config.model.blocks_to_swap
     if count == 0:
         return
-    blocks = published_blocks(config)
+    spec = family(config.model.family)
+    blocks = published_blocks(spec.architecture(config.model.base))
     if blocks is not None and count >= blocks:
-        spec = family(config.model.family)
         raise Contradiction("model.blocks_to_swap", count,
                             f"{spec.title}'s denoiser ({spec.architecture(config.model.base)}) has {blocks} blocks; "
                             f"at least one stays on the GPU, so swap at most {blocks - 1}")

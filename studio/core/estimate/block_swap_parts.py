@@ -18,17 +18,22 @@ twice that).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from studio.core.estimate.memory_data import BYTES, MB, denoiser_entry
-
-if TYPE_CHECKING:
-    from studio.core.estimate.memory_parts import MemoryPart, RunFacts
-    from studio.core.estimate.ram_parts import RamFacts
+from studio.core.estimate.memory_parts import MemoryPart, RunFacts
 
 # Host-to-GPU copies from pinned memory that a PCIe 3.0 x16 (or 4.0 x8) slot sustains, GB/s.
 PCIE_GB_S = 12.0
 IN_FLIGHT = 2  # the block running and the next one being copied
+
+
+class RamPartMaker(Protocol):
+    """The RAM estimate's facts (`ram_parts.RamFacts`): the run's, and a part for every process."""
+
+    f: RunFacts
+
+    def part(self, key: str, label: str, mb: float, detail: str, shared: bool = False) -> MemoryPart: ...
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,6 @@ def swap_figures(f: RunFacts) -> SwapFigures | None:
 
 def swapped_weights(f: RunFacts, weights: MemoryPart) -> list[MemoryPart]:
     """The denoiser's weights part less the swapped blocks, and the swapped blocks on the GPU at once."""
-    from studio.core.estimate.memory_parts import MemoryPart
-
     swap = swap_figures(f)
     if swap is None:
         return [weights]
@@ -82,7 +85,7 @@ def swap_note(f: RunFacts) -> list[str]:
             f"{swap.seconds_per_step:.2f} s a step at {PCIE_GB_S:.0f} GB/s (less where they overlap compute)"]
 
 
-def pinned_blocks(r: RamFacts) -> MemoryPart | None:
+def pinned_blocks(r: RamPartMaker) -> MemoryPart | None:
     """The swapped blocks' weights in system memory for the whole training, in every process."""
     swap = swap_figures(r.f)
     if swap is None:

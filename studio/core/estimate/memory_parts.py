@@ -14,7 +14,6 @@ from typing import Any
 
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.config.sharding import sharded
-from studio.core.estimate.block_swap_parts import swap_note
 from studio.core.estimate.local_architecture import local_architecture
 from studio.core.estimate.memory_data import (
     BYTES,
@@ -105,7 +104,6 @@ def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | No
         local = arch["local_model"]
         facts.notes.append(f"sized for {local['name']}: {local['denoiser_params'] / 1e6:,.1f} M denoiser parameters "
                            f"(the full-size {config.model.family} has {local['published_params'] / 1e6:,.0f} M)")
-    facts.notes += swap_note(facts)
     if facts.batch > config.training.batch_size:
         facts.notes.append("prior preservation doubles the batch (instance + class images)")
     provisional = [k for k in facts.calibration.get("fit", {}).get("provisional", {}) if k.startswith(f"{device}.")]
