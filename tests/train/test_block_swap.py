@@ -124,9 +124,7 @@ def test_dora_and_lycoris_adapters_train_on_swapped_blocks_as_on_resident_ones(f
 
 
 def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,
-                                                                             tmp_path: Path, monkeypatch) -> None:
-    from studio.train.loop import Trainer
-
+                                                                             stop_after, tmp_path: Path) -> None:
     def config() -> Any:
         made = _config(make_config, "flux2-klein", 2, True)
         made.training.max_steps = 4
@@ -134,20 +132,13 @@ def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(mak
 
     code, straight = run_training(config(), tmp_path / "a")
     assert code == 0
-    original = Trainer._after_step
-
-    def stop_after_two(self: Trainer, epoch: int) -> None:
-        original(self, epoch)
-        if self.step == 2:
-            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
-
-    monkeypatch.setattr(Trainer, "_after_step", stop_after_two)
+    stop_after(2)
     code, run_dir = run_training(config(), tmp_path / "b")
     assert code == 0
     events = events_of(run_dir)
     assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
     assert any(isinstance(e, Checkpoint) and e.step == 2 for e in events)
-    monkeypatch.setattr(Trainer, "_after_step", original)
+    stop_after(None)
     code, _ = run_training(None, tmp_path / "b", resume_dir=run_dir)
     assert code == 0
     events = events_of(run_dir)
