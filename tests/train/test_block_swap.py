@@ -92,6 +92,40 @@ def test_a_swapped_run_trains_and_samples_as_the_unswapped_one(family: str, swap
     assert any(t.abs().max() > 0 for t in expected.values())  # the LoRA moved: equality says something
 
 
+@pytest.mark.parametrize(("family", "swapped", "checkpointing"), [SERVED[0], SERVED[1]])
+def test_each_step_copies_each_swapped_block_once_each_way_in_order(family: str, swapped: int, checkpointing: bool,
+                                                                   make_config, run_training, events_of,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """Forward: the next block is sent for as each one starts; backward: in reverse, each block once more
+    (gradient checkpointing's recomputation finds it there). No block is copied twice for one pass."""
+    from studio.train.memory.block_swap import BlockSwap
+
+    sent: list[int] = []
+    send = BlockSwap._send_for
+
+    def recorded(self: BlockSwap, index: int) -> None:
+        before = self.copies
+        send(self, index)
+        if self.copies > before:
+            sent.append(index)
+
+    monkeypatch.setattr(BlockSwap, "_send_for", recorded)
+    config = _config(make_config, family, swapped, checkpointing)
+    config.training.max_steps = 2
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    first = 4 - swapped if family == "zimage" else 3 - swapped
+    forward = list(range(first, first + swapped))
+    one_step = forward + forward[::-1]
+    if family == "zimage":
+        # Its caption refiner (block 1) reads no tensor that carries a gradient, so nothing marks the end of
+        # its backward: it stays until the next forward, which finds it there and copies it no more.
+        assert sent == one_step + one_step[1:-1] + [1] == [1, 2, 3, 3, 2, 1, 2, 3, 3, 2, 1]
+    else:
+        assert sent == one_step * 2
+
+
 @pytest.mark.parametrize(("family", "method"), [("flux2-klein", {"use_dora": True}),
                                               ("sd3", {"network": "lokr", "lokr_factor": 4}),
                                               ("zimage", {"network": "loha"})])
