@@ -79,3 +79,26 @@ def test_the_copy_time_grows_with_the_blocks_and_the_micro_batches() -> None:
 def test_a_cpu_run_is_estimated_as_it_was() -> None:
     plain, swap = (_config("sd3", "stabilityai/stable-diffusion-3-medium-diffusers", n) for n in (0, 6))
     assert estimate_vram(swap, None).total_mb == estimate_vram(plain, None).total_mb
+
+
+def test_a_transformer_lora_that_does_not_fit_is_offered_the_mildest_swap_that_does() -> None:
+    from studio.core.estimate.estimate import fit
+    from studio.core.estimate.fixes import suggest_fixes
+
+    config = resolve_paths(TrainConfig.model_validate({
+        "model": {"family": "qwen-image", "base": "Qwen/Qwen-Image", "fp8_base": True, "text_encoder_on_cpu": True},
+        "dataset": {"resolution": 640, "concepts": [{"path": "images"}]},
+        "training": {"mixed_precision": "bf16", "gradient_checkpointing": True, "optimizer": "adamw8bit",
+                     "cache_latents": True, "cache_text_embeddings": True}}), NO_FOLDER)
+    small = load_hardware("rtx3060-12gb").gpus[0]
+    steps = suggest_fixes(config, small)
+    swap = next(s for s in steps if s.key == "blocks_to_swap")
+    count = swap.changes["model.blocks_to_swap"]
+    assert count in (15, 30, 45, 58) and f"{count} of the 60 transformer blocks" in swap.description
+    assert swap.saved_mb > 5 * 1024  # GBs of fp8 weights off the card
+    assert steps[-1] is swap and fit(swap.estimate, small) != "does_not_fit"
+    # A sd15 LoRA has no blocks to swap: never offered.
+    unet = resolve_paths(TrainConfig.model_validate({"model": {"family": "sdxl", "base": "b"},
+                                                      "dataset": {"resolution": 1024, "concepts": [{"path": "i"}]},
+                                                      "training": {"batch_size": 8}}), NO_FOLDER)
+    assert all(s.key != "blocks_to_swap" for s in suggest_fixes(unet, small))
