@@ -56,9 +56,12 @@ def swap_figures(f: RunFacts) -> SwapFigures | None:
     if not count or f.full or not f.gpu or not fsdp or not blocks:
         return None
     width = 1 if f.fp8 else BYTES[f.frozen]
-    average = (int(den["params"]) - int(fsdp["root_params"])) / int(blocks)
+    # A smaller model of the family (`local_architecture`) has its blocks in the published proportions.
+    local = f.arch.get("local_model")
+    share = int(den["params"]) / int(local["published_params"]) if local else 1.0
+    average = (int(den["params"]) - int(fsdp["root_params"]) * share) / int(blocks)
     kept = count * average * width
-    in_flight = min(count, IN_FLIGHT) * int(fsdp["largest_unit_params"]) * width
+    in_flight = min(count, IN_FLIGHT) * int(fsdp["largest_unit_params"]) * share * width
     copies = 2 * f.config.training.gradient_accumulation
     return SwapFigures(count, kept / MB, in_flight / MB, copies * kept / (PCIE_GB_S * 1e9))
 

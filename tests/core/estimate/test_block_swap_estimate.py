@@ -102,3 +102,22 @@ def test_a_transformer_lora_that_does_not_fit_is_offered_the_mildest_swap_that_d
                                                       "dataset": {"resolution": 1024, "concepts": [{"path": "i"}]},
                                                       "training": {"batch_size": 8}}), NO_FOLDER)
     assert all(s.key != "blocks_to_swap" for s in suggest_fixes(unet, small))
+
+
+def test_a_smaller_model_of_the_family_swaps_blocks_of_its_own_size() -> None:
+    import copy
+
+    from studio.core.estimate.block_swap_parts import swap_figures
+    from studio.core.estimate.memory_parts import run_facts
+
+    facts = run_facts(_config("zimage", "Tongyi-MAI/Z-Image", 10), "gpu")
+    full = swap_figures(facts)
+    arch = copy.deepcopy(facts.arch)  # as local_architecture sizes a model folder a tenth the size
+    den = denoiser_entry(arch)
+    arch["local_model"] = {"name": "small", "denoiser_params": den["params"] // 10, "published_params": den["params"]}
+    den["params"] //= 10
+    facts.arch = arch
+    small = swap_figures(facts)
+    assert full is not None and small is not None
+    assert small.kept_mb == pytest.approx(full.kept_mb / 10, rel=1e-3)
+    assert small.in_flight_mb == pytest.approx(full.in_flight_mb / 10, rel=1e-3)
