@@ -234,3 +234,26 @@ def test_on_a_gpu_the_swapped_weights_wait_pinned_and_come_on_the_side_stream(ma
     assert all(host.is_pinned() for pairs in swap.host.values() for _, host in pairs)
     assert all(p.device.type == "cuda" and p.numel() == 0 for pairs in swap.host.values() for p, _ in pairs)
     assert losses[1] == pytest.approx(losses[0], abs=1e-5, rel=0)
+
+
+def test_blocks_brought_under_inference_mode_train_afterwards(tiny_model) -> None:
+    """A block that stays brought after an inference-mode forward holds ordinary tensors, which autograd
+    may save for the backward pass."""
+    from studio.core.families import family
+    from studio.train.families import adapter_for
+    from studio.train.memory.block_swap import swap_blocks
+
+    config = _bare_config(tiny_model("sd3"))
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    adapter.add_lora(components)
+    swap = swap_blocks(components.denoiser, family("sd3").checkpointed_blocks, 1, torch.device("cpu"))
+    with torch.inference_mode():
+        swap._bring(1)
+    assert not any(p.is_inference() for p, _ in swap.host[1])
+    block = swap.blocks[1]
+    width = int(components.denoiser.config.num_attention_heads * components.denoiser.config.attention_head_dim)
+    hidden = torch.randn(1, 4, width, requires_grad=True)
+    out = block(hidden_states=hidden, encoder_hidden_states=torch.randn(1, 3, width), temb=torch.randn(1, width))
+    torch.cat([o.flatten() for o in out if o is not None]).sum().backward()
+    assert hidden.grad is not None and hidden.grad.abs().sum() > 0

@@ -138,13 +138,15 @@ class BlockSwap:
             return
         pairs = self.host[index]
         self.copies += 1
-        if self.stream is None:
-            self.incoming[index] = ([host.clone() for _, host in pairs], None)
-            return
-        with torch.cuda.stream(self.stream):
-            moved = [host.to(self.device, non_blocking=True) for _, host in pairs]
-            event = torch.cuda.Event()
-            event.record(self.stream)
+        # Ordinary tensors even when a sample runs under inference mode: training uses them next.
+        with torch.inference_mode(False):
+            if self.stream is None:
+                self.incoming[index] = ([host.clone() for _, host in pairs], None)
+                return
+            with torch.cuda.stream(self.stream):
+                moved = [host.to(self.device, non_blocking=True) for _, host in pairs]
+                event = torch.cuda.Event()
+                event.record(self.stream)
         self.incoming[index] = (moved, event)
 
     def _bring(self, index: int) -> None:
@@ -165,8 +167,9 @@ class BlockSwap:
 
     def _drop(self, index: int) -> None:
         """Block `index`'s device copy let go: an empty placeholder in each weight's place."""
-        for parameter, host in self.host[index]:
-            parameter.data = torch.empty(0, dtype=host.dtype, device=self.device)
+        with torch.inference_mode(False):
+            for parameter, host in self.host[index]:
+                parameter.data = torch.empty(0, dtype=host.dtype, device=self.device)
         self.resident.discard(index)
 
     # ------------------------------------------------------------ the hooks
