@@ -126,18 +126,26 @@ def test_each_step_copies_each_swapped_block_once_each_way_in_order(family: str,
         assert sent == one_step * 2
 
 
-@pytest.mark.parametrize(("family", "method"), [("flux2-klein", {"use_dora": True}),
-                                              ("sd3", {"network": "lokr", "lokr_factor": 4}),
-                                              ("zimage", {"network": "loha"})])
-def test_dora_and_lycoris_adapters_train_on_swapped_blocks_as_on_resident_ones(family: str, method: dict[str, Any],
-                                                                              make_config, run_training, events_of,
-                                                                              watched_swap: dict[str, Any],
-                                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(("family", "changes"), [("flux2-klein", {"method.use_dora": True}),
+                                               ("sd3", {"method.network": "lokr", "method.lokr_factor": 4}),
+                                               ("zimage", {"method.network": "loha"}),
+                                               ("qwen-image", {"model.fp8_base": True})])
+def test_dora_lycoris_and_fp8_train_on_swapped_blocks_as_on_resident_ones(family: str, changes: dict[str, Any],
+                                                                         make_config, run_training, events_of,
+                                                                         watched_swap: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """The adapter's own parameters (DoRA's magnitudes, LoKr's and LoHa's factors) stay put, and 8-bit
+    base weights are swapped as they are stored."""
     swapped = {name: count for name, count, _ in SERVED}[family]
     losses, trained, files = [], [], []
     for count in (0, swapped):
         config = _config(make_config, family, count, False)
-        config.method = config.method.model_copy(update={"rank": 4, **method})
+        data = config.model_dump()
+        data["method"]["rank"] = 4
+        for key, value in changes.items():
+            section, name = key.split(".")
+            data[section][name] = value
+        config = type(config).model_validate(data)
         code, run_dir = run_training(config, tmp_path / str(count))
         assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
         losses.append(_losses(events_of(run_dir)))
@@ -154,7 +162,10 @@ def test_dora_and_lycoris_adapters_train_on_swapped_blocks_as_on_resident_ones(f
         assert files[1][name].keys() == tensors.keys(), name
         for key, tensor in tensors.items():
             torch.testing.assert_close(files[1][name][key], tensor, atol=1e-6, rtol=0)
-    assert any(key.endswith("dora_scale") for t in files[0].values() for key in t) == ("use_dora" in method)
+    assert any(key.endswith("dora_scale") for t in files[0].values() for key in t) == ("method.use_dora" in changes)
+    if "model.fp8_base" in changes:
+        assert all(host.dtype == torch.float8_e4m3fn for p in watched_swap["swap"].host.values()
+                   for _, host in p if host.dim() == 2)
 
 
 def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,
