@@ -78,7 +78,8 @@ class ModelSection(Section):
         description="LoRA on a transformer: keep the frozen weights of this many of the denoiser's last blocks in "
         "system memory and copy each to the GPU just ahead of use (forward and backward); the LoRA stays on the "
         "GPU. Saves about that many blocks' weights of VRAM for as much pinned RAM, at a slower step (the "
-        "estimate says how much). 0: every block stays on the GPU.",
+        "estimate says how much). With model.fp8_base the 8-bit weights travel (half the copying); not with "
+        "training.compile. 0: every block stays on the GPU.",
     )
     text_encoder_on_cpu: bool = Field(
         default=False,
