@@ -268,3 +268,33 @@ def test_blocks_brought_under_inference_mode_train_afterwards(tiny_model) -> Non
     out = block(hidden_states=hidden, encoder_hidden_states=torch.randn(1, 3, width), temb=torch.randn(1, width))
     torch.cat([o.flatten() for o in out if o is not None]).sum().backward()
     assert hidden.grad is not None and hidden.grad.abs().sum() > 0
+
+
+def test_a_weight_sliced_from_a_larger_buffer_swaps_and_computes_exactly() -> None:
+    """A frozen weight a loader left as a slice of a larger buffer (offset into it) is swapped and brought back
+    as its own tensor: the forward and the backward through it are the unswapped ones, bit for bit."""
+    from studio.train.memory.block_swap import BlockSwap
+
+    torch.manual_seed(0)
+    buffer = torch.randn(2 * 8 * 8)
+    blocks = [torch.nn.Linear(8, 8, bias=False) for _ in range(3)]
+    for block in blocks:
+        block.requires_grad_(False)
+    blocks[2].weight.data = buffer[64:].view(8, 8)  # offset 64 into the buffer
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def run(stack: list[torch.nn.Module]) -> tuple[torch.Tensor, torch.Tensor]:
+        x.grad = None
+        y = x
+        for block in stack:
+            y = torch.tanh(block(y))
+        y.pow(2).sum().backward()
+        assert x.grad is not None
+        return y.detach(), x.grad.clone()
+
+    expected = run(blocks)
+    swap = BlockSwap(blocks, 2, torch.device("cpu"))
+    got = run(blocks)
+    assert swap.copies == 4 and swap.most_resident <= 2
+    torch.testing.assert_close(got[0], expected[0], atol=0, rtol=0)
+    torch.testing.assert_close(got[1], expected[1], atol=0, rtol=0)

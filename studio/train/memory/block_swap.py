@@ -67,10 +67,13 @@ class _WeightView:
 
     def __init__(self, parameter: torch.nn.Parameter, tensor: torch.Tensor) -> None:
         self.parameter = parameter
-        self.layout = (tensor.size(), tensor.stride(), tensor.storage_offset())
+        # Where the saved tensor starts, from where the weight does (the copy brought back has its own storage).
+        self.layout = (tensor.size(), tensor.stride(), tensor.storage_offset() - parameter.data.storage_offset())
 
     def tensor(self) -> torch.Tensor:
-        return self.parameter.data.as_strided(*self.layout)
+        size, stride, offset = self.layout
+        weight = self.parameter.data
+        return weight.as_strided(size, stride, weight.storage_offset() + offset)
 
 
 def _unpack(saved: Any) -> Any:
@@ -203,7 +206,10 @@ class BlockSwap:
         weights = {p.data.untyped_storage().data_ptr(): p for p, _ in self.host[index]}
 
         def pack(tensor: torch.Tensor) -> Any:
-            parameter = weights.get(tensor.untyped_storage().data_ptr()) if tensor.numel() else None
+            try:
+                parameter = weights.get(tensor.untyped_storage().data_ptr()) if tensor.numel() else None
+            except (RuntimeError, NotImplementedError):  # a tensor without a plain storage is kept as it is
+                return tensor
             if parameter is None or tensor.dtype != parameter.dtype or tensor.device != self.device:
                 return tensor
             return _WeightView(parameter, tensor)
