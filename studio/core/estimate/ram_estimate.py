@@ -136,6 +136,8 @@ _FIXES: list[tuple[str, dict[str, Any], str]] = [
     ("text_encoders", {"model.text_encoder_on_cpu": False}, _ENCODER_ON_GPU),
     ("text_cache", {"model.text_encoder_on_cpu": False}, _ENCODER_ON_GPU),
     ("ema", {"training.ema_on_cpu": False}, "keep the EMA on the GPU (training.ema_on_cpu = false)"),
+    ("swapped_blocks", {"model.blocks_to_swap": 0},
+     "keep every block on the GPU (model.blocks_to_swap = 0; it needs GPU memory then)"),
     ("latent_cache", {"training.cache_latents": False, "training.cache_latents_to_disk": False},
      "turn off the latent cache (training.cache_latents = false: the VAE encodes each batch on the GPU)"),
     ("model_load", {"model.dtype": "bf16"}, "load the frozen weights in 16 bits (model.dtype = \"bf16\")"),

@@ -121,3 +121,16 @@ def test_a_smaller_model_of_the_family_swaps_blocks_of_its_own_size() -> None:
     assert full is not None and small is not None
     assert small.kept_mb == pytest.approx(full.kept_mb / 10, rel=1e-3)
     assert small.in_flight_mb == pytest.approx(full.in_flight_mb / 10, rel=1e-3)
+
+
+def test_a_machine_short_of_ram_is_told_to_swap_no_blocks() -> None:
+    from studio.core.estimate.ram_estimate import ram_fixes
+
+    swapped = _config("qwen-image", "Qwen/Qwen-Image", 50)
+    swapped.training.cache_text_embeddings = True  # the text encoder waits in system memory too
+    config = resolve_paths(swapped, NO_FOLDER)
+    estimate = estimate_ram(config, GPU, images=20)
+    assert estimate.phase == "training"  # 50 blocks pinned beside the parked encoder outweigh loading the model
+    fix = next(f for f in ram_fixes(config, GPU, estimate) if "model.blocks_to_swap" in f.changes)
+    assert fix.changes == {"model.blocks_to_swap": 0} and "model.blocks_to_swap = 0" in fix.words
+    assert fix.total_mb < estimate.total_mb - 5 * 1024  # down to loading the model, the next largest phase
