@@ -41,6 +41,7 @@ from studio.train.extras.validation import ValidationLoss, split_items, validate
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank
 from studio.train.hold import StepHold
+from studio.train.memory.block_swap import BlockSwap
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
@@ -85,6 +86,7 @@ class Trainer:
         self.offload = FrozenOffload(accelerator.device)
         self.sharding = Sharding(config, accelerator)
         self.compiled: CompiledDenoiser | None = None
+        self.block_swap: BlockSwap | None = None  # model.blocks_to_swap, once the denoiser comes to the device
         self.stop_agreed = False  # what the last read-back said (several processes)
         self.spill: SpillWatch | None = None  # Windows' spill of GPU memory into system memory (setup)
         self.started_at = time.time()  # the outputs' training date (ss_training_started_at)

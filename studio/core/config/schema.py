@@ -18,6 +18,7 @@ from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.launch_rules import check_launch, check_strategy
 from studio.core.config.network_rules import check_ema, check_network
 from studio.core.config.pickled import check_pickle
+from studio.core.config.swap_rules import check_block_swap
 from studio.core.families import FAMILIES, FAMILY_NAMES, family
 from studio.core.quoting import control_characters, shown
 
@@ -71,6 +72,14 @@ class ModelSection(Section):
         description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
         "Not with DoRA (method.use_dora).",
+    )
+    blocks_to_swap: int = Field(
+        default=0, ge=0,
+        description="LoRA on a transformer: keep the frozen weights of this many of the denoiser's last blocks in "
+        "system memory and copy each to the GPU just ahead of use (forward and backward); the LoRA stays on the "
+        "GPU. Saves about that many blocks' weights of VRAM for as much pinned RAM, at a slower step (the "
+        "estimate says how much). With model.fp8_base the 8-bit weights travel (half the copying); not with "
+        "training.compile. 0: every block stays on the GPU.",
     )
     text_encoder_on_cpu: bool = Field(
         default=False,
@@ -409,7 +418,7 @@ def _check_fp8(config: TrainConfig) -> None:
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     check_caches, _check_training, _check_fp8, _check_settings_act, check_strategy, check_launch,
-    check_pickle, check_network, check_ema, check_validation, check_masks, check_edit_pairs,
+    check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
 )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.block_swap_parts import swap_note
 from studio.core.estimate.memory_data import (
     ArchitectureDataError,
     load_architecture,
@@ -110,7 +111,7 @@ def estimate_vram(config: ResolvedConfig, gpu: GPUInfo | None,
         _note_sampling(est, stages, sample_size(config))
     est.total_mb = max(est.training_peak_mb, est.caching_peak_mb, est.sampling_peak_mb, est.loading_peak_mb)
     _add_phase_part(est, config, facts.shards > 1)
-    est.notes = facts.notes + est.notes
+    est.notes = facts.notes + swap_note(facts) + est.notes
     return est
 
 

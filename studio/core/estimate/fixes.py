@@ -10,7 +10,9 @@ from pydantic import ValidationError
 
 from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.config.swap_rules import published_blocks
 from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.families import family
 from studio.core.hardware.report import GPUInfo
 
 RESOLUTIONS = (1536, 1280, 1024, 896, 768, 640, 512, 448, 384, 320, 256)
@@ -112,6 +114,19 @@ def _fp8_base(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
                "its memory, a small quality cost.")
 
 
+def _block_swap(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
+    """A quarter, half, three quarters, then all but two of the denoiser's blocks kept in system memory."""
+    blocks = published_blocks(family(c.model.family).architecture(c.model.base))
+    if c.method.kind != "lora" or c.launch.cpu or not blocks:
+        return  # validation refuses it for the families and methods it does not act for
+    for count in sorted({blocks // 4, blocks // 2, 3 * blocks // 4, blocks - 2}):
+        if count > c.model.blocks_to_swap:
+            yield ({"model.blocks_to_swap": count},
+                   f"Keep the frozen weights of {count} of the {blocks} transformer blocks in system memory and "
+                   "copy each to the GPU just ahead of use: no quality cost, slower steps (the estimate notes the "
+                   "copies' time) and as much more RAM.")
+
+
 def _tiled_samples(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
     if c.sampling.every_n_steps and c.sampling.prompts and c.sampling.vae_tiling != "on":
         yield ({"sampling.vae_tiling": "on"},
@@ -156,6 +171,7 @@ STEPS: list[tuple[str, str, Step]] = [
     ("gradient_checkpointing", "Gradient checkpointing", _checkpointing),
     ("adamw8bit", "8-bit Adam", _adam8bit),
     ("fp8_base", "fp8 base weights", _fp8_base),
+    ("blocks_to_swap", "Swap blocks to system memory", _block_swap),
     ("batch", "Smaller batch, more accumulation", _batch),
     ("use_t5", "Drop the T5 text encoder", _drop_t5),
     ("rank", "Lower LoRA rank", _rank),

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from studio.core.config.paths import ResolvedConfig
+from studio.core.estimate.block_swap_parts import pinned_blocks
 from studio.core.estimate.memory_parts import MemoryPart, run_facts
 from studio.core.estimate.ram_parts import (
     GB,
@@ -95,7 +96,7 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
         "loading": [baseline(r), pipeline_load(r), file_read(r)],
         "training": [baseline(r), cpu_training_step(r, step.peak_mb - step.mb("overhead")), parked_encoders(r),
                      parked_vae(r), latent_cache(r, training=True), text_cache(r), ema_on_cpu(r, trained),
-                     dataloader_workers(r), checkpoint_save(r, trained)],
+                     dataloader_workers(r), checkpoint_save(r, trained), pinned_blocks(r)],
     }
     if config.training.cache_latents or config.training.cache_text_embeddings:
         phases["caching"] = [baseline(r), denoiser_waiting(r), encoders_on_cpu(r),
@@ -135,6 +136,8 @@ _FIXES: list[tuple[str, dict[str, Any], str]] = [
     ("text_encoders", {"model.text_encoder_on_cpu": False}, _ENCODER_ON_GPU),
     ("text_cache", {"model.text_encoder_on_cpu": False}, _ENCODER_ON_GPU),
     ("ema", {"training.ema_on_cpu": False}, "keep the EMA on the GPU (training.ema_on_cpu = false)"),
+    ("swapped_blocks", {"model.blocks_to_swap": 0},
+     "keep every block on the GPU (model.blocks_to_swap = 0; it needs GPU memory then)"),
     ("latent_cache", {"training.cache_latents": False, "training.cache_latents_to_disk": False},
      "turn off the latent cache (training.cache_latents = false: the VAE encodes each batch on the GPU)"),
     ("model_load", {"model.dtype": "bf16"}, "load the frozen weights in 16 bits (model.dtype = \"bf16\")"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from studio.core.config.schema import TrainConfig
+from studio.core.estimate.block_swap_parts import swapped_weights
 from studio.core.estimate.memory_data import BYTES, scaled
 from studio.core.estimate.memory_parts import (
     MemoryPart,
@@ -46,9 +47,8 @@ class TrainingStep:
 def training_step(f: RunFacts) -> TrainingStep:
     """Weights, trained parameters with their gradients and optimizer state, activations (or the VAE
     encoding a batch, whichever is larger: the activations reuse the encoder's freed blocks), fixed costs."""
-    weights = denoiser_weights(f)
     encoders, autoencoder = text_encoders(f), vae(f)
-    parts = [weights, *encoders.resident]
+    parts = [*swapped_weights(f, denoiser_weights(f)), *encoders.resident]
     if f.full:
         trained = _full_trained_params(f) + encoders.trained_params
     else:
@@ -86,8 +86,11 @@ def _full_trained_params(f: RunFacts) -> int:
 def denoiser_waits_for_caches(config: TrainConfig, sharded: bool) -> bool:
     """Whether the trainer keeps the denoiser in system memory until the caches are filled (so the caching
     phase holds the encoders and the VAE only): with a cache, unless the run is sharded (FSDP places the
-    shards as it wraps them) or DreamBooth renders class images with the denoiser first."""
+    shards as it wraps them) or DreamBooth renders class images with the denoiser first. With
+    model.blocks_to_swap it always waits there: its swapped blocks never come to the GPU whole."""
     training, method = config.training, config.method
+    if config.model.blocks_to_swap:
+        return True
     if sharded or not (training.cache_text_embeddings or training.cache_latents):
         return False
     return not (method.kind == "dreambooth" and any(c.uses_prior_preservation for c in config.dataset.concepts))

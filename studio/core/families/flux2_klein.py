@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.families.settings import COMMON, FLOW_MATCHING
+from studio.core.families.settings import BLOCK_SWAP, COMMON, FLOW_MATCHING
 from studio.core.families.spec import FamilySpec
 
 NAME = "flux2-klein"
@@ -59,7 +59,7 @@ FAMILY = FamilySpec(
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,
     # Its scheduler's training schedule is used unshifted (as diffusers' [klein] example trains): no shift.
-    settings=(*(s for s in FLOW_MATCHING if s.key != "training.shift"), *COMMON),
+    settings=(*(s for s in FLOW_MATCHING if s.key != "training.shift"), *COMMON, BLOCK_SWAP),
     fsdp_units=("Flux2TransformerBlock", "Flux2SingleTransformerBlock"),
     checkpointed_blocks=("Flux2TransformerBlock", "Flux2SingleTransformerBlock"),
     download_gb=16.0,

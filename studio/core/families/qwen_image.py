@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.families.settings import COMMON, FLOW_MATCHING
+from studio.core.families.settings import BLOCK_SWAP, COMMON, FLOW_MATCHING
 from studio.core.families.spec import FamilySpec
 
 NAME = "qwen-image"
@@ -55,7 +55,7 @@ FAMILY = FamilySpec(
     native_resolution=1024,
     # Its scheduler shifts by resolution when sampling; training uses the unshifted schedule (as diffusers'
     # Qwen-Image example trains, its dynamic-shifting scheduler ignores a fixed shift): no training.shift.
-    settings=(*(s for s in FLOW_MATCHING if s.key != "training.shift"), *COMMON),
+    settings=(*(s for s in FLOW_MATCHING if s.key != "training.shift"), *COMMON, BLOCK_SWAP),
     fsdp_units=("QwenImageTransformerBlock",),
     checkpointed_blocks=("QwenImageTransformerBlock",),
     # The bf16 transformer (40.9 GB), the Qwen2.5-VL-7B encoder (16.6 GB) and the VAE (0.25 GB).

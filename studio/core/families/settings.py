@@ -111,9 +111,17 @@ NEUTRAL: dict[str, str] = {
     "training.dataloader_workers": "reads batches in worker processes: the same batches",
     "training.compile": "compiles the denoiser: the same computation, faster",
     "model.dtype": "the frozen weights' precision on a GPU; a CPU run keeps them in fp32",
+    "model.blocks_to_swap": "copies the frozen blocks' weights to the device just ahead of use: the same weights",
     "model.text_encoder_on_cpu": "encodes the cached captions in system memory: the same embeddings",
     "model.allow_pickle": "lets a pickle base model load as data; a safetensors base is read the same",
 }
+
+# The transformer families' frozen blocks kept in system memory (studio/train/memory/block_swap.py).
+BLOCK_SWAP = Setting("model.blocks_to_swap", "keeps the frozen weights of the denoiser's last blocks in system memory",
+                     "it swaps the repeated transformer blocks of a LoRA's frozen base (a UNet family has none, and "
+                     "a full fine-tune trains the very weights it would keep away); lower the memory with "
+                     "training.gradient_checkpointing or model.fp8_base instead, and leave it at 0",
+                     methods=_LORA)
 
 # Settings of one family, each declared by the family that has it.
 CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted from the end",

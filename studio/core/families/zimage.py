@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.families.settings import COMMON, FLOW_MATCHING, TRAINING_ADAPTER
+from studio.core.families.settings import BLOCK_SWAP, COMMON, FLOW_MATCHING, TRAINING_ADAPTER
 from studio.core.families.spec import FamilySpec
 
 NAME = "zimage"
@@ -40,7 +40,7 @@ FAMILY = FamilySpec(
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,
-    settings=(*FLOW_MATCHING, *COMMON, TRAINING_ADAPTER),
+    settings=(*FLOW_MATCHING, *COMMON, TRAINING_ADAPTER, BLOCK_SWAP),
     fsdp_units=("ZImageTransformerBlock",),
     checkpointed_blocks=("ZImageTransformerBlock",),
     download_gb=21.0,  # the bf16 transformer (12.3 GB), the Qwen3-4B encoder (8 GB) and the VAE

@@ -22,6 +22,7 @@ from studio.core.estimate.training_step import denoiser_waits_for_caches, prompt
 from studio.train.components import Components
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.memory.block_swap import swap_frozen_blocks
 
 HOLD_DEVICE = torch.device("cpu")  # where the denoiser waits while the caches fill
 
@@ -93,6 +94,8 @@ def offload_frozen(trainer: Any) -> None:
     offload.offload()
     device = trainer.accelerator.device
     if trainer.adapter.denoiser_home is not None:  # it waited in system memory while the caches filled
+        # Its swapped blocks' frozen weights stay there (model.blocks_to_swap); the rest comes.
+        trainer.block_swap = swap_frozen_blocks(trainer.config, components.denoiser, device)
         components.denoiser.to(device)
     if trainer.latent_cache is not None:
         trainer.latent_cache.keep_on(device, gpu_cache_budget(device))

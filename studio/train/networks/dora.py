@@ -32,21 +32,25 @@ def comfy_dora_scales(module: torch.nn.Module, magnitude_keys: list[str]) -> dic
 
     layers: dict[str, Any] = {name: layer for name, layer in module.named_modules()
                              if isinstance(layer, LoraLayer) and layer.use_dora.get(ADAPTER)}
+    from studio.train.memory.block_swap import weights_on_host
+
     out: dict[str, torch.Tensor] = {}
-    for key in magnitude_keys:
-        name = key.removesuffix(f".{MAGNITUDE}")
-        # A text model may name its layers one level deeper (text_model.encoder...) than its state dict does.
-        layer = layers.get(name) or next((v for k, v in layers.items() if k.endswith(f".{name}")), None)
-        if layer is None:
-            raise KeyError(f"no DoRA layer {name} in {type(module).__name__}")
-        out[name] = _comfy_scale(layer)
+    with weights_on_host(module):  # model.blocks_to_swap: the swapped blocks' base weights, read where they wait
+        for key in magnitude_keys:
+            name = key.removesuffix(f".{MAGNITUDE}")
+            # A text model may name its layers one level deeper (text_model.encoder...) than its state dict does.
+            layer = layers.get(name) or next((v for k, v in layers.items() if k.endswith(f".{name}")), None)
+            if layer is None:
+                raise KeyError(f"no DoRA layer {name} in {type(module).__name__}")
+            out[name] = _comfy_scale(layer)
     return out
 
 
 @torch.no_grad()
 def _comfy_scale(layer: Any) -> torch.Tensor:  # a peft LoraLayer with DoRA
     base = layer.get_base_layer().weight.detach().float()
-    merged = base + layer.get_delta_weight(ADAPTER).detach().float()
-    magnitude = layer.lora_magnitude_vector[ADAPTER].weight.detach().float().reshape(-1)
+    # Computed where the base weight is (system memory, for a swapped block).
+    merged = base + layer.get_delta_weight(ADAPTER).detach().float().to(base.device)
+    magnitude = layer.lora_magnitude_vector[ADAPTER].weight.detach().float().reshape(-1).to(base.device)
     scale = magnitude * _row_norms(base) / _row_norms(merged)
     return scale.reshape(base.shape[0], *[1] * (base.dim() - 1)).cpu()

@@ -1,0 +1,306 @@
+"""model.blocks_to_swap: the frozen weights of the denoiser's last blocks wait in system memory and come to
+the GPU one block ahead of use.
+
+A LoRA run reads its frozen base weights but never changes them, so a swapped block's weights need no copy
+back: the host copy (pinned, so the copy is queued like a kernel) is the only one kept, and a block's GPU copy
+is dropped as soon as the block is done. Before a block runs forward its weights are already on their way:
+each block, as it starts, sends for the next swapped one on a side CUDA stream, and the compute stream waits
+on that copy's event only when the block is about to use it. The backward pass needs the same weights again
+(a frozen layer's gradient with respect to its input is computed with its weight), so each swapped block's
+output passes through a marker whose backward brings the block back (and sends for the one before it), and
+its input through one whose backward drops it again: in reverse order, at most two swapped blocks on the GPU
+at once. Gradient checkpointing's recomputation runs the block's forward inside the backward pass; it finds
+the block already there and leaves it there.
+
+The LoRA (or LyCORIS) weights are trainable parameters of the same blocks and are never moved: they, their
+gradients and their optimizer state stay on the GPU. A swapped-out weight holds an empty tensor, so a block
+that ran without its weights would fail at once instead of computing with stale numbers; on the CPU the
+"device" copy is a real copy of the host one, so the schedule is exercised (and tested) there too.
+
+musubi-tuner's ModelOffloader swaps whole blocks' weights in place both ways (it trains full models too) and
+brings blocks back from backward hooks; OneTrainer's LayerOffloadConductor keeps a fixed window of layers on
+the GPU. This one copies one way only, since every swapped weight is frozen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+
+# The attribute of a denoiser that holds its BlockSwap, for code that reads its frozen weights (`weights_on_host`).
+SWAP_ATTRIBUTE = "_studio_block_swap"
+
+
+class _Marker(torch.autograd.Function):
+    """Passes tensors through unchanged; its backward calls `callback` before the gradients flow on."""
+
+    @staticmethod
+    def forward(ctx: Any, callback: Callable[[], None], *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.callback = callback
+        return tuple(t.view_as(t) for t in tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+        ctx.callback()
+        return (None, *grads)
+
+
+def _marked(values: Sequence[Any], callback: Callable[[], None]) -> list[Any] | None:
+    """`values` with the tensors that carry gradients passed through one marker; None when none do."""
+    where = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.requires_grad]
+    if not where:
+        return None
+    passed = _Marker.apply(callback, *(values[i] for i in where))
+    out = list(values)
+    for i, tensor in zip(where, passed, strict=True):
+        out[i] = tensor
+    return out
+
+
+class _WeightView:
+    """What autograd keeps of a swapped weight it saved for the backward pass: the weight, and how the saved
+    tensor (the weight itself, or its transpose) looks at it, so the backward reads the copy brought back."""
+
+    def __init__(self, parameter: torch.nn.Parameter, tensor: torch.Tensor) -> None:
+        self.parameter = parameter
+        # Where the saved tensor starts, from where the weight does (the copy brought back has its own storage).
+        self.layout = (tensor.size(), tensor.stride(), tensor.storage_offset() - parameter.data.storage_offset())
+
+    def tensor(self) -> torch.Tensor:
+        size, stride, offset = self.layout
+        weight = self.parameter.data
+        return weight.as_strided(size, stride, weight.storage_offset() + offset)
+
+
+def _unpack(saved: Any) -> Any:
+    return saved.tensor() if isinstance(saved, _WeightView) else saved
+
+
+def _others_hooks_active() -> bool:
+    """Whether saved-tensor hooks are in force already (gradient checkpointing keeps nothing saved itself)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine is running (a checkpointed block recomputing its forward)."""
+    return bool(torch._C._current_graph_task_id() != -1)
+
+
+class BlockSwap:
+    """The last `count` of `blocks` (in forward order) with their frozen weights kept off `device`."""
+
+    def __init__(self, blocks: Sequence[torch.nn.Module], count: int, device: torch.device) -> None:
+        self.blocks = list(blocks)
+        self.device = device
+        self.first = len(self.blocks) - count
+        cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if cuda else None
+        # Per swapped block: each frozen parameter with its host copy.
+        self.host: dict[int, list[tuple[torch.nn.Parameter, torch.Tensor]]] = {}
+        # Swapped blocks whose copy has been sent for: the device tensors and the copy's event.
+        self.incoming: dict[int, tuple[list[torch.Tensor], Any]] = {}
+        self.resident: set[int] = set()
+        self.most_resident = 0  # the most swapped blocks on the device at once (what the tests read)
+        self.copies = 0  # block copies made from the host
+        self.hooks: list[Any] = []
+        self.saving: dict[int, Any] = {}  # the saved-tensor hooks open while a swapped block runs forward
+        for index in range(self.first, len(self.blocks)):
+            frozen = [p for p in self.blocks[index].parameters() if not p.requires_grad]
+            self.host[index] = [(p, self._host_copy(p.data, cuda)) for p in frozen]
+            self._drop(index)
+        for index, block in enumerate(self.blocks):
+            self.hooks.append(block.register_forward_pre_hook(partial(self._before, index), with_kwargs=True))
+            if index in self.host:
+                self.hooks.append(block.register_forward_hook(partial(self._after, index)))
+        if cuda:
+            torch.cuda.empty_cache()  # the swapped weights' GPU memory goes back to the driver
+
+    @staticmethod
+    def _host_copy(tensor: torch.Tensor, pinned: bool) -> torch.Tensor:
+        """The weight in system memory: the very tensor when it waits there already (its parameter lets go
+        of it), pinned when a GPU copies from it."""
+        host = tensor.detach().to("cpu")
+        return host.pin_memory() if pinned else host
+
+    @property
+    def swapped(self) -> int:
+        return len(self.host)
+
+    def swapped_bytes(self) -> int:
+        return sum(host.numel() * host.element_size() for pairs in self.host.values() for _, host in pairs)
+
+    # ------------------------------------------------------------ moving one block
+
+    def _send_for(self, index: int) -> None:
+        """Start copying block `index`'s weights to the device (on the side stream on a GPU)."""
+        if index not in self.host or index in self.resident or index in self.incoming:
+            return
+        pairs = self.host[index]
+        self.copies += 1
+        # Ordinary tensors even when a sample runs under inference mode: training uses them next.
+        with torch.inference_mode(False):
+            if self.stream is None:
+                self.incoming[index] = ([host.clone() for _, host in pairs], None)
+                return
+            with torch.cuda.stream(self.stream):
+                moved = [host.to(self.device, non_blocking=True) for _, host in pairs]
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        self.incoming[index] = (moved, event)
+
+    def _bring(self, index: int) -> None:
+        """Block `index`'s weights in place on the device, once their copy has arrived."""
+        if index not in self.host or index in self.resident:
+            return
+        self._send_for(index)
+        moved, event = self.incoming.pop(index)
+        if event is not None:
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(event)
+            for tensor in moved:  # freed after the compute stream's use of it, not the side stream's
+                tensor.record_stream(compute)
+        for (parameter, _), tensor in zip(self.host[index], moved, strict=True):
+            parameter.data = tensor
+        self.resident.add(index)
+        self.most_resident = max(self.most_resident, len(self.resident))
+
+    def _drop(self, index: int) -> None:
+        """Block `index`'s device copy let go: an empty placeholder in each weight's place."""
+        with torch.inference_mode(False):
+            for parameter, host in self.host[index]:
+                parameter.data = torch.empty(0, dtype=host.dtype, device=self.device)
+        self.resident.discard(index)
+
+    # ------------------------------------------------------------ the hooks
+
+    def _before(self, index: int, module: torch.nn.Module, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        backward = _in_backward()
+        if not backward:  # a new forward: what an earlier pass left behind is not needed
+            for stale in [i for i in self.resident if i not in (index, index + 1)]:
+                self._drop(stale)
+            while self.saving:  # a forward that raised half-way left its hooks open
+                self.saving.popitem()[1].__exit__(None, None, None)
+        self._bring(index)
+        self._send_for(index - 1 if backward else index + 1)
+        if backward or index not in self.host or not torch.is_grad_enabled():
+            return None
+        if not _others_hooks_active():
+            self._keep_weights_unsaved(index)
+        # The gradient reaching this block's inputs means its backward is done: its weights may go.
+        drop = partial(self._drop, index)
+        names = list(kwargs)
+        marked = _marked([*args, *(kwargs[n] for n in names)], drop)
+        if marked is None:
+            return None
+        return tuple(marked[:len(args)]), dict(zip(names, marked[len(args):], strict=True))
+
+    def _keep_weights_unsaved(self, index: int) -> None:
+        """While block `index` runs forward, autograd saves its weights (or their transposes) as a note of
+        where to find them, not as the tensors: the device copy can go after the forward, and the backward
+        reads the copy brought back for it. (Under gradient checkpointing nothing is saved to begin with.)"""
+        weights = {p.data.untyped_storage().data_ptr(): p for p, _ in self.host[index]}
+
+        def pack(tensor: torch.Tensor) -> Any:
+            try:
+                parameter = weights.get(tensor.untyped_storage().data_ptr()) if tensor.numel() else None
+            except (RuntimeError, NotImplementedError):  # a tensor without a plain storage is kept as it is
+                return tensor
+            if parameter is None or tensor.dtype != parameter.dtype or tensor.device != self.device:
+                return tensor
+            return _WeightView(parameter, tensor)
+
+        hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
+        hooks.__enter__()
+        self.saving[index] = hooks
+
+    def _after(self, index: int, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        if _in_backward():
+            return None  # recomputed for the backward pass, which runs next with these weights
+        saving = self.saving.pop(index, None)
+        if saving is not None:
+            saving.__exit__(None, None, None)
+        marked = None
+        if torch.is_grad_enabled():
+            # The gradient reaching this block's outputs means its backward is next: bring it back.
+            marked = _marked(output if isinstance(output, (tuple, list)) else [output],
+                             partial(self._backward_reached, index))
+        self._drop(index)
+        if marked is None:
+            return None
+        return type(output)(marked) if isinstance(output, (tuple, list)) else marked[0]
+
+    def _backward_reached(self, index: int) -> None:
+        self._bring(index)
+        self._send_for(index - 1)
+
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """Every swapped weight readable for the block, as its host copy (what writes a DoRA file reads)."""
+        for index in self.host:
+            for parameter, host in self.host[index]:
+                parameter.data = host
+        self.resident.clear()
+        try:
+            yield
+        finally:
+            for index in self.host:
+                self._drop(index)
+
+    def remove(self) -> None:
+        """Every swapped block back on the device for good, and the hooks gone."""
+        for hook in self.hooks:
+            hook.remove()
+        for index in self.host:
+            self._bring(index)
+        self.host.clear()
+
+
+def weights_on_host(module: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Inside it, `module`'s swapped weights (if any) are readable, in system memory."""
+    swap = getattr(module, SWAP_ATTRIBUTE, None)
+    return swap.on_host() if isinstance(swap, BlockSwap) else contextlib.nullcontext()
+
+
+def repeated_blocks(denoiser: torch.nn.Module, classes: Sequence[str]) -> list[torch.nn.Module]:
+    """The denoiser's repeated blocks (modules of the named classes), in the order the model declares them,
+    which is the order its forward runs them."""
+    return [m for m in denoiser.modules() if type(m).__name__ in classes]
+
+
+def swap_blocks(denoiser: torch.nn.Module, classes: Sequence[str], count: int, device: torch.device) -> BlockSwap:
+    """Keep the frozen weights of the last `count` repeated blocks off `device`; `count` must leave one."""
+    blocks = repeated_blocks(denoiser, classes)
+    if count >= len(blocks):
+        raise ValueError(f"has {len(blocks)} repeated blocks; at most {len(blocks) - 1} can be swapped")
+    return BlockSwap(blocks, count, device)
+
+
+def swap_frozen_blocks(config: Any, denoiser: torch.nn.Module, device: torch.device) -> BlockSwap | None:
+    """model.blocks_to_swap applied to the run's denoiser, once it is on `device` with its LoRA (and after data
+    parallelism has copied rank 0's weights: the swapped weights are frozen, so it never touches them again)."""
+    from studio.core.families import family
+    from studio.train.errors import TrainError
+
+    count = config.model.blocks_to_swap
+    if count == 0:
+        return None
+    spec = family(config.model.family)
+    try:
+        swap = swap_blocks(denoiser, spec.checkpointed_blocks, count, device)
+    except ValueError as exc:
+        raise TrainError("config", f"model.blocks_to_swap = {count}: the denoiser of {config.model.base} {exc}",
+                         "lower model.blocks_to_swap") from None
+    # Every rank loads the same base: data parallelism need not broadcast the swapped weights (it would send
+    # their empty placeholders).
+    swapped = {id(p) for pairs in swap.host.values() for p, _ in pairs}
+    ignored = [name for name, p in denoiser.named_parameters() if id(p) in swapped]
+    previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        denoiser, previous + ignored)
+    setattr(denoiser, SWAP_ATTRIBUTE, swap)
+    return swap

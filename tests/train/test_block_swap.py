@@ -1,0 +1,300 @@
+"""model.blocks_to_swap: a LoRA run with its last blocks' frozen weights kept off the compute device trains,
+samples and resumes as the run that keeps them all there, and the blocks really do leave.
+
+On the CPU the compute device is the CPU itself: a swapped-out weight holds an empty tensor, so a block that
+ran without being brought back would fail, and each bring is a real copy from the host copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+from studio.core.config.schema import ModelSection, SamplingSection, TrainingSection
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
+
+torch = pytest.importorskip("torch")
+
+# The transformer families it serves, each with how many of its tiny model's blocks to swap (all but one)
+# and whether gradient checkpointing recomputes them (its recomputation runs inside the backward pass).
+SERVED = [("flux2-klein", 2, True), ("zimage", 3, False), ("sd3", 1, True), ("qwen-image", 1, False)]
+
+
+def _config(make_config: Any, family: str, swapped: int, checkpointing: bool, **sampling: Any) -> Any:
+    config = make_config(family, training=TrainingSection(batch_size=2, max_steps=3, learning_rate=1e-2, seed=3,
+                                                          gradient_checkpointing=checkpointing),
+                         sampling=SamplingSection(**sampling))
+    config.model.blocks_to_swap = swapped
+    return config
+
+
+def _losses(events: list[Any]) -> list[float]:
+    return [e.loss for e in events if isinstance(e, Step)]
+
+
+def _lora(run_dir: Path) -> dict[str, Any]:
+    return load_file(str(run_dir / "output" / "pytorch_lora_weights.safetensors"))
+
+
+@pytest.fixture
+def watched_swap(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The run's BlockSwap, and how many swapped blocks held their weights whenever any block ran forward."""
+    import studio.train.loop as loop
+
+    seen: dict[str, Any] = {"resident": []}
+    setup = loop.Trainer.setup
+
+    def watched(self: Any) -> None:
+        setup(self)
+        seen["trained"] = {n: p for n, p in self.components.denoiser.named_parameters() if p.requires_grad}
+        swap = seen["swap"] = self.block_swap
+        if swap is None:
+            return
+        for block in swap.blocks:
+            block.register_forward_pre_hook(
+                lambda module, args: seen["resident"].append(
+                    sum(all(p.numel() > 0 for p, _ in swap.host[i]) for i in swap.host)))
+
+    monkeypatch.setattr(loop.Trainer, "setup", watched)
+    return seen
+
+
+@pytest.mark.parametrize(("family", "swapped", "checkpointing"), SERVED)
+def test_a_swapped_run_trains_and_samples_as_the_unswapped_one(family: str, swapped: int, checkpointing: bool,
+                                                                 make_config, run_training, events_of,
+                                                                 watched_swap: dict[str, Any], tmp_path: Path) -> None:
+    code, plain = run_training(_config(make_config, family, 0, checkpointing), tmp_path / "plain")
+    assert code == 0, [e for e in events_of(plain) if e.type == "error"]
+    assert watched_swap["swap"] is None
+    sampled = {"every_n_steps": 3, "prompts": ["a red circle"], "steps": 2}
+    code, swapped_run = run_training(_config(make_config, family, swapped, checkpointing, **sampled),
+                                     tmp_path / "swapped")
+    assert code == 0, [e for e in events_of(swapped_run) if e.type == "error"]
+    swap = watched_swap["swap"]
+    assert swap.swapped == swapped and swap.swapped_bytes() > 0
+    # Every step's forward, backward and the sample's denoising brought the swapped blocks back one at a
+    # time: at most the running one and the next one held their weights, and each came more than once.
+    assert max(watched_swap["resident"]) <= 2 and swap.most_resident <= 2
+    assert swap.copies >= 3 * 2 * swapped
+    assert all(p.numel() == 0 for i in swap.host for p, _ in swap.host[i])  # all away again after the run
+    assert (swapped_run / "samples" / "step-000003-0.png").is_file()
+
+    plain_losses, swapped_losses = _losses(events_of(plain)), _losses(events_of(swapped_run))
+    assert len(swapped_losses) == 3
+    assert swapped_losses == pytest.approx(plain_losses, abs=1e-6, rel=0)
+    expected, got = _lora(plain), _lora(swapped_run)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=0)
+    assert any(t.abs().max() > 0 for t in expected.values())  # the LoRA moved: equality says something
+
+
+@pytest.mark.parametrize(("family", "swapped", "checkpointing"), [SERVED[0], SERVED[1]])
+def test_each_step_copies_each_swapped_block_once_each_way_in_order(family: str, swapped: int, checkpointing: bool,
+                                                                   make_config, run_training, events_of,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """Forward: the next block is sent for as each one starts; backward: in reverse, each block once more
+    (gradient checkpointing's recomputation finds it there). No block is copied twice for one pass."""
+    from studio.train.memory.block_swap import BlockSwap
+
+    sent: list[int] = []
+    send = BlockSwap._send_for
+
+    def recorded(self: BlockSwap, index: int) -> None:
+        before = self.copies
+        send(self, index)
+        if self.copies > before:
+            sent.append(index)
+
+    monkeypatch.setattr(BlockSwap, "_send_for", recorded)
+    config = _config(make_config, family, swapped, checkpointing)
+    config.training.max_steps = 2
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    first = 4 - swapped if family == "zimage" else 3 - swapped
+    forward = list(range(first, first + swapped))
+    one_step = forward + forward[::-1]
+    if family == "zimage":
+        # Its caption refiner (block 1) reads no tensor that carries a gradient, so nothing marks the end of
+        # its backward: it stays until the next forward, which finds it there and copies it no more.
+        assert sent == one_step + one_step[1:-1] + [1] == [1, 2, 3, 3, 2, 1, 2, 3, 3, 2, 1]
+    else:
+        assert sent == one_step * 2
+
+
+@pytest.mark.parametrize(("family", "changes"), [("flux2-klein", {"method.use_dora": True}),
+                                               ("sd3", {"method.network": "lokr", "method.lokr_factor": 4}),
+                                               ("zimage", {"method.network": "loha"}),
+                                               ("qwen-image", {"model.fp8_base": True})])
+def test_dora_lycoris_and_fp8_train_on_swapped_blocks_as_on_resident_ones(family: str, changes: dict[str, Any],
+                                                                         make_config, run_training, events_of,
+                                                                         watched_swap: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """The adapter's own parameters (DoRA's magnitudes, LoKr's and LoHa's factors) stay put, and 8-bit
+    base weights are swapped as they are stored."""
+    swapped = {name: count for name, count, _ in SERVED}[family]
+    losses, trained, files = [], [], []
+    for count in (0, swapped):
+        config = _config(make_config, family, count, False)
+        data = config.model_dump()
+        data["method"]["rank"] = 4
+        for key, value in changes.items():
+            section, name = key.split(".")
+            data[section][name] = value
+        config = type(config).model_validate(data)
+        code, run_dir = run_training(config, tmp_path / str(count))
+        assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+        losses.append(_losses(events_of(run_dir)))
+        trained.append(watched_swap["trained"])
+        files.append({p.name: load_file(str(p)) for p in sorted((run_dir / "output").rglob("*.safetensors"))})
+    assert watched_swap["swap"].copies > 0
+    assert losses[1] == pytest.approx(losses[0], abs=1e-6, rel=0)
+    assert trained[1].keys() == trained[0].keys()
+    for name, weight in trained[0].items():
+        torch.testing.assert_close(trained[1][name], weight, atol=1e-6, rtol=0)
+    # Every file written holds the same tensors: a DoRA file's ComfyUI scales read the swapped base weights too.
+    assert files[1].keys() == files[0].keys() and files[0]
+    for name, tensors in files[0].items():
+        assert files[1][name].keys() == tensors.keys(), name
+        for key, tensor in tensors.items():
+            torch.testing.assert_close(files[1][name][key], tensor, atol=1e-6, rtol=0)
+    assert any(key.endswith("dora_scale") for t in files[0].values() for key in t) == ("method.use_dora" in changes)
+    if "model.fp8_base" in changes:
+        assert all(host.dtype == torch.float8_e4m3fn for p in watched_swap["swap"].host.values()
+                   for _, host in p if host.dim() == 2)
+
+
+def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,
+                                                                             stop_after, tmp_path: Path) -> None:
+    def config() -> Any:
+        made = _config(make_config, "flux2-klein", 2, True)
+        made.training.max_steps = 4
+        return made
+
+    code, straight = run_training(config(), tmp_path / "a")
+    assert code == 0
+    stop_after(2)
+    code, run_dir = run_training(config(), tmp_path / "b")
+    assert code == 0
+    events = events_of(run_dir)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
+    assert any(isinstance(e, Checkpoint) and e.step == 2 for e in events)
+    stop_after(None)
+    code, _ = run_training(None, tmp_path / "b", resume_dir=run_dir)
+    assert code == 0
+    events = events_of(run_dir)
+    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    assert _losses(events) == pytest.approx(_losses(events_of(straight)), abs=1e-6, rel=0)
+    resumed, expected = _lora(run_dir), _lora(straight)
+    assert resumed.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(resumed[key], expected[key], atol=1e-6, rtol=0)
+
+
+def test_a_block_run_without_being_brought_back_fails_loudly(tiny_model) -> None:
+    """The placeholder is what makes the CPU tests prove the schedule: no stale or missing weight computes."""
+    from studio.core.families import family
+    from studio.train.families import adapter_for
+    from studio.train.memory.block_swap import swap_blocks
+
+    config = _bare_config(tiny_model("sd3"))
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    adapter.add_lora(components)
+    swap = swap_blocks(components.denoiser, family("sd3").checkpointed_blocks, 1, torch.device("cpu"))
+    block = swap.blocks[-1]
+    lora = [p for p in block.parameters() if p.requires_grad]
+    assert lora and all(p.numel() > 0 for p in lora)  # the LoRA stays where it trains
+    for hook in swap.hooks:
+        hook.remove()
+    width = int(components.denoiser.config.num_attention_heads * components.denoiser.config.attention_head_dim)
+    with pytest.raises(RuntimeError):
+        block(hidden_states=torch.randn(1, 4, width), encoder_hidden_states=torch.randn(1, 3, width),
+              temb=torch.randn(1, width))
+
+
+def test_too_many_blocks_for_the_model_is_a_config_error(make_config, run_training, events_of, tmp_path) -> None:
+    code, run_dir = run_training(_config(make_config, "sd3", 2, False), tmp_path)
+    errors = [e for e in events_of(run_dir) if e.type == "error"]
+    assert code != 0 and errors and errors[0].kind == "config"
+    assert "model.blocks_to_swap = 2" in errors[0].message and "2 repeated blocks" in errors[0].message
+    assert "at most 1" in errors[0].message
+
+
+def _bare_config(base: Path) -> Any:
+    from studio.core.config.schema import MethodSection, TrainConfig
+
+    return TrainConfig(model=ModelSection(family="sd3", base=str(base)), method=MethodSection(rank=4))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_swapped_weights_wait_pinned_and_come_on_the_side_stream(make_config, run_training, events_of,
+                                                                               watched_swap: dict[str, Any],
+                                                                               tmp_path: Path) -> None:
+    losses = []
+    for count in (0, 2):
+        code, run_dir = run_training(_config(make_config, "flux2-klein", count, True), tmp_path / str(count))
+        assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+        losses.append(_losses(events_of(run_dir)))
+    swap = watched_swap["swap"]
+    assert swap.stream is not None and swap.most_resident <= 2
+    assert all(host.is_pinned() for pairs in swap.host.values() for _, host in pairs)
+    assert all(p.device.type == "cuda" and p.numel() == 0 for pairs in swap.host.values() for p, _ in pairs)
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5, rel=0)
+
+
+def test_blocks_brought_under_inference_mode_train_afterwards(tiny_model) -> None:
+    """A block that stays brought after an inference-mode forward holds ordinary tensors, which autograd
+    may save for the backward pass."""
+    from studio.core.families import family
+    from studio.train.families import adapter_for
+    from studio.train.memory.block_swap import swap_blocks
+
+    config = _bare_config(tiny_model("sd3"))
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    adapter.add_lora(components)
+    swap = swap_blocks(components.denoiser, family("sd3").checkpointed_blocks, 1, torch.device("cpu"))
+    with torch.inference_mode():
+        swap._bring(1)
+    assert not any(p.is_inference() for p, _ in swap.host[1])
+    block = swap.blocks[1]
+    width = int(components.denoiser.config.num_attention_heads * components.denoiser.config.attention_head_dim)
+    hidden = torch.randn(1, 4, width, requires_grad=True)
+    out = block(hidden_states=hidden, encoder_hidden_states=torch.randn(1, 3, width), temb=torch.randn(1, width))
+    torch.cat([o.flatten() for o in out if o is not None]).sum().backward()
+    assert hidden.grad is not None and hidden.grad.abs().sum() > 0
+
+
+def test_a_weight_sliced_from_a_larger_buffer_swaps_and_computes_exactly() -> None:
+    """A frozen weight a loader left as a slice of a larger buffer (offset into it) is swapped and brought back
+    as its own tensor: the forward and the backward through it are the unswapped ones, bit for bit."""
+    from studio.train.memory.block_swap import BlockSwap
+
+    torch.manual_seed(0)
+    buffer = torch.randn(2 * 8 * 8)
+    blocks = [torch.nn.Linear(8, 8, bias=False) for _ in range(3)]
+    for block in blocks:
+        block.requires_grad_(False)
+    blocks[2].weight.data = buffer[64:].view(8, 8)  # offset 64 into the buffer
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def run(stack: list[torch.nn.Module]) -> tuple[torch.Tensor, torch.Tensor]:
+        x.grad = None
+        y = x
+        for block in stack:
+            y = torch.tanh(block(y))
+        y.pow(2).sum().backward()
+        assert x.grad is not None
+        return y.detach(), x.grad.clone()
+
+    expected = run(blocks)
+    swap = BlockSwap(blocks, 2, torch.device("cpu"))
+    got = run(blocks)
+    assert swap.copies == 4 and swap.most_resident <= 2
+    torch.testing.assert_close(got[0], expected[0], atol=0, rtol=0)
+    torch.testing.assert_close(got[1], expected[1], atol=0, rtol=0)
