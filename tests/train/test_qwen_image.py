@@ -212,7 +212,7 @@ def test_the_gpu_acceptance_script_runs_the_qwen_image_presets_on_a_qwen_image_m
     sys.modules["gpu_acceptance"] = script
     spec.loader.exec_module(script)
     chosen = [p for p in script.pick_presets(None) if p.family == "qwen-image"]
-    assert [p.id for p in chosen] == ["qwen-image-lora-24gb", "qwen-image-lora-48gb"]  # lowest promise first
+    assert [p.id for p in chosen] == [f"qwen-image-lora-{gb}gb" for gb in (12, 16, 24, 48)]  # lowest promise first
     assert {script.model_key(p) for p in chosen} == {"qwen-image"}
     folder = script.write_model("qwen-image", tmp_path, tiny=True)  # the dry run's model; the GPU's is full size
     assert json.loads((folder / "model_index.json").read_text())["_class_name"] == "QwenImagePipeline"
