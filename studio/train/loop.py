@@ -43,6 +43,7 @@ from studio.train.hold import StepHold
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
+from studio.train.memory.quantized import quantize_base
 from studio.train.memory.sharding import Sharding
 from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
@@ -162,6 +163,8 @@ class Trainer:
         cast_training_params(modules, dtype=torch.float32)
         if self.config.model.fp8_base:
             store_in_float8(c.denoiser, self.dtype)  # after the LoRA: its layers stay trainable
+        if self.config.model.quantized_base != "none":  # likewise, around the LoRA's base layers
+            quantize_base(c.denoiser, self.config.model.quantized_base, self.dtype)
         if training.gradient_checkpointing and not self.sharding.enabled:  # FSDP wraps the blocks itself
             enable_gradient_checkpointing(c.denoiser, training.checkpointing_interval)
             for encoder in encoders:

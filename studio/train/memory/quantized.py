@@ -1,0 +1,94 @@
+"""model.quantized_base: the frozen denoiser's Linear layers kept in int8 or 4-bit NF4 by bitsandbytes.
+
+bitsandbytes is the library that serves the studio's people: it runs on Windows and Linux CUDA (and on
+the CPU, where the tests prove it), its layers are the ones peft's own quantized LoRA wraps, and it
+already gives the studio its 8-bit optimizer. (torchao's int4 needs a GPU-only kernel package.)
+
+- int8: `Linear8bitLt` (LLM.int8: one scale per output row, with outlier input columns kept in 16 bits
+  at the usual threshold of 6), about 1 byte a weight.
+- nf4: `Linear4bit` with the NF4 code (4 bits a weight, one absmax per 64 weights, itself stored in
+  8 bits), about 0.5 byte a weight; the layer widens its weights to the training precision to run.
+
+Only the frozen Linear layers are turned (convolutions stay in the weights' dtype, as do the layers
+fp8_base keeps: the first and last, embeddings, norms, and the LoRA itself). It is applied after the
+adapter is added: each wrapped layer's base layer is replaced, and the adapter, trained in fp32 or the
+mixed precision, runs beside it; so the adapter file is the same as over the full-precision base, and
+loads on it. The backward pass widens the quantized weights again instead of keeping wide copies, so it
+composes with gradient checkpointing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+import torch
+
+from studio.core.config.quantized_rules import QUANTIZATION_INSTALL
+from studio.train.errors import TrainError
+from studio.train.memory.fp8 import SKIPPED
+from studio.train.memory.precision import COMPUTE_DTYPE_ATTRIBUTE
+
+INT8_THRESHOLD = 6.0  # LLM.int8's outlier threshold: input columns above it run in 16 bits
+
+
+def bitsandbytes() -> Any:
+    """The bitsandbytes module, or a TrainError with the words that install it."""
+    try:
+        return importlib.import_module("bitsandbytes")
+    except ImportError as exc:
+        raise TrainError("config", f"model.quantized_base needs the bitsandbytes library, which this training "
+                         f"environment lacks ({exc})", f"install it in the training environment: {QUANTIZATION_INSTALL}; or set model.quantized_base "
+                         "= \"none\"") from None
+
+
+def _convertible(name: str, module: torch.nn.Module, skipped: tuple[str, ...]) -> bool:
+    if type(module) is not torch.nn.Linear:
+        return False
+    return not (module.weight.requires_grad or any(re.search(pattern, name) for pattern in skipped))
+
+
+def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype: torch.dtype) -> torch.nn.Module:
+    """A bitsandbytes layer holding `layer`'s weights quantized on `layer`'s device."""
+    device, wide = layer.weight.device, layer.weight.detach()
+    bias = layer.bias is not None
+    if kind == "int8":
+        new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=bias, has_fp16_weights=False,
+                                  threshold=INT8_THRESHOLD, device="meta")
+        new.weight = bnb.nn.Int8Params(wide.to("cpu") if device.type != "cpu" else wide, requires_grad=False,
+                                       has_fp16_weights=False)
+    else:
+        new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=bias, compute_dtype=compute_dtype,
+                                quant_type=kind, device="meta")
+        new.weight = bnb.nn.Params4bit(wide, requires_grad=False, quant_type=kind, module=new)
+        # bitsandbytes repacks the weights for its CPU inference kernel on the first no-grad forward in eval
+        # mode (a sample), in a layout its training path does not read: keep the one layout.
+        new.support_avx512bf16_for_cpu = False
+    if bias:
+        new.bias = torch.nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
+    new = new.to(device)  # quantizes the weights where they are
+    new.train(layer.training)
+    return new
+
+
+def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dtype) -> list[str]:
+    """Replace the frozen Linear layers of `denoiser` with bitsandbytes ones of `kind` (int8 | nf4); the
+    replaced names. Call it after the adapter is added (its layers are trainable and stay as they are)."""
+    bnb = bitsandbytes()
+    skipped = SKIPPED + tuple(getattr(denoiser, "_skip_layerwise_casting_patterns", None) or ())
+    converted: list[str] = []
+    for name, module in list(denoiser.named_modules()):
+        if not _convertible(name, module, skipped):
+            continue
+        parent_name, _, child = name.rpartition(".")
+        parent = denoiser.get_submodule(parent_name) if parent_name else denoiser
+        setattr(parent, child, _quantized_layer(bnb, module, kind, compute_dtype))
+        converted.append(name)
+    setattr(denoiser, COMPUTE_DTYPE_ATTRIBUTE, compute_dtype)
+    # Every rank loads and quantizes the same base: data parallelism need not broadcast it.
+    ignored = [f"{name}.weight" for name in converted]
+    previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        denoiser, previous + ignored)
+    return converted
