@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
-from studio.core.config.schema import MethodSection, ModelSection, OutputSection, TrainConfig, TrainingSection
+from studio.core.config.schema import (
+    MethodSection,
+    ModelSection,
+    OutputSection,
+    SamplingSection,
+    TrainConfig,
+    TrainingSection,
+)
 from studio.core.families import FAMILIES
 from studio.core.runs.events import RunFinished, Step
 
@@ -138,3 +145,21 @@ def test_a_training_environment_without_bitsandbytes_is_refused_with_the_install
     assert "model.quantized_base needs the bitsandbytes library" in errors[0].message
     assert 'pip install "sd-training-studio[cuda]"' in errors[0].hint
     assert not any(e.type == "phase" and getattr(e, "name", "") == "loading" for e in events)  # before loading
+
+
+def test_gradient_checkpointing_and_samples_over_an_nf4_base_train_the_same_lora(
+        make_config, run_training, events_of, tiny_sd3: Path, tmp_path: Path) -> None:
+    """Checkpointing recomputes the quantized layers (the same gradients); a sample between steps runs them
+    without gradients, which must leave the weights' layout as training reads it."""
+    plain = _config(make_config, "sd3", tiny_sd3, "nf4", tmp_path / "runs")
+    code, straight = run_training(plain, tmp_path / "a")
+    assert code == 0
+    both = plain.model_copy(deep=True)
+    both.training.gradient_checkpointing = True
+    both.sampling = SamplingSection(every_n_steps=1, prompts=["a red circle"], steps=2)
+    code, run_dir = run_training(both, tmp_path / "b")
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    assert len(list((run_dir / "samples").glob("step-*.png"))) == STEPS
+    assert _losses(events_of(run_dir)) == pytest.approx(_losses(events_of(straight)), rel=1e-5)
+    trained, expected = _lora(run_dir), _lora(straight)
+    assert all(torch.allclose(trained[k], expected[k], rtol=1e-4, atol=1e-7) for k in expected)
