@@ -38,6 +38,7 @@ from studio.core.estimate.ram_parts import (
     parked_encoders,
     parked_vae,
     pipeline_load,
+    quantized_conversion,
     text_cache,
 )
 from studio.core.estimate.training_step import training_step
@@ -47,6 +48,7 @@ RamFit = Literal["fits", "tight", "does_not_fit"]
 REFUSE_SHARE = 0.95  # over this share of the machine's RAM a run is refused before launch
 WARN_SHARE = 0.80  # over this share it is a warning
 PHASE_WORDS = {"loading": "while the model loads", "converting": "while the denoiser is turned to fp8",
+               "quantizing": "while the denoiser is quantized",
                "caching": "while the caches fill", "training": "while training"}
 
 
@@ -56,7 +58,7 @@ class RamEstimate:
     that peaks (they add up to `total_mb`), and each phase's total."""
 
     total_mb: float = 0.0
-    phase: str = "loading"  # loading | converting | caching | training
+    phase: str = "loading"  # loading | converting | quantizing | caching | training
     parts: list[MemoryPart] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     phase_parts: dict[str, list[MemoryPart]] = field(default_factory=dict)  # every phase's parts
@@ -102,6 +104,8 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
                              latent_cache(r, training=False), text_cache(r)]
     if fp8_conversion(r) is not None:  # before the caches fill, the waiting denoiser is turned to fp8
         phases["converting"] = [baseline(r), fp8_conversion(r), idle_encoders_on_cpu(r)]
+    if quantized_conversion(r) is not None:  # or quantized (it waits for that even without a cache)
+        phases["quantizing"] = [baseline(r), quantized_conversion(r), idle_encoders_on_cpu(r)]
     kept = {name: [p for p in parts if p is not None and p.mb > 0] for name, parts in phases.items()}
     totals = {name: sum(p.mb for p in parts) for name, parts in kept.items()}
     peak = max(totals, key=lambda name: totals[name])

@@ -2,7 +2,7 @@
 
 The parts follow what the trainer does (studio/train): every family loads its whole pipeline into
 system memory with `from_pretrained` before each component moves to the GPU; with a cache the
-denoiser waits in system memory while the caches fill (and is turned to fp8 there); cached latents
+denoiser waits in system memory while the caches fill (and is turned to fp8 or quantized there); cached latents
 are built on the CPU and stay there unless they fit a small share of the GPU; cached text stays where
 its encoder ran; frozen encoders and a VAE the steps no longer use are parked in system memory.
 Sizes are the architectures' parameter counts (`resources/architectures/<family>.json`) and the
@@ -135,6 +135,9 @@ def denoiser_waiting(r: RamFacts) -> MemoryPart | None:
     if r.f.fp8:
         return r.part("denoiser", f"{den['class']} waiting (fp8)", _mb(int(den["params"]), 1),
                       "model.fp8_base: an 8-bit copy in system memory while the caches fill")
+    if r.f.quantized != "none":
+        return r.part("denoiser", f"{den['class']} waiting ({r.f.quantized})", quantized_waiting_mb(r),
+                      "model.quantized_base: quantized in system memory before it moves to the GPU")
     if not _copied(r, den):
         return None
     width = _load_bytes(r, den)
@@ -154,6 +157,29 @@ def fp8_conversion(r: RamFacts) -> MemoryPart | None:
     old = _mb(params, _load_bytes(r, den)) if _copied(r, den) else 0.0
     return r.part("fp8_conversion", "Turning the denoiser to fp8", max(old, _mb(params, 1)) + _mb(largest, 8),
                   "the 8-bit copy, and the largest layer widened to fp32 and scaled, one layer at a time")
+
+
+def quantized_waiting_mb(r: RamFacts) -> float:
+    """The waiting denoiser once quantized: its quantized layers, and the rest as loading left it (a private
+    copy when loading converted it; mapped from its file otherwise, which the system can drop)."""
+    from studio.core.estimate.quantized_parts import stored_denoiser_mb
+
+    den = denoiser_entry(r.f.arch)
+    return stored_denoiser_mb(r.f, _load_bytes(r, den) if _copied(r, den) else 0)
+
+
+def quantized_conversion(r: RamFacts) -> MemoryPart | None:
+    """model.quantized_base quantizes the waiting denoiser layer by layer in system memory (it always waits
+    for it): the quantized copy grows as the converted one's layers are freed, with the largest layer in
+    fp32 twice while bitsandbytes quantizes it (studio/train/memory/quantized.py)."""
+    if r.f.quantized == "none" or not r.waits:
+        return None
+    den = denoiser_entry(r.f.arch)
+    params, largest = int(den["params"]), int(den["largest_layer_params"])
+    old = _mb(params, _load_bytes(r, den)) if _copied(r, den) else 0.0
+    return r.part("quantized_conversion", f"Quantizing the denoiser to {r.f.quantized}",
+                  max(old, quantized_waiting_mb(r)) + _mb(largest, 8),
+                  f"the {r.f.quantized} copy, and the largest layer in fp32 while it is quantized, one layer at a time")
 
 
 def encoders_mb(r: RamFacts) -> float:

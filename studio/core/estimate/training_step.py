@@ -24,6 +24,7 @@ from studio.core.estimate.memory_parts import (
     vae,
     weight_copies,
 )
+from studio.core.estimate.quantized_parts import quantized_working_copy
 from studio.core.estimate.sharded_parts import fsdp_parts
 
 
@@ -60,7 +61,7 @@ def training_step(f: RunFacts) -> TrainingStep:
                                 f"{autoencoder.bytes * 8}-bit, encodes each batch"))
     parts += [gradients(f, trained), optimizer_state(f, trained)]
     parts += [p for p in (moving_average(f, trained),) if p is not None]
-    parts += [p for p in (fp8_upcast_copies(f), weight_copies(f)) if p is not None]
+    parts += [p for p in (fp8_upcast_copies(f), quantized_working_copy(f), weight_copies(f)) if p is not None]
     parts += fsdp_parts(f)
     acts = activations(f)
     parts.append(acts)
@@ -86,8 +87,11 @@ def _full_trained_params(f: RunFacts) -> int:
 def denoiser_waits_for_caches(config: TrainConfig, sharded: bool) -> bool:
     """Whether the trainer keeps the denoiser in system memory until the caches are filled (so the caching
     phase holds the encoders and the VAE only): with a cache, unless the run is sharded (FSDP places the
-    shards as it wraps them) or DreamBooth renders class images with the denoiser first."""
+    shards as it wraps them) or DreamBooth renders class images with the denoiser first. A base quantized
+    by model.quantized_base always waits: it is quantized there, so the GPU never holds it at full width."""
     training, method = config.training, config.method
+    if config.model.quantized_base != "none" and method.kind == "lora" and not sharded:
+        return True
     if sharded or not (training.cache_text_embeddings or training.cache_latents):
         return False
     return not (method.kind == "dreambooth" and any(c.uses_prior_preservation for c in config.dataset.concepts))

@@ -43,10 +43,22 @@ def bitsandbytes() -> Any:
                          "= \"none\"") from None
 
 
-def _convertible(name: str, module: torch.nn.Module, skipped: tuple[str, ...]) -> bool:
-    if type(module) is not torch.nn.Linear:
-        return False
-    return not (module.weight.requires_grad or any(re.search(pattern, name) for pattern in skipped))
+def _skipped(denoiser: torch.nn.Module) -> tuple[str, ...]:
+    return SKIPPED + tuple(getattr(denoiser, "_skip_layerwise_casting_patterns", None) or ())
+
+
+def _quantizable(name: str, module: torch.nn.Module, skipped: tuple[str, ...]) -> bool:
+    """A plain Linear layer outside the kept ones (its weights' trainability aside)."""
+    return type(module) is torch.nn.Linear and not any(re.search(pattern, name) for pattern in skipped)
+
+
+def quantizable(denoiser: torch.nn.Module) -> dict[str, int]:
+    """What `quantize_base` would quantize in an unadapted `denoiser`: its weights and their output rows
+    (int8 keeps a scale per row). benchmarks/count_parameters.py writes it to resources/architectures/ for
+    the estimate."""
+    skipped = _skipped(denoiser)
+    layers = [m for n, m in denoiser.named_modules() if _quantizable(n, m, skipped)]
+    return {"params": sum(m.weight.numel() for m in layers), "rows": sum(m.out_features for m in layers)}
 
 
 def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype: torch.dtype) -> torch.nn.Module:
@@ -76,10 +88,10 @@ def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dty
     """Replace the frozen Linear layers of `denoiser` with bitsandbytes ones of `kind` (int8 | nf4); the
     replaced names. Call it after the adapter is added (its layers are trainable and stay as they are)."""
     bnb = bitsandbytes()
-    skipped = SKIPPED + tuple(getattr(denoiser, "_skip_layerwise_casting_patterns", None) or ())
+    skipped = _skipped(denoiser)
     converted: list[str] = []
     for name, module in list(denoiser.named_modules()):
-        if not _convertible(name, module, skipped):
+        if not _quantizable(name, module, skipped) or module.weight.requires_grad:
             continue
         parent_name, _, child = name.rpartition(".")
         parent = denoiser.get_submodule(parent_name) if parent_name else denoiser

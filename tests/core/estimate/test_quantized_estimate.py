@@ -1,0 +1,70 @@
+"""model.quantized_base in the estimate: the frozen denoiser's weights at int8 and nf4 sizes (the layers the
+trainer keeps wide at theirs), one layer widened to run, and the quantizing in system memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from studio.core.config.schema import TrainConfig
+from studio.core.estimate.estimate import estimate_vram
+from studio.core.estimate.ram_estimate import estimate_ram
+from studio.core.hardware.machine.probe import load_hardware
+
+GPU = load_hardware("rtx4090-24gb").gpus[0]
+MB = 2**20
+
+
+def config(family: str, quantized: str, **training: Any) -> TrainConfig:
+    return TrainConfig.model_validate({
+        "model": {"family": family, "base": "models/base", "quantized_base": quantized},
+        "dataset": {"resolution": 1024},
+        "training": {"mixed_precision": "bf16", "gradient_checkpointing": True, **training}})
+
+
+# The weights part over the bf16 one. A transformer is all linear layers: int8 is a byte a weight (plus a
+# 4-byte scale per row), nf4 half a byte plus an 8-bit absmax per 64 weights (0.516 byte). SDXL's UNet keeps
+# 13% of its weights (its convolutions) in bf16.
+RATIOS = {("qwen-image", "int8"): (0.500, 0.502), ("qwen-image", "nf4"): (0.258, 0.260),
+          ("sdxl", "int8"): (0.565, 0.568), ("sdxl", "nf4"): (0.353, 0.356)}
+
+
+@pytest.mark.parametrize(("family", "kind"), sorted(RATIOS))
+def test_the_weights_part_shrinks_to_the_quantized_size(family: str, kind: str) -> None:
+    full, quantized = estimate_vram(config(family, "none"), GPU), estimate_vram(config(family, kind), GPU)
+    low, high = RATIOS[family, kind]
+    assert low <= quantized.weights_mb / full.weights_mb <= high
+    weights = next(p for p in quantized.parts if p.key == "weights")
+    assert f"{kind} with" in weights.detail and "(bitsandbytes)" in weights.detail
+    # One layer at a time is widened to bf16 while it runs; the step's peak falls by the weights saved.
+    widened = next(p for p in quantized.parts if p.key == "quantized_widened")
+    assert 0 < widened.mb < 200
+    saved = full.weights_mb - quantized.weights_mb
+    assert full.training_peak_mb - quantized.training_peak_mb == pytest.approx(saved - widened.mb, rel=0.05)
+
+
+def test_a_20b_transformer_fits_a_24_gb_card_in_nf4_and_not_in_bf16() -> None:
+    cached = {"cache_latents": True, "cache_text_embeddings": True}  # the 7B text encoder leaves the GPU
+    full, int8, nf4 = (estimate_vram(config("qwen-image", kind, **cached), GPU) for kind in ("none", "int8", "nf4"))
+    assert full.weights_mb / 1024 == pytest.approx(38.1, abs=0.1)
+    assert int8.weights_mb / 1024 == pytest.approx(19.1, abs=0.1)
+    assert nf4.weights_mb / 1024 == pytest.approx(9.85, abs=0.1)
+    assert full.total_mb > 24 * 1024 > int8.total_mb > nf4.total_mb
+
+
+def test_a_cpu_run_counts_the_quantized_base_too() -> None:
+    full, int8 = estimate_vram(config("sd3", "none"), None), estimate_vram(config("sd3", "int8"), None)
+    assert int8.weights_mb < 0.6 * full.weights_mb  # fp32 on the CPU: 4 bytes become about 1
+
+
+def test_the_base_is_quantized_in_system_memory_and_counted_there() -> None:
+    """Without caches the full-width base used to go straight to the GPU; quantized, it waits in system
+    memory to be quantized layer by layer, so the RAM estimate has that phase and the VRAM has no full copy."""
+    plain = estimate_ram(config("flux2-klein", "none"), GPU)
+    int8, nf4 = estimate_ram(config("flux2-klein", "int8"), GPU), estimate_ram(config("flux2-klein", "nf4"), GPU)
+    assert "quantizing" not in plain.phases
+    parts = {kind: next(p for p in est.phase_parts["quantizing"] if p.key == "quantized_conversion")
+             for kind, est in (("int8", int8), ("nf4", nf4))}
+    assert parts["int8"].label == "Quantizing the denoiser to int8"
+    assert parts["nf4"].mb < parts["int8"].mb
