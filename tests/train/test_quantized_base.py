@@ -163,3 +163,17 @@ def test_gradient_checkpointing_and_samples_over_an_nf4_base_train_the_same_lora
     assert _losses(events_of(run_dir)) == pytest.approx(_losses(events_of(straight)), rel=1e-5)
     trained, expected = _lora(run_dir), _lora(straight)
     assert all(torch.allclose(trained[k], expected[k], rtol=1e-4, atol=1e-7) for k in expected)
+
+
+def test_an_old_bitsandbytes_is_refused_with_the_upgrade_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bitsandbytes
+
+    from studio.train.errors import TrainError
+    from studio.train.memory.quantized import bitsandbytes as library
+
+    assert library() is bitsandbytes
+    monkeypatch.setattr(bitsandbytes, "__version__", "0.45.5")
+    with pytest.raises(TrainError) as caught:
+        library()
+    assert "needs bitsandbytes 0.49 or newer" in caught.value.message and "has 0.45.5" in caught.value.message
+    assert "pip install -U bitsandbytes" in caught.value.hint

@@ -30,17 +30,24 @@ from studio.train.errors import TrainError
 from studio.train.memory.fp8 import SKIPPED
 from studio.train.memory.precision import COMPUTE_DTYPE_ATTRIBUTE
 
+MIN_VERSION = (0, 49)  # its CPU quantization (pyproject's cuda extra asks for the same)
 INT8_THRESHOLD = 6.0  # LLM.int8's outlier threshold: input columns above it run in 16 bits
 
 
 def bitsandbytes() -> Any:
-    """The bitsandbytes module, or a TrainError with the words that install it."""
+    """The bitsandbytes module, or a TrainError with the words that install (or upgrade) it."""
     try:
-        return importlib.import_module("bitsandbytes")
+        bnb = importlib.import_module("bitsandbytes")
     except ImportError as exc:
         raise TrainError("config", f"model.quantized_base needs the bitsandbytes library, which this training "
-                         f"environment lacks ({exc})", f"install it in the training environment: {QUANTIZATION_INSTALL}; or set model.quantized_base "
-                         "= \"none\"") from None
+                         f"environment lacks ({exc})", f"install it in the training environment: "
+                         f"{QUANTIZATION_INSTALL}; or set model.quantized_base = \"none\"") from None
+    version = str(getattr(bnb, "__version__", "0"))
+    if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < MIN_VERSION:
+        raise TrainError("config", f"model.quantized_base needs bitsandbytes {'.'.join(map(str, MIN_VERSION))} or "
+                         f"newer (it quantizes the base on the CPU); this training environment has {version}",
+                         "upgrade it there: pip install -U bitsandbytes; or set model.quantized_base = \"none\"")
+    return bnb
 
 
 def _skipped(denoiser: torch.nn.Module) -> tuple[str, ...]:
