@@ -68,3 +68,19 @@ def test_the_base_is_quantized_in_system_memory_and_counted_there() -> None:
              for kind, est in (("int8", int8), ("nf4", nf4))}
     assert parts["int8"].label == "Quantizing the denoiser to int8"
     assert parts["nf4"].mb < parts["int8"].mb
+
+
+def test_the_fixes_offer_a_4_bit_base_where_8_bits_are_not_enough() -> None:
+    from studio.core.estimate.fixes import suggest_fixes
+
+    qwen = TrainConfig.model_validate({
+        "model": {"family": "qwen-image", "base": "models/base", "text_encoder_on_cpu": True},
+        "dataset": {"resolution": 1024},
+        "training": {"mixed_precision": "bf16", "gradient_checkpointing": True, "cache_latents": True,
+                     "cache_text_embeddings": True}})
+    sixteen = load_hardware("rtx4060ti-16gb").gpus[0]
+    steps = suggest_fixes(qwen, sixteen)
+    assert [s.key for s in steps] == ["nf4_base"]  # fp8 (19 GB of weights) alone is not enough: not kept
+    assert steps[0].changes == {"model.fp8_base": False, "model.quantized_base": "nf4"}
+    assert steps[0].fit != "does_not_fit" and "4 bits (nf4, bitsandbytes)" in steps[0].description
+    assert suggest_fixes(qwen, GPU)[0].key == "fp8_base"  # on 24 GB the milder 8-bit base is enough
