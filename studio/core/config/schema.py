@@ -71,7 +71,7 @@ class ModelSection(Section):
         default=False,
         description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
-        "Not with DoRA (method.use_dora).",
+        "Not with DoRA (method.use_dora) or model.quantized_base.",
     )
     quantized_base: Literal["none", "int8", "nf4"] = Field(
         default="none",

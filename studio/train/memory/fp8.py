@@ -120,11 +120,16 @@ def store_in_float8(denoiser: torch.nn.Module, compute_dtype: torch.dtype) -> li
         module.__class__ = Float8Linear if isinstance(module, torch.nn.Linear) else Float8Conv2d
         module.fp8_scale = scale
         converted.append(name)
+    narrow_base(denoiser, converted, compute_dtype)
+    return converted
+
+
+def narrow_base(denoiser: torch.nn.Module, converted: list[str], compute_dtype: torch.dtype) -> None:
+    """After the layers `converted` were stored in fewer bits (here, or by model.quantized_base): the
+    denoiser computes in `compute_dtype`, and data parallelism leaves their weights alone (every rank
+    loads and narrows the same base, and gloo cannot send 8-bit floats)."""
     setattr(denoiser, COMPUTE_DTYPE_ATTRIBUTE, compute_dtype)
-    # Every rank loads the same base weights: data parallelism need not broadcast the 8-bit ones
-    # (and gloo cannot).
     ignored = [f"{name}.weight" for name in converted]
     previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
         denoiser, previous + ignored)
-    return converted

@@ -27,8 +27,7 @@ import torch
 
 from studio.core.config.quantized_rules import QUANTIZATION_INSTALL
 from studio.train.errors import TrainError
-from studio.train.memory.fp8 import SKIPPED
-from studio.train.memory.precision import COMPUTE_DTYPE_ATTRIBUTE
+from studio.train.memory.fp8 import SKIPPED, narrow_base
 
 MIN_VERSION = (0, 49)  # its CPU quantization (pyproject's cuda extra asks for the same)
 INT8_THRESHOLD = 6.0  # LLM.int8's outlier threshold: input columns above it run in 16 bits
@@ -75,6 +74,7 @@ def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype:
     if kind == "int8":
         new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=bias, has_fp16_weights=False,
                                   threshold=INT8_THRESHOLD, device="meta")
+        # bitsandbytes quantizes int8 weights as they leave the CPU for a device (the CPU included).
         new.weight = bnb.nn.Int8Params(wide.to("cpu") if device.type != "cpu" else wide, requires_grad=False,
                                        has_fp16_weights=False)
     else:
@@ -85,7 +85,7 @@ def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype:
         # mode (a sample), in a layout its training path does not read: keep the one layout.
         new.support_avx512bf16_for_cpu = False
     if bias:
-        new.bias = torch.nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
+        new.bias = torch.nn.Parameter(layer.bias.detach(), requires_grad=False)
     new = new.to(device)  # quantizes the weights where they are
     new.train(layer.training)
     return new
@@ -104,10 +104,5 @@ def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dty
         parent = denoiser.get_submodule(parent_name) if parent_name else denoiser
         setattr(parent, child, _quantized_layer(bnb, module, kind, compute_dtype))
         converted.append(name)
-    setattr(denoiser, COMPUTE_DTYPE_ATTRIBUTE, compute_dtype)
-    # Every rank loads and quantizes the same base: data parallelism need not broadcast it.
-    ignored = [f"{name}.weight" for name in converted]
-    previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
-    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
-        denoiser, previous + ignored)
+    narrow_base(denoiser, converted, compute_dtype)
     return converted
