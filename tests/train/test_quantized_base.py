@@ -177,3 +177,20 @@ def test_an_old_bitsandbytes_is_refused_with_the_upgrade_words(monkeypatch: pyte
         library()
     assert "needs bitsandbytes 0.49 or newer" in caught.value.message and "has 0.45.5" in caught.value.message
     assert "pip install -U bitsandbytes" in caught.value.hint
+
+
+def test_an_int8_base_carries_a_loha_written_as_the_full_base_one(make_config, run_training, events_of,
+                                                                 tiny_sd15: Path, tmp_path: Path) -> None:
+    """LyCORIS over int8 (nf4 is refused by the schema): the same LyCORIS file as over the full base."""
+    files = {}
+    for kind in ("none", "int8"):
+        config = _config(make_config, "sd15", tiny_sd15, kind, tmp_path / "runs")
+        config.method.network, config.training.max_steps = "loha", 2
+        config.output.formats = ["kohya"]
+        code, run_dir = run_training(config, tmp_path / kind)
+        assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+        (path,) = [p for p in (run_dir / "output").glob("*.safetensors")]
+        files[kind] = load_file(str(path))
+    assert any("hada_w1_a" in k for k in files["int8"])
+    assert {k: v.shape for k, v in files["int8"].items()} == {k: v.shape for k, v in files["none"].items()}
+    assert any(not torch.equal(files["int8"][k], files["none"][k]) for k in files["none"])  # trained over int8
