@@ -194,3 +194,17 @@ def test_an_int8_base_carries_a_loha_written_as_the_full_base_one(make_config, r
     assert any("hada_w1_a" in k for k in files["int8"])
     assert {k: v.shape for k, v in files["int8"].items()} == {k: v.shape for k, v in files["none"].items()}
     assert any(not torch.equal(files["int8"][k], files["none"][k]) for k in files["none"])  # trained over int8
+
+
+def test_the_lora_trains_in_bf16_mixed_precision_over_an_nf4_base(make_config, run_training, events_of,
+                                                                   tiny_sd3: Path, tmp_path: Path) -> None:
+    losses = {}
+    for precision in ("no", "bf16"):
+        config = _config(make_config, "sd3", tiny_sd3, "nf4", tmp_path / "runs")
+        config.training.mixed_precision, config.training.max_steps = precision, 2
+        code, run_dir = run_training(config, tmp_path / precision)
+        assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+        losses[precision] = _losses(events_of(run_dir))
+        assert {v.dtype for v in _lora(run_dir).values()} == {torch.float32}  # output.save_precision
+    assert losses["bf16"] != losses["no"]  # autocast ran the layers in bf16
+    assert losses["bf16"] == pytest.approx(losses["no"], rel=0.01)
