@@ -119,7 +119,8 @@ def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | No
 
 
 def denoiser_weights(f: RunFacts) -> MemoryPart:
-    """The denoiser: fp32 when fully trained, else frozen in the weights' dtype (or fp8, or quantized)."""
+    """The denoiser: fp32 when fully trained, else frozen in the weights' dtype (or fp8; a quantized base's
+    is `quantized_parts.quantized_weights`)."""
     den = denoiser_entry(f.arch)
     params, buffers = int(den["params"]), int(den.get("float_buffers", 0))
     label = f"{den['class']} weights"
@@ -130,10 +131,6 @@ def denoiser_weights(f: RunFacts) -> MemoryPart:
     if f.fp8:  # buffers (SD3's position table) keep the weights' dtype
         return MemoryPart("weights", label, (params + buffers * BYTES[f.frozen]) / MB,
                           f"{params / 1e6:,.0f} M parameters, fp8 e4m3 (frozen)")
-    if f.quantized != "none":
-        from studio.core.estimate.quantized_parts import quantized_weights
-
-        return quantized_weights(f, label)
     # Floating buffers (SD3's position-embedding table) sit on the GPU in the weights' dtype.
     return MemoryPart("weights", label, (params + buffers) * BYTES[f.frozen] / MB,
                       f"{params / 1e6:,.0f} M parameters, {f.frozen} (frozen)")

@@ -42,9 +42,10 @@ def stored_denoiser_mb(f: RunFacts, rest_bytes: int) -> float:
     return (quantized_bytes(f.quantized, quantized, rows) + (params - quantized + buffers) * rest_bytes) / MB
 
 
-def quantized_weights(f: RunFacts, label: str) -> MemoryPart:
-    """The denoiser's weights part of a quantized base."""
-    params = int(denoiser_entry(f.arch)["params"])
+def quantized_weights(f: RunFacts) -> MemoryPart:
+    """The denoiser's weights part of a quantized base (`memory_parts.denoiser_weights` for the others)."""
+    den = denoiser_entry(f.arch)
+    params, label = int(den["params"]), f"{den['class']} weights"
     quantized, _ = quantized_share(f.arch)
     words = {"int8": "int8 with a scale per row", "nf4": "nf4 with an absmax per 64"}[f.quantized]
     return MemoryPart("weights", label, stored_denoiser_mb(f, BYTES[f.frozen]),

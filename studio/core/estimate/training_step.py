@@ -24,7 +24,7 @@ from studio.core.estimate.memory_parts import (
     vae,
     weight_copies,
 )
-from studio.core.estimate.quantized_parts import quantized_working_copy
+from studio.core.estimate.quantized_parts import quantized_weights, quantized_working_copy
 from studio.core.estimate.sharded_parts import fsdp_parts
 
 
@@ -47,7 +47,7 @@ class TrainingStep:
 def training_step(f: RunFacts) -> TrainingStep:
     """Weights, trained parameters with their gradients and optimizer state, activations (or the VAE
     encoding a batch, whichever is larger: the activations reuse the encoder's freed blocks), fixed costs."""
-    weights = denoiser_weights(f)
+    weights = denoiser_weights(f) if f.quantized == "none" else quantized_weights(f)
     encoders, autoencoder = text_encoders(f), vae(f)
     parts = [weights, *encoders.resident]
     if f.full:
