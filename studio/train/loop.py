@@ -136,6 +136,8 @@ class Trainer:
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
         self._fill_caches()
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
+        if config.model.quantized_base != "none":  # onto the GPU once the encoders are done with it
+            quantize_base(self.components.denoiser, config.model.quantized_base, self.dtype, acc.device)
         self._offload_frozen()
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer
@@ -163,8 +165,6 @@ class Trainer:
         cast_training_params(modules, dtype=torch.float32)
         if self.config.model.fp8_base:
             store_in_float8(c.denoiser, self.dtype)  # after the LoRA: its layers stay trainable
-        if self.config.model.quantized_base != "none":  # likewise, around the LoRA's base layers
-            quantize_base(c.denoiser, self.config.model.quantized_base, self.dtype)
         if training.gradient_checkpointing and not self.sharding.enabled:  # FSDP wraps the blocks itself
             enable_gradient_checkpointing(c.denoiser, training.checkpointing_interval)
             for encoder in encoders:

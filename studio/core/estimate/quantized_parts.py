@@ -1,5 +1,6 @@
 """model.quantized_base in the estimate: the frozen denoiser with its linear layers in bitsandbytes' int8 or
-nf4, the one layer widened to run, and its quantizing in system memory.
+nf4, the one layer widened to run, and its quantizing: the denoiser waits in system memory as loaded while
+the caches fill, then its layers are quantized onto the GPU one at a time.
 
 The counts of the layers the trainer quantizes (`quantizable`: weights and output rows) are in each
 denoiser's entry of `resources/architectures/<family>.json`, written by benchmarks/count_parameters.py with

@@ -104,8 +104,9 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
                              latent_cache(r, training=False), text_cache(r)]
     if fp8_conversion(r) is not None:  # before the caches fill, the waiting denoiser is turned to fp8
         phases["converting"] = [baseline(r), fp8_conversion(r), idle_encoders_on_cpu(r)]
-    if quantized_conversion(r) is not None:  # or quantized (it waits for that even without a cache)
-        phases["quantizing"] = [baseline(r), quantized_conversion(r), idle_encoders_on_cpu(r)]
+    if quantized_conversion(r) is not None:  # after the caches fill, the waiting denoiser is quantized to the GPU
+        phases["quantizing"] = [baseline(r), quantized_conversion(r), parked_encoders(r), parked_vae(r),
+                                latent_cache(r, training=False), text_cache(r)]
     kept = {name: [p for p in parts if p is not None and p.mb > 0] for name, parts in phases.items()}
     totals = {name: sum(p.mb for p in parts) for name, parts in kept.items()}
     peak = max(totals, key=lambda name: totals[name])

@@ -135,9 +135,6 @@ def denoiser_waiting(r: RamFacts) -> MemoryPart | None:
     if r.f.fp8:
         return r.part("denoiser", f"{den['class']} waiting (fp8)", _mb(int(den["params"]), 1),
                       "model.fp8_base: an 8-bit copy in system memory while the caches fill")
-    if r.f.quantized != "none":
-        return r.part("denoiser", f"{den['class']} waiting ({r.f.quantized})", quantized_waiting_mb(r),
-                      "model.quantized_base: quantized in system memory before it moves to the GPU")
     if not _copied(r, den):
         return None
     width = _load_bytes(r, den)
@@ -159,27 +156,22 @@ def fp8_conversion(r: RamFacts) -> MemoryPart | None:
                   "the 8-bit copy, and the largest layer widened to fp32 and scaled, one layer at a time")
 
 
-def quantized_waiting_mb(r: RamFacts) -> float:
-    """The waiting denoiser once quantized: its quantized layers, and the rest as loading left it (a private
-    copy when loading converted it; mapped from its file otherwise, which the system can drop)."""
+def quantized_conversion(r: RamFacts) -> MemoryPart | None:
+    """model.quantized_base quantizes the waiting denoiser layer by layer onto the GPU once the caches are
+    filled: the copy loading converted (or the file's pages, read a layer at a time), and one layer widened
+    to fp32 while it is quantized (studio/train/memory/quantized.py). A CPU run keeps the quantized layers
+    in system memory besides."""
+    if r.f.quantized == "none" or not r.waits:
+        return None
     from studio.core.estimate.quantized_parts import stored_denoiser_mb
 
     den = denoiser_entry(r.f.arch)
-    return stored_denoiser_mb(r.f, _load_bytes(r, den) if _copied(r, den) else 0)
-
-
-def quantized_conversion(r: RamFacts) -> MemoryPart | None:
-    """model.quantized_base quantizes the waiting denoiser layer by layer in system memory (it always waits
-    for it): the quantized copy grows as the converted one's layers are freed, with the largest layer in
-    fp32 twice while bitsandbytes quantizes it (studio/train/memory/quantized.py)."""
-    if r.f.quantized == "none" or not r.waits:
-        return None
-    den = denoiser_entry(r.f.arch)
     params, largest = int(den["params"]), int(den["largest_layer_params"])
     old = _mb(params, _load_bytes(r, den)) if _copied(r, den) else 0.0
-    return r.part("quantized_conversion", f"Quantizing the denoiser to {r.f.quantized}",
-                  max(old, quantized_waiting_mb(r)) + _mb(largest, 8),
-                  f"the {r.f.quantized} copy, and the largest layer in fp32 while it is quantized, one layer at a time")
+    on_cpu = stored_denoiser_mb(r.f, 0) if r.gpu_total_mb == 0 else 0.0
+    where = "the GPU" if r.gpu_total_mb else "system memory"
+    return r.part("quantized_conversion", f"Quantizing the denoiser to {r.f.quantized}", old + on_cpu + _mb(largest, 4),
+                  f"layer by layer into {where}, from the denoiser as loaded; one layer widened while it is quantized")
 
 
 def encoders_mb(r: RamFacts) -> float:

@@ -88,7 +88,8 @@ def denoiser_waits_for_caches(config: TrainConfig, sharded: bool) -> bool:
     """Whether the trainer keeps the denoiser in system memory until the caches are filled (so the caching
     phase holds the encoders and the VAE only): with a cache, unless the run is sharded (FSDP places the
     shards as it wraps them) or DreamBooth renders class images with the denoiser first. A base quantized
-    by model.quantized_base always waits: it is quantized there, so the GPU never holds it at full width."""
+    by model.quantized_base always waits: it is quantized from there onto the GPU once the caches are filled,
+    so the GPU never holds it at full width."""
     training, method = config.training, config.method
     if config.model.quantized_base != "none" and method.kind == "lora" and not sharded:
         return True
@@ -106,7 +107,7 @@ def prompts_cached(config: TrainConfig) -> bool:
 def caching_peak(f: RunFacts, step: TrainingStep) -> float:
     """Encoding latents and captions before training: every encoder in use (none with
     model.text_encoder_on_cpu) and the VAE, plus the larger encoder transient; the denoiser (weights and
-    LoRA) only when it does not wait in system memory."""
+    LoRA) only when it does not wait in system memory (a quantized base is quantized onto the GPU after)."""
     training, method = f.config.training, f.config.method
     transient = 0.0
     on_cpu = f.config.model.text_encoder_on_cpu  # the encoders embed in system memory

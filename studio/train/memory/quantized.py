@@ -14,7 +14,9 @@ fp8_base keeps: the first and last, embeddings, norms, and the LoRA itself). It 
 adapter is added: each wrapped layer's base layer is replaced, and the adapter, trained in fp32 or the
 mixed precision, runs beside it; so the adapter file is the same as over the full-precision base, and
 loads on it. The backward pass widens the quantized weights again instead of keeping wide copies, so it
-composes with gradient checkpointing.
+composes with gradient checkpointing. The denoiser waits in system memory while the caches fill; then each
+layer is quantized onto the training device, so the GPU never holds the base at full width, nor the
+quantized layers beside the text encoders.
 """
 
 from __future__ import annotations
@@ -67,15 +69,17 @@ def quantizable(denoiser: torch.nn.Module) -> dict[str, int]:
     return {"params": sum(m.weight.numel() for m in layers), "rows": sum(m.out_features for m in layers)}
 
 
-def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype: torch.dtype) -> torch.nn.Module:
-    """A bitsandbytes layer holding `layer`'s weights quantized on `layer`'s device."""
-    device, wide = layer.weight.device, layer.weight.detach()
+def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype: torch.dtype,
+                     device: torch.device) -> torch.nn.Module:
+    """A bitsandbytes layer holding `layer`'s weights quantized on `device` (bitsandbytes cannot move an
+    int8 layer once it is quantized, so it is quantized where it trains)."""
+    wide = layer.weight.detach()
     bias = layer.bias is not None
     if kind == "int8":
         new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=bias, has_fp16_weights=False,
                                   threshold=INT8_THRESHOLD, device="meta")
         # bitsandbytes quantizes int8 weights as they leave the CPU for a device (the CPU included).
-        new.weight = bnb.nn.Int8Params(wide.to("cpu") if device.type != "cpu" else wide, requires_grad=False,
+        new.weight = bnb.nn.Int8Params(wide.to("cpu") if wide.device.type != "cpu" else wide, requires_grad=False,
                                        has_fp16_weights=False)
     else:
         new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=bias, compute_dtype=compute_dtype,
@@ -86,14 +90,16 @@ def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype:
         new.support_avx512bf16_for_cpu = False
     if bias:
         new.bias = torch.nn.Parameter(layer.bias.detach(), requires_grad=False)
-    new = new.to(device)  # quantizes the weights where they are
+    new = new.to(device)  # quantizes the weights there
     new.train(layer.training)
     return new
 
 
-def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dtype) -> list[str]:
-    """Replace the frozen Linear layers of `denoiser` with bitsandbytes ones of `kind` (int8 | nf4); the
-    replaced names. Call it after the adapter is added (its layers are trainable and stay as they are)."""
+def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dtype, device: torch.device) -> list[str]:
+    """Replace the frozen Linear layers of `denoiser` with bitsandbytes ones of `kind` (int8 | nf4), quantized
+    on the training `device` one layer at a time; the replaced names. Call it after the adapter is added (its
+    layers are trainable and stay as they are), while the denoiser waits in system memory once the caches are
+    filled: the rest of it follows to the device with the other frozen modules."""
     bnb = bitsandbytes()
     skipped = _skipped(denoiser)
     converted: list[str] = []
@@ -102,7 +108,7 @@ def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dty
             continue
         parent_name, _, child = name.rpartition(".")
         parent = denoiser.get_submodule(parent_name) if parent_name else denoiser
-        setattr(parent, child, _quantized_layer(bnb, module, kind, compute_dtype))
+        setattr(parent, child, _quantized_layer(bnb, module, kind, compute_dtype, device))
         converted.append(name)
     narrow_base(denoiser, converted, compute_dtype)
     return converted

@@ -58,16 +58,22 @@ def test_a_cpu_run_counts_the_quantized_base_too() -> None:
     assert int8.weights_mb < 0.6 * full.weights_mb  # fp32 on the CPU: 4 bytes become about 1
 
 
-def test_the_base_is_quantized_in_system_memory_and_counted_there() -> None:
+def test_the_base_is_quantized_from_system_memory_and_counted_there() -> None:
     """Without caches the full-width base used to go straight to the GPU; quantized, it waits in system
-    memory to be quantized layer by layer, so the RAM estimate has that phase and the VRAM has no full copy."""
+    memory and its layers are quantized onto the GPU one at a time, so the RAM estimate has that phase (with
+    the caches then filled) and the GPU never holds a full-width copy."""
     plain = estimate_ram(config("flux2-klein", "none"), GPU)
-    int8, nf4 = estimate_ram(config("flux2-klein", "int8"), GPU), estimate_ram(config("flux2-klein", "nf4"), GPU)
     assert "quantizing" not in plain.phases
-    parts = {kind: next(p for p in est.phase_parts["quantizing"] if p.key == "quantized_conversion")
-             for kind, est in (("int8", int8), ("nf4", nf4))}
-    assert parts["int8"].label == "Quantizing the denoiser to int8"
-    assert parts["nf4"].mb < parts["int8"].mb
+    on_gpu = {kind: estimate_ram(config("flux2-klein", kind, cache_latents=True), GPU, images=100)
+              for kind in ("int8", "nf4")}
+    part = next(p for p in on_gpu["int8"].phase_parts["quantizing"] if p.key == "quantized_conversion")
+    assert part.label == "Quantizing the denoiser to int8" and "into the GPU" in part.detail
+    assert any(p.key == "latent_cache" for p in on_gpu["int8"].phase_parts["quantizing"])  # filled by then
+    assert on_gpu["int8"].phases["quantizing"] == on_gpu["nf4"].phases["quantizing"]  # the layers leave
+    # A CPU run keeps the quantized layers in system memory: nf4's are half of int8's.
+    on_cpu = {kind: estimate_ram(config("flux2-klein", kind), None).phases["quantizing"] for kind in ("int8", "nf4")}
+    assert on_cpu["nf4"] < on_cpu["int8"] - 1024
+    assert estimate_vram(config("flux2-klein", "nf4"), GPU).caching_peak_mb == 0  # no cache: no caching phase
 
 
 def test_the_fixes_offer_a_4_bit_base_where_8_bits_are_not_enough() -> None:
