@@ -208,3 +208,33 @@ def test_the_lora_trains_in_bf16_mixed_precision_over_an_nf4_base(make_config, r
         assert {v.dtype for v in _lora(run_dir).values()} == {torch.float32}  # output.save_precision
     assert losses["bf16"] != losses["no"]  # autocast ran the layers in bf16
     assert losses["bf16"] == pytest.approx(losses["no"], rel=0.01)
+
+
+def test_the_base_is_quantized_once_the_caches_are_filled(make_config, run_training, events_of, tiny_sd3: Path,
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the encoders fill the caches the denoiser waits in system memory as loaded; its layers are
+    quantized after, onto the training device (on a GPU: never beside the text encoders)."""
+    import studio.train.loop as loop
+
+    seen: dict[str, Any] = {}
+    fill = loop.fill_caches
+
+    def watched(trainer: Any) -> Any:
+        denoiser = trainer.components.denoiser
+        seen["while_caching"] = {type(m).__name__ for m in denoiser.modules()}
+        return fill(trainer)
+
+    setup = loop.Trainer.setup
+
+    def after_setup(self: Any) -> None:
+        setup(self)
+        seen["training"] = {type(m).__name__ for m in self.components.denoiser.modules()}
+
+    monkeypatch.setattr(loop, "fill_caches", watched)
+    monkeypatch.setattr(loop.Trainer, "setup", after_setup)
+    config = _config(make_config, "sd3", tiny_sd3, "int8", tmp_path / "runs")
+    config.training.max_steps, config.training.cache_latents = 1, True
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    assert "Linear8bitLt" not in seen["while_caching"]
+    assert "Linear8bitLt" in seen["training"]
