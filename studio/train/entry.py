@@ -169,7 +169,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
         from studio.train.memory.cap import apply_gpu_cap
 
         attach_loggers(reporter, config, run_dir)
-        if config.model.quantized_base != "none":
+        if config.model.quantized_base == "nf4":
             from studio.train.memory.quantized import bitsandbytes
 
             bitsandbytes()  # a missing library is refused before the model loads, with the words that install it

@@ -1,4 +1,4 @@
-"""The rules of model.quantized_base: where a base quantized by bitsandbytes can carry the training.
+"""The rules of model.quantized_base: where a quantized base (int8, or bitsandbytes' nf4) can carry the training.
 
 Each raises a `Contradiction` naming the key, its value and what to do, as schema's other rules do.
 """
@@ -13,7 +13,7 @@ from studio.core.config.errors import Contradiction
 TrainConfig = Any
 
 KEY = "model.quantized_base"
-# The words that put bitsandbytes into a training environment: the studio's extra under its distribution
+# The words that put bitsandbytes (nf4) into a training environment: the studio's extra under its distribution
 # name ("studio" on the package index is another project), or the package alone.
 QUANTIZATION_INSTALL = 'pip install "sd-training-studio[cuda]" (or pip install bitsandbytes)'
 

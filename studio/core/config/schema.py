@@ -75,10 +75,10 @@ class ModelSection(Section):
     )
     quantized_base: Literal["none", "int8", "nf4"] = Field(
         default="none",
-        description="LoRA: keep the frozen denoiser's linear layers quantized by bitsandbytes while the LoRA "
-        "trains in full or mixed precision beside them: int8 (about 1 byte a weight, near the full base's "
-        "quality) or nf4 (4-bit, about half a byte a weight, a larger quality cost). The LoRA file is the "
-        "same and loads on the full-precision base. Needs bitsandbytes (the studio's cuda extra); not with "
+        description="LoRA: keep the frozen denoiser's linear layers quantized while the LoRA trains in full or "
+        "mixed precision beside them: int8 (a byte a weight with a scale per row, near the full base's "
+        "quality) or nf4 (4-bit by bitsandbytes, about half a byte a weight, a larger quality cost; needs the "
+        "studio's cuda extra). The LoRA file is the same and loads on the full-precision base. Not with "
         "model.fp8_base, DoRA or a full fine-tune; nf4 not with LoHa or LoKr.",
     )
     text_encoder_on_cpu: bool = Field(

@@ -1,5 +1,5 @@
-"""model.quantized_base in the estimate: the frozen denoiser with its linear layers in bitsandbytes' int8 or
-nf4, the one layer widened to run, and its quantizing: the denoiser waits in system memory as loaded while
+"""model.quantized_base in the estimate: the frozen denoiser with its linear layers in int8 (a scale per row) or
+bitsandbytes' nf4, the one layer widened to run, and its quantizing: the denoiser waits in system memory as loaded while
 the caches fill, then its layers are quantized onto the GPU one at a time.
 
 The counts of the layers the trainer quantizes (`quantizable`: weights and output rows) are in each
@@ -17,7 +17,7 @@ from studio.core.estimate.memory_parts import MemoryPart, RunFacts
 
 NF4_BLOCK = 64  # weights per absmax (Linear4bit's block size)
 NF4_ABSMAX_GROUP = 256  # 8-bit absmax values per fp32 scale (Linear4bit's double quantization)
-INT8_ROW_SCALE = 4  # bytes: one fp32 scale per output row (Linear8bitLt)
+INT8_ROW_SCALE = 4  # bytes: one fp32 scale per output row (studio/train/memory/quantized.py)
 
 
 def quantized_bytes(kind: str, params: int, rows: int) -> float:
@@ -48,9 +48,9 @@ def quantized_weights(f: RunFacts) -> MemoryPart:
     den = denoiser_entry(f.arch)
     params, label = int(den["params"]), f"{den['class']} weights"
     quantized, _ = quantized_share(f.arch)
-    words = {"int8": "int8 with a scale per row", "nf4": "nf4 with an absmax per 64"}[f.quantized]
+    words = {"int8": "int8 with a scale per row", "nf4": "nf4 with an absmax per 64 (bitsandbytes)"}[f.quantized]
     return MemoryPart("weights", label, stored_denoiser_mb(f, BYTES[f.frozen]),
-                      f"{params / 1e6:,.0f} M parameters: {quantized / 1e6:,.0f} M {words} (bitsandbytes), "
+                      f"{params / 1e6:,.0f} M parameters: {quantized / 1e6:,.0f} M {words}, "
                       f"the rest {f.frozen} (frozen)")
 
 

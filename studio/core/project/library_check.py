@@ -1,5 +1,5 @@
 """Before a launch: the training environment holds the libraries the config asks for that the studio's
-own training packages leave out (bitsandbytes for model.quantized_base), asked of its interpreter in a
+own training packages leave out (bitsandbytes for model.quantized_base = "nf4"), asked of its interpreter in a
 subprocess (the window never imports them)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ MISSING = 3  # the probe's exit code for a library that is not there
 
 
 def check_quantization_library(config: TrainConfig, python: str | None) -> tuple[str, str] | None:
-    """(check, message) when model.quantized_base is set and the training interpreter (`python`, else the
+    """(check, message) when model.quantized_base is nf4 and the training interpreter (`python`, else the
     default one) cannot import bitsandbytes; None when it can, or when it cannot be asked (the torch check
     says why)."""
     kind = config.model.quantized_base
-    if kind == "none":
+    if kind != "nf4":  # int8 is the studio's own
         return None
     try:
         interpreter = python or default_training_python()

@@ -1,17 +1,19 @@
-"""model.quantized_base: the frozen denoiser's Linear layers kept in int8 or 4-bit NF4 by bitsandbytes.
+"""model.quantized_base: the frozen denoiser's Linear layers kept in int8 or 4-bit NF4.
 
-bitsandbytes is the library that serves the studio's people: it runs on Windows and Linux CUDA (and on
-the CPU, where the tests prove it), its layers are the ones peft's own quantized LoRA wraps, and it
-already gives the studio its 8-bit optimizer. (torchao's int4 needs a GPU-only kernel package.)
-
-- int8: `Linear8bitLt` (LLM.int8: one scale per output row, with outlier input columns kept in 16 bits
-  at the usual threshold of 6), about 1 byte a weight.
-- nf4: `Linear4bit` with the NF4 code (4 bits a weight, one absmax per 64 weights, itself stored in
-  8 bits), about 0.5 byte a weight; the layer widens its weights to the training precision to run.
+- int8: weight-only, one fp32 scale per output row (absmax / 127), about 1 byte a weight, widened to the
+  training precision layer by layer as fp8_base does (the same autograd function). Not bitsandbytes'
+  `Linear8bitLt`: that one is W8A8 and casts the activations to fp16 (which bf16-trained transformers
+  overflow), is slow to train through, and cannot move between devices once quantized (frozen blocks
+  moved between host and GPU). A plain int8 tensor and its scales move like any weight.
+- nf4: bitsandbytes' `Linear4bit` with the NF4 code (4 bits a weight, one absmax per 64 weights, itself
+  stored in 8 bits), about 0.5 byte a weight, widened by bitsandbytes to run. bitsandbytes serves the
+  studio's people on Windows and Linux CUDA and on the CPU (where the tests train), its layer is the one
+  peft's own 4-bit LoRA wraps, and it already gives the studio its 8-bit optimizer; torchao's int4 needs
+  a GPU-only kernel package.
 
 Only the frozen Linear layers are turned (convolutions stay in the weights' dtype, as do the layers
 fp8_base keeps: the first and last, embeddings, norms, and the LoRA itself). It is applied after the
-adapter is added: each wrapped layer's base layer is replaced, and the adapter, trained in fp32 or the
+adapter is added: each wrapped layer's base layer is turned, and the adapter, trained in fp32 or the
 mixed precision, runs beside it; so the adapter file is the same as over the full-precision base, and
 loads on it. The backward pass widens the quantized weights again instead of keeping wide copies, so it
 composes with gradient checkpointing. The denoiser waits in system memory while the caches fill; then each
@@ -29,10 +31,19 @@ import torch
 
 from studio.core.config.quantized_rules import QUANTIZATION_INSTALL
 from studio.train.errors import TrainError
-from studio.train.memory.fp8 import SKIPPED, narrow_base
+from studio.train.memory.fp8 import SKIPPED, _WidenedLinear, narrow_base
 
 MIN_VERSION = (0, 49)  # its CPU quantization (pyproject's cuda extra asks for the same)
-INT8_THRESHOLD = 6.0  # LLM.int8's outlier threshold: input columns above it run in 16 bits
+INT8_MAX = 127
+SCALE = "int8_scale"  # the buffer of an int8 layer's row scales
+
+
+class Int8Linear(torch.nn.Linear):
+    """A frozen Linear whose weight is int8 with one scale per output row (the `int8_scale` buffer)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = _WidenedLinear.apply(x, self.weight, getattr(self, SCALE), self.bias)
+        return out
 
 
 def bitsandbytes() -> Any:
@@ -69,25 +80,27 @@ def quantizable(denoiser: torch.nn.Module) -> dict[str, int]:
     return {"params": sum(m.weight.numel() for m in layers), "rows": sum(m.out_features for m in layers)}
 
 
-def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype: torch.dtype,
-                     device: torch.device) -> torch.nn.Module:
-    """A bitsandbytes layer holding `layer`'s weights quantized on `device` (bitsandbytes cannot move an
-    int8 layer once it is quantized, so it is quantized where it trains)."""
-    wide = layer.weight.detach()
+def _int8_in_place(layer: torch.nn.Linear, device: torch.device) -> None:
+    """Turn `layer` into an Int8Linear on `device`: weights rounded to int8 against each row's largest."""
+    wide = layer.weight.detach().to(device, torch.float32)
+    scale = wide.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / INT8_MAX
+    layer.weight = torch.nn.Parameter(torch.round(wide / scale).clamp(-INT8_MAX, INT8_MAX).to(torch.int8),
+                                      requires_grad=False)
+    del wide
+    layer.register_buffer(SCALE, scale)
+    layer.__class__ = Int8Linear
+    layer.to(device)  # the bias
+
+
+def _nf4_layer(bnb: Any, layer: torch.nn.Linear, compute_dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """A bitsandbytes Linear4bit holding `layer`'s weights quantized on `device`."""
     bias = layer.bias is not None
-    if kind == "int8":
-        new = bnb.nn.Linear8bitLt(layer.in_features, layer.out_features, bias=bias, has_fp16_weights=False,
-                                  threshold=INT8_THRESHOLD, device="meta")
-        # bitsandbytes quantizes int8 weights as they leave the CPU for a device (the CPU included).
-        new.weight = bnb.nn.Int8Params(wide.to("cpu") if wide.device.type != "cpu" else wide, requires_grad=False,
-                                       has_fp16_weights=False)
-    else:
-        new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=bias, compute_dtype=compute_dtype,
-                                quant_type=kind, device="meta")
-        new.weight = bnb.nn.Params4bit(wide, requires_grad=False, quant_type=kind, module=new)
-        # bitsandbytes repacks the weights for its CPU inference kernel on the first no-grad forward in eval
-        # mode (a sample), in a layout its training path does not read: keep the one layout.
-        new.support_avx512bf16_for_cpu = False
+    new = bnb.nn.Linear4bit(layer.in_features, layer.out_features, bias=bias, compute_dtype=compute_dtype,
+                            quant_type="nf4", device="meta")
+    new.weight = bnb.nn.Params4bit(layer.weight.detach(), requires_grad=False, quant_type="nf4", module=new)
+    # bitsandbytes repacks the weights for its CPU inference kernel on the first no-grad forward in eval
+    # mode (a sample), in a layout its training path does not read: keep the one layout.
+    new.support_avx512bf16_for_cpu = False
     if bias:
         new.bias = torch.nn.Parameter(layer.bias.detach(), requires_grad=False)
     new = new.to(device)  # quantizes the weights there
@@ -96,19 +109,22 @@ def _quantized_layer(bnb: Any, layer: torch.nn.Linear, kind: str, compute_dtype:
 
 
 def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dtype, device: torch.device) -> list[str]:
-    """Replace the frozen Linear layers of `denoiser` with bitsandbytes ones of `kind` (int8 | nf4), quantized
-    on the training `device` one layer at a time; the replaced names. Call it after the adapter is added (its
-    layers are trainable and stay as they are), while the denoiser waits in system memory once the caches are
-    filled: the rest of it follows to the device with the other frozen modules."""
-    bnb = bitsandbytes()
+    """Turn the frozen Linear layers of `denoiser` into `kind` (int8 | nf4) ones, quantized on the training
+    `device` one layer at a time; the turned names. Call it after the adapter is added (its layers are
+    trainable and stay as they are), while the denoiser waits in system memory once the caches are filled:
+    the rest of it follows to the device with the other frozen modules."""
+    bnb = bitsandbytes() if kind == "nf4" else None
     skipped = _skipped(denoiser)
     converted: list[str] = []
     for name, module in list(denoiser.named_modules()):
         if not _quantizable(name, module, skipped) or module.weight.requires_grad:
             continue
-        parent_name, _, child = name.rpartition(".")
-        parent = denoiser.get_submodule(parent_name) if parent_name else denoiser
-        setattr(parent, child, _quantized_layer(bnb, module, kind, compute_dtype, device))
+        if bnb is None:
+            _int8_in_place(module, device)
+        else:
+            parent_name, _, child = name.rpartition(".")
+            parent = denoiser.get_submodule(parent_name) if parent_name else denoiser
+            setattr(parent, child, _nf4_layer(bnb, module, compute_dtype, device))
         converted.append(name)
-    narrow_base(denoiser, converted, compute_dtype)
+    narrow_base(denoiser, converted, compute_dtype, ("weight", SCALE) if bnb is None else ("weight",))
     return converted

@@ -1,4 +1,4 @@
-"""Before a launch, a quantized base is refused when the training environment lacks bitsandbytes, with the
+"""Before a launch, an nf4 base is refused when the training environment lacks bitsandbytes, with the
 words that install it; the training interpreter is asked, never the window's own."""
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def test_a_training_environment_without_bitsandbytes_is_refused_with_the_install
         'lacks: install it there with pip install "sd-training-studio[cuda]" (or pip install bitsandbytes), or '
         'set model.quantized_base = "none".']
     assert _problems(tmp_path / "b", "none", bare) == []  # a full-precision base needs no library
+    assert _problems(tmp_path / "c", "int8", bare) == []  # nor the studio's own int8
 
 
 def test_a_training_environment_with_bitsandbytes_passes(tmp_path: Path) -> None:
-    assert _problems(tmp_path, "int8", _interpreter(tmp_path / "with", with_library=True)) == []
+    assert _problems(tmp_path, "nf4", _interpreter(tmp_path / "with", with_library=True)) == []
