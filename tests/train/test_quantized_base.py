@@ -142,7 +142,7 @@ def test_a_training_environment_without_bitsandbytes_is_refused_with_the_install
     events = events_of(run_dir)
     errors = [e for e in events if e.type == "error"]
     assert code != 0 and len(errors) == 1 and errors[0].kind == "config"
-    assert "model.quantized_base needs the bitsandbytes library" in errors[0].message
+    assert 'model.quantized_base = "nf4" needs the bitsandbytes library' in errors[0].message
     assert 'pip install "sd-training-studio[cuda]"' in errors[0].hint
     assert not any(e.type == "phase" and getattr(e, "name", "") == "loading" for e in events)  # before loading
 
@@ -176,6 +176,7 @@ def test_an_old_bitsandbytes_is_refused_with_the_upgrade_words(monkeypatch: pyte
     with pytest.raises(TrainError) as caught:
         library()
     assert "needs bitsandbytes 0.49 or newer" in caught.value.message and "has 0.45.5" in caught.value.message
+    assert '"int8" (no library)' in caught.value.hint
     assert "pip install -U bitsandbytes" in caught.value.hint
 
 

@@ -51,14 +51,14 @@ def bitsandbytes() -> Any:
     try:
         bnb = importlib.import_module("bitsandbytes")
     except ImportError as exc:
-        raise TrainError("config", f"model.quantized_base needs the bitsandbytes library, which this training "
-                         f"environment lacks ({exc})", f"install it in the training environment: "
-                         f"{QUANTIZATION_INSTALL}; or set model.quantized_base = \"none\"") from None
+        raise TrainError("config", f"model.quantized_base = \"nf4\" needs the bitsandbytes library, which this "
+                         f"training environment lacks ({exc})", f"install it in the training environment: "
+                         f"{QUANTIZATION_INSTALL}; or choose \"int8\" (no library) or \"none\"") from None
     version = str(getattr(bnb, "__version__", "0"))
     if tuple(int(part) for part in re.findall(r"\d+", version)[:2]) < MIN_VERSION:
-        raise TrainError("config", f"model.quantized_base needs bitsandbytes {'.'.join(map(str, MIN_VERSION))} or "
-                         f"newer (it quantizes the base on the CPU); this training environment has {version}",
-                         "upgrade it there: pip install -U bitsandbytes; or set model.quantized_base = \"none\"")
+        raise TrainError("config", f"model.quantized_base = \"nf4\" needs bitsandbytes "
+                         f"{'.'.join(map(str, MIN_VERSION))} or newer; this training environment has {version}",
+                         "upgrade it there: pip install -U bitsandbytes; or choose \"int8\" (no library) or \"none\"")
     return bnb
 
 
