@@ -239,3 +239,27 @@ def test_the_base_is_quantized_once_the_caches_are_filled(make_config, run_train
     assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
     assert "Int8Linear" not in seen["while_caching"]
     assert "Int8Linear" in seen["training"]
+
+
+def test_an_int8_layer_computes_near_the_wide_one_and_moves_like_any_weight() -> None:
+    """The studio's int8 layer: a row scale each, close to the full layer, and plain tensors that move
+    between devices with the module (which frozen blocks moved between host and GPU need; bitsandbytes'
+    int8 layer refuses)."""
+    import copy
+
+    from studio.train.memory.quantized import Int8Linear, quantize_base
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).requires_grad_(False)
+    x = torch.randn(4, 64, requires_grad=True)
+    wide = net(x)
+    assert quantize_base(net, "int8", torch.float32, torch.device("cpu")) == ["0", "2"]
+    assert isinstance(net[0], Int8Linear) and net[0].weight.dtype == torch.int8
+    assert net[0].int8_scale.shape == (128, 1)
+    out = net(x)
+    assert (out - wide).norm() < 0.02 * wide.norm()
+    out.sum().backward()  # the input's gradient flows through the widened weights
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    moved = copy.deepcopy(net).to("meta")
+    assert {t.device.type for t in (*moved.parameters(), *moved.buffers())} == {"meta"}
+    assert moved[0].weight.dtype == torch.int8 and moved[0].int8_scale.dtype == torch.float32
