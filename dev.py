@@ -282,7 +282,8 @@ def uv_env() -> dict[str, str]:
 
 
 def setup(dev: bool) -> Path:
-    extras = "gui,train,logging,dev" if dev else "gui,train"
+    # cuda: bitsandbytes, whose CPU kernels the quantized-base tests train on.
+    extras = "gui,train,logging,cuda,dev" if dev else "gui,train"
     return ensure_env(VENV, extras, "studio", with_torch=True)
 
 

@@ -30,6 +30,7 @@ from torch import nn
 
 from studio.core.config.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
 from studio.core.families import FAMILY_NAMES
+from studio.train.memory.quantized import quantizable
 from studio.train.memory.sharding import unit_sizes
 from studio.train.pipelines.arch_configs import (
     LATENT_CHANNELS,
@@ -100,6 +101,7 @@ def count_component(family: str, name: str) -> dict[str, Any]:
         # With fp8 base weights each layer is widened to the training precision while it runs.
         entry["largest_layer_params"] = max(m.weight.numel() for m in model.modules()
                                             if isinstance(m, (nn.Linear, nn.Conv2d)))
+        entry["quantizable"] = quantizable(model)  # the share model.quantized_base stores in fewer bits
         entry["fsdp"] = fsdp_units(model, DENOISER_UNITS[family])
     elif role.startswith("text_encoder") and class_name.startswith("CLIP"):
         entry["lora_targets"] = lora_targets(model, TEXT_LORA_TARGETS)

@@ -26,6 +26,7 @@ from count_parameters import PRECISIONS, SavedBytes, _counting, _MixedPrecision,
 from meta_memory import flash_attention, live_bytes, peak_bytes
 
 from studio.core.config.sharding import DENOISER_UNITS
+from studio.train.memory.quantized import quantizable
 from studio.train.pipelines.counting import Counting, counting_of
 from studio.train.pipelines.full_size import parameter_count
 
@@ -138,6 +139,7 @@ def _component(spec: Counting, name: str, model: nn.Module) -> dict[str, Any]:
         entry["lora_targets"] = lora_targets(model, tuple(spec.lora_linear_targets(model)))
         entry["lora_targets"]["modules"] = list(spec.lora_modules)
         entry["largest_layer_params"] = max(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+        entry["quantizable"] = quantizable(model)  # the share model.quantized_base stores in fewer bits
         entry["fsdp"] = fsdp_units(model, DENOISER_UNITS[spec.family])
     if name == "vae":
         entry["encoder_params"] = sum(p.numel() for n, p in model.named_parameters()

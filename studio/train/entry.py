@@ -7,6 +7,7 @@ followed by `run_finished: failed`, and a non-zero exit code.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -112,6 +113,9 @@ def _quiet_libraries() -> None:
 
     diffusers_logging.disable_progress_bar()
     transformers_logging.disable_progress_bar()
+    # bitsandbytes (imported by peft and model.quantized_base) notes on import that an optional CPU kernel
+    # package is missing; the studio does not use that kernel.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 def train(config: TrainConfig, run_dir: Path, resume: bool = False) -> int:
@@ -165,6 +169,10 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
         from studio.train.memory.cap import apply_gpu_cap
 
         attach_loggers(reporter, config, run_dir)
+        if config.model.quantized_base == "nf4":
+            from studio.train.memory.quantized import bitsandbytes
+
+            bitsandbytes()  # a missing library is refused before the model loads, with the words that install it
         apply_gpu_cap(accelerator.device, reporter.warn)
         trainer = Trainer(config, run_dir, accelerator, reporter, resume=resume)
         finished = trainer.run()

@@ -45,6 +45,7 @@ from studio.train.memory.block_swap import BlockSwap
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
+from studio.train.memory.quantized import quantize_base
 from studio.train.memory.sharding import Sharding
 from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
@@ -142,6 +143,8 @@ class Trainer:
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
         self._fill_caches()
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
+        if config.model.quantized_base != "none":  # onto the GPU once the encoders are done with it
+            quantize_base(self.components.denoiser, config.model.quantized_base, self.dtype, acc.device)
         self._offload_frozen()
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer

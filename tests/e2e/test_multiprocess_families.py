@@ -1,4 +1,5 @@
-"""`accelerate launch` with two CPU processes for SDXL, SD3, FLUX.2 [klein] and Z-Image: both ranks end with the same adapter."""
+"""`accelerate launch` with two CPU processes for SDXL, SD3, FLUX.2 [klein], Z-Image and Qwen-Image: both ranks end
+with the same adapter (over a quantized base too: each rank quantizes its own)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ pytest.importorskip("torch")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["sdxl", "sd3", "flux2-klein", "zimage", "qwen-image"])
-def test_two_cpu_ranks_train_one_adapter(family: str, make_config, events_of, tmp_path: Path,
+@pytest.mark.parametrize(("family", "quantized"), [
+    *((family, "none") for family in ("sdxl", "sd3", "flux2-klein", "zimage", "qwen-image")),
+    ("sd3", "int8"), ("flux2-klein", "nf4")])
+def test_two_cpu_ranks_train_one_adapter(family: str, quantized: str, make_config, events_of, tmp_path: Path,
                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     from studio.train.pipelines.tiny import build_tiny_pipeline
 
     base = build_tiny_pipeline(family, tmp_path_factory.mktemp("models") / f"tiny-{family}")
     config = make_config(
-        model=ModelSection(family=family, base=str(base)),  # type: ignore[arg-type]
+        model=ModelSection(family=family, base=str(base), quantized_base=quantized),  # type: ignore[arg-type]
         training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1),
         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]),
     )

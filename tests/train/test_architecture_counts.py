@@ -51,3 +51,19 @@ def test_per_image_and_per_model_bytes_are_reproducible(counter: ModuleType) -> 
     per_image, per_model = counter.split_activation_bytes("sd15", "full", True, "mixed")
     assert per_image / 2**20 == pytest.approx(arch["activations_mb"]["full_checkpointing_mixed"], rel=0.01)
     assert per_model / 2**20 == pytest.approx(arch["model_copies_mb"]["full_checkpointing_mixed"], rel=0.01)
+
+
+@pytest.mark.parametrize(("family", "size"), [("flux2-klein", "4b"), ("zimage", None), ("qwen-image", None)])
+def test_stored_transformer_counts_match_the_real_classes(family: str, size: str | None) -> None:
+    """The transformer families' files (benchmarks/count_transformer_family.py), the layers model.quantized_base
+    quantizes among them, against the classes built from the published configs on the meta device."""
+    from studio.train.pipelines.counting import counting_of
+
+    counter = load_script("benchmarks/count_transformer_family.py")
+    spec = counting_of(family)
+    stored = json.loads((ROOT / "resources" / "architectures" / f"{spec.file_name(size)}.json").read_text())
+    fresh = counter.count_variant(spec, size, activations=False)
+    assert fresh["components"] == stored["components"], (
+        f"resources/architectures/{spec.file_name(size)}.json is stale: run "
+        f"`python benchmarks/count_transformer_family.py {family}`")
+    assert fresh["components"]["transformer"]["quantizable"]["params"] > 0.99 * fresh["components"]["transformer"]["params"]

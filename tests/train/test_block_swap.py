@@ -129,13 +129,15 @@ def test_each_step_copies_each_swapped_block_once_each_way_in_order(family: str,
 @pytest.mark.parametrize(("family", "changes"), [("flux2-klein", {"method.use_dora": True}),
                                                ("sd3", {"method.network": "lokr", "method.lokr_factor": 4}),
                                                ("zimage", {"method.network": "loha"}),
-                                               ("qwen-image", {"model.fp8_base": True})])
-def test_dora_lycoris_and_fp8_train_on_swapped_blocks_as_on_resident_ones(family: str, changes: dict[str, Any],
+                                               ("qwen-image", {"model.fp8_base": True}),
+                                               ("zimage", {"model.quantized_base": "int8"}),
+                                               ("flux2-klein", {"model.quantized_base": "nf4"})])
+def test_dora_lycoris_fp8_and_quantized_bases_train_on_swapped_blocks_as_on_resident_ones(family: str, changes: dict[str, Any],
                                                                          make_config, run_training, events_of,
                                                                          watched_swap: dict[str, Any],
                                                                          tmp_path: Path) -> None:
-    """The adapter's own parameters (DoRA's magnitudes, LoKr's and LoHa's factors) stay put, and 8-bit
-    base weights are swapped as they are stored."""
+    """The adapter's own parameters (DoRA's magnitudes, LoKr's and LoHa's factors) stay put, and 8-bit or
+    quantized (int8, nf4) base weights are swapped as they are stored."""
     swapped = {name: count for name, count, _ in SERVED}[family]
     losses, trained, files = [], [], []
     for count in (0, swapped):
@@ -163,9 +165,12 @@ def test_dora_lycoris_and_fp8_train_on_swapped_blocks_as_on_resident_ones(family
         for key, tensor in tensors.items():
             torch.testing.assert_close(files[1][name][key], tensor, atol=1e-6, rtol=0)
     assert any(key.endswith("dora_scale") for t in files[0].values() for key in t) == ("method.use_dora" in changes)
-    if "model.fp8_base" in changes:
-        assert all(host.dtype == torch.float8_e4m3fn for p in watched_swap["swap"].host.values()
-                   for _, host in p if host.dim() == 2)
+    stored = {"model.fp8_base": torch.float8_e4m3fn, "model.quantized_base": {"int8": torch.int8, "nf4": torch.uint8}}
+    for key, value in changes.items():  # the weights travel as they are stored
+        if key in stored:
+            dtype = stored[key] if isinstance(stored[key], torch.dtype) else stored[key][value]  # type: ignore[index]
+            hosts = [host for p in watched_swap["swap"].host.values() for _, host in p]
+            assert any(host.dtype == dtype for host in hosts), {h.dtype for h in hosts}
 
 
 def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,

@@ -18,6 +18,7 @@ from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.launch_rules import check_launch, check_strategy
 from studio.core.config.network_rules import check_ema, check_network
 from studio.core.config.pickled import check_pickle
+from studio.core.config.quantized_rules import check_quantized_base
 from studio.core.config.swap_rules import check_block_swap
 from studio.core.families import FAMILIES, FAMILY_NAMES, family
 from studio.core.quoting import control_characters, shown
@@ -71,7 +72,15 @@ class ModelSection(Section):
         default=False,
         description="LoRA: keep the frozen denoiser weights in 8-bit float (e4m3) and widen each layer to the "
         "training precision only while it runs: about half the denoiser's memory, a small quality cost. "
-        "Not with DoRA (method.use_dora).",
+        "Not with DoRA (method.use_dora) or model.quantized_base.",
+    )
+    quantized_base: Literal["none", "int8", "nf4"] = Field(
+        default="none",
+        description="LoRA: keep the frozen denoiser's linear layers quantized while the LoRA trains in full or "
+        "mixed precision beside them: int8 (a byte a weight with a scale per row, near the full base's "
+        "quality) or nf4 (4-bit by bitsandbytes, about half a byte a weight, a larger quality cost; needs the "
+        "studio's cuda extra). The LoRA file is the same and loads on the full-precision base. Not with "
+        "model.fp8_base, DoRA or a full fine-tune; nf4 not with LoHa or LoKr.",
     )
     blocks_to_swap: int = Field(
         default=0, ge=0,
@@ -404,7 +413,9 @@ def _check_settings_act(config: TrainConfig) -> None:
         raise Contradiction(key, value, why)
 
 
-def _check_fp8(config: TrainConfig) -> None:
+def _check_frozen_base(config: TrainConfig) -> None:
+    """model.fp8_base and model.quantized_base store the frozen base in fewer bits: only under a LoRA."""
+    check_quantized_base(config)
     if config.model.fp8_base and config.method.kind != "lora":
         raise Contradiction("model.fp8_base", True,
                             "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
@@ -417,7 +428,7 @@ def _check_fp8(config: TrainConfig) -> None:
 
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
-    check_caches, _check_training, _check_fp8, _check_settings_act, check_strategy, check_launch,
+    check_caches, _check_training, _check_frozen_base, _check_settings_act, check_strategy, check_launch,
     check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
 )
 

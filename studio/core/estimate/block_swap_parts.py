@@ -48,6 +48,10 @@ class SwapFigures:
         return max(0.0, self.kept_mb - self.in_flight_mb)
 
 
+# Bytes a weight of a swapped block takes stored quantized (model.quantized_base; scales are a rounding).
+QUANTIZED_WIDTH = {"int8": 1.0, "nf4": 0.516}
+
+
 def swap_figures(f: RunFacts) -> SwapFigures | None:
     """The swap's figures on a GPU (None without one, or when the architecture has no block counts)."""
     count = f.config.model.blocks_to_swap
@@ -55,7 +59,7 @@ def swap_figures(f: RunFacts) -> SwapFigures | None:
     fsdp, blocks = den.get("fsdp"), den.get("blocks")
     if not count or f.full or not f.gpu or not fsdp or not blocks:
         return None
-    width = 1 if f.fp8 else BYTES[f.frozen]
+    width = 1 if f.fp8 else QUANTIZED_WIDTH.get(f.quantized, BYTES[f.frozen])
     # A smaller model of the family (`local_architecture`) has its blocks in the published proportions.
     local = f.arch.get("local_model")
     share = int(den["params"]) / int(local["published_params"]) if local else 1.0

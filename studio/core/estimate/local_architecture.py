@@ -88,6 +88,8 @@ def _scaled(arch: dict[str, Any], counted: dict[str, int], model_name: str) -> d
         for key in ("encoder_params", "largest_layer_params", "float_buffers"):
             if key in entry:
                 entry[key] = round(int(entry[key]) * share)
+        if "quantizable" in entry:
+            entry["quantizable"] = {k: round(int(v) * share) for k, v in entry["quantizable"].items()}
         targets = entry.get("lora_targets")
         if targets:  # a LoRA's size: rank x (in + out) per layer, and DoRA's magnitudes (out per layer)
             targets["in_plus_out"] = max(1, round(int(targets["in_plus_out"]) * share))

@@ -64,6 +64,11 @@ class RunFacts:
         return self.config.model.fp8_base and self.gpu and not self.full
 
     @cached_property
+    def quantized(self) -> str:
+        """model.quantized_base under a LoRA: none, int8 or nf4 (the trainer quantizes on the CPU as well)."""
+        return "none" if self.full else self.config.model.quantized_base
+
+    @cached_property
     def batch(self) -> int:
         prior = any(c.uses_prior_preservation for c in self.config.dataset.concepts)
         return self.config.training.batch_size * (2 if prior else 1)
@@ -114,7 +119,8 @@ def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | No
 
 
 def denoiser_weights(f: RunFacts) -> MemoryPart:
-    """The denoiser: fp32 when fully trained, else frozen in the weights' dtype (or fp8)."""
+    """The denoiser: fp32 when fully trained, else frozen in the weights' dtype (or fp8; a quantized base's
+    is `quantized_parts.quantized_weights`)."""
     den = denoiser_entry(f.arch)
     params, buffers = int(den["params"]), int(den.get("float_buffers", 0))
     label = f"{den['class']} weights"

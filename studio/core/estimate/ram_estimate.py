@@ -39,6 +39,7 @@ from studio.core.estimate.ram_parts import (
     parked_encoders,
     parked_vae,
     pipeline_load,
+    quantized_conversion,
     text_cache,
 )
 from studio.core.estimate.training_step import training_step
@@ -48,6 +49,7 @@ RamFit = Literal["fits", "tight", "does_not_fit"]
 REFUSE_SHARE = 0.95  # over this share of the machine's RAM a run is refused before launch
 WARN_SHARE = 0.80  # over this share it is a warning
 PHASE_WORDS = {"loading": "while the model loads", "converting": "while the denoiser is turned to fp8",
+               "quantizing": "while the denoiser is quantized",
                "caching": "while the caches fill", "training": "while training"}
 
 
@@ -57,7 +59,7 @@ class RamEstimate:
     that peaks (they add up to `total_mb`), and each phase's total."""
 
     total_mb: float = 0.0
-    phase: str = "loading"  # loading | converting | caching | training
+    phase: str = "loading"  # loading | converting | quantizing | caching | training
     parts: list[MemoryPart] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
     phase_parts: dict[str, list[MemoryPart]] = field(default_factory=dict)  # every phase's parts
@@ -103,6 +105,9 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
                              latent_cache(r, training=False), text_cache(r)]
     if fp8_conversion(r) is not None:  # before the caches fill, the waiting denoiser is turned to fp8
         phases["converting"] = [baseline(r), fp8_conversion(r), idle_encoders_on_cpu(r)]
+    if quantized_conversion(r) is not None:  # after the caches fill, the waiting denoiser is quantized to the GPU
+        phases["quantizing"] = [baseline(r), quantized_conversion(r), parked_encoders(r), parked_vae(r),
+                                latent_cache(r, training=False), text_cache(r)]
     kept = {name: [p for p in parts if p is not None and p.mb > 0] for name, parts in phases.items()}
     totals = {name: sum(p.mb for p in parts) for name, parts in kept.items()}
     peak = max(totals, key=lambda name: totals[name])

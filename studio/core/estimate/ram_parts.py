@@ -2,7 +2,7 @@
 
 The parts follow what the trainer does (studio/train): every family loads its whole pipeline into
 system memory with `from_pretrained` before each component moves to the GPU; with a cache the
-denoiser waits in system memory while the caches fill (and is turned to fp8 there); cached latents
+denoiser waits in system memory while the caches fill (and is turned to fp8 or quantized there); cached latents
 are built on the CPU and stay there unless they fit a small share of the GPU; cached text stays where
 its encoder ran; frozen encoders and a VAE the steps no longer use are parked in system memory.
 Sizes are the architectures' parameter counts (`resources/architectures/<family>.json`) and the
@@ -154,6 +154,24 @@ def fp8_conversion(r: RamFacts) -> MemoryPart | None:
     old = _mb(params, _load_bytes(r, den)) if _copied(r, den) else 0.0
     return r.part("fp8_conversion", "Turning the denoiser to fp8", max(old, _mb(params, 1)) + _mb(largest, 8),
                   "the 8-bit copy, and the largest layer widened to fp32 and scaled, one layer at a time")
+
+
+def quantized_conversion(r: RamFacts) -> MemoryPart | None:
+    """model.quantized_base quantizes the waiting denoiser layer by layer onto the GPU once the caches are
+    filled: the copy loading converted (or the file's pages, read a layer at a time), and one layer widened
+    to fp32 while it is quantized (studio/train/memory/quantized.py). A CPU run keeps the quantized layers
+    in system memory besides."""
+    if r.f.quantized == "none" or not r.waits:
+        return None
+    from studio.core.estimate.quantized_parts import stored_denoiser_mb
+
+    den = denoiser_entry(r.f.arch)
+    params, largest = int(den["params"]), int(den["largest_layer_params"])
+    old = _mb(params, _load_bytes(r, den)) if _copied(r, den) else 0.0
+    on_cpu = stored_denoiser_mb(r.f, 0) if r.gpu_total_mb == 0 else 0.0
+    where = "the GPU" if r.gpu_total_mb else "system memory"
+    return r.part("quantized_conversion", f"Quantizing the denoiser to {r.f.quantized}", old + on_cpu + _mb(largest, 4),
+                  f"layer by layer into {where}, from the denoiser as loaded; one layer widened while it is quantized")
 
 
 def encoders_mb(r: RamFacts) -> float:

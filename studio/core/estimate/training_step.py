@@ -25,6 +25,7 @@ from studio.core.estimate.memory_parts import (
     vae,
     weight_copies,
 )
+from studio.core.estimate.quantized_parts import quantized_weights, quantized_working_copy
 from studio.core.estimate.sharded_parts import fsdp_parts
 
 
@@ -47,8 +48,9 @@ class TrainingStep:
 def training_step(f: RunFacts) -> TrainingStep:
     """Weights, trained parameters with their gradients and optimizer state, activations (or the VAE
     encoding a batch, whichever is larger: the activations reuse the encoder's freed blocks), fixed costs."""
+    weights = denoiser_weights(f) if f.quantized == "none" else quantized_weights(f)
     encoders, autoencoder = text_encoders(f), vae(f)
-    parts = [*swapped_weights(f, denoiser_weights(f)), *encoders.resident]
+    parts = [*swapped_weights(f, weights), *encoders.resident]
     if f.full:
         trained = _full_trained_params(f) + encoders.trained_params
     else:
@@ -60,7 +62,7 @@ def training_step(f: RunFacts) -> TrainingStep:
                                 f"{autoencoder.bytes * 8}-bit, encodes each batch"))
     parts += [gradients(f, trained), optimizer_state(f, trained)]
     parts += [p for p in (moving_average(f, trained),) if p is not None]
-    parts += [p for p in (fp8_upcast_copies(f), weight_copies(f)) if p is not None]
+    parts += [p for p in (fp8_upcast_copies(f), quantized_working_copy(f), weight_copies(f)) if p is not None]
     parts += fsdp_parts(f)
     acts = activations(f)
     parts.append(acts)
@@ -87,9 +89,13 @@ def denoiser_waits_for_caches(config: TrainConfig, sharded: bool) -> bool:
     """Whether the trainer keeps the denoiser in system memory until the caches are filled (so the caching
     phase holds the encoders and the VAE only): with a cache, unless the run is sharded (FSDP places the
     shards as it wraps them) or DreamBooth renders class images with the denoiser first. With
-    model.blocks_to_swap it always waits there: its swapped blocks never come to the GPU whole."""
+    model.blocks_to_swap it always waits there: its swapped blocks never come to the GPU whole. A base
+    quantized by model.quantized_base always waits too: it is quantized from there onto the GPU once the
+    caches are filled, so the GPU never holds it at full width."""
     training, method = config.training, config.method
     if config.model.blocks_to_swap:
+        return True
+    if config.model.quantized_base != "none" and method.kind == "lora" and not sharded:
         return True
     if sharded or not (training.cache_text_embeddings or training.cache_latents):
         return False
@@ -105,7 +111,7 @@ def prompts_cached(config: TrainConfig) -> bool:
 def caching_peak(f: RunFacts, step: TrainingStep) -> float:
     """Encoding latents and captions before training: every encoder in use (none with
     model.text_encoder_on_cpu) and the VAE, plus the larger encoder transient; the denoiser (weights and
-    LoRA) only when it does not wait in system memory."""
+    LoRA) only when it does not wait in system memory (a quantized base is quantized onto the GPU after)."""
     training, method = f.config.training, f.config.method
     transient = 0.0
     on_cpu = f.config.model.text_encoder_on_cpu  # the encoders embed in system memory

@@ -232,7 +232,7 @@ def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: P
         "accelerate/single_node.yaml": dump_yaml(accelerate_config(_with_nodes(bundle, 1, per_node))),
         # Made for the exported node count, or as a template for 2 when exported for one node.
         "accelerate/multi_node.yaml": dump_yaml(accelerate_config(_with_nodes(bundle, multi, per_node))),
-        "requirements.txt": pinned_requirements(bundle.training.optimizer),
+        "requirements.txt": pinned_requirements(bundle.training.optimizer, bundle.model.quantized_base),
         BUNDLE_FILE: json.dumps(info, indent=1) + "\n",
         "README.md": readme_text(bundle, info, out.name),
         SKY_FILE: dump_sky_yaml(info["cloud"]["task"], header=(

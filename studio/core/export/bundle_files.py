@@ -18,7 +18,8 @@ RUNTIME_PACKAGES = (
     "torch", "diffusers", "transformers", "accelerate", "peft", "safetensors", "huggingface-hub",
     "pydantic", "tomlkit", "platformdirs", "psutil", "pillow", "numpy", "nvidia-ml-py",
 )
-OPTIMIZER_PACKAGES = {"prodigy": "prodigyopt", "adamw8bit": "bitsandbytes"}
+QUANTIZATION_PACKAGE = "bitsandbytes"  # model.quantized_base = "nf4"
+OPTIMIZER_PACKAGES = {"prodigy": "prodigyopt", "adamw8bit": QUANTIZATION_PACKAGE}
 
 # Hugging Face, OpenAI-style, GitHub and AWS access keys; a long hex/base64 blob under a secret-ish key.
 SECRET_VALUE = re.compile(
@@ -111,8 +112,9 @@ def installed_version(package: str) -> str | None:
         return None
 
 
-def pinned_requirements(optimizer: str) -> str:
-    """requirements.txt pinned to this environment; a local build tag (+cpu, +cu124) is dropped."""
+def pinned_requirements(optimizer: str, quantized_base: str = "none") -> str:
+    """requirements.txt pinned to this environment; a local build tag (+cpu, +cu124) is dropped. The
+    optimizer's package and, for a 4-bit base (model.quantized_base = "nf4"), bitsandbytes join the runtime's."""
     lines = [
         "# Pinned to the environment the bundle was exported from.",
         "# torch: keep the version; take the CUDA build of your machine or image",
@@ -121,6 +123,8 @@ def pinned_requirements(optimizer: str) -> str:
     wanted = list(RUNTIME_PACKAGES)
     if optimizer in OPTIMIZER_PACKAGES:
         wanted.append(OPTIMIZER_PACKAGES[optimizer])
+    if quantized_base == "nf4" and QUANTIZATION_PACKAGE not in wanted:
+        wanted.append(QUANTIZATION_PACKAGE)
     for package in wanted:
         version = installed_version(package)
         if version is None:

@@ -38,6 +38,7 @@ from studio.core.models.snapshot_check import snapshot_problems
 from studio.core.models.weight_files import folder_weight_problem
 from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
+from studio.core.project.library_check import check_quantization_library
 from studio.core.training_python import NoTrainingPython, default_training_python
 
 GB = 1024**3
@@ -48,7 +49,7 @@ TORCH_PROBE_TIMEOUT_S = 120
 
 @dataclass(frozen=True)
 class PreflightProblem:
-    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "vram" | "ram" | "ram_tight" | "torch"
+    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "vram" | "ram" | "ram_tight" | "torch" | "library"
     message: str  # one line: what is wrong, where, and what to do
     # The person may go ahead anyway: a base model to download first, a VRAM estimate over the GPU.
     can_confirm: bool = False
@@ -75,6 +76,9 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     if on_gpu and gpu is not None:
         problems += [p for p in (check_vram(resolved, gpu),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
+    library = check_quantization_library(config, config.launch.python) if check_torch else None
+    if library is not None:
+        problems.append(PreflightProblem(*library))
     return problems
 
 

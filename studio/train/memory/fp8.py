@@ -34,22 +34,26 @@ def _target_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+def _scaled(weight: torch.Tensor, scale: float | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The stored weight widened to `dtype`: times one scale, or a scale per output row (int8)."""
+    return weight.to(dtype) * (scale.to(dtype) if isinstance(scale, torch.Tensor) else scale)
+
+
 class _WidenedLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, scale: float,
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, scale: float | torch.Tensor,
                 bias: torch.Tensor | None) -> torch.Tensor:
         dtype = _target_dtype(x)
         ctx.save_for_backward(weight)
         ctx.scale = scale
-        wide = weight.to(dtype) * scale
-        return F.linear(x.to(dtype), wide, None if bias is None else bias.to(dtype))
+        return F.linear(x.to(dtype), _scaled(weight, scale, dtype), None if bias is None else bias.to(dtype))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         (weight,) = ctx.saved_tensors
-        return grad.matmul(weight.to(grad.dtype) * ctx.scale), None, None, None
+        return grad.matmul(_scaled(weight, ctx.scale, grad.dtype)), None, None, None
 
 
 class _WidenedConv2d(torch.autograd.Function):
@@ -120,11 +124,17 @@ def store_in_float8(denoiser: torch.nn.Module, compute_dtype: torch.dtype) -> li
         module.__class__ = Float8Linear if isinstance(module, torch.nn.Linear) else Float8Conv2d
         module.fp8_scale = scale
         converted.append(name)
+    narrow_base(denoiser, converted, compute_dtype)
+    return converted
+
+
+def narrow_base(denoiser: torch.nn.Module, converted: list[str], compute_dtype: torch.dtype,
+                tensors: tuple[str, ...] = ("weight",)) -> None:
+    """After the layers `converted` were stored in fewer bits (here, or by model.quantized_base): the
+    denoiser computes in `compute_dtype`, and data parallelism leaves their `tensors` alone (every rank
+    loads and narrows the same base, and gloo cannot send 8-bit floats)."""
     setattr(denoiser, COMPUTE_DTYPE_ATTRIBUTE, compute_dtype)
-    # Every rank loads the same base weights: data parallelism need not broadcast the 8-bit ones
-    # (and gloo cannot).
-    ignored = [f"{name}.weight" for name in converted]
+    ignored = [f"{name}.{tensor}" for name in converted for tensor in tensors]
     previous = list(getattr(denoiser, "_ddp_params_and_buffers_to_ignore", []))
     torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
         denoiser, previous + ignored)
-    return converted

@@ -174,6 +174,15 @@ def test_requirements_are_pinned_to_this_environment(demo: Project, tmp_path: Pa
     assert "+" not in torch
     dockerfile = (tmp_path / "b" / "Dockerfile").read_text()
     assert f"pytorch/pytorch:{torch.split('==')[1]}-cuda" in dockerfile
+    assert not any(line.startswith("bitsandbytes") for line in lines)
+
+
+def test_a_quantized_base_brings_bitsandbytes_to_the_remote_machine() -> None:
+    from studio.core.export.bundle_files import pinned_requirements
+
+    for optimizer in ("adamw", "adamw8bit"):  # once, whether the optimizer asks for it too or not
+        lines = pinned_requirements(optimizer, "nf4").splitlines()
+        assert len([line for line in lines if line.startswith("bitsandbytes")]) == 1
 
 
 def test_the_trainer_source_travels_without_the_gui(demo: Project, tmp_path: Path) -> None:
