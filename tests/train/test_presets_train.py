@@ -23,7 +23,8 @@ pytest.importorskip("torch")
 PRESETS = list_presets(include_user=False)
 # What scaled_to_tiny changes; every other key of a preset reaches the trainer as written.
 SCALED = {("dataset", "resolution"), ("training", "epochs"), ("training", "max_steps"),
-          ("sampling", "every_n_steps"), ("sampling", "prompts"), ("sampling", "steps"), ("sampling", "size")}
+          ("sampling", "every_n_steps"), ("sampling", "prompts"), ("sampling", "steps"), ("sampling", "size"),
+          ("model", "blocks_to_swap")}  # one of the tiny transformers' two blocks (scaled_to_tiny)
 
 
 def test_the_shipped_presets_cover_every_family_and_method() -> None:

@@ -79,12 +79,16 @@ def test_the_base_is_quantized_from_system_memory_and_counted_there() -> None:
 def test_the_fixes_offer_a_4_bit_base_where_8_bits_are_not_enough() -> None:
     from studio.core.estimate.fixes import suggest_fixes
 
-    qwen = TrainConfig.model_validate({
+    data: dict[str, Any] = {
         "model": {"family": "qwen-image", "base": "models/base", "text_encoder_on_cpu": True},
         "dataset": {"resolution": 1024},
         "training": {"mixed_precision": "bf16", "gradient_checkpointing": True, "cache_latents": True,
-                     "cache_text_embeddings": True}})
+                     "cache_text_embeddings": True}}
     sixteen = load_hardware("rtx4060ti-16gb").gpus[0]
+    # Blocks in system memory keep the full quality: offered before 4 bits, after fp8.
+    assert [s.key for s in suggest_fixes(TrainConfig.model_validate(data), sixteen)] == ["fp8_base", "blocks_to_swap"]
+    data["training"]["compile"] = "blocks"  # compiled blocks cannot be swapped: 4 bits are the way down
+    qwen = TrainConfig.model_validate(data)
     steps = suggest_fixes(qwen, sixteen)
     assert [s.key for s in steps] == ["nf4_base"]  # fp8 (19 GB of weights) alone is not enough: not kept
     assert steps[0].changes == {"model.fp8_base": False, "model.quantized_base": "nf4"}
