@@ -226,6 +226,11 @@ class TrainingSection(Section):
         description="With gradient_checkpointing on: recompute only every N-th block of the denoiser "
         "(2 = every second block). Between no checkpointing and full: faster than 1, less memory than off.",
     )
+    fill_card: bool = Field(
+        default=False, description="At run start, use the GPU: gradient checkpointing off where the batch fits "
+        "without it, and the largest batch that fits with the estimate's margin (accumulation 1, the learning "
+        "rate scaled, counts in steps scaled to the same images). Presets that allow it turn it on.",
+    )
     cache_latents: bool = Field(default=False, description="Encode images once and keep the latents.")
     cache_latents_to_disk: bool = Field(default=False, description="Keep cached latents on disk.")
     cache_text_embeddings: bool = Field(default=False, description="Encode captions once and keep the embeddings.")

@@ -113,6 +113,7 @@ NEUTRAL: dict[str, str] = {
     "model.dtype": "the frozen weights' precision on a GPU; a CPU run keeps them in fp32",
     "model.text_encoder_on_cpu": "encodes the cached captions in system memory: the same embeddings",
     "model.allow_pickle": "lets a pickle base model load as data; a safetensors base is read the same",
+    "training.fill_card": "changes the batch and checkpointing at launch, for a GPU; the trainer gets a plain config",
 }
 
 # Settings of one family, each declared by the family that has it.
