@@ -148,7 +148,10 @@ def measure_bare(case: Case, settings: Settings) -> Result:
     _sync(device)
     result.s_per_step = (time.perf_counter() - start) / settings.steps
     result.peak_gib = _peak_gib(device)
-    _note_profile(result, profile_step(step.run, device))
+    try:
+        _note_profile(result, profile_step(step.run, device))
+    except Exception as exc:  # a profiler that cannot start must not cost the case its timing
+        result.note = f"no profile: {exc.__class__.__name__}: {str(exc)[:80]}"
     del step
     return result
 
@@ -270,8 +273,11 @@ def measure_studio(case: Case, settings: Settings) -> Result:
         if trainer.step != last_timed:
             return original_step(trainer, *args)
         returned: list[Any] = []
-        profiles.append(profile_step(lambda: returned.append(original_step(trainer, *args)), settings.device))
-        return returned[0]
+        try:
+            profiles.append(profile_step(lambda: returned.append(original_step(trainer, *args)), settings.device))
+        except Exception as exc:  # a profiler that cannot start must not cost the case its timing
+            result.note = f"no profile: {exc.__class__.__name__}: {str(exc)[:80]}"
+        return returned[0] if returned else original_step(trainer, *args)
 
     loop.StepMeter = _timed_meter(settings.warmup, last_timed)  # type: ignore[misc]
     loop.Trainer._train_step = profiled_step  # type: ignore[method-assign]
