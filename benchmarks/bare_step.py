@@ -128,8 +128,8 @@ def bare_step(family: str, batch: int, side: int, device: str, dry_run: bool, ti
         if p.requires_grad:
             p.data = p.data.float()
     model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5,
-                                  fused=device == "cuda")
+    # Fused, as the studio's optimizer is on every device (the CPU's multi-tensor AdamW reads each step count back).
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, fused=True)
     spec = _from_counting(family)
     if spec is None:
         kwargs = _component_inputs(model, family, batch, side, device)

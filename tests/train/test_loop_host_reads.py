@@ -1,4 +1,5 @@
-"""Between its read-backs the training loop never waits for the device.
+"""Between its read-backs the training loop never waits for the device: no read of a device tensor and no
+copy to the device from pageable host memory (torch waits for the stream after such a copy).
 
 On a GPU every read of a number back to the host (`.item()`, `float(tensor)`, `bool(tensor)`, a
 `nonzero` whose size the host must know) stops the CPU until every queued kernel has run, so the
@@ -17,6 +18,7 @@ apart with a function mode that sees the calls as written.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from collections import Counter
 from collections.abc import Iterator
@@ -38,8 +40,12 @@ class HostBorn:
     """Tensors that a GPU run would hold on the host: made by a factory called without a device, or computed
     from such tensors only."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_copy: Any = None) -> None:
         self.refs: dict[int, weakref.ref[Any]] = {}
+        # Called with the call's name for each copy of host data to the device from pageable memory (a blocking
+        # `.to(device)` of a host-born tensor, `torch.tensor(data, device=...)`): on a GPU each waits for the
+        # steps queued before it.
+        self.on_copy = on_copy or (lambda name: None)
 
     def __contains__(self, tensor: Any) -> bool:
         ref = self.refs.get(id(tensor))
@@ -63,9 +69,16 @@ class HostBorn:
                 tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
                 if name in FACTORIES and not tensors:
                     host = kwargs.get("device") is None
+                    if not host and name in ("tensor", "as_tensor"):
+                        born.on_copy(name)
                 elif name in ("to", "cuda"):  # moved to a device: on a GPU it leaves the host
-                    host = args[0] in born and name == "to" and not any(
-                        isinstance(a, (torch.device, str)) for a in (*args[1:], *kwargs.values()))
+                    moved = name == "cuda" or any(isinstance(a, (torch.device, str))
+                                                  for a in (*args[1:], *kwargs.values()))
+                    host = args[0] in born and not moved
+                    if args[0] in born and moved and not kwargs.get("non_blocking"):
+                        born.on_copy(name)
+                    if moved:  # on a GPU a new tensor on the device (on the CPU, often the same object)
+                        born.refs.pop(id(result), None)
                 elif name == "copy_":
                     host = args[0] in born
                 else:
@@ -91,7 +104,33 @@ def host_reads_of_a_run(make_config: Any, run_training: Any, tmp_path: Any, monk
     flushes = [0]
     trainer_of: list[Any] = []
 
-    host = HostBorn()
+    pinned = [0]  # inside the trainer's to_device, which copies through pinned memory on a GPU
+
+    def copied(name: str) -> None:
+        if not allowed[0] and not pinned[0]:
+            outside[(f"pageable copy ({name})", trainer_of[0].step)] += 1
+
+    from studio.train.memory import transfer
+
+    original_to_device = transfer.to_device
+
+    def through_pinned(*args: Any, **kwargs: Any) -> Any:
+        pinned[0] += 1
+        try:
+            return original_to_device(*args, **kwargs)
+        finally:
+            pinned[0] -= 1
+
+    import studio.train.loop  # noqa: F401  (the trainer's modules, loaded: each that copies is patched)
+    from studio.train.families import adapter_for
+
+    adapter_for(config)  # the family's module
+    for name, module in list(sys.modules.items()):
+        if name.startswith("studio.train") and module is not transfer and \
+                getattr(module, "to_device", None) is original_to_device:
+            monkeypatch.setattr(module, "to_device", through_pinned)
+
+    host = HostBorn(copied)
 
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -154,7 +193,15 @@ CASES = {
     "sd3 lokr, cached latents": ("sd3", {"network": "lokr"}, {"cache_latents": True}),
     "zimage lora, cached, ema every 2": ("zimage", {}, {"cache_latents": True, "cache_text_embeddings": True,
                                                         "ema": True, "ema_every": 2}),
+    "flux2-klein lora, cached": ("flux2-klein", {}, {"cache_latents": True, "cache_text_embeddings": True}),
+    "qwen-image lora, cached": ("qwen-image", {}, {"cache_latents": True, "cache_text_embeddings": True}),
 }
+
+
+# Waits inside the libraries that the trainer cannot remove from outside, one per step: diffusers' Qwen-Image
+# transformer makes the caption length a device tensor from a Python int (compute_text_seq_len_from_mask,
+# `torch.as_tensor(text_seq_len, device=...)`) when given the caption mask, which the studio must give.
+KNOWN = {"qwen-image": ("pageable copy (as_tensor)",)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -169,7 +216,8 @@ def test_the_loop_reads_nothing_back_between_its_reports(case: str, make_config,
     config.training.max_steps = 5
     outside, flushes = host_reads_of_a_run(make_config, run_training, tmp_path, monkeypatch, config)
     assert flushes >= 1  # the counter saw the read-backs it lets through
-    assert dict(outside) == {}, f"{case}: host reads outside the reports (op, step): {dict(outside)}"
+    known = {(what, step): 1 for what in KNOWN.get(family, ()) for step in range(5)}
+    assert dict(outside) == known, f"{case}: host reads outside the reports (op, step): {dict(outside)}"
 
 
 def test_a_read_back_inside_a_step_is_caught(make_config, run_training, tmp_path,
