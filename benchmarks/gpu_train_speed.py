@@ -9,7 +9,9 @@ weights, nothing downloaded) and batch 1 and 4 (and 16 for SD1.5):
 - studio: the studio's trainer (`studio.train.entry.train`, in this process) on a full-size
   random-weight pipeline written to disk, LoRA rank 16, bf16, latents and text embeddings
   cached, no gradient checkpointing, samples off;
-- studio compiled: the same with training.compile = "blocks".
+- studio compiled: the same with training.compile = "blocks";
+- studio compiled graphs: training.compile = "graphs" (the whole denoiser, each image size's step
+  replayed as a CUDA graph: what batch 1, host-bound when eager, gains).
 
 Reported: s/step and images/s in steady state (after warm-up steps, between two points where
 the trainer has waited for the GPU), MFU (images/s x the family's own forward TFLOP per image,
@@ -65,7 +67,10 @@ from studio.core.families import family as declared
 # 56 GB pipeline on disk for the trainer's cases) only when named with --only.
 FAMILIES = ("flux2-klein", "zimage", "sdxl", "sd3", "sd15")
 OPTIONAL_FAMILIES = ("qwen-image",)
-PATHS = ("bare", "studio", "studio compiled")
+GRAPHS = "studio compiled graphs"
+PATHS = ("bare", "studio", "studio compiled", GRAPHS)
+# training.compile of each trainer path
+COMPILE = {"studio": "off", "studio compiled": "blocks", GRAPHS: "graphs", "studio compiled, 2nd process": "blocks"}
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,8 @@ def _dataset(settings: Settings, side: int, count: int) -> Path:
     return folder
 
 
-def studio_config(case: Case, settings: Settings, base: Path, compiled: bool) -> Any:
+def studio_config(case: Case, settings: Settings, base: Path, compiled: str) -> Any:
+    """The trainer config of `case`, with training.compile = `compiled` (off, blocks, graphs)."""
     from studio.core.config.schema import (
         ConceptSection,
         DatasetSection,
@@ -218,7 +224,7 @@ def studio_config(case: Case, settings: Settings, base: Path, compiled: bool) ->
             # the timed steps, then one more run under the profiler
             batch_size=case.batch, max_steps=settings.warmup + settings.steps + 1, learning_rate=1e-4, seed=1,
             mixed_precision="no" if settings.dry_run else "bf16", cache_latents=True, cache_text_embeddings=True,
-            compile="blocks" if compiled else "off",
+            compile=compiled,
         ),
         output=OutputSection(dir=str(settings.work / "runs"), name=f"{case.family}-b{case.batch}",
                              formats=["diffusers"]),
@@ -262,7 +268,7 @@ def measure_studio(case: Case, settings: Settings) -> Result:
 
     side = settings.resolution(case.family)
     result = Result(case, side)
-    config = studio_config(case, settings, _model(case.family, settings), "compiled" in case.path)
+    config = studio_config(case, settings, _model(case.family, settings), COMPILE[case.path])
     plan = prepare_run(resolve_paths(config, settings.work))
     original = loop.StepMeter
     last_timed = settings.warmup + settings.steps

@@ -61,7 +61,7 @@ def studio_ops(family: str, batch: int, work: Path) -> Counter[str]:
     from studio.train.entry import train
 
     settings = Settings(True, 1, STEP, work)
-    config = studio_config(Case(family, batch, "studio"), settings, _tiny_model(family), compiled=False)
+    config = studio_config(Case(family, batch, "studio"), settings, _tiny_model(family), compiled="off")
     plan = prepare_run(resolve_paths(config, work))
     counts, mode = _counting()
     original = loop.Trainer._train_step

@@ -20,7 +20,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
-from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
+from studio.train.compilation import CompiledDenoiser, begin_step, compile_denoiser, eager
 from studio.train.components import Components, check_tokenizers
 from studio.train.data.batches import (
     EpochPlan,
@@ -270,6 +270,7 @@ class Trainer:
         accum = training.gradient_accumulation
         losses, images, image_pixels = [], 0, 0
         compiling: float | None = None
+        begin_step(self.compiled)
         for micro in range(accum):
             batch = next(batches)
             self.epoch = int(batch["epoch"])

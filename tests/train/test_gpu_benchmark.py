@@ -110,7 +110,10 @@ def test_cases_run_every_family_eager_at_batch_4_before_anything_compiles() -> N
     assert [c.family for c in order[:4]] == ["flux2-klein", "flux2-klein", "zimage", "zimage"]
     first_compiled = next(i for i, c in enumerate(order) if "compiled" in c.path)
     assert {(c.family, c.batch) for c in order[:first_compiled]} == {(f, 4) for f in bench.FAMILIES}
-    assert len(order) == len(set(order)) == 3 * 5 * 2 + 3 + 1  # 5 families x 3 paths x 2 batches, SD1.5 at 16, 2nd
+    # 5 families x 4 paths (bare, eager, compiled blocks, CUDA graphs) x 2 batches, SD1.5 at 16, the 2nd process
+    assert len(order) == len(set(order)) == 4 * 5 * 2 + 4 + 1
+    assert {c.path for c in order} == {"bare", "studio", "studio compiled", "studio compiled graphs",
+                                       "studio compiled, 2nd process"}
 
 
 def test_kernels_launches_and_host_waits_are_told_apart_in_a_profiled_step() -> None:

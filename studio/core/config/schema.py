@@ -263,11 +263,13 @@ class TrainingSection(Section):
     validation_every: int = Field(
         default=0, ge=0, description="Measure the validation loss (fixed timesteps and noise) every N steps and "
         "at the end; 0 turns it off. Needs dataset.validation_fraction or dataset.validation_folder.")
-    compile: Literal["off", "blocks", "full"] = Field(
+    compile: Literal["off", "blocks", "full", "graphs"] = Field(
         default="off",
         description="Compile the denoiser with torch.compile for faster steps. blocks compiles each repeated "
         "transformer block once (the first step takes seconds to a minute longer, later steps are faster); "
-        "full compiles the whole denoiser (longer first step). Needs a C++ compiler on the CPU and Triton on "
+        "full compiles the whole denoiser (longer first step); graphs compiles it whole and replays each "
+        "image size's step as a CUDA graph (no launch cost per kernel: small batches stop waiting on the CPU; "
+        "more GPU memory). Needs a C++ compiler on the CPU and Triton on "
         "the GPU; compiled kernels are cached in the studio's cache folder, so the next run starts faster.",
     )
 
