@@ -37,7 +37,6 @@ code paths, none of the figures; its compiled cases build C++ kernels, minutes o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -47,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,8 +58,8 @@ from bare_step import bare_step
 from process_tree import die_with_parent, ending_children, kill_tree
 from speed_table import number, write_results
 from step_profile import StepProfile, profile_step
+from studio_run import run_studio
 
-from studio.core.config.paths import resolve_paths
 from studio.core.estimate.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.core.families import family as declared
 
@@ -260,49 +260,32 @@ def _timed_meter(warmup: int, last_timed: int) -> type:
 
 
 def measure_studio(case: Case, settings: Settings) -> Result:
-    from studio.core.config.toml_file import load_config
     from studio.core.runs.events import Phase, read_events
-    from studio.core.runs.launch import prepare_run
-    from studio.train import loop
-    from studio.train.entry import train
 
     side = settings.resolution(case.family)
     result = Result(case, side)
     config = studio_config(case, settings, _model(case.family, settings), COMPILE[case.path])
-    plan = prepare_run(resolve_paths(config, settings.work))
-    original = loop.StepMeter
     last_timed = settings.warmup + settings.steps
     profiles: list[StepProfile] = []
-    original_step = loop.Trainer._train_step
 
-    def profiled_step(trainer: Any, *args: Any) -> Any:
-        if trainer.step != last_timed:
-            return original_step(trainer, *args)
+    def profiled(run: Callable[[], Any]) -> Any:
         returned: list[Any] = []
         try:
-            profiles.append(profile_step(lambda: returned.append(original_step(trainer, *args)), settings.device))
+            profiles.append(profile_step(lambda: returned.append(run()), settings.device))
         except Exception as exc:  # a profiler that cannot start must not cost the case its timing
             result.note = f"no profile: {exc.__class__.__name__}: {str(exc)[:80]}"
-        return returned[0] if returned else original_step(trainer, *args)
+        return returned[0] if returned else run()
 
-    loop.StepMeter = _timed_meter(settings.warmup, last_timed)  # type: ignore[misc]
-    loop.Trainer._train_step = profiled_step  # type: ignore[method-assign]
-    try:
-        with open(plan.run_dir / "console.log", "w", encoding="utf-8") as console, \
-                contextlib.redirect_stdout(console):
-            code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
-    finally:
-        loop.StepMeter = original  # type: ignore[misc]
-        loop.Trainer._train_step = original_step  # type: ignore[method-assign]
+    code, run_dir = run_studio(config, settings.work, last_timed, profiled, _timed_meter(settings.warmup, last_timed))
     if code != 0:
-        tail = (plan.run_dir / "console.log").read_text(encoding="utf-8")[-400:]
+        tail = (run_dir / "console.log").read_text(encoding="utf-8")[-400:]
         result.note = f"failed (exit {code}): {tail.strip().splitlines()[-1] if tail.strip() else ''}"
         return result
     steady = [(s, t) for s, t in _POINTS if settings.warmup <= s <= last_timed]
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         (s0, t0), (s1, t1) = steady[0], steady[-1]
         result.s_per_step = (t1 - t0) / (s1 - s0)
-    compiling = [e for e in read_events(plan.run_dir / "events.jsonl")
+    compiling = [e for e in read_events(run_dir / "events.jsonl")
                  if isinstance(e, Phase) and e.name == "compiling" and e.elapsed_s is not None]
     result.compile_s = sum(e.elapsed_s or 0.0 for e in compiling) if compiling else None
     result.peak_gib = _peak_gib(settings.device)

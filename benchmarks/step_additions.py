@@ -13,7 +13,6 @@ Run: `python benchmarks/step_additions.py [FAMILY ...]` (default sd15 sdxl; a fe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 from collections import Counter
@@ -25,8 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bare_step import bare_step
 from gpu_train_speed import Case, Settings, _tiny_model, studio_config
-
-from studio.core.config.paths import resolve_paths
+from studio_run import run_studio
 
 STEP = 3  # the optimizer step counted (after the first, which sets up state)
 
@@ -55,32 +53,17 @@ def bare_ops(family: str, batch: int) -> Counter[str]:
 
 
 def studio_ops(family: str, batch: int, work: Path) -> Counter[str]:
-    from studio.core.config.toml_file import load_config
-    from studio.core.runs.launch import prepare_run
-    from studio.train import loop
-    from studio.train.entry import train
-
     settings = Settings(True, 1, STEP, work)
     config = studio_config(Case(family, batch, "studio"), settings, _tiny_model(family), compiled="off")
-    plan = prepare_run(resolve_paths(config, work))
     counts, mode = _counting()
-    original = loop.Trainer._train_step
 
-    def counted(trainer: Any, *args: Any) -> Any:
-        if trainer.step != STEP - 1:
-            return original(trainer, *args)
+    def counted(run: Any) -> Any:
         with mode():
-            return original(trainer, *args)
+            return run()
 
-    loop.Trainer._train_step = counted  # type: ignore[method-assign]
-    try:
-        with open(plan.run_dir / "console.log", "w", encoding="utf-8") as console, \
-                contextlib.redirect_stdout(console):
-            code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
-    finally:
-        loop.Trainer._train_step = original  # type: ignore[method-assign]
+    code, run_dir = run_studio(config, work, STEP - 1, counted)
     if code != 0:
-        raise SystemExit(f"the studio's run of {family} failed; see {plan.run_dir / 'console.log'}")
+        raise SystemExit(f"the studio's run of {family} failed; see {run_dir / 'console.log'}")
     return counts
 
 
