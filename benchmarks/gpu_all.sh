@@ -16,7 +16,7 @@
 # writing a full-size random-weight pipeline once per family (SD1.5/SDXL/SD3 10-30 s, [klein] 4B
 # about 16 GB 40-70 s, Z-Image about 20 GB 50-90 s), a bare case 10-25 s, a studio case 20-40 s
 # after the write (loading, caching, 16 steps: 1-2 s each for [klein] and Z-Image at batch 4),
-# a compiled case 60-120 s cold. The default share (65 % of 520 s) leaves about 170 s: the batch-4
+# a compiled case 60-120 s cold (blocks), a CUDA-graphs case 90-180 s cold (the whole denoiser). The default share (65 % of 520 s) leaves about 170 s: the batch-4
 # eager cases of the first family or two; ACCEPT_SHARE=0 with 540 s measures the batch-4 eager
 # cases of all five families and some compiled ones.
 set -u
