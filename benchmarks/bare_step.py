@@ -66,8 +66,12 @@ def _full_size_denoiser(family: str, device: str) -> Any:
         _name, class_name, config = denoiser_spec(family)
         return build_component(class_name, config, device)
     from studio.core.families import family as declared
+    from studio.train.pipelines import family_module
     from studio.train.pipelines.full_size import components
 
+    alone = getattr(family_module(family), "full_size_transformer", None)
+    if alone is not None:  # the transformer alone: Qwen-Image's 7B text encoder would take 33 GB more
+        return alone(device)
     parts = components(family, device, size=spec.sizes[0] if spec.sizes else None)
     model = parts.pop(declared(family).denoiser)
     parts.clear()

@@ -465,6 +465,11 @@ def measure_all(args: argparse.Namespace, settings: Settings) -> int:
         if time.monotonic() - began > args.budget:
             results.append(Result(case, settings.resolution(case.family), note="not run: time budget"))
             continue
+        if case.family in OPTIONAL_FAMILIES and case.path != "bare" and args.paths is None and not args.dry_run:
+            results.append(Result(case, settings.resolution(case.family),
+                                  note="not run: its full-size pipeline (58 GB) would fill the disk; name the "
+                                       "path with --paths to run it"))
+            continue
         started = time.monotonic()
         results.append(run_case(case, settings))
         r = results[-1]
