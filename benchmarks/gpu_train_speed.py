@@ -71,6 +71,13 @@ GRAPHS = "studio compiled graphs"
 PATHS = ("bare", "studio", "studio compiled", GRAPHS)
 # training.compile of each trainer path
 COMPILE = {"studio": "off", "studio compiled": "blocks", GRAPHS: "graphs", "studio compiled, 2nd process": "blocks"}
+# One per-step addition at a time, against the plain "studio" path (run only when --paths names them, after
+# the rest): what each costs a step, as the issue asks to find the eager step's distance from the bare one.
+ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "studio +ema": {"training": {"ema": True}},
+    "studio +validation": {"training": {"validation_every": 4}, "dataset": {"validation_fraction": 0.25}},
+    "studio uncached": {"training": {"cache_latents": False, "cache_text_embeddings": False}},
+}
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ def cases(families: list[str], dry_run: bool, paths: list[str]) -> list[Case]:
         ordered += [Case("sd15", huge, p) for p in chosen]
     if SECOND in paths:
         ordered.append(Case("sdxl" if "sdxl" in families else families[0], big, SECOND))
+    ordered += [Case(f, size, p) for size in (big, small) for f in families for p in ABLATIONS if p in paths]
     return ordered
 
 
@@ -264,7 +272,10 @@ def measure_studio(case: Case, settings: Settings) -> Result:
 
     side = settings.resolution(case.family)
     result = Result(case, side)
-    config = studio_config(case, settings, _model(case.family, settings), COMPILE[case.path])
+    config = studio_config(case, settings, _model(case.family, settings), COMPILE.get(case.path, "off"))
+    for section, values in ABLATIONS.get(case.path, {}).items():
+        for key, value in values.items():
+            setattr(getattr(config, section), key, value)
     last_timed = settings.warmup + settings.steps
     profiles: list[StepProfile] = []
 
@@ -411,7 +422,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="*", default=None,
                         help=f"families to measure (default: {' '.join(FAMILIES)}; also {' '.join(OPTIONAL_FAMILIES)})")
     parser.add_argument("--paths", nargs="*", default=None,
-                        help=f"what to measure, of: {', '.join(repr(p) for p in (*PATHS, SECOND))} (default: all)")
+                        help=f"what to measure, of: {', '.join(repr(p) for p in (*PATHS, SECOND, *ABLATIONS))} "
+                        "(default: all but the one-addition paths 'studio +...')")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 12; dry run 3)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; dry run 2)")
     parser.add_argument("--budget-s", "--budget", dest="budget", type=float, default=420.0,
@@ -424,9 +436,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.only or []) - {*FAMILIES, *OPTIONAL_FAMILIES})
     if unknown:
         parser.error(f"unknown families {unknown}; choose from {', '.join((*FAMILIES, *OPTIONAL_FAMILIES))}")
-    strange = sorted(set(args.paths or []) - {*PATHS, SECOND})
+    strange = sorted(set(args.paths or []) - {*PATHS, SECOND, *ABLATIONS})
     if strange:
-        parser.error(f"unknown paths {strange}; choose from {', '.join(repr(p) for p in (*PATHS, SECOND))}")
+        parser.error(f"unknown paths {strange}; choose from "
+                     f"{', '.join(repr(p) for p in (*PATHS, SECOND, *ABLATIONS))}")
     return args
 
 

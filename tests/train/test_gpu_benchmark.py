@@ -127,3 +127,14 @@ def test_kernels_launches_and_host_waits_are_told_apart_in_a_profiled_step() -> 
     assert (gpu.ops, gpu.kernels, gpu.launches, gpu.host_waits) == (2, 2, 2, 1)
     cpu = count_events([("aten::mm", "cpu"), ("aten::mul", "cpu"), ("autograd::engine", "cpu")])
     assert (cpu.ops, cpu.kernels, cpu.launches, cpu.host_waits) == (2, None, None, None)
+
+
+def test_one_addition_paths_run_only_when_named_and_after_the_rest() -> None:
+    bench = _benchmark_module()
+    default = bench.cases(["sdxl"], False, [*bench.PATHS, bench.SECOND])
+    assert not [c for c in default if c.path.startswith("studio +") or c.path == "studio uncached"]
+    named = bench.cases(["sdxl"], False, ["bare", "studio", "studio +ema", "studio uncached"])
+    assert [(c.batch, c.path) for c in named] == [
+        (4, "bare"), (4, "studio"), (1, "bare"), (1, "studio"),
+        (4, "studio +ema"), (4, "studio uncached"), (1, "studio +ema"), (1, "studio uncached")]
+    assert bench.ABLATIONS["studio +ema"] == {"training": {"ema": True}}
