@@ -1,4 +1,5 @@
-"""Count the forward FLOPs of the real SD1.5 / SDXL / SD3-medium denoisers per image.
+"""Count the forward FLOPs of the real denoisers per image: SD1.5, SDXL, SD3-medium, FLUX.2 [klein] 4B,
+Z-Image and Qwen-Image.
 
 Run: `python benchmarks/count_flops.py` (writes resources/architectures/flops.json).
 
@@ -6,7 +7,9 @@ Each denoiser is built from its published config on the meta device and runs one
 forward pass of batch 1 at its native resolution under torch's FlopCounterMode
 (matrix multiplies, convolutions and attention; elementwise work is not counted, as
 MFU conventions do). The text input is what the studio trains with: 77 CLIP tokens
-for SD1.5 and SDXL, 77 CLIP + 256 zero T5 tokens for SD3. The trainer turns these
+for SD1.5 and SDXL, 77 CLIP + 256 zero T5 tokens for SD3, and for the transformer families
+(declared by a `COUNTING` in their pipeline module) the 512 caption tokens and the default size
+(the [klein] 4B) their counter uses. The trainer turns these
 figures into TFLOP/s and MFU (studio/core/estimate/throughput.py);
 `tests/train/test_flop_counts.py` recounts SD1.5 and compares.
 """
@@ -30,7 +33,9 @@ from studio.train.pipelines.arch_configs import (
     denoiser_spec,
 )
 
-FAMILIES = architecture_families()
+COMPONENT_FAMILIES = architecture_families()
+TRANSFORMER_FAMILIES = ("flux2-klein", "zimage", "qwen-image")  # counted from their COUNTING
+FAMILIES = (*COMPONENT_FAMILIES, *TRANSFORMER_FAMILIES)
 
 OUT = Path(__file__).resolve().parents[1] / "resources" / "architectures" / "flops.json"
 TEXT = {"sd15": (77, 768), "sdxl": (77, 2048), "sd3": (77 + 256, 4096)}
@@ -53,10 +58,29 @@ def denoiser_inputs(family: str, resolution: int) -> dict[str, Any]:
     return kwargs
 
 
+def _transformer_flops(family: str, resolution: int | None) -> tuple[int, int, str, int, int]:
+    """(FLOPs, parameters, class name, resolution, text tokens) of a transformer family's default size."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from studio.train.pipelines.counting import counting_of
+
+    spec = counting_of(family)
+    model = spec.components(spec.sizes[0] if spec.sizes else None)["transformer"].to(torch.bfloat16)
+    params = sum(p.numel() for p in model.parameters())
+    side = resolution or spec.resolution
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(**spec.inputs(model, 1, torch.bfloat16, resolution=side, text_tokens=spec.text_tokens))
+    return int(counter.get_total_flops()), params, type(model).__name__, side, spec.text_tokens
+
+
 def forward_flops(family: str, resolution: int | None = None) -> tuple[int, int]:
     """(FLOPs of one forward pass of one image, the denoiser's parameter count)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    if family in TRANSFORMER_FAMILIES:
+        flops, params, *_ = _transformer_flops(family, resolution)
+        return flops, params
     _name, class_name, config = denoiser_spec(family)
     model = build_component(class_name, config, "meta")
     params = sum(p.numel() for p in model.parameters())
@@ -69,11 +93,15 @@ def forward_flops(family: str, resolution: int | None = None) -> tuple[int, int]
 def count(families: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for family in families:
-        flops, params = forward_flops(family)
-        _name, class_name, _config = denoiser_spec(family)
-        out[family] = {"denoiser": class_name, "params": params, "resolution": NATIVE_RESOLUTION[family],
-                       "text_tokens": TEXT[family][0], "forward_tflop": round(flops / 1e12, 4)}
-        print(f"{family}: {class_name} at {NATIVE_RESOLUTION[family]} px: {flops / 1e12:.3f} TFLOP per image "
+        if family in TRANSFORMER_FAMILIES:
+            flops, params, class_name, side, tokens = _transformer_flops(family, None)
+        else:
+            flops, params = forward_flops(family)
+            _name, class_name, _config = denoiser_spec(family)
+            side, tokens = NATIVE_RESOLUTION[family], TEXT[family][0]
+        out[family] = {"denoiser": class_name, "params": params, "resolution": side,
+                       "text_tokens": tokens, "forward_tflop": round(flops / 1e12, 4)}
+        print(f"{family}: {class_name} at {side} px: {flops / 1e12:.3f} TFLOP per image "
               f"(forward), {params / 1e6:,.1f} M parameters", flush=True)
     return out
 

@@ -50,6 +50,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+from phase_compare import phase_comparison  # noqa: E402
 from process_tree import die_with_parent, ending_children, kill_tree  # noqa: E402
 
 PROMPT = "a red square on a white background"
@@ -151,6 +152,9 @@ class Row:
     message: str = ""
     log_tail: str = ""
     estimate_parts: dict[str, float] = field(default_factory=dict)
+    # Seconds of each phase of the run (run_finished's phases: loading, text encoding, fp8 conversion,
+    # caching, steps, each sampling...), to hold a low-VRAM preset's phases against its 24 GB preset's.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -246,6 +250,7 @@ def read_run(job: Job, timed_out: bool) -> Row:
     finished = next((e for e in events if isinstance(e, RunFinished)), None)
     errors = [e for e in events if isinstance(e, Error)]
     row.steps = len(steps)
+    row.phases = {p.name: p.seconds for p in finished.phases} if finished else {}
     row.status = "timeout" if timed_out else finished.status if finished else f"exit {job.process.returncode}"
     row.message = "; ".join(f"{e.kind}: {e.message}" for e in errors)[:500] or (finished.message if finished else "")
     # Steady state: from the third step on, leaving out the steps right after sample images.
@@ -280,6 +285,8 @@ def finish_job(job: Job, timed_out: bool, dry_run: bool, alone: bool) -> Row:
 
 
 def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
+    from studio.core.config.presets import get_preset
+
     def num(value: float | None, fmt: str) -> str:
         return "—" if value is None else format(value, fmt)
 
@@ -297,7 +304,7 @@ def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
         lines.append(f"| {r.preset} | {r.promise_gb:g} GB | {cap}{num(r.estimate_gb, '.2f')} GB | "
                      f"{num(r.measured_gb, '.2f')} GB | {num(r.error_pct, '+.1f')}% | {num(r.s_per_step, '.2f')} | "
                      f"{num(r.images_per_s, '.2f')} | {r.status} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + phase_comparison(rows, lambda preset_id: model_key(get_preset(preset_id)))
 
 
 def write_results(out: Path, rows: list[Row], meta: dict[str, Any]) -> None:

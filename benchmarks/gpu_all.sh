@@ -8,8 +8,17 @@
 # OUT_DIR ends with at most 8 files: env.txt (GPU, driver, versions), log.txt (both scripts'
 # output), gpu_acceptance.json/.md and results.json/table.md. Each script rewrites its table
 # after every run, so a cut-short call still returns what finished. ACCEPT_SHARE (default 65)
-# is the percentage of the time the acceptance gets; PYTHON the interpreter (default python3);
-# ACCEPT_ARGS and SPEED_ARGS add arguments to each script (e.g. ACCEPT_ARGS="--only sd15-lora-6gb").
+# is the percentage of the time the acceptance gets (0: the speed benchmark alone); PYTHON the
+# interpreter (default python3); ACCEPT_ARGS and SPEED_ARGS add arguments to each script (e.g.
+# ACCEPT_ARGS="--only sd15-lora-6gb", SPEED_ARGS="--only flux2-klein zimage").
+#
+# Time per speed case on an H200 (estimates until a run is made; a case past 120 s is stopped):
+# writing a full-size random-weight pipeline once per family (SD1.5/SDXL/SD3 10-30 s, [klein] 4B
+# about 16 GB 40-70 s, Z-Image about 20 GB 50-90 s), a bare case 10-25 s, a studio case 20-40 s
+# after the write (loading, caching, 16 steps: 1-2 s each for [klein] and Z-Image at batch 4),
+# a compiled case 60-120 s cold (blocks), a CUDA-graphs case 90-180 s cold (the whole denoiser). The default share (65 % of 520 s) leaves about 170 s: the batch-4
+# eager cases of the first family or two; ACCEPT_SHARE=0 with 540 s measures the batch-4 eager
+# cases of all five families and some compiled ones.
 set -u
 out=${1:?usage: benchmarks/gpu_all.sh OUT_DIR [DEADLINE_S]}
 deadline=${2:-520}
@@ -38,14 +47,18 @@ print(*(f'{p} {m.version(p)}' for p in ('torch', 'diffusers', 'transformers', 'p
 
 # Acceptance: no run starts after its budget; a run lasts at most run_timeout; then the rest is speed's.
 accept=$(( deadline * share / 100 ))
-budget=$(( accept - run_timeout - 10 ))
-[ "$budget" -lt 10 ] && budget=10
-echo "[$(elapsed) s] acceptance: ${accept} s, no run started after ${budget} s" >> "$out/log.txt"
-# shellcheck disable=SC2086  # the extra arguments are words
-timeout -k 10 "$accept" "$py" "$here/gpu_acceptance.py" "${dry[@]}" ${ACCEPT_ARGS:-} --out "$out" --budget-s "$budget" \
-    --run-timeout "$run_timeout" >> "$out/log.txt" 2>&1
-code=$?
-echo "[$(elapsed) s] acceptance exit $code" >> "$out/log.txt"
+if [ "$accept" -gt 0 ]; then
+    budget=$(( accept - run_timeout - 10 ))
+    [ "$budget" -lt 10 ] && budget=10
+    echo "[$(elapsed) s] acceptance: ${accept} s, no run started after ${budget} s" >> "$out/log.txt"
+    # shellcheck disable=SC2086  # the extra arguments are words
+    timeout -k 10 "$accept" "$py" "$here/gpu_acceptance.py" "${dry[@]}" ${ACCEPT_ARGS:-} --out "$out" \
+        --budget-s "$budget" --run-timeout "$run_timeout" >> "$out/log.txt" 2>&1
+    code=$?
+    echo "[$(elapsed) s] acceptance exit $code" >> "$out/log.txt"
+else
+    echo "[$(elapsed) s] acceptance: not run (ACCEPT_SHARE=0)" >> "$out/log.txt"
+fi
 
 left=$(( deadline - $(elapsed) - 15 ))
 if [ "$left" -gt 30 ]; then

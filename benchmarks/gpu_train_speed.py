@@ -1,21 +1,27 @@
 """Training speed on one GPU: the bare denoiser step against the studio's trainer, eager and compiled.
 
-For each family at its native size (SD1.5 512 px, SDXL and SD3-medium 1024 px; full-size
-architectures with random weights, nothing downloaded) and batch 1 and 4 (and 16 for SD1.5):
+For each family at its native size (FLUX.2 [klein] 4B, Z-Image, SDXL and SD3-medium at 1024 px,
+SD1.5 at 512 px, and Qwen-Image at 1024 px when named; full-size architectures with random
+weights, nothing downloaded) and batch 1 and 4 (and 16 for SD1.5):
 
 - bare: the denoiser's training step alone (bf16 autocast, frozen bf16 weights, LoRA rank 16,
-  AdamW), on random latents and text conditioning of the real shapes;
+  fused AdamW), on random latents and text conditioning of the real shapes (bare_step.py);
 - studio: the studio's trainer (`studio.train.entry.train`, in this process) on a full-size
   random-weight pipeline written to disk, LoRA rank 16, bf16, latents and text embeddings
   cached, no gradient checkpointing, samples off;
-- studio compiled: the same with training.compile = "blocks".
+- studio compiled: the same with training.compile = "blocks";
+- studio compiled graphs: training.compile = "graphs" (the whole denoiser, each image size's step
+  replayed as a CUDA graph: what batch 1, host-bound when eager, gains).
 
 Reported: s/step and images/s in steady state (after warm-up steps, between two points where
-the trainer has waited for the GPU), MFU (images/s x forward TFLOP per image x 2 / the GPU's
-bf16 peak, resources/gpu_peaks.toml), peak VRAM of the training steps, and compile time (the
-`compiling` phase). The cases run in order of importance (batch 4, then SD1.5 at 16, then
-batch 1, then a compiled run in a new process on the warm compile cache) and stop starting new
-ones when --budget-s seconds have passed; a case that runs past --case-timeout-s is stopped
+the trainer has waited for the GPU), MFU (images/s x the family's own forward TFLOP per image,
+resources/architectures/flops.json, x 2 / the GPU's bf16 peak, resources/gpu_peaks.toml), peak
+VRAM of the training steps, compile time (the `compiling` phase), and what one more step after
+the timed ones costs the host under torch.profiler (step_profile.py): aten ops dispatched and, on
+the GPU, kernels launched (results.json adds the launch calls and the host's waits). The cases
+run in order of importance (each family's batch 4 eager, bare then the studio; the compiled batch
+4; batch 1; SD1.5 at 16; a compiled run in a new process on the warm compile cache) and stop
+starting new ones when --budget-s seconds have passed; a case that runs past --case-timeout-s is stopped
 and noted. The table (table.md) and the figures (results.json) are rewritten in --out after
 every case, so a device call cut short still returns what finished; models, data and runs go
 to a scratch folder that is removed at the end (unless --work names one). Children (the
@@ -31,7 +37,6 @@ code paths, none of the figures; its compiled cases build C++ kernels, minutes o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -41,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,21 +54,30 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bare_step import bare_step
 from process_tree import die_with_parent, ending_children, kill_tree
+from speed_table import number, write_results
+from step_profile import StepProfile, profile_step
+from studio_run import run_studio
 
-from studio.core.config.paths import resolve_paths
 from studio.core.estimate.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
-from studio.train.pipelines.arch_configs import (
-    LATENT_CHANNELS,
-    LORA_TARGETS,
-    NATIVE_RESOLUTION,
-    build_component,
-    denoiser_spec,
-)
+from studio.core.families import family as declared
 
-SD3_TEXT_TOKENS = 77 + 256  # CLIP tokens, then T5 tokens (zeros when T5 is dropped), as the pipeline does
-FAMILIES = ("sd15", "sdxl", "sd3")
-PATHS = ("bare", "studio", "studio compiled")
+# Measured by default, the families whose figures are missing first; Qwen-Image (a 20B transformer: a
+# 56 GB pipeline on disk for the trainer's cases) only when named with --only.
+FAMILIES = ("flux2-klein", "zimage", "sdxl", "sd3", "sd15")
+OPTIONAL_FAMILIES = ("qwen-image",)
+GRAPHS = "studio compiled graphs"
+PATHS = ("bare", "studio", "studio compiled", GRAPHS)
+# training.compile of each trainer path
+COMPILE = {"studio": "off", "studio compiled": "blocks", GRAPHS: "graphs", "studio compiled, 2nd process": "blocks"}
+# One per-step addition at a time, against the plain "studio" path (run only when --paths names them, after
+# the rest): what each costs a step, as the issue asks to find the eager step's distance from the bare one.
+ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "studio +ema": {"training": {"ema": True}},
+    "studio +validation": {"training": {"validation_every": 4}, "dataset": {"validation_fraction": 0.25}},
+    "studio uncached": {"training": {"cache_latents": False, "cache_text_embeddings": False}},
+}
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,8 @@ class Result:
     mfu: float | None = None
     peak_gib: float | None = None
     compile_s: float | None = None
+    ops_per_step: int | None = None  # aten ops one steady step dispatches on the host
+    kernels_per_step: int | None = None  # kernels it launches on the GPU (None on the CPU)
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -98,68 +115,31 @@ class Settings:
         return "cpu" if self.dry_run else "cuda"
 
     def resolution(self, family: str) -> int:
-        return 64 if self.dry_run else NATIVE_RESOLUTION[family]
+        return 64 if self.dry_run else declared(family).native_resolution
 
 
 SECOND = "studio compiled, 2nd process"
 
 
 def cases(families: list[str], dry_run: bool, paths: list[str]) -> list[Case]:
-    """Every case, most important first."""
+    """Every case, most important first: each family's batch 4 eager (bare, then the studio), the compiled
+    batch 4, then batch 1 (where a host-bound step shows), SD1.5 at 16, and the warm-cache run."""
     big, small, huge = (2, 1, 2) if dry_run else (4, 1, 16)
     chosen = [p for p in PATHS if p in paths]
-    ordered = [Case(f, big, p) for f in families for p in chosen]
+    eager = [p for p in chosen if "compiled" not in p]
+    compiled = [p for p in chosen if "compiled" in p]
+    ordered = [Case(f, big, p) for f in families for p in eager]
+    ordered += [Case(f, big, p) for f in families for p in compiled]
+    ordered += [Case(f, small, p) for f in families for p in chosen]
     if "sd15" in families and not dry_run:
         ordered += [Case("sd15", huge, p) for p in chosen]
-    ordered += [Case(f, small, p) for f in families for p in chosen]
     if SECOND in paths:
         ordered.append(Case("sdxl" if "sdxl" in families else families[0], big, SECOND))
+    ordered += [Case(f, size, p) for size in (big, small) for f in families for p in ABLATIONS if p in paths]
     return ordered
 
 
 # ------------------------------------------------------------------ the bare step
-
-
-def _bare_model(family: str, device: str, dry_run: bool) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    from peft import LoraConfig
-
-    torch.manual_seed(0)
-    if dry_run:
-        from diffusers import SD3Transformer2DModel, UNet2DConditionModel
-
-        folder = _tiny_model(family) / ("transformer" if family == "sd3" else "unet")
-        model: Any = (SD3Transformer2DModel if family == "sd3" else UNet2DConditionModel).from_pretrained(folder)
-    else:
-        _name, class_name, config = denoiser_spec(family)
-        model = build_component(class_name, config, device)  # initialised on the GPU: seconds, not minutes
-    model.requires_grad_(False)
-    model.to(device=device, dtype=torch.float32 if dry_run else torch.bfloat16)
-    targets = LORA_TARGETS[family]
-    model.add_adapter(LoraConfig(r=16, lora_alpha=16, init_lora_weights="gaussian", target_modules=list(targets)))
-    for p in model.parameters():
-        if p.requires_grad:
-            p.data = p.data.float()
-    model.train()
-    return model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-
-
-def _bare_inputs(model: Any, family: str, batch: int, side: int, device: str) -> tuple[torch.Tensor, dict[str, Any]]:
-    """(latents, keyword arguments of the denoiser) of the real shapes (the tiny model's in a dry run)."""
-    b, latent = batch, side // 8
-    cfg = model.config
-    on = {"device": device}
-    latents = torch.randn(b, LATENT_CHANNELS[family], latent, latent, **on)
-    if family == "sd3":
-        return latents, {"encoder_hidden_states": torch.randn(b, SD3_TEXT_TOKENS, cfg.joint_attention_dim, **on),
-                         "pooled_projections": torch.randn(b, cfg.pooled_projection_dim, **on),
-                         "timestep": torch.rand(b, **on) * 1000}
-    kwargs: dict[str, Any] = {"timestep": torch.randint(0, 1000, (b,), **on),
-                              "encoder_hidden_states": torch.randn(b, 77, cfg.cross_attention_dim, **on)}
-    if family == "sdxl":
-        pooled = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
-        time_ids = torch.tensor([[side, side, 0, 0, side, side]] * b, dtype=torch.float32, **on)
-        kwargs["added_cond_kwargs"] = {"text_embeds": torch.randn(b, pooled, **on), "time_ids": time_ids}
-    return latents, kwargs
 
 
 def _sync(device: str) -> None:
@@ -170,29 +150,28 @@ def _sync(device: str) -> None:
 def measure_bare(case: Case, settings: Settings) -> Result:
     device, side = settings.device, settings.resolution(case.family)
     result = Result(case, side)
-    model, optimizer = _bare_model(case.family, device, settings.dry_run)
-    latents, kwargs = _bare_inputs(model, case.family, case.batch, side, device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+    step = bare_step(case.family, case.batch, side, device, settings.dry_run, _tiny_model)
     start = time.perf_counter()
-    for step in range(settings.warmup + settings.steps):
-        if step == settings.warmup:
+    for index in range(settings.warmup + settings.steps):
+        if index == settings.warmup:
             _sync(device)
             _reset_peak(device)
             start = time.perf_counter()
-        with autocast:
-            if case.family == "sd3":
-                out = model(hidden_states=latents, return_dict=False, **kwargs)[0]
-            else:
-                out = model(latents, return_dict=False, **kwargs)[0]
-        loss = torch.nn.functional.mse_loss(out.float(), latents)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        step.run()
     _sync(device)
     result.s_per_step = (time.perf_counter() - start) / settings.steps
     result.peak_gib = _peak_gib(device)
-    del model, optimizer
+    try:
+        _note_profile(result, profile_step(step.run, device))
+    except Exception as exc:  # a profiler that cannot start must not cost the case its timing
+        result.note = f"no profile: {exc.__class__.__name__}: {str(exc)[:80]}"
+    del step
     return result
+
+
+def _note_profile(result: Result, profile: StepProfile) -> None:
+    result.ops_per_step, result.kernels_per_step = profile.ops, profile.kernels
+    result.extra.update(launches_per_step=profile.launches, host_waits_per_step=profile.host_waits)
 
 
 # ------------------------------------------------------------------ the studio's trainer
@@ -231,7 +210,8 @@ def _dataset(settings: Settings, side: int, count: int) -> Path:
     return folder
 
 
-def studio_config(case: Case, settings: Settings, base: Path, compiled: bool) -> Any:
+def studio_config(case: Case, settings: Settings, base: Path, compiled: str) -> Any:
+    """The trainer config of `case`, with training.compile = `compiled` (off, blocks, graphs)."""
     from studio.core.config.schema import (
         ConceptSection,
         DatasetSection,
@@ -249,9 +229,10 @@ def studio_config(case: Case, settings: Settings, base: Path, compiled: bool) ->
         dataset=DatasetSection(concepts=[ConceptSection(path=str(_dataset(settings, side, max(8, case.batch))))],
                                resolution=side, buckets=False),
         training=TrainingSection(
-            batch_size=case.batch, max_steps=settings.warmup + settings.steps, learning_rate=1e-4, seed=1,
+            # the timed steps, then one more run under the profiler
+            batch_size=case.batch, max_steps=settings.warmup + settings.steps + 1, learning_rate=1e-4, seed=1,
             mixed_precision="no" if settings.dry_run else "bf16", cache_latents=True, cache_text_embeddings=True,
-            compile="blocks" if compiled else "off",
+            compile=compiled,
         ),
         output=OutputSection(dir=str(settings.work / "runs"), name=f"{case.family}-b{case.batch}",
                              formats=["diffusers"]),
@@ -262,9 +243,9 @@ def studio_config(case: Case, settings: Settings, base: Path, compiled: bool) ->
 _POINTS: list[tuple[int, float]] = []
 
 
-def _timed_meter(warmup: int) -> type:
-    """The trainer's StepMeter, also reading back at the last warm-up step, noting when each read-back
-    returned (the GPU had finished every step up to it), and measuring the training steps' peak memory."""
+def _timed_meter(warmup: int, last_timed: int) -> type:
+    """The trainer's StepMeter, also reading back at the last warm-up step and the last timed one, noting when
+    each read-back returned (the GPU had finished every step up to it), and measuring the steps' peak memory."""
     from studio.train.step_meter import Report, StepMeter
 
     class TimedMeter(StepMeter):
@@ -274,7 +255,7 @@ def _timed_meter(warmup: int) -> type:
             super().start()
 
         def due(self, step: int, forced: bool) -> bool:
-            return super().due(step, forced or step == warmup)
+            return super().due(step, forced or step in (warmup, last_timed))
 
         def flush(self, stop_wanted: bool) -> Report:
             last = self.pending[-1].step if self.pending else None
@@ -287,36 +268,40 @@ def _timed_meter(warmup: int) -> type:
 
 
 def measure_studio(case: Case, settings: Settings) -> Result:
-    from studio.core.config.toml_file import load_config
     from studio.core.runs.events import Phase, read_events
-    from studio.core.runs.launch import prepare_run
-    from studio.train import loop
-    from studio.train.entry import train
 
     side = settings.resolution(case.family)
     result = Result(case, side)
-    config = studio_config(case, settings, _model(case.family, settings), "compiled" in case.path)
-    plan = prepare_run(resolve_paths(config, settings.work))
-    original = loop.StepMeter
-    loop.StepMeter = _timed_meter(settings.warmup)  # type: ignore[misc]
-    try:
-        with open(plan.run_dir / "console.log", "w", encoding="utf-8") as console, \
-                contextlib.redirect_stdout(console):
-            code = train(load_config(plan.run_dir / "config.toml"), plan.run_dir)
-    finally:
-        loop.StepMeter = original  # type: ignore[misc]
+    config = studio_config(case, settings, _model(case.family, settings), COMPILE.get(case.path, "off"))
+    for section, values in ABLATIONS.get(case.path, {}).items():
+        for key, value in values.items():
+            setattr(getattr(config, section), key, value)
+    last_timed = settings.warmup + settings.steps
+    profiles: list[StepProfile] = []
+
+    def profiled(run: Callable[[], Any]) -> Any:
+        returned: list[Any] = []
+        try:
+            profiles.append(profile_step(lambda: returned.append(run()), settings.device))
+        except Exception as exc:  # a profiler that cannot start must not cost the case its timing
+            result.note = f"no profile: {exc.__class__.__name__}: {str(exc)[:80]}"
+        return returned[0] if returned else run()
+
+    code, run_dir = run_studio(config, settings.work, last_timed, profiled, _timed_meter(settings.warmup, last_timed))
     if code != 0:
-        tail = (plan.run_dir / "console.log").read_text(encoding="utf-8")[-400:]
+        tail = (run_dir / "console.log").read_text(encoding="utf-8")[-400:]
         result.note = f"failed (exit {code}): {tail.strip().splitlines()[-1] if tail.strip() else ''}"
         return result
-    steady = [(s, t) for s, t in _POINTS if s >= settings.warmup]
+    steady = [(s, t) for s, t in _POINTS if settings.warmup <= s <= last_timed]
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         (s0, t0), (s1, t1) = steady[0], steady[-1]
         result.s_per_step = (t1 - t0) / (s1 - s0)
-    compiling = [e for e in read_events(plan.run_dir / "events.jsonl")
+    compiling = [e for e in read_events(run_dir / "events.jsonl")
                  if isinstance(e, Phase) and e.name == "compiling" and e.elapsed_s is not None]
     result.compile_s = sum(e.elapsed_s or 0.0 for e in compiling) if compiling else None
     result.peak_gib = _peak_gib(settings.device)
+    if profiles:
+        _note_profile(result, profiles[0])
     return result
 
 
@@ -421,39 +406,24 @@ def run_case(case: Case, settings: Settings) -> Result:
     return _finish(result, settings)
 
 
-def _number(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def table(results: list[Result]) -> str:
-    bare = {(r.case.family, r.case.batch): r.s_per_step for r in results if r.case.path == "bare"}
-    rows = ["| family | px | batch | path | s/step | images/s | MFU | vs bare | peak VRAM (GiB) | compile (s) | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        reference = bare.get((r.case.family, r.case.batch))
-        ratio = f"{r.s_per_step / reference:.2f}x" if r.s_per_step and reference and r.case.path != "bare" else "-"
-        rows.append(f"| {r.case.family} | {r.resolution} | {r.case.batch} | {r.case.path} | "
-                    f"{_number(r.s_per_step, 3)} | {_number(r.images_per_s, 1)} | "
-                    f"{'-' if r.mfu is None else f'{r.mfu:.0%}'} | {ratio} | {_number(r.peak_gib, 1)} | "
-                    f"{_number(r.compile_s, 1)} | {r.note} |")
-    return "\n".join(rows)
-
-
 def _header(settings: Settings) -> str:
     import diffusers
 
     where = (f"{torch.cuda.get_device_name()}, bf16 autocast" if settings.device == "cuda"
              else "CPU dry run (tiny models, fp32, 64 px): code paths only, no meaningful figures")
     return (f"{where}; torch {torch.__version__}, diffusers {diffusers.__version__}; LoRA rank 16, latents and "
-            f"text cached, no checkpointing; {settings.steps} timed steps after {settings.warmup} warm-up steps")
+            f"text cached, no checkpointing; {settings.steps} timed steps after {settings.warmup} warm-up steps; "
+            "ops and kernels of one more step under torch.profiler")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: the code paths, no figures")
-    parser.add_argument("--only", nargs="*", default=None, help="families to measure (sd15 sdxl sd3)")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help=f"families to measure (default: {' '.join(FAMILIES)}; also {' '.join(OPTIONAL_FAMILIES)})")
     parser.add_argument("--paths", nargs="*", default=None,
-                        help=f"what to measure, of: {', '.join(repr(p) for p in (*PATHS, SECOND))} (default: all)")
+                        help=f"what to measure, of: {', '.join(repr(p) for p in (*PATHS, SECOND, *ABLATIONS))} "
+                        "(default: all but the one-addition paths 'studio +...')")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 12; dry run 3)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 3; dry run 2)")
     parser.add_argument("--budget-s", "--budget", dest="budget", type=float, default=420.0,
@@ -463,12 +433,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=None, help="folder for models, data and runs (default: temp)")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # FAMILY:BATCH, compiled, JSON out
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.only or []) - set(FAMILIES))
+    unknown = sorted(set(args.only or []) - {*FAMILIES, *OPTIONAL_FAMILIES})
     if unknown:
-        parser.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
-    strange = sorted(set(args.paths or []) - {*PATHS, SECOND})
+        parser.error(f"unknown families {unknown}; choose from {', '.join((*FAMILIES, *OPTIONAL_FAMILIES))}")
+    strange = sorted(set(args.paths or []) - {*PATHS, SECOND, *ABLATIONS})
     if strange:
-        parser.error(f"unknown paths {strange}; choose from {', '.join(repr(p) for p in (*PATHS, SECOND))}")
+        parser.error(f"unknown paths {strange}; choose from "
+                     f"{', '.join(repr(p) for p in (*PATHS, SECOND, *ABLATIONS))}")
     return args
 
 
@@ -497,15 +468,6 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def write_results(out: Path, header: str, results: list[Result]) -> str:
-    """table.md and results.json in `out`, rewritten after every case."""
-    text = f"{header}\n\n{table(results)}\n"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text(text, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1), encoding="utf-8")
-    return text
-
-
 def measure_all(args: argparse.Namespace, settings: Settings) -> int:
     results: list[Result] = []
     header = _header(settings)
@@ -516,11 +478,16 @@ def measure_all(args: argparse.Namespace, settings: Settings) -> int:
         if time.monotonic() - began > args.budget:
             results.append(Result(case, settings.resolution(case.family), note="not run: time budget"))
             continue
+        if case.family in OPTIONAL_FAMILIES and case.path != "bare" and args.paths is None and not args.dry_run:
+            results.append(Result(case, settings.resolution(case.family),
+                                  note="not run: its full-size pipeline (58 GB) would fill the disk; name the "
+                                       "path with --paths to run it"))
+            continue
         started = time.monotonic()
         results.append(run_case(case, settings))
         r = results[-1]
         print(f"[{time.monotonic() - began:5.0f} s] {case.family} b{case.batch} {case.path}: "
-              f"{_number(r.s_per_step, 3)} s/step, compile {_number(r.compile_s, 1)} s, {r.note or 'ok'} "
+              f"{number(r.s_per_step, 3)} s/step, compile {number(r.compile_s, 1)} s, {r.note or 'ok'} "
               f"({time.monotonic() - started:.0f} s)", flush=True)
         write_results(args.out, header, results)
     text = write_results(args.out, header, results)

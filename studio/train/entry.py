@@ -155,6 +155,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
 
     from studio.train.compilation import shutdown_compile_workers
     from studio.train.errors import TrainError, oom_hint, vram_estimate_text, write_failure
+    from studio.train.phase_clock import run_times
     from studio.train.reporting import Reporter
     from studio.train.runtime import make_accelerator
 
@@ -192,6 +193,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
         code = EXIT_FAILED
     if trainer is not None:
         finished.step = trainer.step
+        finished.phases, finished.images_per_s = run_times(trainer)
         trainer.stop.uninstall()  # a failed run leaves the signal handlers as it found them too
     reporter.emit(finished)
     reporter.close()

@@ -20,7 +20,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
-from studio.train.compilation import CompiledDenoiser, compile_denoiser, eager
+from studio.train.compilation import CompiledDenoiser, begin_step, compile_denoiser, eager
 from studio.train.components import Components, check_tokenizers
 from studio.train.data.batches import (
     EpochPlan,
@@ -51,6 +51,7 @@ from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.outputs import save_epoch_lora, save_outputs
+from studio.train.phase_clock import PhaseClock
 from studio.train.reporting import Reporter
 from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
@@ -91,6 +92,7 @@ class Trainer:
         self.stop_agreed = False  # what the last read-back said (several processes)
         self.spill: SpillWatch | None = None  # Windows' spill of GPU memory into system memory (setup)
         self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
+        self.clock = PhaseClock()  # where the run's time goes (the run_finished event's phases)
 
     @property
     def offload_device(self) -> torch.device:
@@ -123,12 +125,14 @@ class Trainer:
                                           acc.autocast)
         if holds_denoiser(config, self.sharding.enabled):  # to the GPU once the caches are filled
             self.adapter.denoiser_home = HOLD_DEVICE
-        self.components: Components = self.adapter.load(acc.device, self.dtype)
+        with self.clock.timed("loading"):
+            self.components: Components = self.adapter.load(acc.device, self.dtype)
         check_tokenizers(self.components.tokenizers, config.model.base)  # a lost vocabulary trains on nothing
         self.denoiser_params = sum(p.numel() for p in self.components.denoiser.parameters())
-        self.reporter.phase("loading", 1, 1, "model loaded")
-        self.config = ensure_class_images(self.adapter, self.components, self.sampling_plan, config, self.run_dir,
-                                          acc.is_main_process, self.reporter)
+        self.reporter.phase("loading", 1, 1, "model loaded", elapsed_s=round(self.clock.seconds["loading"], 2))
+        with self.clock.timed("class images"):
+            self.config = ensure_class_images(self.adapter, self.components, self.sampling_plan, config,
+                                              self.run_dir, acc.is_main_process, self.reporter)
         self.adapter.config = self.config
         acc.wait_for_everyone()
         self.items, held_out = split_items(collect_items(self.config, self.reporter.warn), self.config, self.reporter.warn)
@@ -144,8 +148,10 @@ class Trainer:
         self._fill_caches()
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
         if config.model.quantized_base != "none":  # onto the GPU once the encoders are done with it
-            quantize_base(self.components.denoiser, config.model.quantized_base, self.dtype, acc.device)
-        self._offload_frozen()
+            with self.clock.timed(f"{config.model.quantized_base} conversion"):
+                quantize_base(self.components.denoiser, config.model.quantized_base, self.dtype, acc.device)
+        with self.clock.timed("moving models"):
+            self._offload_frozen()
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer
             self.sharding.attach(optimizer)
@@ -171,7 +177,8 @@ class Trainer:
         modules = [c.denoiser, *encoders]
         cast_training_params(modules, dtype=torch.float32)
         if self.config.model.fp8_base:
-            store_in_float8(c.denoiser, self.dtype)  # after the LoRA: its layers stay trainable
+            with self.clock.timed("fp8 conversion"):
+                store_in_float8(c.denoiser, self.dtype)  # after the LoRA: its layers stay trainable
         if training.gradient_checkpointing and not self.sharding.enabled:  # FSDP wraps the blocks itself
             enable_gradient_checkpointing(c.denoiser, training.checkpointing_interval)
             for encoder in encoders:
@@ -239,6 +246,10 @@ class Trainer:
         train_components = replace(self.components, denoiser=self.wrapped[0],
                                    text_encoders=[swap.get(id(e), e) for e in self.components.text_encoders])
         self.meter.start()
+        with self.clock.timed("steps"):
+            return self._steps(batches, scheme, train_components)
+
+    def _steps(self, batches: Any, scheme: Any, train_components: Components) -> RunFinished:
         while self.step < self.total:
             if self.reporter.lost is not None:
                 raise self.reporter.lost  # an event was not written (a sample's, say): no training unrecorded
@@ -270,6 +281,7 @@ class Trainer:
         accum = training.gradient_accumulation
         losses, images, image_pixels = [], 0, 0
         compiling: float | None = None
+        begin_step(self.compiled)
         for micro in range(accum):
             batch = next(batches)
             self.epoch = int(batch["epoch"])
@@ -304,6 +316,7 @@ class Trainer:
         """Write what a read-back brought: the compile time, the step events, a diverged loss."""
         if compiling is not None and self.compiled is not None:
             seconds = time.monotonic() - compiling
+            self.clock.move(seconds, "steps", "compiling")
             self.reporter.phase("compiling", 1, 1, f"compiled {self.compiled.what} in {seconds:.1f} s",
                                 elapsed_s=round(seconds, 2))
         for event in report.steps:
@@ -377,15 +390,16 @@ class Trainer:
         acc = self.accelerator
         self.reporter.phase("saving", 0, 1, f"the LoRA of epoch {epoch}")
         if acc.is_main_process:
-            paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch,
-                                    self.started_at)
+            with self.clock.timed("saving"):
+                paths = save_epoch_lora(self.adapter, self.components, self.run_dir, self.items, self.step, epoch,
+                                        self.started_at)
             self.reporter.emit(EpochSaved(step=self.step, epoch=epoch, outputs=[str(p) for p in paths]))
         acc.wait_for_everyone()
 
     def _samples(self) -> None:
         run_dir = self.sharding.sample_dir(self.run_dir)  # every rank of a sharded run runs the forward passes
         if run_dir is not None:
-            with eager(self.compiled), for_samples(self.ema, self.config):
+            with self.clock.timed("sampling"), eager(self.compiled), for_samples(self.ema, self.config):
                 make_samples(self.adapter, self.components, self.sampling_plan, run_dir, self.step, self.reporter)
         self.accelerator.wait_for_everyone()
 
@@ -393,8 +407,9 @@ class Trainer:
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
                  "micro_batch": self.step * self.config.training.gradient_accumulation, "time": time.time()}
-        folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last, self.scheduler,
-                                 extra=self.ema.save if self.ema is not None else None)
+        with self.clock.timed("saving"):
+            folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last,
+                                     self.scheduler, extra=self.ema.save if self.ema is not None else None)
         self.reporter.emit(Checkpoint(step=self.step, path=str(folder)))
 
     def _finish(self, status: str, message: str = "") -> RunFinished:
@@ -411,8 +426,10 @@ class Trainer:
             self.reporter.phase("saving", 0, 1, "writing the outputs")
             components = self._gathered_components()
             if acc.is_main_process:
-                outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir, self.items,
-                                                        self.step, self.started_at, self.reporter.warn, self.ema)]
+                with self.clock.timed("saving"):
+                    outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir, self.items,
+                                                            self.step, self.started_at, self.reporter.warn,
+                                                            self.ema)]
             del components
             acc.wait_for_everyone()
         self.stop.uninstall()

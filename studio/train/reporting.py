@@ -32,6 +32,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
+from studio.core.runs.phase_times import phase_summary
 from studio.train.errors import TrainError, write_failure
 
 
@@ -129,7 +130,9 @@ class Reporter:
             return f"LoRA of epoch {event.epoch} (step {event.step}): " + ", ".join(event.outputs)
         if isinstance(event, RunFinished):
             repeat = not event.message or event.message == self.last_error  # said by the error line just above
-            return f"run {event.status} at step {event.step}" + ("" if repeat else f": {event.message}")
+            times = phase_summary(event.phases, event.images_per_s)
+            return (f"run {event.status} at step {event.step}" + ("" if repeat else f": {event.message}")
+                    + (f"\ntime: {times}" if times else ""))
         return ""
 
     def warn(self, message: str, path: str | None = None, hint: str = "") -> None:

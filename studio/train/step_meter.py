@@ -96,6 +96,7 @@ class StepMeter:
         self._mark = time.monotonic()
         self._paused = 0.0
         self._warm_up_pending = True  # the leg's first step: compiling, allocator and kernel warm-up
+        self.images_done = 0  # images of every rank trained in this leg (the run summary's images/s)
 
     def start(self) -> None:
         """The loop begins: the first step is timed from here."""
@@ -117,6 +118,7 @@ class StepMeter:
         seconds = max(1e-9, now - self._mark - self._paused)
         self._mark, self._paused = now, 0.0
         all_images = images * self.world
+        self.images_done += all_images
         tflop = self.cost.tflop_per_pixel * image_pixels * self.world if self.cost else 0.0
         if self._warm_up_pending and self.window:
             self.window.clear()  # the warm-up step leaves once a steady one arrives

@@ -40,6 +40,8 @@ def test_dry_run_of_one_preset_writes_the_table(tiny_sd15: Path, tmp_path: Path,
     assert 0.05 < row["measured_gb"] < 4  # the tiny trainer's RSS
     assert row["error_pct"] is None  # a tiny model's RSS says nothing about the estimate
     assert row["s_per_step"] > 0 and row["images_per_s"] == pytest.approx(2 / row["s_per_step"], rel=0.01)
+    # Each phase's seconds, so a low-VRAM preset's phases can be held against its 24 GB preset's.
+    assert {"loading", "steps", "saving", "other"} <= set(row["phases"]) and row["phases"]["steps"] > 0
     table = (out / "gpu_acceptance.md").read_text().splitlines()
     assert table[0].endswith("each run's allocator capped at its promise less 512 MB of CUDA context")
     assert table[2] == "| preset | promise | cap | estimate | measured peak | error | s/step | images/s | status |"

@@ -41,3 +41,19 @@ def test_the_whole_call_ends_by_its_deadline_with_at_most_8_files(tiny_sd15: Pat
     assert speed and speed[0]["s_per_step"]  # the first speed case ran
     assert "| preset | promise | estimate |" in done.stdout  # the tables end the output
     assert (tmp_path / "out").resolve().parent == tmp_path.resolve()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script with GNU timeout, as on the GPU machine")
+def test_a_share_of_0_gives_the_whole_call_to_the_speed_benchmark(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               ACCEPT_SHARE="0", SPEED_ARGS="--only flux2-klein zimage --paths bare --steps 1 --warmup 1")
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_all.sh"), str(out), "150"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    log = (out / "log.txt").read_text()
+    assert "acceptance: not run (ACCEPT_SHARE=0)" in log and "speed exit 0" in log, log[-2000:] + done.stderr[-2000:]
+    assert not (out / "gpu_acceptance.json").exists()
+    speed = json.loads((out / "results.json").read_text())
+    assert [r["case"]["family"] for r in speed] == ["flux2-klein", "zimage", "flux2-klein", "zimage"]
+    assert all(r["s_per_step"] and r["ops_per_step"] for r in speed)

@@ -80,3 +80,61 @@ def test_a_case_timeout_that_falls_inside_an_import_waits_for_the_import_to_end(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         sys.modules.pop("slow_to_import", None)
+
+
+@pytest.mark.slow
+def test_dry_run_measures_the_transformer_families_with_their_op_counts(tmp_path: Path) -> None:
+    """FLUX.2 [klein] and Z-Image take the same code paths as on the GPU: the bare step built from the family's
+    counted inputs, the studio's trainer, and one step under the profiler."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run",
+               "--only", "flux2-klein", "zimage", "--paths", "bare", "studio", "--warmup", "1", "--steps", "1",
+               "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(600))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(r["case"]["family"], r["case"]["batch"], r["case"]["path"]) for r in results] == [
+        ("flux2-klein", 2, "bare"), ("flux2-klein", 2, "studio"), ("zimage", 2, "bare"), ("zimage", 2, "studio"),
+        ("flux2-klein", 1, "bare"), ("flux2-klein", 1, "studio"), ("zimage", 1, "bare"), ("zimage", 1, "studio")]
+    for r in results:
+        assert not r["note"] and r["s_per_step"] > 0
+        assert r["ops_per_step"] > 500 and r["kernels_per_step"] is None  # no kernels on the CPU
+    table = (tmp_path / "out" / "table.md").read_text()
+    studio_row = next(line for line in table.splitlines() if line.startswith("| zimage | 64 | 2 | studio |"))
+    assert f"| {results[3]['ops_per_step']} | - |" in studio_row
+
+
+def test_cases_run_every_family_eager_at_batch_4_before_anything_compiles() -> None:
+    bench = _benchmark_module()
+    order = bench.cases(list(bench.FAMILIES), False, [*bench.PATHS, bench.SECOND])
+    assert [c.family for c in order[:4]] == ["flux2-klein", "flux2-klein", "zimage", "zimage"]
+    first_compiled = next(i for i, c in enumerate(order) if "compiled" in c.path)
+    assert {(c.family, c.batch) for c in order[:first_compiled]} == {(f, 4) for f in bench.FAMILIES}
+    # 5 families x 4 paths (bare, eager, compiled blocks, CUDA graphs) x 2 batches, SD1.5 at 16, the 2nd process
+    assert len(order) == len(set(order)) == 4 * 5 * 2 + 4 + 1
+    assert {c.path for c in order} == {"bare", "studio", "studio compiled", "studio compiled graphs",
+                                       "studio compiled, 2nd process"}
+
+
+def test_kernels_launches_and_host_waits_are_told_apart_in_a_profiled_step() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from step_profile import count_events
+
+    gpu = count_events([("aten::mm", "cpu"), ("aten::add_", "cpu"), ("cudaLaunchKernel", "cpu"),
+                        ("cudaLaunchKernel", "cpu"), ("ampere_bf16_gemm", "cuda"), ("vectorized_add", "cuda"),
+                        ("Memcpy HtoD (Pinned -> Device)", "cuda"), ("cudaStreamSynchronize", "cpu"),
+                        ("cudaMemcpyAsync", "cpu")])
+    assert (gpu.ops, gpu.kernels, gpu.launches, gpu.host_waits) == (2, 2, 2, 1)
+    cpu = count_events([("aten::mm", "cpu"), ("aten::mul", "cpu"), ("autograd::engine", "cpu")])
+    assert (cpu.ops, cpu.kernels, cpu.launches, cpu.host_waits) == (2, None, None, None)
+
+
+def test_one_addition_paths_run_only_when_named_and_after_the_rest() -> None:
+    bench = _benchmark_module()
+    default = bench.cases(["sdxl"], False, [*bench.PATHS, bench.SECOND])
+    assert not [c for c in default if c.path.startswith("studio +") or c.path == "studio uncached"]
+    named = bench.cases(["sdxl"], False, ["bare", "studio", "studio +ema", "studio uncached"])
+    assert [(c.batch, c.path) for c in named] == [
+        (4, "bare"), (4, "studio"), (1, "bare"), (1, "studio"),
+        (4, "studio +ema"), (4, "studio uncached"), (1, "studio +ema"), (1, "studio uncached")]
+    assert bench.ABLATIONS["studio +ema"] == {"training": {"ema": True}}

@@ -15,6 +15,7 @@ from typing import Any
 
 from studio.cli._follow import follow_training
 from studio.core.config.paths import load_resolved
+from studio.core.estimate.card_fill import filled_for_launch
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs.launch import RunFolderError, format_command, prepare_run, python_problem
@@ -47,11 +48,14 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         print("\n".join(f"error: {found}" for found in errors), file=sys.stderr)
         return EXIT_INVALID
+    filled = filled_for_launch(config)
     try:
-        plan = prepare_run(config, num_processes=args.processes)
+        plan = prepare_run(filled.config, num_processes=args.processes, note=filled.describe())
     except RunFolderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(f"run folder: {plan.run_dir}", flush=True)
+    if plan.note:
+        print(plan.note, flush=True)
     print(f"command: {format_command(plan.command)}", flush=True)
     return follow_training(plan.command, plan.run_dir)

@@ -244,6 +244,11 @@ class TrainingSection(Section):
         description="With gradient_checkpointing on: recompute only every N-th block of the denoiser "
         "(2 = every second block). Between no checkpointing and full: faster than 1, less memory than off.",
     )
+    fill_card: bool = Field(
+        default=False, description="At run start, use the GPU: gradient checkpointing off where the batch fits "
+        "without it, and the largest batch that fits with the estimate's margin (accumulation 1, the learning "
+        "rate scaled, counts in steps scaled to the same images). Presets that allow it turn it on.",
+    )
     cache_latents: bool = Field(default=False, description="Encode images once and keep the latents.")
     cache_latents_to_disk: bool = Field(default=False, description="Keep cached latents on disk.")
     cache_text_embeddings: bool = Field(default=False, description="Encode captions once and keep the embeddings.")
@@ -276,11 +281,13 @@ class TrainingSection(Section):
     validation_every: int = Field(
         default=0, ge=0, description="Measure the validation loss (fixed timesteps and noise) every N steps and "
         "at the end; 0 turns it off. Needs dataset.validation_fraction or dataset.validation_folder.")
-    compile: Literal["off", "blocks", "full"] = Field(
+    compile: Literal["off", "blocks", "full", "graphs"] = Field(
         default="off",
         description="Compile the denoiser with torch.compile for faster steps. blocks compiles each repeated "
         "transformer block once (the first step takes seconds to a minute longer, later steps are faster); "
-        "full compiles the whole denoiser (longer first step). Needs a C++ compiler on the CPU and Triton on "
+        "full compiles the whole denoiser (longer first step); graphs compiles it whole and replays each "
+        "image size's step as a CUDA graph (no launch cost per kernel: small batches stop waiting on the CPU; "
+        "more GPU memory). Needs a C++ compiler on the CPU and Triton on "
         "the GPU; compiled kernels are cached in the studio's cache folder, so the next run starts faster.",
     )
 

@@ -114,6 +114,7 @@ NEUTRAL: dict[str, str] = {
     "model.blocks_to_swap": "copies the frozen blocks' weights to the device just ahead of use: the same weights",
     "model.text_encoder_on_cpu": "encodes the cached captions in system memory: the same embeddings",
     "model.allow_pickle": "lets a pickle base model load as data; a safetensors base is read the same",
+    "training.fill_card": "changes the batch and checkpointing at launch, for a GPU; the trainer gets a plain config",
 }
 
 # The transformer families' frozen blocks kept in system memory (studio/train/memory/block_swap.py).

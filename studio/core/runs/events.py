@@ -122,6 +122,14 @@ class Error(Event):
 
 
 @dataclass
+class PhaseTime:
+    """Seconds one part of a run took in all (loading, text encoding, caching latents, steps, sampling, ...)."""
+
+    name: str
+    seconds: float
+
+
+@dataclass
 class RunFinished(Event):
     type: ClassVar[str] = "run_finished"
     status: Literal["completed", "stopped", "failed"] | str
@@ -130,6 +138,11 @@ class RunFinished(Event):
     message: str = ""
     # Sum of the trained weights on each rank: equal numbers mean the ranks stayed in step.
     weight_checksums: list[float] = field(default_factory=list)
+    # Added 2026-12 (older trainers leave them out; older readers ignore them): where the run's time
+    # went, in the order the parts first came, adding up to the trainer's wall time; and the images
+    # trained per second of step time (every rank, compiling left out).
+    phases: list[PhaseTime] = field(default_factory=list)
+    images_per_s: float | None = None
 
 
 @dataclass

@@ -20,6 +20,7 @@ from studio.core.config.toml_file import validate_data
 from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
 from studio.core.runs.lock import lock_holder, trainer_alive
+from studio.core.runs.phase_times import phase_summary
 from studio.core.runs.run_import import import_run
 from studio.core.runs.run_model import RunModel
 
@@ -44,6 +45,8 @@ class RunSummary:
     total_steps: int = 0
     final_loss: float | None = None
     validation_loss: float | None = None  # the last validation event's
+    images_per_s: float | None = None  # of step time, from run_finished (trainers since 2026-12)
+    phases: str = ""  # where the run's time went, as one line (run_finished's phases)
     outputs: list[str] = field(default_factory=list)
     remote: bool = False
     machine: str = ""  # the machine a run started there runs on (remote.json)
@@ -120,6 +123,8 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     elif seen.finished is not None:
         summary.status = seen.finished.status
         summary.message = seen.finished.message
+        summary.images_per_s = seen.finished.images_per_s
+        summary.phases = phase_summary(seen.finished.phases)
     elif seen.events == 0 and not (folder / EVENTS_FILE).exists():
         live = alive(folder) if not summary.remote else remote_state.get("state") == "running"
         summary.status = "running" if live else "not started"

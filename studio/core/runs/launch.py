@@ -18,7 +18,8 @@ from studio.core.config.sharding import accelerate_fsdp_config
 from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.quoting import yaml_scalar
-from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, new_run_dir
+from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, CONSOLE_FILE, new_run_dir
+from studio.core.runs.outcome import STUDIO_PREFIX
 from studio.core.training_python import default_training_python
 
 
@@ -174,15 +175,18 @@ class RunPlan:
     run_dir: Path
     command: list[str]
     config: ResolvedConfig
+    note: str = ""  # what the studio chose for the run at its start (training.fill_card), for its console
 
 
 def prepare_run(
     config: ResolvedConfig,
     num_processes: int | None = None,
     run_dir: str | Path | None = None,
+    note: str = "",
 ) -> RunPlan:
     """Write a new run folder (resolved config.toml, accelerate.yaml, command.txt) for `config`, whose
     paths `resolve_paths` made absolute against the config file's folder.
+    `note` (what the studio chose for the run, `filled_for_launch`) begins the run's console.log.
     Raises RunFolderError (an OSError) naming the folder and what to do when it cannot be written.
     """
     resolved = config.model_copy(deep=True)  # the launch settings below are the run's, not the caller's
@@ -202,8 +206,10 @@ def prepare_run(
         atomic_write_text(folder / ACCELERATE_FILE, accelerate_yaml)
         command = build_command(folder, training_python(resolved))
         atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
+        if note:
+            atomic_write_text(folder / CONSOLE_FILE, f"{STUDIO_PREFIX} {note}\n")
     except OSError as exc:
         if folder is not None and not run_dir:
             shutil.rmtree(folder, ignore_errors=True)  # no half-written run folder in the list of runs
         raise _folder_error(exc, resolved.output.dir) from None
-    return RunPlan(folder, command, resolved)
+    return RunPlan(folder, command, resolved, note)

@@ -11,6 +11,7 @@ from pathlib import Path
 from studio.core.runs.event_reading.files import events_backwards, newest_event
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
+from studio.core.runs.phase_times import phase_summary
 
 # The prefix of the lines the studio itself adds to a run's console.log.
 STUDIO_PREFIX = "[studio]"
@@ -76,11 +77,14 @@ def outcome_line(run_dir: Path, exit_code: int | None) -> str:
         code = f" (exit code {exit_code})" if exit_code is not None else ""
         return (f"{STUDIO_PREFIX} the trainer ended{code} without finishing the run; the lines above say why; "
                 f"continue it with: studio-train resume {shlex.quote(str(run_dir))}")
+    times = phase_summary(finished.phases, finished.images_per_s)
+    times = f"; time: {times}" if times else ""
     if finished.status == "completed":
-        return (f"{STUDIO_PREFIX} run completed at step {finished.step}{_validation_text(run_dir)}; outputs in "
-                f"{run_dir / OUTPUT_DIR}")
+        return (f"{STUDIO_PREFIX} run completed at step {finished.step}{_validation_text(run_dir)}{times}; "
+                f"outputs in {run_dir / OUTPUT_DIR}")
     if finished.status == "stopped":
-        return (f"{STUDIO_PREFIX} run stopped at step {finished.step}{_validation_text(run_dir)}; continue it with: "
+        return (f"{STUDIO_PREFIX} run stopped at step {finished.step}{_validation_text(run_dir)}{times}; "
+                "continue it with: "
                 "studio-train resume "
                 f"{shlex.quote(str(run_dir))}")
     reason = f"{error.kind}: {error.message}" if error is not None else (finished.message or "no reason given")

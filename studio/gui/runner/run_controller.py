@@ -14,6 +14,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import ResolvedConfig, load_resolved
+from studio.core.estimate.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
 from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE, list_run_dirs
@@ -104,8 +105,9 @@ class RunController(QObject):
         if self.running:
             self.sig_message.emit(self.busy_message())
             return None
+        filled = filled_for_launch(config)  # training.fill_card: the run starts with the card used
         try:
-            plan = prepare_run(config)
+            plan = prepare_run(filled.config, note=filled.describe())
         except OSError as exc:  # RunFolderError: it says where and what to do
             self.sig_message.emit(f"Could not start the run: {exc}")
             return None

@@ -10,7 +10,8 @@ from studio.gui.base.layout_state import keep_rows_visible, remember_columns
 from studio.gui.widgets.run_header import format_duration
 
 # What a person looks for first comes first; the long Output column last.
-COLUMNS = ("Name", "Status", "Steps", "Final loss", "Validation loss", "Started", "Duration", "Family / method", "Preset", "Output")
+COLUMNS = ("Name", "Status", "Steps", "Final loss", "Validation loss", "Started", "Duration", "Images/s",
+           "Family / method", "Preset", "Output")
 STATUS_COLUMN = COLUMNS.index("Status")
 MIN_ROWS = 5
 
@@ -51,6 +52,7 @@ class RunsTable(QTableWidget):
                 "Validation loss": f"{s.validation_loss:.4f}" if s.validation_loss is not None else "",
                 "Started": s.started.strftime("%Y-%m-%d %H:%M") if s.started else "",
                 "Duration": format_duration(s.duration_s) if s.duration_s else "",
+                "Images/s": f"{s.images_per_s:.3g}" if s.images_per_s else "",
                 "Family / method": f"{s.family} / {s.method}" if s.family or s.method else "",
                 "Preset": s.preset,
                 "Output": "; ".join(o.rsplit("/", 1)[-1] for o in s.outputs),
@@ -60,6 +62,8 @@ class RunsTable(QTableWidget):
                 item.setData(Qt.ItemDataRole.UserRole, row)
                 if col == STATUS_COLUMN and s.message:
                     item.setToolTip(s.message)
+                elif name == "Duration" and s.phases:
+                    item.setToolTip(s.phases)  # where the time went: loading, caching, steps, samples, ...
                 elif name == "Output" and s.outputs:
                     item.setToolTip("\n".join(f"{o}  (for {r})" if (r := s.output_readers(o)) else o
                                               for o in s.outputs))

@@ -57,6 +57,14 @@ def _moved(value: Any, device: torch.device) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
+def text_phase(components: Any, device: Any) -> str:
+    """The name the text encoding's time goes under: a GPU run's encoders kept in system memory encode on the CPU."""
+    import torch
+
+    homes = {p.device.type for encoder in components.text_encoders for p in list(encoder.parameters())[:1]}
+    return "text encoding (CPU)" if homes == {"cpu"} and torch.device(device).type != "cpu" else "text encoding"
+
+
 def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
     """The latents and the captions' embeddings (as the config asks), and the sample prompts' with them."""
     acc, config = trainer.accelerator, trainer.config
@@ -67,16 +75,18 @@ def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
         latent_cache = LatentCache()
         if disk is not None and not acc.is_local_main_process:
             acc.wait_for_everyone()  # the local main process writes the files first
-        latent_cache.fill(trainer.adapter, trainer.components, trainer.items, config.dataset,
-                          training.batch_size, disk, acc.is_local_main_process, trainer.reporter.phase)
+        with trainer.clock.timed("caching latents"):
+            latent_cache.fill(trainer.adapter, trainer.components, trainer.items, config.dataset,
+                              training.batch_size, disk, acc.is_local_main_process, trainer.reporter.phase)
         if disk is not None and acc.is_local_main_process:
             acc.wait_for_everyone()
     if training.cache_text_embeddings:
         text_cache = TextCache()
-        text_cache.fill(trainer.adapter, trainer.components, cache_captions(trainer.items, config.dataset),
-                        training.batch_size, trainer.reporter.phase)
-        trainer.sampling_plan.embedded = encode_sample_prompts(trainer.adapter, trainer.components, config,
-                                                               acc.device)
+        with trainer.clock.timed(text_phase(trainer.components, acc.device)):
+            text_cache.fill(trainer.adapter, trainer.components, cache_captions(trainer.items, config.dataset),
+                            training.batch_size, trainer.reporter.phase)
+            trainer.sampling_plan.embedded = encode_sample_prompts(trainer.adapter, trainer.components, config,
+                                                                   acc.device)
     return latent_cache, text_cache
 
 

@@ -185,4 +185,6 @@ def validation_due(trainer: Any) -> bool:
 def validate_after_step(trainer: Any) -> None:
     """The loop's hook after each step: measure and report when it is due (on every rank alike)."""
     if validation_due(trainer):
-        trainer.reporter.emit(trainer.validation.measure(trainer.step))
+        with trainer.clock.timed("validation"):
+            measured = trainer.validation.measure(trainer.step)
+        trainer.reporter.emit(measured)

@@ -26,6 +26,7 @@ from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
+from studio.train.memory.transfer import to_device
 from studio.train.pipelines.qwen_image import LORA_TARGETS, TEMPLATE_PREFIX, TEMPLATE_SUFFIX, TEMPLATE_TOKENS
 
 NEEDS = {"text_encoder": "the Qwen2.5-VL text encoder", "tokenizer": "the Qwen tokenizer",
@@ -87,8 +88,8 @@ class QwenImageAdapter(FamilyAdapter):
         tokens = tokenizer(texts, padding="max_length", max_length=self.max_tokens + TEMPLATE_TOKENS,
                            truncation=True, return_tensors="pt")
         device = next(encoder.parameters()).device
-        mask = tokens.attention_mask.to(device)
-        hidden = encoder(input_ids=tokens.input_ids.to(device), attention_mask=mask,
+        mask = to_device(tokens.attention_mask, device)
+        hidden = encoder(input_ids=to_device(tokens.input_ids, device), attention_mask=mask,
                          output_hidden_states=True).hidden_states[-1]
         rows = [hidden[i][mask[i].bool()][TEMPLATE_TOKENS:] for i in range(hidden.shape[0])]
         embeds = hidden.new_zeros(hidden.shape[0], self.max_tokens, hidden.shape[-1])

@@ -18,6 +18,7 @@ from studio.train.families.loading import (
 )
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
+from studio.train.memory.transfer import to_device
 
 
 class SD15Adapter(FamilyAdapter):
@@ -64,10 +65,10 @@ class SD15Adapter(FamilyAdapter):
         return {"encoder_hidden_states": self._encode(components.tokenizers[0], components.text_encoders[0], captions)}
 
     def _encode(self, tokenizer: Any, encoder: Any, captions: list[str]) -> torch.Tensor:
-        ids = tokenizer(
+        ids = to_device(tokenizer(
             captions, padding="max_length", max_length=tokenizer.model_max_length,
             truncation=True, return_tensors="pt",
-        ).input_ids.to(next(encoder.parameters()).device)
+        ).input_ids, next(encoder.parameters()).device)
         skip = self.config.model.clip_skip
         if skip == 1:
             return encoder(ids, return_dict=False)[0]

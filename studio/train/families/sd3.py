@@ -28,6 +28,7 @@ from studio.train.families.loading import (
 )
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
+from studio.train.memory.transfer import to_device
 
 # The SD3 pipeline's default max_sequence_length: T5 tokens, or zero tokens when T5 is dropped.
 T5_TOKENS = 256
@@ -112,10 +113,10 @@ class SD3Adapter(FamilyAdapter):
     def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
         hidden, pooled = [], []
         for tokenizer, encoder in zip(components.tokenizers[:2], components.text_encoders[:2], strict=True):
-            ids = tokenizer(
+            ids = to_device(tokenizer(
                 captions, padding="max_length", max_length=tokenizer.model_max_length,
                 truncation=True, return_tensors="pt",
-            ).input_ids.to(next(encoder.parameters()).device)
+            ).input_ids, next(encoder.parameters()).device)
             out = encoder(ids, output_hidden_states=True)
             pooled.append(out[0])
             hidden.append(out.hidden_states[-2])
@@ -124,7 +125,7 @@ class SD3Adapter(FamilyAdapter):
             tokenizer, encoder = components.tokenizers[2], components.text_encoders[2]
             ids = tokenizer(captions, padding="max_length", max_length=T5_TOKENS, truncation=True,
                             add_special_tokens=True, return_tensors="pt").input_ids
-            cond["t5_embeds"] = encoder(ids.to(next(encoder.parameters()).device))[0]
+            cond["t5_embeds"] = encoder(to_device(ids, next(encoder.parameters()).device))[0]
         return cond
 
     def noise_scheme(self, components: Components) -> NoiseScheme:

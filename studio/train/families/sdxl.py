@@ -111,10 +111,10 @@ class SDXLAdapter(FamilyAdapter):
     def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
         hidden, pooled = [], None
         for tokenizer, encoder in zip(components.tokenizers, components.text_encoders, strict=True):
-            ids = tokenizer(
+            ids = to_device(tokenizer(
                 captions, padding="max_length", max_length=tokenizer.model_max_length,
                 truncation=True, return_tensors="pt",
-            ).input_ids.to(next(encoder.parameters()).device)
+            ).input_ids, next(encoder.parameters()).device)
             out = encoder(ids, output_hidden_states=True)
             pooled = out[0]  # the last encoder's projected pooled embedding is the one SDXL uses
             hidden.append(out.hidden_states[-2])

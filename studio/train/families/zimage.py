@@ -29,6 +29,7 @@ from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
+from studio.train.memory.transfer import to_device
 from studio.train.pipelines.zimage import LORA_TARGETS
 
 NEEDS = {"text_encoder": "the Qwen3 text encoder", "tokenizer": "the Qwen tokenizer",
@@ -93,8 +94,8 @@ class ZImageAdapter(FamilyAdapter):
         tokens = tokenizer(templated, padding="max_length", max_length=self.max_tokens, truncation=True,
                            return_tensors="pt")
         device = next(encoder.parameters()).device
-        mask = tokens.attention_mask.to(device).bool()
-        hidden = encoder(input_ids=tokens.input_ids.to(device), attention_mask=mask,
+        mask = to_device(tokens.attention_mask, device).bool()
+        hidden = encoder(input_ids=to_device(tokens.input_ids, device), attention_mask=mask,
                          output_hidden_states=True).hidden_states[-2]
         return {"prompt_embeds": hidden, "prompt_mask": mask.to(hidden.dtype)}
 

@@ -19,7 +19,8 @@ class Counting:
     family: str
     sizes: tuple[str, ...]  # the architectures to count; () for a family of one (file <family>.json)
     components: Callable[[str | None], dict[str, Any]]  # full-size transformer, vae, text_encoder (meta)
-    inputs: Callable[[Any, int, Any], dict[str, Any]]  # (transformer, batch, dtype) -> forward kwargs
+    # (transformer, batch, dtype, resolution=..., text_tokens=...) -> forward kwargs (meta tensors)
+    inputs: Callable[..., dict[str, Any]]
     output: Callable[[Any], Any]  # the forward's result -> one tensor (for a loss)
     lora_modules: tuple[str, ...]  # module names the adapter's default targets end with
     blocks: Callable[[Any], int]  # the transformer's block count

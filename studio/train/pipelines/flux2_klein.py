@@ -159,11 +159,12 @@ LORA_TARGETS = ("to_k", "to_q", "to_v", "to_out.0", "to_qkv_mlp_proj", "attn.to_
 
 def _count_inputs(transformer: Any, batch: int, dtype: torch.dtype, resolution: int = 1024,
                   text_tokens: int = 512) -> dict[str, Any]:
-    """The transformer's forward arguments at `resolution` (128 channels: 32 VAE channels patchified 2x2)."""
+    """The transformer's forward arguments at `resolution` (full size: 128 channels, 32 VAE channels patchified
+    2x2)."""
     from diffusers import Flux2KleinPipeline
 
     side = resolution // 16
-    latents = torch.empty(batch, 128, side, side, device="meta", dtype=dtype)
+    latents = torch.empty(batch, transformer.config.in_channels, side, side, device="meta", dtype=dtype)
     embeds = torch.empty(batch, text_tokens, transformer.config.joint_attention_dim, device="meta", dtype=dtype)
     img_ids = Flux2KleinPipeline._prepare_latent_ids(torch.empty(batch, 1, side, side))
     txt_ids = Flux2KleinPipeline._prepare_text_ids(torch.empty(batch, text_tokens, 1))

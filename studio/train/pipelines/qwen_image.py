@@ -72,7 +72,7 @@ def text_encoder_config(text: dict[str, Any], vision: dict[str, Any]) -> Any:
     return Qwen2_5_VLConfig(text_config=dict(text), vision_config=dict(vision), tie_word_embeddings=False)
 
 
-def full_size_components(device: str | torch.device = "meta") -> dict[str, Any]:
+def full_size_components(size: str | None = None, device: str | torch.device = "meta") -> dict[str, Any]:
     """The transformer, VAE and Qwen2.5-VL text encoder of Qwen-Image at full size."""
     from diffusers import AutoencoderKLQwenImage
     from transformers import Qwen2_5_VLForConditionalGeneration
@@ -178,7 +178,7 @@ def write_full_size(size: str | None, folder: str | Path, dtype: torch.dtype, se
 
     out = Path(folder)
     torch.manual_seed(seed)
-    parts: dict[str, Any] = {name: module.to(dtype).to("cpu") for name, module in full_size_components(device).items()}
+    parts: dict[str, Any] = {name: module.to(dtype).to("cpu") for name, module in full_size_components(None, device).items()}
     tokenizer = write_tokenizer(out / "tokenizer", [*CAPTION_WORDS, *EXTRA_WORDS], 1024)
     pipeline: Any = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER), tokenizer=tokenizer,
                                       **parts)

@@ -211,7 +211,7 @@ def test_compile_is_off_unless_asked_and_names_what_is_allowed(tmp_path: Path) -
     blocks = MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "blocks"')
     assert load_config(write(tmp_path, blocks)).training.compile == "blocks"
     errors = errors_of(tmp_path, MINIMAL.replace("batch_size = 2", 'batch_size = 2\ncompile = "yes"'))
-    assert "training.compile = \"yes\": allowed: 'off', 'blocks' or 'full'" in "\n".join(errors)
+    assert "training.compile = \"yes\": allowed: 'off', 'blocks', 'full' or 'graphs'" in "\n".join(errors)
 
 
 def test_the_effective_batch_multiplies_batch_accumulation_and_processes() -> None:

@@ -147,3 +147,20 @@ def test_a_refused_zip_leaves_no_run_behind(tmp_path: Path, finished_run: Path) 
         import_run(archive, runs)
     assert list_runs(runs, never_alive) == []
     assert list(runs.iterdir()) == [] and not (tmp_path / "escaped.txt").exists()
+
+
+def test_the_summary_says_the_run_s_speed_and_where_its_time_went(tmp_path: Path) -> None:
+    from studio.core.runs.events import PhaseTime, RunFinished
+
+    run = tmp_path / "20240101-000000-dog"
+    write_events(run / "events.jsonl", [step_event(1), RunFinished(
+        status="completed", step=1, images_per_s=9.54,
+        phases=[PhaseTime("loading", 12.3), PhaseTime("text encoding (CPU)", 4.1), PhaseTime("steps", 30.0)])])
+    s = summarize_run(run, never_alive)
+    assert s.images_per_s == 9.54
+    assert s.phases == "loading 12.3 s, text encoding (CPU) 4.1 s, steps 30.0 s"
+
+
+def test_a_run_finished_by_an_older_trainer_has_no_speed_to_show(finished_run: Path) -> None:
+    s = summarize_run(finished_run, never_alive)
+    assert s.images_per_s is None and s.phases == ""
