@@ -30,7 +30,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from studio.core.models.files import FAMILY_NAMES, ModelFileError, detect_model
+    from studio.core.models.files import (
+        FAMILY_NAMES,
+        ModelFileError,
+        detect_model,
+        hub_need,
+        setting_hub_need,
+    )
 
     path = Path(args.path).expanduser()
     if not path.exists():
@@ -57,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     elif info.family is None:
         print("  its family is not recognised: the studio trains SD1.5, SDXL and SD3 models")
     else:
-        print("  loads offline" if info.offline else
-              "  its pipeline configs come from the Hugging Face hub: the first run needs the internet")
+        need, setting = hub_need(info), setting_hub_need(info)
+        print(f"  {need}" if need else f"  loads offline; {setting[1]}" if setting else "  loads offline")
     return EXIT_OK if trainable else EXIT_FAILED
 
 
