@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
+from studio.core.app_words import command_or_action
 from studio.core.config.schema import ModelSection
 from studio.core.estimate.local_architecture import forget_local_architectures
 from studio.core.families import title as family_title
@@ -77,6 +78,6 @@ class BaseModelCheck:
             snapshot = cached_snapshot(base, model.revision)
             if snapshot is not None and not missing_components(snapshot):
                 return f"✓ Hub id {base}: downloaded, it trains with no network."
-            return (f"Hub id {base}: not on this machine yet. Download it from the list below (or with "
-                    f"`studio-train download {shlex.quote(base)}`) before training.")
+            how = command_or_action(f" (or with `studio-train download {shlex.quote(base)}`)", "")
+            return f"Hub id {base}: not on this machine yet. Download it from the list below{how} before training."
         return f"✗ Not found: {path}. Choose a folder or file that exists."
