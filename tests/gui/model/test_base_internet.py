@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures.checkpoints import ODD_SD15, SD3_MEDIUM, write_checkpoint
 from PySide6.QtWidgets import QLabel
 
