@@ -53,3 +53,19 @@ def test_sd3_medium_loads_offline_until_its_t5_is_on(tmp_path: Path) -> None:
     assert hub_need(info, ModelSection(family="sd3", base=str(path))) is None
     with_t5 = hub_need(info, ModelSection(family="sd3", base=str(path), use_t5=True))
     assert with_t5 is not None and "T5" in with_t5 and "internet once" in with_t5 and "use_t5" in with_t5
+
+
+def test_a_file_of_no_family_names_the_families_that_train_from_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.cli import main
+    from studio.core.families import FAMILIES
+
+    transformer_only = write_checkpoint(tmp_path / "z_image_turbo_bf16.safetensors", {"layers.0.attention.qkv.weight":
+                                                                                       [2, 2]})
+    assert main(["model", str(transformer_only)]) == 1
+    out = capsys.readouterr().out
+    files = [spec.title for spec in FAMILIES if spec.kinds]
+    folders = [spec.title for spec in FAMILIES if not spec.kinds]
+    assert "SD1.5, SDXL and SD3" not in out
+    assert all(title in out for title in [*files, *folders]), out
+    assert "from a diffusers folder" in out
