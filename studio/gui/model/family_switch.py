@@ -40,13 +40,18 @@ def ask_family_base(parent: QWidget, base: str, base_family: str, family: str, o
     name, old = family_title(family), family_title(base_family)
     shown = Path(base).name if Path(base).is_absolute() else base
     new_base, where = offer
-    text = (f"The base model {shown} is an {old} model; {name} trains from {name} models.\n\n"
+    text = (f"The base model {shown} is {_a(old)} model; {name} trains from {name} models.\n\n"
             f"Yes: the base model becomes {new_base} ({where}).\n"
-            f"No: keep {shown} (Train refuses it until a {name} model is chosen).\n"
+            f"No: keep {shown} (Train refuses it until {_a(name)} model is chosen).\n"
             f"Cancel: stay on {old}.")
     buttons = (QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No
                | QMessageBox.StandardButton.Cancel)
-    answer = QMessageBox.question(parent, f"Train a {name} model?", text, buttons, QMessageBox.StandardButton.Yes)
+    answer = QMessageBox.question(parent, f"Train {_a(name)} model?", text, buttons, QMessageBox.StandardButton.Yes)
     if answer == QMessageBox.StandardButton.Cancel:
         return None
     return answer == QMessageBox.StandardButton.Yes
+
+
+def _a(title: str) -> str:
+    """The title with its article, as it is read aloud: "an SDXL", "a Z-Image"."""
+    return ("an " if title.startswith(("SD", "A", "E", "I", "O", "U")) else "a ") + title
