@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.dataset.buckets import bucket_sizes
 from studio.core.families import zimage as declared
 from studio.train.components import Components
-from studio.train.data.items import bucket_sizes
 from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
@@ -84,7 +84,8 @@ class ZImageAdapter(FamilyAdapter):
         limit = int(min(config.axes_lens[1:])) * int(config.all_patch_size[0]) * vae_scale
         sides = [dataset.resolution, self.config.sampling.size or 0]
         if dataset.buckets:
-            sides += [max(size) for size in bucket_sizes(dataset)]
+            sides += [max(size) for size in bucket_sizes(dataset.resolution, dataset.bucket_step, dataset.min_bucket,
+                                                          dataset.max_bucket)]
         if max(sides) > limit:
             raise TrainError("config", f"{self.config.model.base} takes images up to {limit} px a side (its "
                              f"transformer's position table), and this run makes {max(sides)} px ones",
