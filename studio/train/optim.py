@@ -39,7 +39,7 @@ def build_optimizer(
         return torch.optim.AdamW(groups, lr=lr, weight_decay=decay, fused=True)
     if name == "adamw8bit":
         try:
-            import bitsandbytes as bnb  # type: ignore[import-not-found]
+            import bitsandbytes as bnb  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise TrainError("config", "training.optimizer = \"adamw8bit\" needs the bitsandbytes package",
                              "install it in the training environment (pip install bitsandbytes) "
