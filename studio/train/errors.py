@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from studio.core.app_words import command_or_action
+
 # The disk (or the person's quota on it) is full.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # File systems that hold no file of 4 GB or more (FAT32, as psutil and the OS name it).
@@ -141,10 +143,14 @@ def file_too_large_error(folder: Path, what: str, limit: int | None = None) -> T
         f"system or this process's file-size limit allows{size} (File too large)",
         "set output.dir to a folder on a disk whose file system takes files over 4 GB (NTFS, ext4, exFAT, "
         "APFS, not FAT32), or raise the file-size limit (`ulimit -f unlimited` in the shell that starts the "
-        "training), then continue with `studio-train resume RUN_DIR` (the Resume button): the checkpoints "
-        "written before are intact",
+        f"training), then continue with {_resume()}: the checkpoints written before are intact",
         path=str(folder),
     )
+
+
+def _resume() -> str:
+    """How a run stopped by a full disk goes on, where the person reads it."""
+    return command_or_action("`studio-train resume RUN_DIR` (the Resume button)", "Resume on the Train or Runs page")
 
 
 def megabytes(count: int) -> str:
@@ -158,8 +164,8 @@ def disk_full_error(folder: Path, needed_bytes: int | None, what: str) -> TrainE
     need = f", about {megabytes(needed_bytes)} needed" if needed_bytes else ""
     return TrainError(
         "disk_full", f"the disk holding {folder} is full while writing {what} ({free}{need})",
-        "free space on that disk or set output.dir to a folder on a larger one, then continue with "
-        "`studio-train resume RUN_DIR` (the Resume button): the checkpoints written before are intact",
+        f"free space on that disk or set output.dir to a folder on a larger one, then continue with {_resume()}: "
+        "the checkpoints written before are intact",
         path=str(folder), needed_bytes=needed_bytes,
     )
 

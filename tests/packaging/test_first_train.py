@@ -3,7 +3,8 @@ install.sh into an empty home folder, the INSTALLED copy started, Train pressed 
 Training Environment installs from a folder of wheels, the demo's model is built, the run trains to
 its end, in a window drawn through Qt's X11 plugin on Xvfb where it is installed (offscreen
 otherwise). Asserted: the LoRA file on disk, loss points drawn in the plot, no question asked (no
-download offered) and no `studio-train` advice shown.
+download offered) and no `studio-train` advice shown. Then, on the Export page, Install SkyPilot… makes the
+cloud environment from the same folder (holding a stand-in SkyPilot) and a cloud run is launched through it.
 
 The wheels are the pinned packages of the environment, fetched once into build/first-train-wheels
 by pip from the sources it is set up with (this machine's wheel folder or mirror; PyPI and PyTorch's
@@ -23,6 +24,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fixtures.fake_sky import FAKE_SKY
+from fixtures.wheelhouse import build_wheel
 from fixtures.x_display import x_display
 
 from studio.core.trainenv.packages import CONSTRAINTS, package_lists, pinned_versions
@@ -57,6 +60,16 @@ def fill_wheel_folder(folder: Path) -> Path:
     return folder
 
 
+def with_standin_skypilot(wheels: Path, folder: Path) -> Path:
+    """The environment's wheels (linked, not copied) and a stand-in SkyPilot at the pinned version."""
+    folder.mkdir()
+    for wheel in wheels.iterdir():
+        (folder / wheel.name).symlink_to(wheel)
+    version = pinned_versions(ROOT / "constraints" / "cloud.txt")["skypilot"]
+    build_wheel(folder, "skypilot", version, {"sky/__init__.py": FAKE_SKY})
+    return folder
+
+
 def install_download(app: Path, home: Path, download: Path) -> Path:
     """Lay the download out as the tar.gz does (build_app.linux_archive) and run its install.sh."""
     shutil.copytree(app.parent, download / "studio", symlinks=True)
@@ -84,8 +97,10 @@ def test_the_installed_apps_first_train_on_the_demo_trains_to_a_lora(frozen_app:
     home.mkdir()
     installed = install_download(frozen_app, home, tmp_path / "download")
     report = tmp_path / "first-train.json"
+    wheels = with_standin_skypilot(wheels, tmp_path / "wheels")
+    (tmp_path / "sky-state").mkdir()
     env = dict(clean_env(home), STUDIO_WHEELHOUSE=str(wheels), STUDIO_SELF_TEST_REPORT=str(report),
-               HF_HUB_OFFLINE="1")
+               HF_HUB_OFFLINE="1", STUDIO_CLOUD_LAUNCH_TEST="1", FAKE_SKY_STATE=str(tmp_path / "sky-state"))
     with x_display() as display:  # the window through Qt's X11 plugin where Xvfb is installed, as on a desktop
         env["QT_QPA_PLATFORM"] = "xcb" if display else "offscreen"
         if display:
@@ -106,4 +121,7 @@ def test_the_installed_apps_first_train_on_the_demo_trains_to_a_lora(frozen_app:
     (lora,) = facts["lora_files"]
     assert Path(lora).stat().st_size > 0 and Path(lora).is_relative_to(home)
     assert (home / ".local/share/sd-training-studio/demo-project/models/tiny-sd15/model_index.json").is_file()
+    # Then the cloud launch: Install SkyPilot… made the cloud environment, the launch went through its bridge.
+    assert "SkyPilot is ready" in facts["cloud"]["install"] and facts["cloud"]["launched"], facts["cloud"]
+    assert (tmp_path / "sky-state" / "launched").read_text() == facts["cloud"]["cluster"]
     assert out.returncode == 0 and facts["ok"]

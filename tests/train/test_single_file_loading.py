@@ -233,3 +233,18 @@ def test_a_checkpoint_marked_v_prediction_gets_a_v_prediction_schedule(sd15_chec
     # An explicit model.prediction_type still wins over the file's marker.
     explicit = adapter_for(make_config(model=ModelSection(family="sd15", base=str(marked), prediction_type="epsilon")))
     assert explicit.noise_scheme(explicit.load(torch.device("cpu"), torch.float32)).prediction_type == "epsilon"
+
+
+def test_the_model_check_and_the_trainer_agree_on_what_loads_offline(tmp_path: Path) -> None:
+    from fixtures.checkpoints import ODD_SD15, SD3_MEDIUM, SD15
+
+    from studio.core.config.schema import ModelSection
+    from studio.core.models.files import hub_need
+
+    for name, shapes in (("v1", SD15), ("odd", ODD_SD15), ("sd3", SD3_MEDIUM)):
+        path = write_checkpoint(tmp_path / f"{name}.safetensors", shapes)
+        info = detect_model(path)
+        assert info.family is not None
+        for use_t5 in (False, True):
+            said_offline = hub_need(info, ModelSection(family=info.family, base=str(path), use_t5=use_t5)) is None
+            assert (single_file_config(path, info, info.family, use_t5) is not None) == said_offline, (name, use_t5)

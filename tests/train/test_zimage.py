@@ -241,3 +241,39 @@ def test_a_lokr_is_one_lycoris_file_under_the_names_comfyuis_z_image_map_reads(t
     transformer = _pipeline(tiny_zimage).transformer
     by_lycoris = {"lycoris_" + name.replace(".", "_"): name for name, _ in transformer.named_modules() if name}
     assert all(m in by_lycoris and comfy_knows(by_lycoris[m]) for m in modules), sorted(modules)[:4]
+
+
+def test_the_tiny_model_trains_at_1024_px_as_the_model_page_says_it_fits(tiny_zimage: Path, demo_data: Path,
+                                                                          tmp_path: Path) -> None:
+    # Its position table once stopped at 512 px: at 1024 the first step crashed as "a bug or an environment
+    # problem" although the page's estimate said the run fits.
+    config = _config(tiny_zimage, demo_data, tmp_path)
+    config = TrainConfig.model_validate({**config.model_dump(), "dataset": {
+        **config.dataset.model_dump(), "resolution": 1024}})
+    config.training.max_steps, config.training.batch_size, config.sampling.prompts = 1, 1, []
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+
+
+def test_a_model_whose_position_table_is_too_short_is_refused_with_the_size_it_takes(
+        tiny_zimage: Path, demo_data: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from studio.core.runs.events import Error, read_events
+
+    short = tmp_path / "short-positions"
+    shutil.copytree(tiny_zimage, short)
+    transformer = short / "transformer" / "config.json"
+    transformer.write_text(json.dumps({**json.loads(transformer.read_text()), "axes_lens": [256, 32, 32]}))
+    config = _config(short, demo_data, tmp_path)
+    config = TrainConfig.model_validate({**config.model_dump(), "dataset": {
+        **config.dataset.model_dump(), "resolution": 1024}})
+    config.training.max_steps, config.sampling.prompts = 1, []
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code != 0
+    error = next(e for e in read_events(run_dir / "events.jsonl") if isinstance(e, Error))
+    assert error.kind == "config"
+    assert error.message == f"{short} takes images up to 512 px a side (its transformer's position table), and this " \
+        "run makes 1024 px ones"
+    assert "dataset.resolution" in error.hint and "512 or less" in error.hint

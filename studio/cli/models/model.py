@@ -30,7 +30,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from studio.core.models.files import FAMILY_NAMES, ModelFileError, detect_model
+    from studio.core.models.files import (
+        FAMILY_NAMES,
+        ModelFileError,
+        detect_model,
+        hub_need,
+        setting_hub_need,
+    )
 
     path = Path(args.path).expanduser()
     if not path.exists():
@@ -55,11 +61,24 @@ def run(args: argparse.Namespace) -> int:
     if info.refused:
         print(f"  cannot train from it: {info.refused}")
     elif info.family is None:
-        print("  its family is not recognised: the studio trains SD1.5, SDXL and SD3 models")
+        print(f"  its family is not recognised: {families_read_from_files()}")
     else:
-        print("  loads offline" if info.offline else
-              "  its pipeline configs come from the Hugging Face hub: the first run needs the internet")
+        need, setting = hub_need(info), setting_hub_need(info)
+        print(f"  {need}" if need else f"  loads offline; {setting[1]}" if setting else "  loads offline")
     return EXIT_OK if trainable else EXIT_FAILED
+
+
+def families_read_from_files() -> str:
+    """Which families' checkpoint files the studio reads, and which train from a diffusers folder only."""
+    from studio.core.families import FAMILIES
+
+    def listed(titles: list[str]) -> str:
+        return ", ".join(titles[:-1]) + f" and {titles[-1]}" if len(titles) > 1 else "".join(titles)
+
+    files = [spec.title for spec in FAMILIES if spec.kinds]
+    folders = [spec.title for spec in FAMILIES if not spec.kinds]
+    return (f"the studio reads checkpoint files of {listed(files)}; {listed(folders)} train from a diffusers "
+            "folder (choose the model's folder, or its hub id)")
 
 
 def _convert(path: Any) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from studio.core.app_words import command_or_action
 from studio.core.cloud.api import CloudError, ClusterState, Offer
 
 REQUEST_TIMEOUT_S = 3600  # a launch streams SkyPilot's provisioning, which can take many minutes
@@ -98,7 +99,8 @@ def _answer(stdout: str, stderr: str, python: Path) -> Any:
             return message["ok"]
     last = stderr.strip().splitlines()[-3:]
     raise CloudError(f"the cloud environment ({python}) gave no answer" + (f": {' / '.join(last)}" if last else "")
-                     + "; set it up again (Install SkyPilot…, or studio-train cloud setup)")
+                     + "; set it up again (Install SkyPilot…"
+                     + command_or_action(", or studio-train cloud setup)", " on the Export page)"))
 
 
 def serve(request: dict[str, Any], out: Any = sys.stdout) -> None:

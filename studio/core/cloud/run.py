@@ -12,7 +12,6 @@ goes down, so it costs nothing more.
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import subprocess
 import time
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO
 
+from studio.core.app_words import cli_command
 from studio.core.cloud.api import CloudApi, CloudError, ClusterState
 from studio.core.files import atomic_write_text
 from studio.core.remote.tail import RemoteFileMirror, StreamFrom
@@ -173,7 +173,7 @@ def end_cluster(api: CloudApi, record: CloudRunRecord, local_dir: Path) -> None:
 
 
 def pull_command(record: CloudRunRecord) -> str:
-    return f"studio-train cloud pull {shlex.quote(record.cluster)}"
+    return cli_command(["cloud", "pull", record.cluster])
 
 
 # ------------------------------------------------------------ launching

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
+from studio.core.app_words import cli_command
 from studio.core.config.errors import Contradiction
 
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
@@ -26,9 +27,11 @@ def pickle_refusal(base: str) -> str:
     """Why a pickle model is not loaded, and the two ways on."""
     name = PurePath(base).name
     return (f"{name} is a pickle file ({PurePath(base).suffix}): loading one can run code hidden in it, so the "
-            "studio does not load it by default. Convert it once to .safetensors (`studio-train model "
-            f"{name} --to-safetensors`, which reads it as data only) and use that file, or set model.allow_pickle "
-            "= true to load it as data only (torch's weights-only loader) at your own risk")
+            f"studio does not load it by default. Convert it once to .safetensors "
+            f"({cli_command(['model', name, '--to-safetensors'])}, which "
+            "reads it as data only) and use that file, or set model.allow_pickle = true to load it as data only "
+            "(torch's weights-only loader) at your own risk")
+
 
 
 def pickle_warning(base: str) -> str:

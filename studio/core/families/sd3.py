@@ -54,7 +54,7 @@ FAMILY = FamilySpec(
     repeated_blocks=("JointTransformerBlock",),  # SD3Transformer2DModel does not name them
     download_gb=16.0,
     kinds=(
-        CheckpointKind("sd3", "SD3 medium", offline=True),
+        CheckpointKind("sd3", "SD3 medium", offline=True, hub_when=("use_t5", "the T5 encoder's config and tokenizer")),
         CheckpointKind("sd35_medium", "SD3.5 medium"),
         CheckpointKind("sd35_large", "SD3.5 large"),
     ),

@@ -40,6 +40,9 @@ class CheckpointKind:
     name: str
     title: str  # what a person reads: "SDXL base"
     offline: bool = False  # the studio ships its pipeline configs: it loads with no network
+    # A model setting (ModelSection's name) that, when on, takes a part of an offline kind's pipeline from the
+    # hub after all, and that part in words: ("use_t5", "the T5 encoder's config and tokenizer").
+    hub_when: tuple[str, str] | None = None
     refused: str | None = None  # why the studio cannot train it
 
 

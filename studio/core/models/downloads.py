@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studio.core.app_words import command_or_action
 from studio.core.containment import OutsideFolderError, contained_path, name_parts
 from studio.core.files import atomic_write_text
 from studio.core.models.hub_token import token_may_go_to
@@ -351,8 +352,8 @@ def _network_errors(errors: Any) -> tuple[type[Exception], ...]:
 def _gated(repo_id: str, token: str | None) -> DownloadError:
     why = "the stored token may not read it" if token else "it needs a Hugging Face token"
     return DownloadError(f"{repo_id} is gated ({why}): accept its licence at https://huggingface.co/{repo_id} "
-                         "while signed in, then store a token of that account (Download → Token, or "
-                         "`studio-train download --set-token`).", gated=True)
+                         "while signed in, then store a token of that account (Download → Token"
+                         + command_or_action(", or `studio-train download --set-token`", "") + ").", gated=True)
 
 
 def _network(repo_id: str, missing: list[RemoteFile], exc: BaseException) -> DownloadError:

@@ -28,6 +28,10 @@ KIND_NAMES = {name: kind.title for name, (_spec, kind) in checkpoint_kinds().ite
 KIND_FAMILIES = {name: spec.name for name, (spec, _kind) in checkpoint_kinds().items()}
 # The kinds the studio has pipeline configs for, so they load with no network.
 OFFLINE_KINDS = tuple(name for name, (_spec, kind) in checkpoint_kinds().items() if kind.offline)
+# What a checkpoint file of another kind needs, as the Model page and `studio-train model` say it: the trainer
+# finds no configs of its own for it (studio/train/pipelines/pipeline_configs.py) and asks the hub.
+HUB_CONFIGS_NOTE = ("its pipeline configs (model_index.json, each part's config.json, the tokenizers) come from the "
+                    "Hugging Face hub: the first run needs the internet once")
 # Kinds the studio cannot train, and why.
 REFUSED_KINDS = {name: kind.refused for name, (_spec, kind) in checkpoint_kinds().items() if kind.refused}
 _HALF = {"F16", "BF16"}
@@ -48,6 +52,7 @@ class ModelInfo:
     pickled: str | None = None  # the path of a pickle file (.ckpt, .pt, .bin): refused unless model.allow_pickle
     # A folder's weight file cut short, or a config asking for more layers than its weights hold.
     damaged: WeightProblem | None = None
+    folder: bool = False  # a diffusers folder (its configs are in it), not a checkpoint file
 
     @property
     def label(self) -> str:
@@ -64,14 +69,38 @@ class ModelInfo:
 
     @property
     def offline(self) -> bool:
-        """Whether a checkpoint file loads without the internet (folders always do)."""
-        return self.kind is None or self.kind in OFFLINE_KINDS
+        """Whether the model loads without the internet: folders always do; a checkpoint file when the studio
+        has its kind's configs (a file of no kind it knows takes them from the hub)."""
+        return self.folder or self.kind in OFFLINE_KINDS
 
     @property
     def refused(self) -> str | None:
         """Why the studio cannot train from this model, or None."""
         return REFUSED_KINDS.get(self.kind or "") or self.missing or (str(self.damaged) if self.damaged else None) \
             or (pickle_refusal(self.pickled) if self.pickled else None)
+
+
+def hub_need(info: ModelInfo, model: object | None = None) -> str | None:
+    """What of a trainable model comes from the hub at its first run, in words; None when nothing does.
+
+    `model` (a ModelSection) gives the settings that take a part of an offline kind from the hub (SD3's T5).
+    """
+    if info.family is None or info.refused:
+        return None
+    if not info.offline:
+        return HUB_CONFIGS_NOTE
+    setting = setting_hub_need(info)
+    return setting[1] if setting and model is not None and getattr(model, setting[0], False) else None
+
+
+def setting_hub_need(info: ModelInfo) -> tuple[str, str] | None:
+    """(the setting, what it takes from the hub when on) for a checkpoint of an offline kind, or None."""
+    kind = checkpoint_kinds()[info.kind][1] if info.kind else None
+    if kind is None or kind.hub_when is None:
+        return None
+    setting, part = kind.hub_when
+    return setting, (f"with {setting} on, {part} come from the Hugging Face hub: the first run needs the internet "
+                     f"once (turn {setting} off to train with no network)")
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
@@ -139,10 +168,10 @@ def _folder_model(folder: Path) -> ModelInfo:
         else next(((spec.name, evidence) for spec in FAMILIES
                    if (evidence := spec.folder_rule(folder, read_json)) is not None), None)
     if found is None:
-        return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}")
+        return ModelInfo(None, None, f"model_index.json names {class_name or 'no pipeline class'}", folder=True)
     components = [name for name, entry in index.items() if isinstance(entry, list) and entry and entry[0]]
     return ModelInfo(found[0], None, found[1], tokenizer_problem(folder, index),
-                     damaged=folder_weight_problem(folder, components))
+                     damaged=folder_weight_problem(folder, components), folder=True)
 
 
 def read_json(path: Path) -> dict[str, object]:

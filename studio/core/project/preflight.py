@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.app_words import command_or_action
 from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.edit_pairs.training import describe, edit_training_refusal, pair_errors
@@ -154,8 +155,10 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
     if known is None and snapshot is None:
         what = "is no folder or file here and no downloaded hub model"
     return PreflightProblem(
-        "model", f"Base model {repo_id} {what}: download it first with `studio-train download {shlex.quote(repo_id)}`{size} "
-                 "or the Download button on the Model & Preset page, or choose a model folder or file.",
+        "model", f"Base model {repo_id} {what}: download it first with "
+                 + command_or_action(f"`studio-train download {shlex.quote(repo_id)}`{size} or ", "")
+                 + f"the Download button on the Model & Preset page{command_or_action('', size)}, or choose a model "
+                 "folder or file.",
         can_confirm=True, download=repo_id)
 
 
@@ -223,7 +226,8 @@ def check_mask_files(config: TrainConfig) -> PreflightProblem | None:
     errors = [p for p in mask_problems(images, Path(d.mask_folder)) if p.severity == "error"]
     if not errors:
         return None
-    more = f" ({len(errors) - 1} more: `studio-train check-dataset` lists them)" if len(errors) > 1 else ""
+    lists = command_or_action("`studio-train check-dataset` lists them", "the Dataset page shows them")
+    more = f" ({len(errors) - 1} more: {lists})" if len(errors) > 1 else ""
     return PreflightProblem("dataset", f"Loss mask {errors[0].path}: {errors[0].message}{more}; "
                                        f"{errors[0].hint}.")
 
@@ -285,9 +289,11 @@ def check_gpu_count(config: TrainConfig, gpu_count: int) -> PreflightProblem | N
     fewer = usable * launch.num_machines
     return PreflightProblem(
         "gpus", f"launch.num_processes = {launch.num_processes} starts {here} processes on {on}, which has "
-                f"{gpus}: set launch.num_processes to {fewer} (or `studio-train run --processes {fewer}`), or "
-                f"export the run (`studio-train export CONFIG --out DIR --gpus {here}`, or the Export page) for a "
-                f"machine with {here} GPUs.")
+                f"{gpus}: set launch.num_processes to {fewer}"
+                + command_or_action(f" (or `studio-train run --processes {fewer}`), or export the run (`studio-train "
+                                    f"export CONFIG --out DIR --gpus {here}`, or the Export page)",
+                                    ", or export the run on the Export page")
+                + f" for a machine with {here} GPUs.")
 
 
 def check_vram(config: ResolvedConfig, gpu: GPUInfo) -> PreflightProblem | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import tomlkit
 
+from studio.core.app_words import command_or_action
 from studio.core.export.bundle_files import find_secrets
 from studio.core.files import atomic_write_text
 from studio.core.user_dirs import config_dir
@@ -159,8 +160,9 @@ def get_machine(name: str) -> RemoteMachine:
     machines = load_machines()
     if name not in machines:
         known = ", ".join(sorted(machines)) or "none yet"
-        raise MachineError(f"no remote machine named '{name}' (known: {known}); add it with "
-                           f"`studio-train remote add {name} HOST` or on the Export page")
+        raise MachineError(f"no remote machine named '{name}' (known: {known}); add it "
+                           + command_or_action(f"with `studio-train remote add {name} HOST` or on the Export page",
+                                               "on the Export page"))
     return validate_machine(machines[name])
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from studio.core.app_words import command_or_action
 from studio.core.quoting import UnsafeNameError, sh_word
 from studio.core.remote.machines import RemoteMachine, ssh_config_args
 from studio.core.remote.passphrases import askpass_env, key_is_encrypted, read_passphrase
@@ -203,7 +204,8 @@ class SshClient:
             if m.key_file and key_is_encrypted(m.key_file) and not self._askpass:
                 return (f"{where} needs the passphrase of {m.key_file}: add the key to your ssh-agent (ssh-add "
                         f"{m.key_file}), or keep the passphrase in the system keyring "
-                        f"(studio-train remote add {m.name} ... --save-passphrase)")
+                        + command_or_action(f"(studio-train remote add {m.name} ... --save-passphrase)",
+                                            "(type it in the machine's passphrase field on the Export page)"))
             key = m.key_file or "your ssh keys (~/.ssh/config, ssh-agent)"
             return (f"{where} refused {key}: put the public key in the machine's ~/.ssh/authorized_keys (on a "
                     "rented machine: the provider's SSH key settings) or name the right key file")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studio.core.app_words import command_or_action, in_desktop_app
 from studio.core.config.paths import ResolvedConfig, load_resolved
 from studio.core.config.toml_file import load_config
 from studio.core.containment import OutsideFolderError, contained_path
@@ -95,10 +96,12 @@ class RemoteStart:
             f"  here: {self.local_dir} (events arrive while the studio follows it)",
             "Watch it:",
             f"  in the studio: Runs page, the run marked 'on {r.machine}' (Open follows it live)",
-            f"  here:          studio-train remote watch {here}",
+            *([] if in_desktop_app() else [f"  here:          studio-train remote watch {here}"]),
             f"  there:         {self.ssh} tail -f {shlex.quote(r.remote_run_dir + '/console.log')}",
-            f"Stop it: studio-train remote stop {here}   (add --kill to end it at once)",
-            f"Bring it back: studio-train remote pull {here}",
+            command_or_action(f"Stop it: studio-train remote stop {here}   (add --kill to end it at once)",
+                              "Stop it: Stop on the Runs page"),
+            command_or_action(f"Bring it back: studio-train remote pull {here}",
+                              "Bring it back: Bring back on the Runs page"),
         ]
         lines += [f"Note: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -216,7 +219,7 @@ def refuse_if_running(report: MachineReport) -> None:
     """One run per project and machine: a second send would change the files under the first."""
     if report.active_runs:
         raise RemoteError(f"a run of this project is still going on {report.machine}: stop it first (Stop on the "
-                          "Train page, or studio-train remote stop RUN_FOLDER)")
+                          + command_or_action("Train page, or studio-train remote stop RUN_FOLDER)", "Train page)"))
 
 
 _LAUNCH = r"""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from studio.core.app_words import command_or_action
 from studio.core.runs.event_reading.files import events_backwards, newest_event
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
@@ -70,13 +71,17 @@ def already_completed_message(run_dir: Path, finished: RunFinished) -> str:
             "`studio-train run COPY.toml` (it trains from the base model again)")
 
 
+def _resume(run_dir: Path) -> str:
+    return command_or_action(f"studio-train resume {shlex.quote(str(run_dir))}", "Resume on the Train or Runs page")
+
+
 def outcome_line(run_dir: Path, exit_code: int | None) -> str:
     """The studio's one-line account of a run whose processes have all ended: the last line of its console."""
     finished, error = last_finish(run_dir)
     if finished is None:
         code = f" (exit code {exit_code})" if exit_code is not None else ""
         return (f"{STUDIO_PREFIX} the trainer ended{code} without finishing the run; the lines above say why; "
-                f"continue it with: studio-train resume {shlex.quote(str(run_dir))}")
+                f"continue it with: {_resume(run_dir)}")
     times = phase_summary(finished.phases, finished.images_per_s)
     times = f"; time: {times}" if times else ""
     if finished.status == "completed":
@@ -84,9 +89,7 @@ def outcome_line(run_dir: Path, exit_code: int | None) -> str:
                 f"outputs in {run_dir / OUTPUT_DIR}")
     if finished.status == "stopped":
         return (f"{STUDIO_PREFIX} run stopped at step {finished.step}{_validation_text(run_dir)}{times}; "
-                "continue it with: "
-                "studio-train resume "
-                f"{shlex.quote(str(run_dir))}")
+                f"continue it with: {_resume(run_dir)}")
     reason = f"{error.kind}: {error.message}" if error is not None else (finished.message or "no reason given")
     hint = f" ({error.hint.splitlines()[0]})" if error is not None and error.hint else ""
     return f"{STUDIO_PREFIX} run failed at step {finished.step}: {' '.join(reason.split())}{hint}"

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.app_words import command_or_action
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import HardwareReport
 from studio.core.resources import app_root
@@ -26,8 +27,14 @@ from studio.core.trainenv.verify import mismatched_versions
 from studio.core.training_python import env_dir, env_python
 
 ERROR, WARNING, INFO = "error", "warning", "info"
-REPAIR = "run `studio-train env repair` (or Repair in Tools → Training Environment)"
-INSTALL = "run `studio-train env install` (or Install in Tools → Training Environment)"
+def _repair() -> str:
+    return command_or_action("run `studio-train env repair` (or Repair in Tools → Training Environment)",
+                             "press Repair in Tools → Training Environment")
+
+
+def _install() -> str:
+    return command_or_action("run `studio-train env install` (or Install in Tools → Training Environment)",
+                             "press Install in Tools → Training Environment")
 
 
 @dataclass(frozen=True)
@@ -55,13 +62,14 @@ def machine_findings(report: HardwareReport, build: TorchBuild, folder: Path, in
     found = []
     if build.problem:
         found.append(Finding("driver_too_old", ERROR, build.problem,
-                             "update the NVIDIA driver (nvidia.com/drivers, or your system's driver manager), "
-                             "or install the CPU build with `studio-train env install --torch cpu`"))
+                             "update the NVIDIA driver (nvidia.com/drivers, or your system's driver manager)"
+                             + command_or_action(", or install the CPU build with `studio-train env install --torch cpu`",
+                                                 ", then press Repair in Tools → Training Environment")))
     if platform != "darwin" and not any(gpu.vendor == "nvidia" for gpu in report.gpus):
         found.append(Finding("no_nvidia_driver", WARNING,
                              "no NVIDIA GPU answered (no NVIDIA driver, or it is not loaded): the environment "
                              "gets the CPU build of PyTorch, and training on the CPU is very slow",
-                             "if the machine has an NVIDIA GPU, install its driver, restart, then " + REPAIR))
+                             "if the machine has an NVIDIA GPU, install its driver, restart, then " + _repair()))
     free = free_gb(folder)
     if not installed and free < build.disk_gb:
         found.append(Finding("disk_space", ERROR,
@@ -75,32 +83,32 @@ def env_findings(plan: InstallPlan, check: EnvCheck) -> list[Finding]:
     """The environment itself: missing, broken, half-installed, out of date, unlinked."""
     folder = plan.folder
     if not folder.exists():
-        return [Finding("not_installed", INFO, f"there is no training environment yet ({folder})", INSTALL)]
+        return [Finding("not_installed", INFO, f"there is no training environment yet ({folder})", _install())]
     if not check.runs:
         return [Finding("broken_venv", ERROR,
                         f"the environment's Python does not run: {check.error} (the Python it was made from "
-                        "was probably removed or upgraded)", REPAIR + "; it makes the environment again")]
+                        "was probably removed or upgraded)", _repair() + "; it makes the environment again")]
     ready = read_ready(folder)
     if ready is None:
         if (folder / STATE_FILE).is_file():
             return [Finding("install_unfinished", WARNING,
                             f"the install in {folder} stopped before it finished (cancelled or failed; "
-                            f"see {folder / LOG_FILE})", INSTALL + "; it continues where it stopped")]
-        return [Finding("not_installed", INFO, f"{folder} holds no finished training environment", INSTALL)]
+                            f"see {folder / LOG_FILE})", _install() + "; it continues where it stopped")]
+        return [Finding("not_installed", INFO, f"{folder} holds no finished training environment", _install())]
     found = []
     if ready.get("stamp") != plan.stamp() and not plan.build.problem:
         found.append(Finding("outdated", WARNING,
                              f"the environment was made for another package list or torch build than this "
-                             f"studio's ({ready.get('torch_build')} then, {plan.build.tag} now)", INSTALL))
+                             f"studio's ({ready.get('torch_build')} then, {plan.build.tag} now)", _install()))
     wrong = mismatched_versions(plan, check)
     if wrong:
-        found.append(Finding("packages", ERROR, "packages: " + "; ".join(wrong), REPAIR))
+        found.append(Finding("packages", ERROR, "packages: " + "; ".join(wrong), _repair()))
     studio = Path(check.studio) if check.studio else None
     if studio is None or studio.resolve() != (plan.studio_source / "studio").resolve():
         where = f"it finds {studio}" if studio else "it does not find it"
         found.append(Finding("studio_unlinked", ERROR,
                              f"the environment does not run this studio's code from {plan.studio_source} "
-                             f"({where}; the app was moved or updated?)", REPAIR))
+                             f"({where}; the app was moved or updated?)", _repair()))
     return found
 
 
@@ -117,7 +125,7 @@ def diagnose(report: HardwareReport, folder: Path, torch_tag: str | None = None,
         tool = choose_tool(tool_kind)
     except NoEnvTool as exc:
         found.append(Finding("no_python", ERROR, str(exc).split(":", 1)[0],
-                             "install uv (https://docs.astral.sh/uv/) or Python 3.11+, then " + INSTALL))
+                             "install uv (https://docs.astral.sh/uv/) or Python 3.11+, then " + _install()))
         return found
     try:
         packages = package_lists(nvidia=build.cuda)

@@ -19,6 +19,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGroupBox, QLabel, QMessageBox, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from studio.core.app_words import cli_command
 from studio.core.cloud.api import CloudApi, CloudError, Offer
 from studio.core.cloud.environment import cloud_env_dir, install_cloud_env
 from studio.core.cloud.launcher import cloud_api, cloud_available
@@ -182,7 +183,7 @@ class CloudPanel(QGroupBox):
             write_launch_record(quote.bundle, job, project.config_path)
         except OSError as exc:
             self.say(f"{quote.bundle.cluster} started (job {job}) but its run folder could not be written: {exc}; "
-                     f"follow it with: studio-train cloud logs {quote.bundle.cluster}")
+                     f"follow it with: {cli_command(['cloud', 'logs', quote.bundle.cluster])}")
             return
         run = CloudRun(local, record, self.api, state_ms=self.state_ms or STATE_MS)
         if self.context.run_controller.follow(run):

@@ -7,10 +7,11 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
+from studio.core.app_words import command_or_action
 from studio.core.config.schema import ModelSection
 from studio.core.estimate.local_architecture import forget_local_architectures
 from studio.core.families import title as family_title
-from studio.core.models.files import ModelFileError, ModelInfo, detect_model
+from studio.core.models.files import ModelFileError, ModelInfo, detect_model, hub_need
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
 
@@ -60,10 +61,8 @@ class BaseModelCheck:
         if info.family != family:
             return (f"✗ {path.name} is {info.a_label} ({family_title(info.family)}), but the family is "
                     f"{family_title(family)}: set the family to {family_title(info.family)}, or choose another model.")
-        text = f"✓ {info.label}: {path}"
-        if not info.offline:
-            text += " (its pipeline configs come from the Hugging Face hub: it needs the internet once)"
-        return text
+        need = hub_need(info, model)
+        return f"✓ {info.label}: {path}" + (f" ({need})" if need else "")
 
     @staticmethod
     def _status_elsewhere(model: ModelSection, path: Path) -> str:
@@ -79,6 +78,6 @@ class BaseModelCheck:
             snapshot = cached_snapshot(base, model.revision)
             if snapshot is not None and not missing_components(snapshot):
                 return f"✓ Hub id {base}: downloaded, it trains with no network."
-            return (f"Hub id {base}: not on this machine yet. Download it from the list below (or with "
-                    f"`studio-train download {shlex.quote(base)}`) before training.")
+            how = command_or_action(f" (or with `studio-train download {shlex.quote(base)}`)", "")
+            return f"Hub id {base}: not on this machine yet. Download it from the list below{how} before training."
         return f"✗ Not found: {path}. Choose a folder or file that exists."

@@ -40,6 +40,7 @@ from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.model.base_check import BaseModelCheck
 from studio.gui.model.estimate import EstimatePanel
+from studio.gui.model.family_switch import ask_family_base, base_family, offered_base
 from studio.gui.model.form import FOLDER_FIELDS, ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
@@ -198,18 +199,29 @@ class ModelPage(Page):
             self.choose_base(path)
 
     def choose_family(self, family: str) -> bool:
-        """Switch the family. A base model left at the old family's default follows to the new one's;
-        options of the old family only go back to their defaults; a base of another family is named."""
+        """Switch the family. A base model left at the old family's default follows to the new one's; a base
+        of another family follows once the person says so; options of the old family go back to their
+        defaults."""
         old = self.config.model
         if family == old.family:
             return True
         changes: dict[str, Any] = {"model.family": family}
+        where = f"the default for {family_title(family)}"
         if old.base == default_base(old.family):
             changes["model.base"] = default_base(family)
+        elif (found := base_family(self.base_check, self.context.project_path(old.base), old.base,
+                                   self.library.models)) not in (None, family):
+            offer = offered_base(family, self.library.models)
+            follow = ask_family_base(self, old.base, str(found), family, offer)
+            if follow is None:
+                self.family.setCurrentIndex(self.family.findData(old.family))
+                return False
+            if follow:
+                changes["model.base"], where = offer[0], f"{offer[1]}, for {family_title(family)}"
         if not self.apply_config_changes(changes):
             return False
         if "model.base" in changes:
-            self.context.status(f"Base model: {changes['model.base']}, the default for {family_title(family)}")
+            self.context.status(f"Base model: {changes['model.base']}, {where}")
         elif self.base_status.text().startswith("✗"):
             self.context.status(self.base_status.text())
         return True

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer
 
+from studio.core.app_words import cli_command
 from studio.core.cloud.api import CloudApi, CloudError, ClusterState
 from studio.core.cloud.run import (
     BroughtBack,
@@ -207,7 +208,7 @@ class CloudRun(RunSource):
 
     def _not_down(self, error: BaseException) -> None:
         self.sig_error.emit(f"{self.record.cluster} may still be running and costing money: ending it failed "
-                            f"({error}); end it with: studio-train cloud down {self.record.cluster}")
+                            f"({error}); end it with: {cli_command(['cloud', 'down', self.record.cluster])}")
         self._finish(1, "crashed")
 
     def _failed(self, error: BaseException) -> None:

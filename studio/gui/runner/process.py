@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 from PySide6.QtCore import QIODevice, QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
+from studio.core.app_words import desktop_app_env
 from studio.core.protocol.jsonlines import Protocol, UnknownMessage
 from studio.core.protocol.lines import LineBuffer
 from studio.core.protocol.tail import ConsoleTail, ConsoleText
@@ -134,6 +135,7 @@ class CommandProcess(QObject):
         proc = QProcess(self)
         if cwd is not None:
             proc.setWorkingDirectory(str(cwd))
+        env = {**(env or {}), **desktop_app_env()}  # the desktop app's children name its buttons in messages
         if env:
             qenv = QProcessEnvironment.systemEnvironment()
             for key, value in env.items():

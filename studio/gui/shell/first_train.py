@@ -5,7 +5,8 @@ Train button is pressed, the Training Environment window that opens installs (fr
 $STUDIO_WHEELHOUSE when set, as "Install from a Folder of Wheels…" does), the demo's tiny
 model is built and the run trains to its end. Any question the app asks on the way (a
 download offered, "may not fit", …) is answered No and reported: a newcomer's first Train
-asks none. CI runs this on the installed frozen app (tests/packaging/test_first_train.py).
+asks none. With STUDIO_CLOUD_LAUNCH_TEST=1 the Export page's cloud launch follows (cloud_launch_drive.py).
+CI runs this on the installed frozen app (tests/packaging/test_first_train.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from PySide6.QtWidgets import QApplication
 
 from studio.gui.base.event_loop import wait_for
+from studio.gui.shell.cloud_launch_drive import CLOUD_TEST_VAR, drive_cloud_launch
 from studio.gui.shell.main_window import MainWindow
 from studio.gui.trainenv.window import TrainingEnvDialog
 
@@ -37,7 +39,8 @@ def run_first_train(window: MainWindow, app: QApplication) -> None:
         facts["error"] = repr(exc)
     facts["seconds"] = round(time.monotonic() - started, 1)
     facts["ok"] = bool(facts.get("status") == "finished" and facts.get("lora_files") and facts.get("loss_drawn")
-                       and not facts["questions"] and not facts.get("error"))
+                       and not facts["questions"] and not facts.get("error")
+                       and (os.environ.get(CLOUD_TEST_VAR) != "1" or facts.get("cloud", {}).get("launched")))
     line = json.dumps(facts)
     report = os.environ.get(REPORT_VAR)
     if report:
@@ -87,3 +90,5 @@ def _drive(window: MainWindow, facts: dict[str, Any]) -> None:
                  lora_files=[str(o) for o in outputs if o.name == "pytorch_lora_weights.safetensors" and o.is_file()])
     if dialog is not None:
         dialog.close()
+    if os.environ.get(CLOUD_TEST_VAR) == "1":  # then the cloud launch, as the Export page offers it
+        facts["cloud"] = drive_cloud_launch(window.show_page("page_export"), STEP_TIMEOUT_S)

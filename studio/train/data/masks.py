@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 
+from studio.core.app_words import command_or_action
 from studio.core.config.schema import DatasetSection
 from studio.core.dataset.mask_checks import mask_files, mask_problems
 from studio.train.errors import TrainError
@@ -93,7 +94,8 @@ def check_mask_files(items: list[Any], dataset: DatasetSection, warn: Callable[[
     problems = mask_problems(images, folder)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
-        more = f" (and {len(errors) - 1} more: run studio-train check-dataset to list them)" if len(errors) > 1 else ""
+        lists = command_or_action("run studio-train check-dataset to list them", "the Dataset page shows them")
+        more = f" (and {len(errors) - 1} more: {lists})" if len(errors) > 1 else ""
         raise TrainError("data", f"{errors[0].path}: {errors[0].message}{more}", errors[0].hint, path=errors[0].path)
     missing = [Path(p.path).name for p in problems if p.code == "missing_mask"]
     if missing:

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.dataset.buckets import bucket_sizes
 from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
@@ -73,9 +74,24 @@ class ZImageAdapter(FamilyAdapter):
         if model.training_adapter:
             merge_training_adapter(pipe, model.training_adapter)
         transformer, vae, encoder = pipe.transformer, pipe.vae, pipe.text_encoder
+        self._refuse_beyond_positions(transformer, int(pipe.vae_scale_factor))
         self.max_tokens = min(MAX_TOKENS, int(getattr(pipe.tokenizer, "model_max_length", MAX_TOKENS)))
         self.place_frozen(transformer, vae, [encoder], device, weight_dtype, dtypes)
         return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler)
+
+    def _refuse_beyond_positions(self, transformer: Any, vae_scale: int) -> None:
+        """The transformer's position table holds so many patches a side; a larger image would fail in its
+        first step, so the run is refused at load with the largest size the model takes."""
+        config, dataset = transformer.config, self.config.dataset
+        limit = int(min(config.axes_lens[1:])) * int(config.all_patch_size[0]) * vae_scale
+        sides = [dataset.resolution, self.config.sampling.size or 0]
+        if dataset.buckets:
+            sides += [max(size) for size in bucket_sizes(dataset.resolution, dataset.bucket_step, dataset.min_bucket,
+                                                          dataset.max_bucket)]
+        if max(sides) > limit:
+            raise TrainError("config", f"{self.config.model.base} takes images up to {limit} px a side (its "
+                             f"transformer's position table), and this run makes {max(sides)} px ones",
+                             f"set dataset.resolution (and sampling.size, dataset.max_bucket) to {limit} or less")
 
     def default_lora_targets(self) -> list[str]:
         return list(LORA_TARGETS)

@@ -94,7 +94,7 @@ def build_tiny(folder: Path, seed: int) -> Path:
     transformer = ZImageTransformer2DModel(
         all_patch_size=(2,), all_f_patch_size=(1,), in_channels=latent_channels, dim=32, n_layers=2,
         n_refiner_layers=1, n_heads=2, n_kv_heads=2, cap_feat_dim=hidden, axes_dims=[8, 4, 4],
-        axes_lens=[256, 32, 32],
+        axes_lens=TRANSFORMER["axes_lens"],  # the published RoPE lengths: it trains at every size the real one does
     )
     _fix_pad_tokens(transformer)
     vae = AutoencoderKL(

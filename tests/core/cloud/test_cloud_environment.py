@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.fake_sky import FAKE_SKY
 from fixtures.wheelhouse import build_wheel
 
 from studio.core.cloud import launcher
@@ -16,58 +17,6 @@ from studio.core.cloud.bridge import BridgeApi
 from studio.core.cloud.environment import CLOUD_ENV_VAR, cloud_python, install_cloud_env
 from studio.core.resources import app_root
 from studio.core.trainenv.packages import pinned_versions
-
-# The parts of SkyPilot's Python API the studio's adapter (core/cloud/skypilot.py) calls.
-FAKE_SKY = '''
-import os
-from pathlib import Path
-
-STATE = Path(os.environ["FAKE_SKY_STATE"])
-
-class Resources:
-    cloud, region, accelerators, use_spot = "RunPod", "EU-RO-1", "{'H100': 1}", False
-    def get_cost(self, seconds):
-        return 2.69 * seconds / 3600
-
-class Task:
-    num_nodes = 1
-    def __init__(self, path):
-        self.path, self.best_resources = path, Resources()
-    @staticmethod
-    def from_yaml(path):
-        if "broken" in path:
-            raise ValueError("Invalid task YAML: resources must be a dict")
-        return Task(path)
-
-class Dag:
-    def __init__(self):
-        self.tasks = []
-    def add(self, task):
-        self.tasks.append(task)
-
-class Record:
-    status = "ClusterStatus.UP"
-
-def optimize(dag):
-    return dag
-def launch(task, cluster_name):
-    (STATE / "launched").write_text(cluster_name)
-    return (7, None)
-def status(cluster_names):
-    return [Record()] if (STATE / "launched").exists() and not (STATE / "down").exists() else []
-def job_status(cluster):
-    return {7: "JobStatus.RUNNING"}
-def tail_logs(cluster, job, follow=True, preload_content=False):
-    return iter(["step 1 loss 0.25", "step 2 loss 0.24"])
-def down(cluster):
-    if cluster == "quota":
-        raise RuntimeError("RunPod: quota exceeded for H100 in EU-RO-1")
-    (STATE / "down").write_text(cluster)
-def get(request):
-    return request
-def stream_and_get(request):
-    return request
-'''
 
 
 @pytest.fixture(scope="module")

@@ -185,3 +185,38 @@ def test_install_skypilot_makes_the_cloud_environment_and_launch_is_ready(
     assert "sky check" in panel.status.text() and (tmp_path / "cloud-env").is_dir()
     assert not panel.install_button.isVisibleTo(panel)
     assert cloud.cloud_available() is None and "SkyPilot is not installed" not in panel.launch_button.toolTip()
+
+
+def test_the_desktop_apps_cloud_launch_goes_through_the_cloud_environment_it_installs(
+        qtbot: QtBot, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        pages: tuple[StudioContext, ExportPage, TrainPage, RunsPage]) -> None:
+    """As the installed app does it (the package job runs the same steps, studio/gui/shell/cloud_launch_drive.py):
+    Install SkyPilot… from a folder of wheels holding a stand-in SkyPilot, Launch on a cloud… priced and started
+    through the bridge in that environment, the run followed on the Train page, then left running."""
+    import sys
+
+    from fixtures.fake_sky import FAKE_SKY
+    from fixtures.wheelhouse import build_wheel
+
+    from studio.core.cloud.environment import CLOUD_ENV_VAR
+    from studio.core.resources import app_root
+    from studio.core.trainenv.packages import pinned_versions
+    from studio.gui.shell.cloud_launch_drive import drive_cloud_launch
+
+    version = pinned_versions(app_root() / "constraints" / "cloud.txt")["skypilot"]
+    build_wheel(tmp_path / "wheels", "skypilot", version, {"sky/__init__.py": FAKE_SKY})
+    (tmp_path / "sky-state").mkdir()
+    monkeypatch.setenv("FAKE_SKY_STATE", str(tmp_path / "sky-state"))
+    monkeypatch.setenv("STUDIO_WHEELHOUSE", str(tmp_path / "wheels"))
+    monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "cloud-env"))
+    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    context, export, _train, _runs = pages
+    export.cloud.state_ms = 200
+    facts = drive_cloud_launch(export, timeout_s=300)
+    assert "SkyPilot is ready" in facts["install"], facts
+    assert facts["launched"], facts
+    assert "RunPod" in facts["offers"][0] and f"{facts['cluster']} started (job 7)" in facts["status"]
+    assert (tmp_path / "sky-state" / "launched").read_text() == facts["cluster"]  # SkyPilot's launch was called
+    qtbot.waitUntil(lambda: not context.run_controller.running, timeout=30_000)
+    assert not (tmp_path / "sky-state" / "down").exists()  # left running: it ends itself after the run

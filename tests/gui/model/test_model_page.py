@@ -237,7 +237,9 @@ def test_options_of_other_families_are_hidden(make_page) -> None:
     assert not shown("model.clip_skip") and not shown("training.min_snr_gamma") and not shown("model.prediction_type")
 
 
-def test_switching_family_moves_a_default_base_and_names_a_base_of_another_family(make_page) -> None:
+def test_switching_family_moves_a_default_base_and_names_a_base_of_another_family(make_page, monkeypatch) -> None:
+    from PySide6.QtWidgets import QMessageBox
+
     page = make_page()
     assert page.config.model.base == "stable-diffusion-v1-5/stable-diffusion-v1-5"
     assert page.choose_family("sdxl")
@@ -245,7 +247,11 @@ def test_switching_family_moves_a_default_base_and_names_a_base_of_another_famil
     assert page.apply_config_changes({"model.base": "stable-diffusion-v1-5/stable-diffusion-v1-5"})
     status = page.findChild(QLabel, "model_base_status").text()
     assert status.startswith("✗") and "SD 1.x/2.x" in status and "the family is SDXL" in status
+    asked: list[str] = []  # the base is of neither family: keep it (No), and the page names it
+    monkeypatch.setattr(QMessageBox, "question", lambda _p, _t, text, *a, **k: asked.append(text)
+                        or QMessageBox.StandardButton.No)
     assert page.choose_family("sd3") and page.config.model.base == "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    assert "stable-diffusion-v1-5/stable-diffusion-v1-5 is an SD 1.x/2.x model; SD3 trains from SD3 models" in asked[0]
     assert "the family is SD3" in page.findChild(QLabel, "model_base_status").text()
 
 

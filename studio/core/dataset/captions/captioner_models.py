@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from studio.core.app_words import command_or_action
 from studio.core.user_dirs import data_dir, hub_cache_dir
 
 CaptionerKind = Literal["blip", "florence2", "wd14"]
@@ -135,9 +136,10 @@ def find_captioner(name_or_path: str, kind: CaptionerKind | None = None) -> Capt
             raise CaptionerNotFound(
                 f"The captioning model {known.name} is not downloaded (looked in {path} and the "
                 "Hugging Face cache). "
-                f"Download {known.repo} (about {known.size_mb} MB) with `studio-train download --captioner "
-                f"{known.name}`, "
-                "or give the folder of a model you have with --model PATH.")
+                + command_or_action(f"Download {known.repo} (about {known.size_mb} MB) with `studio-train download "
+                                    f"--captioner {known.name}`, or give the folder of a model you have with --model "
+                                    "PATH.", f"Download {known.name} (about {known.size_mb} MB) where the Dataset "
+                                    "page offers captioners."))
     elif not path.is_dir():
         names = ", ".join(m.name for m in KNOWN_CAPTIONERS)
         raise CaptionerNotFound(
