@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.schema import Family, MethodKind, TrainConfig
+from studio.core.config.swap_rules import published_blocks
 from studio.core.config.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.families import FAMILY_NAMES, family
 from studio.core.files import atomic_write_text
@@ -115,8 +116,11 @@ def user_presets_dir() -> Path:
     return config_dir() / "presets"
 
 
-def _placeholder(family: str) -> dict[str, Any]:
-    return {"model": {"family": family, "base": "base-model"}, "dataset": {"concepts": [{"path": "images"}]}}
+def _placeholder(preset: Preset) -> dict[str, Any]:
+    """A project for checking a preset: its family, with a base of the size the preset is made for."""
+    size = preset_size(preset)
+    base = family(preset.family).size_bases[size] if size is not None else "base-model"
+    return {"model": {"family": preset.family, "base": base}, "dataset": {"concepts": [{"path": "images"}]}}
 
 
 def deep_merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +175,7 @@ def check_preset(preset: Preset) -> list[ConfigIssue]:
     if kind != preset.method:
         issues.append(ConfigIssue(key="method.kind", value=kind, message=f"differs from preset.method ({preset.method})"))
     try:
-        validate_data(deep_merge(_placeholder(preset.family), preset.delta), str(preset.path))
+        validate_data(deep_merge(_placeholder(preset), preset.delta), str(preset.path))
     except ConfigError as exc:
         issues.extend(exc.issues)
     return issues
@@ -208,9 +212,20 @@ def get_preset(preset_id: str) -> Preset:
     raise KeyError(f"no preset named '{preset_id}'; known presets: {known}")
 
 
+def _fit_swapped_blocks(data: dict[str, Any]) -> None:
+    """A preset made for a larger model of the family (FLUX.2 [klein] 9B's 32 blocks) applied to a project
+    whose model has fewer keeps at least one of them on the GPU, as many swapped as that model allows."""
+    model = data["model"]
+    count = model.get("blocks_to_swap") or 0
+    blocks = published_blocks(family(model["family"]).architecture(str(model.get("base") or ""))) if count else None
+    if blocks is not None and count >= blocks:
+        model["blocks_to_swap"] = blocks - 1
+
+
 def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
     """The config with the preset's recipe and the project's own settings kept; a preset made for
-    several GPUs brings its process count (its min_vram_gb is per GPU with that many)."""
+    several GPUs brings its process count (its min_vram_gb is per GPU with that many), and one made for a
+    larger model swaps at most all but one of the project model's blocks."""
     current = config.model_dump(mode="json")
     kept: dict[str, Any] = {}
     for section, keys in PROJECT_KEYS.items():
@@ -220,6 +235,7 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
                 kept.setdefault(section, {})[key] = value
     data = deep_merge(deep_merge({"model": {"family": preset.family}}, preset.delta), kept)
     data["model"]["family"] = preset.family
+    _fit_swapped_blocks(data)
     if preset.gpus > 1:
         data.setdefault("launch", {})["num_processes"] = preset.gpus
     return validate_data(data, f"preset {preset.id}")

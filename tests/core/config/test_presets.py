@@ -106,3 +106,20 @@ def test_cli_version(capsys: pytest.CaptureFixture[str]) -> None:
         cli(["--version"])
     assert info.value.code == 0
     assert "studio-train 0.1.0" in capsys.readouterr().out
+
+
+def test_a_preset_for_a_larger_model_swaps_at_most_all_but_one_of_the_projects_blocks() -> None:
+    """The [klein] 9B 8 GB preset swaps 30 of the 9B's 32 blocks: checked against the 9B, and applied to a
+    project that keeps its 4B (25 blocks) it swaps 24, where the 4B alone would refuse 30."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.families import family
+
+    preset = next(p for p in list_presets() if p.id == "flux2-klein-9b-lora-8gb")
+    assert preset.valid, preset.issues
+    assert preset.delta["model"]["blocks_to_swap"] == 30
+    sizes = family("flux2-klein").size_bases
+    for size, swapped in (("9b", 30), ("4b", 24)):
+        project = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": sizes[size]}})
+        assert apply_preset(project, preset).model.blocks_to_swap == swapped
+    with pytest.raises(ValueError, match="has 25 blocks"):
+        TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": sizes["4b"], "blocks_to_swap": 30}})
