@@ -37,7 +37,7 @@ class BareStep:
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    run: Callable[[], None]
+    run: Callable[[], torch.Tensor]  # one step; its loss, left on the device
 
 
 def _from_counting(family: str) -> Any:
@@ -145,13 +145,15 @@ def bare_step(family: str, batch: int, side: int, device: str, dry_run: bool, ti
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
     target: list[torch.Tensor] = []
 
-    def run() -> None:
+    def run() -> torch.Tensor:
         with autocast:
             out = output(model(**kwargs)).float()
         if not target:
             target.append(torch.randn_like(out))
-        torch.nn.functional.mse_loss(out, target[0]).backward()
+        loss = torch.nn.functional.mse_loss(out, target[0])
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
 
     return BareStep(model, optimizer, run)

@@ -17,7 +17,6 @@ On the CPU:         python benchmarks/gpu_block_swap.py --dry-run --out DIR
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -28,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_train_speed as speed
+from bare_step import bare_step
 
 from studio.core.families import family
 from studio.train.memory.block_swap import swap_blocks
@@ -38,28 +38,21 @@ FAMILY = "sd3"
 
 def measure(swapped: int, checkpointing: bool, dry_run: bool, warmup: int, steps: int) -> dict[str, Any]:
     device = "cpu" if dry_run else "cuda"
-    side = 64 if dry_run else speed.NATIVE_RESOLUTION[FAMILY]
-    model, optimizer = speed._bare_model(FAMILY, device, dry_run)
+    side = 64 if dry_run else family(FAMILY).native_resolution
+    if dry_run:  # built (and seeded) before the step's own seed, so every row starts from the same weights
+        speed._tiny_model(FAMILY)
+    step = bare_step(FAMILY, 1, side, device, dry_run, speed._tiny_model)
     if checkpointing:
-        enable_gradient_checkpointing(model, 1)
-    swap = swap_blocks(model, family(FAMILY).checkpointed_blocks, swapped, torch.device(device)) if swapped else None
-    torch.manual_seed(1)
-    latents, kwargs = speed._bare_inputs(model, FAMILY, 1, side, device)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+        enable_gradient_checkpointing(step.model, 1)
+    swap = swap_blocks(step.model, family(FAMILY).checkpointed_blocks, swapped, torch.device(device)) if swapped else None
     losses: list[float] = []
     start = time.perf_counter()
-    for step in range(warmup + steps):
-        if step == warmup:
+    for index in range(warmup + steps):
+        if index == warmup:
             speed._sync(device)
             speed._reset_peak(device)
             start = time.perf_counter()
-        with autocast:
-            out = model(hidden_states=latents, return_dict=False, **kwargs)[0]
-        loss = torch.nn.functional.mse_loss(out.float(), latents)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        losses.append(float(step.run()))
     speed._sync(device)
     return {"swapped": swapped, "checkpointing": checkpointing, "resolution": side,
             "s_per_step": (time.perf_counter() - start) / steps, "peak_gib": speed._peak_gib(device),
