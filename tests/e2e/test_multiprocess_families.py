@@ -1,5 +1,7 @@
 """`accelerate launch` with two CPU processes for SDXL, SD3, FLUX.2 [klein], Z-Image and Qwen-Image: both ranks end
-with the same adapter (over a quantized base too: each rank quantizes its own)."""
+with the same adapter, over a quantized base too (each rank quantizes its own; SD3 over int8) and with blocks
+swapped to system memory ([klein] over nf4 with two blocks swapped and gradient checkpointing: each rank keeps
+its own swapped blocks, and data parallelism leaves them alone)."""
 
 from __future__ import annotations
 
@@ -19,17 +21,19 @@ pytest.importorskip("torch")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("family", "quantized"), [
-    *((family, "none") for family in ("sdxl", "sd3", "flux2-klein", "zimage", "qwen-image")),
-    ("sd3", "int8"), ("flux2-klein", "nf4")])
-def test_two_cpu_ranks_train_one_adapter(family: str, quantized: str, make_config, events_of, tmp_path: Path,
-                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize(("family", "model"), [
+    ("sdxl", {}), ("sd3", {"quantized_base": "int8"}), ("zimage", {}), ("qwen-image", {}),
+    ("flux2-klein", {"quantized_base": "nf4", "blocks_to_swap": 2})], ids=["sdxl", "sd3-int8", "zimage", "qwen-image",
+                                                                        "flux2-klein-nf4-swapped"])
+def test_two_cpu_ranks_train_one_adapter(family: str, model: dict[str, object], make_config, events_of,
+                                         tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     from studio.train.pipelines.tiny import build_tiny_pipeline
 
     base = build_tiny_pipeline(family, tmp_path_factory.mktemp("models") / f"tiny-{family}")
     config = make_config(
-        model=ModelSection(family=family, base=str(base), quantized_base=quantized),  # type: ignore[arg-type]
-        training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1),
+        model=ModelSection(family=family, base=str(base), **model),  # type: ignore[arg-type]
+        training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1,
+                                 gradient_checkpointing="blocks_to_swap" in model),
         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]),
     )
     plan = prepare_run(resolve_paths(config, tmp_path), num_processes=2)
