@@ -37,6 +37,14 @@ def fake(tmp_path: Path) -> Iterator[FakeCloud]:
     instance.end_all()
 
 
+def _no_skypilot_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyPilot is not importable in the studio's own environment (as in the desktop app). Only the question
+    for "sky" is answered so: every other module is found as before (Qt's own lazy loading asks too)."""
+    real = cloud.importlib.util.find_spec
+    monkeypatch.setattr(cloud.importlib.util, "find_spec",
+                        lambda name, *args, **kwargs: None if name == "sky" else real(name, *args, **kwargs))
+
+
 @pytest.fixture
 def pages(qtbot: QtBot, tmp_path: Path, demo: Project) -> Iterator[tuple[StudioContext, ExportPage, TrainPage,
                                                                           RunsPage]]:
@@ -143,7 +151,7 @@ def test_closing_the_studio_asks_and_then_ends_the_cluster(qtbot: QtBot, fake: F
 def test_without_skypilot_the_button_says_how_to_enable_it(qtbot: QtBot, monkeypatch: pytest.MonkeyPatch,
                                                           pages: tuple[StudioContext, ExportPage, TrainPage,
                                                                        RunsPage]) -> None:
-    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    _no_skypilot_here(monkeypatch)
     _context, export, _train, _runs = pages
     export.refresh()
     button = export.cloud.launch_button
@@ -172,7 +180,7 @@ def test_install_skypilot_makes_the_cloud_environment_and_launch_is_ready(
     build_wheel(tmp_path / "wheels", "skypilot", version, {"sky/__init__.py": "def get(request):\n    return request\n"})
     monkeypatch.setenv("STUDIO_WHEELHOUSE", str(tmp_path / "wheels"))
     monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "cloud-env"))
-    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    _no_skypilot_here(monkeypatch)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     _context, export, _train, _runs = pages
     export.refresh()
@@ -209,7 +217,7 @@ def test_the_desktop_apps_cloud_launch_goes_through_the_cloud_environment_it_ins
     monkeypatch.setenv("FAKE_SKY_STATE", str(tmp_path / "sky-state"))
     monkeypatch.setenv("STUDIO_WHEELHOUSE", str(tmp_path / "wheels"))
     monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "cloud-env"))
-    monkeypatch.setattr(cloud.importlib.util, "find_spec", lambda name: None)
+    _no_skypilot_here(monkeypatch)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     context, export, _train, _runs = pages
     export.cloud.state_ms = 200
