@@ -36,10 +36,14 @@ class CostTable(QTableWidget):
         header.setStretchLastSection(True)
         keep_rows_visible(self, 5)
         self.rows: list[CostRow] = []
+        self._items: list[QTableWidgetItem] = []
         self.cellDoubleClicked.connect(self._chosen)
 
     def set_rows(self, rows: list[CostRow], currency: str = "USD") -> None:
         self.rows = rows
+        # The items' Python wrappers live as long as the table holds the items: Qt deletes a replaced item
+        # itself, and PySide must still find its wrapper then (a freed one crashed the window on a refresh).
+        previous, self._items = self._items, []
         self.setRowCount(len(rows))
         for number, row in enumerate(rows):
             need = "?" if row.vram_needed_mb is None else f"{row.vram_needed_mb / 1024:.1f}"
@@ -65,6 +69,8 @@ class CostTable(QTableWidget):
                 elif row.measured:
                     item.setToolTip("speed from a measured figure for this GPU")
                 self.setItem(number, column, item)
+                self._items.append(item)
+        del previous  # the replaced items are deleted by now: their wrappers may go
 
     def row_text(self, number: int) -> dict[str, str]:
         """The cells of one row as shown, by column title (for tests and screenshots)."""
