@@ -355,6 +355,9 @@ class CaseTimeout(BaseException):
 
 
 IMPORT_DEFER_S = 0.05
+# Whether the running case's alarm went off: the trainer reports a stop it did not expect as a failed run
+# (exit 1, "run failed at step 0") instead of letting CaseTimeout through, which is still a timeout.
+_ALARM_FIRED = [False]
 
 
 def _importing(frame: Any) -> bool:
@@ -372,6 +375,7 @@ def _alarm(_signum: int, frame: Any) -> None:
     if _importing(frame):
         signal.setitimer(signal.ITIMER_REAL, IMPORT_DEFER_S)
         return
+    _ALARM_FIRED[0] = True
     raise CaseTimeout
 
 
@@ -380,6 +384,7 @@ def run_case(case: Case, settings: Settings) -> Result:
     if settings.device == "cuda":
         torch.cuda.empty_cache()
     in_process = not case.path.endswith("2nd process")  # the other has its own timeout
+    _ALARM_FIRED[0] = False
     if in_process:
         signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, settings.case_timeout_s)
@@ -403,6 +408,8 @@ def run_case(case: Case, settings: Settings) -> Result:
         gc.collect()
         if settings.device == "cuda":
             torch.cuda.empty_cache()
+    if _ALARM_FIRED[0] and in_process:
+        result = Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:g} s")
     return _finish(result, settings)
 
 

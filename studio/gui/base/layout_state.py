@@ -4,7 +4,7 @@ settings file (through the context), and tables keep room for a few rows on smal
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QSettings
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QSplitter, QTableView
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLayout, QSplitter, QTableView, QWidget
 
 PREFIX = "layout/"
 
@@ -38,3 +38,13 @@ def keep_rows_visible(table: QAbstractItemView, rows: int) -> None:
     header = table.horizontalHeader().sizeHint().height() if isinstance(table, QTableView) else 0
     scrollbar = table.horizontalScrollBar().sizeHint().height()
     table.setMinimumHeight(header + rows * row_height + scrollbar + 2 * table.frameWidth())
+
+
+def remove_widgets(layout: QLayout, widgets: list[QWidget]) -> None:
+    """Take `widgets` (the ones a page put into `layout`) out of it and delete them later, without asking the
+    layout for its items: a layout item's Python wrapper can outlive the item and be handed out again for
+    another object at the same address (a menu read back as a QWidgetItem)."""
+    for widget in widgets:
+        layout.removeWidget(widget)
+        widget.deleteLater()
+    widgets.clear()

@@ -15,6 +15,7 @@ from studio.core.estimate.fixes import Suggestion, suggest_fixes
 from studio.core.estimate.ram_estimate import RamEstimate, describe_ram, estimate_ram, ram_problem
 from studio.core.hardware.report import GPUInfo
 from studio.core.text import memory_text
+from studio.gui.base.layout_state import remove_widgets
 from studio.gui.base.names import named
 
 VERDICTS = {"fits": "✓ Fits", "tight": "⚠ Fits, but tight (within 10%)", "does_not_fit": "✗ Does not fit"}
@@ -42,6 +43,7 @@ class EstimatePanel(QFrame):
             label.setWordWrap(True)
             layout.addWidget(label)
         self.suggestion_box = QVBoxLayout()
+        self._suggestion_widgets: list[QWidget] = []
         layout.addLayout(self.suggestion_box)
 
     def update_for(self, config: ResolvedConfig, gpu: GPUInfo | None, gpus: int = 1, ram_mb: int = 0) -> None:
@@ -95,15 +97,11 @@ class EstimatePanel(QFrame):
 
     def _show_suggestions(self, suggestions: list[Suggestion]) -> None:
         self.suggestions = suggestions
-        while self.suggestion_box.count():
-            item = self.suggestion_box.takeAt(0)
-            widget = item.widget() if item is not None else None
-            if widget is not None:
-                widget.deleteLater()
+        remove_widgets(self.suggestion_box, self._suggestion_widgets)
         if not suggestions:
             return
         head = QLabel("<b>To make it fit</b> (cheapest first; each step adds to the ones above):")
-        self.suggestion_box.addWidget(head)
+        self._add_suggestion_widget(head)
         for i, s in enumerate(suggestions):
             row = named(QWidget(), f"suggestion_{i}")
             line = QHBoxLayout(row)
@@ -116,9 +114,13 @@ class EstimatePanel(QFrame):
             apply.setToolTip("Set " + ", ".join(f"{k} = {v}" for k, v in s.changes.items()))
             apply.clicked.connect(lambda _c=False, index=i: self.apply(index))
             line.addWidget(apply)
-            self.suggestion_box.addWidget(row)
+            self._add_suggestion_widget(row)
         if suggestions[-1].fit == "does_not_fit":
-            self.suggestion_box.addWidget(QLabel("Even with every change it does not fit: choose a larger GPU."))
+            self._add_suggestion_widget(QLabel("Even with every change it does not fit: choose a larger GPU."))
+
+    def _add_suggestion_widget(self, widget: QWidget) -> None:
+        self.suggestion_box.addWidget(widget)
+        self._suggestion_widgets.append(widget)
 
     def apply(self, index: int) -> None:
         """Apply suggestion `index` together with the ones before it."""

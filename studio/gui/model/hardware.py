@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from studio.core.estimate.estimate import other_processes_warning
 from studio.core.hardware.machine.probe import list_profiles, load_hardware
 from studio.core.hardware.report import HardwareProfileError, HardwareReport
+from studio.gui.base.layout_state import remove_widgets
 from studio.gui.base.names import named
 from studio.gui.runner.worker import Job, Worker
 
@@ -85,6 +86,7 @@ class HardwarePanel(QFrame):
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
         self.cards = QVBoxLayout()
+        self._cards: list[QWidget] = []
         layout.addLayout(self.cards)
         self.host = named(QLabel(), "hardware_host")
         self.host.setWordWrap(True)
@@ -118,16 +120,14 @@ class HardwarePanel(QFrame):
 
     def show_report(self, report: HardwareReport) -> None:
         self.report = report
-        while self.cards.count():
-            item = self.cards.takeAt(0)
-            widget = item.widget() if item is not None else None
-            if widget is not None:
-                widget.deleteLater()
+        remove_widgets(self.cards, self._cards)
         where = f"profile {report.profile}" if report.profile else "this machine"
         if report.gpus:
             self.status.setText(f"{report.summary()} ({where})")
             for index in range(len(report.gpus)):
-                self.cards.addWidget(GpuCard(report, index))
+                card = GpuCard(report, index)
+                self.cards.addWidget(card)
+                self._cards.append(card)
         else:
             reasons = "; ".join(n for n in report.notes if not n.startswith("No GPU found"))
             self.status.setText(
