@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     from PySide6.QtWidgets import QApplication
 
-    from studio.core.runs.run_model import replay_run
+    from studio.core.runs.records.run_model import replay_run
     from studio.gui.widgets.run_plots import RunPlots
 
     app = QApplication.instance() or QApplication([])

@@ -47,14 +47,14 @@ def write_run(run: Path, size: int) -> None:
 
 # ------------------------------------------------------------ what each measurement does (in a child)
 def before_summary(run: Path) -> str:
-    from studio.core.runs.run_model import replay_run
+    from studio.core.runs.records.run_model import replay_run
 
     model = replay_run(run).model  # what summarize_run read before: every event
     return f"{model.finished.status if model.finished else None} at step {model.step}"
 
 
 def after_summary(run: Path) -> str:
-    from studio.core.runs.history import summarize_run
+    from studio.core.runs.records.history import summarize_run
 
     row = summarize_run(run, lambda _run: False)
     return f"{row.status} at step {row.steps}"
@@ -68,7 +68,7 @@ def before_resume(run: Path) -> str:
 
 
 def after_resume(run: Path) -> str:
-    from studio.core.runs.outcome import completed_run
+    from studio.core.runs.records.outcome import completed_run
 
     finished = completed_run(run)
     return f"{finished.status if finished else None}"
@@ -88,11 +88,11 @@ def after_export_read(run: Path) -> str:
 
 
 def _child(job: Callable[[Path], str], run: Path, out: Any) -> None:
-    import studio.core.runs.history
-    import studio.core.runs.outcome
+    import studio.core.runs.records.history
+    import studio.core.runs.records.outcome
     import studio.core.tracking.tensorboard
 
-    studio.core.runs.history._presets()  # nor the presets' first read (a project's list does it once)
+    studio.core.runs.records.history._presets()  # nor the presets' first read (a project's list does it once)
     started = time.perf_counter()
     said = job(run)
     seconds = time.perf_counter() - started

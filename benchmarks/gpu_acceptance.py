@@ -174,7 +174,7 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
     from studio.core.config.presets import apply_preset
     from studio.core.config.schema import TrainConfig
     from studio.core.dataset.demo_shapes import write_demo_dataset
-    from studio.core.estimate.fixes import apply_changes
+    from studio.core.estimate.plans.fixes import apply_changes
 
     project = TrainConfig.model_validate({
         "model": {"family": preset.family, "base": str(model)},
@@ -206,7 +206,7 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     from studio.core.config.paths import resolve_paths
     from studio.core.config.toml_file import save_config
     from studio.core.estimate.estimate import estimate_vram
-    from studio.core.estimate.fixes import apply_changes
+    from studio.core.estimate.plans.fixes import apply_changes
     from studio.core.models.known import default_base
 
     root = work / preset.id
@@ -432,7 +432,7 @@ def _with(rows: dict[str, Row], running: list[Job]) -> list[Row]:
 
 
 def _estimate_mb(preset: Any) -> float:
-    from studio.core.estimate.preset_estimate import estimate_preset
+    from studio.core.estimate.plans.preset_estimate import estimate_preset
 
     return estimate_preset(preset).estimate.total_mb
 

@@ -63,7 +63,7 @@ def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_
     """The preset over a project of demo images, on `gpus` processes, without samples or checkpoints."""
     from studio.core.config.presets import apply_preset
     from studio.core.config.schema import TrainConfig
-    from studio.core.estimate.fixes import apply_changes
+    from studio.core.estimate.plans.fixes import apply_changes
 
     project = TrainConfig.model_validate({
         "model": {"family": preset.family, "base": str(model)},

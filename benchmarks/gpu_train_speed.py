@@ -246,7 +246,7 @@ _POINTS: list[tuple[int, float]] = []
 def _timed_meter(warmup: int, last_timed: int) -> type:
     """The trainer's StepMeter, also reading back at the last warm-up step and the last timed one, noting when
     each read-back returned (the GPU had finished every step up to it), and measuring the steps' peak memory."""
-    from studio.train.step_meter import Report, StepMeter
+    from studio.train.progress.step_meter import Report, StepMeter
 
     class TimedMeter(StepMeter):
         def start(self) -> None:

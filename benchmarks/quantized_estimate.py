@@ -12,7 +12,7 @@ from typing import Any
 
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram
-from studio.core.estimate.ram_estimate import estimate_ram
+from studio.core.estimate.ram.ram_estimate import estimate_ram
 from studio.core.families import FAMILIES
 from studio.core.hardware.machine.probe import load_hardware
 

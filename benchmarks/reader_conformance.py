@@ -115,7 +115,7 @@ def make_case(family: str, adapter_name: str, base: Path, data: Path, folder: Pa
     )
     from studio.core.families.registry import family as family_spec
     from studio.train.families import adapter_for
-    from studio.train.outputs import _lora_parts
+    from studio.train.saving.outputs import _lora_parts
 
     network = "lora" if adapter_name == "dora" else adapter_name
     conv = {"conv_rank": CONV_RANK, "conv_alpha": CONV_ALPHA} \

@@ -28,8 +28,8 @@ from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_ex
 from studio.core.protocol.tail import ConsoleTail
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
-from studio.core.runs.lock import RunLockedError, lock_holder, write_process_file
-from studio.core.runs.outcome import last_finish, outcome_line
+from studio.core.runs.records.outcome import last_finish, outcome_line
+from studio.core.runs.scheduling.lock import RunLockedError, lock_holder, write_process_file
 
 POLL_S = 0.1
 # Frames of accelerate's launcher (and torchrun's): a traceback through them is its epilogue.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from studio.core.runs.lock import lock_holder
+from studio.core.runs.scheduling.lock import lock_holder
 
 _PR_SET_CHILD_SUBREAPER = 36
 

@@ -22,7 +22,7 @@ from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 if TYPE_CHECKING:
     from studio.core.config.paths import ResolvedConfig
     from studio.core.config.presets import Preset
-    from studio.core.estimate.preset_estimate import PresetEstimate
+    from studio.core.estimate.plans.preset_estimate import PresetEstimate
     from studio.core.hardware.report import GPUInfo
 
 FIT_WORDS = {"fits": "fits", "tight": "fits, but tight (within 10%)", "does_not_fit": "does NOT fit"}
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if preset is None:
         assert project is not None  # _inputs refuses neither
         return _report(project, gpu, report.summary(), None, args.json, args.gpus, report.ram_mb)
-    from studio.core.estimate.preset_estimate import estimate_preset, preset_config
+    from studio.core.estimate.plans.preset_estimate import estimate_preset, preset_config
 
     result = estimate_preset(preset, gpu, project)
     if gpu is None and not args.json:
@@ -111,10 +111,10 @@ def _is_preset_file(path: Path) -> bool:
 
 def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_result: PresetEstimate | None,
             as_json: bool, gpus: int | None, ram_mb: int = 0) -> int:
-    from studio.core.estimate.batch_plan import plan_batch
     from studio.core.estimate.estimate import estimate_vram, fit, other_processes_warning
-    from studio.core.estimate.fixes import suggest_fixes
-    from studio.core.estimate.sharded_estimate import plan_gpus
+    from studio.core.estimate.plans.batch_plan import plan_batch
+    from studio.core.estimate.plans.fixes import suggest_fixes
+    from studio.core.estimate.sharded.sharded_estimate import plan_gpus
 
     estimate = preset_result.estimate if preset_result else estimate_vram(config, gpu)
     verdict = fit(estimate, gpu) if gpu else None
@@ -166,7 +166,7 @@ def _report(config: ResolvedConfig, gpu: GPUInfo | None, hardware: str, preset_r
 
 def _ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> dict[str, Any]:
     """The system-RAM estimate beside the VRAM one: its parts, the machine's RAM, the verdict and what to do."""
-    from studio.core.estimate.ram_estimate import describe_ram, estimate_ram, ram_fit, ram_problem
+    from studio.core.estimate.ram.ram_estimate import describe_ram, estimate_ram, ram_fit, ram_problem
 
     estimate = estimate_ram(config, gpu)
     problem = ram_problem(config, gpu, ram_mb, estimate)
@@ -175,7 +175,7 @@ def _ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> dict[str, 
 
 
 def _print_ram(ram: dict[str, Any]) -> None:
-    from studio.core.estimate.ram_estimate import PHASE_WORDS
+    from studio.core.estimate.ram.ram_estimate import PHASE_WORDS
 
     estimate = ram["estimate"]
     print(ram["text"])

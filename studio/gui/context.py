@@ -119,7 +119,7 @@ class StudioContext(QObject):
 
         from studio.core.config.errors import ConfigIssue, issues_from_validation
         from studio.core.config.schema import TrainConfig
-        from studio.core.estimate.fixes import apply_changes
+        from studio.core.estimate.plans.fixes import apply_changes
 
         if self.config is None:
             return [ConfigIssue(key="(file)", message="the project's config has errors; fix studio.toml first")]

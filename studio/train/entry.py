@@ -21,12 +21,12 @@ from studio.core.config.toml_file import load_config
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.runs.events import Error, EventWriter, RunFinished
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
-from studio.core.runs.lock import RunLock, RunLockedError, lock_holder
-from studio.core.runs.outcome import already_completed_message, completed_run
+from studio.core.runs.records.outcome import already_completed_message, completed_run
+from studio.core.runs.scheduling.lock import RunLock, RunLockedError, lock_holder
 
 if TYPE_CHECKING:
     from studio.train.errors import TrainError
-    from studio.train.reporting import Reporter
+    from studio.train.progress.reporting import Reporter
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, run_dir, resume = resolve_run(args)
     except ConfigError as exc:
         return _config_failure(exc, args)
-    from studio.train.console import is_console, own_console
+    from studio.train.progress.console import is_console, own_console
 
     holder = lock_holder(run_dir) if _rank_zero() else None
     if holder is not None:
@@ -155,8 +155,8 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
 
     from studio.train.compilation import shutdown_compile_workers
     from studio.train.errors import TrainError, oom_hint, vram_estimate_text, write_failure
-    from studio.train.phase_clock import run_times
-    from studio.train.reporting import Reporter
+    from studio.train.progress.phase_clock import run_times
+    from studio.train.progress.reporting import Reporter
     from studio.train.runtime import make_accelerator
 
     _quiet_libraries()

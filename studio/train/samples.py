@@ -34,7 +34,7 @@ from studio.train.data.controls import fitted_control, save_sample_controls
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.memory.placement import FrozenOffload
 from studio.train.memory.precision import forward_in_precision
-from studio.train.reporting import Reporter
+from studio.train.progress.reporting import Reporter
 
 # What a stage reports before each piece of work: (stage, index of the image or prompt, the prompt).
 Progress = Callable[[str, int, str], None]

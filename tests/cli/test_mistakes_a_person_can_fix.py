@@ -111,7 +111,7 @@ def test_resume_refuses_a_disk_without_room_for_what_the_run_still_writes(
 
 
 def test_resume_refuses_a_run_another_trainer_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from studio.core.runs.lock import RunLock
+    from studio.core.runs.scheduling.lock import RunLock
 
     run = _run_folder(tmp_path)
     with RunLock(run):

@@ -14,7 +14,7 @@ from studio.cli._follow import follow_training
 from studio.core.config.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.runs.launch import prepare_run
-from studio.core.runs.lock import RunLock, write_process_file
+from studio.core.runs.scheduling.lock import RunLock, write_process_file
 
 
 @pytest.fixture

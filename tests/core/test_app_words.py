@@ -15,7 +15,7 @@ from studio.core.dataset.captions.captioner_models import CaptionerNotFound, fin
 from studio.core.hardware.machine.probe import load_profile
 from studio.core.project.preflight import check_gpu_count, check_model
 from studio.core.remote.machines import MachineError, get_machine
-from studio.core.runs.outcome import outcome_line
+from studio.core.runs.records.outcome import outcome_line
 from studio.core.trainenv import doctor
 
 

@@ -142,8 +142,10 @@ GUI_ROOT = "(root)"
 GUI_LAYERS = {"base": 0, "runner": 1, "widgets": 2, "trainenv": 2, GUI_ROOT: 3, "shell": 5}
 GUI_PAGE_LAYER = 4  # dataset, model, training, runs, export, project
 # The trainer's pipeline builders and memory placement are used by the adapters (networks) and the families, the families by
-# the data (caches encode with them); never the reverse.
-TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "weights": 0, "networks": 1, "families": 2, "data": 3, "extras": 4}
+# the data (caches encode with them); never the reverse. What a run reports (progress: events, the step meter, the
+# console) sits on memory's per-rank figures; saving (checkpoints and the output files) on everything else.
+TRAIN_LAYERS = {"pipelines": 0, "memory": 0, "weights": 0, "networks": 1, "progress": 1, "families": 2, "data": 3,
+                "extras": 4, "saving": 5}
 
 
 def feature_violations(root: Path) -> list[str]:

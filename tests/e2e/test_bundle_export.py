@@ -16,8 +16,8 @@ from studio.core.export.bundle import export_bundle
 from studio.core.project.demo import create_demo_project
 from studio.core.project.folder import Project
 from studio.core.runs.events import RunFinished, RunStarted, Step, read_events
-from studio.core.runs.history import import_run
-from studio.core.runs.run_model import replay
+from studio.core.runs.records.history import import_run
+from studio.core.runs.records.run_model import replay
 
 pytest.importorskip("torch")
 STEPS = 12  # in the project; 6 in a bundle for 2 processes

@@ -122,7 +122,7 @@ def test_a_base_that_is_neither_here_nor_on_the_hub_says_both(make_config, run_t
 @pytest.mark.skipif(os.name != "posix", reason="POSIX file names are bytes")
 def test_a_warning_about_a_file_whose_name_is_not_utf8_reaches_the_gui(make_config, run_training, demo_data,
                                                                      tmp_path) -> None:
-    from studio.core.runs.run_model import EventTail
+    from studio.core.runs.records.run_model import EventTail
 
     folder = _copy_demo(demo_data, tmp_path / "data")
     odd = Path(os.fsdecode(os.path.join(os.fsencode(folder), b"caf\xe9.png")))

@@ -37,7 +37,7 @@ def _trained(family: str, dora: bool, tiny_model: Any, demo_data: Path, folder: 
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
     from studio.core.families.registry import family as family_spec
     from studio.train.families import adapter_for
-    from studio.train.outputs import _lora_parts
+    from studio.train.saving.outputs import _lora_parts
 
     base = tiny_model(family)
     config = TrainConfig(

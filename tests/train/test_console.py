@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from studio.core.runs.events import Error, read_events
-from studio.train.reporting import Reporter
+from studio.train.progress.reporting import Reporter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ RANK = """\
 import os, signal, sys
 from pathlib import Path
 run_dir = Path(sys.argv[1])
-from studio.train.console import own_console
+from studio.train.progress.console import own_console
 own_console(run_dir)
 print("step 1: loss 0.5", flush=True)
 os.kill(os.getpid(), signal.SIGHUP)  # the terminal closed

@@ -44,7 +44,7 @@ def trained(request, tiny_model, demo_data: Path, tmp_path_factory: pytest.TempP
 
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
     from studio.train.families import adapter_for
-    from studio.train.outputs import _lora_parts
+    from studio.train.saving.outputs import _lora_parts
 
     family = request.param
     folder = tmp_path_factory.mktemp(f"strength-{family}")

@@ -50,7 +50,7 @@ def test_each_epoch_leaves_a_lora_equal_to_a_run_that_stopped_there(make_config,
 
 
 def test_the_runs_history_lists_the_epoch_loras(make_config, run_training, tmp_path: Path) -> None:
-    from studio.core.runs.history import summarize_run
+    from studio.core.runs.records.history import summarize_run
 
     config = make_config(training=TrainingSection(batch_size=2, max_steps=8, learning_rate=1e-3, seed=1),
                          output=OutputSection(dir=str(tmp_path / "runs"), name="shapes", save_every_n_epochs=1,

@@ -126,7 +126,7 @@ class Runs:
 
         from studio.train.data.batches import MicroBatches, micro_batch_loader
         from studio.train.loop import Trainer
-        from studio.train.reporting import Reporter
+        from studio.train.progress.reporting import Reporter
         from studio.train.runtime import make_accelerator
 
         self.count += 1

@@ -41,8 +41,8 @@ def _kohya_modules(make_config: Any, family: str) -> tuple[set[str], dict[str, t
     from studio.train.components import Components
     from studio.train.families import adapter_for
     from studio.train.families.kohya import kohya_state_dict
-    from studio.train.outputs import _lora_parts
     from studio.train.pipelines.full_size import components
+    from studio.train.saving.outputs import _lora_parts
 
     config = make_config(family, method=MethodSection(kind="lora", rank=4, alpha=4, train_text_encoder=True))
     adapter = adapter_for(config)

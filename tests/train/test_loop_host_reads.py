@@ -96,8 +96,8 @@ def host_reads_of_a_run(make_config: Any, run_training: Any, tmp_path: Any, monk
     read-backs) of a run."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from studio.train import step_meter
     from studio.train.loop import Trainer
+    from studio.train.progress import step_meter
 
     outside: Counter[tuple[str, int]] = Counter()
     allowed = [1]  # until the steps begin (the run's setup reads its schedules once)

@@ -105,8 +105,8 @@ def _full_size_file(make_config: Any, family: str, network: str) -> tuple[dict[s
     from studio.train.components import Components
     from studio.train.families import adapter_for
     from studio.train.networks.lycoris_file import lycoris_state_dict
-    from studio.train.outputs import _lora_parts
     from studio.train.pipelines.full_size import components
+    from studio.train.saving.outputs import _lora_parts
 
     config = make_config(family, method=MethodSection(kind="lora", rank=16, alpha=8, network=network, conv_rank=4,
                                                       train_text_encoder=True))

@@ -44,7 +44,7 @@ def test_the_trainer_warns_in_its_events_when_a_step_reports_memory_past_the_car
         make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's own step events carry the memory (made to report a 24 GB card's spill from step 3 on)."""
     import studio.train.loop as loop
-    import studio.train.step_meter as step_meter
+    import studio.train.progress.step_meter as step_meter
 
     monkeypatch.setattr(loop, "watch_cards", lambda device: SpillWatch({"cuda:0": 24564.0}, {"cuda:0": CARD}))
     reported = step_meter.memory_of_ranks

@@ -97,7 +97,7 @@ def test_samples_bring_back_the_encoders_then_the_vae_never_both(make_config, tm
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from studio.train.families import adapter_for
     from studio.train.memory.placement import FrozenOffload
-    from studio.train.reporting import Reporter
+    from studio.train.progress.reporting import Reporter
     from studio.train.samples import SamplingPlan, make_samples
 
     config = make_config("sdxl", training=CACHED, sampling=SAMPLING.model_copy(update={"prompts": ["a", "b"]}))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from studio.core.runs.events import Phase, RunFinished
-from studio.core.runs.outcome import outcome_line
-from studio.core.runs.phase_times import phase_summary
+from studio.core.runs.records.outcome import outcome_line
+from studio.core.runs.records.phase_times import phase_summary
 
 pytest.importorskip("torch")
 
@@ -57,7 +57,7 @@ def test_the_summary_reads_as_a_person_says_it() -> None:
 
 
 def test_the_phase_clock_counts_every_second_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from studio.train import phase_clock
+    from studio.train.progress import phase_clock
 
     now = [100.0]
     monkeypatch.setattr(phase_clock.time, "monotonic", lambda: now[0])

@@ -64,7 +64,7 @@ def test_a_second_trainer_of_a_held_run_folder_writes_nothing_there(
 
     from studio.core.config.toml_file import load_config
     from studio.core.runs.launch import prepare_run
-    from studio.core.runs.lock import RunLock
+    from studio.core.runs.scheduling.lock import RunLock
     from studio.train.entry import train
 
     run_dir = prepare_run(resolve_paths(make_config(), tmp_path)).run_dir

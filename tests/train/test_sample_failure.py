@@ -9,7 +9,7 @@ import pytest
 
 from studio.core.config.schema import SamplingSection, TrainingSection
 from studio.core.runs.events import Error, RunFinished, Sample
-from studio.core.runs.run_model import replay
+from studio.core.runs.records.run_model import replay
 
 torch = pytest.importorskip("torch")
 

@@ -153,7 +153,7 @@ def _images(adapter: Any, components: Any, plan: Any, prompts: list[str]) -> lis
 
 @pytest.fixture
 def reporter(tmp_path: Path) -> Iterator[Any]:
-    from studio.train.reporting import Reporter
+    from studio.train.progress.reporting import Reporter
 
     writer = Reporter(tmp_path, active=True)
     yield writer

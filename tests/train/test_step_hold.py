@@ -12,7 +12,7 @@ import pytest
 
 from studio.core.runs.events import RunFinished, Step, read_events
 from studio.core.runs.folders import STOP_FILE
-from studio.core.runs.hold import HOLD_ENV, release_file
+from studio.core.runs.scheduling.hold import HOLD_ENV, release_file
 
 pytest.importorskip("torch")
 
@@ -59,7 +59,7 @@ def test_a_held_run_waits_at_its_step_then_stops_there_or_goes_on(act: str, make
 
 
 def test_a_bad_hold_variable_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    from studio.core.runs.hold import held_steps
+    from studio.core.runs.scheduling.hold import held_steps
 
     assert held_steps({HOLD_ENV: "2, 10"}) == {2, 10} and held_steps({}) == frozenset()
     with pytest.raises(ValueError, match="STUDIO_TEST_HOLD_STEPS='two' is not a comma-separated list"):

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from studio.core.estimate.throughput import GpuPeak
-from studio.train import step_meter
-from studio.train.step_meter import StepCost, StepMeter
+from studio.train.progress import step_meter
+from studio.train.progress.step_meter import StepCost, StepMeter
 
 torch = pytest.importorskip("torch")
 

@@ -105,7 +105,7 @@ def test_a_single_process_run_trains_in_the_launchers_process() -> None:
 def test_step_events_carry_tflops_for_a_counted_model(make_config, run_training, events_of, tmp_path,
                                                       monkeypatch, capsys) -> None:
     from studio.core.estimate.throughput import forward_tflop
-    from studio.train import step_meter
+    from studio.train.progress import step_meter
 
     # The tiny model stands in for the real SD1.5 architecture (whose FLOPs are counted).
     monkeypatch.setattr(step_meter, "is_counted_architecture", lambda family, params: True)

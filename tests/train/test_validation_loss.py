@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from studio.core.config.schema import DatasetSection, TrainConfig, TrainingSection
 from studio.core.runs.events import Event, RunStarted, Step, Validation
-from studio.core.runs.outcome import outcome_line
+from studio.core.runs.records.outcome import outcome_line
 
 torch = pytest.importorskip("torch")
 

@@ -19,8 +19,8 @@ from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
-from studio.core.runs.lock import RunLockedError, lock_holder, process_file_alive
-from studio.core.runs.outcome import already_completed_message, completed_run
+from studio.core.runs.records.outcome import already_completed_message, completed_run
+from studio.core.runs.scheduling.lock import RunLockedError, lock_holder, process_file_alive
 from studio.core.tracking.tensorboard import check_log_folder
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from studio.cli._follow import follow_training
 from studio.core.config.paths import load_resolved
-from studio.core.estimate.card_fill import filled_for_launch
+from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs.launch import RunFolderError, format_command, prepare_run, python_problem

@@ -33,7 +33,7 @@ from studio.core.estimate.sampling_plan import (
     samples_on,
     sampling_stages,
 )
-from studio.core.estimate.sharded_parts import loading_peak
+from studio.core.estimate.sharded.sharded_parts import loading_peak
 from studio.core.estimate.training_step import (
     TrainingStep,
     caching_peak,

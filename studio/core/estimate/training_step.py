@@ -26,7 +26,7 @@ from studio.core.estimate.memory_parts import (
     weight_copies,
 )
 from studio.core.estimate.quantized_parts import quantized_weights, quantized_working_copy
-from studio.core.estimate.sharded_parts import fsdp_parts
+from studio.core.estimate.sharded.sharded_parts import fsdp_parts
 
 
 @dataclass

@@ -181,7 +181,7 @@ def _sized(bundle: TrainConfig, resolved: ResolvedConfig, out: Path) -> Resolved
 def _choose_strategy(bundle: TrainConfig, sized: ResolvedConfig, gpu: GpuType, warnings: list[str]) -> None:
     """Shard a DreamBooth whose data-parallel copies (`sized`: the bundle as the estimate sizes it) would
     not fit the remote GPUs (and say so)."""
-    from studio.core.estimate.sharded_estimate import plan_gpus
+    from studio.core.estimate.sharded.sharded_estimate import plan_gpus
     from studio.core.hardware.report import GPUInfo
 
     processes = bundle.launch.num_processes

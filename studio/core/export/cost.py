@@ -204,7 +204,7 @@ def vram_estimator(config: ResolvedConfig) -> VramNeeded:
     """Per-GPU VRAM the studio's estimator gives for `config` on each GPU type and count (a DreamBooth
     that does not fit as data parallel is counted sharded, as the bundle would run it)."""
     from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram
-    from studio.core.estimate.sharded_estimate import run_config
+    from studio.core.estimate.sharded.sharded_estimate import run_config
     from studio.core.hardware.report import GPUInfo
 
     def needed(gpu: GpuType, gpus: int = 1) -> int | None:

@@ -50,7 +50,7 @@ def prepare_bundle_run(
 def resumable_run(config_path: Path) -> Path | None:
     """The newest run folder of this bundle that stopped before its end with a checkpoint (a preempted
     spot machine's run, when runs/ lives on a bucket), or None."""
-    from studio.core.runs.outcome import completed_run
+    from studio.core.runs.records.outcome import completed_run
 
     runs = (config_path.resolve().parent / load_config(config_path).output.dir)
     if not runs.is_dir():

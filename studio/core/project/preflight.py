@@ -25,7 +25,7 @@ from studio.core.dataset.mask_checks import mask_problems
 from studio.core.dataset.scan import list_concept
 from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram, fit
-from studio.core.estimate.ram_estimate import ram_problem
+from studio.core.estimate.ram.ram_estimate import ram_problem
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import (
     FAMILY_NAMES,

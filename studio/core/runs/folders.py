@@ -14,7 +14,7 @@ STOP_FILE = "STOP"
 SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
 OUTPUT_DIR = "output"
-# Held by the trainer while it trains the run: pid, host and start (see studio.core.runs.lock).
+# Held by the trainer while it trains the run: pid, host and start (see studio.core.runs.scheduling.lock).
 LOCK_FILE = "trainer.lock"
 # Written by the studio when it starts a trainer: {"pid": N, "create_time": T}.
 PROCESS_FILE = "process.json"

@@ -19,7 +19,7 @@ from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.quoting import yaml_scalar
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, CONSOLE_FILE, new_run_dir
-from studio.core.runs.outcome import STUDIO_PREFIX
+from studio.core.runs.records.outcome import STUDIO_PREFIX
 from studio.core.training_python import default_training_python
 
 

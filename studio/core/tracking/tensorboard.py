@@ -110,7 +110,7 @@ def export_run(run_dir: Path, into: Path | None = None,
 
     from studio.core.runs.event_reading.files import stream_events
     from studio.core.runs.folders import EVENTS_FILE
-    from studio.core.runs.run_model import RunModel
+    from studio.core.runs.records.run_model import RunModel
     from studio.core.tracking.base import record_of
 
     events = run_dir / EVENTS_FILE

@@ -9,10 +9,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLay
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import ResolvedConfig
-from studio.core.estimate.batch_plan import plan_batch
 from studio.core.estimate.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
-from studio.core.estimate.fixes import Suggestion, suggest_fixes
-from studio.core.estimate.ram_estimate import RamEstimate, describe_ram, estimate_ram, ram_problem
+from studio.core.estimate.plans.batch_plan import plan_batch
+from studio.core.estimate.plans.fixes import Suggestion, suggest_fixes
+from studio.core.estimate.ram.ram_estimate import RamEstimate, describe_ram, estimate_ram, ram_problem
 from studio.core.hardware.report import GPUInfo
 from studio.core.text import memory_text
 from studio.gui.base.layout_state import remove_widgets

@@ -10,7 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from studio.core.config.paths import ResolvedConfig
-from studio.core.estimate.sharded_estimate import GpuPlan, plan_gpus
+from studio.core.estimate.sharded.sharded_estimate import GpuPlan, plan_gpus
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named
 

@@ -27,7 +27,7 @@ from studio.core.config.data_rules import fields_needed, turned_off
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.schema import TrainConfig
-from studio.core.estimate.fixes import apply_changes
+from studio.core.estimate.plans.fixes import apply_changes
 from studio.core.families import FAMILY_NAMES
 from studio.core.families import title as family_title
 from studio.core.hardware.report import GPUInfo, HardwareReport

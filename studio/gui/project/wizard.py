@@ -29,8 +29,8 @@ from studio.core.config.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.estimate.estimate import Fit, estimate_vram, fit
-from studio.core.estimate.fixes import apply_changes
-from studio.core.estimate.preset_estimate import applied_at_its_size
+from studio.core.estimate.plans.fixes import apply_changes
+from studio.core.estimate.plans.preset_estimate import applied_at_its_size
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.families import title as family_title
 from studio.core.hardware.machine.probe import load_hardware

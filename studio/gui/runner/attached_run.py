@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, QTimer
 from studio.core.protocol.tail import ConsoleTail, ConsoleText
 from studio.core.runs.folders import CONSOLE_FILE
 from studio.core.runs.live import LiveRun, end_processes, is_alive, stop_live_run, trainer_tree
-from studio.core.runs.run_model import EventTail, RunModel
+from studio.core.runs.records.run_model import EventTail, RunModel
 from studio.gui.runner.process import Outcome
 from studio.gui.runner.source import KILLED, RunSource
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from studio.core.runs.run_model import Series
+from studio.core.runs.records.run_model import Series
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
-from studio.core.runs.run_model import EventTail, RunModel
+from studio.core.runs.records.run_model import EventTail, RunModel
 from studio.gui.runner.process import Outcome
 from studio.gui.runner.source import RunSource
 from studio.gui.runner.trainer_process import TrainerProcess

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
-from studio.core.runs.run_model import Replay, replay_run
+from studio.core.runs.records.run_model import Replay, replay_run
 from studio.gui.runner.source import RunSource
 from studio.gui.runner.worker import Job, Worker
 

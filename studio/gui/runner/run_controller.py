@@ -14,16 +14,16 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import ResolvedConfig, load_resolved
-from studio.core.estimate.card_fill import filled_for_launch
+from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
 from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE, list_run_dirs
 from studio.core.runs.launch import RunPlan, prepare_run
 from studio.core.runs.live import LiveRun, find_live_runs
-from studio.core.runs.lock import RunLockedError, lock_holder
-from studio.core.runs.outcome import outcome_line
-from studio.core.runs.queue import QueueBusyError, QueueError, RunQueue
-from studio.core.runs.run_model import EventTail, RunModel
+from studio.core.runs.records.outcome import outcome_line
+from studio.core.runs.records.run_model import EventTail, RunModel
+from studio.core.runs.scheduling.lock import RunLockedError, lock_holder
+from studio.core.runs.scheduling.queue import QueueBusyError, QueueError, RunQueue
 from studio.core.training_python import NoTrainingPython
 from studio.gui.runner.attached_run import AttachedRun
 from studio.gui.runner.gpu_memory import GpuMemorySampler

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from studio.core.runs.run_model import EventTail, RunModel
+from studio.core.runs.records.run_model import EventTail, RunModel
 from studio.gui.runner.gpu_memory import GpuMemorySampler
 from studio.gui.runner.process import Outcome
 

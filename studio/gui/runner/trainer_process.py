@@ -14,7 +14,7 @@ import psutil
 from PySide6.QtCore import QObject
 
 from studio.core.runs.folders import CONSOLE_FILE, request_stop
-from studio.core.runs.lock import write_process_file
+from studio.core.runs.scheduling.lock import write_process_file
 from studio.gui.runner.process import CommandProcess, Outcome
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from studio.core.remote.machines import MachineError
 from studio.core.remote.ssh import RemoteError
 from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import OUTPUT_DIR
-from studio.core.runs.history import RunSummary, delete_run, import_run, list_runs
 from studio.core.runs.live import live_trainer, stop_live_run
-from studio.core.runs.run_model import Replay, RunModel, replay_run
+from studio.core.runs.records.history import RunSummary, delete_run, import_run, list_runs
+from studio.core.runs.records.run_model import Replay, RunModel, replay_run
 from studio.core.text import plural
 from studio.gui.base.desktop import open_with_desktop
 from studio.gui.base.layout_state import remember_splitter

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.runs.queue import QueueError, QueueItem
-from studio.core.runs.sweep import SweepError, parse_values, write_sweep
+from studio.core.runs.scheduling.queue import QueueError, QueueItem
+from studio.core.runs.scheduling.sweep import SweepError, parse_values, write_sweep
 from studio.gui.runner.run_controller import RunController
 
 # Settings a sweep varies most often; any other is typed as in the TOML file.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
-from studio.core.runs.history import RunSummary
+from studio.core.runs.records.history import RunSummary
 from studio.gui.base.layout_state import keep_rows_visible, remember_columns
 from studio.gui.widgets.run_header import format_duration
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.project.demo import is_demo_model
-from studio.core.runs.run_model import RunModel, SampleImage
+from studio.core.runs.records.run_model import RunModel, SampleImage
 from studio.gui.base.names import named
 from studio.gui.widgets.image_view import ImageView
 

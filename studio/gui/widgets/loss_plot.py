@@ -11,8 +11,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
-from studio.core.runs.run_model import RunModel
-from studio.core.runs.smoothing import DEFAULT_SMOOTHING, ema
+from studio.core.runs.records.run_model import RunModel
+from studio.core.runs.records.smoothing import DEFAULT_SMOOTHING, ema
 from studio.gui.widgets.plot_items import TickGrid
 
 # Downsampling bins per pixel: "peak" mode keeps each bin's min and max, so one bin per

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.run_model import RunModel
 
 _STATUS_COLOURS = {
     "finished": "#2e7d32", "failed": "#c62828", "stopped": "#ef6c00",

@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.run_model import RunModel
 from studio.gui.runner.gpu_memory import GpuMemorySampler
 from studio.gui.widgets.loss_plot import RANK_COLOURS, LossPlot, make_curve, make_plot, right_axis
 from studio.gui.widgets.plot_items import FollowRange

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from studio.core.config.schema import TrainConfig
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.run_model import RunModel
 from studio.core.tracking.base import LOGGING_EXTRA
 from studio.core.tracking.records import EventMirror, Logger, MissingLogger, open_logger
 from studio.core.tracking.tensorboard import TENSORBOARD_DIR, log_folder_problem
 from studio.train.errors import TrainError
-from studio.train.reporting import Reporter
+from studio.train.progress.reporting import Reporter
 
 
 def attach_loggers(reporter: Reporter, config: TrainConfig, run_dir: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from studio.core.config.errors import ConfigError
 from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.toml_file import save_config, validate_data
-from studio.core.estimate.fixes import apply_changes
+from studio.core.estimate.plans.fixes import apply_changes
 
 DATA = {"model": {"family": "sd15", "base": "models/tiny-sd15"}, "dataset": {"concepts": [{"path": "images"}]}}
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.estimate.batch_plan import MAX_BATCH, largest_batch, plan_batch
 from studio.core.estimate.estimate import estimate_vram, fit
+from studio.core.estimate.plans.batch_plan import MAX_BATCH, largest_batch, plan_batch
 from studio.core.hardware.machine.probe import load_hardware
 
 

@@ -11,7 +11,7 @@ from studio.core.config.paths import NO_FOLDER, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.estimate.memory_data import MB, denoiser_entry, load_architecture
-from studio.core.estimate.ram_estimate import estimate_ram
+from studio.core.estimate.ram.ram_estimate import estimate_ram
 from studio.core.hardware.machine.probe import load_hardware
 
 GPU = load_hardware("rtx4090-24gb").gpus[0]
@@ -83,7 +83,7 @@ def test_a_cpu_run_is_estimated_as_it_was() -> None:
 
 def test_a_transformer_lora_that_does_not_fit_is_offered_the_mildest_swap_that_does() -> None:
     from studio.core.estimate.estimate import fit
-    from studio.core.estimate.fixes import suggest_fixes
+    from studio.core.estimate.plans.fixes import suggest_fixes
 
     config = resolve_paths(TrainConfig.model_validate({
         "model": {"family": "qwen-image", "base": "Qwen/Qwen-Image", "fp8_base": True, "text_encoder_on_cpu": True},
@@ -124,7 +124,7 @@ def test_a_smaller_model_of_the_family_swaps_blocks_of_its_own_size() -> None:
 
 
 def test_a_machine_short_of_ram_is_told_to_swap_no_blocks() -> None:
-    from studio.core.estimate.ram_estimate import ram_fixes
+    from studio.core.estimate.ram.ram_estimate import ram_fixes
 
     swapped = _config("qwen-image", "Qwen/Qwen-Image", 50)
     swapped.training.cache_text_embeddings = True  # the text encoder waits in system memory too

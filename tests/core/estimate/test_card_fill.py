@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from studio.core.config.schema import TrainConfig
-from studio.core.estimate.batch_plan import largest_batch
-from studio.core.estimate.card_fill import fill_card
 from studio.core.estimate.estimate import estimate_vram, fit
+from studio.core.estimate.plans.batch_plan import largest_batch
+from studio.core.estimate.plans.card_fill import fill_card
 from studio.core.hardware.machine.probe import load_hardware
 
 
@@ -74,7 +74,7 @@ def test_off_or_without_a_gpu_nothing_changes() -> None:
 
 def test_a_run_started_with_fill_card_says_what_it_chose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from studio.core.config.paths import resolve_paths
-    from studio.core.estimate.card_fill import filled_for_launch
+    from studio.core.estimate.plans.card_fill import filled_for_launch
     from studio.core.runs.launch import prepare_run
 
     monkeypatch.setenv("STUDIO_HARDWARE", "a100-80gb")  # the card the studio plans for

@@ -7,7 +7,7 @@ import pytest
 
 from studio.core.config.presets import get_preset
 from studio.core.estimate.estimate import TIGHT_MARGIN, available_mb, fit
-from studio.core.estimate.preset_estimate import estimate_preset
+from studio.core.estimate.plans.preset_estimate import estimate_preset
 from studio.core.hardware.machine.probe import load_hardware
 
 CARDS = [("flux2-klein-4b-lora-12gb", "rtx3060-12gb"), ("zimage-lora-12gb", "rtx3060-12gb"),

@@ -12,9 +12,9 @@ from studio.core.config.presets import list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram, load_architecture
 from studio.core.estimate.memory_parts import run_facts
-from studio.core.estimate.preset_estimate import estimate_preset, preset_config, promised_gpu
+from studio.core.estimate.plans.preset_estimate import estimate_preset, preset_config, promised_gpu
 from studio.core.estimate.sampling_plan import VAE_TILE_PX, sampling_needs_tiling, sampling_stages
-from studio.core.estimate.sharded_estimate import plan_gpus
+from studio.core.estimate.sharded.sharded_estimate import plan_gpus
 from studio.core.estimate.training_step import caching_peak, training_step
 from studio.core.hardware.machine.probe import load_hardware
 

@@ -9,7 +9,7 @@ import pytest
 from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram, fit
-from studio.core.estimate.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
+from studio.core.estimate.plans.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes
 from studio.core.hardware.machine.probe import load_hardware
 
 

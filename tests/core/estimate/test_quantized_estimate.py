@@ -9,7 +9,7 @@ import pytest
 
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram
-from studio.core.estimate.ram_estimate import estimate_ram
+from studio.core.estimate.ram.ram_estimate import estimate_ram
 from studio.core.hardware.machine.probe import load_hardware
 
 GPU = load_hardware("rtx4090-24gb").gpus[0]
@@ -77,7 +77,7 @@ def test_the_base_is_quantized_from_system_memory_and_counted_there() -> None:
 
 
 def test_the_fixes_offer_a_4_bit_base_where_8_bits_are_not_enough() -> None:
-    from studio.core.estimate.fixes import suggest_fixes
+    from studio.core.estimate.plans.fixes import suggest_fixes
 
     data: dict[str, Any] = {
         "model": {"family": "qwen-image", "base": "models/base", "text_encoder_on_cpu": True},

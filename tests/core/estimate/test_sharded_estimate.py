@@ -9,8 +9,8 @@ import pytest
 from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram, load_architecture, load_calibration
-from studio.core.estimate.fixes import apply_suggestions, suggest_fixes
-from studio.core.estimate.sharded_estimate import plan_gpus, with_strategy
+from studio.core.estimate.plans.fixes import apply_suggestions, suggest_fixes
+from studio.core.estimate.sharded.sharded_estimate import plan_gpus, with_strategy
 from studio.core.hardware.machine.probe import load_hardware
 
 MB = 2**20

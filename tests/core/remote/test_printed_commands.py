@@ -13,7 +13,7 @@ import pytest
 from studio.core.remote.control import RemoteRunRecord
 from studio.core.remote.start import RemoteStart
 from studio.core.runs.events import RunFinished
-from studio.core.runs.outcome import outcome_line
+from studio.core.runs.records.outcome import outcome_line
 
 HOSTILE = "proj $(touch PWNED1) `touch PWNED2`; touch PWNED3 & | x"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from studio.core.runs.events import Error, Phase, RunFinished, RunStarted, Sample, Step
-from studio.core.runs.run_model import EventTail, RunModel, replay, replay_run
+from studio.core.runs.records.run_model import EventTail, RunModel, replay, replay_run
 from tests.core.runs.conftest import step_event, write_events
 
 

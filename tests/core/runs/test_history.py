@@ -9,8 +9,8 @@ import pytest
 
 from studio.core.runs.events import RunStarted
 from studio.core.runs.folders import REMOTE_FILE
-from studio.core.runs.history import delete_run, import_run, list_runs, summarize_run
-from studio.core.runs.lock import write_process_file
+from studio.core.runs.records.history import delete_run, import_run, list_runs, summarize_run
+from studio.core.runs.scheduling.lock import write_process_file
 from tests.core.runs.conftest import step_event, write_events
 
 

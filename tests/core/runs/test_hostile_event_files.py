@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from studio.core.runs.events import RunFinished, RunStarted, RunWarning, read_events
-from studio.core.runs.history import list_runs
-from studio.core.runs.outcome import completed_run
-from studio.core.runs.run_model import EventTail, replay_run
+from studio.core.runs.records.history import list_runs
+from studio.core.runs.records.outcome import completed_run
+from studio.core.runs.records.run_model import EventTail, replay_run
 from tests.core.runs.conftest import step_event, write_events
 
 
@@ -130,7 +130,7 @@ def test_a_deeply_nested_line_is_garbage_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_a_relative_name_in_the_events_never_points_beside_the_run(tmp_path: Path) -> None:
-    from studio.core.runs.run_model import RunModel
+    from studio.core.runs.records.run_model import RunModel
 
     run = tmp_path / "runs" / "r"
     (run / "samples").mkdir(parents=True)

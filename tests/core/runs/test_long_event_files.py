@@ -16,8 +16,8 @@ import pytest
 
 from studio.core.runs.event_reading.files import events_backwards, stream_events
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation, read_events
-from studio.core.runs.history import summarize_run
-from studio.core.runs.outcome import completed_run, last_finish, outcome_line
+from studio.core.runs.records.history import summarize_run
+from studio.core.runs.records.outcome import completed_run, last_finish, outcome_line
 from tests.core.runs.conftest import step_event, write_events
 
 BIG_BYTES = 24 << 20  # three times what the Runs table reads whole; a few hundred ms to write

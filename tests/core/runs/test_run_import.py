@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from studio.core.containment import is_link_out
-from studio.core.runs import run_import
-from studio.core.runs.history import import_run, list_runs
-from studio.core.runs.run_import import ImportRefused
+from studio.core.runs.records import run_import
+from studio.core.runs.records.history import import_run, list_runs
+from studio.core.runs.records.run_import import ImportRefused
 
 
 def never_alive(_run: Path) -> bool:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from studio.core.runs.folders import LOCK_FILE
-from studio.core.runs.history import delete_run, summarize_run
-from studio.core.runs.lock import RunLock, RunLockedError, lock_holder, trainer_alive
+from studio.core.runs.records.history import delete_run, summarize_run
+from studio.core.runs.scheduling.lock import RunLock, RunLockedError, lock_holder, trainer_alive
 from tests.core.runs.conftest import step_event, write_events
 
 ROOT = Path(__file__).resolve().parents[3]
-HOLD = ("import sys, time; from studio.core.runs.lock import RunLock\n"
+HOLD = ("import sys, time; from studio.core.runs.scheduling.lock import RunLock\n"
         "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)")
 
 

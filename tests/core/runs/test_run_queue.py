@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.runs.queue import QUEUE_FILE, QueueError, RunQueue
+from studio.core.runs.scheduling.queue import QUEUE_FILE, QueueError, RunQueue
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_damaged_queue_file_is_kept_aside(tmp_path: Path) -> None:
 _ADDER = """
 import sys, time
 from pathlib import Path
-from studio.core.runs.queue import RunQueue
+from studio.core.runs.scheduling.queue import RunQueue
 root, gate, config, count = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 queue = RunQueue(root)  # the window opened the project before the other one added anything
 print("ready", flush=True)
@@ -116,7 +116,7 @@ def test_a_second_process_cannot_claim_while_the_first_runs_the_queue(tmp_path: 
         first.add(path)
     claimed = first.claim_next(by_hand=True)
     assert claimed is not None and claimed.name == "a.toml"
-    script = ("import sys\nfrom studio.core.runs.queue import QueueBusyError, RunQueue\nq = RunQueue(sys.argv[1])\n"
+    script = ("import sys\nfrom studio.core.runs.scheduling.queue import QueueBusyError, RunQueue\nq = RunQueue(sys.argv[1])\n"
               "print([i.state for i in q.items])\ntry:\n    q.claim_next(by_hand=True)\n"
               "except QueueBusyError as exc:\n    print(exc)\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
@@ -131,7 +131,7 @@ def test_a_second_process_cannot_claim_while_the_first_runs_the_queue(tmp_path: 
 
 
 def test_an_item_whose_trainer_still_runs_is_not_marked_interrupted(tmp_path: Path, configs: list[Path]) -> None:
-    from studio.core.runs.lock import RunLock
+    from studio.core.runs.scheduling.lock import RunLock
 
     q = RunQueue(tmp_path)
     item = q.add(configs[0])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from studio.core.runs.events import RunStarted, Step
-from studio.core.runs.run_model import replay_run
-from studio.core.runs.smoothing import DEFAULT_SMOOTHING, ema
+from studio.core.runs.records.run_model import replay_run
+from studio.core.runs.records.smoothing import DEFAULT_SMOOTHING, ema
 
 
 def _reference(values: list[float], smoothing: float) -> list[float]:

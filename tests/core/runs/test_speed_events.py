@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from studio.core.runs.events import Phase, Step, parse_event
-from studio.core.runs.run_model import EventTail, RunModel, replay
+from studio.core.runs.records.run_model import EventTail, RunModel, replay
 from tests.core.runs.conftest import write_events
 
 # A step line as trainers wrote it before these fields existed.

@@ -12,8 +12,8 @@ from studio.core.config.presets import apply_preset, get_preset
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import load_config
 from studio.core.estimate.estimate import estimate_vram
-from studio.core.estimate.fixes import apply_changes
-from studio.core.estimate.preset_estimate import estimate_preset
+from studio.core.estimate.plans.fixes import apply_changes
+from studio.core.estimate.plans.preset_estimate import estimate_preset
 from studio.core.project.folder import create_project
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage

@@ -15,8 +15,8 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import save_config
-from studio.core.runs.hold import HOLD_ENV, release_file
-from studio.core.runs.queue import RunQueue
+from studio.core.runs.scheduling.hold import HOLD_ENV, release_file
+from studio.core.runs.scheduling.queue import RunQueue
 from tests.gui.conftest import make_project
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -224,7 +224,7 @@ def test_a_run_its_trainer_holds_is_running_however_long_it_is_silent(
     import os
     import time
 
-    from studio.core.runs.lock import RunLock
+    from studio.core.runs.scheduling.lock import RunLock
     from tests.core.runs.conftest import step_event, write_events
 
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]

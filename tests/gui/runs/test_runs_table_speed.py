@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
-from studio.core.runs.history import RunSummary
+from studio.core.runs.records.history import RunSummary
 from studio.gui.runs.table import COLUMNS, RunsTable
 
 

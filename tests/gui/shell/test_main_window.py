@@ -204,7 +204,7 @@ def test_the_window_paints_before_pydantic_numpy_and_the_run_model_load() -> Non
         "window = MainWindow(StudioContext(make_settings(Path(tempfile.mkdtemp()) / 's.ini')))\n"
         "seen = []\n"
         "window.sig_first_paint.connect(lambda: seen.append(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('pydantic', 'numpy', 'pyqtgraph') or m == 'studio.core.runs.run_model')))\n"
+        "('pydantic', 'numpy', 'pyqtgraph') or m == 'studio.core.runs.records.run_model')))\n"
         "window.show()\n"
         "while not seen:\n"
         "    app.processEvents()\n"

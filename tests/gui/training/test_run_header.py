@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RunFinished, RunStarted, Step
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.run_model import RunModel
 from studio.gui.widgets.run_header import RunHeader
 
 

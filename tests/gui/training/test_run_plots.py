@@ -10,7 +10,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RankMemory, RunFinished, RunStarted, Step
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.run_model import RunModel
 from studio.gui.widgets.run_plots import RunPlots
 
 
@@ -229,7 +229,7 @@ def test_a_staggered_redraw_makes_the_memory_curves_over_several_ticks(qtbot: Qt
 
 def test_a_replay_shows_the_loss_line_smoothed_where_it_was_read(qtbot: QtBot, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from studio.core.runs.run_model import replay_run
+    from studio.core.runs.records.run_model import replay_run
     from studio.gui.widgets import loss_plot
 
     lines = [RunStarted(config={}, world_size=1, total_steps=300, devices=["cpu"], time=1.0).to_json()]

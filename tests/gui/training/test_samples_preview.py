@@ -8,7 +8,7 @@ from PIL import Image
 from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RunStarted, Sample
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.run_model import RunModel
 from studio.gui.training.samples import SamplesGallery
 
 

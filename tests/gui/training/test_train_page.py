@@ -264,7 +264,7 @@ def _wait_for_finish(run_dir: Path, timeout_s: float = 20.0) -> list[object]:
 def test_close_and_keep_running_detaches_the_trainer(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                      tmp_path: Path) -> None:
     from studio.core.runs.events import RunFinished, Step
-    from studio.core.runs.history import summarize_run
+    from studio.core.runs.records.history import summarize_run
 
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
     page = make_page(qtbot, context, "--steps", "20", "--rate", "20")

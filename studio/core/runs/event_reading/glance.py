@@ -17,7 +17,7 @@ from pathlib import Path
 from studio.core.runs.event_reading.files import head_events, newest_event, tail_events
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import EVENTS_FILE
-from studio.core.runs.run_model import RunModel, replay_run
+from studio.core.runs.records.run_model import RunModel, replay_run
 
 WHOLE_READ_BYTES = 8 << 20  # read whole up to this size (a few seconds of parsing at most)
 TAIL_BYTES = 1 << 20  # the last steps of a run, thousands of them

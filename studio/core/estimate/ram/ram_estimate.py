@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from studio.core.config.paths import ResolvedConfig
 from studio.core.estimate.block_swap_parts import pinned_blocks
 from studio.core.estimate.memory_parts import MemoryPart, run_facts
-from studio.core.estimate.ram_parts import (
+from studio.core.estimate.ram.ram_parts import (
     GB,
     RamFacts,
     baseline,
@@ -151,7 +151,7 @@ _FIXES: list[tuple[str, dict[str, Any], str]] = [
 
 def ram_fixes(config: ResolvedConfig, gpu: GPUInfo | None, estimate: RamEstimate) -> list[RamFix]:
     """The config changes that lower the peak, each on top of the ones before it, cheapest first."""
-    from studio.core.estimate.fixes import apply_changes
+    from studio.core.estimate.plans.fixes import apply_changes
 
     fixes: list[RamFix] = []
     current, now = config, estimate

@@ -5,7 +5,7 @@ model's forty steps end before a click lands, on a loaded one they take minutes.
 test sets `STUDIO_TEST_HOLD_STEPS` (say "2" or "2,10") in the trainer's environment. After
 each of those steps (its step event written and flushed, its samples and checkpoints done)
 every rank waits until the run folder holds a STOP file (Stop pressed), a SIGTERM/SIGINT
-arrives, or the test writes `release-step-N` into the run folder (studio/core/runs/hold.py).
+arrives, or the test writes `release-step-N` into the run folder (studio/core/runs/scheduling/hold.py).
 The ranks then agree on the stop at that very step, so a held run stops exactly where it was held.
 
 Nothing sets the variable outside tests; a run without it never waits. A held run that is
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from studio.core.runs.hold import HOLD_ENV, held_steps, release_file
+from studio.core.runs.scheduling.hold import HOLD_ENV, held_steps, release_file
 
 HOLD_CEILING_S = 900.0
 POLL_S = 0.02

@@ -1,4 +1,4 @@
-"""The names of the trainer's test hook (studio/train/hold.py): its variable and release files.
+"""The names of the trainer's test hook (studio/train/progress/hold.py): its variable and release files.
 
 Here, free of torch, so that a test driving the window or the CLI can hold a run and let it go.
 """

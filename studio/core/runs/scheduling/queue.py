@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from studio.core.files import atomic_write_text
 from studio.core.project_lock import ProjectBusyError, project_lock
-from studio.core.runs.lock import LockHolder, RunLock, RunLockedError, lock_holder
+from studio.core.runs.scheduling.lock import LockHolder, RunLock, RunLockedError, lock_holder
 
 log = logging.getLogger(__name__)
 

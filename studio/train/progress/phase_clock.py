@@ -3,7 +3,7 @@
 Parts nest (a sample inside the steps, text encoding inside the caching): entering one pauses the
 part it interrupts, so the totals add up to the wall time and no second is counted twice. Time no
 part claims (setting up the optimizer, handing modules to accelerate) is "other". The totals go
-on the `run_finished` event (studio.core.runs.phase_times shows them).
+on the `run_finished` event (studio.core.runs.records.phase_times shows them).
 """
 
 from __future__ import annotations

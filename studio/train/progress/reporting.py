@@ -32,7 +32,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
-from studio.core.runs.phase_times import phase_summary
+from studio.core.runs.records.phase_times import phase_summary
 from studio.train.errors import TrainError, write_failure
 
 

@@ -14,7 +14,7 @@ from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.presets import Preset, apply_preset, preset_size, size_base_for
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import VramEstimate, estimate_vram
-from studio.core.estimate.fixes import apply_changes
+from studio.core.estimate.plans.fixes import apply_changes
 from studio.core.families import family
 from studio.core.hardware.report import GPUInfo
 

@@ -12,7 +12,7 @@ from studio.core.app_words import command_or_action
 from studio.core.runs.event_reading.files import events_backwards, newest_event
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
-from studio.core.runs.phase_times import phase_summary
+from studio.core.runs.records.phase_times import phase_summary
 
 # The prefix of the lines the studio itself adds to a run's console.log.
 STUDIO_PREFIX = "[studio]"

@@ -29,7 +29,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
-from studio.core.runs.smoothing import SmoothedLoss
+from studio.core.runs.records.smoothing import SmoothedLoss
 from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
 
 __all__ = [

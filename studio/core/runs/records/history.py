@@ -19,10 +19,10 @@ from studio.core.config.presets import Preset, list_presets, matching_preset
 from studio.core.config.toml_file import validate_data
 from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
-from studio.core.runs.lock import lock_holder, trainer_alive
-from studio.core.runs.phase_times import phase_summary
-from studio.core.runs.run_import import import_run
-from studio.core.runs.run_model import RunModel
+from studio.core.runs.records.phase_times import phase_summary
+from studio.core.runs.records.run_import import import_run
+from studio.core.runs.records.run_model import RunModel
+from studio.core.runs.scheduling.lock import lock_holder, trainer_alive
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""System memory (RAM) of a run: the estimate and its parts."""

@@ -1,0 +1,1 @@
+"""A run sharded over several GPUs (FSDP): its estimate and parts."""
