@@ -15,7 +15,6 @@ from typing import Any
 import torch
 
 from studio import __version__
-from studio.core.config.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig
 from studio.core.config.toml_file import config_to_data
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
@@ -40,7 +39,6 @@ from studio.train.errors import TrainError
 from studio.train.extras.validation import ValidationLoss, split_items, validate_after_step, validation_due
 from studio.train.families import FamilyAdapter, adapter_for
 from studio.train.families.schemes import noise_for_rank
-from studio.train.hold import StepHold
 from studio.train.memory.block_swap import BlockSwap
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
@@ -50,10 +48,11 @@ from studio.train.memory.sharding import Sharding
 from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
-from studio.train.outputs import save_epoch_lora, save_outputs
-from studio.train.phase_clock import PhaseClock
-from studio.train.reporting import Reporter
-from studio.train.runtime import StopSignal, dtype_mismatch, effective_mixed_precision, weight_dtype
+from studio.train.progress.hold import StepHold
+from studio.train.progress.phase_clock import PhaseClock
+from studio.train.progress.reporting import Reporter
+from studio.train.progress.step_meter import Report, StepMeter, step_cost
+from studio.train.runtime import StopSignal, all_devices, gpu_total_mb, warn_before_loading, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
 from studio.train.saving.checkpoints import (
@@ -63,7 +62,7 @@ from studio.train.saving.checkpoints import (
     save_checkpoint,
     trainable_state,
 )
-from studio.train.step_meter import Report, StepMeter, step_cost
+from studio.train.saving.outputs import save_epoch_lora, save_outputs
 from studio.train.weights.ema import for_samples, weight_average
 
 
@@ -109,19 +108,11 @@ class Trainer:
         from accelerate.utils import set_seed
 
         set_seed(config.training.seed)
-        if config.training.mixed_precision != effective_mixed_precision(config):
-            self.reporter.warn("fp16 mixed precision needs a GPU; this CPU run trains in full precision")
-        mismatch = None if acc.device.type == "cpu" else dtype_mismatch(config)
-        if mismatch:
-            self.reporter.warn(mismatch, None, "")
-        if self.sharding.warning():
-            self.reporter.warn(self.sharding.warning() or "", None, "set launch.num_processes to the GPU count")
-        for pickled in (p for p in (config.model.base, config.model.vae) if p and is_pickle_file(p)):
-            self.reporter.warn(pickle_warning(pickled), pickled, "")  # allowed by model.allow_pickle (validation)
+        warn_before_loading(config, acc.device, self.sharding.warning(), self.reporter.warn)
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.spill = watch_cards(acc.device)
         self.dtype = weight_dtype(config, acc)
-        self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, _gpu_total_mb(acc.device)),
+        self.sampling_plan = SamplingPlan(self.offload, sampling_needs_tiling(config, gpu_total_mb(acc.device)),
                                           acc.autocast)
         if holds_denoiser(config, self.sharding.enabled):  # to the GPU once the caches are filled
             self.adapter.denoiser_home = HOLD_DEVICE
@@ -363,23 +354,26 @@ class Trainer:
             prediction = adapter.predict(components.denoiser, noised.noisy, noised.timesteps, cond)
         return step_loss(scheme, prediction, noised, batch, self.latent_cache)  # masked where dataset.masks says
 
+    def _due(self) -> tuple[bool, bool, bool]:
+        """Whether this step samples, writes a checkpoint, or ends an epoch when epochs save their LoRA."""
+        sampling, output, step = self.config.sampling, self.config.output, self.step
+        return (bool(sampling.every_n_steps and step % sampling.every_n_steps == 0),
+                bool(output.save_every_n_steps and step % output.save_every_n_steps == 0),
+                bool(output.save_every_n_epochs and self._epochs_done(step) > self._epochs_done(step - 1)))
+
     def _actions_due(self) -> bool:
         """Whether `_after_step` does something at this step (the losses are read back first)."""
-        sampling, output = self.config.sampling, self.config.output
-        return validation_due(self) or bool((sampling.every_n_steps and self.step % sampling.every_n_steps == 0)
-                    or (output.save_every_n_steps and self.step % output.save_every_n_steps == 0)
-                    or (output.save_every_n_epochs and self._epochs_done(self.step) > self._epochs_done(self.step - 1)))
+        return validation_due(self) or any(self._due())
 
     def _after_step(self, epoch: int) -> None:
-        sampling, output = self.config.sampling, self.config.output
+        samples, checkpoint, epoch_ended = self._due()
         validate_after_step(self)
-        if sampling.every_n_steps and self.step % sampling.every_n_steps == 0:
+        if samples:
             self._samples()
-        if output.save_every_n_steps and self.step % output.save_every_n_steps == 0 and self.step < self.total:
+        if checkpoint and self.step < self.total:
             self._checkpoint(epoch)
         finished = self._epochs_done(self.step)
-        every = output.save_every_n_epochs
-        if every and self.step < self.total and finished > self._epochs_done(self.step - 1) and finished % every == 0:
+        if epoch_ended and self.step < self.total and finished % self.config.output.save_every_n_epochs == 0:
             self._save_epoch(finished)
 
     def _epochs_done(self, step: int) -> int:
@@ -456,7 +450,7 @@ class Trainer:
 
     def _announce(self) -> None:
         acc, training = self.accelerator, self.config.training
-        devices = [str(d) for d in _all_devices(acc)]
+        devices = [str(d) for d in all_devices(acc)]
         config = config_to_data(self.config)
         # Said even when it is the default: older studios trained on the mean, newer ones on a sample.
         config.setdefault("dataset", {})["latents"] = self.config.dataset.latents
@@ -467,18 +461,3 @@ class Trainer:
             run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),
         ))
         self.reporter.phase("training", self.step, self.total)
-
-
-def _gpu_total_mb(device: torch.device) -> int:
-    """The training GPU's memory in MiB; 0 on the CPU."""
-    if device.type != "cuda":
-        return 0
-    return int(torch.cuda.get_device_properties(device).total_memory / 2**20)
-
-
-def _all_devices(accelerator: Any) -> list[str]:
-    """The device of every rank, gathered (a collective call)."""
-    device = accelerator.device
-    index = -1 if device.type == "cpu" else (device.index or 0)
-    gathered = accelerator.gather(torch.tensor([[index]], device=device)).cpu().flatten().tolist()
-    return ["cpu" if i < 0 else f"cuda:{i}" for i in gathered]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import torch
 
+from studio.core.config.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.runs.folders import STOP_FILE
 
@@ -102,3 +104,33 @@ class StopSignal:
         if self.terminated:
             return f"{self.received} received"
         return f"stopped on request (the Stop button, or a {STOP_FILE} file in the run folder)"
+
+
+def warn_before_loading(config: TrainConfig, device: torch.device, sharding_warning: str | None,
+                        warn: Callable[..., None]) -> None:
+    """What the run says before the model loads: precisions the device changes, a sharding set-up with more
+    processes than GPUs, pickled model files (allowed by model.allow_pickle)."""
+    if config.training.mixed_precision != effective_mixed_precision(config):
+        warn("fp16 mixed precision needs a GPU; this CPU run trains in full precision")
+    mismatch = None if device.type == "cpu" else dtype_mismatch(config)
+    if mismatch:
+        warn(mismatch, None, "")
+    if sharding_warning:
+        warn(sharding_warning, None, "set launch.num_processes to the GPU count")
+    for pickled in (p for p in (config.model.base, config.model.vae) if p and is_pickle_file(p)):
+        warn(pickle_warning(pickled), pickled, "")
+
+
+def gpu_total_mb(device: torch.device) -> int:
+    """The training GPU's memory in MiB; 0 on the CPU."""
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.get_device_properties(device).total_memory / 2**20)
+
+
+def all_devices(accelerator: Any) -> list[str]:
+    """The device of every rank, gathered (a collective call)."""
+    device = accelerator.device
+    index = -1 if device.type == "cpu" else (device.index or 0)
+    gathered = accelerator.gather(torch.tensor([[index]], device=device)).cpu().flatten().tolist()
+    return ["cpu" if i < 0 else f"cuda:{i}" for i in gathered]

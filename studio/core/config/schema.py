@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from studio.core.config.acting import inert_settings
 from studio.core.config.data_rules import check_caches, check_masks, check_validation
 from studio.core.config.edit_pairs import EditPairFields, check_edit_pairs
-from studio.core.config.errors import Contradiction, section_type
+from studio.core.config.errors import section_type
 from studio.core.config.launch_rules import check_launch, check_strategy
 from studio.core.config.network_rules import check_ema, check_network
 from studio.core.config.pickled import check_pickle
-from studio.core.config.quantized_rules import check_quantized_base
+from studio.core.config.run_rules import check_frozen_base, check_settings_act, check_training
 from studio.core.config.swap_rules import check_block_swap
-from studio.core.families import FAMILIES, FAMILY_NAMES, family
+from studio.core.families import FAMILIES, FAMILY_NAMES
 from studio.core.quoting import control_characters, shown
 
 SCHEMA_VERSION = 1
@@ -388,54 +387,9 @@ class TrainConfig(Section):
         return self
 
 
-def _check_training(config: TrainConfig) -> None:
-    t, d = config.training, config.dataset
-    if t.checkpointing_interval > 1 and not t.gradient_checkpointing:
-        raise Contradiction(
-            "training.checkpointing_interval", t.checkpointing_interval,
-            "only applies with training.gradient_checkpointing = true (it says which blocks recompute); "
-            "turn gradient checkpointing on, or set the interval back to 1",
-        )
-    if d.min_bucket > d.max_bucket:
-        raise Contradiction(
-            "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"
-        )
-    if config.output.save_every_n_epochs and config.method.kind != "lora":
-        raise Contradiction("output.save_every_n_epochs", config.output.save_every_n_epochs,
-                             "applies to LoRA runs; a DreamBooth run would write a whole model each time "
-                             "(use output.save_every_n_steps checkpoints and resume instead)")
-
-
-def _check_settings_act(config: TrainConfig) -> None:
-    """A setting changed from its default that does not act (another family's or method's, or one that
-    needs another setting) is refused: the run would train something other than what the file says."""
-    spec = family(config.model.family)
-    if config.method.kind not in spec.methods:
-        raise Contradiction("method.kind", config.method.kind,
-                            f"the studio trains {spec.title} with {' or '.join(spec.methods)} only")
-    if config.method.train_text_encoder and not spec.trains_text_encoders:
-        raise Contradiction("method.train_text_encoder", True,
-                            f"{spec.title}'s text encoder stays frozen (its embeddings are cached); leave it off")
-    for key, value, why in inert_settings(config):
-        raise Contradiction(key, value, why)
-
-
-def _check_frozen_base(config: TrainConfig) -> None:
-    """model.fp8_base and model.quantized_base store the frozen base in fewer bits: only under a LoRA."""
-    check_quantized_base(config)
-    if config.model.fp8_base and config.method.kind != "lora":
-        raise Contradiction("model.fp8_base", True,
-                            "applies to LoRA runs; a full fine-tune (dreambooth) trains the very weights fp8 "
-                            "would store, so turn one of them off")
-    if config.model.fp8_base and config.method.use_dora:
-        raise Contradiction("model.fp8_base", True,
-                            "cannot be combined with method.use_dora = true: DoRA computes with the base "
-                            "weights themselves, which fp8 stores in 8 bits; turn one of them off")
-
-
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
-    check_caches, _check_training, _check_frozen_base, _check_settings_act, check_strategy, check_launch,
+    check_caches, check_training, check_frozen_base, check_settings_act, check_strategy, check_launch,
     check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
 )
 
