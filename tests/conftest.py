@@ -120,6 +120,10 @@ def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Itera
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The modules with slow (end-to-end) tests first, each kept whole for its fixtures: `--dist load` hands
+    # tests out in this order, so a run ends on quick tests instead of on one worker finishing a long one alone.
+    with_slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in with_slow)
     for item in items:
         if "tests/gui/" in item.nodeid.replace(os.sep, "/") or "tests/e2e/" in item.nodeid:
             item.add_marker(pytest.mark.gui)

@@ -138,10 +138,14 @@ def test_a_checkpoint_without_offline_configs_names_its_kind_and_what_to_do(
 
 @pytest.fixture(scope="module")
 def sd15_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A full-size SD1.5 checkpoint with random weights, in the original single-file layout (2 GB in fp16)."""
+    """A full-size SD1.5 checkpoint with random weights, in the original single-file layout (2 GB in fp16),
+    written once for both test workers."""
+    from fixtures.built_once import built_once
+
     from studio.train.pipelines.full_size import write_random_checkpoint
 
-    return write_random_checkpoint(tmp_path_factory.mktemp("checkpoint") / "my-sd15-model.safetensors", "sd15")
+    return built_once(tmp_path_factory, "sd15-checkpoint",
+                      lambda folder: write_random_checkpoint(folder / "my-sd15-model.safetensors", "sd15"))
 
 
 @pytest.mark.slow
@@ -217,22 +221,38 @@ def test_a_full_size_ckpt_loads_offline_with_the_studios_configs(sd15_checkpoint
 @pytest.mark.slow
 def test_a_checkpoint_marked_v_prediction_gets_a_v_prediction_schedule(sd15_checkpoint: Path, make_config,
                                                                       tmp_path: Path) -> None:
-    from safetensors.torch import load_file, save_file
-
     from studio.core.config.schema import ModelSection
     from studio.train.families import adapter_for
 
-    marked = tmp_path / "vpred-ztsnr.safetensors"
-    save_file({**load_file(str(sd15_checkpoint)), "v_pred": torch.tensor([]), "ztsnr": torch.tensor([])}, str(marked))
+    marked = _with_empty_tensors(sd15_checkpoint, tmp_path / "vpred-ztsnr.safetensors", ["v_pred", "ztsnr"])
     adapter = adapter_for(make_config(model=ModelSection(family="sd15", base=str(marked))))
-    components = adapter.load(torch.device("cpu"), torch.float32)
+    components = adapter.load(torch.device("cpu"), torch.float16)
     assert adapter.noise_scheme(components).prediction_type == "v_prediction"
     assert float(components.scheduler.alphas_cumprod[-1]) < 1e-6  # the schedule reaches zero SNR
     assert components.sample_scheduler.config.prediction_type == "v_prediction"
     assert components.sample_scheduler.config.timestep_spacing == "trailing"
     # An explicit model.prediction_type still wins over the file's marker.
     explicit = adapter_for(make_config(model=ModelSection(family="sd15", base=str(marked), prediction_type="epsilon")))
-    assert explicit.noise_scheme(explicit.load(torch.device("cpu"), torch.float32)).prediction_type == "epsilon"
+    assert explicit.noise_scheme(explicit.load(torch.device("cpu"), torch.float16)).prediction_type == "epsilon"
+
+
+def _with_empty_tensors(source: Path, into: Path, names: list[str]) -> Path:
+    """`source` with empty tensors `names` added, as trainers mark a v-prediction checkpoint (the data copied as
+    it is: the header is all that changes)."""
+    import json
+    import shutil
+    import struct
+
+    with source.open("rb") as read:
+        length = struct.unpack("<Q", read.read(8))[0]
+        header = json.loads(read.read(length))
+        end = max(entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__")
+        header.update({name: {"dtype": "F32", "shape": [0], "data_offsets": [end, end]} for name in names})
+        raw = json.dumps(header).encode()
+        with into.open("wb") as write:
+            write.write(struct.pack("<Q", len(raw)) + raw)
+            shutil.copyfileobj(read, write, 16 << 20)
+    return into
 
 
 def test_the_model_check_and_the_trainer_agree_on_what_loads_offline(tmp_path: Path) -> None:

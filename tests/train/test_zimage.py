@@ -243,6 +243,7 @@ def test_a_lokr_is_one_lycoris_file_under_the_names_comfyuis_z_image_map_reads(t
     assert all(m in by_lycoris and comfy_knows(by_lycoris[m]) for m in modules), sorted(modules)[:4]
 
 
+@pytest.mark.slow
 def test_the_tiny_model_trains_at_1024_px_as_the_model_page_says_it_fits(tiny_zimage: Path, demo_data: Path,
                                                                           tmp_path: Path) -> None:
     # Its position table once stopped at 512 px: at 1024 the first step crashed as "a bug or an environment
