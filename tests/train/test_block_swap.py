@@ -173,12 +173,13 @@ def test_dora_lycoris_fp8_and_quantized_bases_train_on_swapped_blocks_as_on_resi
             assert any(host.dtype == dtype for host in hosts), {h.dtype for h in hosts}
 
 
-def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(make_config, run_training, events_of,
-                                                                             stop_after, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("family", "swapped", "checkpointing"), SERVED)
+def test_a_swapped_run_stopped_and_resumed_ends_at_the_uninterrupted_weights(family: str, swapped: int,
+                                                                             checkpointing: bool, make_config,
+                                                                             run_training, events_of, stop_after,
+                                                                             tmp_path: Path) -> None:
     def config() -> Any:
-        made = _config(make_config, "flux2-klein", 2, True)
-        made.training.max_steps = 4
-        return made
+        return _config(make_config, family, swapped, checkpointing)
 
     code, straight = run_training(config(), tmp_path / "a")
     assert code == 0
