@@ -54,15 +54,9 @@ from studio.train.progress.reporting import Reporter
 from studio.train.progress.step_meter import Report, StepMeter, step_cost
 from studio.train.runtime import StopSignal, all_devices, gpu_total_mb, warn_before_loading, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
-from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
-from studio.train.saving.checkpoints import (
-    complete_checkpoints,
-    load_checkpoint,
-    register_hooks,
-    save_checkpoint,
-    trainable_state,
-)
+from studio.train.saving.checkpoints import register_hooks, save_checkpoint
 from studio.train.saving.outputs import save_epoch_lora, save_outputs
+from studio.train.saving.resume import resume_state
 from studio.train.weights.ema import for_samples, weight_average
 
 
@@ -190,26 +184,9 @@ class Trainer:
         offload_frozen(self)
 
     def _load_checkpoint(self) -> None:
-        found = complete_checkpoints(self.run_dir)
-        if not found:
-            self.reporter.warn("no complete checkpoint in this run; training starts from step 0")
-            return
-        acc = self.accelerator
-        shapes = [{name: tuple(t.shape) for name, t in trainable_state(acc.unwrap_model(m)).items()}
-                  for m in acc._models]
-
-        def load(folder: Path) -> dict[str, Any]:
-            self.sharding.check_checkpoint(folder)
-            self.reporter.phase("loading", 0, 1, f"resuming from {folder}")
-            state = load_checkpoint(acc, folder, self.scheduler)
-            self.sharding.load(folder)
-            if self.ema is not None:
-                self.ema.load(folder)
-            return state
-
-        state = resume_from(found, lambda folder: checkpoint_problem(folder, shapes, len(acc._optimizers)), load,
-                            self.reporter.warn)
-        self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
+        state = resume_state(self.run_dir, self.accelerator, self.scheduler, self.sharding, self.ema, self.reporter)
+        if state is not None:
+            self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
 
     # ------------------------------------------------------------ the loop
 
