@@ -20,16 +20,26 @@ if TYPE_CHECKING:
 
 
 def edit_families() -> str:
-    """The families that train edit pairs, for messages: "FLUX.2 [klein]"."""
-    return " and ".join(spec.title for spec in FAMILIES if spec.trains_edit_pairs)
+    """The models that train edit pairs, for messages: "FLUX.2 [klein] and Qwen-Image-Edit"."""
+    return " and ".join(spec.edit_title or spec.title for spec in FAMILIES if spec.trains_edit_pairs)
 
 
 def edit_training_refusal(config: TrainConfig) -> tuple[str, str] | None:
-    """(why, what to do) when `config` cannot train its edit pairs on its family; None when it can (or when the
-    dataset is not edit pairs)."""
-    if config.dataset.kind != "edit":
-        return None
+    """(why, what to do) when `config` cannot train its edit pairs on its family (or its base model); None when it can,
+    or when the dataset is not edit pairs and the base model is no edit model (which trains edit pairs only)."""
     spec = family(config.model.family)
+    base = config.model.base
+    edit_base = spec.edit_model is not None and spec.edit_model(base)
+    if config.dataset.kind != "edit":
+        if not edit_base:
+            return None
+        return (f"model.base {base} is {spec.edit_title}, which edits a control image: it trains edit pairs only",
+                f"set dataset.kind = \"edit\" with the control images beside the targets (Dataset page), or train "
+                f"the images on a {spec.title} base model")
+    if spec.trains_edit_pairs and spec.edit_model is not None and not edit_base:
+        return (f"dataset.kind = \"edit\": model.base {base} is {spec.title}, whose pipeline takes no control image",
+                f"train the edit pairs on {spec.edit_title} (model.base: a folder whose model_index.json names its "
+                "pipeline, or its hub id), or set dataset.kind = \"images\"")
     if spec.trains_edit_pairs:
         return None
     return (f"dataset.kind = \"edit\": {spec.title} does not train edit pairs (its pipeline does not condition "

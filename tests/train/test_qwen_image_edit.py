@@ -1,0 +1,252 @@
+"""Qwen-Image-Edit on its tiny pipeline: the tiny folder is a QwenImageEditPipeline of the Qwen-Image family (its
+processor built without torchvision), a caption is embedded with its pair's control exactly as the pipeline's
+encode_prompt embeds it (and cached under the caption and the pair), the control's latents are packed after the
+target's tokens as the pipeline calls its transformer, an edit-pair folder trains with samples that edit a held-out
+control image, and the LoRA reloads into QwenImageEditPipeline and changes what it makes of a control image. Plain
+Qwen-Image refuses edit pairs, and Qwen-Image-Edit plain images, naming the model that trains them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures.training import train_in_process
+from PIL import Image, ImageOps
+
+from studio.core.config.schema import (
+    ConceptSection,
+    DatasetSection,
+    MethodSection,
+    ModelSection,
+    OutputSection,
+    SamplingSection,
+    TrainConfig,
+    TrainingSection,
+)
+from studio.core.dataset.demo_shapes import write_demo_dataset
+from studio.core.project.preflight import check_dataset
+from studio.core.runs.events import RunFinished, Sample, Step
+
+torch = pytest.importorskip("torch")
+
+INSTRUCTION = "make it negative"
+STEPS = 4
+
+
+def _pairs(root: Path, count: int = 4) -> Path:
+    """`count` edit pairs in a control/ folder: the control a shape picture, the target its negative."""
+    targets = root / "pairs"
+    write_demo_dataset(targets, count=count, size=64, seed=5)
+    for image in sorted(targets.glob("*.png")):
+        with Image.open(image) as opened:
+            control, target = opened.convert("RGB"), ImageOps.invert(opened.convert("RGB"))
+        target.save(image)
+        image.with_suffix(".txt").write_text(INSTRUCTION, encoding="utf-8")
+        (targets / "control").mkdir(exist_ok=True)
+        control.save(targets / "control" / image.name)
+    return targets
+
+
+def _config(base: Path, targets: Path, out: Path, *, kind: str = "edit", **training: object) -> TrainConfig:
+    return TrainConfig(
+        model=ModelSection(family="qwen-image", base=str(base)),
+        method=MethodSection(kind="lora", rank=4, alpha=8),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(targets))], resolution=64, buckets=False,
+                               kind=kind),  # type: ignore[arg-type]
+        training=TrainingSection(batch_size=2, max_steps=STEPS, learning_rate=3e-2, seed=3,
+                                 **training),  # type: ignore[arg-type]
+        sampling=SamplingSection(every_n_steps=0, prompts=[INSTRUCTION], steps=2, guidance=1.0),
+        output=OutputSection(dir=str(out / "runs"), name="edit", formats=["diffusers"]),
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_edit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from studio.train.pipelines.tiny import build_tiny_pipeline
+
+    return build_tiny_pipeline("qwen-image", tmp_path_factory.mktemp("models") / "tiny-qwen-image-edit", edit=True)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _pairs(tmp_path_factory.mktemp("qwen-edit-pairs"))
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_edit: Path, pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """The adapter and components of the tiny Edit model, loaded for edit pairs."""
+    from studio.train.families.qwen_image import QwenImageAdapter
+
+    adapter = QwenImageAdapter(_config(tiny_edit, pairs, tmp_path_factory.mktemp("out")))
+    return adapter, adapter.load(torch.device("cpu"), torch.float32)
+
+
+def _pipeline(base: Path) -> object:
+    from diffusers import QwenImageEditPipeline
+
+    from studio.train.pipelines.qwen_image import load_edit_processor
+
+    pipe = QwenImageEditPipeline.from_pretrained(str(base), processor=load_edit_processor(str(base)))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _pixels(image: Image.Image) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(image.convert("RGB"), np.float32).transpose(2, 0, 1) / 127.5 - 1)
+
+
+def test_the_tiny_edit_model_is_qwen_image_edit_and_loads_in_its_pipeline(tiny_edit: Path) -> None:
+    from studio.core.families.qwen_image import is_edit_model
+    from studio.core.models.files import detect_model
+
+    assert detect_model(tiny_edit).family == "qwen-image"
+    assert is_edit_model(str(tiny_edit)) and is_edit_model("Qwen/Qwen-Image-Edit")
+    assert not is_edit_model("Qwen/Qwen-Image") and not is_edit_model("Qwen/Qwen-Image-Edit-2509")
+    pipe = _pipeline(tiny_edit)
+    assert type(pipe).__name__ == "QwenImageEditPipeline"
+    assert type(pipe.processor.image_processor).__name__ == "Qwen2VLImageProcessorPil"
+    # The template's system prompt is the 64 tokens the pipeline drops; the vision tokens are the encoder's.
+    config = pipe.text_encoder.config
+    assert pipe.tokenizer.convert_tokens_to_ids("<|image_pad|>") == config.image_token_id
+
+
+def test_a_caption_is_embedded_with_its_control_as_the_pipeline_embeds_it(loaded: tuple, tiny_edit: Path,
+                                                                         pairs: Path) -> None:
+    from studio.train.data.cache import TextCache
+    from studio.train.data.controls import edit_caption_key
+    from studio.train.data.items import collect_items
+    from studio.train.families.qwen_image import edit_prompt_image
+
+    adapter, components = loaded
+    controls = sorted((pairs / "control").glob("*.png"))
+    images = [Image.open(path).convert("RGB") for path in controls[:2]]
+    pipe = _pipeline(tiny_edit)
+    cond = adapter.encode_edit_prompts(components, [INSTRUCTION, INSTRUCTION],
+                                       torch.stack([_pixels(image)[None] for image in images]))
+    for i, image in enumerate(images):
+        expected, _ = pipe.encode_prompt(INSTRUCTION, image=edit_prompt_image(image))
+        rows = int(cond["prompt_mask"][i].sum())
+        assert rows == expected.shape[1]
+        torch.testing.assert_close(cond["prompt_embeds"][i, :rows], expected[0], atol=1e-5, rtol=1e-4)
+        assert not cond["prompt_embeds"][i, rows:].any()
+    # The same caption with another control is another embedding: the cache keys it by the pair too.
+    assert not torch.allclose(cond["prompt_embeds"][0], cond["prompt_embeds"][1])
+    config = adapter.config.model_copy(deep=True)
+    config.dataset.flip = True
+    items = collect_items(config, lambda *a: None)
+    cache = TextCache()
+    cache.fill_edit_pairs(adapter, components, items[:2], config.dataset, 2, lambda *a: None)
+    assert len(cache.embeddings) == 4  # two pairs, each as it is and mirrored
+    for i, item in enumerate(items[:2]):
+        assert item.controls and item.controls[0].name == controls[i].name
+        torch.testing.assert_close(cache.embeddings[edit_caption_key(INSTRUCTION, item.index, False)]["prompt_embeds"],
+                                   cond["prompt_embeds"][i], atol=1e-5, rtol=1e-4)
+        mirrored = cache.embeddings[edit_caption_key(INSTRUCTION, item.index, True)]["prompt_embeds"]
+        assert not torch.allclose(mirrored, cond["prompt_embeds"][i])
+
+
+def test_the_controls_tokens_follow_the_targets_as_the_pipeline_calls_its_transformer(loaded: tuple) -> None:
+    from studio.train.families.base import REFERENCES
+
+    adapter, components = loaded
+    calls: list[dict] = []
+    hook = components.denoiser.register_forward_pre_hook(lambda m, a, k: calls.append(dict(k)), with_kwargs=True)
+    noisy, reference = torch.randn(2, 4, 8, 8), torch.randn(2, 1, 4, 6, 10)
+    cond = {"prompt_embeds": torch.randn(2, 5, 32), "prompt_mask": torch.ones(2, 5), REFERENCES: reference}
+    try:
+        out = adapter.predict(components.denoiser, noisy, torch.tensor([500.0, 250.0]), cond)
+    finally:
+        hook.remove()
+    from studio.train.families.qwen_image import pack
+
+    call = calls[0]
+    assert call["img_shapes"] == [[(1, 4, 4), (1, 3, 5)]] * 2
+    assert torch.equal(call["hidden_states"], torch.cat([pack(noisy), pack(reference[:, 0])], dim=1))
+    assert out.shape == noisy.shape  # the target's tokens only
+
+
+@pytest.fixture(scope="module")
+def edit_run(tiny_edit: Path, pairs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A LoRA of the tiny Edit model trained on the pairs (captions embedded as each step comes, latents cached),
+    with one round of samples editing a held-out control image; (run folder, that control)."""
+    root = tmp_path_factory.mktemp("qwen-edit-run")
+    held_out = root / "held-out.png"
+    Image.new("RGB", (64, 64), (20, 160, 220)).save(held_out)
+    config = _config(tiny_edit, pairs, root, cache_latents=True, cache_text_embeddings=False)
+    config.sampling.every_n_steps = STEPS
+    config.sampling.control_image = str(held_out)
+    assert check_dataset(config) is None
+    code, run_dir = train_in_process(config, root)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    return run_dir, held_out
+
+
+def test_edit_pairs_train_on_qwen_image_edit_with_samples_of_a_held_out_control(edit_run: tuple[Path, Path],
+                                                                                events_of: Callable) -> None:
+    run_dir, held_out = edit_run
+    events = events_of(run_dir)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "completed"
+    losses = [e.loss for e in events if isinstance(e, Step)]
+    assert len(losses) == STEPS and all(np.isfinite(losses))
+    (sample,) = [e for e in events if isinstance(e, Sample)]
+    assert sample.step == STEPS and Path(sample.images[0]).is_file()
+    shown = run_dir / "samples" / "control-0.png"
+    assert sample.controls == [str(shown)]
+    with Image.open(shown) as image, Image.open(held_out) as original:
+        assert np.array_equal(np.asarray(image), np.asarray(original.convert("RGB")))
+
+
+def test_the_lora_reloads_into_the_edit_pipeline_and_changes_its_edit(edit_run: tuple[Path, Path],
+                                                                      tiny_edit: Path) -> None:
+    run_dir, held_out = edit_run
+    pipe = _pipeline(tiny_edit)
+    encoded: dict[str, torch.Tensor] = {}
+    encode = pipe._encode_vae_image
+
+    def once(image: torch.Tensor, generator: object) -> torch.Tensor:  # the control's latents: the VAE's alone
+        if "control" not in encoded:
+            encoded["control"] = encode(image=image, generator=generator)
+        return encoded["control"]
+
+    pipe._encode_vae_image = once
+
+    def edited() -> np.ndarray:
+        with Image.open(held_out) as image:
+            result = pipe(image=image.convert("RGB"), prompt=INSTRUCTION, height=64, width=64, num_inference_steps=2,
+                          generator=torch.Generator("cpu").manual_seed(0), output_type="latent")
+        return result.images.numpy()
+
+    before = edited()
+    pipe.load_lora_weights(str(run_dir / "output"), weight_name="pytorch_lora_weights.safetensors")
+    assert np.abs(edited() - before).mean() > 1e-4
+
+
+def test_a_text_cache_with_mirrored_pairs_trains(tiny_edit: Path, pairs: Path, tmp_path: Path,
+                                                 events_of: Callable) -> None:
+    config = _config(tiny_edit, pairs, tmp_path, cache_text_embeddings=True, cache_latents=False)
+    config.dataset.flip = True
+    config.training.max_steps = 2
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    losses = [e.loss for e in events_of(run_dir) if isinstance(e, Step)]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_plain_qwen_image_refuses_edit_pairs_and_the_edit_model_plain_images(tiny_edit: Path, pairs: Path,
+                                                                             tmp_path: Path) -> None:
+    from studio.train.data.items import collect_items
+    from studio.train.errors import TrainError
+
+    plain = tmp_path / "qwen-image"
+    plain.mkdir()
+    (plain / "model_index.json").write_text('{"_class_name": "QwenImagePipeline"}', encoding="utf-8")
+    problem = check_dataset(_config(plain, pairs, tmp_path))
+    assert problem is not None and "Qwen-Image, whose pipeline takes no control image" in problem.message
+    assert "Qwen-Image-Edit" in problem.message
+    with pytest.raises(TrainError, match="whose pipeline takes no control image") as caught:
+        collect_items(_config(plain, pairs, tmp_path), lambda *a: None)
+    assert "Qwen-Image-Edit" in caught.value.hint
+    problem = check_dataset(_config(tiny_edit, pairs, tmp_path, kind="images"))
+    assert problem is not None and "it trains edit pairs only" in problem.message
