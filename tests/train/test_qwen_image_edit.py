@@ -64,9 +64,20 @@ def _config(base: Path, targets: Path, out: Path, *, kind: str = "edit", **train
 
 @pytest.fixture(scope="module")
 def tiny_edit(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from studio.train.pipelines.tiny import build_tiny_pipeline
+    """`studio-train tiny qwen-image DIR --edit`: the tiny Qwen-Image-Edit folder, built offline."""
+    from studio.cli import main
 
-    return build_tiny_pipeline("qwen-image", tmp_path_factory.mktemp("models") / "tiny-qwen-image-edit", edit=True)
+    folder = tmp_path_factory.mktemp("models") / "tiny-qwen-image-edit"
+    assert main(["tiny", "qwen-image", str(folder), "--edit"]) == 0
+    return folder
+
+
+def test_only_a_family_with_an_edit_model_of_its_own_builds_one(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.cli import main
+
+    assert main(["tiny", "flux2-klein", str(tmp_path / "klein"), "--edit"]) != 0
+    assert "(qwen-image)" in capsys.readouterr().err and not (tmp_path / "klein").exists()
 
 
 @pytest.fixture(scope="module")
@@ -223,9 +234,11 @@ def test_the_lora_reloads_into_the_edit_pipeline_and_changes_its_edit(edit_run: 
     assert np.abs(edited() - before).mean() > 1e-4
 
 
-def test_a_text_cache_with_mirrored_pairs_trains(tiny_edit: Path, pairs: Path, tmp_path: Path,
-                                                 events_of: Callable) -> None:
-    config = _config(tiny_edit, pairs, tmp_path, cache_text_embeddings=True, cache_latents=False)
+@pytest.mark.parametrize("cache_text", [True, False])
+def test_mirrored_pairs_train_with_their_captions_cached_or_embedded_each_step(
+        cache_text: bool, tiny_edit: Path, pairs: Path, tmp_path: Path, events_of: Callable) -> None:
+    """Cached: each caption with its control as it is and mirrored; not cached: with the batch's mirrored controls."""
+    config = _config(tiny_edit, pairs, tmp_path, cache_text_embeddings=cache_text, cache_latents=False)
     config.dataset.flip = True
     config.training.max_steps = 2
     code, run_dir = train_in_process(config, tmp_path)
@@ -250,3 +263,28 @@ def test_plain_qwen_image_refuses_edit_pairs_and_the_edit_model_plain_images(tin
     assert "Qwen-Image-Edit" in caught.value.hint
     problem = check_dataset(_config(tiny_edit, pairs, tmp_path, kind="images"))
     assert problem is not None and "it trains edit pairs only" in problem.message
+
+
+def test_the_validation_loss_of_a_pair_embeds_its_caption_with_its_control(loaded: tuple, pairs: Path) -> None:
+    """A held-out pair is measured with its control in the prompt and in the tokens: another control, another loss."""
+    import contextlib
+    import dataclasses
+    import types
+
+    from studio.train.data.items import collect_items
+    from studio.train.extras.validation import ValidationLoss
+
+    adapter, components = loaded
+    config = adapter.config.model_copy(deep=True)
+    config.training.validation_every = 1
+    accelerator = types.SimpleNamespace(device=torch.device("cpu"), autocast=contextlib.nullcontext)
+    trainer = types.SimpleNamespace(config=config, adapter=adapter, components=components, accelerator=accelerator,
+                                    train_modules=[], total=1)
+    held = collect_items(config, lambda *a: None)[:1]
+    other = [dataclasses.replace(held[0], controls=(sorted((pairs / "control").glob("*.png"))[1],))]
+    validations = [ValidationLoss(trainer, items) for items in (held, other)]
+    assert not torch.allclose(validations[0].batches[0].cond["prompt_embeds"],
+                              validations[1].batches[0].cond["prompt_embeds"])
+    losses = [validation.measure(1).loss for validation in (*validations, validations[0])]
+    assert np.isfinite(losses).all()
+    assert losses[0] == losses[2] and abs(losses[0] - losses[1]) > 1e-6
