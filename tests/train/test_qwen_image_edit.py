@@ -288,3 +288,42 @@ def test_the_validation_loss_of_a_pair_embeds_its_caption_with_its_control(loade
     losses = [validation.measure(1).loss for validation in (*validations, validations[0])]
     assert np.isfinite(losses).all()
     assert losses[0] == losses[2] and abs(losses[0] - losses[1]) > 1e-6
+
+
+def test_a_stopped_edit_run_resumes_to_the_uninterrupted_weights(tiny_edit: Path, pairs: Path, tmp_path: Path,
+                                                                 events_of: Callable,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors.torch import load_file
+
+    from studio.core.runs.events import Checkpoint, RunStarted
+    from studio.train.loop import Trainer
+
+    def config(where: Path) -> TrainConfig:
+        made = _config(tiny_edit, pairs, where, cache_latents=True, cache_text_embeddings=True)
+        made.output.save_every_n_steps = 2
+        return made
+
+    code, straight_run = train_in_process(config(tmp_path / "straight"), tmp_path)
+    assert code == 0
+    original = Trainer._after_step
+
+    def stop_after_two(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 2:
+            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_two)
+    code, run_dir = train_in_process(config(tmp_path / "stopped"), tmp_path)
+    assert code == 0 and any(isinstance(e, Checkpoint) and e.step == 2 for e in events_of(run_dir))
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    code, _ = train_in_process(None, tmp_path, resume_dir=run_dir)  # type: ignore[arg-type]
+    assert code == 0
+    events = events_of(run_dir)
+    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    assert [round(e.loss, 5) for e in events if isinstance(e, Step)] == [
+        round(e.loss, 5) for e in events_of(straight_run) if isinstance(e, Step)]
+    resumed = load_file(str(run_dir / "output" / "pytorch_lora_weights.safetensors"))
+    straight = load_file(str(straight_run / "output" / "pytorch_lora_weights.safetensors"))
+    assert resumed.keys() == straight.keys()
+    for key in straight:
+        torch.testing.assert_close(resumed[key], straight[key], atol=1e-5, rtol=1e-4)
