@@ -327,3 +327,23 @@ def test_a_stopped_edit_run_resumes_to_the_uninterrupted_weights(tiny_edit: Path
     assert resumed.keys() == straight.keys()
     for key in straight:
         torch.testing.assert_close(resumed[key], straight[key], atol=1e-5, rtol=1e-4)
+
+
+def test_a_pair_with_two_controls_is_named_before_the_run_and_by_the_trainer(tiny_edit: Path, tmp_path: Path) -> None:
+    """QwenImageEditPipeline edits one image: a target with a second control (control_1/) is named with its file."""
+    import shutil
+
+    from studio.train.data.items import collect_items
+    from studio.train.errors import TrainError
+
+    targets = _pairs(tmp_path, count=2)
+    second = sorted((targets / "control").glob("*.png"))[1]
+    (targets / "control_1").mkdir()
+    shutil.copy(second, targets / "control_1" / second.name)
+    config = _config(tiny_edit, targets, tmp_path)
+    problem = check_dataset(config)
+    assert problem is not None and str(targets / second.name) in problem.message
+    assert "has 2 control images, but Qwen-Image-Edit edits 1" in problem.message
+    with pytest.raises(TrainError, match=second.name) as caught:
+        collect_items(config, lambda *a: None)
+    assert caught.value.kind == "data" and "1 control image per target" in caught.value.hint

@@ -91,5 +91,6 @@ FAMILY = FamilySpec(
     trains_edit_pairs=True,
     edit_model=is_edit_model,
     edit_title="Qwen-Image-Edit",
+    edit_controls=1,  # QwenImageEditPipeline edits one image
     folder_rule=_folder,
 )

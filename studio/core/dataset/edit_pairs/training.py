@@ -48,10 +48,20 @@ def edit_training_refusal(config: TrainConfig) -> tuple[str, str] | None:
             "\"images\" to train on the target images and their captions alone")
 
 
-def pair_errors(dataset: DatasetSection, base_dir: Path | None = None) -> list[Problem]:
+def control_limit(config: TrainConfig) -> tuple[int, str] | None:
+    """(the most control images a pair may have, the model that says so) when the base model is an edit model that
+    takes that many (Qwen-Image-Edit: one); None when a pair may have any number."""
+    spec = family(config.model.family)
+    if spec.edit_controls and spec.edit_model is not None and spec.edit_model(config.model.base):
+        return spec.edit_controls, spec.edit_title
+    return None
+
+
+def pair_errors(dataset: DatasetSection, base_dir: Path | None = None,
+                limit: tuple[int, str] | None = None) -> list[Problem]:
     """The errors of the dataset's edit pairs (a target without its control, a control that cannot be read, a
-    control folder that is not there), each naming its file; then pairs whose control counts differ (a batch
-    stacks its pairs' controls, so every pair needs as many)."""
+    control folder that is not there, more controls than the edit model takes: `limit`), each naming its file;
+    then pairs whose control counts differ (a batch stacks its pairs' controls, so every pair needs as many)."""
     controls = control_settings(dataset, base_dir)
     if controls is None:
         return []
@@ -63,6 +73,11 @@ def pair_errors(dataset: DatasetSection, base_dir: Path | None = None) -> list[P
         for entry in scan.entries:
             if entry.controls:
                 counts.setdefault(len(entry.controls), entry.path)
+            if limit is not None and len(entry.controls) > limit[0]:
+                errors.append(Problem("error", "control_count", str(entry.path),
+                                      f"this target has {len(entry.controls)} control images, but {limit[1]} edits "
+                                      f"{limit[0]}", f"keep {limit[0]} control image per target (one control "
+                                      f"folder), or train the pairs on another model"))
     if len(counts) > 1 and not errors:
         (few, first), (many, other) = sorted(counts.items())[0], sorted(counts.items())[-1]
         errors.append(Problem("error", "control_count", str(other),
