@@ -2,12 +2,14 @@
 processor built without torchvision), a caption is embedded with its pair's control exactly as the pipeline's
 encode_prompt embeds it (and cached under the caption and the pair), the control's latents are packed after the
 target's tokens as the pipeline calls its transformer, an edit-pair folder trains with samples that edit a held-out
-control image, and the LoRA reloads into QwenImageEditPipeline and changes what it makes of a control image. Plain
-Qwen-Image refuses edit pairs, and Qwen-Image-Edit plain images, naming the model that trains them."""
+control image, and the LoRA reloads into QwenImageEditPipeline and changes what it makes of a control image. Edit
+Plus (QwenImageEditPlusPipeline) embeds each of a pair's controls as a picture of its own and trains pairs of two.
+Plain Qwen-Image refuses edit pairs, and Qwen-Image-Edit plain images, naming the model that trains them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +37,9 @@ INSTRUCTION = "make it negative"
 STEPS = 4
 
 
-def _pairs(root: Path, count: int = 4) -> Path:
-    """`count` edit pairs in a control/ folder: the control a shape picture, the target its negative."""
+def _pairs(root: Path, count: int = 4, controls: int = 1) -> Path:
+    """`count` edit pairs in a control/ folder (and control_1/ ... for more `controls`): the control a shape
+    picture (the second one mirrored), the target its negative."""
     targets = root / "pairs"
     write_demo_dataset(targets, count=count, size=64, seed=5)
     for image in sorted(targets.glob("*.png")):
@@ -44,8 +47,10 @@ def _pairs(root: Path, count: int = 4) -> Path:
             control, target = opened.convert("RGB"), ImageOps.invert(opened.convert("RGB"))
         target.save(image)
         image.with_suffix(".txt").write_text(INSTRUCTION, encoding="utf-8")
-        (targets / "control").mkdir(exist_ok=True)
-        control.save(targets / "control" / image.name)
+        for n in range(controls):
+            folder = targets / ("control" if n == 0 else f"control_{n}")
+            folder.mkdir(exist_ok=True)
+            (ImageOps.mirror(control) if n else control).save(folder / image.name)
     return targets
 
 
@@ -95,13 +100,29 @@ def loaded(tiny_edit: Path, pairs: Path, tmp_path_factory: pytest.TempPathFactor
 
 
 def _pipeline(base: Path) -> object:
-    from diffusers import QwenImageEditPipeline
+    import diffusers
 
+    from studio.core.families.qwen_image import edit_pipeline
     from studio.train.pipelines.qwen_image import load_edit_processor
 
-    pipe = QwenImageEditPipeline.from_pretrained(str(base), processor=load_edit_processor(str(base)))
+    edit = getattr(diffusers, str(edit_pipeline(str(base))))
+    pipe = edit.from_pretrained(str(base), processor=load_edit_processor(str(base)))
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+@contextlib.contextmanager
+def _controls_encoded_small() -> Iterator[None]:
+    """The edit pipelines' calls resize each control to 1024 x 1024 pixels for the VAE (seconds for the tiny VAE on
+    a CPU): inside the block they resize it to 64 x 64 pixels. The studio's own prompt images keep their size."""
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit, pipeline_qwenimage_edit_plus
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (pipeline_qwenimage_edit, pipeline_qwenimage_edit_plus):
+            original = module.calculate_dimensions
+            patch.setattr(module, "calculate_dimensions",
+                          lambda area, ratio, original=original: original(min(area, 64 * 64), ratio))
+        yield
 
 
 def _pixels(image: Image.Image) -> torch.Tensor:
@@ -114,7 +135,7 @@ def test_the_tiny_edit_model_is_qwen_image_edit_and_loads_in_its_pipeline(tiny_e
 
     assert detect_model(tiny_edit).family == "qwen-image"
     assert is_edit_model(str(tiny_edit)) and is_edit_model("Qwen/Qwen-Image-Edit")
-    assert not is_edit_model("Qwen/Qwen-Image") and not is_edit_model("Qwen/Qwen-Image-Edit-2509")
+    assert is_edit_model("Qwen/Qwen-Image-Edit-2511") and not is_edit_model("Qwen/Qwen-Image")
     pipe = _pipeline(tiny_edit)
     assert type(pipe).__name__ == "QwenImageEditPipeline"
     assert type(pipe.processor.image_processor).__name__ == "Qwen2VLImageProcessorPil"
@@ -189,7 +210,8 @@ def edit_run(tiny_edit: Path, pairs: Path, tmp_path_factory: pytest.TempPathFact
     config.sampling.every_n_steps = STEPS
     config.sampling.control_image = str(held_out)
     assert check_dataset(config) is None
-    code, run_dir = train_in_process(config, root)
+    with _controls_encoded_small():
+        code, run_dir = train_in_process(config, root)
     assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
     return run_dir, held_out
 
@@ -213,15 +235,6 @@ def test_the_lora_reloads_into_the_edit_pipeline_and_changes_its_edit(edit_run: 
                                                                       tiny_edit: Path) -> None:
     run_dir, held_out = edit_run
     pipe = _pipeline(tiny_edit)
-    encoded: dict[str, torch.Tensor] = {}
-    encode = pipe._encode_vae_image
-
-    def once(image: torch.Tensor, generator: object) -> torch.Tensor:  # the control's latents: the VAE's alone
-        if "control" not in encoded:
-            encoded["control"] = encode(image=image, generator=generator)
-        return encoded["control"]
-
-    pipe._encode_vae_image = once
 
     def edited() -> np.ndarray:
         with Image.open(held_out) as image:
@@ -229,9 +242,10 @@ def test_the_lora_reloads_into_the_edit_pipeline_and_changes_its_edit(edit_run: 
                           generator=torch.Generator("cpu").manual_seed(0), output_type="latent")
         return result.images.numpy()
 
-    before = edited()
-    pipe.load_lora_weights(str(run_dir / "output"), weight_name="pytorch_lora_weights.safetensors")
-    assert np.abs(edited() - before).mean() > 1e-4
+    with _controls_encoded_small():
+        before = edited()
+        pipe.load_lora_weights(str(run_dir / "output"), weight_name="pytorch_lora_weights.safetensors")
+        assert np.abs(edited() - before).mean() > 1e-4
 
 
 @pytest.mark.parametrize("cache_text", [True, False])
@@ -347,3 +361,67 @@ def test_a_pair_with_two_controls_is_named_before_the_run_and_by_the_trainer(tin
     with pytest.raises(TrainError, match=second.name) as caught:
         collect_items(config, lambda *a: None)
     assert caught.value.kind == "data" and "1 control image per target" in caught.value.hint
+
+
+# ---------------------------------------------------------------- Edit Plus (Qwen-Image-Edit-2509 / 2511)
+
+
+@pytest.fixture(scope="module")
+def tiny_plus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`studio-train tiny qwen-image DIR --edit plus`: Edit Plus, its control tokens at timestep 0 (2511's)."""
+    from studio.cli import main
+
+    folder = tmp_path_factory.mktemp("models") / "tiny-qwen-image-edit-plus"
+    assert main(["tiny", "qwen-image", str(folder), "--edit", "plus"]) == 0
+    return folder
+
+
+def test_edit_plus_embeds_each_control_as_a_picture_as_its_pipeline_does(tiny_plus: Path, tmp_path: Path) -> None:
+    from studio.core.models.files import detect_model
+    from studio.train.families.qwen_image import QwenImageAdapter, edit_prompt_image
+
+    assert detect_model(tiny_plus).family == "qwen-image"
+    pipe = _pipeline(tiny_plus)
+    assert type(pipe).__name__ == "QwenImageEditPlusPipeline" and pipe.transformer.config.zero_cond_t
+    targets = _pairs(tmp_path, count=1, controls=2)
+    adapter = QwenImageAdapter(_config(tiny_plus, targets, tmp_path))
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    assert adapter.edit_plus
+    images = [Image.open(sorted(folder.glob("*.png"))[0]).convert("RGB")
+              for folder in (targets / "control", targets / "control_1")]
+    cond = adapter.encode_edit_prompts(components, [INSTRUCTION], torch.stack([_pixels(i) for i in images])[None])
+    expected, _ = pipe.encode_prompt(INSTRUCTION, image=[edit_prompt_image(i, plus=True) for i in images])
+    rows = int(cond["prompt_mask"][0].sum())
+    assert rows == expected.shape[1]
+    torch.testing.assert_close(cond["prompt_embeds"][0, :rows], expected[0], atol=1e-5, rtol=1e-4)
+
+
+def test_pairs_of_two_controls_train_on_edit_plus_and_the_lora_changes_its_edit(tiny_plus: Path, tmp_path: Path,
+                                                                                events_of: Callable) -> None:
+    """Two controls per pair (control/ and control_1/): trained with their captions cached, samples edit the first
+    pair's two controls, and the LoRA reloads into QwenImageEditPlusPipeline and changes what it makes of them."""
+    targets = _pairs(tmp_path, controls=2)
+    config = _config(tiny_plus, targets, tmp_path, cache_latents=True, cache_text_embeddings=True)
+    config.sampling.every_n_steps = STEPS
+    assert check_dataset(config) is None
+    with _controls_encoded_small():
+        code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    events = events_of(run_dir)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "completed"
+    (sample,) = [e for e in events if isinstance(e, Sample)]
+    assert len(sample.controls) == 2 and Path(sample.images[0]).is_file()
+
+    pipe = _pipeline(tiny_plus)
+    controls = [Image.open(sorted(folder.glob("*.png"))[1]).convert("RGB")
+                for folder in (targets / "control", targets / "control_1")]
+
+    def edited() -> np.ndarray:
+        result = pipe(image=controls, prompt=INSTRUCTION, height=64, width=64, num_inference_steps=2,
+                      generator=torch.Generator("cpu").manual_seed(0), output_type="latent")
+        return result.images.numpy()
+
+    with _controls_encoded_small():
+        before = edited()
+        pipe.load_lora_weights(str(run_dir / "output"), weight_name="pytorch_lora_weights.safetensors")
+        assert np.abs(edited() - before).mean() > 1e-4

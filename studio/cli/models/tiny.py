@@ -26,8 +26,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--t5", action="store_true", help="families with a T5 text encoder: include one (tiny, built locally)")
     with_edit = ", ".join(name for name in FAMILY_NAMES if family(name).edit_model is not None)
-    parser.add_argument("--edit", action="store_true",
-                        help=f"families with an edit model of their own ({with_edit}): build that one")
+    parser.add_argument("--edit", nargs="?", const="edit", choices=("edit", "plus"),
+                        help=f"families with edit models of their own ({with_edit}): build the edit model "
+                             "(\"plus\": Qwen-Image-Edit Plus, which edits several controls)")
     parser.add_argument("--full-size", action="store_true",
                         help="the real architecture: print its parameter counts (meta device, no memory)")
     parser.add_argument("--write", action="store_true",
@@ -64,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"step 2 of {TINY_STEPS}: building and writing the tiny {args.family} pipeline (random weights)",
           flush=True)
-    options = {"t5": True} if args.t5 else {}
+    options: dict[str, object] = {"t5": True} if args.t5 else {}
     if args.edit:
-        options["edit"] = True
+        options["edit"] = args.edit
     folder = build_tiny_pipeline(args.family, args.dir, seed=args.seed, **options)
-    what = family(args.family).edit_title if args.edit else args.family
+    what = f"{family(args.family).edit_title}{' Plus' if args.edit == 'plus' else ''}" if args.edit else args.family
     print(f"tiny {what} pipeline written to {folder}")
     return EXIT_OK
 

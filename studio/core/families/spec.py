@@ -108,7 +108,8 @@ class FamilySpec:
     # model trains edit pairs only; the family's other models train images only.
     edit_model: Callable[[str], bool] | None = field(default=None, repr=False)
     edit_title: str = ""
-    edit_controls: int = 0  # the control images a pair may have on that edit model (its pipeline's); 0: any number
+    # The control images a pair may have on the edit model a base model is (its pipeline's number); 0: any number.
+    edit_controls: Callable[[str], int] = field(default=lambda base: 0, repr=False)
     # The programs that load its kohya-format LoRA file and its LyCORIS (LoHa/LoKr) file, as the Runs page and
     # `studio-train run` name them beside each output (docs/index.md's "Which file to load where").
     kohya_readers: str = "ComfyUI"

@@ -11,17 +11,19 @@
 - Samples: the pipeline's true classifier-free guidance (`true_cfg_scale`, with the negative prompt, an empty
   one when none is set); its latents come out packed and are unpacked before the decode.
 - Edit pairs, on Qwen-Image-Edit (a base whose pipeline is `QwenImageEditPipeline`, loaded with its processor built
-  without torchvision): each caption is embedded in the Edit template with its pair's control image, resized to
-  the pipeline's 1024 x 1024 pixel area and read by the encoder's vision tower, exactly as
-  `QwenImageEditPipeline.encode_prompt` (the template's first 64 rows dropped, the control's vision rows kept), so
-  the caption cache keys it by the caption and the pair; the control's latents (the distribution's mode, as the
-  pipeline encodes it) are packed after the target's tokens with both shapes in `img_shapes`, as the pipeline
-  calls the transformer, and the loss reads the target's tokens only. Samples edit the control through the
-  pipeline's `image=`.
+  without torchvision) and Edit Plus (`QwenImageEditPlusPipeline`, 2509 / 2511): each caption is embedded in the
+  edit template with its pair's controls, resized as the pipeline resizes them for its encoder (1024 x 1024
+  pixels; Edit Plus: 384 x 384, each as "Picture N:") and read by the encoder's vision tower, exactly as the
+  pipeline's `encode_prompt` (the template's first 64 rows dropped, the controls' vision rows kept), so the
+  caption cache keys it by the caption and the pair; the controls' latents (the distribution's mode, as the
+  pipeline encodes them) are packed after the target's tokens with every shape in `img_shapes`, as the pipeline
+  calls the transformer (which puts Edit-2511's control tokens at timestep 0 itself), and the loss reads the
+  target's tokens only. Samples edit the controls through the pipeline's `image=`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -36,6 +38,8 @@ from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.memory.transfer import to_device
 from studio.train.pipelines.qwen_image import (
+    EDIT_PLUS_PICTURE,
+    EDIT_PLUS_TEMPLATE_SUFFIX,
     EDIT_TEMPLATE_PREFIX,
     EDIT_TEMPLATE_SUFFIX,
     EDIT_TEMPLATE_TOKENS,
@@ -51,6 +55,7 @@ NEEDS = {"text_encoder": "the Qwen2.5-VL text encoder", "tokenizer": "the Qwen t
 # The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
 MAX_TOKENS = declared.FAMILY.caption_token_limit
 EDIT_AREA = 1024 * 1024  # the pixels QwenImageEditPipeline resizes a control image to, at its aspect ratio
+EDIT_PLUS_AREA = 384 * 384  # the pixels QwenImageEditPlusPipeline shows its encoder a control image at
 
 
 class QwenImageAdapter(FamilyAdapter):
@@ -66,12 +71,14 @@ class QwenImageAdapter(FamilyAdapter):
         "prompt_embeds", "prompt_embeds_mask", "negative_prompt_embeds", "negative_prompt_embeds_mask")
 
     max_tokens = MAX_TOKENS
-    edit = False  # the base is Qwen-Image-Edit (set by `load`)
+    edit = False  # the base is an edit model: Qwen-Image-Edit or Edit Plus (set by `load`)
+    edit_plus = False  # the base is Edit Plus (QwenImageEditPlusPipeline)
 
     # ------------------------------------------------------------ loading
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
-        from diffusers import QwenImageEditPipeline, QwenImagePipeline
+        import diffusers
+        from diffusers import QwenImagePipeline
 
         from studio.core.dataset.edit_pairs.training import edit_training_refusal
         from studio.train.pipelines.qwen_image import load_edit_processor
@@ -89,13 +96,15 @@ class QwenImageAdapter(FamilyAdapter):
         refusal = edit_training_refusal(self.config)  # edit pairs on Qwen-Image-Edit only, and it on edit pairs only
         if refusal is not None:
             raise TrainError("config", refusal[0], refusal[1], path=base)
-        self.edit = self.prompt_sees_controls = bool(declared.FAMILY.edit_model and declared.FAMILY.edit_model(base))
+        edit_pipeline = declared.edit_pipeline(base)
+        self.edit = self.prompt_sees_controls = edit_pipeline is not None
+        self.edit_plus = edit_pipeline == declared.EDIT_PLUS_PIPELINE
         dtypes = self.load_dtypes(weight_dtype)
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
         extras: dict[str, Any] = {}
         if self.edit:
             extras[PROCESSOR] = load_or_fail(PROCESSOR, base, lambda: load_edit_processor(base, revision=model.revision))
-            pipe = load_or_fail("pipeline", base, lambda: QwenImageEditPipeline.from_pretrained(
+            pipe = load_or_fail("pipeline", base, lambda: getattr(diffusers, str(edit_pipeline)).from_pretrained(
                 base, processor=extras[PROCESSOR], **options))
         else:
             pipe = load_or_fail("pipeline", base, lambda: QwenImagePipeline.from_pretrained(base, **options))
@@ -134,27 +143,27 @@ class QwenImageAdapter(FamilyAdapter):
 
     def encode_edit_prompts(self, components: Components, captions: list[str],
                             controls: torch.Tensor) -> Conditioning:
-        """Qwen-Image-Edit: each caption in the Edit template with its pair's control, as
-        `QwenImageEditPipeline.encode_prompt` embeds it (the control resized to the pipeline's 1024 x 1024 pixel area,
-        then by the processor; the template's first 64 rows dropped), padded to the control's vision rows plus
-        `max_tokens` rows, with the mask of the real rows."""
+        """Each caption in the edit model's template with its pair's controls, as the pipeline's `encode_prompt`
+        embeds it (`edit_prompt_inputs`; the template's first 64 rows dropped), padded to the rows that are not the
+        caption's plus `max_tokens`, with the mask of the real rows."""
         if not self.edit:
             return self.encode_prompts(components, captions)
-        if controls.shape[1] != 1:
+        if not self.edit_plus and controls.shape[1] != 1:
             raise TrainError("data", f"Qwen-Image-Edit edits one control image, but these pairs have {controls.shape[1]}",
-                             "give each target one control image (dataset.control_folders: one folder)")
-        images = [edit_prompt_image(_pil(pixels[0])) for pixels in controls]
+                             "give each target one control image (one control folder)")
+        pictures = [[_pil(pixels) for pixels in pair] for pair in controls]
+        texts, images = edit_prompt_inputs(captions, pictures, self.edit_plus)
         encoder, processor = components.text_encoders[0], components.extras[PROCESSOR]
         device = next(encoder.parameters()).device
-        texts = [EDIT_TEMPLATE_PREFIX + EDIT_TEMPLATE_SUFFIX.format(caption) for caption in captions]
         inputs = processor(text=texts, images=images, padding=True, return_tensors="pt").to(device)
         mask = inputs["attention_mask"]
         hidden = encoder(input_ids=inputs["input_ids"], attention_mask=mask, pixel_values=inputs.get("pixel_values"),
                          image_grid_thw=inputs.get("image_grid_thw"), output_hidden_states=True).hidden_states[-1]
         rows = [hidden[i][mask[i].bool()][EDIT_TEMPLATE_TOKENS:] for i in range(hidden.shape[0])]
-        # Every pair of a batch shares its bucket, so its control's vision rows are as many: the rows stack.
-        vision = int((inputs["input_ids"][0] == processor.image_token_id).sum()) + 2
-        length = vision + self.max_tokens
+        # The pairs of a batch share their bucket and control count: the rows that are not the caption's (the
+        # controls' vision rows, the pictures' names, the template's end) are as many, and the padded rows stack.
+        words = processor.tokenizer(captions[0], add_special_tokens=False).input_ids
+        length = rows[0].shape[0] - len(words) + self.max_tokens
         embeds = hidden.new_zeros(hidden.shape[0], length, hidden.shape[-1])
         kept = torch.zeros(hidden.shape[0], length, device=device, dtype=hidden.dtype)
         for i, row in enumerate(rows):
@@ -198,13 +207,14 @@ class QwenImageAdapter(FamilyAdapter):
     # ------------------------------------------------------------ sampling
 
     def make_pipeline(self, components: Components) -> Any:
-        from diffusers import QwenImageEditPipeline, QwenImagePipeline
+        from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline, QwenImagePipeline
 
         parts: dict[str, Any] = {"scheduler": components.sample_scheduler, "vae": components.vae,
                                  "text_encoder": components.text_encoders[0], "tokenizer": components.tokenizers[0],
                                  "transformer": components.denoiser}
         if self.edit:
-            return QwenImageEditPipeline(processor=components.extras[PROCESSOR], **parts)
+            edit = QwenImageEditPlusPipeline if self.edit_plus else QwenImageEditPipeline
+            return edit(processor=components.extras[PROCESSOR], **parts)
         return QwenImagePipeline(**parts)
 
     def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
@@ -222,7 +232,8 @@ class QwenImageAdapter(FamilyAdapter):
         if not (self.edit and references):
             return self.sample_conditioning(pipeline, prompt, negative)
         device = next(pipeline.text_encoder.parameters()).device
-        image = edit_prompt_image(references[0])
+        images = [edit_prompt_image(image, self.edit_plus) for image in references]
+        image = images if self.edit_plus else images[0]
         embeds = [pipeline.encode_prompt(prompt=text, image=image, device=device)
                   for text in (prompt, negative or " ")]
         return dict(zip(self.prompt_embedding_names, (*embeds[0], *embeds[1]), strict=True))
@@ -234,7 +245,9 @@ class QwenImageAdapter(FamilyAdapter):
         device = next(pipeline.transformer.parameters()).device
         moved = {key: value.to(device) if value is not None else None for key, value in conditioning.items()}
         sampling = self.config.sampling
-        edit: dict[str, Any] = {"image": references[0]} if self.edit and references else {}
+        edit: dict[str, Any] = {}
+        if self.edit and references:
+            edit["image"] = list(references) if self.edit_plus else references[0]
         packed = pipeline(num_inference_steps=sampling.steps, true_cfg_scale=sampling.guidance, height=size,
                           width=size, generator=generator, output_type="latent", **moved, **edit).images
         side = 2 * (size // (pipeline.vae_scale_factor * 2))
@@ -276,15 +289,34 @@ def unpack(tokens: torch.Tensor, channels: int, height: int, width: int) -> torc
     return grid.reshape(batch, channels, height, width)
 
 
-def edit_prompt_image(image: Any) -> Any:
-    """A control image as QwenImageEditPipeline gives it to its processor: resized to the pipeline's 1024 x 1024
-    pixel area at its aspect ratio, sides multiples of 32 (`calculate_dimensions`, then its image processor's
-    `resize`)."""
+def edit_prompt_image(image: Any, plus: bool = False) -> Any:
+    """A control image as the edit pipeline gives it to its processor: resized at its aspect ratio to 1024 x 1024
+    pixels (QwenImageEditPipeline) or 384 x 384 (Edit Plus's condition size), sides multiples of 32
+    (`calculate_dimensions`, then its image processor's `resize`)."""
     from diffusers.image_processor import VaeImageProcessor
-    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_dimensions
 
-    width, height, _ = calculate_dimensions(EDIT_AREA, image.size[0] / image.size[1])
+    width, height = _dimensions(EDIT_PLUS_AREA if plus else EDIT_AREA, image.size[0] / image.size[1])
     return VaeImageProcessor(vae_scale_factor=16).resize(image, height, width)
+
+
+def edit_prompt_inputs(captions: list[str], controls: list[list[Any]], plus: bool) -> tuple[list[str], list[Any]]:
+    """The processor's texts and images for captions with their pairs' controls (PIL): the Edit template with the
+    one control's vision tokens before the caption, or Edit Plus's with "Picture N: " and its vision tokens for
+    each control; the images as `edit_prompt_image` resizes them, in the texts' order."""
+    if plus:
+        texts = [EDIT_TEMPLATE_PREFIX + EDIT_PLUS_TEMPLATE_SUFFIX.format(
+            "".join(EDIT_PLUS_PICTURE.format(n + 1) for n in range(len(pair))) + caption)
+            for caption, pair in zip(captions, controls, strict=True)]
+    else:
+        texts = [EDIT_TEMPLATE_PREFIX + EDIT_TEMPLATE_SUFFIX.format(caption) for caption in captions]
+    return texts, [edit_prompt_image(image, plus) for pair in controls for image in pair]
+
+
+def _dimensions(area: int, ratio: float) -> tuple[int, int]:
+    """(width, height) of `area` pixels at `ratio`, rounded to multiples of 32: the edit pipelines'
+    `calculate_dimensions`."""
+    width = math.sqrt(area * ratio)
+    return round(width / 32) * 32, round(width / ratio / 32) * 32
 
 
 def _pil(pixels: torch.Tensor) -> Any:

@@ -66,6 +66,9 @@ EDIT_TEMPLATE_PREFIX = ("<|im_start|>system\nDescribe the key features of the in
                         "consistency with the original input where appropriate.<|im_end|>\n<|im_start|>user\n")
 EDIT_TEMPLATE_SUFFIX = "<|vision_start|><|image_pad|><|vision_end|>{}<|im_end|>\n<|im_start|>assistant\n"
 EDIT_TEMPLATE_TOKENS = 64
+# QwenImageEditPlusPipeline's: the same system prompt, then each control as "Picture N: " and its vision tokens.
+EDIT_PLUS_TEMPLATE_SUFFIX = "{}<|im_end|>\n<|im_start|>assistant\n"
+EDIT_PLUS_PICTURE = "Picture {}: <|vision_start|><|image_pad|><|vision_end|>"
 # The tiny Edit processor's largest image side in pixels, and words of edit instructions its tokenizer keeps whole.
 TINY_VISION_SIDE = 56
 EDIT_WORDS = ("make", "it", "negative", "turn", "into", "change", "to", "remove", "add")
@@ -208,18 +211,25 @@ def tiny_processor(tokenizer: Any) -> Any:
     return edit_processor(images, tokenizer)
 
 
-def build_tiny(folder: Path, seed: int, edit: bool = False) -> Path:
+def build_tiny(folder: Path, seed: int, edit: bool | str = False) -> Path:
     """Qwen-Image in miniature: a 2-layer narrow Qwen2.5-VL encoder, a 2-block MMDiT, a small causal 3-D VAE
-    (8x smaller latents of 4 channels, packed 2x2 for the transformer) and Qwen-Image's scheduler. `edit`: the
-    Qwen-Image-Edit pipeline instead (`QwenImageEditPipeline`), the same parts with the Edit template's tokenizer
-    and the processor that shows the encoder the control image."""
+    (8x smaller latents of 4 channels, packed 2x2 for the transformer) and Qwen-Image's scheduler. `edit` (True or
+    "edit"): the Qwen-Image-Edit pipeline instead (`QwenImageEditPipeline`), the same parts with the Edit template's
+    tokenizer and the processor that shows the encoder the control image; "plus": Edit Plus
+    (`QwenImageEditPlusPipeline`, its transformer's control tokens at timestep 0 as Qwen-Image-Edit-2511's)."""
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,
         QwenImageEditPipeline,
+        QwenImageEditPlusPipeline,
         QwenImagePipeline,
         QwenImageTransformer2DModel,
     )
+
+    if edit not in (False, True, "edit", "plus"):
+        raise ValueError(f"edit={edit!r}: the tiny Qwen-Image edit models are \"edit\" and \"plus\"")
+    plus = edit == "plus"
+    edit = bool(edit)
 
     from studio.core.dataset.demo_shapes import CAPTION_WORDS
     from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS
@@ -232,6 +242,7 @@ def build_tiny(folder: Path, seed: int, edit: bool = False) -> Path:
     transformer = QwenImageTransformer2DModel(
         patch_size=2, in_channels=4 * latent_channels, out_channels=latent_channels, num_layers=2,
         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=hidden, axes_dims_rope=(4, 6, 6),
+        **({"zero_cond_t": True} if plus else {}),
     )
     vae = AutoencoderKLQwenImage(
         base_dim=8, z_dim=latent_channels, dim_mult=[1, 2, 4, 4], num_res_blocks=1, attn_scales=[],
@@ -240,8 +251,8 @@ def build_tiny(folder: Path, seed: int, edit: bool = False) -> Path:
     )
     parts: dict[str, Any] = {"scheduler": FlowMatchEulerDiscreteScheduler(**SCHEDULER), "vae": vae,
                              "text_encoder": text_encoder, "tokenizer": tokenizer, "transformer": transformer}
-    pipeline: Any = (QwenImageEditPipeline(processor=tiny_processor(tokenizer), **parts) if edit
-                     else QwenImagePipeline(**parts))
+    edit_class = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
+    pipeline: Any = edit_class(processor=tiny_processor(tokenizer), **parts) if edit else QwenImagePipeline(**parts)
     pipeline.save_pretrained(folder, safe_serialization=True)
     if edit:  # the processor's entry names transformers' class, as the hub's Qwen-Image-Edit folder does
         index = folder / "model_index.json"

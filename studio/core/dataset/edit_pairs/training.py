@@ -52,8 +52,9 @@ def control_limit(config: TrainConfig) -> tuple[int, str] | None:
     """(the most control images a pair may have, the model that says so) when the base model is an edit model that
     takes that many (Qwen-Image-Edit: one); None when a pair may have any number."""
     spec = family(config.model.family)
-    if spec.edit_controls and spec.edit_model is not None and spec.edit_model(config.model.base):
-        return spec.edit_controls, spec.edit_title
+    most = spec.edit_controls(config.model.base)
+    if most and spec.edit_model is not None and spec.edit_model(config.model.base):
+        return most, spec.edit_title
     return None
 
 
