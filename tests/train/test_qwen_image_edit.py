@@ -425,3 +425,18 @@ def test_pairs_of_two_controls_train_on_edit_plus_and_the_lora_changes_its_edit(
         before = edited()
         pipe.load_lora_weights(str(run_dir / "output"), weight_name="pytorch_lora_weights.safetensors")
         assert np.abs(edited() - before).mean() > 1e-4
+
+
+def test_an_edit_folder_without_its_processor_is_named_with_what_to_do(tiny_edit: Path, pairs: Path,
+                                                                       tmp_path: Path) -> None:
+    import shutil
+
+    from studio.train.errors import TrainError
+    from studio.train.families.qwen_image import QwenImageAdapter
+
+    broken = tmp_path / "edit"
+    shutil.copytree(tiny_edit, broken)
+    shutil.rmtree(broken / "processor")
+    with pytest.raises(TrainError, match=r"cannot load the processor \(processor/ folder\) of .*edit") as caught:
+        QwenImageAdapter(_config(broken, pairs, tmp_path)).load(torch.device("cpu"), torch.float32)
+    assert caught.value.kind == "model" and "processor/" in caught.value.hint

@@ -102,9 +102,13 @@ class QwenImageAdapter(FamilyAdapter):
         dtypes = self.load_dtypes(weight_dtype)
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
         extras: dict[str, Any] = {}
-        if self.edit:
-            extras[PROCESSOR] = load_or_fail(PROCESSOR, base, lambda: load_edit_processor(base, revision=model.revision))
-            pipe = load_or_fail("pipeline", base, lambda: getattr(diffusers, str(edit_pipeline)).from_pretrained(
+        if edit_pipeline is not None:
+            extras[PROCESSOR] = load_or_fail(
+                "processor (processor/ folder)", base, lambda: load_edit_processor(base, revision=model.revision),
+                "an edit model's folder holds its processor/ folder (the image processor's and the tokenizer's "
+                "files) as the hub's Qwen-Image-Edit releases do: download it again, or copy processor/ from the "
+                "hub's repository")
+            pipe = load_or_fail("pipeline", base, lambda: getattr(diffusers, edit_pipeline).from_pretrained(
                 base, processor=extras[PROCESSOR], **options))
         else:
             pipe = load_or_fail("pipeline", base, lambda: QwenImagePipeline.from_pretrained(base, **options))
