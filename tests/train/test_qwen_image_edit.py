@@ -270,9 +270,9 @@ def test_plain_qwen_image_refuses_edit_pairs_and_the_edit_model_plain_images(tin
     plain.mkdir()
     (plain / "model_index.json").write_text('{"_class_name": "QwenImagePipeline"}', encoding="utf-8")
     problem = check_dataset(_config(plain, pairs, tmp_path))
-    assert problem is not None and "Qwen-Image, whose pipeline takes no control image" in problem.message
-    assert "Qwen-Image-Edit" in problem.message
-    with pytest.raises(TrainError, match="whose pipeline takes no control image") as caught:
+    assert problem is not None and f"{plain} is no Qwen-Image-Edit model" in problem.message
+    assert "Qwen-Image's own pipeline takes no control image" in problem.message
+    with pytest.raises(TrainError, match="is no Qwen-Image-Edit model") as caught:
         collect_items(_config(plain, pairs, tmp_path), lambda *a: None)
     assert "Qwen-Image-Edit" in caught.value.hint
     problem = check_dataset(_config(tiny_edit, pairs, tmp_path, kind="images"))

@@ -37,7 +37,8 @@ def edit_training_refusal(config: TrainConfig) -> tuple[str, str] | None:
                 f"set dataset.kind = \"edit\" with the control images beside the targets (Dataset page), or train "
                 f"the images on a {spec.title} base model")
     if spec.trains_edit_pairs and spec.edit_model is not None and not edit_base:
-        return (f"dataset.kind = \"edit\": model.base {base} is {spec.title}, whose pipeline takes no control image",
+        return (f"dataset.kind = \"edit\": model.base {base} is no {spec.edit_title} model ({spec.title}'s own "
+                "pipeline takes no control image)",
                 f"train the edit pairs on {spec.edit_title} (model.base: a folder whose model_index.json names its "
                 "pipeline, or its hub id), or set dataset.kind = \"images\"")
     if spec.trains_edit_pairs:
