@@ -37,9 +37,10 @@ INSTRUCTION = "make it negative"
 STEPS = 4
 
 
-def _pairs(root: Path, count: int = 4, controls: int = 1) -> Path:
-    """`count` edit pairs in a control/ folder (and control_1/ ... for more `controls`): the control a shape
-    picture (the second one mirrored), the target its negative."""
+def _pairs(root: Path, count: int = 4, controls: int = 1, layout: str = "folder") -> Path:
+    """`count` edit pairs: the control a shape picture (the second one mirrored), the target its negative, the
+    caption the instruction; the controls in a control/ folder (and control_1/ ... for more `controls`), beside
+    each target as `name_control.png` ("suffix"), or in a folder of their own, controls/ ("separate")."""
     targets = root / "pairs"
     write_demo_dataset(targets, count=count, size=64, seed=5)
     for image in sorted(targets.glob("*.png")):
@@ -48,18 +49,21 @@ def _pairs(root: Path, count: int = 4, controls: int = 1) -> Path:
         target.save(image)
         image.with_suffix(".txt").write_text(INSTRUCTION, encoding="utf-8")
         for n in range(controls):
-            folder = targets / ("control" if n == 0 else f"control_{n}")
-            folder.mkdir(exist_ok=True)
-            (ImageOps.mirror(control) if n else control).save(folder / image.name)
+            place = {"folder": targets / ("control" if n == 0 else f"control_{n}") / image.name,
+                     "suffix": image.with_name(f"{image.stem}_control.png"),
+                     "separate": root / "controls" / image.name}[layout]
+            place.parent.mkdir(exist_ok=True)
+            (ImageOps.mirror(control) if n else control).save(place)
     return targets
 
 
-def _config(base: Path, targets: Path, out: Path, *, kind: str = "edit", **training: object) -> TrainConfig:
+def _config(base: Path, targets: Path, out: Path, *, kind: str = "edit", folders: tuple[str, ...] = (),
+            **training: object) -> TrainConfig:
     return TrainConfig(
         model=ModelSection(family="qwen-image", base=str(base)),
         method=MethodSection(kind="lora", rank=4, alpha=8),
         dataset=DatasetSection(concepts=[ConceptSection(path=str(targets))], resolution=64, buckets=False,
-                               kind=kind),  # type: ignore[arg-type]
+                               kind=kind, control_folders=list(folders)),  # type: ignore[arg-type]
         training=TrainingSection(batch_size=2, max_steps=STEPS, learning_rate=3e-2, seed=3,
                                  **training),  # type: ignore[arg-type]
         sampling=SamplingSection(every_n_steps=0, prompts=[INSTRUCTION], steps=2, guidance=1.0),
@@ -246,6 +250,20 @@ def test_the_lora_reloads_into_the_edit_pipeline_and_changes_its_edit(edit_run: 
         before = edited()
         pipe.load_lora_weights(str(run_dir / "output"), weight_name="pytorch_lora_weights.safetensors")
         assert np.abs(edited() - before).mean() > 1e-4
+
+
+@pytest.mark.parametrize("layout", ["suffix", "separate"])
+def test_edit_pairs_in_the_other_layouts_are_checked_and_train(layout: str, tiny_edit: Path, tmp_path: Path,
+                                                               events_of: Callable) -> None:
+    targets = _pairs(tmp_path, layout=layout)
+    folders = (str(tmp_path / "controls"),) if layout == "separate" else ()
+    config = _config(tiny_edit, targets, tmp_path, folders=folders, cache_latents=True, cache_text_embeddings=True)
+    config.training.max_steps = 2
+    assert check_dataset(config) is None
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    losses = [e.loss for e in events_of(run_dir) if isinstance(e, Step)]
+    assert len(losses) == 2 and all(np.isfinite(losses))
 
 
 @pytest.mark.parametrize("cache_text", [True, False])
