@@ -150,19 +150,24 @@ def test_the_tiny_edit_model_is_qwen_image_edit_and_loads_in_its_pipeline(tiny_e
 
 def test_a_caption_is_embedded_with_its_control_as_the_pipeline_embeds_it(loaded: tuple, tiny_edit: Path,
                                                                          pairs: Path) -> None:
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import calculate_dimensions
+
     from studio.train.data.cache import TextCache
     from studio.train.data.controls import edit_caption_key
     from studio.train.data.items import collect_items
     from studio.train.families.qwen_image import edit_prompt_image
 
     adapter, components = loaded
+    wide = Image.new("RGB", (80, 40))  # another aspect ratio: the same size as the pipeline gives its encoder
+    assert edit_prompt_image(wide).size == calculate_dimensions(1024 * 1024, 2.0)[:2]
     controls = sorted((pairs / "control").glob("*.png"))
     images = [Image.open(path).convert("RGB") for path in controls[:2]]
     pipe = _pipeline(tiny_edit)
     cond = adapter.encode_edit_prompts(components, [INSTRUCTION, INSTRUCTION],
                                        torch.stack([_pixels(image)[None] for image in images]))
-    for i, image in enumerate(images):
-        expected, _ = pipe.encode_prompt(INSTRUCTION, image=edit_prompt_image(image))
+    for i, image in enumerate(images):  # the pipeline's call resizes its image so before it encodes the prompt
+        width, height, _ = calculate_dimensions(1024 * 1024, image.width / image.height)
+        expected, _ = pipe.encode_prompt(INSTRUCTION, image=pipe.image_processor.resize(image, height, width))
         rows = int(cond["prompt_mask"][i].sum())
         assert rows == expected.shape[1]
         torch.testing.assert_close(cond["prompt_embeds"][i, :rows], expected[0], atol=1e-5, rtol=1e-4)
@@ -395,6 +400,11 @@ def tiny_plus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_edit_plus_embeds_each_control_as_a_picture_as_its_pipeline_does(tiny_plus: Path, tmp_path: Path) -> None:
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import (
+        CONDITION_IMAGE_SIZE,
+        calculate_dimensions,
+    )
+
     from studio.core.models.files import detect_model
     from studio.train.families.qwen_image import QwenImageAdapter, edit_prompt_image
 
@@ -408,7 +418,10 @@ def test_edit_plus_embeds_each_control_as_a_picture_as_its_pipeline_does(tiny_pl
     images = [Image.open(sorted(folder.glob("*.png"))[0]).convert("RGB")
               for folder in (targets / "control", targets / "control_1")]
     cond = adapter.encode_edit_prompts(components, [INSTRUCTION], torch.stack([_pixels(i) for i in images])[None])
-    expected, _ = pipe.encode_prompt(INSTRUCTION, image=[edit_prompt_image(i, plus=True) for i in images])
+    shown = [pipe.image_processor.resize(i, *reversed(calculate_dimensions(CONDITION_IMAGE_SIZE, 1.0))) for i in images]
+    expected, _ = pipe.encode_prompt(INSTRUCTION, image=shown)
+    assert edit_prompt_image(Image.new("RGB", (80, 40)), plus=True).size == calculate_dimensions(CONDITION_IMAGE_SIZE,
+                                                                                                 2.0)
     rows = int(cond["prompt_mask"][0].sum())
     assert rows == expected.shape[1]
     torch.testing.assert_close(cond["prompt_embeds"][0, :rows], expected[0], atol=1e-5, rtol=1e-4)
