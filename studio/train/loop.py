@@ -31,7 +31,13 @@ from studio.train.data.batches import (
 )
 from studio.train.data.cache import LatentCache, TextCache
 from studio.train.data.caching_phase import HOLD_DEVICE, fill_caches, holds_denoiser, offload_frozen
-from studio.train.data.controls import REFERENCES, batch_references, sample_controls
+from studio.train.data.controls import (
+    REFERENCES,
+    batch_references,
+    edit_caption_keys,
+    encode_captions,
+    sample_controls,
+)
 from studio.train.data.items import TrainItem, collect_items
 from studio.train.data.masks import step_loss
 from studio.train.data.prefetch import Prefetcher
@@ -313,11 +319,13 @@ class Trainer:
             with torch.no_grad():
                 pixels = to_device(batch["pixels"], device)
                 latents = adapter.encode_images(components, pixels, draws).float()
-        if self.text_cache is not None:
-            cond = {k: to_device(v, device) for k, v in self.text_cache.batch(batch["captions"]).items()}
+        items = [self.items[index] for index in batch["items"]]
+        if self.text_cache is not None:  # a caption that sees its pair's controls is cached with them
+            cached_text = self.text_cache.batch(batch["captions"], edit_caption_keys(adapter, batch, items))
+            cond = {k: to_device(v, device) for k, v in cached_text.items()}
         else:
             with torch.set_grad_enabled(self.config.method.train_text_encoder):
-                cond = adapter.encode_prompts(components, batch["captions"])
+                cond = encode_captions(adapter, components, batch["captions"], items, batch.get("controls"))
         cond = adapter.extra_conditioning(batch, cond, device)
         cached = self.latent_cache.control_batch(batch["items"], device) if self.latent_cache is not None else None
         references = batch_references(adapter, components, batch, cached, device)

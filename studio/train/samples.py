@@ -124,7 +124,7 @@ def render_images(
         with offload.resident(offload.text_encoder_names() if missing else []):
             for index, prompt in enumerate(missing):
                 progress("encoding", index, prompt)
-                embedded[prompt] = adapter.sample_conditioning(pipeline, prompt, negative)
+                embedded[prompt] = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
         latents = []
         with forward_in_precision(components.denoiser, plan.autocast):
             for index, job in enumerate(jobs):
@@ -173,7 +173,7 @@ def make_samples(
     controls: list[Path] = []
     try:
         # Edit samples: each control as training saw them (at the sample size), saved beside the samples.
-        references = [fitted_control(path, (size, size)) for path in plan.controls]
+        references = sample_references(adapter.config, plan.controls)
         controls = save_sample_controls(references, run_dir) if references else []
         render_images(adapter, components, plan, jobs, size, save, progress, references)
     except Exception as exc:  # a sample never ends the run: reported here, with its traceback
@@ -189,6 +189,12 @@ def make_samples(
         reporter.emit(Sample(step=step, images=[str(p) for p in paths], prompts=prompts[: len(paths)],
                              controls=[str(p) for p in controls]))
     return paths
+
+
+def sample_references(config: TrainConfig, controls: Sequence[Path]) -> list[Any]:
+    """The control images edit samples edit (PIL), each fitted to the sample size as training saw them."""
+    size = config.sampling.size or config.dataset.resolution
+    return [fitted_control(path, (size, size)) for path in controls]
 
 
 def sample_hint(exc: BaseException, config: TrainConfig, size: int, tiled: bool) -> str:

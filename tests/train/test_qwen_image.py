@@ -92,7 +92,10 @@ def test_the_tiny_folder_is_a_qwen_image_pipeline_whose_tokenizer_drops_just_the
     assert detect_model(tiny_qwen_image).family == "qwen-image"
 
 
-def test_an_edit_model_folder_is_not_taken_for_qwen_image(tiny_qwen_image: Path, tmp_path: Path) -> None:
+def test_edit_folders_are_taken_for_qwen_image_but_its_other_image_conditioned_pipelines_are_not(
+        tiny_qwen_image: Path, tmp_path: Path) -> None:
+    """Qwen-Image-Edit and Edit Plus are the family's edit models (test_qwen_image_edit.py); the layered, ControlNet
+    and edit-inpainting pipelines of the same transformer train otherwise."""
     import shutil
 
     from studio.core.models.files import detect_model
@@ -100,8 +103,10 @@ def test_an_edit_model_folder_is_not_taken_for_qwen_image(tiny_qwen_image: Path,
     edit = tmp_path / "edit"
     shutil.copytree(tiny_qwen_image, edit)
     index = json.loads((edit / "model_index.json").read_text())
-    (edit / "model_index.json").write_text(json.dumps({**index, "_class_name": "QwenImageEditPlusPipeline"}))
-    assert detect_model(edit).family is None
+    for pipeline, family in (("QwenImageEditPipeline", "qwen-image"), ("QwenImageEditPlusPipeline", "qwen-image"),
+                             ("QwenImageLayeredPipeline", None), ("QwenImageEditInpaintPipeline", None)):
+        (edit / "model_index.json").write_text(json.dumps({**index, "_class_name": pipeline}))
+        assert detect_model(edit).family == family, pipeline
 
 
 def test_lora_trains_samples_and_writes_both_files(lora_run: Path, events_of) -> None:

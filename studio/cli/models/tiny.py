@@ -25,6 +25,10 @@ def register(sub: Any) -> None:
     parser.add_argument("dir", nargs="?", help="folder to write the diffusers pipeline into")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--t5", action="store_true", help="families with a T5 text encoder: include one (tiny, built locally)")
+    with_edit = ", ".join(name for name in FAMILY_NAMES if family(name).edit_model is not None)
+    parser.add_argument("--edit", nargs="?", const="edit", choices=("edit", "plus"),
+                        help=f"families with edit models of their own ({with_edit}): build the edit model "
+                             "(\"plus\": Qwen-Image-Edit Plus, which edits several controls)")
     parser.add_argument("--full-size", action="store_true",
                         help="the real architecture: print its parameter counts (meta device, no memory)")
     parser.add_argument("--write", action="store_true",
@@ -45,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
         with_t5 = ", ".join(name for name in FAMILY_NAMES if _has_t5(name))
         print(f"--t5 applies to the families with a T5 text encoder only ({with_t5})", file=sys.stderr)
         return EXIT_INVALID
+    if args.edit and (family(args.family).edit_model is None or args.full_size):
+        with_edit = ", ".join(name for name in FAMILY_NAMES if family(name).edit_model is not None)
+        print(f"--edit builds the tiny edit model of the families that have one of their own ({with_edit}), "
+              "not with --full-size", file=sys.stderr)
+        return EXIT_INVALID
     if args.full_size:
         return _full_size(args)
     if not args.dir:
@@ -56,9 +65,12 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"step 2 of {TINY_STEPS}: building and writing the tiny {args.family} pipeline (random weights)",
           flush=True)
-    options = {"t5": True} if args.t5 else {}
+    options: dict[str, object] = {"t5": True} if args.t5 else {}
+    if args.edit:
+        options["edit"] = args.edit
     folder = build_tiny_pipeline(args.family, args.dir, seed=args.seed, **options)
-    print(f"tiny {args.family} pipeline written to {folder}")
+    what = f"{family(args.family).edit_title}{' Plus' if args.edit == 'plus' else ''}" if args.edit else args.family
+    print(f"tiny {what} pipeline written to {folder}")
     return EXIT_OK
 
 

@@ -2,10 +2,15 @@
 flow matching.
 
 Qwen/Qwen-Image and Qwen-Image-2512 (the same architecture) train as they are; the studio trains LoRAs of the
-transformer, the text encoder frozen (its embeddings are cached). The Edit models (`QwenImageEditPipeline`,
-`QwenImageEditPlusPipeline`) share the transformer class but condition on a reference image, which their
-Qwen2.5-VL encoder also sees in the prompt: they are not this family (their folders are not taken for it), and
-edit pairs (dataset.kind = "edit") are refused for it (`trains_edit_pairs` is off) until they train here.
+transformer, the text encoder frozen (its embeddings are cached).
+
+Qwen/Qwen-Image-Edit (`QwenImageEditPipeline`) is the same transformer conditioned on a control image, which it
+sees twice: its latents packed after the image's tokens, and in the prompt, where the Qwen2.5-VL encoder reads it
+through its vision tower. Qwen-Image-Edit-2509 and -2511 (`QwenImageEditPlusPipeline`, "Edit Plus") take one or
+more controls, each shown to the encoder as "Picture N:" at a smaller size (384 x 384 pixels) than its latents
+(1024 x 1024). They are this family's edit models (`edit_model`, the same counted architecture): they train edit
+pairs (dataset.kind = "edit"; one control per pair on Qwen-Image-Edit), each caption embedded with its pair's
+controls, and Qwen-Image trains images.
 
 Qwen-Image 2.1 does not train the same way: diffusers 0.42 runs it as `QwenImage21Pipeline` with another
 transformer (`QwenImage21Transformer2DModel`, a cached text/condition prefix and flex attention), another
@@ -15,6 +20,7 @@ would be a family of its own, with its own adapter and key names.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,8 +28,13 @@ from studio.core.families.settings import BLOCK_SWAP, COMMON, FLOW_MATCHING
 from studio.core.families.spec import FamilySpec
 
 NAME = "qwen-image"
-# Pipelines of the same transformer class that condition on an image: other training, not this family's.
-_NOT_THIS = ("Edit", "Layered", "ControlNet")
+EDIT_PIPELINE = "QwenImageEditPipeline"
+EDIT_PLUS_PIPELINE = "QwenImageEditPlusPipeline"
+# The edit models' hub names (any owner): Qwen-Image-Edit, and the Edit Plus releases.
+EDIT_HUB_NAMES = {"qwen-image-edit": EDIT_PIPELINE, "qwen-image-edit-2509": EDIT_PLUS_PIPELINE,
+                  "qwen-image-edit-2511": EDIT_PLUS_PIPELINE}
+# Pipelines of the same transformer class that condition on images otherwise: other training, not this family's.
+_NOT_THIS = ("EditInpaint", "Layered", "ControlNet")
 
 
 def _folder(folder: Path, read: Callable[[Path], dict[str, object]]) -> str | None:
@@ -37,6 +48,32 @@ def _folder(folder: Path, read: Callable[[Path], dict[str, object]]) -> str | No
     return "transformer/config.json names QwenImageTransformer2DModel"
 
 
+def edit_pipeline(base: str) -> str | None:
+    """The edit pipeline a base model is (QwenImageEditPipeline or QwenImageEditPlusPipeline): a folder's
+    model_index.json, or a hub id's name; None for Qwen-Image itself (or no model the studio can read)."""
+    folder = Path(base).expanduser()
+    if folder.is_dir():
+        try:
+            index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        name = index.get("_class_name") if isinstance(index, dict) else None
+        return name if name in (EDIT_PIPELINE, EDIT_PLUS_PIPELINE) else None
+    if folder.suffix or base.count("/") != 1:  # a single file, or no hub id
+        return None
+    return EDIT_HUB_NAMES.get(base.split("/")[1].lower())
+
+
+def is_edit_model(base: str) -> bool:
+    """Whether a base model is one of the edit models (Qwen-Image-Edit, or an Edit Plus release)."""
+    return edit_pipeline(base) is not None
+
+
+def edit_controls(base: str) -> int:
+    """The control images a pair may have on this edit model: one on Qwen-Image-Edit, any number on Edit Plus."""
+    return 1 if edit_pipeline(base) == EDIT_PIPELINE else 0
+
+
 FAMILY = FamilySpec(
     name=NAME,
     title="Qwen-Image",
@@ -48,7 +85,7 @@ FAMILY = FamilySpec(
     caption_token_limit=512,
     caption_encoder="Qwen2.5-VL",
     pipeline_class="QwenImagePipeline",
-    pipeline_classes=("QwenImagePipeline",),
+    pipeline_classes=("QwenImagePipeline", EDIT_PIPELINE, EDIT_PLUS_PIPELINE),
     kohya_readers="ComfyUI, musubi-tuner and diffusers",
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
@@ -64,5 +101,10 @@ FAMILY = FamilySpec(
     single_file_text_encoders=(),
     methods=("lora",),
     trains_text_encoders=False,
+    # Its edit models pack the controls' latents after the image tokens, as QwenImageEdit(Plus)Pipeline.
+    trains_edit_pairs=True,
+    edit_model=is_edit_model,
+    edit_title="Qwen-Image-Edit",
+    edit_controls=edit_controls,
     folder_rule=_folder,
 )

@@ -103,6 +103,13 @@ class FamilySpec:
     # It trains edit pairs (dataset.kind = "edit"): its pipeline conditions on reference images, and the trainer
     # gives the denoiser the control images' latents as that pipeline does when it samples.
     trains_edit_pairs: bool = False
+    # A family whose edit pairs train on an edit model of its own (Qwen-Image-Edit beside Qwen-Image): whether a base
+    # model is that edit model (its folder's model_index.json, a hub id's name), and what a person reads for it. That
+    # model trains edit pairs only; the family's other models train images only.
+    edit_model: Callable[[str], bool] | None = field(default=None, repr=False)
+    edit_title: str = ""
+    # The control images a pair may have on the edit model a base model is (its pipeline's number); 0: any number.
+    edit_controls: Callable[[str], int] = field(default=lambda base: 0, repr=False)
     # The programs that load its kohya-format LoRA file and its LyCORIS (LoHa/LoKr) file, as the Runs page and
     # `studio-train run` name them beside each output (docs/index.md's "Which file to load where").
     kohya_readers: str = "ComfyUI"

@@ -18,7 +18,12 @@ from pathlib import Path
 from studio.core.app_words import command_or_action
 from studio.core.config.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.edit_pairs.training import describe, edit_training_refusal, pair_errors
+from studio.core.dataset.edit_pairs.training import (
+    control_limit,
+    describe,
+    edit_training_refusal,
+    pair_errors,
+)
 from studio.core.dataset.image_facts import inspect_image
 from studio.core.dataset.layouts import DatasetError
 from studio.core.dataset.mask_checks import mask_problems
@@ -169,7 +174,7 @@ def check_dataset(config: TrainConfig) -> PreflightProblem | None:
     if refusal is not None:
         return PreflightProblem("dataset", f"{refusal[0]}: {refusal[1]}.")
     try:
-        errors = pair_errors(config.dataset)
+        errors = pair_errors(config.dataset, None, control_limit(config))
     except DatasetError as exc:
         return PreflightProblem("dataset", str(exc))
     except OSError as exc:

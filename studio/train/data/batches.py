@@ -109,6 +109,7 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         epoch, batch = self.plan.micro_batch(index)
         chosen = self.plan.rank_slice(batch, self.rank)
         captions, pixels, original_sizes, crops, weights, masks, controls = [], [], [], [], [], [], []
+        flipped: list[bool] = []
         for position, item_index in enumerate(chosen):
             item = self.plan.items[item_index]
             rng = stream_rng(self.plan.seed, 2, index, self.rank, position) if self.augment else None
@@ -121,6 +122,7 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
                     masks.append(torch.from_numpy(loaded.mask))
                 if item.controls:  # an edit pair: its controls at its bucket, mirrored with it
                     controls.append(control_pixels(item, loaded.flipped))
+                    flipped.append(loaded.flipped)
                 original_sizes.append(loaded.original_size)
                 crops.append(loaded.crop_top_left)
             else:
@@ -144,6 +146,7 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
             out["masks"] = torch.stack(masks)
         if controls:
             out["controls"] = torch.stack(controls)  # (B, controls, 3, H, W)
+            out["flipped"] = flipped  # which pairs are mirrored (a prompt that sees the control sees it so)
         return out
 
 

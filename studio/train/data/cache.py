@@ -17,7 +17,7 @@ import torch
 from studio.core.config.schema import DatasetSection
 from studio.train.components import Components
 from studio.train.data.batches import latent_draws
-from studio.train.data.controls import control_pixels, encode_controls
+from studio.train.data.controls import control_pixels, edit_caption_key, encode_controls
 from studio.train.data.items import TrainItem, load_image
 from studio.train.data.masks import latent_mask, mask_source
 from studio.train.families.base import Conditioning, FamilyAdapter
@@ -168,9 +168,37 @@ class TextCache:
                 self.embeddings[caption] = {k: v[i].detach().clone() for k, v in cond.items()}
             progress("caching", min(start + batch_size, len(unique)), len(unique))
 
-    def batch(self, captions: list[str]) -> Conditioning:
-        first = self.embeddings[captions[0]]
-        return {key: torch.stack([self.embeddings[c][key] for c in captions]) for key in first}
+    def fill_edit_pairs(
+        self, adapter: FamilyAdapter, components: Components, items: list[TrainItem], dataset: DatasetSection,
+        batch_size: int, progress: Progress,
+    ) -> None:
+        """The captions of edit pairs whose embedding depends on their controls (`prompt_sees_controls`): each
+        caption (and the empty one when captions drop out) embedded with its own pair's controls at its bucket,
+        mirrored too when dataset.flip may mirror them, under `edit_caption_key`."""
+        captions = cache_captions([], dataset)
+        todo = [(caption, item, flipped) for item in items for caption in dict.fromkeys([item.caption, *captions])
+                for flipped in ((False, True) if dataset.flip else (False,))]
+        by_bucket: dict[tuple[int, int], list[tuple[str, TrainItem, bool]]] = {}
+        for entry in todo:
+            by_bucket.setdefault(entry[1].bucket, []).append(entry)
+        done = 0
+        for group in by_bucket.values():
+            for start in range(0, len(group), max(1, batch_size)):
+                chunk = group[start : start + batch_size]
+                pixels = torch.stack([control_pixels(item, flipped) for _, item, flipped in chunk])
+                with torch.no_grad():
+                    cond = adapter.encode_edit_prompts(components, [caption for caption, _, _ in chunk], pixels)
+                for i, (caption, item, flipped) in enumerate(chunk):
+                    key = edit_caption_key(caption, item.index, flipped)
+                    self.embeddings[key] = {k: v[i].detach().clone() for k, v in cond.items()}
+                done += len(chunk)
+                progress("caching", done, len(todo))
+
+    def batch(self, captions: list[str], keys: list[str] | None = None) -> Conditioning:
+        """The embeddings of a batch's captions (under `keys` where the cache keys them otherwise)."""
+        chosen = keys if keys is not None else captions
+        first = self.embeddings[chosen[0]]
+        return {key: torch.stack([self.embeddings[c][key] for c in chosen]) for key in first}
 
 
 def cache_captions(items: list[TrainItem], dataset: DatasetSection) -> list[str]:

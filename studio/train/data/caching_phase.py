@@ -13,6 +13,8 @@ encoders never come to the GPU at all: they were loaded into system memory and e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,19 +35,21 @@ def holds_denoiser(config: TrainConfig, sharded: bool) -> bool:
 
 
 def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config: TrainConfig,
-                          device: torch.device) -> dict[str, Conditioning]:
-    """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them,
-    on `device` (where the denoiser samples; encoders kept on the CPU embed there)."""
-    from studio.train.samples import evaluating
+                          device: torch.device, controls: Sequence[Path] = ()) -> dict[str, Conditioning]:
+    """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them
+    (with the `controls` edit samples edit), on `device` (where the denoiser samples; encoders kept on the CPU
+    embed there)."""
+    from studio.train.samples import evaluating, sample_references
 
     if not prompts_cached(config):
         return {}
     pipeline = adapter.make_pipeline(components)
     negative = config.sampling.negative_prompt
+    references = sample_references(config, controls)  # edit samples: a prompt that sees them is embedded with them
     embedded: dict[str, Conditioning] = {}
     with torch.no_grad(), evaluating(components):
         for prompt in dict.fromkeys(config.sampling.prompts):
-            made = adapter.sample_conditioning(pipeline, prompt, negative)
+            made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
             embedded[prompt] = {key: _moved(value, device) for key, value in made.items()}
     return embedded
 
@@ -83,10 +87,14 @@ def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
     if training.cache_text_embeddings:
         text_cache = TextCache()
         with trainer.clock.timed(text_phase(trainer.components, acc.device)):
-            text_cache.fill(trainer.adapter, trainer.components, cache_captions(trainer.items, config.dataset),
-                            training.batch_size, trainer.reporter.phase)
+            if trainer.adapter.prompt_sees_controls and any(item.controls for item in trainer.items):
+                text_cache.fill_edit_pairs(trainer.adapter, trainer.components, trainer.items, config.dataset,
+                                           training.batch_size, trainer.reporter.phase)
+            else:
+                text_cache.fill(trainer.adapter, trainer.components, cache_captions(trainer.items, config.dataset),
+                                training.batch_size, trainer.reporter.phase)
             trainer.sampling_plan.embedded = encode_sample_prompts(trainer.adapter, trainer.components, config,
-                                                                   acc.device)
+                                                                   acc.device, trainer.sampling_plan.controls)
     return latent_cache, text_cache
 
 

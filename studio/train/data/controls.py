@@ -23,11 +23,11 @@ from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
 from studio.train.data.items import TrainItem, cover_size
 from studio.train.errors import TrainError
-from studio.train.families.base import REFERENCES, FamilyAdapter
+from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter
 from studio.train.memory.transfer import to_device
 
-__all__ = ["REFERENCES", "batch_references", "control_pixels", "encode_controls", "fitted_control",
-           "sample_controls", "save_sample_controls"]
+__all__ = ["REFERENCES", "batch_references", "control_pixels", "edit_caption_key", "edit_caption_keys", "encode_captions",
+           "encode_controls", "fitted_control", "sample_controls", "save_sample_controls"]
 
 
 def fitted_control(path: Path, size: tuple[int, int], flipped: bool = False) -> Image.Image:
@@ -71,6 +71,34 @@ def batch_references(adapter: FamilyAdapter, components: Components, batch: dict
     if "controls" not in batch:
         return None
     return encode_controls(adapter, components, to_device(batch["controls"], device))
+
+
+def encode_captions(adapter: FamilyAdapter, components: Components, captions: list[str], items: Sequence[TrainItem],
+                    controls: torch.Tensor | None = None) -> Conditioning:
+    """The captions' conditioning. A family whose prompt sees the controls (`prompt_sees_controls`: Qwen-Image-Edit)
+    embeds each caption with its pair's controls: `controls` (a batch's pixels, mirrored with their targets) or
+    else the items' own at their bucket, unmirrored (cached latents: no mirroring)."""
+    if not adapter.prompt_sees_controls or not any(item.controls for item in items):
+        return adapter.encode_prompts(components, captions)
+    if controls is None:
+        controls = torch.stack([control_pixels(item) for item in items])
+    return adapter.encode_edit_prompts(components, captions, controls)
+
+
+def edit_caption_key(caption: str, item: int, flipped: bool) -> str:
+    """The caption cache's key of a caption embedded with its pair's controls (`prompt_sees_controls`): the caption,
+    the pair (its control files at its bucket) and whether they were mirrored."""
+    return f"{caption}\x00{item}\x00{int(flipped)}"
+
+
+def edit_caption_keys(adapter: FamilyAdapter, batch: dict[str, Any], items: Sequence[TrainItem]) -> list[str] | None:
+    """The caption cache's keys of a batch whose captions were embedded with their pairs' controls; None for the
+    others (the cache keys them by the caption alone)."""
+    if not adapter.prompt_sees_controls or not any(item.controls for item in items):
+        return None
+    flipped = batch.get("flipped") or [False] * len(items)
+    return [edit_caption_key(caption, item.index, mirrored)
+            for caption, item, mirrored in zip(batch["captions"], items, flipped, strict=True)]
 
 
 def sample_controls(config: TrainConfig, items: Sequence[TrainItem]) -> tuple[Path, ...]:

@@ -20,7 +20,7 @@ from studio.core.dataset.buckets import bucket_sizes as core_bucket_sizes
 from studio.core.dataset.captions.caption_tags import join_tags, split_tags
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.edit_pairs.pairs import control_settings
-from studio.core.dataset.edit_pairs.training import edit_training_refusal, pair_errors
+from studio.core.dataset.edit_pairs.training import control_limit, edit_training_refusal, pair_errors
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import (
     DatasetError,
@@ -184,7 +184,7 @@ def check_edit_pairs(config: TrainConfig) -> ControlSettings | None:
     if refusal is not None:
         raise TrainError("config", *refusal)
     try:
-        errors = pair_errors(dataset)
+        errors = pair_errors(dataset, None, control_limit(config))
     except DatasetError as exc:
         raise TrainError("data", str(exc), "fix dataset.concepts in the config", path=dataset.concepts[0].path) from None
     if errors:

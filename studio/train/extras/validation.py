@@ -22,7 +22,7 @@ from studio.core.config.schema import ConceptSection, TrainConfig
 from studio.core.dataset.split import held_out_count, split_problem
 from studio.core.runs.events import Validation
 from studio.train.data.batches import stream_rng
-from studio.train.data.controls import REFERENCES, control_pixels, encode_controls
+from studio.train.data.controls import REFERENCES, control_pixels, encode_captions, encode_controls
 from studio.train.data.items import TrainItem, center_crop_conditioning, collect_items, load_image
 from studio.train.data.masks import mask_source, masked_mse
 from studio.train.errors import TrainError
@@ -141,7 +141,7 @@ class ValidationLoss:
     def _encode(self, chunk: list[TrainItem]) -> dict[str, torch.Tensor]:
         t = self.trainer
         with torch.no_grad():
-            cond = t.adapter.encode_prompts(t.components, [item.caption for item in chunk])
+            cond = encode_captions(t.adapter, t.components, [item.caption for item in chunk], chunk)
         return {k: v.detach().cpu() for k, v in cond.items()}
 
     def measure(self, step: int) -> Validation:

@@ -52,6 +52,10 @@ class FamilyAdapter(ABC):
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
+        # Whether a caption's embedding depends on its edit pair's control images (Qwen-Image-Edit's encoder sees the
+        # control in the prompt): the trainer then embeds each caption with its pair's controls
+        # (`encode_edit_prompts`), and the caption cache keys an embedding by both. Set by `load`.
+        self.prompt_sees_controls = False
         # Where `load` leaves the denoiser: None for the training device; system memory while the trainer
         # fills its caches first (data/caching_phase.py), so the encoders never share the GPU with it.
         self.denoiser_home: torch.device | None = None
@@ -147,6 +151,12 @@ class FamilyAdapter(ABC):
     def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
         """Text conditioning for a batch of captions (each tensor batch-first)."""
 
+    def encode_edit_prompts(self, components: Components, captions: list[str],
+                            controls: torch.Tensor) -> Conditioning:
+        """Text conditioning of edit pairs' captions, each with its pair's control pixels (B, controls, 3, H, W) in
+        [-1, 1]; a family whose encoder sees no image embeds the captions alone."""
+        return self.encode_prompts(components, captions)
+
     def extra_conditioning(self, batch: dict[str, Any], cond: Conditioning, device: torch.device) -> Conditioning:
         """Conditioning that depends on the images (SDXL's size and crop ids); none by default."""
         return cond
@@ -195,6 +205,12 @@ class FamilyAdapter(ABC):
             do_classifier_free_guidance=True, negative_prompt=negative or None,
         )
         return dict(zip(self.prompt_embedding_names, embeds, strict=True))
+
+    def sample_edit_conditioning(self, pipeline: Any, prompt: str, negative: str,
+                                 references: Sequence[Any]) -> Conditioning:
+        """The embeddings of one prompt and the negative one for samples that edit `references` (PIL control
+        images); a family whose encoder sees no image embeds the prompts alone."""
+        return self.sample_conditioning(pipeline, prompt, negative)
 
     def encode_prompt_arguments(self, prompt: str) -> dict[str, Any]:
         """The prompt arguments of the family pipeline's `encode_prompt`."""

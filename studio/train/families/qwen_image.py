@@ -10,10 +10,20 @@
   shape, the timestep / 1000, and predicts the velocity noise - x_0 that the loss compares.
 - Samples: the pipeline's true classifier-free guidance (`true_cfg_scale`, with the negative prompt, an empty
   one when none is set); its latents come out packed and are unpacked before the decode.
+- Edit pairs, on Qwen-Image-Edit (a base whose pipeline is `QwenImageEditPipeline`, loaded with its processor built
+  without torchvision) and Edit Plus (`QwenImageEditPlusPipeline`, 2509 / 2511): each caption is embedded in the
+  edit template with its pair's controls, resized as the pipeline resizes them for its encoder (1024 x 1024
+  pixels; Edit Plus: 384 x 384, each as "Picture N:") and read by the encoder's vision tower, exactly as the
+  pipeline's `encode_prompt` (the template's first 64 rows dropped, the controls' vision rows kept), so the
+  caption cache keys it by the caption and the pair; the controls' latents (the distribution's mode, as the
+  pipeline encodes them) are packed after the target's tokens with every shape in `img_shapes`, as the pipeline
+  calls the transformer (which puts Edit-2511's control tokens at timestep 0 itself), and the loss reads the
+  target's tokens only. Samples edit the controls through the pipeline's `image=`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -22,17 +32,30 @@ import torch
 from studio.core.families import qwen_image as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter, draw_latents
 from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.memory.transfer import to_device
-from studio.train.pipelines.qwen_image import LORA_TARGETS, TEMPLATE_PREFIX, TEMPLATE_SUFFIX, TEMPLATE_TOKENS
+from studio.train.pipelines.qwen_image import (
+    EDIT_PLUS_PICTURE,
+    EDIT_PLUS_TEMPLATE_SUFFIX,
+    EDIT_TEMPLATE_PREFIX,
+    EDIT_TEMPLATE_SUFFIX,
+    EDIT_TEMPLATE_TOKENS,
+    LORA_TARGETS,
+    PROCESSOR,
+    TEMPLATE_PREFIX,
+    TEMPLATE_SUFFIX,
+    TEMPLATE_TOKENS,
+)
 
 NEEDS = {"text_encoder": "the Qwen2.5-VL text encoder", "tokenizer": "the Qwen tokenizer",
          "transformer": "the Qwen-Image transformer", "vae": "the Qwen-Image VAE"}
 # The prompt length its declaration gives (the pipeline's default); a smaller tokenizer limit (the tiny model's) wins.
 MAX_TOKENS = declared.FAMILY.caption_token_limit
+EDIT_AREA = 1024 * 1024  # the pixels QwenImageEditPipeline resizes a control image to, at its aspect ratio
+EDIT_PLUS_AREA = 384 * 384  # the pixels QwenImageEditPlusPipeline shows its encoder a control image at
 
 
 class QwenImageAdapter(FamilyAdapter):
@@ -48,11 +71,17 @@ class QwenImageAdapter(FamilyAdapter):
         "prompt_embeds", "prompt_embeds_mask", "negative_prompt_embeds", "negative_prompt_embeds_mask")
 
     max_tokens = MAX_TOKENS
+    edit = False  # the base is an edit model: Qwen-Image-Edit or Edit Plus (set by `load`)
+    edit_plus = False  # the base is Edit Plus (QwenImageEditPlusPipeline)
 
     # ------------------------------------------------------------ loading
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
+        import diffusers
         from diffusers import QwenImagePipeline
+
+        from studio.core.dataset.edit_pairs.training import edit_training_refusal
+        from studio.train.pipelines.qwen_image import load_edit_processor
 
         model = self.config.model
         if self.config.method.train_text_encoder:
@@ -64,13 +93,30 @@ class QwenImageAdapter(FamilyAdapter):
             raise TrainError("model", f"{base} is a single file; Qwen-Image trains from a diffusers folder or hub id "
                              "(transformer, VAE and Qwen2.5-VL encoder together)",
                              "point model.base at a diffusers folder, e.g. Qwen/Qwen-Image", path=base)
+        refusal = edit_training_refusal(self.config)  # edit pairs on Qwen-Image-Edit only, and it on edit pairs only
+        if refusal is not None:
+            raise TrainError("config", refusal[0], refusal[1], path=base)
+        edit_pipeline = declared.edit_pipeline(base)
+        self.edit = self.prompt_sees_controls = edit_pipeline is not None
+        self.edit_plus = edit_pipeline == declared.EDIT_PLUS_PIPELINE
         dtypes = self.load_dtypes(weight_dtype)
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
-        pipe = load_or_fail("pipeline", base, lambda: QwenImagePipeline.from_pretrained(base, **options))
+        extras: dict[str, Any] = {}
+        if edit_pipeline is not None:
+            extras[PROCESSOR] = load_or_fail(
+                "processor (processor/ folder)", base, lambda: load_edit_processor(base, revision=model.revision),
+                "an edit model's folder holds its processor/ folder (the image processor's and the tokenizer's "
+                "files) as the hub's Qwen-Image-Edit releases do: download it again, or copy processor/ from the "
+                "hub's repository")
+            pipe = load_or_fail("pipeline", base, lambda: getattr(diffusers, edit_pipeline).from_pretrained(
+                base, processor=extras[PROCESSOR], **options))
+        else:
+            pipe = load_or_fail("pipeline", base, lambda: QwenImagePipeline.from_pretrained(base, **options))
         transformer, vae, encoder = pipe.transformer, pipe.vae, pipe.text_encoder
         self.max_tokens = min(MAX_TOKENS, int(getattr(pipe.tokenizer, "model_max_length", MAX_TOKENS)))
         self.place_frozen(transformer, vae, [encoder], device, weight_dtype, dtypes)
-        return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler)
+        return Components(transformer, vae, [encoder], [pipe.tokenizer], pipe.scheduler, pipe.scheduler,
+                          extras=extras)
 
     def default_lora_targets(self) -> list[str]:
         return list(LORA_TARGETS)
@@ -99,6 +145,37 @@ class QwenImageAdapter(FamilyAdapter):
             kept[i, : row.shape[0]] = 1.0
         return {"prompt_embeds": embeds, "prompt_mask": kept}
 
+    def encode_edit_prompts(self, components: Components, captions: list[str],
+                            controls: torch.Tensor) -> Conditioning:
+        """Each caption in the edit model's template with its pair's controls, as the pipeline's `encode_prompt`
+        embeds it (`edit_prompt_inputs`; the template's first 64 rows dropped), padded to the rows that are not the
+        caption's plus `max_tokens`, with the mask of the real rows."""
+        if not self.edit:
+            return self.encode_prompts(components, captions)
+        if not self.edit_plus and controls.shape[1] != 1:
+            raise TrainError("data", f"Qwen-Image-Edit edits one control image, but these pairs have {controls.shape[1]}",
+                             "give each target one control image (one control folder)")
+        pictures = [[_pil(pixels) for pixels in pair] for pair in controls]
+        texts, images = edit_prompt_inputs(captions, pictures, self.edit_plus)
+        encoder, processor = components.text_encoders[0], components.extras[PROCESSOR]
+        device = next(encoder.parameters()).device
+        inputs = processor(text=texts, images=images, padding=True, return_tensors="pt").to(device)
+        mask = inputs["attention_mask"]
+        hidden = encoder(input_ids=inputs["input_ids"], attention_mask=mask, pixel_values=inputs.get("pixel_values"),
+                         image_grid_thw=inputs.get("image_grid_thw"), output_hidden_states=True).hidden_states[-1]
+        rows = [hidden[i][mask[i].bool()][EDIT_TEMPLATE_TOKENS:] for i in range(hidden.shape[0])]
+        # The pairs of a batch share their bucket and control count: the rows that are not the caption's (the
+        # controls' vision rows, the pictures' names, the template's end) are as many, and the padded rows stack.
+        words = processor.tokenizer(captions[0], add_special_tokens=False).input_ids
+        length = rows[0].shape[0] - len(words) + self.max_tokens
+        embeds = hidden.new_zeros(hidden.shape[0], length, hidden.shape[-1])
+        kept = torch.zeros(hidden.shape[0], length, device=device, dtype=hidden.dtype)
+        for i, row in enumerate(rows):
+            row = row[:length]
+            embeds[i, : row.shape[0]] = row
+            kept[i, : row.shape[0]] = 1.0
+        return {"prompt_embeds": embeds, "prompt_mask": kept}
+
     def encode_images(
         self, components: Components, pixels: torch.Tensor, draws: list[torch.Generator] | None = None
     ) -> torch.Tensor:
@@ -121,19 +198,28 @@ class QwenImageAdapter(FamilyAdapter):
         dtype = input_dtype(denoiser, noisy.device)
         embeds, mask = cond["prompt_embeds"].to(dtype), cond["prompt_mask"] > 0.5
         batch, channels, height, width = noisy.shape
-        out = denoiser(hidden_states=pack(noisy.to(dtype)), encoder_hidden_states=embeds,
-                       encoder_hidden_states_mask=mask, timestep=timesteps.to(dtype) / 1000,
-                       img_shapes=[[(1, height // 2, width // 2)]] * batch, return_dict=False)[0]
-        return unpack(out, channels, height, width)
+        tokens = packed = pack(noisy.to(dtype))
+        shapes = [(1, height // 2, width // 2)]
+        if REFERENCES in cond:  # edit pairs: the control's tokens after the target's, as QwenImageEditPipeline
+            references = cond[REFERENCES].to(dtype)
+            tokens = torch.cat([packed, *(pack(references[:, i]) for i in range(references.shape[1]))], dim=1)
+            shapes += [(1, r.shape[-2] // 2, r.shape[-1] // 2) for r in references[0]]
+        out = denoiser(hidden_states=tokens, encoder_hidden_states=embeds, encoder_hidden_states_mask=mask,
+                       timestep=timesteps.to(dtype) / 1000, img_shapes=[shapes] * batch, return_dict=False)[0]
+        return unpack(out[:, : packed.shape[1]], channels, height, width)  # the loss reads the target's tokens
 
     # ------------------------------------------------------------ sampling
 
     def make_pipeline(self, components: Components) -> Any:
-        from diffusers import QwenImagePipeline
+        from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline, QwenImagePipeline
 
-        return QwenImagePipeline(scheduler=components.sample_scheduler, vae=components.vae,
-                                 text_encoder=components.text_encoders[0], tokenizer=components.tokenizers[0],
-                                 transformer=components.denoiser)
+        parts: dict[str, Any] = {"scheduler": components.sample_scheduler, "vae": components.vae,
+                                 "text_encoder": components.text_encoders[0], "tokenizer": components.tokenizers[0],
+                                 "transformer": components.denoiser}
+        if self.edit:
+            edit = QwenImageEditPlusPipeline if self.edit_plus else QwenImageEditPipeline
+            return edit(processor=components.extras[PROCESSOR], **parts)
+        return QwenImagePipeline(**parts)
 
     def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
         """The prompt's embedding and mask, and the negative prompt's (a space when none is set: the pipeline
@@ -143,15 +229,31 @@ class QwenImageAdapter(FamilyAdapter):
                   for text in (prompt, negative or " ")]
         return dict(zip(self.prompt_embedding_names, (*embeds[0], *embeds[1]), strict=True))
 
+    def sample_edit_conditioning(self, pipeline: Any, prompt: str, negative: str,
+                                 references: Sequence[Any]) -> Conditioning:
+        """Qwen-Image-Edit: the prompt's and the negative prompt's embeddings with the control image, as the
+        pipeline's call makes them from its `image` (resized to its 1024 x 1024 pixel area first)."""
+        if not (self.edit and references):
+            return self.sample_conditioning(pipeline, prompt, negative)
+        device = next(pipeline.text_encoder.parameters()).device
+        images = [edit_prompt_image(image, self.edit_plus) for image in references]
+        image = images if self.edit_plus else images[0]
+        embeds = [pipeline.encode_prompt(prompt=text, image=image, device=device)
+                  for text in (prompt, negative or " ")]
+        return dict(zip(self.prompt_embedding_names, (*embeds[0], *embeds[1]), strict=True))
+
     def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
                 references: Sequence[Any] = ()) -> Any:
         """The pipeline's denoising with true CFG at sampling.guidance, on the transformer's device (the encoder may
-        be offloaded), unpacked to (B, C, H, W) latents."""
+        be offloaded), unpacked to (B, C, H, W) latents; Qwen-Image-Edit edits the control (`image=`)."""
         device = next(pipeline.transformer.parameters()).device
         moved = {key: value.to(device) if value is not None else None for key, value in conditioning.items()}
         sampling = self.config.sampling
+        edit: dict[str, Any] = {}
+        if self.edit and references:
+            edit["image"] = list(references) if self.edit_plus else references[0]
         packed = pipeline(num_inference_steps=sampling.steps, true_cfg_scale=sampling.guidance, height=size,
-                          width=size, generator=generator, output_type="latent", **moved).images
+                          width=size, generator=generator, output_type="latent", **moved, **edit).images
         side = 2 * (size // (pipeline.vae_scale_factor * 2))
         return unpack(packed, pipeline.transformer.config.out_channels, side, side)
 
@@ -189,6 +291,44 @@ def unpack(tokens: torch.Tensor, channels: int, height: int, width: int) -> torc
     batch = tokens.shape[0]
     grid = tokens.view(batch, height // 2, width // 2, channels, 2, 2).permute(0, 3, 1, 4, 2, 5)
     return grid.reshape(batch, channels, height, width)
+
+
+def edit_prompt_image(image: Any, plus: bool = False) -> Any:
+    """A control image as the edit pipeline gives it to its processor: resized at its aspect ratio to 1024 x 1024
+    pixels (QwenImageEditPipeline) or 384 x 384 (Edit Plus's condition size), sides multiples of 32
+    (`calculate_dimensions`, then its image processor's `resize`)."""
+    from diffusers.image_processor import VaeImageProcessor
+
+    width, height = _dimensions(EDIT_PLUS_AREA if plus else EDIT_AREA, image.size[0] / image.size[1])
+    return VaeImageProcessor(vae_scale_factor=16).resize(image, height, width)
+
+
+def edit_prompt_inputs(captions: list[str], controls: list[list[Any]], plus: bool) -> tuple[list[str], list[Any]]:
+    """The processor's texts and images for captions with their pairs' controls (PIL): the Edit template with the
+    one control's vision tokens before the caption, or Edit Plus's with "Picture N: " and its vision tokens for
+    each control; the images as `edit_prompt_image` resizes them, in the texts' order."""
+    if plus:
+        texts = [EDIT_TEMPLATE_PREFIX + EDIT_PLUS_TEMPLATE_SUFFIX.format(
+            "".join(EDIT_PLUS_PICTURE.format(n + 1) for n in range(len(pair))) + caption)
+            for caption, pair in zip(captions, controls, strict=True)]
+    else:
+        texts = [EDIT_TEMPLATE_PREFIX + EDIT_TEMPLATE_SUFFIX.format(caption) for caption in captions]
+    return texts, [edit_prompt_image(image, plus) for pair in controls for image in pair]
+
+
+def _dimensions(area: int, ratio: float) -> tuple[int, int]:
+    """(width, height) of `area` pixels at `ratio`, rounded to multiples of 32: the edit pipelines'
+    `calculate_dimensions`."""
+    width = math.sqrt(area * ratio)
+    return round(width / 32) * 32, round(width / ratio / 32) * 32
+
+
+def _pil(pixels: torch.Tensor) -> Any:
+    """(3, H, W) pixels in [-1, 1] -> the PIL image they were read from (the studio scales 8-bit values)."""
+    from PIL import Image
+
+    array = ((pixels.detach().float().cpu() + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8)
+    return Image.fromarray(array.permute(1, 2, 0).numpy())
 
 
 def _statistics(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

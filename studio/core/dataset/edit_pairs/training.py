@@ -20,16 +20,27 @@ if TYPE_CHECKING:
 
 
 def edit_families() -> str:
-    """The families that train edit pairs, for messages: "FLUX.2 [klein]"."""
-    return " and ".join(spec.title for spec in FAMILIES if spec.trains_edit_pairs)
+    """The models that train edit pairs, for messages: "FLUX.2 [klein] and Qwen-Image-Edit"."""
+    return " and ".join(spec.edit_title or spec.title for spec in FAMILIES if spec.trains_edit_pairs)
 
 
 def edit_training_refusal(config: TrainConfig) -> tuple[str, str] | None:
-    """(why, what to do) when `config` cannot train its edit pairs on its family; None when it can (or when the
-    dataset is not edit pairs)."""
-    if config.dataset.kind != "edit":
-        return None
+    """(why, what to do) when `config` cannot train its edit pairs on its family (or its base model); None when it can,
+    or when the dataset is not edit pairs and the base model is no edit model (which trains edit pairs only)."""
     spec = family(config.model.family)
+    base = config.model.base
+    edit_base = spec.edit_model is not None and spec.edit_model(base)
+    if config.dataset.kind != "edit":
+        if not edit_base:
+            return None
+        return (f"model.base {base} is {spec.edit_title}, which edits a control image: it trains edit pairs only",
+                f"set dataset.kind = \"edit\" with the control images beside the targets (Dataset page), or train "
+                f"the images on a {spec.title} base model")
+    if spec.trains_edit_pairs and spec.edit_model is not None and not edit_base:
+        return (f"dataset.kind = \"edit\": model.base {base} is no {spec.edit_title} model ({spec.title}'s own "
+                "pipeline takes no control image)",
+                f"train the edit pairs on {spec.edit_title} (model.base: a folder whose model_index.json names its "
+                "pipeline, or its hub id), or set dataset.kind = \"images\"")
     if spec.trains_edit_pairs:
         return None
     return (f"dataset.kind = \"edit\": {spec.title} does not train edit pairs (its pipeline does not condition "
@@ -38,10 +49,21 @@ def edit_training_refusal(config: TrainConfig) -> tuple[str, str] | None:
             "\"images\" to train on the target images and their captions alone")
 
 
-def pair_errors(dataset: DatasetSection, base_dir: Path | None = None) -> list[Problem]:
+def control_limit(config: TrainConfig) -> tuple[int, str] | None:
+    """(the most control images a pair may have, the model that says so) when the base model is an edit model that
+    takes that many (Qwen-Image-Edit: one); None when a pair may have any number."""
+    spec = family(config.model.family)
+    most = spec.edit_controls(config.model.base)
+    if most and spec.edit_model is not None and spec.edit_model(config.model.base):
+        return most, spec.edit_title
+    return None
+
+
+def pair_errors(dataset: DatasetSection, base_dir: Path | None = None,
+                limit: tuple[int, str] | None = None) -> list[Problem]:
     """The errors of the dataset's edit pairs (a target without its control, a control that cannot be read, a
-    control folder that is not there), each naming its file; then pairs whose control counts differ (a batch
-    stacks its pairs' controls, so every pair needs as many)."""
+    control folder that is not there, more controls than the edit model takes: `limit`), each naming its file;
+    then pairs whose control counts differ (a batch stacks its pairs' controls, so every pair needs as many)."""
     controls = control_settings(dataset, base_dir)
     if controls is None:
         return []
@@ -53,6 +75,11 @@ def pair_errors(dataset: DatasetSection, base_dir: Path | None = None) -> list[P
         for entry in scan.entries:
             if entry.controls:
                 counts.setdefault(len(entry.controls), entry.path)
+            if limit is not None and len(entry.controls) > limit[0]:
+                errors.append(Problem("error", "control_count", str(entry.path),
+                                      f"this target has {len(entry.controls)} control images, but {limit[1]} edits "
+                                      f"{limit[0]}", f"keep {limit[0]} control image per target (one control "
+                                      f"folder), or train the pairs on another model"))
     if len(counts) > 1 and not errors:
         (few, first), (many, other) = sorted(counts.items())[0], sorted(counts.items())[-1]
         errors.append(Problem("error", "control_count", str(other),
