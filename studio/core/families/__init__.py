@@ -12,6 +12,7 @@ from studio.core.families.registry import (
     declaration_of,
     family,
     is_family,
+    model_title,
     title,
 )
 from studio.core.families.spec import CheckpointKind, Condition, FamilySpec, Objective, Setting
@@ -19,5 +20,5 @@ from studio.core.families.spec import CheckpointKind, Condition, FamilySpec, Obj
 __all__ = [
     "DEFAULT_FAMILY", "FAMILIES", "FAMILY_NAMES", "CheckpointKind", "Condition", "FamilySpec", "Objective",
     "Setting", "UnknownFamily", "checkpoint_kinds", "conditional_keys", "declaration_of", "family", "is_family",
-    "title",
+    "model_title", "title",
 ]

@@ -89,6 +89,15 @@ def title(name: str | None) -> str:
     return spec.title if spec else (name or "?")
 
 
+def model_title(name: str | None, base: str) -> str:
+    """What a person reads for a base model of a family: its edit model's name where it is one (Qwen-Image-Edit),
+    else the family's."""
+    spec = _BY_NAME.get(name or "")
+    if spec is not None and spec.edit_model is not None and spec.edit_model(base):
+        return spec.edit_title
+    return title(name)
+
+
 def checkpoint_kinds() -> dict[str, tuple[FamilySpec, CheckpointKind]]:
     """Every single-file kind of every family, by its name."""
     return {kind.name: (spec, kind) for spec in FAMILIES for kind in spec.kinds}

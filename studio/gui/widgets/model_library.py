@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.families import model_title
 from studio.core.models import library as model_library
-from studio.core.models.files import FAMILY_NAMES
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import KnownModel, known_models
 from studio.core.models.library import LibraryModel
@@ -126,11 +126,11 @@ class ModelLibraryPanel(QWidget):
         self.table.setRowCount(len(rows))
         for row, (_kind, model) in enumerate(rows):
             if isinstance(model, LibraryModel):
-                cells = [model.hub_id or model.path.name, FAMILY_NAMES.get(model.family or "", "?"),
+                cells = [model.hub_id or model.path.name, model_title(model.family, model.base),
                          size_text(model.size_bytes), model.place]
                 tip = f"{model.label}\n{model.base}"
             else:
-                cells = [model.title + (" (gated)" if model.gated else ""), FAMILY_NAMES[model.family],
+                cells = [model.title + (" (gated)" if model.gated else ""), model_title(model.family, model.id),
                          f"{model.size_gb:g} GB", "Hugging Face (download)"]
                 tip = f"{model.id}\nlicence: {model.license}"
             for column, text in enumerate(cells):

@@ -133,3 +133,12 @@ def test_a_scan_that_raises_shows_the_error_and_retry_looks_again(
     panel.wait()
     assert not panel.scanning and panel.scan_error is None and panel.rescan_button.text() == "Look again"
     assert "on this machine (searched" in panel.status.text()
+
+
+def test_the_qwen_image_edit_models_are_named_as_edit_models_not_as_qwen_image(page: ModelPage) -> None:
+    shown = {page.library.table.item(row, 0).text(): page.library.table.item(row, 1).text()
+             for row in range(page.library.table.rowCount())}
+    qwen = {title: family for title, family in shown.items() if title.startswith("Qwen-Image")}
+    assert {family for title, family in qwen.items() if "Edit" not in title} == {"Qwen-Image"}, qwen
+    edit_rows = {title: family for title, family in qwen.items() if title.startswith("Qwen-Image-Edit")}
+    assert len(edit_rows) == 3 and set(edit_rows.values()) == {"Qwen-Image-Edit"}, edit_rows
