@@ -113,7 +113,9 @@ def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Itera
     import gc
 
     from studio.gui.base.gui_thread_gc import install_gui_thread_gc
+    from studio.gui.base.layout_items import install as install_layout_item_guard
 
+    install_layout_item_guard()  # as make_application does
     install_gui_thread_gc(request.getfixturevalue("qapp"))
     yield
     gc.collect()

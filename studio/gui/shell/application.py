@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 from studio.core import user_dirs
 from studio.core.resources import resource_path
 from studio.gui.base.gui_thread_gc import install_gui_thread_gc
+from studio.gui.base.layout_items import install as install_layout_item_guard
 from studio.gui.base.wheel_guard import install_wheel_guard
 
 
@@ -32,6 +33,7 @@ DESKTOP_FILE_NAME = "sd-training-studio"
 
 def make_application(argv: Sequence[str] | None = None) -> QApplication:
     existing = QApplication.instance()
+    install_layout_item_guard()  # before any page builds a layout
     if isinstance(existing, QApplication):
         install_gui_thread_gc(existing)
         return existing
