@@ -293,12 +293,13 @@ def setup_core() -> Path:
     """An environment with the core's dependencies and pytest but no Qt and no torch."""
     python = python_of(CORE_VENV)
     stamp_file = CORE_VENV / ".studio-stamp"
-    stamp = stamp_of("core")
+    packages = ["pytest", "pytest-timeout", "pytest-xdist"]
+    stamp = stamp_of("core", *packages)
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
     if not python.exists():
         venv.EnvBuilder(with_pip=True, clear=True).create(CORE_VENV)
-    install(python, ["-c", CONSTRAINTS, "-e", ".", "pytest", "pytest-timeout"], uv_command(python))
+    install(python, ["-c", CONSTRAINTS, "-e", ".", *packages], uv_command(python))
     stamp_file.write_text(stamp)
     return python
 
@@ -361,6 +362,14 @@ def in_background(*steps: Callable[[], object]) -> Callable[[], None]:
     return wait
 
 
+def parallel_args() -> list[str]:
+    """pytest-xdist's workers: two on two cores (STUDIO_TEST_WORKERS=1: none).
+    `--dist load`: with loadgroup/loadscope, pytest-xdist 3.8 replaces a crashed worker with one that
+    waits forever for work that never comes, so one crash held the whole run past CI's limit."""
+    workers = os.environ.get("STUDIO_TEST_WORKERS") or str(min(2, os.cpu_count() or 1))
+    return ["-n", workers, "--dist", "load"] if workers != "1" else []
+
+
 def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
@@ -378,8 +387,10 @@ def test(extra: list[str]) -> None:
     # The core tests that pass here (the stricter environment) are left out of the whole suite below.
     passed = ROOT / "build" / "core-passed.txt"
     passed.unlink(missing_ok=True)
+    # Two workers beside mypy: the core tests are many short ones, most of them waiting on nothing.
     core = subprocess.run([str(core_python), "-m", "pytest", "tests/core", "-q", "-p", "no:cacheprovider",
-                           *TEST_TIMEOUT], cwd=ROOT, env=dict(env, STUDIO_CORE_ONLY="1", STUDIO_RECORD_PASSED=str(passed)))
+                           *TEST_TIMEOUT, *parallel_args()], cwd=ROOT,
+                          env=dict(env, STUDIO_CORE_ONLY="1", STUDIO_RECORD_PASSED=str(passed)))
     checked = mypy.communicate()[0]
     print(f"\n+ {python} -m mypy studio\n{checked}", end="", flush=True)
     if mypy.returncode != 0 or core.returncode != 0:
@@ -389,10 +400,7 @@ def test(extra: list[str]) -> None:
     env["STUDIO_SKIP_PASSED"] = str(passed)
     print("\n== the whole suite ==", flush=True)
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
-    # `--dist load`: with loadgroup/loadscope, pytest-xdist 3.8 replaces a crashed worker with one that
-    # waits forever for work that never comes, so one crash held the whole run past CI's limit.
-    workers = os.environ.get("STUDIO_TEST_WORKERS") or str(min(2, os.cpu_count() or 1))
-    parallel = ["-n", workers, "--dist", "load"] if workers != "1" else []
+    parallel = parallel_args()
     repeat, extra = repeat_count(extra)
     command: list[str | Path] = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
                                  *TEST_TIMEOUT, *parallel, *extra]

@@ -231,9 +231,8 @@ def test_a_checkpoint_marked_v_prediction_gets_a_v_prediction_schedule(sd15_chec
     assert float(components.scheduler.alphas_cumprod[-1]) < 1e-6  # the schedule reaches zero SNR
     assert components.sample_scheduler.config.prediction_type == "v_prediction"
     assert components.sample_scheduler.config.timestep_spacing == "trailing"
-    # An explicit model.prediction_type still wins over the file's marker.
-    explicit = adapter_for(make_config(model=ModelSection(family="sd15", base=str(marked), prediction_type="epsilon")))
-    assert explicit.noise_scheme(explicit.load(torch.device("cpu"), torch.float16)).prediction_type == "epsilon"
+    # An explicit model.prediction_type still wins over the file's marker: the family sets it on the schedulers
+    # after loading (test_v_prediction.py, on the tiny model, without loading 2 GB again here).
 
 
 def _with_empty_tensors(source: Path, into: Path, names: list[str]) -> Path:
