@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from studio.core.config.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
+from studio.core.config.rules.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
 from studio.core.families import FAMILY_NAMES
 from studio.train.memory.quantized import quantizable
 from studio.train.memory.sharding import unit_sizes

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from count_parameters import PRECISIONS, SavedBytes, _counting, _MixedPrecision, fsdp_units, lora_targets
 from meta_memory import flash_attention, live_bytes, peak_bytes
 
-from studio.core.config.sharding import DENOISER_UNITS
+from studio.core.config.rules.sharding import DENOISER_UNITS
 from studio.train.memory.quantized import quantizable
 from studio.train.pipelines.counting import Counting, counting_of
 from studio.train.pipelines.full_size import parameter_count

@@ -16,8 +16,8 @@ from pathlib import Path
 
 
 def main() -> None:
-    from studio.core.config.paths import NO_FOLDER, resolve_paths
-    from studio.core.config.toml_file import validate_data
+    from studio.core.config.files.paths import NO_FOLDER, resolve_paths
+    from studio.core.config.files.toml_file import validate_data
     from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.machine.probe import load_hardware
 

@@ -171,7 +171,7 @@ class Job:
 
 def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) -> tuple[Any, Any]:
     """(the config as run, the full-size config the estimate reads): the preset over a project of 8 demo images."""
-    from studio.core.config.presets import apply_preset
+    from studio.core.config.files.presets import apply_preset
     from studio.core.config.schema import TrainConfig
     from studio.core.dataset.demo_shapes import write_demo_dataset
     from studio.core.estimate.plans.fixes import apply_changes
@@ -203,8 +203,8 @@ def cap_of(preset: Any, context_mb: float) -> float:
 
 def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_run: bool,
               trainer: list[str] = TRAINER, cap_mb: float | None = None) -> Job:
-    from studio.core.config.paths import resolve_paths
-    from studio.core.config.toml_file import save_config
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.files.toml_file import save_config
     from studio.core.estimate.estimate import estimate_vram
     from studio.core.estimate.plans.fixes import apply_changes
     from studio.core.models.known import default_base
@@ -213,7 +213,7 @@ def start_job(preset: Any, model: Path, work: Path, steps: int, gpu: Any, dry_ru
     root.mkdir(parents=True, exist_ok=True)
     config, full = run_config(preset, model, root, steps, dry_run)
     if dry_run:  # the full-size preset's estimate: a tiny model would be estimated at its own size
-        from studio.core.config.presets import preset_size
+        from studio.core.config.files.presets import preset_size
         from studio.core.families import family
 
         size = preset_size(preset)
@@ -285,7 +285,7 @@ def finish_job(job: Job, timed_out: bool, dry_run: bool, alone: bool) -> Row:
 
 
 def markdown(rows: list[Row], meta: dict[str, Any]) -> str:
-    from studio.core.config.presets import get_preset
+    from studio.core.config.files.presets import get_preset
 
     def num(value: float | None, fmt: str) -> str:
         return "—" if value is None else format(value, fmt)
@@ -354,7 +354,7 @@ def model_ready(entry: Any) -> Path | str | None:
 
 
 def pick_presets(only: list[str] | None) -> list[Any]:
-    from studio.core.config.presets import list_presets
+    from studio.core.config.files.presets import list_presets
 
     presets = list_presets(include_user=False)
     known = {p.id for p in presets}

@@ -125,7 +125,7 @@ def vae_child(family: str) -> dict[str, Any]:
 
 
 def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
-    from studio.core.config.paths import NO_FOLDER, resolve_paths
+    from studio.core.config.files.paths import NO_FOLDER, resolve_paths
     from studio.core.config.schema import TrainConfig
     from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.report import GPUInfo

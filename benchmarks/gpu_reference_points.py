@@ -87,9 +87,9 @@ def make_model(family: str, folder: Path, dry_run: bool) -> Path:
 
 
 def run_case(family: str, root: Path, steps: int, dry_run: bool) -> dict[str, Any]:
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.files.toml_file import save_config
     from studio.core.config.schema import TrainConfig
-    from studio.core.config.toml_file import save_config
     from studio.core.dataset.demo_shapes import write_demo_dataset
     from studio.core.estimate.estimate import estimate_vram
     from studio.core.hardware.machine.probe import probe_hardware

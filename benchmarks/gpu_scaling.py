@@ -61,7 +61,7 @@ def strategy_for(method: str, gpus: int) -> str:
 
 def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_run: bool) -> Any:
     """The preset over a project of demo images, on `gpus` processes, without samples or checkpoints."""
-    from studio.core.config.presets import apply_preset
+    from studio.core.config.files.presets import apply_preset
     from studio.core.config.schema import TrainConfig
     from studio.core.estimate.plans.fixes import apply_changes
 
@@ -82,7 +82,7 @@ def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_
 
 
 def run_one(preset: Any, model: Path, work: Path, gpus: int, args: argparse.Namespace) -> Row:
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
     from studio.core.dataset.demo_shapes import write_demo_dataset
     from studio.core.runs.launch import prepare_run
 
@@ -200,7 +200,7 @@ def write_results(out: Path, rows: list[Row], meta: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from studio.core.config.presets import get_preset
+    from studio.core.config.files.presets import get_preset
 
     args = parse_args(argv)
     gpu, available = gpu_description(args.dry_run)

@@ -29,7 +29,7 @@ HEARTBEAT_MS = 5
 def feed_once(rate: int, seconds: float) -> dict[str, Any]:
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
 
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
     from studio.core.config.schema import TrainConfig
     from studio.gui.runner.run_controller import RunController
     from studio.gui.widgets.run_header import RunHeader

@@ -89,7 +89,7 @@ def run_case(resolution: int, checkpointing: bool, rank: int, steps: int) -> dic
 
 
 def estimate_for(resolution: int, checkpointing: bool, rank: int) -> dict[str, Any]:
-    from studio.core.config.paths import NO_FOLDER, resolve_paths
+    from studio.core.config.files.paths import NO_FOLDER, resolve_paths
     from studio.core.config.schema import TrainConfig
     from studio.core.estimate.estimate import estimate_vram
 

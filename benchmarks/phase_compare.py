@@ -18,7 +18,7 @@ REFERENCE_GB = 24  # the reference: the model's preset of the largest promise up
 def phase_comparison(rows: list[Any], model_of: Callable[[str], str]) -> str:
     """Markdown: each lower-VRAM preset's phases against its model's and method's reference preset (the one of
     the largest promise up to 24 GB), in seconds, a phase over 2x marked ('' when no pair ran)."""
-    from studio.core.config.presets import get_preset
+    from studio.core.config.files.presets import get_preset
 
     done = [r for r in rows if r.phases and r.status == "completed"]
     group = {r.preset: (model_of(r.preset), str(get_preset(r.preset).method)) for r in done}

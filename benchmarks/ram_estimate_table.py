@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from studio.core.config.presets import list_presets
+from studio.core.config.files.presets import list_presets
 from studio.core.estimate.plans.preset_estimate import preset_config, promised_gpu
 from studio.core.estimate.ram.ram_estimate import PHASE_WORDS, estimate_ram
 

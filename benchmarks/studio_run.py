@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 
 
 def run_studio(config: Any, work: Path, hooked_step: int, around: Callable[[Callable[[], Any]], Any],
@@ -16,7 +16,7 @@ def run_studio(config: Any, work: Path, hooked_step: int, around: Callable[[Call
     """Train `config` in this process (its output into the run's console.log), optimizer step `hooked_step` + 1
     run through `around` (given the step, it returns what the step returns), the step meter replaced by
     `meter` when given; (exit code, run folder)."""
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
     from studio.core.runs.launch import prepare_run
     from studio.train import loop
     from studio.train.entry import train

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from studio.core.config.files.toml_file import save_config
 from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
@@ -35,7 +36,6 @@ from studio.core.config.schema import (
     TrainConfig,
     TrainingSection,
 )
-from studio.core.config.toml_file import save_config
 from studio.core.dataset.demo_shapes import write_demo_dataset
 
 VARIANTS = {

@@ -252,7 +252,7 @@ def report_outcome(run_dir: Path, launcher_code: int, terminal: Terminal | None 
 def _readers(run_dir: Path) -> Any:
     """output -> the programs it is for (core/families/readers.py), from the run's own config."""
     from studio.core.config.errors import ConfigError
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
     from studio.core.families.readers import readers_of
 
     try:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.paths import load_resolved
+from studio.core.config.files.paths import load_resolved
 from studio.core.exit_codes import EXIT_OK
 from studio.core.runs.launch import (
     build_command,

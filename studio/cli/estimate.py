@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 
 if TYPE_CHECKING:
-    from studio.core.config.paths import ResolvedConfig
-    from studio.core.config.presets import Preset
+    from studio.core.config.files.paths import ResolvedConfig
+    from studio.core.config.files.presets import Preset
     from studio.core.estimate.plans.preset_estimate import PresetEstimate
     from studio.core.hardware.report import GPUInfo
 
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
 def _inputs(args: argparse.Namespace) -> tuple[Preset | None, ResolvedConfig | None]:
     """(preset or None, the project's config, its paths resolved against its folder, or None);
     LookupError names what is missing."""
-    from studio.core.config.paths import load_resolved
-    from studio.core.config.presets import get_preset, load_preset
+    from studio.core.config.files.paths import load_resolved
+    from studio.core.config.files.presets import get_preset, load_preset
 
     preset = None
     config_path = Path(args.config) if args.config else None
@@ -100,7 +100,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Preset | None, ResolvedConfig | N
 
 
 def _is_preset_file(path: Path) -> bool:
-    from studio.core.config.toml_file import parse_toml
+    from studio.core.config.files.toml_file import parse_toml
 
     try:
         text = path.read_text(encoding="utf-8-sig")

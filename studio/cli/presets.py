@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.presets import list_presets
+    from studio.core.config.files.presets import list_presets
 
     try:
         presets = list_presets()

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import load_resolved
-from studio.core.config.toml_file import dump_resolved
+from studio.core.config.files.paths import load_resolved
+from studio.core.config.files.toml_file import dump_resolved
 from studio.core.dataset.split import split_issue
 from studio.core.exit_codes import EXIT_INVALID, EXIT_OK
 

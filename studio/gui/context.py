@@ -16,7 +16,7 @@ from studio.gui.base.config_watch import ConfigFileWatcher
 # methods below), not on the start path (docs/benchmarks.md, "Window start").
 if TYPE_CHECKING:
     from studio.core.config.errors import ConfigError, ConfigIssue
-    from studio.core.config.paths import ResolvedConfig
+    from studio.core.config.files.paths import ResolvedConfig
     from studio.core.config.schema import TrainConfig
     from studio.core.project.folder import Project
     from studio.gui.runner.run_controller import RunController
@@ -133,7 +133,7 @@ class StudioContext(QObject):
     def apply_toml(self, text: str) -> TrainConfig:
         """Take a person's TOML for the project: validated first (ConfigError, nothing written), then
         written as typed, comments and all."""
-        from studio.core.config.toml_file import parse_toml, validate_data
+        from studio.core.config.files.toml_file import parse_toml, validate_data
         from studio.core.files import atomic_write_text
         from studio.core.project_lock import project_lock
 
@@ -181,7 +181,7 @@ class StudioContext(QObject):
         Without a project its relative paths name nothing (`NO_FOLDER`). Raises ConfigError naming the
         field and its value when a path cannot be made absolute: the caller shows it, never the
         unresolved config."""
-        from studio.core.config.paths import NO_FOLDER, resolve_paths
+        from studio.core.config.files.paths import NO_FOLDER, resolve_paths
 
         return resolve_paths(config, self.project.root if self.project is not None else NO_FOLDER)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import load_resolved
+from studio.core.config.files.paths import load_resolved
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.runs.events import Error, EventWriter, RunFinished
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE

@@ -189,7 +189,7 @@ def vram_estimate_text(config: object, run_dir: Path, device_index: int = 0) -> 
     try:
         import torch
 
-        from studio.core.config.paths import resolve_paths
+        from studio.core.config.files.paths import resolve_paths
         from studio.core.config.schema import TrainConfig
         from studio.core.estimate.estimate import estimate_vram
         from studio.core.hardware.report import GPUInfo

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from studio import __version__
+from studio.core.config.files.toml_file import config_to_data
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import config_to_data
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
 from studio.train.compilation import CompiledDenoiser, begin_step, compile_denoiser, eager

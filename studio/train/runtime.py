@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from studio.core.config.pickled import is_pickle_file, pickle_warning
+from studio.core.config.rules.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.runs.folders import STOP_FILE
 

@@ -14,7 +14,7 @@ import pytest
 from fixtures.trainenv import Installed
 
 from studio.cli import main
-from studio.core.config.toml_file import validate_data
+from studio.core.config.files.toml_file import validate_data
 from studio.core.hardware.machine.probe import load_profile
 from studio.core.runs.launch import training_python
 from studio.core.trainenv import doctor

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main as cli
-from studio.core.config.presets import get_preset
+from studio.core.config.files.presets import get_preset
 from studio.core.estimate.plans.preset_estimate import estimate_preset
 from studio.core.hardware.machine.probe import load_hardware
 
@@ -75,7 +75,7 @@ def test_gpus_shows_ddp_beside_fsdp_per_gpu(tmp_path: Path, capsys: pytest.Captu
                       'gradient_checkpointing = true\ncache_latents = true\ncache_text_embeddings = true\n')
     assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--gpus", "2"]) == 0
     out = capsys.readouterr().out
-    from studio.core.config.paths import load_resolved
+    from studio.core.config.files.paths import load_resolved
     from studio.core.estimate.sharded.sharded_estimate import plan_gpus
 
     plan = plan_gpus(load_resolved(config), load_hardware("2x-rtx3090").gpus[0], 2)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main as cli
-from studio.core.config.presets import get_preset
+from studio.core.config.files.presets import get_preset
 from studio.core.estimate.plans.preset_estimate import preset_config
 from studio.core.estimate.ram.ram_estimate import estimate_ram
 from studio.core.hardware.machine.probe import find_profile, load_hardware

@@ -182,7 +182,7 @@ def test_the_launchers_traceback_is_held_back_and_the_trainers_is_shown() -> Non
 def test_a_failed_run_ends_with_the_studios_reason_not_accelerates_traceback(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
     from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
     from studio.core.runs.launch import prepare_run
 

@@ -125,7 +125,7 @@ def test_a_held_out_share_that_leaves_nothing_to_train_on_is_refused_by_validate
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from PIL import Image
 
-    from studio.core.config.paths import load_resolved
+    from studio.core.config.files.paths import load_resolved
     from studio.core.project.preflight import check_dataset
 
     (tmp_path / "data").mkdir()

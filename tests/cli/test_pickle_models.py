@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main as cli_main
-from studio.core.config.pickled import pickle_refusal
+from studio.core.config.rules.pickled import pickle_refusal
 from studio.core.config.schema import ModelSection
 from studio.core.project.preflight import check_model
 

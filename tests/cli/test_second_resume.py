@@ -11,7 +11,7 @@ import pytest
 
 from studio.cli import main as cli_main
 from studio.cli._follow import follow_training
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.runs.launch import prepare_run
 from studio.core.runs.scheduling.lock import RunLock, write_process_file

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from studio.core.app_words import DESKTOP_APP_ENV, cli_command, desktop_app_env, in_desktop_app
-from studio.core.config.pickled import pickle_refusal
+from studio.core.config.rules.pickled import pickle_refusal
 from studio.core.config.schema import LaunchSection, ModelSection, TrainConfig
 from studio.core.dataset.captions.captioner_models import CaptionerNotFound, find_captioner
 from studio.core.hardware.machine.probe import load_profile

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
-from studio.core.config.toml_file import save_config
+from studio.core.config.files.toml_file import save_config
 from studio.core.export.bundle import export_bundle
 from studio.core.project.demo import create_demo_project
 from studio.core.project.folder import Project

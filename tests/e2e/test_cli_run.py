@@ -44,8 +44,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_studio_train_run_of_a_preset_prints_where_the_lora_is(tmp_path: Path) -> None:
-    from studio.core.config.presets import apply_preset, get_preset
-    from studio.core.config.toml_file import parse_toml, save_config, validate_data
+    from studio.core.config.files.presets import apply_preset, get_preset
+    from studio.core.config.files.toml_file import parse_toml, save_config, validate_data
     from tests.fixtures.training import scaled_to_tiny
 
     made = _cli("demo-data", "data/shapes", "--count", "4", "--size", "64", cwd=tmp_path)

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 from fixtures.scripts import load_script
 
-from studio.core.config.presets import get_preset
+from studio.core.config.files.presets import get_preset
 from studio.core.estimate.plans.preset_estimate import estimate_preset
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import ModelSection, OutputSection, TrainingSection
 from studio.core.runs.events import RunFinished, RunStarted, Step
 from studio.core.runs.launch import prepare_run

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import DatasetSection, TrainingSection
 from studio.core.runs.events import Validation
 from studio.core.runs.launch import prepare_run

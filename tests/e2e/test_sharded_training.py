@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from fixtures.waits import scaled_s
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import (
     ConceptSection,
     DatasetSection,
@@ -167,7 +167,7 @@ def each_rank_holds_half_as_estimated(run_dir: Path, sharding: dict[str, Any], d
     """Each rank holds half of the parameters, and wrote the bytes the estimator's per-GPU figures give."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
     from studio.core.estimate.memory_data import MB, load_calibration
     from studio.core.estimate.memory_parts import RunFacts, denoiser_weights, optimizer_state
 
@@ -208,7 +208,7 @@ def resumes_on_one_rank(sharded_run: Path, one_rank_run: Path, base: Path, tmp_p
     global batch the run ends as the one-rank run does."""
     from fixtures.training import train_in_process
 
-    from studio.core.config.toml_file import load_config, save_config
+    from studio.core.config.files.toml_file import load_config, save_config
 
     run_dir = tmp_path / "resumed"
     shutil.copytree(sharded_run, run_dir, ignore=shutil.ignore_patterns("output"))

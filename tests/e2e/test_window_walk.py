@@ -30,7 +30,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QCheckBox, QFileDialog, QLabel, QMessageBox, QPushButton, QSpinBox, QWidget
 from pytestqt.qtbot import QtBot
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.gui.context import StudioContext
 from studio.gui.shell.application import make_settings
 from studio.gui.shell.main_window import MainWindow

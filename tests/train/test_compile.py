@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fixtures.waits import scaled_s
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import MethodSection, SamplingSection, TrainingSection
 from studio.core.runs.events import Phase, RunFinished, Sample, Step
 from studio.core.user_dirs import cache_dir

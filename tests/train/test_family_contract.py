@@ -18,7 +18,7 @@ from fixtures.training import train_in_process
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import (
     MethodSection,
     OutputSection,

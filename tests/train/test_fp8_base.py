@@ -142,7 +142,7 @@ def test_an_fp8_run_trains_samples_and_writes_a_lora_that_loads(make_config, run
 
 def test_fp8_with_dora_is_refused_with_the_reason() -> None:
     from studio.core.config.errors import ConfigError
-    from studio.core.config.toml_file import validate_data
+    from studio.core.config.files.toml_file import validate_data
 
     with pytest.raises(ConfigError) as caught:
         validate_data({"model": {"family": "sdxl", "base": "m", "fp8_base": True}, "method": {"use_dora": True}})

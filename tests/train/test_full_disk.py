@@ -131,7 +131,7 @@ def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
         make_config, run_training, tmp_path: Path, ema: bool) -> None:
     from safetensors import safe_open
 
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
     from studio.core.config.schema import SamplingSection
     from studio.core.project.disk_estimate import MB, estimate_disk_bytes
 

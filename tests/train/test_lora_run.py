@@ -135,7 +135,7 @@ def test_resume_refuses_a_tampered_checkpoint_and_runs_none_of_it(lora_run: Path
                                                                   events_of) -> None:
     import shutil
 
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
     from studio.core.runs.events import Error, RunWarning
     from studio.train.entry import train
 

@@ -248,7 +248,7 @@ def test_a_trained_lycoris_loads_back(lycoris_runs: dict[tuple[str, str], Path],
     if family == "sdxl":
         parts["text_encoder_2"] = CLIPTextModelWithProjection.from_pretrained(base / "text_encoder_2")
     before = {name: {k: v.clone() for k, v in m.state_dict().items()} for name, m in parts.items()}
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
 
     adapter = adapter_for(load_config(run_dir / "config.toml"))
     if family == "sdxl":  # its UNet's layers are named by their original place, which its config says

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.presets import apply_preset, list_presets
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.presets import apply_preset, list_presets
+from studio.core.config.files.toml_file import load_config
 from studio.core.families import FAMILIES
 from studio.core.runs.events import RunFinished, RunWarning, Sample
 from tests.fixtures.training import scaled_to_tiny

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import OutputSection, TrainingSection
 from studio.core.runs.events import Error, RunFinished
 
@@ -62,7 +62,7 @@ def test_a_second_trainer_of_a_held_run_folder_writes_nothing_there(
 ) -> None:
     import os
 
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
     from studio.core.runs.launch import prepare_run
     from studio.core.runs.scheduling.lock import RunLock
     from studio.train.entry import train

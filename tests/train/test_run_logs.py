@@ -97,8 +97,8 @@ def test_a_tensorboard_folder_that_cannot_be_made_is_a_config_error_naming_it(
         capsys: pytest.CaptureFixture[str]) -> None:
     from accelerate.state import AcceleratorState
 
-    from studio.core.config.paths import resolve_paths
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.files.toml_file import load_config
     from studio.core.runs.launch import prepare_run
     from studio.core.tracking.tensorboard import check_log_folder
     from studio.train.entry import train

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, MethodSection, TrainingSection
 from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
 

@@ -55,7 +55,7 @@ def test_the_estimator_reads_the_resolved_dtype() -> None:
 
 def test_a_bad_dtype_names_the_allowed_values() -> None:
     from studio.core.config.errors import ConfigError
-    from studio.core.config.toml_file import validate_data
+    from studio.core.config.files.toml_file import validate_data
 
     with pytest.raises(ConfigError) as caught:
         validate_data({"model": {"family": "sd15", "base": "m", "dtype": "fp8"}})

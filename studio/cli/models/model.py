@@ -83,7 +83,7 @@ def families_read_from_files() -> str:
 
 def _convert(path: Any) -> int:
     """A pickle checkpoint's tensors into `NAME.safetensors` beside it; anything but tensors is refused."""
-    from studio.core.config.pickled import is_pickle_file
+    from studio.core.config.rules.pickled import is_pickle_file
 
     if not is_pickle_file(str(path)) or not path.is_file():
         print(f"error: {path} is not a .ckpt, .pt, .pth or .bin file; nothing to convert", file=sys.stderr)

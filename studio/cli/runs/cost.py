@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.config.paths import load_resolved
+    from studio.core.config.files.paths import load_resolved
     from studio.core.export.cost import (
         assumptions,
         cost_table,

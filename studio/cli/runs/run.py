@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli._follow import follow_training
-from studio.core.config.paths import load_resolved
+from studio.core.config.files.paths import load_resolved
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import preflight_headless

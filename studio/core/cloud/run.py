@@ -210,7 +210,7 @@ def export_for_cloud(config_path: Path, name: str | None = None, **export_option
     `export_options` go to `export_bundle` (gpus, nodes, gpu_type, include_model, cloud=CloudOptions...)."""
     import datetime as _dt
 
-    from studio.core.config.toml_file import load_config
+    from studio.core.config.files.toml_file import load_config
     from studio.core.export.bundle import export_bundle
     from studio.core.export.sky_task import cluster_name
     from studio.core.user_dirs import data_dir

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from studio.core.config.data_rules import check_caches, check_masks, check_validation
-from studio.core.config.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.errors import section_type
-from studio.core.config.launch_rules import check_launch, check_strategy
-from studio.core.config.network_rules import check_ema, check_network
-from studio.core.config.pickled import check_pickle
-from studio.core.config.run_rules import check_frozen_base, check_settings_act, check_training
-from studio.core.config.swap_rules import check_block_swap
+from studio.core.config.rules.data_rules import check_caches, check_masks, check_validation
+from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
+from studio.core.config.rules.launch_rules import check_launch, check_strategy
+from studio.core.config.rules.network_rules import check_ema, check_network
+from studio.core.config.rules.pickled import check_pickle
+from studio.core.config.rules.run_rules import check_frozen_base, check_settings_act, check_training
+from studio.core.config.rules.swap_rules import check_block_swap
 from studio.core.families import FAMILIES, FAMILY_NAMES
 from studio.core.quoting import control_characters, shown
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
+from studio.core.config.files.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.estimate.memory_data import load_calibration, load_gpu_peaks

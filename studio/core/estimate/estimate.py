@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.block_swap_parts import swap_note
 from studio.core.estimate.memory_data import (

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from studio import __version__
+from studio.core.config.files.toml_file import dump_resolved
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import dump_resolved
 from studio.core.estimate.memory_data import denoiser_entry, load_architecture
 from studio.core.export.bundle_files import (
     Progress,

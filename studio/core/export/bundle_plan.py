@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.paths import ResolvedConfig, resolve_paths
+from studio.core.config.files.paths import ResolvedConfig, resolve_paths
+from studio.core.config.files.toml_file import config_to_data, load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import config_to_data, load_config
 from studio.core.export.bundle_files import absolute_paths, find_secrets, folder_size
 from studio.core.export.cost import vram_estimator
 from studio.core.export.dataset_selection import DatasetSelection, select_concept

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig, effective_batch
 from studio.core.export.gpu_catalogue import Catalogue, GpuType, Scaling
 

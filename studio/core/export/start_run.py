@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import resolve_paths
-from studio.core.config.toml_file import load_config, validate_data
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import load_config, validate_data
 from studio.core.runs.launch import prepare_run
 
 NODE_RUNS_DIR = "node-runs"

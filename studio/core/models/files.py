@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from studio.core.config.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
+from studio.core.config.rules.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
 from studio.core.families import FAMILIES, checkpoint_kinds, family
 from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 from studio.core.models.tokenizer_files import tokenizer_problem

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.runs.folders import CHECKPOINTS_DIR
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.merge import merge_configs
+from studio.core.config.files.merge import merge_configs
+from studio.core.config.files.toml_file import load_config, save_config
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
-from studio.core.config.toml_file import load_config, save_config
 from studio.core.dataset.layouts import DatasetLayout, detect_layout
 from studio.core.families import DEFAULT_FAMILY
 from studio.core.models.known import default_base

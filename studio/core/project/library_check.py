@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from studio.core.config.quantized_rules import QUANTIZATION_INSTALL
+from studio.core.config.rules.quantized_rules import QUANTIZATION_INSTALL
 from studio.core.config.schema import TrainConfig
 from studio.core.training_python import NoTrainingPython, default_training_python
 

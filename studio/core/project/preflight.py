@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.app_words import command_or_action
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.edit_pairs.training import (
     control_limit,

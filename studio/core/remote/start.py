@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.app_words import command_or_action, in_desktop_app
-from studio.core.config.paths import ResolvedConfig, load_resolved
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.paths import ResolvedConfig, load_resolved
+from studio.core.config.files.toml_file import load_config
 from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
 from studio.core.quoting import sh_word

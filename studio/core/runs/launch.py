@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
+from studio.core.config.files.toml_file import dump_resolved
+from studio.core.config.rules.sharding import accelerate_fsdp_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.sharding import accelerate_fsdp_config
-from studio.core.config.toml_file import dump_resolved
 from studio.core.files import atomic_write_text
 from studio.core.quoting import yaml_scalar
 from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, CONSOLE_FILE, new_run_dir

@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.estimate.estimate import VramEstimate, estimate_vram, fit, other_processes_warning
 from studio.core.estimate.plans.batch_plan import plan_batch
 from studio.core.estimate.plans.fixes import Suggestion, suggest_fixes

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.config.acting import acts, default_of, value_of
 from studio.core.config.errors import ConfigIssue
+from studio.core.config.rules.acting import acts, default_of, value_of
 from studio.core.config.schema import TrainConfig
 from studio.core.families import conditional_keys, declaration_of
 from studio.gui.base.names import named

@@ -9,7 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.estimate.sharded.sharded_estimate import GpuPlan, plan_gpus
 from studio.core.hardware.report import GPUInfo
 from studio.gui.base.names import named

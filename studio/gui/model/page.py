@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.config.acting import resets_for
-from studio.core.config.data_rules import fields_needed, turned_off
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
-from studio.core.config.presets import Preset, apply_preset, list_presets, save_user_preset
+from studio.core.config.files.presets import Preset, apply_preset, list_presets, save_user_preset
+from studio.core.config.rules.acting import resets_for
+from studio.core.config.rules.data_rules import fields_needed, turned_off
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.plans.fixes import apply_changes
 from studio.core.families import FAMILY_NAMES

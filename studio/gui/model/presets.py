@@ -14,8 +14,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import ResolvedConfig
-from studio.core.config.presets import Preset
+from studio.core.config.files.paths import ResolvedConfig
+from studio.core.config.files.presets import Preset
 from studio.core.estimate.estimate import Fit, fit
 from studio.core.estimate.plans.batch_plan import plan_batch
 from studio.core.estimate.plans.preset_estimate import (

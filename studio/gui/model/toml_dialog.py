@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.toml_file import dump_config
+from studio.core.config.files.toml_file import dump_config
 from studio.gui.base.config_watch import read_text
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext

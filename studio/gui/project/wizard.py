@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import ResolvedConfig, resolve_paths
-from studio.core.config.presets import Preset, apply_preset, list_presets
+from studio.core.config.files.paths import ResolvedConfig, resolve_paths
+from studio.core.config.files.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.estimate.estimate import Fit, estimate_vram, fit

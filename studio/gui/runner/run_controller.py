@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import ResolvedConfig, load_resolved
+from studio.core.config.files.paths import ResolvedConfig, load_resolved
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram
 from studio.core.hardware.machine.probe import load_hardware

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from studio.core.config.presets import Preset, preset_size, size_base_for
+from studio.core.config.files.presets import Preset, preset_size, size_base_for
 from studio.core.config.schema import TrainConfig
 from studio.core.families import family
 from studio.core.families import title as family_title

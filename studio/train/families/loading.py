@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from safetensors import SafetensorError
 
-from studio.core.config.pickled import is_pickle_file
+from studio.core.config.rules.pickled import is_pickle_file
 from studio.core.models.files import (
     FAMILY_NAMES,
     KIND_NAMES,

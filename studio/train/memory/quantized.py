@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from studio.core.config.quantized_rules import QUANTIZATION_INSTALL
+from studio.core.config.rules.quantized_rules import QUANTIZATION_INSTALL
 from studio.train.errors import TrainError
 from studio.train.memory.fp8 import SKIPPED, _WidenedLinear, narrow_base
 

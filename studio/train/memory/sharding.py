@@ -6,7 +6,7 @@ gloo data parallel, so CPU tests would never run what GPUs run), and accelerate'
 prepares one model per Accelerator while a DreamBooth that trains the text encoders trains
 two or three. Here the same code runs on GPUs and on CPU ranks:
 
-- Units: one per block class named in `studio.core.config.sharding` (children before their
+- Units: one per block class named in `studio.core.config.rules.sharding` (children before their
   parents), then each trained module as the root unit of what is left.
 - Mixed precision: under bf16 the weights are gathered in bf16 and gradients reduced in fp32;
   the sharded master weights and optimizer state stay fp32.
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from studio.core.config.rules.sharding import CHECKPOINTED_BLOCKS, unit_classes
 from studio.core.config.schema import TrainConfig
-from studio.core.config.sharding import CHECKPOINTED_BLOCKS, unit_classes
 from studio.train.errors import TrainError
 
 SHARDED_DIR = "sharded"  # the DCP folder inside a checkpoint folder

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config import errors, paths, toml_file
+from studio.core.config import errors
 from studio.core.config import schema as cfg
 from studio.core.config.errors import ConfigError
+from studio.core.config.files import paths, toml_file
+from studio.core.config.files.toml_file import load_config, save_config, validate_data
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config, save_config, validate_data
 
 MINIMAL = """\
 schema_version = 1

@@ -9,8 +9,8 @@ import pytest
 
 from studio.cli import main as cli
 from studio.core.config.errors import ConfigError
-from studio.core.config.presets import apply_preset, list_presets, load_preset, save_user_preset
-from studio.core.config.toml_file import validate_data
+from studio.core.config.files.presets import apply_preset, list_presets, load_preset, save_user_preset
+from studio.core.config.files.toml_file import validate_data
 
 REQUIRED = {
     ("sd15", "lora"), ("sd15", "dreambooth"), ("sdxl", "lora"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.toml_file import validate_data
+from studio.core.config.files.toml_file import validate_data
 
 
 def _refusal(model: dict, method: dict) -> str:

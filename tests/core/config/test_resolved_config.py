@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
-from studio.core.config.toml_file import save_config, validate_data
+from studio.core.config.files.paths import NO_FOLDER, ResolvedConfig, resolve_paths
+from studio.core.config.files.toml_file import save_config, validate_data
 from studio.core.estimate.plans.fixes import apply_changes
 
 DATA = {"model": {"family": "sd15", "base": "models/tiny-sd15"}, "dataset": {"concepts": [{"path": "images"}]}}

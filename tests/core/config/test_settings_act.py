@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from studio.core.config.acting import inert_settings, resets_for
 from studio.core.config.errors import issues_from_validation
+from studio.core.config.rules.acting import inert_settings, resets_for
 from studio.core.config.schema import ModelSection, TrainConfig, TrainingSection
 
 
@@ -66,7 +66,7 @@ def test_a_change_resets_what_it_makes_inert() -> None:
 
 def test_every_settings_default_is_the_schemas_own_and_a_fresh_copy() -> None:
     """default_of calls the schema's factories itself (fast); it must give what pydantic would."""
-    from studio.core.config.acting import default_of
+    from studio.core.config.rules.acting import default_of
 
     config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}})
     checked = 0

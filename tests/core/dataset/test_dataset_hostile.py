@@ -11,7 +11,7 @@ import pytest
 from dataset_files import MakeDataset, make_image, png_header_only
 
 from studio.cli import main as cli_main
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.dataset import scan as scan_module
 from studio.core.dataset.checks import check_concepts

@@ -166,7 +166,7 @@ def test_the_edit_settings_are_validated_with_what_to_do() -> None:
 
 
 def test_control_folders_resolve_against_the_config_folder(tmp_path: Path) -> None:
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
 
     config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"},
                                          "dataset": {"kind": "edit", "control_folders": ["refs"]}})

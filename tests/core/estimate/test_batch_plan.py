@@ -86,7 +86,7 @@ def test_the_estimate_command_prints_the_plan(tmp_path, capsys) -> None:
     import json
 
     from studio.cli import main as cli_main
-    from studio.core.config.toml_file import save_config
+    from studio.core.config.files.toml_file import save_config
 
     cfg = config(batch_size=1, gradient_accumulation=2, gradient_checkpointing=True)
     save_config(cfg, tmp_path / "studio.toml")

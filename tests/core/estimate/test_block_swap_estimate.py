@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.paths import NO_FOLDER, resolve_paths
+from studio.core.config.files.paths import NO_FOLDER, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.estimate.memory_data import MB, denoiser_entry, load_architecture

@@ -73,7 +73,7 @@ def test_off_or_without_a_gpu_nothing_changes() -> None:
 
 
 def test_a_run_started_with_fill_card_says_what_it_chose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from studio.core.config.paths import resolve_paths
+    from studio.core.config.files.paths import resolve_paths
     from studio.core.estimate.plans.card_fill import filled_for_launch
     from studio.core.runs.launch import prepare_run
 
@@ -94,7 +94,7 @@ def test_studio_train_run_prints_the_choice_before_the_trainer_starts(tmp_path: 
     import argparse
 
     from studio.cli.runs import run as run_command
-    from studio.core.config.toml_file import save_config
+    from studio.core.config.files.toml_file import save_config
 
     monkeypatch.setenv("STUDIO_HARDWARE", "h200-141gb")
     cfg = config()

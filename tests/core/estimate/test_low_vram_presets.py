@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from studio.core.config.presets import get_preset
+from studio.core.config.files.presets import get_preset
 from studio.core.estimate.estimate import TIGHT_MARGIN, available_mb, fit
 from studio.core.estimate.plans.preset_estimate import estimate_preset
 from studio.core.hardware.machine.probe import load_hardware

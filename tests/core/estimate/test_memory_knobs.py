@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.paths import NO_FOLDER, resolve_paths
-from studio.core.config.presets import list_presets
+from studio.core.config.files.paths import NO_FOLDER, resolve_paths
+from studio.core.config.files.presets import list_presets
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram, load_architecture
 from studio.core.estimate.memory_parts import run_facts

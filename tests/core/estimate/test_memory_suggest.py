@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
+from studio.core.config.files.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram, fit
 from studio.core.estimate.plans.fixes import STEPS, apply_changes, apply_suggestions, suggest_fixes

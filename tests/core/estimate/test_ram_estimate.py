@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
+from studio.core.config.files.paths import NO_FOLDER, ResolvedConfig, resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.ram.ram_estimate import describe_ram, estimate_ram, ram_fit, ram_problem
 from studio.core.hardware.machine.probe import load_profile

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from studio.core.config.presets import apply_preset, get_preset
+from studio.core.config.files.presets import apply_preset, get_preset
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.estimate.sampling_plan import sampling_needs_tiling

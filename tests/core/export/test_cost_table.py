@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from studio.cli import main as cli_main
-from studio.core.config.toml_file import save_config
+from studio.core.config.files.toml_file import save_config
 from studio.core.export.cost import (
     Workload,
     assumptions,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config.paths import load_resolved
-from studio.core.config.toml_file import load_config, save_config
+from studio.core.config.files.paths import load_resolved
+from studio.core.config.files.toml_file import load_config, save_config
 from studio.core.export.bundle import ExportError, export_bundle
 from studio.core.export.bundle_files import installed_version
 from studio.core.project.folder import Project

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.core.export.bundle import export_bundle
 from studio.core.export.start_run import main, prepare_bundle_run
 from studio.core.project.folder import Project

@@ -14,9 +14,9 @@ from fixtures.checkpoints import SD15, SDXL, diffusers_folder, write_checkpoint
 from PIL import Image
 
 from studio.cli import EXIT_INVALID, main
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import save_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import save_config
 from studio.core.hardware.machine.probe import load_profile
 from studio.core.project import preflight as preflight_module
 from studio.core.project.folder import create_project

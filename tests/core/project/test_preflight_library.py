@@ -10,7 +10,7 @@ import pytest
 from fixtures.checkpoints import SD15, write_checkpoint
 from PIL import Image
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.project.folder import create_project
 from studio.core.project.preflight import preflight
 

@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from studio.cli import EXIT_INVALID, main
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import save_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import save_config
 from studio.core.estimate.ram.ram_estimate import estimate_ram
 from studio.core.hardware.machine.probe import find_profile, load_profile
 from studio.core.project import preflight as preflight_module

@@ -23,8 +23,8 @@ import pytest
 from fixtures.sshd import SshServer
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import resolve_paths
-from studio.core.config.toml_file import validate_data
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import validate_data
 from studio.core.containment import contained_path
 from studio.core.quoting import UnsafeNameError, shown
 from studio.core.remote.control import RemoteRunRecord, _sample_fetcher, request_remote_stop

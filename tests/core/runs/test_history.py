@@ -112,8 +112,8 @@ def test_import_folder_copies_and_marks_remote(tmp_path: Path, finished_run: Pat
 
 
 def test_a_run_shows_its_default_method_and_the_preset_its_settings_match(tmp_path: Path) -> None:
-    from studio.core.config.presets import apply_preset, get_preset, list_presets
-    from studio.core.config.toml_file import config_to_data
+    from studio.core.config.files.presets import apply_preset, get_preset, list_presets
+    from studio.core.config.files.toml_file import config_to_data
     from studio.core.project.folder import default_config
 
     runs = tmp_path / "runs"

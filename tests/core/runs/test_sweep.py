@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config.toml_file import load_config, save_config, validate_data
+from studio.core.config.files.toml_file import load_config, save_config, validate_data
 from studio.core.runs.scheduling.sweep import SweepError, parse_values, write_sweep
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from studio.core.config.paths import resolve_paths
-from studio.core.config.toml_file import validate_data
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import validate_data
 from studio.core.runs.launch import prepare_run, training_python
 from studio.core.training_python import READY_FILE, NoTrainingPython, env_dir, env_python
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtCore import Qt
 
-from studio.core.config.paths import resolve_paths
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import load_config
 from studio.gui.dataset.page import DatasetPage
 
 

@@ -8,8 +8,8 @@ import re
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSpinBox
 
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import field_descriptions
-from studio.core.config.toml_file import load_config
 
 
 def _gb(text: str, pattern: str) -> float:

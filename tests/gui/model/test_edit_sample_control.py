@@ -7,8 +7,8 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtWidgets import QLineEdit
 
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
 from studio.core.project.folder import create_project
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QComboBox
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.core.families import FAMILIES
 from studio.core.project.folder import create_project
 from studio.gui.context import StudioContext

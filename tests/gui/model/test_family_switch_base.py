@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QComboBox, QLabel, QMessageBox
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.core.models.known import default_base
 from studio.core.models.library import LibraryModel
 from studio.gui.model.page import ModelPage

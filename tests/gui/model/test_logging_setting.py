@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QCheckBox, QWidget
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.core.project.folder import create_project
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage

@@ -10,8 +10,8 @@ from fixtures.checkpoints import CONV_IN, SD15, SDXL, write_checkpoint
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QPlainTextEdit, QPushButton, QSpinBox, QWidget
 
-from studio.core.config.presets import apply_preset, get_preset, list_presets, save_user_preset
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.presets import apply_preset, get_preset, list_presets, save_user_preset
+from studio.core.config.files.toml_file import load_config
 from studio.core.estimate.plans.preset_estimate import estimate_preset
 from studio.core.project.folder import create_project
 from studio.gui.base.selftest_options import SelfTestOptions
@@ -309,7 +309,7 @@ def test_a_two_gpu_preset_needs_two_gpus(make_page) -> None:
 
 
 def test_preset_cards_and_the_estimate_say_which_batch_fits(make_page, qtbot) -> None:
-    from studio.core.config.presets import apply_preset
+    from studio.core.config.files.presets import apply_preset
     from studio.core.estimate.plans.batch_plan import plan_batch
 
     page = make_page("a100-80gb")

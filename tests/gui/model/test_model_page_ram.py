@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QLabel
 
-from studio.core.config.presets import get_preset
+from studio.core.config.files.presets import get_preset
 from studio.core.hardware.machine.probe import find_profile
 from studio.gui.model.page import ModelPage
 

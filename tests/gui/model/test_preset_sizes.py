@@ -8,9 +8,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton, QWidget
 
-from studio.core.config.presets import apply_preset, get_preset
+from studio.core.config.files.presets import apply_preset, get_preset
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.estimate.plans.fixes import apply_changes
 from studio.core.estimate.plans.preset_estimate import estimate_preset

@@ -7,8 +7,8 @@ import re
 
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel
 
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import ModelSection
-from studio.core.config.toml_file import load_config
 
 
 def _weights_gb(page) -> float:

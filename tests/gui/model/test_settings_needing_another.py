@@ -8,7 +8,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit, QPushButton, QSpinBox, QWidget
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 
 
 def _choose(combo: QComboBox, value: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QPushButton
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.core.project.folder import create_project
 from studio.gui.context import StudioContext
 from studio.gui.model.page import ModelPage

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.files.toml_file import save_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import save_config
 from studio.core.runs.scheduling.hold import HOLD_ENV, release_file
 from studio.core.runs.scheduling.queue import RunQueue
 from tests.gui.conftest import make_project

@@ -12,7 +12,7 @@ from fixtures.holds import hold_at, release
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.core.runs.live import find_live_runs, live_trainer
 from studio.gui.context import StudioContext

@@ -10,9 +10,9 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import save_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import save_config
 from studio.core.runs.events import EventWriter, RunFinished, RunStarted
 from studio.gui.context import StudioContext
 from studio.gui.runs.page import RunsPage

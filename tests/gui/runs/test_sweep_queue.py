@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from studio.core.config.files.toml_file import load_config, save_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config, save_config
 from studio.core.runs.launch import RunPlan
 from studio.gui.context import StudioContext
 from tests.gui.conftest import fake_command, make_project

@@ -15,7 +15,7 @@ from PIL import Image
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QSpinBox, QWizard
 
-from studio.core.config.presets import list_presets
+from studio.core.config.files.presets import list_presets
 from studio.gui.context import StudioContext
 from studio.gui.shell.application import make_settings
 from studio.gui.shell.main_window import MainWindow

@@ -9,7 +9,7 @@ from pathlib import Path
 from PIL import Image
 from PySide6.QtWidgets import QMessageBox
 
-from studio.core.config.toml_file import load_config
+from studio.core.config.files.toml_file import load_config
 from studio.core.project.folder import PROJECT_FILE
 from studio.gui.context import StudioContext
 from studio.gui.shell.application import make_settings

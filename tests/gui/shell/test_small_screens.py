@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
-from studio.core.config.toml_file import dump_resolved
+from studio.core.config.files.toml_file import dump_resolved
 from studio.core.project.folder import Project, create_project, default_config
 from studio.core.runs.events import EventWriter, RunFinished, RunStarted, Step
 from studio.gui.context import StudioContext

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
 from studio.core.project.folder import open_project
 from studio.gui.context import StudioContext
 from tests.gui.conftest import make_project

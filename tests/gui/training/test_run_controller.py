@@ -11,7 +11,7 @@ import pytest
 from fixtures.holds import hold_at
 from pytestqt.qtbot import QtBot
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import TrainConfig
 from studio.gui.runner.run_controller import RunController
 from tests.gui.conftest import fake_command

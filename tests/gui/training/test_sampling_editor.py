@@ -7,9 +7,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from studio.core.config.paths import resolve_paths
+from studio.core.config.files.paths import resolve_paths
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
 from studio.gui.context import StudioContext
 from studio.gui.training.sampling_editor import SamplingEditor
 from tests.gui.conftest import make_project

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import Fit, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo

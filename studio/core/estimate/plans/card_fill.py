@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.estimate.plans.batch_plan import largest_batch, scaled_learning_rate
 from studio.core.hardware.report import GPUInfo
 

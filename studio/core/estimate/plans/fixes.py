@@ -8,9 +8,9 @@ from typing import Any, overload
 
 from pydantic import ValidationError
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
+from studio.core.config.rules.swap_rules import published_blocks
 from studio.core.config.schema import TrainConfig
-from studio.core.config.swap_rules import published_blocks
 from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
 from studio.core.families import family
 from studio.core.hardware.report import GPUInfo

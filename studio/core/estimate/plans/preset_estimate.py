@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from studio.core.config.paths import NO_FOLDER, ResolvedConfig, resolve_paths
-from studio.core.config.presets import Preset, apply_preset, preset_size, size_base_for
+from studio.core.config.files.paths import NO_FOLDER, ResolvedConfig, resolve_paths
+from studio.core.config.files.presets import Preset, apply_preset, preset_size, size_base_for
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import VramEstimate, estimate_vram
 from studio.core.estimate.plans.fixes import apply_changes

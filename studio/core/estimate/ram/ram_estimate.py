@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.estimate.block_swap_parts import pinned_blocks
 from studio.core.estimate.memory_parts import MemoryPart, run_facts
 from studio.core.estimate.ram.ram_parts import (

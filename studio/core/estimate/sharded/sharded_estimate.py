@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from studio.core.config.errors import issues_from_validation
-from studio.core.config.paths import ResolvedConfig
+from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import Strategy, TrainConfig
 from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
 from studio.core.hardware.report import GPUInfo

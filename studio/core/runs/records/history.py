@@ -15,8 +15,8 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.presets import Preset, list_presets, matching_preset
-from studio.core.config.toml_file import validate_data
+from studio.core.config.files.presets import Preset, list_presets, matching_preset
+from studio.core.config.files.toml_file import validate_data
 from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
 from studio.core.runs.records.phase_times import phase_summary

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.paths import ResolvedConfig, load_resolved
-from studio.core.config.toml_file import save_config, validate_data
+from studio.core.config.files.paths import ResolvedConfig, load_resolved
+from studio.core.config.files.toml_file import save_config, validate_data
 
 SWEEPS_DIR = "sweeps"
 MAX_VALUES = 50

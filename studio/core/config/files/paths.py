@@ -13,8 +13,8 @@ from pathlib import Path
 from pydantic import PrivateAttr
 
 from studio.core.config.errors import ConfigError, ConfigIssue
+from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
-from studio.core.config.toml_file import load_config
 
 # The folder a config that never lived in one (a preset without a project, a measured GPU point) is
 # resolved against: it does not exist, so its relative paths name nothing on this machine.
@@ -31,7 +31,7 @@ class ResolvedConfig(TrainConfig):
     @property
     def base_dir(self) -> Path:
         if self._base_dir is None:
-            raise TypeError("a ResolvedConfig is made by studio.core.config.paths.resolve_paths, not directly")
+            raise TypeError("a ResolvedConfig is made by studio.core.config.files.paths.resolve_paths, not directly")
         return self._base_dir
 
     def varied(self, config: TrainConfig) -> ResolvedConfig:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from studio.core.config.acting import inert_settings
 from studio.core.config.errors import Contradiction
-from studio.core.config.quantized_rules import check_quantized_base
+from studio.core.config.rules.acting import inert_settings
+from studio.core.config.rules.quantized_rules import check_quantized_base
 from studio.core.families import family
 
 # A TrainConfig (schema.py imports these rules, so they do not import it).

@@ -19,9 +19,9 @@ import tomlkit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
+from studio.core.config.files.toml_file import config_to_data, parse_toml, validate_data
+from studio.core.config.rules.swap_rules import published_blocks
 from studio.core.config.schema import Family, MethodKind, TrainConfig
-from studio.core.config.swap_rules import published_blocks
-from studio.core.config.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.families import FAMILY_NAMES, family
 from studio.core.files import atomic_write_text
 from studio.core.resources import app_root

@@ -1,0 +1,1 @@
+"""The rules a config must keep: each section's checks, which settings act, what sharding wraps."""
