@@ -34,11 +34,9 @@ import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import tomllib  # noqa: E402
 import venv  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -339,29 +337,6 @@ def setup_compat() -> Path:
 TEST_TIMEOUT = ["--timeout", "600"]
 
 
-def in_background(*steps: Callable[[], object]) -> Callable[[], None]:
-    """Run set-up steps one after the other in a thread; the call returned waits for them and ends this
-    process as the failed step would have (its exit code or exception)."""
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            for step in steps:
-                step()
-        except BaseException as error:  # SystemExit from run() too: it would end only the thread
-            failed.append(error)
-
-    thread = threading.Thread(target=work, name="set-up", daemon=True)
-    thread.start()
-
-    def wait() -> None:
-        thread.join()
-        if failed:
-            raise failed[0]
-
-    return wait
-
-
 def parallel_args() -> list[str]:
     """pytest-xdist's workers: two on two cores (STUDIO_TEST_WORKERS=1: none).
     `--dist load`: with loadgroup/loadscope, pytest-xdist 3.8 replaces a crashed worker with one that
@@ -373,9 +348,8 @@ def parallel_args() -> list[str]:
 def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
-    # The skypilot and compatibility environments serve the whole suite only: they are made (mostly waiting
-    # on the disk) while lint, mypy and the core tests run.
-    other_environments = in_background(setup_cloud, setup_compat)
+    setup_cloud()
+    setup_compat()
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     # Two workers on two cores: a trainer a test starts computes on one thread, not on as many as there are cores.
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -396,7 +370,6 @@ def test(extra: list[str]) -> None:
     if mypy.returncode != 0 or core.returncode != 0:
         passed.unlink(missing_ok=True)
         sys.exit(mypy.returncode or core.returncode)
-    other_environments()
     env["STUDIO_SKIP_PASSED"] = str(passed)
     print("\n== the whole suite ==", flush=True)
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.

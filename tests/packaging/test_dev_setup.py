@@ -137,18 +137,3 @@ def test_a_venv_made_by_another_python_is_made_again(dev: ModuleType, tmp_path: 
     assert [line.split("]")[0] for line in lines[1:4]] == ["[1/3", "[2/3", "[3/3"]
     assert lines[-1].startswith("The studio environment is ready (")
 
-
-def test_a_set_up_step_made_in_the_background_fails_the_test_command_as_it_would_in_front(dev: ModuleType) -> None:
-    made: list[str] = []
-
-    def cloud() -> None:
-        made.append("cloud")
-        sys.exit(3)  # what run() does when an install fails
-
-    wait = dev.in_background(cloud, lambda: made.append("compat"))
-    with pytest.raises(SystemExit) as ended:
-        wait()
-    assert ended.value.code == 3 and made == ["cloud"]  # the step after a failed one is not made
-    done = dev.in_background(lambda: made.append("compat"))
-    done()
-    assert made == ["cloud", "compat"]
