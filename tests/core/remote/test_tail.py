@@ -106,14 +106,16 @@ def test_a_stream_that_cannot_start_ends_and_says_why(tmp_path: Path) -> None:
 
 def test_close_ends_a_command_that_never_finishes(tmp_path: Path) -> None:
     def start(stderr: IO[bytes]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-c", "import time; print('x', flush=True); time.sleep(600)"],
-                                stdout=subprocess.PIPE, stderr=stderr)
+        # One write of the whole line: print() may write "x" and "\n" apart (two write calls), and a
+        # test that closed the stream at the first chunk then saw only b"x" (a CI run did).
+        program = "import os, time; os.write(1, b'x\\n'); time.sleep(600)"
+        return subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=stderr)
 
     chunks: list[bytes] = []
     stream = ReconnectingStream("forever", start, chunks.append)
     stream.start()
-    for _ in range(200):
-        if chunks:
+    for _ in range(600):  # until the whole line arrived (30 s at most)
+        if b"\n" in b"".join(chunks):
             break
         stream.wait(0.05)
     stream.close()
