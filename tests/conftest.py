@@ -136,13 +136,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.qt_log_ignore(*(m.replace("(", r"\(").replace(")", r"\)") for m in BENIGN_QT_MESSAGES)))
 
 
+@pytest.fixture
+def memory_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A folder for one test's multi-GB files, in memory where there is room (fixtures/built_once.py);
+    removed after the test."""
+    from fixtures.built_once import memory_folder
+
+    folder = memory_folder(tmp_path_factory) / f"{os.getpid()}-{request.node.name[:60]}"
+    folder.mkdir()
+    yield folder
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A test that leaves a trainer, a rank or a helper process running fails the run.
 
     (A hung distributed rank once lived on for hours after its test had timed out.)
     multiprocessing's resource tracker is expected: it ends with the interpreter.
+    The run's multi-GB files in memory are removed when the whole run ends (by xdist's controller).
     """
     import psutil
+
+    if not hasattr(session.config, "workerinput"):
+        from fixtures.built_once import remove_memory_folder
+
+        remove_memory_folder(session.config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
 
     left = [
         child for child in psutil.Process().children(recursive=True)

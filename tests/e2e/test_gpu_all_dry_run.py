@@ -45,15 +45,26 @@ def test_the_whole_call_ends_by_its_deadline_with_at_most_8_files(tiny_sd15: Pat
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="a bash script with GNU timeout, as on the GPU machine")
-def test_a_share_of_0_gives_the_whole_call_to_the_speed_benchmark(tmp_path: Path) -> None:
+def test_a_share_of_0_gives_the_whole_call_to_the_speed_benchmark_of_the_transformer_families(tmp_path: Path) -> None:
+    """ACCEPT_SHARE=0: the speed benchmark alone. FLUX.2 [klein] and Z-Image take the same code paths as on the
+    GPU: the bare step built from the family's counted inputs, the studio's trainer, and one step under the
+    profiler (its dispatched-op count in the table)."""
     out = tmp_path / "out"
     env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
-               ACCEPT_SHARE="0", SPEED_ARGS="--only flux2-klein zimage --paths bare --steps 1 --warmup 1")
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_all.sh"), str(out), "150"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+               ACCEPT_SHARE="0", SPEED_ARGS=f"--only flux2-klein zimage --paths bare studio --steps 1 --warmup 1 "
+                                           f"--work {tmp_path / 'work'}")
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_all.sh"), str(out), "240"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=400)
     log = (out / "log.txt").read_text()
     assert "acceptance: not run (ACCEPT_SHARE=0)" in log and "speed exit 0" in log, log[-2000:] + done.stderr[-2000:]
     assert not (out / "gpu_acceptance.json").exists()
-    speed = json.loads((out / "results.json").read_text())
-    assert [r["case"]["family"] for r in speed] == ["flux2-klein", "zimage", "flux2-klein", "zimage"]
-    assert all(r["s_per_step"] and r["ops_per_step"] for r in speed)
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["case"]["family"], r["case"]["batch"], r["case"]["path"]) for r in results] == [
+        ("flux2-klein", 2, "bare"), ("flux2-klein", 2, "studio"), ("zimage", 2, "bare"), ("zimage", 2, "studio"),
+        ("flux2-klein", 1, "bare"), ("flux2-klein", 1, "studio"), ("zimage", 1, "bare"), ("zimage", 1, "studio")]
+    for r in results:
+        assert not r["note"] and r["s_per_step"] > 0
+        assert r["ops_per_step"] > 500 and r["kernels_per_step"] is None  # no kernels on the CPU
+    table = (out / "table.md").read_text()
+    studio_row = next(line for line in table.splitlines() if line.startswith("| zimage | 64 | 2 | studio |"))
+    assert f"| {results[3]['ops_per_step']} | - |" in studio_row

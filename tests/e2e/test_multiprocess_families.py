@@ -1,52 +1,86 @@
 """`accelerate launch` with two CPU processes for SDXL, SD3, FLUX.2 [klein], Z-Image and Qwen-Image: both ranks end
 with the same adapter, over a quantized base too (each rank quantizes its own; SD3 over int8) and with blocks
 swapped to system memory ([klein] over nf4 with two blocks swapped and gradient checkpointing: each rank keeps
-its own swapped blocks, and data parallelism leaves them alone)."""
+its own swapped blocks, and data parallelism leaves them alone).
+
+The five runs share one launch (tests/fixtures/sharded_runs.py: each run through a fresh Accelerator and the
+Trainer, one after the other), built once for both test workers: a launch per family spent about 20 s of CPU
+starting two ranks. `studio.train`'s own start and end on two ranks are tested in test_multiprocess.py.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from fixtures.waits import scaled_s
 
 from studio.core.config.files.paths import resolve_paths
-from studio.core.config.schema import ModelSection, OutputSection, TrainingSection
+from studio.core.config.schema import (
+    ConceptSection,
+    DatasetSection,
+    ModelSection,
+    OutputSection,
+    TrainConfig,
+    TrainingSection,
+)
 from studio.core.runs.events import RunFinished, RunStarted, Step
 from studio.core.runs.launch import prepare_run
 
 pytest.importorskip("torch")
 
+HARNESS = Path(__file__).resolve().parents[1] / "fixtures" / "sharded_runs.py"
+CASES: dict[str, tuple[str, dict[str, object]]] = {
+    "sdxl": ("sdxl", {}),
+    "sd3-int8": ("sd3", {"quantized_base": "int8"}),
+    "zimage": ("zimage", {}),
+    "qwen-image": ("qwen-image", {}),
+    "flux2-klein-nf4-swapped": ("flux2-klein", {"quantized_base": "nf4", "blocks_to_swap": 2}),
+}
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("family", "model"), [
-    ("sdxl", {}), ("sd3", {"quantized_base": "int8"}), ("zimage", {}), ("qwen-image", {}),
-    ("flux2-klein", {"quantized_base": "nf4", "blocks_to_swap": 2})], ids=["sdxl", "sd3-int8", "zimage", "qwen-image",
-                                                                        "flux2-klein-nf4-swapped"])
-def test_two_cpu_ranks_train_one_adapter(family: str, model: dict[str, object], make_config, events_of,
-                                         tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+
+def _launch_all(root: Path, data: Path) -> Path:
+    """Every case's run prepared for two ranks and trained in one launch; the folder of run folders."""
     from studio.train.pipelines.tiny import build_tiny_pipeline
 
-    base = build_tiny_pipeline(family, tmp_path_factory.mktemp("models") / f"tiny-{family}")
-    config = make_config(
-        model=ModelSection(family=family, base=str(base), **model),  # type: ignore[arg-type]
-        training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1,
-                                 gradient_checkpointing="blocks_to_swap" in model),
-        output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]),
-    )
-    plan = prepare_run(resolve_paths(config, tmp_path), num_processes=2)
+    runs = []
+    for case, (family, model) in CASES.items():
+        base = build_tiny_pipeline(family, root / "models" / f"tiny-{family}")
+        config = TrainConfig(
+            model=ModelSection(family=family, base=str(base), **model),  # type: ignore[arg-type]
+            dataset=DatasetSection(concepts=[ConceptSection(path=str(data))], resolution=64, buckets=False),
+            training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1,
+                                     gradient_checkpointing="blocks_to_swap" in model),
+            output=OutputSection(dir=str(root / case), formats=["diffusers"]),
+        )
+        runs.append(prepare_run(resolve_paths(config, root), num_processes=2).run_dir)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(runs[0] / "accelerate.yaml"),
+               str(HARNESS), *map(str, runs)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     try:
-        result = subprocess.run(plan.command, env=env, capture_output=True, text=True, timeout=scaled_s(180))
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(420))
     except subprocess.TimeoutExpired as exc:
-        events = plan.run_dir / "events.jsonl"
-        tail = events.read_text(encoding="utf-8")[-2000:] if events.is_file() else "(no events)"
-        pytest.fail(f"the 2-rank {family} run did not finish in 180 s; events: {tail}\n"
-                    f"output: {str(exc.stdout or '')[-2000:]}\n{str(exc.stderr or '')[-2000:]}")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    events = events_of(plan.run_dir)
+        pytest.fail(f"the five 2-rank runs did not finish in 420 s:\n{str(exc.stdout or '')[-3000:]}\n"
+                    f"{str(exc.stderr or '')[-3000:]}")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(demo_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from fixtures.built_once import built_once
+
+    return built_once(tmp_path_factory, "two-rank-family-runs", lambda folder: _launch_all(folder, demo_data))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_cpu_ranks_train_one_adapter(case: str, two_rank_runs: Path, events_of) -> None:
+    [run_dir] = [p for p in (two_rank_runs / case).iterdir() if p.is_dir()]
+    events = events_of(run_dir)
     started = next(e for e in events if isinstance(e, RunStarted))
     assert started.world_size == 2 and started.effective_batch == 4
     assert [s.step for s in events if isinstance(s, Step)] == [1, 2]
@@ -54,4 +88,4 @@ def test_two_cpu_ranks_train_one_adapter(family: str, model: dict[str, object], 
     assert isinstance(finished, RunFinished) and finished.status == "completed"
     checksums = finished.weight_checksums
     assert len(checksums) == 2 and checksums[0] == checksums[1]  # identical adapters on both ranks
-    assert (plan.run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
+    assert (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
