@@ -241,7 +241,26 @@ def install(python: Path, requirements: list[str | Path], uv: list[str | Path] |
         if result.returncode == 0:
             return
         print("uv could not install the environment; pip tries instead.", flush=True)
+    if subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        run([python, "-m", "ensurepip", "-q"])  # an environment made without pip for uv
     run([*pip, *requirements])
+
+
+def studio_uv() -> list[str | Path] | None:
+    """The studio environment's uv, for the test environments beside it: each of them made without pip and
+    without its own uv saves about 7 s (ensurepip, then pip installing uv). None when it has none."""
+    python = python_of(VENV)
+    if python.exists() and subprocess.run([str(python), "-m", "uv", "--version"], capture_output=True).returncode == 0:
+        return [python, "-m", "uv"]
+    return None
+
+
+def make_test_env(env: Path) -> list[str | Path] | None:
+    """Make `env` (when missing) for a test environment; the uv to install into it (None: pip)."""
+    uv = studio_uv()
+    if not python_of(env).exists():
+        venv.EnvBuilder(with_pip=uv is None, clear=True).create(env)
+    return uv or uv_command(python_of(env))
 
 
 def uv_command(python: Path) -> list[str | Path] | None:
@@ -295,9 +314,7 @@ def setup_core() -> Path:
     stamp = stamp_of("core", *packages)
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(CORE_VENV)
-    install(python, ["-c", CONSTRAINTS, "-e", ".", *packages], uv_command(python))
+    install(python, ["-c", CONSTRAINTS, "-e", ".", *packages], make_test_env(CORE_VENV))
     stamp_file.write_text(stamp)
     return python
 
@@ -309,9 +326,7 @@ def setup_cloud() -> Path:
     stamp = hashlib.sha256(CLOUD_CONSTRAINTS.read_bytes()).hexdigest()
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(CLOUD_VENV)
-    install(python, ["-c", CLOUD_CONSTRAINTS, "skypilot"], uv_command(python))
+    install(python, ["-c", CLOUD_CONSTRAINTS, "skypilot"], make_test_env(CLOUD_VENV))
     stamp_file.write_text(stamp)
     return python
 
@@ -326,8 +341,7 @@ def setup_compat() -> Path:
         return python
     if not python.exists():
         print(f"Creating the compatibility environment in {COMPAT_VENV.name}/ …", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=True).create(COMPAT_VENV)
-    install(python, ["-r", COMPAT_PINS], uv_command(python))
+    install(python, ["-r", COMPAT_PINS], make_test_env(COMPAT_VENV))
     stamp_file.write_text(stamp)
     return python
 
@@ -345,6 +359,19 @@ def parallel_args() -> list[str]:
     return ["-n", workers, "--dist", "load"] if workers != "1" else []
 
 
+def mypy_cache() -> Path:
+    """mypy's cache, shared by every checkout on this machine (as uv's download cache is): mypy checks a file
+    again when its content differs from what the cache saw, so a new clone checks the studio in about 2 s
+    instead of about 65 s. MYPY_CACHE_DIR, when set, wins."""
+    if os.environ.get("MYPY_CACHE_DIR"):
+        return Path(os.environ["MYPY_CACHE_DIR"])
+    if os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "sd-training-studio" / "mypy"
+
+
 def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
@@ -355,7 +382,8 @@ def test(extra: list[str]) -> None:
     env.setdefault("OMP_NUM_THREADS", "1")
     run([python, "-m", "ruff", "check", "studio", "tests", "benchmarks", "dev.py", "docs", "packaging"], env=env)
     # mypy (one core) checks while the core tests run (on the other); its verdict is read after them.
-    mypy = subprocess.Popen([str(python), "-m", "mypy", "studio"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    mypy = subprocess.Popen([str(python), "-m", "mypy", "studio", "--cache-dir", str(mypy_cache())], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     print("\n== core tests without PySide6 or torch ==", flush=True)
     # The core tests that pass here (the stricter environment) are left out of the whole suite below.
@@ -366,7 +394,7 @@ def test(extra: list[str]) -> None:
                            *TEST_TIMEOUT, *parallel_args()], cwd=ROOT,
                           env=dict(env, STUDIO_CORE_ONLY="1", STUDIO_RECORD_PASSED=str(passed)))
     checked = mypy.communicate()[0]
-    print(f"\n+ {python} -m mypy studio\n{checked}", end="", flush=True)
+    print(f"\n+ {python} -m mypy studio --cache-dir {mypy_cache()}\n{checked}", end="", flush=True)
     if mypy.returncode != 0 or core.returncode != 0:
         passed.unlink(missing_ok=True)
         sys.exit(mypy.returncode or core.returncode)

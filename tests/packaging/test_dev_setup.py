@@ -137,3 +137,45 @@ def test_a_venv_made_by_another_python_is_made_again(dev: ModuleType, tmp_path: 
     assert [line.split("]")[0] for line in lines[1:4]] == ["[1/3", "[2/3", "[3/3"]
     assert lines[-1].startswith("The studio environment is ready (")
 
+
+
+@pytest.mark.parametrize("studio_has_uv", [True, False])
+def test_the_test_environments_use_the_studio_environments_uv_and_need_no_pip(
+        dev: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, studio_has_uv: bool) -> None:
+    made: list[tuple[Path, bool]] = []
+    installed: list[tuple[list[object], object]] = []
+
+    class FakeBuilder:
+        def __init__(self, with_pip: bool, clear: bool) -> None:
+            self.with_pip = with_pip
+
+        def create(self, folder: Path) -> None:
+            made.append((folder, self.with_pip))
+            dev.python_of(folder).parent.mkdir(parents=True, exist_ok=True)
+            dev.python_of(folder).write_text("")
+
+    studio_uv = [Path("studio-python"), "-m", "uv"]
+    monkeypatch.setattr(dev.venv, "EnvBuilder", FakeBuilder)
+    monkeypatch.setattr(dev, "studio_uv", lambda: studio_uv if studio_has_uv else None)
+    monkeypatch.setattr(dev, "uv_command", lambda python: [python, "-m", "uv"])  # pip installs uv into it
+    monkeypatch.setattr(dev, "install", lambda _python, requirements, uv: installed.append((list(requirements), uv)))
+    for name in ("CORE_VENV", "CLOUD_VENV", "COMPAT_VENV"):
+        monkeypatch.setattr(dev, name, tmp_path / name.lower())
+    dev.setup_core(), dev.setup_cloud(), dev.setup_compat()
+    folders = [tmp_path / "core_venv", tmp_path / "cloud_venv", tmp_path / "compat_venv"]
+    # With the studio environment's uv: made without pip, installed by that uv. Without it: pip, and uv through pip.
+    assert made == [(folder, not studio_has_uv) for folder in folders]
+    assert [uv for _requirements, uv in installed] == (
+        [studio_uv] * 3 if studio_has_uv else [[dev.python_of(folder), "-m", "uv"] for folder in folders])
+    assert installed[1][0] == ["-c", dev.CLOUD_CONSTRAINTS, "skypilot"]
+
+
+def test_mypy_keeps_its_cache_beside_uvs_for_every_checkout(dev: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    monkeypatch.delenv("MYPY_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "cache"))
+    assert dev.mypy_cache() == tmp_path / "cache" / "sd-training-studio" / "mypy"
+    assert not str(dev.mypy_cache()).startswith(str(ROOT))  # not in the checkout: a new clone finds it
+    monkeypatch.setenv("MYPY_CACHE_DIR", str(tmp_path / "mine"))
+    assert dev.mypy_cache() == tmp_path / "mine"
