@@ -121,9 +121,19 @@ def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Itera
     gc.collect()
 
 
+try:
+    from fixtures.module_scheduling import ModuleLoadScheduling
+except ImportError:  # no pytest-xdist: one process runs everything
+    pass
+else:
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        """`--dist load` hands out whole modules (fixtures/module_scheduling.py)."""
+        return ModuleLoadScheduling(config, log) if config.getvalue("dist") == "load" else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The modules with slow (end-to-end) tests first, each kept whole for its fixtures: `--dist load` hands
-    # tests out in this order, so a run ends on quick tests instead of on one worker finishing a long one alone.
+    # The modules with slow (end-to-end) tests first: the workers are handed whole modules in this order
+    # (fixtures/module_scheduling.py), so a run ends on quick tests instead of on one worker finishing a long one.
     with_slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in with_slow)
     for item in items:
