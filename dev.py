@@ -310,7 +310,8 @@ def setup_core() -> Path:
     """An environment with the core's dependencies and pytest but no Qt and no torch."""
     python = python_of(CORE_VENV)
     stamp_file = CORE_VENV / ".studio-stamp"
-    packages = ["pytest", "pytest-timeout", "pytest-xdist"]
+    # uv: the training-environment tests install with it, as the studio does (pinned by the constraints).
+    packages = ["pytest", "pytest-timeout", "pytest-xdist", "uv"]
     stamp = stamp_of("core", *packages)
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
