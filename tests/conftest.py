@@ -121,14 +121,12 @@ def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Itera
     gc.collect()
 
 
-try:
-    from fixtures.module_scheduling import ModuleLoadScheduling
-except ImportError:  # no pytest-xdist: one process runs everything
-    pass
-else:
-    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-        """`--dist load` hands out whole modules (fixtures/module_scheduling.py)."""
-        return ModuleLoadScheduling(config, log) if config.getvalue("dist") == "load" else None
+def pytest_configure(config: pytest.Config) -> None:
+    """With pytest-xdist loaded (not in a run with `-p no:xdist`), `--dist load` hands out whole modules."""
+    if config.pluginmanager.hasplugin("xdist"):
+        from fixtures.module_scheduling import ModuleScheduler
+
+        config.pluginmanager.register(ModuleScheduler(), "studio-module-scheduling")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
