@@ -40,12 +40,29 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(family, timeout=10)
 
 
-def end_children() -> None:
-    """End every process this script started, and theirs."""
+# The direct children the process had before the script's block began: not the script's to end (a caller
+# that runs the script's main() in its own process, as the tests do, keeps its helpers).
+_kept: frozenset[int] = frozenset()
+
+
+def _direct_children() -> frozenset[int]:
     import psutil
 
     try:
-        family = psutil.Process().children(recursive=True)
+        return frozenset(p.pid for p in psutil.Process().children())
+    except psutil.Error:
+        return frozenset()
+
+
+def end_children() -> None:
+    """End every process this script started, and theirs (not the children the process had before)."""
+    import psutil
+
+    family = []
+    try:
+        for child in psutil.Process().children():
+            if child.pid not in _kept:
+                family += [child, *child.children(recursive=True)]
     except psutil.Error:
         return
     for proc in family:
@@ -63,10 +80,13 @@ def _on_signal(signum: int, _frame: Any) -> None:
 def ending_children() -> Iterator[None]:
     """Inside the block, SIGTERM and SIGINT end the script's children and then the script; leaving the
     block, however, ends them too, and puts the signal handlers back as they were."""
+    global _kept
+    kept_before, _kept = _kept, _direct_children()
     previous = {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         end_children()
+        _kept = kept_before
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -146,3 +146,28 @@ def test_ending_the_script_ends_its_runs_and_their_children(tmp_path: Path) -> N
     while not (_gone(trainer) and _gone(grandchild)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(trainer) and _gone(grandchild)
+
+
+def test_a_script_run_inside_another_process_ends_only_the_children_it_started() -> None:
+    """The tests call the scripts' main() in their own process: ending the script's children once ended the
+    test worker's own helpers too (multiprocessing's resource tracker, which the next Dataset-page test then
+    found dead, and failed on Python's warning)."""
+    _script()  # puts benchmarks/ on the path, as the scripts do
+    from process_tree import ending_children
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    helper = subprocess.Popen(sleep)  # the caller's, started before the script
+    try:
+        with ending_children():
+            started = subprocess.Popen(sleep)
+            grandchild = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({sleep!r})"])
+            deadline = time.monotonic() + 30
+            while not psutil.Process(grandchild.pid).children() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            inner = psutil.Process(grandchild.pid).children()
+        assert started.wait(10) is not None and grandchild.wait(10) is not None
+        assert inner and not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in inner)
+        assert helper.poll() is None  # still running
+    finally:
+        helper.kill()
+        helper.wait()
