@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.waits import scaled_s
 
 from studio.core.tracking.base import Record
 
@@ -43,7 +44,9 @@ def test_an_unreachable_wandb_server_falls_back_to_offline_with_a_warning(
         waited = time.monotonic() - started
     finally:
         logger.close()
-    assert waited < 2 + 8, f"the training waited {waited:.0f} s for W&B"
+    # 2 s of timeout plus W&B's service start, about 8 s on a quiet machine: more on a loaded one (a run of the
+    # suite beside 8 busy processes waited 10.4 s). W&B's own default would wait 90 s.
+    assert waited < 2 + scaled_s(8), f"the training waited {waited:.0f} s for W&B"
     assert logger.offline
     ((message, path, hint),) = warnings
     (folder,) = (run_dir / "wandb").glob("offline-run-*")
