@@ -150,7 +150,8 @@ def _sync(device: str) -> None:
 def measure_bare(case: Case, settings: Settings) -> Result:
     device, side = settings.device, settings.resolution(case.family)
     result = Result(case, side)
-    step = bare_step(case.family, case.batch, side, device, settings.dry_run, _tiny_model)
+    step = bare_step(case.family, case.batch, side, device, settings.dry_run,
+                     lambda family: _tiny_model(family, settings.work))
     start = time.perf_counter()
     for index in range(settings.warmup + settings.steps):
         if index == settings.warmup:
@@ -176,20 +177,25 @@ def _note_profile(result: Result, profile: StepProfile) -> None:
 
 # ------------------------------------------------------------------ the studio's trainer
 
-_MODELS: dict[str, Path] = {}
-
-
-def _tiny_model(family: str) -> Path:
-    if family not in _MODELS:
+def _tiny_model(family: str, work: Path) -> Path:
+    """The family's tiny pipeline in the work folder, built once for the whole call and removed with it."""
+    folder = work / "models" / f"tiny-{family}"
+    if not (folder / "model_index.json").is_file():
         from studio.train.pipelines.tiny import build_tiny_pipeline
 
-        _MODELS[family] = build_tiny_pipeline(family, Path(tempfile.mkdtemp(prefix="bench-")) / f"tiny-{family}")
-    return _MODELS[family]
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".tiny-{family}-", dir=folder.parent))
+        build_tiny_pipeline(family, staging)
+        try:
+            staging.rename(folder)  # whole or not at all: a case killed mid-build leaves no half model behind
+        except OSError:  # another process of the same call built it first
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 def _model(family: str, settings: Settings) -> Path:
     if settings.dry_run:
-        return _tiny_model(family)
+        return _tiny_model(family, settings.work)
     folder = settings.work / "models" / f"{family}-bf16"
     if not (folder / "model_index.json").is_file():
         from studio.train.pipelines.full_size import write_full_size_pipeline

@@ -193,15 +193,15 @@ def test_the_self_tests_clock_gives_a_process_no_more_age_than_it_has() -> None:
     assert 0.0 < age <= lived + 0.02, (age, lived)  # the start tick is counted in hundredths
 
 
-def test_the_window_paints_before_pydantic_numpy_and_the_run_model_load() -> None:
+def test_the_window_paints_before_pydantic_numpy_and_the_run_model_load(tmp_path: Path) -> None:
     script = (
-        "import sys, tempfile\n"
+        "import sys\n"
         "from pathlib import Path\n"
         "from studio.gui.shell.application import make_application, make_settings\n"
         "app = make_application()\n"
         "from studio.gui.context import StudioContext\n"
         "from studio.gui.shell.main_window import MainWindow\n"
-        "window = MainWindow(StudioContext(make_settings(Path(tempfile.mkdtemp()) / 's.ini')))\n"
+        f"window = MainWindow(StudioContext(make_settings(Path({str(tmp_path / 's.ini')!r}))))\n"
         "seen = []\n"
         "window.sig_first_paint.connect(lambda: seen.append(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('pydantic', 'numpy', 'pyqtgraph') or m == 'studio.core.runs.records.run_model')))\n"
