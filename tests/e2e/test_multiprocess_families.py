@@ -10,13 +10,10 @@ starting two ranks. `studio.train`'s own start and end on two ranks are tested i
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from fixtures.waits import scaled_s
+from fixtures.training import train_in_one_launch
 
 from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import (
@@ -32,7 +29,6 @@ from studio.core.runs.launch import prepare_run
 
 pytest.importorskip("torch")
 
-HARNESS = Path(__file__).resolve().parents[1] / "fixtures" / "sharded_runs.py"
 CASES: dict[str, tuple[str, dict[str, object]]] = {
     "sdxl": ("sdxl", {}),
     "sd3-int8": ("sd3", {"quantized_base": "int8"}),
@@ -57,15 +53,7 @@ def _launch_all(root: Path, data: Path) -> Path:
             output=OutputSection(dir=str(root / case), formats=["diffusers"]),
         )
         runs.append(prepare_run(resolve_paths(config, root), num_processes=2).run_dir)
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(runs[0] / "accelerate.yaml"),
-               str(HARNESS), *map(str, runs)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(420))
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the five 2-rank runs did not finish in 420 s:\n{str(exc.stdout or '')[-3000:]}\n"
-                    f"{str(exc.stderr or '')[-3000:]}")
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    train_in_one_launch(runs, "the five 2-rank runs")
     return root
 
 

@@ -8,15 +8,12 @@ the tests below read what it left on disk.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.waits import scaled_s
+from fixtures.training import train_in_one_launch
 
 from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import (
@@ -35,7 +32,6 @@ from studio.core.runs.launch import prepare_run
 
 torch = pytest.importorskip("torch")
 
-HARNESS = Path(__file__).resolve().parents[1] / "fixtures" / "sharded_runs.py"
 STOP_AT, STEPS, BATCH = 2, 3, 2
 DENOISER = {"sd15": "unet", "sdxl": "unet", "sd3": "transformer"}
 # SD1.5 plain fp32 (tightest comparison) with a single-file output; SDXL trains its two text encoders
@@ -70,16 +66,7 @@ def sharded_runs(tiny_models: dict[str, Path], demo_data: Path,
     root = tmp_path_factory.mktemp("sharded")
     runs = {family: prepare_run(resolve_paths(config_for(family, tiny_models[family], demo_data, root / "runs", "fsdp",
                                                          BATCH), root), num_processes=2).run_dir for family in VARIANTS}
-    first = next(iter(runs.values()))
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(first / "accelerate.yaml"),
-               str(HARNESS), "--stop-at", str(STOP_AT), *map(str, runs.values())]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(420))
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the sharded runs did not finish in 420 s:\n{str(exc.stdout or '')[-3000:]}\n"
-                    f"{str(exc.stderr or '')[-3000:]}")
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    train_in_one_launch(list(runs.values()), "the sharded runs", stop_at=STOP_AT)
     return runs
 
 
