@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,12 @@ from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 FAMILY = "sd3"
 
 
-def measure(swapped: int, checkpointing: bool, dry_run: bool, warmup: int, steps: int) -> dict[str, Any]:
+def measure(swapped: int, checkpointing: bool, dry_run: bool, warmup: int, steps: int, work: Path) -> dict[str, Any]:
     device = "cpu" if dry_run else "cuda"
     side = 64 if dry_run else family(FAMILY).native_resolution
     if dry_run:  # built (and seeded) before the step's own seed, so every row starts from the same weights
-        speed._tiny_model(FAMILY)
-    step = bare_step(FAMILY, 1, side, device, dry_run, speed._tiny_model)
+        speed._tiny_model(FAMILY, work)
+    step = bare_step(FAMILY, 1, side, device, dry_run, lambda name: speed._tiny_model(name, work))
     if checkpointing:
         enable_gradient_checkpointing(step.model, 1)
     swap = swap_blocks(step.model, family(FAMILY).checkpointed_blocks, swapped, torch.device(device)) if swapped else None
@@ -80,17 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     counts = (0, 1) if args.dry_run else (0, 12, 22)
     rows: list[dict[str, Any]] = []
-    for checkpointing in (True, False):
-        plain: list[float] = []
-        for swapped in counts:
-            row = measure(swapped, checkpointing, args.dry_run, args.warmup, args.steps)
-            plain = plain or row["losses"]
-            row["loss_difference"] = max(abs(a - b) for a, b in zip(row["losses"], plain, strict=True))
-            rows.append(row)
-            (args.out / "results.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
-            (args.out / "table.md").write_text(table(rows), encoding="utf-8")
-            if not args.dry_run:
-                torch.cuda.empty_cache()
+    with tempfile.TemporaryDirectory(prefix="gpu-block-swap-") as work:  # the dry run's tiny model, removed at the end
+        for checkpointing in (True, False):
+            plain: list[float] = []
+            for swapped in counts:
+                row = measure(swapped, checkpointing, args.dry_run, args.warmup, args.steps, Path(work))
+                plain = plain or row["losses"]
+                row["loss_difference"] = max(abs(a - b) for a, b in zip(row["losses"], plain, strict=True))
+                rows.append(row)
+                (args.out / "results.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+                (args.out / "table.md").write_text(table(rows), encoding="utf-8")
+                if not args.dry_run:
+                    torch.cuda.empty_cache()
     print(table(rows))
     return 0
 

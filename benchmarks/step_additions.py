@@ -42,8 +42,8 @@ def _counting() -> tuple[Counter[str], Any]:
     return counts, Count
 
 
-def bare_ops(family: str, batch: int) -> Counter[str]:
-    step = bare_step(family, batch, 64, "cpu", True, _tiny_model)
+def bare_ops(family: str, batch: int, work: Path) -> Counter[str]:
+    step = bare_step(family, batch, 64, "cpu", True, lambda name: _tiny_model(name, work))
     for _ in range(STEP - 1):
         step.run()
     counts, mode = _counting()
@@ -52,9 +52,9 @@ def bare_ops(family: str, batch: int) -> Counter[str]:
     return counts
 
 
-def studio_ops(family: str, batch: int, work: Path) -> Counter[str]:
+def studio_ops(family: str, batch: int, work: Path, models: Path) -> Counter[str]:
     settings = Settings(True, 1, STEP, work)
-    config = studio_config(Case(family, batch, "studio"), settings, _tiny_model(family), compiled="off")
+    config = studio_config(Case(family, batch, "studio"), settings, _tiny_model(family, models), compiled="off")
     counts, mode = _counting()
 
     def counted(run: Any) -> Any:
@@ -82,10 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=15, help="ops shown per family")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory(prefix="step-additions-") as work:
+    with tempfile.TemporaryDirectory(prefix="step-additions-") as scratch:
+        work = Path(scratch)  # the tiny models and the studio's runs, removed at the end
         for family in args.families:
-            print(table(family, bare_ops(family, 2), studio_ops(family, 2, Path(work) / family), args.rows) + "\n",
-                  flush=True)
+            bare = bare_ops(family, 2, work)
+            print(table(family, bare, studio_ops(family, 2, work / family, work), args.rows) + "\n", flush=True)
     return 0
 
 

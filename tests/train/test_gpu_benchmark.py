@@ -130,3 +130,19 @@ def test_one_addition_paths_run_only_when_named_and_after_the_rest() -> None:
         (4, "bare"), (4, "studio"), (1, "bare"), (1, "studio"),
         (4, "studio +ema"), (4, "studio uncached"), (1, "studio +ema"), (1, "studio uncached")]
     assert bench.ABLATIONS["studio +ema"] == {"training": {"ema": True}}
+
+
+@pytest.mark.slow
+def test_step_additions_prints_what_the_studios_step_dispatches_beyond_the_bare_step(tmp_path: Path) -> None:
+    """benchmarks/step_additions.py shares the speed benchmark's tiny models and config: it runs as documented."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(temp))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_additions.py"), "sd15", "--rows", "3"],
+                          env=env, capture_output=True, text=True, timeout=scaled_s(300))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    head, columns, _, *rows = done.stdout.strip().splitlines()
+    bare, studio = (int(word) for word in head.replace("(", " ").split() if word.isdigit())
+    assert head.startswith("sd15: bare step ") and studio > bare and f"({studio - bare:+d})" in head
+    assert columns == "| op | bare | studio | added |" and len(rows) == 3
+    assert _left_in(temp) == []

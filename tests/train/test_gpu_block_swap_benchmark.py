@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_dry_run_swaps_blocks_with_the_unswapped_losses_and_writes_the_table(tmp_path: Path) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(temp))
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_block_swap.py"), "--dry-run", "--warmup", "1",
                "--steps", "2", "--out", str(tmp_path / "out")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(300))
@@ -28,3 +30,5 @@ def test_dry_run_swaps_blocks_with_the_unswapped_losses_and_writes_the_table(tmp
         assert row["most_resident"] == row["swapped"]  # the one swapped block came and went
         assert (row["swapped_gib"] > 0) == (row["swapped"] > 0)
     assert "| 1 | yes |" in (tmp_path / "out" / "table.md").read_text()
+    # its tiny model lived in a scratch folder, removed at the end (torch's own inductor folder may stay)
+    assert [p.name for p in temp.iterdir() if not p.name.startswith(("torchinductor_", ".ses"))] == []
