@@ -40,6 +40,7 @@ class RunRow:
     code: int
     counts: dict[str, int] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    commit: str = ""  # what the run tested: HEAD when it began (a later commit does not change a run under way)
 
 
 def _spin() -> None:
@@ -76,6 +77,11 @@ def failed_of(output: str) -> list[str]:
     return sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)))
 
 
+def head_of(checkout: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def fresh_clone(into: Path) -> Path:
     subprocess.run(["git", "clone", "-q", str(REPO), str(into)], check=True)
     return into
@@ -84,6 +90,7 @@ def fresh_clone(into: Path) -> Path:
 def one_run(mode: str, hog_processes: int, pytest_args: list[str], clone: bool, log: Path) -> RunRow:
     with tempfile.TemporaryDirectory(prefix="suite-") as tmp:
         where = fresh_clone(Path(tmp) / "checkout") if clone else REPO
+        commit = head_of(where)
         if pytest_args:
             command = [str(REPO / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                        *pytest_args]
@@ -101,17 +108,17 @@ def one_run(mode: str, hog_processes: int, pytest_args: list[str], clone: bool, 
             stop_hog(hog)
     log.write_text(result.stdout, encoding="utf-8")
     return RunRow(mode, round(seconds, 1), round(load, 2), result.returncode, counts_of(result.stdout),
-                  failed_of(result.stdout))
+                  failed_of(result.stdout), commit)
 
 
 def markdown(rows: list[RunRow], meta: dict[str, object]) -> str:
     lines = [f"Suite runs, {meta['date']}: {meta['cores']} cores, hog {meta['hog']} busy processes; "
              f"{meta['what']}", "",
-             "| # | mode | wall | load (1 min) at the end | passed | failed | skipped | exit | failed tests |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| # | mode | commit | wall | load (1 min) at the end | passed | failed | skipped | exit | failed tests |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         c = r.counts
-        lines.append(f"| {i} | {r.mode} | {r.seconds / 60:.1f} min | {r.load_1min:.1f} | {c.get('passed', 0)} | "
+        lines.append(f"| {i} | {r.mode} | {r.commit or '—'} | {r.seconds / 60:.1f} min | {r.load_1min:.1f} | {c.get('passed', 0)} | "
                      f"{c.get('failed', 0) + c.get('errors', 0)} | {c.get('skipped', 0)} | {r.code} | "
                      f"{', '.join(r.failed) or '—'} |")
     return "\n".join(lines) + "\n"
@@ -131,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, object] = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "hog": args.hog,
                                "what": ("pytest " + " ".join(args.pytest_args)) if args.pytest_args else
                                ("`python3 dev.py test`" + (" in a fresh clone" if args.fresh_clone else "")),
-                               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                                        capture_output=True, text=True).stdout.strip()}
+                               "commit": head_of(REPO)}
     rows: list[RunRow] = []
     for mode in modes:
         for i in range(args.runs):
