@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,21 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.scripts import left_in, script_env
 from fixtures.waits import scaled_s
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _left_in(temp: Path) -> list[str]:
-    """What the call left in the temp folder, less torch's own (inductor's cache folder, the profiler's session)."""
-    return sorted(p.name for p in temp.iterdir() if not p.name.startswith(("torchinductor_", ".ses")))
-
-
 @pytest.mark.slow
 def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_path: Path) -> None:
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(temp))
+    env, temp = script_env(tmp_path)
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
                "--paths", "bare", "studio", "--warmup", "2", "--steps", "2",
                "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
@@ -42,7 +35,7 @@ def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_
     assert "| sd15 | 64 | 2 | studio |" in table and "x |" in table  # the ratio to the bare step
     # the tiny model was built once, in the work folder the call names, and nothing was left in the temp folder
     assert sorted(p.name for p in (tmp_path / "work" / "models").iterdir()) == ["tiny-sd15"]
-    assert _left_in(temp) == []
+    assert left_in(temp) == []
 
 
 @pytest.mark.slow
@@ -50,9 +43,7 @@ def test_a_case_past_its_timeout_is_stopped_noted_and_the_next_one_runs(tmp_path
     """The first case (cold: the tiny pipeline is built inside it) cannot end in 0.2 s and is stopped; the next
     one still runs. A warm second case may finish or be stopped too: how fast it is depends on the machine.
     Without --work the call works in a scratch folder and removes it, whatever its cases did."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(temp))
+    env, temp = script_env(tmp_path)
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
                "--paths", "studio", "--case-timeout-s", "0.2", "--out", str(tmp_path / "out")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -65,7 +56,7 @@ def test_a_case_past_its_timeout_is_stopped_noted_and_the_next_one_runs(tmp_path
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| sd15 | 64 | 2 | studio | - |" in table and table.rstrip().endswith(f"| {second['note']} |")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.json", "table.md"]
-    assert _left_in(temp) == []
+    assert left_in(temp) == []
 
 
 def _benchmark_module():
@@ -135,9 +126,7 @@ def test_one_addition_paths_run_only_when_named_and_after_the_rest() -> None:
 @pytest.mark.slow
 def test_step_additions_prints_what_the_studios_step_dispatches_beyond_the_bare_step(tmp_path: Path) -> None:
     """benchmarks/step_additions.py shares the speed benchmark's tiny models and config: it runs as documented."""
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(temp))
+    env, temp = script_env(tmp_path)
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_additions.py"), "sd15", "--rows", "3"],
                           env=env, capture_output=True, text=True, timeout=scaled_s(300))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -145,4 +134,4 @@ def test_step_additions_prints_what_the_studios_step_dispatches_beyond_the_bare_
     bare, studio = (int(word) for word in head.replace("(", " ").split() if word.isdigit())
     assert head.startswith("sd15: bare step ") and studio > bare and f"({studio - bare:+d})" in head
     assert columns == "| op | bare | studio | added |" and len(rows) == 3
-    assert _left_in(temp) == []
+    assert left_in(temp) == []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fixtures.scripts import left_in, script_env
 from fixtures.waits import scaled_s
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,9 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_dry_run_swaps_blocks_with_the_unswapped_losses_and_writes_the_table(tmp_path: Path) -> None:
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(temp))
+    env, temp = script_env(tmp_path)
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_block_swap.py"), "--dry-run", "--warmup", "1",
                "--steps", "2", "--out", str(tmp_path / "out")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=scaled_s(300))
@@ -31,4 +29,4 @@ def test_dry_run_swaps_blocks_with_the_unswapped_losses_and_writes_the_table(tmp
         assert (row["swapped_gib"] > 0) == (row["swapped"] > 0)
     assert "| 1 | yes |" in (tmp_path / "out" / "table.md").read_text()
     # its tiny model lived in a scratch folder, removed at the end (torch's own inductor folder may stay)
-    assert [p.name for p in temp.iterdir() if not p.name.startswith(("torchinductor_", ".ses"))] == []
+    assert left_in(temp) == []
