@@ -137,8 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [args.only] if args.only else ["idle", "hog"]
     meta: dict[str, object] = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": os.cpu_count(), "hog": args.hog,
                                "what": ("pytest " + " ".join(args.pytest_args)) if args.pytest_args else
-                               ("`python3 dev.py test`" + (" in a fresh clone" if args.fresh_clone else "")),
-                               "commit": head_of(REPO)}
+                               ("`python3 dev.py test`" + (" in a fresh clone" if args.fresh_clone else ""))}
     rows: list[RunRow] = []
     for mode in modes:
         for i in range(args.runs):
