@@ -34,18 +34,29 @@ def main(argv: list[str]) -> int:
         print("usage: python -m studio.core.trainenv.guard STUDIO_PID -- COMMAND…", file=sys.stderr)
         return 2
     studio, command = int(argv[0]), argv[2:]
+    child: subprocess.Popen[bytes] | None = None
+    stopped: list[int] = []
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        if child is None:  # still starting it: ended as soon as it exists
+            stopped.append(signum)
+            return
+        _end_group(child)
+        sys.exit(143)
+
+    # Before the step starts: a cancel that lands while it starts must not leave it running in its own session.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    if stopped:
+        return 143
     try:
         child = subprocess.Popen(command, start_new_session=True)
     except OSError as exc:
         print(f"{command[0]} could not start: {exc}", file=sys.stderr, flush=True)
         return 127
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
+    if stopped:
         _end_group(child)
-        sys.exit(143)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
+        return 143
     while child.poll() is None:
         if os.getppid() != studio:
             _end_group(child)

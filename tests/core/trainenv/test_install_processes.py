@@ -3,6 +3,7 @@ group), and on Linux a studio that is killed takes the step's processes with it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -66,3 +67,37 @@ def test_a_killed_studio_leaves_no_install_running(tmp_path: Path) -> None:
     app.stdout.close()
     assert step and _gone(step[0])
     assert _gone(helper)
+
+
+# The guard, with the cancel's SIGTERM landing the moment its step has started and before anything else
+# runs: where a loaded machine delivered it (a cancelled pip went on installing in its own session).
+TERM_AS_THE_STEP_STARTS = """
+import os, signal, subprocess, sys
+from studio.core.trainenv import guard
+started = subprocess.Popen
+def start_then_cancel(*args, **kwargs):
+    step = started(*args, **kwargs)
+    print('STEP', step.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return step
+guard.subprocess.Popen = start_then_cancel
+sys.exit(guard.main([str(os.getppid()), '--', sys.executable, '-c', 'import time; time.sleep(120)']))
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the guard is POSIX's")
+def test_a_cancel_that_lands_as_the_guard_starts_the_step_ends_the_step() -> None:
+    guard = subprocess.Popen([sys.executable, "-c", TERM_AS_THE_STEP_STARTS], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert guard.stdout is not None
+    line = guard.stdout.readline()
+    assert line.startswith("STEP "), line
+    step = int(line.split()[1])
+    try:
+        ended = guard.wait(timeout=60)
+        assert _gone(step), f"the cancelled step is still running after its guard ended ({ended})"
+        assert ended == 143
+    finally:
+        guard.stdout.close()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(step).kill()
