@@ -25,4 +25,3 @@ def test_the_counts_of_both_stages_add_up_and_failures_are_named() -> None:
     row = script.RunRow("hog", 600.0, 9.5, 1, script.counts_of(output), script.failed_of(output), "143fc9a")
     table = script.markdown([row], {"date": "2026-12-04", "cores": 2, "hog": 8, "what": "x"})
     assert "| 1 | hog | 143fc9a | 10.0 min | 9.5 | 1926 | 2 | 4 | 1 | tests/e2e/test_gui_training.py::test_stop, " in table
-

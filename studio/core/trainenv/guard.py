@@ -35,11 +35,12 @@ def main(argv: list[str]) -> int:
         return 2
     studio, command = int(argv[0]), argv[2:]
     child: subprocess.Popen[bytes] | None = None
-    stopped: list[int] = []
+    stopped = False
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopped
         if child is None:  # still starting it: ended as soon as it exists
-            stopped.append(signum)
+            stopped = True
             return
         _end_group(child)
         sys.exit(143)
