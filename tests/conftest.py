@@ -106,18 +106,34 @@ def _cycles_collected_on_the_gui_thread(request: pytest.FixtureRequest) -> Itera
     """As in the app (make_application): Python's cycle collector runs on the GUI thread only, so a
     Worker's pool thread never destroys a test's closed dialogs and QProcesses. After each Qt test
     the GUI thread collects everything (about 0.4 s with torch loaded, 225 tests): no wrapper of a
-    test's deleted Qt objects lives on in a cycle into the next test, where Qt may reuse its address."""
+    test's deleted Qt objects lives on in a cycle into the next test, where Qt may reuse its address.
+
+    The widgets a test hands to qtbot are held here until pytest-qt has closed them: pytest-qt keeps a weak
+    reference only, so a page in a cycle whose test had returned was collected by the GUI thread's collector
+    in the events pytest-qt processes after the call, with its close hook (the plots' close_plots) never run,
+    and Qt laid out its plots while the collector took them apart (eight errors from their titles)."""
     if not HAVE_QT or not {"qtbot", "qapp"} & set(request.fixturenames):
         yield
         return
     import gc
+
+    from pytestqt.qtbot import QtBot
 
     from studio.gui.base.gui_thread_gc import install_gui_thread_gc
     from studio.gui.base.layout_items import install as install_layout_item_guard
 
     install_layout_item_guard()  # as make_application does
     install_gui_thread_gc(request.getfixturevalue("qapp"))
+    held: list[object] = []
+    add_widget = QtBot.addWidget
+
+    def holding(self: QtBot, widget: object, *, before_close_func: object = None) -> None:
+        held.append(widget)
+        add_widget(self, widget, before_close_func=before_close_func)  # type: ignore[arg-type]
+
+    request.getfixturevalue("monkeypatch").setattr(QtBot, "addWidget", holding)
     yield
+    held.clear()  # closed and handed to Qt for deletion by now (pytest-qt's teardown runs first)
     gc.collect()
 
 

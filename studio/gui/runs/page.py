@@ -369,6 +369,7 @@ class RunsPage(Page):
         self.worker.wait(60.0)
         self.reader.shutdown(60.0)
         self.plots.close_plots()
+        self.overlay.close_plot()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.refresh()

@@ -163,7 +163,14 @@ class LossOverlay(QWidget):
         layout.addWidget(self.plot)
         self.curves: list[pg.PlotDataItem] = []
 
+    def close_plot(self) -> None:
+        """Empty the plot's scene before the widget is deleted (see RunPlots.close_plots)."""
+        self.curves = []
+        self.plot.close()
+
     def show_runs(self, runs: list[tuple[str, RunModel]], smoothing: float = 0.9) -> None:
+        if self.plot.plotItem is None:  # closed with its window: nothing is drawn any more
+            return
         for curve in self.curves:
             self.plot.removeItem(curve)
         self.curves = []

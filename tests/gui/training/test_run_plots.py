@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QSizeF, Qt
+from PySide6.QtWidgets import QGraphicsWidget
 from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RankMemory, RunFinished, RunStarted, Step
@@ -265,3 +267,31 @@ def test_the_axes_make_room_for_their_labels_before_the_first_paint(qtbot: QtBot
     assert laid_out[0] > before
     qtbot.wait(100)  # painted: the plot was laid out once, not again after its first paint
     assert (axis.width(), view.geometry().left()) == laid_out
+
+
+
+def test_a_plot_title_whose_python_state_is_gone_still_answers_qts_layout(qtbot: QtBot) -> None:
+    """Python's cycle collector empties the objects of a dropped cycle (their attributes) one by one, in an
+    order of its own, and deletes the Qt objects as their last references go: a plot's layout can then ask a
+    title or legend line for its size after its attributes are gone. pyqtgraph's answer raised AttributeError
+    in Qt's event loop ('LabelItem' object has no attribute '_sizeHint'): eight of them, the four titles and
+    four legend lines of a run's plots, failed a remote-run test in a whole-suite run."""
+    plots = _plots(qtbot)
+    plots.refresh(_model(10))
+    item, legend = plots.lr.getPlotItem(), plots.memory.getPlotItem().legend
+    labels = [item.titleLabel, *(label for _sample, label in legend.items)]
+    assert len(labels) == 3  # the title, "rank 0 allocated", "rank 0 peak"
+    kept = [dict(label.__dict__) for label in labels]  # their attributes, put back before the plots close
+    try:
+        for label in labels:
+            label.__dict__.clear()  # what the collector does to each object of a cycle it frees
+            QGraphicsWidget.updateGeometry(label)  # its size is asked for again
+        for layout in (item.layout, legend.layout):  # laid out again now, as a layout is while its items go
+            layout.invalidate()
+            layout.activate()  # pytest-qt fails the test on any exception raised in a call from Qt
+        sizes = [label.size() for label in labels]
+        assert [label.sizeHint(Qt.SizeHint.PreferredSize, QSizeF()) for label in labels] == sizes  # as it is
+        assert all(size.width() > 0 for size in sizes)
+    finally:
+        for label, attributes in zip(labels, kept, strict=True):
+            label.__dict__.update(attributes)
