@@ -136,14 +136,20 @@ class ConsoleEcho:
 
 class SignalForwarder:
     """SIGTERM/SIGINT: ask the trainer to stop at its next step (a second one ends it at once).
-    SIGHUP (the terminal closed): stop writing to it and keep following the run."""
+    SIGHUP (the terminal closed): stop writing to it and keep following the run.
+
+    Installed before the launcher starts: a signal that lands while it starts asks the run to stop
+    (the STOP file) and is sent to the launcher's group once it exists (`attach`), instead of ending
+    this process by the default action while the trainer, in a group of its own, goes on."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, process: subprocess.Popen[bytes], run_dir: Path, watch: TrainerWatch,
-                 terminal: Terminal) -> None:
-        self.process, self.run_dir, self.watch, self.terminal = process, run_dir, watch, terminal
+    def __init__(self, run_dir: Path, terminal: Terminal) -> None:
+        self.run_dir, self.terminal = run_dir, terminal
+        self.process: subprocess.Popen[bytes] | None = None
+        self.watch: TrainerWatch | None = None
         self.count = 0
+        self.held: int | None = None  # a signal that came before the launcher existed
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -151,6 +157,13 @@ class SignalForwarder:
             self._previous[signum] = signal.signal(signum, self._forward)
         if hasattr(signal, "SIGHUP"):
             self._previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._hang_up)
+
+    def attach(self, process: subprocess.Popen[bytes], watch: TrainerWatch) -> None:
+        """The launcher now exists: a signal held while it started goes to it."""
+        self.process, self.watch = process, watch
+        held, self.held = self.held, None
+        if held is not None:
+            self._send(held)
 
     def uninstall(self) -> None:
         for signum, previous in self._previous.items():
@@ -172,7 +185,11 @@ class SignalForwarder:
                            "send it again (Ctrl+C) to end the run at once", error=True)
 
     def _send(self, signum: int) -> None:
-        """To the launcher's process group and to every rank it started (they may sit in sessions of their own)."""
+        """To the launcher's process group and to every rank it started (they may sit in sessions of their own);
+        held until `attach` while the launcher is starting."""
+        if self.process is None or self.watch is None:
+            self.held = signum
+            return
         if os.name == "posix":
             with contextlib.suppress(ProcessLookupError, PermissionError):  # the group already ended
                 os.killpg(self.process.pid, signum)
@@ -194,20 +211,21 @@ def _follow(command: list[str], run_dir: Path, earlier: set[int]) -> int:
     offset = console.stat().st_size if console.exists() else 0
     options: dict[str, Any] = {"process_group": 0} if os.name == "posix" else {}
     terminal = Terminal()
-    try:
-        with open(console, "ab") as log:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env=training_env(), cwd=run_dir, **options)
-    except OSError as exc:
-        terminal.line(f"error: cannot start {command[0]} ({exc.strerror or exc}); check launch.python in "
-                      f"{run_dir / 'config.toml'}", error=True)
-        return EXIT_INVALID
-    write_process_file(run_dir, process.pid)  # a second resume is refused while this one starts
-    echo = ConsoleEcho(console, offset, terminal)
-    watch = TrainerWatch(process.pid, run_dir, earlier)
-    forwarder = SignalForwarder(process, run_dir, watch, terminal)
+    forwarder = SignalForwarder(run_dir, terminal)
     forwarder.install()
     try:
+        try:
+            with open(console, "ab") as log:
+                process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                           env=training_env(), cwd=run_dir, **options)
+        except OSError as exc:
+            terminal.line(f"error: cannot start {command[0]} ({exc.strerror or exc}); check launch.python in "
+                          f"{run_dir / 'config.toml'}", error=True)
+            return EXIT_INVALID
+        watch = TrainerWatch(process.pid, run_dir, earlier)
+        forwarder.attach(process, watch)
+        write_process_file(run_dir, process.pid)  # a second resume is refused while this one starts
+        echo = ConsoleEcho(console, offset, terminal)
         while process.poll() is None:
             watch.remember()
             echo.show_new()

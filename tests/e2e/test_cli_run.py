@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fixtures.holds import hold_env
@@ -158,6 +160,63 @@ def test_sigterm_to_studio_train_run_stops_the_trainer_with_a_checkpoint(
     assert (run_dir / "checkpoints" / f"step-{finished[0].step}" / "training_state.json").is_file()
     assert f"stopped at step {finished[0].step}; continue with: studio-train resume {run_dir}" in out
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in trainer_group)
+
+
+# `studio-train run` with SIGTERM sent to itself the moment the launcher has started, before the
+# command has looked at it once: the signal a scheduler or a Ctrl+C may send while a run starts.
+SIGNALLED_AT_LAUNCH = """\
+import os, signal, subprocess, sys, types
+import studio.cli._follow as follow
+class SignalledAtLaunch(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with open("trainer-pid.txt", "w") as pid_file:
+            pid_file.write(str(self.pid))
+        os.kill(os.getpid(), signal.SIGTERM)
+follow.subprocess = types.SimpleNamespace(Popen=SignalledAtLaunch, DEVNULL=subprocess.DEVNULL,
+                                          STDOUT=subprocess.STDOUT)
+from studio.cli import main
+sys.exit(main(["run", "studio.toml"]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="process groups and SIGTERM are POSIX")
+def test_a_sigterm_while_the_launcher_starts_stops_the_run_and_leaves_no_trainer(
+    tiny_sd15: Path, demo_data: Path, tmp_path: Path
+) -> None:
+    import signal
+
+    import psutil
+
+    (tmp_path / "studio.toml").write_text(SIGTERM_CONFIG.format(model=tiny_sd15, data=demo_data), encoding="utf-8")
+    # Held after step 2: a trainer the signal did not reach would still be there when the command has ended.
+    env = dict(os.environ, OMP_NUM_THREADS="1", **hold_env(2))
+    process = subprocess.run([sys.executable, "-c", SIGNALLED_AT_LAUNCH], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=scaled_s(300))
+    launcher = int((tmp_path / "trainer-pid.txt").read_text())
+    try:
+        left = [p for p in psutil.process_iter() if p.pid == launcher or _in_group(p, launcher)]
+        assert not [p for p in left if p.status() != psutil.STATUS_ZOMBIE], (process.stdout + process.stderr)[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(launcher, signal.SIGKILL)
+    # The command ends with the run's outcome, not by the signal, and says where the run can go on.
+    assert process.returncode == 128 + signal.SIGTERM, (process.stdout + process.stderr)[-3000:]
+    assert "SIGTERM: stopping at the next step" in process.stderr
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert f"without finishing the run; the lines above say why; continue it with: studio-train resume {run_dir}" \
+        in process.stderr
+    events = run_dir / "events.jsonl"
+    assert not events.exists() or not any(isinstance(e, RunFinished) and e.status == "completed"
+                                          for e in read_events(events))
+
+
+def _in_group(process: Any, group: int) -> bool:
+    try:
+        return os.getpgid(process.pid) == group
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _wait_for_step(runs: Path, process: subprocess.Popen[bytes], step: int) -> Path:
