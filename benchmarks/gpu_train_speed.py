@@ -366,10 +366,16 @@ IMPORT_DEFER_S = 0.05
 _ALARM_FIRED = [False]
 
 
+# Code that runs as part of an `import` statement: Python's import machinery, and PySide's import hook, which
+# reads each imported module's source (inspect.getsource) after the module ran; stopped there, the source file
+# was left open.
+IMPORT_CODE = ("<frozen importlib._bootstrap", "shibokensupport/")
+
+
 def _importing(frame: Any) -> bool:
     """Whether Python is importing a module somewhere on this stack."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+        if frame.f_code.co_filename.startswith(IMPORT_CODE):
             return True
         frame = frame.f_back
     return False

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fixtures.scripts import left_in, script_env
@@ -85,6 +86,22 @@ def test_a_case_timeout_that_falls_inside_an_import_waits_for_the_import_to_end(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         sys.modules.pop("slow_to_import", None)
+
+
+def test_a_case_timeout_waits_for_pysides_import_hook_too() -> None:
+    """With PySide loaded (a pytest worker after the window's tests), every import statement ends in PySide's hook,
+    which reads the module's source: a timeout raised there left the source file open, and the collector's
+    ResourceWarning failed a whole-suite run. The hook's frames count as the import's."""
+    bench = _benchmark_module()
+
+    def frame(filename: str, back: object = None) -> SimpleNamespace:
+        return SimpleNamespace(f_code=SimpleNamespace(co_filename=filename), f_back=back)
+
+    test = frame(__file__)
+    tokenize = frame("/usr/lib/python3.11/tokenize.py", frame("shibokensupport/feature.py", test))
+    assert bench._importing(tokenize)
+    assert bench._importing(frame("slow_to_import.py", frame("<frozen importlib._bootstrap>", test)))
+    assert not bench._importing(frame("/usr/lib/python3.11/tokenize.py", test))  # a source read of the case's own
 
 
 def test_cases_run_every_family_eager_at_batch_4_before_anything_compiles() -> None:
