@@ -86,6 +86,4 @@ def shut_down(page: Any) -> None:
 
 def close_plots(page: Any) -> None:
     """pytest-qt's before-close hook for pages with run plots: empty their scenes before deletion."""
-    page.plots.close_plots()
-    if hasattr(page, "overlay"):
-        page.overlay.close_plot()
+    page.close_plots()

@@ -368,6 +368,10 @@ class RunsPage(Page):
     def shutdown(self) -> None:
         self.worker.wait(60.0)
         self.reader.shutdown(60.0)
+        self.close_plots()
+
+    def close_plots(self) -> None:
+        """Empty the run plots' and the overlay's scenes before the page is deleted."""
         self.plots.close_plots()
         self.overlay.close_plot()
 

@@ -369,8 +369,12 @@ class TrainPage(Page):
         return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
 
     def shutdown(self) -> None:
-        self.plots.close_plots()
+        self.close_plots()
         self.controller.shutdown(detach=self.detach_on_close)
+
+    def close_plots(self) -> None:
+        """Empty the run plots' scenes before the page is deleted."""
+        self.plots.close_plots()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         result: dict[str, Any] = {}
