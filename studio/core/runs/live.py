@@ -7,7 +7,6 @@ running when the studio closed ("keep running") is found again through it after 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -69,27 +68,13 @@ def stop_live_run(run: LiveRun) -> None:
     request_stop(run.run_dir)
 
 
-def trainer_tree(run: LiveRun) -> list[psutil.Process]:
-    """The trainer and every process it started (ranks, data workers), children first."""
+def trainer_process(run: LiveRun) -> psutil.Process | None:
+    """The trainer's process (None when it has ended, or its pid now belongs to another program)."""
     try:
-        root = psutil.Process(run.pid)
-        if started_elsewhere(root, run):
-            return []
-        return [*reversed(root.children(recursive=True)), root]
+        proc = psutil.Process(run.pid)
+        return None if started_elsewhere(proc, run) else proc
     except psutil.Error:
-        return []
-
-
-def end_processes(procs: list[psutil.Process], timeout_s: float) -> None:
-    """Terminate `procs`, and kill what is left after `timeout_s` (blocking)."""
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _gone, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=timeout_s)
+        return None
 
 
 def busy_message(others: list[LiveRun]) -> str:

@@ -8,14 +8,12 @@ run the studio started.
 
 from __future__ import annotations
 
-import contextlib
-
-import psutil
 from PySide6.QtCore import QObject, QTimer
 
 from studio.core.protocol.tail import ConsoleTail, ConsoleText
+from studio.core.runs.ending import end_tree
 from studio.core.runs.folders import CONSOLE_FILE
-from studio.core.runs.live import LiveRun, end_processes, is_alive, stop_live_run, trainer_tree
+from studio.core.runs.live import LiveRun, is_alive, stop_live_run, trainer_process
 from studio.core.runs.records.run_model import EventTail, RunModel
 from studio.gui.runner.process import Outcome
 from studio.gui.runner.source import KILLED, RunSource
@@ -84,23 +82,13 @@ class AttachedRun(RunSource):
     def kill(self) -> None:
         """End the trainer's whole process tree: terminate now, kill what is left a moment later."""
         self.killed = True
-        procs = trainer_tree(self.run)
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
-
-        def finish() -> None:
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    if proc.is_running():
-                        proc.kill()
-
-        QTimer.singleShot(KILL_GRACE_MS, finish)
+        tree = end_tree(trainer_process(self.run))
+        QTimer.singleShot(KILL_GRACE_MS, tree.kill)
 
     def kill_now(self, timeout_s: float = 5.0) -> None:
         """Blocking kill (the studio closing with "stop" and a trainer that did not stop in time)."""
         self.killed = True
-        end_processes(trainer_tree(self.run), timeout_s)
+        end_tree(trainer_process(self.run)).kill_after(timeout_s)
         self.poll()
 
     def detach(self) -> None:

@@ -15,7 +15,6 @@ could not start, was killed or was left running.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from studio.core.app_words import desktop_app_env
 from studio.core.protocol.jsonlines import Protocol, UnknownMessage
 from studio.core.protocol.lines import LineBuffer
 from studio.core.protocol.tail import ConsoleTail, ConsoleText
+from studio.core.runs.ending import end_tree, find_tree
 from studio.core.runs.launch import format_command
 
 log = logging.getLogger(__name__)
@@ -285,47 +285,34 @@ class CommandProcess(QObject):
         if self._process is not None:
             self._process.kill()
 
+    def _root(self) -> psutil.Process | None:
+        try:
+            return psutil.Process(self.pid()) if self.pid() > 0 else None
+        except psutil.Error:
+            return None
+
     def _remember_tree(self) -> None:
         """The process's descendants: once it is gone they cannot be found from its pid."""
-        try:
-            root = psutil.Process(self.pid())
-            known = {p.pid for p in self._tree}
-            self._tree += [p for p in [root, *root.children(recursive=True)] if p.pid not in known]
-        except (psutil.Error, ValueError):
-            pass
+        self._tree = find_tree(self._root(), self._tree).procs
 
     def kill(self, grace_ms: int = 2000) -> None:
-        """End the whole process tree: terminate now, kill what is left after `grace_ms`."""
+        """End the whole process tree: terminate now, kill what is left after `grace_ms` (what it
+        started meanwhile too: `studio.core.runs.ending`)."""
         if self._process is None:
             return
         self.killed = True
-        self._remember_tree()
-        procs = list(self._tree)
-        # Children first: with their parent gone they would be harder to find.
-        for proc in reversed(procs):
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
+        tree = end_tree(self._root(), self._tree)
+        self._tree = tree.procs
         self._append_console("[studio] the process tree was ended on request (Kill)\n")
-
-        def finish() -> None:
-            for proc in procs:
-                try:
-                    if proc.is_running():
-                        proc.kill()
-                except psutil.Error:
-                    pass
-
-        QTimer.singleShot(grace_ms, finish)
+        QTimer.singleShot(grace_ms, tree.kill)
 
     def kill_now(self, timeout_s: float = 5.0) -> None:
         """Blocking kill for shutdown: nothing of the command is left behind."""
         if self._process is None:
             return
         self.killed = True
-        self._remember_tree()
-        for proc in self._tree:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        psutil.wait_procs(self._tree, timeout=timeout_s)
+        tree = end_tree(self._root(), self._tree, kill=True)
+        self._tree = tree.procs
+        tree.wait(timeout_s)
         if self._process is not None:
             self._process.waitForFinished(int(timeout_s * 1000))

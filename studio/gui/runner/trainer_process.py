@@ -13,25 +13,12 @@ from pathlib import Path
 import psutil
 from PySide6.QtCore import QObject
 
+from studio.core.runs.ending import SESSION_LAUNCHER
 from studio.core.runs.folders import CONSOLE_FILE, request_stop
 from studio.core.runs.scheduling.lock import write_process_file
 from studio.gui.runner.process import CommandProcess, Outcome
 
 log = logging.getLogger(__name__)
-
-# Runs the real command in a new session / process group and passes its exit code on.
-_LAUNCHER = """\
-import os, subprocess, sys
-kw = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt" else {"start_new_session": True}
-child = subprocess.Popen(sys.argv[1:], **kw)
-while True:
-    try:
-        code = child.wait()
-        break
-    except KeyboardInterrupt:
-        pass
-sys.exit(128 - code if code < 0 else code)
-"""
 
 
 class TrainerProcess(CommandProcess):
@@ -55,7 +42,7 @@ class TrainerProcess(CommandProcess):
 
     def program_and_arguments(self, command: list[str]) -> tuple[str, list[str]]:
         if self._use_launcher:
-            return command[0], ["-c", _LAUNCHER, *command]
+            return command[0], ["-c", SESSION_LAUNCHER, *command]
         return command[0], command[1:]
 
     def busy_message(self) -> str:
