@@ -52,10 +52,7 @@ def window(qtbot: QtBot, tmp_path: Path) -> Iterator[MainWindow]:
     qtbot.addWidget(win)
     yield win
     win.context.run_controller.shutdown()  # a failed test leaves no trainer behind
-    for page in win.pages:
-        plots = getattr(page, "plots", None)
-        if plots is not None and hasattr(plots, "close_plots"):
-            plots.close_plots()
+    # qtbot closes the window next: each page's shutdown closes its plots (the Runs page's overlay too)
 
 
 def _kohya_folder(root: Path) -> Path:
