@@ -20,8 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from torch import nn
 from studio.core.config.rules.sharding import DENOISER_UNITS, TEXT_ENCODER_UNITS
 from studio.core.families import FAMILY_NAMES
 from studio.train.memory.quantized import quantizable
-from studio.train.memory.sharding import unit_sizes
 from studio.train.pipelines.arch_configs import (
     LATENT_CHANNELS,
     LORA_TARGETS,
@@ -50,6 +48,7 @@ from studio.train.pipelines.sd3 import LORA_TARGETS as SD3_LORA_TARGETS
 from studio.train.pipelines.sd15 import UNET as SD15_UNET
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from counting_parts import PRECISIONS, MixedPrecision, SavedBytes, counting, fsdp_units, lora_targets
 from meta_memory import flash_attention, live_bytes, peak_bytes
 
 # memory_calibration.py and gpu_memory.py import these names from here.
@@ -62,22 +61,6 @@ OUT_DIR = REPO / "resources" / "architectures"
 def build(class_name: str, config: dict[str, Any]) -> nn.Module:
     """Instantiate one component on the meta device (no memory, no weights)."""
     return build_component(class_name, config, "meta")
-
-
-def lora_targets(model: nn.Module, targets: tuple[str, ...]) -> dict[str, Any]:
-    """The Linear layers a LoRA wraps, grouped by (in, out) so any rank's size follows."""
-    shapes: dict[tuple[int, int], int] = {}
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
-            key = (module.in_features, module.out_features)
-            shapes[key] = shapes.get(key, 0) + 1
-    rows = [{"in": i, "out": o, "count": n} for (i, o), n in sorted(shapes.items())]
-    return {
-        "modules": list(targets),
-        "layers": sum(r["count"] for r in rows),
-        "in_plus_out": sum((r["in"] + r["out"]) * r["count"] for r in rows),
-        "shapes": rows,
-    }
 
 
 def count_component(family: str, name: str) -> dict[str, Any]:
@@ -111,45 +94,6 @@ def count_component(family: str, name: str) -> dict[str, Any]:
     return entry
 
 
-def fsdp_units(model: nn.Module, units: tuple[str, ...]) -> dict[str, int]:
-    """How launch.strategy = "fsdp" groups the model: unit count, the largest unit and the root's parameters."""
-    sizes = unit_sizes(model, units)
-    return {"units": sizes["units"], "largest_unit_params": sizes["largest_unit_params"],
-            "root_params": sizes["root_params"]}
-
-
-# ---------------------------------------------------------------- activations
-
-
-class SavedBytes:
-    """Counts the distinct tensors autograd keeps for backward (parameters excluded)."""
-
-    def __init__(self, params: set[int]) -> None:
-        self.params = params
-        self.seen: dict[int, torch.Tensor] = {}
-
-    def _root(self, t: torch.Tensor) -> torch.Tensor:
-        while t._base is not None:
-            t = t._base
-        return t
-
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
-        root = self._root(t)
-        if id(root) not in self.params and not isinstance(root, nn.Parameter):
-            self.seen[id(root)] = root
-        return t
-
-    @property
-    def total(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.seen.values())
-
-
-@contextmanager
-def _counting(counter: SavedBytes) -> Iterator[None]:
-    with torch.autograd.graph.saved_tensors_hooks(counter.pack, lambda t: t):
-        yield
-
-
 def _inputs(family: str, resolution: int, dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
     side = resolution // 8
     meta = {"device": "meta", "dtype": dtype}
@@ -163,52 +107,6 @@ def _inputs(family: str, resolution: int, dtype: torch.dtype) -> tuple[tuple[Any
         return (sample, t, text), {"added_cond_kwargs": added}
     pooled = torch.randn(1, 2048, **meta)  # type: ignore[arg-type]
     return (), {"hidden_states": sample, "encoder_hidden_states": text, "pooled_projections": pooled, "timestep": t}
-
-
-class _MixedPrecision:
-    """Autocast's dtype flow on meta tensors (autocast itself ignores them).
-
-    Matmuls and convolutions compute in fp16 from fp32 or fp16 inputs; group and
-    layer norms compute in fp32 and return fp32, so the tensors saved around them
-    are as wide as on a GPU under `torch.autocast`.
-    """
-
-    def __init__(self) -> None:
-        import torch.nn.functional as F
-
-        self.F = F
-        self.saved = {n: getattr(F, n) for n in ("linear", "conv2d", "group_norm", "layer_norm")}
-
-    def __enter__(self) -> None:
-        F, orig, half = self.F, self.saved, torch.float16
-
-        def cast(t: Any, dtype: torch.dtype) -> Any:
-            return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-
-        def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-            return orig["linear"](cast(x, half), cast(w, half), cast(b, half))  # type: ignore[no-any-return]
-
-        def conv2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, *a: Any) -> torch.Tensor:
-            return orig["conv2d"](cast(x, half), cast(w, half), cast(b, half), *a)  # type: ignore[no-any-return]
-
-        def group_norm(x: torch.Tensor, groups: int, w: Any = None, b: Any = None, eps: float = 1e-5) -> torch.Tensor:
-            f32 = torch.float32
-            return orig["group_norm"](cast(x, f32), groups, cast(w, f32), cast(b, f32), eps)  # type: ignore[no-any-return]
-
-        def layer_norm(x: torch.Tensor, shape: Any, w: Any = None, b: Any = None, eps: float = 1e-5) -> torch.Tensor:
-            f32 = torch.float32
-            return orig["layer_norm"](cast(x, f32), shape, cast(w, f32), cast(b, f32), eps)  # type: ignore[no-any-return]
-
-        F.linear, F.conv2d, F.group_norm, F.layer_norm = linear, conv2d, group_norm, layer_norm  # type: ignore[assignment]
-
-    def __exit__(self, *exc: object) -> None:
-        for name, fn in self.saved.items():
-            setattr(self.F, name, fn)
-
-
-# Precision modes: fp32 (no mixed precision, as on a CPU), fp16 (half weights, no autocast),
-# mixed (fp32 or fp16 weights under fp16/bf16 autocast, the usual GPU setting).
-PRECISIONS = ("fp32", "mixed", "fp16")
 
 
 def activation_bytes(family: str, method: str, checkpointing: bool, precision: str = "mixed",
@@ -240,7 +138,7 @@ def activation_bytes(family: str, method: str, checkpointing: bool, precision: s
             if isinstance(a, torch.Tensor):
                 inputs[id(a)] = a
         inner = SavedBytes(params)
-        with _counting(inner):
+        with counting(inner):
             out = module(*args)
         blocks.append(inner.total)
         return out
@@ -248,11 +146,11 @@ def activation_bytes(family: str, method: str, checkpointing: bool, precision: s
     if checkpointing:
         model.enable_gradient_checkpointing(gradient_checkpointing_func=fake_checkpoint)  # type: ignore[operator]
     args, kwargs = _denoiser_inputs(family, resolution or NATIVE_RESOLUTION[family], batch, dtype)
-    mixed = _MixedPrecision() if precision == "mixed" else None
+    mixed = MixedPrecision() if precision == "mixed" else None
     try:
         if mixed:
             mixed.__enter__()
-        with flash_attention(), _counting(counter):
+        with flash_attention(), counting(counter):
             model(*args, **kwargs)
     finally:
         if mixed:
@@ -310,7 +208,7 @@ def training_step_bytes(family: str, checkpointing: bool, resolution: int | None
         model.enable_gradient_checkpointing()  # type: ignore[operator]
     model.train()
     args, kwargs = _inputs(family, resolution or NATIVE_RESOLUTION[family], torch.float16)
-    mixed = _MixedPrecision()
+    mixed = MixedPrecision()
     mixed.__enter__()  # on through backward: checkpointing recomputes under autocast too
     try:
         with flash_attention(), live_bytes() as mode:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from count_parameters import PRECISIONS, SavedBytes, _counting, _MixedPrecision, fsdp_units, lora_targets
+from counting_parts import PRECISIONS, MixedPrecision, SavedBytes, counting, fsdp_units, lora_targets
 from meta_memory import flash_attention, live_bytes, peak_bytes
 
 from studio.core.config.rules.sharding import DENOISER_UNITS
@@ -60,7 +60,7 @@ def activation_bytes(spec: Counting, size: str | None, method: str, checkpointin
             if isinstance(a, torch.Tensor):
                 inputs[id(a)] = a
         inner = SavedBytes(params)
-        with _counting(inner):
+        with counting(inner):
             out = module(*args)
         blocks.append(inner.total)
         return out
@@ -68,11 +68,11 @@ def activation_bytes(spec: Counting, size: str | None, method: str, checkpointin
     if checkpointing:
         model.enable_gradient_checkpointing(gradient_checkpointing_func=fake_checkpoint)  # type: ignore[operator]
     kwargs = spec.inputs(model, 1, dtype)
-    mixed = _MixedPrecision() if precision == "mixed" else None
+    mixed = MixedPrecision() if precision == "mixed" else None
     try:
         if mixed:
             mixed.__enter__()
-        with flash_attention(), _counting(counter):
+        with flash_attention(), counting(counter):
             model(**kwargs)
     finally:
         if mixed:
@@ -91,7 +91,7 @@ def training_step_bytes(spec: Counting, size: str | None, checkpointing: bool) -
         model.enable_gradient_checkpointing()  # type: ignore[operator]
     model.train()
     kwargs = spec.inputs(model, 1, torch.float16)
-    mixed = _MixedPrecision()
+    mixed = MixedPrecision()
     mixed.__enter__()
     try:
         with flash_attention(), live_bytes() as mode:
