@@ -304,3 +304,33 @@ def test_a_weight_sliced_from_a_larger_buffer_swaps_and_computes_exactly() -> No
     assert swap.copies == 4 and swap.most_resident <= 2
     torch.testing.assert_close(got[0], expected[0], atol=0, rtol=0)
     torch.testing.assert_close(got[1], expected[1], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("device", [torch.device("cpu"), torch.device("cpu", 0)], ids=["plain", "indexed"])
+def test_without_checkpointing_autograd_keeps_no_device_copy_of_a_swapped_weight(device: torch.device) -> None:
+    """The forward leaves no swapped weight's device copy in autograd's keeping, whether the run's device names
+    its index or not: on one GPU the run's device is plain "cuda" while its tensors say "cuda:0" (here the
+    same mismatch the other way round, "cpu:0" against "cpu"); the backward reads the copies brought back."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from studio.train.memory.block_swap import BlockSwap
+
+    torch.manual_seed(0)
+    blocks = [torch.nn.Linear(8, 8, bias=False) for _ in range(3)]
+    for block in blocks:
+        block.requires_grad_(False)
+    x = torch.randn(4, 8, requires_grad=True)
+    expected_y = torch.tanh(blocks[2](torch.tanh(blocks[1](torch.tanh(blocks[0](x))))))
+    expected_y.pow(2).sum().backward()
+    expected_grad, x.grad = x.grad, None
+
+    swap = BlockSwap(blocks, 2, device)
+    brought: list[StorageWeakRef] = []
+    for block in blocks[1:]:  # after the swap's own hook, which brings the block's weights
+        block.register_forward_pre_hook(lambda module, args: brought.append(StorageWeakRef(module.weight.untyped_storage())))
+    y = torch.tanh(blocks[2](torch.tanh(blocks[1](torch.tanh(blocks[0](x))))))
+    assert len(brought) == 2
+    assert all(ref.expired() for ref in brought), "autograd kept a swapped block's device copy after the forward"
+    y.pow(2).sum().backward()
+    assert swap.copies == 4
+    torch.testing.assert_close(x.grad, expected_grad, atol=0, rtol=0)

@@ -80,6 +80,14 @@ def _unpack(saved: Any) -> Any:
     return saved.tensor() if isinstance(saved, _WeightView) else saved
 
 
+def _same_device(tensor_device: torch.device, device: torch.device) -> bool:
+    """Whether a tensor is on `device`: on one GPU the run's device is plain "cuda" (the current GPU) while its
+    tensors say "cuda:0", which `==` tells apart."""
+    if tensor_device.type != device.type:
+        return False
+    return tensor_device.index is None or device.index is None or tensor_device.index == device.index
+
+
 def _others_hooks_active() -> bool:
     """Whether saved-tensor hooks are in force already (gradient checkpointing keeps nothing saved itself)."""
     return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
@@ -210,7 +218,7 @@ class BlockSwap:
                 parameter = weights.get(tensor.untyped_storage().data_ptr()) if tensor.numel() else None
             except (RuntimeError, NotImplementedError):  # a tensor without a plain storage is kept as it is
                 return tensor
-            if parameter is None or tensor.dtype != parameter.dtype or tensor.device != self.device:
+            if parameter is None or tensor.dtype != parameter.dtype or not _same_device(tensor.device, self.device):
                 return tensor
             return _WeightView(parameter, tensor)
 
