@@ -334,3 +334,31 @@ def test_without_checkpointing_autograd_keeps_no_device_copy_of_a_swapped_weight
     y.pow(2).sum().backward()
     assert swap.copies == 4
     torch.testing.assert_close(x.grad, expected_grad, atol=0, rtol=0)
+
+
+def test_host_copies_are_exact_and_packed_into_few_buffers_of_a_power_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's pinned-memory allocator rounds each allocation up to a power of two: one pinned tensor per weight
+    took up to 78% more system memory than these weights. The arena's buffers are powers of two already, and the
+    weights fill them: what it reserves stays near the weights' own size, and every copy is exact."""
+    from studio.train.memory import block_swap
+    from studio.train.memory.block_swap import host_copies
+
+    monkeypatch.setattr(block_swap, "PINNED_CHUNK_BYTES", 2**20)  # 256 MB on a GPU, here in proportion
+    torch.manual_seed(0)
+    weights: list[torch.Tensor] = []
+    for _ in range(12):  # a 3072-wide block's weights at 1/32 of their width: attention in fp8, the MLP in bf16
+        weights += [torch.randn(96, 96).to(torch.float8_e4m3fn) for _ in range(4)]
+        weights += [torch.randn(384, 96, dtype=torch.bfloat16), torch.randn(96, 384, dtype=torch.bfloat16).t()]
+        weights += [torch.randn(96), torch.tensor(1.5)]  # a bias, a scalar
+    weights.append(torch.randint(-127, 127, (2048, 600), dtype=torch.int8))  # larger than a buffer: its own
+    arena = host_copies(weights, pinned=False)
+    copies = arena.tensors
+
+    for weight, copy in zip(weights, copies, strict=True):
+        assert copy.dtype == weight.dtype and copy.shape == weight.shape
+        assert torch.equal(copy.float(), weight.float())
+    assert all(b.numel() & (b.numel() - 1) == 0 for b in arena.buffers), [b.numel() for b in arena.buffers]
+    assert len({c.untyped_storage().data_ptr() for c in copies[:-1]}) == len(arena.buffers) <= 4
+    size = sum(w.numel() * w.element_size() for w in weights)
+    one_each = sum(1 << (w.numel() * w.element_size() - 1).bit_length() for w in weights)
+    assert arena.reserved <= 1.15 * size < 0.7 * one_each, (arena.reserved, size, one_each)
