@@ -3,19 +3,22 @@
     python benchmarks/gpu_acceptance.py [--only ID ...] [--steps 16] [--jobs 3] [--out DIR]   # a CUDA machine
     python benchmarks/gpu_acceptance.py --dry-run --only sd15-lora-6gb --out DIR            # anywhere: the script
 
-For each model family it writes one full-size model with random weights (SD1.5 and SDXL
-as single-file checkpoints, SD3-medium without T5 and the families that build their own pipelines as
-diffusers folders), once, in a
-helper process; then it runs every preset through `studio-train run` (`python -m
-studio.cli run CONFIG`, as a person would) on 8 demo images for `--steps` steps with
-sample images every half of them. While a run lasts, NVML is read 20 times a second for
-the run's whole process tree: that peak is what nvidia-smi shows and what the estimate
-predicts. Runs are independent processes, so one that crashes or hangs (a per-run
-timeout) costs only its own row; up to `--jobs` run side by side when their estimates
-fit the card together (NVML counts each process apart; steps are then a little slower).
+Each model the presets train is written once with random weights at full size (SD1.5 and SDXL as
+single-file checkpoints, SD3-medium without T5 and the families that build their own pipelines as
+diffusers folders), by a helper process. The models are written one at a time, in the order the
+presets need them, each only when the work folder's free disk holds it (its parameters from
+resources/architectures/ at 2 bytes each, with a margin); a model is removed as soon as no preset
+waiting or running needs it, which makes room for the next, and a model the disk can never hold
+skips its presets with the reason. Models given with --model are used as they are and never removed.
+Every preset runs through `studio-train run` (`python -m studio.cli run CONFIG`, as a person would)
+on 8 demo images for `--steps` steps with sample images every half of them. While a run lasts, NVML
+is read 20 times a second for the run's whole process tree: that peak is what nvidia-smi shows and
+what the estimate predicts. Runs are independent processes, so one that crashes or hangs (a per-run
+timeout) costs only its own row; up to `--jobs` run side by side when their estimates fit the card
+together (NVML counts each process apart; steps are then a little slower).
 Runs go lowest promise first (the low-VRAM promises people rely on are measured before the
-large ones), none starts after `--budget-s` seconds, and a preset that needs more GPUs than
-the machine has is skipped with the reason. Results are written after every run, so a
+large ones), each as soon as its model is ready, none starts after `--budget-s` seconds, and a preset that
+needs more GPUs than the machine has is skipped with the reason. Results are written after every run, so a
 timeout still leaves what finished: `gpu_acceptance.json` and `gpu_acceptance.md` (preset,
 promise, estimate, measured peak, error, s/step in steady state, images/s, status), both
 under `--out`, with the scratch work (models, runs) in a temporary folder that is removed.
@@ -27,7 +30,9 @@ its preset's promise minus the CUDA context (`STUDIO_GPU_CAP_MB`, studio/train/m
 a preset that needs more than its card fails here with out of memory, as it would on that card.
 
 `--dry-run` runs the same path with tiny models on the CPU (64 px, RSS instead of NVML):
-it checks the script, not the GPU, so it reports no error against the estimate.
+it checks the script, not the GPU, so it reports no error against the estimate. Its tiny models need
+no disk planning (`--disk-gb` plans the full-size models' writing against a figure instead of the disk),
+and a preset's block swap swaps one of their few blocks.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import shlex
 import shutil
@@ -72,23 +78,43 @@ class TreePeak(threading.Thread):
         # (a container with its own process ids) and this run is the only one.
         self.device_peak_mb = 0.0
         self.device_base_mb: float | None = None
+        self.error = ""  # the first NVML error met: that sample is lost, the sampling goes on
         self.halt = threading.Event()
 
     def run(self) -> None:
         import psutil
 
-        handles = []
-        if self.gpu:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        handles = self._handles() if self.gpu else []
+        if self.gpu and not handles:
+            return
         while not self.halt.wait(0.05):
             try:
                 tree = [psutil.Process(self.pid), *psutil.Process(self.pid).children(recursive=True)]
             except psutil.NoSuchProcess:
                 continue
-            self.peak_mb = max(self.peak_mb, self._gpu_mb(handles, tree) if self.gpu else self._rss_mb(tree))
+            self.peak_mb = max(self.peak_mb, self._sample_gpu(handles, tree) if self.gpu else self._rss_mb(tree))
+
+    def _handles(self) -> list[Any]:
+        import pynvml
+
+        try:
+            pynvml.nvmlInit()
+            return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except pynvml.NVMLError as exc:
+            self._note(exc)
+            return []
+
+    def _sample_gpu(self, handles: list[Any], tree: list[Any]) -> float:
+        import pynvml
+
+        try:
+            return self._gpu_mb(handles, tree)
+        except pynvml.NVMLError as exc:
+            self._note(exc)
+            return 0.0
+
+    def _note(self, exc: Exception) -> None:
+        self.error = self.error or f"NVML error: {exc}"
 
     def _gpu_mb(self, handles: list[Any], tree: list[Any]) -> float:
         import pynvml
@@ -186,9 +212,10 @@ def run_config(preset: Any, model: Path, root: Path, steps: int, dry_run: bool) 
     full = apply_changes(apply_preset(project, preset), {
         "training.max_steps": steps, "training.epochs": None, "sampling.every_n_steps": every})
     run = full
-    if dry_run:  # tiny models on the CPU: small images, an optimizer the CPU has
+    if dry_run:  # tiny models on the CPU: small images, an optimizer the CPU has, one of a few blocks swapped
         run = apply_changes(full, {"dataset.resolution": 64, "dataset.min_bucket": 64, "dataset.max_bucket": 128,
-                                   "sampling.size": 64, "sampling.steps": 2, "training.optimizer": "adamw"})
+                                   "sampling.size": 64, "sampling.steps": 2, "training.optimizer": "adamw",
+                                   "model.blocks_to_swap": min(full.model.blocks_to_swap, 1)})
     write_demo_dataset(root / "data", count=8, size=run.dataset.resolution, seed=0)
     return run, full
 
@@ -277,6 +304,8 @@ def finish_job(job: Job, timed_out: bool, dry_run: bool, alone: bool) -> Row:
     if not dry_run and not peak and alone:
         peak = job.sampler.device_peak_mb  # NVML names no process of ours (a container): the card's figure
     row.measured_gb = round(peak / GB, 2) if peak else None
+    if job.sampler.error:
+        row.message = "; ".join(filter(None, [row.message, f"{job.sampler.error} (the sampling went on)"]))
     if row.measured_gb and row.estimate_gb and not dry_run:
         row.error_pct = round((row.estimate_gb / row.measured_gb - 1) * 100, 1)
     for heavy in job.root.glob("runs/*/output"):
@@ -325,32 +354,163 @@ def the_gpus(dry_run: bool) -> list[Any]:
     return [GPUInfo(index=0, name="none (dry run)", total_mb=143_771, free_mb=143_771)]
 
 
-def start_models(families: list[str], work: Path, given: dict[str, Path], dry_run: bool) -> dict[str, Any]:
-    """One helper process per family writes its model (all at once); given models are used as they are."""
-    started: dict[str, Any] = {}
-    for family in families:
-        if family in given:
-            started[family] = given[family]
-            continue
-        marker = work / "models" / f"{family}.path"
-        command = [sys.executable, str(Path(__file__).resolve()), "--write-model", family, str(work / "models")]
-        log = open(work / f"model-{family}.log", "wb")  # noqa: SIM115 - the helper owns it until it exits
-        started[family] = (subprocess.Popen([*command, *(["--dry-run"] if dry_run else [])], cwd=REPO, stdout=log,
-                                            stderr=subprocess.STDOUT, preexec_fn=die_with_parent), marker, log)
-    return started
+BYTES_WRITTEN = 2  # fp16 or bf16: every full-size model the GPU scripts write
+T5_ROLE = "text_encoder_t5"  # SD3's T5 encoder, which the written models leave out
+# A model is written only when the disk holds it with a margin: 5% over its estimate and 2 GB for the runs'
+# caches, samples and logs.
+DISK_OVER = 1.05
+DISK_SPARE_GB = 2.0
 
 
-def model_ready(entry: Any) -> Path | str | None:
-    """The model's path once written; an error text when its writer failed; None while it works."""
-    if isinstance(entry, Path):
-        return entry
-    process, marker, log = entry
-    if process.poll() is None:
-        return None
-    log.close()
-    if process.returncode == 0 and marker.is_file():
-        return Path(marker.read_text().strip())
-    return f"writing the model failed (exit {process.returncode}); see {log.name}"
+def written_gb(architecture: str) -> float:
+    """About the disk a full-size random-weight model of a counted architecture (resources/architectures/
+    <name>.json) takes as the GPU scripts write it: 2 bytes a parameter, SD3's T5 left out."""
+    from studio.core.estimate.memory_data import load_architecture
+
+    parts = load_architecture(architecture)["components"].values()
+    return sum(int(p["params"]) for p in parts if p["role"] != T5_ROLE) * BYTES_WRITTEN / 2**30
+
+
+def preset_model_gb(preset: Any) -> float:
+    """About the disk the full-size model a preset trains takes (`model_key`'s model)."""
+    from studio.core.families import family
+
+    return written_gb(family(preset.family).architecture(preset.id))
+
+
+class Disk:
+    """The work folder's free disk, for models written one at a time: read before each write, or, with a figure
+    given (`--disk-gb`), that figure less the models written and not yet removed."""
+
+    def __init__(self, folder: Path, start_gb: float | None) -> None:
+        self.folder, self.start_gb = folder, start_gb
+        self.held: dict[str, float] = {}  # the models written (or being written) and still on disk, in GB
+
+    def free_gb(self) -> float:
+        if self.start_gb is None:
+            return shutil.disk_usage(self.folder).free / 2**30
+        return self.start_gb - sum(self.held.values())
+
+    @staticmethod
+    def needed_gb(model_gb: float) -> float:
+        return model_gb * DISK_OVER + DISK_SPARE_GB
+
+    def fits(self, model_gb: float) -> bool:
+        return self.needed_gb(model_gb) <= self.free_gb()
+
+    def no_room(self, model_gb: float) -> str:
+        return f"its model needs about {self.needed_gb(model_gb):.0f} GB of disk, {self.free_gb():.0f} GB free"
+
+
+def writer_command(dry_run: bool) -> list[str]:
+    """The command that writes one model, less its KEY DIR: this script as a helper process."""
+    return [sys.executable, str(Path(__file__).resolve()), *(["--dry-run"] if dry_run else []), "--write-model"]
+
+
+@dataclass
+class Writing:
+    key: str
+    process: subprocess.Popen[bytes]
+    log: Any  # its open log file
+
+
+class Models:
+    """The presets' models. Given ones are used as they are and never removed; the others are written one at a
+    time, in the order the presets need them, each when the disk can hold it, and removed as soon as no preset
+    waiting or running needs it, which makes room for the next."""
+
+    def __init__(self, order: list[str], sizes: dict[str, float], folder: Path, given: dict[str, Path],
+                 disk: Disk, writer: list[str]) -> None:
+        self.sizes, self.folder, self.disk, self.writer = sizes, folder, disk, writer
+        self.given = {key: given[key] for key in order if key in given}
+        self.written: dict[str, Path] = {}
+        self.failed: dict[str, str] = {}  # why a model cannot be had: the status of its presets
+        self.queue = [key for key in order if key not in given]
+        self.writing: Writing | None = None
+
+    def state(self, key: str) -> Path | str | None:
+        """The model's path once there; why it cannot be had; None while it waits or is being written."""
+        return self.given.get(key) or self.written.get(key) or self.failed.get(key)
+
+    def writing_gb(self) -> float:
+        """The model being written, which its writer may hold on the GPU while it draws the weights."""
+        return self.sizes[self.writing.key] if self.writing else 0.0
+
+    def update(self, needed: set[str]) -> None:
+        """Collect a finished writer, remove what no preset in `needed` uses, and start the next writer."""
+        self._collect()
+        self._remove(needed)
+        self._start_next()
+
+    def stop(self) -> None:
+        """End the writer at work, if any, and remove its part-written model."""
+        if self.writing is not None:
+            kill_tree(self.writing.process.pid)
+            self.writing.process.wait()
+            self.writing.log.close()
+            self._delete(self.writing.key)
+            self.writing = None
+
+    def _collect(self) -> None:
+        writing = self.writing
+        if writing is None or writing.process.poll() is None:
+            return
+        self.writing = None
+        writing.log.close()
+        marker = self.folder / writing.key / f"{writing.key}.path"
+        if writing.process.returncode == 0 and marker.is_file():
+            self.written[writing.key] = Path(marker.read_text().strip())
+            print(f"model {writing.key} written", file=sys.stderr, flush=True)
+            return
+        tail = Path(writing.log.name).read_text(errors="replace").strip().splitlines()
+        self.failed[writing.key] = (f"writing the model failed (exit {writing.process.returncode})"
+                                    + (f": {tail[-1][:300]}" if tail else ""))
+        self._delete(writing.key)
+
+    def _remove(self, needed: set[str]) -> None:
+        for key in [k for k in self.written if k not in needed]:
+            del self.written[key]
+            self._delete(key)
+            print(f"model {key} removed: no preset left needs it", file=sys.stderr, flush=True)
+        if self.writing is not None and self.writing.key not in needed:  # its presets ran out of time
+            self.stop()
+        self.queue = [key for key in self.queue if key in needed]
+
+    def _start_next(self) -> None:
+        while self.writing is None and self.queue:
+            key = self.queue[0]
+            if self.disk.fits(self.sizes[key]):
+                self._start(self.queue.pop(0))
+            elif self.disk.held:  # a model written before is still in use: its removal makes room
+                return
+            else:  # nothing of ours is left to remove: the disk will never hold it
+                self.failed[self.queue.pop(0)] = f"skipped: {self.disk.no_room(self.sizes[key])}"
+
+    def _start(self, key: str) -> None:
+        folder = self.folder / key
+        folder.mkdir(parents=True, exist_ok=True)
+        log = open(self.folder.parent / f"model-{key}.log", "wb")  # noqa: SIM115 - closed when collected
+        free = self.disk.free_gb()
+        print(f"writing the model {key} (about {self.sizes[key]:.0f} GB"
+              + (f", {free:.0f} GB free)" if math.isfinite(free) else ")"), file=sys.stderr, flush=True)
+        process = subprocess.Popen([*self.writer, key, str(folder)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=die_with_parent)
+        self.writing = Writing(key, process, log)
+        self.disk.held[key] = self.sizes[key]
+
+    def _delete(self, key: str) -> None:
+        shutil.rmtree(self.folder / key, ignore_errors=True)
+        self.disk.held.pop(key, None)
+
+
+def the_models(args: argparse.Namespace, presets: list[Any], work: Path) -> Models:
+    """The presets' models, in the order the presets need them (lowest promise first)."""
+    order = list(dict.fromkeys(model_key(p) for p in presets))
+    given = dict(args.model)
+    sizes = {model_key(p): preset_model_gb(p) for p in presets if model_key(p) not in given}
+    start_gb = args.disk_gb if args.disk_gb is not None else math.inf if args.dry_run else None
+    writer = args.writer or writer_command(args.dry_run)
+    return Models(order, sizes, work / "models", given, Disk(work, start_gb), writer)
 
 
 def pick_presets(only: list[str] | None) -> list[Any]:
@@ -374,7 +534,7 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
         rows[preset.id].status = f"skipped: needs {preset.gpus} GPUs, this machine has {gpu_count}"
     presets = [p for p in presets if p.gpus <= gpu_count]
     write_results(args.out, list(rows.values()), meta)
-    models = start_models(sorted({model_key(p) for p in presets}), work, dict(args.model), args.dry_run)
+    models = the_models(args, presets, work)
     pending, jobs = list(presets), args.jobs
     running: list[Job] = []
     began = time.monotonic()
@@ -389,12 +549,15 @@ def schedule(args: argparse.Namespace, presets: list[Any], work: Path, gpu: Any,
             rows[preset.id].status = "not started: the script was ended"
         write_results(args.out, list(rows.values()), meta)
         raise
+    finally:
+        models.stop()
     write_results(args.out, list(rows.values()), meta)
     return list(rows.values())
 
 
 def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], rows: dict[str, Row],
-             models: dict[str, Any], work: Path, gpu: Any, meta: dict[str, Any], began: float, jobs: int) -> None:
+             models: Models, work: Path, gpu: Any, meta: dict[str, Any], began: float, jobs: int) -> None:
+    keys = {p.id: model_key(p) for p in pending}
     while pending or running:
         for job in [j for j in running if j.process.poll() is not None
                     or time.monotonic() - j.started > args.run_timeout]:
@@ -404,15 +567,21 @@ def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], r
                 jobs = 1  # NVML does not name our processes here: measure one run at a time from now on
                 rows[job.row.preset].status += " (measure again with --jobs 1)"
             write_results(args.out, list(rows.values()), meta)
+        models.update({keys[p.id] for p in pending} | {keys[j.row.preset] for j in running})
         for preset in list(pending):
-            ready = model_ready(models[model_key(preset)])
+            if time.monotonic() - began > args.budget_s:
+                pending.remove(preset)
+                rows[preset.id].status = "skipped: out of time"
+                continue
+            ready = models.state(keys[preset.id])
             if ready is None:
                 continue
-            if isinstance(ready, str) or time.monotonic() - began > args.budget_s:
+            if isinstance(ready, str):
                 pending.remove(preset)
-                rows[preset.id].status = ready if isinstance(ready, str) else "skipped: out of time"
+                rows[preset.id].status = ready
                 continue
-            room = gpu.total_mb * 0.85 - sum((j.row.estimate_gb or 0) * GB for j in running)
+            room = (gpu.total_mb * 0.85 - sum((j.row.estimate_gb or 0) * GB for j in running)
+                    - models.writing_gb() * GB)
             if len(running) >= jobs or (bool(running) and _estimate_mb(preset) > room):
                 break
             pending.remove(preset)
@@ -454,7 +623,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="use this model for a family instead of writing one")
     parser.add_argument("--out", type=Path, default=None, help="folder for the JSON and markdown (nothing else)")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs on this machine (default: as probed; dry run 1)")
+    parser.add_argument("--disk-gb", type=float, default=None,
+                        help="plan the models' writing as if the work folder had this many GB free at the start "
+                             "(default: its disk, read before each write; a dry run's tiny models plan none)")
     parser.add_argument("--trainer", type=shlex.split, default=None, help=argparse.SUPPRESS)  # tests: a stand-in
+    parser.add_argument("--writer", type=shlex.split, default=None, help=argparse.SUPPRESS)  # tests: given KEY DIR
     parser.add_argument("--write-model", nargs=2, metavar=("FAMILY", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.out is None and not args.write_model:

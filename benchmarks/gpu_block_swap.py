@@ -17,6 +17,7 @@ On the CPU:         python benchmarks/gpu_block_swap.py --dry-run --out DIR
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -31,7 +32,7 @@ import gpu_train_speed as speed
 from bare_step import bare_step
 
 from studio.core.families import family
-from studio.train.memory.block_swap import swap_blocks
+from studio.train.memory.block_swap import BlockSwap, swap_blocks
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 
 FAMILY = "sd3"
@@ -46,19 +47,40 @@ def measure(swapped: int, checkpointing: bool, dry_run: bool, warmup: int, steps
     if checkpointing:
         enable_gradient_checkpointing(step.model, 1)
     swap = swap_blocks(step.model, family(FAMILY).checkpointed_blocks, swapped, torch.device(device)) if swapped else None
-    losses: list[float] = []
-    start = time.perf_counter()
-    for index in range(warmup + steps):
-        if index == warmup:
-            speed._sync(device)
-            speed._reset_peak(device)
-            start = time.perf_counter()
-        losses.append(float(step.run()))
-    speed._sync(device)
-    return {"swapped": swapped, "checkpointing": checkpointing, "resolution": side,
-            "s_per_step": (time.perf_counter() - start) / steps, "peak_gib": speed._peak_gib(device),
-            "swapped_gib": swap.swapped_bytes() / 2**30 if swap else 0.0,
-            "most_resident": swap.most_resident if swap else 0, "losses": losses}
+    try:
+        losses: list[float] = []
+        start = time.perf_counter()
+        for index in range(warmup + steps):
+            if index == warmup:
+                speed._sync(device)
+                speed._reset_peak(device)
+                start = time.perf_counter()
+            losses.append(float(step.run()))
+        speed._sync(device)
+        return {"swapped": swapped, "checkpointing": checkpointing, "resolution": side,
+                "s_per_step": (time.perf_counter() - start) / steps, "peak_gib": speed._peak_gib(device),
+                "swapped_gib": swap.swapped_bytes() / 2**30 if swap else 0.0,
+                "most_resident": swap.most_resident if swap else 0, "losses": losses}
+    finally:
+        if swap is not None:
+            _unhook(swap)
+
+
+def _unhook(swap: BlockSwap) -> None:
+    """Take the swap's hooks off its blocks. They hold the swap, which holds the blocks: a cycle that kept a
+    row's model (and its GPU weights) alive into the next row. `BlockSwap.remove()` is not used: it brings
+    every swapped block back to the GPU first."""
+    for hook in swap.hooks:
+        hook.remove()
+    swap.hooks.clear()
+
+
+def settle(device: str) -> None:
+    """After a row: its model freed, and the next row's peak counted from nothing."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -89,10 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                 plain = plain or row["losses"]
                 row["loss_difference"] = max(abs(a - b) for a, b in zip(row["losses"], plain, strict=True))
                 rows.append(row)
+                settle("cpu" if args.dry_run else "cuda")
                 (args.out / "results.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
                 (args.out / "table.md").write_text(table(rows), encoding="utf-8")
-                if not args.dry_run:
-                    torch.cuda.empty_cache()
     print(table(rows))
     return 0
 

@@ -22,7 +22,11 @@ the GPU, kernels launched (results.json adds the launch calls and the host's wai
 run in order of importance (each family's batch 4 eager, bare then the studio; the compiled batch
 4; batch 1; SD1.5 at 16; a compiled run in a new process on the warm compile cache) and stop
 starting new ones when --budget-s seconds have passed; a case that runs past --case-timeout-s is stopped
-and noted. The table (table.md) and the figures (results.json) are rewritten in --out after
+and noted. A family's model is written before its first case's timeout starts, under --write-timeout-s of
+its own, into a staging folder renamed when complete (a write cut short leaves nothing that looks whole,
+and is not tried again); when the disk cannot hold the next model (its size and a margin, as the
+acceptance plans them; --disk-gb plans against a figure), the models of the families whose cases are done
+are removed. The table (table.md) and the figures (results.json) are rewritten in --out after
 every case, so a device call cut short still returns what finished; models, data and runs go
 to a scratch folder that is removed at the end (unless --work names one). Children (the
 compiler's workers, the second-process case) stay in this script's process group and are
@@ -37,8 +41,10 @@ code paths, none of the figures; its compiled cases build C++ kernels, minutes o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
+import math
 import os
 import shutil
 import signal
@@ -46,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bare_step import bare_step
+from gpu_acceptance import Disk, written_gb
 from process_tree import die_with_parent, ending_children, kill_tree
 from speed_table import number, write_results
 from step_profile import StepProfile, profile_step
@@ -62,6 +69,7 @@ from studio_run import run_studio
 
 from studio.core.estimate.throughput import forward_tflop, gpu_peak, mfu, step_multiplier
 from studio.core.families import family as declared
+from studio.core.models.known import default_base
 
 # Measured by default, the families whose figures are missing first; Qwen-Image (a 20B transformer: a
 # 56 GB pipeline on disk for the trainer's cases) only when named with --only.
@@ -177,34 +185,109 @@ def _note_profile(result: Result, profile: StepProfile) -> None:
 
 # ------------------------------------------------------------------ the studio's trainer
 
+def _complete(folder: Path) -> bool:
+    return (folder / "model_index.json").is_file()
+
+
+def _write_staged(folder: Path, write: Callable[[Path], Any]) -> None:
+    """`write(staging)` into a staging folder beside `folder`, renamed to it once complete: a write cut short
+    leaves nothing that looks whole, and its staging folder is removed."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        write(staging)
+        with contextlib.suppress(OSError):  # another process of the same call wrote it first
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _tiny_model(family: str, work: Path) -> Path:
     """The family's tiny pipeline in the work folder, built once for the whole call and removed with it."""
     folder = work / "models" / f"tiny-{family}"
-    if not (folder / "model_index.json").is_file():
+    if not _complete(folder):
         from studio.train.pipelines.tiny import build_tiny_pipeline
 
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".tiny-{family}-", dir=folder.parent))
-        build_tiny_pipeline(family, staging)
-        try:
-            staging.rename(folder)  # whole or not at all: a case killed mid-build leaves no half model behind
-        except OSError:  # another process of the same call built it first
-            shutil.rmtree(staging, ignore_errors=True)
+        _write_staged(folder, lambda staging: build_tiny_pipeline(family, staging))
+    return folder
+
+
+def _full_model(family: str, work: Path) -> Path:
+    """The family's full-size random-weight pipeline (bf16, drawn on the GPU), written once for the whole call."""
+    folder = work / "models" / f"{family}-bf16"
+    if not _complete(folder):
+        from studio.train.pipelines.full_size import write_full_size_pipeline
+
+        began = time.perf_counter()
+        _write_staged(folder, lambda staging: write_full_size_pipeline(family, staging, dtype="bf16", t5=False,
+                                                                      device="cuda"))
+        print(f"[model] {family}: full-size random-weight pipeline written in {time.perf_counter() - began:.0f} s",
+              flush=True)
     return folder
 
 
 def _model(family: str, settings: Settings) -> Path:
-    if settings.dry_run:
-        return _tiny_model(family, settings.work)
-    folder = settings.work / "models" / f"{family}-bf16"
-    if not (folder / "model_index.json").is_file():
-        from studio.train.pipelines.full_size import write_full_size_pipeline
+    """The family's model for the trainer: written before its case (`FamilyModels.prepare`), or now for a case
+    run on its own (the compiled case in a second process)."""
+    return _tiny_model(family, settings.work) if settings.dry_run else _full_model(family, settings.work)
 
-        began = time.perf_counter()
-        write_full_size_pipeline(family, folder, dtype="bf16", t5=False, device="cuda")
-        print(f"[model] {family}: full-size random-weight pipeline written in {time.perf_counter() - began:.0f} s",
-              flush=True)
-    return folder
+
+def _model_folder(family: str, settings: Settings) -> Path:
+    return settings.work / "models" / (f"tiny-{family}" if settings.dry_run else f"{family}-bf16")
+
+
+def needs_model(case: Case, dry_run: bool) -> bool:
+    """Whether `case` reads its family's model from disk (the trainer's cases; in a dry run the bare step too)."""
+    return dry_run or case.path != "bare"
+
+
+class FamilyModels:
+    """Each family's model, written before its case's timeout starts, under a limit of its own; a family whose
+    write failed or ran out of time is not written again. While the disk cannot hold the next model (the
+    acceptance's rule: its size and a margin), the models of the families whose cases are done are removed."""
+
+    def __init__(self, settings: Settings, disk: Disk, limit_s: float) -> None:
+        self.settings, self.disk, self.limit_s = settings, disk, limit_s
+        self.failed: dict[str, str] = {}
+
+    def prepare(self, case: Case, later: list[Case]) -> str:
+        """Write `case`'s model if it needs one that is not there yet: '' when ready, else why the case cannot
+        run (the note of its row). `later`: the cases after it."""
+        family = case.family
+        if not needs_model(case, self.settings.dry_run) or family in self.disk.held:
+            return ""
+        if family in self.failed:
+            return self.failed[family]
+        size = written_gb(declared(family).architecture(default_base(family)))
+        if not _complete(_model_folder(family, self.settings)):
+            self._make_room(size, later)
+            if not self.disk.fits(size):
+                return f"not run: {self.disk.no_room(size)}"
+            note = self._write(family)
+            if note:
+                self.failed[family] = note
+                return note
+        self.disk.held[family] = size
+        return ""
+
+    def _make_room(self, size: float, later: list[Case]) -> None:
+        needed = {c.family for c in later if needs_model(c, self.settings.dry_run)}
+        for family in [f for f in self.disk.held if f not in needed]:
+            if self.disk.fits(size):
+                return
+            shutil.rmtree(_model_folder(family, self.settings), ignore_errors=True)
+            del self.disk.held[family]
+            print(f"[model] {family}: removed (its cases are done, and the disk is short)", flush=True)
+
+    def _write(self, family: str) -> str:
+        try:
+            with _time_limit(self.limit_s):
+                _model(family, self.settings)
+        except CaseTimeout:
+            return f"timeout writing its model (over {self.limit_s:g} s)"
+        except Exception as exc:  # the family's cases say why, the others run
+            return f"failed writing its model: {_why(exc)}"
+        return ""
 
 
 def _dataset(settings: Settings, side: int, count: int) -> Path:
@@ -391,32 +474,47 @@ def _alarm(_signum: int, frame: Any) -> None:
     raise CaseTimeout
 
 
+def _why(exc: Exception) -> str:
+    """An error in a table cell: its class and its first line."""
+    return f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise CaseTimeout in the block once `seconds` have passed (never inside an import: `_alarm`)."""
+    _ALARM_FIRED[0] = False
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _measure(case: Case, settings: Settings) -> Result:
+    if case.path == "bare":
+        return measure_bare(case, settings)
+    if case.path.endswith("2nd process"):
+        return measure_second_process(case, settings)
+    return measure_studio(case, settings)
+
+
 def run_case(case: Case, settings: Settings) -> Result:
     gc.collect()
     if settings.device == "cuda":
         torch.cuda.empty_cache()
     in_process = not case.path.endswith("2nd process")  # the other has its own timeout
     _ALARM_FIRED[0] = False
-    if in_process:
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, settings.case_timeout_s)
     try:
-        if case.path == "bare":
-            result = measure_bare(case, settings)
-        elif case.path.endswith("2nd process"):
-            result = measure_second_process(case, settings)
-        else:
-            result = measure_studio(case, settings)
+        with _time_limit(settings.case_timeout_s) if in_process else contextlib.nullcontext():
+            result = _measure(case, settings)
     except CaseTimeout:
         result = Result(case, settings.resolution(case.family), note=f"timeout after {settings.case_timeout_s:g} s")
     except torch.OutOfMemoryError:
         result = Result(case, settings.resolution(case.family), note="out of memory")
     except Exception as exc:  # one broken case must not hide the others' figures
-        result = Result(case, settings.resolution(case.family),
-                        note=f"failed: {exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+        result = Result(case, settings.resolution(case.family), note=f"failed: {_why(exc)}")
     finally:
-        if in_process:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         gc.collect()
         if settings.device == "cuda":
             torch.cuda.empty_cache()
@@ -448,6 +546,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", "--budget", dest="budget", type=float, default=420.0,
                         help="start no case after this many seconds")
     parser.add_argument("--case-timeout-s", type=float, default=240.0, help="stop a case after this many seconds")
+    parser.add_argument("--write-timeout-s", type=float, default=300.0,
+                        help="stop writing a family's model after this many seconds (before its case's timeout)")
+    parser.add_argument("--disk-gb", type=float, default=None,
+                        help="plan the models' disk as if the work folder had this many GB free at the start "
+                             "(default: its disk, read before each write; a dry run's tiny models plan none)")
     parser.add_argument("--out", type=Path, required=True, help="folder for table.md and results.json (nothing else)")
     parser.add_argument("--work", type=Path, default=None, help="folder for models, data and runs (default: temp)")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # FAMILY:BATCH, compiled, JSON out
@@ -492,8 +595,12 @@ def measure_all(args: argparse.Namespace, settings: Settings) -> int:
     header = _header(settings)
     print(header, flush=True)
     write_results(args.out, header, results)  # the table is there from the start, empty
+    settings.work.mkdir(parents=True, exist_ok=True)
+    start_gb = args.disk_gb if args.disk_gb is not None else math.inf if args.dry_run else None
+    models = FamilyModels(settings, Disk(settings.work, start_gb), args.write_timeout_s)
+    ordered = cases(list(args.only or FAMILIES), args.dry_run, list(args.paths or (*PATHS, SECOND)))
     began = time.monotonic()  # the budget is for the cases: imports and the header come before
-    for case in cases(list(args.only or FAMILIES), args.dry_run, list(args.paths or (*PATHS, SECOND))):
+    for index, case in enumerate(ordered):
         if time.monotonic() - began > args.budget:
             results.append(Result(case, settings.resolution(case.family), note="not run: time budget"))
             continue
@@ -503,7 +610,8 @@ def measure_all(args: argparse.Namespace, settings: Settings) -> int:
                                        "path with --paths to run it"))
             continue
         started = time.monotonic()
-        results.append(run_case(case, settings))
+        note = models.prepare(case, ordered[index + 1:])  # before the case's timeout starts
+        results.append(Result(case, settings.resolution(case.family), note=note) if note else run_case(case, settings))
         r = results[-1]
         print(f"[{time.monotonic() - began:5.0f} s] {case.family} b{case.batch} {case.path}: "
               f"{number(r.s_per_step, 3)} s/step, compile {number(r.compile_s, 1)} s, {r.note or 'ok'} "

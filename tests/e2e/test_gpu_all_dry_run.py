@@ -68,3 +68,37 @@ def test_a_share_of_0_gives_the_whole_call_to_the_speed_benchmark_of_the_transfo
     table = (out / "table.md").read_text()
     studio_row = next(line for line in table.splitlines() if line.startswith("| zimage | 64 | 2 | studio |"))
     assert f"| {results[3]['ops_per_step']} | - |" in studio_row
+
+
+# Stands in for the interpreter: notes each command line it is given.
+PYTHON_STAND_IN = '#!/bin/sh\necho "$*" >> "$ARGS_LOG"\n'
+
+
+def _arguments(tmp_path: Path, script: str, **env: str) -> list[str]:
+    """The arguments gpu_all.sh gives `script` (gpu_acceptance.py or gpu_train_speed.py) on the GPU machine."""
+    python, log = tmp_path / "python", tmp_path / "args.log"
+    python.write_text(PYTHON_STAND_IN)
+    python.chmod(0o755)
+    log.unlink(missing_ok=True)
+    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_all.sh"), str(tmp_path / "out"), "520"], cwd=ROOT,
+                   env=dict(os.environ, PYTHON=str(python), ARGS_LOG=str(log), **env), check=True, timeout=60,
+                   capture_output=True)
+    words = next(line for line in log.read_text().splitlines() if script in line).split()
+    return words[words.index(str(ROOT / "benchmarks" / script)) + 1:]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a bash script with GNU timeout, as on the GPU machine")
+def test_the_acceptance_proves_the_low_vram_promises_under_their_cap_by_default(tmp_path: Path) -> None:
+    """The acceptance's default: `--cap`, and the presets the call's share can finish (the 6 and 8 GB ones of
+    [klein] 4B, SD1.5, SDXL and Z-Image, and [klein] 4B's 24 GB one for the phase comparison). ACCEPT_ARGS
+    replaces it."""
+    words = _arguments(tmp_path, "gpu_acceptance.py")
+    assert words[:2] == ["--cap", "--only"]
+    chosen = words[2:words.index("--out")]
+    assert sorted(chosen) == ["flux2-klein-4b-lora-24gb", "flux2-klein-4b-lora-6gb", "flux2-klein-4b-lora-8gb",
+                              "sd15-lora-6gb", "sdxl-lora-6gb", "zimage-lora-8gb"]
+    assert all((ROOT / "presets" / f"{preset}.toml").is_file() for preset in chosen)
+    given = _arguments(tmp_path, "gpu_acceptance.py", ACCEPT_ARGS="--only sd15-lora-6gb")
+    assert given[:given.index("--out")] == ["--only", "sd15-lora-6gb"]
+    speed = _arguments(tmp_path, "gpu_train_speed.py")
+    assert speed[speed.index("--write-timeout-s") + 1] == "120"  # a model's write has a limit of its own

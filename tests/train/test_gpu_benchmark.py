@@ -41,8 +41,9 @@ def test_dry_run_measures_the_bare_step_and_the_studio_and_writes_the_table(tmp_
 
 @pytest.mark.slow
 def test_a_case_past_its_timeout_is_stopped_noted_and_the_next_one_runs(tmp_path: Path) -> None:
-    """The first case (cold: the tiny pipeline is built inside it) cannot end in 0.2 s and is stopped; the next
-    one still runs. A warm second case may finish or be stopped too: how fast it is depends on the machine.
+    """The first case (cold: the trainer's imports, loading and caching; the tiny pipeline is built before its
+    timeout starts) cannot end in 0.2 s and is stopped; the next one still runs. A warm second case may finish
+    or be stopped too: how fast it is depends on the machine.
     Without --work the call works in a scratch folder and removes it, whatever its cases did."""
     env, temp = script_env(tmp_path)
     command = [sys.executable, str(ROOT / "benchmarks" / "gpu_train_speed.py"), "--dry-run", "--only", "sd15",
