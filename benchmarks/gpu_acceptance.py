@@ -587,8 +587,15 @@ def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], r
             pending.remove(preset)
             at = round(time.monotonic() - began, 1)
             cap = cap_of(preset, args.context_mb) if args.cap else None
-            running.append(start_job(preset, ready, work, args.steps, gpu, args.dry_run, args.trainer or TRAINER, cap))
-            running[-1].row.started_s = at
+            try:
+                job = start_job(preset, ready, work, args.steps, gpu, args.dry_run, args.trainer or TRAINER, cap)
+            except Exception as exc:  # one preset that cannot start costs its row, not the call
+                first = (str(exc).splitlines() or [""])[0][:300]
+                rows[preset.id].status = f"failed to start: {type(exc).__name__}: {first}"
+                write_results(args.out, list(rows.values()), meta)
+                continue
+            job.row.started_s = at
+            running.append(job)
             write_results(args.out, _with(rows, running), meta)  # the table says what runs now
             print(f"started {preset.id}", file=sys.stderr, flush=True)
         time.sleep(0.2)

@@ -168,3 +168,28 @@ def test_a_dry_run_swaps_one_of_the_tiny_models_few_blocks(tmp_path: Path) -> No
     assert (run.model.blocks_to_swap, full.model.blocks_to_swap) == (1, 23)
     run, full = _script().run_config(get_preset("sd15-lora-6gb"), tmp_path / "model", tmp_path, 4, True)
     assert run.model.blocks_to_swap == full.model.blocks_to_swap == 0
+
+
+def test_a_preset_that_cannot_start_costs_its_row_not_the_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose set-up raises (its config refused, its folder unwritable) is noted in its row and the next
+    preset runs: on the GPU machine the call is the session's one."""
+    script = _script()
+    start_job = script.start_job
+
+    def refused(preset: Any, *args: Any, **kwargs: Any) -> Any:
+        if preset.id == "sd15-lora-6gb":
+            raise ValueError("model.base: no such file\nsecond line")
+        return start_job(preset, *args, **kwargs)
+
+    monkeypatch.setattr(script, "start_job", refused)
+    (tmp_path / "writer.py").write_text(WRITER)
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    monkeypatch.setenv("WRITES_LOG", str(tmp_path / "writes.log"))
+    monkeypatch.setenv("RUNS_LOG", str(tmp_path / "runs.log"))
+    out = tmp_path / "out"
+    script.main(["--dry-run", "--budget-s", "60", "--only", "sd15-lora-6gb", "sdxl-lora-6gb", "--out", str(out),
+                 "--writer", f"{sys.executable} {tmp_path / 'writer.py'}",
+                 "--trainer", f"{sys.executable} {tmp_path / 'trainer.py'}"])
+    rows = {r["preset"]: r["status"] for r in json.loads((out / "gpu_acceptance.json").read_text())["rows"]}
+    assert rows["sd15-lora-6gb"] == "failed to start: ValueError: model.base: no such file"
+    assert _lines(tmp_path / "runs.log")[0].startswith("sdxl-lora-6gb")  # the next preset ran
