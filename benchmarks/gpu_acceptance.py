@@ -627,7 +627,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--context-mb", type=float, default=CONTEXT_MB,
                         help=f"the CUDA context and library workspaces outside the allocator (default {CONTEXT_MB})")
     parser.add_argument("--model", action="append", default=[], type=_family_path, metavar="FAMILY=PATH",
-                        help="use this model for a family instead of writing one")
+                        help="use this model for a family (flux2-klein-4b: a family of several sizes with its "
+                             "size) instead of writing one")
     parser.add_argument("--out", type=Path, default=None, help="folder for the JSON and markdown (nothing else)")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs on this machine (default: as probed; dry run 1)")
     parser.add_argument("--disk-gb", type=float, default=None,
@@ -643,12 +644,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _family_path(text: str) -> tuple[str, Path]:
-    from studio.core.families import FAMILY_NAMES
+    """FAMILY=PATH, FAMILY a model the presets train: a family's name, or a family of several sizes with the
+    size (`flux2-klein-4b`), as `model_key` names them."""
+    from studio.core.config.files.presets import list_presets
 
+    keys = sorted({model_key(p) for p in list_presets(include_user=False)})
     family, _, path = text.partition("=")
-    if family not in FAMILY_NAMES or not path:
-        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH with FAMILY one of {', '.join(FAMILY_NAMES)}, "
-                                         f"not {text!r}")
+    if family not in keys or not path:
+        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH with FAMILY one of {', '.join(keys)}, not {text!r}")
     return family, Path(path)
 
 

@@ -95,6 +95,18 @@ def test_models_are_written_one_at_a_time_as_the_disk_holds_them(tmp_path: Path,
     assert (given / "weights").read_text() == "mine" and [p.name for p in given.iterdir()] == ["weights"]
 
 
+def test_a_model_of_a_family_of_several_sizes_can_be_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FLUX.2 [klein]'s presets train the 4B or the 9B: a model written in an earlier call is given by its size's
+    name and used, not written again."""
+    given = tmp_path / "klein-4b-given"
+    given.mkdir()
+    status, writes, runs = _acceptance(tmp_path, monkeypatch, 1000, ["flux2-klein-4b-lora-6gb"],
+                                       ["--model", f"flux2-klein-4b={given}"])
+    assert writes == [] and status == {"flux2-klein-4b-lora-6gb": "exit 0"} and len(runs) == 1
+    with pytest.raises(SystemExit):
+        _script().main(["--dry-run", "--out", str(tmp_path / "o"), "--model", f"flux2-klein={given}"])
+
+
 def test_a_model_is_removed_after_its_last_run_even_with_room_to_spare(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Plenty of disk: SDXL's model is written while SD1.5's presets run; SD1.5's stays for its second preset
