@@ -354,6 +354,11 @@ def the_gpus(dry_run: bool) -> list[Any]:
     return [GPUInfo(index=0, name="none (dry run)", total_mb=143_771, free_mb=143_771)]
 
 
+def error_line(exc: BaseException, chars: int) -> str:
+    """An error in a table cell: its class and the first `chars` characters of its first line."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:chars]}"
+
+
 BYTES_WRITTEN = 2  # fp16 or bf16: every full-size model the GPU scripts write
 T5_ROLE = "text_encoder_t5"  # SD3's T5 encoder, which the written models leave out
 # A model is written only when the disk holds it with a margin: 5% over its estimate and 2 GB for the runs'
@@ -385,6 +390,11 @@ class Disk:
     def __init__(self, folder: Path, start_gb: float | None) -> None:
         self.folder, self.start_gb = folder, start_gb
         self.held: dict[str, float] = {}  # the models written (or being written) and still on disk, in GB
+
+    @classmethod
+    def planned(cls, folder: Path, disk_gb: float | None, dry_run: bool) -> Disk:
+        """`--disk-gb` when given; else the folder's disk, except in a dry run, whose tiny models need no plan."""
+        return cls(folder, disk_gb if disk_gb is not None else math.inf if dry_run else None)
 
     def free_gb(self) -> float:
         if self.start_gb is None:
@@ -508,9 +518,8 @@ def the_models(args: argparse.Namespace, presets: list[Any], work: Path) -> Mode
     order = list(dict.fromkeys(model_key(p) for p in presets))
     given = dict(args.model)
     sizes = {model_key(p): preset_model_gb(p) for p in presets if model_key(p) not in given}
-    start_gb = args.disk_gb if args.disk_gb is not None else math.inf if args.dry_run else None
     writer = args.writer or writer_command(args.dry_run)
-    return Models(order, sizes, work / "models", given, Disk(work, start_gb), writer)
+    return Models(order, sizes, work / "models", given, Disk.planned(work, args.disk_gb, args.dry_run), writer)
 
 
 def pick_presets(only: list[str] | None) -> list[Any]:
@@ -590,8 +599,7 @@ def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], r
             try:
                 job = start_job(preset, ready, work, args.steps, gpu, args.dry_run, args.trainer or TRAINER, cap)
             except Exception as exc:  # one preset that cannot start costs its row, not the call
-                first = (str(exc).splitlines() or [""])[0][:300]
-                rows[preset.id].status = f"failed to start: {type(exc).__name__}: {first}"
+                rows[preset.id].status = f"failed to start: {error_line(exc, 300)}"
                 write_results(args.out, list(rows.values()), meta)
                 continue
             job.row.started_s = at

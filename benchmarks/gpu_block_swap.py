@@ -32,7 +32,7 @@ import gpu_train_speed as speed
 from bare_step import bare_step
 
 from studio.core.families import family
-from studio.train.memory.block_swap import BlockSwap, swap_blocks
+from studio.train.memory.block_swap import swap_blocks
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 
 FAMILY = "sd3"
@@ -63,16 +63,7 @@ def measure(swapped: int, checkpointing: bool, dry_run: bool, warmup: int, steps
                 "most_resident": swap.most_resident if swap else 0, "losses": losses}
     finally:
         if swap is not None:
-            _unhook(swap)
-
-
-def _unhook(swap: BlockSwap) -> None:
-    """Take the swap's hooks off its blocks. They hold the swap, which holds the blocks: a cycle that kept a
-    row's model (and its GPU weights) alive into the next row. `BlockSwap.remove()` is not used: it brings
-    every swapped block back to the GPU first."""
-    for hook in swap.hooks:
-        hook.remove()
-    swap.hooks.clear()
+            swap.unhook()  # its hooks would keep this row's model (and its GPU weights) alive into the next row
 
 
 def settle(device: str) -> None:

@@ -44,7 +44,6 @@ import argparse
 import contextlib
 import gc
 import json
-import math
 import os
 import shutil
 import signal
@@ -61,7 +60,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bare_step import bare_step
-from gpu_acceptance import Disk, written_gb
+from gpu_acceptance import Disk, error_line, written_gb
 from process_tree import die_with_parent, ending_children, kill_tree
 from speed_table import number, write_results
 from step_profile import StepProfile, profile_step
@@ -202,9 +201,13 @@ def _write_staged(folder: Path, write: Callable[[Path], Any]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _model_folder(family: str, work: Path, dry_run: bool) -> Path:
+    return work / "models" / (f"tiny-{family}" if dry_run else f"{family}-bf16")
+
+
 def _tiny_model(family: str, work: Path) -> Path:
     """The family's tiny pipeline in the work folder, built once for the whole call and removed with it."""
-    folder = work / "models" / f"tiny-{family}"
+    folder = _model_folder(family, work, dry_run=True)
     if not _complete(folder):
         from studio.train.pipelines.tiny import build_tiny_pipeline
 
@@ -214,7 +217,7 @@ def _tiny_model(family: str, work: Path) -> Path:
 
 def _full_model(family: str, work: Path) -> Path:
     """The family's full-size random-weight pipeline (bf16, drawn on the GPU), written once for the whole call."""
-    folder = work / "models" / f"{family}-bf16"
+    folder = _model_folder(family, work, dry_run=False)
     if not _complete(folder):
         from studio.train.pipelines.full_size import write_full_size_pipeline
 
@@ -230,10 +233,6 @@ def _model(family: str, settings: Settings) -> Path:
     """The family's model for the trainer: written before its case (`FamilyModels.prepare`), or now for a case
     run on its own (the compiled case in a second process)."""
     return _tiny_model(family, settings.work) if settings.dry_run else _full_model(family, settings.work)
-
-
-def _model_folder(family: str, settings: Settings) -> Path:
-    return settings.work / "models" / (f"tiny-{family}" if settings.dry_run else f"{family}-bf16")
 
 
 def needs_model(case: Case, dry_run: bool) -> bool:
@@ -259,7 +258,7 @@ class FamilyModels:
         if family in self.failed:
             return self.failed[family]
         size = written_gb(declared(family).architecture(default_base(family)))
-        if not _complete(_model_folder(family, self.settings)):
+        if not _complete(_model_folder(family, self.settings.work, self.settings.dry_run)):
             self._make_room(size, later)
             if not self.disk.fits(size):
                 return f"not run: {self.disk.no_room(size)}"
@@ -275,7 +274,7 @@ class FamilyModels:
         for family in [f for f in self.disk.held if f not in needed]:
             if self.disk.fits(size):
                 return
-            shutil.rmtree(_model_folder(family, self.settings), ignore_errors=True)
+            shutil.rmtree(_model_folder(family, self.settings.work, self.settings.dry_run), ignore_errors=True)
             del self.disk.held[family]
             print(f"[model] {family}: removed (its cases are done, and the disk is short)", flush=True)
 
@@ -286,7 +285,7 @@ class FamilyModels:
         except CaseTimeout:
             return f"timeout writing its model (over {self.limit_s:g} s)"
         except Exception as exc:  # the family's cases say why, the others run
-            return f"failed writing its model: {_why(exc)}"
+            return f"failed writing its model: {error_line(exc, 120)}"
         return ""
 
 
@@ -474,11 +473,6 @@ def _alarm(_signum: int, frame: Any) -> None:
     raise CaseTimeout
 
 
-def _why(exc: Exception) -> str:
-    """An error in a table cell: its class and its first line."""
-    return f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-
-
 @contextlib.contextmanager
 def _time_limit(seconds: float) -> Iterator[None]:
     """Raise CaseTimeout in the block once `seconds` have passed (never inside an import: `_alarm`)."""
@@ -504,7 +498,6 @@ def run_case(case: Case, settings: Settings) -> Result:
     if settings.device == "cuda":
         torch.cuda.empty_cache()
     in_process = not case.path.endswith("2nd process")  # the other has its own timeout
-    _ALARM_FIRED[0] = False
     try:
         with _time_limit(settings.case_timeout_s) if in_process else contextlib.nullcontext():
             result = _measure(case, settings)
@@ -513,7 +506,7 @@ def run_case(case: Case, settings: Settings) -> Result:
     except torch.OutOfMemoryError:
         result = Result(case, settings.resolution(case.family), note="out of memory")
     except Exception as exc:  # one broken case must not hide the others' figures
-        result = Result(case, settings.resolution(case.family), note=f"failed: {_why(exc)}")
+        result = Result(case, settings.resolution(case.family), note=f"failed: {error_line(exc, 120)}")
     finally:
         gc.collect()
         if settings.device == "cuda":
@@ -596,8 +589,7 @@ def measure_all(args: argparse.Namespace, settings: Settings) -> int:
     print(header, flush=True)
     write_results(args.out, header, results)  # the table is there from the start, empty
     settings.work.mkdir(parents=True, exist_ok=True)
-    start_gb = args.disk_gb if args.disk_gb is not None else math.inf if args.dry_run else None
-    models = FamilyModels(settings, Disk(settings.work, start_gb), args.write_timeout_s)
+    models = FamilyModels(settings, Disk.planned(settings.work, args.disk_gb, args.dry_run), args.write_timeout_s)
     ordered = cases(list(args.only or FAMILIES), args.dry_run, list(args.paths or (*PATHS, SECOND)))
     began = time.monotonic()  # the budget is for the cases: imports and the header come before
     for index, case in enumerate(ordered):

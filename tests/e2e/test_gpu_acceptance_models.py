@@ -59,15 +59,16 @@ def _script() -> ModuleType:
 
 
 def _acceptance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disk_gb: float, presets: list[str],
-                extra: list[str]) -> tuple[dict[str, str], list[str], list[str]]:
-    """(each preset's status, the writers' notes, the runs' notes) of a dry run with the stand-ins."""
+                extra: list[str], script: ModuleType | None = None) -> tuple[dict[str, str], list[str], list[str]]:
+    """(each preset's status, the writers' notes, the runs' notes) of a dry run with the stand-ins (in `script`,
+    the loaded acceptance script, when a test changes part of it)."""
     (tmp_path / "writer.py").write_text(WRITER)
     (tmp_path / "trainer.py").write_text(TRAINER)
     writes, runs = tmp_path / "writes.log", tmp_path / "runs.log"
     monkeypatch.setenv("WRITES_LOG", str(writes))
     monkeypatch.setenv("RUNS_LOG", str(runs))
     out = tmp_path / "out"
-    _script().main(["--dry-run", "--budget-s", "60", "--only", *presets, "--disk-gb", str(disk_gb), *extra,
+    (script or _script()).main(["--dry-run", "--budget-s", "60", "--only", *presets, "--disk-gb", str(disk_gb), *extra,
                     "--out", str(out), "--writer", f"{sys.executable} {tmp_path / 'writer.py'}",
                     "--trainer", f"{sys.executable} {tmp_path / 'trainer.py'}"])
     rows = json.loads((out / "gpu_acceptance.json").read_text())["rows"]
@@ -194,14 +195,6 @@ def test_a_preset_that_cannot_start_costs_its_row_not_the_call(tmp_path: Path, m
         return start_job(preset, *args, **kwargs)
 
     monkeypatch.setattr(script, "start_job", refused)
-    (tmp_path / "writer.py").write_text(WRITER)
-    (tmp_path / "trainer.py").write_text(TRAINER)
-    monkeypatch.setenv("WRITES_LOG", str(tmp_path / "writes.log"))
-    monkeypatch.setenv("RUNS_LOG", str(tmp_path / "runs.log"))
-    out = tmp_path / "out"
-    script.main(["--dry-run", "--budget-s", "60", "--only", "sd15-lora-6gb", "sdxl-lora-6gb", "--out", str(out),
-                 "--writer", f"{sys.executable} {tmp_path / 'writer.py'}",
-                 "--trainer", f"{sys.executable} {tmp_path / 'trainer.py'}"])
-    rows = {r["preset"]: r["status"] for r in json.loads((out / "gpu_acceptance.json").read_text())["rows"]}
+    rows, _writes, runs = _acceptance(tmp_path, monkeypatch, 1000, ["sd15-lora-6gb", "sdxl-lora-6gb"], [], script)
     assert rows["sd15-lora-6gb"] == "failed to start: ValueError: model.base: no such file"
-    assert _lines(tmp_path / "runs.log")[0].startswith("sdxl-lora-6gb")  # the next preset ran
+    assert runs[0].startswith("sdxl-lora-6gb")  # the next preset ran

@@ -311,10 +311,16 @@ class BlockSwap:
             for index in self.host:
                 self._drop(index)
 
-    def remove(self) -> None:
-        """Every swapped block back on the device for good, and the hooks gone."""
+    def unhook(self) -> None:
+        """The hooks gone, every weight left where it is. They hold this swap, which holds the blocks: without
+        them nothing keeps a model alive once its last other reference goes."""
         for hook in self.hooks:
             hook.remove()
+        self.hooks.clear()
+
+    def remove(self) -> None:
+        """Every swapped block back on the device for good, and the hooks gone."""
+        self.unhook()
         for index in self.host:
             self._bring(index)
         self.host.clear()
