@@ -26,18 +26,17 @@ def die_with_parent() -> None:
 
 
 def kill_tree(pid: int) -> None:
-    """End a process and all of its descendants."""
+    """End a process and all of its descendants, those it starts while they are looked up too (the
+    studio's own Kill: the root is held meanwhile, and the process groups of the tree are signalled whole)."""
     import psutil
 
+    from studio.core.runs.ending import end_tree
+
     try:
-        parent = psutil.Process(pid)
-        family = [*parent.children(recursive=True), parent]
+        root = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return
-    for proc in family:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(family, timeout=10)
+    end_tree(root, kill=True).wait(10)
 
 
 # The direct children the process had before the script's block began: not the script's to end (a caller

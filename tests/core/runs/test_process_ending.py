@@ -165,3 +165,38 @@ def test_a_command_without_a_session_of_its_own_is_ended_alone(tmp_path: Path) -
     finally:
         if command.poll() is None:
             command.kill()
+
+
+def test_the_gpu_scripts_kill_ends_a_worker_started_after_the_look_up(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU benchmarks end a run at its timeout with the studio's own Kill: a worker the trainer starts
+    while the run is being looked up is ended too, and the call ends with nothing of the run left."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[3] / "benchmarks"))
+    from process_tree import kill_tree
+
+    launcher = subprocess.Popen([sys.executable, "-c", ending.SESSION_LAUNCHER, sys.executable, "-c", TRAINER, str(tmp_path)])
+    trainer = worker = None
+    try:
+        _wait_for(lambda: _pid(tmp_path / "trainer.pid") is not None, "the trainer starting")
+        trainer = _pid(tmp_path / "trainer.pid")
+
+        def children_then_a_worker(self: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+            found = real_children(self, recursive)
+            if self.pid == launcher.pid and not (tmp_path / "go").exists():
+                (tmp_path / "go").touch()  # the trainer starts its worker now, after the look-up
+                _wait_for(lambda: _pid(tmp_path / "worker.pid") is not None, "the worker starting")
+            return found
+
+        real_children = psutil.Process.children
+        monkeypatch.setattr(psutil.Process, "children", children_then_a_worker)
+        kill_tree(launcher.pid)
+        worker = _pid(tmp_path / "worker.pid")
+        assert worker is not None
+
+        launcher.wait(timeout=scaled_s(10))  # ended and reaped (by the kill's own wait)
+        assert not _running(trainer)
+        _wait_for(lambda: not _running(worker), "the worker to end", seconds=5)
+    finally:
+        _end([trainer, worker])
+        if launcher.poll() is None:
+            launcher.kill()
