@@ -193,6 +193,10 @@ class SignalForwarder:
         if os.name == "posix":
             with contextlib.suppress(ProcessLookupError, PermissionError):  # the group already ended
                 os.killpg(self.process.pid, signum)
+        elif signum != signal.SIGTERM:
+            # Windows sends no SIGINT to a process; the console's Ctrl+C already reached the launcher and
+            # every rank (they share this console), and the STOP file reaches the rest.
+            return
         elif self.process.poll() is None:
             self.process.send_signal(signum)
         for proc in self.watch.alive():

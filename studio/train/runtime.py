@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -28,18 +29,23 @@ def effective_mixed_precision(config: TrainConfig) -> str:
 
 def make_accelerator(config: TrainConfig) -> Any:
     from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
+    from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     if config.launch.strategy == "fsdp":
         # The trainer shards the modules itself (studio/train/memory/sharding.py says why); accelerate's own
         # FSDP mode, switched on by the accelerate.yaml's fsdp fields, would expect to do it in prepare().
         os.environ.pop("ACCELERATE_USE_FSDP", None)
+    handlers: list[Any] = [DistributedDataParallelKwargs(find_unused_parameters=False)]
+    if sys.platform == "win32" and not use_cpu(config) and int(os.environ.get("LOCAL_RANK", -1)) != -1:
+        # PyTorch for Windows has no NCCL, which accelerate asks for on GPUs: the ranks of a workstation with
+        # several cards would fail as they start. They join over gloo instead.
+        handlers.append(InitProcessGroupKwargs(backend="gloo"))
     # Without cpu=True on a machine with no GPU, `accelerate launch --multi_gpu` would start
     # unconnected processes that each train on all the data; with it they join a gloo group.
     return Accelerator(
         cpu=use_cpu(config),
         mixed_precision=effective_mixed_precision(config),
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=False)],
+        kwargs_handlers=handlers,
     )
 
 

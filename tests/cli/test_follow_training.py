@@ -200,3 +200,56 @@ def test_a_failed_run_ends_with_the_studios_reason_not_accelerates_traceback(
     assert last == ("[studio] run failed at step 3: crash: RuntimeError: boom at step 3 "
                     "(This is the fake trainer failing on purpose.)")
     assert "CalledProcessError" in (run_dir / "console.log").read_text()  # kept above it, for a bug report
+
+
+class _WindowsOs:
+    """The os module as _follow sees it on Windows."""
+
+    name = "nt"
+
+    def __getattr__(self, attribute: str) -> object:
+        return getattr(os, attribute)
+
+
+class _WindowsChild:
+    """A launcher or rank as Windows lets it be signalled: SIGTERM (TerminateProcess) only."""
+
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def poll(self) -> None:
+        return None
+
+    def send_signal(self, signum: int) -> None:
+        if signum != signal.SIGTERM:
+            raise ValueError(f"Unsupported signal: {signum}")
+        self.sent.append(signum)
+
+
+class _Ranks:
+    def __init__(self, ranks: list[_WindowsChild]) -> None:
+        self.ranks = ranks
+
+    def alive(self) -> list[_WindowsChild]:
+        return self.ranks
+
+
+def test_ctrl_c_on_windows_stops_the_run_at_its_next_step_and_twice_ends_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from studio.cli import _follow
+
+    monkeypatch.setattr(_follow, "os", _WindowsOs())
+    err = io.BytesIO()
+    forwarder = _follow.SignalForwarder(tmp_path, _follow.Terminal(io.BytesIO(), err))
+    launcher, rank = _WindowsChild(), _WindowsChild()
+    forwarder.attach(launcher, _Ranks([rank]))  # type: ignore[arg-type]
+    forwarder._forward(signal.SIGINT, None)  # the console's Ctrl+C reached the launcher and the ranks too
+    assert (tmp_path / "STOP").is_file() and b"stopping at the next step" in err.getvalue()
+    assert launcher.sent == [] and rank.sent == []
+    forwarder._forward(signal.SIGINT, None)
+    assert launcher.sent == [signal.SIGTERM] and rank.sent == [signal.SIGTERM]
+    assert b"ended at once" in err.getvalue()

@@ -8,6 +8,7 @@ import subprocess
 
 from studio.core.config.rules.quantized_rules import QUANTIZATION_INSTALL
 from studio.core.config.schema import TrainConfig
+from studio.core.console_window import no_window
 from studio.core.training_python import NoTrainingPython, default_training_python
 
 PROBE_TIMEOUT_S = 60
@@ -27,7 +28,8 @@ def check_quantization_library(config: TrainConfig, python: str | None) -> tuple
         return None
     script = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('bitsandbytes') else {MISSING})"
     try:
-        out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+        out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                             creationflags=no_window())
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != MISSING:

@@ -18,6 +18,7 @@ from pathlib import Path
 from studio.core.app_words import command_or_action
 from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.console_window import no_window
 from studio.core.dataset.edit_pairs.training import (
     control_limit,
     describe,
@@ -336,7 +337,7 @@ def check_torch_cuda(python: str | None) -> PreflightProblem | None:
         return PreflightProblem("torch", f"No training environment: {exc}.")
     try:
         out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True,
-                             timeout=TORCH_PROBE_TIMEOUT_S)
+                             timeout=TORCH_PROBE_TIMEOUT_S, creationflags=no_window())
     except (OSError, subprocess.TimeoutExpired) as exc:
         return PreflightProblem("torch", f"The training interpreter {interpreter} cannot be started ({exc}): set "
                                          "launch.python to a Python with the studio's training packages.")

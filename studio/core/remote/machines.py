@@ -21,6 +21,7 @@ from typing import Any
 import tomlkit
 
 from studio.core.app_words import command_or_action
+from studio.core.console_window import no_window
 from studio.core.export.bundle_files import find_secrets
 from studio.core.files import atomic_write_text
 from studio.core.user_dirs import config_dir
@@ -208,7 +209,7 @@ def ssh_config_view(host: str) -> dict[str, str]:
         return {}
     try:
         done = subprocess.run([ssh, *ssh_config_args(), "-G", host], capture_output=True, text=True, timeout=10,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, creationflags=no_window())
     except (OSError, subprocess.TimeoutExpired):
         return {}
     view: dict[str, str] = {}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from studio.core.app_words import command_or_action
+from studio.core.console_window import no_window
 from studio.core.quoting import UnsafeNameError, sh_word
 from studio.core.remote.machines import RemoteMachine, ssh_config_args
 from studio.core.remote.passphrases import askpass_env, key_is_encrypted, read_passphrase
@@ -168,7 +169,7 @@ class SshClient:
         with contextlib.suppress(RemoteError):  # the command then reports the failure itself (status 255)
             self.ensure_master()
         return subprocess.Popen(self.ssh_argv(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=stderr, env=self.env())
+                                stderr=stderr, env=self.env(), creationflags=no_window())
 
     def call(self, argv: Sequence[str], doing: str, timeout_s: float, check: bool = True,
              stdin_text: str | None = None) -> Completed:
@@ -181,7 +182,8 @@ class SshClient:
         # another file; what comes back is read as UTF-8, anything else replaced.
         stdin = (stdin_text or "").encode("utf-8", "surrogateescape")
         try:
-            done = subprocess.run(argv, input=stdin, capture_output=True, env=self.env(), timeout=timeout_s)
+            done = subprocess.run(argv, input=stdin, capture_output=True, env=self.env(), timeout=timeout_s,
+                                  creationflags=no_window())
         except subprocess.TimeoutExpired:
             raise RemoteError(f"{doing} on {self.machine.name} did not finish within {timeout_s:.0f} s; "
                               "check the connection and try again") from None

@@ -118,7 +118,9 @@ class TransferReport:
 
 
 def has_local_rsync() -> bool:
-    return shutil.which("rsync") is not None
+    """rsync here, where the studio can use it. Not on Windows: its ports (cwRsync, MSYS2) read `C:\\...` as a
+    host named C, and a send's tree of links needs a right few Windows users have; sftp comes with Windows."""
+    return os.name != "nt" and shutil.which("rsync") is not None
 
 
 def _job(code: str, job: Mapping[str, object]) -> str:

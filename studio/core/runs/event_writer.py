@@ -92,8 +92,13 @@ def _ends_cut(fd: int) -> bool:
     """Whether the file's last line has no newline (cut by a full disk or a kill)."""
     try:
         size = os.fstat(fd).st_size
-        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-    except (OSError, AttributeError):  # AttributeError: no pread (Windows); the line stays as it is
+        if size == 0:
+            return False
+        if hasattr(os, "pread"):
+            return os.pread(fd, 1, size - 1) != b"\n"
+        os.lseek(fd, size - 1, os.SEEK_SET)  # Windows has no pread; an append still goes to the end
+        return os.read(fd, 1) != b"\n"
+    except OSError:
         return False
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studio.core.console_window import no_window
 from studio.core.files import atomic_write_text
 from studio.core.training_python import READY_FILE, env_python
 
@@ -100,7 +101,7 @@ def check_env(folder: Path, names: list[str]) -> EnvCheck:
         return EnvCheck(error=f"{python} does not exist")
     try:
         out = subprocess.run([str(python), "-I", "-c", _CHECK_SCRIPT, json.dumps(names)], capture_output=True,
-                             text=True, timeout=CHECK_TIMEOUT_S, check=False)
+                             text=True, timeout=CHECK_TIMEOUT_S, check=False, creationflags=no_window())
     except (OSError, subprocess.SubprocessError) as exc:
         return EnvCheck(error=f"{python} does not start: {exc}")
     for line in out.stdout.splitlines():

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from studio.core.console_window import no_window
 from studio.core.studio_command import studio_command
 from studio.core.trainenv.progress import InstallProgress, OutputReader
 
@@ -65,8 +66,8 @@ _PRCTL = _prctl()  # looked up before any fork: the child only calls it
 
 def _popen_options() -> dict[str, Any]:
     """Each step runs in a process group of its own, so a cancel ends everything it started."""
-    if os.name == "nt":
-        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    if os.name == "nt":  # and no console window of its own: the desktop app has no console to lend it
+        return {"creationflags": no_window(getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0))}
     return {"preexec_fn": _die_with_parent}
 
 

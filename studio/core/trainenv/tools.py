@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.console_window import no_window
 from studio.core.resources import app_root, is_frozen
 
 UV = "uv"
@@ -52,7 +53,7 @@ def python_version(program: str) -> tuple[int, int] | None:
     """(major, minor) of an interpreter, or None when it does not run."""
     try:
         out = subprocess.run([program, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
-                             text=True, timeout=VERSION_TIMEOUT_S, check=False)
+                             text=True, timeout=VERSION_TIMEOUT_S, check=False, creationflags=no_window())
     except (OSError, subprocess.SubprocessError):
         return None
     parts = out.stdout.split()

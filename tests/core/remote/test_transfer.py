@@ -92,3 +92,24 @@ def test_awkward_names_go_there_and_come_back_and_a_cut_off_pull_continues(
     for rel, data in files.items():
         if not rel.startswith("checkpoints/"):
             assert (here / rel).read_bytes() == (data * 2 if rel == "events.jsonl" else data), rel
+
+
+class _WindowsOs:
+    """The os module as transfer.py sees it on Windows."""
+
+    name = "nt"
+
+    def __getattr__(self, attribute: str) -> object:
+        import os
+
+        return getattr(os, attribute)
+
+
+def test_a_windows_computer_sends_with_sftp_even_with_an_rsync_port_on_its_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.remote import transfer
+
+    monkeypatch.setattr(transfer.shutil, "which", lambda name: rf"C:\cwrsync\bin\{name}.exe")
+    assert transfer.has_local_rsync()  # elsewhere rsync is used when it is there
+    monkeypatch.setattr(transfer, "os", _WindowsOs())
+    assert not transfer.has_local_rsync()  # it would read C:\... as a host named C

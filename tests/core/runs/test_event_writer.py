@@ -16,7 +16,11 @@ def _step(n: int) -> Step:
     return Step(step=n, epoch=0, loss=0.5, lr=1e-4, samples_per_s=1.0)
 
 
-def test_a_line_cut_by_a_full_disk_or_a_kill_gets_a_new_line_before_the_next_event(tmp_path: Path) -> None:
+@pytest.mark.parametrize("windows", [False, True], ids=["posix", "windows"])
+def test_a_line_cut_by_a_full_disk_or_a_kill_gets_a_new_line_before_the_next_event(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, windows: bool) -> None:
+    if windows:
+        monkeypatch.delattr(os, "pread", raising=False)  # POSIX only
     path = tmp_path / "events.jsonl"
     with EventWriter(path) as writer:
         writer.write(_step(1))

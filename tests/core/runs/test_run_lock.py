@@ -110,3 +110,34 @@ def test_a_lock_taken_a_moment_ago_names_its_holder_not_an_unknown_machine(run_d
     finally:
         writer.join()
         os.close(fd)
+
+
+class _WindowsLocking:
+    """msvcrt's locking as far as one process can tell: a byte locked at the file's position, taken."""
+
+    LK_NBLCK, LK_UNLCK = 2, 0
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def locking(self, fd: int, mode: int, nbytes: int) -> None:
+        self.calls.append((mode, os.lseek(fd, 0, os.SEEK_CUR)))
+
+
+def test_a_trainer_on_windows_takes_the_lock_and_names_itself(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core import files
+    from studio.core.runs.scheduling import lock as lock_module
+
+    windows = _WindowsLocking()
+    monkeypatch.delattr(os, "pwrite", raising=False)  # POSIX only
+    monkeypatch.setattr(files, "fcntl", None)
+    monkeypatch.setattr(files, "msvcrt", windows)
+    monkeypatch.setattr(lock_module, "WINDOWS_LOCKS", True)
+    held = RunLock(run_dir).acquire()
+    try:
+        text = (run_dir / LOCK_FILE).read_text(encoding="utf-8")
+        assert f'"pid": {os.getpid()}' in text and text.startswith("{")  # at the start, not past the locked byte
+        assert windows.calls == [(windows.LK_NBLCK, 1 << 20)]
+    finally:
+        held.release()
+    assert not (run_dir / LOCK_FILE).exists()

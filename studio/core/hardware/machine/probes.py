@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from studio.core.console_window import no_window
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.training_python import NoTrainingPython, default_training_python
 
@@ -193,7 +194,8 @@ def probe_nvidia_smi(report: HardwareReport) -> ProbeResult:
     for attempt in range(2):
         try:
             out = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+                                 capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False,
+                                 creationflags=no_window())
         except (OSError, subprocess.SubprocessError) as exc:
             return [], "nvidia-smi", f"nvidia-smi could not run: {exc}"
         if out.returncode == 0:
@@ -205,7 +207,8 @@ def probe_nvidia_smi(report: HardwareReport) -> ProbeResult:
         return [], "nvidia-smi", f"nvidia-smi failed: {reason[0] if reason else f'exit code {out.returncode}'}"
     gpus = parse_nvidia_smi_csv(out.stdout, fields)
     try:
-        banner = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False).stdout
+        banner = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False,
+                                creationflags=no_window()).stdout
         cuda = parse_cuda_version(banner)
     except (OSError, subprocess.SubprocessError):
         cuda = None
@@ -280,7 +283,7 @@ def run_torch_probe(python: str | None = None, timeout: float = TORCH_TIMEOUT_S)
         return None, str(exc)
     try:
         out = subprocess.run([interpreter, "-c", _TORCH_SCRIPT], capture_output=True,
-                             text=True, timeout=timeout, check=False)
+                             text=True, timeout=timeout, check=False, creationflags=no_window())
     except subprocess.TimeoutExpired:
         return None, f"the torch probe took longer than {timeout:.0f} s and was stopped"
     except OSError as exc:

@@ -115,7 +115,8 @@ class RunLock:
                 log.info("took over the stale lock of %s left by %s", self.run_dir, self.stale.describe())
             text = json.dumps(asdict(LockHolder(os.getpid(), socket.gethostname(), time.time())))
             os.ftruncate(fd, 0)
-            os.pwrite(fd, text.encode("utf-8"), 0)
+            os.lseek(fd, 0, os.SEEK_SET)  # Windows has no pwrite, and its lock left the position far past the text
+            os.write(fd, text.encode("utf-8"))
             os.fsync(fd)
             self._fd = fd
             return self
