@@ -22,6 +22,7 @@ What each language can carry:
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Iterable
 
 # fgets(cmd, 2048, ...) in sftp's batch loop: a longer line is cut, and its rest read as a command
@@ -90,12 +91,18 @@ def sftp_refusal(path: str) -> str | None:
     return None
 
 
+def or_rsync(why: str) -> str:
+    """The advice to install rsync where the studio would then use it: ", or install rsync on both computers
+    (why)"; nothing on Windows, whose sends always go by sftp (remote/transfer.py says why)."""
+    return "" if sys.platform == "win32" else f", or install rsync on both computers ({why})"
+
+
 def sftp_path(path: str) -> str:
     """One path for an sftp batch line: refused when it cannot be carried (see `sftp_refusal`), else every
     special character escaped, and led by `./` when it starts with `-` (C:\\ stays as it is on Windows)."""
     why = sftp_refusal(path)
     if why:
-        raise UnsafeNameError(path, why, "rename it, or install rsync on both computers (rsync carries any name)")
+        raise UnsafeNameError(path, why, "rename it" + or_rsync("rsync carries any name"))
     if path.startswith("-"):  # getopt would read it as flags (glibc's even after the first path)
         path = "./" + path
     return "".join("\\" + c if c in _SFTP_SPECIAL else c for c in path)
@@ -111,7 +118,7 @@ def sftp_line(command: str, flags: Iterable[str], *paths: str) -> str:
         longest = max(paths, key=len)
         raise UnsafeNameError(longest, f"makes an sftp batch line of {len(line.encode('utf-8'))} bytes, over the "
                               f"{SFTP_LINE_MAX} that sftp reads as one line",
-                              "shorten the path, or install rsync on both computers (rsync has no such limit)",
+                              "shorten the path" + or_rsync("rsync has no such limit"),
                               what="the path")
     return line
 

@@ -78,6 +78,23 @@ def test_an_sftp_line_over_the_line_buffer_is_refused_and_only_the_studios_comma
             sftp_line(command, flags, "/a")
 
 
+class _Windows:
+    platform = "win32"
+
+
+def test_on_windows_a_refused_name_is_not_told_to_install_rsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows sends always go by sftp, so the refusals there name only what helps: rename or shorten."""
+    import studio.core.quoting as quoting
+
+    monkeypatch.setattr(quoting, "sys", _Windows())
+    with pytest.raises(UnsafeNameError) as refused:
+        sftp_line("get", [], "/runs/nl\n!touch x", "x")
+    assert "rename it" in str(refused.value) and "rsync" not in str(refused.value)
+    with pytest.raises(UnsafeNameError) as refused:
+        sftp_line("put", [], "/" + "x" * SFTP_LINE_MAX, "/y")
+    assert "shorten the path" in str(refused.value) and "rsync" not in str(refused.value)
+
+
 def test_an_rsync_list_holds_every_name_as_its_bytes_and_refuses_nul() -> None:
     names = [n for n in NAMES if "\x00" not in n]
     assert nul_list(names).split(b"\x00")[:-1] == [n.encode("utf-8", "surrogateescape") for n in names]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.files import sha256_file
-from studio.core.quoting import UnsafeNameError, nul_list, sftp_line, shown
+from studio.core.quoting import UnsafeNameError, nul_list, or_rsync, sftp_line, shown
 from studio.core.remote.ssh import RemoteError, SshClient
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
@@ -231,8 +231,7 @@ def _sftp_lines(client: SshClient, lines: Mapping[str, tuple[str, list[str], str
     if refused:
         listed = "; ".join(refused[:5]) + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
         raise RemoteError(f"{doing} with sftp ({client.machine.name}): {len(refused)} file name(s) cannot be "
-                          f"written into sftp's batch: {listed}. {todo}, or install rsync on both computers "
-                          "(it carries any name); nothing was copied")
+                          f"written into sftp's batch: {listed}. {todo}{or_rsync('it carries any name')}; nothing was copied")
     return made
 
 

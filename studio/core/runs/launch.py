@@ -102,8 +102,9 @@ def python_problem(config: TrainConfig) -> str | None:
         reason = "it is not executable"
     if reason is None:
         return None
+    example = r"C:\path\to\venv\Scripts\python.exe" if os.name == "nt" else "/path/to/venv/bin/python"
     return (f'launch.python = "{python}" cannot be started ({reason}); set it to the python of the training '
-            "environment (e.g. /path/to/venv/bin/python), or remove it to train with the studio's own")
+            f"environment (e.g. {example}), or remove it to train with the studio's own")
 
 
 def build_command(run_dir: str | Path, python: str, resume: bool = False) -> list[str]:

@@ -79,3 +79,30 @@ def test_a_run_folder_that_cannot_be_made_names_the_folder_and_the_fix(tmp_path:
         prepare_run(resolve_paths(config, tmp_path))
     assert f"cannot write the run folder under {tmp_path / 'disk' / 'runs'}" in str(caught.value)
     assert "fix output.dir" in str(caught.value)
+
+
+class _WindowsOs:
+    """The os module as launch.py reads it on Windows (the rest is this machine's)."""
+
+    name = "nt"
+
+    def __getattr__(self, attribute: str) -> object:
+        import os
+
+        return getattr(os, attribute)
+
+
+@pytest.mark.parametrize("windows", [False, True])
+def test_a_missing_training_python_is_answered_with_a_path_of_this_computers_kind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, windows: bool) -> None:
+    from studio.core.config.schema import TrainConfig
+    from studio.core.runs import launch
+
+    if windows:
+        monkeypatch.setattr(launch, "os", _WindowsOs())
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"},
+                                         "launch": {"python": str(tmp_path / "missing" / "python")}})
+    problem = launch.python_problem(config)
+    assert problem is not None and "cannot be started (no such file)" in problem
+    example = r"e.g. C:\path\to\venv\Scripts\python.exe" if windows else "e.g. /path/to/venv/bin/python"
+    assert example in problem
