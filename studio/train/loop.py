@@ -362,7 +362,8 @@ class Trainer:
 
     def _after_step(self, epoch: int) -> None:
         samples, checkpoint, epoch_ended = self._due()
-        validate_after_step(self)
+        with eager(self.compiled):  # held-out images in eval mode without gradients would compile anew
+            validate_after_step(self)
         if samples:
             self._samples()
         if checkpoint and self.step < self.total:

@@ -83,3 +83,34 @@ def test_without_accumulation_or_graphs_the_gradients_are_freed_between_steps() 
     assert not keeps_grads(CompiledDenoiser("full", "x"), 4)
     assert not keeps_grads(None, 4)
     assert keeps_grads(CompiledDenoiser("graphs", "x"), 2)
+
+
+@pytest.mark.parametrize("mode", ["blocks", "graphs"])
+def test_the_validation_loss_is_measured_eagerly(mode: str, make_config, run_training, tmp_path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held-out images are measured in eval mode without gradients: compiled, every image size would compile
+    the blocks (or the whole denoiser, and record its graphs) once more for a few images, unreported, as samples
+    would; so they run eagerly, as samples do."""
+    from torch._dynamo import eval_frame
+
+    from studio.core.config.schema import TrainConfig
+    from studio.train import compilation, loop
+    from studio.train.extras.validation import ValidationLoss
+
+    monkeypatch.setattr(loop, "compile_denoiser",
+                        lambda denoiser, mode, family=None: compilation.CompiledDenoiser(mode, "the test's denoiser"))
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+    stances: list[str] = []
+    original = ValidationLoss.measure
+
+    def observed(self: Any, step: int) -> Any:
+        stances.append(eval_frame._stance.stance)
+        return original(self, step)
+
+    monkeypatch.setattr(ValidationLoss, "measure", observed)
+    data = make_config().model_dump()
+    data["dataset"]["validation_fraction"] = 0.25
+    data["training"].update(max_steps=2, validation_every=1, compile=mode)
+    code, _ = run_training(TrainConfig.model_validate(data), tmp_path / "run")
+    assert code == 0
+    assert stances == ["force_eager", "force_eager"]
