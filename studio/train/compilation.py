@@ -135,6 +135,27 @@ def begin_step(compiled: CompiledDenoiser | None) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
+def keeps_grads(compiled: CompiledDenoiser | None, accumulation: int) -> bool:
+    """Whether the step keeps its gradients in buffers of their own, zeroed between steps (CUDA graphs with
+    gradient accumulation).
+
+    A backward replayed as a CUDA graph writes its gradients into the graphs' own memory, and the first
+    micro-batch's would become the parameters' .grad there. While that memory holds a live gradient, the
+    next micro-batch cannot replay its image size's graphs: it records new ones after them, so a step of
+    four micro-batches records four forward and four backward graphs, and every new order of image sizes
+    in a step records more (GPU memory and a long unreported step each time). With buffers of their own,
+    each backward adds into them and its output is free again: every micro-batch replays its size's graph.
+    """
+    return compiled is not None and compiled.mode == "graphs" and accumulation > 1
+
+
+def give_grads(params: list[torch.nn.Parameter]) -> None:
+    """Zeroed gradient buffers for the parameters that have none yet (see keeps_grads)."""
+    for param in params:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+
+
 @contextlib.contextmanager
 def eager(compiled: CompiledDenoiser | None) -> Iterator[None]:
     """Run compiled modules eagerly inside (samples: other shapes, a few images)."""

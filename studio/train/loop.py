@@ -19,7 +19,14 @@ from studio.core.config.files.toml_file import config_to_data
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
 from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
-from studio.train.compilation import CompiledDenoiser, begin_step, compile_denoiser, eager
+from studio.train.compilation import (
+    CompiledDenoiser,
+    begin_step,
+    compile_denoiser,
+    eager,
+    give_grads,
+    keeps_grads,
+)
 from studio.train.components import Components, check_tokenizers
 from studio.train.data.batches import (
     EpochPlan,
@@ -256,6 +263,9 @@ class Trainer:
         losses, images, image_pixels = [], 0, 0
         compiling: float | None = None
         begin_step(self.compiled)
+        keep_grads = keeps_grads(self.compiled, accum)
+        if keep_grads:
+            give_grads([p for g in self.trainable for p in g])
         for micro in range(accum):
             batch = next(batches)
             self.epoch = int(batch["epoch"])
@@ -277,7 +287,7 @@ class Trainer:
             acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=not keep_grads)
         self.step += 1
         if self.ema is not None:
             self.ema.update(self.step)
@@ -352,7 +362,8 @@ class Trainer:
 
     def _after_step(self, epoch: int) -> None:
         samples, checkpoint, epoch_ended = self._due()
-        validate_after_step(self)
+        with eager(self.compiled):  # held-out images in eval mode without gradients would compile anew
+            validate_after_step(self)
         if samples:
             self._samples()
         if checkpoint and self.step < self.total:

@@ -39,12 +39,12 @@ def build_optimizer(
         return torch.optim.AdamW(groups, lr=lr, weight_decay=decay, fused=True)
     if name == "adamw8bit":
         try:
-            import bitsandbytes as bnb
+            import bitsandbytes  # noqa: F401
         except ImportError:
             raise TrainError("config", "training.optimizer = \"adamw8bit\" needs the bitsandbytes package",
                              "install it in the training environment (pip install bitsandbytes) "
                              "or choose optimizer \"adamw\"") from None
-        return bnb.optim.AdamW8bit(groups, lr=lr, weight_decay=decay)
+        return adamw_8bit(groups, lr, decay)
     if name == "prodigy":
         try:
             from prodigyopt import Prodigy  # type: ignore[import-untyped]
@@ -60,6 +60,29 @@ def build_optimizer(
                          warmup_init=False)
     raise TrainError("config", f"training.optimizer = \"{name}\" is not known",
                      "choose adamw, adamw8bit, prodigy or adafactor")
+
+
+def adamw_8bit(groups: ParamGroups, lr: float, decay: float) -> torch.optim.Optimizer:
+    """bitsandbytes' 8-bit AdamW, stepping without waiting for the GPU after each parameter.
+
+    bitsandbytes waits for the whole GPU after updating each parameter (its paged state needs that): a LoRA's
+    hundreds of small tensors made hundreds of waits a step, and the CPU could not queue the next step meanwhile.
+    The studio's state is not paged and its kernels run in the same stream as the training step, so the
+    order of the updates on the GPU is kept without them.
+    """
+    import bitsandbytes as bnb
+    from bitsandbytes.optim import optimizer as bnb_optimizer
+
+    class AdamW8bit(bnb.optim.AdamW8bit):
+        def step(self, closure: Any = None) -> Any:
+            wait = bnb_optimizer.sync_gpu
+            bnb_optimizer.sync_gpu = lambda t: None
+            try:
+                return super().step(closure)
+            finally:
+                bnb_optimizer.sync_gpu = wait
+
+    return AdamW8bit(groups, lr=lr, weight_decay=decay)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSection, total_steps: int) -> Any:

@@ -46,6 +46,40 @@ def test_adamw_is_fused_on_cuda_and_on_the_cpu_with_the_plain_loops_result() -> 
         torch.testing.assert_close(b, c.detach())
 
 
+def test_adamw8bit_steps_without_waiting_for_the_gpu_after_each_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bitsandbytes waits for the whole GPU after each parameter it updates (for its paged state, which the
+    studio does not use): hundreds of waits a step for a LoRA. The studio's 8-bit AdamW makes the same updates
+    without them, and leaves the library's waits in place for everything else."""
+    pytest.importorskip("bitsandbytes")
+    from bitsandbytes.optim import AdamW8bit
+    from bitsandbytes.optim import optimizer as library
+
+    from studio.train.optim import build_optimizer, build_scheduler
+
+    waits: list[torch.Tensor] = []
+    monkeypatch.setattr(library, "sync_gpu", waits.append)  # on a GPU each call is a torch.cuda.synchronize()
+    runs = []
+    for make in (lambda groups: build_optimizer(groups, TrainingSection(optimizer="adamw8bit", learning_rate=1e-2),
+                                                True),
+                 lambda groups: AdamW8bit(groups, lr=1e-2, weight_decay=1e-2)):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(64, 80)), torch.nn.Parameter(torch.randn(8))]
+        optimizer = make([{"params": params, "lr": 1e-2}])
+        scheduler = build_scheduler(optimizer, TrainingSection(), 3)
+        for step in range(3):
+            for p in params:
+                p.grad = torch.sin(p.detach() * (step + 1))
+            optimizer.step()
+            scheduler.step()
+        runs.append((len(waits), [p.detach().clone() for p in params]))
+    (studio_waits, studio_params), (library_waits, library_params) = runs
+    assert studio_waits == 0
+    assert library_waits == 3 * 2  # the library's own optimizer still waits after each parameter
+    assert library.sync_gpu == waits.append
+    for a, b in zip(studio_params, library_params, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_prefetcher_keeps_the_order_and_raises_where_the_consumer_reads() -> None:
     from studio.train.data.prefetch import Prefetcher
 

@@ -50,6 +50,20 @@ def test_an_80_gb_card_trains_a_12_gb_preset_at_a_full_batch_without_checkpointi
     assert f"batch 1 -> {t.batch_size}" in text and "max_steps 2000 -> " in text and "square-root" in text
 
 
+def test_the_text_encoders_own_learning_rate_scales_with_the_denoisers() -> None:
+    """A recipe that trains the text encoder at half the denoiser's rate keeps that ratio at the larger batch."""
+    data = config(cache_text_embeddings=False).model_dump()
+    data["method"]["train_text_encoder"] = True
+    data["training"]["text_encoder_lr"] = 5e-5
+    cfg = TrainConfig.model_validate(data)
+    filled = fill_card(cfg, gpu("a100-80gb"))
+    t = filled.config.training
+    assert t.batch_size > 1
+    assert t.text_encoder_lr == pytest.approx(t.learning_rate / 2)
+    assert f"the text encoders' 5e-05 -> {t.text_encoder_lr:.3g}" in filled.describe()
+    assert fill_card(config(), gpu("a100-80gb")).config.training.text_encoder_lr is None  # unset: learning_rate's
+
+
 @pytest.mark.parametrize("profile", ["rtx4060-8gb", "rtx3060-12gb", "rtx4090-24gb", "h200-141gb"])
 def test_on_every_card_the_choice_fits_and_is_never_slower_than_the_preset(profile: str) -> None:
     cfg = config()

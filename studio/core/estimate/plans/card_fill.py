@@ -68,8 +68,11 @@ def fill_card(config: ResolvedConfig, gpu: GPUInfo | None) -> CardFill:
     old_effective, new_effective = training.effective_batch(), largest
     ratio = old_effective / new_effective
     learning_rate, scaling = scaled_learning_rate(config, largest)
+    # The text encoders' own rate scales as the denoiser's does: the recipe's ratio between the two stays.
+    text_encoder_lr = training.text_encoder_lr and training.text_encoder_lr * learning_rate / training.learning_rate
     chosen = _with_training(
         candidate, batch_size=largest, gradient_accumulation=1, learning_rate=learning_rate,
+        text_encoder_lr=text_encoder_lr,
         max_steps=_scaled(training.max_steps, ratio), lr_warmup_steps=_scaled(training.lr_warmup_steps, ratio) or 0,
     )
     chosen = chosen.model_copy(update={
@@ -81,7 +84,8 @@ def fill_card(config: ResolvedConfig, gpu: GPUInfo | None) -> CardFill:
     accumulation = f" x accumulation {training.gradient_accumulation}" if training.gradient_accumulation > 1 else ""
     changes.append(f"batch {training.batch_size}{accumulation} -> {largest} (estimated peak "
                    f"{peak_mb / 1024:.1f} GB of {gpu.name}'s {gpu.total_mb / 1024:.0f} GB)")
-    changes.append(f"learning rate {training.learning_rate:.3g} -> {learning_rate:.3g} ({scaling})")
+    encoders = f"; the text encoders' {training.text_encoder_lr:.3g} -> {text_encoder_lr:.3g}" if text_encoder_lr else ""
+    changes.append(f"learning rate {training.learning_rate:.3g} -> {learning_rate:.3g}{encoders} ({scaling})")
     if training.max_steps:
         changes.append(f"max_steps {training.max_steps} -> {chosen.training.max_steps} (the same images)")
     return CardFill(chosen, changes)
