@@ -141,10 +141,14 @@ def render_images(
     with torch.no_grad(), evaluating(components):
         embedded = {prompt: plan.embedded[prompt] for prompt in prompts if prompt in plan.embedded}
         missing = [prompt for prompt in prompts if prompt not in embedded]
+        device = next(components.denoiser.parameters()).device
         with offload.resident(offload.text_encoder_names() if missing else []):
             for index, prompt in enumerate(missing):
                 progress("encoding", index, prompt)
-                embedded[prompt] = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
+                made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
+                # Encoders kept in system memory (model.text_encoder_on_cpu) embed there, and SD3's pipeline
+                # hands given embeddings to its transformer where they are: they go where the denoiser is.
+                embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
         latents = []
         with forward_in_precision(components.denoiser, plan.autocast), reports_compute_dtype(components.denoiser):
             for index, job in enumerate(jobs):
@@ -157,6 +161,13 @@ def render_images(
                 progress("decoding", index, job.prompt)
                 pixels = adapter.decode(components.vae, latent)
                 on_image(index, pipeline.image_processor.postprocess(pixels.float(), output_type="pil")[0])
+
+
+def on_device(value: Any, device: torch.device) -> Any:
+    """A tensor, or a list of them (Z-Image's embedding rows), on `device`; anything else as it is."""
+    if isinstance(value, list):
+        return [on_device(one, device) for one in value]
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def make_samples(

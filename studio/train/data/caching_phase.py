@@ -39,7 +39,7 @@ def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config
     """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them
     (with the `controls` edit samples edit), on `device` (where the denoiser samples; encoders kept on the CPU
     embed there)."""
-    from studio.train.samples import evaluating, sample_references
+    from studio.train.samples import evaluating, on_device, sample_references
 
     if not prompts_cached(config):
         return {}
@@ -50,15 +50,8 @@ def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config
     with torch.no_grad(), evaluating(components):
         for prompt in dict.fromkeys(config.sampling.prompts):
             made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
-            embedded[prompt] = {key: _moved(value, device) for key, value in made.items()}
+            embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
     return embedded
-
-
-def _moved(value: Any, device: torch.device) -> Any:
-    """A tensor, or a list of them (Z-Image's embedding rows), on `device`."""
-    if isinstance(value, list):
-        return [_moved(one, device) for one in value]
-    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def text_phase(components: Any, device: Any) -> str:
