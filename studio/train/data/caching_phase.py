@@ -13,7 +13,7 @@ encoders never come to the GPU at all: they were loaded into system memory and e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config
     if not prompts_cached(config):
         return {}
     pipeline = adapter.make_pipeline(components)
+    pipeline.encode_prompt = encoding_once(pipeline.encode_prompt)
     negative = config.sampling.negative_prompt
     references = sample_references(config, controls)  # edit samples: a prompt that sees them is embedded with them
     embedded: dict[str, Conditioning] = {}
@@ -52,6 +53,25 @@ def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config
             made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
             embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
     return embedded
+
+
+def encoding_once(encode: Callable[..., Any]) -> Callable[..., Any]:
+    """A pipeline's `encode_prompt` that encodes each text once: FLUX.2 [klein] and Qwen-Image embed the
+    negative prompt apart from each sample prompt, and an encoder on the CPU (model.text_encoder_on_cpu) takes
+    seconds a text. Calls whose arguments cannot be told apart by value (an edit's control image) encode."""
+    made: dict[Any, Any] = {}
+
+    def encode_once(*args: Any, **kwargs: Any) -> Any:
+        key = (args, tuple(sorted(kwargs.items(), key=lambda item: item[0])))
+        try:
+            if key in made:
+                return made[key]
+        except TypeError:  # an unhashable argument
+            return encode(*args, **kwargs)
+        made[key] = encode(*args, **kwargs)
+        return made[key]
+
+    return encode_once
 
 
 def text_phase(components: Any, device: Any) -> str:
