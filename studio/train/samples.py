@@ -33,7 +33,7 @@ from studio.train.components import Components
 from studio.train.data.controls import fitted_control, save_sample_controls
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.memory.placement import FrozenOffload
-from studio.train.memory.precision import forward_in_precision
+from studio.train.memory.precision import compute_dtype, forward_in_precision
 from studio.train.progress.reporting import Reporter
 
 # What a stage reports before each piece of work: (stage, index of the image or prompt, the prompt).
@@ -107,6 +107,26 @@ def evaluating(components: Components) -> Iterator[None]:
             module.train()
 
 
+@contextlib.contextmanager
+def reports_compute_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
+    """Inside the block, `denoiser.dtype` answers the dtype its weights compute in.
+
+    Pipelines cast the latents to `transformer.dtype` before each denoising step, and diffusers answers with
+    the first floating weight's dtype: with model.fp8_base, FLUX.2 [klein]'s first layer (the timestep
+    embedding) is stored in 8 bits, so every step's latents were rounded to 3 mantissa bits before the
+    transformer saw them, and its samples came out worse than the LoRA makes them."""
+    wide = compute_dtype(denoiser)
+    narrow = type(denoiser)
+    if getattr(denoiser, "dtype", wide) == wide:
+        yield
+        return
+    denoiser.__class__ = type(narrow.__name__, (narrow,), {"dtype": property(lambda _self: wide)})
+    try:
+        yield
+    finally:
+        denoiser.__class__ = narrow
+
+
 def render_images(
     adapter: FamilyAdapter, components: Components, plan: SamplingPlan, jobs: list[ImageJob], size: int,
     on_image: OnImage, progress: Progress, references: Sequence[Any] = (),
@@ -121,12 +141,16 @@ def render_images(
     with torch.no_grad(), evaluating(components):
         embedded = {prompt: plan.embedded[prompt] for prompt in prompts if prompt in plan.embedded}
         missing = [prompt for prompt in prompts if prompt not in embedded]
+        device = next(components.denoiser.parameters()).device
         with offload.resident(offload.text_encoder_names() if missing else []):
             for index, prompt in enumerate(missing):
                 progress("encoding", index, prompt)
-                embedded[prompt] = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
+                made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
+                # Encoders kept in system memory (model.text_encoder_on_cpu) embed there, and SD3's pipeline
+                # hands given embeddings to its transformer where they are: they go where the denoiser is.
+                embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
         latents = []
-        with forward_in_precision(components.denoiser, plan.autocast):
+        with forward_in_precision(components.denoiser, plan.autocast), reports_compute_dtype(components.denoiser):
             for index, job in enumerate(jobs):
                 progress("denoising", index, job.prompt)
                 generator = torch.Generator("cpu").manual_seed(job.seed)
@@ -137,6 +161,13 @@ def render_images(
                 progress("decoding", index, job.prompt)
                 pixels = adapter.decode(components.vae, latent)
                 on_image(index, pipeline.image_processor.postprocess(pixels.float(), output_type="pil")[0])
+
+
+def on_device(value: Any, device: torch.device) -> Any:
+    """A tensor, or a list of them (Z-Image's embedding rows), on `device`; anything else as it is."""
+    if isinstance(value, list):
+        return [on_device(one, device) for one in value]
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def make_samples(

@@ -137,3 +137,27 @@ def test_text_encoder_on_cpu_embeds_in_system_memory_and_trains_the_same(
     assert code == 0
     losses = [[e.loss for e in events_of(folder) if isinstance(e, Step)] for folder in (run_dir, plain_dir)]
     assert len(losses[0]) == 2 and losses[0] == losses[1]
+
+
+def test_the_negative_prompt_is_encoded_once_for_all_sample_prompts(tiny_flux2_klein: Path) -> None:
+    """FLUX.2 [klein] embeds the negative prompt apart from each sample prompt: with the encoder on the CPU
+    each encoding of a 512-token prompt takes seconds, so three prompts cost four encodings, not six."""
+    from studio.core.config.schema import ModelSection, TrainConfig
+    from studio.train.data.caching_phase import encode_sample_prompts
+    from studio.train.families import adapter_for
+
+    prompts = ["a red circle", "a blue square", "a green star"]
+    config = TrainConfig(model=ModelSection(family="flux2-klein", base=str(tiny_flux2_klein)),
+                         training=TrainingSection(cache_text_embeddings=True),
+                         sampling=SamplingSection(prompts=prompts, steps=2))
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    runs: list[int] = []
+    components.text_encoders[0].register_forward_hook(lambda module, args, output: runs.append(1))
+    embedded = encode_sample_prompts(adapter, components, config, torch.device("cpu"))
+    assert len(runs) == len(prompts) + 1
+    assert list(embedded) == prompts
+    negatives = [e["negative_prompt_embeds"] for e in embedded.values()]
+    assert all(torch.equal(n, negatives[0]) for n in negatives)
+    positives = [e["prompt_embeds"] for e in embedded.values()]
+    assert not torch.equal(positives[0], positives[1])

@@ -13,7 +13,7 @@ encoders never come to the GPU at all: they were loaded into system memory and e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,26 +39,39 @@ def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config
     """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them
     (with the `controls` edit samples edit), on `device` (where the denoiser samples; encoders kept on the CPU
     embed there)."""
-    from studio.train.samples import evaluating, sample_references
+    from studio.train.samples import evaluating, on_device, sample_references
 
     if not prompts_cached(config):
         return {}
     pipeline = adapter.make_pipeline(components)
+    pipeline.encode_prompt = encoding_once(pipeline.encode_prompt)
     negative = config.sampling.negative_prompt
     references = sample_references(config, controls)  # edit samples: a prompt that sees them is embedded with them
     embedded: dict[str, Conditioning] = {}
     with torch.no_grad(), evaluating(components):
         for prompt in dict.fromkeys(config.sampling.prompts):
             made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
-            embedded[prompt] = {key: _moved(value, device) for key, value in made.items()}
+            embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
     return embedded
 
 
-def _moved(value: Any, device: torch.device) -> Any:
-    """A tensor, or a list of them (Z-Image's embedding rows), on `device`."""
-    if isinstance(value, list):
-        return [_moved(one, device) for one in value]
-    return value.to(device) if isinstance(value, torch.Tensor) else value
+def encoding_once(encode: Callable[..., Any]) -> Callable[..., Any]:
+    """A pipeline's `encode_prompt` that encodes each text once: FLUX.2 [klein] and Qwen-Image embed the
+    negative prompt apart from each sample prompt, and an encoder on the CPU (model.text_encoder_on_cpu) takes
+    seconds a text. Calls whose arguments cannot be told apart by value (an edit's control image) encode."""
+    made: dict[Any, Any] = {}
+
+    def encode_once(*args: Any, **kwargs: Any) -> Any:
+        key = (args, tuple(sorted(kwargs.items(), key=lambda item: item[0])))
+        try:
+            if key in made:
+                return made[key]
+        except TypeError:  # an unhashable argument
+            return encode(*args, **kwargs)
+        made[key] = encode(*args, **kwargs)
+        return made[key]
+
+    return encode_once
 
 
 def text_phase(components: Any, device: Any) -> str:

@@ -52,10 +52,10 @@ class FrozenOffload:
         """
         wanted = self.parked if names is None else self.parked & set(names)
         brought = sorted(wanted)
-        for name in brought:
-            self.modules[name].to(self.device)
-            self.parked.discard(name)
         try:
+            for name in brought:
+                self.modules[name].to(self.device)
+                self.parked.discard(name)
             yield
         finally:
             self._park(brought)
