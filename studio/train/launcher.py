@@ -9,6 +9,12 @@ Once the trainer is done, the process leaves at once: the interpreter's teardown
 torch would keep the GUI or the terminal waiting one to three seconds for the exit
 code. A trainer's failure is this process's exit code (the trainer has reported it in
 its events and console) instead of a traceback of the launcher.
+
+A trainer that accelerate starts in a process of its own gets the machine's cores shared
+among the machine's processes, not accelerate's one thread (`OMP_NUM_THREADS=1` on a GPU):
+a text encoder kept in system memory (model.text_encoder_on_cpu) encodes every caption on
+the CPU, and with one thread a run on a chosen GPU or on several took many times longer.
+A thread count given by the person (`OMP_NUM_THREADS`, `--num_cpu_threads_per_process`) stays.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 TRAINER_MODULE = "studio.train"
 
@@ -56,11 +63,31 @@ def _trainer_in_this_process(spawn: Callable[[argparse.Namespace], None],
     return simple_launcher
 
 
+def cpu_threads(processes_here: int) -> int:
+    """The CPU threads of each of a machine's `processes_here` trainers: its physical cores shared among them."""
+    import psutil
+
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(1, cores // max(1, processes_here))
+
+
+def _sharing_the_cores(validate: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
+    def validate_sharing_the_cores(args: argparse.Namespace) -> Any:
+        given = args.num_cpu_threads_per_process is not None or "OMP_NUM_THREADS" in os.environ
+        validated = validate(args)
+        if not given:  # args now holds the config file's values too
+            args.num_cpu_threads_per_process = cpu_threads((args.num_processes or 1) // (args.num_machines or 1))
+        return validated
+
+    return validate_sharing_the_cores
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     root_handlers = list(logging.getLogger().handlers)
     from accelerate.commands import launch
 
     launch.simple_launcher = _trainer_in_this_process(launch.simple_launcher, root_handlers)
+    launch._validate_launch_command = _sharing_the_cores(launch._validate_launch_command)
     args = launch.launch_command_parser().parse_args(argv)
     try:
         launch.launch_command(args)

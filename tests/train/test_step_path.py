@@ -136,6 +136,39 @@ def test_a_single_process_run_trains_in_the_launchers_process() -> None:
     assert not runs_here(other)
 
 
+@pytest.mark.parametrize("argv, given, threads", [
+    (["--num_processes", "1", "--gpu_ids", "1"], None, 8),  # a chosen GPU: accelerate starts the trainer
+    (["--num_processes", "2", "--multi_gpu"], None, 4),  # two ranks share the cores
+    (["--num_processes", "1", "--gpu_ids", "1"], "3", 3),  # the person's own OMP_NUM_THREADS stays
+    (["--num_processes", "1", "--gpu_ids", "1", "--num_cpu_threads_per_process", "5"], None, 5),
+])
+def test_a_trainer_that_accelerate_starts_gets_the_machines_cores(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                                   given: str | None, threads: int) -> None:
+    """A text encoder kept in system memory encodes every caption on the CPU: a trainer started by accelerate
+    (a chosen GPU, several GPUs) got one thread for it (OMP_NUM_THREADS=1), however many cores the machine has."""
+    import psutil
+    from accelerate.commands import launch
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    from studio.train import launcher
+
+    started: list[str] = []
+
+    def start(args) -> None:  # what the trainer's process would be given
+        started.append(prepare_simple_launcher_cmd_env(args)[1]["OMP_NUM_THREADS"])
+
+    monkeypatch.setattr(launch, "simple_launcher", start)
+    monkeypatch.setattr(launch, "multi_gpu_launcher", start)
+    monkeypatch.setattr(launch, "_validate_launch_command", launch._validate_launch_command)  # main() wraps it
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 8 if not logical else 16)
+    if given is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+    assert launcher.main([*argv, "--num_machines", "1", "-m", "studio.train", "run/config.toml"]) == 0
+    assert started == [str(threads)]
+
+
 def test_step_events_carry_tflops_for_a_counted_model(make_config, run_training, events_of, tmp_path,
                                                       monkeypatch, capsys) -> None:
     from studio.core.estimate.throughput import forward_tflop
