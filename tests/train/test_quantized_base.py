@@ -263,3 +263,31 @@ def test_an_int8_layer_computes_near_the_wide_one_and_moves_like_any_weight() ->
     moved = copy.deepcopy(net).to("meta")
     assert {t.device.type for t in (*moved.parameters(), *moved.buffers())} == {"meta"}
     assert moved[0].weight.dtype == torch.int8 and moved[0].int8_scale.dtype == torch.float32
+
+
+def test_the_quantized_layers_come_to_the_device_after_the_encoders_leave_it(
+        make_config, run_training, events_of, tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the quantized layers never meet the text encoders and the VAE there (Z-Image's 8 GB Qwen3
+    beside its quantized transformer would pass the caching phase's peak)."""
+    import studio.train.loop as loop
+    import studio.train.memory.quantized as quantized
+
+    trainers: list[Any] = []
+    seen: dict[str, Any] = {}
+    setup, int8 = loop.Trainer.setup, quantized._int8_in_place
+
+    def watched_setup(self: Any) -> None:
+        trainers.append(self)
+        setup(self)
+
+    def quantizing(layer: Any, device: Any) -> None:
+        seen.setdefault("parked", set(trainers[0].offload.parked))
+        int8(layer, device)
+
+    monkeypatch.setattr(loop.Trainer, "setup", watched_setup)
+    monkeypatch.setattr(quantized, "_int8_in_place", quantizing)
+    config = _config(make_config, "flux2-klein", tiny_model("flux2-klein"), "int8", tmp_path / "runs")
+    config.training.max_steps, config.training.cache_latents, config.training.cache_text_embeddings = 1, True, True
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    assert seen["parked"] == {"vae", "text_encoder_1"}
