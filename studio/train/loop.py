@@ -56,7 +56,6 @@ from studio.train.memory.block_swap import BlockSwap
 from studio.train.memory.fp8 import store_in_float8
 from studio.train.memory.grad_checkpointing import enable_gradient_checkpointing
 from studio.train.memory.placement import FrozenOffload
-from studio.train.memory.quantized import quantize_base
 from studio.train.memory.sharding import Sharding
 from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
@@ -145,11 +144,8 @@ class Trainer:
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
         self._fill_caches()
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
-        if config.model.quantized_base != "none":  # onto the GPU once the encoders are done with it
-            with self.clock.timed(f"{config.model.quantized_base} conversion"):
-                quantize_base(self.components.denoiser, config.model.quantized_base, self.dtype, acc.device)
         with self.clock.timed("moving models"):
-            self._offload_frozen()
+            self._offload_frozen()  # the encoders leave, then the base is quantized onto the GPU (quantized_base)
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer
             self.sharding.attach(optimizer)

@@ -154,3 +154,33 @@ def test_offload_moves_the_modules_and_resident_brings_them_back() -> None:
     with home.resident(["vae", "never_added"]):
         assert home.parked == {"text_encoder_1"}  # only what was asked for comes back
     assert home.parked == {"text_encoder_1", "vae"}
+
+
+def test_a_module_that_fails_to_come_leaves_none_behind_on_the_device() -> None:
+    """A sample whose text encoder runs the GPU out of memory half-way to it is survived; every module brought
+    for it goes back (not one left beside the training, nor half of one there for the next sample)."""
+    from studio.train.memory.placement import FrozenOffload
+
+    class Moving(torch.nn.Linear):
+        def __init__(self, fails: bool) -> None:
+            super().__init__(2, 2)
+            self.fails, self.moves = fails, []
+
+        def to(self, *args: Any, **kwargs: Any) -> Any:
+            self.moves.append(args[0])
+            if self.fails and args[0] == device:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.50 GiB")
+            return super().to(*args, **kwargs)
+
+    device = torch.device("cpu", 0)  # told apart from the offload device ("cpu") by the moves recorded
+    offload = FrozenOffload(device)
+    modules = {"text_encoder_1": Moving(False), "text_encoder_2": Moving(True)}
+    for name, module in modules.items():
+        offload.add(name, module)
+    offload.offload()
+    with pytest.raises(torch.OutOfMemoryError), offload.resident():
+        pass
+    assert offload.parked == set(modules)
+    assert all(module.moves[-1] == offload.offload_device for module in modules.values())
+    with offload.resident(["text_encoder_1"]):  # the next sample brings it again
+        assert modules["text_encoder_1"].moves[-1] == device

@@ -263,3 +263,99 @@ def test_an_int8_layer_computes_near_the_wide_one_and_moves_like_any_weight() ->
     moved = copy.deepcopy(net).to("meta")
     assert {t.device.type for t in (*moved.parameters(), *moved.buffers())} == {"meta"}
     assert moved[0].weight.dtype == torch.int8 and moved[0].int8_scale.dtype == torch.float32
+
+
+@pytest.mark.parametrize("kind", ["int8", "nf4"])
+def test_a_swapped_blocks_quantized_layers_keep_no_device_copy_after_the_forward(kind: str) -> None:
+    """model.blocks_to_swap over a quantized base: once a swapped block has run forward, autograd holds no
+    device copy of its quantized weights (the backward reads the copy brought back), so the GPU holds at most
+    two swapped blocks, not all of them until the backward; the results are those of the unswapped base."""
+    import copy
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from studio.train.memory.block_swap import BlockSwap
+    from studio.train.memory.quantized import quantize_base
+
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(3)]).requires_grad_(False)
+    resident = copy.deepcopy(blocks)
+    quantize_base(resident, kind, torch.float32, torch.device("cpu"))
+    quantize_base(blocks, kind, torch.float32, torch.device("cpu"), swapped=list(blocks)[1:])
+    x = torch.randn(4, 64, requires_grad=True)
+
+    def run(net: Any) -> Any:
+        y = x
+        for block in net:
+            y = torch.tanh(block(y))
+        return y
+
+    expected = run(resident)
+    expected.pow(2).sum().backward()
+    expected_grad, x.grad = x.grad, None
+    swap = BlockSwap(list(blocks), 2, torch.device("cpu"))
+    brought: list[Any] = []
+    for block in list(blocks)[1:]:  # after the swap's own hook, which brings the block's weights
+        block.register_forward_pre_hook(
+            lambda module, args: brought.append(StorageWeakRef(module[0].weight.untyped_storage())))
+    y = run(blocks)
+    assert len(brought) == 2
+    assert all(ref.expired() for ref in brought), "autograd kept a swapped block's device copy after the forward"
+    y.pow(2).sum().backward()
+    assert swap.copies == 4
+    torch.testing.assert_close(y, expected, atol=0, rtol=0)
+    torch.testing.assert_close(x.grad, expected_grad, atol=0, rtol=0)
+
+
+def test_a_swapped_blocks_layers_are_quantized_on_the_device_and_wait_on_the_host() -> None:
+    """The layers of the blocks model.blocks_to_swap keeps in system memory go back there once quantized: the
+    GPU never holds every quantized layer at once (Qwen-Image in int8: 20 GB). Here the host is the meta
+    device, to tell it from the training device (an nf4 layer moves from a GPU to the host as any module
+    does, but not to the meta device)."""
+    from studio.train.memory.quantized import quantize_base
+
+    net = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(64, 64)),
+                              torch.nn.Sequential(torch.nn.Linear(64, 64))).requires_grad_(False)
+    assert quantize_base(net, "int8", torch.float32, torch.device("cpu"), swapped=[net[1]],
+                         host=torch.device("meta")) == ["0.0", "1.0"]
+    assert {t.device.type for t in (*net[0].parameters(), *net[0].buffers())} == {"cpu"}
+    assert {t.device.type for t in (*net[1].parameters(), *net[1].buffers())} == {"meta"}
+    assert net[1][0].weight.dtype == torch.int8  # quantized before it left
+
+
+def test_the_quantized_layers_come_to_the_device_after_the_encoders_leave_it(
+        make_config, run_training, events_of, tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the quantized layers never meet the text encoders and the VAE there (Z-Image's 8 GB Qwen3
+    beside its quantized transformer would pass the caching phase's peak), and the blocks model.blocks_to_swap
+    keeps in system memory are the ones quantized back to it."""
+    import studio.train.data.caching_phase as caching_phase
+    import studio.train.loop as loop
+    import studio.train.memory.quantized as quantized
+
+    trainers: list[Any] = []
+    seen: dict[str, Any] = {}
+    setup, int8, quantize = loop.Trainer.setup, quantized._int8_in_place, caching_phase.quantize_base
+
+    def watched_setup(self: Any) -> None:
+        trainers.append(self)
+        setup(self)
+
+    def quantizing(layer: Any, device: Any) -> None:
+        seen.setdefault("parked", set(trainers[0].offload.parked))
+        int8(layer, device)
+
+    def quantize_base(*args: Any, **kwargs: Any) -> Any:
+        seen["swapped"] = args[4]
+        return quantize(*args, **kwargs)
+
+    monkeypatch.setattr(loop.Trainer, "setup", watched_setup)
+    monkeypatch.setattr(quantized, "_int8_in_place", quantizing)
+    monkeypatch.setattr(caching_phase, "quantize_base", quantize_base)
+    config = _config(make_config, "flux2-klein", tiny_model("flux2-klein"), "int8", tmp_path / "runs")
+    config.training.max_steps, config.training.cache_latents, config.training.cache_text_embeddings = 1, True, True
+    config.model.blocks_to_swap = 2
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    assert seen["parked"] == {"vae", "text_encoder_1"}
+    swap = trainers[0].block_swap
+    assert [id(b) for b in seen["swapped"]] == [id(b) for b in swap.blocks[swap.first:]] and len(seen["swapped"]) == 2

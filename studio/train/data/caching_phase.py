@@ -24,7 +24,8 @@ from studio.core.estimate.training_step import denoiser_waits_for_caches, prompt
 from studio.train.components import Components
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.families.base import Conditioning, FamilyAdapter
-from studio.train.memory.block_swap import swap_frozen_blocks
+from studio.train.memory.block_swap import swap_frozen_blocks, swapped_blocks
+from studio.train.memory.quantized import quantize_base
 
 HOLD_DEVICE = torch.device("cpu")  # where the denoiser waits while the caches fill
 
@@ -112,8 +113,9 @@ def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
 
 
 def offload_frozen(trainer: Any) -> None:
-    """After caching, what the steps no longer use leaves the GPU until samples need it; then the denoiser
-    comes (when it waited in system memory) and the latents join it if they fit."""
+    """After caching, what the steps no longer use leaves the GPU until samples need it; then the denoiser's
+    layers are quantized onto it (model.quantized_base), the denoiser comes (when it waited in system memory)
+    and the latents join it if they fit."""
     trained = {id(module) for module in trainer.train_modules}
     components, offload = trainer.components, trainer.offload
     if trainer.latent_cache is not None:
@@ -124,6 +126,11 @@ def offload_frozen(trainer: Any) -> None:
                 offload.add(f"text_encoder_{index + 1}", encoder)
     offload.offload()
     device = trainer.accelerator.device
+    kind = trainer.config.model.quantized_base
+    if kind != "none":  # onto the GPU the encoders and the VAE have left; swapped blocks' layers come back
+        with trainer.clock.timed(f"{kind} conversion"):
+            quantize_base(components.denoiser, kind, trainer.dtype, device,
+                          swapped_blocks(trainer.config, components.denoiser))
     if trainer.adapter.denoiser_home is not None:  # it waited in system memory while the caches filled
         # Its swapped blocks' frozen weights stay there (model.blocks_to_swap); the rest comes.
         trainer.block_swap = swap_frozen_blocks(trainer.config, components.denoiser, device)

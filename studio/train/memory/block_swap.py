@@ -346,6 +346,18 @@ def swap_blocks(denoiser: torch.nn.Module, classes: Sequence[str], count: int, d
     return BlockSwap(blocks, count, device)
 
 
+def swapped_blocks(config: Any, denoiser: torch.nn.Module) -> list[torch.nn.Module]:
+    """The blocks whose frozen weights model.blocks_to_swap will keep in system memory; none where its count
+    leaves no block on the GPU (which `swap_frozen_blocks` refuses)."""
+    from studio.core.families import family
+
+    count = config.model.blocks_to_swap
+    if count == 0:
+        return []
+    blocks = repeated_blocks(denoiser, family(config.model.family).checkpointed_blocks)
+    return blocks[len(blocks) - count:] if count < len(blocks) else []
+
+
 def swap_frozen_blocks(config: Any, denoiser: torch.nn.Module, device: torch.device) -> BlockSwap | None:
     """model.blocks_to_swap applied to the run's denoiser, once it is on `device` with its LoRA (and after data
     parallelism has copied rank 0's weights: the swapped weights are frozen, so it never touches them again)."""

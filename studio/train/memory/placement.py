@@ -48,14 +48,16 @@ class FrozenOffload:
     def resident(self, names: Iterable[str] | None = None) -> Iterator[None]:
         """The named modules (default: all) on the training device for the block, then off again.
 
-        Names that were never added are ignored: a module that is not parked is where it works.
+        Names that were never added are ignored: a module that is not parked is where it works. A module that
+        fails to come (the GPU out of memory half-way through a text encoder, which a sample survives) goes
+        back with the others: none stays on the GPU beside the training, nor half there for the next sample.
         """
         wanted = self.parked if names is None else self.parked & set(names)
         brought = sorted(wanted)
         try:
             for name in brought:
-                self.modules[name].to(self.device)
                 self.parked.discard(name)
+                self.modules[name].to(self.device)
             yield
         finally:
             self._park(brought)

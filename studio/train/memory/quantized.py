@@ -18,13 +18,16 @@ mixed precision, runs beside it; so the adapter file is the same as over the ful
 loads on it. The backward pass widens the quantized weights again instead of keeping wide copies, so it
 composes with gradient checkpointing. The denoiser waits in system memory while the caches fill; then each
 layer is quantized onto the training device, so the GPU never holds the base at full width, nor the
-quantized layers beside the text encoders.
+quantized layers beside the text encoders. The layers of the blocks model.blocks_to_swap keeps in system
+memory go back there once quantized: the GPU never holds those blocks whole, not even while quantizing.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -36,6 +39,7 @@ from studio.train.memory.fp8 import SKIPPED, _WidenedLinear, narrow_base
 MIN_VERSION = (0, 49)  # its CPU quantization (pyproject's cuda extra asks for the same)
 INT8_MAX = 127
 SCALE = "int8_scale"  # the buffer of an int8 layer's row scales
+HOST = torch.device("cpu")  # where a swapped block's quantized layers wait
 
 
 class Int8Linear(torch.nn.Linear):
@@ -108,23 +112,69 @@ def _nf4_layer(bnb: Any, layer: torch.nn.Linear, compute_dtype: torch.dtype, dev
     return new
 
 
-def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dtype, device: torch.device) -> list[str]:
+class _SwappedNf4Product(torch.autograd.Function):
+    """A swapped block's nf4 layer: bitsandbytes' own product, its packed weight kept for the backward as a
+    saved tensor. bitsandbytes' autograd function keeps it as a plain attribute, out of reach of the
+    saved-tensor hooks with which model.blocks_to_swap lets a block's GPU copy go after its forward: every
+    swapped block's copy stayed on the GPU until the backward pass, and the swap saved nothing."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, layer: torch.nn.Module) -> torch.Tensor:
+        ctx.save_for_backward(weight)
+        ctx.quant_state, ctx.compute_dtype = weight.quant_state, layer.compute_dtype  # type: ignore[attr-defined]
+        out: torch.Tensor = super(type(layer), layer).forward(x)  # type: ignore[misc]  # bitsandbytes', unrecorded
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        from bitsandbytes.functional import dequantize_4bit
+
+        (weight,) = ctx.saved_tensors
+        dtype = ctx.compute_dtype or grad.dtype
+        wide = dequantize_4bit(weight, ctx.quant_state).to(dtype)
+        return grad.to(dtype).matmul(wide), None, None
+
+
+@functools.cache
+def _swapped_nf4(linear4bit: type) -> type:
+    """bitsandbytes' nf4 layer computing through `_SwappedNf4Product` (made once bitsandbytes is imported)."""
+
+    class SwappedLinear4bit(linear4bit):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = _SwappedNf4Product.apply(x, self.weight, self)
+            return out
+
+    return SwappedLinear4bit
+
+
+def quantize_base(denoiser: torch.nn.Module, kind: str, compute_dtype: torch.dtype, device: torch.device,
+                  swapped: Sequence[torch.nn.Module] = (), host: torch.device = HOST) -> list[str]:
     """Turn the frozen Linear layers of `denoiser` into `kind` (int8 | nf4) ones, quantized on the training
     `device` one layer at a time; the turned names. Call it after the adapter is added (its layers are
     trainable and stay as they are), while the denoiser waits in system memory once the caches are filled:
-    the rest of it follows to the device with the other frozen modules."""
+    the rest of it follows to the device with the other frozen modules. The layers inside the `swapped`
+    blocks (model.blocks_to_swap) go back to `host` once quantized, where the swap takes their copies."""
     bnb = bitsandbytes() if kind == "nf4" else None
     skipped = _skipped(denoiser)
+    in_swapped = {id(m) for block in swapped for m in block.modules()}
     converted: list[str] = []
     for name, module in list(denoiser.named_modules()):
         if not _quantizable(name, module, skipped) or module.weight.requires_grad:
             continue
+        turned: torch.nn.Module = module
         if bnb is None:
             _int8_in_place(module, device)
         else:
+            turned = _nf4_layer(bnb, module, compute_dtype, device)
             parent_name, _, child = name.rpartition(".")
             parent = denoiser.get_submodule(parent_name) if parent_name else denoiser
-            setattr(parent, child, _nf4_layer(bnb, module, compute_dtype, device))
+            setattr(parent, child, turned)
+        if id(module) in in_swapped:
+            turned.to(host)
+            if bnb is not None:
+                turned.__class__ = _swapped_nf4(bnb.nn.Linear4bit)
         converted.append(name)
     narrow_base(denoiser, converted, compute_dtype, ("weight", SCALE) if bnb is None else ("weight",))
     return converted
