@@ -90,12 +90,12 @@ def denoiser_waits_for_caches(config: TrainConfig, sharded: bool) -> bool:
     phase holds the encoders and the VAE only): with a cache, unless the run is sharded (FSDP places the
     shards as it wraps them) or DreamBooth renders class images with the denoiser first. With
     model.blocks_to_swap it always waits there: its swapped blocks never come to the GPU whole. A base
-    quantized by model.quantized_base always waits too: it is quantized from there onto the GPU once the
-    caches are filled, so the GPU never holds it at full width."""
-    training, method = config.training, config.method
-    if config.model.blocks_to_swap:
+    stored in fewer bits (model.quantized_base, model.fp8_base) always waits too, caches or none: it is
+    narrowed there, or quantized from there onto the GPU, so the GPU never holds it at full width."""
+    training, method, model = config.training, config.method, config.model
+    if model.blocks_to_swap:
         return True
-    if config.model.quantized_base != "none" and method.kind == "lora" and not sharded:
+    if (model.quantized_base != "none" or model.fp8_base) and method.kind == "lora" and not sharded:
         return True
     if sharded or not (training.cache_text_embeddings or training.cache_latents):
         return False
