@@ -61,7 +61,7 @@ from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
 from studio.train.progress.hold import StepHold
-from studio.train.progress.phase_clock import PhaseClock
+from studio.train.progress.phase_clock import PhaseClock, device_sync
 from studio.train.progress.reporting import Reporter
 from studio.train.progress.step_meter import Report, StepMeter, step_cost
 from studio.train.runtime import StopSignal, all_devices, gpu_total_mb, warn_before_loading, weight_dtype
@@ -97,7 +97,7 @@ class Trainer:
         self.stop_agreed = False  # what the last read-back said (several processes)
         self.spill: SpillWatch | None = None  # Windows' spill of GPU memory into system memory (setup)
         self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
-        self.clock = PhaseClock()  # where the run's time goes (the run_finished event's phases)
+        self.clock = PhaseClock(device_sync(accelerator.device))  # where the run's time goes (run_finished's phases)
 
     @property
     def offload_device(self) -> torch.device:

@@ -11,7 +11,7 @@ from studio.core.runs.events import Phase, RunFinished
 from studio.core.runs.records.outcome import outcome_line
 from studio.core.runs.records.phase_times import phase_summary
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 
 def test_a_run_s_phases_are_each_timed_and_add_up_to_its_wall_time(make_config, run_training, events_of,
@@ -72,6 +72,32 @@ def test_the_phase_clock_counts_every_second_once(monkeypatch: pytest.MonkeyPatc
     now[0] += 0.5
     assert {p.name: p.seconds for p in clock.totals()} == {"steps": 5.5, "sampling": 2.0, "compiling": 1.5,
                                                            "other": 1.5}
+
+
+def test_on_a_gpu_the_work_a_part_queued_is_counted_in_that_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host runs ahead of the GPU: the steps queued before a sample are the steps' time, not the
+    sample's, and the sample's own queued work is the sample's, not the steps' after it."""
+    from studio.train.progress import phase_clock
+
+    now, queued = [100.0], [0.0]
+    monkeypatch.setattr(phase_clock.time, "monotonic", lambda: now[0])
+
+    def synchronize() -> None:  # the host waits for what the GPU still has to do
+        now[0] += queued[0]
+        queued[0] = 0.0
+
+    clock = phase_clock.PhaseClock(synchronize)
+    with clock.timed("steps"):
+        now[0] += 1  # the host queues the steps in 1 s ...
+        queued[0] = 3.0  # ... that the GPU needs 3 s more for
+        with clock.timed("sampling"):
+            now[0] += 2
+            queued[0] = 0.5  # the last decode, still on the GPU when the sample returns
+        now[0] += 1
+    seconds = {p.name: p.seconds for p in clock.totals()}
+    assert seconds["steps"] == 5.0 and seconds["sampling"] == 2.5
+    assert phase_clock.device_sync(torch.device("cpu")) is None
+    assert callable(phase_clock.device_sync(torch.device("cuda")))  # the trainer's clock on a GPU waits there
 
 
 def test_the_fp8_conversion_of_a_low_vram_run_is_its_own_phase(make_config, run_training, events_of,

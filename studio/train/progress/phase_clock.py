@@ -4,13 +4,18 @@ Parts nest (a sample inside the steps, text encoding inside the caching): enteri
 part it interrupts, so the totals add up to the wall time and no second is counted twice. Time no
 part claims (setting up the optimizer, handing modules to accelerate) is "other". The totals go
 on the `run_finished` event (studio.core.runs.records.phase_times shows them).
+
+On a GPU the host runs ahead of the work it queues: without a wait at each boundary, the steps
+queued before a sample would be counted in the sample. With `sync` (the device's synchronize),
+every part is charged for the GPU work it queued; a boundary comes at a sample, a checkpoint or a
+validation, never inside a step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from studio.core.runs.events import PhaseTime
@@ -19,13 +24,15 @@ OTHER = "other"
 
 
 class PhaseClock:
-    def __init__(self) -> None:
+    def __init__(self, sync: Callable[[], None] | None = None) -> None:
         self.began = time.monotonic()
         self.seconds: dict[str, float] = {}  # in the order parts first came
         self._stack: list[tuple[str, float]] = []  # (part, when it last resumed)
+        self._sync = sync or (lambda: None)
 
     @contextlib.contextmanager
     def timed(self, name: str) -> Iterator[None]:
+        self._sync()  # what the part it interrupts queued is that part's
         now = time.monotonic()
         if self._stack:
             outer, since = self._stack[-1]
@@ -35,6 +42,7 @@ class PhaseClock:
         try:
             yield
         finally:
+            self._sync()
             done = time.monotonic()
             _name, since = self._stack.pop()
             self._add(name, done - since)
@@ -65,6 +73,15 @@ class PhaseClock:
         rest = (now - self.began) - sum(seconds.values())
         out = [PhaseTime(name, round(value, 3)) for name, value in seconds.items()]
         return [*out, PhaseTime(OTHER, round(max(0.0, rest), 3))]
+
+
+def device_sync(device: Any) -> Callable[[], None] | None:
+    """The wait for `device`'s queued work at a part's boundary: a GPU's synchronize; None on the CPU."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    return lambda: torch.cuda.synchronize(device)
 
 
 def run_times(trainer: Any) -> tuple[list[PhaseTime], float | None]:
