@@ -119,6 +119,19 @@ def test_cached_latents_move_to_the_device_when_they_fit_the_budget() -> None:
     assert cache.batch([2, 0], meta, torch.float32).shape == (2, 4, 8, 8)
 
 
+def test_the_latents_kept_on_a_capped_gpu_are_a_share_of_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A preset proven under STUDIO_GPU_CAP_MB on a larger card keeps the latents its own card would."""
+    from types import SimpleNamespace
+
+    from studio.train.data import cache
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=141 * 2**30))
+    monkeypatch.delenv("STUDIO_GPU_CAP_MB", raising=False)
+    assert cache.gpu_cache_budget(torch.device("cuda")) == int(141 * 2**30 * cache.GPU_CACHE_FRACTION)
+    monkeypatch.setenv("STUDIO_GPU_CAP_MB", "5600")
+    assert cache.gpu_cache_budget(torch.device("cuda")) == int(5600 * 2**20 * cache.GPU_CACHE_FRACTION)
+
+
 def _launch_args(*extra: str):
     from accelerate.commands.launch import launch_command_parser
 

@@ -21,6 +21,7 @@ from studio.train.data.controls import control_pixels, edit_caption_key, encode_
 from studio.train.data.items import TrainItem, load_image
 from studio.train.data.masks import latent_mask, mask_source
 from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.memory.cap import cap_mb
 from studio.train.memory.transfer import to_device
 
 Progress = Callable[[str, int, int], None]
@@ -30,10 +31,15 @@ GPU_CACHE_FRACTION = 0.03
 
 
 def gpu_cache_budget(device: torch.device) -> int:
-    """Bytes of cached latents kept on `device` (none on the CPU)."""
+    """Bytes of cached latents kept on `device` (none on the CPU): a share of the card, or of the memory
+    STUDIO_GPU_CAP_MB leaves the run (a preset proven on a larger card keeps what its own card would)."""
     if device.type != "cuda":
         return 0
-    return int(torch.cuda.get_device_properties(device).total_memory * GPU_CACHE_FRACTION)
+    total = torch.cuda.get_device_properties(device).total_memory
+    cap = cap_mb()
+    if cap is not None:
+        total = min(total, int(cap * 2**20))
+    return int(total * GPU_CACHE_FRACTION)
 
 
 def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
