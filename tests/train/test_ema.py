@@ -40,6 +40,47 @@ def test_the_average_moves_every_n_steps_and_swaps_in_exactly() -> None:
     assert torch.equal(layer.weight.detach(), trained)  # the trained weights back, bit for bit
 
 
+def test_an_average_kept_on_the_cpu_visits_the_gpu_a_piece_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """training.ema_on_cpu is there to save GPU memory: its update brings a piece of the average at a time
+    (the whole one with the update's temporary took twice the trained weights), and averages exactly as an
+    update of the whole does."""
+    from studio.core.config.schema import ModelSection, TrainConfig
+    from studio.train.weights import ema
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32), torch.nn.Linear(32, 8))
+    params = list(model.parameters())  # 4160 + 2080 + 264 weights: 16,640 + 8,320 + 1,056 bytes
+    limit = 20_000
+    monkeypatch.setattr(ema, "PIECE_BYTES", limit)
+
+    def average(on_cpu: bool, device: Any) -> Any:
+        config = TrainConfig(model=ModelSection(family="sd15", base="x"),
+                             training=TrainingSection(ema=True, ema_decay=0.9, ema_on_cpu=on_cpu))
+        return ema.WeightAverage(params, config, device)
+
+    whole = average(False, torch.device("cpu"))
+    kept = average(True, torch.device("cpu", 0))  # a device other than its home: the visits happen
+    visits: list[int] = []
+    step = kept.average.step
+
+    def counted(parameters: Any) -> None:
+        visits.append(sum(s.numel() * s.element_size() for s in kept.average.shadow_params))
+        step(parameters)
+
+    kept.average.step = counted
+    for number in range(1, 4):
+        with torch.no_grad():
+            for param in params:
+                param.add_(torch.randn_like(param))
+        whole.update(number)
+        kept.update(number)
+    assert max(visits) <= limit and len(visits) == 3 * 2  # two pieces an update, never the whole average
+    assert kept.average.optimization_step == whole.average.optimization_step == 3
+    assert all(torch.equal(a, b) for a, b in zip(kept.average.shadow_params, whole.average.shadow_params,
+                                                  strict=True))
+    assert all(s.device == torch.device("cpu") for s in kept.average.shadow_params)
+
+
 def test_the_settings_that_need_the_average_are_refused_without_it() -> None:
     from studio.core.config.schema import ModelSection, TrainConfig
 

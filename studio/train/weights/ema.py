@@ -3,7 +3,9 @@
 diffusers' `EMAModel` keeps the average: each update, every `training.ema_every` optimizer steps,
 moves it towards the weights by 1 - decay: the first update copies the weights, the n-th keeps
 n / (n + 9) of the average, until that reaches `training.ema_decay`. With `training.ema_on_cpu` the average lives in CPU
-memory and visits the training device only for its update (as diffusers' examples offload it).
+memory and visits the training device only for its update, a piece of at most PIECE_BYTES at a time: the
+whole average at once, with the update's temporary of the same size, took twice the trained weights on
+the GPU, over the step's own peak for a full fine-tune (the estimate counts none of it there).
 
 A checkpoint holds it as `ema.safetensors` (fp32, exact) and `ema.json` (the update count), so a
 resumed run goes on with the very average a straight run has. The finished run writes it beside the
@@ -26,6 +28,20 @@ from studio.train.errors import TrainError
 
 EMA_WEIGHTS = "ema.safetensors"
 EMA_STATE = "ema.json"
+PIECE_BYTES = 256 * 2**20  # of the average on the GPU at once while a CPU-kept one is updated
+
+
+def pieces(tensors: list[torch.Tensor], limit: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of consecutive runs of `tensors` of at most `limit` bytes each (a larger one alone)."""
+    start, size = 0, 0
+    for index, tensor in enumerate(tensors):
+        nbytes = tensor.numel() * tensor.element_size()
+        if index > start and size + nbytes > limit:
+            yield start, index
+            start, size = index, 0
+        size += nbytes
+    if start < len(tensors):
+        yield start, len(tensors)
 
 
 class WeightAverage:
@@ -46,11 +62,19 @@ class WeightAverage:
         """After optimizer step `step`: one update of the average when it is due."""
         if step % self.every:
             return
-        if self.home != self.device:
-            self.average.to(device=self.device, non_blocking=True)
-        self.average.step(self.params)
-        if self.home != self.device:
-            self.average.to(device=self.home)
+        if self.home == self.device:
+            self.average.step(self.params)
+            return
+        average, kept, updates = self.average, self.average.shadow_params, self.average.optimization_step
+        try:
+            for start, end in pieces(kept, PIECE_BYTES):
+                average.shadow_params = [s.to(self.device, non_blocking=True) for s in kept[start:end]]
+                average.optimization_step = updates  # every piece at the same decay: one update in all
+                average.step(self.params[start:end])
+                for home, visited in zip(kept[start:end], average.shadow_params, strict=True):
+                    home.copy_(visited)
+        finally:
+            average.shadow_params = kept
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
