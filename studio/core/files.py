@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -29,6 +30,31 @@ TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 STALE_TEMP_S = 300.0
 
 
+# How long a replace on Windows is tried again while another program has the file open.
+REPLACE_PATIENCE_S = 2.0
+
+
+def replace(source: str | Path, target: str | Path) -> None:
+    """`os.replace`, tried again on Windows for up to REPLACE_PATIENCE_S while another program has `target`
+    open: Windows refuses to replace an open file, and its antivirus scan or search indexer opens a file
+    just written for a moment, so a caption or a settings file saved twice in a row failed now and then."""
+    deadline: float | None = None
+    pause = 0.01
+    while True:
+        try:
+            os.replace(source, target)
+            return
+        except PermissionError:
+            if sys.platform != "win32":
+                raise
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + REPLACE_PATIENCE_S
+            if now >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, fsync, then rename over `path`."""
     path = Path(path)
@@ -41,7 +67,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         if path.exists():
             with contextlib.suppress(OSError):
                 os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
+        replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

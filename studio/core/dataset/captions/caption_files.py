@@ -26,6 +26,7 @@ from studio.core.dataset.captions.caption_guard import (
     replace_unchanged,
 )
 from studio.core.dataset.captions.caption_sources import decode_caption
+from studio.core.files import replace
 
 # Past this many files the fsyncs run side by side: the filesystem commits them together.
 _PARALLEL_SYNC_FILES = 8
@@ -86,7 +87,7 @@ def _write_locked(texts: Mapping[Path, str], unchanged: Mapping[Path, Snapshot |
                 if path in unchanged:
                     replace_unchanged(tmp, path, unchanged[path])
                 else:
-                    os.replace(tmp, path)
+                    replace(tmp, path)
                 folders.add(os.path.dirname(tmp))
             except OSError as exc:
                 failed[path] = exc

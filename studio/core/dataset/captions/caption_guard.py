@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studio.core.dataset.captions.caption_sources import CAPTION_EXTENSIONS, METADATA_FILE
-from studio.core.files import STALE_TEMP_S, TEMP_NAME, leftover_temp_files, try_lock, unlock
+from studio.core.files import STALE_TEMP_S, TEMP_NAME, leftover_temp_files, replace, try_lock, unlock
 
 FOLDER_LOCK = ".studio-captions.lock"
 # The captioner's progress file lives in the dataset folder and is written by the same writer.
@@ -205,7 +205,7 @@ def replace_unchanged(tmp: str, target: Path, before: Snapshot | None) -> None:
             return
         if read_snapshot(target) != before:
             raise FileChanged(target)
-        os.replace(tmp, target)
+        replace(tmp, target)
     finally:
         if os.path.lexists(tmp):
             _unlink(tmp)
