@@ -7,6 +7,7 @@ here as CloudError with SkyPilot's own words, which name the cloud, the quota or
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -25,9 +26,15 @@ def _sky() -> Any:
 class SkyPilotApi:
     def _task(self, task_file: Path) -> Any:
         try:
-            return _sky().Task.from_yaml(str(task_file))
+            task = _sky().Task.from_yaml(str(task_file))
         except Exception as exc:  # SkyPilot's schema errors are many types; all are the file's fault
             raise CloudError(f"SkyPilot cannot read {task_file}: {exc}") from None
+        # SkyPilot reads a relative workdir against the folder the studio was started from; the bundle's
+        # `workdir: .` is the bundle itself, the files that must reach the cluster.
+        workdir = getattr(task, "workdir", None)
+        if isinstance(workdir, str) and not os.path.isabs(os.path.expanduser(workdir)):
+            task.workdir = str(task_file.resolve().parent / workdir)
+        return task
 
     def _call(self, what: str, request: Any, stream: bool = False) -> Any:
         sky = _sky()

@@ -123,3 +123,21 @@ def test_a_spot_task_resumes_the_newest_unfinished_run(demo: Project, tmp_path: 
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == f"resume:{cut}"
     assert start_run([str(config), "--processes", "1"]) == 0  # without the flag: a new run folder
+
+
+def test_a_launch_sends_the_bundle_whatever_folder_the_studio_was_started_from(demo: Project,
+                                                                              tmp_path: Path) -> None:
+    if not SKY_PYTHON.is_file():
+        pytest.skip(f"SkyPilot's environment is not at {SKY_PYTHON} (python3 dev.py test makes it)")
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    elsewhere = tmp_path / "started-here"
+    elsewhere.mkdir()
+    # The studio's adapter reads the task; SkyPilot then expands the workdir as its launch does.
+    read = ("import sys; from pathlib import Path; from studio.core.cloud.skypilot import SkyPilotApi\n"
+            "task = SkyPilotApi()._task(Path(sys.argv[1])); task.expand_and_validate_workdir(); print(task.workdir)")
+    done = subprocess.run([str(SKY_PYTHON), "-c", read, str(report.out_dir / SKY_FILE)], capture_output=True,
+                          text=True, timeout=600, cwd=elsewhere,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), SKYPILOT_DISABLE_USAGE_COLLECTION="1",
+                                   HOME=str(tmp_path)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert Path(done.stdout.strip().splitlines()[-1]) == report.out_dir.resolve()
