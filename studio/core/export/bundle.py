@@ -265,6 +265,7 @@ def _cloud_info(plan: BundlePlan, dataset_bytes: int) -> dict[str, Any]:
     catalogue = load_catalogue()
     wanted = accelerators(plan.gpu, plan.gpus, catalogue, plan.vram)
     info = {"gpus_per_node": plan.gpus, "nodes": plan.nodes,
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "disk_needed_mb": _disk_needed_mb(plan.bundle, plan.base_kind),
             "dataset": {"bytes": dataset_bytes}}
     cost = hourly_cost(plan.gpu, plan.gpus, plan.nodes, catalogue, wanted)

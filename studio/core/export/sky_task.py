@@ -92,18 +92,33 @@ def sky_task(name: str, info: dict[str, Any], resources_accelerators: str | dict
     }
     if options.bucket:
         task["file_mounts"] = {OUTPUTS_MOUNT: {"source": options.bucket, "mode": "MOUNT"}}
-    task["setup"] = SETUP
+    task["setup"] = setup_script(str(info.get("python") or DEFAULT_PYTHON))
     task["run"] = RUN_WITH_BUCKET if options.bucket else RUN
     return task
 
 
-SETUP = """\
+DEFAULT_PYTHON = "3.11"  # the oldest Python the studio runs on
+# The bundle's own environment on every node, apart from the image's Python and SkyPilot's.
+ENV_DIR = "$HOME/studio-env"
+
+
+def setup_script(python: str) -> str:
+    """Install requirements.txt into an environment with `python` (the exporting Python's version).
+
+    A cloud image's python3 is often older than the studio needs (3.10 on Ubuntu 22.04 images, where the
+    pinned packages do not install and check.sh fails), may lack python3-venv, and its user may have no
+    sudo: uv makes the environment with that Python (fetched when the image has none) as the user."""
+    return f"""\
 set -e
-python3 -m pip install --upgrade pip
-python3 -m pip install -r requirements.txt
+export PATH="$HOME/.local/bin:$PATH"
+command -v uv >/dev/null 2>&1 || curl -LsSf https://astral.sh/uv/install.sh | sh
+uv venv --allow-existing --seed --python {python} "{ENV_DIR}"
+uv pip install --python "{ENV_DIR}/bin/python" -r requirements.txt
 """
 
-_RUN_CORE = """\
+
+_RUN_CORE = f"""\
+export PYTHON="{ENV_DIR}/bin/python"
 export NUM_MACHINES="$SKYPILOT_NUM_NODES"
 export MACHINE_RANK="$SKYPILOT_NODE_RANK"
 export GPUS_PER_NODE="$SKYPILOT_NUM_GPUS_PER_NODE"

@@ -70,7 +70,7 @@ def test_skypilot_reads_the_tasks_of_one_gpu_eight_gpus_two_nodes_and_any_gpu(de
     assert all(count == 2 for candidate in read[3]["accelerators"] for count in candidate.values())  # type: ignore[union-attr]
     for task in read:
         assert "./launch.sh --check" in str(task["run"]) and 'MACHINE_RANK="$SKYPILOT_NODE_RANK"' in str(task["run"])
-        assert "pip install -r requirements.txt" in str(task["setup"])
+        assert "-r requirements.txt" in str(task["setup"])
 
 
 def test_the_readme_gives_the_one_command_and_the_price_per_hour(demo: Project, tmp_path: Path) -> None:
@@ -141,3 +141,37 @@ def test_a_launch_sends_the_bundle_whatever_folder_the_studio_was_started_from(d
                                    HOME=str(tmp_path)))
     assert done.returncode == 0, done.stderr[-3000:]
     assert Path(done.stdout.strip().splitlines()[-1]) == report.out_dir.resolve()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SkyPilot runs the task's scripts with bash on Linux")
+def test_the_task_trains_with_the_exported_python_on_an_image_whose_python3_is_older(demo: Project,
+                                                                                    tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    task = yaml.safe_load((report.out_dir / SKY_FILE).read_text(encoding="utf-8"))
+    # A rented machine: Ubuntu 22.04's python3 (3.10), on which the pinned packages do not install, and uv
+    # (a stand-in that makes the environment with this interpreter and records what it was asked).
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 'Python 3.10: no numpy==2.4 for it' >&2\nexit 1\n")
+    (bin_dir / "uv").write_text(f"""#!/bin/sh
+echo "uv $*" >> "$HOME/uv.log"
+if [ "$1" = venv ]; then for last; do :; done; mkdir -p "$last/bin"; ln -sf {sys.executable} "$last/bin/python"; fi
+""")
+    (report.out_dir / "launch.sh").write_text("#!/bin/sh\n\"$PYTHON\" -c 'import sys; print(sys.version_info[:2])'\n")
+    for script in (*bin_dir.iterdir(), report.out_dir / "launch.sh"):
+        script.chmod(0o755)
+    env = {"HOME": str(home), "PATH": f"{bin_dir}:/usr/bin:/bin", "SKYPILOT_NUM_NODES": "1",
+           "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_GPUS_PER_NODE": "1", "SKYPILOT_NODE_IPS": "10.0.0.1"}
+
+    setup = subprocess.run(["bash", "-c", task["setup"]], cwd=report.out_dir, env=env, capture_output=True, text=True)
+    assert setup.returncode == 0, setup.stderr
+    run = subprocess.run(["bash", "-c", task["run"]], cwd=report.out_dir, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+    exported = f"{sys.version_info.major}.{sys.version_info.minor}"
+    asked = (home / "uv.log").read_text()
+    assert f"--python {exported} {home}/studio-env" in asked
+    assert f"pip install --python {home}/studio-env/bin/python -r requirements.txt" in asked
+    assert run.stdout.strip().splitlines()[-1] == str(tuple(sys.version_info[:2]))  # launch.sh got that Python
