@@ -70,7 +70,10 @@ class SkyPilotApi:
         records = self._call(f"read the status of {cluster}", sky.status(cluster_names=[cluster]))
         if not records:
             return ClusterState(cluster, "gone")
-        status = str(getattr(records[0], "status", "?")).rsplit(".", 1)[-1]
+        # A record is a mapping up to SkyPilot 0.10, an object with attributes after.
+        record = records[0]
+        found = record.get("status", "?") if isinstance(record, dict) else getattr(record, "status", "?")
+        status = str(found).rsplit(".", 1)[-1]
         jobs = self._call(f"read the job of {cluster}", sky.job_status(cluster)) if status == "UP" else {}
         job = next(iter(jobs.values()), None) if jobs else None
         return ClusterState(cluster, status, None if job is None else str(job).rsplit(".", 1)[-1])
