@@ -129,11 +129,14 @@ export MAIN_PROCESS_IP="$(echo "$SKYPILOT_NODE_IPS" | head -n 1)"
 RUN = "set -e\n" + _RUN_CORE
 
 # The runs folder on the bucket: checkpoints outlive a preempted machine, results need no copying back.
+# Each launch has a folder of its own there (a managed spot job keeps its task id when it starts again), so
+# the studio follows, resumes and brings back this launch's run, never an earlier launch's on the same bucket.
 RUN_WITH_BUCKET = f"""\
 set -e
-mkdir -p {OUTPUTS_MOUNT}/runs
+OUTPUTS="{OUTPUTS_MOUNT}/runs/${{SKYPILOT_TASK_ID:-studio}}"
+mkdir -p "$OUTPUTS"
 if [ -d runs ] && [ ! -L runs ]; then rmdir runs 2>/dev/null || mv runs runs.local; fi
-ln -sfn {OUTPUTS_MOUNT}/runs runs
+ln -sfn "$OUTPUTS" runs
 """ + _RUN_CORE
 
 

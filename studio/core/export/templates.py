@@ -119,7 +119,8 @@ def _cloud_text(info: dict[str, Any]) -> str:
         f"(autostop, then down); `sky down {cloud['cluster']}` ends it at once.",
     ]
     if cloud["bucket"]:
-        lines.append(f"- The run folders are written to `{cloud['bucket']}/runs/` (mounted at /studio-outputs).")
+        lines.append(f"- The run folders are written to `{cloud['bucket']}/runs/<SkyPilot task id>/` (mounted at "
+                     "/studio-outputs), one folder per launch.")
     else:
         lines.append(f"- Bring the results back: `rsync -a {cloud['cluster']}:sky_workdir/runs/ ./runs-remote/` "
                      "before the cluster goes down.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,35 @@ if [ "$1" = venv ]; then for last; do :; done; mkdir -p "$last/bin"; ln -sf {sys
     assert f"--python {exported} {home}/studio-env" in asked
     assert f"pip install --python {home}/studio-env/bin/python -r requirements.txt" in asked
     assert run.stdout.strip().splitlines()[-1] == str(tuple(sys.version_info[:2]))  # launch.sh got that Python
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SkyPilot runs the task's scripts with bash on Linux")
+def test_a_launch_onto_a_bucket_with_an_earlier_run_follows_only_its_own(demo: Project, tmp_path: Path) -> None:
+    from studio.core.cloud.run import _NEWEST, WORKDIR
+
+    yaml = pytest.importorskip("yaml")
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True,
+                           cloud=CloudOptions(bucket="s3://studio-runs/demo"))
+    task = yaml.safe_load((report.out_dir / SKY_FILE).read_text(encoding="utf-8"))
+    bucket = tmp_path / "bucket"  # what SkyPilot mounts at /studio-outputs on every cluster
+    run_script = str(task["run"]).replace("/studio-outputs", str(bucket))
+
+    def launch(cluster: str, trains: bool) -> Path:
+        """A new cluster: the bundle as its workdir, the task's run with launch.sh making its run folder."""
+        home = tmp_path / cluster
+        workdir = home / WORKDIR
+        shutil.copytree(report.out_dir, workdir)
+        (workdir / "launch.sh").write_text("#!/bin/sh\nmkdir -p runs/20260101-000000-demo\n"
+                                           ": > runs/20260101-000000-demo/events.jsonl\n" if trains else "#!/bin/sh\n")
+        (workdir / "launch.sh").chmod(0o755)
+        env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SKYPILOT_TASK_ID": f"sky-2026_{cluster}_1",
+               "SKYPILOT_NUM_NODES": "1", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NODE_IPS": "10.0.0.1"}
+        done = subprocess.run(["bash", "-c", run_script], cwd=workdir, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return home
+
+    launch("earlier", trains=True)
+    home = launch("now", trains=False)  # still installing: no run folder of its own yet
+    # The run folder the studio follows (and brings back) there: none yet, never the earlier launch's.
+    found = subprocess.run(["sh", "-c", f'{_NEWEST}; printf %s "$d"'], cwd=home, capture_output=True, text=True)
+    assert found.stdout == ""
