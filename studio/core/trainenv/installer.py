@@ -182,7 +182,15 @@ def _link_studio(plan: InstallPlan) -> None:
     check = check_env(plan.folder, [])
     if not check.runs or not check.purelib:
         raise StepFailed("link", f"the environment's Python does not run: {check.error}", plan.folder / LOG_FILE)
-    atomic_write_text(Path(check.purelib) / PTH_FILE, f"{plan.studio_source}\n")
+    atomic_write_text(Path(check.purelib) / PTH_FILE, pth_text(plan.studio_source))
+
+
+def pth_text(source: Path) -> str:
+    """The .pth file's line that puts `source` on the path. Python 3.11 and 3.12 read .pth files in the
+    locale's encoding (on Windows the ANSI code page, not UTF-8), so a folder with letters outside ASCII (a
+    Windows user name such as José) would come out garbled: it is added by an all-ASCII import line instead."""
+    text = str(source)
+    return f"{text}\n" if text.isascii() else f"import sys; sys.path.append({text!a})\n"
 
 
 def _verify(plan: InstallPlan, log: Path, reader: OutputReader, progress: ProgressCallback | None,
