@@ -2,8 +2,8 @@
 
 The newest CUDA build the driver can run (NVML reports the newest CUDA version the driver
 supports) that has kernels for every NVIDIA GPU of the machine (a GTX 10-series card gets
-the CUDA 12.6 build); the CPU build when there is no NVIDIA GPU; PyPI's own build on macOS (it
-uses the GPU through MPS). A driver older than every CUDA build is named, with the driver version that
+the CUDA 12.6 build); the CPU build when there is no NVIDIA GPU; PyPI's own build on macOS (the
+trainer runs on the CPU there: it trains on NVIDIA GPUs through CUDA). A driver older than every CUDA build is named, with the driver version that
 would do.
 """
 
@@ -16,7 +16,7 @@ from studio.core.hardware.report import HardwareReport
 from studio.core.trainenv.packages import torch_builds_table
 
 CPU = "cpu"
-DEFAULT = "default"  # PyPI's build: MPS on macOS
+DEFAULT = "default"  # PyPI's build (macOS)
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,9 @@ def choose_torch_build(report: HardwareReport, platform: str = sys.platform, tag
         kind = "cuda" if tag.startswith("cu") else tag
         return TorchBuild(tag, url, f"chosen by hand ({tag})", disk_gb=float(disk.get(kind, 4)))
     if platform == "darwin":
-        return TorchBuild(DEFAULT, None, "macOS: PyPI's build, which trains on Apple GPUs through MPS",
-                          disk_gb=float(disk.get("default", 4)))
+        # The trainer's GPU is CUDA's (train/runtime.py); on a Mac it trains on the CPU, not the Apple GPU.
+        return TorchBuild(DEFAULT, None, "macOS: PyPI's build; training runs on the CPU here (the studio trains on "
+                          "NVIDIA GPUs, through CUDA), so it is very slow", disk_gb=float(disk.get("default", 4)))
     driver, cuda, names = nvidia_driver(report)
     if not names:
         return TorchBuild(CPU, f"{index}/{CPU}", "no NVIDIA GPU found: the CPU build (training is very slow)",

@@ -10,6 +10,7 @@ import pytest
 
 from studio.core.hardware.machine.probe import load_profile
 from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.trainenv.doctor import machine_findings
 from studio.core.trainenv.plan import make_plan
 from studio.core.trainenv.tools import EnvTool
 from studio.core.trainenv.torch_build import choose_torch_build
@@ -54,14 +55,18 @@ def test_a_gpu_older_than_every_build_gets_the_cpu_build_and_says_why() -> None:
     assert "compute capability 3.5" in build.reason and "very slow" in build.reason
 
 
-def test_no_nvidia_gpu_gets_the_cpu_build_and_macos_pypis() -> None:
+def test_no_nvidia_gpu_gets_the_cpu_build_and_macos_pypis(tmp_path: Path) -> None:
     no_gpu = load_profile("no-gpu")
     cpu = choose_torch_build(no_gpu, platform="linux")
     assert (cpu.tag, cpu.index_url) == ("cpu", "https://download.pytorch.org/whl/cpu")
     assert "very slow" in cpu.reason
     mac = choose_torch_build(no_gpu, platform="darwin")
     assert (mac.tag, mac.index_url) == ("default", None)
-    assert "MPS" in mac.reason
+    # The trainer's GPU is CUDA's: on a Mac it trains on the CPU, and the window says so.
+    assert "MPS" not in mac.reason and "training runs on the CPU" in mac.reason
+    found = machine_findings(no_gpu, mac, tmp_path, installed=True, platform="darwin")
+    assert [(f.code, f.severity) for f in found] == [("no_cuda_on_macos", "warning")]
+    assert "the trainer runs on the CPU" in found[0].message
 
 
 def test_a_driver_too_old_for_every_build_names_the_driver_that_would_do() -> None:
