@@ -38,7 +38,7 @@ from studio.core.trainenv.state import (
 from studio.core.trainenv.steps import Cancelled, StepFailed, run_logged
 from studio.core.trainenv.tools import UV, create_command, install_command, pip_has_raw_progress
 from studio.core.trainenv.verify import mismatched_versions, verify_command
-from studio.core.training_python import env_python
+from studio.core.training_python import env_python, pins_stamp
 
 STEPS = ("create", "torch", "packages", "link", "verify")
 LOCK_SUFFIX = ".lock"  # training-env.lock beside training-env: held while an install runs
@@ -141,7 +141,8 @@ def _install(plan: InstallPlan, progress: ProgressCallback | None, cancel: Cance
         facts = _run_step(plan, step, OutputReader(start), progress, cancel, force) or facts
         state.steps_done.append(step)
         write_state(plan.folder, state)
-    ready = {"stamp": plan.stamp(), "torch_build": plan.build.tag, "tool": plan.tool.kind, **facts}
+    ready = {"stamp": plan.stamp(), "torch_build": plan.build.tag, "tool": plan.tool.kind,
+             "studio_source": str(plan.studio_source), "pins": pins_stamp(plan.packages.constraints), **facts}
     write_ready(plan.folder, ready)
     return InstallResult(python, False, todo, time.monotonic() - started, ready)
 
