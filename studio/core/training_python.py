@@ -8,11 +8,13 @@ Python of its own, asks the person to set the environment up.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from pathlib import Path
 
-from studio.core.resources import is_frozen
+from studio.core.resources import app_root, is_frozen
 from studio.core.user_dirs import data_dir
 
 ENV_FOLDER = "training-env"
@@ -55,6 +57,33 @@ def default_training_python() -> str:
     return sys.executable
 
 
+def pins_stamp(constraints: Path | None = None) -> str:
+    """Changes when the package versions the studio pins (constraints/ci.txt) change."""
+    try:
+        text = (constraints or app_root() / "constraints" / "ci.txt").read_bytes()
+    except OSError:
+        return ""
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def made_for_this_app(folder: Path | None = None) -> bool:
+    """The complete environment links this copy of the app's code and holds the versions it pins.
+
+    An update unpacked into a new folder (the Windows download is a zip named after its version) leaves the
+    environment running the old copy's trainer; one with new pins leaves it holding the old packages. An
+    environment from before the install recorded these facts counts as made for this app.
+    """
+    try:
+        ready = json.loads(((folder or env_dir()) / READY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(ready, dict):
+        return False
+    source, pins = ready.get("studio_source"), ready.get("pins")
+    return (source is None or Path(source) == app_root()) and (pins is None or pins == pins_stamp())
+
+
 def needs_training_env(launch_python: str | None) -> bool:
-    """True when training cannot start until the studio's environment is set up (frozen app, none named)."""
-    return not launch_python and is_frozen() and ready_env_python() is None
+    """True when training cannot start until the studio's environment is set up, or brought up to date with
+    this app (frozen app, none named)."""
+    return not launch_python and is_frozen() and (ready_env_python() is None or not made_for_this_app())

@@ -20,7 +20,7 @@ from studio.core.runs.launch import training_python
 from studio.core.trainenv import doctor
 from studio.core.trainenv.installer import install, steps_to_run
 from studio.core.trainenv.state import PTH_FILE, STATE_FILE, check_env, read_state
-from studio.core.training_python import READY_FILE, env_python
+from studio.core.training_python import READY_FILE, env_python, made_for_this_app
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # runs pip in a new virtual environment (about 10 s)
@@ -49,6 +49,8 @@ def test_the_environment_runs_the_pinned_packages_and_this_studio(installed: Ins
     assert check.versions == {"torch": "2.13.0+cpu", "diffusers": "0.42.1", "transformers": "5.23.0"}
     assert Path(check.studio or "").resolve() == ROOT / "studio"
     assert (Path(check.purelib or "") / PTH_FILE).read_text().strip() == str(ROOT)
+    # The app it links and the pins it holds: the app after an update knows whether it is still its own.
+    assert ready["studio_source"] == str(ROOT) and ready["pins"] and made_for_this_app(folder)
 
 
 def test_a_second_install_with_nothing_changed_runs_nothing(installed: Installed) -> None:

@@ -70,6 +70,12 @@ def machine_findings(report: HardwareReport, build: TorchBuild, folder: Path, in
                              "no NVIDIA GPU answered (no NVIDIA driver, or it is not loaded): the environment "
                              "gets the CPU build of PyTorch, and training on the CPU is very slow",
                              "if the machine has an NVIDIA GPU, install its driver, restart, then " + _repair()))
+    if platform == "darwin":
+        found.append(Finding("no_cuda_on_macos", WARNING,
+                             "macOS has no CUDA: the trainer runs on the CPU, not the Mac's GPU, so training here "
+                             "is very slow (fine for the demo and small tests)",
+                             "train real runs on a machine with an NVIDIA GPU: the Export page makes the run "
+                             "a bundle for a remote or rented one"))
     free = free_gb(folder)
     if not installed and free < build.disk_gb:
         found.append(Finding("disk_space", ERROR,

@@ -9,14 +9,16 @@ it stopped in, and an install with nothing changed only checks and returns.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.files import atomic_write_text
+from studio.core.files import atomic_write_text, try_lock, unlock
 from studio.core.trainenv.plan import InstallPlan
 from studio.core.trainenv.progress import InstallProgress, OutputReader
 from studio.core.trainenv.sources import explain_failure
@@ -36,9 +38,10 @@ from studio.core.trainenv.state import (
 from studio.core.trainenv.steps import Cancelled, StepFailed, run_logged
 from studio.core.trainenv.tools import UV, create_command, install_command, pip_has_raw_progress
 from studio.core.trainenv.verify import mismatched_versions, verify_command
-from studio.core.training_python import env_python
+from studio.core.training_python import env_python, pins_stamp
 
 STEPS = ("create", "torch", "packages", "link", "verify")
+LOCK_SUFFIX = ".lock"  # training-env.lock beside training-env: held while an install runs
 ProgressCallback = Callable[[InstallProgress], None]
 CancelCheck = Callable[[], bool]
 
@@ -88,6 +91,32 @@ def steps_to_run(plan: InstallPlan, force: bool = False) -> list[str]:
 def install(plan: InstallPlan, progress: ProgressCallback | None = None, cancel: CancelCheck | None = None,
             force: bool = False) -> InstallResult:
     """Run the steps that are not done; raises Cancelled or StepFailed (with the log's path)."""
+    with _install_lock(plan.folder):
+        return _install(plan, progress, cancel, force)
+
+
+@contextmanager
+def _install_lock(folder: Path) -> Iterator[None]:
+    """One install at a time into a folder: a second one (another studio window, `studio-train env install`)
+    would clear the environment the first is making, or install into it at the same time. An OS lock on a
+    file beside the folder, dropped by the kernel however the install's process ends."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder.with_name(folder.name + LOCK_SUFFIX), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if not try_lock(fd):
+            raise StepFailed("install", f"another studio window (or studio-train env) is installing the training "
+                             f"environment in {folder} right now: wait until it finishes, then install again",
+                             folder / LOG_FILE)
+        try:
+            yield
+        finally:
+            unlock(fd)
+    finally:
+        os.close(fd)
+
+
+def _install(plan: InstallPlan, progress: ProgressCallback | None, cancel: CancelCheck | None,
+             force: bool) -> InstallResult:
     started = time.monotonic()
     python = env_python(plan.folder)
     todo = steps_to_run(plan, force)
@@ -112,7 +141,8 @@ def install(plan: InstallPlan, progress: ProgressCallback | None = None, cancel:
         facts = _run_step(plan, step, OutputReader(start), progress, cancel, force) or facts
         state.steps_done.append(step)
         write_state(plan.folder, state)
-    ready = {"stamp": plan.stamp(), "torch_build": plan.build.tag, "tool": plan.tool.kind, **facts}
+    ready = {"stamp": plan.stamp(), "torch_build": plan.build.tag, "tool": plan.tool.kind,
+             "studio_source": str(plan.studio_source), "pins": pins_stamp(plan.packages.constraints), **facts}
     write_ready(plan.folder, ready)
     return InstallResult(python, False, todo, time.monotonic() - started, ready)
 
@@ -182,7 +212,15 @@ def _link_studio(plan: InstallPlan) -> None:
     check = check_env(plan.folder, [])
     if not check.runs or not check.purelib:
         raise StepFailed("link", f"the environment's Python does not run: {check.error}", plan.folder / LOG_FILE)
-    atomic_write_text(Path(check.purelib) / PTH_FILE, f"{plan.studio_source}\n")
+    atomic_write_text(Path(check.purelib) / PTH_FILE, pth_text(plan.studio_source))
+
+
+def pth_text(source: Path) -> str:
+    """The .pth file's line that puts `source` on the path. Python 3.11 and 3.12 read .pth files in the
+    locale's encoding (on Windows the ANSI code page, not UTF-8), so a folder with letters outside ASCII (a
+    Windows user name such as José) would come out garbled: it is added by an all-ASCII import line instead."""
+    text = str(source)
+    return f"{text}\n" if text.isascii() else f"import sys; sys.path.append({text!a})\n"
 
 
 def _verify(plan: InstallPlan, log: Path, reader: OutputReader, progress: ProgressCallback | None,

@@ -130,6 +130,8 @@ _TLS = ("certificate verify failed", "invalid peer certificate", "unknownissuer"
         "self signed certificate", "certificate is not trusted", "unable to get local issuer certificate")
 _REFUSED = ("connection refused", "timed out", "operation timed out", "connect error", "network is unreachable",
             "error sending request")
+_DISK_FULL = ("no space left on device", "os error 28)", "errno 28]", "not enough space on the disk")
+_LONG_PATH = ("long path support", "filename or extension is too long", "os error 206)", "winerror 206]")
 _MISSING = ("no solution found", "could not find a version that satisfies", "no matching distribution",
             "not found in the package registry", "was not found in")
 
@@ -160,6 +162,14 @@ def explain_failure(lines: list[str], sources: list[str]) -> str | None:
                 f"the certificate bundle of your network (a company proxy's CA), then install again; {wheels}")
     if any(word in text for word in _REFUSED):
         return (f"{host} did not answer: check the network connection and any proxy (HTTPS_PROXY); {wheels}")
+    if any(word in text for word in _DISK_FULL):
+        return ("the disk is full: free space on the disk of the training environment and on the one of uv's or "
+                "pip's download cache (usually the system disk), then install again; it continues where it stopped")
+    if any(word in text for word in _LONG_PATH):
+        # pip says "No such file or directory" for these too: the path the person gave is not the one missing.
+        return ("a file inside the environment has a path longer than Windows allows (260 characters): turn on "
+                "Windows' long paths (an administrator's setting), or set STUDIO_TRAINING_ENV to a short folder "
+                "such as C:\\studio-env, then install again")
     if "no such file or directory" in text or "does not exist" in text:
         return f"a file or folder is missing: {host}; check the path you gave, then install again"
     if any(word in text for word in _MISSING):

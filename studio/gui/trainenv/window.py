@@ -154,7 +154,14 @@ class TrainingEnvDialog(QDialog):
         self.overview = overview
         facts = overview.facts
         reason = overview.plan.build.reason if overview.plan else ""
-        if overview.needs_repair:
+        # The app updated into another folder: Install links this copy again, where Repair would install
+        # every package again.
+        if facts.get("ready") and not overview.needs_repair and any(
+                f.code == "studio_unlinked" for f in overview.findings):
+            self.status.setText("<b>Made by another copy of the studio.</b> Install links it to this one. "
+                                f"{reason}.")
+            self.install_button.setText("Install")
+        elif overview.needs_repair:
             self.status.setText(f"<b>Needs repair.</b> {reason}.")
             self.install_button.setText("Repair")
         elif any(f.code == "install_unfinished" for f in overview.findings):

@@ -222,3 +222,18 @@ def test_failures_name_the_host_or_file_and_the_fix() -> None:
     missing = ["  × No solution found when resolving dependencies:", "  ╰─▶ Because peft==0.21.2 was not found"]
     assert "not found in https://mirror.example/simple" in explain_failure(missing, ["https://mirror.example/simple"])  # type: ignore[operator]
     assert explain_failure(["Killed"], []) is None
+
+
+def test_a_full_disk_and_a_windows_path_too_long_are_named_with_their_fix() -> None:
+    full = ["error: Failed to install: torch-2.13.0+cu128-cp311-cp311-win_amd64.whl (torch==2.13.0+cu128)",
+            "  Caused by: failed to write to file `C:\\Users\\Ana\\AppData\\Local\\uv\\cache\\archive-v0\\x`: "
+            "There is not enough space on the disk. (os error 112)", "ERROR: [Errno 28] No space left on device"]
+    assert explain_failure(full, []).startswith("the disk is full")  # type: ignore[union-attr]
+    # pip on Windows without long paths: its own hint follows a "No such file or directory".
+    long = ["ERROR: Could not install packages due to an OSError: [Errno 2] No such file or directory: 'C:\\Users\\"
+            "Ana\\AppData\\Local\\sd-training-studio\\training-env\\Lib\\site-packages\\torch\\include\\x.h'",
+            "HINT: This error might have occurred since this system does not have Windows Long Path support "
+            "enabled. You can find information on how to enable this at https://pip.pypa.io/warnings/enable-long-paths"]
+    said = explain_failure(long, ["https://pypi.org/simple"]) or ""
+    assert "longer than Windows allows" in said and "STUDIO_TRAINING_ENV" in said
+    assert "check the path you gave" not in said

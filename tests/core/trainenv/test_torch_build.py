@@ -10,6 +10,7 @@ import pytest
 
 from studio.core.hardware.machine.probe import load_profile
 from studio.core.hardware.report import GPUInfo, HardwareReport
+from studio.core.trainenv.doctor import machine_findings
 from studio.core.trainenv.plan import make_plan
 from studio.core.trainenv.tools import EnvTool
 from studio.core.trainenv.torch_build import choose_torch_build
@@ -28,14 +29,44 @@ def test_the_newest_cuda_build_the_driver_supports(cuda: str, tag: str) -> None:
     assert f"supports CUDA {cuda}" in build.reason
 
 
-def test_no_nvidia_gpu_gets_the_cpu_build_and_macos_pypis() -> None:
+def card(name: str, cc: str, cuda: str = "13.0") -> GPUInfo:
+    return GPUInfo(0, name, 11264, 11000, compute_capability=cc, driver="580.95", cuda=cuda)
+
+
+@pytest.mark.parametrize(("gpus", "tag"), [
+    # PyTorch's CUDA 12.8 and 13.0 builds have no kernels before Turing: a GTX 1080 Ti would pass the
+    # install's check (CUDA available) and fail at the first kernel of its first training.
+    ([card("NVIDIA GeForce GTX 1080 Ti", "6.1")], "cu126"),
+    ([card("Tesla V100-PCIE-16GB", "7.0", cuda="12.8")], "cu126"),
+    ([card("NVIDIA GeForce RTX 2080 Ti", "7.5")], "cu130"),
+    ([card("NVIDIA GeForce RTX 4090", "8.9"), card("NVIDIA GeForce GTX 1080", "6.1")], "cu126"),
+])
+def test_the_build_has_kernels_for_every_gpu_of_the_machine(gpus: list[GPUInfo], tag: str) -> None:
+    build = choose_torch_build(HardwareReport(gpus=gpus), platform="win32")
+    assert build.tag == tag and build.problem is None
+    if tag == "cu126":
+        assert "the newer builds have no kernels for compute capability" in build.reason
+
+
+def test_a_gpu_older_than_every_build_gets_the_cpu_build_and_says_why() -> None:
+    build = choose_torch_build(HardwareReport(gpus=[card("NVIDIA GeForce GTX 780", "3.5", cuda="12.8")]),
+                               platform="linux")
+    assert build.tag == "cpu" and build.problem is None
+    assert "compute capability 3.5" in build.reason and "very slow" in build.reason
+
+
+def test_no_nvidia_gpu_gets_the_cpu_build_and_macos_pypis(tmp_path: Path) -> None:
     no_gpu = load_profile("no-gpu")
     cpu = choose_torch_build(no_gpu, platform="linux")
     assert (cpu.tag, cpu.index_url) == ("cpu", "https://download.pytorch.org/whl/cpu")
     assert "very slow" in cpu.reason
     mac = choose_torch_build(no_gpu, platform="darwin")
     assert (mac.tag, mac.index_url) == ("default", None)
-    assert "MPS" in mac.reason
+    # The trainer's GPU is CUDA's: on a Mac it trains on the CPU, and the window says so.
+    assert "MPS" not in mac.reason and "training runs on the CPU" in mac.reason
+    found = machine_findings(no_gpu, mac, tmp_path, installed=True, platform="darwin")
+    assert [(f.code, f.severity) for f in found] == [("no_cuda_on_macos", "warning")]
+    assert "the trainer runs on the CPU" in found[0].message
 
 
 def test_a_driver_too_old_for_every_build_names_the_driver_that_would_do() -> None:

@@ -107,6 +107,31 @@ def test_repair_with_progress_cancelled_then_continued(qtbot: QtBot, trainenv_co
     dialog.close()
 
 
+def test_an_environment_linked_to_another_copy_of_the_app_is_brought_up_to_date_by_install(
+        qtbot: QtBot, tmp_path: Path, trainenv_copy: InstallPlan, env_vars: pytest.MonkeyPatch) -> None:
+    """The app updated into another folder: the environment still runs the old copy's trainer. The window
+    says so and offers Install, which links this copy again without installing the packages again."""
+    from studio.core.trainenv.state import PTH_FILE
+
+    folder = trainenv_copy.folder
+    old_copy = tmp_path / "studio-1.0" / "_internal"
+    (old_copy / "studio").mkdir(parents=True)
+    (old_copy / "studio" / "__init__.py").write_text("")
+    (Path(check_env(folder, []).purelib or "") / PTH_FILE).write_text(f"{old_copy}\n")
+    dialog = open_dialog(qtbot, folder)
+    assert dialog.status.text().startswith("<b>Made by another copy of the studio.</b>")
+    assert dialog.install_button.text() == "Install"
+    ready: list[str] = []
+    dialog.sig_ready.connect(ready.append)
+    dialog.install_button.click()
+    qtbot.waitUntil(lambda: bool(ready), timeout=60000)
+    qtbot.waitUntil(lambda: "Ready." in dialog.status.text(), timeout=20000)
+    log = (folder / "install.log").read_text(encoding="utf-8")
+    assert " --reinstall " not in log and " --force-reinstall " not in log  # not every package again
+    assert Path(check_env(folder, []).studio or "").resolve() == trainenv_copy.studio_source / "studio"
+    dialog.close()
+
+
 def test_tools_menu_opens_the_window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from PySide6.QtGui import QAction
 
