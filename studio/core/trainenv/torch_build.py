@@ -93,8 +93,8 @@ def choose_torch_build(report: HardwareReport, platform: str = sys.platform, tag
                               f"build{older}", disk_gb=float(disk.get("cuda", 12)))
     if runnable:
         return TorchBuild(CPU, f"{index}/{CPU}",
-                          f"{gpus} (compute capability {oldest_cc}) is older than every CUDA build of the studio's "
-                          "PyTorch supports: the CPU build (training is very slow)", disk_gb=float(disk.get("cpu", 4)))
+                          f"{gpus} (compute capability {oldest_cc}) is older than any GPU the CUDA builds of the studio's "
+                          "PyTorch have kernels for: the CPU build (training is very slow)", disk_gb=float(disk.get("cpu", 4)))
     oldest = builds[-1]
     key = "driver_windows" if platform.startswith("win") else "driver_linux"
     problem = (f"the NVIDIA driver {driver or '?'} supports CUDA {cuda}, older than every build of the "

@@ -50,6 +50,7 @@ def test_start_queue_in_two_windows_trains_each_item_once(tmp_path: Path, config
     for window in windows:
         out, err = window.communicate(timeout=60)
         assert window.returncode == 0, err
+        assert out.strip(), f"window said nothing: rc={window.returncode} err={err[-3000:]}"
         said.append(json.loads(out.splitlines()[-1]))
     runs = sorted(RUN_NAME.match(p.name)["name"] for p in (tmp_path / "runs").iterdir())  # type: ignore[index]
     assert runs == ["a", "b", "c"]  # each item trained once, not once per window
