@@ -75,6 +75,9 @@ def run_config(preset: Any, model: Path, root: Path, gpus: int, steps: int, dry_
                                "launch.strategy": strategy_for(preset.method, gpus)}
     if changes["launch.strategy"] == "fsdp" and preset.delta.get("training", {}).get("mixed_precision") == "fp16":
         changes["training.mixed_precision"] = "bf16"  # sharded runs have no fp16 loss scaler (the config says so)
+    if changes["launch.strategy"] == "fsdp" and preset.delta.get("training", {}).get("optimizer") in (
+            "adamw8bit", "adafactor"):
+        changes["training.optimizer"] = "adamw"  # their updates cannot take split weights (the config says so)
     if dry_run:  # tiny models on CPU ranks: small images, an optimizer the CPU has, no mixed precision
         changes.update({"dataset.resolution": 64, "dataset.min_bucket": 64, "dataset.max_bucket": 128,
                         "training.optimizer": "adamw", "training.mixed_precision": "no", "launch.cpu": True})

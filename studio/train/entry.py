@@ -161,7 +161,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
 
     _quiet_libraries()
     accelerator = make_accelerator(config)
-    reporter = Reporter(run_dir, accelerator.is_main_process)
+    reporter = Reporter(run_dir, accelerator.is_main_process, rank=accelerator.process_index)
     code = 0
     trainer = None
     try:

@@ -82,11 +82,30 @@ def _sharing_the_cores(validate: Callable[[argparse.Namespace], Any]) -> Callabl
     return validate_sharing_the_cores
 
 
+def _rendezvous_without_libuv(spawn: Callable[[argparse.Namespace], None]) -> Callable[[argparse.Namespace], None]:
+    """PyTorch for Windows is built without libuv, which the rendezvous that starts several processes asks for
+    by default: a run on several GPUs of a Windows workstation failed before its first rank started."""
+
+    def multi_gpu_launcher(args: argparse.Namespace) -> None:
+        import functools
+
+        from torch.distributed import TCPStore
+        from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
+
+        for module in (static_tcp_rendezvous, c10d_rendezvous_backend):  # the fixed port, or a free one
+            module.TCPStore = functools.partial(TCPStore, use_libuv=False)  # type: ignore[attr-defined]
+        spawn(args)
+
+    return multi_gpu_launcher
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     root_handlers = list(logging.getLogger().handlers)
     from accelerate.commands import launch
 
     launch.simple_launcher = _trainer_in_this_process(launch.simple_launcher, root_handlers)
+    if sys.platform == "win32":
+        launch.multi_gpu_launcher = _rendezvous_without_libuv(launch.multi_gpu_launcher)
     launch._validate_launch_command = _sharing_the_cores(launch._validate_launch_command)
     args = launch.launch_command_parser().parse_args(argv)
     try:

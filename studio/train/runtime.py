@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -15,6 +16,11 @@ import torch
 from studio.core.config.rules.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
 from studio.core.runs.folders import STOP_FILE
+
+# How long a rank waits for the others at a collective call. Rank 0 alone renders the class images and the
+# samples, writes the outputs and fills a disk cache of latents while the other ranks wait at a barrier: the
+# GPUs' default of 10 minutes ended a healthy run of several GPUs there (a hundred class images take longer).
+RANKS_WAIT = timedelta(hours=3)
 
 
 def use_cpu(config: TrainConfig) -> bool:
@@ -35,11 +41,12 @@ def make_accelerator(config: TrainConfig) -> Any:
         # The trainer shards the modules itself (studio/train/memory/sharding.py says why); accelerate's own
         # FSDP mode, switched on by the accelerate.yaml's fsdp fields, would expect to do it in prepare().
         os.environ.pop("ACCELERATE_USE_FSDP", None)
-    handlers: list[Any] = [DistributedDataParallelKwargs(find_unused_parameters=False)]
+    group: dict[str, Any] = {"timeout": RANKS_WAIT}
     if sys.platform == "win32" and not use_cpu(config) and int(os.environ.get("LOCAL_RANK", -1)) != -1:
         # PyTorch for Windows has no NCCL, which accelerate asks for on GPUs: the ranks of a workstation with
         # several cards would fail as they start. They join over gloo instead.
-        handlers.append(InitProcessGroupKwargs(backend="gloo"))
+        group["backend"] = "gloo"
+    handlers: list[Any] = [DistributedDataParallelKwargs(find_unused_parameters=False), InitProcessGroupKwargs(**group)]
     # Without cpu=True on a machine with no GPU, `accelerate launch --multi_gpu` would start
     # unconnected processes that each train on all the data; with it they join a gloo group.
     return Accelerator(

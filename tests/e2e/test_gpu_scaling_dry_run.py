@@ -33,6 +33,20 @@ def test_efficiency_is_against_the_smallest_count_that_ran() -> None:
     assert lines[6] == "| p | 4 | FSDP | 8 | — | — | — GB | failed |"
 
 
+def test_a_preset_with_adafactor_is_sharded_with_adamw(tmp_path: Path) -> None:
+    """The 24 GB DreamBooth presets train with Adafactor, whose update cannot take split weights: on several
+    GPUs the benchmark trains them with AdamW (its state split with the weights) instead."""
+    from studio.core.config.files.presets import get_preset
+
+    script = _script()
+    preset = get_preset("sdxl-dreambooth-24gb")
+    assert preset.delta["training"]["optimizer"] == "adafactor"
+    sharded = script.run_config(preset, tmp_path / "model", tmp_path, 2, 10, dry_run=False)
+    assert (sharded.launch.strategy, sharded.training.optimizer) == ("fsdp", "adamw")
+    single = script.run_config(preset, tmp_path / "model", tmp_path, 1, 10, dry_run=False)
+    assert (single.launch.strategy, single.training.optimizer) == ("ddp", "adafactor")
+
+
 @pytest.mark.slow
 def test_dry_run_fills_the_scaling_table(tiny_sd15: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -75,3 +75,16 @@ def test_a_crash_is_recorded_even_when_stderr_is_a_dead_pipe(tmp_path: Path, mon
     reporter.close()
     (error,) = [e for e in read_events(tmp_path / "events.jsonl") if isinstance(e, Error)]
     assert error.kind == "crash" and "boom while saving checkpoint at step 25" in error.message
+
+
+def test_the_error_that_ends_another_rank_is_said_on_the_console(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1's GPU runs out of memory: the run ends, rank 0 is ended before it writes anything, and
+    console.log (the ranks' stderr) is the only place that can say why."""
+    reporter = Reporter(tmp_path, active=False, rank=1)
+    reporter.error("oom", "the GPU ran out of memory: Tried to allocate 2.00 GiB", "lower training.batch_size")
+    reporter.close()
+    err = capsys.readouterr().err
+    assert "rank 1: error (oom): the GPU ran out of memory: Tried to allocate 2.00 GiB" in err
+    assert "lower training.batch_size" in err
+    assert not (tmp_path / "events.jsonl").exists()  # the record stays rank 0's

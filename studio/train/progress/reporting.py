@@ -1,6 +1,7 @@
 """Rank 0's voice: events to RUN_DIR/events.jsonl and a short line per event on stdout.
 
-Other ranks hold a silent reporter, so the loop never asks which rank it is on. Every event
+Other ranks hold a silent reporter, so the loop never asks which rank it is on; only the error
+that ends such a rank is printed (to stderr, which the run's console.log collects). Every event
 is written before its line is printed; a failed print never ends the training.
 
 A failed event write does: a run whose record is gone cannot be followed, resumed or judged.
@@ -41,8 +42,9 @@ class EventsNotWritten(TrainError):
 
 
 class Reporter:
-    def __init__(self, run_dir: Path, active: bool, print_every: int = 10) -> None:
+    def __init__(self, run_dir: Path, active: bool, print_every: int = 10, rank: int = 0) -> None:
         self.active = active
+        self.rank = rank
         self.run_dir = run_dir
         self.writer = EventWriter(run_dir / EVENTS_FILE) if active else None
         self.print_every = max(1, print_every)
@@ -55,6 +57,10 @@ class Reporter:
 
     def emit(self, event: Event) -> None:
         if self.writer is None:
+            if isinstance(event, Error) and event.kind not in ("sample", "crash"):  # those print their traceback
+                # A rank whose GPU ran out of memory ends the run; rank 0 is ended with it before it can
+                # write a word, so the reason is said here or nowhere.
+                _say(f"rank {self.rank}: {self._line(event)}", sys.stderr)
             return
         if isinstance(event, RunStarted):
             self.total = event.total_steps

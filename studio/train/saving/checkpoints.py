@@ -164,7 +164,10 @@ def _restore_random_states(states: dict[str, Any]) -> None:
     np.random.set_state(states["numpy_random_seed"])
     torch.set_rng_state(states["torch_manual_seed"])
     if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
+        # One state per GPU the saving process saw: a run resumed with fewer GPUs visible (other launch.gpu_ids,
+        # another machine) restores those it has instead of failing on the first one it lacks.
+        for index, state in enumerate(states["torch_cuda_manual_seed"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state, index)
 
 
 def _weights_only(path: Path) -> Any:

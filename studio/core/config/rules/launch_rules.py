@@ -25,6 +25,11 @@ def check_strategy(config: Any) -> None:
                             "is not available with training.mixed_precision = \"fp16\" (sharded gradients "
                             "would need a sharded loss scaler); use \"bf16\" (every GPU since the RTX 30 and "
                             "A100 series has it) or \"no\"")
+    if config.training.optimizer in ("adamw8bit", "adafactor"):
+        raise Contradiction("training.optimizer", config.training.optimizer,
+                            "is not available with launch.strategy = \"fsdp\" (its update cannot take weights split "
+                            "across the GPUs: the first step would fail); use \"adamw\", whose state is split with "
+                            "the weights (1/N on each GPU), or strategy \"ddp\"")
     if config.training.compile != "off":
         raise Contradiction("training.compile", config.training.compile,
                             "is not available with launch.strategy = \"fsdp\" (sharding wraps the very blocks the "
