@@ -72,16 +72,18 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     `config.base_dir`); `gpu` is the first GPU of the machine, `gpu_count` how many it has and `ram_mb` its
     system memory (None: not known)."""
     resolved, base_dir = config, config.base_dir
-    on_gpu = gpu is not None and not config.launch.cpu
+    # The trainer's GPU is an NVIDIA one, through CUDA (train/runtime.py): on a Mac (its Apple GPU) or with
+    # launch.cpu it trains on the CPU, and its memory is the system's, not a card's.
+    trains_on = gpu if gpu is not None and gpu.vendor != "apple" and not config.launch.cpu else None
     problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved),
                             check_validation_folder(resolved)) if p is not None]
     problems += check_output(resolved)
-    if gpu_count and not config.launch.cpu:  # with no GPU at all the ranks train on the CPU
+    if gpu_count and trains_on is not None:  # on the CPU (no NVIDIA GPU, or launch.cpu) the ranks train there
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
     if ram_mb:
-        problems += [p for p in (check_ram(resolved, gpu, ram_mb),) if p is not None]
-    if on_gpu and gpu is not None:
-        problems += [p for p in (check_vram(resolved, gpu),
+        problems += [p for p in (check_ram(resolved, trains_on, ram_mb),) if p is not None]
+    if trains_on is not None:
+        problems += [p for p in (check_vram(resolved, trains_on),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
     library = check_quantization_library(config, config.launch.python) if check_torch else None
     if library is not None:

@@ -327,3 +327,29 @@ def test_studio_train_run_refuses_more_ranks_than_the_hardware_report_has_gpus(
     assert code == EXIT_INVALID and "error: launch.num_processes = 4 starts 4 processes on this machine, which has " \
         "2 GPUs: set launch.num_processes to 2 (or `studio-train run --processes 2`)" in err
     assert started == [] and list((root / "runs").glob("*")) == []  # nothing launched, no run folder
+
+
+def test_a_mac_trains_on_the_cpu_and_is_not_told_to_install_cuda(tmp_path: Path, hub_cache: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The studio trains on NVIDIA GPUs through CUDA: a Mac's Apple GPU is not one, so Train is not refused
+    with "install a CUDA build of torch" (there is none for a Mac), its memory is not checked as a card's,
+    and the RAM the run needs is counted as a CPU run's (everything in system memory)."""
+    from studio.core.hardware.report import GPUInfo
+
+    write_checkpoint(tmp_path / "m.safetensors", SD15)
+    config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
+    asked: list[Any] = []
+    monkeypatch.setattr(preflight_module, "check_torch_cuda", lambda python: asked.append(python))
+    monkeypatch.setattr(preflight_module, "check_ram", lambda config, gpu, ram_mb: asked.append(gpu))
+    apple = GPUInfo(index=0, name="Apple M3 Max", total_mb=48 * 1024, free_mb=48 * 1024, vendor="apple",
+                    unified_memory=True)
+    assert preflight(resolve_paths(config, root), apple, gpu_count=1, ram_mb=48 * 1024) == []
+    assert asked == [None]  # the RAM check, for a run on the CPU; no CUDA asked for
+    nvidia = load_profile("rtx4090-24gb").gpus[0]
+    asked.clear()
+    assert preflight(resolve_paths(config, root), nvidia, gpu_count=1, ram_mb=64 * 1024) == []
+    assert asked == [nvidia, None]  # the RAM check for a GPU run, then the training Python's CUDA
+    config.launch.cpu = True
+    asked.clear()
+    assert preflight(resolve_paths(config, root), nvidia, gpu_count=1, ram_mb=64 * 1024) == []
+    assert asked == [None]  # launch.cpu: a CPU run on a GPU machine
