@@ -17,7 +17,15 @@ from studio.core.config.schema import (
     SamplingSection,
     TrainingSection,
 )
-from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted, Step, Validation
+from studio.core.runs.events import (
+    Checkpoint,
+    EpochSaved,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    Step,
+    Validation,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -92,6 +100,7 @@ def test_a_run_stopped_and_resumed_ends_bit_for_bit_as_the_straight_run(
     events = events_of(resumed)
     assert code == 0, [e for e in events if e.type == "error"]
     assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    assert not [e for e in events if isinstance(e, RunWarning) and "written by a run of" in e.message]
     record = _record(events)
     assert record == _record(events_of(straight))
     # Each case's own state was there to be kept.
@@ -123,3 +132,29 @@ def test_a_run_in_epochs_trains_the_epochs_asked(images: int, accumulation: int,
     assert total == steps
     wanted = epochs * plan.batches_per_epoch
     assert wanted <= total * accumulation < wanted + accumulation
+
+
+def test_a_resume_with_another_length_or_number_of_gpus_says_so(make_config, run_training, events_of, stop_after,
+                                                                tmp_path: Path) -> None:
+    """A config edited by hand, a pod with fewer GPUs or an update that counts steps otherwise: the run goes
+    on from its checkpoint, and the warning names what is no longer as it was."""
+    import json
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    config.write_text(config.read_text(encoding="utf-8").replace("max_steps = 4", "max_steps = 5"), encoding="utf-8")
+    state_file = run_dir / "checkpoints" / "step-2" / "training_state.json"
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    assert state["global_batch"] == 2
+    state_file.write_text(json.dumps({**state, "global_batch": 4}), encoding="utf-8")  # as two GPUs wrote it
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 5
+    (warning,) = [e for e in events if isinstance(e, RunWarning) and "written by a run of" in e.message]
+    assert ("the checkpoint of step 2 was written by a run of 4 steps, batches of 4 images over all GPUs, gradient "
+            "accumulation 1; this run has 5 steps, batches of 2 images over all GPUs, gradient accumulation 1"
+            ) in warning.message
+    assert str(config) in warning.hint
