@@ -63,10 +63,23 @@ def _adafactor_caches_workers(make_config: Any, runs: Path) -> Any:
     )
 
 
-CASES: dict[str, Callable[[Any, Path], Any]] = {
-    "accumulation across an epoch's end, text encoder, epoch LoRAs": _accumulation_across_an_epoch,
-    "prodigy, validation, samples, fp8 base": _prodigy_validation_fp8,
-    "adafactor, cached latents and text, a worker, keep_last 1": _adafactor_caches_workers,
+def _killed_after_a_checkpoint(make_config: Any, runs: Path) -> Any:
+    # Checkpoints every 2 steps; the run is "killed" at step 3 (its stop checkpoint removed): it resumes from 2.
+    return make_config(
+        method=MethodSection(kind="lora", rank=4, dropout=0.1),
+        dataset=make_config().dataset.model_copy(update={"flip": True, "caption_dropout": 0.3}),
+        training=TrainingSection(batch_size=2, max_steps=5, learning_rate=2e-3, seed=7, lr_scheduler="cosine",
+                                 lr_warmup_steps=2),
+        output=OutputSection(dir=str(runs), formats=["diffusers"], save_every_n_steps=2),
+    )
+
+
+# name: (config, the step the run is stopped after, the step it resumes from)
+CASES: dict[str, tuple[Callable[[Any, Path], Any], int, int]] = {
+    "accumulation across an epoch's end, text encoder, epoch LoRAs": (_accumulation_across_an_epoch, 2, 2),
+    "prodigy, validation, samples, fp8 base": (_prodigy_validation_fp8, 2, 2),
+    "adafactor, cached latents and text, a worker, keep_last 1": (_adafactor_caches_workers, 2, 2),
+    "killed after step 3, resumed from the checkpoint of step 2": (_killed_after_a_checkpoint, 3, 2),
 }
 
 
@@ -87,21 +100,29 @@ def _record(events: list[Any]) -> dict[str, list[Any]]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_run_stopped_and_resumed_ends_bit_for_bit_as_the_straight_run(
         case: str, make_config, run_training, events_of, stop_after, tmp_path: Path) -> None:
-    config = CASES[case](make_config, tmp_path / "runs")
+    import shutil
+
+    build, stop_at, resume_at = CASES[case]
+    config = build(make_config, tmp_path / "runs")
     code, straight = run_training(config, tmp_path / "a")
     assert code == 0, [e for e in events_of(straight) if e.type == "error"]
-    stop_after(2)
+    stop_after(stop_at)
     code, resumed = run_training(config, tmp_path / "b")
     events = events_of(resumed)
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
-    assert any(isinstance(e, Checkpoint) and e.step == 2 for e in events)
+    assert any(isinstance(e, Checkpoint) and e.step == resume_at for e in events)
+    if stop_at != resume_at:  # a kill leaves no checkpoint of the step it ended at
+        shutil.rmtree(resumed / "checkpoints" / f"step-{stop_at}")
     stop_after(None)
     code, _ = run_training(None, tmp_path / "b", resume_dir=resumed)
     events = events_of(resumed)
     assert code == 0, [e for e in events if e.type == "error"]
-    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    legs = [i for i, e in enumerate(events) if isinstance(e, RunStarted)]
+    assert [events[i].resumed_from_step for i in legs] == [0, resume_at]  # type: ignore[attr-defined]
     assert not [e for e in events if isinstance(e, RunWarning) and "written by a run of" in e.message]
-    record = _record(events)
+    # What the first leg did up to the checkpoint, then what the resumed leg did.
+    kept = [e for e in events[: legs[1]] if getattr(e, "step", 0) <= resume_at] + events[legs[1]:]
+    record = _record(kept)
     assert record == _record(events_of(straight))
     # Each case's own state was there to be kept.
     assert bool(record["validation"]) == bool(config.training.validation_every)
