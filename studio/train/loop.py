@@ -193,7 +193,8 @@ class Trainer:
         offload_frozen(self)
 
     def _load_checkpoint(self) -> None:
-        state = resume_state(self.run_dir, self.accelerator, self.scheduler, self.sharding, self.ema, self.reporter)
+        state = resume_state(self.run_dir, self.accelerator, self.scheduler, self.sharding, self.ema, self.reporter,
+                             self.total, self.plan.global_batch, self.config.training.gradient_accumulation)
         if state is not None:
             self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
 
@@ -392,7 +393,8 @@ class Trainer:
     def _checkpoint(self, epoch: int) -> None:
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
-                 "micro_batch": self.step * self.config.training.gradient_accumulation, "time": time.time()}
+                 "micro_batch": self.step * self.config.training.gradient_accumulation,
+                 "global_batch": self.plan.global_batch, "time": time.time()}
         with self.clock.timed("saving"):
             folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last,
                                      self.scheduler, extra=self.ema.save if self.ema is not None else None)

@@ -171,11 +171,17 @@ def _identity(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def total_steps(plan: EpochPlan, accumulation: int, length: tuple[str, int]) -> int:
-    """Optimizer steps of a run: max_steps, or epochs x ceil(batches per epoch / accumulation)."""
+    """Optimizer steps of a run: max_steps, or the steps that take every micro-batch of its epochs.
+
+    Micro-batches run on from one epoch into the next (a step may take the end of one and the start of
+    the next), so N epochs are ceil(N x batches per epoch / accumulation) steps: the last one takes at
+    most accumulation - 1 micro-batches of the epoch after. Rounding each epoch's steps up instead trained
+    more epochs than asked (3 for 2 at 4 batches an epoch and accumulation 3; 4 times as many at 1).
+    """
     kind, count = length
     if kind == "steps":
         return count
-    return count * max(1, math.ceil(plan.batches_per_epoch / accumulation))
+    return max(1, math.ceil(count * plan.batches_per_epoch / accumulation))
 
 
 Batch = dict[str, Any]
