@@ -118,3 +118,26 @@ def test_a_cut_off_download_is_skipped_before_the_run_and_a_motion_photo_trains(
     report = check_concepts([ConceptSection(path=str(folder))], None, 64)
     assert {Path(p.path).name: p.code for p in report.errors} == {"cut.jpg": "truncated_image"}
     assert not [p for p in report.problems if Path(p.path).name == "motion.jpg"]  # was "the file is cut off"
+
+
+def test_a_png_turned_by_exif_after_its_pixels_is_bucketed_as_the_check_sizes_it(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = folder / "late.png"
+    Image.new("RGB", (96, 32)).save(path, exif=exif)
+    data, chunks, at = path.read_bytes(), [], 8
+    while at < len(data):
+        end = at + 12 + int.from_bytes(data[at:at + 4], "big")
+        chunks.append(data[at:end])
+        at = end
+    ordered = [c for c in chunks if c[4:8] != b"eXIf"]
+    ordered[-1:-1] = [c for c in chunks if c[4:8] == b"eXIf"]  # the EXIF after the pixels, before the end
+    path.write_bytes(data[:8] + b"".join(ordered))
+    (folder / "late.txt").write_text("x", encoding="utf-8")
+
+    items, _ = _collect(folder)
+    report = check_concepts([ConceptSection(path=str(folder))], None, 64)
+    assert items[0].size == report.sizes[path] == (32, 96)
+    assert load_image(items[0], "center", False, None).original_size == (96, 32)  # (height, width)

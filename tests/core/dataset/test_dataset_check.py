@@ -78,6 +78,44 @@ def test_exif_rotation_counts_for_aspect(make_dataset: MakeDataset) -> None:
     assert problem.code == "extreme_aspect" and "100x400" in problem.message
 
 
+def _png_with_exif_after_pixels(path: Path, size: tuple[int, int]) -> Path:
+    """A PNG turned by an eXIf chunk that comes after its pixel data, as some programs write it."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", size).save(path, exif=exif)
+    data, chunks, at = path.read_bytes(), [], 8
+    while at < len(data):
+        end = at + 12 + int.from_bytes(data[at:at + 4], "big")
+        chunks.append(data[at:end])
+        at = end
+    late = [c for c in chunks if c[4:8] == b"eXIf"]
+    rest = [c for c in chunks if c[4:8] != b"eXIf"]
+    path.write_bytes(data[:8] + b"".join(rest[:-1] + late + rest[-1:]))
+    return path
+
+
+def test_png_sizes_are_read_without_decoding_the_pictures(make_dataset: MakeDataset,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check of thousands of PNGs read each picture whole (Pillow decodes a PNG to look for EXIF after it)."""
+    from PIL import PngImagePlugin
+
+    root = make_dataset({"plain.png": "x", "late.png": "x"})
+    make_image(root / "plain.png", size=(400, 300))
+    _png_with_exif_after_pixels(root / "late.png", (300, 100))
+    decoded: list[str] = []
+    load = PngImagePlugin.PngImageFile.load
+
+    def counting_load(self: PngImagePlugin.PngImageFile) -> object:
+        decoded.append(Path(str(self.filename)).name)
+        return load(self)
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", counting_load)
+    report = check(root, resolution=32)
+    assert report.sizes[root / "plain.png"] == (400, 300)
+    assert report.sizes[root / "late.png"] == (100, 300)  # turned as the trainer turns it
+    assert decoded == ["late.png"]
+
+
 def test_caption_rules(make_dataset: MakeDataset) -> None:
     root = make_dataset({"none.png": None, "empty.png": "  \r\n", "long.png": ", ".join(["word"] * 60),
                          "latin.png": None})
