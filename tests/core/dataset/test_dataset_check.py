@@ -140,6 +140,31 @@ def test_duplicates_and_unsupported(make_dataset: MakeDataset) -> None:
     assert codes(report, "anim.gif") == {"unsupported_format": "warning"}
 
 
+def test_a_caption_named_after_the_whole_image_name_is_not_called_lonely(make_dataset: MakeDataset) -> None:
+    """photo.jpg.txt (as some downloaders name captions) was "without an image: delete the caption file"."""
+    root = make_dataset({"photo.jpg": None, "kept.png": "x"})
+    (root / "photo.jpg.txt").write_text("a red square", encoding="utf-8")
+    (root / "kept.png.txt").write_text("an old caption", encoding="utf-8")  # kept.txt is read: a leftover
+    report = check(root)
+    (named,) = report.by_path()[str(root / "photo.jpg.txt")]
+    assert named.code == "orphan_caption" and named.hint == "rename it to photo.txt"
+    assert "photo.jpg trains without it" in named.message
+    (leftover,) = report.by_path()[str(root / "kept.png.txt")]
+    assert leftover.message == "caption file without an image"
+
+
+def test_images_named_alike_but_for_the_extension_are_told_they_share_a_caption(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.jpg": "a red square", "b.png": None})
+    make_image(root / "a.png", color=(10, 200, 10))
+    make_image(root / "B.webp")
+    report = check(root)
+    assert codes(report, "a.png") == {"shared_caption": "warning"}
+    assert "a.jpg" in report.by_path()[str(root / "a.png")][0].message and "(a.txt)" in \
+        report.by_path()[str(root / "a.png")][0].message
+    assert codes(report, "B.webp") == {"shared_caption": "warning", "missing_caption": "warning"}
+    assert "shared_caption" not in codes(report, "a.jpg") and "shared_caption" not in codes(report, "b.png")
+
+
 def test_empty_and_missing_folders_are_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "kohya" / "3_cat").mkdir(parents=True)
