@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from studio.core.dataset.captions.auto_caption import MachineCaption
 from studio.core.dataset.captions.captioner_models import CaptionerSource
+from studio.core.dataset.image_pixels import as_rgb, upright
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -70,14 +71,7 @@ def load_image(path: Path) -> Image.Image:
 
     Raises OSError (or ValueError) for a file that is no readable image.
     """
-    from PIL import Image, ImageOps
+    from PIL import Image
 
     with Image.open(path) as opened:
-        image = ImageOps.exif_transpose(opened)
-        image.load()
-    if image.mode in ("RGBA", "LA", "P"):
-        rgba = image.convert("RGBA")
-        flat = Image.new("RGB", rgba.size, (255, 255, 255))
-        flat.paste(rgba, mask=rgba.getchannel("A"))
-        return flat
-    return image.convert("RGB")
+        return as_rgb(upright(opened))

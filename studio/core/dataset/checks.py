@@ -19,6 +19,7 @@ from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.edit_pairs.pair_checks import control_problems
 from studio.core.dataset.image_facts import ImageFacts, Problem, inspect_image
+from studio.core.dataset.image_headers import is_image_name
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.mask_checks import mask_problems
 from studio.core.dataset.scan import DatasetError, ImageEntry, ScanResult, scan_concept_report
@@ -182,11 +183,42 @@ def scan_problems(scan: ScanResult) -> list[Problem]:
         out.append(Problem("warning", "unsupported_format", str(path), f"{path.suffix} images are not used for training",
                            "convert it to PNG, JPEG or WebP"))
     for path in scan.orphan_captions:
-        out.append(Problem("warning", "orphan_caption", str(path), "caption file without an image",
-                           "add the image with the same name or delete the caption file"))
+        out.append(_orphan_problem(path))
     for file, line, message in scan.metadata_errors:
         out.append(Problem("warning", "metadata_error", str(file), f"line {line} {message}",
                            'fix the line: {"file_name": "image.png", "text": "caption"}'))
+    return out
+
+
+def _orphan_problem(path: Path) -> Problem:
+    """A caption file without an image; one named after the whole image name (photo.jpg.txt, as some
+    downloaders write them) is the caption of that image under a name the studio does not read."""
+    image = path.with_suffix("")
+    wanted = image.with_suffix(path.suffix)
+    if is_image_name(image.name) and image.is_file() and not wanted.exists():
+        return Problem("warning", "orphan_caption", str(path),
+                       f"is named after the whole name of {image.name}, so {image.name} trains without it "
+                       f"(captions are read from {wanted.name})", f"rename it to {wanted.name}")
+    return Problem("warning", "orphan_caption", str(path), "caption file without an image",
+                   "add the image with the same name or delete the caption file")
+
+
+def shared_name_problems(entries: Iterable[ImageEntry]) -> list[Problem]:
+    """Images of one folder named alike but for the extension (a.jpg and a.png) read and save one caption
+    file: editing either caption changes both, and the same picture in two formats trains twice."""
+    by_name: dict[tuple[Path, str], list[ImageEntry]] = defaultdict(list)
+    for entry in entries:
+        if not entry.is_class and entry.caption_source != "metadata":  # metadata rows are the images' own
+            by_name[(entry.path.parent, entry.path.stem.lower())].append(entry)
+    out: list[Problem] = []
+    for first, *others in by_name.values():
+        caption = first.caption_path.name if first.caption_path is not None else f"{first.path.stem}.txt"
+        out.extend(Problem("warning", "shared_caption", str(other.path),
+                           f"is named as {first.path.name}, so the two share one caption file ({caption}): "
+                           "editing either caption changes both",
+                           "rename one of them (and give it its own caption), or remove it if it is the same "
+                           "picture in another format")
+                   for other in others)
     return out
 
 
@@ -249,6 +281,7 @@ def _check_entries(
         out.extend(image_problems(entry, facts[entry.path], resolution))
         out.extend(caption_problems(entry, family_name))
     out.extend(duplicate_problems(e.path for e in entries))
+    out.extend(shared_name_problems(entries))
     return out, facts
 
 

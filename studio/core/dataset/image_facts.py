@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from studio.core.dataset.image_pixels import shown_size
+
 Severity = Literal["error", "warning"]
 
 
@@ -48,8 +50,27 @@ def _tail_is_complete(path: Path, image_format: str | None) -> bool:
     return b"IEND" in tail
 
 
+def is_cut_off(path: Path, image_format: str | None) -> bool:
+    """Whether a JPEG or PNG stops before its picture does (a download or copy cut short): the dataset check
+    calls it an error and the trainer skips it, rather than stop the run when the image comes up.
+
+    Its last bytes are read first; only a file without its end marker there is decoded, since phones append
+    a video or data of their own after a photo's end (motion photos), and such a photo decodes whole.
+    """
+    from PIL import Image
+
+    if _tail_is_complete(path, image_format):
+        return False
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return True
+    return False
+
+
 def inspect_image(path: Path) -> ImageFacts:
-    """Header facts of one image; never decodes the pixels."""
+    """Header facts of one image; its pixels are decoded only when its end looks cut off."""
     from PIL import Image
 
     facts = ImageFacts()
@@ -58,19 +79,14 @@ def inspect_image(path: Path) -> ImageFacts:
             facts.error = "the file is empty (0 bytes)"
             return facts
         with Image.open(path) as image:
-            width, height = image.size
             facts.format, facts.mode = image.format, image.mode
-            try:
-                orientation = image.getexif().get(0x0112, 1)
-            except Exception:  # a broken EXIF block only loses the rotation
-                orientation = 1
-        facts.size = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+            facts.size = shown_size(image)
     except Image.DecompressionBombError:
         return _inspect_huge(path)
     except (OSError, ValueError, SyntaxError) as exc:
         facts.error = f"not a readable image ({exc})"
         return facts
-    facts.truncated = not _tail_is_complete(path, facts.format)
+    facts.truncated = is_cut_off(path, facts.format)
     return facts
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from studio.core.dataset.image_pixels import shown_size
+
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})
 # Image files people keep next to their training images that the trainer does not read.
 OTHER_IMAGE_EXTENSIONS = frozenset({".gif", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl", ".psd"})
@@ -21,13 +23,6 @@ def image_size(path: Path) -> tuple[int, int] | None:
 
     try:
         with Image.open(path) as image:
-            width, height = image.size
-            try:
-                orientation = image.getexif().get(0x0112, 1)
-            except Exception:  # a broken EXIF block leaves the stored orientation
-                orientation = 1
+            return shown_size(image)
     except (OSError, ValueError, Image.DecompressionBombError):
         return None
-    if orientation in (5, 6, 7, 8):
-        return height, width
-    return width, height

@@ -11,7 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from studio.core.dataset.image_pixels import as_rgb, upright
+
 THUMB_SIZE = 128
+# Part of every cache key: raised when thumbnails are drawn differently (2: transparency on white, 16-bit grey
+# scaled), so the grid does not keep showing an image as it no longer trains.
+RENDERING = 2
 # Non-JPEG images past this many pixels are not decoded for a thumbnail (JPEG decodes at 1/8 scale).
 MAX_DECODE_PIXELS = 60_000_000
 
@@ -23,13 +28,13 @@ def cache_key(path: Path, size: int = THUMB_SIZE) -> str | None:
         st = path.stat()
     except OSError:
         return None
-    raw = f"{path}|{st.st_size}|{st.st_mtime_ns}|{size}".encode("utf-8", "surrogateescape")
+    raw = f"{path}|{st.st_size}|{st.st_mtime_ns}|{size}|{RENDERING}".encode("utf-8", "surrogateescape")
     return hashlib.sha1(raw).hexdigest()
 
 
 def make_thumbnail(path: Path, folder: Path, size: int = THUMB_SIZE) -> Thumbnail | None:
     """The thumbnail of `path` from the cache, or made now and cached; None when the image is unreadable."""
-    from PIL import Image, ImageOps
+    from PIL import Image
 
     key = cache_key(path, size)
     if key is None:
@@ -47,9 +52,9 @@ def make_thumbnail(path: Path, folder: Path, size: int = THUMB_SIZE) -> Thumbnai
             if im.format != "JPEG" and im.width * im.height > MAX_DECODE_PIXELS:
                 return None
             im.draft("RGB", (size * 2, size * 2))
-            upright = ImageOps.exif_transpose(im)
-            upright.thumbnail((size, size))
-            rgb = upright.convert("RGB")
+            shown = upright(im)
+            shown.thumbnail((size, size))
+            rgb = as_rgb(shown)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return None
     try:

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.image_pixels import as_rgb, upright
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
 from studio.train.data.items import TrainItem, cover_size
@@ -34,7 +35,7 @@ def fitted_control(path: Path, size: tuple[int, int], flipped: bool = False) -> 
     """A control image oriented, resized to cover `size` (width, height), cropped at the center to it."""
     try:
         with Image.open(path) as raw:
-            image = ImageOps.exif_transpose(raw).convert("RGB")
+            image = as_rgb(upright(raw))
     except (OSError, ValueError, SyntaxError) as exc:
         raise TrainError("data", f"the control image {path} cannot be read: {exc}",
                          "replace it with a working copy, or remove its pair", path=str(path)) from None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from studio.core.config.schema import ConceptSection, DatasetSection, TrainConfig
 from studio.core.dataset.buckets import bucket_for
@@ -21,6 +21,8 @@ from studio.core.dataset.captions.caption_tags import join_tags, split_tags
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.edit_pairs.pairs import control_settings
 from studio.core.dataset.edit_pairs.training import control_limit, edit_training_refusal, pair_errors
+from studio.core.dataset.image_facts import is_cut_off
+from studio.core.dataset.image_pixels import as_rgb, shown_size, upright
 from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import (
     DatasetError,
@@ -82,19 +84,22 @@ def choose_bucket(size: tuple[int, int], dataset: DatasetSection, sizes: list[tu
 
 
 def _check_image(path: Path) -> tuple[int, int] | str:
-    """(width, height) as shown, or why the file cannot be used."""
+    """(width, height) as shown, or why the file cannot be used (as the dataset check says it)."""
     try:
         with Image.open(path) as image:
             image.verify()
         with Image.open(path) as image:
             width, height = image.size
-            orientation = image.getexif().get(0x0112, 1)
+            image_format = image.format
+            shown = shown_size(image)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         return f"cannot be read as an image ({exc.__class__.__name__}: {exc})"
     problem = size_problem(width, height)
     if problem is not None:
         return problem
-    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    if is_cut_off(path, image_format):
+        return "is cut off (truncated): a download or copy stopped partway"
+    return shown
 
 
 def _scan(concept: ConceptSection, warn: Warn, controls: ControlSettings | None = None) -> list[ImageEntry]:
@@ -226,9 +231,9 @@ def load_image(
     mask = None
     try:
         with Image.open(item.path) as raw:
-            oriented = ImageOps.exif_transpose(raw)
+            oriented = upright(raw)
             mask = masks.open(item.path, oriented) if masks is not None else None
-            image = oriented.convert("RGB")
+            image = as_rgb(oriented)
     except (OSError, ValueError, SyntaxError) as exc:
         raise TrainError("data", f"{item.path} cannot be read: {exc}", "replace or delete the file",
                          path=str(item.path)) from None

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageOps
+from PIL import Image
 
 from studio.core.app_words import command_or_action
 from studio.core.config.schema import DatasetSection
+from studio.core.dataset.image_pixels import upright
 from studio.core.dataset.mask_checks import mask_files, mask_problems
 from studio.train.errors import TrainError
 from studio.train.memory.transfer import to_device
@@ -53,7 +54,7 @@ class MaskSource:
             return None
         try:
             with Image.open(path) as raw:
-                mask = grey_mask(ImageOps.exif_transpose(raw))
+                mask = grey_mask(upright(raw))
         except (OSError, ValueError, SyntaxError) as exc:
             raise TrainError("data", f"the mask {path} cannot be read: {exc}", "replace or delete the mask file",
                              path=str(path)) from None

@@ -78,6 +78,44 @@ def test_exif_rotation_counts_for_aspect(make_dataset: MakeDataset) -> None:
     assert problem.code == "extreme_aspect" and "100x400" in problem.message
 
 
+def _png_with_exif_after_pixels(path: Path, size: tuple[int, int]) -> Path:
+    """A PNG turned by an eXIf chunk that comes after its pixel data, as some programs write it."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", size).save(path, exif=exif)
+    data, chunks, at = path.read_bytes(), [], 8
+    while at < len(data):
+        end = at + 12 + int.from_bytes(data[at:at + 4], "big")
+        chunks.append(data[at:end])
+        at = end
+    late = [c for c in chunks if c[4:8] == b"eXIf"]
+    rest = [c for c in chunks if c[4:8] != b"eXIf"]
+    path.write_bytes(data[:8] + b"".join(rest[:-1] + late + rest[-1:]))
+    return path
+
+
+def test_png_sizes_are_read_without_decoding_the_pictures(make_dataset: MakeDataset,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check of thousands of PNGs read each picture whole (Pillow decodes a PNG to look for EXIF after it)."""
+    from PIL import PngImagePlugin
+
+    root = make_dataset({"plain.png": "x", "late.png": "x"})
+    make_image(root / "plain.png", size=(400, 300))
+    _png_with_exif_after_pixels(root / "late.png", (300, 100))
+    decoded: list[str] = []
+    load = PngImagePlugin.PngImageFile.load
+
+    def counting_load(self: PngImagePlugin.PngImageFile) -> object:
+        decoded.append(Path(str(self.filename)).name)
+        return load(self)
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", counting_load)
+    report = check(root, resolution=32)
+    assert report.sizes[root / "plain.png"] == (400, 300)
+    assert report.sizes[root / "late.png"] == (100, 300)  # turned as the trainer turns it
+    assert decoded == ["late.png"]
+
+
 def test_caption_rules(make_dataset: MakeDataset) -> None:
     root = make_dataset({"none.png": None, "empty.png": "  \r\n", "long.png": ", ".join(["word"] * 60),
                          "latin.png": None})
@@ -100,6 +138,31 @@ def test_duplicates_and_unsupported(make_dataset: MakeDataset) -> None:
     (dup,) = [p for p in report.problems if p.code == "duplicate_image"]
     assert dup.path == str(root / "copy of a.png") and str(root / "a.png") in dup.message
     assert codes(report, "anim.gif") == {"unsupported_format": "warning"}
+
+
+def test_a_caption_named_after_the_whole_image_name_is_not_called_lonely(make_dataset: MakeDataset) -> None:
+    """photo.jpg.txt (as some downloaders name captions) was "without an image: delete the caption file"."""
+    root = make_dataset({"photo.jpg": None, "kept.png": "x"})
+    (root / "photo.jpg.txt").write_text("a red square", encoding="utf-8")
+    (root / "kept.png.txt").write_text("an old caption", encoding="utf-8")  # kept.txt is read: a leftover
+    report = check(root)
+    (named,) = report.by_path()[str(root / "photo.jpg.txt")]
+    assert named.code == "orphan_caption" and named.hint == "rename it to photo.txt"
+    assert "photo.jpg trains without it" in named.message
+    (leftover,) = report.by_path()[str(root / "kept.png.txt")]
+    assert leftover.message == "caption file without an image"
+
+
+def test_images_named_alike_but_for_the_extension_are_told_they_share_a_caption(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.jpg": "a red square", "b.png": None})
+    make_image(root / "a.png", color=(10, 200, 10))
+    make_image(root / "B.webp")
+    report = check(root)
+    assert codes(report, "a.png") == {"shared_caption": "warning"}
+    assert "a.jpg" in report.by_path()[str(root / "a.png")][0].message and "(a.txt)" in \
+        report.by_path()[str(root / "a.png")][0].message
+    assert codes(report, "B.webp") == {"shared_caption": "warning", "missing_caption": "warning"}
+    assert "shared_caption" not in codes(report, "a.jpg") and "shared_caption" not in codes(report, "b.png")
 
 
 def test_empty_and_missing_folders_are_errors(tmp_path: Path) -> None:
