@@ -9,8 +9,10 @@ on that copy's event only when the block is about to use it. The backward pass n
 (a frozen layer's gradient with respect to its input is computed with its weight), so each swapped block's
 output passes through a marker whose backward brings the block back (and sends for the one before it), and
 its input through one whose backward drops it again: in reverse order, at most two swapped blocks on the GPU
-at once. Gradient checkpointing's recomputation runs the block's forward inside the backward pass; it finds
-the block already there and leaves it there.
+at once. That bound holds for the memory too: the host queues a step's blocks far ahead of the GPU, so the
+side stream first waits for the work the compute stream was given, and each copy takes the memory of a block
+dropped before it. Gradient checkpointing's recomputation runs the block's forward inside the backward pass;
+it finds the block already there and leaves it there.
 
 The LoRA (or LyCORIS) weights are trainable parameters of the same blocks and are never moved: they, their
 gradients and their optimizer state stay on the GPU. A swapped-out weight holds an empty tensor, so a block
@@ -206,6 +208,10 @@ class BlockSwap:
             if self.stream is None:
                 self.incoming[index] = ([host.clone() for _, host in pairs], None)
                 return
+            # The copy's memory may be a dropped block's, which the compute stream may still be reading: the host
+            # queues blocks far ahead of the GPU. The side stream waits for what the compute stream was given so
+            # far, so the caching allocator can hand that memory straight back to the next copy.
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(self.stream):
                 moved = [host.to(self.device, non_blocking=True) for _, host in pairs]
                 event = torch.cuda.Event()
@@ -219,10 +225,9 @@ class BlockSwap:
         self._send_for(index)
         moved, event = self.incoming.pop(index)
         if event is not None:
-            compute = torch.cuda.current_stream(self.device)
-            compute.wait_event(event)
-            for tensor in moved:  # freed after the compute stream's use of it, not the side stream's
-                tensor.record_stream(compute)
+            # No record_stream: it would keep a dropped block's memory from the next copy until the GPU caught up
+            # with the host, so every block queued ahead held its own (the next copy's wait makes reuse safe).
+            torch.cuda.current_stream(self.device).wait_event(event)
         for (parameter, _), tensor in zip(self.host[index], moved, strict=True):
             parameter.data = tensor
         self.resident.add(index)
