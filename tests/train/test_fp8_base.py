@@ -159,3 +159,67 @@ def test_fp8_with_dora_is_refused_with_the_reason() -> None:
         validate_data({"model": {"family": "sdxl", "base": "m", "fp8_base": True}, "method": {"use_dora": True}})
     text = caught.value.describe()
     assert "model.fp8_base" in text and "method.use_dora" in text
+
+
+def _most_wide_copies(run: Any, shape: torch.Size) -> int:
+    """The most 16-bit tensors of a layer's weight shape alive at once while `run()` computes."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Watch(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.alive: dict[int, weakref.ref[torch.Tensor]] = {}
+            self.most = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 and t.shape == shape:
+                    self.alive[t.untyped_storage().data_ptr()] = weakref.ref(t)
+            self.alive = {k: ref for k, ref in self.alive.items() if ref() is not None}
+            self.most = max(self.most, len(self.alive))
+            return out
+
+    with Watch() as watch:
+        run()
+    return watch.most
+
+
+@pytest.mark.parametrize("kind", ["fp8 linear", "fp8 conv", "int8 linear"])
+def test_a_narrow_layer_is_widened_into_one_copy_at_a_time(kind: str) -> None:
+    """The widened weight of an 8-bit layer is scaled in place: one 16-bit copy of the layer at a time in the
+    forward and in the backward, which is what the estimate counts (the largest layer, once), not the
+    widened weight and its scaled product side by side. The numbers are those of the scaled product."""
+    import torch.nn.functional as F
+
+    from studio.train.memory.fp8 import store_in_float8
+    from studio.train.memory.quantized import SCALE, quantize_base
+
+    torch.manual_seed(0)
+    if kind == "fp8 conv":
+        layer: Any = torch.nn.Conv2d(16, 32, 3, padding=1)
+        x = torch.randn(1, 16, 4, 4, dtype=torch.bfloat16, requires_grad=True)
+    else:
+        layer = torch.nn.Linear(64, 96)
+        x = torch.randn(2, 64, dtype=torch.bfloat16, requires_grad=True)
+    model = torch.nn.Sequential(layer).requires_grad_(False)
+    if kind == "int8 linear":
+        quantize_base(model, "int8", torch.bfloat16, torch.device("cpu"))
+        wide = layer.weight.to(torch.bfloat16) * getattr(layer, SCALE).to(torch.bfloat16)
+    else:
+        store_in_float8(model, torch.bfloat16)
+        wide = layer.weight.to(torch.bfloat16) * layer.fp8_scale
+    compute = F.conv2d if kind == "fp8 conv" else F.linear
+    padding = {"padding": 1} if kind == "fp8 conv" else {}
+    expected = compute(x.detach(), wide, layer.bias.to(torch.bfloat16), **padding)
+
+    def forward_and_backward() -> None:
+        out = model(x)
+        torch.testing.assert_close(out.detach(), expected, atol=0, rtol=0)
+        out.float().pow(2).sum().backward()
+
+    assert _most_wide_copies(forward_and_backward, layer.weight.shape) == 1
+    assert x.grad is not None and x.grad.abs().sum() > 0

@@ -9,8 +9,10 @@ on that copy's event only when the block is about to use it. The backward pass n
 (a frozen layer's gradient with respect to its input is computed with its weight), so each swapped block's
 output passes through a marker whose backward brings the block back (and sends for the one before it), and
 its input through one whose backward drops it again: in reverse order, at most two swapped blocks on the GPU
-at once. Gradient checkpointing's recomputation runs the block's forward inside the backward pass; it finds
-the block already there and leaves it there.
+at once. That bound holds for the memory too: the host queues a step's blocks far ahead of the GPU, so the
+side stream first waits for the work the compute stream was given, and each copy takes the memory of a block
+dropped before it. Gradient checkpointing's recomputation runs the block's forward inside the backward pass;
+it finds the block already there and leaves it there.
 
 The LoRA (or LyCORIS) weights are trainable parameters of the same blocks and are never moved: they, their
 gradients and their optimizer state stay on the GPU. A swapped-out weight holds an empty tensor, so a block
@@ -75,6 +77,12 @@ class _WeightView:
         size, stride, offset = self.layout
         weight = self.parameter.data
         return weight.as_strided(size, stride, weight.storage_offset() + offset)
+
+
+def _views(tensor: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `tensor` (of the same storage) looks at `weight`: its dtype, starting inside it."""
+    start = weight.storage_offset()
+    return tensor.dtype == weight.dtype and start <= tensor.storage_offset() < start + weight.numel()
 
 
 def _unpack(saved: Any) -> Any:
@@ -204,13 +212,35 @@ class BlockSwap:
         # Ordinary tensors even when a sample runs under inference mode: training uses them next.
         with torch.inference_mode(False):
             if self.stream is None:
-                self.incoming[index] = ([host.clone() for _, host in pairs], None)
+                self.incoming[index] = (self._device_copy(pairs), None)
                 return
+            # The copy's memory may be a dropped block's, which the compute stream may still be reading: the host
+            # queues blocks far ahead of the GPU. The side stream waits for what the compute stream was given so
+            # far, so the caching allocator can hand that memory straight back to the next copy.
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(self.stream):
-                moved = [host.to(self.device, non_blocking=True) for _, host in pairs]
+                moved = self._device_copy(pairs)
                 event = torch.cuda.Event()
                 event.record(self.stream)
         self.incoming[index] = (moved, event)
+
+    def _device_copy(self, pairs: list[tuple[torch.nn.Parameter, torch.Tensor]]) -> list[torch.Tensor]:
+        """A block's weights on the device, the plain ones as views of one allocation: the caching allocator then
+        fits a block's copy into the memory of a block dropped before it whatever their layers' sizes (a copy per
+        weight left FLUX.2 [klein]'s single-stream blocks unable to fit the holes of its double-stream ones: about
+        190 MB more than two blocks for the 4B, 290 MB for the 9B). A quantized layer's weight (a tensor subclass,
+        with its own state) moves as it is."""
+        plain = [host for _, host in pairs if type(host) is torch.Tensor]
+        flat = torch.empty(sum(_aligned(host) for host in plain), dtype=torch.uint8, device=self.device)
+        moved, offset = [], 0
+        for _, host in pairs:
+            if type(host) is not torch.Tensor:
+                moved.append(host.clone() if self.stream is None else host.to(self.device, non_blocking=True))
+                continue
+            view = flat[offset:offset + host.numel() * host.element_size()].view(host.dtype).view(host.shape)
+            moved.append(view.copy_(host, non_blocking=True))
+            offset += _aligned(host)
+        return moved
 
     def _bring(self, index: int) -> None:
         """Block `index`'s weights in place on the device, once their copy has arrived."""
@@ -219,10 +249,9 @@ class BlockSwap:
         self._send_for(index)
         moved, event = self.incoming.pop(index)
         if event is not None:
-            compute = torch.cuda.current_stream(self.device)
-            compute.wait_event(event)
-            for tensor in moved:  # freed after the compute stream's use of it, not the side stream's
-                tensor.record_stream(compute)
+            # No record_stream: it would keep a dropped block's memory from the next copy until the GPU caught up
+            # with the host, so every block queued ahead held its own (the next copy's wait makes reuse safe).
+            torch.cuda.current_stream(self.device).wait_event(event)
         for (parameter, _), tensor in zip(self.host[index], moved, strict=True):
             parameter.data = tensor
         self.resident.add(index)
@@ -263,14 +292,17 @@ class BlockSwap:
         """While block `index` runs forward, autograd saves its weights (or their transposes) as a note of
         where to find them, not as the tensors: the device copy can go after the forward, and the backward
         reads the copy brought back for it. (Under gradient checkpointing nothing is saved to begin with.)"""
-        weights = {p.data.untyped_storage().data_ptr(): p for p, _ in self.host[index]}
+        weights: dict[int, list[torch.nn.Parameter]] = {}  # by storage: a block's plain weights share one
+        for parameter, _ in self.host[index]:
+            weights.setdefault(parameter.data.untyped_storage().data_ptr(), []).append(parameter)
 
         def pack(tensor: torch.Tensor) -> Any:
             try:
-                parameter = weights.get(tensor.untyped_storage().data_ptr()) if tensor.numel() else None
+                sharing = weights.get(tensor.untyped_storage().data_ptr(), []) if tensor.numel() else []
             except (RuntimeError, NotImplementedError):  # a tensor without a plain storage is kept as it is
                 return tensor
-            if parameter is None or tensor.dtype != parameter.dtype or not _same_device(tensor.device, self.device):
+            parameter = next((p for p in sharing if _views(tensor, p.data)), None)
+            if parameter is None or not _same_device(tensor.device, self.device):
                 return tensor
             return _WeightView(parameter, tensor)
 
