@@ -364,6 +364,38 @@ def test_host_copies_are_exact_and_packed_into_few_buffers_of_a_power_of_two(mon
     assert arena.reserved <= 1.15 * size < 0.7 * one_each, (arena.reserved, size, one_each)
 
 
+def test_the_weights_waiting_in_system_memory_go_as_their_pinned_copies_come(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The swapped weights wait in system memory until block swap takes their copies: each goes as soon as its
+    copy is made, buffer by buffer, so the machine never holds them twice (the RAM estimate counts them once)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from studio.train.memory import block_swap
+
+    chunk = 2**16
+    monkeypatch.setattr(block_swap, "PINNED_CHUNK_BYTES", chunk)
+    torch.manual_seed(0)
+    parameters = [torch.nn.Parameter(torch.randn(64, 64).to(torch.bfloat16), requires_grad=False) for _ in range(12)]
+    parameters.append(torch.nn.Parameter(torch.randn(256, 256), requires_grad=False))  # larger than a buffer
+    values = [p.detach().clone() for p in parameters]
+    waiting = [(StorageWeakRef(p.data.untyped_storage()), p.numel() * p.element_size()) for p in parameters]
+    total = sum(size for _, size in waiting)
+    held: list[int] = []  # system memory at each new buffer: the weights still waiting, and the buffers made
+    made: list[int] = []
+    make = block_swap._buffer
+
+    def counted(size: int, pinned: bool) -> torch.Tensor:
+        made.append(size)
+        held.append(sum(n for ref, n in waiting if not ref.expired()) + sum(made))
+        return make(size, pinned)
+
+    monkeypatch.setattr(block_swap, "_buffer", counted)
+    copies = block_swap.host_copies(parameters, pinned=False).tensors
+    assert len(made) == 2 and max(held) <= total + chunk, (held, total)  # never every weight twice
+    assert all(ref.expired() for ref, _ in waiting[:-1])  # gone; the large one is its own copy (unpinned here)
+    for parameter, copy, value in zip(parameters, copies, values, strict=True):
+        assert parameter.data.data_ptr() == copy.data_ptr() and torch.equal(copy, value)
+
+
 class _Gpu:
     """A GPU that lags behind the host (as a small card does behind the host queueing a 1024 px step), and how its
     caching allocator hands out the swapped blocks' copies: memory freed is reused at once by the next copy on the

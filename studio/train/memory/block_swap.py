@@ -128,31 +128,63 @@ def host_copies(tensors: Sequence[torch.Tensor], pinned: bool) -> HostCopies:
     pinned for 7.3 GiB of weights). Buffers of a power-of-two size are not rounded; the weights are placed largest
     first, each in the first buffer with room, and each buffer is cut to the power of two its weights need. A
     weight larger than a buffer gets one of its own; a weight of a tensor subclass (a quantized layer's) is copied
-    as it is. Pinned on a GPU; on the CPU the same packing in ordinary memory, so the tests exercise it."""
-    plain = [i for i, t in enumerate(tensors) if type(t) is torch.Tensor and _aligned(t) <= PINNED_CHUNK_BYTES]
-    used: list[int] = []  # bytes taken in each buffer
-    where: dict[int, tuple[int, int]] = {}  # weight -> (buffer, offset)
-    for i in sorted(plain, key=lambda i: -_aligned(tensors[i])):
-        size = _aligned(tensors[i])
-        at = next((b for b, taken in enumerate(used) if taken + size <= PINNED_CHUNK_BYTES), len(used))
-        if at == len(used):
-            used.append(0)
-        where[i], used[at] = (at, used[at]), used[at] + size
-    buffers = [torch.empty(_power_of_two(taken), dtype=torch.uint8, pin_memory=pinned) for taken in used]
-    reserved = sum(b.numel() for b in buffers)
-    copies = []
+    as it is. Pinned on a GPU; on the CPU the same packing in ordinary memory, so the tests exercise it.
+
+    Given parameters, each one's weight becomes its copy as soon as the copy is made, and the buffers are made
+    one at a time: the weights waiting in system memory go as their copies come, so the machine never holds
+    the swapped weights twice (Qwen-Image with 45 blocks swapped: 14 GiB more, past the RAM estimate's peak)."""
+    where, used = _packing(tensors)  # each weight is read from its parameter when copied, which then lets it go
+    buffers: list[torch.Tensor] = []
+    copies: list[torch.Tensor | None] = [None] * len(tensors)
+    reserved = 0
+    for i in sorted(where, key=lambda i: where[i]):  # buffer by buffer
+        at, offset = where[i]
+        if at == len(buffers):
+            buffers.append(_buffer(_power_of_two(used[at]), pinned))
+            reserved += buffers[-1].numel()
+        copies[i] = _copied(tensors[i], _placed(buffers[at], offset, _weight(tensors[i])))
     for i, tensor in enumerate(tensors):
-        if i in where:
-            at, offset = where[i]
-            host = buffers[at][offset:offset + tensor.numel() * tensor.element_size()]
-            host = host.view(tensor.dtype).view(tensor.shape)
-            host.copy_(tensor.detach())
-        else:
-            host = tensor.detach().to("cpu")
+        if i not in where:
+            host = _weight(tensor).to("cpu")
             host = host.pin_memory() if pinned else host
             reserved += host.numel() * host.element_size()
-        copies.append(host)
-    return HostCopies(copies, buffers, reserved)
+            copies[i] = _copied(tensor, host)
+    return HostCopies([c for c in copies if c is not None], buffers, reserved)
+
+
+def _packing(tensors: Sequence[torch.Tensor]) -> tuple[dict[int, tuple[int, int]], list[int]]:
+    """Where each plain weight goes, largest first: {weight: (buffer, offset)}, and the bytes of each buffer."""
+    sizes = {i: _aligned(_weight(t)) for i, t in enumerate(tensors) if type(_weight(t)) is torch.Tensor}
+    used: list[int] = []
+    where: dict[int, tuple[int, int]] = {}
+    for i in sorted((i for i, size in sizes.items() if size <= PINNED_CHUNK_BYTES), key=lambda i: -sizes[i]):
+        at = next((b for b, taken in enumerate(used) if taken + sizes[i] <= PINNED_CHUNK_BYTES), len(used))
+        if at == len(used):
+            used.append(0)
+        where[i], used[at] = (at, used[at]), used[at] + sizes[i]
+    return where, used
+
+
+def _placed(buffer: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:
+    """The part of `buffer` from `offset` shaped as `like` (whose values it does not take)."""
+    return buffer[offset:offset + like.numel() * like.element_size()].view(like.dtype).view(like.shape)
+
+
+def _buffer(size: int, pinned: bool) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+
+
+def _weight(tensor: torch.Tensor) -> torch.Tensor:
+    return (tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor).detach()
+
+
+def _copied(tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+    """`host` holding `tensor`'s values; a parameter's weight is the copy from now on (its own memory goes)."""
+    if host.data_ptr() != tensor.data_ptr():
+        host.copy_(_weight(tensor))
+    if isinstance(tensor, torch.nn.Parameter):
+        tensor.data = host
+    return host
 
 
 def _aligned(tensor: torch.Tensor) -> int:
@@ -183,7 +215,7 @@ class BlockSwap:
         self.saving: dict[int, Any] = {}  # the saved-tensor hooks open while a swapped block runs forward
         swapped = {index: [p for p in self.blocks[index].parameters() if not p.requires_grad]
                    for index in range(self.first, len(self.blocks))}
-        copies = iter(host_copies([p.data for frozen in swapped.values() for p in frozen], pinned=cuda).tensors)
+        copies = iter(host_copies([p for frozen in swapped.values() for p in frozen], pinned=cuda).tensors)
         for index, frozen in swapped.items():
             self.host[index] = [(p, next(copies)) for p in frozen]
             self._drop(index)
