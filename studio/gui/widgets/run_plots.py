@@ -269,7 +269,15 @@ class RunPlots(QWidget):
         t0 = self._t0(model)
         worst = 0.0
         total_line = 0.0
+        # A run on some of a shared machine's GPUs: the others' memory is other people's work, and
+        # their being full is no reason to lower this run's batch size.
+        chosen = model.chosen_gpus()
         for gpu in sampler.gpus:
+            if chosen is not None and gpu.index not in chosen:
+                other = self._gpu_curves.pop(gpu.index, None)
+                if other is not None:  # drawn before the run said which GPUs it trains on
+                    self.memory.removeItem(other)
+                continue
             curve = self._gpu_curves.get(gpu.index)
             if curve is None:
                 curve = make_curve(self.memory, "#d62728", f"GPU {gpu.index} used (NVML)", Qt.PenStyle.DashLine)

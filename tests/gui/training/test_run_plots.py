@@ -203,6 +203,32 @@ def test_a_remote_machines_gpus_are_drawn_in_place_of_this_ones_and_back(qtbot: 
     assert plots.sampler is own and plots._gpu_curves == {}
 
 
+def test_a_run_on_gpus_2_and_3_draws_and_warns_about_those_two_only(qtbot: QtBot) -> None:
+    from studio.core.remote.gpu import GpuSample
+    from studio.gui.runner.remote_gpu import RemoteGpuSampler
+
+    plots = RunPlots(live=True)
+    qtbot.addWidget(plots)
+    plots.show()
+    model = RunModel()
+    model.apply(RunStarted(config={"launch": {"num_processes": 2, "gpu_ids": "2,3"}}, world_size=2, total_steps=100,
+                           devices=["cuda:0", "cuda:1"], time=1000.0))
+    model.apply(Step(step=1, epoch=0, loss=0.1, lr=1e-4, time=1001.0, tflops=346.0, mfu=0.35,
+                     memory=[RankMemory(rank=r, device=f"cuda:{r}", allocated_mb=30_000.0, reserved_mb=36_000.0,
+                                        peak_mb=40_000.0, rss_mb=9_000.0) for r in range(2)]))
+    remote = RemoteGpuSampler("pod", plots)
+    plots.use_sampler(remote)
+    remote.start()
+    plots.refresh(model)
+    # Eight H100s: another person's job fills GPU 0; this run's GPUs 2 and 3 have room.
+    used = {0: 80_000.0, 2: 41_000.0, 3: 41_500.0}
+    remote.feed([GpuSample(i, "NVIDIA H100 80GB HBM3", used.get(i, 500.0), 81_559.0, 1002.0) for i in range(8)])
+    qtbot.waitUntil(lambda: bool(plots._gpu_curves), timeout=2000)
+    assert sorted(plots._gpu_curves) == [2, 3]
+    assert plots._gpu_curves[3].getData()[1].tolist() == [41_500.0]
+    assert plots.warning.isHidden()  # GPU 0 at 98% is no reason to lower this run's batch size
+
+
 def _finished_two_rank_model(steps: int) -> RunModel:
     model = RunModel()
     model.apply(RunStarted(config={}, world_size=2, total_steps=steps, devices=["cuda:0", "cuda:1"], time=1000.0))

@@ -357,6 +357,18 @@ class RunModel:
 
         return known(self.samples_per_s), known(self.tflops), known(self.mfu)
 
+    def chosen_gpus(self) -> set[int] | None:
+        """The GPUs the run was told to train on (launch.gpu_ids, numbered as nvidia-smi numbers them);
+        None where it may use any of the machine's (the default, or before its run_started)."""
+        launch = self.started.config.get("launch") if self.started is not None else None
+        ids = launch.get("gpu_ids", "all") if isinstance(launch, dict) else "all"
+        if not isinstance(ids, str) or ids == "all":
+            return None
+        try:
+            return {int(part) for part in ids.split(",")}
+        except ValueError:
+            return None
+
     def memory_points(self) -> int:
         return sum(len(s.time) for s in self.memory.values())
 
