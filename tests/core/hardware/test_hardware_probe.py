@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from studio.core.estimate.estimate import other_processes_warning
 from studio.core.hardware.machine import probes as hardware_probes
 from studio.core.hardware.machine.probe import list_profiles, load_hardware, probe_hardware
 from studio.core.hardware.report import HardwareProfileError
@@ -114,6 +115,27 @@ def test_nvidia_smi_output_is_parsed() -> None:
     assert hardware_probes.parse_cuda_version(SMI_BANNER) == "12.4"
     old = hardware_probes.parse_nvidia_smi_csv("0, Tesla T4, 15360, 15000, 360, 470.1, GPU-x, [N/A]\n")
     assert old[0].compute_capability is None and old[0].bf16 is None
+
+
+# `nvidia-smi --query-gpu=index,name,memory.total,memory.free,memory.used,driver_version,uuid,compute_cap
+# --format=csv,noheader,nounits` where the driver withholds fields: memory in a container, the driver
+# version in WSL2.
+SMI_WITHHELD = (
+    "0, NVIDIA GeForce RTX 4090, 24564, 22010, [N/A], 550.54.14, GPU-9a2f6c1e-5b7d-4e0f-8c3a-1d2e3f4a5b6c, 8.9\n"
+    "1, NVIDIA GeForce RTX 3060, 12288, [Insufficient Permissions], 1024, [N/A], [N/A], 8.6\n"
+    "2, Tesla T4, 15360, [N/A], [N/A], [Not Supported], GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0, [N/A]\n"
+)
+
+
+def test_withheld_nvidia_smi_fields_are_unknown_not_zero() -> None:
+    gpus = hardware_probes.parse_nvidia_smi_csv(SMI_WITHHELD)
+    # Free memory comes from the other memory field, or the whole card when neither is given: never 0 (full).
+    assert [(g.total_mb, g.free_mb, g.used_mb) for g in gpus] == [
+        (24564, 22010, 2554), (12288, 11264, 1024), (15360, 15360, 0)]
+    assert [(g.driver, g.uuid) for g in gpus] == [
+        ("550.54.14", "GPU-9a2f6c1e-5b7d-4e0f-8c3a-1d2e3f4a5b6c"), (None, None),
+        (None, "GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0")]
+    assert other_processes_warning(gpus[2]) is None
 
 
 def test_nvidia_smi_probe_runs_the_tool(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,21 +158,29 @@ def parse_nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[GPU
         values = [v.strip() for v in line.split(",")]
         if len(values) != len(fields):
             continue
-        row = dict(zip(fields, values, strict=True))
+        # A field the driver cannot give reads "[N/A]", "[Not Supported]" or "[Insufficient Permissions]".
+        row = {key: value for key, value in zip(fields, values, strict=True) if value and not value.startswith("[")}
 
-        def number(key: str, row: dict[str, str] = row) -> int:
+        def number(key: str, row: dict[str, str] = row) -> int | None:
             try:
-                return int(float(row.get(key, "0")))
-            except ValueError:
-                return 0
+                return int(float(row[key]))
+            except (KeyError, ValueError):
+                return None
 
+        total, free, used = number("memory.total") or 0, number("memory.free"), number("memory.used")
+        # One memory field missing (memory.used in some containers): the other says it, rather than the
+        # card reading as full (free 0) and a warning that other programs hold all of it.
+        if free is None:
+            free = total - used if used is not None else total
+        if used is None:
+            used = total - free
         cc = row.get("compute_cap")
         cc = cc if cc and cc[0].isdigit() else None
         gpus.append(GPUInfo(
-            index=number("index"), name=row.get("name", "NVIDIA GPU"),
-            total_mb=number("memory.total"), free_mb=number("memory.free"), used_mb=number("memory.used"),
+            index=number("index") or 0, name=row.get("name", "NVIDIA GPU"),
+            total_mb=total, free_mb=free, used_mb=used,
             compute_capability=cc, bf16=_bf16_from_capability(cc),
-            driver=row.get("driver_version") or None, uuid=row.get("uuid") or None,
+            driver=row.get("driver_version"), uuid=row.get("uuid"),
         ))
     return gpus
 
