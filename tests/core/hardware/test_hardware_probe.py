@@ -154,6 +154,20 @@ def test_nvidia_smi_probe_runs_the_tool(monkeypatch: pytest.MonkeyPatch) -> None
     assert "--format=csv,noheader,nounits" in calls[0]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="the fake nvidia-smi is a shell script")
+def test_a_gpu_name_in_another_code_page_does_not_end_the_probe(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A driver that writes the GPU's name in a Windows ANSI code page (cp1252 "ü" is the byte 0xFC).
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n"
+                    "printf '0, NVIDIA RTX A4000 B\\374ro, 16376, 15800, 576, 551.23, GPU-1a2b, 8.6\\n'\n")
+    tool.chmod(0o755)
+    monkeypatch.setattr(hardware_probes.shutil, "which", lambda name: str(tool))
+    gpus, _, note = hardware_probes.probe_nvidia_smi(load_hardware("no-gpu"))
+    assert note is None and [(g.name, g.total_mb, g.free_mb) for g in gpus] == [
+        ("NVIDIA RTX A4000 B\ufffdro", 16376, 15800)]
+
+
 def test_rocm_smi_json_is_parsed() -> None:
     sample = json.dumps({"card0": {"Card series": "Radeon RX 7900 XTX", "VRAM Total Memory (B)": "25753026560",
                                    "VRAM Total Used Memory (B)": "1073741824"}})

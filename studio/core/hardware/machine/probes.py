@@ -18,6 +18,9 @@ from studio.core.training_python import NoTrainingPython, default_training_pytho
 ProbeResult = tuple[list[GPUInfo], str, str | None]
 MB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
+# The tools' output as text: a GPU name in a code page other than the studio's (a Windows driver writes the
+# system's ANSI one) shows a replacement character rather than ending the probe with a decoding error.
+TOOL_TEXT: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"}
 TORCH_TIMEOUT_S = 60.0
 
 
@@ -202,8 +205,8 @@ def probe_nvidia_smi(report: HardwareReport) -> ProbeResult:
     for attempt in range(2):
         try:
             out = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False,
-                                 creationflags=no_window())
+                                 capture_output=True, timeout=SMI_TIMEOUT_S, check=False,
+                                 creationflags=no_window(), **TOOL_TEXT)
         except (OSError, subprocess.SubprocessError) as exc:
             return [], "nvidia-smi", f"nvidia-smi could not run: {exc}"
         if out.returncode == 0:
@@ -215,8 +218,8 @@ def probe_nvidia_smi(report: HardwareReport) -> ProbeResult:
         return [], "nvidia-smi", f"nvidia-smi failed: {reason[0] if reason else f'exit code {out.returncode}'}"
     gpus = parse_nvidia_smi_csv(out.stdout, fields)
     try:
-        banner = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False,
-                                creationflags=no_window()).stdout
+        banner = subprocess.run([exe], capture_output=True, timeout=SMI_TIMEOUT_S, check=False,
+                                creationflags=no_window(), **TOOL_TEXT).stdout
         cuda = parse_cuda_version(banner)
     except (OSError, subprocess.SubprocessError):
         cuda = None
@@ -249,7 +252,7 @@ def probe_rocm(report: HardwareReport) -> ProbeResult:
         return [], "rocm-smi", None  # Most machines have none; not worth a note.
     try:
         out = subprocess.run([exe, "--showproductname", "--showmeminfo", "vram", "--json"],
-                             capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+                             capture_output=True, timeout=SMI_TIMEOUT_S, check=False, **TOOL_TEXT)
         gpus = parse_rocm_smi_json(out.stdout) if out.returncode == 0 else []
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return [], "rocm-smi", f"rocm-smi could not be read: {exc}"
