@@ -180,3 +180,13 @@ def test_report_round_trips_through_json() -> None:
     report = load_hardware("2x-rtx3090")
     again = type(report).from_dict(json.loads(report.to_json()))
     assert again.gpus == report.gpus and again.summary() == "2x NVIDIA GeForce RTX 3090 24 GB"
+
+
+def test_the_torch_probe_numbers_the_gpus_as_nvidia_smi_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Torch's GPU i is merged into the report's GPU i: both must count in PCI bus order.
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.setattr(hardware_probes, "_TORCH_SCRIPT",
+                        "import json, os; print('STUDIO_TORCH_PROBE ' + json.dumps("
+                        "{'torch': os.environ.get('CUDA_DEVICE_ORDER'), 'gpus': []}))")
+    info, note = hardware_probes.run_torch_probe(sys.executable)
+    assert note is None and info is not None and info["torch"] == "PCI_BUS_ID"

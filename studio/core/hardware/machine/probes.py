@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -293,7 +294,10 @@ def run_torch_probe(python: str | None = None, timeout: float = TORCH_TIMEOUT_S)
     except NoTrainingPython as exc:
         return None, str(exc)
     try:
-        out = subprocess.run([interpreter, "-c", _TORCH_SCRIPT], capture_output=True,
+        # Torch numbers the GPUs as the trainer does (runs/launch.py's training_env: in PCI bus order, as
+        # NVML and nvidia-smi do), so its GPU i is the report's GPU i.
+        env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+        out = subprocess.run([interpreter, "-c", _TORCH_SCRIPT], capture_output=True, env=env,
                              text=True, timeout=timeout, check=False, creationflags=no_window())
     except subprocess.TimeoutExpired:
         return None, f"the torch probe took longer than {timeout:.0f} s and was stopped"
