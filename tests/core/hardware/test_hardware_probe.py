@@ -190,3 +190,40 @@ def test_the_torch_probe_numbers_the_gpus_as_nvidia_smi_does(monkeypatch: pytest
                         "{'torch': os.environ.get('CUDA_DEVICE_ORDER'), 'gpus': []}))")
     info, note = hardware_probes.run_torch_probe(sys.executable)
     assert note is None and info is not None and info["torch"] == "PCI_BUS_ID"
+
+
+# An RTX 3060 in the first slot and a 4090 in the second, as nvidia-smi lists them.
+SMI_TWO_CARDS = (
+    "0, NVIDIA GeForce RTX 3060, 12288, 11780, 508, 560.35.03, GPU-3b0e8d1a-77c2-4f19-a8e5-0c6d2f1b9a44, 8.6\n"
+    "1, NVIDIA GeForce RTX 4090, 24564, 24077, 487, 560.35.03, GPU-9a2f6c1e-5b7d-4e0f-8c3a-1d2e3f4a5b6c, 8.9\n"
+)
+
+
+@pytest.mark.parametrize("visible", ["1", "GPU-9a2f6c1e", "1,7"])
+def test_cuda_visible_devices_leaves_the_gpus_a_training_sees(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, visible: str) -> None:
+    def run(cmd: list[str], **kwargs: object) -> types.SimpleNamespace:
+        return types.SimpleNamespace(returncode=0, stdout=SMI_TWO_CARDS if len(cmd) > 1 else SMI_BANNER, stderr="")
+
+    monkeypatch.setattr(hardware_probes, "probe_nvml", lambda report: ([], "nvml", None))
+    monkeypatch.setattr(hardware_probes.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(hardware_probes.subprocess, "run", run)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    report = probe_hardware(tmp_path)
+    # The trainer's only GPU is the 4090, still called GPU 1 as nvidia-smi and launch.gpu_ids call it.
+    assert [(g.index, g.name) for g in report.gpus] == [(1, "NVIDIA GeForce RTX 4090")]
+    assert any("sees 1 of the 2 GPUs (GPU 1)" in n for n in report.notes)
+    # Torch, under the same variable, calls it GPU 0: its facts land on the 4090.
+    monkeypatch.setattr(hardware_probes, "run_torch_probe", lambda python=None: (
+        {"torch": "2.8.0", "cuda": "12.8", "gpus": [
+            {"index": 0, "name": "NVIDIA GeForce RTX 4090", "total_mb": 24564, "free_mb": 24077, "cc": "8.9",
+             "bf16": True}]}, None))
+    hardware_probes.apply_torch_probe(report)
+    assert [(g.index, g.name, g.bf16) for g in report.gpus] == [(1, "NVIDIA GeForce RTX 4090", True)]
+
+
+def test_no_visible_cuda_device_means_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpus = hardware_probes.parse_nvidia_smi_csv(SMI_TWO_CARDS)
+    assert hardware_probes.cuda_visible(gpus, "-1")[0] == []
+    assert hardware_probes.cuda_visible(gpus, "1,0")[0] == [gpus[1], gpus[0]]
+    assert hardware_probes.cuda_visible(gpus, "0,1") == (gpus, None)

@@ -189,6 +189,29 @@ def parse_nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[GPU
     return gpus
 
 
+def cuda_visible(gpus: list[GPUInfo], value: str) -> tuple[list[GPUInfo], str | None]:
+    """The GPUs a training sees under CUDA_VISIBLE_DEVICES=value, in its order (the trainer's GPU 0 first).
+
+    NVML and nvidia-smi list every GPU of the machine whatever the variable says; the trainer inherits it.
+    Entries are GPU numbers or (prefixes of) UUIDs; CUDA ignores everything from the first it cannot match.
+    """
+    seen: list[GPUInfo] = []
+    for entry in (part.strip() for part in value.split(",")):
+        match = [g for g in gpus if (entry.isdigit() and g.index == int(entry))
+                 or (entry.startswith("GPU-") and (g.uuid or "").startswith(entry))]
+        if entry.startswith("MIG-"):
+            return gpus, (f"CUDA_VISIBLE_DEVICES={value} names a MIG instance: the memory shown is the whole "
+                          "GPU's, more than the instance has")
+        if len(match) != 1 or match[0] in seen:
+            break
+        seen.append(match[0])
+    if len(seen) == len(gpus):
+        return seen, None
+    return seen, (f"CUDA_VISIBLE_DEVICES={value}: a training here sees {len(seen)} of the {len(gpus)} GPUs"
+                  + (" (" + ", ".join(f"GPU {g.index}" for g in seen) + ")" if seen else "")
+                  + "; unset it to use them all")
+
+
 def parse_cuda_version(smi_banner: str) -> str | None:
     """The 'CUDA Version: 12.4' of plain `nvidia-smi` output."""
     marker = "CUDA Version:"
@@ -316,9 +339,10 @@ def apply_torch_probe(report: HardwareReport, python: str | None = None) -> None
         report.notes.append(note or "the torch probe failed")
         return
     report.torch = info.get("torch")
-    seen = {g.index: g for g in report.gpus}
+    # Torch's GPU i is the report's i-th (both in PCI bus order, both under CUDA_VISIBLE_DEVICES), whose
+    # number may be another (the machine's GPU 1 when only it is visible).
     for row in info.get("gpus", []):
-        gpu = seen.get(row["index"])
+        gpu = report.gpus[row["index"]] if row["index"] < len(report.gpus) else None
         if gpu is None:
             gpu = GPUInfo(index=row["index"], name=row["name"], total_mb=row["total_mb"], free_mb=row["free_mb"])
             report.gpus.append(gpu)
