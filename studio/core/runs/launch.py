@@ -128,9 +128,14 @@ def build_command(run_dir: str | Path, python: str, resume: bool = False) -> lis
 
 
 def training_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a training process: unbuffered output so every line shows at once."""
+    """The environment of a training process: unbuffered output so every line shows at once, and CUDA's GPU
+    numbers those the studio shows (nvidia-smi's, in PCI bus order) unless the person chose an order."""
     env = dict(os.environ if base is None else base)
     env["PYTHONUNBUFFERED"] = "1"
+    # CUDA numbers the fastest GPU 0 by default: with an RTX 3060 in the first slot and a 4090 in the second,
+    # launch.gpu_ids = "1" (the 4090 on the Model page) would train on the 3060, and a one-GPU run on GPU 0
+    # (the card the estimate is compared with) would train on the 4090.
+    env.setdefault("CUDA_DEVICE_ORDER", os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
     return env
 
 

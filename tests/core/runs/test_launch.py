@@ -8,7 +8,7 @@ import pytest
 
 from studio.core.config.files.paths import resolve_paths
 from studio.core.config.files.toml_file import validate_data
-from studio.core.runs.launch import prepare_run
+from studio.core.runs.launch import prepare_run, training_env
 
 
 def yaml_of(run_dir: Path) -> dict[str, str]:
@@ -106,3 +106,13 @@ def test_a_missing_training_python_is_answered_with_a_path_of_this_computers_kin
     assert problem is not None and "cannot be started (no such file)" in problem
     example = r"e.g. C:\path\to\venv\Scripts\python.exe" if windows else "e.g. /path/to/venv/bin/python"
     assert example in problem
+
+
+def test_the_trainer_numbers_the_gpus_as_the_studio_shows_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-smi's GPU 1 is the trainer's GPU 1 (launch.gpu_ids), not CUDA's second fastest.
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert training_env({})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert training_env()["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    # An order the person chose stays.
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    assert training_env({})["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"

@@ -74,6 +74,10 @@ def probe_hardware(disk_path: str | Path | None = None, use_torch: bool = False)
         if gpus:
             report.gpus, report.source = gpus, source
             break
+    if report.source in ("nvml", "nvidia-smi") and os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        report.gpus, note = probes.cuda_visible(report.gpus, os.environ["CUDA_VISIBLE_DEVICES"])
+        if note:
+            report.notes.append(note)
     if use_torch:
         probes.apply_torch_probe(report)
     if not report.gpus:

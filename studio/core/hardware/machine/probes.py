@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -18,6 +19,9 @@ from studio.core.training_python import NoTrainingPython, default_training_pytho
 ProbeResult = tuple[list[GPUInfo], str, str | None]
 MB = 1024 * 1024
 SMI_TIMEOUT_S = 10.0
+# The tools' output as text: a GPU name in a code page other than the studio's (a Windows driver writes the
+# system's ANSI one) shows a replacement character rather than ending the probe with a decoding error.
+TOOL_TEXT: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"}
 TORCH_TIMEOUT_S = 60.0
 
 
@@ -158,23 +162,54 @@ def parse_nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[GPU
         values = [v.strip() for v in line.split(",")]
         if len(values) != len(fields):
             continue
-        row = dict(zip(fields, values, strict=True))
+        # A field the driver cannot give reads "[N/A]", "[Not Supported]" or "[Insufficient Permissions]".
+        row = {key: value for key, value in zip(fields, values, strict=True) if value and not value.startswith("[")}
 
-        def number(key: str, row: dict[str, str] = row) -> int:
+        def number(key: str, row: dict[str, str] = row) -> int | None:
             try:
-                return int(float(row.get(key, "0")))
-            except ValueError:
-                return 0
+                return int(float(row[key]))
+            except (KeyError, ValueError):
+                return None
 
+        total, free, used = number("memory.total") or 0, number("memory.free"), number("memory.used")
+        # One memory field missing (memory.used in some containers): the other says it, rather than the
+        # card reading as full (free 0) and a warning that other programs hold all of it.
+        if free is None:
+            free = total - used if used is not None else total
+        if used is None:
+            used = total - free
         cc = row.get("compute_cap")
         cc = cc if cc and cc[0].isdigit() else None
         gpus.append(GPUInfo(
-            index=number("index"), name=row.get("name", "NVIDIA GPU"),
-            total_mb=number("memory.total"), free_mb=number("memory.free"), used_mb=number("memory.used"),
+            index=number("index") or 0, name=row.get("name", "NVIDIA GPU"),
+            total_mb=total, free_mb=free, used_mb=used,
             compute_capability=cc, bf16=_bf16_from_capability(cc),
-            driver=row.get("driver_version") or None, uuid=row.get("uuid") or None,
+            driver=row.get("driver_version"), uuid=row.get("uuid"),
         ))
     return gpus
+
+
+def cuda_visible(gpus: list[GPUInfo], value: str) -> tuple[list[GPUInfo], str | None]:
+    """The GPUs a training sees under CUDA_VISIBLE_DEVICES=value, in its order (the trainer's GPU 0 first).
+
+    NVML and nvidia-smi list every GPU of the machine whatever the variable says; the trainer inherits it.
+    Entries are GPU numbers or (prefixes of) UUIDs; CUDA ignores everything from the first it cannot match.
+    """
+    seen: list[GPUInfo] = []
+    for entry in (part.strip() for part in value.split(",")):
+        match = [g for g in gpus if (entry.isdigit() and g.index == int(entry))
+                 or (entry.startswith("GPU-") and (g.uuid or "").startswith(entry))]
+        if entry.startswith("MIG-"):
+            return gpus, (f"CUDA_VISIBLE_DEVICES={value} names a MIG instance: the memory shown is the whole "
+                          "GPU's, more than the instance has")
+        if len(match) != 1 or match[0] in seen:
+            break
+        seen.append(match[0])
+    if len(seen) == len(gpus):
+        return seen, None
+    return seen, (f"CUDA_VISIBLE_DEVICES={value}: a training here sees {len(seen)} of the {len(gpus)} GPUs"
+                  + (" (" + ", ".join(f"GPU {g.index}" for g in seen) + ")" if seen else "")
+                  + "; unset it to use them all")
 
 
 def parse_cuda_version(smi_banner: str) -> str | None:
@@ -194,8 +229,8 @@ def probe_nvidia_smi(report: HardwareReport) -> ProbeResult:
     for attempt in range(2):
         try:
             out = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False,
-                                 creationflags=no_window())
+                                 capture_output=True, timeout=SMI_TIMEOUT_S, check=False,
+                                 creationflags=no_window(), **TOOL_TEXT)
         except (OSError, subprocess.SubprocessError) as exc:
             return [], "nvidia-smi", f"nvidia-smi could not run: {exc}"
         if out.returncode == 0:
@@ -207,8 +242,8 @@ def probe_nvidia_smi(report: HardwareReport) -> ProbeResult:
         return [], "nvidia-smi", f"nvidia-smi failed: {reason[0] if reason else f'exit code {out.returncode}'}"
     gpus = parse_nvidia_smi_csv(out.stdout, fields)
     try:
-        banner = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False,
-                                creationflags=no_window()).stdout
+        banner = subprocess.run([exe], capture_output=True, timeout=SMI_TIMEOUT_S, check=False,
+                                creationflags=no_window(), **TOOL_TEXT).stdout
         cuda = parse_cuda_version(banner)
     except (OSError, subprocess.SubprocessError):
         cuda = None
@@ -241,7 +276,7 @@ def probe_rocm(report: HardwareReport) -> ProbeResult:
         return [], "rocm-smi", None  # Most machines have none; not worth a note.
     try:
         out = subprocess.run([exe, "--showproductname", "--showmeminfo", "vram", "--json"],
-                             capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+                             capture_output=True, timeout=SMI_TIMEOUT_S, check=False, **TOOL_TEXT)
         gpus = parse_rocm_smi_json(out.stdout) if out.returncode == 0 else []
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return [], "rocm-smi", f"rocm-smi could not be read: {exc}"
@@ -282,7 +317,10 @@ def run_torch_probe(python: str | None = None, timeout: float = TORCH_TIMEOUT_S)
     except NoTrainingPython as exc:
         return None, str(exc)
     try:
-        out = subprocess.run([interpreter, "-c", _TORCH_SCRIPT], capture_output=True,
+        # Torch numbers the GPUs as the trainer does (runs/launch.py's training_env: in PCI bus order, as
+        # NVML and nvidia-smi do), so its GPU i is the report's GPU i.
+        env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+        out = subprocess.run([interpreter, "-c", _TORCH_SCRIPT], capture_output=True, env=env,
                              text=True, timeout=timeout, check=False, creationflags=no_window())
     except subprocess.TimeoutExpired:
         return None, f"the torch probe took longer than {timeout:.0f} s and was stopped"
@@ -301,9 +339,10 @@ def apply_torch_probe(report: HardwareReport, python: str | None = None) -> None
         report.notes.append(note or "the torch probe failed")
         return
     report.torch = info.get("torch")
-    seen = {g.index: g for g in report.gpus}
+    # Torch's GPU i is the report's i-th (both in PCI bus order, both under CUDA_VISIBLE_DEVICES), whose
+    # number may be another (the machine's GPU 1 when only it is visible).
     for row in info.get("gpus", []):
-        gpu = seen.get(row["index"])
+        gpu = report.gpus[row["index"]] if row["index"] < len(report.gpus) else None
         if gpu is None:
             gpu = GPUInfo(index=row["index"], name=row["name"], total_mb=row["total_mb"], free_mb=row["free_mb"])
             report.gpus.append(gpu)
