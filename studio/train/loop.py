@@ -68,7 +68,7 @@ from studio.train.runtime import StopSignal, all_devices, gpu_total_mb, warn_bef
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.saving.checkpoints import register_hooks, save_checkpoint
 from studio.train.saving.outputs import save_epoch_lora, save_outputs
-from studio.train.saving.resume import resume_state
+from studio.train.saving.resume import checkpoint_state, resume_state
 from studio.train.weights.ema import for_samples, weight_average
 
 
@@ -142,10 +142,10 @@ class Trainer:
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
         self.scheduler = build_scheduler(optimizer, config.training, self.total)
-        self._fill_caches()
+        self.latent_cache, self.text_cache = fill_caches(self)  # the denoiser may wait off the GPU meanwhile
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
         with self.clock.timed("moving models"):
-            self._offload_frozen()  # the encoders leave, then the base is quantized onto the GPU (quantized_base)
+            offload_frozen(self)  # the encoders leave, then the base is quantized onto the GPU (quantized_base)
         if self.sharding.enabled:  # sharded already; DCP saves the weights and the optimizer state
             self.wrapped, self.optimizer = list(self.train_modules), optimizer
             self.sharding.attach(optimizer)
@@ -185,12 +185,6 @@ class Trainer:
         denoiser_params = [p for p in c.denoiser.parameters() if p.requires_grad]
         encoder_params = [p for e in encoders for p in e.parameters() if p.requires_grad]
         self.trainable = (denoiser_params, encoder_params)
-
-    def _fill_caches(self) -> None:
-        self.latent_cache, self.text_cache = fill_caches(self)  # the denoiser may wait off the GPU meanwhile
-
-    def _offload_frozen(self) -> None:
-        offload_frozen(self)
 
     def _load_checkpoint(self) -> None:
         state = resume_state(self.run_dir, self.accelerator, self.scheduler, self.sharding, self.ema, self.reporter,
@@ -392,9 +386,8 @@ class Trainer:
 
     def _checkpoint(self, epoch: int) -> None:
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
-        state = {"step": self.step, "epoch": epoch, "total_steps": self.total,
-                 "micro_batch": self.step * self.config.training.gradient_accumulation,
-                 "global_batch": self.plan.global_batch, "time": time.time()}
+        state = checkpoint_state(self.step, epoch, self.total, self.plan.global_batch,
+                                 self.config.training.gradient_accumulation)
         with self.clock.timed("saving"):
             folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last,
                                      self.scheduler, extra=self.ema.save if self.ema is not None else None)

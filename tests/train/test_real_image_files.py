@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+from studio.core.config.schema import ConceptSection, DatasetSection
 from studio.core.dataset.checks import check_concepts
 from studio.core.dataset.thumbnails import make_thumbnail
 
@@ -19,16 +19,9 @@ pytest.importorskip("torch")
 
 from studio.caption.base import load_image as captioner_image
 from studio.train.data.controls import fitted_control
-from studio.train.data.items import TrainItem, collect_items, load_image
+from studio.train.data.items import TrainItem, load_image
 from studio.train.data.masks import MaskSource
-
-
-def _collect(folder: Path) -> tuple[list[TrainItem], list[tuple[str, str | None]]]:
-    warnings: list[tuple[str, str | None]] = []
-    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
-                         dataset=DatasetSection(concepts=[ConceptSection(path=str(folder))], resolution=64))
-    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
-    return items, warnings
+from tests.train.test_data import _collect
 
 
 def _exif_rotated_with_gps_version(gps_type: int) -> bytes:

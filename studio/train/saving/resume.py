@@ -3,6 +3,7 @@ optimizer, scheduler, shards and weight average (an older one, named, when the n
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,13 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
                       "(or launch it on as many GPUs as before) and resume again")
     return state
+
+
+def checkpoint_state(step: int, epoch: int, total: int, global_batch: int, accumulation: int) -> dict[str, Any]:
+    """What a checkpoint records of the run beside its weights: where it is, and the run's shape that
+    `changed_since` compares at a resume."""
+    return {"step": step, "epoch": epoch, "total_steps": total, "micro_batch": step * accumulation,
+            "global_batch": global_batch, "time": time.time()}
 
 
 def changed_since(state: dict[str, Any], total: int, accumulation: int, global_batch: int) -> str:
