@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     except HardwareProfileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    # Every process of a data-parallel run holds a full copy, so one GPU is representative.
-    gpu = report.gpus[0] if report.gpus else None
+    # Every process of a data-parallel run holds a full copy, so one GPU is representative: the smallest of
+    # those the project's launch.gpu_ids chooses.
+    gpu = report.run_gpus(project.launch)[0] if project is not None else report.training_gpu()
     if args.gpus is not None and args.gpus < 1:
         print(f"error: --gpus {args.gpus}: give a number of GPUs of 1 or more", file=sys.stderr)
         return EXIT_INVALID

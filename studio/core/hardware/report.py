@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from studio.core.config.schema import LaunchSection
 
 
 class HardwareProfileError(ValueError):
@@ -91,6 +94,31 @@ class HardwareReport:
         if "source" not in data:
             report.source = source
         return report
+
+    def training_gpus(self, gpu_ids: str = "all", processes: int | None = None) -> list[GPUInfo]:
+        """The GPUs a run trains on here: those launch.gpu_ids names, numbered as the studio shows them (the
+        trainer's CUDA numbers them so too), and of those the first `processes` (one process a GPU). A number
+        the machine lacks names none."""
+        if gpu_ids.strip() in ("", "all"):
+            chosen = list(self.gpus)
+        else:
+            by_index = {g.index: g for g in self.gpus}
+            wanted = [int(part) for part in gpu_ids.split(",") if part.strip().isdigit()]
+            chosen = [by_index[i] for i in dict.fromkeys(wanted) if i in by_index]
+        return chosen[:processes] if processes else chosen
+
+    def training_gpu(self, gpu_ids: str = "all", processes: int | None = None) -> GPUInfo | None:
+        """The card a run's estimate is held against: of the GPUs it trains on, the one with the least memory
+        to give (every process holds what it trains whole). A machine's first GPU for a one-GPU run on any."""
+        chosen = self.training_gpus(gpu_ids, processes)
+        return min(chosen, key=lambda g: g.total_mb - g.other_processes_mb) if chosen else None
+
+    def run_gpus(self, launch: LaunchSection) -> tuple[GPUInfo | None, int]:
+        """(the card a run's estimate is held against, how many GPUs it may use) for a run of these launch
+        settings on this machine: those launch.gpu_ids chooses, not the machine's first (a 3060 beside the
+        chosen 4090)."""
+        here = -(-launch.num_processes // launch.num_machines)  # the processes each machine starts
+        return self.training_gpu(launch.gpu_ids, here), len(self.training_gpus(launch.gpu_ids))
 
     def summary(self) -> str:
         """One line for a status bar or a log."""

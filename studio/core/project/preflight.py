@@ -32,7 +32,7 @@ from studio.core.dataset.scan import list_concept
 from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram, fit
 from studio.core.estimate.ram.ram_estimate import ram_problem
-from studio.core.hardware.report import GPUInfo
+from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import (
     FAMILY_NAMES,
     SINGLE_FILE_SUFFIXES,
@@ -304,6 +304,24 @@ def check_gpu_count(config: TrainConfig, gpu_count: int) -> PreflightProblem | N
                 + f" for a machine with {here} GPUs.")
 
 
+def check_gpu_ids(config: TrainConfig, report: HardwareReport) -> PreflightProblem | None:
+    """launch.gpu_ids naming a GPU the machine lacks: CUDA would hide every card and the run would train on
+    the CPU (hours for minutes), or on fewer GPUs than asked."""
+    ids = config.launch.gpu_ids
+    nvidia = [g for g in report.gpus if g.vendor == "nvidia"]
+    if ids == "all" or config.launch.cpu or not nvidia:
+        return None
+    have = {g.index for g in nvidia}
+    missing = [i for i in dict.fromkeys(int(part) for part in ids.split(",")) if i not in have]
+    if not missing:
+        return None
+    names = ", ".join(f"{g.index} ({g.name})" for g in nvidia)
+    gpus = f"GPU{'s' if len(missing) > 1 else ''} {', '.join(str(i) for i in missing)}"
+    return PreflightProblem(
+        "gpus", f"launch.gpu_ids = \"{ids}\" names {gpus}, which this machine does not have (its GPUs: {names}): "
+                "set launch.gpu_ids to the GPUs to train on, or to \"all\".")
+
+
 def check_vram(config: ResolvedConfig, gpu: GPUInfo) -> PreflightProblem | None:
     estimate = estimate_vram(config, gpu)
     if fit(estimate, gpu) != "does_not_fit":
@@ -364,7 +382,8 @@ def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], 
     from studio.core.hardware.machine.probe import load_hardware
 
     report = load_hardware(disk_path=_nearest_existing(Path(config.output.dir)))
-    problems = preflight(config, report.gpus[0] if report.gpus else None, gpu_count=len(report.gpus),
-                         ram_mb=report.ram_mb)
+    gpu, gpu_count = report.run_gpus(config.launch)
+    problems = [p for p in (check_gpu_ids(config, report),) if p is not None]
+    problems += preflight(config, gpu, gpu_count=gpu_count, ram_mb=report.ram_mb)
     warned = ("vram", "ram_tight")
     return [p for p in problems if p.check not in warned], [p for p in problems if p.check in warned]

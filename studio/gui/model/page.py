@@ -80,6 +80,7 @@ class ModelPage(Page):
         super().__init__(context, parent)
         self.config: TrainConfig = context.config or default_config()
         self.gpu: GPUInfo | None = None
+        self.report: HardwareReport | None = None
         self.gpu_count, self.ram_mb = 0, 0  # the machine's (or the profile's) GPUs and system memory
         self.current_preset: Preset | None = None
         self.base_check = BaseModelCheck(context.project_path)
@@ -380,7 +381,7 @@ class ModelPage(Page):
     # ------------------------------------------------------------ hardware and estimate
 
     def _on_hardware(self, report: HardwareReport) -> None:
-        self.gpu, self.gpu_count, self.ram_mb = report.gpus[0] if report.gpus else None, len(report.gpus), report.ram_mb
+        self.report, self.ram_mb = report, report.ram_mb
         self.update_estimates()
 
     def update_estimates(self) -> dict[str, int]:
@@ -391,6 +392,8 @@ class ModelPage(Page):
             self.gpu_plan.setVisible(False)
             self.context.status(f"No VRAM estimate: {'; '.join(str(i) for i in exc.issues) or exc}")
             return {}
+        # The card the run trains on: launch.gpu_ids may choose another than the machine's first.
+        self.gpu, self.gpu_count = self.report.run_gpus(config.launch) if self.report else (None, 0)
         self.estimate.update_for(config, self.gpu, self.gpu_count, self.ram_mb)
         self.gpu_plan.update_for(config, self.gpu, self.gpu_count)
         return {str(k): v for k, v in self.presets.update_fits(config, self.gpu, self.gpu_count).items()}

@@ -25,7 +25,7 @@ from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
 from studio.core.project.folder import Project
-from studio.core.project.preflight import PreflightProblem, preflight
+from studio.core.project.preflight import PreflightProblem, check_gpu_ids, preflight
 from studio.core.runs.folders import REMOTE_FILE
 from studio.core.runs.live import busy_message, find_live_runs
 from studio.core.text import memory_text
@@ -236,12 +236,13 @@ class TrainPage(Page):
         except HardwareProfileError as exc:  # the estimate only informs: the run may start without one
             self.estimate.setText(f"⚠ No VRAM estimate (the run starts without one): {exc}")
             return preflight(config, None)
-        gpu = report.gpus[0] if report.gpus else None
+        gpu, gpu_count = report.run_gpus(config.launch)
         if gpu is not None and not self._show_estimate(config, gpu):
             gpu = None
         # A profile plans for another machine: this machine's torch is only asked about its own GPU.
         local = not report.source.startswith("profile:")
-        return preflight(config, gpu, check_torch=local, gpu_count=len(report.gpus), ram_mb=report.ram_mb)
+        problems = [p for p in (check_gpu_ids(config, report),) if p is not None]
+        return problems + preflight(config, gpu, check_torch=local, gpu_count=gpu_count, ram_mb=report.ram_mb)
 
     def _show_estimate(self, config: ResolvedConfig, gpu: GPUInfo) -> bool:
         """Show the VRAM estimate for `gpu`; False (and why) when the estimator's data cannot be read."""

@@ -353,3 +353,38 @@ def test_a_mac_trains_on_the_cpu_and_is_not_told_to_install_cuda(tmp_path: Path,
     asked.clear()
     assert preflight(resolve_paths(config, root), nvidia, gpu_count=1, ram_mb=64 * 1024) == []
     assert asked == [None]  # launch.cpu: a CPU run on a GPU machine
+
+
+def test_the_run_is_held_against_the_gpu_launch_gpu_ids_chooses(
+    tmp_path: Path, hub_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workstation with a 4090 in the first slot and a 3 GB card in the second: the estimate is held against
+    the card the run trains on, and a GPU number the machine lacks is refused (CUDA would hide every card and
+    the run would train on the CPU)."""
+    from studio.core.project.preflight import preflight_headless
+
+    big = {"index": 0, "name": "NVIDIA GeForce RTX 4090", "total_mb": 24564}
+    small = {"index": 1, "name": "NVIDIA GeForce GTX 1060 3GB", "total_mb": 3072}
+    profile = tmp_path / "mixed.json"
+    profile.write_text(json.dumps({"gpus": [big, small], "ram_mb": 65536}))
+    monkeypatch.setenv("STUDIO_HARDWARE", str(profile))
+    monkeypatch.setattr(preflight_module, "check_torch_cuda", lambda _python: None)  # this machine has no CUDA
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+
+    def checks(gpu_ids: str, processes: int = 1) -> tuple[list[str], list[str]]:
+        config.launch.gpu_ids, config.launch.num_processes = gpu_ids, processes
+        errors, warnings = preflight_headless(resolve_paths(config, root))
+        return [p.message for p in errors], [p.check for p in warnings]
+
+    assert checks("all") == ([], [])  # one process: the first GPU, the 4090
+    assert checks("0") == ([], [])
+    assert checks("1")[1] == ["vram"]  # the 3 GB card, not the 4090
+    assert checks("all", processes=2)[1] == ["vram"]  # the second rank trains on the 3 GB card
+    assert checks("1,0")[1] == ["vram"]  # one process trains on the first GPU listed
+    errors, _ = checks("2")
+    assert errors == ["launch.gpu_ids = \"2\" names GPU 2, which this machine does not have (its GPUs: 0 (NVIDIA "
+                      "GeForce RTX 4090), 1 (NVIDIA GeForce GTX 1060 3GB)): set launch.gpu_ids to the GPUs to train "
+                      "on, or to \"all\"."]
+    config.launch.cpu = True  # a CPU run uses no GPU number
+    assert checks("2") == ([], [])

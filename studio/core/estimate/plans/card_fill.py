@@ -93,10 +93,9 @@ def fill_card(config: ResolvedConfig, gpu: GPUInfo | None) -> CardFill:
 
 def filled_for_launch(config: ResolvedConfig) -> CardFill:
     """`config` as a run starts it on the GPU the studio plans for ($STUDIO_HARDWARE's profile, else this
-    machine's first GPU): itself unless training.fill_card is on (no probe then)."""
+    machine's GPU that launch.gpu_ids chooses): itself unless training.fill_card is on (no probe then)."""
     if not config.training.fill_card:
         return CardFill(config)
     from studio.core.hardware.machine.probe import load_hardware
 
-    report = load_hardware()
-    return fill_card(config, report.gpus[0] if report.gpus else None)
+    return fill_card(config, load_hardware().run_gpus(config.launch)[0])
