@@ -53,6 +53,7 @@ def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: 
     if platform == "xcb" and not sys.platform.startswith("linux"):
         pytest.skip("the X11 plugin is the Linux download's")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["LD_LIBRARY_PATH"] = "/opt/the-persons-libraries"  # the person's own, which the app's children keep
     report = tmp_path / "self-test.json"  # how CI reads it from the windowed Windows app, which has no stdout
     with x_display() as display:
         if platform == "xcb":
@@ -68,6 +69,8 @@ def test_the_frozen_app_starts_and_reports_what_the_source_run_does(frozen_app: 
     assert facts["ok"] and facts["qt_warnings"] == 0 and facts["exceptions"] == 0
     assert facts["pages"] == [spec.page_id for spec in PAGES]
     assert facts["first_paint_ms"] is not None and facts["torch_imported"] is False
+    if sys.platform.startswith("linux"):  # not the app's folder of libraries: ssh would load its OpenSSL
+        assert facts["child_library_path"] == "/opt/the-persons-libraries"
     assert facts["dataset_images"] == 24  # the demo project, written by the frozen app
     assert sum(facts["presets_fit"].values()) == len(list((ROOT / "presets").glob("*.toml")))  # presets found
 

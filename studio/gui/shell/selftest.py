@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,6 +159,10 @@ def _self_test(args: argparse.Namespace, scratch: Path) -> int:
     QTimer.singleShot(0, app.quit)
     app.exec()
     facts["torch_imported"] = "torch" in sys.modules
+    if sys.platform.startswith("linux"):  # the library path a program the app starts (ssh, a file manager) sees
+        child = subprocess.run(["/bin/sh", "-c", 'printf %s "${LD_LIBRARY_PATH-}"'], capture_output=True, text=True,
+                               timeout=30)
+        facts["child_library_path"] = child.stdout
     facts["qt_platform"] = app.platformName()  # xcb, wayland, offscreen…: which of Qt's platform plugins drew it
     facts["qt_warnings"] = len(problems.qt_warnings)
     facts["exceptions"] = len(problems.exceptions)
