@@ -118,3 +118,26 @@ def test_an_uncached_run_trains_on_samples_and_records_it(make_config, run_train
         assert f'"latents": "{latents}"' in info
     # Same noise, same timesteps, same images: only the latents differ.
     assert losses["sample"] != pytest.approx(losses["mean"], rel=1e-4)
+
+
+def test_a_vae_with_per_channel_statistics_encodes_as_its_pipeline_decodes() -> None:
+    """An SDXL-style VAE declaring latents_mean/std: training's latents are normalised by them (as the SDXL
+    training scripts do), so the samples' decode, which the pipeline does with them, is their inverse."""
+    from studio.core.config.schema import ModelSection, TrainConfig
+    from studio.train.components import Components
+    from studio.train.families import adapter_for
+    from studio.train.pipelines.tiny import tiny_vae
+
+    mean, std = [0.5, -0.25, 0.1, 0.3], [2.0, 0.5, 1.5, 0.8]
+    vae = tiny_vae(4, latents_mean=mean, latents_std=std, scaling_factor=0.5).eval()
+    adapter = adapter_for(TrainConfig(model=ModelSection(family="sdxl", base="x")))
+    components = Components(torch.nn.Identity(), vae, [], [], None)
+    pixels = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        raw = vae.encode(pixels).latent_dist.mode()
+        latents = adapter.encode_images(components, pixels)
+        decoded = adapter.decode(vae, latents)
+        direct = vae.decode(raw).sample
+    shape = (1, 4, 1, 1)
+    torch.testing.assert_close(latents, (raw - torch.tensor(mean).view(shape)) * 0.5 / torch.tensor(std).view(shape))
+    torch.testing.assert_close(decoded, direct, atol=1e-4, rtol=1e-3)  # the pipeline's decode of the same latents

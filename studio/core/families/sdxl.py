@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from studio.core.families import sd15
-from studio.core.families.settings import COMMON, CONVOLUTIONS, DDPM
+from studio.core.families.settings import COMMON, CONVOLUTIONS, DDPM, SEPARATE_VAE
 from studio.core.families.spec import CLIP_TOKEN_LIMIT, STABILITY_AI, CheckpointKind, FamilySpec, Shape
 
 NAME = "sdxl"
@@ -51,7 +51,7 @@ FAMILY = FamilySpec(
     denoiser="unet",
     components=("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"),
     native_resolution=1024,
-    settings=(*DDPM, *COMMON, *CONVOLUTIONS),
+    settings=(*DDPM, SEPARATE_VAE, *COMMON, *CONVOLUTIONS),
     fsdp_units=sd15.FAMILY.fsdp_units,
     checkpointed_blocks=sd15.FAMILY.checkpointed_blocks,
     download_gb=7.0,

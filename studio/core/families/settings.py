@@ -130,6 +130,9 @@ CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted 
 T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5 text encoder; leave it off")
 BLOCKS = Setting("method.blocks", "limits the LoRA to some transformer blocks",
                  "leave it empty (use method.target_modules to choose the LoRA's layers)")
+# The UNet families and SD3 load model.vae in place of the base's VAE; the others encode with their folder's own.
+SEPARATE_VAE = Setting("model.vae", "replaces the base model's VAE with another one",
+                       "this family's latents are its own VAE's (the base folder's vae/); leave it empty")
 TRAINING_ADAPTER = Setting("model.training_adapter",
                            "merges a step-distilled model's training adapter into the base for training",
                            "this family's bases are trained as they are; leave it empty")
@@ -138,5 +141,5 @@ TRAINING_ADAPTER = Setting("model.training_adapter",
 # refused for every family, so a file that sets it never trains something other than what it says.
 OFFERED: tuple[Setting, ...] = (TRAINING_ADAPTER,)
 
-__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "OFFERED", "T5",
-           "TRAINING_ADAPTER", "Condition"]
+__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "OFFERED",
+           "SEPARATE_VAE", "T5", "TRAINING_ADAPTER", "Condition"]

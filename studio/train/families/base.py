@@ -168,11 +168,19 @@ class FamilyAdapter(ABC):
 
         With `draws` (one generator per image) the latents are a sample of the VAE's distribution,
         drawn on the CPU so a seed gives the same sample on any device; without, its mean.
-        SD1.5 and SDXL VAEs have no shift factor; SD3's has one.
+        SD1.5 and SDXL VAEs have no shift factor; SD3's has one. A VAE that declares per-channel
+        latents_mean/std (an SDXL-style model's) is normalised by those, as its pipeline decodes (`decode`).
         """
         vae: Any = components.vae
+        config = vae.config
         latents = draw_latents(vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist, draws)
-        return (latents - (getattr(vae.config, "shift_factor", None) or 0.0)) * vae.config.scaling_factor
+        mean, std = getattr(config, "latents_mean", None), getattr(config, "latents_std", None)
+        if mean is not None and std is not None:
+            shape = (1, -1, 1, 1)
+            mean_t = torch.tensor(mean).view(shape).to(latents)
+            std_t = torch.tensor(std).view(shape).to(latents)
+            return (latents - mean_t) * config.scaling_factor / std_t
+        return (latents - (getattr(config, "shift_factor", None) or 0.0)) * config.scaling_factor
 
     @abstractmethod
     def noise_scheme(self, components: Components) -> NoiseScheme:

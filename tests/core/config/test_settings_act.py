@@ -81,3 +81,12 @@ def test_every_settings_default_is_the_schemas_own_and_a_fresh_copy() -> None:
                 assert default_of(config, key) is not default_of(config, key), key  # never shared
             checked += 1
     assert checked > 80
+
+
+@pytest.mark.parametrize("name", ["zimage", "flux2-klein", "qwen-image"])
+def test_a_separate_vae_is_refused_where_the_family_encodes_with_its_own(name: str) -> None:
+    """These families load their folder's VAE whatever model.vae says: a file naming one trained with the base's."""
+    key, message = _issue(model={"family": name, "base": "x", "vae": "other-vae"})
+    assert key == "model.vae" and f"{name} (" in message and "vae/" in message
+    for kept in ("sd15", "sdxl", "sd3"):
+        assert TrainConfig.model_validate({"model": {"family": kept, "base": "x", "vae": "other-vae"}}).model.vae
