@@ -71,3 +71,18 @@ def test_a_v_prediction_model_trains_and_samples(tiny_vpred: Path, make_config, 
     (kohya,) = [Path(p) for p in finished.outputs if Path(p).suffix == ".safetensors" and "pytorch_lora" not in p]
     with safe_open(str(kohya), "pt") as handle:
         assert handle.metadata()["modelspec.prediction_type"] == "v"
+
+
+def test_min_snr_on_a_zero_terminal_snr_schedule_weighs_its_last_timestep_one() -> None:
+    """An epsilon run (model.prediction_type) on a zero-terminal-SNR base with min-SNR: the last timestep's SNR
+    is 0, and its weight was 0/0, a NaN loss that ended the run at the first batch drawing it."""
+    from diffusers import DDPMScheduler
+
+    from studio.core.config.schema import TrainingSection
+    from studio.train.families.schemes import DiffusionScheme
+
+    scheduler = DDPMScheduler(rescale_betas_zero_snr=True, prediction_type="epsilon")
+    scheme = DiffusionScheme(scheduler, TrainingSection(min_snr_gamma=5.0))
+    weights = scheme._snr_weights(torch.tensor([999, 998, 0]))
+    assert weights[:2].tolist() == [1.0, 1.0]  # min(snr, 5) / snr, for an SNR under 5
+    assert 0 < weights[2].item() < 1e-3  # a clean timestep: 5 / snr

@@ -97,7 +97,11 @@ class DiffusionScheme:
         snr = compute_snr(self.scheduler, timesteps)
         clipped = torch.clamp(snr, max=self.min_snr_gamma)
         # Min-SNR-gamma (Hang et al. 2023): for v-prediction the target's scale adds one to the SNR.
-        return clipped / (snr + 1 if self.prediction_type == "v_prediction" else snr)
+        if self.prediction_type == "v_prediction":
+            return clipped / (snr + 1)
+        # A zero-terminal-SNR schedule's last timestep has an SNR of 0: its weight is the limit, 1 (not 0/0,
+        # a NaN loss that ended the run at the first batch drawing it).
+        return torch.where(snr > 0, clipped / snr.clamp(min=torch.finfo(snr.dtype).tiny), torch.ones_like(snr))
 
     def loss(self, prediction: torch.Tensor, noised: Noised, sample_weights: torch.Tensor) -> torch.Tensor:
         return weighted_mse(prediction, noised.target, noised.weights * to_device(sample_weights, noised.weights.device))
