@@ -118,3 +118,19 @@ def test_an_uncached_run_trains_on_samples_and_records_it(make_config, run_train
         assert f'"latents": "{latents}"' in info
     # Same noise, same timesteps, same images: only the latents differ.
     assert losses["sample"] != pytest.approx(losses["mean"], rel=1e-4)
+
+
+def test_the_disk_cache_is_keyed_by_the_vae(make_config, tmp_path: Path) -> None:
+    # A run's config.toml edited before a resume to a separate VAE (model.vae: an fp16-safe SDXL VAE, say):
+    # the old VAE's latents on disk were read back and trained on.
+    config = make_config()
+    adapter, components, items = _encoder(config)
+    disk = tmp_path / "latents"
+    _cached(adapter, components, items, 4, disk)
+    adapter.config = config.model_copy(deep=True)
+    adapter.config.model.vae = str(tmp_path / "other-vae")
+    _cached(adapter, components, items, 4, disk)
+    assert len(list(disk.glob("*.safetensors"))) == 2 * len(items)
+    adapter.config = config  # no separate VAE: the first files again, none made anew
+    _cached(adapter, components, items, 4, disk)
+    assert len(list(disk.glob("*.safetensors"))) == 2 * len(items)

@@ -76,7 +76,11 @@ class LatentCache:
 
         seed = adapter.config.training.seed
         drawn = "mean" if dataset.latents == "mean" else f"sample-{seed}"
-        base = adapter.config.model.base
+        model = adapter.config.model
+        # The VAE that encodes them: a separate model.vae (or another revision of the base) set in the run's
+        # config before a resume makes other latents, never the old VAE's read back.
+        base = "|".join([model.base, *(f"{key}={value}" for key, value in (("vae", model.vae),
+                                                                          ("revision", model.revision)) if value)])
         masks = mask_source(dataset)
         todo: list[TrainItem] = []
         for item in items:
