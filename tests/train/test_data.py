@@ -175,3 +175,39 @@ def test_a_bundle_run_on_edit_pairs_of_a_family_without_control_images_is_refuse
     with pytest.raises(TrainError, match=r"SD 1\.x/2\.x does not train edit pairs") as caught:
         collect_items(config, lambda *a: None)
     assert caught.value.kind == "config" and 'set dataset.kind = "images"' in caught.value.hint
+
+
+def _with_class_images(tmp_path: Path, instances: int, classes: int, **concept: object) -> TrainConfig:
+    write_demo_dataset(tmp_path / "data", count=instances, size=32, seed=1)
+    write_demo_dataset(tmp_path / "class", count=classes, size=32, seed=2)
+    return TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                       dataset=DatasetSection(concepts=[ConceptSection(
+                           path=str(tmp_path / "data"), class_path=str(tmp_path / "class"),
+                           class_prompt="a photo of a shape", **concept)], resolution=64))  # type: ignore[arg-type]
+
+
+def test_more_class_images_than_instance_images_do_not_outweigh_them(tmp_path: Path) -> None:
+    # 12 class images beside 3 photos: each epoch trained the class 4 times as often as the subject.
+    config = _with_class_images(tmp_path, 3, 12)
+    warnings: list[tuple[str, str | None]] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    instances = [i for i in items if not i.is_class]
+    classes = [i for i in items if i.is_class]
+    assert sum(i.repeats for i in classes) == sum(i.repeats for i in instances) == 3
+    assert [i.path.name for i in classes] == sorted(p.name for p in (tmp_path / "class").glob("*.png"))[:3]
+    assert any("12 class images for 3 instance images" in m and path == str(tmp_path / "class")
+               for m, path in warnings)
+    # With the concept repeated 4 times, all 12 are used once an epoch, without a word.
+    config.dataset.concepts[0].repeats = 4
+    warnings.clear()
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    assert sum(i.repeats for i in items if i.is_class) == 12 and not warnings
+
+
+def test_a_lora_run_says_its_wanted_class_images_are_not_made(tmp_path: Path) -> None:
+    # Class images wanted for a LoRA: only DreamBooth makes them, and the run trained without them unsaid.
+    config = _with_class_images(tmp_path, 3, 1, num_class_images=3)
+    warnings: list[tuple[str, str | None]] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    assert sum(1 for i in items if i.is_class) == 1
+    assert any("wants 3 class images" in m and "trains with the 1 in" in m for m, _ in warnings)

@@ -156,6 +156,23 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
             )
         class_entries = scan_class_images(concept) if concept.uses_prior_preservation else []
         instance_count = sum(e.repeats for e in entries)
+        if len(class_entries) > instance_count:
+            # Each class image once an epoch beside fewer instance images (200 class images for 5 photos)
+            # trained the class 40 times as often as the subject: the first ones, as many as those, balance them.
+            warn(f"{len(class_entries)} class images for {instance_count} instance images (repeats counted) in "
+                 f"{concept.path}: each epoch uses the first {instance_count} class images, as many as the "
+                 "instance images, so the class does not outweigh the subject",
+                 concept.class_path, "raise the concept's repeats to train with more of them (its own images "
+                 "repeat as often), or leave it so")
+            class_entries = class_entries[:instance_count]
+        elif (concept.uses_prior_preservation and len(class_entries) < concept.num_class_images
+              and config.method.kind != "dreambooth"):
+            # Only DreamBooth makes the missing ones (before this): a LoRA's wanted class images are not made.
+            where = f"the {len(class_entries)} in {concept.class_path}" if class_entries else "none"
+            warn(f"{concept.path} wants {concept.num_class_images} class images but they are made for DreamBooth "
+                 f"only (method.kind = \"dreambooth\"); this run trains with {where}",
+                 concept.class_path or concept.path, "put images of the class in the concept's class_path, or set "
+                 "num_class_images to 0 to train without class images")
         for entry in [*entries, *class_entries]:
             checked = _check_image(entry.path)
             if isinstance(checked, str):
