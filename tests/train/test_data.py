@@ -211,3 +211,20 @@ def test_a_lora_run_says_its_wanted_class_images_are_not_made(tmp_path: Path) ->
     items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
     assert sum(1 for i in items if i.is_class) == 1
     assert any("wants 3 class images" in m and "trains with the 1 in" in m for m, _ in warnings)
+
+
+def test_a_mask_folder_inside_the_image_folder_is_not_trained_as_images(tmp_path: Path) -> None:
+    # images/ with its loss masks in images/masks/: the concept walked into masks/ and trained every mask
+    # as a picture of its own, with an empty caption.
+    folder = tmp_path / "images"
+    write_demo_dataset(folder, count=3, size=32, seed=1)
+    (folder / "masks").mkdir()
+    for image in sorted(folder.glob("*.png")):
+        Image.new("L", (32, 32), 255).save(folder / "masks" / image.name)
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(folder))], resolution=64,
+                                                masks="folder", mask_folder=str(folder / "masks")))
+    warnings: list[str] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append(message))
+    assert [i.path.parent for i in items] == [folder] * 3
+    assert not any("empty prompt" in m for m in warnings)

@@ -24,6 +24,7 @@ from studio.core.dataset.edit_pairs.training import control_limit, edit_training
 from studio.core.dataset.image_facts import is_cut_off
 from studio.core.dataset.image_pixels import as_rgb, shown_size, upright
 from studio.core.dataset.image_rules import size_problem
+from studio.core.dataset.layouts import resolve_folder
 from studio.core.dataset.scan import (
     DatasetError,
     ImageEntry,
@@ -148,7 +149,7 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     sizes = bucket_sizes(dataset) if dataset.buckets else None
     items: list[TrainItem] = []
     for concept in dataset.concepts:
-        entries = _scan(concept, warn, controls)
+        entries = _outside_mask_folder(_scan(concept, warn, controls), dataset)
         if not entries:
             raise TrainError(
                 "data", f"the image folder {concept.path} holds no images",
@@ -196,6 +197,17 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
                          "see the warnings above for the files that were skipped", path=dataset.concepts[0].path)
     check_mask_files(items, dataset, warn)
     return items
+
+
+def _outside_mask_folder(entries: list[ImageEntry], dataset: DatasetSection) -> list[ImageEntry]:
+    """A concept's images without those of the mask folder (dataset.masks = "folder") kept inside it
+    (images/masks/): the concept walks into its subfolders, and each mask trained as a picture of its own
+    (with an empty caption, masked by itself)."""
+    if dataset.masks != "folder" or not dataset.mask_folder:
+        return entries
+    masks = resolve_folder(dataset.mask_folder, None)
+    kept = [entry for entry in entries if masks not in entry.path.parents]
+    return kept if kept else entries  # the mask folder is the image folder (or holds it): not for this to say
 
 
 def check_edit_pairs(config: TrainConfig) -> ControlSettings | None:
