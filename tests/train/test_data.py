@@ -228,3 +228,12 @@ def test_a_mask_folder_inside_the_image_folder_is_not_trained_as_images(tmp_path
     items = collect_items(config, lambda message, path, hint: warnings.append(message))
     assert [i.path.parent for i in items] == [folder] * 3
     assert not any("empty prompt" in m for m in warnings)
+
+
+def test_class_images_inside_the_image_folder_are_not_trained_as_the_subject(tmp_path: Path) -> None:
+    config = _with_class_images(tmp_path, 3, 2)
+    write_demo_dataset(tmp_path / "data" / "class", count=2, size=32, seed=2)
+    config.dataset.concepts[0].class_path = str(tmp_path / "data" / "class")
+    items = collect_items(config, lambda *a: None)
+    assert [i.path.parent.name for i in items if not i.is_class] == ["data"] * 3
+    assert [i.path.parent.name for i in items if i.is_class] == ["class"] * 2

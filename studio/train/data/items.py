@@ -149,7 +149,7 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     sizes = bucket_sizes(dataset) if dataset.buckets else None
     items: list[TrainItem] = []
     for concept in dataset.concepts:
-        entries = _outside_mask_folder(_scan(concept, warn, controls), dataset)
+        entries = _own_images(_scan(concept, warn, controls), concept, dataset)
         if not entries:
             raise TrainError(
                 "data", f"the image folder {concept.path} holds no images",
@@ -199,15 +199,15 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     return items
 
 
-def _outside_mask_folder(entries: list[ImageEntry], dataset: DatasetSection) -> list[ImageEntry]:
-    """A concept's images without those of the mask folder (dataset.masks = "folder") kept inside it
-    (images/masks/): the concept walks into its subfolders, and each mask trained as a picture of its own
-    (with an empty caption, masked by itself)."""
-    if dataset.masks != "folder" or not dataset.mask_folder:
-        return entries
-    masks = resolve_folder(dataset.mask_folder, None)
-    kept = [entry for entry in entries if masks not in entry.path.parents]
-    return kept if kept else entries  # the mask folder is the image folder (or holds it): not for this to say
+def _own_images(entries: list[ImageEntry], concept: ConceptSection, dataset: DatasetSection) -> list[ImageEntry]:
+    """A concept's images without those of its class images' folder or the mask folder (dataset.masks =
+    "folder") kept inside it (images/class/, images/masks/): the concept walks into its subfolders, so each
+    class image trained as the subject too, and each mask as a picture of its own (an empty caption)."""
+    folders = [resolve_folder(path, None) for path in (
+        concept.class_path if concept.uses_prior_preservation else None,
+        dataset.mask_folder if dataset.masks == "folder" else None) if path]
+    kept = [entry for entry in entries if not any(folder in entry.path.parents for folder in folders)]
+    return kept if kept else entries  # such a folder is the image folder (or holds it): not for this to say
 
 
 def check_edit_pairs(config: TrainConfig) -> ControlSettings | None:
