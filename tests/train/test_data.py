@@ -237,3 +237,27 @@ def test_class_images_inside_the_image_folder_are_not_trained_as_the_subject(tmp
     items = collect_items(config, lambda *a: None)
     assert [i.path.parent.name for i in items if not i.is_class] == ["data"] * 3
     assert [i.path.parent.name for i in items if i.is_class] == ["class"] * 2
+
+
+def test_two_gpus_augment_as_one_gpu_with_the_same_global_batch(tmp_path: Path) -> None:
+    # The same global batch on 2 GPUs (2 images each) and on 1 (4 images): each image's crop, flip and caption
+    # dropout came from the GPU that held it, so the two runs trained other pictures (docs/steps-and-batches.md).
+    import torch
+
+    rng = np.random.default_rng(0)
+    for n in range(8):  # wider than tall: a random crop has room to move
+        Image.fromarray(rng.integers(0, 255, (64, 128, 3), dtype=np.uint8)).save(tmp_path / f"{n}.png")
+        (tmp_path / f"{n}.txt").write_text(f"picture {n}", encoding="utf-8")
+    dataset = DatasetSection(concepts=[ConceptSection(path=str(tmp_path))], resolution=64, buckets=False,
+                             crop="random", flip=True, caption_dropout=0.5)
+    items = collect_items(TrainConfig(model=ModelSection(family="sd15", base="x"), dataset=dataset), lambda *a: None)
+    one = MicroBatches(EpochPlan(items, 4, 1, seed=3), dataset, rank=0, start=0, count=2, with_pixels=True)
+    two = [MicroBatches(EpochPlan(items, 2, 2, seed=3), dataset, rank=r, start=0, count=2, with_pixels=True)
+           for r in (0, 1)]
+    for index in range(2):
+        whole = one[index]
+        parts = [two[r][index] for r in (0, 1)]
+        assert whole["items"] == parts[0]["items"] + parts[1]["items"]
+        assert whole["captions"] == parts[0]["captions"] + parts[1]["captions"]
+        assert whole["crops_top_left"] == parts[0]["crops_top_left"] + parts[1]["crops_top_left"]
+        assert torch.equal(whole["pixels"], torch.cat([parts[0]["pixels"], parts[1]["pixels"]]))
