@@ -175,3 +175,89 @@ def test_a_bundle_run_on_edit_pairs_of_a_family_without_control_images_is_refuse
     with pytest.raises(TrainError, match=r"SD 1\.x/2\.x does not train edit pairs") as caught:
         collect_items(config, lambda *a: None)
     assert caught.value.kind == "config" and 'set dataset.kind = "images"' in caught.value.hint
+
+
+def _with_class_images(tmp_path: Path, instances: int, classes: int, **concept: object) -> TrainConfig:
+    write_demo_dataset(tmp_path / "data", count=instances, size=32, seed=1)
+    write_demo_dataset(tmp_path / "class", count=classes, size=32, seed=2)
+    return TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                       dataset=DatasetSection(concepts=[ConceptSection(
+                           path=str(tmp_path / "data"), class_path=str(tmp_path / "class"),
+                           class_prompt="a photo of a shape", **concept)], resolution=64))  # type: ignore[arg-type]
+
+
+def test_more_class_images_than_instance_images_do_not_outweigh_them(tmp_path: Path) -> None:
+    # 12 class images beside 3 photos: each epoch trained the class 4 times as often as the subject.
+    config = _with_class_images(tmp_path, 3, 12)
+    warnings: list[tuple[str, str | None]] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    instances = [i for i in items if not i.is_class]
+    classes = [i for i in items if i.is_class]
+    assert sum(i.repeats for i in classes) == sum(i.repeats for i in instances) == 3
+    assert [i.path.name for i in classes] == sorted(p.name for p in (tmp_path / "class").glob("*.png"))[:3]
+    assert any("12 class images for 3 instance images" in m and path == str(tmp_path / "class")
+               for m, path in warnings)
+    # With the concept repeated 4 times, all 12 are used once an epoch, without a word.
+    config.dataset.concepts[0].repeats = 4
+    warnings.clear()
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    assert sum(i.repeats for i in items if i.is_class) == 12 and not warnings
+
+
+def test_a_lora_run_says_its_wanted_class_images_are_not_made(tmp_path: Path) -> None:
+    # Class images wanted for a LoRA: only DreamBooth makes them, and the run trained without them unsaid.
+    config = _with_class_images(tmp_path, 3, 1, num_class_images=3)
+    warnings: list[tuple[str, str | None]] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path)))
+    assert sum(1 for i in items if i.is_class) == 1
+    assert any("wants 3 class images" in m and "trains with the 1 in" in m for m, _ in warnings)
+
+
+def test_a_mask_folder_inside_the_image_folder_is_not_trained_as_images(tmp_path: Path) -> None:
+    # images/ with its loss masks in images/masks/: the concept walked into masks/ and trained every mask
+    # as a picture of its own, with an empty caption.
+    folder = tmp_path / "images"
+    write_demo_dataset(folder, count=3, size=32, seed=1)
+    (folder / "masks").mkdir()
+    for image in sorted(folder.glob("*.png")):
+        Image.new("L", (32, 32), 255).save(folder / "masks" / image.name)
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(folder))], resolution=64,
+                                                masks="folder", mask_folder=str(folder / "masks")))
+    warnings: list[str] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append(message))
+    assert [i.path.parent for i in items] == [folder] * 3
+    assert not any("empty prompt" in m for m in warnings)
+
+
+def test_class_images_inside_the_image_folder_are_not_trained_as_the_subject(tmp_path: Path) -> None:
+    config = _with_class_images(tmp_path, 3, 2)
+    write_demo_dataset(tmp_path / "data" / "class", count=2, size=32, seed=2)
+    config.dataset.concepts[0].class_path = str(tmp_path / "data" / "class")
+    items = collect_items(config, lambda *a: None)
+    assert [i.path.parent.name for i in items if not i.is_class] == ["data"] * 3
+    assert [i.path.parent.name for i in items if i.is_class] == ["class"] * 2
+
+
+def test_two_gpus_augment_as_one_gpu_with_the_same_global_batch(tmp_path: Path) -> None:
+    # The same global batch on 2 GPUs (2 images each) and on 1 (4 images): each image's crop, flip and caption
+    # dropout came from the GPU that held it, so the two runs trained other pictures (docs/steps-and-batches.md).
+    import torch
+
+    rng = np.random.default_rng(0)
+    for n in range(8):  # wider than tall: a random crop has room to move
+        Image.fromarray(rng.integers(0, 255, (64, 128, 3), dtype=np.uint8)).save(tmp_path / f"{n}.png")
+        (tmp_path / f"{n}.txt").write_text(f"picture {n}", encoding="utf-8")
+    dataset = DatasetSection(concepts=[ConceptSection(path=str(tmp_path))], resolution=64, buckets=False,
+                             crop="random", flip=True, caption_dropout=0.5)
+    items = collect_items(TrainConfig(model=ModelSection(family="sd15", base="x"), dataset=dataset), lambda *a: None)
+    one = MicroBatches(EpochPlan(items, 4, 1, seed=3), dataset, rank=0, start=0, count=2, with_pixels=True)
+    two = [MicroBatches(EpochPlan(items, 2, 2, seed=3), dataset, rank=r, start=0, count=2, with_pixels=True)
+           for r in (0, 1)]
+    for index in range(2):
+        whole = one[index]
+        parts = [two[r][index] for r in (0, 1)]
+        assert whole["items"] == parts[0]["items"] + parts[1]["items"]
+        assert whole["captions"] == parts[0]["captions"] + parts[1]["captions"]
+        assert whole["crops_top_left"] == parts[0]["crops_top_left"] + parts[1]["crops_top_left"]
+        assert torch.equal(whole["pixels"], torch.cat([parts[0]["pixels"], parts[1]["pixels"]]))

@@ -141,3 +141,36 @@ def test_a_vae_with_per_channel_statistics_encodes_as_its_pipeline_decodes() -> 
     shape = (1, 4, 1, 1)
     torch.testing.assert_close(latents, (raw - torch.tensor(mean).view(shape)) * 0.5 / torch.tensor(std).view(shape))
     torch.testing.assert_close(decoded, direct, atol=1e-4, rtol=1e-3)  # the pipeline's decode of the same latents
+
+
+def test_the_disk_cache_is_keyed_by_the_vae(make_config, tmp_path: Path) -> None:
+    # A run's config.toml edited before a resume to a separate VAE (model.vae: an fp16-safe SDXL VAE, say):
+    # the old VAE's latents on disk were read back and trained on.
+    config = make_config()
+    adapter, components, items = _encoder(config)
+    disk = tmp_path / "latents"
+    _cached(adapter, components, items, 4, disk)
+    adapter.config = config.model_copy(deep=True)
+    adapter.config.model.vae = str(tmp_path / "other-vae")
+    _cached(adapter, components, items, 4, disk)
+    assert len(list(disk.glob("*.safetensors"))) == 2 * len(items)
+    adapter.config = config  # no separate VAE: the first files again, none made anew
+    _cached(adapter, components, items, 4, disk)
+    assert len(list(disk.glob("*.safetensors"))) == 2 * len(items)
+
+
+def test_a_cache_file_cut_off_by_a_killed_run_is_encoded_again(make_config, tmp_path: Path) -> None:
+    # A run killed (or a machine cut off) while it wrote its latents left a file cut short: every resume
+    # then failed on it with a safetensors error until the person found and deleted the cache folder.
+    config = make_config()
+    adapter, components, items = _encoder(config)
+    disk = tmp_path / "latents"
+    first = _cached(adapter, components, items, 4, disk)
+    files = sorted(disk.glob("*.safetensors"))
+    cut = files[0].read_bytes()
+    files[0].write_bytes(cut[: len(cut) // 2])
+    files[1].write_bytes(b"")
+    again = _cached(adapter, components, items, 4, disk)
+    assert all(torch.allclose(first[i], again[i], atol=1e-5) for i in first)
+    assert files[0].read_bytes() == cut  # written whole again
+    assert sorted(p.name for p in disk.iterdir()) == [p.name for p in files]  # no temporary file is left

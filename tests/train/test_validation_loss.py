@@ -113,3 +113,33 @@ def test_a_share_that_leaves_no_image_to_train_on_says_what_is_allowed(tmp_path:
     config.dataset.validation_fraction = 0.97
     kept, held = split_items(items, config, print)
     assert (len(kept), len(held)) == (1, 23)
+
+
+def test_a_validation_folder_inside_the_image_folder_is_not_trained_on(tmp_path: Path) -> None:
+    # images/ with its val/ subfolder named as dataset.validation_folder: the concept walks into val/, so
+    # the validation loss was measured on images the run had trained on.
+    from studio.core.config.schema import ConceptSection
+    from studio.core.dataset.demo_shapes import write_demo_dataset
+    from studio.train.data.items import collect_items
+    from studio.train.extras.validation import split_items
+
+    write_demo_dataset(tmp_path / "images", count=4, size=32, seed=1)
+    write_demo_dataset(tmp_path / "images" / "val", count=2, size=32, seed=2)
+    config = TrainConfig(model={"family": "sd15", "base": "x"},  # type: ignore[arg-type]
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(tmp_path / "images"))],
+                                                resolution=64, validation_folder=str(tmp_path / "images" / "val")),
+                         training=TrainingSection(validation_every=1))
+    warnings: list[str] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append(message))
+    assert len(items) == 6
+    kept, held = split_items(items, config, lambda message, path, hint: warnings.append(message))
+    assert {i.path.parent.name for i in kept} == {"images"} and len(kept) == 4
+    assert {i.path.parent.name for i in held} == {"val"} and len(held) == 2
+    assert [i.index for i in kept] == [0, 1, 2, 3]
+    assert any("2 images of dataset.validation_folder" in m for m in warnings)
+    # The image folder itself: it trains on them all, and says what the loss measures.
+    config.dataset.validation_folder = str(tmp_path / "images")
+    warnings.clear()
+    kept, held = split_items(items, config, lambda message, path, hint: warnings.append(message))
+    assert (len(kept), len(held)) == (6, 6)
+    assert any("measures images the run trains on" in m for m in warnings)

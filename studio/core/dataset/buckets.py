@@ -11,6 +11,9 @@ def bucket_sizes(resolution: int, step: int = 64, min_side: int = 256, max_side:
     """Every (width, height) on the step grid with at most resolution² pixels, sides within limits,
     and the square resolution itself. The trainer and the Dataset page's preview both use this."""
     lo, hi = min(min_side, resolution), max(max_side, resolution)
+    # Limits off the grid (min_bucket = 300 at a step of 64) would make sides off it too (300x832, 492x512):
+    # sides a latent grid or a transformer's patches do not divide. The limits move onto the grid, inward.
+    lo, hi = -(-lo // step) * step, hi // step * step
     area = resolution * resolution
     sizes = {(resolution, resolution)}
     width = lo

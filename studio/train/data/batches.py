@@ -112,7 +112,10 @@ class MicroBatches(torch.utils.data.Dataset[dict[str, Any]]):
         flipped: list[bool] = []
         for position, item_index in enumerate(chosen):
             item = self.plan.items[item_index]
-            rng = stream_rng(self.plan.seed, 2, index, self.rank, position) if self.augment else None
+            # Drawn from the image's place in the global batch (rank 0's key as it always was), not from the GPU
+            # holding it: N GPUs crop, flip and drop captions as one GPU with the same global batch does.
+            place = self.rank * self.plan.batch_size + position
+            rng = stream_rng(self.plan.seed, 2, index, 0, place) if self.augment else None
             captions.append(prepare_caption(item.caption, self.dataset, rng))
             weights.append(item.loss_weight)
             if self.with_pixels:

@@ -8,6 +8,7 @@ are reused by a resumed run; each node's local main process writes them.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from studio.core.config.schema import DatasetSection
+from studio.core.files import replace
 from studio.train.components import Components
 from studio.train.data.batches import latent_draws
 from studio.train.data.controls import control_pixels, edit_caption_key, encode_controls
@@ -50,6 +52,30 @@ def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
     return folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
 
 
+def _read_latents(path: Path) -> dict[str, torch.Tensor] | None:
+    """The latents cached in `path`; None when there are none, or the file is damaged (a run killed or a
+    machine cut off while writing it): that image is encoded again instead of every resume failing on it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        return None
+    try:
+        stored = load_file(str(path))
+    except (OSError, SafetensorError):
+        return None
+    return stored if "latents" in stored else None
+
+
+def _write_latents(stored: dict[str, torch.Tensor], path: Path) -> None:
+    """Written under a temporary name and renamed: the file is whole or not there."""
+    from safetensors.torch import save_file
+
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    save_file(stored, str(partial))
+    replace(partial, path)
+
+
 class LatentCache:
     def __init__(self) -> None:
         self.latents: dict[int, torch.Tensor] = {}
@@ -72,17 +98,19 @@ class LatentCache:
         With dataset.latents = "sample" each item's latents are one sample, drawn from the seed and
         the item alone (the same whatever the batch size, and on every rank).
         """
-        from safetensors.torch import load_file, save_file
-
         seed = adapter.config.training.seed
         drawn = "mean" if dataset.latents == "mean" else f"sample-{seed}"
-        base = adapter.config.model.base
+        model = adapter.config.model
+        # The VAE that encodes them: a separate model.vae (or another revision of the base) set in the run's
+        # config before a resume makes other latents, never the old VAE's read back.
+        base = "|".join([model.base, *(f"{key}={value}" for key, value in (("vae", model.vae),
+                                                                          ("revision", model.revision)) if value)])
         masks = mask_source(dataset)
         todo: list[TrainItem] = []
         for item in items:
             path = _latent_file(disk, item, base, drawn) if disk else None
-            if path is not None and path.is_file():
-                stored = load_file(str(path))
+            stored = _read_latents(path) if path is not None else None
+            if stored is not None:
                 self.latents[item.index] = stored["latents"]
                 if "controls" in stored:
                     self.controls[item.index] = stored["controls"]
@@ -111,7 +139,7 @@ class LatentCache:
                     self._keep_mask(item.index, one.mask)
                     if disk is not None and writer:
                         disk.mkdir(parents=True, exist_ok=True)
-                        save_file(stored, str(_latent_file(disk, item, base, drawn)))
+                        _write_latents(stored, _latent_file(disk, item, base, drawn))
                 done += len(chunk)
                 progress("caching", done, len(items))
 

@@ -24,6 +24,7 @@ from studio.core.dataset.edit_pairs.training import control_limit, edit_training
 from studio.core.dataset.image_facts import is_cut_off
 from studio.core.dataset.image_pixels import as_rgb, shown_size, upright
 from studio.core.dataset.image_rules import size_problem
+from studio.core.dataset.layouts import resolve_folder
 from studio.core.dataset.scan import (
     DatasetError,
     ImageEntry,
@@ -148,7 +149,7 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
     sizes = bucket_sizes(dataset) if dataset.buckets else None
     items: list[TrainItem] = []
     for concept in dataset.concepts:
-        entries = _scan(concept, warn, controls)
+        entries = _own_images(_scan(concept, warn, controls), concept, dataset)
         if not entries:
             raise TrainError(
                 "data", f"the image folder {concept.path} holds no images",
@@ -156,6 +157,23 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
             )
         class_entries = scan_class_images(concept) if concept.uses_prior_preservation else []
         instance_count = sum(e.repeats for e in entries)
+        if len(class_entries) > instance_count:
+            # Each class image once an epoch beside fewer instance images (200 class images for 5 photos)
+            # trained the class 40 times as often as the subject: the first ones, as many as those, balance them.
+            warn(f"{len(class_entries)} class images for {instance_count} instance images (repeats counted) in "
+                 f"{concept.path}: each epoch uses the first {instance_count} class images, as many as the "
+                 "instance images, so the class does not outweigh the subject",
+                 concept.class_path, "raise the concept's repeats to train with more of them (its own images "
+                 "repeat as often), or leave it so")
+            class_entries = class_entries[:instance_count]
+        elif (concept.uses_prior_preservation and len(class_entries) < concept.num_class_images
+              and config.method.kind != "dreambooth"):
+            # Only DreamBooth makes the missing ones (before this): a LoRA's wanted class images are not made.
+            where = f"the {len(class_entries)} in {concept.class_path}" if class_entries else "none"
+            warn(f"{concept.path} wants {concept.num_class_images} class images but they are made for DreamBooth "
+                 f"only (method.kind = \"dreambooth\"); this run trains with {where}",
+                 concept.class_path or concept.path, "put images of the class in the concept's class_path, or set "
+                 "num_class_images to 0 to train without class images")
         for entry in [*entries, *class_entries]:
             checked = _check_image(entry.path)
             if isinstance(checked, str):
@@ -179,6 +197,17 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
                          "see the warnings above for the files that were skipped", path=dataset.concepts[0].path)
     check_mask_files(items, dataset, warn)
     return items
+
+
+def _own_images(entries: list[ImageEntry], concept: ConceptSection, dataset: DatasetSection) -> list[ImageEntry]:
+    """A concept's images without those of its class images' folder or the mask folder (dataset.masks =
+    "folder") kept inside it (images/class/, images/masks/): the concept walks into its subfolders, so each
+    class image trained as the subject too, and each mask as a picture of its own (an empty caption)."""
+    folders = [resolve_folder(path, None) for path in (
+        concept.class_path if concept.uses_prior_preservation else None,
+        dataset.mask_folder if dataset.masks == "folder" else None) if path]
+    kept = [entry for entry in entries if not any(folder in entry.path.parents for folder in folders)]
+    return kept if kept else entries  # such a folder is the image folder (or holds it): not for this to say
 
 
 def check_edit_pairs(config: TrainConfig) -> ControlSettings | None:

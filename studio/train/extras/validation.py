@@ -42,6 +42,20 @@ def split_items(items: list[TrainItem], config: TrainConfig, warn: Any) -> tuple
         folder = config.model_copy(deep=True)
         folder.dataset.concepts = [ConceptSection(path=d.validation_folder)]
         held = collect_items(folder, warn)
+        # A validation folder inside an image folder (images/val/) was walked into with the training images:
+        # the loss was measured on images the run trained on. They are held out of training instead.
+        held_paths = {item.path for item in held}
+        kept = [item for item in items if item.path not in held_paths]
+        if not any(not item.is_class for item in kept):  # the image folder itself: nothing else to train on
+            warn(f"dataset.validation_folder {d.validation_folder} holds the training images: the validation loss "
+                 "measures images the run trains on", d.validation_folder,
+                 "name a folder of other images, or hold out a share with dataset.validation_fraction")
+        elif len(kept) < len(items):
+            warn(f"{len(items) - len(kept)} images of dataset.validation_folder {d.validation_folder} are in an "
+                 "image folder too; they are left out of training, so the validation loss measures images the "
+                 "run does not train on", d.validation_folder,
+                 "move the validation folder out of the image folders to say nothing")
+            return _indexed(kept), _indexed(held)
         return items, _indexed(held)
     if d.validation_fraction <= 0:
         return items, []
