@@ -169,8 +169,9 @@ class DatasetPage(Page):
             self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
 
     def reload(self) -> None:
-        """Scan the project's dataset again (pending captions are saved first)."""
-        self.save_now()
+        """Scan the project's dataset again (pending captions are saved first; those that cannot be go to a
+        recovery file, as at closing, since the store holding them is replaced)."""
+        self._save_or_keep()
         config = self.context.config
         self._generation += 1
         self._stop_check()
@@ -364,6 +365,13 @@ class DatasetPage(Page):
         self._saved(self.store.flush())
         return not self.store.has_pending
 
+    def _save_or_keep(self) -> None:
+        """Save pending captions; those that cannot be saved go to a recovery file, and the person is told where."""
+        if not self.save_now() and self.store is not None:
+            path, count = write_recovery(self.store)
+            self.context.status(f"{plural(count, 'caption')} could not be saved; "
+                                f"{'they are' if count != 1 else 'it is'} kept in {path}.")
+
     def _saved(self, report: SaveReport) -> None:
         if self.store is None:
             return
@@ -407,9 +415,7 @@ class DatasetPage(Page):
     def shutdown(self) -> None:
         self._generation += 1
         self._tags_timer.stop()
-        if not self.save_now() and self.store is not None:
-            path, count = write_recovery(self.store)
-            self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
+        self._save_or_keep()
         self.tools.close_caption_dialog()
         self._stop_check(wait=True)
         join_exiting(2.0)
