@@ -112,6 +112,23 @@ def test_metadata_row_updated_other_keys_and_rows_kept(make_dataset: MakeDataset
     assert not (root / "a.txt").exists()
 
 
+def test_metadata_rows_with_unicode_line_separators_are_read_and_kept_whole(make_dataset: MakeDataset) -> None:
+    """JSON lets a string hold U+2028, U+2029 and U+0085 as they are (Python's json.dumps writes them so); the
+    file's lines end at newlines only. Splitting at those characters too left the row's image uncaptioned and,
+    at the next save of another row, broke the row in two for every program reading the file."""
+    root = make_dataset({"a.png": None, "b.png": None})
+    meta = root / "metadata.jsonl"
+    other = {"file_name": "b.png", "text": "first line\u2028second\u2029third\u0085fourth"}
+    meta.write_text(json.dumps({"file_name": "a.png", "text": "a"}) + "\n"
+                    + json.dumps(other, ensure_ascii=False) + "\n", encoding="utf-8")
+    before = meta.read_bytes()
+    store = store_for(root)
+    assert store.caption(root / "b.png") == other["text"]
+    store.set_caption(root / "a.png", "A new")
+    assert store.flush().saved == [root / "a.png"]
+    assert meta.read_bytes() == before.replace(b'"text": "a"', b'"text": "A new"')
+
+
 def test_metadata_conflict_only_for_the_changed_row(make_dataset: MakeDataset) -> None:
     root = make_dataset({"a.png": None, "b.png": None})
     meta = root / "metadata.jsonl"

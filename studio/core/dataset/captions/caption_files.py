@@ -25,7 +25,7 @@ from studio.core.dataset.captions.caption_guard import (
     read_snapshot,
     replace_unchanged,
 )
-from studio.core.dataset.captions.caption_sources import decode_caption
+from studio.core.dataset.captions.caption_sources import decode_caption, jsonl_lines
 from studio.core.files import replace
 
 # Past this many files the fsyncs run side by side: the filesystem commits them together.
@@ -265,7 +265,7 @@ def _try_save_metadata(jsonl: Path, jobs: list[FileJob]) -> bool:
         if snapshot is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(jsonl))
         try:
-            lines = snapshot.data.decode("utf-8-sig").splitlines()
+            lines = jsonl_lines(snapshot.data.decode("utf-8-sig"))
         except UnicodeDecodeError:
             raise OSError(errno.EILSEQ, "it is not UTF-8 text, so it is not rewritten", str(jsonl)) from None
     except OSError as exc:
