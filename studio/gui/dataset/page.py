@@ -336,7 +336,6 @@ class DatasetPage(Page):
     def _changed(self, images: list[Path]) -> None:
         self._changed_no_save(images)
         self._save_timer.start()
-        self._tags_timer.start()
 
     # Bulk edits and captioning by a model: see caption_tools.py.
     def apply_bulk(self, key: str, first: str = "", second: str = "", scope: str = "All images",
@@ -383,7 +382,10 @@ class DatasetPage(Page):
             self.context.status(f"Saved {len(report.saved)} caption{'s' if len(report.saved) != 1 else ''}.")
 
     def _changed_no_save(self, images: list[Path]) -> None:
+        """Captions changed in the store (an edit, or the text on disk taken in a conflict): the grid, the editor
+        and, a moment later, the Tags tab follow."""
         self.model.caption_changed(images)
+        self._tags_timer.start()
         current = self.editor.entry
         if current is not None and self.store is not None and current.path in set(images):
             self.editor.show_caption(self.store.caption(current.path))
@@ -414,8 +416,8 @@ class DatasetPage(Page):
 
     def shutdown(self) -> None:
         self._generation += 1
-        self._tags_timer.stop()
         self._save_or_keep()
+        self._tags_timer.stop()  # after the save: the text on disk taken in a conflict restarts it
         self.tools.close_caption_dialog()
         self._stop_check(wait=True)
         join_exiting(2.0)

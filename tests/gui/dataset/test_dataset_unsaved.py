@@ -27,3 +27,22 @@ def test_reading_the_dataset_again_keeps_captions_that_could_not_be_saved(qtbot,
     assert f"1 caption could not be saved; it is kept in {files[0]}." in said
     assert page.wait_loaded(30)
     (folder / "c.txt").rmdir()
+
+
+def test_tag_counts_follow_the_text_taken_from_disk_in_a_conflict(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """The Tags tab counted the person's text while the conflict question was open; choosing the text on disk
+    left those counts standing until some later edit."""
+    folder = images(page)
+    (folder / "a.txt").write_text("purple, hexagon", encoding="utf-8")
+    type_caption(qtbot, page, "mine, square")
+
+    def ask(_conflict: object) -> str:
+        # The person reads the question for a while: the Tags tab recounts meanwhile.
+        qtbot.waitUntil(lambda: page.tags_panel.counts.get("mine") == 1, timeout=5000)
+        return "disk"
+
+    page.ask_conflict = ask  # type: ignore[method-assign]
+    page.save_now()
+    assert page.editor.text.toPlainText() == "purple, hexagon"
+    qtbot.waitUntil(lambda: page.tags_panel.counts.get("purple") == 1, timeout=5000)
+    assert "mine" not in page.tags_panel.counts
