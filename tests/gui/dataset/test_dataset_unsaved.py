@@ -46,3 +46,21 @@ def test_tag_counts_follow_the_text_taken_from_disk_in_a_conflict(qtbot, page: D
     assert page.editor.text.toPlainText() == "purple, hexagon"
     qtbot.waitUntil(lambda: page.tags_panel.counts.get("purple") == 1, timeout=5000)
     assert "mine" not in page.tags_panel.counts
+
+
+def test_browsing_past_a_caption_the_box_cannot_show_exactly_leaves_its_file_alone(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """The caption box shows a no-break space (text copied from a web page) as a space and a Unicode line
+    separator as a new line; moving on to the next image took that as typing: an undo step the person never
+    made, and the file rewritten (or a conflict asked about a file they never touched)."""
+    folder = images(page)
+    data = "red,\u00a0square\u2028second line".encode()
+    (folder / "b.txt").write_bytes(data)
+    page.reload()
+    assert page.wait_loaded(30)
+    page.select_path(folder / "b.png")
+    assert page.editor.entry is not None and page.editor.entry.path.name == "b.png"
+    page.step(1)
+    page.step(-1)
+    page.save_now()
+    assert page.undo_stack.count() == 0
+    assert (folder / "b.txt").read_bytes() == data
