@@ -98,6 +98,35 @@ def test_same_content_rewritten_elsewhere_is_no_conflict(make_dataset: MakeDatas
     assert store.flush().saved == [root / "a.png"]
 
 
+def test_undoing_an_edit_gives_each_caption_file_back_byte_for_byte(make_dataset: MakeDataset) -> None:
+    """A bulk edit writes UTF-8 with plain new lines; undoing it wrote the old text the same way, so a file from
+    Notepad lost its BOM and its CRLF, a cp1252 or UTF-16 file came back in another encoding (other programs read
+    "café" as "cafÃ©"), and a final new line was gone. The person undid the edit: they get their files back."""
+    from studio.core.dataset.captions.caption_ops import add_tag
+
+    files = {
+        "bom": b"\xef\xbb\xbfred, square\r\nsecond line\r\n",
+        "cp1252": "café, crème brûlée\n".encode("cp1252"),
+        "utf16": "emoji 😀, ümlaut".encode("utf-16"),
+        "plain": b"plain, caption",
+    }
+    root = make_dataset({f"{name}.png": None for name in files})
+    for name, data in files.items():
+        (root / f"{name}.txt").write_bytes(data)
+    store = store_for(root)
+    edits = add_tag(store.captions(), "new tag")
+    store.apply(edits)
+    assert len(store.flush().saved) == 4
+    assert (root / "cp1252.txt").read_text(encoding="utf-8") == "café, crème brûlée, new tag"
+    store.revert(edits)
+    assert len(store.flush().saved) == 4 and not store.has_pending
+    assert {name: (root / f"{name}.txt").read_bytes() for name in files} == files
+    assert not store.entries[root / "cp1252.png"].caption_utf8  # the check still says it is not UTF-8
+    store.apply(edits)  # redo: written as an edit is, again
+    store.flush()
+    assert (root / "utf16.txt").read_text(encoding="utf-8") == "emoji 😀, ümlaut, new tag"
+
+
 def test_metadata_row_updated_other_keys_and_rows_kept(make_dataset: MakeDataset) -> None:
     root = make_dataset({"a.png": None, "b.png": None})
     rows = [{"file_name": "a.png", "text": "ä one", "score": 5}, {"file_name": "b.png", "text": "two"}]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from studio.core.dataset.captions.caption_files import FileJob, SaveBatch, write_texts_atomically
 from studio.core.dataset.captions.caption_guard import remove_caption_leftovers
-from studio.core.dataset.captions.caption_sources import METADATA_FILE
+from studio.core.dataset.captions.caption_sources import METADATA_FILE, decode_caption
 from studio.core.dataset.scan import ImageEntry
 
 __all__ = [
@@ -90,6 +90,9 @@ class CaptionStore:
         self._created: set[Path] = set()
         self._original = {p: (e.caption, e.caption_source) for p, e in self.entries.items()}
         self._in_flight: set[Path] = set()  # files a running SaveBatch writes
+        # A sidecar's bytes as the scan read it (its encoding, BOM, line ends), kept by its first save: a caption
+        # put back to the scanned text (an undo) is written back exactly so.
+        self._scanned_bytes: dict[Path, bytes] = {}
 
     # ------------------------------------------------------------ reading and editing
 
@@ -190,8 +193,10 @@ class CaptionStore:
                 self._dirty.discard(image)  # no caption before, none now: nothing to write
                 continue
             else:
+                scanned = self._scanned_bytes.get(image) if self._scanned_bytes else None
                 batch.sidecars.append(
-                    FileJob(image, target, entry.caption or "", expected, check=not forced or image not in forced))
+                    FileJob(image, target, entry.caption or "", expected, check=not forced or image not in forced,
+                            data=scanned if scanned is not None and entry.caption == self._original[image][0] else None))
             targets.add(target)
         self._in_flight |= targets
         return batch
@@ -220,6 +225,7 @@ class CaptionStore:
                 report.saved.append(job.image)
             elif job.outcome == "saved":
                 self._saved(job.image, job.target, job.text, report)
+                self._keep_scanned_bytes(job)
         return report
 
     def _saved(self, image: Path, target: Path, text: str, report: SaveReport) -> None:
@@ -233,6 +239,14 @@ class CaptionStore:
             entry.caption_source = "caption" if target.suffix == ".caption" else "txt"
         entry.caption_utf8 = True
         report.saved.append(image)
+
+    def _keep_scanned_bytes(self, job: FileJob) -> None:
+        image = job.image
+        if job.data is not None:
+            self.entries[image].caption_utf8 = decode_caption(job.data)[1]  # as the scan found it
+        elif (job.displaced is not None and image not in self._scanned_bytes and image not in self._created
+              and decode_caption(job.displaced)[0] == self._original[image][0]):
+            self._scanned_bytes[image] = job.displaced
 
     def take_disk_text(self, conflict: CaptionConflict) -> None:
         """Resolve a conflict by adopting the text on disk (the person's edit is dropped)."""
