@@ -221,7 +221,10 @@ class DatasetPage(Page):
         self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
         self.tags_panel.set_counts(outcome.tags)
         self.status_label.setText(f"{len(entries)} images. Checking them in the background…")
-        if entries:
+        current = self.view.currentIndex().row()  # an image clicked while the captions were read stays chosen
+        if 0 <= current < self.model.rowCount():
+            self._show_row(current)
+        elif entries:
             self.view.setCurrentIndex(self.model.index(0))
         else:
             self._show_row(-1)

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from studio.gui.dataset.page import DatasetPage
 from tests.gui.dataset.test_dataset_page import images, type_caption
 
@@ -64,3 +66,30 @@ def test_browsing_past_a_caption_the_box_cannot_show_exactly_leaves_its_file_alo
     page.save_now()
     assert page.undo_stack.count() == 0
     assert (folder / "b.txt").read_bytes() == data
+
+
+@pytest.mark.parametrize("row", [0, 1])
+def test_the_image_chosen_while_captions_are_read_is_shown_once_they_arrive(  # type: ignore[no-untyped-def]
+        qtbot, page: DatasetPage, monkeypatch, row: int) -> None:
+    """The grid shows the images before their captions are read; an image clicked meanwhile must get the editor
+    when the captions come, not stay on "No image selected" with a box that takes no typing."""
+    import threading
+
+    from studio.gui.dataset import page as page_module
+
+    release = threading.Event()
+    read_folders = page_module.read_folders
+
+    def slow_read(*args):  # type: ignore[no-untyped-def]
+        release.wait(30)
+        return read_folders(*args)
+
+    monkeypatch.setattr(page_module, "read_folders", slow_read)
+    page.reload()
+    qtbot.waitUntil(lambda: page.model.rowCount() == 4, timeout=10000)
+    page.view.setCurrentIndex(page.model.index(row))  # the person clicks an image
+    release.set()
+    assert page.wait_loaded(30)
+    assert page.view.currentIndex().row() == row
+    assert page.editor.entry is not None and page.editor.entry.path.name == "ab"[row] + ".png"
+    assert not page.editor.text.isReadOnly()
