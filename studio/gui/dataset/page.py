@@ -393,9 +393,9 @@ class DatasetPage(Page):
         if current is not None and self.store is not None and current.path in set(images):
             self.editor.show_caption(self.store.caption(current.path))
 
-    def ask_conflict(self, conflict: CaptionConflict) -> str:
-        """Ask which text to keep; "mine" or "disk"."""
-        return ask_conflict(self, conflict)
+    def ask_conflict(self, conflict: CaptionConflict, others: int = 0) -> str:
+        """Ask which text to keep: "mine" or "disk" (" for all": the same for the `others` still to ask)."""
+        return ask_conflict(self, conflict, others)
 
     # ------------------------------------------------------------ page interface
 

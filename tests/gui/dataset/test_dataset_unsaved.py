@@ -38,7 +38,7 @@ def test_tag_counts_follow_the_text_taken_from_disk_in_a_conflict(qtbot, page: D
     (folder / "a.txt").write_text("purple, hexagon", encoding="utf-8")
     type_caption(qtbot, page, "mine, square")
 
-    def ask(_conflict: object) -> str:
+    def ask(_conflict: object, _others: int = 0) -> str:
         # The person reads the question for a while: the Tags tab recounts meanwhile.
         qtbot.waitUntil(lambda: page.tags_panel.counts.get("mine") == 1, timeout=5000)
         return "disk"
@@ -93,3 +93,38 @@ def test_the_image_chosen_while_captions_are_read_is_shown_once_they_arrive(  # 
     assert page.view.currentIndex().row() == row
     assert page.editor.entry is not None and page.editor.entry.path.name == "ab"[row] + ".png"
     assert not page.editor.text.isReadOnly()
+
+
+def test_one_answer_settles_every_caption_another_program_changed(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """A captioning job run in a terminal rewrote the captions; a bulk edit on all images then asked about each
+    file in a dialog of its own, one after another (thousands of clicks). The first one offers the same answer
+    for the rest."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    folder = images(page)
+    for name in ("a", "b", "d"):
+        (folder / f"{name}.txt").write_text(f"{name} by the captioner", encoding="utf-8")
+    asked: list[str] = []
+
+    def answer() -> None:
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox) and box.isVisible():
+            asked.append(box.checkBox().text() if box.checkBox() is not None else "")
+            if box.checkBox() is not None:
+                box.checkBox().setChecked(True)
+            next(b for b in box.buttons() if b.text() == "Use the text on disk").click()
+
+    clicker = QTimer(interval=10)
+    clicker.timeout.connect(answer)
+    clicker.start()
+    try:
+        assert page.apply_bulk("trigger", "sks") == 4
+        page.save_now()
+    finally:
+        clicker.stop()
+    assert asked == ["Do the same for the 2 other captions changed on disk"]
+    for name in ("a", "b", "d"):
+        assert (folder / f"{name}.txt").read_text(encoding="utf-8") == f"{name} by the captioner"
+        assert page.store is not None and page.store.caption(folder / f"{name}.png") == f"{name} by the captioner"
+    assert (folder / "c.txt").read_text(encoding="utf-8") == "sks"
