@@ -175,7 +175,8 @@ class DatasetPage(Page):
         config = self.context.config
         self._generation += 1
         self._stop_check()
-        self.tools.close_caption_dialog()  # its proposals belong to the store being replaced
+        # Caption with… keeps its job and proposals (hours of a model's work) while the same project is read again.
+        self.tools.store_replaced(None, self._project_root() if config is not None else None)
         self.undo_stack.clear()
         self.store, self.scans, self.problems = None, [], []
         self.model.set_paths([])
@@ -215,6 +216,7 @@ class DatasetPage(Page):
         self.scans = outcome.scans
         entries = [e for _, scan in outcome.scans for e in scan.entries]
         self.store = outcome.store
+        self.tools.store_replaced(self.store, self._project_root())
         self.model.set_entries(entries)
         self.problems = list(outcome.errors)
         concepts = list(self.context.config.dataset.concepts)
