@@ -127,6 +127,29 @@ def test_undoing_an_edit_gives_each_caption_file_back_byte_for_byte(make_dataset
     assert (root / "utf16.txt").read_text(encoding="utf-8") == "emoji 😀, ümlaut, new tag"
 
 
+def test_a_full_disk_is_named_with_what_to_do_about_it(make_dataset: MakeDataset,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save that fails for want of space told the person to make the folder writable."""
+    import errno
+
+    from studio.core.dataset.captions import caption_files
+
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+    store.set_caption(root / "a.png", "new")
+
+    def full(_fd: int, _data: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(caption_files.os, "write", full)
+    (error,) = store.flush().errors
+    monkeypatch.undo()
+    assert "No space left on device" in str(error) and "free some space on that disk" in str(error)
+    assert "writable" not in str(error)
+    assert (root / "a.txt").read_text() == "old" and store.has_pending
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_metadata_row_updated_other_keys_and_rows_kept(make_dataset: MakeDataset) -> None:
     root = make_dataset({"a.png": None, "b.png": None})
     rows = [{"file_name": "a.png", "text": "ä one", "score": 5}, {"file_name": "b.png", "text": "two"}]

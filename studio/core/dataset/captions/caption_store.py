@@ -7,6 +7,7 @@ name, a prompt or nowhere gets a new sidecar with the dataset's caption extensio
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -60,12 +61,13 @@ class CaptionConflict:
 class CaptionSaveError(Exception):
     """A caption could not be written; the message says where and what to do."""
 
-    def __init__(self, image: Path, file: Path, reason: str) -> None:
+    WRITABLE = "make the folder writable or copy the dataset to a folder you can write to"
+    NO_SPACE = "free some space on that disk; it is saved with your next edit, or when the studio closes"
+
+    def __init__(self, image: Path, file: Path, reason: str, advice: str = WRITABLE) -> None:
         self.image, self.file = image, file
-        super().__init__(
-            f"Cannot save the caption of {image.name} to {file}: {reason}. "
-            "Your text is kept in the studio; make the folder writable or copy the dataset to a folder you can write to."
-        )
+        super().__init__(f"Cannot save the caption of {image.name} to {file}: {reason}. "
+                         f"Your text is kept in the studio; {advice}.")
 
 
 @dataclass
@@ -215,7 +217,9 @@ class CaptionStore:
                 report.conflicts.append(CaptionConflict(job.image, job.target, job.disk, entry.caption or ""))
             elif job.outcome == "error":
                 assert job.error is not None
-                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error)))
+                full = job.error.errno in (errno.ENOSPC, errno.EDQUOT)
+                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error),
+                                                      CaptionSaveError.NO_SPACE if full else CaptionSaveError.WRITABLE))
             elif job.outcome == "saved" and job.remove:
                 self._created.discard(job.image)
                 self._disk[job.image] = None
