@@ -46,7 +46,8 @@ def _create_temp(path: Path, mode: int) -> tuple[int, str]:
 
 def write_texts_atomically(texts: Mapping[Path, str | bytes],
                            unchanged: Mapping[Path, Snapshot | None] | None = None) -> dict[Path, OSError]:
-    """Write every file (a text as UTF-8, bytes as they are) so that a crash at any moment leaves each either old or new, never half written.
+    """Write every file (a text as UTF-8, bytes as they are) so that a crash at any moment leaves each either
+    old or new, never half written.
 
     Why the guarantee holds: each text goes to a new temporary file in the file's own
     folder; the data of every temporary file is on disk (one fsync each) before any

@@ -196,9 +196,11 @@ class CaptionStore:
                 continue
             else:
                 scanned = self._scanned_bytes.get(image) if self._scanned_bytes else None
+                if scanned is not None and entry.caption != self._original[image][0]:
+                    scanned = None  # the scanned bytes go back only with the scanned text
                 batch.sidecars.append(
                     FileJob(image, target, entry.caption or "", expected, check=not forced or image not in forced,
-                            data=scanned if scanned is not None and entry.caption == self._original[image][0] else None))
+                            data=scanned))
             targets.add(target)
         self._in_flight |= targets
         return batch
