@@ -78,6 +78,16 @@ class CaptionTools:
             self.dialog.show()
         return self.dialog
 
+    def store_replaced(self, store: CaptionStore | None, root: Path | None) -> None:
+        """The page reads the dataset of the project at `root` again (None: no project): Caption with… goes on
+        with the new store (None while it is read); another project's dataset closes it."""
+        if self.dialog is None:
+            return
+        if root is None or self.dialog.dataset != root:
+            self.close_caption_dialog()
+        else:
+            self.dialog.set_store(store)
+
     def close_caption_dialog(self) -> None:
         if self.dialog is not None:
             self.dialog.close()

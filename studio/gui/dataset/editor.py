@@ -108,6 +108,10 @@ class CaptionEditor(QWidget):
         # Whose text encoder reads the captions: its token limit is where the warning starts.
         self.reader: FamilySpec = family(DEFAULT_FAMILY)
         self._loading = False
+        # The box's text as last loaded or reported: only a change from it is typing. The box cannot hold every
+        # caption exactly (a no-break space shows as a space, a Unicode line separator as a new line), so the
+        # caption itself is no measure of whether the person typed.
+        self._shown = ""
         self.preview = ImageView("No image selected")
         self.preview.setObjectName("dataset_preview")
         self.preview.setMinimumSize(192, 160)
@@ -167,6 +171,7 @@ class CaptionEditor(QWidget):
         self.entry = entry
         self._loading = True
         self.text.setPlainText("" if entry is None else entry.caption or "")
+        self._shown = self.text.toPlainText()
         self.text.move_caret_to_end()  # a person adds to a caption far more often than they prepend
         self._loading = False
         self.text.setReadOnly(entry is None or refusal is not None)
@@ -248,6 +253,7 @@ class CaptionEditor(QWidget):
         self._loading = True
         cursor = self.text.textCursor().position()
         self.text.setPlainText(text or "")
+        self._shown = self.text.toPlainText()
         c = self.text.textCursor()
         c.setPosition(min(cursor, len(text or "")))
         self.text.setTextCursor(c)
@@ -259,8 +265,10 @@ class CaptionEditor(QWidget):
         self._pause.stop()
         if self.entry is None or self.text.isReadOnly():
             return
-        text = self.text.toPlainText().strip()
-        if text != (self.entry.caption or "").strip():
+        shown = self.text.toPlainText()
+        text = shown.strip()
+        if shown != self._shown and text != (self.entry.caption or "").strip():
+            self._shown = shown
             self.sig_caption_typed.emit(self.entry.path, text)
 
     def _typed(self) -> None:

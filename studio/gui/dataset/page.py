@@ -169,12 +169,14 @@ class DatasetPage(Page):
             self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
 
     def reload(self) -> None:
-        """Scan the project's dataset again (pending captions are saved first)."""
-        self.save_now()
+        """Scan the project's dataset again (pending captions are saved first; those that cannot be go to a
+        recovery file, as at closing, since the store holding them is replaced)."""
+        self._save_or_keep()
         config = self.context.config
         self._generation += 1
         self._stop_check()
-        self.tools.close_caption_dialog()  # its proposals belong to the store being replaced
+        # Caption with… keeps its job and proposals (hours of a model's work) while the same project is read again.
+        self.tools.store_replaced(None, self._project_root() if config is not None else None)
         self.undo_stack.clear()
         self.store, self.scans, self.problems = None, [], []
         self.model.set_paths([])
@@ -214,13 +216,17 @@ class DatasetPage(Page):
         self.scans = outcome.scans
         entries = [e for _, scan in outcome.scans for e in scan.entries]
         self.store = outcome.store
+        self.tools.store_replaced(self.store, self._project_root())
         self.model.set_entries(entries)
         self.problems = list(outcome.errors)
         concepts = list(self.context.config.dataset.concepts)
         self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
         self.tags_panel.set_counts(outcome.tags)
         self.status_label.setText(f"{len(entries)} images. Checking them in the background…")
-        if entries:
+        current = self.view.currentIndex().row()  # an image clicked while the captions were read stays chosen
+        if 0 <= current < self.model.rowCount():
+            self._show_row(current)
+        elif entries:
             self.view.setCurrentIndex(self.model.index(0))
         else:
             self._show_row(-1)
@@ -335,7 +341,6 @@ class DatasetPage(Page):
     def _changed(self, images: list[Path]) -> None:
         self._changed_no_save(images)
         self._save_timer.start()
-        self._tags_timer.start()
 
     # Bulk edits and captioning by a model: see caption_tools.py.
     def apply_bulk(self, key: str, first: str = "", second: str = "", scope: str = "All images",
@@ -364,6 +369,13 @@ class DatasetPage(Page):
         self._saved(self.store.flush())
         return not self.store.has_pending
 
+    def _save_or_keep(self) -> None:
+        """Save pending captions; those that cannot be saved go to a recovery file, and the person is told where."""
+        if not self.save_now() and self.store is not None:
+            path, count = write_recovery(self.store)
+            self.context.status(f"{plural(count, 'caption')} could not be saved; "
+                                f"{'they are' if count != 1 else 'it is'} kept in {path}.")
+
     def _saved(self, report: SaveReport) -> None:
         if self.store is None:
             return
@@ -375,14 +387,17 @@ class DatasetPage(Page):
             self.context.status(f"Saved {len(report.saved)} caption{'s' if len(report.saved) != 1 else ''}.")
 
     def _changed_no_save(self, images: list[Path]) -> None:
+        """Captions changed in the store (an edit, or the text on disk taken in a conflict): the grid, the editor
+        and, a moment later, the Tags tab follow."""
         self.model.caption_changed(images)
+        self._tags_timer.start()
         current = self.editor.entry
         if current is not None and self.store is not None and current.path in set(images):
             self.editor.show_caption(self.store.caption(current.path))
 
-    def ask_conflict(self, conflict: CaptionConflict) -> str:
-        """Ask which text to keep; "mine" or "disk"."""
-        return ask_conflict(self, conflict)
+    def ask_conflict(self, conflict: CaptionConflict, others: int = 0) -> str:
+        """Ask which text to keep: "mine" or "disk" (" for all": the same for the `others` still to ask)."""
+        return ask_conflict(self, conflict, others)
 
     # ------------------------------------------------------------ page interface
 
@@ -406,10 +421,8 @@ class DatasetPage(Page):
 
     def shutdown(self) -> None:
         self._generation += 1
-        self._tags_timer.stop()
-        if not self.save_now() and self.store is not None:
-            path, count = write_recovery(self.store)
-            self.context.status(f"{count} captions could not be saved; they are kept in {path}.")
+        self._save_or_keep()
+        self._tags_timer.stop()  # after the save: the text on disk taken in a conflict restarts it
         self.tools.close_caption_dialog()
         self._stop_check(wait=True)
         join_exiting(2.0)

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QMessageBox, QWidget
 
 from studio.core import user_dirs
 from studio.core.dataset.captions.caption_files import FileJob, SaveBatch
 from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionStore, SaveReport
 from studio.core.files import atomic_write_text
+from studio.core.text import plural
 from studio.gui.base.event_loop import wait_for
 from studio.gui.runner.worker import Worker
 
@@ -81,8 +82,13 @@ class CaptionSaver(QObject):
         self.worker.shutdown(10.0)
 
 
-def ask_conflict(parent: QWidget, conflict: CaptionConflict) -> str:
-    """Ask which text to keep, showing both; "mine" or "disk"."""
+# The answers to a conflict; with ALL the same answer goes for the report's other conflicts, unasked.
+MINE, DISK, ALL = "mine", "disk", " for all"
+
+
+def ask_conflict(parent: QWidget, conflict: CaptionConflict, others: int = 0) -> str:
+    """Ask which text to keep, showing both: "mine" or "disk", with " for all" when the person chose the same
+    for the `others` conflicts still to ask about (a captioning job in another window changes thousands)."""
     box = QMessageBox(parent)
     box.setIcon(QMessageBox.Icon.Warning)
     box.setWindowTitle("Caption changed on disk")
@@ -90,15 +96,24 @@ def ask_conflict(parent: QWidget, conflict: CaptionConflict) -> str:
     box.setInformativeText(f"Your text:\n{conflict.our_text}\n\nText on disk:\n{conflict.disk_text or '(deleted)'}")
     mine = box.addButton("Keep my text", QMessageBox.ButtonRole.AcceptRole)
     box.addButton("Use the text on disk", QMessageBox.ButtonRole.RejectRole)
+    same: QCheckBox | None = None
+    if others:
+        same = QCheckBox(f"Do the same for the {plural(others, 'other caption')} changed on disk", box)
+        box.setCheckBox(same)  # its parent and this reference keep it alive: the box does not own it for Python
     box.exec()
-    return "mine" if box.clickedButton() is mine else "disk"
+    answer = MINE if box.clickedButton() is mine else DISK
+    return answer + ALL if same is not None and same.isChecked() else answer
 
 
-def resolve_conflicts(store: CaptionStore, report: SaveReport, ask: Callable[[CaptionConflict], str],
+def resolve_conflicts(store: CaptionStore, report: SaveReport, ask: Callable[[CaptionConflict, int], str],
                       changed: Callable[[list[Path]], None]) -> None:
     """Ask about each conflict of a report and apply the answer; new errors are added to the report."""
-    for conflict in report.conflicts:
-        if ask(conflict) == "mine":
+    chosen = ""
+    for number, conflict in enumerate(report.conflicts):
+        answer = chosen or ask(conflict, len(report.conflicts) - number - 1)
+        if answer.endswith(ALL):
+            chosen = answer
+        if answer.startswith(MINE):
             report.errors.extend(store.keep_ours(conflict).errors)
         else:
             store.take_disk_text(conflict)

@@ -55,6 +55,19 @@ def test_tag_add_remove_rename() -> None:
     assert after(ops.rename_tag({A: "red, crimson"}, "red", "crimson")) == {A: "crimson"}
 
 
+def test_tag_edits_change_only_the_tag() -> None:
+    """Adding a trigger word rejoined every caption from its tags: a caption's lines ran into one, and its own
+    spacing and weights' commas were redone. Adding, removing and renaming a tag leave the rest as written."""
+    caption = "a photo of a dog.\nThe dog is brown, sitting on (grass,blue sky:1.2)"
+    assert after(ops.add_trigger({A: caption}, "sks")) == {A: "sks, " + caption}
+    assert after(ops.add_tag({A: caption}, "dog")) == {A: caption + ", dog"}
+    assert after(ops.add_tag({A: "red, car,\n"}, "blue")) == {A: "red, car, blue"}
+    assert after(ops.remove_tag({A: "sks, " + caption}, "SKS")) == {A: caption}
+    assert after(ops.remove_tag({A: "one,two ,  three\nfour"}, "two")) == {A: "one,  three\nfour"}
+    assert after(ops.rename_tag({A: "x,  old,\ny, x"}, "old", "new")) == {A: "x,  new,\ny, x"}
+    assert ops.remove_tag({A: "a,,b"}, " ") == []
+
+
 def test_sort_and_clean() -> None:
     assert after(ops.sort_tags({A: "sks, zebra, apple", B: "one"}, keep_first=1)) == {A: "sks, apple, zebra"}
     assert after(ops.clean_tags({A: "a,  b , a,,b", B: "  plain   text ", C: "ok, fine"})) == {A: "a, b", B: "plain text"}

@@ -98,6 +98,58 @@ def test_same_content_rewritten_elsewhere_is_no_conflict(make_dataset: MakeDatas
     assert store.flush().saved == [root / "a.png"]
 
 
+def test_undoing_an_edit_gives_each_caption_file_back_byte_for_byte(make_dataset: MakeDataset) -> None:
+    """A bulk edit writes UTF-8 with plain new lines; undoing it wrote the old text the same way, so a file from
+    Notepad lost its BOM and its CRLF, a cp1252 or UTF-16 file came back in another encoding (other programs read
+    "café" as "cafÃ©"), and a final new line was gone. The person undid the edit: they get their files back."""
+    from studio.core.dataset.captions.caption_ops import add_tag
+
+    files = {
+        "bom": b"\xef\xbb\xbfred, square\r\nsecond line\r\n",
+        "cp1252": "café, crème brûlée\n".encode("cp1252"),
+        "utf16": "emoji 😀, ümlaut".encode("utf-16"),
+        "plain": b"plain, caption",
+    }
+    root = make_dataset({f"{name}.png": None for name in files})
+    for name, data in files.items():
+        (root / f"{name}.txt").write_bytes(data)
+    store = store_for(root)
+    edits = add_tag(store.captions(), "new tag")
+    store.apply(edits)
+    assert len(store.flush().saved) == 4
+    assert (root / "cp1252.txt").read_text(encoding="utf-8") == "café, crème brûlée, new tag"
+    store.revert(edits)
+    assert len(store.flush().saved) == 4 and not store.has_pending
+    assert {name: (root / f"{name}.txt").read_bytes() for name in files} == files
+    assert not store.entries[root / "cp1252.png"].caption_utf8  # the check still says it is not UTF-8
+    store.apply(edits)  # redo: written as an edit is, again
+    store.flush()
+    assert (root / "utf16.txt").read_text(encoding="utf-8") == "emoji 😀, ümlaut, new tag"
+
+
+def test_a_full_disk_is_named_with_what_to_do_about_it(make_dataset: MakeDataset,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save that fails for want of space told the person to make the folder writable."""
+    import errno
+
+    from studio.core.dataset.captions import caption_files
+
+    root = make_dataset({"a.png": "old"})
+    store = store_for(root)
+    store.set_caption(root / "a.png", "new")
+
+    def full(_fd: int, _data: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(caption_files.os, "write", full)
+    (error,) = store.flush().errors
+    monkeypatch.undo()
+    assert "No space left on device" in str(error) and "free some space on that disk" in str(error)
+    assert "writable" not in str(error)
+    assert (root / "a.txt").read_text() == "old" and store.has_pending
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_metadata_row_updated_other_keys_and_rows_kept(make_dataset: MakeDataset) -> None:
     root = make_dataset({"a.png": None, "b.png": None})
     rows = [{"file_name": "a.png", "text": "ä one", "score": 5}, {"file_name": "b.png", "text": "two"}]
@@ -110,6 +162,23 @@ def test_metadata_row_updated_other_keys_and_rows_kept(make_dataset: MakeDataset
     assert json.loads(lines[1]) == rows[1]
     assert lines[2] == "{bad line"
     assert not (root / "a.txt").exists()
+
+
+def test_metadata_rows_with_unicode_line_separators_are_read_and_kept_whole(make_dataset: MakeDataset) -> None:
+    """JSON lets a string hold U+2028, U+2029 and U+0085 as they are (Python's json.dumps writes them so); the
+    file's lines end at newlines only. Splitting at those characters too left the row's image uncaptioned and,
+    at the next save of another row, broke the row in two for every program reading the file."""
+    root = make_dataset({"a.png": None, "b.png": None})
+    meta = root / "metadata.jsonl"
+    other = {"file_name": "b.png", "text": "first line\u2028second\u2029third\u0085fourth"}
+    meta.write_text(json.dumps({"file_name": "a.png", "text": "a"}) + "\n"
+                    + json.dumps(other, ensure_ascii=False) + "\n", encoding="utf-8")
+    before = meta.read_bytes()
+    store = store_for(root)
+    assert store.caption(root / "b.png") == other["text"]
+    store.set_caption(root / "a.png", "A new")
+    assert store.flush().saved == [root / "a.png"]
+    assert meta.read_bytes() == before.replace(b'"text": "a"', b'"text": "A new"')
 
 
 def test_metadata_conflict_only_for_the_changed_row(make_dataset: MakeDataset) -> None:

@@ -166,3 +166,33 @@ def test_download_fetches_a_known_captioner_from_the_hub_and_the_list_then_has_i
     source = find_captioner("wd14-vit-v3")
     assert source.kind == "wd14" and (source.folder / "model.onnx").read_bytes() == files["model.onnx"]
     dialog.close()
+
+
+def test_proposals_outlive_a_setting_changed_while_the_model_captions(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Any dataset setting (or the model family) changed on the Model page reads the dataset again; that closed
+    Caption with…, killed its job and dropped every proposal not yet accepted: an hour of captioning gone."""
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    folder = page.context.project.root / "images"  # type: ignore[union-attr]
+    dialog.add_proposal(_tags(folder / "c.png"))
+    config = page.context.config.model_copy(deep=True)  # type: ignore[union-attr]
+    config.dataset.shuffle_tags = not config.dataset.shuffle_tags
+    page.context.set_config(config)
+    assert not dialog.accept_button.isEnabled()  # while the dataset is read again
+    dialog.add_proposal(_tags(folder / "a.png"))  # the job goes on meanwhile
+    assert page.wait_loaded(30)
+    assert page.tools.dialog is dialog and dialog.isVisible()
+    assert dialog.store is page.store and dialog.accept_all_button.isEnabled()
+    assert dialog.accept_rows(list(range(len(dialog.rows)))) == 1  # fill-missing: c only
+    assert _on_disk(page)["c"] == "miku, outdoors, square, simple background"
+
+
+def test_opening_another_project_closes_caption_with(page: DatasetPage, qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from studio.core.project.folder import create_project, default_config
+
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    other = create_project(tmp_path / "other", default_config("images"))
+    (other.root / "images").mkdir()
+    page.context.set_project(other)
+    assert page.tools.dialog is None

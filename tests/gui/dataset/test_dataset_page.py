@@ -95,7 +95,7 @@ def test_caption_for_uncaptioned_image_creates_sidecar(qtbot, page: DatasetPage)
 def test_conflict_prompt_shows_both_texts(qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     asked: list[CaptionConflict] = []
 
-    def ask(conflict: CaptionConflict) -> str:
+    def ask(conflict: CaptionConflict, _others: int = 0) -> str:
         asked.append(conflict)
         return "disk"
 
@@ -109,7 +109,7 @@ def test_conflict_prompt_shows_both_texts(qtbot, page: DatasetPage, monkeypatch:
 
 
 def test_conflict_keep_mine_overwrites(qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(page, "ask_conflict", lambda conflict: "mine")
+    monkeypatch.setattr(page, "ask_conflict", lambda conflict, others=0: "mine")
     (images(page) / "a.txt").write_text("theirs", encoding="utf-8")
     type_caption(qtbot, page, "mine")
     assert page.save_now()

@@ -25,7 +25,7 @@ from studio.core.dataset.captions.caption_guard import (
     read_snapshot,
     replace_unchanged,
 )
-from studio.core.dataset.captions.caption_sources import decode_caption
+from studio.core.dataset.captions.caption_sources import decode_caption, jsonl_lines
 from studio.core.files import replace
 
 # Past this many files the fsyncs run side by side: the filesystem commits them together.
@@ -44,9 +44,10 @@ def _create_temp(path: Path, mode: int) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name next to {path}")
 
 
-def write_texts_atomically(texts: Mapping[Path, str],
+def write_texts_atomically(texts: Mapping[Path, str | bytes],
                            unchanged: Mapping[Path, Snapshot | None] | None = None) -> dict[Path, OSError]:
-    """Write every file as UTF-8 so that a crash at any moment leaves each either old or new, never half written.
+    """Write every file (a text as UTF-8, bytes as they are) so that a crash at any moment leaves each either
+    old or new, never half written.
 
     Why the guarantee holds: each text goes to a new temporary file in the file's own
     folder; the data of every temporary file is on disk (one fsync each) before any
@@ -63,7 +64,7 @@ def write_texts_atomically(texts: Mapping[Path, str],
         return _write_locked(texts, unchanged or {})
 
 
-def _write_locked(texts: Mapping[Path, str], unchanged: Mapping[Path, Snapshot | None]) -> dict[Path, OSError]:
+def _write_locked(texts: Mapping[Path, str | bytes], unchanged: Mapping[Path, Snapshot | None]) -> dict[Path, OSError]:
     failed: dict[Path, OSError] = {}
     temps: dict[Path, str] = {}
     items = list(texts.items())
@@ -101,7 +102,7 @@ def _write_locked(texts: Mapping[Path, str], unchanged: Mapping[Path, Snapshot |
     return failed
 
 
-def _write_temp(item: tuple[Path, str]) -> tuple[str | None, OSError | None]:
+def _write_temp(item: tuple[Path, str | bytes]) -> tuple[str | None, OSError | None]:
     """(temporary file, error) of one text written and synced next to its target (its own data only)."""
     path, text = item
     try:
@@ -116,7 +117,7 @@ def _write_temp(item: tuple[Path, str]) -> tuple[str | None, OSError | None]:
         return None, exc
     try:
         try:
-            data = memoryview(text.encode("utf-8"))
+            data = memoryview(text if isinstance(text, bytes) else text.encode("utf-8"))
             while data:
                 data = data[os.write(fd, data):]
             if mode is not None and hasattr(os, "fchmod"):
@@ -171,6 +172,8 @@ class FileJob:
     expected: str | None  # what the studio believes the file holds (None: no file of ours)
     check: bool = True  # compare the file with `expected` first; False when the person chose to overwrite
     remove: bool = False  # delete the sidecar the studio made instead of writing
+    data: bytes | None = None  # the file's bytes as the scan read them, written instead of `text` (an undo)
+    displaced: bytes | None = None  # the file's bytes before this write, as its check read them
     outcome: str = ""  # "saved" | "conflict" | "error"
     disk: str | None = None  # the text found on disk, for a conflict
     error: OSError | None = None
@@ -205,7 +208,7 @@ class SaveBatch:
         self.done = True
 
     def _run_locked(self) -> None:
-        writes: dict[Path, str] = {}
+        writes: dict[Path, str | bytes] = {}
         owners: dict[Path, FileJob] = {}
         snapshots: dict[Path, Snapshot | None] = {}
         for job in self.sidecars:
@@ -221,6 +224,7 @@ class SaveBatch:
                     job.outcome, job.disk = "conflict", disk
                     continue
                 snapshots[job.target] = snapshot
+                job.displaced = None if snapshot is None else snapshot.data
             if job.remove:
                 try:
                     job.target.unlink(missing_ok=True)
@@ -229,7 +233,7 @@ class SaveBatch:
                 else:
                     job.outcome = "saved"
                 continue
-            writes[job.target] = job.text
+            writes[job.target] = job.text if job.data is None else job.data
             owners[job.target] = job
         failed = _write_locked(writes, snapshots)
         for target, job in owners.items():
@@ -265,7 +269,7 @@ def _try_save_metadata(jsonl: Path, jobs: list[FileJob]) -> bool:
         if snapshot is None:
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(jsonl))
         try:
-            lines = snapshot.data.decode("utf-8-sig").splitlines()
+            lines = jsonl_lines(snapshot.data.decode("utf-8-sig"))
         except UnicodeDecodeError:
             raise OSError(errno.EILSEQ, "it is not UTF-8 text, so it is not rewritten", str(jsonl)) from None
     except OSError as exc:

@@ -83,6 +83,15 @@ def compile_find(find: str, regex: bool, case_sensitive: bool) -> re.Pattern[str
     return re.compile(find if regex else re.escape(find), flags)
 
 
+# The tag edits below change the tag asked for and leave the rest of a caption as the person wrote it: its
+# lines, its spacing, the commas inside a weighted "(a, b:1.2)". Only commas and spaces at either end go.
+_ENDS = re.compile(r"^[\s,]+|[\s,]+$")
+
+
+def _trim(caption: str) -> str:
+    return _ENDS.sub("", caption)
+
+
 def add_tag(captions: Captions, tag: str, where: Where = "end") -> list[CaptionEdit]:
     tag = " ".join(tag.split())
     if not tag:
@@ -92,18 +101,22 @@ def add_tag(captions: Captions, tag: str, where: Where = "end") -> list[CaptionE
         tags = split_tags(caption)
         if _tag_key(tag) in {_tag_key(t) for t in tags}:
             return caption
-        return join_tags([tag, *tags] if where == "start" else [*tags, tag])
+        if not tags:
+            return tag
+        return f"{tag}, {_trim(caption)}" if where == "start" else f"{_trim(caption)}, {tag}"
 
     return _edits(captions, change)
 
 
 def remove_tag(captions: Captions, tag: str) -> list[CaptionEdit]:
     key = _tag_key(tag)
+    if not key:
+        return []
 
     def change(_: Path, caption: str) -> str:
-        tags = split_tags(caption)
-        kept = [t for t in tags if _tag_key(t) != key]
-        return caption if len(kept) == len(tags) else join_tags(kept)
+        parts = caption.split(",")
+        kept = [p for p in parts if _tag_key(p) != key]
+        return caption if len(kept) == len(parts) else _trim(",".join(kept))
 
     return _edits(captions, change)
 
@@ -113,13 +126,24 @@ def rename_tag(captions: Captions, old: str, new: str) -> list[CaptionEdit]:
     old_key, new = _tag_key(old), " ".join(new.split())
     if not new:
         return remove_tag(captions, old)
+    new_key = _tag_key(new)
 
     def change(_: Path, caption: str) -> str:
-        tags = split_tags(caption)
-        if old_key not in {_tag_key(t) for t in tags}:
+        parts = caption.split(",")
+        if old_key not in {_tag_key(p) for p in parts}:
             return caption
-        renamed = [new if _tag_key(t) == old_key else t for t in tags]
-        return join_tags(_unique(renamed))
+        out: list[str] = []
+        has_new = False
+        for part in parts:
+            key = _tag_key(part)
+            if key == old_key:
+                part, key = part[:len(part) - len(part.lstrip())] + new, new_key  # the space before it stays
+            if key == new_key:
+                if has_new:
+                    continue
+                has_new = True
+            out.append(part)
+        return _trim(",".join(out))
 
     return _edits(captions, change)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,9 @@ METADATA_FILE = "metadata.jsonl"
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 MetadataProblem = tuple[Path, int, str]  # file, line (0: the whole file), what is wrong
+# A JSON line ends at a newline only: a string may hold U+2028, U+2029 or U+0085 as they are, which
+# str.splitlines() would also split at. (A raw carriage return cannot be inside a JSON string.)
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def read_caption_file(path: Path) -> tuple[str, bool]:
@@ -48,13 +52,21 @@ def decode_caption(data: bytes) -> tuple[str, bool]:
     return text.replace("\r\n", "\n").replace("\r", "\n").strip(), was_utf8
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON-lines text (see `_LINE_END`), without their line ends."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def read_metadata(path: Path) -> tuple[dict[Path, str], list[MetadataProblem]]:
     """Captions of a metadata.jsonl keyed by absolute image path (`file_name` is relative to its folder),
     and the lines that could not be used."""
     captions: dict[Path, str] = {}
     problems: list[MetadataProblem] = []
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         return captions, [(path, 0, f"cannot be read: {exc}")]
     for number, line in enumerate(lines, start=1):

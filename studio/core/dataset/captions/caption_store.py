@@ -7,6 +7,7 @@ name, a prompt or nowhere gets a new sidecar with the dataset's caption extensio
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from studio.core.dataset.captions.caption_files import FileJob, SaveBatch, write_texts_atomically
 from studio.core.dataset.captions.caption_guard import remove_caption_leftovers
-from studio.core.dataset.captions.caption_sources import METADATA_FILE
+from studio.core.dataset.captions.caption_sources import METADATA_FILE, decode_caption
 from studio.core.dataset.scan import ImageEntry
 
 __all__ = [
@@ -60,12 +61,13 @@ class CaptionConflict:
 class CaptionSaveError(Exception):
     """A caption could not be written; the message says where and what to do."""
 
-    def __init__(self, image: Path, file: Path, reason: str) -> None:
+    WRITABLE = "make the folder writable or copy the dataset to a folder you can write to"
+    NO_SPACE = "free some space on that disk; it is saved with your next edit, or when the studio closes"
+
+    def __init__(self, image: Path, file: Path, reason: str, advice: str = WRITABLE) -> None:
         self.image, self.file = image, file
-        super().__init__(
-            f"Cannot save the caption of {image.name} to {file}: {reason}. "
-            "Your text is kept in the studio; make the folder writable or copy the dataset to a folder you can write to."
-        )
+        super().__init__(f"Cannot save the caption of {image.name} to {file}: {reason}. "
+                         f"Your text is kept in the studio; {advice}.")
 
 
 @dataclass
@@ -90,6 +92,9 @@ class CaptionStore:
         self._created: set[Path] = set()
         self._original = {p: (e.caption, e.caption_source) for p, e in self.entries.items()}
         self._in_flight: set[Path] = set()  # files a running SaveBatch writes
+        # A sidecar's bytes as the scan read it (its encoding, BOM, line ends), kept by its first save: a caption
+        # put back to the scanned text (an undo) is written back exactly so.
+        self._scanned_bytes: dict[Path, bytes] = {}
 
     # ------------------------------------------------------------ reading and editing
 
@@ -190,8 +195,12 @@ class CaptionStore:
                 self._dirty.discard(image)  # no caption before, none now: nothing to write
                 continue
             else:
+                scanned = self._scanned_bytes.get(image) if self._scanned_bytes else None
+                if scanned is not None and entry.caption != self._original[image][0]:
+                    scanned = None  # the scanned bytes go back only with the scanned text
                 batch.sidecars.append(
-                    FileJob(image, target, entry.caption or "", expected, check=not forced or image not in forced))
+                    FileJob(image, target, entry.caption or "", expected, check=not forced or image not in forced,
+                            data=scanned))
             targets.add(target)
         self._in_flight |= targets
         return batch
@@ -210,7 +219,9 @@ class CaptionStore:
                 report.conflicts.append(CaptionConflict(job.image, job.target, job.disk, entry.caption or ""))
             elif job.outcome == "error":
                 assert job.error is not None
-                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error)))
+                full = job.error.errno in (errno.ENOSPC, errno.EDQUOT)
+                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error),
+                                                      CaptionSaveError.NO_SPACE if full else CaptionSaveError.WRITABLE))
             elif job.outcome == "saved" and job.remove:
                 self._created.discard(job.image)
                 self._disk[job.image] = None
@@ -220,6 +231,7 @@ class CaptionStore:
                 report.saved.append(job.image)
             elif job.outcome == "saved":
                 self._saved(job.image, job.target, job.text, report)
+                self._keep_scanned_bytes(job)
         return report
 
     def _saved(self, image: Path, target: Path, text: str, report: SaveReport) -> None:
@@ -233,6 +245,14 @@ class CaptionStore:
             entry.caption_source = "caption" if target.suffix == ".caption" else "txt"
         entry.caption_utf8 = True
         report.saved.append(image)
+
+    def _keep_scanned_bytes(self, job: FileJob) -> None:
+        image = job.image
+        if job.data is not None:
+            self.entries[image].caption_utf8 = decode_caption(job.data)[1]  # as the scan found it
+        elif (job.displaced is not None and image not in self._scanned_bytes and image not in self._created
+              and decode_caption(job.displaced)[0] == self._original[image][0]):
+            self._scanned_bytes[image] = job.displaced
 
     def take_disk_text(self, conflict: CaptionConflict) -> None:
         """Resolve a conflict by adopting the text on disk (the person's edit is dropped)."""

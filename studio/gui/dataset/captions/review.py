@@ -83,6 +83,7 @@ class CaptionReviewDialog(QDialog):
         name = context.config.model.family if context.config is not None else DEFAULT_FAMILY
         self.reader = family(name if is_family(name) else DEFAULT_FAMILY)
         self.proposals: dict[Path, MachineCaption] = {}
+        self.reading = False  # the Dataset page reads the dataset again: accepting waits for its new store
         self.proposed_by = ""  # the model of the job that made the proposals
         self.rows: list[Path] = []  # the table's rows, in order
         self.job = CaptionJob(self)
@@ -287,6 +288,23 @@ class CaptionReviewDialog(QDialog):
         running = self.job.running
         self.start_button.setEnabled(not running)
         self.stop_button.setEnabled(running)
+        self.accept_button.setEnabled(not self.reading)
+        self.accept_all_button.setEnabled(not self.reading)
+
+    def set_store(self, store: CaptionStore | None) -> None:
+        """The Dataset page reads the dataset again (a setting changed): None while it reads, then the new store.
+        The job goes on and the proposals stay; those of images no longer in the dataset are dropped."""
+        self.reading = store is None
+        if store is not None:
+            self.store = store
+            self.scopes = {"Selected images": [p for p in self.scopes["Selected images"] if p in store.entries],
+                           "All images": list(store.entries)}
+            for index in range(self.scope.count()):
+                name = self.scope.itemData(index)
+                self.scope.setItemText(index, f"{name} ({len(self.scopes[name])})")
+            self.reject_rows([row for row, image in enumerate(self.rows) if image not in store.entries])
+            self._refill_table()
+        self._running_changed()
 
     # ------------------------------------------------------------ proposals
 
@@ -373,6 +391,8 @@ class CaptionReviewDialog(QDialog):
 
     def accept_rows(self, rows: Sequence[int]) -> int:
         """Write the proposals of `rows` as one undo step; returns how many captions change."""
+        if self.reading:
+            return 0  # the page has no store to take them yet; they stay to be accepted once it has
         rules = self.rules()
         edits = []
         for row in rows:
