@@ -166,3 +166,43 @@ def _cwd(proc: psutil.Process) -> Path | None:
         return Path(proc.cwd())
     except (psutil.Error, OSError):
         return None
+
+
+def test_after_the_machine_rebooted_following_ends_even_when_another_program_has_the_runs_pid(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path
+) -> None:
+    """A rented machine restarted: the run is gone, and its pid (small numbers come back first after a
+    restart) now belongs to another program. Following the run must end (the studio then says it ended
+    without a status and brings it back), not wait on the other program for ever."""
+    import subprocess
+    import sys
+
+    there = sshd.workspace / f"rebooted-{tmp_path.name}" / "runs" / "20260101-000000-x"
+    there.mkdir(parents=True)
+    (there / EVENTS_FILE).write_text('{"v": 1, "type": "step", "time": 1.0, "step": 1, "loss": 0.5}\n')
+    (there / CONSOLE_FILE).write_text("step 1\n")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not a launch.sh
+    try:
+        state = there.parent.parent / ".studio"
+        state.mkdir()
+        (state / "launch-x.pid").write_text(f"{other.pid}\n")
+        record = RemoteRunRecord("box", "127.0.0.1", str(there.parent.parent), str(there),
+                                 str(state / "launch-x.pid"), str(state / "launch-x.status"),
+                                 str(state / "launch-x.log"), "nohup", "sftp", other.pid, 0.0)
+        client = SshClient(remote_machine)
+        assert remote_state(client, record) == (False, None)
+        local = tmp_path / "here"
+        mirrors = follow_files(client, record, local)
+        for mirror in mirrors.values():
+            mirror.start()
+        try:
+            assert mirrors[EVENTS_FILE].wait(30), "following waited on another program's process"
+            assert mirrors[CONSOLE_FILE].wait(30)
+        finally:
+            for mirror in mirrors.values():
+                mirror.close()
+        assert mirrors[EVENTS_FILE].ended and (local / EVENTS_FILE).read_bytes() == (there / EVENTS_FILE).read_bytes()
+        client.close()
+    finally:
+        other.kill()
+        other.wait()
