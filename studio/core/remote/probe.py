@@ -100,7 +100,11 @@ done
 if [ -n "$PROJECT" ] && [ -d "$WS/$PROJECT/@@STATE@@" ]; then
     for f in "$WS/$PROJECT"/@@STATE@@/*.pid; do
         pid=$(cat "$f" 2>/dev/null)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "active=$f"; fi
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            # Still the run's launcher (as control.py judges): after a restart of the machine an old pid
+            # file's number may be another program's.
+            if [ ! -d /proc ] || grep -aq launch.sh "/proc/$pid/cmdline" 2>/dev/null; then echo "active=$f"; fi
+        fi
     done
 fi
 if command -v nvidia-smi >/dev/null 2>&1; then

@@ -27,7 +27,7 @@ from studio.core.remote.control import (
     request_remote_stop,
     write_record,
 )
-from studio.core.remote.machines import RemoteMachine
+from studio.core.remote.machines import STATE_DIR, RemoteMachine
 from studio.core.remote.probe import probe_machine
 from studio.core.remote.ssh import SshClient
 from studio.core.remote.start import launch_detached
@@ -183,7 +183,7 @@ def test_after_the_machine_rebooted_following_ends_even_when_another_program_has
     (there / CONSOLE_FILE).write_text("step 1\n")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not a launch.sh
     try:
-        state = there.parent.parent / ".studio"
+        state = there.parent.parent / STATE_DIR
         state.mkdir()
         (state / "launch-x.pid").write_text(f"{other.pid}\n")
         record = RemoteRunRecord("box", "127.0.0.1", str(there.parent.parent), str(there),
@@ -202,6 +202,15 @@ def test_after_the_machine_rebooted_following_ends_even_when_another_program_has
             for mirror in mirrors.values():
                 mirror.close()
         assert mirrors[EVENTS_FILE].ended and (local / EVENTS_FILE).read_bytes() == (there / EVENTS_FILE).read_bytes()
+        # ... and a new run of the project may start there: no run of it is still going.
+        assert probe_machine(client, there.parent.parent.name).active_runs == []
+        launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "launch.sh"])
+        try:
+            (state / "launch-y.pid").write_text(f"{launcher.pid}\n")
+            assert probe_machine(client, there.parent.parent.name).active_runs == [str(state / "launch-y.pid")]
+        finally:
+            launcher.kill()
+            launcher.wait()
         client.close()
     finally:
         other.kill()
