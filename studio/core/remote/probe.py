@@ -117,14 +117,10 @@ def probe_machine(client: SshClient, project: str = "") -> MachineReport:
     """Ask the machine what it has (one SSH call), and which runs of `project` (a folder in its
     workspace) are still going there; raises RemoteError when it cannot be reached."""
     m = client.machine
-    script = (_SCRIPT.replace("@@WORKSPACE@@", remote_path(m.workspace)).replace("@@PYTHON@@", _word(m.python))
+    script = (_SCRIPT.replace("@@WORKSPACE@@", remote_path(m.workspace)).replace("@@PYTHON@@", remote_path(m.python))
               .replace("@@PROJECT@@", shlex.quote(project)).replace("@@STATE@@", STATE_DIR))
     out = client.run(script, "checking the machine", timeout_s=60).stdout
     return parse_report(m.name, m.describe(), out)
-
-
-def _word(command: str) -> str:
-    return " ".join(shlex.quote(part) for part in shlex.split(command))
 
 
 def parse_report(name: str, target: str, out: str) -> MachineReport:

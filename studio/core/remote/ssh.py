@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -47,7 +46,7 @@ class Completed:
 
 def remote_path(path: str) -> str:
     """A shell word for a remote path (a name from there stays a name, see studio/core/quoting.py); a leading
-    ~ stays the remote home ("$HOME"/...)."""
+    ~ stays the remote home ("$HOME"/...). The machine's python is one too (`~/venv/bin/python`)."""
     try:
         if path == "~":
             return '"$HOME"'
@@ -162,7 +161,7 @@ class SshClient:
 
     def python(self, code: str, doing: str, timeout_s: float = 300, check: bool = True) -> Completed:
         """Run Python code with the machine's interpreter (sent on stdin)."""
-        return self._call(self.ssh_argv(f"{shlex.quote(self.machine.python)} -"), code, doing, timeout_s, check)
+        return self._call(self.ssh_argv(f"{remote_path(self.machine.python)} -"), code, doing, timeout_s, check)
 
     def popen(self, command: str, stderr: IO[bytes] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
         """Start a long command there with its stdout piped here (a stream)."""

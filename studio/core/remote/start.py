@@ -268,7 +268,8 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
     state = f"{STATE_DIR}/launch-{token}"
     pid, log, status = f"{state}.pid", f"{state}.log", f"{state}.status"
     env = {"PYTHON": m.python, "GPUS_PER_NODE": str(gpus), **({"STUDIO_BUNDLE_CPU": "1"} if cpu else {}), **m.env}
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    # The interpreter may be named from the home there (~/venv/bin/python): the shell that starts launch.sh expands it.
+    assignments = " ".join(f"{k}={remote_path(v) if k == 'PYTHON' else shlex.quote(v)}" for k, v in env.items())
     inner = (f"echo $$ > {shlex.quote(pid)}; {{ env {assignments} ./launch.sh 2>&1; echo $? > {shlex.quote(status)}; }}"
              f" | tee {shlex.quote(log)}")
     mode = report.detach_mode if m.detach == "auto" else m.detach
@@ -276,7 +277,7 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
         "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
-        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": shlex.quote(m.python),
+        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": remote_path(m.python),
         "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),
     }
     script = _LAUNCH

@@ -101,3 +101,41 @@ def test_a_key_with_a_passphrase_works_from_the_keyring_only_when_asked(
     written += [p for p in tmp_path.rglob("*") if p.is_file() and keyring_folder not in p.parents]
     assert written
     assert not [p for p in written if sshd.LOCKED_PASSPHRASE.encode() in p.read_bytes()]
+
+
+def test_a_python_under_the_remote_home_written_with_a_tilde_is_found(remote_machine: RemoteMachine,
+                                                                     sshd: SshServer, tmp_path: Path) -> None:
+    """`~/venv/bin/python` is how people name the interpreter in their home there: the check, the studio's
+    own calls and the run all find it, as the workspace's `~` is."""
+    import secrets
+    import subprocess
+    import time
+
+    from fixtures.sshd import fake_bundle
+
+    from studio.core.remote.control import kill_remote_run, remote_state
+    from studio.core.remote.start import launch_detached
+
+    folder = Path.home() / f".studio-test-{secrets.token_hex(4)}"  # the machine's home is this computer's
+    try:
+        (folder / "bin").mkdir(parents=True)
+        (folder / "bin" / "python").write_text(f'#!/bin/sh\nexec {subprocess.list2cmdline([sys.executable])} "$@"\n')
+        (folder / "bin" / "python").chmod(0o755)
+        machine = dataclasses.replace(remote_machine, python=f"~/{folder.name}/bin/python", detach="nohup")
+        client = SshClient(machine)
+        report = probe_machine(client)
+        assert report.python_ok, report.python
+        assert client.python("print(6 * 7)\n", "arithmetic").stdout.strip() == "42"
+        record, _check = launch_detached(client, report, str(fake_bundle(sshd.workspace / f"tilde-{tmp_path.name}")),
+                                         gpus=1, cpu=True)
+        events = Path(record.remote_run_dir) / "events.jsonl"  # the trainer, started with "$PYTHON", writes it
+        deadline = time.monotonic() + 60
+        while not events.is_file() and remote_state(client, record)[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert events.is_file(), (Path(record.remote_run_dir) / "console.log").read_text()
+        kill_remote_run(client, record, grace_s=5)
+        client.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
