@@ -199,8 +199,14 @@ class SshClient:
         m, text = self.machine, stderr.lower()
         where = f"{m.name} ({m.describe()})"
         if "host identification has changed" in text or "host key verification failed" in text:
+            # known_hosts names a machine on another port than 22 as [host]:port: only that form forgets it.
+            if m.port and m.port != 22:
+                forget = f"`ssh-keygen -R {sh_word(f'[{m.host}]:{m.port}')}`"
+            else:
+                forget = f"`ssh-keygen -R {m.host}`" + ("" if m.port else f" (or `ssh-keygen -R '[{m.host}]:PORT'` "
+                                                                        "when its port is not 22)")
             return (f"the host key of {where} is not the one seen before: if you rented a new machine at the same "
-                    f"address, forget the old key with `ssh-keygen -R {m.host}` (or '[{m.host}]:PORT'), then try again")
+                    f"address, forget the old key with {forget}, then try again")
         if "permission denied" in text:
             if m.key_file and key_is_encrypted(m.key_file) and not self._askpass:
                 return (f"{where} needs the passphrase of {m.key_file}: add the key to your ssh-agent (ssh-add "

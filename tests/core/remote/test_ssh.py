@@ -70,8 +70,11 @@ def test_a_changed_host_key_is_explained(remote_machine: RemoteMachine, sshd: Ss
     config = tmp_path / "ssh_config"
     config.write_text(f"Host *\n  UserKnownHostsFile {other}\n  GlobalKnownHostsFile /dev/null\n")
     monkeypatch.setenv("STUDIO_SSH_CONFIG", str(config))
-    with pytest.raises(RemoteError, match=r"host key of box .* is not the one seen before: .*ssh-keygen -R"):
+    with pytest.raises(RemoteError, match=r"host key of box .* is not the one seen before: .*ssh-keygen -R") as caught:
         probe_machine(SshClient(remote_machine))
+    # The machine's port is not 22: its known_hosts line is [host]:port, and only that command forgets it.
+    assert f"`ssh-keygen -R '[127.0.0.1]:{sshd.port}'`" in str(caught.value)
+    assert "ssh-keygen -R 127.0.0.1" not in str(caught.value)
 
 
 def test_a_key_with_a_passphrase_works_from_the_keyring_only_when_asked(
