@@ -216,6 +216,13 @@ class SshClient:
             key = m.key_file or "your ssh keys (~/.ssh/config, ssh-agent)"
             return (f"{where} refused {key}: put the public key in the machine's ~/.ssh/authorized_keys (on a "
                     "rented machine: the provider's SSH key settings) or name the right key file")
+        if "too many authentication failures" in text:
+            # Each key offered counts as a try: with several in the agent or ~/.ssh the server hangs up first.
+            named = f" ({m.key_file} was offered among others)" if m.key_file else ""
+            return (f"{where} hung up after too many keys were offered{named} (your ssh-agent or ~/.ssh holds "
+                    "several): name the machine's key file, so that only it is offered "
+                    + command_or_action(f"(studio-train remote add {m.name} {m.host} ... --key FILE)",
+                                        "(the machine's key file field on the Export page)"))
         if "could not resolve hostname" in text or "name or service not known" in text:
             return f"cannot find the host {m.host!r} of {where}: check its name or address"
         if "connection refused" in text:

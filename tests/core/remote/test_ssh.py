@@ -142,3 +142,25 @@ def test_a_python_under_the_remote_home_written_with_a_tilde_is_found(remote_mac
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_too_many_keys_offered_says_to_name_the_key(remote_machine: RemoteMachine, sshd: SshServer,
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A person with many keys (in the ssh-agent or ~/.ssh) and no key named for the machine: the server
+    hangs up after six wrong ones, before the right one is offered. The studio says to name the key."""
+    import subprocess
+
+    identities = ""
+    for number in range(7):
+        key = tmp_path / f"other-{number}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        identities += f"  IdentityFile {key}\n"
+    config = tmp_path / "ssh_config"
+    config.write_text(sshd.ssh_config.read_text() + identities + f"  IdentityFile {sshd.key}\n  IdentityAgent none\n")
+    monkeypatch.setenv("STUDIO_SSH_CONFIG", str(config))
+    machine = dataclasses.replace(remote_machine, key_file=None)
+    with pytest.raises(RemoteError) as caught:
+        probe_machine(SshClient(machine))
+    assert "box (root@127.0.0.1:" in str(caught.value)
+    assert "hung up after too many keys were offered" in str(caught.value)
+    assert "name the machine's key file, so that only it is offered" in str(caught.value)
