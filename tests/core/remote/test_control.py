@@ -215,3 +215,52 @@ def test_after_the_machine_rebooted_following_ends_even_when_another_program_has
     finally:
         other.kill()
         other.wait()
+
+
+_SLOW_LAUNCH = """#!/usr/bin/env bash
+while [ ! -f "$PWD/go" ]; do sleep 0.05; done
+RUN="$PWD/runs/20260101-000000-slow"
+mkdir -p "$RUN"
+echo "launch.sh: run folder $RUN"
+while [ ! -f "$RUN/STOP" ]; do sleep 0.1; done
+"""
+
+
+def test_a_connection_dropped_while_the_run_starts_finds_the_run_it_started(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path
+) -> None:
+    """The Wi-Fi drops while the studio waits for the run to start: the run goes on there (it is detached),
+    so the studio asks again once connected and follows it, instead of saying nothing was started and
+    leaving a run nobody can follow or stop from the studio (a rented GPU paid for nothing)."""
+    import threading
+
+    bundle = sshd.workspace / f"slow-{tmp_path.name}"
+    bundle.mkdir()
+    (bundle / "launch.sh").write_text(_SLOW_LAUNCH)
+    (bundle / "launch.sh").chmod(0o755)
+    client = SshClient(dataclasses.replace(remote_machine, detach="nohup"))
+    report = probe_machine(client)
+    dropped = threading.Event()
+
+    def drop_once_started() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any((bundle / ".studio-remote").glob("*.pid")):  # the launcher is going, detached
+                sshd.kill_sessions()
+                dropped.set()
+                (bundle / "go").touch()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=drop_once_started)
+    watcher.start()
+    try:
+        record, _check = launch_detached(client, report, str(bundle), gpus=1, cpu=True)
+    finally:
+        watcher.join()
+    assert dropped.is_set()
+    assert record.remote_run_dir == str(bundle / "runs" / "20260101-000000-slow") and record.pid > 0
+    assert remote_state(client, record) == (True, None)
+    request_remote_stop(client, record)
+    _wait(lambda: not remote_state(client, record)[0], "the run ending when asked")
+    client.close()
