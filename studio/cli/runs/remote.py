@@ -251,7 +251,11 @@ def run_watch(args: argparse.Namespace) -> int:
         client = client_for(record)
     except (RemoteError, MachineError) as exc:
         return _fail(exc)
-    mirrors = follow_files(client, record, args.run_dir)
+    try:
+        mirrors = follow_files(client, record, args.run_dir)
+    except (RemoteError, OSError) as exc:  # followed already (the studio has it open), or not writable here
+        client.close()
+        return _fail(exc)
     console = args.run_dir / CONSOLE_FILE
     shown = console.stat().st_size if console.exists() else 0
     for mirror in mirrors.values():
