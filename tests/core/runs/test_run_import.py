@@ -189,3 +189,18 @@ def test_a_damaged_zip_is_refused_in_words_naming_the_file(tmp_path: Path, finis
     with pytest.raises(ImportRefused, match=rf"'pod-run/output/lora\.safetensors':? {said}; .*nothing was imported"):
         import_run(archive, runs)
     assert list(runs.iterdir()) == []
+
+
+def test_a_zip_of_several_runs_is_refused_instead_of_importing_one_silently(tmp_path: Path,
+                                                                           finished_run: Path) -> None:
+    """`zip -r runs.zip runs/` on the machine holds every run: importing only the first one found (and
+    saying nothing of the others) would look complete. It is refused, naming them."""
+    archive = tmp_path / "runs.zip"
+    with _zip_run(finished_run, archive, "runs/20260101-000000-a/") as z:
+        for f in sorted(finished_run.rglob("*")):
+            if f.is_file():
+                z.writestr("runs/20260102-000000-b/" + f.relative_to(finished_run).as_posix(), f.read_bytes())
+    runs = tmp_path / "project" / "runs"
+    with pytest.raises(ImportRefused, match=r"holds 2 runs \('runs/20260101-000000-a', 'runs/20260102-000000-b'\)"):
+        import_run(archive, runs)
+    assert list(runs.iterdir()) == []

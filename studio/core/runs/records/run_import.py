@@ -224,11 +224,17 @@ def _zip_members(src: Path) -> tuple[str, list[tuple[zipfile.ZipInfo, tuple[str,
             infos = [i for i in archive.infolist() if not i.is_dir()]
     except zipfile.BadZipFile as exc:  # e.g. one part of an archive split over several files
         raise ImportRefused(f"{src} cannot be read as a zip ({exc}); nothing was imported") from None
-    marker = next((i.filename for i in infos if PurePosixPath(i.filename.replace("\\", "/")).name == EVENTS_FILE),
-                  None)
-    if marker is None:
+    folders = [PurePosixPath(i.filename.replace("\\", "/")).parent for i in infos
+               if PurePosixPath(i.filename.replace("\\", "/")).name == EVENTS_FILE]
+    if not folders:
         raise ValueError(f"{src} holds no {EVENTS_FILE}: it is not a zipped run folder")
-    prefix = str(PurePosixPath(marker.replace("\\", "/")).parent)
+    # The run folders, not folders inside one; several (a zipped runs/ folder) would import only one.
+    runs = sorted({str(f) for f in folders if not any(f != other and f.is_relative_to(other) for other in folders)})
+    if len(runs) > 1:
+        shown = ", ".join(repr(r) for r in runs[:5]) + (", ..." if len(runs) > 5 else "")
+        raise ImportRefused(f"{src} holds {len(runs)} runs ({shown}); a zip brings one run: unzip it and import "
+                            "each run folder; nothing was imported")
+    prefix = runs[0]
     prefix = "" if prefix == "." else prefix + "/"
     members = []
     for info in infos:
