@@ -84,3 +84,24 @@ def test_remote_commands_from_add_to_pull(demo: Project, sshd: SshServer, tmp_pa
         "STUDIO_CONFIG_DIR", "STUDIO_CACHE_DIR", "STUDIO_DATA_DIR"))) for p in root.rglob("*") if p.is_file()]
     assert len(written) > 100
     assert [str(p) for p in written if any(s in p.read_bytes() for s in secrets)] == []
+
+
+def test_a_pull_that_fails_on_this_computer_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """This computer's disk filled up while the run came back: one line saying so, not a traceback."""
+    import errno
+
+    from studio.core.remote import control
+    from studio.core.remote.control import RemoteRunRecord, write_record
+
+    run = tmp_path / "runs" / "20260101-000000-x"
+    run.mkdir(parents=True)
+    write_record(run, RemoteRunRecord("box", "root@pod:22", "/w/p", "/w/p/runs/x", "/w/p/a.pid", "/w/p/a.status",
+                                      "/w/p/a.log", "nohup", "sftp", 123, 0.0))
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(run / "output"))
+
+    monkeypatch.setattr(control, "pull_and_close", full)
+    assert cli(["remote", "pull", str(run)]) == 1
+    assert "error: [Errno 28] No space left on device" in _out(capsys)

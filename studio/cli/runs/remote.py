@@ -233,7 +233,7 @@ def run_pull(args: argparse.Namespace) -> int:
     try:
         record = _record(args.run_dir)
         report = pull_and_close(record, args.run_dir, checkpoints=args.checkpoints, progress=_progress)
-    except (RemoteError, MachineError) as exc:
+    except (RemoteError, MachineError, OSError) as exc:  # OSError: this computer's side (a full disk)
         return _fail(exc)
     print(f"{len(report.copied)} file(s) brought back ({report.bytes_copied / 2**20:.1f} MB), "
           f"{report.unchanged} already here, into {args.run_dir}")
@@ -251,7 +251,11 @@ def run_watch(args: argparse.Namespace) -> int:
         client = client_for(record)
     except (RemoteError, MachineError) as exc:
         return _fail(exc)
-    mirrors = follow_files(client, record, args.run_dir)
+    try:
+        mirrors = follow_files(client, record, args.run_dir)
+    except (RemoteError, OSError) as exc:  # followed already (the studio has it open), or not writable here
+        client.close()
+        return _fail(exc)
     console = args.run_dir / CONSOLE_FILE
     shown = console.stat().st_size if console.exists() else 0
     for mirror in mirrors.values():
@@ -280,7 +284,7 @@ def run_watch(args: argparse.Namespace) -> int:
         if args.pull:
             report = pull_run(client, record, args.run_dir, mirrored=(EVENTS_FILE, CONSOLE_FILE), state=state)
             print(f"{len(report.copied)} file(s) brought back into {args.run_dir}")
-    except RemoteError as exc:
+    except (RemoteError, OSError) as exc:
         return _fail(exc)
     finally:
         client.close()

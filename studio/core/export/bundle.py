@@ -288,7 +288,7 @@ def _with_nodes(config: TrainConfig, nodes: int, per_node: int) -> TrainConfig:
 
 def zip_bundle(folder: Path) -> Path:
     """`folder.zip` beside the folder, everything under one top folder, script modes kept."""
-    target = folder.with_suffix(".zip")
+    target = folder.with_name(f"{folder.name}.zip")  # not with_suffix: flux-v1.5 is not flux-v1 + .5
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(folder.rglob("*")):
             arcname = f"{folder.name}/{path.relative_to(folder).as_posix()}"

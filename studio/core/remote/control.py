@@ -246,9 +246,15 @@ def _tail_command(client: SshClient, record: RemoteRunRecord, name: str) -> Stre
     pid = remote_path(record.pid_file)
 
     def start(offset: int, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
-        # --pid: tail ends once the launcher is gone and the file is sent to its end.
-        # A missing pid file makes --pid empty: tail refuses and the mirror ends (the record is broken).
-        command = f"exec tail -c +{offset + 1} --pid=\"$(cat {pid} 2>/dev/null)\" -F {path} 2>/dev/null"
+        # --pid: tail ends once the launcher is gone and the file is sent to its end. The pid counts only
+        # while it is still the launcher's (as in _STATE): after the machine restarted, another program (or
+        # this very shell) may have its number, and the tail would wait on it for ever. With no launcher
+        # (or no pid file) the rest of the file is sent and the mirror ends.
+        rest = f"tail -c +{offset + 1}"
+        command = (f"p=$(cat {pid} 2>/dev/null); "
+                   "if [ -d /proc ] && { [ \"$p\" = \"$$\" ] || ! grep -aq launch.sh \"/proc/$p/cmdline\"; }; "
+                   f"then p=; fi 2>/dev/null; if [ -n \"$p\" ]; then exec {rest} --pid=\"$p\" -F {path} 2>/dev/null; "
+                   f"fi; exec {rest} {path} 2>/dev/null")
         return client.popen(f"sh -c {shlex.quote(command)}", stderr=stderr)
 
     return start

@@ -68,6 +68,7 @@ class RemoteGpuMonitor:
         return samples
 
     def _start(self, stderr: IO[bytes]) -> subprocess.Popen[bytes]:
+        self._partial = b""  # a line a dropped connection cut stays cut: the new session starts its own
         return self.client.popen(f"sh -c {shlex.quote(_QUERY)}", stderr=stderr)
 
     def _on_data(self, chunk: bytes) -> None:

@@ -100,7 +100,11 @@ done
 if [ -n "$PROJECT" ] && [ -d "$WS/$PROJECT/@@STATE@@" ]; then
     for f in "$WS/$PROJECT"/@@STATE@@/*.pid; do
         pid=$(cat "$f" 2>/dev/null)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo "active=$f"; fi
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            # Still the run's launcher (as control.py judges): after a restart of the machine an old pid
+            # file's number may be another program's.
+            if [ ! -d /proc ] || grep -aq launch.sh "/proc/$pid/cmdline" 2>/dev/null; then echo "active=$f"; fi
+        fi
     done
 fi
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -113,14 +117,10 @@ def probe_machine(client: SshClient, project: str = "") -> MachineReport:
     """Ask the machine what it has (one SSH call), and which runs of `project` (a folder in its
     workspace) are still going there; raises RemoteError when it cannot be reached."""
     m = client.machine
-    script = (_SCRIPT.replace("@@WORKSPACE@@", remote_path(m.workspace)).replace("@@PYTHON@@", _word(m.python))
+    script = (_SCRIPT.replace("@@WORKSPACE@@", remote_path(m.workspace)).replace("@@PYTHON@@", remote_path(m.python))
               .replace("@@PROJECT@@", shlex.quote(project)).replace("@@STATE@@", STATE_DIR))
     out = client.run(script, "checking the machine", timeout_s=60).stdout
     return parse_report(m.name, m.describe(), out)
-
-
-def _word(command: str) -> str:
-    return " ".join(shlex.quote(part) for part in shlex.split(command))
 
 
 def parse_report(name: str, target: str, out: str) -> MachineReport:

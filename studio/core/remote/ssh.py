@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -47,7 +46,7 @@ class Completed:
 
 def remote_path(path: str) -> str:
     """A shell word for a remote path (a name from there stays a name, see studio/core/quoting.py); a leading
-    ~ stays the remote home ("$HOME"/...)."""
+    ~ stays the remote home ("$HOME"/...). The machine's python is one too (`~/venv/bin/python`)."""
     try:
         if path == "~":
             return '"$HOME"'
@@ -162,7 +161,7 @@ class SshClient:
 
     def python(self, code: str, doing: str, timeout_s: float = 300, check: bool = True) -> Completed:
         """Run Python code with the machine's interpreter (sent on stdin)."""
-        return self._call(self.ssh_argv(f"{shlex.quote(self.machine.python)} -"), code, doing, timeout_s, check)
+        return self._call(self.ssh_argv(f"{remote_path(self.machine.python)} -"), code, doing, timeout_s, check)
 
     def popen(self, command: str, stderr: IO[bytes] | int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
         """Start a long command there with its stdout piped here (a stream)."""
@@ -200,8 +199,14 @@ class SshClient:
         m, text = self.machine, stderr.lower()
         where = f"{m.name} ({m.describe()})"
         if "host identification has changed" in text or "host key verification failed" in text:
+            # known_hosts names a machine on another port than 22 as [host]:port: only that form forgets it.
+            if m.port and m.port != 22:
+                forget = f"`ssh-keygen -R {sh_word(f'[{m.host}]:{m.port}')}`"
+            else:
+                forget = f"`ssh-keygen -R {m.host}`" + ("" if m.port else f" (or `ssh-keygen -R '[{m.host}]:PORT'` "
+                                                                        "when its port is not 22)")
             return (f"the host key of {where} is not the one seen before: if you rented a new machine at the same "
-                    f"address, forget the old key with `ssh-keygen -R {m.host}` (or '[{m.host}]:PORT'), then try again")
+                    f"address, forget the old key with {forget}, then try again")
         if "permission denied" in text:
             if m.key_file and key_is_encrypted(m.key_file) and not self._askpass:
                 return (f"{where} needs the passphrase of {m.key_file}: add the key to your ssh-agent (ssh-add "
@@ -211,6 +216,13 @@ class SshClient:
             key = m.key_file or "your ssh keys (~/.ssh/config, ssh-agent)"
             return (f"{where} refused {key}: put the public key in the machine's ~/.ssh/authorized_keys (on a "
                     "rented machine: the provider's SSH key settings) or name the right key file")
+        if "too many authentication failures" in text:
+            # Each key offered counts as a try: with several in the agent or ~/.ssh the server hangs up first.
+            named = f" ({m.key_file} was offered among others)" if m.key_file else ""
+            return (f"{where} hung up after too many keys were offered{named} (your ssh-agent or ~/.ssh holds "
+                    "several): name the machine's key file, so that only it is offered "
+                    + command_or_action(f"(studio-train remote add {m.name} {m.host} ... --key FILE)",
+                                        "(the machine's key file field on the Export page)"))
         if "could not resolve hostname" in text or "name or service not known" in text:
             return f"cannot find the host {m.host!r} of {where}: check its name or address"
         if "connection refused" in text:

@@ -32,7 +32,7 @@ from studio.core.quoting import sh_word
 from studio.core.remote.control import RemoteRunRecord, write_record
 from studio.core.remote.machines import STATE_DIR, RemoteMachine
 from studio.core.remote.probe import MachineReport, probe_machine, require_ready
-from studio.core.remote.ssh import SSH_LOST, RemoteError, SshClient, remote_path
+from studio.core.remote.ssh import SSH_LOST, Completed, RemoteError, SshClient, remote_path
 from studio.core.remote.transfer import LocalFile, TransferReport, has_local_rsync, send_files
 from studio.core.runs.folders import STOP_FILE
 
@@ -41,6 +41,10 @@ MODELS_DIR = "models"
 # Folders of the bundle that the studio owns there: a file it no longer sends is removed.
 OWNED = ("dataset/", "src/", "accelerate/", "model/")
 LAUNCH_WAIT_S = 120
+
+
+class StartUncertain(RemoteError):
+    """The connection dropped while the run was starting and did not come back: it may be going there."""
 
 
 @dataclass
@@ -227,8 +231,10 @@ set -e
 cd @@BUNDLE@@
 mkdir -p @@STATE@@
 rm -f @@PID@@ @@LOG@@ @@STATUS@@
+echo $$ > @@STARTER@@
 if [ @@CHECK@@ = 1 ]; then
     if PYTHON=@@PYTHON@@ ./check.sh @@CHECK_ARGS@@ > @@LOG@@.check 2>&1; then ok=1; else ok=0; fi
+    echo "$ok" > @@LOG@@.checked
     sed 's/^/check| /' @@LOG@@.check
     [ "$ok" = 1 ] || exit 5
 fi
@@ -241,6 +247,12 @@ case @@MODE@@ in
            nohup sh -c @@INNER@@ </dev/null >/dev/null 2>&1 &
        fi ;;
 esac
+"""
+
+# Waits for launch.sh to name its run folder. Sent again after a dropped connection (the script above goes
+# on there without it: the checks, then the detached start), with @@GONE@@ saying when it will never come.
+_WAIT = r"""
+cd @@BUNDLE@@
 i=0
 while [ "$i" -lt @@TRIES@@ ]; do
     if [ -f @@LOG@@ ] && grep -q '^launch.sh: run folder ' @@LOG@@; then
@@ -249,45 +261,71 @@ while [ "$i" -lt @@TRIES@@ ]; do
         exit 0
     fi
     if [ -f @@STATUS@@ ]; then echo "exit=$(cat @@STATUS@@)"; tail -n 40 @@LOG@@ >&2; exit 3; fi
+    @@GONE@@
     sleep 0.2
     i=$((i + 1))
 done
 tail -n 40 @@LOG@@ >&2
 exit 4
 """
+# ... after a dropped connection: the checks failed (nothing started), or the script that starts ended
+# before starting anything.
+_GONE = r"""if [ "$(cat @@LOG@@.checked 2>/dev/null)" = 0 ]; then sed 's/^/check| /' @@LOG@@.check; exit 5; fi
+    if [ ! -f @@PID@@ ] && ! kill -0 "$(cat @@STARTER@@ 2>/dev/null)" 2>/dev/null; then exit 6; fi"""
+CHECK_WAIT_S = 900  # check.sh's longest run
 
 
 def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, gpus: int, cpu: bool,
                     check: bool = False) -> tuple[RemoteRunRecord, str]:
     """Run check.sh there (when asked), then start launch.sh so that it outlives the SSH session.
 
-    One SSH call; returns the run's record and check.sh's table. A failed check starts nothing.
+    One SSH call (and one more after a dropped connection); returns the run's record and check.sh's table.
+    A failed check starts nothing.
     """
     m = client.machine
     token = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     state = f"{STATE_DIR}/launch-{token}"
     pid, log, status = f"{state}.pid", f"{state}.log", f"{state}.status"
+    starter = f"{state}.starter"  # the pid of the script that starts it (see _GONE)
     env = {"PYTHON": m.python, "GPUS_PER_NODE": str(gpus), **({"STUDIO_BUNDLE_CPU": "1"} if cpu else {}), **m.env}
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    # The interpreter may be named from the home there (~/venv/bin/python): the shell that starts launch.sh expands it.
+    assignments = " ".join(f"{k}={remote_path(v) if k == 'PYTHON' else shlex.quote(v)}" for k, v in env.items())
     inner = (f"echo $$ > {shlex.quote(pid)}; {{ env {assignments} ./launch.sh 2>&1; echo $? > {shlex.quote(status)}; }}"
              f" | tee {shlex.quote(log)}")
     mode = report.detach_mode if m.detach == "auto" else m.detach
     values = {
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
-        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
+        "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "STARTER": shlex.quote(starter), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
-        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": shlex.quote(m.python),
+        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": remote_path(m.python),
         "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),
     }
-    script = _LAUNCH
-    for key, value in values.items():
-        script = script.replace(f"@@{key}@@", value)
-    done = client.run(script, "starting the run", timeout_s=LAUNCH_WAIT_S + 900, check=False)
+
+    def filled(script: str, **more: str) -> str:
+        for key, value in {**values, **more}.items():
+            script = script.replace(f"@@{key}@@", value)
+        return script
+
+    done = client.run(filled(_LAUNCH + _WAIT, GONE=""), "starting the run", timeout_s=LAUNCH_WAIT_S + CHECK_WAIT_S,
+                      check=False)
+    if done.code == SSH_LOST:
+        # The start goes on there without the connection (the run is detached): ask again once connected.
+        lost = client.explain(done.stderr, "starting the run")
+        try:
+            done = client.run(filled(_WAIT, GONE=filled(_GONE), TRIES=str((LAUNCH_WAIT_S + CHECK_WAIT_S) * 5)),
+                              "asking whether the run started", timeout_s=LAUNCH_WAIT_S + CHECK_WAIT_S + 60,
+                              check=False)
+        except RemoteError:
+            done = Completed(SSH_LOST, "", "")
+        if done.code == SSH_LOST:
+            raise StartUncertain(f"{lost}. The connection dropped while the run was starting: it may be going "
+                                 "there all the same; its launcher's log says: "
+                                 f"{m.ssh_command()} cat {sh_word(f'{bundle_dir}/{log}')}") from None
+        if done.code == 6:
+            raise RemoteError(f"{lost}; nothing was started")
     check_lines = [line[7:] for line in done.stdout.splitlines() if line.startswith("check| ")]
     answers = dict(line.partition("=")[::2] for line in done.stdout.splitlines()
                    if "=" in line and not line.startswith("check| "))
-    if done.code == SSH_LOST:
-        raise RemoteError(client.explain(done.stderr, "starting the run"))
     if done.code == 5:
         failed = [line for line in check_lines if " FAIL " in line] or check_lines[-5:]
         raise RemoteError(f"check.sh failed on {m.name}; nothing was started:\n" + "\n".join(failed))

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from studio.core.files import try_lock
 from studio.core.protocol.lines import MAX_LINE, LineBuffer
 from studio.core.protocol.streaming import ReconnectingStream
+from studio.core.remote.ssh import RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,13 @@ class RemoteFileMirror:
         self._before_lines = before_lines
         # Searches only the bytes that arrive; a line over max_line is never held (see _write).
         self._lines = LineBuffer(max_line, breaks)
+        # One mirror per file, across processes: two (the studio and `studio-train remote watch`) would each
+        # append every line, and the loss plot would show each step twice. The OS lets go with the process.
+        self._lock = open(local.parent / f".{local.name}.follow", "ab")  # noqa: SIM115 - closed by close()
+        if not try_lock(self._lock.fileno()):
+            self._lock.close()
+            raise RemoteError(f"{local} is being kept up to date already (by the studio or by studio-train remote "
+                              "watch): one follower at a time; watch it there, or stop that one first")
         self._handle = open(local, "ab")  # noqa: SIM115 - held for the mirror's life, closed by close()
         self.received = self._handle.tell()
         self.stream = ReconnectingStream(name, self._start, self._on_data, on_reconnect=self._resumed)
@@ -73,6 +82,7 @@ class RemoteFileMirror:
         if self.stream.ended:
             self._flush_partial()
         self._handle.close()
+        self._lock.close()
 
     # ------------------------------------------------------------ the stream's thread
     def _start(self, stderr: IO[bytes]) -> subprocess.Popen[bytes]:

@@ -6,6 +6,8 @@ from folders the studio owns), and only files whose checksum differs travel. The
 dataset's checksums come from the bundle's manifest, so a second send of an unchanged
 dataset copies no image. The copying itself is rsync over the same SSH connection when
 both sides have it (partial files kept for a resume), else sftp, which every OpenSSH has.
+A file coming back is written in a hidden folder beside it and takes its own name only once it is
+whole: a pull cut off midway never leaves a half LoRA under the LoRA's name.
 
 Names travel as data, never as commands (see studio/core/quoting.py): rsync reads a
 NUL-separated file list, so any name arrives byte for byte; sftp reads a batch of text lines,
@@ -18,6 +20,7 @@ complete while a file stayed behind would be worse than one that says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -28,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.containment import OutsideFolderError, contained_path
-from studio.core.files import sha256_file
+from studio.core.files import replace, sha256_file
 from studio.core.quoting import UnsafeNameError, nul_list, or_rsync, sftp_line, shown
 from studio.core.remote.ssh import RemoteError, SshClient
 
 Progress = Callable[[str, int, int], None]  # (message, done, total)
 COPY_TIMEOUT_S = 6 * 3600
+# Where a file coming back is written until it is whole (a hidden folder beside it; rsync's --partial-dir
+# and the sftp pull alike): one cut short waits there for the next pull, which continues it.
+PARTIAL_DIR = ".studio-partial"
 SPARE_BYTES = 64 * 2**20  # left free after a send: the run's first events, logs and samples need room
 
 # Runs there: make the folders, remove files the studio no longer sends, hash same-size files.
@@ -296,7 +302,7 @@ def uncarried(remote_root: str, rels: Sequence[str], local_root: Path, use_rsync
     refused = {}
     for rel in [] if use_rsync else rels:
         try:
-            sftp_line("get", ["-a", "-p"], f"{remote_root}/{rel}", str((local_root / rel).absolute()))
+            sftp_line("get", ["-a", "-p"], f"{remote_root}/{rel}", str(_partial(local_root / rel).absolute()))
         except UnsafeNameError as exc:
             refused[rel] = exc.why
     return refused
@@ -319,6 +325,11 @@ def _local_size(path: Path) -> int:
         return -1
 
 
+def _partial(target: Path) -> Path:
+    """Where sftp writes a file coming back until it is whole (see PARTIAL_DIR)."""
+    return target.parent / PARTIAL_DIR / target.name
+
+
 def _rsync_down(client: SshClient, rels: Sequence[str], remote_root: str, local_root: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="studio-pull-") as tmp:
         listing = Path(tmp) / "files.bin"
@@ -326,19 +337,31 @@ def _rsync_down(client: SshClient, rels: Sequence[str], remote_root: str, local_
         # No -r: only the files the listing named (each checked by arrival_paths) travel, never a folder's
         # whole tree; --files-from makes the folders on the way. An absolute destination: a relative one
         # with a ':' before its first '/' would name another host.
-        argv = ["rsync", "-pt", "--partial", "--protect-args", "--from0", f"--files-from={listing}",
+        # --partial-dir: a file cut short waits there for the next pull, never under its own name.
+        argv = ["rsync", "-pt", f"--partial-dir={PARTIAL_DIR}", "--protect-args", "--from0", f"--files-from={listing}",
                 "-e", rsync_e(client), f"{client.machine.host}:{remote_root}/", f"{local_root.absolute()}/"]
         client.call(argv, "bringing files back with rsync", COPY_TIMEOUT_S)
 
 
 def _sftp_down(client: SshClient, sizes: dict[str, int], remote_root: str, local_root: Path) -> None:
     targets = arrival_paths(client, remote_root, list(sizes), local_root)
-    lines = {}
+    lines, whole = {}, []
     for rel, size in sizes.items():
-        resume = ["-a"] if 0 < _local_size(targets[rel]) < size else []  # continue a file cut short (-1: unknown)
-        lines[rel] = ("get", [*resume, "-p"], f"{remote_root}/{rel}", str(targets[rel].absolute()))
+        # Each file arrives under a hidden name; one a cut-off pull left whole only takes its name.
+        have = _local_size(_partial(targets[rel]))
+        if size >= 0 and have == size:
+            whole.append(rel)
+            continue
+        resume = ["-a"] if 0 < have < size else []  # continue a file cut short (-1: unknown)
+        lines[rel] = ("get", [*resume, "-p"], f"{remote_root}/{rel}", str(_partial(targets[rel]).absolute()))
     batch = _sftp_lines(client, lines, f"bringing files back from {remote_root}",
                         f"Rename or remove them on {client.machine.name} ({client.machine.ssh_command()})")
-    for rel in sizes:
-        targets[rel].parent.mkdir(parents=True, exist_ok=True)
-    _sftp(client, batch, "bringing files back with sftp")
+    for rel in lines:
+        _partial(targets[rel]).parent.mkdir(parents=True, exist_ok=True)
+    if batch:
+        _sftp(client, batch, "bringing files back with sftp")
+    for rel in [*lines, *whole]:
+        replace(_partial(targets[rel]), targets[rel])
+    for folder in {_partial(targets[rel]).parent for rel in sizes}:
+        with contextlib.suppress(OSError):  # kept while it holds another file still cut short
+            folder.rmdir()

@@ -39,7 +39,7 @@ from studio.core.remote.machines import (
 from studio.core.remote.passphrases import PassphraseError, store_passphrase
 from studio.core.remote.probe import MachineReport, probe_machine
 from studio.core.remote.ssh import RemoteError, SshClient
-from studio.core.remote.start import RemoteStart, start_remote_run
+from studio.core.remote.start import RemoteStart, StartUncertain, start_remote_run
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.runner.remote_run import RemoteRun
@@ -239,7 +239,8 @@ class RemotePanel(QGroupBox):
     def _failed(self, error: BaseException) -> None:
         self._idle()
         text = error.describe() if isinstance(error, ConfigError) else str(error)
-        self.say(self._failure_prefix + text)
+        # A start whose answer was lost may have started: no "Nothing was started" before it.
+        self.say(text if isinstance(error, StartUncertain) else self._failure_prefix + text)
 
     def _busy(self, text: str, failure_prefix: str) -> None:
         self._failure_prefix = failure_prefix

@@ -65,6 +65,7 @@ class RemoteRun(RunSource):
         self._told_no_gpu = False
         self._announced = False
         self._ended_at = 0.0
+        self._no_status = False  # it ended there without launch.sh's exit status
         console = local_dir / CONSOLE_FILE
         self._console = ConsoleTail(console, offset=console.stat().st_size if console.exists() else 0)
         self._timer = QTimer(self)
@@ -170,6 +171,7 @@ class RemoteRun(RunSource):
 
     def _brought_back(self, result: tuple[int | None, TransferReport]) -> None:
         status, self.pulled = result
+        self._no_status = status is None
         self.sig_output.emit(f"[studio] {len(self.pulled.copied)} file(s) brought back from {self.record.machine}")
         self._finish(status if status is not None else 137, "normal" if status is not None else "crashed")
 
@@ -177,6 +179,14 @@ class RemoteRun(RunSource):
         self.sig_error.emit(f"The run ended on {self.record.machine} but its files did not come back ({error}); "
                             "bring them back later: Runs page, Bring back")
         self._finish(0, "normal")
+
+    def unfinished(self, outcome: Outcome) -> str:
+        if self._no_status and not self.killed:
+            # launch.sh writes its status when it ends: without one it was ended from outside.
+            machine = self.record.machine
+            return (f"The run on {machine} ended without an exit status: it was ended there from outside the "
+                    f"studio, or {machine} restarted; the console shows its last words.")
+        return super().unfinished(outcome)
 
     def _failed(self, error: BaseException) -> None:
         self.sig_error.emit(str(error))

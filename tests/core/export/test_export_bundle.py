@@ -270,3 +270,19 @@ def test_a_remote_dataset_path_with_a_space_and_a_semicolon_is_one_word_in_the_r
     words = shlex.split(line.replace("<concept folder>", "shapes"))
     assert words == ["rsync", "-a", "path/to/shapes/", f"user@remote:{remote}/shapes/"]  # no second command
     assert "    cd 'my bundle'\n" in readme
+
+
+def test_the_zip_of_a_folder_with_a_dot_in_its_name_is_that_name_plus_zip(tmp_path: Path) -> None:
+    """Bundles named by version (flux-v1.4, flux-v1.5): each zip is FOLDER.zip, and the second export's zip
+    does not replace the first one's (both were flux-v1.zip)."""
+    from studio.core.export.bundle import zip_bundle
+
+    zips = []
+    for version in ("1.4", "1.5"):
+        folder = tmp_path / f"flux-v{version}"
+        folder.mkdir()
+        (folder / "config.toml").write_text(f"# {version}\n")
+        zips.append(zip_bundle(folder))
+    assert zips == [tmp_path / "flux-v1.4.zip", tmp_path / "flux-v1.5.zip"]
+    with zipfile.ZipFile(zips[0]) as archive:
+        assert archive.read("flux-v1.4/config.toml") == b"# 1.4\n"

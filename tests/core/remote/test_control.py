@@ -27,7 +27,7 @@ from studio.core.remote.control import (
     request_remote_stop,
     write_record,
 )
-from studio.core.remote.machines import RemoteMachine
+from studio.core.remote.machines import STATE_DIR, RemoteMachine
 from studio.core.remote.probe import probe_machine
 from studio.core.remote.ssh import SshClient
 from studio.core.remote.start import launch_detached
@@ -166,3 +166,101 @@ def _cwd(proc: psutil.Process) -> Path | None:
         return Path(proc.cwd())
     except (psutil.Error, OSError):
         return None
+
+
+def test_after_the_machine_rebooted_following_ends_even_when_another_program_has_the_runs_pid(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path
+) -> None:
+    """A rented machine restarted: the run is gone, and its pid (small numbers come back first after a
+    restart) now belongs to another program. Following the run must end (the studio then says it ended
+    without a status and brings it back), not wait on the other program for ever."""
+    import subprocess
+    import sys
+
+    there = sshd.workspace / f"rebooted-{tmp_path.name}" / "runs" / "20260101-000000-x"
+    there.mkdir(parents=True)
+    (there / EVENTS_FILE).write_text('{"v": 1, "type": "step", "time": 1.0, "step": 1, "loss": 0.5}\n')
+    (there / CONSOLE_FILE).write_text("step 1\n")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # not a launch.sh
+    try:
+        state = there.parent.parent / STATE_DIR
+        state.mkdir()
+        (state / "launch-x.pid").write_text(f"{other.pid}\n")
+        record = RemoteRunRecord("box", "127.0.0.1", str(there.parent.parent), str(there),
+                                 str(state / "launch-x.pid"), str(state / "launch-x.status"),
+                                 str(state / "launch-x.log"), "nohup", "sftp", other.pid, 0.0)
+        client = SshClient(remote_machine)
+        assert remote_state(client, record) == (False, None)
+        local = tmp_path / "here"
+        mirrors = follow_files(client, record, local)
+        for mirror in mirrors.values():
+            mirror.start()
+        try:
+            assert mirrors[EVENTS_FILE].wait(30), "following waited on another program's process"
+            assert mirrors[CONSOLE_FILE].wait(30)
+        finally:
+            for mirror in mirrors.values():
+                mirror.close()
+        assert mirrors[EVENTS_FILE].ended and (local / EVENTS_FILE).read_bytes() == (there / EVENTS_FILE).read_bytes()
+        # ... and a new run of the project may start there: no run of it is still going.
+        assert probe_machine(client, there.parent.parent.name).active_runs == []
+        launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "launch.sh"])
+        try:
+            (state / "launch-y.pid").write_text(f"{launcher.pid}\n")
+            assert probe_machine(client, there.parent.parent.name).active_runs == [str(state / "launch-y.pid")]
+        finally:
+            launcher.kill()
+            launcher.wait()
+        client.close()
+    finally:
+        other.kill()
+        other.wait()
+
+
+_SLOW_LAUNCH = """#!/usr/bin/env bash
+while [ ! -f "$PWD/go" ]; do sleep 0.05; done
+RUN="$PWD/runs/20260101-000000-slow"
+mkdir -p "$RUN"
+echo "launch.sh: run folder $RUN"
+while [ ! -f "$RUN/STOP" ]; do sleep 0.1; done
+"""
+
+
+def test_a_connection_dropped_while_the_run_starts_finds_the_run_it_started(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path
+) -> None:
+    """The Wi-Fi drops while the studio waits for the run to start: the run goes on there (it is detached),
+    so the studio asks again once connected and follows it, instead of saying nothing was started and
+    leaving a run nobody can follow or stop from the studio (a rented GPU paid for nothing)."""
+    import threading
+
+    bundle = sshd.workspace / f"slow-{tmp_path.name}"
+    bundle.mkdir()
+    (bundle / "launch.sh").write_text(_SLOW_LAUNCH)
+    (bundle / "launch.sh").chmod(0o755)
+    client = SshClient(dataclasses.replace(remote_machine, detach="nohup"))
+    report = probe_machine(client)
+    dropped = threading.Event()
+
+    def drop_once_started() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any((bundle / ".studio-remote").glob("*.pid")):  # the launcher is going, detached
+                sshd.kill_sessions()
+                dropped.set()
+                (bundle / "go").touch()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=drop_once_started)
+    watcher.start()
+    try:
+        record, _check = launch_detached(client, report, str(bundle), gpus=1, cpu=True)
+    finally:
+        watcher.join()
+    assert dropped.is_set()
+    assert record.remote_run_dir == str(bundle / "runs" / "20260101-000000-slow") and record.pid > 0
+    assert remote_state(client, record) == (True, None)
+    request_remote_stop(client, record)
+    _wait(lambda: not remote_state(client, record)[0], "the run ending when asked")
+    client.close()

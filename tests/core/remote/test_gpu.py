@@ -82,3 +82,15 @@ def test_the_machine_check_reads_the_gpus() -> None:
     assert report.gpu_text() == f"2 GPU(s): {H100} (80 GB)"
     assert report.detach_mode == "nohup"
     assert parse_gpu_line("0, A100, not a number, 1", 0.0) is None
+
+
+def test_a_line_cut_by_a_dropped_connection_is_not_taken_for_a_driver_failure(tmp_path: Path) -> None:
+    """The connection drops in the middle of a line: the next session's first line is read alone, the GPU
+    samples go on, and no "no GPU memory" notice is made of the two halves."""
+    marker = tmp_path / "dropped-once"
+    _fake_smi(tmp_path / "bin", f'if [ ! -f {marker} ]; then touch {marker}; printf "0, {H100}, 10"; exit 255; fi\n'
+                                f'printf "0, {H100}, 1234, 81559\\n"')
+    monitor = _monitor(tmp_path / "bin")
+    assert monitor.stream.reconnects == 1
+    assert monitor.unavailable == ""
+    assert [(s.index, s.used_mb) for s in monitor.drain()] == [(0, 1234)]

@@ -70,8 +70,11 @@ def test_a_changed_host_key_is_explained(remote_machine: RemoteMachine, sshd: Ss
     config = tmp_path / "ssh_config"
     config.write_text(f"Host *\n  UserKnownHostsFile {other}\n  GlobalKnownHostsFile /dev/null\n")
     monkeypatch.setenv("STUDIO_SSH_CONFIG", str(config))
-    with pytest.raises(RemoteError, match=r"host key of box .* is not the one seen before: .*ssh-keygen -R"):
+    with pytest.raises(RemoteError, match=r"host key of box .* is not the one seen before: .*ssh-keygen -R") as caught:
         probe_machine(SshClient(remote_machine))
+    # The machine's port is not 22: its known_hosts line is [host]:port, and only that command forgets it.
+    assert f"`ssh-keygen -R '[127.0.0.1]:{sshd.port}'`" in str(caught.value)
+    assert "ssh-keygen -R 127.0.0.1" not in str(caught.value)
 
 
 def test_a_key_with_a_passphrase_works_from_the_keyring_only_when_asked(
@@ -101,3 +104,63 @@ def test_a_key_with_a_passphrase_works_from_the_keyring_only_when_asked(
     written += [p for p in tmp_path.rglob("*") if p.is_file() and keyring_folder not in p.parents]
     assert written
     assert not [p for p in written if sshd.LOCKED_PASSPHRASE.encode() in p.read_bytes()]
+
+
+def test_a_python_under_the_remote_home_written_with_a_tilde_is_found(remote_machine: RemoteMachine,
+                                                                     sshd: SshServer, tmp_path: Path) -> None:
+    """`~/venv/bin/python` is how people name the interpreter in their home there: the check, the studio's
+    own calls and the run all find it, as the workspace's `~` is."""
+    import secrets
+    import subprocess
+    import time
+
+    from fixtures.sshd import fake_bundle
+
+    from studio.core.remote.control import kill_remote_run, remote_state
+    from studio.core.remote.start import launch_detached
+
+    folder = Path.home() / f".studio-test-{secrets.token_hex(4)}"  # the machine's home is this computer's
+    try:
+        (folder / "bin").mkdir(parents=True)
+        (folder / "bin" / "python").write_text(f'#!/bin/sh\nexec {subprocess.list2cmdline([sys.executable])} "$@"\n')
+        (folder / "bin" / "python").chmod(0o755)
+        machine = dataclasses.replace(remote_machine, python=f"~/{folder.name}/bin/python", detach="nohup")
+        client = SshClient(machine)
+        report = probe_machine(client)
+        assert report.python_ok, report.python
+        assert client.python("print(6 * 7)\n", "arithmetic").stdout.strip() == "42"
+        record, _check = launch_detached(client, report, str(fake_bundle(sshd.workspace / f"tilde-{tmp_path.name}")),
+                                         gpus=1, cpu=True)
+        events = Path(record.remote_run_dir) / "events.jsonl"  # the trainer, started with "$PYTHON", writes it
+        deadline = time.monotonic() + 60
+        while not events.is_file() and remote_state(client, record)[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert events.is_file(), (Path(record.remote_run_dir) / "console.log").read_text()
+        kill_remote_run(client, record, grace_s=5)
+        client.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_too_many_keys_offered_says_to_name_the_key(remote_machine: RemoteMachine, sshd: SshServer,
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A person with many keys (in the ssh-agent or ~/.ssh) and no key named for the machine: the server
+    hangs up after six wrong ones, before the right one is offered. The studio says to name the key."""
+    import subprocess
+
+    identities = ""
+    for number in range(7):
+        key = tmp_path / f"other-{number}"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        identities += f"  IdentityFile {key}\n"
+    config = tmp_path / "ssh_config"
+    config.write_text(sshd.ssh_config.read_text() + identities + f"  IdentityFile {sshd.key}\n  IdentityAgent none\n")
+    monkeypatch.setenv("STUDIO_SSH_CONFIG", str(config))
+    machine = dataclasses.replace(remote_machine, key_file=None)
+    with pytest.raises(RemoteError) as caught:
+        probe_machine(SshClient(machine))
+    assert "box (root@127.0.0.1:" in str(caught.value)
+    assert "hung up after too many keys were offered" in str(caught.value)
+    assert "name the machine's key file, so that only it is offered" in str(caught.value)

@@ -174,3 +174,27 @@ def test_a_long_line_cut_by_dropped_connections_is_left_out_and_the_mirror_resum
     assert mirror.ended and mirror.skipped_lines == 1
     assert local.stat().st_size == len(data) and starts == list(range(0, len(data), 700_000))
     assert [e.step for e in read_events(local) if isinstance(e, Step)] == [1, 2, 3, 1, 2, 3]
+
+
+def test_a_second_follower_of_the_same_run_is_refused_instead_of_doubling_every_step(tmp_path: Path) -> None:
+    """The studio follows a remote run and `studio-train remote watch` is started on it too: the second
+    mirror must not append the same lines again (the loss plot would show each step twice, and a later
+    resume would start past the end); it is refused, saying why. Once the first is closed, it may follow."""
+    import pytest
+
+    from studio.core.remote.ssh import RemoteError
+
+    remote = tmp_path / "remote.jsonl"
+    _events_file(remote, 5)
+    local = tmp_path / "run" / "events.jsonl"
+    first = RemoteFileMirror("box events", local, _server(remote, 1 << 20, []))  # type: ignore[arg-type]
+    with pytest.raises(RemoteError, match=r"being kept up to date already .*one follower at a time"):
+        RemoteFileMirror("box events", local, _server(remote, 1 << 20, []))  # type: ignore[arg-type]
+    first.start()
+    assert first.wait(20)
+    first.close()
+    second = RemoteFileMirror("box events", local, _server(remote, 1 << 20, []))  # type: ignore[arg-type]
+    second.start()
+    assert second.wait(20)
+    second.close()
+    assert local.read_bytes() == remote.read_bytes()

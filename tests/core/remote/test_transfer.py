@@ -16,7 +16,7 @@ from fixtures.sshd import SshServer
 from studio.core.project.folder import Project
 from studio.core.remote.machines import RemoteMachine
 from studio.core.remote.probe import probe_machine
-from studio.core.remote.ssh import SshClient
+from studio.core.remote.ssh import RemoteError, SshClient
 from studio.core.remote.start import project_folder_name, send_bundle
 from studio.core.remote.transfer import LocalFile, pull_folder, send_files
 
@@ -113,3 +113,54 @@ def test_a_windows_computer_sends_with_sftp_even_with_an_rsync_port_on_its_path(
     assert transfer.has_local_rsync()  # elsewhere rsync is used when it is there
     monkeypatch.setattr(transfer, "os", _WindowsOs())
     assert not transfer.has_local_rsync()  # it would read C:\... as a host named C
+
+
+def test_a_pull_cut_off_midway_leaves_no_half_file_under_its_final_name(
+    remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path, tool: str
+) -> None:
+    """The Wi-Fi drops while the LoRA comes back: the run folder must not hold a cut-short file under the
+    LoRA's own name (a person would copy it into their image tool); the next pull finishes it."""
+    import os
+    import threading
+    import time
+
+    client = SshClient(remote_machine)
+    there = sshd.workspace / f"cut pull {tool}"
+    (there / "output").mkdir(parents=True)
+    lora = os.urandom(3 * 2**20)
+    (there / "output" / "lora.safetensors").write_bytes(lora)
+    here = tmp_path / "run"
+    real_call = client.call
+    cut = threading.Event()
+
+    def drop_when_bytes_arrive() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(p.is_file() and p.stat().st_size > 0 for p in here.rglob("*")):
+                sshd.kill_sessions()  # the connection drops mid-file
+                cut.set()
+                return
+            time.sleep(0.01)
+
+    def slow_call(argv: list[str], doing: str, timeout_s: float, check: bool = True,
+                  stdin_text: str | None = None) -> object:
+        # Slowed down (256 KB/s) so that the copy is surely under way when the connection drops.
+        slowed = [argv[0], "--bwlimit=256"] if tool == "rsync" else [argv[0], "-l", "2048"]
+        watcher = threading.Thread(target=drop_when_bytes_arrive)
+        watcher.start()
+        try:
+            return real_call([*slowed, *argv[1:]], doing, timeout_s, check, stdin_text)
+        finally:
+            watcher.join()
+
+    client.call = slow_call  # type: ignore[method-assign]
+    with pytest.raises(RemoteError):
+        pull_folder(client, str(there), here, tool == "rsync")
+    assert cut.is_set()
+    assert not (here / "output" / "lora.safetensors").exists()
+
+    client.call = real_call  # type: ignore[method-assign]
+    again = pull_folder(client, str(there), here, tool == "rsync")
+    assert again.copied == ["output/lora.safetensors"]
+    assert (here / "output" / "lora.safetensors").read_bytes() == lora
+    assert sorted(p.name for p in (here / "output").iterdir()) == ["lora.safetensors"]  # nothing half-done left

@@ -160,3 +160,47 @@ def test_an_import_larger_than_the_free_space_is_refused(tmp_path: Path, finishe
     with pytest.raises(ImportRefused, match="free some space"):
         import_run(finished_run, runs)  # a folder is measured too
     assert list(runs.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["bit flipped", "deflate64", "encrypted"])
+def test_a_damaged_zip_is_refused_in_words_naming_the_file(tmp_path: Path, finished_run: Path, damage: str) -> None:
+    """A zip damaged on its way (one byte changed), or one Windows made with Deflate64 (its Explorer does for
+    large files): the Runs page says which file and what to do, instead of failing with a traceback."""
+    archive = tmp_path / "run.zip"
+    with _zip_run(finished_run, archive) as z:
+        z.writestr("pod-run/output/lora.safetensors", os.urandom(50_000))
+    data = bytearray(archive.read_bytes())
+    with zipfile.ZipFile(archive) as z:
+        info = z.getinfo("pod-run/output/lora.safetensors")
+    if damage == "bit flipped":
+        data[info.header_offset + 30 + len(info.filename) + 1000] ^= 0xFF  # inside the member's data
+    else:  # the method (9: Deflate64), or the flag "encrypted", in the member's header and the central directory
+        field, value = (8, 9) if damage == "deflate64" else (6, info.flag_bits | 1)
+        data[info.header_offset + field] = value
+        central = data.find(b"PK\x01\x02")
+        while central >= 0:
+            name_length = int.from_bytes(data[central + 28:central + 30], "little")
+            if data[central + 46:central + 46 + name_length] == info.filename.encode():
+                data[central + field + 2] = value
+            central = data.find(b"PK\x01\x02", central + 4)
+    archive.write_bytes(bytes(data))
+    runs = tmp_path / "project" / "runs"
+    said = "it is encrypted .*" if damage == "encrypted" else "cannot be unpacked .*"
+    with pytest.raises(ImportRefused, match=rf"'pod-run/output/lora\.safetensors':? {said}; .*nothing was imported"):
+        import_run(archive, runs)
+    assert list(runs.iterdir()) == []
+
+
+def test_a_zip_of_several_runs_is_refused_instead_of_importing_one_silently(tmp_path: Path,
+                                                                           finished_run: Path) -> None:
+    """`zip -r runs.zip runs/` on the machine holds every run: importing only the first one found (and
+    saying nothing of the others) would look complete. It is refused, naming them."""
+    archive = tmp_path / "runs.zip"
+    with _zip_run(finished_run, archive, "runs/20260101-000000-a/") as z:
+        for f in sorted(finished_run.rglob("*")):
+            if f.is_file():
+                z.writestr("runs/20260102-000000-b/" + f.relative_to(finished_run).as_posix(), f.read_bytes())
+    runs = tmp_path / "project" / "runs"
+    with pytest.raises(ImportRefused, match=r"holds 2 runs \('runs/20260101-000000-a', 'runs/20260102-000000-b'\)"):
+        import_run(archive, runs)
+    assert list(runs.iterdir()) == []

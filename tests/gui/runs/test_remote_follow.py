@@ -104,3 +104,45 @@ def test_a_remote_run_is_followed_again_after_the_studio_restarts(
     runs.refresh()
     assert runs.table.item(0, STATUS_COLUMN).text() == "stopped (on box)"
     assert read_record(local).state == "pulled"
+
+
+def test_a_remote_run_whose_machine_restarted_ends_saying_so(
+    qtbot: QtBot, contexts: list[StudioContext], config: TrainConfig, tmp_path: Path,
+    remote_machine: RemoteMachine, sshd: SshServer,
+) -> None:
+    """The rented machine restarted while the studio was closed: the run is gone there, with no exit status,
+    and its pid now names another program. Open follows it, it ends at once, comes back, and the Train
+    page says what may have happened, not that the trainer "exited with code 137"."""
+    import subprocess
+    import sys
+
+    from studio.core.remote.control import RemoteRunRecord
+    from studio.core.remote.machines import STATE_DIR
+
+    project = make_project(tmp_path / "project", config)
+    bundle = sshd.workspace / f"restarted-{tmp_path.name}"
+    there = bundle / "runs" / "20260101-000000-x"
+    there.mkdir(parents=True)
+    (there / EVENTS_FILE).write_text('{"v": 1, "type": "step", "time": 1.0, "step": 1, "epoch": 0, "loss": 0.5, '
+                                     '"lr": 0.0001}\n')
+    (bundle / STATE_DIR).mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        pid_file = bundle / STATE_DIR / "launch-x.pid"
+        pid_file.write_text(f"{other.pid}\n")
+        record = RemoteRunRecord("box", remote_machine.describe(), str(bundle), str(there), str(pid_file),
+                                 str(bundle / STATE_DIR / "launch-x.status"), str(bundle / STATE_DIR / "launch-x.log"),
+                                 "nohup", "sftp", other.pid, 0.0)
+        local = tmp_path / "project" / "runs" / there.name
+        local.mkdir(parents=True)
+        write_record(local, record)
+        context, _train, runs = _session(qtbot, contexts, project, tmp_path)
+        assert runs.follow_remote(local)
+        controller = context.run_controller
+        qtbot.waitUntil(lambda: not controller.running, timeout=60_000)
+    finally:
+        other.kill()
+        other.wait()
+    assert controller.model.status == "failed"
+    assert "ended without an exit status" in controller.model.message
+    assert "box restarted" in controller.model.message and "code 137" not in controller.model.message

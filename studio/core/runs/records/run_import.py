@@ -19,6 +19,7 @@ import stat
 import tempfile
 import time
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -218,13 +219,22 @@ def _copy_folder(src: Path, plan: list[_Entry], dest: Path, warn: Callable[[str]
 # ------------------------------------------------------------ a zip
 def _zip_members(src: Path) -> tuple[str, list[tuple[zipfile.ZipInfo, tuple[str, ...]]]]:
     """(run name, [(member, parts inside the run)]) of a zipped run; refused before anything is written."""
-    with zipfile.ZipFile(src) as archive:
-        infos = [i for i in archive.infolist() if not i.is_dir()]
-    marker = next((i.filename for i in infos if PurePosixPath(i.filename.replace("\\", "/")).name == EVENTS_FILE),
-                  None)
-    if marker is None:
+    try:
+        with zipfile.ZipFile(src) as archive:
+            infos = [i for i in archive.infolist() if not i.is_dir()]
+    except zipfile.BadZipFile as exc:  # e.g. one part of an archive split over several files
+        raise ImportRefused(f"{src} cannot be read as a zip ({exc}); nothing was imported") from None
+    folders = [PurePosixPath(i.filename.replace("\\", "/")).parent for i in infos
+               if PurePosixPath(i.filename.replace("\\", "/")).name == EVENTS_FILE]
+    if not folders:
         raise ValueError(f"{src} holds no {EVENTS_FILE}: it is not a zipped run folder")
-    prefix = str(PurePosixPath(marker.replace("\\", "/")).parent)
+    # The run folders, not folders inside one; several (a zipped runs/ folder) would import only one.
+    runs = sorted({str(f) for f in folders if not any(f != other and f.is_relative_to(other) for other in folders)})
+    if len(runs) > 1:
+        shown = ", ".join(repr(r) for r in runs[:5]) + (", ..." if len(runs) > 5 else "")
+        raise ImportRefused(f"{src} holds {len(runs)} runs ({shown}); a zip brings one run: unzip it and import "
+                            "each run folder; nothing was imported")
+    prefix = runs[0]
     prefix = "" if prefix == "." else prefix + "/"
     members = []
     for info in infos:
@@ -235,6 +245,9 @@ def _zip_members(src: Path) -> tuple[str, list[tuple[zipfile.ZipInfo, tuple[str,
             raise ImportRefused(f"{exc}; nothing was imported") from None
         if not unified.startswith(prefix):
             continue
+        if info.flag_bits & 0x1:
+            raise ImportRefused(f"{src}: refused {info.filename!r}: it is encrypted (a zip with a password); unzip "
+                                "it yourself and import the run folder; nothing was imported")
         if _is_zip_link(info):
             raise ImportRefused(f"{src}: refused {info.filename!r}: a symbolic link (links are never unpacked); "
                                 "nothing was imported")
@@ -255,12 +268,24 @@ def _extract(src: Path, members: list[tuple[zipfile.ZipInfo, tuple[str, ...]]], 
         for info, parts in members:
             out = contained_path(dest, "/".join(parts), str(src))
             out.parent.mkdir(parents=True, exist_ok=True)
-            written = 0
-            with archive.open(info) as fin, open(out, "wb") as fout:
-                # The header's size is the limit: a member that lies about it stops here.
-                while chunk := fin.read(1 << 20):
-                    written += len(chunk)
-                    if written > info.file_size:
-                        raise ImportRefused(f"{src}: {info.filename!r} unpacks to more than the {info.file_size} "
-                                            "bytes its header says; nothing was imported")
-                    fout.write(chunk)
+            try:
+                _extract_member(src, archive, info, out)
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+                # Damaged on its way (a wrong checksum, cut short), or packed with a method Python does not
+                # read (Deflate64: Windows' own "compressed folder" uses it for large files).
+                raise ImportRefused(f"{src}: {info.filename!r} cannot be unpacked ({exc}): the archive is damaged "
+                                    "or packed in a way the studio cannot read; copy it again, or zip the run "
+                                    "folder with another tool (or import the folder itself); nothing was "
+                                    "imported") from None
+
+
+def _extract_member(src: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, out: Path) -> None:
+    written = 0
+    with archive.open(info) as fin, open(out, "wb") as fout:
+        # The header's size is the limit: a member that lies about it stops here.
+        while chunk := fin.read(1 << 20):
+            written += len(chunk)
+            if written > info.file_size:
+                raise ImportRefused(f"{src}: {info.filename!r} unpacks to more than the {info.file_size} "
+                                    "bytes its header says; nothing was imported")
+            fout.write(chunk)
