@@ -104,3 +104,82 @@ def test_lora_with_single_file_warns_once(make_config, run_training, events_of, 
     assert "applies to DreamBooth" in warnings[0].message and "pytorch_lora_weights.safetensors" in warnings[0].message
     finished = events[-1]
     assert isinstance(finished, RunFinished) and len(finished.outputs) == 2
+
+
+def _tiny_sd2(tiny_sd15: Path, folder: Path) -> Path:
+    """The tiny SD1.5 made SD 2.x-shaped: an OpenCLIP-like text encoder (gelu) and linear projections in the UNet."""
+    from diffusers import StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    pipe = StableDiffusionPipeline.from_pretrained(tiny_sd15, safety_checker=None, requires_safety_checker=False)
+    torch.manual_seed(2)
+    pipe.text_encoder = CLIPTextModel(CLIPTextConfig(**{**pipe.text_encoder.config.to_dict(), "hidden_act": "gelu"}))
+    pipe.unet = UNet2DConditionModel.from_config({**pipe.unet.config, "use_linear_projection": True})
+    pipe.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def _comfy_sd2_text_encoder(checkpoint: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """ComfyUI's SD 2.x text encoder weights from a checkpoint (comfy/supported_models.py SD20.process_clip_state_dict
+    with comfy/utils.py clip_text_transformers_convert): only the OpenCLIP-layout keys under
+    `cond_stage_model.model.` are read, then named as transformers' CLIP."""
+    sd = {"clip_h." + k[len("cond_stage_model.model."):]: v for k, v in checkpoint.items()
+          if k.startswith("cond_stage_model.model.")}
+    out = {}
+    renames = {"positional_embedding": "embeddings.position_embedding.weight",
+               "token_embedding.weight": "embeddings.token_embedding.weight",
+               "ln_final.weight": "final_layer_norm.weight", "ln_final.bias": "final_layer_norm.bias"}
+    parts = {"ln_1": "layer_norm1", "ln_2": "layer_norm2", "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2",
+             "attn.out_proj": "self_attn.out_proj"}
+    for key, value in sd.items():
+        rest = key.removeprefix("clip_h.")
+        if rest in renames:
+            out[renames[rest]] = value
+        elif rest.startswith("transformer.resblocks."):
+            block, _, leaf = rest.removeprefix("transformer.resblocks.").partition(".")
+            if leaf.startswith("attn.in_proj_"):
+                kind = leaf.removeprefix("attn.in_proj_")
+                third = value.shape[0] // 3
+                for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+                    out[f"encoder.layers.{block}.self_attn.{proj}.{kind}"] = value[third * i:third * (i + 1)]
+            else:
+                name, _, kind = leaf.rpartition(".")
+                out[f"encoder.layers.{block}.{parts[name]}.{kind}"] = value
+    return {f"text_model.{k}": v for k, v in out.items()}
+
+
+def test_an_sd2_dreambooth_single_file_has_the_text_encoder_where_a1111_and_comfyui_read_it(
+        make_config, run_training, events_of, tiny_sd15: Path, tmp_path: Path) -> None:
+    """SD 2.x trains as the sd15 family; its checkpoint holds the OpenCLIP text encoder in OpenCLIP's layout, by
+    which A1111/Forge tell a 2.x checkpoint and from which ComfyUI reads its text encoder."""
+    from diffusers import StableDiffusionPipeline
+    from safetensors.torch import load_file
+
+    from studio.core.config.schema import ModelSection
+    from studio.train.pipelines.hub_layout import text_encoder_key
+
+    base = _tiny_sd2(tiny_sd15, tmp_path / "tiny-sd2")
+    config = make_config(model=ModelSection(family="sd15", base=str(base)),
+                         method=MethodSection(kind="dreambooth", train_text_encoder=True), training=SHORT,
+                         output=OutputSection(dir=str(tmp_path / "runs"), name="sd2",
+                                              formats=["diffusers", "single_file"], save_precision="fp32"))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    folder = run_dir / "output"
+    checkpoint = load_file(str(folder / "sd2.safetensors"))
+    trained = StableDiffusionPipeline.from_pretrained(folder, safety_checker=None, requires_safety_checker=False)
+    # The original CLIP names (transformers 5 names the weights without their `text_model.` level).
+    encoder = {text_encoder_key(k): v for k, v in trained.text_encoder.state_dict().items()}
+    # A1111 (modules/sd_models_config.py) takes a checkpoint for SD 2.x by this key, its width the encoder's.
+    assert checkpoint["cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight"].shape[1] == \
+        trained.text_encoder.config.hidden_size
+    assert not [k for k in checkpoint if k.startswith("cond_stage_model.transformer.")]
+    read = _comfy_sd2_text_encoder(checkpoint)
+    assert set(read) == {k for k in encoder if not k.endswith("position_ids")}
+    assert all(torch.equal(read[k], encoder[k]) for k in read)
+    # diffusers reads it back as the trained model.
+    loaded = StableDiffusionPipeline.from_single_file(str(folder / "sd2.safetensors"), config=str(folder),
+                                                      local_files_only=True, safety_checker=None,
+                                                      requires_safety_checker=False)
+    for name in ("unet", "vae", "text_encoder"):
+        _state_equal(getattr(trained, name), getattr(loaded, name))

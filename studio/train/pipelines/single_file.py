@@ -117,8 +117,16 @@ def clip_keys(encoder: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {text_encoder_key(k): v for k, v in encoder.state_dict().items()}
 
 
+def is_open_clip(encoder: torch.nn.Module) -> bool:
+    """Whether a text encoder is an OpenCLIP one (SD 2.x's ViT-H, SDXL's bigG), whose original layout is
+    OpenCLIP's: those compute with gelu, OpenAI's CLIP-L (SD 1.x, SDXL's first) with quick_gelu."""
+    config: Any = getattr(encoder, "config", None)
+    return getattr(config, "hidden_act", None) == "gelu"
+
+
 def open_clip_to_original(encoder: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
-    """SDXL's second encoder in OpenCLIP's layout (fused q/k/v, resblocks, transposed projection)."""
+    """An OpenCLIP encoder (SDXL's second, SD 2.x's) in OpenCLIP's layout (fused q/k/v, resblocks, transposed
+    projection)."""
     top = {"text_model.embeddings.position_embedding.weight": "positional_embedding",
            "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
            "text_model.final_layer_norm.weight": "ln_final.weight",
