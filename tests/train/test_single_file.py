@@ -153,6 +153,7 @@ def test_an_sd2_dreambooth_single_file_has_the_text_encoder_where_a1111_and_comf
     """SD 2.x trains as the sd15 family; its checkpoint holds the OpenCLIP text encoder in OpenCLIP's layout, by
     which A1111/Forge tell a 2.x checkpoint and from which ComfyUI reads its text encoder."""
     from diffusers import StableDiffusionPipeline
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
     from studio.core.config.schema import ModelSection
@@ -167,6 +168,8 @@ def test_an_sd2_dreambooth_single_file_has_the_text_encoder_where_a1111_and_comf
     assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
     folder = run_dir / "output"
     checkpoint = load_file(str(folder / "sd2.safetensors"))
+    with safe_open(str(folder / "sd2.safetensors"), framework="pt") as handle:
+        assert handle.metadata()["modelspec.architecture"] == "stable-diffusion-v2-512"
     trained = StableDiffusionPipeline.from_pretrained(folder, safety_checker=None, requires_safety_checker=False)
     # The original CLIP names (transformers 5 names the weights without their `text_model.` level).
     encoder = {text_encoder_key(k): v for k, v in trained.text_encoder.state_dict().items()}
@@ -183,3 +186,34 @@ def test_an_sd2_dreambooth_single_file_has_the_text_encoder_where_a1111_and_comf
                                                       requires_safety_checker=False)
     for name in ("unet", "vae", "text_encoder"):
         _state_equal(getattr(trained, name), getattr(loaded, name))
+
+
+def _a1111_version(metadata: dict[str, str]) -> str:
+    """The model version A1111/Forge list a LoRA under (extensions-builtin/Lora/network.py, detect_version)."""
+    if metadata.get("ss_base_model_version", "").startswith("sdxl_"):
+        return "SDXL"
+    if metadata.get("ss_v2", "") == "True":
+        return "SD2"
+    return "SD1"
+
+
+@pytest.mark.parametrize(("prediction", "architecture"), [("epsilon", "stable-diffusion-v2-512"),
+                                                          ("v_prediction", "stable-diffusion-v2-768-v")])
+def test_an_sd2_lora_says_it_is_for_sd2(prediction: str, architecture: str, make_config, run_training, events_of,
+                                        tiny_sd15: Path, tmp_path: Path) -> None:
+    """A1111/Forge show a LoRA only beside models of its version, which they read from ss_v2; the kohya file
+    of a LoRA trained on SD 2.x says so, and its model-spec architecture is 2.x's (sd-scripts' names)."""
+    from safetensors import safe_open
+
+    from studio.core.config.schema import ModelSection
+
+    base = _tiny_sd2(tiny_sd15, tmp_path / "tiny-sd2")
+    config = make_config(model=ModelSection(family="sd15", base=str(base), prediction_type=prediction),
+                         training=SHORT, output=OutputSection(dir=str(tmp_path / "runs"), name="sd2", formats=["kohya"]))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    with safe_open(str(run_dir / "output" / "sd2.safetensors"), framework="pt") as handle:
+        metadata = handle.metadata()
+    assert _a1111_version(metadata) == "SD2"
+    assert metadata["ss_base_model_version"] == "sd_v2"
+    assert metadata["modelspec.architecture"] == f"{architecture}/lora"

@@ -228,6 +228,8 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
              f"folder {final} was written instead", str(final),
              "load the folder with diffusers, or convert it with your UI's own tools")
         return []
-    meta = {**model_spec(config, SINGLE_FILE_ARCHITECTURES[family], lora=False, now=time.time()), **metadata}
+    # The family's architecture, or the loaded base's version of it (SD 2.x trains as SD 1.x/2.x).
+    architecture = adapter.kohya_architecture_name()
+    meta = {**model_spec(config, architecture, lora=False, now=time.time()), **metadata}
     path = folder / f"{config.output.name}.safetensors"
     return [save_single_file(path, family, components, dtype, meta)]
