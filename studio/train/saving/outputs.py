@@ -192,11 +192,28 @@ def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Pat
     """The LoRA as it is at the end of `epoch` (rank 0 only): output/epoch-NNNN/, with the kohya
     file named `<output.name>-eNNNN` so files of several epochs can sit side by side in a UI."""
     config = adapter.config
-    folder = run_dir / OUTPUT_DIR / f"epoch-{epoch:04d}"
-    folder.mkdir(parents=True, exist_ok=True)
+    output = run_dir / OUTPUT_DIR
+    folder = output / f"epoch-{epoch:04d}"
     metadata = {**training_metadata(adapter, components, items, step, started_at), "ss_epoch": str(epoch)}
     layers, configs = _lora_parts(adapter, components)
-    return adapter.save_lora(folder, layers, configs, metadata=metadata, name=f"{config.output.name}-e{epoch:04d}")
+    # Written beside the folder first and moved into place once complete, as the final outputs are: a full
+    # disk left a half-written file in epoch-NNNN that UIs list and cannot load (save_outputs clears the rest).
+    output.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=output))
+    try:
+        written = adapter.save_lora(staging, layers, configs, metadata=metadata,
+                                    name=f"{config.output.name}-e{epoch:04d}")
+        if folder.is_dir():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except Exception as exc:  # a full disk is an OSError, a RuntimeError (torch) or a SafetensorError
+        what = _file_being_written(exc, staging, folder)
+        shutil.rmtree(staging, ignore_errors=True)
+        failure = write_failure(exc, output, output_bytes(adapter, components), f"the LoRA of epoch {epoch} ({what})")
+        if failure is not None:
+            raise failure from None
+        raise
+    return [folder / p.relative_to(staging) for p in written]
 
 
 def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[str, Any], dict[str, Any]]:
