@@ -216,6 +216,27 @@ def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Pat
     return [folder / p.relative_to(staging) for p in written]
 
 
+def check_kohya_layout(adapter: FamilyAdapter, components: Components) -> None:
+    """Lay the freshly added LoRA out as its kohya-format file will be, before the first step: a layer the family's
+    readers have no name for (a FLUX.2 modulation layer, DoRA on part of a fused q/k/v) is refused now with what to
+    do, not when the outputs are written after the whole training (which then ended with no file at all).
+    Each DoRA layer's dora_scale stands in as ones (its value needs the trained weights, its name does not)."""
+    from studio.train.networks.dora import MAGNITUDE
+
+    config = adapter.config
+    if config.method.kind != "lora" or config.method.network in ("loha", "lokr") or "kohya" not in config.output.formats:
+        return
+    layers = {name: {key: value.detach().cpu() for key, value in state.items()}
+              for name, state in lora_layers(adapter, components).items()}
+    modules = {adapter.denoiser_name: components.denoiser}
+    modules.update(zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False))
+    configs = {name: _adapter_config(modules[name]) for name in layers}
+    for name, state in layers.items():
+        configs[name]["dora_scales"] = {key.removesuffix(f".{MAGNITUDE}"): torch.ones(value.shape[0], 1)
+                                        for key, value in state.items() if key.endswith(f".{MAGNITUDE}")}
+    adapter.kohya_layout(layers, configs)
+
+
 def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[str, Any], dict[str, Any]]:
     """The trained LoRA layers by component, and each component's adapter config."""
     from studio.train.networks.dora import MAGNITUDE, comfy_dora_scales
