@@ -217,3 +217,50 @@ def test_an_sd2_lora_says_it_is_for_sd2(prediction: str, architecture: str, make
     assert _a1111_version(metadata) == "SD2"
     assert metadata["ss_base_model_version"] == "sd_v2"
     assert metadata["modelspec.architecture"] == f"{architecture}/lora"
+
+
+def _comfy_sdxl_model_type(checkpoint: dict[str, torch.Tensor]) -> str:
+    """How ComfyUI samples an SDXL checkpoint (comfy/supported_models.py SDXL.model_type, without the EDM kinds):
+    by its marker tensors."""
+    if "v_pred" in checkpoint:
+        return "V_PREDICTION (zsnr)" if "ztsnr" in checkpoint else "V_PREDICTION"
+    return "EPS"
+
+
+@pytest.mark.parametrize(("prediction", "expected"), [("v_prediction", "V_PREDICTION"), ("epsilon", "EPS"),
+                                                      ("ztsnr", "V_PREDICTION (zsnr)")])
+def test_an_sdxl_v_prediction_checkpoint_carries_the_marker_comfyui_and_a1111_read(
+        prediction: str, expected: str, make_config, run_training, events_of, tiny_sdxl: Path, tmp_path: Path) -> None:
+    """ComfyUI and A1111/Forge load an SDXL checkpoint as v-prediction only by its `v_pred` tensor, zero terminal SNR
+    by `ztsnr` beside it (the studio reads them back so too); without them a v-prediction fine-tune was sampled as
+    epsilon."""
+    import json
+    import shutil
+
+    from diffusers import StableDiffusionXLPipeline
+    from safetensors.torch import load_file
+
+    from studio.core.config.schema import ModelSection
+
+    base = tiny_sdxl
+    if prediction == "ztsnr":  # a v-prediction base trained with zero terminal SNR, as its scheduler says
+        base = Path(shutil.copytree(tiny_sdxl, tmp_path / "tiny-sdxl-ztsnr"))
+        scheduler = base / "scheduler" / "scheduler_config.json"
+        settings = json.loads(scheduler.read_text(encoding="utf-8"))
+        settings.update(prediction_type="v_prediction", rescale_betas_zero_snr=True, timestep_spacing="trailing")
+        scheduler.write_text(json.dumps(settings), encoding="utf-8")
+        prediction = "auto"
+    config = make_config("sdxl", model=ModelSection(family="sdxl", base=str(base), prediction_type=prediction),
+                         method=MethodSection(kind="dreambooth"), training=SHORT,
+                         output=OutputSection(dir=str(tmp_path / "runs"), name="xl",
+                                              formats=["diffusers", "single_file"], save_precision="fp32"))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if e.type == "error"]
+    single = run_dir / "output" / "xl.safetensors"
+    checkpoint = load_file(str(single))
+    assert _comfy_sdxl_model_type(checkpoint) == expected
+    # The marker is a key of its own: diffusers still reads the checkpoint as the trained pipeline.
+    trained = StableDiffusionXLPipeline.from_pretrained(run_dir / "output", add_watermarker=False)
+    loaded = StableDiffusionXLPipeline.from_single_file(str(single), config=str(run_dir / "output"),
+                                                        local_files_only=True, add_watermarker=False)
+    _state_equal(trained.unet, loaded.unet)

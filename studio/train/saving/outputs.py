@@ -257,7 +257,7 @@ def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[st
 def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,
                  metadata: dict[str, str], warn: Warn, final: Path) -> list[Path]:
     """DreamBooth's one-file checkpoint in the original layout A1111/Forge/ComfyUI load, where one exists."""
-    from studio.train.pipelines.single_file import save_single_file
+    from studio.train.pipelines.single_file import prediction_markers, save_single_file
 
     config = adapter.config
     family = config.model.family
@@ -270,4 +270,5 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
     architecture = adapter.kohya_architecture_name()
     meta = {**model_spec(config, architecture, lora=False, now=time.time()), **metadata}
     path = folder / f"{config.output.name}.safetensors"
-    return [save_single_file(path, family, components, dtype, meta)]
+    markers = prediction_markers(meta["modelspec.prediction_type"], components.scheduler)
+    return [save_single_file(path, family, components, dtype, meta, markers)]
