@@ -226,13 +226,13 @@ def check_kohya_layout(adapter: FamilyAdapter, components: Components) -> None:
     config = adapter.config
     if config.method.kind != "lora" or config.method.network in ("loha", "lokr") or "kohya" not in config.output.formats:
         return
-    layers = {name: {key: value.detach().cpu() for key, value in state.items()}
+    layers = {name: {key: value.detach() for key, value in state.items()}
               for name, state in lora_layers(adapter, components).items()}
     modules = {adapter.denoiser_name: components.denoiser}
     modules.update(zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False))
     configs = {name: _adapter_config(modules[name]) for name in layers}
     for name, state in layers.items():
-        configs[name]["dora_scales"] = {key.removesuffix(f".{MAGNITUDE}"): torch.ones(value.shape[0], 1)
+        configs[name]["dora_scales"] = {key.removesuffix(f".{MAGNITUDE}"): value.new_ones(value.shape[0], 1)
                                         for key, value in state.items() if key.endswith(f".{MAGNITUDE}")}
     adapter.kohya_layout(layers, configs)
 
