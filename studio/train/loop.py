@@ -67,7 +67,7 @@ from studio.train.progress.step_meter import Report, StepMeter, step_cost
 from studio.train.runtime import StopSignal, all_devices, gpu_total_mb, warn_before_loading, weight_dtype
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.saving.checkpoints import register_hooks, save_checkpoint
-from studio.train.saving.outputs import save_epoch_lora, save_outputs
+from studio.train.saving.outputs import check_kohya_layout, save_epoch_lora, save_outputs
 from studio.train.saving.resume import checkpoint_state, resume_state
 from studio.train.weights.ema import for_samples, weight_average
 
@@ -164,6 +164,7 @@ class Trainer:
         encoders = self.adapter.trainable_encoders(c) if method.train_text_encoder else []
         if method.kind == "lora":
             self.adapter.add_lora(c)
+            check_kohya_layout(self.adapter, c)  # a layer the kohya file cannot name fails now, not after training
         else:
             c.denoiser.to(dtype=torch.float32).requires_grad_(True)
             for encoder in encoders:

@@ -106,3 +106,29 @@ def test_dora_on_part_of_a_fused_qkv_is_refused_with_what_to_target() -> None:
     with pytest.raises(TrainError) as refused:
         comfy_state_dict(layers, ALPHA, {module: torch.ones(8, 1)})
     assert "double_blocks.0.img_attn.qkv" in str(refused.value) and "to_k" in refused.value.hint
+
+
+@pytest.mark.parametrize(("method", "said"), [
+    ({"target_modules": ["to_q", "norm_out.linear"]}, "the LoRA layer norm_out.linear has no name"),
+    ({"target_modules": ["to_q"], "use_dora": True}, "DoRA on part of double_blocks.0.img_attn.qkv"),
+])
+def test_a_lora_the_comfyui_file_cannot_name_is_refused_before_the_first_step(
+        method: dict[str, object], said: str, make_config, run_training, events_of, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The kohya-format file is laid out once the LoRA is added: such a run trained to the end and then ended with
+    no output at all (the diffusers file neither), its steps lost."""
+    from studio.core.config.schema import MethodSection, OutputSection, TrainingSection
+    from studio.core.runs.events import Error, RunFinished, Step
+
+    config = make_config("flux2-klein", method=MethodSection(rank=RANK, **method),  # type: ignore[arg-type]
+                         training=TrainingSection(batch_size=2, max_steps=3, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers", "kohya"]))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)
+    assert code == 1 and not [e for e in events if isinstance(e, Step)]
+    (error,) = [e for e in events if isinstance(e, Error)]
+    assert error.kind == "config" and said in error.message and "kohya" in error.hint
+    assert isinstance(events[-1], RunFinished) and events[-1].step == 0
+
+    config.output.formats = ["diffusers"]  # without the kohya file the same LoRA trains
+    code, run_dir = run_training(config, tmp_path / "diffusers")
+    assert code == 0 and (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()

@@ -126,6 +126,36 @@ def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half
     assert list(output.iterdir()) == []  # nothing half written
 
 
+def test_a_full_disk_while_writing_an_epochs_lora_names_it_and_leaves_no_half_file(
+        make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors import SafetensorError
+
+    from studio.train.families import kohya
+
+    real = kohya.save_kohya_file
+
+    def full_at_the_first_epoch(folder: Path, name: str, *args: object, **kwargs: object) -> Path:
+        if not name.endswith("-e0001"):
+            return real(folder, name, *args, **kwargs)  # type: ignore[arg-type]
+        (folder / f"{name}.safetensors").write_bytes(b"\0" * 1000)  # begun when the disk filled up
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                              'message: "No space left on device" })')
+
+    monkeypatch.setattr(kohya, "save_kohya_file", full_at_the_first_epoch)
+    # 8 demo images, batch 2: epoch 1 ends at step 4, with its diffusers file written before the kohya one.
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=8, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), name="shapes", save_every_n_epochs=1,
+                                              formats=["diffusers", "kohya"]))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)
+    assert code == 1
+    (error,) = [e for e in events if isinstance(e, Error)]
+    output = run_dir / "output"
+    assert error.kind == "disk_full" and error.path == str(output)
+    assert f"while writing the LoRA of epoch 1 ({output / 'epoch-0001' / 'shapes-e0001.safetensors'})" in error.message
+    assert list(output.iterdir()) == []  # no epoch folder with a file no UI can load
+
+
 @pytest.mark.parametrize("ema", [False, True])
 def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
         make_config, run_training, tmp_path: Path, ema: bool) -> None:

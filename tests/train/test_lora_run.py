@@ -90,6 +90,7 @@ def test_kohya_file_metadata_is_what_model_browsers_read(lora_run: Path) -> None
     assert all(meta.get(key) for key in MODEL_SPEC_MUST), [k for k in MODEL_SPEC_MUST if not meta.get(k)]
     assert meta["modelspec.sai_model_spec"] == "1.0.1"
     assert meta["modelspec.architecture"] == "stable-diffusion-v1/lora"
+    assert meta["ss_v2"] == "False" and meta["ss_base_model_version"] == "sd_v1"
     assert meta["modelspec.implementation"] == "diffusers"  # sd-scripts' id for an SD1.x LoRA
     assert meta["modelspec.prediction_type"] == "epsilon"
     assert meta["modelspec.title"] == meta["ss_output_name"] == "shapes"

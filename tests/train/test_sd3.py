@@ -232,3 +232,32 @@ def test_shift_and_the_sampling_parameters_move_the_noise_levels(tiny_sd3: Path)
     assert spread[0] < spread[1]
     assert mean_sigma(timestep_sampling="mode", mode_scale=0.0) != mean_sigma(timestep_sampling="mode",
                                                                               mode_scale=1.29)
+
+
+def test_a_lora_of_sd35_says_which_sd35_it_is_for(make_config, run_training, events_of, tiny_sd3: Path,
+                                                  tmp_path: Path) -> None:
+    """Model sites and UIs file a LoRA under the base model its model-spec architecture names (sd-scripts' names):
+    a LoRA trained on SD3.5 medium or large said SD3 medium."""
+    from diffusers import SD3Transformer2DModel, StableDiffusion3Pipeline
+
+    from studio.train.families.sd3 import sd3_architecture
+    from studio.train.pipelines.sd3 import TRANSFORMER
+
+    assert sd3_architecture(TRANSFORMER) == "stable-diffusion-3-medium"
+    assert sd3_architecture({**TRANSFORMER, "num_layers": 38, "num_attention_heads": 38}) == \
+        "stable-diffusion-3-5-large"
+    medium = {**TRANSFORMER, "dual_attention_layers": tuple(range(13)), "qk_norm": "rms_norm"}
+    assert sd3_architecture(medium) == "stable-diffusion-3-5-medium"
+
+    # A tiny SD3.5 medium (its first block with the second attention), trained through the run.
+    pipe = StableDiffusion3Pipeline.from_pretrained(tiny_sd3, **NO_T5)
+    pipe.transformer = SD3Transformer2DModel.from_config(
+        {**pipe.transformer.config, "dual_attention_layers": (0,), "qk_norm": "rms_norm"})
+    pipe.save_pretrained(tmp_path / "tiny-sd35-medium", safe_serialization=True)
+    config = make_config("sd3", model=ModelSection(family="sd3", base=str(tmp_path / "tiny-sd35-medium")),
+                         training=TrainingSection(batch_size=2, max_steps=1, learning_rate=1e-4, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), name="sd35", formats=["kohya"]))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if isinstance(e, Error)]
+    with safe_open(str(run_dir / "output" / "sd35.safetensors"), "pt") as handle:
+        assert handle.metadata()["modelspec.architecture"] == "stable-diffusion-3-5-medium/lora"

@@ -288,7 +288,7 @@ class FamilyAdapter(ABC):
             written.append(folder / (weight_name or DIFFUSERS_LORA_FILE))
         if "kohya" in formats:
             state = self.kohya_layout(cast, adapter_configs)
-            meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
+            meta = kohya_metadata(self.config, self.kohya_base_version_name(), self.kohya_architecture_name(), metadata)
             written.append(save_kohya_file(folder, name or self.config.output.name, state, meta))
         return written
 
@@ -304,6 +304,10 @@ class FamilyAdapter(ABC):
         """The model-spec architecture of the kohya file (a family of several sizes adds its size)."""
         return self.kohya_architecture
 
+    def kohya_base_version_name(self) -> str:
+        """The kohya file's `ss_base_model_version` (a family of several model versions says the loaded one's)."""
+        return self.kohya_base_version
+
     def save_lycoris(self, folder: Path, layers: dict[str, dict[str, torch.Tensor]],
                      adapter_configs: dict[str, dict[str, Any]], metadata: dict[str, str],
                      name: str | None = None) -> Path:
@@ -315,7 +319,7 @@ class FamilyAdapter(ABC):
 
         scales = {component: adapter_configs[component]["lycoris_scales"] for component in layers}
         state = lycoris_state_dict(layers, scales, namer=self.lycoris_name)
-        meta = kohya_metadata(self.config, self.kohya_base_version, self.kohya_architecture_name(), metadata)
+        meta = kohya_metadata(self.config, self.kohya_base_version_name(), self.kohya_architecture_name(), metadata)
         return save_kohya_file(folder, name or self.config.output.name, state, meta)
 
     def lycoris_name(self, component: str, module: str) -> str:

@@ -128,7 +128,7 @@ def kohya_metadata(config: Any, base_version: str, architecture: str, extra: dic
         "ss_base_model_version": base_version,
         # Where the family's declaration has clip skip (SD1.x), as sd-scripts writes it; "None" elsewhere.
         "ss_clip_skip": str(config.model.clip_skip) if clip_skip else "None",
-        "ss_v2": "False",
+        "ss_v2": str(base_version.startswith("sd_v2")),  # A1111/Forge list a LoRA for SD 2.x models by it
         **model_spec(config, architecture, lora=True, now=time.time()),
         # The run's own: an EMA file's title, the prediction type the base model's scheduler trained.
         **extra,

@@ -19,6 +19,7 @@ from studio.train.families.loading import (
 from studio.train.families.schemes import DiffusionScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.memory.transfer import to_device
+from studio.train.pipelines.single_file import is_open_clip
 
 
 class SD15Adapter(FamilyAdapter):
@@ -27,6 +28,9 @@ class SD15Adapter(FamilyAdapter):
     kohya_architecture: ClassVar[str] = "stable-diffusion-v1"
     # SD1.x has a single text encoder, which kohya names lora_te_ (lora_te1_ is SDXL's).
     kohya_renames: ClassVar[dict[str, str]] = {"lora_te1_": "lora_te_"}
+    # What the loaded base is (load): SD 2.x (its OpenCLIP text encoder), and whether it predicts v.
+    version_2 = False
+    v_prediction = False
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionPipeline
@@ -55,8 +59,20 @@ class SD15Adapter(FamilyAdapter):
         if model.prediction_type != "auto":
             scheduler.register_to_config(prediction_type=model.prediction_type)
             sample_scheduler.register_to_config(prediction_type=model.prediction_type)
+        self.version_2 = is_open_clip(text_encoder)
+        self.v_prediction = scheduler.config.prediction_type == "v_prediction"
         self.place_frozen(unet, vae, [text_encoder], device, weight_dtype, dtypes)
         return Components(unet, vae, [text_encoder], [tokenizer], scheduler, sample_scheduler)
+
+    def kohya_architecture_name(self) -> str:
+        """SD 2.x's model-spec architecture for a 2.x base (as sd-scripts names it: 512 epsilon, 768 v); A1111/Forge
+        and SD.Next list a file as their model's by it and by the base version."""
+        if not self.version_2:
+            return self.kohya_architecture
+        return "stable-diffusion-v2-768-v" if self.v_prediction else "stable-diffusion-v2-512"
+
+    def kohya_base_version_name(self) -> str:
+        return "sd_v2" if self.version_2 else self.kohya_base_version
 
     def default_lora_targets(self) -> list[str]:
         return ["to_q", "to_k", "to_v", "to_out.0"]

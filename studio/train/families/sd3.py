@@ -43,6 +43,16 @@ NEEDS = {
 T5_NEEDS = {"text_encoder_3": "the T5-XXL text encoder", "tokenizer_3": "the T5 tokenizer"}
 
 
+def sd3_architecture(config: Any) -> str:
+    """The model-spec architecture of an SD3 transformer, as sd-scripts names them: SD3.5 medium (its blocks' second
+    attention), SD3.5 large (38 blocks), else SD3 medium. Model sites and UIs file a LoRA under its base model by it."""
+    if config.get("dual_attention_layers"):
+        return "stable-diffusion-3-5-medium"
+    if int(config.get("num_layers", 0)) == 38:
+        return "stable-diffusion-3-5-large"
+    return SD3Adapter.kohya_architecture
+
+
 class SD3Adapter(FamilyAdapter):
     family: ClassVar[str] = "sd3"
     text_encoder_names: ClassVar[tuple[str, ...]] = ("text_encoder", "text_encoder_2")
@@ -51,6 +61,7 @@ class SD3Adapter(FamilyAdapter):
     # ComfyUI reads SD3 LoRAs named lora_transformer_* (lora_down/lora_up/alpha).
     kohya_base_version: ClassVar[str] = "sd3"
     kohya_architecture: ClassVar[str] = "stable-diffusion-3-medium"  # as sd-scripts names SD3 medium
+    architecture = kohya_architecture  # the loaded base's (load): SD3.5 large and medium have names of their own
 
     prompt_embedding_names: ClassVar[tuple[str, ...]] = (
         "prompt_embeds", "negative_prompt_embeds", "pooled_prompt_embeds", "negative_pooled_prompt_embeds")
@@ -80,10 +91,14 @@ class SD3Adapter(FamilyAdapter):
         vae: Any = load_vae(model.vae, self.family) if model.vae else pipe.vae
         transformer = pipe.transformer
         self.joint_attention_dim = int(transformer.config.joint_attention_dim)
+        self.architecture = sd3_architecture(transformer.config)
         encoders = [pipe.text_encoder, pipe.text_encoder_2, *([pipe.text_encoder_3] if use_t5 else [])]
         tokenizers = [pipe.tokenizer, pipe.tokenizer_2, *([pipe.tokenizer_3] if use_t5 else [])]
         self.place_frozen(transformer, vae, encoders, device, weight_dtype, dtypes)
         return Components(transformer, vae, encoders, tokenizers, pipe.scheduler, pipe.scheduler)
+
+    def kohya_architecture_name(self) -> str:
+        return self.architecture
 
     def default_lora_targets(self) -> list[str]:
         return list(ATTENTION_TARGETS)

@@ -50,9 +50,15 @@ def full_size_parts(tokenizer: Any, folder: Path, t5: bool) -> dict[str, Any]:
 
 
 def encoders_to_original(encoders: list[torch.nn.Module]) -> dict[str, torch.Tensor]:
-    """The text encoder's weights under the original single-file names (`cond_stage_model.transformer.*`)."""
-    from studio.train.pipelines.single_file import clip_keys
+    """The text encoder's weights under the original single-file names: SD 1.x's CLIP-L as
+    `cond_stage_model.transformer.*`, SD 2.x's OpenCLIP ViT-H in OpenCLIP's layout as `cond_stage_model.model.*`.
+    A1111/Forge tell an SD 2.x checkpoint by that layout's first fused q/k/v, and ComfyUI reads the 2.x text
+    encoder from there only: under the 1.x names the checkpoint failed to load in the one and had an untrained
+    text encoder in the other."""
+    from studio.train.pipelines.single_file import clip_keys, is_open_clip, open_clip_to_original
 
+    if is_open_clip(encoders[0]):
+        return open_clip_to_original(encoders[0], "cond_stage_model.model.")
     return {f"cond_stage_model.transformer.{k}": v for k, v in clip_keys(encoders[0]).items()}
 
 

@@ -117,8 +117,16 @@ def clip_keys(encoder: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {text_encoder_key(k): v for k, v in encoder.state_dict().items()}
 
 
+def is_open_clip(encoder: torch.nn.Module) -> bool:
+    """Whether a text encoder is an OpenCLIP one (SD 2.x's ViT-H, SDXL's bigG), whose original layout is
+    OpenCLIP's: those compute with gelu, OpenAI's CLIP-L (SD 1.x, SDXL's first) with quick_gelu."""
+    config: Any = getattr(encoder, "config", None)
+    return getattr(config, "hidden_act", None) == "gelu"
+
+
 def open_clip_to_original(encoder: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
-    """SDXL's second encoder in OpenCLIP's layout (fused q/k/v, resblocks, transposed projection)."""
+    """An OpenCLIP encoder (SDXL's second, SD 2.x's) in OpenCLIP's layout (fused q/k/v, resblocks, transposed
+    projection)."""
     top = {"text_model.embeddings.position_embedding.weight": "positional_embedding",
            "text_model.embeddings.token_embedding.weight": "token_embedding.weight",
            "text_model.final_layer_norm.weight": "ln_final.weight",
@@ -168,11 +176,23 @@ def original_state_dict(family: str, components: Any) -> dict[str, torch.Tensor]
 
 
 def save_single_file(path: Path, family: str, components: Any, dtype: torch.dtype,
-                     metadata: dict[str, str]) -> Path:
-    """Write the checkpoint (contiguous CPU tensors in `dtype`) with string metadata."""
+                     metadata: dict[str, str], markers: tuple[str, ...] = ()) -> Path:
+    """Write the checkpoint (contiguous CPU tensors in `dtype`) with string metadata and the empty marker
+    tensors `markers` (`v_pred`, `ztsnr`: see `prediction_markers`)."""
     from safetensors.torch import save_file
 
     state = {k: v.detach().to("cpu", dtype).contiguous() if v.is_floating_point() else v.detach().cpu().contiguous()
              for k, v in original_state_dict(family, components).items()}
+    state.update({marker: torch.tensor([]) for marker in markers})
     save_file(state, str(path), metadata=metadata)
     return path
+
+
+def prediction_markers(prediction: str, scheduler: Any) -> tuple[str, ...]:
+    """The marker tensors by which a checkpoint says it predicts v (`v_pred`) and was trained with zero terminal
+    SNR (`ztsnr` beside it): ComfyUI and A1111/Forge load an SDXL checkpoint as v-prediction by them (without,
+    as epsilon, and its images come out wrong), and the studio reads them back the same way."""
+    if prediction != "v":
+        return ()
+    config: Any = getattr(scheduler, "config", None)
+    return ("v_pred", "ztsnr") if getattr(config, "rescale_betas_zero_snr", False) else ("v_pred",)

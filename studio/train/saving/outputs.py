@@ -192,11 +192,49 @@ def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Pat
     """The LoRA as it is at the end of `epoch` (rank 0 only): output/epoch-NNNN/, with the kohya
     file named `<output.name>-eNNNN` so files of several epochs can sit side by side in a UI."""
     config = adapter.config
-    folder = run_dir / OUTPUT_DIR / f"epoch-{epoch:04d}"
-    folder.mkdir(parents=True, exist_ok=True)
+    output = run_dir / OUTPUT_DIR
+    folder = output / f"epoch-{epoch:04d}"
     metadata = {**training_metadata(adapter, components, items, step, started_at), "ss_epoch": str(epoch)}
     layers, configs = _lora_parts(adapter, components)
-    return adapter.save_lora(folder, layers, configs, metadata=metadata, name=f"{config.output.name}-e{epoch:04d}")
+    # Written beside the folder first and moved into place once complete, as the final outputs are: a full
+    # disk left a half-written file in epoch-NNNN that UIs list and cannot load (save_outputs clears the rest).
+    output.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=output))
+    try:
+        written = adapter.save_lora(staging, layers, configs, metadata=metadata,
+                                    name=f"{config.output.name}-e{epoch:04d}")
+        if folder.is_dir():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    except Exception as exc:  # a full disk is an OSError, a RuntimeError (torch) or a SafetensorError
+        what = _file_being_written(exc, staging, folder)
+        shutil.rmtree(staging, ignore_errors=True)
+        failure = write_failure(exc, output, output_bytes(adapter, components), f"the LoRA of epoch {epoch} ({what})")
+        if failure is not None:
+            raise failure from None
+        raise
+    return [folder / p.relative_to(staging) for p in written]
+
+
+def check_kohya_layout(adapter: FamilyAdapter, components: Components) -> None:
+    """Lay the freshly added LoRA out as its kohya-format file will be, before the first step: a layer the family's
+    readers have no name for (a FLUX.2 modulation layer, DoRA on part of a fused q/k/v) is refused now with what to
+    do, not when the outputs are written after the whole training (which then ended with no file at all).
+    Each DoRA layer's dora_scale stands in as ones (its value needs the trained weights, its name does not)."""
+    from studio.train.networks.dora import MAGNITUDE
+
+    config = adapter.config
+    if config.method.kind != "lora" or config.method.network in ("loha", "lokr") or "kohya" not in config.output.formats:
+        return
+    layers = {name: {key: value.detach() for key, value in state.items()}
+              for name, state in lora_layers(adapter, components).items()}
+    modules = {adapter.denoiser_name: components.denoiser}
+    modules.update(zip(adapter.text_encoder_names, adapter.trainable_encoders(components), strict=False))
+    configs = {name: _adapter_config(modules[name]) for name in layers}
+    for name, state in layers.items():
+        configs[name]["dora_scales"] = {key.removesuffix(f".{MAGNITUDE}"): value.new_ones(value.shape[0], 1)
+                                        for key, value in state.items() if key.endswith(f".{MAGNITUDE}")}
+    adapter.kohya_layout(layers, configs)
 
 
 def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -219,7 +257,7 @@ def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[st
 def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,
                  metadata: dict[str, str], warn: Warn, final: Path) -> list[Path]:
     """DreamBooth's one-file checkpoint in the original layout A1111/Forge/ComfyUI load, where one exists."""
-    from studio.train.pipelines.single_file import save_single_file
+    from studio.train.pipelines.single_file import prediction_markers, save_single_file
 
     config = adapter.config
     family = config.model.family
@@ -228,6 +266,9 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
              f"folder {final} was written instead", str(final),
              "load the folder with diffusers, or convert it with your UI's own tools")
         return []
-    meta = {**model_spec(config, SINGLE_FILE_ARCHITECTURES[family], lora=False, now=time.time()), **metadata}
+    # The family's architecture, or the loaded base's version of it (SD 2.x trains as SD 1.x/2.x).
+    architecture = adapter.kohya_architecture_name()
+    meta = {**model_spec(config, architecture, lora=False, now=time.time()), **metadata}
     path = folder / f"{config.output.name}.safetensors"
-    return [save_single_file(path, family, components, dtype, meta)]
+    markers = prediction_markers(meta["modelspec.prediction_type"], components.scheduler)
+    return [save_single_file(path, family, components, dtype, meta, markers)]
