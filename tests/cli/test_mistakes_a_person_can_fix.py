@@ -146,3 +146,41 @@ def test_a_held_out_share_that_leaves_nothing_to_train_on_is_refused_by_validate
             problem = check_dataset(load_resolved(path))  # the Train button and `studio-train run` say it too
             assert problem is not None and problem.message.startswith(
                 f"dataset.validation_fraction = {fraction} holds out 24 of the 24 training images")
+
+
+SIDES = """\
+[model]
+family = "{family}"
+base = "org/model"
+[dataset]
+resolution = {resolution}
+{buckets}
+[[dataset.concepts]]
+path = "data"
+[sampling]
+{sampling}
+"""
+
+
+@pytest.mark.parametrize(("family", "resolution", "buckets", "sampling", "said"), [
+    ("flux2-klein", 1000, "", "", "dataset.resolution = 1000: FLUX.2 [klein] trains and samples at sides that are a "
+                                  "multiple of 16 pixels; use 992 or 1008"),
+    ("qwen-image", 1024, "min_bucket = 520", "", "dataset.min_bucket = 520"),
+    ("sd3", 1024, "", "size = 520", "sampling.size = 520"),
+    ("zimage", 1024, "bucket_step = 40", "", "dataset.bucket_step = 40"),
+])
+def test_an_image_side_a_transformer_cannot_patch_is_refused_before_loading(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str, resolution: int, buckets: str,
+        sampling: str, said: str) -> None:
+    # Latents are cut into 2x2 patches: a side of 1000 px (125 latent rows) failed at the first step.
+    path = tmp_path / "studio.toml"
+    path.write_text(SIDES.format(family=family, resolution=resolution, buckets=buckets, sampling=sampling),
+                    encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2, command
+        err = capsys.readouterr().err
+        assert said in err and "multiple of 16" in err and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists()
+    # A UNet family takes any multiple of 8.
+    path.write_text(SIDES.format(family="sdxl", resolution=1000, buckets="", sampling="size = 520"), encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 0

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from studio.core.config.errors import section_type
-from studio.core.config.rules.data_rules import check_caches, check_masks, check_validation
+from studio.core.config.rules.data_rules import check_caches, check_masks, check_sides, check_validation
 from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.rules.launch_rules import check_launch, check_strategy
 from studio.core.config.rules.network_rules import check_ema, check_network
@@ -391,6 +391,7 @@ class TrainConfig(Section):
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     check_caches, check_training, check_frozen_base, check_settings_act, check_strategy, check_launch,
     check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
+    check_sides,
 )
 
 

@@ -55,6 +55,7 @@ FAMILY = FamilySpec(
     denoiser="unet",
     components=("unet", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=512,
+    pixel_multiple=8,
     settings=(*DDPM, CLIP_SKIP, *COMMON, *CONVOLUTIONS),
     fsdp_units=("ResnetBlock2D", "BasicTransformerBlock", "Transformer2DModel", "Downsample2D", "Upsample2D"),
     checkpointed_blocks=("ResnetBlock2D", "BasicTransformerBlock"),

@@ -51,6 +51,7 @@ FAMILY = FamilySpec(
     denoiser="unet",
     components=("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"),
     native_resolution=1024,
+    pixel_multiple=8,
     settings=(*DDPM, *COMMON, *CONVOLUTIONS),
     fsdp_units=sd15.FAMILY.fsdp_units,
     checkpointed_blocks=sd15.FAMILY.checkpointed_blocks,
