@@ -64,6 +64,17 @@ def test_typo_names_the_key_the_line_and_a_suggestion(tmp_path: Path) -> None:
     assert errors[0].startswith("line 14:")
 
 
+def test_the_line_named_is_the_key_in_its_own_table(tmp_path: Path) -> None:
+    # [sampling] has a seed too, and every concept has a path: the line is the one of the key at fault.
+    text = MINIMAL.replace("[model]", "[sampling]\nseed = 7\n[model]").replace("seed = 1\n", "seed = -1\n")
+    text += "[[dataset.concepts]]\npath = \"\"\n"
+    errors = errors_of(tmp_path, text)
+    lines = text.splitlines()
+    for key, setting in (("training.seed = -1", "seed = -1"), ("dataset.concepts[1].path", 'path = ""')):
+        said = next(e for e in errors if key in e)
+        assert said.startswith(f"line {lines.index(setting) + 1}:"), said
+
+
 def test_wrong_type_and_range_name_value_and_what_is_allowed(tmp_path: Path) -> None:
     errors = errors_of(
         tmp_path,

@@ -3,6 +3,7 @@ writing that keeps a person's comments and order."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,36 @@ def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
         )]) from None
 
 
+def _key_path(key: str) -> list[str]:
+    """"dataset.concepts[1].path" -> ["dataset", "concepts", "1", "path"]."""
+    return [part for part in re.split(r"[.\[\]]+", key) if part]
+
+
+def _dotted(name: str) -> list[str]:
+    """A TOML key or table name as its parts: `a."b.c"` -> ["a", "b.c"]."""
+    return [part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', name)]
+
+
 def _line_of(text: str, key: str) -> int | None:
-    leaf = key.split(".")[-1].split("[")[0]
+    """The line that sets `key` (section.name, concepts[N]...), reading the tables as TOML does: the seed of
+    [sampling] is not the seed of [training], nor is the second concept's path the first one's."""
+    wanted = _key_path(key)
+    table: list[str] = []
+    tables_seen: dict[tuple[str, ...], int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if stripped.startswith(leaf) and stripped[len(leaf):].lstrip().startswith("="):
+        header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = _dotted(header.group(2))
+            if header.group(1) == "[[":
+                index = tables_seen.get(tuple(table), -1) + 1
+                tables_seen[tuple(table)] = index
+                table = [*table, str(index)]
+            if table == wanted:
+                return number
+            continue
+        assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+        if assignment and [*table, *_dotted(assignment.group(1))] == wanted:
             return number
     return None
 
