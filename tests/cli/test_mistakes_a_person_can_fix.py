@@ -184,3 +184,20 @@ def test_an_image_side_a_transformer_cannot_patch_is_refused_before_loading(
     # A UNet family takes any multiple of 8.
     path.write_text(SIDES.format(family="sdxl", resolution=1000, buckets="", sampling="size = 520"), encoding="utf-8")
     assert cli_main(["validate", str(path)]) == 0
+
+
+def test_class_images_wanted_for_a_lora_are_refused_as_nothing_makes_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # They are generated for a DreamBooth only: a LoRA trained without prior preservation, and said nothing.
+    path = tmp_path / "studio.toml"
+    concept = '[[dataset.concepts]]\npath = "data"\nclass_prompt = "a photo of a dog"\nnum_class_images = 200\n'
+    path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n{concept}', encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2, command
+        err = capsys.readouterr().err
+        assert ("line 7: dataset.concepts[0].num_class_images = 200: class images are generated only for a "
+                "DreamBooth run" in err), err
+        assert "set num_class_images = 0" in err and "Traceback" not in err
+    path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n[method]\nkind = "dreambooth"\n{concept}',
+                    encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 0
