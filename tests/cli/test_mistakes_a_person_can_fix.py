@@ -201,3 +201,23 @@ def test_class_images_wanted_for_a_lora_are_refused_as_nothing_makes_them(
     path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n[method]\nkind = "dreambooth"\n{concept}',
                     encoding="utf-8")
     assert cli_main(["validate", str(path)]) == 0
+
+
+def test_a_missing_sample_control_image_is_named_before_the_model_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The trainer refused it only once the model had loaded (minutes, for an edit model).
+    from PIL import Image
+
+    (tmp_path / "pairs" / "control").mkdir(parents=True)
+    for folder in (tmp_path / "pairs", tmp_path / "pairs" / "control"):
+        Image.new("RGB", (64, 64)).save(folder / "cat.png")
+    (tmp_path / "pairs" / "cat.txt").write_text("make it red", encoding="utf-8")
+    path = tmp_path / "studio.toml"
+    path.write_text('[model]\nfamily = "flux2-klein"\nbase = "org/model"\n[dataset]\nkind = "edit"\n'
+                    '[[dataset.concepts]]\npath = "pairs"\n[sampling]\nevery_n_steps = 10\nprompts = ["make it blue"]\n'
+                    'control_image = "held-out/before.png"\n', encoding="utf-8")
+    assert cli_main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (f"The control image {tmp_path / 'held-out' / 'before.png'} (sampling.control_image) is no image file: "
+            "choose the image every sample prompt edits, or leave it empty") in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
