@@ -85,7 +85,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     if trains_on is not None:
         problems += [p for p in (check_vram(resolved, trains_on),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
-    library = check_quantization_library(config, config.launch.python) if check_torch else None
+    on_gpu = trains_on is not None
+    library = check_quantization_library(config, config.launch.python, on_gpu) if check_torch else None
     if library is not None:
         problems.append(PreflightProblem(*library))
     return problems
