@@ -221,3 +221,18 @@ def test_a_missing_sample_control_image_is_named_before_the_model_loads(
     assert (f"The control image {tmp_path / 'held-out' / 'before.png'} (sampling.control_image) is no image file: "
             "choose the image every sample prompt edits, or leave it empty") in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_preset_file_given_as_a_config_says_what_it_is_and_how_to_train_with_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A shipped preset copied to start a config, its base and images added: it said "preset: unknown key".
+    preset = Path(__file__).resolve().parents[2] / "presets" / "sdxl-lora.toml"
+    path = tmp_path / "studio.toml"
+    path.write_text(preset.read_text(encoding="utf-8").replace('[model]\n', '[model]\nbase = "org/model"\n')
+                    + '\n[[dataset.concepts]]\npath = "data"\n', encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "1 problem\n" in err and "unknown key" not in err and "Traceback" not in err, err
+        assert "preset: this is a preset file: its [preset] table is the card the studio shows" in err
+        assert "delete the [preset] table and set model.base" in err
