@@ -236,3 +236,16 @@ def test_a_preset_file_given_as_a_config_says_what_it_is_and_how_to_train_with_i
         assert "1 problem\n" in err and "unknown key" not in err and "Traceback" not in err, err
         assert "preset: this is a preset file: its [preset] table is the card the studio shows" in err
         assert "delete the [preset] table and set model.base" in err
+
+
+def test_epochs_beside_max_steps_are_refused_as_max_steps_sets_the_length(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both were accepted and max_steps won: the 20 epochs asked for were never trained.
+    path = tmp_path / "studio.toml"
+    path.write_text('[model]\nfamily = "sdxl"\nbase = "org/model"\n[[dataset.concepts]]\npath = "data"\n'
+                    '[training]\nepochs = 20\nmax_steps = 1500\n', encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert ("line 7: training.epochs = 20: is the run's length in epochs, which acts only with "
+                "training.max_steps empty") in err and "Traceback" not in err, err

@@ -54,8 +54,8 @@ class Condition:
     values: tuple[object, ...]
 
     def describe(self) -> str:
-        shown = " or ".join(f'"{v}"' if isinstance(v, str) else str(v).lower() for v in self.values)
-        return f"{self.key} = {shown}"
+        shown = " or ".join(f'"{v}"' if isinstance(v, str) else str(v).lower() for v in self.values if v is not None)
+        return f"{self.key} {'empty' if not shown else '= ' + shown}"
 
 
 @dataclass(frozen=True)
