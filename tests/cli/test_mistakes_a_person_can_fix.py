@@ -249,3 +249,19 @@ def test_epochs_beside_max_steps_are_refused_as_max_steps_sets_the_length(
         err = capsys.readouterr().err
         assert ("line 7: training.epochs = 20: is the run's length in epochs, which acts only with "
                 "training.max_steps empty") in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("family", ["flux2-klein", "zimage", "qwen-image"])
+def test_a_separate_vae_a_family_never_loads_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        family: str) -> None:
+    # Their trainers load the base model's own VAE: model.vae was accepted and the run trained without it.
+    path = tmp_path / "studio.toml"
+    text = '[model]\nfamily = "{}"\nbase = "org/model"\nvae = "my-vae.safetensors"\n[[dataset.concepts]]\npath = "data"\n'
+    path.write_text(text.format(family), encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert ('line 4: model.vae = "my-vae.safetensors": loads a separate VAE in place of the base model\'s own, '
+                "which acts only for family sd15, sdxl, sd3;") in err and "Traceback" not in err, err
+    path.write_text(text.format("sdxl"), encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 0

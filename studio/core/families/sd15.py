@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.families.settings import CLIP_SKIP, COMMON, CONVOLUTIONS, DDPM
+from studio.core.families.settings import CLIP_SKIP, COMMON, CONVOLUTIONS, DDPM, SEPARATE_VAE
 from studio.core.families.spec import CLIP_TOKEN_LIMIT, DIFFUSERS, CheckpointKind, FamilySpec, Shape
 
 NAME = "sd15"
@@ -56,7 +56,7 @@ FAMILY = FamilySpec(
     components=("unet", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=512,
     pixel_multiple=8,
-    settings=(*DDPM, CLIP_SKIP, *COMMON, *CONVOLUTIONS),
+    settings=(*DDPM, CLIP_SKIP, *COMMON, *CONVOLUTIONS, SEPARATE_VAE),
     fsdp_units=("ResnetBlock2D", "BasicTransformerBlock", "Transformer2DModel", "Downsample2D", "Upsample2D"),
     checkpointed_blocks=("ResnetBlock2D", "BasicTransformerBlock"),
     download_gb=4.5,

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from studio.core.families.settings import BLOCK_SWAP, BLOCKS, COMMON, FLOW_MATCHING, T5
+from studio.core.families.settings import BLOCK_SWAP, BLOCKS, COMMON, FLOW_MATCHING, SEPARATE_VAE, T5
 from studio.core.families.spec import DIFFUSERS, CheckpointKind, FamilySpec, Shape
 
 NAME = "sd3"
@@ -49,7 +49,7 @@ FAMILY = FamilySpec(
                 "tokenizer", "tokenizer_2", "tokenizer_3", "scheduler"),
     native_resolution=1024,
     pixel_multiple=16,
-    settings=(*FLOW_MATCHING, T5, BLOCKS, *COMMON, BLOCK_SWAP),
+    settings=(*FLOW_MATCHING, T5, BLOCKS, *COMMON, BLOCK_SWAP, SEPARATE_VAE),
     fsdp_units=("JointTransformerBlock",),
     checkpointed_blocks=("JointTransformerBlock",),
     repeated_blocks=("JointTransformerBlock",),  # SD3Transformer2DModel does not name them

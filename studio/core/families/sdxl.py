@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from studio.core.families import sd15
-from studio.core.families.settings import COMMON, CONVOLUTIONS, DDPM
+from studio.core.families.settings import COMMON, CONVOLUTIONS, DDPM, SEPARATE_VAE
 from studio.core.families.spec import CLIP_TOKEN_LIMIT, STABILITY_AI, CheckpointKind, FamilySpec, Shape
 
 NAME = "sdxl"
@@ -52,7 +52,7 @@ FAMILY = FamilySpec(
     components=("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"),
     native_resolution=1024,
     pixel_multiple=8,
-    settings=(*DDPM, *COMMON, *CONVOLUTIONS),
+    settings=(*DDPM, *COMMON, *CONVOLUTIONS, SEPARATE_VAE),
     fsdp_units=sd15.FAMILY.fsdp_units,
     checkpointed_blocks=sd15.FAMILY.checkpointed_blocks,
     download_gb=7.0,

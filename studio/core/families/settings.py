@@ -128,6 +128,9 @@ BLOCK_SWAP = Setting("model.blocks_to_swap", "keeps the frozen weights of the de
                      methods=_LORA)
 
 # Settings of one family, each declared by the family that has it.
+SEPARATE_VAE = Setting("model.vae", "loads a separate VAE in place of the base model's own",
+                       "this family trains with the VAE of its base model (a diffusers folder or hub id holds it); "
+                       "leave it empty")
 CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted from the end",
                     "this family always uses its text encoders' penultimate layer; leave it at 1")
 T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5 text encoder; leave it off")
@@ -141,5 +144,5 @@ TRAINING_ADAPTER = Setting("model.training_adapter",
 # refused for every family, so a file that sets it never trains something other than what it says.
 OFFERED: tuple[Setting, ...] = (TRAINING_ADAPTER,)
 
-__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "OFFERED", "T5",
-           "TRAINING_ADAPTER", "Condition"]
+__all__ = ["BLOCKS", "CLIP_SKIP", "COMMON", "CONVOLUTIONS", "DDPM", "FLOW_MATCHING", "NEUTRAL", "OFFERED",
+           "SEPARATE_VAE", "T5", "TRAINING_ADAPTER", "Condition"]
