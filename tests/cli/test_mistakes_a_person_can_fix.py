@@ -265,3 +265,18 @@ def test_a_separate_vae_a_family_never_loads_is_refused(tmp_path: Path, capsys: 
                 "which acts only for family sd15, sdxl, sd3;") in err and "Traceback" not in err, err
     path.write_text(text.format("sdxl"), encoding="utf-8")
     assert cli_main(["validate", str(path)]) == 0
+
+
+def test_a_caption_extension_training_never_reads_is_refused(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # The Dataset page and the captioner wrote cat.tags; training read cat.txt and cat.caption only.
+    path = tmp_path / "studio.toml"
+    text = '[model]\nfamily = "sd15"\nbase = "org/model"\n[dataset]\ncaption_extension = "{}"\n'
+    path.write_text(text.format(".tags"), encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ('line 5: dataset.caption_extension = ".tags": training reads captions from .txt and .caption files '
+            '(and metadata.jsonl) only') in err and 'choose ".txt" or ".caption"' in err
+    path.write_text(text.format("caption"), encoding="utf-8")  # the dot may be left out
+    assert cli_main(["validate", str(path)]) == 0
+    assert 'caption_extension = ".caption"' in capsys.readouterr().out
