@@ -168,6 +168,8 @@ path = "data"
     ("qwen-image", 1024, "min_bucket = 520", "", "dataset.min_bucket = 520"),
     ("sd3", 1024, "", "size = 520", "sampling.size = 520"),
     ("zimage", 1024, "bucket_step = 40", "", "dataset.bucket_step = 40"),
+    ("qwen-image", 1024, "bucket_step = 8", "", "dataset.bucket_step = 8: Qwen-Image trains and samples at sides "
+                                                "that are a multiple of 16 pixels; use 16\n"),
 ])
 def test_an_image_side_a_transformer_cannot_patch_is_refused_before_loading(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str, resolution: int, buckets: str,

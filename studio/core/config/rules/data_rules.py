@@ -48,8 +48,9 @@ def check_sides(config: Any) -> None:
     for key, side in sides:
         if side is not None and side % step:
             lower, higher = side - side % step, side - side % step + step
+            choices = f"{lower} or {higher}" if lower else str(higher)
             raise Contradiction(key, side, f"{spec.title} trains and samples at sides that are a multiple of {step} "
-                                f"pixels; use {lower if lower >= step else higher} or {higher}")
+                                f"pixels; use {choices}")
 
 
 def check_masks(config: Any) -> None:
