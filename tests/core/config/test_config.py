@@ -75,6 +75,16 @@ def test_the_line_named_is_the_key_in_its_own_table(tmp_path: Path) -> None:
         assert said.startswith(f"line {lines.index(setting) + 1}:"), said
 
 
+def test_a_list_item_or_a_missing_key_is_at_the_line_that_holds_it(tmp_path: Path) -> None:
+    text = MINIMAL.replace('path = "data/shapes"', 'repeats = 2').replace(
+        "[dataset]", '[dataset]\nkind = "edit"\ncontrol_layout = "separate"\ncontrol_folders = ["a", 5]')
+    errors = errors_of(tmp_path, text)
+    lines = text.splitlines()
+    folders, concept = lines.index('control_folders = ["a", 5]') + 1, lines.index("[[dataset.concepts]]") + 1
+    assert any(e.startswith(f"line {folders}: dataset.control_folders[1] = 5") for e in errors), errors
+    assert f"line {concept}: dataset.concepts[0].path: is required but missing" in errors
+
+
 def test_wrong_type_and_range_name_value_and_what_is_allowed(tmp_path: Path) -> None:
     errors = errors_of(
         tmp_path,

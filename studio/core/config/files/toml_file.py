@@ -62,10 +62,12 @@ def _dotted(name: str) -> list[str]:
 
 def _line_of(text: str, key: str) -> int | None:
     """The line that sets `key` (section.name, concepts[N]...), reading the tables as TOML does: the seed of
-    [sampling] is not the seed of [training], nor is the second concept's path the first one's."""
+    [sampling] is not the seed of [training], nor is the second concept's path the first one's. A key inside a
+    value (a list's item) or missing from its table is at the line of what holds it."""
     wanted = _key_path(key)
     table: list[str] = []
     tables_seen: dict[tuple[str, ...], int] = {}
+    holder, held = None, 1  # the line of the longest part of `wanted` set in the file, and that part's length
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
@@ -75,13 +77,17 @@ def _line_of(text: str, key: str) -> int | None:
                 index = tables_seen.get(tuple(table), -1) + 1
                 tables_seen[tuple(table)] = index
                 table = [*table, str(index)]
-            if table == wanted:
-                return number
-            continue
-        assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
-        if assignment and [*table, *_dotted(assignment.group(1))] == wanted:
+            found = table
+        else:
+            assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+            if not assignment:
+                continue
+            found = [*table, *_dotted(assignment.group(1))]
+        if found == wanted:
             return number
-    return None
+        if len(found) > held and wanted[:len(found)] == found:
+            holder, held = number, len(found)
+    return holder
 
 
 def validate_data(data: Mapping[str, Any], source: str = "config", text: str | None = None) -> TrainConfig:
