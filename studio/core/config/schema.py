@@ -19,7 +19,6 @@ from studio.core.config.rules.network_rules import check_ema, check_network
 from studio.core.config.rules.pickled import check_pickle
 from studio.core.config.rules.run_rules import check_frozen_base, check_settings_act, check_training
 from studio.core.config.rules.swap_rules import check_block_swap
-from studio.core.dataset.captions.caption_sources import CAPTION_EXTENSIONS
 from studio.core.families import FAMILIES, FAMILY_NAMES
 from studio.core.quoting import control_characters, shown
 
@@ -38,6 +37,8 @@ FrozenDtype = Literal["auto", "fp32", "fp16", "bf16"]
 OutputFormat = Literal["diffusers", "kohya", "single_file"]
 Strategy = Literal["ddp", "fsdp"]
 _DEFAULT_FORMATS: tuple[OutputFormat, ...] = ("diffusers", "kohya")
+# The sidecar caption files training reads (studio/core/dataset/captions/caption_sources.py).
+CAPTION_EXTENSIONS = (".txt", ".caption")
 
 
 class Section(BaseModel):
