@@ -104,3 +104,19 @@ def test_a_lora_on_several_gpus_says_fsdp_does_not_apply(tmp_path: Path, capsys:
     assert 'FSDP does not apply: launch.strategy = "fsdp": shards the weights' in capsys.readouterr().out
     assert cli(["estimate", str(config), "--hardware", "2x-rtx3090", "--gpus", "0"]) == 2
     assert "--gpus 0: give a number of GPUs of 1 or more" in capsys.readouterr().err
+
+
+def test_class_images_take_places_in_the_batch_rather_than_doubling_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The trainer's batches hold training.batch_size images, instance and class images alike: the estimate of
+    # a DreamBooth with prior preservation is the estimate without it (it said "batch 4" for batch_size = 2).
+    config = ('[model]\nfamily = "sdxl"\nbase = "org/model"\n[method]\nkind = "dreambooth"\n[[dataset.concepts]]\n'
+              'path = "data"\n{prior}[training]\nbatch_size = 2\nmixed_precision = "bf16"\n')
+    outputs = []
+    for prior in ("", 'class_prompt = "a photo of a dog"\nclass_path = "class"\n'):
+        path = tmp_path / "studio.toml"
+        path.write_text(config.format(prior=prior), encoding="utf-8")
+        assert cli(["estimate", str(path), "--hardware", "rtx4090-24gb"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[0]
+    assert "512 px, batch 2" in outputs[1] and "batch 4" not in outputs[1]

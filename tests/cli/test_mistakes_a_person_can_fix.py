@@ -146,3 +146,139 @@ def test_a_held_out_share_that_leaves_nothing_to_train_on_is_refused_by_validate
             problem = check_dataset(load_resolved(path))  # the Train button and `studio-train run` say it too
             assert problem is not None and problem.message.startswith(
                 f"dataset.validation_fraction = {fraction} holds out 24 of the 24 training images")
+
+
+SIDES = """\
+[model]
+family = "{family}"
+base = "org/model"
+[dataset]
+resolution = {resolution}
+{buckets}
+[[dataset.concepts]]
+path = "data"
+[sampling]
+{sampling}
+"""
+
+
+@pytest.mark.parametrize(("family", "resolution", "buckets", "sampling", "said"), [
+    ("flux2-klein", 1000, "", "", "dataset.resolution = 1000: FLUX.2 [klein] trains and samples at sides that are a "
+                                  "multiple of 16 pixels; use 992 or 1008"),
+    ("qwen-image", 1024, "min_bucket = 520", "", "dataset.min_bucket = 520"),
+    ("sd3", 1024, "", "size = 520", "sampling.size = 520"),
+    ("zimage", 1024, "bucket_step = 40", "", "dataset.bucket_step = 40"),
+    ("qwen-image", 1024, "bucket_step = 8", "", "dataset.bucket_step = 8: Qwen-Image trains and samples at sides "
+                                                "that are a multiple of 16 pixels; use 16\n"),
+])
+def test_an_image_side_a_transformer_cannot_patch_is_refused_before_loading(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str, resolution: int, buckets: str,
+        sampling: str, said: str) -> None:
+    # Latents are cut into 2x2 patches: a side of 1000 px (125 latent rows) failed at the first step.
+    path = tmp_path / "studio.toml"
+    path.write_text(SIDES.format(family=family, resolution=resolution, buckets=buckets, sampling=sampling),
+                    encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2, command
+        err = capsys.readouterr().err
+        assert said in err and "multiple of 16" in err and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists()
+    # A UNet family takes any multiple of 8.
+    path.write_text(SIDES.format(family="sdxl", resolution=1000, buckets="", sampling="size = 520"), encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 0
+
+
+def test_class_images_wanted_for_a_lora_are_refused_as_nothing_makes_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # They are generated for a DreamBooth only: a LoRA trained without prior preservation, and said nothing.
+    path = tmp_path / "studio.toml"
+    concept = '[[dataset.concepts]]\npath = "data"\nclass_prompt = "a photo of a dog"\nnum_class_images = 200\n'
+    path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n{concept}', encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2, command
+        err = capsys.readouterr().err
+        assert ("line 7: dataset.concepts[0].num_class_images = 200: class images are generated only for a "
+                "DreamBooth run" in err), err
+        assert "set num_class_images = 0" in err and "Traceback" not in err
+    path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n[method]\nkind = "dreambooth"\n{concept}',
+                    encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 0
+
+
+def test_a_missing_sample_control_image_is_named_before_the_model_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The trainer refused it only once the model had loaded (minutes, for an edit model).
+    from PIL import Image
+
+    (tmp_path / "pairs" / "control").mkdir(parents=True)
+    for folder in (tmp_path / "pairs", tmp_path / "pairs" / "control"):
+        Image.new("RGB", (64, 64)).save(folder / "cat.png")
+    (tmp_path / "pairs" / "cat.txt").write_text("make it red", encoding="utf-8")
+    path = tmp_path / "studio.toml"
+    path.write_text('[model]\nfamily = "flux2-klein"\nbase = "org/model"\n[dataset]\nkind = "edit"\n'
+                    '[[dataset.concepts]]\npath = "pairs"\n[sampling]\nevery_n_steps = 10\nprompts = ["make it blue"]\n'
+                    'control_image = "held-out/before.png"\n', encoding="utf-8")
+    assert cli_main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (f"The control image {tmp_path / 'held-out' / 'before.png'} (sampling.control_image) is no image file: "
+            "choose the image every sample prompt edits, or leave it empty") in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_preset_file_given_as_a_config_says_what_it_is_and_how_to_train_with_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A shipped preset copied to start a config, its base and images added: it said "preset: unknown key".
+    preset = Path(__file__).resolve().parents[2] / "presets" / "sdxl-lora.toml"
+    path = tmp_path / "studio.toml"
+    path.write_text(preset.read_text(encoding="utf-8").replace('[model]\n', '[model]\nbase = "org/model"\n')
+                    + '\n[[dataset.concepts]]\npath = "data"\n', encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "1 problem\n" in err and "unknown key" not in err and "Traceback" not in err, err
+        assert "preset: this is a preset file: its [preset] table is the card the studio shows" in err
+        assert "delete the [preset] table and set model.base" in err
+
+
+def test_epochs_beside_max_steps_are_refused_as_max_steps_sets_the_length(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both were accepted and max_steps won: the 20 epochs asked for were never trained.
+    path = tmp_path / "studio.toml"
+    path.write_text('[model]\nfamily = "sdxl"\nbase = "org/model"\n[[dataset.concepts]]\npath = "data"\n'
+                    '[training]\nepochs = 20\nmax_steps = 1500\n', encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert ("line 7: training.epochs = 20: is the run's length in epochs, which acts only with "
+                "training.max_steps empty") in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("family", ["flux2-klein", "zimage", "qwen-image"])
+def test_a_separate_vae_a_family_never_loads_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        family: str) -> None:
+    # Their trainers load the base model's own VAE: model.vae was accepted and the run trained without it.
+    path = tmp_path / "studio.toml"
+    text = '[model]\nfamily = "{}"\nbase = "org/model"\nvae = "my-vae.safetensors"\n[[dataset.concepts]]\npath = "data"\n'
+    path.write_text(text.format(family), encoding="utf-8")
+    for command in ("validate", "run"):
+        assert cli_main([command, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert ('line 4: model.vae = "my-vae.safetensors": loads a separate VAE in place of the base model\'s own, '
+                "which acts only for family sd15, sdxl, sd3;") in err and "Traceback" not in err, err
+    path.write_text(text.format("sdxl"), encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 0
+
+
+def test_a_caption_extension_training_never_reads_is_refused(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # The Dataset page and the captioner wrote cat.tags; training read cat.txt and cat.caption only.
+    path = tmp_path / "studio.toml"
+    text = '[model]\nfamily = "sd15"\nbase = "org/model"\n[dataset]\ncaption_extension = "{}"\n'
+    path.write_text(text.format(".tags"), encoding="utf-8")
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ('line 5: dataset.caption_extension = ".tags": training reads captions from .txt and .caption files '
+            '(and metadata.jsonl) only') in err and 'choose ".txt" or ".caption"' in err
+    path.write_text(text.format("caption"), encoding="utf-8")  # the dot may be left out
+    assert cli_main(["validate", str(path)]) == 0
+    assert 'caption_extension = ".caption"' in capsys.readouterr().out

@@ -98,7 +98,13 @@ def issues_from_validation(exc: ValidationError, root: type[BaseModel]) -> list[
     for err in exc.errors():
         loc = tuple(err["loc"])
         key = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and loc == ("preset",):
+            # A preset file (presets/*.toml, or one copied to start a config) given where a run's config goes.
+            issues.append(ConfigIssue(key="preset", message=(
+                "this is a preset file: its [preset] table is the card the studio shows (title, description, "
+                "promised VRAM), not a run's setting. To train with the preset, choose it on the Model & Preset "
+                "page, or delete the [preset] table and set model.base and a [[dataset.concepts]] folder")))
+        elif err["type"] == "extra_forbidden":
             parent = _model_at(root, loc[:-1])
             known = list(parent.model_fields) if parent else []
             guess = difflib.get_close_matches(str(loc[-1]), known, n=1)

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from studio.core.config.errors import section_type
-from studio.core.config.rules.data_rules import check_caches, check_masks, check_validation
+from studio.core.config.errors import Contradiction, section_type
+from studio.core.config.rules.data_rules import check_caches, check_masks, check_sides, check_validation
 from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.rules.launch_rules import check_launch, check_strategy
 from studio.core.config.rules.network_rules import check_ema, check_network
@@ -37,6 +37,8 @@ FrozenDtype = Literal["auto", "fp32", "fp16", "bf16"]
 OutputFormat = Literal["diffusers", "kohya", "single_file"]
 Strategy = Literal["ddp", "fsdp"]
 _DEFAULT_FORMATS: tuple[OutputFormat, ...] = ("diffusers", "kohya")
+# The sidecar caption files training reads (studio/core/dataset/captions/caption_sources.py).
+CAPTION_EXTENSIONS = (".txt", ".caption")
 
 
 class Section(BaseModel):
@@ -202,7 +204,8 @@ class DatasetSection(Section, EditPairFields):
     shuffle_tags: bool = Field(default=False, description="Shuffle comma-separated tags each step.")
     keep_tokens: int = Field(default=0, ge=0, le=100, description="Tags kept in place at the start when shuffling.")
     caption_dropout: float = Field(default=0.0, ge=0.0, le=1.0, description="Chance of an empty caption.")
-    caption_extension: str = Field(default=".txt", description="Sidecar caption extension preferred when writing.")
+    caption_extension: str = Field(default=".txt", description="Sidecar caption extension preferred when writing: "
+                                   ".txt or .caption (the ones training reads).")
     latents: Literal["sample", "mean"] = Field(
         default="sample",
         description="What an image becomes for training: a sample of the VAE's latent distribution (a new one "
@@ -218,6 +221,17 @@ class DatasetSection(Section, EditPairFields):
         default="none", description="Weight the loss per pixel by a mask: a folder of mask images named as the "
         "images (white trains, black is ignored), or the image's alpha channel.")
     mask_folder: str | None = Field(default=None, description="With masks = \"folder\": the folder of mask images.")
+
+    @field_validator("caption_extension")
+    @classmethod
+    def _read_when_training(cls, value: str) -> str:
+        # Captions written to another extension (name.tags) would never be read: the images would train uncaptioned.
+        extension = "." + value.strip().lstrip(".").lower()
+        if extension not in CAPTION_EXTENSIONS:
+            raise Contradiction("dataset.caption_extension", value, f"training reads captions from {' and '.join(CAPTION_EXTENSIONS)} files (and "
+                             f"metadata.jsonl) only, so captions written to {extension} files would never be "
+                             "trained; choose \".txt\" or \".caption\"")
+        return extension
 
 
 class TrainingSection(Section):
@@ -391,6 +405,7 @@ class TrainConfig(Section):
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     check_caches, check_training, check_frozen_base, check_settings_act, check_strategy, check_launch,
     check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
+    check_sides,
 )
 
 

@@ -68,10 +68,11 @@ class RunFacts:
         """model.quantized_base under a LoRA: none, int8 or nf4 (the trainer quantizes on the CPU as well)."""
         return "none" if self.full else self.config.model.quantized_base
 
-    @cached_property
+    @property
     def batch(self) -> int:
-        prior = any(c.uses_prior_preservation for c in self.config.dataset.concepts)
-        return self.config.training.batch_size * (2 if prior else 1)
+        """Images per step on one GPU: class images of prior preservation take their places in the batches
+        beside the instance images (studio/train/data/batches.py), they do not add to them."""
+        return self.config.training.batch_size
 
     @cached_property
     def shards(self) -> int:
@@ -109,8 +110,6 @@ def run_facts(config: TrainConfig, device: str, calibration: dict[str, Any] | No
         local = arch["local_model"]
         facts.notes.append(f"sized for {local['name']}: {local['denoiser_params'] / 1e6:,.1f} M denoiser parameters "
                            f"(the full-size {config.model.family} has {local['published_params'] / 1e6:,.0f} M)")
-    if facts.batch > config.training.batch_size:
-        facts.notes.append("prior preservation doubles the batch (instance + class images)")
     provisional = [k for k in facts.calibration.get("fit", {}).get("provisional", {}) if k.startswith(f"{device}.")]
     if provisional:  # a number that rests on one measured run
         facts.notes.append(f"provisional: the {device.upper()} figures ({', '.join(k.split('.', 1)[1] for k in provisional)}) "

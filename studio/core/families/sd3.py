@@ -48,7 +48,8 @@ FAMILY = FamilySpec(
     components=("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3",
                 "tokenizer", "tokenizer_2", "tokenizer_3", "scheduler"),
     native_resolution=1024,
-    settings=(*FLOW_MATCHING, T5, BLOCKS, SEPARATE_VAE, *COMMON, BLOCK_SWAP),
+    pixel_multiple=16,
+    settings=(*FLOW_MATCHING, T5, BLOCKS, *COMMON, BLOCK_SWAP, SEPARATE_VAE),
     fsdp_units=("JointTransformerBlock",),
     checkpointed_blocks=("JointTransformerBlock",),
     repeated_blocks=("JointTransformerBlock",),  # SD3Transformer2DModel does not name them

@@ -54,8 +54,8 @@ class Condition:
     values: tuple[object, ...]
 
     def describe(self) -> str:
-        shown = " or ".join(f'"{v}"' if isinstance(v, str) else str(v).lower() for v in self.values)
-        return f"{self.key} = {shown}"
+        shown = " or ".join(f'"{v}"' if isinstance(v, str) else str(v).lower() for v in self.values if v is not None)
+        return f"{self.key} {'empty' if not shown else '= ' + shown}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,9 @@ class FamilySpec:
     denoiser: str  # the pipeline's trained component: "unet" or "transformer"
     components: tuple[str, ...]  # the pipeline's model components
     native_resolution: int  # the resolution the published base was trained at
+    # Image sides are a multiple of this many pixels: the VAE's downscale (8), times the transformer's patch
+    # (2) where its denoiser cuts the latents into patches; a side off it fails at the first step.
+    pixel_multiple: int
     settings: tuple[Setting, ...]  # the settings that act only for some families and act for this one
     fsdp_units: tuple[str, ...]  # the denoiser's block classes that become FSDP units
     checkpointed_blocks: tuple[str, ...]  # the denoiser's blocks recomputed under gradient checkpointing

@@ -40,6 +40,7 @@ FAMILY = FamilySpec(
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,
+    pixel_multiple=16,
     settings=(*FLOW_MATCHING, *COMMON, TRAINING_ADAPTER, BLOCK_SWAP),
     fsdp_units=("ZImageTransformerBlock",),
     checkpointed_blocks=("ZImageTransformerBlock",),

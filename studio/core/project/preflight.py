@@ -76,7 +76,7 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     # launch.cpu it trains on the CPU, and its memory is the system's, not a card's.
     trains_on = gpu if gpu is not None and gpu.vendor != "apple" and not config.launch.cpu else None
     problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved),
-                            check_validation_folder(resolved)) if p is not None]
+                            check_validation_folder(resolved), check_sample_control(resolved)) if p is not None]
     problems += check_output(resolved)
     if gpu_count and trains_on is not None:  # on the CPU (no NVIDIA GPU, or launch.cpu) the ranks train there
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
@@ -85,7 +85,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     if trains_on is not None:
         problems += [p for p in (check_vram(resolved, trains_on),
                                  check_torch_cuda(config.launch.python) if check_torch else None) if p]
-    library = check_quantization_library(config, config.launch.python) if check_torch else None
+    on_gpu = trains_on is not None
+    library = check_quantization_library(config, config.launch.python, on_gpu) if check_torch else None
     if library is not None:
         problems.append(PreflightProblem(*library))
     return problems
@@ -217,6 +218,17 @@ def check_validation_folder(config: TrainConfig) -> PreflightProblem | None:
     return PreflightProblem("dataset", f"The validation folder {folder} (dataset.validation_folder) does not exist: "
                                        "create it with held-out images and their captions, or choose another "
                                        "folder (validation folder on the Model & Preset page).")
+
+
+def check_sample_control(config: TrainConfig) -> PreflightProblem | None:
+    """sampling.control_image of an edit run names an image file that is there (the trainer reads it once the
+    model has loaded, minutes into the run)."""
+    image = config.sampling.control_image
+    if config.dataset.kind != "edit" or not image or Path(image).is_file():
+        return None
+    return PreflightProblem("dataset", f"The control image {image} (sampling.control_image) is no image file: choose "
+                                       "the image every sample prompt edits, or leave it empty to edit the first "
+                                       "pair's control images (control image on the Model & Preset page).")
 
 
 def check_mask_files(config: TrainConfig) -> PreflightProblem | None:

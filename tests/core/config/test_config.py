@@ -64,6 +64,27 @@ def test_typo_names_the_key_the_line_and_a_suggestion(tmp_path: Path) -> None:
     assert errors[0].startswith("line 14:")
 
 
+def test_the_line_named_is_the_key_in_its_own_table(tmp_path: Path) -> None:
+    # [sampling] has a seed too, and every concept has a path: the line is the one of the key at fault.
+    text = MINIMAL.replace("[model]", "[sampling]\nseed = 7\n[model]").replace("seed = 1\n", "seed = -1\n")
+    text += "[[dataset.concepts]]\npath = \"\"\n"
+    errors = errors_of(tmp_path, text)
+    lines = text.splitlines()
+    for key, setting in (("training.seed = -1", "seed = -1"), ("dataset.concepts[1].path", 'path = ""')):
+        said = next(e for e in errors if key in e)
+        assert said.startswith(f"line {lines.index(setting) + 1}:"), said
+
+
+def test_a_list_item_or_a_missing_key_is_at_the_line_that_holds_it(tmp_path: Path) -> None:
+    text = MINIMAL.replace('path = "data/shapes"', 'repeats = 2').replace(
+        "[dataset]", '[dataset]\nkind = "edit"\ncontrol_layout = "separate"\ncontrol_folders = ["a", 5]')
+    errors = errors_of(tmp_path, text)
+    lines = text.splitlines()
+    folders, concept = lines.index('control_folders = ["a", 5]') + 1, lines.index("[[dataset.concepts]]") + 1
+    assert any(e.startswith(f"line {folders}: dataset.control_folders[1] = 5") for e in errors), errors
+    assert f"line {concept}: dataset.concepts[0].path: is required but missing" in errors
+
+
 def test_wrong_type_and_range_name_value_and_what_is_allowed(tmp_path: Path) -> None:
     errors = errors_of(
         tmp_path,

@@ -57,3 +57,31 @@ def test_a_training_environment_without_bitsandbytes_is_refused_with_the_install
 
 def test_a_training_environment_with_bitsandbytes_passes(tmp_path: Path) -> None:
     assert _problems(tmp_path, "nf4", _interpreter(tmp_path / "with", with_library=True)) == []
+
+
+def test_8bit_adamw_on_a_gpu_without_bitsandbytes_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    # The trainer refused it only when it built the optimizer, after loading the model (and caching).
+    from studio.core.hardware.machine.probe import load_hardware
+
+    bare = _interpreter(tmp_path / "bare", with_library=False)
+    gpu = load_hardware("rtx4090-24gb").gpus[0]
+
+    def problems(folder: Path, optimizer: str, on_gpu: bool, python: str = bare) -> list[str]:
+        root = folder / "project"
+        (root / "10_shapes").mkdir(parents=True)
+        Image.new("RGB", (16, 16)).save(root / "10_shapes" / "0.png")
+        config = create_project(root).load_config()
+        write_checkpoint(folder / "m.safetensors", SD15)
+        config.model.base, config.model.family = str(folder / "m.safetensors"), "sd15"  # type: ignore[assignment]
+        config.training.optimizer = optimizer  # type: ignore[assignment]
+        config.launch.python = python
+        found = preflight(resolve_paths(config, root), gpu if on_gpu else None)
+        return [str(p) for p in found if p.check == "library"]
+
+    assert problems(tmp_path / "a", "adamw8bit", True) == [
+        f'training.optimizer = "adamw8bit" needs the bitsandbytes library, which the training environment {bare} '
+        'lacks: install it there with pip install "sd-training-studio[cuda]" (or pip install bitsandbytes), or '
+        'choose training.optimizer = "adamw".']
+    assert problems(tmp_path / "b", "adamw8bit", False) == []  # on the CPU the trainer takes AdamW, and says so
+    assert problems(tmp_path / "c", "adamw", True) == []
+    assert problems(tmp_path / "d", "adamw8bit", True, _interpreter(tmp_path / "with", with_library=True)) == []

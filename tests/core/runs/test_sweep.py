@@ -53,3 +53,14 @@ def test_a_second_sweep_never_rewrites_the_first_ones_configs(tmp_path: Path) ->
     assert [load_config(p).training.batch_size for p in two] == [1, 1]
     again = write_sweep(first, "training.learning_rate", parse_values("1e-4, 5e-5"))
     assert again[0].parent.name == "cat-learning_rate-3" and set(one).isdisjoint(again)
+
+
+def test_max_steps_swept_over_a_run_in_epochs_sets_the_length_in_steps(tmp_path: Path) -> None:
+    # A run in epochs (as the LoRA presets are) swept over max_steps: each config counts in steps alone.
+    data = {"model": {"family": "sd15", "base": "models/tiny-sd15"}, "dataset": {"concepts": [{"path": "images"}]},
+            "training": {"epochs": 10}, "output": {"name": "cat"}}
+    path = tmp_path / "base.toml"
+    save_config(validate_data(data), path)
+    written = write_sweep(path, "training.max_steps", [500, 1000])
+    assert [(load_config(p).training.max_steps, load_config(p).training.epochs) for p in written] == [
+        (500, None), (1000, None)]

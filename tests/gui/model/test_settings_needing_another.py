@@ -151,3 +151,17 @@ def test_a_fraction_without_validation_every_in_the_toml_is_refused_with_what_to
         raise AssertionError("a share held out for nothing was taken")
     assert "dataset.validation_fraction" in message and "never measured" in message
     assert "set training.validation_every (e.g. 100)" in message
+
+
+def test_max_steps_set_puts_epochs_back_and_hides_them(make_page) -> None:
+    # Both were kept and max_steps won: the epochs shown were never trained.
+    page = make_page()
+    assert page.apply_config_changes({"training.epochs": 12, "training.max_steps": None})
+    epochs = page.form.findChild(QLineEdit, "field_training_epochs")  # optional: a line, empty for none
+    assert epochs is not None and epochs.isVisibleTo(page)
+    assert page.apply_config_changes({"training.max_steps": 500})
+    saved = load_config(page.context.project.config_path).training
+    assert (saved.max_steps, saved.epochs) == (500, None)
+    assert not epochs.isVisibleTo(page)
+    assert page.apply_config_changes({"training.max_steps": None})
+    assert epochs.isVisibleTo(page)

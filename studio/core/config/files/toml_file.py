@@ -3,6 +3,7 @@ writing that keeps a person's comments and order."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,44 @@ def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
         )]) from None
 
 
+def _key_path(key: str) -> list[str]:
+    """"dataset.concepts[1].path" -> ["dataset", "concepts", "1", "path"]."""
+    return [part for part in re.split(r"[.\[\]]+", key) if part]
+
+
+def _dotted(name: str) -> list[str]:
+    """A TOML key or table name as its parts: `a."b.c"` -> ["a", "b.c"]."""
+    return [part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', name)]
+
+
 def _line_of(text: str, key: str) -> int | None:
-    leaf = key.split(".")[-1].split("[")[0]
+    """The line that sets `key` (section.name, concepts[N]...), reading the tables as TOML does: the seed of
+    [sampling] is not the seed of [training], nor is the second concept's path the first one's. A key inside a
+    value (a list's item) or missing from its table is at the line of what holds it."""
+    wanted = _key_path(key)
+    table: list[str] = []
+    tables_seen: dict[tuple[str, ...], int] = {}
+    holder, held = None, 1  # the line of the longest part of `wanted` set in the file, and that part's length
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if stripped.startswith(leaf) and stripped[len(leaf):].lstrip().startswith("="):
+        header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = _dotted(header.group(2))
+            if header.group(1) == "[[":
+                index = tables_seen.get(tuple(table), -1) + 1
+                tables_seen[tuple(table)] = index
+                table = [*table, str(index)]
+            found = table
+        else:
+            assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+            if not assignment:
+                continue
+            found = [*table, *_dotted(assignment.group(1))]
+        if found == wanted:
             return number
-    return None
+        if len(found) > held and wanted[:len(found)] == found:
+            holder, held = number, len(found)
+    return holder
 
 
 def validate_data(data: Mapping[str, Any], source: str = "config", text: str | None = None) -> TrainConfig:

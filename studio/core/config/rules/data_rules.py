@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio.core.config.errors import Contradiction
+from studio.core.families import family
 
 
 def check_validation(config: Any) -> None:
@@ -33,6 +34,25 @@ def check_validation(config: Any) -> None:
         raise Contradiction("dataset.validation_folder", d.validation_folder,
                             "names images for a validation loss that is never measured (training.validation_every "
                             "= 0): set training.validation_every (e.g. 100) or leave dataset.validation_folder empty")
+
+
+def check_sides(config: Any) -> None:
+    """Every image side the run trains or samples at is a multiple of the family's (a transformer cuts its
+    latents into 2x2 patches: 16 pixels); a side off it would fail at the first step, after the model loads."""
+    spec, d = family(config.model.family), config.dataset
+    step = spec.pixel_multiple
+    if step <= 8:  # a UNet's VAE: the schema's multiple of 8 (its UNet takes any latent size)
+        return
+    sides = [("dataset.resolution", d.resolution), ("sampling.size", config.sampling.size)]
+    if d.buckets:
+        sides += [("dataset.bucket_step", d.bucket_step), ("dataset.min_bucket", d.min_bucket),
+                  ("dataset.max_bucket", d.max_bucket)]
+    for key, side in sides:
+        if side is not None and side % step:
+            lower, higher = side - side % step, side - side % step + step
+            choices = f"{lower} or {higher}" if lower else str(higher)
+            raise Contradiction(key, side, f"{spec.title} trains and samples at sides that are a multiple of {step} "
+                                f"pixels; use {choices}")
 
 
 def check_masks(config: Any) -> None:

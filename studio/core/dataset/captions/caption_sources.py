@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-CAPTION_EXTENSIONS = (".txt", ".caption")
+from studio.core.config.schema import CAPTION_EXTENSIONS as CAPTION_EXTENSIONS  # the sidecars read
+
 METADATA_FILE = "metadata.jsonl"
 
 _UTF8_BOM = b"\xef\xbb\xbf"

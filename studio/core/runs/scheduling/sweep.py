@@ -17,6 +17,7 @@ from typing import Any
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.paths import ResolvedConfig, load_resolved
 from studio.core.config.files.toml_file import save_config, validate_data
+from studio.core.config.rules.acting import resets_for
 
 SWEEPS_DIR = "sweeps"
 MAX_VALUES = 50
@@ -145,6 +146,10 @@ def write_sweep(config_path: Path, field: str, values: list[Any]) -> list[Path]:
     for value in values:
         data = _deep_copy(base)
         _set(data, field, value)
+        # What the value makes inert goes back to its default, as on the Model page: max_steps swept over a run
+        # in epochs sets its length in steps.
+        for key, default in resets_for(config, {field: value}).items():
+            _set(data, key, default)
         label = value_label(value)
         data["output"]["name"] = f"{config.output.name}-{short}-{label}"
         try:
