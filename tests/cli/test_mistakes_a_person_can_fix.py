@@ -188,23 +188,6 @@ def test_an_image_side_a_transformer_cannot_patch_is_refused_before_loading(
     assert cli_main(["validate", str(path)]) == 0
 
 
-def test_class_images_wanted_for_a_lora_are_refused_as_nothing_makes_them(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # They are generated for a DreamBooth only: a LoRA trained without prior preservation, and said nothing.
-    path = tmp_path / "studio.toml"
-    concept = '[[dataset.concepts]]\npath = "data"\nclass_prompt = "a photo of a dog"\nnum_class_images = 200\n'
-    path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n{concept}', encoding="utf-8")
-    for command in ("validate", "run"):
-        assert cli_main([command, str(path)]) == 2, command
-        err = capsys.readouterr().err
-        assert ("line 7: dataset.concepts[0].num_class_images = 200: class images are generated only for a "
-                "DreamBooth run" in err), err
-        assert "set num_class_images = 0" in err and "Traceback" not in err
-    path.write_text(f'[model]\nfamily = "sdxl"\nbase = "org/model"\n[method]\nkind = "dreambooth"\n{concept}',
-                    encoding="utf-8")
-    assert cli_main(["validate", str(path)]) == 0
-
-
 def test_a_missing_sample_control_image_is_named_before_the_model_loads(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The trainer refused it only once the model had loaded (minutes, for an edit model).
@@ -263,7 +246,7 @@ def test_a_separate_vae_a_family_never_loads_is_refused(tmp_path: Path, capsys: 
     for command in ("validate", "run"):
         assert cli_main([command, str(path)]) == 2
         err = capsys.readouterr().err
-        assert ('line 4: model.vae = "my-vae.safetensors": loads a separate VAE in place of the base model\'s own, '
+        assert ('line 4: model.vae = "my-vae.safetensors": replaces the base model\'s VAE with another one, '
                 "which acts only for family sd15, sdxl, sd3;") in err and "Traceback" not in err, err
     path.write_text(text.format("sdxl"), encoding="utf-8")
     assert cli_main(["validate", str(path)]) == 0

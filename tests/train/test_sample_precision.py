@@ -56,9 +56,7 @@ def loaded(tiny_models: dict[str, Path]) -> dict[str, Any]:
 
 def _config(family: str, base: str, dtype: str, method: str, precision: str, cache: bool,
             data: Path) -> TrainConfig:
-    # Class images are made for a DreamBooth only (validation refuses them wanted for a LoRA).
-    concept = ConceptSection(path=str(data), class_prompt="a photo of a shape",
-                             num_class_images=1 if method == "dreambooth" else 0)
+    concept = ConceptSection(path=str(data), class_prompt="a photo of a shape", num_class_images=1)
     return TrainConfig(
         model=ModelSection(family=family, base=base, dtype=dtype),  # type: ignore[arg-type]
         method=MethodSection(kind=method, **({"rank": 4} if method == "lora" else {})),  # type: ignore[arg-type]

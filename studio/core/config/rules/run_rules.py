@@ -33,13 +33,6 @@ def check_training(config: TrainConfig) -> None:
         raise Contradiction("output.save_every_n_epochs", config.output.save_every_n_epochs,
                              "applies to LoRA runs; a DreamBooth run would write a whole model each time "
                              "(use output.save_every_n_steps checkpoints and resume instead)")
-    for number, concept in enumerate(d.concepts):
-        if concept.num_class_images and config.method.kind != "dreambooth":
-            # Nothing would make them: prior preservation would train without class images, or with fewer.
-            raise Contradiction(f"dataset.concepts[{number}].num_class_images", concept.num_class_images,
-                                "class images are generated only for a DreamBooth run (method.kind = "
-                                "\"dreambooth\"); a LoRA trains with the class images already in class_path: put "
-                                "them there and set num_class_images = 0 (or train a DreamBooth)")
 
 
 def check_settings_act(config: TrainConfig) -> None:
