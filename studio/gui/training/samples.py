@@ -111,12 +111,13 @@ class SamplesGallery(QWidget):
         layout.addWidget(self.grid, 3)
         self._samples: list[SampleImage] = []
         self._model: RunModel | None = None
+        self._rewinds = 0  # the model's rewinds when the gallery was filled (a resume drops later samples)
         self.last_dialog: ImageDialog | None = None
 
     def refresh(self, model: RunModel) -> None:
         """Add what is new (samples only ever grow within one run)."""
-        if model is not self._model or len(model.samples) < len(self._samples):
-            self._model = model
+        if model is not self._model or model.rewinds != self._rewinds or len(model.samples) < len(self._samples):
+            self._model, self._rewinds = model, model.rewinds
             self._samples = []
             self.grid.clear()
             self.prompt.clear()

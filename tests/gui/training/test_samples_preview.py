@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from PIL import Image
@@ -120,3 +122,26 @@ def test_an_edit_runs_samples_show_the_control_image_they_edit_beside_them(qtbot
     assert model.sample_controls == [tmp_path / "control-0.png"]
     assert gallery.control.isVisibleTo(gallery) and not gallery.control.pixmap().isNull()
     assert gallery.control.pixmap().toImage().pixelColor(32, 32).blue() == 200
+
+
+def test_a_resume_from_an_older_checkpoint_shows_its_steps_samples_once(qtbot: QtBot, tmp_path: Path) -> None:
+    # Samples at 10 and 20, killed, resumed from the checkpoint at 10: the sample of step 20 is made
+    # again, into the same file. The gallery lists steps 10 and 20 once each, step 20 as made again,
+    # even when the new one came before its redraw.
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "10.png")
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "20.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=30, devices=["cpu"]))
+    for step in (10, 20):
+        model.apply(Sample(step=step, images=[f"{step}.png"], prompts=["a cat"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=30, devices=["cpu"], resumed_from_step=10))
+    Image.new("RGB", (64, 64), (30, 30, 200)).save(tmp_path / "20.png")
+    os.utime(tmp_path / "20.png", (time.time() + 60, time.time() + 60))  # made minutes later, as a resume is
+    model.apply(Sample(step=20, images=["20.png"], prompts=["a cat"]))
+    gallery.refresh(model)
+    assert [gallery.grid.item(i).text().split("\n")[0] for i in range(gallery.grid.count())] == ["step 10", "step 20"]
+    thumbnail = gallery.grid.item(1).icon().pixmap(16, 16).toImage().pixelColor(8, 8)
+    assert (thumbnail.red(), thumbnail.blue()) == (30, 200)  # the resumed leg's picture, not the lost one's
