@@ -151,3 +151,27 @@ def test_a_queued_run_left_running_ends_its_queue_item_and_the_queue_goes_on(qtb
     finally:
         with contextlib.suppress(psutil.Error):
             psutil.Process(live.pid).kill()
+
+
+def test_a_run_followed_again_mid_line_loses_no_event(qtbot: QtBot, tmp_path: Path) -> None:
+    # The studio comes back while the trainer is writing a line: that event arrives whole with the next poll.
+    import os
+
+    from studio.core.runs.events import EventWriter, RunStarted, Sample
+    from studio.core.runs.live import LiveRun
+    from studio.core.runs.records.run_model import EventTail, RunModel
+
+    events = tmp_path / "events.jsonl"
+    with EventWriter(events, flush_interval=0.0) as writer:
+        writer.write(RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"]))
+    line = (Sample(step=5, images=["samples/a.png"], prompts=["a cat"]).to_json() + "\n").encode()
+    with open(events, "ab") as handle:
+        handle.write(line[:40])
+    run = AttachedRun(LiveRun(tmp_path, os.getpid(), 0.0))
+    model, tail = RunModel(tmp_path), EventTail(events)
+    run.catch_up(model, tail)
+    with open(events, "ab") as handle:
+        handle.write(line[40:])
+    model.apply_all(tail.poll_items())
+    assert [s.step for s in model.samples] == [5] and tail.garbage_lines == 0
+    run.deleteLater()
