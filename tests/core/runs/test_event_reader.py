@@ -256,3 +256,21 @@ def test_a_run_resumed_from_an_older_checkpoint_draws_each_step_once(tmp_path: P
     for model in (replay(tmp_path), _one_at_a_time(run + resumed)):
         assert model.steps.view().tolist() == list(range(1, 11))
         assert model.loss.view().tolist() == [1.0] * 5 + [0.1] * 5
+
+
+def test_the_time_a_killed_run_stood_dead_before_its_resume_is_not_training_time(tmp_path: Path) -> None:
+    # 5 s of training, killed at 1005 without a word; resumed at 5000: the new leg loads its model (10 s)
+    # before its run_started, then trains 10 s. Elapsed is 25 s, not 4020 s, and memory has a gap.
+    events = [RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], time=1000.0)]
+    events += [step_event(s, t=1000.0) for s in range(1, 6)]
+    events += [Phase(name="loading", done=0, total=1, message="loading the model", time=5000.0),
+               Phase(name="loading", done=0, total=1, message="resuming from checkpoints/step-5", time=5005.0),
+               RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], resumed_from_step=5,
+                          time=5010.0)]
+    events += [step_event(s, t=5010.0) for s in range(6, 11)]
+    events.append(RunFinished(status="completed", step=10, time=5020.0))
+    write_events(tmp_path / "events.jsonl", events)
+    for model in (replay(tmp_path), _one_at_a_time(events)):
+        assert model.elapsed_s() == pytest.approx(25.0)
+        allocated = model.memory[0].allocated.view()
+        assert len(allocated) == 11 and np.isnan(allocated[5]) and not np.isnan(allocated[[4, 6]]).any()

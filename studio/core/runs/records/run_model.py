@@ -252,6 +252,11 @@ class RunModel:
         if self.first_time is None:
             self.first_time = event.time
         if not isinstance(event, RunFinished):
+            if (isinstance(event, Phase) and event.name == "loading" and self.started is not None
+                    and self._leg_ended_at is None and not self._pause_counted and self.last_time is not None):
+                # A trainer loads its model only before its run_started: this is a resumed leg, and the leg
+                # before was killed without a word at its last event. The time between is no training time.
+                self._leg_ended_at = self.last_time
             self._leg_goes_on(event.time)
         previous, self.last_time = self.last_time, event.time
         if isinstance(event, Step):
