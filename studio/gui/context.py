@@ -92,8 +92,14 @@ class StudioContext(QObject):
         if self.config is not None:
             self.sig_config_changed.emit(self.config)
         if project is not None:
+            controller = self.run_controller
+            queue = controller.queue
+            if not controller.running and (queue is None or queue.root != project.root):
+                # The pages built after this (the window builds them once the project is open) leave the
+                # queue alone while a run is followed: the queue shown and run is this project's.
+                controller.set_project_root(project.root)
             # A training left running when the studio last closed: the Train page follows it again.
-            self.run_controller.attach_live(self.runs_dir())
+            controller.attach_live(self.runs_dir())
 
     def runs_dir(self) -> Path:
         """Where the project's runs go (output.dir of its config)."""

@@ -86,6 +86,8 @@ class Trainer:
         self.hold = StepHold(run_dir, self.stop, accelerator)  # tests only: STUDIO_TEST_HOLD_STEPS
         self.step = 0
         self.epoch = 0
+        # The step of the checkpoint this leg resumed from or saved last: the state it holds is this one's.
+        self.saved_step: int | None = None
         self.adapter: FamilyAdapter = adapter_for(config)
         self.items: list[TrainItem] = []
         self.latent_cache: LatentCache | None = None
@@ -109,7 +111,7 @@ class Trainer:
     def setup(self) -> None:
         acc, config = self.accelerator, self.config
         if acc.is_main_process and self.resume:
-            self.stop.path.unlink(missing_ok=True)
+            self.stop.clear_stale()
         self.stop.install()
         from accelerate.utils import set_seed
 
@@ -192,6 +194,7 @@ class Trainer:
                              self.total, self.plan.global_batch, self.config.training.gradient_accumulation)
         if state is not None:
             self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
+            self.saved_step = self.step
 
     # ------------------------------------------------------------ the loop
 
@@ -392,6 +395,7 @@ class Trainer:
         with self.clock.timed("saving"):
             folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last,
                                      self.scheduler, extra=self.ema.save if self.ema is not None else None)
+        self.saved_step = self.step
         self.reporter.emit(Checkpoint(step=self.step, path=str(folder)))
 
     def _finish(self, status: str, message: str = "") -> RunFinished:
@@ -400,7 +404,11 @@ class Trainer:
         self._report(self.meter.flush(False), None)
         outputs: list[str] = []
         if status == "stopped":
-            self._checkpoint(self.epoch)
+            if self.saved_step != self.step:
+                # Not when this step's checkpoint is there already (Stop pressed during its save, or a resumed
+                # run stopped before its first step): saving it again deleted the complete one first, and a
+                # Kill or a power cut meanwhile left the run without it.
+                self._checkpoint(self.epoch)
         else:
             every = self.config.sampling.every_n_steps
             if every and self.step % every:

@@ -15,7 +15,7 @@ import torch
 
 from studio.core.config.rules.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
-from studio.core.runs.folders import STOP_FILE
+from studio.core.runs.folders import LAUNCHED_ENV, STOP_FILE
 
 # How long a rank waits for the others at a collective call. Rank 0 alone renders the class images and the
 # samples, writes the outputs and fills a disk cache of latents while the other ranks wait at a barrier: the
@@ -109,6 +109,16 @@ class StopSignal:
             raise KeyboardInterrupt
         self.terminated = True
         self.received = signal.Signals(signum).name
+
+    def clear_stale(self) -> None:
+        """A resumed run: the STOP file the leg before stopped at goes. One written since the launch stays: Stop
+        pressed while the trainer imports and loads (tens of seconds) was lost, and the run trained on to its end."""
+        try:
+            if self.path.stat().st_mtime >= float(os.environ[LAUNCHED_ENV]):
+                return
+        except (OSError, KeyError, ValueError):  # no STOP, or a launch that does not say when (a bundle's)
+            pass
+        self.path.unlink(missing_ok=True)
 
     def local(self) -> bool:
         return self.terminated or self.path.exists()

@@ -4,6 +4,7 @@ random draw in place (flip, caption dropout, LoRA dropout)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -131,3 +132,76 @@ def test_stop_then_resume_with_ema_is_bit_identical(make_config, run_training, e
     raw, averaged = _weights(straight), load_file(str(straight / "output" / "pytorch_lora_weights_ema.safetensors"))
     assert raw.keys() == averaged.keys()
     assert all(not torch.equal(raw[k], averaged[k]) for k in raw if k.endswith("lora_B.weight"))
+
+
+def test_stop_pressed_while_a_resumed_run_loads_is_honoured(make_config, run_training, events_of, demo_data,
+                                                            tmp_path, monkeypatch) -> None:
+    """The leg before stopped at its STOP file; the resume was launched, and Stop pressed while the trainer
+    imported and loaded: that Stop stops the resumed run at its first step, instead of being cleared with the
+    leg before's."""
+    import time
+
+    from studio.core.runs.folders import LAUNCHED_ENV, request_stop
+    from studio.train.loop import Trainer
+
+    config = _config(make_config, demo_data)
+    original = Trainer._after_step
+
+    def stop_after_three(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 3:
+            request_stop(self.run_dir)
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_three)
+    code, run_dir = run_training(config, tmp_path / "b")
+    assert code == 0
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    old = time.time() - 60
+    os.utime(run_dir / "STOP", (old, old))  # the leg before's, a minute before the resume
+    monkeypatch.setenv(LAUNCHED_ENV, repr(time.time() - 1.0))  # Resume pressed, then Stop a second later
+    request_stop(run_dir)
+    code, _ = run_training(config, tmp_path / "b", resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "stopped" and events[-1].step == 3
+    assert [e.step for e in events if isinstance(e, Step)] == [1, 2, 3]  # not one step more
+    assert [e.step for e in events if isinstance(e, Checkpoint)] == [3]  # the checkpoint it resumed from, kept
+
+
+def test_stop_pressed_while_a_checkpoint_saves_keeps_that_checkpoint(make_config, run_training, events_of,
+                                                                     demo_data, tmp_path, monkeypatch) -> None:
+    """Stop pressed while the checkpoint of step 3 is being saved: the run stops at 3 without saving that
+    checkpoint a second time (which deleted the complete one first: a Kill meanwhile, here the second save
+    ended as by a kill, left the run without it)."""
+    from accelerate import Accelerator
+
+    from studio.core.config.schema import OutputSection
+    from studio.core.runs.folders import request_stop
+    from studio.train.loop import Trainer
+    from studio.train.saving.checkpoints import complete_checkpoints
+
+    config = _config(make_config, demo_data).model_copy(
+        update={"output": OutputSection(dir=str(tmp_path / "runs"), save_every_n_steps=3, keep_last=1)})
+    saves: list[str] = []
+    real_save = Accelerator.save_state
+
+    def save_state(self: Accelerator, folder: str, *args: object, **kwargs: object) -> object:
+        saves.append(folder)
+        if len(saves) > 1:
+            raise SystemExit("killed while saving")
+        return real_save(self, folder, *args, **kwargs)
+
+    original = Trainer._after_step
+
+    def stop_during_the_save(self: Trainer, epoch: int) -> None:
+        original(self, epoch)  # the checkpoint of step 3 is saved here
+        if self.step == 3:
+            request_stop(self.run_dir)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    monkeypatch.setattr(Trainer, "_after_step", stop_during_the_save)
+    code, run_dir = run_training(config, tmp_path / "b")
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
+    assert [step for step, _ in complete_checkpoints(run_dir)] == [3]
+    assert len(saves) == 1

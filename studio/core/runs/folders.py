@@ -11,6 +11,9 @@ COMMAND_FILE = "command.txt"
 EVENTS_FILE = "events.jsonl"
 CONSOLE_FILE = "console.log"
 STOP_FILE = "STOP"
+# When the studio (or studio-train) launched the trainer, in UNIX seconds: a STOP older than that is the leg
+# before's, a newer one a Stop pressed while the trainer starts.
+LAUNCHED_ENV = "STUDIO_LAUNCHED_AT"
 SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
 OUTPUT_DIR = "output"

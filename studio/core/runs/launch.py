@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from studio.core.config.rules.sharding import accelerate_fsdp_config
 from studio.core.config.schema import TrainConfig
 from studio.core.files import atomic_write_text
 from studio.core.quoting import yaml_scalar
-from studio.core.runs.folders import ACCELERATE_FILE, COMMAND_FILE, CONFIG_FILE, CONSOLE_FILE, new_run_dir
+from studio.core.runs.folders import (
+    ACCELERATE_FILE,
+    COMMAND_FILE,
+    CONFIG_FILE,
+    CONSOLE_FILE,
+    LAUNCHED_ENV,
+    new_run_dir,
+)
 from studio.core.runs.records.outcome import STUDIO_PREFIX
 from studio.core.training_python import default_training_python
 
@@ -136,6 +144,7 @@ def training_env(base: dict[str, str] | None = None) -> dict[str, str]:
     # launch.gpu_ids = "1" (the 4090 on the Model page) would train on the 3060, and a one-GPU run on GPU 0
     # (the card the estimate is compared with) would train on the 4090.
     env.setdefault("CUDA_DEVICE_ORDER", os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
+    env[LAUNCHED_ENV] = repr(time.time())  # made at the launch: see StopRequest.clear_stale
     return env
 
 

@@ -53,8 +53,9 @@ def is_alive(run: LiveRun) -> bool:
 
 
 def started_elsewhere(proc: psutil.Process, run: LiveRun) -> bool:
-    """The pid was reused by another program (its start time differs from the trainer's)."""
-    return bool(run.started) and abs(proc.create_time() - run.started) > START_TIME_SLACK_S
+    """The pid was reused by another program (its start time differs from the trainer's), or may have been: the
+    trainer's start time is unknown (0: it had ended before the studio could read it), so the pid is not its."""
+    return not run.started or abs(proc.create_time() - run.started) > START_TIME_SLACK_S
 
 
 def find_live_runs(runs_dir: str | Path) -> list[LiveRun]:

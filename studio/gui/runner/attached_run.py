@@ -40,7 +40,11 @@ class AttachedRun(RunSource):
         self._timer.timeout.connect(self.poll)
 
     def catch_up(self, model: RunModel, tail: EventTail) -> None:
-        model.apply_all(tail.finish_items())
+        # Complete lines only: the trainer goes on writing, and a line it is writing now is read whole by the
+        # next poll (read as the end of a file, its first half and its rest were two garbage lines, the event lost).
+        model.apply_all(tail.poll_items())
+        while tail.has_more() and not tail.restarted:
+            model.apply_all(tail.poll_items())
 
     def start(self) -> bool:
         self._timer.start()

@@ -224,6 +224,8 @@ class RunController(QObject):
         failed = self.model.status == "failed" and self._queue_item is not None
         if source.owned:
             self._finish_queue_item()
+        else:
+            self._finish_queue_item_left_running(source.run_dir)
         self.sig_run_ended.emit(self.model.status)
         if source.owned and self._queue_goes_on(failed):
             self._start_next_queued()
@@ -354,6 +356,19 @@ class RunController(QObject):
             self.sig_message.emit(f"A queued run failed; the queue holds ({pending} waiting). Tick \"Continue on "
                                   "error\" to go on past failed runs, or Start queue to go on now.")
         return False
+
+    def _finish_queue_item_left_running(self, run_dir: Path) -> None:
+        """A queued run this studio followed again after a restart ("keep running") ended: its item says how,
+        rather than "running" for good (which held the queue: Start queue started nothing). A queue that
+        runs in another window is that window's to mark."""
+        queue = self.queue
+        if queue is None or queue.runner_held or queue.runner_holder() is not None:
+            return
+        item = next((i for i in queue.items if i.state == "running" and i.run_dir
+                     and Path(i.run_dir) == run_dir), None)
+        if item is not None:
+            self._queue_item = item.id
+            self._finish_queue_item()
 
     def _finish_queue_item(self) -> None:
         if self.queue is None or self._queue_item is None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QIcon, QPixmap
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer
+from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -24,6 +24,7 @@ from studio.gui.base.names import named
 from studio.gui.widgets.image_view import ImageView
 
 THUMB = 128
+THUMB_LOADED = Qt.ItemDataRole.UserRole + 1  # a grid item whose picture has been read
 DIALOG_MIN_SIDE = 512
 NO_PROMPTS = "No samples yet: add prompts in the Sample settings tab."
 
@@ -87,6 +88,17 @@ class SamplesGallery(QWidget):
         self.grid.setUniformItemSizes(True)
         self.grid.itemActivated.connect(self._enlarge_item)
         self.grid.itemClicked.connect(self._enlarge_item)
+        # Thumbnails are read for the items in view only, when they come into view: a long run's thousands of
+        # samples were each read whole on opening it (seconds to minutes of a frozen window, 64 KB of icon each).
+        blank = QPixmap(THUMB, THUMB)
+        blank.fill(QColor(0, 0, 0, 0))
+        self._placeholder = QIcon(blank)
+        self._thumbs = QTimer(self)
+        self._thumbs.setSingleShot(True)
+        self._thumbs.setInterval(0)
+        self._thumbs.timeout.connect(self.load_visible_thumbnails)
+        self.grid.verticalScrollBar().valueChanged.connect(lambda _value: self._thumbs.start())
+        self.grid.viewport().installEventFilter(self)
         self.prompt.currentIndexChanged.connect(self._update_slider)
         self.slider.valueChanged.connect(self._show_step)
         controls = QHBoxLayout()
@@ -111,12 +123,13 @@ class SamplesGallery(QWidget):
         layout.addWidget(self.grid, 3)
         self._samples: list[SampleImage] = []
         self._model: RunModel | None = None
+        self._rewinds = 0  # the model's rewinds when the gallery was filled (a resume drops later samples)
         self.last_dialog: ImageDialog | None = None
 
     def refresh(self, model: RunModel) -> None:
         """Add what is new (samples only ever grow within one run)."""
-        if model is not self._model or len(model.samples) < len(self._samples):
-            self._model = model
+        if model is not self._model or model.rewinds != self._rewinds or len(model.samples) < len(self._samples):
+            self._model, self._rewinds = model, model.rewinds
             self._samples = []
             self.grid.clear()
             self.prompt.clear()
@@ -131,9 +144,7 @@ class SamplesGallery(QWidget):
             return
         for sample in new:
             self._samples.append(sample)
-            item = QListWidgetItem(QIcon(QPixmap(str(sample.path)).scaled(
-                THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)),
-                f"step {sample.step}\n{sample.prompt[:40]}")
+            item = QListWidgetItem(self._placeholder, f"step {sample.step}\n{sample.prompt[:40]}")
             item.setData(Qt.ItemDataRole.UserRole, len(self._samples) - 1)
             item.setToolTip(f"step {sample.step}: {sample.prompt}\n{sample.path}")
             self.grid.addItem(item)
@@ -141,6 +152,40 @@ class SamplesGallery(QWidget):
                 self.prompt.addItem(sample.prompt)
         at_end = self.slider.value() == self.slider.maximum()
         self._update_slider(keep_end=at_end)
+        self._thumbs.start()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.grid.viewport() and event.type() in (QEvent.Type.Show, QEvent.Type.Resize):
+            self._thumbs.start()  # the Samples tab shown, the window resized: other items are in view
+        return super().eventFilter(watched, event)
+
+    def load_visible_thumbnails(self) -> int:
+        """Read the pictures of the grid items in view that have none yet; how many were read."""
+        grid = self.grid
+        if not grid.isVisible() or not grid.count():
+            return 0
+        height = grid.viewport().height()
+        # The items are laid out row by row: the first in view is found by bisection, not by asking them all.
+        low, high = 0, grid.count()
+        while low < high:
+            middle = (low + high) // 2
+            if grid.visualItemRect(grid.item(middle)).bottom() < 0:
+                low = middle + 1
+            else:
+                high = middle
+        read = 0
+        for row in range(low, grid.count()):
+            item = grid.item(row)
+            if grid.visualItemRect(item).top() > height:
+                break
+            index = item.data(Qt.ItemDataRole.UserRole)
+            if item.data(THUMB_LOADED) or not isinstance(index, int) or not 0 <= index < len(self._samples):
+                continue
+            item.setIcon(QIcon(QPixmap(str(self._samples[index].path)).scaled(
+                THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)))
+            item.setData(THUMB_LOADED, True)
+            read += 1
+        return read
 
     def _show_control(self, controls: list[Path]) -> None:
         pixmap = QPixmap(str(controls[0])) if controls else QPixmap()

@@ -103,6 +103,7 @@ class LossPlot(QWidget):
         self._ema_state: tuple[float, int] = (0.0, 0)
         self._ema_len = 0
         self._model: RunModel | None = None
+        self._rewinds = 0  # the model's rewinds when the line was smoothed
 
     def _set_smoothing(self, value: int) -> None:
         self.smoothing = value / 100
@@ -115,8 +116,8 @@ class LossPlot(QWidget):
         self._ema_len, self._ema_state = 0, (0.0, 0)
 
     def refresh(self, model: RunModel) -> None:
-        if model is not self._model:
-            self._model = model
+        if model is not self._model or model.rewinds != self._rewinds:
+            self._model, self._rewinds = model, model.rewinds
             self.reset()
         steps, loss = model.steps.view(), model.loss.view()
         n = len(loss)

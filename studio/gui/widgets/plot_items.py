@@ -142,6 +142,11 @@ class FollowRange:
     def _manual(self, *_args: object) -> None:
         self.following = False
 
+    def forget_seen(self) -> None:
+        """The curves lost points (a resumed run dropped the steps after its checkpoint): the next feed
+        takes every point again, those that came in the lost ones' place too."""
+        self._seen = {}
+
     def feed(self, key: object, x: np.ndarray, y: np.ndarray) -> None:
         """Take the points of curve `key` not seen yet (arrays only grow within a run)."""
         start = self._seen.get(key, 0)

@@ -52,6 +52,7 @@ class RunPlots(QWidget):
         self._rank_curves: dict[int, list[pg.PlotDataItem]] = {}  # allocated (or RSS), peak
         self._gpu_curves: dict[int, pg.PlotDataItem] = {}
         self._model: RunModel | None = None
+        self._rewinds = 0  # the model's rewinds the step plots last followed
         # The model version each plot last drew (see refresh's stagger).
         self._drawn: dict[str, int] = {"loss": -1, "memory": -1, "lr": -1, "throughput": -1}
         self._gpu_drawn = 0
@@ -140,6 +141,11 @@ class RunPlots(QWidget):
         if model is not self._model:
             self.clear()
             self._model = model
+            self._rewinds = model.rewinds
+        if model.rewinds != self._rewinds:
+            self._rewinds = model.rewinds
+            for follow in self._follow.values():
+                follow.forget_seen()
         if force:
             self._drawn = dict.fromkeys(self._drawn, -1)
         if not stagger:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from studio.core.runs.events import Error, Phase, RunFinished, RunStarted, Sample, Step
+from studio.core.runs.events import Error, Phase, RunFinished, RunStarted, Sample, Step, Validation
 from studio.core.runs.records.run_model import EventTail, RunModel, replay, replay_run
 from tests.core.runs.conftest import step_event, write_events
 
@@ -234,3 +234,43 @@ def _one_at_a_time(events: list) -> RunModel:  # type: ignore[type-arg]
     for event in events:
         model.apply(event)
     return model
+
+
+def test_a_run_resumed_from_an_older_checkpoint_draws_each_step_once(tmp_path: Path) -> None:
+    # Killed at step 7 with its checkpoint at 5: the resumed leg trains 6 and 7 again. The lost leg's
+    # 6 and 7 (loss, lr, speed, validation, samples) are dropped, not drawn back from 7 to 6.
+    run = [RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"], time=1000.0)]
+    run += [step_event(s, loss=1.0, t=1000.0) for s in range(1, 8)]
+    run += [Validation(step=4, loss=0.9, images=1, timesteps=[0.5]),
+            Validation(step=6, loss=0.8, images=1, timesteps=[0.5]),
+            Sample(step=4, images=["samples/4.png"], prompts=["a"]),
+            Sample(step=6, images=["samples/6.png"], prompts=["a"])]
+    run += [RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"], resumed_from_step=5, time=1100.0)]
+    write_events(tmp_path / "events.jsonl", run)
+    for model in (replay(tmp_path), _one_at_a_time(run)):
+        assert model.steps.view().tolist() == [1, 2, 3, 4, 5] and model.step == 5
+        assert len(model.loss) == len(model.lr) == len(model.samples_per_s) == len(model.step_times) == 5
+        assert model.validation_steps.view().tolist() == [4] and [s.step for s in model.samples] == [4]
+    resumed = [step_event(s, loss=0.1, t=1100.0) for s in range(6, 11)]
+    write_events(tmp_path / "events.jsonl", resumed)
+    for model in (replay(tmp_path), _one_at_a_time(run + resumed)):
+        assert model.steps.view().tolist() == list(range(1, 11))
+        assert model.loss.view().tolist() == [1.0] * 5 + [0.1] * 5
+
+
+def test_the_time_a_killed_run_stood_dead_before_its_resume_is_not_training_time(tmp_path: Path) -> None:
+    # 5 s of training, killed at 1005 without a word; resumed at 5000: the new leg loads its model (10 s)
+    # before its run_started, then trains 10 s. Elapsed is 25 s, not 4020 s, and memory has a gap.
+    events = [RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], time=1000.0)]
+    events += [step_event(s, t=1000.0) for s in range(1, 6)]
+    events += [Phase(name="loading", done=0, total=1, message="loading the model", time=5000.0),
+               Phase(name="loading", done=0, total=1, message="resuming from checkpoints/step-5", time=5005.0),
+               RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], resumed_from_step=5,
+                          time=5010.0)]
+    events += [step_event(s, t=5010.0) for s in range(6, 11)]
+    events.append(RunFinished(status="completed", step=10, time=5020.0))
+    write_events(tmp_path / "events.jsonl", events)
+    for model in (replay(tmp_path), _one_at_a_time(events)):
+        assert model.elapsed_s() == pytest.approx(25.0)
+        allocated = model.memory[0].allocated.view()
+        assert len(allocated) == 11 and np.isnan(allocated[5]) and not np.isnan(allocated[[4, 6]]).any()

@@ -164,3 +164,24 @@ def test_the_summary_says_the_run_s_speed_and_where_its_time_went(tmp_path: Path
 def test_a_run_finished_by_an_older_trainer_has_no_speed_to_show(finished_run: Path) -> None:
     s = summarize_run(finished_run, never_alive)
     assert s.images_per_s is None and s.phases == ""
+
+
+def test_the_runs_table_filled_again_reads_only_the_runs_that_changed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # 30 finished runs and one that goes on: filling the table again (at each run's start) reads the one
+    # whose events grew, not all 31 again.
+    from studio.core.runs.event_reading import glance
+
+    runs = tmp_path / "runs"
+    for index in range(31):
+        write_events(runs / f"20240101-0000{index:02d}-r" / "events.jsonl",
+                     [RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"]), step_event(1)])
+    read: list[Path] = []
+    real_replay = glance.replay_run
+    monkeypatch.setattr(glance, "replay_run", lambda folder: read.append(Path(folder)) or real_replay(folder))
+    assert len(list_runs(runs, never_alive)) == 31 and len(read) == 31
+    growing = runs / "20240101-000030-r"
+    write_events(growing / "events.jsonl", [step_event(2)])
+    rows = {row.name: row for row in list_runs(runs, never_alive)}
+    assert read[31:] == [growing]
+    assert rows[growing.name].steps == 2 and rows["20240101-000000-r"].steps == 1

@@ -141,3 +141,18 @@ def test_a_trainer_on_windows_takes_the_lock_and_names_itself(run_dir: Path, mon
     finally:
         held.release()
     assert not (run_dir / LOCK_FILE).exists()
+
+
+def test_a_process_file_whose_trainer_ended_at_once_is_no_live_run_when_its_pid_comes_back(run_dir: Path) -> None:
+    # The launcher ended before the studio could read its start time (a broken training environment): its
+    # process file says 0. Days later another program has that pid (here: this test's process). The studio
+    # must not follow that program as the run's trainer (nor end it with Kill, nor call the GPU busy).
+    import json
+
+    from studio.core.runs.folders import PROCESS_FILE
+    from studio.core.runs.live import find_live_runs, live_trainer
+
+    (run_dir / PROCESS_FILE).write_text(json.dumps({"pid": os.getpid(), "create_time": 0.0}), encoding="utf-8")
+    assert not trainer_alive(run_dir)  # the Runs table already said so
+    assert live_trainer(run_dir) is None
+    assert find_live_runs(run_dir.parent) == []

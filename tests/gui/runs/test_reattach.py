@@ -108,3 +108,70 @@ def test_a_second_run_on_a_busy_gpu_asks_first(qtbot: QtBot, config: TrainConfig
     finally:
         with contextlib.suppress(psutil.Error):
             psutil.Process(live.pid).kill()
+
+
+def test_a_queued_run_left_running_ends_its_queue_item_and_the_queue_goes_on(qtbot: QtBot, config: TrainConfig,
+                                                                             tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from studio.core.config.files.toml_file import save_config
+    from studio.core.runs.scheduling.queue import QUEUE_FILE
+
+    hold_at(monkeypatch, 3)  # the first queued run is detached while held at 3
+    project = make_project(tmp_path, config)
+    first, _train, _runs = _window(qtbot, tmp_path, project)
+    first.run_controller.command_factory = fake_command("--steps", "20", "--rate", "20", "--hold-lock")
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.toml"
+        save_config(config.model_copy(update={"output": config.output.model_copy(update={"name": name})}), path)
+        first.run_controller.queue.add(path)  # type: ignore[union-attr]
+    first.run_controller.start_queue()
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=15000)
+    run_dir = first.run_controller.run_dir
+    assert run_dir is not None
+    first.run_controller.shutdown(detach=True)  # the window closes with "keep running"
+    live = live_trainer(run_dir)
+    assert live is not None
+    try:
+        context, _train, runs = _window(qtbot, tmp_path, project)  # the studio starts again and follows it
+        ctl = context.run_controller
+        assert ctl.running and ctl.run_dir == run_dir
+        assert runs.queue.isEnabled() and runs.queue.list.count() == 2  # its queue is shown, not greyed out
+        release(run_dir, 3)
+        qtbot.waitUntil(lambda: not ctl.running, timeout=20000)
+        assert ctl.model.status == "finished"
+        saved = json.loads((tmp_path / QUEUE_FILE).read_text(encoding="utf-8"))["items"]
+        assert [(i["state"], i["run_dir"]) for i in saved] == [("completed", str(run_dir)), ("pending", "")]
+        ctl.start_queue()  # Start queue goes on with the next item
+        assert ctl.running and ctl.run_dir is not None and ctl.run_dir.name.endswith("-b")
+        release(ctl.run_dir, 3)
+        qtbot.waitUntil(lambda: not ctl.running, timeout=20000)
+        ctl.shutdown()
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(live.pid).kill()
+
+
+def test_a_run_followed_again_mid_line_loses_no_event(qtbot: QtBot, tmp_path: Path) -> None:
+    # The studio comes back while the trainer is writing a line: that event arrives whole with the next poll.
+    import os
+
+    from studio.core.runs.events import EventWriter, RunStarted, Sample
+    from studio.core.runs.live import LiveRun
+    from studio.core.runs.records.run_model import EventTail, RunModel
+
+    events = tmp_path / "events.jsonl"
+    with EventWriter(events, flush_interval=0.0) as writer:
+        writer.write(RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"]))
+    line = (Sample(step=5, images=["samples/a.png"], prompts=["a cat"]).to_json() + "\n").encode()
+    with open(events, "ab") as handle:
+        handle.write(line[:40])
+    run = AttachedRun(LiveRun(tmp_path, os.getpid(), 0.0))
+    model, tail = RunModel(tmp_path), EventTail(events)
+    run.catch_up(model, tail)
+    with open(events, "ab") as handle:
+        handle.write(line[40:])
+    model.apply_all(tail.poll_items())
+    assert [s.step for s in model.samples] == [5] and tail.garbage_lines == 0
+    run.deleteLater()

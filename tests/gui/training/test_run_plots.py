@@ -13,6 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RankMemory, RunFinished, RunStarted, Step
 from studio.core.runs.records.run_model import RunModel
+from studio.core.runs.records.smoothing import ema
 from studio.gui.widgets.run_plots import RunPlots
 
 
@@ -321,3 +322,20 @@ def test_a_plot_title_whose_python_state_is_gone_still_answers_qts_layout(qtbot:
     finally:
         for label, attributes in zip(labels, kept, strict=True):
             label.__dict__.update(attributes)
+
+
+def test_a_resumed_runs_loss_line_is_smoothed_over_the_steps_it_kept(qtbot: QtBot) -> None:
+    # Drawn up to step 30, killed; resumed from the checkpoint at 20 with 15 steps read before the
+    # next redraw (more than were dropped): the line is the smoothing of what the run kept, step by step.
+    plots, model = _plots(qtbot), _model(30)
+    plots.refresh(model)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=100, devices=["cuda:0"], resumed_from_step=20,
+                           time=2000.0))
+    for i in range(21, 36):
+        model.apply(Step(step=i, epoch=1, loss=5.0 if i <= 30 else 0.5, lr=1e-4, time=2000.0 + i))
+    plots.refresh(model)
+    steps, smooth = plots.loss.smooth.getData()
+    assert steps.tolist() == list(range(1, 36))
+    expected, _ = ema(np.array([1.0 / i for i in range(1, 21)] + [5.0] * 10 + [0.5] * 5), plots.loss.smoothing)
+    np.testing.assert_allclose(smooth, expected)
+    assert plots.loss.plot.getPlotItem().getViewBox().viewRange()[1][1] > 5.0  # the steps trained again are in view

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
+import pytest
 from PIL import Image
+from PySide6.QtGui import QPixmap
 from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RunStarted, Sample
@@ -120,3 +124,69 @@ def test_an_edit_runs_samples_show_the_control_image_they_edit_beside_them(qtbot
     assert model.sample_controls == [tmp_path / "control-0.png"]
     assert gallery.control.isVisibleTo(gallery) and not gallery.control.pixmap().isNull()
     assert gallery.control.pixmap().toImage().pixelColor(32, 32).blue() == 200
+
+
+def test_a_resume_from_an_older_checkpoint_shows_its_steps_samples_once(qtbot: QtBot, tmp_path: Path) -> None:
+    # Samples at 10 and 20, killed, resumed from the checkpoint at 10: the sample of step 20 is made
+    # again, into the same file. The gallery lists steps 10 and 20 once each, step 20 as made again,
+    # even when the new one came before its redraw.
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "10.png")
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "20.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=30, devices=["cpu"]))
+    for step in (10, 20):
+        model.apply(Sample(step=step, images=[f"{step}.png"], prompts=["a cat"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.resize(900, 500)
+    gallery.show()
+    gallery.refresh(model)
+    assert gallery.load_visible_thumbnails() == 2
+    model.apply(RunStarted(config={}, world_size=1, total_steps=30, devices=["cpu"], resumed_from_step=10))
+    Image.new("RGB", (64, 64), (30, 30, 200)).save(tmp_path / "20.png")
+    os.utime(tmp_path / "20.png", (time.time() + 60, time.time() + 60))  # made minutes later, as a resume is
+    model.apply(Sample(step=20, images=["20.png"], prompts=["a cat"]))
+    gallery.refresh(model)
+    gallery.load_visible_thumbnails()
+    assert [gallery.grid.item(i).text().split("\n")[0] for i in range(gallery.grid.count())] == ["step 10", "step 20"]
+    thumbnail = gallery.grid.item(1).icon().pixmap(16, 16).toImage().pixelColor(8, 8)
+    assert (thumbnail.red(), thumbnail.blue()) == (30, 200)  # the resumed leg's picture, not the lost one's
+
+
+def test_a_long_runs_gallery_reads_only_the_thumbnails_in_view(qtbot: QtBot, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # 600 samples (a long run's): opening it reads the few pictures in view, not all 600 on the GUI thread;
+    # scrolled to the end, the pictures there are read then.
+    from studio.gui.training import samples
+
+    Image.new("RGB", (256, 256), (200, 30, 30)).save(tmp_path / "s.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=60_000, devices=["cpu"]))
+    for step in range(100, 60_001, 100):
+        model.apply(Sample(step=step, images=["s.png"], prompts=["a cat"]))
+    read: list[str] = []
+    real_pixmap = samples.QPixmap
+
+    def counting_pixmap(*args: object) -> QPixmap:
+        if args and isinstance(args[0], str):
+            read.append(args[0])
+        return real_pixmap(*args)
+
+    monkeypatch.setattr(samples, "QPixmap", counting_pixmap)
+
+    def shown(row: int) -> bool:  # the grid item shows the sample's picture
+        colour = gallery.grid.item(row).icon().pixmap(16, 16).toImage().pixelColor(8, 8)
+        return (colour.red(), colour.green(), colour.alpha()) == (200, 30, 255)
+
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.resize(900, 700)
+    gallery.refresh(model)  # read while the Samples tab is not shown: no thumbnail yet
+    assert len(read) <= 3  # the preview's picture (the prompt and the slider each show it)
+    gallery.show()
+    qtbot.waitUntil(lambda: shown(0), timeout=5000)
+    assert gallery.grid.count() == 600
+    assert len(read) < 60  # the items in view and the preview
+    gallery.grid.scrollToBottom()
+    qtbot.waitUntil(lambda: shown(599), timeout=5000)
+    assert len(read) < 120

@@ -42,20 +42,37 @@ class Glance:
     whole: bool = True  # every event was read (False: the middle of a long file was skipped)
 
 
+# What each events file said when it was last read, by its identity, size and time of change: the Runs
+# table is filled again at every run's start, and a project of 200 finished runs read them all every time
+# (seconds of a frozen window). A file that grew or was replaced is read again.
+_SEEN: dict[Path, tuple[tuple[int, int, int], Glance]] = {}
+_SEEN_MAX = 2048
+
+
 def glance_run(run_dir: str | Path) -> Glance:
     """The Runs table's view of a run folder's events (see the module's note on long files)."""
     folder = Path(run_dir)
     path = folder / EVENTS_FILE
     try:
-        size = os.stat(path).st_size
-    except OSError:
-        size = 0  # missing (not started) or unreadable: the replay says which
-    if size <= WHOLE_READ_BYTES:
+        info = os.stat(path)
+    except OSError:  # missing (not started) or unreadable: the replay says which
         return _whole(folder)
-    try:
-        return _ends(path, size)
-    except OSError as exc:
-        return Glance(read_error=exc, whole=False)
+    stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
+    known = _SEEN.get(path)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    if info.st_size <= WHOLE_READ_BYTES:
+        seen = _whole(folder)
+    else:
+        try:
+            seen = _ends(path, info.st_size)
+        except OSError as exc:
+            return Glance(read_error=exc, whole=False)
+    if seen.read_error is None:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.pop(next(iter(_SEEN)))
+        _SEEN[path] = (stamp, seen)
+    return seen
 
 
 def _whole(folder: Path) -> Glance:

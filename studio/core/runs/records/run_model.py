@@ -82,6 +82,9 @@ class Series:
     def view(self) -> np.ndarray:
         return self._data[: self._size]
 
+    def truncate(self, size: int) -> None:
+        self._size = max(0, min(size, self._size))
+
     def last(self) -> float | None:
         return float(self._data[self._size - 1]) if self._size else None
 
@@ -161,6 +164,7 @@ class RunModel:
         self.outputs: list[str] = []
         self.event_count = 0
         self.version = 0  # bumps on every change: views redraw only when it moved
+        self.rewinds = 0  # bumps when a resumed leg drops the steps after its checkpoint: views start over
 
     @property
     def ended(self) -> bool:
@@ -248,6 +252,11 @@ class RunModel:
         if self.first_time is None:
             self.first_time = event.time
         if not isinstance(event, RunFinished):
+            if (isinstance(event, Phase) and event.name == "loading" and self.started is not None
+                    and self._leg_ended_at is None and not self._pause_counted and self.last_time is not None):
+                # A trainer loads its model only before its run_started: this is a resumed leg, and the leg
+                # before was killed without a word at its last event. The time between is no training time.
+                self._leg_ended_at = self.last_time
             self._leg_goes_on(event.time)
         previous, self.last_time = self.last_time, event.time
         if isinstance(event, Step):
@@ -259,6 +268,7 @@ class RunModel:
             self._warm_up_step = True
             self.started = event
             self.total_steps = event.total_steps
+            self._rewind_to(event.resumed_from_step)
             self.step = max(self.step, event.resumed_from_step)
             # A run_started after a run_finished is a resumed run's next leg: it is live again.
             self.finished, self.status, self.message = None, "preparing", ""
@@ -319,6 +329,27 @@ class RunModel:
             series.allocated.append(_nan(allocated))
             series.peak.append(_nan(mem.peak_mb))
             series.reserved.append(_nan(mem.reserved_mb))
+
+    def _rewind_to(self, step: int) -> None:
+        """A resumed leg trains again from its checkpoint's step: the steps the leg before made after it
+        (a kill, a crash, a damaged newest checkpoint) were lost and come again. They are dropped, so the
+        loss and learning-rate lines do not turn back on themselves and the gallery shows each step once."""
+        later = np.flatnonzero(self.steps.view() > step)
+        validation_later = np.flatnonzero(self.validation_steps.view() > step)
+        samples = [sample for sample in self.samples if sample.step <= step]
+        if not len(later) and not len(validation_later) and len(samples) == len(self.samples):
+            return
+        if len(later):
+            for series in (self.steps, self.step_times, self.loss, self.lr, self.samples_per_s, self.tflops, self.mfu):
+                series.truncate(int(later[0]))
+            last = self.loss.last()
+            self.last_loss = None if last is None or last != last else last
+        if len(validation_later):
+            self.validation_steps.truncate(int(validation_later[0]))
+            self.validation_loss.truncate(int(validation_later[0]))
+        self.samples = samples
+        self.step = min(self.step, step)
+        self.rewinds += 1
 
     def _leg_goes_on(self, time_s: float) -> None:
         """An event at `time_s`: after a leg that ended, the first of a resumed leg (the time between is
