@@ -278,14 +278,14 @@ class Trainer:
         if training.max_grad_norm > 0:
             acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
         self.optimizer.step()
+        lr = float(self.scheduler.get_last_lr()[0])  # the rate this step used, before the schedule moves on
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=not keep_grads)
         self.step += 1
         if self.ema is not None:
             self.ema.update(self.step)
         loss_mean = torch.stack(losses).mean()
-        self.meter.record(self.step, self.epoch, float(self.scheduler.get_last_lr()[0]), loss_mean, images,
-                          image_pixels)
+        self.meter.record(self.step, self.epoch, lr, loss_mean, images, image_pixels)
         return compiling
 
     def _report(self, report: Report, compiling: float | None) -> None:
