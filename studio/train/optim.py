@@ -11,6 +11,8 @@ from studio.core.config.schema import TrainingSection
 from studio.train.errors import TrainError
 
 ParamGroups = list[dict[str, Any]]
+# Below this a learning rate given to Prodigy is an AdamW-sized one (Prodigy's own is 1.0, sometimes 0.5).
+PRODIGY_LOWEST_RATE = 0.1
 
 
 def param_groups(
@@ -52,6 +54,7 @@ def build_optimizer(
             raise TrainError("config", "training.optimizer = \"prodigy\" needs the prodigyopt package",
                              "install it in the training environment (pip install prodigyopt)") from None
         # Prodigy finds its own step size; learning_rate scales it (1.0 is the usual value).
+        warn_low_prodigy_rates(groups, training, warn)
         return Prodigy(groups, lr=lr, weight_decay=decay, safeguard_warmup=training.lr_warmup_steps > 0)
     if name == "adafactor":
         from transformers.optimization import Adafactor
@@ -60,6 +63,19 @@ def build_optimizer(
                          warmup_init=False)
     raise TrainError("config", f"training.optimizer = \"{name}\" is not known",
                      "choose adamw, adamw8bit, prodigy or adafactor")
+
+
+def warn_low_prodigy_rates(groups: ParamGroups, training: TrainingSection, warn: Callable[[str], None]) -> None:
+    """Prodigy multiplies the step size it finds by the learning rate: an AdamW-sized rate (1e-4) makes every
+    step thousands of times smaller than Prodigy's, and the run ends with weights barely moved."""
+    rates = [("training.learning_rate", groups[0]["lr"])]
+    if len(groups) > 1 and training.text_encoder_lr is not None:
+        rates.append(("training.text_encoder_lr", groups[1]["lr"]))
+    low = [f"{key} = {value:g}" for key, value in rates if value < PRODIGY_LOWEST_RATE]
+    if low:
+        warn(f"training.optimizer = \"prodigy\" finds its own step size and multiplies it by the learning rate: "
+             f"{' and '.join(low)} makes its steps that many times smaller, and the weights barely change; "
+             "set the learning rate to 1.0 (Prodigy's usual value)")
 
 
 def adamw_8bit(groups: ParamGroups, lr: float, decay: float) -> torch.optim.Optimizer:

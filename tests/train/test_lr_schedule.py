@@ -24,3 +24,24 @@ def test_each_step_event_shows_the_learning_rate_its_step_used(make_config, run_
     shown = [(e.step, e.lr) for e in events if isinstance(e, Step)]
     assert shown == [(1, pytest.approx(1e-3)), (2, pytest.approx(7.5e-4)), (3, pytest.approx(5e-4)),
                      (4, pytest.approx(2.5e-4))]
+
+
+@pytest.mark.parametrize(("learning_rate", "text_encoder_lr", "said"), [
+    (1e-4, None, ["training.learning_rate = 0.0001"]),
+    (1.0, 1e-5, ["training.text_encoder_lr = 1e-05"]),
+    (1.0, None, []),
+])
+def test_prodigy_with_an_adamw_sized_learning_rate_is_warned_of(learning_rate: float, text_encoder_lr: float | None,
+                                                                said: list[str]) -> None:
+    """Prodigy multiplies the step size it finds by the learning rate: 1e-4 (the default, right for AdamW)
+    trains a LoRA that learned next to nothing, with nothing said."""
+    pytest.importorskip("prodigyopt")
+    from studio.train.optim import build_optimizer, param_groups
+
+    training = TrainingSection(optimizer="prodigy", learning_rate=learning_rate, text_encoder_lr=text_encoder_lr)
+    warnings: list[str] = []
+    groups = param_groups([torch.nn.Parameter(torch.zeros(2))], [torch.nn.Parameter(torch.zeros(2))], training)
+    build_optimizer(groups, training, cuda=False, warn=warnings.append)
+    assert [key for key in said if any(key in w for w in warnings)] == said
+    assert bool(warnings) == bool(said)
+    assert all("set the learning rate to 1.0" in w for w in warnings)
