@@ -141,7 +141,7 @@ class Trainer:
         self.meter = StepMeter(acc, self.total, step_cost(config, self.denoiser_params, acc.device))
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
-        self.scheduler = build_scheduler(optimizer, config.training, self.total)
+        self.scheduler = build_scheduler(optimizer, config.training, self.total, self.reporter.warn)
         self.latent_cache, self.text_cache = fill_caches(self)  # the denoiser may wait off the GPU meanwhile
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
         with self.clock.timed("moving models"):

@@ -101,9 +101,16 @@ def adamw_8bit(groups: ParamGroups, lr: float, decay: float) -> torch.optim.Opti
     return AdamW8bit(groups, lr=lr, weight_decay=decay)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSection, total_steps: int) -> Any:
+def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSection, total_steps: int,
+                    warn: Callable[[str], None] = print) -> Any:
     from diffusers.optimization import get_scheduler
 
+    warmup = training.lr_warmup_steps
+    if warmup and warmup >= total_steps:
+        # The warm-up rises by 1/warmup a step: a run no longer than it ends below the rate it was given.
+        warn(f"training.lr_warmup_steps = {warmup} is not below this run's {total_steps} steps: the learning "
+             f"rate rises for the whole run and never reaches training.learning_rate "
+             f"({training.learning_rate:g}); lower the warm-up (a tenth of the steps is usual) or train longer")
     return get_scheduler(
         training.lr_scheduler, optimizer=optimizer,
         num_warmup_steps=training.lr_warmup_steps, num_training_steps=max(1, total_steps),

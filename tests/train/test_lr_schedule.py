@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from studio.core.config.schema import OutputSection, TrainingSection
-from studio.core.runs.events import Step
+from studio.core.runs.events import RunWarning, Step
 
 torch = pytest.importorskip("torch")
 
@@ -45,3 +45,20 @@ def test_prodigy_with_an_adamw_sized_learning_rate_is_warned_of(learning_rate: f
     assert [key for key in said if any(key in w for w in warnings)] == said
     assert bool(warnings) == bool(said)
     assert all("set the learning rate to 1.0" in w for w in warnings)
+
+
+def test_a_warm_up_as_long_as_the_run_is_warned_of(make_config, run_training, events_of, tmp_path) -> None:
+    """A run given in epochs learns its length only as it starts: a warm-up of 10 steps over a run of 4 ended
+    at 30 % of the learning rate, with nothing said."""
+    config = make_config(training=TrainingSection(batch_size=2, epochs=1, learning_rate=1e-3,
+                                                  lr_scheduler="cosine", lr_warmup_steps=10, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]))
+    code, run_dir = run_training(config, tmp_path / "a")
+    events = events_of(run_dir)
+    assert code == 0, [e for e in events if e.type == "error"]
+    steps = [e for e in events if isinstance(e, Step)]
+    assert len(steps) < 10 and steps[-1].lr < 1e-3
+    said = [e.message for e in events if isinstance(e, RunWarning) and "lr_warmup_steps" in e.message]
+    assert said == [f"training.lr_warmup_steps = 10 is not below this run's {len(steps)} steps: the learning rate "
+                    "rises for the whole run and never reaches training.learning_rate (0.001); lower the warm-up "
+                    "(a tenth of the steps is usual) or train longer"]
