@@ -143,7 +143,7 @@ class Trainer:
         self.meter = StepMeter(acc, self.total, step_cost(config, self.denoiser_params, acc.device))
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)
-        self.scheduler = build_scheduler(optimizer, config.training, self.total)
+        self.scheduler = build_scheduler(optimizer, config.training, self.total, self.reporter.warn)
         self.latent_cache, self.text_cache = fill_caches(self)  # the denoiser may wait off the GPU meanwhile
         self.validation = ValidationLoss(self, held_out)  # held-out latents and embeddings, before offloading
         with self.clock.timed("moving models"):
@@ -281,14 +281,14 @@ class Trainer:
         if training.max_grad_norm > 0:
             acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
         self.optimizer.step()
+        lr = float(self.scheduler.get_last_lr()[0])  # the rate this step used, before the schedule moves on
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=not keep_grads)
         self.step += 1
         if self.ema is not None:
             self.ema.update(self.step)
         loss_mean = torch.stack(losses).mean()
-        self.meter.record(self.step, self.epoch, float(self.scheduler.get_last_lr()[0]), loss_mean, images,
-                          image_pixels)
+        self.meter.record(self.step, self.epoch, lr, loss_mean, images, image_pixels)
         return compiling
 
     def _report(self, report: Report, compiling: float | None) -> None:

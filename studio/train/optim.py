@@ -11,6 +11,8 @@ from studio.core.config.schema import TrainingSection
 from studio.train.errors import TrainError
 
 ParamGroups = list[dict[str, Any]]
+# Below this a learning rate given to Prodigy is an AdamW-sized one (Prodigy's own is 1.0, sometimes 0.5).
+PRODIGY_LOWEST_RATE = 0.1
 
 
 def param_groups(
@@ -52,6 +54,7 @@ def build_optimizer(
             raise TrainError("config", "training.optimizer = \"prodigy\" needs the prodigyopt package",
                              "install it in the training environment (pip install prodigyopt)") from None
         # Prodigy finds its own step size; learning_rate scales it (1.0 is the usual value).
+        warn_low_prodigy_rates(groups, training, warn)
         return Prodigy(groups, lr=lr, weight_decay=decay, safeguard_warmup=training.lr_warmup_steps > 0)
     if name == "adafactor":
         from transformers.optimization import Adafactor
@@ -60,6 +63,19 @@ def build_optimizer(
                          warmup_init=False)
     raise TrainError("config", f"training.optimizer = \"{name}\" is not known",
                      "choose adamw, adamw8bit, prodigy or adafactor")
+
+
+def warn_low_prodigy_rates(groups: ParamGroups, training: TrainingSection, warn: Callable[[str], None]) -> None:
+    """Prodigy multiplies the step size it finds by the learning rate: an AdamW-sized rate (1e-4) makes every
+    step thousands of times smaller than Prodigy's, and the run ends with weights barely moved."""
+    rates = [("training.learning_rate", groups[0]["lr"])]
+    if len(groups) > 1 and training.text_encoder_lr is not None:
+        rates.append(("training.text_encoder_lr", groups[1]["lr"]))
+    low = [f"{key} = {value:g}" for key, value in rates if value < PRODIGY_LOWEST_RATE]
+    if low:
+        warn(f"training.optimizer = \"prodigy\" finds its own step size and multiplies it by the learning rate: "
+             f"{' and '.join(low)} makes its steps that many times smaller, and the weights barely change; "
+             "set the learning rate to 1.0 (Prodigy's usual value)")
 
 
 def adamw_8bit(groups: ParamGroups, lr: float, decay: float) -> torch.optim.Optimizer:
@@ -85,9 +101,16 @@ def adamw_8bit(groups: ParamGroups, lr: float, decay: float) -> torch.optim.Opti
     return AdamW8bit(groups, lr=lr, weight_decay=decay)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSection, total_steps: int) -> Any:
+def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSection, total_steps: int,
+                    warn: Callable[[str], None] = print) -> Any:
     from diffusers.optimization import get_scheduler
 
+    warmup = training.lr_warmup_steps
+    if warmup and warmup >= total_steps:
+        # The warm-up rises by 1/warmup a step: a run no longer than it ends below the rate it was given.
+        warn(f"training.lr_warmup_steps = {warmup} is not below this run's {total_steps} steps: the learning "
+             f"rate rises for the whole run and never reaches training.learning_rate "
+             f"({training.learning_rate:g}); lower the warm-up (a tenth of the steps is usual) or train longer")
     return get_scheduler(
         training.lr_scheduler, optimizer=optimizer,
         num_warmup_steps=training.lr_warmup_steps, num_training_steps=max(1, total_steps),

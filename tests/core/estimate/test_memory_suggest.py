@@ -64,3 +64,22 @@ def test_cheapest_fix_first() -> None:
 def test_apply_changes_rejects_unknown_keys() -> None:
     with pytest.raises(KeyError, match=r"training\.nonsense"):
         apply_changes(config({}), {"training.nonsense": 1})
+
+
+def test_a_prodigy_run_is_not_turned_into_adamw_at_prodigys_learning_rate() -> None:
+    """Prodigy's learning rate (1.0) multiplies the step size it finds; 8-bit AdamW takes it as the step size
+    itself, and the suggested run diverged at its first steps."""
+    gpu = load_hardware("rtx3060-12gb").gpus[0]
+    training = {"mixed_precision": "bf16", "gradient_checkpointing": True, "cache_latents": True,
+                "cache_text_embeddings": True, "learning_rate": 1.0}
+    cfg = config({"model": {"family": "sd15", "base": "m"}, "method": {"kind": "dreambooth"},
+                  "training": {**training, "optimizer": "prodigy"}})
+    assert fit(estimate_vram(cfg, gpu), gpu) == "does_not_fit"
+    suggestions = suggest_fixes(cfg, gpu)
+    assert "adamw8bit" not in [s.key for s in suggestions]
+    fixed = apply_suggestions(cfg, suggestions)
+    assert (fixed.training.optimizer, fixed.training.learning_rate) == ("prodigy", 1.0)
+    # AdamW's own run is offered its 8-bit state.
+    adamw = config({"model": {"family": "sd15", "base": "m"}, "method": {"kind": "dreambooth"},
+                    "training": {**training, "learning_rate": 2e-6}})
+    assert [s.changes for s in suggest_fixes(adamw, gpu)][:1] == [{"training.optimizer": "adamw8bit"}]

@@ -101,7 +101,9 @@ def _shard(gpus: int) -> Step:
 
 
 def _adam8bit(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
-    if c.training.optimizer in ("adamw", "prodigy") and not c.launch.cpu:
+    # AdamW only: Prodigy's learning rate (1.0) multiplies the step size it finds, and 8-bit AdamW would
+    # take it as the step size itself (a run that diverges at once).
+    if c.training.optimizer == "adamw" and not c.launch.cpu:
         yield ({"training.optimizer": "adamw8bit"},
                "Keep the optimizer state in 8 bits (bitsandbytes): a quarter of AdamW's memory, "
                "results very close.")
