@@ -111,7 +111,13 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSection,
         warn(f"training.lr_warmup_steps = {warmup} is not below this run's {total_steps} steps: the learning "
              f"rate rises for the whole run and never reaches training.learning_rate "
              f"({training.learning_rate:g}); lower the warm-up (a tenth of the steps is usual) or train longer")
+    if training.lr_scheduler == "cosine_with_restarts" and training.lr_cycles == 1:
+        warn("training.lr_scheduler = \"cosine_with_restarts\" with training.lr_cycles = 1 never restarts (it is "
+             "the cosine schedule): set training.lr_cycles to the number of cycles, 3 say")
     return get_scheduler(
         training.lr_scheduler, optimizer=optimizer,
         num_warmup_steps=training.lr_warmup_steps, num_training_steps=max(1, total_steps),
+        # Each schedule reads its own: cosine_with_restarts its cycles (one would be plain cosine), polynomial its
+        # power (1 would be the linear schedule).
+        num_cycles=training.lr_cycles, power=training.lr_power,
     )

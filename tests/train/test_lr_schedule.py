@@ -3,6 +3,8 @@ learning rate means something else are warned of."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from studio.core.config.schema import OutputSection, TrainingSection
@@ -62,3 +64,42 @@ def test_a_warm_up_as_long_as_the_run_is_warned_of(make_config, run_training, ev
     assert said == [f"training.lr_warmup_steps = 10 is not below this run's {len(steps)} steps: the learning rate "
                     "rises for the whole run and never reaches training.learning_rate (0.001); lower the warm-up "
                     "(a tenth of the steps is usual) or train longer"]
+
+
+def _rates(training: TrainingSection, steps: int) -> tuple[list[float], list[str]]:
+    from studio.train.optim import build_scheduler
+
+    said: list[str] = []
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=training.learning_rate)
+    scheduler = build_scheduler(optimizer, training, steps, said.append)
+    rates = []
+    for _ in range(steps):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates, said
+
+
+def test_cosine_with_restarts_restarts_lr_cycles_times_and_polynomial_follows_lr_power() -> None:
+    """cosine_with_restarts was given one cycle (the cosine schedule) and polynomial a power of 1 (the linear
+    schedule), whatever the person wanted from them."""
+    rates, said = _rates(TrainingSection(learning_rate=1.0, lr_scheduler="cosine_with_restarts", lr_cycles=3), 12)
+    assert [round(r, 3) for r in rates[::4]] == [1.0, 1.0, 1.0] and said == []  # back at the peak every 4 steps
+    assert rates[3] < 0.2
+    _, said = _rates(TrainingSection(learning_rate=1.0, lr_scheduler="cosine_with_restarts"), 12)
+    assert said == ["training.lr_scheduler = \"cosine_with_restarts\" with training.lr_cycles = 1 never restarts (it "
+                    "is the cosine schedule): set training.lr_cycles to the number of cycles, 3 say"]
+    square, _ = _rates(TrainingSection(learning_rate=1.0, lr_scheduler="polynomial", lr_power=2.0), 4)
+    assert square[2] == pytest.approx(0.25, abs=1e-6)  # (1 - 2/4)², where a straight line gives 0.5
+
+
+def test_lr_cycles_and_lr_power_are_refused_beside_a_schedule_that_has_none() -> None:
+    from pydantic import ValidationError
+
+    from studio.core.config.schema import ModelSection, TrainConfig
+
+    model = ModelSection(family="sd15", base="x").model_dump()
+    with pytest.raises(ValidationError, match=re.escape("acts only with training.lr_scheduler = \"cosine_with_restarts\"")):
+        TrainConfig.model_validate({"model": model, "training": {"lr_scheduler": "cosine", "lr_cycles": 3}})
+    with pytest.raises(ValidationError, match=re.escape("acts only with training.lr_scheduler = \"polynomial\"")):
+        TrainConfig.model_validate({"model": model, "training": {"lr_scheduler": "linear", "lr_power": 2.0}})

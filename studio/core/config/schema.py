@@ -245,6 +245,10 @@ class TrainingSection(Section):
         "constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial"
     ] = Field(default="constant", description="Learning-rate schedule.")
     lr_warmup_steps: int = Field(default=0, ge=0, description="Warm-up steps.")
+    lr_cycles: int = Field(default=1, ge=1, le=1000, description="cosine_with_restarts: how many cosine cycles the "
+                           "run makes, the rate starting again from its peak at each (1: no restart).")
+    lr_power: float = Field(default=1.0, gt=0.0, le=10.0, description="polynomial: the curve's power (1 falls in a "
+                            "straight line; 2 falls faster at first, then slower).")
     optimizer: Literal["adamw", "adamw8bit", "prodigy", "adafactor"] = Field(
         default="adamw", description="Optimizer; adamw8bit needs CUDA and bitsandbytes."
     )
