@@ -179,3 +179,30 @@ def test_a_resume_with_another_length_or_number_of_gpus_says_so(make_config, run
             "accumulation 1; this run has 5 steps, batches of 2 images over all GPUs, gradient accumulation 1"
             ) in warning.message
     assert str(config) in warning.hint
+
+
+def test_a_learning_rate_edited_before_a_resume_is_the_one_trained_with(make_config, run_training, events_of,
+                                                                       stop_after, tmp_path: Path) -> None:
+    """A person lowers training.learning_rate in the stopped run's config.toml and resumes: the checkpoint's
+    schedule brought the old rate back and the edit did nothing, without a word."""
+    from studio.core.runs.events import Step
+
+    stop_after(2)
+    training = TrainingSection(batch_size=2, max_steps=4, seed=1, learning_rate=1e-3, lr_scheduler="linear")
+    code, run_dir = run_training(make_config(training=training), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "learning_rate = 0.001\n" in text
+    config.write_text(text.replace("learning_rate = 0.001\n", "learning_rate = 0.0005\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+    # Linear over 4 steps: steps 3 and 4 train at 50 % and 25 % of the rate, now the new one.
+    assert [(e.step, e.lr) for e in events if isinstance(e, Step)][-2:] == [
+        (3, pytest.approx(2.5e-4)), (4, pytest.approx(1.25e-4))]
+    (warning,) = [e for e in events if isinstance(e, RunWarning) and "this run's config says" in e.message]
+    assert warning.message == ("the checkpoint of step 2 was written by a run at training.learning_rate = 0.001; "
+                               "this run's config says training.learning_rate = 0.0005: it goes on at the new rate, "
+                               "from where its schedule was")

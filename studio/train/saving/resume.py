@@ -35,13 +35,40 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
             ema.load(folder)
         return state
 
+    asked = list(scheduler.base_lrs)  # this run's learning rates, before the checkpoint's schedule replaces them
     state: dict[str, Any] = resume_from(
         found, lambda folder: checkpoint_problem(folder, shapes, len(accelerator._optimizers)), load, reporter.warn)
+    rates = keep_asked_rates(scheduler, asked)
+    if rates:
+        reporter.warn(f"the checkpoint of step {state['step']} was written by a run at {rates[0]}; this run's config "
+                      f"says {rates[1]}: it goes on at the new rate, from where its schedule was",
+                      hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} and resume "
+                      "again")
     changed = changed_since(state, total, accumulation, global_batch)
     if changed:
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
                       "(or launch it on as many GPUs as before) and resume again")
     return state
+
+
+def keep_asked_rates(scheduler: Any, asked: list[float]) -> tuple[str, str] | None:
+    """A learning rate edited in the run's config.toml before a resume: the checkpoint's schedule brought back
+    the old one and the edit did nothing, without a word. The schedule goes on from its place at the rates asked
+    now; (then, now) in words for the warning, None when they are the same."""
+    restored = list(scheduler.base_lrs)
+    if len(restored) != len(asked) or all(abs(a - b) <= 1e-12 * max(abs(a), abs(b)) for a, b in zip(
+            restored, asked, strict=True)) or not hasattr(scheduler, "lr_lambdas"):
+        return None
+    scheduler.base_lrs = asked
+    for group, base, factor in zip(scheduler.optimizer.param_groups, asked, scheduler.lr_lambdas, strict=True):
+        group["initial_lr"], group["lr"] = base, base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+
+    def words(rates: list[float]) -> str:
+        named = ["training.learning_rate", *["training.text_encoder_lr"] * (len(rates) - 1)]
+        return ", ".join(f"{key} = {rate:g}" for key, rate in dict(zip(named, rates, strict=True)).items())
+
+    return words(restored), words(asked)
 
 
 def checkpoint_state(step: int, epoch: int, total: int, global_batch: int, accumulation: int) -> dict[str, Any]:
