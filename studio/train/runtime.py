@@ -132,7 +132,7 @@ class StopSignal:
 def warn_before_loading(config: TrainConfig, device: torch.device, sharding_warning: str | None,
                         warn: Callable[..., None]) -> None:
     """What the run says before the model loads: precisions the device changes, a sharding set-up with more
-    processes than GPUs, pickled model files (allowed by model.allow_pickle)."""
+    processes than GPUs, pickled model files (allowed by model.allow_pickle), samples asked for without prompts."""
     if config.training.mixed_precision != effective_mixed_precision(config):
         warn("fp16 mixed precision needs a GPU; this CPU run trains in full precision")
     mismatch = None if device.type == "cpu" else dtype_mismatch(config)
@@ -142,6 +142,10 @@ def warn_before_loading(config: TrainConfig, device: torch.device, sharding_warn
         warn(sharding_warning, None, "set launch.num_processes to the GPU count")
     for pickled in (p for p in (config.model.base, config.model.vae) if p and is_pickle_file(p)):
         warn(pickle_warning(pickled), pickled, "")
+    sampling = config.sampling
+    if sampling.every_n_steps and not sampling.prompts:
+        warn(f"sampling.every_n_steps = {sampling.every_n_steps} with no sampling.prompts: this run makes no samples",
+             None, "add sample prompts (the Train page's Sample settings), or set every_n_steps to 0")
 
 
 def gpu_total_mb(device: torch.device) -> int:
