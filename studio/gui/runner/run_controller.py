@@ -301,6 +301,8 @@ class RunController(QObject):
             return
         if not self.running:
             self._start_next_queued(by_hand=True)
+        elif self._queue_item is None:  # a run started with Train: the queue would share the GPU with it
+            self.sig_message.emit("A run is training: start the queue when it has ended.")
 
     def _start_next_queued(self, by_hand: bool = False) -> None:
         """Start the next pending item (by hand: even when the queue holds after each run).

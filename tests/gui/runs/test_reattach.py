@@ -62,6 +62,9 @@ def test_a_detached_run_is_followed_again_and_stopped_from_the_runs_page(qtbot: 
 
         # A second run while it trains is refused by the one controller…
         assert ctl.start_config(resolve_paths(config, tmp_path)) is None
+        with qtbot.waitSignal(ctl.sig_message, timeout=5000) as said:
+            ctl.start_queue()  # …and Start queue says why it starts nothing (it said nothing)
+        assert said.args == ["A run is training: start the queue when it has ended."]
         runs.refresh()
         runs.table.select_paths([run_dir.name])
         row = next(s for s in runs.table.summaries if s.path == run_dir)
