@@ -35,6 +35,8 @@ from studio.core.user_dirs import hub_cache_dir
 GENERIC_KEEP = ("*.json", "*.txt", "*.model", "*.safetensors")
 GENERIC_SKIP = ("*.fp16.*", "*.ema.*", "*non_ema*", "safety_checker/*", "*.onnx*", "*openvino*", "*.bin",
                 "*.ckpt", "*.msgpack", "*.h5", "*.pb", "*.md")
+# How a refused token's error begins: the window asks for a new token with these words.
+TOKEN_REFUSED = "The Hugging Face hub refused the token"
 
 
 class DownloadError(RuntimeError):
@@ -197,7 +199,7 @@ def download_model(
         except errors.GatedRepoError:
             raise _gated(repo_id, token) from None
         except _network_errors(errors) as exc:
-            raise _network(repo_id, files[index:], exc) from None
+            raise _token_refused(repo_id, token, exc) or _network(repo_id, files[index:], exc) from None
         progress.done_bytes = before + remote.size  # a file found complete in the cache counts too
         progress.files_done += 1
         progress.phase = "downloading"
@@ -316,7 +318,7 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
                             "of an account that may read it.") from None
     except _network_errors(errors) as exc:
         known = find_known(repo_id)
-        raise _network(repo_id, [RemoteFile(p, 0, None) for p in known.wanted(with_t5)] if known else [], exc) \
+        raise _token_refused(repo_id, token, exc) or _network(repo_id, [RemoteFile(p, 0, None) for p in known.wanted(with_t5)] if known else [], exc) \
             from None
     listed = [RemoteFile(s.rfilename, int(s.size or 0), (s.lfs or {}).get("sha256") if s.lfs else None,
                          None if s.lfs else getattr(s, "blob_id", None))
@@ -354,6 +356,24 @@ def _gated(repo_id: str, token: str | None) -> DownloadError:
     return DownloadError(f"{repo_id} is gated ({why}): accept its licence at https://huggingface.co/{repo_id} "
                          "while signed in, then store a token of that account (Download → Token"
                          + command_or_action(", or `studio-train download --set-token`", "") + ").", gated=True)
+
+
+def _token_refused(repo_id: str, token: str | None, exc: BaseException) -> DownloadError | None:
+    """The hub's 401 for a token it no longer takes (expired, revoked): it refuses every model with it, public
+    ones too, so the token is named with how to replace it; None for any other failure."""
+    if getattr(getattr(exc, "response", None), "status_code", None) != 401:
+        return None
+    if token is not None:
+        where = "kept in the system keyring"
+        fix = ("and store it" + command_or_action(" (`studio-train download --set-token`), or remove the kept one "
+                                                  "(`studio-train download --forget-token`)", " when asked"))
+    elif os.environ.get("HF_TOKEN"):
+        where, fix = "in HF_TOKEN", "and put it in HF_TOKEN, or unset HF_TOKEN to download public models without a token"
+    else:
+        where, fix = "of the Hugging Face login on this machine", "and log in again (`hf auth login`)"
+    return DownloadError(f"{TOKEN_REFUSED} {where} for {repo_id} (401: invalid "
+                         f"credentials): it has expired or was revoked. Make a new one at "
+                         f"https://huggingface.co/settings/tokens {fix}.", gated=True)
 
 
 def _network(repo_id: str, missing: list[RemoteFile], exc: BaseException) -> DownloadError:

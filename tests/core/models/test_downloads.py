@@ -184,3 +184,20 @@ def test_a_captioner_download_fetches_the_files_its_kind_loads(fake_hub: FakeHub
     wrong = _download(env, "--captioner", "blip-huge")
     assert wrong.returncode == 2 and "no known captioning model 'blip-huge'" in wrong.stderr
     assert "wd14-vit-v3" in wrong.stderr
+
+
+def test_a_token_the_hub_no_longer_takes_is_named_not_the_network(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """An expired or revoked token is refused by the hub for every model, public ones too: the error says to
+    replace the token (the window then asks for one), not to check the network."""
+    fake_hub.repos[SD15] = tiny_sd15_repo(weights=3000)
+    fake_hub.refused_tokens.add("hf_Expired0123")
+    env = {**_env(fake_hub, tmp_path), "HF_TOKEN": "hf_Expired0123"}
+    out = _download(env, SD15, "--json")
+    assert out.returncode == 1
+    failed = json.loads(out.stdout.splitlines()[-1])
+    assert failed["type"] == "error" and failed["gated"] is True  # the window asks for a new token
+    assert failed["message"] == (
+        f"The Hugging Face hub refused the token in HF_TOKEN for {SD15} (401: invalid credentials): it has expired "
+        "or was revoked. Make a new one at https://huggingface.co/settings/tokens and put it in HF_TOKEN, or unset "
+        "HF_TOKEN to download public models without a token.")
+    assert "hf_Expired0123" not in out.stdout + out.stderr
