@@ -13,6 +13,7 @@ must lie inside the cache and hold the bytes of its hash (`snapshot_check`).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import shutil
@@ -35,6 +36,8 @@ from studio.core.user_dirs import hub_cache_dir
 GENERIC_KEEP = ("*.json", "*.txt", "*.model", "*.safetensors")
 GENERIC_SKIP = ("*.fp16.*", "*.ema.*", "*non_ema*", "safety_checker/*", "*.onnx*", "*openvino*", "*.bin",
                 "*.ckpt", "*.msgpack", "*.h5", "*.pb", "*.md")
+# A write that failed because the disk (or the person's quota on it) is full.
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 # How a refused token's error begins: the window asks for a new token with these words.
 TOKEN_REFUSED = "The Hugging Face hub refused the token"
 
@@ -199,7 +202,8 @@ def download_model(
         except errors.GatedRepoError:
             raise _gated(repo_id, token) from None
         except _network_errors(errors) as exc:
-            raise _token_refused(repo_id, token, exc) or _network(repo_id, files[index:], exc) from None
+            raise _disk_full(repo_id, storage, files[index:], exc) or _token_refused(repo_id, token, exc) \
+                or _network(repo_id, files[index:], exc) from None
         progress.done_bytes = before + remote.size  # a file found complete in the cache counts too
         progress.files_done += 1
         progress.phase = "downloading"
@@ -251,9 +255,14 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
         if have > remote.size:
             part.unlink()
             have = 0
-        with open(part, "ab") as handle:
-            http_get(location, handle, resume_size=have, headers=build_hf_headers(token=sent_token),
-                     expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
+        try:
+            with open(part, "ab") as handle:
+                http_get(location, handle, resume_size=have, headers=build_hf_headers(token=sent_token),
+                         expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
+        except OSError as exc:
+            if exc.errno in _DISK_FULL:
+                part.unlink(missing_ok=True)  # a full disk breaks other programs too: give its space back
+            raise
         progress.phase = "verifying"
         report(progress)
         problem = verify(part, remote, etag)
@@ -356,6 +365,22 @@ def _gated(repo_id: str, token: str | None) -> DownloadError:
     return DownloadError(f"{repo_id} is gated ({why}): accept its licence at https://huggingface.co/{repo_id} "
                          "while signed in, then store a token of that account (Download → Token"
                          + command_or_action(", or `studio-train download --set-token`", "") + ").", gated=True)
+
+
+def _disk_full(repo_id: str, storage: Path, left: list[RemoteFile], exc: BaseException) -> DownloadError | None:
+    """The disk of the cache filled while writing a file (its part is removed): named with the space the rest of
+    the download needs; None for any other failure."""
+    if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
+        return None
+    try:
+        free = f"{human_bytes(shutil.disk_usage(storage).free)} free"
+    except OSError:
+        free = "no space left"
+    return DownloadError(f"{repo_id}: the disk holding the model "
+                         f"cache {storage} is full ({free}; the rest of the download needs "
+                         f"{human_bytes(sum(f.size for f in left))}). The file being written was removed, the "
+                         "finished ones are kept: free space on that disk (or set HF_HUB_CACHE to a folder on a "
+                         "larger one), then run the download again.")
 
 
 def _token_refused(repo_id: str, token: str | None, exc: BaseException) -> DownloadError | None:

@@ -201,3 +201,49 @@ def test_a_token_the_hub_no_longer_takes_is_named_not_the_network(fake_hub: Fake
         "or was revoked. Make a new one at https://huggingface.co/settings/tokens and put it in HF_TOKEN, or unset "
         "HF_TOKEN to download public models without a token.")
     assert "hf_Expired0123" not in out.stdout + out.stderr
+
+
+def test_a_full_disk_is_named_with_the_space_needed_and_the_part_removed(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills part way through the UNet: the error says the disk is full (not the network), names the
+    cache folder and what the rest of the download needs, and the part written is removed to free the disk."""
+    import errno
+
+    from huggingface_hub import constants, file_download
+
+    from studio.core.models.downloads import DownloadError, download_model
+
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))  # the download turns it off
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE)
+    monkeypatch.setattr(constants, "ENDPOINT", fake_hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake_hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    real_get = file_download.http_get
+
+    def filling_get(url: str, temp_file: object, **kwargs: object) -> None:
+        if url.endswith(UNET):
+            real_write = temp_file.write  # type: ignore[attr-defined]
+
+            class Full:
+                def write(self, data: bytes) -> int:
+                    real_write(data[:1000])
+                    raise OSError(errno.ENOSPC, "No space left on device")
+
+                def __getattr__(self, name: str) -> object:
+                    return getattr(temp_file, name)
+
+            temp_file = Full()
+        real_get(url, temp_file, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_download, "http_get", filling_get)
+    cache = tmp_path / "hf-cache"
+    with pytest.raises(DownloadError) as raised:
+        download_model(SD15, cache_dir=cache)
+    storage = cache / ("models--" + SD15.replace("/", "--"))
+    message = str(raised.value)
+    assert message.startswith(f"{SD15}: the disk holding the model cache {storage} is full (")
+    left = sum(len(repo[name]) for name in TRAINING_FILES if name >= UNET)  # the files are fetched by name
+    assert f"the rest of the download needs {left / 1000:.1f} KB" in message
+    assert "check the network" not in message.lower()
+    assert not list((storage / "blobs").glob("*.part"))  # the part is gone: the disk is not left full
