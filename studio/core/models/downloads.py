@@ -229,8 +229,7 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
     against the hash the hub announced, then linked into the snapshot (the trainer's offline load reads that).
     Returns the snapshot folder."""
     from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_url
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import WeakFileLock
 
     meta = get_hf_file_metadata(hf_hub_url(repo_id, remote.name, revision=revision), token=token)
     etag = str(meta.etag or "")
@@ -248,31 +247,48 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
     location = str(meta.location)
     known_token = token if token is not None else get_token()  # HF_TOKEN and huggingface_hub's own login count
     sent_token: str | bool = known_token if known_token and token_may_go_to(location, constants.ENDPOINT) else False
-    if not blob.exists():
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        part = blob.with_name(blob.name + ".part")
-        have = part.stat().st_size if part.exists() else 0
-        if have > remote.size:
-            part.unlink()
-            have = 0
-        try:
-            with open(part, "ab") as handle:
-                http_get(location, handle, resume_size=have, headers=build_hf_headers(token=sent_token),
-                         expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
-        except OSError as exc:
-            if exc.errno in _DISK_FULL:
-                part.unlink(missing_ok=True)  # a full disk breaks other programs too: give its space back
-            raise
-        progress.phase = "verifying"
-        report(progress)
-        problem = verify(part, remote, etag)
-        if problem is not None:
-            part.unlink(missing_ok=True)
-            raise DownloadError(_hostile(f"{repo_id}: {problem}; the part downloaded was removed. Run the "
-                                         "download again"))
-        os.replace(part, blob)
-        verified.add(Path(os.path.realpath(blob)))
+    # Another download of the same file (a second window, huggingface_hub's own) holds this lock while it writes
+    # the part file; this one waits for it and then finds the blob whole, instead of appending to the same part.
+    lock = storage.parent / ".locks" / storage.name / f"{etag}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(lock):
+        if not blob.exists():
+            _fetch_blob(repo_id, remote, blob, (etag, location, meta.size), sent_token, bar, progress, report)
+            verified.add(Path(os.path.realpath(blob)))
     return _link(storage, commit, remote.name, blob, revision or "main", repo_id)
+
+
+def _fetch_blob(repo_id: str, remote: RemoteFile, blob: Path, answer: tuple[str, str, int | None],
+                sent_token: str | bool, bar: type, progress: DownloadProgress,
+                report: Callable[[DownloadProgress], None]) -> None:
+    """The blob's bytes into its part file (resumed from what an earlier download left), checked, then renamed.
+    `answer`: the hub's ETag, location and size for the file."""
+    etag, location, size = answer
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    part = blob.with_name(blob.name + ".part")
+    have = part.stat().st_size if part.exists() else 0
+    if have > remote.size:
+        part.unlink()
+        have = 0
+    try:
+        with open(part, "ab") as handle:
+            http_get(location, handle, resume_size=have, headers=build_hf_headers(token=sent_token),
+                     expected_size=size, displayed_filename=remote.name, tqdm_class=bar)
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            part.unlink(missing_ok=True)  # a full disk breaks other programs too: give its space back
+        raise
+    progress.phase = "verifying"
+    report(progress)
+    problem = verify(part, remote, etag)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise DownloadError(_hostile(f"{repo_id}: {problem}; the part downloaded was removed. Run the "
+                                     "download again"))
+    os.replace(part, blob)
 
 
 def _link(storage: Path, commit: str, name: str, blob: Path, revision: str, repo_id: str) -> Path:

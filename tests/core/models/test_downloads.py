@@ -247,3 +247,28 @@ def test_a_full_disk_is_named_with_the_space_needed_and_the_part_removed(
     assert f"the rest of the download needs {left / 1000:.1f} KB" in message
     assert "check the network" not in message.lower()
     assert not list((storage / "blobs").glob("*.part"))  # the part is gone: the disk is not left full
+
+
+@pytest.mark.slow
+def test_two_downloads_of_one_model_at_once_both_end_with_its_right_bytes(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """Two windows download the same model: the second waits for the file the first is writing instead of
+    appending to the same part file (which left a file of both, or grew the first's checked file after it)."""
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    repo[UNET] = os.urandom(BIG)
+    fake_hub.stall_after[UNET] = 11 * 1024 * 1024
+    env = _env(fake_hub, tmp_path)
+    command = [sys.executable, "-m", "studio.cli", "download", SD15]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    blobs = Path(env["HF_HUB_CACHE"]) / ("models--" + SD15.replace("/", "--")) / "blobs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.stat().st_size >= 10 * 1024 * 1024
+                                                  for p in blobs.glob("*.part")):
+        time.sleep(0.05)
+    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while time.monotonic() < deadline and len(fake_hub.heads(UNET)) < 2:  # the second has come to the same file
+        time.sleep(0.05)
+    fake_hub.stopping.set()  # the first one's stalled line drops: it resumes and finishes the file
+    outs = [process.communicate(timeout=120) for process in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert _snapshot_files(env, SD15)[UNET] == repo[UNET]
+    assert not list(blobs.glob("*.part"))
