@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core.config.rules.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
-from studio.core.families import FAMILIES, checkpoint_kinds, family
+from studio.core.families import FAMILIES, checkpoint_kinds, family, is_family
+from studio.core.models.known import KnownModelsError, default_base
 from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 from studio.core.models.tokenizer_files import tokenizer_problem
 from studio.core.models.weight_files import WeightProblem, cut_short, folder_weight_problem
@@ -101,6 +102,20 @@ def setting_hub_need(info: ModelInfo) -> tuple[str, str] | None:
     setting, part = kind.hub_when
     return setting, (f"with {setting} on, {part} come from the Hugging Face hub: the first run needs the internet "
                      f"once (turn {setting} off to train with no network)")
+
+
+def single_file_refusal(family_name: str) -> str | None:
+    """Why a single checkpoint file cannot be a base model of `family_name`: a family that reads no checkpoint
+    files (it declares no kinds) trains from a diffusers folder or hub id, as its trainer says at load; a person
+    meets it with the diffusion model alone, kept apart from its text encoder and VAE. None for the others."""
+    if not is_family(family_name) or family(family_name).kinds:
+        return None
+    try:
+        download = f"download {default_base(family_name)} from the list of models"
+    except KnownModelsError:
+        download = "give its hub id"
+    return (f"{family(family_name).title} trains from a diffusers folder or hub id (its transformer, VAE and text "
+            f"encoder together); choose the model's folder, or {download}")
 
 
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:

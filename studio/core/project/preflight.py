@@ -38,6 +38,7 @@ from studio.core.models.files import (
     SINGLE_FILE_SUFFIXES,
     ModelFileError,
     detect_model,
+    single_file_refusal,
 )
 from studio.core.models.hub_cache import cached_snapshot, missing_components, repo_folder
 from studio.core.models.known import find_known
@@ -139,6 +140,9 @@ def _check_local_model(path: Path, family: str, allow_pickle: bool = False) -> P
         return PreflightProblem("model", f"Base model {path.name} is {info.a_label} ({FAMILY_NAMES[info.family]}) "
                                          f"but model.family is {family}: set model.family = \"{info.family}\" or "
                                          "choose another model.")
+    refusal = single_file_refusal(family) if path.is_file() else None
+    if refusal:
+        return PreflightProblem("model", f"Base model {path.name} is a single checkpoint file: {refusal}.")
     return None
 
 

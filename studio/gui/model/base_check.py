@@ -11,7 +11,7 @@ from studio.core.app_words import command_or_action
 from studio.core.config.schema import ModelSection
 from studio.core.estimate.local_architecture import forget_local_architectures
 from studio.core.families import title as family_title
-from studio.core.models.files import ModelFileError, ModelInfo, detect_model, hub_need
+from studio.core.models.files import ModelFileError, ModelInfo, detect_model, hub_need, single_file_refusal
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
 
@@ -56,6 +56,9 @@ class BaseModelCheck:
             return self._status_elsewhere(model, path)
         if info.refused:
             return f"✗ {path.name} is {info.a_label}: {info.refused}."
+        refusal = single_file_refusal(family) if path.is_file() else None
+        if refusal and info.family in (None, family):
+            return f"✗ {path.name} is a single checkpoint file: {refusal}."
         if info.family is None:
             return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
         if info.family != family:

@@ -69,3 +69,23 @@ def test_a_file_of_no_family_names_the_families_that_train_from_files(
     assert "SD1.5, SDXL and SD3" not in out
     assert all(title in out for title in [*files, *folders]), out
     assert "from a diffusers folder" in out
+
+
+@pytest.mark.parametrize(("family", "title"), [("zimage", "Z-Image"), ("flux2-klein", "FLUX.2 [klein]"),
+                                               ("qwen-image", "Qwen-Image")])
+def test_a_single_file_for_a_family_that_trains_from_folders_is_refused_before_train(
+        tmp_path: Path, family: str, title: str) -> None:
+    """The diffusion model alone, as ComfyUI's layout keeps it (its text encoder and VAE in files of their own):
+    the pre-flight refuses it with the file, why and what to do, instead of starting a run the trainer refuses."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.families import family as family_spec
+    from studio.core.project.preflight import check_model
+
+    transformer_only = write_checkpoint(tmp_path / "diffusion_models" / "model_bf16.safetensors",
+                                        {"layers.0.attention.qkv.weight": [2, 2]})
+    problem = check_model(TrainConfig(model=ModelSection(family=family, base=str(transformer_only))))
+    assert problem is not None and problem.check == "model"
+    assert family_spec(family).title == title
+    assert problem.message.startswith(
+        f"Base model model_bf16.safetensors is a single checkpoint file: {title} trains from a diffusers folder "
+        "or hub id (its transformer, VAE and text encoder together); choose the model's folder, or download ")
