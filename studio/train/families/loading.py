@@ -24,7 +24,7 @@ from studio.core.models.files import (
     model_from_tensors,
     read_json,
 )
-from studio.core.models.hub_cache import cached_snapshot
+from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.weight_files import WeightProblem, weight_problem_at
 from studio.train.errors import TrainError
 
@@ -147,6 +147,17 @@ def _read_json(path: Path) -> dict[str, object]:
         return read_json(path)
     except ModelFileError as exc:
         raise TrainError("model", str(exc), "rebuild or re-download the model folder", path=str(path)) from None
+
+
+def hub_options(base: str, revision: str | None, variant: str | None = None) -> dict[str, Any]:
+    """`local_files_only` for a hub id whose snapshot of `revision` is whole in the cache: it loads from there with
+    no question to the hub, which a network that takes the connection and never answers (a stalled proxy, a
+    captive portal) held for good before training began; empty for a folder, a hub id still to download, or a
+    variant's files (the studio's download leaves them out, so they may still come from the hub)."""
+    if variant or Path(base).expanduser().exists():
+        return {}
+    snapshot = cached_snapshot(base, revision)
+    return {"local_files_only": True} if snapshot is not None and not missing_components(snapshot) else {}
 
 
 def folder_dtypes(dtypes: dict[str, Any]) -> dict[str, Any]:
