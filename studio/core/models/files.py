@@ -142,7 +142,17 @@ def detect_model(path: Path) -> ModelInfo:
     if is_pickle_file(str(path)):
         return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
                          pickled=str(path))
-    return ModelInfo(None, None, f"a {path.suffix} file is not a model format the studio reads")
+    return ModelInfo(None, None, f"a {path.suffix} file is not a model format the studio reads",
+                     missing=other_format_refusal(path))
+
+
+def other_format_refusal(path: Path) -> str:
+    """Why a file of a format the studio does not read is no base model, and what to choose instead."""
+    instead = "choose the model's .safetensors file or its diffusers folder (or hub id)"
+    if path.suffix.lower() == ".gguf":
+        return f"a GGUF file holds weights quantized for generating images, which training cannot start from; {instead}"
+    return f"the studio trains from .safetensors checkpoints and diffusers folders, not {path.suffix or 'such'} files; " \
+        f"{instead}"
 
 
 def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) -> str | None:

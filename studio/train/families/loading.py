@@ -22,6 +22,7 @@ from studio.core.models.files import (
     ModelInfo,
     detect_model,
     model_from_tensors,
+    other_format_refusal,
     read_json,
 )
 from studio.core.models.hub_cache import cached_snapshot, missing_components
@@ -65,6 +66,9 @@ def model_source(base: str, family: str, needs: dict[str, str] | None = None) ->
                              path=str(path))
         _refuse_damaged(_model_info(path).damaged)  # a weight file cut short, a config that does not fit it
         return "folder"
+    if path.is_file():  # a file of another format (GGUF, ...): there, but not one the studio reads
+        raise TrainError("model", f"{path} cannot be trained from: {other_format_refusal(path)}",
+                         "point model.base at a .safetensors checkpoint or a diffusers folder", path=str(path))
     if path.is_absolute() or base.startswith((".", "~")) or base.count("/") != 1:
         raise TrainError("model", f"the base model {path} does not exist",
                          "check model.base: a diffusers folder, a .safetensors file or a hub id like org/name",

@@ -89,3 +89,21 @@ def test_a_single_file_for_a_family_that_trains_from_folders_is_refused_before_t
     assert problem.message.startswith(
         f"Base model model_bf16.safetensors is a single checkpoint file: {title} trains from a diffusers folder "
         "or hub id (its transformer, VAE and text encoder together); choose the model's folder, or download ")
+
+
+def test_a_gguf_file_is_refused_before_train_with_what_to_choose_instead(tmp_path: Path) -> None:
+    """A GGUF file (weights quantized for generating) is no base model: the pre-flight says so and what to choose,
+    instead of letting the run start and the trainer call the file that is there one that "does not exist"."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.project.preflight import check_model
+    from studio.train.errors import TrainError
+    from studio.train.families.loading import model_source
+
+    gguf = tmp_path / "illustrious-xl-Q8_0.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    problem = check_model(TrainConfig(model=ModelSection(family="sdxl", base=str(gguf))))
+    assert problem is not None and "GGUF" in problem.message
+    assert "choose the model's .safetensors file or its diffusers folder" in problem.message
+    with pytest.raises(TrainError) as raised:
+        model_source(str(gguf), "sdxl")
+    assert "does not exist" not in str(raised.value) and "GGUF" in str(raised.value)
