@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import struct
 from functools import lru_cache
 from pathlib import Path
@@ -31,14 +32,26 @@ def safetensors_params(path: Path) -> int:
 
 
 def folder_params(folder: Path) -> int | None:
-    """Parameters of one component folder (all its .safetensors files); None when it has none."""
-    files = sorted(folder.glob("*.safetensors"))
+    """Parameters of one component folder (the .safetensors files a load reads); None when it has none."""
+    files = _loaded_files(sorted(folder.glob("*.safetensors")))
     if not files:
         return None
     try:
         return sum(safetensors_params(f) for f in files)
     except (OSError, ValueError, KeyError, struct.error):
         return None
+
+
+def _loaded_files(files: list[Path]) -> list[Path]:
+    """The files of one set of weights: a clone of a hub repository keeps its variants beside the weights
+    (`model.safetensors`, `model.fp16.safetensors`, `model.non_ema.safetensors`); the plain files (a sharded
+    one's `-00001-of-00002` parts too) when there are any, else one variant's."""
+    def variant(path: Path) -> str:
+        parts = path.name.split(".")
+        return re.sub(r"-\d{5}-of-\d{5}$", "", parts[-2]) if len(parts) > 2 else ""
+
+    chosen = min((variant(f) for f in files), default="")
+    return [f for f in files if variant(f) == chosen]
 
 
 def local_architecture(arch: dict[str, Any], base: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ must lie inside the cache and hold the bytes of its hash (`snapshot_check`).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import shutil
@@ -35,6 +36,10 @@ from studio.core.user_dirs import hub_cache_dir
 GENERIC_KEEP = ("*.json", "*.txt", "*.model", "*.safetensors")
 GENERIC_SKIP = ("*.fp16.*", "*.ema.*", "*non_ema*", "safety_checker/*", "*.onnx*", "*openvino*", "*.bin",
                 "*.ckpt", "*.msgpack", "*.h5", "*.pb", "*.md")
+# A write that failed because the disk (or the person's quota on it) is full.
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+# How a refused token's error begins: the window asks for a new token with these words.
+TOKEN_REFUSED = "The Hugging Face hub refused the token"
 
 
 class DownloadError(RuntimeError):
@@ -197,7 +202,8 @@ def download_model(
         except errors.GatedRepoError:
             raise _gated(repo_id, token) from None
         except _network_errors(errors) as exc:
-            raise _network(repo_id, files[index:], exc) from None
+            raise _disk_full(repo_id, storage, files[index:], exc) or _token_refused(repo_id, token, exc) \
+                or _network(repo_id, files[index:], exc) from None
         progress.done_bytes = before + remote.size  # a file found complete in the cache counts too
         progress.files_done += 1
         progress.phase = "downloading"
@@ -223,8 +229,7 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
     against the hash the hub announced, then linked into the snapshot (the trainer's offline load reads that).
     Returns the snapshot folder."""
     from huggingface_hub import constants, get_hf_file_metadata, get_token, hf_hub_url
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import WeakFileLock
 
     meta = get_hf_file_metadata(hf_hub_url(repo_id, remote.name, revision=revision), token=token)
     etag = str(meta.etag or "")
@@ -242,26 +247,48 @@ def _fetch(repo_id: str, remote: RemoteFile, revision: str | None, token: str | 
     location = str(meta.location)
     known_token = token if token is not None else get_token()  # HF_TOKEN and huggingface_hub's own login count
     sent_token: str | bool = known_token if known_token and token_may_go_to(location, constants.ENDPOINT) else False
-    if not blob.exists():
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        part = blob.with_name(blob.name + ".part")
-        have = part.stat().st_size if part.exists() else 0
-        if have > remote.size:
-            part.unlink()
-            have = 0
+    # Another download of the same file (a second window, huggingface_hub's own) holds this lock while it writes
+    # the part file; this one waits for it and then finds the blob whole, instead of appending to the same part.
+    lock = storage.parent / ".locks" / storage.name / f"{etag}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with WeakFileLock(lock):
+        if not blob.exists():
+            _fetch_blob(repo_id, remote, blob, (etag, location, meta.size), sent_token, bar, progress, report)
+            verified.add(Path(os.path.realpath(blob)))
+    return _link(storage, commit, remote.name, blob, revision or "main", repo_id)
+
+
+def _fetch_blob(repo_id: str, remote: RemoteFile, blob: Path, answer: tuple[str, str, int | None],
+                sent_token: str | bool, bar: type, progress: DownloadProgress,
+                report: Callable[[DownloadProgress], None]) -> None:
+    """The blob's bytes into its part file (resumed from what an earlier download left), checked, then renamed.
+    `answer`: the hub's ETag, location and size for the file."""
+    etag, location, size = answer
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    part = blob.with_name(blob.name + ".part")
+    have = part.stat().st_size if part.exists() else 0
+    if have > remote.size:
+        part.unlink()
+        have = 0
+    try:
         with open(part, "ab") as handle:
             http_get(location, handle, resume_size=have, headers=build_hf_headers(token=sent_token),
-                     expected_size=meta.size, displayed_filename=remote.name, tqdm_class=bar)
-        progress.phase = "verifying"
-        report(progress)
-        problem = verify(part, remote, etag)
-        if problem is not None:
-            part.unlink(missing_ok=True)
-            raise DownloadError(_hostile(f"{repo_id}: {problem}; the part downloaded was removed. Run the "
-                                         "download again"))
-        os.replace(part, blob)
-        verified.add(Path(os.path.realpath(blob)))
-    return _link(storage, commit, remote.name, blob, revision or "main", repo_id)
+                     expected_size=size, displayed_filename=remote.name, tqdm_class=bar)
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            part.unlink(missing_ok=True)  # a full disk breaks other programs too: give its space back
+        raise
+    progress.phase = "verifying"
+    report(progress)
+    problem = verify(part, remote, etag)
+    if problem is not None:
+        part.unlink(missing_ok=True)
+        raise DownloadError(_hostile(f"{repo_id}: {problem}; the part downloaded was removed. Run the "
+                                     "download again"))
+    os.replace(part, blob)
 
 
 def _link(storage: Path, commit: str, name: str, blob: Path, revision: str, repo_id: str) -> Path:
@@ -316,7 +343,7 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
                             "of an account that may read it.") from None
     except _network_errors(errors) as exc:
         known = find_known(repo_id)
-        raise _network(repo_id, [RemoteFile(p, 0, None) for p in known.wanted(with_t5)] if known else [], exc) \
+        raise _token_refused(repo_id, token, exc) or _network(repo_id, [RemoteFile(p, 0, None) for p in known.wanted(with_t5)] if known else [], exc) \
             from None
     listed = [RemoteFile(s.rfilename, int(s.size or 0), (s.lfs or {}).get("sha256") if s.lfs else None,
                          None if s.lfs else getattr(s, "blob_id", None))
@@ -354,6 +381,40 @@ def _gated(repo_id: str, token: str | None) -> DownloadError:
     return DownloadError(f"{repo_id} is gated ({why}): accept its licence at https://huggingface.co/{repo_id} "
                          "while signed in, then store a token of that account (Download → Token"
                          + command_or_action(", or `studio-train download --set-token`", "") + ").", gated=True)
+
+
+def _disk_full(repo_id: str, storage: Path, left: list[RemoteFile], exc: BaseException) -> DownloadError | None:
+    """The disk of the cache filled while writing a file (its part is removed): named with the space the rest of
+    the download needs; None for any other failure."""
+    if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
+        return None
+    try:
+        free = f"{human_bytes(shutil.disk_usage(storage).free)} free"
+    except OSError:
+        free = "no space left"
+    return DownloadError(f"{repo_id}: the disk holding the model "
+                         f"cache {storage} is full ({free}; the rest of the download needs "
+                         f"{human_bytes(sum(f.size for f in left))}). The file being written was removed, the "
+                         "finished ones are kept: free space on that disk (or set HF_HUB_CACHE to a folder on a "
+                         "larger one), then run the download again.")
+
+
+def _token_refused(repo_id: str, token: str | None, exc: BaseException) -> DownloadError | None:
+    """The hub's 401 for a token it no longer takes (expired, revoked): it refuses every model with it, public
+    ones too, so the token is named with how to replace it; None for any other failure."""
+    if getattr(getattr(exc, "response", None), "status_code", None) != 401:
+        return None
+    if token is not None:
+        where = "kept in the system keyring"
+        fix = ("and store it" + command_or_action(" (`studio-train download --set-token`), or remove the kept one "
+                                                  "(`studio-train download --forget-token`)", " when asked"))
+    elif os.environ.get("HF_TOKEN"):
+        where, fix = "in HF_TOKEN", "and put it in HF_TOKEN, or unset HF_TOKEN to download public models without a token"
+    else:
+        where, fix = "of the Hugging Face login on this machine", "and log in again (`hf auth login`)"
+    return DownloadError(f"{TOKEN_REFUSED} {where} for {repo_id} (401: invalid "
+                         f"credentials): it has expired or was revoked. Make a new one at "
+                         f"https://huggingface.co/settings/tokens {fix}.", gated=True)
 
 
 def _network(repo_id: str, missing: list[RemoteFile], exc: BaseException) -> DownloadError:

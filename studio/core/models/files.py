@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from studio.core.config.rules.pickled import PICKLE_SUFFIXES, is_pickle_file, pickle_refusal
-from studio.core.families import FAMILIES, checkpoint_kinds, family
+from studio.core.families import FAMILIES, checkpoint_kinds, family, is_family
+from studio.core.models.known import KnownModelsError, default_base
 from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 from studio.core.models.tokenizer_files import tokenizer_problem
 from studio.core.models.weight_files import WeightProblem, cut_short, folder_weight_problem
@@ -103,6 +104,20 @@ def setting_hub_need(info: ModelInfo) -> tuple[str, str] | None:
                      f"once (turn {setting} off to train with no network)")
 
 
+def single_file_refusal(family_name: str) -> str | None:
+    """Why a single checkpoint file cannot be a base model of `family_name`: a family that reads no checkpoint
+    files (it declares no kinds) trains from a diffusers folder or hub id, as its trainer says at load; a person
+    meets it with the diffusion model alone, kept apart from its text encoder and VAE. None for the others."""
+    if not is_family(family_name) or family(family_name).kinds:
+        return None
+    try:
+        download = f"download {default_base(family_name)} from the list of models"
+    except KnownModelsError:
+        download = "give its hub id"
+    return (f"{family(family_name).title} trains from a diffusers folder or hub id (its transformer, VAE and text "
+            f"encoder together); choose the model's folder, or {download}")
+
+
 def read_safetensors_header(path: Path) -> dict[str, list[int]]:
     """Every tensor's name and shape from a `.safetensors` file's header."""
     return {name: _shape(entry) for name, entry in safetensors_entries(path).items()}
@@ -127,7 +142,17 @@ def detect_model(path: Path) -> ModelInfo:
     if is_pickle_file(str(path)):
         return ModelInfo(None, None, "a pickle file's contents are not read (loading one can run code)",
                          pickled=str(path))
-    return ModelInfo(None, None, f"a {path.suffix} file is not a model format the studio reads")
+    return ModelInfo(None, None, f"a {path.suffix} file is not a model format the studio reads",
+                     missing=other_format_refusal(path))
+
+
+def other_format_refusal(path: Path) -> str:
+    """Why a file of a format the studio does not read is no base model, and what to choose instead."""
+    instead = "choose the model's .safetensors file or its diffusers folder (or hub id)"
+    if path.suffix.lower() == ".gguf":
+        return f"a GGUF file holds weights quantized for generating images, which training cannot start from; {instead}"
+    return f"the studio trains from .safetensors checkpoints and diffusers folders, not {path.suffix or 'such'} files; " \
+        f"{instead}"
 
 
 def checkpoint_kind(keys: set[str], shape: Callable[[str], list[int] | None]) -> str | None:

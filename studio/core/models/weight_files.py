@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from studio.core.models.hub_cache import UNUSED_COMPONENTS
 from studio.core.models.safetensors_header import ModelFileError, safetensors_entries
 
 # Config keys that count repeated blocks, and the weight-name prefixes whose indices they count.
@@ -85,6 +86,26 @@ def component_weight_problem(component: Path) -> WeightProblem | None:
             return problem
         names.update(dict.fromkeys(entries, file))
     return _layer_problem(component, names) if names else None
+
+
+_SHARD = re.compile(r"-\d{5}-of-\d{5}$")
+
+
+def variant_only(folder: Path) -> tuple[str, str, Path] | None:
+    """(component, variant, one of its files) for the first component folder of a diffusers folder that holds its
+    weights only as a variant's files (`text_encoder/model.fp16.safetensors`, no `model.safetensors` beside it):
+    it loads only with that model.variant. None when every component has plain weight files."""
+    try:
+        components = sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in UNUSED_COMPONENTS)
+    except OSError:
+        return None
+    for component in components:
+        names = sorted(p.name for p in component.iterdir() if p.name.endswith((".safetensors", ".bin")))
+        # "model.safetensors", "model-00001-of-00002.safetensors": plain; "model.fp16.safetensors": a variant's.
+        variants = [name for name in names if name.count(".") >= 2]
+        if variants and len(variants) == len(names):
+            return component.name, _SHARD.sub("", variants[0].split(".")[-2]), component / variants[0]
+    return None
 
 
 def cut_short(file: Path, entries: dict[str, dict[str, object]]) -> WeightProblem | None:

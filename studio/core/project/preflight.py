@@ -38,11 +38,12 @@ from studio.core.models.files import (
     SINGLE_FILE_SUFFIXES,
     ModelFileError,
     detect_model,
+    single_file_refusal,
 )
 from studio.core.models.hub_cache import cached_snapshot, missing_components, repo_folder
 from studio.core.models.known import find_known
 from studio.core.models.snapshot_check import snapshot_problems
-from studio.core.models.weight_files import folder_weight_problem
+from studio.core.models.weight_files import folder_weight_problem, variant_only
 from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
 from studio.core.project.library_check import check_quantization_library
@@ -112,7 +113,7 @@ def check_model(config: TrainConfig, base_dir: Path | None = None) -> PreflightP
     if not path.is_absolute() and base_dir is not None and looks_local(base):
         path = base_dir / path
     if path.exists():
-        return _check_local_model(path, family, config.model.allow_pickle)
+        return _check_local_model(path, family, config.model.allow_pickle) or _check_variant(path, config.model.variant)
     if looks_local(base) and is_demo_model(base):
         return PreflightProblem("model", f"The demo's tiny model is not built yet ({path}): it is built with "
                                          "the training environment's PyTorch; set that up in Tools → Training "
@@ -140,7 +141,21 @@ def _check_local_model(path: Path, family: str, allow_pickle: bool = False) -> P
         return PreflightProblem("model", f"Base model {path.name} is {info.a_label} ({FAMILY_NAMES[info.family]}) "
                                          f"but model.family is {family}: set model.family = \"{info.family}\" or "
                                          "choose another model.")
+    refusal = single_file_refusal(family) if path.is_file() else None
+    if refusal:
+        return PreflightProblem("model", f"Base model {path.name} is a single checkpoint file: {refusal}.")
     return None
+
+
+def _check_variant(path: Path, variant: str | None) -> PreflightProblem | None:
+    """A diffusers folder whose component holds only a variant's weight files loads only with that model.variant."""
+    found = variant_only(path) if path.is_dir() else None
+    if found is None or found[1] == variant:
+        return None
+    component, wanted, file = found
+    return PreflightProblem("model", f"Base model folder {path} holds {component}'s weights only as {wanted} files "
+                                     f"({file}): set model.variant = \"{wanted}\", or download the model's "
+                                     "full-precision files.")
 
 
 def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem | None:

@@ -11,9 +11,10 @@ from studio.core.app_words import command_or_action
 from studio.core.config.schema import ModelSection
 from studio.core.estimate.local_architecture import forget_local_architectures
 from studio.core.families import title as family_title
-from studio.core.models.files import ModelFileError, ModelInfo, detect_model, hub_need
+from studio.core.models.files import ModelFileError, ModelInfo, detect_model, hub_need, single_file_refusal
 from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.known import find_known
+from studio.core.models.weight_files import variant_only
 
 
 class BaseModelCheck:
@@ -56,11 +57,18 @@ class BaseModelCheck:
             return self._status_elsewhere(model, path)
         if info.refused:
             return f"✗ {path.name} is {info.a_label}: {info.refused}."
+        refusal = single_file_refusal(family) if path.is_file() else None
+        if refusal and info.family in (None, family):
+            return f"✗ {path.name} is a single checkpoint file: {refusal}."
         if info.family is None:
             return f"✓ Found: {path} ({info.evidence}; the family is checked when training starts)."
         if info.family != family:
             return (f"✗ {path.name} is {info.a_label} ({family_title(info.family)}), but the family is "
                     f"{family_title(family)}: set the family to {family_title(info.family)}, or choose another model.")
+        found = variant_only(path) if info.folder else None
+        if found is not None and found[1] != model.variant:
+            return (f"✗ {path.name} holds {found[0]}'s weights only as {found[1]} files ({found[2].name}): set the "
+                    f"variant to {found[1]}, or download the model's full-precision files.")
         need = hub_need(info, model)
         return f"✓ {info.label}: {path}" + (f" ({need})" if need else "")
 

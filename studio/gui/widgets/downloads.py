@@ -27,7 +27,7 @@ from studio.core.models.download_messages import (
     DownloadFailed,
     DownloadProgressed,
 )
-from studio.core.models.downloads import DownloadProgress, progress_text
+from studio.core.models.downloads import TOKEN_REFUSED, DownloadProgress, progress_text
 from studio.core.models.hub_token import TokenStoreError, store_token
 from studio.core.protocol.jsonlines import Message
 from studio.core.studio_command import studio_command
@@ -177,10 +177,12 @@ class DownloadDialog(QDialog):
 
     def ask_token(self) -> bool:
         """Ask for a Hugging Face token and keep it in the system keyring; False when none was given."""
+        why = (f"{TOKEN_REFUSED} kept for downloads (it has expired or was revoked): paste a new one"
+               if (self.error or "").startswith(TOKEN_REFUSED) else
+               f"{self.repo_id} is gated: accept its licence on huggingface.co while signed in, then paste a token "
+               "of that account")
         token, ok = QInputDialog.getText(
-            self, "A token is needed",
-            f"{self.repo_id} is gated: accept its licence on huggingface.co while signed in, then paste a token "
-            "of that account (huggingface.co/settings/tokens). It is kept in the system keyring.",
+            self, "A token is needed", f"{why} (huggingface.co/settings/tokens). It is kept in the system keyring.",
             QLineEdit.EchoMode.Password)
         if not ok or not token.strip():
             return False

@@ -24,7 +24,7 @@ from studio.core.families import flux2_klein as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
 from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter, draw_latents
-from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
+from studio.train.families.loading import folder_dtypes, hub_options, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.memory.transfer import to_device
@@ -75,7 +75,8 @@ class Flux2KleinAdapter(FamilyAdapter):
                              "point model.base at a diffusers folder, e.g. black-forest-labs/FLUX.2-klein-base-4B",
                              path=base)
         dtypes = self.load_dtypes(weight_dtype)
-        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
+        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes),
+                                   **hub_options(base, model.revision, model.variant)}
         pipe = load_or_fail("pipeline", base, lambda: Flux2KleinPipeline.from_pretrained(base, **options))
         transformer, vae, encoder = pipe.transformer, pipe.vae, pipe.text_encoder
         self.single_blocks = len(transformer.single_transformer_blocks)

@@ -22,9 +22,10 @@ from studio.core.models.files import (
     ModelInfo,
     detect_model,
     model_from_tensors,
+    other_format_refusal,
     read_json,
 )
-from studio.core.models.hub_cache import cached_snapshot
+from studio.core.models.hub_cache import cached_snapshot, missing_components
 from studio.core.models.weight_files import WeightProblem, weight_problem_at
 from studio.train.errors import TrainError
 
@@ -65,6 +66,9 @@ def model_source(base: str, family: str, needs: dict[str, str] | None = None) ->
                              path=str(path))
         _refuse_damaged(_model_info(path).damaged)  # a weight file cut short, a config that does not fit it
         return "folder"
+    if path.is_file():  # a file of another format (GGUF, ...): there, but not one the studio reads
+        raise TrainError("model", f"{path} cannot be trained from: {other_format_refusal(path)}",
+                         "point model.base at a .safetensors checkpoint or a diffusers folder", path=str(path))
     if path.is_absolute() or base.startswith((".", "~")) or base.count("/") != 1:
         raise TrainError("model", f"the base model {path} does not exist",
                          "check model.base: a diffusers folder, a .safetensors file or a hub id like org/name",
@@ -147,6 +151,17 @@ def _read_json(path: Path) -> dict[str, object]:
         return read_json(path)
     except ModelFileError as exc:
         raise TrainError("model", str(exc), "rebuild or re-download the model folder", path=str(path)) from None
+
+
+def hub_options(base: str, revision: str | None, variant: str | None = None) -> dict[str, Any]:
+    """`local_files_only` for a hub id whose snapshot of `revision` is whole in the cache: it loads from there with
+    no question to the hub, which a network that takes the connection and never answers (a stalled proxy, a
+    captive portal) held for good before training began; empty for a folder, a hub id still to download, or a
+    variant's files (the studio's download leaves them out, so they may still come from the hub)."""
+    if variant or Path(base).expanduser().exists():
+        return {}
+    snapshot = cached_snapshot(base, revision)
+    return {"local_files_only": True} if snapshot is not None and not missing_components(snapshot) else {}
 
 
 def folder_dtypes(dtypes: dict[str, Any]) -> dict[str, Any]:

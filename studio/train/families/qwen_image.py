@@ -33,7 +33,7 @@ from studio.core.families import qwen_image as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
 from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter, draw_latents
-from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
+from studio.train.families.loading import folder_dtypes, hub_options, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.memory.transfer import to_device
@@ -100,11 +100,13 @@ class QwenImageAdapter(FamilyAdapter):
         self.edit = self.prompt_sees_controls = edit_pipeline is not None
         self.edit_plus = edit_pipeline == declared.EDIT_PLUS_PIPELINE
         dtypes = self.load_dtypes(weight_dtype)
-        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
+        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes),
+                                   **hub_options(base, model.revision, model.variant)}
         extras: dict[str, Any] = {}
         if edit_pipeline is not None:
             extras[PROCESSOR] = load_or_fail(
-                "processor (processor/ folder)", base, lambda: load_edit_processor(base, revision=model.revision),
+                "processor (processor/ folder)", base, lambda: load_edit_processor(
+                base, revision=model.revision, **hub_options(base, model.revision)),
                 "an edit model's folder holds its processor/ folder (the image processor's and the tokenizer's "
                 "files) as the hub's Qwen-Image-Edit releases do: download it again, or copy processor/ from the "
                 "hub's repository")

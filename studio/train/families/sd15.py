@@ -11,6 +11,7 @@ from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import (
     folder_dtypes,
+    hub_options,
     load_or_fail,
     load_single_file,
     load_vae,
@@ -40,7 +41,7 @@ class SD15Adapter(FamilyAdapter):
         dtypes = self.load_dtypes(weight_dtype)
         source = model_source(base, self.family, {"text_encoder": "the CLIP text encoder", "tokenizer": "the CLIP tokenizer"})
         options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
-                                   **folder_dtypes(dtypes)}
+                                   **folder_dtypes(dtypes), **hub_options(base, model.revision, model.variant)}
         if source == "file":
             pipe = load_single_file(StableDiffusionPipeline, base, self.family, weight_dtype, safety_checker=None,
                                     requires_safety_checker=False)
@@ -53,7 +54,7 @@ class SD15Adapter(FamilyAdapter):
             unet, vae, text_encoder = pipe.unet, pipe.vae, pipe.text_encoder
             tokenizer, sample_scheduler = pipe.tokenizer, pipe.scheduler
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
-                base, subfolder="scheduler", revision=model.revision))
+                base, subfolder="scheduler", revision=model.revision, **hub_options(base, model.revision)))
         if model.vae:
             vae = load_vae(model.vae, self.family)
         if model.prediction_type != "auto":

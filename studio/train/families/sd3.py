@@ -21,6 +21,7 @@ from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import (
     folder_dtypes,
+    hub_options,
     load_or_fail,
     load_single_file,
     load_vae,
@@ -82,7 +83,7 @@ class SD3Adapter(FamilyAdapter):
             pipe = load_single_file(StableDiffusion3Pipeline, base, self.family, weight_dtype, use_t5, **drop)
         else:
             options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
-                                       **folder_dtypes(dtypes)}
+                                       **folder_dtypes(dtypes), **hub_options(base, model.revision, model.variant)}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusion3Pipeline.from_pretrained(
                 base, **drop, **options))
         if use_t5 and pipe.text_encoder_3 is None:

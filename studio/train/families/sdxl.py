@@ -15,6 +15,7 @@ from studio.train.components import Components
 from studio.train.families.base import Conditioning, FamilyAdapter
 from studio.train.families.loading import (
     folder_dtypes,
+    hub_options,
     load_or_fail,
     load_single_file,
     load_vae,
@@ -78,11 +79,11 @@ class SDXLAdapter(FamilyAdapter):
             scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
         else:
             options: dict[str, Any] = {"revision": model.revision, "variant": model.variant,
-                                       **folder_dtypes(dtypes)}
+                                       **folder_dtypes(dtypes), **hub_options(base, model.revision, model.variant)}
             pipe = load_or_fail("pipeline", base, lambda: StableDiffusionXLPipeline.from_pretrained(
                 base, add_watermarker=False, **options))
             scheduler = load_or_fail("scheduler", base, lambda: DDPMScheduler.from_pretrained(
-                base, subfolder="scheduler", revision=model.revision))
+                base, subfolder="scheduler", revision=model.revision, **hub_options(base, model.revision)))
         vae: Any = load_vae(model.vae, self.family) if model.vae else pipe.vae
         sample_scheduler = pipe.scheduler
         if model.prediction_type != "auto":

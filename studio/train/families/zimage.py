@@ -27,7 +27,7 @@ from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
 from studio.train.families.base import Conditioning, FamilyAdapter
-from studio.train.families.loading import folder_dtypes, load_or_fail, model_source
+from studio.train.families.loading import folder_dtypes, hub_options, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
 from studio.train.memory.transfer import to_device
@@ -69,7 +69,8 @@ class ZImageAdapter(FamilyAdapter):
                              "(transformer, VAE and Qwen3 encoder together)",
                              "point model.base at a diffusers folder, e.g. Tongyi-MAI/Z-Image", path=base)
         dtypes = self.load_dtypes(weight_dtype)
-        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes)}
+        options: dict[str, Any] = {"revision": model.revision, "variant": model.variant, **folder_dtypes(dtypes),
+                                   **hub_options(base, model.revision, model.variant)}
         pipe = load_or_fail("pipeline", base, lambda: ZImagePipeline.from_pretrained(base, **options))
         if model.training_adapter:
             merge_training_adapter(pipe, model.training_adapter)

@@ -46,3 +46,21 @@ def test_a_full_size_folder_keeps_the_published_architecture(tmp_path: Path) -> 
     assert local_architecture(arch, str(folder)) is arch
     assert local_architecture(arch, "runwayml/stable-diffusion-v1-5") is arch  # a hub id
     assert local_architecture(arch, "models/relative") is arch  # not resolved: nothing to read
+
+
+def test_a_folder_with_its_fp16_and_ema_files_beside_the_weights_is_counted_once(tmp_path: Path) -> None:
+    """A clone of a hub repository keeps the fp16 and non-EMA files beside each weight file: the estimate counts the
+    weights a load reads (the plain files, or one variant's where there are no others), not all of them together,
+    which made a full-size folder three times the published model."""
+    arch = load_architecture("sd15")
+    params = int(arch["components"]["unet"]["params"])
+    folder = diffusers_folder(tmp_path / "stable-diffusion-v1-5", params)
+    unet = folder / "unet"
+    for variant in ("fp16", "non_ema"):
+        write_checkpoint(unet / f"diffusion_pytorch_model.{variant}.safetensors",
+                         {"conv_in.weight": [params // 2], "conv_out.weight": [params - params // 2]}, with_data=False)
+    assert folder_params(unet) == params
+    assert local_architecture(arch, str(folder)) is arch
+    for plain in unet.glob("diffusion_pytorch_model.safetensors"):
+        plain.unlink()  # fp16 files only (loaded with model.variant = "fp16"): one variant counted
+    assert folder_params(unet) == params

@@ -184,3 +184,91 @@ def test_a_captioner_download_fetches_the_files_its_kind_loads(fake_hub: FakeHub
     wrong = _download(env, "--captioner", "blip-huge")
     assert wrong.returncode == 2 and "no known captioning model 'blip-huge'" in wrong.stderr
     assert "wd14-vit-v3" in wrong.stderr
+
+
+def test_a_token_the_hub_no_longer_takes_is_named_not_the_network(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """An expired or revoked token is refused by the hub for every model, public ones too: the error says to
+    replace the token (the window then asks for one), not to check the network."""
+    fake_hub.repos[SD15] = tiny_sd15_repo(weights=3000)
+    fake_hub.refused_tokens.add("hf_Expired0123")
+    env = {**_env(fake_hub, tmp_path), "HF_TOKEN": "hf_Expired0123"}
+    out = _download(env, SD15, "--json")
+    assert out.returncode == 1
+    failed = json.loads(out.stdout.splitlines()[-1])
+    assert failed["type"] == "error" and failed["gated"] is True  # the window asks for a new token
+    assert failed["message"] == (
+        f"The Hugging Face hub refused the token in HF_TOKEN for {SD15} (401: invalid credentials): it has expired "
+        "or was revoked. Make a new one at https://huggingface.co/settings/tokens and put it in HF_TOKEN, or unset "
+        "HF_TOKEN to download public models without a token.")
+    assert "hf_Expired0123" not in out.stdout + out.stderr
+
+
+def test_a_full_disk_is_named_with_the_space_needed_and_the_part_removed(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills part way through the UNet: the error says the disk is full (not the network), names the
+    cache folder and what the rest of the download needs, and the part written is removed to free the disk."""
+    import errno
+
+    from huggingface_hub import constants, file_download
+
+    from studio.core.models.downloads import DownloadError, download_model
+
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))  # the download turns it off
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE)
+    monkeypatch.setattr(constants, "ENDPOINT", fake_hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake_hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    real_get = file_download.http_get
+
+    def filling_get(url: str, temp_file: object, **kwargs: object) -> None:
+        if url.endswith(UNET):
+            real_write = temp_file.write  # type: ignore[attr-defined]
+
+            class Full:
+                def write(self, data: bytes) -> int:
+                    real_write(data[:1000])
+                    raise OSError(errno.ENOSPC, "No space left on device")
+
+                def __getattr__(self, name: str) -> object:
+                    return getattr(temp_file, name)
+
+            temp_file = Full()
+        real_get(url, temp_file, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_download, "http_get", filling_get)
+    cache = tmp_path / "hf-cache"
+    with pytest.raises(DownloadError) as raised:
+        download_model(SD15, cache_dir=cache)
+    storage = cache / ("models--" + SD15.replace("/", "--"))
+    message = str(raised.value)
+    assert message.startswith(f"{SD15}: the disk holding the model cache {storage} is full (")
+    left = sum(len(repo[name]) for name in TRAINING_FILES if name >= UNET)  # the files are fetched by name
+    assert f"the rest of the download needs {left / 1000:.1f} KB" in message
+    assert "check the network" not in message.lower()
+    assert not list((storage / "blobs").glob("*.part"))  # the part is gone: the disk is not left full
+
+
+@pytest.mark.slow
+def test_two_downloads_of_one_model_at_once_both_end_with_its_right_bytes(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """Two windows download the same model: the second waits for the file the first is writing instead of
+    appending to the same part file (which left a file of both, or grew the first's checked file after it)."""
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    repo[UNET] = os.urandom(BIG)
+    fake_hub.stall_after[UNET] = 11 * 1024 * 1024
+    env = _env(fake_hub, tmp_path)
+    command = [sys.executable, "-m", "studio.cli", "download", SD15]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    blobs = Path(env["HF_HUB_CACHE"]) / ("models--" + SD15.replace("/", "--")) / "blobs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(p.stat().st_size >= 10 * 1024 * 1024
+                                                  for p in blobs.glob("*.part")):
+        time.sleep(0.05)
+    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while time.monotonic() < deadline and len(fake_hub.heads(UNET)) < 2:  # the second has come to the same file
+        time.sleep(0.05)
+    fake_hub.stopping.set()  # the first one's stalled line drops: it resumes and finishes the file
+    outs = [process.communicate(timeout=120) for process in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert _snapshot_files(env, SD15)[UNET] == repo[UNET]
+    assert not list(blobs.glob("*.part"))

@@ -69,3 +69,41 @@ def test_a_file_of_no_family_names_the_families_that_train_from_files(
     assert "SD1.5, SDXL and SD3" not in out
     assert all(title in out for title in [*files, *folders]), out
     assert "from a diffusers folder" in out
+
+
+@pytest.mark.parametrize(("family", "title"), [("zimage", "Z-Image"), ("flux2-klein", "FLUX.2 [klein]"),
+                                               ("qwen-image", "Qwen-Image")])
+def test_a_single_file_for_a_family_that_trains_from_folders_is_refused_before_train(
+        tmp_path: Path, family: str, title: str) -> None:
+    """The diffusion model alone, as ComfyUI's layout keeps it (its text encoder and VAE in files of their own):
+    the pre-flight refuses it with the file, why and what to do, instead of starting a run the trainer refuses."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.families import family as family_spec
+    from studio.core.project.preflight import check_model
+
+    transformer_only = write_checkpoint(tmp_path / "diffusion_models" / "model_bf16.safetensors",
+                                        {"layers.0.attention.qkv.weight": [2, 2]})
+    problem = check_model(TrainConfig(model=ModelSection(family=family, base=str(transformer_only))))
+    assert problem is not None and problem.check == "model"
+    assert family_spec(family).title == title
+    assert problem.message.startswith(
+        f"Base model model_bf16.safetensors is a single checkpoint file: {title} trains from a diffusers folder "
+        "or hub id (its transformer, VAE and text encoder together); choose the model's folder, or download ")
+
+
+def test_a_gguf_file_is_refused_before_train_with_what_to_choose_instead(tmp_path: Path) -> None:
+    """A GGUF file (weights quantized for generating) is no base model: the pre-flight says so and what to choose,
+    instead of letting the run start and the trainer call the file that is there one that "does not exist"."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.project.preflight import check_model
+    from studio.train.errors import TrainError
+    from studio.train.families.loading import model_source
+
+    gguf = tmp_path / "illustrious-xl-Q8_0.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    problem = check_model(TrainConfig(model=ModelSection(family="sdxl", base=str(gguf))))
+    assert problem is not None and "GGUF" in problem.message
+    assert "choose the model's .safetensors file or its diffusers folder" in problem.message
+    with pytest.raises(TrainError) as raised:
+        model_source(str(gguf), "sdxl")
+    assert "does not exist" not in str(raised.value) and "GGUF" in str(raised.value)

@@ -45,3 +45,31 @@ def test_every_layer_count_is_compared_with_the_weights_it_counts(tmp_path: Path
     assert problem is not None and problem.path == str(tmp_path / "more" / "config.json")
     assert f"says {key} = 5, but its weights (model.safetensors) hold 2 ({prefix.rsplit('.', 1)[-1]}.0 to" \
         in problem.why
+
+
+def test_a_folder_of_fp16_files_only_asks_for_model_variant_before_train(tmp_path: Path) -> None:
+    """A diffusers folder downloaded as its fp16 files alone (unet/diffusion_pytorch_model.fp16.safetensors, no
+    plain file beside it) fails to load without model.variant = "fp16": the pre-flight names the file and the
+    setting; with the setting, or with the plain files there, it passes."""
+    from fixtures.checkpoints import write_checkpoint
+
+    from studio.core.config.schema import ModelSection, TrainConfig
+    from studio.core.project.preflight import check_model
+
+    folder = tmp_path / "sd15-fp16"
+    folder.mkdir()
+    (folder / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
+    (folder / "unet").mkdir()
+    (folder / "unet" / "config.json").write_text("{}")
+    write_checkpoint(folder / "unet" / "diffusion_pytorch_model.fp16-00001-of-00002.safetensors", {"a": [4]})
+    write_checkpoint(folder / "unet" / "diffusion_pytorch_model.fp16-00002-of-00002.safetensors", {"b": [4]})
+    write_checkpoint(folder / "text_encoder" / "model.fp16.safetensors", {"c": [4]})
+    problem = check_model(TrainConfig(model=ModelSection(family="sd15", base=str(folder))))
+    assert problem is not None and problem.message == (
+        f"Base model folder {folder} holds text_encoder's weights only as fp16 files "
+        f"({folder / 'text_encoder' / 'model.fp16.safetensors'}): set model.variant = \"fp16\", or download the model's "
+        "full-precision files.")
+    assert check_model(TrainConfig(model=ModelSection(family="sd15", base=str(folder), variant="fp16"))) is None
+    write_checkpoint(folder / "text_encoder" / "model.safetensors", {"c": [4]})
+    write_checkpoint(folder / "unet" / "diffusion_pytorch_model.safetensors", {"a": [4]})
+    assert check_model(TrainConfig(model=ModelSection(family="sd15", base=str(folder)))) is None

@@ -39,3 +39,29 @@ def test_in_the_desktop_app_a_hub_model_to_download_names_the_list_not_a_command
     assert page.findChild(QLabel, "model_base_status").text() == (
         "Hub id someone/not-downloaded-model: not on this machine yet. Download it from the list below before "
         "training.")
+
+
+def test_a_single_file_for_a_family_that_trains_from_folders_is_shown_refused(make_page, tmp_path: Path) -> None:
+    """Z-Image's diffusion model alone (ComfyUI's layout): ✗ with why and what to do, not ✓ Found."""
+    page = make_page()
+    assert page.apply_config_changes({"model.family": "zimage"})
+    transformer_only = write_checkpoint(tmp_path / "z_image_turbo_bf16.safetensors",
+                                        {"layers.0.attention.qkv.weight": [2, 2]})
+    assert page.apply_config_changes({"model.base": str(transformer_only)})
+    status = page.findChild(QLabel, "model_base_status").text()
+    assert status.startswith("✗ z_image_turbo_bf16.safetensors is a single checkpoint file: Z-Image trains from a "
+                             "diffusers folder or hub id"), status
+
+
+def test_a_folder_of_fp16_files_only_is_shown_needing_the_variant(make_page, tmp_path: Path) -> None:
+    page = make_page()
+    folder = tmp_path / "sd15-fp16"
+    write_checkpoint(folder / "unet" / "diffusion_pytorch_model.fp16.safetensors", {"a": [4]})
+    (folder / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
+    assert page.apply_config_changes({"model.base": str(folder)})
+    status = page.findChild(QLabel, "model_base_status")
+    assert status.text() == ("✗ sd15-fp16 holds unet's weights only as fp16 files "
+                             "(diffusion_pytorch_model.fp16.safetensors): set the variant to fp16, or download the "
+                             "model's full-precision files.")
+    assert page.apply_config_changes({"model.variant": "fp16"})
+    assert status.text().startswith("✓ SD 1.x/2.x model:")

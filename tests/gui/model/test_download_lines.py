@@ -59,3 +59,22 @@ def test_a_download_that_failed_offline_is_retried_from_the_dialog(qtbot, tmp_pa
     with qtbot.waitSignal(dialog.sig_done, timeout=20000) as done:
         dialog.retry_button.click()
     assert done.args == ["a/b", str(snapshot)] and dialog.result_path == str(snapshot)
+
+
+def test_a_refused_token_asks_for_a_new_one_in_those_words(qtbot, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QInputDialog
+
+    from studio.gui.widgets.downloads import DownloadDialog
+
+    asked: list[str] = []
+    monkeypatch.setattr(QInputDialog, "getText", lambda _p, _t, text, _echo: (asked.append(text) or ("", False)))
+    dialog = DownloadDialog("a/b", python=str(tmp_path / "python"))
+    qtbot.addWidget(dialog)
+    dialog._failed("The Hugging Face hub refused the token kept in the system keyring for a/b (401: invalid "
+                   "credentials): it has expired or was revoked.", True)
+    assert asked == ["The Hugging Face hub refused the token kept for downloads (it has expired or was revoked): "
+                     "paste a new one (huggingface.co/settings/tokens). It is kept in the system keyring."]
+    asked.clear()
+    dialog._failed("a/b is gated (it needs a Hugging Face token): accept its licence", True)
+    assert asked[0].startswith("a/b is gated: accept its licence on huggingface.co")
