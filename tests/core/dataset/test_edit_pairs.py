@@ -242,3 +242,23 @@ def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) ->
                                                      "concepts": [{"path": str(root)}]}})
     issue = split_issue(config)
     assert issue is not None and "holds out 1 of the 1 training image" in issue.message
+
+
+def test_two_controls_of_one_name_in_one_folder_are_refused_naming_both(tmp_path: Path) -> None:
+    """cat.jpg beside cat.png in control/ (a copy saved as another format): both would be the cat's references,
+    so every pair trained with its picture twice; the run is refused before it starts, naming the two files."""
+    from studio.core.project.preflight import check_dataset
+
+    root = _targets(tmp_path / "pairs")
+    for name in ("cat.jpg", "cat.png", "dog.jpg", "dog.png"):
+        make_image(root / "control" / name)
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]}})
+    problem = check_dataset(config)
+    assert problem is not None
+    assert problem.message.startswith(f"Edit pair {root / 'control' / 'cat.png'}: cat.jpg and cat.png in "
+                                      f"{root / 'control'} are both the control image of cat.png; keep one of them")
+    assert "1 more" in problem.message  # the dog's
+    (root / "control" / "cat.jpg").unlink()
+    (root / "control" / "dog.jpg").unlink()
+    assert check_dataset(config) is None

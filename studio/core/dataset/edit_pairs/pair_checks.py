@@ -1,7 +1,7 @@
 """The problems of edit pairs, named with their file and what to do, as captions' are: a target without its
-control image, a control without its target, a control that cannot be read, and one whose shape differs
-strongly from its target's (resized to the target, as musubi-tuner and ai-toolkit do by default, it would be
-stretched). Only image headers are read.
+control image, a control without its target, a control that cannot be read, two of one name in one place, and
+one whose shape differs strongly from its target's (resized to the target, as musubi-tuner and ai-toolkit do by
+default, it would be stretched). Only image headers are read.
 """
 
 from __future__ import annotations
@@ -72,7 +72,15 @@ def control_problems(scan: ScanResult, target_sizes: Mapping[Path, tuple[int, in
 
 def _control_file_problems(entry: ImageEntry, size: tuple[int, int] | None) -> list[Problem]:
     out: list[Problem] = []
+    named: dict[tuple[Path, str], Path] = {}
     for control in entry.controls:
+        # The same name twice in one place (cat.jpg beside cat.png, a copy saved as another format): both matched,
+        # the pair would train with the picture twice as two references.
+        twin = named.setdefault((control.parent, control.stem.lower()), control)
+        if twin != control:
+            out.append(Problem("error", "duplicate_control", str(control),
+                               f"{twin.name} and {control.name} in {control.parent} are both the control image of "
+                               f"{entry.path.name}", "keep one of them (delete or move the other)"))
         facts = inspect_image(control)
         if facts.error is not None or facts.truncated:
             why = facts.error or "the file is cut off (truncated)"
