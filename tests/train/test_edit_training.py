@@ -257,6 +257,11 @@ def test_samples_edit_the_configured_held_out_control_or_else_the_first_pairs(tm
     config.sampling.control_image = str(tmp_path / "gone.png")
     with pytest.raises(TrainError, match=r"sampling\.control_image .*gone\.png is no image file"):
         sample_controls(config, items)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(Image.open(held_out).tobytes()[:100])  # no picture: every round of samples would fail on it
+    config.sampling.control_image = str(broken)
+    with pytest.raises(TrainError, match=r"sampling\.control_image .*broken\.png cannot be read: not a readable"):
+        sample_controls(config, items)
 
 
 def test_the_validation_loss_of_an_edit_pair_reads_its_control(tiny_flux2_klein: Path, tmp_path: Path) -> None:

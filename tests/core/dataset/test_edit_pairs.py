@@ -262,3 +262,22 @@ def test_two_controls_of_one_name_in_one_folder_are_refused_naming_both(tmp_path
     (root / "control" / "cat.jpg").unlink()
     (root / "control" / "dog.jpg").unlink()
     assert check_dataset(config) is None
+
+
+def test_a_sample_control_image_that_is_no_picture_is_named_before_the_run(tmp_path: Path) -> None:
+    """A file that is there but no image (a text file, a cut-off download) failed every round of samples of the run
+    with "report the traceback"; it is named before the run starts, as a missing one is."""
+    from studio.core.project.preflight import check_sample_control
+
+    root = _targets(tmp_path / "pairs")
+    before = tmp_path / "before.png"
+    before.write_text("not a picture", encoding="utf-8")
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]},
+                                         "sampling": {"control_image": str(before)}})
+    problem = check_sample_control(config)
+    assert problem is not None
+    assert problem.message.startswith(f"The control image {before} (sampling.control_image) cannot be read: not a "
+                                      "readable image (")
+    make_image(before)
+    assert check_sample_control(config) is None

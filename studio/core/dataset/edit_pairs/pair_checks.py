@@ -98,3 +98,14 @@ def _control_file_problems(entry: ImageEntry, size: tuple[int, int] | None) -> l
                                f"crop the control to the target's shape ({size[0]}:{size[1]}), or the target "
                                "to the control's"))
     return out
+
+
+def sample_control_problem(path: Path) -> str | None:
+    """Why `path` (sampling.control_image) cannot be the image samples edit, as the end of a sentence naming it ("is
+    no image file", "cannot be read: ..."); None when it can. Only its header is read."""
+    if not path.is_file():
+        return "is no image file"
+    facts = inspect_image(path)
+    if facts.error is not None or facts.truncated:
+        return f"cannot be read: {facts.error or 'the file is cut off (truncated)'}"
+    return None
