@@ -232,6 +232,19 @@ def test_a_sample_control_image_or_a_random_crop_is_refused_where_it_cannot_act(
     assert issue.key == "dataset.crop" and "set dataset.crop = \"center\"" in issue.message
 
 
+def test_class_images_beside_edit_pairs_are_refused_naming_the_concept(tmp_path: Path) -> None:
+    """A class image has no control image: batched with a pair, the denoiser got one reference for two images and
+    the run failed at that step with a traceback, minutes after the model loaded."""
+    concept = {"path": "pairs", "class_prompt": "a photo", "class_path": "class"}
+    with pytest.raises(ValidationError) as caught:
+        TrainConfig.model_validate({**MODEL, "dataset": {"kind": "edit", "concepts": [{"path": "more"}, concept]}})
+    issue = issues_from_validation(caught.value, TrainConfig)[0]
+    assert issue.key == "dataset.concepts[1].class_prompt"
+    assert "class images (prior preservation) have no control image" in issue.message
+    assert "remove the concept's class_prompt (and class_path)" in issue.message
+    TrainConfig.model_validate({**MODEL, "dataset": {"concepts": [concept]}})  # images with class images train
+
+
 def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) -> None:
     from studio.core.dataset.split import split_issue
 
