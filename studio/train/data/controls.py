@@ -37,7 +37,7 @@ def fitted_control(path: Path, size: tuple[int, int], flipped: bool = False) -> 
     try:
         with Image.open(path) as raw:
             image = as_rgb(upright(raw))
-    except (OSError, ValueError, SyntaxError) as exc:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise TrainError("data", f"the control image {path} cannot be read: {exc}",
                          "replace it with a working copy, or remove its pair", path=str(path)) from None
     width, height = size

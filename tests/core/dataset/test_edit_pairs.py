@@ -294,3 +294,23 @@ def test_a_sample_control_image_that_is_no_picture_is_named_before_the_run(tmp_p
                                       "readable image (")
     make_image(before)
     assert check_sample_control(config) is None
+
+
+def test_a_control_larger_than_pillow_opens_is_named_before_the_run(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A control past Pillow's decompression-bomb limit passed the checks (its header reads) and the run failed with
+    a traceback at the pair's first step; it is named as a target that large is."""
+    from PIL import Image
+
+    from studio.core.project.preflight import check_dataset
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 2000 pixels opened at most, as 179 megapixels are
+    root = _targets(tmp_path / "pairs", ("cat",), size=(40, 40))
+    make_image(root / "control" / "cat.png", size=(100, 100))
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]}})
+    problem = check_dataset(config)
+    assert problem is not None
+    assert problem.message.startswith(f"Edit pair {root / 'control' / 'cat.png'}: the control image of cat.png is "
+                                      "100x100 (0 megapixels), more than the 0 megapixels Pillow opens")
+    assert "replace it with a copy of a few megapixels" in problem.message

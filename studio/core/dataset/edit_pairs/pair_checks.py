@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from studio.core.dataset.image_facts import Problem, inspect_image
+from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import ImageEntry, ScanResult
 
 # Aspect ratios (long side / short side, oriented) further apart than this factor are "strongly different":
@@ -88,7 +89,14 @@ def _control_file_problems(entry: ImageEntry, size: tuple[int, int] | None) -> l
                                f"the control image of {entry.path.name} cannot be read: {why}",
                                "replace it with a working copy (save it again as PNG or JPEG), or remove the pair"))
             continue
-        if size is None or facts.size is None:
+        if facts.size is None:
+            continue
+        too = size_problem(*facts.size)
+        if too is not None:  # the trainer could not open it (or fit it) at the pair's first step
+            out.append(Problem("error", "unreadable_control", str(control), f"the control image of {entry.path.name} "
+                               f"{too}", "replace it with a copy of a few megapixels, or remove the pair"))
+            continue
+        if size is None:
             continue
         target, found = _aspect(size), _aspect(facts.size)
         if max(target, found) / min(target, found) > ASPECT_TOLERANCE:
@@ -108,4 +116,4 @@ def sample_control_problem(path: Path) -> str | None:
     facts = inspect_image(path)
     if facts.error is not None or facts.truncated:
         return f"cannot be read: {facts.error or 'the file is cut off (truncated)'}"
-    return None
+    return size_problem(*facts.size) if facts.size is not None else None
