@@ -314,3 +314,18 @@ def test_a_control_larger_than_pillow_opens_is_named_before_the_run(tmp_path: Pa
     assert problem.message.startswith(f"Edit pair {root / 'control' / 'cat.png'}: the control image of cat.png is "
                                       "100x100 (0 megapixels), more than the 0 megapixels Pillow opens")
     assert "replace it with a copy of a few megapixels" in problem.message
+
+
+def test_concepts_sharing_the_control_folders_call_none_of_their_controls_an_orphan(tmp_path: Path) -> None:
+    """dataset.control_folders serve every concept: each concept's controls were "without a target image" for the
+    other one, with "delete it" as what to do. Only a control no concept's target takes is an orphan."""
+    _targets(tmp_path / "indoor", ("cat", "dog"))
+    _targets(tmp_path / "outdoor", ("owl",))
+    for name in ("cat", "dog", "owl", "bat"):
+        make_image(tmp_path / "controls" / f"{name}.png")
+    dataset = DatasetSection(concepts=[ConceptSection(path=str(tmp_path / "indoor")),
+                                       ConceptSection(path=str(tmp_path / "outdoor"))],
+                             kind="edit", control_folders=[str(tmp_path / "controls")])
+    report = check_concepts(dataset.concepts, None, 32, controls=control_settings(dataset, None))
+    orphans = [p.path for p in report.problems if p.code == "orphan_control"]
+    assert orphans == [str(tmp_path / "controls" / "bat.png")]  # once, though both concepts read the folder
