@@ -150,7 +150,10 @@ def render_images(
                 # hands given embeddings to its transformer where they are: they go where the denoiser is.
                 embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
         latents = []
-        with forward_in_precision(components.denoiser, plan.autocast), reports_compute_dtype(components.denoiser):
+        # An edit's pipeline encodes its control images with the VAE as it denoises: the VAE comes with the denoiser
+        # (left in system memory, Qwen-Image-Edit's samples failed on a GPU and FLUX.2 [klein]'s encoded on the CPU).
+        with offload.resident(["vae"] if references else []), \
+                forward_in_precision(components.denoiser, plan.autocast), reports_compute_dtype(components.denoiser):
             for index, job in enumerate(jobs):
                 progress("denoising", index, job.prompt)
                 generator = torch.Generator("cpu").manual_seed(job.seed)

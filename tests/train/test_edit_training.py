@@ -163,6 +163,34 @@ def test_the_denoiser_sees_the_controls_as_the_pipeline_gives_them(tiny_flux2_kl
     torch.testing.assert_close(calls[0]["hidden_states"], call["hidden_states"], atol=1e-3, rtol=0)
 
 
+def test_the_reference_position_ids_are_made_once_per_shape_not_every_step(tiny_flux2_klein: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made on the host at every step, the controls' position ids were copied to the GPU from pageable memory: each
+    step waited there for the steps queued before it. They are made once per shape of references, as the image's."""
+    from diffusers import Flux2KleinPipeline
+
+    from studio.train.families.base import REFERENCES
+    from studio.train.families.flux2_klein import Flux2KleinAdapter
+
+    targets, _ = _pairs(tmp_path, "folder", count=1)
+    adapter = Flux2KleinAdapter(_config(tiny_flux2_klein, targets, [], tmp_path))
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    made = []
+    original = Flux2KleinPipeline._prepare_image_ids
+    monkeypatch.setattr(Flux2KleinPipeline, "_prepare_image_ids",
+                        staticmethod(lambda latents, scale=10: made.append(len(latents)) or original(latents, scale)))
+    ids: list[torch.Tensor] = []
+    components.denoiser.register_forward_pre_hook(lambda m, a, k: ids.append(k["img_ids"]), with_kwargs=True)
+    embeds = adapter.encode_prompts(components, [INSTRUCTION, INSTRUCTION])
+    channels = components.denoiser.config.in_channels
+    for controls in (1, 1, 1, 2, 2):
+        cond = {**embeds, REFERENCES: torch.randn(2, controls, channels, 4, 4)}
+        adapter.predict(components.denoiser, torch.randn(2, channels, 4, 4), torch.full((2,), 500.0), cond)
+    assert made == [1, 2]  # once for one control, once for two
+    assert torch.equal(ids[0], ids[2]) and ids[3].shape == (2, 48, 4)
+    assert torch.equal(ids[3][:, 32:, 0], torch.full((2, 16), 20))  # the second control at time 20, as the pipeline
+
+
 @pytest.mark.parametrize("layout", ["suffix", "separate", "two-controls"])
 def test_edit_pairs_in_every_layout_train_without_caches(layout: str, tiny_flux2_klein: Path, tmp_path: Path,
                                                          events_of: Callable) -> None:
@@ -256,6 +284,11 @@ def test_samples_edit_the_configured_held_out_control_or_else_the_first_pairs(tm
     assert sample_controls(config, items) == (held_out,)
     config.sampling.control_image = str(tmp_path / "gone.png")
     with pytest.raises(TrainError, match=r"sampling\.control_image .*gone\.png is no image file"):
+        sample_controls(config, items)
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(Image.open(held_out).tobytes()[:100])  # no picture: every round of samples would fail on it
+    config.sampling.control_image = str(broken)
+    with pytest.raises(TrainError, match=r"sampling\.control_image .*broken\.png cannot be read: not a readable"):
         sample_controls(config, items)
 
 

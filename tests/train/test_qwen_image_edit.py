@@ -471,3 +471,34 @@ def test_an_edit_folder_without_its_processor_is_named_with_what_to_do(tiny_edit
     with pytest.raises(TrainError, match=r"cannot load the processor \(processor/ folder\) of .*edit") as caught:
         QwenImageAdapter(_config(broken, pairs, tmp_path)).load(torch.device("cpu"), torch.float32)
     assert caught.value.kind == "model" and "processor/" in caught.value.hint
+
+
+def test_an_edit_sample_encodes_its_control_with_the_vae_on_the_training_device(loaded: tuple, pairs: Path) -> None:
+    """With cached latents the VAE waits in system memory between decodes; the edit pipeline encodes the control with
+    it while it denoises, on the GPU, so every sample of a GPU run failed on a VAE left in system memory (on the
+    CPU both are one). The VAE is on the training device whenever it encodes."""
+    from studio.train.memory.placement import FrozenOffload
+    from studio.train.samples import ImageJob, SamplingPlan, render_images, sample_references
+
+    adapter, components = loaded
+    plan = SamplingPlan(FrozenOffload(torch.device("cpu")))
+    plan.offload.add("vae", components.vae)
+    plan.offload.offload()  # parked, as a run with cached latents keeps it
+    parked_while_encoding: list[bool] = []
+    encode = components.vae.encode
+
+    def spied(*args: object, **kwargs: object) -> object:
+        parked_while_encoding.append("vae" in plan.offload.parked)
+        return encode(*args, **kwargs)
+
+    components.vae.encode = spied
+    try:
+        references = sample_references(adapter.config, [pairs / "control" / sorted(pairs.glob("*.png"))[0].name])
+        images: list[object] = []
+        render_images(adapter, components, plan, [ImageJob(INSTRUCTION, 1)], 64, lambda i, image: images.append(image),
+                      lambda *a: None, references)
+    finally:
+        del components.vae.encode
+    assert len(images) == 1
+    assert parked_while_encoding and not any(parked_while_encoding)
+    assert "vae" in plan.offload.parked  # and waits in system memory again after

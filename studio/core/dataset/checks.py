@@ -261,7 +261,12 @@ def check_concepts(
     report.problems.extend(problems)
     if controls is not None:
         sizes = {path: found.size for path, found in facts.items()}
+        # dataset.control_folders are the whole dataset's: a control of another concept's target is no orphan, and
+        # one no target takes is named once.
+        used = {control for scan in scans for entry in scan.entries for control in entry.controls}
         for scan in scans:
+            scan.orphan_controls = [path for path in scan.orphan_controls if path not in used]
+            used.update(scan.orphan_controls)
             report.problems.extend(control_problems(scan, sizes))
         report.control_layouts = sorted({scan.control_layout for scan in scans if scan.control_layout})
     if mask_folder is not None:

@@ -82,6 +82,8 @@ def sampling_stages(f: RunFacts, step: TrainingStep, tiled: bool) -> SamplingSta
                             BYTES[f.frozen] * 2) * grow
 
     autoencoder = step.vae
+    if config.dataset.kind == "edit":  # an edit's pipeline encodes its control images with the VAE as it denoises
+        denoise += max(0.0, (0.0 if autoencoder.resident else autoencoder.weights_mb) - freed)
     decoded = vae_decode_mb(f, min(side, VAE_TILE_PX) if tiled else side, autoencoder.bytes) * grow
     reusable = autoencoder.encode_mb * grow if (autoencoder.resident and f.gpu) else 0.0
     vae_in = 0.0 if autoencoder.resident else autoencoder.weights_mb

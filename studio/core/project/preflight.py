@@ -19,6 +19,7 @@ from studio.core.app_words import command_or_action
 from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
 from studio.core.console_window import no_window
+from studio.core.dataset.edit_pairs.pair_checks import sample_control_problem
 from studio.core.dataset.edit_pairs.training import (
     control_limit,
     describe,
@@ -239,9 +240,12 @@ def check_sample_control(config: TrainConfig) -> PreflightProblem | None:
     """sampling.control_image of an edit run names an image file that is there (the trainer reads it once the
     model has loaded, minutes into the run)."""
     image = config.sampling.control_image
-    if config.dataset.kind != "edit" or not image or Path(image).is_file():
+    if config.dataset.kind != "edit" or not image:
         return None
-    return PreflightProblem("dataset", f"The control image {image} (sampling.control_image) is no image file: choose "
+    why = sample_control_problem(Path(image))
+    if why is None:
+        return None
+    return PreflightProblem("dataset", f"The control image {image} (sampling.control_image) {why}: choose "
                                        "the image every sample prompt edits, or leave it empty to edit the first "
                                        "pair's control images (control image on the Model & Preset page).")
 

@@ -274,8 +274,9 @@ def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path)
                 continue
             if event.get("type") != "sample":
                 continue
-            images = event.get("images")
-            for image in images if isinstance(images, list) else []:
+            # An edit run's samples name the control images they edit too (the "before" shown beside them).
+            named = [event.get("images"), event.get("controls")]
+            for image in [image for names in named if isinstance(names, list) for image in names]:
                 rel = str(image)[len(prefix):] if str(image).startswith(prefix) else str(image)
                 try:
                     contained_path(local_dir, rel, f"{record.machine} sample event")

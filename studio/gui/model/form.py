@@ -120,6 +120,11 @@ def parse_text(text: str, kind: Any) -> Any:
     return text
 
 
+# The most a spin box holds (a 32-bit int); a whole number the schema allows beyond it (training.seed and
+# sampling.seed take any 32-bit seed) is typed into a line: a spin box raised on showing 3000000000.
+SPIN_MOST = 2**31 - 1
+
+
 class SchemaSpinBox(QSpinBox):
     """A whole-number field: any number can be typed (the config says what is wrong with it),
     the arrows and the wheel stay within the schema's range."""
@@ -337,7 +342,7 @@ class ConfigForm(QWidget):
                 combo.addItem(str(choice), choice)
             combo.activated.connect(lambda _i, k=key, c=combo: self.sig_changed.emit(k, c.currentData()))
             editor = combo
-        elif kind is int and not optional:
+        elif kind is int and not optional and _bounds(field).get("le", 0) <= SPIN_MOST:
             b = _bounds(field)
             spin = SchemaSpinBox(int(b.get("ge", b.get("gt", 0))),
                                  int(min(b.get("le", b.get("lt", 2**31 - 1)), 2**31 - 1)))

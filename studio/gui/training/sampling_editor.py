@@ -54,8 +54,11 @@ class SamplingEditor(QWidget):
         self.guidance = named(QDoubleSpinBox(), "sampling_guidance")
         self.guidance.setRange(0.0, 50.0)
         self.guidance.setSingleStep(0.5)
-        self.seed = named(QSpinBox(), "sampling_seed")
-        self.seed.setRange(0, 2**31 - 1)
+        # Any 32-bit seed (the schema's): a QSpinBox holds at most 2**31 - 1, and a larger seed in studio.toml
+        # raised when shown. Whole numbers of a double are exact far beyond 2**32.
+        self.seed = named(QDoubleSpinBox(), "sampling_seed")
+        self.seed.setDecimals(0)
+        self.seed.setRange(0, 2**32 - 1)
         self.sample_size = named(QSpinBox(), "sampling_size")
         self.sample_size.setRange(0, 4096)
         self.sample_size.setSingleStep(64)
@@ -90,8 +93,9 @@ class SamplingEditor(QWidget):
         remove.clicked.connect(self.remove_selected)
         self.prompts.itemChanged.connect(lambda _item: self._prompts_edited())
         self.negative.editingFinished.connect(lambda: self.commit({"sampling.negative_prompt": self.negative.text()}))
-        for key, spin in (("every_n_steps", self.every), ("steps", self.steps), ("seed", self.seed)):
+        for key, spin in (("every_n_steps", self.every), ("steps", self.steps)):
             spin.editingFinished.connect(lambda k=key, s=spin: self.commit({f"sampling.{k}": s.value()}))
+        self.seed.editingFinished.connect(lambda: self.commit({"sampling.seed": round(self.seed.value())}))
         self.guidance.editingFinished.connect(lambda: self.commit({"sampling.guidance": self.guidance.value()}))
         self.sample_size.editingFinished.connect(lambda: self.commit({"sampling.size": self.sample_size.value() or None}))
         self.vae_tiling.activated.connect(lambda _i: self.commit({"sampling.vae_tiling": self.vae_tiling.currentData()}))

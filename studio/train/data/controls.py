@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.edit_pairs.pair_checks import sample_control_problem
 from studio.core.dataset.image_pixels import as_rgb, upright
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
@@ -36,7 +37,7 @@ def fitted_control(path: Path, size: tuple[int, int], flipped: bool = False) -> 
     try:
         with Image.open(path) as raw:
             image = as_rgb(upright(raw))
-    except (OSError, ValueError, SyntaxError) as exc:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise TrainError("data", f"the control image {path} cannot be read: {exc}",
                          "replace it with a working copy, or remove its pair", path=str(path)) from None
     width, height = size
@@ -109,8 +110,9 @@ def sample_controls(config: TrainConfig, items: Sequence[TrainItem]) -> tuple[Pa
         return ()
     if config.sampling.control_image:
         path = Path(config.sampling.control_image)
-        if not path.is_file():
-            raise TrainError("config", f"sampling.control_image {path} is no image file",
+        why = sample_control_problem(path)
+        if why is not None:  # read at every round of samples, it would fail each one
+            raise TrainError("config", f"sampling.control_image {path} {why}",
                              "choose the control image the samples edit, or leave it empty for the first pair's",
                              path=str(path))
         return (path,)

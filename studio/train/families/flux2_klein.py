@@ -56,6 +56,8 @@ class Flux2KleinAdapter(FamilyAdapter):
     guidance_embeds = False
     # The position ids of each batch shape trained so far (see _position_ids); made on the first step.
     position_ids: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor]] | None = None
+    # Edit pairs: the position ids of each shape of reference latents trained so far (see _reference_ids).
+    reference_ids: dict[tuple[Any, ...], torch.Tensor] | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -134,9 +136,9 @@ class Flux2KleinAdapter(FamilyAdapter):
         packed = Flux2KleinPipeline._pack_latents(noisy.to(dtype))
         tokens, ids = packed, image_ids
         if REFERENCES in cond:  # edit pairs: the controls' tokens after the image's, as the pipeline's image=
-            references, reference_ids = _reference_tokens(cond[REFERENCES].to(dtype))
-            tokens = torch.cat([packed, references], dim=1)
-            ids = torch.cat([image_ids, reference_ids.to(noisy.device)], dim=1)
+            references = cond[REFERENCES].to(dtype)
+            tokens = torch.cat([packed, _reference_tokens(references)], dim=1)
+            ids = torch.cat([image_ids, self._reference_ids(references, noisy.device)], dim=1)
         guidance = None
         if self.guidance_embeds:
             guidance = torch.full((batch,), float(self.config.sampling.guidance), device=noisy.device)
@@ -159,6 +161,17 @@ class Flux2KleinAdapter(FamilyAdapter):
         if key not in cache:
             cache[key] = (to_device(Flux2KleinPipeline._prepare_latent_ids(noisy), noisy.device),
                           to_device(Flux2KleinPipeline._prepare_text_ids(embeds), noisy.device))
+        return cache[key]
+
+    def _reference_ids(self, references: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The position ids of a batch's (B, controls, C, h, w) reference latents, made once per shape and kept on
+        `device` as the image's are (made on the host every step, their copy waited on the steps queued before it)."""
+        key = (*references.shape, device)
+        if self.reference_ids is None:
+            self.reference_ids = {}
+        cache = self.reference_ids
+        if key not in cache:
+            cache[key] = to_device(_reference_ids(references), device)
         return cache[key]
 
     # ------------------------------------------------------------ sampling
@@ -209,15 +222,23 @@ class Flux2KleinAdapter(FamilyAdapter):
         return comfy_state_dict(layers[self.denoiser_name], alpha, config.get("dora_scales"))
 
 
-def _reference_tokens(references: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, controls, C, h, w) reference latents -> their packed tokens, one control after the other, and their
-    position ids (the time coordinate 10, 20, ... per control): Flux2KleinPipeline.prepare_image_latents's."""
+def _reference_tokens(references: torch.Tensor) -> torch.Tensor:
+    """(B, controls, C, h, w) reference latents -> their packed tokens, one control after the other, as
+    Flux2KleinPipeline.prepare_image_latents packs them."""
+    from diffusers import Flux2KleinPipeline
+
+    count = references.shape[1]
+    return torch.cat([Flux2KleinPipeline._pack_latents(references[:, i]) for i in range(count)], dim=1)
+
+
+def _reference_ids(references: torch.Tensor) -> torch.Tensor:
+    """The position ids of (B, controls, C, h, w) reference latents, on the host: the time coordinate 10, 20, ...
+    per control (Flux2KleinPipeline.prepare_image_latents's)."""
     from diffusers import Flux2KleinPipeline
 
     batch, count = references.shape[:2]
-    ids = Flux2KleinPipeline._prepare_image_ids([references[:1, i] for i in range(count)])
-    tokens = torch.cat([Flux2KleinPipeline._pack_latents(references[:, i]) for i in range(count)], dim=1)
-    return tokens, ids.repeat(batch, 1, 1)
+    ids: torch.Tensor = Flux2KleinPipeline._prepare_image_ids([references[:1, i] for i in range(count)])
+    return ids.repeat(batch, 1, 1)
 
 
 def _batch_norm_statistics(vae: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

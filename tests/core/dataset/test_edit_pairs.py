@@ -232,6 +232,19 @@ def test_a_sample_control_image_or_a_random_crop_is_refused_where_it_cannot_act(
     assert issue.key == "dataset.crop" and "set dataset.crop = \"center\"" in issue.message
 
 
+def test_class_images_beside_edit_pairs_are_refused_naming_the_concept(tmp_path: Path) -> None:
+    """A class image has no control image: batched with a pair, the denoiser got one reference for two images and
+    the run failed at that step with a traceback, minutes after the model loaded."""
+    concept = {"path": "pairs", "class_prompt": "a photo", "class_path": "class"}
+    with pytest.raises(ValidationError) as caught:
+        TrainConfig.model_validate({**MODEL, "dataset": {"kind": "edit", "concepts": [{"path": "more"}, concept]}})
+    issue = issues_from_validation(caught.value, TrainConfig)[0]
+    assert issue.key == "dataset.concepts[1].class_prompt"
+    assert "class images (prior preservation) have no control image" in issue.message
+    assert "remove the concept's class_prompt (and class_path)" in issue.message
+    TrainConfig.model_validate({**MODEL, "dataset": {"concepts": [concept]}})  # images with class images train
+
+
 def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) -> None:
     from studio.core.dataset.split import split_issue
 
@@ -242,3 +255,77 @@ def test_the_held_out_share_counts_targets_not_their_controls(tmp_path: Path) ->
                                                      "concepts": [{"path": str(root)}]}})
     issue = split_issue(config)
     assert issue is not None and "holds out 1 of the 1 training image" in issue.message
+
+
+def test_two_controls_of_one_name_in_one_folder_are_refused_naming_both(tmp_path: Path) -> None:
+    """cat.jpg beside cat.png in control/ (a copy saved as another format): both would be the cat's references,
+    so every pair trained with its picture twice; the run is refused before it starts, naming the two files."""
+    from studio.core.project.preflight import check_dataset
+
+    root = _targets(tmp_path / "pairs")
+    for name in ("cat.jpg", "cat.png", "dog.jpg", "dog.png"):
+        make_image(root / "control" / name)
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]}})
+    problem = check_dataset(config)
+    assert problem is not None
+    assert problem.message.startswith(f"Edit pair {root / 'control' / 'cat.png'}: cat.jpg and cat.png in "
+                                      f"{root / 'control'} are both the control image of cat.png; keep one of them")
+    assert "1 more" in problem.message  # the dog's
+    (root / "control" / "cat.jpg").unlink()
+    (root / "control" / "dog.jpg").unlink()
+    assert check_dataset(config) is None
+
+
+def test_a_sample_control_image_that_is_no_picture_is_named_before_the_run(tmp_path: Path) -> None:
+    """A file that is there but no image (a text file, a cut-off download) failed every round of samples of the run
+    with "report the traceback"; it is named before the run starts, as a missing one is."""
+    from studio.core.project.preflight import check_sample_control
+
+    root = _targets(tmp_path / "pairs")
+    before = tmp_path / "before.png"
+    before.write_text("not a picture", encoding="utf-8")
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]},
+                                         "sampling": {"control_image": str(before)}})
+    problem = check_sample_control(config)
+    assert problem is not None
+    assert problem.message.startswith(f"The control image {before} (sampling.control_image) cannot be read: not a "
+                                      "readable image (")
+    make_image(before)
+    assert check_sample_control(config) is None
+
+
+def test_a_control_larger_than_pillow_opens_is_named_before_the_run(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A control past Pillow's decompression-bomb limit passed the checks (its header reads) and the run failed with
+    a traceback at the pair's first step; it is named as a target that large is."""
+    from PIL import Image
+
+    from studio.core.project.preflight import check_dataset
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 2000 pixels opened at most, as 179 megapixels are
+    root = _targets(tmp_path / "pairs", ("cat",), size=(40, 40))
+    make_image(root / "control" / "cat.png", size=(100, 100))
+    config = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "dataset": {"kind": "edit", "concepts": [{"path": str(root)}]}})
+    problem = check_dataset(config)
+    assert problem is not None
+    assert problem.message.startswith(f"Edit pair {root / 'control' / 'cat.png'}: the control image of cat.png is "
+                                      "100x100 (0 megapixels), more than the 0 megapixels Pillow opens")
+    assert "replace it with a copy of a few megapixels" in problem.message
+
+
+def test_concepts_sharing_the_control_folders_call_none_of_their_controls_an_orphan(tmp_path: Path) -> None:
+    """dataset.control_folders serve every concept: each concept's controls were "without a target image" for the
+    other one, with "delete it" as what to do. Only a control no concept's target takes is an orphan."""
+    _targets(tmp_path / "indoor", ("cat", "dog"))
+    _targets(tmp_path / "outdoor", ("owl",))
+    for name in ("cat", "dog", "owl", "bat"):
+        make_image(tmp_path / "controls" / f"{name}.png")
+    dataset = DatasetSection(concepts=[ConceptSection(path=str(tmp_path / "indoor")),
+                                       ConceptSection(path=str(tmp_path / "outdoor"))],
+                             kind="edit", control_folders=[str(tmp_path / "controls")])
+    report = check_concepts(dataset.concepts, None, 32, controls=control_settings(dataset, None))
+    orphans = [p.path for p in report.problems if p.code == "orphan_control"]
+    assert orphans == [str(tmp_path / "controls" / "bat.png")]  # once, though both concepts read the folder

@@ -119,6 +119,17 @@ def test_cached_encoders_sample_in_stages_not_all_at_once() -> None:
     assert sampling_stages(facts, training_step(facts), tiled=False).encode_prompts_mb > 0
 
 
+def test_an_edit_runs_samples_denoise_with_the_vae_that_encodes_their_control() -> None:
+    # An edit's pipeline encodes the control image while it denoises: the VAE is on the GPU for that stage too.
+    caches = {"cache_latents": True, "cache_text_embeddings": True}
+    facts = {kind: run_facts(config("flux2-klein", dataset={"kind": kind}, training=caches,
+                                    sampling={**SAMPLES, "vae_tiling": "off"}), "gpu") for kind in ("images", "edit")}
+    step = training_step(facts["edit"])  # the same step: the stages differ by what samples bring
+    edit, plain = (sampling_stages(facts[kind], step, tiled=False).denoise_mb for kind in ("edit", "images"))
+    assert step.vae.weights_mb > step.mb("gradients")
+    assert edit == pytest.approx(plain + step.vae.weights_mb - step.mb("gradients"))
+
+
 def test_the_caching_phase_holds_the_encoders_and_the_vae_not_the_denoiser() -> None:
     # The trainer keeps the denoiser in system memory while the caches fill: the phase's peak is the
     # encoders, the VAE and the larger transient, whatever the denoiser weighs.

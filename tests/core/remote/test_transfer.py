@@ -164,3 +164,22 @@ def test_a_pull_cut_off_midway_leaves_no_half_file_under_its_final_name(
     assert again.copied == ["output/lora.safetensors"]
     assert (here / "output" / "lora.safetensors").read_bytes() == lora
     assert sorted(p.name for p in (here / "output").iterdir()) == ["lora.safetensors"]  # nothing half-done left
+
+
+def test_an_edit_runs_sample_event_brings_the_control_image_its_samples_edit(
+        remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path, tool: str) -> None:
+    """The Train page shows the control (the "before") beside a remote edit run's samples: it comes with them."""
+    from studio.core.remote.control import RemoteRunRecord, _sample_fetcher
+
+    there = sshd.workspace / f"edit-samples-{tmp_path.name}-{tool}"
+    (there / "samples").mkdir(parents=True)
+    (there / "samples" / "step-000004-0.png").write_bytes(b"after")
+    (there / "samples" / "control-0.png").write_bytes(b"before")
+    here = tmp_path / "run"
+    here.mkdir()
+    record = RemoteRunRecord("box", "", "", str(there), "", "", "", "nohup", tool, 0, 0.0)
+    event = {"v": 1, "type": "sample", "time": 1.0, "step": 4, "prompts": ["make it red"],
+             "images": [f"{there}/samples/step-000004-0.png"], "controls": [f"{there}/samples/control-0.png"]}
+    _sample_fetcher(SshClient(remote_machine), record, here)([json.dumps(event).encode() + b"\n"])
+    assert (here / "samples" / "step-000004-0.png").read_bytes() == b"after"
+    assert (here / "samples" / "control-0.png").read_bytes() == b"before"

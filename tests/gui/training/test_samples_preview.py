@@ -190,3 +190,26 @@ def test_a_long_runs_gallery_reads_only_the_thumbnails_in_view(qtbot: QtBot, tmp
     gallery.grid.scrollToBottom()
     qtbot.waitUntil(lambda: shown(599), timeout=5000)
     assert len(read) < 120
+
+
+def test_samples_a_resumed_leg_makes_again_are_listed_once(qtbot: QtBot, tmp_path: Path) -> None:
+    """Killed after the samples of step 4, resumed from the checkpoint of step 2: step 4's samples are made again
+    into the same files, and the step slider still goes 2, 4 (not 2, 4, 4)."""
+    for name in ("step-000002-0.png", "step-000004-0.png"):
+        Image.new("RGB", (64, 64), (30, 200, 40)).save(tmp_path / name)
+    model = RunModel(tmp_path)
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=6, devices=["cpu"]))
+    for step in (2, 4):
+        model.apply(Sample(step=step, images=[f"step-{step:06d}-0.png"], prompts=["a green square"]))
+    gallery.refresh(model)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=6, devices=["cpu"], resumed_from_step=2))
+    model.apply(Sample(step=4, images=["step-000004-0.png"], prompts=["a green square"]))
+    gallery.refresh(model)
+    assert [s.step for s in gallery.steps_for("a green square")] == [2, 4]
+    assert gallery.grid.count() == 2 and len(model.samples) == 2
+    model.apply(Sample(step=6, images=["step-000004-0.png"], prompts=["a green square"]))
+    gallery.refresh(model)
+    assert [s.step for s in gallery.steps_for("a green square")] == [2, 4, 6]
+    assert gallery.step_label.text() == "step 6"

@@ -77,3 +77,19 @@ def test_a_change_on_disk_shows_in_the_editor(qtbot: QtBot, context: StudioConte
     qtbot.waitUntil(lambda: editor.prompt_list() == ["from my editor"], timeout=5000)
     assert editor.every.value() == 5
     assert Qt.ItemFlag.ItemIsEditable & editor.prompts.item(0, 0).flags()
+
+
+def test_a_seed_over_two_billion_is_shown_and_kept(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                  tmp_path: Path) -> None:
+    """sampling.seed takes any 32-bit seed: 3000000000 was shown as 2147483647 and, once the field was left, saved
+    as that: every sample came out another picture than the seed written down makes."""
+    config.sampling.seed = 3_000_000_000
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    assert editor.seed.text() == "3000000000"
+    editor.seed.editingFinished.emit()  # what leaving the field does
+    assert load_config(context.project.config_path).sampling.seed == 3_000_000_000  # type: ignore[union-attr]
+    editor.seed.setValue(2**32 - 1)
+    editor.seed.editingFinished.emit()
+    assert load_config(context.project.config_path).sampling.seed == 2**32 - 1  # type: ignore[union-attr]

@@ -48,6 +48,13 @@ def check_edit_pairs(config: Any) -> None:
         # A target cropped elsewhere than its control would teach the model to shift the picture.
         raise Contradiction("dataset.crop", "random", "edit pairs are cropped alike (target and controls at the "
                             "center, so they stay aligned); set dataset.crop = \"center\"")
+    for index, concept in enumerate(d.concepts if d.kind == "edit" else ()):
+        if concept.uses_prior_preservation:
+            # A class image has no control: batched with pairs, the denoiser got fewer references than images.
+            raise Contradiction(f"dataset.concepts[{index}].class_prompt", concept.class_prompt,
+                                "class images (prior preservation) have no control image, so they cannot train "
+                                "beside edit pairs; remove the concept's class_prompt (and class_path), or set "
+                                "dataset.kind = \"images\"")
     if d.control_layout == "separate" and not d.control_folders:
         raise Contradiction("dataset.control_layout", "separate",
                             "needs dataset.control_folders: the folders of control images named as the targets")

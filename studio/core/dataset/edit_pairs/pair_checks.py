@@ -1,7 +1,7 @@
 """The problems of edit pairs, named with their file and what to do, as captions' are: a target without its
-control image, a control without its target, a control that cannot be read, and one whose shape differs
-strongly from its target's (resized to the target, as musubi-tuner and ai-toolkit do by default, it would be
-stretched). Only image headers are read.
+control image, a control without its target, a control that cannot be read, two of one name in one place, and
+one whose shape differs strongly from its target's (resized to the target, as musubi-tuner and ai-toolkit do by
+default, it would be stretched). Only image headers are read.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from studio.core.dataset.image_facts import Problem, inspect_image
+from studio.core.dataset.image_rules import size_problem
 from studio.core.dataset.scan import ImageEntry, ScanResult
 
 # Aspect ratios (long side / short side, oriented) further apart than this factor are "strongly different":
@@ -72,7 +73,15 @@ def control_problems(scan: ScanResult, target_sizes: Mapping[Path, tuple[int, in
 
 def _control_file_problems(entry: ImageEntry, size: tuple[int, int] | None) -> list[Problem]:
     out: list[Problem] = []
+    named: dict[tuple[Path, str], Path] = {}
     for control in entry.controls:
+        # The same name twice in one place (cat.jpg beside cat.png, a copy saved as another format): both matched,
+        # the pair would train with the picture twice as two references.
+        twin = named.setdefault((control.parent, control.stem.lower()), control)
+        if twin != control:
+            out.append(Problem("error", "duplicate_control", str(control),
+                               f"{twin.name} and {control.name} in {control.parent} are both the control image of "
+                               f"{entry.path.name}", "keep one of them (delete or move the other)"))
         facts = inspect_image(control)
         if facts.error is not None or facts.truncated:
             why = facts.error or "the file is cut off (truncated)"
@@ -80,7 +89,14 @@ def _control_file_problems(entry: ImageEntry, size: tuple[int, int] | None) -> l
                                f"the control image of {entry.path.name} cannot be read: {why}",
                                "replace it with a working copy (save it again as PNG or JPEG), or remove the pair"))
             continue
-        if size is None or facts.size is None:
+        if facts.size is None:
+            continue
+        too = size_problem(*facts.size)
+        if too is not None:  # the trainer could not open it (or fit it) at the pair's first step
+            out.append(Problem("error", "unreadable_control", str(control), f"the control image of {entry.path.name} "
+                               f"{too}", "replace it with a copy of a few megapixels, or remove the pair"))
+            continue
+        if size is None:
             continue
         target, found = _aspect(size), _aspect(facts.size)
         if max(target, found) / min(target, found) > ASPECT_TOLERANCE:
@@ -90,3 +106,14 @@ def _control_file_problems(entry: ImageEntry, size: tuple[int, int] | None) -> l
                                f"crop the control to the target's shape ({size[0]}:{size[1]}), or the target "
                                "to the control's"))
     return out
+
+
+def sample_control_problem(path: Path) -> str | None:
+    """Why `path` (sampling.control_image) cannot be the image samples edit, as the end of a sentence naming it ("is
+    no image file", "cannot be read: ..."); None when it can. Only its header is read."""
+    if not path.is_file():
+        return "is no image file"
+    facts = inspect_image(path)
+    if facts.error is not None or facts.truncated:
+        return f"cannot be read: {facts.error or 'the file is cut off (truncated)'}"
+    return size_problem(*facts.size) if facts.size is not None else None

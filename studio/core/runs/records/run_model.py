@@ -156,6 +156,7 @@ class RunModel:
         self.compile_s: float | None = None  # seconds the compiling phases took, in all
         self.memory: dict[int, RankSeries] = {}
         self.samples: list[SampleImage] = []
+        self._sample_places: dict[tuple[int, int], int] = {}  # (step, prompt index) -> its place in `samples`
         self.sample_controls: list[Path] = []  # edit runs: the control images the samples edit (the "before")
         self.checkpoints: list[Checkpoint] = []
         self.epoch_outputs: list[str] = []  # LoRAs written at the end of epochs, oldest first
@@ -281,7 +282,15 @@ class RunModel:
                 self.status = _PHASE_STATUS.get(event.name, self.status)
         elif isinstance(event, Sample):
             for index, (image, prompt) in enumerate(zip(event.images, event.prompts, strict=False)):
-                self.samples.append(SampleImage(event.step, prompt, index, self.resolve(image)))
+                sample = SampleImage(event.step, prompt, index, self.resolve(image))
+                # A leg resumed from a checkpoint before its last samples makes them again, into the same files:
+                # the same image, listed once (in its place, so a view that reads the list's new end misses none).
+                again = self._sample_places.get((event.step, index))
+                if again is not None:
+                    self.samples[again] = sample
+                else:
+                    self._sample_places[(event.step, index)] = len(self.samples)
+                    self.samples.append(sample)
             if event.controls:
                 self.sample_controls = [self.resolve(control) for control in event.controls]
         elif isinstance(event, Validation):
@@ -348,6 +357,7 @@ class RunModel:
             self.validation_steps.truncate(int(validation_later[0]))
             self.validation_loss.truncate(int(validation_later[0]))
         self.samples = samples
+        self._sample_places = {(sample.step, sample.prompt_index): place for place, sample in enumerate(samples)}
         self.step = min(self.step, step)
         self.rewinds += 1
 
