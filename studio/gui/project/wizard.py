@@ -37,7 +37,7 @@ from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model
 from studio.core.models.known import default_base
-from studio.core.project.folder import Project, config_for_images, create_project
+from studio.core.project.folder import PROJECT_FILE, Project, config_for_images, create_project, is_project
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.widgets.model_library import ModelLibraryPanel
@@ -132,9 +132,23 @@ class ImagesPage(QWizardPage):
             self.images.takeItem(self.images.row(item))
         self._update()
 
+    def existing_project(self) -> str | None:
+        """Why the folder chosen cannot take a new project: it is one already (its settings would stay as they
+        are, and every choice made in this wizard would be lost), or None."""
+        root = self.project_root()
+        if root is None or not is_project(root):
+            return None
+        return (f"{root} is already a studio project (it has {PROJECT_FILE}): open it with File → Open Project, "
+                "or choose another folder for the new project.")
+
     def _update(self) -> None:
         lines = []
         root = self.project_root()
+        existing = self.existing_project()
+        if existing is not None:
+            self.layout_label.setText(existing)
+            self.completeChanged.emit()
+            return
         for folder in self.image_folders() or ([root] if root and root.is_dir() else []):
             try:
                 lines.append(f"{folder.name or folder}: {detect_layout(folder).describe()}")
@@ -144,7 +158,7 @@ class ImagesPage(QWizardPage):
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:
-        return self.project_root() is not None
+        return self.project_root() is not None and self.existing_project() is None
 
 
 class ModelPage(QWizardPage):
@@ -280,12 +294,12 @@ class NewProjectWizard(QWizard):
 
     def accept(self) -> None:
         root = self.images_page.project_root()
-        if root is None:
+        if root is None or self.images_page.existing_project() is not None:
             return
         try:
             config = self.base_config()
         except DatasetError as exc:
-            self.images_page.layout_label.setText(str(exc))
+            self.back_to_images(str(exc))
             return
         preset = self.preset_page.chosen() if self.currentPage() is self.preset_page else None
         if preset is not None:
@@ -300,7 +314,18 @@ class NewProjectWizard(QWizard):
             config = apply_preset(config, preset)
             if switch is not None and switched:
                 config = apply_changes(config, {"model.base": switch.new_base})
-        for folder in self.image_folders():
-            folder.mkdir(parents=True, exist_ok=True)  # a new project's images/ folder, ready to fill
-        self.project = create_project(root, config)
+        try:
+            for folder in self.image_folders():
+                folder.mkdir(parents=True, exist_ok=True)  # a new project's images/ folder, ready to fill
+            self.project = create_project(root, config)
+        except OSError as exc:  # a read-only folder or drive, a path through a file
+            self.back_to_images(f"The project cannot be written in {root} ({exc.strerror or exc}): choose a folder "
+                                "you may write to. The images may stay where they are; add their folder below.")
+            return
         super().accept()
+
+    def back_to_images(self, why: str) -> None:
+        """Say `why` on the first step, where the project's folder is chosen again."""
+        while self.currentPage() is not self.images_page and self.currentId() > self.startId():
+            self.back()
+        self.images_page.layout_label.setText(why)

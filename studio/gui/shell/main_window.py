@@ -218,7 +218,15 @@ class MainWindow(QMainWindow):
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False
-            self.set_project(create_project(folder))
+            try:
+                created = create_project(folder)
+            except OSError as exc:  # a read-only folder: a card, a share, a disc
+                QMessageBox.warning(self, "Open project", f"No project can be made in {folder}: "
+                                    f"{exc.strerror or exc}.\n\nMake a project in a folder you may write to with "
+                                    "File → New Project, and add this folder as its images there; they stay "
+                                    "where they are.")
+                return False
+            self.set_project(created)
             return True
         project = open_project(folder)
         self.set_project(project)

@@ -186,3 +186,53 @@ def test_a_persons_model_folder_named_like_the_tiny_model_is_not_the_demo(window
     window.set_project(project)
     assert not window.demo_banner.isVisibleTo(window)
     assert not window.demo_model.needs_building(project)
+
+
+def test_the_wizard_on_a_folder_that_is_a_project_already_says_so_and_keeps_its_settings(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    from studio.core.project.folder import create_project
+
+    existing = create_project(tmp_path / "my lora")
+    before = existing.config_path.read_text(encoding="utf-8")
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(existing.root))  # type: ignore[attr-defined]
+    # Finishing would keep its studio.toml and drop the base model and preset chosen in the next steps unsaid.
+    assert "is already a studio project" in wizard.images_page.layout_label.text()  # type: ignore[attr-defined]
+    assert not wizard.button(QWizard.WizardButton.NextButton).isEnabled()
+    assert not wizard.button(QWizard.WizardButton.FinishButton).isEnabled()
+    wizard.accept()
+    assert window.context.project is None and existing.config_path.read_text(encoding="utf-8") == before
+
+
+def test_the_wizard_says_why_a_project_folder_cannot_be_written(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "notes.txt" / "lora"))  # type: ignore[attr-defined]
+    wizard.next()
+    wizard.button(QWizard.WizardButton.FinishButton).click()  # was a traceback, the wizard open and silent
+    assert wizard.currentPage() is wizard.images_page  # type: ignore[attr-defined]
+    said = wizard.images_page.layout_label.text()  # type: ignore[attr-defined]
+    assert said.startswith(f"The project cannot be written in {tmp_path / 'notes.txt' / 'lora'}") and \
+        "choose a folder you may write to" in said
+    assert window.context.project is None and wizard.isVisible()
+
+
+def test_opening_an_image_folder_where_no_project_can_be_written_says_why(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    card = tmp_path / "card"
+    _pngs(card, 2)
+    (card / "runs").write_text("the camera's own file")  # the project's runs/ folder cannot be made
+    monkeypatch.setattr(QMessageBox, "question", lambda *_args: QMessageBox.StandardButton.Yes)
+    warned: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: warned.append(text))
+    assert not window.open_project_path(card)
+    assert warned and warned[0].startswith(f"No project can be made in {card}") and "File → New Project" in warned[0]
+    assert window.context.project is None
