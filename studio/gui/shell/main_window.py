@@ -191,6 +191,10 @@ class MainWindow(QMainWindow):
         self.context.settings.setValue("recent_projects", recent[:MAX_RECENT])
         self._refresh_recent_menu()
 
+    def forget_recent(self, path: str) -> None:
+        self.context.settings.setValue("recent_projects", [p for p in self.recent_projects() if p != path])
+        self._refresh_recent_menu()
+
     def set_project(self, project: Project) -> None:
         self.context.set_project(project)
         self._remember(project)
@@ -201,7 +205,14 @@ class MainWindow(QMainWindow):
 
         folder = Path(path)
         if not folder.is_dir():
-            QMessageBox.warning(self, "Open project", f"The folder {folder} does not exist any more.")
+            gone = f"The folder {folder} does not exist any more (deleted, moved, or on a drive not connected)."
+            if str(folder) not in self.recent_projects():
+                QMessageBox.warning(self, "Open project", gone)
+                return False
+            # A recent project: kept on the list for a drive plugged in later, or taken off it.
+            answer = QMessageBox.question(self, "Open project", f"{gone}\n\nRemove it from the recent projects?")
+            if answer == QMessageBox.StandardButton.Yes:
+                self.forget_recent(str(folder))
             return False
         if not is_project(folder):
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -50,6 +51,29 @@ def test_opening_a_plain_folder_offers_to_create_a_project(window: MainWindow, t
     assert window.context.project is not None and window.context.project.root == folder.resolve()
     assert window.recent_projects()[0] == str(folder.resolve())
     assert "my-images" in window.windowTitle()
+
+
+def test_a_recent_project_deleted_or_on_a_drive_not_connected_is_kept_or_taken_off_the_list(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    from studio.core.project.folder import create_project
+
+    here, gone = create_project(tmp_path / "here"), create_project(tmp_path / "usb" / "cats")
+    window.set_project(gone)
+    window.set_project(here)
+    shutil.rmtree(tmp_path / "usb")
+    asked: list[str] = []
+    answer = QMessageBox.StandardButton.No
+    monkeypatch.setattr(QMessageBox, "question", lambda _parent, _title, text: asked.append(text) or answer)
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: asked.append(text))
+    action = next(a for a in window.recent_menu.actions() if a.text() == str(gone.root))
+    action.trigger()
+    assert "does not exist any more" in asked[0] and asked[0].endswith("Remove it from the recent projects?")
+    assert window.recent_projects() == [str(here.root), str(gone.root)]  # the drive may be plugged in later
+    answer = QMessageBox.StandardButton.Yes
+    assert not window.open_project_path(str(gone.root))
+    assert window.recent_projects() == [str(here.root)]
+    assert [a.text() for a in window.recent_menu.actions()] == [str(here.root)]
+    assert window.context.project == here
 
 
 def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
