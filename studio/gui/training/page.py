@@ -130,6 +130,9 @@ class TrainPage(Page):
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
+        # A Train pressed for the project before, waiting on the training environment or the demo's model,
+        # starts nothing in this one.
+        self._waiting_for_env = self._waiting_for_demo_model = False
         if self.controller.running:  # the run goes on, shown here, whichever project is open
             return
         self.controller.set_project_root(project.root if project else None)
@@ -320,7 +323,8 @@ class TrainPage(Page):
     def download_then_train(self, repo_id: str) -> DownloadDialog:
         dialog = DownloadDialog(repo_id, with_t5=bool(self.context.config and self.context.config.model.use_t5),
                                 parent=self)
-        dialog.sig_done.connect(lambda _id, _path: self.start_training())
+        project = self.context.project  # another project opened meanwhile is not trained unasked
+        dialog.sig_done.connect(lambda _id, _path: self.start_training() if self.context.project is project else None)
         self.download_dialog = dialog
         dialog.show()
         dialog.start()

@@ -355,3 +355,56 @@ def test_a_run_that_failed_before_its_first_step_offers_no_resume(qtbot: QtBot, 
     assert runs.table.selected()[0].status == "failed"
     assert not runs.buttons["resume"].isEnabled()
     assert "failed before its first step" in runs.buttons["resume"].toolTip()
+
+
+def test_a_train_waiting_for_the_training_environment_does_not_start_another_project_opened_meanwhile(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtCore import QObject, Signal
+
+    import studio.gui.training.page as train_page
+
+    class Installing(QObject):  # the Training Environment window, still installing
+        sig_ready = Signal(str)
+
+    installing = Installing()
+    monkeypatch.setattr(train_page, "needs_training_env", lambda _python: True)
+    monkeypatch.setattr(train_page, "open_training_env_dialog", lambda _parent: installing)
+    first = make_project(tmp_path / "first", config)
+    other: Project = make_project(tmp_path / "other", config)  # type: ignore[assignment]
+    context.set_project(first)  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "5", "--rate", "200")
+    assert not page.start_training()
+    assert page.message.text().startswith("Set up the training environment first")
+    context.set_project(other)
+    monkeypatch.setattr(train_page, "needs_training_env", lambda _python: False)
+    installing.sig_ready.emit("/env/bin/python")  # minutes later
+    assert not page.controller.running and not any((other.root / "runs").iterdir())
+
+
+def test_a_train_waiting_for_a_download_does_not_start_another_project_opened_meanwhile(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtCore import QObject, Signal
+
+    import studio.gui.training.page as train_page
+
+    class Downloading(QObject):  # the download window, still downloading
+        sig_done = Signal(str, str)
+
+        def __init__(self, *_args: object, **_kwargs: object) -> None:
+            super().__init__()
+
+        def show(self) -> None: ...
+
+        def start(self) -> None: ...
+
+    monkeypatch.setattr(train_page, "DownloadDialog", Downloading)
+    first = make_project(tmp_path / "first", config)
+    other: Project = make_project(tmp_path / "other", config)  # type: ignore[assignment]
+    context.set_project(first)  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "5", "--rate", "200")
+    download = page.download_then_train("org/base-model")
+    context.set_project(other)
+    download.sig_done.emit("org/base-model", "/cache/org/base-model")  # type: ignore[attr-defined]
+    assert not page.controller.running and not any((other.root / "runs").iterdir())
