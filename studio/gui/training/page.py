@@ -264,6 +264,12 @@ class TrainPage(Page):
             self.show_message(problem)
             self.banner.show_error("Cannot start the training", problem)
             return False
+        pending = self.context.pending_edits()  # shown in the pages, not in studio.toml: the run would not have them
+        if pending and not self.confirm("Settings not saved", f"Edits shown are not in the project's settings "
+                                        f"({'; '.join(pending)}): the run trains studio.toml as it is, without "
+                                        "them.\n\nStart anyway? (No: correct or complete them first.)"):
+            self.show_message(f"Not started: edits are not saved ({'; '.join(pending)}).")
+            return False
         if needs_training_env(config.launch.python):
             # The first Train of the desktop app: it has no PyTorch of its own until the person sets it up.
             self._train_when_env_ready(open_training_env_dialog(self.window()))

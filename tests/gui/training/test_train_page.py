@@ -408,3 +408,29 @@ def test_a_train_waiting_for_a_download_does_not_start_another_project_opened_me
     context.set_project(other)
     download.sig_done.emit("org/base-model", "/cache/org/base-model")  # type: ignore[attr-defined]
     assert not page.controller.running and not any((other.root / "runs").iterdir())
+
+
+def test_train_with_a_choice_in_the_settings_form_not_in_studio_toml_asks_first(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QComboBox
+
+    from studio.gui.model.page import ModelPage
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    model_page = ModelPage(context)
+    qtbot.addWidget(model_page)
+    model_page.hardware.wait()
+    model_page.form.show_advanced.setChecked(True)
+    masks = model_page.form.findChild(QComboBox, "field_dataset_masks")
+    masks.setCurrentIndex(masks.findData("folder"))
+    masks.activated.emit(masks.currentIndex())  # shown as chosen, waiting for its mask folder
+    page = make_page(qtbot, context, "--steps", "5", "--rate", "200")
+    asked: list[str] = []
+    page.confirm = lambda _title, text: asked.append(text) is not None  # No
+    assert not page.start_training()  # the run would have trained without the masks shown
+    assert "waiting for the setting it needs" in asked[0] and "trains studio.toml as it is" in asked[0]
+    assert page.message.text().startswith("Not started: edits are not saved")
+    assert not page.controller.running and not any((tmp_path / "runs").iterdir())
+    page.confirm = lambda _title, _text: True
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
