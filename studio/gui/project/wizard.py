@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -43,6 +43,7 @@ from studio.gui.context import StudioContext
 from studio.gui.widgets.model_library import ModelLibraryPanel
 from studio.gui.widgets.preset_size import ask_size_switch, size_switch
 
+DESCRIBE_AFTER_MS = 400  # the pause in typing the project folder after which its images are counted
 FIT_ORDER: dict[Fit, int] = {"fits": 0, "tight": 1, "does_not_fit": 2}
 FIT_WORDS: dict[Fit, str] = {"fits": "fits this machine", "tight": "tight on this machine",
                              "does_not_fit": "does not fit this machine"}
@@ -77,7 +78,14 @@ class ImagesPage(QWizardPage):
         self.setSubTitle("Choose where the project goes and the folders of images to train on. "
                          "Images stay where they are; nothing in them is moved or changed.")
         self.folder = named(QLineEdit(), "wizard_project_folder")
-        self.folder.textChanged.connect(self._update)
+        # The folder is described (its images counted, subfolders and all) once the typing pauses: not at each
+        # key, where "/", "/home" and the home folder would each be read whole on the way to the folder meant.
+        self._describe_later = QTimer(self)
+        self._describe_later.setSingleShot(True)
+        self._describe_later.setInterval(DESCRIBE_AFTER_MS)
+        self._describe_later.timeout.connect(self._update)
+        self.folder.textChanged.connect(self._typed)
+        self.folder.editingFinished.connect(self._update)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse_project)
         self.images = named(QListWidget(), "wizard_image_folders")
@@ -119,6 +127,7 @@ class ImagesPage(QWizardPage):
         folder = QFileDialog.getExistingDirectory(self, "Where the project goes")
         if folder:
             self.folder.setText(folder)
+            self._update()
 
     def _browse_images(self) -> None:
         root = self.project_root()  # the images are most often in or beside the project's folder
@@ -141,7 +150,12 @@ class ImagesPage(QWizardPage):
         return (f"{root} is already a studio project (it has {PROJECT_FILE}): open it with File → Open Project, "
                 "or choose another folder for the new project.")
 
+    def _typed(self) -> None:
+        self.completeChanged.emit()
+        self._describe_later.start()
+
     def _update(self) -> None:
+        self._describe_later.stop()
         lines = []
         root = self.project_root()
         existing = self.existing_project()

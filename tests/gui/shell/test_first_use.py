@@ -200,7 +200,7 @@ def test_the_wizard_on_a_folder_that_is_a_project_already_says_so_and_keeps_its_
     wizard.show()
     wizard.images_page.folder.setText(str(existing.root))  # type: ignore[attr-defined]
     # Finishing would keep its studio.toml and drop the base model and preset chosen in the next steps unsaid.
-    assert "is already a studio project" in wizard.images_page.layout_label.text()  # type: ignore[attr-defined]
+    qtbot.waitUntil(lambda: "is already a studio project" in wizard.images_page.layout_label.text())  # type: ignore
     assert not wizard.button(QWizard.WizardButton.NextButton).isEnabled()
     assert not wizard.button(QWizard.WizardButton.FinishButton).isEnabled()
     wizard.accept()
@@ -236,3 +236,26 @@ def test_opening_an_image_folder_where_no_project_can_be_written_says_why(
     assert not window.open_project_path(card)
     assert warned and warned[0].startswith(f"No project can be made in {card}") and "File → New Project" in warned[0]
     assert window.context.project is None
+
+
+def test_typing_the_project_folder_reads_only_the_folder_typed_not_each_one_on_the_way(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    import studio.gui.project.wizard as wizard_module
+
+    target = tmp_path / "cats"
+    _pngs(target, 3)
+    read: list[Path] = []
+    real = wizard_module.detect_layout
+    monkeypatch.setattr(wizard_module, "detect_layout", lambda folder: read.append(folder) or real(folder))
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    field = wizard.images_page.folder  # type: ignore[attr-defined]
+    text = str(target)
+    for end in range(1, len(text) + 1):  # key by key: "/" and every parent would be read whole (the disk)
+        field.setText(text[:end])
+    assert read == []
+    qtbot.waitUntil(lambda: "cats: one folder of images" in wizard.images_page.layout_label.text()  # type: ignore
+                    or bool(read), timeout=5000)
+    assert read == [target]
