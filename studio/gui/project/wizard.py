@@ -36,7 +36,7 @@ from studio.core.families import title as family_title
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model
-from studio.core.models.known import default_base
+from studio.core.models.known import default_base, find_known
 from studio.core.project.folder import PROJECT_FILE, Project, config_for_images, create_project, is_project
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
@@ -214,6 +214,8 @@ class ModelPage(QWizardPage):
             except ModelFileError as exc:
                 self.family_label.setText(f"✗ {exc}")
                 return
+        elif not family and (known := find_known(base)) is not None:  # a hub id typed: the studio knows its family
+            family = known.family
         self.base.setText(base)
         if family:
             self.family = family

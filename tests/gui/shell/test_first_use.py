@@ -259,3 +259,25 @@ def test_typing_the_project_folder_reads_only_the_folder_typed_not_each_one_on_t
     qtbot.waitUntil(lambda: "cats: one folder of images" in wizard.images_page.layout_label.text()  # type: ignore
                     or bool(read), timeout=5000)
     assert read == [target]
+
+
+def test_a_hub_id_typed_in_the_wizard_gives_the_project_its_family(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "xl lora"))  # type: ignore[attr-defined]
+    wizard.next()
+    base = wizard.model_page.base  # type: ignore[attr-defined]
+    base.setText("stabilityai/stable-diffusion-xl-base-1.0")
+    base.editingFinished.emit()
+    assert wizard.model_page.family_label.text() == "Family: SDXL"  # type: ignore[attr-defined]
+    wizard.next()  # the presets shown are SDXL's, not SD1.5's
+    presets = wizard.preset_page.list  # type: ignore[attr-defined]
+    assert presets.count() and all(presets.item(i).data(Qt.ItemDataRole.UserRole).info.family == "sdxl"
+                                   for i in range(presets.count()))
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    config = window.context.project.load_config()  # type: ignore[union-attr]
+    assert (config.model.family, config.model.base) == ("sdxl", "stabilityai/stable-diffusion-xl-base-1.0")
