@@ -224,6 +224,8 @@ class RunController(QObject):
         failed = self.model.status == "failed" and self._queue_item is not None
         if source.owned:
             self._finish_queue_item()
+        elif source.live:
+            self._finish_queue_item_left_running(source.run_dir)
         self.sig_run_ended.emit(self.model.status)
         if source.owned and self._queue_goes_on(failed):
             self._start_next_queued()
@@ -363,6 +365,19 @@ class RunController(QObject):
             self.sig_message.emit(f"A queued run failed; the queue holds ({pending} waiting). Tick \"Continue on "
                                   "error\" to go on past failed runs, or Start queue to go on now.")
         return False
+
+    def _finish_queue_item_left_running(self, run_dir: Path) -> None:
+        """A queued run left training when the studio closed, followed again here, has ended: its item ends
+        with it (else it stayed "running", and Start queue started nothing after it). Where another window
+        runs the queue, that window says how it ended."""
+        queue = self.queue
+        if queue is None or queue.runner_holder() is not None:
+            return
+        item = next((i for i in queue.items if i.state == "running" and i.run_dir
+                     and Path(i.run_dir) == run_dir), None)
+        if item is not None:
+            self._queue_item = item.id
+            self._finish_queue_item()
 
     def _finish_queue_item(self) -> None:
         if self.queue is None or self._queue_item is None:

@@ -134,6 +134,8 @@ class TrainPage(Page):
         # starts nothing in this one.
         self._waiting_for_env = self._waiting_for_demo_model = False
         if self.controller.running:  # the run goes on, shown here, whichever project is open
+            if self.controller.queue is None and project is not None:
+                self.controller.set_project_root(project.root)  # a run found again at start: its project's queue
             return
         self.controller.set_project_root(project.root if project else None)
         # What the project before said (its run's outcome, its VRAM estimate, its console, its error) goes;

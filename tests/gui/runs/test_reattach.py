@@ -108,3 +108,45 @@ def test_a_second_run_on_a_busy_gpu_asks_first(qtbot: QtBot, config: TrainConfig
     finally:
         with contextlib.suppress(psutil.Error):
             psutil.Process(live.pid).kill()
+
+
+def test_a_queued_run_left_training_is_followed_with_its_queue_which_goes_on_after_it(
+        qtbot: QtBot, config: TrainConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.config.files.toml_file import save_config
+    from studio.core.runs.scheduling.lock import RunLock
+
+    hold_at(monkeypatch, 3)
+    project = make_project(tmp_path, config)
+    for name in ("first.toml", "second.toml"):
+        save_config(config, tmp_path / name)
+    first, train, runs = _window(qtbot, tmp_path, project)
+    runs.queue.add_config(tmp_path / "first.toml")
+    runs.queue.add_config(tmp_path / "second.toml")
+    runs.queue.start_button.click()
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=15000)
+    run_dir = first.run_controller.run_dir
+    assert run_dir is not None
+    trainer_lock = RunLock(run_dir)  # what the real trainer holds while it trains (the fake one takes none)
+    trainer_lock.acquire()
+    train.ask_close = lambda: "keep"
+    assert train.can_close()
+    train.shutdown()  # the window closes in the middle of the queue; the training goes on
+    first.run_controller.shutdown(detach=True)
+    live = live_trainer(run_dir)
+    assert live is not None
+    try:
+        context, train, runs = _window(qtbot, tmp_path, project)  # the studio starts again
+        ctl = context.run_controller
+        assert ctl.running and ctl.queue is not None and runs.queue.isEnabled()  # the queue is there, not greyed
+        assert [i.state for i in ctl.queue.items] == ["running", "pending"]
+        release(run_dir, 3)
+        qtbot.waitUntil(lambda: not ctl.running, timeout=20000)
+        trainer_lock.release()
+        assert [i.state for i in ctl.queue.items] == ["completed", "pending"]
+        runs.queue.start_button.click()  # started nothing while the first stayed "running"
+        assert ctl.running and [i.state for i in ctl.queue.items] == ["completed", "running"]
+        ctl.kill_now()
+        ctl.shutdown()
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(live.pid).kill()
