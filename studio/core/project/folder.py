@@ -14,7 +14,7 @@ from pathlib import Path
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.merge import merge_configs
-from studio.core.config.files.toml_file import load_config, save_config
+from studio.core.config.files.toml_file import NewerConfigError, load_config, save_config
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.dataset.layouts import DatasetLayout, detect_layout
 from studio.core.families import DEFAULT_FAMILY
@@ -45,17 +45,20 @@ class Project:
         return load_config(self.config_path)
 
     def save_config(self, config: TrainConfig, base: TrainConfig | None = None) -> TrainConfig:
-        """Write studio.toml under the project's lock; returns the config written.
+        """Write studio.toml under the project's lock; returns the config written (NewerConfigError: the file is
+        a newer studio's, and stays as it is).
 
         `base`: the config this window loaded. Then only what changed from it is written over the
         file as it is now, so another window's save to other keys just before is kept."""
         with project_lock(self.root):
-            if base is not None and self.config_path.is_file():
+            if self.config_path.is_file():
                 try:
                     theirs = load_config(self.config_path)
+                except NewerConfigError:
+                    raise  # a newer studio's file: this one's config (its defaults) never replaces it
                 except ConfigError:
                     theirs = None  # a person's broken edit: the window's valid config replaces it
-                if theirs is not None and theirs != base:
+                if base is not None and theirs is not None and theirs != base:
                     config = merge_configs(base, config, theirs)
             save_config(config, self.config_path)
         return config

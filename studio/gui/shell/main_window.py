@@ -296,12 +296,13 @@ class MainWindow(QMainWindow):
         self.project_label.setText(str(project.root) if project else "")
         self._show_demo_banner()
         if self.context.config_error is not None:
-            QMessageBox.warning(
-                self,
-                "The project's config has problems",
-                f"{self.context.config_error.describe()}\n\nFix studio.toml, or choose a preset on the "
-                "Model & Preset page to start from a valid config.",
-            )
+            from studio.core.config.files.toml_file import NewerConfigError
+
+            what = ("Open it with the newer studio that wrote it, or update this one: nothing here is saved over it."
+                    if isinstance(self.context.config_error, NewerConfigError) else
+                    "Fix studio.toml, or choose a preset on the Model & Preset page to start from a valid config.")
+            QMessageBox.warning(self, "The project's config has problems",
+                                f"{self.context.config_error.describe()}\n\n{what}")
 
     def confirm_reload(self, pending: str) -> bool:
         """studio.toml changed on disk while edits here are not in it: read it again (True) or keep them."""

@@ -76,6 +76,27 @@ def test_a_recent_project_deleted_or_on_a_drive_not_connected_is_kept_or_taken_o
     assert window.context.project == here
 
 
+def test_a_project_written_by_a_newer_studio_is_refused_and_never_saved_over(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / "from a newer studio")
+    newer = project.config_path.read_text(encoding="utf-8").replace("schema_version = 1", "schema_version = 99")
+    newer += '[training]\nlearning_rate = 0.0003\n'
+    project.config_path.write_text(newer, encoding="utf-8")
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: shown.append(text))
+    said: list[str] = []
+    window.context.sig_status.connect(said.append)
+    assert window.open_project_path(project.root)
+    assert "update the studio to open this file" in shown[0] and "nothing here is saved over it" in shown[0]
+    page = window.show_page("page_model")
+    page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]  # the form shows the defaults
+    # Was written over with this studio's defaults and the seed: the newer studio's settings gone.
+    assert project.config_path.read_text(encoding="utf-8") == newer
+    assert any(text.startswith("Nothing was saved: ") and "written by a newer studio" in text for text in said)
+
+
 def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
     folder = tmp_path / "broken"
     folder.mkdir()
