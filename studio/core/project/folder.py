@@ -57,7 +57,10 @@ class Project:
                 except NewerConfigError:
                     raise  # a newer studio's file: this one's config (its defaults) never replaces it
                 except ConfigError:
-                    theirs = None  # a person's broken edit: the window's valid config replaces it
+                    # A person's broken edit, or keys this studio does not know: the window's valid config
+                    # replaces it, and the file is kept beside it (all its settings, to copy back by hand).
+                    theirs = None
+                    keep_unreadable(self.config_path)
                 if base is not None and theirs is not None and theirs != base:
                     config = merge_configs(base, config, theirs)
             save_config(config, self.config_path)
@@ -67,6 +70,20 @@ class Project:
         """A path from the config, made absolute against the project folder."""
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.root / p)
+
+
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+def keep_unreadable(path: Path) -> Path:
+    """Copy a studio.toml that cannot be read to `studio.toml.unreadable` (`-2`, `-3`, ... when that is taken)
+    before it is written over; returns the copy."""
+    for number in range(1, 1000):
+        kept = path.with_name(path.name + UNREADABLE_SUFFIX + ("" if number == 1 else f"-{number}"))
+        if not kept.exists():
+            break
+    kept.write_bytes(path.read_bytes())
+    return kept
 
 
 def is_project(path: str | Path) -> bool:

@@ -108,6 +108,25 @@ def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Pa
     assert shown and 'model.family = "sd4"' in shown[0]
 
 
+def test_an_edit_over_a_config_that_could_not_be_read_keeps_the_file_beside_it(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "older"
+    folder.mkdir()
+    # Every setting of the person's, and one key this studio does not know (an older or newer studio's).
+    theirs = ('schema_version = 1\n[model]\nfamily = "sdxl"\nbase = "my/xl-model"\n[[dataset.concepts]]\n'
+              'path = "cats"\nrepeats = 7\n[training]\nlearning_rate = 0.0003\nold_knob = true\n')
+    (folder / PROJECT_FILE).write_text(theirs, encoding="utf-8")
+    monkeypatch.setattr(QMessageBox, "warning", lambda *_args: None)
+    said: list[str] = []
+    window.context.sig_status.connect(said.append)
+    assert window.open_project_path(folder) and window.context.config is None
+    page = window.show_page("page_model")
+    page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]  # the form shows the defaults
+    # studio.toml now holds the defaults shown and the seed; the person's settings were lost with the old file.
+    assert (folder / (PROJECT_FILE + ".unreadable")).read_text(encoding="utf-8") == theirs
+    assert any("could not be read; it is kept as studio.toml.unreadable" in text for text in said)
+
+
 def test_geometry_and_page_are_remembered(qtbot, tmp_path: Path) -> None:
     settings_file = tmp_path / "settings.ini"
     first = MainWindow(StudioContext(make_settings(settings_file)))
