@@ -112,6 +112,8 @@ class ImagesPage(QWizardPage):
 
     def project_root(self) -> Path | None:
         text = self.folder.text().strip()
+        if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":  # pasted from "Copy as path": quoted
+            text = text[1:-1].strip()
         return Path(text).expanduser() if text else None
 
     def image_folders(self) -> list[Path]:

@@ -281,3 +281,17 @@ def test_a_hub_id_typed_in_the_wizard_gives_the_project_its_family(
         wizard.button(QWizard.WizardButton.FinishButton).click()
     config = window.context.project.load_config()  # type: ignore[union-attr]
     assert (config.model.family, config.model.base) == ("sdxl", "stabilityai/stable-diffusion-xl-base-1.0")
+
+
+def test_a_project_folder_pasted_with_quotes_is_made_where_it_names(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    # A path copied with the file manager's "Copy as path" comes quoted; not a folder named with its quotes.
+    wizard.images_page.folder.setText(f' "{tmp_path / "my cats"}" ')  # type: ignore[attr-defined]
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert window.context.project is not None and window.context.project.root == tmp_path / "my cats"
+    assert (tmp_path / "my cats" / "studio.toml").is_file()
