@@ -114,7 +114,11 @@ class ImagesPage(QWizardPage):
         text = self.folder.text().strip()
         if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":  # pasted from "Copy as path": quoted
             text = text[1:-1].strip()
-        return Path(text).expanduser() if text else None
+        if not text:
+            return None
+        # A bare name ("cat lora") goes in the home folder, not wherever the studio happened to be started.
+        root = Path(text).expanduser()
+        return root if root.is_absolute() else Path.home() / root
 
     def image_folders(self) -> list[Path]:
         return [Path(self.images.item(i).data(Qt.ItemDataRole.UserRole)) for i in range(self.images.count())]
@@ -170,6 +174,8 @@ class ImagesPage(QWizardPage):
                 lines.append(f"{folder.name or folder}: {detect_layout(folder).describe()}")
             except DatasetError as exc:
                 lines.append(str(exc))
+        if root is not None and not Path(self.folder.text().strip().strip("\"'")).expanduser().is_absolute():
+            lines.insert(0, f"The project goes in {root}")
         self.layout_label.setText("\n".join(lines) or "Choose the project folder.")
         self.completeChanged.emit()
 

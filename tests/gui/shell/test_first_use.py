@@ -295,3 +295,23 @@ def test_a_project_folder_pasted_with_quotes_is_made_where_it_names(
         wizard.button(QWizard.WizardButton.FinishButton).click()
     assert window.context.project is not None and window.context.project.root == tmp_path / "my cats"
     assert (tmp_path / "my cats" / "studio.toml").is_file()
+
+
+def test_a_project_folder_typed_as_a_bare_name_goes_in_the_home_folder_and_says_so(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    monkeypatch.chdir(tmp_path)  # where the studio was started: nobody's idea of where projects go
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText("cat lora")  # type: ignore[attr-defined]
+    wizard.images_page.folder.editingFinished.emit()  # type: ignore[attr-defined]
+    assert wizard.images_page.layout_label.text().startswith(f"The project goes in {home / 'cat lora'}")  # type: ignore
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert window.context.project is not None and window.context.project.root == home / "cat lora"
+    assert not (tmp_path / "cat lora").exists()
