@@ -336,9 +336,16 @@ class RunController(QObject):
             self.sig_message.emit(f"Queued config {path} was not started: {why}")
             self._go_on_after_refusal()
             return
-        run_dir = self.start_config(config)
+        said: list[str] = []
+        self.sig_message.connect(said.append)
+        try:
+            run_dir = self.start_config(config)
+        finally:
+            self.sig_message.disconnect(said.append)
         if run_dir is None:
-            queue.mark_ended(item.id, "failed", "could not start")
+            # Nothing ran (no training environment yet, a run folder that cannot be made): the item waits again,
+            # with why, and Start queue tries it once that is fixed; it is not spent as a failed run.
+            queue.mark_pending(item.id, " ".join(said) or "could not start")
             queue.release_runner()
         else:
             self._queue_item = item.id
