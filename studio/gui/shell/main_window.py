@@ -201,9 +201,11 @@ class MainWindow(QMainWindow):
 
     def open_project_path(self, path: str | Path) -> bool:
         from studio.core.dataset.layouts import DatasetError, detect_layout
-        from studio.core.project.folder import create_project, is_project, open_project
+        from studio.core.project.folder import PROJECT_FILE, create_project, is_project, open_project
 
         folder = Path(path)
+        if folder.name == PROJECT_FILE and folder.is_file():  # the project's file given (a double-click, a command)
+            folder = folder.parent
         if not folder.is_dir():
             gone = f"The folder {folder} does not exist any more (deleted, moved, or on a drive not connected)."
             if str(folder) not in self.recent_projects():

@@ -97,6 +97,17 @@ def test_a_project_written_by_a_newer_studio_is_refused_and_never_saved_over(
     assert any(text.startswith("Nothing was saved: ") and "written by a newer studio" in text for text in said)
 
 
+def test_the_projects_studio_toml_given_opens_its_project(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / "cats")
+    warned: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: warned.append(text))
+    # Was "The folder …/studio.toml does not exist any more".
+    assert window.open_project_path(project.config_path)
+    assert warned == [] and window.context.project == project
+
+
 def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
     folder = tmp_path / "broken"
     folder.mkdir()
