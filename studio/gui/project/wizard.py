@@ -110,15 +110,16 @@ class ImagesPage(QWizardPage):
         layout.addLayout(buttons)
         layout.addWidget(self.layout_label)
 
-    def project_root(self) -> Path | None:
+    def _typed_folder(self) -> Path | None:
         text = self.folder.text().strip()
         if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":  # pasted from "Copy as path": quoted
             text = text[1:-1].strip()
-        if not text:
-            return None
+        return Path(text).expanduser() if text else None
+
+    def project_root(self) -> Path | None:
+        typed = self._typed_folder()
         # A bare name ("cat lora") goes in the home folder, not wherever the studio happened to be started.
-        root = Path(text).expanduser()
-        return root if root.is_absolute() else Path.home() / root
+        return typed if typed is None or typed.is_absolute() else Path.home() / typed
 
     def image_folders(self) -> list[Path]:
         return [Path(self.images.item(i).data(Qt.ItemDataRole.UserRole)) for i in range(self.images.count())]
@@ -174,7 +175,8 @@ class ImagesPage(QWizardPage):
                 lines.append(f"{folder.name or folder}: {detect_layout(folder).describe()}")
             except DatasetError as exc:
                 lines.append(str(exc))
-        if root is not None and not Path(self.folder.text().strip().strip("\"'")).expanduser().is_absolute():
+        typed = self._typed_folder()
+        if root is not None and typed is not None and not typed.is_absolute():
             lines.insert(0, f"The project goes in {root}")
         self.layout_label.setText("\n".join(lines) or "Choose the project folder.")
         self.completeChanged.emit()
