@@ -259,6 +259,9 @@ class PresetPage(QWizardPage):
         except ConfigError as exc:  # a folder whose name cannot be written into the config
             self.setSubTitle(f"No presets can be estimated: {exc.describe()}")
             return
+        except DatasetError as exc:  # a folder the studio may not list (permissions, a drive gone)
+            self.setSubTitle(f"No presets can be estimated: {exc}")
+            return
         gpu = self.new_project.gpu
         self.setSubTitle(NO_GPU_SUBTITLE if gpu is None else
                          "The presets that fit this machine's GPU come first. Skip to keep the defaults.")

@@ -315,3 +315,31 @@ def test_a_project_folder_typed_as_a_bare_name_goes_in_the_home_folder_and_says_
         wizard.button(QWizard.WizardButton.FinishButton).click()
     assert window.context.project is not None and window.context.project.root == home / "cat lora"
     assert not (tmp_path / "cat lora").exists()
+
+
+def test_an_image_folder_that_cannot_be_listed_is_said_on_the_preset_step_too(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    import studio.core.project.folder as project_folder
+    import studio.gui.project.wizard as wizard_module
+    from studio.core.dataset.layouts import DatasetError
+
+    photos = tmp_path / "Pictures"
+    _pngs(photos, 2)
+
+    def not_permitted(folder: Path) -> object:  # a folder the system keeps from the studio (macOS privacy)
+        raise DatasetError(f"Cannot read the image folder {folder}: Operation not permitted. Check that it exists "
+                           "and that you may read it.")
+
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "lora"))  # type: ignore[attr-defined]
+    wizard.images_page.add_image_folder(photos)  # type: ignore[attr-defined]
+    monkeypatch.setattr(wizard_module, "detect_layout", not_permitted)
+    monkeypatch.setattr(project_folder, "detect_layout", not_permitted)
+    wizard.next()
+    wizard.next()  # was a traceback, and an empty list of presets with the GPU's subtitle
+    page = wizard.preset_page  # type: ignore[attr-defined]
+    assert page.subTitle().startswith("No presets can be estimated: Cannot read the image folder")
+    assert "Operation not permitted" in page.subTitle() and page.list.count() == 0
