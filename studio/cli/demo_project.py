@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from studio.core.exit_codes import EXIT_FAILED, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -20,10 +20,13 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from studio.core.project.demo import create_demo_project
+    from studio.core.project.demo import NotTheDemoError, create_demo_project
 
     try:
         project = create_demo_project(args.dir, build_model=True)
+    except NotTheDemoError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
     except subprocess.CalledProcessError as exc:
         print(f"building the tiny model failed:\n{exc.stderr}", file=sys.stderr)
         return EXIT_FAILED

@@ -111,9 +111,19 @@ class StudioContext(QObject):
 
         Only what changed from the config this window had is written over the file as it is now:
         another window's change to the project just before is kept (and shown here)."""
+        from studio.core.config.files.toml_file import NewerConfigError
+
         if save and self.project is not None:
-            config = self.project.save_config(config, base=self.config)
+            unreadable = self.config_error is not None
+            try:
+                config = self.project.save_config(config, base=self.config)
+            except NewerConfigError as exc:  # the project stays as the newer studio wrote it
+                self.status(f"Nothing was saved: {exc.source} was written by a newer studio ({exc.issues[0]}).")
+                return
             self.watcher.known()
+            if unreadable:
+                self.status(f"{self.project.config_path.name} could not be read; it is kept as "
+                            f"{self.project.config_path.name}.unreadable beside it, and the settings shown here are saved.")
         self.config = config
         self.config_error = None
         self.sig_config_changed.emit(config)

@@ -265,3 +265,15 @@ def test_a_caption_extension_training_never_reads_is_refused(tmp_path: Path,
     path.write_text(text.format("caption"), encoding="utf-8")  # the dot may be left out
     assert cli_main(["validate", str(path)]) == 0
     assert 'caption_extension = ".caption"' in capsys.readouterr().out
+
+
+def test_the_demo_project_is_not_made_in_a_project_of_ones_own(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path / "my lora")
+    before = path.read_text(encoding="utf-8")
+    assert cli_main(["demo-project", str(tmp_path / "my lora")]) == 2
+    err = capsys.readouterr().err
+    assert "is a studio project of your own, not the demo" in err and "Traceback" not in err
+    # Not made the demo (its banner, its tiny model) nor given the demo's shapes.
+    assert sorted(p.name for p in (tmp_path / "my lora").iterdir()) == ["studio.toml"]
+    assert path.read_text(encoding="utf-8") == before

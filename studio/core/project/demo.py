@@ -19,7 +19,7 @@ from studio.core.config.schema import (
     TrainingSection,
 )
 from studio.core.families import DEFAULT_FAMILY
-from studio.core.project.folder import Project, create_project
+from studio.core.project.folder import PROJECT_FILE, Project, create_project
 from studio.core.studio_command import studio_command
 from studio.core.user_dirs import data_dir
 
@@ -30,6 +30,10 @@ DEMO_MODEL = f"models/tiny-{DEMO_FAMILY}"
 # Written into the demo project: the demo is this project, not any project whose model folder has
 # the tiny model's name.
 DEMO_MARKER = ".studio-demo"
+
+
+class NotTheDemoError(ValueError):
+    """The folder given for the demo is a project of the person's own; the message says what to do."""
 
 
 def default_demo_dir() -> Path:
@@ -79,6 +83,10 @@ def create_demo_project(path: str | Path | None = None, build_model: bool = Fals
     from studio.core.dataset.demo_shapes import write_demo_dataset
 
     root = Path(path) if path else default_demo_dir()
+    if (root / PROJECT_FILE).is_file() and not is_demo_project(Project(root)):
+        # Its studio.toml would stay, and the demo's shapes, marker and tiny model would be added to it.
+        raise NotTheDemoError(f"{root} is a studio project of your own, not the demo: nothing was changed in it. "
+                              "Give a new folder (or the demo's own) for the demo project.")
     project = create_project(root, demo_config())
     data = root / DEMO_DATA
     if not data.is_dir() or not any(data.iterdir()):

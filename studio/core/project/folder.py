@@ -14,7 +14,7 @@ from pathlib import Path
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.merge import merge_configs
-from studio.core.config.files.toml_file import load_config, save_config
+from studio.core.config.files.toml_file import NewerConfigError, load_config, save_config
 from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
 from studio.core.dataset.layouts import DatasetLayout, detect_layout
 from studio.core.families import DEFAULT_FAMILY
@@ -45,17 +45,23 @@ class Project:
         return load_config(self.config_path)
 
     def save_config(self, config: TrainConfig, base: TrainConfig | None = None) -> TrainConfig:
-        """Write studio.toml under the project's lock; returns the config written.
+        """Write studio.toml under the project's lock; returns the config written (NewerConfigError: the file is
+        a newer studio's, and stays as it is).
 
         `base`: the config this window loaded. Then only what changed from it is written over the
         file as it is now, so another window's save to other keys just before is kept."""
         with project_lock(self.root):
-            if base is not None and self.config_path.is_file():
+            if self.config_path.is_file():
                 try:
                     theirs = load_config(self.config_path)
+                except NewerConfigError:
+                    raise  # a newer studio's file: this one's config (its defaults) never replaces it
                 except ConfigError:
-                    theirs = None  # a person's broken edit: the window's valid config replaces it
-                if theirs is not None and theirs != base:
+                    # A person's broken edit, or keys this studio does not know: the window's valid config
+                    # replaces it, and the file is kept beside it (all its settings, to copy back by hand).
+                    theirs = None
+                    keep_unreadable(self.config_path)
+                if base is not None and theirs is not None and theirs != base:
                     config = merge_configs(base, config, theirs)
             save_config(config, self.config_path)
         return config
@@ -64,6 +70,20 @@ class Project:
         """A path from the config, made absolute against the project folder."""
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.root / p)
+
+
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+def keep_unreadable(path: Path) -> Path:
+    """Copy a studio.toml that cannot be read to `studio.toml.unreadable` (`-2`, `-3`, ... when that is taken)
+    before it is written over; returns the copy."""
+    for number in range(1, 1000):
+        kept = path.with_name(path.name + UNREADABLE_SUFFIX + ("" if number == 1 else f"-{number}"))
+        if not kept.exists():
+            break
+    kept.write_bytes(path.read_bytes())
+    return kept
 
 
 def is_project(path: str | Path) -> bool:

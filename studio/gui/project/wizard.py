@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -36,13 +36,14 @@ from studio.core.families import title as family_title
 from studio.core.hardware.machine.probe import load_hardware
 from studio.core.hardware.report import GPUInfo
 from studio.core.models.files import ModelFileError, detect_model
-from studio.core.models.known import default_base
-from studio.core.project.folder import Project, config_for_images, create_project
+from studio.core.models.known import default_base, find_known
+from studio.core.project.folder import PROJECT_FILE, Project, config_for_images, create_project, is_project
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.widgets.model_library import ModelLibraryPanel
 from studio.gui.widgets.preset_size import ask_size_switch, size_switch
 
+DESCRIBE_AFTER_MS = 400  # the pause in typing the project folder after which its images are counted
 FIT_ORDER: dict[Fit, int] = {"fits": 0, "tight": 1, "does_not_fit": 2}
 FIT_WORDS: dict[Fit, str] = {"fits": "fits this machine", "tight": "tight on this machine",
                              "does_not_fit": "does not fit this machine"}
@@ -77,7 +78,14 @@ class ImagesPage(QWizardPage):
         self.setSubTitle("Choose where the project goes and the folders of images to train on. "
                          "Images stay where they are; nothing in them is moved or changed.")
         self.folder = named(QLineEdit(), "wizard_project_folder")
-        self.folder.textChanged.connect(self._update)
+        # The folder is described (its images counted, subfolders and all) once the typing pauses: not at each
+        # key, where "/", "/home" and the home folder would each be read whole on the way to the folder meant.
+        self._describe_later = QTimer(self)
+        self._describe_later.setSingleShot(True)
+        self._describe_later.setInterval(DESCRIBE_AFTER_MS)
+        self._describe_later.timeout.connect(self._update)
+        self.folder.textChanged.connect(self._typed)
+        self.folder.editingFinished.connect(self._update)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse_project)
         self.images = named(QListWidget(), "wizard_image_folders")
@@ -102,9 +110,16 @@ class ImagesPage(QWizardPage):
         layout.addLayout(buttons)
         layout.addWidget(self.layout_label)
 
-    def project_root(self) -> Path | None:
+    def _typed_folder(self) -> Path | None:
         text = self.folder.text().strip()
+        if len(text) > 1 and text[0] == text[-1] and text[0] in "\"'":  # pasted from "Copy as path": quoted
+            text = text[1:-1].strip()
         return Path(text).expanduser() if text else None
+
+    def project_root(self) -> Path | None:
+        typed = self._typed_folder()
+        # A bare name ("cat lora") goes in the home folder, not wherever the studio happened to be started.
+        return typed if typed is None or typed.is_absolute() else Path.home() / typed
 
     def image_folders(self) -> list[Path]:
         return [Path(self.images.item(i).data(Qt.ItemDataRole.UserRole)) for i in range(self.images.count())]
@@ -119,6 +134,7 @@ class ImagesPage(QWizardPage):
         folder = QFileDialog.getExistingDirectory(self, "Where the project goes")
         if folder:
             self.folder.setText(folder)
+            self._update()
 
     def _browse_images(self) -> None:
         root = self.project_root()  # the images are most often in or beside the project's folder
@@ -132,19 +148,41 @@ class ImagesPage(QWizardPage):
             self.images.takeItem(self.images.row(item))
         self._update()
 
+    def existing_project(self) -> str | None:
+        """Why the folder chosen cannot take a new project: it is one already (its settings would stay as they
+        are, and every choice made in this wizard would be lost), or None."""
+        root = self.project_root()
+        if root is None or not is_project(root):
+            return None
+        return (f"{root} is already a studio project (it has {PROJECT_FILE}): open it with File → Open Project, "
+                "or choose another folder for the new project.")
+
+    def _typed(self) -> None:
+        self.completeChanged.emit()
+        self._describe_later.start()
+
     def _update(self) -> None:
+        self._describe_later.stop()
         lines = []
         root = self.project_root()
+        existing = self.existing_project()
+        if existing is not None:
+            self.layout_label.setText(existing)
+            self.completeChanged.emit()
+            return
         for folder in self.image_folders() or ([root] if root and root.is_dir() else []):
             try:
                 lines.append(f"{folder.name or folder}: {detect_layout(folder).describe()}")
             except DatasetError as exc:
                 lines.append(str(exc))
+        typed = self._typed_folder()
+        if root is not None and typed is not None and not typed.is_absolute():
+            lines.insert(0, f"The project goes in {root}")
         self.layout_label.setText("\n".join(lines) or "Choose the project folder.")
         self.completeChanged.emit()
 
     def isComplete(self) -> bool:
-        return self.project_root() is not None
+        return self.project_root() is not None and self.existing_project() is None
 
 
 class ModelPage(QWizardPage):
@@ -186,6 +224,8 @@ class ModelPage(QWizardPage):
             except ModelFileError as exc:
                 self.family_label.setText(f"✗ {exc}")
                 return
+        elif not family and (known := find_known(base)) is not None:  # a hub id typed: the studio knows its family
+            family = known.family
         self.base.setText(base)
         if family:
             self.family = family
@@ -218,6 +258,9 @@ class PresetPage(QWizardPage):
             config = self.new_project.resolved_base_config()
         except ConfigError as exc:  # a folder whose name cannot be written into the config
             self.setSubTitle(f"No presets can be estimated: {exc.describe()}")
+            return
+        except DatasetError as exc:  # a folder the studio may not list (permissions, a drive gone)
+            self.setSubTitle(f"No presets can be estimated: {exc}")
             return
         gpu = self.new_project.gpu
         self.setSubTitle(NO_GPU_SUBTITLE if gpu is None else
@@ -280,12 +323,12 @@ class NewProjectWizard(QWizard):
 
     def accept(self) -> None:
         root = self.images_page.project_root()
-        if root is None:
+        if root is None or self.images_page.existing_project() is not None:
             return
         try:
             config = self.base_config()
         except DatasetError as exc:
-            self.images_page.layout_label.setText(str(exc))
+            self.back_to_images(str(exc))
             return
         preset = self.preset_page.chosen() if self.currentPage() is self.preset_page else None
         if preset is not None:
@@ -300,7 +343,18 @@ class NewProjectWizard(QWizard):
             config = apply_preset(config, preset)
             if switch is not None and switched:
                 config = apply_changes(config, {"model.base": switch.new_base})
-        for folder in self.image_folders():
-            folder.mkdir(parents=True, exist_ok=True)  # a new project's images/ folder, ready to fill
-        self.project = create_project(root, config)
+        try:
+            for folder in self.image_folders():
+                folder.mkdir(parents=True, exist_ok=True)  # a new project's images/ folder, ready to fill
+            self.project = create_project(root, config)
+        except OSError as exc:  # a read-only folder or drive, a path through a file
+            self.back_to_images(f"The project cannot be written in {root} ({exc.strerror or exc}): choose a folder "
+                                "you may write to. The images may stay where they are; add their folder below.")
+            return
         super().accept()
+
+    def back_to_images(self, why: str) -> None:
+        """Say `why` on the first step, where the project's folder is chosen again."""
+        while self.currentPage() is not self.images_page and self.currentId() > self.startId():
+            self.back()
+        self.images_page.layout_label.setText(why)

@@ -329,25 +329,41 @@ class RunController(QObject):
         except (ConfigError, OSError) as exc:
             queue.mark_ended(item.id, "failed", f"config unreadable: {exc}")
             self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
-            self.sig_queue_changed.emit()
-            QTimer.singleShot(0, self, self._start_next_queued)
+            self._go_on_after_refusal()
             return
         errors, _warnings = preflight_headless(config)  # nobody is there to confirm a warning
         if errors:
             why = " ".join(str(e) for e in errors)
             queue.mark_ended(item.id, "failed", why)
             self.sig_message.emit(f"Queued config {path} was not started: {why}")
-            self.sig_queue_changed.emit()
-            QTimer.singleShot(0, self, self._start_next_queued)
+            self._go_on_after_refusal()
             return
-        run_dir = self.start_config(config)
+        said: list[str] = []
+        self.sig_message.connect(said.append)
+        try:
+            run_dir = self.start_config(config)
+        finally:
+            self.sig_message.disconnect(said.append)
         if run_dir is None:
-            queue.mark_ended(item.id, "failed", "could not start")
+            # Nothing ran (no training environment yet, a run folder that cannot be made): the item waits again,
+            # with why, and Start queue tries it once that is fixed; it is not spent as a failed run.
+            queue.mark_pending(item.id, " ".join(said) or "could not start")
             queue.release_runner()
         else:
             self._queue_item = item.id
             queue.mark_running(item.id, run_dir)
         self.sig_queue_changed.emit()
+
+    def _go_on_after_refusal(self) -> None:
+        """A queued config refused before it started (unreadable, or its checks failed) holds the queue as a
+        failed run does: a cause shared by the items after it (the base model not downloaded, a drive of images
+        not connected) would otherwise fail each of them in turn, and the whole queue would have to be made
+        again once it is fixed."""
+        self.sig_queue_changed.emit()
+        if self._queue_goes_on(failed=True):
+            QTimer.singleShot(0, self, self._start_next_queued)
+        elif self.queue is not None:
+            self.queue.release_runner()
 
     def _queue_goes_on(self, failed: bool) -> bool:
         """After a queued run that failed, the queue holds unless it is set to continue on error."""

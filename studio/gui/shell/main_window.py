@@ -191,17 +191,30 @@ class MainWindow(QMainWindow):
         self.context.settings.setValue("recent_projects", recent[:MAX_RECENT])
         self._refresh_recent_menu()
 
+    def forget_recent(self, path: str) -> None:
+        self.context.settings.setValue("recent_projects", [p for p in self.recent_projects() if p != path])
+        self._refresh_recent_menu()
+
     def set_project(self, project: Project) -> None:
         self.context.set_project(project)
         self._remember(project)
 
     def open_project_path(self, path: str | Path) -> bool:
         from studio.core.dataset.layouts import DatasetError, detect_layout
-        from studio.core.project.folder import create_project, is_project, open_project
+        from studio.core.project.folder import PROJECT_FILE, create_project, is_project, open_project
 
         folder = Path(path)
+        if folder.name == PROJECT_FILE and folder.is_file():  # the project's file given (a double-click, a command)
+            folder = folder.parent
         if not folder.is_dir():
-            QMessageBox.warning(self, "Open project", f"The folder {folder} does not exist any more.")
+            gone = f"The folder {folder} does not exist any more (deleted, moved, or on a drive not connected)."
+            if str(folder) not in self.recent_projects():
+                QMessageBox.warning(self, "Open project", gone)
+                return False
+            # A recent project: kept on the list for a drive plugged in later, or taken off it.
+            answer = QMessageBox.question(self, "Open project", f"{gone}\n\nRemove it from the recent projects?")
+            if answer == QMessageBox.StandardButton.Yes:
+                self.forget_recent(str(folder))
             return False
         if not is_project(folder):
             try:
@@ -218,7 +231,15 @@ class MainWindow(QMainWindow):
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return False
-            self.set_project(create_project(folder))
+            try:
+                created = create_project(folder)
+            except OSError as exc:  # a read-only folder: a card, a share, a disc
+                QMessageBox.warning(self, "Open project", f"No project can be made in {folder}: "
+                                    f"{exc.strerror or exc}.\n\nMake a project in a folder you may write to with "
+                                    "File → New Project, and add this folder as its images there; they stay "
+                                    "where they are.")
+                return False
+            self.set_project(created)
             return True
         project = open_project(folder)
         self.set_project(project)
@@ -277,12 +298,13 @@ class MainWindow(QMainWindow):
         self.project_label.setText(str(project.root) if project else "")
         self._show_demo_banner()
         if self.context.config_error is not None:
-            QMessageBox.warning(
-                self,
-                "The project's config has problems",
-                f"{self.context.config_error.describe()}\n\nFix studio.toml, or choose a preset on the "
-                "Model & Preset page to start from a valid config.",
-            )
+            from studio.core.config.files.toml_file import NewerConfigError
+
+            what = ("Open it with the newer studio that wrote it, or update this one: nothing here is saved over it."
+                    if isinstance(self.context.config_error, NewerConfigError) else
+                    "Fix studio.toml, or choose a preset on the Model & Preset page to start from a valid config.")
+            QMessageBox.warning(self, "The project's config has problems",
+                                f"{self.context.config_error.describe()}\n\n{what}")
 
     def confirm_reload(self, pending: str) -> bool:
         """studio.toml changed on disk while edits here are not in it: read it again (True) or keep them."""

@@ -130,7 +130,12 @@ class TrainPage(Page):
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
+        # A Train pressed for the project before, waiting on the training environment or the demo's model,
+        # starts nothing in this one.
+        self._waiting_for_env = self._waiting_for_demo_model = False
         if self.controller.running:  # the run goes on, shown here, whichever project is open
+            if self.controller.queue is None and project is not None:
+                self.controller.set_project_root(project.root)  # a run found again at start: its project's queue
             return
         self.controller.set_project_root(project.root if project else None)
         # What the project before said (its run's outcome, its VRAM estimate, its console, its error) goes;
@@ -261,6 +266,12 @@ class TrainPage(Page):
             self.show_message(problem)
             self.banner.show_error("Cannot start the training", problem)
             return False
+        pending = self.context.pending_edits()  # shown in the pages, not in studio.toml: the run would not have them
+        if pending and not self.confirm("Settings not saved", f"Edits shown are not in the project's settings "
+                                        f"({'; '.join(pending)}): the run trains studio.toml as it is, without "
+                                        "them.\n\nStart anyway? (No: correct or complete them first.)"):
+            self.show_message(f"Not started: edits are not saved ({'; '.join(pending)}).")
+            return False
         if needs_training_env(config.launch.python):
             # The first Train of the desktop app: it has no PyTorch of its own until the person sets it up.
             self._train_when_env_ready(open_training_env_dialog(self.window()))
@@ -320,7 +331,8 @@ class TrainPage(Page):
     def download_then_train(self, repo_id: str) -> DownloadDialog:
         dialog = DownloadDialog(repo_id, with_t5=bool(self.context.config and self.context.config.model.use_t5),
                                 parent=self)
-        dialog.sig_done.connect(lambda _id, _path: self.start_training())
+        project = self.context.project  # another project opened meanwhile is not trained unasked
+        dialog.sig_done.connect(lambda _id, _path: self.start_training() if self.context.project is project else None)
         self.download_dialog = dialog
         dialog.show()
         dialog.start()

@@ -103,3 +103,54 @@ def test_the_vary_dialog_shows_its_examples_whole(qtbot: QtBot) -> None:
     needed = dialog.values.fontMetrics().horizontalAdvance(dialog.values.placeholderText())
     assert shown >= needed, (shown, needed)  # "… or 1e-4..1e-6 log3" not cut
     assert dialog.width() >= dialog.fontMetrics().horizontalAdvance(dialog.windowTitle()) + 120  # room for the title
+
+
+def test_without_continue_on_error_the_queue_holds_at_a_config_refused_before_it_starts(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    missing = config.model_copy(update={"model": config.model.model_copy(update={"base": "models/not-downloaded"})})
+    save_config(missing, tmp_path / "first.toml")
+    save_config(config, tmp_path / "second.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "second.toml")
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    page.queue.start_button.click()
+    QApplication.processEvents()
+    queue = page.controller.queue
+    assert queue is not None
+    # The second item waits for the person to fix the first (or to tick Continue on error), as after a failed run.
+    assert [i.state for i in queue.items] == ["failed", "pending"] and not page.controller.running
+    assert "was not started: Base model" in messages[0] and "the queue holds (1 waiting)" in messages[-1]
+    assert not queue.runner_held  # another window may run it
+
+
+def test_a_queued_run_that_could_not_start_waits_again_and_starts_once_that_is_fixed(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import studio.gui.runner.run_controller as run_controller
+    from studio.core.training_python import NoTrainingPython
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    save_config(config, tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    real = run_controller.prepare_run
+
+    def no_environment_yet(*_args: object, **_kwargs: object) -> RunPlan:
+        raise NoTrainingPython("the training environment is not set up (Tools → Training Environment)")
+
+    monkeypatch.setattr(run_controller, "prepare_run", no_environment_yet)  # the desktop app before its setup
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None and not page.controller.running
+    # Was marked failed ("could not start"), and a failed item with no run is never started again.
+    assert queue.items[0].state == "pending" and "Training Environment" in queue.items[0].message
+    monkeypatch.setattr(run_controller, "prepare_run", real)
+    page.queue.start_button.click()
+    qtbot.waitUntil(lambda: queue.items[0].state == "completed", timeout=30000)

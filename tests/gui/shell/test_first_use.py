@@ -186,3 +186,160 @@ def test_a_persons_model_folder_named_like_the_tiny_model_is_not_the_demo(window
     window.set_project(project)
     assert not window.demo_banner.isVisibleTo(window)
     assert not window.demo_model.needs_building(project)
+
+
+def test_the_wizard_on_a_folder_that_is_a_project_already_says_so_and_keeps_its_settings(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    from studio.core.project.folder import create_project
+
+    existing = create_project(tmp_path / "my lora")
+    before = existing.config_path.read_text(encoding="utf-8")
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(existing.root))  # type: ignore[attr-defined]
+    # Finishing would keep its studio.toml and drop the base model and preset chosen in the next steps unsaid.
+    qtbot.waitUntil(lambda: "is already a studio project" in wizard.images_page.layout_label.text())  # type: ignore
+    assert not wizard.button(QWizard.WizardButton.NextButton).isEnabled()
+    assert not wizard.button(QWizard.WizardButton.FinishButton).isEnabled()
+    wizard.accept()
+    assert window.context.project is None and existing.config_path.read_text(encoding="utf-8") == before
+
+
+def test_the_wizard_says_why_a_project_folder_cannot_be_written(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "notes.txt" / "lora"))  # type: ignore[attr-defined]
+    wizard.next()
+    wizard.button(QWizard.WizardButton.FinishButton).click()  # was a traceback, the wizard open and silent
+    assert wizard.currentPage() is wizard.images_page  # type: ignore[attr-defined]
+    said = wizard.images_page.layout_label.text()  # type: ignore[attr-defined]
+    assert said.startswith(f"The project cannot be written in {tmp_path / 'notes.txt' / 'lora'}") and \
+        "choose a folder you may write to" in said
+    assert window.context.project is None and wizard.isVisible()
+
+
+def test_opening_an_image_folder_where_no_project_can_be_written_says_why(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    card = tmp_path / "card"
+    _pngs(card, 2)
+    (card / "runs").write_text("the camera's own file")  # the project's runs/ folder cannot be made
+    monkeypatch.setattr(QMessageBox, "question", lambda *_args: QMessageBox.StandardButton.Yes)
+    warned: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: warned.append(text))
+    assert not window.open_project_path(card)
+    assert warned and warned[0].startswith(f"No project can be made in {card}") and "File → New Project" in warned[0]
+    assert window.context.project is None
+
+
+def test_typing_the_project_folder_reads_only_the_folder_typed_not_each_one_on_the_way(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    import studio.gui.project.wizard as wizard_module
+
+    target = tmp_path / "cats"
+    _pngs(target, 3)
+    read: list[Path] = []
+    real = wizard_module.detect_layout
+    monkeypatch.setattr(wizard_module, "detect_layout", lambda folder: read.append(folder) or real(folder))
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    field = wizard.images_page.folder  # type: ignore[attr-defined]
+    text = str(target)
+    for end in range(1, len(text) + 1):  # key by key: "/" and every parent would be read whole (the disk)
+        field.setText(text[:end])
+    assert read == []
+    qtbot.waitUntil(lambda: "cats: one folder of images" in wizard.images_page.layout_label.text()  # type: ignore
+                    or bool(read), timeout=5000)
+    assert read == [target]
+
+
+def test_a_hub_id_typed_in_the_wizard_gives_the_project_its_family(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "xl lora"))  # type: ignore[attr-defined]
+    wizard.next()
+    base = wizard.model_page.base  # type: ignore[attr-defined]
+    base.setText("stabilityai/stable-diffusion-xl-base-1.0")
+    base.editingFinished.emit()
+    assert wizard.model_page.family_label.text() == "Family: SDXL"  # type: ignore[attr-defined]
+    wizard.next()  # the presets shown are SDXL's, not SD1.5's
+    presets = wizard.preset_page.list  # type: ignore[attr-defined]
+    assert presets.count() and all(presets.item(i).data(Qt.ItemDataRole.UserRole).info.family == "sdxl"
+                                   for i in range(presets.count()))
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    config = window.context.project.load_config()  # type: ignore[union-attr]
+    assert (config.model.family, config.model.base) == ("sdxl", "stabilityai/stable-diffusion-xl-base-1.0")
+
+
+def test_a_project_folder_pasted_with_quotes_is_made_where_it_names(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    # A path copied with the file manager's "Copy as path" comes quoted; not a folder named with its quotes.
+    wizard.images_page.folder.setText(f' "{tmp_path / "my cats"}" ')  # type: ignore[attr-defined]
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert window.context.project is not None and window.context.project.root == tmp_path / "my cats"
+    assert (tmp_path / "my cats" / "studio.toml").is_file()
+
+
+def test_a_project_folder_typed_as_a_bare_name_goes_in_the_home_folder_and_says_so(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    monkeypatch.chdir(tmp_path)  # where the studio was started: nobody's idea of where projects go
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText("cat lora")  # type: ignore[attr-defined]
+    wizard.images_page.folder.editingFinished.emit()  # type: ignore[attr-defined]
+    assert wizard.images_page.layout_label.text().startswith(f"The project goes in {home / 'cat lora'}")  # type: ignore
+    with qtbot.waitSignal(wizard.accepted, timeout=5000):
+        wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert window.context.project is not None and window.context.project.root == home / "cat lora"
+    assert not (tmp_path / "cat lora").exists()
+
+
+def test_an_image_folder_that_cannot_be_listed_is_said_on_the_preset_step_too(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    import studio.core.project.folder as project_folder
+    import studio.gui.project.wizard as wizard_module
+    from studio.core.dataset.layouts import DatasetError
+
+    photos = tmp_path / "Pictures"
+    _pngs(photos, 2)
+
+    def not_permitted(folder: Path) -> object:  # a folder the system keeps from the studio (macOS privacy)
+        raise DatasetError(f"Cannot read the image folder {folder}: Operation not permitted. Check that it exists "
+                           "and that you may read it.")
+
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    wizard.images_page.folder.setText(str(tmp_path / "lora"))  # type: ignore[attr-defined]
+    wizard.images_page.add_image_folder(photos)  # type: ignore[attr-defined]
+    monkeypatch.setattr(wizard_module, "detect_layout", not_permitted)
+    monkeypatch.setattr(project_folder, "detect_layout", not_permitted)
+    wizard.next()
+    wizard.next()  # was a traceback, and an empty list of presets with the GPU's subtitle
+    page = wizard.preset_page  # type: ignore[attr-defined]
+    assert page.subTitle().startswith("No presets can be estimated: Cannot read the image folder")
+    assert "Operation not permitted" in page.subTitle() and page.list.count() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -52,6 +53,61 @@ def test_opening_a_plain_folder_offers_to_create_a_project(window: MainWindow, t
     assert "my-images" in window.windowTitle()
 
 
+def test_a_recent_project_deleted_or_on_a_drive_not_connected_is_kept_or_taken_off_the_list(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    from studio.core.project.folder import create_project
+
+    here, gone = create_project(tmp_path / "here"), create_project(tmp_path / "usb" / "cats")
+    window.set_project(gone)
+    window.set_project(here)
+    shutil.rmtree(tmp_path / "usb")
+    asked: list[str] = []
+    answer = QMessageBox.StandardButton.No
+    monkeypatch.setattr(QMessageBox, "question", lambda _parent, _title, text: asked.append(text) or answer)
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: asked.append(text))
+    action = next(a for a in window.recent_menu.actions() if a.text() == str(gone.root))
+    action.trigger()
+    assert "does not exist any more" in asked[0] and asked[0].endswith("Remove it from the recent projects?")
+    assert window.recent_projects() == [str(here.root), str(gone.root)]  # the drive may be plugged in later
+    answer = QMessageBox.StandardButton.Yes
+    assert not window.open_project_path(str(gone.root))
+    assert window.recent_projects() == [str(here.root)]
+    assert [a.text() for a in window.recent_menu.actions()] == [str(here.root)]
+    assert window.context.project == here
+
+
+def test_a_project_written_by_a_newer_studio_is_refused_and_never_saved_over(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / "from a newer studio")
+    newer = project.config_path.read_text(encoding="utf-8").replace("schema_version = 1", "schema_version = 99")
+    newer += '[training]\nlearning_rate = 0.0003\n'
+    project.config_path.write_text(newer, encoding="utf-8")
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: shown.append(text))
+    said: list[str] = []
+    window.context.sig_status.connect(said.append)
+    assert window.open_project_path(project.root)
+    assert "update the studio to open this file" in shown[0] and "nothing here is saved over it" in shown[0]
+    page = window.show_page("page_model")
+    page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]  # the form shows the defaults
+    # Was written over with this studio's defaults and the seed: the newer studio's settings gone.
+    assert project.config_path.read_text(encoding="utf-8") == newer
+    assert any(text.startswith("Nothing was saved: ") and "written by a newer studio" in text for text in said)
+
+
+def test_the_projects_studio_toml_given_opens_its_project(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / "cats")
+    warned: list[str] = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda _parent, _title, text: warned.append(text))
+    # Was "The folder …/studio.toml does not exist any more".
+    assert window.open_project_path(project.config_path)
+    assert warned == [] and window.context.project == project
+
+
 def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
     folder = tmp_path / "broken"
     folder.mkdir()
@@ -61,6 +117,25 @@ def test_broken_config_is_explained_not_crashed(window: MainWindow, tmp_path: Pa
     assert window.open_project_path(folder)
     assert window.context.config is None
     assert shown and 'model.family = "sd4"' in shown[0]
+
+
+def test_an_edit_over_a_config_that_could_not_be_read_keeps_the_file_beside_it(
+        window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "older"
+    folder.mkdir()
+    # Every setting of the person's, and one key this studio does not know (an older or newer studio's).
+    theirs = ('schema_version = 1\n[model]\nfamily = "sdxl"\nbase = "my/xl-model"\n[[dataset.concepts]]\n'
+              'path = "cats"\nrepeats = 7\n[training]\nlearning_rate = 0.0003\nold_knob = true\n')
+    (folder / PROJECT_FILE).write_text(theirs, encoding="utf-8")
+    monkeypatch.setattr(QMessageBox, "warning", lambda *_args: None)
+    said: list[str] = []
+    window.context.sig_status.connect(said.append)
+    assert window.open_project_path(folder) and window.context.config is None
+    page = window.show_page("page_model")
+    page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]  # the form shows the defaults
+    # studio.toml now holds the defaults shown and the seed; the person's settings were lost with the old file.
+    assert (folder / (PROJECT_FILE + ".unreadable")).read_text(encoding="utf-8") == theirs
+    assert any("could not be read; it is kept as studio.toml.unreadable" in text for text in said)
 
 
 def test_geometry_and_page_are_remembered(qtbot, tmp_path: Path) -> None:

@@ -355,3 +355,82 @@ def test_a_run_that_failed_before_its_first_step_offers_no_resume(qtbot: QtBot, 
     assert runs.table.selected()[0].status == "failed"
     assert not runs.buttons["resume"].isEnabled()
     assert "failed before its first step" in runs.buttons["resume"].toolTip()
+
+
+def test_a_train_waiting_for_the_training_environment_does_not_start_another_project_opened_meanwhile(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtCore import QObject, Signal
+
+    import studio.gui.training.page as train_page
+
+    class Installing(QObject):  # the Training Environment window, still installing
+        sig_ready = Signal(str)
+
+    installing = Installing()
+    monkeypatch.setattr(train_page, "needs_training_env", lambda _python: True)
+    monkeypatch.setattr(train_page, "open_training_env_dialog", lambda _parent: installing)
+    first = make_project(tmp_path / "first", config)
+    other: Project = make_project(tmp_path / "other", config)  # type: ignore[assignment]
+    context.set_project(first)  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "5", "--rate", "200")
+    assert not page.start_training()
+    assert page.message.text().startswith("Set up the training environment first")
+    context.set_project(other)
+    monkeypatch.setattr(train_page, "needs_training_env", lambda _python: False)
+    installing.sig_ready.emit("/env/bin/python")  # minutes later
+    assert not page.controller.running and not any((other.root / "runs").iterdir())
+
+
+def test_a_train_waiting_for_a_download_does_not_start_another_project_opened_meanwhile(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtCore import QObject, Signal
+
+    import studio.gui.training.page as train_page
+
+    class Downloading(QObject):  # the download window, still downloading
+        sig_done = Signal(str, str)
+
+        def __init__(self, *_args: object, **_kwargs: object) -> None:
+            super().__init__()
+
+        def show(self) -> None: ...
+
+        def start(self) -> None: ...
+
+    monkeypatch.setattr(train_page, "DownloadDialog", Downloading)
+    first = make_project(tmp_path / "first", config)
+    other: Project = make_project(tmp_path / "other", config)  # type: ignore[assignment]
+    context.set_project(first)  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "5", "--rate", "200")
+    download = page.download_then_train("org/base-model")
+    context.set_project(other)
+    download.sig_done.emit("org/base-model", "/cache/org/base-model")  # type: ignore[attr-defined]
+    assert not page.controller.running and not any((other.root / "runs").iterdir())
+
+
+def test_train_with_a_choice_in_the_settings_form_not_in_studio_toml_asks_first(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QComboBox
+
+    from studio.gui.model.page import ModelPage
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    model_page = ModelPage(context)
+    qtbot.addWidget(model_page)
+    model_page.hardware.wait()
+    model_page.form.show_advanced.setChecked(True)
+    masks = model_page.form.findChild(QComboBox, "field_dataset_masks")
+    masks.setCurrentIndex(masks.findData("folder"))
+    masks.activated.emit(masks.currentIndex())  # shown as chosen, waiting for its mask folder
+    page = make_page(qtbot, context, "--steps", "5", "--rate", "200")
+    asked: list[str] = []
+    page.confirm = lambda _title, text: asked.append(text) is not None  # No
+    assert not page.start_training()  # the run would have trained without the masks shown
+    assert "waiting for the setting it needs" in asked[0] and "trains studio.toml as it is" in asked[0]
+    assert page.message.text().startswith("Not started: edits are not saved")
+    assert not page.controller.running and not any((tmp_path / "runs").iterdir())
+    page.confirm = lambda _title, _text: True
+    assert page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)

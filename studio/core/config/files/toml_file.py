@@ -23,12 +23,16 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 MIGRATIONS: dict[int, Migration] = {}
 
 
+class NewerConfigError(ConfigError):
+    """A file written by a newer studio (a higher schema_version): refused, and never written over here."""
+
+
 def migrate(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
     version = data.get("schema_version", SCHEMA_VERSION)
     if not isinstance(version, int) or version < 1:
         raise ConfigError(source, [ConfigIssue(key="schema_version", value=version, message="must be a whole number from 1")])
     if version > SCHEMA_VERSION:
-        raise ConfigError(source, [ConfigIssue(
+        raise NewerConfigError(source, [ConfigIssue(
             key="schema_version", value=version,
             message=f"this studio reads versions up to {SCHEMA_VERSION}; update the studio to open this file",
         )])

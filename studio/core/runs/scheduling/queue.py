@@ -242,6 +242,14 @@ class RunQueue:
 
         self._change(change)
 
+    def mark_pending(self, item_id: str, message: str) -> None:
+        """A claimed item that could not be started (nothing ran): it waits again, with why, for the next start."""
+        def change() -> None:
+            item = self.get(item_id)
+            item.state, item.run_dir, item.started, item.claimed_by, item.message = "pending", "", 0.0, 0, message
+
+        self._change(change)
+
     def mark_ended(self, item_id: str, state: str, message: str = "") -> None:
         if state not in STATES or state in ("pending", "running"):
             raise QueueError(f"{state!r} is not an end state; use one of completed, stopped, failed, interrupted")
