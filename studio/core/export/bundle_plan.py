@@ -75,7 +75,10 @@ def scale_steps(config: TrainConfig, processes: int) -> float:
         return 1.0
     factor = config.launch.num_processes / processes
     t.max_steps = max(1, math.ceil(t.max_steps * factor))
-    t.lr_warmup_steps = round(t.lr_warmup_steps * factor)
+    # A warm-up or an interval shrinks with the steps, never to nothing (a warm-up of 1 step became 0, and the
+    # validation loss was measured a quarter as often on four times the GPUs).
+    t.lr_warmup_steps = _scaled(t.lr_warmup_steps, factor)
+    t.validation_every = _scaled(t.validation_every, factor)
     config.sampling.every_n_steps = _scaled(config.sampling.every_n_steps, factor)
     config.output.save_every_n_steps = _scaled(config.output.save_every_n_steps, factor)
     return factor

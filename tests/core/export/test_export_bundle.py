@@ -151,6 +151,18 @@ def test_steps_scale_so_the_run_sees_the_same_images(demo: Project, tmp_path: Pa
     assert kept.steps == 60
 
 
+def test_a_warm_up_and_the_validation_interval_shrink_with_the_steps(demo: Project, tmp_path: Path) -> None:
+    # On four times the GPUs a warm-up of 1 step became 0, and the validation loss was measured every 8 of the
+    # fewer, larger steps: a quarter as often.
+    config = load_config(demo.config_path)
+    config.training.lr_scheduler, config.training.lr_warmup_steps = "linear", 1
+    config.dataset.validation_fraction, config.training.validation_every = 0.25, 8
+    save_config(config, demo.config_path)
+    export_bundle(demo.config_path, tmp_path / "b", gpus=2, nodes=2, include_model=True)
+    scaled = load_config(tmp_path / "b" / "config.toml").training
+    assert (scaled.max_steps, scaled.lr_warmup_steps, scaled.validation_every) == (15, 1, 2)
+
+
 def test_accelerate_configs_for_one_and_several_nodes(demo: Project, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     export_bundle(demo.config_path, out, gpus=4, nodes=3, include_model=True, main_address="10.0.0.5", port=29555)
