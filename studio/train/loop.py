@@ -229,7 +229,9 @@ class Trainer:
         while self.step < self.total:
             if self.reporter.lost is not None:
                 raise self.reporter.lost  # an event was not written (a sample's, say): no training unrecorded
-            if self._stop_requested():
+            # One process looks at the STOP file and signals every step (no GPU involved); several processes
+            # agree at each read-back, so they all stop at the same step.
+            if self.stop.local() if self.accelerator.num_processes == 1 else self.stop_agreed:
                 return self._finish("stopped", self.stop.reason())
             compiling = self._train_step(batches, scheme, train_components)
             held = self.hold.due(self.step)
@@ -242,11 +244,6 @@ class Trainer:
                     self.reporter.flush()  # the held step's event is on disk before the wait
                     self.stop_agreed = self.hold.wait(self.step, self.reporter.warn) or self.stop_agreed
         return self._finish("completed")
-
-    def _stop_requested(self) -> bool:
-        """One process looks at the STOP file and signals every step (no GPU involved); several
-        processes agree at each read-back, so they all stop at the same step."""
-        return self.stop.local() if self.accelerator.num_processes == 1 else self.stop_agreed
 
     def _train_step(self, batches: Any, scheme: Any, components: Components) -> float | None:
         """One optimizer step over its micro-batches, queued on the device without waiting for it.
@@ -389,6 +386,11 @@ class Trainer:
         self.accelerator.wait_for_everyone()
 
     def _checkpoint(self, epoch: int) -> None:
+        if self.saved_step == self.step:
+            # This step's checkpoint is there already (Stop pressed during its save, or a resumed run stopped
+            # before its first step): saving it again deleted the complete one first, and a Kill or a power cut
+            # meanwhile left the run without it.
+            return
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = checkpoint_state(self.step, epoch, self.total, self.plan.global_batch,
                                  self.config.training.gradient_accumulation)
@@ -404,17 +406,14 @@ class Trainer:
         self._report(self.meter.flush(False), None)
         outputs: list[str] = []
         if status == "stopped":
-            if self.saved_step != self.step:
-                # Not when this step's checkpoint is there already (Stop pressed during its save, or a resumed
-                # run stopped before its first step): saving it again deleted the complete one first, and a
-                # Kill or a power cut meanwhile left the run without it.
-                self._checkpoint(self.epoch)
+            self._checkpoint(self.epoch)
         else:
             every = self.config.sampling.every_n_steps
             if every and self.step % every:
                 self._samples()
             self.reporter.phase("saving", 0, 1, "writing the outputs")
-            components = self._gathered_components()
+            components = self.sharding.full_components(self.components, self.adapter.denoiser_name,
+                                                       self.adapter.text_encoder_names)
             if acc.is_main_process:
                 with self.clock.timed("saving"):
                     outputs = [str(p) for p in save_outputs(self.adapter, components, self.run_dir, self.items,
@@ -426,16 +425,6 @@ class Trainer:
         self.sharding.close()
         return RunFinished(status=status, outputs=outputs, step=self.step, message=message,
                            weight_checksums=self._checksums())
-
-    def _gathered_components(self) -> Components:
-        """The components with whole trained modules: a sharded run gathers them to rank 0 (a collective call)."""
-        full = self.sharding.gather_full()
-        if not full:
-            return self.components
-        names = self.adapter.text_encoder_names
-        encoders = [full.get(names[i], e) if i < len(names) else e
-                    for i, e in enumerate(self.components.text_encoders)]
-        return replace(self.components, denoiser=full[self.adapter.denoiser_name], text_encoders=encoders)
 
     def _checksums(self) -> list[float]:
         """The sum of the trained weights as each rank holds them (a sharded run: all shards), gathered from

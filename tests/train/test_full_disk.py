@@ -7,6 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
@@ -102,25 +103,32 @@ def test_a_safetensors_error_while_checkpointing_leaves_no_checkpoint_folder(
     assert isinstance(events[-1], RunFinished) and events[-1].status == "failed"
 
 
-def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half_output(
-        make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _disk_fills(folder: Path, name: str) -> NoReturn:
+    """A kohya file begun when the disk filled up."""
     from safetensors import SafetensorError
 
-    from studio.train.families import kohya
+    (folder / f"{name}.safetensors").write_bytes(b"\0" * 1000)
+    raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                          'message: "No space left on device" })')
 
-    def full(folder: Path, name: str, *args: object, **kwargs: object) -> Path:
-        (folder / f"{name}.safetensors").write_bytes(b"\0" * 1000)  # begun when the disk filled up
-        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
-                              'message: "No space left on device" })')
 
-    monkeypatch.setattr(kohya, "save_kohya_file", full)  # the diffusers file is written, then the disk is full
-    config = make_config(training=TrainingSection(batch_size=2, max_steps=2, seed=1))
-    code, run_dir = run_training(config, tmp_path)
-    events = events_of(run_dir)
+def _disk_full_error(code: int, events: list[Any], output: Path) -> Error:
     assert code == 1
     (error,) = [e for e in events if isinstance(e, Error)]
-    output = run_dir / "output"
     assert error.kind == "disk_full" and error.path == str(output)
+    return error
+
+
+def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half_output(
+        make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.train.families import kohya
+
+    # The diffusers file is written, then the disk is full.
+    monkeypatch.setattr(kohya, "save_kohya_file", lambda folder, name, *args, **kwargs: _disk_fills(folder, name))
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=2, seed=1))
+    code, run_dir = run_training(config, tmp_path)
+    output = run_dir / "output"
+    error = _disk_full_error(code, events_of(run_dir), output)
     assert f"while writing the outputs ({output / config.output.name}.safetensors)" in error.message
     assert error.needed_bytes and error.needed_bytes > 2**20 and "needed" in error.message
     assert list(output.iterdir()) == []  # nothing half written
@@ -128,8 +136,6 @@ def test_a_full_disk_while_writing_the_outputs_names_the_file_and_leaves_no_half
 
 def test_a_full_disk_while_writing_an_epochs_lora_names_it_and_leaves_no_half_file(
         make_config, run_training, events_of, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from safetensors import SafetensorError
-
     from studio.train.families import kohya
 
     real = kohya.save_kohya_file
@@ -137,9 +143,7 @@ def test_a_full_disk_while_writing_an_epochs_lora_names_it_and_leaves_no_half_fi
     def full_at_the_first_epoch(folder: Path, name: str, *args: object, **kwargs: object) -> Path:
         if not name.endswith("-e0001"):
             return real(folder, name, *args, **kwargs)  # type: ignore[arg-type]
-        (folder / f"{name}.safetensors").write_bytes(b"\0" * 1000)  # begun when the disk filled up
-        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
-                              'message: "No space left on device" })')
+        _disk_fills(folder, name)
 
     monkeypatch.setattr(kohya, "save_kohya_file", full_at_the_first_epoch)
     # 8 demo images, batch 2: epoch 1 ends at step 4, with its diffusers file written before the kohya one.
@@ -147,11 +151,8 @@ def test_a_full_disk_while_writing_an_epochs_lora_names_it_and_leaves_no_half_fi
                          output=OutputSection(dir=str(tmp_path / "runs"), name="shapes", save_every_n_epochs=1,
                                               formats=["diffusers", "kohya"]))
     code, run_dir = run_training(config, tmp_path)
-    events = events_of(run_dir)
-    assert code == 1
-    (error,) = [e for e in events if isinstance(e, Error)]
     output = run_dir / "output"
-    assert error.kind == "disk_full" and error.path == str(output)
+    error = _disk_full_error(code, events_of(run_dir), output)
     assert f"while writing the LoRA of epoch 1 ({output / 'epoch-0001' / 'shapes-e0001.safetensors'})" in error.message
     assert list(output.iterdir()) == []  # no epoch folder with a file no UI can load
 

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QMenu,
     QMessageBox,
     QStackedWidget,
     QVBoxLayout,
@@ -34,6 +33,7 @@ from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.shell.demo_banner import DemoBanner
 from studio.gui.shell.demo_model import DemoModel
+from studio.gui.shell.recent_projects import RecentProjects
 from studio.gui.widgets.elided_label import ElidedLabel
 
 # Loaded when first used, not before the first paint: the project folder and the demo (pydantic with
@@ -68,7 +68,6 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("Runs", "page_runs", "studio.gui.runs.page", "RunsPage", takes_run_controller=True),
     PageSpec("Export", "page_export", "studio.gui.export.page", "ExportPage"),
 )
-MAX_RECENT = 8
 # The other pages are built once the shown one has filled in, or after this long at most.
 BUSY_WAIT_S = 5.0
 BUSY_POLL_MS = 30
@@ -138,8 +137,8 @@ class MainWindow(QMainWindow):
         open_action.triggered.connect(self.open_project_dialog)
         demo_action = QAction("Open &Demo Project", self)
         demo_action.triggered.connect(self.open_demo_project)
-        self.recent_menu = QMenu("Open &Recent", self)
-        self.recent_menu.setObjectName("recent_menu")
+        self.recent = RecentProjects(self.context.settings, self, self.open_project_path)
+        self.recent_menu = self.recent.menu
         quit_action = _action("&Quit", self, QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
         file_menu.addActions([new_action, open_action, demo_action])
@@ -166,38 +165,15 @@ class MainWindow(QMainWindow):
         about_action = QAction("&About", self)
         about_action.triggered.connect(self.show_about)
         help_menu.addActions([docs_action, about_action])
-        self._refresh_recent_menu()
-
-    def _refresh_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        recent = self.recent_projects()
-        for path in recent:
-            action = self.recent_menu.addAction(path)
-            action.triggered.connect(lambda _checked=False, p=path: self.open_project_path(p))
-        if not recent:
-            none = self.recent_menu.addAction("No recent projects")
-            none.setEnabled(False)
 
     # ------------------------------------------------------------ projects
 
     def recent_projects(self) -> list[str]:
-        value = self.context.settings.value("recent_projects", [])
-        items = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
-        return [p for p in items if isinstance(p, str) and p]
-
-    def _remember(self, project: Project) -> None:
-        path = str(project.root)
-        recent = [path] + [p for p in self.recent_projects() if p != path]
-        self.context.settings.setValue("recent_projects", recent[:MAX_RECENT])
-        self._refresh_recent_menu()
-
-    def forget_recent(self, path: str) -> None:
-        self.context.settings.setValue("recent_projects", [p for p in self.recent_projects() if p != path])
-        self._refresh_recent_menu()
+        return self.recent.paths()
 
     def set_project(self, project: Project) -> None:
         self.context.set_project(project)
-        self._remember(project)
+        self.recent.remember(str(project.root))
 
     def open_project_path(self, path: str | Path) -> bool:
         from studio.core.dataset.layouts import DatasetError, detect_layout
@@ -214,7 +190,7 @@ class MainWindow(QMainWindow):
             # A recent project: kept on the list for a drive plugged in later, or taken off it.
             answer = QMessageBox.question(self, "Open project", f"{gone}\n\nRemove it from the recent projects?")
             if answer == QMessageBox.StandardButton.Yes:
-                self.forget_recent(str(folder))
+                self.recent.forget(str(folder))
             return False
         if not is_project(folder):
             try:

@@ -26,9 +26,10 @@ resumed on several ranks (and the other way round).
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -276,6 +277,15 @@ class Sharding:
             if self.accelerator.is_main_process:
                 out[name] = self._unsharded_copy(name, module, state)
         return out
+
+    def full_components(self, components: Any, denoiser_name: str, encoder_names: Sequence[str]) -> Any:
+        """`components` with whole trained modules: a sharded run gathers them to rank 0 (a collective call)."""
+        full = self.gather_full()
+        if not full:
+            return components
+        encoders = [full.get(encoder_names[i], e) if i < len(encoder_names) else e
+                    for i, e in enumerate(components.text_encoders)]
+        return dataclasses.replace(components, denoiser=full[denoiser_name], text_encoders=encoders)
 
     def _unsharded_copy(self, name: str, sharded: nn.Module, state: dict[str, Any]) -> nn.Module:
         cls: Any = self._classes[name]

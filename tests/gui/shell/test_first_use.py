@@ -39,6 +39,13 @@ def window(qtbot, tmp_path: Path) -> MainWindow:  # type: ignore[no-untyped-def]
     win.close()
 
 
+
+def _shown_wizard(window: MainWindow, qtbot) -> QWizard:  # type: ignore[no-untyped-def]
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    wizard.show()
+    return wizard
+
 def test_opening_a_kohya_folder_shows_its_images_and_one_concept_with_its_repeats(
     window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
@@ -71,9 +78,7 @@ def test_new_project_wizard_images_model_and_a_preset_that_fits(
     models.mkdir()
     checkpoint = write_checkpoint(models / "juggernaut xl.safetensors", SDXL)
     monkeypatch.setenv("STUDIO_MODEL_FOLDERS", str(models))
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     pages = wizard  # type: ignore[assignment]
     pages.images_page.folder.setText(str(tmp_path / "projects" / "cat lora"))  # type: ignore[attr-defined]
     pages.images_page.add_image_folder(photos)  # type: ignore[attr-defined]
@@ -111,9 +116,7 @@ def test_the_wizard_on_a_machine_without_a_gpu_says_the_presets_plan_for_one(
     window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
     monkeypatch.setenv("STUDIO_HARDWARE", "no-gpu")
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText(str(tmp_path / "cpu project"))  # type: ignore[attr-defined]
     wizard.next()
     wizard.next()
@@ -127,9 +130,7 @@ def test_the_wizard_on_a_machine_without_a_gpu_says_the_presets_plan_for_one(
 def test_the_wizard_skipped_makes_a_project_that_trains_as_it_stands(
     window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText(str(tmp_path / "fresh"))  # type: ignore[attr-defined]
     with qtbot.waitSignal(wizard.accepted, timeout=5000):
         wizard.button(QWizard.WizardButton.FinishButton).click()
@@ -195,9 +196,7 @@ def test_the_wizard_on_a_folder_that_is_a_project_already_says_so_and_keeps_its_
 
     existing = create_project(tmp_path / "my lora")
     before = existing.config_path.read_text(encoding="utf-8")
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText(str(existing.root))  # type: ignore[attr-defined]
     # Finishing would keep its studio.toml and drop the base model and preset chosen in the next steps unsaid.
     qtbot.waitUntil(lambda: "is already a studio project" in wizard.images_page.layout_label.text())  # type: ignore
@@ -211,9 +210,7 @@ def test_the_wizard_says_why_a_project_folder_cannot_be_written(
     window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
     (tmp_path / "notes.txt").write_text("a file, not a folder")
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText(str(tmp_path / "notes.txt" / "lora"))  # type: ignore[attr-defined]
     wizard.next()
     wizard.button(QWizard.WizardButton.FinishButton).click()  # was a traceback, the wizard open and silent
@@ -248,9 +245,7 @@ def test_typing_the_project_folder_reads_only_the_folder_typed_not_each_one_on_t
     read: list[Path] = []
     real = wizard_module.detect_layout
     monkeypatch.setattr(wizard_module, "detect_layout", lambda folder: read.append(folder) or real(folder))
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     field = wizard.images_page.folder  # type: ignore[attr-defined]
     text = str(target)
     for end in range(1, len(text) + 1):  # key by key: "/" and every parent would be read whole (the disk)
@@ -264,9 +259,7 @@ def test_typing_the_project_folder_reads_only_the_folder_typed_not_each_one_on_t
 def test_a_hub_id_typed_in_the_wizard_gives_the_project_its_family(
     window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText(str(tmp_path / "xl lora"))  # type: ignore[attr-defined]
     wizard.next()
     base = wizard.model_page.base  # type: ignore[attr-defined]
@@ -286,9 +279,7 @@ def test_a_hub_id_typed_in_the_wizard_gives_the_project_its_family(
 def test_a_project_folder_pasted_with_quotes_is_made_where_it_names(
     window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
 ) -> None:
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     # A path copied with the file manager's "Copy as path" comes quoted; not a folder named with its quotes.
     wizard.images_page.folder.setText(f' "{tmp_path / "my cats"}" ')  # type: ignore[attr-defined]
     with qtbot.waitSignal(wizard.accepted, timeout=5000):
@@ -305,9 +296,7 @@ def test_a_project_folder_typed_as_a_bare_name_goes_in_the_home_folder_and_says_
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("USERPROFILE", str(home))
     monkeypatch.chdir(tmp_path)  # where the studio was started: nobody's idea of where projects go
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText("cat lora")  # type: ignore[attr-defined]
     wizard.images_page.folder.editingFinished.emit()  # type: ignore[attr-defined]
     assert wizard.images_page.layout_label.text().startswith(f"The project goes in {home / 'cat lora'}")  # type: ignore
@@ -331,9 +320,7 @@ def test_an_image_folder_that_cannot_be_listed_is_said_on_the_preset_step_too(
         raise DatasetError(f"Cannot read the image folder {folder}: Operation not permitted. Check that it exists "
                            "and that you may read it.")
 
-    wizard = window.new_project_wizard()
-    qtbot.addWidget(wizard)
-    wizard.show()
+    wizard = _shown_wizard(window, qtbot)
     wizard.images_page.folder.setText(str(tmp_path / "lora"))  # type: ignore[attr-defined]
     wizard.images_page.add_image_folder(photos)  # type: ignore[attr-defined]
     monkeypatch.setattr(wizard_module, "detect_layout", not_permitted)
