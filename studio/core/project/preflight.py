@@ -8,6 +8,8 @@ environment without CUDA. Each problem is one line: what, where, and what to do.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -378,26 +380,62 @@ def check_ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> Prefl
     return PreflightProblem("ram", message)
 
 
+_TORCH_PROBE_MARK = "STUDIO_TORCH_PROBE "
+_TORCH_PROBE = ("import json, torch; print(" + repr(_TORCH_PROBE_MARK) + " + json.dumps([str(torch.__version__), "
+                "bool(torch.cuda.is_available()), torch.__file__]))")
+# What each training interpreter's torch answered, kept while its torch is the same files: pressing Train
+# again does not freeze the window for the seconds an import of torch takes (the probe runs in the caller).
+_torch_answers: dict[tuple[str, str], tuple[tuple[int, int], str, str, bool]] = {}
+
+
+def _torch_stamp(interpreter: str, torch_file: str) -> tuple[int, int] | None:
+    """When the interpreter and its torch were last written: a reinstall (a CUDA build over a CPU one) asks again."""
+    try:
+        found = shutil.which(interpreter) or interpreter
+        return Path(found).stat().st_mtime_ns, Path(torch_file).stat().st_mtime_ns
+    except (OSError, TypeError):
+        return None
+
+
+def _torch_probe(interpreter: str) -> tuple[str, bool] | None:
+    """(torch's version, whether it can use CUDA) in `interpreter`, or None when it has no torch."""
+    key = (interpreter, os.environ.get("PYTHONPATH", ""))
+    cached = _torch_answers.get(key)
+    if cached is not None and _torch_stamp(interpreter, cached[1]) == cached[0]:
+        return cached[2], cached[3]
+    out = subprocess.run([interpreter, "-c", _TORCH_PROBE], capture_output=True, text=True,
+                         timeout=TORCH_PROBE_TIMEOUT_S, creationflags=no_window())
+    lines = [line for line in out.stdout.splitlines() if line.startswith(_TORCH_PROBE_MARK)]
+    if out.returncode != 0 or not lines:
+        return None
+    try:
+        version, available, torch_file = json.loads(lines[-1][len(_TORCH_PROBE_MARK):])
+    except ValueError:
+        return None
+    stamp = _torch_stamp(interpreter, torch_file)
+    if stamp is not None:
+        _torch_answers[key] = (stamp, torch_file, str(version), bool(available))
+    return str(version), bool(available)
+
+
 def check_torch_cuda(python: str | None) -> PreflightProblem | None:
     """The training interpreter's torch can use CUDA (asked in a subprocess: the caller never imports torch)."""
-    script = "import torch; print(torch.__version__, torch.cuda.is_available())"
     try:
         # Never sys.executable: in the desktop app that is the window's binary, not a Python.
         interpreter = python or default_training_python()
     except NoTrainingPython as exc:
         return PreflightProblem("torch", f"No training environment: {exc}.")
     try:
-        out = subprocess.run([interpreter, "-c", script], capture_output=True, text=True,
-                             timeout=TORCH_PROBE_TIMEOUT_S, creationflags=no_window())
+        answer = _torch_probe(interpreter)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return PreflightProblem("torch", f"The training interpreter {interpreter} cannot be started ({exc}): set "
                                          "launch.python to a Python with the studio's training packages.")
-    words = out.stdout.split()
-    if out.returncode != 0 or len(words) < 2:
+    if answer is None:
         return PreflightProblem("torch", f"The training interpreter {interpreter} has no torch: install the "
                                          "studio's training packages there (pip install 'sd-training-studio[train]').")
-    if words[-1] != "True":
-        return PreflightProblem("torch", f"torch {words[-2]} in {interpreter} cannot use the GPU (a build without "
+    version, available = answer
+    if not available:
+        return PreflightProblem("torch", f"torch {version} in {interpreter} cannot use the GPU (a build without "
                                          "CUDA): install a CUDA build of torch (see pytorch.org), or set "
                                          "launch.cpu = true to train on the CPU.")
     return None

@@ -229,7 +229,7 @@ def test_a_training_python_without_cuda_on_a_gpu_machine(tmp_path: Path, hub_cac
     write_checkpoint(tmp_path / "m.safetensors", SD15)
     config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho '2.5.1+cpu False'\n")
+    fake.write_text("#!/bin/sh\necho 'STUDIO_TORCH_PROBE [\"2.5.1+cpu\", false, \"/no/such/torch/__init__.py\"]'\n")
     fake.chmod(0o755)
     config.launch.python = str(fake)
     gpu = load_profile("rtx4090-24gb").gpus[0]
