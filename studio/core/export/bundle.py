@@ -86,6 +86,8 @@ class BundleReport:
     vram_estimate_mb: int | None
     warnings: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # dataset files left out: "path: why"
+    # Each folder under the bundle's dataset/ -> the folder here its files come from (a remote start reads them there).
+    dataset_roots: dict[str, Path] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
@@ -219,6 +221,7 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         gpus_per_node=plan.gpus, nodes=plan.nodes, gpu_type=gpu.name if gpu else None, steps=t.max_steps,
         original_steps=plan.original_steps, effective_batch=effective_batch, vram_estimate_mb=plan.vram,
         warnings=plan.warnings, skipped=[f"{s['path']}: {s['reason']}" for s in manifest["skipped"]],
+        dataset_roots={s.name: s.root for s in plan.datasets},
     )
 
 

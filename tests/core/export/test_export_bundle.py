@@ -298,3 +298,75 @@ def test_the_zip_of_a_folder_with_a_dot_in_its_name_is_that_name_plus_zip(tmp_pa
     assert zips == [tmp_path / "flux-v1.4.zip", tmp_path / "flux-v1.5.zip"]
     with zipfile.ZipFile(zips[0]) as archive:
         assert archive.read("flux-v1.4/config.toml") == b"# 1.4\n"
+
+
+def test_the_mask_and_validation_folders_travel_and_a_val_folder_among_the_images_keeps_its_place(
+        demo: Project, tmp_path: Path) -> None:
+    # The bundle's config named the project's masks/ and val/ folders, which the rented machine does not have:
+    # the run stopped there ("the mask folder masks does not exist") once the machine was paid for.
+    shapes = demo.root / "data" / "shapes"
+    images = sorted(shapes.glob("*.png"))
+    masks = demo.root / "masks"
+    masks.mkdir()
+    for image in images:
+        (masks / image.name).write_bytes(image.read_bytes())
+    (masks / "notes.md").write_text("not a mask")
+    config = demo.load_config()
+    config.dataset.masks, config.dataset.mask_folder = "folder", "masks"
+    config.dataset.validation_folder, config.training.validation_every = "data/shapes/val", 10
+    (shapes / "val").mkdir()
+    for held in (images[0], images[0].with_suffix(".txt")):
+        held.rename(shapes / "val" / held.name)
+    save_config(config, demo.config_path)
+
+    out = tmp_path / "bundle"
+    report = export_bundle(demo.config_path, out, include_model=True)
+    bundle = load_resolved(out / "config.toml")
+    assert Path(bundle.dataset.mask_folder or "") == out / "dataset" / "masks"
+    assert sorted(p.name for p in (out / "dataset" / "masks").iterdir()) == sorted(p.name for p in images)
+    # Inside the image folder's copy, so the run holds these images out of training as it does here.
+    assert Path(bundle.dataset.validation_folder or "") == out / "dataset" / "shapes" / "val"
+    assert (out / "dataset" / "shapes" / "val" / images[0].name).read_bytes() == (
+        shapes / "val" / images[0].name).read_bytes()
+    manifest = json.loads((out / "dataset" / "manifest.json").read_text())
+    assert f"masks/{images[1].name}" in {entry["path"] for entry in manifest["files"]}
+    assert report.skipped == ["masks/notes.md: not an image, caption or metadata file the trainer reads"]
+
+
+def test_an_edit_datasets_control_folders_and_sample_control_image_travel(demo: Project, tmp_path: Path) -> None:
+    from studio.core.dataset.edit_pairs.pairs import control_settings
+    from studio.core.dataset.scan import scan_concept_report
+
+    (demo.root / "models" / "tiny-sd15" / "model_index.json").write_text('{"_class_name": "QwenImageEditPipeline"}')
+    shapes = demo.root / "data" / "shapes"
+    images = sorted(shapes.glob("*.png"))
+    beside, separate = demo.root / "data" / "control", demo.root / "references"
+    for folder in (beside, separate):
+        folder.mkdir()
+        for image in images:
+            (folder / image.name).write_bytes(image.read_bytes())
+    config = demo.load_config()
+    config.model.family, config.dataset.kind = "qwen-image", "edit"
+    config.sampling.control_image = "references/" + images[0].name
+    save_config(config, demo.config_path)
+
+    def pairs(out: Path) -> int:
+        bundle = load_resolved(out / "config.toml")
+        scan = scan_concept_report(bundle.dataset.concepts[0], None, control_settings(bundle.dataset, None))
+        return sum(1 for entry in scan.entries if entry.controls)
+
+    # data/control/ beside data/shapes/ is found by its place: the bundle keeps it beside the images' copy.
+    out = tmp_path / "beside"
+    export_bundle(demo.config_path, out, include_model=True)
+    assert pairs(out) == len(images)
+    sample = load_resolved(out / "config.toml").sampling.control_image
+    assert Path(sample or "") == out / "dataset" / "references" / images[0].name
+    assert (out / "dataset" / "references").is_dir() and len(list((out / "dataset" / "references").iterdir())) == 1
+
+    config.dataset.control_folders = ["references"]
+    save_config(config, demo.config_path)
+    out = tmp_path / "separate"
+    export_bundle(demo.config_path, out, include_model=True)
+    assert load_config(out / "config.toml").dataset.control_folders == ["dataset/references"]
+    assert pairs(out) == len(images)
+    assert load_config(out / "config.toml").sampling.control_image == f"dataset/references/{images[0].name}"
