@@ -197,6 +197,35 @@ def test_a_quantized_base_brings_bitsandbytes_to_the_remote_machine() -> None:
         assert len([line for line in lines if line.startswith("bitsandbytes")]) == 1
 
 
+def test_every_package_the_trainer_imports_is_in_the_requirements() -> None:
+    # The trainer's modules import orjson (the model files' header reader), which requirements.txt did not
+    # list: on a fresh cloud machine the run stopped at "No module named 'orjson'" after the setup was paid for.
+    import ast
+    import importlib.metadata
+    import sys
+
+    from studio.core.export.bundle_files import pinned_requirements
+    from studio.core.resources import app_root
+
+    listed = {line.split("==")[0].split()[0].lower() for line in pinned_requirements("adamw").splitlines()
+              if line and not line.startswith("#")}
+    owners = importlib.metadata.packages_distributions()
+    missing = set()
+    for folder in ("train", "core"):
+        for path in (app_root() / "studio" / folder).rglob("*.py"):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:  # what importing the module needs
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names):
+                    if top not in ("studio", "__future__"):
+                        missing |= {d.lower() for d in owners.get(top, [top])} - listed
+    assert missing == set()
+
+
 def test_the_trainer_source_travels_without_the_gui(demo: Project, tmp_path: Path) -> None:
     export_bundle(demo.config_path, tmp_path / "b", include_model=True)
     src = tmp_path / "b" / "src"
