@@ -248,6 +248,27 @@ def test_scripts_are_executable_and_the_zip_keeps_their_mode(demo: Project, tmp_
         assert "b/dataset/manifest.json" in archive.namelist()
 
 
+def test_the_zip_made_where_files_have_no_executable_bit_still_runs_its_scripts(demo: Project, tmp_path: Path) -> None:
+    # On Windows the scripts have no executable bit and the zip's entries were MS-DOS ones: unpacked on the
+    # rented Linux machine, `./launch.sh --check` said "Permission denied".
+    from studio.core.export.bundle import zip_bundle
+
+    export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    for path in (tmp_path / "b").rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+    with zipfile.ZipFile(zip_bundle(tmp_path / "b")) as archive:
+        archive.extractall(tmp_path / "there")  # as unzip does on Linux: the modes of Unix entries
+        for info in archive.infolist():
+            if not info.is_dir():
+                os.chmod(tmp_path / "there" / info.filename, stat.S_IMODE(info.external_attr >> 16))
+        assert {info.create_system for info in archive.infolist()} == {3}
+        assert archive.read("b/config.toml") == (tmp_path / "b" / "config.toml").read_bytes()
+    there = tmp_path / "there" / "b"
+    assert [os.access(there / script, os.X_OK) for script in ("launch.sh", "check.sh", "studio_check.py")] == [True] * 3
+    assert not os.access(there / "config.toml", os.X_OK) and (there / "runs").is_dir()
+
+
 def test_a_non_empty_folder_is_refused(demo: Project, tmp_path: Path) -> None:
     out = tmp_path / "b"
     out.mkdir()
