@@ -27,6 +27,7 @@ from studio.core.export.bundle_files import (
     Progress,
     copy_studio_source,
     copy_tree,
+    folder_size,
     installed_version,
     pinned_requirements,
     secrets_in_text,
@@ -272,7 +273,10 @@ def _cloud_info(plan: BundlePlan, dataset_bytes: int) -> dict[str, Any]:
     info = {"gpus_per_node": plan.gpus, "nodes": plan.nodes,
             "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "disk_needed_mb": _disk_needed_mb(plan.bundle, plan.base_kind),
-            "dataset": {"bytes": dataset_bytes}}
+            "dataset": {"bytes": dataset_bytes},
+            # The model files the bundle carries sit on the cluster's disk too (a local base model of 50 GB
+            # asked for the same 100 GB disk as a hub id, and the copy there ran out of room).
+            "model_bytes": sum(folder_size(src) for src, _dest in plan.copies)}
     cost = hourly_cost(plan.gpu, plan.gpus, plan.nodes, catalogue, wanted)
     return {
         "task": sky_task(plan.bundle.output.name, info, wanted, plan.cloud),
