@@ -84,3 +84,21 @@ def test_cloud_setup_installs_skypilot_in_a_cloud_environment_of_its_own(
     monkeypatch.setenv(CLOUD_ENV_VAR, str(tmp_path / "second"))
     assert cli_main(["cloud", "setup", "--wheelhouse", str(tmp_path / "empty")]) == 1
     assert "installing SkyPilot failed" in capsys.readouterr().err
+
+
+def test_pull_brings_the_run_into_the_projects_output_folder(demo: Project, fake: FakeCloud,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # A project whose runs go to outputs/ had its cloud run brought back into runs/, which its Runs page never shows.
+    from studio.core.config.files.toml_file import save_config
+
+    config = demo.load_config()
+    config.output.dir = "outputs"
+    save_config(config, demo.config_path)
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    assert cli_main(["cloud", "logs", cluster]) == 0
+    capsys.readouterr()
+    assert cli_main(["cloud", "pull", str(demo.config_path)]) == 0
+    assert f"Brought back into {demo.root / 'outputs'};" in capsys.readouterr().out
+    lora = demo.root / "outputs" / "20261201-120000-demo" / "output" / "pytorch_lora_weights.safetensors"
+    assert lora.read_bytes() == b"lora" and not (demo.root / "runs" / "20261201-120000-demo").exists()

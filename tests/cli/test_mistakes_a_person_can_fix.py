@@ -96,6 +96,26 @@ def test_resume_refuses_a_run_imported_from_another_machine(tmp_path: Path, caps
     assert (run / "events.jsonl").read_bytes() == before and not (run / "console.log").exists()
 
 
+def test_a_run_brought_back_from_a_cloud_is_not_offered_for_resume_here(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # A cloud run stopped with a checkpoint came back with the cluster's paths in its config; the Runs page and
+    # `studio-train resume` offered to resume it on this computer, which then looked for /home/.../sky_workdir/.
+    from studio.core.cloud.run import new_record, write_cloud_record
+    from studio.core.runs.records.history import summarize_run
+
+    run = _run_folder(tmp_path)
+    record = new_record("studio-demo", 1, tmp_path / "bundle")
+    record.state = "down"
+    write_cloud_record(run, record)
+    row = summarize_run(run, lambda _: False)
+    assert (row.status, row.remote, row.resumable) == ("stopped", True, False)
+    before = (run / "events.jsonl").read_bytes()
+    assert cli_main(["resume", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "trained on a cloud cluster" in err and "cloud.json" in err
+    assert (run / "events.jsonl").read_bytes() == before and not (run / "console.log").exists()
+
+
 def test_resume_refuses_a_disk_without_room_for_what_the_run_still_writes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil

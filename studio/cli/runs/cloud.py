@@ -177,10 +177,22 @@ def run_pull(args: argparse.Namespace) -> int:
     if record is None:
         return _fail(f"no launch of '{args.cluster}' is recorded on this machine (name the cluster as "
                      "`studio-train cloud launch` printed it, or the project's CONFIG)", EXIT_INVALID)
-    runs = Path(record["config"]).parent / "runs"
     try:
+        runs = _runs_dir(Path(record["config"]))
         cloud_api().pull(str(record["cluster"]), "runs", runs)
     except CloudError as exc:
         return _fail(str(exc))
     print(f"Brought back into {runs}; open the project's Runs page to see them.")
     return EXIT_OK
+
+
+def _runs_dir(config_path: Path) -> Path:
+    """Where the project's runs are (its output.dir), so the Runs page shows the run brought back; its runs/
+    when the config cannot be read now."""
+    from studio.core.config.errors import ConfigError
+    from studio.core.config.files.paths import load_resolved
+
+    try:
+        return Path(load_resolved(config_path).output.dir)
+    except (ConfigError, OSError):
+        return config_path.parent / "runs"

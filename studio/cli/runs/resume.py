@@ -17,7 +17,7 @@ from studio.cli._follow import follow_training
 from studio.core.config.files.paths import load_resolved
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import check_resume_disk
-from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, REMOTE_FILE
+from studio.core.runs.folders import ACCELERATE_FILE, CLOUD_FILE, CONFIG_FILE, REMOTE_FILE
 from studio.core.runs.launch import build_command, format_command, python_problem, training_python
 from studio.core.runs.records.outcome import already_completed_message, completed_run
 from studio.core.runs.scheduling.lock import RunLockedError, lock_holder, process_file_alive
@@ -63,6 +63,9 @@ def _refusal(run_dir: Path) -> str | None:
         return str(RunLockedError(run_dir, holder))
     if process_file_alive(run_dir):  # started a moment ago; its trainer has not taken the lock yet
         return f"{run_dir.name} is being started by another studio-train or the studio; wait for it or stop it"
+    if (run_dir / CLOUD_FILE).exists():
+        return (f"{run_dir.name} trained on a cloud cluster ({CLOUD_FILE}): its config names the cluster's paths; "
+                "launch it on a cloud again, or train it here from the project's config")
     if (run_dir / REMOTE_FILE).exists():
         return (f"{run_dir.name} was imported from another machine ({REMOTE_FILE}): its config names that "
                 "machine's paths; resume it there with its bundle, or, if you copied it here to continue "

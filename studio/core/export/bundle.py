@@ -12,6 +12,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import stat
 import sys
 import zipfile
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from studio.core.export.bundle_files import (
     Progress,
     copy_studio_source,
     copy_tree,
+    folder_size,
     installed_version,
     pinned_requirements,
     secrets_in_text,
@@ -63,6 +65,7 @@ __all__ = ["BundleReport", "ExportError", "export_bundle", "is_hub_id", "scale_s
 BUNDLE_FILE = "bundle.json"
 SOURCE_DIR = "src"
 REMOTE_COMMAND = "./launch.sh --check"
+SCRIPTS = ("launch.sh", "check.sh", "studio_check.py")  # executable on the remote machine
 
 
 
@@ -86,6 +89,8 @@ class BundleReport:
     vram_estimate_mb: int | None
     warnings: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # dataset files left out: "path: why"
+    # Each folder under the bundle's dataset/ -> the folder here its files come from (a remote start reads them there).
+    dataset_roots: dict[str, Path] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
@@ -219,6 +224,7 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         gpus_per_node=plan.gpus, nodes=plan.nodes, gpu_type=gpu.name if gpu else None, steps=t.max_steps,
         original_steps=plan.original_steps, effective_batch=effective_batch, vram_estimate_mb=plan.vram,
         warnings=plan.warnings, skipped=[f"{s['path']}: {s['reason']}" for s in manifest["skipped"]],
+        dataset_roots={s.name: s.root for s in plan.datasets},
     )
 
 
@@ -256,7 +262,7 @@ def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: P
         os.chmod(path, 0o644)  # temporary files are private; a bundle is shared
     os.chmod(out / MANIFEST, 0o644)
     shutil.copyfile(Path(__file__).with_name("check.py"), out / "studio_check.py")
-    for script in ("launch.sh", "check.sh", "studio_check.py"):
+    for script in SCRIPTS:
         os.chmod(out / script, 0o755)
 
 
@@ -267,7 +273,10 @@ def _cloud_info(plan: BundlePlan, dataset_bytes: int) -> dict[str, Any]:
     info = {"gpus_per_node": plan.gpus, "nodes": plan.nodes,
             "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "disk_needed_mb": _disk_needed_mb(plan.bundle, plan.base_kind),
-            "dataset": {"bytes": dataset_bytes}}
+            "dataset": {"bytes": dataset_bytes},
+            # The model files the bundle carries sit on the cluster's disk too (a local base model of 50 GB
+            # asked for the same 100 GB disk as a hub id, and the copy there ran out of room).
+            "model_bytes": sum(folder_size(src) for src, _dest in plan.copies)}
     cost = hourly_cost(plan.gpu, plan.gpus, plan.nodes, catalogue, wanted)
     return {
         "task": sky_task(plan.bundle.output.name, info, wanted, plan.cloud),
@@ -287,10 +296,23 @@ def _with_nodes(config: TrainConfig, nodes: int, per_node: int) -> TrainConfig:
 
 
 def zip_bundle(folder: Path) -> Path:
-    """`folder.zip` beside the folder, everything under one top folder, script modes kept."""
+    """`folder.zip` beside the folder, everything under one top folder, the scripts executable.
+
+    The modes are written as Unix modes whatever this computer's file system holds: a zip made on Windows
+    (no executable bit, entries marked as MS-DOS ones) unpacked on Linux with scripts that `./launch.sh`
+    could not run ("Permission denied")."""
     target = folder.with_name(f"{folder.name}.zip")  # not with_suffix: flux-v1.5 is not flux-v1 + .5
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(folder.rglob("*")):
-            arcname = f"{folder.name}/{path.relative_to(folder).as_posix()}"
-            archive.write(path, arcname + ("/" if path.is_dir() else ""))
+            rel = path.relative_to(folder).as_posix()
+            info = zipfile.ZipInfo.from_file(path, f"{folder.name}/{rel}")
+            info.create_system = 3  # Unix: unzip and Python's zipfile read the modes below
+            if path.is_dir():
+                info.external_attr = ((stat.S_IFDIR | 0o755) << 16) | 0x10
+                archive.writestr(info, b"")
+                continue
+            info.external_attr = (stat.S_IFREG | (0o755 if rel in SCRIPTS else 0o644)) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with open(path, "rb") as source, archive.open(info, "w", force_zip64=True) as out:
+                shutil.copyfileobj(source, out, 1 << 20)
     return target

@@ -16,7 +16,7 @@ Progress = Callable[[str, int, int], None]  # (message, done, total)
 # Packages the trainer imports, pinned to the exporting environment's versions.
 RUNTIME_PACKAGES = (
     "torch", "diffusers", "transformers", "accelerate", "peft", "safetensors", "huggingface-hub",
-    "pydantic", "tomlkit", "platformdirs", "psutil", "pillow", "numpy", "nvidia-ml-py",
+    "pydantic", "tomlkit", "platformdirs", "psutil", "pillow", "numpy", "nvidia-ml-py", "orjson",
 )
 QUANTIZATION_PACKAGE = "bitsandbytes"  # model.quantized_base = "nf4"
 OPTIMIZER_PACKAGES = {"prodigy": "prodigyopt", "adamw8bit": QUANTIZATION_PACKAGE}

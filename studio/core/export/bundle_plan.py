@@ -13,10 +13,13 @@ from typing import Any
 
 from studio.core.config.files.paths import ResolvedConfig, resolve_paths
 from studio.core.config.files.toml_file import config_to_data, load_config
-from studio.core.config.schema import TrainConfig
+from studio.core.config.schema import ConceptSection, TrainConfig
+from studio.core.dataset.edit_pairs.controls import ControlSettings
+from studio.core.dataset.image_headers import is_image_name
+from studio.core.dataset.scan import DatasetError, ImageEntry, scan_concept
 from studio.core.export.bundle_files import absolute_paths, find_secrets, folder_size
 from studio.core.export.cost import vram_estimator
-from studio.core.export.dataset_selection import DatasetSelection, select_concept
+from studio.core.export.dataset_selection import DatasetSelection, select_concept, select_files
 from studio.core.export.gpu_catalogue import GpuType, load_catalogue
 from studio.core.export.sky_task import CloudOptions
 
@@ -218,7 +221,80 @@ def _select_datasets(bundle: TrainConfig, resolved: ResolvedConfig, data_root: s
                 except ValueError as exc:
                     raise ExportError(str(exc)) from None
             setattr(concept, attr, f"{data_root}/{name}")
+    _select_other_folders(bundle, resolved, data_root, selections, taken)
     return selections
+
+
+def _select_other_folders(bundle: TrainConfig, resolved: ResolvedConfig, data_root: str,
+                          selections: list[DatasetSelection], taken: set[str]) -> None:
+    """The other images the run reads (the validation folder, the mask folder, an edit dataset's control folders
+    and its sample's control image) travel too: their bundle paths named the project's folders, which the rented
+    machine does not have, so the run stopped there after the machine was paid for."""
+    d, local = bundle.dataset, resolved.dataset
+    if local.validation_folder:
+        d.validation_folder = _carried_folder("dataset.validation_folder", local.validation_folder, True, data_root,
+                                              selections, taken)
+    if d.masks == "folder" and local.mask_folder:
+        d.mask_folder = _carried_folder("dataset.mask_folder", local.mask_folder, False, data_root, selections, taken)
+    if d.kind != "edit":
+        return
+    d.control_folders = [_carried_folder(f"dataset.control_folders[{index}]", path, False, data_root, selections,
+                                         taken) for index, path in enumerate(local.control_folders)]
+    if not local.control_folders:
+        # Control folders beside an image folder (data/target/ with data/control/) are found there by their place:
+        # they are carried beside its copy under their own names.
+        for concept in local.concepts:
+            for beside in ControlSettings(d.control_layout).for_concept(Path(concept.path)).folders:
+                _carried(beside, [], False, data_root, selections, taken)
+    if resolved.sampling.control_image:
+        file = Path(resolved.sampling.control_image)
+        if not file.is_file():
+            raise ExportError(f"sampling.control_image {file} does not exist; fix sampling.control_image in the "
+                              "config or leave it empty")
+        folder = _carried(file.parent, [file], False, data_root, selections, taken)
+        bundle.sampling.control_image = f"{folder}/{file.name}"
+
+
+def _carried_folder(key: str, path: str, captions: bool, data_root: str, selections: list[DatasetSelection],
+                    taken: set[str]) -> str:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ExportError(f"{key} {folder} does not exist; fix {key} in the config or leave it empty")
+    return _carried(folder, [], captions, data_root, selections, taken)
+
+
+def _carried(folder: Path, only: list[Path], captions: bool, data_root: str,
+             selections: list[DatasetSelection], taken: set[str]) -> str:
+    """`folder`'s path in the bundle: inside a folder the bundle carries already (a val/ folder among the
+    training images keeps its place, so the run still holds it out), else a folder of its own. Its images (or
+    `only` those), with their captions when `captions`, join the files carried."""
+    concept = ConceptSection(path=str(folder), caption_source="auto" if captions else "prompt")
+    try:
+        entries = scan_concept(concept) if captions else []
+    except DatasetError as exc:
+        raise ExportError(str(exc)) from None
+    if not captions:
+        entries = [ImageEntry(path=p, caption=None, caption_path=None, caption_source="none", repeats=1,
+                              concept=str(folder)) for p in only or _images_in(folder)]
+    real = folder.resolve()
+    for selection in selections:
+        root = selection.root.resolve()
+        if real == root or root in real.parents:
+            picked = select_files(selection.name, selection.root, entries)
+            selection.files = sorted(set(selection.files) | set(picked.files),
+                                     key=lambda p: p.relative_to(selection.root).as_posix())
+            carried = {p.relative_to(selection.root).as_posix() for p in picked.files}
+            selection.skipped = [s for s in selection.skipped if s[0] not in carried]
+            rel = real.relative_to(root).as_posix()
+            return f"{data_root}/{selection.name}" + ("" if rel == "." else f"/{rel}")
+    name = _unique(folder.name, taken)
+    selections.append(select_files(name, folder, entries))
+    return f"{data_root}/{name}"
+
+
+def _images_in(folder: Path) -> list[Path]:
+    """The images directly in `folder`, as the trainer reads a mask or control folder."""
+    return sorted(p for p in folder.iterdir() if is_image_name(p.name) and p.is_file())
 
 
 def _skipped_warning(selections: list[DatasetSelection]) -> list[str]:
@@ -256,6 +332,9 @@ def _refuse_secrets_and_paths(bundle: TrainConfig, remote_base: str | None, remo
     if remote_dataset:
         for concept in bundle.dataset.concepts:
             allowed |= {concept.path, concept.class_path or concept.path}
+        d = bundle.dataset
+        allowed |= {v for v in (d.validation_folder, d.mask_folder, *d.control_folders, bundle.sampling.control_image)
+                    if v and v.startswith(remote_dataset.rstrip("/") + "/")}
     local = absolute_paths(data, allowed=frozenset(allowed))
     if local:
         raise ExportError(f"{source}: {', '.join(local)} still hold a path of this machine; "

@@ -66,8 +66,10 @@ def accelerators(gpu: GpuType | None, per_node: int, catalogue: Catalogue,
 
 
 def disk_gb(info: dict[str, Any]) -> int:
-    """The bundle's disk need (checkpoints, outputs, a hub download, the dataset) with room, in GB."""
-    needed_mb = int(info.get("disk_needed_mb") or 0) + int(info["dataset"]["bytes"]) // 2**20
+    """The bundle's disk need (checkpoints, outputs, a hub download, the dataset, the model files it carries)
+    with room, in GB."""
+    needed_mb = (int(info.get("disk_needed_mb") or 0) + int(info["dataset"]["bytes"]) // 2**20
+                 + int(info.get("model_bytes") or 0) // 2**20)
     return max(MIN_DISK_GB, -(-needed_mb * 3 // 2 // 1024))
 
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.app_words import command_or_action, in_desktop_app
-from studio.core.config.files.paths import ResolvedConfig, load_resolved
-from studio.core.config.files.toml_file import load_config
+from studio.core.config.files.paths import load_resolved
 from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
 from studio.core.quoting import sh_word
@@ -171,7 +170,7 @@ def send_bundle(client: SshClient, report: MachineReport, config_path: Path, pro
                                  remote_base=remote_base, include_model=True, progress=progress)
         files = [LocalFile(p, f"{project}/{p.relative_to(staging).as_posix()}")
                  for p in sorted(staging.rglob("*")) if p.is_file()]
-        data = _dataset_files(staging, resolved, project)
+        data = _dataset_files(staging, exported.dataset_roots, project)
         sent = send_files(client, model_files + files + data, report.workspace, report.rsync and has_local_rsync(),
                           prune=[f"{project}/{folder}" for folder in OWNED], progress=progress)
     return SentBundle(f"{report.workspace}/{project}", project, sent, len(data), exported.warnings)
@@ -201,20 +200,14 @@ def _folder_files(folder: Path) -> list[Path]:
     return found
 
 
-def _dataset_files(staging: Path, local: ResolvedConfig, project: str) -> list[LocalFile]:
-    """The manifest's files, read from their own folders here (`local`: the project's config, resolved;
-    no copy), with the manifest's checksums."""
-    bundle = load_config(staging / "config.toml")
-    folders: dict[str, Path] = {}
-    for sent, here in zip(bundle.dataset.concepts, local.dataset.concepts, strict=True):
-        for there, mine in ((sent.path, here.path), (sent.class_path, here.class_path)):
-            if there and mine and there.startswith("dataset/"):
-                folders[there.split("/", 1)[1]] = Path(mine)
+def _dataset_files(staging: Path, roots: dict[str, Path], project: str) -> list[LocalFile]:
+    """The manifest's files, read from their own folders here (`roots`: each folder under the bundle's dataset/
+    -> its folder here; no copy), with the manifest's checksums."""
     manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))
     files = []
     for entry in manifest["files"]:
         name, _, rest = entry["path"].partition("/")
-        files.append(LocalFile(folders[name] / rest, f"{project}/dataset/{entry['path']}", entry["size"],
+        files.append(LocalFile(roots[name] / rest, f"{project}/dataset/{entry['path']}", entry["size"],
                                entry["sha256"]))
     return files
 

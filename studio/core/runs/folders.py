@@ -23,6 +23,8 @@ LOCK_FILE = "trainer.lock"
 PROCESS_FILE = "process.json"
 # The record of a run that runs (or ran) on another machine, or was copied back from one.
 REMOTE_FILE = "remote.json"
+# The record of a run launched on a cloud cluster (studio.core.cloud.run): it ran there, with the cluster's paths.
+CLOUD_FILE = "cloud.json"
 
 
 def new_run_dir(output_dir: str | Path, name: str, now: _dt.datetime | None = None) -> Path:
@@ -51,6 +53,12 @@ def request_stop(run_dir: str | Path) -> Path:
 def is_run_dir(path: str | Path) -> bool:
     p = Path(path)
     return (p / CONFIG_FILE).is_file() or (p / EVENTS_FILE).is_file() or (p / REMOTE_FILE).is_file()
+
+
+def ran_elsewhere(run_dir: str | Path) -> bool:
+    """Whether the run trains (or trained) on another machine or a cloud cluster: its config names that
+    machine's paths, so it is never resumed from here."""
+    return (Path(run_dir) / REMOTE_FILE).exists() or (Path(run_dir) / CLOUD_FILE).exists()
 
 
 def list_run_dirs(runs_dir: str | Path) -> list[Path]:

@@ -26,7 +26,7 @@ from studio.core.hardware.report import GPUInfo, HardwareProfileError
 from studio.core.project.demo import demo_model_ready, is_demo_model, is_demo_project
 from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, check_gpu_ids, preflight
-from studio.core.runs.folders import REMOTE_FILE
+from studio.core.runs.folders import ran_elsewhere
 from studio.core.runs.live import busy_message, find_live_runs
 from studio.core.text import memory_text
 from studio.core.training_python import needs_training_env
@@ -154,7 +154,7 @@ class TrainPage(Page):
         """The run shown stopped or failed here (not one copied back from another machine)."""
         run_dir, model = self.controller.run_dir, self.controller.model
         return (not self.controller.running and run_dir is not None and model.status in ("stopped", "failed")
-                and model.step > 0 and not (run_dir / REMOTE_FILE).exists())
+                and model.step > 0 and not ran_elsewhere(run_dir))
 
     def resume_training(self) -> bool:
         """Resume the run shown, from its newest checkpoint (as Runs → Resume does)."""

@@ -197,6 +197,35 @@ def test_a_quantized_base_brings_bitsandbytes_to_the_remote_machine() -> None:
         assert len([line for line in lines if line.startswith("bitsandbytes")]) == 1
 
 
+def test_every_package_the_trainer_imports_is_in_the_requirements() -> None:
+    # The trainer's modules import orjson (the model files' header reader), which requirements.txt did not
+    # list: on a fresh cloud machine the run stopped at "No module named 'orjson'" after the setup was paid for.
+    import ast
+    import importlib.metadata
+    import sys
+
+    from studio.core.export.bundle_files import pinned_requirements
+    from studio.core.resources import app_root
+
+    listed = {line.split("==")[0].split()[0].lower() for line in pinned_requirements("adamw").splitlines()
+              if line and not line.startswith("#")}
+    owners = importlib.metadata.packages_distributions()
+    missing = set()
+    for folder in ("train", "core"):
+        for path in (app_root() / "studio" / folder).rglob("*.py"):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:  # what importing the module needs
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for top in {name.split(".")[0] for name in names} - set(sys.stdlib_module_names):
+                    if top not in ("studio", "__future__"):
+                        missing |= {d.lower() for d in owners.get(top, [top])} - listed
+    assert missing == set()
+
+
 def test_the_trainer_source_travels_without_the_gui(demo: Project, tmp_path: Path) -> None:
     export_bundle(demo.config_path, tmp_path / "b", include_model=True)
     src = tmp_path / "b" / "src"
@@ -217,6 +246,27 @@ def test_scripts_are_executable_and_the_zip_keeps_their_mode(demo: Project, tmp_
         assert stat.S_IMODE(info.external_attr >> 16) & 0o100
         assert "b/runs/" in archive.namelist()
         assert "b/dataset/manifest.json" in archive.namelist()
+
+
+def test_the_zip_made_where_files_have_no_executable_bit_still_runs_its_scripts(demo: Project, tmp_path: Path) -> None:
+    # On Windows the scripts have no executable bit and the zip's entries were MS-DOS ones: unpacked on the
+    # rented Linux machine, `./launch.sh --check` said "Permission denied".
+    from studio.core.export.bundle import zip_bundle
+
+    export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    for path in (tmp_path / "b").rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+    with zipfile.ZipFile(zip_bundle(tmp_path / "b")) as archive:
+        archive.extractall(tmp_path / "there")  # as unzip does on Linux: the modes of Unix entries
+        for info in archive.infolist():
+            if not info.is_dir():
+                os.chmod(tmp_path / "there" / info.filename, stat.S_IMODE(info.external_attr >> 16))
+        assert {info.create_system for info in archive.infolist()} == {3}
+        assert archive.read("b/config.toml") == (tmp_path / "b" / "config.toml").read_bytes()
+    there = tmp_path / "there" / "b"
+    assert [os.access(there / script, os.X_OK) for script in ("launch.sh", "check.sh", "studio_check.py")] == [True] * 3
+    assert not os.access(there / "config.toml", os.X_OK) and (there / "runs").is_dir()
 
 
 def test_a_non_empty_folder_is_refused(demo: Project, tmp_path: Path) -> None:
@@ -298,3 +348,75 @@ def test_the_zip_of_a_folder_with_a_dot_in_its_name_is_that_name_plus_zip(tmp_pa
     assert zips == [tmp_path / "flux-v1.4.zip", tmp_path / "flux-v1.5.zip"]
     with zipfile.ZipFile(zips[0]) as archive:
         assert archive.read("flux-v1.4/config.toml") == b"# 1.4\n"
+
+
+def test_the_mask_and_validation_folders_travel_and_a_val_folder_among_the_images_keeps_its_place(
+        demo: Project, tmp_path: Path) -> None:
+    # The bundle's config named the project's masks/ and val/ folders, which the rented machine does not have:
+    # the run stopped there ("the mask folder masks does not exist") once the machine was paid for.
+    shapes = demo.root / "data" / "shapes"
+    images = sorted(shapes.glob("*.png"))
+    masks = demo.root / "masks"
+    masks.mkdir()
+    for image in images:
+        (masks / image.name).write_bytes(image.read_bytes())
+    (masks / "notes.md").write_text("not a mask")
+    config = demo.load_config()
+    config.dataset.masks, config.dataset.mask_folder = "folder", "masks"
+    config.dataset.validation_folder, config.training.validation_every = "data/shapes/val", 10
+    (shapes / "val").mkdir()
+    for held in (images[0], images[0].with_suffix(".txt")):
+        held.rename(shapes / "val" / held.name)
+    save_config(config, demo.config_path)
+
+    out = tmp_path / "bundle"
+    report = export_bundle(demo.config_path, out, include_model=True)
+    bundle = load_resolved(out / "config.toml")
+    assert Path(bundle.dataset.mask_folder or "") == out / "dataset" / "masks"
+    assert sorted(p.name for p in (out / "dataset" / "masks").iterdir()) == sorted(p.name for p in images)
+    # Inside the image folder's copy, so the run holds these images out of training as it does here.
+    assert Path(bundle.dataset.validation_folder or "") == out / "dataset" / "shapes" / "val"
+    assert (out / "dataset" / "shapes" / "val" / images[0].name).read_bytes() == (
+        shapes / "val" / images[0].name).read_bytes()
+    manifest = json.loads((out / "dataset" / "manifest.json").read_text())
+    assert f"masks/{images[1].name}" in {entry["path"] for entry in manifest["files"]}
+    assert report.skipped == ["masks/notes.md: not an image, caption or metadata file the trainer reads"]
+
+
+def test_an_edit_datasets_control_folders_and_sample_control_image_travel(demo: Project, tmp_path: Path) -> None:
+    from studio.core.dataset.edit_pairs.pairs import control_settings
+    from studio.core.dataset.scan import scan_concept_report
+
+    (demo.root / "models" / "tiny-sd15" / "model_index.json").write_text('{"_class_name": "QwenImageEditPipeline"}')
+    shapes = demo.root / "data" / "shapes"
+    images = sorted(shapes.glob("*.png"))
+    beside, separate = demo.root / "data" / "control", demo.root / "references"
+    for folder in (beside, separate):
+        folder.mkdir()
+        for image in images:
+            (folder / image.name).write_bytes(image.read_bytes())
+    config = demo.load_config()
+    config.model.family, config.dataset.kind = "qwen-image", "edit"
+    config.sampling.control_image = "references/" + images[0].name
+    save_config(config, demo.config_path)
+
+    def pairs(out: Path) -> int:
+        bundle = load_resolved(out / "config.toml")
+        scan = scan_concept_report(bundle.dataset.concepts[0], None, control_settings(bundle.dataset, None))
+        return sum(1 for entry in scan.entries if entry.controls)
+
+    # data/control/ beside data/shapes/ is found by its place: the bundle keeps it beside the images' copy.
+    out = tmp_path / "beside"
+    export_bundle(demo.config_path, out, include_model=True)
+    assert pairs(out) == len(images)
+    sample = load_resolved(out / "config.toml").sampling.control_image
+    assert Path(sample or "") == out / "dataset" / "references" / images[0].name
+    assert (out / "dataset" / "references").is_dir() and len(list((out / "dataset" / "references").iterdir())) == 1
+
+    config.dataset.control_folders = ["references"]
+    save_config(config, demo.config_path)
+    out = tmp_path / "separate"
+    export_bundle(demo.config_path, out, include_model=True)
+    assert load_config(out / "config.toml").dataset.control_folders == ["dataset/references"]
+    assert pairs(out) == len(images)
+    assert load_config(out / "config.toml").sampling.control_image == f"dataset/references/{images[0].name}"

@@ -208,3 +208,16 @@ def test_a_launch_onto_a_bucket_with_an_earlier_run_follows_only_its_own(demo: P
     # The run folder the studio follows (and brings back) there: none yet, never the earlier launch's.
     found = subprocess.run(["sh", "-c", f'{_NEWEST}; printf %s "$d"'], cwd=home, capture_output=True, text=True)
     assert found.stdout == ""
+
+
+def test_the_disk_asked_for_holds_the_model_files_the_bundle_carries(demo: Project, tmp_path: Path) -> None:
+    # A local base model travels in the bundle, but the disk asked for counted only a hub id's download: a 150 GB
+    # model folder got SkyPilot's 100 GB disk, and copying the bundle there ran out of room.
+    from studio.core.export.bundle import _cloud_info
+    from studio.core.export.bundle_plan import validate_bundle
+
+    with open(demo.root / "models" / "tiny-sd15" / "weights.dat", "wb") as big:
+        big.truncate(150 * 2**30)  # sparse: nothing is written
+    plan = validate_bundle(demo.config_path, tmp_path / "bundle", 1, 1, None, True, None, True, None,
+                           "127.0.0.1", 29500, False)
+    assert _cloud_info(plan, 0)["task"]["resources"]["disk_size"] >= 225  # 150 GB with room

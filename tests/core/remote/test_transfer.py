@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fixtures.sshd import SshServer
 
+from studio.core.config.files.toml_file import save_config
 from studio.core.project.folder import Project
 from studio.core.remote.machines import RemoteMachine
 from studio.core.remote.probe import probe_machine
@@ -183,3 +184,20 @@ def test_an_edit_runs_sample_event_brings_the_control_image_its_samples_edit(
     _sample_fetcher(SshClient(remote_machine), record, here)([json.dumps(event).encode() + b"\n"])
     assert (here / "samples" / "step-000004-0.png").read_bytes() == b"after"
     assert (here / "samples" / "control-0.png").read_bytes() == b"before"
+
+
+def test_a_mask_folder_outside_the_images_goes_to_the_machine_with_them(demo: Project, remote_machine: RemoteMachine,
+                                                                         sshd: SshServer) -> None:
+    masks = demo.root / "masks"
+    masks.mkdir()
+    image = sorted((demo.root / "data" / "shapes").glob("*.png"))[0]
+    (masks / image.name).write_bytes(b"a mask")
+    config = demo.load_config()
+    config.dataset.masks, config.dataset.mask_folder = "folder", "masks"
+    save_config(config, demo.config_path)
+    client = SshClient(remote_machine)
+    report = dataclasses.replace(probe_machine(client), rsync=False)
+    sent = send_bundle(client, report, demo.config_path, project_folder_name(demo.config_path), 1, None)
+    bundle = Path(sent.bundle_dir)
+    assert (bundle / "dataset" / "masks" / image.name).read_bytes() == b"a mask"
+    assert 'mask_folder = "dataset/masks"' in (bundle / "config.toml").read_text()

@@ -18,7 +18,14 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.files.presets import Preset, list_presets, matching_preset
 from studio.core.config.files.toml_file import validate_data
 from studio.core.runs.event_reading.glance import glance_run
-from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
+from studio.core.runs.folders import (
+    CONFIG_FILE,
+    EVENTS_FILE,
+    REMOTE_FILE,
+    is_run_dir,
+    list_run_dirs,
+    ran_elsewhere,
+)
 from studio.core.runs.records.phase_times import phase_summary
 from studio.core.runs.records.run_import import import_run
 from studio.core.runs.records.run_model import RunModel
@@ -102,8 +109,8 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     folder = Path(run_dir)
     seen = glance_run(folder)  # a long file is read at its two ends only
     config = seen.started.config if seen.started and seen.started.config else _read_config(folder)
-    summary = RunSummary(path=folder, name=folder.name, remote=(folder / REMOTE_FILE).exists())
-    remote_state = _remote_state(folder) if summary.remote else {}
+    summary = RunSummary(path=folder, name=folder.name, remote=ran_elsewhere(folder))
+    remote_state = _remote_state(folder) if (folder / REMOTE_FILE).exists() else {}
     summary.machine = str(remote_state.get("machine") or "")
     _describe_config(summary, config, presets)
     summary.started = (
