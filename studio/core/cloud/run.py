@@ -118,6 +118,10 @@ def job_exit_code(state: ClusterState) -> int | None:
     return 0 if state.job == "SUCCEEDED" else 1
 
 
+class NothingToBringBack(CloudError):
+    """The cluster holds no run folder: ending it loses nothing."""
+
+
 @dataclass
 class BroughtBack:
     remote_run: str
@@ -134,7 +138,7 @@ def bring_back(api: CloudApi, record: CloudRunRecord, local_dir: Path) -> Brough
     api.pull(record.cluster, "runs", staging)
     runs = sorted(p for p in staging.iterdir() if p.is_dir()) if staging.is_dir() else []
     if not runs:
-        raise CloudError(f"{record.cluster} holds no run folder in {WORKDIR}/runs/ (the run did not start; "
+        raise NothingToBringBack(f"{record.cluster} holds no run folder in {WORKDIR}/runs/ (the run did not start; "
                          f"`sky logs {record.cluster}` shows why)")
     remote = runs[-1]
     count = 0

@@ -3,7 +3,8 @@
 Its events and console arrive as an SSH run's do: mirrors of the files there, through the launcher's
 shell command (core/cloud/run). The launcher's job status, asked on a Worker every few seconds
 (SkyPilot's answers take a while), says when the run has ended; then the run folder is brought back
-into the local one and the cluster is torn down, before the controller hears of the end. Stop asks the
+into the local one and the cluster is torn down (left up when the copy fails: its files are the
+run), before the controller hears of the end. Stop asks the
 trainer to stop (it saves a checkpoint), which ends the job the same way; Kill brings back what is there
 and ends the cluster at once. Letting go (the studio closing with "keep running") leaves the cluster to
 its autostop.
@@ -20,6 +21,7 @@ from studio.core.cloud.api import CloudApi, CloudError, ClusterState
 from studio.core.cloud.run import (
     BroughtBack,
     CloudRunRecord,
+    NothingToBringBack,
     bring_back,
     end_cluster,
     follow_cloud_files,
@@ -38,19 +40,24 @@ STATE_MS = 5000  # how often the launcher is asked about the job
 
 
 def _bring_back_and_down(api: CloudApi, record: CloudRunRecord, local_dir: Path,
-                         state: ClusterState | None) -> tuple[int | None, BroughtBack | None, str]:
-    """(the run's exit code, what came back, why nothing came back); the cluster is down after, whatever
-    happened to the copy (a cluster left up costs money; its files are then gone: the message says so)."""
+                         state: ClusterState | None) -> tuple[int | None, BroughtBack | None, str, bool]:
+    """(the run's exit code, what came back, why nothing came back, whether the cluster is down).
+
+    The cluster goes down once its run is here, or when it holds none. When the copy itself failed (the
+    network, the local disk) it is left up: its files are the hours of training the person paid for, and
+    ending it would delete them; its autostop still ends it, and the message says how to bring them back."""
     brought, why = None, ""
     if state is None or state.status != "gone":
         try:
             brought = bring_back(api, record, local_dir)
-        except (CloudError, OSError) as exc:
+        except NothingToBringBack as exc:
             why = str(exc)
+        except (CloudError, OSError) as exc:
+            return (job_exit_code(state) if state is not None else None), None, str(exc), False
     else:
         why = f"{record.cluster} was gone already (its autostop ended it)"
     end_cluster(api, record, local_dir)
-    return (job_exit_code(state) if state is not None else None), brought, why
+    return (job_exit_code(state) if state is not None else None), brought, why, True
 
 
 class CloudRun(RunSource):
@@ -126,9 +133,8 @@ class CloudRun(RunSource):
         self.killed = True
         self._close_streams()
         self.worker.wait(timeout_s)
-        code, brought, why = _bring_back_and_down(self.api, self.record, self.run_dir,
-                                                  ClusterState(self.record.cluster, "UP", "CANCELLED"))
-        self._brought_back((code, brought, why))
+        self._brought_back(_bring_back_and_down(self.api, self.record, self.run_dir,
+                                                ClusterState(self.record.cluster, "UP", "CANCELLED")))
 
     def detach(self) -> None:
         """Stop following; the cluster goes on and ends itself by its autostop after the run."""
@@ -144,9 +150,11 @@ class CloudRun(RunSource):
                 f"you bring them back first ({pull_command(self.record)}).")
 
     def unfinished(self, outcome: Outcome) -> str:
-        if self.killed:
+        if self.killed and self.down:
             return (f"Killed on request; {self.record.cluster} was ended, and what the run had written "
                     "by then was brought back.")
+        if self.killed:
+            return f"Killed on request; {self.record.cluster} is left up: its files did not come back (above)."
         return (f"The run on {self.record.cluster} ended without saying it finished (job "
                 f"{self.record.job_status or 'status unknown'}); its console.log shows its last words.")
 
@@ -194,16 +202,22 @@ class CloudRun(RunSource):
         self.worker.run(_bring_back_and_down, self.api, self.record, self.run_dir, state,
                         on_done=self._brought_back, on_failed=self._not_down, expected=EXPECTED)
 
-    def _brought_back(self, result: tuple[int | None, BroughtBack | None, str]) -> None:
-        code, self.brought, why = result
-        self.down = True
+    def _brought_back(self, result: tuple[int | None, BroughtBack | None, str, bool]) -> None:
+        code, self.brought, why, self.down = result
         self._show_console()  # the console's last lines came with the run folder
         if self.brought is not None:
             self.sig_output.emit(f"[studio] {self.brought.files} file(s) of {self.brought.remote_run} brought back "
                                  f"from {self.record.cluster}")
+        elif not self.down:
+            self.sig_error.emit(
+                f"The run's files did not come back from {self.record.cluster}: {why}. The cluster is left up so "
+                f"they are not lost (it still ends itself after its autostop's idle minutes, and they go with it): "
+                f"bring them back with: {pull_command(self.record)} and then end it with: "
+                f"{cli_command(['cloud', 'down', self.record.cluster])}")
         else:
             self.sig_error.emit(f"The run's files did not come back from {self.record.cluster}: {why}")
-        self.sig_output.emit(f"[studio] {self.record.cluster} is down; its billing has stopped")
+        if self.down:
+            self.sig_output.emit(f"[studio] {self.record.cluster} is down; its billing has stopped")
         self._finish(137 if self.killed or code is None else code, "crashed" if code is None else "normal")
 
     def _not_down(self, error: BaseException) -> None:

@@ -15,6 +15,7 @@ from fixtures.holds import hold_at
 from pytestqt.qtbot import QtBot
 
 from studio.core.cloud import launcher as cloud
+from studio.core.cloud.api import CloudError
 from studio.core.cloud.run import CLOUD_FILE, read_cloud_record
 from studio.core.project.folder import Project
 from studio.core.runs.events import RunFinished, Step, read_events
@@ -130,6 +131,37 @@ def test_a_finished_cloud_run_is_brought_back_and_its_cluster_ended(qtbot: QtBot
     assert len(instance.downed) == 1
     local = controller.run_dir
     assert local is not None and (local / "output" / "pytorch_lora_weights.safetensors").read_bytes() == b"fake"
+
+
+def test_a_cloud_run_whose_files_fail_to_come_back_keeps_its_cluster(qtbot: QtBot, tmp_path: Path, pages: tuple[
+        StudioContext, ExportPage, TrainPage, RunsPage], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy back fails (the network drops): the cluster holding the trained files is not ended."""
+    instance = FakeCloud(tmp_path / "clusters", steps=12, rate=200.0)
+
+    def cut_off(cluster: str, remote_path: str, local_dir: Path) -> None:
+        raise CloudError(f"rsync from {cluster} failed: connection reset by peer")
+
+    monkeypatch.setattr(instance, "pull", cut_off)
+    cloud.set_cloud_api(lambda: instance)
+    try:
+        context, export, _train, _runs = pages
+        messages: list[str] = []
+        context.run_controller.sig_message.connect(messages.append)
+        export.cloud.confirm = lambda _question: True
+        export.cloud.state_ms = 100
+        export.cloud.launch_button.click()
+        controller = context.run_controller
+        qtbot.waitUntil(lambda: export.cloud.run is not None and not controller.running, timeout=30_000)
+    finally:
+        cloud.set_cloud_api(None)
+        instance.end_all()
+    (cluster,) = instance.launched
+    assert instance.downed == []  # its files are still there to bring back
+    (said,) = [m for m in messages if "did not come back" in m]
+    assert "connection reset by peer" in said and "The cluster is left up so they are not lost" in said
+    assert f"cloud pull {cluster}" in said and f"cloud down {cluster}" in said
+    local = controller.run_dir
+    assert local is not None and read_cloud_record(local).state != "down"
 
 
 def test_closing_the_studio_asks_and_then_ends_the_cluster(qtbot: QtBot, fake: FakeCloud, pages: tuple[
