@@ -54,6 +54,8 @@ GB = 1024**3
 # A project's own folder for its models (the demo's models/tiny-sd15): a path, never a hub organisation.
 LOCAL_MODEL_FOLDERS = ("models",)
 TORCH_PROBE_TIMEOUT_S = 120
+# What `python -m studio.train.launcher` imports besides torch.
+TRAINER_PACKAGES = ("studio", "accelerate", "diffusers", "transformers", "peft", "safetensors")
 
 
 @dataclass(frozen=True)
@@ -379,8 +381,15 @@ def check_ram(config: ResolvedConfig, gpu: GPUInfo | None, ram_mb: int) -> Prefl
 
 
 def check_torch_cuda(python: str | None) -> PreflightProblem | None:
-    """The training interpreter's torch can use CUDA (asked in a subprocess: the caller never imports torch)."""
-    script = "import torch; print(torch.__version__, torch.cuda.is_available())"
+    """The training interpreter's torch can use CUDA, and it has the trainer's code and libraries (asked in a
+    subprocess: the caller never imports torch)."""
+    # Without `-c`'s working folder on the path: a source checkout there would lend its `studio` to the probe,
+    # which the trainer, started in its run folder, does not see.
+    script = ("import importlib.util, sys; sys.path[:] = [p for p in sys.path if p]; import torch; "
+              "missing = [name for name in "
+              + repr(TRAINER_PACKAGES)
+              + " if importlib.util.find_spec(name) is None]; "
+              "print(torch.__version__, torch.cuda.is_available(), ','.join(missing) or '-')")
     try:
         # Never sys.executable: in the desktop app that is the window's binary, not a Python.
         interpreter = python or default_training_python()
@@ -393,13 +402,21 @@ def check_torch_cuda(python: str | None) -> PreflightProblem | None:
         return PreflightProblem("torch", f"The training interpreter {interpreter} cannot be started ({exc}): set "
                                          "launch.python to a Python with the studio's training packages.")
     words = out.stdout.split()
-    if out.returncode != 0 or len(words) < 2:
+    if out.returncode != 0 or len(words) < 3:
         return PreflightProblem("torch", f"The training interpreter {interpreter} has no torch: install the "
                                          "studio's training packages there (pip install 'sd-training-studio[train]').")
-    if words[-1] != "True":
-        return PreflightProblem("torch", f"torch {words[-2]} in {interpreter} cannot use the GPU (a build without "
+    version, cuda, missing = words[-3:]
+    if cuda != "True":
+        return PreflightProblem("torch", f"torch {version} in {interpreter} cannot use the GPU (a build without "
                                          "CUDA): install a CUDA build of torch (see pytorch.org), or set "
                                          "launch.cpu = true to train on the CPU.")
+    if missing != "-":
+        # A Python of another program (a ComfyUI or kohya environment) has torch, but the trainer started there
+        # ended at once with "No module named 'studio'" and a suggestion to resume.
+        instead = ", or remove launch.python to train with the studio's own" if python else ""
+        return PreflightProblem("torch", f"The training interpreter {interpreter} lacks {missing.replace(',', ', ')}, "
+                                         "which the trainer needs: install the studio's training packages there "
+                                         f"(pip install 'sd-training-studio[train]'){instead}.")
     return None
 
 
