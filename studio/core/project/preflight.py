@@ -48,7 +48,7 @@ from studio.core.models.weight_files import folder_weight_problem, variant_only
 from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
 from studio.core.project.library_check import check_quantization_library
-from studio.core.training_python import NoTrainingPython, default_training_python
+from studio.core.training_python import NoTrainingPython, default_training_python, ready_env_python
 
 GB = 1024**3
 # A project's own folder for its models (the demo's models/tiny-sd15): a path, never a hub organisation.
@@ -402,22 +402,34 @@ def check_torch_cuda(python: str | None) -> PreflightProblem | None:
         return PreflightProblem("torch", f"The training interpreter {interpreter} cannot be started ({exc}): set "
                                          "launch.python to a Python with the studio's training packages.")
     words = out.stdout.split()
+    own = _own_environment(python, interpreter)
     if out.returncode != 0 or len(words) < 3:
-        return PreflightProblem("torch", f"The training interpreter {interpreter} has no torch: install the "
-                                         "studio's training packages there (pip install 'sd-training-studio[train]').")
+        fix = own or "install the studio's training packages there (pip install 'sd-training-studio[train]')"
+        return PreflightProblem("torch", f"The training interpreter {interpreter} has no torch: {fix}.")
     version, cuda, missing = words[-3:]
     if cuda != "True":
+        fix = own or "install a CUDA build of torch (see pytorch.org)"
         return PreflightProblem("torch", f"torch {version} in {interpreter} cannot use the GPU (a build without "
-                                         "CUDA): install a CUDA build of torch (see pytorch.org), or set "
-                                         "launch.cpu = true to train on the CPU.")
+                                         f"CUDA): {fix}, or set launch.cpu = true to train on the CPU.")
     if missing != "-":
         # A Python of another program (a ComfyUI or kohya environment) has torch, but the trainer started there
         # ended at once with "No module named 'studio'" and a suggestion to resume.
+        fix = own or "install the studio's training packages there (pip install 'sd-training-studio[train]')"
         instead = ", or remove launch.python to train with the studio's own" if python else ""
         return PreflightProblem("torch", f"The training interpreter {interpreter} lacks {missing.replace(',', ', ')}, "
-                                         "which the trainer needs: install the studio's training packages there "
-                                         f"(pip install 'sd-training-studio[train]'){instead}.")
+                                         f"which the trainer needs: {fix}{instead}.")
     return None
+
+
+def _own_environment(python: str | None, interpreter: str) -> str:
+    """The fix for the training environment the studio set up, when that is the interpreter: its Repair (the
+    desktop app's environment has no pip a person would know to use, and Repair installs the torch build this
+    machine needs); "" for any other Python."""
+    own = ready_env_python()
+    if python or own is None or Path(interpreter) != own:
+        return ""
+    return command_or_action("repair the training environment (`studio-train env repair`, or Repair in Tools → "
+                             "Training Environment)", "press Repair in Tools → Training Environment")
 
 
 def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], list[PreflightProblem]]:

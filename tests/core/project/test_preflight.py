@@ -410,3 +410,25 @@ def test_a_python_with_torch_but_not_the_trainer_is_named_before_the_launch(tmp_
     assert problem.message.startswith(f"The training interpreter {python} lacks studio, accelerate, diffusers, "
                                       "transformers, peft, safetensors, which the trainer needs"), problem
     assert "remove launch.python" in problem.message
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in interpreter is a shell script")
+def test_a_damaged_studio_environment_is_answered_with_its_repair(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training environment the studio set up, with its torch gone or broken (an antivirus that took a DLL):
+    the fix is the studio's Repair, not a pip command in a Python the desktop app's person never sees."""
+    from studio.core.training_python import READY_FILE, env_python
+
+    folder = tmp_path / "training-env"
+    python = env_python(folder)
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 'ImportError: DLL load failed while importing _C' >&2\nexit 1\n")
+    python.chmod(0o755)
+    (folder / READY_FILE).write_text("{}")
+    monkeypatch.setenv("STUDIO_TRAINING_ENV", str(folder))
+    problem = preflight_module.check_torch_cuda(None)
+    assert problem is not None and problem.message == (
+        f"The training interpreter {python} has no torch: repair the training environment (`studio-train env "
+        "repair`, or Repair in Tools → Training Environment).")
+    # launch.python naming that same Python is the person's own choice: pip is the words there.
+    assert "pip install" in str(preflight_module.check_torch_cuda(str(python)))
