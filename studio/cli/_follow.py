@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import psutil
 from studio.cli._trainer_watch import TrainerWatch, adopting_orphans
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK, signal_exit_code
 from studio.core.protocol.tail import ConsoleTail
+from studio.core.quoting import command_line
 from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, request_stop
 from studio.core.runs.launch import training_env
 from studio.core.runs.records.outcome import last_finish, outcome_line
@@ -265,7 +265,7 @@ def report_outcome(run_dir: Path, launcher_code: int, terminal: Terminal | None 
             terminal.line(f"written: {output}" + (f"  (for {r})" if (r := readers(output)) else ""))
         return EXIT_OK
     if finished is not None and finished.status == "stopped":
-        terminal.line(f"stopped at step {finished.step}; continue with: studio-train resume {shlex.quote(str(run_dir))}")
+        terminal.line(f"stopped at step {finished.step}; continue with: {command_line(['studio-train', 'resume', str(run_dir)])}")
         return EXIT_OK
     terminal.line(line.split("] ", 1)[-1] + f" (events: {run_dir / EVENTS_FILE})", error=True)
     return launcher_code or EXIT_FAILED

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import subprocess
 import sys
 from typing import Any
 
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.quoting import command_line
 
 
 def register(sub: Any) -> None:
@@ -31,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"building the tiny model failed:\n{exc.stderr}", file=sys.stderr)
         return EXIT_FAILED
     print(f"demo project ready in {project.root}")
-    print(f"train it with: studio-train run {shlex.quote(str(project.config_path))}")
+    print(f"train it with: {command_line(['studio-train', 'run', str(project.config_path)])}")
     return EXIT_OK

@@ -9,9 +9,9 @@ window, name its buttons too.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Sequence
 
+from studio.core.quoting import command_line
 from studio.core.resources import is_frozen
 
 DESKTOP_APP_ENV = "STUDIO_DESKTOP_APP"
@@ -36,12 +36,12 @@ def cli_command(args: Sequence[str]) -> str:
     """A route only the command line has, in words: `studio-train ARGS`, or in the desktop app the same
     command run by the training environment's Python (the app has no `studio-train` of its own)."""
     if not in_desktop_app():
-        return f"`{shlex.join(['studio-train', *args])}`"
+        return f"`{command_line(['studio-train', *args])}`"
     from studio.core.studio_command import studio_command
     from studio.core.training_python import NoTrainingPython
 
     try:
-        return f"`{shlex.join(studio_command(args))}` in a terminal"
+        return f"`{command_line(studio_command(args))}` in a terminal"
     except NoTrainingPython:
-        return (f"`-m studio.cli {shlex.join(args)}` run by the training environment's Python in a terminal, once "
+        return (f"`-m studio.cli {command_line(args)}` run by the training environment's Python in a terminal, once "
                 "Tools → Training Environment has set it up")

@@ -16,12 +16,15 @@ What each language can carry:
 - rsync file lists (`nul_list`): NUL-separated (`--from0`), so any name a file system allows
   travels byte for byte; with `--protect-args` no remote shell splits the paths.
 - POSIX sh (`sh_word`): single quotes carry every byte but NUL.
+- a command line shown for a person to paste (`command_line`): the quoting of this computer's shell.
 - YAML (`yaml_scalar`): single-quoted scalars, printable text on one line only.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Iterable
 
@@ -140,6 +143,20 @@ def sh_word(text: str) -> str:
     if "\x00" in text:
         raise UnsafeNameError(text, "holds a NUL byte, which no command argument can", "rename it")
     return shlex.quote(text)
+
+
+# ------------------------------------------------------------ a command line for a person
+def command_line(words: Iterable[str]) -> str:
+    """A command line a person copies into this computer's shell (command.txt, `studio-train command`, the
+    `studio-train resume` a stopped run names): POSIX sh quoting, and on Windows cmd.exe's.
+
+    Windows' shells do not read POSIX quotes: every Windows path was put in single quotes (for its backslashes),
+    which cmd.exe takes as part of the name and PowerShell as a string, not a program. There a word goes in double
+    quotes only where it holds a space."""
+    words = list(words)
+    if os.name == "nt":
+        return subprocess.list2cmdline(words)
+    return shlex.join(words)
 
 
 # ------------------------------------------------------------ YAML

@@ -8,7 +8,8 @@ other run (several processes or machines, chosen GPUs) is accelerate's own launc
 Once the trainer is done, the process leaves at once: the interpreter's teardown of
 torch would keep the GUI or the terminal waiting one to three seconds for the exit
 code. A trainer's failure is this process's exit code (the trainer has reported it in
-its events and console) instead of a traceback of the launcher.
+its events and console) instead of a traceback of the launcher, for a run of several
+processes too: the first rank that failed gives it.
 
 A trainer that accelerate starts in a process of its own gets the machine's cores shared
 among the machine's processes, not accelerate's one thread (`OMP_NUM_THREADS=1` on a GPU):
@@ -108,10 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         launch.multi_gpu_launcher = _rendezvous_without_libuv(launch.multi_gpu_launcher)
     launch._validate_launch_command = _sharing_the_cores(launch._validate_launch_command)
     args = launch.launch_command_parser().parse_args(argv)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     try:
         launch.launch_command(args)
     except subprocess.CalledProcessError as failed:
         return failed.returncode
+    except ChildFailedError as failed:  # a rank of several failed: it said why in the events and the console
+        code = failed.get_first_failure()[1].exitcode
+        return code if code >= 0 else 128 - code  # a rank ended by a signal: as a shell says it
     return 0
 
 

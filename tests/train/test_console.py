@@ -88,3 +88,41 @@ def test_the_error_that_ends_another_rank_is_said_on_the_console(tmp_path: Path,
     assert "rank 1: error (oom): the GPU ran out of memory: Tried to allocate 2.00 GiB" in err
     assert "lower training.batch_size" in err
     assert not (tmp_path / "events.jsonl").exists()  # the record stays rank 0's
+
+
+# What a rank says about a Windows person's files: an accented user name, a folder named in Chinese, and the studio's
+# own arrows ("Tools → Training Environment"), none of which the ANSI code page of a Western Windows holds all of.
+NAMES = """\
+import sys
+from pathlib import Path
+run_dir = Path(sys.argv[1])
+from studio.train.progress.console import own_console
+own_console(run_dir)
+print("[loading] loading C:\\\\Users\\\\Jürgen\\\\models\\\\风景 → 0/1", flush=True)
+print("step 1: loss 0.5", flush=True)
+print("warning: set it up in Tools → Training Environment", file=sys.stderr, flush=True)
+print("step 2: loss 0.4", flush=True)
+"""
+
+
+@pytest.mark.parametrize("started", ["into the log", "through a terminal"])
+def test_the_console_log_holds_a_windows_persons_names_and_every_line_after_them(tmp_path: Path,
+                                                                                started: str) -> None:
+    """On Windows, Python writes a redirected output in the system's code page (PYTHONIOENCODING=cp1252 here
+    stands in for it): console.log, which the studio reads as UTF-8, showed Jürgen garbled, and the first
+    character the code page lacks silenced the rank's output for the rest of the run."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONIOENCODING="cp1252")
+    if started == "into the log":  # how studio-train run and the studio start it
+        with open(tmp_path / "console.log", "ab") as log:
+            subprocess.run([sys.executable, "-c", NAMES, str(tmp_path)], stdout=log, stderr=subprocess.STDOUT,
+                           env=env, timeout=60, check=True)
+        shown = ""
+    else:  # its output on a pipe (a terminal, `| tee`), console.log written by the rank itself
+        shown = subprocess.run([sys.executable, "-c", NAMES, str(tmp_path)], capture_output=True, env=env,
+                               timeout=60, check=True).stdout.decode("cp1252")
+    lines = (tmp_path / "console.log").read_text(encoding="utf-8").splitlines()
+    assert lines == ["[loading] loading C:\\Users\\Jürgen\\models\\风景 → 0/1", "step 1: loss 0.5",
+                     "warning: set it up in Tools → Training Environment", "step 2: loss 0.4"]
+    if started == "through a terminal":  # the terminal keeps every line, what it cannot show escaped
+        assert shown.splitlines() == ["[loading] loading C:\\Users\\Jürgen\\models\\\\u98ce\\u666f \\u2192 0/1",
+                                      "step 1: loss 0.5", "step 2: loss 0.4"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import os
-import shlex
 import shutil
 import socket
 import time
@@ -18,7 +17,7 @@ from studio.core.config.files.toml_file import dump_resolved
 from studio.core.config.rules.sharding import accelerate_fsdp_config
 from studio.core.config.schema import TrainConfig
 from studio.core.files import atomic_write_text
-from studio.core.quoting import yaml_scalar
+from studio.core.quoting import command_line, yaml_scalar
 from studio.core.runs.folders import (
     ACCELERATE_FILE,
     COMMAND_FILE,
@@ -162,7 +161,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def format_command(command: list[str]) -> str:
-    return " ".join(shlex.quote(part) for part in command)
+    return command_line(command)
 
 
 class RunFolderError(OSError):

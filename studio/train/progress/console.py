@@ -60,7 +60,11 @@ class ConsoleStream(io.TextIOBase):
     def write(self, text: str) -> int:
         for target in list(self._targets):
             try:
-                target.write(text)
+                try:
+                    target.write(text)
+                except UnicodeEncodeError:  # a character its code page lacks (Windows): escaped, the target kept
+                    encoding = getattr(target, "encoding", None) or "ascii"
+                    target.write(text.encode(encoding, "backslashreplace").decode(encoding))
                 if target is not self._log:
                     target.flush()
             except (OSError, ValueError) as exc:
@@ -100,6 +104,15 @@ def is_console(fd: int, path: Path) -> bool:
     return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
+def in_utf8(stream: IO[str] | None) -> None:
+    """Write `stream` (the rank's output into console.log) in UTF-8, as the studio reads that file and writes its
+    own lines into it. Python writes an output redirected to a file in the system's code page on Windows (cp1252,
+    cp932): a folder named Jürgen came out garbled in the console pane, and a character the code page lacks (the
+    "→" of a hint, a folder named in Chinese) lost every later line of the rank."""
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        stream.reconfigure(encoding="utf-8", errors="backslashreplace")  # type: ignore[union-attr]
+
+
 def own_console(run_dir: Path) -> None:
     """Make this rank's output safe: into RUN_DIR/console.log, immune to a dead terminal or pipe."""
     if hasattr(signal, "SIGHUP"):
@@ -107,6 +120,9 @@ def own_console(run_dir: Path) -> None:
     path = run_dir / CONSOLE_FILE
     log: IO[str] | None = None
     already = is_console(1, path)  # started by the studio or studio-train: the output is the log
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        if is_console(fd, path):
+            in_utf8(stream)
     if not already:
         try:
             log = open(path, "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115

@@ -229,7 +229,7 @@ def test_a_training_python_without_cuda_on_a_gpu_machine(tmp_path: Path, hub_cac
     write_checkpoint(tmp_path / "m.safetensors", SD15)
     config, root = _project(tmp_path, base=str(tmp_path / "m.safetensors"))
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho 'STUDIO_TORCH_PROBE [\"2.5.1+cpu\", false, \"/no/such/torch/__init__.py\"]'\n")
+    fake.write_text("#!/bin/sh\necho 'STUDIO_TORCH_PROBE [\"2.5.1+cpu\", false, \"/no/such/torch/__init__.py\", []]'\n")
     fake.chmod(0o755)
     config.launch.python = str(fake)
     gpu = load_profile("rtx4090-24gb").gpus[0]
@@ -388,3 +388,47 @@ def test_the_run_is_held_against_the_gpu_launch_gpu_ids_chooses(
                       "on, or to \"all\"."]
     config.launch.cpu = True  # a CPU run uses no GPU number
     assert checks("2") == ([], [])
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in interpreter is a shell script")
+def test_a_python_with_torch_but_not_the_trainer_is_named_before_the_launch(tmp_path: Path) -> None:
+    """launch.python set to another program's environment (a ComfyUI or kohya venv): its torch sees the GPU, but
+    the trainer started there ended at once with "No module named 'studio'". The check says what is missing,
+    whatever folder the studio itself was started from (a source checkout holds a `studio` of its own)."""
+    import sys
+
+    stub = tmp_path / "other-env-site"
+    stub.mkdir()
+    (stub / "torch.py").write_text("__version__ = '2.9.0+cu128'\nclass cuda:\n    is_available = staticmethod("
+                                   "lambda: True)\n")
+    python = tmp_path / "other-env-python"
+    # -S: none of this test's site-packages (the studio, accelerate...); only the stand-in torch.
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{stub}" exec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    problem = preflight_module.check_torch_cuda(str(python))
+    assert problem is not None and problem.check == "torch"
+    assert problem.message.startswith(f"The training interpreter {python} lacks studio, accelerate, diffusers, "
+                                      "transformers, peft, safetensors, which the trainer needs"), problem
+    assert "remove launch.python" in problem.message
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in interpreter is a shell script")
+def test_a_damaged_studio_environment_is_answered_with_its_repair(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training environment the studio set up, with its torch gone or broken (an antivirus that took a DLL):
+    the fix is the studio's Repair, not a pip command in a Python the desktop app's person never sees."""
+    from studio.core.training_python import READY_FILE, env_python
+
+    folder = tmp_path / "training-env"
+    python = env_python(folder)
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 'ImportError: DLL load failed while importing _C' >&2\nexit 1\n")
+    python.chmod(0o755)
+    (folder / READY_FILE).write_text("{}")
+    monkeypatch.setenv("STUDIO_TRAINING_ENV", str(folder))
+    problem = preflight_module.check_torch_cuda(None)
+    assert problem is not None and problem.message == (
+        f"The training interpreter {python} has no torch: repair the training environment (`studio-train env "
+        "repair`, or Repair in Tools → Training Environment).")
+    # launch.python naming that same Python is the person's own choice: pip is the words there.
+    assert "pip install" in str(preflight_module.check_torch_cuda(str(python)))

@@ -14,6 +14,9 @@ from studio.core.project import preflight
 
 
 def _torch(site: Path, available: bool) -> Path:
+    """A stand-in torch, and the trainer's other packages (only looked up), in a training environment's site."""
+    for name in preflight.TRAINER_PACKAGES:
+        (site / f"{name}.py").touch()
     stub = site / "torch.py"
     stub.write_text(f"__version__ = '2.13.0+stub'\nclass cuda:\n    is_available = staticmethod(lambda: {available})\n")
     return stub

@@ -116,3 +116,24 @@ def test_the_trainer_numbers_the_gpus_as_the_studio_shows_them(monkeypatch: pyte
     # An order the person chose stays.
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     assert training_env({})["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_the_command_a_windows_person_copies_runs_in_their_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """command.txt, `studio-train command` and the resume a stopped run names, on Windows: POSIX single quotes
+    around every path (for its backslashes) made lines that cmd.exe could not run; a path with a space goes in
+    double quotes."""
+    from studio.core import quoting
+    from studio.core.runs import launch
+    from studio.core.runs.records.outcome import outcome_line
+
+    python = r"C:\Users\Jane Doe\AppData\Local\sd-training-studio\training-env\Scripts\python.exe"
+    monkeypatch.setattr(quoting, "os", _WindowsOs())
+    assert launch.format_command([python, "-m", "studio.train.launcher", "--config_file",
+                                  r"D:\runs\20260101-120000-run\accelerate.yaml"]) == (
+        f'"{python}" -m studio.train.launcher --config_file D:\\runs\\20260101-120000-run\\accelerate.yaml')
+    config = validate_data({"model": {"family": "sd15", "base": "m/n"}, "launch": {"python": python}})
+    plan = prepare_run(resolve_paths(config, tmp_path / "my projects"))
+    line = (plan.run_dir / "command.txt").read_text(encoding="utf-8").strip()
+    assert "'" not in line
+    assert line.startswith(f'"{python}" -m studio.train.launcher --config_file "{plan.run_dir / "accelerate.yaml"}"')
+    assert outcome_line(plan.run_dir, 1).endswith(f'continue it with: studio-train resume "{plan.run_dir}"')

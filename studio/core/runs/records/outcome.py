@@ -5,10 +5,10 @@ No torch here: `studio-train resume` asks whether a run completed before it star
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from studio.core.app_words import command_or_action
+from studio.core.quoting import command_line
 from studio.core.runs.event_reading.files import events_backwards, newest_event
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
@@ -72,7 +72,7 @@ def already_completed_message(run_dir: Path, finished: RunFinished) -> str:
 
 
 def _resume(run_dir: Path) -> str:
-    return command_or_action(f"studio-train resume {shlex.quote(str(run_dir))}", "Resume on the Train or Runs page")
+    return command_or_action(command_line(["studio-train", "resume", str(run_dir)]), "Resume on the Train or Runs page")
 
 
 def outcome_line(run_dir: Path, exit_code: int | None) -> str:
