@@ -229,3 +229,19 @@ def test_a_projects_family_decides_which_captions_are_named_long(
     longer_prefix = ", ".join(f"word{i}" for i in range(200))
     assert _caption(project, tiny_tagger, "--prefix", longer_prefix, "--mode", "replace") == 0
     assert "captions are longer than Qwen3's 512 tokens" in capsys.readouterr().out
+
+
+def test_an_image_larger_than_pillow_opens_is_skipped_and_the_rest_captioned(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A 300-megapixel scan among 2,000 photos is named and skipped; it does not stop the job."""
+    from PIL import Image
+
+    huge = sorted(demo_folder.glob("*.png"))[0]
+    Image.new("RGB", (400, 400), (200, 30, 30)).save(huge)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 128 * 128)  # the demo's 128x128 open; 400x400 is past twice that
+    assert _caption(demo_folder, tiny_tagger) == 0
+    out, err = capsys.readouterr()
+    assert f"Cannot read {huge}" in err and "decompression bomb" in err and "Traceback" not in err
+    assert "Captioned 2 of 3 images" in out and "1 problem; see the messages above" in out
+    assert not huge.with_suffix(".txt").exists()
