@@ -245,3 +245,24 @@ def test_an_image_larger_than_pillow_opens_is_skipped_and_the_rest_captioned(
     assert f"Cannot read {huge}" in err and "decompression bomb" in err and "Traceback" not in err
     assert "Captioned 2 of 3 images" in out and "1 problem; see the messages above" in out
     assert not huge.with_suffix(".txt").exists()
+
+
+def test_an_edit_projects_control_images_get_no_caption(tmp_path: Path, tiny_tagger: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The targets are captioned (their caption is the instruction); control/ beside them is left as it is."""
+    from PIL import Image
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    pairs = tmp_path / "pairs"
+    (pairs / "control").mkdir(parents=True)
+    for name in ("day", "night"):
+        Image.new("RGB", (32, 32), (220, 40, 40)).save(pairs / f"{name}.png")
+        Image.new("RGB", (32, 32), (40, 70, 220)).save(pairs / "control" / f"{name}.png")
+    config = TrainConfig(model=ModelSection(family="flux2-klein", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(pairs))], kind="edit"))
+    project = create_project(tmp_path / "project", config).root
+    assert _caption(project, tiny_tagger) == 0
+    assert "Captioned 2 of 2 images" in capsys.readouterr().out
+    assert sorted(p.relative_to(pairs).as_posix() for p in pairs.rglob("*.txt")) == ["day.txt", "night.txt"]
