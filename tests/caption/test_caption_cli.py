@@ -266,3 +266,22 @@ def test_an_edit_projects_control_images_get_no_caption(tmp_path: Path, tiny_tag
     assert _caption(project, tiny_tagger) == 0
     assert "Captioned 2 of 2 images" in capsys.readouterr().out
     assert sorted(p.relative_to(pairs).as_posix() for p in pairs.rglob("*.txt")) == ["day.txt", "night.txt"]
+
+
+@pytest.mark.parametrize("batch_size", ["1", "4"])
+def test_two_images_named_alike_get_one_caption_and_the_other_is_named(
+        tmp_path: Path, tiny_tagger: Path, batch_size: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """photo.jpg and photo.png both train with photo.txt: the first is captioned, the second is named, not
+    written over the first's caption (in one batch) nor called a change by another program (in the next)."""
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (40, 70, 220)).save(tmp_path / "photo.jpg")
+    Image.new("RGB", (32, 32), (220, 40, 40)).save(tmp_path / "photo.png")
+    assert _caption(tmp_path, tiny_tagger, "--batch-size", batch_size) == 0
+    out, err = capsys.readouterr()
+    tags = (tmp_path / "photo.txt").read_text(encoding="utf-8").split(", ")
+    assert "blue" in tags and "red" not in tags  # photo.jpg's, first in the folder
+    assert f"{tmp_path / 'photo.png'} was not captioned: it is named as photo.jpg, so the two share one " \
+           "caption file (photo.txt)" in err
+    assert "changed by another program" not in err
+    assert "Captioned 1 of 1 images" in out and "wrote 1 captions" in out and "1 problem" in out
