@@ -34,6 +34,10 @@ def choose_device(requested: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CaptionerError(f"--device {requested} was asked, but torch sees no CUDA GPU on this machine. "
                              "Use --device auto or cpu, or install a CUDA build of torch.")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise CaptionerError(f"--device {requested} was asked, but torch sees {count} GPU{'s' if count != 1 else ''} "
+                             f"(cuda:0 to cuda:{count - 1}). Use one of those, or --device auto.")
     return device
 
 

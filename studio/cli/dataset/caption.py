@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -150,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
                              args.character_threshold)
         if args.batch_size is not None and args.batch_size < 1:
             raise ValueError(f"--batch-size {args.batch_size} must be at least 1")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", args.device):  # a tagger would run on the CPU unasked
+            raise ValueError(f"--device {args.device} is not a device: use auto, cpu, cuda or cuda:N "
+                             "(N: the GPU's number, 0 for the first)")
         if args.max_tokens < 1:
             raise ValueError(f"--max-tokens {args.max_tokens} must be at least 1")
         dataset = open_dataset(Path(args.dir).expanduser())
