@@ -47,7 +47,9 @@ def test_fill_missing_captions_only_the_images_without_one_and_a_second_run_touc
             assert text is not None and text.startswith("sks, ") and len(text) > len("sks, ")
         else:
             assert text == before[name]
-    assert "Captioned 3 of 3 images" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "Captioned 3 of 3 images" in out
+    assert f"Captioning 3 images with {model.name} on cpu in fp32, 4 a batch." in err  # a CPU run is never silent
     assert not (demo_folder / PROGRESS_FILE).exists()
     files = _snapshot(demo_folder)
     assert _caption(demo_folder, model, "--prefix", "sks") == 0
