@@ -93,11 +93,11 @@ class CaptionJob:
         size = captioner.batch_size
         try:
             for start in range(0, total, size):
-                self._batch(captioner, plan.todo[start:start + size], result)
-                self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
-                if self.should_stop() and start + size < total:
+                if self.should_stop():  # before each batch: a stop asked while the model loaded captions none
                     result.status = "stopped"
                     break
+                self._batch(captioner, plan.todo[start:start + size], result)
+                self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
         finally:
             if self.write:
                 self.store.remove_leftovers()  # a save cut short by a crash leaves nothing behind

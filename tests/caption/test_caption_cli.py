@@ -289,3 +289,20 @@ def test_two_images_named_alike_get_one_caption_and_the_other_is_named(
            "caption file (photo.txt)" in err
     assert "changed by another program" not in err
     assert "Captioned 1 of 1 images" in out and "wrote 1 captions" in out and "1 problem" in out
+
+
+def test_a_stop_asked_while_the_model_loads_captions_nothing(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    files = _snapshot(demo_folder)
+    real = registry.load_captioner
+
+    def load_then_ctrl_c(*args: Any) -> Captioner:
+        captioner = real(*args)
+        signal.raise_signal(signal.SIGINT)  # Ctrl+C while a large model loads
+        return captioner
+
+    monkeypatch.setattr(registry, "load_captioner", load_then_ctrl_c)
+    assert _caption(demo_folder, tiny_tagger, "--batch-size", "2") == 130
+    assert "Captioned 0 of 3 images" in capsys.readouterr().out
+    assert {n: f for n, f in _snapshot(demo_folder).items() if n != PROGRESS_FILE} == files
