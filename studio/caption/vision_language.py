@@ -59,6 +59,7 @@ class VisionLanguageCaptioner(Captioner):
         super().__init__(source, settings)
         import torch
         import transformers
+        from safetensors import SafetensorError
 
         self.kind = source.kind
         names = {"blip": ("BlipForConditionalGeneration", "BlipProcessor"),
@@ -72,7 +73,7 @@ class VisionLanguageCaptioner(Captioner):
         try:
             self.processor = processor_class.from_pretrained(source.folder)
             self.model = model_class.from_pretrained(source.folder, dtype=self.dtype)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:  # missing, or cut short by a download
             raise CaptionerError(f"Cannot load the {source.kind} model in {source.folder}: {exc}. "
                                  "Download the model again or choose another one.") from exc
         self.model.to(self.torch_device).eval()

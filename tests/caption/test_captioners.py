@@ -134,3 +134,14 @@ def test_a_gpu_number_the_machine_does_not_have_is_a_clear_error(monkeypatch: py
     assert choose_device("cuda:1") == torch.device("cuda:1")
     with pytest.raises(CaptionerError, match=r"--device cuda:2 was asked, but torch sees 2 GPUs \(cuda:0 to cuda:1\)"):
         choose_device("cuda:2")
+
+
+def test_a_sentence_captioner_whose_weights_are_cut_short_says_download_it_again(
+        tiny_blip: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = Path(shutil.copytree(tiny_blip, tmp_path / "blip"))
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a download stopped partway
+    with pytest.raises(CaptionerError, match=r"Cannot load the blip model in .*Download the model again"):
+        load_captioner(CaptionerSource(folder, "blip"), RunSettings(device="cpu"))
