@@ -306,3 +306,32 @@ def test_a_stop_asked_while_the_model_loads_captions_nothing(
     assert _caption(demo_folder, tiny_tagger, "--batch-size", "2") == 130
     assert "Captioned 0 of 3 images" in capsys.readouterr().out
     assert {n: f for n, f in _snapshot(demo_folder).items() if n != PROGRESS_FILE} == files
+
+
+def test_a_projects_images_on_another_drive_are_captioned_and_resumed(
+        demo_folder: Path, tiny_tagger: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows: a project on D: with its images on E: (relpath raises ValueError there)."""
+    import os
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_folder))]))
+    project = create_project(tmp_path / "project", config).root
+    real = os.path.relpath
+
+    def relpath(path: Any, start: Any = None) -> str:
+        if Path(path).is_relative_to(demo_folder) and not Path(str(start)).is_relative_to(demo_folder):
+            raise ValueError("path is on mount 'E:', start on mount 'D:'")
+        return real(path, start)
+
+    monkeypatch.setattr(os.path, "relpath", relpath)
+    seen = _scripted(monkeypatch, stop_at=1)
+    assert _caption(project, tiny_tagger, "--batch-size", "2") == 130
+    assert len(seen) == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(os.path, "relpath", relpath)
+    seen = _scripted(monkeypatch)
+    assert _caption(project, tiny_tagger, "--batch-size", "2") == 0
+    assert len(seen) == 1 and all(text is not None for text in _captions(demo_folder).values())
