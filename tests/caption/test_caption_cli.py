@@ -86,7 +86,8 @@ def test_the_tagger_threshold_and_blacklist_decide_the_tags(demo_folder: Path, t
 def test_a_dry_run_prints_json_lines_and_writes_nothing(demo_folder: Path, tiny_tagger: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     listed = demo_folder / "only.lst"
-    listed.write_text("\n".join(str(p) for p in sorted(demo_folder.glob("*.png"))[:2]) + "\n", encoding="utf-8")
+    listed.write_text("\r\n".join(str(p) for p in sorted(demo_folder.glob("*.png"))[:2]) + "\r\n",
+                      encoding="utf-8-sig")  # as Notepad saves it: a BOM first
     files = _snapshot(demo_folder)
     assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--dry-run", "--json",
                     "--images-from", str(listed)) == 0

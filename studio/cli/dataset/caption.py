@@ -130,7 +130,7 @@ def _read_image_list(path: str, folder: Path, images: list[Path]) -> list[Path]:
     """The dataset's images named in `path` (absolute, or relative to the dataset folder), in its order."""
     by_real = {os.path.realpath(image): image for image in images}
     listed, unknown = [], []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in Path(path).read_text(encoding="utf-8-sig").splitlines():  # -sig: a list saved by Notepad
         if line.strip():
             named = Path(line.strip()).expanduser()
             found = by_real.get(os.path.realpath(named if named.is_absolute() else folder / named))
