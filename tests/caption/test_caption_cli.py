@@ -111,7 +111,7 @@ def test_mistakes_are_told_without_a_traceback(demo_folder: Path, tmp_path: Path
     assert main(["caption", str(demo_folder), "--model", "blip-base", "--images-from", str(listed)]) == 2
     assert "are not in the dataset" in capsys.readouterr().err
     assert main(["caption", str(demo_folder), "--model", "x", "--threshold", "2"]) == 2
-    assert "between 0 and 1" in capsys.readouterr().err
+    assert "between 0.1 and 1" in capsys.readouterr().err
     assert main(["caption", str(demo_folder), "--model", "x", "--device", "gpu"]) == 2
     assert "--device gpu is not a device: use auto, cpu, cuda or cuda:N" in capsys.readouterr().err
 
