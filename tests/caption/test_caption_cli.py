@@ -336,3 +336,24 @@ def test_a_projects_images_on_another_drive_are_captioned_and_resumed(
     seen = _scripted(monkeypatch)
     assert _caption(project, tiny_tagger, "--batch-size", "2") == 0
     assert len(seen) == 1 and all(text is not None for text in _captions(demo_folder).values())
+
+
+@pytest.mark.parametrize(("source", "reads"), [("folder", "its folder's name"), ("prompt", "its instance prompt"),
+                                               ("caption", ".caption files only")])
+def test_captions_a_concept_would_never_train_are_refused_before_the_model_runs(
+        demo_folder: Path, tiny_tagger: Path, source: str, reads: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A concept that reads its folder's name, its prompt or .caption files trains none of the .txt files a model
+    writes: 'wrote 8 captions' would be untrue in every way that matters, run after run."""
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    concept = ConceptSection(path=str(demo_folder), caption_source=source, instance_prompt="photo of sks")  # type: ignore[arg-type]
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[concept]))
+    project = create_project(demo_folder.parent / "project", config).root
+    files = _snapshot(demo_folder)
+    assert _caption(project, tiny_tagger, "--mode", "replace") == 2
+    err = capsys.readouterr().err
+    assert f"The concept {demo_folder} reads its captions from {reads} (caption_source = \"{source}\"): the " in err
+    assert "would never be trained. Set the concept's caption_source to auto" in err
+    assert _snapshot(demo_folder) == files

@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         images = dataset.images
         if args.images_from:
             images = _read_image_list(args.images_from, dataset.folder, images)
+        dataset.check_captions_are_read(images)
         source = find_captioner(args.model)
     except (ValueError, DatasetError, CaptionerNotFound, OSError) as exc:
         if args.json:
