@@ -94,8 +94,14 @@ class VisionLanguageCaptioner(Captioner):
         if not images:
             return []
         inputs = self._inputs([image for _, image in images])
-        with torch.inference_mode():
-            ids = self.model.generate(**inputs, max_new_tokens=self.settings.max_new_tokens,
-                                      num_beams=NUM_BEAMS, do_sample=False)
+        try:
+            with torch.inference_mode():
+                ids = self.model.generate(**inputs, max_new_tokens=self.settings.max_new_tokens,
+                                          num_beams=NUM_BEAMS, do_sample=False)
+        except torch.OutOfMemoryError as exc:  # the same command would run out again: the batch must shrink
+            smaller = max(1, len(images) // 2)
+            raise CaptionerError(f"{self.device} ran out of memory captioning {len(images)} images at once. Run the "
+                                 f"command again with --batch-size {smaller}: the captions written so far are kept "
+                                 "and the job goes on where it stopped.") from exc
         texts = self.processor.batch_decode(ids, skip_special_tokens=True)
         return [MachineCaption(path, " ".join(text.split())) for (path, _), text in zip(images, texts, strict=True)]

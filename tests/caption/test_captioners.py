@@ -145,3 +145,19 @@ def test_a_sentence_captioner_whose_weights_are_cut_short_says_download_it_again
     weights.write_bytes(weights.read_bytes()[:1000])  # a download stopped partway
     with pytest.raises(CaptionerError, match=r"Cannot load the blip model in .*Download the model again"):
         load_captioner(CaptionerSource(folder, "blip"), RunSettings(device="cpu"))
+
+
+def test_a_gpu_out_of_memory_says_which_batch_size_to_try(tiny_blip: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running the same command again would run out again; a smaller batch is what helps."""
+    import torch
+
+    captioner = load_captioner(CaptionerSource(tiny_blip, "blip"), RunSettings(device="cpu"))
+
+    def out_of_memory(**_inputs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(captioner.model, "generate", out_of_memory)  # type: ignore[attr-defined]
+    images = [(Path(f"{i}.png"), Image.new("RGB", (40, 40), RED)) for i in range(4)]
+    with pytest.raises(CaptionerError, match=r"cpu ran out of memory captioning 4 images at once\. Run the command "
+                                             r"again with --batch-size 2"):
+        captioner.caption(images)
