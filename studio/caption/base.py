@@ -69,9 +69,12 @@ class Captioner(ABC):
 def load_image(path: Path) -> Image.Image:
     """An image as the trainer sees it: EXIF rotation applied, transparency on white, RGB.
 
-    Raises OSError (or ValueError) for a file that is no readable image.
+    Raises OSError (or ValueError) for a file that is no readable image, or one larger than Pillow opens.
     """
     from PIL import Image
 
-    with Image.open(path) as opened:
-        return as_rgb(upright(opened))
+    try:
+        with Image.open(path) as opened:
+            return as_rgb(upright(opened))
+    except (SyntaxError, Image.DecompressionBombError) as exc:  # a broken header; a picture past Pillow's limit
+        raise ValueError(str(exc)) from exc

@@ -32,6 +32,9 @@ class JobPlan:
     todo: list[Path]  # images the model will see, in dataset order
     kept: int = 0  # fill-missing: images that already have a caption
     resumed: int = 0  # done by an earlier run of the same job
+    # (image, the image before it in the plan) named alike but for the extension (a.jpg, a.png): they read and
+    # save one caption file, so only the first is captioned and the job names the other.
+    shared: list[tuple[Path, Path]] = field(default_factory=list)
 
 
 @dataclass
@@ -48,10 +51,17 @@ def plan_job(store: CaptionStore, images: Sequence[Path], rules: CaptionRules,
              progress: CaptionProgress | None) -> JobPlan:
     """Which images the model must see: fill-missing skips captioned ones, a resumed job the done ones."""
     plan = JobPlan([])
+    owners: dict[tuple[Path, str], Path] = {}  # a sidecar (its name in any case) -> the first image saved to it
     for image in images:
         caption = store.caption(image)
+        owner = image
+        if store.entries[image].caption_source != "metadata":  # a metadata.jsonl row is the image's own
+            target = store.target_file(image)
+            owner = owners.setdefault((target.parent, target.name.lower()), image)
         if rules.mode == "fill-missing" and caption:
             plan.kept += 1
+        elif owner != image:
+            plan.shared.append((image, owner))
         elif progress is not None and progress.is_done(image, caption):
             plan.resumed += 1
         else:
@@ -76,14 +86,18 @@ class CaptionJob:
             model=captioner.source.name, kind=captioner.source.kind, device=captioner.device,
             precision=captioner.precision, batch_size=captioner.batch_size, total=total, kept=plan.kept,
             resumed=plan.resumed).to_dict())
+        for image, owner in plan.shared:
+            self._warn(result, f"{image} was not captioned: it is named as {owner.name}, so the two share one "
+                               f"caption file ({self.store.target_file(owner).name}). Rename one of them, or remove "
+                               "it if it is the same picture in another format.")
         size = captioner.batch_size
         try:
             for start in range(0, total, size):
-                self._batch(captioner, plan.todo[start:start + size], result)
-                self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
-                if self.should_stop() and start + size < total:
+                if self.should_stop():  # before each batch: a stop asked while the model loaded captions none
                     result.status = "stopped"
                     break
+                self._batch(captioner, plan.todo[start:start + size], result)
+                self.emit(CaptionJobProgress(done=min(start + size, total), total=total).to_dict())
         finally:
             if self.write:
                 self.store.remove_leftovers()  # a save cut short by a crash leaves nothing behind

@@ -82,16 +82,23 @@ class OnnxTagger(Captioner):
         if settings.device.startswith("cuda") and "CUDAExecutionProvider" not in available:
             raise CaptionerError(f"--device {settings.device} was asked, but this onnxruntime has no CUDA support. "
                                  "Install onnxruntime-gpu, or use --device auto or cpu.")
-        providers = ["CPUExecutionProvider"]
+        providers: list[str | tuple[str, dict[str, int]]] = ["CPUExecutionProvider"]
         if wants_gpu and "CUDAExecutionProvider" in available:
-            providers.insert(0, "CUDAExecutionProvider")
+            index = settings.device.partition(":")[2]  # cuda:N runs on GPU N, not on the first
+            providers.insert(0, ("CUDAExecutionProvider", {"device_id": int(index)}) if index else "CUDAExecutionProvider")
         try:
             self.session = onnxruntime.InferenceSession(str(source.folder / MODEL_FILE), providers=providers)
         except (ort_errors.Fail, ort_errors.InvalidProtobuf, ort_errors.InvalidGraph, ort_errors.NoSuchFile,
                 ort_errors.InvalidArgument, ort_errors.NotImplemented) as exc:
             raise CaptionerError(f"Cannot load the tagger {source.folder / MODEL_FILE}: {exc}. "
                                  "Download the tagger again.") from exc
-        self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        on_gpu = self.session.get_providers()[0] == "CUDAExecutionProvider"
+        if settings.device.startswith("cuda") and not on_gpu:
+            # onnxruntime falls back to the CPU with a log line when its CUDA provider cannot start.
+            raise CaptionerError(f"--device {settings.device} was asked, but onnxruntime could not run the tagger "
+                                 "there (a CUDA or cuDNN library it needs is missing, or no such GPU; see the lines "
+                                 "above). Install what onnxruntime-gpu needs, or use --device auto or cpu.")
+        self.device = (settings.device if settings.device.startswith("cuda") else "cuda") if on_gpu else "cpu"
         model_input = self.session.get_inputs()[0]
         self.precision = {"tensor(float16)": "fp16", "tensor(float)": "fp32"}.get(model_input.type, model_input.type)
         self.input_name = model_input.name

@@ -51,7 +51,10 @@ class CaptionProgress:
         return progress
 
     def _key(self, image: Path) -> str:
-        return Path(os.path.relpath(image, self.folder)).as_posix()
+        try:
+            return Path(os.path.relpath(image, self.folder)).as_posix()
+        except ValueError:  # Windows: a project on D: whose images are on E: has no relative path to them
+            return Path(image).as_posix()
 
     def is_done(self, image: Path, caption_now: str | None) -> bool:
         key = self._key(image)

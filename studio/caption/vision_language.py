@@ -34,6 +34,10 @@ def choose_device(requested: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CaptionerError(f"--device {requested} was asked, but torch sees no CUDA GPU on this machine. "
                              "Use --device auto or cpu, or install a CUDA build of torch.")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise CaptionerError(f"--device {requested} was asked, but torch sees {count} GPU{'s' if count != 1 else ''} "
+                             f"(cuda:0 to cuda:{count - 1}). Use one of those, or --device auto.")
     return device
 
 
@@ -55,6 +59,7 @@ class VisionLanguageCaptioner(Captioner):
         super().__init__(source, settings)
         import torch
         import transformers
+        from safetensors import SafetensorError
 
         self.kind = source.kind
         names = {"blip": ("BlipForConditionalGeneration", "BlipProcessor"),
@@ -68,7 +73,7 @@ class VisionLanguageCaptioner(Captioner):
         try:
             self.processor = processor_class.from_pretrained(source.folder)
             self.model = model_class.from_pretrained(source.folder, dtype=self.dtype)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:  # missing, or cut short by a download
             raise CaptionerError(f"Cannot load the {source.kind} model in {source.folder}: {exc}. "
                                  "Download the model again or choose another one.") from exc
         self.model.to(self.torch_device).eval()
@@ -89,8 +94,14 @@ class VisionLanguageCaptioner(Captioner):
         if not images:
             return []
         inputs = self._inputs([image for _, image in images])
-        with torch.inference_mode():
-            ids = self.model.generate(**inputs, max_new_tokens=self.settings.max_new_tokens,
-                                      num_beams=NUM_BEAMS, do_sample=False)
+        try:
+            with torch.inference_mode():
+                ids = self.model.generate(**inputs, max_new_tokens=self.settings.max_new_tokens,
+                                          num_beams=NUM_BEAMS, do_sample=False)
+        except torch.OutOfMemoryError as exc:  # the same command would run out again: the batch must shrink
+            smaller = max(1, len(images) // 2)
+            raise CaptionerError(f"{self.device} ran out of memory captioning {len(images)} images at once. Run the "
+                                 f"command again with --batch-size {smaller}: the captions written so far are kept "
+                                 "and the job goes on where it stopped.") from exc
         texts = self.processor.batch_decode(ids, skip_special_tokens=True)
         return [MachineCaption(path, " ".join(text.split())) for (path, _), text in zip(images, texts, strict=True)]

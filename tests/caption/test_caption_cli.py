@@ -47,7 +47,9 @@ def test_fill_missing_captions_only_the_images_without_one_and_a_second_run_touc
             assert text is not None and text.startswith("sks, ") and len(text) > len("sks, ")
         else:
             assert text == before[name]
-    assert "Captioned 3 of 3 images" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "Captioned 3 of 3 images" in out
+    assert f"Captioning 3 images with {model.name} on cpu in fp32, 4 a batch." in err  # a CPU run is never silent
     assert not (demo_folder / PROGRESS_FILE).exists()
     files = _snapshot(demo_folder)
     assert _caption(demo_folder, model, "--prefix", "sks") == 0
@@ -84,7 +86,8 @@ def test_the_tagger_threshold_and_blacklist_decide_the_tags(demo_folder: Path, t
 def test_a_dry_run_prints_json_lines_and_writes_nothing(demo_folder: Path, tiny_tagger: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     listed = demo_folder / "only.lst"
-    listed.write_text("\n".join(str(p) for p in sorted(demo_folder.glob("*.png"))[:2]) + "\n", encoding="utf-8")
+    listed.write_text("\r\n".join(str(p) for p in sorted(demo_folder.glob("*.png"))[:2]) + "\r\n",
+                      encoding="utf-8-sig")  # as Notepad saves it: a BOM first
     files = _snapshot(demo_folder)
     assert _caption(demo_folder, tiny_tagger, "--mode", "replace", "--dry-run", "--json",
                     "--images-from", str(listed)) == 0
@@ -108,7 +111,9 @@ def test_mistakes_are_told_without_a_traceback(demo_folder: Path, tmp_path: Path
     assert main(["caption", str(demo_folder), "--model", "blip-base", "--images-from", str(listed)]) == 2
     assert "are not in the dataset" in capsys.readouterr().err
     assert main(["caption", str(demo_folder), "--model", "x", "--threshold", "2"]) == 2
-    assert "between 0 and 1" in capsys.readouterr().err
+    assert "between 0.1 and 1" in capsys.readouterr().err
+    assert main(["caption", str(demo_folder), "--model", "x", "--device", "gpu"]) == 2
+    assert "--device gpu is not a device: use auto, cpu, cuda or cuda:N" in capsys.readouterr().err
 
 
 class _Scripted(Captioner):
@@ -229,3 +234,126 @@ def test_a_projects_family_decides_which_captions_are_named_long(
     longer_prefix = ", ".join(f"word{i}" for i in range(200))
     assert _caption(project, tiny_tagger, "--prefix", longer_prefix, "--mode", "replace") == 0
     assert "captions are longer than Qwen3's 512 tokens" in capsys.readouterr().out
+
+
+def test_an_image_larger_than_pillow_opens_is_skipped_and_the_rest_captioned(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A 300-megapixel scan among 2,000 photos is named and skipped; it does not stop the job."""
+    from PIL import Image
+
+    huge = sorted(demo_folder.glob("*.png"))[0]
+    Image.new("RGB", (400, 400), (200, 30, 30)).save(huge)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 128 * 128)  # the demo's 128x128 open; 400x400 is past twice that
+    assert _caption(demo_folder, tiny_tagger) == 0
+    out, err = capsys.readouterr()
+    assert f"Cannot read {huge}" in err and "decompression bomb" in err and "Traceback" not in err
+    assert "Captioned 2 of 3 images" in out and "1 problem; see the messages above" in out
+    assert not huge.with_suffix(".txt").exists()
+
+
+def test_an_edit_projects_control_images_get_no_caption(tmp_path: Path, tiny_tagger: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The targets are captioned (their caption is the instruction); control/ beside them is left as it is."""
+    from PIL import Image
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    pairs = tmp_path / "pairs"
+    (pairs / "control").mkdir(parents=True)
+    for name in ("day", "night"):
+        Image.new("RGB", (32, 32), (220, 40, 40)).save(pairs / f"{name}.png")
+        Image.new("RGB", (32, 32), (40, 70, 220)).save(pairs / "control" / f"{name}.png")
+    config = TrainConfig(model=ModelSection(family="flux2-klein", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(pairs))], kind="edit"))
+    project = create_project(tmp_path / "project", config).root
+    assert _caption(project, tiny_tagger) == 0
+    assert "Captioned 2 of 2 images" in capsys.readouterr().out
+    assert sorted(p.relative_to(pairs).as_posix() for p in pairs.rglob("*.txt")) == ["day.txt", "night.txt"]
+
+
+@pytest.mark.parametrize("batch_size", ["1", "4"])
+def test_two_images_named_alike_get_one_caption_and_the_other_is_named(
+        tmp_path: Path, tiny_tagger: Path, batch_size: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """photo.jpg and photo.png both train with photo.txt: the first is captioned, the second is named, not
+    written over the first's caption (in one batch) nor called a change by another program (in the next)."""
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (40, 70, 220)).save(tmp_path / "photo.jpg")
+    Image.new("RGB", (32, 32), (220, 40, 40)).save(tmp_path / "photo.png")
+    assert _caption(tmp_path, tiny_tagger, "--batch-size", batch_size) == 0
+    out, err = capsys.readouterr()
+    tags = (tmp_path / "photo.txt").read_text(encoding="utf-8").split(", ")
+    assert "blue" in tags and "red" not in tags  # photo.jpg's, first in the folder
+    assert f"{tmp_path / 'photo.png'} was not captioned: it is named as photo.jpg, so the two share one " \
+           "caption file (photo.txt)" in err
+    assert "changed by another program" not in err
+    assert "Captioned 1 of 1 images" in out and "wrote 1 captions" in out and "1 problem" in out
+
+
+def test_a_stop_asked_while_the_model_loads_captions_nothing(
+        demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    files = _snapshot(demo_folder)
+    real = registry.load_captioner
+
+    def load_then_ctrl_c(*args: Any) -> Captioner:
+        captioner = real(*args)
+        signal.raise_signal(signal.SIGINT)  # Ctrl+C while a large model loads
+        return captioner
+
+    monkeypatch.setattr(registry, "load_captioner", load_then_ctrl_c)
+    assert _caption(demo_folder, tiny_tagger, "--batch-size", "2") == 130
+    assert "Captioned 0 of 3 images" in capsys.readouterr().out
+    assert {n: f for n, f in _snapshot(demo_folder).items() if n != PROGRESS_FILE} == files
+
+
+def test_a_projects_images_on_another_drive_are_captioned_and_resumed(
+        demo_folder: Path, tiny_tagger: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows: a project on D: with its images on E: (relpath raises ValueError there)."""
+    import os
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_folder))]))
+    project = create_project(tmp_path / "project", config).root
+    real = os.path.relpath
+
+    def relpath(path: Any, start: Any = None) -> str:
+        if Path(path).is_relative_to(demo_folder) and not Path(str(start)).is_relative_to(demo_folder):
+            raise ValueError("path is on mount 'E:', start on mount 'D:'")
+        return real(path, start)
+
+    monkeypatch.setattr(os.path, "relpath", relpath)
+    seen = _scripted(monkeypatch, stop_at=1)
+    assert _caption(project, tiny_tagger, "--batch-size", "2") == 130
+    assert len(seen) == 2
+    monkeypatch.undo()
+    monkeypatch.setattr(os.path, "relpath", relpath)
+    seen = _scripted(monkeypatch)
+    assert _caption(project, tiny_tagger, "--batch-size", "2") == 0
+    assert len(seen) == 1 and all(text is not None for text in _captions(demo_folder).values())
+
+
+@pytest.mark.parametrize(("source", "reads"), [("folder", "its folder's name"), ("prompt", "its instance prompt"),
+                                               ("caption", ".caption files only")])
+def test_captions_a_concept_would_never_train_are_refused_before_the_model_runs(
+        demo_folder: Path, tiny_tagger: Path, source: str, reads: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A concept that reads its folder's name, its prompt or .caption files trains none of the .txt files a model
+    writes: 'wrote 8 captions' would be untrue in every way that matters, run after run."""
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    concept = ConceptSection(path=str(demo_folder), caption_source=source, instance_prompt="photo of sks")  # type: ignore[arg-type]
+    config = TrainConfig(model=ModelSection(family="sd15", base="org/model"),
+                         dataset=DatasetSection(concepts=[concept]))
+    project = create_project(demo_folder.parent / "project", config).root
+    files = _snapshot(demo_folder)
+    assert _caption(project, tiny_tagger, "--mode", "replace") == 2
+    err = capsys.readouterr().err
+    assert f"The concept {demo_folder} reads its captions from {reads} (caption_source = \"{source}\"): the " in err
+    assert "would never be trained. Set the concept's caption_source to auto" in err
+    assert _snapshot(demo_folder) == files

@@ -101,3 +101,63 @@ def test_a_gpu_asked_for_on_a_machine_without_one_is_a_clear_error(tiny_blip: Pa
     source = CaptionerSource(tiny_blip, "blip")
     with pytest.raises(CaptionerError, match=r"torch sees no CUDA GPU.*--device auto or cpu"):
         load_captioner(source, RunSettings(device="cuda"))
+
+
+def test_a_gpu_the_tagger_cannot_start_on_is_a_clear_error_not_the_cpu(
+        tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime-gpu without its CUDA libraries falls back to the CPU: --device cuda:1 says so instead of
+    captioning 2,000 images fifty times slower, and GPU 1 is the one asked for."""
+    import onnxruntime
+
+    asked: list[object] = []
+    real_session = onnxruntime.InferenceSession
+
+    def session(path: str, providers: list[object]) -> object:
+        asked.extend(providers)
+        return real_session(path, providers=["CPUExecutionProvider"])  # as a failed CUDA provider leaves it
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    with pytest.raises(CaptionerError, match=r"--device cuda:1 was asked, but onnxruntime could not run the tagger"):
+        load_captioner(find_captioner(str(tiny_tagger)), RunSettings(device="cuda:1"))
+    assert asked[0] == ("CUDAExecutionProvider", {"device_id": 1})
+    assert load_captioner(find_captioner(str(tiny_tagger)), RunSettings(device="auto")).device == "cpu"
+
+
+def test_a_gpu_number_the_machine_does_not_have_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from studio.caption.vision_language import choose_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert choose_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(CaptionerError, match=r"--device cuda:2 was asked, but torch sees 2 GPUs \(cuda:0 to cuda:1\)"):
+        choose_device("cuda:2")
+
+
+def test_a_sentence_captioner_whose_weights_are_cut_short_says_download_it_again(
+        tiny_blip: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = Path(shutil.copytree(tiny_blip, tmp_path / "blip"))
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a download stopped partway
+    with pytest.raises(CaptionerError, match=r"Cannot load the blip model in .*Download the model again"):
+        load_captioner(CaptionerSource(folder, "blip"), RunSettings(device="cpu"))
+
+
+def test_a_gpu_out_of_memory_says_which_batch_size_to_try(tiny_blip: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running the same command again would run out again; a smaller batch is what helps."""
+    import torch
+
+    captioner = load_captioner(CaptionerSource(tiny_blip, "blip"), RunSettings(device="cpu"))
+
+    def out_of_memory(**_inputs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(captioner.model, "generate", out_of_memory)  # type: ignore[attr-defined]
+    images = [(Path(f"{i}.png"), Image.new("RGB", (40, 40), RED)) for i in range(4)]
+    with pytest.raises(CaptionerError, match=r"cpu ran out of memory captioning 4 images at once\. Run the command "
+                                             r"again with --batch-size 2"):
+        captioner.caption(images)

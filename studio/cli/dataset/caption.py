@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -23,6 +24,7 @@ from studio.core.dataset.captions.auto_caption import (
     DEFAULT_GENERAL_THRESHOLD,
     EVENT_CAPTION,
     EVENT_PROGRESS,
+    EVENT_STARTED,
     EVENT_WARNING,
     MODE_HELP,
     MODES,
@@ -104,6 +106,9 @@ class Reporter:
     def __call__(self, event: dict[str, Any]) -> None:
         if self.as_json:
             print(json.dumps(event, ensure_ascii=False), flush=True)
+        elif event["type"] == EVENT_STARTED:  # where it runs: a CPU run is fifty times slower than a GPU's
+            self.say(f"Captioning {event['total']} images with {event['model']} on {event['device']} in "
+                     f"{event['precision']}, {event['batch_size']} a batch.")
         elif event["type"] == EVENT_PROGRESS and self.bar:
             done, total = event["done"], event["total"]
             rate = done / max(time.monotonic() - self.started, 1e-6)
@@ -125,7 +130,7 @@ def _read_image_list(path: str, folder: Path, images: list[Path]) -> list[Path]:
     """The dataset's images named in `path` (absolute, or relative to the dataset folder), in its order."""
     by_real = {os.path.realpath(image): image for image in images}
     listed, unknown = [], []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in Path(path).read_text(encoding="utf-8-sig").splitlines():  # -sig: a list saved by Notepad
         if line.strip():
             named = Path(line.strip()).expanduser()
             found = by_real.get(os.path.realpath(named if named.is_absolute() else folder / named))
@@ -150,12 +155,16 @@ def run(args: argparse.Namespace) -> int:
                              args.character_threshold)
         if args.batch_size is not None and args.batch_size < 1:
             raise ValueError(f"--batch-size {args.batch_size} must be at least 1")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", args.device):  # a tagger would run on the CPU unasked
+            raise ValueError(f"--device {args.device} is not a device: use auto, cpu, cuda or cuda:N "
+                             "(N: the GPU's number, 0 for the first)")
         if args.max_tokens < 1:
             raise ValueError(f"--max-tokens {args.max_tokens} must be at least 1")
         dataset = open_dataset(Path(args.dir).expanduser())
         images = dataset.images
         if args.images_from:
             images = _read_image_list(args.images_from, dataset.folder, images)
+        dataset.check_captions_are_read(images)
         source = find_captioner(args.model)
     except (ValueError, DatasetError, CaptionerNotFound, OSError) as exc:
         if args.json:

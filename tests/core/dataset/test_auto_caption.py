@@ -77,8 +77,11 @@ def test_an_empty_machine_caption_never_replaces_text() -> None:
 def test_rules_reject_bad_values_with_what_is_allowed() -> None:
     with pytest.raises(ValueError, match="fill-missing"):
         CaptionRules("overwrite")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"general threshold 1.5 is not between 0 and 1"):
+    with pytest.raises(ValueError, match=r"general threshold 1.5 is not between 0.1 and 1"):
         CaptionRules(general_threshold=1.5)
+    with pytest.raises(ValueError, match=r"character threshold 0.05 is not between 0.1 and 1 \(a tagger reports the "
+                                         r"tags it scores 0.1 or more\)"):
+        CaptionRules(character_threshold=0.05)  # it would write the tags scored 0.1 or more and no others
 
 
 def test_the_event_line_round_trips_and_counts_tokens() -> None:

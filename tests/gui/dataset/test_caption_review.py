@@ -83,6 +83,20 @@ def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(p
     dialog.close()
 
 
+def test_images_the_job_left_out_stay_named_once_it_is_done(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """"Done: 3 captions to review" alone would hide the picture that could not be read."""
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    images = sorted(page.store.entries)  # type: ignore[union-attr]
+    unreadable = f"Cannot read {images[1]}: cannot identify image file. The image was skipped; fix or remove it."
+    dialog.job.sig_warning.emit(unreadable)
+    for image in (images[0], images[2], images[3]):
+        dialog.job.sig_caption.emit(_tags(image))
+    dialog.job.sig_finished.emit("completed", "")
+    assert dialog.status.text() == f"Done: 3 captions to review. 1 problem: {unreadable}"
+    dialog.close()
+
+
 def test_a_job_that_cannot_start_says_which_program(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     job = CaptionJob()
     with qtbot.waitSignal(job.sig_finished, timeout=10000) as finished:

@@ -69,8 +69,9 @@ class CaptionRules:
             raise ValueError(f"unknown caption mode {self.mode!r}; use one of {', '.join(MODES)}")
         for name in ("general_threshold", "character_threshold"):
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name.replace('_', ' ')} {value} is not between 0 and 1")
+            if not TAG_SCORE_FLOOR <= value <= 1.0:  # a tagger reports no tag scored lower than its floor
+                raise ValueError(f"{name.replace('_', ' ')} {value} is not between {TAG_SCORE_FLOOR} and 1 "
+                                 f"(a tagger reports the tags it scores {TAG_SCORE_FLOOR} or more)")
         object.__setattr__(self, "blacklist", frozenset(tag_key(t) for t in self.blacklist if tag_key(t)))
 
     def to_json(self) -> dict[str, Any]:

@@ -93,7 +93,8 @@ class CaptionReviewDialog(QDialog):
         self.job.sig_started.connect(self._started)
         self.job.sig_caption.connect(self.add_proposal)
         self.job.sig_progress.connect(self._progress)
-        self.job.sig_warning.connect(lambda message: self.status.setText(message))
+        self.warnings: list[str] = []  # the job's per-image problems (unreadable, sharing a caption file)
+        self.job.sig_warning.connect(self._warned)
         self.job.sig_finished.connect(self._finished)
         self._build()
         self._restore()
@@ -247,6 +248,8 @@ class CaptionReviewDialog(QDialog):
                                 "in Tools → Training Environment, then caption again.")
             return
         self.reject_rows(list(range(len(self.rows))))
+        self.warnings = []
+        self.status.setToolTip("")
         self.progress.setRange(0, 0)  # busy until the model is loaded
         self.status.setText(f"Loading {model}…")
         self.proposed_by = model
@@ -281,8 +284,19 @@ class CaptionReviewDialog(QDialog):
             "completed": f"Done: {len(self.rows)} captions to review.",
             "stopped": f"Stopped: {len(self.rows)} captions to review; start again for the rest.",
         }
-        self.status.setText(message if status == "failed" or message else texts.get(status, status))
+        text = message if status == "failed" or message else texts.get(status, status)
+        if self.warnings and status != "failed":  # the images left out stay named once the job is done
+            count = len(self.warnings)
+            text += (f" 1 problem: {self.warnings[0]}" if count == 1 else
+                     f" {count} problems (all in this line's tooltip), the first: {self.warnings[0]}")
+            more = f"\n… and {count - 20} more" if count > 20 else ""
+            self.status.setToolTip("\n".join(self.warnings[:20]) + more)
+        self.status.setText(text)
         self._running_changed()
+
+    def _warned(self, message: str) -> None:
+        self.warnings.append(message)
+        self.status.setText(message)
 
     def _running_changed(self) -> None:
         running = self.job.running
