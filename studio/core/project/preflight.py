@@ -62,7 +62,8 @@ TRAINER_PACKAGES = ("studio", "accelerate", "diffusers", "transformers", "peft",
 
 @dataclass(frozen=True)
 class PreflightProblem:
-    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "vram" | "ram" | "ram_tight" | "torch" | "library"
+    check: str  # "model" | "dataset" | "output" | "disk" | "gpus" | "gpus_idle" | "vram" | "ram" | "ram_tight" | "torch"
+    #             | "library"
     message: str  # one line: what is wrong, where, and what to do
     # The person may go ahead anyway: a base model to download first, a VRAM estimate over the GPU.
     can_confirm: bool = False
@@ -323,6 +324,14 @@ def check_gpu_count(config: TrainConfig, gpu_count: int) -> PreflightProblem | N
     launch = config.launch
     here = -(-launch.num_processes // launch.num_machines)  # the processes each machine starts
     usable = gpu_count if launch.gpu_ids == "all" else min(gpu_count, len(launch.gpu_ids.split(",")))
+    if here < usable and launch.gpu_ids != "all":
+        # GPUs chosen by number and fewer processes than them: the cards past the processes stay idle.
+        chosen = launch.gpu_ids.split(",")
+        return PreflightProblem(
+            "gpus_idle", f"launch.gpu_ids = \"{launch.gpu_ids}\" chooses {len(chosen)} GPUs, but launch.num_processes "
+                         f"= {launch.num_processes} trains on {here} of them (GPU {', '.join(chosen[:here])}): set "
+                         f"launch.num_processes to {usable * launch.num_machines} to train on all of them, or "
+                         "launch.gpu_ids to the GPUs to train on.", can_confirm=True)
     if here <= usable:
         return None
     on = f"each of {launch.num_machines} machines" if launch.num_machines > 1 else "this machine"
@@ -482,5 +491,5 @@ def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], 
     gpu, gpu_count = report.run_gpus(config.launch)
     problems = [p for p in (check_gpu_ids(config, report),) if p is not None]
     problems += preflight(config, gpu, gpu_count=gpu_count, ram_mb=report.ram_mb)
-    warned = ("vram", "ram_tight")
+    warned = ("vram", "ram_tight", "gpus_idle")
     return [p for p in problems if p.check not in warned], [p for p in problems if p.check in warned]

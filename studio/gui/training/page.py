@@ -298,7 +298,8 @@ class TrainPage(Page):
                                                             "when the download is done."):
                     self.download_then_train(found.download)
                 return False
-            if not self.confirm("This run may not fit", f"{found}\n\nStart anyway?"):
+            title = "GPUs left idle" if found.check == "gpus_idle" else "This run may not fit"
+            if not self.confirm(title, f"{found}\n\nStart anyway?"):
                 return False
         others = find_live_runs(self.context.runs_dir())
         if others and not self.confirm("The GPU is busy", busy_message(others)):

@@ -306,6 +306,15 @@ def test_more_processes_than_gpus_is_refused_with_the_fix(tmp_path: Path, hub_ca
     config.launch.gpu_ids = "0,1"  # two of the eight cards chosen
     assert "which has 2 GPUs (launch.gpu_ids = \"0,1\"): set launch.num_processes to 2" in \
         _lines(config, root, gpu=eight.gpus[0], check_torch=False, gpu_count=8)[0]
+    config.launch.num_processes = 1  # two cards chosen, one process: the second card would stay idle
+    (idle,) = [p for p in preflight(resolve_paths(config, root), eight.gpus[0], check_torch=False, gpu_count=8)
+               if p.check == "gpus_idle"]
+    assert idle.can_confirm and idle.message == (
+        "launch.gpu_ids = \"0,1\" chooses 2 GPUs, but launch.num_processes = 1 trains on 1 of them (GPU 0): set "
+        "launch.num_processes to 2 to train on all of them, or launch.gpu_ids to the GPUs to train on.")
+    config.launch.gpu_ids = "all"  # every card of the machine offered: one process is a plain one-GPU run
+    assert _lines(config, root, gpu=eight.gpus[0], check_torch=False, gpu_count=8) == []
+    config.launch.num_processes, config.launch.gpu_ids = 8, "0,1"
     config.launch.cpu = True  # CPU ranks (gloo) are not GPUs
     assert _lines(config, root, gpu=one.gpus[0], check_torch=False, gpu_count=1) == []
 
@@ -381,7 +390,8 @@ def test_the_run_is_held_against_the_gpu_launch_gpu_ids_chooses(
     assert checks("0") == ([], [])
     assert checks("1")[1] == ["vram"]  # the 3 GB card, not the 4090
     assert checks("all", processes=2)[1] == ["vram"]  # the second rank trains on the 3 GB card
-    assert checks("1,0")[1] == ["vram"]  # one process trains on the first GPU listed
+    assert checks("1,0")[1] == ["gpus_idle", "vram"]  # one process trains on the first GPU listed, GPU 0 idles
+    assert checks("1,0", processes=2)[1] == ["vram"]  # both cards train; the 3 GB one is too small
     errors, _ = checks("2")
     assert errors == ["launch.gpu_ids = \"2\" names GPU 2, which this machine does not have (its GPUs: 0 (NVIDIA "
                       "GeForce RTX 4090), 1 (NVIDIA GeForce GTX 1060 3GB)): set launch.gpu_ids to the GPUs to train "
