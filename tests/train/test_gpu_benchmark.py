@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -103,6 +104,38 @@ def test_a_case_timeout_waits_for_pysides_import_hook_too() -> None:
     assert bench._importing(tokenize)
     assert bench._importing(frame("slow_to_import.py", frame("<frozen importlib._bootstrap>", test)))
     assert not bench._importing(frame("/usr/lib/python3.11/tokenize.py", test))  # a source read of the case's own
+
+
+def test_a_studio_case_stopped_at_its_timeout_leaves_sigterm_to_the_benchmark(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process trainer takes SIGTERM for its own stop and gave it back only when it ended by itself: after a
+    case stopped at its timeout, the outer `timeout`'s SIGTERM only set a dead trainer's stop flag, and the script
+    ran on until it was killed, without ending its children or printing its table."""
+    import studio.core.config.files.toml_file as toml_file
+    import studio.core.runs.launch as launch
+    import studio.train.entry as entry
+    from studio.train.runtime import StopSignal
+
+    bench = _benchmark_module()
+    import process_tree
+    import studio_run
+
+    def train(_config: object, run_dir: Path) -> int:
+        StopSignal(run_dir).install()  # as Trainer.setup does
+        raise bench.CaseTimeout  # the case's alarm, inside the trainer
+
+    monkeypatch.setattr(studio_run, "resolve_paths", lambda config, _work: config)
+    monkeypatch.setattr(launch, "prepare_run", lambda _config: SimpleNamespace(run_dir=tmp_path))
+    monkeypatch.setattr(toml_file, "load_config", lambda _path: None)
+    monkeypatch.setattr(entry, "train", train)
+    with process_tree.ending_children():
+        with pytest.raises(bench.CaseTimeout):
+            studio_run.run_studio(None, tmp_path, 3, lambda step: step())
+        with pytest.raises(SystemExit) as ended:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(500):  # the handler runs as soon as the signal arrives; this only bounds a failure
+                time.sleep(0.01)
+    assert ended.value.code == 128 + signal.SIGTERM
 
 
 def test_cases_run_every_family_eager_at_batch_4_before_anything_compiles() -> None:
