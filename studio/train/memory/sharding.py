@@ -80,7 +80,7 @@ def _keep_output_capture(module: nn.Module) -> None:
     from transformers.utils import output_capturing
 
     if isinstance(module, PreTrainedModel):
-        registry = output_capturing._CAN_RECORD_REGISTRY
+        registry: Any = output_capturing._CAN_RECORD_REGISTRY  # a plain dict, or the model-keyed one
         registry[str(type(module)) if type(registry) is dict else module] = module._can_record_outputs
 
 
