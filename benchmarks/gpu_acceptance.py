@@ -572,8 +572,12 @@ def _run_all(args: argparse.Namespace, pending: list[Any], running: list[Job], r
                     or time.monotonic() - j.started > args.run_timeout]:
             running.remove(job)
             rows[job.row.preset] = finish_job(job, job.process.poll() is None, args.dry_run, alone=jobs == 1)
-            if not args.dry_run and not job.sampler.peak_mb and job.sampler.device_peak_mb and jobs > 1:
-                jobs = 1  # NVML does not name our processes here: measure one run at a time from now on
+            # A run that trained steps held GPU memory: if NVML gave it none, NVML does not name our processes here,
+            # so measure one run at a time from now on. A run that ended before its first step (refused, or failed
+            # while loading) may never have touched the GPU, and tells nothing about NVML.
+            if (not args.dry_run and not job.sampler.peak_mb and job.sampler.device_peak_mb and jobs > 1
+                    and rows[job.row.preset].steps):
+                jobs = 1
                 rows[job.row.preset].status += " (measure again with --jobs 1)"
             write_results(args.out, list(rows.values()), meta)
         models.update({keys[p.id] for p in pending} | {keys[j.row.preset] for j in running})

@@ -142,6 +142,23 @@ def estimate(family: str, checkpointing: bool, gpu_total_mb: int) -> float:
     return estimate_vram(resolve_paths(config, NO_FOLDER), gpu).total_mb
 
 
+def child_row(cmd: list[str], timeout: float, case: dict[str, Any]) -> dict[str, Any]:
+    """The RESULT a case's subprocess prints; `case` with the error when it fails or runs past `timeout`."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {**case, "error": f"timed out after {timeout:.0f} s"}
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    return json.loads(line[7:]) if line else {**case, "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+
+
+def note(rows: list[dict[str, Any]], path: Path | None) -> None:
+    """The rows so far, on stderr and in --json: a call cut short keeps the cases that finished."""
+    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    if path is not None:
+        path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("FAMILY", "GC"), help=argparse.SUPPRESS)
@@ -164,23 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for family, gc in CASES:
         cmd = [sys.executable, __file__, "--child", family, "1" if gc else "0", "--steps", str(args.steps)]
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
-            line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-            row = json.loads(line[7:]) if line else {"family": family, "checkpointing": gc,
-                                                     "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
-        except subprocess.TimeoutExpired:
-            row = {"family": family, "checkpointing": gc, "error": f"timed out after {args.timeout:.0f} s"}
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(child_row(cmd, args.timeout, {"family": family, "checkpointing": gc}))
+        note(rows, args.json)
     for family in VAE_CASES:
         cmd = [sys.executable, __file__, "--vae-child", family]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
-        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-        vae_row = json.loads(line[7:]) if line else {"family": family, "case": "vae_encode_fp32",
-                                                     "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
-        rows.append(vae_row)
-        print(json.dumps(vae_row), file=sys.stderr, flush=True)
+        rows.append(child_row(cmd, args.timeout, {"family": family, "case": "vae_encode_fp32"}))
+        note(rows, args.json)
     import torch
 
     total_mb = int(torch.cuda.get_device_properties(0).total_memory / MB) if torch.cuda.is_available() else 81920
@@ -202,8 +208,6 @@ def main(argv: list[str] | None = None) -> int:
         if row.get("case") == "vae_encode_fp32":
             print(f"VAE encode fp32 {row['family']}: " + (row["error"] if "error" in row else
                   f"measured {row['measured_mb']:.0f} MB, counted on meta {row['counted_mb']:.0f} MB"))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

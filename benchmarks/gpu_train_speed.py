@@ -508,6 +508,10 @@ def run_case(case: Case, settings: Settings) -> Result:
     except Exception as exc:  # one broken case must not hide the others' figures
         result = Result(case, settings.resolution(case.family), note=f"failed: {error_line(exc, 120)}")
     finally:
+        # The compiler keeps what it compiled for the case's model after the model is gone, and with it, on a GPU,
+        # the CUDA graphs of a "graphs" case and the private memory they replay in: every later case ran on a
+        # card that much smaller (its peak and whether it fits).
+        torch.compiler.reset()
         gc.collect()
         if settings.device == "cuda":
             torch.cuda.empty_cache()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ def run_studio(config: Any, work: Path, hooked_step: int, around: Callable[[Call
             return original_step(trainer, *args)
         return around(lambda: original_step(trainer, *args))
 
+    # The trainer takes SIGTERM and SIGINT for its own stop, and gives them back only when it ends by itself: a
+    # case stopped at its timeout (an exception from outside the trainer) left them taken, and the benchmark then
+    # let an outer `timeout`'s SIGTERM go unheard instead of ending its children and writing its table.
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     loop.StepMeter = meter or original_meter  # type: ignore[misc]
     loop.Trainer._train_step = step  # type: ignore[method-assign]
     try:
@@ -38,4 +43,8 @@ def run_studio(config: Any, work: Path, hooked_step: int, around: Callable[[Call
     finally:
         loop.StepMeter = original_meter  # type: ignore[misc]
         loop.Trainer._train_step = original_step  # type: ignore[method-assign]
+        for signum, handler in handlers.items():
+            if handler is not None:
+                with contextlib.suppress(ValueError):  # not the main thread: the trainer took none either
+                    signal.signal(signum, handler)
     return code, plan.run_dir

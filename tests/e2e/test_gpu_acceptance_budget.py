@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -142,7 +143,7 @@ def test_ending_the_script_ends_its_runs_and_their_children(tmp_path: Path) -> N
     assert [r["status"] for r in running] == ["running"]  # written as the run started
     script.send_signal(signal.SIGTERM)
     assert script.wait(timeout=60) != 0
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 10
     while not (_gone(trainer) and _gone(grandchild)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(trainer) and _gone(grandchild)
@@ -161,7 +162,7 @@ def test_a_script_run_inside_another_process_ends_only_the_children_it_started()
         with ending_children():
             started = subprocess.Popen(sleep)
             grandchild = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run({sleep!r})"])
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 10
             while not psutil.Process(grandchild.pid).children() and time.monotonic() < deadline:
                 time.sleep(0.05)
             inner = psutil.Process(grandchild.pid).children()
@@ -171,3 +172,65 @@ def test_a_script_run_inside_another_process_ends_only_the_children_it_started()
     finally:
         helper.kill()
         helper.wait()
+
+
+SIDE_BY_SIDE = """
+import sys, time
+from pathlib import Path
+config = Path(sys.argv[1])
+preset, folder = config.parent.name, config.parent.parent
+if preset == "sd15-lora-6gb":
+    sys.exit(2)  # refused before it touched the GPU
+if preset == "sdxl-lora-8gb":
+    (folder / "third-started").touch()
+    sys.exit(0)
+deadline = time.monotonic() + 10
+while not (folder / "third-started").exists():  # runs until the third preset starts beside it
+    if time.monotonic() > deadline:
+        sys.exit(1)
+    time.sleep(0.05)
+"""
+
+
+class _NvmlNamesOurRuns:
+    """The sampler of a GPU where NVML names each run's processes: none for a run that never touched the GPU
+    (the first started), the others' memory on the card meanwhile."""
+
+    started = 0
+
+    def __init__(self, _pid: int, gpu: bool) -> None:
+        assert gpu
+        type(self).started += 1
+        self.peak_mb = 0.0 if type(self).started == 1 else 3000.0
+        self.device_peak_mb, self.error = 3000.0, ""
+
+    def start(self) -> None:
+        self.halt = threading.Event()
+
+    def join(self) -> None:
+        pass
+
+
+def test_a_run_refused_before_it_touched_the_gpu_leaves_the_others_side_by_side(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that ended before its first step got no memory from NVML while the card held the others': it was
+    taken for a sign that NVML names no process of ours, its row said "measure again with --jobs 1", and every
+    later run waited for the one before (presets skipped for time). Two at a time here: the third preset starts
+    when the refused one ends, beside the second, which runs until it does."""
+    from studio.core.hardware.report import GPUInfo
+
+    module = _script()
+    monkeypatch.setattr(module, "TreePeak", _NvmlNamesOurRuns)
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(SIDE_BY_SIDE)
+    out = tmp_path / "out"
+    args = module.parse_args(["--only", "sd15-lora-6gb", "sd15-lora", "sdxl-lora-8gb", *_models(tmp_path),
+                              "--out", str(out), "--jobs", "2", "--budget-s", "60", "--run-timeout", "60"])
+    args.trainer = [sys.executable, str(stand_in)]
+    gpu = GPUInfo(index=0, name="test GPU", total_mb=143_771, free_mb=143_771)
+    meta = {"date": "today", "gpu": gpu.name, "steps": args.steps, "every": 8, "jobs": 2, "dry_run": False,
+            "context_mb": None}
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    rows = {r.preset: r.status for r in module.schedule(args, module.pick_presets(args.only), work, gpu, meta)}
+    assert rows == {"sd15-lora-6gb": "exit 2", "sd15-lora": "exit 0", "sdxl-lora-8gb": "exit 0"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from fixtures.scripts import left_in, script_env
 from fixtures.waits import scaled_s
 
@@ -103,6 +105,69 @@ def test_a_case_timeout_waits_for_pysides_import_hook_too() -> None:
     assert bench._importing(tokenize)
     assert bench._importing(frame("slow_to_import.py", frame("<frozen importlib._bootstrap>", test)))
     assert not bench._importing(frame("/usr/lib/python3.11/tokenize.py", test))  # a source read of the case's own
+
+
+def test_a_studio_case_stopped_at_its_timeout_leaves_sigterm_to_the_benchmark(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process trainer takes SIGTERM for its own stop and gave it back only when it ended by itself: after a
+    case stopped at its timeout, the outer `timeout`'s SIGTERM only set a dead trainer's stop flag, and the script
+    ran on until it was killed, without ending its children or printing its table."""
+    import studio.core.config.files.toml_file as toml_file
+    import studio.core.runs.launch as launch
+    import studio.train.entry as entry
+    from studio.train.runtime import StopSignal
+
+    bench = _benchmark_module()
+    import process_tree
+    import studio_run
+
+    def train(_config: object, run_dir: Path) -> int:
+        StopSignal(run_dir).install()  # as Trainer.setup does
+        raise bench.CaseTimeout  # the case's alarm, inside the trainer
+
+    monkeypatch.setattr(studio_run, "resolve_paths", lambda config, _work: config)
+    monkeypatch.setattr(launch, "prepare_run", lambda _config: SimpleNamespace(run_dir=tmp_path))
+    monkeypatch.setattr(toml_file, "load_config", lambda _path: None)
+    monkeypatch.setattr(entry, "train", train)
+    with process_tree.ending_children():
+        with pytest.raises(bench.CaseTimeout):
+            studio_run.run_studio(None, tmp_path, 3, lambda step: step())
+        with pytest.raises(SystemExit) as ended:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(500):  # the handler runs as soon as the signal arrives; this only bounds a failure
+                time.sleep(0.01)
+    assert ended.value.code == 128 + signal.SIGTERM
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+def test_what_a_compiled_case_compiled_is_let_go_when_the_case_ends(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiler kept each compiled case's graphs after its model was gone, and on a GPU with them a "graphs"
+    case's CUDA graphs and the private memory they replay in: the cases after it ran on a smaller card."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    bench = _benchmark_module()
+
+    def measure(case: object, settings: object) -> object:
+        block = _Block()
+        block.compile(dynamic=False, backend="eager")
+        block(torch.randn(2, 8)).sum().backward()
+        assert _debug_get_cache_entry_list(_Block.forward.__code__)  # compiled for the case
+        return bench.Result(case, 64, s_per_step=1.0)
+
+    monkeypatch.setattr(bench, "_measure", measure)
+    settings = bench.Settings(dry_run=True, warmup=1, steps=1, work=tmp_path)
+    result = bench.run_case(bench.Case("sd15", 1, "studio compiled graphs"), settings)
+    assert result.s_per_step == 1.0 and not result.note
+    assert _debug_get_cache_entry_list(_Block.forward.__code__) == []
 
 
 def test_cases_run_every_family_eager_at_batch_4_before_anything_compiles() -> None:

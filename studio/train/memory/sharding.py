@@ -71,12 +71,17 @@ def unit_sizes(model: nn.Module, names: Iterable[str]) -> dict[str, int]:
 
 def _keep_output_capture(module: nn.Module) -> None:
     """transformers finds which layers' outputs a text encoder can return (`output_hidden_states`, which
-    SDXL, SD3 and clip_skip use) by the model's class; FSDP2 gives the module a class of its own."""
+    SDXL, SD3 and clip_skip use) by the model's class; FSDP2 gives the module a class of its own.
+
+    transformers up to 5.17 keeps them in a plain dict under the class's name, which it writes and reads itself;
+    later versions take the model and find its class's name. (Given the model, the older dict kept the entry
+    under the model object, where nothing looks: the sharded encoder returned no hidden states.)"""
     from transformers import PreTrainedModel
     from transformers.utils import output_capturing
 
     if isinstance(module, PreTrainedModel):
-        output_capturing._CAN_RECORD_REGISTRY[module] = module._can_record_outputs
+        registry: Any = output_capturing._CAN_RECORD_REGISTRY  # a plain dict, or the model-keyed one
+        registry[str(type(module)) if type(registry) is dict else module] = module._can_record_outputs
 
 
 @contextmanager
