@@ -180,3 +180,24 @@ def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
     estimate = estimate_disk_bytes(resolve_paths(config, tmp_path), params)
     print(f"{params} weights trained: estimate {estimate / MB:.2f} MB, written at the peak {peak / MB:.2f} MB")
     assert peak <= estimate <= peak * 1.25 + MB
+
+
+def test_the_pre_flight_disk_figure_counts_a_full_fine_tunes_average_as_a_second_set_of_outputs(
+        make_config, tmp_path: Path) -> None:
+    # A DreamBooth with EMA writes the average as a pipeline folder and, with "single_file", as a second
+    # checkpoint file: the figure counted the folder only, a whole checkpoint short.
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.schema import MethodSection
+    from studio.core.project.disk_estimate import estimate_disk_bytes
+
+    params = 10**8
+
+    def estimate(ema: bool) -> int:
+        config = make_config(method=MethodSection(kind="dreambooth"),
+                             training=TrainingSection(batch_size=2, max_steps=10, ema=ema),
+                             output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers", "single_file"],
+                                                  save_precision="fp16"))
+        return estimate_disk_bytes(resolve_paths(config, tmp_path), params)
+
+    in_checkpoint, outputs = params * 4, 2 * params * 2  # the fp32 average; its folder and file in fp16
+    assert estimate(True) - estimate(False) == pytest.approx(1.1 * (in_checkpoint + outputs), rel=1e-6)

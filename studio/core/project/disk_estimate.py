@@ -50,7 +50,8 @@ def estimate_disk_bytes(config: ResolvedConfig, trainable_params: int | None = N
         epochs = training.epochs or 0
         copies += epochs // output.save_every_n_epochs if output.save_every_n_epochs else 0
     else:
-        copies = (2 if "single_file" in output.formats else 1) + (1 if ema else 0)  # the EMA's folder
+        # The pipeline folder and the single file; the EMA writes both again (its folder and `<name>-ema`).
+        copies = (2 if "single_file" in output.formats else 1) * (2 if ema else 1)
     side = sampling.size or config.dataset.resolution
     rounds = steps // sampling.every_n_steps + 1 if sampling.every_n_steps and sampling.prompts else 0
     samples = rounds * len(sampling.prompts) * side * side * 3 // 2  # a PNG of a picture: about half its pixels
