@@ -50,3 +50,5 @@ def test_every_trained_weight_gets_a_gradient(case: str, make_config, run_traini
         assert output.keys() == original.keys()
         last = [k for k in original if ".layers.1." in k]
         assert last and all(torch.equal(output[k], original[k]) for k in last)
+        first = [k for k in original if ".layers.0." in k]  # and the layers that feed the UNet trained
+        assert first and not any(torch.equal(output[k], original[k]) for k in first)
