@@ -176,3 +176,24 @@ def test_a_full_fine_tune_asked_for_single_files_writes_its_average_as_one_too(m
     trained = [k for k in raw_state if k.startswith(("model.", "cond_stage_model."))]
     assert sum(not torch.equal(raw_state[k], ema_state[k]) for k in trained) > len(trained) // 2
     assert all(torch.equal(raw_state[k], ema_state[k]) for k in raw_state if k.startswith("first_stage_model."))
+
+
+def test_a_resume_with_the_average_switched_on_since_says_so(make_config, run_training, events_of, stop_after,
+                                                              tmp_path) -> None:
+    """training.ema switched on in a stopped run's config.toml: the resume called every checkpoint damaged."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=4, learning_rate=1e-3, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    stop_after(None)
+    toml = run_dir / "config.toml"
+    text = toml.read_text(encoding="utf-8")
+    assert "ema = false\n" in text
+    toml.write_text(text.replace("ema = false\n", "ema = true\n", 1), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config" and "written without training.ema" in error.message
+    assert "damaged" not in error.message + error.hint and str(toml) in error.hint
