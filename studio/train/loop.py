@@ -169,8 +169,10 @@ class Trainer:
             check_kohya_layout(self.adapter, c)  # a layer the kohya file cannot name fails now, not after training
         else:
             c.denoiser.to(dtype=torch.float32).requires_grad_(True)
-            for encoder in encoders:
+            for index, encoder in enumerate(encoders):
                 encoder.to(dtype=torch.float32).requires_grad_(True)
+                for part in self.adapter.unused_encoder_parts(index, encoder):  # no gradient ever reaches them
+                    part.requires_grad_(False)
         modules = [c.denoiser, *encoders]
         cast_training_params(modules, dtype=torch.float32)
         if self.config.model.fp8_base:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -288,12 +289,15 @@ def _write_class_images(
     adapter: FamilyAdapter, components: Components, plan: SamplingPlan, folder: Path, prompt: str,
     missing: int, seed: int, size: int, reporter: Reporter,
 ) -> None:
-    """`missing` more class images of `prompt` in `folder`, numbered after those already there."""
+    """`missing` more class images of `prompt` in `folder`, under numbers no file there has: numbered after the
+    count of those there, a folder whose person had deleted a few bad ones had the newest kept ones overwritten."""
     existing = count_images(folder)
     done = 0
+    taken = {p.name.lower() for p in folder.iterdir()}
+    free = (name for number in itertools.count() if (name := f"class-{number:05d}.png") not in taken)
 
     def save(index: int, image: Any) -> None:
-        image.save(folder / f"class-{existing + done + index:05d}.png")
+        image.save(folder / next(free))
 
     def progress(stage: str, index: int, _prompt: str) -> None:
         if stage == "denoising":

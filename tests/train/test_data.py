@@ -261,3 +261,14 @@ def test_two_gpus_augment_as_one_gpu_with_the_same_global_batch(tmp_path: Path) 
         assert whole["captions"] == parts[0]["captions"] + parts[1]["captions"]
         assert whole["crops_top_left"] == parts[0]["crops_top_left"] + parts[1]["crops_top_left"]
         assert torch.equal(whole["pixels"], torch.cat([parts[0]["pixels"], parts[1]["pixels"]]))
+
+
+def test_class_images_without_a_class_prompt_are_said_to_be_unused(tmp_path: Path) -> None:
+    # A folder of class images chosen, the class prompt left empty: the run trained without them, unsaid.
+    config = _with_class_images(tmp_path, 3, 2)
+    config.dataset.concepts[0].class_prompt = None
+    warnings: list[tuple[str, str | None, str]] = []
+    items = collect_items(config, lambda message, path, hint: warnings.append((message, path, hint)))
+    assert not any(i.is_class for i in items)
+    assert [(path, "class_prompt" in hint) for m, path, hint in warnings if "are not used" in m] == [
+        (str(tmp_path / "class"), True)]

@@ -53,3 +53,26 @@ def test_dreambooth_with_prior_preservation(make_config, run_training, events_of
                                                    requires_safety_checker=False)
     tuned = StableDiffusionPipeline.from_pretrained(str(output), safety_checker=None, requires_safety_checker=False)
     assert np.abs(_image(tuned) - _image(base)).max() > 1e-3
+
+
+def test_class_images_made_beside_kept_ones_never_overwrite_them(make_config, run_training, demo_data,
+                                                                tmp_path) -> None:
+    # Five class images made, the second deleted as a bad one: the one made in its place was numbered after the
+    # count (class-00004) and overwrote the newest kept image.
+    from PIL import Image
+
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for number, color in zip((0, 2, 3, 4), ("red", "green", "blue", "white"), strict=True):
+        Image.new("RGB", (64, 64), color).save(folder / f"class-{number:05d}.png")
+    kept = {p.name: p.read_bytes() for p in folder.iterdir()}
+    concept = ConceptSection(path=str(demo_data), instance_prompt="a photo of sks dog", caption_source="prompt",
+                             class_prompt="a photo of a dog", class_path=str(folder), num_class_images=5)
+    config = make_config(method=MethodSection(kind="dreambooth"),
+                         dataset=DatasetSection(concepts=[concept], resolution=64, buckets=False),
+                         training=TrainingSection(batch_size=2, max_steps=1, learning_rate=1e-4, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]))
+    code, _ = run_training(config, tmp_path)
+    assert code == 0
+    assert sorted(p.name for p in folder.iterdir()) == [f"class-{n:05d}.png" for n in range(5)]
+    assert all((folder / name).read_bytes() == data for name, data in kept.items())

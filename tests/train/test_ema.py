@@ -1,5 +1,5 @@
 """training.ema: the average moves every ema_every steps, samples use it when asked, a full fine-tune
-writes it as a second model folder, and the settings that need it are refused without it."""
+writes it as a second model folder (and single file), and the settings that need it are refused without it."""
 
 from __future__ import annotations
 
@@ -142,3 +142,58 @@ def test_a_full_fine_tune_writes_its_average_as_a_second_model_folder(make_confi
     averaged = load_file(str(output / "ema" / "unet" / "diffusion_pytorch_model.safetensors"))
     assert raw.keys() == averaged.keys()
     assert sum(not torch.equal(raw[k], averaged[k]) for k in raw) > len(raw) // 2
+
+
+def test_a_full_fine_tune_asked_for_single_files_writes_its_average_as_one_too(make_config, run_training,
+                                                                              events_of, tmp_path) -> None:
+    """A person who loads checkpoints as single files (A1111, Forge, ComfyUI) gets the average as one as well,
+    beside the raw one, saying what it is: they had the raw weights' file only, and a folder their UI cannot load."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from studio.core.runs.events import RunFinished
+
+    config = make_config(
+        method=MethodSection(kind="dreambooth", train_text_encoder=True),
+        training=TrainingSection(batch_size=2, max_steps=2, learning_rate=1e-3, seed=1, ema=True, ema_decay=0.5),
+        output=OutputSection(dir=str(tmp_path / "runs"), name="shapes", formats=["diffusers", "single_file"],
+                             save_precision="fp16"),
+    )
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    output = run_dir / "output"
+    raw, averaged = output / "shapes.safetensors", output / "shapes-ema.safetensors"
+    finished = events_of(run_dir)[-1]
+    assert isinstance(finished, RunFinished) and str(averaged) in finished.outputs
+    with safe_open(str(averaged), framework="pt") as handle:
+        meta = handle.metadata()
+    assert meta["modelspec.architecture"] == "stable-diffusion-v1" and meta["modelspec.title"] == "shapes (EMA)"
+    raw_state, ema_state = load_file(str(raw)), load_file(str(averaged))
+    assert raw_state.keys() == ema_state.keys() and {t.dtype for t in ema_state.values()} == {torch.float16}
+    # The average's UNet and text encoder, as the ema/ folder holds them; the VAE (not trained) as the raw file's.
+    folder_unet = load_file(str(output / "ema" / "unet" / "diffusion_pytorch_model.safetensors"))
+    assert torch.equal(ema_state["model.diffusion_model.input_blocks.0.0.weight"], folder_unet["conv_in.weight"])
+    trained = [k for k in raw_state if k.startswith(("model.", "cond_stage_model."))]
+    assert sum(not torch.equal(raw_state[k], ema_state[k]) for k in trained) > len(trained) // 2
+    assert all(torch.equal(raw_state[k], ema_state[k]) for k in raw_state if k.startswith("first_stage_model."))
+
+
+def test_a_resume_with_the_average_switched_on_since_says_so(make_config, run_training, events_of, stop_after,
+                                                              tmp_path) -> None:
+    """training.ema switched on in a stopped run's config.toml: the resume called every checkpoint damaged."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=4, learning_rate=1e-3, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers"]))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    stop_after(None)
+    toml = run_dir / "config.toml"
+    text = toml.read_text(encoding="utf-8")
+    assert "ema = false\n" in text
+    toml.write_text(text.replace("ema = false\n", "ema = true\n", 1), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config" and "written without training.ema" in error.message
+    assert "damaged" not in error.message + error.hint and str(toml) in error.hint

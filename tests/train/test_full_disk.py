@@ -180,3 +180,42 @@ def test_the_pre_flight_disk_figure_matches_what_a_run_writes(
     estimate = estimate_disk_bytes(resolve_paths(config, tmp_path), params)
     print(f"{params} weights trained: estimate {estimate / MB:.2f} MB, written at the peak {peak / MB:.2f} MB")
     assert peak <= estimate <= peak * 1.25 + MB
+
+
+def test_the_pre_flight_disk_figure_counts_a_full_fine_tunes_average_as_a_second_set_of_outputs(
+        make_config, tmp_path: Path) -> None:
+    # A DreamBooth with EMA writes the average as a pipeline folder and, with "single_file", as a second
+    # checkpoint file: the figure counted the folder only, a whole checkpoint short.
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.schema import MethodSection
+    from studio.core.project.disk_estimate import estimate_disk_bytes, pipeline_params
+
+    params = 10**8
+
+    def config(ema: bool) -> Any:
+        return resolve_paths(make_config(
+            method=MethodSection(kind="dreambooth"), training=TrainingSection(batch_size=2, max_steps=10, ema=ema),
+            output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers", "single_file"],
+                                 save_precision="fp16")), tmp_path)
+
+    in_checkpoint, outputs = params * 4, 2 * pipeline_params(config(True)) * 2  # the fp32 average; folder, file
+    assert estimate_disk_bytes(config(True), params) - estimate_disk_bytes(config(False), params) == pytest.approx(
+        1.1 * (in_checkpoint + outputs), rel=1e-6)
+
+
+def test_the_pre_flight_disk_figure_of_a_full_fine_tune_counts_the_whole_pipeline(
+        make_config, run_training, tmp_path: Path) -> None:
+    # A DreamBooth writes the VAE and the text encoders beside the trained weights: the figure counted the
+    # trained weights alone (SD3: a quarter of its output), and a run it let start failed writing its outputs.
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.schema import MethodSection
+    from studio.core.project.disk_estimate import MB, estimate_disk_bytes
+
+    config = make_config(method=MethodSection(kind="dreambooth"), training=TrainingSection(batch_size=2, max_steps=2),
+                         output=OutputSection(dir=str(tmp_path / "runs"), formats=["diffusers", "single_file"]))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0
+    outputs = sum(p.stat().st_size for p in (run_dir / "output").rglob("*.safetensors"))
+    # With no trained weights counted, the figure is the outputs' (and a megabyte of logs and margin).
+    estimate = estimate_disk_bytes(resolve_paths(config, tmp_path), trainable_params=0)
+    assert outputs <= estimate <= outputs * 1.25 + MB

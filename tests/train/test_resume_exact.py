@@ -206,3 +206,26 @@ def test_a_learning_rate_edited_before_a_resume_is_the_one_trained_with(make_con
     assert warning.message == ("the checkpoint of step 2 was written by a run at training.learning_rate = 0.001; "
                                "this run's config says training.learning_rate = 0.0005: it goes on at the new rate, "
                                "from where its schedule was")
+
+
+def test_a_text_encoder_switched_off_before_a_resume_is_named_not_a_crash(make_config, run_training, events_of,
+                                                                           stop_after, tmp_path: Path) -> None:
+    """A person turns method.train_text_encoder off in the stopped run's config.toml and resumes: the checkpoint's
+    optimizer state (two groups) met this run's (one), and the run ended as a crash with a traceback."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    method = MethodSection(kind="dreambooth", train_text_encoder=True)
+    training = TrainingSection(batch_size=2, max_steps=4, seed=1, learning_rate=1e-4)
+    code, run_dir = run_training(make_config(method=method, training=training), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "train_text_encoder = true\n" in text
+    config.write_text(text.replace("train_text_encoder = true\n", "train_text_encoder = false\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config"
+    assert "checkpoints/step-2 was written while other weights were trained" in error.message.replace("\\", "/")
+    assert "method.train_text_encoder" in error.hint and str(config) in error.hint

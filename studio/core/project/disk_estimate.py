@@ -4,7 +4,7 @@ A checkpoint holds the trained weights in fp32 and the optimizer's two moments (
 weight) plus a few small files; a new one is written before the oldest is pruned, so at most
 `keep_last + 1` are on disk at once, and no more than the run makes (a run with no
 `save_every_n_steps` writes one only when stopped). The outputs hold the trained weights at
-the save precision once per file format; samples are PNGs; the events and console grow with
+the save precision once per file format (a full fine-tune's, the whole pipeline); samples are PNGs; the events and console grow with
 the steps. A margin of a tenth and a megabyte covers what varies (PNG sizes, metadata).
 """
 
@@ -50,12 +50,30 @@ def estimate_disk_bytes(config: ResolvedConfig, trainable_params: int | None = N
         epochs = training.epochs or 0
         copies += epochs // output.save_every_n_epochs if output.save_every_n_epochs else 0
     else:
-        copies = (2 if "single_file" in output.formats else 1) + (1 if ema else 0)  # the EMA's folder
+        # The pipeline folder and the single file; the EMA writes both again (its folder and `<name>-ema`).
+        copies = (2 if "single_file" in output.formats else 1) * (2 if ema else 1)
+        per_format = pipeline_params(config) * _SAVE_BYTES.get(output.save_precision, 4)
     side = sampling.size or config.dataset.resolution
     rounds = steps // sampling.every_n_steps + 1 if sampling.every_n_steps and sampling.prompts else 0
     samples = rounds * len(sampling.prompts) * side * side * 3 // 2  # a PNG of a picture: about half its pixels
     logs = steps * _LOG_BYTES_PER_STEP
     return int((kept * checkpoint + copies * per_format + samples + logs) * 1.1) + MB
+
+
+def pipeline_params(config: ResolvedConfig) -> int:
+    """The weights a full fine-tune's outputs hold: the whole pipeline, the VAE and the frozen text encoders with
+    the trained ones (a model folder of the project counted as it is). SD3's T5 is there when the run loads it, or
+    copied from a base folder that has it; counting the trained weights alone left out a third of an SDXL output
+    and three quarters of an SD3 one, and a run the disk check let start failed when it wrote them."""
+    from studio.core.estimate.local_architecture import local_architecture
+    from studio.core.estimate.memory_data import load_architecture
+    from studio.core.families import family
+
+    model = config.model
+    arch = local_architecture(load_architecture(family(model.family).architecture(model.base)), model.base)
+    t5 = model.use_t5 or (Path(model.base) / "text_encoder_3").is_dir()
+    return sum(int(part["params"]) for part in arch["components"].values()
+               if part.get("role") != "text_encoder_t5" or t5)
 
 
 def resume_disk_bytes(config: ResolvedConfig, run_dir: Path) -> int:

@@ -156,6 +156,11 @@ def collect_items(config: TrainConfig, warn: Warn) -> list[TrainItem]:
                 "add .png/.jpg/.webp images to it or remove the concept", path=concept.path,
             )
         class_entries = scan_class_images(concept) if concept.uses_prior_preservation else []
+        if concept.class_path and concept.class_prompt is None:
+            # Class images train with the class prompt as their caption: without one they were left out unsaid.
+            warn(f"the class images in {concept.class_path} are not used: the concept {concept.path} has no "
+                 "class_prompt, the caption prior preservation trains them with", concept.class_path,
+                 "set the concept's class_prompt (\"a photo of a dog\", say), or clear its class_path")
         instance_count = sum(e.repeats for e in entries)
         if len(class_entries) > instance_count:
             # Each class image once an epoch beside fewer instance images (200 class images for 5 photos)

@@ -119,8 +119,20 @@ class FamilyAdapter(ABC):
         return ["q_proj", "k_proj", "v_proj", "out_proj"]
 
     def encoder_lora_targets(self, index: int, encoder: torch.nn.Module) -> list[str]:
-        """Modules of text encoder `index` that LoRA wraps (a family may leave unused layers out)."""
-        return self.text_encoder_lora_targets()
+        """Modules of text encoder `index` that LoRA wraps: the target layers outside its `unused_encoder_parts`."""
+        targets = self.text_encoder_lora_targets()
+        unused = {id(module) for part in self.unused_encoder_parts(index, encoder) for module in part.modules()}
+        if not unused:
+            return targets
+        return [name for name, module in encoder.named_modules()
+                if name.rsplit(".", 1)[-1] in targets and id(module) not in unused]
+
+    def unused_encoder_parts(self, index: int, encoder: torch.nn.Module) -> list[torch.nn.Module]:
+        """The modules of trainable text encoder `index` whose output feeds nothing the family reads (the layers
+        after the hidden state it takes). Trained, they would get no gradient, which data-parallel training
+        refuses: the run failed at its second step on several GPUs. A LoRA leaves them out, a full fine-tune
+        keeps them frozen (as they are in the base model). None by default."""
+        return []
 
     def lora_targets(self) -> list[str]:
         return list(self.config.method.target_modules) or self.default_lora_targets()

@@ -89,13 +89,22 @@ class SD15Adapter(FamilyAdapter):
         skip = self.config.model.clip_skip
         if skip == 1:
             return encoder(ids, return_dict=False)[0]
-        layers = encoder.config.num_hidden_layers
+        inner = getattr(encoder, "module", encoder)  # the model inside a data-parallel wrapper (several GPUs)
+        layers = inner.config.num_hidden_layers
         if skip > layers:
             raise TrainError("config", f"model.clip_skip = {skip}, but the text encoder has {layers} layers",
                              f"set model.clip_skip between 1 and {layers} (2 is the usual choice)")
         # As kohya and A1111 do: the hidden state `skip` layers from the end, through the final layer norm.
         hidden = encoder(ids, output_hidden_states=True, return_dict=True).hidden_states[-skip]
-        return getattr(encoder, "text_model", encoder).final_layer_norm(hidden)
+        return getattr(inner, "text_model", inner).final_layer_norm(hidden)
+
+    def unused_encoder_parts(self, index: int, encoder: torch.nn.Module) -> list[torch.nn.Module]:
+        """With model.clip_skip = N the last N - 1 layers feed nothing: no LoRA on them, and a full fine-tune
+        leaves them frozen."""
+        skip = self.config.model.clip_skip
+        text_model: Any = getattr(encoder, "text_model", encoder)
+        layers = text_model.encoder.layers
+        return list(layers[len(layers) - skip + 1:]) if 1 < skip <= len(layers) else []
 
     def sample_conditioning(self, pipeline: Any, prompt: str, negative: str) -> Conditioning:
         """With clip_skip the samples get the embeddings training uses, not the pipeline's own."""

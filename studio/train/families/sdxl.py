@@ -96,18 +96,13 @@ class SDXLAdapter(FamilyAdapter):
     def default_lora_targets(self) -> list[str]:
         return ["to_q", "to_k", "to_v", "to_out.0"]
 
-    def encoder_lora_targets(self, index: int, encoder: torch.nn.Module) -> list[str]:
-        """The first encoder's last layer feeds nothing SDXL reads (it takes the penultimate
-        hidden states and no pooled output), so it gets no LoRA: a LoRA there would never
-        learn, and data-parallel training refuses parameters without gradients."""
-        targets = self.text_encoder_lora_targets()
+    def unused_encoder_parts(self, index: int, encoder: torch.nn.Module) -> list[torch.nn.Module]:
+        """The first encoder's last layer and final layer norm feed nothing SDXL reads (it takes the penultimate
+        hidden states and no pooled output): they get no LoRA, and a full fine-tune leaves them frozen."""
         if index != 0:
-            return targets
+            return []
         text_model: Any = getattr(encoder, "text_model", encoder)
-        layers = text_model.encoder.layers
-        last = f"layers.{len(layers) - 1}."
-        return [name for name, _ in encoder.named_modules()
-                if name.rsplit(".", 1)[-1] in targets and last not in name]
+        return [text_model.encoder.layers[-1], text_model.final_layer_norm]
 
     def encode_prompts(self, components: Components, captions: list[str]) -> Conditioning:
         hidden, pooled = [], None

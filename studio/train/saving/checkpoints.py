@@ -146,7 +146,16 @@ def load_checkpoint(accelerator: Any, folder: Path, scheduler: Any) -> dict[str,
                              "resume the run it belongs to, or start a new run", path=str(folder))
         inner.load_state_dict(state, strict=False)
     for i, optimizer in enumerate(accelerator._optimizers):
-        optimizer.load_state_dict(_weights_only(folder / ("optimizer.bin" if i == 0 else f"optimizer_{i}.bin")))
+        saved = _weights_only(folder / ("optimizer.bin" if i == 0 else f"optimizer_{i}.bin"))
+        try:
+            optimizer.load_state_dict(saved)
+        except ValueError as exc:  # other parameter groups or counts: the run trained other weights
+            raise TrainError(
+                "config", f"the checkpoint {folder} was written while other weights were trained: its optimizer "
+                f"state does not fit this run's ({exc})",
+                f"set method.train_text_encoder (and the method's other settings) back as they were when the run "
+                f"started, in {folder.parent.parent / 'config.toml'}, and resume again; or start a new run",
+                path=str(folder)) from None
     if (folder / SCHEDULER_FILE).is_file():
         scheduler.load_state_dict(json.loads((folder / SCHEDULER_FILE).read_text(encoding="utf-8")))
     elif (folder / LEGACY_SCHEDULER_FILE).is_file():

@@ -149,13 +149,20 @@ def _write_outputs(adapter: FamilyAdapter, components: Components, folder: Path,
 def ema_outputs(adapter: FamilyAdapter, components: Components, folder: Path, metadata: dict[str, str]) -> list[Path]:
     """The averaged weights (already in the model) beside the raw ones: a LoRA's files as
     `<output.name>-ema.safetensors` and `pytorch_lora_weights_ema.safetensors`, a full fine-tune's
-    pipeline as the folder `ema/`."""
+    pipeline as the folder `ema/` and, where output.formats asks for the single file, as
+    `<output.name>-ema.safetensors` beside `<output.name>.safetensors` (without it, a person who loads
+    single files in their UI had the raw weights only)."""
     config = adapter.config
     meta = {**metadata, "modelspec.title": f"{config.output.name} (EMA)", "ss_ema": "True"}
     if config.method.kind == "lora":
         return adapter.save_lora(folder, *_lora_parts(adapter, components), metadata=meta,
                                  name=f"{config.output.name}-ema", weight_name=EMA_DIFFUSERS_FILE)
-    return adapter.save_full(folder / EMA_FOLDER, components, SAVE_DTYPES[config.output.save_precision])
+    dtype = SAVE_DTYPES[config.output.save_precision]
+    written = adapter.save_full(folder / EMA_FOLDER, components, dtype)
+    if "single_file" in config.output.formats and config.model.family in SINGLE_FILE_ARCHITECTURES:
+        written.append(_single_file_checkpoint(adapter, components, folder / f"{config.output.name}-ema.safetensors",
+                                               dtype, meta))
+    return written
 
 
 def _file_being_written(exc: BaseException, staging: Path, folder: Path) -> str:
@@ -257,8 +264,6 @@ def _lora_parts(adapter: FamilyAdapter, components: Components) -> tuple[dict[st
 def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, dtype: torch.dtype,
                  metadata: dict[str, str], warn: Warn, final: Path) -> list[Path]:
     """DreamBooth's one-file checkpoint in the original layout A1111/Forge/ComfyUI load, where one exists."""
-    from studio.train.pipelines.single_file import prediction_markers, save_single_file
-
     config = adapter.config
     family = config.model.family
     if family not in SINGLE_FILE_ARCHITECTURES:
@@ -266,9 +271,17 @@ def _single_file(adapter: FamilyAdapter, components: Components, folder: Path, d
              f"folder {final} was written instead", str(final),
              "load the folder with diffusers, or convert it with your UI's own tools")
         return []
+    return [_single_file_checkpoint(adapter, components, folder / f"{config.output.name}.safetensors", dtype,
+                                    metadata)]
+
+
+def _single_file_checkpoint(adapter: FamilyAdapter, components: Components, path: Path, dtype: torch.dtype,
+                            metadata: dict[str, str]) -> Path:
+    """The components as one checkpoint at `path`, with the model-spec fields a UI reads its kind from."""
+    from studio.train.pipelines.single_file import prediction_markers, save_single_file
+
     # The family's architecture, or the loaded base's version of it (SD 2.x trains as SD 1.x/2.x).
     architecture = adapter.kohya_architecture_name()
-    meta = {**model_spec(config, architecture, lora=False, now=time.time()), **metadata}
-    path = folder / f"{config.output.name}.safetensors"
+    meta = {**model_spec(adapter.config, architecture, lora=False, now=time.time()), **metadata}
     markers = prediction_markers(meta["modelspec.prediction_type"], components.scheduler)
-    return [save_single_file(path, family, components, dtype, meta, markers)]
+    return save_single_file(path, adapter.config.model.family, components, dtype, meta, markers)

@@ -105,6 +105,12 @@ class WeightAverage:
         takes an earlier checkpoint)."""
         from safetensors.torch import load_file
 
+        if not (folder / EMA_WEIGHTS).exists() and not (folder / EMA_STATE).exists():
+            # A complete checkpoint of a run with the average always holds it: this one's run had none, and
+            # training.ema was switched on in its config.toml since (its message called the checkpoint damaged).
+            raise TrainError("config", f"the checkpoint {folder} was written without training.ema, which is on now",
+                             f"turn training.ema off again in {folder.parent.parent / 'config.toml'} to resume the "
+                             "run, or start a new run with it on", path=str(folder))
         try:
             tensors = load_file(str(folder / EMA_WEIGHTS))
             state: dict[str, Any] = json.loads((folder / EMA_STATE).read_text(encoding="utf-8"))
