@@ -28,8 +28,8 @@ ComfyUI (a checkout with comfy/lora.py and comfy/weight_adapter/; its `--site` n
   under ComfyUI's names, placed by ComfyUI's own diffusers maps (the SD U-Nets by `unet_to_diffusers`,
   SD3 by `mmdit_to_diffusers`, Z-Image by `z_image_to_diffusers`, q/k/v fused at their offsets), except
   FLUX.2 [klein], whose ComfyUI names (double_blocks/single_blocks, linear1 = fused q/k/v/mlp) come from
-  the studio's `flux2_klein_names.original_module` (ComfyUI's `flux_to_diffusers` is FLUX.1's), and Qwen-Image,
-  whose ComfyUI model (comfy/ldm/qwen_image/model.py) names its layers as diffusers does. SD3's
+  the studio's `flux2_klein_names.original_module` and `MODULATION` (ComfyUI's `flux_to_diffusers` is FLUX.1's),
+  and Qwen-Image, whose ComfyUI model (comfy/ldm/qwen_image/model.py) names its layers as diffusers does. SD3's
   `mmdit_to_diffusers` assumes a width of 64 x depth; its q/k/v offsets are scaled to the tiny width.
   The text encoders are `clip_l.transformer.` / `clip_g.transformer.` + the transformers CLIP names.
   `ModelPatcher.add_patches` (4 lines: a patch of a key the model has, with its offset) is written here.
@@ -259,7 +259,7 @@ def _comfy_places(comfy: Any, family: str, base: Path) -> tuple[str, dict[str, A
                   "n_refiner_layers": transformer.get("n_refiner_layers", 2)}
         return "Lumina2", config, comfy.utils.z_image_to_diffusers(config, output_prefix="diffusion_model.")
     if family == "flux2-klein":
-        from studio.train.families.flux2_klein_names import original_module
+        from studio.train.families.flux2_klein_names import MODULATION, original_module
 
         hidden = transformer["num_attention_heads"] * transformer["attention_head_dim"]
         config = {"depth": transformer["num_layers"], "depth_single_blocks": transformer["num_single_layers"],
@@ -270,6 +270,9 @@ def _comfy_places(comfy: Any, family: str, base: Path) -> tuple[str, dict[str, A
         model = Flux2Transformer2DModel.from_config(Flux2Transformer2DModel.load_config(base / "transformer"))
         for name, layer in model.named_modules():
             if not hasattr(layer, "weight") or layer.weight is None:
+                continue
+            if name in MODULATION:  # a shared modulation layer: `lin` in the original layout
+                places[f"{name}.weight"] = f"diffusion_model.{MODULATION[name]}.weight"
                 continue
             try:
                 original, part = original_module(name)
