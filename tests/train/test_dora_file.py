@@ -162,3 +162,26 @@ def test_the_diffusers_file_keeps_pefts_magnitudes(trained) -> None:  # type: ig
     _family, files, _bases, _merged = trained
     keys = load_file(str(files["pytorch_lora_weights.safetensors"])).keys()
     assert [k for k in keys if k.endswith(".lora_magnitude_vector")] and not [k for k in keys if "dora_scale" in k]
+
+
+def test_the_dora_scale_of_a_top_level_sd3_layer_is_named_as_its_lora() -> None:
+    """ComfyUI reads `<module>.dora_scale` beside the module's lora_up/lora_down (comfy/lora.py load_lora). An SD3
+    DoRA on a top-level layer (method.target_modules = [..., "context_embedder", "proj_out"]) had its dora_scale
+    written as `transformer_context_embedder.dora_scale`, without the `lora_` its lora_down has: "lora key not
+    loaded", and ComfyUI applied that layer as a plain LoRA."""
+    from studio.train.families.kohya import kohya_state_dict
+
+    layers, scales = {}, {}
+    for module in ("context_embedder", "proj_out", "transformer_blocks.0.attn.to_q"):
+        layers[f"{module}.lora_A.weight"] = torch.ones(RANK, 8)
+        layers[f"{module}.lora_B.weight"] = torch.ones(8, RANK)
+        layers[f"{module}.lora_magnitude_vector"] = torch.ones(8)
+        scales[module] = torch.full((8, 1), 2.0)
+    state = kohya_state_dict({"transformer": layers}, {"transformer": {"lora_alpha": ALPHA, "dora_scales": scales}})
+    modules = {key.split(".")[0] for key in state}
+    assert modules == {"lora_transformer_context_embedder", "lora_transformer_proj_out",
+                       "lora_transformer_transformer_blocks_0_attn_to_q"}
+    for module in modules:  # each module's four keys under one name, as ComfyUI looks them up
+        assert {key.split(".", 1)[1] for key in state if key.split(".")[0] == module} == {
+            "lora_down.weight", "lora_up.weight", "alpha", "dora_scale"}
+        assert torch.equal(state[f"{module}.dora_scale"], torch.full((8, 1), 2.0))
