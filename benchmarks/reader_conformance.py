@@ -28,7 +28,8 @@ ComfyUI (a checkout with comfy/lora.py and comfy/weight_adapter/; its `--site` n
   under ComfyUI's names, placed by ComfyUI's own diffusers maps (the SD U-Nets by `unet_to_diffusers`,
   SD3 by `mmdit_to_diffusers`, Z-Image by `z_image_to_diffusers`, q/k/v fused at their offsets), except
   FLUX.2 [klein], whose ComfyUI names (double_blocks/single_blocks, linear1 = fused q/k/v/mlp) come from
-  the studio's `flux2_klein_names.original_module` (ComfyUI's `flux_to_diffusers` is FLUX.1's). SD3's
+  the studio's `flux2_klein_names.original_module` and `MODULATION` (ComfyUI's `flux_to_diffusers` is FLUX.1's),
+  and Qwen-Image, whose ComfyUI model (comfy/ldm/qwen_image/model.py) names its layers as diffusers does. SD3's
   `mmdit_to_diffusers` assumes a width of 64 x depth; its q/k/v offsets are scaled to the tiny width.
   The text encoders are `clip_l.transformer.` / `clip_g.transformer.` + the transformers CLIP names.
   `ModelPatcher.add_patches` (4 lines: a patch of a key the model has, with its offset) is written here.
@@ -52,7 +53,7 @@ through it, `--network_module lycoris.kohya`):
   over the tiny config (the layout the LoHa/LoKr files are written in).
   The text encoders are transformers' CLIP models (as sd-scripts loads them), under a `text_model` level as
   transformers 4 (which sd-scripts pins) names them; transformers 5 dropped it. sd-scripts reads SD1.5 and
-  SDXL files only; it is not run for sd3 / flux2-klein / zimage (its other networks read other formats).
+  SDXL files only; it is not run for sd3 / flux2-klein / zimage / qwen-image (its other networks read other formats).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILIES = ("sd15", "sdxl", "sd3", "flux2-klein", "zimage")
+FAMILIES = ("sd15", "sdxl", "sd3", "flux2-klein", "zimage", "qwen-image")
 ADAPTERS = ("lora", "locon", "loha", "lokr", "dora")
 CONV_FAMILIES = ("sd15", "sdxl")
 RANK, ALPHA, CONV_RANK, CONV_ALPHA = 4, 12.0, 2, 7.0
@@ -258,7 +259,7 @@ def _comfy_places(comfy: Any, family: str, base: Path) -> tuple[str, dict[str, A
                   "n_refiner_layers": transformer.get("n_refiner_layers", 2)}
         return "Lumina2", config, comfy.utils.z_image_to_diffusers(config, output_prefix="diffusion_model.")
     if family == "flux2-klein":
-        from studio.train.families.flux2_klein_names import original_module
+        from studio.train.families.flux2_klein_names import MODULATION, original_module
 
         hidden = transformer["num_attention_heads"] * transformer["attention_head_dim"]
         config = {"depth": transformer["num_layers"], "depth_single_blocks": transformer["num_single_layers"],
@@ -270,6 +271,9 @@ def _comfy_places(comfy: Any, family: str, base: Path) -> tuple[str, dict[str, A
         for name, layer in model.named_modules():
             if not hasattr(layer, "weight") or layer.weight is None:
                 continue
+            if name in MODULATION:  # a shared modulation layer: `lin` in the original layout
+                places[f"{name}.weight"] = f"diffusion_model.{MODULATION[name]}.weight"
+                continue
             try:
                 original, part = original_module(name)
             except Exception:
@@ -277,6 +281,13 @@ def _comfy_places(comfy: Any, family: str, base: Path) -> tuple[str, dict[str, A
             key = f"diffusion_model.{original}.weight"
             places[f"{name}.weight"] = key if part is None else (key, (0, part * hidden, hidden))
         return "Flux2", config, places
+    if family == "qwen-image":  # ComfyUI's QwenImage holds the transformer under diffusers' own module names
+        import torch
+        from diffusers import QwenImageTransformer2DModel
+
+        model = QwenImageTransformer2DModel.from_config(QwenImageTransformer2DModel.load_config(base / "transformer"))
+        return "QwenImage", {}, {f"{name}.weight": f"diffusion_model.{name}.weight"
+                                 for name, layer in model.named_modules() if isinstance(layer, torch.nn.Linear)}
     raise ValueError(family)
 
 

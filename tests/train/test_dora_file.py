@@ -7,7 +7,7 @@ function, written again here from ComfyUI's code (commit 9c0cf36 of comfyanonymo
 LoRAAdapter.calculate_weight's alpha (comfy/weight_adapter/lora.py: alpha / lora_down's rank):
 
     lora_diff *= alpha
-    weight_calc = weight + lora_diff
+    weight_calc = weight + function(lora_diff)  # function: a layer ComfyUI holds transformed (SD3's swap)
     wd_on_output_axis = dora_scale.shape[0] == weight_calc.shape[0]
     if wd_on_output_axis:
         weight_norm = weight.reshape(weight.shape[0], -1).norm(dim=1, keepdim=True)
@@ -24,6 +24,7 @@ The file's merge is compared, layer by layer, with peft's own merge of the train
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,11 @@ RANK, ALPHA = 4, 12.0
 
 
 def comfy_merge(weight: torch.Tensor, up: torch.Tensor, down: torch.Tensor, alpha: torch.Tensor,
-                dora_scale: torch.Tensor) -> torch.Tensor:
+                dora_scale: torch.Tensor, function: Callable[[torch.Tensor], torch.Tensor] = lambda x: x) -> torch.Tensor:
     """ComfyUI's merge of one DoRA layer at strength 1 (see the module's docstring)."""
     lora_diff = torch.mm(up.flatten(start_dim=1), down.flatten(start_dim=1)).reshape(weight.shape)
     lora_diff = lora_diff * (alpha / down.shape[0])
-    weight_calc = weight + lora_diff
+    weight_calc = weight + function(lora_diff)
     if dora_scale.shape[0] == weight_calc.shape[0]:
         weight_norm = (weight.reshape(weight.shape[0], -1).norm(dim=1, keepdim=True)
                        .reshape(weight.shape[0], *[1] * (weight.dim() - 1)))
@@ -162,3 +163,79 @@ def test_the_diffusers_file_keeps_pefts_magnitudes(trained) -> None:  # type: ig
     _family, files, _bases, _merged = trained
     keys = load_file(str(files["pytorch_lora_weights.safetensors"])).keys()
     assert [k for k in keys if k.endswith(".lora_magnitude_vector")] and not [k for k in keys if "dora_scale" in k]
+
+
+def test_the_dora_scale_of_a_top_level_sd3_layer_is_named_as_its_lora() -> None:
+    """ComfyUI reads `<module>.dora_scale` beside the module's lora_up/lora_down (comfy/lora.py load_lora). An SD3
+    DoRA on a top-level layer (method.target_modules = [..., "context_embedder", "proj_out"]) had its dora_scale
+    written as `transformer_context_embedder.dora_scale`, without the `lora_` its lora_down has: "lora key not
+    loaded", and ComfyUI applied that layer as a plain LoRA."""
+    from studio.train.families.kohya import kohya_state_dict
+
+    layers, scales = {}, {}
+    for module in ("context_embedder", "proj_out", "transformer_blocks.0.attn.to_q"):
+        layers[f"{module}.lora_A.weight"] = torch.ones(RANK, 8)
+        layers[f"{module}.lora_B.weight"] = torch.ones(8, RANK)
+        layers[f"{module}.lora_magnitude_vector"] = torch.ones(8)
+        scales[module] = torch.full((8, 1), 2.0)
+    state = kohya_state_dict({"transformer": layers}, {"transformer": {"lora_alpha": ALPHA, "dora_scales": scales}})
+    modules = {key.split(".")[0] for key in state}
+    assert modules == {"lora_transformer_context_embedder", "lora_transformer_proj_out",
+                       "lora_transformer_transformer_blocks_0_attn_to_q"}
+    for module in modules:  # each module's four keys under one name, as ComfyUI looks them up
+        assert {key.split(".", 1)[1] for key in state if key.split(".")[0] == module} == {
+            "lora_down.weight", "lora_up.weight", "alpha", "dora_scale"}
+        assert torch.equal(state[f"{module}.dora_scale"], torch.full((8, 1), 2.0))
+
+
+def _swap_scale_shift(weight: torch.Tensor) -> torch.Tensor:
+    """comfy/utils.py swap_scale_shift: the two halves of a modulation's rows exchanged."""
+    shift, scale = weight.chunk(2, dim=0)
+    return torch.cat([scale, shift], dim=0)
+
+
+def test_an_sd3_dora_on_a_swapped_modulation_merges_in_comfyui_as_peft_trained(tiny_model, demo_data: Path,
+                                                                                tmp_path: Path) -> None:
+    """ComfyUI holds SD3's final modulation (norm_out.linear) and the last block's text modulation with their shift
+    and scale halves swapped, and swaps the LoRA change into place (mmdit_to_diffusers: swap_scale_shift), but
+    applies the dora_scale as the file has it, one value per row of its own weight. Written in diffusers' row order,
+    each half's scale landed on the other half's rows."""
+    from peft.tuners.lora import LoraLayer
+
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.train.families import adapter_for
+    from studio.train.saving.outputs import _lora_parts
+
+    config = TrainConfig(
+        model=ModelSection(family="sd3", base=str(tiny_model("sd3"))),
+        method=MethodSection(kind="lora", rank=RANK, alpha=ALPHA, use_dora=True,
+                             target_modules=["norm_out.linear", "norm1_context.linear"]),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
+        output=OutputSection(dir=str(tmp_path), name="dora", formats=["kohya"], save_precision="fp32"),
+    )
+    adapter = adapter_for(config)
+    components = adapter.load(torch.device("cpu"), torch.float32)
+    adapter.add_lora(components)
+    last = len(components.denoiser.transformer_blocks) - 1
+    swapped = {name: layer for name, layer in components.denoiser.named_modules() if isinstance(layer, LoraLayer)
+               and name in ("norm_out.linear", f"transformer_blocks.{last}.norm1_context.linear")}
+    assert len(swapped) == 2
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for layer in swapped.values():
+            layer.lora_B["default"].weight.copy_(0.2 * torch.randn(layer.lora_B["default"].weight.shape,
+                                                                   generator=generator))
+            magnitude = layer.lora_magnitude_vector["default"].weight
+            magnitude.mul_(1 + 0.2 * torch.randn(magnitude.shape, generator=generator))
+    (written,) = adapter.save_lora(tmp_path, *_lora_parts(adapter, components), metadata={})
+    state = load_file(str(written))
+    for name, layer in swapped.items():
+        base = layer.get_base_layer().weight.detach().clone()
+        with torch.no_grad():
+            layer.merge(adapter_names=["default"])
+        trained = layer.get_base_layer().weight.detach()
+        key = "lora_transformer_" + name.replace(".", "_")
+        # ComfyUI's weight is the original layout's: the diffusers rows swapped; so is what it merges to.
+        got = comfy_merge(_swap_scale_shift(base), state[f"{key}.lora_up.weight"], state[f"{key}.lora_down.weight"],
+                          state[f"{key}.alpha"], state[f"{key}.dora_scale"], _swap_scale_shift)
+        torch.testing.assert_close(got, _swap_scale_shift(trained), rtol=1e-4, atol=1e-5)

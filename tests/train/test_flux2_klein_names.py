@@ -132,3 +132,65 @@ def test_a_lora_the_comfyui_file_cannot_name_is_refused_before_the_first_step(
     config.output.formats = ["diffusers"]  # without the kohya file the same LoRA trains
     code, run_dir = run_training(config, tmp_path / "diffusers")
     assert code == 0 and (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
+
+
+def _comfyui_flux2_keys(transformer) -> set[str]:
+    """The LoRA module names ComfyUI's key map (comfy/lora.py model_lora_keys_unet) reads for a FLUX.2 model, written
+    again from its code: `lora_unet_` + each weight of the model it holds (the original layout, named here from the
+    diffusers modules as diffusers' `convert_flux2_transformer_checkpoint_to_diffusers` renames them), and, FLUX.2
+    being a Flux model there, `lora_transformer_` + each diffusers name of comfy/utils.py `flux_to_diffusers`."""
+    top = {"x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+           "norm_out.linear": "final_layer.adaLN_modulation.1",
+           "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
+           "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
+           "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
+           "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
+           "single_stream_modulation.linear": "single_stream_modulation.lin"}
+    double = {"attn.to_q": "img_attn.qkv", "attn.to_k": "img_attn.qkv", "attn.to_v": "img_attn.qkv",
+              "attn.add_q_proj": "txt_attn.qkv", "attn.add_k_proj": "txt_attn.qkv", "attn.add_v_proj": "txt_attn.qkv",
+              "attn.to_out.0": "img_attn.proj", "attn.to_add_out": "txt_attn.proj", "ff.linear_in": "img_mlp.0",
+              "ff.linear_out": "img_mlp.2", "ff_context.linear_in": "txt_mlp.0", "ff_context.linear_out": "txt_mlp.2"}
+    single = {"attn.to_qkv_mlp_proj": "linear1", "attn.to_out": "linear2"}
+    originals = set()
+    for name, module in transformer.named_modules():
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        match = re.match(r"^(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)$", name)
+        if match is None:
+            originals.add(top[name])
+        elif match.group(1) == "transformer_blocks":
+            originals.add(f"double_blocks.{match.group(2)}.{double[match.group(3)]}")
+        else:
+            originals.add(f"single_blocks.{match.group(2)}.{single[match.group(3)]}")
+    flux_map = {"proj_out", "x_embedder", "context_embedder", "norm_out.linear", "controlnet_x_embedder",
+                *(f"time_text_embed.{e}.linear_{n}" for e in ("timestep_embedder", "text_embedder",
+                                                              "guidance_embedder") for n in (1, 2))}
+    for i in range(len(transformer.transformer_blocks)):
+        flux_map |= {f"transformer_blocks.{i}.{m}" for m in (
+            "attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj",
+            "attn.to_out.0", "norm1.linear", "norm1_context.linear", "attn.to_add_out", "ff.net.0.proj", "ff.net.2",
+            "ff_context.net.0.proj", "ff_context.net.2", "ff.linear_in", "ff.linear_out", "ff_context.linear_in",
+            "ff_context.linear_out")}
+    for i in range(len(transformer.single_transformer_blocks)):
+        flux_map |= {f"single_transformer_blocks.{i}.{m}" for m in (
+            "attn.to_q", "attn.to_k", "attn.to_v", "proj_mlp", "norm.linear", "proj_out", "attn.to_qkv_mlp_proj",
+            "attn.to_out")}
+    return ({"lora_unet_" + name.replace(".", "_") for name in originals}
+            | {"lora_transformer_" + name.replace(".", "_") for name in flux_map})
+
+
+def test_every_linear_layer_of_a_lycoris_file_has_a_place_in_comfyuis_key_map() -> None:
+    """A LoHa or LoKr (written whatever output.formats says, for ComfyUI) may target any linear layer
+    (method.target_modules). The shared modulation layers were written under their diffusers names
+    (`lora_transformer_double_stream_modulation_img_linear`), which ComfyUI's map has no place for: "lora key not
+    loaded", and the file applied without them."""
+    from studio.train.families.flux2_klein_names import lycoris_module
+    from studio.train.pipelines.flux2_klein import full_size_components
+
+    transformer = full_size_components("4b")["transformer"]
+    comfyui = _comfyui_flux2_keys(transformer)
+    names = {name: lycoris_module(name) for name, module in transformer.named_modules()
+             if isinstance(module, torch.nn.Linear)}
+    unread = {module: name for module, name in names.items() if name not in comfyui}
+    assert not unread, unread
+    assert names["double_stream_modulation_img.linear"] == "lora_unet_double_stream_modulation_img_lin"

@@ -33,6 +33,13 @@ GLOBAL = {
     "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
     "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
 }
+# The shared modulation layers, under their original names (`lin`, where diffusers says `linear`; the weights are the
+# same). The LoHa/LoKr file names them so; the kohya LoRA file leaves them out, as diffusers' FLUX.2 reader does.
+MODULATION = {
+    "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
+    "double_stream_modulation_txt.linear": "double_stream_modulation_txt.lin",
+    "single_stream_modulation.linear": "single_stream_modulation.lin",
+}
 _BLOCK = re.compile(r"^(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)$")
 _PEFT_KEY = re.compile(r"^(.+)\.lora_([AB])(?:\.default)?\.weight$")
 
@@ -68,8 +75,12 @@ def lycoris_module(module: str) -> str:
     (`lora_transformer_transformer_blocks_0_attn_to_q`), which ComfyUI's Flux key map places at its
     rows of the fused layer. (The Flux map knows only FLUX.1's other diffusers names: FLUX.2's
     `attn.to_qkv_mlp_proj`, `ff.linear_in` or `time_guidance_embed` under diffusers names were dropped.)
-    A layer the original layout has no name for keeps its diffusers name too.
+    A shared modulation layer gets its original name (`lora_unet_double_stream_modulation_img_lin`): under its
+    diffusers name ComfyUI's Flux map had no place for it and the layer was "lora key not loaded". A layer the
+    original layout has no name for keeps its diffusers name too (`norm_out.linear`, which the Flux map places).
     """
+    if module in MODULATION:
+        return comfy_key(MODULATION[module])
     try:
         original, part = original_module(module)
     except TrainError:

@@ -56,13 +56,15 @@ def kohya_state_dict(
                    for pattern, alpha in (config.get("alpha_pattern") or {}).items()}
     out: dict[str, torch.Tensor] = {}
     for key, value in convert_state_dict_to_kohya(prefixed).items():
-        if key.startswith("transformer_"):
-            key = "lora_" + key
         # diffusers' converter leaves some of the module's dots in a magnitude's name, and names it
         # `dora_scale` for some modules (SD3's attention) and leaves `lora_magnitude_vector` for others.
         for suffix in (f".{MAGNITUDE}", f".{DORA_SCALE}"):
             if key.endswith(suffix):
                 key = f"{key.removesuffix(suffix).replace('.', '_')}.{DORA_SCALE}"
+        # Prefixed once the name is whole: the magnitude of a top-level module (SD3's `context_embedder`,
+        # `proj_out`) kept its dot until then and was written without the prefix its lora_down/lora_up have.
+        if key.startswith("transformer_"):
+            key = "lora_" + key
         for old, new in (renames or {}).items():
             if key.startswith(old):
                 key = new + key[len(old):]

@@ -68,6 +68,7 @@ class SD3Adapter(FamilyAdapter):
         "prompt_embeds", "negative_prompt_embeds", "pooled_prompt_embeds", "negative_pooled_prompt_embeds")
 
     joint_attention_dim = 4096
+    blocks = 0  # the transformer's joint blocks (add_lora)
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import StableDiffusion3Pipeline
@@ -118,7 +119,23 @@ class SD3Adapter(FamilyAdapter):
             raise TrainError("config", f"method.blocks = {self.config.method.blocks} names blocks the transformer "
                              f"does not have ({wrong}); it has {count} blocks",
                              f"use block indices from 0 to {count - 1}, or leave method.blocks empty for all")
+        self.blocks = count
         super().add_lora(components)
+
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The kohya file (`lora_transformer_*`). ComfyUI holds the final modulation and the last block's text
+        modulation with their shift and scale halves swapped (comfy/utils.py `mmdit_to_diffusers`): it swaps a LoRA's
+        change to match, but not a DoRA layer's dora_scale (one per output row), so those are written swapped."""
+        from studio.train.networks.dora import DORA_SCALE
+
+        state = super().kohya_layout(layers, adapter_configs)
+        for module in ("norm_out.linear", f"transformer_blocks.{self.blocks - 1}.norm1_context.linear"):
+            key = f"lora_transformer_{module.replace('.', '_')}.{DORA_SCALE}"
+            if key in state:
+                first, second = state[key].chunk(2)
+                state[key] = torch.cat([second, first]).contiguous()
+        return state
 
     def encode_prompt_arguments(self, prompt: str) -> dict[str, Any]:
         return {"prompt": prompt, "prompt_2": None, "prompt_3": None}
