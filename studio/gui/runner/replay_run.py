@@ -6,7 +6,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject
 
-from studio.core.runs.records.run_model import Replay, replay_run
+from studio.core.runs.records.history import replay_to_show
+from studio.core.runs.records.run_model import Replay
 from studio.gui.runner.source import RunSource
 from studio.gui.runner.worker import Job, Worker
 
@@ -30,7 +31,7 @@ class ReplayRun(RunSource):
         return self.replay is not None or self.error is not None
 
     def start(self) -> bool:
-        self._job = self.worker.run(replay_run, self.run_dir, on_done=self._loaded, on_failed=self._failed,
+        self._job = self.worker.run(replay_to_show, self.run_dir, on_done=self._loaded, on_failed=self._failed,
                                     expected=(OSError,))
         return True
 

@@ -21,12 +21,14 @@ from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
 from studio.core.runs.records.phase_times import phase_summary
 from studio.core.runs.records.run_import import import_run
-from studio.core.runs.records.run_model import RunModel
+from studio.core.runs.records.run_model import Replay, RunModel, replay_run
 from studio.core.runs.scheduling.lock import lock_holder, trainer_alive
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "summarize_run"]
+__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "replay_to_show", "summarize_run"]
+
+INTERRUPTED = "the events end without run_finished: the trainer was killed or the machine stopped"
 
 
 @dataclass
@@ -135,13 +137,29 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
         summary.message = f"on {summary.machine}; open it to follow it live"
     else:
         summary.status = "interrupted"
-        summary.message = "the events end without run_finished: the trainer was killed or the machine stopped"
+        summary.message = INTERRUPTED
     if summary.status == "running":
         holder = lock_holder(folder)
         summary.message = f"trained by {holder.describe()}" if holder is not None else summary.message
     if seen.last_error is not None and not summary.message:
         summary.message = seen.last_error.message
     return summary
+
+
+def replay_to_show(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive) -> Replay:
+    """A run folder read whole for the Train and Runs pages. A run whose events end without run_finished while
+    no trainer works on it (killed, crashed, the machine stopped) ended there: it shows as failed, its clock
+    stopped at its last event, with no ETA, and Resume is offered, as the Runs table's "interrupted" says;
+    never as training still, its elapsed time growing with every day since."""
+    folder = Path(run_dir)
+    replay = replay_run(folder)
+    model = replay.model
+    if model.finished is None and model.event_count and replay.read_error is None:
+        remote = (folder / REMOTE_FILE).exists()
+        live = _remote_state(folder).get("state") == "running" if remote else alive(folder)
+        if not live:
+            model.mark_ended("failed", INTERRUPTED)
+    return replay
 
 
 def _describe_config(summary: RunSummary, data: dict[str, Any], presets: list[Preset] | None) -> None:
