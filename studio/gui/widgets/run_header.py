@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 
 from PySide6.QtCore import Signal
@@ -146,7 +147,9 @@ class ErrorBanner(QFrame):
 
     def show_error(self, message: str, hint: str = "", needle: str = "") -> None:
         self._shown_key = (message, hint)
-        self.title.setText(f"<b>{message}</b>")
+        # Shown as it was said: an error names "<class 'NoneType'>", a prompt "<sks>", which rich text would drop.
+        lines = html.escape(message, quote=False).splitlines()
+        self.title.setText(f"<b>{'<br>'.join(lines)}</b>")
         self.hint.setText(hint)
         self.hint.setVisible(bool(hint))
         self._needle = needle or message.splitlines()[0] if message else needle

@@ -27,3 +27,21 @@ def test_first_epoch_is_one_and_the_stopped_time_is_left_out(qtbot: QtBot) -> No
     header.refresh(model)
     assert header.epoch.text() == "2"
     assert header.elapsed.text() == "3:00"  # 2 minutes, then 1 after the resume
+
+
+def test_the_error_banner_shows_the_error_as_it_was_said(qtbot: QtBot) -> None:
+    """An error that names a Python type or a prompt's trigger word keeps them (rich text dropped "<...>")."""
+    from PySide6.QtGui import QTextDocument
+
+    from studio.core.runs.events import Error
+    from studio.gui.widgets.run_header import ErrorBanner
+
+    banner = ErrorBanner()
+    qtbot.addWidget(banner)
+    model = RunModel()
+    message = "sample at step 5 failed while decoding the prompt \"a <sks> dog\": TypeError: got <class 'NoneType'>"
+    model.apply(Error(kind="sample", message=message))
+    banner.refresh(model)
+    shown = QTextDocument()
+    shown.setHtml(banner.title.text())
+    assert shown.toPlainText() == message

@@ -213,3 +213,25 @@ def test_samples_a_resumed_leg_makes_again_are_listed_once(qtbot: QtBot, tmp_pat
     gallery.refresh(model)
     assert [s.step for s in gallery.steps_for("a green square")] == [2, 4, 6]
     assert gallery.step_label.text() == "step 6"
+
+
+def test_the_big_view_names_a_prompts_trigger_word(qtbot: QtBot, tmp_path: Path) -> None:
+    """A prompt with "<sks>" or "<lora:style:0.8>": the words under the enlarged sample are the prompt as written."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QLabel
+
+    Image.new("RGB", (64, 64), (30, 200, 40)).save(tmp_path / "step-000005-0.png")
+    prompt = "a photo of <sks> dog, <lora:style:0.8> & friends"
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    model.apply(Sample(step=5, images=["step-000005-0.png"], prompts=[prompt]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    gallery.enlarge(gallery.current())  # type: ignore[arg-type]
+    dialog = gallery.last_dialog
+    assert dialog is not None
+    shown = QTextDocument()
+    shown.setHtml(dialog.findChildren(QLabel)[0].text())
+    assert shown.toPlainText().splitlines()[0] == f"step 5 · {prompt}"
+    dialog.close()
