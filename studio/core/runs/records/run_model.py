@@ -137,6 +137,9 @@ class RunModel:
         # begins a resumed leg, and the time between is no training time. None while a leg goes on.
         self._leg_ended_at: float | None = None
         self._pause_counted = False  # the resumed leg's pause was counted at its first event
+        # The time of the newest event that is no warning: a resumed leg may warn before it loads (a pickled
+        # model file, samples without prompts), and a leg killed without a word ended before those warnings.
+        self._last_said: float | None = None
         # A leg's first step is timed with the warm-up (compiling, allocator, first batches): its
         # images/s and ETA say nothing of the run's speed, so they are left unknown.
         self._warm_up_step = True
@@ -217,7 +220,7 @@ class RunModel:
         if self.first_time is None:
             self.first_time = float(batch.time[0])
         self._leg_goes_on(float(batch.time[0]))
-        self.last_time = float(batch.time[-1])
+        self.last_time = self._last_said = float(batch.time[-1])
         if self.status not in ENDED:
             self.status = "training"
         last = batch.last
@@ -254,12 +257,15 @@ class RunModel:
             self.first_time = event.time
         if not isinstance(event, RunFinished):
             if (isinstance(event, Phase) and event.name == "loading" and self.started is not None
-                    and self._leg_ended_at is None and not self._pause_counted and self.last_time is not None):
+                    and self._leg_ended_at is None and not self._pause_counted and self._last_said is not None):
                 # A trainer loads its model only before its run_started: this is a resumed leg, and the leg
-                # before was killed without a word at its last event. The time between is no training time.
-                self._leg_ended_at = self.last_time
+                # before was killed without a word at its last event (the warnings since are this leg's).
+                # The time between is no training time.
+                self._leg_ended_at = self._last_said
             self._leg_goes_on(event.time)
-        previous, self.last_time = self.last_time, event.time
+        previous, self.last_time = self._last_said, event.time
+        if not isinstance(event, RunWarning):
+            self._last_said = event.time
         if isinstance(event, Step):
             self._apply_step(event)
         elif isinstance(event, RunStarted):
