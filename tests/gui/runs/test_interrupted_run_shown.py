@@ -11,6 +11,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.runs.events import RunStarted
 from studio.core.runs.scheduling.lock import RunLock
 from studio.gui.context import StudioContext
+from studio.gui.runner.source import RunSource
 from studio.gui.runs.page import RunsPage
 from studio.gui.training.page import TrainPage
 from tests.core.runs.conftest import step_event, write_events
@@ -56,4 +57,34 @@ def test_a_run_its_trainer_still_holds_shows_as_training(qtbot: QtBot, context: 
         runs.message.setText("")
         runs.open_run(run)
         qtbot.waitUntil(lambda: runs.message.text().startswith("Showing"), timeout=10000)
+    assert "training" in runs.header.status.text()
+
+
+class _Elsewhere(RunSource):
+    """A run this studio follows whose trainer is not on this machine (a cloud's): no process here."""
+
+    running = True
+
+    def start(self) -> bool:
+        return True
+
+    def is_running(self) -> bool:
+        return self.running
+
+    def kill_now(self, timeout_s: float = 5.0) -> None:
+        self.running = False
+
+
+def test_the_run_this_studio_follows_elsewhere_shows_as_training(qtbot: QtBot, context: StudioContext,
+                                                                 config: TrainConfig, tmp_path: Path) -> None:
+    project = make_project(tmp_path, config)
+    run = _silent_run(project.runs_dir)  # type: ignore[attr-defined]
+    context.set_project(project)  # type: ignore[arg-type]
+    runs = RunsPage(context, context.run_controller)
+    qtbot.addWidget(runs, before_close_func=close_plots)
+    source = _Elsewhere(run)
+    assert context.run_controller.follow(source)
+    runs.message.setText("")
+    runs.open_run(run)
+    qtbot.waitUntil(lambda: runs.message.text().startswith("Showing"), timeout=10000)
     assert "training" in runs.header.status.text()
