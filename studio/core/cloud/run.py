@@ -23,9 +23,8 @@ from studio.core.app_words import cli_command
 from studio.core.cloud.api import CloudApi, CloudError, ClusterState
 from studio.core.files import atomic_write_text
 from studio.core.remote.tail import RemoteFileMirror, StreamFrom
-from studio.core.runs.folders import CONSOLE_FILE, EVENTS_FILE, STOP_FILE
+from studio.core.runs.folders import CLOUD_FILE, CONSOLE_FILE, EVENTS_FILE, STOP_FILE
 
-CLOUD_FILE = "cloud.json"
 WORKDIR = "sky_workdir"  # where SkyPilot puts the task's workdir (the bundle) in the cluster's home
 PULLED_DIR = "pulled"  # in the bundle's folder here: the cluster's runs/ as it came back
 MIRRORED = (EVENTS_FILE, CONSOLE_FILE)

@@ -23,6 +23,8 @@ LOCK_FILE = "trainer.lock"
 PROCESS_FILE = "process.json"
 # The record of a run that runs (or ran) on another machine, or was copied back from one.
 REMOTE_FILE = "remote.json"
+# The record of a run launched on a cloud cluster (core/cloud/run.py): its cluster, job and state.
+CLOUD_FILE = "cloud.json"
 
 
 def new_run_dir(output_dir: str | Path, name: str, now: _dt.datetime | None = None) -> Path:

@@ -185,3 +185,22 @@ def test_the_runs_table_filled_again_reads_only_the_runs_that_changed(tmp_path: 
     rows = {row.name: row for row in list_runs(runs, never_alive)}
     assert read[31:] == [growing]
     assert rows[growing.name].steps == 2 and rows["20240101-000000-r"].steps == 1
+
+
+def test_a_run_training_on_a_cloud_cluster_is_running_until_it_is_brought_back(tmp_path: Path) -> None:
+    """Its events here are a mirror of the cluster's: no trainer here, no run_finished yet. Not "interrupted"
+    (which offered Delete and Resume for a run that goes on, paid by the hour)."""
+    import json
+
+    from studio.core.runs.records.history import replay_to_show
+
+    run = tmp_path / "20240102-030405-cloudy"
+    write_events(run / "events.jsonl", [step_event(1), step_event(2)])
+    (run / "cloud.json").write_text(json.dumps({"cluster": "studio-abc", "job": 1, "bundle": "b", "launched": 1.0,
+                                                "state": "running"}), encoding="utf-8")
+    summary = summarize_run(run, alive=lambda _p: False)
+    assert summary.status == "running" and not summary.resumable
+    assert "studio-abc" in summary.message and "cloud pull studio-abc" in summary.message
+    assert not replay_to_show(run, alive=lambda _p: False).model.ended
+    (run / "cloud.json").write_text(json.dumps({"cluster": "studio-abc", "state": "down"}), encoding="utf-8")
+    assert summarize_run(run, alive=lambda _p: False).status == "interrupted"  # brought back, yet no end said

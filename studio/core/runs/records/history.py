@@ -14,11 +14,19 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from studio.core.app_words import cli_command
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.presets import Preset, list_presets, matching_preset
 from studio.core.config.files.toml_file import validate_data
 from studio.core.runs.event_reading.glance import glance_run
-from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir, list_run_dirs
+from studio.core.runs.folders import (
+    CLOUD_FILE,
+    CONFIG_FILE,
+    EVENTS_FILE,
+    REMOTE_FILE,
+    is_run_dir,
+    list_run_dirs,
+)
 from studio.core.runs.records.phase_times import phase_summary
 from studio.core.runs.records.run_import import import_run
 from studio.core.runs.records.run_model import Replay, RunModel, replay_run
@@ -74,6 +82,18 @@ def _remote_state(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _cloud_cluster(run_dir: Path) -> str:
+    """The cluster of a run launched on a cloud that has not been brought back yet (its trainer is there, none
+    here); "" for any other run."""
+    try:
+        data = json.loads((run_dir / CLOUD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(data, dict) or data.get("state") != "running":
+        return ""
+    return str(data.get("cluster") or "a cloud cluster")
+
+
 def _read_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.toml as plain data; {} (and a log line) when it is missing or unreadable."""
     path = run_dir / CONFIG_FILE
@@ -127,6 +147,11 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
         summary.message = seen.finished.message
         summary.images_per_s = seen.finished.images_per_s
         summary.phases = phase_summary(seen.finished.phases)
+    elif (cluster := _cloud_cluster(folder)) and not summary.remote:
+        # Its trainer is on the cluster: the events here are a mirror, and end without run_finished until it ends.
+        summary.status = "running"
+        summary.message = (f"on the cloud cluster {cluster}; its events arrive while the studio follows it, and it "
+                           f"is brought back when it ends (else: {cli_command(['cloud', 'pull', cluster])})")
     elif seen.events == 0 and not (folder / EVENTS_FILE).exists():
         live = alive(folder) if not summary.remote else remote_state.get("state") == "running"
         summary.status = "running" if live else "not started"
@@ -156,7 +181,7 @@ def replay_to_show(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_
     model = replay.model
     if model.finished is None and model.event_count and replay.read_error is None:
         remote = (folder / REMOTE_FILE).exists()
-        live = _remote_state(folder).get("state") == "running" if remote else alive(folder)
+        live = _remote_state(folder).get("state") == "running" if remote else alive(folder) or _cloud_cluster(folder)
         if not live:
             model.mark_ended("failed", INTERRUPTED)
     return replay
