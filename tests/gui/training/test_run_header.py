@@ -45,3 +45,14 @@ def test_the_error_banner_shows_the_error_as_it_was_said(qtbot: QtBot) -> None:
     shown = QTextDocument()
     shown.setHtml(banner.title.text())
     assert shown.toPlainText() == message
+
+
+def test_a_slow_runs_speed_is_never_shown_as_none(qtbot: QtBot) -> None:
+    header = RunHeader()
+    qtbot.addWidget(header)
+    model = RunModel()
+    model.apply(RunStarted(config={}, world_size=1, total_steps=20, devices=["cuda:0"], time=1000.0))
+    for step, speed in ((1, 0.04), (2, 0.04)):  # 25 s an image; the first step is the warm-up's
+        model.apply(Step(step=step, epoch=0, loss=0.5, lr=1e-4, samples_per_s=speed, time=1000.0 + 25 * step))
+    header.refresh(model)
+    assert header.speed.text() == "0.04 img/s"
