@@ -126,6 +126,27 @@ def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioC
     assert page.banner.isHidden()
 
 
+def test_a_crashed_run_resumed_and_finished_shows_no_error(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                           tmp_path: Path) -> None:
+    """The crash it was resumed from is the leg before's: no red banner while the run goes on and after it
+    completes, on the Train page and when the finished run is shown again."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "50", "--rate", "500", "--crash-at", "10")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "boom at step 10" in page.banner.title.text()
+    run_dir = page.controller.run_dir
+    context.run_controller.command_factory = fake_command("--steps", "12", "--rate", "500")
+    assert page.resume_training()
+    assert page.banner.isHidden()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.controller.model.status == "finished" and page.banner.isHidden()
+    source = page.controller.open_replay(run_dir)  # type: ignore[arg-type]
+    assert source is not None
+    qtbot.waitUntil(lambda: source.loaded, timeout=10000)
+    assert page.controller.model.status == "finished" and page.banner.isHidden()
+
+
 def test_a_failed_sample_is_shown_and_the_run_still_finishes(qtbot: QtBot, context: StudioContext,
                                                              config: TrainConfig, tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]

@@ -378,8 +378,10 @@ class RunModel:
 
     def _resumed_after(self, pause_s: float) -> None:
         """A resumed run's next leg: the pause is not training time, and the memory plot has a gap
-        there (a missing point, not a line across it)."""
+        there (a missing point, not a line across it). The errors are the leg before's: a crash that was
+        resumed from is no longer this run's error (the Train page's banner shows this leg's own)."""
         self.paused_s += max(0.0, pause_s)
+        self.errors = []
         for series in self.memory.values():
             series.time.append(float(self.last_time or 0.0))
             for values in (series.allocated, series.peak, series.reserved):
