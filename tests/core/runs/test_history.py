@@ -204,3 +204,20 @@ def test_a_run_training_on_a_cloud_cluster_is_running_until_it_is_brought_back(t
     assert not replay_to_show(run, alive=lambda _p: False).model.ended
     (run / "cloud.json").write_text(json.dumps({"cluster": "studio-abc", "state": "down"}), encoding="utf-8")
     assert summarize_run(run, alive=lambda _p: False).status == "interrupted"  # brought back, yet no end said
+
+
+def test_an_epochs_lora_saved_again_by_a_resumed_leg_is_listed_once(tmp_path: Path) -> None:
+    """Killed after epoch 1's LoRA (step 600), resumed from the checkpoint of step 500: epoch 1 ends again and
+    writes the same file. The Output column names it once."""
+    from studio.core.runs.events import EpochSaved, RunFinished
+
+    run = tmp_path / "20240102-030405-epochs"
+    epoch_1 = str(run / "output" / "epoch-0001" / "cat-e0001.safetensors")
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=1000, devices=["cpu"], time=1000.0),
+        step_event(600), EpochSaved(step=600, epoch=1, outputs=[epoch_1], time=1700.0), step_event(700),
+        RunStarted(config={}, world_size=1, total_steps=1000, devices=["cpu"], resumed_from_step=500, time=9000.0),
+        step_event(600, t=9000.0), EpochSaved(step=600, epoch=1, outputs=[epoch_1], time=9700.0),
+        RunFinished(status="completed", step=1000, outputs=[str(run / "output" / "cat.safetensors")], time=9900.0),
+    ])
+    assert [Path(o).name for o in summarize_run(run).outputs] == ["cat.safetensors", "cat-e0001.safetensors"]

@@ -305,7 +305,8 @@ class RunModel:
         elif isinstance(event, Checkpoint):
             self.checkpoints.append(event)
         elif isinstance(event, EpochSaved):
-            self.epoch_outputs.extend(event.outputs)
+            # A leg resumed from a checkpoint before an epoch's end saves that epoch again, into the same files.
+            self.epoch_outputs.extend(output for output in event.outputs if output not in self.epoch_outputs)
         elif isinstance(event, Error):
             self.errors.append(event)
         elif isinstance(event, RunWarning):
