@@ -256,11 +256,12 @@ class RunModel:
         if self.first_time is None:
             self.first_time = event.time
         if not isinstance(event, RunFinished):
-            if (isinstance(event, Phase) and event.name == "loading" and self.started is not None
+            if (isinstance(event, Phase) and event.name == "loading" and (self.started is not None or len(self.steps))
                     and self._leg_ended_at is None and not self._pause_counted and self._last_said is not None):
                 # A trainer loads its model only before its run_started: this is a resumed leg, and the leg
                 # before was killed without a word at its last event (the warnings since are this leg's).
-                # The time between is no training time.
+                # The time between is no training time. (Steps without a run_started: the end of a long file,
+                # read without its head.)
                 self._leg_ended_at = self._last_said
             self._leg_goes_on(event.time)
         previous, self.last_time = self._last_said, event.time
