@@ -127,6 +127,8 @@ class TrainPage(Page):
             self._on_project(context.project)
         if controller.running and controller.run_dir is not None:  # built after a run was found again
             self._on_run_started(controller.run_dir)
+        else:  # built after the project's newest run was read (the window builds its pages one by one): show it
+            self._refresh()
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:

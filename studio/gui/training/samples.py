@@ -71,6 +71,10 @@ class SamplesGallery(QWidget):
         self.setObjectName("samples_gallery")
         self.prompt = QComboBox()
         self.prompt.setObjectName("samples_prompt")
+        # A prompt of hundreds of characters ("masterpiece, best quality, ...") is elided, never a combo box (and a
+        # window) thousands of pixels wide; its whole text is in the list and the grid's tooltips.
+        self.prompt.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.prompt.setMinimumContentsLength(24)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")

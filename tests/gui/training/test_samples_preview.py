@@ -235,3 +235,37 @@ def test_the_big_view_names_a_prompts_trigger_word(qtbot: QtBot, tmp_path: Path)
     shown.setHtml(dialog.findChildren(QLabel)[0].text())
     assert shown.toPlainText().splitlines()[0] == f"step 5 · {prompt}"
     dialog.close()
+
+
+def test_a_train_page_built_after_the_newest_run_was_read_shows_it_and_keeps_its_width(
+        qtbot: QtBot, tmp_path: Path) -> None:
+    """The window opens the project, then builds its pages one by one (the Train page seconds later, behind a
+    dataset being read): the run read meanwhile is shown, and a long sample prompt does not widen the page."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.runs.events import RunFinished
+    from studio.gui.context import StudioContext
+    from studio.gui.shell.application import make_settings
+    from studio.gui.training.page import TrainPage
+    from tests.core.runs.conftest import step_event, write_events
+    from tests.gui.conftest import close_plots, make_project
+
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "models/tiny-sd15"},
+                                         "dataset": {"concepts": [{"path": "data/shapes"}]}})
+    project = make_project(tmp_path, config)
+    run = project.runs_dir / "20240101-000000-done"  # type: ignore[attr-defined]
+    prompt = "masterpiece, best quality, " * 20
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=2, devices=["cpu"], time=1000.0), step_event(1),
+        Sample(step=1, images=["samples/step-000001-0.png"], prompts=[prompt], time=1001.5), step_event(2),
+        RunFinished(status="completed", step=2, time=1003.0)])
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    context.set_project(project)  # type: ignore[arg-type]
+    source = context.run_controller.source
+    assert source is not None
+    qtbot.waitUntil(lambda: source.loaded, timeout=10000)  # type: ignore[attr-defined]
+    page = TrainPage(context, context.run_controller)
+    qtbot.addWidget(page, before_close_func=close_plots)
+    assert page.header.run_name.text() == run.name and page.header.step.text() == "2 / 2"
+    assert page.samples.prompt.currentText() == prompt
+    assert page.minimumSizeHint().width() < 1000
+    context.run_controller.shutdown()
