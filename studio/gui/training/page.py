@@ -125,6 +125,8 @@ class TrainPage(Page):
         self._update_buttons()
         if context.project is not None:
             self._on_project(context.project)
+        if context.config is not None:  # what the gallery says before the first samples
+            self._on_config(context.config)
         if controller.running and controller.run_dir is not None:  # built after a run was found again
             self._on_run_started(controller.run_dir)
         else:  # built after the project's newest run was read (the window builds its pages one by one): show it

@@ -269,3 +269,22 @@ def test_a_train_page_built_after_the_newest_run_was_read_shows_it_and_keeps_its
     assert page.samples.prompt.currentText() == prompt
     assert page.minimumSizeHint().width() < 1000
     context.run_controller.shutdown()
+
+
+def test_a_train_page_built_after_the_project_opened_says_when_its_first_samples_come(
+        qtbot: QtBot, tmp_path: Path) -> None:
+    from studio.core.config.schema import TrainConfig
+    from studio.gui.context import StudioContext
+    from studio.gui.shell.application import make_settings
+    from studio.gui.training.page import TrainPage
+    from tests.gui.conftest import close_plots, make_project
+
+    config = TrainConfig.model_validate({
+        "model": {"family": "sd15", "base": "models/tiny-sd15"}, "dataset": {"concepts": [{"path": "data/shapes"}]},
+        "training": {"max_steps": 30}, "sampling": {"prompts": ["a red square"], "every_n_steps": 20}})
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = TrainPage(context, context.run_controller)  # the window builds it after the project opened
+    qtbot.addWidget(page, before_close_func=close_plots)
+    assert page.samples.preview.text() == "No samples yet: the first samples are made at step 20."
+    context.run_controller.shutdown()
