@@ -221,3 +221,15 @@ def test_an_epochs_lora_saved_again_by_a_resumed_leg_is_listed_once(tmp_path: Pa
         RunFinished(status="completed", step=1000, outputs=[str(run / "output" / "cat.safetensors")], time=9900.0),
     ])
     assert [Path(o).name for o in summarize_run(run).outputs] == ["cat.safetensors", "cat-e0001.safetensors"]
+
+
+def test_a_cloud_runs_outputs_are_found_in_the_folder_it_was_brought_back_into(tmp_path: Path) -> None:
+    from studio.core.runs.events import RunFinished
+
+    run = tmp_path / "20240101-000100-demo"
+    there = "/home/sky/sky_workdir/runs/20240101-000500-demo"
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=2, devices=["cuda:0"], run_dir=there, time=1000.0),
+        step_event(1), step_event(2),
+        RunFinished(status="completed", step=2, outputs=[f"{there}/output/demo.safetensors"], time=1003.0)])
+    assert summarize_run(run).outputs == [str(run / "output" / "demo.safetensors")]

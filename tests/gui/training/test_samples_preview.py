@@ -288,3 +288,20 @@ def test_a_train_page_built_after_the_project_opened_says_when_its_first_samples
     qtbot.addWidget(page, before_close_func=close_plots)
     assert page.samples.preview.text() == "No samples yet: the first samples are made at step 20."
     context.run_controller.shutdown()
+
+
+def test_a_cloud_runs_samples_show_once_it_is_brought_back(qtbot: QtBot, tmp_path: Path) -> None:
+    """The events name the cluster's paths, under a run folder of another name than the one here (each is named
+    by its own start): the samples brought back into this run folder are the ones shown."""
+    local = tmp_path / "runs" / "20240101-000100-demo"
+    there = "/home/sky/sky_workdir/runs/20240101-000500-demo"
+    (local / "samples").mkdir(parents=True)
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(local / "samples" / "step-000010-0.png")
+    model = RunModel(local)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], run_dir=there))
+    model.apply(Sample(step=10, images=[f"{there}/samples/step-000010-0.png"], prompts=["a red square"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    assert not gallery.preview.pixmap().isNull()
+    assert model.samples[0].path == local / "samples" / "step-000010-0.png"

@@ -136,8 +136,9 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     summary.total_steps = seen.total_steps
     summary.final_loss = seen.last_loss
     summary.validation_loss = seen.validation_loss
-    resolve = RunModel(folder).resolve
-    summary.outputs = [str(resolve(o)) for o in seen.outputs]
+    reader = RunModel(folder)
+    reader.started = seen.started  # the trainer's run folder, where its paths begin (a cloud's has another name)
+    summary.outputs = [str(reader.resolve(o)) for o in seen.outputs]
     if seen.read_error is not None:
         summary.status = "unreadable"
         summary.message = (f"{EVENTS_FILE} cannot be read ({seen.read_error.strerror or seen.read_error}); "

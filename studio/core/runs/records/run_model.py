@@ -197,8 +197,17 @@ class RunModel:
                 return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
         if p.exists():
             return p
-        # A path of the machine the run trained on (a remote run, a folder copied back): the same file here.
+        # A path of the machine the run trained on (a remote run, a cloud's, a folder copied back): the same file
+        # here, under the trainer's own run folder (its run_started names it; a cloud run's folder here has
+        # another name than there), or under a folder of this run folder's name.
         parts = PurePosixPath(path.replace("\\", "/")).parts
+        trained_in = self.started.run_dir.replace("\\", "/") if self.started is not None else ""
+        base = PurePosixPath(trained_in).parts if trained_in else ()
+        if base and len(parts) > len(base) and parts[: len(base)] == base:
+            try:
+                return contained_path(self.run_dir, "/".join(parts[len(base):]), "the run's events")
+            except OutsideFolderError:
+                pass
         inside = [i for i, part in enumerate(parts[:-1]) if part == self.run_dir.name]
         return self.run_dir.joinpath(*parts[inside[-1] + 1:]) if inside else p
 
