@@ -18,6 +18,7 @@ from studio.core.app_words import cli_command
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.presets import Preset, list_presets, matching_preset
 from studio.core.config.files.toml_file import validate_data
+from studio.core.runs.event_reading.files import head_events
 from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.folders import (
     CLOUD_FILE,
@@ -34,9 +35,10 @@ from studio.core.runs.scheduling.lock import lock_holder, trainer_alive
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "replay_to_show", "summarize_run"]
+__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "newest_run", "replay_to_show", "summarize_run"]
 
 INTERRUPTED = "the events end without run_finished: the trainer was killed or the machine stopped"
+FIRST_EVENT_BYTES = 64 << 10  # a run_started with its config, many times over
 
 
 @dataclass
@@ -116,6 +118,23 @@ def _started_from_name(name: str) -> _dt.datetime | None:
         return _dt.datetime.strptime(name[:15], "%Y%m%d-%H%M%S")
     except ValueError:
         return None
+
+
+def newest_run(runs_dir: str | Path) -> Path | None:
+    """The run that began last, as the Runs table puts it first: by the time in its folder's name, or, for a
+    folder imported under another name ("results": a zip of a run's files), by its first event."""
+    def began(folder: Path) -> float:
+        named = _started_from_name(folder.name)
+        if named is not None:
+            return named.timestamp()
+        try:
+            first = head_events(folder / EVENTS_FILE, FIRST_EVENT_BYTES)
+        except OSError:
+            return 0.0
+        return first[0].time if first else 0.0
+
+    runs = list_run_dirs(runs_dir)
+    return max(runs, key=lambda folder: (began(folder), folder.name)) if runs else None
 
 
 def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive,
