@@ -88,3 +88,26 @@ def test_the_run_this_studio_follows_elsewhere_shows_as_training(qtbot: QtBot, c
     runs.open_run(run)
     qtbot.waitUntil(lambda: runs.message.text().startswith("Showing"), timeout=10000)
     assert "training" in runs.header.status.text()
+
+
+def test_show_in_console_finds_the_error_of_a_run_shown_again(qtbot: QtBot, context: StudioContext,
+                                                              config: TrainConfig, tmp_path: Path) -> None:
+    """The project's newest run failed before the studio was last closed: its banner's "Show in console" goes to
+    the line of its console.log, not to an empty console."""
+    from studio.core.runs.events import Error, RunFinished
+
+    project = make_project(tmp_path, config)
+    run = project.runs_dir / "20240101-000000-failed"  # type: ignore[attr-defined]
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"], time=1000.0), step_event(1),
+        Error(kind="crash", message="RuntimeError: boom at step 2", time=1002.0),
+        RunFinished(status="failed", step=2, message="boom", time=1003.0)])
+    (run / "console.log").write_text("caching latents\nsteps: 1/10\nTraceback (most recent call last):\n"
+                                     "RuntimeError: boom at step 2\n", encoding="utf-8")
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    context.set_project(project)  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: not train.banner.isHidden(), timeout=10000)
+    train.banner.jump.click()
+    assert train.tabs.currentWidget() is train.console
+    assert train.console.selected_line() == "RuntimeError: boom at step 2"
