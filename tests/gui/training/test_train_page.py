@@ -76,6 +76,21 @@ def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: 
     assert "stopped" in page.message.text()
 
 
+def test_the_elapsed_time_goes_on_while_the_trainer_says_nothing(qtbot: QtBot, context: StudioContext,
+                                                                  config: TrainConfig, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a big model or saving a checkpoint takes minutes without an event: the clock still runs."""
+    hold_at(monkeypatch, 1)  # the trainer waits after step 1, silent, until Stop
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "100")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 1, timeout=15000)
+    shown = page.header.elapsed.text()
+    qtbot.waitUntil(lambda: page.header.elapsed.text() != shown, timeout=5000)
+    page.stop_button.click()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+
+
 def test_a_stopped_run_is_resumed_from_the_train_page(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop, then Resume on the Train page itself (not only on Runs): the same run folder goes on."""
