@@ -111,3 +111,23 @@ def test_show_in_console_finds_the_error_of_a_run_shown_again(qtbot: QtBot, cont
     train.banner.jump.click()
     assert train.tabs.currentWidget() is train.console
     assert train.console.selected_line() == "RuntimeError: boom at step 2"
+
+
+def test_a_killed_run_resumed_shows_its_training_time_while_it_starts_again(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    """Killed years ago after 2 s of training, resumed now: while the trainer starts, Elapsed is those 2 s, not
+    the years since."""
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.files.toml_file import save_config
+    from tests.gui.conftest import fake_command
+
+    project = make_project(tmp_path, config)
+    run = _silent_run(project.runs_dir)  # type: ignore[attr-defined]
+    save_config(resolve_paths(config, project.root), run / "config.toml")  # type: ignore[attr-defined]
+    context.set_project(project)  # type: ignore[arg-type]
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    assert context.run_controller.resume(run)
+    assert train.header.elapsed.text() == "0:02"
+    qtbot.waitUntil(lambda: not context.run_controller.running, timeout=15000)
