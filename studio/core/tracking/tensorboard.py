@@ -109,6 +109,7 @@ def export_run(run_dir: Path, into: Path | None = None,
     import shutil
 
     from studio.core.runs.event_reading.files import stream_events
+    from studio.core.runs.events import RunStarted
     from studio.core.runs.folders import EVENTS_FILE
     from studio.core.runs.records.run_model import RunModel
     from studio.core.tracking.base import record_of
@@ -119,12 +120,14 @@ def export_run(run_dir: Path, into: Path | None = None,
     logdir = (into / run_dir.name) if into is not None else run_dir / TENSORBOARD_DIR
     if logdir.exists():
         shutil.rmtree(logdir)
-    resolve = RunModel(run_dir).resolve  # sample paths of another machine found in this folder, never outside
+    reader = RunModel(run_dir)  # sample paths of another machine found in this folder, never outside
     logger = TensorBoardLogger(logdir)
     count = 0
     try:
         for event in stream_events(events, progress):
-            record = record_of(event, resolve)
+            if isinstance(event, RunStarted):
+                reader.started = event  # the trainer's run folder, where its paths begin
+            record = record_of(event, reader.resolve)
             if record is not None:
                 logger.write(record, when=event.time)
                 count += 1

@@ -25,9 +25,11 @@ class LocalRun(RunSource):
         self.process.sig_progress.connect(self.sig_progress)
 
     def catch_up(self, model: RunModel, tail: EventTail) -> None:
-        if self.resumed:  # a resumed run continues its curves
+        if self.resumed:  # a resumed run continues its curves, not the error it stopped on
             model.apply_all(tail.finish_items())
-            model.status, model.finished = "preparing", None
+            # A leg killed without a word ended at its last event: the time since is no training time.
+            model.mark_ended("failed", "")
+            model.status, model.finished, model.errors, model.message = "preparing", None, [], ""
 
     def start(self) -> bool:
         return self.process.start_run(self.command, self.run_dir, env=self.env)

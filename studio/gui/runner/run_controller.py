@@ -17,9 +17,10 @@ from studio.core.config.files.paths import ResolvedConfig, load_resolved
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
-from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE, list_run_dirs
+from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
 from studio.core.runs.live import LiveRun, find_live_runs
+from studio.core.runs.records.history import newest_run
 from studio.core.runs.records.outcome import outcome_line
 from studio.core.runs.records.run_model import EventTail, RunModel
 from studio.core.runs.scheduling.lock import RunLockedError, lock_holder
@@ -286,8 +287,8 @@ class RunController(QObject):
         no run, never the run of the project before."""
         if self.running:
             return
-        runs = list_run_dirs(runs_dir) if runs_dir is not None else []
-        if runs and self.open_replay(runs[-1]) is not None:  # named by their start: the last is the newest
+        newest = newest_run(runs_dir) if runs_dir is not None else None
+        if newest is not None and self.open_replay(newest) is not None:
             return
         self._let_go()
         self._timer.stop()

@@ -26,7 +26,7 @@ from studio.core.remote.ssh import RemoteError
 from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.live import live_trainer, stop_live_run
-from studio.core.runs.records.history import RunSummary, delete_run, import_run, list_runs
+from studio.core.runs.records.history import RunSummary, delete_run, import_run, list_runs, replay_to_show
 from studio.core.runs.records.run_model import Replay, RunModel, replay_run
 from studio.core.text import plural
 from studio.gui.base.desktop import open_with_desktop
@@ -205,7 +205,11 @@ class RunsPage(Page):
             self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
             self.refresh()
             return False
-        self._read(replay_run, run_dir, on_done=lambda rep: self._show_replay(run_dir, rep))
+        # The run this studio follows now (on a cloud, say: no trainer here) is shown as it stands; any other
+        # whose events end without run_finished and whose trainer is gone is shown ended.
+        followed = self.controller.running and run_dir == self.controller.run_dir
+        self._read(replay_run if followed else replay_to_show, run_dir,
+                   on_done=lambda rep: self._show_replay(run_dir, rep))
         return True
 
     def _read(self, function: Callable[..., Any], *args: Any, on_done: Callable[[Any], None]) -> None:

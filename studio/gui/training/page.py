@@ -122,11 +122,19 @@ class TrainPage(Page):
         self._waiting_for_env = False
         self._waiting_for_demo_model = False
         self._stopping = False
+        # The header's clock goes on between events (a big model loading, a checkpoint saving: minutes of silence).
+        self._clock = QTimer(self)
+        self._clock.setInterval(1000)
+        self._clock.timeout.connect(lambda: self.header.refresh(self.controller.model, self._stopping))
         self._update_buttons()
         if context.project is not None:
             self._on_project(context.project)
+        if context.config is not None:  # what the gallery says before the first samples
+            self._on_config(context.config)
         if controller.running and controller.run_dir is not None:  # built after a run was found again
             self._on_run_started(controller.run_dir)
+        else:  # built after the project's newest run was read (the window builds its pages one by one): show it
+            self._refresh()
 
     # ------------------------------------------------------------ state
     def _on_project(self, project: Project | None) -> None:
@@ -198,11 +206,13 @@ class TrainPage(Page):
         self.plots.use_sampler(self.controller.gpu_sampler)  # a remote run's GPUs, or this machine's
         if self.plots.sampler is not None:
             self.plots.sampler.start()
+        self._clock.start()
         self._update_buttons()
         self._refresh()
 
     def _on_run_ended(self, status: str) -> None:
         self._stopping = False
+        self._clock.stop()
         if self.plots.sampler is not None:
             self.plots.sampler.stop()
         model = self.controller.model
@@ -383,6 +393,7 @@ class TrainPage(Page):
         return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
 
     def shutdown(self) -> None:
+        self._clock.stop()
         self.close_plots()
         self.controller.shutdown(detach=self.detach_on_close)
 

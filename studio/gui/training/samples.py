@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer
@@ -55,7 +56,9 @@ class ImageDialog(QDialog):
         if not pixmap.isNull():
             self.image.set_pixmap(pixmap)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel(f"<b>step {sample.step}</b> · {sample.prompt}<br><small>{sample.path}</small>"))
+        # The prompt as written: a trigger word such as "<sks>" or "<lora:x:1>" is text here, not markup.
+        layout.addWidget(QLabel(f"<b>step {sample.step}</b> · {html.escape(sample.prompt, quote=False)}"
+                                f"<br><small>{html.escape(str(sample.path), quote=False)}</small>"))
         layout.addWidget(self.image, 1)
         # Big enough to see a small sample (a tiny model's 64 px) without a magnifier; a large one fits the screen.
         side = max(DIALOG_MIN_SIDE, min(max(pixmap.width(), pixmap.height()), 1000))
@@ -68,6 +71,10 @@ class SamplesGallery(QWidget):
         self.setObjectName("samples_gallery")
         self.prompt = QComboBox()
         self.prompt.setObjectName("samples_prompt")
+        # A prompt of hundreds of characters ("masterpiece, best quality, ...") is elided, never a combo box (and a
+        # window) thousands of pixels wide; its whole text is in the list and the grid's tooltips.
+        self.prompt.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.prompt.setMinimumContentsLength(24)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("samples_step_slider")
         self.step_label = QLabel("–")

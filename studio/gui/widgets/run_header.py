@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import time
 
 from PySide6.QtCore import Signal
@@ -96,7 +97,8 @@ class RunHeader(QWidget):
 def speed_text(model: RunModel) -> str:
     """The speed as far as the run knows it, e.g. `4.1 img/s · 142 TFLOP/s · 18% MFU · compiled in 41 s`."""
     images, tflops, mfu = model.speed()
-    parts = [f"{images:.1f} img/s"] if images else []
+    # A big model on a small card trains an image in 20 s or more: 0.04 img/s, never "0.0 img/s".
+    parts = [f"{images:.1f} img/s" if images >= 1 else f"{images:.2g} img/s"] if images else []
     if tflops is not None:
         parts.append(f"{tflops:.0f} TFLOP/s" if tflops >= 10 else f"{tflops:.1f} TFLOP/s")
     if mfu is not None:
@@ -146,7 +148,9 @@ class ErrorBanner(QFrame):
 
     def show_error(self, message: str, hint: str = "", needle: str = "") -> None:
         self._shown_key = (message, hint)
-        self.title.setText(f"<b>{message}</b>")
+        # Shown as it was said: an error names "<class 'NoneType'>", a prompt "<sks>", which rich text would drop.
+        lines = html.escape(message, quote=False).splitlines()
+        self.title.setText(f"<b>{'<br>'.join(lines)}</b>")
         self.hint.setText(hint)
         self.hint.setVisible(bool(hint))
         self._needle = needle or message.splitlines()[0] if message else needle

@@ -9,7 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from studio.core.runs.events import Error, Phase, RunFinished, RunStarted, Sample, Step, Validation
+from studio.core.runs.events import (
+    Error,
+    Phase,
+    RunFinished,
+    RunStarted,
+    RunWarning,
+    Sample,
+    Step,
+    Validation,
+)
 from studio.core.runs.records.run_model import EventTail, RunModel, replay, replay_run
 from tests.core.runs.conftest import step_event, write_events
 
@@ -256,6 +265,23 @@ def test_a_run_resumed_from_an_older_checkpoint_draws_each_step_once(tmp_path: P
     for model in (replay(tmp_path), _one_at_a_time(run + resumed)):
         assert model.steps.view().tolist() == list(range(1, 11))
         assert model.loss.view().tolist() == [1.0] * 5 + [0.1] * 5
+
+
+def test_a_killed_run_resumed_with_a_warning_before_its_loading_leaves_out_the_time_it_stood_dead(
+        tmp_path: Path) -> None:
+    # 5 s of training, killed at 1005 without a word; resumed at 5000 by a trainer that first warns (a pickled
+    # base model, samples without prompts) and then loads for 10 s, then trains 10 s: 25 s, not 4020 s.
+    events = [RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], time=1000.0)]
+    events += [step_event(s, t=1000.0) for s in range(1, 6)]
+    events += [RunWarning(message="base.ckpt is a pickle file", time=5000.0),
+               Phase(name="loading", done=0, total=1, message="loading the model", time=5000.0),
+               RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], resumed_from_step=5,
+                          time=5010.0)]
+    events += [step_event(s, t=5010.0) for s in range(6, 11)]
+    events.append(RunFinished(status="completed", step=10, time=5020.0))
+    write_events(tmp_path / "events.jsonl", events)
+    for model in (replay(tmp_path), _one_at_a_time(events)):
+        assert model.elapsed_s() == pytest.approx(25.0)
 
 
 def test_the_time_a_killed_run_stood_dead_before_its_resume_is_not_training_time(tmp_path: Path) -> None:

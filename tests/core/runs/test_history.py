@@ -185,3 +185,51 @@ def test_the_runs_table_filled_again_reads_only_the_runs_that_changed(tmp_path: 
     rows = {row.name: row for row in list_runs(runs, never_alive)}
     assert read[31:] == [growing]
     assert rows[growing.name].steps == 2 and rows["20240101-000000-r"].steps == 1
+
+
+def test_a_run_training_on_a_cloud_cluster_is_running_until_it_is_brought_back(tmp_path: Path) -> None:
+    """Its events here are a mirror of the cluster's: no trainer here, no run_finished yet. Not "interrupted"
+    (which offered Delete and Resume for a run that goes on, paid by the hour)."""
+    import json
+
+    from studio.core.runs.records.history import replay_to_show
+
+    run = tmp_path / "20240102-030405-cloudy"
+    write_events(run / "events.jsonl", [step_event(1), step_event(2)])
+    (run / "cloud.json").write_text(json.dumps({"cluster": "studio-abc", "job": 1, "bundle": "b", "launched": 1.0,
+                                                "state": "running"}), encoding="utf-8")
+    summary = summarize_run(run, alive=lambda _p: False)
+    assert summary.status == "running" and not summary.resumable
+    assert "studio-abc" in summary.message and "cloud pull studio-abc" in summary.message
+    assert not replay_to_show(run, alive=lambda _p: False).model.ended
+    (run / "cloud.json").write_text(json.dumps({"cluster": "studio-abc", "state": "down"}), encoding="utf-8")
+    assert summarize_run(run, alive=lambda _p: False).status == "interrupted"  # brought back, yet no end said
+
+
+def test_an_epochs_lora_saved_again_by_a_resumed_leg_is_listed_once(tmp_path: Path) -> None:
+    """Killed after epoch 1's LoRA (step 600), resumed from the checkpoint of step 500: epoch 1 ends again and
+    writes the same file. The Output column names it once."""
+    from studio.core.runs.events import EpochSaved, RunFinished
+
+    run = tmp_path / "20240102-030405-epochs"
+    epoch_1 = str(run / "output" / "epoch-0001" / "cat-e0001.safetensors")
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=1000, devices=["cpu"], time=1000.0),
+        step_event(600), EpochSaved(step=600, epoch=1, outputs=[epoch_1], time=1700.0), step_event(700),
+        RunStarted(config={}, world_size=1, total_steps=1000, devices=["cpu"], resumed_from_step=500, time=9000.0),
+        step_event(600, t=9000.0), EpochSaved(step=600, epoch=1, outputs=[epoch_1], time=9700.0),
+        RunFinished(status="completed", step=1000, outputs=[str(run / "output" / "cat.safetensors")], time=9900.0),
+    ])
+    assert [Path(o).name for o in summarize_run(run).outputs] == ["cat.safetensors", "cat-e0001.safetensors"]
+
+
+def test_a_cloud_runs_outputs_are_found_in_the_folder_it_was_brought_back_into(tmp_path: Path) -> None:
+    from studio.core.runs.events import RunFinished
+
+    run = tmp_path / "20240101-000100-demo"
+    there = "/home/sky/sky_workdir/runs/20240101-000500-demo"
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=2, devices=["cuda:0"], run_dir=there, time=1000.0),
+        step_event(1), step_event(2),
+        RunFinished(status="completed", step=2, outputs=[f"{there}/output/demo.safetensors"], time=1003.0)])
+    assert summarize_run(run).outputs == [str(run / "output" / "demo.safetensors")]

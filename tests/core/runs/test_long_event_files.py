@@ -103,6 +103,28 @@ def test_a_killed_long_run_is_interrupted_and_resume_reads_only_its_tail(tmp_pat
     assert bytes_read["events.jsonl"] < 3 * (8 << 20)  # the tail's limit, for each of the three questions
 
 
+def test_a_long_run_killed_and_resumed_near_its_end_leaves_out_the_time_it_stood_dead(tmp_path: Path) -> None:
+    """Trained from 1,000 to 9,000, killed there without a word, resumed the next day: the tail read for the
+    Runs table holds both legs, and the day between is no training time (8,000 s and 20 s of training)."""
+    from studio.core.runs.events import Phase
+
+    events = tmp_path / "20260101-000000-crashed" / "events.jsonl"
+    write_events(events, [RunStarted(config={}, world_size=1, total_steps=200_000, devices=["cuda:0"], time=1000.0)])
+    middle = (step_event(5, t=2000.0).to_json() + "\n").encode()
+    with open(events, "ab") as handle:
+        handle.write(middle * (BIG_BYTES // len(middle)))
+    write_events(events, [
+        *[step_event(s, t=9000.0 - 200_000) for s in range(199_990, 200_000)],  # the last at 8,999
+        Phase(name="loading", done=0, total=1, message="loading the model", time=95_000.0),
+        RunStarted(config={}, world_size=1, total_steps=200_000, devices=["cuda:0"], resumed_from_step=199_990,
+                   time=95_010.0),
+        *[step_event(s, t=95_020.0 - 200_000) for s in range(199_991, 200_001)],  # 95,011 to 95,020
+        RunFinished(status="completed", step=200_000, time=95_020.0)])
+    row = summarize_run(events.parent, never_alive)
+    assert row.status == "completed"
+    assert row.duration_s == pytest.approx(7_999.0 + 20.0)
+
+
 def test_resume_refuses_a_long_completed_run_from_its_tail(tmp_path: Path, bytes_read: dict[str, int]) -> None:
     run = _long_run(tmp_path / "20260101-000000-done")
     finished = completed_run(run)

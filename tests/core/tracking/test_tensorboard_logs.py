@@ -55,6 +55,26 @@ def test_studio_train_tensorboard_writes_an_old_runs_losses(tmp_path: Path) -> N
     assert (image.step, image.width, image.height) == (3, 16, 8)
 
 
+def test_a_cloud_runs_samples_are_exported_from_the_folder_it_was_brought_back_into(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from studio.core.tracking.tensorboard import export_run
+
+    run_dir = tmp_path / "20260101-000100-demo"
+    there = "/home/sky/sky_workdir/runs/20260101-000500-demo"  # the cluster's folder, named by its own start
+    (run_dir / "samples").mkdir(parents=True)
+    Image.new("RGB", (16, 8), "red").save(run_dir / "samples" / "step-1-0.png")
+    writer = EventWriter(run_dir / "events.jsonl")
+    writer.write(RunStarted(config={}, world_size=1, total_steps=1, devices=["cuda:0"], run_dir=there))
+    writer.write(Step(step=1, epoch=0, loss=0.5, lr=1e-4))
+    writer.write(Sample(step=1, images=[f"{there}/samples/step-1-0.png"], prompts=["a red square"]))
+    writer.close()
+    logdir, _count = export_run(run_dir)
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    assert [(image.step, image.width) for image in acc.Images("samples/0")] == [(1, 16)]
+
+
 def test_a_run_folder_without_events_is_named(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "studio.cli", "tensorboard", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)

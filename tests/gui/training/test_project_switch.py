@@ -77,3 +77,25 @@ def test_the_first_start_on_a_project_shows_none_of_the_project_before(qtbot: Qt
                  new_train.message.text(), new_train.estimate.text()):  # type: ignore[attr-defined]
         assert run_name not in text and not text.startswith("Estimated VRAM")
     assert new_runs.table.rowCount() == 0 and new_train.banner.isHidden()  # type: ignore[attr-defined]
+
+
+def test_the_train_page_shows_the_newest_run_beside_an_imported_one_of_another_name(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    """A zip of a run's files, imported as "results", trained in 2023: the Train page shows the run that began
+    last, as the Runs table lists it first, not the one whose name sorts last."""
+    import datetime as dt
+
+    from studio.core.runs.events import RunFinished, RunStarted
+    from tests.core.runs.conftest import write_events
+
+    project = make_project(tmp_path, config)
+    for name, day in (("20240101-000000-old", dt.datetime(2024, 1, 1)), ("20240601-000000-new", dt.datetime(2024, 6, 1)),
+                      ("results", dt.datetime(2023, 5, 1))):
+        began = day.timestamp()
+        write_events(project.runs_dir / name / "events.jsonl", [  # type: ignore[attr-defined]
+            RunStarted(config={}, world_size=1, total_steps=1, devices=["cpu"], time=began),
+            RunFinished(status="completed", step=1, time=began + 1)])
+    train, _runs = _pages(qtbot, context)
+    context.set_project(project)  # type: ignore[arg-type]
+    qtbot.waitUntil(lambda: train.header.run_name.text() != "", timeout=10000)
+    assert train.header.run_name.text() == "20240601-000000-new"

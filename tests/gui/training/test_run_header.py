@@ -27,3 +27,32 @@ def test_first_epoch_is_one_and_the_stopped_time_is_left_out(qtbot: QtBot) -> No
     header.refresh(model)
     assert header.epoch.text() == "2"
     assert header.elapsed.text() == "3:00"  # 2 minutes, then 1 after the resume
+
+
+def test_the_error_banner_shows_the_error_as_it_was_said(qtbot: QtBot) -> None:
+    """An error that names a Python type or a prompt's trigger word keeps them (rich text dropped "<...>")."""
+    from PySide6.QtGui import QTextDocument
+
+    from studio.core.runs.events import Error
+    from studio.gui.widgets.run_header import ErrorBanner
+
+    banner = ErrorBanner()
+    qtbot.addWidget(banner)
+    model = RunModel()
+    message = "sample at step 5 failed while decoding the prompt \"a <sks> dog\": TypeError: got <class 'NoneType'>"
+    model.apply(Error(kind="sample", message=message))
+    banner.refresh(model)
+    shown = QTextDocument()
+    shown.setHtml(banner.title.text())
+    assert shown.toPlainText() == message
+
+
+def test_a_slow_runs_speed_is_never_shown_as_none(qtbot: QtBot) -> None:
+    header = RunHeader()
+    qtbot.addWidget(header)
+    model = RunModel()
+    model.apply(RunStarted(config={}, world_size=1, total_steps=20, devices=["cuda:0"], time=1000.0))
+    for step, speed in ((1, 0.04), (2, 0.04)):  # 25 s an image; the first step is the warm-up's
+        model.apply(Step(step=step, epoch=0, loss=0.5, lr=1e-4, samples_per_s=speed, time=1000.0 + 25 * step))
+    header.refresh(model)
+    assert header.speed.text() == "0.04 img/s"

@@ -213,3 +213,95 @@ def test_samples_a_resumed_leg_makes_again_are_listed_once(qtbot: QtBot, tmp_pat
     gallery.refresh(model)
     assert [s.step for s in gallery.steps_for("a green square")] == [2, 4, 6]
     assert gallery.step_label.text() == "step 6"
+
+
+def test_the_big_view_names_a_prompts_trigger_word(qtbot: QtBot, tmp_path: Path) -> None:
+    """A prompt with "<sks>" or "<lora:style:0.8>": the words under the enlarged sample are the prompt as written."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QLabel
+
+    Image.new("RGB", (64, 64), (30, 200, 40)).save(tmp_path / "step-000005-0.png")
+    prompt = "a photo of <sks> dog, <lora:style:0.8> & friends"
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    model.apply(Sample(step=5, images=["step-000005-0.png"], prompts=[prompt]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    gallery.enlarge(gallery.current())  # type: ignore[arg-type]
+    dialog = gallery.last_dialog
+    assert dialog is not None
+    shown = QTextDocument()
+    shown.setHtml(dialog.findChildren(QLabel)[0].text())
+    assert shown.toPlainText().splitlines()[0] == f"step 5 · {prompt}"
+    dialog.close()
+
+
+def test_a_train_page_built_after_the_newest_run_was_read_shows_it_and_keeps_its_width(
+        qtbot: QtBot, tmp_path: Path) -> None:
+    """The window opens the project, then builds its pages one by one (the Train page seconds later, behind a
+    dataset being read): the run read meanwhile is shown, and a long sample prompt does not widen the page."""
+    from studio.core.config.schema import TrainConfig
+    from studio.core.runs.events import RunFinished
+    from studio.gui.context import StudioContext
+    from studio.gui.shell.application import make_settings
+    from studio.gui.training.page import TrainPage
+    from tests.core.runs.conftest import step_event, write_events
+    from tests.gui.conftest import close_plots, make_project
+
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "models/tiny-sd15"},
+                                         "dataset": {"concepts": [{"path": "data/shapes"}]}})
+    project = make_project(tmp_path, config)
+    run = project.runs_dir / "20240101-000000-done"  # type: ignore[attr-defined]
+    prompt = "masterpiece, best quality, " * 20
+    write_events(run / "events.jsonl", [
+        RunStarted(config={}, world_size=1, total_steps=2, devices=["cpu"], time=1000.0), step_event(1),
+        Sample(step=1, images=["samples/step-000001-0.png"], prompts=[prompt], time=1001.5), step_event(2),
+        RunFinished(status="completed", step=2, time=1003.0)])
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    context.set_project(project)  # type: ignore[arg-type]
+    source = context.run_controller.source
+    assert source is not None
+    qtbot.waitUntil(lambda: source.loaded, timeout=10000)  # type: ignore[attr-defined]
+    page = TrainPage(context, context.run_controller)
+    qtbot.addWidget(page, before_close_func=close_plots)
+    assert page.header.run_name.text() == run.name and page.header.step.text() == "2 / 2"
+    assert page.samples.prompt.currentText() == prompt
+    assert page.minimumSizeHint().width() < 1000
+    context.run_controller.shutdown()
+
+
+def test_a_train_page_built_after_the_project_opened_says_when_its_first_samples_come(
+        qtbot: QtBot, tmp_path: Path) -> None:
+    from studio.core.config.schema import TrainConfig
+    from studio.gui.context import StudioContext
+    from studio.gui.shell.application import make_settings
+    from studio.gui.training.page import TrainPage
+    from tests.gui.conftest import close_plots, make_project
+
+    config = TrainConfig.model_validate({
+        "model": {"family": "sd15", "base": "models/tiny-sd15"}, "dataset": {"concepts": [{"path": "data/shapes"}]},
+        "training": {"max_steps": 30}, "sampling": {"prompts": ["a red square"], "every_n_steps": 20}})
+    context = StudioContext(make_settings(tmp_path / "settings.ini"))
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = TrainPage(context, context.run_controller)  # the window builds it after the project opened
+    qtbot.addWidget(page, before_close_func=close_plots)
+    assert page.samples.preview.text() == "No samples yet: the first samples are made at step 20."
+    context.run_controller.shutdown()
+
+
+def test_a_cloud_runs_samples_show_once_it_is_brought_back(qtbot: QtBot, tmp_path: Path) -> None:
+    """The events name the cluster's paths, under a run folder of another name than the one here (each is named
+    by its own start): the samples brought back into this run folder are the ones shown."""
+    local = tmp_path / "runs" / "20240101-000100-demo"
+    there = "/home/sky/sky_workdir/runs/20240101-000500-demo"
+    (local / "samples").mkdir(parents=True)
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(local / "samples" / "step-000010-0.png")
+    model = RunModel(local)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cuda:0"], run_dir=there))
+    model.apply(Sample(step=10, images=[f"{there}/samples/step-000010-0.png"], prompts=["a red square"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    assert not gallery.preview.pixmap().isNull()
+    assert model.samples[0].path == local / "samples" / "step-000010-0.png"

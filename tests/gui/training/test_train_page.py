@@ -76,6 +76,21 @@ def test_stop_button_ends_cleanly(qtbot: QtBot, context: StudioContext, config: 
     assert "stopped" in page.message.text()
 
 
+def test_the_elapsed_time_goes_on_while_the_trainer_says_nothing(qtbot: QtBot, context: StudioContext,
+                                                                  config: TrainConfig, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a big model or saving a checkpoint takes minutes without an event: the clock still runs."""
+    hold_at(monkeypatch, 1)  # the trainer waits after step 1, silent, until Stop
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "100")
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 1, timeout=15000)
+    shown = page.header.elapsed.text()
+    qtbot.waitUntil(lambda: page.header.elapsed.text() != shown, timeout=5000)
+    page.stop_button.click()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+
+
 def test_a_stopped_run_is_resumed_from_the_train_page(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop, then Resume on the Train page itself (not only on Runs): the same run folder goes on."""
@@ -124,6 +139,27 @@ def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioC
     qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
     assert page.controller.model.status == "finished"
     assert page.banner.isHidden()
+
+
+def test_a_crashed_run_resumed_and_finished_shows_no_error(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                           tmp_path: Path) -> None:
+    """The crash it was resumed from is the leg before's: no red banner while the run goes on and after it
+    completes, on the Train page and when the finished run is shown again."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "50", "--rate", "500", "--crash-at", "10")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert "boom at step 10" in page.banner.title.text()
+    run_dir = page.controller.run_dir
+    context.run_controller.command_factory = fake_command("--steps", "12", "--rate", "500")
+    assert page.resume_training()
+    assert page.banner.isHidden()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert page.controller.model.status == "finished" and page.banner.isHidden()
+    source = page.controller.open_replay(run_dir)  # type: ignore[arg-type]
+    assert source is not None
+    qtbot.waitUntil(lambda: source.loaded, timeout=10000)
+    assert page.controller.model.status == "finished" and page.banner.isHidden()
 
 
 def test_a_failed_sample_is_shown_and_the_run_still_finishes(qtbot: QtBot, context: StudioContext,

@@ -14,11 +14,14 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from studio.core.app_words import cli_command
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.presets import Preset, list_presets, matching_preset
 from studio.core.config.files.toml_file import validate_data
+from studio.core.runs.event_reading.files import head_events
 from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.folders import (
+    CLOUD_FILE,
     CONFIG_FILE,
     EVENTS_FILE,
     REMOTE_FILE,
@@ -28,12 +31,15 @@ from studio.core.runs.folders import (
 )
 from studio.core.runs.records.phase_times import phase_summary
 from studio.core.runs.records.run_import import import_run
-from studio.core.runs.records.run_model import RunModel
+from studio.core.runs.records.run_model import Replay, RunModel, replay_run
 from studio.core.runs.scheduling.lock import lock_holder, trainer_alive
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "summarize_run"]
+__all__ = ["RunSummary", "delete_run", "import_run", "list_runs", "newest_run", "replay_to_show", "summarize_run"]
+
+INTERRUPTED = "the events end without run_finished: the trainer was killed or the machine stopped"
+FIRST_EVENT_BYTES = 64 << 10  # a run_started with its config, many times over
 
 
 @dataclass
@@ -79,6 +85,18 @@ def _remote_state(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _cloud_cluster(run_dir: Path) -> str:
+    """The cluster of a run launched on a cloud that has not been brought back yet (its trainer is there, none
+    here); "" for any other run."""
+    try:
+        data = json.loads((run_dir / CLOUD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(data, dict) or data.get("state") != "running":
+        return ""
+    return str(data.get("cluster") or "a cloud cluster")
+
+
 def _read_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.toml as plain data; {} (and a log line) when it is missing or unreadable."""
     path = run_dir / CONFIG_FILE
@@ -103,6 +121,23 @@ def _started_from_name(name: str) -> _dt.datetime | None:
         return None
 
 
+def newest_run(runs_dir: str | Path) -> Path | None:
+    """The run that began last, as the Runs table puts it first: by the time in its folder's name, or, for a
+    folder imported under another name ("results": a zip of a run's files), by its first event."""
+    def began(folder: Path) -> float:
+        named = _started_from_name(folder.name)
+        if named is not None:
+            return named.timestamp()
+        try:
+            first = head_events(folder / EVENTS_FILE, FIRST_EVENT_BYTES)
+        except OSError:
+            return 0.0
+        return first[0].time if first else 0.0
+
+    runs = list_run_dirs(runs_dir)
+    return max(runs, key=lambda folder: (began(folder), folder.name)) if runs else None
+
+
 def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive,
                   presets: list[Preset] | None = None) -> RunSummary:
     """One row of the Runs table for a run folder; with `presets`, the preset its config matches."""
@@ -121,8 +156,9 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
     summary.total_steps = seen.total_steps
     summary.final_loss = seen.last_loss
     summary.validation_loss = seen.validation_loss
-    resolve = RunModel(folder).resolve
-    summary.outputs = [str(resolve(o)) for o in seen.outputs]
+    reader = RunModel(folder)
+    reader.started = seen.started  # the trainer's run folder, where its paths begin (a cloud's has another name)
+    summary.outputs = [str(reader.resolve(o)) for o in seen.outputs]
     if seen.read_error is not None:
         summary.status = "unreadable"
         summary.message = (f"{EVENTS_FILE} cannot be read ({seen.read_error.strerror or seen.read_error}); "
@@ -132,6 +168,11 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
         summary.message = seen.finished.message
         summary.images_per_s = seen.finished.images_per_s
         summary.phases = phase_summary(seen.finished.phases)
+    elif (cluster := _cloud_cluster(folder)) and not (folder / REMOTE_FILE).exists():
+        # Its trainer is on the cluster: the events here are a mirror, and end without run_finished until it ends.
+        summary.status = "running"
+        summary.message = (f"on the cloud cluster {cluster}; its events arrive while the studio follows it, and it "
+                           f"is brought back when it ends (else: {cli_command(['cloud', 'pull', cluster])})")
     elif seen.events == 0 and not (folder / EVENTS_FILE).exists():
         live = alive(folder) if not summary.remote else remote_state.get("state") == "running"
         summary.status = "running" if live else "not started"
@@ -142,13 +183,29 @@ def summarize_run(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_a
         summary.message = f"on {summary.machine}; open it to follow it live"
     else:
         summary.status = "interrupted"
-        summary.message = "the events end without run_finished: the trainer was killed or the machine stopped"
+        summary.message = INTERRUPTED
     if summary.status == "running":
         holder = lock_holder(folder)
         summary.message = f"trained by {holder.describe()}" if holder is not None else summary.message
     if seen.last_error is not None and not summary.message:
         summary.message = seen.last_error.message
     return summary
+
+
+def replay_to_show(run_dir: str | Path, alive: Callable[[Path], bool] = trainer_alive) -> Replay:
+    """A run folder read whole for the Train and Runs pages. A run whose events end without run_finished while
+    no trainer works on it (killed, crashed, the machine stopped) ended there: it shows as failed, its clock
+    stopped at its last event, with no ETA, and Resume is offered, as the Runs table's "interrupted" says;
+    never as training still, its elapsed time growing with every day since."""
+    folder = Path(run_dir)
+    replay = replay_run(folder)
+    model = replay.model
+    if model.finished is None and model.event_count and replay.read_error is None:
+        remote = (folder / REMOTE_FILE).exists()
+        live = _remote_state(folder).get("state") == "running" if remote else alive(folder) or _cloud_cluster(folder)
+        if not live:
+            model.mark_ended("failed", INTERRUPTED)
+    return replay
 
 
 def _describe_config(summary: RunSummary, data: dict[str, Any], presets: list[Preset] | None) -> None:

@@ -137,6 +137,9 @@ class RunModel:
         # begins a resumed leg, and the time between is no training time. None while a leg goes on.
         self._leg_ended_at: float | None = None
         self._pause_counted = False  # the resumed leg's pause was counted at its first event
+        # The time of the newest event that is no warning: a resumed leg may warn before it loads (a pickled
+        # model file, samples without prompts), and a leg killed without a word ended before those warnings.
+        self._last_said: float | None = None
         # A leg's first step is timed with the warm-up (compiling, allocator, first batches): its
         # images/s and ETA say nothing of the run's speed, so they are left unknown.
         self._warm_up_step = True
@@ -194,8 +197,17 @@ class RunModel:
                 return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
         if p.exists():
             return p
-        # A path of the machine the run trained on (a remote run, a folder copied back): the same file here.
+        # A path of the machine the run trained on (a remote run, a cloud's, a folder copied back): the same file
+        # here, under the trainer's own run folder (its run_started names it; a cloud run's folder here has
+        # another name than there), or under a folder of this run folder's name.
         parts = PurePosixPath(path.replace("\\", "/")).parts
+        trained_in = self.started.run_dir.replace("\\", "/") if self.started is not None else ""
+        base = PurePosixPath(trained_in).parts if trained_in else ()
+        if base and len(parts) > len(base) and parts[: len(base)] == base:
+            try:
+                return contained_path(self.run_dir, "/".join(parts[len(base):]), "the run's events")
+            except OutsideFolderError:
+                pass
         inside = [i for i, part in enumerate(parts[:-1]) if part == self.run_dir.name]
         return self.run_dir.joinpath(*parts[inside[-1] + 1:]) if inside else p
 
@@ -217,7 +229,7 @@ class RunModel:
         if self.first_time is None:
             self.first_time = float(batch.time[0])
         self._leg_goes_on(float(batch.time[0]))
-        self.last_time = float(batch.time[-1])
+        self.last_time = self._last_said = float(batch.time[-1])
         if self.status not in ENDED:
             self.status = "training"
         last = batch.last
@@ -253,13 +265,17 @@ class RunModel:
         if self.first_time is None:
             self.first_time = event.time
         if not isinstance(event, RunFinished):
-            if (isinstance(event, Phase) and event.name == "loading" and self.started is not None
-                    and self._leg_ended_at is None and not self._pause_counted and self.last_time is not None):
+            if (isinstance(event, Phase) and event.name == "loading" and (self.started is not None or len(self.steps))
+                    and self._leg_ended_at is None and not self._pause_counted and self._last_said is not None):
                 # A trainer loads its model only before its run_started: this is a resumed leg, and the leg
-                # before was killed without a word at its last event. The time between is no training time.
-                self._leg_ended_at = self.last_time
+                # before was killed without a word at its last event (the warnings since are this leg's).
+                # The time between is no training time. (Steps without a run_started: the end of a long file,
+                # read without its head.)
+                self._leg_ended_at = self._last_said
             self._leg_goes_on(event.time)
-        previous, self.last_time = self.last_time, event.time
+        previous, self.last_time = self._last_said, event.time
+        if not isinstance(event, RunWarning):
+            self._last_said = event.time
         if isinstance(event, Step):
             self._apply_step(event)
         elif isinstance(event, RunStarted):
@@ -299,7 +315,8 @@ class RunModel:
         elif isinstance(event, Checkpoint):
             self.checkpoints.append(event)
         elif isinstance(event, EpochSaved):
-            self.epoch_outputs.extend(event.outputs)
+            # A leg resumed from a checkpoint before an epoch's end saves that epoch again, into the same files.
+            self.epoch_outputs.extend(output for output in event.outputs if output not in self.epoch_outputs)
         elif isinstance(event, Error):
             self.errors.append(event)
         elif isinstance(event, RunWarning):
@@ -372,8 +389,10 @@ class RunModel:
 
     def _resumed_after(self, pause_s: float) -> None:
         """A resumed run's next leg: the pause is not training time, and the memory plot has a gap
-        there (a missing point, not a line across it)."""
+        there (a missing point, not a line across it). The errors are the leg before's: a crash that was
+        resumed from is no longer this run's error (the Train page's banner shows this leg's own)."""
         self.paused_s += max(0.0, pause_s)
+        self.errors = []
         for series in self.memory.values():
             series.time.append(float(self.last_time or 0.0))
             for values in (series.allocated, series.peak, series.reserved):
