@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from studio.core.config.schema import DatasetSection, TrainConfig, TrainingSection
-from studio.core.runs.events import Event, RunStarted, Step, Validation
+from studio.core.runs.events import Error, Event, RunFinished, RunStarted, Step, Validation
 from studio.core.runs.records.outcome import outcome_line
 
 torch = pytest.importorskip("torch")
@@ -65,6 +65,21 @@ def test_a_validation_folder_is_measured(make_config: Callable[..., TrainConfig]
     assert code == 0
     found = [e for e in events_of(run_dir) if isinstance(e, Validation)]
     assert [(e.step, e.images) for e in found] == [(1, 8)]
+
+
+def test_a_validation_loss_gone_nan_ends_the_run_with_the_nan_advice(
+        make_config: Callable[..., TrainConfig], demo_data: Path, run_training: Callable[..., tuple[int, Path]],
+        events_of: Callable[[Path], list[Event]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights gone NaN at a validation step: the run ended with a crash (its event could not be written)."""
+    from studio.train.extras import validation
+
+    monkeypatch.setattr(validation, "masked_mse", lambda *_args: torch.tensor(float("nan")))
+    code, run_dir = run_training(_config(make_config, demo_data), tmp_path)
+    events = events_of(run_dir)
+    error = next(e for e in events if isinstance(e, Error))
+    assert code == 1 and error.kind == "nan"
+    assert error.message == "the validation loss became nan at step 2" and "learning_rate" in error.hint
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "failed"
 
 
 def test_validation_needs_held_out_images() -> None:

@@ -13,6 +13,7 @@ from the training's random generators, so a run trains the same with validation 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -201,4 +202,8 @@ def validate_after_step(trainer: Any) -> None:
     if validation_due(trainer):
         with trainer.clock.timed("validation"):
             measured = trainer.validation.measure(trainer.step)
+        if not math.isfinite(measured.loss):  # the weights went NaN: the training loss says so at its read-back
+            raise TrainError("nan", f"the validation loss became {measured.loss} at step {measured.step}",
+                             "lower training.learning_rate, use bf16 instead of fp16, or set "
+                             "training.max_grad_norm to 1.0")
         trainer.reporter.emit(measured)
