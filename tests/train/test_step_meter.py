@@ -61,6 +61,18 @@ def test_time_spent_on_samples_is_not_training_time(monkeypatch) -> None:
     assert meter.flush(False).steps[-1].samples_per_s == pytest.approx(4.0)
 
 
+def test_the_eta_counts_the_samples_and_checkpoints_between_the_steps(monkeypatch) -> None:
+    """A run of 1 s steps that spends 10 s on a sample every 10 steps has 2 s left per step, not 1 s: the ETA
+    the Train page showed ran out long before the run."""
+    meter, clock = _meter(monkeypatch)
+    for first in (1, 11):
+        _steps(meter, clock, first, first + 9, seconds=1.0)
+        with meter.paused():
+            clock.now += 10.0  # a sample
+    _steps(meter, clock, 21, 21, seconds=1.0)
+    assert meter.flush(False).steps[-1].eta_s == pytest.approx((1.0 + 20.0 / 21) * 79, abs=0.1)  # not 79 s
+
+
 def test_losses_stay_on_the_device_until_one_read_back(monkeypatch) -> None:
     meter, clock = _meter(monkeypatch, total=10)
     reads = []

@@ -95,6 +95,10 @@ class StepMeter:
         self.next_report = 1
         self._mark = time.monotonic()
         self._paused = 0.0
+        # Samples, validation and checkpoints between the steps of this leg, so far: the ETA counts their
+        # share per step (a run sampling 50 s every 100 steps of 1 s has 50% more to wait than its steps).
+        self._paused_total = 0.0
+        self._steps_recorded = 0
         self._warm_up_pending = True  # the leg's first step: compiling, allocator and kernel warm-up
         self.images_done = 0  # images of every rank trained in this leg (the run summary's images/s)
 
@@ -109,7 +113,9 @@ class StepMeter:
         try:
             yield
         finally:
-            self._paused += time.monotonic() - began
+            spent = time.monotonic() - began
+            self._paused += spent
+            self._paused_total += spent
 
     def record(self, step: int, epoch: int, lr: float, loss: torch.Tensor, images: int, image_pixels: int) -> None:
         """A finished optimizer step: this rank's `images` (of every micro-batch), with `image_pixels`
@@ -117,6 +123,7 @@ class StepMeter:
         now = time.monotonic()
         seconds = max(1e-9, now - self._mark - self._paused)
         self._mark, self._paused = now, 0.0
+        self._steps_recorded += 1
         all_images = images * self.world
         self.images_done += all_images
         tflop = self.cost.tflop_per_pixel * image_pixels * self.world if self.cost else 0.0
@@ -136,7 +143,8 @@ class StepMeter:
         if self.cost is not None:
             tflops = sum(w[2] for w in self.window) / seconds / self.world
             mfu_value = mfu(tflops, self.cost.peak, self.cost.precision)
-        eta = seconds / len(self.window) * max(0, self.total - step)
+        between = self._paused_total / max(1, self._steps_recorded)
+        eta = (seconds / len(self.window) + between) * max(0, self.total - step)
         return per_second, tflops, mfu_value, eta
 
     def due(self, step: int, forced: bool) -> bool:
