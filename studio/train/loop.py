@@ -14,11 +14,9 @@ from typing import Any
 
 import torch
 
-from studio import __version__
-from studio.core.config.files.toml_file import config_to_data
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.sampling_plan import sampling_needs_tiling
-from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished, RunStarted
+from studio.core.runs.events import Checkpoint, EpochSaved, RunFinished
 from studio.train.compilation import (
     CompiledDenoiser,
     begin_step,
@@ -60,11 +58,18 @@ from studio.train.memory.sharding import Sharding
 from studio.train.memory.spill import SpillWatch, watch_cards
 from studio.train.memory.transfer import to_device
 from studio.train.optim import build_optimizer, build_scheduler, param_groups
+from studio.train.progress.announce import announce
 from studio.train.progress.hold import StepHold
 from studio.train.progress.phase_clock import PhaseClock, device_sync
 from studio.train.progress.reporting import Reporter
 from studio.train.progress.step_meter import Report, StepMeter, step_cost
-from studio.train.runtime import StopSignal, all_devices, gpu_total_mb, warn_before_loading, weight_dtype
+from studio.train.runtime import (
+    StoppedBeforeTraining,
+    StopSignal,
+    gpu_total_mb,
+    warn_before_loading,
+    weight_dtype,
+)
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.saving.checkpoints import register_hooks, save_checkpoint
 from studio.train.saving.outputs import check_kohya_layout, save_epoch_lora, save_outputs
@@ -201,8 +206,13 @@ class Trainer:
     # ------------------------------------------------------------ the loop
 
     def run(self) -> RunFinished:
-        self.setup()
-        self._announce()
+        try:
+            with self.stop.during_setup(self.reporter, self.accelerator.num_processes, self.run_dir, self.resume):
+                self.setup()
+        except StoppedBeforeTraining as stopped:
+            self.step = stopped.step
+            return stopped.finished
+        announce(self)
         training = self.config.training
         start = self.step * training.gradient_accumulation
         data = MicroBatches(self.plan, self.config.dataset, self.accelerator.process_index, start,
@@ -434,17 +444,3 @@ class Trainer:
         total = self.sharding.weight_sum(p for group in self.trainable for p in group)
         mine = torch.tensor([[total]], dtype=torch.float64, device=self.accelerator.device)
         return [float(v) for v in self.accelerator.gather(mine).cpu().flatten().tolist()]
-
-    def _announce(self) -> None:
-        acc, training = self.accelerator, self.config.training
-        devices = [str(d) for d in all_devices(acc)]
-        config = config_to_data(self.config)
-        # Said even when it is the default: older studios trained on the mean, newer ones on a sample.
-        config.setdefault("dataset", {})["latents"] = self.config.dataset.latents
-        self.reporter.emit(RunStarted(
-            config=config, world_size=acc.num_processes, total_steps=self.total,
-            devices=devices, effective_batch=training.effective_batch(acc.num_processes),
-            num_images=sum(i.repeats for i in self.items), resumed_from_step=self.step,
-            run_dir=str(self.run_dir), studio_version=__version__, sharding=self.sharding.report(),
-        ))
-        self.reporter.phase("training", self.step, self.total)

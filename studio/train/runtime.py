@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -15,6 +16,7 @@ import torch
 
 from studio.core.config.rules.pickled import is_pickle_file, pickle_warning
 from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.runs.events import RunFinished
 from studio.core.runs.folders import LAUNCHED_ENV, STOP_FILE
 
 # How long a rank waits for the others at a collective call. Rank 0 alone renders the class images and the
@@ -127,6 +129,33 @@ class StopSignal:
         if self.terminated:
             return f"{self.received} received"
         return f"stopped on request (the Stop button, or a {STOP_FILE} file in the run folder)"
+
+    @contextlib.contextmanager
+    def during_setup(self, reporter: Any, processes: int, run_dir: Path, resume: bool) -> Iterator[None]:
+        """A Stop asked while the trainer loads, caches or makes class images ends the run at its next phase
+        event (one process: ranks stop together at a step), not at a step minutes of set-up later."""
+        def check(phase: str) -> None:
+            if self.local():
+                raise StoppedBeforeTraining(run_dir, resume, phase)
+
+        reporter.after_phase = check if processes == 1 else None
+        try:
+            yield
+        finally:
+            reporter.after_phase = None
+
+
+class StoppedBeforeTraining(Exception):
+    """The run stopped during its set-up: nothing trained in this leg, the checkpoints are as they were."""
+
+    def __init__(self, run_dir: Path, resume: bool, phase: str) -> None:
+        from studio.train.saving.checkpoints import latest_checkpoint
+
+        latest = latest_checkpoint(run_dir) if resume else None
+        self.step = latest[0] if latest is not None else 0
+        before = "training resumed (its checkpoints are as they were)" if resume else "the first step"
+        super().__init__(f"stopped on request during {phase.replace('_', ' ')}, before {before}")
+        self.finished = RunFinished(status="stopped", step=self.step, message=str(self))
 
 
 def warn_before_loading(config: TrainConfig, device: torch.device, sharding_warning: str | None,

@@ -205,3 +205,33 @@ def test_stop_pressed_while_a_checkpoint_saves_keeps_that_checkpoint(make_config
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].status == "stopped"
     assert [step for step, _ in complete_checkpoints(run_dir)] == [3]
     assert len(saves) == 1
+
+
+def test_stop_pressed_while_the_latents_are_cached_ends_the_run_there(make_config, run_training, events_of,
+                                                                      demo_data, tmp_path, monkeypatch) -> None:
+    """Stop pressed during the set-up (a large dataset's latents caching for minutes): the run ends at the next
+    caching batch, with nothing trained and no checkpoint, instead of caching everything and training a step."""
+    from studio.core.runs.folders import request_stop
+    from studio.train.data.cache import LatentCache
+
+    original = LatentCache.fill
+
+    def stop_while_caching(self: LatentCache, *args: object, **kwargs: object) -> object:
+        request_stop(run_dir_of[0])
+        return original(self, *args, **kwargs)
+
+    from studio.train.loop import Trainer
+
+    run_dir_of: list[Path] = []
+    setup = Trainer.setup
+    monkeypatch.setattr(Trainer, "setup", lambda self: run_dir_of.append(self.run_dir) or setup(self))
+    monkeypatch.setattr(LatentCache, "fill", stop_while_caching)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=5, cache_latents=True))
+    code, run_dir = run_training(config, tmp_path)
+    events = events_of(run_dir)
+    assert code == 0
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.status == "stopped" and finished.step == 0
+    assert finished.message == "stopped on request during caching, before the first step"
+    assert not [e for e in events if isinstance(e, Step | Checkpoint | RunStarted)]
+    assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -54,6 +55,9 @@ class Reporter:
         self.lost: EventsNotWritten | None = None  # set by the first failed write; the loop stops on it
         self.last_error = ""  # the message of the last error printed
         self.mirrors: list[Any] = []  # loggers that get every event written (output.log_to; train/extras/logs.py)
+        # Called after each phase event (the trainer's set-up: a Stop asked while it loads, caches or makes class
+        # images is seen there, not only at the first step minutes later).
+        self.after_phase: Callable[[str], None] | None = None
 
     def emit(self, event: Event) -> None:
         if self.writer is None:
@@ -148,6 +152,8 @@ class Reporter:
     def phase(self, name: str, done: int = 0, total: int = 0, message: str = "",
               elapsed_s: float | None = None) -> None:
         self.emit(Phase(name=name, done=done, total=total, message=message, elapsed_s=elapsed_s))
+        if self.after_phase is not None:
+            self.after_phase(name)
 
     def error(self, kind: str, message: str, hint: str = "", path: str | None = None) -> None:
         self.emit(Error(kind=kind, message=message, hint=hint, path=path))
