@@ -19,6 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.app_words import cli_command
+from studio.core.cloud.api import CloudError
+from studio.core.cloud.launcher import cloud_api
+from studio.core.cloud.run import pull_command, read_cloud_record, request_cloud_stop
 from studio.core.project.folder import Project
 from studio.core.remote.control import pull_and_close, read_record
 from studio.core.remote.machines import MachineError
@@ -291,6 +295,25 @@ class RunsPage(Page):
             target = chosen.path
         open_with_desktop(self, target, "the run's output folder")
 
+    def _stop_on_cloud(self, chosen: RunSummary) -> bool:
+        try:
+            record = read_cloud_record(chosen.path)
+        except CloudError as exc:
+            self.say(f"Cannot stop {chosen.name}: {exc}")
+            return False
+        pull = pull_command(record)
+
+        def asked(found: bool) -> None:
+            self.say(f"Asked {chosen.name} on {record.cluster} to stop: it saves a checkpoint and ends; bring it back "
+                     f"with: {pull}" if found else f"{record.cluster} holds no run yet (still being set up): end it "
+                     f"with: {cli_command(['cloud', 'down', record.cluster])}")
+
+        self.say(f"Asking {chosen.name} on {record.cluster} to stop…")
+        self.worker.run(lambda: request_cloud_stop(cloud_api(), record.cluster), on_done=asked,
+                        on_failed=lambda error: self.say(f"Cannot stop {chosen.name}: {error}"),
+                        expected=(CloudError, OSError))
+        return True
+
     def resume_selected(self) -> bool:
         chosen = self._one()
         if chosen is None or not chosen.resumable:
@@ -307,6 +330,12 @@ class RunsPage(Page):
             return False
         if self.controller.running and self.controller.run_dir == chosen.path:
             stopped = self.controller.stop()
+        elif chosen.machine:  # its trainer is on another machine: no STOP file here reaches it
+            self.say(f"{chosen.name} trains on {chosen.machine}: open it (Open) to follow it, then press Stop on the "
+                     "Train page.")
+            return False
+        elif chosen.remote:  # on a cloud cluster, followed by no window: its STOP file is written there
+            return self._stop_on_cloud(chosen)
         else:
             live = live_trainer(chosen.path)
             if live is not None:

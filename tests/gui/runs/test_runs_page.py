@@ -348,3 +348,45 @@ def test_add_config_opens_in_the_project_folder(qtbot: QtBot, context: StudioCon
     dialog.selectFile(str(project.config_path))  # type: ignore[attr-defined]
     dialog.accept()
     assert [Path(item.config) for item in context.run_controller.queue.items] == [project.config_path]  # type: ignore[union-attr]
+
+
+def test_stop_on_a_run_training_on_a_cloud_cluster_stops_it_there(qtbot: QtBot, context: StudioContext,
+                                                                   config: TrainConfig, tmp_path: Path) -> None:
+    """A run on a cloud cluster that no window of this studio follows (closed with "keep running"): Stop said it
+    was no longer running (it looked for a trainer on this machine); it writes the STOP file on the cluster."""
+    from fixtures.fake_cloud import FakeCloud
+
+    from studio.core.cloud import launcher
+    from studio.core.cloud.run import CloudRunRecord, write_cloud_record
+    from studio.core.runs.events import Step
+
+    cloud = FakeCloud(tmp_path / "clusters", live=False)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "sky.yaml").write_text("name: demo\n")
+    cloud.launch(bundle / "sky.yaml", "studio-abc")
+    launcher.set_cloud_api(lambda: cloud)
+    try:
+        project = make_project(tmp_path / "project", config)
+        context.set_project(project)  # type: ignore[arg-type]
+        run = project.runs_dir / "20261207-093000-cloudy"
+        writer = EventWriter(run / "events.jsonl")
+        writer.write(Step(step=1, epoch=0, loss=0.5, lr=1e-4, samples_per_s=2.0))
+        writer.close()
+        write_cloud_record(run, CloudRunRecord(cluster="studio-abc", job=7, bundle=str(bundle), launched=1.0))
+        page = make_page(qtbot, context)
+        page.refresh()
+        page.table.select_paths([run.name])
+        assert page.buttons["stop"].isEnabled()
+        said: list[str] = []
+        shown = page.say
+        page.say = lambda text: (said.append(text), shown(text))  # type: ignore[method-assign]
+        page.buttons["stop"].click()
+        qtbot.waitUntil(lambda: any(text.startswith(("Asked", "Cannot")) for text in said), timeout=15_000)
+    finally:
+        launcher.set_cloud_api(None)
+    (asked,) = [text for text in said if text.startswith(("Asked", "Cannot"))]  # the run's replay says its own
+    assert asked == ("Asked 20261207-093000-cloudy on studio-abc to stop: it saves a checkpoint and ends; bring "
+                        "it back with: `studio-train cloud pull studio-abc`")
+    (there,) = (cloud.workdir("studio-abc") / "runs").iterdir()
+    assert (there / "STOP").is_file()
