@@ -3,7 +3,8 @@
 The parts follow what the trainer does (studio/train): every family loads its whole pipeline into
 system memory with `from_pretrained` before each component moves to the GPU; with a cache the
 denoiser waits in system memory while the caches fill (and is turned to fp8 or quantized there); cached latents
-and caption embeddings are built on the CPU and stay there unless they fit a small share of the GPU; frozen encoders and a VAE the steps no longer use are parked in system memory.
+and caption embeddings are built on the CPU and stay there unless they fit a small share of the GPU; frozen
+encoders and a VAE the steps no longer use are parked in system memory.
 Sizes are the architectures' parameter counts (`resources/architectures/<family>.json`) and the
 figures of `resources/architectures/ram.json` (the baseline, a worker, latent and embedding sizes).
 """
