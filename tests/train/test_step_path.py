@@ -119,6 +119,50 @@ def test_cached_latents_move_to_the_device_when_they_fit_the_budget() -> None:
     assert cache.batch([2, 0], meta, torch.float32).shape == (2, 4, 8, 8)
 
 
+class _OnGpu:
+    """An embedding as the encoder leaves it on the GPU (a stand-in: the CPU CI has none)."""
+
+    device = torch.device("cuda")
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+    def __getitem__(self, index: int) -> _OnGpu:
+        return _OnGpu(self.value[index])
+
+    def detach(self) -> _OnGpu:
+        return self
+
+    def clone(self) -> _OnGpu:
+        return _OnGpu(self.value.clone())
+
+    def cpu(self) -> torch.Tensor:
+        return self.value
+
+
+def test_cached_caption_embeddings_wait_in_system_memory_and_move_to_the_device_when_they_fit() -> None:
+    """FLUX.2 [klein] 9B's embeddings are 12 MB a caption: a thousand left on the GPU where the encoder made them
+    took 12 GB of it beside the transformer."""
+    from types import SimpleNamespace
+
+    from studio.train.data.cache import TextCache
+
+    class Encoder:
+        def encode_prompts(self, components: object, captions: list[str]) -> dict[str, _OnGpu]:
+            rows = torch.stack([torch.full((4, 8), float(len(c))) for c in captions])
+            return {"prompt_embeds": _OnGpu(rows), "prompt_mask": _OnGpu(torch.ones(len(captions), 4))}
+
+    cache = TextCache()
+    cache.fill(Encoder(), SimpleNamespace(), ["a", "bb", "ccc"], 2, lambda *args: None)  # type: ignore[arg-type]
+    assert all(t.device.type == "cpu" for entry in cache.embeddings.values() for t in entry.values())
+    assert float(cache.embeddings["ccc"]["prompt_embeds"][0, 0]) == 3.0
+    size = 3 * (4 * 8 + 4) * 4
+    assert cache.nbytes() == size
+    meta = torch.device("meta")
+    assert not cache.keep_on(meta, size - 1) and cache.embeddings["a"]["prompt_embeds"].device.type == "cpu"
+    assert cache.keep_on(meta, size) and all(t.device == meta for e in cache.embeddings.values() for t in e.values())
+
+
 def test_the_latents_kept_on_a_capped_gpu_are_a_share_of_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """A preset proven under STUDIO_GPU_CAP_MB on a larger card keeps the latents its own card would."""
     from types import SimpleNamespace

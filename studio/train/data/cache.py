@@ -171,11 +171,13 @@ class LatentCache:
             return None
         return torch.stack([self.masks[i] for i in item_indices])
 
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.latents.values(), *self.controls.values()))
+
     def keep_on(self, device: torch.device, budget_bytes: int) -> bool:
         """Move every latent to `device` when they take at most `budget_bytes`: each step then
         stacks its latents on the GPU instead of copying them from the host."""
-        size = sum(t.numel() * t.element_size() for t in (*self.latents.values(), *self.controls.values()))
-        if device.type == "cpu" or size > budget_bytes:
+        if device.type == "cpu" or self.nbytes() > budget_bytes:
             return False
         self.latents = {index: latent.to(device) for index, latent in self.latents.items()}
         self.controls = {index: latent.to(device) for index, latent in self.controls.items()}
@@ -186,8 +188,28 @@ class LatentCache:
 
 
 class TextCache:
+    """The captions' embeddings, built in system memory: FLUX.2 [klein] 9B keeps 12 MB a caption (512 rows of
+    three Qwen3 layers), so a thousand captions left on the GPU where they were made took 12 GB of it beside the
+    transformer. `keep_on` moves them to the GPU when they fit the share the latents leave."""
+
     def __init__(self) -> None:
         self.embeddings: dict[str, Conditioning] = {}
+
+    def _keep(self, keys: list[str], cond: Conditioning) -> None:
+        host = {name: value.detach().cpu() for name, value in cond.items()}
+        for i, key in enumerate(keys):
+            self.embeddings[key] = {name: value[i].clone() for name, value in host.items()}
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for entry in self.embeddings.values() for t in entry.values())
+
+    def keep_on(self, device: torch.device, budget_bytes: int) -> bool:
+        """Move every embedding to `device` when they take at most `budget_bytes` (as `LatentCache.keep_on`)."""
+        if device.type == "cpu" or self.nbytes() > budget_bytes:
+            return False
+        self.embeddings = {key: {name: t.to(device) for name, t in entry.items()}
+                           for key, entry in self.embeddings.items()}
+        return True
 
     def fill(
         self, adapter: FamilyAdapter, components: Components, captions: list[str], batch_size: int,
@@ -198,8 +220,7 @@ class TextCache:
             chunk = unique[start : start + batch_size]
             with torch.no_grad():
                 cond = adapter.encode_prompts(components, chunk)
-            for i, caption in enumerate(chunk):
-                self.embeddings[caption] = {k: v[i].detach().clone() for k, v in cond.items()}
+            self._keep(chunk, cond)
             progress("caching", min(start + batch_size, len(unique)), len(unique))
 
     def fill_edit_pairs(
@@ -222,9 +243,7 @@ class TextCache:
                 pixels = torch.stack([control_pixels(item, flipped) for _, item, flipped in chunk])
                 with torch.no_grad():
                     cond = adapter.encode_edit_prompts(components, [caption for caption, _, _ in chunk], pixels)
-                for i, (caption, item, flipped) in enumerate(chunk):
-                    key = edit_caption_key(caption, item.index, flipped)
-                    self.embeddings[key] = {k: v[i].detach().clone() for k, v in cond.items()}
+                self._keep([edit_caption_key(caption, item.index, flipped) for caption, item, flipped in chunk], cond)
                 done += len(chunk)
                 progress("caching", done, len(todo))
 

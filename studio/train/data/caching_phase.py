@@ -115,7 +115,7 @@ def fill_caches(trainer: Any) -> tuple[LatentCache | None, TextCache | None]:
 def offload_frozen(trainer: Any) -> None:
     """After caching, what the steps no longer use leaves the GPU until samples need it; then the denoiser's
     layers are quantized onto it (model.quantized_base), the denoiser comes (when it waited in system memory)
-    and the latents join it if they fit."""
+    and the latents and the captions' embeddings join it if they fit."""
     trained = {id(module) for module in trainer.train_modules}
     components, offload = trainer.components, trainer.offload
     if trainer.latent_cache is not None:
@@ -135,5 +135,8 @@ def offload_frozen(trainer: Any) -> None:
         # Its swapped blocks' frozen weights stay there (model.blocks_to_swap); the rest comes.
         trainer.block_swap = swap_frozen_blocks(trainer.config, components.denoiser, device)
         components.denoiser.to(device)
-    if trainer.latent_cache is not None:
-        trainer.latent_cache.keep_on(device, gpu_cache_budget(device))
+    budget = gpu_cache_budget(device)  # the latents first, the captions' embeddings in what they leave
+    if trainer.latent_cache is not None and trainer.latent_cache.keep_on(device, budget):
+        budget -= trainer.latent_cache.nbytes()
+    if trainer.text_cache is not None:
+        trainer.text_cache.keep_on(device, budget)

@@ -97,17 +97,17 @@ def estimate_ram(config: ResolvedConfig, gpu: GPUInfo | None, images: int | None
     phases: dict[str, list[MemoryPart | None]] = {
         "loading": [baseline(r), pipeline_load(r), file_read(r)],
         "training": [baseline(r), cpu_training_step(r, step.peak_mb - step.mb("overhead")), parked_encoders(r),
-                     parked_vae(r), latent_cache(r, training=True), text_cache(r), ema_on_cpu(r, trained),
-                     dataloader_workers(r), checkpoint_save(r, trained), pinned_blocks(r)],
+                     parked_vae(r), latent_cache(r, training=True), text_cache(r, training=True),
+                     ema_on_cpu(r, trained), dataloader_workers(r), checkpoint_save(r, trained), pinned_blocks(r)],
     }
     if config.training.cache_latents or config.training.cache_text_embeddings:
         phases["caching"] = [baseline(r), denoiser_waiting(r), encoders_on_cpu(r),
-                             latent_cache(r, training=False), text_cache(r)]
+                             latent_cache(r, training=False), text_cache(r, training=False)]
     if fp8_conversion(r) is not None:  # before the caches fill, the waiting denoiser is turned to fp8
         phases["converting"] = [baseline(r), fp8_conversion(r), idle_encoders_on_cpu(r)]
     if quantized_conversion(r) is not None:  # after the caches fill, the waiting denoiser is quantized to the GPU
         phases["quantizing"] = [baseline(r), quantized_conversion(r), parked_encoders(r), parked_vae(r),
-                                latent_cache(r, training=False), text_cache(r)]
+                                latent_cache(r, training=False), text_cache(r, training=False)]
     kept = {name: [p for p in parts if p is not None and p.mb > 0] for name, parts in phases.items()}
     totals = {name: sum(p.mb for p in parts) for name, parts in kept.items()}
     peak = max(totals, key=lambda name: totals[name])
@@ -139,12 +139,14 @@ _FIXES: list[tuple[str, dict[str, Any], str]] = [
     ("workers", {"training.dataloader_workers": 0}, "lower training.dataloader_workers (to 0: batches are read "
                                                      "by the training process itself)"),
     ("text_encoders", {"model.text_encoder_on_cpu": False}, _ENCODER_ON_GPU),
-    ("text_cache", {"model.text_encoder_on_cpu": False}, _ENCODER_ON_GPU),
     ("ema", {"training.ema_on_cpu": False}, "keep the EMA on the GPU (training.ema_on_cpu = false)"),
     ("swapped_blocks", {"model.blocks_to_swap": 0},
      "keep every block on the GPU (model.blocks_to_swap = 0; it needs GPU memory then)"),
     ("latent_cache", {"training.cache_latents": False, "training.cache_latents_to_disk": False},
      "turn off the latent cache (training.cache_latents = false: the VAE encodes each batch on the GPU)"),
+    ("text_cache", {"training.cache_text_embeddings": False},
+     "turn off the text cache (training.cache_text_embeddings = false: the text encoder embeds each batch on the "
+     "GPU)"),
     ("model_load", {"model.dtype": "bf16"}, "load the frozen weights in 16 bits (model.dtype = \"bf16\")"),
 ]
 

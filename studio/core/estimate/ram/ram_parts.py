@@ -3,8 +3,8 @@
 The parts follow what the trainer does (studio/train): every family loads its whole pipeline into
 system memory with `from_pretrained` before each component moves to the GPU; with a cache the
 denoiser waits in system memory while the caches fill (and is turned to fp8 or quantized there); cached latents
-are built on the CPU and stay there unless they fit a small share of the GPU; cached text stays where
-its encoder ran; frozen encoders and a VAE the steps no longer use are parked in system memory.
+and caption embeddings are built on the CPU and stay there unless they fit a small share of the GPU; frozen
+encoders and a VAE the steps no longer use are parked in system memory.
 Sizes are the architectures' parameter counts (`resources/architectures/<family>.json`) and the
 figures of `resources/architectures/ram.json` (the baseline, a worker, latent and embedding sizes).
 """
@@ -225,31 +225,40 @@ def latent_cache_mb(r: RamFacts) -> float:
     return r.images * int(r.f.arch["latent_channels"]) * (r.f.side // scale) ** 2 * 4 / MB
 
 
+def _gpu_cache_mb(r: RamFacts) -> float:
+    """The share of the GPU the trainer keeps cached latents and caption embeddings in (0 for a CPU run)."""
+    return r.gpu_total_mb * float(r.figures["gpu_latent_fraction"])
+
+
+def _latents_on_gpu(r: RamFacts) -> bool:
+    return r.config.training.cache_latents and r.images > 0 and latent_cache_mb(r) <= _gpu_cache_mb(r)
+
+
 def latent_cache(r: RamFacts, training: bool) -> MemoryPart | None:
     """training.cache_latents: built in system memory; while training it stays there unless it fits the
     trainer's small share of the GPU (on disk too with cache_latents_to_disk, still read into memory)."""
     if not r.config.training.cache_latents or r.images == 0:
         return None
-    mb = latent_cache_mb(r)
-    if training and mb <= r.gpu_total_mb * float(r.figures["gpu_latent_fraction"]):
+    if training and _latents_on_gpu(r):
         return None  # moved to the GPU once filled
-    return r.part("latent_cache", "Latent cache", mb,
+    return r.part("latent_cache", "Latent cache", latent_cache_mb(r),
                   f"{r.images} images at {r.f.side} px, fp32 (kept in memory even when also written to disk)")
 
 
-def text_cache(r: RamFacts) -> MemoryPart | None:
-    """training.cache_text_embeddings: the embeddings stay where the encoder made them, so in system
-    memory only with model.text_encoder_on_cpu (on the GPU otherwise)."""
+def text_cache(r: RamFacts, training: bool) -> MemoryPart | None:
+    """training.cache_text_embeddings: built in system memory; while training it stays there unless it fits the
+    share of the GPU the cached latents leave (data/caching_phase.py, offload_frozen)."""
     config = r.config
-    if not (config.training.cache_text_embeddings and (config.model.text_encoder_on_cpu or not r.f.gpu)) \
-            or r.images == 0:
+    if not config.training.cache_text_embeddings or r.images == 0:
         return None
     floats = int(r.figures["text_embedding_floats"].get(r.arch_name, 0))
     if config.model.use_t5:
         floats += int(r.figures["t5_embedding_floats"])
     width = BYTES[r.f.frozen]
-    return r.part("text_cache", "Text-embedding cache", r.images * floats * width / MB,
-                  f"{r.images} captions, {floats * width / MB:.1f} MB each")
+    mb = r.images * floats * width / MB
+    if training and mb <= _gpu_cache_mb(r) - (latent_cache_mb(r) if _latents_on_gpu(r) else 0.0):
+        return None  # moved to the GPU once filled
+    return r.part("text_cache", "Text-embedding cache", mb, f"{r.images} captions, {floats * width / MB:.1f} MB each")
 
 
 def ema_on_cpu(r: RamFacts, trained_params: int) -> MemoryPart | None:
