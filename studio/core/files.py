@@ -9,7 +9,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 try:
@@ -34,15 +34,19 @@ STALE_TEMP_S = 300.0
 REPLACE_PATIENCE_S = 2.0
 
 
-def replace(source: str | Path, target: str | Path) -> None:
+Move = Callable[[str | Path, str | Path], None]
+
+
+def replace(source: str | Path, target: str | Path, move: Move | None = None) -> None:
     """`os.replace`, tried again on Windows for up to REPLACE_PATIENCE_S while another program has `target`
     open: Windows refuses to replace an open file, and its antivirus scan or search indexer opens a file
-    just written for a moment, so a caption or a settings file saved twice in a row failed now and then."""
+    just written for a moment, so a caption or a settings file saved twice in a row failed now and then.
+    `move`: another way of moving (`os.rename`, which never replaces), tried again the same way."""
     deadline: float | None = None
     pause = 0.01
     while True:
         try:
-            os.replace(source, target)
+            (move or os.replace)(source, target)
             return
         except PermissionError:
             if sys.platform != "win32":

@@ -120,6 +120,11 @@ class StudioContext(QObject):
             except NewerConfigError as exc:  # the project stays as the newer studio wrote it
                 self.status(f"Nothing was saved: {exc.source} was written by a newer studio ({exc.issues[0]}).")
                 return
+            except OSError as exc:  # a sync client or an antivirus holding the file, a full or read-only disk
+                self.status(f"Nothing was saved: {self.project.config_path} could not be written "
+                            f"({exc.strerror or exc}); make the change again once it can be (a sync client such "
+                            "as OneDrive, or an antivirus, may hold the file for a moment).")
+                return
             self.watcher.known()
             if unreadable:
                 self.status(f"{self.project.config_path.name} could not be read; it is kept as "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
+import sys
 from pathlib import Path
 
 from studio.core.app_words import command_or_action
@@ -123,6 +125,9 @@ def write_failure(exc: BaseException, folder: Path, needed_bytes: int | None, wh
     limit smaller than what the write needed counts as the cause."""
     if is_disk_full(exc):
         return disk_full_error(folder, needed_bytes, what)
+    too_long = windows_path_too_long(exc)
+    if too_long is not None:
+        return path_too_long_error(too_long, what)
     if is_file_too_large(exc):
         return file_too_large_error(folder, what)
     if not isinstance(exc, OSError):
@@ -132,6 +137,45 @@ def write_failure(exc: BaseException, folder: Path, needed_bytes: int | None, wh
     if out_of_space(exc, folder, needed_bytes or 2**20):
         return disk_full_error(folder, needed_bytes, what)
     return None
+
+
+# The longest path Windows opens (260 with its closing NUL) unless its long paths are turned on; a folder 12 less.
+WINDOWS_MAX_PATH = 259
+WINDOWS_MAX_FOLDER = 247
+# How torch's own file writer (checkpoints' optimizer.bin) says it could not open a file or find its folder.
+_TORCH_CANNOT_OPEN = re.compile(r"^(?:File (.+) cannot be opened|Parent directory (.+) does not exist)\.")
+
+
+def windows_path_too_long(exc: BaseException) -> str | None:
+    """On Windows, the path an error names when it is longer than Windows opens with its long paths turned off (it
+    then says "The system cannot find the path specified", of a folder that is there); None otherwise."""
+    if sys.platform != "win32":
+        return None
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            names = [seen.filename, seen.filename2]
+        else:
+            match = _TORCH_CANNOT_OPEN.search(str(seen))
+            names = [match.group(1) or match.group(2)] if match else []
+        for name in names:
+            if isinstance(name, str) and name:
+                path = os.path.abspath(name)
+                if len(path) > WINDOWS_MAX_PATH or (len(path) > WINDOWS_MAX_FOLDER and not os.path.splitext(path)[1]):
+                    return path
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def path_too_long_error(path: str, what: str) -> TrainError:
+    """`what` could not be written: its `path` is longer than Windows allows with its long paths turned off."""
+    return TrainError(
+        "config", f"{what} cannot be written: the path {path} is {len(path)} characters long, more than Windows "
+        f"allows unless its long paths are turned on ({WINDOWS_MAX_PATH} for a file, {WINDOWS_MAX_FOLDER} for a "
+        "folder)",
+        "turn on Windows' long paths (an administrator's setting, LongPathsEnabled) and continue with "
+        f"{_resume()}; or set output.dir to a short folder (such as C:\\runs) and a shorter output.name, and "
+        "start the run again", path=path)
 
 
 def file_too_large_error(folder: Path, what: str, limit: int | None = None) -> TrainError:

@@ -74,3 +74,35 @@ def test_elsewhere_a_refused_replace_fails_at_once(tmp_path: Path, monkeypatch: 
     with pytest.raises(PermissionError):
         files.atomic_write_text(settings, "new")
     assert len(refused) == 1 and not settings.exists()
+
+
+def test_on_windows_a_new_caption_waits_for_the_antivirus_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image's first caption is made by a rename that never replaces (another program may have made the
+    file meanwhile); the antivirus holding the file just written refused it as it refuses a replace."""
+    from studio.core.dataset.captions import caption_guard
+
+    monkeypatch.setattr(files, "sys", _Windows())
+    monkeypatch.setattr(caption_guard, "sys", _Windows())
+    monkeypatch.setattr(files.time, "sleep", lambda seconds: None)
+    refused: list[str] = []
+    real = os.rename
+
+    def rename(source: Any, target: Any) -> None:
+        if len(refused) < 3:
+            refused.append(str(target))
+            raise PermissionError(13, "The process cannot access the file because it is being used by another "
+                                      "process", str(source))
+        if os.path.exists(target):
+            raise FileExistsError(17, "Cannot create a file when that file already exists", str(target))
+        real(source, target)
+
+    monkeypatch.setattr(os, "rename", rename)
+    caption = tmp_path / "cat.txt"
+    assert write_texts_atomically({caption: "a black cat"}, unchanged={caption: None}) == {}
+    assert caption.read_text(encoding="utf-8") == "a black cat" and len(refused) == 3
+    assert not list(tmp_path.glob("*.tmp"))
+    # One another program made meanwhile stays as it made it.
+    dog = tmp_path / "dog.txt"
+    dog.write_text("theirs")
+    failed = write_texts_atomically({dog: "ours"}, unchanged={dog: None})
+    assert isinstance(failed[dog], caption_guard.FileChanged) and dog.read_text() == "theirs"

@@ -59,3 +59,46 @@ def test_the_runs_history_lists_the_epoch_loras(make_config, run_training, tmp_p
     assert code == 0
     names = [Path(o).name for o in summarize_run(run_dir).outputs]
     assert names == ["shapes.safetensors", "shapes-e0001.safetensors"]
+
+
+def test_on_windows_the_loras_are_moved_into_place_once_the_antivirus_lets_go(make_config, run_training, events_of,
+                                                                           tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows refuses to rename a file (or a folder of files) another program has open, and its antivirus opens
+    every file just written for a moment: the LoRA of an epoch, or the final one, failed the run now and then."""
+    import os
+    import sys
+    from typing import Any
+
+    from studio.core import files
+
+    class Windows:
+        platform = "win32"
+
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(sys, attribute)
+
+    monkeypatch.setattr(files, "sys", Windows())
+    refused: list[str] = []
+    real = os.replace
+
+    def replace(source: Any, target: Any) -> None:
+        moved = Path(source)
+        if ".writing-" in (moved.name + moved.parent.name) and Path(target).parent.name == "output" \
+                and moved.name not in refused:  # each move out of the hidden folder: refused once, as while scanned
+            refused.append(moved.name)
+            raise PermissionError(13, "The process cannot access the file because it is being used by another "
+                                      "process", str(source))
+        real(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    config = make_config(training=TrainingSection(batch_size=2, max_steps=8, learning_rate=1e-3, seed=1),
+                         output=OutputSection(dir=str(tmp_path / "runs"), name="shapes", save_every_n_epochs=1,
+                                              formats=["kohya"]))
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0, [e for e in events_of(run_dir) if isinstance(e, Error)]
+    output = run_dir / "output"
+    assert (output / "epoch-0001" / "shapes-e0001.safetensors").is_file()
+    assert (output / "shapes.safetensors").is_file() and (output / "training_info.json").is_file()
+    assert "shapes.safetensors" in refused and any(name.startswith(".writing-") for name in refused)
+    assert not list(output.glob(".writing-*"))

@@ -90,3 +90,36 @@ def test_torchs_wordless_write_error_under_a_small_file_size_limit_is_named(
     assert failure is not None and failure.kind == "disk_full"
     assert "the limit here is 1 MB" in failure.message
     assert write_failure(opaque, tmp_path, 1000, "the checkpoint of step 4") is None  # under the limit: a crash
+
+
+def test_on_windows_a_path_longer_than_it_opens_is_named_with_what_to_do(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows opens no path over 259 characters unless its long paths are turned on, and then says "The system
+    cannot find the path specified" of a folder that is there: a run in a deep folder with a long name failed at
+    its first checkpoint or epoch LoRA with that, after hours of training."""
+    from typing import Any
+
+    from studio.train import errors
+
+    class Windows:
+        platform = "win32"
+
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(sys, attribute)
+
+    run_dir = tmp_path / ("d" * max(1, 200 - len(str(tmp_path)))) / "20260101-120000-a-long-name-for-my-character-lora"
+    lora = run_dir / "output" / "epoch-0001" / "a-long-name-for-my-character-lora-e0001.safetensors"
+    optimizer = run_dir / "checkpoints" / "step-500" / "optimizer.bin"
+    not_found = FileNotFoundError(2, "The system cannot find the path specified", str(lora))
+    torch_words = RuntimeError(f"File {optimizer} cannot be opened.")
+    short = FileNotFoundError(2, "The system cannot find the path specified", str(tmp_path / "x.bin"))
+    assert write_failure(not_found, lora.parent, None, "the LoRA of epoch 1") is None  # elsewhere: as before
+    monkeypatch.setattr(errors, "sys", Windows())
+    for exc, path, what in ((not_found, lora, "the LoRA of epoch 1"), (torch_words, optimizer, "the checkpoint")):
+        failure = write_failure(exc, path.parent, None, what)
+        assert failure is not None and failure.kind == "config" and failure.path == str(path)
+        assert failure.message == (f"{what} cannot be written: the path {path} is {len(str(path))} characters long, "
+                                   "more than Windows allows unless its long paths are turned on (259 for a file, "
+                                   "247 for a folder)")
+        assert "turn on Windows' long paths" in failure.hint and "set output.dir to a short folder" in failure.hint
+    assert write_failure(short, tmp_path, None, "the checkpoint") is None  # a short path missing: not this

@@ -269,3 +269,37 @@ def test_the_model_check_and_the_trainer_agree_on_what_loads_offline(tmp_path: P
         for use_t5 in (False, True):
             said_offline = hub_need(info, ModelSection(family=info.family, base=str(path), use_t5=use_t5)) is None
             assert (single_file_config(path, info, info.family, use_t5) is not None) == said_offline, (name, use_t5)
+
+
+def test_on_windows_the_config_folder_waits_for_the_antivirus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run from a single-file checkpoint writes the family's configs and tokenizers and renames their folder
+    into place; Windows refuses that while its antivirus scans the files just written, and the run failed to start."""
+    import os
+    import sys
+    from typing import Any
+
+    from studio.core import files
+    from studio.train.pipelines import pipeline_configs
+
+    class Windows:
+        platform = "win32"
+
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(sys, attribute)
+
+    monkeypatch.setattr(files, "sys", Windows())
+    monkeypatch.setattr(pipeline_configs, "write_config_folder", lambda family, folder: (
+        folder.mkdir(parents=True), (folder / "model_index.json").write_text("{}"), folder)[-1])
+    refused: list[str] = []
+    real = os.replace
+
+    def replace(source: Any, target: Any) -> None:
+        if len(refused) < 2:
+            refused.append(str(source))
+            raise PermissionError(13, "Access is denied", str(source))
+        real(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    folder = pipeline_configs.config_folder("sdxl")
+    assert (folder / "model_index.json").is_file() and len(refused) == 2
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no hidden half folder left

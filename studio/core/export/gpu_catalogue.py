@@ -166,7 +166,8 @@ def load_catalogue(path: str | Path | None = None) -> Catalogue:
         path = user if user.is_file() else shipped_catalogue_path()
     path = Path(path)
     try:
-        data = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
+        # -sig: prices saved by Notepad with a byte-order mark read as the same TOML
+        data = tomlkit.parse(path.read_text(encoding="utf-8-sig")).unwrap()
     except FileNotFoundError:
         raise CatalogueError(f"{path}: GPU catalogue not found") from None
     except ParseError as exc:

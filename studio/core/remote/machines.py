@@ -140,7 +140,8 @@ def load_machines() -> dict[str, RemoteMachine]:
     if not path.is_file():
         return {}
     try:
-        data = tomlkit.parse(path.read_text(encoding="utf-8")).unwrap()
+        # -sig: a file saved by Notepad with a byte-order mark reads as the same TOML
+        data = tomlkit.parse(path.read_text(encoding="utf-8-sig")).unwrap()
     except (OSError, ValueError) as exc:
         raise MachineError(f"cannot read {path}: {exc}; fix or delete the file") from None
     machines = {}

@@ -24,7 +24,7 @@ from studio.core.runs.records.history import newest_run
 from studio.core.runs.records.outcome import outcome_line
 from studio.core.runs.records.run_model import EventTail, RunModel
 from studio.core.runs.scheduling.lock import RunLockedError, lock_holder
-from studio.core.runs.scheduling.queue import QueueBusyError, QueueError, RunQueue
+from studio.core.runs.scheduling.queue import QueueError, RunQueue
 from studio.core.training_python import NoTrainingPython
 from studio.gui.runner.attached_run import AttachedRun
 from studio.gui.runner.gpu_memory import GpuMemorySampler
@@ -315,8 +315,9 @@ class RunController(QObject):
             return
         try:
             item = queue.claim_next(by_hand)
-        except (QueueBusyError, OSError) as exc:
-            queue.refresh()  # the other window's queue, as it stands
+        except (QueueError, OSError) as exc:  # another window runs it, or its file cannot be written
+            with contextlib.suppress(OSError):
+                queue.refresh()  # the other window's queue, as it stands
             self.sig_message.emit(str(exc))
             self.sig_queue_changed.emit()
             return

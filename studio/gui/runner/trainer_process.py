@@ -72,11 +72,19 @@ class TrainerProcess(CommandProcess):
 
     def _hand_over_process_file(self) -> None:
         """Point the run's process file at the trainer itself: the launcher is about to go, and
-        the Runs page decides from that file whether the run is still going."""
+        the Runs page decides from that file whether the run is still going.
+
+        On Windows the python.exe of a virtual environment (the training environment's) runs the
+        launcher in a second process, the base interpreter, which ends with it: the trainer is the
+        first process below that runs something other than the launcher."""
         if self.run_dir is None:
             return
         try:
             trainer = psutil.Process(self.pid()).children()[0]
+            for _hop in range(3):
+                if SESSION_LAUNCHER not in trainer.cmdline():
+                    break
+                trainer = trainer.children()[0]
             write_process_file(self.run_dir, trainer.pid)
         except (psutil.Error, IndexError, ValueError, OSError) as exc:
             log.warning("cannot record the trainer of %s for after the studio closes: %s", self.run_dir, exc)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
-import os
 import shutil
 import uuid
 from functools import lru_cache
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.families import family as declared
+from studio.core.files import replace
 from studio.core.models.files import KIND_FAMILIES, OFFLINE_KINDS, ModelInfo
 from studio.core.resources import resource_path
 from studio.core.user_dirs import cache_dir
@@ -65,7 +65,7 @@ def config_folder(family: str) -> Path:
     try:
         write_config_folder(family, staging)
         try:
-            os.replace(staging, folder)
+            replace(staging, folder)  # on Windows, tried again while the antivirus scans the files just written
         except OSError:
             if not (folder / "model_index.json").is_file():  # another process won the race otherwise
                 raise

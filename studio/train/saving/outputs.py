@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -14,7 +13,7 @@ from typing import Any
 import torch
 
 from studio.core.families import FAMILIES
-from studio.core.files import atomic_write_text
+from studio.core.files import atomic_write_text, replace
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.train.components import Components
 from studio.train.data.items import TrainItem
@@ -107,7 +106,7 @@ def save_outputs(adapter: FamilyAdapter, components: Components, run_dir: Path,
             target = folder / entry.name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
-            os.replace(entry, target)
+            replace(entry, target)  # on Windows, tried again while the antivirus scans the file just written
     except Exception as exc:  # a full disk is an OSError, a RuntimeError (torch) or a SafetensorError
         what = _file_being_written(exc, staging, folder)
         shutil.rmtree(staging, ignore_errors=True)  # no half output; its room is free for the error event
@@ -212,7 +211,7 @@ def save_epoch_lora(adapter: FamilyAdapter, components: Components, run_dir: Pat
                                     name=f"{config.output.name}-e{epoch:04d}")
         if folder.is_dir():
             shutil.rmtree(folder)
-        os.replace(staging, folder)
+        replace(staging, folder)  # on Windows, tried again while the antivirus scans the files just written
     except Exception as exc:  # a full disk is an OSError, a RuntimeError (torch) or a SafetensorError
         what = _file_being_written(exc, staging, folder)
         shutil.rmtree(staging, ignore_errors=True)

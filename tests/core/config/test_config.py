@@ -145,6 +145,15 @@ def test_bad_toml_syntax_says_line(tmp_path: Path) -> None:
     assert "not valid TOML" in errors[0]
 
 
+def test_a_windows_path_pasted_in_double_quotes_is_explained(tmp_path: Path) -> None:
+    errors = errors_of(tmp_path, MINIMAL.replace('path = "data/shapes"', r'path = "C:\Users\me\Pictures\shapes"'))
+    assert errors[0].startswith("line 12:") and "not valid TOML" in errors[0]
+    assert "write a Windows path in single quotes, 'C:\\Users\\me\\images', or with forward slashes" in errors[0]
+    config = load_config(write(tmp_path, MINIMAL.replace('path = "data/shapes"', r"path = 'C:\Users\me\shapes'")))
+    assert config.dataset.concepts[0].path == r"C:\Users\me\shapes"  # as the hint says
+    assert "Windows path" not in errors_of(tmp_path, MINIMAL.replace("rank = 4", "rank = = 4"))[0]
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         load_config(tmp_path / "nope.toml")

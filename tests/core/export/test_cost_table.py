@@ -115,6 +115,13 @@ def test_the_users_copy_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_catalogue().get("h200").price_min == 3.00
 
 
+def test_prices_saved_by_notepad_with_a_byte_order_mark_are_read() -> None:
+    path = ensure_user_catalogue()
+    text = path.read_text(encoding="utf-8").replace("price_min = 3.59", "price_min = 3.00")
+    path.write_text(text, encoding="utf-8-sig")  # Notepad's "UTF-8 with BOM"
+    assert load_catalogue().get("h200").price_min == 3.00
+
+
 def test_a_broken_catalogue_names_the_entry(tmp_path: Path, catalogue_file: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(catalogue_file.read_text().replace("price_min = 0.5", "price_min = 0.9"))

@@ -78,6 +78,13 @@ def test_a_public_key_or_a_missing_key_file_is_refused(key: Path, tmp_path: Path
         save_machine(RemoteMachine("box", "example.org", key_file=str(tmp_path / "nothing")))
 
 
+def test_a_machines_file_saved_by_notepad_with_a_byte_order_mark_is_read(key: Path) -> None:
+    machine = RemoteMachine("pod-1", "203.0.113.7", user="root", key_file=str(key))
+    path = save_machine(machine)
+    path.write_text(path.read_text(encoding="utf-8"), encoding="utf-8-sig")  # Notepad's "UTF-8 with BOM"
+    assert load_machines() == {"pod-1": machine}
+
+
 def test_a_broken_machines_file_is_named(key: Path) -> None:
     machines_path().parent.mkdir(parents=True, exist_ok=True)
     machines_path().write_text("[machines.box]\nhost = 'x'\npassword = 'hunter2'\n")

@@ -86,6 +86,34 @@ def test_delete_falls_back_without_send2trash(finished_run: Path, monkeypatch: p
     assert not finished_run.exists()
 
 
+def test_on_windows_a_run_the_recycle_bin_refuses_is_left_whole(finished_run: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows refuses to recycle a folder with a file open in another program; deleting it for good instead
+    removed everything else of the run and left the open file."""
+    import sys
+    import types
+
+    from studio.core.runs.records import history
+
+    class Windows:
+        platform = "win32"
+
+        def __getattr__(self, attribute: str) -> object:
+            return getattr(sys, attribute)
+
+    def refuse(path: str) -> None:
+        raise OSError(None, "The process cannot access the file because it is being used by another process",
+                      path, 32)
+
+    monkeypatch.setitem(sys.modules, "send2trash", types.SimpleNamespace(send2trash=refuse))
+    monkeypatch.setattr(history, "sys", Windows())
+    before = sorted(p.relative_to(finished_run) for p in finished_run.rglob("*"))
+    with pytest.raises(OSError, match=r"could not be moved to the Recycle Bin \(The process cannot access the "
+                                      r"file.*\); a file in it may be open in another program"):
+        delete_run(finished_run)
+    assert sorted(p.relative_to(finished_run) for p in finished_run.rglob("*")) == before
+
+
 def test_import_zip_from_remote_machine(tmp_path: Path, finished_run: Path) -> None:
     archive = tmp_path / "copied.zip"
     with zipfile.ZipFile(archive, "w") as z:

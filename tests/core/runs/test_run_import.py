@@ -204,3 +204,39 @@ def test_a_zip_of_several_runs_is_refused_instead_of_importing_one_silently(tmp_
     with pytest.raises(ImportRefused, match=r"holds 2 runs \('runs/20260101-000000-a', 'runs/20260102-000000-b'\)"):
         import_run(archive, runs)
     assert list(runs.iterdir()) == []
+
+
+def test_on_windows_the_import_waits_for_the_antivirus_scanning_the_files_just_unpacked(
+        tmp_path: Path, finished_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows refuses to rename a folder while another program has a file in it open, and its antivirus opens
+    every file just written for a moment: importing a run failed now and then, with nothing imported."""
+    import sys
+    from typing import Any
+
+    from studio.core import files
+
+    class Windows:
+        platform = "win32"
+
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(sys, attribute)
+
+    monkeypatch.setattr(files, "sys", Windows())
+    refused: list[str] = []
+
+    def refusing(real: Any) -> Any:
+        def move(source: Any, target: Any) -> None:
+            if Path(source).name.startswith(".import-") and not refused:  # the unpacked run, while scanned
+                refused.append(str(source))
+                raise PermissionError(13, "Access is denied", str(source))
+            real(source, target)
+        return move
+
+    monkeypatch.setattr(os, "replace", refusing(os.replace))
+    monkeypatch.setattr(os, "rename", refusing(os.rename))
+    _zip_run(finished_run, tmp_path / "copied.zip").close()
+    runs = tmp_path / "project" / "runs"
+    dest, _said = _import_within(tmp_path / "copied.zip", runs)
+    assert refused and dest == runs / "pod-run"
+    assert (dest / "events.jsonl").read_bytes() == (finished_run / "events.jsonl").read_bytes()
+    assert [r.name for r in list_runs(runs, never_alive)] == ["pod-run"]

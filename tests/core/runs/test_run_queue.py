@@ -141,3 +141,46 @@ def test_an_item_whose_trainer_still_runs_is_not_marked_interrupted(tmp_path: Pa
     with RunLock(run_dir):  # the window closed with "keep running": its trainer goes on
         assert RunQueue(tmp_path).get(item.id).state == "running"
     assert RunQueue(tmp_path).get(item.id).state == "interrupted"
+
+
+def test_a_queue_file_that_cannot_be_read_for_a_moment_is_not_put_aside(tmp_path: Path, configs: list[Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project on a network share that drops for a moment, or in OneDrive with the sync client paused: reading
+    queue.json fails. It was taken as damaged, put aside and the queue shown (and then saved) empty."""
+    q = RunQueue(tmp_path)
+    a, b = q.add(configs[0]), q.add(configs[1])
+    real = Path.read_text
+
+    def gone(path: Path, *args: object, **kwargs: object) -> str:
+        if path.name == QUEUE_FILE:
+            raise OSError(22, "The cloud file provider is not running", str(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", gone)
+    with pytest.raises(OSError, match="cloud file provider"):
+        q.refresh()  # the window says it could not read it, and tries again later
+    with pytest.raises(QueueError, match=r"The queue was not changed: .*queue.json could not be read or written "
+                                         r"\(The cloud file provider is not running\)"):
+        q.add(configs[2])
+    assert not list(tmp_path.glob("*.damaged"))
+    monkeypatch.setattr(Path, "read_text", real)
+    assert [i.id for i in RunQueue(tmp_path).items] == [a.id, b.id]  # nothing lost, nothing added
+
+
+def test_a_queue_change_that_cannot_be_saved_says_so_and_shows_the_file(tmp_path: Path, configs: list[Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """queue.json held by another program (OneDrive, an antivirus) longer than a save waits."""
+    q = RunQueue(tmp_path)
+    a = q.add(configs[0])
+    real = os.replace
+
+    def held(source: object, target: object) -> None:
+        if Path(str(target)).name == QUEUE_FILE:
+            raise PermissionError(13, "The process cannot access the file because it is being used by another "
+                                      "process", str(target))
+        real(source, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", held)
+    with pytest.raises(QueueError, match=r"The queue was not changed: .*being used by another process\); try again"):
+        q.remove(a.id)
+    assert [i.id for i in q.items] == [a.id]  # as the file still has it

@@ -4,6 +4,7 @@ follows it with Stop and Kill, the Runs page stops it, and a second run on the s
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import psutil
@@ -178,3 +179,54 @@ def test_a_run_followed_again_mid_line_loses_no_event(qtbot: QtBot, tmp_path: Pa
     model.apply_all(tail.poll_items())
     assert [s.step for s in model.samples] == [5] and tail.garbage_lines == 0
     run.deleteLater()
+
+
+# A virtual environment's python.exe on Windows: it runs the base interpreter as a child (same arguments) in a job
+# that ends that child when it ends; what the child starts breaks away from the job and lives on.
+_VENV_REDIRECTOR = """\
+import ctypes, signal, subprocess, sys
+def ended_with_me():
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the job's kill on close
+sys.exit(subprocess.Popen([sys.executable, *sys.argv[1:]], preexec_fn=ended_with_me).wait())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job is imitated with Linux's parent-death signal")
+def test_a_run_kept_running_from_a_windows_virtual_environment_is_found_again(
+        qtbot: QtBot, config: TrainConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the training environment's python.exe the launcher ran in the interpreter it hands over to, which ends
+    with it: "keep running" recorded that process as the trainer, and the studio started again found the run ended
+    while it trained on (not followed, its Stop said it no longer ran)."""
+    hold_at(monkeypatch, 3)
+    python = tmp_path / "venv" / "Scripts" / "python.exe"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!{sys.executable}\n{_VENV_REDIRECTOR}", encoding="utf-8")
+    python.chmod(0o755)
+    project = make_project(tmp_path, config)
+    first, train, _runs = _window(qtbot, tmp_path, project)
+    fake = fake_command("--steps", "20", "--rate", "20")
+    first.run_controller.command_factory = lambda plan: [str(python), *fake(plan)[1:]]
+    assert train.start_training()
+    qtbot.waitUntil(lambda: first.run_controller.model.step >= 3, timeout=15000)
+    run_dir = first.run_controller.run_dir
+    assert run_dir is not None
+    launcher = psutil.Process(first.run_controller.source.pid()).children()[0]  # type: ignore[union-attr]
+    started = launcher.children()[0]  # the trainer's python.exe, and the interpreter it runs
+    trainer = [started, *started.children(recursive=True)]
+    first.run_controller.shutdown(detach=True)  # the window closes with "keep running"
+    psutil.wait_procs([launcher], timeout=5)  # gone with the python.exe the studio started
+    try:
+        assert all(p.is_running() for p in trainer)  # the training goes on
+        live = live_trainer(run_dir)
+        assert live is not None and live.pid == started.pid
+        context, train, _runs = _window(qtbot, tmp_path, project)  # the studio starts again and follows it
+        ctl = context.run_controller
+        assert ctl.running and ctl.run_dir == run_dir
+        ctl.stop()
+        release(run_dir, 3)
+        qtbot.waitUntil(lambda: not ctl.running, timeout=20000)
+        assert ctl.model.status == "stopped"
+    finally:
+        for proc in trainer:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

@@ -457,3 +457,33 @@ def test_pages_still_to_be_built_are_dropped_with_the_window(qtbot, tmp_path: Pa
     window.close()
     shiboken6.delete(window)
     qtbot.wait(300)  # an exception in a leftover timer fails the test (pytest-qt's event-loop check)
+
+
+def test_a_setting_that_cannot_be_saved_says_so(window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    """A project in OneDrive: its studio.toml held by the sync client (or the antivirus) longer than a save waits.
+    The change failed with a traceback on the console only; the window looked as if it was saved."""
+    from studio.core.project.folder import create_project
+
+    project = create_project(tmp_path / "cats in OneDrive")
+    assert window.open_project_path(project.root)
+    before = project.config_path.read_text(encoding="utf-8")
+    real = os.replace
+
+    def held(source, target) -> None:  # type: ignore[no-untyped-def]
+        if Path(target).name == PROJECT_FILE:
+            raise PermissionError(13, "The process cannot access the file because it is being used by another "
+                                      "process", str(source), None, str(target))
+        real(source, target)
+
+    monkeypatch.setattr(os, "replace", held)
+    said: list[str] = []
+    window.context.sig_status.connect(said.append)
+    page = window.show_page("page_model")
+    page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]
+    assert project.config_path.read_text(encoding="utf-8") == before
+    assert said[-1] == (f"Nothing was saved: {project.config_path} could not be written (The process cannot access "
+                        "the file because it is being used by another process); make the change again once it can "
+                        "be (a sync client such as OneDrive, or an antivirus, may hold the file for a moment).")
+    monkeypatch.setattr(os, "replace", real)
+    page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]  # made again: saved
+    assert "seed = 5" in project.config_path.read_text(encoding="utf-8")

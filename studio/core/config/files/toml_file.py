@@ -44,13 +44,23 @@ def migrate(data: dict[str, Any], source: str = "config") -> dict[str, Any]:
 
 
 
+# A path as Windows' "Copy as path" gives it, in TOML's double quotes: each backslash starts an escape there.
+_WINDOWS_PATH_IN_DOUBLE_QUOTES = re.compile(r'"[^"]*\\[^"]*"')
+
+
 def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
         return tomlkit.parse(text)
     except ParseError as exc:
+        lines = text.splitlines()
+        line = lines[exc.line - 1] if 0 < exc.line <= len(lines) else ""
+        hint = (" (in double quotes TOML reads each \\ as the start of an escape: write a Windows path in single "
+                "quotes, 'C:\\Users\\me\\images', or with forward slashes, \"C:/Users/me/images\")"
+                if _WINDOWS_PATH_IN_DOUBLE_QUOTES.search(line) else "")
         raise ConfigError(source, [ConfigIssue(
             key="(file)", line=exc.line,
-            message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there",
+            message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there"
+                    f"{hint}",
         )]) from None
 
 

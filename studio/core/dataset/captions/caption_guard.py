@@ -212,9 +212,9 @@ def replace_unchanged(tmp: str, target: Path, before: Snapshot | None) -> None:
 
 
 def _create_new(tmp: str, target: Path) -> None:
-    if sys.platform == "win32":  # pragma: no cover - Windows' rename never replaces
+    if sys.platform == "win32":  # Windows' rename never replaces; tried again while the antivirus scans `tmp`
         try:
-            os.rename(tmp, target)
+            replace(tmp, target, move=os.rename)
         except FileExistsError:
             raise FileChanged(target) from None
         return

@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import logging
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,6 +267,12 @@ def delete_run(run_dir: str | Path) -> str:
     except ImportError:
         pass
     except OSError as exc:  # no trash on this volume (network share, container): TrashPermissionError too
+        if sys.platform == "win32":
+            # Windows deletes what it cannot recycle itself: its refusal is a file in use, and deleting
+            # anyway removed the rest of the run for good, the file in use left behind.
+            raise OSError(f"it could not be moved to the Recycle Bin ({exc.strerror or exc}); a file in it may be "
+                          "open in another program (a LoRA loaded in your UI, a sample in an image viewer): close "
+                          "that program, then delete the run again") from None
         log.info("no trash for %s (%s); deleting it", folder, exc)
     shutil.rmtree(folder)
     return "deleted"

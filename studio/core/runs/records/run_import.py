@@ -31,7 +31,7 @@ from studio.core.containment import (
     link_stays_inside,
     name_parts,
 )
-from studio.core.files import atomic_write_text
+from studio.core.files import atomic_write_text, replace
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, REMOTE_FILE, is_run_dir
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def import_run(source: str | Path, runs_dir: str | Path, warn: Callable[[str], N
         record = {"source": str(src), "imported": time.time(), "left_out": left_out}
         atomic_write_text(staging / REMOTE_FILE, json.dumps(record, indent=1))
         dest = _free_name(target_root, name)
-        staging.rename(dest)
+        replace(staging, dest)  # on Windows, tried again while the antivirus scans the files just unpacked
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

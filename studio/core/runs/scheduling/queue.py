@@ -93,7 +93,11 @@ class RunQueue:
         self._runner: RunLock | None = None
         self._seen: tuple[int, int, int] | None = None  # the queue file as last read or written here
         with project_lock(self.root):
-            self._load(recover=True)
+            try:
+                self._load(recover=True)
+            except OSError as exc:  # shown empty for now; the window reads it again once it can
+                log.warning("the queue file %s cannot be read now (%s)", self.path, exc)
+                self._seen = None
 
     # ------------------------------------------------------------ persistence
     def refresh(self) -> None:
@@ -122,21 +126,30 @@ class RunQueue:
                 self.save()
         except ProjectBusyError as exc:
             raise QueueError(f"The queue was not changed: {exc}") from None
+        except OSError as exc:  # the file held by another program (a sync client), a network share gone
+            with contextlib.suppress(OSError):
+                self._load()  # what the file still holds, not the change that was not saved
+            raise QueueError(f"The queue was not changed: {self.path} could not be read or written "
+                             f"({exc.strerror or exc}); try again") from None
         return result
 
     def _load(self, recover: bool = False) -> None:
         """What the file holds; `recover`: an item left running by a studio that ended is marked so."""
         self.items = []
         self._seen = self._stamp()
-        if not self.path.is_file():
-            return
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        # Any other OSError is raised: a file held by another program or on a network share gone for a moment
+        # is not damaged (it was put aside as damaged, and the queue shown and saved empty).
+        try:
+            data = json.loads(text)
             self.stop_after_current = bool(data.get("stop_after_current", False))
             self.continue_on_error = bool(data.get("continue_on_error", False))
             known = set(QueueItem.__dataclass_fields__)
             self.items = [QueueItem(**{k: v for k, v in raw.items() if k in known}) for raw in data["items"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             # Keep the damaged file for the person to look at; start with an empty queue.
             backup = self.path.with_suffix(".json.damaged")
             log.warning("queue file %s is unreadable (%s); kept as %s, starting empty", self.path, exc, backup)
