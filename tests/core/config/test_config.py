@@ -154,6 +154,17 @@ def test_a_windows_path_pasted_in_double_quotes_is_explained(tmp_path: Path) -> 
     assert "Windows path" not in errors_of(tmp_path, MINIMAL.replace("rank = 4", "rank = = 4"))[0]
 
 
+def test_a_windows_path_whose_escapes_toml_reads_as_control_characters_is_explained(tmp_path: Path) -> None:
+    """"D:\new\train" is valid TOML: a newline and a tab. The run only said its folder did not exist."""
+    config = load_config(write(tmp_path, MINIMAL.replace('path = "data/shapes"', r'path = "D:\new\train"')))
+    with pytest.raises(ConfigError) as raised:
+        paths.resolve_paths(config, tmp_path)
+    (issue,) = raised.value.issues
+    assert issue.key == "dataset.concepts[0].path" and issue.message.startswith(
+        "holds a control character (\\n, \\t read as an escape): in double quotes TOML reads each \\ as the start "
+        "of an escape; write a Windows path in single quotes")
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         load_config(tmp_path / "nope.toml")

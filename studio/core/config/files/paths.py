@@ -58,9 +58,21 @@ def _resolved(config: TrainConfig, base_dir: Path) -> ResolvedConfig:
     return out
 
 
+# What TOML's double quotes make of a Windows path's backslashes: "D:\new\train" holds a newline and a tab.
+_ESCAPED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
+
+
 def _resolve(base_dir: Path, value: str | None, hub_ok: bool, key: str) -> str | None:
     if value is None:
         return None
+    found = [shown for char, shown in _ESCAPED.items() if char in value]
+    if found:
+        raise ConfigError("config", [ConfigIssue(
+            key=key, value=value,
+            message=f"holds a control character ({', '.join(found)} read as an escape): in double quotes TOML reads "
+                    "each \\ as the start of an escape; write a Windows path in single quotes, "
+                    "'D:\\new\\train', or with forward slashes, \"D:/new/train\"",
+        )])
     p = Path(value).expanduser()
     if p.is_absolute():
         return _utf8(str(p), key, value)
