@@ -25,7 +25,7 @@ from typing import Any
 
 from studio.core.app_words import command_or_action
 from studio.core.containment import OutsideFolderError, contained_path, name_parts
-from studio.core.files import atomic_write_text
+from studio.core.files import atomic_write_text, replace
 from studio.core.models.hub_token import token_may_go_to
 from studio.core.models.known import KnownModel, find_known
 from studio.core.models.snapshot_check import COMMIT, hash_mismatch, is_hub_hash, snapshot_problems
@@ -288,7 +288,7 @@ def _fetch_blob(repo_id: str, remote: RemoteFile, blob: Path, answer: tuple[str,
         part.unlink(missing_ok=True)
         raise DownloadError(_hostile(f"{repo_id}: {problem}; the part downloaded was removed. Run the "
                                      "download again"))
-    os.replace(part, blob)
+    replace(part, blob)  # on Windows, tried again while the antivirus scans the file just written
 
 
 def _link(storage: Path, commit: str, name: str, blob: Path, revision: str, repo_id: str) -> Path:

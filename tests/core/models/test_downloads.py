@@ -249,6 +249,29 @@ def test_a_full_disk_is_named_with_the_space_needed_and_the_part_removed(
     assert not list((storage / "blobs").glob("*.part"))  # the part is gone: the disk is not left full
 
 
+def test_on_windows_a_downloaded_file_the_antivirus_scans_is_put_in_place_when_it_lets_go(
+    fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The antivirus opens each file just downloaded for a moment: moving the finished part into place failed with
+    'being used by another process', and a download of gigabytes ended in an error at its last step."""
+    from huggingface_hub import constants
+
+    from studio.core import files
+    from studio.core.models.downloads import download_model
+    from tests.core.test_replace_on_windows import _open_elsewhere_for, _Windows
+
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    monkeypatch.setenv("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))  # the download turns it off
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE)
+    monkeypatch.setattr(constants, "ENDPOINT", fake_hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", fake_hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(files, "sys", _Windows())
+    refused = _open_elsewhere_for(2, monkeypatch)
+    snapshot = download_model(SD15, cache_dir=tmp_path / "hf-cache")
+    assert len(refused) == 2  # the first file waited twice for the scan to end
+    assert (snapshot / UNET).read_bytes() == repo[UNET]
+
+
 @pytest.mark.slow
 def test_two_downloads_of_one_model_at_once_both_end_with_its_right_bytes(fake_hub: FakeHub, tmp_path: Path) -> None:
     """Two windows download the same model: the second waits for the file the first is writing instead of
