@@ -142,6 +142,7 @@ class DatasetPage(Page):
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.tools.open_caption_dialog)
+        self.toolbar.reload_button.clicked.connect(self.reload)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
         self.tags_panel.sig_counts_changed.connect(self.editor.set_tags)
         self.problems_panel.sig_path_clicked.connect(self.select_path)
@@ -180,6 +181,9 @@ class DatasetPage(Page):
         self.undo_stack.clear()
         self.store, self.scans, self.problems = None, [], []
         self.model.set_paths([])
+        # An image replaced or repaired since it was shown gets its thumbnail made again (the disk cache knows
+        # it by its modification time); one that could not be read is tried again.
+        self.loader.forget_all()
         self.editor.set_entry(None)
         if config is None or self.context.project is None:
             self._config_key = None

@@ -380,3 +380,24 @@ def test_a_broken_loss_mask_is_in_the_problems_panel(page: DatasetPage) -> None:
     model = page.problems_panel.model
     tips = [model.data(model.index(row), Qt.ItemDataRole.ToolTipRole) for row in range(model.rowCount())]
     assert any(str(masks / "a.png") in tip and "the mask of a.png cannot be read" in tip for tip in tips), tips
+
+
+def test_reload_shows_the_folder_as_changed_outside_the_studio(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    folder = images(page)
+    copying = folder / "e.png"
+    copying.write_bytes(b"\x89PNG\r\n\x1a\n")  # a copy still under way: not a picture yet
+    qtbot.mouseClick(page.toolbar.reload_button, Qt.MouseButton.LeftButton)
+    assert page.wait_loaded(30)
+    assert page.loader.pixmap(copying) is None
+    qtbot.waitUntil(lambda: page.loader.failed(copying), timeout=10000)
+    Image.new("RGB", (96, 64), "orange").save(copying)  # the copy finished
+    (folder / "d.png").unlink()  # and another image was deleted in a file manager
+    qtbot.mouseClick(page.toolbar.reload_button, Qt.MouseButton.LeftButton)
+    assert page.wait_loaded(30)
+    assert [page.model.data(page.model.index(r)) for r in range(page.model.rowCount())] == [
+        "a.png", "b.png", "c.png", "e.png"]
+    assert not page.loader.failed(copying)  # asked again, no longer shown as broken
+    page.loader.pixmap(copying)
+    qtbot.waitUntil(lambda: page.loader.pixmap(copying) is not None, timeout=10000)
