@@ -235,3 +235,16 @@ def test_the_caption_of_an_image_with_a_long_name_is_saved(make_dataset: MakeDat
     assert sorted(p.name for p in root.iterdir() if p.name != caption_guard.FOLDER_LOCK) == [f"{name}.png", f"{name}.txt"]
     long_temp = caption_files._temp_name(f"{name}.txt")
     assert len(os.fsencode(long_temp)) <= 255 and caption_guard._is_caption_temp(long_temp, {".txt"})
+
+
+def test_a_caption_whose_folder_was_moved_away_says_to_read_the_dataset_again(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None})
+    store = _store(root)
+    root.rename(root.with_name("renamed in a file manager"))
+    store.set_caption(root / "a.png", "a cat")
+    report = store.flush()
+    assert [str(e) for e in report.errors] == [
+        f"Cannot save the caption of a.png to {root / 'a.txt'}: No such file or directory. Your text is kept in the "
+        "studio; its folder was moved, renamed or deleted since the dataset was read: read the dataset again (Reload "
+        "on the Dataset page; captions that cannot be saved then go to a recovery file)."]
+    assert store.has_pending and not root.exists()
