@@ -34,6 +34,10 @@ RUN_MARKER = "events.jsonl"
 # A subfolder by one of these names whose images are named as the training images holds loss masks
 # (dataset.mask_folder), not a concept: `img/` and `masks/` side by side.
 MASK_FOLDER_NAMES = ("masks", "mask")
+# Folders that file servers and archivers fill with files of their own: a Synology NAS keeps thumbnails of every
+# picture in @eaDir/ (photo.jpg/SYNOPHOTO_THUMB_XL.jpg and more), a zip made on a Mac holds __MACOSX/. Like hidden
+# names (.DS_Store, ._photo.jpg), they are never read as the person's images.
+SYSTEM_FOLDERS = frozenset({"@eaDir", "__MACOSX"})
 _KOHYA = re.compile(r"^(\d+)_(.+)$")
 _DIGITS = re.compile(r"(\d+)")
 
@@ -71,9 +75,14 @@ def rename_repeat_folder(folder: Path, repeats: int) -> Path:
     return target
 
 
+def is_listed(name: str) -> bool:
+    """Whether a name in an image folder is the person's: not hidden, not a system folder (SYSTEM_FOLDERS)."""
+    return not name.startswith(".") and name not in SYSTEM_FOLDERS
+
+
 def walk_folders(root: Path, unreadable: list[tuple[Path, str]] | None = None
                  ) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
-    """(folder, visible entries) for `root` and every visible subfolder, parents first.
+    """(folder, listed entries: see `is_listed`) for `root` and every listed subfolder, parents first.
 
     A symlinked folder is entered once; a studio run folder below the root is skipped.
     Folders that cannot be listed are skipped and added to `unreadable` with the reason.
@@ -94,7 +103,7 @@ def walk_folders(root: Path, unreadable: list[tuple[Path, str]] | None = None
         seen.add(key)
         try:
             with os.scandir(folder) as it:
-                items = [e for e in it if not e.name.startswith(".")]
+                items = [e for e in it if is_listed(e.name)]
         except OSError as exc:
             if unreadable is not None:
                 unreadable.append((folder, exc.strerror or str(exc)))
@@ -192,7 +201,7 @@ def detect_layout(root: Path) -> DatasetLayout:
     root = Path(os.path.normpath(Path(root).expanduser().absolute()))
     try:
         with os.scandir(root) as it:
-            items = [e for e in it if not e.name.startswith(".")]
+            items = [e for e in it if is_listed(e.name)]
     except OSError as exc:
         raise DatasetError(f"Cannot read the image folder {root}: {exc.strerror or exc}. "
                            "Check that it exists and that you may read it.") from None

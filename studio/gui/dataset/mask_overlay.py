@@ -9,19 +9,30 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage, QImageReader, QPainter, QPixmap
 
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.image_headers import IMAGE_EXTENSIONS
+from studio.core.dataset.mask_checks import mask_files
 
 TINT = QColor(230, 40, 40)
 OPACITY = 0.55
 
 
+# The mask folder's listing as last read, with the folder's modification time then (a file added, removed or
+# renamed changes it): stepping through thousands of images lists the folder once, not at every image.
+_listing: dict[Path, tuple[int, dict[str, Path]]] = {}
+
+
 def mask_file(folder: Path, image: Path) -> Path | None:
-    """The mask named as `image` in `folder` (any image extension), or None."""
-    for suffix in sorted(IMAGE_EXTENSIONS):
-        candidate = folder / f"{image.stem}{suffix}"
-        if candidate.is_file():
-            return candidate
-    return None
+    """The mask the trainer takes for `image` in `folder` (its rule: any image extension, in any case, such as
+    cat.PNG for cat.jpg), or None."""
+    try:
+        stamp = folder.stat().st_mtime_ns
+        listed = _listing.get(folder)
+        if listed is None or listed[0] != stamp:
+            listed = (stamp, mask_files(folder))
+            _listing.clear()
+            _listing[folder] = listed
+    except OSError:
+        return None
+    return listed[1].get(image.stem)
 
 
 def mask_image(config: TrainConfig | None, image: Path, root: Path | None) -> QImage | None:

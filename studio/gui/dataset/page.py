@@ -41,6 +41,9 @@ from studio.gui.dataset.tasks import (
     ListOutcome,
     ScanOutcome,
     list_folders,
+    mask_folder,
+    owning_images,
+    problems_by_image,
     read_folders,
 )
 from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
@@ -87,6 +90,7 @@ class DatasetPage(Page):
         self._summary = ""
         self.first_paint_ms: float | None = None
         self.problems: list[Any] = []
+        self._owners: dict[str, Path] = {}  # a file with a problem -> the image it belongs to (see owning_images)
         self._save_timer = QTimer(self, singleShot=True, interval=SAVE_DELAY_MS)
         self._save_timer.timeout.connect(self.save_soon)
         self._tags_timer = QTimer(self, singleShot=True, interval=1000)
@@ -142,9 +146,10 @@ class DatasetPage(Page):
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.tools.open_caption_dialog)
+        self.toolbar.reload_button.clicked.connect(self.reload)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
         self.tags_panel.sig_counts_changed.connect(self.editor.set_tags)
-        self.problems_panel.sig_path_clicked.connect(self.select_path)
+        self.problems_panel.sig_path_clicked.connect(self._problem_clicked)
         self.concept_actions = ConceptActions(self)
 
     # ------------------------------------------------------------ loading
@@ -178,8 +183,11 @@ class DatasetPage(Page):
         # Caption with… keeps its job and proposals (hours of a model's work) while the same project is read again.
         self.tools.store_replaced(None, self._project_root() if config is not None else None)
         self.undo_stack.clear()
-        self.store, self.scans, self.problems = None, [], []
+        self.store, self.scans, self.problems, self._owners = None, [], [], {}
         self.model.set_paths([])
+        # An image replaced or repaired since it was shown gets its thumbnail made again (the disk cache knows
+        # it by its modification time); one that could not be read is tried again.
+        self.loader.forget_all()
         self.editor.set_entry(None)
         if config is None or self.context.project is None:
             self._config_key = None
@@ -250,7 +258,10 @@ class DatasetPage(Page):
         self.problems = outcome.problems  # the check covers the folders too
         gc.freeze()  # the problems too (see _scanned)
         errors = outcome.errors
-        self.model.set_problems(outcome.by_path)
+        entries = self.store.entries.values() if self.store is not None else ()
+        self._owners = owning_images(outcome.by_path, entries, mask_folder(self.context.config.dataset,
+                                                                            self._project_root()))
+        self.model.set_problems(problems_by_image(outcome.by_path, self._owners))
         self.problems_panel.set_problems(self.problems, len(self.model.paths), errors)
         d = self.context.config.dataset
         self.buckets_panel.set_counts(outcome.buckets, d.resolution, d.buckets)
@@ -312,6 +323,10 @@ class DatasetPage(Page):
         row = min(max(self.view.currentIndex().row() + delta, 0), count - 1)
         self.view.setCurrentIndex(self.model.index(row))
         self.editor.text.setFocus()
+
+    def _problem_clicked(self, path: Path) -> None:
+        """A problem's file is an image of the grid or one an image owns (its caption, mask, control): go to it."""
+        self.select_path(self._owners.get(str(path), path))
 
     def select_path(self, path: Path) -> None:
         row = self.model.row_of(path)

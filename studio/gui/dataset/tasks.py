@@ -8,6 +8,7 @@ interpreter lock free for the window), the check in a helper process.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,14 @@ from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.edit_pairs.pairs import control_settings
-from studio.core.dataset.scan import ConceptListing, DatasetError, ScanResult, list_concept, read_captions
+from studio.core.dataset.scan import (
+    ConceptListing,
+    DatasetError,
+    ImageEntry,
+    ScanResult,
+    list_concept,
+    read_captions,
+)
 from studio.core.families import DEFAULT_FAMILY
 from studio.gui.dataset.helper_process import HelperProcess
 
@@ -58,6 +66,54 @@ class CheckOutcome:
     @property
     def errors(self) -> int:
         return next((i for i, p in enumerate(self.problems) if p.severity != "error"), len(self.problems))
+
+
+def mask_folder(dataset: DatasetSection, base: Path | None) -> Path | None:
+    """The folder of loss masks the check reads (dataset.masks = "folder"), or None."""
+    if dataset.masks != "folder" or not dataset.mask_folder:
+        return None
+    masks = Path(dataset.mask_folder).expanduser()
+    return masks if masks.is_absolute() or base is None else base / masks
+
+
+def owning_images(files: Iterable[str], entries: Iterable[ImageEntry], masks: Path | None) -> dict[str, Path]:
+    """Of `files` (where the check found problems), those that belong to one image of the grid, with that image:
+    its caption sidecar, a control image of its edit pair, its loss mask in `masks` (named as the image).
+
+    A problem found in such a file is the image's to fix: the grid marks the image, and a click on the problem
+    goes to it."""
+    wanted = set(files)
+    owners: dict[str, Path] = {}
+    stems: dict[str, Path] = {}
+    for entry in entries:
+        if entry.caption_path is not None and entry.caption_source in ("txt", "caption"):
+            caption = str(entry.caption_path)
+            if caption in wanted:
+                owners[caption] = entry.path
+        for control in entry.controls:
+            if str(control) in wanted:
+                owners.setdefault(str(control), entry.path)
+        if masks is not None:
+            stems.setdefault(entry.path.stem, entry.path)
+    if masks is not None:
+        for file in wanted - owners.keys():
+            path = Path(file)
+            if path.parent == masks and path.stem in stems:
+                owners[file] = stems[path.stem]
+    return owners
+
+
+def problems_by_image(by_path: dict[str, list[str]], owners: dict[str, Path]) -> dict[str, list[str]]:
+    """The check's messages by the grid's images: a file's own (an image's) as they are, those of a file an
+    image owns (see `owning_images`) under that image, named with the file."""
+    found: dict[str, list[str]] = {}
+    for file, messages in by_path.items():
+        image = owners.get(file)
+        if image is None:
+            found.setdefault(file, []).extend(messages)
+        else:
+            found.setdefault(str(image), []).extend(f"{Path(file).name}: {message}" for message in messages)
+    return found
 
 
 def list_folders(generation: int, concepts: list[ConceptSection], base: Path | None,
@@ -108,9 +164,9 @@ class CheckJob(QObject):
         settings: dict[str, Any] = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
                                     "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket,
                                     "family": family}
-        if dataset.masks == "folder" and dataset.mask_folder:  # the loss masks are checked with the images
-            masks = Path(dataset.mask_folder).expanduser()
-            settings["mask_folder"] = str(masks if masks.is_absolute() or base is None else base / masks)
+        masks = mask_folder(dataset, base)
+        if masks is not None:  # the loss masks are checked with the images
+            settings["mask_folder"] = str(masks)
         controls = control_settings(dataset, base)
         if controls is not None:  # edit pairs: the control images are checked with their targets
             settings["controls"] = controls.to_json()

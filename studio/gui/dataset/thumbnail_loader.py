@@ -80,6 +80,11 @@ class ThumbnailLoader(QObject):
         self._pixmaps.pop(str(path), None)
         self._failed.discard(str(path))
 
+    def forget_all(self) -> None:
+        """Drop the thumbnails held and the failures noted; what is asked for next is made (or read) again."""
+        self._pixmaps.clear()
+        self._failed.clear()
+
     @property
     def busy(self) -> bool:
         return bool(self._queued or self._in_flight)

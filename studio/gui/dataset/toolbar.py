@@ -1,4 +1,4 @@
-"""The bar above the Dataset page's grid: filters, bulk edit, captioning with a model, undo and redo."""
+"""The bar above the Dataset page's grid: filters, bulk edit, captioning with a model, reload, undo and redo."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ class DatasetToolbar(QWidget):
         self.caption_button = QPushButton("Caption with…")
         self.caption_button.setObjectName("dataset_caption")
         self.caption_button.setToolTip("Caption the selected or all images with a local model; review before writing")
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.setObjectName("dataset_reload")
+        self.reload_button.setToolTip("Read the image folders again: images and captions added, removed, renamed "
+                                      "or edited outside the studio show (unsaved captions are saved first)")
         undo_button, redo_button = QPushButton("Undo"), QPushButton("Redo")
         undo_button.clicked.connect(undo_stack.undo)
         redo_button.clicked.connect(undo_stack.redo)
@@ -41,7 +45,7 @@ class DatasetToolbar(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for widget in (self.filter_text, self.filter_tag, self.no_caption, self.with_problems, self.bulk_button,
-                       self.caption_button, undo_button, redo_button):
+                       self.caption_button, self.reload_button, undo_button, redo_button):
             layout.addWidget(widget)
         for signal in (self.filter_text.textChanged, self.filter_tag.textChanged):
             signal.connect(self.sig_filter_changed)

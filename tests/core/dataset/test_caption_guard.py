@@ -17,7 +17,7 @@ import pytest
 from dataset_files import MakeDataset
 
 from studio.core.config.schema import ConceptSection
-from studio.core.dataset.captions import caption_guard
+from studio.core.dataset.captions import caption_files, caption_guard
 from studio.core.dataset.captions.caption_guard import FOLDER_LOCK, folder_locks, remove_caption_leftovers
 from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.scan import scan_concept
@@ -219,3 +219,32 @@ def test_an_interrupted_save_removes_its_own_temporary_files(
         store.flush()
     assert sorted(p.name for p in root.iterdir()) == [FOLDER_LOCK, "a.png", "a.txt", "b.png", "b.txt"]
     assert (root / "a.txt").read_text(encoding="utf-8") == "a"
+
+
+def test_the_caption_of_an_image_with_a_long_name_is_saved(make_dataset: MakeDataset) -> None:
+    """80 Japanese characters are 240 bytes, within the 255 a file name may have; the temporary file
+    written first must fit too."""
+    name = "猫" * 80
+    root = make_dataset({f"{name}.png": "old"})
+    store = _store(root)
+    image = root / f"{name}.png"
+    store.set_caption(image, "a cat")
+    report = store.flush()
+    assert report.errors == [] and report.saved == [image]
+    assert (root / f"{name}.txt").read_text(encoding="utf-8") == "a cat"
+    assert sorted(p.name for p in root.iterdir() if p.name != caption_guard.FOLDER_LOCK) == [f"{name}.png", f"{name}.txt"]
+    long_temp = caption_files._temp_name(f"{name}.txt")
+    assert len(os.fsencode(long_temp)) <= 255 and caption_guard._is_caption_temp(long_temp, {".txt"})
+
+
+def test_a_caption_whose_folder_was_moved_away_says_to_read_the_dataset_again(make_dataset: MakeDataset) -> None:
+    root = make_dataset({"a.png": None})
+    store = _store(root)
+    root.rename(root.with_name("renamed in a file manager"))
+    store.set_caption(root / "a.png", "a cat")
+    report = store.flush()
+    assert [str(e) for e in report.errors] == [
+        f"Cannot save the caption of a.png to {root / 'a.txt'}: No such file or directory. Your text is kept in the "
+        "studio; its folder was moved, renamed or deleted since the dataset was read: read the dataset again (Reload "
+        "on the Dataset page; captions that cannot be saved then go to a recovery file)."]
+    assert store.has_pending and not root.exists()

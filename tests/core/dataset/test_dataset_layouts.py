@@ -73,3 +73,17 @@ def test_a_run_folder_inside_an_image_folder_is_not_training_data(tmp_path: Path
     assert detect_layout(tmp_path).images == 3
     names = [e.path.name for e in scan_concept(ConceptSection(path=str(tmp_path)))]
     assert names == ["img 0.png", "img 1.png", "kept.png"]
+
+
+def test_a_nas_thumbnail_folder_is_not_training_data(tmp_path: Path) -> None:
+    """A Synology NAS keeps its own thumbnails of each picture in @eaDir/; a Mac's zip holds __MACOSX/."""
+    _images(tmp_path / "photos", 2)
+    for size in ("XL", "M", "S"):
+        make_image(tmp_path / "photos" / "@eaDir" / "img 0.png" / f"SYNOPHOTO_THUMB_{size}.jpg")
+    make_image(tmp_path / "photos" / "__MACOSX" / "img 0.png")
+    assert detect_layout(tmp_path / "photos").images == 2
+    assert [e.path.name for e in scan_concept(ConceptSection(path=str(tmp_path / "photos")))] == ["img 0.png", "img 1.png"]
+    _images(tmp_path / "nested" / "cats", 2)
+    make_image(tmp_path / "nested" / "@eaDir" / "cats" / "SYNOPHOTO_THUMB_XL.jpg")
+    layout = detect_layout(tmp_path / "nested")
+    assert [(c.folder.name, c.images) for c in layout.concepts] == [("cats", 2)]

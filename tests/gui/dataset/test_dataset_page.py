@@ -380,3 +380,66 @@ def test_a_broken_loss_mask_is_in_the_problems_panel(page: DatasetPage) -> None:
     model = page.problems_panel.model
     tips = [model.data(model.index(row), Qt.ItemDataRole.ToolTipRole) for row in range(model.rowCount())]
     assert any(str(masks / "a.png") in tip and "the mask of a.png cannot be read" in tip for tip in tips), tips
+
+
+def test_reload_shows_the_folder_as_changed_outside_the_studio(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    folder = images(page)
+    copying = folder / "e.png"
+    copying.write_bytes(b"\x89PNG\r\n\x1a\n")  # a copy still under way: not a picture yet
+    qtbot.mouseClick(page.toolbar.reload_button, Qt.MouseButton.LeftButton)
+    assert page.wait_loaded(30)
+    assert page.loader.pixmap(copying) is None
+    qtbot.waitUntil(lambda: page.loader.failed(copying), timeout=10000)
+    Image.new("RGB", (96, 64), "orange").save(copying)  # the copy finished
+    (folder / "d.png").unlink()  # and another image was deleted in a file manager
+    qtbot.mouseClick(page.toolbar.reload_button, Qt.MouseButton.LeftButton)
+    assert page.wait_loaded(30)
+    assert [page.model.data(page.model.index(r)) for r in range(page.model.rowCount())] == [
+        "a.png", "b.png", "c.png", "e.png"]
+    assert not page.loader.failed(copying)  # asked again, no longer shown as broken
+    page.loader.pixmap(copying)
+    qtbot.waitUntil(lambda: page.loader.pixmap(copying) is not None, timeout=10000)
+
+
+def test_a_problem_in_a_caption_file_is_its_images(qtbot, project, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    from tests.gui.dataset.conftest import open_page
+
+    folder = project.root / "images"
+    for i, name in enumerate(("a.png", "b.png", "c.png", "d.png")):  # large enough to raise no warning of their own
+        Image.new("RGB", (512, 512), (i * 60, 90, 30)).save(folder / name)
+    (folder / "b.txt").write_bytes("blue, café".encode("cp1252"))  # written on Windows
+    page = open_page(qtbot, project, tmp_path)
+    assert {(Path(p.path).name, p.code) for p in page.problems} == {("b.txt", "non_utf8_caption"),
+                                                                      ("c.png", "missing_caption")}
+    page.with_problems.setChecked(True)
+    assert [page.model.entry(r).path.name for r in range(page.model.rowCount())] == ["b.png", "c.png"]
+    tip = page.model.data(page.model.index(0), Qt.ItemDataRole.ToolTipRole)
+    assert "b.txt: is not UTF-8" in tip
+    page.with_problems.setChecked(False)
+    page.select_path(folder / "a.png")
+    page.tabs.setCurrentWidget(page.problems_panel)
+    listed = page.problems_panel.list
+    row = next(r for r, p in enumerate(page.problems_panel.model.problems) if p.code == "non_utf8_caption")
+    qtbot.mouseClick(listed.viewport(), Qt.MouseButton.LeftButton,
+                     pos=listed.visualRect(page.problems_panel.model.index(row)).center())
+    assert page.editor.entry is not None and page.editor.entry.path.name == "b.png"
+    assert page.editor.text.toPlainText() == "blue, café"
+
+
+def test_a_mask_or_a_control_image_with_a_problem_is_its_images(tmp_path: Path) -> None:
+    from studio.core.dataset.scan import ImageEntry
+    from studio.gui.dataset.tasks import owning_images, problems_by_image
+
+    control, masks = tmp_path / "control" / "a.png", tmp_path / "masks"
+    a = ImageEntry(tmp_path / "img" / "a.jpg", None, None, "none", 1, str(tmp_path), controls=(control,))
+    b = ImageEntry(tmp_path / "img" / "b.jpg", None, None, "none", 1, str(tmp_path))
+    files = [str(masks / "b.png"), str(control), str(a.path), str(masks / "other.png")]
+    owners = owning_images(files, [a, b], masks)
+    assert owners == {str(masks / "b.png"): b.path, str(control): a.path}
+    by_path = {str(masks / "b.png"): ["the mask is 10x10 but its image b.jpg is 40x40"], str(b.path): ["has no caption"]}
+    assert problems_by_image(by_path, owners) == {
+        str(b.path): ["b.png: the mask is 10x10 but its image b.jpg is 40x40", "has no caption"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PIL import Image
@@ -45,3 +46,24 @@ def test_a_mask_file_of_the_same_name_tints_its_black_part(qtbot, tmp_path: Path
     left, right = _colours(with_mask(base, mask_image(config, tmp_path / "b.jpg", tmp_path)))
     assert left.green() < 160 and right.green() == 255
     assert mask_image(config, tmp_path / "other.jpg", tmp_path) is None  # no mask file: trains whole
+
+
+def test_a_mask_with_an_uppercase_extension_is_shown_as_the_trainer_takes_it(  # type: ignore[no-untyped-def]
+        qtbot, tmp_path: Path) -> None:
+    from studio.core.dataset.mask_checks import mask_problems
+
+    Image.new("RGB", (40, 40), "white").save(tmp_path / "c.jpg")
+    (tmp_path / "masks").mkdir()
+    mask = Image.new("L", (40, 40), 255)
+    mask.paste(0, (0, 0, 20, 40))
+    mask.save(tmp_path / "masks" / "c.PNG", "PNG")  # as a Windows tool names it
+    assert mask_problems([(tmp_path / "c.jpg", (40, 40))], tmp_path / "masks") == []  # the trainer uses it
+    config = _config(masks="folder", mask_folder="masks")
+    base = QPixmap(40, 40)
+    base.fill(QColor(255, 255, 255))
+    left, right = _colours(with_mask(base, mask_image(config, tmp_path / "c.jpg", tmp_path)))
+    assert left.green() < 160 and right.green() == 255
+    (tmp_path / "masks" / "c.PNG").rename(tmp_path / "masks" / "c-old.PNG")  # the folder changed: read again
+    later = (tmp_path / "masks").stat().st_mtime_ns + 1_000_000_000  # as a person renames it, not in the same tick
+    os.utime(tmp_path / "masks", ns=(later, later))
+    assert mask_image(config, tmp_path / "c.jpg", tmp_path) is None

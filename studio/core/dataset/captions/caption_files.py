@@ -33,10 +33,25 @@ _PARALLEL_SYNC_FILES = 8
 _SYNC_THREADS = 8
 
 
+# The longest file name most file systems take, in bytes (Windows: UTF-16 units, never more than the bytes).
+_NAME_MAX = 255
+
+
+def _temp_name(name: str) -> str:
+    """`.NAME.XXXXXXXX.tmp` (TEMP_NAME), its NAME shortened to fit when a caption's own name is long (80 Japanese
+    characters are 240 bytes): the extension stays, by which a leftover is known as a caption's."""
+    suffix = f".{secrets.token_hex(4)}.tmp"
+    room = _NAME_MAX - 1 - len(suffix)
+    stem, ext = os.path.splitext(name)
+    while len(os.fsencode(stem + ext)) > room and stem:
+        stem = stem[:-1]
+    return f".{stem}{ext}{suffix}"
+
+
 def _create_temp(path: Path, mode: int) -> tuple[int, str]:
     """An exclusive new file next to `path` (same folder, so the rename is atomic), open for writing."""
     for _ in range(100):
-        tmp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(path.parent, _temp_name(path.name))
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode), tmp
         except FileExistsError:

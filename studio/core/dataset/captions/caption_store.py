@@ -63,6 +63,8 @@ class CaptionSaveError(Exception):
 
     WRITABLE = "make the folder writable or copy the dataset to a folder you can write to"
     NO_SPACE = "free some space on that disk; it is saved with your next edit, or when the studio closes"
+    FOLDER_GONE = ("its folder was moved, renamed or deleted since the dataset was read: read the dataset again "
+                   "(Reload on the Dataset page; captions that cannot be saved then go to a recovery file)")
 
     def __init__(self, image: Path, file: Path, reason: str, advice: str = WRITABLE) -> None:
         self.image, self.file = image, file
@@ -219,9 +221,7 @@ class CaptionStore:
                 report.conflicts.append(CaptionConflict(job.image, job.target, job.disk, entry.caption or ""))
             elif job.outcome == "error":
                 assert job.error is not None
-                full = job.error.errno in (errno.ENOSPC, errno.EDQUOT)
-                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error),
-                                                      CaptionSaveError.NO_SPACE if full else CaptionSaveError.WRITABLE))
+                report.errors.append(CaptionSaveError(job.image, job.target, _reason(job.error), _advice(job)))
             elif job.outcome == "saved" and job.remove:
                 self._created.discard(job.image)
                 self._disk[job.image] = None
@@ -264,6 +264,16 @@ class CaptionStore:
     def keep_ours(self, conflict: CaptionConflict) -> SaveReport:
         """Resolve a conflict by overwriting the file with the person's text."""
         return self.flush([conflict.image], force=[conflict.image])
+
+
+def _advice(job: FileJob) -> str:
+    """What to do about a caption that could not be written (`job.error`)."""
+    assert job.error is not None
+    if job.error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return CaptionSaveError.NO_SPACE
+    if job.error.errno == errno.ENOENT and not job.target.parent.is_dir():
+        return CaptionSaveError.FOLDER_GONE
+    return CaptionSaveError.WRITABLE
 
 
 def _reason(exc: OSError) -> str:
