@@ -6,7 +6,8 @@ from pathlib import Path
 
 from studio.core.dataset.image_pixels import shown_size
 
-IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})
+# .jfif: a JPEG as Chrome and Edge on Windows save a picture from the web.
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jfif", ".png", ".webp", ".bmp"})
 # Image files people keep next to their training images that the trainer does not read.
 OTHER_IMAGE_EXTENSIONS = frozenset({".gif", ".tif", ".tiff", ".heic", ".heif", ".avif", ".jxl", ".psd"})
 

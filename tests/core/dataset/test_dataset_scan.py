@@ -50,6 +50,18 @@ def test_hidden_files_and_other_files_skipped(make_dataset: MakeDataset) -> None
     assert report.other_images == [root / "anim.gif"]
 
 
+def test_a_jpeg_saved_from_a_windows_browser_as_jfif_is_a_training_image(make_dataset: MakeDataset) -> None:
+    """Chrome and Edge on Windows save web pictures as .jfif: they were left out of training without a word."""
+    from PIL import Image
+
+    root = make_dataset({"a.png": "x"})
+    Image.new("RGB", (40, 30), "red").save(root / "saved.jfif", format="JPEG")
+    (root / "saved.txt").write_text("a red square", encoding="utf-8")
+    entries = scan_concept(ConceptSection(path=str(root)))
+    assert [(e.path.name, e.caption) for e in entries] == [("a.png", "x"), ("saved.jfif", "a red square")]
+    assert image_size(root / "saved.jfif") == (40, 30)
+
+
 def test_caption_file_variants(make_dataset: MakeDataset) -> None:
     root = make_dataset({"bom.png": None, "crlf.png": None, "latin.png": None, "cap.png": None})
     (root / "bom.txt").write_bytes(b"\xef\xbb\xbfhello, world\r\n")
