@@ -120,6 +120,13 @@ def parse_text(text: str, kind: Any) -> Any:
     return text
 
 
+def number_text(value: float) -> str:
+    """A number as a field shows it: short (1e-05, 0.0001, 1), yet whole: six digits would show a learning rate
+    of 0.0001234567 as 0.000123457, and pressing Enter in its field saved that."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
 # The most a spin box holds (a 32-bit int); a whole number the schema allows beyond it (training.seed and
 # sampling.seed take any 32-bit seed) is typed into a line: a spin box raised on showing 3000000000.
 SPIN_MOST = 2**31 - 1
@@ -414,7 +421,7 @@ class ConfigForm(QWidget):
                 elif isinstance(editor, QSpinBox):
                     editor.setValue(int(value))
                 elif isinstance(editor, QLineEdit):
-                    editor.setText("" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
+                    editor.setText("" if value is None else number_text(value) if isinstance(value, float) else str(value))
             finally:
                 editor.blockSignals(False)
 

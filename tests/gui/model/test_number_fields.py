@@ -1,0 +1,26 @@
+"""A number from studio.toml shows whole in its field: six digits cut a learning rate of 0.0001234567 to
+0.000123457, and pressing Enter in the field saved the cut value."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLineEdit
+
+from studio.core.config.files.toml_file import load_config, save_config
+from studio.gui.model.form import number_text
+
+
+def test_a_learning_rate_of_many_digits_is_shown_and_kept_whole(make_page) -> None:
+    page = make_page()
+    path = page.context.project.config_path
+    config = load_config(path)
+    config.training.learning_rate = 0.0001234567
+    save_config(config, path)
+    assert page.context.reload_config()
+    field = page.form.findChild(QLineEdit, "field_training_learning_rate")
+    assert field.text() == "0.0001234567"
+    field.editingFinished.emit()  # Enter pressed in the field
+    assert load_config(path).training.learning_rate == 0.0001234567
+
+
+def test_short_numbers_stay_short() -> None:
+    assert [number_text(v) for v in (1e-4, 3e-05, 1.0, 0.999, 1.29)] == ["0.0001", "3e-05", "1", "0.999", "1.29"]
