@@ -114,9 +114,11 @@ def parse_text(text: str, kind: Any) -> Any:
         return None
     if kind in (int, float):
         try:
-            return kind(float(text)) if kind is int else float(text)
+            number = float(text)
         except ValueError:
             return text
+        # 2.5 epochs is refused as what was typed, not trained as 2 (1e3 is a whole 1000).
+        return int(number) if kind is int and number.is_integer() else number
     return text
 
 

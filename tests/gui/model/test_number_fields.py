@@ -24,3 +24,21 @@ def test_a_learning_rate_of_many_digits_is_shown_and_kept_whole(make_page) -> No
 
 def test_short_numbers_stay_short() -> None:
     assert [number_text(v) for v in (1e-4, 3e-05, 1.0, 0.999, 1.29)] == ["0.0001", "3e-05", "1", "0.999", "1.29"]
+
+
+def test_a_fraction_typed_into_a_whole_number_field_is_refused_not_cut(make_page) -> None:
+    """2.5 typed as the epochs trained 2 epochs (and a seed of 42.7 was saved as 42), nothing said."""
+    page = make_page()
+    path = page.context.project.config_path
+    for key, typed in (("training.epochs", "2.5"), ("training.seed", "42.7")):
+        before = path.read_text(encoding="utf-8")
+        field = page.form.findChild(QLineEdit, "field_" + key.replace(".", "_"))
+        field.setText(typed)
+        field.editingFinished.emit()
+        assert path.read_text(encoding="utf-8") == before
+        assert field.text() == typed and key in page.form.invalid
+        assert "a valid integer, got a number with a fractional part" in page.form.error_labels[key].text()
+    field = page.form.findChild(QLineEdit, "field_training_epochs")
+    field.setText("1e1")
+    field.editingFinished.emit()
+    assert load_config(path).training.epochs == 10
