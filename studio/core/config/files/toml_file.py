@@ -172,7 +172,7 @@ def _merge_into(doc: Any, current: Mapping[str, Any], full: Mapping[str, Any]) -
                     _merge_into(table, cur, item)
                 continue
             tables = _same_paths(existing, value)
-            aot = existing if tables else tomlkit.aot()
+            aot = existing if tables and isinstance(existing, AoT) else tomlkit.aot()
             for index in reversed(range(len(aot))):  # the file's tables of the items gone
                 if not any(aot[index] is table for table in tables):
                     del aot[index]
