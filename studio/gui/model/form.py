@@ -95,7 +95,7 @@ def allowed_text(field: FieldInfo, kind: Any) -> str:
     """What a field accepts, from the schema: "at least 64 and at most 4096, a multiple of 8"."""
     b = _bounds(field)
     words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
-    parts = [f"{words[name]} {b[name]:g}" for name in ("ge", "gt", "le", "lt") if name in b]
+    parts = [f"{words[name]} {number_text(b[name])}" for name in ("ge", "gt", "le", "lt") if name in b]
     text = " and ".join(parts)
     if "multiple_of" in b:
         text += f"{', ' if text else ''}a multiple of {b['multiple_of']:g}"
@@ -122,9 +122,11 @@ def parse_text(text: str, kind: Any) -> Any:
     return text
 
 
-def number_text(value: float) -> str:
+def number_text(value: float | int) -> str:
     """A number as a field shows it: short (1e-05, 0.0001, 1), yet whole: six digits would show a learning rate
     of 0.0001234567 as 0.000123457, and pressing Enter in its field saved that."""
+    if isinstance(value, int):  # a seed's bound: 4294967295, not 4.29497e+09
+        return str(value)
     short = f"{value:g}"
     return short if float(short) == value else repr(value)
 

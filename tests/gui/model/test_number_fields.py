@@ -42,3 +42,11 @@ def test_a_fraction_typed_into_a_whole_number_field_is_refused_not_cut(make_page
     field.setText("1e1")
     field.editingFinished.emit()
     assert load_config(path).training.epochs == 10
+
+
+def test_a_seed_too_large_names_the_largest_seed(make_page) -> None:
+    page = make_page()
+    field = page.form.findChild(QLineEdit, "field_sampling_seed")
+    field.setText("5000000000")
+    field.editingFinished.emit()
+    assert page.form.error_labels["sampling.seed"].text() == "⚠ must be at least 0 and at most 4294967295"
