@@ -106,12 +106,13 @@ def allowed_text(field: FieldInfo, kind: Any) -> str:
     return text
 
 
-def parse_text(text: str, kind: Any) -> Any:
-    """A typed value for the config: empty is None, numbers parsed; anything else goes as typed,
-    for the config to refuse with a message naming the key."""
+def parse_text(text: str, kind: Any, empty: str | None = None) -> Any:
+    """A typed value for the config: empty is `empty` (None, or the empty text of a setting whose default
+    it is: the negative prompt), numbers parsed; anything else goes as typed, for the config to refuse
+    with a message naming the key."""
     text = text.strip()
     if text == "":
-        return None
+        return empty
     if kind in (int, float):
         try:
             number = float(text)
@@ -387,7 +388,12 @@ class ConfigForm(QWidget):
         return row
 
     def _text_edited(self, key: str, text: str, kind: Any) -> None:
-        self.sig_changed.emit(key, parse_text(text, kind))
+        self.sig_changed.emit(key, parse_text(text, kind, self._empty(key)))
+
+    def _empty(self, key: str) -> str | None:
+        """What an emptied field sets: the empty text where that is the default, else None (the default, or
+        refused)."""
+        return "" if self.kinds[key][0].default == "" else None
 
     def is_typed(self, key: str) -> bool:
         """A field a value is typed into (kept as typed when refused), not a choice."""
@@ -396,7 +402,7 @@ class ConfigForm(QWidget):
     def typed_value(self, key: str) -> Any:
         editor = self.editors[key]
         if isinstance(editor, QLineEdit):
-            return parse_text(editor.text(), self.kinds[key][1])
+            return parse_text(editor.text(), self.kinds[key][1], self._empty(key))
         return self.value_shown(key)
 
     def set_config(self, config: TrainConfig, keep_refused: bool = True) -> None:
