@@ -428,8 +428,8 @@ class ConfigForm(QWidget):
                     editor.setChecked(bool(value))
                 elif isinstance(editor, QComboBox):
                     editor.setCurrentIndex(max(0, editor.findData(value)))
-                elif isinstance(editor, QSpinBox):
-                    editor.setValue(int(value))
+                elif isinstance(editor, QSpinBox):  # a count beyond what it holds (99999999999: never) shows its most
+                    editor.setValue(min(int(value), editor.maximum()))
                 elif isinstance(editor, QLineEdit):
                     editor.setText("" if value is None else number_text(value) if isinstance(value, float) else str(value))
             finally:

@@ -50,3 +50,30 @@ def test_a_seed_too_large_names_the_largest_seed(make_page) -> None:
     field.setText("5000000000")
     field.editingFinished.emit()
     assert page.form.error_labels["sampling.seed"].text() == "⚠ must be at least 0 and at most 4294967295"
+
+
+def test_a_count_beyond_what_a_spin_box_holds_opens_and_stays(qtbot, tmp_path) -> None:
+    """save_every_n_steps = 99999999999 (a person's "never") raised OverflowError as the Model page and the
+    Sample settings opened; now both open, and studio.toml keeps what it says until the field is edited."""
+    from studio.core.project.folder import create_project
+    from studio.gui.context import StudioContext
+    from studio.gui.model.page import ModelPage
+    from studio.gui.shell.application import make_settings
+    from studio.gui.training.sampling_editor import SamplingEditor
+
+    project = create_project(tmp_path / "project")
+    config = load_config(project.config_path)
+    config.output.save_every_n_steps = 99_999_999_999
+    config.sampling.prompts = ["a cat"]
+    config.sampling.every_n_steps = 99_999_999_999
+    save_config(config, project.config_path)
+    written = project.config_path.read_text(encoding="utf-8")
+    context = StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb")
+    context.set_project(project)
+    page = ModelPage(context)
+    qtbot.addWidget(page)
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    assert page.form.value_shown("output.save_every_n_steps") == 2**31 - 1
+    assert editor.every.value() == 2**31 - 1
+    assert project.config_path.read_text(encoding="utf-8") == written
