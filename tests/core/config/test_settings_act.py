@@ -90,3 +90,13 @@ def test_a_separate_vae_is_refused_where_the_family_encodes_with_its_own(name: s
     assert key == "model.vae" and f"{name} (" in message and "vae/" in message
     for kept in ("sd15", "sdxl", "sd3"):
         assert TrainConfig.model_validate({"model": {"family": kept, "base": "x", "vae": "other-vae"}}).model.vae
+
+
+def test_sd3_blocks_are_refused_for_dreambooth() -> None:
+    """method.blocks limits an SD3 LoRA to some blocks; an SD3 DreamBooth run that said blocks = [0, 1] trained
+    every block of the transformer, nothing said."""
+    key, message = _issue(method={"kind": "dreambooth", "blocks": [0, 1]})
+    assert key == "method.blocks" and "method.kind = lora, not dreambooth" in message
+    assert "trains every block" in message
+    config = TrainConfig.model_validate({"model": {"family": "sd3", "base": "x"}, "method": {"blocks": [0, 1]}})
+    assert resets_for(config, {"method.kind": "dreambooth"}).get("method.blocks") == []
