@@ -330,8 +330,11 @@ class ConfigForm(QWidget):
         for key in FAMILY_ONLY:
             if key in self.rows:
                 form, cell = self.rows[key]
-                form.setRowVisible(cell, acts(config, key) or value_of(config, key) != default_of(config, key)
-                                   or any(key in fields for _value, fields in self.held.values()))
+                shown = (acts(config, key) or value_of(config, key) != default_of(config, key)
+                         or any(key in fields for _value, fields in self.held.values()))
+                form.setRowVisible(cell, shown)
+                if not shown:  # a value refused there goes with the row: nothing hidden waits to be fixed
+                    self.clear_issue(key)
 
     def _toggle_advanced(self, on: bool) -> None:
         for widget in self._advanced:
