@@ -119,7 +119,7 @@ class SamplingEditor(QWidget):
             for spin, value in ((self.every, s.every_n_steps), (self.steps, s.steps), (self.seed, s.seed),
                                 (self.sample_size, s.size or 0)):
                 if not spin.hasFocus():  # a count beyond what it holds (99999999999: never) shows its most
-                    spin.setValue(min(value, spin.maximum()))
+                    spin.setValue(min(value, int(spin.maximum())))
             if not self.guidance.hasFocus():
                 self.guidance.setValue(s.guidance)
             self.vae_tiling.setCurrentIndex(self.vae_tiling.findData(s.vae_tiling))
