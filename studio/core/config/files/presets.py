@@ -250,6 +250,8 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
                 kept.setdefault(section, {})[key] = value
     if preset.method != "lora":  # a DreamBooth run saves checkpoints, not a LoRA per epoch
         kept.get("output", {}).pop("save_every_n_epochs", None)
+    if preset.family != config.model.family:  # a separate VAE is its family's: its latents are not another's
+        kept.get("model", {}).pop("vae", None)
     data = deep_merge(deep_merge({"model": {"family": preset.family}}, preset.delta), kept)
     data["model"]["family"] = preset.family
     _fit_swapped_blocks(data)
