@@ -138,7 +138,8 @@ CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted 
                     "this family always uses its text encoders' penultimate layer; leave it at 1")
 T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5 text encoder; leave it off")
 BLOCKS = Setting("method.blocks", "limits the LoRA to some transformer blocks",
-                 "leave it empty (use method.target_modules to choose the LoRA's layers)")
+                 "leave it empty (a DreamBooth run trains every block; method.target_modules chooses a LoRA's "
+                 "layers)", methods=_LORA)
 # The UNet families and SD3 load model.vae in place of the base's VAE; the others encode with their folder's own.
 SEPARATE_VAE = Setting("model.vae", "replaces the base model's VAE with another one",
                        "this family's latents are its own VAE's (the base folder's vae/); leave it empty")

@@ -95,7 +95,7 @@ def allowed_text(field: FieldInfo, kind: Any) -> str:
     """What a field accepts, from the schema: "at least 64 and at most 4096, a multiple of 8"."""
     b = _bounds(field)
     words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
-    parts = [f"{words[name]} {b[name]:g}" for name in ("ge", "gt", "le", "lt") if name in b]
+    parts = [f"{words[name]} {number_text(b[name])}" for name in ("ge", "gt", "le", "lt") if name in b]
     text = " and ".join(parts)
     if "multiple_of" in b:
         text += f"{', ' if text else ''}a multiple of {b['multiple_of']:g}"
@@ -106,18 +106,30 @@ def allowed_text(field: FieldInfo, kind: Any) -> str:
     return text
 
 
-def parse_text(text: str, kind: Any) -> Any:
-    """A typed value for the config: empty is None, numbers parsed; anything else goes as typed,
-    for the config to refuse with a message naming the key."""
+def parse_text(text: str, kind: Any, empty: str | None = None) -> Any:
+    """A typed value for the config: empty is `empty` (None, or the empty text of a setting whose default
+    it is: the negative prompt), numbers parsed; anything else goes as typed, for the config to refuse
+    with a message naming the key."""
     text = text.strip()
     if text == "":
-        return None
+        return empty
     if kind in (int, float):
         try:
-            return kind(float(text)) if kind is int else float(text)
+            number = float(text)
         except ValueError:
             return text
+        # 2.5 epochs is refused as what was typed, not trained as 2 (1e3 is a whole 1000).
+        return int(number) if kind is int and number.is_integer() else number
     return text
+
+
+def number_text(value: float | int) -> str:
+    """A number as a field shows it: short (1e-05, 0.0001, 1), yet whole: six digits would show a learning rate
+    of 0.0001234567 as 0.000123457, and pressing Enter in its field saved that."""
+    if isinstance(value, int):  # a seed's bound: 4294967295, not 4.29497e+09
+        return str(value)
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 # The most a spin box holds (a 32-bit int); a whole number the schema allows beyond it (training.seed and
@@ -318,8 +330,11 @@ class ConfigForm(QWidget):
         for key in FAMILY_ONLY:
             if key in self.rows:
                 form, cell = self.rows[key]
-                form.setRowVisible(cell, acts(config, key) or value_of(config, key) != default_of(config, key)
-                                   or any(key in fields for _value, fields in self.held.values()))
+                shown = (acts(config, key) or value_of(config, key) != default_of(config, key)
+                         or any(key in fields for _value, fields in self.held.values()))
+                form.setRowVisible(cell, shown)
+                if not shown:  # a value refused there goes with the row: nothing hidden waits to be fixed
+                    self.clear_issue(key)
 
     def _toggle_advanced(self, on: bool) -> None:
         for widget in self._advanced:
@@ -376,7 +391,12 @@ class ConfigForm(QWidget):
         return row
 
     def _text_edited(self, key: str, text: str, kind: Any) -> None:
-        self.sig_changed.emit(key, parse_text(text, kind))
+        self.sig_changed.emit(key, parse_text(text, kind, self._empty(key)))
+
+    def _empty(self, key: str) -> str | None:
+        """What an emptied field sets: the empty text where that is the default, else None (the default, or
+        refused)."""
+        return "" if self.kinds[key][0].default == "" else None
 
     def is_typed(self, key: str) -> bool:
         """A field a value is typed into (kept as typed when refused), not a choice."""
@@ -385,7 +405,7 @@ class ConfigForm(QWidget):
     def typed_value(self, key: str) -> Any:
         editor = self.editors[key]
         if isinstance(editor, QLineEdit):
-            return parse_text(editor.text(), self.kinds[key][1])
+            return parse_text(editor.text(), self.kinds[key][1], self._empty(key))
         return self.value_shown(key)
 
     def set_config(self, config: TrainConfig, keep_refused: bool = True) -> None:
@@ -411,10 +431,10 @@ class ConfigForm(QWidget):
                     editor.setChecked(bool(value))
                 elif isinstance(editor, QComboBox):
                     editor.setCurrentIndex(max(0, editor.findData(value)))
-                elif isinstance(editor, QSpinBox):
-                    editor.setValue(int(value))
+                elif isinstance(editor, QSpinBox):  # a count beyond what it holds (99999999999: never) shows its most
+                    editor.setValue(min(int(value), editor.maximum()))
                 elif isinstance(editor, QLineEdit):
-                    editor.setText("" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
+                    editor.setText("" if value is None else number_text(value) if isinstance(value, float) else str(value))
             finally:
                 editor.blockSignals(False)
 

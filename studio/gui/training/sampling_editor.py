@@ -46,7 +46,7 @@ class SamplingEditor(QWidget):
         self.negative = named(QLineEdit(), "sampling_negative")
         self.negative.setPlaceholderText("what the samples should not show (for every prompt)")
         self.every = named(QSpinBox(), "sampling_every")
-        self.every.setRange(0, 10_000_000)
+        self.every.setRange(0, 2**31 - 1)  # the most a spin box holds; the schema sets no upper bound
         self.every.setSpecialValueText("off")
         self.every.setSuffix(" steps")
         self.steps = named(QSpinBox(), "sampling_steps")
@@ -118,8 +118,8 @@ class SamplingEditor(QWidget):
                 self.negative.setText(s.negative_prompt)
             for spin, value in ((self.every, s.every_n_steps), (self.steps, s.steps), (self.seed, s.seed),
                                 (self.sample_size, s.size or 0)):
-                if not spin.hasFocus():
-                    spin.setValue(value)
+                if not spin.hasFocus():  # a count beyond what it holds (99999999999: never) shows its most
+                    spin.setValue(min(value, int(spin.maximum())))
             if not self.guidance.hasFocus():
                 self.guidance.setValue(s.guidance)
             self.vae_tiling.setCurrentIndex(self.vae_tiling.findData(s.vae_tiling))

@@ -186,6 +186,28 @@ def test_comments_survive_load_edit_save(tmp_path: Path) -> None:
     assert again == config
 
 
+def test_a_folder_added_or_removed_keeps_the_other_folders_comments(tmp_path: Path) -> None:
+    """Adding a folder on the Dataset page wrote every [[dataset.concepts]] table anew: the comments in them
+    went, and so did a repeats = 1 written on purpose."""
+    path = tmp_path / "studio.toml"
+    path.write_text('[model]\nfamily = "sd15"\nbase = "m"\n\n'
+                    '[[dataset.concepts]]\npath = "faces"  # close-ups, cropped by hand\nrepeats = 1\n\n'
+                    '[[dataset.concepts]]\n# the class images from the old run\npath = "dogs"\n'
+                    'class_prompt = "a dog"\nclass_path = "class"\n', encoding="utf-8")
+    config = load_config(path)
+    config.dataset.concepts = [*config.dataset.concepts, cfg.ConceptSection(path="new")]
+    save_config(config, path)
+    text = path.read_text(encoding="utf-8")
+    assert 'path = "faces"  # close-ups, cropped by hand\nrepeats = 1\n' in text
+    assert "# the class images from the old run\n" in text
+    assert load_config(path) == config
+    config.dataset.concepts = config.dataset.concepts[1:]
+    save_config(config, path)
+    text = path.read_text(encoding="utf-8")
+    assert "faces" not in text and "# the class images from the old run\n" in text
+    assert load_config(path) == config
+
+
 def test_new_file_holds_only_what_differs_from_defaults(tmp_path: Path) -> None:
     config = validate_data({"model": {"family": "sdxl", "base": "m"}, "training": {"batch_size": 3}})
     path = tmp_path / "new.toml"

@@ -123,3 +123,43 @@ def test_a_preset_for_a_larger_model_swaps_at_most_all_but_one_of_the_projects_b
         assert apply_preset(project, preset).model.blocks_to_swap == swapped
     with pytest.raises(ValueError, match="has 25 blocks"):
         TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": sizes["4b"], "blocks_to_swap": 30}})
+
+
+def test_a_preset_keeps_what_the_projects_images_are_and_how_its_runs_are_watched() -> None:
+    """Picking a preset for another card kept the image folders but made an edit-pair project a plain image
+    set (its targets trained without their controls), dropped the validation folder and the loss masks, and
+    turned the samples, the checkpoints and the logs off; a DreamBooth preset leaves the LoRA's per-epoch
+    saves out (a full fine-tune has none)."""
+    project = validate_data({
+        "model": {"family": "flux2-klein", "base": "/models/klein"},
+        "dataset": {"concepts": [{"path": "pairs"}], "kind": "edit", "control_layout": "separate",
+                    "control_folders": ["controls"], "validation_folder": "held-out", "masks": "folder",
+                    "mask_folder": "masks", "caption_extension": ".caption"},
+        "training": {"validation_every": 50},
+        "sampling": {"prompts": ["make it blue"], "every_n_steps": 100, "control_image": "before.png"},
+        "output": {"save_every_n_steps": 500, "save_every_n_epochs": 1, "keep_last": 10, "log_to": ["tensorboard"]},
+    })
+    preset = next(p for p in list_presets() if p.id == "flux2-klein-4b-lora-12gb")
+    config = apply_preset(project, preset)
+    assert (config.dataset.kind, config.dataset.control_layout, config.dataset.control_folders) == (
+        "edit", "separate", ["controls"])
+    assert (config.dataset.validation_folder, config.training.validation_every) == ("held-out", 50)
+    assert (config.dataset.masks, config.dataset.mask_folder) == ("folder", "masks")
+    assert config.dataset.caption_extension == ".caption"
+    assert (config.sampling.every_n_steps, config.sampling.control_image) == (100, "before.png")
+    assert (config.output.save_every_n_steps, config.output.save_every_n_epochs, config.output.keep_last,
+            config.output.log_to) == (500, 1, 10, ["tensorboard"])
+    assert config.dataset.resolution == preset.delta["dataset"]["resolution"]  # the recipe is the preset's
+
+    sd15 = validate_data({"model": {"family": "sd15", "base": "/models/sd15"},
+                          "dataset": {"concepts": [{"path": "me"}]}, "output": {"save_every_n_epochs": 1}})
+    dreambooth = next(p for p in list_presets() if p.id == "sd15-dreambooth")
+    assert apply_preset(sd15, dreambooth).output.save_every_n_epochs == 0
+
+
+def test_a_persons_preset_leaves_the_projects_folders_out(isolated_user_dirs: Path) -> None:
+    config = validate_data({"model": {"family": "sd15", "base": "/models/mine"},
+                            "dataset": {"concepts": [{"path": "me"}], "validation_folder": "held-out"},
+                            "training": {"validation_every": 50}, "method": {"rank": 32}})
+    text = save_user_preset("Mine", config).path.read_text()
+    assert "held-out" not in text and "validation_every" not in text and "rank = 32" in text

@@ -90,3 +90,27 @@ def test_a_separate_vae_is_refused_where_the_family_encodes_with_its_own(name: s
     assert key == "model.vae" and f"{name} (" in message and "vae/" in message
     for kept in ("sd15", "sdxl", "sd3"):
         assert TrainConfig.model_validate({"model": {"family": kept, "base": "x", "vae": "other-vae"}}).model.vae
+
+
+def test_sd3_blocks_are_refused_for_dreambooth() -> None:
+    """method.blocks limits an SD3 LoRA to some blocks; an SD3 DreamBooth run that said blocks = [0, 1] trained
+    every block of the transformer, nothing said."""
+    key, message = _issue(method={"kind": "dreambooth", "blocks": [0, 1]})
+    assert key == "method.blocks" and "method.kind = lora, not dreambooth" in message
+    assert "trains every block" in message
+    config = TrainConfig.model_validate({"model": {"family": "sd3", "base": "x"}, "method": {"blocks": [0, 1]}})
+    assert resets_for(config, {"method.kind": "dreambooth"}).get("method.blocks") == []
+
+
+def test_another_family_leaves_the_separate_vae_behind() -> None:
+    """An SDXL project with the fp16-safe SDXL VAE switched to SD3 (which takes a separate VAE too) kept it: SD3
+    then encoded its images with a VAE of four latent channels where its transformer reads sixteen."""
+    from studio.core.config.files.presets import apply_preset, list_presets
+
+    sdxl = TrainConfig.model_validate({"model": {"family": "sdxl", "base": "/models/sdxl",
+                                                 "vae": "madebyollin/sdxl-vae-fp16-fix"}})
+    assert resets_for(sdxl, {"model.family": "sd3"}) == {"model.vae": None}
+    assert resets_for(sdxl, {"training.batch_size": 2}) == {}
+    presets = {p.id: p for p in list_presets(include_user=False)}
+    assert apply_preset(sdxl, presets["sd3-lora"]).model.vae is None
+    assert apply_preset(sdxl, presets["sdxl-lora"]).model.vae == "madebyollin/sdxl-vae-fp16-fix"

@@ -2,7 +2,7 @@
 
 Shipped presets live in the top-level `presets/` folder; a person's own presets in
 the user config folder (platformdirs, or STUDIO_CONFIG_DIR). Applying a preset
-keeps what belongs to the project (base model, image folders, sample prompts,
+keeps what belongs to the project (base model, image folders and what they hold, sample prompts,
 output and launch settings) and takes everything else from the defaults and the delta.
 """
 
@@ -37,6 +37,16 @@ PROJECT_KEYS: dict[str, tuple[str, ...]] = {
         "num_processes", "num_machines", "gpu_ids", "main_process_ip",
         "main_process_port", "machine_rank", "python", "cpu",
     ),
+}
+# What a preset keeps from the project unless it sets it: what the images are (edit pairs, held-out images,
+# loss masks) and how the person watches and keeps a run (samples, checkpoints, logs). Taken from the
+# defaults, an edit-pair project trained its targets alone and a validation folder was dropped unsaid.
+PROJECT_CHOICES: dict[str, tuple[str, ...]] = {
+    "dataset": ("kind", "control_layout", "control_folders", "caption_extension", "validation_fraction",
+                "validation_folder", "masks", "mask_folder"),
+    "training": ("validation_every",),
+    "sampling": ("every_n_steps", "control_image"),
+    "output": ("save_every_n_steps", "save_every_n_epochs", "keep_last", "log_to"),
 }
 
 
@@ -233,6 +243,15 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
             value = current.get(section, {}).get(key)
             if value is not None:
                 kept.setdefault(section, {})[key] = value
+    for section, keys in PROJECT_CHOICES.items():
+        for key in keys:
+            value = current.get(section, {}).get(key)
+            if value is not None and key not in preset.delta.get(section, {}):
+                kept.setdefault(section, {})[key] = value
+    if preset.method != "lora":  # a DreamBooth run saves checkpoints, not a LoRA per epoch
+        kept.get("output", {}).pop("save_every_n_epochs", None)
+    if preset.family != config.model.family:  # a separate VAE is its family's: its latents are not another's
+        kept.get("model", {}).pop("vae", None)
     data = deep_merge(deep_merge({"model": {"family": preset.family}}, preset.delta), kept)
     data["model"]["family"] = preset.family
     _fit_swapped_blocks(data)
@@ -264,7 +283,7 @@ def preset_delta(config: TrainConfig) -> dict[str, Any]:
     """The recipe part of a config: its non-default values without the project's keys."""
     data = config_to_data(config)
     data.pop("schema_version", None)
-    for section, keys in PROJECT_KEYS.items():
+    for section, keys in (*PROJECT_KEYS.items(), *PROJECT_CHOICES.items()):
         for key in keys:
             data.get(section, {}).pop(key, None)
     return {k: v for k, v in data.items() if v}

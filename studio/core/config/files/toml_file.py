@@ -11,7 +11,7 @@ from typing import Any
 import tomlkit
 from pydantic import ValidationError
 from tomlkit.exceptions import ParseError
-from tomlkit.items import Table
+from tomlkit.items import AoT, Table
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.schema import SCHEMA_VERSION, TrainConfig
@@ -181,16 +181,44 @@ def _merge_into(doc: Any, current: Mapping[str, Any], full: Mapping[str, Any]) -
                 for table, cur, item in zip(existing, sparse, value, strict=True):
                     _merge_into(table, cur, item)
                 continue
-            aot = tomlkit.aot()
-            for cur in sparse:
-                table = tomlkit.table()
-                for k, v in cur.items():
-                    table[k] = v
-                aot.append(table)
-            doc[key] = aot
+            tables = _same_paths(existing, value)
+            aot = existing if tables and isinstance(existing, AoT) else tomlkit.aot()
+            for index in reversed(range(len(aot))):  # the file's tables of the items gone
+                if not any(aot[index] is table for table in tables):
+                    del aot[index]
+            for table, cur, item in zip(tables or [None] * len(value), sparse, value, strict=True):
+                if table is None:
+                    table = tomlkit.table()
+                    for k, v in cur.items():
+                        table[k] = v
+                    aot.append(table)
+                else:
+                    _merge_into(table, cur, item)
+            if not tables:
+                doc[key] = aot
         else:
             if existing is None or _plain(existing) != value:
                 doc[key] = value
+
+
+def _same_paths(existing: Any, items: list[dict[str, Any]]) -> list[Any]:
+    """The file's table of each item with the same `path` (a concept's folder), None for a new item: a folder
+    added or removed on the Dataset page leaves the other folders' tables (their comments) as written. Empty
+    when the file's tables cannot stay in place: no array of tables, or the items kept in another order or
+    before a new one."""
+    if not isinstance(existing, AoT):
+        return []
+    left = list(existing)
+    found: list[Any] = []
+    for item in items:
+        table = next((t for t in left if "path" in item and _plain(t.get("path")) == item["path"]), None)
+        if table is not None:
+            left.remove(table)
+        found.append(table)
+    kept = [table for table in found if table is not None]
+    in_file_order = [table for table in existing if any(table is k for k in kept)]
+    new_last = found[:len(kept)] == kept
+    return found if new_last and all(a is b for a, b in zip(in_file_order, kept, strict=True)) else []
 
 
 def _plain(item: Any) -> Any:

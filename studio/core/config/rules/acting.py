@@ -76,7 +76,8 @@ def inert_settings(config: BaseModel) -> list[tuple[str, Any, str]]:
 
 
 def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings that go back to their defaults when `changes` are made: those that would stop acting."""
+    """The settings that go back to their defaults when `changes` are made: those that would stop acting, and
+    the separate VAE when the family changes."""
     def value(key: str) -> Any:
         return changes[key] if key in changes else value_of(config, key)
 
@@ -86,6 +87,10 @@ def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if why_inert(value, key) is not None:
             out[key] = default_of(config, key)
+    # A separate VAE is its family's (an SDXL VAE's latents are not SD3's): it stays with the old family.
+    other_family = value("model.family") != value_of(config, "model.family")
+    if other_family and "model.vae" not in changes and value_of(config, "model.vae") is not None:
+        out["model.vae"] = None
     return out
 
 
