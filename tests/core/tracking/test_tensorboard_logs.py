@@ -115,3 +115,27 @@ def test_the_live_mirror_writes_what_events_jsonl_says(tmp_path: Path) -> None:
     scalars = _read(tmp_path / "tensorboard")
     assert [(s, round(v, 6)) for s, v in scalars["train/loss"]] == [(e.step, round(e.loss, 6)) for e in steps]
     assert len(scalars["train/lr"]) == 5
+
+
+def test_exporting_into_the_runs_folder_never_deletes_the_run(tmp_path: Path) -> None:
+    """`--into runs` names the run folder itself as the run's TensorBoard folder: refused, the run kept whole
+    (its LoRA too); a folder of TensorBoard's files only is still written anew."""
+    runs = tmp_path / "runs"
+    run_dir = runs / "20260101-000000-kept"
+    run_dir.mkdir(parents=True)
+    writer = EventWriter(run_dir / "events.jsonl")
+    writer.write(RunStarted(config={}, world_size=1, total_steps=1, devices=["cpu"]))
+    writer.write(Step(step=1, epoch=0, loss=0.5, lr=1e-4))
+    writer.close()
+    (run_dir / "output").mkdir()
+    (run_dir / "output" / "pytorch_lora_weights.safetensors").write_bytes(b"weights")
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "tensorboard", str(run_dir), "--into", str(runs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "holds more than TensorBoard's files" in done.stderr, done.stderr
+    assert (run_dir / "output" / "pytorch_lora_weights.safetensors").read_bytes() == b"weights"
+    assert (run_dir / "events.jsonl").is_file()
+    from studio.core.tracking.tensorboard import export_run
+
+    first, _count = export_run(run_dir, tmp_path / "tb")
+    again, _count = export_run(run_dir, tmp_path / "tb")
+    assert first == again and _read(again)["train/loss"] == [(1, 0.5)]
