@@ -25,12 +25,23 @@ from studio.core.files import atomic_write_text
 from studio.core.remote.machines import get_machine
 from studio.core.remote.ssh import RemoteError, SshClient, remote_path
 from studio.core.remote.tail import RemoteFileMirror, StreamFrom
-from studio.core.remote.transfer import TransferReport, fetch_files, pull_folder, uncarried
-from studio.core.runs.folders import CHECKPOINTS_DIR, CONSOLE_FILE, EVENTS_FILE, REMOTE_FILE, STOP_FILE
+from studio.core.remote.transfer import TransferReport, fetch_files, pull_folder, skipped, uncarried
+from studio.core.runs.folders import (
+    CHECKPOINTS_DIR,
+    CLOUD_FILE,
+    CONSOLE_FILE,
+    EVENTS_FILE,
+    PROCESS_FILE,
+    REMOTE_FILE,
+    STOP_FILE,
+)
 
 log = logging.getLogger(__name__)
 
 SAMPLE_TRIES = 3
+# The studio's records in the run folder here, never replaced by a file of the machine's: remote.json names the
+# machine and the process that Stop, Kill and Pull reach; process.json a process of this computer.
+OWN_RECORDS = (REMOTE_FILE, CLOUD_FILE, PROCESS_FILE)
 Progress = Callable[[str, int, int], None]
 
 
@@ -216,7 +227,7 @@ def pull_run(client: SshClient, record: RemoteRunRecord, local_dir: Path, checkp
     Files in `mirrored` (a live mirror's events.jsonl and console.log) are left alone. `state`
     is `remote_state`'s answer when the caller asked already.
     """
-    skip = [*mirrored, *([] if checkpoints else [f"{CHECKPOINTS_DIR}/"]), STOP_FILE]
+    skip = [*mirrored, *([] if checkpoints else [f"{CHECKPOINTS_DIR}/"]), STOP_FILE, *OWN_RECORDS]
     report = pull_folder(client, record.remote_run_dir, local_dir, record.copy_tool == "rsync", skip, progress)
     running, status = state or remote_state(client, record)
     if not running:
@@ -278,10 +289,16 @@ def _sample_fetcher(client: SshClient, record: RemoteRunRecord, local_dir: Path)
             named = [event.get("images"), event.get("controls")]
             for image in [image for names in named if isinstance(names, list) for image in names]:
                 rel = str(image)[len(prefix):] if str(image).startswith(prefix) else str(image)
+                # Its plain name (`samples/./x.png` is `samples/x.png`): the one checked is the one rsync writes.
+                rel = "/".join(part for part in rel.split("/") if part != ".")
                 try:
                     contained_path(local_dir, rel, f"{record.machine} sample event")
                 except OutsideFolderError as exc:
                     log.warning("%s", exc)  # the event still arrives; its image is not fetched
+                    continue
+                if skipped(rel, [*OWN_RECORDS, EVENTS_FILE, CONSOLE_FILE]):
+                    log.warning("%s sample event: refused %r: the studio's own file of the run, not an image; "
+                                "it is not fetched", record.machine, rel)
                     continue
                 rels.append(rel)
         # A name sftp cannot carry is left there (and said once), not tried again: the others still come.

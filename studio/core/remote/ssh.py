@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -65,6 +66,24 @@ def _ssh_program() -> str:
     return ssh
 
 
+_OWN_SOCKETS: list[Path] = []  # this process's socket folder, when the shared name is not this account's alone
+
+
+def _is_private(folder: Path) -> bool:
+    """A real folder (not a link) of this account that no other account may write in or read."""
+    try:
+        found = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o077
+
+
+def _own_socket_folder() -> Path:
+    if not _OWN_SOCKETS:
+        _OWN_SOCKETS.append(Path(tempfile.mkdtemp(prefix="studio-ssh-")))  # made private, under a name none can guess
+    return _OWN_SOCKETS[0]
+
+
 class SshClient:
     """One remote machine, reached through the system's ssh."""
 
@@ -82,7 +101,13 @@ class SshClient:
     def control_path(self) -> Path:
         # Unix sockets allow ~100 characters: a short folder of this user's, the %C hash inside.
         folder = Path(tempfile.gettempdir()) / f"studio-ssh-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-        folder.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):
+            folder.mkdir(mode=0o700)
+        if not _is_private(folder):
+            # The temporary folder is everyone's on a shared computer: another account that made this name first
+            # could put a socket there, and ssh would hand it every command, answer and file of the studio's
+            # (the dataset sent, the run brought back). This process keeps its sockets in a folder of its own.
+            folder = _own_socket_folder()
         return folder / "%C"
 
     def options(self, master: bool = False) -> list[str]:

@@ -151,11 +151,18 @@ def local_run_folder(local_runs: Path, record: RemoteRunRecord, machine: RemoteM
     the containment gate (`..` would put remote.json in the project's own folder)."""
     name = record.remote_run_dir.rstrip("/").rsplit("/", 1)[-1]
     try:
-        return contained_path(local_runs, name, f"{machine.name}: the run folder launch.sh named")
+        folder = contained_path(local_runs, name, f"{machine.name}: the run folder launch.sh named")
     except OutsideFolderError as exc:
         stop = sh_word(f"{record.remote_run_dir}/{STOP_FILE}")
         raise RemoteError(f"{exc}; the run was started there ({record.remote_run_dir}, pid {record.pid}) but the "
                           f"studio cannot follow it: stop it with `{machine.ssh_command()} touch {stop}`") from None
+    # A run here of that name already (one trained here, or on another machine, in the same second, or a name the
+    # machine chose to match it) keeps its files: this run's record, events and samples go beside it.
+    candidate, counter = folder, 2
+    while candidate.exists() or candidate.is_symlink():
+        candidate = folder.with_name(f"{folder.name}-{counter}")
+        counter += 1
+    return candidate
 
 
 def send_bundle(client: SshClient, report: MachineReport, config_path: Path, project: str, gpus: int,

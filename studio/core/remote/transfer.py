@@ -266,7 +266,8 @@ def pull_folder(client: SshClient, remote_root: str, local_root: Path, use_rsync
     dropped connection continues where it stopped."""
     if progress:
         progress(f"listing {remote_root}", 0, 1)
-    there = remote_files(client, remote_root, skip)
+    # `skip` is honoured here too, whatever the machine's listing says.
+    there = {rel: size for rel, size in remote_files(client, remote_root, skip).items() if not skipped(rel, skip)}
     local_root.mkdir(parents=True, exist_ok=True)
     targets = arrival_paths(client, remote_root, list(there), local_root)
     changed = [rel for rel, size in sorted(there.items()) if _local_size(targets[rel]) != size]
@@ -308,11 +309,26 @@ def uncarried(remote_root: str, rels: Sequence[str], local_root: Path, use_rsync
     return refused
 
 
+def skipped(rel: str, skip: Sequence[str]) -> bool:
+    """Whether `rel` is one of the `skip` names or lies under one of its prefixes (`checkpoints/`), read as this
+    computer's file system may read it: in any case (macOS, Windows), trailing dots and spaces dropped (Windows)."""
+    def folded(name: str) -> str:
+        return "/".join(part.casefold().rstrip(". ") for part in name.replace("\\", "/").split("/"))
+
+    name, prefixes = folded(rel), tuple(folded(s) for s in skip)
+    return name in prefixes or name.startswith(prefixes)
+
+
 def arrival_paths(client: SshClient, remote_root: str, rels: Sequence[str], local_root: Path) -> dict[str, Path]:
     """Where each file named by the machine lands here; a name that would leave `local_root` (`..`, absolute,
-    through a link) is a RemoteError naming it, before anything is copied."""
+    through a link) is a RemoteError naming it, before anything is copied. So is a name with a `.` part
+    (`a/./b`): rsync reads it as `b`, another file than the one checked, perhaps one the pull leaves out."""
+    source = f"{client.machine.name}:{remote_root}"
     try:
-        return {rel: contained_path(local_root, rel, f"{client.machine.name}:{remote_root}") for rel in rels}
+        for rel in rels:
+            if "." in rel.split("/"):
+                raise OutsideFolderError(rel, local_root, "the name holds a '.' folder", source)
+        return {rel: contained_path(local_root, rel, source) for rel in rels}
     except OutsideFolderError as exc:
         raise RemoteError(f"{exc}; nothing was brought back (a file name the studio never writes: "
                           "is someone else using that machine?)") from None

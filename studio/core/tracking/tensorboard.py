@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from studio.core.config.schema import TrainConfig
 
 TENSORBOARD_DIR = "tensorboard"
+EVENT_FILE_PREFIX = "events.out.tfevents."  # the only files TensorBoard's writer makes
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -118,7 +119,15 @@ def export_run(run_dir: Path, into: Path | None = None,
     if not events.is_file():
         raise FileNotFoundError(f"{run_dir} holds no {EVENTS_FILE}: it is not a run folder")
     logdir = (into / run_dir.name) if into is not None else run_dir / TENSORBOARD_DIR
-    if logdir.exists():
+    if logdir.exists() or logdir.is_symlink():
+        # Written anew, but only over TensorBoard's own files: `--into runs` names the run folder itself, and
+        # another folder there of the run's name may hold anything.
+        ours = logdir.is_dir() and not logdir.is_symlink() and all(
+            entry.is_file() and entry.name.startswith(EVENT_FILE_PREFIX) for entry in logdir.iterdir())
+        if not ours:
+            raise FileExistsError(f"{logdir} exists and holds more than TensorBoard's files (it is not a folder "
+                                  "this export wrote): choose another --into folder, or move it away; nothing "
+                                  "was deleted")
         shutil.rmtree(logdir)
     reader = RunModel(run_dir)  # sample paths of another machine found in this folder, never outside
     logger = TensorBoardLogger(logdir)

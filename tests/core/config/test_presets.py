@@ -163,3 +163,21 @@ def test_a_persons_preset_leaves_the_projects_folders_out(isolated_user_dirs: Pa
                             "training": {"validation_every": 50}, "method": {"rank": 32}})
     text = save_user_preset("Mine", config).path.read_text()
     assert "held-out" not in text and "validation_every" not in text and "rank = 32" in text
+
+
+def test_a_shared_preset_never_sets_what_belongs_to_the_project(isolated_user_dirs: Path) -> None:
+    """A preset someone shared, dropped into the presets folder, that names a training interpreter (a program
+    Train would run), a VAE or an output folder: applied, it changes the recipe only, even where the project
+    leaves those keys empty (the studio's own Python, no separate VAE)."""
+    folder = isolated_user_dirs / "studio_config_dir" / "presets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "shared.toml").write_text(
+        '[preset]\ntitle = "Shared"\nfamily = "sd15"\nmethod = "lora"\nmin_vram_gb = 6\n'
+        '[method]\nrank = 48\n[model]\nvae = "someone/vae"\nrevision = "theirs"\n'
+        '[output]\ndir = "/etc"\n[launch]\npython = "/home/someone/not-python"\ncpu = true\n')
+    preset = {p.id: p for p in list_presets()}["shared"]
+    assert not preset.valid and "launch.python" in " ".join(str(issue) for issue in preset.issues)
+    config = apply_preset(project_config(), preset)
+    assert config.method.rank == 48
+    assert config.launch.python is None and config.launch.cpu is False
+    assert config.model.vae is None and config.model.revision is None and config.output.dir == "runs"

@@ -134,6 +134,25 @@ def test_a_known_name_is_looked_up_where_downloads_go(tmp_path: Path, monkeypatc
     assert available_captioners() == ["blip-base", "wd14-vit-v3"]
 
 
+def test_a_cached_ref_naming_a_folder_outside_the_cache_loads_no_captioner_from_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """refs/main is written from a server's answer: one that climbs out of snapshots/ ("../../..") names no
+    download, and the captioning model is not loaded from whatever folder it reaches."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        (elsewhere / name).write_text("{}", encoding="utf-8")
+    repo = tmp_path / "hub" / "models--Salesforce--blip-image-captioning-base"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "snapshots").mkdir()
+    for ref in ("../../../elsewhere", str(elsewhere)):
+        (repo / "refs" / "main").write_text(ref, encoding="utf-8")
+        with pytest.raises(CaptionerNotFound, match="blip-base is not downloaded"):
+            find_captioner("blip-base")
+        assert "blip-base" not in available_captioners()
+
+
 def test_a_captioner_downloaded_by_another_tool_under_xdg_cache_home_is_found(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """huggingface_hub puts its cache under $XDG_CACHE_HOME when that is set and HF_HOME is not; a captioner

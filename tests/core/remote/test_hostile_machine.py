@@ -109,3 +109,42 @@ def test_a_send_larger_than_the_free_space_there_is_refused_before_copying(
     with pytest.raises(RemoteError, match=r"has 0\.00 GB free, and this send needs 0\.00 GB \(1 file\(s\)\)"):
         send_files(client, [LocalFile(data, "models/weights.bin")], str(there), tool == "rsync")
     assert not (there / "models" / "weights.bin").exists()
+
+
+def test_the_machine_never_replaces_the_studios_own_record_of_the_run(
+        remote_machine: RemoteMachine, sshd: SshServer, tmp_path: Path, tool: str) -> None:
+    """remote.json here names the machine and the process that Stop, Kill and Pull reach: a machine whose sample
+    events or file list name it (plainly, or as `samples/./remote.json`, which rsync writes as `remote.json`)
+    never replaces it, and the run's other files still come."""
+    from studio.core.remote.control import pull_run
+
+    there, here = _layout(sshd, tmp_path)
+    ours = '{"machine": "box"}\n'
+    (here / "remote.json").write_text(ours)
+    for planted in (there / "remote.json", there / "samples" / "remote.json", there / "process.json"):
+        planted.write_text('{"machine": "another-of-yours", "pid": 1}\n')
+    (there / "samples" / "ok.png").write_bytes(b"png")
+    record = RemoteRunRecord("box", "", "", str(there), "", "", "", "nohup", tool, 0, 0.0)
+    client = SshClient(remote_machine)
+    event = {"v": 1, "type": "sample", "time": 1.0, "step": 5, "prompts": ["x"],
+             "images": ["remote.json", f"{there}/remote.json", "samples/./remote.json", "./process.json",
+                        f"{there}/samples/ok.png"]}
+    _sample_fetcher(client, record, here)([json.dumps(event).encode()])
+    assert (here / "samples" / "ok.png").read_bytes() == b"png"
+    assert (here / "remote.json").read_text() == ours and not (here / "process.json").exists()
+
+    pull_run(client, record, here, state=(True, None))  # the machine's own listing
+    assert (here / "out" / "x.txt").read_text() == "fine"
+    assert (here / "remote.json").read_text() == ours and not (here / "process.json").exists()
+
+    def lying(files: dict[str, int]) -> SshClient:  # a listing that names what the pull leaves out
+        liar = there.parent / "python-there"
+        liar.write_text(f"#!/bin/sh\ncat > /dev/null\necho '{json.dumps({'exists': True, 'files': files})}'\n")
+        liar.chmod(0o755)
+        return SshClient(dataclasses.replace(remote_machine, python=str(liar)))
+
+    pull_run(lying({"remote.json": 44, "process.json": 44, "samples/ok.png": 3}), record, here, state=(True, None))
+    assert (here / "remote.json").read_text() == ours and not (here / "process.json").exists()
+    with pytest.raises(RemoteError, match=r"refused 'samples/\./remote\.json': the name holds a '\.' folder"):
+        pull_run(lying({"samples/./remote.json": 44}), record, here, state=(True, None))
+    assert (here / "remote.json").read_text() == ours

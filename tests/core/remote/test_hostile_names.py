@@ -279,6 +279,10 @@ def test_the_run_folder_the_machine_names_stays_inside_the_runs_folder(tmp_path:
         return RemoteRunRecord("box", "", "", there, "", "", "", "nohup", "sftp", 42, 0.0)
 
     assert local_run_folder(runs, record("/ws/p/runs/20260101-run/"), machine) == runs / "20260101-run"
+    # A run here of the same name (trained here, or brought back from another machine) is never taken over.
+    (runs / "20260101-run").mkdir(parents=True)
+    (runs / "20260101-run" / "events.jsonl").write_text("{}\n")
+    assert local_run_folder(runs, record("/ws/p/runs/20260101-run/"), machine) == runs / "20260101-run-2"
     for there in ("/ws/p/runs/..", "/ws/p/runs/..\\..\\home", "/ws/p/runs/C:x", "/"):
         with pytest.raises(RemoteError) as refused:
             local_run_folder(runs, record(there), machine)

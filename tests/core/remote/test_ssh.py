@@ -164,3 +164,41 @@ def test_too_many_keys_offered_says_to_name_the_key(remote_machine: RemoteMachin
     assert "box (root@127.0.0.1:" in str(caught.value)
     assert "hung up after too many keys were offered" in str(caught.value)
     assert "name the machine's key file, so that only it is offered" in str(caught.value)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="no shared connection (ControlMaster) on Windows")
+def test_the_shared_connection_never_uses_a_socket_folder_another_account_could_write(
+    remote_machine: RemoteMachine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/tmp is everyone's: a folder of the studio's name made first by someone else (or open to all, or a
+    link) would let them answer in place of the machine and read every file sent; the studio uses its own."""
+    import shutil
+    import tempfile
+
+    from studio.core.remote import ssh
+
+    short = Path(tempfile.mkdtemp())  # a socket's path must stay short (about 100 characters)
+    monkeypatch.setattr(tempfile, "tempdir", str(short))
+    monkeypatch.setattr(ssh, "_OWN_SOCKETS", [], raising=False)
+    shared = short / f"studio-ssh-{os.getuid()}"
+    elsewhere = short / "theirs"
+    elsewhere.mkdir()
+    client = None
+    try:
+        for planted in ("open to all", "a link"):
+            if planted == "open to all":
+                shared.mkdir()
+                shared.chmod(0o777)
+            else:
+                shared.rmdir()
+                shared.symlink_to(elsewhere)
+            client = SshClient(remote_machine)
+            folder = client.control_path().parent
+            assert folder.resolve() not in (shared.resolve(), elsewhere), planted
+            assert folder.stat().st_uid == os.getuid() and folder.stat().st_mode & 0o077 == 0, planted
+        assert client.run("echo $((6 * 7))\n", "arithmetic").stdout.strip() == "42"
+        assert list(elsewhere.iterdir()) == [] and any(folder.iterdir())  # its master's socket is in its own
+    finally:
+        if client is not None:
+            client.close()
+        shutil.rmtree(short, ignore_errors=True)

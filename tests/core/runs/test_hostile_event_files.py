@@ -142,6 +142,30 @@ def test_a_relative_name_in_the_events_never_points_beside_the_run(tmp_path: Pat
         assert run in resolved.parents and not resolved.exists(), hostile
 
 
+def test_an_absolute_name_in_the_events_is_looked_for_only_inside_the_run(tmp_path: Path) -> None:
+    """Events copied from elsewhere that name a file of this computer (or a network share) by an absolute
+    path: the Train and Runs pages never show or open it; the run's own absolute names still resolve,
+    through a linked folder too."""
+    from studio.core.runs.records.run_model import RunModel
+
+    real = tmp_path / "disk" / "r"
+    (real / "samples").mkdir(parents=True)
+    (real / "samples" / "a.png").write_bytes(b"png")
+    (tmp_path / "runs").mkdir()
+    run = tmp_path / "runs" / "r"
+    run.symlink_to(real, target_is_directory=True)
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"not the run's")
+    model = RunModel(run)
+    for hostile in (str(secret), f"{run}/../../secret.png", f"/elsewhere/r/../../{secret.relative_to('/')}",
+                    f"{real}/samples/../../../secret.png", "//server/share/secret.png", "/"):
+        resolved = model.resolve(hostile)
+        assert resolved == run or run in resolved.parents, hostile
+        assert not resolved.is_file() or resolved.read_bytes() != b"not the run's", hostile
+    assert model.resolve(str(run / "samples" / "a.png")) == run / "samples" / "a.png"
+    assert model.resolve(str(real / "samples" / "a.png")) == run / "samples" / "a.png"
+
+
 def test_an_endless_line_costs_the_event_tail_no_more_per_poll_than_any_other_bytes(tmp_path: Path) -> None:
     """The local tail holds at most 1 MB of a line with no newline and skips it whole when it ends."""
     import time

@@ -75,6 +75,31 @@ def test_a_cloud_runs_samples_are_exported_from_the_folder_it_was_brought_back_i
     assert [(image.step, image.width) for image in acc.Images("samples/0")] == [(1, 16)]
 
 
+def test_an_imported_runs_events_never_export_a_picture_of_this_computer(tmp_path: Path) -> None:
+    """A run copied from someone else whose sample event names a file of this computer by its absolute path:
+    the export finds no such sample in the run, and the person's picture stays out of the logs they share."""
+    from PIL import Image
+
+    from studio.core.tracking.tensorboard import export_run
+
+    private = tmp_path / "home" / "Pictures" / "passport.png"
+    private.parent.mkdir(parents=True)
+    Image.new("RGB", (32, 24), "blue").save(private)
+    run_dir = tmp_path / "runs" / "20260101-000100-shared"
+    (run_dir / "samples").mkdir(parents=True)
+    Image.new("RGB", (16, 8), "red").save(run_dir / "samples" / "step-1-0.png")
+    writer = EventWriter(run_dir / "events.jsonl")
+    writer.write(RunStarted(config={}, world_size=1, total_steps=1, devices=["cuda:0"], run_dir="/work/runs/x"))
+    writer.write(Sample(step=1, images=[str(private), f"/any/{run_dir.name}/../../{private.relative_to('/')}",
+                                        "samples/step-1-0.png"], prompts=["a", "b", "c"]))
+    writer.close()
+    logdir, _count = export_run(run_dir)
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    exported = [(image.width, image.height) for tag in acc.Tags()["images"] for image in acc.Images(tag)]
+    assert exported == [(16, 8)]
+
+
 def test_a_run_folder_without_events_is_named(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "studio.cli", "tensorboard", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
@@ -90,3 +115,27 @@ def test_the_live_mirror_writes_what_events_jsonl_says(tmp_path: Path) -> None:
     scalars = _read(tmp_path / "tensorboard")
     assert [(s, round(v, 6)) for s, v in scalars["train/loss"]] == [(e.step, round(e.loss, 6)) for e in steps]
     assert len(scalars["train/lr"]) == 5
+
+
+def test_exporting_into_the_runs_folder_never_deletes_the_run(tmp_path: Path) -> None:
+    """`--into runs` names the run folder itself as the run's TensorBoard folder: refused, the run kept whole
+    (its LoRA too); a folder of TensorBoard's files only is still written anew."""
+    runs = tmp_path / "runs"
+    run_dir = runs / "20260101-000000-kept"
+    run_dir.mkdir(parents=True)
+    writer = EventWriter(run_dir / "events.jsonl")
+    writer.write(RunStarted(config={}, world_size=1, total_steps=1, devices=["cpu"]))
+    writer.write(Step(step=1, epoch=0, loss=0.5, lr=1e-4))
+    writer.close()
+    (run_dir / "output").mkdir()
+    (run_dir / "output" / "pytorch_lora_weights.safetensors").write_bytes(b"weights")
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "tensorboard", str(run_dir), "--into", str(runs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "holds more than TensorBoard's files" in done.stderr, done.stderr
+    assert (run_dir / "output" / "pytorch_lora_weights.safetensors").read_bytes() == b"weights"
+    assert (run_dir / "events.jsonl").is_file()
+    from studio.core.tracking.tensorboard import export_run
+
+    first, _count = export_run(run_dir, tmp_path / "tb")
+    again, _count = export_run(run_dir, tmp_path / "tb")
+    assert first == again and _read(again)["train/loss"] == [(1, 0.5)]

@@ -238,21 +238,27 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
     larger model swaps at most all but one of the project model's blocks."""
     current = config.model_dump(mode="json")
     kept: dict[str, Any] = {}
+    # A preset's own value of a project key is never taken, even where the project leaves the key empty: a
+    # preset someone shared must not name the training interpreter (launch.python, a program Train runs),
+    # a VAE or an adapter to load. check_preset lists such keys as the preset's issues.
+    recipe = copy.deepcopy(preset.delta)
     for section, keys in PROJECT_KEYS.items():
         for key in keys:
             value = current.get(section, {}).get(key)
             if value is not None:
                 kept.setdefault(section, {})[key] = value
+            if isinstance(recipe.get(section), dict):
+                recipe[section].pop(key, None)
     for section, keys in PROJECT_CHOICES.items():
         for key in keys:
             value = current.get(section, {}).get(key)
-            if value is not None and key not in preset.delta.get(section, {}):
+            if value is not None and key not in recipe.get(section, {}):
                 kept.setdefault(section, {})[key] = value
     if preset.method != "lora":  # a DreamBooth run saves checkpoints, not a LoRA per epoch
         kept.get("output", {}).pop("save_every_n_epochs", None)
     if preset.family != config.model.family:  # a separate VAE is its family's: its latents are not another's
         kept.get("model", {}).pop("vae", None)
-    data = deep_merge(deep_merge({"model": {"family": preset.family}}, preset.delta), kept)
+    data = deep_merge(deep_merge({"model": {"family": preset.family}}, recipe), kept)
     data["model"]["family"] = preset.family
     _fit_swapped_blocks(data)
     if preset.gpus > 1:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from studio.core.app_words import command_or_action
+from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.user_dirs import data_dir, hub_cache_dir
 
 CaptionerKind = Literal["blip", "florence2", "wd14"]
@@ -165,7 +166,10 @@ def hub_cache_snapshot(repo: str) -> Path | None:
         revision = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
     except OSError:
         return None
-    snapshot = folder / "snapshots" / revision
+    try:  # the ref was written from a server's answer: it names a folder inside snapshots/ or nothing
+        snapshot = contained_path(folder / "snapshots", revision, f"the cached ref of {repo}")
+    except OutsideFolderError:
+        return None
     return snapshot if snapshot.is_dir() else None
 
 

@@ -7,6 +7,7 @@ finished run copied back from elsewhere.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -195,8 +196,18 @@ class RunModel:
                 return contained_path(self.run_dir, path, "the run's events")
             except OutsideFolderError:
                 return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
-        if p.exists():
-            return p
+        # An absolute name is looked at only under this run folder: one of another folder of this computer,
+        # or of a share on the network (\\server\share: opening it sends the person's Windows login), is
+        # never opened, shown or exported, whoever wrote the events (a run copied from elsewhere, its machine).
+        for root in (self.run_dir, Path(os.path.realpath(self.run_dir))):
+            try:
+                inside_run = p.relative_to(root)
+            except ValueError:
+                continue
+            try:
+                return contained_path(self.run_dir, inside_run.as_posix(), "the run's events")
+            except OutsideFolderError:
+                break
         # A path of the machine the run trained on (a remote run, a cloud's, a folder copied back): the same file
         # here, under the trainer's own run folder (its run_started names it; a cloud run's folder here has
         # another name than there), or under a folder of this run folder's name.
@@ -209,7 +220,12 @@ class RunModel:
             except OutsideFolderError:
                 pass
         inside = [i for i, part in enumerate(parts[:-1]) if part == self.run_dir.name]
-        return self.run_dir.joinpath(*parts[inside[-1] + 1:]) if inside else p
+        if inside:
+            try:
+                return contained_path(self.run_dir, "/".join(parts[inside[-1] + 1:]), "the run's events")
+            except OutsideFolderError:
+                pass
+        return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
 
     def apply_all(self, items: Iterable[Item]) -> None:
         """Apply events and StepBatches in order (what EventTail's poll_items returns)."""
