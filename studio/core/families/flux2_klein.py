@@ -58,6 +58,8 @@ FAMILY = FamilySpec(
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,
+    sample_steps=28,
+    sample_guidance=4.0,
     pixel_multiple=16,
     # Its scheduler's training schedule is used unshifted (as diffusers' [klein] example trains): no shift.
     settings=(*(s for s in FLOW_MATCHING if s.key != "training.shift"), *COMMON, BLOCK_SWAP),

@@ -90,6 +90,8 @@ FAMILY = FamilySpec(
     denoiser="transformer",
     components=("transformer", "vae", "text_encoder", "tokenizer", "scheduler"),
     native_resolution=1024,
+    sample_steps=30,
+    sample_guidance=4.0,
     pixel_multiple=16,
     # Its scheduler shifts by resolution when sampling; training uses the unshifted schedule (as diffusers'
     # Qwen-Image example trains, its dynamic-shifting scheduler ignores a fixed shift): no training.shift.

@@ -48,6 +48,8 @@ FAMILY = FamilySpec(
     components=("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3",
                 "tokenizer", "tokenizer_2", "tokenizer_3", "scheduler"),
     native_resolution=1024,
+    sample_steps=28,
+    sample_guidance=5.0,
     pixel_multiple=16,
     settings=(*FLOW_MATCHING, T5, BLOCKS, *COMMON, BLOCK_SWAP, SEPARATE_VAE),
     fsdp_units=("JointTransformerBlock",),

@@ -89,6 +89,10 @@ class FamilySpec:
     denoiser: str  # the pipeline's trained component: "unet" or "transformer"
     components: tuple[str, ...]  # the pipeline's model components
     native_resolution: int  # the resolution the published base was trained at
+    # The samples' denoising steps and guidance where a config names none (its presets' and its pipeline's own:
+    # guidance 7 makes a guidance-4 family's pictures look burnt).
+    sample_steps: int
+    sample_guidance: float
     # Image sides are a multiple of this many pixels: the VAE's downscale (8), times the transformer's patch
     # (2) where its denoiser cuts the latents into patches; a side off it fails at the first step.
     pixel_multiple: int

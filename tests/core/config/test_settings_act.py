@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from studio.core.config.errors import issues_from_validation
+from studio.core.config.files.toml_file import config_to_data
 from studio.core.config.rules.acting import inert_settings, resets_for
 from studio.core.config.schema import ModelSection, TrainConfig, TrainingSection
 
@@ -60,8 +61,25 @@ def test_lora_settings_are_refused_for_dreambooth() -> None:
 def test_a_change_resets_what_it_makes_inert() -> None:
     config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x", "clip_skip": 2},
                                          "training": {"noise_offset": 0.1}, "method": {"rank": 8}})
-    assert resets_for(config, {"model.family": "sd3"}) == {"training.noise_offset": 0.0, "model.clip_skip": 1}
+    assert resets_for(config, {"model.family": "sd3"}) == {"training.noise_offset": 0.0, "model.clip_skip": 1,
+                                                          "sampling.steps": 28, "sampling.guidance": 5.0}
     assert resets_for(config, {"method.kind": "dreambooth"}) == {"method.rank": 16}
+
+
+def test_the_samples_steps_and_guidance_are_the_familys_own_unless_chosen() -> None:
+    """Every family sampled at guidance 7 and 20 steps where a config named none: a FLUX.2 [klein] project made
+    without a preset, or switched from SD1.5, sampled its LoRA at guidance 7 (burnt pictures; its own is 4)."""
+    klein = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"}})
+    assert (klein.sampling.steps, klein.sampling.guidance) == (28, 4.0)
+    chosen = TrainConfig.model_validate({"model": {"family": "flux2-klein", "base": "x"},
+                                         "sampling": {"guidance": 7.0}})
+    assert (chosen.sampling.steps, chosen.sampling.guidance) == (28, 7.0)
+    assert config_to_data(chosen)["sampling"] == {"guidance": 7.0}  # read back as chosen
+    assert "sampling" not in config_to_data(klein)  # the family's own: read back the same
+    sd15 = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}})
+    assert resets_for(sd15, {"model.family": "flux2-klein"}) == {"sampling.steps": 28, "sampling.guidance": 4.0}
+    own = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}, "sampling": {"guidance": 5.5}})
+    assert resets_for(own, {"model.family": "flux2-klein"}) == {"sampling.steps": 28}  # 5.5 was the person's
 
 
 def test_every_settings_default_is_the_schemas_own_and_a_fresh_copy() -> None:
@@ -109,7 +127,8 @@ def test_another_family_leaves_the_separate_vae_behind() -> None:
 
     sdxl = TrainConfig.model_validate({"model": {"family": "sdxl", "base": "/models/sdxl",
                                                  "vae": "madebyollin/sdxl-vae-fp16-fix"}})
-    assert resets_for(sdxl, {"model.family": "sd3"}) == {"model.vae": None}
+    assert resets_for(sdxl, {"model.family": "sd3"}) == {"model.vae": None, "sampling.steps": 28,
+                                                         "sampling.guidance": 5.0}
     assert resets_for(sdxl, {"training.batch_size": 2}) == {}
     presets = {p.id: p for p in list_presets(include_user=False)}
     assert apply_preset(sdxl, presets["sd3-lora"]).model.vae is None

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.files.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.config.rules.swap_rules import published_blocks
-from studio.core.config.schema import Family, MethodKind, TrainConfig
+from studio.core.config.schema import Family, MethodKind, TrainConfig, own_sampling
 from studio.core.families import FAMILY_NAMES, family
 from studio.core.files import atomic_write_text
 from studio.core.resources import app_root
@@ -345,7 +345,9 @@ def matching_preset(config: TrainConfig, presets: list[Preset]) -> str:
     for preset in presets:
         if preset.family != config.model.family or preset.method != config.method.kind:
             continue
-        wanted = _leaves(preset.delta)
+        # The samples' steps and guidance at the family's own are every config's that names none: no likeness.
+        own: dict[tuple[str, ...], Any] = {("sampling", key): value for key, value in own_sampling(preset.family).items()}
+        wanted = {key: value for key, value in _leaves(preset.delta).items() if own.get(key, object()) != value}
         share = sum(values.get(key) == value for key, value in wanted.items()) / max(len(wanted), 1)
         if (share, len(wanted)) > (best_share, best_size):
             best, best_share, best_size = preset.title, share, len(wanted)

@@ -14,7 +14,7 @@ from tomlkit.exceptions import ParseError
 from tomlkit.items import AoT, Table
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
-from studio.core.config.schema import SCHEMA_VERSION, TrainConfig
+from studio.core.config.schema import SCHEMA_VERSION, TrainConfig, own_sampling
 from studio.core.files import atomic_write_text
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -138,6 +138,15 @@ def config_to_data(config: TrainConfig) -> dict[str, Any]:
     data["schema_version"] = config.schema_version
     data.setdefault("model", {})["family"] = config.model.family
     data["model"]["base"] = config.model.base
+    # The samples' steps and guidance are left out where they are the family's own (what reading the file back
+    # gives): the 7.0 a person chose for a family whose own is 4.0 is written, though it is the schema's default.
+    sampling = data.setdefault("sampling", {})
+    for key, own in own_sampling(config.model.family).items():
+        sampling.pop(key, None)
+        if getattr(config.sampling, key) != own:
+            sampling[key] = getattr(config.sampling, key)
+    if not sampling:
+        del data["sampling"]
     return _drop_none(data)
 
 

@@ -76,8 +76,8 @@ def inert_settings(config: BaseModel) -> list[tuple[str, Any, str]]:
 
 
 def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings that go back to their defaults when `changes` are made: those that would stop acting, and
-    the separate VAE when the family changes."""
+    """The settings that go back to their defaults when `changes` are made: those that would stop acting, and,
+    when the family changes, the separate VAE and the samples' steps and guidance the old family had."""
     def value(key: str) -> Any:
         return changes[key] if key in changes else value_of(config, key)
 
@@ -91,6 +91,11 @@ def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
     other_family = value("model.family") != value_of(config, "model.family")
     if other_family and "model.vae" not in changes and value_of(config, "model.vae") is not None:
         out["model.vae"] = None
+    if other_family:  # the samples' steps and guidance left at the old family's own become the new one's
+        old, new = family(str(value_of(config, "model.family"))), family(str(value("model.family")))
+        for key, attribute in (("sampling.steps", "sample_steps"), ("sampling.guidance", "sample_guidance")):
+            if key not in changes and value_of(config, key) in (getattr(old, attribute), default_of(config, key)):
+                out[key] = getattr(new, attribute)
     return out
 
 
