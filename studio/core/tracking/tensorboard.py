@@ -61,6 +61,9 @@ class TensorBoardLogger:
             raise MissingLogger("tensorboard") from None
         logdir.mkdir(parents=True, exist_ok=True)
         self.logdir = logdir
+        # Files of the legs before (a resumed run): they may hold no start mark (written before the studio wrote
+        # them), and TensorBoard takes the first mark it reads as the run's beginning, not as a restart.
+        self._continues = any(entry.name.startswith(EVENT_FILE_PREFIX) for entry in logdir.iterdir())
         self._event, self._summary = event_pb2, summary_pb2
         self.writer = EventFileWriter(str(logdir), flush_secs=flush_secs)
 
@@ -87,6 +90,15 @@ class TensorBoardLogger:
                                                        .encode()],
                 tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=1)]))
             values.append(summary.Value(tag="config", metadata=text, tensor=tensor))
+        if record.config is not None:
+            # A leg starts (RunStarted): a resumed one trains again from its checkpoint's step, and what the leg
+            # before logged after it was lost with it. TensorBoard's restart mark drops those points, so the loss
+            # and learning-rate curves never turn back on themselves nor show a step twice (as the studio's own).
+            start = self._event.SessionLog(status=self._event.SessionLog.START)
+            for _mark in range(2 if self._continues else 1):
+                self.writer.add_event(self._event.Event(wall_time=when or time.time(), step=record.step + 1,
+                                                        session_log=start))
+            self._continues = False
         if values:
             self.writer.add_event(self._event.Event(wall_time=when or time.time(), step=record.step,
                                                     summary=summary(value=values)))

@@ -139,3 +139,55 @@ def test_exporting_into_the_runs_folder_never_deletes_the_run(tmp_path: Path) ->
     first, _count = export_run(run_dir, tmp_path / "tb")
     again, _count = export_run(run_dir, tmp_path / "tb")
     assert first == again and _read(again)["train/loss"] == [(1, 0.5)]
+
+
+def _leg(run_dir: Path, resumed_from: int, losses: dict[int, float]) -> list[RunStarted | Step]:
+    start = RunStarted(config={}, world_size=1, total_steps=6, devices=["cpu"], resumed_from_step=resumed_from)
+    return [start, *(Step(step=s, epoch=0, loss=loss, lr=1e-4) for s, loss in losses.items())]
+
+
+def _served(logdir: Path, tag: str) -> list[tuple[int, float]]:
+    """A scalar's points as TensorBoard's server reads them (its reader takes the first start mark of a run
+    as its beginning, every later one as a restart)."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+    from tensorboard.util import tensor_util
+
+    acc = plugin_event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    return [(e.step, round(float(tensor_util.make_ndarray(e.tensor_proto)), 6)) for e in acc.Tensors(tag)]
+
+
+# A run killed at step 5 after its checkpoint at step 3, resumed from it: steps 4 and 5 are trained again.
+FIRST_LEG = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.5}
+SECOND_LEG = {4: 0.4, 5: 0.3, 6: 0.2}
+ONCE_EACH = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.4), (5, 0.3), (6, 0.2)]
+
+
+@pytest.mark.parametrize("first_leg_marked", [True, False], ids=["marked", "older-files"])
+def test_a_resumed_runs_live_curves_show_each_step_once_from_the_leg_that_kept_it(
+        tmp_path: Path, first_leg_marked: bool) -> None:
+    """Each leg logs into the run's TensorBoard folder: the steps the killed leg made after its checkpoint are
+    dropped, so the loss curve never turns back on itself (as the studio's own chart). A first leg logged with
+    no start mark (by an earlier studio) is dropped from too."""
+    for number, (resumed_from, losses) in enumerate(((0, FIRST_LEG), (3, SECOND_LEG))):
+        mirror = EventMirror({"tensorboard": open_logger("tensorboard", tmp_path, "run")}, Path, print)
+        events = _leg(tmp_path, resumed_from, losses)
+        for event in events if first_leg_marked or number else events[1:]:
+            mirror.write(event)
+        mirror.close()
+        for path in (tmp_path / "tensorboard").glob("events.out.tfevents.[!0]*"):  # the legs in their order
+            path.rename(path.with_name(f"events.out.tfevents.000000000{number}.leg"))
+    assert _served(tmp_path / "tensorboard", "train/loss") == ONCE_EACH
+
+
+def test_exporting_a_resumed_run_shows_each_step_once(tmp_path: Path) -> None:
+    from studio.core.tracking.tensorboard import export_run
+
+    run_dir = tmp_path / "20260101-000000-resumed"
+    run_dir.mkdir()
+    writer = EventWriter(run_dir / "events.jsonl")
+    for event in [*_leg(run_dir, 0, FIRST_LEG), *_leg(run_dir, 3, SECOND_LEG)]:
+        writer.write(event)
+    writer.close()
+    logdir, _count = export_run(run_dir)
+    assert _served(logdir, "train/loss") == ONCE_EACH
