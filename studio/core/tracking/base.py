@@ -26,6 +26,7 @@ class Record:
     images: list[tuple[str, Path]] = field(default_factory=list)  # (tag, file)
     config: dict[str, object] | None = None
     finished: bool = False
+    failed: bool = False  # a run_finished whose run failed (out of memory, a crash, a diverged loss)
 
 
 def record_of(event: Event, resolve: Callable[[str], Path] = Path) -> Record | None:
@@ -41,7 +42,7 @@ def record_of(event: Event, resolve: Callable[[str], Path] = Path) -> Record | N
     if isinstance(event, RunStarted):
         return Record(event.resumed_from_step, config=event.config)
     if isinstance(event, RunFinished):
-        return Record(event.step, finished=True)
+        return Record(event.step, finished=True, failed=event.status == "failed")
     return None
 
 

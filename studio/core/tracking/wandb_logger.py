@@ -36,6 +36,7 @@ class WandbLogger:
         self.warn = warn
         self.init_timeout = init_timeout if init_timeout is not None else INIT_TIMEOUT_S
         self.offline = False  # True once the start fell back to offline logging
+        self.exit_code: int | None = None  # from the run's end: W&B shows a failed run as failed, not finished
 
     def _start(self, config: dict[str, object] | None) -> Any:
         if self.run is None:
@@ -74,10 +75,12 @@ class WandbLogger:
                 data[tag] = self.wandb.Image(str(path))
         if data:
             run.log(data, step=record.step)
+        if record.finished:
+            self.exit_code = 1 if record.failed else 0
 
     def close(self) -> None:
         if self.run is not None:
-            self.run.finish()
+            self.run.finish(exit_code=self.exit_code)
             self.run = None
             self.wandb.teardown()  # its service process ends with the run, not at the interpreter's exit
 

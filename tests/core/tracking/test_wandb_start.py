@@ -54,3 +54,56 @@ def test_an_unreachable_wandb_server_falls_back_to_offline_with_a_warning(
     assert message.endswith(f"): it logs to W&B offline instead, into {folder}") and path == str(folder)
     assert hint == f"once W&B's server can be reached, send it with `wandb sync {folder}`"
     assert list(folder.glob("*.wandb"))
+
+
+class _FakeRun:
+    def __init__(self) -> None:
+        self.logged: list[tuple[dict[str, object], int]] = []
+        self.exit_code: int | None = -1  # -1: never finished
+
+    def log(self, data: dict[str, object], step: int) -> None:
+        self.logged.append((data, step))
+
+    def finish(self, exit_code: int | None = None) -> None:
+        self.exit_code = exit_code
+
+
+class _FakeWandb:
+    """Stands in for the wandb package: keeps what the studio tells it, never starts a service."""
+
+    def __init__(self) -> None:
+        self.runs: list[_FakeRun] = []
+        self.inits: list[dict[str, object]] = []
+
+    def init(self, **options: object) -> _FakeRun:
+        self.inits.append(options)
+        self.runs.append(_FakeRun())
+        return self.runs[-1]
+
+    def Settings(self, **options: object) -> dict[str, object]:
+        return options
+
+    def teardown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("status", "exit_code"), [("failed", 1), ("completed", 0), ("stopped", 0)])
+def test_wandb_shows_a_failed_run_as_failed_not_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str, exit_code: int) -> None:
+    """A run that ran out of memory or crashed ends its W&B run with a failing exit code, so W&B's run list
+    says "failed" as the studio does (not a green "finished")."""
+    import sys
+
+    from studio.core.runs.events import RunFinished, RunStarted, Step
+    from studio.core.tracking.records import EventMirror, open_logger
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    mirror = EventMirror({"wandb": open_logger("wandb", tmp_path, "run")}, Path, print)
+    for event in (RunStarted(config={}, world_size=1, total_steps=2, devices=["cpu"]),
+                  Step(step=1, epoch=0, loss=0.5, lr=1e-4), RunFinished(status=status, step=1)):
+        mirror.write(event)
+    mirror.close()
+    (run,) = fake.runs
+    assert run.logged == [({"train/loss": 0.5, "train/lr": 1e-4}, 1)]
+    assert (run.exit_code or 0) == exit_code  # W&B reads no exit code as 0
