@@ -22,7 +22,9 @@ def attach_loggers(reporter: Reporter, config: TrainConfig, run_dir: Path) -> No
     loggers: dict[str, Logger] = {}
     try:
         for name in dict.fromkeys(config.output.log_to):
-            loggers[name] = open_logger(name, run_dir, config.output.name, reporter.warn)
+            # Named as the studio names the run (its folder: the time it began and output.name), so runs of one
+            # output.name ("run" unless set) are told apart in W&B's run list as in the studio's.
+            loggers[name] = open_logger(name, run_dir, run_dir.name, reporter.warn)
     except MissingLogger as exc:
         _close(loggers)
         raise TrainError("config", f"output.log_to asks for {exc.name}: {exc}",

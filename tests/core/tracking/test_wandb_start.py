@@ -107,3 +107,27 @@ def test_wandb_shows_a_failed_run_as_failed_not_finished(
     (run,) = fake.runs
     assert run.logged == [({"train/loss": 0.5, "train/lr": 1e-4}, 1)]
     assert (run.exit_code or 0) == exit_code  # W&B reads no exit code as 0
+
+
+def test_wandb_names_the_run_as_the_studio_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs of one output.name (the default "run") are two lines of W&B's run list with the names of their
+    folders, as in the studio's Runs table: not two runs both called "run"."""
+    import sys
+
+    from studio.core.config.schema import TrainConfig
+    from studio.core.runs.events import RunStarted
+    from studio.train.extras.logs import attach_loggers
+    from studio.train.progress.reporting import Reporter
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "x"}, "output": {"log_to": ["wandb"]}})
+    for folder in ("20260101-090000-run", "20260101-100000-run"):
+        run_dir = tmp_path / folder
+        run_dir.mkdir()
+        reporter = Reporter(run_dir, active=True)
+        attach_loggers(reporter, config, run_dir)
+        reporter.emit(RunStarted(config={}, world_size=1, total_steps=1, devices=["cpu"]))
+        reporter.close()
+    assert [(init["name"], init["id"]) for init in fake.inits] == [
+        ("20260101-090000-run", "20260101-090000-run"), ("20260101-100000-run", "20260101-100000-run")]
