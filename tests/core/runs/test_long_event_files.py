@@ -145,6 +145,19 @@ def test_the_last_leg_decides_how_a_resumed_run_ended(tmp_path: Path) -> None:
     assert finished is not None and finished.status == "stopped" and error is None
 
 
+def test_a_resumed_run_reports_no_validation_of_the_training_it_lost(tmp_path: Path) -> None:
+    """Killed at step 6 after validating at steps 4 and 6, resumed from the checkpoint at step 4, stopped at step
+    5: its last line names the loss at step 4, never the killed leg's at step 6 (a step it never reached)."""
+    events = tmp_path / "events.jsonl"
+    write_events(events, [RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"]),
+                          *(step_event(s) for s in range(1, 5)), Validation(step=4, loss=0.25, images=2),
+                          *(step_event(s) for s in range(5, 7)), Validation(step=6, loss=0.125, images=2),
+                          RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"], resumed_from_step=4),
+                          step_event(5), RunFinished(status="stopped", step=5)])
+    line = outcome_line(tmp_path, 0)
+    assert "run stopped at step 5; validation loss 0.2500 at step 4" in line and "at step 6" not in line
+
+
 def test_reading_back_in_small_windows_cuts_no_line(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     write_events(events, [step_event(s) for s in range(1, 40)], tail='{"v": 1, "type": "step", "step"')
