@@ -158,6 +158,24 @@ def test_a_resumed_run_reports_no_validation_of_the_training_it_lost(tmp_path: P
     assert "run stopped at step 5; validation loss 0.2500 at step 4" in line and "at step 6" not in line
 
 
+def test_the_runs_table_shows_no_validation_of_the_training_a_long_resumed_run_lost(tmp_path: Path) -> None:
+    """A long run killed after validating at step 6, resumed from its checkpoint at step 4 and stopped at step 5
+    a megabyte of steps later: its row shows the loss at step 4 (the killed leg's at step 6 was lost with it)."""
+    events = tmp_path / "events.jsonl"
+    write_events(events, [RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"])])
+    line = (step_event(3).to_json() + "\n").encode()
+    with open(events, "ab") as handle:
+        handle.write(line * (BIG_BYTES // 2 // len(line)))  # read at its two ends only
+    write_events(events, [step_event(4), Validation(step=4, loss=0.25, images=2), step_event(5), step_event(6),
+                          Validation(step=6, loss=0.125, images=2),
+                          RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"], resumed_from_step=4)])
+    again = (step_event(5).to_json() + "\n").encode()
+    with open(events, "ab") as handle:
+        handle.write(again * ((2 << 20) // len(again)))  # more than the tail the table reads
+    write_events(events, [RunFinished(status="stopped", step=5)])
+    assert summarize_run(tmp_path, never_alive).validation_loss == 0.25
+
+
 def test_reading_back_in_small_windows_cuts_no_line(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     write_events(events, [step_event(s) for s in range(1, 40)], tail='{"v": 1, "type": "step", "step"')

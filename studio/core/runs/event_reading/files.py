@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from studio.core.protocol.tail import FileTail
-from studio.core.runs.events import Event, UnknownEvent
+from studio.core.runs.events import Event, RunStarted, UnknownEvent, Validation
 from studio.core.runs.tail import decode_event
 
 HEAD_BYTES = 256 << 10  # the first event (run_started with its config) fits many times over
@@ -83,6 +83,21 @@ def events_backwards(path: str | Path, kinds: tuple[str, ...] = (), limit: int =
 def newest_event(path: str | Path, kinds: tuple[str, ...], limit: int = TAIL_LIMIT_BYTES) -> Event | None:
     """The last event of one of `kinds` within `limit` bytes of the end (None where there is none)."""
     return next(events_backwards(path, kinds, limit), None)
+
+
+def last_kept_validation(path: str | Path, limit: int = TAIL_LIMIT_BYTES) -> Validation | None:
+    """The run's last validation within `limit` bytes of the end (None where there is none).
+
+    A leg resumed from a checkpoint trains again the steps the leg before made after it: a validation the
+    killed leg measured after that checkpoint belongs to training that was lost, never to this run (a run
+    stopped at step 450 does not report a loss "at step 500")."""
+    kept = None  # the steps still the run's: up to the checkpoint of the earliest leg resumed since
+    for event in events_backwards(path, (Validation.type, RunStarted.type), limit):
+        if isinstance(event, RunStarted):
+            kept = event.resumed_from_step if kept is None else min(kept, event.resumed_from_step)
+        elif isinstance(event, Validation) and (kept is None or event.step <= kept):
+            return event
+    return None
 
 
 def tail_events(path: str | Path, max_bytes: int) -> list[Event]:

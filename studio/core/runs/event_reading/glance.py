@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from studio.core.runs.event_reading.files import head_events, newest_event, tail_events
-from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
+from studio.core.runs.event_reading.files import head_events, last_kept_validation, tail_events
+from studio.core.runs.events import Error, RunFinished, RunStarted
 from studio.core.runs.folders import EVENTS_FILE
 from studio.core.runs.records.run_model import RunModel, replay_run
 
@@ -100,8 +100,8 @@ def _ends(path: Path, size: int) -> Glance:
     both = head is not tail
     validation = tail.validation_loss.last()
     if validation is None:  # validated less often than the tail holds steps: look further back
-        found = newest_event(path, (Validation.type,))
-        validation = found.loss if isinstance(found, Validation) else head.validation_loss.last()
+        found = last_kept_validation(path)  # never one of training a resumed leg made again
+        validation = found.loss if found is not None else head.validation_loss.last()
     errors = tail.errors or head.errors
     duration = tail.elapsed_s()
     if both:  # the tail's own clock, plus the time from the first event to the tail's (pauses there unknown)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from studio.core.app_words import command_or_action
 from studio.core.quoting import command_line
-from studio.core.runs.event_reading.files import events_backwards
+from studio.core.runs.event_reading.files import events_backwards, last_kept_validation
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 from studio.core.runs.records.phase_times import phase_summary
@@ -44,21 +44,10 @@ def last_finish(run_dir: Path) -> tuple[RunFinished | None, Error | None]:
 
 
 def last_validation(run_dir: Path) -> Validation | None:
-    """The run's last validation loss (None where it measured none in the last few MB of events).
-
-    A leg resumed from a checkpoint trains again the steps the leg before made after it: a validation the
-    killed leg measured after that checkpoint belongs to training that was lost, never to this run (a run
-    stopped at step 450 does not report a loss "at step 500")."""
+    """The run's last validation loss (None where it measured none in the last few MB of events, or only in
+    training a resumed leg made again)."""
     events = run_dir / EVENTS_FILE
-    if not events.is_file():
-        return None
-    kept = None  # the steps still the run's: up to the checkpoint of the earliest leg resumed since
-    for event in events_backwards(events, (Validation.type, RunStarted.type)):
-        if isinstance(event, RunStarted):
-            kept = event.resumed_from_step if kept is None else min(kept, event.resumed_from_step)
-        elif isinstance(event, Validation) and (kept is None or event.step <= kept):
-            return event
-    return None
+    return last_kept_validation(events) if events.is_file() else None
 
 
 def _validation_text(run_dir: Path) -> str:
