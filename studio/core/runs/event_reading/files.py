@@ -80,11 +80,6 @@ def events_backwards(path: str | Path, kinds: tuple[str, ...] = (), limit: int =
                         yield event
 
 
-def newest_event(path: str | Path, kinds: tuple[str, ...], limit: int = TAIL_LIMIT_BYTES) -> Event | None:
-    """The last event of one of `kinds` within `limit` bytes of the end (None where there is none)."""
-    return next(events_backwards(path, kinds, limit), None)
-
-
 def last_kept_validation(path: str | Path, limit: int = TAIL_LIMIT_BYTES) -> Validation | None:
     """The run's last validation within `limit` bytes of the end (None where there is none).
 
