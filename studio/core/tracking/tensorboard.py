@@ -125,12 +125,19 @@ def export_run(run_dir: Path, into: Path | None = None,
     from studio.core.runs.events import RunStarted
     from studio.core.runs.folders import EVENTS_FILE
     from studio.core.runs.records.run_model import RunModel
+    from studio.core.runs.scheduling.lock import trainer_alive
     from studio.core.tracking.base import record_of
 
     events = run_dir / EVENTS_FILE
     if not events.is_file():
         raise FileNotFoundError(f"{run_dir} holds no {EVENTS_FILE}: it is not a run folder")
     logdir = (into / run_dir.name) if into is not None else run_dir / TENSORBOARD_DIR
+    if into is None and logdir.exists() and trainer_alive(run_dir):
+        # Its trainer logs there itself (output.log_to): written anew, the live file would go and its later
+        # points with it.
+        raise FileExistsError(f"{run_dir.name} is training and writes {logdir} itself: view it there "
+                              f"(tensorboard --logdir {logdir}), or export into another folder with --into; "
+                              "nothing was deleted")
     if logdir.exists() or logdir.is_symlink():
         # Written anew, but only over TensorBoard's own files: `--into runs` names the run folder itself, and
         # another folder there of the run's name may hold anything.

@@ -191,3 +191,30 @@ def test_exporting_a_resumed_run_shows_each_step_once(tmp_path: Path) -> None:
     writer.close()
     logdir, _count = export_run(run_dir)
     assert _served(logdir, "train/loss") == ONCE_EACH
+
+
+def test_exporting_a_run_that_logs_to_tensorboard_while_it_trains_keeps_its_live_file(tmp_path: Path) -> None:
+    """The default export folder of a run is the folder its trainer writes live (output.log_to): written anew
+    while the run trained, the live file went, and every point after it with it."""
+    from studio.core.runs.scheduling.lock import RunLock
+    from studio.core.tracking.tensorboard import export_run
+
+    run_dir = tmp_path / "runs" / "20260101-000000-live"
+    run_dir.mkdir(parents=True)
+    writer = EventWriter(run_dir / "events.jsonl")
+    writer.write(RunStarted(config={}, world_size=1, total_steps=9, devices=["cpu"]))
+    writer.write(Step(step=1, epoch=0, loss=0.5, lr=1e-4))
+    writer.close()
+    live = run_dir / "tensorboard" / "events.out.tfevents.1.live"
+    live.parent.mkdir()
+    live.write_bytes(b"the trainer's own")
+    lock = RunLock(run_dir).acquire()  # the trainer holds its run folder
+    try:
+        with pytest.raises(FileExistsError, match=r"is training and writes .* itself: view it there"):
+            export_run(run_dir)
+        assert live.read_bytes() == b"the trainer's own"
+        folder, count = export_run(run_dir, tmp_path / "tb")  # elsewhere: written
+        assert folder == tmp_path / "tb" / run_dir.name and count
+    finally:
+        lock.release()
+    assert export_run(run_dir)[0] == run_dir / "tensorboard"  # the run ended: written anew
