@@ -54,7 +54,9 @@ def adapter_config(method: MethodSection, targets: list[str], rank: int, alpha: 
     if method.network == "loha":
         return LoHaConfig(rank_dropout=method.dropout, init_weights=True, **common)
     if method.network == "lokr":
-        return LoKrConfig(rank_dropout=method.dropout, init_weights=True,
+        # The kept rows scaled up as a LoHa's are (and a LoRA's dropout is): unscaled, training saw a LoKr at
+        # (1 - dropout) of its strength on average, and the samples and the file apply all of it.
+        return LoKrConfig(rank_dropout=method.dropout, rank_dropout_scale=True, init_weights=True,
                           decompose_factor=method.lokr_factor or -1, **common)
     lora_alpha = common.pop("alpha")
     return LoraConfig(lora_alpha=lora_alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
