@@ -44,3 +44,51 @@ def test_dropout_trains_the_strength_the_samples_apply(network: str) -> None:
         trained = torch.stack([model(x) - base for _ in range(400)]).mean(0)  # what the steps saw, on average
     ratio = float((trained * applied).sum() / (applied * applied).sum())
     assert ratio == pytest.approx(1.0, abs=0.1), f"training saw {ratio:.2f} of the {network}'s applied strength"
+
+
+def _tiny_unet() -> Any:
+    from diffusers import UNet2DConditionModel
+
+    return UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32, norm_num_groups=8, attention_head_dim=4)
+
+
+@pytest.mark.parametrize(("targets", "words", "hint"), [
+    (["to_q", "to_kk"], "names \"to_kk\", which is no layer of the unet", "to_out.0 in attention"),
+    (["to_qq"], "names \"to_qq\", which is no layer of the unet", "leave method.target_modules empty"),
+    (["to_q", "to_out"], "names \"to_out\", a ModuleList", "name the layers inside it (to_out.0)"),
+    (["attn1"], "names \"attn1\", a Attention", "(attn1.to_q, attn1.to_k, attn1.to_v, attn1.to_out.0)"),
+])
+def test_a_target_module_that_wraps_no_layer_is_refused_with_what_to_do(make_config: Any, targets: list[str],
+                                                                        words: str, hint: str) -> None:
+    """A typo in method.target_modules trained fewer layers than asked without a word (when another name matched)
+    or ended the run with a traceback; so did a block or a list of layers."""
+    from types import SimpleNamespace
+
+    from studio.train.errors import TrainError
+    from studio.train.families import adapter_for
+
+    adapter = adapter_for(make_config(method=MethodSection(target_modules=targets)))
+    with pytest.raises(TrainError) as refused:
+        adapter.add_lora(SimpleNamespace(denoiser=_tiny_unet(), text_encoders=[]))  # type: ignore[arg-type]
+    assert refused.value.kind == "config"
+    assert words in refused.value.message
+    assert hint in refused.value.hint
+
+
+def test_target_modules_that_name_layers_wrap_them(make_config: Any) -> None:
+    from types import SimpleNamespace
+
+    from studio.train.families import adapter_for
+
+    unet = _tiny_unet()
+    adapter = adapter_for(make_config(method=MethodSection(target_modules=["to_q", "to_out.0", "proj_in"])))
+    adapter.add_lora(SimpleNamespace(denoiser=unet, text_encoders=[]))  # type: ignore[arg-type]
+    from studio.train.networks.lycoris import adapter_scales
+
+    wrapped = set(adapter_scales(unet))
+    assert "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q" in wrapped
+    assert "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0" in wrapped
+    assert "down_blocks.0.attentions.0.proj_in" in wrapped
