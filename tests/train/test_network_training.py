@@ -92,3 +92,21 @@ def test_target_modules_that_name_layers_wrap_them(make_config: Any) -> None:
     assert "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q" in wrapped
     assert "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0" in wrapped
     assert "down_blocks.0.attentions.0.proj_in" in wrapped
+
+
+def test_sd3_blocks_wrap_the_target_modules_named_as_without_blocks(make_config: Any) -> None:
+    """With method.blocks a bare name ("to_q") was joined to the block's (transformer_blocks.1.to_q, no layer): with
+    another name beside it that one was trained alone without a word, alone it ended the run with a traceback."""
+    from types import SimpleNamespace
+
+    from diffusers import SD3Transformer2DModel
+
+    from studio.train.families import adapter_for
+    from studio.train.networks.lycoris import adapter_scales
+
+    transformer = SD3Transformer2DModel(
+        sample_size=8, patch_size=2, in_channels=4, num_layers=3, attention_head_dim=8, num_attention_heads=2,
+        joint_attention_dim=32, caption_projection_dim=16, pooled_projection_dim=16, out_channels=4)
+    adapter = adapter_for(make_config("sd3", method=MethodSection(blocks=[1], target_modules=["to_q", "attn.to_k"])))
+    adapter.add_lora(SimpleNamespace(denoiser=transformer, text_encoders=[]))  # type: ignore[arg-type]
+    assert sorted(adapter_scales(transformer)) == ["transformer_blocks.1.attn.to_k", "transformer_blocks.1.attn.to_q"]
