@@ -110,3 +110,20 @@ def test_sd3_blocks_wrap_the_target_modules_named_as_without_blocks(make_config:
     adapter = adapter_for(make_config("sd3", method=MethodSection(blocks=[1], target_modules=["to_q", "attn.to_k"])))
     adapter.add_lora(SimpleNamespace(denoiser=transformer, text_encoders=[]))  # type: ignore[arg-type]
     assert sorted(adapter_scales(transformer)) == ["transformer_blocks.1.attn.to_k", "transformer_blocks.1.attn.to_q"]
+
+
+def test_sd3_blocks_with_target_modules_outside_them_are_refused(make_config: Any) -> None:
+    from types import SimpleNamespace
+
+    from diffusers import SD3Transformer2DModel
+
+    from studio.train.errors import TrainError
+    from studio.train.families import adapter_for
+
+    transformer = SD3Transformer2DModel(
+        sample_size=8, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=2,
+        joint_attention_dim=32, caption_projection_dim=16, pooled_projection_dim=16, out_channels=4)
+    adapter = adapter_for(make_config("sd3", method=MethodSection(blocks=[0], target_modules=["context_embedder"])))
+    with pytest.raises(TrainError) as refused:
+        adapter.add_lora(SimpleNamespace(denoiser=transformer, text_encoders=[]))  # type: ignore[arg-type]
+    assert "names no layer inside the blocks method.blocks chooses (0)" in refused.value.message

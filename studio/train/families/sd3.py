@@ -114,9 +114,15 @@ class SD3Adapter(FamilyAdapter):
         # Each name matched inside the chosen blocks as it is matched without them (a layer's path or its end): a
         # bare "to_q" became transformer_blocks.N.to_q, which names no layer (the run ended with a traceback, or
         # trained the other names only without a word).
-        return [name for block in sorted(set(blocks)) for name in self.block_layers.get(block, [])
-                if any(name == f"transformer_blocks.{block}.{target}" or name.endswith(f".{target}")
-                       for target in targets)]
+        inside = [name for block in sorted(set(blocks)) for name in self.block_layers.get(block, [])
+                  if any(name == f"transformer_blocks.{block}.{target}" or name.endswith(f".{target}")
+                         for target in targets)]
+        if not inside:
+            raise TrainError("config", f"method.target_modules ({', '.join(targets)}) names no layer inside the "
+                             f"blocks method.blocks chooses ({', '.join(map(str, sorted(set(blocks))))})",
+                             "name layers of the joint blocks (attn.to_q, attn.to_out.0, ff.net.2), or leave "
+                             "method.blocks empty to train layers outside them")
+        return inside
 
     def add_lora(self, components: Components) -> None:
         count = len(getattr(components.denoiser, "transformer_blocks", []))
