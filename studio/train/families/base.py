@@ -144,9 +144,15 @@ class FamilyAdapter(ABC):
     def add_lora(self, components: Components) -> None:
         """Wrap the target modules (and, when asked, the text encoders') with the configured adapter:
         LoRA, LoCon (LoRA on the convolution layers too), LoHa or LoKr."""
-        from studio.train.networks.lycoris import adapter_config, conv_targets, uses_convolutions
+        from studio.train.networks.lycoris import (
+            adapter_config,
+            check_targets,
+            conv_targets,
+            uses_convolutions,
+        )
 
         method = self.config.method
+        check_targets(components.denoiser, list(method.target_modules), self.denoiser_name)
         convolutions = conv_targets(components.denoiser) if uses_convolutions(method) else []
         components.denoiser.add_adapter(adapter_config(  # type: ignore[operator]
             method, self.lora_targets(), method.rank, method.lora_alpha, convolutions))

@@ -69,6 +69,7 @@ class SD3Adapter(FamilyAdapter):
 
     joint_attention_dim = 4096
     blocks = 0  # the transformer's joint blocks (add_lora)
+    block_layers: dict[int, list[str]]  # each joint block's layers by their full names (add_lora)
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import StableDiffusion3Pipeline
@@ -110,7 +111,18 @@ class SD3Adapter(FamilyAdapter):
         blocks = self.config.method.blocks
         if not blocks:
             return targets
-        return [f"transformer_blocks.{block}.{target}" for block in sorted(set(blocks)) for target in targets]
+        # Each name matched inside the chosen blocks as it is matched without them (a layer's path or its end): a
+        # bare "to_q" became transformer_blocks.N.to_q, which names no layer (the run ended with a traceback, or
+        # trained the other names only without a word).
+        inside = [name for block in sorted(set(blocks)) for name in self.block_layers.get(block, [])
+                  if any(name == f"transformer_blocks.{block}.{target}" or name.endswith(f".{target}")
+                         for target in targets)]
+        if not inside:
+            raise TrainError("config", f"method.target_modules ({', '.join(targets)}) names no layer inside the "
+                             f"blocks method.blocks chooses ({', '.join(map(str, sorted(set(blocks))))})",
+                             "name layers of the joint blocks (attn.to_q, attn.to_out.0, ff.net.2), or leave "
+                             "method.blocks empty to train layers outside them")
+        return inside
 
     def add_lora(self, components: Components) -> None:
         count = len(getattr(components.denoiser, "transformer_blocks", []))
@@ -120,6 +132,8 @@ class SD3Adapter(FamilyAdapter):
                              f"does not have ({wrong}); it has {count} blocks",
                              f"use block indices from 0 to {count - 1}, or leave method.blocks empty for all")
         self.blocks = count
+        self.block_layers = {index: [f"transformer_blocks.{index}.{name}" for name, _ in block.named_modules() if name]
+                             for index, block in enumerate(getattr(components.denoiser, "transformer_blocks", []))}
         super().add_lora(components)
 
     def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],

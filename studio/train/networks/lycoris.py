@@ -14,10 +14,13 @@ from typing import Any
 import torch
 
 from studio.core.config.schema import MethodSection
+from studio.train.errors import TrainError
 
 LYCORIS = ("loha", "lokr")
 # The UNet blocks whose convolutions LoCon, LoHa and LoKr adapt (sd-scripts' UNET_TARGET_REPLACE_MODULE_CONV2D_3X3).
 CONV_BLOCKS = ("ResnetBlock2D", "Downsample2D", "Upsample2D")
+# The layers an adapter wraps (a LoHa or LoKr: linear and convolution layers only).
+ADAPTABLE = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Embedding)
 
 
 def conv_targets(denoiser: torch.nn.Module) -> list[str]:
@@ -30,6 +33,28 @@ def conv_targets(denoiser: torch.nn.Module) -> list[str]:
             if child and isinstance(layer, torch.nn.Conv2d):
                 found.append(f"{name}.{child}")
     return found
+
+
+def check_targets(denoiser: torch.nn.Module, targets: list[str], component: str) -> None:
+    """Refuse a name of method.target_modules that wraps nothing: the adapter wraps each layer whose full name is
+    the name or ends with "." and it. A name of no layer was skipped without a word when another name matched (a
+    typo trained fewer layers than asked) and ended the run with a traceback when none did; a block ("attn1") or
+    a list of layers ("to_out") ended it with a traceback too."""
+    layers = dict(denoiser.named_modules())
+    for target in targets:
+        found = [name for name in layers if name == target or name.endswith(f".{target}")]
+        if not found:
+            raise TrainError("config", f"method.target_modules names \"{target}\", which is no layer of the "
+                             f"{component}", "use the names of its linear or convolution layers (to_q, to_k, to_v, "
+                             "to_out.0 in attention), or leave method.target_modules empty for the family's own")
+        wrong = next((name for name in found if not isinstance(layers[name], ADAPTABLE)), None)
+        if wrong is not None:
+            inside = [f"{target}.{child}" for child, layer in layers[wrong].named_modules()
+                      if child and isinstance(layer, ADAPTABLE)]
+            within = f"name the layers inside it ({', '.join(inside[:4])})" if inside else "remove it"
+            raise TrainError("config", f"method.target_modules names \"{target}\", a {type(layers[wrong]).__name__} "
+                             f"({wrong}), and the adapter wraps linear and convolution layers only",
+                             f"{within}, or leave method.target_modules empty for the family's own")
 
 
 def uses_convolutions(method: MethodSection) -> bool:
@@ -54,7 +79,9 @@ def adapter_config(method: MethodSection, targets: list[str], rank: int, alpha: 
     if method.network == "loha":
         return LoHaConfig(rank_dropout=method.dropout, init_weights=True, **common)
     if method.network == "lokr":
-        return LoKrConfig(rank_dropout=method.dropout, init_weights=True,
+        # The kept rows scaled up as a LoHa's are (and a LoRA's dropout is): unscaled, training saw a LoKr at
+        # (1 - dropout) of its strength on average, and the samples and the file apply all of it.
+        return LoKrConfig(rank_dropout=method.dropout, rank_dropout_scale=True, init_weights=True,
                           decompose_factor=method.lokr_factor or -1, **common)
     lora_alpha = common.pop("alpha")
     return LoraConfig(lora_alpha=lora_alpha, lora_dropout=method.dropout, init_lora_weights="gaussian",
