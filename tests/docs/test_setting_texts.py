@@ -38,3 +38,18 @@ def test_the_openings_are_read() -> None:
     assert _named_families("SD1.5: take the text encoder's output") == {"sd15"}
     assert _named_families("Flow matching: how the timesteps are drawn.") is None
     assert _named_families("LoRA: weight-decomposed LoRA (DoRA).") is None
+
+
+def test_what_a_refusal_offers_instead_acts_for_the_family_refused() -> None:
+    # A FLUX.2 [klein] run refused training.shift was told to use training.noise_offset, refused in turn.
+    conditional = set(conditional_keys())
+    wrong = []
+    for key in conditional:
+        owners = declaration_of(key)
+        instead = next(s for owner in owners if (s := owner.setting(key)) is not None).instead
+        offered = set(re.findall(r"\b(?:model|method|dataset|training|sampling|output)\.[a-z0-9_]+", instead)) - {key}
+        for spec in FAMILIES:
+            if spec not in owners:
+                wrong += [f"{spec.name}, {key}: offers {other}" for other in sorted(offered)
+                          if other in conditional and spec not in declaration_of(other)]
+    assert wrong == []

@@ -34,7 +34,7 @@ FLOW_MATCHING: tuple[Setting, ...] = (
             "DDPM families draw timesteps uniformly; leave it at 1.29",
             needs=(Condition("training.timestep_sampling", ("mode",)),)),
     Setting("training.shift", "shifts the flow-matching noise levels (sigmas) towards noise",
-            "DDPM families have a fixed noise schedule; use training.noise_offset; leave it empty"),
+            "this family trains on its scheduler's own noise levels, unshifted; leave it empty"),
 )
 
 # Settings every family has that act only for one method or together with other settings.
