@@ -26,6 +26,8 @@ def test_the_title_says_the_promise(preset: Any) -> None:
     found = re.search(r"\((?:(\d+) × )?(\d+) GB", preset.title)
     if found is not None:  # "SD1.5 LoRA" names none
         assert (int(found.group(1) or 1), float(found.group(2))) == (preset.gpus, preset.min_vram_gb)
+    for card in re.findall(r"\b(?:in|on an?) (\d+) GB\b", preset.description):  # "at 1024 px in 6 GB"
+        assert float(card) == preset.min_vram_gb
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.id for p in PRESETS])
