@@ -51,7 +51,10 @@ def desktop_app(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_desktop_app_shows_no_studio_train_command(desktop_app: None, tmp_path: Path) -> None:
     said = _messages(tmp_path)
     assert {place: text for place, text in said.items() if "studio-train" in text or not text} == {}
-    assert "the Download button on the Model & Preset page" in said["train: base not downloaded"]
+    # Once named "the Download button on the Model & Preset page", which the page does not have.
+    assert said["train: base not downloaded"] == ("Base model someone/not-downloaded-model is no folder or file here "
+                                                  "and no downloaded hub model: download it first: Train offers to; "
+                                                  "or choose a model folder or file.")
     assert "Resume on the Train or Runs page" in said["train page: the trainer ended"]
     assert "export the run on the Export page" in said["train: more processes than GPUs"]
     assert "press Install in Tools → Training Environment" in said["training environment: not installed"]

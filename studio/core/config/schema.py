@@ -273,17 +273,17 @@ class TrainingSection(Section):
     noise_offset: float = Field(default=0.0, ge=0.0, le=1.0, description="Noise offset (brighter/darker images).")
     min_snr_gamma: float | None = Field(default=None, gt=0.0, le=100.0, description="Min-SNR loss weighting gamma (5 is common).")
     timestep_sampling: Literal["logit_normal", "mode", "uniform"] = Field(
-        default="logit_normal", description="SD3: how flow-matching timesteps are drawn."
+        default="logit_normal", description="Flow matching: how the timesteps are drawn."
     )
     loss_weighting: Literal["none", "sigma_sqrt", "cosmap"] = Field(
-        default="none", description="SD3: flow-matching loss weighting."
+        default="none", description="Flow matching: how the loss is weighted per noise level."
     )
-    logit_mean: float = Field(default=0.0, description="SD3: logit-normal mean.")
-    logit_std: float = Field(default=1.0, gt=0.0, description="SD3: logit-normal standard deviation.")
-    mode_scale: float = Field(default=1.29, description="SD3: scale of the mode sampling scheme.")
+    logit_mean: float = Field(default=0.0, description="Flow matching: logit-normal mean.")
+    logit_std: float = Field(default=1.0, gt=0.0, description="Flow matching: logit-normal standard deviation.")
+    mode_scale: float = Field(default=1.29, description="Flow matching: scale of the mode sampling scheme.")
     shift: float | None = Field(
         default=None, gt=0.0, le=100.0,
-        description="SD3: shift of the flow-matching noise levels (higher trains more at high noise, as for "
+        description="SD3 and Z-Image: shift of the flow-matching noise levels (higher trains more at high noise, as for "
         "larger images); empty means the scheduler's own (3.0 for SD3).",
     )
     seed: int = Field(default=42, ge=0, le=2**32 - 1, description="Random seed.")

@@ -34,7 +34,7 @@ FLOW_MATCHING: tuple[Setting, ...] = (
             "DDPM families draw timesteps uniformly; leave it at 1.29",
             needs=(Condition("training.timestep_sampling", ("mode",)),)),
     Setting("training.shift", "shifts the flow-matching noise levels (sigmas) towards noise",
-            "DDPM families have a fixed noise schedule; use training.noise_offset; leave it empty"),
+            "this family trains on its scheduler's own noise levels, unshifted; leave it empty"),
 )
 
 # Settings every family has that act only for one method or together with other settings.
@@ -130,12 +130,12 @@ NEUTRAL: dict[str, str] = {
 BLOCK_SWAP = Setting("model.blocks_to_swap", "keeps the frozen weights of the denoiser's last blocks in system memory",
                      "it swaps the repeated transformer blocks of a LoRA's frozen base (a UNet family has none, and "
                      "a full fine-tune trains the very weights it would keep away); lower the memory with "
-                     "training.gradient_checkpointing or model.fp8_base instead, and leave it at 0",
+                     "training.gradient_checkpointing instead (a LoRA also with model.fp8_base), and leave it at 0",
                      methods=_LORA)
 
 # Settings of one family, each declared by the family that has it.
 CLIP_SKIP = Setting("model.clip_skip", "picks the text encoder's layer, counted from the end",
-                    "this family always uses its text encoders' penultimate layer; leave it at 1")
+                    "this family always takes the text encoder layers its own pipeline takes; leave it at 1")
 T5 = Setting("model.use_t5", "loads the T5 text encoder", "this family has no T5 text encoder; leave it off")
 BLOCKS = Setting("method.blocks", "limits the LoRA to some transformer blocks",
                  "leave it empty (a DreamBooth run trains every block; method.target_modules chooses a LoRA's "

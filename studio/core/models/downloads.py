@@ -379,8 +379,9 @@ def _network_errors(errors: Any) -> tuple[type[Exception], ...]:
 def _gated(repo_id: str, token: str | None) -> DownloadError:
     why = "the stored token may not read it" if token else "it needs a Hugging Face token"
     return DownloadError(f"{repo_id} is gated ({why}): accept its licence at https://huggingface.co/{repo_id} "
-                         "while signed in, then store a token of that account (Download → Token"
-                         + command_or_action(", or `studio-train download --set-token`", "") + ").", gated=True)
+                         "while signed in, then store a token of that account"
+                         + command_or_action(" (`studio-train download --set-token`)", ": the download asks for it")
+                         + ".", gated=True)
 
 
 def _disk_full(repo_id: str, storage: Path, left: list[RemoteFile], exc: BaseException) -> DownloadError | None:

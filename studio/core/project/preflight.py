@@ -185,10 +185,11 @@ def _check_cached_model(repo_id: str, revision: str | None) -> PreflightProblem 
     if known is None and snapshot is None:
         what = "is no folder or file here and no downloaded hub model"
     return PreflightProblem(
-        "model", f"Base model {repo_id} {what}: download it first with "
-                 + command_or_action(f"`studio-train download {shlex.quote(repo_id)}`{size} or ", "")
-                 + f"the Download button on the Model & Preset page{command_or_action('', size)}, or choose a model "
-                 "folder or file.",
+        # The studio's Train asks to download it (the Model page's list has no Download button).
+        "model", f"Base model {repo_id} {what}: download it first"
+                 + command_or_action(f" with `studio-train download {shlex.quote(repo_id)}`{size} (or press Train "
+                                     "in the studio, which offers to),", f": Train offers to{size};")
+                 + " or choose a model folder or file.",
         can_confirm=True, download=repo_id)
 
 

@@ -86,6 +86,9 @@ class BaseModelCheck:
             snapshot = cached_snapshot(base, model.revision)
             if snapshot is not None and not missing_components(snapshot):
                 return f"✓ Hub id {base}: downloaded, it trains with no network."
+            if known is None:  # the list below holds the models the studio knows, not this one
+                how = command_or_action(f", or run `studio-train download {shlex.quote(base)}`", "")
+                return f"Hub id {base}: not on this machine yet; Train offers to download it{how}."
             how = command_or_action(f" (or with `studio-train download {shlex.quote(base)}`)", "")
             return f"Hub id {base}: not on this machine yet. Download it from the list below{how} before training."
         return f"✗ Not found: {path}. Choose a folder or file that exists."

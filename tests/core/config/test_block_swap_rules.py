@@ -50,3 +50,13 @@ def test_compiling_the_swapped_blocks_is_refused() -> None:
 
 def test_a_negative_count_is_refused() -> None:
     assert "model.blocks_to_swap" in _refusal({"model": {"family": "sd3", "base": "m", "blocks_to_swap": -1}})
+
+
+def test_a_full_fine_tune_is_offered_what_it_accepts_instead() -> None:
+    # The refusal once offered model.fp8_base to a DreamBooth run, which refuses fp8 in turn.
+    dreambooth = {"model": {"family": "sd3", "base": "m"}, "method": {"kind": "dreambooth"}}
+    text = _refusal({**dreambooth, "model": {**dreambooth["model"], "blocks_to_swap": 4}})
+    assert "training.gradient_checkpointing" in text
+    validate_data({**dreambooth, "training": {"gradient_checkpointing": True}})
+    assert "model.fp8_base" not in text.replace("a LoRA also with model.fp8_base", "")
+    _refusal({**dreambooth, "model": {**dreambooth["model"], "fp8_base": True}})  # why it is offered to a LoRA only

@@ -36,3 +36,17 @@ def test_progress_done_and_error_read_back_as_written() -> None:
 def test_a_malformed_download_line_is_refused_with_the_field_it_names(line: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         DOWNLOAD_MESSAGES.parse(line)
+
+
+@pytest.mark.parametrize("in_app", [False, True])
+def test_a_gated_model_says_how_to_give_a_token_where_the_person_is(in_app: bool,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # It named "Download → Token", a control neither the window nor the command line has.
+    from studio.core import app_words
+    from studio.core.models.downloads import _gated
+
+    monkeypatch.setattr(app_words, "in_desktop_app", lambda: in_app)
+    message = str(_gated("org/gated", None))
+    assert "→" not in message
+    assert message.endswith(": the download asks for it." if in_app else
+                            " (`studio-train download --set-token`).")

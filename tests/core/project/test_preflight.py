@@ -74,7 +74,7 @@ def test_a_model_not_downloaded_says_how_to_get_it(tmp_path: Path, hub_cache: Pa
     (problem,) = preflight(resolve_paths(config, root))
     assert problem.message == (
         f"Base model {HUB_ID} is not on this machine: download it first with `studio-train download {HUB_ID}` "
-        "(about 4.3 GB) or the Download button on the Model & Preset page, or choose a model folder or file.")
+        "(about 4.3 GB) (or press Train in the studio, which offers to), or choose a model folder or file.")
     assert problem.can_confirm and problem.download == HUB_ID
 
 
@@ -258,8 +258,8 @@ def test_studio_train_run_exits_2_before_starting_anything(
     config, root = _project(tmp_path)
     code, err = _run_cli(config, root, capsys)
     assert code == EXIT_INVALID and err == f"error: Base model {HUB_ID} is not on this machine: download it " \
-        f"first with `studio-train download {HUB_ID}` (about 4.3 GB) or the Download button on the Model & " \
-        "Preset page, or choose a model folder or file.\n"
+        f"first with `studio-train download {HUB_ID}` (about 4.3 GB) (or press Train in the studio, which " \
+        "offers to), or choose a model folder or file.\n"
     write_checkpoint(tmp_path / "m.safetensors", SD15)
     config.model.base = str(tmp_path / "m.safetensors")
     for image in (root / "10_shapes").iterdir():

@@ -36,9 +36,13 @@ def test_in_the_desktop_app_a_hub_model_to_download_names_the_list_not_a_command
     page = make_page()
     monkeypatch.setattr(sys, "frozen", True, raising=False)  # the desktop app ships no studio-train
     assert page.apply_config_changes({"model.base": "someone/not-downloaded-model"})
+    # The list below holds the models the studio knows: this one is not there, and Train offers to download it.
     assert page.findChild(QLabel, "model_base_status").text() == (
-        "Hub id someone/not-downloaded-model: not on this machine yet. Download it from the list below before "
-        "training.")
+        "Hub id someone/not-downloaded-model: not on this machine yet; Train offers to download it.")
+    assert page.apply_config_changes({"model.base": "stable-diffusion-v1-5/stable-diffusion-v1-5"})
+    assert page.findChild(QLabel, "model_base_status").text() == (
+        "Hub id stable-diffusion-v1-5/stable-diffusion-v1-5: not on this machine yet. Download it from the list "
+        "below before training.")
 
 
 def test_a_single_file_for_a_family_that_trains_from_folders_is_shown_refused(make_page, tmp_path: Path) -> None:

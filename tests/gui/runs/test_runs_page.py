@@ -390,3 +390,12 @@ def test_stop_on_a_run_training_on_a_cloud_cluster_stops_it_there(qtbot: QtBot, 
                         "it back with: `studio-train cloud pull studio-abc`")
     (there,) = (cloud.workdir("studio-abc") / "runs").iterdir()
     assert (there / "STOP").is_file()
+
+
+def test_the_bundles_readme_names_the_import_button_as_the_page_shows_it(qtbot: QtBot, context: StudioContext) -> None:
+    # It said "Open run folder or .zip", a button the Runs page does not have.
+    readme = Path(__file__).resolve().parents[3] / "resources" / "bundle" / "README.md.in"
+    page = RunsPage(context, context.run_controller)
+    qtbot.addWidget(page, before_close_func=close_plots)
+    said = readme.read_text(encoding="utf-8").split("**Runs** page (", 1)[1].split(")", 1)[0]
+    assert said.startswith(f"**{page.buttons['import'].text()}**")
