@@ -229,3 +229,42 @@ def test_a_text_encoder_switched_off_before_a_resume_is_named_not_a_crash(make_c
     assert code != 0 and error.kind == "config"
     assert "checkpoints/step-2 was written while other weights were trained" in error.message.replace("\\", "/")
     assert "method.train_text_encoder" in error.hint and str(config) in error.hint
+
+
+def test_a_weight_decay_edited_before_a_resume_is_the_one_trained_with(make_config, run_training, events_of,
+                                                                      stop_after, tmp_path: Path) -> None:
+    """A person raises training.weight_decay in the stopped run's config.toml and resumes: the checkpoint's
+    optimizer state brought the old value back with its parameter groups, and the edit did nothing, without
+    a word."""
+    stop_after(2)
+    training = TrainingSection(batch_size=2, max_steps=4, seed=1, learning_rate=1e-3, weight_decay=0.01)
+    code, run_dir = run_training(make_config(training=training), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "weight_decay = 0.01\n" in text
+    config.write_text(text.replace("weight_decay = 0.01\n", "weight_decay = 0.5\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+    (warning,) = [e for e in events if isinstance(e, RunWarning) and "weight_decay" in e.message]
+    assert warning.message == ("the checkpoint of step 2 was written by a run at training.weight_decay = 0.01; "
+                               "this run's config says 0.5: it goes on with the new weight decay")
+
+
+def test_the_weight_decay_asked_outlasts_a_loaded_optimizer_state() -> None:
+    """What a resume does with the groups: the checkpoint's state comes back, its weight decay does not."""
+    from studio.train.saving.resume import keep_asked_decay
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    old = torch.optim.AdamW([weight], lr=1e-3, weight_decay=0.01)
+    weight.grad = torch.ones(3)
+    old.step()
+    new = torch.optim.AdamW([weight], lr=1e-3, weight_decay=0.5)
+    asked = [group["weight_decay"] for group in new.param_groups]
+    new.load_state_dict(old.state_dict())
+    assert keep_asked_decay(new.param_groups, asked) == (0.01, 0.5)
+    assert [group["weight_decay"] for group in new.param_groups] == [0.5]
+    assert int(new.state[weight]["step"]) == 1
+    assert keep_asked_decay(new.param_groups, asked) is None

@@ -36,12 +36,20 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
         return state
 
     asked = list(scheduler.base_lrs)  # this run's learning rates, before the checkpoint's schedule replaces them
+    # and its weight decay, before the checkpoint's optimizer state replaces the parameter groups
+    decays = [group.get("weight_decay") for group in scheduler.optimizer.param_groups]
     state: dict[str, Any] = resume_from(
         found, lambda folder: checkpoint_problem(folder, shapes, len(accelerator._optimizers)), load, reporter.warn)
     rates = keep_asked_rates(scheduler, asked)
     if rates:
         reporter.warn(f"the checkpoint of step {state['step']} was written by a run at {rates[0]}; this run's config "
                       f"says {rates[1]}: it goes on at the new rate, from where its schedule was",
+                      hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} and resume "
+                      "again")
+    decay = keep_asked_decay(scheduler.optimizer.param_groups, decays)
+    if decay:
+        reporter.warn(f"the checkpoint of step {state['step']} was written by a run at training.weight_decay = "
+                      f"{decay[0]:g}; this run's config says {decay[1]:g}: it goes on with the new weight decay",
                       hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} and resume "
                       "again")
     changed = changed_since(state, total, accumulation, global_batch)
@@ -69,6 +77,18 @@ def keep_asked_rates(scheduler: Any, asked: list[float]) -> tuple[str, str] | No
         return ", ".join(f"{key} = {rate:g}" for key, rate in dict(zip(named, rates, strict=True)).items())
 
     return words(restored), words(asked)
+
+
+def keep_asked_decay(groups: list[dict[str, Any]], asked: list[Any]) -> tuple[float, float] | None:
+    """training.weight_decay edited in the run's config.toml before a resume: the checkpoint's optimizer state
+    brought the old value back with its parameter groups, and the edit did nothing, without a word. The groups
+    take the value asked now; (then, now) for the warning, None when it is the same."""
+    restored = [group.get("weight_decay") for group in groups]
+    if restored == asked or None in asked or None in restored:
+        return None
+    for group, value in zip(groups, asked, strict=True):
+        group["weight_decay"] = value
+    return float(restored[0] or 0.0), float(asked[0] or 0.0)
 
 
 def checkpoint_state(step: int, epoch: int, total: int, global_batch: int, accumulation: int) -> dict[str, Any]:

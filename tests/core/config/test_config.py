@@ -128,6 +128,9 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
         ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
         ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
         ({"model": {"text_encoder_on_cpu": True}}, "model.text_encoder_on_cpu"),
+        ({"method": {"train_text_encoder": True},
+          "training": {"optimizer": "prodigy", "learning_rate": 1.0, "text_encoder_lr": 0.5}},
+         "training.text_encoder_lr"),
     ],
 )
 def test_each_contradiction_is_refused(change: dict, key: str) -> None:

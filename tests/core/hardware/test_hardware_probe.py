@@ -227,3 +227,36 @@ def test_no_visible_cuda_device_means_no_gpu(monkeypatch: pytest.MonkeyPatch) ->
     assert hardware_probes.cuda_visible(gpus, "-1")[0] == []
     assert hardware_probes.cuda_visible(gpus, "1,0")[0] == [gpus[1], gpus[0]]
     assert hardware_probes.cuda_visible(gpus, "0,1") == (gpus, None)
+
+
+FAKE_TORCH = '''
+import types
+__version__ = "2.8.0"
+version = types.SimpleNamespace(cuda="12.8", hip=None)
+backends = types.SimpleNamespace(mps=types.SimpleNamespace(is_available=lambda: False))
+_CARDS = [("NVIDIA GeForce RTX 3090", 8, 6), ("Tesla T4", 7, 5)]
+
+
+def _props(i):
+    name, major, minor = _CARDS[i]
+    return types.SimpleNamespace(name=name, major=major, minor=minor, total_memory=16 * 2**30)
+
+
+# As torch answers: the first GPU is asked, and a card that can hold a bf16 tensor says yes (emulated).
+cuda = types.SimpleNamespace(
+    is_available=lambda: True, device_count=lambda: len(_CARDS), get_device_properties=_props,
+    mem_get_info=lambda i: (15 * 2**30, 16 * 2**30), current_device=lambda: 0,
+    is_bf16_supported=lambda including_emulation=True: True)
+'''
+
+
+def test_bf16_is_each_cards_own_and_not_an_emulated_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An RTX 3090 beside a T4: torch's own question answered for the first card and yes to an emulated bf16,
+    and the Hardware page showed bf16 for the T4, where bf16 runs several times slower than fp16."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    info, note = hardware_probes.run_torch_probe(sys.executable)
+    assert note is None and info is not None
+    assert [(g["name"], g["cc"], g["bf16"]) for g in info["gpus"]] == [
+        ("NVIDIA GeForce RTX 3090", "8.6", True), ("Tesla T4", "7.5", False)]

@@ -25,6 +25,14 @@ def check_training(config: TrainConfig) -> None:
             "only applies with training.gradient_checkpointing = true (it says which blocks recompute); "
             "turn gradient checkpointing on, or set the interval back to 1",
         )
+    if t.optimizer == "prodigy" and t.text_encoder_lr is not None and t.text_encoder_lr != t.learning_rate:
+        # Prodigy finds one step size for every trained weight: its first step failed with a traceback.
+        raise Contradiction(
+            "training.text_encoder_lr", t.text_encoder_lr,
+            f"differs from training.learning_rate ({t.learning_rate:g}), and training.optimizer = \"prodigy\" "
+            "takes one learning rate for all the trained weights; leave text_encoder_lr empty, or choose another "
+            "optimizer",
+        )
     if d.min_bucket > d.max_bucket:
         raise Contradiction(
             "dataset.min_bucket", d.min_bucket, f"must not exceed dataset.max_bucket ({d.max_bucket})"

@@ -295,6 +295,9 @@ def probe_mps(report: HardwareReport) -> ProbeResult:
 
 # ---------------------------------------------------------------- torch, in a subprocess
 
+# bf16 is each card's own (torch.cuda.is_bf16_supported asks the first GPU only, and says yes to any card that
+# can hold a bf16 tensor: a T4 or a GTX 1080, where it is emulated and slow).
+
 _TORCH_SCRIPT = r"""
 import json, torch
 info = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": [],
@@ -304,7 +307,7 @@ if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(i)
         free, total = torch.cuda.mem_get_info(i)
         info["gpus"].append({"index": i, "name": p.name, "total_mb": total // 2**20, "free_mb": free // 2**20,
-                             "cc": f"{p.major}.{p.minor}", "bf16": torch.cuda.is_bf16_supported()})
+                             "cc": f"{p.major}.{p.minor}", "bf16": bool(torch.version.hip) or p.major >= 8})
 print("STUDIO_TORCH_PROBE " + json.dumps(info))
 """
 
