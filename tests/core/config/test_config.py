@@ -125,6 +125,8 @@ def test_contradiction_names_both_options(tmp_path: Path) -> None:
          "training.optimizer"),
         ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"}, "training": {"optimizer": "adafactor"}},
          "training.optimizer"),
+        ({"launch": {"strategy": "fsdp"}, "method": {"kind": "dreambooth"},
+          "training": {"optimizer": "prodigy", "learning_rate": 1.0}}, "training.optimizer"),
         ({"training": {"checkpointing_interval": 2}}, "training.checkpointing_interval"),
         ({"model": {"fp8_base": True}, "method": {"use_dora": True}}, "model.fp8_base"),
         ({"model": {"text_encoder_on_cpu": True}}, "model.text_encoder_on_cpu"),

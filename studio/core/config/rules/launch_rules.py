@@ -30,6 +30,11 @@ def check_strategy(config: Any) -> None:
                             "is not available with launch.strategy = \"fsdp\" (its update cannot take weights split "
                             "across the GPUs: the first step would fail); use \"adamw\", whose state is split with "
                             "the weights (1/N on each GPU), or strategy \"ddp\"")
+    if config.training.optimizer == "prodigy":
+        raise Contradiction("training.optimizer", "prodigy",
+                            "is not available with launch.strategy = \"fsdp\": it finds its step size from the "
+                            "weights it holds, and each GPU holds only its share of them, so the GPUs would train "
+                            "with step sizes of their own; use \"adamw\", or strategy \"ddp\"")
     if config.training.compile != "off":
         raise Contradiction("training.compile", config.training.compile,
                             "is not available with launch.strategy = \"fsdp\" (sharding wraps the very blocks the "
