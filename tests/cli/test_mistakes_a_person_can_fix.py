@@ -76,6 +76,24 @@ def test_an_output_folder_that_cannot_be_written_says_where_and_what_to_do(
     assert "output.dir" in err and "Traceback" not in err
 
 
+def test_command_prepare_says_why_the_run_folder_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    path = _config(tmp_path, out="disk/runs")
+    assert cli_main(["command", str(path), "--prepare"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write the run folder under") and "output.dir" in err
+    assert "Traceback" not in err
+
+
+def test_command_refuses_no_processes_as_run_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path)
+    assert cli_main(["command", str(path), "--prepare", "--processes", "0"]) == 2
+    assert "--processes must be at least 1, not 0" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # no run folder prepared for a count it would not have used
+
+
 def _run_folder(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / "20240101-000000-demo"
     run.mkdir(parents=True)
