@@ -75,6 +75,18 @@ def test_download_fetches_the_training_files_with_progress(
     assert len([r for r in fake_hub.requests if r.method == "GET" and "/resolve/" in r.path]) == before
 
 
+def test_a_download_into_a_log_file_writes_lines_without_redraws(fake_hub: FakeHub, tmp_path: Path) -> None:
+    fake_hub.repos[SD15] = tiny_sd15_repo()
+    out = _download(_env(fake_hub, tmp_path), SD15)  # stdout is a pipe, as `> download.log` or nohup makes it
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stdout and "\x1b" not in out.stdout  # no terminal codes in the log
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"{SD15}: listing files…" and lines[-1].startswith(f"{SD15} is ready: ")
+    # One line as each file starts (and as it is verified), not one per update.
+    assert sorted(line.split("  ")[0] for line in lines if "(file " in line and not line.startswith("verifying")) \
+        == sorted(TRAINING_FILES)
+
+
 def test_the_terminal_shows_bytes_rate_and_time_left() -> None:
     progress = DownloadProgress(SD15, file=UNET, files_done=2, files_total=10, total_bytes=4_300_000_000)
     progress.received(1_000_000, 100.0)
