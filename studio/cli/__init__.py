@@ -58,6 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         Terminal().hang_up()
         return EXIT_FAILED
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A folder given that is a file, one not to be written, a full disk: what and where, not a traceback.
+        where = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+        print(f"error: {where}: {exc.strerror or exc}; check the path and its permissions",
+              file=sys.stderr)
+        return EXIT_FAILED
     return int(code or 0)
 
 

@@ -315,3 +315,12 @@ def test_the_demo_project_is_not_made_in_a_project_of_ones_own(tmp_path: Path,
     # Not made the demo (its banner, its tiny model) nor given the demo's shapes.
     assert sorted(p.name for p in (tmp_path / "my lora").iterdir()) == ["studio.toml"]
     assert path.read_text(encoding="utf-8") == before
+
+
+def test_a_folder_that_cannot_be_made_is_named_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    for command in ("demo-data", "demo-project"):
+        assert cli_main([command, str(tmp_path / "disk" / "demo")]) == 1, command
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {tmp_path / 'disk' / 'demo'}: ") and err.count("\n") == 1, err
+        assert err.endswith("; check the path and its permissions\n")  # the system's reason between
