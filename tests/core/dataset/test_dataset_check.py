@@ -186,6 +186,9 @@ def test_cli_json_and_exit_codes(make_dataset: MakeDataset, capsys: pytest.Captu
     assert "bad.png" in text and "1 errors" in text
     assert cli_main(["check-dataset", str(root / "nope")]) == 2
     assert "not a folder" in capsys.readouterr().err
+    for wrong in ("0", "-512"):  # not the project's resolution, nor every image passing
+        assert cli_main(["check-dataset", str(root), "--resolution", wrong]) == 2
+        assert f"--resolution {wrong}: give the training resolution in pixels" in capsys.readouterr().err
 
 
 def test_cli_reads_project_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
