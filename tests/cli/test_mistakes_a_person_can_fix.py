@@ -324,3 +324,14 @@ def test_a_folder_that_cannot_be_made_is_named_in_one_line(tmp_path: Path, capsy
         err = capsys.readouterr().err
         assert err.startswith(f"error: {tmp_path / 'disk' / 'demo'}: ") and err.count("\n") == 1, err
         assert err.endswith("; check the path and its permissions\n")  # the system's reason between
+
+
+def test_a_project_folder_given_for_its_config_names_the_config(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path / "my lora")
+    for command in ("validate", "command", "run", "estimate"):
+        assert cli_main([command, str(path.parent)]) == 2, command
+        err = capsys.readouterr().err
+        assert f"is a folder, not a config file: give the config inside it, {path}" in err, command
+    assert cli_main(["validate", str(tmp_path)]) == 2  # no config in it
+    assert "give a config's .toml file (a project's studio.toml)" in capsys.readouterr().err
