@@ -10,6 +10,7 @@ command's function, never at module level, so `studio-train presets` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import pkgutil
 import sys
@@ -40,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        # Windows writes a redirected output in its code page (cp1252): a file named in Chinese is written as
+        # \\u732b there instead of ending the command with a UnicodeEncodeError.
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

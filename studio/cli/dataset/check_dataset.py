@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family,
                             controls=controls)
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False))
+        print(json.dumps(report.to_json()))  # ASCII: read the same from a pipe in any code page
     else:
         for layout in report.control_layouts:
             print(f"edit pairs: control images from {LAYOUT_NAMES[layout]}")
