@@ -4,6 +4,7 @@ an exit code (2 for input to fix, 1 for a refusal) and no traceback; nothing is 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,19 @@ def test_a_missing_training_python_is_named_before_anything_starts(tmp_path: Pat
     err = capsys.readouterr().err
     assert f'launch.python = "{missing}" cannot be started (no such file)' in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a venv's python is a link on POSIX")
+def test_a_training_python_beside_the_config_is_found_from_any_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "project" / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)  # as a venv's python is
+    path = _config(tmp_path / "project", launch='[launch]\npython = "venv/bin/python"')
+    monkeypatch.chdir(tmp_path)  # `studio-train run project/studio.toml` from the folder above
+    assert cli_main(["command", str(path)]) == 0
+    command = capsys.readouterr().out.splitlines()[-1]
+    assert command.startswith(f"{venv / 'python'} -m studio.train.launcher ")  # the venv's, its link kept
 
 
 def test_an_output_folder_that_cannot_be_written_says_where_and_what_to_do(
