@@ -12,7 +12,7 @@ import getpass
 import sys
 from typing import Any
 
-from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 
 def register(subparsers: Any) -> None:
@@ -105,6 +105,10 @@ def _download(args: argparse.Namespace, token: str | None, keep: tuple[str, ...]
         else:
             print(f"{after_bar}error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl+C: the prompt on a line of its own, and how to go on
+        print(f"{after_bar}stopped: the files finished are kept and a cut file resumes; run the same command again",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.json:
         write_message(DownloadDone(str(snapshot), args.model))
     else:
