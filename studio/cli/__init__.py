@@ -10,6 +10,7 @@ command's function, never at module level, so `studio-train presets` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import pkgutil
 import sys
@@ -40,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        # Windows writes a redirected output in its code page (cp1252): a file named in Chinese is written as
+        # \\u732b there instead of ending the command with a UnicodeEncodeError.
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -57,6 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from studio.cli._follow import Terminal
 
         Terminal().hang_up()
+        return EXIT_FAILED
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A folder given that is a file, one not to be written, a full disk: what and where, not a traceback.
+        where = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+        print(f"error: {where}: {exc.strerror or exc}; check the path and its permissions",
+              file=sys.stderr)
         return EXIT_FAILED
     return int(code or 0)
 

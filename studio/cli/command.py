@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from studio.core.config.files.paths import load_resolved
-from studio.core.exit_codes import EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from studio.core.runs.launch import (
+    RunFolderError,
     build_command,
     format_command,
     planned_run_dir,
@@ -29,8 +31,15 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
     config = load_resolved(path)
+    if args.processes is not None and args.processes < 1:  # as `run` refuses it, not taken for the config's
+        print(f"--processes must be at least 1, not {args.processes}", file=sys.stderr)
+        return EXIT_INVALID
     if args.prepare:
-        plan = prepare_run(config, num_processes=args.processes)
+        try:
+            plan = prepare_run(config, num_processes=args.processes)
+        except RunFolderError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         print(format_command(plan.command))
         return EXIT_OK
     run_dir = planned_run_dir(config)

@@ -100,6 +100,18 @@ def test_a_dry_run_prints_json_lines_and_writes_nothing(demo_folder: Path, tiny_
     assert {"red", "green", "blue", "bright colours"} & {tag for tag, _score, _cat in caption["tags"]}
 
 
+def test_json_lines_are_ascii_whatever_the_folder_is_named(demo_folder: Path, tiny_tagger: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # The window reads these lines as UTF-8; Windows writes a pipe in its code page (cp1252, cp932), where
+    # "ü" is no UTF-8 and "猫" cannot be written at all. Escaped, every line reads the same on any system.
+    folder = demo_folder.rename(tmp_path / "Jürgen 猫")
+    assert _caption(folder, tiny_tagger, "--dry-run", "--json") == 0
+    out = capsys.readouterr().out
+    assert out.isascii()
+    events = [json.loads(line) for line in out.splitlines()]
+    assert {Path(e["image"]).parent for e in events if e["type"] == "caption"} == {folder}
+
+
 def test_mistakes_are_told_without_a_traceback(demo_folder: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["caption", str(demo_folder), "--model", "no-such-model"]) == 2

@@ -4,6 +4,7 @@ an exit code (2 for input to fix, 1 for a refusal) and no traceback; nothing is 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,19 @@ def test_a_missing_training_python_is_named_before_anything_starts(tmp_path: Pat
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.skipif(os.name != "posix", reason="a venv's python is a link on POSIX")
+def test_a_training_python_beside_the_config_is_found_from_any_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "project" / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)  # as a venv's python is
+    path = _config(tmp_path / "project", launch='[launch]\npython = "venv/bin/python"')
+    monkeypatch.chdir(tmp_path)  # `studio-train run project/studio.toml` from the folder above
+    assert cli_main(["command", str(path)]) == 0
+    command = capsys.readouterr().out.splitlines()[-1]
+    assert command.startswith(f"{venv / 'python'} -m studio.train.launcher ")  # the venv's, its link kept
+
+
 def test_an_output_folder_that_cannot_be_written_says_where_and_what_to_do(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -74,6 +88,24 @@ def test_an_output_folder_that_cannot_be_written_says_where_and_what_to_do(
     err = capsys.readouterr().err
     assert f"Output folder {tmp_path / 'disk' / 'runs'} is inside a file" in err
     assert "output.dir" in err and "Traceback" not in err
+
+
+def test_command_prepare_says_why_the_run_folder_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    path = _config(tmp_path, out="disk/runs")
+    assert cli_main(["command", str(path), "--prepare"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write the run folder under") and "output.dir" in err
+    assert "Traceback" not in err
+
+
+def test_command_refuses_no_processes_as_run_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path)
+    assert cli_main(["command", str(path), "--prepare", "--processes", "0"]) == 2
+    assert "--processes must be at least 1, not 0" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # no run folder prepared for a count it would not have used
 
 
 def _run_folder(tmp_path: Path) -> Path:
@@ -297,3 +329,23 @@ def test_the_demo_project_is_not_made_in_a_project_of_ones_own(tmp_path: Path,
     # Not made the demo (its banner, its tiny model) nor given the demo's shapes.
     assert sorted(p.name for p in (tmp_path / "my lora").iterdir()) == ["studio.toml"]
     assert path.read_text(encoding="utf-8") == before
+
+
+def test_a_folder_that_cannot_be_made_is_named_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "disk").write_text("a file where a folder should be", encoding="utf-8")
+    for command in ("demo-data", "demo-project"):
+        assert cli_main([command, str(tmp_path / "disk" / "demo")]) == 1, command
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {tmp_path / 'disk' / 'demo'}: ") and err.count("\n") == 1, err
+        assert err.endswith("; check the path and its permissions\n")  # the system's reason between
+
+
+def test_a_project_folder_given_for_its_config_names_the_config(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path / "my lora")
+    for command in ("validate", "command", "run", "estimate"):
+        assert cli_main([command, str(path.parent)]) == 2, command
+        err = capsys.readouterr().err
+        assert f"is a folder, not a config file: give the config inside it, {path}" in err, command
+    assert cli_main(["validate", str(tmp_path)]) == 2  # no config in it
+    assert "give a config's .toml file (a project's studio.toml)" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""README's command table names every command `studio-train` has, each as the help says it."""
+"""README's command table names every command `studio-train` has, each as the help says it, with options it has."""
 
 from __future__ import annotations
 

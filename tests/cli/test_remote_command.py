@@ -7,6 +7,7 @@ the commands, the copies and what they print. The end-to-end training is tests/e
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -105,3 +106,16 @@ def test_a_pull_that_fails_on_this_computer_says_so_in_one_line(tmp_path: Path, 
     monkeypatch.setattr(control, "pull_and_close", full)
     assert cli(["remote", "pull", str(run)]) == 1
     assert "error: [Errno 28] No space left on device" in _out(capsys)
+
+
+def test_a_key_file_given_relative_to_here_is_found_from_any_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = tmp_path / "work" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "gpu.pem").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path / "work")
+    assert cli(["remote", "add", "box", "10.0.0.9", "--key", "keys/gpu.pem"]) == 0
+    monkeypatch.chdir(tmp_path)  # a later command (or the studio) runs from another folder
+    capsys.readouterr()
+    assert cli(["remote", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["box"]["key_file"] == str(keys / "gpu.pem")

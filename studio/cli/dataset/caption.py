@@ -105,7 +105,9 @@ class Reporter:
 
     def __call__(self, event: dict[str, Any]) -> None:
         if self.as_json:
-            print(json.dumps(event, ensure_ascii=False), flush=True)
+            # ASCII (other characters as \\u escapes): Windows writes a pipe in its code page, where a folder named
+            # Jürgen reached the window as bytes that are not UTF-8 and one named in Chinese ended the job.
+            print(json.dumps(event), flush=True)
         elif event["type"] == EVENT_STARTED:  # where it runs: a CPU run is fifty times slower than a GPU's
             self.say(f"Captioning {event['total']} images with {event['model']} on {event['device']} in "
                      f"{event['precision']}, {event['batch_size']} a batch.")

@@ -47,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from studio.core.families import DEFAULT_FAMILY
     from studio.core.project.folder import is_project, open_project
 
+    if args.resolution is not None and args.resolution < 1:  # 0 was taken for "not given", a negative passed all
+        print(f"error: --resolution {args.resolution}: give the training resolution in pixels, e.g. 1024",
+              file=sys.stderr)
+        return EXIT_INVALID
     folder = Path(args.dir).expanduser()
     if not folder.is_dir():
         print(f"error: {folder} is not a folder; give the folder holding the images or a project folder",
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family,
                             controls=controls)
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False))
+        print(json.dumps(report.to_json()))  # ASCII: read the same from a pipe in any code page
     else:
         for layout in report.control_layouts:
             print(f"edit pairs: control images from {LAYOUT_NAMES[layout]}")

@@ -12,7 +12,7 @@ import getpass
 import sys
 from typing import Any
 
-from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 
 def register(subparsers: Any) -> None:
@@ -82,12 +82,19 @@ def _download(args: argparse.Namespace, token: str | None, keep: tuple[str, ...]
     from studio.core.models.downloads import DownloadError, DownloadProgress, download_model, progress_text
     from studio.core.protocol.jsonlines import write_message
 
+    redraw = sys.stdout.isatty()  # a terminal: one line redrawn; a log file or a pipe: a line per file and phase
+    said: set[tuple[str, str]] = set()
+    after_bar = "\n" if redraw else ""
+
     def report(progress: DownloadProgress) -> None:
         if args.json:
             write_message(DownloadProgressed.of(progress))
-        else:
+        elif redraw:
             sys.stdout.write("\r" + progress_text(progress) + "\x1b[K")
             sys.stdout.flush()
+        elif progress.phase != "done" and (step := (progress.phase, progress.file)) not in said:
+            said.add(step)
+            print(progress_text(progress), flush=True)
 
     try:
         snapshot = download_model(args.model, report, token=token, with_t5=args.with_t5, revision=args.revision,
@@ -96,10 +103,14 @@ def _download(args: argparse.Namespace, token: str | None, keep: tuple[str, ...]
         if args.json:
             write_message(DownloadFailed(str(exc), exc.gated))
         else:
-            print(f"\nerror: {exc}", file=sys.stderr)
+            print(f"{after_bar}error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl+C: the prompt on a line of its own, and how to go on
+        print(f"{after_bar}stopped: the files finished are kept and a cut file resumes; run the same command again",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.json:
         write_message(DownloadDone(str(snapshot), args.model))
     else:
-        print(f"\n{args.model} is ready: {snapshot}")
+        print(f"{after_bar}{args.model} is ready: {snapshot}")
     return EXIT_OK

@@ -44,6 +44,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if args.to_safetensors:
         return _convert(path)
+    if path.is_dir() and not (path / "model_index.json").is_file():  # a folder of checkpoints, or a model's part
+        files = sorted(p.name for p in path.iterdir() if p.suffix.lower() in (".safetensors", ".ckpt"))
+        inside = f"; it holds {', '.join(files[:3])}{', …' if len(files) > 3 else ''}: give one of them" if files \
+            else ""
+        print(f"error: {path} has no model_index.json, so it is no diffusers model folder: give a diffusers model "
+              f"folder (with unet/, vae/, …) or a checkpoint file{inside}", file=sys.stderr)
+        return EXIT_INVALID
     try:
         info = detect_model(path)
     except ModelFileError as exc:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from studio.core.models import library
 
     if args.add or args.remove:
-        folders = library.added_folders()
+        folders = library.saved_folders()
         if args.add:
             folder = Path(args.add).expanduser().absolute()
             if not folder.is_dir():
@@ -39,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
             folders.append(folder)
         if args.remove:
             gone = Path(args.remove).expanduser().absolute()
+            if gone not in [Path(f).absolute() for f in folders]:
+                listed = ", ".join(map(str, folders)) or "none"
+                print(f"error: {gone} is not among the folders you added ({listed}); nothing was removed",
+                      file=sys.stderr)
+                return EXIT_INVALID
             folders = [f for f in folders if Path(f).absolute() != gone]
         library.save_added_folders(folders)
     if args.known:

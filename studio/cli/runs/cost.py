@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: --counts {args.counts!r}: give whole numbers separated by commas, e.g. 1,2,4,8", file=sys.stderr)
         return EXIT_INVALID
+    if not counts or min(counts) < 1 or args.nodes < 1:  # no GPUs train nothing: there is no time to cost
+        print(f"error: --counts {args.counts!r} --nodes {args.nodes}: give GPU counts and a node count of 1 or more, "
+              "e.g. --counts 1,2,4,8 --nodes 1", file=sys.stderr)
+        return EXIT_INVALID
     try:
         config = load_resolved(path)
         catalogue = load_catalogue(args.catalogue)

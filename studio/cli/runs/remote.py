@@ -98,15 +98,19 @@ def run_add(args: argparse.Namespace) -> int:
         if not sep:
             return _fail(ValueError(f"--env {item!r}: write NAME=VALUE"), EXIT_INVALID)
         env[name] = value
-    machine = RemoteMachine(args.name, args.host, args.user, args.port, args.key_file, args.workspace, args.python,
+    key_file = args.key_file
+    if key_file and not key_file.startswith("~") and not Path(key_file).is_absolute():
+        # Kept as a full path: ssh, the studio and the passphrase's keyring entry read it later from other folders.
+        key_file = str(Path(key_file).absolute())
+    machine = RemoteMachine(args.name, args.host, args.user, args.port, key_file, args.workspace, args.python,
                             args.detach, env)
     try:
         path = save_machine(machine)
         if args.save_passphrase:
-            if not args.key_file:
+            if not key_file:
                 raise MachineError("--save-passphrase needs --key: the passphrase belongs to one key file")
-            secret = getpass.getpass(f"Passphrase of {args.key_file}: ") if sys.stdin.isatty() else sys.stdin.readline()
-            store_passphrase(args.key_file, secret.rstrip("\n"))
+            secret = getpass.getpass(f"Passphrase of {key_file}: ") if sys.stdin.isatty() else sys.stdin.readline()
+            store_passphrase(key_file, secret.rstrip("\n"))
     except (MachineError, PassphraseError) as exc:
         return _fail(exc, EXIT_INVALID)
     view = ssh_config_view(args.host)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{run_dir}: {count} records -> {logdir}")
     if failed:
         return EXIT_INVALID
-    folder = into if into is not None else Path(args.run_dirs[0]).parent
+    # The folder that holds every run's files: runs of two projects are found under where their folders meet.
+    folder = into if into is not None else Path(os.path.commonpath([Path(d).absolute().parent for d in args.run_dirs]))
     print(f"view them with: tensorboard --logdir {folder}")
     return EXIT_OK

@@ -83,13 +83,19 @@ _APP_FOLDERS = {
 
 
 def added_folders() -> list[Path]:
-    """The folders a person added to the library ($STUDIO_MODEL_FOLDERS and the saved list)."""
+    """The folders a person added to the library ($STUDIO_MODEL_FOLDERS and the saved list), each once."""
     folders = [Path(p) for p in os.environ.get(ENV_FOLDERS, "").split(os.pathsep) if p]
+    return list(dict.fromkeys(folders + saved_folders()))
+
+
+def saved_folders() -> list[Path]:
+    """The saved list alone: what adding or removing a folder changes. $STUDIO_MODEL_FOLDERS (a portable
+    install's launcher, a test) is never written into it, so it is not searched once the variable is gone."""
     try:
         saved = json.loads((config_dir() / LIBRARY_FILE).read_text(encoding="utf-8")).get("folders", [])
     except (OSError, ValueError, AttributeError):
         saved = []
-    return folders + [Path(p) for p in saved if isinstance(p, str)]
+    return [Path(p) for p in saved if isinstance(p, str)]
 
 
 def save_added_folders(folders: list[Path]) -> None:

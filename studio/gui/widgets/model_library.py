@@ -178,7 +178,7 @@ class ModelLibraryPanel(QWidget):
     def add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "A folder of checkpoints or diffusers models")
         if folder:
-            model_library.save_added_folders([*model_library.added_folders(), Path(folder)])
+            model_library.save_added_folders([*model_library.saved_folders(), Path(folder)])
             self.refresh()
 
     def wait(self, timeout_ms: int = 30000) -> None:

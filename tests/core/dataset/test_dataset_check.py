@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,6 +189,23 @@ def test_cli_json_and_exit_codes(make_dataset: MakeDataset, capsys: pytest.Captu
     assert "bad.png" in text and "1 errors" in text
     assert cli_main(["check-dataset", str(root / "nope")]) == 2
     assert "not a folder" in capsys.readouterr().err
+    for wrong in ("0", "-512"):  # not the project's resolution, nor every image passing
+        assert cli_main(["check-dataset", str(root), "--resolution", wrong]) == 2
+        assert f"--resolution {wrong}: give the training resolution in pixels" in capsys.readouterr().err
+
+
+def test_names_a_windows_code_page_lacks_are_written_not_a_traceback(tmp_path: Path) -> None:
+    folder = tmp_path / "Jürgen"
+    make_image(folder / "猫.png", size=(64, 64))  # no caption: a problem that names the file
+    # Windows writes a command's redirected output (`> report.json`, a pipe) in its code page, cp1252 here.
+    env = {**os.environ, "PYTHONIOENCODING": "cp1252", "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    command = [sys.executable, "-m", "studio.cli", "check-dataset", str(folder), "--resolution", "64"]
+    report = subprocess.run([*command, "--json"], env=env, capture_output=True, timeout=60)  # read as UTF-8 JSON
+    assert report.returncode == 0, report.stderr.decode(errors="replace")
+    assert [p["path"] for p in json.loads(report.stdout)["problems"]] == [str(folder / "猫.png")]
+    text = subprocess.run(command, env=env, capture_output=True, timeout=60)
+    assert text.returncode == 0 and b"Traceback" not in text.stderr
+    assert "\\u732b.png" in text.stdout.decode("cp1252")  # the name, escaped, where the code page has no letter
 
 
 def test_cli_reads_project_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

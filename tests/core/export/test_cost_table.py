@@ -154,6 +154,10 @@ def test_cost_command_prints_the_table_and_json(demo: Project, catalogue_file: P
     assert fast1["steps"] == 9000
     assert cli_main(["cost", str(demo.config_path), "--gpu", "tpu", "--catalogue", str(catalogue_file)]) == 2
     assert "no GPU type 'tpu'" in capsys.readouterr().err
+    for wrong in (["--counts", "0,1"], ["--nodes", "0"], ["--counts", ","]):  # no GPUs: nothing to cost
+        assert cli_main(["cost", str(demo.config_path), "--catalogue", str(catalogue_file), *wrong]) == 2
+        err = capsys.readouterr().err
+        assert "give GPU counts and a node count of 1 or more" in err and "Traceback" not in err
 
 
 def test_times_show_the_scaling_band_and_more_gpus_for_little_gain_are_never_fastest() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -73,6 +74,36 @@ def test_download_fetches_the_training_files_with_progress(
     before = len([r for r in fake_hub.requests if r.method == "GET" and "/resolve/" in r.path])
     assert _download(env, SD15).returncode == 0
     assert len([r for r in fake_hub.requests if r.method == "GET" and "/resolve/" in r.path]) == before
+
+
+def test_a_download_into_a_log_file_writes_lines_without_redraws(fake_hub: FakeHub, tmp_path: Path) -> None:
+    fake_hub.repos[SD15] = tiny_sd15_repo()
+    out = _download(_env(fake_hub, tmp_path), SD15)  # stdout is a pipe, as `> download.log` or nohup makes it
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stdout and "\x1b" not in out.stdout  # no terminal codes in the log
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"{SD15}: listing files…" and lines[-1].startswith(f"{SD15} is ready: ")
+    # One line as each file starts (and as it is verified), not one per update.
+    assert sorted(line.split("  ")[0] for line in lines if "(file " in line and not line.startswith("verifying")) \
+        == sorted(TRAINING_FILES)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Ctrl+C is a console event on Windows, not a signal to send")
+def test_ctrl_c_says_how_to_go_on(fake_hub: FakeHub, tmp_path: Path) -> None:
+    repo = fake_hub.repos[SD15] = tiny_sd15_repo()
+    repo[UNET] = os.urandom(BIG)
+    fake_hub.stall_after[UNET] = 11 * 1024 * 1024  # held in the middle of the UNet
+    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "download", SD15], env=_env(fake_hub, tmp_path),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(UNET + "  "):
+            break
+    process.send_signal(signal.SIGINT)
+    _out, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert err.endswith("stopped: the files finished are kept and a cut file resumes; run the same command again\n")
+    assert "Traceback" not in err
 
 
 def test_the_terminal_shows_bytes_rate_and_time_left() -> None:

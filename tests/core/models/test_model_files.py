@@ -105,6 +105,12 @@ def test_studio_train_model_says_what_a_file_is(tmp_path: Path, capsys: pytest.C
     assert main(["model", str(cut)]) == 2
     assert "is cut short" in capsys.readouterr().err
 
+    # A folder of checkpoints (ComfyUI's models/checkpoints) is no model: the command says which file to give.
+    assert main(["model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} has no model_index.json, so it is no diffusers model folder" in err
+    assert "it holds cut.safetensors, realistic-v5.safetensors, sd3_medium.safetensors: give one of them" in err
+
 
 def test_v_prediction_and_zero_terminal_snr_markers_are_read(tmp_path: Path) -> None:
     plain = detect_model(write_checkpoint(tmp_path / "eps.safetensors", SD15))

@@ -113,6 +113,23 @@ def test_studio_train_models_lists_and_remembers_folders(
     assert "is not a folder" in capsys.readouterr().err
 
 
+def test_adding_a_folder_keeps_only_the_persons_folders(
+    machine: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = tmp_path / "extra"
+    write_checkpoint(extra / "x.safetensors", SDXL)
+    # $STUDIO_MODEL_FOLDERS (a portable install's launcher) names "my models" for this session only.
+    assert main(["models", "--add", str(extra), "--json"]) == 0
+    capsys.readouterr()
+    monkeypatch.delenv("STUDIO_MODEL_FOLDERS")
+    assert model_library.model_places()[-1:] == [model_library.ModelPlace("Added by you", extra)]
+    assert main(["models", "--json"]) == 0
+    assert str(tmp_path / "my models") not in capsys.readouterr().out  # not made a folder of one's own
+    # Removing a folder never added says so, instead of listing the models as if it had worked.
+    assert main(["models", "--remove", str(tmp_path / "my models")]) == 2
+    assert f"{tmp_path / 'my models'} is not among the folders you added ({extra})" in capsys.readouterr().err
+
+
 def test_studio_train_models_known_says_what_is_downloaded(machine: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models", "--known", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -218,3 +218,20 @@ def test_exporting_a_run_that_logs_to_tensorboard_while_it_trains_keeps_its_live
     finally:
         lock.release()
     assert export_run(run_dir)[0] == run_dir / "tensorboard"  # the run ended: written anew
+
+
+def test_runs_of_two_projects_are_viewed_from_the_folder_holding_both(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.cli import main
+
+    runs = []
+    for project in ("cats", "dogs"):
+        run_dir = tmp_path / project / "runs" / "20260101-000000-a"
+        run_dir.mkdir(parents=True)
+        writer = EventWriter(run_dir / "events.jsonl")
+        writer.write(RunStarted(config={}, world_size=1, total_steps=1, devices=["cpu"]))
+        writer.write(Step(step=1, epoch=0, loss=0.5, lr=1e-4))
+        writer.close()
+        runs.append(str(run_dir))
+    assert main(["tensorboard", *runs]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"view them with: tensorboard --logdir {tmp_path}"

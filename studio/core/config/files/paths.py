@@ -7,6 +7,7 @@ whose paths were never made absolute cannot reach them (mypy says so).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def _paths(config: TrainConfig) -> tuple[object, ...]:
     m, d = config.model, config.dataset
     return (m.base, m.vae, m.training_adapter, tuple((c.path, c.class_path) for c in d.concepts),
             d.validation_folder, d.mask_folder, tuple(d.control_folders), config.sampling.control_image,
-            config.output.dir)
+            config.output.dir, config.launch.python)
 
 
 def _resolved(config: TrainConfig, base_dir: Path) -> ResolvedConfig:
@@ -130,7 +131,17 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
                                    for i, f in enumerate(out.dataset.control_folders)]
     out.sampling.control_image = _resolve(base, out.sampling.control_image or None, False, "sampling.control_image")
     out.output.dir = _resolve(base, out.output.dir, False, "output.dir") or out.output.dir
+    out.launch.python = _interpreter(base, out.launch.python)
     return out
+
+
+def _interpreter(base_dir: Path, value: str | None) -> str | None:
+    """launch.python: a path (venv/bin/python, ~/train/bin/python) against the config's folder as every path of
+    it is, not against wherever the command runs; its links kept (a venv's python is a link to the one it was
+    made from, which knows nothing of the venv's packages). A bare name (python3) is looked up on PATH."""
+    if not value or ("/" not in value and os.sep not in value):
+        return value
+    return os.path.normpath(base_dir / Path(value).expanduser())
 
 
 def load_resolved(path: str | Path) -> ResolvedConfig:

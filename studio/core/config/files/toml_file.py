@@ -120,6 +120,11 @@ def validate_data(data: Mapping[str, Any], source: str = "config", text: str | N
 def load_config(path: str | Path) -> TrainConfig:
     """Read a config file. Relative paths inside it stay as written; see `resolve_paths`."""
     path = Path(path)
+    if path.is_dir():  # `studio-train run myproject`: the project's folder for its config
+        inside = path / "studio.toml"
+        raise ConfigError(str(path), [ConfigIssue(key="(file)", message=(
+            f"is a folder, not a config file: give the config inside it, {inside}" if inside.is_file()
+            else "is a folder, not a config file: give a config's .toml file (a project's studio.toml)"))])
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
