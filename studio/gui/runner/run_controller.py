@@ -71,6 +71,7 @@ class RunController(QObject):
         self.worker = Worker(self)  # replays are read here
         self._run_dir: Path | None = None
         self._queue_item: str | None = None
+        self._hold_queue = False  # the window closes: the run ending now starts no queued item after it
         self._stall_kill_armed = False
         self._timer = QTimer(self)
         self._timer.setInterval(max(50, int(1000 / redraw_hz)))
@@ -228,7 +229,8 @@ class RunController(QObject):
         else:
             self._finish_queue_item_left_running(source.run_dir)
         self.sig_run_ended.emit(self.model.status)
-        if source.owned and self._queue_goes_on(failed):
+        hold, self._hold_queue = self._hold_queue, False
+        if source.owned and not hold and self._queue_goes_on(failed):
             self._start_next_queued()
         elif self.queue is not None and not self.running:
             self.queue.release_runner()
@@ -259,16 +261,23 @@ class RunController(QObject):
         self.sig_console.emit(line)
 
     # ------------------------------------------------------------ stop / kill
-    def stop(self) -> bool:
-        return self.source.stop() if self.running and self.source is not None else False
+    def stop(self, hold_queue: bool = False) -> bool:
+        """Ask the run to stop at its next step. `hold_queue` (the window closes): the queue starts nothing
+        after it; its next items wait for the next Start queue (they were started and stopped one by one)."""
+        if not self.running or self.source is None:
+            return False
+        self._hold_queue = self._hold_queue or hold_queue
+        return self.source.stop()
 
     def kill(self) -> None:
         if self.running and self.source is not None:
             self.source.kill()
 
     def kill_now(self, timeout_s: float = 5.0) -> None:
-        """Blocking kill of the run (the window closing after a stop that did not come in time)."""
+        """Blocking kill of the run (the window closing after a stop that did not come in time); the queue
+        starts nothing after it."""
         if self.running and self.source is not None:
+            self._hold_queue = True
             self.source.kill_now(timeout_s)
 
     # ------------------------------------------------------------ replay
@@ -408,6 +417,7 @@ class RunController(QObject):
         source = self.source
         if source is None or not source.is_running():
             return
+        self._hold_queue = True  # the run ending now (killed) starts no queued item while the window closes
         if detach:
             source.detach()
         else:

@@ -373,7 +373,7 @@ class TrainPage(Page):
             self.detach_on_close = True
             return True
         if answer == "stop":
-            self.controller.stop()
+            self.controller.stop(hold_queue=True)
             if not wait_for(lambda: not self.controller.running, STOP_WAIT_S, interval_ms=50):
                 self.controller.kill_now()  # shutdown() would do it; say why in the log
                 self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
