@@ -64,3 +64,14 @@ def test_max_steps_swept_over_a_run_in_epochs_sets_the_length_in_steps(tmp_path:
     written = write_sweep(path, "training.max_steps", [500, 1000])
     assert [(load_config(p).training.max_steps, load_config(p).training.epochs) for p in written] == [
         (500, None), (1000, None)]
+
+
+def test_a_large_number_written_with_an_exponent_names_its_run_in_the_characters_a_run_name_takes(
+        tmp_path: Path) -> None:
+    # 1e6 is written 1e+06, and a run name takes no '+': the sweep was refused over output.name, which the person
+    # never wrote.
+    base = _config(tmp_path / "base.toml", 4)
+    written = write_sweep(base, "training.max_steps", parse_values("5e5, 1e6"))
+    assert [p.name for p in written] == ["max_steps-500000.toml", "max_steps-1e06.toml"]
+    assert [(load_config(p).output.name, load_config(p).training.max_steps) for p in written] == [
+        ("cat-max_steps-500000", 500000), ("cat-max_steps-1e06", 1000000)]

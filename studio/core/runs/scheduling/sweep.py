@@ -79,9 +79,10 @@ def parse_values(text: str) -> list[Any]:
 
 
 def value_label(value: Any) -> str:
-    text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}" if isinstance(
-        value, float) else str(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "value"
+    """The value in the sweep's file and run names, in the characters a run name takes (1e+06 is 1e06)."""
+    text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}".replace(
+        "e+", "e") if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_") or "value"
 
 
 def _check_distinct(values: list[Any], texts: list[str] | None = None) -> None:
