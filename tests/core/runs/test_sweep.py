@@ -75,3 +75,24 @@ def test_a_large_number_written_with_an_exponent_names_its_run_in_the_characters
     assert [p.name for p in written] == ["max_steps-500000.toml", "max_steps-1e06.toml"]
     assert [(load_config(p).output.name, load_config(p).training.max_steps) for p in written] == [
         ("cat-max_steps-500000", 500000), ("cat-max_steps-1e06", 1000000)]
+
+
+def test_a_sweep_over_the_batch_trains_each_batch_where_the_card_would_be_filled(tmp_path: Path) -> None:
+    from studio.core.config.files.paths import load_resolved
+    from studio.core.estimate.plans.card_fill import fill_card
+    from studio.core.hardware.machine.probe import load_hardware
+
+    data = {"model": {"family": "sdxl", "base": "models/tiny"}, "dataset": {"concepts": [{"path": "images"}]},
+            "training": {"batch_size": 1, "max_steps": 100, "fill_card": True, "mixed_precision": "bf16",
+                         "cache_latents": True, "cache_text_embeddings": True},
+            "output": {"name": "cat"}}
+    path = tmp_path / "base.toml"
+    save_config(validate_data(data), path)
+    card = load_hardware("a100-80gb").gpus[0]
+    assert fill_card(load_resolved(path), card).config.training.batch_size > 4  # the base fills the card
+    written = write_sweep(path, "training.batch_size", [1, 2, 4])
+    # Each run starts at its own batch (fill_card made all three the one batch that fills the card).
+    assert [fill_card(load_resolved(p), card).config.training.batch_size for p in written] == [1, 2, 4]
+    assert all(load_config(p).training.fill_card is False for p in written)
+    other = write_sweep(path, "training.learning_rate", [1e-4, 5e-5])  # a sweep over anything else keeps it
+    assert all(load_config(p).training.fill_card for p in other)
