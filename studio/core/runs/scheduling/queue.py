@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from studio.core.files import atomic_write_text
 from studio.core.project_lock import ProjectBusyError, project_lock
+from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.scheduling.lock import LockHolder, RunLock, RunLockedError, lock_holder
 
 log = logging.getLogger(__name__)
@@ -165,9 +166,13 @@ class RunQueue:
                 item.state, item.claimed_by = "pending", 0
                 changed = True
             elif item.state == "running" and lock_holder(item.run_dir) is None:  # its trainer ended too
-                # The app ended while this ran: the run folder holds what was done.
-                item.state = "interrupted"
-                item.message = "the studio closed while this ran; resume it from its run folder"
+                finished = glance_run(item.run_dir).finished
+                if finished is not None:  # left running when the studio closed ("keep running"), it ended since
+                    item.state = finished.status if finished.status in ("completed", "stopped") else "failed"
+                    item.message, item.ended = finished.message, finished.time
+                else:  # the app ended while this ran: the run folder holds what was done
+                    item.state = "interrupted"
+                    item.message = "the studio closed while this ran; resume it from its run folder"
                 changed = True
         if changed:
             self.save()
