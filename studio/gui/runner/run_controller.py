@@ -102,14 +102,16 @@ class RunController(QObject):
         self.sig_queue_changed.emit()
 
     # ------------------------------------------------------------ start
-    def start_config(self, config: ResolvedConfig) -> Path | None:
-        """Write a run folder for `config` and start it; None (and sig_message) if refused."""
+    def start_config(self, config: ResolvedConfig, warnings: list[str] | None = None) -> Path | None:
+        """Write a run folder for `config` and start it; None (and sig_message) if refused. `warnings`: the
+        checks' warnings nobody was there to confirm (a queued run), said first in its console."""
         if self.running:
             self.sig_message.emit(self.busy_message())
             return None
         filled = filled_for_launch(config)  # training.fill_card: the run starts with the card used
+        said = [f"started from the queue despite: {warning}" for warning in warnings or ()]
         try:
-            plan = prepare_run(filled.config, note=filled.describe())
+            plan = prepare_run(filled.config, note="\n".join([*said, filled.describe()]).strip())
         except OSError as exc:  # RunFolderError: it says where and what to do
             self.sig_message.emit(f"Could not start the run: {exc}")
             return None
@@ -342,7 +344,7 @@ class RunController(QObject):
             self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
             self._go_on_after_refusal()
             return
-        errors, _warnings = preflight_headless(config)  # nobody is there to confirm a warning
+        errors, warnings = preflight_headless(config)  # nobody is there to confirm a warning: it is said in the run
         if errors:
             why = " ".join(str(e) for e in errors)
             queue.mark_ended(item.id, "failed", why)
@@ -352,7 +354,7 @@ class RunController(QObject):
         said: list[str] = []
         self.sig_message.connect(said.append)
         try:
-            run_dir = self.start_config(config)
+            run_dir = self.start_config(config, [str(w) for w in warnings])
         finally:
             self.sig_message.disconnect(said.append)
         if run_dir is None:

@@ -154,3 +154,33 @@ def test_a_queued_run_that_could_not_start_waits_again_and_starts_once_that_is_f
     monkeypatch.setattr(run_controller, "prepare_run", real)
     page.queue.start_button.click()
     qtbot.waitUntil(lambda: queue.items[0].state == "completed", timeout=30000)
+
+
+def test_a_queued_run_started_over_the_gpus_memory_says_so_first_in_its_console(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import studio.core.project.preflight as preflight_module
+    from studio.core.hardware.machine.probe import profile_dir
+
+    monkeypatch.setattr(preflight_module, "check_torch_cuda", lambda _python: None)  # this machine has no CUDA
+
+    profile = json.loads((profile_dir() / "a100-80gb.json").read_text(encoding="utf-8"))
+    profile["gpus"][0].update(total_mb=1024, free_mb=1024, used_mb=0)  # a card the run does not fit
+    (tmp_path / "small.json").write_text(json.dumps(profile), encoding="utf-8")
+    monkeypatch.setenv("STUDIO_HARDWARE", str(tmp_path / "small.json"))
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    save_config(config, tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    # Nobody was there to confirm the warning: the run starts, and its console (read in the morning) begins with it.
+    qtbot.waitUntil(lambda: queue.items[0].state not in ("pending", "running"), timeout=30000)
+    assert queue.items[0].state == "completed", queue.items[0].message
+    first = (Path(queue.items[0].run_dir) / "console.log").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("[studio] started from the queue despite: The run needs about ")
+    assert "GB of GPU memory, GPU 0 (NVIDIA A100-SXM4-80GB) has 1.0 GB free" in first
