@@ -95,6 +95,16 @@ class RunController(QObject):
     def busy_message(self) -> str:
         return self.source.busy_message() if self.source is not None else ""
 
+    def close_question(self) -> str:
+        """What the studio asks when it is closed while the run goes on; a queued run's waiting items are named:
+        nobody runs the queue while the studio is closed, whether the run is stopped or kept running."""
+        text = self.source.close_question() if self.source is not None else "A training is running."
+        waiting = sum(1 for i in self.queue.items if i.state == "pending") if self.queue is not None else 0
+        if self._queue_item is not None and waiting:
+            runs = "next run starts" if waiting == 1 else f"{waiting} waiting runs start"
+            text += f"\n\nThe queue stops here either way: its {runs} only when Start queue is pressed again."
+        return text
+
     def set_project_root(self, root: Path | None) -> None:
         if self.queue is not None:
             self.queue.release_runner()

@@ -383,8 +383,7 @@ class TrainPage(Page):
     def _close_dialog(self) -> str:
         box = QMessageBox(self)
         box.setWindowTitle("A training is running")
-        source = self.controller.source
-        box.setText(source.close_question() if source is not None else "A training is running.")
+        box.setText(self.controller.close_question())
         stop = box.addButton("Stop training", QMessageBox.ButtonRole.DestructiveRole)
         keep = box.addButton("Keep running", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

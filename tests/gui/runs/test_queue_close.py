@@ -63,3 +63,19 @@ def test_a_window_closed_mid_queue_starts_no_item_on_its_way_out(
     assert not controller.running
     assert [p.name.rsplit("-", 1)[-1] for p in (tmp_path / "runs").iterdir()] == ["a"]
     assert [i.state for i in RunQueue(tmp_path).items] == ["stopped", "pending", "pending"]
+
+
+def test_closing_mid_queue_says_the_queue_stops_there(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hold_at(monkeypatch, 2)
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    _queue_of_three(tmp_path, config)
+    controller = context.run_controller
+    controller.command_factory = fake_command("--steps", "20", "--rate", "100")
+    controller.set_project_root(tmp_path)
+    controller.start_queue()
+    qtbot.waitUntil(lambda: controller.model.step >= 2, timeout=15000)
+    # What the close dialog asks: "Keep running" keeps this run going, not the queue.
+    assert controller.close_question().endswith(
+        "\n\nThe queue stops here either way: its 2 waiting runs start only when Start queue is pressed again.")
+    assert controller.close_question().startswith("A training is running. Stop it")
