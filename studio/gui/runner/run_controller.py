@@ -374,7 +374,8 @@ class RunController(QObject):
             queue.release_runner()
         else:
             self._queue_item = item.id
-            queue.mark_running(item.id, run_dir)
+            with contextlib.suppress(QueueError):  # the file held for a moment: the item is marked when the run ends
+                queue.mark_running(item.id, run_dir)
         self.sig_queue_changed.emit()
 
     def _go_on_after_refusal(self) -> None:

@@ -184,3 +184,35 @@ def test_a_queued_run_started_over_the_gpus_memory_says_so_first_in_its_console(
     first = (Path(queue.items[0].run_dir) / "console.log").read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("[studio] started from the queue despite: The run needs about ")
     assert "GB of GPU memory, GPU 0 (NVIDIA A100-SXM4-80GB) has 1.0 GB free" in first
+
+
+@pytest.mark.parametrize("refused_save", ['"state": "completed"', '"run_dir": "/'])
+def test_a_queued_runs_mark_that_could_not_be_saved_for_a_moment_does_not_hold_the_night(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        refused_save: str) -> None:
+    """The first run's end (or its start, with its run folder) is not saved; the queue still goes on, and the
+    first item says how it ended."""
+    import studio.core.runs.scheduling.queue as queue_module
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    for name in ("first", "second"):
+        save_config(config, tmp_path / f"{name}.toml")
+        page.queue.add_config(tmp_path / f"{name}.toml")
+    real = queue_module.atomic_write_text
+    refused: list[str] = []
+
+    def held_by_a_sync_client_once(path: Path, text: str) -> None:
+        if refused_save in text and not refused:
+            refused.append(text)
+            raise PermissionError(13, "The process cannot access the file because it is being used by another "
+                                      "process", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(queue_module, "atomic_write_text", held_by_a_sync_client_once)
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["completed", "completed"], timeout=30000)
+    assert refused

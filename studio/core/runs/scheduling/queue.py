@@ -160,6 +160,12 @@ class RunQueue:
             return
         if not recover or self.runner_held or self.runner_holder() is not None:
             return  # a studio window runs the queue: its running item is running
+        if self._recover():
+            self.save()
+
+    def _recover(self) -> bool:
+        """Items marked running that no process runs (a studio that ended, a mark that could not be saved) say
+        what became of them; whether any changed. Only while no other process runs the queue."""
         changed = False
         for item in self.items:
             if item.state == "running" and not item.run_dir:  # claimed, never started: nothing ran
@@ -174,8 +180,7 @@ class RunQueue:
                     item.state = "interrupted"
                     item.message = "the studio closed while this ran; resume it from its run folder"
                 changed = True
-        if changed:
-            self.save()
+        return changed
 
     def save(self) -> None:
         data: dict[str, Any] = {
@@ -317,6 +322,9 @@ class RunQueue:
         self.take_runner()
 
         def change() -> QueueItem | None:
+            # This process runs the queue and starts nothing now: an item still marked running is no one's claim
+            # (its end could not be saved: the file held by a sync client for a moment), not a run to wait for.
+            self._recover()
             item = self.next_pending(by_hand)
             if item is not None:
                 item.state, item.run_dir, item.started, item.message = "running", "", time.time(), ""
