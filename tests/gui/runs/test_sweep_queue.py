@@ -216,3 +216,21 @@ def test_a_queued_runs_mark_that_could_not_be_saved_for_a_moment_does_not_hold_t
     assert queue is not None
     qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["completed", "completed"], timeout=30000)
     assert refused
+
+
+def test_a_config_queued_twice_says_both_train_the_file_as_it_is_then(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    save_config(config, tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    # The person changes the learning rate in the same file and queues it again, for a second run.
+    save_config(config.model_copy(update={"training": config.training.model_copy(update={"learning_rate": 5e-5})}),
+                tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    assert messages == [f"{tmp_path.name}/first.toml is queued twice: each item trains the file as it is when its "
+                        "run starts, so both train the same settings. To queue another version, copy the file "
+                        "under another name and queue that, or use Vary… to queue one setting's values."]
+    assert len(page.controller.queue.items) == 2  # type: ignore[union-attr]
