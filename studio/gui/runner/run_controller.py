@@ -235,14 +235,15 @@ class RunController(QObject):
         if not self.model.ended:
             self.model.mark_ended("stopped" if source.killed else "failed", source.unfinished(outcome))
         self.sig_tick.emit()
-        failed = self.model.status == "failed" and self._queue_item is not None
+        queued = self._queue_item is not None  # a run started with Train or Resume leaves the queue as it is
+        failed = self.model.status == "failed" and queued
         if source.owned:
             self._finish_queue_item()
         else:
             self._finish_queue_item_left_running(source.run_dir)
         self.sig_run_ended.emit(self.model.status)
         hold, self._hold_queue = self._hold_queue, False
-        if source.owned and not hold and self._queue_goes_on(failed):
+        if source.owned and queued and not hold and self._queue_goes_on(failed):
             self._start_next_queued()
         elif self.queue is not None and not self.running:
             self.queue.release_runner()
