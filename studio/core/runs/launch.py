@@ -221,7 +221,7 @@ def prepare_run(
         command = build_command(folder, training_python(resolved))
         atomic_write_text(folder / COMMAND_FILE, format_command(command) + "\n")
         if note:
-            atomic_write_text(folder / CONSOLE_FILE, f"{STUDIO_PREFIX} {note}\n")
+            atomic_write_text(folder / CONSOLE_FILE, "".join(f"{STUDIO_PREFIX} {line}\n" for line in note.splitlines()))
     except OSError as exc:
         if folder is not None and not run_dir:
             shutil.rmtree(folder, ignore_errors=True)  # no half-written run folder in the list of runs

@@ -71,6 +71,7 @@ class RunController(QObject):
         self.worker = Worker(self)  # replays are read here
         self._run_dir: Path | None = None
         self._queue_item: str | None = None
+        self._hold_queue = False  # the window closes: the run ending now starts no queued item after it
         self._stall_kill_armed = False
         self._timer = QTimer(self)
         self._timer.setInterval(max(50, int(1000 / redraw_hz)))
@@ -94,6 +95,16 @@ class RunController(QObject):
     def busy_message(self) -> str:
         return self.source.busy_message() if self.source is not None else ""
 
+    def close_question(self) -> str:
+        """What the studio asks when it is closed while the run goes on; a queued run's waiting items are named:
+        nobody runs the queue while the studio is closed, whether the run is stopped or kept running."""
+        text = self.source.close_question() if self.source is not None else "A training is running."
+        waiting = sum(1 for i in self.queue.items if i.state == "pending") if self.queue is not None else 0
+        if self._queue_item is not None and waiting:
+            runs = "next run starts" if waiting == 1 else f"{waiting} waiting runs start"
+            text += f"\n\nThe queue stops here either way: its {runs} only when Start queue is pressed again."
+        return text
+
     def set_project_root(self, root: Path | None) -> None:
         if self.queue is not None:
             self.queue.release_runner()
@@ -101,14 +112,16 @@ class RunController(QObject):
         self.sig_queue_changed.emit()
 
     # ------------------------------------------------------------ start
-    def start_config(self, config: ResolvedConfig) -> Path | None:
-        """Write a run folder for `config` and start it; None (and sig_message) if refused."""
+    def start_config(self, config: ResolvedConfig, warnings: list[str] | None = None) -> Path | None:
+        """Write a run folder for `config` and start it; None (and sig_message) if refused. `warnings`: the
+        checks' warnings nobody was there to confirm (a queued run), said first in its console."""
         if self.running:
             self.sig_message.emit(self.busy_message())
             return None
         filled = filled_for_launch(config)  # training.fill_card: the run starts with the card used
+        said = [f"started from the queue despite: {warning}" for warning in warnings or ()]
         try:
-            plan = prepare_run(filled.config, note=filled.describe())
+            plan = prepare_run(filled.config, note="\n".join([*said, filled.describe()]).strip())
         except OSError as exc:  # RunFolderError: it says where and what to do
             self.sig_message.emit(f"Could not start the run: {exc}")
             return None
@@ -222,13 +235,15 @@ class RunController(QObject):
         if not self.model.ended:
             self.model.mark_ended("stopped" if source.killed else "failed", source.unfinished(outcome))
         self.sig_tick.emit()
-        failed = self.model.status == "failed" and self._queue_item is not None
+        queued = self._queue_item is not None  # a run started with Train or Resume leaves the queue as it is
+        failed = self.model.status == "failed" and queued
         if source.owned:
             self._finish_queue_item()
         else:
             self._finish_queue_item_left_running(source.run_dir)
         self.sig_run_ended.emit(self.model.status)
-        if source.owned and self._queue_goes_on(failed):
+        hold, self._hold_queue = self._hold_queue, False
+        if source.owned and queued and not hold and self._queue_goes_on(failed):
             self._start_next_queued()
         elif self.queue is not None and not self.running:
             self.queue.release_runner()
@@ -259,16 +274,23 @@ class RunController(QObject):
         self.sig_console.emit(line)
 
     # ------------------------------------------------------------ stop / kill
-    def stop(self) -> bool:
-        return self.source.stop() if self.running and self.source is not None else False
+    def stop(self, hold_queue: bool = False) -> bool:
+        """Ask the run to stop at its next step. `hold_queue` (the window closes): the queue starts nothing
+        after it; its next items wait for the next Start queue (they were started and stopped one by one)."""
+        if not self.running or self.source is None:
+            return False
+        self._hold_queue = self._hold_queue or hold_queue
+        return self.source.stop()
 
     def kill(self) -> None:
         if self.running and self.source is not None:
             self.source.kill()
 
     def kill_now(self, timeout_s: float = 5.0) -> None:
-        """Blocking kill of the run (the window closing after a stop that did not come in time)."""
+        """Blocking kill of the run (the window closing after a stop that did not come in time); the queue
+        starts nothing after it."""
         if self.running and self.source is not None:
+            self._hold_queue = True
             self.source.kill_now(timeout_s)
 
     # ------------------------------------------------------------ replay
@@ -323,6 +345,8 @@ class RunController(QObject):
             return
         if item is None:
             queue.release_runner()  # nothing to start: another window may run the queue now
+            if by_hand:
+                self.sig_message.emit(self._nothing_to_start(queue))
             self.sig_queue_changed.emit()
             return
         path = Path(item.config)
@@ -333,7 +357,7 @@ class RunController(QObject):
             self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
             self._go_on_after_refusal()
             return
-        errors, _warnings = preflight_headless(config)  # nobody is there to confirm a warning
+        errors, warnings = preflight_headless(config)  # nobody is there to confirm a warning: it is said in the run
         if errors:
             why = " ".join(str(e) for e in errors)
             queue.mark_ended(item.id, "failed", why)
@@ -343,7 +367,7 @@ class RunController(QObject):
         said: list[str] = []
         self.sig_message.connect(said.append)
         try:
-            run_dir = self.start_config(config)
+            run_dir = self.start_config(config, [str(w) for w in warnings])
         finally:
             self.sig_message.disconnect(said.append)
         if run_dir is None:
@@ -353,8 +377,19 @@ class RunController(QObject):
             queue.release_runner()
         else:
             self._queue_item = item.id
-            queue.mark_running(item.id, run_dir)
+            with contextlib.suppress(QueueError):  # the file held for a moment: the item is marked when the run ends
+                queue.mark_running(item.id, run_dir)
         self.sig_queue_changed.emit()
+
+    @staticmethod
+    def _nothing_to_start(queue: RunQueue) -> str:
+        """Why Start queue started nothing."""
+        running = queue.running
+        if running is not None:  # its trainer goes on without this window (the studio closed with "keep running")
+            where = f" (run {Path(running.run_dir).name})" if running.run_dir else ""
+            return f"{running.label} still trains{where}: Start queue starts the next item once it has ended."
+        return ("No config waits in the queue: add one (Add config…); a stopped or interrupted run is resumed from "
+                "the Runs table.")
 
     def _go_on_after_refusal(self) -> None:
         """A queued config refused before it started (unreadable, or its checks failed) holds the queue as a
@@ -408,6 +443,7 @@ class RunController(QObject):
         source = self.source
         if source is None or not source.is_running():
             return
+        self._hold_queue = True  # the run ending now (killed) starts no queued item while the window closes
         if detach:
             source.detach()
         else:

@@ -156,9 +156,18 @@ class QueuePanel(QWidget):
         if self.controller.queue is None:
             return
         try:
-            self.controller.queue.add(path)
+            item = self.controller.queue.add(path)
         except QueueError as exc:
             self.controller.sig_message.emit(str(exc))
+        else:
+            if any(i.config == item.config and i.state == "pending" and i.id != item.id
+                   for i in self.controller.queue.items):
+                # A queued item is the file, read when its run starts: a studio.toml queued, changed and queued
+                # again trains the last change twice.
+                self.controller.sig_message.emit(
+                    f"{item.label} is queued twice: each item trains the file as it is when its run starts, so both "
+                    "train the same settings. To queue another version, copy the file under another name and queue "
+                    "that, or use Vary… to queue one setting's values.")
         self.refresh()
 
     def _pick_config(self) -> QFileDialog:

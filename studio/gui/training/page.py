@@ -373,7 +373,7 @@ class TrainPage(Page):
             self.detach_on_close = True
             return True
         if answer == "stop":
-            self.controller.stop()
+            self.controller.stop(hold_queue=True)
             if not wait_for(lambda: not self.controller.running, STOP_WAIT_S, interval_ms=50):
                 self.controller.kill_now()  # shutdown() would do it; say why in the log
                 self.controller.sig_console.emit("[studio] the trainer did not stop in time; ended it")
@@ -383,8 +383,7 @@ class TrainPage(Page):
     def _close_dialog(self) -> str:
         box = QMessageBox(self)
         box.setWindowTitle("A training is running")
-        source = self.controller.source
-        box.setText(source.close_question() if source is not None else "A training is running.")
+        box.setText(self.controller.close_question())
         stop = box.addButton("Stop training", QMessageBox.ButtonRole.DestructiveRole)
         keep = box.addButton("Keep running", QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

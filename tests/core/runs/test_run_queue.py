@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -184,3 +185,22 @@ def test_a_queue_change_that_cannot_be_saved_says_so_and_shows_the_file(tmp_path
     with pytest.raises(QueueError, match=r"The queue was not changed: .*being used by another process\); try again"):
         q.remove(a.id)
     assert [i.id for i in q.items] == [a.id]  # as the file still has it
+
+
+def test_an_item_whose_run_ended_while_the_studio_was_closed_says_how_it_ended(tmp_path: Path,
+                                                                               configs: list[Path]) -> None:
+    from studio.core.runs.events import RunFinished
+    from studio.core.runs.folders import EVENTS_FILE
+
+    q = RunQueue(tmp_path)
+    done, broken = q.add(configs[0]), q.add(configs[1])
+    for item, name, finished in ((done, "r1", RunFinished(status="completed", step=10, time=1000.0)),
+                                 (broken, "r2", RunFinished(status="failed", message="CUDA out of memory"))):
+        run_dir = tmp_path / "runs" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / EVENTS_FILE).write_text(json.dumps(finished.to_dict()) + "\n")
+        q.mark_running(item.id, run_dir)  # (two at once only here: the studio closed with "keep running")
+    # The studio was closed with "keep running"; both trainers ended before it was opened again.
+    again = RunQueue(tmp_path)
+    assert (again.get(done.id).state, again.get(done.id).ended, again.get(done.id).message) == ("completed", 1000.0, "")
+    assert (again.get(broken.id).state, again.get(broken.id).message) == ("failed", "CUDA out of memory")

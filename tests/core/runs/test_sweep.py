@@ -64,3 +64,35 @@ def test_max_steps_swept_over_a_run_in_epochs_sets_the_length_in_steps(tmp_path:
     written = write_sweep(path, "training.max_steps", [500, 1000])
     assert [(load_config(p).training.max_steps, load_config(p).training.epochs) for p in written] == [
         (500, None), (1000, None)]
+
+
+def test_a_large_number_written_with_an_exponent_names_its_run_in_the_characters_a_run_name_takes(
+        tmp_path: Path) -> None:
+    # 1e6 is written 1e+06, and a run name takes no '+': the sweep was refused over output.name, which the person
+    # never wrote.
+    base = _config(tmp_path / "base.toml", 4)
+    written = write_sweep(base, "training.max_steps", parse_values("5e5, 1e6"))
+    assert [p.name for p in written] == ["max_steps-500000.toml", "max_steps-1e06.toml"]
+    assert [(load_config(p).output.name, load_config(p).training.max_steps) for p in written] == [
+        ("cat-max_steps-500000", 500000), ("cat-max_steps-1e06", 1000000)]
+
+
+def test_a_sweep_over_the_batch_trains_each_batch_where_the_card_would_be_filled(tmp_path: Path) -> None:
+    from studio.core.config.files.paths import load_resolved
+    from studio.core.estimate.plans.card_fill import fill_card
+    from studio.core.hardware.machine.probe import load_hardware
+
+    data = {"model": {"family": "sdxl", "base": "models/tiny"}, "dataset": {"concepts": [{"path": "images"}]},
+            "training": {"batch_size": 1, "max_steps": 100, "fill_card": True, "mixed_precision": "bf16",
+                         "cache_latents": True, "cache_text_embeddings": True},
+            "output": {"name": "cat"}}
+    path = tmp_path / "base.toml"
+    save_config(validate_data(data), path)
+    card = load_hardware("a100-80gb").gpus[0]
+    assert fill_card(load_resolved(path), card).config.training.batch_size > 4  # the base fills the card
+    written = write_sweep(path, "training.batch_size", [1, 2, 4])
+    # Each run starts at its own batch (fill_card made all three the one batch that fills the card).
+    assert [fill_card(load_resolved(p), card).config.training.batch_size for p in written] == [1, 2, 4]
+    assert all(load_config(p).training.fill_card is False for p in written)
+    other = write_sweep(path, "training.learning_rate", [1e-4, 5e-5])  # a sweep over anything else keeps it
+    assert all(load_config(p).training.fill_card for p in other)

@@ -154,3 +154,83 @@ def test_a_queued_run_that_could_not_start_waits_again_and_starts_once_that_is_f
     monkeypatch.setattr(run_controller, "prepare_run", real)
     page.queue.start_button.click()
     qtbot.waitUntil(lambda: queue.items[0].state == "completed", timeout=30000)
+
+
+def test_a_queued_run_started_over_the_gpus_memory_says_so_first_in_its_console(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import studio.core.project.preflight as preflight_module
+    from studio.core.hardware.machine.probe import profile_dir
+
+    monkeypatch.setattr(preflight_module, "check_torch_cuda", lambda _python: None)  # this machine has no CUDA
+
+    profile = json.loads((profile_dir() / "a100-80gb.json").read_text(encoding="utf-8"))
+    profile["gpus"][0].update(total_mb=1024, free_mb=1024, used_mb=0)  # a card the run does not fit
+    (tmp_path / "small.json").write_text(json.dumps(profile), encoding="utf-8")
+    monkeypatch.setenv("STUDIO_HARDWARE", str(tmp_path / "small.json"))
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    save_config(config, tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    # Nobody was there to confirm the warning: the run starts, and its console (read in the morning) begins with it.
+    qtbot.waitUntil(lambda: queue.items[0].state not in ("pending", "running"), timeout=30000)
+    assert queue.items[0].state == "completed", queue.items[0].message
+    first = (Path(queue.items[0].run_dir) / "console.log").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("[studio] started from the queue despite: The run needs about ")
+    assert "GB of GPU memory, GPU 0 (NVIDIA A100-SXM4-80GB) has 1.0 GB free" in first
+
+
+@pytest.mark.parametrize("refused_save", ['"state": "completed"', '"run_dir": "/'])
+def test_a_queued_runs_mark_that_could_not_be_saved_for_a_moment_does_not_hold_the_night(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        refused_save: str) -> None:
+    """The first run's end (or its start, with its run folder) is not saved; the queue still goes on, and the
+    first item says how it ended."""
+    import studio.core.runs.scheduling.queue as queue_module
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    for name in ("first", "second"):
+        save_config(config, tmp_path / f"{name}.toml")
+        page.queue.add_config(tmp_path / f"{name}.toml")
+    real = queue_module.atomic_write_text
+    refused: list[str] = []
+
+    def held_by_a_sync_client_once(path: Path, text: str) -> None:
+        if refused_save in text and not refused:
+            refused.append(text)
+            raise PermissionError(13, "The process cannot access the file because it is being used by another "
+                                      "process", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(queue_module, "atomic_write_text", held_by_a_sync_client_once)
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["completed", "completed"], timeout=30000)
+    assert refused
+
+
+def test_a_config_queued_twice_says_both_train_the_file_as_it_is_then(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    save_config(config, tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    # The person changes the learning rate in the same file and queues it again, for a second run.
+    save_config(config.model_copy(update={"training": config.training.model_copy(update={"learning_rate": 5e-5})}),
+                tmp_path / "first.toml")
+    page.queue.add_config(tmp_path / "first.toml")
+    assert messages == [f"{tmp_path.name}/first.toml is queued twice: each item trains the file as it is when its "
+                        "run starts, so both train the same settings. To queue another version, copy the file "
+                        "under another name and queue that, or use Vary… to queue one setting's values."]
+    assert len(page.controller.queue.items) == 2  # type: ignore[union-attr]

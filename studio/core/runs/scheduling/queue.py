@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from studio.core.files import atomic_write_text
 from studio.core.project_lock import ProjectBusyError, project_lock
+from studio.core.runs.event_reading.glance import glance_run
 from studio.core.runs.scheduling.lock import LockHolder, RunLock, RunLockedError, lock_holder
 
 log = logging.getLogger(__name__)
@@ -159,18 +160,27 @@ class RunQueue:
             return
         if not recover or self.runner_held or self.runner_holder() is not None:
             return  # a studio window runs the queue: its running item is running
+        if self._recover():
+            self.save()
+
+    def _recover(self) -> bool:
+        """Items marked running that no process runs (a studio that ended, a mark that could not be saved) say
+        what became of them; whether any changed. Only while no other process runs the queue."""
         changed = False
         for item in self.items:
             if item.state == "running" and not item.run_dir:  # claimed, never started: nothing ran
                 item.state, item.claimed_by = "pending", 0
                 changed = True
             elif item.state == "running" and lock_holder(item.run_dir) is None:  # its trainer ended too
-                # The app ended while this ran: the run folder holds what was done.
-                item.state = "interrupted"
-                item.message = "the studio closed while this ran; resume it from its run folder"
+                finished = glance_run(item.run_dir).finished
+                if finished is not None:  # left running when the studio closed ("keep running"), it ended since
+                    item.state = finished.status if finished.status in ("completed", "stopped") else "failed"
+                    item.message, item.ended = finished.message, finished.time
+                else:  # the app ended while this ran: the run folder holds what was done
+                    item.state = "interrupted"
+                    item.message = "the studio closed while this ran; resume it from its run folder"
                 changed = True
-        if changed:
-            self.save()
+        return changed
 
     def save(self) -> None:
         data: dict[str, Any] = {
@@ -312,6 +322,9 @@ class RunQueue:
         self.take_runner()
 
         def change() -> QueueItem | None:
+            # This process runs the queue and starts nothing now: an item still marked running is no one's claim
+            # (its end could not be saved: the file held by a sync client for a moment), not a run to wait for.
+            self._recover()
             item = self.next_pending(by_hand)
             if item is not None:
                 item.state, item.run_dir, item.started, item.message = "running", "", time.time(), ""

@@ -21,6 +21,9 @@ from studio.core.config.rules.acting import resets_for
 
 SWEEPS_DIR = "sweeps"
 MAX_VALUES = 50
+# What training.fill_card chooses at a run's start (the batch, its accumulation, the checkpointing): a sweep over
+# one of them turns it off in its configs.
+FILL_CARD_CHOOSES = ("training.batch_size", "training.gradient_accumulation", "training.gradient_checkpointing")
 _RANGE = re.compile(r"^\s*(\S+)\s*\.\.\s*(\S+)\s+(x|log)\s*(\d+)\s*$")
 
 
@@ -79,9 +82,10 @@ def parse_values(text: str) -> list[Any]:
 
 
 def value_label(value: Any) -> str:
-    text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}" if isinstance(
-        value, float) else str(value)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_") or "value"
+    """The value in the sweep's file and run names, in the characters a run name takes (1e+06 is 1e06)."""
+    text = ("true" if value else "false") if isinstance(value, bool) else f"{value:g}".replace(
+        "e+", "e") if isinstance(value, float) else str(value)
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_") or "value"
 
 
 def _check_distinct(values: list[Any], texts: list[str] | None = None) -> None:
@@ -150,6 +154,10 @@ def write_sweep(config_path: Path, field: str, values: list[Any]) -> list[Path]:
         # in epochs sets its length in steps.
         for key, default in resets_for(config, {field: value}).items():
             _set(data, key, default)
+        if field in FILL_CARD_CHOOSES:
+            # training.fill_card would start every run at the one batch that fills the card: the value swept is
+            # the value trained.
+            data["training"]["fill_card"] = False
         label = value_label(value)
         data["output"]["name"] = f"{config.output.name}-{short}-{label}"
         try:
