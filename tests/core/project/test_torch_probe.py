@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from studio.core.project import preflight
+from studio.core.project import torch_probe
 
 
 def _torch(site: Path, available: bool) -> Path:
     """A stand-in torch, and the trainer's other packages (only looked up), in a training environment's site."""
-    for name in preflight.TRAINER_PACKAGES:
+    for name in torch_probe.TRAINER_PACKAGES:
         (site / f"{name}.py").touch()
     stub = site / "torch.py"
     stub.write_text(f"__version__ = '2.13.0+stub'\nclass cuda:\n    is_available = staticmethod(lambda: {available})\n")
@@ -36,8 +36,8 @@ def test_train_pressed_again_does_not_import_torch_again_until_it_is_reinstalled
         return real_run(argv, **options)
 
     monkeypatch.setattr(subprocess, "run", counting_run)
-    first = preflight.check_torch_cuda(sys.executable)
-    again = preflight.check_torch_cuda(sys.executable)
+    first = torch_probe.check_torch_cuda(sys.executable)
+    again = torch_probe.check_torch_cuda(sys.executable)
     assert first is not None and first.message.startswith(f"torch 2.13.0+stub in {sys.executable} cannot use the GPU")
     assert again is not None and again.message == first.message
     assert len(asked) == 1  # the second press answered at once: the window does not freeze for an import of torch
@@ -46,7 +46,7 @@ def test_train_pressed_again_does_not_import_torch_again_until_it_is_reinstalled
     _torch(site, available=True)
     later = stub.stat().st_mtime_ns + 5_000_000_000
     os.utime(stub, ns=(later, later))
-    assert preflight.check_torch_cuda(sys.executable) is None
+    assert torch_probe.check_torch_cuda(sys.executable) is None
     assert len(asked) == 2
 
 
@@ -56,10 +56,10 @@ def test_an_interpreter_without_torch_is_asked_each_time(tmp_path: Path, monkeyp
     no_torch.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import no_such_module_torch' \"$@\"\n")
     no_torch.chmod(0o755)
     for _ in range(2):
-        problem = preflight.check_torch_cuda(str(no_torch))
+        problem = torch_probe.check_torch_cuda(str(no_torch))
         assert problem is not None and "has no torch: install the studio's training packages" in problem.message
     site = tmp_path / "site"
     site.mkdir()
     _torch(site, available=True)
     monkeypatch.setenv("PYTHONPATH", str(site))
-    assert preflight.check_torch_cuda(sys.executable) is None  # installed since: found at the next press
+    assert torch_probe.check_torch_cuda(sys.executable) is None  # installed since: found at the next press
