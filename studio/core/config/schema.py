@@ -19,8 +19,7 @@ from studio.core.config.rules.network_rules import check_ema, check_network
 from studio.core.config.rules.pickled import check_pickle
 from studio.core.config.rules.run_rules import check_frozen_base, check_settings_act, check_training
 from studio.core.config.rules.swap_rules import check_block_swap
-from studio.core.families import FAMILIES, FAMILY_NAMES, is_family
-from studio.core.families import family as family_spec
+from studio.core.families import FAMILIES, FAMILY_NAMES, fill_own_sampling
 from studio.core.quoting import control_characters, shown
 
 SCHEMA_VERSION = 1
@@ -401,23 +400,10 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        sampling = self.sampling
-        # Unnamed: its family's own (guidance 7, every family's once, made FLUX.2 [klein] samples look burnt).
-        for key, own in own_sampling(self.model.family).items():
-            if key not in sampling.model_fields_set:
-                object.__setattr__(sampling, key, own)
-                sampling.model_fields_set.add(key)
+        fill_own_sampling(self.sampling, self.model.family)  # its family's steps and guidance, where none is named
         for rule in CONSISTENCY_RULES:
             rule(self)
         return self
-
-
-def own_sampling(family_name: str) -> dict[str, float | int]:
-    """The samples' steps and guidance a config of the family has when it names none."""
-    if not is_family(family_name):
-        return {}
-    spec = family_spec(family_name)
-    return {"steps": spec.sample_steps, "guidance": spec.sample_guidance}
 
 
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.

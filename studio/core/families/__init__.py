@@ -11,14 +11,16 @@ from studio.core.families.registry import (
     conditional_keys,
     declaration_of,
     family,
+    fill_own_sampling,
     is_family,
     model_title,
+    own_sampling,
     title,
 )
 from studio.core.families.spec import CheckpointKind, Condition, FamilySpec, Objective, Setting
 
 __all__ = [
     "DEFAULT_FAMILY", "FAMILIES", "FAMILY_NAMES", "CheckpointKind", "Condition", "FamilySpec", "Objective",
-    "Setting", "UnknownFamily", "checkpoint_kinds", "conditional_keys", "declaration_of", "family", "is_family",
-    "model_title", "title",
+    "Setting", "UnknownFamily", "checkpoint_kinds", "conditional_keys", "declaration_of", "family",
+    "fill_own_sampling", "is_family", "model_title", "own_sampling", "title",
 ]

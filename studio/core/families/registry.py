@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import Any
 
 from studio.core.families import flux2_klein, qwen_image, sd3, sd15, sdxl, zimage
 from studio.core.families.settings import OFFERED
@@ -118,3 +119,20 @@ def conditional_keys() -> tuple[str, ...]:
 def declaration_of(key: str) -> tuple[FamilySpec, ...]:
     """The families a conditional setting acts for."""
     return tuple(spec for spec in FAMILIES if spec.setting(key) is not None)
+
+
+def own_sampling(name: str) -> dict[str, float | int]:
+    """The samples' steps and guidance a config of the family has when it names none ({} for an unknown one)."""
+    if name not in _BY_NAME:
+        return {}
+    spec = _BY_NAME[name]
+    return {"steps": spec.sample_steps, "guidance": spec.sample_guidance}
+
+
+def fill_own_sampling(sampling: Any, name: str) -> None:
+    """Give a config's sampling section its family's steps and guidance where it names none: guidance 7, every
+    family's once, made FLUX.2 [klein], Z-Image and Qwen-Image samples look burnt."""
+    for key, own in own_sampling(name).items():
+        if key not in sampling.model_fields_set:
+            object.__setattr__(sampling, key, own)  # not an assignment to validate: the family's own value
+            sampling.model_fields_set.add(key)

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
 from studio.core.config.files.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.config.rules.swap_rules import published_blocks
-from studio.core.config.schema import Family, MethodKind, TrainConfig, own_sampling
-from studio.core.families import FAMILY_NAMES, family
+from studio.core.config.schema import Family, MethodKind, TrainConfig
+from studio.core.families import FAMILY_NAMES, family, own_sampling
 from studio.core.files import atomic_write_text
 from studio.core.resources import app_root
 from studio.core.user_dirs import config_dir

@@ -14,7 +14,8 @@ from tomlkit.exceptions import ParseError
 from tomlkit.items import AoT, Table
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
-from studio.core.config.schema import SCHEMA_VERSION, TrainConfig, own_sampling
+from studio.core.config.schema import SCHEMA_VERSION, TrainConfig
+from studio.core.families import own_sampling
 from studio.core.files import atomic_write_text
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
