@@ -7,15 +7,13 @@ finished run copied back from elsewhere.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 
-from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.runs.events import (
     Checkpoint,
     EpochSaved,
@@ -30,6 +28,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
+from studio.core.runs.records.event_paths import path_in_run
 from studio.core.runs.records.smoothing import SmoothedLoss
 from studio.core.runs.tail import EventTail, Item, RankColumns, StepBatch, decode_event, event_from_dict
 
@@ -188,44 +187,10 @@ class RunModel:
         return max(0.0, end - self.first_time - self.paused_s)
 
     def resolve(self, path: str) -> Path:
-        p = Path(path)
+        """The file an event names, in this run folder and never outside it (`event_paths.py`)."""
         if self.run_dir is None:
-            return p
-        if not p.is_absolute() and not path.startswith("/"):
-            try:  # a name from the events file (a remote machine's, perhaps): never beside the run folder
-                return contained_path(self.run_dir, path, "the run's events")
-            except OutsideFolderError:
-                return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
-        # An absolute name is looked at only under this run folder: one of another folder of this computer,
-        # or of a share on the network (\\server\share: opening it sends the person's Windows login), is
-        # never opened, shown or exported, whoever wrote the events (a run copied from elsewhere, its machine).
-        for root in (self.run_dir, Path(os.path.realpath(self.run_dir))):
-            try:
-                inside_run = p.relative_to(root)
-            except ValueError:
-                continue
-            try:
-                return contained_path(self.run_dir, inside_run.as_posix(), "the run's events")
-            except OutsideFolderError:
-                break
-        # A path of the machine the run trained on (a remote run, a cloud's, a folder copied back): the same file
-        # here, under the trainer's own run folder (its run_started names it; a cloud run's folder here has
-        # another name than there), or under a folder of this run folder's name.
-        parts = PurePosixPath(path.replace("\\", "/")).parts
-        trained_in = self.started.run_dir.replace("\\", "/") if self.started is not None else ""
-        base = PurePosixPath(trained_in).parts if trained_in else ()
-        if base and len(parts) > len(base) and parts[: len(base)] == base:
-            try:
-                return contained_path(self.run_dir, "/".join(parts[len(base):]), "the run's events")
-            except OutsideFolderError:
-                pass
-        inside = [i for i, part in enumerate(parts[:-1]) if part == self.run_dir.name]
-        if inside:
-            try:
-                return contained_path(self.run_dir, "/".join(parts[inside[-1] + 1:]), "the run's events")
-            except OutsideFolderError:
-                pass
-        return self.run_dir / PurePosixPath(path.replace("\\", "/")).name
+            return Path(path)
+        return path_in_run(self.run_dir, path, self.started.run_dir if self.started is not None else "")
 
     def apply_all(self, items: Iterable[Item]) -> None:
         """Apply events and StepBatches in order (what EventTail's poll_items returns)."""
