@@ -346,7 +346,7 @@ class RunController(QObject):
         if item is None:
             queue.release_runner()  # nothing to start: another window may run the queue now
             if by_hand:
-                self.sig_message.emit(self._nothing_to_start(queue))
+                self.sig_message.emit(queue.why_nothing_starts())
             self.sig_queue_changed.emit()
             return
         path = Path(item.config)
@@ -380,16 +380,6 @@ class RunController(QObject):
             with contextlib.suppress(QueueError):  # the file held for a moment: the item is marked when the run ends
                 queue.mark_running(item.id, run_dir)
         self.sig_queue_changed.emit()
-
-    @staticmethod
-    def _nothing_to_start(queue: RunQueue) -> str:
-        """Why Start queue started nothing."""
-        running = queue.running
-        if running is not None:  # its trainer goes on without this window (the studio closed with "keep running")
-            where = f" (run {Path(running.run_dir).name})" if running.run_dir else ""
-            return f"{running.label} still trains{where}: Start queue starts the next item once it has ended."
-        return ("No config waits in the queue: add one (Add config…); a stopped or interrupted run is resumed from "
-                "the Runs table.")
 
     def _go_on_after_refusal(self) -> None:
         """A queued config refused before it started (unreadable, or its checks failed) holds the queue as a

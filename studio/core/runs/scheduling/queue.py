@@ -251,6 +251,15 @@ class RunQueue:
     def running(self) -> QueueItem | None:
         return next((i for i in self.items if i.state == "running"), None)
 
+    def why_nothing_starts(self) -> str:
+        """Why Start queue started nothing, in the window's words."""
+        running = self.running
+        if running is not None:  # its trainer goes on without this window (the studio closed with "keep running")
+            where = f" (run {Path(running.run_dir).name})" if running.run_dir else ""
+            return f"{running.label} still trains{where}: Start queue starts the next item once it has ended."
+        return ("No config waits in the queue: add one (Add config…); a stopped or interrupted run is resumed from "
+                "the Runs table.")
+
     def next_pending(self, by_hand: bool = False) -> QueueItem | None:
         """The item to start now; None while one runs, or after a run while "stop after current" is
         set. It stays set: each start by hand (`by_hand`) then runs one more item."""
