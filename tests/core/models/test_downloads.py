@@ -93,12 +93,20 @@ def test_ctrl_c_says_how_to_go_on(fake_hub: FakeHub, tmp_path: Path) -> None:
     repo = fake_hub.repos[SD15] = tiny_sd15_repo()
     repo[UNET] = os.urandom(BIG)
     fake_hub.stall_after[UNET] = 11 * 1024 * 1024  # held in the middle of the UNet
-    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "download", SD15], env=_env(fake_hub, tmp_path),
+    # No read timeout while the hub holds the file: the download waits there, mid-file, for the Ctrl+C (with the
+    # default 10 s, a busy machine's read timed out first and the download went on to finish).
+    env = {**_env(fake_hub, tmp_path), "HF_HUB_DOWNLOAD_TIMEOUT": "300"}
+    process = subprocess.Popen([sys.executable, "-m", "studio.cli", "download", SD15], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith(UNET + "  "):
             break
+    blobs = tmp_path / "hf-cache" / ("models--" + SD15.replace("/", "--")) / "blobs"
+    deadline = time.monotonic() + 120
+    while not any(p.stat().st_size >= 10 * 1024 * 1024 for p in blobs.glob("*.part")):  # held mid-file now
+        assert time.monotonic() < deadline and process.poll() is None, "the download never reached the held bytes"
+        time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _out, err = process.communicate(timeout=60)
     assert process.returncode == 130
