@@ -96,8 +96,11 @@ def test_ctrl_c_says_how_to_go_on(fake_hub: FakeHub, tmp_path: Path) -> None:
     # No read timeout while the hub holds the file: the download waits there, mid-file, for the Ctrl+C (with the
     # default 10 s, a busy machine's read timed out first and the download went on to finish).
     env = {**_env(fake_hub, tmp_path), "HF_HUB_DOWNLOAD_TIMEOUT": "300"}
+    # Ctrl+C as a terminal sends it: a test before this one in the same worker may leave SIGINT ignored, and a
+    # child inherits an ignored SIGINT (it then finished the download).
     process = subprocess.Popen([sys.executable, "-m", "studio.cli", "download", SD15], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith(UNET + "  "):
