@@ -16,3 +16,8 @@ class PreflightProblem:
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def question(self) -> str:
+        """The title of the question a person confirms it with."""
+        return "GPUs left idle" if self.check == "gpus_idle" else "This run may not fit"

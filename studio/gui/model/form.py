@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import types
 import typing
 from typing import Any, Literal
 
@@ -30,6 +29,14 @@ from studio.core.config.schema import TrainConfig
 from studio.core.families import conditional_keys, declaration_of
 from studio.gui.base.names import named
 from studio.gui.model.choice_set import ChoiceSet
+from studio.gui.model.field_text import (
+    allowed_text,
+    bounds,
+    number_text,
+    parse_text,
+    tooltip,
+    unwrap_optional,
+)
 
 SECTIONS = ("model", "method", "dataset", "training", "sampling", "output")
 # The key settings of a preset; everything else scalar is "advanced".
@@ -56,80 +63,6 @@ NOTE_STYLE = "color: #1565c0;"
 # Settings that name a folder: typed, or chosen with a Folder… button (the page opens the dialog).
 FOLDER_FIELDS = {"dataset.mask_folder": "Choose the folder of mask images",
                  "dataset.validation_folder": "Choose a folder of held-out images"}
-
-
-def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else annotation), True
-    return annotation, False
-
-
-def _bounds(field: FieldInfo) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for meta in field.metadata:
-        for name in ("ge", "gt", "le", "lt", "multiple_of"):
-            value = getattr(meta, name, None)
-            if value is not None:
-                out[name] = value
-    return out
-
-
-def _tooltip(field: FieldInfo, kind: Any, optional: bool) -> str:
-    parts = [field.description or ""]
-    b = _bounds(field)
-    low = b.get("ge", b.get("gt"))
-    high = b.get("le", b.get("lt"))
-    if low is not None or high is not None:
-        parts.append(f"Allowed: {'' if low is None else low}…{'' if high is None else high}"
-                     + (f", a multiple of {b['multiple_of']:g}" if "multiple_of" in b else ""))
-    if typing.get_origin(kind) is Literal:
-        parts.append("Allowed: " + ", ".join(map(str, typing.get_args(kind))))
-    if optional:
-        parts.append("Leave empty for the default.")
-    return "\n".join(p for p in parts if p)
-
-
-def allowed_text(field: FieldInfo, kind: Any) -> str:
-    """What a field accepts, from the schema: "at least 64 and at most 4096, a multiple of 8"."""
-    b = _bounds(field)
-    words = {"ge": "at least", "gt": "more than", "le": "at most", "lt": "less than"}
-    parts = [f"{words[name]} {number_text(b[name])}" for name in ("ge", "gt", "le", "lt") if name in b]
-    text = " and ".join(parts)
-    if "multiple_of" in b:
-        text += f"{', ' if text else ''}a multiple of {b['multiple_of']:g}"
-    if typing.get_origin(kind) is Literal:
-        text = "one of " + ", ".join(map(str, typing.get_args(kind)))
-    elif not text and kind in (int, float):
-        text = "a whole number" if kind is int else "a number"
-    return text
-
-
-def parse_text(text: str, kind: Any, empty: str | None = None) -> Any:
-    """A typed value for the config: empty is `empty` (None, or the empty text of a setting whose default
-    it is: the negative prompt), numbers parsed; anything else goes as typed, for the config to refuse
-    with a message naming the key."""
-    text = text.strip()
-    if text == "":
-        return empty
-    if kind in (int, float):
-        try:
-            number = float(text)
-        except ValueError:
-            return text
-        # 2.5 epochs is refused as what was typed, not trained as 2 (1e3 is a whole 1000).
-        return int(number) if kind is int and number.is_integer() else number
-    return text
-
-
-def number_text(value: float | int) -> str:
-    """A number as a field shows it: short (1e-05, 0.0001, 1), yet whole: six digits would show a learning rate
-    of 0.0001234567 as 0.000123457, and pressing Enter in its field saved that."""
-    if isinstance(value, int):  # a seed's bound: 4294967295, not 4.29497e+09
-        return str(value)
-    short = f"{value:g}"
-    return short if float(short) == value else repr(value)
 
 
 # The most a spin box holds (a 32-bit int); a whole number the schema allows beyond it (training.seed and
@@ -166,7 +99,7 @@ def fields_of(section: str) -> list[tuple[str, FieldInfo, Any, bool]]:
     model: type[BaseModel] = typing.cast(type[BaseModel], _section_model(section))
     out = []
     for name, field in model.model_fields.items():
-        kind, optional = _unwrap_optional(field.annotation)
+        kind, optional = unwrap_optional(field.annotation)
         if (section, name) in SKIPPED or (typing.get_origin(kind) is list and (section, name) not in CHOICE_SETS):
             continue
         if kind in (bool, int, float, str) or typing.get_origin(kind) is Literal or is_choice_set(kind):
@@ -357,8 +290,8 @@ class ConfigForm(QWidget):
                 combo.addItem(str(choice), choice)
             combo.activated.connect(lambda _i, k=key, c=combo: self.sig_changed.emit(k, c.currentData()))
             editor = combo
-        elif kind is int and not optional and _bounds(field).get("le", 0) <= SPIN_MOST:
-            b = _bounds(field)
+        elif kind is int and not optional and bounds(field).get("le", 0) <= SPIN_MOST:
+            b = bounds(field)
             spin = SchemaSpinBox(int(b.get("ge", b.get("gt", 0))),
                                  int(min(b.get("le", b.get("lt", 2**31 - 1)), 2**31 - 1)))
             if "multiple_of" in b:
@@ -373,7 +306,7 @@ class ConfigForm(QWidget):
             line.editingFinished.connect(lambda k=key, e=line, t=kind: self._text_edited(k, e.text(), t))
             editor = line
         editor.setObjectName("field_" + key.replace(".", "_"))
-        editor.setToolTip(_tooltip(field, kind, optional))
+        editor.setToolTip(tooltip(field, kind, optional))
         self.editors[key] = editor
         if key in FOLDER_FIELDS:
             return self._with_folder_button(key, editor)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -39,14 +39,12 @@ from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dial
 from studio.gui.training.console import ConsolePane
 from studio.gui.training.samples import SamplesGallery
 from studio.gui.training.sampling_editor import SamplingEditor
+from studio.gui.training.self_test import page_self_test
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
 
-DEMO_TIMEOUT_S = 900.0
-REPLAY_TIMEOUT_S = 120.0  # the self-test's replay, read on the controller's worker
 STOP_WAIT_S = 60.0
-SETTLE_S = 0.5  # a stop saves a checkpoint first; big models take a while
 
 
 class TrainPage(Page):
@@ -308,8 +306,7 @@ class TrainPage(Page):
                                                             "when the download is done."):
                     self.download_then_train(found.download)
                 return False
-            title = "GPUs left idle" if found.check == "gpus_idle" else "This run may not fit"
-            if not self.confirm(title, f"{found}\n\nStart anyway?"):
+            if not self.confirm(found.question, f"{found}\n\nStart anyway?"):
                 return False
         others = find_live_runs(self.context.runs_dir())
         if others and not self.confirm("The GPU is busy", busy_message(others)):
@@ -401,53 +398,4 @@ class TrainPage(Page):
         self.plots.close_plots()
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        if options.replay is not None:
-            source = self.controller.open_replay(Path(options.replay))
-            if source is None or not wait_for(lambda: source.loaded, REPLAY_TIMEOUT_S) or source.replay is None:
-                raise RuntimeError(f"could not replay {options.replay}")
-            self._refresh()
-            result.update(replay_events=source.replay.events, plot_points=self.plots.plot_points())
-        if options.train_demo:
-            result.update(self._train_demo())
-        return result
-
-    def _train_demo(self) -> dict[str, Any]:
-        """Train the project's config through the real QProcess path; measure GUI stalls."""
-        clock = QElapsedTimer()
-        clock.start()
-        stalls = {"max": 0, "last": 0}
-
-        def beat() -> None:
-            now = clock.elapsed()
-            stalls["max"] = max(stalls["max"], now - stalls["last"])
-            stalls["last"] = now
-
-        heartbeat = QTimer(self)
-        heartbeat.setInterval(10)
-        heartbeat.timeout.connect(beat)
-        # The page was only just shown: its first paint (four empty plots, 50-150 ms here) is
-        # not part of training. A person presses Train on a page that is already on screen.
-        wait_for(lambda: False, SETTLE_S, interval_ms=50)
-        stalls["last"] = clock.elapsed()
-        heartbeat.start()  # from the press of Train: the checks and the launch count too
-        if not self.start_training():
-            heartbeat.stop()
-            raise RuntimeError(f"the demo training did not start: {self.message.text()}")
-        finished = wait_for(lambda: not self.controller.running, DEMO_TIMEOUT_S, interval_ms=50)
-        heartbeat.stop()
-        heartbeat.deleteLater()
-        if not finished:
-            self.controller.kill_now()
-            raise RuntimeError(f"the demo training did not finish within {DEMO_TIMEOUT_S:.0f} s")
-        model = self.controller.model
-        return {
-            "events": model.event_count,
-            "loss_points": len(model.loss),
-            "memory_points": model.memory_points(),
-            "samples": len(model.samples),
-            "status": model.status,
-            "outputs": [str(model.resolve(o)) for o in model.outputs],
-            # The heartbeat ticks every 10 ms: a longer gap is time the GUI did not run.
-            "max_gui_stall_ms": max(0, stalls["max"] - 10),
-        }
+        return page_self_test(self, options)

@@ -112,21 +112,26 @@ def test_launch_follow_stop_and_bring_back_a_cloud_run(qtbot: QtBot, fake: FakeC
     assert summary.status == "stopped" and summary.steps == steps[-1]
 
 
+def _launch_until_it_ends(qtbot: QtBot, instance: FakeCloud, context: StudioContext, export: ExportPage) -> None:
+    """Launch on the fake cloud from the Export page and wait until the run has ended and been dealt with."""
+    cloud.set_cloud_api(lambda: instance)
+    try:
+        export.cloud.confirm = lambda _question: True
+        export.cloud.state_ms = 100
+        export.cloud.launch_button.click()
+        qtbot.waitUntil(lambda: export.cloud.run is not None and not context.run_controller.running, timeout=30_000)
+    finally:
+        cloud.set_cloud_api(None)
+        instance.end_all()
+
+
 def test_a_finished_cloud_run_is_brought_back_and_its_cluster_ended(qtbot: QtBot, tmp_path: Path,
                                                                     pages: tuple[StudioContext, ExportPage,
                                                                                  TrainPage, RunsPage]) -> None:
     instance = FakeCloud(tmp_path / "clusters", steps=12, rate=200.0)
-    cloud.set_cloud_api(lambda: instance)
-    try:
-        context, export, _train, _runs = pages
-        export.cloud.confirm = lambda _question: True
-        export.cloud.state_ms = 100
-        export.cloud.launch_button.click()
-        controller = context.run_controller
-        qtbot.waitUntil(lambda: export.cloud.run is not None and not controller.running, timeout=30_000)
-    finally:
-        cloud.set_cloud_api(None)
-        instance.end_all()
+    context, export, _train, _runs = pages
+    _launch_until_it_ends(qtbot, instance, context, export)
+    controller = context.run_controller
     assert controller.model.status == "finished" and controller.model.step == 12
     assert len(instance.downed) == 1
     local = controller.run_dir
@@ -142,25 +147,16 @@ def test_a_cloud_run_whose_files_fail_to_come_back_keeps_its_cluster(qtbot: QtBo
         raise CloudError(f"rsync from {cluster} failed: connection reset by peer")
 
     monkeypatch.setattr(instance, "pull", cut_off)
-    cloud.set_cloud_api(lambda: instance)
-    try:
-        context, export, _train, _runs = pages
-        messages: list[str] = []
-        context.run_controller.sig_message.connect(messages.append)
-        export.cloud.confirm = lambda _question: True
-        export.cloud.state_ms = 100
-        export.cloud.launch_button.click()
-        controller = context.run_controller
-        qtbot.waitUntil(lambda: export.cloud.run is not None and not controller.running, timeout=30_000)
-    finally:
-        cloud.set_cloud_api(None)
-        instance.end_all()
+    context, export, _train, _runs = pages
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    _launch_until_it_ends(qtbot, instance, context, export)
     (cluster,) = instance.launched
     assert instance.downed == []  # its files are still there to bring back
     (said,) = [m for m in messages if "did not come back" in m]
     assert "connection reset by peer" in said and "The cluster is left up so they are not lost" in said
     assert f"cloud pull {cluster}" in said and f"cloud down {cluster}" in said
-    local = controller.run_dir
+    local = context.run_controller.run_dir
     assert local is not None and read_cloud_record(local).state != "down"
 
 
