@@ -4,22 +4,20 @@ demo trained through the real process path with the GUI's stalls measured."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PySide6.QtCore import QElapsedTimer, QTimer
 
 from studio.gui.base.event_loop import wait_for
 from studio.gui.base.selftest_options import SelfTestOptions
 
-if TYPE_CHECKING:
-    from studio.gui.training.page import TrainPage
-
 DEMO_TIMEOUT_S = 900.0
 REPLAY_TIMEOUT_S = 120.0  # the self-test's replay, read on the controller's worker
 SETTLE_S = 0.5  # the page's first paint, before Train is pressed
 
 
-def page_self_test(page: TrainPage, options: SelfTestOptions) -> dict[str, Any]:
+def page_self_test(page: Any, options: SelfTestOptions) -> dict[str, Any]:
+    """`page`: the Train page (page.py, which calls this; not imported here, so the two make no loop)."""
     result: dict[str, Any] = {}
     if options.replay is not None:
         source = page.controller.open_replay(Path(options.replay))
@@ -31,7 +29,7 @@ def page_self_test(page: TrainPage, options: SelfTestOptions) -> dict[str, Any]:
         result.update(_train_demo(page))
     return result
 
-def _train_demo(page: TrainPage) -> dict[str, Any]:
+def _train_demo(page: Any) -> dict[str, Any]:
     """Train the project's config through the real QProcess path; measure GUI stalls."""
     clock = QElapsedTimer()
     clock.start()
