@@ -15,6 +15,10 @@ import re
 from pathlib import Path, PurePosixPath
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
+# Names Windows gives to devices: a file named so (with any extension: nul.safetensors, con.txt) opens the
+# device instead, or cannot be made. COM¹ and the like count too.
+WINDOWS_DEVICES = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$",
+                             *(f"{port}{n}" for port in ("COM", "LPT") for n in "0123456789\u00b9\u00b2\u00b3")})
 
 
 class OutsideFolderError(ValueError):
@@ -45,6 +49,19 @@ def name_parts(name: str, folder: Path, source: str = "") -> tuple[str, ...]:
     if not parts:
         raise OutsideFolderError(name, folder, "the name is the folder itself", source)
     return parts
+
+
+def windows_refusal(name: str) -> str | None:
+    """Why Windows cannot hold `name` as a file or folder name of its own, or None when it can.
+
+    Checked on every OS: a project travels, and a run named `nul` on Linux writes nothing on the Windows
+    machine it is copied to. Said as "... is a device name on Windows", to follow the name in a message."""
+    device = name.split(".", 1)[0].rstrip(" ").upper()
+    if device in WINDOWS_DEVICES:
+        return f"is {device}, a device name on Windows (a file named so opens the device; nothing is written)"
+    if name.endswith((".", " ")):
+        return "ends in a dot or a space, which Windows drops from a file or folder name"
+    return None
 
 
 def contained_path(folder: str | Path, name: str, source: str = "") -> Path:

@@ -19,6 +19,7 @@ from studio.core.config.rules.network_rules import check_ema, check_network
 from studio.core.config.rules.pickled import check_pickle
 from studio.core.config.rules.run_rules import check_frozen_base, check_settings_act, check_training
 from studio.core.config.rules.swap_rules import check_block_swap
+from studio.core.containment import windows_refusal
 from studio.core.families import FAMILIES, FAMILY_NAMES, fill_own_sampling
 from studio.core.quoting import control_characters, shown
 
@@ -359,6 +360,17 @@ class OutputSection(Section):
         default_factory=list, description="Also log loss, learning rate, validation loss and samples to "
         "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network). "
         "Needs `pip install 'sd-training-studio[logging]'` in the training environment.")
+
+    @field_validator("name")
+    @classmethod
+    def _a_name_windows_can_hold(cls, value: str) -> str:
+        # The run's files are <name>.safetensors in a folder <stamp>-<name>: on Windows nul.safetensors writes
+        # nowhere and a folder's last dot is dropped, so the run would lose its result at its end.
+        why = windows_refusal(value)
+        if why:
+            raise Contradiction("output.name", value, f"{why}; the run's folder and files are named after it: "
+                                "choose another name, such as my-lora")
+        return value
 
 
 class LaunchSection(Section):

@@ -27,6 +27,7 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.files.paths import ResolvedConfig, resolve_paths
 from studio.core.config.files.presets import Preset, apply_preset, list_presets
 from studio.core.config.schema import TrainConfig
+from studio.core.containment import windows_refusal
 from studio.core.dataset.layouts import DatasetError, detect_layout
 from studio.core.estimate.estimate import Fit, estimate_vram, fit
 from studio.core.estimate.plans.fixes import apply_changes
@@ -152,7 +153,15 @@ class ImagesPage(QWizardPage):
         """Why the folder chosen cannot take a new project: it is one already (its settings would stay as they
         are, and every choice made in this wizard would be lost), or None."""
         root = self.project_root()
-        if root is None or not is_project(root):
+        if root is None:
+            return None
+        # The folders the studio would make: a project named "aux" is made here, and cannot be copied to Windows
+        # (or, made there, is the device).
+        for part in (p for p in (root, *root.parents) if not p.exists()):
+            why = windows_refusal(part.name)
+            if why:
+                return f"The folder name {part.name!r} {why}: choose another name for the project's folder."
+        if not is_project(root):
             return None
         return (f"{root} is already a studio project (it has {PROJECT_FILE}): open it with File → Open Project, "
                 "or choose another folder for the new project.")

@@ -293,3 +293,17 @@ def test_the_effective_batch_multiplies_batch_accumulation_and_processes() -> No
     training = TrainingSection(batch_size=3, gradient_accumulation=4)
     assert training.effective_batch() == 12 and training.effective_batch(8) == 96
     assert training.effective_batch(0) == 12  # no processes named: one
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("nul", "is NUL, a device name on Windows"), ("Con.v2", "is CON, a device name on Windows"),
+    ("com1", "is COM1, a device name on Windows"), ("lpt9.x", "is LPT9, a device name on Windows"),
+    ("my-run.", "ends in a dot or a space, which Windows drops"),
+])
+def test_a_run_name_windows_cannot_hold_is_refused_naming_it(tmp_path: Path, name: str, said: str) -> None:
+    """The run's LoRA is <output.name>.safetensors in <stamp>-<output.name>/: on Windows nul.safetensors opens the
+    device, and the hours of training end with nothing written. Refused on every OS: a project travels."""
+    (error,) = errors_of(tmp_path, MINIMAL + f'name = "{name}"\n')
+    assert error.startswith(f'line 20: output.name = "{name}": {said}')
+    assert error.endswith("the run's folder and files are named after it: choose another name, such as my-lora")
+    assert load_config(write(tmp_path, MINIMAL + 'name = "nul-lora"\n')).output.name == "nul-lora"

@@ -181,3 +181,10 @@ def test_a_shared_preset_never_sets_what_belongs_to_the_project(isolated_user_di
     assert config.method.rank == 48
     assert config.launch.python is None and config.launch.cpu is False
     assert config.model.vae is None and config.model.revision is None and config.output.dir == "runs"
+
+
+def test_a_preset_titled_as_a_windows_device_is_saved_to_a_file_windows_can_hold(isolated_user_dirs: Path) -> None:
+    """"Aux" was saved as aux.toml: on Windows that is a device, the save wrote nowhere and the preset was gone."""
+    preset = save_user_preset("Aux", project_config())
+    assert preset.path.name == "aux-preset.toml" and preset.path.is_file() and preset.title == "Aux"
+    assert save_user_preset("COM1", project_config()).path.name == "com1-preset.toml"

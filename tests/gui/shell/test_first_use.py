@@ -330,3 +330,17 @@ def test_an_image_folder_that_cannot_be_listed_is_said_on_the_preset_step_too(
     page = wizard.preset_page  # type: ignore[attr-defined]
     assert page.subTitle().startswith("No presets can be estimated: Cannot read the image folder")
     assert "Operation not permitted" in page.subTitle() and page.list.count() == 0
+
+
+def test_the_wizard_refuses_a_project_folder_named_as_a_windows_device(
+    window: MainWindow, tmp_path: Path, qtbot  # type: ignore[no-untyped-def]
+) -> None:
+    """A project typed as "aux" was made here, and on Windows that folder is a device: it neither copies there
+    nor can be made there."""
+    wizard = _shown_wizard(window, qtbot)
+    wizard.images_page.folder.setText(str(tmp_path / "loras" / "Aux"))  # type: ignore[attr-defined]
+    qtbot.waitUntil(lambda: "'Aux' is AUX, a device name on Windows" in wizard.images_page.layout_label.text())  # type: ignore
+    assert "choose another name for the project's folder" in wizard.images_page.layout_label.text()  # type: ignore
+    assert not wizard.button(QWizard.WizardButton.NextButton).isEnabled()
+    wizard.accept()
+    assert window.context.project is None and not (tmp_path / "loras").exists()

@@ -22,6 +22,7 @@ from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_vali
 from studio.core.config.files.toml_file import config_to_data, parse_toml, validate_data
 from studio.core.config.rules.swap_rules import published_blocks
 from studio.core.config.schema import Family, MethodKind, TrainConfig
+from studio.core.containment import windows_refusal
 from studio.core.families import FAMILY_NAMES, family, own_sampling
 from studio.core.files import atomic_write_text
 from studio.core.resources import app_root
@@ -297,7 +298,8 @@ def preset_delta(config: TrainConfig) -> dict[str, Any]:
 
 def _slug(title: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-    return slug or "preset"
+    # A preset titled "Aux" or "COM1" would be aux.toml, a device on Windows: the save would write nowhere.
+    return f"{slug}-preset" if windows_refusal(slug) else slug or "preset"
 
 
 def save_user_preset(
