@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studio.core.files import atomic_write_text, try_lock, unlock
+from studio.core.trainenv.in_use import env_users
 from studio.core.trainenv.plan import InstallPlan
 from studio.core.trainenv.progress import InstallProgress, OutputReader
 from studio.core.trainenv.sources import explain_failure
@@ -41,6 +42,7 @@ from studio.core.trainenv.verify import mismatched_versions, verify_command
 from studio.core.training_python import env_python, pins_stamp
 
 STEPS = ("create", "torch", "packages", "link", "verify")
+REPLACING = frozenset({"create", "torch", "packages"})  # the steps that remove or replace what a trainer runs
 LOCK_SUFFIX = ".lock"  # training-env.lock beside training-env: held while an install runs
 ProgressCallback = Callable[[InstallProgress], None]
 CancelCheck = Callable[[], bool]
@@ -124,6 +126,13 @@ def _install(plan: InstallPlan, progress: ProgressCallback | None, cancel: Cance
         return InstallResult(python, True, seconds=time.monotonic() - started, facts=read_ready(plan.folder) or {})
     if plan.build.problem and plan.wheelhouse is None:
         raise StepFailed("torch", plan.build.problem, plan.folder / LOG_FILE)
+    users = env_users(plan.folder) if set(todo) & REPLACING else []
+    if users:
+        # Packages replaced under a running trainer: its next import (or a rank started later) reads half of
+        # one version and half of another, and on Windows the files in use cannot be replaced at all.
+        raise StepFailed("install", f"{' and '.join(users)} {'runs' if len(users) == 1 else 'run'} with the "
+                         f"environment in {plan.folder} right now: wait until it ends (or stop it), then install "
+                         "again; nothing was changed", plan.folder / LOG_FILE)
     plan.folder.parent.mkdir(parents=True, exist_ok=True)
     state = read_state(plan.folder) if "create" not in todo else EnvState()
     state.stamp, state.torch_build, state.tool = plan.stamp(), plan.build.tag, plan.tool.kind
