@@ -30,6 +30,9 @@ from studio.core.text import plural
 # A studio run folder (it holds the run's event log) is never read as training images,
 # so a project kept inside its image folder does not train on its own samples.
 RUN_MARKER = "events.jsonl"
+# An export bundle (bundle.json beside its dataset/ copy, in the project's exports/ by default) is not either: in a
+# project kept in its image folder, the next run trained each image twice, and the next export copied the copy.
+BUNDLE_MARKER = "bundle.json"
 
 # A subfolder by one of these names whose images are named as the training images holds loss masks
 # (dataset.mask_folder), not a concept: `img/` and `masks/` side by side.
@@ -84,7 +87,7 @@ def walk_folders(root: Path, unreadable: list[tuple[Path, str]] | None = None
                  ) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
     """(folder, listed entries: see `is_listed`) for `root` and every listed subfolder, parents first.
 
-    A symlinked folder is entered once; a studio run folder below the root is skipped.
+    A symlinked folder is entered once; a studio run folder or export bundle below the root is skipped.
     Folders that cannot be listed are skipped and added to `unreadable` with the reason.
     """
     seen: set[tuple[int, int]] = set()
@@ -108,7 +111,7 @@ def walk_folders(root: Path, unreadable: list[tuple[Path, str]] | None = None
             if unreadable is not None:
                 unreadable.append((folder, exc.strerror or str(exc)))
             continue
-        if folder != root and any(item.name == RUN_MARKER for item in items):
+        if folder != root and any(item.name in (RUN_MARKER, BUNDLE_MARKER) for item in items):
             continue
         yield folder, items
         subdirs = []

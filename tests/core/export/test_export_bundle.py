@@ -420,3 +420,18 @@ def test_an_edit_datasets_control_folders_and_sample_control_image_travel(demo: 
     assert load_config(out / "config.toml").dataset.control_folders == ["dataset/references"]
     assert pairs(out) == len(images)
     assert load_config(out / "config.toml").sampling.control_image == f"dataset/references/{images[0].name}"
+
+
+def test_a_bundle_exported_into_the_image_folder_is_not_trained_on_nor_exported_again(demo: Project,
+                                                                                      tmp_path: Path) -> None:
+    """A project kept in its image folder exports to its exports/ folder, inside the images: the next run trained
+    each image twice (the bundle's copy too), and the next export carried the first bundle's copy along."""
+    from studio.core.dataset.scan import scan_dataset
+
+    shapes = demo.root / "data" / "shapes"
+    before = sorted(str(e.path) for e in scan_dataset(load_resolved(demo.config_path).dataset))
+    export_bundle(demo.config_path, shapes / "exports" / "first", include_model=True)
+    assert sorted(str(e.path) for e in scan_dataset(load_resolved(demo.config_path).dataset)) == before
+    export_bundle(demo.config_path, tmp_path / "second", include_model=True)
+    manifest = json.loads((tmp_path / "second" / "dataset" / "manifest.json").read_text())
+    assert not [e["path"] for e in manifest["files"] if "exports" in e["path"]]
