@@ -49,9 +49,25 @@ def test_launch_follow_pull_and_down_a_project_on_a_cloud(demo: Project, fake: F
 
 def test_launch_asks_first_and_starts_nothing_without_an_answer(demo: Project, fake: FakeCloud,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["cloud", "launch", str(demo.config_path)]) == 0
+    # Run from a script without --yes: it exited 0 having started nothing, and the script went on as if it had.
+    assert cli_main(["cloud", "launch", str(demo.config_path)]) == 2
     captured = capsys.readouterr()
-    assert not fake.launched and "Not started" in captured.out and "--yes" in captured.err
+    assert not fake.launched and "Not started" in captured.out
+    assert "error: not a terminal, so nothing was asked and nothing started: pass --yes" in captured.err
+
+
+def test_no_at_the_question_starts_nothing_and_is_not_an_error(demo: Project, fake: FakeCloud,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal(""))  # Ctrl-D at the question
+    assert cli_main(["cloud", "launch", str(demo.config_path)]) == 0
+    assert not fake.launched and "Not started" in capsys.readouterr().out
 
 
 def test_without_skypilot_the_command_says_how_to_enable_it(demo: Project, capsys: pytest.CaptureFixture[str],
@@ -102,3 +118,4 @@ def test_pull_brings_the_run_into_the_projects_output_folder(demo: Project, fake
     assert f"Brought back into {demo.root / 'outputs'};" in capsys.readouterr().out
     lora = demo.root / "outputs" / "20261201-120000-demo" / "output" / "pytorch_lora_weights.safetensors"
     assert lora.read_bytes() == b"lora" and not (demo.root / "runs" / "20261201-120000-demo").exists()
+

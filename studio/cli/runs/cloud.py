@@ -77,11 +77,16 @@ def run_launch(args: argparse.Namespace) -> int:
         if not offers:
             return _fail("no cloud enabled in SkyPilot offers these GPUs now; run `sky check`, or choose another "
                          "--gpu-type")
-        if not args.yes and not _confirm(f"Start {cluster} now? The cluster ends itself "
-                                         f"{args.autostop} idle minutes after the run. [y/N] "):
-            print(f"Not started. The bundle is in {bundle.folder}; start it later with: "
-                  f"sky launch -c {cluster} {SKY_FILE}")
-            return EXIT_OK
+        if not args.yes:
+            answer = _confirm(f"Start {cluster} now? The cluster ends itself {args.autostop} idle minutes after "
+                              "the run. [y/N] ")
+            if answer is not True:
+                print(f"Not started. The bundle is in {bundle.folder}; start it later with: "
+                      f"sky launch -c {cluster} {SKY_FILE}")
+                # No terminal to ask in (a script, a scheduler): nothing started is a failure it must see.
+                return EXIT_OK if answer is False else _fail("not a terminal, so nothing was asked and nothing "
+                                                             "started: pass --yes to start without asking",
+                                                             EXIT_INVALID)
         job = api.launch(bundle.task_file, cluster)
     except (CloudError, ExportError, CatalogueError) as exc:
         return _fail(str(exc), EXIT_INVALID if not isinstance(exc, CloudError) else EXIT_FAILED)
@@ -93,11 +98,15 @@ def run_launch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _confirm(question: str) -> bool:
+def _confirm(question: str) -> bool | None:
+    """The person's answer; None when there is no terminal to ask in."""
     if not sys.stdin or not sys.stdin.isatty():
-        print("(not a terminal: pass --yes to start)", file=sys.stderr)
+        return None
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:  # Ctrl-D: no
+        print()
         return False
-    return input(question).strip().lower() in ("y", "yes")
 
 
 def _record(name: str) -> dict[str, Any] | None:
