@@ -56,10 +56,15 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
 def run_launch(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
-    from studio.core.cloud.run import export_for_cloud, write_launch_record
+    from studio.core.cloud.run import (
+        export_for_cloud,
+        hand_launch_command,
+        launch_bundle,
+        write_launch_record,
+    )
     from studio.core.export.bundle import ExportError
     from studio.core.export.gpu_catalogue import CatalogueError
-    from studio.core.export.sky_task import SKY_FILE, CloudOptions
+    from studio.core.export.sky_task import CloudOptions
 
     config_path = Path(args.config).resolve()
     try:
@@ -81,13 +86,13 @@ def run_launch(args: argparse.Namespace) -> int:
             answer = _confirm(f"Start {cluster} now? The cluster ends itself {args.autostop} idle minutes after "
                               "the run. [y/N] ")
             if answer is not True:
-                print(f"Not started. The bundle is in {bundle.folder}; start it later with: "
-                      f"sky launch -c {cluster} {SKY_FILE}")
+                print(f"Not started. The bundle is in {bundle.folder}; start it later there with: "
+                      f"{hand_launch_command(bundle)}")
                 # No terminal to ask in (a script, a scheduler): nothing started is a failure it must see.
                 return EXIT_OK if answer is False else _fail("not a terminal, so nothing was asked and nothing "
                                                              "started: pass --yes to start without asking",
                                                              EXIT_INVALID)
-        job = api.launch(bundle.task_file, cluster)
+        job = launch_bundle(api, bundle)
     except (CloudError, ExportError, CatalogueError) as exc:
         return _fail(str(exc), EXIT_INVALID if not isinstance(exc, CloudError) else EXIT_FAILED)
     write_launch_record(bundle, job, config_path)

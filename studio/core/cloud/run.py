@@ -21,6 +21,7 @@ from typing import IO
 
 from studio.core.app_words import cli_command
 from studio.core.cloud.api import CloudApi, CloudError, ClusterState
+from studio.core.cloud.hub_access import launch_secrets, refuse_gated_without_token
 from studio.core.files import atomic_write_text
 from studio.core.remote.tail import RemoteFileMirror, StreamFrom
 from studio.core.runs.folders import CLOUD_FILE, CONSOLE_FILE, EVENTS_FILE, STOP_FILE
@@ -192,6 +193,7 @@ class CloudBundle:
     cluster: str
     summary: str
     per_hour: dict[str, object] | None
+    hub_base: str | None = None  # the base model's hub id when the cluster downloads it
 
     @property
     def task_file(self) -> Path:
@@ -223,7 +225,23 @@ def export_for_cloud(config_path: Path, name: str | None = None, **export_option
     folder = data_dir() / LAUNCHES_DIR / f"{stamp}-{cluster}"
     report = export_bundle(config_path, folder, **export_options)  # type: ignore[arg-type]
     info = json.loads((folder / "bundle.json").read_text(encoding="utf-8"))
-    return CloudBundle(folder, cluster, report.summary(), info["cloud"]["per_hour"])
+    hub_base = report.base_model if report.base_kind == "hub" else None
+    refuse_gated_without_token(hub_base)
+    return CloudBundle(folder, cluster, report.summary(), info["cloud"]["per_hour"], hub_base)
+
+
+def hand_launch_command(bundle: CloudBundle) -> str:
+    """How the person starts the bundle later with SkyPilot itself (in its folder): with the hub token of their
+    shell's HF_TOKEN as a secret when the cluster downloads the base."""
+    from studio.core.export.sky_task import SKY_FILE
+
+    return f"sky launch -c {bundle.cluster} {SKY_FILE}" + (" --secret HF_TOKEN" if bundle.hub_base else "")
+
+
+def launch_bundle(api: CloudApi, bundle: CloudBundle) -> int:
+    """Start the bundle's task on its cluster with the person's hub token when the cluster downloads the base
+    (read here, at the launch, and given to the launcher only); the job id."""
+    return api.launch(bundle.task_file, bundle.cluster, launch_secrets(bundle.hub_base))
 
 
 def write_launch_record(bundle: CloudBundle, job: int, config_path: Path) -> None:

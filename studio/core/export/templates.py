@@ -96,12 +96,17 @@ def _cloud_text(info: dict[str, Any]) -> str:
     wanted = cloud["accelerators"]
     gpus = wanted if isinstance(wanted, str) else " or ".join(f"{name}:{count}" for name, count in wanted.items())
     nodes = f"{info['nodes']} nodes of " if info["nodes"] > 1 else ""
+    # A hub base downloads on the cluster: SkyPilot hands it this shell's HF_TOKEN as a secret (a gated model
+    # needs it), which no file holds.
+    hub = info["base_model"]["kind"] == "hub"
     lines = [
         "With [SkyPilot](https://docs.skypilot.co) installed (`pip install skypilot[runpod]`, or the clouds you use) "
         "and a cloud enabled (`sky check`), from this folder:",
         "",
-        f"    sky launch -c {cloud['cluster']} sky.yaml",
+        f"    sky launch -c {cloud['cluster']} sky.yaml" + (" --secret HF_TOKEN" if hub else ""),
         "",
+        *(["`--secret HF_TOKEN` gives the cluster the Hugging Face token of this shell's `HF_TOKEN` (set it first for "
+           "a gated base model); SkyPilot keeps it out of its logs and no file holds it.", ""] if hub else []),
         f"SkyPilot finds the cheapest offer of {nodes}`{gpus}` among your clouds, copies this folder there, installs "
         "`requirements.txt`, and runs `./launch.sh --check` on every node with the node's rank and the main "
         "node's address.",
