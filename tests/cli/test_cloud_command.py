@@ -192,3 +192,21 @@ def test_a_bundle_with_its_model_inside_gets_no_token(demo: Project, fake: FakeC
     assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
     (cluster,) = fake.launched
     assert fake.secrets[cluster] == {}
+
+
+def test_following_a_run_that_failed_there_exits_non_zero(demo: Project, fake: FakeCloud,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # `cloud logs` exited 0 after a failed run, so `launch --yes && logs && use the result` went on.
+    from studio.core.cloud.api import ClusterState
+
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "FAILED_SETUP"))
+    capsys.readouterr()
+    assert cli_main(["cloud", "logs", cluster]) == 1
+    captured = capsys.readouterr()
+    assert "steps: 8/8" in captured.out
+    assert f"error: the run on {cluster} ended FAILED_SETUP" in captured.err
+    monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "RUNNING"))  # the stream was cut
+    assert cli_main(["cloud", "logs", cluster]) == 0

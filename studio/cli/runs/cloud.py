@@ -20,6 +20,8 @@ from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from studio.core.user_dirs import data_dir
 
 CLOUD_DIR = "cloud"  # studio.core.cloud.run.LAUNCHES_DIR
+# SkyPilot's job statuses of a run that did not succeed.
+FAILED_JOBS = ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED")
 RECORD = "cluster.json"  # studio.core.cloud.run.LAUNCH_RECORD
 
 
@@ -162,11 +164,18 @@ def run_logs(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
 
+    cluster = _cluster(args.cluster)
     try:
-        for line in cloud_api().logs(_cluster(args.cluster)):
+        api = cloud_api()
+        for line in api.logs(cluster):
             print(line, end="" if line.endswith("\n") else "\n", flush=True)
+        state = api.state(cluster)
     except CloudError as exc:
         return _fail(str(exc))
+    # As `sky logs` does: a script that follows the run learns from the exit status that it failed.
+    if state.job in FAILED_JOBS:
+        return _fail(f"the run on {cluster} ended {state.job}; its output is above (bring back what it wrote with "
+                     f"`studio-train cloud pull {cluster}`)")
     return EXIT_OK
 
 
