@@ -39,4 +39,4 @@ def refuse_gated_without_token(hub_base: str | None) -> None:
                      + command_or_action(" (`studio-train download --set-token`) or set HF_TOKEN",
                                          " (download it once from the Model & Preset page's model library: it asks "
                                          "for the token)")
-                     + ", and launch again; nothing was started")
+                     + ", and launch again")

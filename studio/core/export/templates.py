@@ -97,7 +97,7 @@ def _cloud_text(info: dict[str, Any]) -> str:
     gpus = wanted if isinstance(wanted, str) else " or ".join(f"{name}:{count}" for name, count in wanted.items())
     nodes = f"{info['nodes']} nodes of " if info["nodes"] > 1 else ""
     # A hub base downloads on the cluster: SkyPilot hands it this shell's HF_TOKEN as a secret (a gated model
-    # needs it), which no file holds.
+    # needs it), which no file of the bundle holds.
     hub = info["base_model"]["kind"] == "hub"
     lines = [
         "With [SkyPilot](https://docs.skypilot.co) installed (`pip install skypilot[runpod]`, or the clouds you use) "
@@ -106,7 +106,7 @@ def _cloud_text(info: dict[str, Any]) -> str:
         f"    sky launch -c {cloud['cluster']} sky.yaml" + (" --secret HF_TOKEN" if hub else ""),
         "",
         *(["`--secret HF_TOKEN` gives the cluster the Hugging Face token of this shell's `HF_TOKEN` (set it first for "
-           "a gated base model); SkyPilot keeps it out of its logs and no file holds it.", ""] if hub else []),
+           "a gated base model); it is not written in this folder, and SkyPilot shows it redacted.", ""] if hub else []),
         f"SkyPilot finds the cheapest offer of {nodes}`{gpus}` among your clouds, copies this folder there, installs "
         "`requirements.txt`, and runs `./launch.sh --check` on every node with the node's rank and the main "
         "node's address.",
