@@ -12,7 +12,7 @@ from __future__ import annotations
 from studio.core.app_words import command_or_action
 from studio.core.cloud.api import CloudError
 from studio.core.models.hub_token import token_for_a_run_elsewhere
-from studio.core.models.known import KnownModelsError, find_known
+from studio.core.models.known import known_gated
 
 TOKEN_ENV = "HF_TOKEN"  # what huggingface_hub reads on the cluster
 
@@ -25,13 +25,7 @@ def launch_secrets(hub_base: str | None) -> dict[str, str]:
 
 def refuse_gated_without_token(hub_base: str | None) -> None:
     """CloudError when the cluster would download a gated base the studio knows, and there is no token here."""
-    if not hub_base:
-        return
-    try:
-        known = find_known(hub_base)
-    except KnownModelsError:
-        return
-    if known is None or not known.gated or token_for_a_run_elsewhere():
+    if not hub_base or not known_gated(hub_base) or token_for_a_run_elsewhere():
         return
     raise CloudError(f"{hub_base} is gated and no Hugging Face token is kept here: the cluster could not download "
                      f"it, after minutes of paid set-up. Accept its licence at https://huggingface.co/{hub_base} "

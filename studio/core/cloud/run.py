@@ -232,10 +232,13 @@ def export_for_cloud(config_path: Path, name: str | None = None, **export_option
 
 def hand_launch_command(bundle: CloudBundle) -> str:
     """How the person starts the bundle later with SkyPilot itself (in its folder): with the hub token of their
-    shell's HF_TOKEN as a secret when the cluster downloads the base."""
+    shell's HF_TOKEN as a secret when the cluster downloads a gated base (SkyPilot refuses `--secret HF_TOKEN`
+    when the shell has no HF_TOKEN, so a public base goes without)."""
     from studio.core.export.sky_task import SKY_FILE
+    from studio.core.models.known import known_gated
 
-    return f"sky launch -c {bundle.cluster} {SKY_FILE}" + (" --secret HF_TOKEN" if bundle.hub_base else "")
+    gated = bundle.hub_base is not None and known_gated(bundle.hub_base)
+    return f"sky launch -c {bundle.cluster} {SKY_FILE}" + (" --secret HF_TOKEN" if gated else "")
 
 
 def launch_bundle(api: CloudApi, bundle: CloudBundle) -> int:

@@ -57,6 +57,7 @@ from studio.core.export.sky_task import (
 from studio.core.export.templates import readme_text, render
 from studio.core.families import family
 from studio.core.files import atomic_write_text
+from studio.core.models.known import known_gated
 from studio.core.resources import resource_path
 from studio.core.runs.launch import accelerate_config, dump_yaml
 
@@ -207,7 +208,7 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         "vram_estimate_mb": plan.vram,
         "disk_needed_mb": _disk_needed_mb(bundle, plan.base_kind),
         "base_model": {"kind": plan.base_kind, "value": bundle.model.base,
-                       "gated": plan.base_kind == "hub" and _known_gated(str(bundle.model.base))},
+                       "gated": plan.base_kind == "hub" and known_gated(str(bundle.model.base))},
         "dataset": {"included": plan.include_dataset, "root": plan.data_root, "manifest": MANIFEST,
                     "files": len(manifest["files"]), "bytes": manifest["total_bytes"],
                     "skipped": len(manifest["skipped"])},
@@ -227,17 +228,6 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         warnings=plan.warnings, skipped=[f"{s['path']}: {s['reason']}" for s in manifest["skipped"]],
         dataset_roots={s.name: s.root for s in plan.datasets},
     )
-
-
-def _known_gated(repo_id: str) -> bool:
-    """Whether the studio's list of models names `repo_id` as gated (check.sh then wants a token there)."""
-    from studio.core.models.known import KnownModelsError, find_known
-
-    try:
-        known = find_known(repo_id)
-    except KnownModelsError:
-        return False
-    return known is not None and known.gated
 
 
 def _write_files(out: Path, bundle: TrainConfig, info: dict[str, Any], source: Path) -> None:

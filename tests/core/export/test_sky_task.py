@@ -96,6 +96,12 @@ def test_a_hub_bases_readme_launches_with_the_token_as_a_secret(demo: Project, t
     report = export_bundle(demo.config_path, tmp_path / "b", include_model=True)
     cluster = json.loads((report.out_dir / "bundle.json").read_text(encoding="utf-8"))["cloud"]["cluster"]
     assert f"    sky launch -c {cluster} sky.yaml --secret HF_TOKEN\n" in (report.out_dir / "README.md").read_text()
+    # A public hub base: SkyPilot refuses --secret HF_TOKEN in a shell without one, so it is only offered.
+    config.model.base = "someone/public-sd3-model"
+    save_config(config, demo.config_path)
+    readme = (export_bundle(demo.config_path, tmp_path / "public", include_model=True).out_dir / "README.md").read_text()
+    assert "sky.yaml\n" in readme and "sky.yaml --secret" not in readme
+    assert "add it for a gated or private base model" in readme
 
 
 def test_skypilots_own_task_takes_the_launchs_secret(demo: Project, tmp_path: Path) -> None:
