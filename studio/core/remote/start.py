@@ -244,7 +244,7 @@ mkdir -p @@STATE@@
 rm -f @@PID@@ @@LOG@@ @@STATUS@@
 echo $$ > @@STARTER@@
 if [ @@CHECK@@ = 1 ]; then
-    if PYTHON=@@PYTHON@@ ./check.sh @@CHECK_ARGS@@ > @@LOG@@.check 2>&1; then ok=1; else ok=0; fi
+    if env @@ENV@@ ./check.sh @@CHECK_ARGS@@ > @@LOG@@.check 2>&1; then ok=1; else ok=0; fi
     echo "$ok" > @@LOG@@.checked
     sed 's/^/check| /' @@LOG@@.check
     [ "$ok" = 1 ] || exit 5
@@ -311,7 +311,8 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
         "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "STARTER": shlex.quote(starter), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
-        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": remote_path(m.python),
+        # check.sh sees what launch.sh will (HF_HOME, where a hub login's token is, from the machine's env).
+        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "ENV": assignments,
         "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),
         "SECRETS": "".join(f"export {name}={shlex.quote(value)}\n" for name, value in (hidden_env or {}).items()),
     }

@@ -134,3 +134,19 @@ def test_a_remote_run_gets_the_token_in_its_environment_only(mode: str, remote_m
     assert (run / "command-lines").read_text().strip() == "0"
     assert _holding_secret(sshd.workspace) == []
     assert (Path(going.remote_run_dir) / "token.sha256").read_text().strip() == hashlib.sha256(b"").hexdigest()
+
+
+def test_check_sh_there_sees_the_machines_environment_as_launch_sh_does(remote_machine: RemoteMachine,
+                                                                        sshd: SshServer, tmp_path: Path) -> None:
+    # The machine's HF_HOME (where `hf auth login` put its token there) reached launch.sh but not check.sh, whose
+    # look for a token for a gated base then failed a run that would have downloaded it.
+    from studio.core.remote.start import launch_detached
+
+    machine = dataclasses.replace(remote_machine, detach="nohup",
+                                  env={**remote_machine.env, "HF_HOME": "/workspace/hf"})
+    client = SshClient(machine)
+    bundle = _token_bundle(sshd.workspace / "checked")
+    (bundle / "check.sh").write_text('#!/bin/sh\nprintf %s "${HF_HOME:-}" > "$PWD/check-saw"\necho "PASS all"\n')
+    (bundle / "check.sh").chmod(0o755)
+    launch_detached(client, probe_machine(client), str(bundle), gpus=1, cpu=True, check=True)
+    assert (bundle / "check-saw").read_text() == "/workspace/hf"
