@@ -209,3 +209,24 @@ def test_following_a_run_that_failed_there_exits_non_zero(demo: Project, fake: F
     assert f"error: the run on {cluster} ended FAILED_SETUP" in captured.err
     monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "RUNNING"))  # the stream was cut
     assert cli_main(["cloud", "logs", cluster]) == 0
+
+
+def test_a_second_launch_onto_a_cluster_still_running_the_first_is_refused(
+        demo: Project, fake: FakeCloud, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both launches name the cluster after the run: SkyPilot synced the second bundle over the first run's files
+    # as it trained and queued the second behind it, and the first one's end took the cluster down under it.
+    from studio.core.cloud.api import ClusterState
+
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    first = fake.launched[cluster]
+    monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "RUNNING") if name == cluster
+                        else ClusterState(name, "gone"))
+    capsys.readouterr()
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {cluster} is still running a run launched before (cluster UP, job RUNNING)" in err
+    assert "nothing was started" in err and f"studio-train cloud pull {cluster}" in err and "--name" in err
+    assert fake.launched == {cluster: first} and len(fake.offered) == 1
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes", "--name", "second"]) == 0
+    assert "studio-second" in fake.launched

@@ -62,6 +62,7 @@ def run_launch(args: argparse.Namespace) -> int:
         export_for_cloud,
         hand_launch_command,
         launch_bundle,
+        refuse_if_running,
         write_launch_record,
     )
     from studio.core.export.bundle import ExportError
@@ -75,6 +76,7 @@ def run_launch(args: argparse.Namespace) -> int:
                                   include_model=True, cloud=CloudOptions(spot=args.spot, bucket=args.bucket,
                                                                          autostop_minutes=args.autostop))
         cluster = bundle.cluster
+        refuse_if_running(api, bundle)
         print(bundle.summary)
         if bundle.per_hour:
             print(bundle.catalogue_price(args.gpus * args.nodes))

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO
 
-from studio.core.app_words import cli_command
+from studio.core.app_words import cli_command, command_or_action
 from studio.core.cloud.api import CloudApi, CloudError, ClusterState
 from studio.core.cloud.hub_access import launch_secrets, refuse_gated_without_token
 from studio.core.files import atomic_write_text
@@ -228,6 +228,20 @@ def export_for_cloud(config_path: Path, name: str | None = None, **export_option
     hub_base = report.base_model if report.base_kind == "hub" else None
     refuse_gated_without_token(hub_base)
     return CloudBundle(folder, cluster, report.summary(), info["cloud"]["per_hour"], hub_base)
+
+
+def refuse_if_running(api: CloudApi, bundle: CloudBundle) -> None:
+    """CloudError when the bundle's cluster (named after the run) still runs a run launched before: SkyPilot would
+    sync this bundle over that run's files as it trains and queue this run behind it, and the end of the first
+    would take the cluster down under the second."""
+    state = api.state(bundle.cluster)
+    if state.running:
+        c = bundle.cluster
+        raise CloudError(f"{c} is still running a run launched before (cluster {state.status}, job "
+                         f"{state.job or 'starting'}); nothing was started. Follow it with "
+                         f"{cli_command(['cloud', 'logs', c])}, bring it back with {cli_command(['cloud', 'pull', c])}"
+                         f" and end it with {cli_command(['cloud', 'down', c])}, or launch this run on a cluster of "
+                         + command_or_action("its own (--name OTHER)", "its own (give it another output name)"))
 
 
 def hand_launch_command(bundle: CloudBundle) -> str:

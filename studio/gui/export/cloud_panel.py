@@ -29,6 +29,7 @@ from studio.core.cloud.run import (
     hand_launch_command,
     launch_bundle,
     new_record,
+    refuse_if_running,
     write_cloud_record,
     write_launch_record,
 )
@@ -54,6 +55,7 @@ class Quote:
 
 def _quote(api: CloudApi, config_path: Path, options: dict[str, Any]) -> Quote:
     bundle = export_for_cloud(config_path, **options)
+    refuse_if_running(api, bundle)
     return Quote(bundle, api.offers(bundle.task_file), int(options["gpus"]) * int(options["nodes"]))
 
 
