@@ -208,7 +208,8 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         "vram_estimate_mb": plan.vram,
         "disk_needed_mb": _disk_needed_mb(bundle, plan.base_kind),
         "base_model": {"kind": plan.base_kind, "value": bundle.model.base,
-                       "gated": plan.base_kind == "hub" and known_gated(str(bundle.model.base))},
+                       # A hub base the studio knows to be gated: check.sh there wants a token.
+                       **({"gated": known_gated(str(bundle.model.base))} if plan.base_kind == "hub" else {})},
         "dataset": {"included": plan.include_dataset, "root": plan.data_root, "manifest": MANIFEST,
                     "files": len(manifest["files"]), "bytes": manifest["total_bytes"],
                     "skipped": len(manifest["skipped"])},
