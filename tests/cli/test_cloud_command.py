@@ -49,9 +49,25 @@ def test_launch_follow_pull_and_down_a_project_on_a_cloud(demo: Project, fake: F
 
 def test_launch_asks_first_and_starts_nothing_without_an_answer(demo: Project, fake: FakeCloud,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["cloud", "launch", str(demo.config_path)]) == 0
+    # Run from a script without --yes: it exited 0 having started nothing, and the script went on as if it had.
+    assert cli_main(["cloud", "launch", str(demo.config_path)]) == 2
     captured = capsys.readouterr()
-    assert not fake.launched and "Not started" in captured.out and "--yes" in captured.err
+    assert not fake.launched and "Not started" in captured.out
+    assert "error: not a terminal, so nothing was asked and nothing started: pass --yes" in captured.err
+
+
+def test_no_at_the_question_starts_nothing_and_is_not_an_error(demo: Project, fake: FakeCloud,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal(""))  # Ctrl-D at the question
+    assert cli_main(["cloud", "launch", str(demo.config_path)]) == 0
+    assert not fake.launched and "Not started" in capsys.readouterr().out
 
 
 def test_without_skypilot_the_command_says_how_to_enable_it(demo: Project, capsys: pytest.CaptureFixture[str],
@@ -102,3 +118,115 @@ def test_pull_brings_the_run_into_the_projects_output_folder(demo: Project, fake
     assert f"Brought back into {demo.root / 'outputs'};" in capsys.readouterr().out
     lora = demo.root / "outputs" / "20261201-120000-demo" / "output" / "pytorch_lora_weights.safetensors"
     assert lora.read_bytes() == b"lora" and not (demo.root / "runs" / "20261201-120000-demo").exists()
+
+
+SECRET = "hf_ClusterOnly0123456789abcdef"
+GATED = "stabilityai/stable-diffusion-3-medium-diffusers"  # gated in the studio's list of known models
+
+
+@pytest.fixture
+def no_token_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A keyring of the test's own (keyrings.alt's file backend, allowed explicitly), empty; no HF_TOKEN and no
+    huggingface_hub login."""
+    pytest.importorskip("keyrings.alt", reason="the test keyring is keyrings.alt's file backend")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
+    monkeypatch.setenv("STUDIO_ALLOW_FILE_KEYRING", "1")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "keyring-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    for name in ("HF_TOKEN", "HF_TOKEN_PATH", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    import keyring.core
+
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)  # chosen again from the environment above
+    yield
+    keyring.core._keyring_backend = None
+
+
+def _gated_base(demo: Project) -> None:
+    from studio.core.config.files.toml_file import save_config
+
+    config = demo.load_config()
+    config.model.family, config.model.base = "sd3", GATED
+    save_config(config, demo.config_path)
+
+
+def _holding(secret: str, *folders: Path) -> list[Path]:
+    return [p for folder in folders for p in folder.rglob("*")
+            if p.is_file() and "keyring-home" not in p.parts and secret.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("kept", ["keyring", "HF_TOKEN"])
+def test_a_launch_gives_the_cluster_the_hub_token_and_no_file_holds_it(
+        kept: str, demo: Project, fake: FakeCloud, no_token_here: None, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # A gated base downloads on the cluster: without the token it failed there after minutes of paid set-up.
+    from studio.core.models.hub_token import store_token
+    from studio.core.user_dirs import data_dir
+
+    if kept == "keyring":
+        store_token(SECRET)
+    else:
+        monkeypatch.setenv("HF_TOKEN", SECRET)
+    _gated_base(demo)
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    assert fake.secrets[cluster] == {"HF_TOKEN": SECRET}
+    printed = capsys.readouterr()
+    assert SECRET not in printed.out + printed.err
+    assert _holding(SECRET, data_dir(), demo.root, fake.homes) == []  # bundle, sky.yaml, cluster.json, the cluster
+
+
+def test_a_gated_base_with_no_token_is_refused_before_anything_is_rented(
+        demo: Project, fake: FakeCloud, no_token_here: None, capsys: pytest.CaptureFixture[str]) -> None:
+    _gated_base(demo)
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert f"{GATED} is gated and no Hugging Face token is kept here" in err and "--set-token" in err
+    assert not fake.offered and not fake.launched
+
+
+def test_a_bundle_with_its_model_inside_gets_no_token(demo: Project, fake: FakeCloud,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", SECRET)  # the demo's model goes with the bundle: nothing downloads there
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    assert fake.secrets[cluster] == {}
+
+
+def test_following_a_run_that_failed_there_exits_non_zero(demo: Project, fake: FakeCloud,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # `cloud logs` exited 0 after a failed run, so `launch --yes && logs && use the result` went on.
+    from studio.core.cloud.api import ClusterState
+
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "FAILED_SETUP"))
+    capsys.readouterr()
+    assert cli_main(["cloud", "logs", cluster]) == 1
+    captured = capsys.readouterr()
+    assert "steps: 8/8" in captured.out
+    assert f"error: the run on {cluster} ended FAILED_SETUP" in captured.err
+    monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "RUNNING"))  # the stream was cut
+    assert cli_main(["cloud", "logs", cluster]) == 0
+
+
+def test_a_second_launch_onto_a_cluster_still_running_the_first_is_refused(
+        demo: Project, fake: FakeCloud, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Both launches name the cluster after the run: SkyPilot synced the second bundle over the first run's files
+    # as it trained and queued the second behind it, and the first one's end took the cluster down under it.
+    from studio.core.cloud.api import ClusterState
+
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    first = fake.launched[cluster]
+    monkeypatch.setattr(fake, "state", lambda name: ClusterState(name, "UP", "RUNNING") if name == cluster
+                        else ClusterState(name, "gone"))
+    capsys.readouterr()
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {cluster} is still running a run launched before (cluster UP, job RUNNING)" in err
+    assert "nothing was started" in err and f"studio-train cloud pull {cluster}" in err and "--name" in err
+    assert fake.launched == {cluster: first} and len(fake.offered) == 1
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes", "--name", "second"]) == 0
+    assert "studio-second" in fake.launched

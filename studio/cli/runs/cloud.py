@@ -20,6 +20,8 @@ from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from studio.core.user_dirs import data_dir
 
 CLOUD_DIR = "cloud"  # studio.core.cloud.run.LAUNCHES_DIR
+# SkyPilot's job statuses of a run that did not succeed.
+FAILED_JOBS = ("FAILED", "FAILED_SETUP", "FAILED_DRIVER", "CANCELLED")
 RECORD = "cluster.json"  # studio.core.cloud.run.LAUNCH_RECORD
 
 
@@ -56,10 +58,16 @@ def _fail(message: str, code: int = EXIT_FAILED) -> int:
 def run_launch(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
-    from studio.core.cloud.run import export_for_cloud, write_launch_record
+    from studio.core.cloud.run import (
+        export_for_cloud,
+        hand_launch_command,
+        launch_bundle,
+        refuse_if_running,
+        write_launch_record,
+    )
     from studio.core.export.bundle import ExportError
     from studio.core.export.gpu_catalogue import CatalogueError
-    from studio.core.export.sky_task import SKY_FILE, CloudOptions
+    from studio.core.export.sky_task import CloudOptions
 
     config_path = Path(args.config).resolve()
     try:
@@ -68,6 +76,7 @@ def run_launch(args: argparse.Namespace) -> int:
                                   include_model=True, cloud=CloudOptions(spot=args.spot, bucket=args.bucket,
                                                                          autostop_minutes=args.autostop))
         cluster = bundle.cluster
+        refuse_if_running(api, bundle)
         print(bundle.summary)
         if bundle.per_hour:
             print(bundle.catalogue_price(args.gpus * args.nodes))
@@ -77,12 +86,17 @@ def run_launch(args: argparse.Namespace) -> int:
         if not offers:
             return _fail("no cloud enabled in SkyPilot offers these GPUs now; run `sky check`, or choose another "
                          "--gpu-type")
-        if not args.yes and not _confirm(f"Start {cluster} now? The cluster ends itself "
-                                         f"{args.autostop} idle minutes after the run. [y/N] "):
-            print(f"Not started. The bundle is in {bundle.folder}; start it later with: "
-                  f"sky launch -c {cluster} {SKY_FILE}")
-            return EXIT_OK
-        job = api.launch(bundle.task_file, cluster)
+        if not args.yes:
+            answer = _confirm(f"Start {cluster} now? The cluster ends itself {args.autostop} idle minutes after "
+                              "the run. [y/N] ")
+            if answer is not True:
+                print(f"Not started. The bundle is in {bundle.folder}; start it later there with: "
+                      f"{hand_launch_command(bundle)}")
+                # No terminal to ask in (a script, a scheduler): nothing started is a failure it must see.
+                return EXIT_OK if answer is False else _fail("not a terminal, so nothing was asked and nothing "
+                                                             "started: pass --yes to start without asking",
+                                                             EXIT_INVALID)
+        job = launch_bundle(api, bundle)
     except (CloudError, ExportError, CatalogueError) as exc:
         return _fail(str(exc), EXIT_INVALID if not isinstance(exc, CloudError) else EXIT_FAILED)
     write_launch_record(bundle, job, config_path)
@@ -93,11 +107,15 @@ def run_launch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _confirm(question: str) -> bool:
+def _confirm(question: str) -> bool | None:
+    """The person's answer; None when there is no terminal to ask in."""
     if not sys.stdin or not sys.stdin.isatty():
-        print("(not a terminal: pass --yes to start)", file=sys.stderr)
+        return None
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:  # Ctrl-D: no
+        print()
         return False
-    return input(question).strip().lower() in ("y", "yes")
 
 
 def _record(name: str) -> dict[str, Any] | None:
@@ -148,11 +166,18 @@ def run_logs(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
 
+    cluster = _cluster(args.cluster)
     try:
-        for line in cloud_api().logs(_cluster(args.cluster)):
+        api = cloud_api()
+        for line in api.logs(cluster):
             print(line, end="" if line.endswith("\n") else "\n", flush=True)
+        state = api.state(cluster)
     except CloudError as exc:
         return _fail(str(exc))
+    # As `sky logs` does: a script that follows the run learns from the exit status that it failed.
+    if state.job in FAILED_JOBS:
+        return _fail(f"the run on {cluster} ended {state.job}; its output is above (bring back what it wrote with "
+                     f"`studio-train cloud pull {cluster}`)")
     return EXIT_OK
 
 

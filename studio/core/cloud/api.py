@@ -8,7 +8,7 @@ shell command on the cluster (the run's events and console are followed through 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -54,8 +54,9 @@ class CloudApi(Protocol):
         """The cheapest matching offers for the task, best first (nothing is started)."""
         ...
 
-    def launch(self, task_file: Path, cluster: str) -> int:
-        """Start the task on a new cluster, detached; the job id."""
+    def launch(self, task_file: Path, cluster: str, secrets: Mapping[str, str] | None = None) -> int:
+        """Start the task on a new cluster, detached; the job id. `secrets` (the hub token) are set in the
+        task's environment there, never written into the task file."""
         ...
 
     def state(self, cluster: str) -> ClusterState: ...

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,9 @@ class BridgeApi:
     def offers(self, task_file: Path) -> list[Offer]:
         return [Offer(**offer) for offer in self._request("offers", task_file=str(task_file))]
 
-    def launch(self, task_file: Path, cluster: str) -> int:
-        return int(self._request("launch", task_file=str(task_file), cluster=cluster))
+    def launch(self, task_file: Path, cluster: str, secrets: Mapping[str, str] | None = None) -> int:
+        # The secrets travel in the request on stdin: not on the command line, not in the environment.
+        return int(self._request("launch", task_file=str(task_file), cluster=cluster, secrets=dict(secrets or {})))
 
     def state(self, cluster: str) -> ClusterState:
         return ClusterState(**self._request("state", cluster=cluster))
@@ -117,7 +118,7 @@ def serve(request: dict[str, Any], out: Any = sys.stdout) -> None:
         if verb == "offers":
             result: Any = [dataclasses.asdict(o) for o in api.offers(Path(args["task_file"]))]
         elif verb == "launch":
-            result = api.launch(Path(args["task_file"]), args["cluster"])
+            result = api.launch(Path(args["task_file"]), args["cluster"], args.get("secrets") or None)
         elif verb == "state":
             result = dataclasses.asdict(api.state(args["cluster"]))
         elif verb == "logs":

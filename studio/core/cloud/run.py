@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO
 
-from studio.core.app_words import cli_command
+from studio.core.app_words import cli_command, command_or_action
 from studio.core.cloud.api import CloudApi, CloudError, ClusterState
+from studio.core.cloud.hub_access import launch_secrets, refuse_gated_without_token
 from studio.core.files import atomic_write_text
 from studio.core.remote.tail import RemoteFileMirror, StreamFrom
 from studio.core.runs.folders import CLOUD_FILE, CONSOLE_FILE, EVENTS_FILE, STOP_FILE
@@ -192,6 +193,7 @@ class CloudBundle:
     cluster: str
     summary: str
     per_hour: dict[str, object] | None
+    hub_base: str | None = None  # the base model's hub id when the cluster downloads it
 
     @property
     def task_file(self) -> Path:
@@ -223,7 +225,40 @@ def export_for_cloud(config_path: Path, name: str | None = None, **export_option
     folder = data_dir() / LAUNCHES_DIR / f"{stamp}-{cluster}"
     report = export_bundle(config_path, folder, **export_options)  # type: ignore[arg-type]
     info = json.loads((folder / "bundle.json").read_text(encoding="utf-8"))
-    return CloudBundle(folder, cluster, report.summary(), info["cloud"]["per_hour"])
+    hub_base = report.base_model if report.base_kind == "hub" else None
+    refuse_gated_without_token(hub_base)
+    return CloudBundle(folder, cluster, report.summary(), info["cloud"]["per_hour"], hub_base)
+
+
+def refuse_if_running(api: CloudApi, bundle: CloudBundle) -> None:
+    """CloudError when the bundle's cluster (named after the run) still runs a run launched before: SkyPilot would
+    sync this bundle over that run's files as it trains and queue this run behind it, and the end of the first
+    would take the cluster down under the second."""
+    state = api.state(bundle.cluster)
+    if state.running:
+        c = bundle.cluster
+        raise CloudError(f"{c} is still running a run launched before (cluster {state.status}, job "
+                         f"{state.job or 'starting'}); nothing was started. Follow it with "
+                         f"{cli_command(['cloud', 'logs', c])}, bring it back with {cli_command(['cloud', 'pull', c])}"
+                         f" and end it with {cli_command(['cloud', 'down', c])}, or launch this run on a cluster of "
+                         + command_or_action("its own (--name OTHER)", "its own (give it another output name)"))
+
+
+def hand_launch_command(bundle: CloudBundle) -> str:
+    """How the person starts the bundle later with SkyPilot itself (in its folder): with the hub token of their
+    shell's HF_TOKEN as a secret when the cluster downloads a gated base (SkyPilot refuses `--secret HF_TOKEN`
+    when the shell has no HF_TOKEN, so a public base goes without)."""
+    from studio.core.export.sky_task import SKY_FILE
+    from studio.core.models.known import known_gated
+
+    gated = bundle.hub_base is not None and known_gated(bundle.hub_base)
+    return f"sky launch -c {bundle.cluster} {SKY_FILE}" + (" --secret HF_TOKEN" if gated else "")
+
+
+def launch_bundle(api: CloudApi, bundle: CloudBundle) -> int:
+    """Start the bundle's task on its cluster with the person's hub token when the cluster downloads the base
+    (read here, at the launch, and given to the launcher only); the job id."""
+    return api.launch(bundle.task_file, bundle.cluster, launch_secrets(bundle.hub_base))
 
 
 def write_launch_record(bundle: CloudBundle, job: int, config_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +59,13 @@ class SkyPilotApi:
                              per_hour=float(resources.get_cost(3600)) * max(int(chosen.num_nodes), 1)))
         return out
 
-    def launch(self, task_file: Path, cluster: str) -> int:
+    def launch(self, task_file: Path, cluster: str, secrets: Mapping[str, str] | None = None) -> int:
         sky = _sky()
-        job_id, _handle = self._call(f"launch {cluster}", sky.launch(self._task(task_file), cluster_name=cluster),
-                                     stream=True)
+        task = self._task(task_file)
+        if secrets:
+            # SkyPilot's own secrets: set for setup and run there, shown redacted in its logs and dashboard.
+            task.update_secrets(dict(secrets))
+        job_id, _handle = self._call(f"launch {cluster}", sky.launch(task, cluster_name=cluster), stream=True)
         return int(job_id or 1)
 
     def state(self, cluster: str) -> ClusterState:

@@ -57,6 +57,7 @@ from studio.core.export.sky_task import (
 from studio.core.export.templates import readme_text, render
 from studio.core.families import family
 from studio.core.files import atomic_write_text
+from studio.core.models.known import known_gated
 from studio.core.resources import resource_path
 from studio.core.runs.launch import accelerate_config, dump_yaml
 
@@ -206,7 +207,9 @@ def write_bundle(plan: BundlePlan, manifest: dict[str, Any]) -> BundleReport:
         "gpus_per_node": plan.gpus, "nodes": plan.nodes, "num_processes": plan.processes,
         "vram_estimate_mb": plan.vram,
         "disk_needed_mb": _disk_needed_mb(bundle, plan.base_kind),
-        "base_model": {"kind": plan.base_kind, "value": bundle.model.base},
+        "base_model": {"kind": plan.base_kind, "value": bundle.model.base,
+                       # A hub base the studio knows to be gated: check.sh there wants a token.
+                       **({"gated": known_gated(str(bundle.model.base))} if plan.base_kind == "hub" else {})},
         "dataset": {"included": plan.include_dataset, "root": plan.data_root, "manifest": MANIFEST,
                     "files": len(manifest["files"]), "bytes": manifest["total_bytes"],
                     "skipped": len(manifest["skipped"])},

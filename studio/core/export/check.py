@@ -192,12 +192,38 @@ def check_dataset(root: Path, bundle: dict[str, Any], hashes: bool = True) -> Re
     return Result("Dataset", PASS, f"{count} files, {size} under {data_root}, {how} match")
 
 
+def hub_login_file() -> Path | None:
+    """The token file of huggingface_hub's login on this machine (`hf auth login`), when there is one."""
+    if os.environ.get("HF_TOKEN_PATH"):
+        path = Path(os.environ["HF_TOKEN_PATH"]).expanduser()
+    elif os.environ.get("HF_HOME"):
+        path = Path(os.environ["HF_HOME"]).expanduser() / "token"
+    else:
+        path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "huggingface" / "token"
+    try:
+        return path if path.read_text(encoding="utf-8").strip() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def check_model(root: Path, bundle: dict[str, Any]) -> Result:
     model = bundle.get("base_model", {})
     kind, value = model.get("kind"), str(model.get("value", ""))
     if kind == "hub":
-        token = "set" if os.environ.get("HF_TOKEN") else "not set (needed only for gated models)"
-        return Result("Base model", PASS, f"hub id {value}, downloaded at start; HF_TOKEN {token}")
+        login = hub_login_file()
+        if os.environ.get("HF_TOKEN"):
+            token = "HF_TOKEN set"
+        elif login is not None:
+            token = f"the hub login of this machine ({login})"
+        elif model.get("gated"):
+            # Training would fail at its first download, after the environment and the dataset are in place.
+            return Result("Base model", FAIL, f"hub id {value} is gated and this machine has no Hugging Face token: "
+                          "set HF_TOKEN (a token of an account that accepted its licence at "
+                          f"https://huggingface.co/{value}) in the environment that starts the run, or log in "
+                          "here with `hf auth login`")
+        else:
+            token = "HF_TOKEN not set (needed only for gated models)"
+        return Result("Base model", PASS, f"hub id {value}, downloaded at start; {token}")
     path = root / value
     if path.exists():
         return Result("Base model", PASS, f"{path}")

@@ -96,12 +96,19 @@ def _cloud_text(info: dict[str, Any]) -> str:
     wanted = cloud["accelerators"]
     gpus = wanted if isinstance(wanted, str) else " or ".join(f"{name}:{count}" for name, count in wanted.items())
     nodes = f"{info['nodes']} nodes of " if info["nodes"] > 1 else ""
+    # A hub base downloads on the cluster: SkyPilot hands it this shell's HF_TOKEN as a secret, which no file of
+    # the bundle holds. A gated base needs it; SkyPilot refuses `--secret HF_TOKEN` when the shell has none.
+    hub, gated = info["base_model"]["kind"] == "hub", bool(info["base_model"].get("gated"))
+    secret = ("`--secret HF_TOKEN` gives the cluster the Hugging Face token of this shell's `HF_TOKEN` ("
+              + ("set it first: the base model is gated" if gated else "add it for a gated or private base model")
+              + "); it is not written in this folder, and SkyPilot shows it redacted.")
     lines = [
         "With [SkyPilot](https://docs.skypilot.co) installed (`pip install skypilot[runpod]`, or the clouds you use) "
         "and a cloud enabled (`sky check`), from this folder:",
         "",
-        f"    sky launch -c {cloud['cluster']} sky.yaml",
+        f"    sky launch -c {cloud['cluster']} sky.yaml" + (" --secret HF_TOKEN" if gated else ""),
         "",
+        *([secret, ""] if hub else []),
         f"SkyPilot finds the cheapest offer of {nodes}`{gpus}` among your clouds, copies this folder there, installs "
         "`requirements.txt`, and runs `./launch.sh --check` on every node with the node's rank and the main "
         "node's address.",

@@ -4,11 +4,15 @@ It is read only by the process that downloads, and never written to a config, a 
 run folder or a bundle (`core/keyrings.py` refuses a file backend). It goes only to the
 configured endpoint's host, and to the hub's own CDN hosts when the endpoint is the hub
 (`token_may_go_to`); a redirect elsewhere gets no token. Without a keyring,
-huggingface_hub's own HF_TOKEN still works.
+huggingface_hub's own HF_TOKEN still works. A run started on another machine (a cloud cluster, a
+remote machine over SSH) that downloads its base there is handed the token as HF_TOKEN in its
+environment, through no file and no command line (`token_for_a_run_elsewhere`).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -86,3 +90,25 @@ def forget_token() -> bool:
     except errors.PasswordDeleteError:
         return False
     return True
+
+
+def _hub_login_token() -> str | None:
+    """The token of huggingface_hub's own login on this machine (`hf auth login`), read from its file (the
+    bundle's check, which runs alone on the machine there, looks for the same file: `export/check.py`)."""
+    if os.environ.get("HF_TOKEN_PATH"):
+        path = Path(os.environ["HF_TOKEN_PATH"]).expanduser()
+    elif os.environ.get("HF_HOME"):
+        path = Path(os.environ["HF_HOME"]).expanduser() / "token"
+    else:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+        path = cache / "huggingface" / "token"
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def token_for_a_run_elsewhere() -> str | None:
+    """The token downloads here use, for a run on another machine (a cloud cluster, a remote machine) that
+    downloads its base from the hub: the one kept in the keyring, else HF_TOKEN, else huggingface_hub's login."""
+    return read_token() or os.environ.get("HF_TOKEN", "").strip() or _hub_login_token()

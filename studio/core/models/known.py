@@ -67,6 +67,16 @@ def find_known(model_id: str) -> KnownModel | None:
     return next((m for m in known_models() if m.id.lower() == model_id.strip().lower()), None)
 
 
+def known_gated(model_id: str) -> bool:
+    """Whether the list names `model_id` as gated (a token of an account that accepted its licence reads it);
+    False for a model it does not know, or when the list cannot be read."""
+    try:
+        known = find_known(model_id)
+    except KnownModelsError:
+        return False
+    return known is not None and known.gated
+
+
 def default_base(family: str) -> str:
     """The hub id a new project of `family` starts from."""
     for model in known_models():

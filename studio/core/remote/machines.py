@@ -112,7 +112,8 @@ def validate_machine(machine: RemoteMachine, check_key_file: bool = True) -> Rem
     secrets = find_secrets(machine.to_data())
     if secrets:
         raise MachineError(f"{where}: {', '.join(secrets)} look like a password or token; the studio never keeps "
-                           "those: set them on the machine itself (e.g. in its ~/.bashrc) or use an ssh-agent")
+                           "those: a run there is handed the Hugging Face token kept here (the keyring or HF_TOKEN) by "
+                           "itself; set others on the machine itself (e.g. in its ~/.bashrc) or use an ssh-agent")
     return machine
 
 

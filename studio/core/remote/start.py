@@ -19,7 +19,7 @@ import secrets
 import shlex
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from studio.core.app_words import command_or_action, in_desktop_app
 from studio.core.config.files.paths import load_resolved
 from studio.core.containment import OutsideFolderError, contained_path
 from studio.core.export.bundle import MANIFEST, export_bundle, is_hub_id
+from studio.core.models.hub_token import token_for_a_run_elsewhere
 from studio.core.quoting import sh_word
 from studio.core.remote.control import RemoteRunRecord, write_record
 from studio.core.remote.machines import STATE_DIR, RemoteMachine
@@ -133,11 +134,14 @@ def start_remote_run(config_path: str | Path, machine: RemoteMachine, gpus: int 
                               "to test the set-up (--cpu)")
         if report.gpus and gpus > len(report.gpus):
             raise RemoteError(f"{machine.name} has {len(report.gpus)} GPU(s), {gpus} asked for; ask for fewer")
-        local_runs = Path(load_resolved(config_path).output.dir)
+        resolved = load_resolved(config_path)
+        local_runs = Path(resolved.output.dir)
         sent = send_bundle(client, report, config_path, project, gpus, gpu_type, progress)
         if progress:
             progress(f"checking {machine.name} (check.sh) and starting" if run_check else "starting", 0, 1)
-        record, check = launch_detached(client, report, sent.bundle_dir, gpus, cpu, run_check)
+        token = token_for_a_run_elsewhere() if _downloads_from_hub(str(resolved.model.base)) else None
+        record, check = launch_detached(client, report, sent.bundle_dir, gpus, cpu, run_check,
+                                        hidden_env={"HF_TOKEN": token} if token else None)
     finally:
         client.close()
     local_dir = local_run_folder(local_runs, record, machine)
@@ -181,6 +185,12 @@ def send_bundle(client: SshClient, report: MachineReport, config_path: Path, pro
         sent = send_files(client, model_files + files + data, report.workspace, report.rsync and has_local_rsync(),
                           prune=[f"{project}/{folder}" for folder in OWNED], progress=progress)
     return SentBundle(f"{report.workspace}/{project}", project, sent, len(data), exported.warnings)
+
+
+def _downloads_from_hub(base: str) -> bool:
+    """Whether the run there downloads its base model from the hub (a hub id, not a model sent with the bundle)."""
+    local = Path(base)
+    return not (local.is_absolute() and local.exists()) and is_hub_id(base)
 
 
 def _model_files(base: str, workspace: str) -> tuple[list[LocalFile], str | None]:
@@ -228,18 +238,19 @@ def refuse_if_running(report: MachineReport) -> None:
 
 _LAUNCH = r"""
 set -e
+@@SECRETS@@
 cd @@BUNDLE@@
 mkdir -p @@STATE@@
 rm -f @@PID@@ @@LOG@@ @@STATUS@@
 echo $$ > @@STARTER@@
 if [ @@CHECK@@ = 1 ]; then
-    if PYTHON=@@PYTHON@@ ./check.sh @@CHECK_ARGS@@ > @@LOG@@.check 2>&1; then ok=1; else ok=0; fi
+    if env @@ENV@@ ./check.sh @@CHECK_ARGS@@ > @@LOG@@.check 2>&1; then ok=1; else ok=0; fi
     echo "$ok" > @@LOG@@.checked
     sed 's/^/check| /' @@LOG@@.check
     [ "$ok" = 1 ] || exit 5
 fi
 case @@MODE@@ in
-    tmux) tmux -L studio new-session -d -s @@SESSION@@ @@TMUX_COMMAND@@ ;;
+    tmux) tmux -L @@SESSION@@ new-session -d -s @@SESSION@@ @@TMUX_COMMAND@@ ;;
     screen) screen -dmS @@SESSION@@ sh -c @@INNER@@ ;;
     *) if command -v setsid >/dev/null 2>&1; then
            setsid nohup sh -c @@INNER@@ </dev/null >/dev/null 2>&1 &
@@ -276,11 +287,14 @@ CHECK_WAIT_S = 900  # check.sh's longest run
 
 
 def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, gpus: int, cpu: bool,
-                    check: bool = False) -> tuple[RemoteRunRecord, str]:
+                    check: bool = False, hidden_env: Mapping[str, str] | None = None) -> tuple[RemoteRunRecord, str]:
     """Run check.sh there (when asked), then start launch.sh so that it outlives the SSH session.
 
     One SSH call (and one more after a dropped connection); returns the run's record and check.sh's table.
-    A failed check starts nothing.
+    A failed check starts nothing. `hidden_env` (the hub token) is exported by the script that starts the run,
+    which ssh hands `sh` on stdin: check.sh and launch.sh inherit it, and no file there and no command line
+    (what `ps` shows) holds it. Each tmux start has a server of its own, which takes its environment from the
+    start (a server already running for another run would keep its own).
     """
     m = client.machine
     token = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
@@ -297,8 +311,10 @@ def launch_detached(client: SshClient, report: MachineReport, bundle_dir: str, g
         "BUNDLE": remote_path(bundle_dir), "STATE": shlex.quote(STATE_DIR), "PID": shlex.quote(pid),
         "LOG": shlex.quote(log), "STATUS": shlex.quote(status), "STARTER": shlex.quote(starter), "MODE": sh_word(mode), "SESSION": f"studio-{token}",
         "INNER": shlex.quote(inner), "TMUX_COMMAND": shlex.quote(f"sh -c {shlex.quote(inner)}"),
-        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "PYTHON": remote_path(m.python),
+        # check.sh sees what launch.sh will (HF_HOME, where a hub login's token is, from the machine's env).
+        "TRIES": str(LAUNCH_WAIT_S * 5), "CHECK": "1" if check else "0", "ENV": assignments,
         "CHECK_ARGS": f"--gpus {gpus}" + (" --allow-no-gpu" if cpu else ""),
+        "SECRETS": "".join(f"export {name}={shlex.quote(value)}\n" for name, value in (hidden_env or {}).items()),
     }
 
     def filled(script: str, **more: str) -> str:

@@ -26,7 +26,10 @@ from studio.core.cloud.launcher import cloud_api, cloud_available
 from studio.core.cloud.run import (
     CloudBundle,
     export_for_cloud,
+    hand_launch_command,
+    launch_bundle,
     new_record,
+    refuse_if_running,
     write_cloud_record,
     write_launch_record,
 )
@@ -52,6 +55,7 @@ class Quote:
 
 def _quote(api: CloudApi, config_path: Path, options: dict[str, Any]) -> Quote:
     bundle = export_for_cloud(config_path, **options)
+    refuse_if_running(api, bundle)
     return Quote(bundle, api.offers(bundle.task_file), int(options["gpus"]) * int(options["nodes"]))
 
 
@@ -159,12 +163,12 @@ class CloudPanel(QGroupBox):
                             "Train page; when it ends (or you press Stop) it is brought back into this project's "
                             "runs and the cluster is ended."):
             self.say(f"Not started. The bundle is in {quote.bundle.folder}; "
-                     f"start it later with: sky launch -c {quote.bundle.cluster} sky.yaml")
+                     f"start it later there with: {hand_launch_command(quote.bundle)}")
             return
         self._busy(f"Starting {quote.bundle.cluster} on {best.cloud} (setting up a machine takes minutes)…")
         assert self.api is not None
-        self.worker.run(self.api.launch, quote.bundle.task_file, quote.bundle.cluster, on_done=self._launched,
-                        on_failed=self._failed, expected=EXPECTED)
+        self.worker.run(launch_bundle, self.api, quote.bundle, on_done=self._launched, on_failed=self._failed,
+                        expected=EXPECTED)
 
     def show_offers(self, text: str) -> None:
         self.offer_label.setText(text)

@@ -131,3 +131,35 @@ def test_check_sh_exits_non_zero_without_a_gpu(bundle: Path) -> None:
                              env=env, timeout=120)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "All checks passed" in allowed.stdout
+
+
+@pytest.mark.parametrize(("base", "token", "status"), [
+    ("stabilityai/stable-diffusion-3-medium-diffusers", None, FAIL),
+    ("stabilityai/stable-diffusion-3-medium-diffusers", "env", PASS),
+    ("stabilityai/stable-diffusion-3-medium-diffusers", "login", PASS),
+    ("someone/public-sd3-model", None, PASS),
+], ids=["gated-no-token", "gated-HF_TOKEN", "gated-hub-login", "not-known-gated"])
+def test_a_gated_base_without_a_token_there_fails_before_training(
+        base: str, token: str | None, status: str, demo: Project, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check passed, and training failed at its first download after the set-up had been paid for.
+    from studio.core.config.files.toml_file import save_config
+
+    config = demo.load_config()
+    config.model.family, config.model.base = "sd3", base
+    save_config(config, demo.config_path)
+    out = tmp_path / "b"
+    export_bundle(demo.config_path, out, include_model=True)
+    for name in ("HF_TOKEN", "HF_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    if token == "env":
+        monkeypatch.setenv("HF_TOKEN", "hf_Elsewhere0123456789abcdef")
+    elif token == "login":
+        (tmp_path / "hf-home").mkdir()
+        (tmp_path / "hf-home" / "token").write_text("hf_Elsewhere0123456789abcdef\n")
+    model = row(run_checks(out, probe=TWO_GPUS), "Base model")
+    assert model.status == status, model.detail
+    if status == FAIL:
+        assert f"{base} is gated and this machine has no Hugging Face token: set HF_TOKEN" in model.detail
+        assert "hf auth login" in model.detail

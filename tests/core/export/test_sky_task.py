@@ -86,6 +86,43 @@ def test_the_readme_gives_the_one_command_and_the_price_per_hour(demo: Project, 
     assert f"sky down {cluster}" in readme
 
 
+def test_a_hub_bases_readme_launches_with_the_token_as_a_secret(demo: Project, tmp_path: Path) -> None:
+    # A gated base downloads on the cluster: `sky launch` as the README said gave it no token, and it failed there.
+    config = demo.load_config()
+    config.model.family, config.model.base = "sd3", "stabilityai/stable-diffusion-3-medium-diffusers"
+    from studio.core.config.files.toml_file import save_config
+
+    save_config(config, demo.config_path)
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    cluster = json.loads((report.out_dir / "bundle.json").read_text(encoding="utf-8"))["cloud"]["cluster"]
+    assert f"    sky launch -c {cluster} sky.yaml --secret HF_TOKEN\n" in (report.out_dir / "README.md").read_text()
+    # A public hub base: SkyPilot refuses --secret HF_TOKEN in a shell without one, so it is only offered.
+    config.model.base = "someone/public-sd3-model"
+    save_config(config, demo.config_path)
+    readme = (export_bundle(demo.config_path, tmp_path / "public", include_model=True).out_dir / "README.md").read_text()
+    assert "sky.yaml\n" in readme and "sky.yaml --secret" not in readme
+    assert "add it for a gated or private base model" in readme
+
+
+def test_skypilots_own_task_takes_the_launchs_secret(demo: Project, tmp_path: Path) -> None:
+    """What the studio's adapter does at a launch (skypilot.py), with the pinned SkyPilot's own Task: the token
+    becomes one of its secrets (set as HF_TOKEN there), and sky.yaml stays without it."""
+    if not SKY_PYTHON.is_file():
+        pytest.skip(f"SkyPilot's environment is not at {SKY_PYTHON} (python3 dev.py test makes it)")
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True)
+    written = (report.out_dir / SKY_FILE).read_text(encoding="utf-8")
+    script = ("import json, sys, sky\n"
+              "task = sky.Task.from_yaml(sys.argv[1])\n"
+              "task.update_secrets({'HF_TOKEN': 'hf_SecretOfTheLaunch0123456789'})\n"
+              "print(json.dumps({k: v.get_secret_value() for k, v in task.secrets.items()}))\n")
+    done = subprocess.run([str(SKY_PYTHON), "-c", script, str(report.out_dir / SKY_FILE)], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, SKYPILOT_DISABLE_USAGE_COLLECTION="1",
+                                                           HOME=str(tmp_path / "home")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"HF_TOKEN": "hf_SecretOfTheLaunch0123456789"}
+    assert (report.out_dir / SKY_FILE).read_text(encoding="utf-8") == written
+
+
 def test_a_bucket_that_is_not_an_address_is_refused_before_anything_is_written(demo: Project,
                                                                                tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="not a bucket address"):

@@ -73,3 +73,80 @@ def test_a_bundle_and_a_remote_session_carry_no_token(token_everywhere: None, de
     printed = capfd.readouterr()
     assert SECRET not in printed.out + printed.err
     assert _holding_secret(tmp_path, Path(sent.bundle_dir)) == []
+
+
+# launch.sh of a stand-in bundle: it says whether the token arrived (its digest, never the token) and how many
+# processes there hold it on their command line (what `ps` shows to every account); HOLD keeps it going.
+_TOKEN_LAUNCH = r"""#!/bin/sh
+RUN="$PWD/runs/$(date +%Y%m%d-%H%M%S)-$$"
+mkdir -p "$RUN"
+printf %s "${HF_TOKEN:-}" | sha256sum | cut -c1-64 > "$RUN/token.sha256"
+"$PYTHON" - > "$RUN/command-lines" <<'PY'
+import glob, os
+token = os.environ.get("HF_TOKEN", "").encode() or b"\0no token\0"
+held = 0
+for path in glob.glob("/proc/[0-9]*/cmdline"):
+    try:
+        held += token in open(path, "rb").read()
+    except OSError:
+        pass
+print(held)
+PY
+echo "launch.sh: run folder $RUN"
+i=0
+while [ -n "${HOLD:-}" ] && [ ! -e "$PWD/release" ] && [ "$i" -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+"""
+
+
+def _token_bundle(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "launch.sh").write_text(_TOKEN_LAUNCH, encoding="utf-8")
+    (folder / "launch.sh").chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("mode", ["tmux", "nohup"])
+def test_a_remote_run_gets_the_token_in_its_environment_only(mode: str, remote_machine: RemoteMachine,
+                                                             sshd: SshServer, tmp_path: Path) -> None:
+    """A gated base downloads on the machine: the run there had no token (HF_TOKEN in its ~/.bashrc is not read by
+    the non-interactive shell that starts it). Under tmux a second run joined the server of a run already going,
+    whose environment is that run's."""
+    import hashlib
+    import shutil
+
+    from studio.core.remote.start import launch_detached
+
+    if mode == "tmux" and shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    client = SshClient(dataclasses.replace(remote_machine, detach=mode))
+    report = probe_machine(client)
+    first = _token_bundle(sshd.workspace / f"first-{mode}")
+    client_holding = SshClient(dataclasses.replace(remote_machine, detach=mode,
+                                                   env={**remote_machine.env, "HOLD": "1"}))
+    going, _ = launch_detached(client_holding, report, str(first), gpus=1, cpu=True)  # another run, no token
+    try:
+        bundle = _token_bundle(sshd.workspace / f"second-{mode}")
+        record, _ = launch_detached(client, report, str(bundle), gpus=1, cpu=True, hidden_env={"HF_TOKEN": SECRET})
+    finally:
+        (first / "release").touch()
+    run = Path(record.remote_run_dir)
+    assert (run / "token.sha256").read_text().strip() == hashlib.sha256(SECRET.encode()).hexdigest()
+    assert (run / "command-lines").read_text().strip() == "0"
+    assert _holding_secret(sshd.workspace) == []
+    assert (Path(going.remote_run_dir) / "token.sha256").read_text().strip() == hashlib.sha256(b"").hexdigest()
+
+
+def test_check_sh_there_sees_the_machines_environment_as_launch_sh_does(remote_machine: RemoteMachine,
+                                                                        sshd: SshServer, tmp_path: Path) -> None:
+    # The machine's HF_HOME (where `hf auth login` put its token there) reached launch.sh but not check.sh, whose
+    # look for a token for a gated base then failed a run that would have downloaded it.
+    from studio.core.remote.start import launch_detached
+
+    machine = dataclasses.replace(remote_machine, detach="nohup",
+                                  env={**remote_machine.env, "HF_HOME": "/workspace/hf"})
+    client = SshClient(machine)
+    bundle = _token_bundle(sshd.workspace / "checked")
+    (bundle / "check.sh").write_text('#!/bin/sh\nprintf %s "${HF_HOME:-}" > "$PWD/check-saw"\necho "PASS all"\n')
+    (bundle / "check.sh").chmod(0o755)
+    launch_detached(client, probe_machine(client), str(bundle), gpus=1, cpu=True, check=True)
+    assert (bundle / "check-saw").read_text() == "/workspace/hf"
