@@ -194,6 +194,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
     if trainer is not None:
         finished.step = trainer.step
         finished.phases, finished.images_per_s = run_times(trainer)
+        finished.skipped_steps = trainer.skipped.count
         trainer.stop.uninstall()  # a failed run leaves the signal handlers as it found them too
     reporter.emit(finished)
     reporter.close()

@@ -62,6 +62,7 @@ from studio.train.progress.announce import announce
 from studio.train.progress.hold import StepHold
 from studio.train.progress.phase_clock import PhaseClock, device_sync
 from studio.train.progress.reporting import Reporter
+from studio.train.progress.skipped_steps import SkippedSteps
 from studio.train.progress.step_meter import Report, StepMeter, step_cost
 from studio.train.runtime import (
     StoppedBeforeTraining,
@@ -105,6 +106,7 @@ class Trainer:
         self.spill: SpillWatch | None = None  # Windows' spill of GPU memory into system memory (setup)
         self.started_at = time.time()  # the outputs' training date (ss_training_started_at)
         self.clock = PhaseClock(device_sync(accelerator.device))  # where the run's time goes (run_finished's phases)
+        self.skipped = SkippedSteps()  # steps fp16's gradient scaler skipped (run_finished's skipped_steps)
 
     @property
     def offload_device(self) -> torch.device:
@@ -289,7 +291,9 @@ class Trainer:
             image_pixels += len(batch["items"]) * height * width
         if training.max_grad_norm > 0:
             acc.clip_grad_norm_([p for g in self.trainable for p in g], training.max_grad_norm)
+        scale = self.skipped.scale_before(acc)
         self.optimizer.step()
+        skipped = self.skipped.was_skipped(acc, scale)
         lr = float(self.scheduler.get_last_lr()[0])  # the rate this step used, before the schedule moves on
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=not keep_grads)
@@ -297,7 +301,7 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(self.step)
         loss_mean = torch.stack(losses).mean()
-        self.meter.record(self.step, self.epoch, lr, loss_mean, images, image_pixels)
+        self.meter.record(self.step, self.epoch, lr, loss_mean, images, image_pixels, skipped)
         return compiling
 
     def _report(self, report: Report, compiling: float | None) -> None:
@@ -309,6 +313,7 @@ class Trainer:
                                 elapsed_s=round(seconds, 2))
         for event in report.steps:
             self.reporter.emit(event)
+        self.skipped.record([event.step for event in report.steps], report.skipped)
         spilled = self.spill.check(report.steps) if self.spill is not None else None
         if spilled is not None:
             self.reporter.warn(spilled[0], None, spilled[1])
@@ -317,6 +322,8 @@ class Trainer:
             raise TrainError("nan", f"the loss became {value} at step {step}",
                              "lower training.learning_rate, use bf16 instead of fp16, or set "
                              "training.max_grad_norm to 1.0")
+        if self.skipped.hopeless:  # after the steps' events: the plot keeps the loss that looked alive
+            raise self.skipped.error()
         self.stop_agreed = report.stop
 
     def _loss(self, batch: dict[str, Any], scheme: Any, components: Components) -> torch.Tensor:

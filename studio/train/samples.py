@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,6 +260,29 @@ def count_images(folder: Path) -> int:
 
 
 CLASS_IMAGE_CHUNK = 8  # class images rendered (and written) per round
+SEED_KEY = "seed"  # the PNG text entry of a class image that holds the seed it was made with
+_CLASS_NAME = re.compile(r"class-(\d+)\.png", re.IGNORECASE)
+
+
+def used_seeds(folder: Path, seed: int) -> set[int]:
+    """The seeds the class images in `folder` were made with: each one's own record, or for one an older studio
+    made (no record), the run's seed plus its number, which it was made with unless some were deleted before."""
+    from PIL import Image, UnidentifiedImageError
+
+    used: set[int] = set()
+    for path in folder.rglob("*"):
+        if path.suffix.lower() != ".png" or not path.is_file():
+            continue
+        try:
+            with Image.open(path) as image:
+                recorded = image.info.get(SEED_KEY)
+        except (OSError, UnidentifiedImageError, ValueError):
+            recorded = None
+        if isinstance(recorded, str) and recorded.strip().isdigit():
+            used.add(int(recorded))
+        elif (numbered := _CLASS_NAME.fullmatch(path.name)) is not None:
+            used.add(seed + int(numbered.group(1)))
+    return used
 
 
 def ensure_class_images(
@@ -290,14 +314,23 @@ def _write_class_images(
     missing: int, seed: int, size: int, reporter: Reporter,
 ) -> None:
     """`missing` more class images of `prompt` in `folder`, under numbers no file there has: numbered after the
-    count of those there, a folder whose person had deleted a few bad ones had the newest kept ones overwritten."""
+    count of those there, a folder whose person had deleted a few bad ones had the newest kept ones overwritten.
+    Each is made with a seed no kept image was made with (recorded in the PNG): seeded after the count, the
+    images that topped up such a folder were copies of the newest kept ones."""
     existing = count_images(folder)
     done = 0
     taken = {p.name.lower() for p in folder.iterdir()}
     free = (name for number in itertools.count() if (name := f"class-{number:05d}.png") not in taken)
+    used = used_seeds(folder, seed)
+    seeds = (candidate for candidate in itertools.count(seed + existing) if candidate not in used)
+    jobs: list[ImageJob] = []
 
     def save(index: int, image: Any) -> None:
-        image.save(folder / next(free))
+        from PIL.PngImagePlugin import PngInfo
+
+        record = PngInfo()
+        record.add_text(SEED_KEY, str(jobs[index].seed))
+        image.save(folder / next(free), pnginfo=record)
 
     def progress(stage: str, index: int, _prompt: str) -> None:
         if stage == "denoising":
@@ -305,7 +338,7 @@ def _write_class_images(
 
     while done < missing:
         count = min(CLASS_IMAGE_CHUNK, missing - done)
-        jobs = [ImageJob(prompt, seed + existing + done + n) for n in range(count)]
+        jobs = [ImageJob(prompt, next(seeds)) for _ in range(count)]
         render_images(adapter, components, plan, jobs, size, save, progress)
         done += count
     reporter.phase("class_images", missing, missing, f"{missing} class images written to {folder}")

@@ -412,7 +412,8 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        fill_own_sampling(self.sampling, self.model.family)  # its family's steps and guidance, where none is named
+        # Its family's (or base model's) steps and guidance, where none is named.
+        fill_own_sampling(self.sampling, self.model.family, self.model.base)
         for rule in CONSISTENCY_RULES:
             rule(self)
         return self

@@ -121,18 +121,21 @@ def declaration_of(key: str) -> tuple[FamilySpec, ...]:
     return tuple(spec for spec in FAMILIES if spec.setting(key) is not None)
 
 
-def own_sampling(name: str) -> dict[str, float | int]:
-    """The samples' steps and guidance a config of the family has when it names none ({} for an unknown one)."""
+def own_sampling(name: str, base: str = "") -> dict[str, float | int]:
+    """The samples' steps and guidance a config of the family (training `base`) has when it names none ({} for an
+    unknown family): a step-distilled base's own (Z-Image Turbo's), else the family's."""
     if name not in _BY_NAME:
         return {}
     spec = _BY_NAME[name]
-    return {"steps": spec.sample_steps, "guidance": spec.sample_guidance}
+    steps, guidance = spec.sampling_of(base) or (spec.sample_steps, spec.sample_guidance)
+    return {"steps": steps, "guidance": guidance}
 
 
-def fill_own_sampling(sampling: Any, name: str) -> None:
-    """Give a config's sampling section its family's steps and guidance where it names none: guidance 7, every
-    family's once, made FLUX.2 [klein], Z-Image and Qwen-Image samples look burnt."""
-    for key, own in own_sampling(name).items():
+def fill_own_sampling(sampling: Any, name: str, base: str = "") -> None:
+    """Give a config's sampling section its family's (or its base model's) steps and guidance where it names none:
+    guidance 7, every family's once, made FLUX.2 [klein], Z-Image and Qwen-Image samples look burnt, and Z-Image's
+    28 steps at guidance 4 made Turbo's."""
+    for key, own in own_sampling(name, base).items():
         if key not in sampling.model_fields_set:
             object.__setattr__(sampling, key, own)  # not an assignment to validate: the family's own value
             sampling.model_fields_set.add(key)

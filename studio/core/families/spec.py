@@ -130,6 +130,9 @@ class FamilySpec:
     # A family whose denoiser is another's architecture under a name of its own: the counted
     # architecture it reads (resources/architectures/<counted_as>.json). Empty: its own name.
     counted_as: str = ""
+    # The samples' (steps, guidance) of a base model sampled otherwise than the family's others (a step-distilled
+    # one, told by its name); None: the family's own.
+    sampling_of: Callable[[str], tuple[int, float] | None] = field(default=lambda base: None, repr=False)
     # Families of several architectures (sizes): the size a base model is, and each size's hub base.
     size_of: Callable[[str], str] | None = field(default=None, repr=False)
     size_bases: dict[str, str] = field(default_factory=dict)

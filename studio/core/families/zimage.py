@@ -10,6 +10,7 @@ encoder stays frozen (its embeddings are cached).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,19 @@ from studio.core.families.settings import BLOCK_SWAP, COMMON, FLOW_MATCHING, TRA
 from studio.core.families.spec import FamilySpec
 
 NAME = "zimage"
+# Turbo's samples: 8 steps without guidance, as diffusers' ZImagePipeline example (0.42) samples Tongyi-MAI/Z-Image-Turbo
+# ("guidance should be 0 for the Turbo models"); the family's 28 steps at guidance 4.0 are the base model's.
+TURBO_SAMPLING = (8, 0.0)
+
+
+def is_turbo(base: str) -> bool:
+    """Whether a base model is Z-Image Turbo, by its name: a hub id (any owner), a folder named after it
+    (Z-Image-Turbo, z_image_turbo, ...) or the hub cache's snapshot of it (models--Tongyi-MAI--Z-Image-Turbo)."""
+    parts = [part for part in re.split(r"[\\/]+", base.strip()) if part]
+    if len(parts) >= 3 and parts[-2] == "snapshots":
+        parts = parts[:-2]
+    name = parts[-1].rsplit("--", 1)[-1] if parts else ""
+    return "zimageturbo" in re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 def _folder(folder: Path, read: Callable[[Path], dict[str, object]]) -> str | None:
@@ -42,6 +56,7 @@ FAMILY = FamilySpec(
     native_resolution=1024,
     sample_steps=28,
     sample_guidance=4.0,
+    sampling_of=lambda base: TURBO_SAMPLING if is_turbo(base) else None,
     pixel_multiple=16,
     settings=(*FLOW_MATCHING, *COMMON, TRAINING_ADAPTER, BLOCK_SWAP),
     fsdp_units=("ZImageTransformerBlock",),

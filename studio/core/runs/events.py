@@ -143,6 +143,9 @@ class RunFinished(Event):
     # trained per second of step time (every rank, compiling left out).
     phases: list[PhaseTime] = field(default_factory=list)
     images_per_s: float | None = None
+    # Optimizer steps of this leg that fp16's gradient scaler skipped (inf or NaN gradients: the weights stayed
+    # as they were).
+    skipped_steps: int = 0
 
 
 @dataclass

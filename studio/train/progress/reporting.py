@@ -34,6 +34,7 @@ from studio.core.runs.events import (
     Validation,
 )
 from studio.core.runs.folders import EVENTS_FILE
+from studio.core.runs.records.outcome import skipped_text
 from studio.core.runs.records.phase_times import phase_summary
 from studio.train.errors import TrainError, write_failure
 
@@ -142,7 +143,7 @@ class Reporter:
             repeat = not event.message or event.message == self.last_error  # said by the error line just above
             times = phase_summary(event.phases, event.images_per_s)
             return (f"run {event.status} at step {event.step}" + ("" if repeat else f": {event.message}")
-                    + (f"\ntime: {times}" if times else ""))
+                    + skipped_text(event) + (f"\ntime: {times}" if times else ""))
         return ""
 
     def warn(self, message: str, path: str | None = None, hint: str = "") -> None:

@@ -71,16 +71,19 @@ class _Pending:
     wall_time: float
     rates: tuple[float, float | None, float | None, float]  # see StepMeter._rates
     memory: list[float]  # this rank's memory_row after the step (host-side counters: no waiting)
+    skipped: torch.Tensor | None = None  # 0-d bool on the device: fp16's gradient scaler skipped the step
 
 
 @dataclass
 class Report:
-    """The outcome of one read-back: the step events, whether any rank wants to stop, and the
-    first step whose loss is not finite (the events stop before it)."""
+    """The outcome of one read-back: the step events, whether any rank wants to stop, the
+    first step whose loss is not finite (the events stop before it), and which of the steps
+    reported fp16's gradient scaler skipped."""
 
     steps: list[Step] = field(default_factory=list)
     stop: bool = False
     not_finite: tuple[int, float] | None = None
+    skipped: set[int] = field(default_factory=set)
 
 
 class StepMeter:
@@ -117,9 +120,10 @@ class StepMeter:
             self._paused += spent
             self._paused_total += spent
 
-    def record(self, step: int, epoch: int, lr: float, loss: torch.Tensor, images: int, image_pixels: int) -> None:
+    def record(self, step: int, epoch: int, lr: float, loss: torch.Tensor, images: int, image_pixels: int,
+               skipped: torch.Tensor | None = None) -> None:
         """A finished optimizer step: this rank's `images` (of every micro-batch), with `image_pixels`
-        the sum of their pixel counts."""
+        the sum of their pixel counts; `skipped` says on the device whether the gradient scaler skipped it."""
         now = time.monotonic()
         seconds = max(1e-9, now - self._mark - self._paused)
         self._mark, self._paused = now, 0.0
@@ -132,7 +136,7 @@ class StepMeter:
             self._warm_up_pending = False
         self.window.append((seconds, all_images, tflop))
         memory = memory_row(self.accelerator.device)
-        self.pending.append(_Pending(step, epoch, lr, loss, time.time(), self._rates(step), memory))
+        self.pending.append(_Pending(step, epoch, lr, loss, time.time(), self._rates(step), memory, skipped))
 
     def _rates(self, step: int) -> tuple[float, float | None, float | None, float]:
         """(images/s, TFLOP/s per GPU, MFU, ETA seconds) over the window as it stands at `step`."""
@@ -163,12 +167,15 @@ class StepMeter:
             return Report()
         device = self.accelerator.device
         losses = torch.stack([p.loss.detach().to(torch.float64) for p in self.pending])
+        no_skip = torch.zeros((), dtype=torch.bool, device=device)
+        skips = torch.stack([(no_skip if p.skipped is None else p.skipped).to(torch.float64) for p in self.pending])
         extra = torch.tensor([1.0 if stop_wanted else 0.0, self._interval_wish(),
                               *(value for p in self.pending for value in p.memory)], dtype=torch.float64)
-        row = torch.cat([losses, extra.to(device)]).unsqueeze(0)
+        row = torch.cat([losses, extra.to(device), skips]).unsqueeze(0)
         rows = self.accelerator.gather(row) if self.world > 1 else row
         values = rows.cpu().tolist()  # the one wait for the GPU
         n = len(self.pending)
+        skipped = [any(r[len(r) - n + index] > 0 for r in values) for index in range(n)]  # the row's last n
         report = Report(stop=any(r[n] > 0 for r in values))
         width = len(self.pending[0].memory)
         for index, pending in enumerate(self.pending):
@@ -176,6 +183,8 @@ class StepMeter:
             if not math.isfinite(loss):
                 report.not_finite = (pending.step, loss)
                 break
+            if skipped[index]:
+                report.skipped.add(pending.step)
             per_second, tflops, mfu_value, eta = pending.rates
             report.steps.append(Step(
                 step=pending.step, epoch=pending.epoch, loss=loss, lr=pending.lr,

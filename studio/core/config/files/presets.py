@@ -255,6 +255,11 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
             value = current.get(section, {}).get(key)
             if value is not None and key not in recipe.get(section, {}):
                 kept.setdefault(section, {})[key] = value
+    # A preset's samples' steps and guidance at its family's own are the family's, not a recipe's: the project's base
+    # model, when it is sampled otherwise (Z-Image Turbo), gets its own.
+    for key, own in own_sampling(preset.family).items():
+        if isinstance(recipe.get("sampling"), dict) and recipe["sampling"].get(key) == own:
+            del recipe["sampling"][key]
     if preset.method != "lora":  # a DreamBooth run saves checkpoints, not a LoRA per epoch
         kept.get("output", {}).pop("save_every_n_epochs", None)
     if preset.family != config.model.family:  # a separate VAE is its family's: its latents are not another's

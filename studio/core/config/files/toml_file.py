@@ -144,10 +144,10 @@ def config_to_data(config: TrainConfig) -> dict[str, Any]:
     data["schema_version"] = config.schema_version
     data.setdefault("model", {})["family"] = config.model.family
     data["model"]["base"] = config.model.base
-    # The samples' steps and guidance are left out where they are the family's own (what reading the file back
-    # gives): the 7.0 a person chose for a family whose own is 4.0 is written, though it is the schema's default.
+    # The samples' steps and guidance are left out where they are the family's (or base model's) own (what reading
+    # the file back gives): the 7.0 a person chose for a family whose own is 4.0 is written, though it is the schema's default.
     sampling = data.setdefault("sampling", {})
-    for key, own in own_sampling(config.model.family).items():
+    for key, own in own_sampling(config.model.family, config.model.base).items():
         sampling.pop(key, None)
         if getattr(config.sampling, key) != own:
             sampling[key] = getattr(config.sampling, key)

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
-from studio.core.families import FamilySpec, Setting, conditional_keys, declaration_of, family
+from studio.core.families import FamilySpec, Setting, conditional_keys, declaration_of, family, own_sampling
 from studio.core.families.settings import OFFERED
 
 Value = Callable[[str], Any]
@@ -77,7 +77,8 @@ def inert_settings(config: BaseModel) -> list[tuple[str, Any, str]]:
 
 def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that go back to their defaults when `changes` are made: those that would stop acting, and,
-    when the family changes, the separate VAE and the samples' steps and guidance the old family had."""
+    when the family changes, the separate VAE, and when the family or a base model sampled otherwise (Z-Image
+    Turbo) changes, the samples' steps and guidance the old one had."""
     def value(key: str) -> Any:
         return changes[key] if key in changes else value_of(config, key)
 
@@ -91,11 +92,13 @@ def resets_for(config: BaseModel, changes: Mapping[str, Any]) -> dict[str, Any]:
     other_family = value("model.family") != value_of(config, "model.family")
     if other_family and "model.vae" not in changes and value_of(config, "model.vae") is not None:
         out["model.vae"] = None
-    if other_family:  # the samples' steps and guidance left at the old family's own become the new one's
-        old, new = family(str(value_of(config, "model.family"))), family(str(value("model.family")))
-        for key, attribute in (("sampling.steps", "sample_steps"), ("sampling.guidance", "sample_guidance")):
-            if key not in changes and value_of(config, key) in (getattr(old, attribute), default_of(config, key)):
-                out[key] = getattr(new, attribute)
+    # The samples' steps and guidance left at the old family's (or base model's) own become the new one's.
+    old = own_sampling(str(value_of(config, "model.family")), str(value_of(config, "model.base")))
+    new = own_sampling(str(value("model.family")), str(value("model.base")))
+    if other_family or old != new:
+        for key, name in (("sampling.steps", "steps"), ("sampling.guidance", "guidance")):
+            if key not in changes and value_of(config, key) in (old[name], default_of(config, key)):
+                out[key] = new[name]
     return out
 
 

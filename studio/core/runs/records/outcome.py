@@ -69,6 +69,16 @@ def already_completed_message(run_dir: Path, finished: RunFinished) -> str:
             "`studio-train run COPY.toml` (it trains from the base model again)")
 
 
+def skipped_text(finished: RunFinished) -> str:
+    """fp16's skipped steps, said where there were some ("; fp16 skipped ..."): those steps changed nothing."""
+    count = finished.skipped_steps
+    if not count:
+        return ""
+    steps = "step" if count == 1 else "steps"
+    return (f"; fp16 skipped {count} {steps} (inf or NaN gradients: the weights stayed as they were; "
+            "bf16 or a lower learning rate avoids it)")
+
+
 def _resume(run_dir: Path) -> str:
     return command_or_action(command_line(["studio-train", "resume", str(run_dir)]), "Resume on the Train or Runs page")
 
@@ -81,7 +91,7 @@ def outcome_line(run_dir: Path, exit_code: int | None) -> str:
         return (f"{STUDIO_PREFIX} the trainer ended{code} without finishing the run; the lines above say why; "
                 f"continue it with: {_resume(run_dir)}")
     times = phase_summary(finished.phases, finished.images_per_s)
-    times = f"; time: {times}" if times else ""
+    times = skipped_text(finished) + (f"; time: {times}" if times else "")
     if finished.status == "completed":
         return (f"{STUDIO_PREFIX} run completed at step {finished.step}{_validation_text(run_dir)}{times}; "
                 f"outputs in {run_dir / OUTPUT_DIR}")
