@@ -223,6 +223,12 @@ def export_for_cloud(config_path: Path, name: str | None = None, **export_option
     cluster = cluster_name(name or load_config(config_path).output.name)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = data_dir() / LAUNCHES_DIR / f"{stamp}-{cluster}"
+    # Two exports in one second (a quote asked for again, a script's second launch): each a folder of its own,
+    # later ones named after the first so that the newest record still sorts first.
+    number = 1
+    while folder.exists():
+        number += 1
+        folder = data_dir() / LAUNCHES_DIR / f"{stamp}-{cluster}-{number}"
     report = export_bundle(config_path, folder, **export_options)  # type: ignore[arg-type]
     info = json.loads((folder / "bundle.json").read_text(encoding="utf-8"))
     hub_base = report.base_model if report.base_kind == "hub" else None
