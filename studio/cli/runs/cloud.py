@@ -10,13 +10,16 @@ person's cloud credentials stay in SkyPilot's configuration; the studio stores t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from studio.cli.runs.export import add_cloud_options
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.files import atomic_write_text
 from studio.core.user_dirs import data_dir
 
 CLOUD_DIR = "cloud"  # studio.core.cloud.run.LAUNCHES_DIR
@@ -47,6 +50,9 @@ def register(sub: Any) -> None:
                              ("pull", run_pull, "bring the run folders back into the project's runs/")):
         action = commands.add_parser(name, help=text)
         action.add_argument("cluster", help="the cluster's name, or CONFIG of a project launched before")
+        if name == "down":
+            action.add_argument("--yes", action="store_true", help="end it without asking (what was not brought back "
+                                "is lost with its disk)")
         action.set_defaults(func=func)
 
 
@@ -120,6 +126,12 @@ def _confirm(question: str) -> bool | None:
 
 def _record(name: str) -> dict[str, Any] | None:
     """The newest launch record of a cluster name, or of CONFIG's project."""
+    found = _record_file(name)
+    return found[1] if found else None
+
+
+def _record_file(name: str) -> tuple[Path, dict[str, Any]] | None:
+    """The newest launch record of a cluster name, or of CONFIG's project, and its file."""
     path = Path(name)
     config = str(path.resolve()) if path.is_file() else None
     for record in sorted((data_dir() / CLOUD_DIR).glob(f"*/{RECORD}"), reverse=True):
@@ -128,7 +140,7 @@ def _record(name: str) -> dict[str, Any] | None:
         except (OSError, ValueError):
             continue
         if data.get("cluster") == name or (config is not None and data.get("config") == config):
-            return data
+            return record, data
     return None
 
 
@@ -186,6 +198,20 @@ def run_down(args: argparse.Namespace) -> int:
     from studio.core.cloud.launcher import cloud_api
 
     cluster = _cluster(args.cluster)
+    if not args.yes:
+        # Its disk goes with it: a LoRA trained there and not brought back is lost, with the hours paid for it.
+        record = _record(args.cluster)
+        pulled = record.get("pulled_at") if record else None
+        kept = (f"its run folders were last brought back here at {time.strftime('%Y-%m-%d %H:%M', time.localtime(pulled))}"
+                if isinstance(pulled, (int, float)) else
+                f"nothing was brought back here from it: `studio-train cloud pull {cluster}` does that")
+        answer = _confirm(f"End {cluster} now? Its disk is deleted with every file on it ({kept}). [y/N] ")
+        if answer is None:
+            return _fail(f"not a terminal, so nothing was asked and {cluster} still runs (and bills): pass --yes to "
+                         "end it without asking", EXIT_INVALID)
+        if not answer:
+            print(f"{cluster} still runs.")
+            return EXIT_OK
     try:
         cloud_api().down(cluster)
     except CloudError as exc:
@@ -198,15 +224,19 @@ def run_pull(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
 
-    record = _record(args.cluster)
-    if record is None:
+    found = _record_file(args.cluster)
+    if found is None:
         return _fail(f"no launch of '{args.cluster}' is recorded on this machine (name the cluster as "
                      "`studio-train cloud launch` printed it, or the project's CONFIG)", EXIT_INVALID)
+    path, record = found
     try:
         runs = _runs_dir(Path(record["config"]))
         cloud_api().pull(str(record["cluster"]), "runs", runs)
     except CloudError as exc:
         return _fail(str(exc))
+    # `cloud down` says when the run folders were last brought back before it deletes the cluster's disk.
+    with contextlib.suppress(OSError):
+        atomic_write_text(path, json.dumps({**record, "pulled_at": time.time()}, indent=1) + "\n")
     print(f"Brought back into {runs}; open the project's Runs page to see them.")
     return EXIT_OK
 
