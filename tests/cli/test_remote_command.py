@@ -119,3 +119,33 @@ def test_a_key_file_given_relative_to_here_is_found_from_any_folder(tmp_path: Pa
     capsys.readouterr()
     assert cli(["remote", "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["box"]["key_file"] == str(keys / "gpu.pem")
+
+
+def test_ctrl_c_while_watching_says_the_run_goes_on_and_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # It exited 0, so `remote watch RUN && remote pull RUN` went on as if the run had ended.
+    import types
+
+    from studio.core.remote import control
+
+    class Mirror:
+        closed = False
+
+        @property
+        def ended(self) -> bool:
+            raise KeyboardInterrupt  # Ctrl+C while the watch waits
+
+        def start(self) -> None:
+            pass
+
+        def close(self) -> None:
+            Mirror.closed = True
+
+    mirrors = {name: Mirror() for name in ("events.jsonl", "console.log")}
+    client = types.SimpleNamespace(close=lambda: None)
+    monkeypatch.setattr(control, "read_record", lambda run_dir: types.SimpleNamespace(machine="box"))
+    monkeypatch.setattr(control, "client_for", lambda record: client)
+    monkeypatch.setattr(control, "follow_files", lambda client, record, run_dir: mirrors)
+    assert cli(["remote", "watch", str(tmp_path / "run")]) == 130
+    err = capsys.readouterr().err
+    assert "Stopped watching; the run goes on on box" in err and Mirror.closed

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from studio.core.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 WATCH_POLL_S = 0.2
 
@@ -277,7 +277,8 @@ def run_watch(args: argparse.Namespace) -> int:
         print(f"\nStopped watching; the run goes on on {record.machine}. "
               f"Again: studio-train remote watch {shlex.quote(str(args.run_dir))}", file=sys.stderr)
         client.close()
-        return EXIT_OK
+        # Not the run's end: a script's `remote watch && pull` must not go on as if it had finished.
+        return EXIT_INTERRUPTED
     finally:
         for mirror in mirrors.values():
             mirror.close()
