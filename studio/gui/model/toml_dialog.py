@@ -53,6 +53,9 @@ class TomlDialog(QDialog):
         self.view.textChanged.connect(self._edited)
         context.sig_config_changed.connect(self._config_changed)
         context.sig_edits_discarded.connect(self.load)
+        # Another project opened: its studio.toml is shown (Apply writes the open project's file, never
+        # one project's text over another's).
+        context.sig_project_changed.connect(self._project_changed)
         context.unsaved_edits.append(self.unsaved)
         self.finished.connect(self._forget)
         self._shown = ""
@@ -121,8 +124,12 @@ class TomlDialog(QDialog):
         if not self.modified():  # a change from the form or from disk shows here too
             self.load()
 
+    def _project_changed(self, _project: object) -> None:
+        self.load()
+
     def _forget(self) -> None:
         if self.unsaved in self.context.unsaved_edits:
             self.context.unsaved_edits.remove(self.unsaved)
         self.context.sig_config_changed.disconnect(self._config_changed)
         self.context.sig_edits_discarded.disconnect(self.load)
+        self.context.sig_project_changed.disconnect(self._project_changed)
