@@ -7,6 +7,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QTextEdit,
@@ -37,7 +38,7 @@ class TomlDialog(QDialog):
         self.apply_button = named(QPushButton("Apply"), "toml_apply")
         self.apply_button.setToolTip("Check the text and save it as the project's studio.toml")
         self.revert_button = named(QPushButton("Revert"), "toml_revert")
-        close = QPushButton("Close")
+        close = named(QPushButton("Close"), "toml_close")
         buttons = QHBoxLayout()
         buttons.addWidget(self.apply_button)
         buttons.addWidget(self.revert_button)
@@ -99,6 +100,21 @@ class TomlDialog(QDialog):
         self._show_problems(None)
         self.context.status("Saved studio.toml")
         return True
+
+    def reject(self) -> None:
+        """Close, Escape or the title bar's cross: text edited and not applied goes only once the person says so."""
+        if self.modified() and not self._discard_asked():
+            return  # still shown: QDialog's close event is ignored too
+        super().reject()
+
+    def _discard_asked(self) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Warning, "studio.toml not saved",
+                          "The text edited here is not applied: studio.toml stays as it was.\n\nClose and lose "
+                          "your edits? (Cancel: go back to them; Apply saves them once they are valid.)", parent=self)
+        discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is discard
 
     def _show_problems(self, text: str | None, lines: list[int] | None = None) -> None:
         self.problems.setText(f"⚠ Not saved: {text}" if text else "")

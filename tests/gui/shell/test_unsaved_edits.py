@@ -105,3 +105,17 @@ def test_a_refused_sample_size_let_go_with_its_project_is_not_asked_about_again(
     assert window.open_project_path(create_project(tmp_path / "dogs").root)
     assert "a refused sample setting" in asked[0]
     assert window.context.pending_edits() == []
+
+
+def test_closing_the_toml_window_with_edits_not_applied_asks_first(window: MainWindow, monkeypatch) -> None:
+    dialog, view = edit_toml(window)
+    path = window.context.project.config_path  # type: ignore[union-attr]
+    before = path.read_text()
+    asked = answer_with(monkeypatch, "Cancel")
+    dialog.findChild(QPushButton, "toml_close").click()
+    assert dialog.isVisible() and "# my notes on the cats" in view.toPlainText()
+    dialog.reject()  # Escape
+    assert dialog.isVisible() and len(asked) == 2 and "Close and lose your edits?" in asked[0]
+    asked = answer_with(monkeypatch, "Discard my edits")
+    dialog.findChild(QPushButton, "toml_close").click()
+    assert not dialog.isVisible() and path.read_text() == before
