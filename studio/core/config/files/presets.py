@@ -300,6 +300,24 @@ def _slug(title: str) -> str:
     return slug or "preset"
 
 
+def user_preset_path(title: str) -> Path:
+    """The file of the person's preset titled `title`: the one holding it already, else a new one. A preset
+    of another title whose name reads the same in a file name ("Cats!" and "cats", or titles in a script
+    other than Latin, which all read "preset") keeps its own file."""
+    slug = _slug(title)
+    number = 1
+    while True:
+        path = user_presets_dir() / (f"{slug}.toml" if number == 1 else f"{slug}-{number}.toml")
+        if not path.exists():
+            return path
+        try:
+            if load_preset(path, user=True).title == title:
+                return path
+        except ConfigError:
+            pass  # a file the person may still mend: never written over
+        number += 1
+
+
 def save_user_preset(
     title: str,
     config: TrainConfig,
@@ -322,7 +340,7 @@ def save_user_preset(
     doc["preset"] = table
     for key, value in preset_delta(config).items():
         doc[key] = value
-    path = folder / f"{_slug(title)}.toml"
+    path = user_preset_path(title)
     atomic_write_text(path, tomlkit.dumps(doc))
     return load_preset(path, user=True)
 
