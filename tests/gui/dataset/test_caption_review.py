@@ -210,3 +210,19 @@ def test_opening_another_project_closes_caption_with(page: DatasetPage, qtbot, t
     (other.root / "images").mkdir()
     page.context.set_project(other)
     assert page.tools.dialog is None
+
+
+def test_caption_with_pressed_again_keeps_the_proposals_not_yet_reviewed(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Proposals for some images, then other images selected in the grid and Caption with… pressed again: the
+    same window comes back with its proposals, and offers the images selected now."""
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    for image in sorted(page.store.entries):  # type: ignore[union-attr]
+        dialog.add_proposal(_tags(image))
+    page.select_path(sorted(page.store.entries)[1])  # type: ignore[union-attr]
+    again = page.open_caption_dialog()
+    assert again is dialog and again.isVisible()
+    assert [image.stem for image in again.rows] == ["a", "b", "c", "d"]
+    assert again.scope.itemText(again.scope.findData("Selected images")) == "Selected images (1)"
+    assert again.scopes["Selected images"] == [sorted(page.store.entries)[1]]  # type: ignore[union-attr]
+    dialog.close()

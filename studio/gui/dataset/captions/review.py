@@ -305,6 +305,15 @@ class CaptionReviewDialog(QDialog):
         self.accept_button.setEnabled(not self.reading)
         self.accept_all_button.setEnabled(not self.reading)
 
+    def has_work(self) -> bool:
+        """A job running, or proposals not yet accepted or rejected: a model's work, hours of it on a big dataset."""
+        return self.job.running or bool(self.proposals)
+
+    def set_selected(self, selected: Sequence[Path]) -> None:
+        """The grid's selection now as "Selected images" (Caption with… pressed again on other images)."""
+        self.scopes["Selected images"] = list(selected)
+        self.scope.setItemText(self.scope.findData("Selected images"), f"Selected images ({len(selected)})")
+
     def set_store(self, store: CaptionStore | None) -> None:
         """The Dataset page reads the dataset again (a setting changed): None while it reads, then the new store.
         The job goes on and the proposals stay; those of images no longer in the dataset are dropped."""
