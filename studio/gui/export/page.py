@@ -290,7 +290,7 @@ class ExportPage(Page):
     def start_export(self) -> None:
         if self.project is None or self.context.config is None:
             return
-        out = Path(self.out_edit.text().strip()).expanduser()
+        out = self.context.project_path(self.out_edit.text().strip())  # typed relative: inside the project
         self.export_button.setEnabled(False)
         self.open_button.setEnabled(False)
         self.progress.setVisible(True)
@@ -330,7 +330,11 @@ class ExportPage(Page):
         self.result.setPlainText(f"The bundle was not written:\n{message}")
 
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Parent folder of the bundle", self.out_edit.text())
+        # Opens where the bundle would go: the nearest folder there is of its parent (exports/ is made by the export).
+        start = self.context.project_path(self.out_edit.text().strip()).parent
+        while not start.is_dir() and start != start.parent:
+            start = start.parent
+        folder = QFileDialog.getExistingDirectory(self, "Parent folder of the bundle", str(start))
         if folder:
             self.out_edit.setText(str(Path(folder) / Path(self.out_edit.text()).name))
             self.out_edit.setModified(True)
