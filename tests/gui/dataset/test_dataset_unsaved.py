@@ -128,3 +128,21 @@ def test_one_answer_settles_every_caption_another_program_changed(qtbot, page: D
         assert (folder / f"{name}.txt").read_text(encoding="utf-8") == f"{name} by the captioner"
         assert page.store is not None and page.store.caption(folder / f"{name}.png") == f"{name} by the captioner"
     assert (folder / "c.txt").read_text(encoding="utf-8") == "sks"
+
+
+def test_undo_after_taking_the_text_on_disk_leaves_the_other_programs_caption(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """The person's edit of a.txt was dropped for the text another program wrote: Ctrl+Z (and redo) then has
+    nothing of theirs to take back there, and never writes the old caption over the other program's."""
+    folder = images(page)
+    (folder / "a.txt").write_text("tagged by another program", encoding="utf-8")
+    type_caption(qtbot, page, "my text")
+    page.ask_conflict = lambda _conflict, _others=0: "disk"  # type: ignore[method-assign]
+    page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
+    page.undo_stack.undo()
+    assert page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
+    assert page.editor.text.toPlainText() == "tagged by another program"
+    page.undo_stack.redo()
+    assert page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
