@@ -79,3 +79,18 @@ def test_a_concepts_folder_buttons_open_at_its_folder_in_the_project(qtbot, tmp_
         button.click()
     assert opened[-2:] == [("Choose a folder", str(project.root / "photos" / "tabby")),
                            ("Choose a folder", str(project.root))]
+
+
+def test_the_new_projects_folder_dialog_opens_beside_the_open_project(qtbot, tmp_path: Path,
+                                                                     opened: list[tuple[str, str]]) -> None:
+    project = create_project(tmp_path / "projects" / "cats")
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb"))
+    qtbot.addWidget(window)
+    window.set_project(project)
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    page = wizard.images_page  # type: ignore[attr-defined]
+    page._browse_project()
+    page.folder.setText(str(tmp_path / "projects" / "dogs"))  # typed, not made yet: the folder it goes in
+    page._browse_project()
+    assert opened == [("Where the project goes", str(project.root.parent))] * 2
