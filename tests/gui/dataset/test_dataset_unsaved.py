@@ -146,3 +146,35 @@ def test_undo_after_taking_the_text_on_disk_leaves_the_other_programs_caption(qt
     page.undo_stack.redo()
     assert page.save_now()
     assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
+
+
+def test_closing_with_captions_that_cannot_be_saved_asks_first(qtbot, page: DatasetPage,  # type: ignore[no-untyped-def]
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window closing was the one moment nobody read the status bar: the captions went to a recovery file
+    unannounced. Now the person is asked first, Cancel keeps the window, and what was wrong is said."""
+    folder = images(page)
+    (folder / "c.txt").mkdir()  # where the caption file would go: the write fails
+    page.select_path(folder / "c.png")
+    type_caption(qtbot, page, "yellow, triangle")
+    from PySide6.QtWidgets import QMessageBox
+
+    shown: list[str] = []
+
+    def cancel(box: QMessageBox) -> int:
+        shown.append(box.text())
+        next(b for b in box.buttons() if b.text() == "Cancel").click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", cancel)
+    assert not page.can_close()
+    recovery = Path(os.environ["STUDIO_DATA_DIR"]) / "recovery"
+    assert shown[0].startswith("1 caption could not be saved: Cannot save the caption of c.png")
+    assert f"kept in a recovery file in {recovery}?" in shown[0]
+    asked: list[tuple[int, str]] = []
+    page.confirm_close = lambda count, reason: asked.append((count, reason)) or False  # type: ignore[method-assign]
+    assert not page.can_close()
+    assert asked[0][0] == 1 and f"Cannot save the caption of c.png to {folder / 'c.txt'}" in asked[0][1]
+    assert not recovery.exists() or not list(recovery.iterdir())  # nothing written yet: the person may fix it
+    (folder / "c.txt").rmdir()  # fixed: closing now saves it
+    assert page.can_close() and len(asked) == 1
+    assert (folder / "c.txt").read_text(encoding="utf-8") == "yellow, triangle"
