@@ -181,3 +181,17 @@ def test_a_shared_preset_never_sets_what_belongs_to_the_project(isolated_user_di
     assert config.method.rank == 48
     assert config.launch.python is None and config.launch.cpu is False
     assert config.model.vae is None and config.model.revision is None and config.output.dir == "runs"
+
+
+def test_a_preset_of_mine_titled_as_a_shipped_ones_id_is_found_by_its_own(isolated_user_dirs: Path) -> None:
+    """"SD15 LoRA" saved as the person's own: `studio-train estimate --preset` finds it by the id it was given,
+    not the shipped sd15-lora under the same name."""
+    from studio.core.config.files.presets import get_preset
+
+    config = project_config()
+    config.method.rank = 48
+    mine = save_user_preset("SD15 LoRA", config)
+    assert mine.id != "sd15-lora"
+    assert get_preset(mine.id).user and get_preset(mine.id).delta["method"]["rank"] == 48
+    assert not get_preset("sd15-lora").user
+    assert save_user_preset("SD15 LoRA", config).path == mine.path  # saved again: the same file
