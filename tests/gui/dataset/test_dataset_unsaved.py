@@ -178,3 +178,30 @@ def test_closing_with_captions_that_cannot_be_saved_asks_first(qtbot, page: Data
     (folder / "c.txt").rmdir()  # fixed: closing now saves it
     assert page.can_close() and len(asked) == 1
     assert (folder / "c.txt").read_text(encoding="utf-8") == "yellow, triangle"
+
+
+def test_escape_on_the_conflict_question_drops_nobodys_text(qtbot, page: DatasetPage,  # type: ignore[no-untyped-def]
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Escape or the title bar's cross chose "Use the text on disk": the caption the person had typed was gone.
+    Now the question waits for a choice."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    folder = images(page)
+    (folder / "a.txt").write_text("edited in another program", encoding="utf-8")
+    type_caption(qtbot, page, "my text")
+    seen: dict[str, object] = {}
+
+    def exec_(box: QMessageBox) -> int:
+        box.show()
+        qtbot.keyClick(box, Qt.Key.Key_Escape)
+        box.close()
+        seen["after escape and close"] = (box.clickedButton(), box.isVisible(), box.text())
+        next(b for b in box.buttons() if b.text() == "Keep my text").click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", exec_)
+    assert page.save_now()
+    clicked, visible, text = seen["after escape and close"]  # type: ignore[misc]
+    assert clicked is None and visible and "was changed by another program" in text
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "my text"
