@@ -97,6 +97,6 @@ class CaptionTools:
 
     def close_caption_dialog(self) -> None:
         if self.dialog is not None:
-            self.dialog.close()
+            self.dialog.done(0)  # not close(): the window or the project closing ends the job unasked
             self.dialog.deleteLater()
             self.dialog = None

@@ -226,3 +226,25 @@ def test_caption_with_pressed_again_keeps_the_proposals_not_yet_reviewed(page: D
     assert again.scope.itemText(again.scope.findData("Selected images")) == "Selected images (1)"
     assert again.scopes["Selected images"] == [sorted(page.store.entries)[1]]  # type: ignore[union-attr]
     dialog.close()
+
+
+def test_escape_or_close_while_captioning_asks_before_the_job_is_stopped(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Escape pressed in the trigger-word field closed the window and killed an hour's captioning unasked."""
+    from studio.gui.dataset.captions.job import CAPTION_MESSAGES
+
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    # A process that holds until it is ended, in the job's place.
+    assert dialog.job.process.start_messages([sys.executable, "-c", "import sys; sys.stdin.read()"], CAPTION_MESSAGES)
+    dialog.add_proposal(_tags(sorted(page.store.entries)[0]))  # type: ignore[union-attr]
+    asked: list[bool] = []
+    dialog.confirm_stop = lambda: asked.append(True) or False  # type: ignore[method-assign]
+    qtbot.keyClick(dialog.prefix, Qt.Key.Key_Escape)
+    dialog.findChild(QPushButton, "caption_close").click()
+    dialog.close()  # the title bar's cross
+    assert len(asked) == 3 and dialog.isVisible() and dialog.job.running
+    dialog.confirm_stop = lambda: asked.append(True) or True  # type: ignore[method-assign]
+    dialog.findChild(QPushButton, "caption_close").click()
+    assert not dialog.isVisible() and not dialog.job.running
+    assert page.open_caption_dialog() is dialog and len(dialog.rows) == 1  # the proposal made stays to review
+    dialog.close()
