@@ -179,8 +179,6 @@ class MainWindow(QMainWindow):
         from studio.core.dataset.layouts import DatasetError, detect_layout
         from studio.core.project.folder import PROJECT_FILE, create_project, is_project, open_project
 
-        if not self.may_drop_edits("Open another project"):
-            return False
         folder = Path(path)
         if folder.name == PROJECT_FILE and folder.is_file():  # the project's file given (a double-click, a command)
             folder = folder.parent
@@ -193,6 +191,8 @@ class MainWindow(QMainWindow):
             answer = QMessageBox.question(self, "Open project", f"{gone}\n\nRemove it from the recent projects?")
             if answer == QMessageBox.StandardButton.Yes:
                 self.recent.forget(str(folder))
+            return False
+        if not self.may_drop_edits("Open another project"):
             return False
         if not is_project(folder):
             try:

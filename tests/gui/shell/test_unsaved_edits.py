@@ -55,6 +55,9 @@ def test_opening_another_project_asks_and_cancel_keeps_the_toml_being_edited(win
     dogs_text = dogs.config_path.read_text()
     dialog, view = edit_toml(window)
     asked = answer_with(monkeypatch, "Cancel")
+    monkeypatch.setattr(QMessageBox, "warning", lambda *_a: None)
+    assert not window.open_project_path(tmp_path / "gone")  # nothing to open: nothing to ask about the edits
+    assert asked == []
     assert not window.open_project_path(dogs.root)
     assert "the TOML being edited" in asked[0] and "Open another project" in asked[0]
     assert window.context.project is not None and window.context.project.root.name == "cats"
