@@ -58,7 +58,7 @@ class ExportPage(Page):
         self.worker = Worker(self)
         self._build()
         self._load_catalogue()
-        context.sig_project_changed.connect(lambda _p: self.refresh())
+        context.sig_project_changed.connect(self._project_changed)
         context.sig_config_changed.connect(lambda _c: self.refresh())
         self.refresh()
 
@@ -193,6 +193,11 @@ class ExportPage(Page):
     @property
     def project(self) -> Project | None:
         return self.context.project
+
+    def _project_changed(self, _project: object) -> None:
+        # A bundle folder chosen for the project before is not this one's: its own default again.
+        self.out_edit.setModified(False)
+        self.refresh()
 
     def refresh(self) -> None:
         """Recompute the table and the model hint from the current project and config."""

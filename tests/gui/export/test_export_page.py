@@ -136,3 +136,14 @@ def test_the_bundles_parent_folder_dialog_opens_where_the_bundle_goes(page: Expo
     (root / "exports").mkdir()
     page._choose_folder()  # type: ignore[attr-defined]
     assert opened == [str(root), str(root / "exports")]
+
+
+def test_the_bundle_folder_chosen_for_one_project_is_not_another_ones(page: ExportPage, tmp_path: Path) -> None:
+    from studio.core.project.folder import create_project
+
+    first = page.context.project.root  # type: ignore[union-attr]
+    page.out_edit.setText(str(first / "exports" / "for-the-pod"))
+    page.out_edit.setModified(True)  # typed by the person
+    other = create_project(tmp_path / "other project")
+    page.context.set_project(other)
+    assert Path(page.out_edit.text()).parent == other.root / "exports"
