@@ -68,6 +68,13 @@ class CaptionTools:
         """Caption with…: a model in another process proposes captions; what is accepted is one undo step."""
         page = self.page
         page.editor.commit()
+        if self.dialog is not None and self.dialog.has_work():
+            # Its job and proposals stay: the window comes to the front, captioning the grid's selection next.
+            self.dialog.set_selected([e.path for e in page.selected_entries()])
+            self.dialog.show()
+            self.dialog.raise_()
+            self.dialog.activateWindow()
+            return self.dialog
         self.close_caption_dialog()
         if page.store is not None and page.context.project is not None:
             selected = [e.path for e in page.selected_entries()]
@@ -90,6 +97,6 @@ class CaptionTools:
 
     def close_caption_dialog(self) -> None:
         if self.dialog is not None:
-            self.dialog.close()
+            self.dialog.done(0)  # not close(): the window or the project closing ends the job unasked
             self.dialog.deleteLater()
             self.dialog = None

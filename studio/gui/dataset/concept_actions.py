@@ -52,6 +52,8 @@ class ConceptActions(QObject):
         panel.sig_remove.connect(self.remove)
         panel.details.sig_edited.connect(self.edit)
         panel.undo_rename.clicked.connect(self.undo_rename)
+        # The rename offered for undo is the project's before: another project's concepts are not its.
+        self.context.sig_project_changed.connect(self._forget_rename)
 
     def _concepts(self) -> list[dict[str, Any]]:
         config = self.context.config
@@ -173,6 +175,10 @@ class ConceptActions(QObject):
         self.last_rename = None
         self.page.concepts_panel.undo_rename.setVisible(False)
         return self.rename(current, parsed[0], offer_undo=False, concept=self._renamed_concept) if parsed else None
+
+    def _forget_rename(self, _project: object) -> None:
+        self.last_rename = self._renamed_concept = None
+        self.page.concepts_panel.undo_rename.setVisible(False)
 
     def _follow_rename(self, index: int, target: Path, repeats: int) -> bool:
         """The concept's path and repeats after its folder was renamed; False when they cannot be saved."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -47,6 +49,7 @@ class ConceptDetails(QWidget):
         self.setObjectName("concept_details")
         self.index = -1
         self._filling = False
+        self.project_folder: Callable[[], str] = lambda: ""  # the open project's: the panel sets it
         self.path = named(QLineEdit(), "concept_path")
         self.caption_source = named(QComboBox(), "concept_caption_source")
         for source in CAPTION_SOURCES:
@@ -137,7 +140,11 @@ class ConceptDetails(QWidget):
             self.sig_edited.emit(self.index, {key: value})
 
     def _browse(self, target: QLineEdit, key: str) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a folder", target.text())
+        # The folder shown is read against the project (as studio.toml's paths are), not the folder the studio
+        # was started from; one not made yet (class images) opens in the project.
+        root, typed = self.project_folder(), target.text().strip()
+        start = Path(root, typed) if typed else Path(root)
+        folder = QFileDialog.getExistingDirectory(self, "Choose a folder", str(start) if start.is_dir() else root)
         if folder:
             target.setText(folder)
             self._edited(key, folder)

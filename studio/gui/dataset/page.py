@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,12 +13,14 @@ from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
 from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import (
     QLabel,
+    QMessageBox,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from studio.core import user_dirs
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
 from studio.core.dataset.edit_pairs.pairs import control_settings
@@ -95,6 +98,8 @@ class DatasetPage(Page):
         self._save_timer.timeout.connect(self.save_soon)
         self._tags_timer = QTimer(self, singleShot=True, interval=1000)
         self._tags_timer.timeout.connect(self._update_tags)
+        # Asked when the window closes with captions that cannot be saved (how many, why); tests replace it.
+        self.confirm_close: Callable[[int, str], bool] = self._confirm_close_dialog
         self._build()
         context.sig_project_changed.connect(lambda _p: self.reload())
         context.sig_config_changed.connect(self._config_changed)
@@ -431,8 +436,23 @@ class DatasetPage(Page):
         }
 
     def can_close(self) -> bool:
-        self.save_now()
-        return True
+        """Pending captions are saved; those that cannot be (a full disk, a folder moved or made read-only) are
+        the person's to fix first, or to find in the recovery file written at closing, told where before."""
+        if self.save_now() or self.store is None:
+            return True
+        return self.confirm_close(len(self.store.pending), self.status_label.text())
+
+    def _confirm_close_dialog(self, count: int, reason: str) -> bool:
+        them = "them" if count != 1 else "it"
+        box = QMessageBox(QMessageBox.Icon.Warning, "Captions not saved",
+                          f"{plural(count, 'caption')} could not be saved: {reason}\n\nClose anyway, with {them} "
+                          f"kept in a recovery file in {user_dirs.data_dir() / 'recovery'}? (Cancel: the studio stays "
+                          f"open; once the cause is fixed, {them} {'are' if count != 1 else 'is'} saved with your next "
+                          "edit.)", parent=self)
+        close = box.addButton(f"Close, keep {them} in a recovery file", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is close
 
     def shutdown(self) -> None:
         self._generation += 1

@@ -230,6 +230,7 @@ class ConceptsPanel(QWidget):
         self.table.currentCellChanged.connect(lambda row, *_: self._show_details(row))
         self.add_button.clicked.connect(self._pick_folder)
         self.start_folder: Callable[[], str] = lambda: ""  # where Add folder… opens: the page sets the project
+        self.details.project_folder = lambda: self.start_folder()
         self.remove_button.clicked.connect(self._remove_current)
 
     def set_rows(self, rows: list[ConceptRow], concepts: list[ConceptSection] | None = None) -> None:

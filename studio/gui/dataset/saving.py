@@ -95,7 +95,9 @@ def ask_conflict(parent: QWidget, conflict: CaptionConflict, others: int = 0) ->
     box.setText(conflict.describe())
     box.setInformativeText(f"Your text:\n{conflict.our_text}\n\nText on disk:\n{conflict.disk_text or '(deleted)'}")
     mine = box.addButton("Keep my text", QMessageBox.ButtonRole.AcceptRole)
-    box.addButton("Use the text on disk", QMessageBox.ButtonRole.RejectRole)
+    # Neither text is a "cancel": Escape or the title bar's cross would drop the person's typing unasked. With no
+    # button of the reject role the box has no escape button, and waits for a choice.
+    box.addButton("Use the text on disk", QMessageBox.ButtonRole.DestructiveRole)
     same: QCheckBox | None = None
     if others:
         same = QCheckBox(f"Do the same for the {plural(others, 'other caption')} changed on disk", box)

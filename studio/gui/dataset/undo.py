@@ -24,12 +24,16 @@ class CaptionCommand(QUndoCommand):
         self.typing = typing
 
     def redo(self) -> None:
-        self.store.apply(self.edits)
-        self.changed([e.image for e in self.edits])
+        edits = [e for e in self.edits if self.store.caption(e.image) == e.before]
+        self.store.apply(edits)
+        self.changed([e.image for e in edits])
 
     def undo(self) -> None:
-        self.store.revert(self.edits)
-        self.changed([e.image for e in self.edits])
+        # Only captions still as this step left them: one whose text another program wrote was taken instead (a
+        # conflict answered "Use the text on disk") is no longer the person's edit, and stays as it is.
+        edits = [e for e in self.edits if self.store.caption(e.image) == e.after]
+        self.store.revert(edits)
+        self.changed([e.image for e in edits])
 
     def id(self) -> int:
         return TYPING_ID if self.typing else -1

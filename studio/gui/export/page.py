@@ -58,7 +58,7 @@ class ExportPage(Page):
         self.worker = Worker(self)
         self._build()
         self._load_catalogue()
-        context.sig_project_changed.connect(lambda _p: self.refresh())
+        context.sig_project_changed.connect(self._project_changed)
         context.sig_config_changed.connect(lambda _c: self.refresh())
         self.refresh()
 
@@ -194,6 +194,11 @@ class ExportPage(Page):
     def project(self) -> Project | None:
         return self.context.project
 
+    def _project_changed(self, _project: object) -> None:
+        # A bundle folder chosen for the project before is not this one's: its own default again.
+        self.out_edit.setModified(False)
+        self.refresh()
+
     def refresh(self) -> None:
         """Recompute the table and the model hint from the current project and config."""
         config = self.context.config
@@ -290,7 +295,7 @@ class ExportPage(Page):
     def start_export(self) -> None:
         if self.project is None or self.context.config is None:
             return
-        out = Path(self.out_edit.text().strip()).expanduser()
+        out = self.context.project_path(self.out_edit.text().strip())  # typed relative: inside the project
         self.export_button.setEnabled(False)
         self.open_button.setEnabled(False)
         self.progress.setVisible(True)
@@ -330,7 +335,11 @@ class ExportPage(Page):
         self.result.setPlainText(f"The bundle was not written:\n{message}")
 
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Parent folder of the bundle", self.out_edit.text())
+        # Opens where the bundle would go: the nearest folder there is of its parent (exports/ is made by the export).
+        start = self.context.project_path(self.out_edit.text().strip()).parent
+        while not start.is_dir() and start != start.parent:
+            start = start.parent
+        folder = QFileDialog.getExistingDirectory(self, "Parent folder of the bundle", str(start))
         if folder:
             self.out_edit.setText(str(Path(folder) / Path(self.out_edit.text()).name))
             self.out_edit.setModified(True)

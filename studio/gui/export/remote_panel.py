@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -80,6 +81,10 @@ class MachineDialog(QDialog):
         for label, key in (("Key file", "key_file"), ("Key passphrase", "passphrase"), ("Workspace there", "workspace"),
                            ("Python there", "python")):
             form.addRow(label, self.fields[key])
+        self.problem = named(QLabel(), "machine_problem")  # why the machine typed was refused, to correct it here
+        self.problem.setWordWrap(True)
+        self.problem.setStyleSheet("color: #c62828;")
+        form.addRow(self.problem)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -159,10 +164,10 @@ class RemotePanel(QGroupBox):
 
     def add_machine(self, machine: RemoteMachine, passphrase: str = "") -> bool:
         try:
+            if passphrase and not machine.key_file:  # before the machine is saved: "not added" is then so
+                raise MachineError("a passphrase belongs to a key file: name the key file too")
             save_machine(machine)
-            if passphrase:
-                if not machine.key_file:
-                    raise MachineError("a passphrase belongs to a key file: name the key file too")
+            if passphrase and machine.key_file:
                 store_passphrase(machine.key_file, passphrase)
         except (MachineError, PassphraseError) as exc:
             self.say(f"The machine was not added: {exc}")
@@ -174,8 +179,25 @@ class RemotePanel(QGroupBox):
 
     def _add_dialog(self) -> None:
         dialog = MachineDialog(self)
-        if dialog.exec() == QDialog.DialogCode.Accepted:
-            self.add_machine(dialog.machine(), dialog.passphrase())
+        # A machine refused (a name with a space, a key file mistyped) or named as another already kept: the dialog
+        # again, as typed, with the reason, until it is added or cancelled.
+        while dialog.exec() == QDialog.DialogCode.Accepted:
+            machine = dialog.machine()
+            kept = self.known_machines().get(machine.name)
+            if kept is not None and QMessageBox.question(
+                    self, "Add a remote machine", f"You have a machine named {machine.name} ({kept.describe()}).\n\n"
+                    "Replace it with this one?") != QMessageBox.StandardButton.Yes:
+                dialog.problem.setText(f"{machine.name} is the name of a machine you have: choose another name.")
+                continue
+            if self.add_machine(machine, dialog.passphrase()):
+                return
+            dialog.problem.setText(self.status.text())
+
+    def known_machines(self) -> dict[str, RemoteMachine]:
+        try:
+            return load_machines()
+        except MachineError:  # the list cannot be read: saving says so
+            return {}
 
     def _remove(self) -> None:
         name = self.machines.currentText()

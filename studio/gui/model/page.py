@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -23,7 +24,13 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
-from studio.core.config.files.presets import Preset, apply_preset, list_presets, save_user_preset
+from studio.core.config.files.presets import (
+    Preset,
+    apply_preset,
+    list_presets,
+    save_user_preset,
+    user_preset_path,
+)
 from studio.core.config.rules.acting import resets_for
 from studio.core.config.rules.data_rules import fields_needed, turned_off
 from studio.core.config.schema import TrainConfig
@@ -409,8 +416,16 @@ class ModelPage(Page):
 
     def ask_save_preset(self) -> None:
         title, ok = QInputDialog.getText(self, "Save as my preset", "Preset title:")
-        if ok and title.strip():
-            self.save_preset(title.strip())
+        title = title.strip()
+        if not ok or not title:
+            return
+        existing = user_preset_path(title)
+        if existing.exists() and QMessageBox.question(
+                self, "Save as my preset", f"You have a preset titled '{title}' ({existing}).\n\n"
+                "Replace its settings with these? (No: nothing is saved; choose another title to keep both.)"
+        ) != QMessageBox.StandardButton.Yes:
+            return
+        self.save_preset(title)
 
     def save_preset(self, title: str) -> Preset:
         preset = save_user_preset(title, self.config, base_preset=self.current_preset)

@@ -7,6 +7,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QTextEdit,
@@ -37,7 +38,7 @@ class TomlDialog(QDialog):
         self.apply_button = named(QPushButton("Apply"), "toml_apply")
         self.apply_button.setToolTip("Check the text and save it as the project's studio.toml")
         self.revert_button = named(QPushButton("Revert"), "toml_revert")
-        close = QPushButton("Close")
+        close = named(QPushButton("Close"), "toml_close")
         buttons = QHBoxLayout()
         buttons.addWidget(self.apply_button)
         buttons.addWidget(self.revert_button)
@@ -53,6 +54,9 @@ class TomlDialog(QDialog):
         self.view.textChanged.connect(self._edited)
         context.sig_config_changed.connect(self._config_changed)
         context.sig_edits_discarded.connect(self.load)
+        # Another project opened: its studio.toml is shown (Apply writes the open project's file, never
+        # one project's text over another's).
+        context.sig_project_changed.connect(self._project_changed)
         context.unsaved_edits.append(self.unsaved)
         self.finished.connect(self._forget)
         self._shown = ""
@@ -97,6 +101,21 @@ class TomlDialog(QDialog):
         self.context.status("Saved studio.toml")
         return True
 
+    def reject(self) -> None:
+        """Close, Escape or the title bar's cross: text edited and not applied goes only once the person says so."""
+        if self.modified() and not self._discard_asked():
+            return  # still shown: QDialog's close event is ignored too
+        super().reject()
+
+    def _discard_asked(self) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Warning, "studio.toml not saved",
+                          "The text edited here is not applied: studio.toml stays as it was.\n\nClose and lose "
+                          "your edits? (Cancel: go back to them; Apply saves them once they are valid.)", parent=self)
+        discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is discard
+
     def _show_problems(self, text: str | None, lines: list[int] | None = None) -> None:
         self.problems.setText(f"⚠ Not saved: {text}" if text else "")
         self.problems.setVisible(bool(text))
@@ -121,8 +140,12 @@ class TomlDialog(QDialog):
         if not self.modified():  # a change from the form or from disk shows here too
             self.load()
 
+    def _project_changed(self, _project: object) -> None:
+        self.load()
+
     def _forget(self) -> None:
         if self.unsaved in self.context.unsaved_edits:
             self.context.unsaved_edits.remove(self.unsaved)
         self.context.sig_config_changed.disconnect(self._config_changed)
         self.context.sig_edits_discarded.disconnect(self.load)
+        self.context.sig_project_changed.disconnect(self._project_changed)

@@ -73,8 +73,9 @@ def presets_for(config: ResolvedConfig, presets: list[Preset],
 class ImagesPage(QWizardPage):
     """Step 1: the project's folder and the image folders (the project folder itself by default)."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, projects_folder: str = "") -> None:
         super().__init__(parent)
+        self.projects_folder = projects_folder  # beside the project open now, where a person keeps their projects
         self.setTitle("Images")
         self.setSubTitle("Choose where the project goes and the folders of images to train on. "
                          "Images stay where they are; nothing in them is moved or changed.")
@@ -132,7 +133,12 @@ class ImagesPage(QWizardPage):
         self._update()
 
     def _browse_project(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Where the project goes")
+        # The folder typed (or the one it would go in), else beside the open project, else the home folder: not
+        # wherever the studio happened to be started.
+        typed = self.project_root()
+        start = next((str(p) for p in (typed, typed.parent if typed else None) if p is not None and p.is_dir()),
+                     self.projects_folder or str(Path.home()))
+        folder = QFileDialog.getExistingDirectory(self, "Where the project goes", start)
         if folder:
             self.folder.setText(folder)
             self._update()
@@ -299,7 +305,7 @@ class NewProjectWizard(QWizard):
             self.presets = list_presets()
         except ConfigError:
             self.presets = []
-        self.images_page = ImagesPage(self)
+        self.images_page = ImagesPage(self, context.projects_folder())
         self.model_page = ModelPage(self)
         self.preset_page = PresetPage(self)
         for page in (self.images_page, self.model_page, self.preset_page):

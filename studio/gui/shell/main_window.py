@@ -192,6 +192,8 @@ class MainWindow(QMainWindow):
             if answer == QMessageBox.StandardButton.Yes:
                 self.recent.forget(str(folder))
             return False
+        if not self.may_drop_edits("Open another project"):
+            return False
         if not is_project(folder):
             try:
                 found = detect_layout(folder).describe()
@@ -236,7 +238,8 @@ class MainWindow(QMainWindow):
         return wizard
 
     def new_project_dialog(self) -> None:
-        self.new_project_wizard().open()
+        if self.may_drop_edits("Make a new project"):
+            self.new_project_wizard().open()
 
     def _wizard_done(self, wizard: QWizard) -> None:
         from studio.core.project.folder import Project
@@ -248,6 +251,8 @@ class MainWindow(QMainWindow):
     def open_demo_project(self) -> None:
         from studio.core.project.demo import create_demo_project
 
+        if not self.may_drop_edits("Open the demo project"):
+            return
         project = create_demo_project()
         self.set_project(project)
         self.demo_model.build(project)
@@ -292,6 +297,21 @@ class MainWindow(QMainWindow):
         box.addButton("Keep my edits", QMessageBox.ButtonRole.RejectRole)
         box.exec()
         return box.clickedButton() is reload
+
+    def may_drop_edits(self, doing: str) -> bool:
+        """Edits here that are not in studio.toml (the TOML being edited, values the form refused) go when
+        the project is left or the window closes: True when there are none or the person lets them go."""
+        pending = self.context.pending_edits()
+        if not pending:
+            return True
+        box = QMessageBox(QMessageBox.Icon.Warning, "Edits not saved",
+                          f"There are edits here that are not in the project's studio.toml ({'; '.join(pending)})."
+                          f"\n\n{doing} and lose them? (Cancel: go back to them; Apply in the TOML window, or "
+                          "correct the values the form refused, to keep them.)", parent=self)
+        discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is discard
 
     # ------------------------------------------------------------ help
 
@@ -416,6 +436,9 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self, self._after_first_paint)
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.may_drop_edits("Close the studio"):
+            event.ignore()
+            return
         built = list(self._built.values())
         for page in built:
             if not page.can_close():

@@ -39,7 +39,7 @@ class RecentProjects:
         self.menu.clear()
         recent = self.paths()
         for path in recent:
-            action = self.menu.addAction(path)
+            action = self.menu.addAction(path.replace("&", "&&"))  # "Cats & Dogs": a menu reads one "&" as a mark
             action.triggered.connect(lambda _checked=False, p=path: self.open_path(p))
         if not recent:
             self.menu.addAction("No recent projects").setEnabled(False)

@@ -101,6 +101,9 @@ class SamplingEditor(QWidget):
         self.vae_tiling.activated.connect(lambda _i: self.commit({"sampling.vae_tiling": self.vae_tiling.currentData()}))
         context.sig_config_changed.connect(self.show_config)
         context.unsaved_edits.append(lambda: "a refused sample setting" if self.problem.text() else "")
+        # The refused setting is let go (another project opened, studio.toml read again over it): not asked again.
+        context.sig_project_changed.connect(self._let_go)
+        context.sig_edits_discarded.connect(self._let_go)
         if context.config is not None:
             self.show_config(context.config)
 
@@ -136,6 +139,9 @@ class SamplingEditor(QWidget):
     def prompt_list(self) -> list[str]:
         items = (self.prompts.item(r, 0) for r in range(self.prompts.rowCount()))
         return [item.text().strip() for item in items if item is not None and item.text().strip()]
+
+    def _let_go(self, _project: object = None) -> None:
+        self.problem.setText("")
 
     # ------------------------------------------------------------ editing
 

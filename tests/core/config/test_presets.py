@@ -188,3 +188,17 @@ def test_a_preset_titled_as_a_windows_device_is_saved_to_a_file_windows_can_hold
     preset = save_user_preset("Aux", project_config())
     assert preset.path.name == "aux-preset.toml" and preset.path.is_file() and preset.title == "Aux"
     assert save_user_preset("COM1", project_config()).path.name == "com1-preset.toml"
+
+
+def test_a_preset_of_mine_titled_as_a_shipped_ones_id_is_found_by_its_own(isolated_user_dirs: Path) -> None:
+    """"SD15 LoRA" saved as the person's own: `studio-train estimate --preset` finds it by the id it was given,
+    not the shipped sd15-lora under the same name."""
+    from studio.core.config.files.presets import get_preset
+
+    config = project_config()
+    config.method.rank = 48
+    mine = save_user_preset("SD15 LoRA", config)
+    assert mine.id != "sd15-lora"
+    assert get_preset(mine.id).user and get_preset(mine.id).delta["method"]["rank"] == 48
+    assert not get_preset("sd15-lora").user
+    assert save_user_preset("SD15 LoRA", config).path == mine.path  # saved again: the same file

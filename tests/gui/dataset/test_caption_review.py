@@ -210,3 +210,41 @@ def test_opening_another_project_closes_caption_with(page: DatasetPage, qtbot, t
     (other.root / "images").mkdir()
     page.context.set_project(other)
     assert page.tools.dialog is None
+
+
+def test_caption_with_pressed_again_keeps_the_proposals_not_yet_reviewed(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Proposals for some images, then other images selected in the grid and Caption with… pressed again: the
+    same window comes back with its proposals, and offers the images selected now."""
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    for image in sorted(page.store.entries):  # type: ignore[union-attr]
+        dialog.add_proposal(_tags(image))
+    page.select_path(sorted(page.store.entries)[1])  # type: ignore[union-attr]
+    again = page.open_caption_dialog()
+    assert again is dialog and again.isVisible()
+    assert [image.stem for image in again.rows] == ["a", "b", "c", "d"]
+    assert again.scope.itemText(again.scope.findData("Selected images")) == "Selected images (1)"
+    assert again.scopes["Selected images"] == [sorted(page.store.entries)[1]]  # type: ignore[union-attr]
+    dialog.close()
+
+
+def test_escape_or_close_while_captioning_asks_before_the_job_is_stopped(page: DatasetPage, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Escape pressed in the trigger-word field closed the window and killed an hour's captioning unasked."""
+    from studio.gui.dataset.captions.job import CAPTION_MESSAGES
+
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    # A process that holds until it is ended, in the job's place.
+    assert dialog.job.process.start_messages([sys.executable, "-c", "import sys; sys.stdin.read()"], CAPTION_MESSAGES)
+    dialog.add_proposal(_tags(sorted(page.store.entries)[0]))  # type: ignore[union-attr]
+    asked: list[bool] = []
+    dialog.confirm_stop = lambda: asked.append(True) or False  # type: ignore[method-assign]
+    qtbot.keyClick(dialog.prefix, Qt.Key.Key_Escape)
+    dialog.findChild(QPushButton, "caption_close").click()
+    dialog.close()  # the title bar's cross
+    assert len(asked) == 3 and dialog.isVisible() and dialog.job.running
+    dialog.confirm_stop = lambda: asked.append(True) or True  # type: ignore[method-assign]
+    dialog.findChild(QPushButton, "caption_close").click()
+    assert not dialog.isVisible() and not dialog.job.running
+    assert page.open_caption_dialog() is dialog and len(dialog.rows) == 1  # the proposal made stays to review
+    dialog.close()

@@ -443,3 +443,32 @@ def test_a_mask_or_a_control_image_with_a_problem_is_its_images(tmp_path: Path) 
     by_path = {str(masks / "b.png"): ["the mask is 10x10 but its image b.jpg is 40x40"], str(b.path): ["has no caption"]}
     assert problems_by_image(by_path, owners) == {
         str(b.path): ["b.png: the mask is 10x10 but its image b.jpg is 40x40", "has no caption"]}
+
+
+def test_a_rename_undo_is_not_offered_in_another_project(qtbot, page: DatasetPage, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A kohya folder renamed in one project, then another project opened: its Undo button would rename the first
+    project's folder back and write that folder into the second project's first concept."""
+    from PIL import Image
+
+    from studio.core.project.folder import create_project, default_config
+
+    kohya = images(page) / "5_sks_dog"
+    kohya.mkdir()
+    Image.new("RGB", (32, 32)).save(kohya / "k.png")
+    page.reload()
+    assert page.wait_loaded(30)
+    page.concept_actions.confirm = lambda _title, _text: True
+    page.concepts_panel.table.cellWidget(1, 2).setValue(12)  # type: ignore[union-attr]
+    renamed = images(page) / "12_sks_dog"
+    assert renamed.is_dir() and page.wait_loaded(30)
+    undo = page.concepts_panel.undo_rename
+    assert undo.isVisibleTo(page)
+
+    other = create_project(tmp_path / "other", default_config("photos"))
+    (other.root / "photos").mkdir()
+    page.context.set_project(other)
+    assert page.wait_loaded(30)
+    assert not undo.isVisibleTo(page)
+    undo.click()  # a click that still reached it (a keyboard shortcut, an old screen reader) does nothing
+    assert renamed.is_dir() and not kohya.exists()
+    assert [c.path for c in other.load_config().dataset.concepts] == ["photos"]

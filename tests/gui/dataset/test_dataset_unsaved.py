@@ -128,3 +128,80 @@ def test_one_answer_settles_every_caption_another_program_changed(qtbot, page: D
         assert (folder / f"{name}.txt").read_text(encoding="utf-8") == f"{name} by the captioner"
         assert page.store is not None and page.store.caption(folder / f"{name}.png") == f"{name} by the captioner"
     assert (folder / "c.txt").read_text(encoding="utf-8") == "sks"
+
+
+def test_undo_after_taking_the_text_on_disk_leaves_the_other_programs_caption(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
+    """The person's edit of a.txt was dropped for the text another program wrote: Ctrl+Z (and redo) then has
+    nothing of theirs to take back there, and never writes the old caption over the other program's."""
+    folder = images(page)
+    (folder / "a.txt").write_text("tagged by another program", encoding="utf-8")
+    type_caption(qtbot, page, "my text")
+    page.ask_conflict = lambda _conflict, _others=0: "disk"  # type: ignore[method-assign]
+    page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
+    page.undo_stack.undo()
+    assert page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
+    assert page.editor.text.toPlainText() == "tagged by another program"
+    page.undo_stack.redo()
+    assert page.save_now()
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "tagged by another program"
+
+
+def test_closing_with_captions_that_cannot_be_saved_asks_first(qtbot, page: DatasetPage,  # type: ignore[no-untyped-def]
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window closing was the one moment nobody read the status bar: the captions went to a recovery file
+    unannounced. Now the person is asked first, Cancel keeps the window, and what was wrong is said."""
+    folder = images(page)
+    (folder / "c.txt").mkdir()  # where the caption file would go: the write fails
+    page.select_path(folder / "c.png")
+    type_caption(qtbot, page, "yellow, triangle")
+    from PySide6.QtWidgets import QMessageBox
+
+    shown: list[str] = []
+
+    def cancel(box: QMessageBox) -> int:
+        shown.append(box.text())
+        next(b for b in box.buttons() if b.text() == "Cancel").click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", cancel)
+    assert not page.can_close()
+    recovery = Path(os.environ["STUDIO_DATA_DIR"]) / "recovery"
+    assert shown[0].startswith("1 caption could not be saved: Cannot save the caption of c.png")
+    assert f"kept in a recovery file in {recovery}?" in shown[0]
+    asked: list[tuple[int, str]] = []
+    page.confirm_close = lambda count, reason: asked.append((count, reason)) or False  # type: ignore[method-assign]
+    assert not page.can_close()
+    assert asked[0][0] == 1 and f"Cannot save the caption of c.png to {folder / 'c.txt'}" in asked[0][1]
+    assert not recovery.exists() or not list(recovery.iterdir())  # nothing written yet: the person may fix it
+    (folder / "c.txt").rmdir()  # fixed: closing now saves it
+    assert page.can_close() and len(asked) == 1
+    assert (folder / "c.txt").read_text(encoding="utf-8") == "yellow, triangle"
+
+
+def test_escape_on_the_conflict_question_drops_nobodys_text(qtbot, page: DatasetPage,  # type: ignore[no-untyped-def]
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Escape or the title bar's cross chose "Use the text on disk": the caption the person had typed was gone.
+    Now the question waits for a choice."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    folder = images(page)
+    (folder / "a.txt").write_text("edited in another program", encoding="utf-8")
+    type_caption(qtbot, page, "my text")
+    seen: dict[str, object] = {}
+
+    def exec_(box: QMessageBox) -> int:
+        box.show()
+        qtbot.keyClick(box, Qt.Key.Key_Escape)
+        box.close()
+        seen["after escape and close"] = (box.clickedButton(), box.isVisible(), box.text())
+        next(b for b in box.buttons() if b.text() == "Keep my text").click()
+        return 0
+
+    monkeypatch.setattr(QMessageBox, "exec", exec_)
+    assert page.save_now()
+    clicked, visible, text = seen["after escape and close"]  # type: ignore[misc]
+    assert clicked is None and visible and "was changed by another program" in text
+    assert (folder / "a.txt").read_text(encoding="utf-8") == "my text"

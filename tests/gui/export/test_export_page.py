@@ -105,3 +105,45 @@ def test_without_a_project_the_page_waits(qtbot, tmp_path: Path) -> None:
     qtbot.addWidget(widget)
     assert widget.table.rowCount() == 0 and not widget.export_button.isEnabled()
     assert widget.self_test(SelfTestOptions()) == {"export_rows": 0}
+
+
+def test_a_bundle_folder_typed_relative_goes_into_the_project(qtbot, page: ExportPage, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """As every path of a project: "bundles/mine" is the project's, not the folder the studio was started from."""
+    started_in = tmp_path / "started-in"
+    started_in.mkdir()
+    monkeypatch.chdir(started_in)
+    page.out_edit.setText("bundles/mine")
+    page.out_edit.setModified(True)
+    page.include_model.setChecked(True)
+    qtbot.mouseClick(page.export_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.report is not None or page.result.toPlainText().startswith("The bundle was not"),
+                    timeout=30_000)
+    root = page.context.project.root  # type: ignore[union-attr]
+    assert (root / "bundles" / "mine" / "launch.sh").is_file()
+    assert not (started_in / "bundles").exists()
+
+
+def test_the_bundles_parent_folder_dialog_opens_where_the_bundle_goes(page: ExportPage,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    opened: list[str] = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda _p, _t, start="", *_a: opened.append(start) or "")
+    root = page.context.project.root  # type: ignore[union-attr]
+    assert Path(page.out_edit.text()).parent == root / "exports"  # the default, not made yet
+    page._choose_folder()  # type: ignore[attr-defined]
+    (root / "exports").mkdir()
+    page._choose_folder()  # type: ignore[attr-defined]
+    assert opened == [str(root), str(root / "exports")]
+
+
+def test_the_bundle_folder_chosen_for_one_project_is_not_another_ones(page: ExportPage, tmp_path: Path) -> None:
+    from studio.core.project.folder import create_project
+
+    first = page.context.project.root  # type: ignore[union-attr]
+    page.out_edit.setText(str(first / "exports" / "for-the-pod"))
+    page.out_edit.setModified(True)  # typed by the person
+    other = create_project(tmp_path / "other project")
+    page.context.set_project(other)
+    assert Path(page.out_edit.text()).parent == other.root / "exports"

@@ -56,3 +56,41 @@ def test_the_windows_dialogs_open_in_the_project(qtbot, tmp_path: Path, opened: 
     runs._pick_import()  # type: ignore[attr-defined]  # Import run…: a .zip, else a folder
     assert opened[-2:] == [("Import a run (.zip) copied back from another machine", root),
                            ("Or import a run folder", root)]
+
+
+def test_a_concepts_folder_buttons_open_at_its_folder_in_the_project(qtbot, tmp_path: Path,
+                                                                    opened: list[tuple[str, str]]) -> None:
+    """studio.toml's concept paths are relative to the project: the dialog opens at the concept's folder there (the
+    class images' folder, empty, at the project), not in the folder the studio was started from."""
+    from studio.core.project.folder import default_config
+
+    project = create_project(tmp_path / "projects" / "cats", default_config("photos/tabby"))
+    (project.root / "photos" / "tabby").mkdir(parents=True)
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb"))
+    qtbot.addWidget(window)
+    window.set_project(project)
+    dataset = window.show_page("page_dataset")
+    assert dataset.wait_loaded(30)  # type: ignore[attr-defined]
+    details = dataset.concepts_panel.details  # type: ignore[attr-defined]
+    dataset.concepts_panel.table.setCurrentCell(0, 0)  # type: ignore[attr-defined]
+    assert details.path.text() == "photos/tabby"
+    buttons = [b for b in details.findChildren(QPushButton) if b.text() == "Folder…"]
+    for button in buttons:
+        button.click()
+    assert opened[-2:] == [("Choose a folder", str(project.root / "photos" / "tabby")),
+                           ("Choose a folder", str(project.root))]
+
+
+def test_the_new_projects_folder_dialog_opens_beside_the_open_project(qtbot, tmp_path: Path,
+                                                                     opened: list[tuple[str, str]]) -> None:
+    project = create_project(tmp_path / "projects" / "cats")
+    window = MainWindow(StudioContext(make_settings(tmp_path / "settings.ini"), hardware_file="rtx4090-24gb"))
+    qtbot.addWidget(window)
+    window.set_project(project)
+    wizard = window.new_project_wizard()
+    qtbot.addWidget(wizard)
+    page = wizard.images_page  # type: ignore[attr-defined]
+    page._browse_project()
+    page.folder.setText(str(tmp_path / "projects" / "dogs"))  # typed, not made yet: the folder it goes in
+    page._browse_project()
+    assert opened == [("Where the project goes", str(project.root.parent))] * 2

@@ -487,3 +487,16 @@ def test_a_setting_that_cannot_be_saved_says_so(window: MainWindow, tmp_path: Pa
     monkeypatch.setattr(os, "replace", real)
     page.on_field_changed("training.seed", 5)  # type: ignore[attr-defined]  # made again: saved
     assert "seed = 5" in project.config_path.read_text(encoding="utf-8")
+
+
+def test_a_recent_project_with_an_ampersand_reads_as_its_folder(window: MainWindow, tmp_path: Path) -> None:
+    """A menu reads one "&" as the mark of a shortcut letter: "Cats & Dogs" showed as "Cats  Dogs"."""
+    from studio.core.project.folder import create_project
+
+    first, second = create_project(tmp_path / "Cats & Dogs"), create_project(tmp_path / "other")
+    window.set_project(first)
+    window.set_project(second)
+    shown = [a.iconText() for a in window.recent_menu.actions()]  # the text as the menu draws it
+    assert shown == [str(second.root), str(first.root)]
+    window.recent_menu.actions()[1].trigger()
+    assert window.context.project is not None and window.context.project.root == first.root

@@ -307,6 +307,28 @@ def _slug(title: str) -> str:
     return f"{slug}-preset" if windows_refusal(slug) else slug or "preset"
 
 
+def user_preset_path(title: str) -> Path:
+    """The file of the person's preset titled `title`: the one holding it already, else a new one. A preset
+    of another title whose name reads the same in a file name ("Cats!" and "cats", or titles in a script
+    other than Latin, which all read "preset") keeps its own file, and so does a shipped preset: its id (the
+    file's name) is how `studio-train estimate --preset` finds the person's own."""
+    slug = _slug(title)
+    shipped = {path.stem for path in shipped_presets_dir().glob("*.toml")}
+    number = 1
+    while True:
+        path = user_presets_dir() / (f"{slug}.toml" if number == 1 else f"{slug}-{number}.toml")
+        if not path.exists():
+            if path.stem not in shipped:
+                return path
+        else:
+            try:
+                if load_preset(path, user=True).title == title:
+                    return path
+            except ConfigError:
+                pass  # a file the person may still mend: never written over
+        number += 1
+
+
 def save_user_preset(
     title: str,
     config: TrainConfig,
@@ -329,7 +351,7 @@ def save_user_preset(
     doc["preset"] = table
     for key, value in preset_delta(config).items():
         doc[key] = value
-    path = folder / f"{_slug(title)}.toml"
+    path = user_preset_path(title)
     atomic_write_text(path, tomlkit.dumps(doc))
     return load_preset(path, user=True)
 

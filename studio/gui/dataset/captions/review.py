@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSlider,
@@ -87,6 +88,8 @@ class CaptionReviewDialog(QDialog):
         self.proposed_by = ""  # the model of the job that made the proposals
         self.rows: list[Path] = []  # the table's rows, in order
         self.job = CaptionJob(self)
+        # Asked before Close, Escape or the title bar's cross stop a job running; tests replace it.
+        self.confirm_stop: Callable[[], bool] = self._confirm_stop_dialog
         # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
         self._table_timer = QTimer(self, singleShot=True, interval=TABLE_DELAY_MS)
         self._table_timer.timeout.connect(self._refill_table)
@@ -189,7 +192,7 @@ class CaptionReviewDialog(QDialog):
         self.accept_button = named(QPushButton("Accept selected"), "caption_accept")
         self.reject_button = named(QPushButton("Reject selected"), "caption_reject")
         self.accept_all_button = named(QPushButton("Accept all"), "caption_accept_all")
-        close = QPushButton("Close")
+        close = named(QPushButton("Close"), "caption_close")
         self.accept_button.clicked.connect(lambda: self.accept_rows(self.selected_rows()))
         self.reject_button.clicked.connect(lambda: self.reject_rows(self.selected_rows()))
         self.accept_all_button.clicked.connect(lambda: self.accept_rows(list(range(len(self.rows)))))
@@ -304,6 +307,15 @@ class CaptionReviewDialog(QDialog):
         self.stop_button.setEnabled(running)
         self.accept_button.setEnabled(not self.reading)
         self.accept_all_button.setEnabled(not self.reading)
+
+    def has_work(self) -> bool:
+        """A job running, or proposals not yet accepted or rejected: a model's work, hours of it on a big dataset."""
+        return self.job.running or bool(self.proposals)
+
+    def set_selected(self, selected: Sequence[Path]) -> None:
+        """The grid's selection now as "Selected images" (Caption with… pressed again on other images)."""
+        self.scopes["Selected images"] = list(selected)
+        self.scope.setItemText(self.scope.findData("Selected images"), f"Selected images ({len(selected)})")
 
     def set_store(self, store: CaptionStore | None) -> None:
         """The Dataset page reads the dataset again (a setting changed): None while it reads, then the new store.
@@ -431,6 +443,22 @@ class CaptionReviewDialog(QDialog):
 
     # ------------------------------------------------------------ closing
 
+    def reject(self) -> None:
+        """Close, Escape (pressed in a field, to leave it) or the title bar's cross: a job running (an hour on a big
+        dataset) is stopped only once the person says so."""
+        if self.job.running and not self.confirm_stop():
+            return  # still shown: the close event is ignored too
+        super().reject()
+
+    def _confirm_stop_dialog(self) -> bool:
+        box = QMessageBox(QMessageBox.Icon.Question, "Captioning is running",
+                          "Stop captioning and close this window? The captions proposed so far stay, to review "
+                          "when you press Caption with… again.", parent=self)
+        stop = box.addButton("Stop and close", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is stop
+
     def done(self, result: int) -> None:
         self._table_timer.stop()
         self.job.kill_now()
@@ -438,7 +466,8 @@ class CaptionReviewDialog(QDialog):
         super().done(result)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self._table_timer.stop()
-        self.job.kill_now()
-        self.picker.shutdown()
-        super().closeEvent(event)
+        super().closeEvent(event)  # reject() while shown: it may keep a running job and the window
+        if event.isAccepted():
+            self._table_timer.stop()
+            self.job.kill_now()
+            self.picker.shutdown()
