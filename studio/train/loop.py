@@ -198,7 +198,8 @@ class Trainer:
 
     def _load_checkpoint(self) -> None:
         state = resume_state(self.run_dir, self.accelerator, self.scheduler, self.sharding, self.ema, self.reporter,
-                             self.total, self.plan.global_batch, self.config.training.gradient_accumulation)
+                             self.total, self.plan.global_batch, self.config.training.gradient_accumulation,
+                             self.config.method)
         if state is not None:
             self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
             self.saved_step = self.step

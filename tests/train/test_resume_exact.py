@@ -268,3 +268,31 @@ def test_the_weight_decay_asked_outlasts_a_loaded_optimizer_state() -> None:
     assert [group["weight_decay"] for group in new.param_groups] == [0.5]
     assert int(new.state[weight]["step"]) == 1
     assert keep_asked_decay(new.param_groups, asked) is None
+
+
+def test_a_rank_edited_before_a_resume_is_named_not_called_damage(make_config, run_training, events_of, stop_after,
+                                                                  tmp_path: Path) -> None:
+    """A person lowers method.rank in the stopped run's config.toml and resumes: every checkpoint was skipped as
+    "damaged" and the hint said to start a new run, though the checkpoints were whole and setting the rank back
+    resumes the run."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(method=MethodSection(kind="lora", rank=16),
+                                             training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "rank = 16\n" in text
+    config.write_text(text.replace("rank = 16\n", "rank = 8\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config"
+    assert error.message.startswith("the checkpoints of this run hold another network than its config now builds "
+                                    "(method.rank = 16 then, 8 now): step-2 (")
+    assert "damaged" not in error.message + error.hint and str(config) in error.hint
+    config.write_text(text, encoding="utf-8")  # set back as the hint says: the run resumes
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4

@@ -3,10 +3,15 @@ optimizer, scheduler, shards and weight average (an older one, named, when the n
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+from studio.core.config.schema import MethodSection
+from studio.core.runs.event_reading.files import events_backwards
+from studio.core.runs.events import RunStarted
+from studio.core.runs.folders import EVENTS_FILE
 from studio.core.text import plural
 from studio.train.progress.reporting import Reporter
 from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
@@ -14,11 +19,13 @@ from studio.train.saving.checkpoints import complete_checkpoints, load_checkpoin
 
 
 def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any, ema: Any,
-                 reporter: Reporter, total: int, global_batch: int, accumulation: int) -> dict[str, Any] | None:
+                 reporter: Reporter, total: int, global_batch: int, accumulation: int,
+                 method: MethodSection) -> dict[str, Any] | None:
     """The loaded checkpoint's state (its step and epoch), or None (said) when the run has none to resume.
 
     `total`, `global_batch` (images of a micro-batch over all processes) and `accumulation` are this run's:
-    where they differ from the checkpoint's, a warning says so."""
+    where they differ from the checkpoint's, a warning says so. `method` is this run's: a checkpoint of another
+    network is refused naming the method settings edited since the leg before started."""
     found = complete_checkpoints(run_dir)
     if not found:
         reporter.warn("no complete checkpoint in this run; training starts from step 0")
@@ -39,7 +46,8 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
     # and its weight decay, before the checkpoint's optimizer state replaces the parameter groups
     decays = [group.get("weight_decay") for group in scheduler.optimizer.param_groups]
     state: dict[str, Any] = resume_from(
-        found, lambda folder: checkpoint_problem(folder, shapes, len(accelerator._optimizers)), load, reporter.warn)
+        found, lambda folder: checkpoint_problem(folder, shapes, len(accelerator._optimizers)), load, reporter.warn,
+        lambda: method_edits(run_dir, method))
     rates = keep_asked_rates(scheduler, asked)
     if rates:
         reporter.warn(f"the checkpoint of step {state['step']} was written by a run at {rates[0]}; this run's config "
@@ -57,6 +65,22 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
                       "(or launch it on as many GPUs as before) and resume again")
     return state
+
+
+def method_edits(run_dir: Path, method: MethodSection) -> str:
+    """The method settings that differ from those the run's last leg started with (its run_started event), in
+    words ("method.rank = 16 then, 8 now"); "" when they are the same or the events do not say."""
+    try:
+        started = next(events_backwards(run_dir / EVENTS_FILE, (RunStarted.type,)), None)
+        then = MethodSection.model_validate(started.config.get("method", {})) if isinstance(started, RunStarted) \
+            else None
+    except (OSError, ValueError):  # no events file, or a config of another version: nothing to name
+        return ""
+    if then is None:
+        return ""
+    now = method.model_dump(mode="json")
+    return ", ".join(f"method.{key} = {json.dumps(old)} then, {json.dumps(now[key])} now"
+                     for key, old in then.model_dump(mode="json").items() if now.get(key) != old)
 
 
 def keep_asked_rates(scheduler: Any, asked: list[float]) -> tuple[str, str] | None:
