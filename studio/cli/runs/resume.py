@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli._follow import follow_training
-from studio.core.config.files.paths import load_resolved
+from studio.core.config.files.paths import load_resolved, moved_with_its_run
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CLOUD_FILE, CONFIG_FILE, REMOTE_FILE
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return EXIT_FAILED
-    config = load_resolved(run_dir / CONFIG_FILE)
+    config, _ = moved_with_its_run(load_resolved(run_dir / CONFIG_FILE), run_dir)  # the trainer says it
     problem = python_problem(config)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

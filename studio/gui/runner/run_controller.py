@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.files.paths import ResolvedConfig, load_resolved
+from studio.core.config.files.paths import ResolvedConfig, load_resolved, moved_with_its_run
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
@@ -139,7 +139,7 @@ class RunController(QObject):
             self.sig_message.emit(f"Cannot resume: {RunLockedError(run_dir, holder)}")
             return False
         try:
-            config = load_resolved(run_dir / CONFIG_FILE)
+            config, _ = moved_with_its_run(load_resolved(run_dir / CONFIG_FILE), run_dir)  # the trainer says it
         except (ConfigError, OSError) as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
             return False
