@@ -17,7 +17,7 @@ from studio.core.config.files.paths import ResolvedConfig, load_resolved, moved_
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
-from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
+from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
 from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.records.history import newest_run
@@ -147,6 +147,11 @@ class RunController(QObject):
             python = launch.training_python(config)
         except NoTrainingPython as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name} yet: {exc}.")
+            return False
+        try:
+            launch.launch_as_configured(config, run_dir)  # launch.num_processes, gpu_ids edited in config.toml
+        except (OSError, ValueError) as exc:
+            self.sig_message.emit(f"Cannot resume {run_dir.name}: its {ACCELERATE_FILE} cannot be written: {exc}")
             return False
         plan = RunPlan(run_dir, launch.build_command(run_dir, python, resume=True), config)
         return self._launch(plan, resumed=True)

@@ -96,6 +96,36 @@ def test_resume_runs_through_the_controller(qtbot: QtBot, context: StudioContext
     assert page.table.summaries[0].status == "completed"
 
 
+def test_resume_launches_on_the_gpus_the_run_config_names_now(qtbot: QtBot, context: StudioContext,
+                                                              config: TrainConfig, tmp_path: Path) -> None:
+    """A person gives a stopped run a second GPU (launch.num_processes = 2 in its config.toml) and presses Resume:
+    `accelerate launch` read the accelerate.yaml written at the first start and the run went on with one process,
+    without a word."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    accelerate_yaml = run / "accelerate.yaml"
+    first = accelerate_yaml.read_text(encoding="utf-8")
+    assert "num_processes: 1\n" in first
+    context.run_controller.command_factory = fake_command("--steps", "100", "--rate", "1000", "--crash-at", "5")
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()  # nothing edited: the file stays as it was
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert accelerate_yaml.read_text(encoding="utf-8") == first
+    text = (run / "config.toml").read_text(encoding="utf-8")
+    assert "num_processes = 1\n" in text and 'gpu_ids = "all"\n' in text
+    (run / "config.toml").write_text(text.replace("num_processes = 1\n", "num_processes = 2\n")
+                                     .replace('gpu_ids = "all"\n', 'gpu_ids = "0,1"\n'), encoding="utf-8")
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    launched = accelerate_yaml.read_text(encoding="utf-8")
+    assert "num_processes: 2\n" in launched and "distributed_type: 'MULTI_GPU'\n" in launched
+    assert "gpu_ids: '0,1'\n" in launched and "main_process_port: " in launched
+
+
 def test_open_deleted_run_says_so(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                   tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
