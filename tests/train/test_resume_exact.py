@@ -296,3 +296,36 @@ def test_a_rank_edited_before_a_resume_is_named_not_called_damage(make_config, r
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+
+
+def test_an_optimizer_switched_before_a_resume_is_named_not_a_crash(make_config, run_training, events_of,
+                                                                     stop_after, tmp_path: Path) -> None:
+    """A person switches training.optimizer from adamw to prodigy in the stopped run's config.toml and resumes:
+    AdamW's state was loaded into Prodigy and the run crashed at its first step (KeyError, a traceback)."""
+    import json
+
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert 'optimizer = "adamw"\n' in text
+    config.write_text(text.replace('optimizer = "adamw"\n', 'optimizer = "prodigy"\n'), encoding="utf-8")
+    state_file = run_dir / "checkpoints" / "step-2" / "training_state.json"
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    for written_by in ("this studio", "an older studio"):  # the older one's checkpoint does not name its optimizer
+        if written_by == "an older studio":
+            state_file.write_text(json.dumps({k: v for k, v in state.items() if k != "optimizer"}), encoding="utf-8")
+        code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+        error = [e for e in events_of(run_dir) if isinstance(e, Error)][-1]
+        assert code != 0 and error.kind == "config", (written_by, error)
+        assert error.message.endswith('was written with training.optimizer = "adamw"; this run\'s config says '
+                                      '"prodigy": the optimizer\'s state cannot go on in another optimizer')
+        assert 'set training.optimizer = "adamw" again in ' + str(config) in error.hint
+    config.write_text(text, encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
