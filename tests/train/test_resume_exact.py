@@ -329,3 +329,27 @@ def test_an_optimizer_switched_before_a_resume_is_named_not_a_crash(make_config,
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+
+
+def test_text_encoder_training_switched_on_before_a_resume_is_named_not_called_damage(
+        make_config, run_training, events_of, stop_after, tmp_path: Path) -> None:
+    """A person turns method.train_text_encoder on in a stopped LoRA run's config.toml and resumes: the checkpoint
+    (the UNet's LoRA alone) was called damaged, "trainable_1.safetensors is missing", and the hint said to start
+    a new run."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "train_text_encoder = false\n" in text
+    config.write_text(text.replace("train_text_encoder = false\n", "train_text_encoder = true\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config"
+    assert error.message == ("the checkpoints of this run hold another network than its config now builds "
+                             "(method.train_text_encoder = false then, true now): step-2 (trainable_1.safetensors is "
+                             "missing: its run trained 1 model, this run trains 2)")
+    assert "damaged" not in error.hint and str(config) in error.hint

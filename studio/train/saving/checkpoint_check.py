@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from studio.core.text import plural
 from studio.train.errors import TrainError
 
 Shapes = Mapping[str, tuple[int, ...]]
@@ -85,6 +86,9 @@ def checkpoint_problem(folder: Path, models: Sequence[Shapes], optimizers: int) 
     for index, expected in enumerate(models):
         path = folder / f"trainable_{index}.safetensors"
         if not path.is_file():
+            if index and (folder / "trainable_0.safetensors").is_file():  # its run trained fewer models
+                return OtherNetwork(f"{path.name} is missing: its run trained {plural(index, 'model')}, this run "
+                                    f"trains {len(models)}")
             return f"{path.name} is missing"
         try:
             shapes = safetensors_shapes(path)
