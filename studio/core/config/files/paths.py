@@ -165,7 +165,7 @@ def moved_with_its_run(config: C, run_dir: Path) -> tuple[C, str]:
     old, new = Path(config.output.dir), run_dir.resolve().parent
     while old.name and old.name == new.name and old.parent != old and new.parent != new:
         old, new = old.parent, new.parent
-    if old == new or not old.name:
+    if old == new or not old.is_absolute():
         return config, ""
     moved = config.model_copy(deep=True)
     moved.output.dir = str(run_dir.resolve().parent)
