@@ -126,6 +126,33 @@ def test_resume_launches_on_the_gpus_the_run_config_names_now(qtbot: QtBot, cont
     assert "gpu_ids: '0,1'\n" in launched and "main_process_port: " in launched
 
 
+def test_resume_says_the_project_settings_changed_since_are_not_the_runs(qtbot: QtBot, context: StudioContext,
+                                                                         config: TrainConfig, tmp_path: Path) -> None:
+    """A person lowers the learning rate on the Train page and resumes the stopped run: it went on at the rate of
+    its own config.toml, and nothing said that the change was not its."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    context.run_controller.command_factory = fake_command("--steps", "100", "--rate", "1000", "--crash-at", "5")
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    assert page.message.text() == f"Resuming {run.name}; follow it on the Train page."  # nothing changed since
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert context.config is not None
+    context.set_config(context.config.model_copy(update={"training": context.config.training.model_copy(
+        update={"learning_rate": 5e-5})}))
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    said = page.message.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert said == (
+        f"Resuming {run.name}; follow it on the Train page. {run.name} goes on with its own settings "
+        f"({run / 'config.toml'}), not the project's: training.learning_rate = 0.0001 (the project: 5e-05). To train "
+        "with the project's settings, press Train for a new run; to change this run's, edit that file and resume again.")
+
+
 def test_open_deleted_run_says_so(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                   tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
