@@ -353,3 +353,25 @@ def test_text_encoder_training_switched_on_before_a_resume_is_named_not_called_d
                              "(method.train_text_encoder = false then, true now): step-2 (trainable_1.safetensors is "
                              "missing: its run trained 1 model, this run trains 2)")
     assert "damaged" not in error.hint and str(config) in error.hint
+
+
+def test_an_alpha_edited_before_a_resume_is_said(make_config, run_training, events_of, stop_after,
+                                                 tmp_path: Path) -> None:
+    """A person halves method.alpha in the stopped run's config.toml and resumes: the weights still fit, so the
+    run went on with every trained LoRA acting at half its strength from the first step on, without a word."""
+    stop_after(2)
+    code, run_dir = run_training(make_config(method=MethodSection(kind="lora", rank=4, alpha=4.0),
+                                             training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "alpha = 4.0\n" in text
+    config.write_text(text.replace("alpha = 4.0\n", "alpha = 2.0\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+    (warning,) = [e for e in events if isinstance(e, RunWarning) and "other method settings" in e.message]
+    assert warning.message.startswith("the checkpoint of step 2 was written by a run of other method settings "
+                                      "(method.alpha = 4.0 then, 2.0 now): it goes on with the new ones")
+    assert str(config) in warning.hint

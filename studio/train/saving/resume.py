@@ -62,6 +62,12 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
                       f"{decay[0]:g}; this run's config says {decay[1]:g}: it goes on with the new weight decay",
                       hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} and resume "
                       "again")
+    edits = method_edits(run_dir, config.method)  # those the weights still fit: alpha, dropout
+    if edits:
+        reporter.warn(f"the checkpoint of step {state['step']} was written by a run of other method settings "
+                      f"({edits}): it goes on with the new ones (a new alpha scales what was trained so far at once)",
+                      hint=f"if that was not meant, stop the run, set them back in {run_dir / 'config.toml'} and "
+                      "resume again")
     changed = changed_since(state, total, accumulation, global_batch)
     if changed:
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
