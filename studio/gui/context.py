@@ -206,6 +206,17 @@ class StudioContext(QObject):
 
         return resolve_paths(config, self.project.root if self.project is not None else NO_FOLDER)
 
+    def project_config(self) -> ResolvedConfig | None:
+        """The project's settings as a run would start with them now; None without a readable config."""
+        from studio.core.config.errors import ConfigError
+
+        if self.config is None or self.project is None:
+            return None
+        try:
+            return self.resolved_config(self.config)
+        except ConfigError:
+            return None
+
     def project_path(self, value: str) -> Path:
         if self.project is None:
             return Path(value)

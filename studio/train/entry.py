@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.files.paths import load_resolved
+from studio.core.config.files.paths import load_resolved, moved_with_its_run
 from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
@@ -160,8 +160,13 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool) -> tuple[int, int, 
     from studio.train.runtime import make_accelerator
 
     _quiet_libraries()
+    moved = ""
+    if resume:  # a run folder moved with its project finds its dataset and model where they are now
+        config, moved = moved_with_its_run(config, run_dir)
     accelerator = make_accelerator(config)
     reporter = Reporter(run_dir, accelerator.is_main_process, rank=accelerator.process_index)
+    if moved:
+        reporter.warn(moved)
     code = 0
     trainer = None
     try:

@@ -200,7 +200,8 @@ class Trainer:
 
     def _load_checkpoint(self) -> None:
         state = resume_state(self.run_dir, self.accelerator, self.scheduler, self.sharding, self.ema, self.reporter,
-                             self.total, self.plan.global_batch, self.config.training.gradient_accumulation)
+                             self.total, self.plan.global_batch, self.config.training.gradient_accumulation,
+                             self.config)
         if state is not None:
             self.step, self.epoch = int(state["step"]), int(state.get("epoch", 0))
             self.saved_step = self.step
@@ -412,7 +413,7 @@ class Trainer:
             return
         self.reporter.phase("saving", 0, 1, f"checkpoint at step {self.step}")
         state = checkpoint_state(self.step, epoch, self.total, self.plan.global_batch,
-                                 self.config.training.gradient_accumulation)
+                                 self.config.training.gradient_accumulation, self.config.training.optimizer)
         with self.clock.timed("saving"):
             folder = save_checkpoint(self.accelerator, self.run_dir, state, self.config.output.keep_last,
                                      self.scheduler, extra=self.ema.save if self.ema is not None else None)

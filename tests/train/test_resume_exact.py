@@ -268,3 +268,110 @@ def test_the_weight_decay_asked_outlasts_a_loaded_optimizer_state() -> None:
     assert [group["weight_decay"] for group in new.param_groups] == [0.5]
     assert int(new.state[weight]["step"]) == 1
     assert keep_asked_decay(new.param_groups, asked) is None
+
+
+def test_a_rank_edited_before_a_resume_is_named_not_called_damage(make_config, run_training, events_of, stop_after,
+                                                                  tmp_path: Path) -> None:
+    """A person lowers method.rank in the stopped run's config.toml and resumes: every checkpoint was skipped as
+    "damaged" and the hint said to start a new run, though the checkpoints were whole and setting the rank back
+    resumes the run."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(method=MethodSection(kind="lora", rank=16),
+                                             training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "rank = 16\n" in text
+    config.write_text(text.replace("rank = 16\n", "rank = 8\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config"
+    assert error.message.startswith("the checkpoints of this run hold another network than its config now builds "
+                                    "(method.rank = 16 then, 8 now): step-2 (")
+    assert "damaged" not in error.message + error.hint and str(config) in error.hint
+    config.write_text(text, encoding="utf-8")  # set back as the hint says: the run resumes
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+
+
+def test_an_optimizer_switched_before_a_resume_is_named_not_a_crash(make_config, run_training, events_of,
+                                                                     stop_after, tmp_path: Path) -> None:
+    """A person switches training.optimizer from adamw to prodigy in the stopped run's config.toml and resumes:
+    AdamW's state was loaded into Prodigy and the run crashed at its first step (KeyError, a traceback)."""
+    import json
+
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert 'optimizer = "adamw"\n' in text
+    config.write_text(text.replace('optimizer = "adamw"\n', 'optimizer = "prodigy"\n'), encoding="utf-8")
+    state_file = run_dir / "checkpoints" / "step-2" / "training_state.json"
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    for written_by in ("this studio", "an older studio"):  # the older one's checkpoint does not name its optimizer
+        if written_by == "an older studio":
+            state_file.write_text(json.dumps({k: v for k, v in state.items() if k != "optimizer"}), encoding="utf-8")
+        code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+        error = [e for e in events_of(run_dir) if isinstance(e, Error)][-1]
+        assert code != 0 and error.kind == "config", (written_by, error)
+        assert error.message.endswith('was written with training.optimizer = "adamw"; this run\'s config says '
+                                      '"prodigy": the optimizer\'s state cannot go on in another optimizer')
+        assert 'set training.optimizer = "adamw" again in ' + str(config) in error.hint
+    config.write_text(text, encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+
+
+def test_text_encoder_training_switched_on_before_a_resume_is_named_not_called_damage(
+        make_config, run_training, events_of, stop_after, tmp_path: Path) -> None:
+    """A person turns method.train_text_encoder on in a stopped LoRA run's config.toml and resumes: the checkpoint
+    (the UNet's LoRA alone) was called damaged, "trainable_1.safetensors is missing", and the hint said to start
+    a new run."""
+    from studio.core.runs.events import Error
+
+    stop_after(2)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "train_text_encoder = false\n" in text
+    config.write_text(text.replace("train_text_encoder = false\n", "train_text_encoder = true\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert code != 0 and error.kind == "config"
+    assert error.message == ("the checkpoints of this run hold another network than its config now builds "
+                             "(method.train_text_encoder = false then, true now): step-2 (trainable_1.safetensors is "
+                             "missing: its run trained 1 model, this run trains 2)")
+    assert "damaged" not in error.hint and str(config) in error.hint
+
+
+def test_an_alpha_edited_before_a_resume_is_said(make_config, run_training, events_of, stop_after,
+                                                 tmp_path: Path) -> None:
+    """A person halves method.alpha in the stopped run's config.toml and resumes: the weights still fit, so the
+    run went on with every trained LoRA acting at half its strength from the first step on, without a word."""
+    stop_after(2)
+    code, run_dir = run_training(make_config(method=MethodSection(kind="lora", rank=4, alpha=4.0),
+                                             training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    config = run_dir / "config.toml"
+    text = config.read_text(encoding="utf-8")
+    assert "alpha = 4.0\n" in text
+    config.write_text(text.replace("alpha = 4.0\n", "alpha = 2.0\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
+    (warning,) = [e for e in events if isinstance(e, RunWarning) and "other method settings" in e.message]
+    assert warning.message.startswith("the checkpoint of step 2 was written by a run of other method settings "
+                                      "(method.alpha = 4.0 then, 2.0 now): it goes on with the new ones")
+    assert str(config) in warning.hint

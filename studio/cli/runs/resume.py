@@ -14,11 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from studio.cli._follow import follow_training
-from studio.core.config.files.paths import load_resolved
+from studio.core.config.files.paths import load_resolved, moved_with_its_run
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import check_resume_disk
 from studio.core.runs.folders import ACCELERATE_FILE, CLOUD_FILE, CONFIG_FILE, REMOTE_FILE
-from studio.core.runs.launch import build_command, format_command, python_problem, training_python
+from studio.core.runs.launch import (
+    build_command,
+    format_command,
+    launch_as_configured,
+    python_problem,
+    training_python,
+)
 from studio.core.runs.records.outcome import already_completed_message, completed_run
 from studio.core.runs.scheduling.lock import RunLockedError, lock_holder, process_file_alive
 from studio.core.tracking.tensorboard import check_log_folder
@@ -39,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return EXIT_FAILED
-    config = load_resolved(run_dir / CONFIG_FILE)
+    config, _ = moved_with_its_run(load_resolved(run_dir / CONFIG_FILE), run_dir)  # the trainer says it
     problem = python_problem(config)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
@@ -48,6 +54,14 @@ def run(args: argparse.Namespace) -> int:
     if no_room:
         print(f"error: {no_room}", file=sys.stderr)
         return EXIT_FAILED
+    try:
+        relaunched = launch_as_configured(config, run_dir)
+    except (OSError, ValueError) as exc:
+        print(f"error: {run_dir / ACCELERATE_FILE} cannot be made from {CONFIG_FILE}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if relaunched:
+        print(f"{ACCELERATE_FILE} made again from {CONFIG_FILE}'s [launch] edited since: {', '.join(relaunched)}",
+              flush=True)
     command = build_command(run_dir, training_python(config), resume=True)
     print(f"command: {format_command(command)}", flush=True)
     return follow_training(command, run_dir)

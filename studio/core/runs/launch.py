@@ -134,6 +134,29 @@ def build_command(run_dir: str | Path, python: str, resume: bool = False) -> lis
     ]
 
 
+def launch_as_configured(config: TrainConfig, run_dir: Path) -> list[str]:
+    """Before a resume: RUN_DIR/accelerate.yaml (what `accelerate launch` reads: the number of processes, the
+    GPUs) made again from the run's config.toml, so that launch.num_processes or launch.gpu_ids edited there
+    since is how the run goes on; it went on as before without a word. What changed, "key: then -> now", each.
+    Raises OSError when the file cannot be written, UnsafeNameError for a value YAML cannot hold."""
+    path = run_dir / ACCELERATE_FILE
+    before = path.read_text(encoding="utf-8") if path.is_file() else ""
+    old = dict(line.split(": ", 1) for line in before.splitlines() if ": " in line and not line.startswith(" "))
+    data = accelerate_config(config)
+    default_port = type(config.launch).model_fields["main_process_port"].default
+    if "main_process_port" in data and "main_process_port" not in old and data["main_process_port"] == default_port:
+        # A single-process run edited to several: as at a first launch, two local runs on the default port
+        # would hang at the rendezvous, and any free port does on one machine.
+        data["main_process_port"] = free_port()
+    text = dump_yaml(data)
+    if text == before:
+        return []
+    new = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line and not line.startswith(" "))
+    atomic_write_text(path, text)
+    return [f"{key}: {old.get(key, '(none)')} -> {new.get(key, '(none)')}" for key in {**old, **new}
+            if old.get(key) != new.get(key) and key != "main_process_port"]
+
+
 def training_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a training process: unbuffered output so every line shows at once, and CUDA's GPU
     numbers those the studio shows (nvidia-smi's, in PCI bus order) unless the person chose an order."""

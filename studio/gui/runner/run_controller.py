@@ -13,16 +13,17 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from studio.core.config.errors import ConfigError
-from studio.core.config.files.paths import ResolvedConfig, load_resolved
+from studio.core.config.files.paths import ResolvedConfig, load_resolved, moved_with_its_run
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
-from studio.core.runs.folders import CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
+from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
 from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.records.history import newest_run
 from studio.core.runs.records.outcome import outcome_line
 from studio.core.runs.records.run_model import EventTail, RunModel
+from studio.core.runs.run_settings import settings_apart
 from studio.core.runs.scheduling.lock import RunLockedError, lock_holder
 from studio.core.runs.scheduling.queue import QueueError, RunQueue
 from studio.core.training_python import NoTrainingPython
@@ -139,7 +140,7 @@ class RunController(QObject):
             self.sig_message.emit(f"Cannot resume: {RunLockedError(run_dir, holder)}")
             return False
         try:
-            config = load_resolved(run_dir / CONFIG_FILE)
+            config, _ = moved_with_its_run(load_resolved(run_dir / CONFIG_FILE), run_dir)  # the trainer says it
         except (ConfigError, OSError) as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name}: its {CONFIG_FILE} is unreadable: {exc}")
             return False
@@ -148,8 +149,30 @@ class RunController(QObject):
         except NoTrainingPython as exc:
             self.sig_message.emit(f"Cannot resume {run_dir.name} yet: {exc}.")
             return False
+        try:
+            launch.launch_as_configured(config, run_dir)  # launch.num_processes, gpu_ids edited in config.toml
+        except (OSError, ValueError) as exc:
+            self.sig_message.emit(f"Cannot resume {run_dir.name}: its {ACCELERATE_FILE} cannot be written: {exc}")
+            return False
         plan = RunPlan(run_dir, launch.build_command(run_dir, python, resume=True), config)
         return self._launch(plan, resumed=True)
+
+    def resume_note(self, run_dir: Path, project: ResolvedConfig | None) -> str:
+        """What a person who edited the project's settings since `run_dir` started should know before the run
+        goes on with its own ("" when they agree, or either cannot be read)."""
+        if project is None:
+            return ""
+        try:
+            run, _ = moved_with_its_run(load_resolved(run_dir / CONFIG_FILE), run_dir)
+        except (ConfigError, OSError):
+            return ""
+        apart = settings_apart(run, project)
+        if not apart:
+            return ""
+        return (f"{run_dir.name} goes on with its own settings ({run_dir / CONFIG_FILE}), not the project's: "
+                f"{'; '.join(apart[:3])}{f'; and {len(apart) - 3} more' if len(apart) > 3 else ''}. To train with "
+                "the project's settings, press Train for a new run; to change this run's, edit that file and resume "
+                "again.")
 
     def _launch(self, plan: RunPlan, resumed: bool = False) -> bool:
         command = self.command_factory(plan)

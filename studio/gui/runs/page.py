@@ -318,9 +318,10 @@ class RunsPage(Page):
         chosen = self._one()
         if chosen is None or not chosen.resumable:
             return False
+        note = self.controller.resume_note(chosen.path, self.context.project_config())
         ok = self.controller.resume(chosen.path)
         if ok:
-            self.say(f"Resuming {chosen.name}; follow it on the Train page.")
+            self.say(f"Resuming {chosen.name}; follow it on the Train page. {note}".strip())
         return ok
 
     def stop_selected(self) -> bool:

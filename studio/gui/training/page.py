@@ -167,7 +167,12 @@ class TrainPage(Page):
         run_dir = self.controller.run_dir
         if run_dir is None or not self.resumable():
             return False
-        return self.controller.resume(run_dir)
+        note = self.controller.resume_note(run_dir, self.context.project_config())
+        if not self.controller.resume(run_dir):
+            return False
+        if note:
+            self.show_message(note)
+        return True
 
     def _update_buttons(self) -> None:
         running = self.controller.running

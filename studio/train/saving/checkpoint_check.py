@@ -17,12 +17,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from studio.core.text import plural
 from studio.train.errors import TrainError
 
 Shapes = Mapping[str, tuple[int, ...]]
 _DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
                 "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 MAX_HEADER_BYTES = 100 * (1 << 20)
+
+
+class OtherNetwork(str):
+    """A checkpoint problem that is no damage: its trained weights are whole but of another network than this run
+    builds (the rank, the network kind or the layers trained edited in the run's config.toml since)."""
 
 
 def safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -80,6 +86,9 @@ def checkpoint_problem(folder: Path, models: Sequence[Shapes], optimizers: int) 
     for index, expected in enumerate(models):
         path = folder / f"trainable_{index}.safetensors"
         if not path.is_file():
+            if index and (folder / "trainable_0.safetensors").is_file():  # its run trained fewer models
+                return OtherNetwork(f"{path.name} is missing: its run trained {plural(index, 'model')}, this run "
+                                    f"trains {len(models)}")
             return f"{path.name} is missing"
         try:
             shapes = safetensors_shapes(path)
@@ -87,10 +96,10 @@ def checkpoint_problem(folder: Path, models: Sequence[Shapes], optimizers: int) 
             return str(exc)
         missing = sorted(set(expected) - set(shapes))
         if missing:
-            return f"{path.name} lacks {len(missing)} trained weight(s), e.g. {missing[0]}"
+            return OtherNetwork(f"{path.name} lacks {len(missing)} trained weight(s), e.g. {missing[0]}")
         for name, shape in expected.items():
             if shapes[name] != tuple(shape):
-                return f"{path.name}: {name} is {list(shapes[name])}, this run's model has {list(shape)}"
+                return OtherNetwork(f"{path.name}: {name} is {list(shapes[name])}, this run's model has {list(shape)}")
     for index in range(optimizers):
         path = folder / ("optimizer.bin" if index == 0 else f"optimizer_{index}.bin")
         if not path.is_file():
@@ -106,14 +115,17 @@ def checkpoint_problem(folder: Path, models: Sequence[Shapes], optimizers: int) 
 
 
 def resume_from(found: Sequence[tuple[int, Path]], problem: Callable[[Path], str | None],
-                load: Callable[[Path], Any], warn: Callable[[str], None]) -> Any:
+                load: Callable[[Path], Any], warn: Callable[[str], None],
+                edited: Callable[[], str] = lambda: "") -> Any:
     """Load the newest intact checkpoint of `found` (oldest first); every skipped one is named with its reason.
 
     A checkpoint that passes the check but still fails to load (a TrainError of kind checkpoint) is
     skipped too: loading the next one replaces everything the failed one had set. With none left,
-    a TrainError of kind checkpoint lists them all.
+    a TrainError of kind checkpoint lists them all; of kind config when every one is whole but of another
+    network than this run builds (its settings edited since: `edited` names them, "" when it cannot tell).
     """
     skipped: list[str] = []
+    others = 0
     for step, folder in reversed(found):
         why = problem(folder)
         if why is None:
@@ -129,6 +141,16 @@ def resume_from(found: Sequence[tuple[int, Path]], problem: Callable[[Path], str
                          f"{'; '.join(skipped)}")
                 return result
         skipped.append(f"step-{step} ({why})")
+        others += isinstance(why, OtherNetwork)
+    if found and others == len(found):
+        config = found[-1][1].parent.parent / "config.toml"
+        changes = edited()
+        raise TrainError(
+            "config", f"the checkpoints of this run hold another network than its config now builds"
+            f"{f' ({changes})' if changes else ''}: {'; '.join(skipped)}",
+            f"set {'those' if changes else 'the method settings (rank, network, layers trained)'} back as they were "
+            f"when the run started, in {config}, and resume again; or start a new run with the new settings (the "
+            "checkpoints are whole and were left as they are)", path=str(config))
     raise TrainError("checkpoint", f"no checkpoint of this run is intact: {'; '.join(skipped)}",
                      "start a new run from the same settings (the damaged checkpoints were left as they are)",
                      path=str(found[-1][1].parent) if found else None)

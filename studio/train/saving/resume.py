@@ -3,22 +3,30 @@ optimizer, scheduler, shards and weight average (an older one, named, when the n
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+from studio.core.config.schema import MethodSection, TrainConfig, TrainingSection
+from studio.core.runs.event_reading.files import events_backwards
+from studio.core.runs.events import RunStarted
+from studio.core.runs.folders import EVENTS_FILE
 from studio.core.text import plural
+from studio.train.errors import TrainError
 from studio.train.progress.reporting import Reporter
 from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
-from studio.train.saving.checkpoints import complete_checkpoints, load_checkpoint, trainable_state
+from studio.train.saving.checkpoints import complete_checkpoints, load_checkpoint, read_state, trainable_state
 
 
 def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any, ema: Any,
-                 reporter: Reporter, total: int, global_batch: int, accumulation: int) -> dict[str, Any] | None:
+                 reporter: Reporter, total: int, global_batch: int, accumulation: int,
+                 config: TrainConfig) -> dict[str, Any] | None:
     """The loaded checkpoint's state (its step and epoch), or None (said) when the run has none to resume.
 
     `total`, `global_batch` (images of a micro-batch over all processes) and `accumulation` are this run's:
-    where they differ from the checkpoint's, a warning says so."""
+    where they differ from the checkpoint's, a warning says so. A checkpoint of another network or optimizer than
+    `config` builds is refused, naming the settings edited since."""
     found = complete_checkpoints(run_dir)
     if not found:
         reporter.warn("no complete checkpoint in this run; training starts from step 0")
@@ -28,6 +36,7 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
 
     def load(folder: Path) -> dict[str, Any]:
         sharding.check_checkpoint(folder)
+        refuse_another_optimizer(folder, config.training.optimizer)
         reporter.phase("loading", 0, 1, f"resuming from {folder}")
         state = load_checkpoint(accelerator, folder, scheduler)
         sharding.load(folder)
@@ -39,7 +48,8 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
     # and its weight decay, before the checkpoint's optimizer state replaces the parameter groups
     decays = [group.get("weight_decay") for group in scheduler.optimizer.param_groups]
     state: dict[str, Any] = resume_from(
-        found, lambda folder: checkpoint_problem(folder, shapes, len(accelerator._optimizers)), load, reporter.warn)
+        found, lambda folder: checkpoint_problem(folder, shapes, len(accelerator._optimizers)), load, reporter.warn,
+        lambda: method_edits(run_dir, config.method))
     rates = keep_asked_rates(scheduler, asked)
     if rates:
         reporter.warn(f"the checkpoint of step {state['step']} was written by a run at {rates[0]}; this run's config "
@@ -52,11 +62,62 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
                       f"{decay[0]:g}; this run's config says {decay[1]:g}: it goes on with the new weight decay",
                       hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} and resume "
                       "again")
+    edits = method_edits(run_dir, config.method)  # those the weights still fit: alpha, dropout
+    if edits:
+        reporter.warn(f"the checkpoint of step {state['step']} was written by a run of other method settings "
+                      f"({edits}): it goes on with the new ones (a new alpha scales what was trained so far at once)",
+                      hint=f"if that was not meant, stop the run, set them back in {run_dir / 'config.toml'} and "
+                      "resume again")
     changed = changed_since(state, total, accumulation, global_batch)
     if changed:
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
                       "(or launch it on as many GPUs as before) and resume again")
     return state
+
+
+def started_with(run_dir: Path) -> dict[str, Any] | None:
+    """The config the run's last leg started with (its run_started event, defaults left out), None when the
+    events do not say."""
+    try:
+        started = next(events_backwards(run_dir / EVENTS_FILE, (RunStarted.type,)), None)
+    except OSError:
+        return None
+    return started.config if isinstance(started, RunStarted) else None
+
+
+def refuse_another_optimizer(folder: Path, now: str) -> None:
+    """training.optimizer edited in the run's config.toml before a resume: the checkpoint's optimizer state (AdamW's
+    moments, say) was loaded into another optimizer, and the run crashed at its first step with a KeyError and a
+    traceback. A config error names the optimizer the checkpoint was written with (its state says; a checkpoint
+    of an older studio: the run_started of the leg before), before anything is loaded."""
+    then = read_state(folder).get("optimizer")
+    if then is None:
+        started = started_with(folder.parent.parent)
+        if started is None:
+            return
+        then = started.get("training", {}).get("optimizer", TrainingSection.model_fields["optimizer"].default)
+    if then == now:
+        return
+    config = folder.parent.parent / "config.toml"
+    raise TrainError("config", f"the checkpoint {folder} was written with training.optimizer = \"{then}\"; this run's "
+                     f"config says \"{now}\": the optimizer's state cannot go on in another optimizer",
+                     f"set training.optimizer = \"{then}\" again in {config} and resume; or start a new run with "
+                     f"\"{now}\"", path=str(config))
+
+
+def method_edits(run_dir: Path, method: MethodSection) -> str:
+    """The method settings that differ from those the run's last leg started with (its run_started event), in
+    words ("method.rank = 16 then, 8 now"); "" when they are the same or the events do not say."""
+    started = started_with(run_dir)
+    try:
+        then = MethodSection.model_validate(started.get("method", {})) if started is not None else None
+    except ValueError:  # a config of another version: nothing to name
+        return ""
+    if then is None:
+        return ""
+    now = method.model_dump(mode="json")
+    return ", ".join(f"method.{key} = {json.dumps(old)} then, {json.dumps(now[key])} now"
+                     for key, old in then.model_dump(mode="json").items() if now.get(key) != old)
 
 
 def keep_asked_rates(scheduler: Any, asked: list[float]) -> tuple[str, str] | None:
@@ -91,11 +152,12 @@ def keep_asked_decay(groups: list[dict[str, Any]], asked: list[Any]) -> tuple[fl
     return float(restored[0] or 0.0), float(asked[0] or 0.0)
 
 
-def checkpoint_state(step: int, epoch: int, total: int, global_batch: int, accumulation: int) -> dict[str, Any]:
-    """What a checkpoint records of the run beside its weights: where it is, and the run's shape that
-    `changed_since` compares at a resume."""
+def checkpoint_state(step: int, epoch: int, total: int, global_batch: int, accumulation: int,
+                     optimizer: str) -> dict[str, Any]:
+    """What a checkpoint records of the run beside its weights: where it is, the run's shape that
+    `changed_since` compares at a resume, and the optimizer whose state it holds."""
     return {"step": step, "epoch": epoch, "total_steps": total, "micro_batch": step * accumulation,
-            "global_batch": global_batch, "time": time.time()}
+            "global_batch": global_batch, "optimizer": optimizer, "time": time.time()}
 
 
 def changed_since(state: dict[str, Any], total: int, accumulation: int, global_batch: int) -> str:

@@ -70,3 +70,29 @@ def test_a_path_that_cannot_be_resolved_names_the_field_its_value_and_what_to_do
     assert (issue.key, issue.value) == ("dataset.concepts[0].path", "images")
     assert "caf\\xe9" in issue.message and "not valid UTF-8" in issue.message and "rename the folder" in issue.message
     assert 'dataset.concepts[0].path = "images": resolves to' in caught.value.describe()
+
+
+def test_a_run_folder_moved_with_its_project_reads_its_files_where_they_are_now(tmp_path: Path) -> None:
+    """The project moved to another disk between Stop and Resume: the run's config.toml names the old place
+    of its dataset and of launch.python's venv (the resume's launch refused that python as missing); a file
+    outside the project that is still where it was stays as written."""
+    from studio.core.config.files.paths import moved_with_its_run
+
+    outside = tmp_path / "models" / "base.safetensors"
+    outside.parent.mkdir()
+    outside.write_bytes(b"")
+    old, new = tmp_path / "D" / "project", tmp_path / "E" / "project 2"
+    data = {"model": {"family": "sd15", "base": str(outside)}, "dataset": {"concepts": [{"path": "images"}]},
+            "launch": {"python": "venv/bin/python"}, "output": {"dir": "runs"}}
+    config = resolve_paths(validate_data(data), old)
+    for made in ("images", "venv/bin/python", "runs/20260101-120000-run/checkpoints"):
+        (new / made).parent.mkdir(parents=True, exist_ok=True)
+        (new / made).mkdir() if made.endswith(("images", "checkpoints")) else (new / made).write_text("")
+    moved, said = moved_with_its_run(config, new / "runs" / "20260101-120000-run")
+    assert isinstance(moved, ResolvedConfig)
+    assert moved.dataset.concepts[0].path == str(new / "images") and moved.launch.python == str(new / "venv/bin/python")
+    assert moved.model.base == str(outside) and moved.output.dir == str(new / "runs")
+    assert said == (f"the run folder moved with its project from {old} to {new}: 2 paths of its config.toml under the "
+                    f"old folder are read under the new one ({old / 'images'} is {new / 'images'})")
+    assert config.dataset.concepts[0].path == str(old / "images")  # the config read is left as it was
+    assert moved_with_its_run(config, old / "runs" / "20260101-120000-run") == (config, "")  # not moved

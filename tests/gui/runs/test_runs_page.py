@@ -96,6 +96,63 @@ def test_resume_runs_through_the_controller(qtbot: QtBot, context: StudioContext
     assert page.table.summaries[0].status == "completed"
 
 
+def test_resume_launches_on_the_gpus_the_run_config_names_now(qtbot: QtBot, context: StudioContext,
+                                                              config: TrainConfig, tmp_path: Path) -> None:
+    """A person gives a stopped run a second GPU (launch.num_processes = 2 in its config.toml) and presses Resume:
+    `accelerate launch` read the accelerate.yaml written at the first start and the run went on with one process,
+    without a word."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    accelerate_yaml = run / "accelerate.yaml"
+    first = accelerate_yaml.read_text(encoding="utf-8")
+    assert "num_processes: 1\n" in first
+    context.run_controller.command_factory = fake_command("--steps", "100", "--rate", "1000", "--crash-at", "5")
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()  # nothing edited: the file stays as it was
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert accelerate_yaml.read_text(encoding="utf-8") == first
+    text = (run / "config.toml").read_text(encoding="utf-8")
+    assert "num_processes = 1\n" in text and 'gpu_ids = "all"\n' in text
+    (run / "config.toml").write_text(text.replace("num_processes = 1\n", "num_processes = 2\n")
+                                     .replace('gpu_ids = "all"\n', 'gpu_ids = "0,1"\n'), encoding="utf-8")
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    launched = accelerate_yaml.read_text(encoding="utf-8")
+    assert "num_processes: 2\n" in launched and "distributed_type: 'MULTI_GPU'\n" in launched
+    assert "gpu_ids: '0,1'\n" in launched and "main_process_port: " in launched
+
+
+def test_resume_says_the_project_settings_changed_since_are_not_the_runs(qtbot: QtBot, context: StudioContext,
+                                                                         config: TrainConfig, tmp_path: Path) -> None:
+    """A person lowers the learning rate on the Train page and resumes the stopped run: it went on at the rate of
+    its own config.toml, and nothing said that the change was not its."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "100", "--rate", "1000", "--crash-at", "5")
+    context.run_controller.command_factory = fake_command("--steps", "100", "--rate", "1000", "--crash-at", "5")
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    assert page.message.text() == f"Resuming {run.name}; follow it on the Train page."  # nothing changed since
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert context.config is not None
+    context.set_config(context.config.model_copy(update={"training": context.config.training.model_copy(
+        update={"learning_rate": 5e-5})}))
+    page.refresh()
+    page.table.select_paths([run.name])
+    assert page.resume_selected()
+    said = page.message.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert said == (
+        f"Resuming {run.name}; follow it on the Train page. {run.name} goes on with its own settings "
+        f"({run / 'config.toml'}), not the project's: training.learning_rate = 0.0001 (the project: 5e-05). To train "
+        "with the project's settings, press Train for a new run; to change this run's, edit that file and resume again.")
+
+
 def test_open_deleted_run_says_so(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                   tmp_path: Path) -> None:
     context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]

@@ -141,6 +141,23 @@ def test_crash_shows_banner_and_page_stays_usable(qtbot: QtBot, context: StudioC
     assert page.banner.isHidden()
 
 
+def test_resume_on_the_train_page_says_the_project_settings_are_not_the_runs(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    """The batch size raised on the Train page after the run crashed, then Resume: the run goes on with its own
+    batch size, and the page says so instead of nothing."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "50", "--rate", "500", "--crash-at", "10")
+    page.start_training()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert context.config is not None
+    context.set_config(context.config.model_copy(update={"training": context.config.training.model_copy(
+        update={"batch_size": 4})}))
+    assert page.resume_training()
+    assert "goes on with its own settings" in page.message.text()
+    assert "training.batch_size = 1 (the project: 4)" in page.message.text()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+
+
 def test_a_crashed_run_resumed_and_finished_shows_no_error(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                            tmp_path: Path) -> None:
     """The crash it was resumed from is the leg before's: no red banner while the run goes on and after it

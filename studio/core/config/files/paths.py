@@ -10,16 +10,19 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import PrivateAttr
 
 from studio.core.config.errors import ConfigError, ConfigIssue
 from studio.core.config.files.toml_file import load_config
 from studio.core.config.schema import TrainConfig
+from studio.core.text import plural
 
 # The folder a config that never lived in one (a preset without a project, a measured GPU point) is
 # resolved against: it does not exist, so its relative paths name nothing on this machine.
 NO_FOLDER = Path(tempfile.gettempdir()) / "studio-config-without-a-folder"
+C = TypeVar("C", bound=TrainConfig)
 
 
 class ResolvedConfig(TrainConfig):
@@ -150,3 +153,48 @@ def load_resolved(path: str | Path) -> ResolvedConfig:
     return resolve_paths(load_config(path), path.resolve().parent)
 
 
+
+
+def moved_with_its_run(config: C, run_dir: Path) -> tuple[C, str]:
+    """A run folder's config after the folder moved with its project (another disk, a renamed or copied
+    project folder): config.toml names the dataset, the base model and the rest where they were, and a resume
+    failed on a dataset folder that "does not exist" after loading the model. Where output.dir and `run_dir`'s
+    folder differ, the folders they share at their ends stand for one another ("/old/proj/runs" and
+    "/new/proj2/runs": /old/proj is /new/proj2 now), and each path under the old one that is gone and is there
+    under the new one is read from there. The copy, and what moved in words ("" when nothing did)."""
+    old, new = Path(config.output.dir), run_dir.resolve().parent
+    while old.name and old.name == new.name and old.parent != old and new.parent != new:
+        old, new = old.parent, new.parent
+    if old == new or not old.is_absolute():
+        return config, ""
+    moved = config.model_copy(deep=True)
+    moved.output.dir = str(run_dir.resolve().parent)
+    changed: list[tuple[str, str]] = []
+
+    def here(value: str | None) -> str | None:
+        if not value or not Path(value).is_absolute() or Path(value).exists():
+            return value
+        try:
+            candidate = new / Path(value).relative_to(old)
+        except ValueError:
+            return value
+        if not candidate.exists():
+            return value
+        changed.append((value, str(candidate)))
+        return str(candidate)
+
+    m, d = moved.model, moved.dataset
+    m.base = here(m.base) or m.base
+    m.vae, m.training_adapter = here(m.vae), here(m.training_adapter)
+    for concept in d.concepts:
+        concept.path = here(concept.path) or concept.path
+        concept.class_path = here(concept.class_path)
+    d.validation_folder, d.mask_folder = here(d.validation_folder), here(d.mask_folder)
+    d.control_folders = [here(folder) or folder for folder in d.control_folders]
+    moved.sampling.control_image = here(moved.sampling.control_image or None) or moved.sampling.control_image
+    moved.launch.python = here(moved.launch.python)
+    if not changed:
+        return moved, ""
+    return moved, (f"the run folder moved with its project from {old} to {new}: {plural(len(changed), 'path')} of "
+                   f"its config.toml under the old folder are read under the new one ({changed[0][0]} is "
+                   f"{changed[0][1]})")

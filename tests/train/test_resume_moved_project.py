@@ -1,0 +1,61 @@
+"""A project moved (another disk, a renamed folder) between Stop and Resume: its run folder's config.toml names
+the dataset and the base model where they were, and the resume still ends as the straight run does."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from studio.core.config.schema import (
+    ConceptSection,
+    DatasetSection,
+    ModelSection,
+    OutputSection,
+    TrainingSection,
+)
+from studio.core.runs.events import RunFinished, RunStarted, RunWarning, Step
+
+torch = pytest.importorskip("torch")
+
+
+def _project(folder: Path, tiny_sd15: Path, demo_data: Path) -> Path:
+    shutil.copytree(demo_data, folder / "data" / "shapes")
+    shutil.copytree(tiny_sd15, folder / "models" / "tiny-sd15")
+    return folder
+
+
+def test_a_run_resumed_after_its_project_moved_ends_as_the_straight_run(
+        make_config, run_training, events_of, stop_after, tiny_sd15: Path, demo_data: Path, tmp_path: Path) -> None:
+    config = make_config(
+        model=ModelSection(family="sd15", base="models/tiny-sd15"),
+        dataset=DatasetSection(concepts=[ConceptSection(path="data/shapes")], resolution=64, buckets=False,
+                               flip=True),
+        training=TrainingSection(batch_size=2, max_steps=4, learning_rate=2e-3, seed=5, lr_scheduler="cosine"),
+        output=OutputSection(dir="runs", formats=["diffusers"]),
+    )
+    code, straight = run_training(config, _project(tmp_path / "a", tiny_sd15, demo_data))
+    assert code == 0
+    stop_after(2)
+    before = _project(tmp_path / "old disk" / "project", tiny_sd15, demo_data)
+    code, run_dir = run_training(config, before)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    after = tmp_path / "new disk" / "renamed project"
+    after.parent.mkdir()
+    shutil.move(before, after)
+    run_dir = after / run_dir.relative_to(before)
+
+    code, _ = run_training(None, after, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0, [e for e in events if e.type == "error"]
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "completed" and events[-1].step == 4
+    assert [e.resumed_from_step for e in events if isinstance(e, RunStarted)] == [0, 2]
+    (warning,) = [e for e in events if isinstance(e, RunWarning) and "moved" in e.message]
+    assert warning.message.startswith(f"the run folder moved with its project from {before} to {after}: 2 paths ")
+    assert [round(e.loss, 6) for e in events if isinstance(e, Step)] == [
+        round(e.loss, 6) for e in events_of(straight) if isinstance(e, Step)]
+    got, expected = (load_file(str(run / "output" / "pytorch_lora_weights.safetensors")) for run in (run_dir, straight))
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
