@@ -444,11 +444,4 @@ class Trainer:
         self.stop.uninstall()
         self.sharding.close()
         return RunFinished(status=status, outputs=outputs, step=self.step, message=message,
-                           weight_checksums=self._checksums())
-
-    def _checksums(self) -> list[float]:
-        """The sum of the trained weights as each rank holds them (a sharded run: all shards), gathered from
-        every rank (a collective call)."""
-        total = self.sharding.weight_sum(p for group in self.trainable for p in group)
-        mine = torch.tensor([[total]], dtype=torch.float64, device=self.accelerator.device)
-        return [float(v) for v in self.accelerator.gather(mine).cpu().flatten().tolist()]
+                           weight_checksums=self.sharding.checksums(p for group in self.trainable for p in group))

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from studio.core.config.rules.pickled import is_pickle_file, pickle_warning
-from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.config.schema import TrainConfig
+from studio.core.config.weight_dtype import resolved_weight_dtype
 from studio.core.runs.events import RunFinished
 from studio.core.runs.folders import LAUNCHED_ENV, STOP_FILE
 

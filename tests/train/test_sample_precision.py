@@ -27,8 +27,8 @@ from studio.core.config.schema import (
     SamplingSection,
     TrainConfig,
     TrainingSection,
-    resolved_weight_dtype,
 )
+from studio.core.config.weight_dtype import resolved_weight_dtype
 from studio.core.runs.events import Error, Sample, read_events
 
 torch = pytest.importorskip("torch")

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.config.schema import TrainConfig
+from studio.core.config.weight_dtype import resolved_weight_dtype
 from studio.core.estimate.estimate import estimate_vram
 from studio.core.hardware.machine.probe import load_hardware
 

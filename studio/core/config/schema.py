@@ -432,19 +432,6 @@ def effective_batch(batch_size: int, gradient_accumulation: int, processes: int 
     return batch_size * gradient_accumulation * max(processes, 1)
 
 
-def resolved_weight_dtype(config: TrainConfig) -> WeightDtype:
-    """The frozen weights' precision on a GPU: model.dtype, with "auto" following mixed precision.
-
-    Frozen weights in the autocast dtype are used as they are; any other dtype makes
-    autocast keep a cast copy of every weight for the backward pass.
-    """
-    dtype = config.model.dtype
-    if dtype != "auto":
-        return dtype
-    by_precision: dict[Precision, WeightDtype] = {"fp16": "fp16", "bf16": "bf16", "no": "fp32"}
-    return by_precision[config.training.mixed_precision]
-
-
 def field_descriptions(model: type[BaseModel] = TrainConfig, prefix: str = "") -> dict[str, str]:
     """`section.key` -> description, for tooltips and docs."""
     out: dict[str, str] = {}

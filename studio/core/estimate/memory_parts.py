@@ -13,7 +13,8 @@ from functools import cached_property
 from typing import Any
 
 from studio.core.config.rules.sharding import sharded
-from studio.core.config.schema import TrainConfig, resolved_weight_dtype
+from studio.core.config.schema import TrainConfig
+from studio.core.config.weight_dtype import resolved_weight_dtype
 from studio.core.estimate.local_architecture import local_architecture
 from studio.core.estimate.memory_data import (
     BYTES,

@@ -12,10 +12,8 @@ from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QPushButton,
     QScrollArea,
     QSplitter,
@@ -29,7 +27,6 @@ from studio.core.config.files.presets import (
     apply_preset,
     list_presets,
     save_user_preset,
-    user_preset_path,
 )
 from studio.core.config.rules.acting import resets_for
 from studio.core.config.rules.data_rules import fields_needed, turned_off
@@ -51,7 +48,7 @@ from studio.gui.model.family_switch import ask_family_base, base_family, offered
 from studio.gui.model.form import FOLDER_FIELDS, ConfigForm
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
-from studio.gui.model.presets import PresetList
+from studio.gui.model.presets import PresetList, ask_preset_title
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
 from studio.gui.widgets.model_library import ModelLibraryPanel
@@ -415,17 +412,9 @@ class ModelPage(Page):
         return dialog
 
     def ask_save_preset(self) -> None:
-        title, ok = QInputDialog.getText(self, "Save as my preset", "Preset title:")
-        title = title.strip()
-        if not ok or not title:
-            return
-        existing = user_preset_path(title)
-        if existing.exists() and QMessageBox.question(
-                self, "Save as my preset", f"You have a preset titled '{title}' ({existing}).\n\n"
-                "Replace its settings with these? (No: nothing is saved; choose another title to keep both.)"
-        ) != QMessageBox.StandardButton.Yes:
-            return
-        self.save_preset(title)
+        title = ask_preset_title(self)
+        if title:
+            self.save_preset(title)
 
     def save_preset(self, title: str) -> Preset:
         preset = save_user_preset(title, self.config, base_preset=self.current_preset)

@@ -7,7 +7,9 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
+    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -15,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.paths import ResolvedConfig
-from studio.core.config.files.presets import Preset
+from studio.core.config.files.presets import Preset, user_preset_path
 from studio.core.estimate.estimate import Fit, fit
 from studio.core.estimate.plans.batch_plan import plan_batch
 from studio.core.estimate.plans.preset_estimate import (
@@ -161,3 +163,19 @@ class PresetList(QWidget):
             else:
                 counts["does_not_fit"] += 1  # no GPU: nothing fits one
         return counts
+
+
+def ask_preset_title(parent: QWidget) -> str:
+    """The title a person gives their preset ("" for none, or when they keep the preset of that title they have:
+    it was replaced without a word)."""
+    title, ok = QInputDialog.getText(parent, "Save as my preset", "Preset title:")
+    title = title.strip()
+    if not ok or not title:
+        return ""
+    existing = user_preset_path(title)
+    if existing.exists() and QMessageBox.question(
+            parent, "Save as my preset", f"You have a preset titled '{title}' ({existing}).\n\n"
+            "Replace its settings with these? (No: nothing is saved; choose another title to keep both.)"
+    ) != QMessageBox.StandardButton.Yes:
+        return ""
+    return title

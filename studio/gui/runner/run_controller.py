@@ -23,7 +23,6 @@ from studio.core.runs.live import LiveRun, find_live_runs
 from studio.core.runs.records.history import newest_run
 from studio.core.runs.records.outcome import outcome_line
 from studio.core.runs.records.run_model import EventTail, RunModel
-from studio.core.runs.run_settings import settings_apart
 from studio.core.runs.scheduling.lock import RunLockedError, lock_holder
 from studio.core.runs.scheduling.queue import QueueError, RunQueue
 from studio.core.training_python import NoTrainingPython
@@ -156,23 +155,6 @@ class RunController(QObject):
             return False
         plan = RunPlan(run_dir, launch.build_command(run_dir, python, resume=True), config)
         return self._launch(plan, resumed=True)
-
-    def resume_note(self, run_dir: Path, project: ResolvedConfig | None) -> str:
-        """What a person who edited the project's settings since `run_dir` started should know before the run
-        goes on with its own ("" when they agree, or either cannot be read)."""
-        if project is None:
-            return ""
-        try:
-            run, _ = moved_with_its_run(load_resolved(run_dir / CONFIG_FILE), run_dir)
-        except (ConfigError, OSError):
-            return ""
-        apart = settings_apart(run, project)
-        if not apart:
-            return ""
-        return (f"{run_dir.name} goes on with its own settings ({run_dir / CONFIG_FILE}), not the project's: "
-                f"{'; '.join(apart[:3])}{f'; and {len(apart) - 3} more' if len(apart) > 3 else ''}. To train with "
-                "the project's settings, press Train for a new run; to change this run's, edit that file and resume "
-                "again.")
 
     def _launch(self, plan: RunPlan, resumed: bool = False) -> bool:
         command = self.command_factory(plan)

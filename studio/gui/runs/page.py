@@ -32,6 +32,7 @@ from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.records.history import RunSummary, delete_run, import_run, list_runs, replay_to_show
 from studio.core.runs.records.run_model import Replay, RunModel, replay_run
+from studio.core.runs.run_settings import resume_note
 from studio.core.text import plural
 from studio.gui.base.desktop import open_with_desktop
 from studio.gui.base.layout_state import remember_splitter
@@ -318,7 +319,7 @@ class RunsPage(Page):
         chosen = self._one()
         if chosen is None or not chosen.resumable:
             return False
-        note = self.controller.resume_note(chosen.path, self.context.project_config())
+        note = resume_note(chosen.path, self.context.project_config())
         ok = self.controller.resume(chosen.path)
         if ok:
             self.say(f"Resuming {chosen.name}; follow it on the Train page. {note}".strip())

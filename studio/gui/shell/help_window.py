@@ -68,3 +68,13 @@ class HelpWindow(QDialog):
         """The page shown (a link followed from the guide is relative to it)."""
         source = QUrl.fromLocalFile(str(self.index)).resolved(self.browser.source())
         return Path(source.toLocalFile()) if source.isLocalFile() and source.toLocalFile() else self.index
+
+
+def open_help(parent: QWidget, page: Path) -> HelpWindow:
+    """The user guide's window of `parent` (one: shown again and raised when it is open already)."""
+    window = parent.findChild(HelpWindow, "help_window")
+    if window is None:
+        window = HelpWindow(page, parent)
+    window.show()
+    window.raise_()
+    return window

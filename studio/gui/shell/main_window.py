@@ -33,6 +33,7 @@ from studio.gui.context import StudioContext
 from studio.gui.page import Page
 from studio.gui.shell.demo_banner import DemoBanner
 from studio.gui.shell.demo_model import DemoModel
+from studio.gui.shell.edit_questions import ask_drop_edits, ask_reload
 from studio.gui.shell.recent_projects import RecentProjects
 from studio.gui.widgets.elided_label import ElidedLabel
 
@@ -289,42 +290,21 @@ class MainWindow(QMainWindow):
 
     def confirm_reload(self, pending: str) -> bool:
         """studio.toml changed on disk while edits here are not in it: read it again (True) or keep them."""
-        box = QMessageBox(QMessageBox.Icon.Question, "studio.toml changed on disk",
-                          f"The project's studio.toml was changed by another program, but there are edits here "
-                          f"that are not in it ({pending}).\n\nRead the file again (your edits here are lost), "
-                          "or keep your edits (they are saved over the file at your next change)?", parent=self)
-        reload = box.addButton("Read the file again", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton("Keep my edits", QMessageBox.ButtonRole.RejectRole)
-        box.exec()
-        return box.clickedButton() is reload
+        return ask_reload(self, pending)
 
     def may_drop_edits(self, doing: str) -> bool:
-        """Edits here that are not in studio.toml (the TOML being edited, values the form refused) go when
-        the project is left or the window closes: True when there are none or the person lets them go."""
+        """Edits here that are not in studio.toml go when the project is left or the window closes: True when
+        there are none or the person lets them go."""
         pending = self.context.pending_edits()
-        if not pending:
-            return True
-        box = QMessageBox(QMessageBox.Icon.Warning, "Edits not saved",
-                          f"There are edits here that are not in the project's studio.toml ({'; '.join(pending)})."
-                          f"\n\n{doing} and lose them? (Cancel: go back to them; Apply in the TOML window, or "
-                          "correct the values the form refused, to keep them.)", parent=self)
-        discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is discard
+        return not pending or ask_drop_edits(self, pending, doing)
 
     # ------------------------------------------------------------ help
 
     def open_documentation(self) -> QDialog:
         """The user guide, rendered in a window of the studio (a desktop may have no program for .md)."""
-        from studio.gui.shell.help_window import HelpWindow
+        from studio.gui.shell.help_window import open_help
 
-        window = self.findChild(HelpWindow, "help_window")
-        if window is None:
-            window = HelpWindow(app_root() / DOCS_URL, self)
-        window.show()
-        window.raise_()
-        return window
+        return open_help(self, app_root() / DOCS_URL)
 
     def show_about(self) -> None:
         from studio.gui.shell.help_window import about_text

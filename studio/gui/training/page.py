@@ -28,6 +28,7 @@ from studio.core.project.folder import Project
 from studio.core.project.preflight import PreflightProblem, check_gpu_ids, preflight
 from studio.core.runs.folders import ran_elsewhere
 from studio.core.runs.live import busy_message, find_live_runs
+from studio.core.runs.run_settings import resume_note
 from studio.core.text import memory_text
 from studio.core.training_python import needs_training_env
 from studio.gui.base.event_loop import wait_for
@@ -167,7 +168,7 @@ class TrainPage(Page):
         run_dir = self.controller.run_dir
         if run_dir is None or not self.resumable():
             return False
-        note = self.controller.resume_note(run_dir, self.context.project_config())
+        note = resume_note(run_dir, self.context.project_config())
         if not self.controller.resume(run_dir):
             return False
         if note:

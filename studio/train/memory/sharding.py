@@ -192,6 +192,12 @@ class Sharding:
             total = self.accelerator.reduce(total, reduction="sum")
         return float(total.item())
 
+    def checksums(self, params: Iterable[torch.Tensor]) -> list[float]:
+        """The sum of the trained weights as each rank holds them (a sharded run: all shards), gathered from
+        every rank (a collective call): the run's end event says them, and the ranks must agree."""
+        mine = torch.tensor([[self.weight_sum(params)]], dtype=torch.float64, device=self.accelerator.device)
+        return [float(v) for v in self.accelerator.gather(mine).cpu().flatten().tolist()]
+
     # ------------------------------------------------------------ checkpoints
 
     def attach(self, optimizer: torch.optim.Optimizer) -> None:
