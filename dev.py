@@ -29,7 +29,8 @@ if sys.version_info[:2] < NEEDED_PYTHON:
              "(python.org, your package manager, or pyenv) and run it with that, e.g. `python3.11 dev.py run`; "
              "on Windows `py -3.11 dev.py run`.".format(*NEEDED_PYTHON, sys.version.split()[0], sys.executable))
 
-import hashlib  # noqa: E402 - after the version check, which must run on any Python
+import concurrent.futures  # noqa: E402 - after the version check, which must run on any Python
+import hashlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -377,7 +378,9 @@ def test(extra: list[str]) -> None:
     python = setup(dev=True)
     core_python = setup_core()
     setup_cloud()
-    setup_compat()
+    # Only the whole suite reads the compatibility environment: it is made while ruff, mypy and the core tests run.
+    compat = concurrent.futures.ThreadPoolExecutor(1)
+    compat_ready = compat.submit(setup_compat)
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
     # Two workers on two cores: a trainer a test starts computes on one thread, not on as many as there are cores.
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -400,6 +403,8 @@ def test(extra: list[str]) -> None:
         passed.unlink(missing_ok=True)
         sys.exit(mypy.returncode or core.returncode)
     env["STUDIO_SKIP_PASSED"] = str(passed)
+    compat_ready.result()  # its failure (a SystemExit with pip's words) ends the test command here
+    compat.shutdown()
     print("\n== the whole suite ==", flush=True)
     # Two workers: most end-to-end tests wait on processes they start, so two share two cores well.
     parallel = parallel_args()
