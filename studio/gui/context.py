@@ -52,6 +52,9 @@ class StudioContext(QObject):
         # Edits a page holds that are not in studio.toml (a refused value, TOML being edited): each
         # provider returns what they are, or "". Asked before studio.toml is read again from disk.
         self.unsaved_edits: list[Callable[[], str]] = []
+        # Work the window holds that leaving the project or closing the window ends, though a reload of
+        # studio.toml keeps it (a model's captions not yet reviewed): asked about with the edits above.
+        self.unsaved_work: list[Callable[[], str]] = []
         # Asked when studio.toml changed on disk while there are unsaved edits: True reads it again.
         self.confirm_reload: Callable[[str], bool] = lambda _what: False
         self.watcher = ConfigFileWatcher(self)
@@ -169,6 +172,10 @@ class StudioContext(QObject):
 
     def pending_edits(self) -> list[str]:
         return [what for what in (provider() for provider in self.unsaved_edits) if what]
+
+    def lost_on_leaving(self) -> list[str]:
+        """What leaving the project or closing the window would lose: the edits and the work above."""
+        return [what for what in (provider() for provider in (*self.unsaved_edits, *self.unsaved_work)) if what]
 
     def _file_changed(self, _text: str) -> None:
         """studio.toml changed on disk: read it again, asking first when edits here would be lost."""

@@ -36,6 +36,18 @@ class CaptionTools:
     def __init__(self, page: CaptionPage, parent: QWidget) -> None:
         self.page, self.parent = page, parent
         self.dialog: CaptionReviewDialog | None = None
+        # A model's captioning (an hour of it on a big dataset) ends with the project or the window: asked first.
+        page.context.unsaved_work.append(self.unreviewed)
+
+    def unreviewed(self) -> str:
+        """The captioning that leaving the project would end, in words ("" for none)."""
+        dialog = self.dialog
+        if dialog is None or not dialog.has_work():
+            return ""
+        count = len(dialog.proposals)
+        proposed = f"{count} caption{'s' if count != 1 else ''} a model proposed, not yet accepted or rejected"
+        return ("captioning by a model still running" + (f" ({proposed})" if count else "")) if dialog.job.running \
+            else proposed
 
     def scopes(self) -> dict[str, Mapping[Path, str | None]]:
         page = self.page

@@ -19,12 +19,13 @@ def ask_reload(parent: QWidget, pending: str) -> bool:
 
 
 def ask_drop_edits(parent: QWidget, pending: list[str], doing: str) -> bool:
-    """`doing` (leaving the project, closing the window) loses the edits `pending`: True when the person lets them
-    go, False on Cancel."""
+    """`doing` (leaving the project, closing the window) loses the edits and work `pending`: True when the person
+    lets them go, False on Cancel."""
     box = QMessageBox(QMessageBox.Icon.Warning, "Edits not saved",
-                      f"There are edits here that are not in the project's studio.toml ({'; '.join(pending)})."
-                      f"\n\n{doing} and lose them? (Cancel: go back to them; Apply in the TOML window, or "
-                      "correct the values the form refused, to keep them.)", parent=parent)
+                      f"There is work here that is not saved in the project ({'; '.join(pending)})."
+                      f"\n\n{doing} and lose it? (Cancel: go back to it; Apply in the TOML window, correct the "
+                      "values the form refused, or accept or reject the captions a model proposed, to keep it.)",
+                      parent=parent)
     discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.exec()

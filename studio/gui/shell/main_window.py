@@ -293,9 +293,9 @@ class MainWindow(QMainWindow):
         return ask_reload(self, pending)
 
     def may_drop_edits(self, doing: str) -> bool:
-        """Edits here that are not in studio.toml go when the project is left or the window closes: True when
-        there are none or the person lets them go."""
-        pending = self.context.pending_edits()
+        """Edits here that are not in studio.toml, and a model's captions not reviewed, go when the project is
+        left or the window closes: True when there are none or the person lets them go."""
+        pending = self.context.lost_on_leaving()
         return not pending or ask_drop_edits(self, pending, doing)
 
     # ------------------------------------------------------------ help
