@@ -166,8 +166,15 @@ def export_bundle(
         if cloud.spot and not cloud.bucket:
             plan.warnings.append("spot machines without a bucket: a preempted machine takes its checkpoints "
                                  "with it, so the run starts again from step 0; name a bucket to resume instead")
-    manifest = stage_bundle(plan, progress)
-    report = write_bundle(plan, manifest)
+    existed = plan.out.exists()  # empty then: validate_bundle refuses a folder with anything in it
+    try:
+        manifest = stage_bundle(plan, progress)
+        report = write_bundle(plan, manifest)
+    except BaseException:
+        # A half bundle (a full disk, Ctrl+C) is no bundle, and its half copy of the dataset, without the
+        # bundle.json that marks it, was read as training images when it sat in the project's image folder.
+        _remove_written(plan.out, existed)
+        raise
     if zip:
         if progress:
             progress("zip", 0, 1)
@@ -175,6 +182,18 @@ def export_bundle(
     if progress:
         progress("done", 1, 1)
     return report
+
+
+def _remove_written(out: Path, existed: bool) -> None:
+    """What an export wrote into `out` (all of it: the folder was new or empty)."""
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in list(out.iterdir()) if out.is_dir() else []:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def stage_bundle(plan: BundlePlan, progress: Progress | None = None) -> dict[str, Any]:

@@ -435,3 +435,27 @@ def test_a_bundle_exported_into_the_image_folder_is_not_trained_on_nor_exported_
     export_bundle(demo.config_path, tmp_path / "second", include_model=True)
     manifest = json.loads((tmp_path / "second" / "dataset" / "manifest.json").read_text())
     assert not [e["path"] for e in manifest["files"] if "exports" in e["path"]]
+
+
+def test_an_export_that_fails_halfway_leaves_no_half_bundle_among_the_images(demo: Project,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while the studio's source is copied: the half bundle (its copy of the dataset, without the
+    bundle.json that marks a bundle) stayed in exports/ inside the image folder, and the next run trained on it."""
+    from studio.core.dataset.scan import scan_dataset
+    from studio.core.export import bundle
+
+    shapes = demo.root / "data" / "shapes"
+    before = sorted(str(e.path) for e in scan_dataset(load_resolved(demo.config_path).dataset))
+
+    def disk_full(_folder: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bundle, "copy_studio_source", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        export_bundle(demo.config_path, shapes / "exports" / "first", include_model=True)
+    assert not (shapes / "exports" / "first").exists()
+    assert sorted(str(e.path) for e in scan_dataset(load_resolved(demo.config_path).dataset)) == before
+    (shapes / "exports" / "mine").mkdir(parents=True)  # a folder of the person's, empty: kept, emptied again
+    with pytest.raises(OSError, match="No space left"):
+        export_bundle(demo.config_path, shapes / "exports" / "mine", include_model=True)
+    assert (shapes / "exports" / "mine").is_dir() and not any((shapes / "exports" / "mine").iterdir())
