@@ -287,3 +287,19 @@ def test_two_exports_for_a_launch_in_one_second_get_folders_of_their_own(demo: P
     assert (first.folder.name, second.folder.name) == (f"20261207-120000-{first.cluster}",
                                                        f"20261207-120000-{first.cluster}-2")
     assert (first.task_file).is_file() and (second.task_file).is_file()
+
+
+def test_a_launch_whose_record_cannot_be_written_still_names_the_running_cluster(
+        demo: Project, fake: FakeCloud, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The cluster ran (and billed) while a traceback hid its name and the command that ends it.
+    from studio.core.cloud import run
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run, "write_launch_record", disk_full)
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 1
+    (cluster,) = fake.launched
+    captured = capsys.readouterr()
+    assert f"studio-train cloud down {cluster}" in captured.out
+    assert f"error: {cluster} started, but its record could not be written" in captured.err

@@ -105,11 +105,16 @@ def run_launch(args: argparse.Namespace) -> int:
         job = launch_bundle(api, bundle)
     except (CloudError, ExportError, CatalogueError) as exc:
         return _fail(str(exc), EXIT_INVALID if not isinstance(exc, CloudError) else EXIT_FAILED)
-    write_launch_record(bundle, job, config_path)
     print(f"Started {cluster} (job {job}).")
     print(f"  Follow it:        studio-train cloud logs {cluster}")
     print(f"  Bring it back:    studio-train cloud pull {cluster}")
     print(f"  End it now:       studio-train cloud down {cluster}")
+    try:
+        write_launch_record(bundle, job, config_path)
+    except OSError as exc:
+        # The cluster runs (and bills) either way: its name and commands are above; only CONFIG no longer finds it.
+        return _fail(f"{cluster} started, but its record could not be written ({exc}): follow and end it by its "
+                     "name as above (the project's CONFIG does not find it, nor does `cloud pull`)")
     return EXIT_OK
 
 
