@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError
+from studio.core.config.files.paths import load_resolved
 from studio.core.runs.scheduling.queue import QueueError, QueueItem
 from studio.core.runs.scheduling.sweep import SweepError, parse_values, write_sweep
 from studio.gui.runner.run_controller import RunController
@@ -154,6 +155,14 @@ class QueuePanel(QWidget):
 
     def add_config(self, path: Path) -> None:
         if self.controller.queue is None:
+            return
+        try:
+            # Not a config the trainer reads (another .toml, a mistyped value): said now, not at its turn in the night.
+            if path.is_file():
+                load_resolved(path)
+        except (ConfigError, OSError) as exc:
+            what = exc.describe() if isinstance(exc, ConfigError) else str(exc)
+            self.controller.sig_message.emit(f"{path.name} was not queued: {what}")
             return
         try:
             item = self.controller.queue.add(path)

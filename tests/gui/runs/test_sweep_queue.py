@@ -234,3 +234,21 @@ def test_a_config_queued_twice_says_both_train_the_file_as_it_is_then(
                         "run starts, so both train the same settings. To queue another version, copy the file "
                         "under another name and queue that, or use Vary… to queue one setting's values."]
     assert len(page.controller.queue.items) == 2  # type: ignore[union-attr]
+
+
+def test_a_file_that_is_not_a_config_is_not_queued_and_says_why(qtbot: QtBot, context: StudioContext,
+                                                               config: TrainConfig, tmp_path: Path) -> None:
+    # Queued, it failed only at its turn in the night; another .toml (a preset, pyproject.toml) the same.
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    save_config(config, tmp_path / "base.toml")
+    text = (tmp_path / "base.toml").read_text(encoding="utf-8")
+    (tmp_path / "typo.toml").write_text(text.replace("[training]", "[training]\nlearning_rat = 1e-4"), encoding="utf-8")
+    page.queue.add_config(tmp_path / "typo.toml")
+    queue = page.controller.queue
+    assert queue is not None and queue.items == []
+    assert messages and messages[-1].startswith("typo.toml was not queued:") and "learning_rat" in messages[-1]
+    page.queue.add_config(tmp_path / "base.toml")
+    assert [Path(i.config).name for i in queue.items] == ["base.toml"]
