@@ -9,6 +9,9 @@ from pathlib import Path
 from studio.core.families.registry import UnknownFamily, family
 
 DIFFUSERS_LORA = "pytorch_lora_weights"
+# The diffusers-format files by their whole names: a run named after them (output.name = "pytorch_lora_weights")
+# writes its kohya-format files as pytorch_lora_weights-kohya, -ema and -e0002.safetensors, which are not for diffusers.
+DIFFUSERS_FILES = (f"{DIFFUSERS_LORA}.safetensors", f"{DIFFUSERS_LORA}_ema.safetensors")
 LYCORIS_NETWORKS = ("loha", "lokr")
 
 
@@ -16,7 +19,7 @@ def readers_of(output: str | Path, family_name: str, method: str = "lora", netwo
                dora: bool = False) -> str:
     """The programs that load `output` (a file or folder a run wrote), or "" when the studio cannot say."""
     path = Path(output)
-    if path.name.startswith(DIFFUSERS_LORA):
+    if path.name in DIFFUSERS_FILES:
         return "diffusers (load_lora_weights)"
     if path.suffix != ".safetensors":
         return "diffusers (from_pretrained)" if method == "dreambooth" and not path.suffix else ""

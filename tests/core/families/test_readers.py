@@ -24,3 +24,13 @@ def test_the_sd_families_files_are_for_the_uis_and_sd_scripts_and_dreambooth_for
     assert readers_of("out/mine.safetensors", "sd15", method="dreambooth") == "A1111/Forge and ComfyUI (a checkpoint)"
     assert readers_of("out/mine.safetensors", "sdxl", dora=True) == "ComfyUI and Forge"  # sd-scripts has no DoRA
     assert readers_of("out/notes.txt", "sd15") == "" and readers_of("out/x.safetensors", "not-a-family") == ""
+
+
+@pytest.mark.parametrize("spec", FAMILIES, ids=lambda spec: spec.name)
+def test_a_run_named_after_the_diffusers_file_has_its_kohya_files_named_for_their_own_readers(spec) -> None:  # type: ignore[no-untyped-def]
+    """output.name = "pytorch_lora_weights": the kohya file is written as pytorch_lora_weights-kohya.safetensors
+    (never over the diffusers file), its EMA and epoch files as -ema and -e0002; each is for the UIs, not diffusers."""
+    for name in ("pytorch_lora_weights-kohya", "pytorch_lora_weights-ema", "pytorch_lora_weights-e0002"):
+        assert readers_of(f"run/output/{name}.safetensors", spec.name) == spec.kohya_readers, name
+        assert readers_of(f"run/output/{name}.safetensors", spec.name, network="lokr") == spec.lycoris_readers, name
+    assert readers_of("run/output/pytorch_lora_weights.safetensors", spec.name) == "diffusers (load_lora_weights)"
