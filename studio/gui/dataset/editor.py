@@ -32,15 +32,19 @@ from PySide6.QtWidgets import (
 from studio.core.dataset.captions.caption_tags import estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
 from studio.core.families import DEFAULT_FAMILY, FamilySpec, family, is_family
+from studio.gui.base.event_loop import wait_for
 from studio.gui.dataset.captions.text import CaptionTextEdit
-from studio.gui.dataset.mask_overlay import with_mask
+from studio.gui.dataset.mask_overlay import tinted
 from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
+from studio.gui.runner.worker import Worker
 from studio.gui.widgets.image_view import ImageView
 
 PREVIEW_SIZE = 768
 CAPTION_PLACEHOLDER = "Caption: comma-separated tags or a sentence"
 INSTRUCTION_PLACEHOLDER = "Instruction: what to change in the control image (e.g. make it a watercolour)"
 TYPING_PAUSE_MS = 500  # a pause this long ends one undoable typing step
+LOADING_TEXT = "Loading the preview…"
+UNREADABLE_TEXT = "This image cannot be previewed (unreadable or too large)"
 
 
 class TagHighlighter(QSyntaxHighlighter):
@@ -73,8 +77,10 @@ class TagHighlighter(QSyntaxHighlighter):
                 start = i + 1
 
 
-def load_preview(path: Path, size: int = PREVIEW_SIZE) -> QPixmap | None:
-    """A scaled preview; huge non-JPEG images are not decoded (None)."""
+def read_preview(path: Path, size: int = PREVIEW_SIZE) -> QImage | None:
+    """A preview at most `size` pixels wide and high; None for an unreadable image or a huge non-JPEG one (past
+    MAX_DECODE_PIXELS: decoded whole first, it would take seconds and gigabytes). JPEG decodes at the smaller size
+    itself. Safe off the GUI thread."""
     reader = QImageReader(str(path))
     reader.setAutoTransform(True)
     full = reader.size()
@@ -86,7 +92,16 @@ def load_preview(path: Path, size: int = PREVIEW_SIZE) -> QPixmap | None:
     if scaled.width() < full.width():
         reader.setScaledSize(scaled)
     image = reader.read()
-    return None if image.isNull() else QPixmap.fromImage(image)
+    return None if image.isNull() else image
+
+
+def read_pictures(paths: list[Path], mask_for: Callable[[Path], QImage | None]) -> list[QImage | None]:
+    """The previews of an image (its loss mask tinted over it) and of the control images after it, in order;
+    run on the editor's preview thread."""
+    pictures = [read_preview(path) for path in paths]
+    if pictures and pictures[0] is not None:
+        pictures[0] = tinted(pictures[0], mask_for(paths[0]))
+    return pictures
 
 
 class CaptionEditor(QWidget):
@@ -148,6 +163,11 @@ class CaptionEditor(QWidget):
         layout.addWidget(self.notice)
         layout.addLayout(nav)
 
+        # Previews are decoded on a thread of their own: a 100 MB TIFF or a huge PNG takes seconds, and the window
+        # stays usable meanwhile. Stepping through images faster than they decode reads only the last one asked for.
+        self._pictures = Worker(self)
+        self._reading = False
+        self._wanted: ImageEntry | None = None  # the image whose pictures are to be read next
         self._pause = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
         self._pause.timeout.connect(self.commit)
         self.text.textChanged.connect(self._typed)
@@ -180,6 +200,7 @@ class CaptionEditor(QWidget):
         self._update_tokens()
         self._show_controls(entry)
         if entry is None:
+            self._wanted = None
             self.preview.set_text(empty_text)
             self.name.setText("")
             return
@@ -188,17 +209,15 @@ class CaptionEditor(QWidget):
             self.name.setText(f"{sources} → {entry.path.name}  ·  instruction from {entry.caption_source}")
         else:
             self.name.setText(f"{entry.path.name}  ·  caption from {entry.caption_source}")
-        pixmap = load_preview(entry.path)
-        if pixmap is None:
-            self.preview.set_text("This image cannot be previewed (unreadable or too large)")
-        else:
-            self.preview.set_pixmap(with_mask(pixmap, self.mask_for(entry.path)))
+        self._ask_pictures(entry)
 
     def set_edit_pairs(self, on: bool) -> None:
         """Show items as edit pairs (controls beside the target, the caption as the instruction) or as images."""
         self.edit_pairs = on
         self.text.setPlaceholderText(INSTRUCTION_PLACEHOLDER if on else CAPTION_PLACEHOLDER)
         self._show_controls(self.entry)
+        if self.entry is not None:
+            self._ask_pictures(self.entry)
 
     def _show_controls(self, entry: ImageEntry | None) -> None:
         controls = entry.controls if entry is not None and self.edit_pairs else ()
@@ -218,12 +237,50 @@ class CaptionEditor(QWidget):
                 view.set_text("No control image for this target: the Problems tab says where it goes")
                 view.setToolTip("")
                 continue
-            pixmap = load_preview(controls[index])
-            if pixmap is None:
-                view.set_text(f"{controls[index].name} cannot be previewed (unreadable or too large)")
-            else:
-                view.set_pixmap(pixmap)
+            view.set_text(LOADING_TEXT)  # the picture comes with the target's (_pictures_read)
             view.setToolTip(f"Control image {index + 1}: {controls[index]}")
+
+    def _ask_pictures(self, entry: ImageEntry) -> None:
+        """Read the preview (and an edit pair's controls) on the preview thread; what arrives for an image no
+        longer shown is dropped."""
+        self._wanted = entry
+        self.preview.set_text(LOADING_TEXT)
+        if not self._reading:
+            self._read_wanted()
+
+    def _read_wanted(self) -> None:
+        entry, self._wanted = self._wanted, None
+        if entry is None:
+            return
+        controls = list(entry.controls) if self.edit_pairs else []
+        self._reading = True
+        self._pictures.run(read_pictures, [entry.path, *controls], self.mask_for,
+                           on_done=lambda pictures: self._pictures_read(entry, pictures),
+                           on_failed=lambda _error: self._pictures_read(entry, None))
+
+    def _pictures_read(self, entry: ImageEntry, pictures: list[QImage | None] | None) -> None:
+        """`pictures`: the target's and the controls' (None: reading them failed, the error is reported)."""
+        self._reading = False
+        if self._wanted is None and entry is self.entry:
+            target, *controls = pictures or [None]
+            if target is None:
+                self.preview.set_text(UNREADABLE_TEXT)
+            else:
+                self.preview.set_pixmap(QPixmap.fromImage(target))
+            for view, path, picture in zip(self.control_views, entry.controls, controls, strict=False):
+                if picture is None:
+                    view.set_text(f"{path.name} cannot be previewed (unreadable or too large)")
+                else:
+                    view.set_pixmap(QPixmap.fromImage(picture))
+        self._read_wanted()
+
+    def wait_preview(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the pictures of the image shown are read and shown (tests, screenshots)."""
+        return wait_for(lambda: not self._reading and self._wanted is None, timeout_s)
+
+    def shutdown(self) -> None:
+        self._wanted = None
+        self._pictures.shutdown(10.0)
 
     def set_family(self, name: str | None) -> None:
         """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL,

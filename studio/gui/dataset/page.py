@@ -452,4 +452,5 @@ class DatasetPage(Page):
         join_exiting(2.0)
         self.saver.shutdown()
         self.worker.shutdown(10.0)
+        self.editor.shutdown()
         self.loader.shutdown()
