@@ -8,11 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QImage,
-    QImageReader,
     QKeySequence,
     QPalette,
     QPixmap,
@@ -34,17 +33,13 @@ from studio.core.dataset.scan import ImageEntry
 from studio.core.families import DEFAULT_FAMILY, FamilySpec, family, is_family
 from studio.gui.base.event_loop import wait_for
 from studio.gui.dataset.captions.text import CaptionTextEdit
-from studio.gui.dataset.mask_overlay import tinted
-from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
-from studio.gui.runner.worker import Worker
+from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
 from studio.gui.widgets.image_view import ImageView
 
 PREVIEW_SIZE = 768
 CAPTION_PLACEHOLDER = "Caption: comma-separated tags or a sentence"
 INSTRUCTION_PLACEHOLDER = "Instruction: what to change in the control image (e.g. make it a watercolour)"
 TYPING_PAUSE_MS = 500  # a pause this long ends one undoable typing step
-LOADING_TEXT = "Loading the preview…"
-UNREADABLE_TEXT = "This image cannot be previewed (unreadable or too large)"
 
 
 class TagHighlighter(QSyntaxHighlighter):
@@ -75,33 +70,6 @@ class TagHighlighter(QSyntaxHighlighter):
                     self.setFormat(start, i - start, self.formats[n % 2])
                     n += 1
                 start = i + 1
-
-
-def read_preview(path: Path, size: int = PREVIEW_SIZE) -> QImage | None:
-    """A preview at most `size` pixels wide and high; None for an unreadable image or a huge non-JPEG one (past
-    MAX_DECODE_PIXELS: decoded whole first, it would take seconds and gigabytes). JPEG decodes at the smaller size
-    itself. Safe off the GUI thread."""
-    reader = QImageReader(str(path))
-    reader.setAutoTransform(True)
-    full = reader.size()
-    if not full.isValid():
-        return None
-    if full.width() * full.height() > MAX_DECODE_PIXELS and reader.format().data() not in (b"jpeg", b"jpg"):
-        return None
-    scaled = full.scaled(QSize(size, size), Qt.AspectRatioMode.KeepAspectRatio)
-    if scaled.width() < full.width():
-        reader.setScaledSize(scaled)
-    image = reader.read()
-    return None if image.isNull() else image
-
-
-def read_pictures(paths: list[Path], mask_for: Callable[[Path], QImage | None]) -> list[QImage | None]:
-    """The previews of an image (its loss mask tinted over it) and of the control images after it, in order;
-    run on the editor's preview thread."""
-    pictures = [read_preview(path) for path in paths]
-    if pictures and pictures[0] is not None:
-        pictures[0] = tinted(pictures[0], mask_for(paths[0]))
-    return pictures
 
 
 class CaptionEditor(QWidget):
@@ -163,11 +131,7 @@ class CaptionEditor(QWidget):
         layout.addWidget(self.notice)
         layout.addLayout(nav)
 
-        # Previews are decoded on a thread of their own: a 100 MB TIFF or a huge PNG takes seconds, and the window
-        # stays usable meanwhile. Stepping through images faster than they decode reads only the last one asked for.
-        self._pictures = Worker(self)
-        self._reading = False
-        self._wanted: ImageEntry | None = None  # the image whose pictures are to be read next
+        self._pictures = PictureReader(PREVIEW_SIZE, self)  # decoded off the GUI thread: see picture_reader.py
         self._pause = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
         self._pause.timeout.connect(self.commit)
         self.text.textChanged.connect(self._typed)
@@ -200,7 +164,7 @@ class CaptionEditor(QWidget):
         self._update_tokens()
         self._show_controls(entry)
         if entry is None:
-            self._wanted = None
+            self._pictures.cancel()
             self.preview.set_text(empty_text)
             self.name.setText("")
             return
@@ -241,46 +205,32 @@ class CaptionEditor(QWidget):
             view.setToolTip(f"Control image {index + 1}: {controls[index]}")
 
     def _ask_pictures(self, entry: ImageEntry) -> None:
-        """Read the preview (and an edit pair's controls) on the preview thread; what arrives for an image no
-        longer shown is dropped."""
-        self._wanted = entry
+        """Read the preview (with its loss mask) and an edit pair's controls off the GUI thread."""
         self.preview.set_text(LOADING_TEXT)
-        if not self._reading:
-            self._read_wanted()
-
-    def _read_wanted(self) -> None:
-        entry, self._wanted = self._wanted, None
-        if entry is None:
-            return
         controls = list(entry.controls) if self.edit_pairs else []
-        self._reading = True
-        self._pictures.run(read_pictures, [entry.path, *controls], self.mask_for,
-                           on_done=lambda pictures: self._pictures_read(entry, pictures),
-                           on_failed=lambda _error: self._pictures_read(entry, None))
+        self._pictures.ask([entry.path, *controls], lambda pictures: self._pictures_read(entry, pictures),
+                           self.mask_for)
 
-    def _pictures_read(self, entry: ImageEntry, pictures: list[QImage | None] | None) -> None:
-        """`pictures`: the target's and the controls' (None: reading them failed, the error is reported)."""
-        self._reading = False
-        if self._wanted is None and entry is self.entry:
-            target, *controls = pictures or [None]
-            if target is None:
-                self.preview.set_text(UNREADABLE_TEXT)
+    def _pictures_read(self, entry: ImageEntry, pictures: list[QImage | None]) -> None:
+        if entry is not self.entry:
+            return
+        target, *controls = pictures
+        if target is None:
+            self.preview.set_text(UNREADABLE_TEXT)
+        else:
+            self.preview.set_pixmap(QPixmap.fromImage(target))
+        for view, path, picture in zip(self.control_views, entry.controls, controls, strict=False):
+            if picture is None:
+                view.set_text(f"{path.name} cannot be previewed (unreadable or too large)")
             else:
-                self.preview.set_pixmap(QPixmap.fromImage(target))
-            for view, path, picture in zip(self.control_views, entry.controls, controls, strict=False):
-                if picture is None:
-                    view.set_text(f"{path.name} cannot be previewed (unreadable or too large)")
-                else:
-                    view.set_pixmap(QPixmap.fromImage(picture))
-        self._read_wanted()
+                view.set_pixmap(QPixmap.fromImage(picture))
 
     def wait_preview(self, timeout_s: float = 10.0) -> bool:
         """Wait until the pictures of the image shown are read and shown (tests, screenshots)."""
-        return wait_for(lambda: not self._reading and self._wanted is None, timeout_s)
+        return wait_for(lambda: not self._pictures.busy, timeout_s)
 
     def shutdown(self) -> None:
-        self._wanted = None
-        self._pictures.shutdown(10.0)
+        self._pictures.shutdown()
 
     def set_family(self, name: str | None) -> None:
         """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL,

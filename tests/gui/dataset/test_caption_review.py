@@ -61,7 +61,8 @@ def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(p
     dialog.table.setCurrentCell(_row(dialog, "a"), 0)
     dialog.general.setValue(60)  # the live preview drops the tag scored 0.5
     assert dialog.preview.text() == "sks, red, square, miku"
-    assert dialog.preview_tokens.text() == "7 / 75 tokens" and not dialog.preview_image.pixmap().isNull()
+    assert dialog.preview_tokens.text() == "7 / 75 tokens"
+    qtbot.waitUntil(lambda: not dialog.preview_image.pixmap().isNull(), timeout=5000)  # decoded off the GUI thread
     assert _on_disk(page) == before  # nothing written by reviewing
 
     _select(dialog, "b")

@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from studio.core.project.folder import Project
-from studio.gui.dataset import editor as editor_module
-from studio.gui.dataset.editor import LOADING_TEXT, UNREADABLE_TEXT
+from studio.gui.dataset import picture_reader
 from studio.gui.dataset.page import DatasetPage
+from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT
 from tests.gui.dataset.conftest import open_page
 
 
@@ -32,15 +32,15 @@ def test_the_preview_is_decoded_off_the_gui_thread_and_the_editor_is_usable_mean
         qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
     release, decoding = threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
-    read = editor_module.read_preview
+    read = picture_reader.read_preview
 
-    def slow_read(path: Path, size: int = editor_module.PREVIEW_SIZE):  # type: ignore[no-untyped-def]
+    def slow_read(path: Path, size: int):  # type: ignore[no-untyped-def]
         threads.append(threading.current_thread())
         decoding.set()
         release.wait(10)  # a 100 MB image, as long as the test wants
         return read(path, size)
 
-    monkeypatch.setattr(editor_module, "read_preview", slow_read)
+    monkeypatch.setattr(picture_reader, "read_preview", slow_read)
     assert page.context.project is not None
     square = page.context.project.root / "images" / "d.png"
     page.select_path(square)  # returns while the picture is still being decoded
@@ -58,15 +58,15 @@ def test_the_preview_is_decoded_off_the_gui_thread_and_the_editor_is_usable_mean
 def test_stepping_faster_than_previews_decode_shows_the_last_image(  # type: ignore[no-untyped-def]
         qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
-    read = editor_module.read_preview
+    read = picture_reader.read_preview
     asked: list[str] = []
 
-    def slow_read(path: Path, size: int = editor_module.PREVIEW_SIZE):  # type: ignore[no-untyped-def]
+    def slow_read(path: Path, size: int):  # type: ignore[no-untyped-def]
         asked.append(path.name)
         release.wait(10)
         return read(path, size)
 
-    monkeypatch.setattr(editor_module, "read_preview", slow_read)
+    monkeypatch.setattr(picture_reader, "read_preview", slow_read)
     page.view.setCurrentIndex(page.model.index(0))
     for _ in range(3):
         page.step(1)
@@ -89,3 +89,29 @@ def test_a_broken_or_enormous_image_shows_a_placeholder(qtbot, project: Project,
         assert page.editor.text.toPlainText() == ""  # the caption can still be written
         # The grid's cell: the unreadable placeholder once the thumbnail helper has tried.
         qtbot.waitUntil(lambda n=name: page.loader.failed(folder / n), timeout=20000)
+
+
+def test_the_caption_review_reads_its_preview_off_the_gui_thread_and_names_an_unreadable_image(  # type: ignore[no-untyped-def]
+        qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.dataset.captions.auto_caption import MachineCaption, ScoredTag
+
+    threads: list[threading.Thread] = []
+    read = picture_reader.read_preview
+
+    def recorded(path: Path, size: int):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread())
+        return read(path, size)
+
+    monkeypatch.setattr(picture_reader, "read_preview", recorded)
+    assert page.store is not None
+    broken = next(image for image in page.store.entries if image.name == "c.png")
+    broken.write_bytes(b"not an image any more")
+    dialog = page.open_caption_dialog()
+    assert dialog is not None
+    for image in sorted(page.store.entries):
+        dialog.add_proposal(MachineCaption(image, tags=(ScoredTag("outdoors", 0.9),)))
+    dialog.table.setCurrentCell(dialog.rows.index(broken), 0)
+    qtbot.waitUntil(lambda: dialog.preview_image.text() == UNREADABLE_TEXT, timeout=5000)
+    dialog.table.setCurrentCell(dialog.rows.index(next(i for i in dialog.rows if i.name == "a.png")), 0)
+    qtbot.waitUntil(lambda: not dialog.preview_image.pixmap().isNull(), timeout=5000)
+    assert threads and threading.main_thread() not in threads

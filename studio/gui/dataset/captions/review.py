@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImageReader, QPixmap
+from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImage, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -51,6 +51,7 @@ from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.dataset.captions.job import CaptionJob
 from studio.gui.dataset.captions.picker import CaptionerPicker
+from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
 
 PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
@@ -168,6 +169,7 @@ class CaptionReviewDialog(QDialog):
     def _build_preview(self) -> QWidget:
         panel = QWidget()
         self.preview_image = QLabel()
+        self.pictures = PictureReader(PREVIEW_SIZE, self)  # a 100 MB image is decoded off the GUI thread
         self.preview_image.setFixedSize(QSize(PREVIEW_SIZE, PREVIEW_SIZE))
         self.preview_image.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.preview = named(QLabel(), "caption_preview")
@@ -385,6 +387,7 @@ class CaptionReviewDialog(QDialog):
             self.preview.setText("")
             self.preview_tokens.setText("")
             self.preview_image.clear()
+            self.pictures.cancel()
             return
         image = self.rows[row]
         after = self.proposed(image)
@@ -393,12 +396,17 @@ class CaptionReviewDialog(QDialog):
         limit = self.reader.caption_token_limit
         over = f" — longer than {self.reader.caption_encoder} reads; the rest is cut off" if tokens > limit else ""
         self.preview_tokens.setText(f"{tokens} / {limit} tokens{over}")
-        reader = QImageReader(str(image))
-        reader.setAutoTransform(True)
-        size = reader.size()
-        if size.isValid():
-            reader.setScaledSize(size.scaled(PREVIEW_SIZE, PREVIEW_SIZE, Qt.AspectRatioMode.KeepAspectRatio))
-        self.preview_image.setPixmap(QPixmap.fromImage(reader.read()))
+        self.preview_image.setText(LOADING_TEXT)
+        self.pictures.ask([image], lambda pictures: self._picture_read(image, pictures[0]))
+
+    def _picture_read(self, image: Path, picture: QImage | None) -> None:
+        row = self.table.currentRow()
+        if not (0 <= row < len(self.rows) and self.rows[row] == image):
+            return
+        if picture is None:
+            self.preview_image.setText(UNREADABLE_TEXT)
+        else:
+            self.preview_image.setPixmap(QPixmap.fromImage(picture))
 
     def selected_rows(self) -> list[int]:
         return sorted({index.row() for index in self.table.selectionModel().selectedRows()})
@@ -435,10 +443,12 @@ class CaptionReviewDialog(QDialog):
         self._table_timer.stop()
         self.job.kill_now()
         self.picker.shutdown()
+        self.pictures.shutdown()
         super().done(result)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self._table_timer.stop()
         self.job.kill_now()
         self.picker.shutdown()
+        self.pictures.shutdown()
         super().closeEvent(event)
