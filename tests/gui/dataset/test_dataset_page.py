@@ -443,3 +443,25 @@ def test_a_mask_or_a_control_image_with_a_problem_is_its_images(tmp_path: Path) 
     by_path = {str(masks / "b.png"): ["the mask is 10x10 but its image b.jpg is 40x40"], str(b.path): ["has no caption"]}
     assert problems_by_image(by_path, owners) == {
         str(b.path): ["b.png: the mask is 10x10 but its image b.jpg is 40x40", "has no caption"]}
+
+
+def test_the_bulk_dialog_counts_once_typing_pauses_and_ok_applies_what_was_typed(  # type: ignore[no-untyped-def]
+        qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.dataset.captions import caption_ops
+    from studio.gui.dataset.bulk import BulkDialog
+
+    runs: list[str] = []
+    add_trigger = caption_ops.add_trigger
+    monkeypatch.setattr(caption_ops, "add_trigger", lambda c, word: runs.append(word) or add_trigger(c, word))
+    dialog = BulkDialog(page.tools.scopes(), page)
+    dialog.select("trigger", scope="All images")
+    runs.clear()
+    qtbot.keyClicks(dialog.first, "sks")
+    assert runs == []  # over 20,000 captions each key would cost up to a second
+    qtbot.waitUntil(lambda: dialog.preview.text() == "4 of 4 captions will change.", timeout=5000)
+    assert runs == ["sks"]
+    qtbot.keyClicks(dialog.first, "x")
+    dialog.buttons.button(dialog.buttons.StandardButton.Ok).click()  # before the pause: the edits are worked out
+    assert dialog.result() == dialog.DialogCode.Accepted
+    assert {edit.after.split(", ")[0] for edit in dialog.edits} == {"sksx"}
+    dialog.deleteLater()
