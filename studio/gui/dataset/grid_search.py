@@ -37,7 +37,7 @@ class GridSearch:
             self._read.append(entry.caption)
             self._texts.append(self._text(i, entry.caption))
             # Interned: the few thousand distinct tags of a dataset are held once, and compared by identity first.
-            self._tags.append(tuple(sys.intern(tag.lower()) for tag in tags))
+            self._tags.append(tuple(map(sys.intern, map(str.lower, tags))))
 
     def serves(self, entries: Sequence[ImageEntry]) -> bool:
         """The search was made for exactly these entries, in this order."""
@@ -70,7 +70,7 @@ class GridSearch:
             caption = self.entries[i].caption
             self._read[i] = caption
             self._texts[i] = self._text(i, caption)
-            self._tags[i] = tuple(sys.intern(tag.lower()) for tag in split_tags(caption))
+            self._tags[i] = tuple(map(sys.intern, map(str.lower, split_tags(caption))))
 
 
 _CAPTION = operator.attrgetter("caption")
