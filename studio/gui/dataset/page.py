@@ -345,7 +345,10 @@ class DatasetPage(Page):
             self.view.scrollTo(index)
 
     def selected_entries(self) -> list[ImageEntry]:
-        return [self.model.entry(i.row()) for i in sorted(self.view.selectionModel().selectedIndexes())]
+        """The selected images in grid order. Read from the selection's ranges: all 20,000 selected are one range,
+        where a list of every index, sorted in Python, took a third of a second."""
+        rows = {row for span in self.view.selectionModel().selection() for row in range(span.top(), span.bottom() + 1)}
+        return [self.model.entry(row) for row in sorted(rows)]
 
     # ------------------------------------------------------------ editing
 

@@ -465,3 +465,17 @@ def test_the_bulk_dialog_counts_once_typing_pauses_and_ok_applies_what_was_typed
     assert dialog.result() == dialog.DialogCode.Accepted
     assert {edit.after.split(", ")[0] for edit in dialog.edits} == {"sksx"}
     dialog.deleteLater()
+
+
+def test_the_selected_images_scope_is_the_images_selected_in_grid_order(page: DatasetPage) -> None:
+    from PySide6.QtCore import QItemSelectionModel
+
+    selection = page.view.selectionModel()
+    selection.clearSelection()
+    for row in (3, 0, 1):  # d, then a and b: two ranges, chosen out of order
+        selection.select(page.model.index(row), QItemSelectionModel.SelectionFlag.Select)
+    assert [e.path.name for e in page.selected_entries()] == ["a.png", "b.png", "d.png"]
+    assert page.apply_bulk("trigger", "sks", scope="Selected images") == 3
+    assert page.save_now()
+    assert (images(page) / "b.txt").read_text(encoding="utf-8") == "sks, blue, circle"
+    assert not (images(page) / "c.txt").exists()  # not selected: still no caption
