@@ -71,7 +71,8 @@ def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(p
     qtbot.mouseClick(dialog.accept_button, LEFT)
     assert [image.stem for image in dialog.rows] == ["c", "d"]
     qtbot.mouseClick(dialog.accept_all_button, LEFT)
-    assert dialog.rows == [] and page.undo_stack.count() == 2
+    assert dialog.rows == [] and dialog.table.rowCount() == 0 and not dialog.proposals
+    assert page.undo_stack.count() == 2
     assert [page.undo_stack.text(i) for i in range(2)] == ["Caption 1 image", "Caption 2 images"]
     written = _on_disk(page)
     assert written == {"a": "sks, red, square, miku", "b": before["b"], "c": "sks, miku, square",

@@ -431,7 +431,13 @@ class CaptionReviewDialog(QDialog):
 
     def reject_rows(self, rows: Sequence[int]) -> None:
         """Drop the proposals of `rows`; their captions stay as they are."""
-        for row in sorted(set(rows), reverse=True):
+        dropped = sorted(set(rows), reverse=True)
+        if len(dropped) == len(self.rows):  # every row (Accept all): one call, where 20,000 removals took seconds
+            for image in self.rows:
+                self.proposals.pop(image, None)
+            self.rows = []
+            self.table.setRowCount(0)
+        for row in dropped if self.rows else ():
             self.proposals.pop(self.rows.pop(row), None)
             self.table.removeRow(row)
         self._update_sliders()
