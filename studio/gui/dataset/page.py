@@ -347,7 +347,9 @@ class DatasetPage(Page):
     def selected_entries(self) -> list[ImageEntry]:
         """The selected images in grid order. Read from the selection's ranges: all 20,000 selected are one range,
         where a list of every index, sorted in Python, took a third of a second."""
-        rows = {row for span in self.view.selectionModel().selection() for row in range(span.top(), span.bottom() + 1)}
+        selection = self.view.selectionModel().selection()
+        spans = (selection.at(i) for i in range(selection.count()))
+        rows = {row for span in spans for row in range(span.top(), span.bottom() + 1)}
         return [self.model.entry(row) for row in sorted(rows)]
 
     # ------------------------------------------------------------ editing
