@@ -212,3 +212,30 @@ def test_opening_another_project_closes_caption_with(page: DatasetPage, qtbot, t
     (other.root / "images").mkdir()
     page.context.set_project(other)
     assert page.tools.dialog is None
+
+
+def test_thousands_of_rows_follow_a_rule_a_slice_at_a_time(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QSettings
+
+    from studio.core.dataset.captions.caption_store import CaptionStore
+    from studio.core.dataset.scan import ImageEntry
+    from studio.gui.context import StudioContext
+    from studio.gui.dataset.captions.review import REFILL_SLICE
+
+    entries = [ImageEntry(tmp_path / f"{i:05d}.png", "red", None, "txt", 1, str(tmp_path))
+               for i in range(2 * REFILL_SLICE + 10)]
+    dialog = CaptionReviewDialog(CaptionStore(entries), [], lambda edits, title: None,
+                                 StudioContext(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    qtbot.addWidget(dialog)
+    dialog.mode.setCurrentIndex(dialog.mode.findData("append"))
+    for entry in entries:
+        dialog.add_proposal(_tags(entry.path))
+    last = len(entries) - 1
+    assert dialog.table.item(last, 2).text().startswith("red, miku, ")
+    dialog.prefix.setText("sks")
+    dialog._table_timer.stop()
+    dialog._refill_table()  # what the pause after the typing starts
+    assert dialog.table.item(0, 2).text().startswith("sks, red, miku, ")
+    assert dialog.table.item(last, 2).text().startswith("red, miku, ")  # the window goes on meanwhile
+    qtbot.waitUntil(lambda: dialog.table.item(last, 2).text().startswith("sks, red, miku, "), timeout=10000)
+    dialog.close()

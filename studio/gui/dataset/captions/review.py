@@ -57,6 +57,7 @@ PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
 PREVIEW_SIZE = 256
 TABLE_DELAY_MS = 150
+REFILL_SLICE = 500  # rows refilled per event-loop turn (about 40 ms)
 _KEPT = "(left as it is)"
 
 
@@ -91,6 +92,9 @@ class CaptionReviewDialog(QDialog):
         # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
         self._table_timer = QTimer(self, singleShot=True, interval=TABLE_DELAY_MS)
         self._table_timer.timeout.connect(self._refill_table)
+        self._refilled = 0  # rows refilled with the rules now; the rest follow a slice per turn
+        self._refill_timer = QTimer(self, singleShot=True, interval=0)
+        self._refill_timer.timeout.connect(self._refill_some)
         self.job.sig_started.connect(self._started)
         self.job.sig_caption.connect(self.add_proposal)
         self.job.sig_progress.connect(self._progress)
@@ -372,9 +376,18 @@ class CaptionReviewDialog(QDialog):
         self._table_timer.start()
 
     def _refill_table(self) -> None:
-        rules = self.rules()
-        for row in range(len(self.rows)):
+        """Every row again with the rules now, a slice per event-loop turn: 20,000 rows at once froze the dialog
+        for seconds after each slider move."""
+        self._refilled = 0
+        self._refill_some()
+
+    def _refill_some(self) -> None:
+        rules, end = self.rules(), min(self._refilled + REFILL_SLICE, len(self.rows))
+        for row in range(self._refilled, end):
             self._fill_row(row, rules)
+        self._refilled = end
+        if end < len(self.rows):
+            self._refill_timer.start()
 
     def _update_sliders(self) -> None:
         tags = any(p.tags for p in self.proposals.values())
@@ -440,6 +453,8 @@ class CaptionReviewDialog(QDialog):
         for row in dropped if self.rows else ():
             self.proposals.pop(self.rows.pop(row), None)
             self.table.removeRow(row)
+        if self._refill_timer.isActive():  # rows moved up past the slices refilled: all again
+            self._refill_table()
         self._update_sliders()
         self._show_preview()
 
@@ -447,6 +462,7 @@ class CaptionReviewDialog(QDialog):
 
     def done(self, result: int) -> None:
         self._table_timer.stop()
+        self._refill_timer.stop()
         self.job.kill_now()
         self.picker.shutdown()
         self.pictures.shutdown()
@@ -454,6 +470,7 @@ class CaptionReviewDialog(QDialog):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self._table_timer.stop()
+        self._refill_timer.stop()
         self.job.kill_now()
         self.picker.shutdown()
         self.pictures.shutdown()
