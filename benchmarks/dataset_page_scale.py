@@ -3,7 +3,8 @@
 Run: QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/dataset_page_scale.py [--images 20000] [--repeat 3]
 
 The dataset is generated once in a temporary folder: tiny PNGs, each with a caption of 20 tags drawn from
-3,000 (a tagger's output), and one 7000 x 7000 PNG (49 megapixels, under the preview's limit). Every figure
+3,000 (a tagger's output), and one 7000 x 7000 PNG (49 megapixels, under the preview's limit), then Caption with…'s review holding a
+proposal for each. Every figure
 is the GUI thread's time for the action, event processing after it included (the repaint of the grid);
 keystrokes are typed one character at a time and their median and worst are noted. Figures are medians of
 `--repeat` runs, each on a fresh page (the check and the thumbnails finished first, so they do not
@@ -108,9 +109,28 @@ def one_run(app: Any, project: Any, root: Path, note: Callable[[str, float], Non
     dialog.deleteLater()
     note("trigger_all_ms", gui_ms(app, lambda: page.apply_bulk("trigger", "sks")))
     note("undo_all_ms", gui_ms(app, page.undo_stack.undo))
+    review_run(app, page, note)
     page.shutdown()
     page.deleteLater()
     app.processEvents()
+
+
+def review_run(app: Any, page: Any, note: Callable[[str, float], None]) -> None:
+    """Caption with…'s review holding a proposal for every image: a rule changed (the first event-loop turn of
+    the table following it), then Reject all."""
+    from studio.core.dataset.captions.auto_caption import MachineCaption, ScoredTag
+    from studio.gui.dataset.captions.review import CaptionReviewDialog
+
+    dialog = CaptionReviewDialog(page.store, [], page.push_edits, page.context, page)
+    for image in list(page.store.entries):
+        dialog.add_proposal(MachineCaption(image, tags=(ScoredTag("outdoors", 0.9), ScoredTag("cat", 0.4))))
+    app.processEvents()
+    dialog.prefix.setText("sks")
+    dialog._table_timer.stop()
+    note("review_rule_changed_ms", gui_ms(app, dialog._refill_table))  # what the pause after typing starts
+    note("review_reject_all_ms", gui_ms(app, lambda: dialog.reject_rows(range(len(dialog.rows)))))
+    dialog.close()
+    dialog.deleteLater()
 
 
 def main() -> int:
