@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -19,6 +20,10 @@ from PySide6.QtWidgets import (
 
 from studio.core.dataset.captions import caption_ops as ops
 from studio.core.dataset.captions.caption_store import CaptionEdit
+
+# Working out an operation over 20,000 captions takes up to a second: the count follows the typing once it pauses,
+# not at every key.
+TYPING_PAUSE_MS = 300
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,13 @@ class BulkDialog(QDialog):
         form.addRow(self.regex, self.case)
         form.addRow(self.preview)
         form.addRow(self.buttons)
+        self._typing = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
+        self._typing.timeout.connect(self._update)
         for signal in (self.operation.currentIndexChanged, self.scope.currentIndexChanged,
-                       self.first.textChanged, self.second.textChanged, self.regex.toggled, self.case.toggled):
+                       self.regex.toggled, self.case.toggled):
             signal.connect(self._update)
+        for field in (self.first, self.second):
+            field.textChanged.connect(self._typed)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         self._update()
@@ -89,8 +98,21 @@ class BulkDialog(QDialog):
             self.scope.setCurrentIndex(self.scope.findData(scope))
         self.first.setText(first)
         self.second.setText(second)
+        self._update()
+
+    def _typed(self) -> None:
+        self._typing.start()
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)  # OK works the edits out
+
+    def accept(self) -> None:
+        """OK right after typing works out the edits of the text typed, not of the text before the pause."""
+        if self._typing.isActive():
+            self._update()
+        if self.edits:
+            super().accept()
 
     def _update(self) -> None:
+        self._typing.stop()
         op = BULK_OPS[self.operation.currentData()]
         for label, field, text in ((self.first_label, self.first, op.first), (self.second_label, self.second, op.second)):
             label.setText(text)

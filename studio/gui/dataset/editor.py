@@ -8,11 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QImage,
-    QImageReader,
     QKeySequence,
     QPalette,
     QPixmap,
@@ -32,9 +31,9 @@ from PySide6.QtWidgets import (
 from studio.core.dataset.captions.caption_tags import estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
 from studio.core.families import DEFAULT_FAMILY, FamilySpec, family, is_family
+from studio.gui.base.event_loop import wait_for
 from studio.gui.dataset.captions.text import CaptionTextEdit
-from studio.gui.dataset.mask_overlay import with_mask
-from studio.gui.dataset.thumbnail_loader import MAX_DECODE_PIXELS
+from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
 from studio.gui.widgets.image_view import ImageView
 
 PREVIEW_SIZE = 768
@@ -71,22 +70,6 @@ class TagHighlighter(QSyntaxHighlighter):
                     self.setFormat(start, i - start, self.formats[n % 2])
                     n += 1
                 start = i + 1
-
-
-def load_preview(path: Path, size: int = PREVIEW_SIZE) -> QPixmap | None:
-    """A scaled preview; huge non-JPEG images are not decoded (None)."""
-    reader = QImageReader(str(path))
-    reader.setAutoTransform(True)
-    full = reader.size()
-    if not full.isValid():
-        return None
-    if full.width() * full.height() > MAX_DECODE_PIXELS and reader.format().data() not in (b"jpeg", b"jpg"):
-        return None
-    scaled = full.scaled(QSize(size, size), Qt.AspectRatioMode.KeepAspectRatio)
-    if scaled.width() < full.width():
-        reader.setScaledSize(scaled)
-    image = reader.read()
-    return None if image.isNull() else QPixmap.fromImage(image)
 
 
 class CaptionEditor(QWidget):
@@ -148,6 +131,7 @@ class CaptionEditor(QWidget):
         layout.addWidget(self.notice)
         layout.addLayout(nav)
 
+        self._pictures = PictureReader(PREVIEW_SIZE, self)  # decoded off the GUI thread: see picture_reader.py
         self._pause = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
         self._pause.timeout.connect(self.commit)
         self.text.textChanged.connect(self._typed)
@@ -180,6 +164,7 @@ class CaptionEditor(QWidget):
         self._update_tokens()
         self._show_controls(entry)
         if entry is None:
+            self._pictures.cancel()
             self.preview.set_text(empty_text)
             self.name.setText("")
             return
@@ -188,17 +173,15 @@ class CaptionEditor(QWidget):
             self.name.setText(f"{sources} → {entry.path.name}  ·  instruction from {entry.caption_source}")
         else:
             self.name.setText(f"{entry.path.name}  ·  caption from {entry.caption_source}")
-        pixmap = load_preview(entry.path)
-        if pixmap is None:
-            self.preview.set_text("This image cannot be previewed (unreadable or too large)")
-        else:
-            self.preview.set_pixmap(with_mask(pixmap, self.mask_for(entry.path)))
+        self._ask_pictures(entry)
 
     def set_edit_pairs(self, on: bool) -> None:
         """Show items as edit pairs (controls beside the target, the caption as the instruction) or as images."""
         self.edit_pairs = on
         self.text.setPlaceholderText(INSTRUCTION_PLACEHOLDER if on else CAPTION_PLACEHOLDER)
         self._show_controls(self.entry)
+        if self.entry is not None:
+            self._ask_pictures(self.entry)
 
     def _show_controls(self, entry: ImageEntry | None) -> None:
         controls = entry.controls if entry is not None and self.edit_pairs else ()
@@ -218,12 +201,36 @@ class CaptionEditor(QWidget):
                 view.set_text("No control image for this target: the Problems tab says where it goes")
                 view.setToolTip("")
                 continue
-            pixmap = load_preview(controls[index])
-            if pixmap is None:
-                view.set_text(f"{controls[index].name} cannot be previewed (unreadable or too large)")
-            else:
-                view.set_pixmap(pixmap)
+            view.set_text(LOADING_TEXT)  # the picture comes with the target's (_pictures_read)
             view.setToolTip(f"Control image {index + 1}: {controls[index]}")
+
+    def _ask_pictures(self, entry: ImageEntry) -> None:
+        """Read the preview (with its loss mask) and an edit pair's controls off the GUI thread."""
+        self.preview.set_text(LOADING_TEXT)
+        controls = list(entry.controls) if self.edit_pairs else []
+        self._pictures.ask([entry.path, *controls], lambda pictures: self._pictures_read(entry, pictures),
+                           self.mask_for)
+
+    def _pictures_read(self, entry: ImageEntry, pictures: list[QImage | None]) -> None:
+        if entry is not self.entry:
+            return
+        target, *controls = pictures
+        if target is None:
+            self.preview.set_text(UNREADABLE_TEXT)
+        else:
+            self.preview.set_pixmap(QPixmap.fromImage(target))
+        for view, path, picture in zip(self.control_views, entry.controls, controls, strict=False):
+            if picture is None:
+                view.set_text(f"{path.name} cannot be previewed (unreadable or too large)")
+            else:
+                view.set_pixmap(QPixmap.fromImage(picture))
+
+    def wait_preview(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the pictures of the image shown are read and shown (tests, screenshots)."""
+        return wait_for(lambda: not self._pictures.busy, timeout_s)
+
+    def shutdown(self) -> None:
+        self._pictures.shutdown()
 
     def set_family(self, name: str | None) -> None:
         """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL,

@@ -16,8 +16,8 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelInde
 from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import QListView
 
-from studio.core.dataset.captions.caption_tags import split_tags
 from studio.core.dataset.scan import ImageEntry
+from studio.gui.dataset.grid_search import GridSearch
 from studio.gui.dataset.thumbnail_loader import THUMB_SIZE, ThumbnailLoader
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -72,6 +72,7 @@ class DatasetListModel(QAbstractListModel):
         self.filter = GridFilter()
         self._row_of: dict[str, int] = {}
         self._keys: list[str] = []  # str(path) for each of paths
+        self._search: GridSearch | None = None  # made for entries on the first filter (or handed in with them)
         self._loading = _placeholder("#2b2b2b")
         self._broken = _placeholder("#5a1e1e")
         loader.sig_ready.connect(self._thumb_ready)
@@ -117,13 +118,16 @@ class DatasetListModel(QAbstractListModel):
         """Show the images of a fresh listing; captions are not known yet. `keys`: str of each path."""
         self.beginResetModel()
         self.paths, self.entries, self.problems = list(paths), [], {}
+        self._search = None
         self._keys = list(keys) if keys is not None else [str(p) for p in self.paths]
         self._apply_filter()
         self.endResetModel()
 
-    def set_entries(self, entries: Sequence[ImageEntry]) -> None:
-        """Captions arrived. When the images are those already shown, rows, scrolling and selection stay."""
+    def set_entries(self, entries: Sequence[ImageEntry], search: GridSearch | None = None) -> None:
+        """Captions arrived. When the images are those already shown, rows, scrolling and selection stay.
+        `search`: the filter's lookups made for these entries off the GUI thread (else made at the first filter)."""
         entries = list(entries)
+        self._search = search if search is not None and search.serves(entries) else None
         if len(entries) == len(self.paths) and all(e.path is p or e.path == p for e, p in zip(entries, self.paths, strict=True)):
             self.entries = entries
             if self.filter.active:
@@ -154,18 +158,13 @@ class DatasetListModel(QAbstractListModel):
             # Until captions are read a filter cannot be judged; every image shows.
             self.rows = list(range(len(self.paths)))
         else:
-            text, tag = f.text.lower(), f.tag.strip().lower()
-            rows = []
-            for i, entry in enumerate(self.entries):
-                if f.no_caption and has_own_caption(entry):
-                    continue
-                if f.has_problems and str(entry.path) not in self.problems:
-                    continue
-                if text and text not in entry.path.name.lower() and text not in (entry.caption or "").lower():
-                    continue
-                if tag and tag not in (t.lower() for t in split_tags(entry.caption)):
-                    continue
-                rows.append(i)
+            if self._search is None:
+                self._search = GridSearch(self.entries)
+            rows = self._search.matching(f.text, f.tag)
+            if f.no_caption:
+                rows = [i for i in rows if not has_own_caption(self.entries[i])]
+            if f.has_problems:
+                rows = [i for i in rows if self._keys[i] in self.problems]
             self.rows = rows
         self._row_of = {}  # built on first use: most loads never look a path up
 

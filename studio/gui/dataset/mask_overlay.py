@@ -74,16 +74,22 @@ def _alpha_as_grey(image: QImage) -> QImage:
 
 def with_mask(pixmap: QPixmap, mask: QImage | None) -> QPixmap:
     """`pixmap` with the masked-out part tinted (unchanged without a mask)."""
+    return pixmap if mask is None else QPixmap.fromImage(tinted(pixmap.toImage(), mask))
+
+
+def tinted(image: QImage, mask: QImage | None) -> QImage:
+    """`image` with the masked-out part tinted (unchanged without a mask); safe off the GUI thread, unlike a
+    pixmap, so the preview is made where it is decoded."""
     if mask is None:
-        return pixmap
-    scaled = mask.scaled(pixmap.size(), Qt.AspectRatioMode.IgnoreAspectRatio,
+        return image
+    scaled = mask.scaled(image.size(), Qt.AspectRatioMode.IgnoreAspectRatio,
                          Qt.TransformationMode.SmoothTransformation)
     hidden = scaled.copy()
     hidden.invertPixels()  # black in the mask (ignored) becomes the tint's full strength
-    tint = QImage(pixmap.size(), QImage.Format.Format_ARGB32)
+    tint = QImage(image.size(), QImage.Format.Format_ARGB32)
     tint.fill(TINT)
     tint.setAlphaChannel(hidden)  # a grey image: its intensity is the alpha
-    out = QPixmap(pixmap)
+    out = image.convertToFormat(QImage.Format.Format_ARGB32_Premultiplied)
     painter = QPainter(out)
     painter.setOpacity(OPACITY)
     painter.drawImage(0, 0, tint)

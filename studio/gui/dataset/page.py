@@ -89,6 +89,7 @@ class DatasetPage(Page):
         self.tools = CaptionTools(self, self)
         self._generation = 0
         self._scanning = self._checking = False
+        self._keep_editor = False  # see _refilter
         self._started = 0.0
         self._summary = ""
         self.first_paint_ms: float | None = None
@@ -227,10 +228,10 @@ class DatasetPage(Page):
             return
         self._scanning = False
         self.scans = outcome.scans
-        entries = [e for _, scan in outcome.scans for e in scan.entries]
+        entries = outcome.entries
         self.store = outcome.store
         self.tools.store_replaced(self.store, self._project_root())
-        self.model.set_entries(entries)
+        self.model.set_entries(entries, outcome.search)
         self.problems = list(outcome.errors)
         concepts = list(self.context.config.dataset.concepts)
         self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
@@ -295,7 +296,13 @@ class DatasetPage(Page):
         current = self.editor.entry
         self.model.set_filter(self.toolbar.grid_filter())
         if current is not None and self.model.row_of(current.path) is not None:
-            self.select_path(current.path)
+            # The image shown is still in the grid: it is chosen again, and the editor (its preview, the caption
+            # being typed) stays as it is rather than being made again at every keystroke in the filter.
+            self._keep_editor = True
+            try:
+                self.select_path(current.path)
+            finally:
+                self._keep_editor = False
         elif self.model.rowCount():
             self.view.setCurrentIndex(self.model.index(0))
         else:
@@ -318,6 +325,8 @@ class DatasetPage(Page):
             self.editor.set_entry(None)
             return
         entry = self.model.entry(row)
+        if self._keep_editor and entry is self.editor.entry:
+            return
         self.editor.set_entry(entry, self.store.write_refusal(entry.path))
 
     def step(self, delta: int) -> None:
@@ -341,7 +350,12 @@ class DatasetPage(Page):
             self.view.scrollTo(index)
 
     def selected_entries(self) -> list[ImageEntry]:
-        return [self.model.entry(i.row()) for i in sorted(self.view.selectionModel().selectedIndexes())]
+        """The selected images in grid order. Read from the selection's ranges: all 20,000 selected are one range,
+        where a list of every index, sorted in Python, took a third of a second."""
+        selection = self.view.selectionModel().selection()
+        spans = (selection.at(i) for i in range(selection.count()))
+        rows = {row for span in spans for row in range(span.top(), span.bottom() + 1)}
+        return [self.model.entry(row) for row in sorted(rows)]
 
     # ------------------------------------------------------------ editing
 
@@ -463,4 +477,5 @@ class DatasetPage(Page):
         join_exiting(2.0)
         self.saver.shutdown()
         self.worker.shutdown(10.0)
+        self.editor.shutdown()
         self.loader.shutdown()

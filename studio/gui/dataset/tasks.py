@@ -17,7 +17,6 @@ from PySide6.QtCore import QObject, Signal
 
 from studio.core.config.schema import ConceptSection, DatasetSection
 from studio.core.dataset.captions.caption_store import CaptionStore
-from studio.core.dataset.captions.caption_tags import tag_counts
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.edit_pairs.pairs import control_settings
@@ -30,6 +29,7 @@ from studio.core.dataset.scan import (
     read_captions,
 )
 from studio.core.families import DEFAULT_FAMILY
+from studio.gui.dataset.grid_search import GridSearch
 from studio.gui.dataset.helper_process import HelperProcess
 
 
@@ -53,6 +53,8 @@ class ScanOutcome:
     errors: list[Problem] = field(default_factory=list)
     store: CaptionStore | None = None  # made here, handed to the GUI thread once complete
     tags: Counter[str] = field(default_factory=Counter)
+    entries: list[ImageEntry] = field(default_factory=list)  # every scan's, in grid order
+    search: GridSearch | None = None  # the grid filter's lookups over `entries`
 
 
 @dataclass
@@ -139,11 +141,11 @@ def read_folders(listed: ListOutcome, caption_extension: str) -> ScanOutcome:
             outcome.scans.append((index, read_captions(listing)))
         except OSError as exc:
             outcome.errors.append(folder_problem(listing.concept, exc))
-    entries = [e for _, scan in outcome.scans for e in scan.entries]
+    entries = outcome.entries = [e for _, scan in outcome.scans for e in scan.entries]
     # Saves killed halfway (the studio closed, the power cut) leave hidden temporary files.
     outcome.store = CaptionStore(entries, caption_extension)
     outcome.store.remove_leftovers()
-    outcome.tags = tag_counts(e.caption for e in entries)
+    outcome.search = GridSearch(entries, outcome.tags)  # the tags counted as the captions are read for the filter
     return outcome
 
 

@@ -92,6 +92,7 @@ def test_a_portrait_preview_is_shown_whole(qtbot, page: DatasetPage) -> None:  #
     page.reload()
     assert page.wait_loaded(30)
     page.select_path(portrait)
+    assert page.editor.wait_preview()  # decoded on the preview thread
     preview = page.editor.preview
     preview.resize(500, 300)  # a wide, short preview area: the image must fit its height
     shown = preview.image_rect()

@@ -61,7 +61,8 @@ def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(p
     dialog.table.setCurrentCell(_row(dialog, "a"), 0)
     dialog.general.setValue(60)  # the live preview drops the tag scored 0.5
     assert dialog.preview.text() == "sks, red, square, miku"
-    assert dialog.preview_tokens.text() == "7 / 75 tokens" and not dialog.preview_image.pixmap().isNull()
+    assert dialog.preview_tokens.text() == "7 / 75 tokens"
+    qtbot.waitUntil(lambda: not dialog.preview_image.pixmap().isNull(), timeout=5000)  # decoded off the GUI thread
     assert _on_disk(page) == before  # nothing written by reviewing
 
     _select(dialog, "b")
@@ -70,7 +71,8 @@ def test_accept_one_reject_one_accept_all_then_one_undo_restores_every_caption(p
     qtbot.mouseClick(dialog.accept_button, LEFT)
     assert [image.stem for image in dialog.rows] == ["c", "d"]
     qtbot.mouseClick(dialog.accept_all_button, LEFT)
-    assert dialog.rows == [] and page.undo_stack.count() == 2
+    assert dialog.rows == [] and dialog.table.rowCount() == 0 and not dialog.proposals
+    assert page.undo_stack.count() == 2
     assert [page.undo_stack.text(i) for i in range(2)] == ["Caption 1 image", "Caption 2 images"]
     written = _on_disk(page)
     assert written == {"a": "sks, red, square, miku", "b": before["b"], "c": "sks, miku, square",
@@ -247,4 +249,31 @@ def test_escape_or_close_while_captioning_asks_before_the_job_is_stopped(page: D
     dialog.findChild(QPushButton, "caption_close").click()
     assert not dialog.isVisible() and not dialog.job.running
     assert page.open_caption_dialog() is dialog and len(dialog.rows) == 1  # the proposal made stays to review
+    dialog.close()
+
+
+def test_thousands_of_rows_follow_a_rule_a_slice_at_a_time(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QSettings
+
+    from studio.core.dataset.captions.caption_store import CaptionStore
+    from studio.core.dataset.scan import ImageEntry
+    from studio.gui.context import StudioContext
+    from studio.gui.dataset.captions.review import REFILL_SLICE
+
+    entries = [ImageEntry(tmp_path / f"{i:05d}.png", "red", None, "txt", 1, str(tmp_path))
+               for i in range(2 * REFILL_SLICE + 10)]
+    dialog = CaptionReviewDialog(CaptionStore(entries), [], lambda edits, title: None,
+                                 StudioContext(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)))
+    qtbot.addWidget(dialog)
+    dialog.mode.setCurrentIndex(dialog.mode.findData("append"))
+    for entry in entries:
+        dialog.add_proposal(_tags(entry.path))
+    last = len(entries) - 1
+    assert dialog.table.item(last, 2).text().startswith("red, miku, ")
+    dialog.prefix.setText("sks")
+    dialog._table_timer.stop()
+    dialog._refill_table()  # what the pause after the typing starts
+    assert dialog.table.item(0, 2).text().startswith("sks, red, miku, ")
+    assert dialog.table.item(last, 2).text().startswith("red, miku, ")  # the window goes on meanwhile
+    qtbot.waitUntil(lambda: dialog.table.item(last, 2).text().startswith("sks, red, miku, "), timeout=10000)
     dialog.close()

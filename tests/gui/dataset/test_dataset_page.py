@@ -472,3 +472,39 @@ def test_a_rename_undo_is_not_offered_in_another_project(qtbot, page: DatasetPag
     undo.click()  # a click that still reached it (a keyboard shortcut, an old screen reader) does nothing
     assert renamed.is_dir() and not kohya.exists()
     assert [c.path for c in other.load_config().dataset.concepts] == ["photos"]
+
+
+def test_the_bulk_dialog_counts_once_typing_pauses_and_ok_applies_what_was_typed(  # type: ignore[no-untyped-def]
+        qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
+    from studio.core.dataset.captions import caption_ops
+    from studio.gui.dataset.bulk import BulkDialog
+
+    runs: list[str] = []
+    add_trigger = caption_ops.add_trigger
+    monkeypatch.setattr(caption_ops, "add_trigger", lambda c, word: runs.append(word) or add_trigger(c, word))
+    dialog = BulkDialog(page.tools.scopes(), page)
+    dialog.select("trigger", scope="All images")
+    runs.clear()
+    qtbot.keyClicks(dialog.first, "sks")
+    assert runs == []  # over 20,000 captions each key would cost up to a second
+    qtbot.waitUntil(lambda: dialog.preview.text() == "4 of 4 captions will change.", timeout=5000)
+    assert runs == ["sks"]
+    qtbot.keyClicks(dialog.first, "x")
+    dialog.buttons.button(dialog.buttons.StandardButton.Ok).click()  # before the pause: the edits are worked out
+    assert dialog.result() == dialog.DialogCode.Accepted
+    assert {edit.after.split(", ")[0] for edit in dialog.edits} == {"sksx"}
+    dialog.deleteLater()
+
+
+def test_the_selected_images_scope_is_the_images_selected_in_grid_order(page: DatasetPage) -> None:
+    from PySide6.QtCore import QItemSelectionModel
+
+    selection = page.view.selectionModel()
+    selection.clearSelection()
+    for row in (3, 0, 1):  # d, then a and b: two ranges, chosen out of order
+        selection.select(page.model.index(row), QItemSelectionModel.SelectionFlag.Select)
+    assert [e.path.name for e in page.selected_entries()] == ["a.png", "b.png", "d.png"]
+    assert page.apply_bulk("trigger", "sks", scope="Selected images") == 3
+    assert page.save_now()
+    assert (images(page) / "b.txt").read_text(encoding="utf-8") == "sks, blue, circle"
+    assert not (images(page) / "c.txt").exists()  # not selected: still no caption

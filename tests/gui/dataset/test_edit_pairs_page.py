@@ -43,6 +43,7 @@ def test_a_target_shows_beside_its_control_and_its_instruction_is_saved(  # type
     editor = pairs_page.editor
     assert editor.entry is not None and editor.entry.path == folder / "cat.png"
     control = editor.control_views[0]
+    assert editor.wait_preview()  # decoded on the preview thread
     assert control.isVisible() and not editor.preview.pixmap().isNull() and not control.pixmap().isNull()
     assert control.pixmap().toImage().pixelColor(0, 0).green() == 200  # the control's picture, not the target's
     assert control.geometry().right() < editor.preview.geometry().left()  # side by side: control, then target
@@ -58,6 +59,7 @@ def test_a_target_without_its_control_says_so_and_is_named_in_problems(pairs_pag
     owl = pairs_project.root.parent / "pairs" / "owl.png"
     pairs_page.select_path(owl)
     view = pairs_page.editor.control_views[0]
+    assert pairs_page.editor.wait_preview()
     assert view.isVisible() and view.pixmap().isNull() and "No control image" in view.text()
     missing = [p for p in pairs_page.problems if p.code == "missing_control"]
     assert [(p.path, p.severity) for p in missing] == [(str(owl), "error")]

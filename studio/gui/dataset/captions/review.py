@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImageReader, QPixmap
+from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImage, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -52,11 +52,13 @@ from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 from studio.gui.dataset.captions.job import CaptionJob
 from studio.gui.dataset.captions.picker import CaptionerPicker
+from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
 
 PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
 PREVIEW_SIZE = 256
 TABLE_DELAY_MS = 150
+REFILL_SLICE = 500  # rows refilled per event-loop turn (about 40 ms)
 _KEPT = "(left as it is)"
 
 
@@ -93,6 +95,9 @@ class CaptionReviewDialog(QDialog):
         # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
         self._table_timer = QTimer(self, singleShot=True, interval=TABLE_DELAY_MS)
         self._table_timer.timeout.connect(self._refill_table)
+        self._refilled = 0  # rows refilled with the rules now; the rest follow a slice per turn
+        self._refill_timer = QTimer(self, singleShot=True, interval=0)
+        self._refill_timer.timeout.connect(self._refill_some)
         self.job.sig_started.connect(self._started)
         self.job.sig_caption.connect(self.add_proposal)
         self.job.sig_progress.connect(self._progress)
@@ -171,6 +176,7 @@ class CaptionReviewDialog(QDialog):
     def _build_preview(self) -> QWidget:
         panel = QWidget()
         self.preview_image = QLabel()
+        self.pictures = PictureReader(PREVIEW_SIZE, self)  # a 100 MB image is decoded off the GUI thread
         self.preview_image.setFixedSize(QSize(PREVIEW_SIZE, PREVIEW_SIZE))
         self.preview_image.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.preview = named(QLabel(), "caption_preview")
@@ -382,9 +388,18 @@ class CaptionReviewDialog(QDialog):
         self._table_timer.start()
 
     def _refill_table(self) -> None:
-        rules = self.rules()
-        for row in range(len(self.rows)):
+        """Every row again with the rules now, a slice per event-loop turn: 20,000 rows at once froze the dialog
+        for seconds after each slider move."""
+        self._refilled = 0
+        self._refill_some()
+
+    def _refill_some(self) -> None:
+        rules, end = self.rules(), min(self._refilled + REFILL_SLICE, len(self.rows))
+        for row in range(self._refilled, end):
             self._fill_row(row, rules)
+        self._refilled = end
+        if end < len(self.rows):
+            self._refill_timer.start()
 
     def _update_sliders(self) -> None:
         tags = any(p.tags for p in self.proposals.values())
@@ -397,6 +412,7 @@ class CaptionReviewDialog(QDialog):
             self.preview.setText("")
             self.preview_tokens.setText("")
             self.preview_image.clear()
+            self.pictures.cancel()
             return
         image = self.rows[row]
         after = self.proposed(image)
@@ -405,12 +421,17 @@ class CaptionReviewDialog(QDialog):
         limit = self.reader.caption_token_limit
         over = f" — longer than {self.reader.caption_encoder} reads; the rest is cut off" if tokens > limit else ""
         self.preview_tokens.setText(f"{tokens} / {limit} tokens{over}")
-        reader = QImageReader(str(image))
-        reader.setAutoTransform(True)
-        size = reader.size()
-        if size.isValid():
-            reader.setScaledSize(size.scaled(PREVIEW_SIZE, PREVIEW_SIZE, Qt.AspectRatioMode.KeepAspectRatio))
-        self.preview_image.setPixmap(QPixmap.fromImage(reader.read()))
+        self.preview_image.setText(LOADING_TEXT)
+        self.pictures.ask([image], lambda pictures: self._picture_read(image, pictures[0]))
+
+    def _picture_read(self, image: Path, picture: QImage | None) -> None:
+        row = self.table.currentRow()
+        if not (0 <= row < len(self.rows) and self.rows[row] == image):
+            return
+        if picture is None:
+            self.preview_image.setText(UNREADABLE_TEXT)
+        else:
+            self.preview_image.setPixmap(QPixmap.fromImage(picture))
 
     def selected_rows(self) -> list[int]:
         return sorted({index.row() for index in self.table.selectionModel().selectedRows()})
@@ -435,9 +456,17 @@ class CaptionReviewDialog(QDialog):
 
     def reject_rows(self, rows: Sequence[int]) -> None:
         """Drop the proposals of `rows`; their captions stay as they are."""
-        for row in sorted(set(rows), reverse=True):
+        dropped = sorted(set(rows), reverse=True)
+        if len(dropped) == len(self.rows):  # every row (Accept all): one call, where 20,000 removals took seconds
+            for image in self.rows:
+                self.proposals.pop(image, None)
+            self.rows = []
+            self.table.setRowCount(0)
+        for row in dropped if self.rows else ():
             self.proposals.pop(self.rows.pop(row), None)
             self.table.removeRow(row)
+        if self._refill_timer.isActive():  # rows moved up past the slices refilled: all again
+            self._refill_table()
         self._update_sliders()
         self._show_preview()
 
@@ -461,13 +490,17 @@ class CaptionReviewDialog(QDialog):
 
     def done(self, result: int) -> None:
         self._table_timer.stop()
+        self._refill_timer.stop()
         self.job.kill_now()
         self.picker.shutdown()
+        self.pictures.shutdown()
         super().done(result)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         super().closeEvent(event)  # reject() while shown: it may keep a running job and the window
         if event.isAccepted():
             self._table_timer.stop()
+            self._refill_timer.stop()
             self.job.kill_now()
             self.picker.shutdown()
+            self.pictures.shutdown()
