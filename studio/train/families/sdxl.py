@@ -67,6 +67,23 @@ class SDXLAdapter(FamilyAdapter):
             return super().lycoris_name(component, module)
         return "lora_unet_" + self.original_unet_name(module).replace(".", "_")
 
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The kohya file with the UNet's layers under their original names too, as sd-scripts writes an SDXL LoRA:
+        its merge into a checkpoint (sdxl_merge_lora.py) and its training on from a LoRA's weights
+        (--network_weights) find the UNet's layers by those names only, and skipped every one of a file in diffusers
+        names without an error (the text encoders alone merged); A1111 placed the first upsampler of a LoCon by
+        SD1.x's layout and dropped it. ComfyUI and Forge read both."""
+        state = super().kohya_layout(layers, adapter_configs)
+        modules = {key.rsplit(".lora_", 1)[0] for key in layers.get(self.denoiser_name, {})}
+        original = {"lora_unet_" + module.replace(".", "_"): self.lycoris_name(self.denoiser_name, module)
+                    for module in modules}
+        out: dict[str, torch.Tensor] = {}
+        for key, value in state.items():
+            name, _, part = key.partition(".")
+            out[f"{original.get(name, name)}.{part}"] = value
+        return out
+
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionXLPipeline
 
