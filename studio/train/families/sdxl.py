@@ -61,8 +61,8 @@ class SDXLAdapter(FamilyAdapter):
 
     def lycoris_name(self, component: str, module: str) -> str:
         """The UNet's layers under their original (SGM) names, `lora_unet_input_blocks_4_1_...`, as A1111/Forge
-        and sd-scripts' LyCORIS networks name an SDXL model's layers (sd-scripts converts diffusers names
-        for its own LoRA files only) and ComfyUI finds any layer; the text encoders as kohya names them."""
+        and sd-scripts name an SDXL model's layers (sd-scripts converts diffusers names only where it loads its own
+        LoRA network for generation) and ComfyUI finds any layer; the text encoders as kohya names them."""
         if component != self.denoiser_name:
             return super().lycoris_name(component, module)
         return "lora_unet_" + self.original_unet_name(module).replace(".", "_")
