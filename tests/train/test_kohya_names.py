@@ -125,11 +125,11 @@ def test_text_encoder_modules_are_the_ones_sd_scripts_builds(make_config: Any, f
         assert mine and sorted(mine - built) == [], encoder
 
 
-@pytest.mark.parametrize("network", ["lora", "locon"])
-def test_sdxl_unet_modules_are_the_ones_sd_scripts_builds(make_config: Any, network: str) -> None:
-    modules, parts = _kohya_modules(make_config, "sdxl", network=network, use_dora=network == "lora")
+@pytest.mark.parametrize("method", [{"use_dora": True}, {"network": "locon"}], ids=["dora", "locon"])
+def test_sdxl_unet_modules_are_the_ones_sd_scripts_builds(make_config: Any, method: dict[str, Any]) -> None:
+    modules, parts = _kohya_modules(make_config, "sdxl", **method)
     built = _sd_scripts_names(parts["unet"], "lora_unet_", SD_SCRIPTS_UNET_BLOCKS, clip=False, sai=True)
     unet = {m for m in modules if m.startswith("lora_unet_")}
     assert unet and sorted(unet - built)[:5] == []
-    if network == "locon":  # the first upsampler sits beside an attention in SDXL, unlike in SD1.x
+    if "network" in method:  # the first upsampler sits beside an attention in SDXL, unlike in SD1.x
         assert "lora_unet_output_blocks_2_2_conv" in unet and len(unet) == 560 + 49
