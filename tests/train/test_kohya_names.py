@@ -6,9 +6,11 @@ programs' key maps, over the published checkpoints' weight names (fixtures/hub_k
 - ComfyUI: `lora_unet_` / `lora_transformer_` + a diffusers weight name with "." as "_"; text
   encoders as `lora_te_` (SD1.x) or `lora_te1_`/`lora_te2_` + `text_model_encoder_layers_{n}_{part}`
   for the attention and MLP projections.
+  ComfyUI (and Forge) also map `lora_unet_` + an SDXL weight's original (SAI) name.
 - sd-scripts: `lora_unet_` + the name of a Linear or Conv2d inside a Transformer2DModel, ResnetBlock2D,
-  Downsample2D or Upsample2D of the diffusers UNet (SD1.x); `lora_te*_` + the name of one inside
-  a CLIPAttention or CLIPMLP of the hub's CLIP text model.
+  Downsample2D or Upsample2D of the diffusers UNet (SD1.x), of its SAI-layout UNet for SDXL (the names its
+  sdxl_merge_lora.py and --network_weights look up; A1111 finds an SDXL layer by its SAI name too);
+  `lora_te*_` + the name of one inside a CLIPAttention or CLIPMLP of the hub's CLIP text model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 from fixtures.hub_layout import hub_keys
+from fixtures.sdxl_names import sai_name
 
 from studio.core.config.schema import MethodSection
 
@@ -35,38 +38,47 @@ MODULE_COUNTS = {"sd15": 128 + 48, "sdxl": 560 + 44 + 128, "sd3": 24 * 7 + 23 + 
 SD_SCRIPTS_UNET_BLOCKS = ("Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D")
 
 
-def _kohya_modules(make_config: Any, family: str) -> tuple[set[str], dict[str, torch.nn.Module]]:
-    """The module names of the kohya file the studio writes for a full-size `family` LoRA, and the
-    family's networks."""
+def _kohya_modules(make_config: Any, family: str, **method: Any) -> tuple[set[str], dict[str, torch.nn.Module]]:
+    """The module names of the kohya file the studio writes for a full-size `family` LoRA (`method` on top of
+    rank 4), and the family's networks."""
     from studio.train.components import Components
     from studio.train.families import adapter_for
-    from studio.train.families.kohya import kohya_state_dict
+    from studio.train.networks.dora import MAGNITUDE
     from studio.train.pipelines.full_size import components
-    from studio.train.saving.outputs import _lora_parts
+    from studio.train.saving.outputs import _adapter_config, lora_layers
 
-    config = make_config(family, method=MethodSection(kind="lora", rank=4, alpha=4, train_text_encoder=True))
+    config = make_config(family, method=MethodSection(kind="lora", rank=4, alpha=4, train_text_encoder=True, **method))
     adapter = adapter_for(config)
     parts = components(family, "meta", t5=False)
     encoders = [parts[name] for name in adapter.text_encoder_names if name in parts]
     built = Components(denoiser=parts[adapter.denoiser_name], vae=parts["vae"], text_encoders=encoders,
                        tokenizers=[], scheduler=None)
     adapter.add_lora(built)
-    state = kohya_state_dict(*_lora_parts(adapter, built), renames=adapter.kohya_renames)
+    layers = lora_layers(adapter, built)
+    modules = {adapter.denoiser_name: built.denoiser, **dict(zip(adapter.text_encoder_names, encoders, strict=False))}
+    configs = {name: _adapter_config(modules[name]) for name in layers}
+    for name, layer in layers.items():  # a DoRA layer's dora_scale needs weights: ones stand in, on the meta device
+        configs[name]["dora_scales"] = {key.removesuffix(f".{MAGNITUDE}"): torch.ones(value.shape[0], 1)
+                                        for key, value in layer.items() if key.endswith(f".{MAGNITUDE}")}
+    state = adapter.kohya_layout(layers, configs)
     # The networks as sd-scripts finds them: without the LoRA layers wrapped around their projections.
     return {key.split(".")[0] for key in state}, components(family, "meta", t5=False)
 
 
 def _comfyui_names(family: str) -> set[str]:
     component, prefix = DENOISER_PREFIX[family]
-    names = {prefix + k.removesuffix(".weight").replace(".", "_") for k in hub_keys(family, component)
-             if k.endswith(".weight")}
+    modules = [k.removesuffix(".weight") for k in hub_keys(family, component) if k.endswith(".weight")]
+    names = {prefix + m.replace(".", "_") for m in modules}
+    if family == "sdxl":
+        names |= {prefix + sai_name(m).replace(".", "_") for m in modules}
     for encoder, text_prefix in TEXT_PREFIXES[family].items():
         layers = {int(k.split(".")[3]) for k in hub_keys(family, encoder) if k.startswith("text_model.encoder.layers.")}
         names |= {f"{text_prefix}text_model_encoder_layers_{n}_{part}" for n in layers for part in CLIP_PARTS}
     return names
 
 
-def _sd_scripts_names(root: torch.nn.Module, prefix: str, blocks: tuple[str, ...], clip: bool) -> set[str]:
+def _sd_scripts_names(root: torch.nn.Module, prefix: str, blocks: tuple[str, ...], clip: bool,
+                      sai: bool = False) -> set[str]:
     names = set()
     for name, module in root.named_modules():
         if type(module).__name__ not in blocks:
@@ -77,7 +89,7 @@ def _sd_scripts_names(root: torch.nn.Module, prefix: str, blocks: tuple[str, ...
                 # sd-scripts runs with transformers 4.x, whose CLIPTextModel keeps the hub's text_model level.
                 if clip and not path.startswith("text_model."):
                     path = f"text_model.{path}"
-                names.add(prefix + path.replace(".", "_"))
+                names.add(prefix + (sai_name(path) if sai else path).replace(".", "_"))
     return names
 
 
@@ -111,3 +123,13 @@ def test_text_encoder_modules_are_the_ones_sd_scripts_builds(make_config: Any, f
                                   clip=True)
         mine = {m for m in modules if m.startswith(prefix)}
         assert mine and sorted(mine - built) == [], encoder
+
+
+@pytest.mark.parametrize("method", [{"use_dora": True}, {"network": "locon"}], ids=["dora", "locon"])
+def test_sdxl_unet_modules_are_the_ones_sd_scripts_builds(make_config: Any, method: dict[str, Any]) -> None:
+    modules, parts = _kohya_modules(make_config, "sdxl", **method)
+    built = _sd_scripts_names(parts["unet"], "lora_unet_", SD_SCRIPTS_UNET_BLOCKS, clip=False, sai=True)
+    unet = {m for m in modules if m.startswith("lora_unet_")}
+    assert unet and sorted(unet - built)[:5] == []
+    if "network" in method:  # the first upsampler sits beside an attention in SDXL, unlike in SD1.x
+        assert "lora_unet_output_blocks_2_2_conv" in unet and len(unet) == 560 + 49

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from fixtures.hub_layout import hub_keys
+from fixtures.sdxl_names import sai_name
 from fixtures.training import train_in_process
 from safetensors import safe_open
 
@@ -40,43 +41,10 @@ FACTORS = {"loha": {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"},
 ATTENTION_COUNTS = {"sd15": 128 + 48, "sdxl": 560 + 44 + 128}
 
 
-def _sdxl_to_sai() -> dict[str, str]:
-    """sd-scripts' diffusers -> SAI prefixes of the SDXL UNet (library/sdxl_model_util.py,
-    make_unet_conversion_map), written here from its rules: 3 blocks of 2 layers down, 3 up."""
-    layers: list[tuple[str, str]] = []
-    for i in range(3):
-        for j in range(2):
-            layers += [(f"down_blocks.{i}.resnets.{j}.", f"input_blocks.{3 * i + j + 1}.0."),
-                       (f"down_blocks.{i}.attentions.{j}.", f"input_blocks.{3 * i + j + 1}.1.")]
-        for j in range(3):
-            layers += [(f"up_blocks.{i}.resnets.{j}.", f"output_blocks.{3 * i + j}.0."),
-                       (f"up_blocks.{i}.attentions.{j}.", f"output_blocks.{3 * i + j}.1.")]
-        layers += [(f"down_blocks.{i}.downsamplers.0.conv.", f"input_blocks.{3 * (i + 1)}.0.op."),
-                   (f"up_blocks.{i}.upsamplers.0.", f"output_blocks.{3 * i + 2}.2.")]
-    layers += [("mid_block.attentions.0.", "middle_block.1."),
-               *((f"mid_block.resnets.{j}.", f"middle_block.{2 * j}.") for j in range(2))]
-    resnet = [("norm1.", "in_layers.0."), ("conv1.", "in_layers.2."), ("norm2.", "out_layers.0."),
-              ("conv2.", "out_layers.3."), ("time_emb_proj.", "emb_layers.1."), ("conv_shortcut.", "skip_connection.")]
-    out = {hf + hf_part: sd + sd_part for hf, sd in layers if "resnets" in hf for hf_part, sd_part in resnet}
-    out.update({hf: sd for hf, sd in layers if "resnets" not in hf})
-    out.update({f"time_embedding.linear_{j + 1}.": f"time_embed.{2 * j}." for j in range(2)})
-    out.update({f"add_embedding.linear_{j + 1}.": f"label_emb.0.{2 * j}." for j in range(2)})
-    out.update({"conv_in.": "input_blocks.0.0.", "conv_norm_out.": "out.0.", "conv_out.": "out.2."})
-    return out
-
-
-def _sai_name(module: str) -> str:
-    """An SDXL UNet module's diffusers name as sd-scripts converts it (the longest prefix that matches)."""
-    table = _sdxl_to_sai()
-    dotted = module + "."
-    prefix = max((hf for hf in table if dotted.startswith(hf)), key=len)
-    return (table[prefix] + dotted[len(prefix):]).removesuffix(".")
-
-
 def _unet_name(family: str, module: str) -> str:
     """`lora_unet_` + a UNet module's name as A1111/Forge, sd-scripts and ComfyUI find it: the diffusers name for
     SD1.x (sd-scripts' own SD1 UNet), the SAI name for SDXL."""
-    return "lora_unet_" + (_sai_name(module) if family == "sdxl" else module).replace(".", "_")
+    return "lora_unet_" + (sai_name(module) if family == "sdxl" else module).replace(".", "_")
 
 
 def _comfyui_names(family: str) -> set[str]:

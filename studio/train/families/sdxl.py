@@ -61,11 +61,28 @@ class SDXLAdapter(FamilyAdapter):
 
     def lycoris_name(self, component: str, module: str) -> str:
         """The UNet's layers under their original (SGM) names, `lora_unet_input_blocks_4_1_...`, as A1111/Forge
-        and sd-scripts' LyCORIS networks name an SDXL model's layers (sd-scripts converts diffusers names
-        for its own LoRA files only) and ComfyUI finds any layer; the text encoders as kohya names them."""
+        and sd-scripts name an SDXL model's layers (sd-scripts converts diffusers names only where it loads its own
+        LoRA network for generation) and ComfyUI finds any layer; the text encoders as kohya names them."""
         if component != self.denoiser_name:
             return super().lycoris_name(component, module)
         return "lora_unet_" + self.original_unet_name(module).replace(".", "_")
+
+    def kohya_layout(self, layers: dict[str, dict[str, torch.Tensor]],
+                     adapter_configs: dict[str, dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """The kohya file with the UNet's layers under their original names too, as sd-scripts writes an SDXL LoRA:
+        its merge into a checkpoint (sdxl_merge_lora.py) and its training on from a LoRA's weights
+        (--network_weights) find the UNet's layers by those names only, and skipped every one of a file in diffusers
+        names without an error (the text encoders alone merged); A1111 placed the first upsampler of a LoCon by
+        SD1.x's layout and dropped it. ComfyUI and Forge read both."""
+        state = super().kohya_layout(layers, adapter_configs)
+        modules = {key.rsplit(".lora_", 1)[0] for key in layers.get(self.denoiser_name, {})}
+        original = {"lora_unet_" + module.replace(".", "_"): self.lycoris_name(self.denoiser_name, module)
+                    for module in modules}
+        out: dict[str, torch.Tensor] = {}
+        for key, value in state.items():
+            name, _, part = key.partition(".")
+            out[f"{original.get(name, name)}.{part}"] = value
+        return out
 
     def load(self, device: torch.device, weight_dtype: torch.dtype) -> Components:
         from diffusers import DDPMScheduler, StableDiffusionXLPipeline
