@@ -7,6 +7,7 @@ folder left at 3_name with `repeats = 5` would train x3 there and x5 here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,6 +16,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
 from studio.core.config.errors import ConfigIssue
+from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout, kohya_folder, rename_repeat_folder
 from studio.core.project.folder import concept_path, concepts_from_layouts
 from studio.gui.context import StudioContext
@@ -24,6 +26,16 @@ PATH_KEYS = ("path", "class_path")
 # Concept settings the scan of the images does not read: changing them does not read the folders again.
 NOT_SCANNED = ("class_prompt", "class_path", "num_class_images", "prior_loss_weight")
 
+
+
+def scan_key(config: TrainConfig) -> str:
+    """What the scan and check of the images depend on; a change of anything else does not read them again.
+    The family is among them: its text encoder decides which captions are too long."""
+    data = config.dataset.model_dump()
+    for concept in data["concepts"]:
+        for key in NOT_SCANNED:
+            concept.pop(key, None)
+    return json.dumps({**data, "family": config.model.family}, sort_keys=True, default=str)
 
 class DatasetView(Protocol):
     """What of the Dataset page the concept actions use."""

@@ -3,41 +3,46 @@
 from __future__ import annotations
 
 import gc
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer
+from PySide6.QtCore import QItemSelectionModel, QTimer
 from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import (
-    QLabel,
-    QMessageBox,
-    QSplitter,
-    QTabWidget,
-    QVBoxLayout,
     QWidget,
 )
 
-from studio.core import user_dirs
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
 from studio.core.dataset.edit_pairs.pairs import control_settings
 from studio.core.dataset.scan import ImageEntry, ScanResult
 from studio.core.text import plural
 from studio.gui.base.event_loop import wait_for
-from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.dataset.caption_tools import CaptionTools
-from studio.gui.dataset.concept_actions import NOT_SCANNED, ConceptActions
+from studio.gui.dataset.concept_actions import ConceptActions, scan_key
 from studio.gui.dataset.editor import CaptionEditor
 from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
 from studio.gui.dataset.helper_process import join_exiting
 from studio.gui.dataset.mask_overlay import mask_image
-from studio.gui.dataset.panels import BucketsPanel, ConceptsPanel, ProblemsPanel, TagsPanel, concept_rows
-from studio.gui.dataset.saving import CaptionSaver, ask_conflict, resolve_conflicts, write_recovery
+from studio.gui.dataset.panels import (
+    BucketsPanel,
+    ConceptsPanel,
+    ProblemsPanel,
+    TagsPanel,
+    concept_rows,
+    lay_out_page,
+)
+from studio.gui.dataset.saving import (
+    CaptionSaver,
+    ask_close_unsaved,
+    ask_conflict,
+    keep_unsaved,
+    resolve_conflicts,
+)
 from studio.gui.dataset.tasks import (
     CheckJob,
     CheckOutcome,
@@ -59,16 +64,6 @@ if TYPE_CHECKING:
     from studio.gui.dataset.captions.review import CaptionReviewDialog
 
 SAVE_DELAY_MS = 700
-
-
-def scan_key(config: TrainConfig) -> str:
-    """What the scan and check of the images depend on; a change of anything else does not read them again.
-    The family is among them: its text encoder decides which captions are too long."""
-    data = config.dataset.model_dump()
-    for concept in data["concepts"]:
-        for key in NOT_SCANNED:
-            concept.pop(key, None)
-    return json.dumps({**data, "family": config.model.family}, sort_keys=True, default=str)
 
 
 class DatasetPage(Page):
@@ -100,7 +95,7 @@ class DatasetPage(Page):
         self._tags_timer = QTimer(self, singleShot=True, interval=1000)
         self._tags_timer.timeout.connect(self._update_tags)
         # Asked when the window closes with captions that cannot be saved (how many, why); tests replace it.
-        self.confirm_close: Callable[[int, str], bool] = self._confirm_close_dialog
+        self.confirm_close: Callable[[int, str], bool] = lambda count, why: ask_close_unsaved(self, count, why)
         self._build()
         context.sig_project_changed.connect(lambda _p: self.reload())
         context.sig_config_changed.connect(self._config_changed)
@@ -127,27 +122,10 @@ class DatasetPage(Page):
         self.concepts_panel, self.tags_panel = ConceptsPanel(), TagsPanel()
         self.concepts_panel.start_folder = self.context.dialog_folder
         self.problems_panel, self.buckets_panel = ProblemsPanel(), BucketsPanel()
-        self.tabs = QTabWidget()
-        for panel, name in ((self.concepts_panel, "Concepts"), (self.tags_panel, "Tags"),
-                            (self.problems_panel, "Problems"), (self.buckets_panel, "Buckets")):
-            self.tabs.addTab(panel, name)
-        right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(self.editor)
-        right.addWidget(self.tabs)
-        split = QSplitter()
-        split.addWidget(self.view)
-        split.addWidget(right)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        remember_splitter(split, self.context.settings, "dataset_split")
-        remember_splitter(right, self.context.settings, "dataset_editor_split")
-        self.status_label = QLabel()
-        self.status_label.setObjectName("dataset_status")
-        self.status_label.setWordWrap(True)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.toolbar)
-        layout.addWidget(split, 1)
-        layout.addWidget(self.status_label)
+        self.tabs, self.status_label = lay_out_page(
+            self, self.toolbar, self.view, self.editor, self.context.settings,
+            ((self.concepts_panel, "Concepts"), (self.tags_panel, "Tags"), (self.problems_panel, "Problems"),
+             (self.buckets_panel, "Buckets")))
         QWidget.setTabOrder(self.view, self.editor.text)  # Tab from the grid goes to the caption
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
@@ -406,9 +384,7 @@ class DatasetPage(Page):
     def _save_or_keep(self) -> None:
         """Save pending captions; those that cannot be saved go to a recovery file, and the person is told where."""
         if not self.save_now() and self.store is not None:
-            path, count = write_recovery(self.store)
-            self.context.status(f"{plural(count, 'caption')} could not be saved; "
-                                f"{'they are' if count != 1 else 'it is'} kept in {path}.")
+            keep_unsaved(self.store, self.context.status)
 
     def _saved(self, report: SaveReport) -> None:
         if self.store is None:
@@ -455,18 +431,6 @@ class DatasetPage(Page):
         if self.save_now() or self.store is None:
             return True
         return self.confirm_close(len(self.store.pending), self.status_label.text())
-
-    def _confirm_close_dialog(self, count: int, reason: str) -> bool:
-        them = "them" if count != 1 else "it"
-        box = QMessageBox(QMessageBox.Icon.Warning, "Captions not saved",
-                          f"{plural(count, 'caption')} could not be saved: {reason}\n\nClose anyway, with {them} "
-                          f"kept in a recovery file in {user_dirs.data_dir() / 'recovery'}? (Cancel: the studio stays "
-                          f"open; once the cause is fixed, {them} {'are' if count != 1 else 'is'} saved with your next "
-                          "edit.)", parent=self)
-        close = box.addButton(f"Close, keep {them} in a recovery file", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is close
 
     def shutdown(self) -> None:
         self._generation += 1

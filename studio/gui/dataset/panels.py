@@ -7,7 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSettings,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -19,8 +27,10 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -31,6 +41,7 @@ from studio.core.dataset.checks import Problem
 from studio.core.dataset.layouts import kohya_folder
 from studio.core.dataset.scan import ScanResult
 from studio.core.text import plural
+from studio.gui.base.layout_state import remember_splitter
 from studio.gui.dataset.concept_editor import ConceptDetails
 
 ConceptRow = tuple[int, Path | None, str, int, int]  # concept index, kohya folder or None, label, images, repeats
@@ -299,3 +310,30 @@ class BucketsPanel(QWidget):
         for row, ((w, h), n) in enumerate(ordered):
             self.table.setItem(row, 0, QTableWidgetItem(f"{w} x {h}"))
             self.table.setItem(row, 1, _number(n))
+
+
+def lay_out_page(page: QWidget, toolbar: QWidget, grid: QWidget, editor: QWidget, settings: QSettings,
+                 panels: tuple[tuple[QWidget, str], ...]) -> tuple[QTabWidget, QLabel]:
+    """The Dataset page's layout: the toolbar above, the grid beside the editor over the tabs of `panels` (the
+    splitters' sizes kept in `settings`), the status line below; the tabs and the status line."""
+    tabs = QTabWidget()
+    for panel, name in panels:
+        tabs.addTab(panel, name)
+    right = QSplitter(Qt.Orientation.Vertical)
+    right.addWidget(editor)
+    right.addWidget(tabs)
+    split = QSplitter()
+    split.addWidget(grid)
+    split.addWidget(right)
+    split.setStretchFactor(0, 3)
+    split.setStretchFactor(1, 2)
+    remember_splitter(split, settings, "dataset_split")
+    remember_splitter(right, settings, "dataset_editor_split")
+    status = QLabel()
+    status.setObjectName("dataset_status")
+    status.setWordWrap(True)
+    layout = QVBoxLayout(page)
+    layout.addWidget(toolbar)
+    layout.addWidget(split, 1)
+    layout.addWidget(status)
+    return tabs, status

@@ -134,3 +134,24 @@ def write_recovery(store: CaptionStore) -> tuple[Path, int]:
     path = folder / f"unsaved-captions-{time.strftime('%Y%m%d-%H%M%S')}.json"
     atomic_write_text(path, json.dumps(unsaved, ensure_ascii=False, indent=1))
     return path, len(unsaved)
+
+
+def keep_unsaved(store: CaptionStore, say: Callable[[str], None]) -> None:
+    """The captions that could not be saved into a recovery file, and the person told where."""
+    path, count = write_recovery(store)
+    say(f"{plural(count, 'caption')} could not be saved; {'they are' if count != 1 else 'it is'} kept in {path}.")
+
+
+def ask_close_unsaved(parent: QWidget, count: int, reason: str) -> bool:
+    """The window closes with `count` captions that cannot be saved (`reason`): True closes with them in a recovery
+    file, False keeps the studio open."""
+    them = "them" if count != 1 else "it"
+    box = QMessageBox(QMessageBox.Icon.Warning, "Captions not saved",
+                      f"{plural(count, 'caption')} could not be saved: {reason}\n\nClose anyway, with {them} "
+                      f"kept in a recovery file in {user_dirs.data_dir() / 'recovery'}? (Cancel: the studio stays "
+                      f"open; once the cause is fixed, {them} {'are' if count != 1 else 'is'} saved with your next "
+                      "edit.)", parent=parent)
+    close = box.addButton(f"Close, keep {them} in a recovery file", QMessageBox.ButtonRole.DestructiveRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is close

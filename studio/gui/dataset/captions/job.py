@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QMessageBox, QWidget
 
+from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.auto_caption import Mode
 from studio.core.dataset.captions.caption_messages import (
     CAPTION_MESSAGES,
@@ -27,7 +29,9 @@ from studio.core.dataset.captions.caption_messages import (
     CaptionWarning,
 )
 from studio.core.protocol.jsonlines import Message
+from studio.core.runs.launch import training_python
 from studio.core.studio_command import studio_command
+from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.core.user_dirs import cache_dir
 from studio.gui.runner.process import CommandProcess, Outcome
 
@@ -40,6 +44,25 @@ def caption_command(python: str | None, dataset: Path, model: str, mode: Mode, i
     """The command that proposes captions for the images listed in `images_file`, writing nothing."""
     return studio_command(["caption", str(dataset), "--model", model, "--mode", mode,
                            "--images-from", str(images_file), "--json", "--dry-run"], python=python)
+
+
+def captioning_python(config: TrainConfig | None) -> str | None:
+    """The interpreter captions run in; None in the desktop app before its training environment is set up."""
+    try:
+        return training_python(config) if config is not None else default_training_python()
+    except NoTrainingPython:
+        return None
+
+
+def ask_stop_captioning(parent: QWidget) -> bool:
+    """Close, Escape or the title bar's cross while a model captions: True when the person stops it."""
+    box = QMessageBox(QMessageBox.Icon.Question, "Captioning is running",
+                      "Stop captioning and close this window? The captions proposed so far stay, to review "
+                      "when you press Caption with… again.", parent=parent)
+    stop = box.addButton("Stop and close", QMessageBox.ButtonRole.DestructiveRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is stop
 
 
 class CaptionJob(QObject):

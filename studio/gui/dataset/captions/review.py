@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QBrush, QCloseEvent, QColor, QImage, QPixmap
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QBrush, QCloseEvent, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -21,10 +21,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QProgressBar,
     QPushButton,
-    QSlider,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -33,11 +31,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.dataset.captions.auto_caption import (
-    DEFAULT_CHARACTER_THRESHOLD,
-    DEFAULT_GENERAL_THRESHOLD,
     MODE_HELP,
     MODES,
-    TAG_SCORE_FLOOR,
     CaptionRules,
     MachineCaption,
     compose,
@@ -46,27 +41,17 @@ from studio.core.dataset.captions.auto_caption import (
 from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.families import DEFAULT_FAMILY, family, is_family
-from studio.core.runs.launch import training_python
-from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
-from studio.gui.dataset.captions.job import CaptionJob
+from studio.gui.dataset.captions.job import CaptionJob, ask_stop_captioning, captioning_python
 from studio.gui.dataset.captions.picker import CaptionerPicker
-from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
+from studio.gui.dataset.captions.review_preview import ProposalPreview
 
 PushEdits = Callable[[list[CaptionEdit], str], None]
 COLUMNS = ("Image", "Caption now", "Proposed caption", "Tokens")
-PREVIEW_SIZE = 256
 TABLE_DELAY_MS = 150
 REFILL_SLICE = 500  # rows refilled per event-loop turn (about 40 ms)
 _KEPT = "(left as it is)"
-
-
-def _slider(name: str, value: float) -> QSlider:
-    slider = named(QSlider(Qt.Orientation.Horizontal), name)
-    slider.setRange(round(TAG_SCORE_FLOOR * 100), 100)
-    slider.setValue(round(value * 100))
-    return slider
 
 
 class CaptionReviewDialog(QDialog):
@@ -80,7 +65,7 @@ class CaptionReviewDialog(QDialog):
         self.store, self.push_edits, self.settings = store, push_edits, context.settings
         self.scopes: dict[str, list[Path]] = {"Selected images": list(selected), "All images": list(store.entries)}
         # The job reads the project's dataset as the trainer does, in the training environment.
-        self.python = self._training_python(context)
+        self.python = captioning_python(context.config)
         self.dataset = context.project.root if context.project is not None else Path.cwd()
         # The project's family's text encoder reads the captions: its limit is where a caption is too long.
         name = context.config.model.family if context.config is not None else DEFAULT_FAMILY
@@ -91,7 +76,7 @@ class CaptionReviewDialog(QDialog):
         self.rows: list[Path] = []  # the table's rows, in order
         self.job = CaptionJob(self)
         # Asked before Close, Escape or the title bar's cross stop a job running; tests replace it.
-        self.confirm_stop: Callable[[], bool] = self._confirm_stop_dialog
+        self.confirm_stop: Callable[[], bool] = lambda: ask_stop_captioning(self)
         # Thousands of rows take a moment to fill: they follow a slider or a keystroke after a pause.
         self._table_timer = QTimer(self, singleShot=True, interval=TABLE_DELAY_MS)
         self._table_timer.timeout.connect(self._refill_table)
@@ -174,24 +159,10 @@ class CaptionReviewDialog(QDialog):
         return self.table
 
     def _build_preview(self) -> QWidget:
-        panel = QWidget()
-        self.preview_image = QLabel()
-        self.pictures = PictureReader(PREVIEW_SIZE, self)  # a 100 MB image is decoded off the GUI thread
-        self.preview_image.setFixedSize(QSize(PREVIEW_SIZE, PREVIEW_SIZE))
-        self.preview_image.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.preview = named(QLabel(), "caption_preview")
-        self.preview.setWordWrap(True)
-        self.preview.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.preview_tokens = named(QLabel(), "caption_preview_tokens")
-        self.general = _slider("caption_general_threshold", DEFAULT_GENERAL_THRESHOLD)
-        self.character = _slider("caption_character_threshold", DEFAULT_CHARACTER_THRESHOLD)
-        self.general_label, self.character_label = QLabel(), QLabel()
-        form = QFormLayout(panel)
-        form.addRow(self.preview_image)
-        form.addRow(self.preview)
-        form.addRow(self.preview_tokens)
-        form.addRow(self.general_label, self.general)
-        form.addRow(self.character_label, self.character)
+        panel = self.preview_panel = ProposalPreview()
+        self.preview_image, self.preview, self.preview_tokens = panel.image_label, panel.text, panel.tokens
+        self.general, self.character, self.pictures = panel.general, panel.character, panel.pictures
+        self.general_label, self.character_label = panel.general_label, panel.character_label
         return panel
 
     def _build_buttons(self) -> QHBoxLayout:
@@ -264,14 +235,6 @@ class CaptionReviewDialog(QDialog):
         self.proposed_by = model
         self.job.start(self.python, self.dataset, model, self.mode.currentData(), images)
         self._running_changed()
-
-    @staticmethod
-    def _training_python(context: StudioContext) -> str | None:
-        """The interpreter captions run in; None in the desktop app before its training environment is set up."""
-        try:
-            return training_python(context.config) if context.config is not None else default_training_python()
-        except NoTrainingPython:
-            return None
 
     def _started(self, event: dict[str, object]) -> None:
         total = int(str(event.get("total", 0)))
@@ -409,29 +372,15 @@ class CaptionReviewDialog(QDialog):
     def _show_preview(self) -> None:
         row = self.table.currentRow()
         if not 0 <= row < len(self.rows):
-            self.preview.setText("")
-            self.preview_tokens.setText("")
-            self.preview_image.clear()
-            self.pictures.cancel()
+            self.preview_panel.show_image(None)
             return
         image = self.rows[row]
         after = self.proposed(image)
-        self.preview.setText(after if after is not None else f"{_KEPT}: {self.store.caption(image) or ''}")
         tokens = estimate_tokens(after if after is not None else self.store.caption(image))
         limit = self.reader.caption_token_limit
         over = f" — longer than {self.reader.caption_encoder} reads; the rest is cut off" if tokens > limit else ""
-        self.preview_tokens.setText(f"{tokens} / {limit} tokens{over}")
-        self.preview_image.setText(LOADING_TEXT)
-        self.pictures.ask([image], lambda pictures: self._picture_read(image, pictures[0]))
-
-    def _picture_read(self, image: Path, picture: QImage | None) -> None:
-        row = self.table.currentRow()
-        if not (0 <= row < len(self.rows) and self.rows[row] == image):
-            return
-        if picture is None:
-            self.preview_image.setText(UNREADABLE_TEXT)
-        else:
-            self.preview_image.setPixmap(QPixmap.fromImage(picture))
+        self.preview_panel.show_image(image, after if after is not None else f"{_KEPT}: {self.store.caption(image) or ''}",
+                                      f"{tokens} / {limit} tokens{over}")
 
     def selected_rows(self) -> list[int]:
         return sorted({index.row() for index in self.table.selectionModel().selectedRows()})
@@ -478,15 +427,6 @@ class CaptionReviewDialog(QDialog):
         if self.job.running and not self.confirm_stop():
             return  # still shown: the close event is ignored too
         super().reject()
-
-    def _confirm_stop_dialog(self) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Question, "Captioning is running",
-                          "Stop captioning and close this window? The captions proposed so far stay, to review "
-                          "when you press Caption with… again.", parent=self)
-        stop = box.addButton("Stop and close", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is stop
 
     def done(self, result: int) -> None:
         self._table_timer.stop()
