@@ -181,21 +181,31 @@ def test_a_resume_with_another_length_or_number_of_gpus_says_so(make_config, run
     assert str(config) in warning.hint
 
 
+def stopped_and_edited(config: Any, old: str, new: str, run_training: Any, events_of: Any, stop_after: Any,
+                       tmp_path: Path) -> tuple[Path, Path, str]:
+    """`config` trained and stopped at step 2, then `old` replaced by `new` in its run folder's config.toml, as a
+    person edits a stopped run before Resume: (the run folder, its config.toml, the text before the edit)."""
+    stop_after(2)
+    code, run_dir = run_training(config, tmp_path)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"
+    stop_after(None)
+    path = run_dir / "config.toml"
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return run_dir, path, text
+
+
 def test_a_learning_rate_edited_before_a_resume_is_the_one_trained_with(make_config, run_training, events_of,
                                                                        stop_after, tmp_path: Path) -> None:
     """A person lowers training.learning_rate in the stopped run's config.toml and resumes: the checkpoint's
     schedule brought the old rate back and the edit did nothing, without a word."""
     from studio.core.runs.events import Step
 
-    stop_after(2)
     training = TrainingSection(batch_size=2, max_steps=4, seed=1, learning_rate=1e-3, lr_scheduler="linear")
-    code, run_dir = run_training(make_config(training=training), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert "learning_rate = 0.001\n" in text
-    config.write_text(text.replace("learning_rate = 0.001\n", "learning_rate = 0.0005\n"), encoding="utf-8")
+    run_dir, _, _ = stopped_and_edited(
+        make_config(training=training),
+        "learning_rate = 0.001\n", "learning_rate = 0.0005\n", run_training, events_of, stop_after, tmp_path)
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
@@ -214,16 +224,11 @@ def test_a_text_encoder_switched_off_before_a_resume_is_named_not_a_crash(make_c
     optimizer state (two groups) met this run's (one), and the run ended as a crash with a traceback."""
     from studio.core.runs.events import Error
 
-    stop_after(2)
     method = MethodSection(kind="dreambooth", train_text_encoder=True)
     training = TrainingSection(batch_size=2, max_steps=4, seed=1, learning_rate=1e-4)
-    code, run_dir = run_training(make_config(method=method, training=training), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert "train_text_encoder = true\n" in text
-    config.write_text(text.replace("train_text_encoder = true\n", "train_text_encoder = false\n"), encoding="utf-8")
+    run_dir, config, _ = stopped_and_edited(
+        make_config(method=method, training=training),
+        "train_text_encoder = true\n", "train_text_encoder = false\n", run_training, events_of, stop_after, tmp_path)
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
     assert code != 0 and error.kind == "config"
@@ -236,15 +241,10 @@ def test_a_weight_decay_edited_before_a_resume_is_the_one_trained_with(make_conf
     """A person raises training.weight_decay in the stopped run's config.toml and resumes: the checkpoint's
     optimizer state brought the old value back with its parameter groups, and the edit did nothing, without
     a word."""
-    stop_after(2)
     training = TrainingSection(batch_size=2, max_steps=4, seed=1, learning_rate=1e-3, weight_decay=0.01)
-    code, run_dir = run_training(make_config(training=training), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert "weight_decay = 0.01\n" in text
-    config.write_text(text.replace("weight_decay = 0.01\n", "weight_decay = 0.5\n"), encoding="utf-8")
+    run_dir, _, _ = stopped_and_edited(
+        make_config(training=training),
+        "weight_decay = 0.01\n", "weight_decay = 0.5\n", run_training, events_of, stop_after, tmp_path)
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
@@ -277,15 +277,10 @@ def test_a_rank_edited_before_a_resume_is_named_not_called_damage(make_config, r
     resumes the run."""
     from studio.core.runs.events import Error
 
-    stop_after(2)
-    code, run_dir = run_training(make_config(method=MethodSection(kind="lora", rank=16),
-                                             training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert "rank = 16\n" in text
-    config.write_text(text.replace("rank = 16\n", "rank = 8\n"), encoding="utf-8")
+    run_dir, config, text = stopped_and_edited(
+        make_config(method=MethodSection(kind="lora", rank=16),
+                    training=TrainingSection(batch_size=2, max_steps=4, seed=1)),
+        "rank = 16\n", "rank = 8\n", run_training, events_of, stop_after, tmp_path)
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
     assert code != 0 and error.kind == "config"
@@ -306,14 +301,9 @@ def test_an_optimizer_switched_before_a_resume_is_named_not_a_crash(make_config,
 
     from studio.core.runs.events import Error
 
-    stop_after(2)
-    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert 'optimizer = "adamw"\n' in text
-    config.write_text(text.replace('optimizer = "adamw"\n', 'optimizer = "prodigy"\n'), encoding="utf-8")
+    run_dir, config, text = stopped_and_edited(
+        make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)),
+        'optimizer = "adamw"\n', 'optimizer = "prodigy"\n', run_training, events_of, stop_after, tmp_path)
     state_file = run_dir / "checkpoints" / "step-2" / "training_state.json"
     state = json.loads(state_file.read_text(encoding="utf-8"))
     for written_by in ("this studio", "an older studio"):  # the older one's checkpoint does not name its optimizer
@@ -338,14 +328,9 @@ def test_text_encoder_training_switched_on_before_a_resume_is_named_not_called_d
     a new run."""
     from studio.core.runs.events import Error
 
-    stop_after(2)
-    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert "train_text_encoder = false\n" in text
-    config.write_text(text.replace("train_text_encoder = false\n", "train_text_encoder = true\n"), encoding="utf-8")
+    run_dir, config, _ = stopped_and_edited(
+        make_config(training=TrainingSection(batch_size=2, max_steps=4, seed=1)),
+        "train_text_encoder = false\n", "train_text_encoder = true\n", run_training, events_of, stop_after, tmp_path)
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
     assert code != 0 and error.kind == "config"
@@ -359,15 +344,10 @@ def test_an_alpha_edited_before_a_resume_is_said(make_config, run_training, even
                                                  tmp_path: Path) -> None:
     """A person halves method.alpha in the stopped run's config.toml and resumes: the weights still fit, so the
     run went on with every trained LoRA acting at half its strength from the first step on, without a word."""
-    stop_after(2)
-    code, run_dir = run_training(make_config(method=MethodSection(kind="lora", rank=4, alpha=4.0),
-                                             training=TrainingSection(batch_size=2, max_steps=4, seed=1)), tmp_path)
-    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
-    stop_after(None)
-    config = run_dir / "config.toml"
-    text = config.read_text(encoding="utf-8")
-    assert "alpha = 4.0\n" in text
-    config.write_text(text.replace("alpha = 4.0\n", "alpha = 2.0\n"), encoding="utf-8")
+    run_dir, config, _ = stopped_and_edited(
+        make_config(method=MethodSection(kind="lora", rank=4, alpha=4.0),
+                    training=TrainingSection(batch_size=2, max_steps=4, seed=1)),
+        "alpha = 4.0\n", "alpha = 2.0\n", run_training, events_of, stop_after, tmp_path)
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0 and isinstance(events[-1], RunFinished) and events[-1].step == 4
