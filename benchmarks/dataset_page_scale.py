@@ -63,7 +63,7 @@ def one_run(app: Any, project: Any, root: Path, note: Callable[[str, float], Non
 
     from studio.gui.base.event_loop import wait_for
     from studio.gui.context import StudioContext
-    from studio.gui.dataset.bulk import BulkDialog
+    from studio.gui.dataset.edits.bulk import BulkDialog
     from studio.gui.dataset.page import DatasetPage
 
     context = StudioContext(QSettings(str(root / "s.ini"), QSettings.Format.IniFormat))

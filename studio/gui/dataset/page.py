@@ -22,13 +22,8 @@ from studio.core.text import plural
 from studio.gui.base.event_loop import wait_for
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
-from studio.gui.dataset.caption_tools import CaptionTools
-from studio.gui.dataset.concept_actions import ConceptActions, scan_key
-from studio.gui.dataset.editor import CaptionEditor
-from studio.gui.dataset.grid_model import DatasetListModel, make_grid_view
-from studio.gui.dataset.helper_process import join_exiting
-from studio.gui.dataset.mask_overlay import mask_image
-from studio.gui.dataset.panels import (
+from studio.gui.dataset.concepts.concept_actions import ConceptActions, scan_key
+from studio.gui.dataset.concepts.panels import (
     BucketsPanel,
     ConceptsPanel,
     ProblemsPanel,
@@ -36,14 +31,22 @@ from studio.gui.dataset.panels import (
     concept_rows,
     lay_out_page,
 )
-from studio.gui.dataset.saving import (
+from studio.gui.dataset.editor.editor import CaptionEditor
+from studio.gui.dataset.editor.mask_overlay import mask_image
+from studio.gui.dataset.edits.caption_tools import CaptionTools
+from studio.gui.dataset.edits.saving import (
     CaptionSaver,
     ask_close_unsaved,
     ask_conflict,
     keep_unsaved,
     resolve_conflicts,
 )
-from studio.gui.dataset.tasks import (
+from studio.gui.dataset.edits.undo import CaptionCommand
+from studio.gui.dataset.grid.grid_model import DatasetListModel, make_grid_view
+from studio.gui.dataset.grid.thumbnail_loader import ThumbnailLoader
+from studio.gui.dataset.grid.toolbar import DatasetToolbar, add_undo_shortcuts
+from studio.gui.dataset.scan.helper_process import join_exiting
+from studio.gui.dataset.scan.tasks import (
     CheckJob,
     CheckOutcome,
     ListOutcome,
@@ -54,9 +57,6 @@ from studio.gui.dataset.tasks import (
     problems_by_image,
     read_folders,
 )
-from studio.gui.dataset.thumbnail_loader import ThumbnailLoader
-from studio.gui.dataset.toolbar import DatasetToolbar, add_undo_shortcuts
-from studio.gui.dataset.undo import CaptionCommand
 from studio.gui.page import Page
 from studio.gui.runner.worker import Worker
 

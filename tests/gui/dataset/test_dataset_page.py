@@ -131,7 +131,7 @@ def test_bulk_trigger_is_one_undo_step(page: DatasetPage) -> None:
 
 
 def test_bulk_dialog_previews_count(page: DatasetPage) -> None:
-    from studio.gui.dataset.bulk import BulkDialog
+    from studio.gui.dataset.edits.bulk import BulkDialog
 
     dialog = BulkDialog(page.tools.scopes(), page)
     dialog.select("replace", "square", "cube", scope="All images")
@@ -287,7 +287,7 @@ def test_caption_tags_are_readable_on_light_and_dark_backgrounds(qtbot, base: st
     from PySide6.QtGui import QColor, QPalette
     from PySide6.QtWidgets import QPlainTextEdit
 
-    from studio.gui.dataset.editor import TagHighlighter
+    from studio.gui.dataset.editor.editor import TagHighlighter
 
     editor = QPlainTextEdit()
     qtbot.addWidget(editor)
@@ -359,7 +359,7 @@ def test_a_save_still_running_when_the_test_ends_is_finished_by_the_fixtures_shu
     240 s on a save whose result could no longer arrive, then failed on its deleted thread pool. The fixture now
     shuts the page down in pytest-qt's before-close hook. A wait cut to 5 s keeps a regression quick."""
     from studio.gui.base.event_loop import wait_for
-    from studio.gui.dataset.saving import CaptionSaver
+    from studio.gui.dataset.edits.saving import CaptionSaver
 
     monkeypatch.setattr(CaptionSaver, "wait", lambda self, timeout_s=5.0: wait_for(
         lambda: self._running is None, 5.0, user_input=False))
@@ -432,7 +432,7 @@ def test_a_problem_in_a_caption_file_is_its_images(qtbot, project, tmp_path: Pat
 
 def test_a_mask_or_a_control_image_with_a_problem_is_its_images(tmp_path: Path) -> None:
     from studio.core.dataset.scan import ImageEntry
-    from studio.gui.dataset.tasks import owning_images, problems_by_image
+    from studio.gui.dataset.scan.tasks import owning_images, problems_by_image
 
     control, masks = tmp_path / "control" / "a.png", tmp_path / "masks"
     a = ImageEntry(tmp_path / "img" / "a.jpg", None, None, "none", 1, str(tmp_path), controls=(control,))
@@ -477,7 +477,7 @@ def test_a_rename_undo_is_not_offered_in_another_project(qtbot, page: DatasetPag
 def test_the_bulk_dialog_counts_once_typing_pauses_and_ok_applies_what_was_typed(  # type: ignore[no-untyped-def]
         qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:
     from studio.core.dataset.captions import caption_ops
-    from studio.gui.dataset.bulk import BulkDialog
+    from studio.gui.dataset.edits.bulk import BulkDialog
 
     runs: list[str] = []
     add_trigger = caption_ops.add_trigger

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from studio.core.project.folder import Project, create_project
-from studio.gui.dataset.editor import INSTRUCTION_PLACEHOLDER
+from studio.gui.dataset.editor.editor import INSTRUCTION_PLACEHOLDER
 from studio.gui.dataset.page import DatasetPage
 from tests.gui.dataset.conftest import open_page
 

@@ -10,7 +10,7 @@ import pytest
 from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.captions.caption_tags import split_tags, tag_counts
 from studio.core.dataset.scan import ImageEntry
-from studio.gui.dataset.grid_search import GridSearch
+from studio.gui.dataset.grid.grid_search import GridSearch
 from studio.gui.dataset.page import DatasetPage
 
 CAPTIONS = ["Long Hair, smile", "long  hair,smile ,", "long hairs, cat", None, "", "a photo of a cat with long hair",

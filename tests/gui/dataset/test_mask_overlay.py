@@ -9,7 +9,7 @@ from PIL import Image
 from PySide6.QtGui import QColor, QPixmap
 
 from studio.core.config.schema import DatasetSection, ModelSection, TrainConfig
-from studio.gui.dataset.mask_overlay import mask_image, with_mask
+from studio.gui.dataset.editor.mask_overlay import mask_image, with_mask
 
 
 def _config(**dataset: object) -> TrainConfig:

@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from studio.core.project.folder import Project
-from studio.gui.dataset import picture_reader
+from studio.gui.dataset.editor import picture_reader
+from studio.gui.dataset.editor.picture_reader import LOADING_TEXT, UNREADABLE_TEXT
 from studio.gui.dataset.page import DatasetPage
-from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT
 from tests.gui.dataset.conftest import open_page
 
 

@@ -15,7 +15,7 @@ from studio.core.dataset.captions.auto_caption import (
     TAG_SCORE_FLOOR,
 )
 from studio.gui.base.names import named
-from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
+from studio.gui.dataset.editor.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
 
 PREVIEW_SIZE = 256
 

@@ -11,7 +11,7 @@ from PySide6.QtGui import QImage, QPixmap
 
 from studio.core import user_dirs
 from studio.core.dataset.thumbnails import MAX_DECODE_PIXELS, THUMB_SIZE, Thumbnail, thumbnail_worker
-from studio.gui.dataset.helper_process import HelperProcess
+from studio.gui.dataset.scan.helper_process import HelperProcess
 
 __all__ = ["MAX_DECODE_PIXELS", "THUMB_SIZE", "ThumbnailLoader", "thumbnail_cache_dir"]
 

@@ -20,7 +20,7 @@ from studio.core.config.schema import TrainConfig
 from studio.core.dataset.layouts import DatasetError, detect_layout, kohya_folder, rename_repeat_folder
 from studio.core.project.folder import concept_path, concepts_from_layouts
 from studio.gui.context import StudioContext
-from studio.gui.dataset.panels import ConceptsPanel
+from studio.gui.dataset.concepts.panels import ConceptsPanel
 
 PATH_KEYS = ("path", "class_path")
 # Concept settings the scan of the images does not read: changing them does not read the folders again.

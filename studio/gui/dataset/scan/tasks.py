@@ -29,8 +29,8 @@ from studio.core.dataset.scan import (
     read_captions,
 )
 from studio.core.families import DEFAULT_FAMILY
-from studio.gui.dataset.grid_search import GridSearch
-from studio.gui.dataset.helper_process import HelperProcess
+from studio.gui.dataset.grid.grid_search import GridSearch
+from studio.gui.dataset.scan.helper_process import HelperProcess
 
 
 def folder_problem(concept: ConceptSection, exc: Exception) -> Problem:

@@ -12,9 +12,9 @@ from PySide6.QtWidgets import QWidget
 from studio.core.dataset.captions.caption_store import CaptionEdit, CaptionStore
 from studio.core.dataset.scan import ImageEntry
 from studio.gui.context import StudioContext
-from studio.gui.dataset.bulk import BULK_OPS, BulkDialog
-from studio.gui.dataset.editor import CaptionEditor
-from studio.gui.dataset.grid_model import DatasetListModel
+from studio.gui.dataset.editor.editor import CaptionEditor
+from studio.gui.dataset.edits.bulk import BULK_OPS, BulkDialog
+from studio.gui.dataset.grid.grid_model import DatasetListModel
 
 if TYPE_CHECKING:  # loaded when Caption with… first opens, not before the window's first paint
     from studio.gui.dataset.captions.review import CaptionReviewDialog

@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, QSize, Qt
 from PySide6.QtGui import QImage, QImageReader
 
 from studio.core.dataset.thumbnails import MAX_DECODE_PIXELS
-from studio.gui.dataset.mask_overlay import tinted
+from studio.gui.dataset.editor.mask_overlay import tinted
 from studio.gui.runner.worker import Worker
 
 LOADING_TEXT = "Loading the preview…"

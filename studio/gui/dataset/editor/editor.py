@@ -33,7 +33,7 @@ from studio.core.dataset.scan import ImageEntry
 from studio.core.families import DEFAULT_FAMILY, FamilySpec, family, is_family
 from studio.gui.base.event_loop import wait_for
 from studio.gui.dataset.captions.text import CaptionTextEdit
-from studio.gui.dataset.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
+from studio.gui.dataset.editor.picture_reader import LOADING_TEXT, UNREADABLE_TEXT, PictureReader
 from studio.gui.widgets.image_view import ImageView
 
 PREVIEW_SIZE = 768

@@ -17,8 +17,8 @@ from PySide6.QtGui import QColor, QPainter, QPixmap
 from PySide6.QtWidgets import QListView
 
 from studio.core.dataset.scan import ImageEntry
-from studio.gui.dataset.grid_search import GridSearch
-from studio.gui.dataset.thumbnail_loader import THUMB_SIZE, ThumbnailLoader
+from studio.gui.dataset.grid.grid_search import GridSearch
+from studio.gui.dataset.grid.thumbnail_loader import THUMB_SIZE, ThumbnailLoader
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 PROBLEMS_ROLE = Qt.ItemDataRole.UserRole + 2

@@ -7,7 +7,7 @@ from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
 from studio.gui.dataset.captions.text import redo_keys, undo_keys
-from studio.gui.dataset.grid_model import GridFilter
+from studio.gui.dataset.grid.grid_model import GridFilter
 
 
 class DatasetToolbar(QWidget):

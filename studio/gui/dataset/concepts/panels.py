@@ -42,7 +42,7 @@ from studio.core.dataset.layouts import kohya_folder
 from studio.core.dataset.scan import ScanResult
 from studio.core.text import plural
 from studio.gui.base.layout_state import remember_splitter
-from studio.gui.dataset.concept_editor import ConceptDetails
+from studio.gui.dataset.concepts.concept_editor import ConceptDetails
 
 ConceptRow = tuple[int, Path | None, str, int, int]  # concept index, kohya folder or None, label, images, repeats
 

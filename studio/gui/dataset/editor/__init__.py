@@ -1,0 +1,1 @@
+"""The caption editor beside the grid: one image's preview (decoded off the GUI thread, its loss mask), its caption."""

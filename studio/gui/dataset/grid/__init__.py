@@ -1,0 +1,1 @@
+"""The grid of images: its model, the filter's search, the thumbnails, the toolbar above it."""
