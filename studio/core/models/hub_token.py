@@ -93,8 +93,9 @@ def forget_token() -> bool:
 
 
 def _hub_login_token() -> str | None:
-    """The token of huggingface_hub's own login on this machine (`hf auth login`), read from its file (the
-    bundle's check, which runs alone on the machine there, looks for the same file: `export/check.py`)."""
+    """The token of huggingface_hub's own login on this machine (`hf auth login`), read from its file. The bundle's
+    check looks for the same file in its own words (`export/check.py` runs alone on the machine there, on the
+    standard library only, and models may not import export)."""
     if os.environ.get("HF_TOKEN_PATH"):
         path = Path(os.environ["HF_TOKEN_PATH"]).expanduser()
     elif os.environ.get("HF_HOME"):

@@ -7,7 +7,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QLabel,
-    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QTextEdit,
@@ -19,6 +18,7 @@ from studio.core.config.errors import ConfigError
 from studio.core.config.files.toml_file import dump_config
 from studio.gui.base.config_watch import read_text
 from studio.gui.base.names import named
+from studio.gui.base.questions import confirm
 from studio.gui.context import StudioContext
 
 
@@ -108,13 +108,9 @@ class TomlDialog(QDialog):
         super().reject()
 
     def _discard_asked(self) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Warning, "studio.toml not saved",
-                          "The text edited here is not applied: studio.toml stays as it was.\n\nClose and lose "
-                          "your edits? (Cancel: go back to them; Apply saves them once they are valid.)", parent=self)
-        discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        return box.clickedButton() is discard
+        return confirm(self, "studio.toml not saved", "The text edited here is not applied: studio.toml stays as it "
+                       "was.\n\nClose and lose your edits? (Cancel: go back to them; Apply saves them once they are "
+                       "valid.)", "Discard my edits")
 
     def _show_problems(self, text: str | None, lines: list[int] | None = None) -> None:
         self.problems.setText(f"⚠ Not saved: {text}" if text else "")

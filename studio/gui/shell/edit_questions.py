@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QMessageBox, QWidget
 
+from studio.gui.base.questions import confirm
+
 
 def ask_reload(parent: QWidget, pending: str) -> bool:
     """studio.toml changed on disk while edits here are not in it: read it again (True) or keep them."""
@@ -21,12 +23,8 @@ def ask_reload(parent: QWidget, pending: str) -> bool:
 def ask_drop_edits(parent: QWidget, pending: list[str], doing: str) -> bool:
     """`doing` (leaving the project, closing the window) loses the edits and work `pending`: True when the person
     lets them go, False on Cancel."""
-    box = QMessageBox(QMessageBox.Icon.Warning, "Edits not saved",
-                      f"There is work here that is not saved in the project ({'; '.join(pending)})."
-                      f"\n\n{doing} and lose it? (Cancel: go back to it; Apply in the TOML window, correct the "
-                      "values the form refused, or accept or reject the captions a model proposed, to keep it.)",
-                      parent=parent)
-    discard = box.addButton("Discard my edits", QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.exec()
-    return box.clickedButton() is discard
+    return confirm(parent, "Edits not saved",
+                   f"There is work here that is not saved in the project ({'; '.join(pending)})."
+                   f"\n\n{doing} and lose it? (Cancel: go back to it; Apply in the TOML window, correct the "
+                   "values the form refused, or accept or reject the captions a model proposed, to keep it.)",
+                   "Discard my edits")

@@ -13,6 +13,7 @@ from studio.core.config.files.toml_file import save_config
 from studio.core.config.schema import TrainConfig
 from studio.core.runs.scheduling.queue import RunQueue
 from studio.gui.context import StudioContext
+from studio.gui.runner.run_controller import RunController
 from tests.gui.conftest import close_plots, fake_command, make_project
 
 
@@ -25,19 +26,27 @@ def _queue_of_three(tmp_path: Path, config: TrainConfig) -> RunQueue:
     return queue
 
 
+def _queue_at_its_first_item(context: StudioContext, config: TrainConfig, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> RunController:
+    """A queue of three started, its first run (a fake trainer) held at step 2."""
+    hold_at(monkeypatch, 2)
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    _queue_of_three(tmp_path, config)
+    controller = context.run_controller
+    controller.command_factory = fake_command("--steps", "20", "--rate", "100")
+    controller.set_project_root(tmp_path)  # the queue as the file holds it now
+    controller.start_queue()
+    return controller
+
+
 def test_closing_with_stop_training_leaves_the_rest_of_the_queue_waiting(
         qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from studio.gui.training.page import TrainPage
 
-    hold_at(monkeypatch, 2)
-    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    _queue_of_three(tmp_path, config)
-    context.run_controller.command_factory = fake_command("--steps", "20", "--rate", "100")
     page = TrainPage(context, context.run_controller)
     qtbot.addWidget(page, before_close_func=close_plots)
-    page.controller.set_project_root(tmp_path)  # the queue as the file holds it now
-    page.controller.start_queue()
+    _queue_at_its_first_item(context, config, tmp_path, monkeypatch)
     qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
     page.ask_close = lambda: "stop"
     assert page.can_close()
@@ -51,13 +60,7 @@ def test_closing_with_stop_training_leaves_the_rest_of_the_queue_waiting(
 def test_a_window_closed_mid_queue_starts_no_item_on_its_way_out(
         qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    hold_at(monkeypatch, 2)
-    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    _queue_of_three(tmp_path, config)
-    controller = context.run_controller
-    controller.command_factory = fake_command("--steps", "20", "--rate", "100")
-    controller.set_project_root(tmp_path)
-    controller.start_queue()
+    controller = _queue_at_its_first_item(context, config, tmp_path, monkeypatch)
     qtbot.waitUntil(lambda: controller.model.step >= 2, timeout=15000)
     controller.shutdown()  # the run is ended at once (the close's stop did not come in time)
     assert not controller.running
@@ -67,13 +70,7 @@ def test_a_window_closed_mid_queue_starts_no_item_on_its_way_out(
 
 def test_closing_mid_queue_says_the_queue_stops_there(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    hold_at(monkeypatch, 2)
-    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    _queue_of_three(tmp_path, config)
-    controller = context.run_controller
-    controller.command_factory = fake_command("--steps", "20", "--rate", "100")
-    controller.set_project_root(tmp_path)
-    controller.start_queue()
+    controller = _queue_at_its_first_item(context, config, tmp_path, monkeypatch)
     qtbot.waitUntil(lambda: controller.model.step >= 2, timeout=15000)
     # What the close dialog asks: "Keep running" keeps this run going, not the queue.
     assert controller.close_question().endswith(

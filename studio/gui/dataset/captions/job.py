@@ -33,6 +33,7 @@ from studio.core.runs.launch import training_python
 from studio.core.studio_command import studio_command
 from studio.core.training_python import NoTrainingPython, default_training_python
 from studio.core.user_dirs import cache_dir
+from studio.gui.base.questions import confirm
 from studio.gui.runner.process import CommandProcess, Outcome
 
 log = logging.getLogger(__name__)
@@ -56,13 +57,9 @@ def captioning_python(config: TrainConfig | None) -> str | None:
 
 def ask_stop_captioning(parent: QWidget) -> bool:
     """Close, Escape or the title bar's cross while a model captions: True when the person stops it."""
-    box = QMessageBox(QMessageBox.Icon.Question, "Captioning is running",
-                      "Stop captioning and close this window? The captions proposed so far stay, to review "
-                      "when you press Caption with… again.", parent=parent)
-    stop = box.addButton("Stop and close", QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.exec()
-    return box.clickedButton() is stop
+    return confirm(parent, "Captioning is running", "Stop captioning and close this window? The captions proposed "
+                   "so far stay, to review when you press Caption with… again.", "Stop and close",
+                   QMessageBox.Icon.Question)
 
 
 class CaptionJob(QObject):

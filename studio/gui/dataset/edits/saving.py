@@ -21,6 +21,7 @@ from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionS
 from studio.core.files import atomic_write_text
 from studio.core.text import plural
 from studio.gui.base.event_loop import wait_for
+from studio.gui.base.questions import confirm
 from studio.gui.runner.worker import Worker
 
 FINISH_SLICE = 1500  # saved captions taken back per event-loop turn (about 10 ms)
@@ -146,12 +147,8 @@ def ask_close_unsaved(parent: QWidget, count: int, reason: str) -> bool:
     """The window closes with `count` captions that cannot be saved (`reason`): True closes with them in a recovery
     file, False keeps the studio open."""
     them = "them" if count != 1 else "it"
-    box = QMessageBox(QMessageBox.Icon.Warning, "Captions not saved",
-                      f"{plural(count, 'caption')} could not be saved: {reason}\n\nClose anyway, with {them} "
-                      f"kept in a recovery file in {user_dirs.data_dir() / 'recovery'}? (Cancel: the studio stays "
-                      f"open; once the cause is fixed, {them} {'are' if count != 1 else 'is'} saved with your next "
-                      "edit.)", parent=parent)
-    close = box.addButton(f"Close, keep {them} in a recovery file", QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.exec()
-    return box.clickedButton() is close
+    return confirm(parent, "Captions not saved",
+                   f"{plural(count, 'caption')} could not be saved: {reason}\n\nClose anyway, with {them} "
+                   f"kept in a recovery file in {user_dirs.data_dir() / 'recovery'}? (Cancel: the studio stays "
+                   f"open; once the cause is fixed, {them} {'are' if count != 1 else 'is'} saved with your next "
+                   "edit.)", f"Close, keep {them} in a recovery file")
