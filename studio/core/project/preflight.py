@@ -8,6 +8,7 @@ environment without CUDA. Each problem is one line: what, where, and what to do.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 from studio.core.app_words import command_or_action
 from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.dataset.edit_pairs.pair_checks import sample_control_problem
 from studio.core.dataset.edit_pairs.training import (
     control_limit,
@@ -30,6 +32,7 @@ from studio.core.dataset.scan import list_concept
 from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram, fit
 from studio.core.estimate.ram.ram_estimate import ram_problem
+from studio.core.families import family
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import (
     FAMILY_NAMES,
@@ -64,7 +67,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     # launch.cpu it trains on the CPU, and its memory is the system's, not a card's.
     trains_on = gpu if gpu is not None and gpu.vendor != "apple" and not config.launch.cpu else None
     problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved),
-                            check_validation_folder(resolved), check_sample_control(resolved)) if p is not None]
+                            check_validation_folder(resolved), check_sample_control(resolved),
+                            check_sample_prompts(resolved)) if p is not None]
     problems += check_output(resolved)
     if gpu_count and trains_on is not None:  # on the CPU (no NVIDIA GPU, or launch.cpu) the ranks train there
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
@@ -237,6 +241,38 @@ def check_sample_control(config: TrainConfig) -> PreflightProblem | None:
                                        "pair's control images (control image on the Model & Preset page).")
 
 
+# The per-prompt options of other trainers' prompt files ("a cat --n blurry --w 768 --d 42"): a word of letters
+# after "--", alone or followed by its value.
+_PROMPT_OPTION = re.compile(r"(?:^|\s)(--[A-Za-z]{1,3})(?=\s|$)")
+
+
+def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
+    """Sample prompts the text encoder would read otherwise than the person meant: a line copied from another
+    trainer's prompt file, whose options ("--n blurry --w 768") the studio does not take and would draw as words,
+    and a prompt past the family's token limit, whose end the encoder never reads."""
+    sampling = config.sampling
+    if not (sampling.every_n_steps and sampling.prompts):
+        return None
+    spec = family(config.model.family)
+    said: list[str] = []
+    for number, prompt in enumerate(sampling.prompts, 1):
+        options = list(dict.fromkeys(_PROMPT_OPTION.findall(prompt)))
+        if options:
+            said.append(f"sample prompt {number} holds {', '.join(options)}, an option of other trainers' prompt "
+                        "files: the studio takes no options in a prompt and draws the whole line as its words; "
+                        "set the negative prompt, seed, size, steps and guidance of every prompt in the Sample "
+                        "settings tab and take the options out of the prompt")
+        tokens = estimate_tokens(prompt)
+        if tokens > spec.caption_token_limit:
+            said.append(f"sample prompt {number} is about {tokens} tokens; {spec.caption_encoder} reads only the "
+                        f"first {spec.caption_token_limit}, so the samples ignore its end: shorten it or put the "
+                        "important words first")
+    if not said:
+        return None
+    text = "; ".join(said)
+    return PreflightProblem("sample_prompts", f"{text[0].upper()}{text[1:]}.", can_confirm=True)
+
+
 def check_mask_files(config: TrainConfig) -> PreflightProblem | None:
     """With dataset.masks = "folder": no mask that cannot be read or has another shape than its image (the
     run would stop on it); headers only, and only then."""
@@ -386,5 +422,5 @@ def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], 
     gpu, gpu_count = report.run_gpus(config.launch)
     problems = [p for p in (check_gpu_ids(config, report),) if p is not None]
     problems += preflight(config, gpu, gpu_count=gpu_count, ram_mb=report.ram_mb)
-    warned = ("vram", "ram_tight", "gpus_idle")
+    warned = ("vram", "ram_tight", "gpus_idle", "sample_prompts")
     return [p for p in problems if p.check not in warned], [p for p in problems if p.check in warned]

@@ -442,3 +442,33 @@ def test_a_damaged_studio_environment_is_answered_with_its_repair(tmp_path: Path
         "repair`, or Repair in Tools → Training Environment).")
     # launch.python naming that same Python is the person's own choice: pip is the words there.
     assert "pip install" in str(preflight_module.check_torch_cuda(str(python)))
+
+
+def test_sample_prompts_the_encoder_would_misread_are_named_before_the_run(tmp_path: Path, hub_cache: Path) -> None:
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+    config.sampling.every_n_steps = 100
+    # A line copied from another trainer's prompt file, a prompt of a hundred words, and two plain ones (a dash
+    # in the words is no option).
+    config.sampling.prompts = ["a red circle", "a cat --n blurry, low quality --w 768 --h 512 --d 42 --l 6",
+                               " ".join(["word"] * 100), "a blue square -- on grass"]
+    (problem,) = preflight(resolve_paths(config, root))
+    assert problem.check == "sample_prompts" and problem.can_confirm and problem.question == "Sample prompts"
+    assert problem.message == (
+        "Sample prompt 2 holds --n, --w, --h, --d, --l, an option of other trainers' prompt files: the studio takes "
+        "no options in a prompt and draws the whole line as its words; set the negative prompt, seed, size, steps "
+        "and guidance of every prompt in the Sample settings tab and take the options out of the prompt; sample "
+        "prompt 3 is about 100 tokens; CLIP reads only the first 75, so the samples ignore its end: shorten it or "
+        "put the important words first.")
+    config.sampling.every_n_steps = 0  # no samples: the prompts are never read
+    assert _lines(config, root) == []
+
+
+def test_studio_train_run_says_odd_sample_prompts_and_starts(tmp_path: Path, hub_cache: Path) -> None:
+    from studio.core.project.preflight import preflight_headless
+
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+    config.sampling.every_n_steps, config.sampling.prompts = 10, ["a cat --n dog"]
+    errors, warnings = preflight_headless(resolve_paths(config, root))
+    assert errors == [] and [w.check for w in warnings] == ["sample_prompts"]
