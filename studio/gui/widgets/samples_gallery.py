@@ -30,10 +30,17 @@ DIALOG_MIN_SIDE = 512
 NO_PROMPTS = "No samples yet: add prompts in the Sample settings tab."
 
 
-def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0) -> str:
-    """What the empty gallery says for a run's `sampling` settings, at `step` of `total`."""
+def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0, ended: bool = False) -> str:
+    """What the empty gallery says for a run's `sampling` settings, at `step` of `total` (`ended`: it will make
+    none any more)."""
     prompts = sampling.get("prompts") or []
     every = sampling.get("every_n_steps") or 0
+    if ended:  # a finished run opened later: nothing more is coming, whatever the settings are now
+        if not prompts:
+            return "This run made no samples: it had no sample prompts."
+        if not isinstance(every, int) or every <= 0:
+            return "This run made no samples: sampling was off (every 0 steps)."
+        return f"This run made no samples: it ended at step {step}, before its first samples."
     if not prompts:
         return NO_PROMPTS
     if not isinstance(every, int) or every <= 0:
@@ -140,13 +147,17 @@ class SamplesGallery(QWidget):
             self._samples = []
             self.grid.clear()
             self.prompt.clear()
+            # Another run shown (or none): the run before's picture does not stay up as if it were this one's.
+            self.preview.set_pixmap(None)
+            self.step_label.setText("–")
         base = model.started.config.get("model", {}).get("base", "") if model.started else ""
         self.random_model_note.setVisible(isinstance(base, str) and is_demo_model(base))
         self._show_control(model.sample_controls)
         new = model.samples[len(self._samples):]
         if not self._samples and not new and model.started is not None:
             sampling = model.started.config.get("sampling", {})
-            self.show_waiting(sampling if isinstance(sampling, dict) else {}, model.step, model.total_steps)
+            self.show_waiting(sampling if isinstance(sampling, dict) else {}, model.step, model.total_steps,
+                              model.ended)
         if not new:
             return
         for sample in new:
@@ -200,10 +211,10 @@ class SamplesGallery(QWidget):
         if not pixmap.isNull():
             self.control.set_pixmap(pixmap)
 
-    def show_waiting(self, sampling: dict[str, object], step: int = 0, total: int = 0) -> None:
+    def show_waiting(self, sampling: dict[str, object], step: int = 0, total: int = 0, ended: bool = False) -> None:
         """Before the first sample: when it comes, or what to set for samples at all."""
         if not self._samples:
-            self.preview.set_text(waiting_text(sampling, step, total))
+            self.preview.set_text(waiting_text(sampling, step, total, ended))
 
     def steps_for(self, prompt: str) -> list[SampleImage]:
         return sorted((s for s in self._samples if s.prompt == prompt), key=lambda s: s.step)
