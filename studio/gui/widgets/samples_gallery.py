@@ -199,8 +199,15 @@ class SamplesGallery(QWidget):
             index = item.data(Qt.ItemDataRole.UserRole)
             if item.data(THUMB_LOADED) or not isinstance(index, int) or not 0 <= index < len(self._samples):
                 continue
-            item.setIcon(QIcon(QPixmap(str(self._samples[index].path)).scaled(
-                THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)))
+            sample = self._samples[index]
+            pixmap = QPixmap(str(sample.path))
+            if pixmap.isNull():  # a run brought back without its samples folder, a picture deleted: said, not blank
+                item.setText(f"step {sample.step}\n(picture missing)")
+                item.setToolTip(f"step {sample.step}: {sample.prompt}\n{sample.path} cannot be read: it is not "
+                                "there (deleted, or the run was copied back without its samples) or not a picture")
+            else:
+                item.setIcon(QIcon(pixmap.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio,
+                                                 Qt.TransformationMode.SmoothTransformation)))
             item.setData(THUMB_LOADED, True)
             read += 1
         return read

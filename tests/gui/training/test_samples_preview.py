@@ -333,3 +333,21 @@ def test_a_finished_run_without_samples_says_none_came_not_when_they_come(qtbot:
     qtbot.addWidget(gallery)
     gallery.refresh(model)
     assert gallery.preview.text() == "This run made no samples: it ended at step 40, before its first samples."
+
+
+def test_samples_missing_from_a_run_folder_are_said_missing(qtbot: QtBot, tmp_path: Path) -> None:
+    """A run copied back without its samples folder: its grid names each picture missing instead of a blank
+    square (and reading them raises no Qt warning)."""
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "there.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    model.apply(Sample(step=5, images=["there.png", "samples/step-000005-1.png"], prompts=["a cat", "a dog"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.resize(900, 500)
+    gallery.show()
+    gallery.refresh(model)
+    assert gallery.load_visible_thumbnails() == 2
+    there, missing = gallery.grid.item(0), gallery.grid.item(1)
+    assert there.text() == "step 5\na cat" and not there.icon().isNull()
+    assert missing.text() == "step 5\n(picture missing)" and "cannot be read" in missing.toolTip()
