@@ -40,7 +40,9 @@ def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0, end
             return "This run made no samples: it had no sample prompts."
         if not isinstance(every, int) or every <= 0:
             return "This run made no samples: sampling was off (every 0 steps)."
-        return f"This run made no samples: it ended at step {step}, before its first samples."
+        if step >= every:  # samples were due: each round failed (a sample's failure does not end a run)
+            return "This run made no samples: each round failed; its errors and console.log say why."
+        return f"This run made no samples: it ended at step {step}, before its first samples (step {every})."
     if not prompts:
         return NO_PROMPTS
     if not isinstance(every, int) or every <= 0:

@@ -332,7 +332,14 @@ def test_a_finished_run_without_samples_says_none_came_not_when_they_come(qtbot:
     gallery = SamplesGallery()
     qtbot.addWidget(gallery)
     gallery.refresh(model)
-    assert gallery.preview.text() == "This run made no samples: it ended at step 40, before its first samples."
+    assert gallery.preview.text() == ("This run made no samples: it ended at step 40, before its first samples "
+                                      "(step 100).")
+    model.apply(RunStarted(config={"sampling": {"prompts": ["a cat"], "every_n_steps": 10}}, world_size=1,
+                           total_steps=300, devices=["cpu"], resumed_from_step=40))
+    model.apply(Step(step=50, epoch=0, loss=0.5, lr=1e-4))
+    model.apply(RunFinished(status="failed", step=50))
+    gallery.refresh(model)
+    assert gallery.preview.text() == "This run made no samples: each round failed; its errors and console.log say why."
 
 
 def test_samples_missing_from_a_run_folder_are_said_missing(qtbot: QtBot, tmp_path: Path) -> None:
