@@ -116,6 +116,9 @@ class SamplesGallery(QWidget):
         self.grid.verticalScrollBar().valueChanged.connect(lambda _value: self._thumbs.start())
         self.grid.viewport().installEventFilter(self)
         self.prompt.currentIndexChanged.connect(self._update_slider)
+        # The prompt a person chose stays chosen in the next run shown that has it: runs compared prompt by prompt.
+        self._chosen_prompt = ""
+        self.prompt.textActivated.connect(self._choose_prompt)
         self.slider.valueChanged.connect(self._show_step)
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Prompt"))
@@ -170,6 +173,9 @@ class SamplesGallery(QWidget):
             self.grid.addItem(item)
             if self.prompt.findText(sample.prompt) < 0:
                 self.prompt.addItem(sample.prompt)
+        chosen = self.prompt.findText(self._chosen_prompt) if self._chosen_prompt else -1
+        if chosen >= 0 and chosen != self.prompt.currentIndex():
+            self.prompt.setCurrentIndex(chosen)
         at_end = self.slider.value() == self.slider.maximum()
         self._update_slider(keep_end=at_end)
         self._thumbs.start()
@@ -224,6 +230,9 @@ class SamplesGallery(QWidget):
         """Before the first sample: when it comes, or what to set for samples at all."""
         if not self._samples:
             self.preview.set_text(waiting_text(sampling, step, total, ended))
+
+    def _choose_prompt(self, prompt: str) -> None:
+        self._chosen_prompt = prompt
 
     def steps_for(self, prompt: str) -> list[SampleImage]:
         return sorted((s for s in self._samples if s.prompt == prompt), key=lambda s: s.step)
