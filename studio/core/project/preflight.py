@@ -254,23 +254,36 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
     if not (sampling.every_n_steps and sampling.prompts):
         return None
     spec = family(config.model.family)
-    said: list[str] = []
+    options: dict[str, None] = {}
+    with_options: list[str] = []
+    long: list[str] = []
     for number, prompt in enumerate(sampling.prompts, 1):
-        options = list(dict.fromkeys(_PROMPT_OPTION.findall(prompt)))
-        if options:
-            said.append(f"sample prompt {number} holds {', '.join(options)}, an option of other trainers' prompt "
-                        "files: the studio takes no options in a prompt and draws the whole line as its words; "
-                        "set the negative prompt, seed, size, steps and guidance of every prompt in the Sample "
-                        "settings tab and take the options out of the prompt")
-        tokens = estimate_tokens(prompt)
-        if tokens > spec.caption_token_limit:
-            said.append(f"sample prompt {number} is about {tokens} tokens; {spec.caption_encoder} reads only the "
-                        f"first {spec.caption_token_limit}, so the samples ignore its end: shorten it or put the "
-                        "important words first")
+        found = _PROMPT_OPTION.findall(prompt)
+        if found:
+            options.update(dict.fromkeys(found))
+            with_options.append(str(number))
+        if estimate_tokens(prompt) > spec.caption_token_limit:
+            long.append(str(number))
+    said: list[str] = []
+    if with_options:
+        said.append(f"{_prompts_named(with_options)} {', '.join(options)}: options of other trainers' prompt files, "
+                    "which the studio does not take; the whole line is drawn as the picture's words. Set the negative "
+                    "prompt, seed, size, steps and guidance in the Sample settings tab (they apply to every prompt) "
+                    "and take the options out of the prompts")
+    if long:
+        said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {spec.caption_token_limit} tokens "
+                    f"{spec.caption_encoder} reads: the samples ignore the rest. Shorten them or put the important "
+                    "words first")
     if not said:
         return None
-    text = "; ".join(said)
-    return PreflightProblem("sample_prompts", f"{text[0].upper()}{text[1:]}.", can_confirm=True)
+    return PreflightProblem("sample_prompts", ". ".join(said) + ".", can_confirm=True)
+
+
+def _prompts_named(numbers: list[str], many: str = "hold", one: str = "holds") -> str:
+    """The start of a sentence naming prompts by number: Sample prompt 2 holds, Sample prompts 2, 3 and 5 hold."""
+    if len(numbers) == 1:
+        return f"Sample prompt {numbers[0]} {one}"
+    return f"Sample prompts {', '.join(numbers[:-1])} and {numbers[-1]} {many}"
 
 
 def check_mask_files(config: TrainConfig) -> PreflightProblem | None:

@@ -455,11 +455,15 @@ def test_sample_prompts_the_encoder_would_misread_are_named_before_the_run(tmp_p
     (problem,) = preflight(resolve_paths(config, root))
     assert problem.check == "sample_prompts" and problem.can_confirm and problem.question == "Sample prompts"
     assert problem.message == (
-        "Sample prompt 2 holds --n, --w, --h, --d, --l, an option of other trainers' prompt files: the studio takes "
-        "no options in a prompt and draws the whole line as its words; set the negative prompt, seed, size, steps "
-        "and guidance of every prompt in the Sample settings tab and take the options out of the prompt; sample "
-        "prompt 3 is about 100 tokens; CLIP reads only the first 75, so the samples ignore its end: shorten it or "
-        "put the important words first.")
+        "Sample prompt 2 holds --n, --w, --h, --d, --l: options of other trainers' prompt files, which the studio "
+        "does not take; the whole line is drawn as the picture's words. Set the negative prompt, seed, size, steps "
+        "and guidance in the Sample settings tab (they apply to every prompt) and take the options out of the "
+        "prompts. Sample prompt 3 is longer than the 75 tokens CLIP reads: the samples ignore the rest. Shorten "
+        "them or put the important words first.")
+    config.sampling.prompts += ["a dog --n cat", " ".join(["long"] * 80)]
+    (problem,) = preflight(resolve_paths(config, root))
+    assert problem.message.startswith("Sample prompts 2 and 5 hold --n, --w, --h, --d, --l: options")
+    assert "Sample prompts 3 and 6 are longer than the 75 tokens CLIP reads" in problem.message
     config.sampling.every_n_steps = 0  # no samples: the prompts are never read
     assert _lines(config, root) == []
 
