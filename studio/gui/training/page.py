@@ -181,6 +181,7 @@ class TrainPage(Page):
         self.train_button.setEnabled(not running)
         self.stop_button.setEnabled(running and not self._stopping)
         self.kill_button.setEnabled(running)
+        self.sampling.show_running(running)
 
     def show_message(self, text: str) -> None:
         self.message.setText(text)
