@@ -244,12 +244,15 @@ def check_sample_control(config: TrainConfig) -> PreflightProblem | None:
 # The per-prompt options of other trainers' prompt files ("a cat --n blurry --w 768 --d 42"): a word of letters
 # after "--", alone or followed by its value.
 _PROMPT_OPTION = re.compile(r"(?:^|\s)(--[A-Za-z]{1,3})(?=\s|$)")
+# Other programs' prompt syntax: a weighted word "(red hair:1.3)" and a LoRA tag "<lora:style:0.8>".
+_PROMPT_MARKUP = re.compile(r"\([^()]*:\s*[0-9.]+\s*\)|<lora:[^>]*>", re.IGNORECASE)
 
 
 def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
     """Sample prompts the text encoder would read otherwise than the person meant: a line copied from another
     trainer's prompt file, whose options ("--n blurry --w 768") the studio does not take and would draw as words,
-    and a prompt past the family's token limit, whose end the encoder never reads."""
+    weights and LoRA tags of other programs ("(red:1.3)", "<lora:style:0.8>"), read as words too, and a prompt
+    past the family's token limit, whose end the encoder never reads."""
     sampling = config.sampling
     if not (sampling.every_n_steps and sampling.prompts):
         return None
@@ -257,7 +260,13 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
     options: dict[str, None] = {}
     with_options: list[str] = []
     long: list[str] = []
+    markup: dict[str, None] = {}
+    with_markup: list[str] = []
     for number, prompt in enumerate(sampling.prompts, 1):
+        written = _PROMPT_MARKUP.findall(prompt)
+        if written:
+            markup.update(dict.fromkeys(written))
+            with_markup.append(str(number))
         found = _PROMPT_OPTION.findall(prompt)
         if found:
             options.update(dict.fromkeys(found))
@@ -270,6 +279,10 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
                     "which the studio does not take; the whole line is drawn as the picture's words. Set the negative "
                     "prompt, seed, size, steps and guidance in the Sample settings tab (they apply to every prompt) "
                     "and take the options out of the prompts")
+    if with_markup:
+        said.append(f"{_prompts_named(with_markup)} {', '.join(list(markup)[:3])}: weights and LoRA tags of other "
+                    "programs' prompts, which the samples read as plain words (what is trained is always drawn "
+                    "at its full strength). Write the words alone")
     if long:
         said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {spec.caption_token_limit} tokens "
                     f"{spec.caption_encoder} reads: the samples ignore the rest. Shorten them or put the important "

@@ -464,6 +464,12 @@ def test_sample_prompts_the_encoder_would_misread_are_named_before_the_run(tmp_p
     (problem,) = preflight(resolve_paths(config, root))
     assert problem.message.startswith("Sample prompts 2 and 5 hold --n, --w, --h, --d, --l: options")
     assert "Sample prompts 3 and 6 are longer than the 75 tokens CLIP reads" in problem.message
+    config.sampling.prompts = ["(masterpiece:1.2), a cat <lora:style:0.8>", "a cat (sitting), 2:1 ratio"]
+    (problem,) = preflight(resolve_paths(config, root))
+    assert problem.message == (
+        "Sample prompt 1 holds (masterpiece:1.2), <lora:style:0.8>: weights and LoRA tags of other programs' "
+        "prompts, which the samples read as plain words (what is trained is always drawn at its full "
+        "strength). Write the words alone.")
     config.sampling.every_n_steps = 0  # no samples: the prompts are never read
     assert _lines(config, root) == []
 
