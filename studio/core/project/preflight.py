@@ -8,6 +8,7 @@ environment without CUDA. Each problem is one line: what, where, and what to do.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 from studio.core.app_words import command_or_action
 from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
+from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.dataset.edit_pairs.pair_checks import sample_control_problem
 from studio.core.dataset.edit_pairs.training import (
     control_limit,
@@ -30,6 +32,7 @@ from studio.core.dataset.scan import list_concept
 from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram, fit
 from studio.core.estimate.ram.ram_estimate import ram_problem
+from studio.core.families import family
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import (
     FAMILY_NAMES,
@@ -64,7 +67,8 @@ def preflight(config: ResolvedConfig, gpu: GPUInfo | None = None, check_torch: b
     # launch.cpu it trains on the CPU, and its memory is the system's, not a card's.
     trains_on = gpu if gpu is not None and gpu.vendor != "apple" and not config.launch.cpu else None
     problems = [p for p in (check_model(resolved, base_dir), check_dataset(resolved), check_mask_files(resolved),
-                            check_validation_folder(resolved), check_sample_control(resolved)) if p is not None]
+                            check_validation_folder(resolved), check_sample_control(resolved),
+                            check_sample_prompts(resolved)) if p is not None]
     problems += check_output(resolved)
     if gpu_count and trains_on is not None:  # on the CPU (no NVIDIA GPU, or launch.cpu) the ranks train there
         problems += [p for p in (check_gpu_count(config, gpu_count),) if p is not None]
@@ -237,6 +241,64 @@ def check_sample_control(config: TrainConfig) -> PreflightProblem | None:
                                        "pair's control images (control image on the Model & Preset page).")
 
 
+# The per-prompt options of other trainers' prompt files ("a cat --n blurry --w 768 --d 42"): a word of letters
+# after "--", alone or followed by its value.
+_PROMPT_OPTION = re.compile(r"(?:^|\s)(--[A-Za-z]{1,3})(?=\s|$)")
+# Other programs' prompt syntax: a weighted word "(red hair:1.3)" and a LoRA tag "<lora:style:0.8>".
+_PROMPT_MARKUP = re.compile(r"\([^()]*:\s*[0-9.]+\s*\)|<lora:[^>]*>", re.IGNORECASE)
+
+
+def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
+    """Sample prompts the text encoder would read otherwise than the person meant: a line copied from another
+    trainer's prompt file, whose options ("--n blurry --w 768") the studio does not take and would draw as words,
+    weights and LoRA tags of other programs ("(red:1.3)", "<lora:style:0.8>"), read as words too, and a prompt
+    past the family's token limit, whose end the encoder never reads."""
+    sampling = config.sampling
+    if not (sampling.every_n_steps and sampling.prompts):
+        return None
+    spec = family(config.model.family)
+    options: dict[str, None] = {}
+    with_options: list[str] = []
+    long: list[str] = []
+    markup: dict[str, None] = {}
+    with_markup: list[str] = []
+    for number, prompt in enumerate(sampling.prompts, 1):
+        written = _PROMPT_MARKUP.findall(prompt)
+        if written:
+            markup.update(dict.fromkeys(written))
+            with_markup.append(str(number))
+        found = _PROMPT_OPTION.findall(prompt)
+        if found:
+            options.update(dict.fromkeys(found))
+            with_options.append(str(number))
+        if estimate_tokens(prompt) > spec.caption_token_limit:
+            long.append(str(number))
+    said: list[str] = []
+    if with_options:
+        said.append(f"{_prompts_named(with_options)} {', '.join(options)}: options of other trainers' prompt files, "
+                    "which the studio does not take; the whole line is drawn as the picture's words. Set the negative "
+                    "prompt, seed, size, steps and guidance in the Sample settings tab (they apply to every prompt) "
+                    "and take the options out of the prompts")
+    if with_markup:
+        said.append(f"{_prompts_named(with_markup)} {', '.join(list(markup)[:3])}: weights and LoRA tags of other "
+                    "programs' prompts, which the samples read as plain words (what is trained is always drawn "
+                    "at its full strength). Write the words alone")
+    if long:
+        said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {spec.caption_token_limit} tokens "
+                    f"{spec.caption_encoder} reads: the samples ignore the rest. Shorten them or put the important "
+                    "words first")
+    if not said:
+        return None
+    return PreflightProblem("sample_prompts", ". ".join(said) + ".", can_confirm=True)
+
+
+def _prompts_named(numbers: list[str], many: str = "hold", one: str = "holds") -> str:
+    """The start of a sentence naming prompts by number: Sample prompt 2 holds, Sample prompts 2, 3 and 5 hold."""
+    if len(numbers) == 1:
+        return f"Sample prompt {numbers[0]} {one}"
+    return f"Sample prompts {', '.join(numbers[:-1])} and {numbers[-1]} {many}"
+
+
 def check_mask_files(config: TrainConfig) -> PreflightProblem | None:
     """With dataset.masks = "folder": no mask that cannot be read or has another shape than its image (the
     run would stop on it); headers only, and only then."""
@@ -386,5 +448,5 @@ def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], 
     gpu, gpu_count = report.run_gpus(config.launch)
     problems = [p for p in (check_gpu_ids(config, report),) if p is not None]
     problems += preflight(config, gpu, gpu_count=gpu_count, ram_mb=report.ram_mb)
-    warned = ("vram", "ram_tight", "gpus_idle")
+    warned = ("vram", "ram_tight", "gpus_idle", "sample_prompts")
     return [p for p in problems if p.check not in warned], [p for p in problems if p.check in warned]

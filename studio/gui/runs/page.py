@@ -47,6 +47,7 @@ from studio.gui.runs.table import RunsTable
 from studio.gui.widgets.loss_plot import LossOverlay
 from studio.gui.widgets.run_header import RunHeader
 from studio.gui.widgets.run_plots import RunPlots
+from studio.gui.widgets.samples_gallery import SamplesGallery
 
 NOTHING_TO_RESUME = ("This run failed before its first step: there is nothing to resume. Fix what its error "
                      "says and press Train on the Train page for a new run.")
@@ -70,10 +71,13 @@ class RunsPage(Page):
         self.header = RunHeader()
         self.plots = RunPlots(live=False)
         self.overlay = LossOverlay()
+        # The run's sample images: an older run's, or one brought back from another machine, are seen nowhere else.
+        self.samples = SamplesGallery()
         self.queue = QueuePanel(self.controller)
         self.queue.sig_compare.connect(self.select_runs)
         self.views = QTabWidget()
         self.views.addTab(self.plots, "Run")
+        self.views.addTab(self.samples, "Samples")
         self.views.addTab(self.overlay, "Loss overlay")
         self.views.addTab(self.queue, "Queue")
 
@@ -145,6 +149,7 @@ class RunsPage(Page):
         empty = RunModel()
         self.plots.refresh(empty)
         self.header.refresh(empty)
+        self.samples.refresh(empty)
         self.refresh()
         if self.table.rowCount():
             self.table.selectRow(0)  # newest first; choosing it shows it
@@ -229,7 +234,9 @@ class RunsPage(Page):
         self.opened = rep.model
         self.plots.refresh(rep.model)
         self.header.refresh(rep.model)
-        self.views.setCurrentWidget(self.plots)
+        self.samples.refresh(rep.model)
+        if self.views.currentWidget() is not self.samples:  # a person going through runs' samples stays on them
+            self.views.setCurrentWidget(self.plots)
         extra = f", {rep.garbage_lines} unreadable lines skipped" if rep.garbage_lines else ""
         self.say(f"Showing {run_dir.name}: {_steps_text(rep.model)}{extra}.")
 

@@ -38,12 +38,12 @@ from studio.gui.page import Page
 from studio.gui.runner.run_controller import RunController
 from studio.gui.trainenv.window import TrainingEnvDialog, open_training_env_dialog
 from studio.gui.training.console import ConsolePane
-from studio.gui.training.samples import SamplesGallery
 from studio.gui.training.sampling_editor import SamplingEditor
 from studio.gui.training.self_test import page_self_test
 from studio.gui.widgets.downloads import DownloadDialog
 from studio.gui.widgets.run_header import ErrorBanner, RunHeader
 from studio.gui.widgets.run_plots import RunPlots
+from studio.gui.widgets.samples_gallery import SamplesGallery
 
 STOP_WAIT_S = 60.0
 
@@ -181,6 +181,7 @@ class TrainPage(Page):
         self.train_button.setEnabled(not running)
         self.stop_button.setEnabled(running and not self._stopping)
         self.kill_button.setEnabled(running)
+        self.sampling.show_running(running)
 
     def show_message(self, text: str) -> None:
         self.message.setText(text)

@@ -66,6 +66,11 @@ class SamplingEditor(QWidget):
         self.vae_tiling = named(QComboBox(), "sampling_vae_tiling")
         for choice in ("auto", "on", "off"):
             self.vae_tiling.addItem(choice, choice)
+        # Beside a run: it makes its samples with the settings in its own folder, whatever is edited here.
+        self.running_note = named(QLabel("The run training now makes its samples with the settings it started "
+                                         "with; edits here are saved for the next run."), "sampling_running_note")
+        self.running_note.setWordWrap(True)
+        self.running_note.setVisible(False)
         self.problem = named(QLabel(), "sampling_problem")
         self.problem.setWordWrap(True)
         self.problem.setStyleSheet("color: #c62828;")
@@ -84,6 +89,7 @@ class SamplingEditor(QWidget):
         form.addRow("Decode in tiles", self.vae_tiling)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("Sample prompts: images made with the model being trained, to watch it learn."))
+        layout.addWidget(self.running_note)
         layout.addWidget(self.prompts, 1)
         layout.addLayout(row)
         layout.addLayout(form)
@@ -139,6 +145,10 @@ class SamplingEditor(QWidget):
     def prompt_list(self) -> list[str]:
         items = (self.prompts.item(r, 0) for r in range(self.prompts.rowCount()))
         return [item.text().strip() for item in items if item is not None and item.text().strip()]
+
+    def show_running(self, running: bool) -> None:
+        """Whether a run is training now (its samples do not take the edits made here)."""
+        self.running_note.setVisible(running)
 
     def _let_go(self, _project: object = None) -> None:
         self.problem.setText("")

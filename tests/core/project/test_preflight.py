@@ -442,3 +442,43 @@ def test_a_damaged_studio_environment_is_answered_with_its_repair(tmp_path: Path
         "repair`, or Repair in Tools → Training Environment).")
     # launch.python naming that same Python is the person's own choice: pip is the words there.
     assert "pip install" in str(preflight_module.check_torch_cuda(str(python)))
+
+
+def test_sample_prompts_the_encoder_would_misread_are_named_before_the_run(tmp_path: Path, hub_cache: Path) -> None:
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+    config.sampling.every_n_steps = 100
+    # A line copied from another trainer's prompt file, a prompt of a hundred words, and two plain ones (a dash
+    # in the words is no option).
+    config.sampling.prompts = ["a red circle", "a cat --n blurry, low quality --w 768 --h 512 --d 42 --l 6",
+                               " ".join(["word"] * 100), "a blue square -- on grass"]
+    (problem,) = preflight(resolve_paths(config, root))
+    assert problem.check == "sample_prompts" and problem.can_confirm and problem.question == "Sample prompts"
+    assert problem.message == (
+        "Sample prompt 2 holds --n, --w, --h, --d, --l: options of other trainers' prompt files, which the studio "
+        "does not take; the whole line is drawn as the picture's words. Set the negative prompt, seed, size, steps "
+        "and guidance in the Sample settings tab (they apply to every prompt) and take the options out of the "
+        "prompts. Sample prompt 3 is longer than the 75 tokens CLIP reads: the samples ignore the rest. Shorten "
+        "them or put the important words first.")
+    config.sampling.prompts += ["a dog --n cat", " ".join(["long"] * 80)]
+    (problem,) = preflight(resolve_paths(config, root))
+    assert problem.message.startswith("Sample prompts 2 and 5 hold --n, --w, --h, --d, --l: options")
+    assert "Sample prompts 3 and 6 are longer than the 75 tokens CLIP reads" in problem.message
+    config.sampling.prompts = ["(masterpiece:1.2), a cat <lora:style:0.8>", "a cat (sitting), 2:1 ratio"]
+    (problem,) = preflight(resolve_paths(config, root))
+    assert problem.message == (
+        "Sample prompt 1 holds (masterpiece:1.2), <lora:style:0.8>: weights and LoRA tags of other programs' "
+        "prompts, which the samples read as plain words (what is trained is always drawn at its full "
+        "strength). Write the words alone.")
+    config.sampling.every_n_steps = 0  # no samples: the prompts are never read
+    assert _lines(config, root) == []
+
+
+def test_studio_train_run_says_odd_sample_prompts_and_starts(tmp_path: Path, hub_cache: Path) -> None:
+    from studio.core.project.preflight import preflight_headless
+
+    _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
+    config, root = _project(tmp_path)
+    config.sampling.every_n_steps, config.sampling.prompts = 10, ["a cat --n dog"]
+    errors, warnings = preflight_headless(resolve_paths(config, root))
+    assert errors == [] and [w.check for w in warnings] == ["sample_prompts"]

@@ -456,3 +456,42 @@ def test_the_bundles_readme_names_the_import_button_as_the_page_shows_it(qtbot: 
     qtbot.addWidget(page, before_close_func=close_plots)
     said = readme.read_text(encoding="utf-8").split("**Runs** page (", 1)[1].split(")", 1)[0]
     assert said.startswith(f"**{page.buttons['import'].text()}**")
+
+
+def test_a_run_opened_shows_its_samples_and_the_next_run_its_own(qtbot: QtBot, context: StudioContext,
+                                                                config: TrainConfig, tmp_path: Path) -> None:
+    """An older run, or one brought back from a rented machine, is judged by its samples: the Runs page shows
+    them (the Train page shows only the run it follows), and a run without samples does not keep the one
+    before's picture up."""
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    sampled = train_once(qtbot, context, config, "--steps", "10", "--rate", "1000", "--samples-every", "5")
+    longer = train_once(qtbot, context, config, "--steps", "20", "--rate", "1000", "--samples-every", "5")
+    plain = train_once(qtbot, context, config, "--steps", "10", "--rate", "1000")
+    page = make_page(qtbot, context)
+    page.show()
+    qtbot.waitUntil(lambda: page.message.text().startswith("Showing"), timeout=10000)  # the newest, shown first
+    page.table.select_paths([sampled.name])
+    qtbot.waitUntil(lambda: page.message.text().startswith(f"Showing {sampled.name}"), timeout=10000)
+    page.views.setCurrentWidget(page.samples)
+    gallery = page.samples
+    assert gallery.grid.count() == 4  # two prompts at steps 5 and 10
+    assert [gallery.prompt.itemText(i) for i in range(gallery.prompt.count())] == ["a red circle", "a blue square"]
+    assert gallery.step_label.text() == "step 10" and not gallery.preview.pixmap().isNull()
+    assert gallery.current() is not None and gallery.current().path == sampled / "samples" / "step-000010-0.png"
+
+    # Runs compared prompt by prompt: the prompt chosen stays chosen in the next run shown.
+    gallery.prompt.setCurrentIndex(1)
+    gallery.prompt.textActivated.emit("a blue square")  # what a person's choice in the list emits
+    page.table.select_paths([longer.name])
+    qtbot.waitUntil(lambda: page.message.text().startswith(f"Showing {longer.name}"), timeout=10000)
+    assert gallery.prompt.currentText() == "a blue square" and gallery.step_label.text() == "step 20"
+    assert gallery.current() is not None and gallery.current().path == longer / "samples" / "step-000020-1.png"
+
+    page.table.select_paths([plain.name])
+    qtbot.waitUntil(lambda: page.message.text().startswith(f"Showing {plain.name}"), timeout=10000)
+    assert page.views.currentWidget() is gallery  # going through runs' samples, the tab stays
+    assert gallery.grid.count() == 0 and gallery.preview.pixmap().isNull()
+    assert gallery.preview.text() == "This run made no samples: it had no sample prompts."
+    page.table.select_paths([sampled.name])
+    qtbot.waitUntil(lambda: page.message.text().startswith(f"Showing {sampled.name}"), timeout=10000)
+    assert gallery.prompt.currentText() == "a blue square" and gallery.grid.count() == 4

@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.runs.events import RunStarted, Sample
 from studio.core.runs.records.run_model import RunModel
-from studio.gui.training.samples import SamplesGallery
+from studio.gui.widgets.samples_gallery import SamplesGallery
 
 
 def test_a_portrait_sample_is_neither_cropped_nor_stretched(qtbot: QtBot, tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_a_long_runs_gallery_reads_only_the_thumbnails_in_view(qtbot: QtBot, tmp
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # 600 samples (a long run's): opening it reads the few pictures in view, not all 600 on the GUI thread;
     # scrolled to the end, the pictures there are read then.
-    from studio.gui.training import samples
+    from studio.gui.widgets import samples_gallery as samples
 
     Image.new("RGB", (256, 256), (200, 30, 30)).save(tmp_path / "s.png")
     model = RunModel(tmp_path)
@@ -305,3 +305,56 @@ def test_a_cloud_runs_samples_show_once_it_is_brought_back(qtbot: QtBot, tmp_pat
     gallery.refresh(model)
     assert not gallery.preview.pixmap().isNull()
     assert model.samples[0].path == local / "samples" / "step-000010-0.png"
+
+
+def test_no_run_shown_leaves_no_picture_of_the_run_before(qtbot: QtBot, tmp_path: Path) -> None:
+    """Another project opened (its Runs page shows no run yet): the last run's sample and step go with it."""
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "red.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    model.apply(Sample(step=5, images=["red.png"], prompts=["a red thing"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    assert not gallery.preview.pixmap().isNull() and gallery.step_label.text() == "step 5"
+    gallery.refresh(RunModel())
+    assert gallery.preview.pixmap().isNull() and gallery.step_label.text() == "–" and gallery.grid.count() == 0
+
+
+def test_a_finished_run_without_samples_says_none_came_not_when_they_come(qtbot: QtBot, tmp_path: Path) -> None:
+    from studio.core.runs.events import RunFinished, Step
+
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={"sampling": {"prompts": ["a cat"], "every_n_steps": 100}}, world_size=1,
+                           total_steps=300, devices=["cpu"]))
+    model.apply(Step(step=40, epoch=0, loss=0.5, lr=1e-4))
+    model.apply(RunFinished(status="stopped", step=40))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.refresh(model)
+    assert gallery.preview.text() == ("This run made no samples: it ended at step 40, before its first samples "
+                                      "(step 100).")
+    model.apply(RunStarted(config={"sampling": {"prompts": ["a cat"], "every_n_steps": 10}}, world_size=1,
+                           total_steps=300, devices=["cpu"], resumed_from_step=40))
+    model.apply(Step(step=50, epoch=0, loss=0.5, lr=1e-4))
+    model.apply(RunFinished(status="failed", step=50))
+    gallery.refresh(model)
+    assert gallery.preview.text() == "This run made no samples: each round failed; its errors and console.log say why."
+
+
+def test_samples_missing_from_a_run_folder_are_said_missing(qtbot: QtBot, tmp_path: Path) -> None:
+    """A run copied back without its samples folder: its grid names each picture missing instead of a blank
+    square (and reading them raises no Qt warning)."""
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "there.png")
+    model = RunModel(tmp_path)
+    model.apply(RunStarted(config={}, world_size=1, total_steps=10, devices=["cpu"]))
+    model.apply(Sample(step=5, images=["there.png", "samples/step-000005-1.png"], prompts=["a cat", "a dog"]))
+    gallery = SamplesGallery()
+    qtbot.addWidget(gallery)
+    gallery.resize(900, 500)
+    gallery.show()
+    gallery.refresh(model)
+    assert gallery.load_visible_thumbnails() == 2
+    there, missing = gallery.grid.item(0), gallery.grid.item(1)
+    assert there.text() == "step 5\na cat" and not there.icon().isNull()
+    assert missing.text() == "step 5\n(picture missing)" and "cannot be read" in missing.toolTip()

@@ -487,3 +487,20 @@ def test_train_with_a_choice_in_the_settings_form_not_in_studio_toml_asks_first(
     page.confirm = lambda _title, _text: True
     assert page.start_training()
     qtbot.waitUntil(lambda: not page.controller.running, timeout=20000)
+
+
+def test_the_sample_settings_say_a_running_run_keeps_its_own(qtbot: QtBot, context: StudioContext,
+                                                            config: TrainConfig, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sample prompts edited beside a live run are saved for the next run: the tab says so while one trains."""
+    hold_at(monkeypatch, 2)
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context, "--steps", "20", "--rate", "200")
+    note = page.sampling.running_note
+    assert not note.isVisibleTo(page.sampling)
+    page.start_training()
+    qtbot.waitUntil(lambda: page.controller.model.step >= 2, timeout=15000)
+    assert note.isVisibleTo(page.sampling) and "edits here are saved for the next run" in note.text()
+    page.stop_button.click()
+    qtbot.waitUntil(lambda: not page.controller.running, timeout=15000)
+    assert not note.isVisibleTo(page.sampling)

@@ -30,10 +30,19 @@ DIALOG_MIN_SIDE = 512
 NO_PROMPTS = "No samples yet: add prompts in the Sample settings tab."
 
 
-def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0) -> str:
-    """What the empty gallery says for a run's `sampling` settings, at `step` of `total`."""
+def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0, ended: bool = False) -> str:
+    """What the empty gallery says for a run's `sampling` settings, at `step` of `total` (`ended`: it will make
+    none any more)."""
     prompts = sampling.get("prompts") or []
     every = sampling.get("every_n_steps") or 0
+    if ended:  # a finished run opened later: nothing more is coming, whatever the settings are now
+        if not prompts:
+            return "This run made no samples: it had no sample prompts."
+        if not isinstance(every, int) or every <= 0:
+            return "This run made no samples: sampling was off (every 0 steps)."
+        if step >= every:  # samples were due: each round failed (a sample's failure does not end a run)
+            return "This run made no samples: each round failed; its errors and console.log say why."
+        return f"This run made no samples: it ended at step {step}, before its first samples (step {every})."
     if not prompts:
         return NO_PROMPTS
     if not isinstance(every, int) or every <= 0:
@@ -107,6 +116,9 @@ class SamplesGallery(QWidget):
         self.grid.verticalScrollBar().valueChanged.connect(lambda _value: self._thumbs.start())
         self.grid.viewport().installEventFilter(self)
         self.prompt.currentIndexChanged.connect(self._update_slider)
+        # The prompt a person chose stays chosen in the next run shown that has it: runs compared prompt by prompt.
+        self._chosen_prompt = ""
+        self.prompt.textActivated.connect(self._choose_prompt)
         self.slider.valueChanged.connect(self._show_step)
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Prompt"))
@@ -140,13 +152,17 @@ class SamplesGallery(QWidget):
             self._samples = []
             self.grid.clear()
             self.prompt.clear()
+            # Another run shown (or none): the run before's picture does not stay up as if it were this one's.
+            self.preview.set_pixmap(None)
+            self.step_label.setText("–")
         base = model.started.config.get("model", {}).get("base", "") if model.started else ""
         self.random_model_note.setVisible(isinstance(base, str) and is_demo_model(base))
         self._show_control(model.sample_controls)
         new = model.samples[len(self._samples):]
         if not self._samples and not new and model.started is not None:
             sampling = model.started.config.get("sampling", {})
-            self.show_waiting(sampling if isinstance(sampling, dict) else {}, model.step, model.total_steps)
+            self.show_waiting(sampling if isinstance(sampling, dict) else {}, model.step, model.total_steps,
+                              model.ended)
         if not new:
             return
         for sample in new:
@@ -157,6 +173,9 @@ class SamplesGallery(QWidget):
             self.grid.addItem(item)
             if self.prompt.findText(sample.prompt) < 0:
                 self.prompt.addItem(sample.prompt)
+        chosen = self.prompt.findText(self._chosen_prompt) if self._chosen_prompt else -1
+        if chosen >= 0 and chosen != self.prompt.currentIndex():
+            self.prompt.setCurrentIndex(chosen)
         at_end = self.slider.value() == self.slider.maximum()
         self._update_slider(keep_end=at_end)
         self._thumbs.start()
@@ -188,8 +207,15 @@ class SamplesGallery(QWidget):
             index = item.data(Qt.ItemDataRole.UserRole)
             if item.data(THUMB_LOADED) or not isinstance(index, int) or not 0 <= index < len(self._samples):
                 continue
-            item.setIcon(QIcon(QPixmap(str(self._samples[index].path)).scaled(
-                THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)))
+            sample = self._samples[index]
+            pixmap = QPixmap(str(sample.path))
+            if pixmap.isNull():  # a run brought back without its samples folder, a picture deleted: said, not blank
+                item.setText(f"step {sample.step}\n(picture missing)")
+                item.setToolTip(f"step {sample.step}: {sample.prompt}\n{sample.path} cannot be read: it is not "
+                                "there (deleted, or the run was copied back without its samples) or not a picture")
+            else:
+                item.setIcon(QIcon(pixmap.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio,
+                                                 Qt.TransformationMode.SmoothTransformation)))
             item.setData(THUMB_LOADED, True)
             read += 1
         return read
@@ -200,10 +226,13 @@ class SamplesGallery(QWidget):
         if not pixmap.isNull():
             self.control.set_pixmap(pixmap)
 
-    def show_waiting(self, sampling: dict[str, object], step: int = 0, total: int = 0) -> None:
+    def show_waiting(self, sampling: dict[str, object], step: int = 0, total: int = 0, ended: bool = False) -> None:
         """Before the first sample: when it comes, or what to set for samples at all."""
         if not self._samples:
-            self.preview.set_text(waiting_text(sampling, step, total))
+            self.preview.set_text(waiting_text(sampling, step, total, ended))
+
+    def _choose_prompt(self, prompt: str) -> None:
+        self._chosen_prompt = prompt
 
     def steps_for(self, prompt: str) -> list[SampleImage]:
         return sorted((s for s in self._samples if s.prompt == prompt), key=lambda s: s.step)
