@@ -8,7 +8,6 @@ environment without CUDA. Each problem is one line: what, where, and what to do.
 
 from __future__ import annotations
 
-import re
 import shlex
 import shutil
 import tempfile
@@ -17,7 +16,6 @@ from pathlib import Path
 from studio.core.app_words import command_or_action
 from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.schema import TrainConfig
-from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.dataset.edit_pairs.pair_checks import sample_control_problem
 from studio.core.dataset.edit_pairs.training import (
     control_limit,
@@ -32,7 +30,6 @@ from studio.core.dataset.scan import list_concept
 from studio.core.dataset.split import KEY, split_problem
 from studio.core.estimate.estimate import ArchitectureDataError, estimate_vram, fit
 from studio.core.estimate.ram.ram_estimate import ram_problem
-from studio.core.families import family
 from studio.core.hardware.report import GPUInfo, HardwareReport
 from studio.core.models.files import (
     FAMILY_NAMES,
@@ -49,6 +46,7 @@ from studio.core.project.demo import is_demo_model
 from studio.core.project.disk_estimate import estimate_disk_bytes, format_size, resume_disk_bytes
 from studio.core.project.library_check import check_quantization_library
 from studio.core.project.problems import PreflightProblem
+from studio.core.project.sample_prompts import check_sample_prompts
 from studio.core.project.torch_probe import check_torch_cuda
 
 GB = 1024**3
@@ -239,64 +237,6 @@ def check_sample_control(config: TrainConfig) -> PreflightProblem | None:
     return PreflightProblem("dataset", f"The control image {image} (sampling.control_image) {why}: choose "
                                        "the image every sample prompt edits, or leave it empty to edit the first "
                                        "pair's control images (control image on the Model & Preset page).")
-
-
-# The per-prompt options of other trainers' prompt files ("a cat --n blurry --w 768 --d 42"): a word of letters
-# after "--", alone or followed by its value.
-_PROMPT_OPTION = re.compile(r"(?:^|\s)(--[A-Za-z]{1,3})(?=\s|$)")
-# Other programs' prompt syntax: a weighted word "(red hair:1.3)" and a LoRA tag "<lora:style:0.8>".
-_PROMPT_MARKUP = re.compile(r"\([^()]*:\s*[0-9.]+\s*\)|<lora:[^>]*>", re.IGNORECASE)
-
-
-def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
-    """Sample prompts the text encoder would read otherwise than the person meant: a line copied from another
-    trainer's prompt file, whose options ("--n blurry --w 768") the studio does not take and would draw as words,
-    weights and LoRA tags of other programs ("(red:1.3)", "<lora:style:0.8>"), read as words too, and a prompt
-    past the family's token limit, whose end the encoder never reads."""
-    sampling = config.sampling
-    if not (sampling.every_n_steps and sampling.prompts):
-        return None
-    spec = family(config.model.family)
-    options: dict[str, None] = {}
-    with_options: list[str] = []
-    long: list[str] = []
-    markup: dict[str, None] = {}
-    with_markup: list[str] = []
-    for number, prompt in enumerate(sampling.prompts, 1):
-        written = _PROMPT_MARKUP.findall(prompt)
-        if written:
-            markup.update(dict.fromkeys(written))
-            with_markup.append(str(number))
-        found = _PROMPT_OPTION.findall(prompt)
-        if found:
-            options.update(dict.fromkeys(found))
-            with_options.append(str(number))
-        if estimate_tokens(prompt) > spec.caption_token_limit:
-            long.append(str(number))
-    said: list[str] = []
-    if with_options:
-        said.append(f"{_prompts_named(with_options)} {', '.join(options)}: options of other trainers' prompt files, "
-                    "which the studio does not take; the whole line is drawn as the picture's words. Set the negative "
-                    "prompt, seed, size, steps and guidance in the Sample settings tab (they apply to every prompt) "
-                    "and take the options out of the prompts")
-    if with_markup:
-        said.append(f"{_prompts_named(with_markup)} {', '.join(list(markup)[:3])}: weights and LoRA tags of other "
-                    "programs' prompts, which the samples read as plain words (what is trained is always drawn "
-                    "at its full strength). Write the words alone")
-    if long:
-        said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {spec.caption_token_limit} tokens "
-                    f"{spec.caption_encoder} reads: the samples ignore the rest. Shorten them or put the important "
-                    "words first")
-    if not said:
-        return None
-    return PreflightProblem("sample_prompts", ". ".join(said) + ".", can_confirm=True)
-
-
-def _prompts_named(numbers: list[str], many: str = "hold", one: str = "holds") -> str:
-    """The start of a sentence naming prompts by number: Sample prompt 2 holds, Sample prompts 2, 3 and 5 hold."""
-    if len(numbers) == 1:
-        return f"Sample prompt {numbers[0]} {one}"
-    return f"Sample prompts {', '.join(numbers[:-1])} and {numbers[-1]} {many}"
 
 
 def check_mask_files(config: TrainConfig) -> PreflightProblem | None:
