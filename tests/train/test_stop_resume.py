@@ -235,3 +235,58 @@ def test_stop_pressed_while_the_latents_are_cached_ends_the_run_there(make_confi
     assert finished.message == "stopped on request during caching, before the first step"
     assert not [e for e in events if isinstance(e, Step | Checkpoint | RunStarted)]
     assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
+
+
+def test_max_steps_lowered_below_the_checkpoint_is_refused_before_the_model_loads(
+        make_config, run_training, events_of, stop_after, tmp_path) -> None:
+    """A run stopped at step 4, its config.toml then edited to max_steps = 3: the resume loaded the model,
+    trained nothing and finished "completed" at step 4 (of 3) with a warning that it "goes on". A config error
+    names both numbers and the edit; that edit then writes the LoRA of the checkpoint at once."""
+    from studio.core.runs.events import Error, Phase
+
+    stop_after(4)
+    code, run_dir = run_training(make_config(), tmp_path)
+    assert code == 0
+    stop_after(None)
+    config_file = run_dir / "config.toml"
+    text = config_file.read_text(encoding="utf-8")
+    assert "max_steps = 6\n" in text
+    config_file.write_text(text.replace("max_steps = 6\n", "max_steps = 3\n"), encoding="utf-8")
+    before = len(events_of(run_dir))
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    leg = events_of(run_dir)[before:]
+    assert code != 0
+    (error,) = [e for e in leg if isinstance(e, Error)]
+    assert error.kind == "config"
+    assert "training.max_steps = 3" in error.message and "already at step 4" in error.message
+    assert f"set training.max_steps = 4 in {config_file}" in error.hint
+    assert not any(isinstance(e, Phase) and e.message == "model loaded" for e in leg)
+    assert isinstance(leg[-1], RunFinished) and leg[-1].status == "failed"
+    assert not (run_dir / "output").exists()
+
+    config_file.write_text(text.replace("max_steps = 6\n", "max_steps = 4\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    finished = events_of(run_dir)[-1]
+    assert code == 0 and isinstance(finished, RunFinished) and finished.status == "completed" and finished.step == 4
+    assert (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
+
+
+def test_epochs_lowered_below_the_checkpoint_is_refused(make_config, run_training, events_of, stop_after,
+                                                        tmp_path) -> None:
+    """The same with training.epochs (8 images in batches of 2: 4 steps an epoch): 2 epochs stopped at step 5,
+    then 1 epoch asked."""
+    from studio.core.runs.events import Error
+
+    stop_after(5)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, epochs=2, seed=1)), tmp_path)
+    assert code == 0
+    stop_after(None)
+    config_file = run_dir / "config.toml"
+    text = config_file.read_text(encoding="utf-8")
+    assert "epochs = 2\n" in text
+    config_file.write_text(text.replace("epochs = 2\n", "epochs = 1\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    assert code != 0
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert "training.epochs = 1 (4 steps)" in error.message and "already at step 5" in error.message
+    assert not (run_dir / "output").exists()

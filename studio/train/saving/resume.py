@@ -16,7 +16,13 @@ from studio.core.text import plural
 from studio.train.errors import TrainError
 from studio.train.progress.reporting import Reporter
 from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
-from studio.train.saving.checkpoints import complete_checkpoints, load_checkpoint, read_state, trainable_state
+from studio.train.saving.checkpoints import (
+    complete_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    trainable_state,
+)
 
 
 def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any, ema: Any,
@@ -73,6 +79,26 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
                       "(or launch it on as many GPUs as before) and resume again")
     return state
+
+
+def refuse_past_the_end(run_dir: Path, total: int, config: TrainConfig) -> None:
+    """training.max_steps (or epochs) lowered in a stopped run's config.toml below the step of its newest checkpoint:
+    the resume loaded the model and filled the caches, trained nothing, and finished "completed" with the
+    checkpoint's weights at a step past the one asked, the progress at 4 of 3, and a warning that it "goes on".
+    A config error names both numbers and the edit that writes the LoRA from that checkpoint, before the caches
+    fill (before the model loads, with max_steps)."""
+    newest = latest_checkpoint(run_dir)
+    if newest is None or newest[0] <= total:
+        return
+    step, folder = newest
+    kind, count = config.training.length
+    asked = (f"training.max_steps = {count}" if kind == "steps"
+             else f"training.epochs = {count} ({plural(total, 'step')})")
+    path = run_dir / "config.toml"
+    raise TrainError("config", f"this run's config says {asked}, but its checkpoint {folder} is already at step {step}: "
+                     "a run cannot go back to an earlier step",
+                     f"set training.max_steps = {step} in {path} and resume to write the LoRA of that checkpoint at "
+                     f"once (or more, to train on); or start a new run for {plural(total, 'step')}", path=str(path))
 
 
 def started_with(run_dir: Path) -> dict[str, Any] | None:
