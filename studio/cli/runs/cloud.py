@@ -175,6 +175,14 @@ def run_status(args: argparse.Namespace) -> int:
         state = cloud_api().state(_cluster(args.cluster))
     except CloudError as exc:
         return _fail(str(exc))
+    if state.status == "gone":
+        # "cluster gone" and exit 0 read to a script as a cluster that is there; a run's files go with its disk.
+        launched = _record(args.cluster) is not None
+        return _fail(f"there is no cluster {state.name}: "
+                     + ("it was ended (`studio-train cloud down`, or by itself after the run), with its disk and what "
+                        "was not brought back with `studio-train cloud pull`" if launched else
+                        "none was launched under that name from here, or it has ended since")
+                     + "; `sky status` lists the clusters there are, `studio-train cloud launch CONFIG` starts a new one")
     print(f"{state.name}: cluster {state.status}" + (f", run {state.job}" if state.job else ""))
     return EXIT_OK
 
