@@ -151,7 +151,7 @@ class Trainer:
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
         self.total = total_steps(self.plan, config.training.gradient_accumulation, config.training.length)
         if self.resume:  # epochs: known once the items are counted, still before the caches fill
-            refuse_past_the_end(self.run_dir, self.total, config)
+            refuse_past_the_end(self.run_dir, self.total, config, self.plan.global_batch)
         self.meter = StepMeter(acc, self.total, step_cost(config, self.denoiser_params, acc.device))
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)

@@ -290,3 +290,24 @@ def test_epochs_lowered_below_the_checkpoint_is_refused(make_config, run_trainin
     (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
     assert "training.epochs = 1 (4 steps)" in error.message and "already at step 5" in error.message
     assert not (run_dir / "output").exists()
+
+
+def test_epochs_resumed_on_more_gpus_than_before_say_so(tmp_path: Path) -> None:
+    """Epochs count steps of the launch's batches: a run of 2 epochs stopped at step 5 and resumed on twice the
+    GPUs has 4 steps; the error says the batch grew, which the person did not edit in config.toml."""
+    from studio.core.config.schema import TrainConfig
+    from studio.train.errors import TrainError
+    from studio.train.saving.resume import checkpoint_state, refuse_past_the_end
+
+    folder = tmp_path / "checkpoints" / "step-5"
+    folder.mkdir(parents=True)
+    state = checkpoint_state(5, 1, 8, global_batch=2, accumulation=1, optimizer="adamw")
+    (folder / "training_state.json").write_text(json.dumps(state), encoding="utf-8")
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "org/model"},
+                                         "training": {"epochs": 2}})
+    refuse_past_the_end(tmp_path, 8, config, global_batch=2)  # as many GPUs as before: nothing to say
+    with pytest.raises(TrainError) as raised:
+        refuse_past_the_end(tmp_path, 4, config, global_batch=4)
+    assert raised.value.kind == "config"
+    assert raised.value.message.startswith("this run's config says training.epochs = 2 (4 steps) of 4 images over "
+                                           "all GPUs, where the run had 2 images, but its checkpoint ")

@@ -81,7 +81,7 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
     return state
 
 
-def refuse_past_the_end(run_dir: Path, total: int, config: TrainConfig) -> None:
+def refuse_past_the_end(run_dir: Path, total: int, config: TrainConfig, global_batch: int | None = None) -> None:
     """training.max_steps (or epochs) lowered in a stopped run's config.toml below the step of its newest checkpoint:
     the resume loaded the model and filled the caches, trained nothing, and finished "completed" with the
     checkpoint's weights at a step past the one asked, the progress at 4 of 3, and a warning that it "goes on".
@@ -95,6 +95,13 @@ def refuse_past_the_end(run_dir: Path, total: int, config: TrainConfig) -> None:
     asked = (f"training.max_steps = {count}" if kind == "steps"
              else f"training.epochs = {count} ({plural(total, 'step')})")
     path = run_dir / "config.toml"
+    try:
+        then = read_state(folder).get("global_batch") if kind == "epochs" else None
+    except (OSError, ValueError):  # a damaged state: the resume names it later, if it comes to that
+        then = None
+    if global_batch is not None and then not in (None, global_batch):
+        # Epochs count steps of this launch's batches: more GPUs than before make fewer steps of them.
+        asked += f" of {plural(global_batch, 'image')} over all GPUs, where the run had {plural(int(then), 'image')}"
     raise TrainError("config", f"this run's config says {asked}, but its checkpoint {folder} is already at step {step}: "
                      "a run cannot go back to an earlier step",
                      f"set training.max_steps = {step} in {path} and resume to write the LoRA of that checkpoint at "
