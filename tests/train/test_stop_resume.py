@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, MethodSection, TrainingSection
-from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, RunWarning, Step
 
 torch = pytest.importorskip("torch")
 
@@ -266,8 +266,11 @@ def test_max_steps_lowered_below_the_checkpoint_is_refused_before_the_model_load
 
     config_file.write_text(text.replace("max_steps = 6\n", "max_steps = 4\n"), encoding="utf-8")
     code, _ = run_training(None, tmp_path, resume_dir=run_dir)
-    finished = events_of(run_dir)[-1]
+    events = events_of(run_dir)
+    finished = events[-1]
     assert code == 0 and isinstance(finished, RunFinished) and finished.status == "completed" and finished.step == 4
+    (said,) = [e for e in events if isinstance(e, RunWarning) and "checkpoint of step 4 was written" in e.message]
+    assert said.message.endswith("this run has 4 steps: it writes the LoRA of step 4 at once, without training on")
     assert (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
 
 

@@ -210,6 +210,9 @@ def changed_since(state: dict[str, Any], total: int, accumulation: int, global_b
         return (f"{plural(steps, 'step')}, batches of {plural(images, 'image')} over all GPUs, gradient "
                 f"accumulation {accumulated}")
 
+    if step >= total:  # max_steps set to the checkpoint's step: nothing is left to train
+        return (f"the checkpoint of step {step} was written by a run of {shape(*then)}; this run has "
+                f"{plural(total, 'step')}: it writes the LoRA of step {step} at once, without training on")
     return (f"the checkpoint of step {step} was written by a run of {shape(*then)}; this run has {shape(*now)}: "
             f"it goes on from step {step}, but not with the batches or learning-rate schedule the run would have "
             "had without the stop")
