@@ -316,8 +316,12 @@ def test_the_status_of_a_cluster_that_is_not_there_exits_non_zero(demo: Project,
     assert cli_main(["cloud", "status", str(demo.config_path)]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith(f"error: there is no cluster {cluster}: it was ended (`studio-train cloud down`")
+    assert captured.err.startswith(f"error: there is no cluster {cluster}: it has ended (`studio-train cloud down`")
     assert "`sky status` lists the clusters there are" in captured.err
     assert cli_main(["cloud", "status", "studio-never-launched"]) == 1
     assert "error: there is no cluster studio-never-launched: none was launched under that name from here" in (
         capsys.readouterr().err)
+    other = demo.root / "other.toml"
+    other.write_text(demo.config_path.read_text(encoding="utf-8"), encoding="utf-8")
+    assert cli_main(["cloud", "status", str(other)]) == 2  # a project never launched: no cluster to ask about
+    assert f"error: no launch of '{other}' is recorded on this machine" in capsys.readouterr().err
