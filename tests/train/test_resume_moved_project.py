@@ -61,13 +61,16 @@ def test_a_run_resumed_after_its_project_moved_ends_as_the_straight_run(
     assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
 
 
+@pytest.mark.parametrize("model", ["in the project", "outside"])
 def test_a_moved_project_reuses_its_cached_latents_and_a_changed_image_is_encoded_again(
-        make_config, run_training, events_of, stop_after, tiny_sd15: Path, demo_data: Path, tmp_path: Path) -> None:
+        model: str, make_config, run_training, events_of, stop_after, tiny_sd15: Path, demo_data: Path,
+        tmp_path: Path) -> None:
     """training.cache_latents_to_disk keyed each image's latents by its absolute path: after the project moved,
     the resume encoded every image again (and the cache folder doubled) without a word. A copy that does not keep
-    the files' times moves it too; an image replaced by another under its old name is never read from the cache."""
+    the files' times moves it too; an image replaced by another under its old name is never read from the cache.
+    The base model moved with the project, or stayed where it was outside it."""
     config = make_config(
-        model=ModelSection(family="sd15", base="models/tiny-sd15"),
+        model=ModelSection(family="sd15", base="models/tiny-sd15" if model == "in the project" else str(tiny_sd15)),
         dataset=DatasetSection(concepts=[ConceptSection(path="data/shapes")], resolution=64, buckets=False),
         training=TrainingSection(batch_size=2, max_steps=4, seed=5, cache_latents=True, cache_latents_to_disk=True),
         output=OutputSection(dir="runs", formats=["diffusers"]),
@@ -80,7 +83,7 @@ def test_a_moved_project_reuses_its_cached_latents_and_a_changed_image_is_encode
     cache = run_dir / "cache" / "latents"
     first = {path.name: path.read_bytes() for path in cache.glob("*.safetensors")}
     assert len(first) == 8
-    after = tmp_path / "new disk" / "renamed project"
+    after = tmp_path / "new disk" / "projects" / "renamed project"  # one folder deeper than before
     shutil.copytree(before, after, copy_function=shutil.copyfile)  # the files' times are not kept
     shutil.rmtree(before)
     run_dir = after / run_dir.relative_to(before)

@@ -60,15 +60,14 @@ def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
 
 
 def _model_key(value: str, folder: Path) -> str:
-    """A base model or VAE as the cache key names it: a local one by its place beside the run folder (a model kept
-    in the project moves with it), a hub id as it is."""
+    """A base model or VAE as the cache key `folder` (RUN_DIR/cache/latents) names it: one kept in the project (the
+    folder above the runs' folder) by its place beside the run folder, as it moves with the project; one outside by
+    its absolute path, which a moved project leaves as it is; a hub id as it is."""
     path = Path(value)
-    if not path.is_absolute() or not path.exists():
+    project = folder.parent.parent.parent.parent
+    if not path.is_absolute() or not path.exists() or not path.is_relative_to(project):
         return value
-    try:
-        return os.path.relpath(path, folder)
-    except ValueError:  # another drive than the run's (Windows)
-        return value
+    return os.path.relpath(path, folder)
 
 
 def _read_latents(path: Path) -> dict[str, torch.Tensor] | None:
