@@ -74,7 +74,7 @@ from studio.train.runtime import (
 from studio.train.samples import SamplingPlan, ensure_class_images, make_samples
 from studio.train.saving.checkpoints import register_hooks, save_checkpoint
 from studio.train.saving.outputs import check_kohya_layout, save_epoch_lora, save_outputs
-from studio.train.saving.resume import checkpoint_state, resume_state
+from studio.train.saving.resume import checkpoint_state, refuse_past_the_end, resume_state
 from studio.train.weights.ema import for_samples, weight_average
 
 
@@ -123,6 +123,9 @@ class Trainer:
         from accelerate.utils import set_seed
 
         set_seed(config.training.seed)
+        kind, count = config.training.length
+        if self.resume and kind == "steps":  # known before the model loads
+            refuse_past_the_end(self.run_dir, count, config)
         warn_before_loading(config, acc.device, self.sharding.warning(), self.reporter.warn)
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.spill = watch_cards(acc.device)
@@ -147,6 +150,8 @@ class Trainer:
         self.compiled = compile_denoiser(self.components.denoiser, config.training.compile, config.model.family)
         self.plan = EpochPlan(self.items, config.training.batch_size, acc.num_processes, config.training.seed)
         self.total = total_steps(self.plan, config.training.gradient_accumulation, config.training.length)
+        if self.resume:  # epochs: known once the items are counted, still before the caches fill
+            refuse_past_the_end(self.run_dir, self.total, config, self.plan.global_batch)
         self.meter = StepMeter(acc, self.total, step_cost(config, self.denoiser_params, acc.device))
         groups = param_groups(self.trainable[0], self.trainable[1], config.training)
         optimizer = build_optimizer(groups, config.training, acc.device.type == "cuda", self.reporter.warn)

@@ -303,3 +303,25 @@ def test_a_launch_whose_record_cannot_be_written_still_names_the_running_cluster
     captured = capsys.readouterr()
     assert f"studio-train cloud down {cluster}" in captured.out
     assert f"error: {cluster} started, but its record could not be written" in captured.err
+
+
+def test_the_status_of_a_cluster_that_is_not_there_exits_non_zero(demo: Project, fake: FakeCloud,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`cloud status` of a cluster ended (or never launched) printed "cluster gone" and exited 0, so a script that
+    asked whether its cluster was still there could not tell."""
+    assert cli_main(["cloud", "launch", str(demo.config_path), "--yes"]) == 0
+    (cluster,) = fake.launched
+    assert cli_main(["cloud", "down", cluster, "--yes"]) == 0
+    capsys.readouterr()
+    assert cli_main(["cloud", "status", str(demo.config_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: there is no cluster {cluster}: it has ended (`studio-train cloud down`")
+    assert "`sky status` lists the clusters there are" in captured.err
+    assert cli_main(["cloud", "status", "studio-never-launched"]) == 1
+    assert "error: there is no cluster studio-never-launched: none was launched under that name from here" in (
+        capsys.readouterr().err)
+    other = demo.root / "other.toml"
+    other.write_text(demo.config_path.read_text(encoding="utf-8"), encoding="utf-8")
+    assert cli_main(["cloud", "status", str(other)]) == 2  # a project never launched: no cluster to ask about
+    assert f"error: no launch of '{other}' is recorded on this machine" in capsys.readouterr().err

@@ -59,3 +59,41 @@ def test_a_run_resumed_after_its_project_moved_ends_as_the_straight_run(
         round(e.loss, 6) for e in events_of(straight) if isinstance(e, Step)]
     got, expected = (load_file(str(run / "output" / "pytorch_lora_weights.safetensors")) for run in (run_dir, straight))
     assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+@pytest.mark.parametrize("model", ["in the project", "outside"])
+def test_a_moved_project_reuses_its_cached_latents_and_a_changed_image_is_encoded_again(
+        model: str, make_config, run_training, events_of, stop_after, tiny_sd15: Path, demo_data: Path,
+        tmp_path: Path) -> None:
+    """training.cache_latents_to_disk keyed each image's latents by its absolute path: after the project moved,
+    the resume encoded every image again (and the cache folder doubled) without a word. A copy that does not keep
+    the files' times moves it too; an image replaced by another under its old name is never read from the cache.
+    The base model moved with the project, or stayed where it was outside it."""
+    config = make_config(
+        model=ModelSection(family="sd15", base="models/tiny-sd15" if model == "in the project" else str(tiny_sd15)),
+        dataset=DatasetSection(concepts=[ConceptSection(path="data/shapes")], resolution=64, buckets=False),
+        training=TrainingSection(batch_size=2, max_steps=4, seed=5, cache_latents=True, cache_latents_to_disk=True),
+        output=OutputSection(dir="runs", formats=["diffusers"]),
+    )
+    stop_after(2)
+    before = _project(tmp_path / "old disk" / "project", tiny_sd15, demo_data)
+    code, run_dir = run_training(config, before)
+    assert code == 0 and events_of(run_dir)[-1].status == "stopped"  # type: ignore[attr-defined]
+    stop_after(None)
+    cache = run_dir / "cache" / "latents"
+    first = {path.name: path.read_bytes() for path in cache.glob("*.safetensors")}
+    assert len(first) == 8
+    after = tmp_path / "new disk" / "projects" / "renamed project"  # one folder deeper than before
+    shutil.copytree(before, after, copy_function=shutil.copyfile)  # the files' times are not kept
+    shutil.rmtree(before)
+    run_dir = after / run_dir.relative_to(before)
+    cache = run_dir / "cache" / "latents"
+    images = sorted(path for path in (after / "data" / "shapes").iterdir() if path.suffix == ".png")
+    images[0].write_bytes(images[1].read_bytes())  # another picture under the first one's name
+
+    code, _ = run_training(None, after, resume_dir=run_dir)
+    events = events_of(run_dir)
+    assert code == 0 and events[-1].status == "completed", [e for e in events if e.type == "error"]  # type: ignore[attr-defined]
+    now = {path.name: path.read_bytes() for path in cache.glob("*.safetensors")}
+    assert len(now) == 9  # the eight of the first leg, and the changed image's own
+    assert all(now[name] == latents for name, latents in first.items())

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from studio.core.config.files.paths import resolve_paths
 from studio.core.config.schema import ConceptSection, DatasetSection, MethodSection, TrainingSection
-from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, Step
+from studio.core.runs.events import Checkpoint, RunFinished, RunStarted, RunWarning, Step
 
 torch = pytest.importorskip("torch")
 
@@ -235,3 +235,82 @@ def test_stop_pressed_while_the_latents_are_cached_ends_the_run_there(make_confi
     assert finished.message == "stopped on request during caching, before the first step"
     assert not [e for e in events if isinstance(e, Step | Checkpoint | RunStarted)]
     assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
+
+
+def test_max_steps_lowered_below_the_checkpoint_is_refused_before_the_model_loads(
+        make_config, run_training, events_of, stop_after, tmp_path) -> None:
+    """A run stopped at step 4, its config.toml then edited to max_steps = 3: the resume loaded the model,
+    trained nothing and finished "completed" at step 4 (of 3) with a warning that it "goes on". A config error
+    names both numbers and the edit; that edit then writes the LoRA of the checkpoint at once."""
+    from studio.core.runs.events import Error, Phase
+
+    stop_after(4)
+    code, run_dir = run_training(make_config(), tmp_path)
+    assert code == 0
+    stop_after(None)
+    config_file = run_dir / "config.toml"
+    text = config_file.read_text(encoding="utf-8")
+    assert "max_steps = 6\n" in text
+    config_file.write_text(text.replace("max_steps = 6\n", "max_steps = 3\n"), encoding="utf-8")
+    before = len(events_of(run_dir))
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    leg = events_of(run_dir)[before:]
+    assert code != 0
+    (error,) = [e for e in leg if isinstance(e, Error)]
+    assert error.kind == "config"
+    assert "training.max_steps = 3" in error.message and "already at step 4" in error.message
+    assert f"set training.max_steps = 4 in {config_file}" in error.hint
+    assert not any(isinstance(e, Phase) and e.message == "model loaded" for e in leg)
+    assert isinstance(leg[-1], RunFinished) and leg[-1].status == "failed"
+    assert not (run_dir / "output").exists()
+
+    config_file.write_text(text.replace("max_steps = 6\n", "max_steps = 4\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    events = events_of(run_dir)
+    finished = events[-1]
+    assert code == 0 and isinstance(finished, RunFinished) and finished.status == "completed" and finished.step == 4
+    (said,) = [e for e in events if isinstance(e, RunWarning) and "checkpoint of step 4 was written" in e.message]
+    assert said.message.endswith("this run has 4 steps: it writes the LoRA of step 4 at once, without training on")
+    assert (run_dir / "output" / "pytorch_lora_weights.safetensors").is_file()
+
+
+def test_epochs_lowered_below_the_checkpoint_is_refused(make_config, run_training, events_of, stop_after,
+                                                        tmp_path) -> None:
+    """The same with training.epochs (8 images in batches of 2: 4 steps an epoch): 2 epochs stopped at step 5,
+    then 1 epoch asked."""
+    from studio.core.runs.events import Error
+
+    stop_after(5)
+    code, run_dir = run_training(make_config(training=TrainingSection(batch_size=2, epochs=2, seed=1)), tmp_path)
+    assert code == 0
+    stop_after(None)
+    config_file = run_dir / "config.toml"
+    text = config_file.read_text(encoding="utf-8")
+    assert "epochs = 2\n" in text
+    config_file.write_text(text.replace("epochs = 2\n", "epochs = 1\n"), encoding="utf-8")
+    code, _ = run_training(None, tmp_path, resume_dir=run_dir)
+    assert code != 0
+    (error,) = [e for e in events_of(run_dir) if isinstance(e, Error)]
+    assert "training.epochs = 1 (4 steps)" in error.message and "already at step 5" in error.message
+    assert not (run_dir / "output").exists()
+
+
+def test_epochs_resumed_on_more_gpus_than_before_say_so(tmp_path: Path) -> None:
+    """Epochs count steps of the launch's batches: a run of 2 epochs stopped at step 5 and resumed on twice the
+    GPUs has 4 steps; the error says the batch grew, which the person did not edit in config.toml."""
+    from studio.core.config.schema import TrainConfig
+    from studio.train.errors import TrainError
+    from studio.train.saving.resume import checkpoint_state, refuse_past_the_end
+
+    folder = tmp_path / "checkpoints" / "step-5"
+    folder.mkdir(parents=True)
+    state = checkpoint_state(5, 1, 8, global_batch=2, accumulation=1, optimizer="adamw")
+    (folder / "training_state.json").write_text(json.dumps(state), encoding="utf-8")
+    config = TrainConfig.model_validate({"model": {"family": "sd15", "base": "org/model"},
+                                         "training": {"epochs": 2}})
+    refuse_past_the_end(tmp_path, 8, config, global_batch=2)  # as many GPUs as before: nothing to say
+    with pytest.raises(TrainError) as raised:
+        refuse_past_the_end(tmp_path, 4, config, global_batch=4)
+    assert raised.value.kind == "config"
+    assert raised.value.message.startswith("this run's config says training.epochs = 2 (4 steps) of 4 images over "
+                                           "all GPUs, where the run had 2 images, but its checkpoint ")

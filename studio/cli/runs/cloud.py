@@ -171,10 +171,21 @@ def run_status(args: argparse.Namespace) -> int:
     from studio.core.cloud.api import CloudError
     from studio.core.cloud.launcher import cloud_api
 
+    launched = _record(args.cluster) is not None
+    if not launched and Path(args.cluster).is_file():
+        return _fail(f"no launch of '{args.cluster}' is recorded on this machine (name the cluster as `studio-train "
+                     "cloud launch` printed it)", EXIT_INVALID)
     try:
         state = cloud_api().state(_cluster(args.cluster))
     except CloudError as exc:
         return _fail(str(exc))
+    if state.status == "gone":
+        # "cluster gone" and exit 0 read to a script as a cluster that is there; a run's files go with its disk.
+        return _fail(f"there is no cluster {state.name}: "
+                     + ("it has ended (`studio-train cloud down`, or by itself after its run) and its disk with it: "
+                        "what `studio-train cloud pull` had not brought back is gone" if launched else
+                        "none was launched under that name from here, or it has ended since")
+                     + "; `sky status` lists the clusters there are, `studio-train cloud launch CONFIG` starts a new one")
     print(f"{state.name}: cluster {state.status}" + (f", run {state.job}" if state.job else ""))
     return EXIT_OK
 

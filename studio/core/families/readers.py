@@ -13,6 +13,7 @@ DIFFUSERS_LORA = "pytorch_lora_weights"
 # writes its kohya-format files as pytorch_lora_weights-kohya, -ema and -e0002.safetensors, which are not for diffusers.
 DIFFUSERS_FILES = (f"{DIFFUSERS_LORA}.safetensors", f"{DIFFUSERS_LORA}_ema.safetensors")
 LYCORIS_NETWORKS = ("loha", "lokr")
+DORA_ELSEWHERE = "A1111 and older Forge apply its DoRA scales wrongly"
 
 
 def readers_of(output: str | Path, family_name: str, method: str = "lora", network: str = "lora",
@@ -31,6 +32,10 @@ def readers_of(output: str | Path, family_name: str, method: str = "lora", netwo
         return ""
     if network in LYCORIS_NETWORKS:
         return spec.lycoris_readers
-    if dora:  # the DoRA magnitudes (`dora_scale`) are merged exactly by ComfyUI and Forge, which shares its code
-        return " and ".join(reader for reader in ("ComfyUI", "Forge") if reader in spec.kohya_readers)
+    if dora:
+        # The DoRA magnitudes (`dora_scale`, one per output row) are merged exactly by ComfyUI and by Forge since
+        # it took ComfyUI's code for them (May 2025). A1111 and older Forge read a dora_scale as one per input
+        # column: such a file loads there without a word, and every weight of its layers comes out wrong.
+        readers = " and ".join(reader for reader in ("ComfyUI", "Forge") if reader in spec.kohya_readers)
+        return readers.replace("Forge", f"Forge of May 2025 or newer ({DORA_ELSEWHERE})")
     return spec.kohya_readers

@@ -46,10 +46,28 @@ def gpu_cache_budget(device: torch.device) -> int:
 
 def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
     """The cache file of `item`'s latents; `drawn` says which latents they are (the mean, or the
-    sample of one seed), so a run that asks for other latents never reads these."""
-    key = "|".join([*(f"{p}|{p.stat().st_mtime_ns}|{p.stat().st_size}" for p in (item.path, *item.controls)),
-                    str(item.bucket), base, drawn])
+    sample of one seed for this item's place), so a run that asks for other latents never reads these.
+
+    The pictures are known by their bytes, not their path or time: keyed by the absolute path, a resume after
+    the project moved (another disk, a renamed or copied folder) encoded every image again without a word,
+    while a picture replaced by another under the same name, size and time would have been read back."""
+    digests = []
+    for path in (item.path, *item.controls):
+        with path.open("rb") as file:
+            digests.append(hashlib.file_digest(file, "sha1").hexdigest())
+    key = "|".join([*digests, str(item.bucket), base, drawn])
     return folder / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.safetensors"
+
+
+def _model_key(value: str, folder: Path) -> str:
+    """A base model or VAE as the cache key `folder` (RUN_DIR/cache/latents) names it: one kept in the project (the
+    folder above the runs' folder) by its place beside the run folder, as it moves with the project; one outside by
+    its absolute path, which a moved project leaves as it is; a hub id as it is."""
+    path = Path(value)
+    project = folder.parent.parent.parent.parent
+    if not path.is_absolute() or not path.exists() or not path.is_relative_to(project):
+        return value
+    return os.path.relpath(path, folder)
 
 
 def _read_latents(path: Path) -> dict[str, torch.Tensor] | None:
@@ -103,12 +121,18 @@ class LatentCache:
         model = adapter.config.model
         # The VAE that encodes them: a separate model.vae (or another revision of the base) set in the run's
         # config before a resume makes other latents, never the old VAE's read back.
-        base = "|".join([model.base, *(f"{key}={value}" for key, value in (("vae", model.vae),
-                                                                          ("revision", model.revision)) if value)])
+        files: dict[int, Path] = {}
+        if disk is not None:
+            base = "|".join([_model_key(model.base, disk),
+                             *(f"{key}={value}" for key, value in (("vae", model.vae and _model_key(model.vae, disk)),
+                                                                   ("revision", model.revision)) if value)])
+            # A sample is drawn for the item's place: two copies of one picture keep their own draws.
+            files = {item.index: _latent_file(disk, item, base, drawn if drawn == "mean" else f"{drawn}-{item.index}")
+                     for item in items}
         masks = mask_source(dataset)
         todo: list[TrainItem] = []
         for item in items:
-            path = _latent_file(disk, item, base, drawn) if disk else None
+            path = files.get(item.index)
             stored = _read_latents(path) if path is not None else None
             if stored is not None:
                 self.latents[item.index] = stored["latents"]
@@ -139,7 +163,7 @@ class LatentCache:
                     self._keep_mask(item.index, one.mask)
                     if disk is not None and writer:
                         disk.mkdir(parents=True, exist_ok=True)
-                        _write_latents(stored, _latent_file(disk, item, base, drawn))
+                        _write_latents(stored, files[item.index])
                 done += len(chunk)
                 progress("caching", done, len(items))
 

@@ -16,7 +16,13 @@ from studio.core.text import plural
 from studio.train.errors import TrainError
 from studio.train.progress.reporting import Reporter
 from studio.train.saving.checkpoint_check import checkpoint_problem, resume_from
-from studio.train.saving.checkpoints import complete_checkpoints, load_checkpoint, read_state, trainable_state
+from studio.train.saving.checkpoints import (
+    complete_checkpoints,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    trainable_state,
+)
 
 
 def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any, ema: Any,
@@ -73,6 +79,33 @@ def resume_state(run_dir: Path, accelerator: Any, scheduler: Any, sharding: Any,
         reporter.warn(changed, hint=f"if that was not meant, stop the run, set it back in {run_dir / 'config.toml'} "
                       "(or launch it on as many GPUs as before) and resume again")
     return state
+
+
+def refuse_past_the_end(run_dir: Path, total: int, config: TrainConfig, global_batch: int | None = None) -> None:
+    """training.max_steps (or epochs) lowered in a stopped run's config.toml below the step of its newest checkpoint:
+    the resume loaded the model and filled the caches, trained nothing, and finished "completed" with the
+    checkpoint's weights at a step past the one asked, the progress at 4 of 3, and a warning that it "goes on".
+    A config error names both numbers and the edit that writes the LoRA from that checkpoint, before the caches
+    fill (before the model loads, with max_steps)."""
+    newest = latest_checkpoint(run_dir)
+    if newest is None or newest[0] <= total:
+        return
+    step, folder = newest
+    kind, count = config.training.length
+    asked = (f"training.max_steps = {count}" if kind == "steps"
+             else f"training.epochs = {count} ({plural(total, 'step')})")
+    path = run_dir / "config.toml"
+    try:
+        then = read_state(folder).get("global_batch") if kind == "epochs" else None
+    except (OSError, ValueError):  # a damaged state: the resume names it later, if it comes to that
+        then = None
+    if global_batch is not None and then not in (None, global_batch):
+        # Epochs count steps of this launch's batches: more GPUs than before make fewer steps of them.
+        asked += f" of {plural(global_batch, 'image')} over all GPUs, where the run had {plural(int(then), 'image')}"
+    raise TrainError("config", f"this run's config says {asked}, but its checkpoint {folder} is already at step {step}: "
+                     "a run cannot go back to an earlier step",
+                     f"set training.max_steps = {step} in {path} and resume to write the LoRA of that checkpoint at "
+                     f"once (or more, to train on); or start a new run for {plural(total, 'step')}", path=str(path))
 
 
 def started_with(run_dir: Path) -> dict[str, Any] | None:
@@ -177,6 +210,9 @@ def changed_since(state: dict[str, Any], total: int, accumulation: int, global_b
         return (f"{plural(steps, 'step')}, batches of {plural(images, 'image')} over all GPUs, gradient "
                 f"accumulation {accumulated}")
 
+    if step >= total:  # max_steps set to the checkpoint's step: nothing is left to train
+        return (f"the checkpoint of step {step} was written by a run of {shape(*then)}; this run has "
+                f"{plural(total, 'step')}: it writes the LoRA of step {step} at once, without training on")
     return (f"the checkpoint of step {step} was written by a run of {shape(*then)}; this run has {shape(*now)}: "
             f"it goes on from step {step}, but not with the batches or learning-rate schedule the run would have "
             "had without the stop")

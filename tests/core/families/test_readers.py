@@ -22,7 +22,10 @@ def test_the_sd_families_files_are_for_the_uis_and_sd_scripts_and_dreambooth_for
     assert readers_of("out/mine.safetensors", "sd15", network="loha").endswith("sd-scripts with LyCORIS")
     assert readers_of("out/mine", "sd15", method="dreambooth") == "diffusers (from_pretrained)"
     assert readers_of("out/mine.safetensors", "sd15", method="dreambooth") == "A1111/Forge and ComfyUI (a checkpoint)"
-    assert readers_of("out/mine.safetensors", "sdxl", dora=True) == "ComfyUI and Forge"  # sd-scripts has no DoRA
+    # sd-scripts has no DoRA; A1111 (and Forge before May 2025) reads a dora_scale per input column: wrong weights
+    assert readers_of("out/mine.safetensors", "sdxl", dora=True) == (
+        "ComfyUI and Forge of May 2025 or newer (A1111 and older Forge apply its DoRA scales wrongly)")
+    assert readers_of("out/mine.safetensors", "zimage", dora=True) == "ComfyUI"
     assert readers_of("out/notes.txt", "sd15") == "" and readers_of("out/x.safetensors", "not-a-family") == ""
 
 
