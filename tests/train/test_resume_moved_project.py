@@ -16,7 +16,8 @@ from studio.core.config.schema import (
     OutputSection,
     TrainingSection,
 )
-from studio.core.runs.events import RunFinished, RunStarted, RunWarning, Step
+from studio.core.runs.events import Phase, RunFinished, RunStarted, RunWarning, Step
+from studio.train.data import cache as cache_module
 
 torch = pytest.importorskip("torch")
 
@@ -64,7 +65,7 @@ def test_a_run_resumed_after_its_project_moved_ends_as_the_straight_run(
 @pytest.mark.parametrize("model", ["in the project", "outside"])
 def test_a_moved_project_reuses_its_cached_latents_and_a_changed_image_is_encoded_again(
         model: str, make_config, run_training, events_of, stop_after, tiny_sd15: Path, demo_data: Path,
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """training.cache_latents_to_disk keyed each image's latents by its absolute path: after the project moved,
     the resume encoded every image again (and the cache folder doubled) without a word. A copy that does not keep
     the files' times moves it too; an image replaced by another under its old name is never read from the cache.
@@ -91,9 +92,15 @@ def test_a_moved_project_reuses_its_cached_latents_and_a_changed_image_is_encode
     images = sorted(path for path in (after / "data" / "shapes").iterdir() if path.suffix == ".png")
     images[0].write_bytes(images[1].read_bytes())  # another picture under the first one's name
 
+    # Each picture is read to find its cached file (minutes at 20,000): the caching phase moves while they are.
+    monkeypatch.setattr(cache_module, "LOOKUP_PROGRESS_EVERY", 1)
     code, _ = run_training(None, after, resume_dir=run_dir)
     events = events_of(run_dir)
     assert code == 0 and events[-1].status == "completed", [e for e in events if e.type == "error"]  # type: ignore[attr-defined]
+    resumed = events[[e.type for e in events].index("run_finished"):]
+    looked_up = [(e.done, e.total) for e in resumed if isinstance(e, Phase) and e.name == "caching"]
+    # One for each picture looked up (the changed one, first, is not found), then the changed one encoded.
+    assert looked_up == [(0, 8), (1, 8), (2, 8), (3, 8), (4, 8), (5, 8), (6, 8), (7, 8), (8, 8)], looked_up
     now = {path.name: path.read_bytes() for path in cache.glob("*.safetensors")}
     assert len(now) == 9  # the eight of the first leg, and the changed image's own
     assert all(now[name] == latents for name, latents in first.items())

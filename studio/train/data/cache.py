@@ -44,6 +44,10 @@ def gpu_cache_budget(device: torch.device) -> int:
     return int(total * GPU_CACHE_FRACTION)
 
 
+# Progress while the cached latents are looked up (each picture's bytes are read for its key), every so many pictures.
+LOOKUP_PROGRESS_EVERY = 256
+
+
 def _latent_file(folder: Path, item: TrainItem, base: str, drawn: str) -> Path:
     """The cache file of `item`'s latents; `drawn` says which latents they are (the mean, or the
     sample of one seed for this item's place), so a run that asks for other latents never reads these.
@@ -122,18 +126,22 @@ class LatentCache:
         # The VAE that encodes them: a separate model.vae (or another revision of the base) set in the run's
         # config before a resume makes other latents, never the old VAE's read back.
         files: dict[int, Path] = {}
+        base = ""
         if disk is not None:
             base = "|".join([_model_key(model.base, disk),
                              *(f"{key}={value}" for key, value in (("vae", model.vae and _model_key(model.vae, disk)),
                                                                    ("revision", model.revision)) if value)])
-            # A sample is drawn for the item's place: two copies of one picture keep their own draws.
-            files = {item.index: _latent_file(disk, item, base, drawn if drawn == "mean" else f"{drawn}-{item.index}")
-                     for item in items}
         masks = mask_source(dataset)
         todo: list[TrainItem] = []
-        for item in items:
-            path = files.get(item.index)
-            stored = _read_latents(path) if path is not None else None
+        for looked, item in enumerate(items, 1):
+            stored = None
+            if disk is not None:
+                # A sample is drawn for the item's place: two copies of one picture keep their own draws.
+                path = files[item.index] = _latent_file(disk, item, base,
+                                                        drawn if drawn == "mean" else f"{drawn}-{item.index}")
+                stored = _read_latents(path)
+                if looked % LOOKUP_PROGRESS_EVERY == 0:  # every picture is read to find its file: minutes at 20,000
+                    progress("caching", looked - len(todo) - (stored is None), len(items))
             if stored is not None:
                 self.latents[item.index] = stored["latents"]
                 if "controls" in stored:
