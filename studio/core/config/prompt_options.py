@@ -91,9 +91,9 @@ def sample_draws(sampling: Any, resolution: int, pixel_multiple: int = 8) -> lis
     return draws
 
 
-def largest_side(draws: list[SampleDraw], default: int) -> int:
-    """The side of a square as large as the largest picture (the memory a sample takes grows with its pixels)."""
-    return max((math.isqrt(draw.width * draw.height - 1) + 1 for draw in draws), default=default)
+def largest_side(width: int, height: int) -> int:
+    """The side of a square of as many pixels as a picture (the memory a sample takes grows with its pixels)."""
+    return math.isqrt(width * height - 1) + 1
 
 
 _KEYS = {"n": "negative", "w": "width", "h": "height", "d": "seed", "s": "steps", "l": "guidance"}

@@ -31,9 +31,16 @@ VAE_TILE_PX = 512  # the decoder's tile side in pixels (the overlap is blended b
 def sample_size(config: TrainConfig) -> int:
     """The side of the largest sample picture as a square of its pixels: a prompt's own --w/--h count, a
     768 x 1344 one more than sampling.size's 1024 x 1024."""
+    width, height = largest_picture(config)
+    return largest_side(width, height)
+
+
+def largest_picture(config: TrainConfig) -> tuple[int, int]:
+    """The (width, height) of the sample picture of the most pixels: sampling.size's, or a prompt's own."""
     side = config.sampling.size or config.dataset.resolution
     step = family(config.model.family).pixel_multiple
-    return largest_side(sample_draws(config.sampling, config.dataset.resolution, step), side)
+    sizes = [(draw.width, draw.height) for draw in sample_draws(config.sampling, config.dataset.resolution, step)]
+    return max(sizes, key=lambda size: size[0] * size[1], default=(side, side))
 
 
 def samples_on(config: TrainConfig) -> bool:
