@@ -219,7 +219,8 @@ def make_samples(
     digits = len(str(len(prompts) - 1))
 
     def progress(stage: str, index: int, prompt: str) -> None:
-        where[:] = [stage, prompt]
+        # A picture is named by the line the person wrote (the same words may be drawn at two sizes).
+        where[:] = [stage, prompt if stage == "encoding" else prompts[index]]
         failing[:] = [None if stage == "encoding" else index]
         if stage == "denoising":
             reporter.phase("sampling", index, len(prompts), f"step {step}")

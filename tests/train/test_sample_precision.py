@@ -273,5 +273,5 @@ def test_a_sample_that_raises_is_reported_and_the_memory_given_back(
     adapter.config.sampling.prompts = ["a red circle --w 96 --h 64"]
     assert make_samples(adapter, components, SamplingPlan(offload), tmp_path, 9, reporter) == []
     error = _errors(tmp_path)[-1]
-    assert error.message.startswith('sample at step 9 failed while decoding the prompt "a red circle"')
+    assert error.message.startswith('sample at step 9 failed while decoding the prompt "a red circle --w 96 --h 64"')
     assert "lower the prompt's --w and --h (96 x 64 px)" in error.hint
