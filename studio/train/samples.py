@@ -26,14 +26,16 @@ from typing import Any
 
 import torch
 
+from studio.core.config.prompt_options import SampleDraw, sample_draws
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.image_headers import IMAGE_EXTENSIONS
 from studio.core.estimate.sampling_plan import VAE_TILE_PX
+from studio.core.families import family
 from studio.core.runs.events import Sample
 from studio.core.runs.folders import SAMPLES_DIR
 from studio.train.components import Components
 from studio.train.data.controls import fitted_control, save_sample_controls
-from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter, Picture
 from studio.train.memory.placement import FrozenOffload
 from studio.train.memory.precision import compute_dtype, forward_in_precision
 from studio.train.progress.reporting import Reporter
@@ -45,8 +47,16 @@ OnImage = Callable[[int, Any], None]
 
 @dataclass(frozen=True)
 class ImageJob:
+    """One picture to make: its prompt's words and seed, and what its prompt sets for itself (--w 768 --n blurry);
+    None is the Sample settings tab's value (the size: what `render_images` is given)."""
+
     prompt: str
     seed: int
+    width: int | None = None
+    height: int | None = None
+    steps: int | None = None
+    guidance: float | None = None
+    negative: str | None = None
 
 
 @dataclass
@@ -57,9 +67,9 @@ class SamplingPlan:
     offload: FrozenOffload
     tiled: bool = False
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py): a prompt found
-    # here brings back no text encoder.
-    embedded: dict[str, Conditioning] = field(default_factory=dict)
+    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py), by the prompt's
+    # words and its negative prompt: a prompt found here brings back no text encoder.
+    embedded: dict[tuple[str, str], Conditioning] = field(default_factory=dict)
     # Edit pairs: the control images every sample prompt edits (data/controls.py's sample_controls).
     controls: tuple[Path, ...] = ()
 
@@ -133,24 +143,25 @@ def render_images(
     adapter: FamilyAdapter, components: Components, plan: SamplingPlan, jobs: list[ImageJob], size: int,
     on_image: OnImage, progress: Progress, references: Sequence[Any] = (),
 ) -> None:
-    """Make one image per job (prompt and seed) and hand each to `on_image` as it is decoded; every job edits
-    `references` (PIL control images) when there are some."""
+    """Make one image per job (prompt and seed, and the settings it gives itself; `size` a side of those that give
+    none) and hand each to `on_image` as it is decoded; every job edits `references` (PIL control images) when
+    there are some."""
     pipeline = adapter.make_pipeline(components)
     pipeline.set_progress_bar_config(disable=True)
-    negative = adapter.config.sampling.negative_prompt
-    prompts = list(dict.fromkeys(job.prompt for job in jobs))
+    sampling = adapter.config.sampling
+    texts = list(dict.fromkeys(text_of(job, sampling.negative_prompt) for job in jobs))
     offload = plan.offload
     with torch.no_grad(), evaluating(components):
-        embedded = {prompt: plan.embedded[prompt] for prompt in prompts if prompt in plan.embedded}
-        missing = [prompt for prompt in prompts if prompt not in embedded]
+        embedded = {text: plan.embedded[text] for text in texts if text in plan.embedded}
+        missing = [text for text in texts if text not in embedded]
         device = next(components.denoiser.parameters()).device
         with offload.resident(offload.text_encoder_names() if missing else []):
-            for index, prompt in enumerate(missing):
+            for index, (prompt, negative) in enumerate(missing):
                 progress("encoding", index, prompt)
                 made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
                 # Encoders kept in system memory (model.text_encoder_on_cpu) embed there, and SD3's pipeline
                 # hands given embeddings to its transformer where they are: they go where the denoiser is.
-                embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
+                embedded[prompt, negative] = {key: on_device(value, device) for key, value in made.items()}
         latents = []
         # An edit's pipeline encodes its control images with the VAE as it denoises: the VAE comes with the denoiser
         # (left in system memory, Qwen-Image-Edit's samples failed on a GPU and FLUX.2 [klein]'s encoded on the CPU).
@@ -159,13 +170,21 @@ def render_images(
             for index, job in enumerate(jobs):
                 progress("denoising", index, job.prompt)
                 generator = torch.Generator("cpu").manual_seed(job.seed)
-                latents.append(adapter.denoise(pipeline, embedded[job.prompt], generator, size, references))
+                picture = Picture(job.width or size, job.height or size, job.steps or sampling.steps,
+                                  sampling.guidance if job.guidance is None else job.guidance)
+                conditioning = embedded[text_of(job, sampling.negative_prompt)]
+                latents.append(adapter.denoise(pipeline, conditioning, generator, picture, references))
         embedded.clear()
         with offload.resident(["vae"]), decode_tiled(components.vae, plan.tiled):
             for index, (job, latent) in enumerate(zip(jobs, latents, strict=True)):
                 progress("decoding", index, job.prompt)
                 pixels = adapter.decode(components.vae, latent)
                 on_image(index, pipeline.image_processor.postprocess(pixels.float(), output_type="pil")[0])
+
+
+def text_of(job: ImageJob, negative: str) -> tuple[str, str]:
+    """What a job's prompt is embedded from: its words and its negative prompt (its own, else `negative`)."""
+    return job.prompt, negative if job.negative is None else job.negative
 
 
 def on_device(value: Any, device: torch.device) -> Any:
@@ -179,31 +198,40 @@ def make_samples(
     adapter: FamilyAdapter, components: Components, plan: SamplingPlan, run_dir: Path, step: int,
     reporter: Reporter,
 ) -> list[Path]:
-    """One PNG per prompt at the fixed sample seed (rank 0 only), announced by a `sample` event.
+    """One PNG per prompt at the sample seed (rank 0 only), announced by a `sample` event; a prompt's own
+    options (--w 768 --d 42) set its picture's size, seed, steps, guidance and negative prompt.
 
     A failure is reported (the prompt, the step, what to do) and ends only this round of samples.
     """
-    sampling = adapter.config.sampling
+    config = adapter.config
+    sampling = config.sampling
     prompts = list(sampling.prompts)
     if not prompts:
         return []
     folder = run_dir / SAMPLES_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    size = sampling.size or adapter.config.dataset.resolution
+    size = sampling.size or config.dataset.resolution
+    draws = sample_draws(sampling, config.dataset.resolution, family(config.model.family).pixel_multiple)
     paths: list[Path] = []
     where = ["preparing", prompts[0]]
+    failing: list[int | None] = [None]  # the picture being made, whose own size a hint names
+    # A step's samples sort in the prompts' order in a file browser past nine prompts too (step-...-07, -10).
+    digits = len(str(len(prompts) - 1))
 
     def progress(stage: str, index: int, prompt: str) -> None:
-        where[:] = [stage, prompt]
+        # A picture is named by the line the person wrote (the same words may be drawn at two sizes).
+        where[:] = [stage, prompt if stage == "encoding" else prompts[index]]
+        failing[:] = [None if stage == "encoding" else index]
         if stage == "denoising":
             reporter.phase("sampling", index, len(prompts), f"step {step}")
 
     def save(index: int, image: Any) -> None:
-        path = folder / f"step-{step:06d}-{index}.png"
+        path = folder / f"step-{step:06d}-{index:0{digits}d}.png"
         image.save(path)
         paths.append(path)
 
-    jobs = [ImageJob(prompt, sampling.seed) for prompt in prompts]
+    jobs = [ImageJob(draw.text, draw.seed, draw.width, draw.height, draw.steps, draw.guidance, draw.negative)
+            for draw in draws]
     failed = False
     references: list[Any] = []
     controls: list[Path] = []
@@ -217,7 +245,8 @@ def make_samples(
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         message = f"sample at step {step} failed while {stage} the prompt \"{prompt}\": {exc.__class__.__name__}"
         reporter.failure("sample", exc, f"{message}: {first_line}" if first_line else message,
-                         sample_hint(exc, adapter.config, size, plan.tiled))
+                         sample_hint(exc, config, size, plan.tiled,
+                                     None if failing[0] is None else draws[failing[0]]))
         failed = True
     if failed:  # out of the except block: the exception and the tensors its frames hold are gone now
         give_back_memory(components)
@@ -233,10 +262,15 @@ def sample_references(config: TrainConfig, controls: Sequence[Path]) -> list[Any
     return [fitted_control(path, (size, size)) for path in controls]
 
 
-def sample_hint(exc: BaseException, config: TrainConfig, size: int, tiled: bool) -> str:
-    """What to do about a failed sample; training goes on either way."""
+def sample_hint(
+    exc: BaseException, config: TrainConfig, size: int, tiled: bool, draw: SampleDraw | None = None,
+) -> str:
+    """What to do about a failed sample (`draw`: the picture it was making); training goes on either way."""
     if isinstance(exc, torch.OutOfMemoryError):
-        steps = [f"lower sampling.size ({size} px)"]
+        if draw is not None and (draw.width, draw.height) != (size, size):
+            steps = [f"lower the prompt's --w and --h ({draw.width} x {draw.height} px)"]
+        else:
+            steps = [f"lower sampling.size ({size} px)"]
         if not tiled:
             steps.append("set sampling.vae_tiling = \"on\"")
         steps.append(f"sample less often (sampling.every_n_steps = {config.sampling.every_n_steps})")

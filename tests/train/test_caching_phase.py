@@ -156,7 +156,7 @@ def test_the_negative_prompt_is_encoded_once_for_all_sample_prompts(tiny_flux2_k
     components.text_encoders[0].register_forward_hook(lambda module, args, output: runs.append(1))
     embedded = encode_sample_prompts(adapter, components, config, torch.device("cpu"))
     assert len(runs) == len(prompts) + 1
-    assert list(embedded) == prompts
+    assert list(embedded) == [(prompt, "") for prompt in prompts]
     negatives = [e["negative_prompt_embeds"] for e in embedded.values()]
     assert all(torch.equal(n, negatives[0]) for n in negatives)
     positives = [e["prompt_embeds"] for e in embedded.values()]

@@ -58,7 +58,9 @@ def test_the_tiny_model_trains_samples_saves_reloads_and_resumes_exactly(
     config = make_config(
         name, method=MethodSection(kind="lora", rank=4, alpha=8),
         training=TrainingSection(batch_size=2, max_steps=STEPS, learning_rate=5e-2, seed=1),
-        sampling=SamplingSection(prompts=["a red circle"], every_n_steps=2, steps=2, seed=3),
+        # The prompt's own settings, as other trainers' prompt files write them: a wide picture, its seed, guidance.
+        sampling=SamplingSection(prompts=["a red circle --w 96 --h 64 --d 5 --l 3.5"], every_n_steps=2, steps=2,
+                                 seed=3),
         output=OutputSection(dir=str(tmp_path / "runs"), name="contract", formats=["diffusers", "kohya"]),
     )
     estimate = estimate_vram(resolve_paths(config, tmp_path), None)
@@ -98,19 +100,20 @@ def test_the_tiny_model_trains_samples_saves_reloads_and_resumes_exactly(
 
 
 def _pipeline_sample(name: str, pipe: Any, config: TrainConfig) -> np.ndarray:
-    """The first sample prompt's picture as a person makes it with the family's own pipeline: the run's sample
-    seed, steps, guidance and size; Qwen-Image guides with its true CFG and a blank negative prompt as its
-    published examples do, FLUX.2 [klein] embeds the prompt to the tokenizer's length (the tiny model's 128)."""
-    sampling = config.sampling
-    size = sampling.size or config.dataset.resolution
-    arguments: dict[str, object] = {"guidance_scale": sampling.guidance}
+    """The first sample prompt's picture as a person makes it with the family's own pipeline: the prompt's own
+    seed, steps, guidance and size (else the run's); Qwen-Image guides with its true CFG and a blank negative
+    prompt as its published examples do, FLUX.2 [klein] embeds the prompt to the tokenizer's length (the tiny
+    model's 128)."""
+    from studio.core.config.prompt_options import sample_draws
+
+    draw = sample_draws(config.sampling, config.dataset.resolution, family(name).pixel_multiple)[0]
+    arguments: dict[str, object] = {"guidance_scale": draw.guidance}
     if name == "qwen-image":
-        arguments = {"true_cfg_scale": sampling.guidance, "negative_prompt": " "}
+        arguments = {"true_cfg_scale": draw.guidance, "negative_prompt": " "}
     elif name == "flux2-klein":
         arguments["max_sequence_length"] = min(512, pipe.tokenizer.model_max_length)
-    image = pipe(prompt=sampling.prompts[0], num_inference_steps=sampling.steps,
-                 height=size, width=size, generator=torch.Generator("cpu").manual_seed(sampling.seed),
-                 **arguments).images[0]
+    image = pipe(prompt=draw.text, num_inference_steps=draw.steps, height=draw.height, width=draw.width,
+                 generator=torch.Generator("cpu").manual_seed(draw.seed), **arguments).images[0]
     return np.asarray(image).astype(np.float64)
 
 

@@ -203,6 +203,21 @@ def test_the_pre_flight_disk_figure_counts_a_full_fine_tunes_average_as_a_second
         1.1 * (in_checkpoint + outputs), rel=1e-6)
 
 
+def test_the_pre_flight_disk_figure_counts_each_sample_at_its_prompts_own_size(make_config, tmp_path: Path) -> None:
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.schema import SamplingSection
+    from studio.core.project.disk_estimate import estimate_disk_bytes
+
+    def figure(prompt: str) -> int:
+        sampling = SamplingSection(every_n_steps=5, prompts=["a red circle", prompt])
+        config = make_config(training=TrainingSection(batch_size=2, max_steps=10), sampling=sampling)
+        return estimate_disk_bytes(resolve_paths(config, tmp_path), trainable_params=1000)
+
+    rounds = 10 // 5 + 1
+    grown = figure("a red circle --w 2048 --h 1024") - figure("a red circle")
+    assert grown == pytest.approx(1.1 * rounds * (2048 * 1024 - 64 * 64) * 3 / 2, abs=2)
+
+
 def test_the_pre_flight_disk_figure_of_a_full_fine_tune_counts_the_whole_pipeline(
         make_config, run_training, tmp_path: Path) -> None:
     # A DreamBooth writes the VAE and the text encoders beside the trained weights: the figure counted the

@@ -269,3 +269,9 @@ def test_a_sample_that_raises_is_reported_and_the_memory_given_back(
     assert "Traceback" in capsys.readouterr().err  # the console keeps the whole story
     assert components.denoiser.training and offload.parked == {"vae"}  # what the sample took is back
     assert not any(isinstance(e, Sample) for e in read_events(tmp_path / "events.jsonl"))
+    # A prompt that sets its own size: the hint names that size, which sampling.size would not lower.
+    adapter.config.sampling.prompts = ["a red circle --w 96 --h 64"]
+    assert make_samples(adapter, components, SamplingPlan(offload), tmp_path, 9, reporter) == []
+    error = _errors(tmp_path)[-1]
+    assert error.message.startswith('sample at step 9 failed while decoding the prompt "a red circle --w 96 --h 64"')
+    assert "lower the prompt's --w and --h (96 x 64 px)" in error.hint

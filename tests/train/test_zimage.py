@@ -278,3 +278,10 @@ def test_a_model_whose_position_table_is_too_short_is_refused_with_the_size_it_t
     assert error.message == f"{short} takes images up to 512 px a side (its transformer's position table), and this " \
         "run makes 1024 px ones"
     assert "dataset.resolution" in error.hint and "512 or less" in error.hint
+    # A sample prompt's own size counts too: its sample would fail at its first step, hours into the run.
+    config = _config(short, demo_data, tmp_path / "own-size")
+    config.training.max_steps, config.sampling.prompts = 1, ["a red circle --w 1024 --h 256"]
+    code, run_dir = train_in_process(config, tmp_path / "own-size")
+    assert code != 0
+    error = next(e for e in read_events(run_dir / "events.jsonl") if isinstance(e, Error))
+    assert error.message.endswith("and this run makes 1024 px ones") and "--w and --h" in error.hint

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from studio.core.config.errors import Contradiction, section_type
-from studio.core.config.rules.data_rules import check_caches, check_masks, check_sides, check_validation
+from studio.core.config.prompt_options import GUIDANCE_BOUNDS, SEED_BOUNDS, SIZE_BOUNDS, STEPS_BOUNDS
+from studio.core.config.rules.data_rules import (
+    check_caches,
+    check_masks,
+    check_prompt_options,
+    check_sides,
+    check_validation,
+)
 from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.rules.launch_rules import check_launch, check_strategy
 from studio.core.config.rules.network_rules import check_ema, check_network
@@ -323,12 +330,14 @@ class TrainingSection(Section):
 
 class SamplingSection(Section):
     every_n_steps: int = Field(default=0, ge=0, description="Make sample images every N steps; 0 turns it off.")
-    prompts: list[str] = Field(default_factory=list, description="Sample prompts.")
+    prompts: list[str] = Field(default_factory=list, description="Sample prompts; each may end with its own "
+                               "settings: --n negative prompt, --w/--h width and height, --d seed, --s steps, "
+                               "--l guidance (a cat --w 768 --h 512 --d 42).")
     negative_prompt: str = Field(default="", description="Negative prompt for samples.")
-    steps: int = Field(default=20, ge=1, le=500, description="Denoising steps per sample.")
-    guidance: float = Field(default=7.0, ge=0.0, le=50.0, description="Classifier-free guidance scale.")
-    seed: int = Field(default=1234, ge=0, le=2**32 - 1, description="Seed of the sample images.")
-    size: int | None = Field(default=None, ge=64, le=4096, multiple_of=8, description="Sample size; empty means the resolution.")
+    steps: int = Field(default=20, ge=STEPS_BOUNDS[0], le=STEPS_BOUNDS[1], description="Denoising steps per sample.")
+    guidance: float = Field(default=7.0, ge=GUIDANCE_BOUNDS[0], le=GUIDANCE_BOUNDS[1], description="Classifier-free guidance scale.")
+    seed: int = Field(default=1234, ge=SEED_BOUNDS[0], le=SEED_BOUNDS[1], description="Seed of the sample images.")
+    size: int | None = Field(default=None, ge=SIZE_BOUNDS[0], le=SIZE_BOUNDS[1], multiple_of=8, description="Sample size; empty means the resolution.")
     control_image: str | None = Field(
         default=None, description="With dataset.kind = \"edit\": the control (reference) image every sample "
         "prompt edits, best one held out of the training pairs; empty: the first pair's control images. Saved "
@@ -423,7 +432,7 @@ class TrainConfig(Section):
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
     check_caches, check_training, check_frozen_base, check_settings_act, check_strategy, check_launch,
     check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
-    check_sides,
+    check_sides, check_prompt_options,
 )
 
 

@@ -28,8 +28,8 @@ from studio.core.estimate.memory_parts import MemoryPart, run_facts
 from studio.core.estimate.sampling_plan import (
     VAE_TILE_PX,
     SamplingStages,
+    largest_picture,
     needs_tiling,
-    sample_size,
     samples_on,
     sampling_stages,
 )
@@ -108,7 +108,7 @@ def estimate_vram(config: ResolvedConfig, gpu: GPUInfo | None,
         est.vae_tiling = needs_tiling(facts, step)
         stages = sampling_stages(facts, step, est.vae_tiling)
         est.sampling_peak_mb, est.sampling_stage = stages.peak_mb, stages.largest
-        _note_sampling(est, stages, sample_size(config))
+        _note_sampling(est, stages, largest_picture(config), config.sampling.size or config.dataset.resolution)
     est.total_mb = max(est.training_peak_mb, est.caching_peak_mb, est.sampling_peak_mb, est.loading_peak_mb)
     _add_phase_part(est, config, facts.shards > 1)
     est.notes = facts.notes + swap_note(facts) + est.notes
@@ -130,15 +130,19 @@ def _copy_step_terms(est: VramEstimate, step: TrainingStep) -> None:
     est.training_peak_mb = step.peak_mb
 
 
-def _note_sampling(est: VramEstimate, stages: SamplingStages, side: int) -> None:
+def _note_sampling(est: VramEstimate, stages: SamplingStages, picture: tuple[int, int], side: int) -> None:
     if stages.tiled:
         est.notes.append(f"sample images are decoded in {VAE_TILE_PX} px tiles (sampling.vae_tiling)")
     if stages.peak_mb <= max(est.training_peak_mb, est.caching_peak_mb):
         return
-    fixes = "sampling.vae_tiling = \"on\", a smaller sampling.size or no samples lower it" if not stages.tiled \
-        else "a smaller sampling.size or no samples lower it"
+    width, height = picture
+    own = picture != (side, side)  # a prompt's own --w/--h draws the largest
+    size = f"a {width} x {height} px image (a prompt's --w and --h)" if own else f"{side} px images"
+    smaller = "a smaller --w and --h" if own else "a smaller sampling.size"
+    fixes = f"sampling.vae_tiling = \"on\", {smaller} or no samples lower it" if not stages.tiled \
+        else f"{smaller} or no samples lower it"
     est.notes.append(f"sample images are the peak ({stages.peak_mb / 1024:.1f} GB while {stages.largest} for "
-                     f"{side} px images, on top of what the training steps hold); {fixes}")
+                     f"{size}, on top of what the training steps hold); {fixes}")
 
 
 def _add_phase_part(est: VramEstimate, config: TrainConfig, sharded: bool) -> None:

@@ -18,16 +18,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from studio.core.config.prompt_options import largest_side, sample_draws
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.memory_data import BYTES, scaled
 from studio.core.estimate.memory_parts import RunFacts, run_facts
 from studio.core.estimate.training_step import TrainingStep, prompts_cached, training_step
+from studio.core.families import family
 
 VAE_TILE_PX = 512  # the decoder's tile side in pixels (the overlap is blended by the VAE)
 
 
 def sample_size(config: TrainConfig) -> int:
-    return config.sampling.size or config.dataset.resolution
+    """The side of the largest sample picture as a square of its pixels: a prompt's own --w/--h count, a
+    768 x 1344 one more than sampling.size's 1024 x 1024."""
+    width, height = largest_picture(config)
+    return largest_side(width, height)
+
+
+def largest_picture(config: TrainConfig) -> tuple[int, int]:
+    """The (width, height) of the sample picture of the most pixels: sampling.size's, or a prompt's own."""
+    side = config.sampling.size or config.dataset.resolution
+    step = family(config.model.family).pixel_multiple
+    sizes = [(draw.width, draw.height) for draw in sample_draws(config.sampling, config.dataset.resolution, step)]
+    return max(sizes, key=lambda size: size[0] * size[1], default=(side, side))
 
 
 def samples_on(config: TrainConfig) -> bool:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from studio.core.config.files.paths import ResolvedConfig
+from studio.core.config.prompt_options import sample_draws
 from studio.core.estimate.estimate import estimate_vram
+from studio.core.families import family
 from studio.core.runs.folders import CHECKPOINTS_DIR
 
 MB = 1024**2
@@ -53,9 +55,11 @@ def estimate_disk_bytes(config: ResolvedConfig, trainable_params: int | None = N
         # The pipeline folder and the single file; the EMA writes both again (its folder and `<name>-ema`).
         copies = (2 if "single_file" in output.formats else 1) * (2 if ema else 1)
         per_format = pipeline_params(config) * _SAVE_BYTES.get(output.save_precision, 4)
-    side = sampling.size or config.dataset.resolution
     rounds = steps // sampling.every_n_steps + 1 if sampling.every_n_steps and sampling.prompts else 0
-    samples = rounds * len(sampling.prompts) * side * side * 3 // 2  # a PNG of a picture: about half its pixels
+    # Each prompt's picture at its own size (--w/--h); a PNG of a picture: about half its pixels.
+    pixels = sum(draw.width * draw.height for draw in sample_draws(sampling, config.dataset.resolution,
+                                                                    family(config.model.family).pixel_multiple))
+    samples = rounds * pixels * 3 // 2
     logs = steps * _LOG_BYTES_PER_STEP
     return int((kept * checkpoint + copies * per_format + samples + logs) * 1.1) + MB
 
@@ -67,7 +71,6 @@ def pipeline_params(config: ResolvedConfig) -> int:
     and three quarters of an SD3 one, and a run the disk check let start failed when it wrote them."""
     from studio.core.estimate.local_architecture import local_architecture
     from studio.core.estimate.memory_data import load_architecture
-    from studio.core.families import family
 
     model = config.model
     arch = local_architecture(load_architecture(family(model.family).architecture(model.base)), model.base)

@@ -4,49 +4,37 @@ from __future__ import annotations
 
 import re
 
+from studio.core.config.prompt_options import sample_draws
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.caption_tags import estimate_tokens
 from studio.core.families import family
 from studio.core.project.problems import PreflightProblem
 
-# The per-prompt options of other trainers' prompt files ("a cat --n blurry --w 768 --d 42"): a word of letters
-# after "--", alone or followed by its value.
-_PROMPT_OPTION = re.compile(r"(?:^|\s)(--[A-Za-z]{1,3})(?=\s|$)")
 # Other programs' prompt syntax: a weighted word "(red hair:1.3)" and a LoRA tag "<lora:style:0.8>".
 _PROMPT_MARKUP = re.compile(r"\([^()]*:\s*[0-9.]+\s*\)|<lora:[^>]*>", re.IGNORECASE)
 
 
 def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
-    """Sample prompts the text encoder would read otherwise than the person meant: a line copied from another
-    trainer's prompt file, whose options ("--n blurry --w 768") the studio does not take and would draw as words,
-    weights and LoRA tags of other programs ("(red:1.3)", "<lora:style:0.8>"), read as words too, and a prompt
-    past the family's token limit, whose end the encoder never reads."""
+    """Sample prompts the text encoder would read otherwise than the person meant: weights and LoRA tags of other
+    programs ("(red:1.3)", "<lora:style:0.8>"), read as words, and a prompt past the family's token limit, whose
+    end the encoder never reads. A prompt's own options ("--n blurry --w 768") are not its words: they are
+    drawn as its settings (config/prompt_options.py), and one the samples do not take is refused at load."""
     sampling = config.sampling
     if not (sampling.every_n_steps and sampling.prompts):
         return None
     spec = family(config.model.family)
-    options: dict[str, None] = {}
-    with_options: list[str] = []
     long: list[str] = []
     markup: dict[str, None] = {}
     with_markup: list[str] = []
-    for number, prompt in enumerate(sampling.prompts, 1):
-        written = _PROMPT_MARKUP.findall(prompt)
+    draws = sample_draws(sampling, config.dataset.resolution, spec.pixel_multiple)
+    for number, draw in enumerate(draws, 1):
+        written = _PROMPT_MARKUP.findall(draw.text)
         if written:
             markup.update(dict.fromkeys(written))
             with_markup.append(str(number))
-        found = _PROMPT_OPTION.findall(prompt)
-        if found:
-            options.update(dict.fromkeys(found))
-            with_options.append(str(number))
-        if estimate_tokens(prompt) > spec.caption_token_limit:
+        if estimate_tokens(draw.text) > spec.caption_token_limit:
             long.append(str(number))
     said: list[str] = []
-    if with_options:
-        said.append(f"{_prompts_named(with_options)} {', '.join(options)}: options of other trainers' prompt files, "
-                    "which the studio does not take; the whole line is drawn as the picture's words. Set the negative "
-                    "prompt, seed, size, steps and guidance in the Sample settings tab (they apply to every prompt) "
-                    "and take the options out of the prompts")
     if with_markup:
         said.append(f"{_prompts_named(with_markup)} {', '.join(list(markup)[:3])}: weights and LoRA tags of other "
                     "programs' prompts, which the samples read as plain words (what is trained is always drawn "

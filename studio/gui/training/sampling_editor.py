@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigIssue
+from studio.core.config.prompt_options import OPTIONS_TAKEN
 from studio.core.config.schema import TrainConfig
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
@@ -44,7 +45,7 @@ class SamplingEditor(QWidget):
         add = named(QPushButton("Add prompt"), "sampling_add_prompt")
         remove = named(QPushButton("Remove"), "sampling_remove_prompt")
         self.negative = named(QLineEdit(), "sampling_negative")
-        self.negative.setPlaceholderText("what the samples should not show (for every prompt)")
+        self.negative.setPlaceholderText("what the samples should not show (for every prompt without its own --n)")
         self.every = named(QSpinBox(), "sampling_every")
         self.every.setRange(0, 2**31 - 1)  # the most a spin box holds; the schema sets no upper bound
         self.every.setSpecialValueText("off")
@@ -71,6 +72,11 @@ class SamplingEditor(QWidget):
                                          "with; edits here are saved for the next run."), "sampling_running_note")
         self.running_note.setWordWrap(True)
         self.running_note.setVisible(False)
+        # Lines pasted from other trainers' prompt files keep their settings; the ones below are the rest's.
+        self.options_note = named(QLabel(f"A prompt may end with its own settings: {OPTIONS_TAKEN}, e.g. a cat "
+                                         "--w 768 --h 512 --d 42. The settings below are for what it does not "
+                                         "set."), "sampling_options_note")
+        self.options_note.setWordWrap(True)
         self.problem = named(QLabel(), "sampling_problem")
         self.problem.setWordWrap(True)
         self.problem.setStyleSheet("color: #c62828;")
@@ -91,6 +97,7 @@ class SamplingEditor(QWidget):
         layout.addWidget(QLabel("Sample prompts: images made with the model being trained, to watch it learn."))
         layout.addWidget(self.running_note)
         layout.addWidget(self.prompts, 1)
+        layout.addWidget(self.options_note)
         layout.addLayout(row)
         layout.addLayout(form)
         layout.addWidget(self.problem)

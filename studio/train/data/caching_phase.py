@@ -19,8 +19,10 @@ from typing import Any
 
 import torch
 
+from studio.core.config.prompt_options import sample_draws
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.training_step import denoiser_waits_for_caches, prompts_cached
+from studio.core.families import family
 from studio.train.components import Components
 from studio.train.data.cache import LatentCache, TextCache, cache_captions, gpu_cache_budget
 from studio.train.families.base import Conditioning, FamilyAdapter
@@ -35,24 +37,26 @@ def holds_denoiser(config: TrainConfig, sharded: bool) -> bool:
     return denoiser_waits_for_caches(config, sharded)
 
 
-def encode_sample_prompts(adapter: FamilyAdapter, components: Components, config: TrainConfig,
-                          device: torch.device, controls: Sequence[Path] = ()) -> dict[str, Conditioning]:
-    """Each sample prompt's embeddings (and the negative prompt's), as the samples' encoding stage makes them
-    (with the `controls` edit samples edit), on `device` (where the denoiser samples; encoders kept on the CPU
-    embed there)."""
+def encode_sample_prompts(
+    adapter: FamilyAdapter, components: Components, config: TrainConfig, device: torch.device,
+    controls: Sequence[Path] = (),
+) -> dict[tuple[str, str], Conditioning]:
+    """Each sample prompt's embeddings (and its negative prompt's), by its words and negative prompt, as the
+    samples' encoding stage makes them (with the `controls` edit samples edit), on `device` (where the denoiser
+    samples; encoders kept on the CPU embed there)."""
     from studio.train.samples import evaluating, on_device, sample_references
 
     if not prompts_cached(config):
         return {}
     pipeline = adapter.make_pipeline(components)
     pipeline.encode_prompt = encoding_once(pipeline.encode_prompt)
-    negative = config.sampling.negative_prompt
     references = sample_references(config, controls)  # edit samples: a prompt that sees them is embedded with them
-    embedded: dict[str, Conditioning] = {}
+    draws = sample_draws(config.sampling, config.dataset.resolution, family(config.model.family).pixel_multiple)
+    embedded: dict[tuple[str, str], Conditioning] = {}
     with torch.no_grad(), evaluating(components):
-        for prompt in dict.fromkeys(config.sampling.prompts):
+        for prompt, negative in dict.fromkeys((draw.text, draw.negative) for draw in draws):
             made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
-            embedded[prompt] = {key: on_device(value, device) for key, value in made.items()}
+            embedded[prompt, negative] = {key: on_device(value, device) for key, value in made.items()}
     return embedded
 
 

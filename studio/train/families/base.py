@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,6 +23,17 @@ from studio.train.families.schemes import NoiseScheme
 from studio.train.pipelines.hub_layout import text_encoder_key, write_hub_layout
 
 Conditioning = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Picture:
+    """How one sample is denoised: its size and the steps and guidance it is drawn with (a prompt's own
+    --w/--h/--s/--l or the Sample settings tab's)."""
+
+    width: int
+    height: int
+    steps: int
+    guidance: float
 # The conditioning key of an edit pair's reference latents, (B, controls, C, h, w): the families that train edit
 # pairs (FamilySpec.trains_edit_pairs) give them to the denoiser as their pipeline does.
 REFERENCES = "reference_latents"
@@ -242,15 +254,14 @@ class FamilyAdapter(ABC):
         """The prompt arguments of the family pipeline's `encode_prompt`."""
         return {"prompt": prompt}
 
-    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, picture: Picture,
                 references: Sequence[Any] = ()) -> Any:
-        """The denoised latents of one sample at the configured steps and guidance (the denoiser's stage);
+        """The denoised latents of one sample at its size, steps and guidance (the denoiser's stage);
         `references` (PIL images) are the control images an edit sample edits, the pipeline's `image`."""
-        sampling = self.config.sampling
         edit: dict[str, Any] = {"image": list(references)} if references else {}
         result = pipeline(
-            num_inference_steps=sampling.steps, guidance_scale=sampling.guidance, height=size, width=size,
-            generator=generator, output_type="latent", **conditioning, **edit,
+            num_inference_steps=picture.steps, guidance_scale=picture.guidance, height=picture.height,
+            width=picture.width, generator=generator, output_type="latent", **conditioning, **edit,
         )
         return result.images
 

@@ -32,7 +32,7 @@ import torch
 from studio.core.families import qwen_image as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter, draw_latents
+from studio.train.families.base import REFERENCES, Conditioning, FamilyAdapter, Picture, draw_latents
 from studio.train.families.loading import folder_dtypes, hub_options, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -244,20 +244,19 @@ class QwenImageAdapter(FamilyAdapter):
                   for text in (prompt, negative or " ")]
         return dict(zip(self.prompt_embedding_names, (*embeds[0], *embeds[1]), strict=True))
 
-    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, picture: Picture,
                 references: Sequence[Any] = ()) -> Any:
-        """The pipeline's denoising with true CFG at sampling.guidance, on the transformer's device (the encoder may
-        be offloaded), unpacked to (B, C, H, W) latents; Qwen-Image-Edit edits the control (`image=`)."""
+        """The pipeline's denoising with true CFG at the sample's guidance, on the transformer's device (the encoder
+        may be offloaded), unpacked to (B, C, H, W) latents; Qwen-Image-Edit edits the control (`image=`)."""
         device = next(pipeline.transformer.parameters()).device
         moved = {key: value.to(device) if value is not None else None for key, value in conditioning.items()}
-        sampling = self.config.sampling
         edit: dict[str, Any] = {}
         if self.edit and references:
             edit["image"] = list(references) if self.edit_plus else references[0]
-        packed = pipeline(num_inference_steps=sampling.steps, true_cfg_scale=sampling.guidance, height=size,
-                          width=size, generator=generator, output_type="latent", **moved, **edit).images
-        side = 2 * (size // (pipeline.vae_scale_factor * 2))
-        return unpack(packed, pipeline.transformer.config.out_channels, side, side)
+        packed = pipeline(num_inference_steps=picture.steps, true_cfg_scale=picture.guidance, height=picture.height,
+                          width=picture.width, generator=generator, output_type="latent", **moved, **edit).images
+        height, width = (2 * (side // (pipeline.vae_scale_factor * 2)) for side in (picture.height, picture.width))
+        return unpack(packed, pipeline.transformer.config.out_channels, height, width)
 
     def decode(self, vae: Any, latents: torch.Tensor) -> torch.Tensor:
         """Normalised (B, C, H, W) latents -> pixels in [-1, 1] (the VAE decodes one frame)."""

@@ -22,11 +22,12 @@ from typing import Any, ClassVar
 
 import torch
 
+from studio.core.config.prompt_options import sample_draws
 from studio.core.dataset.buckets import bucket_sizes
 from studio.core.families import zimage as declared
 from studio.train.components import Components
 from studio.train.errors import TrainError
-from studio.train.families.base import Conditioning, FamilyAdapter
+from studio.train.families.base import Conditioning, FamilyAdapter, Picture
 from studio.train.families.loading import folder_dtypes, hub_options, load_or_fail, model_source
 from studio.train.families.schemes import FlowMatchingScheme, NoiseScheme
 from studio.train.memory.precision import input_dtype
@@ -86,13 +87,16 @@ class ZImageAdapter(FamilyAdapter):
         config, dataset = transformer.config, self.config.dataset
         limit = int(min(config.axes_lens[1:])) * int(config.all_patch_size[0]) * vae_scale
         sides = [dataset.resolution, self.config.sampling.size or 0]
+        draws = sample_draws(self.config.sampling, dataset.resolution, declared.FAMILY.pixel_multiple)
+        sides += [max(draw.width, draw.height) for draw in draws]
         if dataset.buckets:
             sides += [max(size) for size in bucket_sizes(dataset.resolution, dataset.bucket_step, dataset.min_bucket,
                                                           dataset.max_bucket)]
         if max(sides) > limit:
             raise TrainError("config", f"{self.config.model.base} takes images up to {limit} px a side (its "
                              f"transformer's position table), and this run makes {max(sides)} px ones",
-                             f"set dataset.resolution (and sampling.size, dataset.max_bucket) to {limit} or less")
+                             f"set dataset.resolution (and sampling.size, dataset.max_bucket, the sample prompts' "
+                             f"--w and --h) to {limit} or less")
 
     def default_lora_targets(self) -> list[str]:
         return list(LORA_TARGETS)
@@ -146,12 +150,12 @@ class ZImageAdapter(FamilyAdapter):
             max_sequence_length=self.max_tokens)
         return {"prompt_embeds": positive, "negative_prompt_embeds": negative_embeds}
 
-    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, size: int,
+    def denoise(self, pipeline: Any, conditioning: Conditioning, generator: torch.Generator, picture: Picture,
                 references: Sequence[Any] = ()) -> Any:
         """The pipeline's denoising, with the embeddings moved to the transformer (the encoder may be offloaded)."""
         device = next(pipeline.transformer.parameters()).device
         moved: dict[str, Any] = {key: [t.to(device) for t in value] for key, value in conditioning.items()}
-        return super().denoise(pipeline, moved, generator, size, references)
+        return super().denoise(pipeline, moved, generator, picture, references)
 
     # ------------------------------------------------------------ outputs
 

@@ -113,6 +113,11 @@ def test_sample_images_can_be_the_peak() -> None:
     smaller = estimate_vram(with_(sampling, "sampling", size=512), gpu())
     assert smaller.sampling_peak_mb < est.sampling_peak_mb
     assert estimate_vram(lean, gpu()).sampling_peak_mb == 0
+    # A prompt's own larger size is what is the peak, and the note says which picture.
+    wide = estimate_vram(with_(sampling, "sampling", prompts=["a photo of a cat", "a cat --w 1536 --h 1024"]), gpu())
+    assert wide.sampling_peak_mb > est.sampling_peak_mb
+    assert any("for a 1536 x 1024 px image (a prompt's --w and --h)" in n and "a smaller --w and --h" in n
+               for n in wide.notes), wide.notes
 
 
 @pytest.mark.parametrize("family", ["sd15", "sdxl", "sd3"])

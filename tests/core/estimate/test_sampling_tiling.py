@@ -52,3 +52,15 @@ def test_the_trainer_and_the_estimate_give_the_same_answer() -> None:
         made.sampling.vae_tiling = "auto"
         gpu = GPUInfo(index=0, name="GPU", total_mb=8192, free_mb=8192)
         assert estimate_vram(made, gpu).vae_tiling is sampling_needs_tiling(made, 8192)
+
+
+def test_a_prompts_own_larger_size_counts_in_the_samples_memory() -> None:
+    gpu = GPUInfo(index=0, name="GPU", total_mb=81920, free_mb=81920)
+    square = config("sd15", sampling={"vae_tiling": "off"}, dataset={"resolution": 512})
+    wide = config("sd15", sampling={"vae_tiling": "off", "prompts": ["a photo of sks dog",
+                                                                    "a photo of sks dog --w 1536 --h 1024"]},
+                  dataset={"resolution": 512})
+    assert estimate_vram(wide, gpu).sampling_peak_mb > estimate_vram(square, gpu).sampling_peak_mb * 1.5
+    # The tiling rule sees the larger picture too: it is no longer one tile.
+    wide.sampling.vae_tiling = square.sampling.vae_tiling = "auto"
+    assert sampling_needs_tiling(wide, 4096) and not sampling_needs_tiling(square, 4096)

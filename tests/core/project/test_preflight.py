@@ -448,22 +448,19 @@ def test_sample_prompts_the_encoder_would_misread_are_named_before_the_run(tmp_p
     _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
     config, root = _project(tmp_path)
     config.sampling.every_n_steps = 100
-    # A line copied from another trainer's prompt file, a prompt of a hundred words, and two plain ones (a dash
-    # in the words is no option).
+    # A line with its own settings, as other trainers' prompt files write them (drawn as its settings, not its
+    # words), a prompt of a hundred words, and a plain one (a dash in the words is no option).
     config.sampling.prompts = ["a red circle", "a cat --n blurry, low quality --w 768 --h 512 --d 42 --l 6",
                                " ".join(["word"] * 100), "a blue square -- on grass"]
     (problem,) = preflight(resolve_paths(config, root))
     assert problem.check == "sample_prompts" and problem.can_confirm and problem.question == "Sample prompts"
     assert problem.message == (
-        "Sample prompt 2 holds --n, --w, --h, --d, --l: options of other trainers' prompt files, which the studio "
-        "does not take; the whole line is drawn as the picture's words. Set the negative prompt, seed, size, steps "
-        "and guidance in the Sample settings tab (they apply to every prompt) and take the options out of the "
-        "prompts. Sample prompt 3 is longer than the 75 tokens CLIP reads: the samples ignore the rest. Shorten "
+        "Sample prompt 3 is longer than the 75 tokens CLIP reads: the samples ignore the rest. Shorten "
         "them or put the important words first.")
-    config.sampling.prompts += ["a dog --n cat", " ".join(["long"] * 80)]
+    # The tokens are counted on the words alone: a long negative prompt after --n is not the prompt's.
+    config.sampling.prompts += ["a dog --n " + " ".join(["cat"] * 80), " ".join(["long"] * 80)]
     (problem,) = preflight(resolve_paths(config, root))
-    assert problem.message.startswith("Sample prompts 2 and 5 hold --n, --w, --h, --d, --l: options")
-    assert "Sample prompts 3 and 6 are longer than the 75 tokens CLIP reads" in problem.message
+    assert problem.message.startswith("Sample prompts 3 and 6 are longer than the 75 tokens CLIP reads")
     config.sampling.prompts = ["(masterpiece:1.2), a cat <lora:style:0.8>", "a cat (sitting), 2:1 ratio"]
     (problem,) = preflight(resolve_paths(config, root))
     assert problem.message == (
@@ -479,6 +476,6 @@ def test_studio_train_run_says_odd_sample_prompts_and_starts(tmp_path: Path, hub
 
     _cache_model(hub_cache, HUB_ID, ("unet", "vae", "text_encoder", "tokenizer", "scheduler"))
     config, root = _project(tmp_path)
-    config.sampling.every_n_steps, config.sampling.prompts = 10, ["a cat --n dog"]
+    config.sampling.every_n_steps, config.sampling.prompts = 10, ["a (cat:1.2) --n dog"]
     errors, warnings = preflight_headless(resolve_paths(config, root))
     assert errors == [] and [w.check for w in warnings] == ["sample_prompts"]

@@ -93,3 +93,18 @@ def test_a_seed_over_two_billion_is_shown_and_kept(qtbot: QtBot, context: Studio
     editor.seed.setValue(2**32 - 1)
     editor.seed.editingFinished.emit()
     assert load_config(context.project.config_path).sampling.seed == 2**32 - 1  # type: ignore[union-attr]
+
+
+def test_a_prompts_own_settings_are_named_and_a_bad_one_refused_with_its_number(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    project = make_project(tmp_path, config)
+    context.set_project(project)  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    assert "--n (negative prompt), --w and --h (width and height), --d (seed)" in editor.options_note.text()
+    for prompt in ("a red circle --w 768 --h 512 --d 42", "a cat --ar 16:9"):
+        editor.add_prompt()
+        editor.prompts.item(editor.prompts.rowCount() - 1, 0).setText(prompt)
+    assert "sample prompt 2: --ar is not an option the samples take" in editor.problem.text()
+    saved = load_config(context.project.config_path).sampling  # type: ignore[union-attr]
+    assert saved.prompts == ["a red circle --w 768 --h 512 --d 42"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studio.core.config.errors import Contradiction
+from studio.core.config.prompt_options import PromptOptionError, read_prompt
 from studio.core.families import family
 
 
@@ -53,6 +54,17 @@ def check_sides(config: Any) -> None:
             choices = f"{lower} or {higher}" if lower else str(higher)
             raise Contradiction(key, side, f"{spec.title} trains and samples at sides that are a multiple of {step} "
                                 f"pixels; use {choices}")
+
+
+def check_prompt_options(config: Any) -> None:
+    """Each sample prompt's own options (--w 768 --d 42) can be drawn: a bad one is named at load, with the
+    prompt's number, rather than as a failed sample hours into the run."""
+    step = family(config.model.family).pixel_multiple
+    for number, prompt in enumerate(config.sampling.prompts, 1):
+        try:
+            read_prompt(prompt, step)
+        except PromptOptionError as exc:
+            raise Contradiction("sampling.prompts", prompt, f"sample prompt {number}: {exc}") from None
 
 
 def check_masks(config: Any) -> None:
