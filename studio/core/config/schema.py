@@ -13,13 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.prompt_options import GUIDANCE_BOUNDS, SEED_BOUNDS, SIZE_BOUNDS, STEPS_BOUNDS
-from studio.core.config.rules.data_rules import (
-    check_caches,
-    check_masks,
-    check_prompt_options,
-    check_sides,
-    check_validation,
-)
+from studio.core.config.rules import data_rules as data
 from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.rules.launch_rules import check_launch, check_strategy
 from studio.core.config.rules.network_rules import check_ema, check_network
@@ -430,9 +424,9 @@ class TrainConfig(Section):
 
 # Each raises a Contradiction naming the key, its value and what to do; the first one found is reported.
 CONSISTENCY_RULES: tuple[Callable[[TrainConfig], None], ...] = (
-    check_caches, check_training, check_frozen_base, check_settings_act, check_strategy, check_launch,
-    check_pickle, check_network, check_ema, check_block_swap, check_validation, check_masks, check_edit_pairs,
-    check_sides, check_prompt_options,
+    data.check_caches, check_training, check_frozen_base, check_settings_act, check_strategy, check_launch,
+    check_pickle, check_network, check_ema, check_block_swap, data.check_validation, data.check_masks,
+    check_edit_pairs, data.check_sides, data.check_prompt_options,
 )
 
 
