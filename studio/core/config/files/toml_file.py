@@ -10,7 +10,7 @@ from typing import Any
 
 import tomlkit
 from pydantic import ValidationError
-from tomlkit.exceptions import ParseError
+from tomlkit.exceptions import KeyAlreadyPresent, ParseError
 from tomlkit.items import AoT, Table
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
@@ -52,6 +52,14 @@ _WINDOWS_PATH_IN_DOUBLE_QUOTES = re.compile(r'"[^"]*\\[^"]*"')
 def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
         return tomlkit.parse(text)
+    except KeyAlreadyPresent as exc:
+        # A key set twice inside one table (a line copied to change it, the old one left above): TOML refuses
+        # it, and the parser says neither the line nor the table.
+        name = str(exc).split('"')[1] if str(exc).count('"') >= 2 else str(exc)
+        line, key = _second_setting(text, name)
+        raise ConfigError(source, [ConfigIssue(
+            key=key, line=line, message="is set twice in the same table; delete one of the two lines",
+        )]) from None
     except ParseError as exc:
         lines = text.splitlines()
         line = lines[exc.line - 1] if 0 < exc.line <= len(lines) else ""
@@ -63,6 +71,32 @@ def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
             message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there"
                     f"{hint}",
         )]) from None
+
+
+def _second_setting(text: str, name: str) -> tuple[int | None, str]:
+    """The line that sets the key `name` a second time in one table, read as `_line_of` reads the tables, and
+    the key in full (training.seed); (None, name) where no line is found."""
+    table: list[str] = []
+    tables_seen: dict[tuple[str, ...], int] = {}
+    set_here: set[tuple[str, ...]] = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = _dotted(header.group(2))
+            if header.group(1) == "[[":
+                index = tables_seen.get(tuple(table), -1) + 1
+                tables_seen[tuple(table)] = index
+                table = [*table, str(index)]
+            continue
+        assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+        if not assignment:
+            continue
+        found = (*table, *_dotted(assignment.group(1)))
+        if found[-1] == name and found in set_here:
+            return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found))
+        set_here.add(found)
+    return None, name
 
 
 def _key_path(key: str) -> list[str]:

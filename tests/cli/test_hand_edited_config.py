@@ -1,0 +1,47 @@
+"""A config edited in a text editor and given to `studio-train`: each mistake is one message on stderr that
+names the key and the line, exit code 2, and no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studio.cli import main as cli_main
+
+CONFIG = """\
+schema_version = 1
+[model]
+family = "sd15"
+base = "org/model"
+[[dataset.concepts]]
+path = "data"
+[training]
+seed = 1
+max_steps = 30
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "studio.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "run", "estimate"])
+def test_a_key_set_twice_in_a_table_names_the_key_and_its_second_line(
+        tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The seed line copied to try another value, the old one left above it.
+    path = _write(tmp_path, CONFIG.replace("seed = 1\n", "seed = 1\nseed = 2\n"))
+    assert cli_main([command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "line 9: training.seed: is set twice in the same table; delete one of the two lines" in err
+    assert "Traceback" not in err
+
+
+def test_a_concepts_key_set_twice_is_named_with_its_concept(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    text = CONFIG.replace('path = "data"\n', 'path = "data"\n[[dataset.concepts]]\npath = "more"\nrepeats = 2\n'
+                                            'repeats = 3\n')
+    assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
+    assert "line 10: dataset.concepts[1].repeats: is set twice" in capsys.readouterr().err
