@@ -3,6 +3,7 @@ names the key and the line, exit code 2, and no traceback."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,15 @@ def test_a_concepts_key_set_twice_is_named_with_its_concept(tmp_path: Path,
                                             'repeats = 3\n')
     assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
     assert "line 10: dataset.concepts[1].repeats: is set twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("typed", "shown"), [("seed = 2024-01-01", "2024-01-01"), ("seed = inf", None)])
+def test_validate_json_of_a_value_json_lacks_is_valid_json(tmp_path: Path, typed: str, shown: str | None,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # A date typed where the seed goes, or inf: `validate --json` is read by scripts, so its stdout stays JSON.
+    path = _write(tmp_path, CONFIG.replace("seed = 1", typed))
+    assert cli_main(["validate", "--json", str(path)]) == 2
+    out = capsys.readouterr().out
+    report = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert report["valid"] is False
+    assert [(i["key"], i["value"], i["line"]) for i in report["issues"]] == [("training.seed", shown, 8)]
