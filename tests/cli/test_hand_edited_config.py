@@ -58,3 +58,15 @@ def test_validate_json_of_a_value_json_lacks_is_valid_json(tmp_path: Path, typed
     report = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
     assert report["valid"] is False
     assert [(i["key"], i["value"], i["line"]) for i in report["issues"]] == [("training.seed", shown, 8)]
+
+
+def test_an_own_preset_with_a_key_set_twice_leaves_the_others_listed(capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.core.user_dirs import config_dir
+
+    folder = config_dir() / "presets"
+    folder.mkdir(parents=True)
+    (folder / "mine.toml").write_text(
+        '[preset]\ntitle = "Mine"\nfamily = "sd15"\nmethod = "lora"\nmin_vram_gb = 8\n'
+        "[training]\nlearning_rate = 1e-4\nlearning_rate = 2e-4\n", encoding="utf-8")
+    assert cli_main(["presets"]) == 0
+    assert "sd15-lora " in capsys.readouterr().out
