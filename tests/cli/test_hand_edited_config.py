@@ -70,3 +70,10 @@ def test_an_own_preset_with_a_key_set_twice_leaves_the_others_listed(capsys: pyt
         "[training]\nlearning_rate = 1e-4\nlearning_rate = 2e-4\n", encoding="utf-8")
     assert cli_main(["presets"]) == 0
     assert "sd15-lora " in capsys.readouterr().out
+
+
+def test_a_table_header_over_a_key_already_set_names_the_header_line(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text = CONFIG.replace("[training]\n", "[model.base]\nrevision = \"main\"\n[training]\n")
+    assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
+    assert "line 7: model.base: is set twice in the same table" in capsys.readouterr().err

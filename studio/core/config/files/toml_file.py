@@ -88,14 +88,16 @@ def _second_setting(text: str, name: str) -> tuple[int | None, str]:
                 index = tables_seen.get(tuple(table), -1) + 1
                 tables_seen[tuple(table)] = index
                 table = [*table, str(index)]
-            continue
-        assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
-        if not assignment:
-            continue
-        found = (*table, *_dotted(assignment.group(1)))
+                continue
+            found = tuple(table)  # [model.base] after base = "..." in [model]
+        else:
+            assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+            if not assignment:
+                continue
+            found = (*table, *_dotted(assignment.group(1)))
         if found[-1] == name and found in set_here:
             return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found))
-        set_here.add(found)
+        set_here.update(found[:end] for end in range(len(table) + 1, len(found) + 1))
     return None, name
 
 
