@@ -77,3 +77,11 @@ def test_a_table_header_over_a_key_already_set_names_the_header_line(tmp_path: P
     text = CONFIG.replace("[training]\n", "[model.base]\nrevision = \"main\"\n[training]\n")
     assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
     assert "line 7: model.base: is set twice in the same table" in capsys.readouterr().err
+
+
+def test_a_table_written_twice_says_to_move_its_keys_under_the_first(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text = CONFIG + "[output]\ndir = \"runs\"\n[training]\nlearning_rate = 1e-4\n"
+    assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
+    assert ("line 12: training: the table [training] is written twice; move the keys under this header to the "
+            "first one and delete it") in capsys.readouterr().err

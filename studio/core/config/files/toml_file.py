@@ -52,15 +52,19 @@ _WINDOWS_PATH_IN_DOUBLE_QUOTES = re.compile(r'"[^"]*\\[^"]*"')
 def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
         return tomlkit.parse(text)
-    except KeyAlreadyPresent as exc:
-        # A key set twice inside one table (a line copied to change it, the old one left above): TOML refuses
-        # it, and the parser says neither the line nor the table.
-        name = str(exc).split('"')[1] if str(exc).count('"') >= 2 else str(exc)
-        line, key = _second_setting(text, name)
-        raise ConfigError(source, [ConfigIssue(
-            key=key, line=line, message="is set twice in the same table; delete one of the two lines",
-        )]) from None
-    except ParseError as exc:
+    except (KeyAlreadyPresent, ParseError) as exc:
+        twice = re.match(r'Key "(.+)" already exists', str(exc))
+        if twice:
+            # A key set twice in one table (a line copied to change it, the old one left above): the parser names
+            # neither the table nor, inside a table, the line.
+            where, key, table = _second_setting(text, twice.group(1))
+            raise ConfigError(source, [ConfigIssue(
+                key=key, line=where or getattr(exc, "line", None),
+                message=f"the table [{key}] is written twice; move the keys under this header to the first one "
+                        "and delete it" if table else "is set twice in the same table; delete one of the two lines",
+            )]) from None
+        if not isinstance(exc, ParseError):
+            raise
         lines = text.splitlines()
         line = lines[exc.line - 1] if 0 < exc.line <= len(lines) else ""
         hint = (" (in double quotes TOML reads each \\ as the start of an escape: write a Windows path in single "
@@ -73,12 +77,14 @@ def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
         )]) from None
 
 
-def _second_setting(text: str, name: str) -> tuple[int | None, str]:
-    """The line that sets the key `name` a second time in one table, read as `_line_of` reads the tables, and
-    the key in full (training.seed); (None, name) where no line is found."""
+def _second_setting(text: str, name: str) -> tuple[int | None, str, bool]:
+    """The line that sets the key `name` a second time in one table, read as `_line_of` reads the tables, the
+    key in full (training.seed) and whether that line is a table's header written twice; (None, name, False)
+    where no line is found."""
     table: list[str] = []
     tables_seen: dict[tuple[str, ...], int] = {}
     set_here: set[tuple[str, ...]] = set()
+    headers: set[tuple[str, ...]] = set()
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
@@ -96,9 +102,12 @@ def _second_setting(text: str, name: str) -> tuple[int | None, str]:
                 continue
             found = (*table, *_dotted(assignment.group(1)))
         if found[-1] == name and found in set_here:
-            return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found))
+            return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found)), found in headers
         set_here.update(found[:end] for end in range(len(table) + 1, len(found) + 1))
-    return None, name
+        if header:
+            set_here.add(found)
+            headers.add(found)
+    return None, name, False
 
 
 def _key_path(key: str) -> list[str]:
