@@ -85,3 +85,14 @@ def test_a_table_written_twice_says_to_move_its_keys_under_the_first(tmp_path: P
     assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
     assert ("line 12: training: the table [training] is written twice; move the keys under this header to the "
             "first one and delete it") in capsys.readouterr().err
+
+
+def test_a_windows_path_whose_backslashes_read_as_escapes_is_shown_as_typed_at_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # "E:\training\new" is valid TOML: \t and \n are a tab and a line break there.
+    path = _write(tmp_path, CONFIG.replace('path = "data"', 'path = "E:\\training\\new"'))
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{path}: 1 problem\n")
+    assert '  - line 6: dataset.concepts[0].path = "E:\\training\\new": holds a control character' in err
+    assert len(err.splitlines()) == 2  # the value is not broken over lines

@@ -44,8 +44,13 @@ class ConfigError(Exception):
         return "\n".join([head, *(f"  - {i}" for i in self.issues)])
 
 
+# A value's control characters as the escapes that made them: "D:\new\train" read from TOML's double quotes is
+# shown as typed, on one line, not broken over two with a tab in it.
+_ESCAPES = {ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r", ord("\b"): "\\b", ord("\f"): "\\f"}
+
+
 def _show(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    text = repr(value) if not isinstance(value, str) else f'"{value.translate(_ESCAPES)}"'
     return text if len(text) <= 80 else text[:77] + "..."
 
 

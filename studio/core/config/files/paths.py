@@ -15,7 +15,7 @@ from typing import TypeVar
 from pydantic import PrivateAttr
 
 from studio.core.config.errors import ConfigError, ConfigIssue
-from studio.core.config.files.toml_file import load_config
+from studio.core.config.files.toml_file import _line_of, load_config
 from studio.core.config.schema import TrainConfig
 from studio.core.text import plural
 
@@ -150,7 +150,14 @@ def _interpreter(base_dir: Path, value: str | None) -> str | None:
 def load_resolved(path: str | Path) -> ResolvedConfig:
     """Load a config file and resolve its paths against its folder."""
     path = Path(path)
-    return resolve_paths(load_config(path), path.resolve().parent)
+    config = load_config(path)
+    try:
+        return resolve_paths(config, path.resolve().parent)
+    except ConfigError as exc:  # a path that cannot be used: named in the file that holds it, at its line
+        text = path.read_text(encoding="utf-8-sig")
+        for issue in exc.issues:
+            issue.line = issue.line or _line_of(text, issue.key)
+        raise ConfigError(str(path), exc.issues) from None
 
 
 
