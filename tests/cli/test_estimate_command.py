@@ -63,7 +63,8 @@ def test_a_preset_over_a_project_keeps_the_projects_samples(tmp_path: Path, caps
 def test_an_unknown_preset_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["estimate", "--preset", "sdxl-lora-4gb"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: no preset named 'sdxl-lora-4gb'; known presets: ") and "sdxl-lora-8gb" in err
+    assert err.startswith("error: no preset named 'sdxl-lora-4gb' (did you mean 'sdxl-lora-8gb', 'sdxl-lora-6gb' or "
+                          "'sdxl-lora'?); known presets: ") and "sd15-lora-6gb" in err
     assert cli(["estimate"]) == 2
     assert "give a config file, or --preset NAME" in capsys.readouterr().err
 
