@@ -96,3 +96,19 @@ def test_a_windows_path_whose_backslashes_read_as_escapes_is_shown_as_typed_at_i
     assert err.startswith(f"{path}: 1 problem\n")
     assert '  - line 6: dataset.concepts[0].path = "E:\\training\\new": holds a control character' in err
     assert len(err.splitlines()) == 2  # the value is not broken over lines
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (('[[dataset.concepts]]', '[dataset.concepts]'),
+     "line 5: dataset.concepts: is a list of tables: write the header of each one in double brackets, "
+     "[[dataset.concepts]]"),
+    (("[training]", "[[training]]"),
+     "line 7: training: is one table: write its header in single brackets, [training], not [[training]]"),
+    (("max_steps = 30\n", 'max_steps = 30\n[sampling]\nprompts = "a red circle"\n'),
+     'line 11: sampling.prompts = "a red circle": must be a list: write it in brackets, ["a red circle"]'),
+])
+def test_a_table_or_list_written_the_wrong_way_says_how_to_write_it(
+        tmp_path: Path, edit: tuple[str, str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, CONFIG.replace(*edit))
+    assert cli_main(["validate", str(path)]) == 2
+    assert said in capsys.readouterr().err

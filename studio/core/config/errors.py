@@ -120,6 +120,17 @@ def issues_from_validation(exc: ValidationError, root: type[BaseModel]) -> list[
             ))
         elif err["type"] == "missing":
             issues.append(ConfigIssue(key=key, message="is required but missing"))
+        elif err["type"] == "list_type" and isinstance(err.get("input"), dict):
+            # [dataset.concepts] written where each concept needs [[dataset.concepts]]
+            issues.append(ConfigIssue(key=key, message=(
+                f"is a list of tables: write the header of each one in double brackets, [[{key}]]")))
+        elif err["type"] == "model_type" and isinstance(err.get("input"), list):
+            issues.append(ConfigIssue(key=key, message=(
+                f"is one table: write its header in single brackets, [{key}], not [[{key}]]")))
+        elif err["type"] == "list_type" and isinstance(err.get("input"), str):
+            # prompts = "a red circle": one item, written without the list's brackets
+            issues.append(ConfigIssue(key=key, value=err["input"], message=(
+                f"must be a list: write it in brackets, [{_show(err['input'])}]")))
         elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), Contradiction):
             c: Contradiction = err["ctx"]["error"]
             issues.append(ConfigIssue(key=c.key, value=c.value, message=c.message))

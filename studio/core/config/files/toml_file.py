@@ -137,6 +137,8 @@ def _line_of(text: str, key: str) -> int | None:
                 index = tables_seen.get(tuple(table), -1) + 1
                 tables_seen[tuple(table)] = index
                 table = [*table, str(index)]
+                if table[:-1] == wanted:  # [[sampling]] where a table goes, [[dataset.concept]]
+                    return number
             found = table
         else:
             assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
