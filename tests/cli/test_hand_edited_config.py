@@ -112,3 +112,22 @@ def test_a_table_or_list_written_the_wrong_way_says_how_to_write_it(
     path = _write(tmp_path, CONFIG.replace(*edit))
     assert cli_main(["validate", str(path)]) == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    # resolution written under [training]
+    (("max_steps = 30\n", "max_steps = 30\nresolution = 1024\n"),
+     "line 10: training.resolution: unknown key; it is a key of [dataset]: move it under that table's header"),
+    # a [dataset] key after the concept's header, which takes every key below it
+    (('path = "data"\n', 'path = "data"\ncaption_extension = ".caption"\n'),
+     "line 7: dataset.concepts[0].caption_extension: unknown key; it is a key of [dataset]: move it under that "
+     "table's header"),
+    (("[model]\n", "[model]\nrepeats = 3\n"),
+     "line 3: model.repeats: unknown key; it is a key of [[dataset.concepts]]: move it under that table's header"),
+])
+def test_a_key_under_the_wrong_table_names_the_table_it_belongs_to(
+        tmp_path: Path, edit: tuple[str, str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["validate", str(_write(tmp_path, CONFIG.replace(*edit)))]) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert "did you mean 'caption_source'" not in err  # not a near name of the table it was written in

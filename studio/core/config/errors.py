@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -68,6 +68,19 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
     return model
 
 
+def _sections(root: type[BaseModel], prefix: str = "") -> list[tuple[str, str, type[BaseModel]]]:
+    """Each table of `root`, tables inside tables too: its dotted name (dataset.concepts), its header as written
+    ([[dataset.concepts]]) and its model."""
+    found: list[tuple[str, str, type[BaseModel]]] = []
+    for name, field in root.model_fields.items():
+        section = section_type(field.annotation)
+        if section is not None:
+            where = f"{prefix}{name}"
+            header = f"[[{where}]]" if get_origin(field.annotation) is list else f"[{where}]"
+            found += [(where, header, section), *_sections(section, f"{where}.")]
+    return found
+
+
 def section_type(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
@@ -114,6 +127,13 @@ def issues_from_validation(exc: ValidationError, root: type[BaseModel]) -> list[
             known = list(parent.model_fields) if parent else []
             guess = difflib.get_close_matches(str(loc[-1]), known, n=1)
             hint = f"; did you mean '{guess[0]}'?" if guess else ""
+            # A key of another table written under this one (resolution under [training], a [dataset] key after
+            # a [[dataset.concepts]] header, which takes every key below it): where it goes, not a near name here.
+            homes = [header for where, header, section in _sections(root) if str(loc[-1]) in section.model_fields
+                     and where != ".".join(str(p) for p in loc[:-1] if not isinstance(p, int))]
+            if homes:
+                hint = (f"; it is a key of {homes[0]}: move it under that table's header" if len(homes) == 1 else
+                        f"; it is a key of {' and '.join(homes)}: move it under the header of the one you mean")
             allowed = ", ".join(known)
             issues.append(ConfigIssue(
                 key=key, value=None, message=f"unknown key{hint} (known keys here: {allowed})"
