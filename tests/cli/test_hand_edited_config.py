@@ -131,3 +131,31 @@ def test_a_key_under_the_wrong_table_names_the_table_it_belongs_to(
     err = capsys.readouterr().err
     assert said in err
     assert "did you mean 'caption_source'" not in err  # not a near name of the table it was written in
+
+
+def test_a_price_set_twice_in_the_gpu_catalogue_names_its_line(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.core.export.gpu_catalogue import shipped_catalogue_path
+
+    # The person's copy of the catalogue, a price line copied to change it and the old one left above.
+    text = shipped_catalogue_path().read_text(encoding="utf-8")
+    first = text.index("price_min = ")
+    line = text[first:text.index("\n", first)]
+    catalogue = tmp_path / "gpus.toml"
+    catalogue.write_text(text.replace(line, f"{line}\nprice_min = 0.5", 1), encoding="utf-8")
+    config = _write(tmp_path, CONFIG)
+    assert cli_main(["cost", str(config), "--catalogue", str(catalogue)]) == 2
+    err = capsys.readouterr().err
+    number = text[:first].count("\n") + 2
+    assert f"  - line {number}: gpu[0].price_min: is set twice in the same table; delete one of the two lines" in err
+    assert "Traceback" not in err
+
+
+def test_a_remote_machine_set_twice_in_its_file_is_one_line_to_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.core.remote.machines import machines_path
+
+    machines_path().parent.mkdir(parents=True, exist_ok=True)
+    machines_path().write_text('[machines.box]\nhost = "10.0.0.2"\nhost = "10.0.0.3"\n', encoding="utf-8")
+    assert cli_main(["remote", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot read {machines_path()}: ") and "fix or delete the file" in err
