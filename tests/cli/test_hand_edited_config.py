@@ -159,3 +159,15 @@ def test_a_remote_machine_set_twice_in_its_file_is_one_line_to_fix(capsys: pytes
     assert cli_main(["remote", "list"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot read {machines_path()}: ") and "fix or delete the file" in err
+
+
+@pytest.mark.parametrize("edit", [
+    ("[model]\n", '[model]\nvae = ""\n'),  # "no separate VAE": TOML has no none
+    ('path = "data"\n', 'path = "data"\nclass_path = ""\n'),
+    ("[[dataset.concepts]]", '[dataset]\nvalidation_folder = ""\n[[dataset.concepts]]'),
+])
+def test_an_optional_path_written_empty_is_none_not_the_projects_folder(
+        tmp_path: Path, edit: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["validate", str(_write(tmp_path, CONFIG.replace(*edit)))]) == 0
+    resolved = capsys.readouterr().out
+    assert "valid" in resolved and f'"{tmp_path}"' not in resolved  # no VAE, class images or held-out images there

@@ -122,14 +122,17 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
     base = Path(base_dir)
     out = _resolved(config.model_copy(deep=True), base)
     out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
-    out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
-    out.model.training_adapter = _resolve(base, out.model.training_adapter, False, "model.training_adapter")
+    # An optional path written empty (vae = "": TOML has no "none") is none, as the rules read it; resolved, it
+    # named the config's own folder: a VAE loaded from the project, the project's images held out for validation.
+    out.model.vae = _resolve(base, out.model.vae or None, True, "model.vae")
+    out.model.training_adapter = _resolve(base, out.model.training_adapter or None, False, "model.training_adapter")
     for index, concept in enumerate(out.dataset.concepts):
         key = f"dataset.concepts[{index}]"
         concept.path = _resolve(base, concept.path, False, f"{key}.path") or concept.path
-        concept.class_path = _resolve(base, concept.class_path, False, f"{key}.class_path")
-    out.dataset.validation_folder = _resolve(base, out.dataset.validation_folder, False, "dataset.validation_folder")
-    out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder, False, "dataset.mask_folder")
+        concept.class_path = _resolve(base, concept.class_path or None, False, f"{key}.class_path")
+    out.dataset.validation_folder = _resolve(base, out.dataset.validation_folder or None, False,
+                                             "dataset.validation_folder")
+    out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder or None, False, "dataset.mask_folder")
     out.dataset.control_folders = [_resolve(base, f, False, f"dataset.control_folders[{i}]") or f
                                    for i, f in enumerate(out.dataset.control_folders)]
     out.sampling.control_image = _resolve(base, out.sampling.control_image or None, False, "sampling.control_image")
