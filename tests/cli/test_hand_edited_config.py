@@ -171,3 +171,17 @@ def test_an_optional_path_written_empty_is_none_not_the_projects_folder(
     assert cli_main(["validate", str(_write(tmp_path, CONFIG.replace(*edit)))]) == 0
     resolved = capsys.readouterr().out
     assert "valid" in resolved and f'"{tmp_path}"' not in resolved  # no VAE, class images or held-out images there
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (("max_steps = 30\n", 'max_steps = 30\n[output]\nname = "my first lora"\n'),
+     'line 11: output.name = "my first lora": does not have the form this key takes: Run name (letters, digits, '
+     '. _ -; at most 100).'),
+    (("max_steps = 30\n", 'max_steps = 30\n[launch]\ngpu_ids = "0, 1"\n'),
+     'line 11: launch.gpu_ids = "0, 1": does not have the form this key takes: GPUs to use: all or e.g. 0,1.'),
+])
+def test_a_value_of_the_wrong_form_says_the_form_in_words_not_a_regular_expression(
+        tmp_path: Path, edit: tuple[str, str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["validate", str(_write(tmp_path, CONFIG.replace(*edit)))]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "pattern" not in err

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, get_origin
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 
 class Contradiction(ValueError):
@@ -66,6 +67,11 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
             return None
         model = section_type(field.annotation)
     return model
+
+
+def _field_at(root: type[BaseModel], loc: tuple[Any, ...]) -> FieldInfo | None:
+    parent = _model_at(root, loc[:-1]) if loc else None
+    return parent.model_fields.get(str(loc[-1])) if parent is not None else None
 
 
 def _sections(root: type[BaseModel], prefix: str = "") -> list[tuple[str, str, type[BaseModel]]]:
@@ -151,6 +157,11 @@ def issues_from_validation(exc: ValidationError, root: type[BaseModel]) -> list[
             # prompts = "a red circle": one item, written without the list's brackets
             issues.append(ConfigIssue(key=key, value=err["input"], message=(
                 f"must be a list: write it in brackets, [{_show(err['input'])}]")))
+        elif err["type"] == "string_pattern_mismatch" and (field := _field_at(root, loc)) is not None \
+                and field.description:
+            # "my run" as output.name: what the field takes in words, not its regular expression
+            issues.append(ConfigIssue(key=key, value=err.get("input"), message=(
+                f"does not have the form this key takes: {field.description}")))
         elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), Contradiction):
             c: Contradiction = err["ctx"]["error"]
             issues.append(ConfigIssue(key=c.key, value=c.value, message=c.message))
