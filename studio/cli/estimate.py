@@ -60,6 +60,14 @@ def run(args: argparse.Namespace) -> int:
     # Every process of a data-parallel run holds a full copy, so one GPU is representative: the smallest of
     # those the project's launch.gpu_ids chooses.
     gpu = report.run_gpus(project.launch)[0] if project is not None else report.training_gpu()
+    if project is not None and gpu is None:
+        from studio.core.project.preflight import check_gpu_ids
+
+        # launch.gpu_ids naming a card this machine lacks (a config from a machine of two GPUs): the run would
+        # train on the CPU, and the estimate is the CPU's; why, and not as though the machine had no GPU.
+        wrong_ids = check_gpu_ids(project, report)
+        if wrong_ids is not None:
+            print(f"warning: {wrong_ids}", file=sys.stderr)
     if args.gpus is not None and args.gpus < 1:
         print(f"error: --gpus {args.gpus}: give a number of GPUs of 1 or more", file=sys.stderr)
         return EXIT_INVALID

@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(str(path), [split])
     except ConfigError as exc:
         if args.json:
-            print(json.dumps({"valid": False, "file": str(path), "issues": [i.model_dump() for i in exc.issues]}, indent=2))
+            # A value TOML has and JSON lacks (a date typed where a number goes, inf) is written as JSON writes it.
+            issues = [i.model_dump(mode="json") for i in exc.issues]
+            print(json.dumps({"valid": False, "file": str(path), "issues": issues}, indent=2))
         else:
             print(exc.describe(), file=sys.stderr)
         return EXIT_INVALID

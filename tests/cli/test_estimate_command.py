@@ -63,7 +63,8 @@ def test_a_preset_over_a_project_keeps_the_projects_samples(tmp_path: Path, caps
 def test_an_unknown_preset_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["estimate", "--preset", "sdxl-lora-4gb"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: no preset named 'sdxl-lora-4gb'; known presets: ") and "sdxl-lora-8gb" in err
+    assert err.startswith("error: no preset named 'sdxl-lora-4gb' (did you mean 'sdxl-lora-8gb', 'sdxl-lora-6gb' or "
+                          "'sdxl-lora'?); known presets: ") and "sd15-lora-6gb" in err
     assert cli(["estimate"]) == 2
     assert "give a config file, or --preset NAME" in capsys.readouterr().err
 
@@ -120,3 +121,16 @@ def test_class_images_take_places_in_the_batch_rather_than_doubling_it(
         outputs.append(capsys.readouterr().out)
     assert outputs[1] == outputs[0]
     assert "512 px, batch 2" in outputs[1] and "batch 4" not in outputs[1]
+
+
+def test_gpu_ids_naming_a_card_this_machine_lacks_say_why_the_estimate_is_the_cpus(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A config from a machine of two GPUs (launch.gpu_ids = "1") estimated on one with a single 4090.
+    config = tmp_path / "studio.toml"
+    config.write_text('schema_version = 1\n[model]\nfamily = "sd15"\nbase = "org/model"\n[[dataset.concepts]]\n'
+                      'path = "data"\n[launch]\ngpu_ids = "1"\n', encoding="utf-8")
+    assert cli(["estimate", str(config), "--hardware", "rtx4090-24gb"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith('warning: launch.gpu_ids = "1" names GPU 1, which this machine does not have '
+                                   "(its GPUs: 0 (NVIDIA GeForce RTX 4090))")
+    assert "on no GPU: the CPU" in captured.out

@@ -349,3 +349,21 @@ def test_a_project_folder_given_for_its_config_names_the_config(tmp_path: Path,
         assert f"is a folder, not a config file: give the config inside it, {path}" in err, command
     assert cli_main(["validate", str(tmp_path)]) == 2  # no config in it
     assert "give a config's .toml file (a project's studio.toml)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ("https://huggingface.co/org/model-name", " (this link's id is org/model-name)"),
+    ("C:\\models\\sdxl", "; a model already on this machine needs no download"),
+])
+def test_download_of_something_that_is_no_hub_id_says_what_to_give(
+        given: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # A link copied from the browser, or a folder: refused before any request, in one line.
+    from huggingface_hub import constants
+
+    # The download goes online for this process; both are as they were after the test.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE)
+    assert cli_main(["download", given]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {given} is not a hub id: give the id as the model's hub page writes it, org/name")
+    assert said in err and "Traceback" not in err

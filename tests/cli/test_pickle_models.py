@@ -93,3 +93,25 @@ def test_conversion_reads_tensors_as_data_and_refuses_code(tmp_path: Path, ckpt:
     from safetensors.torch import load_file
 
     assert torch.equal(load_file(str(good.with_suffix(".safetensors")))["a.weight"], torch.ones(2, 3))
+
+
+def test_a_conversion_cut_short_leaves_no_safetensors_file_and_can_be_run_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    import safetensors.torch
+
+    good = tmp_path / "models" / "weights.ckpt"
+    good.parent.mkdir()
+    torch.save({"state_dict": {"a.weight": torch.ones(2, 3)}}, good)
+    save_file = safetensors.torch.save_file
+
+    def cut_short(tensors: object, filename: str, *args: object, **kwargs: object) -> None:
+        Path(filename).write_bytes(b"\x00" * 64)  # part of the file written, then Ctrl+C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(safetensors.torch, "save_file", cut_short)
+    assert cli_main(["model", str(good), "--to-safetensors"]) == 130
+    assert sorted(p.name for p in good.parent.iterdir()) == ["weights.ckpt"]
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    assert cli_main(["model", str(good), "--to-safetensors"]) == 0
+    assert "wrote" in capsys.readouterr().out

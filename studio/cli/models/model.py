@@ -95,6 +95,7 @@ def _convert(path: Any) -> int:
     if not is_pickle_file(str(path)) or not path.is_file():
         print(f"error: {path} is not a .ckpt, .pt, .pth or .bin file; nothing to convert", file=sys.stderr)
         return EXIT_INVALID
+    import os
     import pickle
 
     import torch
@@ -118,6 +119,14 @@ def _convert(path: Any) -> int:
     if not tensors:
         print(f"error: {path} holds no tensors; nothing was written", file=sys.stderr)
         return EXIT_INVALID
-    save_file(tensors, str(target))
+    # Written beside it and renamed when whole: a file cut short (Ctrl+C in the minute a 7 GB model takes, a full
+    # disk) stayed as NAME.safetensors, refused the next conversion as "exists already" and failed to load.
+    part = target.with_name(f"{target.name}.part")
+    try:
+        save_file(tensors, str(part))
+        os.replace(part, target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
     print(f"wrote {target} ({len(tensors)} tensors); set model.base to it")
     return EXIT_OK

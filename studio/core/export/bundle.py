@@ -324,17 +324,25 @@ def zip_bundle(folder: Path) -> Path:
     (no executable bit, entries marked as MS-DOS ones) unpacked on Linux with scripts that `./launch.sh`
     could not run ("Permission denied")."""
     target = folder.with_name(f"{folder.name}.zip")  # not with_suffix: flux-v1.5 is not flux-v1 + .5
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder).as_posix()
-            info = zipfile.ZipInfo.from_file(path, f"{folder.name}/{rel}")
-            info.create_system = 3  # Unix: unzip and Python's zipfile read the modes below
-            if path.is_dir():
-                info.external_attr = ((stat.S_IFDIR | 0o755) << 16) | 0x10
-                archive.writestr(info, b"")
-                continue
-            info.external_attr = (stat.S_IFREG | (0o755 if rel in SCRIPTS else 0o644)) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            with open(path, "rb") as source, archive.open(info, "w", force_zip64=True) as out:
-                shutil.copyfileobj(source, out, 1 << 20)
+    # Written beside it and renamed when whole: a zip cut short (Ctrl+C in the minutes a dataset takes, a full
+    # disk) left FOLDER.zip looking finished, to be uploaded and fail to unpack on the rented machine.
+    part = folder.with_name(f"{folder.name}.zip.part")
+    try:
+        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(folder.rglob("*")):
+                rel = path.relative_to(folder).as_posix()
+                info = zipfile.ZipInfo.from_file(path, f"{folder.name}/{rel}")
+                info.create_system = 3  # Unix: unzip and Python's zipfile read the modes below
+                if path.is_dir():
+                    info.external_attr = ((stat.S_IFDIR | 0o755) << 16) | 0x10
+                    archive.writestr(info, b"")
+                    continue
+                info.external_attr = (stat.S_IFREG | (0o755 if rel in SCRIPTS else 0o644)) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with open(path, "rb") as source, archive.open(info, "w", force_zip64=True) as out:
+                    shutil.copyfileobj(source, out, 1 << 20)
+        os.replace(part, target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
     return target

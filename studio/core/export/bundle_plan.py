@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from studio.core.config.errors import issues_from_validation
 from studio.core.config.files.paths import ResolvedConfig, resolve_paths
 from studio.core.config.files.toml_file import config_to_data, load_config
-from studio.core.config.schema import ConceptSection, TrainConfig
+from studio.core.config.schema import ConceptSection, LaunchSection, TrainConfig
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.image_headers import is_image_name
 from studio.core.dataset.scan import DatasetError, ImageEntry, scan_concept
@@ -22,6 +25,7 @@ from studio.core.export.cost import vram_estimator
 from studio.core.export.dataset_selection import DatasetSelection, select_concept, select_files
 from studio.core.export.gpu_catalogue import GpuType, load_catalogue
 from studio.core.export.sky_task import CloudOptions
+from studio.core.quoting import shown
 
 DATASET_DIR = "dataset"
 MODEL_DIR = "model"
@@ -163,9 +167,18 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
             plan.warnings.append(f"max_steps {plan.original_steps} -> {bundle.training.max_steps} so that "
                                  f"{plan.processes} processes see the same number of images; learning rate kept")
     bundle.output.dir = RUNS_DIR
-    bundle.launch = bundle.launch.model_copy(update={
-        "num_processes": plan.processes, "num_machines": nodes, "machine_rank": 0, "gpu_ids": "all",
-        "main_process_ip": main_address, "main_process_port": port, "python": None, "cpu": False})
+    launch = {**bundle.launch.model_dump(), "num_processes": plan.processes, "num_machines": nodes, "machine_rank": 0,
+              "gpu_ids": "all", "main_process_ip": main_address, "main_process_port": port, "python": None,
+              "cpu": False}
+    try:  # --port 70000 or an address with a line break: said as the flag, not as a traceback at the estimate
+        bundle.launch = LaunchSection.model_validate(launch)
+    except ValidationError as exc:
+        flags = {"main_process_port": "--port", "main_process_ip": "--main-address"}
+        raise ExportError("; ".join(
+            f"{flags.get(issue.key, 'launch.' + issue.key)} "
+            f"{shown(issue.value) if isinstance(issue.value, str) else issue.value}: "
+            f"{issue.message.removeprefix('value error, ')}"
+            for issue in issues_from_validation(exc, LaunchSection))) from None
     _refuse_secrets_and_paths(bundle, remote_base, remote_dataset, config_path)
     _choose_strategy(bundle, _sized(bundle, resolved, out), plan.gpu or _GENERIC_GPU, plan.warnings)
     plan.vram = vram_estimator(_sized(bundle, resolved, out))(plan.gpu or _GENERIC_GPU, plan.processes)

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-from tomlkit.exceptions import ParseError
-
+from studio.core.config.errors import ConfigError
+from studio.core.config.files.toml_file import parse_toml
 from studio.core.resources import resource_path
 from studio.core.user_dirs import config_dir
 
@@ -167,11 +166,17 @@ def load_catalogue(path: str | Path | None = None) -> Catalogue:
     path = Path(path)
     try:
         # -sig: prices saved by Notepad with a byte-order mark read as the same TOML
-        data = tomlkit.parse(path.read_text(encoding="utf-8-sig")).unwrap()
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise CatalogueError(f"{path}: GPU catalogue not found") from None
-    except ParseError as exc:
-        raise CatalogueError(f"{path}: not valid TOML at line {exc.line}: fix the syntax there") from None
+    except UnicodeDecodeError:
+        raise CatalogueError(f"{path}: not UTF-8 text; save it as UTF-8") from None
+    try:
+        # A syntax error, or a price set twice (its line copied to change it, the old one left): the line and what
+        # to do, as a config's file says it.
+        data = parse_toml(text, str(path)).unwrap()
+    except ConfigError as exc:
+        raise CatalogueError(exc.describe()) from None
     return parse_catalogue(data, path)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -336,6 +337,13 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
     """The files to fetch, and the commit the listing is of."""
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True, token=token)
+    except errors.HFValidationError:
+        # A link copied from the browser, a folder, a name with a space: no hub id, and no request was made.
+        link = re.match(r"https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+/[^/?#]+)", repo_id)
+        hint = f" (this link's id is {link.group(1)})" if link else ""
+        raise DownloadError(f"{repo_id} is not a hub id: give the id as the model's hub page writes it, org/name, "
+                            f"e.g. stabilityai/stable-diffusion-xl-base-1.0{hint}; a model already on this "
+                            "machine needs no download: set its folder or file as model.base") from None
     except errors.GatedRepoError:
         raise _gated(repo_id, token) from None
     except errors.RepositoryNotFoundError:

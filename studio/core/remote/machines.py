@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import tomlkit
+from tomlkit.exceptions import TOMLKitError
 
 from studio.core.app_words import command_or_action
 from studio.core.console_window import no_window
@@ -143,7 +144,7 @@ def load_machines() -> dict[str, RemoteMachine]:
     try:
         # -sig: a file saved by Notepad with a byte-order mark reads as the same TOML
         data = tomlkit.parse(path.read_text(encoding="utf-8-sig")).unwrap()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TOMLKitError) as exc:  # TOMLKitError: a key set twice in one machine's table
         raise MachineError(f"cannot read {path}: {exc}; fix or delete the file") from None
     machines = {}
     for name, entry in dict(data.get("machines", {})).items():

@@ -36,3 +36,39 @@ def test_export_command_rejects_an_unknown_gpu_type(demo: Project, tmp_path: Pat
                      "--include-model"])
     assert code == 2
     assert "no GPU type 'tpu9'" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_zipping_leaves_no_zip_that_looks_finished(demo: Project, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import zipfile
+
+    from_file = zipfile.ZipInfo.from_file
+    entries: list[str] = []
+
+    def interrupted(path: Path, arcname: str, **kwargs: object) -> zipfile.ZipInfo:
+        entries.append(arcname)
+        if len(entries) == 3:  # a few files into the zip: Ctrl+C
+            raise KeyboardInterrupt
+        return from_file(path, arcname, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(zipfile.ZipInfo, "from_file", staticmethod(interrupted))
+    out = tmp_path / "bundle"
+    code = cli_main(["export", str(demo.config_path), "--out", str(out), "--include-model", "--manifest-only",
+                     "--zip"])
+    assert code == 130
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("bundle")) == ["bundle"]
+    assert (out / "launch.sh").is_file()  # the folder bundle was whole before the zip began
+
+
+@pytest.mark.parametrize(("flag", "said"), [
+    (["--port", "70000"], "error: --port 70000: must be at most 65535"),
+    (["--main-address", "10.0.0.1\nnodes: 9"], "error: --main-address '10.0.0.1\\nnodes: 9': "),
+])
+def test_a_port_or_address_accelerate_cannot_take_is_named_as_the_flag(
+        demo: Project, tmp_path: Path, flag: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bundle"
+    assert cli_main(["export", str(demo.config_path), "--out", str(out), "--include-model", "--manifest-only",
+                     *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(said) and "Traceback" not in err
+    assert not out.exists()

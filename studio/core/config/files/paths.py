@@ -15,7 +15,7 @@ from typing import TypeVar
 from pydantic import PrivateAttr
 
 from studio.core.config.errors import ConfigError, ConfigIssue
-from studio.core.config.files.toml_file import load_config
+from studio.core.config.files.toml_file import _line_of, load_config
 from studio.core.config.schema import TrainConfig
 from studio.core.text import plural
 
@@ -122,14 +122,17 @@ def resolve_paths(config: TrainConfig, base_dir: str | Path) -> ResolvedConfig:
     base = Path(base_dir)
     out = _resolved(config.model_copy(deep=True), base)
     out.model.base = _resolve(base, out.model.base, True, "model.base") or out.model.base
-    out.model.vae = _resolve(base, out.model.vae, True, "model.vae")
-    out.model.training_adapter = _resolve(base, out.model.training_adapter, False, "model.training_adapter")
+    # An optional path written empty (vae = "": TOML has no "none") is none, as the rules read it; resolved, it
+    # named the config's own folder: a VAE loaded from the project, the project's images held out for validation.
+    out.model.vae = _resolve(base, out.model.vae or None, True, "model.vae")
+    out.model.training_adapter = _resolve(base, out.model.training_adapter or None, False, "model.training_adapter")
     for index, concept in enumerate(out.dataset.concepts):
         key = f"dataset.concepts[{index}]"
         concept.path = _resolve(base, concept.path, False, f"{key}.path") or concept.path
-        concept.class_path = _resolve(base, concept.class_path, False, f"{key}.class_path")
-    out.dataset.validation_folder = _resolve(base, out.dataset.validation_folder, False, "dataset.validation_folder")
-    out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder, False, "dataset.mask_folder")
+        concept.class_path = _resolve(base, concept.class_path or None, False, f"{key}.class_path")
+    out.dataset.validation_folder = _resolve(base, out.dataset.validation_folder or None, False,
+                                             "dataset.validation_folder")
+    out.dataset.mask_folder = _resolve(base, out.dataset.mask_folder or None, False, "dataset.mask_folder")
     out.dataset.control_folders = [_resolve(base, f, False, f"dataset.control_folders[{i}]") or f
                                    for i, f in enumerate(out.dataset.control_folders)]
     out.sampling.control_image = _resolve(base, out.sampling.control_image or None, False, "sampling.control_image")
@@ -150,7 +153,14 @@ def _interpreter(base_dir: Path, value: str | None) -> str | None:
 def load_resolved(path: str | Path) -> ResolvedConfig:
     """Load a config file and resolve its paths against its folder."""
     path = Path(path)
-    return resolve_paths(load_config(path), path.resolve().parent)
+    config = load_config(path)
+    try:
+        return resolve_paths(config, path.resolve().parent)
+    except ConfigError as exc:  # a path that cannot be used: named in the file that holds it, at its line
+        text = path.read_text(encoding="utf-8-sig")
+        for issue in exc.issues:
+            issue.line = issue.line or _line_of(text, issue.key)
+        raise ConfigError(str(path), exc.issues) from None
 
 
 

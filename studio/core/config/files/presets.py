@@ -9,6 +9,7 @@ output and launch settings) and takes everything else from the defaults and the 
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -219,8 +220,13 @@ def get_preset(preset_id: str) -> Preset:
     for preset in list_presets():
         if preset.id == preset_id:
             return preset
-    known = ", ".join(p.id for p in list_presets())
-    raise KeyError(f"no preset named '{preset_id}'; known presets: {known}")
+    ids = [p.id for p in list_presets()]
+    # A typo (sdxl-lroa) among some forty ids: the nearest ones first, as an unknown config key is named.
+    near = difflib.get_close_matches(preset_id, ids, n=3, cutoff=0.7)
+    named = [f"'{i}'" for i in near]
+    guess = f" (did you mean {' or '.join([', '.join(named[:-1]), named[-1]] if len(named) > 1 else named)}?)" \
+        if near else ""
+    raise KeyError(f"no preset named '{preset_id}'{guess}; known presets: {', '.join(ids)}")
 
 
 def _fit_swapped_blocks(data: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import tomlkit
 from pydantic import ValidationError
-from tomlkit.exceptions import ParseError
+from tomlkit.exceptions import KeyAlreadyPresent, ParseError
 from tomlkit.items import AoT, Table
 
 from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
@@ -52,7 +52,19 @@ _WINDOWS_PATH_IN_DOUBLE_QUOTES = re.compile(r'"[^"]*\\[^"]*"')
 def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
     try:
         return tomlkit.parse(text)
-    except ParseError as exc:
+    except (KeyAlreadyPresent, ParseError) as exc:
+        twice = re.match(r'Key "(.+)" already exists', str(exc))
+        if twice:
+            # A key set twice in one table (a line copied to change it, the old one left above): the parser names
+            # neither the table nor, inside a table, the line.
+            where, key, table = _second_setting(text, twice.group(1))
+            raise ConfigError(source, [ConfigIssue(
+                key=key, line=where or getattr(exc, "line", None),
+                message=f"the table [{key}] is written twice; move the keys under this header to the first one "
+                        "and delete it" if table else "is set twice in the same table; delete one of the two lines",
+            )]) from None
+        if not isinstance(exc, ParseError):
+            raise
         lines = text.splitlines()
         line = lines[exc.line - 1] if 0 < exc.line <= len(lines) else ""
         hint = (" (in double quotes TOML reads each \\ as the start of an escape: write a Windows path in single "
@@ -63,6 +75,39 @@ def parse_toml(text: str, source: str) -> tomlkit.TOMLDocument:
             message=f"not valid TOML at column {exc.col}: {str(exc).split(' at line')[0]}; fix the syntax there"
                     f"{hint}",
         )]) from None
+
+
+def _second_setting(text: str, name: str) -> tuple[int | None, str, bool]:
+    """The line that sets the key `name` a second time in one table, read as `_line_of` reads the tables, the
+    key in full (training.seed) and whether that line is a table's header written twice; (None, name, False)
+    where no line is found."""
+    table: list[str] = []
+    tables_seen: dict[tuple[str, ...], int] = {}
+    set_here: set[tuple[str, ...]] = set()
+    headers: set[tuple[str, ...]] = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = _dotted(header.group(2))
+            if header.group(1) == "[[":
+                index = tables_seen.get(tuple(table), -1) + 1
+                tables_seen[tuple(table)] = index
+                table = [*table, str(index)]
+                continue
+            found = tuple(table)  # [model.base] after base = "..." in [model]
+        else:
+            assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+            if not assignment:
+                continue
+            found = (*table, *_dotted(assignment.group(1)))
+        if found[-1] == name and found in set_here:
+            return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found)), found in headers
+        set_here.update(found[:end] for end in range(len(table) + 1, len(found) + 1))
+        if header:
+            set_here.add(found)
+            headers.add(found)
+    return None, name, False
 
 
 def _key_path(key: str) -> list[str]:
@@ -92,6 +137,8 @@ def _line_of(text: str, key: str) -> int | None:
                 index = tables_seen.get(tuple(table), -1) + 1
                 tables_seen[tuple(table)] = index
                 table = [*table, str(index)]
+                if table[:-1] == wanted:  # [[sampling]] where a table goes, [[dataset.concept]]
+                    return number
             found = table
         else:
             assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
