@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from typing import Any
 from studio.core.app_words import command_or_action
 from studio.core.containment import OutsideFolderError, contained_path, name_parts
 from studio.core.files import atomic_write_text, replace
+from studio.core.models.hub_ids import not_a_hub_id
 from studio.core.models.hub_token import token_may_go_to
 from studio.core.models.known import KnownModel, find_known
 from studio.core.models.snapshot_check import COMMIT, hash_mismatch, is_hub_hash, snapshot_problems
@@ -337,13 +337,8 @@ def _list_files(api: Any, repo_id: str, revision: str | None, token: str | None,
     """The files to fetch, and the commit the listing is of."""
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True, token=token)
-    except errors.HFValidationError:
-        # A link copied from the browser, a folder, a name with a space: no hub id, and no request was made.
-        link = re.match(r"https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+/[^/?#]+)", repo_id)
-        hint = f" (this link's id is {link.group(1)})" if link else ""
-        raise DownloadError(f"{repo_id} is not a hub id: give the id as the model's hub page writes it, org/name, "
-                            f"e.g. stabilityai/stable-diffusion-xl-base-1.0{hint}; a model already on this "
-                            "machine needs no download: set its folder or file as model.base") from None
+    except errors.HFValidationError:  # no request was made
+        raise DownloadError(not_a_hub_id(repo_id)) from None
     except errors.GatedRepoError:
         raise _gated(repo_id, token) from None
     except errors.RepositoryNotFoundError:
