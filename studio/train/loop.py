@@ -123,9 +123,8 @@ class Trainer:
         from accelerate.utils import set_seed
 
         set_seed(config.training.seed)
-        kind, count = config.training.length
-        if self.resume and kind == "steps":  # known before the model loads
-            refuse_past_the_end(self.run_dir, count, config)
+        if self.resume and config.training.length[0] == "steps":  # known before the model loads
+            refuse_past_the_end(self.run_dir, config.training.length[1], config)
         warn_before_loading(config, acc.device, self.sharding.warning(), self.reporter.warn)
         self.reporter.phase("loading", 0, 1, f"loading {config.model.base}")
         self.spill = watch_cards(acc.device)
@@ -266,10 +265,8 @@ class Trainer:
         return self._finish("completed")
 
     def _train_step(self, batches: Any, scheme: Any, components: Components) -> float | None:
-        """One optimizer step over its micro-batches, queued on the device without waiting for it.
-
-        Returns the time the compiling of a new image size started, when this step brought one.
-        """
+        """One optimizer step over its micro-batches, queued on the device without waiting for it; the time the
+        compiling of a new image size started, when this step brought one."""
         acc, training = self.accelerator, self.config.training
         accum = training.gradient_accumulation
         losses, images, image_pixels = [], 0, 0
