@@ -26,6 +26,7 @@ from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_vali
 from studio.core.config.files.presets import (
     Preset,
     apply_preset,
+    default_settings,
     list_presets,
     replaced_settings,
     save_user_preset,
@@ -373,7 +374,7 @@ class ModelPage(Page):
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
-        replaced = replaced_settings(self.config, config, self._preset_config)
+        replaced = replaced_settings(self.config, config, self._preset_config or self._nearest_preset_config())
         if replaced and not self.confirm_preset(preset, [self.form.in_form_words(f"{key}: {now} → {new}")
                                                          for key, now, new in replaced]):
             self.context.status(f"Preset {preset.title} not used; your settings are kept")
@@ -397,6 +398,24 @@ class ModelPage(Page):
         self.adopt(config)
         self._preset_config = self.config
         self.context.status(status)
+
+    def _nearest_preset_config(self) -> TrainConfig:
+        """The settings as the defaults or the preset they are nearest to (of the project's family and method) give
+        them: a preset chosen before the studio was last closed set those values, not the person."""
+        defaults = default_settings(self.config)
+        nearest = (len(replaced_settings(self.config, defaults, defaults)), defaults)
+        for card in self.presets.cards:
+            preset = card.preset
+            if (preset.family, preset.method) != (self.config.model.family, self.config.method.kind):
+                continue
+            try:
+                applied = apply_preset(self.config, preset)
+            except ConfigError:
+                continue
+            differ = len(replaced_settings(self.config, applied, applied))  # the settings that differ at all
+            if differ < nearest[0]:
+                nearest = (differ, applied)
+        return nearest[1]
 
     def _ask_replace_settings(self, preset: Preset, lines: list[str]) -> bool:
         shown = "\n".join(lines[:12]) + (f"\n… and {len(lines) - 12} more" if len(lines) > 12 else "")

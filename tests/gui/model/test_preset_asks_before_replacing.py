@@ -42,3 +42,25 @@ def test_a_preset_over_the_defaults_asks_nothing(make_page) -> None:
     page.confirm_preset = lambda preset, lines: (_ for _ in ()).throw(AssertionError(f"asked about {lines}"))
     page.choose_preset(get_preset("sd15-lora-6gb"))
     assert page.config.training.optimizer == "adamw8bit"
+
+
+def test_after_a_restart_the_last_presets_values_are_not_the_persons(make_page, qtbot, tmp_path) -> None:
+    from studio.core.config.files.presets import apply_preset
+    from studio.gui.context import StudioContext
+    from studio.gui.model.page import ModelPage
+    from studio.gui.shell.application import make_settings
+
+    page = make_page()
+    page.choose_preset(get_preset("sd15-lora-6gb"))
+    assert page.apply_config_changes({"training.learning_rate": 2e-4})
+    # The studio started again on the project: the page knows no preset chosen.
+    context = StudioContext(make_settings(tmp_path / "again.ini"), hardware_file="rtx4090-24gb")
+    context.set_project(page.context.project)
+    again = ModelPage(context)
+    qtbot.addWidget(again)
+    again.hardware.wait()
+    asked: list[list[str]] = []
+    again.confirm_preset = lambda preset, lines: asked.append(lines) or False
+    again.choose_preset(get_preset("sd15-lora"))
+    rate = apply_preset(again.config, get_preset("sd15-lora")).training.learning_rate
+    assert asked == [[f"learning rate: 0.0002 → {rate}"]]

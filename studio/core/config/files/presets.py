@@ -272,6 +272,11 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
     return validate_data(data, f"preset {preset.id}")
 
 
+def default_settings(config: TrainConfig) -> TrainConfig:
+    """The defaults for `config`'s family and base model (their samples' steps and guidance)."""
+    return TrainConfig.model_validate({"model": {"family": config.model.family, "base": config.model.base}})
+
+
 def replaced_settings(config: TrainConfig, applied: TrainConfig,
                       baseline: TrainConfig | None) -> list[tuple[str, Any, Any]]:
     """(key, the value now, the preset's) of each setting that applying a preset (`applied`) replaces and the person
@@ -279,7 +284,7 @@ def replaced_settings(config: TrainConfig, applied: TrainConfig,
     family and base model (their samples' steps). The family and the base model are left out: choosing a preset
     says what they become."""
     if baseline is None:
-        baseline = TrainConfig.model_validate({"model": {"family": config.model.family, "base": config.model.base}})
+        baseline = default_settings(config)
     replaced = []
     for section in TrainConfig.model_fields:
         now = getattr(config, section)
