@@ -85,6 +85,7 @@ class DatasetPage(Page):
         self._generation = 0
         self._scanning = self._checking = False
         self._keep_editor = False  # see _refilter
+        self._reload_after_save = False  # see reload_when_saved
         self._started = 0.0
         self._summary = ""
         self.first_paint_ms: float | None = None
@@ -130,7 +131,7 @@ class DatasetPage(Page):
         self.toolbar.sig_filter_changed.connect(self._refilter)
         self.toolbar.bulk_button.clicked.connect(self.tools.open_bulk_dialog)
         self.toolbar.caption_button.clicked.connect(self.tools.open_caption_dialog)
-        self.toolbar.reload_button.clicked.connect(self.reload)
+        self.toolbar.reload_button.clicked.connect(self.reload_when_saved)
         self.tags_panel.sig_tag_clicked.connect(self.filter_tag.setText)
         self.tags_panel.sig_counts_changed.connect(self.editor.set_tags)
         self.problems_panel.sig_path_clicked.connect(self._problem_clicked)
@@ -157,9 +158,20 @@ class DatasetPage(Page):
         elif len(self.scans) == len(concepts):
             self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
 
+    def reload_when_saved(self) -> None:
+        """Reload: captions still being written in the background (thousands, after a bulk edit: seconds) are
+        written first, the window taking clicks and typing meanwhile; a caption typed then is saved with the rest
+        before the dataset is read again. Waiting for them here held every key and click until they were done."""
+        if self.saver.busy:
+            self._reload_after_save = True
+            self.status_label.setText("Saving captions; the dataset is read again once they are written…")
+            return
+        self.reload()
+
     def reload(self) -> None:
         """Scan the project's dataset again (pending captions are saved first; those that cannot be go to a
         recovery file, as at closing, since the store holding them is replaced)."""
+        self._reload_after_save = False
         self._save_or_keep()
         config = self.context.config
         self._generation += 1
@@ -390,6 +402,8 @@ class DatasetPage(Page):
         if self.store is None:
             return
         resolve_conflicts(self.store, report, self.ask_conflict, self._changed_no_save)
+        if self._reload_after_save:  # once the saver has started what was typed meanwhile, if anything
+            QTimer.singleShot(0, self, lambda: self.reload_when_saved() if self._reload_after_save else None)
         if report.errors:
             self.status_label.setText(str(report.errors[0]))
             self.context.status(str(report.errors[0]))
@@ -412,10 +426,10 @@ class DatasetPage(Page):
     # ------------------------------------------------------------ page interface
 
     def busy(self) -> bool:
-        return self._scanning  # the check runs in a helper process: the grid is usable meanwhile
+        return self._scanning or self._reload_after_save  # the check runs in a helper process: the grid is usable
 
     def wait_loaded(self, timeout_s: float = 60.0, checked: bool = True) -> bool:
-        return wait_for(lambda: not (self._scanning or (checked and self._checking)), timeout_s)
+        return wait_for(lambda: not (self.busy() or (checked and self._checking)), timeout_s)
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.wait_loaded()

@@ -129,6 +129,7 @@ class ConfigForm(QWidget):
         # A choice held until the setting it needs is filled in (masks = folder before its folder): key ->
         # (value chosen, the settings any one of which completes it).
         self.held: dict[str, tuple[Any, tuple[str, ...]]] = {}
+        self.shown: TrainConfig | None = None  # the config the fields show
         self._advanced: list[QWidget] = []
         layout = QVBoxLayout(self)
         self.show_advanced = named(QCheckBox("Show advanced settings"), "show_advanced")
@@ -347,15 +348,23 @@ class ConfigForm(QWidget):
         A field holding a refused value keeps it (and its reason) while `keep_refused`:
         it is the person's edit, still to be fixed; a config read from disk replaces all."""
         self.show_acting(config)
+        before, self.shown = self.shown, config
         for key, editor in self.editors.items():
             if key in self.held:  # the person's choice, waiting for the setting it needs
+                continue
+            section, name = key.split(".")
+            value = getattr(getattr(config, section), name)
+            if not keep_refused and key not in self.invalid and self.typing_at(key):
+                # studio.toml read again (changed by another program) while the person types here: their
+                # unfinished text stays, and what the file now says is told under it.
+                if before is not None and getattr(getattr(before, section), name) != value:
+                    self.note(key, f"studio.toml was changed on disk and says {self._text_of(value) or 'the default'} "
+                                   "here; what you typed is taken when you press Enter or leave the field")
                 continue
             if key in self.invalid:
                 if keep_refused:
                     continue
                 self.clear_issue(key)
-            section, name = key.split(".")
-            value = getattr(getattr(config, section), name)
             editor.blockSignals(True)
             try:
                 if isinstance(editor, ChoiceSet):
@@ -366,10 +375,21 @@ class ConfigForm(QWidget):
                     editor.setCurrentIndex(max(0, editor.findData(value)))
                 elif isinstance(editor, QSpinBox):  # a count beyond what it holds (99999999999: never) shows its most
                     editor.setValue(min(int(value), editor.maximum()))
+                    editor.lineEdit().setModified(False)  # shown as the config has it, though the value was the same
                 elif isinstance(editor, QLineEdit):
-                    editor.setText("" if value is None else number_text(value) if isinstance(value, float) else str(value))
+                    editor.setText(self._text_of(value))
             finally:
                 editor.blockSignals(False)
+
+    @staticmethod
+    def _text_of(value: Any) -> str:
+        return "" if value is None else number_text(value) if isinstance(value, float) else str(value)
+
+    def typing_at(self, key: str) -> bool:
+        """Text typed into `key`'s field and not taken yet (neither Enter pressed nor the field left)."""
+        editor = self.editors[key]
+        line = editor.lineEdit() if isinstance(editor, QSpinBox) else editor
+        return isinstance(line, QLineEdit) and line.isModified()
 
     def value_shown(self, key: str) -> Any:
         editor = self.editors[key]

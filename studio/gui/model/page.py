@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_vali
 from studio.core.config.files.presets import (
     Preset,
     apply_preset,
+    default_settings,
     list_presets,
+    replaced_settings,
     save_user_preset,
 )
 from studio.core.config.rules.acting import resets_for
@@ -40,6 +43,7 @@ from studio.core.models.known import default_base
 from studio.core.project.folder import concept_path, default_config
 from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.names import named
+from studio.gui.base.questions import confirm
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.model.base_check import BaseModelCheck
@@ -87,6 +91,12 @@ class ModelPage(Page):
         self.report: HardwareReport | None = None
         self.gpu_count, self.ram_mb = 0, 0  # the machine's (or the profile's) GPUs and system memory
         self.current_preset: Preset | None = None
+        # The config the last preset gave (None: none chosen in this project yet): what differs from it, or from
+        # the defaults, the person set, and a preset replacing it asks first.
+        self._preset_config: TrainConfig | None = None
+        # Asked before a preset replaces settings the person set (their lines, "key: now → preset's"); tests
+        # replace it.
+        self.confirm_preset: Callable[[Preset, list[str]], bool] = self._ask_replace_settings
         self.base_check = BaseModelCheck(context.project_path)
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
         self._estimate_timer.timeout.connect(self.update_estimates)
@@ -144,6 +154,7 @@ class ModelPage(Page):
         layout.addWidget(splitter, 1)
 
         context.sig_config_changed.connect(self._on_context_config)
+        context.sig_project_changed.connect(lambda _p: setattr(self, "_preset_config", None))
         # The demo's tiny model is built after the page may have read its empty folder (the first start);
         # "Look again" is the person saying a model was copied in: both read the base model again.
         context.sig_demo_model_built.connect(self._on_demo_model_built)
@@ -363,6 +374,11 @@ class ModelPage(Page):
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
+        replaced = replaced_settings(self.config, config, self._preset_config or self._nearest_preset_config())
+        if replaced and not self.confirm_preset(preset, [self.form.in_form_words(f"{key}: {now} → {new}")
+                                                         for key, now, new in replaced]):
+            self.context.status(f"Preset {preset.title} not used; your settings are kept")
+            return
         try:
             resolved: TrainConfig = self.context.resolved_config(self.config)
         except ConfigError:  # the estimate panel names the path; the base is then read by its name
@@ -380,7 +396,33 @@ class ModelPage(Page):
             status += f". Base model: {follow}, the {family_title(preset.family)} base for this preset."
         self.current_preset = preset
         self.adopt(config)
+        self._preset_config = self.config
         self.context.status(status)
+
+    def _nearest_preset_config(self) -> TrainConfig:
+        """The settings as the defaults or the preset they are nearest to (of the project's family and method) give
+        them: a preset chosen before the studio was last closed set those values, not the person."""
+        defaults = default_settings(self.config)
+        nearest = (len(replaced_settings(self.config, defaults, defaults)), defaults)
+        for card in self.presets.cards:
+            preset = card.preset
+            if (preset.family, preset.method) != (self.config.model.family, self.config.method.kind):
+                continue
+            try:
+                applied = apply_preset(self.config, preset)
+            except ConfigError:
+                continue
+            differ = len(replaced_settings(self.config, applied, applied))  # the settings that differ at all
+            if differ < nearest[0]:
+                nearest = (differ, applied)
+        return nearest[1]
+
+    def _ask_replace_settings(self, preset: Preset, lines: list[str]) -> bool:
+        shown = "\n".join(lines[:12]) + (f"\n… and {len(lines) - 12} more" if len(lines) > 12 else "")
+        return confirm(self, "Use this preset",
+                       f"The preset '{preset.title}' replaces settings you set here:\n\n{shown}\n\nUse the preset? "
+                       "(Cancel: nothing changes; \"Save as my preset…\" keeps your settings as a preset of "
+                       "your own.)", "Use the preset")
 
     # ------------------------------------------------------------ hardware and estimate
 

@@ -130,15 +130,16 @@ def test_bulk_trigger_is_one_undo_step(page: DatasetPage) -> None:
     assert not (folder / "c.txt").exists()
 
 
-def test_bulk_dialog_previews_count(page: DatasetPage) -> None:
+def test_bulk_dialog_previews_count(qtbot, page: DatasetPage) -> None:  # type: ignore[no-untyped-def]
     from studio.gui.dataset.edits.bulk import BulkDialog
 
     dialog = BulkDialog(page.tools.scopes(), page)
     dialog.select("replace", "square", "cube", scope="All images")
-    assert dialog.preview.text() == "2 of 4 captions will change (2 matches)."
+    qtbot.waitUntil(lambda: dialog.preview.text() == "2 of 4 captions will change (2 matches).", timeout=5000)
     dialog.select("replace", "(", "x", scope="All images")
     dialog.regex.setChecked(True)
-    assert dialog.preview.text().startswith("Cannot apply")
+    qtbot.waitUntil(lambda: dialog.preview.text().startswith("Cannot apply"), timeout=5000)
+    assert not dialog.buttons.button(dialog.buttons.StandardButton.Ok).isEnabled()
     dialog.deleteLater()
 
 
@@ -484,6 +485,7 @@ def test_the_bulk_dialog_counts_once_typing_pauses_and_ok_applies_what_was_typed
     monkeypatch.setattr(caption_ops, "add_trigger", lambda c, word: runs.append(word) or add_trigger(c, word))
     dialog = BulkDialog(page.tools.scopes(), page)
     dialog.select("trigger", scope="All images")
+    qtbot.waitUntil(lambda: not dialog.counting(), timeout=5000)
     runs.clear()
     qtbot.keyClicks(dialog.first, "sks")
     assert runs == []  # over 20,000 captions each key would cost up to a second
@@ -491,7 +493,7 @@ def test_the_bulk_dialog_counts_once_typing_pauses_and_ok_applies_what_was_typed
     assert runs == ["sks"]
     qtbot.keyClicks(dialog.first, "x")
     dialog.buttons.button(dialog.buttons.StandardButton.Ok).click()  # before the pause: the edits are worked out
-    assert dialog.result() == dialog.DialogCode.Accepted
+    qtbot.waitUntil(lambda: dialog.result() == dialog.DialogCode.Accepted, timeout=5000)
     assert {edit.after.split(", ")[0] for edit in dialog.edits} == {"sksx"}
     dialog.deleteLater()
 

@@ -278,6 +278,34 @@ def apply_preset(config: TrainConfig, preset: Preset) -> TrainConfig:
     return validate_data(data, f"preset {preset.id}")
 
 
+def default_settings(config: TrainConfig) -> TrainConfig:
+    """The defaults for `config`'s family and base model (their samples' steps and guidance)."""
+    return TrainConfig.model_validate({"model": {"family": config.model.family, "base": config.model.base}})
+
+
+def replaced_settings(config: TrainConfig, applied: TrainConfig,
+                      baseline: TrainConfig | None) -> list[tuple[str, Any, Any]]:
+    """(key, the value now, the preset's) of each setting that applying a preset (`applied`) replaces and the person
+    set: a value other than `baseline`'s (the config the last preset gave) or, with none, the default for its
+    family and base model (their samples' steps). The family and the base model are left out: choosing a preset
+    says what they become."""
+    if baseline is None:
+        baseline = default_settings(config)
+    replaced = []
+    for section in TrainConfig.model_fields:
+        now = getattr(config, section)
+        if not isinstance(now, BaseModel):
+            continue
+        then, before = getattr(applied, section), getattr(baseline, section)
+        for name in type(now).model_fields:
+            if section == "model" and name in ("family", "base"):
+                continue
+            old, new, start = getattr(now, name), getattr(then, name), getattr(before, name)
+            if old != new and old != start:
+                replaced.append((f"{section}.{name}", old, new))
+    return replaced
+
+
 def preset_size(preset: Preset) -> str | None:
     """The size a preset is made for in a family of several sizes, as its id names it ("9b" for
     flux2-klein-9b-lora-40gb); None for a family of one size or an id that names none."""

@@ -20,9 +20,10 @@ from PySide6.QtWidgets import (
 
 from studio.core.dataset.captions import caption_ops as ops
 from studio.core.dataset.captions.caption_store import CaptionEdit
+from studio.gui.runner.worker import Worker
 
-# Working out an operation over 20,000 captions takes up to a second: the count follows the typing once it pauses,
-# not at every key.
+# Working out an operation over 20,000 captions takes up to a second and a half: it runs on the dialog's worker
+# thread (the window stays responsive), once typing pauses, not at every key.
 TYPING_PAUSE_MS = 300
 
 
@@ -50,6 +51,24 @@ BULK_OPS: dict[str, BulkOp] = {
 }
 
 
+# What the dialog asks for: operation, scope, the two fields, regular expression, match case.
+Asked = tuple[str, str, str, str, bool, bool]
+
+
+def work_out(op: BulkOp, captions: ops.Captions, asked: Asked,
+             wanted: Callable[[], bool]) -> tuple[list[CaptionEdit], str]:
+    """The edits of `asked` over `captions` and the matches' words a find-and-replace adds (on the worker);
+    nothing when they are no longer `wanted` (the fields changed again before the worker came to them)."""
+    if not wanted():
+        return [], ""
+    key, _scope, first, second, regex, case = asked
+    edits = op.run(captions, first, second, regex, case)
+    extra = ""
+    if key == "replace" and first:
+        extra = f" ({ops.count_matches(captions, first, regex, case)[0]} matches)"
+    return edits, extra
+
+
 class BulkDialog(QDialog):
     """Edits are computed from the captions in scope; `edits` holds them once accepted."""
 
@@ -59,6 +78,9 @@ class BulkDialog(QDialog):
         self.setObjectName("dataset_bulk_dialog")
         self.scopes = scopes
         self.edits: list[CaptionEdit] = []
+        self.worker = Worker(self)
+        self._asked: Asked | None = None  # what the edits being worked out are for (None: `edits` are the latest)
+        self._accept_when_done = False  # OK pressed while they were worked out
         self.operation = QComboBox()
         for key, op in BULK_OPS.items():
             self.operation.addItem(op.title, key)
@@ -105,11 +127,22 @@ class BulkDialog(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)  # OK works the edits out
 
     def accept(self) -> None:
-        """OK right after typing works out the edits of the text typed, not of the text before the pause."""
+        """OK right after typing works out the edits of the text typed, not of the text before the pause, and
+        closes the dialog once they are."""
         if self._typing.isActive():
             self._update()
-        if self.edits:
+        if self._asked is not None:
+            self._accept_when_done = True
+        elif self.edits:
             super().accept()
+
+    def done(self, result: int) -> None:
+        self._asked = None  # a count still being worked out is not shown
+        super().done(result)
+
+    def counting(self) -> bool:
+        """The edits are still being worked out on the worker."""
+        return self._asked is not None
 
     def _update(self) -> None:
         self._typing.stop()
@@ -121,19 +154,28 @@ class BulkDialog(QDialog):
         is_replace = self.operation.currentData() == "replace"
         self.regex.setVisible(is_replace)
         self.case.setVisible(is_replace)
-        captions = self.scopes[self.scope.currentData()]
+        asked: Asked = (self.operation.currentData(), self.scope.currentData(), self.first.text(),
+                        self.second.text(), self.regex.isChecked(), self.case.isChecked())
+        self._asked, self.edits = asked, []
+        self.preview.setText("Working out the edits…")
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)  # OK waits for them
+        self.worker.run(work_out, op, self.scopes[asked[1]], asked, lambda: self._asked == asked,
+                        expected=(re.error, ops.TemplateError),
+                        on_done=lambda result: self._worked_out(asked, *result),
+                        on_failed=lambda exc: self._worked_out(asked, [], "", exc))
+
+    def _worked_out(self, asked: Asked, edits: list[CaptionEdit], extra: str,
+                    error: BaseException | None = None) -> None:
+        if asked != self._asked:  # the fields changed since, or the dialog closed
+            return
+        self._asked, self.edits = None, edits
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
-        try:
-            self.edits = op.run(captions, self.first.text(), self.second.text(), self.regex.isChecked(),
-                                self.case.isChecked())
-        except (re.error, ops.TemplateError) as exc:
-            self.edits = []
-            self.preview.setText(f"Cannot apply: {exc}")
+        accept, self._accept_when_done = self._accept_when_done, False
+        if error is not None:
+            self.preview.setText(f"Cannot apply: {error}")
             ok.setEnabled(False)
             return
-        extra = ""
-        if is_replace and self.first.text():
-            matches, _ = ops.count_matches(captions, self.first.text(), self.regex.isChecked(), self.case.isChecked())
-            extra = f" ({matches} matches)"
-        self.preview.setText(f"{len(self.edits)} of {len(captions)} captions will change{extra}.")
-        ok.setEnabled(bool(self.edits))
+        self.preview.setText(f"{len(edits)} of {len(self.scopes[asked[1]])} captions will change{extra}.")
+        ok.setEnabled(bool(edits))
+        if accept and edits:
+            super().accept()

@@ -75,6 +75,7 @@ class CaptionTools:
         dialog = BulkDialog(self.scopes(), self.parent)
         if dialog.exec() and dialog.edits:
             self.page.push_edits(dialog.edits, dialog.operation.currentText())
+        dialog.deleteLater()  # with its worker thread and its copy of the captions
 
     def open_caption_dialog(self) -> CaptionReviewDialog | None:
         """Caption with…: a model in another process proposes captions; what is accepted is one undo step."""
