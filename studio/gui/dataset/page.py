@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QItemSelectionModel, QTimer
 from PySide6.QtGui import QUndoStack
-from PySide6.QtWidgets import (
-    QWidget,
-)
+from PySide6.QtWidgets import QWidget
 
 from studio.core.config.schema import TrainConfig
 from studio.core.dataset.captions.caption_store import CaptionConflict, CaptionEdit, CaptionStore, SaveReport
@@ -84,10 +82,8 @@ class DatasetPage(Page):
         self.tools = CaptionTools(self, self)
         self._generation = 0
         self._scanning = self._checking = False
-        self._keep_editor = False  # see _refilter
-        self._reload_after_save = False  # see reload_when_saved
-        self._started = 0.0
-        self._summary = ""
+        self._keep_editor = self._reload_after_save = False  # see _refilter and reload_when_saved
+        self._started, self._summary = 0.0, ""
         self.first_paint_ms: float | None = None
         self.problems: list[Any] = []
         self._owners: dict[str, Path] = {}  # a file with a problem -> the image it belongs to (see owning_images)
@@ -159,9 +155,8 @@ class DatasetPage(Page):
             self.concepts_panel.set_rows(concept_rows(self.scans, concepts), concepts)
 
     def reload_when_saved(self) -> None:
-        """Reload: captions still being written in the background (thousands, after a bulk edit: seconds) are
-        written first, the window taking clicks and typing meanwhile; a caption typed then is saved with the rest
-        before the dataset is read again. Waiting for them here held every key and click until they were done."""
+        """Reload: captions still being written in the background (seconds, after a bulk edit) are written first, the
+        window taking clicks and typing meanwhile (a caption typed then is saved before the dataset is read again)."""
         if self.saver.busy:
             self._reload_after_save = True
             self.status_label.setText("Saving captions; the dataset is read again once they are written…")
@@ -181,8 +176,7 @@ class DatasetPage(Page):
         self.undo_stack.clear()
         self.store, self.scans, self.problems, self._owners = None, [], [], {}
         self.model.set_paths([])
-        # An image replaced or repaired since it was shown gets its thumbnail made again (the disk cache knows
-        # it by its modification time); one that could not be read is tried again.
+        # Thumbnails made again: of an image replaced or repaired since it was shown, or one that could not be read.
         self.loader.forget_all()
         self.editor.set_entry(None)
         if config is None or self.context.project is None:
@@ -433,11 +427,8 @@ class DatasetPage(Page):
 
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.wait_loaded()
-        return {
-            "dataset_images": len(self.model.paths),
-            "dataset_first_paint_ms": round(self.first_paint_ms or 0.0, 1),
-            "dataset_problems": len(self.problems),
-        }
+        return {"dataset_images": len(self.model.paths), "dataset_problems": len(self.problems),
+                "dataset_first_paint_ms": round(self.first_paint_ms or 0.0, 1)}
 
     def can_close(self) -> bool:
         """Pending captions are saved; those that cannot be (a full disk, a folder moved or made read-only) are

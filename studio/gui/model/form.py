@@ -402,3 +402,15 @@ class ConfigForm(QWidget):
         if isinstance(editor, QSpinBox):
             return editor.value()
         return typing.cast(QLineEdit, editor).text()
+
+
+def issues_at_changed_fields(issues: list[ConfigIssue], changes: dict[str, Any]) -> list[ConfigIssue]:
+    """The issues, each also shown at the field the person changed when it names another key
+    (a contradiction: flip on while latents are cached)."""
+    placed = list(issues)
+    named_keys = {i.key for i in issues}
+    for key in changes:
+        if key not in named_keys and issues:
+            other = issues[0]
+            placed.append(ConfigIssue(key=key, value=changes[key], message=f"{other.key}: {other.message}"))
+    return placed

@@ -22,11 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.core.config.errors import ConfigError, ConfigIssue, issues_from_validation
+from studio.core.config.errors import ConfigError, issues_from_validation
 from studio.core.config.files.presets import (
     Preset,
     apply_preset,
-    default_settings,
     list_presets,
     replaced_settings,
     save_user_preset,
@@ -43,15 +42,15 @@ from studio.core.models.known import default_base
 from studio.core.project.folder import concept_path, default_config
 from studio.gui.base.layout_state import remember_splitter
 from studio.gui.base.names import named
-from studio.gui.base.questions import confirm
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.model.base_check import BaseModelCheck
 from studio.gui.model.estimate import EstimatePanel
 from studio.gui.model.family_switch import ask_family_base, base_family, offered_base
-from studio.gui.model.form import FOLDER_FIELDS, ConfigForm
+from studio.gui.model.form import FOLDER_FIELDS, ConfigForm, issues_at_changed_fields
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
+from studio.gui.model.preset_question import ask_replace_settings, nearest_preset_config
 from studio.gui.model.presets import PresetList, ask_preset_title
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
@@ -66,18 +65,6 @@ def _scrolled(widget: QWidget) -> QScrollArea:
     area.setWidgetResizable(True)
     area.setWidget(widget)
     return area
-
-
-def issues_at_changed_fields(issues: list[ConfigIssue], changes: dict[str, Any]) -> list[ConfigIssue]:
-    """The issues, each also shown at the field the person changed when it names another key
-    (a contradiction: flip on while latents are cached)."""
-    placed = list(issues)
-    named_keys = {i.key for i in issues}
-    for key in changes:
-        if key not in named_keys and issues:
-            other = issues[0]
-            placed.append(ConfigIssue(key=key, value=changes[key], message=f"{other.key}: {other.message}"))
-    return placed
 
 
 class ModelPage(Page):
@@ -96,7 +83,7 @@ class ModelPage(Page):
         self._preset_config: TrainConfig | None = None
         # Asked before a preset replaces settings the person set (their lines, "key: now → preset's"); tests
         # replace it.
-        self.confirm_preset: Callable[[Preset, list[str]], bool] = self._ask_replace_settings
+        self.confirm_preset: Callable[[Preset, list[str]], bool] = lambda p, lines: ask_replace_settings(self, p, lines)
         self.base_check = BaseModelCheck(context.project_path)
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
         self._estimate_timer.timeout.connect(self.update_estimates)
@@ -374,7 +361,8 @@ class ModelPage(Page):
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
-        replaced = replaced_settings(self.config, config, self._preset_config or self._nearest_preset_config())
+        replaced = replaced_settings(self.config, config, self._preset_config
+                                     or nearest_preset_config(self.config, [c.preset for c in self.presets.cards]))
         if replaced and not self.confirm_preset(preset, [self.form.in_form_words(f"{key}: {now} → {new}")
                                                          for key, now, new in replaced]):
             self.context.status(f"Preset {preset.title} not used; your settings are kept")
@@ -398,31 +386,6 @@ class ModelPage(Page):
         self.adopt(config)
         self._preset_config = self.config
         self.context.status(status)
-
-    def _nearest_preset_config(self) -> TrainConfig:
-        """The settings as the defaults or the preset they are nearest to (of the project's family and method) give
-        them: a preset chosen before the studio was last closed set those values, not the person."""
-        defaults = default_settings(self.config)
-        nearest = (len(replaced_settings(self.config, defaults, defaults)), defaults)
-        for card in self.presets.cards:
-            preset = card.preset
-            if (preset.family, preset.method) != (self.config.model.family, self.config.method.kind):
-                continue
-            try:
-                applied = apply_preset(self.config, preset)
-            except ConfigError:
-                continue
-            differ = len(replaced_settings(self.config, applied, applied))  # the settings that differ at all
-            if differ < nearest[0]:
-                nearest = (differ, applied)
-        return nearest[1]
-
-    def _ask_replace_settings(self, preset: Preset, lines: list[str]) -> bool:
-        shown = "\n".join(lines[:12]) + (f"\n… and {len(lines) - 12} more" if len(lines) > 12 else "")
-        return confirm(self, "Use this preset",
-                       f"The preset '{preset.title}' replaces settings you set here:\n\n{shown}\n\nUse the preset? "
-                       "(Cancel: nothing changes; \"Save as my preset…\" keeps your settings as a preset of "
-                       "your own.)", "Use the preset")
 
     # ------------------------------------------------------------ hardware and estimate
 
