@@ -185,3 +185,22 @@ def test_a_value_of_the_wrong_form_says_the_form_in_words_not_a_regular_expressi
     assert cli_main(["validate", str(_write(tmp_path, CONFIG.replace(*edit)))]) == 2
     err = capsys.readouterr().err
     assert said in err and "pattern" not in err
+
+
+def test_an_empty_output_folder_is_refused_not_read_as_the_project_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Resolved, "" named the config's own folder: every run folder made among the project's files.
+    path = _write(tmp_path, CONFIG + '[output]\ndir = ""\n')
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert 'line 11: output.dir = "": is empty' in err and '"runs" (the default)' in err and "Traceback" not in err
+
+
+def test_an_empty_control_folder_is_refused_not_read_as_the_project_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = CONFIG.replace('family = "sd15"', 'family = "qwen-image"').replace(
+        "[[dataset.concepts]]", '[dataset]\nkind = "edit"\ncontrol_layout = "separate"\n'
+                                'control_folders = ["controls", ""]\n[[dataset.concepts]]')
+    assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert 'dataset.control_folders[1] = "": is empty' in err and "Traceback" not in err

@@ -364,6 +364,15 @@ class OutputSection(Section):
         "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network). "
         "Needs `pip install 'sd-training-studio[logging]'` in the training environment.")
 
+    @field_validator("dir")
+    @classmethod
+    def _a_folder_named(cls, value: str) -> str:
+        # Resolved, an empty path is the config's own folder: run folders made among the project's files.
+        if not value.strip():
+            raise Contradiction("output.dir", value, "is empty: write the folder run folders are made in, such as "
+                                "\"runs\" (the default), or \".\" for the config's own folder")
+        return value
+
     @field_validator("name")
     @classmethod
     def _a_name_windows_can_hold(cls, value: str) -> str:
