@@ -204,3 +204,29 @@ def test_an_empty_control_folder_is_refused_not_read_as_the_project_folder(
     assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
     err = capsys.readouterr().err
     assert 'dataset.control_folders[1] = "": is empty' in err and "Traceback" not in err
+
+
+def test_gpu_ids_written_as_a_toml_list_says_how_to_write_them(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, CONFIG + "[launch]\ngpu_ids = [0, 1]\n")
+    assert cli_main(["validate", str(path)]) == 2
+    assert 'line 11: launch.gpu_ids = [0, 1]: is one string of GPU numbers joined by commas: write gpu_ids = "0,1"' \
+        in capsys.readouterr().err
+
+
+def test_a_main_address_with_a_space_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, CONFIG + '[launch]\nmain_process_ip = "10.0.0.1 10.0.0.2"\n')
+    assert cli_main(["validate", str(path)]) == 2
+    assert "launch.main_process_ip = \"10.0.0.1 10.0.0.2\": value error, '10.0.0.1 10.0.0.2' holds a space" \
+        in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_model_file_given_for_the_config_is_said_to_be_no_config(
+        tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x58\x00\x00\x00\x00\x00\x00\x00" + b'{"w": {}}' + bytes(range(256)))
+    assert cli_main([command, str(weights)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a config file (it holds binary data, such as a model's weights)" in err
+    assert "UTF-8" not in err and "Traceback" not in err
