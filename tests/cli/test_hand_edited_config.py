@@ -4,6 +4,7 @@ names the key and the line, exit code 2, and no traceback."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,19 @@ def test_a_model_file_given_for_the_config_is_said_to_be_no_config(
     err = capsys.readouterr().err
     assert "is not a config file (it holds binary data, such as a model's weights)" in err
     assert "UTF-8" not in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(os.name != "posix", reason="making a link needs no privilege on POSIX only")
+def test_a_linked_config_reads_its_paths_from_the_folder_it_was_given_in(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One config shared by two projects through a link in each: each project trains its own images into its runs.
+    (tmp_path / "shared").mkdir()
+    shared = _write(tmp_path / "shared", CONFIG)
+    for name in ("cats", "dogs"):
+        project = tmp_path / name
+        (project / "data").mkdir(parents=True)
+        (project / "studio.toml").symlink_to(shared)
+        assert cli_main(["validate", "--json", str(project / "studio.toml")]) == 0
+        config = json.loads(capsys.readouterr().out)["config"]
+        assert config["dataset"]["concepts"][0]["path"] == str(project.resolve() / "data")
+        assert config["output"]["dir"] == str(project.resolve() / "runs")
