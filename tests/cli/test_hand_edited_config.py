@@ -247,3 +247,18 @@ def test_a_linked_config_reads_its_paths_from_the_folder_it_was_given_in(
         config = json.loads(capsys.readouterr().out)["config"]
         assert config["dataset"]["concepts"][0]["path"] == str(project.resolve() / "data")
         assert config["output"]["dir"] == str(project.resolve() / "runs")
+
+
+def test_validate_names_a_dataset_folder_and_a_base_model_that_are_not_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Checked before a night's queue: the file is valid, but the run would be refused when its turn came.
+    path = _write(tmp_path, CONFIG.replace('base = "org/model"', 'base = "models/sdxl-base"'))
+    assert cli_main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "valid, but `studio-train run` would refuse to start here" in captured.out
+    assert f"warning: run would refuse to start: Base model {tmp_path / 'models' / 'sdxl-base'} does not exist" \
+        in captured.err
+    assert f"warning: run would refuse to start: Image folder {tmp_path / 'data'} does not exist" in captured.err
+    assert cli_main(["validate", "--json", str(path)]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["valid"] and len(said["warnings"]) == 2 and "does not exist" in said["warnings"][0]
