@@ -37,3 +37,13 @@ def test_a_folder_the_studio_built_is_replaced(tmp_path: Path) -> None:
     (folder / "text_encoder_3" / "model.safetensors").write_bytes(b"from an earlier build")
     assert prepare_model_folder(folder) == folder
     assert [p.name for p in folder.iterdir()] == [RANDOM_WEIGHTS_MARKER]
+
+
+def test_a_folder_a_file_manager_only_showed_counts_as_empty(tmp_path: Path) -> None:
+    from studio.train.pipelines.tiny import RANDOM_WEIGHTS_MARKER, prepare_model_folder
+
+    folder = tmp_path / "new folder"
+    folder.mkdir()
+    (folder / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    assert prepare_model_folder(folder) == folder
+    assert (folder / RANDOM_WEIGHTS_MARKER).is_file()

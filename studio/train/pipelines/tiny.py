@@ -22,6 +22,8 @@ TOKEN_LENGTH = 32
 # stopped halfway too) is built again from nothing, while a folder holding anything else (a downloaded
 # model, a project) is never written into unless the person says so.
 RANDOM_WEIGHTS_MARKER = ".studio-random-weights"
+# What a file manager leaves in a folder it only showed: the folder is still empty to its owner.
+_FILE_MANAGER_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 
 class FolderInUseError(ValueError):
@@ -34,7 +36,8 @@ def check_model_folder(directory: str | Path, force: bool = False) -> None:
     folder = Path(directory)
     if folder.exists() and not folder.is_dir():
         raise FolderInUseError(f"{folder} is a file, not a folder: give a new folder for the model")
-    if force or not folder.is_dir() or (folder / RANDOM_WEIGHTS_MARKER).is_file() or not any(folder.iterdir()):
+    if force or not folder.is_dir() or (folder / RANDOM_WEIGHTS_MARKER).is_file() or \
+            all(child.name in _FILE_MANAGER_FILES for child in folder.iterdir()):
         return
     raise FolderInUseError(
         f"{folder} is not empty and is not a model the studio built, so random weights would be written over "
