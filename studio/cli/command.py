@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from studio.core.config.files.paths import load_resolved
+from studio.core.config.rules.launch_rules import processes_problem
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from studio.core.runs.launch import (
     RunFolderError,
@@ -31,8 +32,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
     config = load_resolved(path)
-    if args.processes is not None and args.processes < 1:  # as `run` refuses it, not taken for the config's
-        print(f"--processes must be at least 1, not {args.processes}", file=sys.stderr)
+    wrong = processes_problem(config, args.processes)  # as `run` refuses it, not taken for the config's
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
         return EXIT_INVALID
     if args.prepare:
         try:

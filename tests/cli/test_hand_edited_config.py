@@ -4,6 +4,7 @@ names the key and the line, exit code 2, and no traceback."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,79 @@ def test_a_value_of_the_wrong_form_says_the_form_in_words_not_a_regular_expressi
     assert cli_main(["validate", str(_write(tmp_path, CONFIG.replace(*edit)))]) == 2
     err = capsys.readouterr().err
     assert said in err and "pattern" not in err
+
+
+def test_an_empty_output_folder_is_refused_not_read_as_the_project_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Resolved, "" named the config's own folder: every run folder made among the project's files.
+    path = _write(tmp_path, CONFIG + '[output]\ndir = ""\n')
+    assert cli_main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert 'line 11: output.dir = "": is empty' in err and '"runs" (the default)' in err and "Traceback" not in err
+
+
+def test_an_empty_control_folder_is_refused_not_read_as_the_project_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = CONFIG.replace('family = "sd15"', 'family = "qwen-image"').replace(
+        "[[dataset.concepts]]", '[dataset]\nkind = "edit"\ncontrol_layout = "separate"\n'
+                                'control_folders = ["controls", ""]\n[[dataset.concepts]]')
+    assert cli_main(["validate", str(_write(tmp_path, text))]) == 2
+    err = capsys.readouterr().err
+    assert 'dataset.control_folders[1] = "": is empty' in err and "Traceback" not in err
+
+
+def test_gpu_ids_written_as_a_toml_list_says_how_to_write_them(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, CONFIG + "[launch]\ngpu_ids = [0, 1]\n")
+    assert cli_main(["validate", str(path)]) == 2
+    assert 'line 11: launch.gpu_ids = [0, 1]: is one string of GPU numbers joined by commas: write gpu_ids = "0,1"' \
+        in capsys.readouterr().err
+
+
+def test_a_main_address_with_a_space_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, CONFIG + '[launch]\nmain_process_ip = "10.0.0.1 10.0.0.2"\n')
+    assert cli_main(["validate", str(path)]) == 2
+    assert "launch.main_process_ip = \"10.0.0.1 10.0.0.2\": value error, '10.0.0.1 10.0.0.2' holds a space" \
+        in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_model_file_given_for_the_config_is_said_to_be_no_config(
+        tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x58\x00\x00\x00\x00\x00\x00\x00" + b'{"w": {}}' + bytes(range(256)))
+    assert cli_main([command, str(weights)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a config file (it holds binary data, such as a model's weights)" in err
+    assert "UTF-8" not in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(os.name != "posix", reason="making a link needs no privilege on POSIX only")
+def test_a_linked_config_reads_its_paths_from_the_folder_it_was_given_in(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One config shared by two projects through a link in each: each project trains its own images into its runs.
+    (tmp_path / "shared").mkdir()
+    shared = _write(tmp_path / "shared", CONFIG)
+    for name in ("cats", "dogs"):
+        project = tmp_path / name
+        (project / "data").mkdir(parents=True)
+        (project / "studio.toml").symlink_to(shared)
+        assert cli_main(["validate", "--json", str(project / "studio.toml")]) == 0
+        config = json.loads(capsys.readouterr().out)["config"]
+        assert config["dataset"]["concepts"][0]["path"] == str(project.resolve() / "data")
+        assert config["output"]["dir"] == str(project.resolve() / "runs")
+
+
+def test_validate_names_a_dataset_folder_and_a_base_model_that_are_not_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Checked before a night's queue: the file is valid, but the run would be refused when its turn came.
+    path = _write(tmp_path, CONFIG.replace('base = "org/model"', 'base = "models/sdxl-base"'))
+    assert cli_main(["validate", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "valid, but `studio-train run` would refuse to start here" in captured.out
+    assert f"warning: run would refuse to start: Base model {tmp_path / 'models' / 'sdxl-base'} does not exist" \
+        in captured.err
+    assert f"warning: run would refuse to start: Image folder {tmp_path / 'data'} does not exist" in captured.err
+    assert cli_main(["validate", "--json", str(path)]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["valid"] and len(said["warnings"]) == 2 and "does not exist" in said["warnings"][0]

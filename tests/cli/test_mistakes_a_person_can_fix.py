@@ -108,6 +108,20 @@ def test_command_refuses_no_processes_as_run_does(tmp_path: Path, capsys: pytest
     assert not (tmp_path / "runs").exists()  # no run folder prepared for a count it would not have used
 
 
+def test_fewer_processes_than_machines_is_refused_as_the_config_would_be(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two machines in the config, --processes 1 given: launch.num_processes = 1 in the file is refused.
+    path = _config(tmp_path, launch="[launch]\nnum_machines = 2\nnum_processes = 2")
+    for command in (["run", str(path)], ["command", str(path), "--prepare"]):
+        assert cli_main([*command, "--processes", "1"]) == 2, command
+        err = capsys.readouterr().err
+        assert "--processes 1 must be at least launch.num_machines (2)" in err and "Traceback" not in err, command
+    assert cli_main(["command", str(path), "--processes", "2000"]) == 2
+    assert "--processes must be at most 1024, not 2000" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
 def _run_folder(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / "20240101-000000-demo"
     run.mkdir(parents=True)

@@ -35,6 +35,8 @@ def register(sub: Any) -> None:
                         help="with --full-size: also write the pipeline to DIR (several GB of random weights)")
     parser.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
                         help="with --full-size --write: precision of the written weights")
+    parser.add_argument("--force", action="store_true",
+                        help="write into DIR even when it holds files the studio did not write (they may be replaced)")
     sizes = sorted({size for name in FAMILY_NAMES for size in family(name).size_bases})
     parser.add_argument("--size", choices=sizes or None, help="with --full-size, a family of several sizes "
                         "(" + ", ".join(n for n in FAMILY_NAMES if family(n).size_bases) + "): which one")
@@ -54,6 +56,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"--edit builds the tiny edit model of the families that have one of their own ({with_edit}), "
               "not with --full-size", file=sys.stderr)
         return EXIT_INVALID
+    if args.dir and (args.write or not args.full_size):
+        # Before PyTorch loads (many seconds): a folder in use is named at once.
+        from studio.train.pipelines.tiny import FolderInUseError, check_model_folder
+
+        try:
+            check_model_folder(args.dir, args.force)
+        except FolderInUseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INVALID
     if args.full_size:
         return _full_size(args)
     if not args.dir:
@@ -68,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     options: dict[str, object] = {"t5": True} if args.t5 else {}
     if args.edit:
         options["edit"] = args.edit
-    folder = build_tiny_pipeline(args.family, args.dir, seed=args.seed, **options)
+    folder = build_tiny_pipeline(args.family, args.dir, seed=args.seed, force=args.force, **options)
     what = f"{family(args.family).edit_title}{' Plus' if args.edit == 'plus' else ''}" if args.edit else args.family
     print(f"tiny {what} pipeline written to {folder}")
     return EXIT_OK
@@ -99,6 +110,9 @@ def _full_size(args: argparse.Namespace) -> int:
         print(f"--write needs the folder to write into: studio-train tiny {args.family} DIR --full-size --write",
               file=sys.stderr)
         return EXIT_INVALID
-    folder = write_full_size_pipeline(args.family, args.dir, args.dtype, t5=args.t5, seed=args.seed, size=size)
+    from studio.train.pipelines.tiny import prepare_model_folder
+
+    folder = write_full_size_pipeline(args.family, prepare_model_folder(args.dir, args.force), args.dtype,
+                                      t5=args.t5, seed=args.seed, size=size)
     print(f"full-size {what} pipeline (random weights) written to {folder}")
     return EXIT_OK

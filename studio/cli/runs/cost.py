@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     except (CatalogueError, KeyError) as exc:
         print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return EXIT_INVALID
-    work = workload_from_config(config, path.resolve().parent)
+    work = workload_from_config(config, config.base_dir)
     try:
         rows = cost_table(work, catalogue, vram_estimator(config), counts, args.nodes, gpu_ids)
         notes = assumptions(catalogue, work)

@@ -15,6 +15,7 @@ from typing import Any
 
 from studio.cli._follow import follow_training
 from studio.core.config.files.paths import load_resolved
+from studio.core.config.rules.launch_rules import processes_problem
 from studio.core.estimate.plans.card_fill import filled_for_launch
 from studio.core.exit_codes import EXIT_FAILED, EXIT_INVALID
 from studio.core.project.preflight import preflight_headless
@@ -32,8 +33,9 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     path = Path(args.config)
     config = load_resolved(path)
-    if args.processes is not None and args.processes < 1:
-        print(f"--processes must be at least 1, not {args.processes}", file=sys.stderr)
+    wrong = processes_problem(config, args.processes)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
         return EXIT_INVALID
     problem = python_problem(config)
     if problem:

@@ -364,6 +364,15 @@ class OutputSection(Section):
         "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network). "
         "Needs `pip install 'sd-training-studio[logging]'` in the training environment.")
 
+    @field_validator("dir")
+    @classmethod
+    def _a_folder_named(cls, value: str) -> str:
+        # Resolved, an empty path is the config's own folder: run folders made among the project's files.
+        if not value.strip():
+            raise Contradiction("output.dir", value, "is empty: write the folder run folders are made in, such as "
+                                "\"runs\" (the default), or \".\" for the config's own folder")
+        return value
+
     @field_validator("name")
     @classmethod
     def _a_name_windows_can_hold(cls, value: str) -> str:
@@ -400,6 +409,18 @@ class LaunchSection(Section):
         if not value.isprintable():
             said = " and ".join(control_characters(value)) or "a character that is not printable"
             raise ValueError(f"{shown(value)} holds {said}: give a host name or an address such as 10.0.0.1")
+        if any(char.isspace() for char in value):  # no host name or address has one; the other machines could not connect
+            raise ValueError(f"{shown(value)} holds a space: give one host name or address, such as 10.0.0.1")
+        return value
+
+    @field_validator("gpu_ids", mode="before")
+    @classmethod
+    def _gpus_as_one_string(cls, value: object) -> object:
+        # gpu_ids = [0, 1] or gpu_ids = 0, as a TOML list or number: the string accelerate takes, in the file's words.
+        if isinstance(value, list) or (isinstance(value, int) and not isinstance(value, bool)):
+            ids = ",".join(str(i) for i in value) if isinstance(value, list) else str(value)
+            raise Contradiction("launch.gpu_ids", value, f"is one string of GPU numbers joined by commas: write "
+                                f"gpu_ids = \"{ids}\" (or \"all\")")
         return value
 
 

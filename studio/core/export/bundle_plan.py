@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from studio.core.config.errors import issues_from_validation
-from studio.core.config.files.paths import ResolvedConfig, resolve_paths
+from studio.core.config.files.paths import ResolvedConfig, config_folder, resolve_paths
 from studio.core.config.files.toml_file import config_to_data, load_config
 from studio.core.config.schema import ConceptSection, LaunchSection, TrainConfig
 from studio.core.dataset.edit_pairs.controls import ControlSettings
@@ -140,7 +140,7 @@ def validate_bundle(config_path: str | Path, out_dir: str | Path, gpus: int, nod
                     include_dataset: bool, remote_base: str | None, include_model: bool,
                     remote_dataset: str | None, main_address: str, port: int, keep_steps: bool) -> BundlePlan:
     """Read the config and decide the bundle's content; ExportError names any problem. Writes nothing."""
-    config_path = Path(config_path).resolve()
+    config_path = config_folder(config_path) / Path(config_path).name  # a linked config: its paths start here
     out = Path(out_dir).resolve()
     if gpus < 1 or nodes < 1:
         raise ExportError(f"gpus ({gpus}) and nodes ({nodes}) must be at least 1")

@@ -52,6 +52,9 @@ from studio.core.project.torch_probe import check_torch_cuda
 GB = 1024**3
 # A project's own folder for its models (the demo's models/tiny-sd15): a path, never a hub organisation.
 LOCAL_MODEL_FOLDERS = ("models",)
+# What a run started with no one to ask (`studio-train run`) starts with anyway, said as a warning: the
+# estimates may be cautious, and the prompts are the person's own.
+HEADLESS_WARNINGS = ("vram", "ram_tight", "gpus_idle", "sample_prompts")
 # What `python -m studio.train.launcher` imports besides torch.
 
 
@@ -388,5 +391,5 @@ def preflight_headless(config: ResolvedConfig) -> tuple[list[PreflightProblem], 
     gpu, gpu_count = report.run_gpus(config.launch)
     problems = [p for p in (check_gpu_ids(config, report),) if p is not None]
     problems += preflight(config, gpu, gpu_count=gpu_count, ram_mb=report.ram_mb)
-    warned = ("vram", "ram_tight", "gpus_idle", "sample_prompts")
-    return [p for p in problems if p.check not in warned], [p for p in problems if p.check in warned]
+    return ([p for p in problems if p.check not in HEADLESS_WARNINGS],
+            [p for p in problems if p.check in HEADLESS_WARNINGS])

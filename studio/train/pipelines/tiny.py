@@ -8,6 +8,7 @@ tokenizer is written locally and knows every word of the demo captions.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,49 @@ from studio.train.pipelines import family_module
 from studio.train.pipelines.tiny_tokenizer import EXTRA_WORDS, write_tokenizer
 
 TOKEN_LENGTH = 32
+# Written first into every folder the studio builds a random-weight model in: such a folder (a build
+# stopped halfway too) is built again from nothing, while a folder holding anything else (a downloaded
+# model, a project) is never written into unless the person says so.
+RANDOM_WEIGHTS_MARKER = ".studio-random-weights"
+# What a file manager leaves in a folder it only showed: the folder is still empty to its owner.
+_FILE_MANAGER_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+
+class FolderInUseError(ValueError):
+    """The folder given for a random-weight model holds files the studio did not write; the message says what to do."""
+
+
+def check_model_folder(directory: str | Path, force: bool = False) -> None:
+    """Raise FolderInUseError when `directory` may not take a random-weight model: a file, or a folder with
+    files in it that the studio did not build (unless `force`)."""
+    folder = Path(directory)
+    if folder.exists() and not folder.is_dir():
+        raise FolderInUseError(f"{folder} is a file, not a folder: give a new folder for the model")
+    if force or not folder.is_dir() or (folder / RANDOM_WEIGHTS_MARKER).is_file() or \
+            all(child.name in _FILE_MANAGER_FILES for child in folder.iterdir()):
+        return
+    raise FolderInUseError(
+        f"{folder} is not empty and is not a model the studio built, so random weights would be written over "
+        "what is there (a downloaded model's weights too): give a new or empty folder, or add --force to "
+        "write into it anyway")
+
+
+def prepare_model_folder(directory: str | Path, force: bool = False) -> Path:
+    """The folder a random-weight model is written into, checked (`check_model_folder`), emptied when it holds
+    one the studio built before, and marked as the studio's."""
+    folder = Path(directory)
+    check_model_folder(folder, force)
+    if (folder / RANDOM_WEIGHTS_MARKER).is_file():
+        for child in folder.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RANDOM_WEIGHTS_MARKER).write_text(
+        "A model with random weights, built by the studio (studio-train tiny): building one here again "
+        "replaces this folder's files.\n", encoding="utf-8")
+    return folder
 
 
 def tokenizer_folder(folder: Path) -> Path:
@@ -83,13 +127,13 @@ def tiny_families() -> list[str]:
     return sorted(name for name in FAMILY_NAMES if _builder(name) is not None)
 
 
-def build_tiny_pipeline(family: str, directory: str | Path, seed: int = 0, **options: Any) -> Path:
-    """Write a tiny diffusers pipeline folder for `family` into `directory` and return it."""
+def build_tiny_pipeline(family: str, directory: str | Path, seed: int = 0, force: bool = False,
+                        **options: Any) -> Path:
+    """Write a tiny diffusers pipeline folder for `family` into `directory` and return it (a folder in use is
+    refused: see `check_model_folder`)."""
     builder = _builder(family)
     if builder is None:
         raise ValueError(
             f"no tiny pipeline for family {family!r}; available: {', '.join(tiny_families())}"
         )
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    return builder(folder, seed, **options)
+    return builder(prepare_model_folder(directory, force), seed, **options)

@@ -63,6 +63,7 @@ def test_ctrl_c_while_zipping_leaves_no_zip_that_looks_finished(demo: Project, t
 @pytest.mark.parametrize(("flag", "said"), [
     (["--port", "70000"], "error: --port 70000: must be at most 65535"),
     (["--main-address", "10.0.0.1\nnodes: 9"], "error: --main-address '10.0.0.1\\nnodes: 9': "),
+    (["--main-address", "node 1"], "error: --main-address 'node 1': 'node 1' holds a space: give one host name"),
 ])
 def test_a_port_or_address_accelerate_cannot_take_is_named_as_the_flag(
         demo: Project, tmp_path: Path, flag: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -150,12 +150,19 @@ def _interpreter(base_dir: Path, value: str | None) -> str | None:
     return os.path.normpath(base_dir / Path(value).expanduser())
 
 
+def config_folder(path: str | Path) -> Path:
+    """The folder a config file's relative paths start at: the one the file is in as the person gave it, also
+    when the file is a link to a config elsewhere (one config shared by several projects: each reads its own
+    data/ and writes its own runs/)."""
+    return Path(path).absolute().parent.resolve()
+
+
 def load_resolved(path: str | Path) -> ResolvedConfig:
-    """Load a config file and resolve its paths against its folder."""
+    """Load a config file and resolve its paths against its folder (`config_folder`)."""
     path = Path(path)
     config = load_config(path)
     try:
-        return resolve_paths(config, path.resolve().parent)
+        return resolve_paths(config, config_folder(path))
     except ConfigError as exc:  # a path that cannot be used: named in the file that holds it, at its line
         text = path.read_text(encoding="utf-8-sig")
         for issue in exc.issues:

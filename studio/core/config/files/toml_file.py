@@ -174,6 +174,16 @@ def load_config(path: str | Path) -> TrainConfig:
             f"is a folder, not a config file: give the config inside it, {inside}" if inside.is_file()
             else "is a folder, not a config file: give a config's .toml file (a project's studio.toml)"))])
     try:
+        with path.open("rb") as file:
+            # TOML holds no NUL: a binary file (a model's .safetensors given in the config's place) is said so
+            # from its first bytes, not read whole (gigabytes) to find it is not text. UTF-16 text (its byte-order
+            # mark first) is text saved in another encoding, said below.
+            head = file.read(8192)
+            binary = b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff"))
+        if binary:
+            raise ConfigError(str(path), [ConfigIssue(key="(file)", message=(
+                "is not a config file (it holds binary data, such as a model's weights): give a config's .toml "
+                "file, such as a project's studio.toml"))])
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(str(path), [ConfigIssue(key="(file)", message="file not found; check the path")]) from None

@@ -41,6 +41,10 @@ def check_edit_pairs(config: Any) -> None:
     if d.kind != "edit" and d.control_folders:
         raise Contradiction("dataset.control_folders", d.control_folders,
                             "acts only with dataset.kind = \"edit\" (edit pairs); set that, or leave it empty")
+    for index, folder in enumerate(d.control_folders):
+        if not folder.strip():  # resolved, the config's own folder: the targets (or the project) read as controls
+            raise Contradiction(f"dataset.control_folders[{index}]", folder,
+                                "is empty: write the folder of control images, or take the empty entry out of the list")
     if d.kind != "edit" and config.sampling.control_image:
         raise Contradiction("sampling.control_image", config.sampling.control_image,
                             "acts only with dataset.kind = \"edit\" (samples edit it); set that, or leave it empty")

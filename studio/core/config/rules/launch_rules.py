@@ -55,3 +55,26 @@ def check_launch(config: Any) -> None:
             launch.num_processes,
             f"must be at least launch.num_machines ({launch.num_machines})",
         )
+
+
+def processes_problem(config: Any, processes: int | None) -> str:
+    """What is wrong with `--processes N` given for `config` ("" when nothing, or when none is given): it
+    takes launch.num_processes' place, so it is held to that key's bounds and rules (one process per machine
+    at least), named as the flag."""
+    if processes is None:
+        return ""
+    bounds = type(config.launch).model_fields["num_processes"].metadata
+    low = next((b.ge for b in bounds if getattr(b, "ge", None) is not None), 1)
+    high = next((b.le for b in bounds if getattr(b, "le", None) is not None), None)
+    if processes < low:
+        return f"--processes must be at least {low}, not {processes}"
+    if high is not None and processes > high:
+        return f"--processes must be at most {high}, not {processes}"
+    try:
+        check_launch(config.model_copy(update={"launch": config.launch.model_copy(
+            update={"num_processes": processes})}))
+    except Contradiction as exc:
+        if exc.key != "launch.num_processes":
+            raise
+        return f"--processes {processes} {exc.message}: it counts the processes of all the machines together"
+    return ""
