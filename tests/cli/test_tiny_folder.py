@@ -47,3 +47,17 @@ def test_a_folder_a_file_manager_only_showed_counts_as_empty(tmp_path: Path) -> 
     (folder / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
     assert prepare_model_folder(folder) == folder
     assert (folder / RANDOM_WEIGHTS_MARKER).is_file()
+
+
+def test_the_demos_model_is_built_over_a_build_an_earlier_studio_left_half_done(tmp_path: Path) -> None:
+    """A demo whose model build stopped halfway under a studio from before the built-folder marker: the demo's
+    folder is the studio's own, so the next start builds it again instead of refusing it as a person's model."""
+    from studio.core.project.demo import DEMO_MODEL, create_demo_project, model_command
+
+    project = create_demo_project(tmp_path / "demo")
+    half = project.root / DEMO_MODEL / "unet"
+    half.mkdir(parents=True)
+    (half / "config.json").write_text("{}", encoding="utf-8")
+    command = model_command(project)
+    assert main(command[command.index("tiny"):]) == 0  # as the window runs it, in this process
+    assert (project.root / DEMO_MODEL / "model_index.json").is_file()

@@ -60,8 +60,10 @@ def demo_config() -> TrainConfig:
 
 
 def model_command(project: Project, python: str | None = None) -> list[str]:
-    """The command that builds the tiny model of a demo project (torch: the training environment's Python)."""
-    return studio_command(["tiny", DEMO_FAMILY, str(project.root / DEMO_MODEL)], python=python)
+    """The command that builds the tiny model of a demo project (torch: the training environment's Python). The
+    folder is the studio's own: a build an earlier studio left half done (without its built-folder marker) is
+    replaced, not refused as a person's model."""
+    return studio_command(["tiny", DEMO_FAMILY, str(project.root / DEMO_MODEL), "--force"], python=python)
 
 
 def is_demo_project(project: Project) -> bool:
