@@ -15,14 +15,18 @@ from studio.core.config.errors import Contradiction, section_type
 from studio.core.config.prompt_options import GUIDANCE_BOUNDS, SEED_BOUNDS, SIZE_BOUNDS, STEPS_BOUNDS
 from studio.core.config.rules import data_rules as data
 from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
-from studio.core.config.rules.launch_rules import check_launch, check_strategy
+from studio.core.config.rules.launch_rules import (
+    address_on_one_line,
+    check_launch,
+    check_strategy,
+    gpu_ids_in_one_string,
+)
 from studio.core.config.rules.network_rules import check_ema, check_network
 from studio.core.config.rules.pickled import check_pickle
 from studio.core.config.rules.run_rules import check_frozen_base, check_settings_act, check_training
 from studio.core.config.rules.swap_rules import check_block_swap
 from studio.core.containment import windows_refusal
 from studio.core.families import FAMILIES, FAMILY_NAMES, fill_own_sampling
-from studio.core.quoting import control_characters, shown
 
 SCHEMA_VERSION = 1
 
@@ -364,14 +368,7 @@ class OutputSection(Section):
         "TensorBoard (RUN_DIR/tensorboard) and/or Weights & Biases (WANDB_MODE=offline works without network). "
         "Needs `pip install 'sd-training-studio[logging]'` in the training environment.")
 
-    @field_validator("dir")
-    @classmethod
-    def _a_folder_named(cls, value: str) -> str:
-        # Resolved, an empty path is the config's own folder: run folders made among the project's files.
-        if not value.strip():
-            raise Contradiction("output.dir", value, "is empty: write the folder run folders are made in, such as "
-                                "\"runs\" (the default), or \".\" for the config's own folder")
-        return value
+    _a_folder_named = field_validator("dir")(staticmethod(data.output_dir_named))
 
     @field_validator("name")
     @classmethod
@@ -402,26 +399,9 @@ class LaunchSection(Section):
         "full precision.",
     )
 
-    @field_validator("main_process_ip")
-    @classmethod
-    def _address_on_one_line(cls, value: str) -> str:
-        # It is written into accelerate.yaml: a line break there would add keys of its own.
-        if not value.isprintable():
-            said = " and ".join(control_characters(value)) or "a character that is not printable"
-            raise ValueError(f"{shown(value)} holds {said}: give a host name or an address such as 10.0.0.1")
-        if any(char.isspace() for char in value):  # no host name or address has one; the other machines could not connect
-            raise ValueError(f"{shown(value)} holds a space: give one host name or address, such as 10.0.0.1")
-        return value
+    _address_on_one_line = field_validator("main_process_ip")(staticmethod(address_on_one_line))
 
-    @field_validator("gpu_ids", mode="before")
-    @classmethod
-    def _gpus_as_one_string(cls, value: object) -> object:
-        # gpu_ids = [0, 1] or gpu_ids = 0, as a TOML list or number: the string accelerate takes, in the file's words.
-        if isinstance(value, list) or (isinstance(value, int) and not isinstance(value, bool)):
-            ids = ",".join(str(i) for i in value) if isinstance(value, list) else str(value)
-            raise Contradiction("launch.gpu_ids", value, f"is one string of GPU numbers joined by commas: write "
-                                f"gpu_ids = \"{ids}\" (or \"all\")")
-        return value
+    _gpus_as_one_string = field_validator("gpu_ids", mode="before")(staticmethod(gpu_ids_in_one_string))
 
 
 class TrainConfig(Section):

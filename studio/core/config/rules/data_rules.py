@@ -177,3 +177,12 @@ def check_caches(config: Any) -> None:
         raise Contradiction(
             "training.cache_latents_to_disk", True, "needs training.cache_latents = true"
         )
+
+
+def output_dir_named(value: str) -> str:
+    """output.dir as written: resolved, an empty path is the config's own folder, and run folders would be made
+    among the project's files."""
+    if not value.strip():
+        raise Contradiction("output.dir", value, "is empty: write the folder run folders are made in, such as "
+                            "\"runs\" (the default), or \".\" for the config's own folder")
+    return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from studio.core.config.errors import Contradiction
+from studio.core.quoting import control_characters, shown
 
 
 def check_strategy(config: Any) -> None:
@@ -78,3 +79,24 @@ def processes_problem(config: Any, processes: int | None) -> str:
             raise
         return f"--processes {processes} {exc.message}: it counts the processes of all the machines together"
     return ""
+
+
+def gpu_ids_in_one_string(value: object) -> object:
+    """launch.gpu_ids = [0, 1] or gpu_ids = 0, as a TOML list or number: named with the string accelerate takes,
+    in the file's words."""
+    if isinstance(value, list) or (isinstance(value, int) and not isinstance(value, bool)):
+        ids = ",".join(str(i) for i in value) if isinstance(value, list) else str(value)
+        raise Contradiction("launch.gpu_ids", value, f"is one string of GPU numbers joined by commas: write "
+                            f"gpu_ids = \"{ids}\" (or \"all\")")
+    return value
+
+
+def address_on_one_line(value: str) -> str:
+    """launch.main_process_ip: written into accelerate.yaml, where a line break would add keys of its own; no host
+    name or address holds a space, and the other machines could not connect to one."""
+    if not value.isprintable():
+        said = " and ".join(control_characters(value)) or "a character that is not printable"
+        raise ValueError(f"{shown(value)} holds {said}: give a host name or an address such as 10.0.0.1")
+    if any(char.isspace() for char in value):
+        raise ValueError(f"{shown(value)} holds a space: give one host name or address, such as 10.0.0.1")
+    return value
