@@ -147,3 +147,58 @@ def test_the_bundle_folder_chosen_for_one_project_is_not_another_ones(page: Expo
     other = create_project(tmp_path / "other project")
     page.context.set_project(other)
     assert Path(page.out_edit.text()).parent == other.root / "exports"
+
+
+class _HeldCopy:
+    """The export's first dataset file is read, then held until `go` is set (the minutes of a big dataset)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+
+        import studio.core.export.dataset_selection as selection
+
+        self.reached, self.go = threading.Event(), threading.Event()
+        real = selection.sha256_file
+
+        def held(path: Path) -> str:
+            self.reached.set()
+            self.go.wait()
+            return real(path)
+
+        monkeypatch.setattr(selection, "sha256_file", held)
+
+
+def test_cancel_export_stops_the_copy_and_leaves_no_half_bundle(qtbot, page: ExportPage, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    held = _HeldCopy(monkeypatch)
+    out = tmp_path / "big bundle"
+    page.out_edit.setText(str(out))
+    page.out_edit.setModified(True)
+    page.export_button.click()
+    assert not page.cancel_button.isHidden()
+    qtbot.waitUntil(held.reached.is_set, timeout=30_000)
+    page.cancel_button.click()
+    held.go.set()
+    qtbot.waitUntil(lambda: page.export_button.isEnabled(), timeout=30_000)
+    assert page.result.toPlainText() == f"The bundle was not written:\nthe export was cancelled; nothing of it is " \
+                                        f"left in {out}"
+    assert not out.exists() and page.report is None
+
+
+def test_closing_the_window_during_an_export_stops_it_and_removes_the_half_bundle(
+        qtbot, page: ExportPage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = _HeldCopy(monkeypatch)
+    out = tmp_path / "big bundle"
+    page.out_edit.setText(str(out))
+    page.out_edit.setModified(True)
+    page.export_button.click()
+    qtbot.waitUntil(held.reached.is_set, timeout=30_000)
+    real_wait = page.worker.wait
+
+    def wait(timeout_s: float = 30.0) -> bool:  # the copy goes on while the closing window waits for it
+        held.go.set()
+        return real_wait(timeout_s)
+
+    monkeypatch.setattr(page.worker, "wait", wait)
+    page.shutdown()
+    assert not out.exists()  # it went on copying unseen after the window closed, and kept the bundle
