@@ -208,7 +208,8 @@ class ExportPage(Page):
     def refresh(self) -> None:
         """Recompute the table and the model hint from the current project and config."""
         config = self.context.config
-        self.export_button.setEnabled(config is not None and self.project is not None)
+        # A setting changed on another page during an export: a second press would queue a second export behind it.
+        self.export_button.setEnabled(config is not None and self.project is not None and not self.worker.busy)
         self._update_base(config)
         self._update_enabled()
         self._default_out_dir()

@@ -162,7 +162,7 @@ class _HeldCopy:
 
         def held(path: Path) -> str:
             self.reached.set()
-            self.go.wait()
+            self.go.wait(60)  # a failed test lets it go on in the end
             return real(path)
 
         monkeypatch.setattr(selection, "sha256_file", held)
@@ -177,6 +177,8 @@ def test_cancel_export_stops_the_copy_and_leaves_no_half_bundle(qtbot, page: Exp
     page.export_button.click()
     assert not page.cancel_button.isHidden()
     qtbot.waitUntil(held.reached.is_set, timeout=30_000)
+    page.context.set_config(page.context.config, save=False)  # a setting changed on another page meanwhile
+    assert not page.export_button.isEnabled()  # no second export queued behind this one
     page.cancel_button.click()
     held.go.set()
     qtbot.waitUntil(lambda: page.export_button.isEnabled(), timeout=30_000)
