@@ -303,3 +303,25 @@ def test_a_queued_config_refused_for_a_full_disk_waits_and_holds_the_queue_even_
     monkeypatch.setattr(preflight_module, "estimate_disk_bytes", real)  # room made
     page.queue.start_button.click()
     qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["completed", "completed"], timeout=30000)
+
+
+def test_ticking_a_queue_box_shows_what_another_window_changed(qtbot: QtBot, context: StudioContext,
+                                                               config: TrainConfig, tmp_path: Path) -> None:
+    """The box's save reads the file first (another window's removal comes with it): the list follows, and does not
+    keep the removed item for good (Up or Vary… on it raised a traceback)."""
+    from studio.core.runs.scheduling.queue import RunQueue
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    for name in ("first", "second"):
+        save_config(config, tmp_path / f"{name}.toml")
+        page.queue.add_config(tmp_path / f"{name}.toml")
+    other_window = RunQueue(tmp_path)
+    other_window.remove(other_window.items[0].id)
+    page.queue.stop_after.click()  # before this window's watch has read the file again
+    page.queue._follow_file()  # what the watch does each second
+    assert [page.queue.list.item(n).text().split(" — ")[0] for n in range(page.queue.list.count())] == \
+        [f"{tmp_path.name}/second.toml"]
+    page.queue.continue_on_error.click()
+    page.queue._follow_file()
+    assert page.queue.list.count() == 1
