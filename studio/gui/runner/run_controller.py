@@ -105,6 +105,10 @@ class RunController(QObject):
             text += f"\n\nThe queue stops here either way: its {runs} only when Start queue is pressed again."
         return text
 
+    def queue_goes_on_note(self) -> str:
+        """Said when the run is stopped by hand: a queued run's queue then starts its next item."""
+        return self.queue.goes_on_note() if self.queue is not None and self._queue_item is not None else ""
+
     def set_project_root(self, root: Path | None) -> None:
         if self.queue is not None:
             self.queue.release_runner()

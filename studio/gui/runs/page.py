@@ -337,7 +337,9 @@ class RunsPage(Page):
         chosen = self._one()
         if chosen is None or chosen.status != "running":
             return False
+        then = ""
         if self.controller.running and self.controller.run_dir == chosen.path:
+            then = self.controller.queue_goes_on_note()
             stopped = self.controller.stop()
         elif chosen.machine:  # its trainer is on another machine: no STOP file here reaches it
             self.say(f"{chosen.name} trains on {chosen.machine}: open it (Open) to follow it, then press Stop on the "
@@ -350,7 +352,7 @@ class RunsPage(Page):
             if live is not None:
                 stop_live_run(live)
             stopped = live is not None
-        self.say(f"Stopping {chosen.name} at its next step (a checkpoint is saved)…" if stopped
+        self.say(f"Stopping {chosen.name} at its next step (a checkpoint is saved)…{then}" if stopped
                  else f"{chosen.name} is no longer running.")
         self.buttons["stop"].setEnabled(False)
         return stopped
