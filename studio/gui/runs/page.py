@@ -159,6 +159,14 @@ class RunsPage(Page):
         self.refresh()
         self.table.select_paths(names)
         self._update_buttons()
+        # A run deleted, or written to another runs folder (a config queued from elsewhere): named, not left out
+        # without a word (all of them: the button did nothing).
+        chosen = {s.name for s in self.table.selected()}
+        missing = [name for name in names if name not in chosen]
+        gone = (f"Not in {self.runs_dir()} (deleted, moved or written to another output.dir): {', '.join(missing)}. "
+                if missing else "")
+        self.say(gone + (f"{plural(len(chosen), 'run')} of the sweep selected: press Overlay loss to compare them."
+                         if chosen else ""))
 
     def runs_dir(self) -> Path | None:
         ctx = self.context
