@@ -245,7 +245,13 @@ class ExportPage(Page):
         gpu = self.gpu_combo.currentData() or "gpu"
         shape = f"{self.nodes_spin.value()}x{self.gpus_spin.value()}" if self.nodes_spin.value() > 1 else f"{self.gpus_spin.value()}x"
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M")
-        self.out_edit.setText(str(self.project.root / EXPORTS_DIR / f"{name}-{shape}{gpu}-{stamp}"))
+        base = self.project.root / EXPORTS_DIR / f"{name}-{shape}{gpu}-{stamp}"
+        # A second export in the same minute (the first one without its zip) gets a folder of its own: it was
+        # refused as "exists and is not empty".
+        folder, number = base, 2
+        while folder.exists():
+            folder, number = base.with_name(f"{base.name}-{number}"), number + 1
+        self.out_edit.setText(str(folder))
 
     def _options_changed(self) -> None:
         self._default_out_dir()

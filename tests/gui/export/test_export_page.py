@@ -204,3 +204,23 @@ def test_closing_the_window_during_an_export_stops_it_and_removes_the_half_bundl
     monkeypatch.setattr(page.worker, "wait", wait)
     page.shutdown()
     assert not out.exists()  # it went on copying unseen after the window closed, and kept the bundle
+
+
+def test_a_second_export_in_the_same_minute_gets_a_folder_of_its_own(qtbot, page: ExportPage,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Exported, then again with "Also write a .zip" ticked: the second was refused as "exists and is not empty".
+    import datetime
+    import types
+
+    import studio.gui.export.page as page_module
+
+    now = datetime.datetime(2026, 12, 7, 15, 30, 5)
+    monkeypatch.setattr(page_module, "_dt", types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now)))
+    page.gpus_spin.setValue(2)
+    first = Path(page.out_edit.text())
+    assert first.name.endswith("-2xh200-20261207-1530")
+    first.mkdir(parents=True)
+    (first / "launch.sh").write_text("#!/bin/sh\n", encoding="utf-8")  # the first export's bundle
+    page.gpus_spin.setValue(1)
+    page.gpus_spin.setValue(2)  # the default folder worked out again, as after an export
+    assert page.out_edit.text() == f"{first}-2"
