@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_u
 from studio.core.project.folder import Project
 from studio.gui.base.desktop import open_with_desktop
 from studio.gui.base.names import named
+from studio.gui.base.questions import confirm
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.export.cloud_panel import CloudPanel, cloud_options
@@ -57,6 +59,10 @@ class ExportPage(Page):
         self._base_is_local = False
         self.worker = Worker(self)
         self._cancel_requested = False  # read by the export on the worker's thread
+        # Asked before the window closes during an export (it is cancelled then); tests replace it.
+        self.confirm_close: Callable[[], bool] = lambda: confirm(
+            self, "An export is being written", "Close the studio and cancel the export? What it has written so far "
+            "is removed.", "Cancel the export and close")
         self._build()
         self._load_catalogue()
         context.sig_project_changed.connect(self._project_changed)
@@ -396,7 +402,7 @@ class ExportPage(Page):
         return {"export_rows": len(rows)}
 
     def can_close(self) -> bool:
-        return True
+        return not self.worker.busy or self.confirm_close()
 
     def shutdown(self) -> None:
         # An export still copying stops at its next file and removes its half bundle: the window closed, and the

@@ -202,6 +202,11 @@ def test_closing_the_window_during_an_export_stops_it_and_removes_the_half_bundl
         return real_wait(timeout_s)
 
     monkeypatch.setattr(page.worker, "wait", wait)
+    asked: list[bool] = []
+    page.confirm_close = lambda: asked.append(False) or False  # Cancel: the window stays, the export goes on
+    assert not page.can_close() and asked
+    page.confirm_close = lambda: True
+    assert page.can_close()
     page.shutdown()
     assert not out.exists()  # it went on copying unseen after the window closed, and kept the bundle
 
