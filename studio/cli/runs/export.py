@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             remote_dataset=args.remote_dataset, zip=args.zip, main_address=args.main_address,
             port=args.port, keep_steps=args.keep_steps,
             cloud=CloudOptions(spot=args.spot, bucket=args.bucket, autostop_minutes=args.autostop),
+            progress=_say_steps(),
         )
     except (ExportError, CatalogueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -77,3 +79,20 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(report.summary())
     return EXIT_OK
+
+
+def _say_steps() -> Callable[[str, int, int], None]:
+    """A line on stderr as each step of the export begins: a dataset of thousands of images takes minutes to
+    read, copy and zip, and the command said nothing until it was done."""
+    said: set[str] = set()
+
+    def report(message: str, done: int, total: int) -> None:
+        step, _, what = message.partition(" ")
+        if step == "done" or (step in said and step != "model"):
+            return
+        said.add(step)
+        line = {"dataset": f"dataset: {total} files", "zip": f"zip: {total} entries",
+                "model": f"model: {what}"}.get(step, message)
+        print(f"{line}…", file=sys.stderr, flush=True)
+
+    return report

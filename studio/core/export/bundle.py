@@ -15,6 +15,7 @@ import shutil
 import stat
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ from studio.core.models.known import known_gated
 from studio.core.resources import resource_path
 from studio.core.runs.launch import accelerate_config, dump_yaml
 
-__all__ = ["BundleReport", "ExportError", "export_bundle", "is_hub_id", "scale_steps", "zip_bundle"]
+__all__ = ["BundleReport", "ExportCancelled", "ExportError", "export_bundle", "is_hub_id", "scale_steps", "zip_bundle"]
 
 BUNDLE_FILE = "bundle.json"
 SOURCE_DIR = "src"
@@ -69,6 +70,8 @@ REMOTE_COMMAND = "./launch.sh --check"
 SCRIPTS = ("launch.sh", "check.sh", "studio_check.py")  # executable on the remote machine
 
 
+class ExportCancelled(ExportError):
+    """The person cancelled the export (or closed the window during it); what it wrote is removed."""
 
 @dataclass
 class BundleReport:
@@ -150,11 +153,13 @@ def export_bundle(
     keep_steps: bool = False,
     progress: Progress | None = None,
     cloud: CloudOptions | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> BundleReport:
     """Write a bundle for `gpus` per node x `nodes`; see the module docstring.
 
     Four steps: validate (every refusal before anything is written), stage (dataset, model
-    and source copied in), write (config, scripts, bundle.json, README), zip.
+    and source copied in), write (config, scripts, bundle.json, README), zip. `cancel()` true
+    stops it at its next file (ExportCancelled) and removes what it wrote.
     """
     problems = cloud.problems() if cloud is not None else []
     if problems:
@@ -167,8 +172,9 @@ def export_bundle(
             plan.warnings.append("spot machines without a bucket: a preempted machine takes its checkpoints "
                                  "with it, so the run starts again from step 0; name a bucket to resume instead")
     existed = plan.out.exists()  # empty then: validate_bundle refuses a folder with anything in it
+    steps = _stopping(progress, cancel)
     try:
-        manifest = stage_bundle(plan, progress)
+        manifest = stage_bundle(plan, steps)
         report = write_bundle(plan, manifest)
     except BaseException:
         # A half bundle (a full disk, Ctrl+C) is no bundle, and its half copy of the dataset, without the
@@ -176,11 +182,27 @@ def export_bundle(
         _remove_written(plan.out, existed)
         raise
     if zip:
-        if progress:
-            progress("zip", 0, 1)
-        report.zip_path = zip_bundle(plan.out)
+        try:
+            report.zip_path = zip_bundle(plan.out, steps)
+        except ExportCancelled:  # cancelled, not cut short: nothing of it is kept
+            _remove_written(plan.out, existed)
+            raise
     if progress:
         progress("done", 1, 1)
+    return report
+
+
+def _stopping(progress: Progress | None, cancel: Callable[[], bool] | None) -> Progress | None:
+    """`progress`, raising ExportCancelled at a report once `cancel()` is true (each file copied or zipped)."""
+    if cancel is None:
+        return progress
+
+    def report(message: str, done: int, total: int) -> None:
+        if cancel():
+            raise ExportCancelled("the export was cancelled; what it had written is removed")
+        if progress:
+            progress(message, done, total)
+
     return report
 
 
@@ -317,8 +339,9 @@ def _with_nodes(config: TrainConfig, nodes: int, per_node: int) -> TrainConfig:
     return copy
 
 
-def zip_bundle(folder: Path) -> Path:
-    """`folder.zip` beside the folder, everything under one top folder, the scripts executable.
+def zip_bundle(folder: Path, progress: Progress | None = None) -> Path:
+    """`folder.zip` beside the folder, everything under one top folder, the scripts executable; `progress`
+    is told each file (a dataset of 20,000 images takes minutes).
 
     The modes are written as Unix modes whatever this computer's file system holds: a zip made on Windows
     (no executable bit, entries marked as MS-DOS ones) unpacked on Linux with scripts that `./launch.sh`
@@ -329,7 +352,10 @@ def zip_bundle(folder: Path) -> Path:
     part = folder.with_name(f"{folder.name}.zip.part")
     try:
         with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path in sorted(folder.rglob("*")):
+            paths = sorted(folder.rglob("*"))
+            for done, path in enumerate(paths, start=1):
+                if progress:
+                    progress("zip", done, len(paths))
                 rel = path.relative_to(folder).as_posix()
                 info = zipfile.ZipInfo.from_file(path, f"{folder.name}/{rel}")
                 info.create_system = 3  # Unix: unzip and Python's zipfile read the modes below

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,14 @@ from PySide6.QtWidgets import (
 
 from studio.core.config.errors import ConfigError
 from studio.core.config.schema import TrainConfig
-from studio.core.export.bundle import BundleReport, ExportError, export_bundle, is_hub_id
+from studio.core.export.bundle import BundleReport, ExportCancelled, ExportError, export_bundle, is_hub_id
 from studio.core.export.bundle_plan import LocalModelError
 from studio.core.export.cost import CostRow, assumptions, cost_table, vram_estimator, workload_from_config
 from studio.core.export.gpu_catalogue import Catalogue, CatalogueError, ensure_user_catalogue, load_catalogue
 from studio.core.project.folder import Project
 from studio.gui.base.desktop import open_with_desktop
 from studio.gui.base.names import named
+from studio.gui.base.questions import confirm
 from studio.gui.base.selftest_options import SelfTestOptions
 from studio.gui.context import StudioContext
 from studio.gui.export.cloud_panel import CloudPanel, cloud_options
@@ -56,6 +58,11 @@ class ExportPage(Page):
         self.report: BundleReport | None = None
         self._base_is_local = False
         self.worker = Worker(self)
+        self._cancel_requested = False  # read by the export on the worker's thread
+        # Asked before the window closes during an export (it is cancelled then); tests replace it.
+        self.confirm_close: Callable[[], bool] = lambda: confirm(
+            self, "An export is being written", "Close the studio and cancel the export? What it has written so far "
+            "is removed.", "Cancel the export and close")
         self._build()
         self._load_catalogue()
         context.sig_project_changed.connect(self._project_changed)
@@ -90,6 +97,10 @@ class ExportPage(Page):
         self.zip_check = named(QCheckBox("Also write a .zip"), "export_zip")
         self.export_button = named(QPushButton("Export bundle"), "export_button")
         self.export_button.clicked.connect(self.start_export)
+        # A dataset of thousands of images takes minutes to copy and zip: it can be stopped, leaving nothing.
+        self.cancel_button = named(QPushButton("Cancel export"), "export_cancel")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.cancel_export)
         self.progress = named(QProgressBar(), "export_progress")
         self.progress.setVisible(False)
 
@@ -105,6 +116,7 @@ class ExportPage(Page):
         form.addRow("Bundle folder", out_row)
         form.addRow("", self.zip_check)
         form.addRow(self.export_button)
+        form.addRow(self.cancel_button)
         form.addRow(self.progress)
         options = QGroupBox("Bundle")
         options.setLayout(form)
@@ -202,7 +214,8 @@ class ExportPage(Page):
     def refresh(self) -> None:
         """Recompute the table and the model hint from the current project and config."""
         config = self.context.config
-        self.export_button.setEnabled(config is not None and self.project is not None)
+        # A setting changed on another page during an export: a second press would queue a second export behind it.
+        self.export_button.setEnabled(config is not None and self.project is not None and not self.worker.busy)
         self._update_base(config)
         self._update_enabled()
         self._default_out_dir()
@@ -238,7 +251,13 @@ class ExportPage(Page):
         gpu = self.gpu_combo.currentData() or "gpu"
         shape = f"{self.nodes_spin.value()}x{self.gpus_spin.value()}" if self.nodes_spin.value() > 1 else f"{self.gpus_spin.value()}x"
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M")
-        self.out_edit.setText(str(self.project.root / EXPORTS_DIR / f"{name}-{shape}{gpu}-{stamp}"))
+        base = self.project.root / EXPORTS_DIR / f"{name}-{shape}{gpu}-{stamp}"
+        # A second export in the same minute (the first one without its zip) gets a folder of its own: it was
+        # refused as "exists and is not empty".
+        folder, number = base, 2
+        while folder.exists():
+            folder, number = base.with_name(f"{base.name}-{number}"), number + 1
+        self.out_edit.setText(str(folder))
 
     def _options_changed(self) -> None:
         self._default_out_dir()
@@ -300,9 +319,12 @@ class ExportPage(Page):
         self.open_button.setEnabled(False)
         self.progress.setVisible(True)
         self.progress.setRange(0, 0)
+        self._cancel_requested = False
+        self.cancel_button.setEnabled(True)
+        self.cancel_button.setVisible(True)
         self.result.setPlainText(f"Writing the bundle to {out}…")
         self.worker.run(export_bundle, self.project.config_path, out, **self.export_options(),
-                        on_done=self._on_done, on_failed=lambda error: self._on_failed(error, out),
+                        cancel=lambda: self._cancel_requested, on_done=self._on_done, on_failed=lambda error: self._on_failed(error, out),
                         on_progress=self._on_progress, expected=(ConfigError, ExportError, CatalogueError, OSError))
 
     def _on_progress(self, message: str, done: int, total: int) -> None:
@@ -310,8 +332,16 @@ class ExportPage(Page):
         self.progress.setValue(done)
         self.progress.setFormat(f"{message}  %v/%m")
 
+    def cancel_export(self) -> None:
+        """Stop the export at its next file; what it wrote is removed."""
+        if self.worker.busy:
+            self._cancel_requested = True
+            self.cancel_button.setEnabled(False)
+            self.result.setPlainText("Cancelling the export…")
+
     def _on_done(self, report: BundleReport) -> None:
         self.report = report
+        self.cancel_button.setVisible(False)
         self.progress.setVisible(False)
         self.export_button.setEnabled(True)
         self.open_button.setEnabled(True)
@@ -321,7 +351,10 @@ class ExportPage(Page):
         self._default_out_dir()
 
     def _on_failed(self, error: BaseException, out: Path) -> None:
-        if isinstance(error, ConfigError):
+        self.cancel_button.setVisible(False)
+        if isinstance(error, ExportCancelled):
+            message = f"the export was cancelled; nothing of it is left in {out}"
+        elif isinstance(error, ConfigError):
             message = error.describe()
         elif isinstance(error, LocalModelError):
             message = error.says(f"“{self.include_model.text()}” ticked",
@@ -369,9 +402,12 @@ class ExportPage(Page):
         return {"export_rows": len(rows)}
 
     def can_close(self) -> bool:
-        return True
+        return not self.worker.busy or self.confirm_close()
 
     def shutdown(self) -> None:
+        # An export still copying stops at its next file and removes its half bundle: the window closed, and the
+        # studio went on copying unseen for minutes (a half bundle left behind if it was ended meanwhile).
+        self._cancel_requested = True
         self.worker.wait(30.0)
         self.remote.shutdown()
         self.cloud.shutdown()

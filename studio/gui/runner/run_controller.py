@@ -105,6 +105,10 @@ class RunController(QObject):
             text += f"\n\nThe queue stops here either way: its {runs} only when Start queue is pressed again."
         return text
 
+    def queue_goes_on_note(self) -> str:
+        """Said when the run is stopped by hand: a queued run's queue then starts its next item."""
+        return self.queue.goes_on_note() if self.queue is not None and self._queue_item is not None else ""
+
     def set_project_root(self, root: Path | None) -> None:
         if self.queue is not None:
             self.queue.release_runner()
@@ -242,13 +246,14 @@ class RunController(QObject):
         self.sig_tick.emit()
         queued = self._queue_item is not None  # a run started with Train or Resume leaves the queue as it is
         failed = self.model.status == "failed" and queued
+        disk_full = failed and any(e.kind == "disk_full" for e in self.model.errors)
         if source.owned:
             self._finish_queue_item()
         else:
             self._finish_queue_item_left_running(source.run_dir)
         self.sig_run_ended.emit(self.model.status)
         hold, self._hold_queue = self._hold_queue, False
-        if source.owned and queued and not hold and self._queue_goes_on(failed):
+        if source.owned and queued and not hold and self._queue_goes_on(failed, disk_full):
             self._start_next_queued()
         elif self.queue is not None and not self.running:
             self.queue.release_runner()
@@ -363,6 +368,13 @@ class RunController(QObject):
             self._go_on_after_refusal()
             return
         errors, warnings = preflight_headless(config)  # nobody is there to confirm a warning: it is said in the run
+        full = " ".join(str(e) for e in errors if e.check == "disk")
+        if full:  # too full for this run, too full for the ones after it (Continue on error spent each as failed)
+            queue.mark_pending(item.id, full)
+            queue.release_runner()
+            self.sig_message.emit(f"Queued config {path} waits, and the queue holds: {full} Then press Start queue.")
+            self.sig_queue_changed.emit()
+            return
         if errors:
             why = " ".join(str(e) for e in errors)
             queue.mark_ended(item.id, "failed", why)
@@ -397,12 +409,16 @@ class RunController(QObject):
         elif self.queue is not None:
             self.queue.release_runner()
 
-    def _queue_goes_on(self, failed: bool) -> bool:
-        """After a queued run that failed, the queue holds unless it is set to continue on error."""
-        if not failed or self.queue is None or self.queue.continue_on_error:
+    def _queue_goes_on(self, failed: bool, disk_full: bool = False) -> bool:
+        """After a queued run that failed, the queue holds unless it is set to continue on error; after one that
+        filled the disk it holds even then: every run after it would fail the same way, all night."""
+        if not failed or self.queue is None or (self.queue.continue_on_error and not disk_full):
             return True
         pending = sum(1 for item in self.queue.items if item.state == "pending")
-        if pending:
+        if pending and disk_full:
+            self.sig_message.emit(f"A queued run failed: its disk is full. The queue holds ({pending} waiting), "
+                                  "Continue on error or not: free some space, then press Start queue.")
+        elif pending:
             self.sig_message.emit(f"A queued run failed; the queue holds ({pending} waiting). Tick \"Continue on "
                                   "error\" to go on past failed runs, or Start queue to go on now.")
         return False

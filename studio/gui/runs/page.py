@@ -159,6 +159,14 @@ class RunsPage(Page):
         self.refresh()
         self.table.select_paths(names)
         self._update_buttons()
+        # A run deleted, or written to another runs folder (a config queued from elsewhere): named, not left out
+        # without a word (all of them: the button did nothing).
+        chosen = {s.name for s in self.table.selected()}
+        missing = [name for name in names if name not in chosen]
+        gone = (f"Not in {self.runs_dir()} (deleted, moved or written to another output.dir): {', '.join(missing)}. "
+                if missing else "")
+        self.say(gone + (f"{plural(len(chosen), 'run')} of the sweep selected: press Overlay loss to compare them."
+                         if chosen else ""))
 
     def runs_dir(self) -> Path | None:
         ctx = self.context
@@ -337,7 +345,9 @@ class RunsPage(Page):
         chosen = self._one()
         if chosen is None or chosen.status != "running":
             return False
+        then = ""
         if self.controller.running and self.controller.run_dir == chosen.path:
+            then = self.controller.queue_goes_on_note()
             stopped = self.controller.stop()
         elif chosen.machine:  # its trainer is on another machine: no STOP file here reaches it
             self.say(f"{chosen.name} trains on {chosen.machine}: open it (Open) to follow it, then press Stop on the "
@@ -350,7 +360,7 @@ class RunsPage(Page):
             if live is not None:
                 stop_live_run(live)
             stopped = live is not None
-        self.say(f"Stopping {chosen.name} at its next step (a checkpoint is saved)…" if stopped
+        self.say(f"Stopping {chosen.name} at its next step (a checkpoint is saved)…{then}" if stopped
                  else f"{chosen.name} is no longer running.")
         self.buttons["stop"].setEnabled(False)
         return stopped

@@ -258,6 +258,7 @@ class QueuePanel(QWidget):
                 self.controller.queue.set_continue_on_error(value)
             except QueueError as exc:
                 self.controller.sig_message.emit(str(exc))
+            self.refresh()  # the save read the file first: what another window changed shows (the watch sees no change)
 
     def _set_stop_after(self, value: bool) -> None:
         if self.controller.queue is not None:
@@ -265,3 +266,4 @@ class QueuePanel(QWidget):
                 self.controller.queue.set_stop_after_current(value)
             except QueueError as exc:
                 self.controller.sig_message.emit(str(exc))
+            self.refresh()

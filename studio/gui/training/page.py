@@ -356,7 +356,7 @@ class TrainPage(Page):
     def stop_training(self) -> None:
         if self.controller.stop():
             self._stopping = True
-            self.show_message("Stopping at the next step (a checkpoint is saved)…")
+            self.show_message("Stopping at the next step (a checkpoint is saved)…" + self.controller.queue_goes_on_note())
             self._update_buttons()
             self.header.refresh(self.controller.model, True)
 

@@ -459,3 +459,27 @@ def test_an_export_that_fails_halfway_leaves_no_half_bundle_among_the_images(dem
     with pytest.raises(OSError, match="No space left"):
         export_bundle(demo.config_path, shapes / "exports" / "mine", include_model=True)
     assert (shapes / "exports" / "mine").is_dir() and not any((shapes / "exports" / "mine").iterdir())
+
+
+def test_a_cancelled_export_removes_what_it_wrote_its_zip_too(demo: Project, tmp_path: Path) -> None:
+    from studio.core.export.bundle import ExportCancelled
+
+    for stage in ("dataset", "zip"):
+        seen: list[str] = []  # the reports so far; the person cancels once the stage has begun
+        out = tmp_path / f"cancelled in {stage}"
+        with pytest.raises(ExportCancelled, match="the export was cancelled"):
+            export_bundle(demo.config_path, out, include_model=True, zip=True,
+                          progress=lambda message, _done, _total, seen=seen: seen.append(message),
+                          cancel=lambda stage=stage, seen=seen: any(m.startswith(stage) for m in seen))
+        assert not out.exists() and list(tmp_path.glob("*.zip*")) == []
+
+
+def test_the_zip_tells_each_file_it_adds(demo: Project, tmp_path: Path) -> None:
+    # Zipping thousands of images takes minutes: the page showed "zip 0/1" all along.
+    seen: list[tuple[str, int, int]] = []
+    report = export_bundle(demo.config_path, tmp_path / "b", include_model=True, zip=True,
+                           progress=lambda message, done, total: seen.append((message, done, total)))
+    zipped = [(done, total) for message, done, total in seen if message == "zip"]
+    with zipfile.ZipFile(report.zip_path) as archive:  # type: ignore[arg-type]
+        entries = len(archive.infolist())
+    assert zipped[-1] == (entries, entries) and len(zipped) == entries

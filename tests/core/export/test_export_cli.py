@@ -73,3 +73,14 @@ def test_a_port_or_address_accelerate_cannot_take_is_named_as_the_flag(
     err = capsys.readouterr().err
     assert err.startswith(said) and "Traceback" not in err
     assert not out.exists()
+
+
+def test_export_command_says_each_step_as_it_begins(demo: Project, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # Thousands of images take minutes to copy and zip: the command said nothing until it was done.
+    code = cli_main(["export", str(demo.config_path), "--out", str(tmp_path / "b"), "--include-model", "--zip"])
+    assert code == 0
+    steps = capsys.readouterr().err.splitlines()
+    images = len([p for p in (tmp_path / "b" / "dataset").rglob("*") if p.is_file()]) - 1  # not the manifest
+    assert steps[0] == f"dataset: {images} files…" and steps[1] == "model: tiny-sd15…"
+    assert steps[2] == "studio source…" and steps[3].startswith("zip: ") and len(steps) == 4

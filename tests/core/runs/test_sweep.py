@@ -96,3 +96,14 @@ def test_a_sweep_over_the_batch_trains_each_batch_where_the_card_would_be_filled
     assert all(load_config(p).training.fill_card is False for p in written)
     other = write_sweep(path, "training.learning_rate", [1e-4, 5e-5])  # a sweep over anything else keeps it
     assert all(load_config(p).training.fill_card for p in other)
+
+
+def test_a_list_with_a_comma_too_many_says_so() -> None:
+    # Three values and a comma at the end were refused as "fewer than two values".
+    with pytest.raises(SweepError, match=r"^'1e-4, 5e-5, 1e-5,' has an empty value \(a comma at the end, or two "
+                                         r"commas in a row\): remove the extra comma$"):
+        parse_values("1e-4, 5e-5, 1e-5,")
+    with pytest.raises(SweepError, match="has an empty value"):
+        parse_values("4,, 8")
+    with pytest.raises(SweepError, match="names fewer than two values"):
+        parse_values("1e-4,")

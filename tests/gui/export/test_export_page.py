@@ -147,3 +147,85 @@ def test_the_bundle_folder_chosen_for_one_project_is_not_another_ones(page: Expo
     other = create_project(tmp_path / "other project")
     page.context.set_project(other)
     assert Path(page.out_edit.text()).parent == other.root / "exports"
+
+
+class _HeldCopy:
+    """The export's first dataset file is read, then held until `go` is set (the minutes of a big dataset)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+
+        import studio.core.export.dataset_selection as selection
+
+        self.reached, self.go = threading.Event(), threading.Event()
+        real = selection.sha256_file
+
+        def held(path: Path) -> str:
+            self.reached.set()
+            self.go.wait(60)  # a failed test lets it go on in the end
+            return real(path)
+
+        monkeypatch.setattr(selection, "sha256_file", held)
+
+
+def test_cancel_export_stops_the_copy_and_leaves_no_half_bundle(qtbot, page: ExportPage, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    held = _HeldCopy(monkeypatch)
+    out = tmp_path / "big bundle"
+    page.out_edit.setText(str(out))
+    page.out_edit.setModified(True)
+    page.export_button.click()
+    assert not page.cancel_button.isHidden()
+    qtbot.waitUntil(held.reached.is_set, timeout=30_000)
+    page.context.set_config(page.context.config, save=False)  # a setting changed on another page meanwhile
+    assert not page.export_button.isEnabled()  # no second export queued behind this one
+    page.cancel_button.click()
+    held.go.set()
+    qtbot.waitUntil(lambda: page.export_button.isEnabled(), timeout=30_000)
+    assert page.result.toPlainText() == f"The bundle was not written:\nthe export was cancelled; nothing of it is " \
+                                        f"left in {out}"
+    assert not out.exists() and page.report is None
+
+
+def test_closing_the_window_during_an_export_stops_it_and_removes_the_half_bundle(
+        qtbot, page: ExportPage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = _HeldCopy(monkeypatch)
+    out = tmp_path / "big bundle"
+    page.out_edit.setText(str(out))
+    page.out_edit.setModified(True)
+    page.export_button.click()
+    qtbot.waitUntil(held.reached.is_set, timeout=30_000)
+    real_wait = page.worker.wait
+
+    def wait(timeout_s: float = 30.0) -> bool:  # the copy goes on while the closing window waits for it
+        held.go.set()
+        return real_wait(timeout_s)
+
+    monkeypatch.setattr(page.worker, "wait", wait)
+    asked: list[bool] = []
+    page.confirm_close = lambda: asked.append(False) or False  # Cancel: the window stays, the export goes on
+    assert not page.can_close() and asked
+    page.confirm_close = lambda: True
+    assert page.can_close()
+    page.shutdown()
+    assert not out.exists()  # it went on copying unseen after the window closed, and kept the bundle
+
+
+def test_a_second_export_in_the_same_minute_gets_a_folder_of_its_own(qtbot, page: ExportPage,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Exported, then again with "Also write a .zip" ticked: the second was refused as "exists and is not empty".
+    import datetime
+    import types
+
+    import studio.gui.export.page as page_module
+
+    now = datetime.datetime(2026, 12, 7, 15, 30, 5)
+    monkeypatch.setattr(page_module, "_dt", types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now)))
+    page.gpus_spin.setValue(2)
+    first = Path(page.out_edit.text())
+    assert first.name.endswith("-2xh200-20261207-1530")
+    first.mkdir(parents=True)
+    (first / "launch.sh").write_text("#!/bin/sh\n", encoding="utf-8")  # the first export's bundle
+    page.gpus_spin.setValue(1)
+    page.gpus_spin.setValue(2)  # the default folder worked out again, as after an export
+    assert page.out_edit.text() == f"{first}-2"

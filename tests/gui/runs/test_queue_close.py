@@ -76,3 +76,23 @@ def test_closing_mid_queue_says_the_queue_stops_there(qtbot: QtBot, context: Stu
     assert controller.close_question().endswith(
         "\n\nThe queue stops here either way: its 2 waiting runs start only when Start queue is pressed again.")
     assert controller.close_question().startswith("A training is running. Stop it")
+
+
+def test_stop_on_a_queued_run_says_the_queue_then_starts_its_next_run(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stop ends the run shown, not the queue: the GPU went on with the next item without a word.
+    from studio.gui.training.page import TrainPage
+
+    page = TrainPage(context, context.run_controller)
+    qtbot.addWidget(page, before_close_func=close_plots)
+    controller = _queue_at_its_first_item(context, config, tmp_path, monkeypatch)
+    qtbot.waitUntil(lambda: controller.model.step >= 2, timeout=15000)
+    page.stop_training()
+    assert page.message.text() == (
+        "Stopping at the next step (a checkpoint is saved)… Then the queue starts its next run (2 waiting): to hold "
+        "it, tick \"Stop the queue after the current run\" on the Runs page's Queue tab.")
+    assert controller.queue is not None
+    controller.queue.set_stop_after_current(True)  # ticked: nothing starts after it, and nothing more is said
+    assert controller.queue_goes_on_note() == ""
+    controller.shutdown()

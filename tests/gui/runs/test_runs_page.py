@@ -495,3 +495,17 @@ def test_a_run_opened_shows_its_samples_and_the_next_run_its_own(qtbot: QtBot, c
     page.table.select_paths([sampled.name])
     qtbot.waitUntil(lambda: page.message.text().startswith(f"Showing {sampled.name}"), timeout=10000)
     assert gallery.prompt.currentText() == "a blue square" and gallery.grid.count() == 4
+
+
+def test_compare_sweep_names_the_runs_it_cannot_select(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                       tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    run = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
+    page.select_runs([run.name, "20260101-000000-fake-learning_rate-1"])  # the second deleted since
+    assert [s.name for s in page.table.selected()] == [run.name]
+    assert page.message.text() == (
+        f"Not in {tmp_path / 'runs'} (deleted, moved or written to another output.dir): "
+        "20260101-000000-fake-learning_rate-1. 1 run of the sweep selected: press Overlay loss to compare them.")
+    page.select_runs(["20260101-000000-fake-learning_rate-1"])  # none there: the button did nothing, without a word
+    assert page.message.text().startswith("Not in ") and not page.table.selected()

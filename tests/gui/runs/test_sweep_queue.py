@@ -252,3 +252,76 @@ def test_a_file_that_is_not_a_config_is_not_queued_and_says_why(qtbot: QtBot, co
     assert messages and messages[-1].startswith("typo.toml was not queued:") and "learning_rat" in messages[-1]
     page.queue.add_config(tmp_path / "base.toml")
     assert [Path(i.config).name for i in queue.items] == ["base.toml"]
+
+
+def test_a_queued_run_that_fills_the_disk_holds_the_queue_even_with_continue_on_error(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    # Every run after it would load its model and fail at its first checkpoint the same way, all night.
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "5", "--rate", "1000", "--crash-at", "2",
+                                                          "--crash-kind", "disk_full")
+    page = make_page(qtbot, context)
+    for name in ("first", "second"):
+        save_config(config, tmp_path / f"{name}.toml")
+        page.queue.add_config(tmp_path / f"{name}.toml")
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    page.queue.continue_on_error.click()
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None
+    qtbot.waitUntil(lambda: queue.items[0].state == "failed" and not page.controller.running, timeout=30000)
+    assert [i.state for i in queue.items] == ["failed", "pending"]
+    assert "its disk is full. The queue holds (1 waiting)" in messages[-1]
+    assert not queue.runner_held  # another window may run it
+
+
+def test_a_queued_config_refused_for_a_full_disk_waits_and_holds_the_queue_even_with_continue_on_error(
+        qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import studio.core.project.preflight as preflight_module
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    context.run_controller.command_factory = fake_command("--steps", "3", "--rate", "1000")
+    page = make_page(qtbot, context)
+    for name in ("first", "second"):
+        save_config(config, tmp_path / f"{name}.toml")
+        page.queue.add_config(tmp_path / f"{name}.toml")
+    page.queue.continue_on_error.click()
+    real = preflight_module.estimate_disk_bytes
+    monkeypatch.setattr(preflight_module, "estimate_disk_bytes", lambda _config: 1 << 60)  # the disk filled up
+    messages: list[str] = []
+    context.run_controller.sig_message.connect(messages.append)
+    page.queue.start_button.click()
+    queue = page.controller.queue
+    assert queue is not None and not page.controller.running
+    # Neither is spent as failed (both were, one after the other): they wait for Start queue once there is room.
+    assert [i.state for i in queue.items] == ["pending", "pending"]
+    assert queue.items[0].message.startswith("Not enough free disk for ")
+    assert "waits, and the queue holds: Not enough free disk" in messages[-1]
+    assert not queue.runner_held
+    monkeypatch.setattr(preflight_module, "estimate_disk_bytes", real)  # room made
+    page.queue.start_button.click()
+    qtbot.waitUntil(lambda: [i.state for i in queue.items] == ["completed", "completed"], timeout=30000)
+
+
+def test_ticking_a_queue_box_shows_what_another_window_changed(qtbot: QtBot, context: StudioContext,
+                                                               config: TrainConfig, tmp_path: Path) -> None:
+    """The box's save reads the file first (another window's removal comes with it): the list follows, and does not
+    keep the removed item for good (Up or Vary… on it raised a traceback)."""
+    from studio.core.runs.scheduling.queue import RunQueue
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    for name in ("first", "second"):
+        save_config(config, tmp_path / f"{name}.toml")
+        page.queue.add_config(tmp_path / f"{name}.toml")
+    other_window = RunQueue(tmp_path)
+    other_window.remove(other_window.items[0].id)
+    page.queue.stop_after.click()  # before this window's watch has read the file again
+    page.queue._follow_file()  # what the watch does each second
+    assert [page.queue.list.item(n).text().split(" — ")[0] for n in range(page.queue.list.count())] == \
+        [f"{tmp_path.name}/second.toml"]
+    page.queue.continue_on_error.click()
+    page.queue._follow_file()
+    assert page.queue.list.count() == 1

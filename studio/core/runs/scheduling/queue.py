@@ -260,6 +260,14 @@ class RunQueue:
         return ("No config waits in the queue: add one (Add config…); a stopped or interrupted run is resumed from "
                 "the Runs table.")
 
+    def goes_on_note(self) -> str:
+        """What follows the running item's stop by hand, in the window's words: a Stop is not a hold."""
+        waiting = sum(1 for i in self.items if i.state == "pending")
+        if not waiting or self.stop_after_current:
+            return ""
+        return (f" Then the queue starts its next run ({waiting} waiting): to hold it, tick \"Stop the queue after the "
+                "current run\" on the Runs page's Queue tab.")
+
     def next_pending(self, by_hand: bool = False) -> QueueItem | None:
         """The item to start now; None while one runs, or after a run while "stop after current" is
         set. It stays set: each start by hand (`by_hand`) then runs one more item."""

@@ -63,6 +63,9 @@ def parse_values(text: str) -> list[Any]:
             return [int(v) for v in values]
         return [float(f"{v:.6g}") for v in values]
     parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 2 and any(not p for p in parts):  # "1e-4, 5e-5," named fewer than two values
+        raise SweepError(f"'{text.strip()}' has an empty value (a comma at the end, or two commas in a row): remove "
+                         "the extra comma")
     if len(parts) < 2 or any(not p for p in parts):
         raise SweepError(f"'{text}' names fewer than two values: write a list (1e-4, 5e-5, 1e-5) or a range "
                          "(1e-4..1e-5 x3)")
