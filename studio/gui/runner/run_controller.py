@@ -15,7 +15,6 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from studio.core.config.errors import ConfigError
 from studio.core.config.files.paths import ResolvedConfig, load_resolved, moved_with_its_run
 from studio.core.estimate.plans.card_fill import filled_for_launch
-from studio.core.project.preflight import preflight_headless
 from studio.core.runs import launch
 from studio.core.runs.folders import ACCELERATE_FILE, CONFIG_FILE, CONSOLE_FILE, EVENTS_FILE
 from studio.core.runs.launch import RunPlan, prepare_run
@@ -30,6 +29,7 @@ from studio.gui.runner.attached_run import AttachedRun
 from studio.gui.runner.gpu_memory import GpuMemorySampler
 from studio.gui.runner.local_run import LocalRun
 from studio.gui.runner.process import Outcome
+from studio.gui.runner.queue_start import start_next_queued
 from studio.gui.runner.remote_run import RemoteRun
 from studio.gui.runner.replay_run import ReplayRun
 from studio.gui.runner.source import RunSource
@@ -338,65 +338,8 @@ class RunController(QObject):
             self.sig_message.emit("A run is training: start the queue when it has ended.")
 
     def _start_next_queued(self, by_hand: bool = False) -> None:
-        """Start the next pending item (by hand: even when the queue holds after each run).
-
-        The item is claimed first, under the project's lock: another studio window on the same
-        project that runs its queue is named instead, and starts nothing here."""
-        queue = self.queue
-        if queue is None or self.running:
-            return
-        try:
-            item = queue.claim_next(by_hand)
-        except (QueueError, OSError) as exc:  # another window runs it, or its file cannot be written
-            with contextlib.suppress(OSError):
-                queue.refresh()  # the other window's queue, as it stands
-            self.sig_message.emit(str(exc))
-            self.sig_queue_changed.emit()
-            return
-        if item is None:
-            queue.release_runner()  # nothing to start: another window may run the queue now
-            if by_hand:
-                self.sig_message.emit(queue.why_nothing_starts())
-            self.sig_queue_changed.emit()
-            return
-        path = Path(item.config)
-        try:
-            config = load_resolved(path)
-        except (ConfigError, OSError) as exc:
-            queue.mark_ended(item.id, "failed", f"config unreadable: {exc}")
-            self.sig_message.emit(f"Queued config {path} cannot be used: {exc}")
-            self._go_on_after_refusal()
-            return
-        errors, warnings = preflight_headless(config)  # nobody is there to confirm a warning: it is said in the run
-        full = " ".join(str(e) for e in errors if e.check == "disk")
-        if full:  # too full for this run, too full for the ones after it (Continue on error spent each as failed)
-            queue.mark_pending(item.id, full)
-            queue.release_runner()
-            self.sig_message.emit(f"Queued config {path} waits, and the queue holds: {full} Then press Start queue.")
-            self.sig_queue_changed.emit()
-            return
-        if errors:
-            why = " ".join(str(e) for e in errors)
-            queue.mark_ended(item.id, "failed", why)
-            self.sig_message.emit(f"Queued config {path} was not started: {why}")
-            self._go_on_after_refusal()
-            return
-        said: list[str] = []
-        self.sig_message.connect(said.append)
-        try:
-            run_dir = self.start_config(config, [str(w) for w in warnings])
-        finally:
-            self.sig_message.disconnect(said.append)
-        if run_dir is None:
-            # Nothing ran (no training environment yet, a run folder that cannot be made): the item waits again,
-            # with why, and Start queue tries it once that is fixed; it is not spent as a failed run.
-            queue.mark_pending(item.id, " ".join(said) or "could not start")
-            queue.release_runner()
-        else:
-            self._queue_item = item.id
-            with contextlib.suppress(QueueError):  # the file held for a moment: the item is marked when the run ends
-                queue.mark_running(item.id, run_dir)
-        self.sig_queue_changed.emit()
+        """Start the next pending item (by hand: even when the queue holds after each run); see queue_start.py."""
+        start_next_queued(self, by_hand)
 
     def _go_on_after_refusal(self) -> None:
         """A queued config refused before it started (unreadable, or its checks failed) holds the queue as a
@@ -410,18 +353,14 @@ class RunController(QObject):
             self.queue.release_runner()
 
     def _queue_goes_on(self, failed: bool, disk_full: bool = False) -> bool:
-        """After a queued run that failed, the queue holds unless it is set to continue on error; after one that
-        filled the disk it holds even then: every run after it would fail the same way, all night."""
-        if not failed or self.queue is None or (self.queue.continue_on_error and not disk_full):
+        """After a queued run that failed, the queue goes on only as RunQueue.goes_on_after says; why it holds is
+        said."""
+        if self.queue is None:
             return True
-        pending = sum(1 for item in self.queue.items if item.state == "pending")
-        if pending and disk_full:
-            self.sig_message.emit(f"A queued run failed: its disk is full. The queue holds ({pending} waiting), "
-                                  "Continue on error or not: free some space, then press Start queue.")
-        elif pending:
-            self.sig_message.emit(f"A queued run failed; the queue holds ({pending} waiting). Tick \"Continue on "
-                                  "error\" to go on past failed runs, or Start queue to go on now.")
-        return False
+        goes_on, why = self.queue.goes_on_after(failed, disk_full)
+        if why:
+            self.sig_message.emit(why)
+        return goes_on
 
     def _finish_queue_item_left_running(self, run_dir: Path) -> None:
         """A queued run this studio followed again after a restart ("keep running") ended: its item says how,

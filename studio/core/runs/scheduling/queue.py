@@ -268,6 +268,21 @@ class RunQueue:
         return (f" Then the queue starts its next run ({waiting} waiting): to hold it, tick \"Stop the queue after the "
                 "current run\" on the Runs page's Queue tab.")
 
+    def goes_on_after(self, failed: bool, disk_full: bool) -> tuple[bool, str]:
+        """Whether the queue starts its next item after a queued run ended, and why not, in the window's words: after
+        a failed run it holds unless set to continue on error; after one that filled the disk it holds even then,
+        as every run after it would fail the same way, all night."""
+        if not failed or (self.continue_on_error and not disk_full):
+            return True, ""
+        pending = sum(1 for item in self.items if item.state == "pending")
+        if pending and disk_full:
+            return False, (f"A queued run failed: its disk is full. The queue holds ({pending} waiting), Continue on "
+                           "error or not: free some space, then press Start queue.")
+        if pending:
+            return False, (f"A queued run failed; the queue holds ({pending} waiting). Tick \"Continue on error\" "
+                           "to go on past failed runs, or Start queue to go on now.")
+        return False, ""
+
     def next_pending(self, by_hand: bool = False) -> QueueItem | None:
         """The item to start now; None while one runs, or after a run while "stop after current" is
         set. It stays set: each start by hand (`by_hand`) then runs one more item."""
