@@ -152,6 +152,13 @@ class FamilySpec:
             return self.size_download_gb.get(self.size_of(base), self.download_gb)
         return self.download_gb
 
+    def text_reader(self, use_t5: bool) -> tuple[int, str]:
+        """The caption or prompt tokens the text encoders read, and the encoder that reads them: a family whose T5
+        is optional (model.use_t5) reads only CLIP's without it, whatever its T5 would have read."""
+        if not use_t5 and self.setting("model.use_t5") is not None:
+            return CLIP_TOKEN_LIMIT, "CLIP"
+        return self.caption_token_limit, self.caption_encoder
+
     def setting(self, key: str) -> Setting | None:
         return next((s for s in self.settings if s.key == key), None)
 

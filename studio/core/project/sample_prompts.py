@@ -26,13 +26,14 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
     long: list[str] = []
     markup: dict[str, None] = {}
     with_markup: list[str] = []
+    limit, encoder = spec.text_reader(config.model.use_t5)
     draws = sample_draws(sampling, config.dataset.resolution, spec.pixel_multiple)
     for number, draw in enumerate(draws, 1):
         written = _PROMPT_MARKUP.findall(draw.text)
         if written:
             markup.update(dict.fromkeys(written))
             with_markup.append(str(number))
-        if estimate_tokens(draw.text) > spec.caption_token_limit:
+        if estimate_tokens(draw.text) > limit:
             long.append(str(number))
     said: list[str] = []
     if with_markup:
@@ -40,8 +41,8 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
                     "programs' prompts, which the samples read as plain words (what is trained is always drawn "
                     "at its full strength). Write the words alone")
     if long:
-        said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {spec.caption_token_limit} tokens "
-                    f"{spec.caption_encoder} reads: the samples ignore the rest. Shorten them or put the important "
+        said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {limit} tokens "
+                    f"{encoder} reads: the samples ignore the rest. Shorten them or put the important "
                     "words first")
     if not said:
         return None

@@ -233,7 +233,8 @@ class DatasetPage(Page):
         # all would pause the window for 100-300 ms at random. Frozen, they are skipped (until reload).
         gc.freeze()
         config = self.context.config
-        self.check = CheckJob(self._generation, config.dataset, self._project_root(), self, config.model.family)
+        self.check = CheckJob(self._generation, config.dataset, self._project_root(), self, config.model.family,
+                              config.model.use_t5)
         self.check.sig_progress.connect(self.problems_panel.set_checking)
         self.check.sig_done.connect(self._checked)
 
