@@ -44,9 +44,34 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
         said.append(f"{_prompts_named(long, 'are', 'is')} longer than the {limit} tokens "
                     f"{encoder} reads: the samples ignore the rest. Shorten them or put the important "
                     "words first")
+    unread = unread_negative_prompts(config)
+    if unread:
+        said.append(unread)
     if not said:
         return None
     return PreflightProblem("sample_prompts", ". ".join(said) + ".", can_confirm=True)
+
+
+def unread_negative_prompts(config: TrainConfig) -> str:
+    """The sample prompts whose negative prompt (the Sample settings tab's, or a prompt's own --n) their family's
+    pipeline will not read, in a sentence that says why and what to do; empty when every one is read."""
+    spec = family(config.model.family)
+    base = config.model.base
+    draws = sample_draws(config.sampling, config.dataset.resolution, spec.pixel_multiple)
+    unread = [(str(number), draw.guidance) for number, draw in enumerate(draws, 1)
+              if draw.negative.strip() and not spec.reads_negative_prompt(base, draw.guidance)]
+    if not unread:
+        return ""
+    numbers = [number for number, _guidance in unread]
+    start = f"{_prompts_named(numbers, 'have', 'has')} a negative prompt that the samples do not use"
+    if spec.guidance_distilled(base):
+        return (f"{start}: {base} has its guidance distilled into it and draws no negative prompt at any "
+                "guidance. Take the negative prompt out, or sample a base model that is not distilled")
+    guidances = ", ".join(dict.fromkeys(f"{guidance:g}" for _number, guidance in unread))
+    above = f"{spec.negative_prompt_above:g}"
+    return (f"{start}: {spec.title} draws with a negative prompt only at a guidance above {above}, not at "
+            f"{guidances}. Raise the guidance (the Sample settings tab's, or a prompt's --l) above {above}, or "
+            "take the negative prompt out")
 
 
 def _prompts_named(numbers: list[str], many: str = "hold", one: str = "holds") -> str:

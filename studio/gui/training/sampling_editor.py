@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.prompt_options import OPTIONS_TAKEN
 from studio.core.config.schema import TrainConfig
+from studio.core.project.sample_prompts import unread_negative_prompts
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 
@@ -77,6 +78,10 @@ class SamplingEditor(QWidget):
                                          "--w 768 --h 512 --d 42. The settings below are for what it does not "
                                          "set."), "sampling_options_note")
         self.options_note.setWordWrap(True)
+        # A negative prompt the family's pipeline would not read at the guidance set: said where it is written.
+        self.negative_note = named(QLabel(), "sampling_negative_note")
+        self.negative_note.setWordWrap(True)
+        self.negative_note.setVisible(False)
         self.problem = named(QLabel(), "sampling_problem")
         self.problem.setWordWrap(True)
         self.problem.setStyleSheet("color: #c62828;")
@@ -100,6 +105,7 @@ class SamplingEditor(QWidget):
         layout.addWidget(self.options_note)
         layout.addLayout(row)
         layout.addLayout(form)
+        layout.addWidget(self.negative_note)
         layout.addWidget(self.problem)
 
         add.clicked.connect(self.add_prompt)
@@ -139,6 +145,9 @@ class SamplingEditor(QWidget):
             if not self.guidance.hasFocus():
                 self.guidance.setValue(s.guidance)
             self.vae_tiling.setCurrentIndex(self.vae_tiling.findData(s.vae_tiling))
+            unread = unread_negative_prompts(config)
+            self.negative_note.setText(f"⚠ {unread}." if unread else "")
+            self.negative_note.setVisible(bool(unread))
         finally:
             self._filling = False
 
