@@ -20,7 +20,7 @@ def check_sample_prompts(config: TrainConfig) -> PreflightProblem | None:
     end the encoder never reads. A prompt's own options ("--n blurry --w 768") are not its words: they are
     drawn as its settings (config/prompt_options.py), and one the samples do not take is refused at load."""
     sampling = config.sampling
-    if not (sampling.every_n_steps and sampling.prompts):
+    if not ((sampling.every_n_steps or sampling.at_start) and sampling.prompts):
         return None
     spec = family(config.model.family)
     long: list[str] = []

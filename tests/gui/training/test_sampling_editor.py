@@ -129,3 +129,19 @@ def test_a_negative_prompt_the_samples_would_not_use_is_said_in_the_tab(qtbot: Q
     editor.guidance.setValue(3.0)
     editor.guidance.editingFinished.emit()
     assert not editor.negative_note.isVisible()
+
+
+def test_samples_before_the_first_step_are_a_check_box_saved_to_the_file(qtbot: QtBot, context: StudioContext,
+                                                                        config: TrainConfig, tmp_path: Path) -> None:
+    from studio.gui.widgets.samples_gallery import waiting_text
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    editor.show()
+    assert not editor.at_start.isChecked()
+    editor.at_start.click()
+    assert load_config(context.project.config_path).sampling.at_start  # type: ignore[union-attr]
+    # The gallery of a run that samples at its start waits for step 0, even with no samples every N steps.
+    sampling = {"prompts": ["a red circle"], "every_n_steps": 0, "at_start": True}
+    assert waiting_text(sampling, 0, 30) == "No samples yet: the first samples are made before the first step."
