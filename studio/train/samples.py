@@ -73,8 +73,8 @@ class SamplingPlan:
     offload: FrozenOffload
     tiled: bool = False
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py), by the prompt's
-    # words and its negative prompt: a prompt found here brings back no text encoder.
+    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py), by embedding_key (the
+    # prompt's words, its negative prompt and an edit's picture size): a prompt found here brings back no encoder.
     embedded: dict[EmbeddingKey, Conditioning] = field(default_factory=dict)
     # Edit pairs: the control images every sample prompt edits (data/controls.py's sample_controls).
     controls: tuple[Path, ...] = ()
