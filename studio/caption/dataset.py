@@ -12,7 +12,7 @@ from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.edit_pairs.controls import ControlSettings
 from studio.core.dataset.edit_pairs.pairs import control_settings
 from studio.core.dataset.scan import DatasetError, ImageEntry, scan_concept_report
-from studio.core.families import DEFAULT_FAMILY
+from studio.core.families import DEFAULT_FAMILY, family
 from studio.core.project.folder import is_project, open_project
 
 _SOURCE_WORDS = {"folder": "its folder's name", "prompt": "its instance prompt", "txt": ".txt files only",
@@ -27,6 +27,11 @@ class CaptionDataset:
     family: str = DEFAULT_FAMILY  # a project's model family: its text encoder decides which captions are long
     # Each image's concept's caption_source: where training reads its caption from.
     sources: dict[Path, str] = field(default_factory=dict)
+    use_t5: bool = False  # an SD3 project's T5 reads longer captions than its CLIP encoders
+
+    def token_reader(self) -> tuple[int, str]:
+        """The caption tokens the project's text encoders read, and the encoder that reads them."""
+        return family(self.family).text_reader(self.use_t5)
 
     def check_captions_are_read(self, images: list[Path]) -> None:
         """Raise DatasetError when a caption written for one of `images` would never be trained: its concept
@@ -53,7 +58,7 @@ def open_dataset(folder: Path) -> CaptionDataset:
     if not folder.is_dir():
         raise DatasetError(f"{folder} is not a folder; give the folder holding the images or a project folder.")
     folder = folder.resolve()
-    extension, family = ".txt", DEFAULT_FAMILY
+    extension, family_name, use_t5 = ".txt", DEFAULT_FAMILY, False
     controls: ControlSettings | None = None
     if is_project(folder):
         project = open_project(folder)
@@ -62,7 +67,8 @@ def open_dataset(folder: Path) -> CaptionDataset:
         except ConfigError as exc:
             raise DatasetError(f"The project {folder} has a broken studio.toml: {exc}") from exc
         concepts, base, extension = list(config.dataset.concepts), project.root, config.dataset.caption_extension
-        family, controls = config.model.family, control_settings(config.dataset, project.root)
+        family_name, controls = config.model.family, control_settings(config.dataset, project.root)
+        use_t5 = config.model.use_t5
     else:
         concepts, base = [ConceptSection(path=str(folder))], None
     entries: list[ImageEntry] = []
@@ -73,4 +79,4 @@ def open_dataset(folder: Path) -> CaptionDataset:
         sources.update((entry.path, concept.caption_source) for entry in found)
     store = CaptionStore(entries, extension)
     store.remove_leftovers(folder)  # saves killed halfway (a job or the studio stopped hard)
-    return CaptionDataset(folder, store, [e.path for e in entries], family, sources)
+    return CaptionDataset(folder, store, [e.path for e in entries], family_name, sources, use_t5)

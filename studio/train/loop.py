@@ -240,6 +240,8 @@ class Trainer:
         swap = {id(module): wrapped for module, wrapped in zip(self.train_modules, self.wrapped, strict=True)}
         train_components = replace(self.components, denoiser=self.wrapped[0],
                                    text_encoders=[swap.get(id(e), e) for e in self.components.text_encoders])
+        if self.step == 0 and self.config.sampling.at_start:  # the base model's pictures (a resumed run is past 0)
+            self._samples()
         self.meter.start()
         with self.clock.timed("steps"):
             return self._steps(batches, scheme, train_components)
@@ -430,8 +432,7 @@ class Trainer:
         if status == "stopped":
             self._checkpoint(self.epoch)
         else:
-            every = self.config.sampling.every_n_steps
-            if every and self.step % every:
+            if (every := self.config.sampling.every_n_steps) and self.step % every:
                 self._samples()
             self.reporter.phase("saving", 0, 1, "writing the outputs")
             components = self.sharding.full_components(self.components, self.adapter.denoiser_name,

@@ -43,6 +43,12 @@ from studio.train.progress.reporting import Reporter
 # What a stage reports before each piece of work: (stage, index of the image or prompt, the prompt).
 Progress = Callable[[str, int, str], None]
 OnImage = Callable[[int, Any], None]
+# The control images an edit sample edits (PIL), fitted to a picture's (width, height): the same for every
+# picture, or made for each picture's size.
+References = Sequence[Any] | Callable[[int, int], Sequence[Any]]
+# What a prompt is embedded from: its words and negative prompt, and for an edit the picture's width and height
+# (the controls the encoder may see are fitted to them).
+EmbeddingKey = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,9 @@ class SamplingPlan:
     offload: FrozenOffload
     tiled: bool = False
     autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py), by the prompt's
-    # words and its negative prompt: a prompt found here brings back no text encoder.
-    embedded: dict[tuple[str, str], Conditioning] = field(default_factory=dict)
+    # The sample prompts' embeddings made with the cached captions' (data/caching_phase.py), by embedding_key (the
+    # prompt's words, its negative prompt and an edit's picture size): a prompt found here brings back no encoder.
+    embedded: dict[EmbeddingKey, Conditioning] = field(default_factory=dict)
     # Edit pairs: the control images every sample prompt edits (data/controls.py's sample_controls).
     controls: tuple[Path, ...] = ()
 
@@ -141,39 +147,57 @@ def reports_compute_dtype(denoiser: torch.nn.Module) -> Iterator[None]:
 
 def render_images(
     adapter: FamilyAdapter, components: Components, plan: SamplingPlan, jobs: list[ImageJob], size: int,
-    on_image: OnImage, progress: Progress, references: Sequence[Any] = (),
+    on_image: OnImage, progress: Progress, references: References = (),
 ) -> None:
     """Make one image per job (prompt and seed, and the settings it gives itself; `size` a side of those that give
-    none) and hand each to `on_image` as it is decoded; every job edits `references` (PIL control images) when
-    there are some."""
+    none) and hand each to `on_image` as it is decoded; every job edits `references` (PIL control images, or
+    what makes them at a picture's width and height) when there are some."""
     pipeline = adapter.make_pipeline(components)
     pipeline.set_progress_bar_config(disable=True)
     sampling = adapter.config.sampling
-    texts = list(dict.fromkeys(text_of(job, sampling.negative_prompt) for job in jobs))
+    edits = callable(references) or bool(references)
+    fitted: dict[tuple[int, int], Sequence[Any]] = {}
+
+    def shape(job: ImageJob) -> tuple[int, int]:
+        return job.width or size, job.height or size
+
+    def controls(width: int, height: int) -> Sequence[Any]:
+        if not callable(references):
+            return references
+        if (width, height) not in fitted:
+            fitted[width, height] = references(width, height)
+        return fitted[width, height]
+
+    def key(job: ImageJob) -> EmbeddingKey:
+        return embedding_key(*text_of(job, sampling.negative_prompt), shape(job) if edits else None)
+
+    texts = list(dict.fromkeys(key(job) for job in jobs))
     offload = plan.offload
     with torch.no_grad(), evaluating(components):
         embedded = {text: plan.embedded[text] for text in texts if text in plan.embedded}
         missing = [text for text in texts if text not in embedded]
         device = next(components.denoiser.parameters()).device
         with offload.resident(offload.text_encoder_names() if missing else []):
-            for index, (prompt, negative) in enumerate(missing):
+            for index, text in enumerate(missing):
+                prompt, negative = text[:2]
                 progress("encoding", index, prompt)
-                made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
+                made = adapter.sample_edit_conditioning(pipeline, prompt, negative,
+                                                        controls(*text[2:]) if edits else ())
                 # Encoders kept in system memory (model.text_encoder_on_cpu) embed there, and SD3's pipeline
                 # hands given embeddings to its transformer where they are: they go where the denoiser is.
-                embedded[prompt, negative] = {key: on_device(value, device) for key, value in made.items()}
+                embedded[text] = {name: on_device(value, device) for name, value in made.items()}
         latents = []
         # An edit's pipeline encodes its control images with the VAE as it denoises: the VAE comes with the denoiser
         # (left in system memory, Qwen-Image-Edit's samples failed on a GPU and FLUX.2 [klein]'s encoded on the CPU).
-        with offload.resident(["vae"] if references else []), \
+        with offload.resident(["vae"] if edits else []), \
                 forward_in_precision(components.denoiser, plan.autocast), reports_compute_dtype(components.denoiser):
             for index, job in enumerate(jobs):
                 progress("denoising", index, job.prompt)
                 generator = torch.Generator("cpu").manual_seed(job.seed)
                 picture = Picture(job.width or size, job.height or size, job.steps or sampling.steps,
                                   sampling.guidance if job.guidance is None else job.guidance)
-                conditioning = embedded[text_of(job, sampling.negative_prompt)]
-                latents.append(adapter.denoise(pipeline, conditioning, generator, picture, references))
+                latents.append(adapter.denoise(pipeline, embedded[key(job)], generator, picture,
+                                               controls(*shape(job)) if edits else ()))
         embedded.clear()
         with offload.resident(["vae"]), decode_tiled(components.vae, plan.tiled):
             for index, (job, latent) in enumerate(zip(jobs, latents, strict=True)):
@@ -185,6 +209,12 @@ def render_images(
 def text_of(job: ImageJob, negative: str) -> tuple[str, str]:
     """What a job's prompt is embedded from: its words and its negative prompt (its own, else `negative`)."""
     return job.prompt, negative if job.negative is None else job.negative
+
+
+def embedding_key(prompt: str, negative: str, shape: tuple[int, int] | None = None) -> EmbeddingKey:
+    """The key of a prompt's embeddings: its words and negative prompt, and for an edit sample the picture's
+    (width, height), which its controls are fitted to (an encoder that sees them embeds each shape apart)."""
+    return (prompt, negative) if shape is None else (prompt, negative, *shape)
 
 
 def on_device(value: Any, device: torch.device) -> Any:
@@ -233,13 +263,16 @@ def make_samples(
     jobs = [ImageJob(draw.text, draw.seed, draw.width, draw.height, draw.steps, draw.guidance, draw.negative)
             for draw in draws]
     failed = False
-    references: list[Any] = []
     controls: list[Path] = []
     try:
-        # Edit samples: each control as training saw them (at the sample size), saved beside the samples.
-        references = sample_references(adapter.config, plan.controls)
-        controls = save_sample_controls(references, run_dir) if references else []
-        render_images(adapter, components, plan, jobs, size, save, progress, references)
+        # Edit samples: the controls as training saw them, fitted to each picture's own size (its prompt's --w and
+        # --h, as a target's bucket fits its controls), saved beside the samples at the first picture's size.
+        if plan.controls:
+            controls = save_sample_controls(sample_references(config, plan.controls, draws[0].width,
+                                                              draws[0].height), run_dir)
+        render_images(adapter, components, plan, jobs, size, save, progress,
+                      (lambda width, height: sample_references(config, plan.controls, width, height))
+                      if plan.controls else ())
     except Exception as exc:  # a sample never ends the run: reported here, with its traceback
         stage, prompt = where
         first_line = str(exc).splitlines()[0] if str(exc) else ""
@@ -256,10 +289,12 @@ def make_samples(
     return paths
 
 
-def sample_references(config: TrainConfig, controls: Sequence[Path]) -> list[Any]:
-    """The control images edit samples edit (PIL), each fitted to the sample size as training saw them."""
+def sample_references(config: TrainConfig, controls: Sequence[Path], width: int | None = None,
+                      height: int | None = None) -> list[Any]:
+    """The control images edit samples edit (PIL), each fitted to a picture's width and height (None: the sample
+    size) as training fits a pair's controls to its target."""
     size = config.sampling.size or config.dataset.resolution
-    return [fitted_control(path, (size, size)) for path in controls]
+    return [fitted_control(path, (width or size, height or size)) for path in controls]
 
 
 def sample_hint(

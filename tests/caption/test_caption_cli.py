@@ -248,6 +248,20 @@ def test_a_projects_family_decides_which_captions_are_named_long(
     assert "captions are longer than Qwen3's 512 tokens" in capsys.readouterr().out
 
 
+def test_an_sd3_project_without_t5_names_captions_past_clips_75_tokens(
+        demo_folder: Path, tiny_tagger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SD3 declares T5's 256 tokens, but with model.use_t5 off (its default) the CLIP encoders read 75."""
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.project.folder import create_project
+
+    config = TrainConfig(model=ModelSection(family="sd3", base="org/model"),
+                         dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_folder))]))
+    project = create_project(demo_folder.parent / "project", config).root
+    long_prefix = ", ".join(f"word{i}" for i in range(40))  # past CLIP's 75 tokens, within T5's 256
+    assert _caption(project, tiny_tagger, "--prefix", long_prefix) == 0
+    assert "captions are longer than CLIP's 75 tokens" in capsys.readouterr().out
+
+
 def test_an_image_larger_than_pillow_opens_is_skipped_and_the_rest_captioned(
         demo_folder: Path, tiny_tagger: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -355,3 +355,34 @@ def test_a_control_of_another_size_is_fitted_to_its_targets_bucket(tmp_path: Pat
     assert float(pixels[0, 0].mean()) > 0.9 and float(pixels[0, 2].mean()) < -0.9  # all red: the band cropped away
     mirrored = control_pixels(item, flipped=True)
     assert torch.equal(mirrored, pixels.flip(-1))
+
+
+def test_a_prompts_own_size_gets_its_control_fitted_to_that_size(tiny_flux2_klein: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 events_of: Callable) -> None:
+    """A prompt's --w and --h draw a wide picture: the control it edits is fitted to that shape (as training
+    fits a pair's controls to its target), not to the tab's square, and control-0.png shows it at that shape."""
+    from studio.train.families.base import FamilyAdapter
+
+    targets, folders = _pairs(tmp_path, "folder", count=2)
+    config = _config(tiny_flux2_klein, targets, folders, tmp_path, cache=False)
+    config.training.max_steps, config.sampling.every_n_steps = 1, 1
+    config.sampling.prompts = [f"{INSTRUCTION} --w 96 --h 64", INSTRUCTION]
+    config.output.save_every_n_steps = 0
+    seen: list[list[tuple[int, int]]] = []
+    denoise = FamilyAdapter.denoise
+
+    def spied(self: FamilyAdapter, pipeline: object, conditioning: object, generator: object, picture: object,
+              references: object = ()) -> object:
+        seen.append([image.size for image in references])  # type: ignore[attr-defined]
+        return denoise(self, pipeline, conditioning, generator, picture, references)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FamilyAdapter, "denoise", spied)
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0, (run_dir / "events.jsonl").read_text()[-2000:]
+    (sample,) = [e for e in events_of(run_dir) if isinstance(e, Sample)]
+    with Image.open(sample.images[0]) as wide, Image.open(sample.images[1]) as square:
+        assert (wide.size, square.size) == ((96, 64), (64, 64))
+    assert seen == [[(96, 64)], [(64, 64)]]
+    with Image.open(run_dir / "samples" / "control-0.png") as shown:
+        assert shown.size == (96, 64)  # the before beside the first after, at its shape

@@ -218,6 +218,19 @@ def test_the_pre_flight_disk_figure_counts_each_sample_at_its_prompts_own_size(m
     assert grown == pytest.approx(1.1 * rounds * (2048 * 1024 - 64 * 64) * 3 / 2, abs=2)
 
 
+def test_the_pre_flight_disk_figure_counts_the_samples_before_the_first_step(make_config, tmp_path: Path) -> None:
+    from studio.core.config.files.paths import resolve_paths
+    from studio.core.config.schema import SamplingSection
+    from studio.core.project.disk_estimate import estimate_disk_bytes
+
+    def figure(at_start: bool) -> int:
+        sampling = SamplingSection(every_n_steps=5, at_start=at_start, prompts=["a red circle --w 2048 --h 1024"])
+        config = make_config(training=TrainingSection(batch_size=2, max_steps=10), sampling=sampling)
+        return estimate_disk_bytes(resolve_paths(config, tmp_path), trainable_params=1000)
+
+    assert figure(True) - figure(False) == pytest.approx(1.1 * 2048 * 1024 * 3 / 2, abs=2)  # one more round
+
+
 def test_the_pre_flight_disk_figure_of_a_full_fine_tune_counts_the_whole_pipeline(
         make_config, run_training, tmp_path: Path) -> None:
     # A DreamBooth writes the VAE and the text encoders beside the trained weights: the figure counted the

@@ -47,3 +47,43 @@ def test_each_sample_is_drawn_at_its_prompts_own_size_and_seed(
     # The same words, size and seed draw the same picture; another seed another one.
     assert np.array_equal(pixels[0], pixels[2])
     assert not np.array_equal(pixels[0], pixels[3])
+
+
+def test_samples_at_start_show_the_base_models_pictures_once_not_again_on_resume(
+    tiny_sd15: Path, demo_data: Path, tmp_path: Path, events_of, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection, TrainConfig
+    from studio.core.runs.records.run_model import RunModel
+    from studio.train.loop import Trainer
+
+    config = TrainConfig(
+        model=ModelSection(family="sd15", base=str(tiny_sd15)),
+        method=MethodSection(kind="lora", rank=4, alpha=8),
+        dataset=DatasetSection(concepts=[ConceptSection(path=str(demo_data))], resolution=64, buckets=False),
+        training=TrainingSection(batch_size=2, max_steps=3, learning_rate=5e-3, seed=3),
+        sampling=SamplingSection(every_n_steps=3, at_start=True, prompts=["a red circle"], steps=1, seed=1),
+        output=OutputSection(dir=str(tmp_path / "runs"), name="first", save_every_n_steps=1),
+    )
+    original = Trainer._after_step
+
+    def stop_after_one(self: Trainer, epoch: int) -> None:
+        original(self, epoch)
+        if self.step == 1:
+            (self.run_dir / "STOP").write_text("stop", encoding="utf-8")
+
+    monkeypatch.setattr(Trainer, "_after_step", stop_after_one)
+    code, run_dir = train_in_process(config, tmp_path)
+    assert code == 0
+    monkeypatch.setattr(Trainer, "_after_step", original)
+    assert [e.step for e in events_of(run_dir) if isinstance(e, Sample)] == [0]
+    assert (run_dir / "samples" / "step-000000-0.png").is_file()
+    code, _ = train_in_process(None, tmp_path, resume_dir=run_dir)  # type: ignore[arg-type]
+    assert code == 0
+    events = events_of(run_dir)
+    assert isinstance(events[-1], RunFinished) and events[-1].status == "completed"
+    # The resumed leg starts at step 1: the base model's pictures are not made again.
+    assert [e.step for e in events if isinstance(e, Sample)] == [0, 3]
+    model = RunModel(run_dir)
+    for event in events:
+        model.apply(event)
+    assert [sample.step for sample in model.samples] == [0, 3]  # the gallery's steps

@@ -184,7 +184,6 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
     from studio.caption.job import CaptionJob, JobResult, finished_event, plan_job
     from studio.caption.progress import CaptionProgress, ProgressWriteError
     from studio.caption.registry import load_captioner
-    from studio.core.families import family
 
     progress = None
     if not args.dry_run:
@@ -204,7 +203,7 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
     settings = RunSettings(args.device, args.precision, args.batch_size, args.max_tokens)
     with StopRequest(reporter.say) as stop:
         job = CaptionJob(dataset.store, rules, reporter, write=not args.dry_run, progress=progress,
-                         should_stop=lambda: stop.requested, token_limit=family(dataset.family).caption_token_limit)
+                         should_stop=lambda: stop.requested, token_limit=dataset.token_reader()[0])
         try:
             captioner = load_captioner(source, settings)
             result = job.run(captioner, plan)
@@ -221,7 +220,7 @@ def _caption(args: argparse.Namespace, dataset: CaptionDataset, images: list[Pat
             return EXIT_FAILED
     reporter(finished_event(result))
     if not args.json:
-        _summary(result, source.name, args.dry_run, len(plan.todo), dataset.family)
+        _summary(result, source.name, args.dry_run, len(plan.todo), dataset.token_reader())
     return EXIT_INTERRUPTED if result.status == "stopped" else EXIT_OK
 
 
@@ -234,18 +233,15 @@ def _nothing_reason(plan: JobPlan, rules: CaptionRules) -> str:
     return "the dataset has no images."
 
 
-def _summary(result: JobResult, model: str, dry_run: bool, total: int, family_name: str) -> None:
-    from studio.core.families import family
-
+def _summary(result: JobResult, model: str, dry_run: bool, total: int, reader: tuple[int, str]) -> None:
     verb = "would change" if dry_run else "wrote"
     print(f"{'' if not sys.stderr.isatty() else chr(10)}Captioned {result.captioned} of {total} images with {model}: "
           f"{verb} {result.written if not dry_run else result.captioned - result.unchanged} captions, "
           f"{result.unchanged} left as they were.")
     if result.long_captions:
         names = ", ".join(p.name for p in result.long_captions[:5])
-        reader = family(family_name)
-        print(f"{len(result.long_captions)} captions are longer than {reader.caption_encoder}'s "
-              f"{reader.caption_token_limit} tokens "
+        limit, encoder = reader
+        print(f"{len(result.long_captions)} captions are longer than {encoder}'s {limit} tokens "
               f"(the rest is cut off in training): {names}")
     if result.status == "stopped":
         print("Stopped. Run the same command again to caption the rest.")

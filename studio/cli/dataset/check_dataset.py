@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {folder} is not a folder; give the folder holding the images or a project folder",
               file=sys.stderr)
         return EXIT_INVALID
-    resolution, family = args.resolution, DEFAULT_FAMILY
+    resolution, family, use_t5 = args.resolution, DEFAULT_FAMILY, False
     masks = Path(args.mask_folder).expanduser() if args.mask_folder else None
     if is_project(folder):
         project = open_project(folder)
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INVALID
         concepts, base = list(config.dataset.concepts), project.root
         resolution, family = resolution or config.dataset.resolution, config.model.family
+        use_t5 = config.model.use_t5
         if masks is None and config.dataset.masks == "folder" and config.dataset.mask_folder:
             masks = project.resolve(config.dataset.mask_folder)
         controls = control_settings(config.dataset, project.root)
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     elif controls is None and (args.edit or (not is_project(folder) and find_controls(folder))):
         controls = ControlSettings()
     report = check_concepts(concepts, base, resolution or 512, mask_folder=masks, family_name=family,
-                            controls=controls)
+                            controls=controls, use_t5=use_t5)
     if args.json:
         print(json.dumps(report.to_json()))  # ASCII: read the same from a pipe in any code page
     else:

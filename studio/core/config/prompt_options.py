@@ -20,8 +20,9 @@ STEPS_BOUNDS = (1, 500)
 GUIDANCE_BOUNDS = (0.0, 50.0)
 SEED_BOUNDS = (0, 2**32 - 1)
 
-# An option is "--" and letters, standing alone ("a -- b" and "well-lit" are words).
-_OPTION = re.compile(r"(?:^|(?<=\s))--([A-Za-z]+)(?=\s|$)")
+# An option is "--" and letters, standing alone ("a -- b" and "well-lit" are words), its value after a space or
+# an equals sign ("--w 768", "--w=768", as other trainers' prompt files write both).
+_OPTION = re.compile(r"(?:^|(?<=\s))--([A-Za-z]+)(?=\s|=|$)")
 OPTIONS_TAKEN = "--n (negative prompt), --w and --h (width and height), --d (seed), --s (steps), --l (guidance)"
 
 
@@ -67,6 +68,7 @@ def read_prompt(line: str, pixel_multiple: int = 8) -> PromptOptions:
         name = match.group(1).lower()
         end = found[index + 1].start() if index + 1 < len(found) else len(line)
         value = line[match.end():end].strip()
+        value = value[1:].strip() if value.startswith("=") else value
         key = _KEYS.get(name)
         if key is None:
             raise PromptOptionError(f"--{match.group(1)} is not an option the samples take (they take "
@@ -74,7 +76,11 @@ def read_prompt(line: str, pixel_multiple: int = 8) -> PromptOptions:
         if key in values:
             raise PromptOptionError(f"--{name} is given twice: keep one")
         values[key] = value if key == "negative" else _number(name, value, pixel_multiple)
-    return PromptOptions(line[: found[0].start()].strip(), **values)
+    text = line[: found[0].start()].strip()
+    if not text:  # drawn, it would be a picture of nothing in particular, named after no words
+        raise PromptOptionError("it has options but no words to draw: write the prompt before its options, "
+                                "such as a cat on a sofa --w 768")
+    return PromptOptions(text, **values)
 
 
 def sample_draws(sampling: Any, resolution: int, pixel_multiple: int = 8) -> list[SampleDraw]:

@@ -328,6 +328,8 @@ class TrainingSection(Section):
 
 class SamplingSection(Section):
     every_n_steps: int = Field(default=0, ge=0, description="Make sample images every N steps; 0 turns it off.")
+    at_start: bool = Field(default=False, description="Also make the samples before the first step: the base "
+                           "model's pictures, to compare the trained ones with (not again when a run resumes).")
     prompts: list[str] = Field(default_factory=list, description="Sample prompts; each may end with its own "
                                "settings: --n negative prompt, --w/--h width and height, --d seed, --s steps, "
                                "--l guidance (a cat --w 768 --h 512 --d 42).")

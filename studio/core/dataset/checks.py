@@ -114,9 +114,9 @@ def image_problems(entry: ImageEntry, facts: ImageFacts, resolution: int) -> lis
     return out
 
 
-def caption_problems(entry: ImageEntry, family_name: str = DEFAULT_FAMILY) -> list[Problem]:
+def caption_problems(entry: ImageEntry, family_name: str = DEFAULT_FAMILY, use_t5: bool = False) -> list[Problem]:
     """A caption's problems; it is too long past what `family_name`'s text encoder reads (75 CLIP tokens
-    for SD1.x and SDXL, 512 Qwen3 tokens for FLUX.2 [klein] and Z-Image)."""
+    for SD1.x and SDXL, and SD3 without T5 (`use_t5`), 512 Qwen3 tokens for FLUX.2 [klein] and Z-Image)."""
     where = str(entry.path)
     if entry.caption_error is not None:
         return [Problem("error", "unreadable_caption", str(entry.caption_path),
@@ -134,11 +134,10 @@ def caption_problems(entry: ImageEntry, family_name: str = DEFAULT_FAMILY) -> li
                            "is not UTF-8; it was read with a Western (cp1252) fallback",
                            "check the text; saving it from the studio rewrites it as UTF-8"))
     tokens = estimate_tokens(entry.caption)
-    reader = family(family_name if is_family(family_name) else DEFAULT_FAMILY)
-    if tokens > reader.caption_token_limit:
+    limit, encoder = family(family_name if is_family(family_name) else DEFAULT_FAMILY).text_reader(use_t5)
+    if tokens > limit:
         out.append(Problem("warning", "long_caption", where,
-                           f"caption is about {tokens} tokens; {reader.caption_encoder} reads only the first "
-                           f"{reader.caption_token_limit}",
+                           f"caption is about {tokens} tokens; {encoder} reads only the first {limit}",
                            "shorten it or put the important words first"))
     return out
 
@@ -238,10 +237,11 @@ def check_concepts(
     mask_folder: Path | None = None,
     family_name: str = DEFAULT_FAMILY,
     controls: ControlSettings | None = None,
+    use_t5: bool = False,
 ) -> CheckReport:
     """Scan and check every concept: the headless `check-dataset` and the studio's panel share this. With
     `mask_folder` (dataset.masks = "folder"), every training image's mask is checked too. Captions are
-    measured against what `family_name`'s text encoder reads. With `controls` (dataset.kind = "edit") the
+    measured against what `family_name`'s text encoders read (with T5 or not: `use_t5`). With `controls` (dataset.kind = "edit") the
     images are edit pairs' targets, and their control images are checked too."""
     report = CheckReport()
     entries: list[ImageEntry] = []
@@ -257,7 +257,7 @@ def check_concepts(
         report.problems.extend(leftover_problems(scan))
         entries.extend(scan.entries)
         scans.append(scan)
-    problems, facts = _check_entries(entries, resolution, progress, family_name)
+    problems, facts = _check_entries(entries, resolution, progress, family_name, use_t5)
     report.problems.extend(problems)
     if controls is not None:
         sizes = {path: found.size for path, found in facts.items()}
@@ -279,12 +279,13 @@ def check_concepts(
 
 def _check_entries(
     entries: Sequence[ImageEntry], resolution: int, progress: Callable[[int, int], None] | None, family_name: str,
+    use_t5: bool = False,
 ) -> tuple[list[Problem], dict[Path, ImageFacts]]:
     facts = inspect_images([e.path for e in entries], progress)
     out: list[Problem] = []
     for entry in entries:
         out.extend(image_problems(entry, facts[entry.path], resolution))
-        out.extend(caption_problems(entry, family_name))
+        out.extend(caption_problems(entry, family_name, use_t5))
     out.extend(duplicate_problems(e.path for e in entries))
     out.extend(shared_name_problems(entries))
     return out, facts
@@ -304,8 +305,8 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
 
     Messages: ("progress", done, total), ("problems", [Problem fields as tuples]) in panel
     order, ("buckets", [((w, h), images)]), then ("done", image count); ("failed", text) on error.
-    `dataset` holds resolution, bucket_step, min_bucket and max_bucket, the project's family (whose text
-    encoder the captions are measured against), mask_folder (a path, with dataset.masks = "folder")
+    `dataset` holds resolution, bucket_step, min_bucket and max_bucket, the project's family and use_t5 (whose text
+    encoders the captions are measured against), mask_folder (a path, with dataset.masks = "folder")
     when the masks are checked too, and controls (ControlSettings.to_json, with dataset.kind = "edit")
     when the images are edit pairs. The helper runs
     `nice` steps below the window's priority, so the window's painting comes first.
@@ -321,7 +322,8 @@ def check_worker(conn: Any, concepts: list[dict[str, Any]], base_dir: str | None
             dataset["resolution"], lambda done, total: conn.send(("progress", done, total)),
             Path(dataset["mask_folder"]) if dataset.get("mask_folder") else None,
             str(dataset.get("family", DEFAULT_FAMILY)),
-            ControlSettings.from_json(dataset["controls"]) if dataset.get("controls") else None)
+            ControlSettings.from_json(dataset["controls"]) if dataset.get("controls") else None,
+            bool(dataset.get("use_t5", False)))
         problems = sorted(report.problems, key=panel_order)
         for start in range(0, len(problems), CHECK_CHUNK):
             conn.send(("problems", [(p.severity, p.code, p.path, p.message, p.hint)

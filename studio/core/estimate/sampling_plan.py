@@ -44,7 +44,7 @@ def largest_picture(config: TrainConfig) -> tuple[int, int]:
 
 
 def samples_on(config: TrainConfig) -> bool:
-    return bool(config.sampling.every_n_steps and config.sampling.prompts)
+    return bool((config.sampling.every_n_steps or config.sampling.at_start) and config.sampling.prompts)
 
 
 @dataclass

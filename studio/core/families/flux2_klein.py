@@ -10,6 +10,7 @@ frozen (its embeddings are cached).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +35,18 @@ def size_of(base: str) -> str:
     if isinstance(width, int) and width in TEXT_WIDTHS:
         return TEXT_WIDTHS[width]
     return "9b" if "9b" in base.lower() else "4b"
+
+
+def guidance_distilled(base: str) -> bool:
+    """Whether a base model is a distilled [klein] (4 steps, no negative prompt): a model folder says so in its
+    model_index.json (is_distilled), a hub id of Black Forest Labs' by its name (FLUX.2-klein-4B, not -base-)."""
+    index = Path(base).expanduser() / "model_index.json"
+    if index.is_file():
+        try:
+            return json.loads(index.read_text(encoding="utf-8")).get("is_distilled") is True
+        except (OSError, ValueError, AttributeError):
+            return False
+    return re.fullmatch(r"black-forest-labs/flux\.2-klein-(4b|9b)", base.strip().lower()) is not None
 
 
 def _folder(folder: Path, read: Callable[[Path], dict[str, object]]) -> str | None:
@@ -73,6 +86,7 @@ FAMILY = FamilySpec(
     # Flux2KleinPipeline(image=...) packs the reference images' latents after the image tokens.
     trains_edit_pairs=True,
     size_of=size_of,
+    guidance_distilled=guidance_distilled,
     size_bases=BASE_MODELS,
     size_download_gb={"4b": 16.0, "9b": 35.0},
     folder_rule=_folder,

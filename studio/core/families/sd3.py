@@ -39,7 +39,7 @@ FAMILY = FamilySpec(
     objective="flow_matching",
     prediction="flow",
     lora_implementation=DIFFUSERS,
-    # The CLIP encoders stop at 75 tokens, but T5 (on by default, model.use_t5) reads the pipeline's 256.
+    # The CLIP encoders stop at 75 tokens, but T5 (when model.use_t5 is on) reads the pipeline's 256.
     caption_token_limit=256,
     caption_encoder="T5",
     pipeline_class="StableDiffusion3Pipeline",

@@ -133,6 +133,11 @@ class FamilySpec:
     # The samples' (steps, guidance) of a base model sampled otherwise than the family's others (a step-distilled
     # one, told by its name); None: the family's own.
     sampling_of: Callable[[str], tuple[int, float] | None] = field(default=lambda base: None, repr=False)
+    # The samples' guidance above which its pipeline draws with the negative prompt (classifier-free guidance):
+    # at or below it the negative prompt is never read. And whether a base model has its guidance distilled into
+    # it, so that its pipeline reads no negative prompt at any guidance.
+    negative_prompt_above: float = 1.0
+    guidance_distilled: Callable[[str], bool] = field(default=lambda base: False, repr=False)
     # Families of several architectures (sizes): the size a base model is, and each size's hub base.
     size_of: Callable[[str], str] | None = field(default=None, repr=False)
     size_bases: dict[str, str] = field(default_factory=dict)
@@ -151,6 +156,17 @@ class FamilySpec:
         if self.size_of is not None:
             return self.size_download_gb.get(self.size_of(base), self.download_gb)
         return self.download_gb
+
+    def text_reader(self, use_t5: bool) -> tuple[int, str]:
+        """The caption or prompt tokens the text encoders read, and the encoder that reads them: a family whose T5
+        is optional (model.use_t5) reads only CLIP's without it, whatever its T5 would have read."""
+        if not use_t5 and self.setting("model.use_t5") is not None:
+            return CLIP_TOKEN_LIMIT, "CLIP"
+        return self.caption_token_limit, self.caption_encoder
+
+    def reads_negative_prompt(self, base: str, guidance: float) -> bool:
+        """Whether samples of `base` at `guidance` are drawn with their negative prompt."""
+        return guidance > self.negative_prompt_above and not self.guidance_distilled(base)
 
     def setting(self, key: str) -> Setting | None:
         return next((s for s in self.settings if s.key == key), None)

@@ -57,6 +57,7 @@ FAMILY = FamilySpec(
     sample_steps=28,
     sample_guidance=4.0,
     sampling_of=lambda base: TURBO_SAMPLING if is_turbo(base) else None,
+    negative_prompt_above=0.0,  # ZImagePipeline guides at any guidance above 0
     pixel_multiple=16,
     settings=(*FLOW_MATCHING, *COMMON, TRAINING_ADAPTER, BLOCK_SWAP),
     fsdp_units=("ZImageTransformerBlock",),

@@ -56,6 +56,7 @@ def estimate_disk_bytes(config: ResolvedConfig, trainable_params: int | None = N
         copies = (2 if "single_file" in output.formats else 1) * (2 if ema else 1)
         per_format = pipeline_params(config) * _SAVE_BYTES.get(output.save_precision, 4)
     rounds = steps // sampling.every_n_steps + 1 if sampling.every_n_steps and sampling.prompts else 0
+    rounds += 1 if sampling.at_start and sampling.prompts else 0  # the base model's, before the first step
     # Each prompt's picture at its own size (--w/--h); a PNG of a picture: about half its pixels.
     pixels = sum(draw.width * draw.height for draw in sample_draws(sampling, config.dataset.resolution,
                                                                     family(config.model.family).pixel_multiple))

@@ -136,7 +136,7 @@ class DatasetPage(Page):
     # ------------------------------------------------------------ loading
 
     def _config_changed(self, config: TrainConfig) -> None:
-        self.editor.set_family(config.model.family)  # a family chosen on the Model page reads captions its way
+        self.editor.set_family(config.model)  # a family (and T5) chosen on the Model page reads captions its way
         if scan_key(config) != self._config_key:
             self.reload()
         else:  # a DreamBooth prompt or class images: nothing to read again
@@ -184,7 +184,7 @@ class DatasetPage(Page):
             self.status_label.setText("Open a project to see its dataset.")
             return
         self._config_key = scan_key(config)
-        self.editor.set_family(config.model.family)
+        self.editor.set_family(config.model)
         gc.unfreeze()  # the previous dataset's objects may be collected again
         self._started = time.perf_counter()
         self._scanning = True
@@ -233,7 +233,7 @@ class DatasetPage(Page):
         # all would pause the window for 100-300 ms at random. Frozen, they are skipped (until reload).
         gc.freeze()
         config = self.context.config
-        self.check = CheckJob(self._generation, config.dataset, self._project_root(), self, config.model.family)
+        self.check = CheckJob(self._generation, config.dataset, self._project_root(), self, config.model)
         self.check.sig_progress.connect(self.problems_panel.set_checking)
         self.check.sig_done.connect(self._checked)
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 from studio.core.config.errors import ConfigIssue
 from studio.core.config.prompt_options import OPTIONS_TAKEN
 from studio.core.config.schema import TrainConfig
+from studio.core.project.sample_prompts import unread_negative_prompts
 from studio.gui.base.names import named
 from studio.gui.context import StudioContext
 
@@ -50,6 +52,8 @@ class SamplingEditor(QWidget):
         self.every.setRange(0, 2**31 - 1)  # the most a spin box holds; the schema sets no upper bound
         self.every.setSpecialValueText("off")
         self.every.setSuffix(" steps")
+        self.at_start = named(QCheckBox("and before the first step (the base model's pictures, to compare with)"),
+                              "sampling_at_start")
         self.steps = named(QSpinBox(), "sampling_steps")
         self.steps.setRange(1, 500)
         self.guidance = named(QDoubleSpinBox(), "sampling_guidance")
@@ -77,6 +81,10 @@ class SamplingEditor(QWidget):
                                          "--w 768 --h 512 --d 42. The settings below are for what it does not "
                                          "set."), "sampling_options_note")
         self.options_note.setWordWrap(True)
+        # A negative prompt the family's pipeline would not read at the guidance set: said where it is written.
+        self.negative_note = named(QLabel(), "sampling_negative_note")
+        self.negative_note.setWordWrap(True)
+        self.negative_note.setVisible(False)
         self.problem = named(QLabel(), "sampling_problem")
         self.problem.setWordWrap(True)
         self.problem.setStyleSheet("color: #c62828;")
@@ -88,6 +96,7 @@ class SamplingEditor(QWidget):
         form = QFormLayout()
         form.addRow("Negative prompt", self.negative)
         form.addRow("Make samples every", self.every)
+        form.addRow("", self.at_start)
         form.addRow("Denoising steps", self.steps)
         form.addRow("Guidance", self.guidance)
         form.addRow("Seed", self.seed)
@@ -100,11 +109,13 @@ class SamplingEditor(QWidget):
         layout.addWidget(self.options_note)
         layout.addLayout(row)
         layout.addLayout(form)
+        layout.addWidget(self.negative_note)
         layout.addWidget(self.problem)
 
         add.clicked.connect(self.add_prompt)
         remove.clicked.connect(self.remove_selected)
         self.prompts.itemChanged.connect(lambda _item: self._prompts_edited())
+        self.at_start.toggled.connect(lambda on: self.commit({"sampling.at_start": on}))
         self.negative.editingFinished.connect(lambda: self.commit({"sampling.negative_prompt": self.negative.text()}))
         for key, spin in (("every_n_steps", self.every), ("steps", self.steps)):
             spin.editingFinished.connect(lambda k=key, s=spin: self.commit({f"sampling.{k}": s.value()}))
@@ -139,6 +150,10 @@ class SamplingEditor(QWidget):
             if not self.guidance.hasFocus():
                 self.guidance.setValue(s.guidance)
             self.vae_tiling.setCurrentIndex(self.vae_tiling.findData(s.vae_tiling))
+            self.at_start.setChecked(s.at_start)
+            unread = unread_negative_prompts(config)
+            self.negative_note.setText(f"⚠ {unread}." if unread else "")
+            self.negative_note.setVisible(bool(unread))
         finally:
             self._filling = False
 

@@ -39,12 +39,16 @@ def waiting_text(sampling: dict[str, object], step: int = 0, total: int = 0, end
         if not prompts:
             return "This run made no samples: it had no sample prompts."
         if not isinstance(every, int) or every <= 0:
-            return "This run made no samples: sampling was off (every 0 steps)."
+            if not sampling.get("at_start"):
+                return "This run made no samples: sampling was off (every 0 steps)."
+            every = 0  # its only samples, before the first step
         if step >= every:  # samples were due: each round failed (a sample's failure does not end a run)
             return "This run made no samples: each round failed; its errors and console.log say why."
         return f"This run made no samples: it ended at step {step}, before its first samples (step {every})."
     if not prompts:
         return NO_PROMPTS
+    if sampling.get("at_start") and step == 0:
+        return "No samples yet: the first samples are made before the first step."
     if not isinstance(every, int) or every <= 0:
         return "No samples: sampling is off (every 0 steps); set how often in the Sample settings tab."
     due = (step // every + 1) * every

@@ -40,23 +40,27 @@ def holds_denoiser(config: TrainConfig, sharded: bool) -> bool:
 def encode_sample_prompts(
     adapter: FamilyAdapter, components: Components, config: TrainConfig, device: torch.device,
     controls: Sequence[Path] = (),
-) -> dict[tuple[str, str], Conditioning]:
-    """Each sample prompt's embeddings (and its negative prompt's), by its words and negative prompt, as the
+) -> dict[tuple[Any, ...], Conditioning]:
+    """Each sample prompt's embeddings (and its negative prompt's), by samples.embedding_key, as the
     samples' encoding stage makes them (with the `controls` edit samples edit), on `device` (where the denoiser
     samples; encoders kept on the CPU embed there)."""
-    from studio.train.samples import evaluating, on_device, sample_references
+    from studio.train.samples import EmbeddingKey, embedding_key, evaluating, on_device, sample_references
 
     if not prompts_cached(config):
         return {}
     pipeline = adapter.make_pipeline(components)
     pipeline.encode_prompt = encoding_once(pipeline.encode_prompt)
-    references = sample_references(config, controls)  # edit samples: a prompt that sees them is embedded with them
     draws = sample_draws(config.sampling, config.dataset.resolution, family(config.model.family).pixel_multiple)
-    embedded: dict[tuple[str, str], Conditioning] = {}
+    embedded: dict[EmbeddingKey, Conditioning] = {}
     with torch.no_grad(), evaluating(components):
-        for prompt, negative in dict.fromkeys((draw.text, draw.negative) for draw in draws):
-            made = adapter.sample_edit_conditioning(pipeline, prompt, negative, references)
-            embedded[prompt, negative] = {key: on_device(value, device) for key, value in made.items()}
+        for draw in draws:
+            # Edit samples: a prompt whose encoder sees the controls is embedded with them, at its picture's size.
+            text = embedding_key(draw.text, draw.negative, (draw.width, draw.height) if controls else None)
+            if text in embedded:
+                continue
+            references = sample_references(config, controls, draw.width, draw.height) if controls else []
+            made = adapter.sample_edit_conditioning(pipeline, draw.text, draw.negative, references)
+            embedded[text] = {key: on_device(value, device) for key, value in made.items()}
     return embedded
 
 

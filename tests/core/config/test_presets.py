@@ -136,7 +136,8 @@ def test_a_preset_keeps_what_the_projects_images_are_and_how_its_runs_are_watche
                     "control_folders": ["controls"], "validation_folder": "held-out", "masks": "folder",
                     "mask_folder": "masks", "caption_extension": ".caption"},
         "training": {"validation_every": 50},
-        "sampling": {"prompts": ["make it blue"], "every_n_steps": 100, "control_image": "before.png"},
+        "sampling": {"prompts": ["make it blue"], "every_n_steps": 100, "at_start": True,
+                     "control_image": "before.png"},
         "output": {"save_every_n_steps": 500, "save_every_n_epochs": 1, "keep_last": 10, "log_to": ["tensorboard"]},
     })
     preset = next(p for p in list_presets() if p.id == "flux2-klein-4b-lora-12gb")
@@ -146,7 +147,8 @@ def test_a_preset_keeps_what_the_projects_images_are_and_how_its_runs_are_watche
     assert (config.dataset.validation_folder, config.training.validation_every) == ("held-out", 50)
     assert (config.dataset.masks, config.dataset.mask_folder) == ("folder", "masks")
     assert config.dataset.caption_extension == ".caption"
-    assert (config.sampling.every_n_steps, config.sampling.control_image) == (100, "before.png")
+    assert (config.sampling.every_n_steps, config.sampling.at_start, config.sampling.control_image) == (
+        100, True, "before.png")
     assert (config.output.save_every_n_steps, config.output.save_every_n_epochs, config.output.keep_last,
             config.output.log_to) == (500, 1, 10, ["tensorboard"])
     assert config.dataset.resolution == preset.delta["dataset"]["resolution"]  # the recipe is the preset's

@@ -62,3 +62,20 @@ def test_a_bad_option_is_refused_at_load_with_the_prompts_number(tmp_path: Path)
         "sample prompt 2: --ar is not an option the samples take")
     loaded = load_config(write(tmp_path, text.replace("--ar 16:9", "--w 768 --h 512")))
     assert loaded.sampling.prompts[1] == "a cat --w 768 --h 512"
+
+
+def test_an_option_written_with_an_equals_sign_is_an_option() -> None:
+    # "--w=768" drawn as words made a square picture with "--w=768" in its prompt, and no one said so.
+    assert read_prompt("a cat --w=768 --h= 512 --n=blurry, dark --l=3.5") == PromptOptions(
+        "a cat", negative="blurry, dark", width=768, height=512, guidance=3.5)
+    with pytest.raises(PromptOptionError, match="--ar is not an option"):
+        read_prompt("a cat --ar=16:9")
+
+
+def test_a_prompt_of_options_alone_is_refused_at_load_with_its_number(tmp_path: Path) -> None:
+    text = MINIMAL + '[sampling]\nevery_n_steps = 10\nprompts = ["a red circle", "--w 512 --d 3"]\n'
+    with pytest.raises(ConfigError) as raised:
+        load_config(write(tmp_path, text))
+    (issue,) = raised.value.issues
+    assert issue.key == "sampling.prompts" and issue.message.startswith(
+        "sample prompt 2: it has options but no words to draw")

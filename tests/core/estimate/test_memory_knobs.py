@@ -200,3 +200,10 @@ def test_a_project_keeps_its_own_sample_settings() -> None:
                             NO_FOLDER)
     cfg = preset_config(preset, project)
     assert (cfg.sampling.every_n_steps, cfg.sampling.prompts) == (25, ["my dog"])
+
+
+def test_samples_made_only_before_the_first_step_count_in_the_estimate() -> None:
+    # Samples every 0 steps but at the start: the base model's pictures take the sampling peak all the same.
+    at_start = estimate_vram(config(sampling={"every_n_steps": 0, "at_start": True, "prompts": ["a cat"],
+                                              "vae_tiling": "off"}), GPU)
+    assert at_start.sampling_stage == "decoding with the VAE" and at_start.sampling_peak_mb > 0

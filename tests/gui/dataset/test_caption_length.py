@@ -59,3 +59,11 @@ def test_a_zimage_project_warns_only_past_its_512_tokens(qtbot, project: Project
     # The person switches the project to SD1.5 on the Model page: the same caption is now too long.
     assert page.context.change_config({"model.family": "sd15"}) == []
     assert _type(page, LONG_CAPTION).endswith("(over 75: CLIP reads 75, the rest is ignored)")
+
+
+def test_an_sd3_project_warns_past_clips_75_tokens_without_t5_and_past_256_with_it(qtbot, project: Project,  # type: ignore[no-untyped-def]
+                                                                                  tmp_path: Path) -> None:
+    page = _page(qtbot, project, tmp_path, "sd3")  # model.use_t5 is off by default: CLIP reads the captions
+    assert _type(page, LONG_CAPTION).endswith("(over 75: CLIP reads 75, the rest is ignored)")
+    assert page.context.change_config({"model.use_t5": True}) == []
+    assert _type(page, LONG_CAPTION) == "≈ 125 tokens"  # T5 reads 256

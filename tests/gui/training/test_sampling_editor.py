@@ -108,3 +108,40 @@ def test_a_prompts_own_settings_are_named_and_a_bad_one_refused_with_its_number(
     assert "sample prompt 2: --ar is not an option the samples take" in editor.problem.text()
     saved = load_config(context.project.config_path).sampling  # type: ignore[union-attr]
     assert saved.prompts == ["a red circle --w 768 --h 512 --d 42"]
+
+
+def test_a_negative_prompt_the_samples_would_not_use_is_said_in_the_tab(qtbot: QtBot, context: StudioContext,
+                                                                        config: TrainConfig, tmp_path: Path) -> None:
+    config.sampling.prompts, config.sampling.every_n_steps = ["a red circle"], 10
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    editor.show()
+    editor.negative.setText("blurry")
+    editor.negative.editingFinished.emit()
+    assert not editor.negative_note.isVisible()  # read at the default guidance 7
+    editor.guidance.setValue(1.0)
+    editor.guidance.editingFinished.emit()
+    assert editor.negative_note.isVisible()
+    assert editor.negative_note.text().startswith(
+        "⚠ Sample prompt 1 has a negative prompt that the samples do not use: SD 1.x/2.x draws with a negative "
+        "prompt only at a guidance above 1, not at 1.")
+    editor.guidance.setValue(3.0)
+    editor.guidance.editingFinished.emit()
+    assert not editor.negative_note.isVisible()
+
+
+def test_samples_before_the_first_step_are_a_check_box_saved_to_the_file(qtbot: QtBot, context: StudioContext,
+                                                                        config: TrainConfig, tmp_path: Path) -> None:
+    from studio.gui.widgets.samples_gallery import waiting_text
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    editor = SamplingEditor(context)
+    qtbot.addWidget(editor)
+    editor.show()
+    assert not editor.at_start.isChecked()
+    editor.at_start.click()
+    assert load_config(context.project.config_path).sampling.at_start  # type: ignore[union-attr]
+    # The gallery of a run that samples at its start waits for step 0, even with no samples every N steps.
+    sampling = {"prompts": ["a red circle"], "every_n_steps": 0, "at_start": True}
+    assert waiting_text(sampling, 0, 30) == "No samples yet: the first samples are made before the first step."

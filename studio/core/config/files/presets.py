@@ -47,7 +47,7 @@ PROJECT_CHOICES: dict[str, tuple[str, ...]] = {
     "dataset": ("kind", "control_layout", "control_folders", "caption_extension", "validation_fraction",
                 "validation_folder", "masks", "mask_folder"),
     "training": ("validation_every",),
-    "sampling": ("every_n_steps", "control_image"),
+    "sampling": ("every_n_steps", "at_start", "control_image"),
     "output": ("save_every_n_steps", "save_every_n_epochs", "keep_last", "log_to"),
 }
 

@@ -12,6 +12,7 @@ from studio.core.config.files.paths import ResolvedConfig
 from studio.core.config.rules.swap_rules import published_blocks
 from studio.core.config.schema import TrainConfig
 from studio.core.estimate.estimate import Fit, VramEstimate, estimate_vram, fit
+from studio.core.estimate.sampling_plan import samples_on
 from studio.core.families import family
 from studio.core.hardware.report import GPUInfo
 
@@ -138,7 +139,7 @@ def _nf4_base(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
 
 
 def _tiled_samples(c: TrainConfig) -> Iterator[tuple[dict[str, Any], str]]:
-    if c.sampling.every_n_steps and c.sampling.prompts and c.sampling.vae_tiling != "on":
+    if samples_on(c) and c.sampling.vae_tiling != "on":
         yield ({"sampling.vae_tiling": "on"},
                "Decode sample images tile by tile: the VAE needs a fraction of the memory; samples take a "
                "little longer.")

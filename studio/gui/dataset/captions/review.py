@@ -69,7 +69,8 @@ class CaptionReviewDialog(QDialog):
         self.dataset = context.project.root if context.project is not None else Path.cwd()
         # The project's family's text encoder reads the captions: its limit is where a caption is too long.
         name = context.config.model.family if context.config is not None else DEFAULT_FAMILY
-        self.reader = family(name if is_family(name) else DEFAULT_FAMILY)
+        use_t5 = context.config is not None and context.config.model.use_t5
+        self.limit, self.encoder = family(name if is_family(name) else DEFAULT_FAMILY).text_reader(use_t5)
         self.proposals: dict[Path, MachineCaption] = {}
         self.reading = False  # the Dataset page reads the dataset again: accepting waits for its new store
         self.proposed_by = ""  # the model of the job that made the proposals
@@ -335,10 +336,10 @@ class CaptionReviewDialog(QDialog):
             item.setToolTip(text)
             if column == 2 and after is None:
                 item.setForeground(QBrush(QColor("gray")))
-            limit = self.reader.caption_token_limit
+            limit = self.limit
             if column == 3 and tokens > limit:
                 item.setForeground(QBrush(QColor("#c0392b")))
-                item.setToolTip(f"{tokens} tokens: {self.reader.caption_encoder} reads {limit}; "
+                item.setToolTip(f"{tokens} tokens: {self.encoder} reads {limit}; "
                                 "the rest is cut off in training")
             self.table.setItem(row, column, item)
 
@@ -377,8 +378,8 @@ class CaptionReviewDialog(QDialog):
         image = self.rows[row]
         after = self.proposed(image)
         tokens = estimate_tokens(after if after is not None else self.store.caption(image))
-        limit = self.reader.caption_token_limit
-        over = f" — longer than {self.reader.caption_encoder} reads; the rest is cut off" if tokens > limit else ""
+        limit = self.limit
+        over = f" — longer than {self.encoder} reads; the rest is cut off" if tokens > limit else ""
         self.preview_panel.show_image(image, after if after is not None else f"{_KEPT}: {self.store.caption(image) or ''}",
                                       f"{tokens} / {limit} tokens{over}")
 

@@ -30,12 +30,13 @@ NOT_SCANNED = ("class_prompt", "class_path", "num_class_images", "prior_loss_wei
 
 def scan_key(config: TrainConfig) -> str:
     """What the scan and check of the images depend on; a change of anything else does not read them again.
-    The family is among them: its text encoder decides which captions are too long."""
+    The family and its T5 are among them: its text encoders decide which captions are too long."""
     data = config.dataset.model_dump()
     for concept in data["concepts"]:
         for key in NOT_SCANNED:
             concept.pop(key, None)
-    return json.dumps({**data, "family": config.model.family}, sort_keys=True, default=str)
+    return json.dumps({**data, "family": config.model.family, "use_t5": config.model.use_t5}, sort_keys=True,
+                      default=str)
 
 class DatasetView(Protocol):
     """What of the Dataset page the concept actions use."""

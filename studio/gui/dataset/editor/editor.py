@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.core.config.schema import ModelSection
 from studio.core.dataset.captions.caption_tags import estimate_tokens, tag_counts
 from studio.core.dataset.scan import ImageEntry
 from studio.core.families import DEFAULT_FAMILY, FamilySpec, family, is_family
@@ -90,6 +91,7 @@ class CaptionEditor(QWidget):
         self._tag_counts: Counter[str] = Counter()
         # Whose text encoder reads the captions: its token limit is where the warning starts.
         self.reader: FamilySpec = family(DEFAULT_FAMILY)
+        self.use_t5 = False  # SD3's T5 reads longer captions than its CLIP encoders
         self._loading = False
         # The box's text as last loaded or reported: only a change from it is typing. The box cannot hold every
         # caption exactly (a no-break space shows as a space, a Unicode line separator as a new line), so the
@@ -232,11 +234,11 @@ class CaptionEditor(QWidget):
     def shutdown(self) -> None:
         self._pictures.shutdown()
 
-    def set_family(self, name: str | None) -> None:
-        """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL,
-        512 Qwen3 tokens for FLUX.2 [klein] and Z-Image); an unknown family keeps the last one."""
-        if is_family(name) and name != self.reader.name:
-            self.reader = family(str(name))
+    def set_family(self, model: ModelSection) -> None:
+        """Warn at the caption length the project's family reads (75 CLIP tokens for SD1.x and SDXL, and SD3
+        without T5, 512 Qwen3 tokens for FLUX.2 [klein] and Z-Image); an unknown family keeps the last one."""
+        if is_family(model.family) and (model.family, model.use_t5) != (self.reader.name, self.use_t5):
+            self.reader, self.use_t5 = family(model.family), model.use_t5
             self._update_tokens()
 
     def set_tags(self, counts: Counter[str]) -> None:
@@ -285,7 +287,7 @@ class CaptionEditor(QWidget):
 
     def _update_tokens(self) -> None:
         tokens = estimate_tokens(self.text.toPlainText())
-        limit, encoder = self.reader.caption_token_limit, self.reader.caption_encoder
+        limit, encoder = self.reader.text_reader(self.use_t5)
         over = tokens > limit
         self.tokens.setText(f"≈ {tokens} tokens" + (f" (over {limit}: {encoder} reads {limit}, the rest is ignored)"
                                                      if over else ""))

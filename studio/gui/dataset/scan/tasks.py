@@ -15,7 +15,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from studio.core.config.schema import ConceptSection, DatasetSection
+from studio.core.config.schema import ConceptSection, DatasetSection, ModelSection
 from studio.core.dataset.captions.caption_store import CaptionStore
 from studio.core.dataset.checks import Problem, check_worker
 from studio.core.dataset.edit_pairs.controls import ControlSettings
@@ -156,7 +156,7 @@ class CheckJob(QObject):
     sig_done = Signal(object)  # CheckOutcome
 
     def __init__(self, generation: int, dataset: DatasetSection, base: Path | None,
-                 parent: QObject | None = None, family: str = DEFAULT_FAMILY) -> None:
+                 parent: QObject | None = None, model: ModelSection | None = None) -> None:
         super().__init__(parent)
         self.generation = generation
         self.problems: list[Problem] = []
@@ -165,7 +165,8 @@ class CheckJob(QObject):
         self.finished = False
         settings: dict[str, Any] = {"resolution": dataset.resolution, "bucket_step": dataset.bucket_step,
                                     "min_bucket": dataset.min_bucket, "max_bucket": dataset.max_bucket,
-                                    "family": family}
+                                    "family": model.family if model is not None else DEFAULT_FAMILY,
+                                    "use_t5": model is not None and model.use_t5}
         masks = mask_folder(dataset, base)
         if masks is not None:  # the loss masks are checked with the images
             settings["mask_folder"] = str(masks)
