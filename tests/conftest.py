@@ -74,6 +74,23 @@ def _compile_cache_left_as_found() -> Iterator[None]:
         os.environ[COMPILE_CACHE_ENV] = before
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _what_is_alive_before_a_qt_module_left_out_of_collections(request: pytest.FixtureRequest) -> None:
+    """Each Qt test ends with a full collection (below), which walks every object the worker holds: after the
+    training tests (torch, diffusers, transformers and every family's models imported), a million of them and
+    about 0.6 s a test, though none of them is the test's. Before a module of Qt tests, what is alive (the
+    libraries, the session's fixtures; the earlier modules' fixtures are gone by then) is collected once and
+    frozen (gc.freeze): the collections after it walk only what was made since. This module's own fixtures
+    are made after this one, so they and everything its tests make are collected as before."""
+    if not HAVE_QT or not any({"qtbot", "qapp"} & set(getattr(item, "fixturenames", ()))
+                              for item in request.session.items if item.module is request.module):
+        return
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--repeat-test", action="append", default=[], metavar="NAME*N",
                      help="run every test whose id contains NAME N times, beside the rest (to find flaky tests)")
