@@ -75,16 +75,14 @@ def _compile_cache_left_as_found() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _what_is_alive_before_a_qt_module_left_out_of_collections(request: pytest.FixtureRequest) -> None:
-    """Each Qt test ends with a full collection (below), which walks every object the worker holds: after the
-    training tests (torch, diffusers, transformers and every family's models imported), a million of them and
-    about 0.6 s a test, though none of them is the test's. Before a module of Qt tests, what is alive (the
-    libraries, the session's fixtures; the earlier modules' fixtures are gone by then) is collected once and
-    frozen (gc.freeze): the collections after it walk only what was made since. This module's own fixtures
-    are made after this one, so they and everything its tests make are collected as before."""
-    if not HAVE_QT or not any({"qtbot", "qapp"} & set(getattr(item, "fixturenames", ()))
-                              for item in request.session.items if item.module is request.module):
-        return
+def _what_is_alive_before_a_module_left_out_of_collections() -> None:
+    """A full collection walks every object the worker holds: after the training tests (torch, diffusers,
+    transformers and every family's models imported), a million of them, though none is ever garbage. Each
+    Qt test ends with one (below: about 0.6 s a test), and the interpreter's own full collections took a
+    sixth of the training tests' time. Before each module, what is alive (the libraries, the session's
+    fixtures; the earlier modules' fixtures are gone by then) is collected and frozen (gc.freeze): the
+    collections after it walk only what was made since. The module's own fixtures are made after this one,
+    so they and everything its tests make are collected as before."""
     import gc
 
     gc.collect()
