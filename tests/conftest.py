@@ -16,6 +16,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # studio.train.compilation.CACHE_ENV (the core tests run without torch)
 
 # The tiny pipelines, tiny captioners, the fake hub, a stand-in wheelhouse, the demo dataset, the
 # demo project with a stand-in model and a local sshd (the "remote machine"), built once per session for every folder that uses them.
@@ -57,6 +58,35 @@ def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
         for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
             QSettings.setPath(QSettings.Format.IniFormat, scope, str(base / "qsettings"))
     yield base
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache_left_as_found() -> Iterator[None]:
+    """A run with training.compile points torch's compile cache at the studio's cache folder for the rest of its
+    process (use_compile_cache), which in a test is that test's empty temporary one. Left so, every later test
+    of the worker that compiles (bitsandbytes builds its CPU nf4 kernels for each new weight shape) built them
+    all again from nothing: the Z-Image nf4 test took 15 s after the compile tests instead of 4 s."""
+    before = os.environ.get(COMPILE_CACHE_ENV)
+    yield
+    if before is None:
+        os.environ.pop(COMPILE_CACHE_ENV, None)
+    else:
+        os.environ[COMPILE_CACHE_ENV] = before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _what_is_alive_before_a_module_left_out_of_collections() -> None:
+    """A full collection walks every object the worker holds: after the training tests (torch, diffusers,
+    transformers and every family's models imported), a million of them, though none is ever garbage. Each
+    Qt test ends with one (below: about 0.6 s a test), and the interpreter's own full collections took a
+    sixth of the training tests' time. Before each module, what is alive (the libraries, the session's
+    fixtures; the earlier modules' fixtures are gone by then) is collected and frozen (gc.freeze): the
+    collections after it walk only what was made since. The module's own fixtures are made after this one,
+    so they and everything its tests make are collected as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

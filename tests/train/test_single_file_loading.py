@@ -182,6 +182,11 @@ def test_a_16_bit_checkpoint_loads_straight_into_16_bit_weights_unchanged(sd15_c
         assert torch.equal(components.denoiser.conv_out.weight, stored.get_tensor("model.diffusion_model.out.2.weight"))
         assert torch.equal(components.vae.encoder.conv_in.weight,
                            stored.get_tensor("first_stage_model.encoder.conv_in.weight").float())
+        # Weights of one shape differ (the random fill reads on from weight to weight), so a mix-up of two
+        # layers in loading would show in the comparisons above.
+        attention = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1."
+        query, key = (stored.get_tensor(attention + f"{name}.weight") for name in ("to_q", "to_k"))
+        assert query.shape == key.shape and not torch.equal(query, key)
 
 
 def test_a_ckpt_file_is_identified_from_its_tensors_without_running_its_pickle(tmp_path: Path) -> None:
