@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from studio.core.config import prompt_options as prompt
 from studio.core.config.errors import Contradiction, section_type
-from studio.core.config.prompt_options import GUIDANCE_BOUNDS, SEED_BOUNDS, SIZE_BOUNDS, STEPS_BOUNDS
 from studio.core.config.rules import data_rules as data
 from studio.core.config.rules.edit_pairs import EditPairFields, check_edit_pairs
 from studio.core.config.rules.launch_rules import (
@@ -330,14 +330,13 @@ class SamplingSection(Section):
     every_n_steps: int = Field(default=0, ge=0, description="Make sample images every N steps; 0 turns it off.")
     at_start: bool = Field(default=False, description="Also make the samples before the first step: the base "
                            "model's pictures, to compare the trained ones with (not again when a run resumes).")
-    prompts: list[str] = Field(default_factory=list, description="Sample prompts; each may end with its own "
-                               "settings: --n negative prompt, --w/--h width and height, --d seed, --s steps, "
-                               "--l guidance (a cat --w 768 --h 512 --d 42).")
+    prompts: list[str] = Field(default_factory=list, description="Sample prompts; each may end with its own settings: "
+                               f"{prompt.OPTIONS_TAKEN} (a cat --w 768 --h 512 --d 42).")
     negative_prompt: str = Field(default="", description="Negative prompt for samples.")
-    steps: int = Field(default=20, ge=STEPS_BOUNDS[0], le=STEPS_BOUNDS[1], description="Denoising steps per sample.")
-    guidance: float = Field(default=7.0, ge=GUIDANCE_BOUNDS[0], le=GUIDANCE_BOUNDS[1], description="Classifier-free guidance scale.")
-    seed: int = Field(default=1234, ge=SEED_BOUNDS[0], le=SEED_BOUNDS[1], description="Seed of the sample images.")
-    size: int | None = Field(default=None, ge=SIZE_BOUNDS[0], le=SIZE_BOUNDS[1], multiple_of=8, description="Sample size; empty means the resolution.")
+    steps: int = Field(default=20, ge=prompt.STEPS_BOUNDS[0], le=prompt.STEPS_BOUNDS[1], description="Denoising steps per sample.")
+    guidance: float = Field(default=7.0, ge=prompt.GUIDANCE_BOUNDS[0], le=prompt.GUIDANCE_BOUNDS[1], description="Classifier-free guidance scale.")
+    seed: int = Field(default=1234, ge=prompt.SEED_BOUNDS[0], le=prompt.SEED_BOUNDS[1], description="Seed of the sample images.")
+    size: int | None = Field(default=None, ge=prompt.SIZE_BOUNDS[0], le=prompt.SIZE_BOUNDS[1], multiple_of=8, description="Sample size; empty means the resolution.")
     control_image: str | None = Field(
         default=None, description="With dataset.kind = \"edit\": the control (reference) image every sample "
         "prompt edits, best one held out of the training pairs; empty: the first pair's control images. Saved "
