@@ -330,6 +330,19 @@ def shot_resume(session: Session) -> object:
     return pixmap
 
 
+def shot_run_samples(session: Session) -> object:
+    """The resumed run, finished, on the Runs page with its Samples tab: its pictures step by step."""
+    page = session.show_page("page_runs")
+    page.refresh()
+    page.table.selectRow(0)
+    page.open_run(page.table.summaries[0].path)
+    page.views.setCurrentWidget(page.samples)
+    session.wait(lambda: page.samples.slider.maximum() > 0, 30)
+    page.samples.slider.setValue(page.samples.slider.maximum())
+    session.wait(lambda: False, 1.0)
+    return session.window
+
+
 def shot_export(session: Session) -> object:
     session.show_page("page_export")
     session.wait(lambda: False, 1.0)
@@ -351,6 +364,7 @@ SHOTS: list[Shot] = [
     Shot("08-watch", "Watch it learn", shot_watch, trains=True),
     Shot("09-stop", "Stop", shot_stop, trains=True),
     Shot("10-resume", "Resume", shot_resume, trains=True),
+    Shot("10b-run-samples", "Compare the samples of runs", shot_run_samples, trains=True),
     Shot("11-export", "Export for rented GPUs", shot_export, trains=True),
 ]
 
