@@ -211,15 +211,21 @@ class RunsPage(Page):
     # ------------------------------------------------------------ actions
     def open_run(self, run_dir: Path) -> bool:
         """Replay a run into this page's plots (read on the reader; shown when it arrives); False if it is gone."""
-        if not run_dir.is_dir():
-            self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
-            self.refresh()
+        if self._gone(run_dir):
             return False
         # The run this studio follows now (on a cloud, say: no trainer here) is shown as it stands; any other
         # whose events end without run_finished and whose trainer is gone is shown ended.
         followed = self.controller.running and run_dir == self.controller.run_dir
         self._read(replay_run if followed else replay_to_show, run_dir,
                    on_done=lambda rep: self._show_replay(run_dir, rep))
+        return True
+
+    def _gone(self, run_dir: Path) -> bool:
+        """A run folder deleted or moved outside the studio since the list was read: said, and the list read again."""
+        if run_dir.is_dir():
+            return False
+        self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
+        self.refresh()
         return True
 
     def _read(self, function: Callable[..., Any], *args: Any, on_done: Callable[[Any], None]) -> None:
@@ -296,7 +302,7 @@ class RunsPage(Page):
 
     def open_output(self) -> None:
         chosen = self._one()
-        if chosen is None:
+        if chosen is None or self._gone(chosen.path):
             return
         target = Path(chosen.outputs[0]).parent if chosen.outputs else chosen.path / OUTPUT_DIR
         if not target.exists():
@@ -324,7 +330,7 @@ class RunsPage(Page):
 
     def resume_selected(self) -> bool:
         chosen = self._one()
-        if chosen is None or not chosen.resumable:
+        if chosen is None or not chosen.resumable or self._gone(chosen.path):
             return False
         note = resume_note(chosen.path, self.context.project_config())
         ok = self.controller.resume(chosen.path)
@@ -364,6 +370,9 @@ class RunsPage(Page):
             return
         done: list[str] = []
         for s in chosen:
+            if not s.path.exists():  # deleted or moved outside the studio since the list was read
+                done.append(f"{s.name} (no longer existed)")
+                continue
             try:
                 how = delete_run(s.path)
                 done.append(f"{s.name} ({'moved to the trash' if how == 'trash' else 'deleted'})")
