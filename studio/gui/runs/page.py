@@ -145,14 +145,17 @@ class RunsPage(Page):
         if self._reading is not None:
             self._reading.cancel()
             self._reading = None
+        self._show_empty()
+        self.refresh()
+        if self.table.rowCount():
+            self.table.selectRow(0)  # newest first; choosing it shows it
+
+    def _show_empty(self) -> None:
         self.opened = None
         empty = RunModel()
         self.plots.refresh(empty)
         self.header.refresh(empty)
         self.samples.refresh(empty)
-        self.refresh()
-        if self.table.rowCount():
-            self.table.selectRow(0)  # newest first; choosing it shows it
 
     def select_runs(self, names: list[str]) -> None:
         """Select these runs together in the table (a sweep's), ready to compare (Loss overlay)."""
@@ -382,6 +385,11 @@ class RunsPage(Page):
         else:
             self.say("Deleted: " + ", ".join(done))
         self.refresh()
+        gone = {s.path for s in chosen if not s.path.exists()}
+        if self.controller.run_dir in gone and not self.controller.running:
+            self.controller.show_last_run(self.runs_dir())  # the Train page no longer offers to resume it
+        if self.opened is not None and self.opened.run_dir in gone:
+            self._show_empty()
 
     def import_path(self, source: Path) -> Path | None:
         folder = self.runs_dir()

@@ -42,3 +42,27 @@ def test_resume_of_a_run_gone_says_so(qtbot: QtBot, context: StudioContext, conf
     assert not context.run_controller.running
     assert f"{run} no longer exists" in page.message.text()
     assert page.table.summaries == []
+
+
+def test_a_run_deleted_on_the_runs_page_leaves_the_train_page(qtbot: QtBot, context: StudioContext,
+                                                              config: TrainConfig, tmp_path: Path) -> None:
+    from studio.gui.training.page import TrainPage
+    from tests.gui.conftest import close_plots
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    first = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
+    failed = train_once(qtbot, context, config, "--steps", "10000", "--rate", "1000", "--crash-at", "3")
+    ctl = context.run_controller
+    assert ctl.run_dir == failed and train.resume_button.isEnabled()  # the Train page shows the failed run
+    page.refresh()
+    page.table.select_paths([failed.name])
+    qtbot.waitUntil(lambda: page.opened is not None and page.opened.run_dir == failed, timeout=10000)
+    page.buttons["delete"].click()
+    assert not failed.exists()
+    assert page.opened is None and page.plots.loss.smooth.getData()[1] is None  # its plots went with it
+    # The Train page shows the newest run left, not the deleted one with Resume on.
+    qtbot.waitUntil(lambda: ctl.run_dir == first and ctl.model.status == "finished", timeout=10000)
+    assert not train.resume_button.isEnabled()
