@@ -66,3 +66,19 @@ def test_a_run_deleted_on_the_runs_page_leaves_the_train_page(qtbot: QtBot, cont
     # The Train page shows the newest run left, not the deleted one with Resume on.
     qtbot.waitUntil(lambda: ctl.run_dir == first and ctl.model.status == "finished", timeout=10000)
     assert not train.resume_button.isEnabled()
+
+
+def test_resume_on_the_train_page_of_a_run_gone_says_so(qtbot: QtBot, context: StudioContext, config: TrainConfig,
+                                                         tmp_path: Path) -> None:
+    from studio.gui.training.page import TrainPage
+    from tests.gui.conftest import close_plots
+
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    train = TrainPage(context, context.run_controller)
+    qtbot.addWidget(train, before_close_func=close_plots)
+    failed = train_once(qtbot, context, config, "--steps", "10000", "--rate", "1000", "--crash-at", "3")
+    assert train.resume_button.isEnabled()
+    shutil.rmtree(failed)  # in a file manager
+    assert not train.resume_training()
+    assert train.message.text() == f"{failed} no longer exists (deleted or moved): there is nothing to resume."
+    assert not train.resume_button.isEnabled() and context.run_controller.run_dir is None
