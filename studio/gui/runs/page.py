@@ -295,13 +295,15 @@ class RunsPage(Page):
         self.refresh()
 
     def overlay_selected(self) -> None:
-        chosen = self.table.selected()
-        self._read(_read_models, [(s.name, s.path) for s in chosen], on_done=self._show_overlay)
+        chosen = [(s.name, s.path) for s in self.table.selected()]
+        self._read(_read_models, chosen, on_done=lambda runs: self._show_overlay(runs, [n for n, _p in chosen]))
 
-    def _show_overlay(self, runs: list[tuple[str, RunModel]]) -> None:
+    def _show_overlay(self, runs: list[tuple[str, RunModel]], asked: list[str]) -> None:
         self.overlay.show_runs(runs, self.plots.loss.smoothing)
         self.views.setCurrentWidget(self.overlay)
-        self.say(f"Comparing {plural(len(runs), 'run')}.")
+        gone = [name for name in asked if name not in {n for n, _m in runs}]  # deleted or moved outside the studio
+        self.say(f"Comparing {plural(len(runs), 'run')}" + (f"; {', '.join(gone)} no longer exist"
+                 f"{'s' if len(gone) == 1 else ''} (deleted or moved; Refresh reads the list again)." if gone else "."))
 
     def open_output(self) -> None:
         chosen = self._one()

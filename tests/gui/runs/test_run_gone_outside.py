@@ -82,3 +82,18 @@ def test_resume_on_the_train_page_of_a_run_gone_says_so(qtbot: QtBot, context: S
     assert not train.resume_training()
     assert train.message.text() == f"{failed} no longer exists (deleted or moved): there is nothing to resume."
     assert not train.resume_button.isEnabled() and context.run_controller.run_dir is None
+
+
+def test_overlay_names_a_run_gone(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
+    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    first = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
+    second = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
+    page.refresh()
+    page.table.select_paths([first.name, second.name])
+    shutil.rmtree(first)
+    page.buttons["overlay"].click()
+    qtbot.waitUntil(lambda: page.message.text().startswith("Comparing"), timeout=10000)
+    assert len(page.overlay.curves) == 1
+    assert page.message.text() == (f"Comparing 1 run; {first.name} no longer exists (deleted or moved; Refresh "
+                                   "reads the list again).")
