@@ -260,10 +260,17 @@ class ModelPage(Page):
     # ------------------------------------------------------------ config flow
 
     def _show_config(self, keep_refused: bool = True) -> None:
+        before = self.form.shown
         self.form.set_config(self.config, keep_refused)
-        self.base.setText(self.config.model.base)
+        status = self.base_check.status(self.config.model)
+        if not keep_refused and self.base.isModified():  # studio.toml read again while a base is typed: it stays
+            if before is not None and before.model.base != self.config.model.base:
+                status += (f"\nstudio.toml was changed on disk and says {self.config.model.base} here; what you "
+                           "typed is taken when you press Enter or leave the field")
+        else:
+            self.base.setText(self.config.model.base)
         self.family.setCurrentIndex(self.family.findData(self.config.model.family))
-        self.base_status.setText(self.base_check.status(self.config.model))
+        self.base_status.setText(status)
         self.presets.set_family(self.config.model.family)
         self.library.set_family(self.config.model.family)
         self._estimate_timer.start()

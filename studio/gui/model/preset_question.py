@@ -33,6 +33,7 @@ def ask_replace_settings(parent: QWidget, preset: Preset, lines: list[str]) -> b
     """Whether to use `preset` over the settings of `lines` ("key: now → preset's"), the first twelve shown."""
     shown = "\n".join(lines[:12]) + (f"\n… and {len(lines) - 12} more" if len(lines) > 12 else "")
     return confirm(parent, "Use this preset",
-                   f"The preset '{preset.title}' replaces settings you set here:\n\n{shown}\n\nUse the preset? "
+                   f"The preset '{preset.title}' replaces settings changed in this project (on this page, in the "
+                   f"TOML or in studio.toml itself):\n\n{shown}\n\nUse the preset? "
                    "(Cancel: nothing changes; \"Save as my preset…\" keeps your settings as a preset of "
                    "your own.)", "Use the preset")

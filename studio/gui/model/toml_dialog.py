@@ -60,6 +60,7 @@ class TomlDialog(QDialog):
         context.unsaved_edits.append(self.unsaved)
         self.finished.connect(self._forget)
         self._shown = ""
+        self._overtaken = False  # the project's settings changed (on the page beside) while this text was edited
         self.load()
         self.resize(640, 560)
 
@@ -72,7 +73,7 @@ class TomlDialog(QDialog):
         return text or ""
 
     def load(self) -> None:
-        self._shown = self.current_text()
+        self._shown, self._overtaken = self.current_text(), False
         self.view.setPlainText(self._shown)
         self._show_problems(None)
 
@@ -88,6 +89,12 @@ class TomlDialog(QDialog):
             self._show_problems("Open a project first: the TOML is its studio.toml.")
             return False
         text = self.view.toPlainText()
+        if self._overtaken and not confirm(
+                self, "studio.toml changed since", "The project's settings were changed since this text was shown "
+                "(on the Model page, by a preset or another window). Apply writes this text whole: those changes "
+                "are lost.\n\nApply it anyway? (Cancel: nothing is written; copy your edit, press Revert to see the "
+                "settings as they are now, and make it there again.)", "Apply my text"):
+            return False
         try:
             self.context.apply_toml(text)
         except ConfigError as exc:
@@ -96,7 +103,7 @@ class TomlDialog(QDialog):
         except OSError as exc:
             self._show_problems(f"studio.toml could not be written: {exc}")
             return False
-        self._shown = text
+        self._shown, self._overtaken = text, False
         self._show_problems(None)
         self.context.status("Saved studio.toml")
         return True
@@ -135,6 +142,8 @@ class TomlDialog(QDialog):
     def _config_changed(self, _config: object) -> None:
         if not self.modified():  # a change from the form or from disk shows here too
             self.load()
+        else:
+            self._overtaken = True
 
     def _project_changed(self, _project: object) -> None:
         self.load()

@@ -145,14 +145,17 @@ class RunsPage(Page):
         if self._reading is not None:
             self._reading.cancel()
             self._reading = None
+        self._show_empty()
+        self.refresh()
+        if self.table.rowCount():
+            self.table.selectRow(0)  # newest first; choosing it shows it
+
+    def _show_empty(self) -> None:
         self.opened = None
         empty = RunModel()
         self.plots.refresh(empty)
         self.header.refresh(empty)
         self.samples.refresh(empty)
-        self.refresh()
-        if self.table.rowCount():
-            self.table.selectRow(0)  # newest first; choosing it shows it
 
     def select_runs(self, names: list[str]) -> None:
         """Select these runs together in the table (a sweep's), ready to compare (Loss overlay)."""
@@ -219,15 +222,21 @@ class RunsPage(Page):
     # ------------------------------------------------------------ actions
     def open_run(self, run_dir: Path) -> bool:
         """Replay a run into this page's plots (read on the reader; shown when it arrives); False if it is gone."""
-        if not run_dir.is_dir():
-            self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
-            self.refresh()
+        if self._gone(run_dir):
             return False
         # The run this studio follows now (on a cloud, say: no trainer here) is shown as it stands; any other
         # whose events end without run_finished and whose trainer is gone is shown ended.
         followed = self.controller.running and run_dir == self.controller.run_dir
         self._read(replay_run if followed else replay_to_show, run_dir,
                    on_done=lambda rep: self._show_replay(run_dir, rep))
+        return True
+
+    def _gone(self, run_dir: Path) -> bool:
+        """A run folder deleted or moved outside the studio since the list was read: said, and the list read again."""
+        if run_dir.is_dir():
+            return False
+        self.say(f"{run_dir} no longer exists (deleted or moved); the list is refreshed.")
+        self.refresh()
         return True
 
     def _read(self, function: Callable[..., Any], *args: Any, on_done: Callable[[Any], None]) -> None:
@@ -294,17 +303,19 @@ class RunsPage(Page):
         self.refresh()
 
     def overlay_selected(self) -> None:
-        chosen = self.table.selected()
-        self._read(_read_models, [(s.name, s.path) for s in chosen], on_done=self._show_overlay)
+        chosen = [(s.name, s.path) for s in self.table.selected()]
+        self._read(_read_models, chosen, on_done=lambda runs: self._show_overlay(runs, [n for n, _p in chosen]))
 
-    def _show_overlay(self, runs: list[tuple[str, RunModel]]) -> None:
+    def _show_overlay(self, runs: list[tuple[str, RunModel]], asked: list[str]) -> None:
         self.overlay.show_runs(runs, self.plots.loss.smoothing)
         self.views.setCurrentWidget(self.overlay)
-        self.say(f"Comparing {plural(len(runs), 'run')}.")
+        gone = [name for name in asked if name not in {n for n, _m in runs}]  # deleted or moved outside the studio
+        self.say(f"Comparing {plural(len(runs), 'run')}" + (f"; {', '.join(gone)} no longer exist"
+                 f"{'s' if len(gone) == 1 else ''} (deleted or moved; Refresh reads the list again)." if gone else "."))
 
     def open_output(self) -> None:
         chosen = self._one()
-        if chosen is None:
+        if chosen is None or self._gone(chosen.path):
             return
         target = Path(chosen.outputs[0]).parent if chosen.outputs else chosen.path / OUTPUT_DIR
         if not target.exists():
@@ -332,7 +343,7 @@ class RunsPage(Page):
 
     def resume_selected(self) -> bool:
         chosen = self._one()
-        if chosen is None or not chosen.resumable:
+        if chosen is None or not chosen.resumable or self._gone(chosen.path):
             return False
         note = resume_note(chosen.path, self.context.project_config())
         ok = self.controller.resume(chosen.path)
@@ -374,6 +385,9 @@ class RunsPage(Page):
             return
         done: list[str] = []
         for s in chosen:
+            if not s.path.exists():  # deleted or moved outside the studio since the list was read
+                done.append(f"{s.name} (no longer existed)")
+                continue
             try:
                 how = delete_run(s.path)
                 done.append(f"{s.name} ({'moved to the trash' if how == 'trash' else 'deleted'})")
@@ -383,6 +397,11 @@ class RunsPage(Page):
         else:
             self.say("Deleted: " + ", ".join(done))
         self.refresh()
+        gone = {s.path for s in chosen if not s.path.exists()}
+        if self.controller.run_dir in gone and not self.controller.running:
+            self.controller.show_last_run(self.runs_dir())  # the Train page no longer offers to resume it
+        if self.opened is not None and self.opened.run_dir in gone:
+            self._show_empty()
 
     def import_path(self, source: Path) -> Path | None:
         folder = self.runs_dir()

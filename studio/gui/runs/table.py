@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QItemSelection, QItemSelectionModel, QSettings, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
 from studio.core.runs.records.history import RunSummary
@@ -42,6 +42,7 @@ class RunsTable(QTableWidget):
         selected = {s.path for s in self.selected()}
         self.summaries = summaries
         self.setRowCount(len(summaries))
+        keep = QItemSelection()
         for row, s in enumerate(summaries):
             status = s.status + (f" (on {s.machine})" if s.machine else " (remote)" if s.remote else "")
             cells = {
@@ -69,7 +70,9 @@ class RunsTable(QTableWidget):
                                               for o in s.outputs))
                 self.setItem(row, col, item)
             if s.path in selected:
-                self.selectRow(row)
+                keep.select(self.model().index(row, 0), self.model().index(row, len(COLUMNS) - 1))
+        # The runs chosen stay chosen, all of them, wherever a new run moved their rows.
+        self.selectionModel().select(keep, QItemSelectionModel.SelectionFlag.ClearAndSelect)
         if summaries and not self.sized:
             self.resizeColumnsToContents()
             self.sized = True

@@ -168,6 +168,10 @@ class TrainPage(Page):
         run_dir = self.controller.run_dir
         if run_dir is None or not self.resumable():
             return False
+        if not run_dir.is_dir():  # deleted or moved outside the studio since it was shown
+            self.controller.show_last_run(self.context.runs_dir() if self.context.project else None)
+            self.show_message(f"{run_dir} no longer exists (deleted or moved): there is nothing to resume.")
+            return False
         note = resume_note(run_dir, self.context.project_config())
         if not self.controller.resume(run_dir):
             return False

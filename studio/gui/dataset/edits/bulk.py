@@ -133,6 +133,7 @@ class BulkDialog(QDialog):
             self._update()
         if self._asked is not None:
             self._accept_when_done = True
+            self._fields_wait(True)  # OK applies what the fields said when it was pressed
         elif self.edits:
             super().accept()
 
@@ -143,6 +144,10 @@ class BulkDialog(QDialog):
     def counting(self) -> bool:
         """The edits are still being worked out on the worker."""
         return self._asked is not None
+
+    def _fields_wait(self, wait: bool) -> None:
+        for field in (self.operation, self.scope, self.first, self.second, self.regex, self.case):
+            field.setEnabled(not wait)
 
     def _update(self) -> None:
         self._typing.stop()
@@ -171,6 +176,7 @@ class BulkDialog(QDialog):
         self._asked, self.edits = None, edits
         ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         accept, self._accept_when_done = self._accept_when_done, False
+        self._fields_wait(False)
         if error is not None:
             self.preview.setText(f"Cannot apply: {error}")
             ok.setEnabled(False)
