@@ -23,13 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.core.config.errors import ConfigError, issues_from_validation
-from studio.core.config.files.presets import (
-    Preset,
-    apply_preset,
-    list_presets,
-    replaced_settings,
-    save_user_preset,
-)
+from studio.core.config.files.presets import Preset, apply_preset, list_presets, save_user_preset
 from studio.core.config.rules.acting import resets_for
 from studio.core.config.rules.data_rules import fields_needed, turned_off
 from studio.core.config.schema import TrainConfig
@@ -50,7 +44,7 @@ from studio.gui.model.family_switch import ask_family_base, base_family, offered
 from studio.gui.model.form import FOLDER_FIELDS, ConfigForm, issues_at_changed_fields
 from studio.gui.model.gpu_plan import GpuPlanPanel
 from studio.gui.model.hardware import HardwarePanel
-from studio.gui.model.preset_question import ask_replace_settings, nearest_preset_config
+from studio.gui.model.preset_question import ask_replace_settings, replaced_lines
 from studio.gui.model.presets import PresetList, ask_preset_title
 from studio.gui.model.toml_dialog import TomlDialog
 from studio.gui.page import Page
@@ -368,10 +362,9 @@ class ModelPage(Page):
         except ConfigError as exc:
             self.error.setText(f"⚠ {exc.describe()}")
             return
-        replaced = replaced_settings(self.config, config, self._preset_config
-                                     or nearest_preset_config(self.config, [c.preset for c in self.presets.cards]))
-        if replaced and not self.confirm_preset(preset, [self.form.in_form_words(f"{key}: {now} → {new}")
-                                                         for key, now, new in replaced]):
+        replaced = replaced_lines(self.config, config, self._preset_config, [c.preset for c in self.presets.cards],
+                                  self.form.in_form_words)
+        if replaced and not self.confirm_preset(preset, replaced):
             self.context.status(f"Preset {preset.title} not used; your settings are kept")
             return
         try:

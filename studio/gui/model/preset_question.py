@@ -3,6 +3,8 @@ defaults or the preset nearest to them after a restart), and the question naming
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtWidgets import QWidget
 
 from studio.core.config.errors import ConfigError
@@ -27,6 +29,15 @@ def nearest_preset_config(config: TrainConfig, presets: list[Preset]) -> TrainCo
         if differ < nearest[0]:
             nearest = (differ, applied)
     return nearest[1]
+
+
+def replaced_lines(current: TrainConfig, chosen: TrainConfig, last_preset: TrainConfig | None, presets: list[Preset],
+                   in_words: Callable[[str], str]) -> list[str]:
+    """The settings the person set that `chosen` (a preset applied) replaces, one line each ("key: now → preset's",
+    in the form's words): what differs from the last preset chosen, or, with none chosen since the project opened,
+    from the defaults or the preset nearest to them."""
+    given = last_preset or nearest_preset_config(current, presets)
+    return [in_words(f"{key}: {now} → {new}") for key, now, new in replaced_settings(current, chosen, given)]
 
 
 def ask_replace_settings(parent: QWidget, preset: Preset, lines: list[str]) -> bool:

@@ -30,7 +30,7 @@ from studio.core.remote.ssh import RemoteError
 from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.live import live_trainer, stop_live_run
-from studio.core.runs.records.history import RunSummary, delete_run, import_run, list_runs, replay_to_show
+from studio.core.runs.records.history import RunSummary, delete_runs, import_run, list_runs, replay_to_show
 from studio.core.runs.records.run_model import Replay, RunModel, replay_run
 from studio.core.runs.run_settings import resume_note
 from studio.core.text import plural
@@ -383,19 +383,8 @@ class RunsPage(Page):
         names = "\n".join(s.name for s in chosen)
         if not self.confirm("Delete runs", f"Delete these runs (samples, checkpoints and outputs)?\n\n{names}"):
             return
-        done: list[str] = []
-        for s in chosen:
-            if not s.path.exists():  # deleted or moved outside the studio since the list was read
-                done.append(f"{s.name} (no longer existed)")
-                continue
-            try:
-                how = delete_run(s.path)
-                done.append(f"{s.name} ({'moved to the trash' if how == 'trash' else 'deleted'})")
-            except (OSError, ValueError, RuntimeError) as exc:
-                self.say(f"Could not delete {s.name}: {exc}")
-                break
-        else:
-            self.say("Deleted: " + ", ".join(done))
+        done, stopped = delete_runs(chosen)
+        self.say(" ".join(part for part in (stopped, "Deleted: " + ", ".join(done) if done else "") if part))
         self.refresh()
         gone = {s.path for s in chosen if not s.path.exists()}
         if self.controller.run_dir in gone and not self.controller.running:

@@ -9,7 +9,7 @@ import pytest
 
 from studio.core.runs.events import RunStarted
 from studio.core.runs.folders import REMOTE_FILE
-from studio.core.runs.records.history import delete_run, import_run, list_runs, summarize_run
+from studio.core.runs.records.history import delete_run, delete_runs, import_run, list_runs, summarize_run
 from studio.core.runs.scheduling.lock import write_process_file
 from tests.core.runs.conftest import step_event, write_events
 
@@ -69,6 +69,27 @@ def test_delete_refuses_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a run folder"):
         delete_run(tmp_path / "photos")
     assert (tmp_path / "photos").exists()
+
+
+def test_deleting_several_runs_names_each_and_stops_at_one_it_cannot_delete(finished_run: Path, tmp_path: Path) -> None:
+    """Runs chosen together: one deleted outside the studio since the list was read counts as gone, and the one that
+    cannot be deleted stops the rest, the message naming those deleted before it."""
+    gone = summarize_run(finished_run, never_alive)
+    copy = tmp_path / "20240103-000000-copy"
+    import shutil
+
+    shutil.copytree(finished_run, copy)
+    shutil.rmtree(finished_run)  # deleted in the file manager
+    photos = tmp_path / "20240104-000000-photos"
+    photos.mkdir()
+    after = tmp_path / "20240105-000000-after"
+    shutil.copytree(copy, after)
+    runs = [gone, summarize_run(copy, never_alive), summarize_run(photos, never_alive), summarize_run(after, never_alive)]
+    done, stopped = delete_runs(runs)
+    assert done[0] == f"{gone.name} (no longer existed)" and done[1].startswith("20240103-000000-copy (")
+    assert len(done) == 2 and not copy.exists()
+    assert stopped is not None and stopped.startswith("Could not delete 20240104-000000-photos: ")
+    assert "not a run folder" in stopped and photos.exists() and after.exists()  # the rest are left
 
 
 def test_delete_falls_back_without_send2trash(finished_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:

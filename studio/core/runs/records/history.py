@@ -276,3 +276,20 @@ def delete_run(run_dir: str | Path) -> str:
         log.info("no trash for %s (%s); deleting it", folder, exc)
     shutil.rmtree(folder)
     return "deleted"
+
+
+def delete_runs(runs: list[RunSummary]) -> tuple[list[str], str | None]:
+    """Delete `runs` in turn, as delete_run does: what became of each ("NAME (moved to the trash)"; a folder deleted
+    or moved outside the studio since the list was read counts as gone), and what stopped the deleting, if
+    anything (the runs after it are left)."""
+    done: list[str] = []
+    for run in runs:
+        if not run.path.exists():
+            done.append(f"{run.name} (no longer existed)")
+            continue
+        try:
+            how = delete_run(run.path)
+        except (OSError, ValueError, RuntimeError) as exc:
+            return done, f"Could not delete {run.name}: {exc}"
+        done.append(f"{run.name} ({'moved to the trash' if how == 'trash' else 'deleted'})")
+    return done, None
