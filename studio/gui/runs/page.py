@@ -31,6 +31,7 @@ from studio.core.remote.transfer import TransferReport
 from studio.core.runs.folders import OUTPUT_DIR
 from studio.core.runs.live import live_trainer, stop_live_run
 from studio.core.runs.records.history import RunSummary, delete_runs, import_run, list_runs, replay_to_show
+from studio.core.runs.records.outcome import shown_text
 from studio.core.runs.records.run_model import Replay, RunModel, replay_run
 from studio.core.runs.run_settings import resume_note
 from studio.core.text import plural
@@ -255,7 +256,7 @@ class RunsPage(Page):
         if self.views.currentWidget() is not self.samples:  # a person going through runs' samples stays on them
             self.views.setCurrentWidget(self.plots)
         extra = f", {rep.garbage_lines} unreadable lines skipped" if rep.garbage_lines else ""
-        self.say(f"Showing {run_dir.name}: {_steps_text(rep.model)}{extra}.")
+        self.say(f"Showing {run_dir.name}: {shown_text(rep.model)}{extra}.")
 
     def open_selected(self) -> None:
         chosen = self._one()
@@ -438,15 +439,6 @@ class RunsPage(Page):
     def self_test(self, options: SelfTestOptions) -> dict[str, Any]:
         self.refresh()
         return {"runs": len(self.table.summaries), "runs_rows_visible": self.table.visible_rows()}
-
-
-def _steps_text(model: RunModel) -> str:
-    """What a person wants to know of a run just shown: how far it got and what it left."""
-    steps = f"step {model.step} of {model.total_steps}" if model.total_steps else plural(model.step, "step")
-    parts = [steps, model.status]
-    if model.samples:
-        parts.append(plural(len(model.samples), "sample image"))
-    return ", ".join(parts)
 
 
 def _read_models(runs: list[tuple[str, Path]]) -> list[tuple[str, RunModel]]:

@@ -13,6 +13,8 @@ from studio.core.runs.event_reading.files import events_backwards, last_kept_val
 from studio.core.runs.events import Error, RunFinished, RunStarted, Validation
 from studio.core.runs.folders import CONFIG_FILE, EVENTS_FILE, OUTPUT_DIR
 from studio.core.runs.records.phase_times import phase_summary
+from studio.core.runs.records.run_model import RunModel
+from studio.core.text import plural
 
 # The prefix of the lines the studio itself adds to a run's console.log.
 STUDIO_PREFIX = "[studio]"
@@ -101,3 +103,12 @@ def outcome_line(run_dir: Path, exit_code: int | None) -> str:
     reason = f"{error.kind}: {error.message}" if error is not None else (finished.message or "no reason given")
     hint = f" ({error.hint.splitlines()[0]})" if error is not None and error.hint else ""
     return f"{STUDIO_PREFIX} run failed at step {finished.step}: {' '.join(reason.split())}{hint}"
+
+
+def shown_text(model: RunModel) -> str:
+    """What a person wants to know of a run just shown: how far it got and what it left."""
+    steps = f"step {model.step} of {model.total_steps}" if model.total_steps else plural(model.step, "step")
+    parts = [steps, model.status]
+    if model.samples:
+        parts.append(plural(len(model.samples), "sample image"))
+    return ", ".join(parts)
