@@ -93,6 +93,9 @@ class Session:
             self.model_built = with_model
             self.window.set_project(self.project)
             self.wait(lambda: False, 1.0)
+        elif self.context.project is None or self.context.project.root != self.project.root:  # type: ignore[attr-defined]
+            self.window.set_project(self.project)  # back from another shot's project (the edit pairs')
+            self.wait(lambda: False, 1.0)
         return self.project
 
 
