@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.holds import hold_at, release
+from fixtures.waits import scaled_ms
 from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
@@ -370,7 +371,9 @@ def test_train_demo_self_test_reports_what_the_run_showed(qtbot: QtBot, context:
     assert {k: result[k] for k in ("events", "loss_points", "memory_points", "samples", "status")} == {
         "events": 1 + 2 + 30 + 2 * 2 + 1,  # run_started, caching x2, steps, (sampling + sample) x2, run_finished
         "loss_points": 30, "memory_points": 60, "samples": 4, "status": "finished"}
-    assert 0 <= result["max_gui_stall_ms"] < 1000
+    # The window never froze a second (on a quiet machine; a loaded one stalls every thread it schedules, so the bound
+    # follows its measured slowness, as the suite's waits do).
+    assert 0 <= result["max_gui_stall_ms"] < scaled_ms(1000)
     assert Path(result["outputs"][0]).is_file()
 
 
