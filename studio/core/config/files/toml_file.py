@@ -4,7 +4,7 @@ writing that keeps a person's comments and order."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,26 @@ def _second_setting(text: str, name: str) -> tuple[int | None, str, bool]:
     """The line that sets the key `name` a second time in one table, read as `_line_of` reads the tables, the
     key in full (training.seed) and whether that line is a table's header written twice; (None, name, False)
     where no line is found."""
-    table: list[str] = []
-    tables_seen: dict[tuple[str, ...], int] = {}
     set_here: set[tuple[str, ...]] = set()
     headers: set[tuple[str, ...]] = set()
+    for number, table, path, kind in _settings(text):
+        if kind == "array":
+            continue
+        found = tuple(path)  # a header: [model.base] after base = "..." in [model]
+        if found[-1] == name and found in set_here:
+            return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found)), found in headers
+        set_here.update(found[:end] for end in range(len(table) + 1, len(found) + 1))
+        if kind == "table":
+            set_here.add(found)
+            headers.add(found)
+    return None, name, False
+
+
+def _settings(text: str) -> Iterator[tuple[int, list[str], list[str], str]]:
+    """Each line of `text` that opens a table or sets a key, read as TOML reads the tables: (line number, the
+    table it is in, the full path it names, "table", "array" or "key"). The N-th [[name]] is the table name.N."""
+    table: list[str] = []
+    tables_seen: dict[tuple[str, ...], int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
@@ -94,20 +110,13 @@ def _second_setting(text: str, name: str) -> tuple[int | None, str, bool]:
                 index = tables_seen.get(tuple(table), -1) + 1
                 tables_seen[tuple(table)] = index
                 table = [*table, str(index)]
-                continue
-            found = tuple(table)  # [model.base] after base = "..." in [model]
-        else:
-            assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
-            if not assignment:
-                continue
-            found = (*table, *_dotted(assignment.group(1)))
-        if found[-1] == name and found in set_here:
-            return number, re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", ".".join(found)), found in headers
-        set_here.update(found[:end] for end in range(len(table) + 1, len(found) + 1))
-        if header:
-            set_here.add(found)
-            headers.add(found)
-    return None, name, False
+                yield number, table, table, "array"
+            else:
+                yield number, table, table, "table"
+            continue
+        assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
+        if assignment:
+            yield number, table, [*table, *_dotted(assignment.group(1))], "key"
 
 
 def _key_path(key: str) -> list[str]:
@@ -125,26 +134,10 @@ def _line_of(text: str, key: str) -> int | None:
     [sampling] is not the seed of [training], nor is the second concept's path the first one's. A key inside a
     value (a list's item) or missing from its table is at the line of what holds it."""
     wanted = _key_path(key)
-    table: list[str] = []
-    tables_seen: dict[tuple[str, ...], int] = {}
     holder, held = None, 1  # the line of the longest part of `wanted` set in the file, and that part's length
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        header = re.match(r"^(\[\[?)\s*([^\]]+?)\s*\]\]?", stripped)
-        if header:
-            table = _dotted(header.group(2))
-            if header.group(1) == "[[":
-                index = tables_seen.get(tuple(table), -1) + 1
-                tables_seen[tuple(table)] = index
-                table = [*table, str(index)]
-                if table[:-1] == wanted:  # [[sampling]] where a table goes, [[dataset.concept]]
-                    return number
-            found = table
-        else:
-            assignment = re.match(r"^((?:\"[^\"]*\"|'[^']*'|[^=#\"'])+?)\s*=", stripped)
-            if not assignment:
-                continue
-            found = [*table, *_dotted(assignment.group(1))]
+    for number, _table, found, kind in _settings(text):
+        if kind == "array" and found[:-1] == wanted:  # [[sampling]] where a table goes, [[dataset.concept]]
+            return number
         if found == wanted:
             return number
         if len(found) > held and wanted[:len(found)] == found:
