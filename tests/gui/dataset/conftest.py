@@ -45,3 +45,29 @@ def open_page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: 
 @pytest.fixture
 def page(qtbot, project: Project, tmp_path: Path) -> DatasetPage:  # type: ignore[no-untyped-def]
     return open_page(qtbot, project, tmp_path)
+
+
+HELD_S = 5.0  # a held worker waits this long at most, then the test fails
+
+
+def trigger_dialog_held(qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The bulk dialog on "Add trigger word" for all images, its count done, with the working out of the edits held
+    once it starts: (dialog, working, release), two threading events."""
+    import threading
+
+    from studio.core.dataset.captions import caption_ops
+    from studio.gui.dataset.edits.bulk import BulkDialog
+
+    dialog = BulkDialog(page.tools.scopes(), page)
+    dialog.select("trigger", scope="All images")
+    qtbot.waitUntil(lambda: not dialog.counting(), timeout=5000)
+    working, release = threading.Event(), threading.Event()
+    add_trigger = caption_ops.add_trigger
+
+    def held(captions, word):  # type: ignore[no-untyped-def]
+        working.set()
+        release.wait(HELD_S)
+        return add_trigger(captions, word)
+
+    monkeypatch.setattr(caption_ops, "add_trigger", held)
+    return dialog, working, release

@@ -3,31 +3,14 @@ pressed: the fields wait, so a later change cannot slip another text into the ca
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from studio.gui.dataset.page import DatasetPage
-
-HELD_S = 5.0  # the worker is held this long at most, then the test fails
+from tests.gui.dataset.conftest import trigger_dialog_held
 
 
 def test_ok_applies_the_text_confirmed(qtbot, page: DatasetPage, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from studio.core.dataset.captions import caption_ops
-    from studio.gui.dataset.edits.bulk import BulkDialog
-
-    dialog = BulkDialog(page.tools.scopes(), page)
-    dialog.select("trigger", scope="All images")
-    qtbot.waitUntil(lambda: not dialog.counting(), timeout=5000)
-    working, release = threading.Event(), threading.Event()
-    add_trigger = caption_ops.add_trigger
-
-    def held(captions, word):  # type: ignore[no-untyped-def]
-        working.set()
-        release.wait(HELD_S)
-        return add_trigger(captions, word)
-
-    monkeypatch.setattr(caption_ops, "add_trigger", held)
+    dialog, working, release = trigger_dialog_held(qtbot, page, monkeypatch)
     qtbot.keyClicks(dialog.first, "sks")
     dialog.buttons.button(dialog.buttons.StandardButton.Ok).click()
     qtbot.waitUntil(working.is_set, timeout=5000)
