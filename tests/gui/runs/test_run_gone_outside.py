@@ -10,17 +10,12 @@ from pytestqt.qtbot import QtBot
 from studio.core.config.schema import TrainConfig
 from studio.gui.context import StudioContext
 from tests.gui.conftest import make_project
-from tests.gui.runs.test_runs_page import make_page, train_once
+from tests.gui.runs.test_runs_page import make_page, train_once, two_runs_chosen
 
 
 def test_delete_goes_on_past_a_run_already_gone(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                                 tmp_path: Path) -> None:
-    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = make_page(qtbot, context)
-    first = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
-    second = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
-    page.refresh()
-    page.table.select_paths([first.name, second.name])
+    page, first, second = two_runs_chosen(qtbot, context, config, tmp_path)
     gone, kept = sorted([first, second])[::-1]  # the newest is listed first: the loop meets it first
     shutil.rmtree(gone)
     page.buttons["delete"].click()
@@ -85,12 +80,7 @@ def test_resume_on_the_train_page_of_a_run_gone_says_so(qtbot: QtBot, context: S
 
 
 def test_overlay_names_a_run_gone(qtbot: QtBot, context: StudioContext, config: TrainConfig, tmp_path: Path) -> None:
-    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = make_page(qtbot, context)
-    first = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
-    second = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
-    page.refresh()
-    page.table.select_paths([first.name, second.name])
+    page, first, _second = two_runs_chosen(qtbot, context, config, tmp_path)
     shutil.rmtree(first)
     page.buttons["overlay"].click()
     qtbot.waitUntil(lambda: page.message.text().startswith("Comparing"), timeout=10000)

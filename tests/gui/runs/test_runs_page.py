@@ -30,6 +30,19 @@ def train_once(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, *extra: s
     return run_dir
 
 
+def two_runs_chosen(qtbot: QtBot, context: StudioContext, cfg: TrainConfig, tmp_path: Path) -> tuple[RunsPage, Path, Path]:
+    """A project with two short runs, both chosen together on the Runs page: (page, first run, second run)."""
+    from tests.gui.conftest import make_project
+
+    context.set_project(make_project(tmp_path, cfg))  # type: ignore[arg-type]
+    page = make_page(qtbot, context)
+    first = train_once(qtbot, context, cfg, "--steps", "3", "--rate", "1000")
+    second = train_once(qtbot, context, cfg, "--steps", "3", "--rate", "1000")
+    page.refresh()
+    page.table.select_paths([first.name, second.name])
+    return page, first, second
+
+
 def make_page(qtbot: QtBot, context: StudioContext) -> RunsPage:
     page = RunsPage(context, context.run_controller)
     page.confirm = lambda _title, _text: True

@@ -9,18 +9,12 @@ from pytestqt.qtbot import QtBot
 
 from studio.core.config.schema import TrainConfig
 from studio.gui.context import StudioContext
-from tests.gui.conftest import make_project
-from tests.gui.runs.test_runs_page import make_page, train_once
+from tests.gui.runs.test_runs_page import train_once, two_runs_chosen
 
 
 def test_runs_chosen_together_stay_chosen(qtbot: QtBot, context: StudioContext, config: TrainConfig,
                                           tmp_path: Path) -> None:
-    context.set_project(make_project(tmp_path, config))  # type: ignore[arg-type]
-    page = make_page(qtbot, context)
-    first = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
-    second = train_once(qtbot, context, config, "--steps", "3", "--rate", "1000")
-    page.refresh()
-    page.table.select_paths([first.name, second.name])
+    page, first, second = two_runs_chosen(qtbot, context, config, tmp_path)
     assert {s.path for s in page.table.selected()} == {first, second}
     page.buttons["refresh"].click()
     assert {s.path for s in page.table.selected()} == {first, second}
